@@ -1,0 +1,30 @@
+# The README's two commands are `make serve` (or `go run ./cmd/sluice serve`)
+# and `make test`. Everything else here is optional and longer.
+GO ?= go
+SEEDS ?= 100000
+FUZZTIME ?= 60s
+
+.PHONY: test serve build fuzz soak bench sim spec
+test:
+	./scripts/test.sh
+
+serve:
+	$(GO) run ./cmd/sluice serve
+
+build:
+	$(GO) build -o bin/sluice ./cmd/sluice
+
+fuzz:
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+bench:
+	$(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 ./... 
+
+sim:
+	SLUICE_SIM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 0 -run 'TestSim' -v ./internal/sim/
+
+spec:
+	$(GO) test -count=1 -run 'TestSpin' -v ./spec/
+
+soak:
+	SLUICE_SOAK=1 $(GO) test -count=1 -timeout 0 -run 'Soak' -v ./...

@@ -1,0 +1,34 @@
+package model
+
+// KV is the only way the forward pass touches keys and values: a paged,
+// owner-checking view of one sequence's KV cache. The KV pool (internal/kv)
+// implements it; the model never sees a page id or a raw pool buffer.
+//
+// Logical layout: a sequence's positions are split into blocks of
+// PageSize() consecutive positions; block b holds positions
+// [b*PageSize(), (b+1)*PageSize()). Each position holds, per layer, one key
+// row and one value row of KVDim = n_kv_heads*head_dim float32s.
+//
+// Every call checks that the page behind the block still belongs to this
+// sequence's owner at the generation the page table recorded (I3); a failed
+// check returns an error and no data. The model must propagate the error
+// and stop the step: it never substitutes zeros.
+type KV interface {
+	// PageSize is the number of token positions per block.
+	PageSize() int
+
+	// Put stores the key and value rows (each KVDim float32s) of the token at
+	// logical position pos in layer. The view copies them; k and v may be
+	// reused by the caller after Put returns. Writes within one block must
+	// come in position order per layer; a position past the reservation is an
+	// error.
+	Put(layer, pos int, k, v []float32) error
+
+	// Block returns the key and value rows of the positions of block blk that
+	// have been written in layer: k and v hold n*KVDim float32s, position
+	// blk*PageSize()+i at row i. Only written slots are returned (I4): n may
+	// be less than PageSize() for the last block. The slices alias the pool
+	// and are valid only until the sequence's next Put or release; the caller
+	// must not modify them.
+	Block(layer, blk int) (k, v []float32, n int, err error)
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole test suite, exactly as CI runs it (.ci/run calls this via make).
+# It installs what the suite needs when missing: Go modules (go command) and
+# Debian's spin (model checker) via apt-get.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v spin >/dev/null 2>&1; then
+  echo "== installing spin (Debian package) for the protocol model checks"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && SUDO="sudo"
+  ($SUDO apt-get update -qq && $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq spin) >/dev/null 2>&1 \
+    || echo "WARNING: could not install spin; the spec tests will skip (and fail under CI)"
+fi
+if ! command -v gcc >/dev/null 2>&1; then
+  echo "WARNING: no C compiler: spin cannot compile its verifiers"
+fi
+
+echo "== gofmt"
+bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test"
+go test -count=1 -timeout 20m ./...
+
+echo "== go test -race (concurrency-heavy packages)"
+race_pkgs=$(go list ./internal/kv/... ./internal/handoff/... ./internal/engine/... ./internal/request/... ./internal/router/... 2>/dev/null || true)
+if [ -n "$race_pkgs" ]; then
+  go test -count=1 -race -short -timeout 20m $race_pkgs
+fi
+
+echo "== short fuzz runs (make fuzz runs them longer)"
+FUZZTIME="${FUZZTIME:-5s}" ./scripts/fuzz.sh
