@@ -1,0 +1,102 @@
+package handoff
+
+import (
+	"errors"
+	"fmt"
+
+	"sluice/internal/kv"
+)
+
+// Code is a stable machine-readable error code; it crosses transports as a
+// string and metrics use it as a label.
+type Code string
+
+// Error is a handoff failure. Errors compare by Code under errors.Is, so an
+// error rebuilt from the wire matches the sentinel it was created from.
+type Error struct {
+	Code Code
+	// Msg is a sentence a user or operator can act on.
+	Msg string
+}
+
+func (e *Error) Error() string { return "handoff " + string(e.Code) + ": " + e.Msg }
+
+// Is matches any *Error with the same Code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// With returns a copy of the sentinel with a more specific message.
+func (e *Error) With(format string, args ...any) *Error {
+	return &Error{Code: e.Code, Msg: e.Msg + ": " + fmt.Sprintf(format, args...)}
+}
+
+// The sentinels. Match with errors.Is(err, handoff.ErrCountMismatch).
+var (
+	// ErrCountMismatch: the commit's token count differs from what was
+	// reserved, or from what was actually written (I5).
+	ErrCountMismatch = &Error{"count_mismatch", "tokens written, reserved and committed differ"}
+	// ErrCoverage: a reserved page was not written, or written twice (I5).
+	ErrCoverage = &Error{"coverage", "reserved pages were not each written exactly once"}
+	// ErrDigestMismatch: the commit's digest differs from the receiver's digest of what it received (I5).
+	ErrDigestMismatch = &Error{"digest_mismatch", "the KV digest does not match what the decode worker received"}
+	// ErrDigestMissing: the commit carried no digest; a missing digest is a failure (I5).
+	ErrDigestMissing = &Error{"digest_missing", "the commit carried no digest"}
+	// ErrUnknownHandoff: no live handoff has this id (never reserved, or already ended).
+	ErrUnknownHandoff = &Error{"unknown_handoff", "no live handoff has this id"}
+	// ErrAuth: the peer failed authentication (I12).
+	ErrAuth = &Error{"auth", "peer authentication failed"}
+	// ErrBadWrite: a page write does not match the reservation (block, page,
+	// generation, slot count) or the pool refused it (owner, state) (I3).
+	ErrBadWrite = &Error{"bad_write", "page write does not match the reservation"}
+	// ErrChecksum: the page bytes do not match the write's checksum.
+	ErrChecksum = &Error{"checksum", "page bytes do not match their checksum"}
+	// ErrState: the message is not legal in the handoff's current phase
+	// (e.g. a write after the commit).
+	ErrState = &Error{"bad_state", "message not legal in the handoff's current phase"}
+	// ErrAborted: the handoff was aborted.
+	ErrAborted = &Error{"aborted", "the handoff was aborted"}
+	// ErrRefused: the decode worker refused the reservation (capacity, limits).
+	ErrRefused = &Error{"refused", "the decode worker refused the reservation"}
+	// ErrDuplicate: a handoff with this id already exists.
+	ErrDuplicate = &Error{"duplicate_handoff", "a handoff with this id already exists"}
+	// ErrProtocol: a malformed frame or message on a transport; the
+	// connection is closed.
+	ErrProtocol = &Error{"protocol", "malformed or unexpected frame"}
+	// ErrTransport: the transport failed (connection lost, timeout). Whether
+	// the remote side applied the call is UNKNOWN; callers must abort.
+	ErrTransport = &Error{"transport", "transport failure; the remote outcome is unknown"}
+	// ErrInternal: anything else from the remote side.
+	ErrInternal = &Error{"internal", "internal error"}
+)
+
+// FromWire rebuilds an error from its code and message as sent by a peer.
+// Unknown codes keep their code (errors.Is still works against an *Error
+// with the same code) and are otherwise treated as internal.
+func FromWire(code, msg string) error {
+	if code == "" {
+		return nil
+	}
+	return &Error{Code: Code(code), Msg: msg}
+}
+
+// ToWire splits an error into a code and message for a peer. Errors that are
+// not *Error travel as internal with their text.
+func ToWire(err error) (code, msg string) {
+	if err == nil {
+		return "", ""
+	}
+	if e, ok := err.(*Error); ok {
+		return string(e.Code), e.Msg
+	}
+	var he *Error
+	if errors.As(err, &he) {
+		return string(he.Code), err.Error()
+	}
+	var v *kv.Violation
+	if errors.As(err, &v) {
+		return "kv_" + string(v.Kind), err.Error()
+	}
+	return string(ErrInternal.Code), err.Error()
+}

@@ -1,0 +1,133 @@
+package handoff
+
+import (
+	"encoding/hex"
+	"hash/crc32"
+
+	"sluice/internal/kv"
+	"sluice/internal/sample"
+)
+
+// Reserve asks a decode worker to reserve pages for a handoff (router ->
+// decode). The decode worker either refuses it or reserves
+// ceil(PromptTokens/PageSize) pages, all or nothing, each stamped with
+// (Tenant, Handoff) as owner and a fresh generation.
+type Reserve struct {
+	// Handoff is 128 random bits chosen by the router; it names the handoff
+	// in every later message and is the pages' owner id (I3).
+	Handoff kv.ID
+	// Tenant comes from the authenticated API key, never from a client body.
+	Tenant string
+	// PromptTokens is the number of prompt tokens prefill will write.
+	PromptTokens int
+	// MaxTokens bounds the tokens decode will generate; the decode worker
+	// reserves room for them too or refuses.
+	MaxTokens int
+}
+
+// Reservation is the decode worker's answer to Reserve.
+type Reservation struct {
+	Handoff kv.ID
+	// Pages are the reserved destination pages in logical block order: block
+	// b of the prompt goes to Pages[b], written at exactly Pages[b].Gen.
+	Pages []kv.PageRef
+	// PageSize is the number of token slots per page.
+	PageSize int
+	// ExpectTokens is the token count the Commit must claim (== PromptTokens).
+	ExpectTokens int
+}
+
+// PageWrite carries one logical block of KV into one reserved page.
+type PageWrite struct {
+	Handoff kv.ID
+	// Block is the logical block index: tokens [Block*PageSize, Block*PageSize+Slots).
+	Block int
+	// Page is the destination page and the generation it was reserved with.
+	Page kv.PageRef
+	// Slots is the number of token slots written (PageSize except for the last block).
+	Slots int
+	// Data is the page bytes in kv layout. Empty when Placed.
+	Data []byte
+	// Checksum is CRC32C (Castagnoli) of the page bytes, computed by the
+	// writer before sending; the receiver recomputes it over what it got.
+	Checksum uint32
+	// Placed says the bytes were already written one-sidedly into the decode
+	// pool's shared mapping at kv's SharedOffset(Page) (shm transport, as an
+	// RDMA write would); this message is only the notice. The receiver
+	// checks the checksum over its own memory before marking the page written.
+	Placed bool
+}
+
+// Commit is the last message of a handoff. The Sender emits it only after
+// every PageWrite of the handoff has been acknowledged as applied.
+type Commit struct {
+	Handoff kv.ID
+	// Tokens is the number of prompt tokens the sender wrote.
+	Tokens int
+	// Digest is the pool digest over all KV of the handoff in logical order.
+	// Empty means missing, and a missing digest is a failure, never a pass (I5).
+	Digest []byte
+	// FirstToken is the token prefill sampled from the last prompt position.
+	FirstToken int32
+}
+
+// Abort ends a handoff early. Either side may send it, at any phase.
+type Abort struct {
+	Handoff kv.ID
+	Reason  string
+}
+
+// StreamParams are what decode needs to generate after the commit.
+type StreamParams struct {
+	// Sampling settings; the zero value is greedy.
+	Sampling sample.Params
+	// IgnoreEOS keeps generating past end-of-sequence tokens (benchmarks).
+	IgnoreEOS bool
+}
+
+// Token is one item of a decode token stream. Exactly one item is terminal
+// (Done, or Err != nil) and nothing follows it.
+type Token struct {
+	// ID is a generated token; valid when !Done and Err == nil. The first
+	// item is the commit's FirstToken.
+	ID int32
+	// Done marks successful completion.
+	Done bool
+	// Finish is "stop" or "length" when Done.
+	Finish string
+	// PromptTokens is the verified prompt token count (I9), set on the terminal item.
+	PromptTokens int
+	// CompletionTokens is set on the terminal item.
+	CompletionTokens int
+	// Err ends the stream in failure; it is an *Error when it came from the protocol.
+	Err error
+}
+
+// PrefillRequest asks a prefill worker to run a prompt and push its KV into
+// a decode reservation (router -> prefill).
+type PrefillRequest struct {
+	Handoff kv.ID
+	Tenant  string
+	// Tokens is the whole prompt; len(Tokens) must equal Reservation.ExpectTokens.
+	Tokens []int32
+	// Reservation is the decode worker's answer to Reserve.
+	Reservation *Reservation
+	// Sampling decides the first token.
+	Sampling sample.Params
+}
+
+// PrefillResult is what prefill reports once the decode worker accepted the commit.
+type PrefillResult struct {
+	// FirstToken is the token sampled from the last prompt position.
+	FirstToken int32
+	// Tokens is the number of prompt tokens prefilled, written and committed (I9).
+	Tokens int
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum is the PageWrite checksum: CRC32C of the page bytes.
+func Checksum(data []byte) uint32 { return crc32.Checksum(data, castagnoli) }
+
+// IDString renders a handoff id for logs and error messages.
+func IDString(id kv.ID) string { return hex.EncodeToString(id[:]) }
