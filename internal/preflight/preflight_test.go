@@ -1,0 +1,112 @@
+package preflight
+
+import (
+	"strings"
+	"testing"
+)
+
+// stories260K's shape (see ../shared/models/README.md): 5 layers, 8 heads
+// of n_embd 64 -> head dim 8, 4 KV heads. KV bytes per token by hand:
+// 5 * 4 * 8 * 2 (K,V) * 4 bytes = 1280; a 16-slot page is 20480 bytes.
+var stories = Model{Name: "stories260K", WeightBytes: 1_000_000, Layers: 5, KVHeads: 4, HeadDim: 8, TrainContext: 512}
+
+func TestKVBytesPerToken(t *testing.T) {
+	if got := stories.KVBytesPerToken(); got != 1280 {
+		t.Fatalf("KV bytes per token = %d, want 1280", got)
+	}
+}
+
+// I2: a pool exactly the size of the context passes.
+func TestPoolEqualToContextPasses(t *testing.T) {
+	rep := Local(Input{Model: stories, Context: 128, Pools: []Pool{
+		{Role: RolePrefill, KVMemory: 8 * 20480},
+		{Role: RoleDecode, PoolTokens: 128},
+	}})
+	if !rep.OK || rep.Err() != nil {
+		t.Fatalf("want OK, got %+v", rep)
+	}
+	for _, r := range rep.Roles {
+		if r.Pages != 8 || r.PoolTokens != 128 || r.EffectiveContext != 128 || r.KVBytesPerToken != 1280 || r.PoolBytes != 8*20480 {
+			t.Errorf("%s: %+v", r.Role, r)
+		}
+	}
+}
+
+// I2: one token more than the pool holds is refused, naming the role, both
+// numbers and what to change.
+func TestPoolSmallerThanContextFails(t *testing.T) {
+	rep := Local(Input{Model: stories, Context: 129, Pools: []Pool{
+		{Role: RolePrefill, KVMemory: 1 << 20},
+		{Role: RoleDecode, KVMemory: 8*20480 + 20479}, // not a whole extra page
+	}})
+	if rep.OK || rep.Err() == nil {
+		t.Fatalf("want failure, got %+v", rep)
+	}
+	if len(rep.Problems) != 1 {
+		t.Fatalf("want exactly the decode problem, got %q", rep.Problems)
+	}
+	p := rep.Problems[0]
+	for _, want := range []string{"decode", "129", "128 tokens", "--kv-memory", "--context"} {
+		if !strings.Contains(p, want) {
+			t.Errorf("problem %q does not mention %q", p, want)
+		}
+	}
+	// ceil(129/16)=9 pages * 20480 bytes is the memory that would fit.
+	if !strings.Contains(p, "184320") {
+		t.Errorf("problem %q does not say the memory needed (184320 bytes)", p)
+	}
+	if !rep.Roles[0].OK || rep.Roles[1].OK {
+		t.Errorf("per-role verdicts wrong: %+v", rep.Roles)
+	}
+	if rep.EffectiveContext != 0 {
+		t.Errorf("a failed report must not advertise a context, got %d", rep.EffectiveContext)
+	}
+}
+
+// I2 with auto: the context is lowered to the smallest pool and a note says so.
+func TestAutoLowersToSmallestPool(t *testing.T) {
+	rep := Local(Input{Model: stories, Context: 0, Pools: []Pool{
+		{Role: RolePrefill, PoolTokens: 300}, // 19 pages = 304 tokens
+		{Role: RoleDecode, PoolTokens: 100},  // 7 pages = 112 tokens
+	}})
+	if !rep.OK || rep.EffectiveContext != 112 {
+		t.Fatalf("want OK with context 112, got %+v", rep)
+	}
+	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "512") || !strings.Contains(rep.Notes[0], "112") {
+		t.Fatalf("auto note %q must name 512 and 112", rep.Notes)
+	}
+	// Pools bigger than the training context: auto keeps the training context.
+	rep = Local(Input{Model: stories, Pools: []Pool{{Role: RoleColocated, PoolTokens: 4096}}})
+	if !rep.OK || rep.EffectiveContext != 512 {
+		t.Fatalf("want 512, got %+v", rep)
+	}
+}
+
+func TestPoolWithoutAPageFails(t *testing.T) {
+	rep := Local(Input{Model: stories, Pools: []Pool{{Role: RoleDecode, KVMemory: 20479}}})
+	if rep.OK || len(rep.Problems) == 0 || !strings.Contains(rep.Problems[0], "single page") {
+		t.Fatalf("want a no-page failure, got %+v", rep)
+	}
+	if rep := Local(Input{Model: Model{Name: "x"}, Context: 10, Pools: []Pool{{Role: RoleDecode, PoolTokens: 16}}}); rep.OK {
+		t.Fatal("a model without a KV shape must fail")
+	}
+	if rep := Local(Input{Model: stories, Context: 10}); rep.OK {
+		t.Fatal("no pools must fail")
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{
+		"512MiB": 512 << 20, "1GiB": 1 << 30, "64MB": 64e6, "4096": 4096, "2k": 2048, " 3 KiB ": 3072, "10b": 10,
+	} {
+		got, err := ParseBytes(in)
+		if err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "MiB", "-1", "1.5GiB", "12XB", "99999999999999999999"} {
+		if _, err := ParseBytes(bad); err == nil {
+			t.Errorf("ParseBytes(%q) accepted", bad)
+		}
+	}
+}
