@@ -80,8 +80,8 @@ type RoleReport struct {
 	PoolBytes  int64 `json:"pool_bytes"`
 	PoolTokens int   `json:"pool_capacity_tokens"`
 	// ConfiguredContext is 0 for auto.
-	ConfiguredContext int `json:"configured_context"`
-	EffectiveContext  int `json:"effective_context"`
+	ConfiguredContext int    `json:"configured_context"`
+	EffectiveContext  int    `json:"effective_context"`
 	OK                bool   `json:"ok"`
 	Verdict           string `json:"verdict"`
 }
