@@ -1,0 +1,240 @@
+package sample
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// Sampler draws tokens for one request. It is not safe for concurrent use;
+// each request owns one, so its random stream depends only on its seed and
+// the logits it is shown, never on other requests (replay).
+//
+// Order of operations, as in vLLM and Hugging Face: temperature scales the
+// logits, then top-k, then top-p truncate the tempered distribution, then
+// one uniform draw picks from what is left.
+type Sampler struct {
+	p    Params
+	rng  *rand.Rand
+	cand []cand
+}
+
+type cand struct {
+	id    int32
+	logit float32
+	prob  float64
+}
+
+// pcgStream separates sluice's draws from other PCG users seeded with the
+// same number; any fixed constant works, changing it changes every replay.
+const pcgStream = 0x736c75696365 // "sluice"
+
+// New returns a sampler for p. It does not validate p; call p.Validate at
+// the API boundary.
+func New(p Params) *Sampler {
+	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, pcgStream))}
+}
+
+// Greedy returns the id of the largest logit, ties to the lowest id. NaN
+// logits never win. It returns -1 when no logit is a number.
+func Greedy(logits []float32) int32 {
+	best := int32(-1)
+	var bv float32
+	for i, v := range logits {
+		if v != v { // NaN
+			continue
+		}
+		if best < 0 || v > bv {
+			best, bv = int32(i), v
+		}
+	}
+	return best
+}
+
+// Sample picks the next token from logits (one float per vocabulary id).
+// Only an all-NaN (or empty) vector fails; the error then has code
+// "no_candidates" and the caller should end the request, not guess a token.
+func (s *Sampler) Sample(logits []float32) (int32, error) {
+	if s.p.Greedy() {
+		id := Greedy(logits)
+		if id < 0 {
+			return -1, &Error{"no_candidates", "every logit is NaN; the model produced no usable distribution"}
+		}
+		return id, nil
+	}
+	c := s.truncate(logits)
+	if len(c) == 0 {
+		return -1, &Error{"no_candidates", "no logit is a finite number; the model produced no usable distribution"}
+	}
+	var total float64
+	for _, x := range c {
+		total += x.prob
+	}
+	r := s.rng.Float64() * total
+	for _, x := range c {
+		r -= x.prob
+		if r < 0 {
+			return x.id, nil
+		}
+	}
+	// Rounding can leave r at exactly 0 after the last subtraction.
+	return c[len(c)-1].id, nil
+}
+
+// Candidates returns the tokens s may draw from for logits, with their
+// renormalised probabilities, most likely first (ties: lower id first).
+// Tests and logprob reporting use it; Sample uses the same code.
+func (s *Sampler) Candidates(logits []float32) (ids []int32, probs []float64) {
+	if s.p.Greedy() {
+		id := Greedy(logits)
+		if id < 0 {
+			return nil, nil
+		}
+		return []int32{id}, []float64{1}
+	}
+	c := s.truncate(logits)
+	slices.SortFunc(c, before)
+	var total float64
+	for _, x := range c {
+		total += x.prob
+	}
+	for _, x := range c {
+		ids = append(ids, x.id)
+		probs = append(probs, x.prob/total)
+	}
+	return ids, probs
+}
+
+// before orders candidates most likely first, ties to the lower id, so the
+// kept set and the draw never depend on sort stability.
+func before(a, b cand) int {
+	switch {
+	case a.logit > b.logit:
+		return -1
+	case a.logit < b.logit:
+		return 1
+	}
+	return int(a.id - b.id)
+}
+
+// truncate returns the kept candidates with unnormalised probabilities
+// exp((logit-max)/T), ordered by before when top-k or top-p is active (the
+// order of an untruncated set is id order, which is as deterministic).
+func (s *Sampler) truncate(logits []float32) []cand {
+	c := s.cand[:0]
+	maxv := float32(math.Inf(-1))
+	for i, v := range logits {
+		if v != v || math.IsInf(float64(v), 0) {
+			continue // NaN and ±Inf carry no usable probability
+		}
+		c = append(c, cand{id: int32(i), logit: v})
+		if v > maxv {
+			maxv = v
+		}
+	}
+	s.cand = c
+	if len(c) == 0 {
+		return c
+	}
+	invT := 1 / float64(s.p.Temperature)
+	for i := range c {
+		c[i].prob = math.Exp(float64(c[i].logit-maxv) * invT)
+	}
+	if k := s.p.TopK; k > 0 && k < len(c) {
+		c = topK(c, k)
+	}
+	if p := float64(s.p.TopP); p > 0 && p < 1 {
+		c = topP(c, p)
+	}
+	return c
+}
+
+// topK keeps the k best by before. Ties at the boundary go to lower ids.
+// A full sort costs O(n log n) on 32k-150k vocabularies every step; a
+// bounded heap holding the k best so far costs O(n log k), and most
+// candidates are rejected by one comparison with the heap's worst.
+func topK(c []cand, k int) []cand {
+	h := make([]cand, 0, k) // min-heap by before: h[0] is the worst kept
+	worse := func(a, b cand) bool { return before(a, b) > 0 }
+	down := func(i int) {
+		for {
+			l := 2*i + 1
+			if l >= len(h) {
+				return
+			}
+			m := l
+			if r := l + 1; r < len(h) && worse(h[r], h[l]) {
+				m = r
+			}
+			if !worse(h[m], h[i]) {
+				return
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
+		}
+	}
+	for _, x := range c {
+		if len(h) < k {
+			h = append(h, x)
+			for i := len(h) - 1; i > 0; {
+				p := (i - 1) / 2
+				if !worse(h[i], h[p]) {
+					break
+				}
+				h[i], h[p] = h[p], h[i]
+				i = p
+			}
+			continue
+		}
+		if before(x, h[0]) < 0 {
+			h[0] = x
+			down(0)
+		}
+	}
+	slices.SortFunc(h, before)
+	return append(c[:0], h...)
+}
+
+// topP keeps the shortest prefix (in before order) whose probability mass
+// reaches p of the total.
+func topP(c []cand, p float64) []cand {
+	var total float64
+	for _, x := range c {
+		total += x.prob
+	}
+	target := p * total
+	// Only candidates whose mass is large enough can be in the prefix: find a
+	// probability threshold t such that the mass at or above t already
+	// reaches the target, then sort just those. Halving t from the maximum
+	// (1 after the max-shift) reaches any target in a few passes.
+	t := 1.0
+	var sub []cand
+	for {
+		sub = sub[:0]
+		var mass float64
+		for _, x := range c {
+			if x.prob >= t {
+				sub = append(sub, x)
+				mass += x.prob
+			}
+		}
+		if mass >= target || t == 0 {
+			break
+		}
+		t /= 2
+		if t < 1e-300 {
+			t = 0
+		}
+	}
+	slices.SortFunc(sub, before)
+	var cum float64
+	n := 0
+	for n < len(sub) {
+		cum += sub[n].prob
+		n++
+		if cum >= target {
+			break
+		}
+	}
+	return append(c[:0], sub[:n]...)
+}
