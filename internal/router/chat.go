@@ -1,0 +1,104 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nikolalohinski/gonja/v2"
+	"github.com/nikolalohinski/gonja/v2/config"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/loaders"
+)
+
+// FallbackChatTemplate is used when a model carries no
+// tokenizer.chat_template (e.g. stories260K, the built-in default model):
+// a system message as a plain paragraph, then "User: ..." / "Assistant: ..."
+// lines, ending with "Assistant:" for the model to continue. It is plain
+// text on purpose: a model without a template has no special tokens for
+// turns, and plain text is what a base model continues best.
+const FallbackChatTemplate = `{% for message in messages %}` +
+	`{% if message['role'] == 'system' %}{{ message['content'] }}{{ '\n\n' }}` +
+	`{% elif message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\n' }}` +
+	`{% else %}{{ 'Assistant: ' + message['content'] + '\n' }}{% endif %}` +
+	`{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}`
+
+// ChatMessage is one message given to a chat template.
+type ChatMessage struct {
+	Role    string
+	Content string
+}
+
+// ChatTemplate renders chat messages into a prompt with a Jinja template, as
+// Hugging Face's apply_chat_template does (trim_blocks and lstrip_blocks on,
+// raise_exception available).
+type ChatTemplate struct {
+	tmpl     *exec.Template
+	source   string
+	fallback bool
+	bos, eos string
+}
+
+// errTemplateRaised marks a template's own raise_exception: the template
+// rejected the conversation (a 400), not a broken template (a 500).
+var errTemplateRaised = errors.New("chat template rejected the messages")
+
+// NewChatTemplate parses source; an empty source selects
+// FallbackChatTemplate. bos and eos are the texts of the model's BOS and EOS
+// tokens, visible to the template as bos_token and eos_token.
+func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
+	ct := &ChatTemplate{source: source, bos: bos, eos: eos}
+	if strings.TrimSpace(source) == "" {
+		ct.source, ct.fallback = FallbackChatTemplate, true
+	}
+	// A memory loader holding only this template: a template from a model
+	// file must not be able to {% include %} files from the server's disk.
+	loader, err := loaders.NewMemoryLoader(map[string]string{"/chat": ct.source})
+	if err != nil {
+		return nil, err
+	}
+	cfg := config.New()
+	cfg.TrimBlocks = true
+	cfg.LeftStripBlocks = true
+	cfg.KeepTrailingNewline = false
+	env := *gonja.DefaultEnvironment
+	env.Context = gonja.DefaultContext.Inherit().Update(exec.NewContext(map[string]any{
+		"raise_exception": func(msg string) (string, error) {
+			return "", fmt.Errorf("%w: %s", errTemplateRaised, msg)
+		},
+	}))
+	t, err := exec.NewTemplate("/chat", cfg, loader, &env)
+	if err != nil {
+		return nil, fmt.Errorf("chat template does not parse: %w", err)
+	}
+	ct.tmpl = t
+	return ct, nil
+}
+
+// IsFallback reports whether the model had no template of its own.
+func (c *ChatTemplate) IsFallback() bool { return c.fallback }
+
+// Render applies the template with add_generation_prompt set.
+func (c *ChatTemplate) Render(msgs []ChatMessage) (string, error) {
+	list := make([]any, len(msgs))
+	for i, m := range msgs {
+		list[i] = map[string]any{"role": m.Role, "content": m.Content}
+	}
+	ctx := exec.NewContext(map[string]any{
+		"messages":              list,
+		"add_generation_prompt": true,
+		"bos_token":             c.bos,
+		"eos_token":             c.eos,
+	})
+	out, err := c.tmpl.ExecuteToString(ctx)
+	if err != nil {
+		// gonja flattens error chains into text, so the template's own
+		// raise_exception is recognised by its marker.
+		msg := err.Error()
+		if i := strings.Index(msg, errTemplateRaised.Error()+": "); i >= 0 {
+			return "", fmt.Errorf("%w: %s", errTemplateRaised, msg[i+len(errTemplateRaised.Error())+2:])
+		}
+		return "", err
+	}
+	return out, nil
+}
