@@ -1,0 +1,32 @@
+package handoff
+
+import (
+	"time"
+
+	"sluice/internal/kv"
+)
+
+// Pool is what the Receiver needs from the decode worker's KV pool
+// (internal/kv). Every method checks owner, generation and page state
+// itself (I3); the Receiver's own checks come first and are independent of
+// them, so either layer alone turns a bad write into an error.
+type Pool interface {
+	// Reserve allocates n pages for o, all or nothing (kv.ErrNoCapacity).
+	Reserve(o kv.Owner, n int) ([]kv.PageRef, error)
+	// WritePage copies data (kv layout, slots token slots) into the page.
+	WritePage(o kv.Owner, ref kv.PageRef, slots int, data []byte) error
+	// MarkWritten records slots written one-sidedly into the shared mapping.
+	MarkWritten(o kv.Owner, ref kv.PageRef, slots int) error
+	// PageData returns the page bytes as written (valid until the next operation on it).
+	PageData(o kv.Owner, ref kv.PageRef) ([]byte, error)
+	// Digest is the digest of the first tokens tokens of the pages in logical order.
+	Digest(o kv.Owner, refs []kv.PageRef, tokens int) ([16]byte, error)
+	// Release scrubs the pages and returns them to the free list.
+	Release(o kv.Owner, refs []kv.PageRef) error
+	// Quarantine takes the pages out of use until DrainAck or until.
+	Quarantine(o kv.Owner, refs []kv.PageRef, until time.Time) error
+	// DrainAck frees quarantined pages early: no writer can still write them.
+	DrainAck(o kv.Owner, refs []kv.PageRef) error
+	// Expire frees quarantined pages whose lease ended at or before now.
+	Expire(now time.Time)
+}

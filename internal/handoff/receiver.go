@@ -1,0 +1,410 @@
+package handoff
+
+import (
+	"bytes"
+	"time"
+
+	"sluice/internal/kv"
+)
+
+// Safeguards switches the Receiver's verification layers OFF, one by one.
+//
+// !!! FOR THE INCIDENT DEMO, THE SIMULATOR AND TESTS ONLY. !!!
+// The zero value, every safeguard ON, is the only configuration a server may
+// run with; nothing outside tests and `sluice demo incident` may set a
+// field. They exist so a test can show that each layer ALONE turns the
+// incident's leak into an error (DESIGN.md, "each safeguard must be able to
+// stop the incident alone").
+type Safeguards struct {
+	// NoCount skips "tokens written == reserved == committed" (I5).
+	NoCount bool
+	// NoCoverage skips "every reserved page written exactly once" (I5).
+	NoCoverage bool
+	// NoDigest skips the digest comparison and accepts a missing digest (I5).
+	NoDigest bool
+	// NoReservationMatch skips the Receiver's own check that a write targets
+	// this handoff's reserved page, generation and slot count; the pool's
+	// owner and generation tags (I3) then stand alone.
+	NoReservationMatch bool
+	// NoChecksum skips the per-write CRC32C.
+	NoChecksum bool
+}
+
+// ReceiverConfig configures a Receiver.
+type ReceiverConfig struct {
+	// PageSize is the pool's token slots per page.
+	PageSize int
+	// OneSided says a peer can write the pool's memory without the Receiver
+	// seeing the bytes first (shm, RDMA). A handoff that ends before its
+	// commit then keeps its pages quarantined until the writer's drain
+	// acknowledgement or until Lease has passed (I6).
+	OneSided bool
+	// Lease must exceed the one-sided transport's worst in-flight write time.
+	Lease time.Duration
+	// Tombstone is how long an ended handoff is remembered so its late
+	// messages are recognised and counted (default 1 minute).
+	Tombstone time.Duration
+	// Safeguards: zero value = all on. See the type's warning.
+	Safeguards Safeguards
+}
+
+type phase uint8
+
+const (
+	phReserved    phase = iota // pages reserved, nothing written yet
+	phTransfering              // at least one write applied
+	phAccepted                 // commit verified; pages handed to the decoder
+	phEnded                    // failed or aborted; kept as a tombstone
+)
+
+type rhandoff struct {
+	owner     kv.Owner
+	prompt    int          // PromptTokens of the Reserve
+	refs      []kv.PageRef // all reserved pages; the first nPrompt carry the prompt
+	nPrompt   int
+	slots     []int // per prompt block: slots written, 0 = not yet
+	writes    []int // per prompt block: number of writes applied
+	tokens    int   // total slots written
+	ph        phase
+	endedAt   time.Time
+	quar      bool  // pages are quarantined awaiting drain/lease
+	err       error // why it ended
+	maxTokens int
+}
+
+// Accepted is what the Receiver hands the decoder when a commit verifies:
+// from here on the pages are the decoder's to read, extend and release.
+type Accepted struct {
+	Handoff kv.ID
+	Owner   kv.Owner
+	// Pages are all pages reserved for the handoff in logical order: the
+	// prompt's, then room for MaxTokens generated tokens.
+	Pages []kv.PageRef
+	// Tokens is the verified prompt length (I9).
+	Tokens     int
+	FirstToken int32
+	MaxTokens  int
+}
+
+// ReceiverStats are counters for metrics.
+type ReceiverStats struct {
+	Reserved, Accepted, Aborted uint64
+	// Failed counts handoffs that failed closed, by error code (I8).
+	Failed map[Code]uint64
+	// LateWrites counts writes for handoffs that already ended (aborted,
+	// failed or accepted): dropped, never applied.
+	LateWrites uint64
+	// Live is the number of handoffs between Reserve and their end.
+	Live int
+}
+
+// Receiver is the decode side of the handoff protocol: a pure state machine
+// with no goroutines, clock or network. Time arrives as arguments. It is not
+// safe for concurrent use; wrap it (see Server).
+//
+// Ordering contracts:
+//   - Write returns nil only after the batch is applied to the pool.
+//   - Commit returns an Accepted only after count, coverage and digest are
+//     verified (I5); otherwise the handoff has failed closed and its pages
+//     are released, or quarantined when a one-sided writer may still write (I6).
+//   - After any error other than ErrUnknownHandoff/ErrDuplicate/ErrRefused
+//     on a live handoff, the handoff is over: every later message for it is
+//     refused and counted.
+type Receiver struct {
+	cfg   ReceiverConfig
+	pool  Pool
+	live  map[kv.ID]*rhandoff
+	stats ReceiverStats
+}
+
+// NewReceiver returns a Receiver applying writes to pool.
+func NewReceiver(cfg ReceiverConfig, pool Pool) *Receiver {
+	if cfg.PageSize <= 0 {
+		panic("handoff: ReceiverConfig.PageSize must be > 0")
+	}
+	if cfg.Tombstone == 0 {
+		cfg.Tombstone = time.Minute
+	}
+	return &Receiver{cfg: cfg, pool: pool, live: map[kv.ID]*rhandoff{},
+		stats: ReceiverStats{Failed: map[Code]uint64{}}}
+}
+
+// Stats returns a copy of the counters.
+func (r *Receiver) Stats() ReceiverStats {
+	s := r.stats
+	s.Failed = make(map[Code]uint64, len(r.stats.Failed))
+	for k, v := range r.stats.Failed {
+		s.Failed[k] = v
+	}
+	for _, h := range r.live {
+		if h.ph == phReserved || h.ph == phTransfering {
+			s.Live++
+		}
+	}
+	return s
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// Reserve reserves ceil((PromptTokens+MaxTokens)/PageSize) pages, all or
+// nothing, owned by (Tenant, Handoff). The Reservation lists the first
+// ceil(PromptTokens/PageSize) of them, which the prompt's writes must cover;
+// the rest is room for decoding so it never runs out mid-request.
+func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
+	if m.PromptTokens <= 0 || m.MaxTokens < 0 {
+		r.stats.Failed[ErrRefused.Code]++
+		return nil, ErrRefused.With("prompt_tokens %d, max_tokens %d", m.PromptTokens, m.MaxTokens)
+	}
+	if _, dup := r.live[m.Handoff]; dup {
+		return nil, ErrDuplicate.With("handoff %s", IDString(m.Handoff))
+	}
+	ps := r.cfg.PageSize
+	nPrompt := ceilDiv(m.PromptTokens, ps)
+	nAll := ceilDiv(m.PromptTokens+m.MaxTokens, ps)
+	o := kv.Owner{Tenant: m.Tenant, ID: m.Handoff}
+	refs, err := r.pool.Reserve(o, nAll)
+	if err != nil {
+		r.stats.Failed[ErrRefused.Code]++
+		return nil, ErrRefused.With("%d pages for %d+%d tokens: %v", nAll, m.PromptTokens, m.MaxTokens, err)
+	}
+	if len(refs) != nAll {
+		// A pool that hands out a different count breaks coverage; refuse.
+		_ = r.pool.Release(o, refs)
+		return nil, ErrRefused.With("pool returned %d pages, asked for %d", len(refs), nAll)
+	}
+	r.live[m.Handoff] = &rhandoff{owner: o, prompt: m.PromptTokens, refs: refs, nPrompt: nPrompt,
+		slots: make([]int, nPrompt), writes: make([]int, nPrompt), maxTokens: m.MaxTokens}
+	r.stats.Reserved++
+	return &Reservation{Handoff: m.Handoff, Pages: append([]kv.PageRef(nil), refs[:nPrompt]...),
+		PageSize: ps, ExpectTokens: m.PromptTokens}, nil
+}
+
+// expectSlots is the slot count block b of a prompt of n tokens must carry.
+func (r *Receiver) expectSlots(h *rhandoff, b int) int {
+	ps := r.cfg.PageSize
+	if b < h.nPrompt-1 {
+		return ps
+	}
+	return h.prompt - (h.nPrompt-1)*ps
+}
+
+// lookup finds a handoff that may still take writes or a commit; an ended
+// or accepted one counts as a late message.
+func (r *Receiver) lookup(id kv.ID, late *uint64) (*rhandoff, error) {
+	h, ok := r.live[id]
+	if !ok {
+		return nil, ErrUnknownHandoff.With("handoff %s", IDString(id))
+	}
+	switch h.ph {
+	case phEnded:
+		if late != nil {
+			*late++
+		}
+		return nil, ErrAborted.With("handoff %s already ended: %v", IDString(id), h.err)
+	case phAccepted:
+		if late != nil {
+			*late++
+		}
+		return nil, ErrState.With("handoff %s is already committed", IDString(id))
+	}
+	return h, nil
+}
+
+// Write applies a batch of page writes of one handoff. Any failed check
+// fails the whole handoff closed (I8); writes of the batch before the bad
+// one stay applied to pages that are then released or quarantined with the
+// rest, never read.
+func (r *Receiver) Write(now time.Time, ws []PageWrite) error {
+	for i := range ws {
+		if err := r.write(now, &ws[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Receiver) write(now time.Time, w *PageWrite) error {
+	h, err := r.lookup(w.Handoff, &r.stats.LateWrites)
+	if err != nil {
+		// Late writes with stale generations are dropped here: the pool is
+		// never touched on behalf of an ended handoff (I6 fencing).
+		return err
+	}
+	sg := r.cfg.Safeguards
+	if w.Block < 0 || w.Block >= h.nPrompt {
+		// Out of range blocks are refused even with NoReservationMatch: there
+		// is no page to name.
+		return r.fail(now, h, ErrBadWrite.With("block %d outside the %d reserved blocks", w.Block, h.nPrompt))
+	}
+	ref := h.refs[w.Block]
+	if !sg.NoReservationMatch {
+		// I3 at the protocol layer: the write must name exactly the page and
+		// generation reserved for this block, with the block's slot count.
+		if w.Page != ref {
+			return r.fail(now, h, ErrBadWrite.With("block %d names page %d gen %d, reserved page %d gen %d",
+				w.Block, w.Page.Page, w.Page.Gen, ref.Page, ref.Gen))
+		}
+		if want := r.expectSlots(h, w.Block); w.Slots != want {
+			return r.fail(now, h, ErrBadWrite.With("block %d carries %d slots, want %d", w.Block, w.Slots, want))
+		}
+	} else {
+		ref = w.Page
+	}
+	if !sg.NoCoverage && h.writes[w.Block] > 0 {
+		// I5 coverage: exactly once. A second write could replace verified
+		// bytes after the fact.
+		return r.fail(now, h, ErrCoverage.With("block %d written twice", w.Block))
+	}
+	if w.Placed {
+		if err := r.pool.MarkWritten(h.owner, ref, w.Slots); err != nil {
+			return r.fail(now, h, ErrBadWrite.With("block %d: %v", w.Block, err))
+		}
+		if !sg.NoChecksum {
+			data, err := r.pool.PageData(h.owner, ref)
+			if err != nil {
+				return r.fail(now, h, ErrBadWrite.With("block %d: %v", w.Block, err))
+			}
+			if got := Checksum(data); got != w.Checksum {
+				return r.fail(now, h, ErrChecksum.With("block %d: crc32c %08x, notice says %08x", w.Block, got, w.Checksum))
+			}
+		}
+	} else {
+		if !sg.NoChecksum {
+			if got := Checksum(w.Data); got != w.Checksum {
+				return r.fail(now, h, ErrChecksum.With("block %d: crc32c %08x, write says %08x", w.Block, got, w.Checksum))
+			}
+		}
+		if err := r.pool.WritePage(h.owner, ref, w.Slots, w.Data); err != nil {
+			return r.fail(now, h, ErrBadWrite.With("block %d: %v", w.Block, err))
+		}
+	}
+	h.writes[w.Block]++
+	h.slots[w.Block] = w.Slots
+	h.tokens += w.Slots
+	h.ph = phTransfering
+	return nil
+}
+
+// Commit verifies the handoff (I5) and, if it holds, hands its pages to the
+// decoder. On any failure the handoff fails closed.
+func (r *Receiver) Commit(now time.Time, c *Commit) (*Accepted, error) {
+	h, err := r.lookup(c.Handoff, nil)
+	if err != nil {
+		return nil, err
+	}
+	sg := r.cfg.Safeguards
+	if !sg.NoCount {
+		if c.Tokens != h.prompt || h.tokens != h.prompt {
+			return nil, r.fail(now, h, ErrCountMismatch.With("reserved %d tokens, received %d, commit claims %d",
+				h.prompt, h.tokens, c.Tokens))
+		}
+	}
+	if !sg.NoCoverage {
+		for b := 0; b < h.nPrompt; b++ {
+			if h.writes[b] != 1 {
+				return nil, r.fail(now, h, ErrCoverage.With("block %d of %d written %d times", b, h.nPrompt, h.writes[b]))
+			}
+		}
+	}
+	if !sg.NoDigest {
+		if len(c.Digest) == 0 {
+			// I5: a missing digest is a failure, never a pass.
+			return nil, r.fail(now, h, ErrDigestMissing.With("handoff %s", IDString(c.Handoff)))
+		}
+		d, err := r.pool.Digest(h.owner, h.refs[:h.nPrompt], h.prompt)
+		if err != nil {
+			return nil, r.fail(now, h, ErrDigestMismatch.With("cannot digest what was received: %v", err))
+		}
+		if !bytes.Equal(d[:], c.Digest) {
+			return nil, r.fail(now, h, ErrDigestMismatch.With("received %x, commit says %x", d[:], c.Digest))
+		}
+	}
+	h.ph = phAccepted
+	h.endedAt = now
+	r.stats.Accepted++
+	return &Accepted{Handoff: c.Handoff, Owner: h.owner, Pages: append([]kv.PageRef(nil), h.refs...),
+		Tokens: h.prompt, FirstToken: c.FirstToken, MaxTokens: h.maxTokens}, nil
+}
+
+// Abort ends a live handoff: its pages are released, or quarantined until a
+// drain acknowledgement or the lease when a one-sided writer may still be
+// writing (I6). It reports whether the handoff was live. An accepted
+// handoff's pages belong to the decoder and are not touched here.
+func (r *Receiver) Abort(now time.Time, id kv.ID, reason string) bool {
+	h, ok := r.live[id]
+	if !ok || h.ph == phEnded || h.ph == phAccepted {
+		return false
+	}
+	r.stats.Aborted++
+	r.end(now, h, ErrAborted.With("%s", reason))
+	return true
+}
+
+// fail ends a handoff closed (I8) and returns err for the caller.
+func (r *Receiver) fail(now time.Time, h *rhandoff, err *Error) error {
+	r.stats.Failed[err.Code]++
+	r.end(now, h, err)
+	return err
+}
+
+func (r *Receiver) end(now time.Time, h *rhandoff, err error) {
+	h.ph = phEnded
+	h.endedAt = now
+	h.err = err
+	if r.cfg.OneSided {
+		// I6: a one-sided writer cannot be recalled; the pages may still be
+		// written until it acknowledges its drain or the lease runs out.
+		if qerr := r.pool.Quarantine(h.owner, h.refs, now.Add(r.cfg.Lease)); qerr == nil {
+			h.quar = true
+			return
+		}
+	}
+	// Two-sided: every later write passes through lookup and is dropped, so
+	// release (scrub, I7) is safe now.
+	if rerr := r.pool.Release(h.owner, h.refs); rerr != nil {
+		// A page the pool already quarantined on a violation refuses the
+		// release; quarantine the set so none is lost.
+		_ = r.pool.Quarantine(h.owner, h.refs, now.Add(r.cfg.Lease))
+		h.quar = true
+	}
+}
+
+// Drained is the writer's drain acknowledgement (I6): the quarantined pages
+// of an ended handoff are scrubbed and freed now.
+func (r *Receiver) Drained(now time.Time, id kv.ID) error {
+	h, ok := r.live[id]
+	if !ok {
+		return nil
+	}
+	if h.ph != phEnded {
+		// A live handoff's writer may drain between batches; nothing to free.
+		return nil
+	}
+	if h.quar {
+		h.quar = false
+		return r.pool.DrainAck(h.owner, h.refs)
+	}
+	return nil
+}
+
+// Tick advances time: expired quarantine leases free their pages and old
+// tombstones are forgotten.
+func (r *Receiver) Tick(now time.Time) {
+	r.pool.Expire(now)
+	for id, h := range r.live {
+		if (h.ph == phEnded || h.ph == phAccepted) && now.Sub(h.endedAt) >= r.cfg.Tombstone {
+			if h.ph == phEnded && h.quar && now.Before(h.endedAt.Add(r.cfg.Lease)) {
+				continue
+			}
+			delete(r.live, id)
+		}
+	}
+}
+
+// Err returns why an ended handoff ended, nil while it is live or accepted.
+func (r *Receiver) Err(id kv.ID) error {
+	if h, ok := r.live[id]; ok && h.ph == phEnded {
+		return h.err
+	}
+	return nil
+}

@@ -1,0 +1,200 @@
+package handoff
+
+import (
+	"fmt"
+)
+
+// Source is the prefill side's view of one prefilled sequence: its KV
+// pages in logical order, read from the prefill pool (owner-checked there).
+type Source interface {
+	// Page returns block b's bytes in kv page layout and its written slot
+	// count. The bytes may alias the prefill pool; transports copy them.
+	Page(b int) (data []byte, slots int, err error)
+	// Digest is the prefill pool's digest over the whole prompt's KV in
+	// logical order, the same function the decode pool computes.
+	Digest() ([]byte, error)
+}
+
+// SenderConfig bounds the transfer.
+type SenderConfig struct {
+	// MaxBatchBytes bounds the page bytes of one Write call (default 4 MiB;
+	// at least one page per batch). Bounded batches bound a one-sided
+	// transport's in-flight time, which the decode lease must exceed (I6).
+	MaxBatchBytes int
+	// Window is how many batches may await acknowledgement at once (default 2).
+	Window int
+}
+
+// ActionKind says what a Sender wants done next.
+type ActionKind uint8
+
+const (
+	// ActWait: nothing to send until an acknowledgement arrives.
+	ActWait ActionKind = iota
+	// ActWrite: send Batch with Decode.Write, then report Ack(Seq, err).
+	ActWrite
+	// ActCommit: send Commit with Decode.Commit, then report Committed(err).
+	ActCommit
+	// ActAbort: send Abort (and, one-sided, Drained once the writer is
+	// idle); the handoff has failed on the prefill side.
+	ActAbort
+	// ActDone: the commit was accepted; nothing more to send.
+	ActDone
+	// ActFailed: the handoff is over, unsuccessfully; Err says why.
+	ActFailed
+)
+
+// SenderAction is one step's output.
+type SenderAction struct {
+	Kind   ActionKind
+	Seq    int         // ActWrite: the batch's sequence number, for Ack
+	Batch  []PageWrite // ActWrite
+	Commit *Commit     // ActCommit
+	Abort  *Abort      // ActAbort
+	Err    error       // ActAbort, ActFailed
+}
+
+// Sender is the prefill side of the handoff protocol: a pure state machine
+// with no goroutines, clock or network.
+//
+// Ordering contract: the Commit is emitted LAST, only after every PageWrite
+// of the handoff has been acknowledged as applied (Ack with a nil error).
+// An acknowledgement means Decode.Write returned nil, i.e. the decode
+// worker applied the batch, not merely that it was sent. Any failed
+// acknowledgement makes the Sender abort and never emit the Commit.
+type Sender struct {
+	cfg      SenderConfig
+	res      *Reservation
+	tokens   int
+	first    int32
+	src      Source
+	next     int // next block to put in a batch
+	seq      int
+	inflight map[int]bool
+	state    ActionKind // ActWait while transferring; then ActCommit, ActDone, ActAbort, ActFailed
+	commitOK bool       // the commit was handed out and awaits Committed
+	err      error
+}
+
+// NewSender checks that the prefilled sequence fits the reservation exactly
+// before anything is sent: a mismatch is the incident (one page sent for an
+// N-page reservation) and is refused at the source.
+func NewSender(cfg SenderConfig, res *Reservation, tokens int, firstToken int32, src Source) (*Sender, error) {
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = 4 << 20
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 2
+	}
+	if res == nil || res.PageSize <= 0 {
+		return nil, ErrState.With("no reservation")
+	}
+	if tokens != res.ExpectTokens {
+		return nil, ErrCountMismatch.With("prefilled %d tokens, decode reserved %d", tokens, res.ExpectTokens)
+	}
+	if want := ceilDiv(tokens, res.PageSize); want != len(res.Pages) {
+		return nil, ErrCoverage.With("%d tokens need %d pages, reservation has %d", tokens, want, len(res.Pages))
+	}
+	return &Sender{cfg: cfg, res: res, tokens: tokens, first: firstToken, src: src, inflight: map[int]bool{}}, nil
+}
+
+// Next returns the next action. Call it until it returns ActWait, ActDone or ActFailed.
+func (s *Sender) Next() SenderAction {
+	switch s.state {
+	case ActAbort:
+		s.state = ActFailed
+		return SenderAction{Kind: ActAbort, Abort: &Abort{Handoff: s.res.Handoff, Reason: s.err.Error()}, Err: s.err}
+	case ActFailed:
+		return SenderAction{Kind: ActFailed, Err: s.err}
+	case ActDone:
+		return SenderAction{Kind: ActDone}
+	case ActCommit:
+		return SenderAction{Kind: ActWait} // commit handed out, awaiting Committed
+	}
+	if s.next < len(s.res.Pages) && len(s.inflight) < s.cfg.Window {
+		return s.batch()
+	}
+	if s.next == len(s.res.Pages) && len(s.inflight) == 0 {
+		// Every write acknowledged as applied: only now may the commit go.
+		d, err := s.src.Digest()
+		if err != nil {
+			return s.failNow(fmt.Errorf("digest: %w", err))
+		}
+		s.state = ActCommit
+		return SenderAction{Kind: ActCommit, Commit: &Commit{Handoff: s.res.Handoff, Tokens: s.tokens,
+			Digest: append([]byte(nil), d...), FirstToken: s.first}}
+	}
+	return SenderAction{Kind: ActWait}
+}
+
+func (s *Sender) batch() SenderAction {
+	var ws []PageWrite
+	bytes := 0
+	for s.next < len(s.res.Pages) {
+		data, slots, err := s.src.Page(s.next)
+		if err != nil {
+			return s.failNow(fmt.Errorf("block %d: %w", s.next, err))
+		}
+		ps := s.res.PageSize
+		want := ps
+		if s.next == len(s.res.Pages)-1 {
+			want = s.tokens - s.next*ps
+		}
+		if slots != want {
+			return s.failNow(ErrCountMismatch.With("block %d has %d slots, want %d", s.next, slots, want))
+		}
+		if len(ws) > 0 && bytes+len(data) > s.cfg.MaxBatchBytes {
+			break
+		}
+		ws = append(ws, PageWrite{Handoff: s.res.Handoff, Block: s.next, Page: s.res.Pages[s.next],
+			Slots: slots, Data: data, Checksum: Checksum(data)})
+		bytes += len(data)
+		s.next++
+	}
+	s.seq++
+	s.inflight[s.seq] = true
+	return SenderAction{Kind: ActWrite, Seq: s.seq, Batch: ws}
+}
+
+func (s *Sender) failNow(err error) SenderAction {
+	s.err = err
+	s.state = ActAbort
+	return s.Next()
+}
+
+// Ack reports the outcome of batch seq: nil means Decode.Write returned nil.
+func (s *Sender) Ack(seq int, err error) {
+	if !s.inflight[seq] {
+		return
+	}
+	delete(s.inflight, seq)
+	if err != nil && s.state == ActWait {
+		s.err = err
+		s.state = ActAbort
+	}
+}
+
+// Committed reports the outcome of the commit: nil means Decode.Commit
+// returned nil, i.e. the decode worker verified and accepted the handoff.
+func (s *Sender) Committed(err error) {
+	if s.state != ActCommit {
+		return
+	}
+	if err != nil {
+		s.err = err
+		s.state = ActAbort
+		return
+	}
+	s.state = ActDone
+}
+
+// Fail aborts the handoff from outside (context cancelled, shutdown).
+func (s *Sender) Fail(err error) {
+	if s.state == ActWait || s.state == ActCommit {
+		s.err = err
+		s.state = ActAbort
+	}
+}
+
+// Err is why the handoff failed, nil otherwise.
+func (s *Sender) Err() error { return s.err }
