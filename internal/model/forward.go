@@ -1,0 +1,412 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"sluice/internal/quant"
+)
+
+// Model is a loaded Llama-family model. Weight matrices alias the file's
+// mapping; a Model is immutable and shared by every Runner.
+type Model struct {
+	cfg     Config
+	tokEmbd Matrix // Vocab rows of Embd
+	layers  []layer
+	outNorm []float32
+	output  Matrix // Vocab rows of Embd; token_embd itself when tied
+	// ropeScale = base^(-2/RopeDim), ggml's theta_scale.
+	ropeScale float32
+}
+
+type layer struct {
+	attnNorm       []float32
+	wq, wk, wv, wo Matrix
+	bq, bk, bv     []float32 // nil unless Config.QKVBias
+	ffnNorm        []float32
+	gate, up, down Matrix
+}
+
+// Config returns the model's shape.
+func (m *Model) Config() Config { return m.cfg }
+
+// Seq is one sequence's share of a forward step: Tokens at positions Pos,
+// Pos+1, ...; their K/V are written through KV, which also serves every
+// earlier position's K/V.
+type Seq struct {
+	Tokens []int32
+	Pos    int // position of Tokens[0]
+	KV     KV
+	// AllLogits asks for the logits of every token, not just the last
+	// (teacher forcing, prompt logprobs).
+	AllLogits bool
+}
+
+// Result is one sequence's outcome of a step.
+type Result struct {
+	// Logits holds Vocab floats per returned position: one position (the
+	// last token) or, with AllLogits, one per token in order. The slice is
+	// the caller's.
+	Logits []float32
+	// Err stops this sequence only; it is an *Error whose cause may be the
+	// KV view's error. Logits is nil when Err is set.
+	Err error
+}
+
+// Runner is one worker's scratch space for forward steps. It is not safe for
+// concurrent use; each worker goroutine owns one.
+type Runner struct {
+	m   *Model
+	par *Parallel
+
+	// Per-token activations, grown to the largest step seen.
+	x, xn, q, k, v, att, o, g, u []float32
+}
+
+// NewRunner returns a runner whose matmuls and attention run on par.
+func (m *Model) NewRunner(par *Parallel) *Runner {
+	if par == nil {
+		par = NewParallel(1)
+	}
+	return &Runner{m: m, par: par}
+}
+
+func grow(b []float32, n int) []float32 {
+	if cap(b) < n {
+		return make([]float32, n)
+	}
+	return b[:n]
+}
+
+// active is a sequence in the batch: its token rows are [off, off+n).
+type active struct {
+	idx  int // index into seqs / results
+	off  int
+	n    int
+	pos  int
+	kv   KV
+	dead bool
+}
+
+// Forward runs one step over seqs: every token of every sequence goes
+// through each layer's matmuls together; attention is per sequence and
+// reads past K/V only through that sequence's view. A sequence whose input
+// is invalid or whose KV view fails gets an error in its Result; the others
+// are unaffected, bit for bit (batch invariance, see DESIGN.md).
+func (r *Runner) Forward(seqs []Seq) []Result {
+	m, c := r.m, r.m.cfg
+	res := make([]Result, len(seqs))
+	var acts []*active
+	total := 0
+	for i, s := range seqs {
+		if err := m.checkSeq(s); err != nil {
+			res[i].Err = err
+			continue
+		}
+		acts = append(acts, &active{idx: i, off: total, n: len(s.Tokens), pos: s.Pos, kv: s.KV})
+		total += len(s.Tokens)
+	}
+	if total == 0 {
+		return res
+	}
+	E, Q, KD, F := c.Embd, c.QDim(), c.KVDim(), c.FF
+	r.x, r.xn = grow(r.x, total*E), grow(r.xn, total*E)
+	r.q, r.att = grow(r.q, total*Q), grow(r.att, total*Q)
+	r.k, r.v = grow(r.k, total*KD), grow(r.v, total*KD)
+	r.o = grow(r.o, total*E)
+	r.g, r.u = grow(r.g, total*F), grow(r.u, total*F)
+
+	for _, a := range acts {
+		for j, tok := range seqs[a.idx].Tokens {
+			m.embed(tok, r.x[(a.off+j)*E:(a.off+j+1)*E])
+		}
+	}
+	fail := func(a *active, err error) {
+		a.dead = true
+		res[a.idx].Err = err
+	}
+	for l := range m.layers {
+		ly := &m.layers[l]
+		rmsNorm(r.xn, r.x, ly.attnNorm, total, c.RMSEps)
+		matMul(r.par, r.q, &ly.wq, r.xn, total)
+		matMul(r.par, r.k, &ly.wk, r.xn, total)
+		matMul(r.par, r.v, &ly.wv, r.xn, total)
+		if ly.bq != nil {
+			addBias(r.q, ly.bq, total)
+			addBias(r.k, ly.bk, total)
+			addBias(r.v, ly.bv, total)
+		}
+		for _, a := range acts {
+			for j := 0; j < a.n; j++ {
+				t := a.off + j
+				m.rope(r.q[t*Q:(t+1)*Q], c.Heads, a.pos+j)
+				m.rope(r.k[t*KD:(t+1)*KD], c.KVHeads, a.pos+j)
+			}
+		}
+		// Write this step's K/V first, then read the whole context back
+		// through the view: attention never sees K/V that did not go
+		// through the owner-checked pages (I3, I4).
+		for _, a := range acts {
+			if a.dead {
+				continue
+			}
+			for j := 0; j < a.n; j++ {
+				t := a.off + j
+				if err := a.kv.Put(l, a.pos+j, r.k[t*KD:(t+1)*KD], r.v[t*KD:(t+1)*KD]); err != nil {
+					fail(a, &Error{Code: CodeKV, Msg: fmt.Sprintf("writing K/V of position %d in layer %d", a.pos+j, l), Err: err})
+					break
+				}
+			}
+		}
+		r.attention(l, acts, fail)
+		matMul(r.par, r.o, &ly.wo, r.att, total)
+		addInto(r.x[:total*E], r.o[:total*E])
+
+		rmsNorm(r.xn, r.x, ly.ffnNorm, total, c.RMSEps)
+		matMul(r.par, r.g, &ly.gate, r.xn, total)
+		matMul(r.par, r.u, &ly.up, r.xn, total)
+		swiglu(r.g[:total*F], r.u[:total*F])
+		matMul(r.par, r.o, &ly.down, r.g, total)
+		addInto(r.x[:total*E], r.o[:total*E])
+	}
+
+	// Only the rows whose logits are wanted go through the output matmul:
+	// for decode and prefill that is one row per sequence.
+	var rows []int
+	for _, a := range acts {
+		if a.dead {
+			continue
+		}
+		if seqs[a.idx].AllLogits {
+			for j := 0; j < a.n; j++ {
+				rows = append(rows, a.off+j)
+			}
+		} else {
+			rows = append(rows, a.off+a.n-1)
+		}
+	}
+	if len(rows) == 0 {
+		return res
+	}
+	for i, t := range rows {
+		copy(r.o[i*E:(i+1)*E], r.x[t*E:(t+1)*E])
+	}
+	rmsNorm(r.xn, r.o, m.outNorm, len(rows), c.RMSEps)
+	logits := make([]float32, len(rows)*c.Vocab)
+	matMul(r.par, logits, &m.output, r.xn, len(rows))
+	i := 0
+	for _, a := range acts {
+		if a.dead {
+			continue
+		}
+		n := 1
+		if seqs[a.idx].AllLogits {
+			n = a.n
+		}
+		res[a.idx].Logits = logits[i*c.Vocab : (i+n)*c.Vocab : (i+n)*c.Vocab]
+		i += n
+	}
+	return res
+}
+
+func (m *Model) checkSeq(s Seq) error {
+	c := m.cfg
+	if len(s.Tokens) == 0 {
+		return errf(CodeBadToken, "a sequence in the step has no tokens")
+	}
+	if s.KV == nil {
+		return errf(CodeKV, "a sequence in the step has no KV view")
+	}
+	if s.Pos < 0 || s.Pos+len(s.Tokens) > c.Context {
+		return errf(CodeBadPosition, "positions %d..%d are outside the model's context of %d", s.Pos, s.Pos+len(s.Tokens)-1, c.Context)
+	}
+	for _, t := range s.Tokens {
+		if t < 0 || int(t) >= c.Vocab {
+			return errf(CodeBadToken, "token id %d is outside the vocabulary of %d", t, c.Vocab)
+		}
+	}
+	return nil
+}
+
+// embed writes token tok's embedding row into dst, decoding just that row.
+func (m *Model) embed(tok int32, dst []float32) {
+	w := &m.tokEmbd
+	rb, _ := w.Type.RowBytes(w.Cols)
+	if err := quant.Dequantize(w.Type, w.Data[int(tok)*rb:(int(tok)+1)*rb], dst); err != nil {
+		panic(err) // Load checked the type and the size
+	}
+}
+
+// errBlockShort is the cause when a view serves fewer positions than the
+// step needs: attention would otherwise run on a shorter context silently.
+var errBlockShort = errors.New("the KV view holds fewer written positions than the sequence's context")
+
+// attention computes r.att for every live sequence's tokens. Past K/V come
+// only from the view's Block (after this step's Put), never from r.k/r.v.
+func (r *Runner) attention(l int, acts []*active, fail func(*active, error)) {
+	c := r.m.cfg
+	Q, KD, hd := c.QDim(), c.KVDim(), c.HeadDim
+	type span struct {
+		k, v []float32
+	}
+	// Gather each sequence's blocks serially: views need not be safe for
+	// concurrent use, and a failed read must fail the sequence before any
+	// arithmetic uses it.
+	type seqCtx struct {
+		a      *active
+		blocks []span
+		ps     int
+	}
+	ctxs := make([]seqCtx, 0, len(acts))
+	units := 0
+	for _, a := range acts {
+		if a.dead {
+			continue
+		}
+		ps := a.kv.PageSize()
+		last := a.pos + a.n - 1
+		nb := last/ps + 1
+		sc := seqCtx{a: a, blocks: make([]span, nb), ps: ps}
+		ok := true
+		for b := 0; b < nb && ok; b++ {
+			k, v, n, err := a.kv.Block(l, b)
+			need := min(ps, last+1-b*ps)
+			switch {
+			case err != nil:
+				fail(a, &Error{Code: CodeKV, Msg: fmt.Sprintf("reading K/V block %d of layer %d", b, l), Err: err})
+				ok = false
+			case n < need || len(k) < need*KD || len(v) < need*KD:
+				fail(a, &Error{Code: CodeKV, Msg: fmt.Sprintf("block %d of layer %d has %d positions, the step needs %d", b, l, n, need), Err: errBlockShort})
+				ok = false
+			default:
+				sc.blocks[b] = span{k[:need*KD], v[:need*KD]}
+			}
+		}
+		if ok {
+			ctxs = append(ctxs, sc)
+			units += a.n * c.Heads
+		}
+	}
+	// One unit is one (token, head). Its result depends only on its query
+	// and the K/V rows of positions <= its own, summed in position order,
+	// so neither the split across threads nor the batch changes a bit.
+	type unit struct {
+		sc  *seqCtx
+		tok int // index within the sequence
+	}
+	idx := make([]unit, 0, units/c.Heads)
+	for i := range ctxs {
+		for j := 0; j < ctxs[i].a.n; j++ {
+			idx = append(idx, unit{&ctxs[i], j})
+		}
+	}
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	group := c.Heads / c.KVHeads
+	r.par.For(len(idx)*c.Heads, func(lo, hi int) {
+		var scores []float32
+		for u := lo; u < hi; u++ {
+			un := idx[u/c.Heads]
+			h := u % c.Heads
+			a := un.sc.a
+			t := a.off + un.tok
+			p := a.pos + un.tok
+			q := r.q[t*Q+h*hd : t*Q+(h+1)*hd]
+			koff := (h / group) * hd
+			scores = grow(scores, p+1)
+			mx := float32(math.Inf(-1))
+			for j := 0; j <= p; j++ {
+				blk := un.sc.blocks[j/un.sc.ps]
+				row := (j % un.sc.ps) * KD
+				s := dot(q, blk.k[row+koff:row+koff+hd]) * scale
+				scores[j] = s
+				mx = max(mx, s)
+			}
+			var sum float64
+			for j := 0; j <= p; j++ {
+				e := float32(math.Exp(float64(scores[j] - mx)))
+				scores[j] = e
+				sum += float64(e)
+			}
+			inv := float32(1 / sum)
+			out := r.att[t*Q+h*hd : t*Q+(h+1)*hd]
+			clear(out)
+			for j := 0; j <= p; j++ {
+				blk := un.sc.blocks[j/un.sc.ps]
+				row := (j % un.sc.ps) * KD
+				axpy(scores[j]*inv, blk.v[row+koff:row+koff+hd], out)
+			}
+		}
+	})
+}
+
+// rmsNorm: dst = src / sqrt(mean(src^2) + eps) * w, per row of len(w). The
+// sum of squares is accumulated in float64 in element order, as ggml's
+// rms_norm does, and the same for every row whatever the batch.
+func rmsNorm(dst, src, w []float32, rows int, eps float32) {
+	n := len(w)
+	for r := 0; r < rows; r++ {
+		x := src[r*n : (r+1)*n]
+		y := dst[r*n : (r+1)*n]
+		var ss float64
+		for _, v := range x {
+			ss += float64(v * v)
+		}
+		mean := float32(ss / float64(n))
+		scale := 1 / float32(math.Sqrt(float64(mean+eps)))
+		for i, v := range x {
+			y[i] = (v * scale) * w[i]
+		}
+	}
+}
+
+func addBias(x, b []float32, rows int) {
+	n := len(b)
+	for r := 0; r < rows; r++ {
+		row := x[r*n : (r+1)*n]
+		for i, v := range b {
+			row[i] += v
+		}
+	}
+}
+
+func addInto(x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range y {
+		x[i] += v
+	}
+}
+
+// swiglu: g = silu(g) * u, with silu(x) = x / (1 + e^-x) as ggml computes it.
+func swiglu(g, u []float32) {
+	u = u[:len(g)]
+	for i, x := range g {
+		g[i] = x / (1 + float32(math.Exp(float64(-x)))) * u[i]
+	}
+}
+
+// rope rotates the first RopeDim dimensions of each of nh heads in x for
+// position pos. Pair i turns by pos * base^(-2i/RopeDim); NORM pairs
+// (2i, 2i+1), NEOX pairs (i, i+RopeDim/2). The angle follows ggml's
+// recurrence (theta starts at pos and is multiplied by base^(-2/RopeDim) in
+// float32 per pair) so it stays within an ulp of llama.cpp's.
+func (m *Model) rope(x []float32, nh, pos int) {
+	c := m.cfg
+	hd, half := c.HeadDim, c.RopeDim/2
+	theta := float32(pos)
+	for i := 0; i < half; i++ {
+		cs, sn := float32(math.Cos(float64(theta))), float32(math.Sin(float64(theta)))
+		theta *= m.ropeScale
+		for h := 0; h < nh; h++ {
+			var a, b int
+			if c.Rope == RopeNeox {
+				a, b = h*hd+i, h*hd+i+half
+			} else {
+				a, b = h*hd+2*i, h*hd+2*i+1
+			}
+			x0, x1 := x[a], x[b]
+			x[a] = x0*cs - x1*sn
+			x[b] = x0*sn + x1*cs
+		}
+	}
+}
