@@ -38,11 +38,11 @@ func (s *memSource) tensor(name string) (quant.Type, []uint64, []byte, bool) {
 }
 
 type testShape struct {
-	arch                                   string
+	arch                                    string
 	vocab, embd, layers, heads, kvHeads, ff int
-	tied                                   bool
-	wtype                                  quant.Type
-	base                                   float64
+	tied                                    bool
+	wtype                                   quant.Type
+	base                                    float64
 }
 
 // newMemModel builds a model with seeded random weights. Weights of wtype
