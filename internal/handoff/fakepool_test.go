@@ -103,13 +103,13 @@ func (p *memPool) MarkWritten(o kv.Owner, r kv.PageRef, slots int) error {
 	return nil
 }
 
-func (p *memPool) PageData(o kv.Owner, r kv.PageRef) ([]byte, error) {
+func (p *memPool) PageData(o kv.Owner, r kv.PageRef) ([]byte, int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.check(o, r); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return p.data[r.Page], nil
+	return p.data[r.Page], p.slots[r.Page], nil
 }
 
 // digestOf is the reference digest: written slots of each page in order.
@@ -154,35 +154,34 @@ func (p *memPool) freePage(pg uint32) {
 func (p *memPool) Release(o kv.Owner, refs []kv.PageRef) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var first error
 	for _, r := range refs {
-		if err := p.check(o, r); err != nil {
-			return err
+		err := p.check(o, r)
+		if err == nil && (p.state[r.Page] == kv.Free || p.state[r.Page] == kv.Quarantined) {
+			err = &kv.Violation{Kind: kv.KindDoubleRelease, Page: r.Page, Msg: "double release"}
 		}
-		if p.state[r.Page] == kv.Free || p.state[r.Page] == kv.Quarantined {
-			return &kv.Violation{Kind: kv.KindDoubleRelease, Page: r.Page, Msg: "double release"}
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
 		}
-	}
-	for _, r := range refs {
 		p.freePage(r.Page)
 	}
-	return nil
+	return first
 }
 
-func (p *memPool) Quarantine(o kv.Owner, refs []kv.PageRef, until time.Time) error {
+func (p *memPool) Quarantine(o kv.Owner, refs []kv.PageRef, until time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, r := range refs {
-		if err := p.check(o, r); err != nil {
-			return err
+		if p.check(o, r) == nil && p.state[r.Page] != kv.Free {
+			p.state[r.Page], p.until[r.Page] = kv.Quarantined, until
 		}
 	}
-	for _, r := range refs {
-		p.state[r.Page], p.until[r.Page] = kv.Quarantined, until
-	}
-	return nil
 }
 
-func (p *memPool) DrainAck(o kv.Owner, refs []kv.PageRef) error {
+func (p *memPool) DrainAck(o kv.Owner, refs []kv.PageRef) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, r := range refs {
@@ -190,17 +189,19 @@ func (p *memPool) DrainAck(o kv.Owner, refs []kv.PageRef) error {
 			p.freePage(r.Page)
 		}
 	}
-	return nil
 }
 
-func (p *memPool) Expire(now time.Time) {
+func (p *memPool) Expire(now time.Time) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	n := 0
 	for pg := range p.data {
 		if p.state[pg] == kv.Quarantined && !now.Before(p.until[pg]) {
 			p.freePage(uint32(pg))
+			n++
 		}
 	}
+	return n
 }
 
 func (p *memPool) CheckDrained() error {

@@ -17,16 +17,17 @@ type Pool interface {
 	WritePage(o kv.Owner, ref kv.PageRef, slots int, data []byte) error
 	// MarkWritten records slots written one-sidedly into the shared mapping.
 	MarkWritten(o kv.Owner, ref kv.PageRef, slots int) error
-	// PageData returns the page bytes as written (valid until the next operation on it).
-	PageData(o kv.Owner, ref kv.PageRef) ([]byte, error)
+	// PageData returns the full page image (aliasing the pool) and its written slots.
+	PageData(o kv.Owner, ref kv.PageRef) ([]byte, int, error)
 	// Digest is the digest of the first tokens tokens of the pages in logical order.
 	Digest(o kv.Owner, refs []kv.PageRef, tokens int) ([16]byte, error)
-	// Release scrubs the pages and returns them to the free list.
+	// Release scrubs the pages and returns them to the free list; each ref
+	// is checked on its own and a bad one is a counted violation.
 	Release(o kv.Owner, refs []kv.PageRef) error
 	// Quarantine takes the pages out of use until DrainAck or until.
-	Quarantine(o kv.Owner, refs []kv.PageRef, until time.Time) error
+	Quarantine(o kv.Owner, refs []kv.PageRef, until time.Time)
 	// DrainAck frees quarantined pages early: no writer can still write them.
-	DrainAck(o kv.Owner, refs []kv.PageRef) error
+	DrainAck(o kv.Owner, refs []kv.PageRef)
 	// Expire frees quarantined pages whose lease ended at or before now.
-	Expire(now time.Time)
+	Expire(now time.Time) int
 }

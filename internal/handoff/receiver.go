@@ -260,7 +260,7 @@ func (r *Receiver) write(now time.Time, w *PageWrite) error {
 			return r.fail(now, h, ErrBadWrite.With("block %d: %v", w.Block, err))
 		}
 		if !sg.NoChecksum {
-			data, err := r.pool.PageData(h.owner, ref)
+			data, _, err := r.pool.PageData(h.owner, ref)
 			if err != nil {
 				return r.fail(now, h, ErrBadWrite.With("block %d: %v", w.Block, err))
 			}
@@ -354,19 +354,15 @@ func (r *Receiver) end(now time.Time, h *rhandoff, err error) {
 	if r.cfg.OneSided {
 		// I6: a one-sided writer cannot be recalled; the pages may still be
 		// written until it acknowledges its drain or the lease runs out.
-		if qerr := r.pool.Quarantine(h.owner, h.refs, now.Add(r.cfg.Lease)); qerr == nil {
-			h.quar = true
-			return
-		}
+		r.pool.Quarantine(h.owner, h.refs, now.Add(r.cfg.Lease))
+		h.quar = true
+		return
 	}
 	// Two-sided: every later write passes through lookup and is dropped, so
-	// release (scrub, I7) is safe now.
-	if rerr := r.pool.Release(h.owner, h.refs); rerr != nil {
-		// A page the pool already quarantined on a violation refuses the
-		// release; quarantine the set so none is lost.
-		_ = r.pool.Quarantine(h.owner, h.refs, now.Add(r.cfg.Lease))
-		h.quar = true
-	}
+	// release (scrub, I7) is safe now. A page the pool itself quarantined on
+	// a violation refuses the release; the pool counts it and keeps it
+	// until its own lease, so the error carries no further duty here.
+	_ = r.pool.Release(h.owner, h.refs)
 }
 
 // Drained is the writer's drain acknowledgement (I6): the quarantined pages
@@ -382,7 +378,7 @@ func (r *Receiver) Drained(now time.Time, id kv.ID) error {
 	}
 	if h.quar {
 		h.quar = false
-		return r.pool.DrainAck(h.owner, h.refs)
+		r.pool.DrainAck(h.owner, h.refs)
 	}
 	return nil
 }
@@ -407,4 +403,9 @@ func (r *Receiver) Err(id kv.ID) error {
 		return h.err
 	}
 	return nil
+}
+
+func (r *Receiver) accepted(id kv.ID) bool {
+	h, ok := r.live[id]
+	return ok && h.ph == phAccepted
 }

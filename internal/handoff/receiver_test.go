@@ -73,7 +73,7 @@ func TestReceiverHonestHandoff(t *testing.T) {
 	}
 	// The decoder reads what prefill wrote, byte for byte.
 	for b := 0; b < 3; b++ {
-		got, _ := g.pool.PageData(acc.Owner, acc.Pages[b])
+		got, _, _ := g.pool.PageData(acc.Owner, acc.Pages[b])
 		if string(got) != string(g.src.pages[b]) {
 			t.Fatalf("block %d differs after transfer", b)
 		}
@@ -204,7 +204,7 @@ func TestReceiverVerificationFailures(t *testing.T) {
 				t.Fatalf("late writes %d, want 1", s.LateWrites)
 			}
 			// The other tenant's page was never touched.
-			if d, _ := g.pool.PageData(kv.Owner{Tenant: "globex", ID: hid(2)}, other); string(d) != string(make([]byte, len(d))) {
+			if d, _, _ := g.pool.PageData(kv.Owner{Tenant: "globex", ID: hid(2)}, other); string(d) != string(make([]byte, len(d))) {
 				t.Fatal("another handoff's page was written")
 			}
 			if !g.r.Abort(t0, hid(2), "test over") {
