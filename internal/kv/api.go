@@ -2,14 +2,16 @@
 // request/handoff id) and a generation that changes on every allocation;
 // every read, write, transfer and release is checked against them.
 //
-// THIS FILE IS THE AGREED API SKETCH. The kv helper implements it (and may
-// refine names/signatures, updating callers). Bodies marked TODO.
+// The incident this package exists to prevent: decode attended over pages
+// that another request had written, because nothing tied a page to its owner
+// and nothing cleaned a page on release. Here a page table entry is a
+// (page, generation) pair (I3), a page records how many slots its owner has
+// written per layer (I4), released pages are scrubbed (I7), pages a transfer
+// may still write wait in quarantine (I6), and every failed check is a typed
+// *Violation that quarantines the page and counts a metric (I8).
 package kv
 
-import (
-	"errors"
-	"time"
-)
+import "time"
 
 // Geometry is the shape of KV data. A page holds PageSize token slots of K
 // and V for every layer, as ONE contiguous byte range laid out
@@ -21,11 +23,17 @@ type Geometry struct {
 	PageSize int // token slots per page (default 16)
 }
 
+// DefaultPageSize is the page size used when Geometry.PageSize is zero.
+const DefaultPageSize = 16
+
 // BytesPerToken is layers x KV dim x 2 (K and V) x 4 bytes (F32).
 func (g Geometry) BytesPerToken() int { return g.Layers * g.KVDim * 2 * 4 }
 
 // PageBytes is the size of one page.
 func (g Geometry) PageBytes() int { return g.BytesPerToken() * g.PageSize }
+
+// pageFloats is the number of float32s in one page.
+func (g Geometry) pageFloats() int { return g.Layers * g.KVDim * 2 * g.PageSize }
 
 // ScrubMode says what a released page is overwritten with before reuse (I7).
 type ScrubMode int
@@ -35,6 +43,36 @@ const (
 	ScrubPoison                  // NaN pattern: a stale read shows up loudly
 	ScrubOff                     // for measuring the cost only
 )
+
+// PoisonBits is the float32 bit pattern ScrubPoison fills pages with: a
+// quiet NaN whose payload spells DEAD, so a stale read poisons every
+// attention score it touches and is recognisable in a dump.
+const PoisonBits uint32 = 0x7FC0DEAD
+
+// ParseScrub reads the --kv-scrub flag value: zero, poison or off.
+func ParseScrub(s string) (ScrubMode, error) {
+	switch s {
+	case "zero", "":
+		return ScrubZero, nil
+	case "poison":
+		return ScrubPoison, nil
+	case "off":
+		return ScrubOff, nil
+	}
+	return 0, &Error{Code: CodeBadConfig, Msg: "--kv-scrub must be zero, poison or off, not " + quote(s)}
+}
+
+func (m ScrubMode) String() string {
+	switch m {
+	case ScrubZero:
+		return "zero"
+	case ScrubPoison:
+		return "poison"
+	case ScrubOff:
+		return "off"
+	}
+	return "invalid"
+}
 
 // Order is the free-list discipline. LIFO hands a just-released page to the
 // next reservation: the worst case for stale reads, used by tests.
@@ -56,7 +94,8 @@ type Owner struct {
 
 // PageRef is one page-table entry: a page and the generation it was
 // allocated with. A ref whose generation is not the page's current one is
-// stale and every operation through it fails (I3).
+// stale and every operation through it fails (I3). Generations come from a
+// pool-wide counter, so a (Page, Gen) pair names one allocation forever.
 type PageRef struct {
 	Page uint32
 	Gen  uint64
@@ -66,12 +105,71 @@ type PageRef struct {
 type State uint8
 
 const (
-	Free State = iota
-	Reserved
-	Filling
-	Sealed
-	Quarantined
+	Free        State = iota // on the free list, scrubbed
+	Reserved                 // allocated, nothing written yet
+	Filling                  // some slots written
+	Sealed                   // written prefix frozen and digested
+	Quarantined              // out of service: a violation, or a transfer may still write it (I6)
+	numStates
 )
+
+func (s State) String() string {
+	switch s {
+	case Free:
+		return "free"
+	case Reserved:
+		return "reserved"
+	case Filling:
+		return "filling"
+	case Sealed:
+		return "sealed"
+	case Quarantined:
+		return "quarantined"
+	}
+	return "invalid"
+}
+
+// Unsafe switches off individual safeguards. TEST AND DEMO HOOK ONLY: the
+// incident demo and the simulator use it to show that each safeguard stops
+// the leak alone, with the others off. A production configuration never sets
+// it; the zero value (everything on) is the only safe setting.
+type Unsafe struct {
+	// NoOwnerCheck skips the owner and generation checks (I3) on the data
+	// path: View.Put/Block, WritePage, MarkWritten, PageData and Digest.
+	// Allocation bookkeeping (Reserve/Release/Quarantine) stays checked so
+	// the free list itself cannot be corrupted.
+	NoOwnerCheck bool
+	// NoExtentCheck makes View.Block return every slot of a page whether or
+	// not the owner wrote it, and lets Put leave gaps: exactly the
+	// incident's stale-slot read (I4 off).
+	NoExtentCheck bool
+}
+
+// Verify says when sealed pages are re-hashed against their seal digest
+// before a View reads them (--kv-verify).
+type Verify int
+
+const (
+	VerifyOff    Verify = iota // trust the seal (default)
+	VerifySample               // re-hash one sealed page in VerifySampleEvery on first touch by a view
+	VerifyAlways               // re-hash every sealed page on first touch by a view
+)
+
+// VerifySampleEvery is the sampling period of VerifySample.
+const VerifySampleEvery = 16
+
+// ParseVerify reads the --kv-verify flag value: off, sample or always.
+func ParseVerify(s string) (Verify, error) {
+	switch s {
+	case "off", "":
+		return VerifyOff, nil
+	case "sample":
+		return VerifySample, nil
+	case "always":
+		return VerifyAlways, nil
+	}
+	return 0, &Error{Code: CodeBadConfig, Msg: "--kv-verify must be off, sample or always, not " + quote(s)}
+}
 
 // Config configures a pool.
 type Config struct {
@@ -81,13 +179,20 @@ type Config struct {
 	Order Order
 	// Lease is how long a quarantined page waits for a drain acknowledgement
 	// before it may be scrubbed and freed anyway; it must exceed the
-	// transport's worst in-flight time (I6).
+	// transport's worst in-flight time (I6). Zero means DefaultLease.
 	Lease time.Duration
 	// SharedFile, when set, backs page memory with a MAP_SHARED mapping of
 	// this file (e.g. under /dev/shm) so a peer process can write pages
 	// one-sidedly, as RDMA does (shm transport).
 	SharedFile string
+	// Verify re-hashes sealed pages before reads (--kv-verify).
+	Verify Verify
+	// Unsafe: test and demo hook only, see the type.
+	Unsafe Unsafe
 }
+
+// DefaultLease is the quarantine lease when Config.Lease is zero.
+const DefaultLease = 10 * time.Second
 
 // Kind classifies an integrity violation (metrics label, error code).
 type Kind string
@@ -99,18 +204,102 @@ const (
 	KindSealedWrite     Kind = "sealed_write"
 	KindDoubleRelease   Kind = "double_release"
 	KindReleasedWrite   Kind = "write_after_release"
+	KindReleasedRead    Kind = "read_after_release"
+	KindDuplicateWrite  Kind = "duplicate_write"
+	KindQuarantined     Kind = "quarantined"
+	KindDigestMismatch  Kind = "digest_mismatch"
 	KindBadRange        Kind = "bad_range"
+	// KindLateWrite is a transfer write for a generation that is no longer
+	// the page's: a writer that outlived an abort. Its data is dropped; it is
+	// counted in Stats.LateWrites and does not quarantine the page (the page
+	// now belongs to someone else, whose data the drop protected).
+	KindLateWrite Kind = "late_write"
 )
 
+// Kinds lists every Kind, for metrics that want a zero series per label.
+var Kinds = []Kind{
+	KindStaleGeneration, KindForeignOwner, KindUnwrittenRead, KindSealedWrite,
+	KindDoubleRelease, KindReleasedWrite, KindReleasedRead, KindDuplicateWrite,
+	KindQuarantined, KindDigestMismatch, KindBadRange, KindLateWrite,
+}
+
 // Violation is the typed error of a failed check (I8): the page involved is
-// quarantined and a counter of its Kind goes up. It never carries data.
+// quarantined and a counter of its Kind goes up. It never carries data, and
+// its message never names the page's current owner (that would leak another
+// tenant's identity to the caller who failed the check).
 type Violation struct {
 	Kind Kind
 	Page uint32
 	Msg  string
 }
 
-func (v *Violation) Error() string { return "kv integrity violation (" + string(v.Kind) + "): " + v.Msg }
+func (v *Violation) Error() string {
+	return "kv integrity violation (" + string(v.Kind) + "): " + v.Msg
+}
 
-// ErrNoCapacity: a reservation that does not fit takes nothing.
-var ErrNoCapacity = errors.New("kv: not enough free pages for the reservation")
+// Code is the stable machine-readable code: "kv_" + Kind.
+func (v *Violation) Code() string { return "kv_" + string(v.Kind) }
+
+// Is makes errors.Is(err, kv.ErrStaleGeneration) (and the other Err*
+// violation sentinels) match any violation of the same Kind.
+func (v *Violation) Is(target error) bool {
+	t, ok := target.(*Violation)
+	return ok && t.Kind == v.Kind
+}
+
+// Sentinels for errors.Is; a returned *Violation also carries page and message.
+var (
+	ErrStaleGeneration = &Violation{Kind: KindStaleGeneration, Msg: "stale page generation"}
+	ErrForeignOwner    = &Violation{Kind: KindForeignOwner, Msg: "page belongs to another owner"}
+	ErrUnwrittenRead   = &Violation{Kind: KindUnwrittenRead, Msg: "read of unwritten slots"}
+	ErrSealedWrite     = &Violation{Kind: KindSealedWrite, Msg: "write to a sealed page"}
+	ErrDoubleRelease   = &Violation{Kind: KindDoubleRelease, Msg: "page released twice"}
+	ErrReleasedWrite   = &Violation{Kind: KindReleasedWrite, Msg: "write to a released page"}
+	ErrReleasedRead    = &Violation{Kind: KindReleasedRead, Msg: "read of a released page"}
+	ErrDuplicateWrite  = &Violation{Kind: KindDuplicateWrite, Msg: "page written twice by a transfer"}
+	ErrQuarantined     = &Violation{Kind: KindQuarantined, Msg: "page is quarantined"}
+	ErrDigestMismatch  = &Violation{Kind: KindDigestMismatch, Msg: "sealed page changed after sealing"}
+	ErrBadRange        = &Violation{Kind: KindBadRange, Msg: "position, layer, page or size out of range"}
+	ErrLateWrite       = &Violation{Kind: KindLateWrite, Msg: "late transfer write dropped"}
+)
+
+// Error is a non-violation failure of the pool (capacity, configuration):
+// a stable Code and a sentence a user can act on.
+type Error struct {
+	Code string
+	Msg  string
+}
+
+func (e *Error) Error() string { return "kv: " + e.Msg }
+
+// Stable codes of *Error.
+const (
+	CodeNoCapacity = "kv_no_capacity"
+	CodeBadConfig  = "kv_bad_config"
+	CodeClosed     = "kv_closed"
+)
+
+// ErrNoCapacity: a reservation that does not fit takes nothing. Returned
+// errors wrap it with the numbers (errors.Is works).
+var ErrNoCapacity error = &Error{Code: CodeNoCapacity, Msg: "not enough free pages for the reservation"}
+
+// Stats is a snapshot of the pool for metrics and drain checks.
+type Stats struct {
+	Pages       int
+	Free        int
+	Reserved    int
+	Filling     int
+	Sealed      int
+	Quarantined int
+	// Violations counts refused operations by Kind (I8).
+	Violations map[Kind]uint64
+	// LateWrites counts transfer writes dropped for a stale generation.
+	LateWrites uint64
+	// Scrubbed counts pages scrubbed on their way to the free list (I7).
+	Scrubbed uint64
+}
+
+// InUse is every page that is not free.
+func (s Stats) InUse() int { return s.Pages - s.Free }
+
+func quote(s string) string { return "\"" + s + "\"" }

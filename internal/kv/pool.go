@@ -1,0 +1,851 @@
+package kv
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// A page's tag packs its generation and state into one word so the data
+// path checks both with a single atomic load (I3).
+const (
+	stateBits = 3
+	stateMask = 1<<stateBits - 1
+	maxGen    = 1<<(64-stateBits) - 1
+)
+
+func mkTag(gen uint64, s State) uint64 { return gen<<stateBits | uint64(s) }
+
+func tagGen(t uint64) uint64  { return t >> stateBits }
+func tagState(t uint64) State { return State(t & stateMask) }
+
+// page is the metadata of one page.
+type page struct {
+	// tag is gen<<stateBits | state: the only field the lock-free data path
+	// reads. Every change of state or generation stores it under Pool.mu,
+	// except the owner's own Reserved -> Filling, which is a CAS.
+	tag atomic.Uint64
+	// sealed is how many leading slots Seal froze; writes below it are
+	// violations.
+	sealed atomic.Int32
+
+	// The fields below are guarded by Pool.mu.
+
+	// owner is the allocation's owner; kept after release so a late
+	// operation can be classified (foreign vs released).
+	owner Owner
+	// live: the allocation's owner still holds the page and may release it.
+	// Quarantine() clears it (the owner gives the page up to the lease).
+	live bool
+	// qTransfer: a transfer may still write the page; it leaves quarantine
+	// only on DrainAck or when until has passed (I6).
+	qTransfer bool
+	// until is the quarantine lease end; zero means "stamp now+Lease at the
+	// next Expire", so the pool never reads a clock itself.
+	until time.Time
+	// digest of the sealed prefix, recorded by Seal.
+	digest [16]byte
+	// Doubly linked free list (indices, -1 = none): O(1) pop at either end
+	// and O(1) removal when a violation quarantines a free page.
+	prev, next int32
+	onFree     bool
+}
+
+// Pool is a fixed set of KV pages. All methods are safe for concurrent use;
+// a View is not (it belongs to one sequence). No method may be called after
+// Close.
+type Pool struct {
+	cfg        Config
+	geo        Geometry
+	pageFloats int
+	pageBytes  int
+
+	mem   []byte    // all pages, contiguous; page i at i*pageBytes
+	f32   []float32 // the same memory as float32s
+	unmap func() error
+
+	pages   []page
+	written []atomic.Int32 // [page*Layers+layer]: slots written in that layer (I4)
+
+	checks   atomic.Bool // owner/generation checks on the data path (I3)
+	noExtent bool        // Unsafe.NoExtentCheck (I4 off)
+
+	mu         sync.Mutex
+	head, tail int32
+	nfree      int
+	gen        uint64
+	quarantine map[uint32]struct{}
+	violations map[Kind]uint64
+	lateWrites uint64
+	scrubbed   uint64
+	verifyTick uint64
+	closed     bool
+}
+
+// New builds a pool: heap-backed, or a MAP_SHARED mapping of cfg.SharedFile.
+// Every page starts scrubbed and free.
+func New(cfg Config) (*Pool, error) {
+	if cfg.PageSize == 0 {
+		cfg.PageSize = DefaultPageSize
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = DefaultLease
+	}
+	g := cfg.Geometry
+	switch {
+	case g.Layers <= 0 || g.KVDim <= 0 || g.PageSize <= 0:
+		return nil, badConfig("geometry needs positive layers, KV dim and page size, got %d, %d, %d", g.Layers, g.KVDim, g.PageSize)
+	case cfg.Pages <= 0:
+		return nil, badConfig("a pool needs at least one page, got %d", cfg.Pages)
+	case cfg.Pages >= math.MaxInt32:
+		return nil, badConfig("%d pages is more than a pool can index (%d)", cfg.Pages, math.MaxInt32-1)
+	case cfg.Scrub < ScrubZero || cfg.Scrub > ScrubOff:
+		return nil, badConfig("unknown scrub mode %d", cfg.Scrub)
+	case cfg.Order != FIFO && cfg.Order != LIFO:
+		return nil, badConfig("unknown free-list order %d", cfg.Order)
+	case cfg.Verify < VerifyOff || cfg.Verify > VerifyAlways:
+		return nil, badConfig("unknown verify mode %d", cfg.Verify)
+	case cfg.Lease < 0:
+		return nil, badConfig("negative quarantine lease %v", cfg.Lease)
+	}
+	size := int64(cfg.Pages) * int64(g.PageBytes())
+	if size/int64(cfg.Pages) != int64(g.PageBytes()) || size > math.MaxInt {
+		return nil, badConfig("%d pages of %d bytes overflow the address space", cfg.Pages, g.PageBytes())
+	}
+	p := &Pool{
+		cfg:        cfg,
+		geo:        g,
+		pageFloats: g.pageFloats(),
+		pageBytes:  g.PageBytes(),
+		pages:      make([]page, cfg.Pages),
+		written:    make([]atomic.Int32, cfg.Pages*g.Layers),
+		noExtent:   cfg.Unsafe.NoExtentCheck,
+		quarantine: make(map[uint32]struct{}),
+		violations: make(map[Kind]uint64),
+		head:       -1,
+		tail:       -1,
+	}
+	if cfg.SharedFile != "" {
+		mem, unmap, err := mapShared(cfg.SharedFile, int(size))
+		if err != nil {
+			return nil, err
+		}
+		p.mem, p.unmap = mem, unmap
+		p.f32 = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(mem))), len(mem)/4)
+	} else {
+		p.f32 = make([]float32, int(size/4))
+		p.mem = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(p.f32))), len(p.f32)*4)
+	}
+	if cfg.Scrub == ScrubPoison {
+		// Fresh memory is zero; poison it so a never-used page reads as
+		// loudly as a reused one.
+		fillPoison(p.f32)
+	}
+	p.checks.Store(!cfg.Unsafe.NoOwnerCheck)
+	for i := range p.pages {
+		p.pages[i].prev, p.pages[i].next = -1, -1
+		p.pushFreeLocked(int32(i))
+	}
+	return p, nil
+}
+
+// Close releases the page memory (unmaps a shared file; the file stays).
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	var err error
+	if p.unmap != nil {
+		err = p.unmap()
+	}
+	p.mem, p.f32 = nil, nil
+	return err
+}
+
+// Geometry is the page shape.
+func (p *Pool) Geometry() Geometry { return p.geo }
+
+// Pages is the number of pages.
+func (p *Pool) Pages() int { return len(p.pages) }
+
+// CapacityTokens is the number of token slots in the pool: what preflight and
+// admission compare the context against (I2).
+func (p *Pool) CapacityTokens() int { return len(p.pages) * p.geo.PageSize }
+
+// FreePages is the number of free pages right now.
+func (p *Pool) FreePages() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.nfree
+}
+
+// SetChecks turns the owner/generation checks of the data path on or off.
+// TEST AND BENCHMARK HOOK ONLY: benchmarks measure what the checks cost and
+// the incident demo shows each other safeguard holding alone.
+func (p *Pool) SetChecks(on bool) { p.checks.Store(on) }
+
+// SharedOffset is the byte offset of a page in the pool memory (the shared
+// file for the shm transport).
+func (p *Pool) SharedOffset(ref PageRef) int64 { return int64(ref.Page) * int64(p.pageBytes) }
+
+// Reserve allocates n pages for o, all or nothing, each with a fresh
+// generation (I3), in state Reserved with nothing written.
+func (p *Pool) Reserve(o Owner, n int) ([]PageRef, error) {
+	if n < 0 {
+		return nil, badConfig("cannot reserve %d pages", n)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errClosed
+	}
+	return p.reserveLocked(o, n, nil)
+}
+
+func (p *Pool) reserveLocked(o Owner, n int, table []PageRef) ([]PageRef, error) {
+	if n > p.nfree {
+		return nil, fmt.Errorf("%w: %d pages (%d tokens) requested, %d of %d pages free",
+			ErrNoCapacity, n, n*p.geo.PageSize, p.nfree, len(p.pages))
+	}
+	out := make([]PageRef, len(table), len(table)+n)
+	copy(out, table)
+	L := p.geo.Layers
+	for range n {
+		pg := p.popFreeLocked()
+		m := &p.pages[pg]
+		p.gen++
+		if p.gen > maxGen {
+			panic("kv: generation counter exhausted")
+		}
+		m.owner = o
+		m.live = true
+		m.qTransfer = false
+		m.until = time.Time{}
+		m.digest = [16]byte{}
+		m.sealed.Store(0)
+		for l := range L {
+			p.written[int(pg)*L+l].Store(0)
+		}
+		// The tag is stored last: a stale ref racing with this sees either
+		// the old generation or the new one, never a half-built page (I3).
+		m.tag.Store(mkTag(p.gen, Reserved))
+		out = append(out, PageRef{Page: uint32(pg), Gen: p.gen})
+	}
+	return out, nil
+}
+
+// Extend reserves n more pages for a decoding sequence whose current table
+// is table, after checking that every entry still belongs to o (I3). It
+// returns the whole new table (table's entries then the new ones), like
+// append; on error nothing is reserved.
+func (p *Pool) Extend(o Owner, table []PageRef, n int) ([]PageRef, error) {
+	if n < 0 {
+		return nil, badConfig("cannot extend by %d pages", n)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errClosed
+	}
+	for _, ref := range table {
+		if v := p.checkLocked(o, ref, opWrite); v != nil {
+			return nil, v
+		}
+	}
+	return p.reserveLocked(o, n, table)
+}
+
+// Release scrubs (I7) and frees o's pages. Each ref is checked on its own:
+// valid ones are freed, a bad one (double release, stale, foreign) is a
+// violation and the first one is returned.
+func (p *Pool) Release(o Owner, refs []PageRef) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed
+	}
+	var first error
+	for _, ref := range refs {
+		if v := p.checkLocked(o, ref, opRelease); v != nil {
+			if first == nil {
+				first = v
+			}
+			continue
+		}
+		m := &p.pages[ref.Page]
+		m.live = false
+		if m.qTransfer {
+			continue // still fenced for a transfer (I6)
+		}
+		p.freeLocked(ref.Page)
+	}
+	return first
+}
+
+// Quarantine takes o's pages out of service instead of releasing them: a
+// one-sided transfer (shm, RDMA) may still write them (I6). They leave, are
+// scrubbed and freed, only on DrainAck or when until has passed (Expire); a
+// zero until means "the pool's Lease from the next Expire". The owner gives
+// the pages up: a later Release of them is a double release. Refs that fail
+// their check are counted violations and skipped.
+func (p *Pool) Quarantine(o Owner, refs []PageRef, until time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	for _, ref := range refs {
+		if p.checkLocked(o, ref, opQuarantine) != nil {
+			continue
+		}
+		m := &p.pages[ref.Page]
+		m.live = false
+		m.qTransfer = true
+		m.until = until
+		p.setStateLocked(ref.Page, Quarantined)
+		p.quarantine[ref.Page] = struct{}{}
+	}
+}
+
+// DrainAck is the transport's word that no write to these pages is in
+// flight any more: quarantined pages of o leave quarantine, scrubbed (I6,
+// I7). An ack for a page o does not hold, or that is not waiting for a
+// transfer, is counted and ignored: it must not free anyone's page early.
+func (p *Pool) DrainAck(o Owner, refs []PageRef) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	for _, ref := range refs {
+		if int(ref.Page) >= len(p.pages) {
+			p.countLocked(KindBadRange)
+			continue
+		}
+		m := &p.pages[ref.Page]
+		t := m.tag.Load()
+		switch {
+		case tagGen(t) != ref.Gen:
+			p.countLocked(KindStaleGeneration)
+		case m.owner != o:
+			p.countLocked(KindForeignOwner)
+		case tagState(t) != Quarantined || !m.qTransfer:
+			// Already drained or expired: acks may be repeated.
+		default:
+			m.qTransfer = false
+			if !m.live {
+				p.freeLocked(ref.Page)
+			}
+		}
+	}
+}
+
+// Expire frees the quarantined pages whose lease has passed at now, scrubbed,
+// and returns how many. Time enters the pool only here ("clock at the
+// edge"), so the simulator drives leases with its own clock. A quarantined
+// page without a lease (a violation on a page nobody holds) gets one now.
+func (p *Pool) Expire(now time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0
+	}
+	// Sorted so a seeded simulation frees pages, and so refills the free
+	// list, in the same order every run.
+	qs := make([]uint32, 0, len(p.quarantine))
+	for pg := range p.quarantine {
+		qs = append(qs, pg)
+	}
+	slices.Sort(qs)
+	n := 0
+	for _, pg := range qs {
+		m := &p.pages[pg]
+		if m.live {
+			continue // its owner releases it
+		}
+		if m.until.IsZero() {
+			m.until = now.Add(p.cfg.Lease)
+			continue
+		}
+		if now.Before(m.until) {
+			continue
+		}
+		m.qTransfer = false
+		p.freeLocked(pg)
+		n++
+	}
+	return n
+}
+
+// Seal freezes the written prefix of o's pages and records each page's
+// digest: later writes to those slots are violations. A sealed page that is
+// not full still accepts appends past its sealed prefix (decode continues
+// the prompt's last page).
+func (p *Pool) Seal(o Owner, refs []PageRef) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed
+	}
+	var first error
+	for _, ref := range refs {
+		if v := p.checkLocked(o, ref, opSeal); v != nil {
+			if first == nil {
+				first = v
+			}
+			continue
+		}
+		m := &p.pages[ref.Page]
+		n := p.minWrittenLocked(ref.Page)
+		m.sealed.Store(int32(n))
+		m.digest = p.pageDigest(ref.Page, n)
+		p.setStateLocked(ref.Page, Sealed)
+	}
+	return first
+}
+
+// PageData returns the image of one of o's pages (PageBytes bytes, aliasing
+// the pool: copy it before the page is released) and how many slots are
+// written in every layer. Bytes past that count are not the owner's data
+// and a receiver must ignore them (WritePage does).
+func (p *Pool) PageData(o Owner, ref PageRef) ([]byte, int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, 0, errClosed
+	}
+	if int(ref.Page) >= len(p.pages) {
+		return nil, 0, p.violateLocked(KindBadRange, ref.Page, false, "page %d is outside the pool of %d pages", ref.Page, len(p.pages))
+	}
+	if p.checks.Load() {
+		if v := p.checkLocked(o, ref, opRead); v != nil {
+			return nil, 0, v
+		}
+	}
+	off := int(ref.Page) * p.pageBytes
+	return p.mem[off : off+p.pageBytes : off+p.pageBytes], p.minWrittenLocked(ref.Page), nil
+}
+
+// WritePage applies one transferred page: data is a full page image whose
+// first slots slots (in every layer) are valid. Owner, generation and state
+// are checked; a page accepts one transfer write (Reserved -> Filling). A
+// write for an old generation (a writer that outlived an abort) is dropped
+// and counted as a late write. Only the valid slots are copied, so bytes a
+// sender did not own never enter this pool.
+func (p *Pool) WritePage(o Owner, ref PageRef, slots int, data []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed
+	}
+	if err := p.transferLocked(o, ref, slots, len(data), opTransfer); err != nil {
+		return err
+	}
+	g := p.geo
+	base := int(ref.Page) * p.pageBytes
+	run := slots * g.KVDim * 4
+	stride := g.PageSize * g.KVDim * 4
+	for half := range 2 * g.Layers {
+		off := half * stride
+		copy(p.mem[base+off:base+off+run], data[off:off+run])
+	}
+	p.markLocked(ref.Page, slots)
+	return nil
+}
+
+// MarkWritten records that slots slots of a page arrived out of band, in the
+// shared mapping (one-sided shm transport), with the same checks as
+// WritePage. A stale generation here means bytes already landed in a page
+// that was re-allocated: the page is quarantined (I8) unless it was still
+// fenced in quarantine for exactly this case (I6), where the write is only
+// counted as late.
+func (p *Pool) MarkWritten(o Owner, ref PageRef, slots int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed
+	}
+	if err := p.transferLocked(o, ref, slots, p.pageBytes, opMark); err != nil {
+		return err
+	}
+	p.markLocked(ref.Page, slots)
+	return nil
+}
+
+func (p *Pool) transferLocked(o Owner, ref PageRef, slots, size int, op op) error {
+	if int(ref.Page) >= len(p.pages) {
+		return p.violateLocked(KindBadRange, ref.Page, false, "page %d is outside the pool of %d pages", ref.Page, len(p.pages))
+	}
+	if !p.checks.Load() {
+		if size != p.pageBytes || slots < 1 || slots > p.geo.PageSize {
+			return p.violateLocked(KindBadRange, ref.Page, false, "page write of %d bytes with %d slots does not fit a page", size, slots)
+		}
+		return nil // Unsafe.NoOwnerCheck: the incident's unchecked write
+	}
+	if v := p.checkLocked(o, ref, op); v != nil {
+		return v
+	}
+	if size != p.pageBytes || slots < 1 || slots > p.geo.PageSize {
+		return p.violateLocked(KindBadRange, ref.Page, true,
+			"page write of %d bytes with %d slots; a page is %d bytes of %d slots", size, slots, p.pageBytes, p.geo.PageSize)
+	}
+	switch tagState(p.pages[ref.Page].tag.Load()) {
+	case Reserved:
+		return nil
+	case Sealed:
+		return p.violateLocked(KindSealedWrite, ref.Page, true, "transfer write to sealed page %d", ref.Page)
+	default:
+		return p.violateLocked(KindDuplicateWrite, ref.Page, true, "page %d was already written; a page accepts one transfer write", ref.Page)
+	}
+}
+
+func (p *Pool) markLocked(pg uint32, slots int) {
+	L := p.geo.Layers
+	for l := range L {
+		p.written[int(pg)*L+l].Store(int32(slots))
+	}
+	if tagState(p.pages[pg].tag.Load()) == Reserved {
+		p.setStateLocked(pg, Filling)
+	}
+}
+
+// Digest is the digest of o's sequence KV over its first tokens positions,
+// in logical order: for each block of the table in order, for each layer,
+// the K rows then the V rows of the block's slots. It depends only on the
+// sequence's content and the page size, never on which physical pages hold
+// it, so prefill and decode compute the same value over different pages.
+// Every covered slot must be written in every layer (I4).
+func (p *Pool) Digest(o Owner, refs []PageRef, tokens int) ([16]byte, error) {
+	ps := p.geo.PageSize
+	if tokens < 0 || tokens > len(refs)*ps {
+		p.mu.Lock()
+		v := p.violateLocked(KindBadRange, 0, false, "digest of %d tokens over %d pages of %d slots", tokens, len(refs), ps)
+		p.mu.Unlock()
+		return [16]byte{}, v
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return [16]byte{}, errClosed
+	}
+	for b, ref := range refs {
+		if int(ref.Page) >= len(p.pages) {
+			v := p.violateLocked(KindBadRange, ref.Page, false, "page %d is outside the pool of %d pages", ref.Page, len(p.pages))
+			p.mu.Unlock()
+			return [16]byte{}, v
+		}
+		if p.checks.Load() {
+			if v := p.checkLocked(o, ref, opRead); v != nil {
+				p.mu.Unlock()
+				return [16]byte{}, v
+			}
+		}
+		if need := min(ps, tokens-b*ps); need > 0 && p.minWrittenLocked(ref.Page) < need {
+			v := p.violateLocked(KindUnwrittenRead, ref.Page, true,
+				"digest covers %d slots of page %d but only %d are written in every layer", need, ref.Page, p.minWrittenLocked(ref.Page))
+			p.mu.Unlock()
+			return [16]byte{}, v
+		}
+	}
+	p.mu.Unlock()
+	// Hashed outside the lock: the owner holds these pages and does not
+	// write them while it digests them.
+	return p.seqDigest(refs, tokens), nil
+}
+
+// Stats snapshots page counts and violation counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Stats{Pages: len(p.pages), Violations: make(map[Kind]uint64, len(p.violations)),
+		LateWrites: p.lateWrites, Scrubbed: p.scrubbed}
+	for k, v := range p.violations {
+		s.Violations[k] = v
+	}
+	for i := range p.pages {
+		switch tagState(p.pages[i].tag.Load()) {
+		case Free:
+			s.Free++
+		case Reserved:
+			s.Reserved++
+		case Filling:
+			s.Filling++
+		case Sealed:
+			s.Sealed++
+		case Quarantined:
+			s.Quarantined++
+		}
+	}
+	return s
+}
+
+// CheckDrained is nil iff every page is free and the free list holds each
+// of them exactly once (conservation): every end-to-end test ends with it.
+func (p *Pool) CheckDrained() error {
+	if err := p.audit(); err != nil {
+		return err
+	}
+	s := p.Stats()
+	if s.Free == s.Pages {
+		return nil
+	}
+	return &Error{Code: CodeNotDrained, Msg: fmt.Sprintf(
+		"pool not drained: %d of %d pages in use (%d reserved, %d filling, %d sealed, %d quarantined)",
+		s.InUse(), s.Pages, s.Reserved, s.Filling, s.Sealed, s.Quarantined)}
+}
+
+// CodeNotDrained is the code of CheckDrained's error.
+const CodeNotDrained = "kv_not_drained"
+
+// audit checks the pool's structural invariants: the free list holds exactly
+// the Free pages, once each, and every quarantined page is in the
+// quarantine set.
+func (p *Pool) audit() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	prev := int32(-1)
+	for i := p.head; i != -1; i = p.pages[i].next {
+		m := &p.pages[i]
+		if !m.onFree || m.prev != prev || tagState(m.tag.Load()) != Free {
+			return &Error{Code: CodeCorrupt, Msg: fmt.Sprintf("free list corrupt at page %d", i)}
+		}
+		prev = i
+		if n++; n > len(p.pages) {
+			return &Error{Code: CodeCorrupt, Msg: "free list has a cycle"}
+		}
+	}
+	if prev != p.tail || n != p.nfree {
+		return &Error{Code: CodeCorrupt, Msg: fmt.Sprintf("free list holds %d pages, counter says %d", n, p.nfree)}
+	}
+	free, quar := 0, 0
+	for i := range p.pages {
+		st := tagState(p.pages[i].tag.Load())
+		if st == Free {
+			free++
+		}
+		_, inQ := p.quarantine[uint32(i)]
+		if (st == Quarantined) != inQ {
+			return &Error{Code: CodeCorrupt, Msg: fmt.Sprintf("page %d state %v disagrees with the quarantine set", i, st)}
+		}
+		if st == Quarantined {
+			quar++
+		}
+	}
+	if free != n {
+		return &Error{Code: CodeCorrupt, Msg: fmt.Sprintf("%d free pages but %d on the free list", free, n)}
+	}
+	return nil
+}
+
+// CodeCorrupt: the pool's own bookkeeping is inconsistent (a bug in kv).
+const CodeCorrupt = "kv_corrupt"
+
+// --- checks -----------------------------------------------------------------
+
+type op uint8
+
+const (
+	opRead       op = iota // Block, PageData, Digest
+	opWrite                // Put, Extend
+	opTransfer             // WritePage: data not yet written, droppable
+	opMark                 // MarkWritten: bytes already landed
+	opSeal                 // Seal
+	opRelease              // Release
+	opQuarantine           // Quarantine
+)
+
+// checkLocked is the full check of ref for o (I3): the page's generation is
+// ref's, o owns it, o still holds it, and it is not quarantined. It
+// classifies a failure, quarantines the page where I8 says so and counts it.
+func (p *Pool) checkLocked(o Owner, ref PageRef, op op) *Violation {
+	if int(ref.Page) >= len(p.pages) {
+		return p.violateLocked(KindBadRange, ref.Page, false, "page %d is outside the pool of %d pages", ref.Page, len(p.pages))
+	}
+	m := &p.pages[ref.Page]
+	t := m.tag.Load()
+	st := tagState(t)
+	if tagGen(t) != ref.Gen {
+		switch {
+		case op == opTransfer:
+			// The data is dropped; the page's current holder is untouched.
+			p.lateWrites++
+			return p.violateLocked(KindLateWrite, ref.Page, false,
+				"transfer write for generation %d of page %d arrived after the page was re-allocated; dropped", ref.Gen, ref.Page)
+		case op == opMark && st == Quarantined && !m.live:
+			p.lateWrites++
+			return p.violateLocked(KindLateWrite, ref.Page, false,
+				"one-sided write for generation %d of page %d landed while the page was fenced in quarantine (I6)", ref.Gen, ref.Page)
+		case op == opMark:
+			p.lateWrites++
+		}
+		return p.violateLocked(KindStaleGeneration, ref.Page, true,
+			"page %d is at a different generation than the page table's %d", ref.Page, ref.Gen)
+	}
+	if m.owner != o {
+		return p.violateLocked(KindForeignOwner, ref.Page, true, "page %d belongs to another owner", ref.Page)
+	}
+	if st == Free || !m.live {
+		switch op {
+		case opRelease, opQuarantine:
+			return p.violateLocked(KindDoubleRelease, ref.Page, true, "page %d was already released", ref.Page)
+		case opRead:
+			return p.violateLocked(KindReleasedRead, ref.Page, true, "read of page %d after its release", ref.Page)
+		case opTransfer, opMark:
+			if st == Quarantined && m.qTransfer {
+				p.lateWrites++
+				return p.violateLocked(KindLateWrite, ref.Page, false,
+					"transfer write to page %d after its owner gave it up; fenced by quarantine (I6)", ref.Page)
+			}
+		}
+		return p.violateLocked(KindReleasedWrite, ref.Page, true, "write to page %d after its release", ref.Page)
+	}
+	if st == Quarantined && op != opRelease && op != opQuarantine {
+		return p.violateLocked(KindQuarantined, ref.Page, false, "page %d is quarantined after an integrity violation", ref.Page)
+	}
+	return nil
+}
+
+// violateLocked counts a violation (I8), quarantines the page when asked and
+// returns the typed error. Messages never name the page's owner.
+func (p *Pool) violateLocked(k Kind, pg uint32, quarantine bool, format string, args ...any) *Violation {
+	p.countLocked(k)
+	if quarantine && int(pg) < len(p.pages) {
+		p.quarantineLocked(pg)
+	}
+	return &Violation{Kind: k, Page: pg, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (p *Pool) countLocked(k Kind) { p.violations[k]++ }
+
+// quarantineLocked takes a page out of service after a violation. A page
+// still held by its owner leaves when the owner releases it (the request has
+// failed and releases through the normal path); a page nobody holds leaves
+// after a lease, because whoever touched it may still be writing (I6).
+func (p *Pool) quarantineLocked(pg uint32) {
+	m := &p.pages[pg]
+	switch tagState(m.tag.Load()) {
+	case Quarantined:
+		return
+	case Free:
+		p.removeFreeLocked(int32(pg))
+		m.live = false
+		m.until = time.Time{}
+	}
+	p.setStateLocked(pg, Quarantined)
+	p.quarantine[pg] = struct{}{}
+}
+
+func (p *Pool) setStateLocked(pg uint32, s State) {
+	m := &p.pages[pg]
+	m.tag.Store(mkTag(tagGen(m.tag.Load()), s))
+}
+
+// freeLocked scrubs a page (I7) and puts it on the free list.
+func (p *Pool) freeLocked(pg uint32) {
+	m := &p.pages[pg]
+	p.scrubLocked(pg)
+	m.live = false
+	m.qTransfer = false
+	m.until = time.Time{}
+	delete(p.quarantine, pg)
+	p.setStateLocked(pg, Free)
+	p.pushFreeLocked(int32(pg))
+}
+
+func (p *Pool) scrubLocked(pg uint32) {
+	buf := p.f32[int(pg)*p.pageFloats : (int(pg)+1)*p.pageFloats]
+	switch p.cfg.Scrub {
+	case ScrubZero:
+		clear(buf)
+	case ScrubPoison:
+		fillPoison(buf)
+	case ScrubOff:
+		return
+	}
+	p.scrubbed++
+}
+
+func fillPoison(buf []float32) {
+	if len(buf) == 0 {
+		return
+	}
+	buf[0] = math.Float32frombits(PoisonBits)
+	for n := 1; n < len(buf); n *= 2 {
+		copy(buf[n:], buf[:n])
+	}
+}
+
+func (p *Pool) minWrittenLocked(pg uint32) int {
+	L := p.geo.Layers
+	n := int(p.written[int(pg)*L].Load())
+	for l := 1; l < L; l++ {
+		n = min(n, int(p.written[int(pg)*L+l].Load()))
+	}
+	return n
+}
+
+// --- free list ----------------------------------------------------------------
+
+func (p *Pool) pushFreeLocked(i int32) {
+	m := &p.pages[i]
+	if m.onFree {
+		panic(fmt.Sprintf("kv: page %d freed twice (conservation)", i))
+	}
+	m.onFree = true
+	m.prev, m.next = p.tail, -1
+	if p.tail != -1 {
+		p.pages[p.tail].next = i
+	} else {
+		p.head = i
+	}
+	p.tail = i
+	p.nfree++
+}
+
+// popFreeLocked takes the oldest free page (FIFO) or the newest (LIFO).
+func (p *Pool) popFreeLocked() int32 {
+	i := p.head
+	if p.cfg.Order == LIFO {
+		i = p.tail
+	}
+	if i == -1 || tagState(p.pages[i].tag.Load()) != Free {
+		panic("kv: free list out of step with the free counter (conservation)")
+	}
+	p.removeFreeLocked(i)
+	return i
+}
+
+func (p *Pool) removeFreeLocked(i int32) {
+	m := &p.pages[i]
+	if !m.onFree {
+		panic(fmt.Sprintf("kv: page %d is not on the free list", i))
+	}
+	if m.prev != -1 {
+		p.pages[m.prev].next = m.next
+	} else {
+		p.head = m.next
+	}
+	if m.next != -1 {
+		p.pages[m.next].prev = m.prev
+	} else {
+		p.tail = m.prev
+	}
+	m.prev, m.next, m.onFree = -1, -1, false
+	p.nfree--
+}
+
+// --- errors -----------------------------------------------------------------
+
+var errClosed = &Error{Code: CodeClosed, Msg: "the pool is closed"}
+
+func badConfig(format string, args ...any) error {
+	return &Error{Code: CodeBadConfig, Msg: fmt.Sprintf(format, args...)}
+}

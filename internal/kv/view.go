@@ -1,0 +1,202 @@
+package kv
+
+import "fmt"
+
+// View is one sequence's paged, owner-checking window on the pool: the
+// forward pass's only access to KV (it implements sluice/internal/model.KV).
+// Every Put and Block checks that the page behind the block still carries
+// the generation the page table recorded and is in service (I3); the owner
+// is checked under the pool lock the first time the view touches an entry,
+// after which the generation carries it: generations are pool-wide unique,
+// so an unchanged generation is the same allocation, hence the same owner.
+// Block returns only written slots (I4).
+//
+// A View belongs to one sequence and is not safe for concurrent use.
+type View struct {
+	p     *Pool
+	owner Owner
+	table []PageRef
+	ok    []bool // entry checked against owner under the lock
+}
+
+// View makes a view of o's sequence over table (copied). Nothing is checked
+// here; every call through the view is.
+func (p *Pool) View(o Owner, table []PageRef) *View {
+	return &View{p: p, owner: o, table: append([]PageRef(nil), table...), ok: make([]bool, len(table))}
+}
+
+// PageSize is the number of token positions per block.
+func (v *View) PageSize() int { return v.p.geo.PageSize }
+
+// Owner is the view's owner.
+func (v *View) Owner() Owner { return v.owner }
+
+// Table is a copy of the view's page table.
+func (v *View) Table() []PageRef { return append([]PageRef(nil), v.table...) }
+
+// Capacity is the number of positions the table can hold.
+func (v *View) Capacity() int { return len(v.table) * v.p.geo.PageSize }
+
+// Grow reserves n more pages for the sequence (Pool.Extend).
+func (v *View) Grow(n int) error {
+	t, err := v.p.Extend(v.owner, v.table, n)
+	if err != nil {
+		return err
+	}
+	v.table = t
+	v.ok = append(v.ok, make([]bool, len(t)-len(v.ok))...)
+	return nil
+}
+
+// Ensure grows the table, if needed, to hold tokens positions.
+func (v *View) Ensure(tokens int) error {
+	need := PagesFor(tokens, v.p.geo.PageSize) - len(v.table)
+	if need <= 0 {
+		return nil
+	}
+	return v.Grow(need)
+}
+
+// Put stores the K and V rows of position pos in layer. Within a page and a
+// layer, positions are written in order: pos may rewrite a written slot
+// (not a sealed one) or append the next one, never leave a gap.
+func (v *View) Put(layer, pos int, k, val []float32) error {
+	p := v.p
+	g := &p.geo
+	if uint(layer) >= uint(g.Layers) || pos < 0 || len(k) != g.KVDim || len(val) != g.KVDim {
+		return p.badArg("put of layer %d position %d with rows of %d and %d floats; the model has %d layers of %d floats",
+			layer, pos, len(k), len(val), g.Layers, g.KVDim)
+	}
+	blk := pos / g.PageSize
+	if blk >= len(v.table) {
+		return p.badArg("position %d is past the reservation of %d tokens", pos, v.Capacity())
+	}
+	ref := v.table[blk]
+	if int(ref.Page) >= len(p.pages) {
+		return p.badArg("page %d is outside the pool of %d pages", ref.Page, len(p.pages))
+	}
+	slot := pos - blk*g.PageSize
+	m := &p.pages[ref.Page]
+	t := m.tag.Load()
+	st := tagState(t)
+	if p.checks.Load() {
+		// I3 fast path: one atomic load and compares; anything unusual
+		// goes to the locked slow path, which classifies it.
+		if !v.ok[blk] || tagGen(t) != ref.Gen || (st != Reserved && st != Filling && st != Sealed) ||
+			slot < int(m.sealed.Load()) {
+			if err := v.slow(blk, opWrite, slot); err != nil {
+				return err
+			}
+			t = m.tag.Load()
+			st = tagState(t)
+		}
+	}
+	w := &p.written[int(ref.Page)*g.Layers+layer]
+	n := int(w.Load())
+	if slot > n && !p.noExtent {
+		return p.violate(KindBadRange, ref.Page, true, "put of slot %d in layer %d of page %d leaves a gap after %d written slots", slot, layer, ref.Page, n)
+	}
+	base := int(ref.Page)*p.pageFloats + layer*2*g.PageSize*g.KVDim + slot*g.KVDim
+	copy(p.f32[base:base+g.KVDim], k)
+	vb := base + g.PageSize*g.KVDim
+	copy(p.f32[vb:vb+g.KVDim], val)
+	if slot >= n {
+		w.Store(int32(slot + 1))
+	}
+	if st == Reserved {
+		// Fails harmlessly if the lock holder changed the state meanwhile
+		// (a quarantine must win over this transition).
+		m.tag.CompareAndSwap(t, mkTag(tagGen(t), Filling))
+	}
+	return nil
+}
+
+// Block returns the K and V rows of block blk written in layer: n rows of
+// KVDim each, aliasing the pool until the sequence's next Put or release.
+// A block with no written slot in this layer is an unwritten read (I4).
+func (v *View) Block(layer, blk int) (k, val []float32, n int, err error) {
+	p := v.p
+	g := &p.geo
+	if uint(layer) >= uint(g.Layers) || blk < 0 || blk >= len(v.table) {
+		return nil, nil, 0, p.badArg("block %d of layer %d is outside the table of %d blocks and %d layers", blk, layer, len(v.table), g.Layers)
+	}
+	ref := v.table[blk]
+	if int(ref.Page) >= len(p.pages) {
+		return nil, nil, 0, p.badArg("page %d is outside the pool of %d pages", ref.Page, len(p.pages))
+	}
+	m := &p.pages[ref.Page]
+	if p.checks.Load() {
+		t := m.tag.Load()
+		if st := tagState(t); !v.ok[blk] || tagGen(t) != ref.Gen || (st != Reserved && st != Filling && st != Sealed) {
+			if err := v.slow(blk, opRead, 0); err != nil {
+				return nil, nil, 0, err
+			}
+		}
+	}
+	if p.noExtent {
+		n = g.PageSize // Unsafe.NoExtentCheck: the incident's read of every slot
+	} else {
+		n = int(p.written[int(ref.Page)*g.Layers+layer].Load())
+		if n == 0 {
+			return nil, nil, 0, p.violate(KindUnwrittenRead, ref.Page, true,
+				"block %d of layer %d has no written slot", blk, layer)
+		}
+	}
+	base := int(ref.Page)*p.pageFloats + layer*2*g.PageSize*g.KVDim
+	end := base + n*g.KVDim
+	vb := base + g.PageSize*g.KVDim
+	ve := vb + n*g.KVDim
+	return p.f32[base:end:end], p.f32[vb:ve:ve], n, nil
+}
+
+// slow is the locked check of a table entry: owner, generation, liveness,
+// seal (I3) and, for a sealed page under --kv-verify, its digest.
+func (v *View) slow(blk int, o op, slot int) error {
+	p := v.p
+	ref := v.table[blk]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed
+	}
+	if vio := p.checkLocked(v.owner, ref, o); vio != nil {
+		return vio
+	}
+	m := &p.pages[ref.Page]
+	if o == opWrite && slot < int(m.sealed.Load()) {
+		return p.violateLocked(KindSealedWrite, ref.Page, true, "write of slot %d of page %d, sealed up to slot %d", slot, ref.Page, m.sealed.Load())
+	}
+	if !v.ok[blk] && tagState(m.tag.Load()) == Sealed && p.shouldVerifyLocked() {
+		if p.pageDigest(ref.Page, int(m.sealed.Load())) != m.digest {
+			return p.violateLocked(KindDigestMismatch, ref.Page, true, "sealed page %d no longer matches its seal digest", ref.Page)
+		}
+	}
+	v.ok[blk] = true
+	return nil
+}
+
+func (p *Pool) shouldVerifyLocked() bool {
+	switch p.cfg.Verify {
+	case VerifyAlways:
+		return true
+	case VerifySample:
+		p.verifyTick++
+		return p.verifyTick%VerifySampleEvery == 1
+	}
+	return false
+}
+
+func (p *Pool) violate(k Kind, pg uint32, quarantine bool, format string, args ...any) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.violateLocked(k, pg, quarantine, format, args...)
+}
+
+// badArg is a caller error that names no page to quarantine: counted as
+// bad_range (I8) and refused.
+func (p *Pool) badArg(format string, args ...any) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.countLocked(KindBadRange)
+	return &Violation{Kind: KindBadRange, Msg: fmt.Sprintf(format, args...)}
+}

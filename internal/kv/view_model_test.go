@@ -1,0 +1,9 @@
+package kv_test
+
+import (
+	"sluice/internal/kv"
+	"sluice/internal/model"
+)
+
+// The forward pass reads KV only through model.KV; the pool's View is it.
+var _ model.KV = (*kv.View)(nil)
