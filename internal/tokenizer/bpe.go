@@ -1,0 +1,154 @@
+package tokenizer
+
+import "unicode/utf8"
+
+// Byte-level BPE as llama.cpp's llm_tokenizer_bpe (and Hugging Face's BPE
+// model): each pre-tokenized word becomes one symbol per byte (its GPT-2
+// byte-level character), then the adjacent pair with the lowest merge rank
+// is merged until no pair has a rank (ties: the leftmost pair).
+//
+// Symbols carry token ids, not text: every merge's parts and result are
+// tokens (New drops merges that are not), so a merge is one map lookup on a
+// pair of ids and no strings are built.
+
+type bpeScratch struct {
+	words  [][2]int
+	ids    []int32
+	mapped []byte
+	syms   []bpeSym
+	q      heap[bpeBigram]
+}
+
+type bpeSym struct {
+	id         int32
+	prev, next int
+	dead       bool
+}
+
+type bpeBigram struct {
+	left, right int
+	rank        uint32
+	lid, rid    int32
+}
+
+func bpeLess(a, b bpeBigram) bool {
+	if a.rank != b.rank {
+		return a.rank < b.rank
+	}
+	return a.left < b.left
+}
+
+// smallWord is the length up to which the quadratic scan beats the heap.
+const smallWord = 48
+
+func (t *Tokenizer) rank(l, r int32) (rank uint32, merged int32, ok bool) {
+	v, ok := t.ranks[uint64(uint32(l))<<32|uint64(uint32(r))]
+	return uint32(v >> 32), int32(uint32(v)), ok
+}
+
+func (t *Tokenizer) encodeBPE(text string, lo, hi int, out []int32, sc *bpeScratch) []int32 {
+	sc.words = t.pre.split(text, lo, hi, sc.words[:0])
+	for _, w := range sc.words {
+		word := text[w[0]:w[1]]
+		if t.ignoreMerges {
+			sc.mapped = sc.mapped[:0]
+			for k := 0; k < len(word); k++ {
+				sc.mapped = utf8.AppendRune(sc.mapped, byteToRune[word[k]])
+			}
+			if id, ok := t.toID[string(sc.mapped)]; ok {
+				out = append(out, id)
+				continue
+			}
+		}
+		if len(word) <= smallWord {
+			out = t.mergeSmall(word, out, sc)
+		} else {
+			out = t.mergeHeap(word, out, sc)
+		}
+	}
+	return out
+}
+
+// mergeSmall finds the best pair by scanning: for short words this is
+// faster than a heap and gives the same order (lowest rank, then leftmost).
+func (t *Tokenizer) mergeSmall(word string, out []int32, sc *bpeScratch) []int32 {
+	ids := sc.ids[:0]
+	for k := 0; k < len(word); k++ {
+		ids = append(ids, t.byteTok[word[k]])
+	}
+	for len(ids) > 1 {
+		best, bestRank, bestID := -1, uint32(0), int32(0)
+		for k := 0; k+1 < len(ids); k++ {
+			if ids[k] < 0 || ids[k+1] < 0 {
+				continue
+			}
+			if r, m, ok := t.rank(ids[k], ids[k+1]); ok && (best < 0 || r < bestRank) {
+				best, bestRank, bestID = k, r, m
+			}
+		}
+		if best < 0 {
+			break
+		}
+		ids[best] = bestID
+		ids = append(ids[:best+1], ids[best+2:]...)
+	}
+	for _, id := range ids {
+		if id >= 0 { // a byte missing from the vocabulary: llama.cpp drops it too
+			out = append(out, id)
+		}
+	}
+	sc.ids = ids
+	return out
+}
+
+// mergeHeap is llama.cpp's priority-queue merge, used for long words (runs
+// of spaces, long numbers in some vocabularies, unbroken scripts).
+func (t *Tokenizer) mergeHeap(word string, out []int32, sc *bpeScratch) []int32 {
+	syms := sc.syms[:0]
+	for k := 0; k < len(word); k++ {
+		next := k + 1
+		if next == len(word) {
+			next = -1
+		}
+		syms = append(syms, bpeSym{id: t.byteTok[word[k]], prev: k - 1, next: next})
+	}
+	q := &sc.q
+	q.items = q.items[:0]
+	q.less = bpeLess
+	add := func(l, r int) {
+		if l < 0 || r < 0 || syms[l].id < 0 || syms[r].id < 0 {
+			return
+		}
+		if rk, _, ok := t.rank(syms[l].id, syms[r].id); ok {
+			q.push(bpeBigram{left: l, right: r, rank: rk, lid: syms[l].id, rid: syms[r].id})
+		}
+	}
+	for k := 1; k < len(syms); k++ {
+		add(k-1, k)
+	}
+	for q.len() > 0 {
+		b := q.pop()
+		l, r := &syms[b.left], &syms[b.right]
+		// Stale if either side has been merged since (llama.cpp compares
+		// the texts; ids are the same thing here).
+		if l.dead || r.dead || l.id != b.lid || r.id != b.rid {
+			continue
+		}
+		_, merged, _ := t.rank(b.lid, b.rid)
+		l.id = merged
+		r.dead = true
+		l.next = r.next
+		if r.next >= 0 {
+			syms[r.next].prev = b.left
+		}
+		add(l.prev, b.left)
+		add(b.left, l.next)
+	}
+	for k := 0; k != -1; k = syms[k].next {
+		if syms[k].id >= 0 {
+			out = append(out, syms[k].id)
+		}
+	}
+	sc.syms = syms
+	return out
+}
