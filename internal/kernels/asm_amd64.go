@@ -1,0 +1,114 @@
+package kernels
+
+import "unsafe"
+
+// Assembly entry points (asm_amd64.s). Pointers must be valid for the
+// lengths given; the Go wrappers below check lengths.
+
+//go:noescape
+func rowsF32AVX2(out, w, x *float32, nRows, n int)
+
+//go:noescape
+func rowsF32AVX512(out, w, x *float32, nRows, n int)
+
+//go:noescape
+func rowsF16AVX2(out *float32, w, x *byte, nRows, n int)
+
+//go:noescape
+func rowsF16AVX512(out *float32, w, x *byte, nRows, n int)
+
+//go:noescape
+func rowsQ8_0AVX2(out *float32, w, x *byte, nRows, nb int)
+
+//go:noescape
+func rowsQ8_0AVX512(out *float32, w, x *byte, nRows, nb int)
+
+//go:noescape
+func axpyAVX2(y *float32, a float32, x *float32, n int)
+
+//go:noescape
+func scaleAVX2(x *float32, a float32, n int)
+
+func dotF32Asm(a, b []float32) float32 {
+	var r float32
+	if CurrentPath() == AVX512 {
+		rowsF32AVX512(&r, &a[0], &b[0], 1, len(a))
+	} else {
+		rowsF32AVX2(&r, &a[0], &b[0], 1, len(a))
+	}
+	return r
+}
+
+func axpyAsm(y []float32, a float32, x []float32) {
+	n := len(y) &^ 7
+	axpyAVX2(&y[0], a, &x[0], n)
+	for i := n; i < len(y); i++ {
+		y[i] += float32(a * x[i])
+	}
+}
+
+func scaleAsm(x []float32, a float32) {
+	n := len(x) &^ 7
+	scaleAVX2(&x[0], a, n)
+	for i := n; i < len(x); i++ {
+		x[i] *= a
+	}
+}
+
+func f32RowsAsm(avx512 bool) func(out []float32, w []byte, act actBuf, t int) {
+	return func(out []float32, w []byte, act actBuf, t int) {
+		n := act.stride
+		x := act.f32[t*n : (t+1)*n]
+		if len(w) < 4*n*len(out) {
+			panic("kernels: short weight tile")
+		}
+		wp := (*float32)(unsafe.Pointer(&w[0]))
+		if avx512 {
+			rowsF32AVX512(&out[0], wp, &x[0], len(out), n)
+		} else {
+			rowsF32AVX2(&out[0], wp, &x[0], len(out), n)
+		}
+	}
+}
+
+func f16RowsAsm(avx512 bool) func(out []float32, w []byte, act actBuf, t int) {
+	return func(out []float32, w []byte, act actBuf, t int) {
+		x := act.row(t)
+		n := len(x) / 2
+		if len(w) < 2*n*len(out) {
+			panic("kernels: short weight tile")
+		}
+		if avx512 {
+			rowsF16AVX512(&out[0], &w[0], &x[0], len(out), n)
+		} else if n%16 != 0 {
+			// The AVX2 kernel has no masked tail; rows of such widths are rare.
+			f16RowsGeneric(out, w, act, t)
+		} else {
+			rowsF16AVX2(&out[0], &w[0], &x[0], len(out), n)
+		}
+	}
+}
+
+func q8_0RowsAsm(avx512 bool) func(out []float32, w []byte, act actBuf, t int) {
+	return func(out []float32, w []byte, act actBuf, t int) {
+		x := act.row(t)
+		nb := len(x) / 34
+		if len(w) < 34*nb*len(out) {
+			panic("kernels: short weight tile")
+		}
+		if avx512 {
+			rowsQ8_0AVX512(&out[0], &w[0], &x[0], len(out), nb)
+		} else {
+			rowsQ8_0AVX2(&out[0], &w[0], &x[0], len(out), nb)
+		}
+	}
+}
+
+func init() {
+	f32Kernels[AVX2].rows = f32RowsAsm(false)
+	f32Kernels[AVX512].rows = f32RowsAsm(true)
+	f16Kernels[AVX2].rows = f16RowsAsm(false)
+	f16Kernels[AVX512].rows = f16RowsAsm(true)
+	q8_0Kernels[AVX2].rows = q8_0RowsAsm(false)
+	q8_0Kernels[AVX512].rows = q8_0RowsAsm(true)
+}

@@ -1,0 +1,17 @@
+//go:build !amd64
+
+package kernels
+
+func dotF32Asm(a, b []float32) float32 { return dotF32Generic(a, b) }
+
+func axpyAsm(y []float32, a float32, x []float32) {
+	for i := range y {
+		y[i] += float32(a * x[i])
+	}
+}
+
+func scaleAsm(x []float32, a float32) {
+	for i := range x {
+		x[i] *= a
+	}
+}

@@ -1,0 +1,8 @@
+//go:build !amd64
+
+package kernels
+
+const (
+	hasAVX2   = false
+	hasAVX512 = false
+)

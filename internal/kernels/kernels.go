@@ -1,0 +1,170 @@
+// Package kernels holds sluice's compute kernels: matrix-vector and
+// matrix-matrix products over GGML-typed weights, and the small float32
+// vector operations of the forward pass.
+//
+// # Batch invariance
+//
+// Every output element is computed with one fixed reduction order that does
+// not depend on the number of tokens in the call, the thread count, or which
+// rows share a work chunk: work is split across rows and tokens, never inside
+// one dot product. The order is also the same on every code path (Generic,
+// AVX2, AVX512), so results are bitwise identical across paths and machines.
+// The canonical orders, which the assembly reproduces exactly:
+//
+//   - F32: 16 lanes; lane j accumulates a[i]*b[i] for i ≡ j (mod 16) in
+//     increasing i, each product rounded to float32 before it is added (no
+//     FMA: a fused product would round differently from the generic path).
+//     Lanes missing at the tail add +0. Then a fixed tree: lane j += lane
+//     j+8, j+4, j+2, j+1.
+//   - F16, BF16: as F32 over the widened values. Activations are rounded to
+//     F16 (BF16) first, as ggml does, so products of two 11-bit (8-bit)
+//     mantissas are exact in float32 and FMA equals multiply-then-add.
+//   - Q8_0, Q4_0: the activation row is quantized to Q8_0 once per token
+//     (quant.QuantizeRowQ8_0, ggml's x86 rounding). Per 32-element block b
+//     and lane l in 0..7, the integer sum s of the 4 products of elements
+//     4l..4l+3 is exact; lane l += float32(s) * (dw_b*dx_b). Then the tree
+//     lane l += lane l+4, l+2, l+1.
+//   - Q4_K, Q6_K: the activation row is quantized to Q8_K
+//     (quant.QuantizeRowQ8_K). Per 256-element super-block the scaled
+//     integer sums are exact; one float32 term per super-block is added to a
+//     single accumulator in increasing order.
+//
+// Integer sums are exact whatever order SIMD lanes use, which is what lets
+// the quantized kernels vectorize freely inside a block.
+package kernels
+
+import (
+	"fmt"
+	"sync"
+
+	"sluice/internal/quant"
+)
+
+// Matrix is a weight tensor in ggml layout: Rows rows of Cols elements, each
+// row stored as Cols/BlockSize consecutive blocks of Type.
+type Matrix struct {
+	Type       quant.Type
+	Rows, Cols int
+	Data       []byte
+}
+
+// ErrorCode is a stable machine-readable error class.
+type ErrorCode string
+
+const (
+	// ErrUnsupportedType: the kernels have no dot product for this type.
+	ErrUnsupportedType ErrorCode = "kernels_unsupported_type"
+	// ErrShape: a matrix's data size or column count does not fit its type.
+	ErrShape ErrorCode = "kernels_bad_shape"
+)
+
+// Error is the error type of this package.
+type Error struct {
+	Code ErrorCode
+	Msg  string
+}
+
+func (e *Error) Error() string { return "kernels: " + e.Msg }
+
+// Supported reports whether MatMul accepts weights of type t.
+func Supported(t quant.Type) bool {
+	switch t {
+	case quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K:
+		return true
+	}
+	return false
+}
+
+// Check reports whether m can be used with MatMul: a supported type, Cols a
+// whole number of blocks, and Data exactly Rows rows long. Model loaders call
+// it once so that MatMul's panics stay programming errors.
+func (m *Matrix) Check() error {
+	if !Supported(m.Type) {
+		return &Error{ErrUnsupportedType, fmt.Sprintf("no matmul kernel for tensor type %s", m.Type)}
+	}
+	if m.Rows < 0 || m.Cols <= 0 {
+		return &Error{ErrShape, fmt.Sprintf("matrix shape %dx%d is invalid", m.Rows, m.Cols)}
+	}
+	rb, err := m.Type.RowBytes(m.Cols)
+	if err != nil {
+		return &Error{ErrShape, err.Error()}
+	}
+	if len(m.Data) != rb*m.Rows {
+		return &Error{ErrShape, fmt.Sprintf("%s matrix %dx%d needs %d bytes, has %d", m.Type, m.Rows, m.Cols, rb*m.Rows, len(m.Data))}
+	}
+	return nil
+}
+
+// rowTile is how many weight rows one inner step sweeps over all tokens:
+// small enough that the tile stays in L1/L2 while every token reuses it.
+const rowTile = 16
+
+// MatMul computes out[t*w.Rows + r] = dot(row r of w, x[t*w.Cols:(t+1)*w.Cols])
+// for t in [0, nTok). Work is split across rows only, so every element has
+// the canonical reduction order of its type (see the package doc) whatever
+// nTok and the thread count. par may be nil (one thread). It panics when the
+// shapes do not fit (call Matrix.Check when loading).
+func MatMul(par *Parallel, out []float32, w *Matrix, x []float32, nTok int) {
+	if nTok <= 0 || w.Rows == 0 {
+		return
+	}
+	if len(out) < nTok*w.Rows || len(x) < nTok*w.Cols {
+		panic(fmt.Sprintf("kernels.MatMul: %dx%d matrix, %d tokens: out has %d, x has %d elements", w.Rows, w.Cols, nTok, len(out), len(x)))
+	}
+	if err := w.Check(); err != nil {
+		panic(err.Error())
+	}
+	k := kernelFor(w.Type)
+	act := k.prepare(x[:nTok*w.Cols], nTok, w.Cols)
+	defer act.release()
+	rowBytes := len(w.Data) / w.Rows
+	run := func(lo, hi int) {
+		for r0 := lo; r0 < hi; r0 += rowTile {
+			r1 := min(r0+rowTile, hi)
+			wt := w.Data[r0*rowBytes : r1*rowBytes]
+			for t := 0; t < nTok; t++ {
+				k.rows(out[t*w.Rows+r0:t*w.Rows+r1], wt, act, t)
+			}
+		}
+	}
+	// Batch invariance (DESIGN.md "Determinism"): splitting only at row
+	// boundaries keeps each dot product whole on one goroutine.
+	par.For(w.Rows, run)
+}
+
+// actBuf is one call's activations converted to what the weight type's dot
+// product consumes (F16 halves, Q8_0 or Q8_K blocks), one row per token.
+type actBuf struct {
+	f32    []float32 // F32 weights: the caller's x, not copied
+	bytes  []byte    // converted rows, rowBytes each
+	stride int       // bytes per token row in bytes
+	pooled *[]byte
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1<<16); return &b }}
+
+func (a *actBuf) release() {
+	if a.pooled != nil {
+		*a.pooled = a.bytes[:0]
+		bufPool.Put(a.pooled)
+		a.pooled = nil
+	}
+}
+
+func newActBytes(n int) actBuf {
+	p := bufPool.Get().(*[]byte)
+	if cap(*p) < n {
+		*p = make([]byte, n)
+	}
+	return actBuf{bytes: (*p)[:n], pooled: p}
+}
+
+// typeKernel is one weight type's MatMul implementation on the current path.
+type typeKernel struct {
+	// prepare converts nTok rows of cols activations once per call, so every
+	// weight row reuses them (as ggml does).
+	prepare func(x []float32, nTok, cols int) actBuf
+	// rows computes out[i] = dot(weight row i of w, activation row t), for
+	// len(out) consecutive rows stored back to back in w.
+	rows func(out []float32, w []byte, act actBuf, t int)
+}
