@@ -1,0 +1,117 @@
+package router
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// EngineStats is a snapshot of what the workers count, read at each scrape.
+// The command that wires the roles fills it from the engine, pool and
+// handoff Stats(); the router only exports it.
+type EngineStats struct {
+	// Pools is every KV pool by role ("prefill", "decode", "colocated").
+	Pools []PoolStats
+	// Violations counts integrity violations by kind (kv.Kind), all roles.
+	Violations map[string]uint64
+	// HandoffBytes is page bytes transferred by completed and failed handoffs.
+	HandoffBytes uint64
+	// Handoffs and HandoffSeconds give the mean handoff latency.
+	Handoffs       uint64
+	HandoffSeconds float64
+	// LateWritesDropped counts page writes refused because their page had
+	// moved on to another generation (I6 fencing at work).
+	LateWritesDropped uint64
+}
+
+// PoolStats is one pool's pages by state ("free", "reserved", "filling",
+// "sealed", "quarantined").
+type PoolStats struct {
+	Role  string
+	Pages map[string]int
+}
+
+type metrics struct {
+	requests         *prometheus.CounterVec
+	ttft             prometheus.Histogram
+	itl              prometheus.Histogram
+	promptTokens     *prometheus.CounterVec
+	completionTokens *prometheus.CounterVec
+	inflight         prometheus.Gauge
+}
+
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+func newMetrics(reg *prometheus.Registry, stats func() EngineStats) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_requests_total", Help: "HTTP requests by route, status and error code (empty when successful).",
+		}, []string{"route", "status", "code"}),
+		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_time_to_first_token_seconds", Help: "Time from request arrival to the first generated token.", Buckets: latencyBuckets,
+		}),
+		itl: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_inter_token_latency_seconds", Help: "Time between consecutive generated tokens of one request.", Buckets: latencyBuckets,
+		}),
+		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_prompt_tokens_total", Help: "Prompt tokens prefilled, as the engine accounted them (I9), by tenant.",
+		}, []string{"tenant"}),
+		completionTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_completion_tokens_total", Help: "Generated tokens by tenant.",
+		}, []string{"tenant"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_requests_in_flight", Help: "Generation requests being served.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.itl, m.promptTokens, m.completionTokens, m.inflight} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	if stats != nil {
+		if err := reg.Register(&statsCollector{stats: stats}); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) handler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}
+
+var (
+	descPages      = prometheus.NewDesc("sluice_kv_pages", "KV pool pages by role and state.", []string{"role", "state"}, nil)
+	descViolations = prometheus.NewDesc("sluice_integrity_violations_total", "KV integrity violations by kind (I8).", []string{"kind"}, nil)
+	descHBytes     = prometheus.NewDesc("sluice_handoff_bytes_total", "KV page bytes moved by handoffs.", nil, nil)
+	descHLatency   = prometheus.NewDesc("sluice_handoff_seconds", "Handoff latency from reservation to verified commit.", nil, nil)
+	descLate       = prometheus.NewDesc("sluice_late_writes_dropped_total", "Page writes dropped because the page had moved to a new generation (I6).", nil, nil)
+)
+
+// statsCollector turns an EngineStats snapshot into metrics at scrape time,
+// so the counts are the workers' own, never a copy that can drift.
+type statsCollector struct{ stats func() EngineStats }
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descPages
+	ch <- descViolations
+	ch <- descHBytes
+	ch <- descHLatency
+	ch <- descLate
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.stats()
+	for _, p := range st.Pools {
+		for state, n := range p.Pages {
+			ch <- prometheus.MustNewConstMetric(descPages, prometheus.GaugeValue, float64(n), p.Role, state)
+		}
+	}
+	for kind, n := range st.Violations {
+		ch <- prometheus.MustNewConstMetric(descViolations, prometheus.CounterValue, float64(n), kind)
+	}
+	ch <- prometheus.MustNewConstMetric(descHBytes, prometheus.CounterValue, float64(st.HandoffBytes))
+	ch <- prometheus.MustNewConstSummary(descHLatency, st.Handoffs, st.HandoffSeconds, nil)
+	ch <- prometheus.MustNewConstMetric(descLate, prometheus.CounterValue, float64(st.LateWritesDropped))
+}
