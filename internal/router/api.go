@@ -14,8 +14,8 @@ import (
 // completionRequest is POST /v1/completions. Polymorphic fields stay raw
 // until validated so a type error names its parameter.
 type completionRequest struct {
-	Model         string          `json:"model"`
-	Prompt        json.RawMessage `json:"prompt"`
+	Model  string          `json:"model"`
+	Prompt json.RawMessage `json:"prompt"`
 	commonParams
 }
 
