@@ -1,0 +1,337 @@
+package engine
+
+import (
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"sluice/internal/kv"
+	"sluice/internal/model"
+	"sluice/internal/sample"
+)
+
+// outcome is one item a sequence emits: a token, or the terminal item.
+type outcome struct {
+	token      int32
+	done       bool
+	finish     string // "stop", "length", "cancelled"
+	err        *Error
+	prompt     int
+	completion int
+}
+
+// seq is one sequence inside the continuous-batching scheduler. Only the
+// scheduler goroutine touches its fields after join, except cancel.
+type seq struct {
+	owner kv.Owner
+	table []kv.PageRef
+	view  model.KV
+
+	prompt  []int32 // prompt tokens still to be run here (colocated prefill)
+	fed     int     // positions whose K/V is written: the next position
+	next    int32   // last emitted token, fed at the next step
+	decoded bool    // next is valid: the sequence is in its decode phase
+
+	promptTokens int // for usage (I9)
+	generated    int
+	maxTokens    int
+	ignoreEOS    bool
+	samp         *sample.Sampler
+
+	// emit must not block: the scheduler serves every sequence from one
+	// goroutine, and a slow client must not stall the others.
+	emit func(outcome)
+	// ended runs once, after the terminal item and the page release.
+	ended func()
+	// handover, when set, takes the pages of a sequence that ended well
+	// instead of releasing them: the prefill worker transfers them next.
+	handover func(table []kv.PageRef)
+	// first is a token generated elsewhere (the prefill worker's first
+	// token, carried by the commit); it is emitted when the sequence joins.
+	first    int32
+	hasFirst bool
+
+	cancel atomic.Bool
+	// aborted turns a cancel into a failure: the handoff was aborted by a
+	// peer after decoding started.
+	aborted atomic.Bool
+}
+
+// scheduler is the continuous-batching loop shared by the decode worker and
+// the colocated engine: one goroutine; every step runs ONE Forward over all
+// active sequences (prefill chunks and single decode tokens mixed);
+// sequences join and leave between steps.
+type scheduler struct {
+	cfg  Config
+	pool pagePool
+	fwd  Forwarder
+
+	mu      sync.Mutex
+	joining []*seq
+	closed  bool
+	wake    chan struct{}
+	quit    chan struct{}
+	stopped chan struct{}
+
+	active []*seq
+
+	steps   atomic.Int64 // forward steps run (tests check batching happened)
+	maxSeqs atomic.Int64 // most sequences seen in one step
+}
+
+func newScheduler(cfg Config, pool pagePool) *scheduler {
+	s := &scheduler{
+		cfg:     cfg,
+		pool:    pool,
+		fwd:     cfg.Model.NewForwarder(cfg.Threads),
+		wake:    make(chan struct{}, 1),
+		quit:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go s.loop()
+	return s
+}
+
+// add hands a sequence to the loop; it starts at the next step. It fails
+// (and ends the sequence) when the scheduler is shutting down.
+func (s *scheduler) add(q *seq) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.finish(q, outcome{err: errf(CodeShutdown, http.StatusServiceUnavailable, nil, "the engine is shutting down")})
+		return
+	}
+	s.joining = append(s.joining, q)
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop ends every active sequence with a shutdown error, releases their
+// pages and returns when the loop has exited.
+func (s *scheduler) stop() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.quit)
+	}
+	s.mu.Unlock()
+	<-s.stopped
+}
+
+func (s *scheduler) loop() {
+	defer close(s.stopped)
+	for {
+		s.mu.Lock()
+		joined := len(s.active)
+		s.active = append(s.active, s.joining...)
+		s.joining = s.joining[:0]
+		s.mu.Unlock()
+		for _, q := range s.active[joined:] {
+			if q.hasFirst {
+				// Emitted before the cancel check below: a cancel recorded
+				// during the transfer still lets decode reach its first
+				// token (I10).
+				q.hasFirst = false
+				s.emitToken(q, q.first)
+			}
+		}
+
+		select {
+		case <-s.quit:
+			s.mu.Lock()
+			s.active = append(s.active, s.joining...)
+			s.joining = nil
+			s.mu.Unlock()
+			for _, q := range s.active {
+				s.finish(q, outcome{err: errf(CodeShutdown, http.StatusServiceUnavailable, nil, "the engine shut down before the request finished")})
+			}
+			s.active = nil
+			return
+		default:
+		}
+
+		// Cancels take effect between steps, never inside one.
+		live := s.active[:0]
+		for _, q := range s.active {
+			if q.emit == nil {
+				continue
+			}
+			if q.cancel.Load() {
+				if q.aborted.Load() {
+					s.finish(q, outcome{err: errf(CodeHandoff, http.StatusBadGateway, nil, "the handoff was aborted while decoding")})
+				} else {
+					s.finish(q, outcome{done: true, finish: "cancelled"})
+				}
+				continue
+			}
+			live = append(live, q)
+		}
+		clear(s.active[len(live):])
+		s.active = live
+
+		if len(s.active) == 0 {
+			select {
+			case <-s.wake:
+			case <-s.quit:
+			}
+			continue
+		}
+		s.step()
+	}
+}
+
+// step runs one forward pass over the active sequences.
+func (s *scheduler) step() {
+	budget := s.cfg.StepTokens
+	var steps []Step
+	var members []*seq
+	var sizes []int
+	// Decode tokens first: they are one token each and keep latency flat;
+	// prefill chunks take what is left of the step's token budget.
+	for pass := 0; pass < 2; pass++ {
+		for _, q := range s.active {
+			if q.decoded != (pass == 0) {
+				continue
+			}
+			var toks []int32
+			if q.decoded {
+				toks = []int32{q.next}
+			} else {
+				n := min(len(q.prompt), s.cfg.ChunkTokens, budget)
+				if n <= 0 {
+					continue
+				}
+				toks = q.prompt[:n]
+			}
+			if err := s.grow(q, q.fed+len(toks)); err != nil {
+				s.fail(q, err)
+				continue
+			}
+			budget -= len(toks)
+			steps = append(steps, Step{Tokens: toks, Pos: q.fed, KV: q.view})
+			members = append(members, q)
+			sizes = append(sizes, len(toks))
+		}
+	}
+	if len(steps) > 0 {
+		s.steps.Add(1)
+		if n := int64(len(steps)); n > s.maxSeqs.Load() {
+			s.maxSeqs.Store(n)
+		}
+		res := s.fwd.Forward(steps)
+		for i, q := range members {
+			s.advance(q, sizes[i], res[i])
+		}
+	}
+	live := s.active[:0]
+	for _, q := range s.active {
+		if q.emit != nil {
+			live = append(live, q)
+		}
+	}
+	clear(s.active[len(live):])
+	s.active = live
+}
+
+// grow makes the page table cover positions [0, need). Pool exhaustion
+// fails this sequence with a clear error: never a hang, never a wait for
+// another request's pages.
+func (s *scheduler) grow(q *seq, need int) error {
+	pages := kv.PagesFor(need, s.cfg.PageSize)
+	if pages <= len(q.table) && q.view != nil {
+		return nil
+	}
+	if pages > len(q.table) {
+		more, err := s.pool.Extend(q.owner, q.table, pages-len(q.table))
+		if err != nil {
+			if errors.Is(err, kv.ErrNoCapacity) {
+				return errf(CodeKVCapacity, http.StatusServiceUnavailable, err,
+					"the KV cache ran out of pages while generating (needed %d tokens); retry later or lower max_tokens", need)
+			}
+			return err
+		}
+		q.table = more
+	}
+	q.view = s.pool.View(q.owner, q.table)
+	return nil
+}
+
+// advance applies one forward result to its sequence.
+func (s *scheduler) advance(q *seq, n int, r StepResult) {
+	if r.Err != nil {
+		s.fail(q, r.Err)
+		return
+	}
+	q.fed += n
+	if !q.decoded {
+		q.prompt = q.prompt[n:]
+		if len(q.prompt) > 0 {
+			return
+		}
+	}
+	tok, err := q.samp.Sample(r.Logits)
+	if err != nil {
+		s.fail(q, errf(CodeInternal, http.StatusInternalServerError, err, "sampling failed"))
+		return
+	}
+	s.emitToken(q, tok)
+}
+
+// emitToken sends a generated token and ends the sequence when it is the
+// last one (end of generation or max tokens).
+func (s *scheduler) emitToken(q *seq, tok int32) {
+	q.generated++
+	q.emit(outcome{token: tok})
+	switch {
+	case !q.ignoreEOS && s.cfg.Model.EOG(tok):
+		s.finish(q, outcome{done: true, finish: "stop"})
+	case q.generated >= q.maxTokens:
+		s.finish(q, outcome{done: true, finish: "length"})
+	default:
+		q.next = tok
+		q.decoded = true
+	}
+}
+
+func (s *scheduler) fail(q *seq, err error) {
+	s.finish(q, outcome{err: asEngineError(err, CodeInternal, http.StatusInternalServerError, "decoding")})
+}
+
+// finish releases the sequence's pages by the normal path (scrub, I7) and
+// emits its terminal item. Pages that failed a check were already
+// quarantined by the pool (I8); releasing the rest must not hide that.
+func (s *scheduler) finish(q *seq, o outcome) {
+	if q.emit == nil {
+		return
+	}
+	if q.handover != nil && o.done && o.finish != "cancelled" {
+		q.handover(q.table)
+	} else if len(q.table) > 0 {
+		releasePages(s.pool, q.owner, q.table)
+	}
+	q.table = nil
+	q.view = nil
+	o.prompt = q.promptTokens
+	o.completion = q.generated
+	emit := q.emit
+	q.emit = nil
+	emit(o)
+	if q.ended != nil {
+		q.ended()
+	}
+}
+
+// releasePages gives a sequence's pages back. A page the pool already
+// quarantined after a violation refuses the release; that is expected and
+// the pool has counted it, so the error is not the request's outcome.
+func releasePages(p pagePool, o kv.Owner, refs []kv.PageRef) {
+	_ = p.Release(o, refs)
+}

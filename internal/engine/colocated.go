@@ -1,0 +1,227 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"sluice/internal/kv"
+	"sluice/internal/sample"
+)
+
+// Colocated runs prefill and decode in one scheduler with no transfer:
+// prompt chunks and decode tokens share forward steps. It is the reference
+// path of the determinism oracle: for greedy decoding the disaggregated
+// engine must produce exactly its tokens.
+type Colocated struct {
+	cfg   Config
+	pool  pagePool
+	sched *scheduler
+	ctx   int
+	slots chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+	flight sync.WaitGroup
+}
+
+var _ Engine = (*Colocated)(nil)
+
+// NewColocated builds a colocated engine with its own KV pool. It refuses a
+// configured context larger than the pool (I2).
+func NewColocated(cfg Config) (*Colocated, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate("colocated"); err != nil {
+		return nil, err
+	}
+	pool, err := cfg.newPool()
+	if err != nil {
+		return nil, err
+	}
+	return &Colocated{
+		cfg:   cfg,
+		pool:  pool,
+		sched: newScheduler(cfg, pool),
+		ctx:   cfg.configuredContext(),
+		slots: make(chan struct{}, cfg.MaxConcurrency),
+	}, nil
+}
+
+// Pool is the engine's KV pool, for metrics and for tests that check it is
+// drained.
+func (c *Colocated) Pool() *kv.Pool { return rawPool(c.pool) }
+
+// Info implements Engine.
+func (c *Colocated) Info() Info {
+	return Info{Model: c.cfg.Model.Name(), Context: c.ctx, Vocab: c.cfg.Model.Vocab()}
+}
+
+// Submit implements Engine.
+func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
+	if err := checkRequest(r, c.ctx, c.cfg.Model.Vocab(), c.cfg.Unsafe.NoAdmission); err != nil {
+		return nil, err
+	}
+	release, err := c.admit()
+	if err != nil {
+		return nil, err
+	}
+	owner := kv.Owner{Tenant: r.Tenant, ID: newID()}
+	table, err := c.pool.Reserve(owner, kv.PagesFor(len(r.Prompt), c.cfg.PageSize))
+	if err != nil {
+		release()
+		return nil, asEngineError(err, CodeOverloaded, http.StatusServiceUnavailable, "reserving KV pages")
+	}
+	st := newStream(r.MaxTokens)
+	q := &seq{
+		owner:        owner,
+		table:        table,
+		prompt:       r.Prompt,
+		promptTokens: len(r.Prompt),
+		maxTokens:    r.MaxTokens,
+		ignoreEOS:    r.IgnoreEOS,
+		samp:         sample.New(r.Sampling),
+		emit:         st.push,
+		ended:        release,
+	}
+	st.cancelFn = func() {
+		q.cancel.Store(true)
+		c.sched.poke()
+	}
+	stopWatch := context.AfterFunc(ctx, st.Cancel)
+	st.onClose = func() { stopWatch() }
+	c.sched.add(q)
+	return st, nil
+}
+
+// admit takes a concurrency slot or refuses at once: a bounded engine says
+// "overloaded" rather than queueing without bound.
+func (c *Colocated) admit() (func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errf(CodeShutdown, http.StatusServiceUnavailable, nil, "the engine is shutting down")
+	}
+	select {
+	case c.slots <- struct{}{}:
+	default:
+		return nil, errf(CodeOverloaded, http.StatusTooManyRequests, nil,
+			"the engine is at its concurrency limit (%d requests); retry later", cap(c.slots))
+	}
+	c.flight.Add(1)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			<-c.slots
+			c.flight.Done()
+		})
+	}, nil
+}
+
+// Close implements Engine: refuses new requests, waits for in-flight ones
+// until ctx ends, then stops the scheduler (failing what is left).
+func (c *Colocated) Close(ctx context.Context) error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	err := waitGroup(ctx, &c.flight)
+	c.sched.stop()
+	return err
+}
+
+// checkRequest validates a request and applies admission (I1/I2): what
+// cannot fit the effective context is rejected before any page is reserved.
+func checkRequest(r *Request, ctxLen, vocab int, noAdmission bool) error {
+	if r == nil || len(r.Prompt) == 0 {
+		return errf(CodeInvalid, http.StatusBadRequest, nil, "the prompt is empty")
+	}
+	if r.MaxTokens < 1 {
+		return errf(CodeInvalid, http.StatusBadRequest, nil, "max_tokens must be at least 1 (got %d)", r.MaxTokens)
+	}
+	for i, t := range r.Prompt {
+		if t < 0 || int(t) >= vocab {
+			return errf(CodeInvalid, http.StatusBadRequest, nil, "prompt token %d at index %d is outside the vocabulary of %d", t, i, vocab)
+		}
+	}
+	if noAdmission {
+		return nil
+	}
+	// I2: prompt + max_tokens must fit the effective context.
+	if len(r.Prompt)+r.MaxTokens > ctxLen {
+		return errf(CodeContextLength, http.StatusBadRequest, nil,
+			"this model's maximum context length is %d tokens, but the request needs %d (%d prompt + %d max_tokens); shorten the prompt or lower max_tokens",
+			ctxLen, len(r.Prompt)+r.MaxTokens, len(r.Prompt), r.MaxTokens)
+	}
+	return nil
+}
+
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func newID() kv.ID {
+	var id kv.ID
+	if _, err := rand.Read(id[:]); err != nil {
+		panic("engine: crypto/rand failed: " + err.Error())
+	}
+	return id
+}
+
+// stream is an engine Stream fed by a scheduler sequence.
+type stream struct {
+	events   chan Event
+	cancelFn func()
+	onClose  func()
+	once     sync.Once
+	ended    atomic.Bool
+}
+
+func newStream(maxTokens int) *stream {
+	// Room for every token plus the terminal event: push never blocks, so a
+	// slow client never stalls the scheduler that serves everyone.
+	return &stream{events: make(chan Event, maxTokens+2)}
+}
+
+func (s *stream) Events() <-chan Event { return s.events }
+
+func (s *stream) Cancel() {
+	s.once.Do(func() {
+		if s.cancelFn != nil {
+			s.cancelFn()
+		}
+	})
+}
+
+// push converts a scheduler outcome into an event.
+func (s *stream) push(o outcome) {
+	if s.ended.Load() {
+		return
+	}
+	if !o.done && o.err == nil {
+		s.events <- Event{Token: o.token}
+		return
+	}
+	ev := Event{Usage: Usage{PromptTokens: o.prompt, CompletionTokens: o.completion}}
+	switch {
+	case o.err != nil:
+		ev.Err = o.err
+	case o.finish == "cancelled":
+		ev.Err = errf(CodeCancelled, StatusClientClosed, nil, "the request was cancelled")
+	default:
+		ev.Done, ev.Finish = true, o.finish
+	}
+	s.ended.Store(true)
+	s.events <- ev
+	close(s.events)
+	if s.onClose != nil {
+		s.onClose()
+	}
+}

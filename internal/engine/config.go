@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"sluice/internal/kv"
+)
+
+// Config configures one worker (prefill, decode) or a colocated engine.
+// The zero values of the optional fields pick the defaults noted.
+type Config struct {
+	// Model is the runtime every worker of this engine runs.
+	Model Runtime
+	// Context is the configured context length in tokens; 0 means the
+	// model's own. The effective context is the minimum of this and the
+	// pool capacity of every role (I2).
+	Context int
+	// PoolPages is the number of KV pages of this role's pool.
+	PoolPages int
+	// PageSize is token slots per page (default 16).
+	PageSize int
+	// Scrub is what released pages are overwritten with (I7).
+	Scrub kv.ScrubMode
+	// Order is the free-list discipline; tests use LIFO to force reuse.
+	Order kv.Order
+	// Lease bounds how long pages that a one-sided transport may still
+	// write stay quarantined after an abort (I6). Default 2s.
+	Lease time.Duration
+	// SharedFile backs the decode pool with a MAP_SHARED file (shm transport).
+	SharedFile string
+	// Threads per forward step (default 1).
+	Threads int
+	// ChunkTokens bounds prompt tokens per sequence per step (chunked
+	// prefill; default 64).
+	ChunkTokens int
+	// StepTokens bounds all tokens of one step (default 256).
+	StepTokens int
+	// BatchBytes bounds the page bytes of one transfer batch (default 1 MiB).
+	BatchBytes int
+	// MaxConcurrency bounds requests in flight; more are refused with
+	// "overloaded" rather than queued without bound (default 64).
+	MaxConcurrency int
+
+	// Unsafe switches safeguards off. TEST AND DEMO HOOK ONLY: the incident
+	// demo and the benchmarks use it to show each safeguard alone and to
+	// measure what the checks cost. Never set it in a server.
+	Unsafe Unsafe
+}
+
+// Unsafe lists the safeguards that can be switched off one by one. The
+// zero value keeps every safeguard on.
+type Unsafe struct {
+	NoAdmission    bool // skip the context-length admission check (I1/I2)
+	NoCountCheck   bool // commit: skip token count and page coverage (I5)
+	NoDigest       bool // commit: skip the digest comparison (I5)
+	NoOwnerCheck   bool // pool: skip owner/generation tags (I3)
+	NoExtentCheck  bool // pool: let attention read unwritten slots (I4)
+	NoScrub        bool // pool: do not scrub released pages (I7)
+	ReleaseOnAbort bool // free aborted pages at once instead of fencing (I6)
+}
+
+func (c Config) withDefaults() Config {
+	if c.PageSize <= 0 {
+		c.PageSize = 16
+	}
+	if c.Threads <= 0 {
+		c.Threads = 1
+	}
+	if c.ChunkTokens <= 0 {
+		c.ChunkTokens = 64
+	}
+	if c.StepTokens <= 0 {
+		c.StepTokens = 256
+	}
+	if c.StepTokens < c.ChunkTokens {
+		c.StepTokens = c.ChunkTokens
+	}
+	if c.BatchBytes <= 0 {
+		c.BatchBytes = 1 << 20
+	}
+	if c.MaxConcurrency <= 0 {
+		c.MaxConcurrency = 64
+	}
+	if c.Lease <= 0 {
+		c.Lease = 2 * time.Second
+	}
+	if c.Unsafe.NoScrub {
+		c.Scrub = kv.ScrubOff
+	}
+	return c
+}
+
+func (c Config) geometry() kv.Geometry {
+	return kv.Geometry{Layers: c.Model.Layers(), KVDim: c.Model.KVDim(), PageSize: c.PageSize}
+}
+
+// configuredContext is the context before pool capacity is considered.
+func (c Config) configuredContext() int {
+	ctx := c.Context
+	if ctx <= 0 {
+		ctx = c.Model.Context()
+	}
+	return ctx
+}
+
+// validate refuses a role whose configured context does not fit its pool
+// (I2): the incident's pool held 681,280 tokens behind an advertised
+// context of 1,048,576 and nothing forced them to agree.
+func (c Config) validate(role string) error {
+	if c.Model == nil {
+		return errf(CodeInvalid, 500, nil, "%s: no model configured", role)
+	}
+	if c.PoolPages <= 0 {
+		return errf(CodeInvalid, 500, nil, "%s: the KV pool needs at least one page (PoolPages=%d)", role, c.PoolPages)
+	}
+	ctx := c.configuredContext()
+	capTokens := c.PoolPages * c.PageSize
+	if ctx <= 0 {
+		return errf(CodeInvalid, 500, nil, "%s: no context length configured and the model does not declare one", role)
+	}
+	if ctx > capTokens {
+		return errf(CodeInvalid, 500, nil,
+			"%s: configured context %d tokens exceeds the KV pool capacity %d tokens (%d pages x %d); lower the context or grow the pool (I2)",
+			role, ctx, capTokens, c.PoolPages, c.PageSize)
+	}
+	return nil
+}
+
+func (c Config) newPool() (pagePool, error) {
+	p, err := kv.New(kv.Config{
+		Geometry:   c.geometry(),
+		Pages:      c.PoolPages,
+		Scrub:      c.Scrub,
+		Order:      c.Order,
+		Lease:      c.Lease,
+		SharedFile: c.SharedFile,
+		Unsafe:     kv.Unsafe{NoOwnerCheck: c.Unsafe.NoOwnerCheck, NoExtentCheck: c.Unsafe.NoExtentCheck},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: KV pool: %w", err)
+	}
+	return kvPool{p}, nil
+}

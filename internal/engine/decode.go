@@ -1,0 +1,382 @@
+package engine
+
+import (
+	"context"
+	"io"
+	"sync"
+	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/kv"
+	"sluice/internal/sample"
+)
+
+// DecodeWorker implements handoff.Decode over its own KV pool: it reserves
+// pages, applies verified writes, verifies the commit (I5), then decodes
+// every committed sequence with continuous batching.
+type DecodeWorker struct {
+	cfg   Config
+	pool  pagePool
+	sched *scheduler
+	ctx   int
+
+	// rmu serialises the protocol core, which is a pure state machine and
+	// not safe for concurrent use.
+	rmu  sync.Mutex
+	recv *handoff.Receiver
+	quit chan struct{}
+
+	mu       sync.Mutex
+	handoffs map[kv.ID]*dhandoff
+	closed   bool
+}
+
+var _ handoff.Decode = (*DecodeWorker)(nil)
+
+// dhandoff is the worker's view of one handoff beside the protocol core:
+// where its tokens go and whether the client left.
+type dhandoff struct {
+	tenant    string
+	prompt    int
+	maxTokens int
+
+	committed bool
+	owner     kv.Owner
+	table     []kv.PageRef
+	first     int32
+
+	stream    *tokenStream
+	params    handoff.StreamParams
+	cancelled bool
+	started   bool
+	q         *seq
+	failed    error
+}
+
+// NewDecodeWorker builds a decode worker with its own pool. It refuses a
+// configured context larger than its pool (I2).
+func NewDecodeWorker(cfg Config) (*DecodeWorker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate("decode"); err != nil {
+		return nil, err
+	}
+	pool, err := cfg.newPool()
+	if err != nil {
+		return nil, err
+	}
+	w := &DecodeWorker{
+		cfg:      cfg,
+		pool:     pool,
+		sched:    newScheduler(cfg, pool),
+		ctx:      cfg.configuredContext(),
+		handoffs: map[kv.ID]*dhandoff{},
+	}
+	w.recv = handoff.NewReceiver(handoff.ReceiverConfig{
+		PageSize:   cfg.PageSize,
+		OneSided:   cfg.SharedFile != "",
+		Lease:      cfg.Lease,
+		Safeguards: receiverSafeguards(cfg.Unsafe),
+	}, pool)
+	w.quit = make(chan struct{})
+	go w.ticker()
+	return w, nil
+}
+
+// Pool is the worker's KV pool (metrics, drain checks).
+func (w *DecodeWorker) Pool() *kv.Pool { return rawPool(w.pool) }
+
+// Context is the worker's effective context (I2).
+func (w *DecodeWorker) Context() int { return w.ctx }
+
+// Close stops decoding; sequences in flight fail.
+func (w *DecodeWorker) Close() {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.quit)
+	}
+	w.mu.Unlock()
+	w.sched.stop()
+}
+
+// ticker is the clock at the edge of the protocol core: quarantine leases
+// expire (I6) and tombstones of ended handoffs are forgotten.
+func (w *DecodeWorker) ticker() {
+	t := time.NewTicker(max(w.cfg.Lease/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-w.quit:
+			return
+		case now := <-t.C:
+			w.Tick(now)
+		}
+	}
+}
+
+// Tick advances the protocol clock; tests call it to expire leases now.
+func (w *DecodeWorker) Tick(now time.Time) {
+	w.rmu.Lock()
+	w.recv.Tick(now)
+	w.rmu.Unlock()
+}
+
+// ReceiverStats are the protocol counters: late writes dropped, handoffs
+// failed by code (I8).
+func (w *DecodeWorker) ReceiverStats() handoff.ReceiverStats {
+	w.rmu.Lock()
+	defer w.rmu.Unlock()
+	return w.recv.Stats()
+}
+
+// Reserve implements handoff.Decode. Admission is repeated here: a decode
+// worker never trusts the router to have checked the length (I1/I2 — the
+// incident's decode reserved pages for a request already rejected).
+func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Reservation, error) {
+	if r.PromptTokens <= 0 || r.MaxTokens <= 0 {
+		return nil, handoff.ErrRefused.With("prompt tokens %d and max tokens %d must both be positive", r.PromptTokens, r.MaxTokens)
+	}
+	if !w.cfg.Unsafe.NoAdmission && r.PromptTokens+r.MaxTokens > w.ctx {
+		return nil, handoff.ErrRefused.With("%d prompt + %d max tokens exceed the decode context of %d tokens", r.PromptTokens, r.MaxTokens, w.ctx)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil, handoff.ErrRefused.With("the decode worker is shutting down")
+	}
+	if _, dup := w.handoffs[r.Handoff]; dup {
+		return nil, handoff.ErrDuplicate
+	}
+	w.rmu.Lock()
+	res, err := w.recv.Reserve(time.Now(), r)
+	w.rmu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens}
+	return res, nil
+}
+
+// Write implements handoff.Decode.
+func (w *DecodeWorker) Write(ctx context.Context, ws []handoff.PageWrite) error {
+	if len(ws) == 0 {
+		return nil
+	}
+	w.rmu.Lock()
+	err := w.recv.Write(time.Now(), ws)
+	w.rmu.Unlock()
+	if err != nil {
+		w.end(ws[0].Handoff, err)
+	}
+	return err
+}
+
+// Commit implements handoff.Decode: verified, then the sequence joins the
+// batch (once its stream is open).
+func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
+	w.rmu.Lock()
+	acc, err := w.recv.Commit(time.Now(), c)
+	w.rmu.Unlock()
+	if err != nil {
+		w.end(c.Handoff, err)
+		return err
+	}
+	w.mu.Lock()
+	h := w.handoffs[c.Handoff]
+	if h == nil {
+		// Ended meanwhile (an abort raced the commit): the pages are ours
+		// now and nobody will read them.
+		w.mu.Unlock()
+		releasePages(w.pool, acc.Owner, acc.Pages)
+		return handoff.ErrAborted.With("the handoff ended while it was committing")
+	}
+	h.committed, h.owner, h.table, h.first = true, acc.Owner, acc.Pages, acc.FirstToken
+	h.prompt = acc.Tokens // I9: what was verified, not what was asked
+	w.startLocked(c.Handoff, h)
+	w.mu.Unlock()
+	return nil
+}
+
+// Abort implements handoff.Decode.
+func (w *DecodeWorker) Abort(ctx context.Context, a *handoff.Abort) error {
+	w.mu.Lock()
+	h := w.handoffs[a.Handoff]
+	if h != nil && h.started {
+		// Already decoding: the protocol is over, the sequence owns its
+		// pages; stop it like a cancel but report the failure.
+		h.q.aborted.Store(true)
+		h.q.cancel.Store(true)
+		w.mu.Unlock()
+		w.sched.poke()
+		return nil
+	}
+	if h != nil && h.committed {
+		delete(w.handoffs, a.Handoff)
+		w.mu.Unlock()
+		releasePages(w.pool, h.owner, h.table)
+		h.fail(handoff.ErrAborted.With("%s", a.Reason))
+		return nil
+	}
+	w.mu.Unlock()
+	w.rmu.Lock()
+	w.recv.Abort(time.Now(), a.Handoff, a.Reason)
+	w.rmu.Unlock()
+	w.end(a.Handoff, handoff.ErrAborted.With("%s", a.Reason))
+	return nil
+}
+
+// Drained implements handoff.Decode.
+func (w *DecodeWorker) Drained(ctx context.Context, id kv.ID) error {
+	w.rmu.Lock()
+	defer w.rmu.Unlock()
+	return w.recv.Drained(time.Now(), id)
+}
+
+// Stream implements handoff.Decode.
+func (w *DecodeWorker) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams) (handoff.TokenStream, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.handoffs[id]
+	if h == nil {
+		return nil, handoff.ErrUnknownHandoff
+	}
+	if h.stream != nil {
+		return nil, handoff.ErrState.With("the handoff's stream is already open")
+	}
+	h.stream = newTokenStream(ctx, h.maxTokens)
+	h.params = p
+	if h.failed != nil {
+		h.stream.push(handoff.Token{Err: h.failed})
+		delete(w.handoffs, id)
+	} else {
+		w.startLocked(id, h)
+	}
+	return h.stream, nil
+}
+
+// Cancel implements handoff.Decode. Before the commit it is only recorded
+// (I10): the transfer runs to its commit and decode to its first token.
+func (w *DecodeWorker) Cancel(ctx context.Context, id kv.ID) error {
+	w.mu.Lock()
+	h := w.handoffs[id]
+	if h == nil {
+		w.mu.Unlock()
+		return nil
+	}
+	h.cancelled = true
+	q := h.q
+	w.mu.Unlock()
+	if q != nil {
+		q.cancel.Store(true)
+		w.sched.poke()
+	}
+	return nil
+}
+
+// startLocked joins a committed handoff whose stream is open to the batch.
+func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) {
+	if !h.committed || h.stream == nil || h.started {
+		return
+	}
+	h.started = true
+	q := &seq{
+		owner:        h.owner,
+		table:        h.table,
+		fed:          h.prompt,
+		promptTokens: h.prompt,
+		maxTokens:    h.maxTokens,
+		ignoreEOS:    h.params.IgnoreEOS,
+		samp:         sample.New(h.params.Sampling),
+		first:        h.first,
+		hasFirst:     true,
+		decoded:      true,
+	}
+	st := h.stream
+	q.emit = func(o outcome) { st.push(o.token2()) }
+	q.ended = func() {
+		w.mu.Lock()
+		delete(w.handoffs, id)
+		w.mu.Unlock()
+	}
+	q.cancel.Store(h.cancelled)
+	h.q = q
+	w.sched.add(q)
+}
+
+// end forgets a handoff that failed or was aborted before decoding and
+// ends its stream with the error (or keeps it for a stream opened later).
+func (w *DecodeWorker) end(id kv.ID, err error) {
+	w.mu.Lock()
+	h := w.handoffs[id]
+	if h == nil || h.started {
+		w.mu.Unlock()
+		return
+	}
+	if h.stream == nil {
+		h.failed = err
+		w.mu.Unlock()
+		return
+	}
+	delete(w.handoffs, id)
+	w.mu.Unlock()
+	h.fail(err)
+}
+
+func (h *dhandoff) fail(err error) {
+	if h.stream != nil {
+		h.stream.push(handoff.Token{Err: err})
+	}
+}
+
+func (o outcome) token2() handoff.Token {
+	switch {
+	case o.err != nil:
+		return handoff.Token{Err: o.err, PromptTokens: o.prompt, CompletionTokens: o.completion}
+	case o.done:
+		return handoff.Token{Done: true, Finish: o.finish, PromptTokens: o.prompt, CompletionTokens: o.completion}
+	default:
+		return handoff.Token{ID: o.token}
+	}
+}
+
+// tokenStream is the in-process TokenStream of a decode worker. Pushes never
+// block (room for every token and the terminal item).
+type tokenStream struct {
+	ctx   context.Context
+	ch    chan handoff.Token
+	mu    sync.Mutex
+	ended bool
+}
+
+func newTokenStream(ctx context.Context, maxTokens int) *tokenStream {
+	return &tokenStream{ctx: ctx, ch: make(chan handoff.Token, maxTokens+2)}
+}
+
+func (t *tokenStream) push(tok handoff.Token) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended {
+		return
+	}
+	t.ch <- tok
+	if tok.Done || tok.Err != nil {
+		t.ended = true
+		close(t.ch)
+	}
+}
+
+// Recv implements handoff.TokenStream.
+func (t *tokenStream) Recv() (handoff.Token, error) {
+	select {
+	case tok, ok := <-t.ch:
+		if !ok {
+			return handoff.Token{}, io.EOF
+		}
+		return tok, nil
+	case <-t.ctx.Done():
+		return handoff.Token{}, t.ctx.Err()
+	}
+}
+
+// Close implements handoff.TokenStream; decoding goes on (use Cancel).
+func (t *tokenStream) Close() error { return nil }

@@ -1,0 +1,168 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"sluice/internal/handoff"
+	"sluice/internal/kv"
+	"sluice/internal/sample"
+)
+
+// PrefillWorker implements handoff.Prefill: it runs prompts (batched with
+// other prompts, chunked) over its own KV pool, samples the first token,
+// pushes the pages into the decode reservation in bounded batches, commits
+// last, and releases its own pages.
+type PrefillWorker struct {
+	cfg    Config
+	pool   pagePool
+	sched  *scheduler
+	decode handoff.Decode
+	ctx    int
+}
+
+var _ handoff.Prefill = (*PrefillWorker)(nil)
+
+// NewPrefillWorker builds a prefill worker that pushes to decode. It
+// refuses a configured context larger than its pool (I2).
+func NewPrefillWorker(cfg Config, decode handoff.Decode) (*PrefillWorker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate("prefill"); err != nil {
+		return nil, err
+	}
+	if decode == nil {
+		return nil, errf(CodeInvalid, 500, nil, "prefill: no decode client to push pages to")
+	}
+	pool, err := cfg.newPool()
+	if err != nil {
+		return nil, err
+	}
+	return &PrefillWorker{cfg: cfg, pool: pool, sched: newScheduler(cfg, pool), decode: decode, ctx: cfg.configuredContext()}, nil
+}
+
+// Pool is the worker's KV pool (metrics, drain checks).
+func (w *PrefillWorker) Pool() *kv.Pool { return rawPool(w.pool) }
+
+// Context is the worker's effective context (I2).
+func (w *PrefillWorker) Context() int { return w.ctx }
+
+// Close stops the scheduler; prompts in flight fail.
+func (w *PrefillWorker) Close() { w.sched.stop() }
+
+// Prefill implements handoff.Prefill. It returns only after decode accepted
+// the commit. On any failure it aborts the handoff on the decode side and
+// releases its own pages.
+func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	res := r.Reservation
+	switch {
+	case res == nil:
+		return nil, handoff.ErrState.With("prefill without a reservation")
+	case res.Handoff != r.Handoff:
+		return nil, handoff.ErrState.With("reservation is for another handoff")
+	case res.PageSize != w.cfg.PageSize:
+		return nil, w.abort(r.Handoff, handoff.ErrState.With("decode page size %d differs from prefill page size %d", res.PageSize, w.cfg.PageSize))
+	case len(r.Tokens) == 0 || len(r.Tokens) != res.ExpectTokens:
+		return nil, w.abort(r.Handoff, handoff.ErrCountMismatch.With("prompt has %d tokens, reservation expects %d", len(r.Tokens), res.ExpectTokens))
+	case len(r.Tokens) > w.ctx:
+		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("prompt of %d tokens exceeds the prefill context %d", len(r.Tokens), w.ctx))
+	}
+	owner := kv.Owner{Tenant: r.Tenant, ID: r.Handoff}
+	table, err := w.pool.Reserve(owner, kv.PagesFor(len(r.Tokens), w.cfg.PageSize))
+	if err != nil {
+		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("prefill pool: %v", err))
+	}
+
+	type done struct {
+		first int32
+		table []kv.PageRef
+		err   error
+	}
+	ch := make(chan done, 1)
+	var first int32
+	q := &seq{
+		owner:        owner,
+		table:        table,
+		prompt:       r.Tokens,
+		promptTokens: len(r.Tokens),
+		maxTokens:    1,
+		ignoreEOS:    true,
+		samp:         sample.New(r.Sampling),
+	}
+	var kept []kv.PageRef
+	q.handover = func(t []kv.PageRef) { kept = t }
+	q.emit = func(o outcome) {
+		switch {
+		case !o.done && o.err == nil:
+			first = o.token
+		case o.err != nil:
+			ch <- done{err: o.err}
+		case o.finish == "cancelled":
+			ch <- done{err: errors.New("prefill cancelled")}
+		default:
+			ch <- done{first: first, table: kept}
+		}
+	}
+	w.sched.add(q)
+	d := <-ch
+	if d.err != nil {
+		return nil, w.abort(r.Handoff, d.err)
+	}
+	defer releasePages(w.pool, owner, d.table)
+	if err := w.push(ctx, owner, d.table, res, len(r.Tokens), d.first); err != nil {
+		return nil, w.abort(r.Handoff, err)
+	}
+	return &handoff.PrefillResult{FirstToken: d.first, Tokens: len(r.Tokens)}, nil
+}
+
+// push drives the protocol's Sender: page writes in bounded batches, each
+// acknowledged as applied, then the commit LAST (the Sender emits it only
+// after every write was acknowledged). On failure Push has already aborted
+// the handoff and acknowledged its drain (I6).
+func (w *PrefillWorker) push(ctx context.Context, owner kv.Owner, table []kv.PageRef, res *handoff.Reservation, tokens int, first int32) error {
+	src := &poolSource{pool: w.pool, owner: owner, table: table, tokens: tokens}
+	snd, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: w.cfg.BatchBytes}, res, tokens, first, src)
+	if err != nil {
+		return err
+	}
+	return handoff.Push(ctx, snd, w.decode)
+}
+
+// poolSource reads a prefilled sequence out of the prefill pool for the Sender.
+type poolSource struct {
+	pool   pagePool
+	owner  kv.Owner
+	table  []kv.PageRef
+	tokens int
+}
+
+func (s *poolSource) Page(b int) ([]byte, int, error) {
+	if b < 0 || b >= len(s.table) {
+		return nil, 0, handoff.ErrCoverage.With("block %d of %d", b, len(s.table))
+	}
+	return s.pool.PageData(s.owner, s.table[b])
+}
+
+func (s *poolSource) Digest() ([]byte, error) {
+	d, err := s.pool.Digest(s.owner, s.table, s.tokens)
+	if err != nil {
+		return nil, err
+	}
+	return d[:], nil
+}
+
+// abort tells decode the handoff is over (fail closed on its side too) and
+// returns err as the prefill's outcome.
+func (w *PrefillWorker) abort(id kv.ID, err error) error {
+	actx, cancel := context.WithTimeout(context.Background(), w.cfg.Lease)
+	defer cancel()
+	_ = w.decode.Abort(actx, &handoff.Abort{Handoff: id, Reason: fmt.Sprint(err)})
+	// Nothing of ours is in flight any more: every Write call returned.
+	_ = w.decode.Drained(actx, id)
+	var he *handoff.Error
+	if errors.As(err, &he) {
+		return err
+	}
+	return asEngineError(err, CodeHandoff, http.StatusBadGateway, "prefill")
+}
