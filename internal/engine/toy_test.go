@@ -19,12 +19,12 @@ type toy struct {
 
 func newToy() *toy { return &toy{vocab: 61, layers: 2, kvdim: 4, eog: -1} }
 
-func (m *toy) Name() string         { return "toy" }
-func (m *toy) Layers() int          { return m.layers }
-func (m *toy) KVDim() int           { return m.kvdim }
-func (m *toy) Vocab() int           { return m.vocab }
-func (m *toy) Context() int         { return 4096 }
-func (m *toy) EOG(t int32) bool     { return t == m.eog }
+func (m *toy) Name() string               { return "toy" }
+func (m *toy) Layers() int                { return m.layers }
+func (m *toy) KVDim() int                 { return m.kvdim }
+func (m *toy) Vocab() int                 { return m.vocab }
+func (m *toy) Context() int               { return 4096 }
+func (m *toy) EOG(t int32) bool           { return t == m.eog }
 func (m *toy) NewForwarder(int) Forwarder { return &toyFwd{m} }
 
 // Values are multiples of 1/4 below 5, so every sum below is exact in
