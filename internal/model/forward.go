@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sluice/internal/kernels"
 
 	"sluice/internal/quant"
 )
@@ -12,20 +13,20 @@ import (
 // mapping; a Model is immutable and shared by every Runner.
 type Model struct {
 	cfg     Config
-	tokEmbd Matrix // Vocab rows of Embd
+	tokEmbd kernels.Matrix // Vocab rows of Embd
 	layers  []layer
 	outNorm []float32
-	output  Matrix // Vocab rows of Embd; token_embd itself when tied
+	output  kernels.Matrix // Vocab rows of Embd; token_embd itself when tied
 	// ropeScale = base^(-2/RopeDim), ggml's theta_scale.
 	ropeScale float32
 }
 
 type layer struct {
 	attnNorm       []float32
-	wq, wk, wv, wo Matrix
+	wq, wk, wv, wo kernels.Matrix
 	bq, bk, bv     []float32 // nil unless Config.QKVBias
 	ffnNorm        []float32
-	gate, up, down Matrix
+	gate, up, down kernels.Matrix
 }
 
 // Config returns the model's shape.
@@ -58,17 +59,15 @@ type Result struct {
 // concurrent use; each worker goroutine owns one.
 type Runner struct {
 	m   *Model
-	par *Parallel
+	par *kernels.Parallel
 
 	// Per-token activations, grown to the largest step seen.
 	x, xn, q, k, v, att, o, g, u []float32
 }
 
-// NewRunner returns a runner whose matmuls and attention run on par.
-func (m *Model) NewRunner(par *Parallel) *Runner {
-	if par == nil {
-		par = NewParallel(1)
-	}
+// NewRunner returns a runner whose matmuls and attention run on par (nil:
+// the caller's goroutine alone).
+func (m *Model) NewRunner(par *kernels.Parallel) *Runner {
 	return &Runner{m: m, par: par}
 }
 
@@ -129,9 +128,9 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 	for l := range m.layers {
 		ly := &m.layers[l]
 		rmsNorm(r.xn, r.x, ly.attnNorm, total, c.RMSEps)
-		matMul(r.par, r.q, &ly.wq, r.xn, total)
-		matMul(r.par, r.k, &ly.wk, r.xn, total)
-		matMul(r.par, r.v, &ly.wv, r.xn, total)
+		kernels.MatMul(r.par, r.q, &ly.wq, r.xn, total)
+		kernels.MatMul(r.par, r.k, &ly.wk, r.xn, total)
+		kernels.MatMul(r.par, r.v, &ly.wv, r.xn, total)
 		if ly.bq != nil {
 			addBias(r.q, ly.bq, total)
 			addBias(r.k, ly.bk, total)
@@ -160,14 +159,14 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 			}
 		}
 		r.attention(l, acts, fail)
-		matMul(r.par, r.o, &ly.wo, r.att, total)
+		kernels.MatMul(r.par, r.o, &ly.wo, r.att, total)
 		addInto(r.x[:total*E], r.o[:total*E])
 
 		rmsNorm(r.xn, r.x, ly.ffnNorm, total, c.RMSEps)
-		matMul(r.par, r.g, &ly.gate, r.xn, total)
-		matMul(r.par, r.u, &ly.up, r.xn, total)
+		kernels.MatMul(r.par, r.g, &ly.gate, r.xn, total)
+		kernels.MatMul(r.par, r.u, &ly.up, r.xn, total)
 		swiglu(r.g[:total*F], r.u[:total*F])
-		matMul(r.par, r.o, &ly.down, r.g, total)
+		kernels.MatMul(r.par, r.o, &ly.down, r.g, total)
 		addInto(r.x[:total*E], r.o[:total*E])
 	}
 
@@ -194,7 +193,7 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 	}
 	rmsNorm(r.xn, r.o, m.outNorm, len(rows), c.RMSEps)
 	logits := make([]float32, len(rows)*c.Vocab)
-	matMul(r.par, logits, &m.output, r.xn, len(rows))
+	kernels.MatMul(r.par, logits, &m.output, r.xn, len(rows))
 	i := 0
 	for _, a := range acts {
 		if a.dead {
@@ -318,7 +317,7 @@ func (r *Runner) attention(l int, acts []*active, fail func(*active, error)) {
 			for j := 0; j <= p; j++ {
 				blk := un.sc.blocks[j/un.sc.ps]
 				row := (j % un.sc.ps) * KD
-				s := dot(q, blk.k[row+koff:row+koff+hd]) * scale
+				s := kernels.Dot(q, blk.k[row+koff:row+koff+hd]) * scale
 				scores[j] = s
 				mx = max(mx, s)
 			}
@@ -334,7 +333,7 @@ func (r *Runner) attention(l int, acts []*active, fail func(*active, error)) {
 			for j := 0; j <= p; j++ {
 				blk := un.sc.blocks[j/un.sc.ps]
 				row := (j % un.sc.ps) * KD
-				axpy(scores[j]*inv, blk.v[row+koff:row+koff+hd], out)
+				kernels.Axpy(out, scores[j]*inv, blk.v[row+koff:row+koff+hd])
 			}
 		}
 	})

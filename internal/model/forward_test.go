@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sluice/internal/kernels"
 	"testing"
 
 	"sluice/internal/quant"
@@ -39,7 +40,7 @@ func TestForwardMatchesReference(t *testing.T) {
 			m := mustBuild(src)
 			toks := randTokens(rand.New(rand.NewPCG(2, 2)), 37, sh.vocab)
 			kv := newMemKV(16, sh.layers, m.cfg.KVDim())
-			res := m.NewRunner(NewParallel(2)).Forward([]Seq{{Tokens: toks, KV: kv, AllLogits: true}})
+			res := m.NewRunner(kernels.NewParallel(2)).Forward([]Seq{{Tokens: toks, KV: kv, AllLogits: true}})
 			if res[0].Err != nil {
 				t.Fatal(res[0].Err)
 			}
@@ -61,7 +62,7 @@ func TestForwardMatchesReference(t *testing.T) {
 // chunk in its own step together with the companions' steps, and returns
 // the logits of every position and the KV written.
 func runChunks(m *Model, threads int, toks []int32, chunk []int, companions [][]int32) ([]float32, *memKV) {
-	r := m.NewRunner(NewParallel(threads))
+	r := m.NewRunner(kernels.NewParallel(threads))
 	kv := newMemKV(4, m.cfg.Layers, m.cfg.KVDim())
 	compKV := make([]*memKV, len(companions))
 	compPos := make([]int, len(companions))
@@ -172,7 +173,7 @@ func TestKVFailureStopsOnlyThatSequence(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			bad := newMemKV(4, sh.layers, m.cfg.KVDim())
 			inject(bad)
-			res := m.NewRunner(NewParallel(2)).Forward([]Seq{
+			res := m.NewRunner(kernels.NewParallel(2)).Forward([]Seq{
 				{Tokens: a, KV: bad},
 				{Tokens: b, KV: newMemKV(4, sh.layers, m.cfg.KVDim())},
 			})

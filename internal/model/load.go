@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"sluice/internal/kernels"
 
 	"sluice/internal/quant"
 )
@@ -108,11 +109,11 @@ func build(c Config, s source) (*Model, error) {
 	m := &Model{cfg: c, layers: make([]layer, c.Layers)}
 	var err error
 	var total int64
-	mat := func(name string, rows, cols int) Matrix {
+	mat := func(name string, rows, cols int) kernels.Matrix {
 		if err != nil {
-			return Matrix{}
+			return kernels.Matrix{}
 		}
-		var w Matrix
+		var w kernels.Matrix
 		w, err = matrixOf(s, name, rows, cols)
 		total += int64(len(w.Data))
 		return w
@@ -165,32 +166,25 @@ func ropeScale(base float32, dims int) float32 {
 	return float32(math.Pow(float64(base), -2/float64(dims)))
 }
 
-// matrixTypes are the weight types the matmul kernels multiply.
-var matrixTypes = map[quant.Type]bool{
-	quant.F32: true, quant.F16: true, quant.BF16: true, quant.Q8_0: true,
-	quant.Q4_0: true, quant.Q4_1: true, quant.Q5_0: true, quant.Q5_1: true,
-	quant.Q4_K: true, quant.Q5_K: true, quant.Q6_K: true,
-}
-
-func matrixOf(s source, name string, rows, cols int) (Matrix, error) {
+func matrixOf(s source, name string, rows, cols int) (kernels.Matrix, error) {
 	t, dims, data, ok := s.tensor(name)
 	if !ok {
-		return Matrix{}, errf(CodeMissingTensor, "tensor %s is missing", name)
+		return kernels.Matrix{}, errf(CodeMissingTensor, "tensor %s is missing", name)
 	}
 	if len(dims) != 2 || dims[0] != uint64(cols) || dims[1] != uint64(rows) {
-		return Matrix{}, errf(CodeBadShape, "tensor %s has shape %v, want [%d %d]", name, dims, cols, rows)
+		return kernels.Matrix{}, errf(CodeBadShape, "tensor %s has shape %v, want [%d %d]", name, dims, cols, rows)
 	}
-	if !matrixTypes[t] {
-		return Matrix{}, errf(CodeUnsupportedType, "tensor %s has type %s, which the matmul kernels do not support", name, t)
+	if !kernels.Supported(t) {
+		return kernels.Matrix{}, errf(CodeUnsupportedType, "tensor %s has type %s, which the matmul kernels do not support", name, t)
 	}
 	rb, err := t.RowBytes(cols)
 	if err != nil {
-		return Matrix{}, errf(CodeBadShape, "tensor %s: %v", name, err)
+		return kernels.Matrix{}, errf(CodeBadShape, "tensor %s: %v", name, err)
 	}
 	if len(data) != rb*rows {
-		return Matrix{}, errf(CodeBadShape, "tensor %s holds %d bytes, its shape and type need %d", name, len(data), rb*rows)
+		return kernels.Matrix{}, errf(CodeBadShape, "tensor %s holds %d bytes, its shape and type need %d", name, len(data), rb*rows)
 	}
-	return Matrix{Type: t, Rows: rows, Cols: cols, Data: data}, nil
+	return kernels.Matrix{Type: t, Rows: rows, Cols: cols, Data: data}, nil
 }
 
 func vectorOf(s source, name string, n int) ([]float32, error) {

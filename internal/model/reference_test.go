@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"sluice/internal/kernels"
 	"testing"
 
 	"sluice/internal/gguf"
@@ -39,7 +40,6 @@ type refLogits struct {
 	} `json:"long_case"`
 }
 
-
 func readJSON(t *testing.T, rel string, v any) {
 	t.Helper()
 	b, err := os.ReadFile(testenv.Shared(t, rel))
@@ -68,7 +68,7 @@ func openModel(t *testing.T, rel string) *Model {
 // greedyRun prefills prompt in one step, then decodes n tokens one per
 // step, returning generated ids and the first step's logits.
 func greedyRun(t *testing.T, m *Model, threads int, prompt []int32, n int) ([]int32, []float32) {
-	r := m.NewRunner(NewParallel(threads))
+	r := m.NewRunner(kernels.NewParallel(threads))
 	kv := newMemKV(16, m.cfg.Layers, m.cfg.KVDim())
 	res := r.Forward([]Seq{{Tokens: prompt, KV: kv}})
 	if res[0].Err != nil {
@@ -154,7 +154,7 @@ func TestTinyQwen2TeacherForced(t *testing.T) {
 	for i, c := range mr.Cases {
 		toks := append(slices.Clone(c.PromptIDs), c.GeneratedIDs[:len(c.GeneratedIDs)-1]...)
 		kv := newMemKV(16, m.cfg.Layers, m.cfg.KVDim())
-		res := m.NewRunner(NewParallel(2)).Forward([]Seq{{Tokens: toks, KV: kv, AllLogits: true}})
+		res := m.NewRunner(kernels.NewParallel(2)).Forward([]Seq{{Tokens: toks, KV: kv, AllLogits: true}})
 		if res[0].Err != nil {
 			t.Fatal(res[0].Err)
 		}
@@ -183,19 +183,20 @@ func TestTinyQwen2TeacherForced(t *testing.T) {
 	}
 }
 
+// top5 returns the 5 largest logits' ids, ties to the lower id.
 func top5(l []float32) []int32 {
-	ids := make([]int32, len(l))
-	for i := range ids {
-		ids[i] = int32(i)
-	}
-	slices.SortStableFunc(ids, func(a, b int32) int {
-		switch {
-		case l[a] > l[b]:
-			return -1
-		case l[a] < l[b]:
-			return 1
+	var ids []int32
+	for len(ids) < 5 {
+		best := int32(-1)
+		for i, v := range l {
+			if slices.Contains(ids, int32(i)) {
+				continue
+			}
+			if best < 0 || v > l[best] {
+				best = int32(i)
+			}
 		}
-		return 0
-	})
-	return ids[:5]
+		ids = append(ids, best)
+	}
+	return ids
 }

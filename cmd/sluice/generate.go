@@ -1,0 +1,303 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"sluice/internal/gguf"
+	"sluice/internal/kernels"
+	"sluice/internal/kv"
+	"sluice/internal/model"
+	"sluice/internal/sample"
+	"sluice/internal/tokenizer"
+)
+
+func init() {
+	register(command{
+		name:    "generate",
+		summary: "run one prompt through a model and print the generated text",
+		run:     func(args []string) int { return runGenerate(args, os.Stdout, os.Stderr) },
+	})
+}
+
+// genOptions is one generate run. The command fills it from flags; tests
+// fill it directly and use the hooks.
+type genOptions struct {
+	ModelPath    string // "" = the built-in default model
+	Prompt       string
+	MaxTokens    int
+	Sampling     sample.Params
+	Threads      int
+	PageSize     int
+	Batch        int  // prefill chunk size (llama.cpp's n_batch)
+	ParseSpecial bool // control tokens written in the prompt become their ids
+	IgnoreEOS    bool
+	// Stream, when set, receives text as it is generated.
+	Stream io.Writer
+
+	// forced replaces sampling by these tokens, in order (teacher forcing):
+	// generation feeds forced[i] after step i and stops when they run out.
+	forced []int32
+	// onLogits sees the logits of every generation step (step 0 follows the
+	// prompt). The slice is valid only during the call.
+	onLogits func(step int, logits []float32)
+}
+
+// genResult is what `sluice generate --json` prints.
+type genResult struct {
+	PromptIDs []int32    `json:"prompt_token_ids"`
+	TokenIDs  []int32    `json:"token_ids"`
+	Text      string     `json:"text"`
+	Finish    string     `json:"finish_reason"` // "stop" (end-of-generation token) or "length"
+	Timings   genTimings `json:"timings"`
+}
+
+// genTimings follow llama.cpp's report: prompt processing over the prompt's
+// tokens, and generation over the decode steps (each feeds one token).
+type genTimings struct {
+	PrefillTPS float64 `json:"prefill_tokens_per_second"`
+	DecodeTPS  float64 `json:"decode_tokens_per_second"`
+	PromptMS   float64 `json:"prompt_ms"`
+	DecodeMS   float64 `json:"decode_ms"`
+	// DecodeSteps is the number of decode forward passes timed.
+	DecodeSteps int `json:"decode_steps"`
+}
+
+// loadedModel is a model file opened for generation.
+type loadedModel struct {
+	file  *gguf.File
+	model *model.Model
+	tok   *tokenizer.Tokenizer
+}
+
+func (l *loadedModel) Close() error { return l.file.Close() }
+
+func openModel(path string) (*loadedModel, error) {
+	var f *gguf.File
+	var err error
+	if path == "" {
+		f, err = defaultModelFile()
+	} else {
+		f, err = gguf.Open(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.Load(f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if tok.Size() != m.Config().Vocab {
+		f.Close()
+		return nil, fmt.Errorf("the tokenizer has %d tokens but the model's embedding has %d rows", tok.Size(), m.Config().Vocab)
+	}
+	return &loadedModel{file: f, model: m, tok: tok}, nil
+}
+
+// generate runs one request through the same pieces the server uses: the
+// tokenizer, a real KV pool with an owned reservation (every K/V access is
+// owner- and generation-checked), batched forward steps and the sampler.
+func generate(lm *loadedModel, o genOptions) (*genResult, error) {
+	m, tok := lm.model, lm.tok
+	cfg := m.Config()
+	if err := o.Sampling.Validate(); err != nil {
+		return nil, err
+	}
+	if o.MaxTokens < 0 {
+		return nil, fmt.Errorf("max tokens %d is negative", o.MaxTokens)
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = kv.DefaultPageSize
+	}
+	if o.Batch <= 0 {
+		o.Batch = 512
+	}
+	prompt := tok.Encode(o.Prompt, true, o.ParseSpecial)
+	if len(prompt) == 0 {
+		return nil, errors.New("the prompt is empty and the model adds no BOS token; give some text")
+	}
+	maxTok := o.MaxTokens
+	if o.forced != nil {
+		maxTok = len(o.forced)
+	}
+	if len(prompt)+maxTok > cfg.Context {
+		return nil, fmt.Errorf("prompt (%d tokens) + max tokens (%d) exceeds the model's context of %d", len(prompt), maxTok, cfg.Context)
+	}
+	pages := kv.PagesFor(len(prompt)+maxTok, o.PageSize)
+	pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: cfg.Layers, KVDim: cfg.KVDim(), PageSize: o.PageSize}, Pages: pages})
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	owner := kv.Owner{Tenant: "cli"}
+	rand.Read(owner.ID[:])
+	table, err := pool.Reserve(owner, pages)
+	if err != nil {
+		return nil, err
+	}
+	view := pool.View(owner, table)
+	defer pool.Release(owner, table)
+
+	par := kernels.NewParallel(max(1, o.Threads))
+	defer par.Close()
+	run := m.NewRunner(par)
+	res := &genResult{PromptIDs: prompt, TokenIDs: []int32{}, Finish: "length"}
+
+	start := time.Now()
+	var logits []float32
+	for pos := 0; pos < len(prompt); pos += o.Batch {
+		end := min(len(prompt), pos+o.Batch)
+		r := run.Forward([]model.Seq{{Tokens: prompt[pos:end], Pos: pos, KV: view}})
+		if r[0].Err != nil {
+			return nil, r[0].Err
+		}
+		logits = r[0].Logits
+	}
+	res.Timings.PromptMS = ms(time.Since(start))
+
+	samp := sample.New(o.Sampling)
+	dec := tok.NewStreamDecoder()
+	var text []byte
+	emit := func(s string) {
+		text = append(text, s...)
+		if o.Stream != nil && s != "" {
+			io.WriteString(o.Stream, s)
+		}
+	}
+	start = time.Now()
+	for step := 0; step < maxTok; step++ {
+		if o.onLogits != nil {
+			o.onLogits(step, logits)
+		}
+		var id int32
+		if o.forced != nil {
+			id = o.forced[step]
+		} else {
+			if id, err = samp.Sample(logits); err != nil {
+				return nil, err
+			}
+			if tok.IsEOG(id) && !o.IgnoreEOS {
+				res.Finish = "stop"
+				break
+			}
+		}
+		res.TokenIDs = append(res.TokenIDs, id)
+		emit(dec.Push(id))
+		if step == maxTok-1 {
+			break // the last token's logits are never needed
+		}
+		r := run.Forward([]model.Seq{{Tokens: []int32{id}, Pos: len(prompt) + step, KV: view}})
+		if r[0].Err != nil {
+			return nil, r[0].Err
+		}
+		logits = r[0].Logits
+		res.Timings.DecodeSteps++
+	}
+	res.Timings.DecodeMS = ms(time.Since(start))
+	emit(dec.Flush())
+	res.Text = string(text)
+	if res.Timings.PromptMS > 0 {
+		res.Timings.PrefillTPS = float64(len(prompt)) / res.Timings.PromptMS * 1000
+	}
+	if res.Timings.DecodeMS > 0 {
+		res.Timings.DecodeTPS = float64(res.Timings.DecodeSteps) / res.Timings.DecodeMS * 1000
+	}
+	return res, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+func runGenerate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o genOptions
+	var temp, topP float64
+	var seed uint64
+	var asJSON bool
+	fs.StringVar(&o.ModelPath, "model", "", "GGUF model `file` (default: the built-in synthetic model)")
+	fs.StringVar(&o.Prompt, "prompt", "", "prompt `text`")
+	fs.IntVar(&o.MaxTokens, "max-tokens", 64, "generate at most `n` tokens")
+	fs.Float64Var(&temp, "temperature", 0, "sampling temperature; 0 is greedy")
+	fs.IntVar(&o.Sampling.TopK, "top-k", 0, "keep the `k` most likely tokens (0: all)")
+	fs.Float64Var(&topP, "top-p", 1, "keep the smallest set of tokens whose probability reaches `p`")
+	fs.Uint64Var(&seed, "seed", 0, "random `seed` for non-greedy sampling")
+	fs.IntVar(&o.Threads, "threads", 1, "compute `threads`")
+	fs.IntVar(&o.PageSize, "page-size", kv.DefaultPageSize, "KV page size in `tokens`")
+	fs.IntVar(&o.Batch, "batch", 512, "prefill chunk size in `tokens`")
+	fs.BoolVar(&o.ParseSpecial, "special", false, "parse control tokens (e.g. <|im_start|>) written in the prompt")
+	fs.BoolVar(&o.IgnoreEOS, "ignore-eos", false, "keep generating past end-of-generation tokens")
+	fs.BoolVar(&asJSON, "json", false, "print one JSON object (prompt_token_ids, token_ids, text, timings) instead of streaming text")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: sluice generate [flags]
+
+Runs one prompt through a GGUF model (llama or qwen2 architecture) on the CPU,
+through a real KV page pool, and prints the generated text as it comes.
+With --json it prints one object instead:
+  {"prompt_token_ids":[...], "token_ids":[...], "text":"...",
+   "timings":{"prefill_tokens_per_second":..., "decode_tokens_per_second":..., ...}}
+
+Example:
+  sluice generate --model stories260K.gguf --prompt "Once upon a time" --max-tokens 32 --temperature 0 --json
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "sluice generate: unexpected argument %q (the prompt goes in --prompt)\n", fs.Arg(0))
+		return 2
+	}
+	o.Sampling.Temperature = float32(temp)
+	o.Sampling.TopP = float32(topP)
+	o.Sampling.Seed = seed
+	lm, err := openModel(o.ModelPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice generate: %v\n", err)
+		return 1
+	}
+	defer lm.Close()
+	if !asJSON {
+		o.Stream = stdout
+	}
+	res, err := generate(lm, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "\nsluice generate: %v\n", err)
+		return 1
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		if err := enc.Encode(res); err != nil {
+			fmt.Fprintf(stderr, "sluice generate: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintln(stdout)
+	t := res.Timings
+	fmt.Fprintf(stderr, "prompt: %d tokens, %.1f ms (%.1f tok/s); generated: %d tokens, %d decode steps in %.1f ms (%.1f tok/s)\n",
+		len(res.PromptIDs), t.PromptMS, t.PrefillTPS, len(res.TokenIDs), t.DecodeSteps, t.DecodeMS, t.DecodeTPS)
+	return 0
+}
+
+// defaultModelFile is the built-in default model.
+func defaultModelFile() (*gguf.File, error) {
+	return nil, errors.New("no built-in default model yet; pass --model FILE")
+}
