@@ -138,7 +138,6 @@ func equalTail(a, tail []int32) bool {
 	return true
 }
 
-
 // TestStreamDecoderEveryVocab: on every vocab case, every Push returns valid
 // UTF-8 and the whole stream equals the input (plus the SentencePiece space
 // prefix, which a stream keeps, as llama.cpp prints it).

@@ -167,7 +167,7 @@ func runN(s string, i int, c class, max int) int {
 	return i
 }
 
-// contraction matches 's 't 're 've 'm 'll 'd at i (s[i] == '\''),
+// contraction matches 's 't 're 've 'm 'll 'd at i (s[i] == '\”),
 // optionally ASCII case-insensitive, and returns its length or 0.
 func contraction(s string, i int, fold bool) int {
 	lower := func(j int) byte {
