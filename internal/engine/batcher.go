@@ -128,6 +128,9 @@ func (s *scheduler) stop() {
 
 func (s *scheduler) loop() {
 	defer close(s.stopped)
+	if c, ok := s.fwd.(interface{ Close() }); ok {
+		defer c.Close()
+	}
 	for {
 		s.mu.Lock()
 		joined := len(s.active)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -68,10 +69,20 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 		return nil, err
 	}
 	owner := kv.Owner{Tenant: r.Tenant, ID: newID()}
-	table, err := c.pool.Reserve(owner, kv.PagesFor(len(r.Prompt), c.cfg.PageSize))
+	// Room for the whole request up front, as the decode worker does: a
+	// full pool then refuses at admission (retryable) instead of failing a
+	// request halfway through its output. LazyPages grows per step instead.
+	need := len(r.Prompt) + r.MaxTokens
+	if c.cfg.LazyPages {
+		need = len(r.Prompt)
+	}
+	table, err := c.pool.Reserve(owner, kv.PagesFor(need, c.cfg.PageSize))
 	if err != nil {
 		release()
-		return nil, asEngineError(err, CodeOverloaded, http.StatusServiceUnavailable, "reserving KV pages")
+		if errors.Is(err, kv.ErrNoCapacity) {
+			return nil, errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the KV cache is full; retry later")
+		}
+		return nil, asEngineError(err, CodeInternal, http.StatusInternalServerError, "reserving KV pages")
 	}
 	st := newStream(r.MaxTokens)
 	q := &seq{

@@ -38,6 +38,11 @@ type Config struct {
 	StepTokens int
 	// BatchBytes bounds the page bytes of one transfer batch (default 1 MiB).
 	BatchBytes int
+	// LazyPages makes the colocated engine reserve only the prompt's pages
+	// and extend them as decoding proceeds (more requests fit; a request may
+	// then fail mid-output when the pool runs dry). Default: reserve prompt
+	// plus max tokens at admission, as the decode worker does.
+	LazyPages bool
 	// MaxConcurrency bounds requests in flight; more are refused with
 	// "overloaded" rather than queued without bound (default 64).
 	MaxConcurrency int

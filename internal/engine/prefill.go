@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -21,6 +22,12 @@ type PrefillWorker struct {
 	sched  *scheduler
 	decode handoff.Decode
 	ctx    int
+
+	// freed is closed and replaced whenever pages go back to the pool, so
+	// a prompt waiting for room wakes up (a bounded wait: the router bounds
+	// concurrency, and every prompt fits the pool, I2).
+	fmu   sync.Mutex
+	freed chan struct{}
 }
 
 var _ handoff.Prefill = (*PrefillWorker)(nil)
@@ -39,7 +46,34 @@ func NewPrefillWorker(cfg Config, decode handoff.Decode) (*PrefillWorker, error)
 	if err != nil {
 		return nil, err
 	}
-	return &PrefillWorker{cfg: cfg, pool: pool, sched: newScheduler(cfg, pool), decode: decode, ctx: cfg.configuredContext()}, nil
+	return &PrefillWorker{cfg: cfg, pool: pool, sched: newScheduler(cfg, pool), decode: decode,
+		ctx: cfg.configuredContext(), freed: make(chan struct{})}, nil
+}
+
+func (w *PrefillWorker) signalFreed() {
+	w.fmu.Lock()
+	close(w.freed)
+	w.freed = make(chan struct{})
+	w.fmu.Unlock()
+}
+
+// reserve waits for room in the prefill pool: its pages live only from the
+// prompt's first chunk to the commit, so room comes back quickly.
+func (w *PrefillWorker) reserve(ctx context.Context, o kv.Owner, n int) ([]kv.PageRef, error) {
+	for {
+		w.fmu.Lock()
+		ch := w.freed
+		w.fmu.Unlock()
+		t, err := w.pool.Reserve(o, n)
+		if err == nil || !errors.Is(err, kv.ErrNoCapacity) {
+			return t, err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
 }
 
 // Pool is the worker's KV pool (metrics, drain checks).
@@ -69,7 +103,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("prompt of %d tokens exceeds the prefill context %d", len(r.Tokens), w.ctx))
 	}
 	owner := kv.Owner{Tenant: r.Tenant, ID: r.Handoff}
-	table, err := w.pool.Reserve(owner, kv.PagesFor(len(r.Tokens), w.cfg.PageSize))
+	table, err := w.reserve(ctx, owner, kv.PagesFor(len(r.Tokens), w.cfg.PageSize))
 	if err != nil {
 		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("prefill pool: %v", err))
 	}
@@ -89,6 +123,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		maxTokens:    1,
 		ignoreEOS:    true,
 		samp:         sample.New(r.Sampling),
+		ended:        w.signalFreed,
 	}
 	var kept []kv.PageRef
 	q.handover = func(t []kv.PageRef) { kept = t }
@@ -109,6 +144,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	if d.err != nil {
 		return nil, w.abort(r.Handoff, d.err)
 	}
+	defer w.signalFreed()
 	defer releasePages(w.pool, owner, d.table)
 	if err := w.push(ctx, owner, d.table, res, len(r.Tokens), d.first); err != nil {
 		return nil, w.abort(r.Handoff, err)

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"fmt"
+
+	"sluice/internal/gguf"
+	"sluice/internal/kernels"
+	"sluice/internal/model"
+	"sluice/internal/tokenizer"
+)
+
+// ModelRuntime adapts a loaded model to the workers.
+type ModelRuntime struct {
+	name string
+	m    *model.Model
+	eog  func(int32) bool
+}
+
+var _ Runtime = (*ModelRuntime)(nil)
+
+// NewModelRuntime wraps m; eog says which tokens end generation (the
+// tokenizer's IsEOG); name is shown to clients.
+func NewModelRuntime(name string, m *model.Model, eog func(int32) bool) *ModelRuntime {
+	if eog == nil {
+		eog = func(int32) bool { return false }
+	}
+	return &ModelRuntime{name: name, m: m, eog: eog}
+}
+
+// LoadRuntime opens a GGUF file and returns its runtime and tokenizer. The
+// file stays mapped for the life of the process (weights alias it).
+func LoadRuntime(name string, f *gguf.File) (*ModelRuntime, *tokenizer.Tokenizer, error) {
+	m, err := model.Load(f)
+	if err != nil {
+		return nil, nil, fmt.Errorf("engine: loading model: %w", err)
+	}
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		return nil, nil, fmt.Errorf("engine: loading tokenizer: %w", err)
+	}
+	return NewModelRuntime(name, m, tok.IsEOG), tok, nil
+}
+
+// Model is the wrapped model.
+func (r *ModelRuntime) Model() *model.Model { return r.m }
+
+func (r *ModelRuntime) Name() string       { return r.name }
+func (r *ModelRuntime) Layers() int        { return r.m.Config().Layers }
+func (r *ModelRuntime) KVDim() int         { return r.m.Config().KVDim() }
+func (r *ModelRuntime) Vocab() int         { return r.m.Config().Vocab }
+func (r *ModelRuntime) Context() int       { return r.m.Config().Context }
+func (r *ModelRuntime) EOG(tok int32) bool { return r.eog(tok) }
+
+// NewForwarder returns a runner with its own scratch and thread pool.
+func (r *ModelRuntime) NewForwarder(threads int) Forwarder {
+	par := kernels.NewParallel(threads)
+	return &modelForwarder{run: r.m.NewRunner(par), par: par}
+}
+
+type modelForwarder struct {
+	run  *model.Runner
+	par  *kernels.Parallel
+	seqs []model.Seq
+}
+
+func (f *modelForwarder) Forward(steps []Step) []StepResult {
+	f.seqs = f.seqs[:0]
+	for _, s := range steps {
+		f.seqs = append(f.seqs, model.Seq{Tokens: s.Tokens, Pos: s.Pos, KV: s.KV})
+	}
+	res := f.run.Forward(f.seqs)
+	out := make([]StepResult, len(res))
+	for i, r := range res {
+		out[i] = StepResult{Logits: r.Logits, Err: r.Err}
+	}
+	return out
+}
+
+// Close stops the forwarder's thread pool.
+func (f *modelForwarder) Close() { f.par.Close() }
