@@ -1,0 +1,248 @@
+package synth
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"strings"
+	"testing"
+
+	"sluice/internal/gguf"
+	"sluice/internal/quant"
+	"sluice/internal/testenv"
+)
+
+func mustBytes(t *testing.T, s Spec) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := Write(&b, s); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func TestDeterministic(t *testing.T) {
+	s := Spec{Arch: "llama", Layers: 2, Embd: 64, Heads: 4, KVHeads: 2, FF: 96, Context: 256, Type: quant.Q8_0, Seed: 7}
+	a, b := mustBytes(t, s), mustBytes(t, s)
+	if !bytes.Equal(a, b) {
+		t.Fatal("same spec, different bytes")
+	}
+	s.Seed = 8
+	if bytes.Equal(a, mustBytes(t, s)) {
+		t.Fatal("different seed, same bytes")
+	}
+}
+
+func TestDefaultModel(t *testing.T) {
+	data, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	str := func(k string) string { s, _ := f.String(k); return s }
+	u := func(k string) uint64 { v, _ := f.Uint(k); return v }
+	if str("general.architecture") != "llama" || str("general.name") != "sluice-default-synthetic (random weights)" {
+		t.Fatal("identity metadata")
+	}
+	if str("tokenizer.ggml.model") != "gpt2" || str("tokenizer.ggml.pre") != "gpt-2" {
+		t.Fatal("tokenizer model")
+	}
+	for k, want := range map[string]uint64{
+		"llama.block_count": 4, "llama.embedding_length": 128, "llama.attention.head_count": 4,
+		"llama.attention.head_count_kv": 2, "llama.feed_forward_length": 384, "llama.context_length": 2048,
+		"llama.vocab_size": 514, "llama.rope.dimension_count": 32,
+		"tokenizer.ggml.bos_token_id": 512, "tokenizer.ggml.eos_token_id": 513,
+	} {
+		if got := u(k); got != want {
+			t.Errorf("%s = %d, want %d", k, got, want)
+		}
+	}
+	if b, ok := f.Bool("tokenizer.ggml.add_bos_token"); !ok || !b {
+		t.Error("add_bos_token")
+	}
+	toks, _ := f.Strings("tokenizer.ggml.tokens")
+	types, _ := f.Int32s("tokenizer.ggml.token_type")
+	merges, _ := f.Strings("tokenizer.ggml.merges")
+	if len(toks) != 514 || len(types) != 514 || len(merges) != 256 {
+		t.Fatalf("%d tokens, %d types, %d merges", len(toks), len(types), len(merges))
+	}
+	// GPT-2's byte-to-unicode spelling, from its definition.
+	for b, want := range map[int]string{' ': "Ġ", '\n': "Ċ", 'a': "a", 0: "Ā", 0xAD: "Ń", 0xFF: "ÿ", '!': "!"} {
+		if toks[b] != want {
+			t.Errorf("token %d = %q, want %q", b, toks[b], want)
+		}
+	}
+	if toks[512] != "<|bos|>" || toks[513] != "<|eos|>" || types[512] != 3 || types[513] != 3 || types[0] != 1 {
+		t.Error("special tokens")
+	}
+	ids := map[string]int{}
+	for i, s := range toks {
+		if _, dup := ids[s]; dup {
+			t.Fatalf("token %q appears twice", s)
+		}
+		ids[s] = i
+	}
+	// Every merge joins two tokens that exist before it, producing the
+	// token with id 256+rank.
+	for r, m := range merges {
+		parts := strings.Split(m, " ")
+		if len(parts) != 2 {
+			t.Fatalf("merge %q", m)
+		}
+		l, okl := ids[parts[0]]
+		rr, okr := ids[parts[1]]
+		if !okl || !okr || l >= 256+r || rr >= 256+r || ids[parts[0]+parts[1]] != 256+r {
+			t.Fatalf("merge %d %q is not built from earlier tokens", r, m)
+		}
+	}
+	if ids["Ġthe"] == 0 || ids["Ġand"] == 0 {
+		t.Error("common English merges missing")
+	}
+	// Shapes and weight scale.
+	q, ok := f.Tensor("blk.3.attn_k.weight")
+	if !ok || q.Type != quant.Q8_0 || q.Dims[0] != 128 || q.Dims[1] != 64 {
+		t.Fatalf("attn_k = %+v", q)
+	}
+	for name, wantStd := range map[string]float64{"token_embd.weight": 1, "blk.0.attn_q.weight": 1 / math.Sqrt(128), "blk.1.ffn_down.weight": 1 / math.Sqrt(384)} {
+		ti, _ := f.Tensor(name)
+		x := make([]float32, ti.Elements())
+		if err := quant.Dequantize(ti.Type, f.TensorData(ti), x); err != nil {
+			t.Fatal(err)
+		}
+		var ss float64
+		for _, v := range x {
+			ss += float64(v) * float64(v)
+		}
+		if std := math.Sqrt(ss / float64(len(x))); math.Abs(std/wantStd-1) > 0.05 {
+			t.Errorf("%s std %g, want %g", name, std, wantStd)
+		}
+	}
+	norm, _ := f.Tensor("output_norm.weight")
+	x := make([]float32, 128)
+	_ = quant.Dequantize(norm.Type, f.TensorData(norm), x)
+	if x[0] != 1 || x[127] != 1 {
+		t.Error("norm weights are not 1")
+	}
+}
+
+func TestQwen2Tied(t *testing.T) {
+	s := Spec{Arch: "qwen2", Layers: 1, Embd: 32, Heads: 2, KVHeads: 1, FF: 64, Context: 128, Type: quant.F16, Seed: 1, TieOutput: true}
+	f, err := gguf.Parse(mustBytes(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.Tensor("output.weight"); ok {
+		t.Error("tied model has output.weight")
+	}
+	if b, ok := f.Tensor("blk.0.attn_k.bias"); !ok || b.Dims[0] != 16 {
+		t.Error("qwen2 k bias")
+	}
+	if base, _ := f.Float("qwen2.rope.freq_base"); base != 1e6 {
+		t.Errorf("rope base %v", base)
+	}
+}
+
+func TestBadSpecs(t *testing.T) {
+	good := Spec{Arch: "llama", Layers: 1, Embd: 64, Heads: 4, KVHeads: 2, FF: 96, Context: 64, Type: quant.F32}
+	for name, mod := range map[string]func(*Spec){
+		"arch":       func(s *Spec) { s.Arch = "gpt2" },
+		"heads":      func(s *Spec) { s.Heads = 5 },
+		"kv":         func(s *Spec) { s.KVHeads = 3 },
+		"q4_K rows":  func(s *Spec) { s.Type = quant.Q4_K },
+		"type":       func(s *Spec) { s.Type = quant.IQ2_XXS },
+		"vocab":      func(s *Spec) { s.Vocab = 10 },
+		"zero layer": func(s *Spec) { s.Layers = 0 },
+	} {
+		s := good
+		mod(&s)
+		if err := Write(&bytes.Buffer{}, s); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	s := good
+	s.Vocab = 600
+	f, err := gguf.Parse(mustBytes(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if toks, _ := f.Strings("tokenizer.ggml.tokens"); len(toks) != 600 || toks[599] != "<|unused_599|>" {
+		t.Error("padding to vocab 600")
+	}
+}
+
+// TestPresetMatchesLlamaCppFiles checks the bench presets against the
+// byte sizes of the files llama.cpp was benchmarked on
+// (shared/reference/llama-cpp-speed.md): same shapes, types, metadata and
+// tokenizer give the same size.
+func TestPresetMatchesLlamaCppFiles(t *testing.T) {
+	vocab := testenv.Shared(t, "vocab/ggml-vocab-llama-spm.gguf")
+	cases := []struct {
+		preset string
+		typ    quant.Type
+		size   int
+	}{
+		{"bench-15M", quant.Q8_0, 26671680},
+		{"bench-15M", quant.F32, 98358304},
+	}
+	// bench-110M takes seconds to generate: opt in with SLUICE_SYNTH_110M=1.
+	if os.Getenv("SLUICE_SYNTH_110M") == "1" {
+		cases = append(cases, struct {
+			preset string
+			typ    quant.Type
+			size   int
+		}{"bench-110M", quant.Q8_0, 143274560})
+	}
+	for _, c := range cases {
+		s, err := PresetSpec(c.preset, c.typ, vocab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n countingWriter
+		if err := Write(&n, s); err != nil {
+			t.Fatal(err)
+		}
+		if int(n) != c.size {
+			t.Errorf("%s %s: %d bytes, llama.cpp's file is %d", c.preset, c.typ, n, c.size)
+		}
+	}
+	// The real file's tensor table and metadata, key by key.
+	ref, err := gguf.Open(testenv.Shared(t, "models/bench-15M-q8_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	s, _ := PresetSpec("bench-15M", quant.Q8_0, vocab)
+	ours, err := gguf.Parse(mustBytes(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(ours.Keys(), ",") != strings.Join(ref.Keys(), ",") {
+		t.Errorf("keys differ:\n ours %v\n ref  %v", ours.Keys(), ref.Keys())
+	}
+	for _, k := range ref.Keys() {
+		if k == "general.description" {
+			continue
+		}
+		a, _ := ref.Value(k)
+		b, _ := ours.Value(k)
+		if a.String() != b.String() || a.Len() != b.Len() {
+			t.Errorf("%s: ours %v, llama.cpp file %v", k, b, a)
+		}
+	}
+	for i, rt := range ref.Tensors {
+		ot := ours.Tensors[i]
+		if ot.Name != rt.Name || ot.Type != rt.Type || ot.Offset != rt.Offset || ot.Size != rt.Size {
+			t.Errorf("tensor %d: ours %+v, ref %+v", i, ot, rt)
+		}
+	}
+}
+
+type countingWriter int64
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	*c += countingWriter(len(p))
+	return len(p), nil
+}
