@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"sluice/internal/kv"
+	"sluice/internal/request"
 	"sluice/internal/sample"
 )
 
@@ -59,51 +60,87 @@ func (c *Colocated) Info() Info {
 	return Info{Model: c.cfg.Model.Name(), Context: c.ctx, Vocab: c.cfg.Model.Vocab()}
 }
 
-// Submit implements Engine.
+// Submit implements Engine. As in the disaggregated engine, the request's
+// life-cycle machine decides every step (I1).
 func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
-	if err := checkRequest(r, c.ctx, c.cfg.Model.Vocab(), c.cfg.Unsafe.NoAdmission); err != nil {
-		return nil, err
-	}
-	release, err := c.admit()
-	if err != nil {
-		return nil, err
-	}
+	st := newStream(max(r.MaxTokens, 0))
 	owner := kv.Owner{Tenant: r.Tenant, ID: newID()}
-	// Room for the whole request up front, as the decode worker does: a
-	// full pool then refuses at admission (retryable) instead of failing a
-	// request halfway through its output. LazyPages grows per step instead.
+	var (
+		lc         *lifecycle
+		table      []kv.PageRef
+		reserveErr *Error
+		q          *seq
+		release    func()
+	)
+	lc = newLifecycle(request.Colocated, func(a request.Action, e *Error, prompt, completion int) {
+		switch a.Kind {
+		case request.ActReserve:
+			table, reserveErr = c.reserve(owner, r)
+		case request.ActPrefill:
+			q = &seq{
+				owner:        owner,
+				table:        table,
+				prompt:       r.Prompt,
+				promptTokens: len(r.Prompt),
+				maxTokens:    r.MaxTokens,
+				ignoreEOS:    r.IgnoreEOS,
+				samp:         sample.New(r.Sampling),
+				ended:        release,
+			}
+			q.emit = func(o outcome) { lc.scheduled(o, len(r.Prompt)) }
+		case request.ActEmit:
+			st.push(outcome{token: a.Token})
+		case request.ActStopDecode:
+			q.cancel.Store(true)
+			c.sched.poke()
+		case request.ActEnd:
+			st.push(terminal(a, e, prompt, completion))
+		}
+	})
+	if err := checkRequest(r, c.ctx, c.cfg.Model.Vocab(), c.cfg.Unsafe.NoAdmission); err != nil {
+		e := err.(*Error)
+		lc.reject(e)
+		return nil, e
+	}
+	var err error
+	release, err = c.admit()
+	if err != nil {
+		e := err.(*Error)
+		lc.reject(e)
+		return nil, e
+	}
+	lc.step(request.Event{Kind: request.EvAdmit}, nil)
+	if reserveErr != nil {
+		release()
+		lc.reject(reserveErr)
+		return nil, reserveErr
+	}
+	st.cancelFn = func() { lc.step(request.Event{Kind: request.EvCancel}, nil) }
+	stopWatch := context.AfterFunc(ctx, st.Cancel)
+	st.onClose = func() { stopWatch() }
+	lc.step(request.Event{Kind: request.EvReserved}, nil)
+	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
+	c.sched.add(q)
+	return st, nil
+}
+
+// reserve takes room for the whole request up front, as the decode worker
+// does: a full pool then refuses at admission (retryable) instead of
+// failing a request halfway through its output. LazyPages reserves the
+// prompt only and grows per step.
+func (c *Colocated) reserve(owner kv.Owner, r *Request) ([]kv.PageRef, *Error) {
 	need := len(r.Prompt) + r.MaxTokens
 	if c.cfg.LazyPages {
 		need = len(r.Prompt)
 	}
 	table, err := c.pool.Reserve(owner, kv.PagesFor(need, c.cfg.PageSize))
-	if err != nil {
-		release()
-		if errors.Is(err, kv.ErrNoCapacity) {
-			return nil, errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the KV cache is full; retry later")
-		}
-		return nil, asEngineError(err, CodeInternal, http.StatusInternalServerError, "reserving KV pages")
+	if err == nil {
+		return table, nil
 	}
-	st := newStream(r.MaxTokens)
-	q := &seq{
-		owner:        owner,
-		table:        table,
-		prompt:       r.Prompt,
-		promptTokens: len(r.Prompt),
-		maxTokens:    r.MaxTokens,
-		ignoreEOS:    r.IgnoreEOS,
-		samp:         sample.New(r.Sampling),
-		emit:         st.push,
-		ended:        release,
+	if errors.Is(err, kv.ErrNoCapacity) {
+		return nil, errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the KV cache is full; retry later")
 	}
-	st.cancelFn = func() {
-		q.cancel.Store(true)
-		c.sched.poke()
-	}
-	stopWatch := context.AfterFunc(ctx, st.Cancel)
-	st.onClose = func() { stopWatch() }
-	c.sched.add(q)
-	return st, nil
+	return nil, asEngineError(err, CodeInternal, http.StatusInternalServerError, "reserving KV pages")
 }
 
 // admit takes a concurrency slot or refuses at once: a bounded engine says
@@ -188,6 +225,7 @@ func newID() kv.ID {
 
 // stream is an engine Stream fed by a scheduler sequence.
 type stream struct {
+	mu       sync.Mutex
 	events   chan Event
 	cancelFn func()
 	onClose  func()
@@ -213,6 +251,8 @@ func (s *stream) Cancel() {
 
 // push converts a scheduler outcome into an event.
 func (s *stream) push(o outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.ended.Load() {
 		return
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"sluice/internal/handoff"
+	"sluice/internal/kv"
+	"sluice/internal/request"
 )
 
 // DisaggConfig configures the orchestration half of a disaggregated engine.
@@ -113,83 +115,115 @@ func (d *Disaggregated) admit() (func(), error) {
 	}, nil
 }
 
-// Submit implements Engine.
+// Submit implements Engine. The request's life-cycle machine decides every
+// step: Reserve happens only on its reserve action, Prefill only on its
+// prefill action, tokens reach the client only as its emit actions (I1).
 func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) {
-	lc, err := admitLifecycle(r, d.cfg.Context, d.cfg.Vocab, d.cfg.Unsafe.NoAdmission)
-	if err != nil {
-		return nil, err
-	}
-	release, err := d.admit()
-	if err != nil {
-		lc.reject(err)
-		return nil, err
-	}
+	st := newStream(max(r.MaxTokens, 0))
 	id := newID()
-	res, err := d.decode.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens})
-	if err != nil {
-		release()
-		if errors.Is(err, handoff.ErrTransport) {
-			d.abort(id, "reserve outcome unknown")
+	var (
+		lc         *lifecycle
+		res        *handoff.Reservation
+		reserveErr *Error
+	)
+	lc = newLifecycle(request.Disaggregated, func(a request.Action, e *Error, prompt, completion int) {
+		switch a.Kind {
+		case request.ActReserve:
+			res, reserveErr = d.reserve(ctx, r, id)
+		case request.ActPrefill:
+			// Started by run once the stream is open.
+		case request.ActEmit:
+			st.push(outcome{token: a.Token})
+		case request.ActAbortHandoff:
+			d.abort(id, string(a.Reason)+": "+a.Msg)
+		case request.ActStopDecode:
+			_ = d.decode.Cancel(d.bg, id)
+		case request.ActEnd:
+			st.push(terminal(a, e, prompt, completion))
 		}
-		e := reserveError(err)
+	})
+	if err := checkRequest(r, d.cfg.Context, d.cfg.Vocab, d.cfg.Unsafe.NoAdmission); err != nil {
+		e := err.(*Error)
 		lc.reject(e)
 		return nil, e
 	}
-	lc.reserved()
-	ts, err := d.decode.Stream(d.bg, id, handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS})
+	release, err := d.admit()
 	if err != nil {
-		d.abort(id, "stream could not be opened")
-		release()
-		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
-		lc.fail(e)
+		e := err.(*Error)
+		lc.reject(e)
 		return nil, e
 	}
-	st := newStream(r.MaxTokens)
-	st.cancelFn = func() {
-		// I10: recorded on decode; it takes effect after the commit and the
-		// first token. The prefill context is d.bg, not the client's.
-		lc.cancel()
-		_ = d.decode.Cancel(d.bg, id)
+	lc.step(request.Event{Kind: request.EvAdmit}, nil)
+	if reserveErr != nil {
+		release()
+		lc.reject(reserveErr)
+		return nil, reserveErr
 	}
+	lc.step(request.Event{Kind: request.EvReserved}, nil)
+	ts, err := d.decode.Stream(d.bg, id, handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS})
+	if err != nil {
+		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
+		lc.fail(e) // aborts the handoff: its pages are released
+		release()
+		return nil, e
+	}
+	st.cancelFn = func() { lc.step(request.Event{Kind: request.EvCancel}, nil) }
 	stopWatch := context.AfterFunc(ctx, st.Cancel)
 	st.onClose = func() { stopWatch() }
-	go d.run(r, id, res, ts, st, lc, release)
+	go d.run(r, id, res, ts, lc, release)
 	return st, nil
 }
 
-func reserveError(err error) *Error {
-	if errors.Is(err, handoff.ErrRefused) {
-		return errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the decode worker has no room for this request now; retry later")
+// reserve asks decode for pages. A refusal is "overloaded" (retryable);
+// a transport failure leaves the outcome unknown, so the handoff is aborted.
+func (d *Disaggregated) reserve(ctx context.Context, r *Request, id kv.ID) (*handoff.Reservation, *Error) {
+	res, err := d.decode.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens})
+	if err == nil {
+		return res, nil
 	}
-	return asEngineError(err, CodeHandoff, http.StatusBadGateway, "reserving decode pages")
+	if errors.Is(err, handoff.ErrTransport) || ctx.Err() != nil {
+		d.abort(id, "reserve outcome unknown")
+	}
+	if errors.Is(err, handoff.ErrRefused) {
+		return nil, errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the decode worker has no room for this request now; retry later")
+	}
+	return nil, asEngineError(err, CodeHandoff, http.StatusBadGateway, "reserving decode pages")
 }
 
-func (d *Disaggregated) abort(id [16]byte, reason string) {
+func (d *Disaggregated) abort(id kv.ID, reason string) {
 	_ = d.decode.Abort(d.bg, &handoff.Abort{Handoff: id, Reason: reason})
 }
 
+// handoffFailure classifies a failed handoff: verification failures are
+// integrity errors (I8), the rest a failed handoff.
+func handoffFailure(cause error) *Error {
+	if errors.Is(cause, handoff.ErrCountMismatch) || errors.Is(cause, handoff.ErrCoverage) ||
+		errors.Is(cause, handoff.ErrDigestMismatch) || errors.Is(cause, handoff.ErrDigestMissing) ||
+		errors.Is(cause, handoff.ErrBadWrite) || errors.Is(cause, handoff.ErrChecksum) {
+		return errf(CodeIntegrity, http.StatusInternalServerError, cause,
+			"the KV handoff failed verification; the request was stopped and its pages quarantined")
+	}
+	return asEngineError(cause, CodeHandoff, http.StatusBadGateway, "the disaggregated request")
+}
+
 // run drives one request after its reservation: prefill (which pushes and
-// commits), decode's tokens to the client, and the final verdict, which is
-// success only when both roles succeeded.
-func (d *Disaggregated) run(r *Request, id [16]byte, res *handoff.Reservation, ts handoff.TokenStream, st *stream, lc *lifecycle, release func()) {
+// commits), decode's tokens through the life-cycle machine, and the final
+// verdict, which is success only when both roles succeeded.
+func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, release func()) {
 	defer release()
 	defer ts.Close()
-	lc.prefilling()
+	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
 	type pres struct {
 		r   *handoff.PrefillResult
 		err error
 	}
 	pch := make(chan pres, 1)
 	go func() {
+		// d.bg, not the client's context: a disconnect never tears the
+		// transfer (I10).
 		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling})
-		if err != nil {
-			// The prefill worker aborted on decode where it could; abort
-			// again in case the failure was its link to decode.
-			d.abort(id, "prefill failed")
-		}
 		pch <- pres{pr, err}
 	}()
-
 	var got *pres
 	waitPrefill := func() *pres {
 		if got == nil {
@@ -198,73 +232,59 @@ func (d *Disaggregated) run(r *Request, id [16]byte, res *handoff.Reservation, t
 		}
 		return got
 	}
-	completion := 0
 	first := true
 	for {
 		tok, err := ts.Recv()
 		if err == io.EOF {
 			err = errors.New("the decode stream ended without a terminal item")
 		}
+		if err == nil && tok.Err != nil {
+			err = tok.Err
+		}
 		if err != nil {
-			p := waitPrefill()
+			// A prefill error, if any, says more precisely what failed.
 			cause := err
-			if p.err != nil {
+			if p := waitPrefill(); p.err != nil {
 				cause = p.err
 			}
-			e := asEngineError(cause, CodeHandoff, http.StatusBadGateway, "the disaggregated request")
-			lc.fail(e)
-			st.push(outcome{err: e, completion: completion})
+			lc.fail(handoffFailure(cause))
 			return
 		}
 		switch {
-		case tok.Err != nil:
-			// Decode ended in failure. A prefill error, if any, says why
-			// more precisely (e.g. it was prefill that aborted).
-			p := waitPrefill()
-			cause := tok.Err
-			if p.err != nil {
-				cause = p.err
-			}
-			e := asEngineError(cause, CodeHandoff, http.StatusBadGateway, "the disaggregated request")
-			if errors.Is(cause, handoff.ErrCountMismatch) || errors.Is(cause, handoff.ErrCoverage) ||
-				errors.Is(cause, handoff.ErrDigestMismatch) || errors.Is(cause, handoff.ErrDigestMissing) ||
-				errors.Is(cause, handoff.ErrBadWrite) {
-				e = errf(CodeIntegrity, http.StatusInternalServerError, cause,
-					"the KV handoff failed verification; the request was stopped and its pages quarantined")
-			}
-			lc.fail(e)
-			st.push(outcome{err: e, completion: completion})
+		case tok.Done && tok.Finish == "cancelled":
+			lc.step(request.Event{Kind: request.EvCancel}, nil)
+			waitPrefill()
 			return
 		case tok.Done:
-			// Success needs both roles: wait for prefill's own verdict (a
-			// late prefill failure still fails the request).
+			// Success needs both roles: a late prefill failure still fails
+			// the request.
 			p := waitPrefill()
 			if p.err != nil {
-				e := asEngineError(p.err, CodeHandoff, http.StatusBadGateway, "prefill")
-				lc.fail(e)
-				st.push(outcome{err: e, completion: completion})
+				lc.fail(asEngineError(p.err, CodeHandoff, http.StatusBadGateway, "prefill"))
 				return
 			}
 			// I9: prompt_tokens is what prefill ran and transferred and
-			// decode verified; both must be the prompt.
+			// decode verified; all three must be the prompt.
 			if p.r.Tokens != len(r.Prompt) || tok.PromptTokens != len(r.Prompt) {
-				e := errf(CodeIntegrity, http.StatusInternalServerError, nil,
-					"accounting mismatch: prompt has %d tokens, prefill reports %d, decode verified %d",
-					len(r.Prompt), p.r.Tokens, tok.PromptTokens)
-				lc.fail(e)
-				st.push(outcome{err: e, completion: completion})
+				lc.fail(errf(CodeIntegrity, http.StatusInternalServerError, nil,
+					"accounting mismatch: the prompt has %d tokens, prefill reports %d, decode verified %d",
+					len(r.Prompt), p.r.Tokens, tok.PromptTokens))
 				return
 			}
-			lc.finish(tok.Finish)
-			st.push(outcome{done: true, finish: tok.Finish, prompt: p.r.Tokens, completion: completion})
-			return
-		default:
-			if first {
-				lc.decoding()
-				first = false
+			reason := request.FinishedLength
+			if tok.Finish == "stop" {
+				reason = request.FinishedStop
 			}
-			completion++
-			st.push(outcome{token: tok.ID})
+			lc.step(request.Event{Kind: request.EvFinish, Reason: reason}, nil)
+			return
+		case first:
+			first = false
+			// Decode's first token is the commit's: the handoff was verified
+			// (I5) and its prompt tokens are the reserved count (I9).
+			lc.step(request.Event{Kind: request.EvCommitted, Token: tok.ID, Tokens: res.ExpectTokens}, nil)
+		default:
+			// Illegal after the end (a cancel took effect): dropped.
+			lc.step(request.Event{Kind: request.EvToken, Token: tok.ID}, nil)
 		}
 	}
 }
