@@ -48,7 +48,7 @@ func TestByteToUnicodeKnownValues(t *testing.T) {
 }
 
 // tinyBPE is a byte-level vocabulary small enough to work out by hand.
-func tinyBPE(t *testing.T) *Tokenizer {
+func tinyBPE(t testing.TB) *Tokenizer {
 	t.Helper()
 	v := DefaultVocab(ModelBPE)
 	v.Pre = "gpt-2"
@@ -104,7 +104,7 @@ func TestTinyBPE(t *testing.T) {
 
 // tinySPM is a SentencePiece-style vocabulary worked out by hand: scores,
 // not lengths, decide the merges.
-func tinySPM(t *testing.T) *Tokenizer {
+func tinySPM(t testing.TB) *Tokenizer {
 	t.Helper()
 	v := DefaultVocab(ModelSPM)
 	v.Tokens = []string{"<unk>", "<s>", "</s>"}
@@ -292,4 +292,29 @@ func TestConcurrentEncode(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestSPMPiecewiseMatchesWhole: merging SPM text piece by piece (the fast
+// path) gives exactly what llama.cpp's single pass over the whole text gives.
+func TestSPMPiecewiseMatchesWhole(t *testing.T) {
+	fast := loadVocab(t, "llama-spm")
+	if !fast.spmSplitAtSpace {
+		t.Fatal("Llama 2's vocabulary should allow piecewise merging")
+	}
+	whole := *fast
+	whole.spmSplitAtSpace = false
+	r := rand.New(rand.NewPCG(5, 6))
+	texts := []string{benchText[:2000]}
+	for _, c := range readCases(t, "llama-spm") {
+		texts = append(texts, c.in)
+	}
+	for i := 0; i < 2000; i++ {
+		texts = append(texts, randText(r, 30))
+	}
+	for _, s := range texts {
+		a, b := fast.Encode(s, true, false), whole.Encode(s, true, false)
+		if !slices.Equal(a, b) {
+			t.Fatalf("%q: piecewise %v whole %v", s, a, b)
+		}
+	}
 }

@@ -145,6 +145,10 @@ type Tokenizer struct {
 	ranks        map[uint64]uint64
 	ignoreMerges bool
 
+	// spmSplitAtSpace: no token has U+2581 after another character, so
+	// SPM text can be merged piece by piece (see encodeSPM).
+	spmSplitAtSpace bool
+
 	// special lists the control, user-defined and unknown tokens, longest
 	// text first, as llama.cpp's cache_special_tokens. specialByLen maps a
 	// text length to the texts of that length, for finding which ones
@@ -292,6 +296,13 @@ func New(v Vocab) (*Tokenizer, error) {
 	}
 	switch t.kind {
 	case kindSPM:
+		t.spmSplitAtSpace = true
+		for _, s := range t.tokens {
+			if strings.Contains(strings.TrimLeft(s, spmSpace), spmSpace) {
+				t.spmSplitAtSpace = false
+				break
+			}
+		}
 		for b := 0; b < 256; b++ {
 			if id, ok := t.toID[spmByteText(byte(b))]; ok {
 				t.byteTok[b] = id

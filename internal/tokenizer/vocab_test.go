@@ -186,3 +186,5 @@ func TestReferencePrompts(t *testing.T) {
 		}
 	}
 }
+
+func sharedPath(t testing.TB, rel string) string { return testenv.Shared(t, rel) }
