@@ -1,0 +1,383 @@
+package tcp
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+
+	"sluice/internal/handoff"
+	"sluice/internal/kv"
+)
+
+// Client is one authenticated connection to a worker. It implements
+// handoff.Decode and handoff.Prefill; many calls and streams run on it at
+// once. Every method returns only when the server's reply arrived, so the
+// meaning of a nil error is exactly that of the interface (applied,
+// verified, ...); a connection failure or an expired ctx before the reply
+// is handoff.ErrTransport: the outcome is unknown and the caller must abort.
+type Client struct {
+	c       *conn
+	mu      sync.Mutex
+	next    uint32
+	pending map[uint32]*call
+	err     error // set once the connection is dead
+	done    chan struct{}
+}
+
+type call struct {
+	reply  chan *frame // one reply (non-stream calls)
+	stream *tokenStream
+}
+
+// Dial connects and authenticates (I12). A server that cannot prove it
+// knows the secret gets nothing but the Hello.
+func Dial(ctx context.Context, addr string, cfg Config) (*Client, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, transportErr(err)
+	}
+	return NewClient(nc, cfg)
+}
+
+// NewClient runs the handshake on an established connection.
+func NewClient(nc net.Conn, cfg Config) (*Client, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: cfg.MaxFrame, isClient: true}}
+	if err := c.clientHandshake(); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	cl := &Client{c: c, pending: map[uint32]*call{}, done: make(chan struct{})}
+	go cl.readLoop()
+	return cl, nil
+}
+
+// Close closes the connection; pending calls fail with ErrTransport.
+func (cl *Client) Close() error {
+	err := cl.c.nc.Close()
+	<-cl.done
+	return err
+}
+
+func (cl *Client) readLoop() {
+	defer close(cl.done)
+	for {
+		f, err := cl.c.read()
+		if err != nil {
+			cl.fail(err)
+			return
+		}
+		if f.stream == 0 {
+			// Connection-level: the server reports why it is closing.
+			if f.typ == tError {
+				cl.fail(decError(f.payload))
+			} else {
+				cl.fail(protoErr("unexpected connection-level frame type %d", f.typ))
+			}
+			return
+		}
+		cl.mu.Lock()
+		k := cl.pending[f.stream]
+		if k != nil && k.stream == nil {
+			delete(cl.pending, f.stream) // streams unregister on their terminal item or Close
+		}
+		cl.mu.Unlock()
+		if k == nil {
+			continue // a reply to a call whose ctx ended: dropped
+		}
+		if k.stream != nil {
+			k.stream.deliver(f)
+			continue
+		}
+		k.reply <- f
+	}
+}
+
+func (cl *Client) fail(err error) {
+	if isClosed(err) || err == io.EOF {
+		err = handoff.ErrTransport.With("connection closed")
+	}
+	err = transportErr(err)
+	cl.c.nc.Close()
+	cl.mu.Lock()
+	if cl.err == nil {
+		cl.err = err
+	}
+	ps := cl.pending
+	cl.pending = map[uint32]*call{}
+	cl.mu.Unlock()
+	for _, k := range ps {
+		if k.stream != nil {
+			k.stream.deliverErr(err)
+		} else {
+			close(k.reply)
+		}
+	}
+}
+
+// Err reports why the connection died, nil while it is up.
+func (cl *Client) Err() error {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.err
+}
+
+func (cl *Client) register(k *call) (uint32, error) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.err != nil {
+		return 0, cl.err
+	}
+	cl.next++
+	if cl.next == 0 {
+		cl.next = 1
+	}
+	cl.pending[cl.next] = k
+	return cl.next, nil
+}
+
+func (cl *Client) unregister(id uint32) {
+	cl.mu.Lock()
+	delete(cl.pending, id)
+	cl.mu.Unlock()
+}
+
+// roundTrip sends one request and waits for its reply frame.
+func (cl *Client) roundTrip(ctx context.Context, typ byte, want byte, parts ...[]byte) (*frame, error) {
+	k := &call{reply: make(chan *frame, 1)}
+	id, err := cl.register(k)
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.c.send(typ, id, parts...); err != nil {
+		cl.unregister(id)
+		// A frame too big is refused before any byte is sent; anything else
+		// leaves the stream in an unknown state, so the connection goes.
+		if he, ok := err.(*handoff.Error); ok && he.Code == handoff.ErrProtocol.Code {
+			return nil, err
+		}
+		cl.fail(err)
+		return nil, transportErr(err)
+	}
+	select {
+	case f, ok := <-k.reply:
+		if !ok {
+			return nil, cl.Err()
+		}
+		if f.typ == tError {
+			return nil, decError(f.payload)
+		}
+		if f.typ != want {
+			err := protoErr("reply frame type %d, want %d", f.typ, want)
+			cl.fail(err)
+			return nil, err
+		}
+		return f, nil
+	case <-ctx.Done():
+		cl.unregister(id)
+		return nil, handoff.ErrTransport.With("no reply before the deadline: %v", ctx.Err())
+	}
+}
+
+func (cl *Client) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Reservation, error) {
+	f, err := cl.roundTrip(ctx, tReserve, tReservation, encReserve(r))
+	if err != nil {
+		return nil, err
+	}
+	res, err := decReservation(f.payload)
+	if err != nil {
+		cl.fail(err)
+		return nil, err
+	}
+	return res, nil
+}
+
+func (cl *Client) Write(ctx context.Context, ws []handoff.PageWrite) error {
+	_, err := cl.roundTrip(ctx, tWrite, tOK, encWrites(ws)...)
+	return err
+}
+
+func (cl *Client) Commit(ctx context.Context, c *handoff.Commit) error {
+	_, err := cl.roundTrip(ctx, tCommit, tOK, encCommit(c))
+	return err
+}
+
+func (cl *Client) Abort(ctx context.Context, a *handoff.Abort) error {
+	_, err := cl.roundTrip(ctx, tAbort, tOK, encAbort(a))
+	return err
+}
+
+func (cl *Client) Drained(ctx context.Context, id kv.ID) error {
+	_, err := cl.roundTrip(ctx, tDrained, tOK, encID(id))
+	return err
+}
+
+func (cl *Client) Cancel(ctx context.Context, id kv.ID) error {
+	_, err := cl.roundTrip(ctx, tCancel, tOK, encID(id))
+	return err
+}
+
+func (cl *Client) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	f, err := cl.roundTrip(ctx, tPrefill, tPrefillRes, encPrefill(r))
+	if err != nil {
+		return nil, err
+	}
+	res, err := decPrefillRes(f.payload)
+	if err != nil {
+		cl.fail(err)
+		return nil, err
+	}
+	return res, nil
+}
+
+// Stream opens a token stream. The server answers the open with OK (or an
+// error), then sends Token frames on the same call id.
+func (cl *Client) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams) (handoff.TokenStream, error) {
+	ts := newTokenStream(cl)
+	k := &call{stream: ts}
+	sid, err := cl.register(k)
+	if err != nil {
+		return nil, err
+	}
+	ts.id = sid
+	if err := cl.c.send(tStreamOpen, sid, encStreamOpen(id, p)); err != nil {
+		cl.unregister(sid)
+		cl.fail(err)
+		return nil, transportErr(err)
+	}
+	// The first frame is the open's answer: OK or an error.
+	f, err := ts.next(ctx)
+	if err != nil {
+		cl.unregister(sid)
+		return nil, err
+	}
+	if f.typ == tError {
+		cl.unregister(sid)
+		return nil, decError(f.payload)
+	}
+	if f.typ != tOK {
+		err := protoErr("stream open answered with frame type %d", f.typ)
+		cl.fail(err)
+		return nil, err
+	}
+	ts.ctx = ctx
+	return ts, nil
+}
+
+// tokenStream queues a stream's frames without bound so one slow reader
+// never stalls the connection's other calls (tokens are a few bytes each).
+type tokenStream struct {
+	cl     *Client
+	id     uint32
+	ctx    context.Context
+	mu     sync.Mutex
+	q      []*frame
+	err    error
+	signal chan struct{}
+	ended  bool
+}
+
+func newTokenStream(cl *Client) *tokenStream {
+	return &tokenStream{cl: cl, signal: make(chan struct{}, 1)}
+}
+
+func (ts *tokenStream) deliver(f *frame) {
+	ts.mu.Lock()
+	ts.q = append(ts.q, f)
+	ts.mu.Unlock()
+	select {
+	case ts.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (ts *tokenStream) deliverErr(err error) {
+	ts.mu.Lock()
+	if ts.err == nil {
+		ts.err = err
+	}
+	ts.mu.Unlock()
+	select {
+	case ts.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (ts *tokenStream) next(ctx context.Context) (*frame, error) {
+	for {
+		ts.mu.Lock()
+		if len(ts.q) > 0 {
+			f := ts.q[0]
+			ts.q = ts.q[1:]
+			ts.mu.Unlock()
+			return f, nil
+		}
+		err := ts.err
+		ts.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-ts.signal:
+		case <-ctx.Done():
+			return nil, handoff.ErrTransport.With("stream: %v", ctx.Err())
+		}
+	}
+}
+
+// Recv returns the next token; io.EOF after the terminal one.
+func (ts *tokenStream) Recv() (handoff.Token, error) {
+	if ts.ended {
+		return handoff.Token{}, io.EOF
+	}
+	f, err := ts.next(ts.ctx)
+	if err != nil {
+		ts.ended = true
+		return handoff.Token{Err: err}, nil
+	}
+	if f.typ != tToken {
+		err := protoErr("stream frame type %d", f.typ)
+		ts.cl.fail(err)
+		ts.ended = true
+		return handoff.Token{Err: err}, nil
+	}
+	t, err := decToken(f.payload)
+	if err != nil {
+		ts.cl.fail(err)
+		ts.ended = true
+		return handoff.Token{Err: err}, nil
+	}
+	if t.Done || t.Err != nil {
+		ts.ended = true
+		ts.cl.unregister(ts.id)
+	}
+	return t, nil
+}
+
+// Close stops delivery; the server stops forwarding. It does not cancel decoding.
+func (ts *tokenStream) Close() error {
+	ts.cl.unregister(ts.id)
+	if !ts.ended {
+		ts.ended = true
+		_ = ts.cl.c.send(tStreamClose, ts.id)
+	}
+	return nil
+}
+
+var (
+	_ handoff.Decode  = (*Client)(nil)
+	_ handoff.Prefill = (*Client)(nil)
+)

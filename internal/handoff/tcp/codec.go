@@ -1,0 +1,364 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"math"
+
+	"sluice/internal/handoff"
+	"sluice/internal/kv"
+	"sluice/internal/sample"
+)
+
+// enc appends big-endian fields.
+type enc struct{ b []byte }
+
+func (e *enc) u8(v byte)      { e.b = append(e.b, v) }
+func (e *enc) u32(v uint32)   { e.b = binary.BigEndian.AppendUint32(e.b, v) }
+func (e *enc) u64(v uint64)   { e.b = binary.BigEndian.AppendUint64(e.b, v) }
+func (e *enc) i64(v int)      { e.u64(uint64(int64(v))) }
+func (e *enc) id(v kv.ID)     { e.b = append(e.b, v[:]...) }
+func (e *enc) bytes(v []byte) { e.u32(uint32(len(v))); e.b = append(e.b, v...) }
+func (e *enc) str(v string)   { e.u32(uint32(len(v))); e.b = append(e.b, v...) }
+func (e *enc) bool(v bool) {
+	if v {
+		e.u8(1)
+	} else {
+		e.u8(0)
+	}
+}
+
+// dec reads fields; the first short read sets err and every later read
+// returns zero values, so decoders check err once at the end.
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) need(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(d.b) {
+		d.err = protoErr("message truncated")
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) u8() byte {
+	if v := d.need(1); v != nil {
+		return v[0]
+	}
+	return 0
+}
+func (d *dec) u32() uint32 {
+	if v := d.need(4); v != nil {
+		return binary.BigEndian.Uint32(v)
+	}
+	return 0
+}
+func (d *dec) u64() uint64 {
+	if v := d.need(8); v != nil {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+// int reads a non-negative int bounded by max.
+func (d *dec) int(max int) int {
+	v := int64(d.u64())
+	if d.err == nil && (v < 0 || v > int64(max)) {
+		d.err = protoErr("field value %d out of range", v)
+		return 0
+	}
+	return int(v)
+}
+func (d *dec) id() (v kv.ID) {
+	copy(v[:], d.need(16))
+	return
+}
+
+// bytes aliases the frame payload (no copy); the payload is owned by this message.
+func (d *dec) bytes() []byte {
+	n := d.u32()
+	return d.need(int(n))
+}
+func (d *dec) str() string { return string(d.bytes()) }
+func (d *dec) bool() bool {
+	switch d.u8() {
+	case 0:
+		return false
+	case 1:
+		return true
+	}
+	if d.err == nil {
+		d.err = protoErr("bad boolean")
+	}
+	return false
+}
+
+// count reads a element count, rejecting counts that cannot fit in what is
+// left (each element takes at least min bytes): a frame cannot make us allocate more than it carries.
+func (d *dec) count(min int) int {
+	n := d.u32()
+	if d.err == nil && int64(n)*int64(min) > int64(len(d.b)) {
+		d.err = protoErr("element count %d larger than the frame", n)
+		return 0
+	}
+	return int(n)
+}
+
+func (d *dec) end() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.err = protoErr("%d trailing bytes", len(d.b))
+	}
+	return d.err
+}
+
+const maxInt = math.MaxInt32
+
+func encReserve(m *handoff.Reserve) []byte {
+	var e enc
+	e.id(m.Handoff)
+	e.str(m.Tenant)
+	e.i64(m.PromptTokens)
+	e.i64(m.MaxTokens)
+	return e.b
+}
+
+func decReserve(p []byte) (*handoff.Reserve, error) {
+	d := dec{b: p}
+	m := &handoff.Reserve{Handoff: d.id(), Tenant: d.str(), PromptTokens: d.int(maxInt), MaxTokens: d.int(maxInt)}
+	return m, d.end()
+}
+
+func encReservation(e *enc, m *handoff.Reservation) {
+	e.id(m.Handoff)
+	e.i64(m.PageSize)
+	e.i64(m.ExpectTokens)
+	e.u32(uint32(len(m.Pages)))
+	for _, p := range m.Pages {
+		e.u32(p.Page)
+		e.u64(p.Gen)
+	}
+}
+
+func decReservationFrom(d *dec) *handoff.Reservation {
+	m := &handoff.Reservation{Handoff: d.id(), PageSize: d.int(maxInt), ExpectTokens: d.int(maxInt)}
+	n := d.count(12)
+	if d.err != nil {
+		return m
+	}
+	m.Pages = make([]kv.PageRef, n)
+	for i := range m.Pages {
+		m.Pages[i] = kv.PageRef{Page: d.u32(), Gen: d.u64()}
+	}
+	return m
+}
+
+func decReservation(p []byte) (*handoff.Reservation, error) {
+	d := dec{b: p}
+	m := decReservationFrom(&d)
+	return m, d.end()
+}
+
+// encWrites returns the payload as parts so page bytes are written to the
+// socket straight from where they are (no copy into a frame buffer).
+func encWrites(ws []handoff.PageWrite) [][]byte {
+	parts := make([][]byte, 0, 2*len(ws)+1)
+	var e enc
+	e.u32(uint32(len(ws)))
+	for i := range ws {
+		w := &ws[i]
+		e.id(w.Handoff)
+		e.i64(w.Block)
+		e.u32(w.Page.Page)
+		e.u64(w.Page.Gen)
+		e.i64(w.Slots)
+		e.u32(w.Checksum)
+		e.bool(w.Placed)
+		e.u32(uint32(len(w.Data)))
+		if len(w.Data) > 0 {
+			parts = append(parts, e.b, w.Data)
+			e = enc{}
+		}
+	}
+	if len(e.b) > 0 {
+		parts = append(parts, e.b)
+	}
+	return parts
+}
+
+func decWrites(p []byte) ([]handoff.PageWrite, error) {
+	d := dec{b: p}
+	n := d.count(16 + 8 + 4 + 8 + 8 + 4 + 1 + 4)
+	if d.err != nil {
+		return nil, d.err
+	}
+	ws := make([]handoff.PageWrite, n)
+	for i := range ws {
+		ws[i] = handoff.PageWrite{Handoff: d.id(), Block: d.int(maxInt),
+			Page: kv.PageRef{Page: d.u32(), Gen: d.u64()}, Slots: d.int(maxInt), Checksum: d.u32(), Placed: d.bool()}
+		if data := d.bytes(); len(data) > 0 {
+			ws[i].Data = data
+		}
+	}
+	return ws, d.end()
+}
+
+func encCommit(m *handoff.Commit) []byte {
+	var e enc
+	e.id(m.Handoff)
+	e.i64(m.Tokens)
+	e.bytes(m.Digest)
+	e.u32(uint32(m.FirstToken))
+	return e.b
+}
+
+func decCommit(p []byte) (*handoff.Commit, error) {
+	d := dec{b: p}
+	m := &handoff.Commit{Handoff: d.id(), Tokens: d.int(maxInt)}
+	if dg := d.bytes(); len(dg) > 0 {
+		m.Digest = append([]byte(nil), dg...)
+	}
+	m.FirstToken = int32(d.u32())
+	return m, d.end()
+}
+
+func encAbort(m *handoff.Abort) []byte {
+	var e enc
+	e.id(m.Handoff)
+	e.str(m.Reason)
+	return e.b
+}
+
+func decAbort(p []byte) (*handoff.Abort, error) {
+	d := dec{b: p}
+	m := &handoff.Abort{Handoff: d.id(), Reason: d.str()}
+	return m, d.end()
+}
+
+func encID(id kv.ID) []byte { return append([]byte(nil), id[:]...) }
+
+func decID(p []byte) (kv.ID, error) {
+	d := dec{b: p}
+	id := d.id()
+	return id, d.end()
+}
+
+func encSampling(e *enc, s sample.Params) {
+	e.u32(math.Float32bits(s.Temperature))
+	e.i64(s.TopK)
+	e.u32(math.Float32bits(s.TopP))
+	e.u64(s.Seed)
+}
+
+func decSampling(d *dec) sample.Params {
+	return sample.Params{Temperature: math.Float32frombits(d.u32()), TopK: d.int(maxInt),
+		TopP: math.Float32frombits(d.u32()), Seed: d.u64()}
+}
+
+func encStreamOpen(id kv.ID, p handoff.StreamParams) []byte {
+	var e enc
+	e.id(id)
+	encSampling(&e, p.Sampling)
+	e.bool(p.IgnoreEOS)
+	return e.b
+}
+
+func decStreamOpen(p []byte) (kv.ID, handoff.StreamParams, error) {
+	d := dec{b: p}
+	id := d.id()
+	sp := handoff.StreamParams{Sampling: decSampling(&d), IgnoreEOS: d.bool()}
+	return id, sp, d.end()
+}
+
+func encToken(t handoff.Token) []byte {
+	var e enc
+	e.u32(uint32(t.ID))
+	e.bool(t.Done)
+	e.str(t.Finish)
+	e.i64(t.PromptTokens)
+	e.i64(t.CompletionTokens)
+	code, msg := handoff.ToWire(t.Err)
+	e.str(code)
+	e.str(msg)
+	return e.b
+}
+
+func decToken(p []byte) (handoff.Token, error) {
+	d := dec{b: p}
+	t := handoff.Token{ID: int32(d.u32()), Done: d.bool(), Finish: d.str(), PromptTokens: d.int(maxInt), CompletionTokens: d.int(maxInt)}
+	code, msg := d.str(), d.str()
+	t.Err = handoff.FromWire(code, msg)
+	return t, d.end()
+}
+
+func encPrefill(m *handoff.PrefillRequest) []byte {
+	var e enc
+	e.id(m.Handoff)
+	e.str(m.Tenant)
+	e.u32(uint32(len(m.Tokens)))
+	for _, t := range m.Tokens {
+		e.u32(uint32(t))
+	}
+	e.bool(m.Reservation != nil)
+	if m.Reservation != nil {
+		encReservation(&e, m.Reservation)
+	}
+	encSampling(&e, m.Sampling)
+	return e.b
+}
+
+func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
+	d := dec{b: p}
+	m := &handoff.PrefillRequest{Handoff: d.id(), Tenant: d.str()}
+	n := d.count(4)
+	if d.err != nil {
+		return nil, d.err
+	}
+	m.Tokens = make([]int32, n)
+	for i := range m.Tokens {
+		m.Tokens[i] = int32(d.u32())
+	}
+	if d.bool() {
+		m.Reservation = decReservationFrom(&d)
+	}
+	m.Sampling = decSampling(&d)
+	return m, d.end()
+}
+
+func encPrefillRes(m *handoff.PrefillResult) []byte {
+	var e enc
+	e.u32(uint32(m.FirstToken))
+	e.i64(m.Tokens)
+	return e.b
+}
+
+func decPrefillRes(p []byte) (*handoff.PrefillResult, error) {
+	d := dec{b: p}
+	m := &handoff.PrefillResult{FirstToken: int32(d.u32()), Tokens: d.int(maxInt)}
+	return m, d.end()
+}
+
+func encError(err error) []byte {
+	var e enc
+	code, msg := handoff.ToWire(err)
+	e.str(code)
+	e.str(msg)
+	return e.b
+}
+
+func decError(p []byte) error {
+	d := dec{b: p}
+	code, msg := d.str(), d.str()
+	if err := d.end(); err != nil {
+		return err
+	}
+	if code == "" {
+		return protoErr("error frame without a code")
+	}
+	return handoff.FromWire(code, msg)
+}

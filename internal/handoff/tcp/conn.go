@@ -1,0 +1,257 @@
+// Package tcp carries the handoff services (handoff.Decode and
+// handoff.Prefill) over TCP: length-prefixed frames with a CRC32C each,
+// version negotiation, frame size limits, read/write timeouts, and a mutual
+// challenge-response handshake with HMAC-SHA256 over a shared secret (I12),
+// optionally followed by a per-frame MAC under a session key. Many calls
+// and token streams share one connection, each frame naming its call.
+package tcp
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"sluice/internal/handoff"
+)
+
+// Config is shared by clients and servers.
+type Config struct {
+	// Secret is the shared credential of the cluster's workers (I12), at
+	// least 16 bytes. Load it from a file (LoadSecret), never from a
+	// command-line flag: argv is visible to every local user.
+	Secret []byte
+	// FrameMAC adds a per-frame HMAC-SHA256 (truncated to 16 bytes) keyed by
+	// a per-connection session key, so an on-path attacker cannot inject or
+	// alter frames after the handshake. It is on when either side asks. It
+	// costs throughput; see BenchmarkHandoffTCP.
+	FrameMAC bool
+	// MaxFrame bounds a frame's payload (default 64 MiB). Write batches
+	// (handoff.SenderConfig.MaxBatchBytes) must stay below it.
+	MaxFrame int
+	// HandshakeTimeout bounds the whole handshake (default 5 s).
+	HandshakeTimeout time.Duration
+	// ReadTimeout bounds the arrival of a frame's body once its header has
+	// arrived (default 10 s). An idle connection is not timed out.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing one frame (default 10 s).
+	WriteTimeout time.Duration
+	// MaxInflight bounds the calls a server runs at once per connection (default 64).
+	MaxInflight int
+}
+
+// MinSecret is the shortest secret accepted.
+const MinSecret = 16
+
+func (c Config) withDefaults() (Config, error) {
+	if len(c.Secret) < MinSecret {
+		return c, handoff.ErrAuth.With("a shared secret of at least %d bytes is required (I12)", MinSecret)
+	}
+	if c.MaxFrame <= 0 {
+		c.MaxFrame = 64 << 20
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 5 * time.Second
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = 64
+	}
+	return c, nil
+}
+
+// LoadSecret reads a secret file (surrounding whitespace trimmed). It
+// refuses a file other users can read: the secret is what stops a stranger
+// from reserving, writing or committing pages (I12).
+func LoadSecret(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("secret file: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("secret file %s is readable by others (mode %v); chmod 600 it", path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("secret file: %w", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < MinSecret {
+		return nil, fmt.Errorf("secret file %s holds %d bytes, need at least %d", path, len(b), MinSecret)
+	}
+	return b, nil
+}
+
+func proof(secret []byte, label string, parts ...[]byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(label))
+	for _, p := range parts {
+		m.Write(p)
+	}
+	return m.Sum(nil)
+}
+
+// conn is one authenticated connection, used by both client and server.
+type conn struct {
+	nc  net.Conn
+	cfg Config
+	fr  framer
+	wmu sync.Mutex
+}
+
+func (c *conn) send(typ byte, stream uint32, parts ...[]byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	v := c.fr.version
+	if v == 0 {
+		v = 1
+	}
+	bufs, err := c.fr.encode(v, typ, stream, parts)
+	if err != nil {
+		return err
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+	nb := net.Buffers(bufs)
+	_, err = nb.WriteTo(c.nc)
+	return err
+}
+
+// read reads one frame: an idle connection may wait forever for a header,
+// but once a header is in, its body must arrive within ReadTimeout.
+func (c *conn) read() (*frame, error) {
+	_ = c.nc.SetReadDeadline(time.Time{})
+	return c.fr.readFrame(c.nc, func() {
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
+	})
+}
+
+// readHandshake reads a frame of the given type within the handshake deadline.
+func (c *conn) readHandshake(want byte) (*frame, error) {
+	f, err := c.fr.readFrame(c.nc, nil)
+	if err != nil {
+		return nil, err
+	}
+	if f.typ == tError {
+		return nil, decError(f.payload)
+	}
+	if f.typ != want {
+		return nil, protoErr("handshake: frame type %d, want %d", f.typ, want)
+	}
+	return f, nil
+}
+
+// clientHandshake proves the client knows the secret and checks the
+// server does too (mutual, I12), then fixes version and frame MAC.
+func (c *conn) clientHandshake() error {
+	_ = c.nc.SetDeadline(time.Now().Add(c.cfg.HandshakeTimeout))
+	defer c.nc.SetDeadline(time.Time{})
+	var cn [32]byte
+	rand.Read(cn[:])
+	mac := byte(0)
+	if c.cfg.FrameMAC {
+		mac = 1
+	}
+	hello := append([]byte{minVersion, maxVersion, mac}, cn[:]...)
+	if err := c.send(tHello, 0, hello); err != nil {
+		return err
+	}
+	f, err := c.readHandshake(tHelloAck)
+	if err != nil {
+		return err
+	}
+	if len(f.payload) != 2+32+32 {
+		return protoErr("handshake: HelloAck of %d bytes", len(f.payload))
+	}
+	ack, sproof := f.payload[:34], f.payload[34:]
+	v, smac := ack[0], ack[1]
+	if v < minVersion || v > maxVersion || smac > 1 || (mac == 1 && smac == 0) {
+		return protoErr("handshake: server chose version %d, frame MAC %d", v, smac)
+	}
+	if !hmac.Equal(sproof, proof(c.cfg.Secret, "sluice/server", hello, ack)) {
+		// The server does not know the secret: never send it anything.
+		return handoff.ErrAuth.With("the server failed to prove it knows the shared secret")
+	}
+	if err := c.send(tAuth, 0, proof(c.cfg.Secret, "sluice/client", hello, ack)); err != nil {
+		return err
+	}
+	if _, err := c.readHandshake(tAuthOK); err != nil {
+		return err
+	}
+	c.fr.version = v
+	if smac == 1 {
+		c.fr.enableMAC(proof(c.cfg.Secret, "sluice/session", hello, ack))
+	}
+	return nil
+}
+
+func (c *conn) serverHandshake() error {
+	_ = c.nc.SetDeadline(time.Now().Add(c.cfg.HandshakeTimeout))
+	defer c.nc.SetDeadline(time.Time{})
+	f, err := c.readHandshake(tHello)
+	if err != nil {
+		return err
+	}
+	if len(f.payload) != 3+32 {
+		return protoErr("handshake: Hello of %d bytes", len(f.payload))
+	}
+	hello := f.payload
+	lo, hi, cmac := hello[0], hello[1], hello[2]
+	v := min(hi, byte(maxVersion))
+	if lo > hi || v < lo || v < minVersion || cmac > 1 {
+		err := protoErr("no common protocol version: client speaks %d..%d, server %d..%d", lo, hi, minVersion, maxVersion)
+		_ = c.send(tError, 0, encError(err))
+		return err
+	}
+	mac := cmac
+	if c.cfg.FrameMAC {
+		mac = 1
+	}
+	var sn [32]byte
+	rand.Read(sn[:])
+	ack := append([]byte{v, mac}, sn[:]...)
+	if err := c.send(tHelloAck, 0, ack, proof(c.cfg.Secret, "sluice/server", hello, ack)); err != nil {
+		return err
+	}
+	f, err = c.readHandshake(tAuth)
+	if err != nil {
+		return err
+	}
+	if !hmac.Equal(f.payload, proof(c.cfg.Secret, "sluice/client", hello, ack)) {
+		err := handoff.ErrAuth.With("the client failed to prove it knows the shared secret")
+		_ = c.send(tError, 0, encError(err))
+		return err
+	}
+	if err := c.send(tAuthOK, 0); err != nil {
+		return err
+	}
+	c.fr.version = v
+	if mac == 1 {
+		c.fr.enableMAC(proof(c.cfg.Secret, "sluice/session", hello, ack))
+	}
+	return nil
+}
+
+// transportErr marks an I/O failure: the remote outcome is unknown.
+func transportErr(err error) error {
+	var he *handoff.Error
+	if errors.As(err, &he) {
+		return err
+	}
+	return handoff.ErrTransport.With("%v", err)
+}
+
+func isClosed(err error) bool {
+	return errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "use of closed network connection")
+}

@@ -1,0 +1,208 @@
+package tcp
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"hash"
+	"hash/crc32"
+	"io"
+
+	"sluice/internal/handoff"
+)
+
+// Wire format of one frame (all integers big-endian):
+//
+//	0  version  u8    negotiated protocol version (Hello frames: 1)
+//	1  type     u8    frame type, see the constants
+//	2  flags    u16   must be 0
+//	4  stream   u32   call id; 0 = connection-level
+//	8  length   u32   payload bytes, <= the receiver's MaxFrame
+//	12 crc      u32   CRC32C over bytes 0..11 and the payload
+//	16 payload
+//	   mac      16 B  only after the handshake with FrameMAC on: first 16
+//	                  bytes of HMAC-SHA256(session key, direction||seq||header||payload)
+//
+// A frame failing any check (truncated, oversized, unknown type or
+// version, bad checksum or MAC) is a protocol error: the reader reports it,
+// the peer is told when possible, and the connection is closed, since
+// nothing after a bad frame can be trusted to be aligned.
+const (
+	headerLen = 16
+	macLen    = 16
+)
+
+// Versions this build speaks. Negotiation picks the highest common one.
+const (
+	minVersion = 1
+	maxVersion = 1
+)
+
+// Frame types.
+const (
+	tHello       = 1
+	tHelloAck    = 2
+	tAuth        = 3
+	tAuthOK      = 4
+	tReserve     = 10
+	tReservation = 11
+	tWrite       = 12
+	tCommit      = 13
+	tAbort       = 14
+	tDrained     = 15
+	tCancel      = 16
+	tStreamOpen  = 17
+	tToken       = 18
+	tStreamClose = 19
+	tPrefill     = 20
+	tPrefillRes  = 21
+	tOK          = 30
+	tError       = 31
+)
+
+func knownType(t byte) bool {
+	switch t {
+	case tHello, tHelloAck, tAuth, tAuthOK, tReserve, tReservation, tWrite, tCommit, tAbort,
+		tDrained, tCancel, tStreamOpen, tToken, tStreamClose, tPrefill, tPrefillRes, tOK, tError:
+		return true
+	}
+	return false
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+type frame struct {
+	version byte
+	typ     byte
+	stream  uint32
+	payload []byte
+}
+
+func protoErr(format string, args ...any) error {
+	return handoff.ErrProtocol.With(format, args...)
+}
+
+// framer reads and writes frames on one connection direction pair. The
+// MAC state (key, sequence numbers) is set after the handshake.
+type framer struct {
+	maxFrame int
+	version  byte // 0 until negotiated: then every frame must carry it
+	macKey   []byte
+	rmac     hash.Hash
+	wmac     hash.Hash
+	rseq     uint64
+	wseq     uint64
+	isClient bool
+	hdr      [headerLen]byte
+}
+
+func (f *framer) enableMAC(key []byte) {
+	f.macKey = key
+	f.rmac = hmac.New(sha256.New, key)
+	f.wmac = hmac.New(sha256.New, key)
+}
+
+func (f *framer) mac(h hash.Hash, dir byte, seq uint64, hdr []byte, parts [][]byte) []byte {
+	h.Reset()
+	var b [9]byte
+	b[0] = dir
+	binary.BigEndian.PutUint64(b[1:], seq)
+	h.Write(b[:])
+	h.Write(hdr)
+	for _, p := range parts {
+		h.Write(p)
+	}
+	return h.Sum(nil)[:macLen]
+}
+
+// dirs distinguish the two directions so a frame cannot be reflected back.
+func (f *framer) dirs() (send, recv byte) {
+	if f.isClient {
+		return 'C', 'S'
+	}
+	return 'S', 'C'
+}
+
+// encodeHeader fills the header and returns the buffers to write: header,
+// payload parts, and the MAC when enabled. parts are not copied.
+func (f *framer) encode(version, typ byte, stream uint32, parts [][]byte) (net [][]byte, err error) {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n > f.maxFrame {
+		return nil, protoErr("frame of %d bytes exceeds the limit of %d", n, f.maxFrame)
+	}
+	hdr := make([]byte, headerLen)
+	hdr[0], hdr[1] = version, typ
+	binary.BigEndian.PutUint32(hdr[4:], stream)
+	binary.BigEndian.PutUint32(hdr[8:], uint32(n))
+	c := crc32.Update(0, castagnoli, hdr[:12])
+	for _, p := range parts {
+		c = crc32.Update(c, castagnoli, p)
+	}
+	binary.BigEndian.PutUint32(hdr[12:], c)
+	out := make([][]byte, 0, len(parts)+2)
+	out = append(out, hdr)
+	out = append(out, parts...)
+	if f.macKey != nil {
+		send, _ := f.dirs()
+		out = append(out, f.mac(f.wmac, send, f.wseq, hdr, parts))
+		f.wseq++
+	}
+	return out, nil
+}
+
+// readFrame reads one frame, checking everything the header promises.
+// onHeader runs once the header is in (to arm the body read deadline).
+func (f *framer) readFrame(r io.Reader, onHeader func()) (*frame, error) {
+	hdr := f.hdr[:]
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			return nil, protoErr("truncated frame header")
+		}
+		return nil, err
+	}
+	if onHeader != nil {
+		onHeader()
+	}
+	v, typ := hdr[0], hdr[1]
+	if f.version != 0 && v != f.version {
+		return nil, protoErr("frame version %d, negotiated %d", v, f.version)
+	}
+	if f.version == 0 && v != 1 {
+		return nil, protoErr("handshake frame version %d, want 1", v)
+	}
+	if !knownType(typ) {
+		return nil, protoErr("unknown frame type %d", typ)
+	}
+	if flags := binary.BigEndian.Uint16(hdr[2:]); flags != 0 {
+		return nil, protoErr("unknown frame flags %#x", flags)
+	}
+	n := binary.BigEndian.Uint32(hdr[8:])
+	if int64(n) > int64(f.maxFrame) {
+		return nil, protoErr("frame of %d bytes exceeds the limit of %d", n, f.maxFrame)
+	}
+	payload := make([]byte, n)
+	if _, err := io.ReadFull(r, payload); err != nil {
+		return nil, protoErr("truncated frame: %v", err)
+	}
+	c := crc32.Update(0, castagnoli, hdr[:12])
+	c = crc32.Update(c, castagnoli, payload)
+	if want := binary.BigEndian.Uint32(hdr[12:]); c != want {
+		return nil, protoErr("frame checksum %08x, header says %08x", c, want)
+	}
+	if f.macKey != nil {
+		var got [macLen]byte
+		if _, err := io.ReadFull(r, got[:]); err != nil {
+			return nil, protoErr("truncated frame MAC: %v", err)
+		}
+		_, recv := f.dirs()
+		want := f.mac(f.rmac, recv, f.rseq, hdr, [][]byte{payload})
+		f.rseq++
+		if !hmac.Equal(got[:], want) {
+			return nil, handoff.ErrAuth.With("frame MAC does not verify")
+		}
+	}
+	return &frame{version: v, typ: typ, stream: binary.BigEndian.Uint32(hdr[4:]), payload: payload}, nil
+}

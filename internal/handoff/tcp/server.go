@@ -1,0 +1,298 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+
+	"sluice/internal/handoff"
+)
+
+// Server serves handoff.Decode and/or handoff.Prefill to authenticated
+// peers. A call is answered only once the service method returned, so the
+// client's nil error carries the method's full meaning (applied, verified).
+type Server struct {
+	cfg     Config
+	decode  handoff.Decode
+	prefill handoff.Prefill
+
+	mu     sync.Mutex
+	ls     map[net.Listener]struct{}
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+
+	// OnError, when set, is told about every connection that ended in an
+	// error (failed handshake, bad frame), for logs and metrics.
+	OnError func(remote net.Addr, err error)
+}
+
+// NewServer serves d and p (either may be nil: its calls are refused).
+func NewServer(cfg Config, d handoff.Decode, p handoff.Prefill) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, decode: d, prefill: p, ls: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}, nil
+}
+
+// Serve accepts connections on l until Close. It returns nil after Close.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return net.ErrClosed
+	}
+	s.ls[l] = struct{}{}
+	s.mu.Unlock()
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			return err
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return nil
+		}
+		s.conns[nc] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(nc)
+	}
+}
+
+// Close stops listening, closes every connection and waits for the
+// in-flight calls to return.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for l := range s.ls {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+type sconn struct {
+	*conn
+	s       *Server
+	ctx     context.Context
+	sem     chan struct{}
+	mu      sync.Mutex
+	streams map[uint32]context.CancelFunc
+	calls   sync.WaitGroup
+}
+
+func (s *Server) serveConn(nc net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, nc)
+		s.mu.Unlock()
+		nc.Close()
+	}()
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	c := &conn{nc: nc, cfg: s.cfg, fr: framer{maxFrame: s.cfg.MaxFrame}}
+	if err := c.serverHandshake(); err != nil {
+		s.report(nc, err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sc := &sconn{conn: c, s: s, ctx: ctx, sem: make(chan struct{}, s.cfg.MaxInflight), streams: map[uint32]context.CancelFunc{}}
+	defer func() {
+		cancel()
+		sc.calls.Wait()
+	}()
+	for {
+		f, err := c.read()
+		if err != nil {
+			if err != io.EOF && !isClosed(err) {
+				// Tell the peer why, then close: after a bad frame nothing
+				// on this connection can be trusted to be aligned.
+				var he *handoff.Error
+				if errors.As(err, &he) {
+					_ = c.send(tError, 0, encError(err))
+				}
+				s.report(nc, err)
+			}
+			return
+		}
+		if f.stream == 0 {
+			err := protoErr("request frame type %d without a call id", f.typ)
+			_ = c.send(tError, 0, encError(err))
+			s.report(nc, err)
+			return
+		}
+		if f.typ == tStreamClose {
+			sc.mu.Lock()
+			if cancel := sc.streams[f.stream]; cancel != nil {
+				cancel()
+			}
+			sc.mu.Unlock()
+			continue
+		}
+		select {
+		case sc.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		sc.calls.Add(1)
+		go func() {
+			defer sc.calls.Done()
+			defer func() { <-sc.sem }()
+			if err := sc.handle(f); err != nil {
+				_ = c.send(tError, 0, encError(err))
+				s.report(nc, err)
+				nc.Close()
+			}
+		}()
+	}
+}
+
+func (s *Server) report(nc net.Conn, err error) {
+	if s.OnError != nil {
+		s.OnError(nc.RemoteAddr(), err)
+	}
+}
+
+// handle runs one call. A returned error is a protocol error that closes
+// the connection; service errors are replied on the call.
+func (sc *sconn) handle(f *frame) error {
+	reply := func(typ byte, payload []byte) error {
+		return sc.send(typ, f.stream, payload)
+	}
+	replyErr := func(err error) error { return reply(tError, encError(err)) }
+	ok := func(err error) error {
+		if err != nil {
+			return replyErr(err)
+		}
+		return reply(tOK, nil)
+	}
+	d, p := sc.s.decode, sc.s.prefill
+	noDecode := handoff.ErrState.With("this worker does not serve the decode side")
+	switch f.typ {
+	case tReserve, tWrite, tCommit, tAbort, tDrained, tCancel, tStreamOpen:
+		if d == nil {
+			return replyErr(noDecode)
+		}
+	case tPrefill:
+		if p == nil {
+			return replyErr(handoff.ErrState.With("this worker does not serve the prefill side"))
+		}
+	default:
+		return protoErr("frame type %d is not a request", f.typ)
+	}
+	ctx := sc.ctx
+	switch f.typ {
+	case tReserve:
+		m, err := decReserve(f.payload)
+		if err != nil {
+			return err
+		}
+		res, err := d.Reserve(ctx, m)
+		if err != nil {
+			return replyErr(err)
+		}
+		var e enc
+		encReservation(&e, res)
+		return reply(tReservation, e.b)
+	case tWrite:
+		ws, err := decWrites(f.payload)
+		if err != nil {
+			return err
+		}
+		return ok(d.Write(ctx, ws))
+	case tCommit:
+		m, err := decCommit(f.payload)
+		if err != nil {
+			return err
+		}
+		return ok(d.Commit(ctx, m))
+	case tAbort:
+		m, err := decAbort(f.payload)
+		if err != nil {
+			return err
+		}
+		return ok(d.Abort(ctx, m))
+	case tDrained:
+		id, err := decID(f.payload)
+		if err != nil {
+			return err
+		}
+		return ok(d.Drained(ctx, id))
+	case tCancel:
+		id, err := decID(f.payload)
+		if err != nil {
+			return err
+		}
+		return ok(d.Cancel(ctx, id))
+	case tPrefill:
+		m, err := decPrefill(f.payload)
+		if err != nil {
+			return err
+		}
+		res, err := p.Prefill(ctx, m)
+		if err != nil {
+			return replyErr(err)
+		}
+		return reply(tPrefillRes, encPrefillRes(res))
+	case tStreamOpen:
+		id, params, err := decStreamOpen(f.payload)
+		if err != nil {
+			return err
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		sc.mu.Lock()
+		sc.streams[f.stream] = cancel
+		sc.mu.Unlock()
+		defer func() {
+			sc.mu.Lock()
+			delete(sc.streams, f.stream)
+			sc.mu.Unlock()
+		}()
+		ts, err := d.Stream(sctx, id, params)
+		if err != nil {
+			return replyErr(err)
+		}
+		defer ts.Close()
+		if err := reply(tOK, nil); err != nil {
+			return nil // connection gone
+		}
+		for {
+			t, err := ts.Recv()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				t = handoff.Token{Err: err}
+			}
+			if sctx.Err() != nil {
+				return nil // the client closed the stream
+			}
+			if err := reply(tToken, encToken(t)); err != nil {
+				return nil
+			}
+			if t.Done || t.Err != nil {
+				return nil
+			}
+		}
+	}
+	return nil
+}
