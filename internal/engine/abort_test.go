@@ -1,0 +1,271 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/kv"
+)
+
+// tap sits between the roles and lets a test act at an exact point of the
+// handoff protocol.
+type tap struct {
+	handoff.Decode
+	mu          sync.Mutex
+	id          kv.ID
+	writes      int
+	beforeWrite func(t *tap, n int) // n: index of the Write call
+	afterCommit func(t *tap)
+}
+
+func (t *tap) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Reservation, error) {
+	t.mu.Lock()
+	t.id = r.Handoff
+	t.mu.Unlock()
+	return t.Decode.Reserve(ctx, r)
+}
+
+func (t *tap) Write(ctx context.Context, ws []handoff.PageWrite) error {
+	t.mu.Lock()
+	n := t.writes
+	t.writes++
+	t.mu.Unlock()
+	if t.beforeWrite != nil {
+		t.beforeWrite(t, n)
+	}
+	return t.Decode.Write(ctx, ws)
+}
+
+func (t *tap) Commit(ctx context.Context, c *handoff.Commit) error {
+	err := t.Decode.Commit(ctx, c)
+	if err == nil && t.afterCommit != nil {
+		t.afterCommit(t)
+	}
+	return err
+}
+
+func (t *tap) abort() {
+	t.mu.Lock()
+	id := t.id
+	t.mu.Unlock()
+	_ = t.Decode.Abort(context.Background(), &handoff.Abort{Handoff: id, Reason: "test abort"})
+}
+
+// gated blocks the first forward step until released: a prompt is then
+// caught mid-prefill.
+type gated struct {
+	*toy
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (g *gated) NewForwarder(n int) Forwarder { return &gatedFwd{g, g.toy.NewForwarder(n)} }
+
+type gatedFwd struct {
+	g *gated
+	f Forwarder
+}
+
+func (f *gatedFwd) Forward(s []Step) []StepResult {
+	f.g.once.Do(func() {
+		close(f.g.entered)
+		<-f.g.release
+	})
+	return f.f.Forward(s)
+}
+
+type abortRig struct {
+	m   *toy
+	dw  *DecodeWorker
+	pw  *PrefillWorker
+	eng *Disaggregated
+	tp  *tap
+}
+
+func newAbortRig(t *testing.T, prefillModel Runtime) *abortRig {
+	t.Helper()
+	m := newToy()
+	dcfg := toyConfig(m, 32)
+	dw, err := NewDecodeWorker(dcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := &tap{Decode: dw}
+	pcfg := toyConfig(m, 32)
+	if prefillModel != nil {
+		pcfg.Model = prefillModel
+	}
+	pcfg.BatchBytes = 1 // one page per Write call
+	pw, err := NewPrefillWorker(pcfg, tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: 128}, pw, tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close(context.Background()); pw.Close(); dw.Close() })
+	return &abortRig{m: m, dw: dw, pw: pw, eng: eng, tp: tp}
+}
+
+// after checks what every abort must leave behind: both pools entirely
+// free, and a fresh request through the same (LIFO, so just-freed) pages
+// producing exactly the reference output, i.e. no stale read.
+func (r *abortRig) after(t *testing.T) {
+	t.Helper()
+	r.tp.beforeWrite, r.tp.afterCommit = nil, nil
+	for _, p := range []*kv.Pool{r.pw.Pool(), r.dw.Pool()} {
+		if err := p.CheckDrained(); err != nil {
+			t.Fatalf("pool not drained after the abort: %v", err)
+		}
+	}
+	p := prompt(99, 13)
+	s, err := r.eng.Submit(context.Background(), &Request{Tenant: "other", Prompt: p, MaxTokens: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := collect(t, s)
+	if want := toyReference(r.m, p, 6, false); !slices.Equal(res.tokens, want) || !res.final.Done {
+		t.Fatalf("request after the abort: %v %v, want %v", res.tokens, res.final.Err, want)
+	}
+}
+
+func wantErr(t *testing.T, r result) {
+	t.Helper()
+	var e *Error
+	if r.final.Done || !errors.As(r.final.Err, &e) {
+		t.Fatalf("an aborted handoff must end in an error, got done=%v err=%v tokens=%v", r.final.Done, r.final.Err, r.tokens)
+	}
+}
+
+func TestAbortReserved(t *testing.T) {
+	r := newAbortRig(t, nil)
+	// The abort lands after Reserve, before any page write: every write of
+	// the prefill that follows is late and dropped (I6 fencing).
+	r.tp.beforeWrite = func(tp *tap, n int) {
+		if n == 0 {
+			tp.abort()
+		}
+	}
+	s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 13), MaxTokens: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, collect(t, s))
+	if st := r.dw.ReceiverStats(); st.LateWrites == 0 {
+		t.Fatalf("the write after the abort was not counted as late: %+v", st)
+	}
+	r.after(t)
+}
+
+func TestAbortPrefilling(t *testing.T) {
+	g := &gated{toy: newToy(), entered: make(chan struct{}), release: make(chan struct{})}
+	r := newAbortRig(t, g)
+	s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(2, 13), MaxTokens: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered
+	r.tp.abort() // decode gives up while the prompt is still running
+	close(g.release)
+	wantErr(t, collect(t, s))
+	if st := r.dw.ReceiverStats(); st.LateWrites == 0 {
+		t.Fatalf("writes after the abort were not counted as late: %+v", st)
+	}
+	r.after(t)
+}
+
+func TestAbortTransferring(t *testing.T) {
+	r := newAbortRig(t, nil)
+	r.tp.beforeWrite = func(tp *tap, n int) {
+		if n == 1 { // one page applied, the rest still to come
+			tp.abort()
+		}
+	}
+	s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(3, 13), MaxTokens: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, collect(t, s))
+	if st := r.dw.ReceiverStats(); st.LateWrites == 0 || st.Aborted == 0 {
+		t.Fatalf("abort mid-transfer: want a counted abort and late write, got %+v", st)
+	}
+	r.after(t)
+}
+
+func TestAbortCommitted(t *testing.T) {
+	r := newAbortRig(t, nil)
+	r.tp.afterCommit = func(tp *tap) { tp.abort() }
+	s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(4, 13), MaxTokens: 50, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, collect(t, s))
+	r.after(t)
+}
+
+func TestAbortDecoding(t *testing.T) {
+	r := newAbortRig(t, nil)
+	s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(5, 13), MaxTokens: 60, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res result
+	for ev := range s.Events() {
+		if ev.Err != nil || ev.Done {
+			res.final = ev
+			break
+		}
+		res.tokens = append(res.tokens, ev.Token)
+		if len(res.tokens) == 2 {
+			r.tp.abort()
+		}
+	}
+	wantErr(t, res)
+	r.after(t)
+}
+
+// TestCancelDuringTransferRunsToCommit is I10: a client disconnect in the
+// middle of the transfer does not tear it; the commit happens, decode
+// reaches its first token, then the request ends as cancelled and every
+// page goes back by the normal path.
+func TestCancelDuringTransferRunsToCommit(t *testing.T) {
+	r := newAbortRig(t, nil)
+	var s Stream
+	ready := make(chan struct{})
+	r.tp.beforeWrite = func(tp *tap, n int) {
+		if n == 1 {
+			<-ready
+			s.Cancel()
+		}
+	}
+	var err error
+	s, err = r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(6, 13), MaxTokens: 40, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(ready)
+	res := collect(t, s)
+	var e *Error
+	if !errors.As(res.final.Err, &e) || e.Code != CodeCancelled {
+		t.Fatalf("want a cancelled end, got %+v", res.final)
+	}
+	st := r.dw.ReceiverStats()
+	if st.Accepted != 1 || st.Aborted != 0 || st.LateWrites != 0 {
+		t.Fatalf("the transfer was torn: %+v", st)
+	}
+	if res.final.Usage.PromptTokens != 13 {
+		t.Fatalf("usage after a cancel: %+v", res.final.Usage)
+	}
+	// Decode may finish its step after the cancel: wait for its release.
+	deadline := time.Now().Add(5 * time.Second)
+	for r.dw.Pool().CheckDrained() != nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	r.after(t)
+}
