@@ -34,17 +34,21 @@ func (t *tap) Write(ctx context.Context, ws []handoff.PageWrite) error {
 	t.mu.Lock()
 	n := t.writes
 	t.writes++
+	bw := t.beforeWrite
 	t.mu.Unlock()
-	if t.beforeWrite != nil {
-		t.beforeWrite(t, n)
+	if bw != nil {
+		bw(t, n)
 	}
 	return t.Decode.Write(ctx, ws)
 }
 
 func (t *tap) Commit(ctx context.Context, c *handoff.Commit) error {
 	err := t.Decode.Commit(ctx, c)
-	if err == nil && t.afterCommit != nil {
-		t.afterCommit(t)
+	t.mu.Lock()
+	ac := t.afterCommit
+	t.mu.Unlock()
+	if err == nil && ac != nil {
+		ac(t)
 	}
 	return err
 }
@@ -118,7 +122,9 @@ func newAbortRig(t *testing.T, prefillModel Runtime) *abortRig {
 // producing exactly the reference output, i.e. no stale read.
 func (r *abortRig) after(t *testing.T) {
 	t.Helper()
+	r.tp.mu.Lock()
 	r.tp.beforeWrite, r.tp.afterCommit = nil, nil
+	r.tp.mu.Unlock()
 	for _, p := range []*kv.Pool{r.pw.Pool(), r.dw.Pool()} {
 		if err := p.CheckDrained(); err != nil {
 			t.Fatalf("pool not drained after the abort: %v", err)
