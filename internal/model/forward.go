@@ -19,6 +19,7 @@ type Model struct {
 	output  kernels.Matrix // Vocab rows of Embd; token_embd itself when tied
 	// ropeScale = base^(-2/RopeDim), ggml's theta_scale.
 	ropeScale float32
+	attnScale float32 // 1/sqrt(head_dim)
 }
 
 type layer struct {
@@ -63,17 +64,23 @@ type Runner struct {
 
 	// Per-token activations, grown to the largest step seen.
 	x, xn, q, k, v, att, o, g, u []float32
+	logits                       []float32
+	acts                         []active
+	units                        []unit
+	spans                        []span
+	scores                       [][]float32 // one per attention worker
+	rows                         []int
 }
 
 // NewRunner returns a runner whose matmuls and attention run on par (nil:
 // the caller's goroutine alone).
 func (m *Model) NewRunner(par *kernels.Parallel) *Runner {
-	return &Runner{m: m, par: par}
+	return &Runner{m: m, par: par, scores: make([][]float32, par.Threads())}
 }
 
 func grow(b []float32, n int) []float32 {
 	if cap(b) < n {
-		return make([]float32, n)
+		return make([]float32, n, n+n/4)
 	}
 	return b[:n]
 }
@@ -85,7 +92,19 @@ type active struct {
 	n    int
 	pos  int
 	kv   KV
+	ps   int // the view's page size
+	span int // first of its blocks in Runner.spans
 	dead bool
+}
+
+// span is one block of a sequence's past K/V as its view served it.
+type span struct{ k, v []float32 }
+
+// unit is one (token, KV head) of attention.
+type unit struct {
+	a  int32 // index into acts
+	t  int32 // token index within the sequence
+	kh int32
 }
 
 // Forward runs one step over seqs: every token of every sequence goes
@@ -93,22 +112,26 @@ type active struct {
 // reads past K/V only through that sequence's view. A sequence whose input
 // is invalid or whose KV view fails gets an error in its Result; the others
 // are unaffected, bit for bit (batch invariance, see DESIGN.md).
+//
+// The Logits slices point into the runner's scratch and are valid until its
+// next Forward; callers that keep them must copy.
 func (r *Runner) Forward(seqs []Seq) []Result {
 	m, c := r.m, r.m.cfg
 	res := make([]Result, len(seqs))
-	var acts []*active
+	r.acts = r.acts[:0]
 	total := 0
 	for i, s := range seqs {
 		if err := m.checkSeq(s); err != nil {
 			res[i].Err = err
 			continue
 		}
-		acts = append(acts, &active{idx: i, off: total, n: len(s.Tokens), pos: s.Pos, kv: s.KV})
+		r.acts = append(r.acts, active{idx: i, off: total, n: len(s.Tokens), pos: s.Pos, kv: s.KV, ps: s.KV.PageSize()})
 		total += len(s.Tokens)
 	}
 	if total == 0 {
 		return res
 	}
+	acts := r.acts
 	E, Q, KD, F := c.Embd, c.QDim(), c.KVDim(), c.FF
 	r.x, r.xn = grow(r.x, total*E), grow(r.xn, total*E)
 	r.q, r.att = grow(r.q, total*Q), grow(r.att, total*Q)
@@ -120,10 +143,6 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 		for j, tok := range seqs[a.idx].Tokens {
 			m.embed(tok, r.x[(a.off+j)*E:(a.off+j+1)*E])
 		}
-	}
-	fail := func(a *active, err error) {
-		a.dead = true
-		res[a.idx].Err = err
 	}
 	for l := range m.layers {
 		ly := &m.layers[l]
@@ -146,19 +165,21 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 		// Write this step's K/V first, then read the whole context back
 		// through the view: attention never sees K/V that did not go
 		// through the owner-checked pages (I3, I4).
-		for _, a := range acts {
+		for i := range acts {
+			a := &acts[i]
 			if a.dead {
 				continue
 			}
 			for j := 0; j < a.n; j++ {
 				t := a.off + j
 				if err := a.kv.Put(l, a.pos+j, r.k[t*KD:(t+1)*KD], r.v[t*KD:(t+1)*KD]); err != nil {
-					fail(a, &Error{Code: CodeKV, Msg: fmt.Sprintf("writing K/V of position %d in layer %d", a.pos+j, l), Err: err})
+					a.dead = true
+					res[a.idx].Err = &Error{Code: CodeKV, Msg: fmt.Sprintf("writing K/V of position %d in layer %d", a.pos+j, l), Err: err}
 					break
 				}
 			}
 		}
-		r.attention(l, acts, fail)
+		r.attention(l, res)
 		kernels.MatMul(r.par, r.o, &ly.wo, r.att, total)
 		addInto(r.x[:total*E], r.o[:total*E])
 
@@ -172,7 +193,7 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 
 	// Only the rows whose logits are wanted go through the output matmul:
 	// for decode and prefill that is one row per sequence.
-	var rows []int
+	rows := r.rows[:0]
 	for _, a := range acts {
 		if a.dead {
 			continue
@@ -185,6 +206,7 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 			rows = append(rows, a.off+a.n-1)
 		}
 	}
+	r.rows = rows
 	if len(rows) == 0 {
 		return res
 	}
@@ -192,7 +214,8 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 		copy(r.o[i*E:(i+1)*E], r.x[t*E:(t+1)*E])
 	}
 	rmsNorm(r.xn, r.o, m.outNorm, len(rows), c.RMSEps)
-	logits := make([]float32, len(rows)*c.Vocab)
+	r.logits = grow(r.logits, len(rows)*c.Vocab)
+	logits := r.logits
 	kernels.MatMul(r.par, logits, &m.output, r.xn, len(rows))
 	i := 0
 	for _, a := range acts {
@@ -216,6 +239,9 @@ func (m *Model) checkSeq(s Seq) error {
 	}
 	if s.KV == nil {
 		return errf(CodeKV, "a sequence in the step has no KV view")
+	}
+	if ps := s.KV.PageSize(); ps <= 0 {
+		return errf(CodeKV, "the KV view reports a page size of %d", ps)
 	}
 	if s.Pos < 0 || s.Pos+len(s.Tokens) > c.Context {
 		return errf(CodeBadPosition, "positions %d..%d are outside the model's context of %d", s.Pos, s.Pos+len(s.Tokens)-1, c.Context)
@@ -243,100 +269,150 @@ var errBlockShort = errors.New("the KV view holds fewer written positions than t
 
 // attention computes r.att for every live sequence's tokens. Past K/V come
 // only from the view's Block (after this step's Put), never from r.k/r.v.
-func (r *Runner) attention(l int, acts []*active, fail func(*active, error)) {
+func (r *Runner) attention(l int, res []Result) {
 	c := r.m.cfg
-	Q, KD, hd := c.QDim(), c.KVDim(), c.HeadDim
-	type span struct {
-		k, v []float32
-	}
+	KD := c.KVDim()
 	// Gather each sequence's blocks serially: views need not be safe for
 	// concurrent use, and a failed read must fail the sequence before any
 	// arithmetic uses it.
-	type seqCtx struct {
-		a      *active
-		blocks []span
-		ps     int
-	}
-	ctxs := make([]seqCtx, 0, len(acts))
-	units := 0
-	for _, a := range acts {
+	r.spans = r.spans[:0]
+	r.units = r.units[:0]
+	for ai := range r.acts {
+		a := &r.acts[ai]
 		if a.dead {
 			continue
 		}
-		ps := a.kv.PageSize()
 		last := a.pos + a.n - 1
-		nb := last/ps + 1
-		sc := seqCtx{a: a, blocks: make([]span, nb), ps: ps}
-		ok := true
-		for b := 0; b < nb && ok; b++ {
+		nb := last/a.ps + 1
+		a.span = len(r.spans)
+		for b := 0; b < nb && !a.dead; b++ {
 			k, v, n, err := a.kv.Block(l, b)
-			need := min(ps, last+1-b*ps)
+			need := min(a.ps, last+1-b*a.ps)
 			switch {
 			case err != nil:
-				fail(a, &Error{Code: CodeKV, Msg: fmt.Sprintf("reading K/V block %d of layer %d", b, l), Err: err})
-				ok = false
+				a.dead = true
+				res[a.idx].Err = &Error{Code: CodeKV, Msg: fmt.Sprintf("reading K/V block %d of layer %d", b, l), Err: err}
 			case n < need || len(k) < need*KD || len(v) < need*KD:
-				fail(a, &Error{Code: CodeKV, Msg: fmt.Sprintf("block %d of layer %d has %d positions, the step needs %d", b, l, n, need), Err: errBlockShort})
-				ok = false
+				a.dead = true
+				res[a.idx].Err = &Error{Code: CodeKV, Msg: fmt.Sprintf("block %d of layer %d has %d positions, the step needs %d", b, l, n, need), Err: errBlockShort}
 			default:
-				sc.blocks[b] = span{k[:need*KD], v[:need*KD]}
+				r.spans = append(r.spans, span{k[:need*KD], v[:need*KD]})
 			}
 		}
-		if ok {
-			ctxs = append(ctxs, sc)
-			units += a.n * c.Heads
+		if a.dead {
+			r.spans = r.spans[:a.span]
+			continue
+		}
+		for t := 0; t < a.n; t++ {
+			for kh := 0; kh < c.KVHeads; kh++ {
+				r.units = append(r.units, unit{int32(ai), int32(t), int32(kh)})
+			}
 		}
 	}
-	// One unit is one (token, head). Its result depends only on its query
-	// and the K/V rows of positions <= its own, summed in position order,
-	// so neither the split across threads nor the batch changes a bit.
-	type unit struct {
-		sc  *seqCtx
-		tok int // index within the sequence
-	}
-	idx := make([]unit, 0, units/c.Heads)
-	for i := range ctxs {
-		for j := 0; j < ctxs[i].a.n; j++ {
-			idx = append(idx, unit{&ctxs[i], j})
-		}
-	}
-	scale := float32(1 / math.Sqrt(float64(hd)))
-	group := c.Heads / c.KVHeads
-	r.par.For(len(idx)*c.Heads, func(lo, hi int) {
-		var scores []float32
-		for u := lo; u < hi; u++ {
-			un := idx[u/c.Heads]
-			h := u % c.Heads
-			a := un.sc.a
-			t := a.off + un.tok
-			p := a.pos + un.tok
-			q := r.q[t*Q+h*hd : t*Q+(h+1)*hd]
-			koff := (h / group) * hd
-			scores = grow(scores, p+1)
-			mx := float32(math.Inf(-1))
-			for j := 0; j <= p; j++ {
-				blk := un.sc.blocks[j/un.sc.ps]
-				row := (j % un.sc.ps) * KD
-				s := kernels.Dot(q, blk.k[row+koff:row+koff+hd]) * scale
-				scores[j] = s
-				mx = max(mx, s)
-			}
-			var sum float64
-			for j := 0; j <= p; j++ {
-				e := float32(math.Exp(float64(scores[j] - mx)))
-				scores[j] = e
-				sum += float64(e)
-			}
-			inv := float32(1 / sum)
-			out := r.att[t*Q+h*hd : t*Q+(h+1)*hd]
-			clear(out)
-			for j := 0; j <= p; j++ {
-				blk := un.sc.blocks[j/un.sc.ps]
-				row := (j % un.sc.ps) * KD
-				kernels.Axpy(out, scores[j]*inv, blk.v[row+koff:row+koff+hd])
+	// A unit's result depends only on its queries and the K/V rows of
+	// positions <= its own, summed in position order, so neither the split
+	// across threads nor the batch changes a bit. Worker w takes units w,
+	// w+T, w+2T...: interleaving balances prefill, where later tokens
+	// attend over more positions.
+	T := min(len(r.scores), len(r.units))
+	r.par.For(T, func(lo, hi int) {
+		for w := lo; w < hi; w++ {
+			for u := w; u < len(r.units); u += T {
+				r.scores[w] = r.attendUnit(r.units[u], r.scores[w])
 			}
 		}
 	})
+}
+
+// attendUnit computes the attention output of one token's query heads that
+// share KV head un.kh, using scores as scratch (returned, possibly grown).
+func (r *Runner) attendUnit(un unit, scores []float32) []float32 {
+	c := r.m.cfg
+	Q, KD, hd := c.QDim(), c.KVDim(), c.HeadDim
+	group := c.Heads / c.KVHeads
+	scale := r.m.attnScale
+	a := &r.acts[un.a]
+	t := a.off + int(un.t)
+	n := a.pos + int(un.t) + 1 // causal: positions 0..pos
+	koff := int(un.kh) * hd
+	spans := r.spans[a.span:]
+	simd := hd >= 16
+	scores = grow(scores, group*n)
+	for j, bi := 0, 0; j < n; bi++ {
+		blk := spans[bi]
+		for row := 0; row < a.ps && j < n; row, j = row+1, j+1 {
+			k := blk.k[row*KD+koff : row*KD+koff+hd]
+			for g := 0; g < group; g++ {
+				h := int(un.kh)*group + g
+				q := r.q[t*Q+h*hd : t*Q+(h+1)*hd]
+				if simd {
+					scores[g*n+j] = kernels.Dot(q, k) * scale
+				} else {
+					scores[g*n+j] = dotSmall(q, k) * scale
+				}
+			}
+		}
+	}
+	for g := 0; g < group; g++ {
+		softmax(scores[g*n : (g+1)*n])
+		h := int(un.kh)*group + g
+		clear(r.att[t*Q+h*hd : t*Q+(h+1)*hd])
+	}
+	for j, bi := 0, 0; j < n; bi++ {
+		blk := spans[bi]
+		for row := 0; row < a.ps && j < n; row, j = row+1, j+1 {
+			v := blk.v[row*KD+koff : row*KD+koff+hd]
+			for g := 0; g < group; g++ {
+				h := int(un.kh)*group + g
+				out := r.att[t*Q+h*hd : t*Q+(h+1)*hd]
+				if simd {
+					kernels.Axpy(out, scores[g*n+j], v)
+				} else {
+					axpySmall(out, scores[g*n+j], v)
+				}
+			}
+		}
+	}
+	return scores
+}
+
+// softmax normalises x in place: exp(x - max) in float32 (expf), summed in float64
+// in order, then scaled by 1/sum, as ggml's soft_max does.
+func softmax(x []float32) {
+	mx := float32(math.Inf(-1))
+	for _, v := range x {
+		mx = max(mx, v)
+	}
+	var sum float64
+	for i, v := range x {
+		e := expf(v - mx)
+		x[i] = e
+		sum += float64(e)
+	}
+	inv := float32(1 / sum)
+	for i := range x {
+		x[i] *= inv
+	}
+}
+
+// dotSmall and axpySmall serve heads narrower than a SIMD register, where a
+// call into the kernels costs more than the arithmetic. Which pair a model
+// uses depends only on its head dimension, so every token of every batch
+// takes the same reduction order.
+func dotSmall(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s float32
+	for i, v := range a {
+		s += v * b[i]
+	}
+	return s
+}
+
+func axpySmall(y []float32, a float32, x []float32) {
+	x = x[:len(y)]
+	for i := range y {
+		y[i] += a * x[i]
+	}
 }
 
 // rmsNorm: dst = src / sqrt(mean(src^2) + eps) * w, per row of len(w). The
@@ -380,7 +456,7 @@ func addInto(x, y []float32) {
 func swiglu(g, u []float32) {
 	u = u[:len(g)]
 	for i, x := range g {
-		g[i] = x / (1 + float32(math.Exp(float64(-x)))) * u[i]
+		g[i] = x / (1 + expf(-x)) * u[i]
 	}
 }
 

@@ -159,6 +159,7 @@ func build(c Config, s source) (*Model, error) {
 	}
 	m.cfg.TensorBytes = total
 	m.ropeScale = ropeScale(c.RopeBase, c.RopeDim)
+	m.attnScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
 	return m, nil
 }
 

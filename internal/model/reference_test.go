@@ -74,7 +74,7 @@ func greedyRun(t *testing.T, m *Model, threads int, prompt []int32, n int) ([]in
 	if res[0].Err != nil {
 		t.Fatal(res[0].Err)
 	}
-	first := res[0].Logits
+	first := slices.Clone(res[0].Logits) // the runner reuses its logits buffer
 	var out []int32
 	logits := first
 	for i := 0; i < n; i++ {

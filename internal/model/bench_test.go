@@ -1,0 +1,146 @@
+package model
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"sluice/internal/gguf"
+	"sluice/internal/kernels"
+	"sluice/internal/kv"
+	"sluice/internal/testenv"
+)
+
+// Benchmarks report tokens/s as "tok/s"; `sluice bench` prints them next
+// to llama.cpp's figures. Shapes: the real stories260K, and the synthetic
+// llama2.c shapes of ../shared/reference/llama-cpp-speed.md (bench-15M-q8_0
+// is a shared file; SLUICE_BENCH_MODELS may name more GGUF files, e.g. ones
+// written by `sluice synth`).
+
+func benchModels(b *testing.B) map[string]*Model {
+	out := map[string]*Model{}
+	add := func(name, path string) {
+		f, err := gguf.Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { f.Close() })
+		m, err := Load(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[name] = m
+	}
+	add("stories260K", testenv.Shared(b, "models/stories260K.gguf"))
+	add("bench-15M-q8_0", testenv.Shared(b, "models/bench-15M-q8_0.gguf"))
+	for _, p := range splitList(os.Getenv("SLUICE_BENCH_MODELS")) {
+		add(p, p)
+	}
+	return out
+}
+
+func splitList(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
+
+func benchView(b *testing.B, m *Model, tokens int) (*kv.Pool, kv.Owner, []kv.PageRef) {
+	p, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: m.cfg.Layers, KVDim: m.cfg.KVDim(), PageSize: 16}, Pages: kv.PagesFor(tokens, 16)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := kv.Owner{Tenant: "bench", ID: kv.ID{1}}
+	refs, err := p.Reserve(o, kv.PagesFor(tokens, 16))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p, o, refs
+}
+
+// BenchmarkPrefill: one 128-token prompt in one step (llama-bench pp128).
+func BenchmarkPrefill(b *testing.B) {
+	for name, m := range benchModels(b) {
+		for _, th := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/threads=%d", name, th), func(b *testing.B) {
+				par := kernels.NewParallel(th)
+				defer par.Close()
+				r := m.NewRunner(par)
+				toks := make([]int32, 128)
+				for i := range toks {
+					toks[i] = int32(1 + i*7%(m.cfg.Vocab-1))
+				}
+				pool, o, refs := benchView(b, m, 128)
+				defer pool.Close()
+				b.ResetTimer()
+				cpu0 := cpuTime()
+				for i := 0; i < b.N; i++ {
+					// A fresh view per pass: the reservation is rewritten from 0.
+					res := r.Forward([]Seq{{Tokens: toks, KV: pool.View(o, refs)}})
+					if res[0].Err != nil {
+						b.Fatal(res[0].Err)
+					}
+				}
+				reportRates(b, 128*b.N, cpu0)
+			})
+		}
+	}
+}
+
+// BenchmarkDecode: 128 single-token steps from an empty context (llama-bench
+// tg128).
+func BenchmarkDecode(b *testing.B) {
+	for name, m := range benchModels(b) {
+		for _, th := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/threads=%d", name, th), func(b *testing.B) {
+				par := kernels.NewParallel(th)
+				defer par.Close()
+				r := m.NewRunner(par)
+				pool, o, refs := benchView(b, m, 128)
+				defer pool.Close()
+				b.ResetTimer()
+				cpu0 := cpuTime()
+				for i := 0; i < b.N; i++ {
+					v := pool.View(o, refs)
+					tok := int32(1)
+					for pos := 0; pos < 128; pos++ {
+						res := r.Forward([]Seq{{Tokens: []int32{tok}, Pos: pos, KV: v}})
+						if res[0].Err != nil {
+							b.Fatal(res[0].Err)
+						}
+						tok = int32(pos*31%(m.cfg.Vocab-1) + 1)
+					}
+				}
+				reportRates(b, 128*b.N, cpu0)
+			})
+		}
+	}
+}
+
+// cpuTime is the process's user+system CPU time. On a shared machine wall
+// time measures the neighbours as much as the code; tokens per CPU-second
+// ("cpu-tok/s") is the steadier figure for single-threaded runs.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func reportRates(b *testing.B, tokens int, cpu0 time.Duration) {
+	b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tok/s")
+	if d := cpuTime() - cpu0; d > 0 {
+		b.ReportMetric(float64(tokens)/d.Seconds(), "cpu-tok/s")
+	}
+}
