@@ -110,6 +110,10 @@ func (s *Server) serveConn(nc net.Conn) {
 	}
 	c := &conn{nc: nc, cfg: s.cfg, fr: framer{maxFrame: s.cfg.MaxFrame}}
 	if err := c.serverHandshake(); err != nil {
+		var he *handoff.Error
+		if errors.As(err, &he) && he.Code == handoff.ErrProtocol.Code {
+			_ = c.send(tError, 0, encError(err))
+		}
 		s.report(nc, err)
 		return
 	}

@@ -1,0 +1,332 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/handoff/handofftest"
+	"sluice/internal/kv"
+)
+
+var secret = []byte("0123456789abcdef-test-secret")
+
+// serve starts a Server for r on loopback and returns its address.
+func serve(t testing.TB, cfg Config, d handoff.Decode, p handoff.Prefill) (string, *Server) {
+	t.Helper()
+	s, err := NewServer(cfg, d, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(l)
+	t.Cleanup(func() { s.Close() })
+	return l.Addr().String(), s
+}
+
+func dial(t testing.TB, addr string, cfg Config) *Client {
+	t.Helper()
+	c, err := Dial(context.Background(), addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestHonestHandoff(t *testing.T) {
+	for _, mac := range []bool{false, true} {
+		r := handofftest.New(t, handofftest.Options{})
+		addr, _ := serve(t, Config{Secret: secret, FrameMAC: mac}, r.Server, nil)
+		c := dial(t, addr, Config{Secret: secret})
+		for i, n := range []int{1, 4, 5, 61} {
+			handofftest.Honest(t, r, c, i, n, handoff.SenderConfig{MaxBatchBytes: 3 * r.Geo.PageBytes(), Window: 3})
+		}
+		r.CheckDrained(t)
+	}
+}
+
+func TestAbortEveryPhase(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	addr, _ := serve(t, Config{Secret: secret}, r.Server, nil)
+	handofftest.AbortEveryPhase(t, r, dial(t, addr, Config{Secret: secret}))
+}
+
+func TestForeignWrite(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	addr, _ := serve(t, Config{Secret: secret}, r.Server, nil)
+	handofftest.ForeignWrite(t, r, dial(t, addr, Config{Secret: secret}))
+}
+
+// Many handoffs at once on one connection (multiplexed), under -race.
+func TestConcurrentHandoffs(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{Pages: 256})
+	addr, _ := serve(t, Config{Secret: secret, FrameMAC: true}, r.Server, nil)
+	c := dial(t, addr, Config{Secret: secret})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sub := &testing.T{}
+			_ = sub
+			mu.Lock()
+			src := r.Sequence(t, handofftest.ID(i), "t"+string(rune('a'+i%3)), 9+i*3, byte(i))
+			mu.Unlock()
+			ctx := context.Background()
+			res, err := c.Reserve(ctx, &handoff.Reserve{Handoff: handofftest.ID(i), Tenant: src.Owner.Tenant, PromptTokens: src.Tokens, MaxTokens: 2})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			s, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: r.Geo.PageBytes(), Window: 2}, res, src.Tokens, int32(i), src)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := handoff.Push(ctx, s, c); err != nil {
+				t.Error(err)
+				return
+			}
+			a := r.Dec.Accepted(handofftest.ID(i))
+			if err := r.SameKV(a, src); err != nil {
+				t.Error(err)
+			}
+			r.Dec.Release(handofftest.ID(i))
+			r.ReleaseSource(t, src)
+		}()
+	}
+	wg.Wait()
+	r.CheckDrained(t)
+}
+
+// I12: a peer without the secret cannot reserve, write or commit; a client
+// never talks to a server that cannot prove it knows the secret.
+func TestWrongSecretRefused(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	addr, _ := serve(t, Config{Secret: secret}, r.Server, nil)
+	if _, err := Dial(context.Background(), addr, Config{Secret: []byte("another-secret-of-16+")}); !errors.Is(err, handoff.ErrAuth) {
+		t.Fatalf("dial with a wrong secret: %v, want ErrAuth", err)
+	}
+	// A peer that skips the handshake and sends a Reserve straight away.
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	fr := framer{maxFrame: 1 << 20, isClient: true}
+	bufs, _ := fr.encode(1, tReserve, 1, [][]byte{encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "x", PromptTokens: 4})})
+	nb := net.Buffers(bufs)
+	nb.WriteTo(nc)
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	expectErrorThenClose(t, nc, &framer{maxFrame: 1 << 20}, handoff.ErrProtocol)
+	if s := r.Server.Stats(); s.Reserved != 0 {
+		t.Fatalf("an unauthenticated peer reserved %d handoffs", s.Reserved)
+	}
+	if _, err := NewServer(Config{}, r.Server, nil); !errors.Is(err, handoff.ErrAuth) {
+		t.Fatalf("server without a secret: %v", err)
+	}
+}
+
+func TestServerMustProveSecret(t *testing.T) {
+	// An impostor server with the wrong secret.
+	addr, _ := serve(t, Config{Secret: []byte("impostor-secret-0123456")}, nil, nil)
+	_, err := Dial(context.Background(), addr, Config{Secret: secret})
+	if !errors.Is(err, handoff.ErrAuth) || !strings.Contains(err.Error(), "server failed to prove") {
+		t.Fatalf("dial an impostor: %v", err)
+	}
+}
+
+// expectErrorThenClose reads frames until an error frame with the code,
+// then requires the connection to be closed.
+func expectErrorThenClose(t *testing.T, nc net.Conn, fr *framer, want *handoff.Error) {
+	t.Helper()
+	f, err := fr.readFrame(nc, nil)
+	if err != nil {
+		t.Fatalf("want an error frame, read %v", err)
+	}
+	if f.typ != tError {
+		t.Fatalf("frame type %d, want an error", f.typ)
+	}
+	if e := decError(f.payload); !errors.Is(e, want) {
+		t.Fatalf("error frame %v, want %s", e, want.Code)
+	}
+	requireClosed(t, nc)
+}
+
+// rawAuthed returns an authenticated raw connection to send crafted frames.
+func rawAuthed(t *testing.T, addr string, mac bool) (*conn, net.Conn) {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	cfg, _ := Config{Secret: secret, FrameMAC: mac}.withDefaults()
+	c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: cfg.MaxFrame, isClient: true}}
+	if err := c.clientHandshake(); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetDeadline(time.Now().Add(5 * time.Second))
+	return c, nc
+}
+
+func rawFrame(version, typ byte, stream uint32, payload []byte, crcFix func(uint32) uint32) []byte {
+	hdr := make([]byte, headerLen)
+	hdr[0], hdr[1] = version, typ
+	binary.BigEndian.PutUint32(hdr[4:], stream)
+	binary.BigEndian.PutUint32(hdr[8:], uint32(len(payload)))
+	c := crc32.Update(0, castagnoli, hdr[:12])
+	c = crc32.Update(c, castagnoli, payload)
+	if crcFix != nil {
+		c = crcFix(c)
+	}
+	binary.BigEndian.PutUint32(hdr[12:], c)
+	return append(hdr, payload...)
+}
+
+// Every malformed frame gets a clear error and the connection is closed.
+func TestBadFrames(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	cfg := Config{Secret: secret, MaxFrame: 4096, ReadTimeout: 300 * time.Millisecond}
+	addr, _ := serve(t, cfg, r.Server, nil)
+	good := encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "x", PromptTokens: 4})
+	cases := []struct {
+		name  string
+		bytes []byte
+		close bool // half-close our side after sending (truncation)
+		want  string
+	}{
+		{"truncated body", rawFrame(1, tReserve, 1, good, nil)[:headerLen+3], true, "truncated"},
+		{"truncated body, peer stays silent", rawFrame(1, tReserve, 1, good, nil)[:headerLen+3], false, "truncated"},
+		{"oversized", rawFrame(1, tWrite, 1, make([]byte, 5000), nil), false, "exceeds the limit"},
+		{"unknown type", rawFrame(1, 99, 1, good, nil), false, "unknown frame type"},
+		{"unknown version", rawFrame(7, tReserve, 1, good, nil), false, "version"},
+		{"bad checksum", rawFrame(1, tReserve, 1, good, func(c uint32) uint32 { return c ^ 1 }), false, "checksum"},
+		{"garbled message", rawFrame(1, tReserve, 1, good[:10], nil), false, "truncated"},
+		{"trailing bytes", rawFrame(1, tReserve, 1, append(good, 0), nil), false, "trailing"},
+		{"no call id", rawFrame(1, tReserve, 0, good, nil), false, "call id"},
+		{"reply type as request", rawFrame(1, tOK, 1, nil, nil), false, "not a request"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, nc := rawAuthed(t, addr, false)
+			nc.Write(tc.bytes)
+			if tc.close {
+				nc.(*net.TCPConn).CloseWrite()
+			}
+			f, err := c.fr.readFrame(nc, nil)
+			if err != nil {
+				t.Fatalf("want an error frame, got %v", err)
+			}
+			if f.typ != tError || f.stream != 0 {
+				t.Fatalf("frame type %d stream %d, want a connection-level error", f.typ, f.stream)
+			}
+			e := decError(f.payload)
+			if !errors.Is(e, handoff.ErrProtocol) || !strings.Contains(e.Error(), tc.want) {
+				t.Fatalf("error %v, want protocol error mentioning %q", e, tc.want)
+			}
+			requireClosed(t, nc)
+		})
+	}
+	if s := r.Server.Stats(); s.Reserved != 0 {
+		t.Fatalf("a malformed frame reserved pages: %+v", s)
+	}
+}
+
+// With FrameMAC, a frame altered in flight (CRC fixed up by the attacker)
+// fails its MAC.
+func TestFrameMACRejectsTampering(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	addr, _ := serve(t, Config{Secret: secret, FrameMAC: true}, r.Server, nil)
+	c, nc := rawAuthed(t, addr, true)
+	bufs, _ := c.fr.encode(1, tReserve, 1, [][]byte{encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "acme", PromptTokens: 4})})
+	b := bytes.Join(bufs, nil)
+	// Change the tenant and recompute the CRC: only the MAC can tell.
+	i := bytes.Index(b, []byte("acme"))
+	copy(b[i:], "evil")
+	binary.BigEndian.PutUint32(b[12:], crc32.Update(crc32.Update(0, castagnoli, b[:12]), castagnoli, b[headerLen:len(b)-macLen]))
+	nc.Write(b)
+	f, err := c.fr.readFrame(nc, nil)
+	if err != nil || f.typ != tError || !errors.Is(decError(f.payload), handoff.ErrAuth) {
+		t.Fatalf("tampered frame: %v %+v", err, f)
+	}
+	if s := r.Server.Stats(); s.Reserved != 0 {
+		t.Fatal("a tampered frame reserved pages")
+	}
+}
+
+func TestCallTimeoutIsUnknownOutcome(t *testing.T) {
+	block := make(chan struct{})
+	addr, _ := serve(t, Config{Secret: secret}, slowDecode{block}, nil)
+	c := dial(t, addr, Config{Secret: secret})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := c.Commit(ctx, &handoff.Commit{})
+	close(block)
+	if !errors.Is(err, handoff.ErrTransport) {
+		t.Fatalf("commit without a reply: %v, want ErrTransport (outcome unknown)", err)
+	}
+	// The connection is still usable for other calls.
+	if err := c.Drained(context.Background(), kv.ID{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type slowDecode struct{ block chan struct{} }
+
+func (s slowDecode) Reserve(context.Context, *handoff.Reserve) (*handoff.Reservation, error) {
+	return nil, nil
+}
+func (s slowDecode) Write(context.Context, []handoff.PageWrite) error { return nil }
+func (s slowDecode) Commit(context.Context, *handoff.Commit) error    { <-s.block; return nil }
+func (s slowDecode) Abort(context.Context, *handoff.Abort) error      { return nil }
+func (s slowDecode) Drained(context.Context, kv.ID) error             { return nil }
+func (s slowDecode) Stream(context.Context, kv.ID, handoff.StreamParams) (handoff.TokenStream, error) {
+	return nil, handoff.ErrState
+}
+func (s slowDecode) Cancel(context.Context, kv.ID) error { return nil }
+
+func TestLoadSecret(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "secret")
+	os.WriteFile(p, []byte("  0123456789abcdef-xyz\n"), 0o600)
+	if b, err := LoadSecret(p); err != nil || string(b) != "0123456789abcdef-xyz" {
+		t.Fatalf("%q %v", b, err)
+	}
+	os.Chmod(p, 0o644)
+	if _, err := LoadSecret(p); err == nil || !strings.Contains(err.Error(), "readable by others") {
+		t.Fatalf("world-readable secret accepted: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "short"), []byte("short"), 0o600)
+	if _, err := LoadSecret(filepath.Join(dir, "short")); err == nil {
+		t.Fatal("short secret accepted")
+	}
+}
+
+// requireClosed: the server closed the connection (EOF, or a reset when it
+// closed with our unread bytes in its buffer).
+func requireClosed(t *testing.T, nc net.Conn) {
+	t.Helper()
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err := nc.Read(make([]byte, 1))
+	if err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("connection not closed after a bad frame: %v", err)
+	}
+}
