@@ -27,7 +27,7 @@ func runSynth(args []string) int {
 	ff := fs.Int("ff", d.FF, "feed-forward length")
 	ctx := fs.Int("context", d.Context, "context length")
 	vocab := fs.Int("vocab", 0, "vocabulary size (0 = the tokenizer's; larger pads with unused tokens)")
-	typ := fs.String("type", d.Type.String(), "type of the 2-D weights: f32, f16, bf16, q8_0, q4_0, q4_K, q6_K")
+	typ := fs.String("type", d.Type.String(), "type of the 2-D weights: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K")
 	ropeBase := fs.Float64("rope-base", 0, "RoPE frequency base (0 = 10000 for llama, 1e6 for qwen2)")
 	seed := fs.Uint64("seed", d.Seed, "random seed; the same flags and seed give the same bytes")
 	vocabFrom := fs.String("vocab-from", "", "copy the tokenizer metadata from this GGUF (default: the built-in byte-level BPE vocab)")

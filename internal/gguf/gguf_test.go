@@ -405,3 +405,20 @@ func TestSharedVocabs(t *testing.T) {
 		f.Close()
 	}
 }
+
+// TestVersion2 reads a v2 file: v2 and v3 share the little-endian layout
+// (v3 only added big-endian files), so the same bytes with version 2 parse.
+func TestVersion2(t *testing.T) {
+	data, err := sampleWriter(t).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint32(data[4:], 2)
+	f, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Version != 2 || len(f.Tensors) != 2 {
+		t.Fatalf("version %d, %d tensors", f.Version, len(f.Tensors))
+	}
+}

@@ -6,7 +6,8 @@ import (
 	"math"
 )
 
-// Quantize encodes src into dst as type t. dst must be exactly the size of
+// Quantize encodes src into dst as type t (F32, F16, BF16, Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q8_K). dst must be exactly the size of
 // len(src) elements of t. The block quantizers are reference quality (close
 // to ggml's *_ref routines, without importance weighting): every block is a
 // valid ggml block and round-trips through Dequantize with an error bounded
@@ -32,8 +33,16 @@ func Quantize(t Type, src []float32, dst []byte) error {
 		forBlocks(t, src, dst, quantBlockQ8_0Ref)
 	case Q4_0:
 		forBlocks(t, src, dst, quantBlockQ4_0)
+	case Q4_1:
+		forBlocks(t, src, dst, quantBlockQ4_1)
+	case Q5_0:
+		forBlocks(t, src, dst, quantBlockQ5_0)
+	case Q5_1:
+		forBlocks(t, src, dst, quantBlockQ5_1)
 	case Q4_K:
 		forBlocks(t, src, dst, quantBlockQ4_K)
+	case Q5_K:
+		forBlocks(t, src, dst, quantBlockQ5_K)
 	case Q6_K:
 		forBlocks(t, src, dst, quantBlockQ6_K)
 	case Q8_K:
@@ -106,11 +115,15 @@ func quantBlockQ4_0(x []float32, b []byte) {
 	}
 }
 
-// quantBlockQ4_K: per 32-element sub-block an affine range [min, max] (min
-// clipped to <= 0, as ggml does) gives a scale and a min; those are
-// quantized to 6 bits against the block's d and dmin, and the elements are
-// quantized against the quantized scale/min so encode and decode agree.
-func quantBlockQ4_K(x []float32, b []byte) {
+// quantBlockQ4_K and quantBlockQ5_K: per 32-element sub-block an affine
+// range [min, max] (min clipped to <= 0, as ggml does) gives a scale and a
+// min; those are quantized to 6 bits against the block's d and dmin, and
+// the elements are quantized against the quantized scale/min so encode and
+// decode agree.
+func quantBlockQ4_K(x []float32, b []byte) { quantBlockKAffine(x, b, 15) }
+func quantBlockQ5_K(x []float32, b []byte) { quantBlockKAffine(x, b, 31) }
+
+func quantBlockKAffine(x []float32, b []byte, nmax int) {
 	var scales, mins [8]float32
 	for s := 0; s < 8; s++ {
 		sub := x[s*32 : (s+1)*32]
@@ -120,7 +133,7 @@ func quantBlockQ4_K(x []float32, b []byte) {
 			hi = max(hi, v)
 		}
 		hi = max(hi, lo)
-		scales[s] = (hi - lo) / 15
+		scales[s] = (hi - lo) / float32(nmax)
 		mins[s] = -lo
 	}
 	var maxScale, maxMin float32
@@ -128,12 +141,13 @@ func quantBlockQ4_K(x []float32, b []byte) {
 		maxScale = max(maxScale, scales[s])
 		maxMin = max(maxMin, mins[s])
 	}
-	d := maxScale / 63
-	dmin := maxMin / 63
+	for i := range b {
+		b[i] = 0
+	}
 	// Use the f16-rounded values so element quantization sees what decode sees.
-	putF16(b, 0, d)
-	putF16(b, 2, dmin)
-	d, dmin = f16at(b, 0), f16at(b, 2)
+	putF16(b, 0, maxScale/63)
+	putF16(b, 2, maxMin/63)
+	d, dmin := f16at(b, 0), f16at(b, 2)
 	var ls, lm [8]uint8
 	for s := 0; s < 8; s++ {
 		if d > 0 {
@@ -156,8 +170,10 @@ func quantBlockQ4_K(x []float32, b []byte) {
 		}
 	}
 	q := b[16:144]
-	for i := range q {
-		q[i] = 0
+	var qh []byte
+	if nmax == 31 {
+		qh = b[16:48]
+		q = b[48:176]
 	}
 	for s := 0; s < 8; s++ {
 		dl := d * float32(ls[s])
@@ -165,17 +181,89 @@ func quantBlockQ4_K(x []float32, b []byte) {
 		for l := 0; l < 32; l++ {
 			v := 0
 			if dl != 0 {
-				v = min(15, max(0, nearestInt((x[s*32+l]+ml)/dl)))
+				v = min(nmax, max(0, nearestInt((x[s*32+l]+ml)/dl)))
 			}
-			// Sub-blocks 2k and 2k+1 share bytes 32k..32k+31: low then high nibble.
+			// Sub-blocks 2k and 2k+1 share bytes 32k..32k+31: low then high
+			// nibble; Q5_K's fifth bit of sub-block s is bit s of qh[l].
 			idx := (s/2)*32 + l
 			if s%2 == 0 {
-				q[idx] |= byte(v)
+				q[idx] |= byte(v & 15)
 			} else {
-				q[idx] |= byte(v) << 4
+				q[idx] |= byte(v&15) << 4
+			}
+			if qh != nil && v >= 16 {
+				qh[l] |= 1 << s
 			}
 		}
 	}
+}
+
+// quantBlockQ4_1 follows quantize_row_q4_1_ref: d = (max-min)/15, m = min.
+func quantBlockQ4_1(x []float32, b []byte) {
+	lo, hi := x[0], x[0]
+	for _, v := range x {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	d := (hi - lo) / 15
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	putF16(b, 0, d)
+	putF16(b, 2, lo)
+	for j := 0; j < 16; j++ {
+		x0 := min(15, int(int8(float32((x[j]-lo)*id)+0.5)))
+		x1 := min(15, int(int8(float32((x[j+16]-lo)*id)+0.5)))
+		b[4+j] = byte(x0) | byte(x1)<<4
+	}
+}
+
+// quantBlockQ5_0 follows quantize_row_q5_0_ref: the largest-magnitude
+// value maps to -16.
+func quantBlockQ5_0(x []float32, b []byte) {
+	var amax, mx float32
+	for _, v := range x {
+		if a := abs32(v); a > amax {
+			amax, mx = a, v
+		}
+	}
+	d := mx / -16
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	putF16(b, 0, d)
+	var qh uint32
+	for j := 0; j < 16; j++ {
+		x0 := min(31, int(int8(float32(x[j]*id)+16.5)))
+		x1 := min(31, int(int8(float32(x[j+16]*id)+16.5)))
+		b[6+j] = byte(x0&15) | byte(x1&15)<<4
+		qh |= uint32(x0>>4&1)<<j | uint32(x1>>4&1)<<(j+16)
+	}
+	binary.LittleEndian.PutUint32(b[2:], qh)
+}
+
+// quantBlockQ5_1 follows quantize_row_q5_1_ref: d = (max-min)/31, m = min.
+func quantBlockQ5_1(x []float32, b []byte) {
+	lo, hi := x[0], x[0]
+	for _, v := range x {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	d := (hi - lo) / 31
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	putF16(b, 0, d)
+	putF16(b, 2, lo)
+	var qh uint32
+	for j := 0; j < 16; j++ {
+		x0 := min(31, int(uint8(float32((x[j]-lo)*id)+0.5)))
+		x1 := min(31, int(uint8(float32((x[j+16]-lo)*id)+0.5)))
+		b[8+j] = byte(x0&15) | byte(x1&15)<<4
+		qh |= uint32(x0>>4&1)<<j | uint32(x1>>4&1)<<(j+16)
+	}
+	binary.LittleEndian.PutUint32(b[4:], qh)
 }
 
 // quantBlockQ6_K: per 16-element sub-block a signed scale mapping the

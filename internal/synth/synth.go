@@ -105,8 +105,16 @@ func fileType(t quant.Type) (uint32, bool) {
 		return 1, true
 	case quant.Q4_0:
 		return 2, true
+	case quant.Q4_1:
+		return 3, true
 	case quant.Q8_0:
 		return 7, true
+	case quant.Q5_0:
+		return 8, true
+	case quant.Q5_1:
+		return 9, true
+	case quant.Q5_K:
+		return 17, true // Q5_K_M
 	case quant.Q4_K:
 		return 15, true // Q4_K_M is the closest named mix
 	case quant.Q6_K:
@@ -134,7 +142,7 @@ func (s *Spec) validate() error {
 		return specErr("head dimension %d must be even for RoPE", s.Embd/s.Heads)
 	}
 	if _, ok := fileType(s.Type); !ok {
-		return specErr("weight type %s cannot be written (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)", s.Type)
+		return specErr("weight type %s cannot be written (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K)", s.Type)
 	}
 	bs := s.Type.BlockSize()
 	if s.Embd%bs != 0 || s.FF%bs != 0 {
