@@ -60,12 +60,14 @@ func (t *tap) abort() {
 	_ = t.Decode.Abort(context.Background(), &handoff.Abort{Handoff: id, Reason: "test abort"})
 }
 
-// gated blocks the first forward step until released: a prompt is then
-// caught mid-prefill.
+// gated blocks forward step number `after` (0 = the first) until
+// released: a prompt is then caught mid-prefill, a sequence mid-decode.
 type gated struct {
 	*toy
+	after            int
 	entered, release chan struct{}
 	once             sync.Once
+	n                int
 }
 
 func (g *gated) NewForwarder(n int) Forwarder { return &gatedFwd{g, g.toy.NewForwarder(n)} }
@@ -76,10 +78,13 @@ type gatedFwd struct {
 }
 
 func (f *gatedFwd) Forward(s []Step) []StepResult {
-	f.g.once.Do(func() {
-		close(f.g.entered)
-		<-f.g.release
-	})
+	if f.g.n == f.g.after {
+		f.g.once.Do(func() {
+			close(f.g.entered)
+			<-f.g.release
+		})
+	}
+	f.g.n++
 	return f.f.Forward(s)
 }
 
@@ -92,9 +97,16 @@ type abortRig struct {
 }
 
 func newAbortRig(t *testing.T, prefillModel Runtime) *abortRig {
+	return newAbortRig2(t, prefillModel, nil)
+}
+
+func newAbortRig2(t *testing.T, prefillModel, decodeModel Runtime) *abortRig {
 	t.Helper()
 	m := newToy()
 	dcfg := toyConfig(m, 32)
+	if decodeModel != nil {
+		dcfg.Model = decodeModel
+	}
 	dw, err := NewDecodeWorker(dcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -205,8 +217,11 @@ func TestAbortTransferring(t *testing.T) {
 }
 
 func TestAbortCommitted(t *testing.T) {
-	r := newAbortRig(t, nil)
-	r.tp.afterCommit = func(tp *tap) { tp.abort() }
+	// Decoding is held at its first step so the abort surely lands between
+	// the accepted commit and the end of decoding.
+	g := &gated{toy: newToy(), after: 0, entered: make(chan struct{}), release: make(chan struct{})}
+	r := newAbortRig2(t, nil, g)
+	r.tp.afterCommit = func(tp *tap) { tp.abort(); close(g.release) }
 	s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(4, 13), MaxTokens: 50, IgnoreEOS: true})
 	if err != nil {
 		t.Fatal(err)
@@ -216,23 +231,20 @@ func TestAbortCommitted(t *testing.T) {
 }
 
 func TestAbortDecoding(t *testing.T) {
-	r := newAbortRig(t, nil)
+	g := &gated{toy: newToy(), after: 2, entered: make(chan struct{}), release: make(chan struct{})}
+	r := newAbortRig2(t, nil, g)
 	s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(5, 13), MaxTokens: 60, IgnoreEOS: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res result
-	for ev := range s.Events() {
-		if ev.Err != nil || ev.Done {
-			res.final = ev
-			break
-		}
-		res.tokens = append(res.tokens, ev.Token)
-		if len(res.tokens) == 2 {
-			r.tp.abort()
-		}
-	}
+	<-g.entered // two decode steps done, the third is waiting
+	r.tp.abort()
+	close(g.release)
+	res := collect(t, s)
 	wantErr(t, res)
+	if len(res.tokens) >= 60 {
+		t.Fatalf("decoding ran to the end despite the abort")
+	}
 	r.after(t)
 }
 
