@@ -51,8 +51,9 @@ func QuantizeRowQ8_0(src []float32, dst []byte) {
 		for j, v := range x {
 			// float32(...) stops the compiler fusing into an FMA; the
 			// product must be rounded to float32 before rounding to int.
+			// nearestInt rounds half to even, as _mm256_round_ps does.
 			p := float32(v * id)
-			b[2+j] = byte(int8(math.RoundToEven(float64(p))))
+			b[2+j] = byte(int8(nearestInt(p)))
 		}
 	}
 }

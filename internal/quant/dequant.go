@@ -4,9 +4,28 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sync"
 )
 
 func f16at(b []byte, off int) float32 { return FP16ToFP32(binary.LittleEndian.Uint16(b[off:])) }
+
+var (
+	fp16Once sync.Once
+	fp16Tab  *[1 << 16]float32
+)
+
+// fp16Table is every half's float32 value (256 KiB, built on first use),
+// as ggml's table, since F16 tensors are decoded element by element.
+func fp16Table() *[1 << 16]float32 {
+	fp16Once.Do(func() {
+		t := new([1 << 16]float32)
+		for i := range t {
+			t[i] = FP16ToFP32(uint16(i))
+		}
+		fp16Tab = t
+	})
+	return fp16Tab
+}
 
 // Dequantize decodes len(dst) elements of type t from src, which must hold
 // exactly that many elements' blocks.
@@ -26,8 +45,9 @@ func Dequantize(t Type, src []byte, dst []float32) error {
 		}
 		return nil
 	case F16:
+		tab := fp16Table()
 		for i := range dst {
-			dst[i] = FP16ToFP32(binary.LittleEndian.Uint16(src[2*i:]))
+			dst[i] = tab[binary.LittleEndian.Uint16(src[2*i:])]
 		}
 		return nil
 	case BF16:

@@ -136,3 +136,21 @@ func TestBF16(t *testing.T) {
 		}
 	}
 }
+
+// TestDequantizeF16Exhaustive runs every half through Dequantize's table.
+func TestDequantizeF16Exhaustive(t *testing.T) {
+	src := make([]byte, 2<<16)
+	for i := 0; i < 1<<16; i++ {
+		src[2*i], src[2*i+1] = byte(i), byte(i>>8)
+	}
+	dst := make([]float32, 1<<16)
+	if err := Dequantize(F16, src, dst); err != nil {
+		t.Fatal(err)
+	}
+	for i, got := range dst {
+		want := halfValue(uint16(i))
+		if float64(got) != want && !(math.IsNaN(want) && math.IsNaN(float64(got))) {
+			t.Fatalf("half %#04x -> %v, want %v", i, got, want)
+		}
+	}
+}
