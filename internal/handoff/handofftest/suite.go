@@ -58,6 +58,9 @@ func Honest(t *testing.T, r *Rig, d handoff.Decode, n int, tokens int, cfg hando
 		got = append(got, tok.ID)
 	}
 	ts.Close()
+	if err := r.Dec.Release(id); err != nil {
+		t.Fatal(err)
+	}
 	if len(got) == 0 || got[0] != 77 {
 		t.Fatalf("stream %v, want the first token 77 first", got)
 	}
