@@ -46,6 +46,11 @@ func (p *Pool) pageDigest(pg uint32, n int) [16]byte {
 func (p *Pool) hashPage(h *xxh3.Hasher, pg uint32, n int) {
 	g := p.geo
 	base := int(pg) * p.pageBytes
+	if n == g.PageSize {
+		// A full page is one contiguous run in the same order.
+		h.Write(p.mem[base : base+p.pageBytes])
+		return
+	}
 	run := n * g.KVDim * 4
 	stride := g.PageSize * g.KVDim * 4
 	for half := range 2 * g.Layers {

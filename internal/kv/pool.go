@@ -44,11 +44,6 @@ type page struct {
 	// qTransfer: a transfer may still write the page; it leaves quarantine
 	// only on DrainAck or when until has passed (I6).
 	qTransfer bool
-	// until is the quarantine lease end; zero means "stamp now+Lease at the
-	// next Expire", so the pool never reads a clock itself.
-	until time.Time
-	// digest of the sealed prefix, recorded by Seal.
-	digest [16]byte
 	// Doubly linked free list (indices, -1 = none): O(1) pop at either end
 	// and O(1) removal when a violation quarantines a free page.
 	prev, next int32
@@ -78,7 +73,10 @@ type Pool struct {
 	head, tail int32
 	nfree      int
 	gen        uint64
-	quarantine map[uint32]struct{}
+	// quarantine maps each quarantined page to its lease end; zero means
+	// "stamp now+Lease at the next Expire", so the pool never reads a clock.
+	quarantine map[uint32]time.Time
+	digests    [][16]byte // seal digest per page; meaningful only while Sealed
 	violations map[Kind]uint64
 	lateWrites uint64
 	scrubbed   uint64
@@ -124,7 +122,8 @@ func New(cfg Config) (*Pool, error) {
 		pages:      make([]page, cfg.Pages),
 		written:    make([]atomic.Int32, cfg.Pages*g.Layers),
 		noExtent:   cfg.Unsafe.NoExtentCheck,
-		quarantine: make(map[uint32]struct{}),
+		quarantine: make(map[uint32]time.Time),
+		digests:    make([][16]byte, cfg.Pages),
 		violations: make(map[Kind]uint64),
 		head:       -1,
 		tail:       -1,
@@ -227,8 +226,6 @@ func (p *Pool) reserveLocked(o Owner, n int, table []PageRef) ([]PageRef, error)
 		m.owner = o
 		m.live = true
 		m.qTransfer = false
-		m.until = time.Time{}
-		m.digest = [16]byte{}
 		m.sealed.Store(0)
 		for l := range L {
 			p.written[int(pg)*L+l].Store(0)
@@ -308,9 +305,8 @@ func (p *Pool) Quarantine(o Owner, refs []PageRef, until time.Time) {
 		m := &p.pages[ref.Page]
 		m.live = false
 		m.qTransfer = true
-		m.until = until
 		p.setStateLocked(ref.Page, Quarantined)
-		p.quarantine[ref.Page] = struct{}{}
+		p.quarantine[ref.Page] = until
 	}
 }
 
@@ -370,11 +366,12 @@ func (p *Pool) Expire(now time.Time) int {
 		if m.live {
 			continue // its owner releases it
 		}
-		if m.until.IsZero() {
-			m.until = now.Add(p.cfg.Lease)
+		until := p.quarantine[pg]
+		if until.IsZero() {
+			p.quarantine[pg] = now.Add(p.cfg.Lease)
 			continue
 		}
-		if now.Before(m.until) {
+		if now.Before(until) {
 			continue
 		}
 		m.qTransfer = false
@@ -405,7 +402,7 @@ func (p *Pool) Seal(o Owner, refs []PageRef) error {
 		m := &p.pages[ref.Page]
 		n := p.minWrittenLocked(ref.Page)
 		m.sealed.Store(int32(n))
-		m.digest = p.pageDigest(ref.Page, n)
+		p.digests[ref.Page] = p.pageDigest(ref.Page, n)
 		p.setStateLocked(ref.Page, Sealed)
 	}
 	return first
@@ -737,10 +734,9 @@ func (p *Pool) quarantineLocked(pg uint32) {
 	case Free:
 		p.removeFreeLocked(int32(pg))
 		m.live = false
-		m.until = time.Time{}
 	}
 	p.setStateLocked(pg, Quarantined)
-	p.quarantine[pg] = struct{}{}
+	p.quarantine[pg] = time.Time{}
 }
 
 func (p *Pool) setStateLocked(pg uint32, s State) {
@@ -754,8 +750,9 @@ func (p *Pool) freeLocked(pg uint32) {
 	p.scrubLocked(pg)
 	m.live = false
 	m.qTransfer = false
-	m.until = time.Time{}
-	delete(p.quarantine, pg)
+	if tagState(m.tag.Load()) == Quarantined {
+		delete(p.quarantine, pg)
+	}
 	p.setStateLocked(pg, Free)
 	p.pushFreeLocked(int32(pg))
 }
@@ -773,13 +770,20 @@ func (p *Pool) scrubLocked(pg uint32) {
 	p.scrubbed++
 }
 
+// fillPoison doubles a poisoned prefix up to 4 KiB, then stamps that
+// L1-resident chunk along the buffer: one pass of writes, no re-reads of
+// memory that has left the cache.
 func fillPoison(buf []float32) {
 	if len(buf) == 0 {
 		return
 	}
 	buf[0] = math.Float32frombits(PoisonBits)
-	for n := 1; n < len(buf); n *= 2 {
-		copy(buf[n:], buf[:n])
+	chunk := min(len(buf), 1024)
+	for n := 1; n < chunk; n *= 2 {
+		copy(buf[n:chunk], buf[:n])
+	}
+	for n := chunk; n < len(buf); n += chunk {
+		copy(buf[n:], buf[:chunk])
 	}
 }
 

@@ -167,7 +167,7 @@ func (v *View) slow(blk int, o op, slot int) error {
 		return p.violateLocked(KindSealedWrite, ref.Page, true, "write of slot %d of page %d, sealed up to slot %d", slot, ref.Page, m.sealed.Load())
 	}
 	if !v.ok[blk] && tagState(m.tag.Load()) == Sealed && p.shouldVerifyLocked() {
-		if p.pageDigest(ref.Page, int(m.sealed.Load())) != m.digest {
+		if p.pageDigest(ref.Page, int(m.sealed.Load())) != p.digests[ref.Page] {
 			return p.violateLocked(KindDigestMismatch, ref.Page, true, "sealed page %d no longer matches its seal digest", ref.Page)
 		}
 	}
