@@ -18,10 +18,13 @@ func rowsF16AVX2(out *float32, w, x *byte, nRows, n int)
 func rowsF16AVX512(out *float32, w, x *byte, nRows, n int)
 
 //go:noescape
-func rowsQ8_0AVX2(out *float32, w, x *byte, nRows, nb int)
+func rowsQ8_0AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
 
 //go:noescape
-func rowsQ8_0AVX512(out *float32, w, x *byte, nRows, nb int)
+func rowsQ8_0AVX512(out *float32, w, x *byte, dx *float32, nRows, nb int)
+
+//go:noescape
+func tileQ8_0AVX512(out *float32, outStride int, w *byte, nGroups int, xt *byte, xtStride int, nb int)
 
 //go:noescape
 func axpyAVX2(y *float32, a float32, x *float32, n int)
@@ -92,14 +95,15 @@ func f16RowsAsm(avx512 bool) func(out []float32, w []byte, act actBuf, t int) {
 func q8_0RowsAsm(avx512 bool) func(out []float32, w []byte, act actBuf, t int) {
 	return func(out []float32, w []byte, act actBuf, t int) {
 		x := act.row(t)
-		nb := len(x) / 34
+		nb := act.nb
+		dx := act.dx[t*nb : (t+1)*nb]
 		if len(w) < 34*nb*len(out) {
 			panic("kernels: short weight tile")
 		}
 		if avx512 {
-			rowsQ8_0AVX512(&out[0], &w[0], &x[0], len(out), nb)
+			rowsQ8_0AVX512(&out[0], &w[0], &x[0], &dx[0], len(out), nb)
 		} else {
-			rowsQ8_0AVX2(&out[0], &w[0], &x[0], len(out), nb)
+			rowsQ8_0AVX2(&out[0], &w[0], &x[0], &dx[0], len(out), nb)
 		}
 	}
 }
@@ -111,4 +115,15 @@ func init() {
 	f16Kernels[AVX512].rows = f16RowsAsm(true)
 	q8_0Kernels[AVX2].rows = q8_0RowsAsm(false)
 	q8_0Kernels[AVX512].rows = q8_0RowsAsm(true)
+	q8_0Kernels[AVX512].prepare = prepareQ8_0Tiled
+	q8_0Kernels[AVX512].tile = q8_0TileAVX512
+}
+
+func q8_0TileAVX512(out []float32, outStride int, w []byte, nRows int, act actBuf, t0 int) {
+	nb := act.nb
+	if nRows%tileRows != 0 || len(w) < 34*nb*nRows || len(act.tile) < (t0+tileTok)*act.tstr ||
+		len(out) < (t0+tileTok-1)*outStride+nRows {
+		panic("kernels: bad Q8_0 tile")
+	}
+	tileQ8_0AVX512(&out[t0*outStride], outStride, &w[0], nRows/tileRows, &act.tile[t0*act.tstr], act.tstr, nb)
 }

@@ -62,14 +62,10 @@ f32z_loop4:
 
 f32z_chunk4:
 	VMOVUPS (DX)(R13*1), Z4
-	VMULPS (SI)(R13*1), Z4, Z5
-	VMULPS (BX)(R13*1), Z4, Z6
-	VMULPS (R9)(R13*1), Z4, Z7
-	VMULPS (R11)(R13*1), Z4, Z8
-	VADDPS Z5, Z0, Z0
-	VADDPS Z6, Z1, Z1
-	VADDPS Z7, Z2, Z2
-	VADDPS Z8, Z3, Z3
+	VFMADD231PS (SI)(R13*1), Z4, Z0
+	VFMADD231PS (BX)(R13*1), Z4, Z1
+	VFMADD231PS (R9)(R13*1), Z4, Z2
+	VFMADD231PS (R11)(R13*1), Z4, Z3
 	ADDQ $64, R13
 	DECQ CX
 	JNZ  f32z_chunk4
@@ -82,14 +78,10 @@ f32z_tail4:
 	VMOVUPS.Z (BX)(R13*1), K1, Z6
 	VMOVUPS.Z (R9)(R13*1), K1, Z7
 	VMOVUPS.Z (R11)(R13*1), K1, Z8
-	VMULPS Z5, Z4, Z5
-	VMULPS Z6, Z4, Z6
-	VMULPS Z7, Z4, Z7
-	VMULPS Z8, Z4, Z8
-	VADDPS Z5, Z0, Z0
-	VADDPS Z6, Z1, Z1
-	VADDPS Z7, Z2, Z2
-	VADDPS Z8, Z3, Z3
+	VFMADD231PS Z5, Z4, Z0
+	VFMADD231PS Z6, Z4, Z1
+	VFMADD231PS Z7, Z4, Z2
+	VFMADD231PS Z8, Z4, Z3
 
 f32z_red4:
 	REDUCE16Z(Z0, Y0, X0, Y5, X5)
@@ -116,8 +108,7 @@ f32z_loop1:
 
 f32z_chunk1:
 	VMOVUPS (DX)(R13*1), Z4
-	VMULPS (SI)(R13*1), Z4, Z5
-	VADDPS Z5, Z0, Z0
+	VFMADD231PS (SI)(R13*1), Z4, Z0
 	ADDQ $64, R13
 	DECQ CX
 	JNZ  f32z_chunk1
@@ -127,8 +118,7 @@ f32z_tail1:
 	JZ   f32z_red1
 	VMOVUPS.Z (DX)(R13*1), K1, Z4
 	VMOVUPS.Z (SI)(R13*1), K1, Z5
-	VMULPS Z5, Z4, Z5
-	VADDPS Z5, Z0, Z0
+	VFMADD231PS Z5, Z4, Z0
 
 f32z_red1:
 	REDUCE16Z(Z0, Y0, X0, Y5, X5)
@@ -199,14 +189,10 @@ f32y_loop2:
 f32y_chunk2:
 	VMOVUPS (DX)(R13*1), Y4
 	VMOVUPS 32(DX)(R13*1), Y5
-	VMULPS (SI)(R13*1), Y4, Y6
-	VMULPS 32(SI)(R13*1), Y5, Y7
-	VMULPS (BX)(R13*1), Y4, Y8
-	VMULPS 32(BX)(R13*1), Y5, Y9
-	VADDPS Y6, Y0, Y0
-	VADDPS Y7, Y1, Y1
-	VADDPS Y8, Y2, Y2
-	VADDPS Y9, Y3, Y3
+	VFMADD231PS (SI)(R13*1), Y4, Y0
+	VFMADD231PS 32(SI)(R13*1), Y5, Y1
+	VFMADD231PS (BX)(R13*1), Y4, Y2
+	VFMADD231PS 32(BX)(R13*1), Y5, Y3
 	ADDQ $64, R13
 	DECQ CX
 	JNZ  f32y_chunk2
@@ -220,14 +206,10 @@ f32y_tail2:
 	VMASKMOVPS 32(SI)(R13*1), Y15, Y7
 	VMASKMOVPS (BX)(R13*1), Y14, Y8
 	VMASKMOVPS 32(BX)(R13*1), Y15, Y9
-	VMULPS Y6, Y4, Y6
-	VMULPS Y7, Y5, Y7
-	VMULPS Y8, Y4, Y8
-	VMULPS Y9, Y5, Y9
-	VADDPS Y6, Y0, Y0
-	VADDPS Y7, Y1, Y1
-	VADDPS Y8, Y2, Y2
-	VADDPS Y9, Y3, Y3
+	VFMADD231PS Y6, Y4, Y0
+	VFMADD231PS Y7, Y5, Y1
+	VFMADD231PS Y8, Y4, Y2
+	VFMADD231PS Y9, Y5, Y3
 
 f32y_red2:
 	VADDPS Y1, Y0, Y0
@@ -254,10 +236,8 @@ f32y_loop1:
 f32y_chunk1:
 	VMOVUPS (DX)(R13*1), Y4
 	VMOVUPS 32(DX)(R13*1), Y5
-	VMULPS (SI)(R13*1), Y4, Y6
-	VMULPS 32(SI)(R13*1), Y5, Y7
-	VADDPS Y6, Y0, Y0
-	VADDPS Y7, Y1, Y1
+	VFMADD231PS (SI)(R13*1), Y4, Y0
+	VFMADD231PS 32(SI)(R13*1), Y5, Y1
 	ADDQ $64, R13
 	DECQ CX
 	JNZ  f32y_chunk1
@@ -269,10 +249,8 @@ f32y_tail1:
 	VMASKMOVPS 32(DX)(R13*1), Y15, Y5
 	VMASKMOVPS (SI)(R13*1), Y14, Y6
 	VMASKMOVPS 32(SI)(R13*1), Y15, Y7
-	VMULPS Y6, Y4, Y6
-	VMULPS Y7, Y5, Y7
-	VADDPS Y6, Y0, Y0
-	VADDPS Y7, Y1, Y1
+	VFMADD231PS Y6, Y4, Y0
+	VFMADD231PS Y7, Y5, Y1
 
 f32y_red1:
 	VADDPS Y1, Y0, Y0
@@ -499,53 +477,66 @@ DATA ones16<>+16(SB)/8, $0x0001000100010001
 DATA ones16<>+24(SB)/8, $0x0001000100010001
 GLOBL ones16<>(SB), RODATA|NOPTR, $32
 
-// Q8_0 block scale: X4 = broadcast(fp16(w.d) * fp16(x.d)) for the block at
-// W and Xa. Clobbers AX, CX, X5.
-#define Q8SCALE(W, Xa) \
-	MOVWLZX W, AX \
-	MOVWLZX Xa, CX \
-	VMOVD AX, X4 \
-	VPINSRW $1, CX, X4, X4 \
-	VCVTPH2PS X4, X4 \
-	VMOVSHDUP X4, X5 \
-	VMULSS X5, X4, X4 \
-	VBROADCASTSS X4, Y4
+// Q8_0 kernels. Canonical order (generic.go dotQ8_0Generic): block b's 8
+// int32 lane sums (4 products each) go to float lanes 8*(b&1)+l: the even
+// and odd accumulators below. Activation scales come widened in dx.
 
-// func rowsQ8_0AVX2(out *float32, w, x *byte, nRows, nb int)
-// Per block: |x| times sign-adjusted w with VPMADDUBSW (no saturation:
-// |x| <= 127, |w| <= 127), pairs summed by VPMADDWD into the 8 int32 lanes
-// of the canonical order, then lane += float(s) * d.
-TEXT ·rowsQ8_0AVX2(SB), NOSPLIT, $0-40
+// Q8Y2 adds one block to ACC on AVX2: W/WD the block's qs/scale, X/XD the
+// activation's, DXM its widened scale. |x| times sign-adjusted w with
+// VPMADDUBSW (no saturation: |x| <= 127, |w| <= 127), pairs summed by
+// VPMADDWD into the 8 lanes.
+#define Q8Y2(W, WD, X, DXM, ACC) \
+	VMOVDQU W, Y2 \
+	VMOVDQU X, Y3 \
+	VPSIGNB Y3, Y2, Y2 \
+	VPABSB Y3, Y3 \
+	VPMADDUBSW Y2, Y3, Y3 \
+	VPMADDWD Y15, Y3, Y3 \
+	VCVTDQ2PS Y3, Y3 \
+	VPBROADCASTW WD, X4 \
+	VCVTPH2PS X4, Y4 \
+	VBROADCASTSS DXM, Y5 \
+	VMULPS Y5, Y4, Y4 \
+	VFMADD231PS Y4, Y3, ACC
+
+// func rowsQ8_0AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+TEXT ·rowsQ8_0AVX2(SB), NOSPLIT, $0-48
 	MOVQ out+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ x+16(FP), DX
-	MOVQ nRows+24(FP), R8
-	MOVQ nb+32(FP), R9
+	MOVQ dx+24(FP), R11
+	MOVQ nRows+32(FP), R8
+	MOVQ nb+40(FP), R9
 	VMOVDQU ones16<>(SB), Y15
 
 q8y_row:
 	TESTQ R8, R8
 	JZ   q8y_done
 	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
 	MOVQ DX, BX
+	MOVQ R11, R12
 	MOVQ R9, R10
 
-q8y_block:
-	VMOVDQU 2(SI), Y1
-	VMOVDQU 2(BX), Y2
-	VPSIGNB Y2, Y1, Y1
-	VPABSB Y2, Y2
-	VPMADDUBSW Y1, Y2, Y3
-	VPMADDWD Y15, Y3, Y3
-	VCVTDQ2PS Y3, Y3
-	Q8SCALE((SI), (BX))
-	VMULPS Y4, Y3, Y3
-	VADDPS Y3, Y0, Y0
-	ADDQ $34, SI
-	ADDQ $34, BX
-	DECQ R10
-	JNZ  q8y_block
+q8y_pair:
+	CMPQ R10, $2
+	JLT  q8y_single
+	Q8Y2(2(SI), (SI), 2(BX), (R12), Y0)
+	Q8Y2(36(SI), 34(SI), 36(BX), 4(R12), Y1)
+	ADDQ $68, SI
+	ADDQ $68, BX
+	ADDQ $8, R12
+	SUBQ $2, R10
+	JMP  q8y_pair
 
+q8y_single:
+	TESTQ R10, R10
+	JZ   q8y_red
+	Q8Y2(2(SI), (SI), 2(BX), (R12), Y0)
+	ADDQ $34, SI
+
+q8y_red:
+	VADDPS Y1, Y0, Y0
 	REDUCE8Y(Y0, X0, X6)
 	VMOVSS X0, (DI)
 	ADDQ $4, DI
@@ -556,45 +547,312 @@ q8y_done:
 	VZEROUPPER
 	RET
 
-// func rowsQ8_0AVX512(out *float32, w, x *byte, nRows, nb int)
-// As rowsQ8_0AVX2 with VNNI's VPDPBUSD doing the 4-byte sums in one step.
-TEXT ·rowsQ8_0AVX512(SB), NOSPLIT, $0-40
+// Q8Z1 adds one weight block (qs at W, scale at WD) to ACC on AVX-512,
+// against the activation block prepared in Y1 (x), Y2 (|x|), Y3 (dx x8).
+#define Q8Z1(W, WD, ACC) \
+	VMOVDQU W, Y8 \
+	VPSIGNB Y1, Y8, Y8 \
+	VPXOR Y9, Y9, Y9 \
+	VPDPBUSD Y8, Y2, Y9 \
+	VCVTDQ2PS Y9, Y9 \
+	VPBROADCASTW WD, X10 \
+	VCVTPH2PS X10, Y10 \
+	VMULPS Y3, Y10, Y10 \
+	VFMADD231PS Y10, Y9, ACC
+
+// Q8XLOAD prepares activation block X (scale widened at DXM).
+#define Q8XLOAD(X, DXM) \
+	VMOVDQU X, Y1 \
+	VPABSB Y1, Y2 \
+	VBROADCASTSS DXM, Y3
+
+// func rowsQ8_0AVX512(out *float32, w, x *byte, dx *float32, nRows, nb int)
+// Four rows at a time share each activation block; VNNI's VPDPBUSD makes
+// the 4-byte lane sums in one step.
+TEXT ·rowsQ8_0AVX512(SB), NOSPLIT, $0-48
 	MOVQ out+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ x+16(FP), DX
-	MOVQ nRows+24(FP), R8
-	MOVQ nb+32(FP), R9
+	MOVQ dx+24(FP), R11
+	MOVQ nRows+32(FP), R8
+	MOVQ nb+40(FP), R9
+	MOVQ R9, R13
+	IMULQ $34, R13        // row bytes
 
-q8z_row:
-	TESTQ R8, R8
-	JZ   q8z_done
-	VXORPS Y0, Y0, Y0
-	MOVQ DX, BX
+q8z_loop4:
+	CMPQ R8, $4
+	JLT  q8z_loop1
+	LEAQ (SI)(R13*2), BX
+	ADDQ R13, BX          // row 3
+	VPXORD Y16, Y16, Y16
+	VPXORD Y17, Y17, Y17
+	VPXORD Y18, Y18, Y18
+	VPXORD Y19, Y19, Y19
+	VPXORD Y20, Y20, Y20
+	VPXORD Y21, Y21, Y21
+	VPXORD Y22, Y22, Y22
+	VPXORD Y23, Y23, Y23
+	MOVQ DX, CX
+	MOVQ R11, R12
 	MOVQ R9, R10
 
-q8z_block:
-	VMOVDQU 2(SI), Y1
-	VMOVDQU 2(BX), Y2
-	VPSIGNB Y2, Y1, Y1
-	VPABSB Y2, Y2
-	VPXORD Y3, Y3, Y3
-	VPDPBUSD Y1, Y2, Y3
-	VCVTDQ2PS Y3, Y3
-	Q8SCALE((SI), (BX))
-	VMULPS Y4, Y3, Y3
-	VADDPS Y3, Y0, Y0
-	ADDQ $34, SI
-	ADDQ $34, BX
-	DECQ R10
-	JNZ  q8z_block
+q8z_pair4:
+	CMPQ R10, $2
+	JLT  q8z_single4
+	Q8XLOAD(2(CX), (R12))
+	Q8Z1(2(SI), (SI), Y16)
+	Q8Z1(2(SI)(R13*1), (SI)(R13*1), Y17)
+	Q8Z1(2(SI)(R13*2), (SI)(R13*2), Y18)
+	Q8Z1(2(BX), (BX), Y19)
+	Q8XLOAD(36(CX), 4(R12))
+	Q8Z1(36(SI), 34(SI), Y20)
+	Q8Z1(36(SI)(R13*1), 34(SI)(R13*1), Y21)
+	Q8Z1(36(SI)(R13*2), 34(SI)(R13*2), Y22)
+	Q8Z1(36(BX), 34(BX), Y23)
+	ADDQ $68, SI
+	ADDQ $68, BX
+	ADDQ $68, CX
+	ADDQ $8, R12
+	SUBQ $2, R10
+	JMP  q8z_pair4
 
+q8z_single4:
+	TESTQ R10, R10
+	JZ   q8z_red4
+	Q8XLOAD(2(CX), (R12))
+	Q8Z1(2(SI), (SI), Y16)
+	Q8Z1(2(SI)(R13*1), (SI)(R13*1), Y17)
+	Q8Z1(2(SI)(R13*2), (SI)(R13*2), Y18)
+	Q8Z1(2(BX), (BX), Y19)
+	ADDQ $34, BX
+
+q8z_red4:
+	VADDPS Y20, Y16, Y0
+	VADDPS Y21, Y17, Y1
+	VADDPS Y22, Y18, Y2
+	VADDPS Y23, Y19, Y3
+	REDUCE8Y(Y0, X0, X6)
+	REDUCE8Y(Y1, X1, X7)
+	REDUCE8Y(Y2, X2, X8)
+	REDUCE8Y(Y3, X3, X9)
+	VMOVSS X0, (DI)
+	VMOVSS X1, 4(DI)
+	VMOVSS X2, 8(DI)
+	VMOVSS X3, 12(DI)
+	ADDQ $16, DI
+	MOVQ BX, SI           // BX ended at row 3's end: the next group
+	SUBQ $4, R8
+	JMP  q8z_loop4
+
+q8z_loop1:
+	TESTQ R8, R8
+	JZ   q8z_done
+	VPXORD Y16, Y16, Y16
+	VPXORD Y20, Y20, Y20
+	MOVQ DX, CX
+	MOVQ R11, R12
+	MOVQ R9, R10
+
+q8z_pair1:
+	CMPQ R10, $2
+	JLT  q8z_single1
+	Q8XLOAD(2(CX), (R12))
+	Q8Z1(2(SI), (SI), Y16)
+	Q8XLOAD(36(CX), 4(R12))
+	Q8Z1(36(SI), 34(SI), Y20)
+	ADDQ $68, SI
+	ADDQ $68, CX
+	ADDQ $8, R12
+	SUBQ $2, R10
+	JMP  q8z_pair1
+
+q8z_single1:
+	TESTQ R10, R10
+	JZ   q8z_red1
+	Q8XLOAD(2(CX), (R12))
+	Q8Z1(2(SI), (SI), Y16)
+	ADDQ $34, SI
+
+q8z_red1:
+	VADDPS Y20, Y16, Y0
 	REDUCE8Y(Y0, X0, X6)
 	VMOVSS X0, (DI)
 	ADDQ $4, DI
 	DECQ R8
-	JMP  q8z_row
+	JMP  q8z_loop1
 
 q8z_done:
+	VZEROUPPER
+	RET
+
+// Q8TW loads two consecutive weight blocks of one row (P = block pair
+// start) as unsigned w+128 into WZ and their scales widened into DZ
+// (block 2p in lanes 0-7, 2p+1 in 8-15). Uses X12.
+#define Q8TW(QA, QB, DA, DB, WY, WZ, DX_, DY, DZ) \
+	VMOVDQU QA, WY \
+	VINSERTI64X4 $1, QB, WZ, WZ \
+	VPXORD Z13, WZ, WZ \
+	VPBROADCASTW DA, DX_ \
+	VPBROADCASTW DB, X12 \
+	VINSERTI128 $1, X12, DY, DY \
+	VCVTPH2PS DY, DZ
+
+// Q8TW1 is Q8TW for a lone last block (lanes 8-15 unused).
+#define Q8TW1(QA, DA, WY, WZ, DX_, DY, DZ) \
+	VMOVDQU QA, WY \
+	VPXORD Z13, WZ, WZ \
+	VPBROADCASTW DA, DX_ \
+	VCVTPH2PS DX_, DY
+
+// Q8TP accumulates one (row, token) pair from the token's tile pair.
+#define Q8TP(XQ, CORR, DXV, WZ, DZ, ACC) \
+	VMOVDQU32 CORR, Z8 \
+	VPDPBUSD XQ, WZ, Z8 \
+	VCVTDQ2PS Z8, Z8 \
+	VMULPS DXV, DZ, Z9 \
+	VFMADD231PS Z9, Z8, ACC
+
+// Q8TP1 is Q8TP for a lone last block: only lanes 0-7 (mask K2) change.
+#define Q8TP1(XQ, CORR, DXV, WZ, DZ, ACC) \
+	VMOVDQU32 CORR, Z8 \
+	VPDPBUSD XQ, WZ, Z8 \
+	VCVTDQ2PS Z8, Z8 \
+	VMULPS DXV, DZ, Z9 \
+	VFMADD231PS Z9, Z8, K2, ACC
+
+// Q8TRED reduces ACC to a scalar and stores it at M.
+#define Q8TRED(ACC, M) \
+	VMOVAPS ACC, Z0 \
+	REDUCE16Z(Z0, Y0, X0, Y1, X1) \
+	VMOVSS X0, M
+
+// func tileQ8_0AVX512(out *float32, outStride int, w *byte, nGroups int, xt *byte, xtStride int, nb int)
+// out[t*outStride + r] for 4 tokens t (tile rows of xt, xtStride apart) and
+// 4*nGroups rows r. Accumulator of (row r, token t) is Z(16+4t+r).
+TEXT ·tileQ8_0AVX512(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R8
+	SHLQ $2, R8
+	MOVQ w+16(FP), SI
+	MOVQ nGroups+24(FP), R9
+	MOVQ xtStride+40(FP), R11
+	MOVQ nb+48(FP), R12
+	MOVQ R12, R10
+	IMULQ $34, R10        // row bytes
+	MOVL $0x80, AX
+	VPBROADCASTB AX, Z13
+	MOVL $0xff, AX
+	KMOVW AX, K2
+
+q8t_group:
+	TESTQ R9, R9
+	JZ   q8t_done
+	LEAQ (SI)(R10*2), BX
+	ADDQ R10, BX          // row 3
+	MOVQ xt+32(FP), DX
+	LEAQ (DX)(R11*2), CX
+	ADDQ R11, CX          // token 3
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	VPXORD Z26, Z26, Z26
+	VPXORD Z27, Z27, Z27
+	VPXORD Z28, Z28, Z28
+	VPXORD Z29, Z29, Z29
+	VPXORD Z30, Z30, Z30
+	VPXORD Z31, Z31, Z31
+	MOVQ R12, R13
+
+q8t_pair:
+	CMPQ R13, $2
+	JLT  q8t_single
+	Q8TW(2(SI), 36(SI), (SI), 34(SI), Y0, Z0, X4, Y4, Z4)
+	Q8TW(2(SI)(R10*1), 36(SI)(R10*1), (SI)(R10*1), 34(SI)(R10*1), Y1, Z1, X5, Y5, Z5)
+	Q8TW(2(SI)(R10*2), 36(SI)(R10*2), (SI)(R10*2), 34(SI)(R10*2), Y2, Z2, X6, Y6, Z6)
+	Q8TW(2(BX), 36(BX), (BX), 34(BX), Y3, Z3, X7, Y7, Z7)
+	Q8TP((DX), 64(DX), 128(DX), Z0, Z4, Z16)
+	Q8TP((DX), 64(DX), 128(DX), Z1, Z5, Z17)
+	Q8TP((DX), 64(DX), 128(DX), Z2, Z6, Z18)
+	Q8TP((DX), 64(DX), 128(DX), Z3, Z7, Z19)
+	Q8TP((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z0, Z4, Z20)
+	Q8TP((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z1, Z5, Z21)
+	Q8TP((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z2, Z6, Z22)
+	Q8TP((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z3, Z7, Z23)
+	Q8TP((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z0, Z4, Z24)
+	Q8TP((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z1, Z5, Z25)
+	Q8TP((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z2, Z6, Z26)
+	Q8TP((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z3, Z7, Z27)
+	Q8TP((CX), 64(CX), 128(CX), Z0, Z4, Z28)
+	Q8TP((CX), 64(CX), 128(CX), Z1, Z5, Z29)
+	Q8TP((CX), 64(CX), 128(CX), Z2, Z6, Z30)
+	Q8TP((CX), 64(CX), 128(CX), Z3, Z7, Z31)
+	ADDQ $68, SI
+	ADDQ $68, BX
+	ADDQ $192, DX
+	ADDQ $192, CX
+	SUBQ $2, R13
+	JMP  q8t_pair
+
+q8t_single:
+	TESTQ R13, R13
+	JZ   q8t_red
+	Q8TW1(2(SI), (SI), Y0, Z0, X4, Y4, Z4)
+	Q8TW1(2(SI)(R10*1), (SI)(R10*1), Y1, Z1, X5, Y5, Z5)
+	Q8TW1(2(SI)(R10*2), (SI)(R10*2), Y2, Z2, X6, Y6, Z6)
+	Q8TW1(2(BX), (BX), Y3, Z3, X7, Y7, Z7)
+	Q8TP1((DX), 64(DX), 128(DX), Z0, Z4, Z16)
+	Q8TP1((DX), 64(DX), 128(DX), Z1, Z5, Z17)
+	Q8TP1((DX), 64(DX), 128(DX), Z2, Z6, Z18)
+	Q8TP1((DX), 64(DX), 128(DX), Z3, Z7, Z19)
+	Q8TP1((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z0, Z4, Z20)
+	Q8TP1((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z1, Z5, Z21)
+	Q8TP1((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z2, Z6, Z22)
+	Q8TP1((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z3, Z7, Z23)
+	Q8TP1((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z0, Z4, Z24)
+	Q8TP1((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z1, Z5, Z25)
+	Q8TP1((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z2, Z6, Z26)
+	Q8TP1((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z3, Z7, Z27)
+	Q8TP1((CX), 64(CX), 128(CX), Z0, Z4, Z28)
+	Q8TP1((CX), 64(CX), 128(CX), Z1, Z5, Z29)
+	Q8TP1((CX), 64(CX), 128(CX), Z2, Z6, Z30)
+	Q8TP1((CX), 64(CX), 128(CX), Z3, Z7, Z31)
+	ADDQ $34, BX
+
+q8t_red:
+	// out pointers: token t at DI + t*R8, row r at +4r
+	MOVQ DI, AX
+	Q8TRED(Z16, (AX))
+	Q8TRED(Z17, 4(AX))
+	Q8TRED(Z18, 8(AX))
+	Q8TRED(Z19, 12(AX))
+	ADDQ R8, AX
+	Q8TRED(Z20, (AX))
+	Q8TRED(Z21, 4(AX))
+	Q8TRED(Z22, 8(AX))
+	Q8TRED(Z23, 12(AX))
+	ADDQ R8, AX
+	Q8TRED(Z24, (AX))
+	Q8TRED(Z25, 4(AX))
+	Q8TRED(Z26, 8(AX))
+	Q8TRED(Z27, 12(AX))
+	ADDQ R8, AX
+	Q8TRED(Z28, (AX))
+	Q8TRED(Z29, 4(AX))
+	Q8TRED(Z30, 8(AX))
+	Q8TRED(Z31, 12(AX))
+	ADDQ $16, DI
+	MOVQ BX, SI
+	DECQ R9
+	JMP  q8t_group
+
+q8t_done:
 	VZEROUPPER
 	RET
 

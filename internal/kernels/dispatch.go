@@ -136,13 +136,43 @@ func prepareBF16(x []float32, nTok, cols int) actBuf {
 	return a
 }
 
-func prepareQ8_0(x []float32, nTok, cols int) actBuf {
-	rb := cols / 32 * 34
-	a := newActBytes(nTok * rb)
-	for t := 0; t < nTok; t++ {
-		quant.QuantizeRowQ8_0(x[t*cols:(t+1)*cols], a.bytes[t*rb:(t+1)*rb])
+func prepareQ8_0(x []float32, nTok, cols int) actBuf { return prepareQ8_0Opt(x, nTok, cols, false) }
+
+func prepareQ8_0Tiled(x []float32, nTok, cols int) actBuf {
+	return prepareQ8_0Opt(x, nTok, cols, nTok >= tileTok)
+}
+
+// prepareQ8_0Opt quantizes to Q8_0 blocks, widens their scales into dx,
+// and with tiled also writes the tile layout (q8tile.go).
+func prepareQ8_0Opt(x []float32, nTok, cols int, tiled bool) actBuf {
+	nb := cols / 32
+	rb := nb * 34
+	tstr := 0
+	if tiled {
+		tstr = (nb + 1) / 2 * q8TilePair
 	}
-	a.stride = rb
+	// One pooled buffer: [tile, 64-aligned][dx][blocks].
+	a := newActBytes(64 + nTok*tstr + 4*nTok*nb + nTok*rb)
+	off := int(-uintptr(unsafe.Pointer(&a.bytes[0])) & 63)
+	if tiled {
+		a.tile = a.bytes[off : off+nTok*tstr]
+		a.tstr = tstr
+		off += nTok * tstr
+	}
+	a.dx = f32Bytes(a.bytes[off : off+4*nTok*nb])
+	off += 4 * nTok * nb
+	blocks := a.bytes[off : off+nTok*rb]
+	for t := 0; t < nTok; t++ {
+		row := blocks[t*rb : (t+1)*rb]
+		quant.QuantizeRowQ8_0(x[t*cols:(t+1)*cols], row)
+		for b := 0; b < nb; b++ {
+			a.dx[t*nb+b] = fp16At(row, 34*b)
+		}
+		if tiled {
+			q8TileRow(a.tile[t*tstr:(t+1)*tstr], row, nb)
+		}
+	}
+	a.bytes, a.stride, a.nb = blocks, rb, nb
 	return a
 }
 
@@ -188,18 +218,18 @@ func f32RowsGeneric(out []float32, w []byte, act actBuf, t int) {
 }
 
 var (
-	bf16Kernel = typeKernel{prepareBF16, genericRows(dotBF16Generic, 2, 1)}
-	q4_0Kernel = typeKernel{prepareQ8_0, genericRows(func(w, x []byte, n int) float32 { return dotQ4_0Generic(w, x, n/32) }, 18, 32)}
-	q6_KKernel = typeKernel{prepareQ8_K, genericRows(func(w, x []byte, n int) float32 { return dotQ6_KGeneric(w, x, n/256) }, 210, 256)}
+	bf16Kernel = typeKernel{prepare: prepareBF16, rows: genericRows(dotBF16Generic, 2, 1)}
+	q4_0Kernel = typeKernel{prepare: prepareQ8_0, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ4_0Generic(w, x, n/32) }, 18, 32)}
+	q6_KKernel = typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ6_KGeneric(w, x, n/256) }, 210, 256)}
 
 	// Indexed by Path; the assembly files fill in their entries in init.
 	f32Kernels = [3]typeKernel{
-		{prepareF32, f32RowsGeneric}, {prepareF32, f32RowsGeneric}, {prepareF32, f32RowsGeneric},
+		{prepare: prepareF32, rows: f32RowsGeneric}, {prepare: prepareF32, rows: f32RowsGeneric}, {prepare: prepareF32, rows: f32RowsGeneric},
 	}
 	f16RowsGeneric = genericRows(dotF16Generic, 2, 1)
-	f16Kernels     = fill3(typeKernel{prepareF16, f16RowsGeneric})
-	q8_0Kernels    = fill3(typeKernel{prepareQ8_0, genericRows(func(w, x []byte, n int) float32 { return dotQ8_0Generic(w, x, n/32) }, 34, 32)})
-	q4_KKernels    = fill3(typeKernel{prepareQ8_K, genericRows(func(w, x []byte, n int) float32 { return dotQ4_KGeneric(w, x, n/256) }, 144, 256)})
+	f16Kernels     = fill3(typeKernel{prepare: prepareF16, rows: f16RowsGeneric})
+	q8_0Kernels    = fill3(typeKernel{prepare: prepareQ8_0, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ8_0Generic(w, x, n/32) }, 34, 32)})
+	q4_KKernels    = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ4_KGeneric(w, x, n/256) }, 144, 256)})
 )
 
 func fill3(k typeKernel) [3]typeKernel { return [3]typeKernel{k, k, k} }

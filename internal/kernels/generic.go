@@ -9,7 +9,34 @@ import (
 
 // The generic kernels define the canonical reduction orders (package doc);
 // the assembly paths must reproduce them bit for bit. float32(...) around a
-// product stops the compiler fusing it into an FMA.
+// product stops the compiler fusing it into an FMA where the order says
+// multiply-then-add; fma32 is the fused step the assembly's VFMADD does.
+
+// fma32 returns a*b+c rounded once to float32, as VFMADD231PS computes it.
+// a*b is exact in float64; TwoSum recovers the float64 sum's rounding error
+// so that a float64 result lying exactly on a float32 midpoint breaks the
+// tie toward the exact value (avoiding double rounding). Results in the
+// float32 subnormal range may still differ in the last bit; sums of products
+// of activations and weights do not go there.
+func fma32(a, b, c float32) float32 {
+	p := float64(a) * float64(b)
+	cc := float64(c)
+	s := p + cc
+	bv := s - p
+	e := (p - (s - bv)) + (cc - bv)
+	if e != 0 {
+		bits := math.Float64bits(s)
+		if bits&(1<<29-1) == 1<<28 {
+			if (e > 0) == (s > 0) {
+				bits++
+			} else {
+				bits--
+			}
+			s = math.Float64frombits(bits)
+		}
+	}
+	return float32(s)
+}
 
 // f16Table widens every binary16 value; a table lookup beats the bit
 // manipulation in the generic inner loops.
@@ -33,16 +60,6 @@ func reduce16(acc *[16]float32) float32 {
 	return acc[0]
 }
 
-// reduce8 is the fixed tree of the 8-lane quantized orders.
-func reduce8(acc *[8]float32) float32 {
-	for h := 4; h >= 1; h /= 2 {
-		for j := 0; j < h; j++ {
-			acc[j] = acc[j] + acc[j+h]
-		}
-	}
-	return acc[0]
-}
-
 func dotF32Generic(a, b []float32) float32 {
 	n := len(a)
 	b = b[:n]
@@ -50,16 +67,17 @@ func dotF32Generic(a, b []float32) float32 {
 	i := 0
 	for ; i+16 <= n; i += 16 {
 		for j := 0; j < 16; j++ {
-			acc[j] += float32(a[i+j] * b[i+j])
+			acc[j] = fma32(a[i+j], b[i+j], acc[j])
 		}
 	}
 	if i < n {
 		for j := 0; j < 16; j++ {
-			var p float32 // +0 for lanes past the end, as a zero-masked load gives
+			// Lanes past the end add 0*0, as a zero-masked load gives.
+			var x, y float32
 			if i+j < n {
-				p = float32(a[i+j] * b[i+j])
+				x, y = a[i+j], b[i+j]
 			}
-			acc[j] += p
+			acc[j] = fma32(x, y, acc[j])
 		}
 	}
 	return reduce16(&acc)
@@ -98,33 +116,37 @@ func dotBF16Generic(w, x []byte, n int) float32 {
 	return reduce16(&acc)
 }
 
-// dotQ8_0Generic: w and x are nb Q8_0 blocks.
+// dotQ8_0Generic: w and x are nb Q8_0 blocks. 16 float lanes: block b's
+// 8 lane sums go to lanes 8*(b&1)+l, so even and odd blocks accumulate
+// apart (two blocks fill one 512-bit register in the assembly).
 func dotQ8_0Generic(w, x []byte, nb int) float32 {
-	var acc [8]float32
+	var acc [16]float32
 	for b := 0; b < nb; b++ {
 		wb := w[b*34 : b*34+34]
 		xb := x[b*34 : b*34+34]
 		d := fp16At(wb, 0) * fp16At(xb, 0)
+		lanes := acc[8*(b&1) : 8*(b&1)+8]
 		for l := 0; l < 8; l++ {
 			var s int32
 			for k := 2 + 4*l; k < 6+4*l; k++ {
 				s += int32(int8(wb[k])) * int32(int8(xb[k]))
 			}
-			acc[l] += float32(float32(s) * d)
+			lanes[l] = fma32(float32(s), d, lanes[l])
 		}
 	}
-	return reduce8(&acc)
+	return reduce16(&acc)
 }
 
-// dotQ4_0Generic: w is nb Q4_0 blocks, x nb Q8_0 blocks. Element e of a
-// Q4_0 block is the low nibble of qs[e] for e < 16, else the high nibble of
-// qs[e-16], minus 8.
+// dotQ4_0Generic: w is nb Q4_0 blocks, x nb Q8_0 blocks, in Q8_0's order.
+// Element e of a Q4_0 block is the low nibble of qs[e] for e < 16, else the
+// high nibble of qs[e-16], minus 8.
 func dotQ4_0Generic(w, x []byte, nb int) float32 {
-	var acc [8]float32
+	var acc [16]float32
 	for b := 0; b < nb; b++ {
 		wb := w[b*18 : b*18+18]
 		xb := x[b*34 : b*34+34]
 		d := fp16At(wb, 0) * fp16At(xb, 0)
+		lanes := acc[8*(b&1) : 8*(b&1)+8]
 		for l := 0; l < 8; l++ {
 			var s int32
 			for e := 4 * l; e < 4*l+4; e++ {
@@ -136,10 +158,10 @@ func dotQ4_0Generic(w, x []byte, nb int) float32 {
 				}
 				s += q * int32(int8(xb[2+e]))
 			}
-			acc[l] += float32(float32(s) * d)
+			lanes[l] = fma32(float32(s), d, lanes[l])
 		}
 	}
-	return reduce8(&acc)
+	return reduce16(&acc)
 }
 
 // q4KScaleMin unpacks the 6-bit scale and min of sub-block j (0..7) from a

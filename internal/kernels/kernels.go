@@ -12,18 +12,17 @@
 // The canonical orders, which the assembly reproduces exactly:
 //
 //   - F32: 16 lanes; lane j accumulates a[i]*b[i] for i ≡ j (mod 16) in
-//     increasing i, each product rounded to float32 before it is added (no
-//     FMA: a fused product would round differently from the generic path).
-//     Lanes missing at the tail add +0. Then a fixed tree: lane j += lane
-//     j+8, j+4, j+2, j+1.
+//     increasing i with a fused multiply-add (one rounding; the generic path
+//     emulates it exactly, see fma32). Lanes past the end add 0*0. Then a
+//     fixed tree: lane j += lane j+8, j+4, j+2, j+1.
 //   - F16, BF16: as F32 over the widened values. Activations are rounded to
 //     F16 (BF16) first, as ggml does, so products of two 11-bit (8-bit)
 //     mantissas are exact in float32 and FMA equals multiply-then-add.
 //   - Q8_0, Q4_0: the activation row is quantized to Q8_0 once per token
 //     (quant.QuantizeRowQ8_0, ggml's x86 rounding). Per 32-element block b
-//     and lane l in 0..7, the integer sum s of the 4 products of elements
-//     4l..4l+3 is exact; lane l += float32(s) * (dw_b*dx_b). Then the tree
-//     lane l += lane l+4, l+2, l+1.
+//     and l in 0..7, the integer sum s of the 4 products of elements
+//     4l..4l+3 is exact; lane 8*(b%2)+l = fma(float32(s), dw_b*dx_b, lane), so even
+//     and odd blocks fill separate halves of 16 lanes. Then the F32 tree.
 //   - Q4_K, Q6_K: the activation row is quantized to Q8_K
 //     (quant.QuantizeRowQ8_K). Per 256-element super-block the scaled
 //     integer sums are exact; one float32 term per super-block is added to a
@@ -122,7 +121,19 @@ func MatMul(par *Parallel, out []float32, w *Matrix, x []float32, nTok int) {
 		for r0 := lo; r0 < hi; r0 += rowTile {
 			r1 := min(r0+rowTile, hi)
 			wt := w.Data[r0*rowBytes : r1*rowBytes]
-			for t := 0; t < nTok; t++ {
+			t := 0
+			if k.tile != nil && act.tile != nil {
+				nt := (r1 - r0) / tileRows * tileRows
+				for ; t+tileTok <= nTok && nt > 0; t += tileTok {
+					k.tile(out[r0:], w.Rows, wt, nt, act, t)
+					if nt < r1-r0 {
+						for j := t; j < t+tileTok; j++ {
+							k.rows(out[j*w.Rows+r0+nt:j*w.Rows+r1], wt[nt*rowBytes:], act, j)
+						}
+					}
+				}
+			}
+			for ; t < nTok; t++ {
 				k.rows(out[t*w.Rows+r0:t*w.Rows+r1], wt, act, t)
 			}
 		}
@@ -136,8 +147,12 @@ func MatMul(par *Parallel, out []float32, w *Matrix, x []float32, nTok int) {
 // product consumes (F16 halves, Q8_0 or Q8_K blocks), one row per token.
 type actBuf struct {
 	f32    []float32 // F32 weights: the caller's x, not copied
-	bytes  []byte    // converted rows, rowBytes each
+	bytes  []byte    // converted rows, stride bytes each
 	stride int       // bytes per token row in bytes
+	dx     []float32 // Q8_0: every block's scale widened, nb per token
+	nb     int       // blocks per token row
+	tile   []byte    // Q8_0 on AVX512 with nTok >= tileTok: tiled layout (q8tile.go)
+	tstr   int       // bytes per token in tile
 	pooled *[]byte
 }
 
@@ -167,4 +182,15 @@ type typeKernel struct {
 	// rows computes out[i] = dot(weight row i of w, activation row t), for
 	// len(out) consecutive rows stored back to back in w.
 	rows func(out []float32, w []byte, act actBuf, t int)
+	// tile, when not nil, computes rows [0, nRows) of w for the tileTok
+	// tokens t0.. into out[(t0+j)*outStride+i]; nRows is a multiple of
+	// tileRows. Same canonical order as rows, so the two mix freely.
+	tile func(out []float32, outStride int, w []byte, nRows int, act actBuf, t0 int)
 }
+
+// Register tile of the blocked kernels: tileRows weight rows times tileTok
+// tokens share every load.
+const (
+	tileRows = 4
+	tileTok  = 4
+)

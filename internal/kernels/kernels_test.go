@@ -100,7 +100,7 @@ var testShapes = []struct {
 func TestMatMulAgainstFloat64(t *testing.T) {
 	for _, sh := range testShapes {
 		for _, cols := range sh.cols {
-			rows, nTok := 13, 3
+			rows, nTok := 13, 5
 			m, deq := makeMatrix(t, sh.typ, rows, cols, uint64(cols))
 			r := rand.New(rand.NewPCG(7, uint64(cols)))
 			x := randVec(r, nTok*cols, 2)
@@ -138,7 +138,7 @@ func TestMatMulAgainstFloat64(t *testing.T) {
 func TestPathsBitwiseEqual(t *testing.T) {
 	for _, sh := range testShapes {
 		for _, cols := range sh.cols {
-			rows, nTok := 23, 2
+			rows, nTok := 23, 6
 			m, _ := makeMatrix(t, sh.typ, rows, cols, 99+uint64(cols))
 			x := randVec(rand.New(rand.NewPCG(3, 4)), nTok*cols, 1)
 			var ref []float32
@@ -170,8 +170,16 @@ func TestMatMulBatchInvariant(t *testing.T) {
 	par2 := NewParallel(2)
 	defer par2.Close()
 	for _, sh := range testShapes {
-		cols := sh.cols[len(sh.cols)-1]
-		rows := 77
+		for _, cols := range sh.cols {
+			testBatchInvariant(t, par2, sh.typ, cols)
+		}
+	}
+}
+
+func testBatchInvariant(t *testing.T, par2 *Parallel, typ quant.Type, cols int) {
+	{
+		sh := struct{ typ quant.Type }{typ}
+		rows := 37
 		m, _ := makeMatrix(t, sh.typ, rows, cols, 5)
 		const maxTok = 64
 		x := randVec(rand.New(rand.NewPCG(11, 12)), maxTok*cols, 1)

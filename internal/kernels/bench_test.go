@@ -1,0 +1,105 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"sluice/internal/quant"
+)
+
+// Shapes of the bench-15M and bench-110M models' matmuls (rows x cols).
+var benchShapes = [][2]int{
+	{288, 288}, {768, 288}, {288, 768}, {32000, 288},
+	{768, 768}, {2048, 768}, {768, 2048}, {32000, 768},
+}
+
+// copyGBps measures a raw copy of n bytes (read n + write n) in the same
+// process and moment as the kernel, the memory-bandwidth yardstick the
+// kernel's weight-read rate is compared with.
+func copyGBps(n int) float64 {
+	src, dst := make([]byte, n), make([]byte, n)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	copy(dst, src)
+	iters := 0
+	start := time.Now()
+	for time.Since(start) < 30*time.Millisecond {
+		copy(dst, src)
+		iters++
+	}
+	return float64(n) * float64(iters) / time.Since(start).Seconds() / 1e9
+}
+
+// BenchmarkMatMul reports, per type, shape, token count, thread count and
+// path: GB/s of weight bytes read, GFLOP/s (2 per multiply-add) and
+// bw_ratio = (weight GB/s) / (raw copy GB/s of the same bytes). Select with
+// e.g. -bench 'MatMul/q8_0/32000x288/tok1/t1/avx512'.
+func BenchmarkMatMul(b *testing.B) {
+	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q6_K, quant.Q4_0, quant.BF16} {
+		for _, sh := range benchShapes {
+			rows, cols := sh[0], sh[1]
+			if cols%typ.BlockSize() != 0 {
+				continue
+			}
+			for _, nTok := range []int{1, 64} {
+				for _, threads := range []int{1, 2} {
+					for _, p := range Paths() {
+						name := fmt.Sprintf("%s/%dx%d/tok%d/t%d/%s", typ, rows, cols, nTok, threads, p)
+						b.Run(name, func(b *testing.B) { benchMatMul(b, typ, rows, cols, nTok, threads, p) })
+					}
+				}
+			}
+		}
+	}
+}
+
+func benchMatMul(b *testing.B, typ quant.Type, rows, cols, nTok, threads int, p Path) {
+	old := CurrentPath()
+	defer SetPath(old)
+	SetPath(p)
+	rb, _ := typ.RowBytes(cols)
+	m := &Matrix{Type: typ, Rows: rows, Cols: cols, Data: make([]byte, rb*rows)}
+	r := rand.New(rand.NewPCG(1, 2))
+	src := randVec(r, cols, 1)
+	for i := 0; i < rows; i++ {
+		quant.Quantize(typ, src, m.Data[i*rb:(i+1)*rb])
+	}
+	x := randVec(r, nTok*cols, 1)
+	out := make([]float32, nTok*rows)
+	par := NewParallel(threads)
+	defer par.Close()
+	cp := copyGBps(len(m.Data))
+	MatMul(par, out, m, x, nTok)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		MatMul(par, out, m, x, nTok)
+	}
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	gbps := float64(len(m.Data)) / sec / 1e9
+	b.ReportMetric(gbps, "GB/s")
+	b.ReportMetric(2*float64(rows)*float64(cols)*float64(nTok)/sec/1e9, "GFLOP/s")
+	b.ReportMetric(gbps/cp, "bw_ratio")
+	b.SetBytes(int64(len(m.Data)))
+}
+
+func BenchmarkDot(b *testing.B) {
+	for _, n := range []int{8, 64, 128, 768} {
+		for _, p := range Paths() {
+			b.Run(fmt.Sprintf("n%d/%s", n, p), func(b *testing.B) {
+				old := CurrentPath()
+				defer SetPath(old)
+				SetPath(p)
+				r := rand.New(rand.NewPCG(1, 2))
+				x, y := randVec(r, n, 1), randVec(r, n, 1)
+				var s float32
+				for i := 0; i < b.N; i++ {
+					s += Dot(x, y)
+				}
+				_ = s
+			})
+		}
+	}
+}

@@ -1,0 +1,41 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// Tile layout of one Q8_0 activation row for the blocked AVX-512 kernel,
+// per pair of blocks (2p, 2p+1), q8TilePair bytes:
+//
+//	0..63     qs of block 2p then 2p+1 (signed; zeros past the last block)
+//	64..127   16 int32: -128 * (sum of the 4 qs of lane l), lanes as qs
+//	128..191  16 float32: dx of block 2p (x8) then of 2p+1 (x8, 0 past the end)
+//
+// The kernel feeds weights to VPDPBUSD as unsigned bytes w+128 (w XOR
+// 0x80); starting each block's integer sum at the correction gives the
+// exact signed sum Σ w*x without a per-token sign fix-up.
+const q8TilePair = 192
+
+func q8TileRow(dst, blocks []byte, nb int) {
+	for i := range dst {
+		dst[i] = 0
+	}
+	for b := 0; b < nb; b++ {
+		p := dst[(b/2)*q8TilePair:]
+		h := b & 1
+		qs := blocks[34*b+2 : 34*b+34]
+		copy(p[32*h:32*h+32], qs)
+		for l := 0; l < 8; l++ {
+			s := int32(0)
+			for k := 0; k < 4; k++ {
+				s += int32(int8(qs[4*l+k]))
+			}
+			binary.LittleEndian.PutUint32(p[64+4*(8*h+l):], uint32(-128*s))
+		}
+		dx := math.Float32bits(fp16At(blocks, 34*b))
+		for l := 0; l < 8; l++ {
+			binary.LittleEndian.PutUint32(p[128+4*(8*h+l):], dx)
+		}
+	}
+}
