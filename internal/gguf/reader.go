@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"syscall"
 
 	"sluice/internal/quant"
 )
@@ -89,13 +88,13 @@ func Open(path string) (*File, error) {
 	if size > math.MaxInt {
 		return nil, errf(ErrCount, -1, "%s is too large to map (%d bytes)", path, size)
 	}
-	data, err := syscall.Mmap(int(fh.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	data, err := mapFile(fh, int(size))
 	if err != nil {
 		return nil, &Error{Code: ErrIO, Offset: -1, Msg: "cannot map " + path, Err: err}
 	}
 	f, err := Parse(data)
 	if err != nil {
-		syscall.Munmap(data)
+		unmapFile(data)
 		if e, ok := err.(*Error); ok {
 			e.Msg = path + ": " + e.Msg
 		}
@@ -113,7 +112,7 @@ func (f *File) Close() error {
 	}
 	var err error
 	if f.mmapped {
-		if e := syscall.Munmap(f.data); e != nil {
+		if e := unmapFile(f.data); e != nil {
 			err = &Error{Code: ErrIO, Offset: -1, Msg: "munmap failed", Err: e}
 		}
 	}

@@ -1,0 +1,16 @@
+//go:build unix
+
+package gguf
+
+import (
+	"os"
+	"syscall"
+)
+
+// mapFile maps the file read-only: weights are paged in on use and shared
+// between processes serving the same model.
+func mapFile(f *os.File, size int) ([]byte, error) {
+	return syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ, syscall.MAP_SHARED)
+}
+
+func unmapFile(b []byte) error { return syscall.Munmap(b) }
