@@ -75,6 +75,9 @@ func BF16ToFP32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16)
 // FP32ToBF16 narrows to bfloat16 the way ggml's ggml_compute_fp32_to_bf16
 // does: round-to-nearest-even on the dropped 16 bits, NaN forced quiet
 // (bit 6 of the result set) so rounding can never turn it into infinity.
+// Subnormal inputs keep their rounded value; AVX512_BF16's vcvtneps2bf16,
+// which ggml uses for activations on such CPUs, flushes them to zero
+// instead (a difference only below 1.2e-38).
 func FP32ToBF16(f float32) uint16 {
 	u := math.Float32bits(f)
 	if u&0x7fffffff > 0x7f800000 {
