@@ -14,6 +14,7 @@ import "unicode/utf8"
 type bpeScratch struct {
 	words  [][2]int
 	ids    []int32
+	pr     []uint64
 	mapped []byte
 	syms   []bpeSym
 	q      heap[bpeBigram]
@@ -71,33 +72,52 @@ func (t *Tokenizer) encodeBPE(text string, lo, hi int, out []int32, sc *bpeScrat
 
 // mergeSmall finds the best pair by scanning: for short words this is
 // faster than a heap and gives the same order (lowest rank, then leftmost).
+// pr[k] caches the rank of pair (k, k+1), so a merge costs two lookups.
 func (t *Tokenizer) mergeSmall(word string, out []int32, sc *bpeScratch) []int32 {
+	const none = ^uint64(0)
+	pairRank := func(l, r int32) uint64 {
+		if l < 0 || r < 0 {
+			return none
+		}
+		if v, ok := t.ranks[uint64(uint32(l))<<32|uint64(uint32(r))]; ok {
+			return v // rank<<32 | merged id: orders by rank
+		}
+		return none
+	}
 	ids := sc.ids[:0]
 	for k := 0; k < len(word); k++ {
 		ids = append(ids, t.byteTok[word[k]])
 	}
-	for len(ids) > 1 {
-		best, bestRank, bestID := -1, uint32(0), int32(0)
-		for k := 0; k+1 < len(ids); k++ {
-			if ids[k] < 0 || ids[k+1] < 0 {
-				continue
-			}
-			if r, m, ok := t.rank(ids[k], ids[k+1]); ok && (best < 0 || r < bestRank) {
-				best, bestRank, bestID = k, r, m
+	pr := sc.pr[:0]
+	for k := 0; k+1 < len(ids); k++ {
+		pr = append(pr, pairRank(ids[k], ids[k+1]))
+	}
+	for {
+		best := -1
+		for k, v := range pr {
+			if v != none && (best < 0 || v>>32 < pr[best]>>32) {
+				best = k
 			}
 		}
 		if best < 0 {
 			break
 		}
-		ids[best] = bestID
+		ids[best] = int32(uint32(pr[best]))
 		ids = append(ids[:best+1], ids[best+2:]...)
+		pr = append(pr[:best], pr[best+1:]...)
+		if best > 0 {
+			pr[best-1] = pairRank(ids[best-1], ids[best])
+		}
+		if best < len(pr) {
+			pr[best] = pairRank(ids[best], ids[best+1])
+		}
 	}
 	for _, id := range ids {
 		if id >= 0 { // a byte missing from the vocabulary: llama.cpp drops it too
 			out = append(out, id)
 		}
 	}
-	sc.ids = ids
+	sc.ids, sc.pr = ids, pr
 	return out
 }
 

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/dlclark/regexp2"
 )
 
 func addSeeds(f *testing.F) {
@@ -85,6 +87,36 @@ func FuzzEncodeBPE(f *testing.F) {
 				if a, b := tk.mergeSmall(s, nil, &sc), tk.mergeHeap(s, nil, &sc); !slices.Equal(a, b) {
 					t.Fatalf("merge strategies differ on %q: %v vs %v", s, a, b)
 				}
+			}
+		}
+	})
+}
+
+// FuzzPreTokenize: every hand-written pre-tokenizer splits valid UTF-8 text
+// exactly as regexp2 running the original patterns (invalid UTF-8 has no
+// regex reference: regexp2 sees U+FFFD where the splitter sees bytes).
+func FuzzPreTokenize(f *testing.F) {
+	addSeeds(f)
+	type pair struct {
+		pt  preTokenizer
+		res []*regexp2.Regexp
+	}
+	var all []pair
+	for name, pats := range preRegexps {
+		pt, _ := preTokenizerFor(name)
+		var res []*regexp2.Regexp
+		for _, p := range pats {
+			res = append(res, regexp2.MustCompile(p, regexp2.None))
+		}
+		all = append(all, pair{pt, res})
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		for _, p := range all {
+			if got, want := ourSplit(&p.pt, s), refSplit(t, p.res, s); !slices.Equal(got, want) {
+				t.Fatalf("%s %q:\n got %q\nwant %q", p.pt.name, s, got, want)
 			}
 		}
 	})
