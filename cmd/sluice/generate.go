@@ -15,6 +15,7 @@ import (
 	"sluice/internal/kv"
 	"sluice/internal/model"
 	"sluice/internal/sample"
+	"sluice/internal/synth"
 	"sluice/internal/tokenizer"
 )
 
@@ -297,7 +298,12 @@ Flags:
 	return 0
 }
 
-// defaultModelFile is the built-in default model.
+// defaultModelFile is the built-in default model (synthetic random
+// weights: its text is gibberish, but it needs no download).
 func defaultModelFile() (*gguf.File, error) {
-	return nil, errors.New("no built-in default model yet; pass --model FILE")
+	b, err := synth.Default()
+	if err != nil {
+		return nil, err
+	}
+	return gguf.Parse(b)
 }

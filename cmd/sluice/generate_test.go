@@ -273,3 +273,31 @@ func TestGenerateSampledReplays(t *testing.T) {
 		t.Fatal("different seeds gave the same 40 tokens")
 	}
 }
+
+// TestGenerateDefaultModel: with no --model the built-in synthetic model
+// runs; greedy output does not depend on the prefill chunk size, page size
+// or thread count (batch invariance through the whole command path).
+func TestGenerateDefaultModel(t *testing.T) {
+	lm, err := openModel("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.Close()
+	base, err := generate(lm, genOptions{Prompt: "The quick brown fox jumps over the lazy dog", MaxTokens: 24, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(base.TokenIDs) == 0 || len(base.PromptIDs) < 5 {
+		t.Fatalf("prompt %v generated %v", base.PromptIDs, base.TokenIDs)
+	}
+	for _, o := range []genOptions{{Threads: 2}, {Batch: 1, PageSize: 3}, {Batch: 4, PageSize: 1, Threads: 2}} {
+		o.Prompt, o.MaxTokens = "The quick brown fox jumps over the lazy dog", 24
+		res, err := generate(lm, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(res.TokenIDs, base.TokenIDs) {
+			t.Errorf("threads %d batch %d page %d: %v, want %v", o.Threads, o.Batch, o.PageSize, res.TokenIDs, base.TokenIDs)
+		}
+	}
+}
