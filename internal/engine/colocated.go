@@ -175,6 +175,9 @@ func (c *Colocated) Close(ctx context.Context) error {
 	c.mu.Unlock()
 	err := waitGroup(ctx, &c.flight)
 	c.sched.stop()
+	if p := rawPool(c.pool); p != nil {
+		_ = p.Close()
+	}
 	return err
 }
 

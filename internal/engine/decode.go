@@ -55,7 +55,10 @@ type dhandoff struct {
 
 // NewDecodeWorker builds a decode worker with its own pool. It refuses a
 // configured context larger than its pool (I2).
-func NewDecodeWorker(cfg Config) (*DecodeWorker, error) {
+func NewDecodeWorker(cfg Config) (*DecodeWorker, error) { return newDecodeWorker(cfg, nil) }
+
+// newDecodeWorker lets the incident demo put an observer around the pool.
+func newDecodeWorker(cfg Config, wrap func(pagePool) pagePool) (*DecodeWorker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate("decode"); err != nil {
 		return nil, err
@@ -63,6 +66,9 @@ func NewDecodeWorker(cfg Config) (*DecodeWorker, error) {
 	pool, err := cfg.newPool()
 	if err != nil {
 		return nil, err
+	}
+	if wrap != nil {
+		pool = wrap(pool)
 	}
 	w := &DecodeWorker{
 		cfg:      cfg,
@@ -97,6 +103,9 @@ func (w *DecodeWorker) Close() {
 	}
 	w.mu.Unlock()
 	w.sched.stop()
+	if p := rawPool(w.pool); p != nil {
+		_ = p.Close()
+	}
 }
 
 // ticker is the clock at the edge of the protocol core: quarantine leases

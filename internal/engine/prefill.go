@@ -83,7 +83,12 @@ func (w *PrefillWorker) Pool() *kv.Pool { return rawPool(w.pool) }
 func (w *PrefillWorker) Context() int { return w.ctx }
 
 // Close stops the scheduler; prompts in flight fail.
-func (w *PrefillWorker) Close() { w.sched.stop() }
+func (w *PrefillWorker) Close() {
+	w.sched.stop()
+	if p := rawPool(w.pool); p != nil {
+		_ = p.Close()
+	}
+}
 
 // Prefill implements handoff.Prefill. It returns only after decode accepted
 // the commit. On any failure it aborts the handoff on the decode side and

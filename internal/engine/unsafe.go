@@ -10,6 +10,7 @@ func receiverSafeguards(u Unsafe) handoff.Safeguards {
 		NoCount:            u.NoCountCheck,
 		NoCoverage:         u.NoCountCheck,
 		NoDigest:           u.NoDigest,
+		NoChecksum:         u.NoDigest,
 		NoReservationMatch: u.NoOwnerCheck,
 	}
 }

@@ -1,0 +1,525 @@
+package engine
+
+// The incident replay: the real decode worker (protocol core, pool,
+// scheduler, model) against misbehaving prefill peers, once with every
+// safeguard on, once with each safeguard alone, once with none. A "leak" is
+// not inferred: every tenant's KV is filled with its own canary value, and
+// an observer around the decode pool watches what attention actually reads.
+// A canary of tenant T read by a sequence of another tenant is a leak.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/kv"
+	"sluice/internal/model"
+)
+
+// Outcome of one incident run.
+type Outcome string
+
+const (
+	// OutcomeError: the misbehaviour was refused or the affected request
+	// failed closed, and nothing crossed tenants.
+	OutcomeError Outcome = "error"
+	// OutcomeLeak: another tenant's KV reached a sequence's attention.
+	OutcomeLeak Outcome = "LEAK"
+	// OutcomeClean: the request "succeeded" with nothing foreign read (e.g.
+	// scrubbed zeros instead of stale data): wrong output, but no leak.
+	OutcomeClean Outcome = "no-leak"
+)
+
+// Safeguard settings of the matrix columns.
+const (
+	SettingAll       = "all"
+	SettingAdmission = "admission"
+	SettingCount     = "count"
+	SettingDigest    = "digest"
+	SettingOwner     = "owner-tags"
+	SettingScrub     = "scrub"
+	SettingNone      = "none"
+)
+
+// IncidentSettings are the columns: all on, each safeguard alone, none.
+var IncidentSettings = []string{SettingAll, SettingAdmission, SettingCount, SettingDigest, SettingOwner, SettingScrub, SettingNone}
+
+// unsafeFor switches off every safeguard except the named one ("all":
+// none off; "none": all off).
+func unsafeFor(setting string) Unsafe {
+	off := Unsafe{NoAdmission: true, NoCountCheck: true, NoDigest: true, NoOwnerCheck: true, NoExtentCheck: true, NoScrub: true}
+	switch setting {
+	case SettingAll:
+		return Unsafe{}
+	case SettingAdmission:
+		off.NoAdmission = false
+	case SettingCount:
+		off.NoCountCheck = false
+	case SettingDigest:
+		off.NoDigest = false
+	case SettingOwner:
+		// The pool's page tags: owner and generation (I3) and the written
+		// extent (I4), plus the protocol's reservation match.
+		off.NoOwnerCheck, off.NoExtentCheck = false, false
+	case SettingScrub:
+		off.NoScrub = false
+	}
+	return off
+}
+
+// IncidentCase is one row of the matrix.
+type IncidentCase struct {
+	Key, Name string
+	run       func(r *incidentRig) error
+}
+
+// IncidentCases are the rows: the incident and its relatives.
+var IncidentCases = []IncidentCase{
+	{"a", "rejected over-long request still sends one page + complete", caseRejectedBootstrap},
+	{"b", "short transfer, commit claims the full count", caseShortTransfer},
+	{"c", "wrong digest (pages announced, bytes never placed)", caseWrongDigest},
+	{"d", "no digest", caseNoDigest},
+	{"e", "stale writer after abort and LIFO page reuse", caseStaleWriter},
+	{"f", "writes into another handoff's pages", caseForeignPages},
+}
+
+// IncidentCell is one run.
+type IncidentCell struct {
+	Case, Setting string
+	Outcome       Outcome
+	// Detail is the first error, or what leaked.
+	Detail string
+}
+
+// RunIncident runs every case under every setting against fresh decode
+// workers running rt.
+func RunIncident(rt Runtime) ([]IncidentCell, error) {
+	var cells []IncidentCell
+	for _, c := range IncidentCases {
+		for _, s := range IncidentSettings {
+			cell, err := RunIncidentCase(rt, c, s)
+			if err != nil {
+				return nil, fmt.Errorf("case %s, setting %s: %w", c.Key, s, err)
+			}
+			cells = append(cells, cell)
+		}
+	}
+	return cells, nil
+}
+
+// RunIncidentCase runs one case under one setting.
+func RunIncidentCase(rt Runtime, c IncidentCase, setting string) (IncidentCell, error) {
+	r, err := newIncidentRig(rt, unsafeFor(setting))
+	if err != nil {
+		return IncidentCell{}, err
+	}
+	defer r.close()
+	runErr := c.run(r)
+	cell := IncidentCell{Case: c.Key, Setting: setting}
+	switch leak := r.spy.leak(); {
+	case leak != "":
+		cell.Outcome, cell.Detail = OutcomeLeak, leak
+	case runErr != nil:
+		cell.Outcome, cell.Detail = OutcomeError, runErr.Error()
+	default:
+		cell.Outcome = OutcomeClean
+	}
+	return cell, nil
+}
+
+// FormatIncident renders the matrix as text.
+func FormatIncident(cells []IncidentCell) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-4s %-62s", "case", "")
+	for _, s := range IncidentSettings {
+		fmt.Fprintf(&b, " %-10s", s)
+	}
+	b.WriteString("\n")
+	at := map[[2]string]IncidentCell{}
+	for _, c := range cells {
+		at[[2]string{c.Case, c.Setting}] = c
+	}
+	for _, c := range IncidentCases {
+		fmt.Fprintf(&b, "(%s)  %-62s", c.Key, c.Name)
+		for _, s := range IncidentSettings {
+			fmt.Fprintf(&b, " %-10s", at[[2]string{c.Key, s}].Outcome)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\ncolumns: all safeguards on; each safeguard ALONE (every other one off); none.\n")
+	b.WriteString("error = refused / failed closed; LEAK = another tenant's KV reached attention; no-leak = 200 with nothing foreign read.\n")
+	return b.String()
+}
+
+// Canary values: each tenant's KV is filled with its own; model K/V never
+// come near them.
+var canaries = map[string]float32{"victim": 4242.5, "attacker": 5353.5, "writer": 6464.5}
+
+// incidentRig is one decode worker under test plus a peer's scratch pool
+// (for page images and digests computed exactly as a prefill worker would).
+type incidentRig struct {
+	rt   Runtime
+	dw   *DecodeWorker
+	spy  *spyPool
+	peer *kv.Pool
+	geo  kv.Geometry
+	ctx  int
+}
+
+const incidentPageSize = 16
+
+func newIncidentRig(rt Runtime, u Unsafe) (*incidentRig, error) {
+	spy := &spyPool{}
+	cfg := Config{Model: rt, Context: 96, PoolPages: 24, PageSize: incidentPageSize, Order: kv.LIFO, Unsafe: u}
+	dw, err := newDecodeWorker(cfg, func(p pagePool) pagePool { spy.pagePool = p; return spy })
+	if err != nil {
+		return nil, err
+	}
+	geo := kv.Geometry{Layers: rt.Layers(), KVDim: rt.KVDim(), PageSize: incidentPageSize}
+	peer, err := kv.New(kv.Config{Geometry: geo, Pages: 16})
+	if err != nil {
+		dw.Close()
+		return nil, err
+	}
+	return &incidentRig{rt: rt, dw: dw, spy: spy, peer: peer, geo: geo, ctx: dw.ctx}, nil
+}
+
+func (r *incidentRig) close() {
+	r.dw.Close()
+	_ = r.peer.Close()
+}
+
+// page is a full page image filled with a tenant's canary.
+func (r *incidentRig) page(tenant string) []byte {
+	b := make([]byte, r.geo.PageBytes())
+	bits := math.Float32bits(canaries[tenant])
+	for i := 0; i < len(b); i += 4 {
+		binary.LittleEndian.PutUint32(b[i:], bits)
+	}
+	return b
+}
+
+// digest is what an honest prefill worker would commit for a prompt of
+// tokens tokens whose pages are all tenant's canary.
+func (r *incidentRig) digest(tenant string, tokens int) []byte {
+	o := kv.Owner{Tenant: tenant, ID: newID()}
+	n := kv.PagesFor(tokens, r.geo.PageSize)
+	refs, err := r.peer.Reserve(o, n)
+	if err != nil {
+		panic("incident: peer pool: " + err.Error())
+	}
+	defer r.peer.Release(o, refs)
+	for b, ref := range refs {
+		if err := r.peer.WritePage(o, ref, slotsOf(b, tokens, r.geo.PageSize), r.page(tenant)); err != nil {
+			panic("incident: peer pool: " + err.Error())
+		}
+	}
+	d, err := r.peer.Digest(o, refs, tokens)
+	if err != nil {
+		panic("incident: peer digest: " + err.Error())
+	}
+	return d[:]
+}
+
+func slotsOf(block, tokens, ps int) int { return min(ps, tokens-block*ps) }
+
+type handle struct {
+	id     kv.ID
+	tenant string
+	res    *handoff.Reservation
+	ts     handoff.TokenStream
+}
+
+func (r *incidentRig) reserve(tenant string, prompt, maxTokens int) (*handle, error) {
+	h := &handle{id: newID(), tenant: tenant}
+	res, err := r.dw.Reserve(context.Background(), &handoff.Reserve{Handoff: h.id, Tenant: tenant, PromptTokens: prompt, MaxTokens: maxTokens})
+	if err != nil {
+		return nil, err
+	}
+	h.res = res
+	ts, err := r.dw.Stream(context.Background(), h.id, handoff.StreamParams{IgnoreEOS: true})
+	if err != nil {
+		return nil, err
+	}
+	h.ts = ts
+	return h, nil
+}
+
+// write sends block b of h with data, as the (mis)behaving peer decides.
+func (r *incidentRig) write(h *handle, b int, ref kv.PageRef, slots int, data []byte) error {
+	return r.dw.Write(context.Background(), []handoff.PageWrite{{Handoff: h.id, Block: b, Page: ref, Slots: slots, Data: data, Checksum: handoff.Checksum(data)}})
+}
+
+// writeAll is an honest transfer of a prompt of tokens tokens.
+func (r *incidentRig) writeAll(h *handle, tokens int) error {
+	for b, ref := range h.res.Pages {
+		if err := r.write(h, b, ref, slotsOf(b, tokens, r.geo.PageSize), r.page(h.tenant)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *incidentRig) commit(h *handle, tokens int, digest []byte) error {
+	return r.dw.Commit(context.Background(), &handoff.Commit{Handoff: h.id, Tokens: tokens, Digest: digest, FirstToken: 1})
+}
+
+// drain reads h's token stream to its end: decoding runs, attention reads.
+func (r *incidentRig) drain(h *handle) error {
+	timeout := time.After(30 * time.Second)
+	for {
+		type rcv struct {
+			t   handoff.Token
+			err error
+		}
+		ch := make(chan rcv, 1)
+		go func() { t, err := h.ts.Recv(); ch <- rcv{t, err} }()
+		select {
+		case x := <-ch:
+			if x.err == io.EOF {
+				return nil
+			}
+			if x.err != nil {
+				return x.err
+			}
+			if x.t.Err != nil {
+				return x.t.Err
+			}
+			if x.t.Done {
+				return nil
+			}
+		case <-timeout:
+			return errors.New("incident: decode stream hung")
+		}
+	}
+}
+
+// victimRun is a legitimate request of the victim tenant that runs to the
+// end and releases its pages, which LIFO hands to the next reservation.
+func (r *incidentRig) victimRun() error {
+	const p = 3 * incidentPageSize
+	h, err := r.reserve("victim", p, 4)
+	if err != nil {
+		return fmt.Errorf("victim reserve: %w", err)
+	}
+	if err := r.writeAll(h, p); err != nil {
+		return fmt.Errorf("victim write: %w", err)
+	}
+	if err := r.commit(h, p, r.digest("victim", p)); err != nil {
+		return fmt.Errorf("victim commit: %w", err)
+	}
+	if err := r.drain(h); err != nil {
+		return fmt.Errorf("victim decode: %w", err)
+	}
+	return nil
+}
+
+// firstErr keeps the first error of a sequence of steps, but runs them all:
+// with safeguards off a step "succeeds" and the next shows what it let by.
+type firstErr struct{ err error }
+
+func (f *firstErr) add(what string, err error) {
+	if err != nil && f.err == nil {
+		f.err = fmt.Errorf("%s: %w", what, err)
+	}
+}
+
+// (a) The incident: the router rejected an over-long request but it went
+// on anyway with a one-token placeholder: decode reserves the real length,
+// prefill sends one page and "complete".
+func caseRejectedBootstrap(r *incidentRig) error {
+	if err := r.victimRun(); err != nil {
+		return err
+	}
+	prompt, maxTokens := 3*incidentPageSize, r.ctx // prompt + max_tokens > context
+	h, err := r.reserve("attacker", prompt, maxTokens)
+	if err != nil {
+		return fmt.Errorf("reserve: %w", err)
+	}
+	var f firstErr
+	f.add("write", r.write(h, 0, h.res.Pages[0], 1, r.page("attacker")))
+	f.add("commit", r.commit(h, 1, r.digest("attacker", 1)))
+	f.add("decode", r.drain(h))
+	return f.err
+}
+
+// (b) A short transfer: one page of three, and a commit claiming all.
+func caseShortTransfer(r *incidentRig) error {
+	if err := r.victimRun(); err != nil {
+		return err
+	}
+	const p = 2*incidentPageSize + 5
+	h, err := r.reserve("attacker", p, 4)
+	if err != nil {
+		return fmt.Errorf("reserve: %w", err)
+	}
+	var f firstErr
+	f.add("write", r.write(h, 0, h.res.Pages[0], incidentPageSize, r.page("attacker")))
+	f.add("commit", r.commit(h, p, r.digest("attacker", p)))
+	f.add("decode", r.drain(h))
+	return f.err
+}
+
+// placed announces blocks as written one-sidedly (as an RDMA write would)
+// without ever placing the bytes: the page keeps whatever it held.
+func (r *incidentRig) placed(h *handle, b, tokens int) error {
+	data := r.page(h.tenant)
+	return r.dw.Write(context.Background(), []handoff.PageWrite{{Handoff: h.id, Block: b, Page: h.res.Pages[b],
+		Slots: slotsOf(b, tokens, r.geo.PageSize), Checksum: handoff.Checksum(data), Placed: true}})
+}
+
+// (c) Every block announced, but the bytes of all but the first never
+// arrived; the commit's digest is over what should have arrived.
+func caseWrongDigest(r *incidentRig) error {
+	if err := r.victimRun(); err != nil {
+		return err
+	}
+	const p = 3 * incidentPageSize
+	h, err := r.reserve("attacker", p, 4)
+	if err != nil {
+		return fmt.Errorf("reserve: %w", err)
+	}
+	var f firstErr
+	f.add("write", r.write(h, 0, h.res.Pages[0], incidentPageSize, r.page("attacker")))
+	for b := 1; b < len(h.res.Pages); b++ {
+		f.add("write", r.placed(h, b, p))
+	}
+	f.add("commit", r.commit(h, p, r.digest("attacker", p)))
+	f.add("decode", r.drain(h))
+	return f.err
+}
+
+// (d) As (c), with no digest at all.
+func caseNoDigest(r *incidentRig) error {
+	if err := r.victimRun(); err != nil {
+		return err
+	}
+	const p = 3 * incidentPageSize
+	h, err := r.reserve("attacker", p, 4)
+	if err != nil {
+		return fmt.Errorf("reserve: %w", err)
+	}
+	var f firstErr
+	f.add("write", r.write(h, 0, h.res.Pages[0], incidentPageSize, r.page("attacker")))
+	for b := 1; b < len(h.res.Pages); b++ {
+		f.add("write", r.placed(h, b, p))
+	}
+	f.add("commit", r.commit(h, p, nil))
+	f.add("decode", r.drain(h))
+	return f.err
+}
+
+// (e) A writer whose handoff was aborted keeps writing one-sidedly (an
+// RDMA write cannot be recalled) after its pages went, LIFO, to another
+// tenant's handoff.
+func caseStaleWriter(r *incidentRig) error {
+	const p = 2 * incidentPageSize
+	stale, err := r.reserve("writer", p, 4)
+	if err != nil {
+		return fmt.Errorf("writer reserve: %w", err)
+	}
+	if err := r.dw.Abort(context.Background(), &handoff.Abort{Handoff: stale.id, Reason: "prefill timed out"}); err != nil {
+		return err
+	}
+	h, err := r.reserve("attacker", p, 4)
+	if err != nil {
+		return fmt.Errorf("reserve: %w", err)
+	}
+	var f firstErr
+	f.add("write", r.writeAll(h, p))
+	// The late one-sided write lands on the pool directly, under the
+	// aborted handoff's owner and page generation, in a page that now holds
+	// the new handoff's prompt. (A page past the prompt is outside the
+	// digest; there the page tags and the written extent guard alone.)
+	o := kv.Owner{Tenant: "writer", ID: stale.id}
+	target := stale.res.Pages[0]
+	for _, sr := range stale.res.Pages {
+		for _, ar := range h.res.Pages {
+			if sr.Page == ar.Page {
+				target = sr
+			}
+		}
+	}
+	f.add("late write", r.spy.WritePage(o, target, incidentPageSize, r.page("writer")))
+	f.add("commit", r.commit(h, p, r.digest("attacker", p)))
+	f.add("decode", r.drain(h))
+	return f.err
+}
+
+// (f) A peer writes its block 0 into a page reserved for another tenant's
+// handoff.
+func caseForeignPages(r *incidentRig) error {
+	const p = 2 * incidentPageSize
+	v, err := r.reserve("victim", p, 4)
+	if err != nil {
+		return fmt.Errorf("victim reserve: %w", err)
+	}
+	if err := r.writeAll(v, p); err != nil {
+		return fmt.Errorf("victim write: %w", err)
+	}
+	h, err := r.reserve("attacker", p, 4)
+	if err != nil {
+		return fmt.Errorf("reserve: %w", err)
+	}
+	var f firstErr
+	f.add("write", r.write(h, 0, v.res.Pages[0], incidentPageSize, r.page("attacker")))
+	f.add("write", r.write(h, 1, h.res.Pages[1], incidentPageSize, r.page("attacker")))
+	f.add("commit", r.commit(h, p, r.digest("attacker", p)))
+	f.add("victim commit", r.commit(v, p, r.digest("victim", p)))
+	f.add("decode", r.drain(h))
+	f.add("victim decode", r.drain(v))
+	return f.err
+}
+
+// spyPool watches every block attention reads and records any canary of a
+// tenant other than the reading sequence's.
+type spyPool struct {
+	pagePool
+	mu     sync.Mutex
+	leaked string
+}
+
+func (s *spyPool) raw() *kv.Pool { return rawPool(s.pagePool) }
+
+func (s *spyPool) View(o kv.Owner, table []kv.PageRef) model.KV {
+	return &spyView{KV: s.pagePool.View(o, table), s: s, tenant: o.Tenant}
+}
+
+func (s *spyPool) leak() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leaked
+}
+
+type spyView struct {
+	model.KV
+	s      *spyPool
+	tenant string
+}
+
+func (v *spyView) Block(layer, blk int) ([]float32, []float32, int, error) {
+	k, val, n, err := v.KV.Block(layer, blk)
+	if err == nil {
+		for _, rows := range [][]float32{k, val} {
+			for _, x := range rows {
+				for t, c := range canaries {
+					if x == c && t != v.tenant {
+						v.s.mu.Lock()
+						if v.s.leaked == "" {
+							v.s.leaked = fmt.Sprintf("%s's KV read by a %s sequence (layer %d, block %d)", t, v.tenant, layer, blk)
+						}
+						v.s.mu.Unlock()
+					}
+				}
+			}
+		}
+	}
+	return k, val, n, err
+}
