@@ -84,7 +84,7 @@ func escapeSpaces(b *strings.Builder, s string) {
 // of the text per special token.
 func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
 	frags := []fragment{{0, len(text), -1}}
-	if len(t.special) == 0 {
+	if len(t.special) == 0 || !parseSpecial && !t.hasUserDefined {
 		return frags
 	}
 	present := map[int32]bool{}

@@ -52,12 +52,12 @@ func tinyBPE(t testing.TB) *Tokenizer {
 	t.Helper()
 	v := DefaultVocab(ModelBPE)
 	v.Pre = "gpt-2"
-	v.Tokens = append(byteLevelTokens(), "he", "ll", "hell", "hello", "Ġw", "<|bos|>", "<|eos|>")
+	v.Tokens = append(byteLevelTokens(), "he", "ll", "hell", "hello", "Ġw", "<|bos|>", "<|eos|>", "<|ud|>")
 	v.Types = make([]int32, len(v.Tokens))
 	for i := range v.Types {
 		v.Types[i] = TypeNormal
 	}
-	v.Types[261], v.Types[262] = TypeControl, TypeControl
+	v.Types[261], v.Types[262], v.Types[263] = TypeControl, TypeControl, TypeUserDefined
 	v.Merges = []string{"h e", "l l", "he ll", "hell o", "Ġ w"}
 	v.BOS, v.EOS, v.AddBOS = 261, 262, true
 	tk, err := New(v)
@@ -84,6 +84,9 @@ func TestTinyBPE(t *testing.T) {
 		{"<|bos|>hi", false, false, []int32{'<', '|', 'b', 'o', 's', '|', '>', 'h', 'i'}},
 		{"", true, false, []int32{261}},
 		{"", false, false, []int32{}},
+		// User-defined tokens are matched even without parseSpecial (as
+		// llama.cpp and Hugging Face do) and decode to their text.
+		{"a<|ud|>b", false, false, []int32{'a', 263, 'b'}},
 	}
 	for _, c := range cases {
 		got := tk.Encode(c.in, c.special, c.parse)
@@ -93,6 +96,9 @@ func TestTinyBPE(t *testing.T) {
 	}
 	if !tk.IsEOG(262) || tk.IsEOG(261) || tk.IsEOG('o') {
 		t.Errorf("IsEOG: eos %v bos %v 'o' %v", tk.IsEOG(262), tk.IsEOG(261), tk.IsEOG('o'))
+	}
+	if got := tk.Decode([]int32{'a', 263, 'b'}); got != "a<|ud|>b" {
+		t.Errorf("Decode user-defined = %q", got)
 	}
 	if got := tk.Decode([]int32{261, 259, 260, 'o', 262}); got != "hello wo" {
 		t.Errorf("Decode = %q", got)

@@ -153,10 +153,11 @@ type Tokenizer struct {
 	// text first, as llama.cpp's cache_special_tokens. specialByLen maps a
 	// text length to the texts of that length, for finding which ones
 	// occur in a text without scanning it once per token.
-	special     []int32
-	specialText map[string]int32
-	specialLens []int
-	specialHead [256]bool
+	special        []int32
+	hasUserDefined bool // user-defined tokens are matched even without parseSpecial
+	specialText    map[string]int32
+	specialLens    []int
+	specialHead    [256]bool
 
 	pieces []string // id -> decoded bytes (control tokens: their text)
 
@@ -349,6 +350,7 @@ func New(v Vocab) (*Tokenizer, error) {
 	for id := range t.attrs {
 		if t.attrs[id]&(attrControl|attrUserDef|attrUnknown) != 0 {
 			t.special = append(t.special, int32(id))
+			t.hasUserDefined = t.hasUserDefined || t.attrs[id]&attrUserDef != 0
 			s := t.tokens[id]
 			t.specialText[s] = int32(id)
 			lens[len(s)] = true
