@@ -523,3 +523,28 @@ func (v *spyView) Block(layer, blk int) ([]float32, []float32, int, error) {
 	}
 	return k, val, n, err
 }
+
+// IncidentVerdict is "" when the matrix holds: every case errors with all
+// safeguards on, and each case is stopped (no leak) by at least one
+// safeguard alone. Otherwise it says which case broke the rule.
+func IncidentVerdict(cells []IncidentCell) string {
+	at := map[[2]string]Outcome{}
+	for _, c := range cells {
+		at[[2]string{c.Case, c.Setting}] = c.Outcome
+	}
+	for _, c := range IncidentCases {
+		if o := at[[2]string{c.Key, SettingAll}]; o != OutcomeError {
+			return fmt.Sprintf("case (%s) ended %q with every safeguard on", c.Key, o)
+		}
+		stopped := false
+		for _, s := range IncidentSettings {
+			if s != SettingAll && s != SettingNone && at[[2]string{c.Key, s}] != OutcomeLeak {
+				stopped = true
+			}
+		}
+		if !stopped {
+			return fmt.Sprintf("no safeguard alone stops case (%s)", c.Key)
+		}
+	}
+	return ""
+}

@@ -37,6 +37,9 @@ func TestIncidentMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("\n%s", FormatIncident(cells))
+	if v := IncidentVerdict(cells); v != "" {
+		t.Error(v)
+	}
 	at := map[[2]string]IncidentCell{}
 	for _, c := range cells {
 		at[[2]string{c.Case, c.Setting}] = c
