@@ -24,7 +24,13 @@ func rowsQ8_0AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
 func rowsQ8_0AVX512(out *float32, w, x *byte, dx *float32, nRows, nb int)
 
 //go:noescape
-func tileQ8_0AVX512(out *float32, outStride int, w *byte, nGroups int, xt *byte, xtStride int, nb int)
+func quantQ8_0AVX512(x *float32, nb int, blocks *byte, dx *float32, tile *byte)
+
+//go:noescape
+func repackQ8_0AVX512(dst *byte, w *byte, nGroups, nb int)
+
+//go:noescape
+func tileQ8_0AVX512(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int)
 
 //go:noescape
 func axpyAVX2(y *float32, a float32, x *float32, n int)
@@ -108,6 +114,24 @@ func q8_0RowsAsm(avx512 bool) func(out []float32, w []byte, act actBuf, t int) {
 	}
 }
 
+func quantRowQ8_0AVX512(x []float32, blocks []byte, dx []float32, tile []byte) {
+	nb := len(dx)
+	if len(x) != 32*nb || len(blocks) != 34*nb {
+		panic("kernels: bad Q8_0 quantization lengths")
+	}
+	var tp *byte
+	if tile != nil {
+		if len(tile) != (nb+1)/2*q8TilePair {
+			panic("kernels: bad Q8_0 tile length")
+		}
+		if nb%2 == 1 {
+			clear(tile[len(tile)-q8TilePair:])
+		}
+		tp = &tile[0]
+	}
+	quantQ8_0AVX512(&x[0], nb, &blocks[0], &dx[0], tp)
+}
+
 func init() {
 	f32Kernels[AVX2].rows = f32RowsAsm(false)
 	f32Kernels[AVX512].rows = f32RowsAsm(true)
@@ -115,15 +139,38 @@ func init() {
 	f16Kernels[AVX512].rows = f16RowsAsm(true)
 	q8_0Kernels[AVX2].rows = q8_0RowsAsm(false)
 	q8_0Kernels[AVX512].rows = q8_0RowsAsm(true)
-	q8_0Kernels[AVX512].prepare = prepareQ8_0Tiled
-	q8_0Kernels[AVX512].tile = q8_0TileAVX512
+	q8_0Kernels[AVX512].prepare = func(x []float32, nTok, cols int) actBuf {
+		return prepareQ8_0With(x, nTok, cols, nTok >= tileTok, quantRowQ8_0AVX512)
+	}
+	q8_0Kernels[AVX512].tiles = q8_0TilesAVX512
 }
 
-func q8_0TileAVX512(out []float32, outStride int, w []byte, nRows int, act actBuf, t0 int) {
+// q8_0TilesAVX512 repacks the row tile once (asm, 128 B per row and block
+// pair) and runs the 4x4 register tile over every group of 4 tokens.
+func q8_0TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
 	nb := act.nb
-	if nRows%tileRows != 0 || len(w) < 34*nb*nRows || len(act.tile) < (t0+tileTok)*act.tstr ||
-		len(out) < (t0+tileTok-1)*outStride+nRows {
+	nGroups := nRows / tileRows
+	nTiles := nTok / tileTok
+	if nGroups == 0 || nTiles == 0 {
+		return 0
+	}
+	if len(w) < 34*nb*nRows || len(act.tile) < nTiles*tileTok*act.tstr ||
+		len(out) < (nTiles*tileTok-1)*outStride+nRows {
 		panic("kernels: bad Q8_0 tile")
 	}
-	tileQ8_0AVX512(&out[t0*outStride], outStride, &w[0], nRows/tileRows, &act.tile[t0*act.tstr], act.tstr, nb)
+	need := nGroups*(nb+1)/2*512 + 64
+	bp := bufPool.Get().(*[]byte)
+	if cap(*bp) < need {
+		*bp = make([]byte, need)
+	}
+	buf := (*bp)[:need]
+	off := int(-uintptr(unsafe.Pointer(&buf[0])) & 63)
+	wp := buf[off:]
+	repackQ8_0AVX512(&wp[0], &w[0], nGroups, nb)
+	for g := 0; g < nTiles; g++ {
+		t0 := g * tileTok
+		tileQ8_0AVX512(&out[t0*outStride], outStride, &wp[0], nGroups, &act.tile[t0*act.tstr], act.tstr, nb)
+	}
+	bufPool.Put(bp)
+	return nTiles * tileTok
 }

@@ -726,29 +726,95 @@ q8z_done:
 	REDUCE16Z(Z0, Y0, X0, Y1, X1) \
 	VMOVSS X0, M
 
-// func tileQ8_0AVX512(out *float32, outStride int, w *byte, nGroups int, xt *byte, xtStride int, nb int)
+// func repackQ8_0AVX512(dst *byte, w *byte, nGroups, nb int)
+// Rewrites nGroups groups of 4 rows for the tile kernel: per group, per
+// block pair, per row, 128 bytes: qs as unsigned w+128 (64 B; a lone last
+// block has 0x80 past it) then the two widened scales x8 each (16 float32;
+// zeros past a lone last block).
+TEXT ·repackQ8_0AVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ nGroups+16(FP), R9
+	MOVQ nb+24(FP), R12
+	MOVQ R12, R10
+	IMULQ $34, R10
+	MOVL $0x80, AX
+	VPBROADCASTB AX, Z13
+
+q8r_group:
+	TESTQ R9, R9
+	JZ   q8r_done
+	MOVQ SI, AX
+	LEAQ (SI)(R10*2), BX
+	ADDQ R10, BX
+	MOVQ R12, R13
+
+q8r_pair:
+	CMPQ R13, $2
+	JLT  q8r_single
+	Q8TW(2(AX), 36(AX), (AX), 34(AX), Y0, Z0, X4, Y4, Z4)
+	Q8TW(2(AX)(R10*1), 36(AX)(R10*1), (AX)(R10*1), 34(AX)(R10*1), Y1, Z1, X5, Y5, Z5)
+	Q8TW(2(AX)(R10*2), 36(AX)(R10*2), (AX)(R10*2), 34(AX)(R10*2), Y2, Z2, X6, Y6, Z6)
+	Q8TW(2(BX), 36(BX), (BX), 34(BX), Y3, Z3, X7, Y7, Z7)
+	VMOVDQU64 Z0, (DI)
+	VMOVUPS Z4, 64(DI)
+	VMOVDQU64 Z1, 128(DI)
+	VMOVUPS Z5, 192(DI)
+	VMOVDQU64 Z2, 256(DI)
+	VMOVUPS Z6, 320(DI)
+	VMOVDQU64 Z3, 384(DI)
+	VMOVUPS Z7, 448(DI)
+	ADDQ $68, AX
+	ADDQ $68, BX
+	ADDQ $512, DI
+	SUBQ $2, R13
+	JMP  q8r_pair
+
+q8r_single:
+	TESTQ R13, R13
+	JZ   q8r_next
+	Q8TW1(2(AX), (AX), Y0, Z0, X4, Y4, Z4)
+	Q8TW1(2(AX)(R10*1), (AX)(R10*1), Y1, Z1, X5, Y5, Z5)
+	Q8TW1(2(AX)(R10*2), (AX)(R10*2), Y2, Z2, X6, Y6, Z6)
+	Q8TW1(2(BX), (BX), Y3, Z3, X7, Y7, Z7)
+	VMOVDQU64 Z0, (DI)
+	VMOVUPS Z4, 64(DI)
+	VMOVDQU64 Z1, 128(DI)
+	VMOVUPS Z5, 192(DI)
+	VMOVDQU64 Z2, 256(DI)
+	VMOVUPS Z6, 320(DI)
+	VMOVDQU64 Z3, 384(DI)
+	VMOVUPS Z7, 448(DI)
+	ADDQ $34, BX
+	ADDQ $512, DI
+
+q8r_next:
+	MOVQ BX, SI
+	DECQ R9
+	JMP  q8r_group
+
+q8r_done:
+	VZEROUPPER
+	RET
+
+// func tileQ8_0AVX512(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int)
 // out[t*outStride + r] for 4 tokens t (tile rows of xt, xtStride apart) and
-// 4*nGroups rows r. Accumulator of (row r, token t) is Z(16+4t+r).
+// 4*nGroups rows r of repacked weights wp. Accumulator of (row r, token t)
+// is Z(16+4t+r).
 TEXT ·tileQ8_0AVX512(SB), NOSPLIT, $0-56
 	MOVQ out+0(FP), DI
 	MOVQ outStride+8(FP), R8
 	SHLQ $2, R8
-	MOVQ w+16(FP), SI
+	MOVQ wp+16(FP), SI
 	MOVQ nGroups+24(FP), R9
 	MOVQ xtStride+40(FP), R11
 	MOVQ nb+48(FP), R12
-	MOVQ R12, R10
-	IMULQ $34, R10        // row bytes
-	MOVL $0x80, AX
-	VPBROADCASTB AX, Z13
 	MOVL $0xff, AX
 	KMOVW AX, K2
 
 q8t_group:
 	TESTQ R9, R9
 	JZ   q8t_done
-	LEAQ (SI)(R10*2), BX
-	ADDQ R10, BX          // row 3
 	MOVQ xt+32(FP), DX
 	LEAQ (DX)(R11*2), CX
 	ADDQ R11, CX          // token 3
@@ -773,10 +839,14 @@ q8t_group:
 q8t_pair:
 	CMPQ R13, $2
 	JLT  q8t_single
-	Q8TW(2(SI), 36(SI), (SI), 34(SI), Y0, Z0, X4, Y4, Z4)
-	Q8TW(2(SI)(R10*1), 36(SI)(R10*1), (SI)(R10*1), 34(SI)(R10*1), Y1, Z1, X5, Y5, Z5)
-	Q8TW(2(SI)(R10*2), 36(SI)(R10*2), (SI)(R10*2), 34(SI)(R10*2), Y2, Z2, X6, Y6, Z6)
-	Q8TW(2(BX), 36(BX), (BX), 34(BX), Y3, Z3, X7, Y7, Z7)
+	VMOVDQU64 (SI), Z0
+	VMOVUPS 64(SI), Z4
+	VMOVDQU64 128(SI), Z1
+	VMOVUPS 192(SI), Z5
+	VMOVDQU64 256(SI), Z2
+	VMOVUPS 320(SI), Z6
+	VMOVDQU64 384(SI), Z3
+	VMOVUPS 448(SI), Z7
 	Q8TP((DX), 64(DX), 128(DX), Z0, Z4, Z16)
 	Q8TP((DX), 64(DX), 128(DX), Z1, Z5, Z17)
 	Q8TP((DX), 64(DX), 128(DX), Z2, Z6, Z18)
@@ -793,8 +863,7 @@ q8t_pair:
 	Q8TP((CX), 64(CX), 128(CX), Z1, Z5, Z29)
 	Q8TP((CX), 64(CX), 128(CX), Z2, Z6, Z30)
 	Q8TP((CX), 64(CX), 128(CX), Z3, Z7, Z31)
-	ADDQ $68, SI
-	ADDQ $68, BX
+	ADDQ $512, SI
 	ADDQ $192, DX
 	ADDQ $192, CX
 	SUBQ $2, R13
@@ -803,10 +872,14 @@ q8t_pair:
 q8t_single:
 	TESTQ R13, R13
 	JZ   q8t_red
-	Q8TW1(2(SI), (SI), Y0, Z0, X4, Y4, Z4)
-	Q8TW1(2(SI)(R10*1), (SI)(R10*1), Y1, Z1, X5, Y5, Z5)
-	Q8TW1(2(SI)(R10*2), (SI)(R10*2), Y2, Z2, X6, Y6, Z6)
-	Q8TW1(2(BX), (BX), Y3, Z3, X7, Y7, Z7)
+	VMOVDQU64 (SI), Z0
+	VMOVUPS 64(SI), Z4
+	VMOVDQU64 128(SI), Z1
+	VMOVUPS 192(SI), Z5
+	VMOVDQU64 256(SI), Z2
+	VMOVUPS 320(SI), Z6
+	VMOVDQU64 384(SI), Z3
+	VMOVUPS 448(SI), Z7
 	Q8TP1((DX), 64(DX), 128(DX), Z0, Z4, Z16)
 	Q8TP1((DX), 64(DX), 128(DX), Z1, Z5, Z17)
 	Q8TP1((DX), 64(DX), 128(DX), Z2, Z6, Z18)
@@ -823,7 +896,7 @@ q8t_single:
 	Q8TP1((CX), 64(CX), 128(CX), Z1, Z5, Z29)
 	Q8TP1((CX), 64(CX), 128(CX), Z2, Z6, Z30)
 	Q8TP1((CX), 64(CX), 128(CX), Z3, Z7, Z31)
-	ADDQ $34, BX
+	ADDQ $512, SI
 
 q8t_red:
 	// out pointers: token t at DI + t*R8, row r at +4r
@@ -848,7 +921,6 @@ q8t_red:
 	Q8TRED(Z30, 8(AX))
 	Q8TRED(Z31, 12(AX))
 	ADDQ $16, DI
-	MOVQ BX, SI
 	DECQ R9
 	JMP  q8t_group
 
@@ -894,5 +966,94 @@ scale_loop:
 	JNZ  scale_loop
 
 scale_done:
+	VZEROUPPER
+	RET
+
+DATA q8consts<>+0(SB)/4, $0x42fe0000   // 127.0
+DATA q8consts<>+4(SB)/4, $0x7fffffff   // abs mask
+DATA q8consts<>+8(SB)/4, $0x01010101   // u8 ones
+GLOBL q8consts<>(SB), RODATA|NOPTR, $12
+
+// func quantQ8_0AVX512(x *float32, nb int, blocks *byte, dx *float32, tile *byte)
+// Quantizes nb blocks of 32 floats to Q8_0 bit for bit as
+// quant.QuantizeRowQ8_0 (d = amax/127 as f16 RNE; q = RNE(x * (127/amax)),
+// 0 when amax is 0), writes the widened scales to dx and, when tile is not
+// nil, the tile layout of q8tile.go (the caller zeroes a lone last pair).
+TEXT ·quantQ8_0AVX512(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ blocks+16(FP), DI
+	MOVQ dx+24(FP), R8
+	MOVQ tile+32(FP), R9
+	VBROADCASTSS q8consts<>+4(SB), Z15   // abs mask
+	VMOVSS q8consts<>+0(SB), X14          // 127
+	VPBROADCASTD q8consts<>+8(SB), Y13   // u8 ones
+	VPXORD Y12, Y12, Y12                 // zero
+	XORQ R10, R10                         // tile byte offset of block b
+
+q8q_block:
+	TESTQ CX, CX
+	JZ   q8q_done
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VANDPS Z15, Z0, Z2
+	VANDPS Z15, Z1, Z3
+	VMAXPS Z3, Z2, Z2
+	VEXTRACTF64X4 $1, Z2, Y3
+	VMAXPS Y3, Y2, Y2
+	VEXTRACTF128 $1, Y2, X3
+	VMAXPS X3, X2, X2
+	VMOVHLPS X2, X2, X3
+	VMAXPS X3, X2, X2
+	VMOVSHDUP X2, X3
+	VMAXSS X3, X2, X2                     // amax
+	VDIVSS X14, X2, X4                    // d = amax/127
+	VCVTPS2PH $0, X4, X5
+	VPEXTRW $0, X5, AX
+	MOVW AX, (DI)
+	VCVTPH2PS X5, X6
+	VMOVSS X6, (R8)
+	VDIVSS X2, X14, X7                    // id = 127/amax
+	VXORPS X8, X8, X8
+	VCMPSS $4, X8, X2, X8                 // amax != 0
+	VANDPS X8, X7, X7
+	VBROADCASTSS X7, Z7
+	VMULPS Z7, Z0, Z0
+	VMULPS Z7, Z1, Z1
+	VCVTPS2DQ Z0, Z0
+	VCVTPS2DQ Z1, Z1
+	VPMOVDB Z0, X0
+	VPMOVDB Z1, X1
+	VMOVDQU X0, 2(DI)
+	VMOVDQU X1, 18(DI)
+	TESTQ R9, R9
+	JZ   q8q_next
+	VINSERTI128 $1, X1, Y0, Y9
+	VMOVDQU Y9, (R9)(R10*1)
+	VPXORD Y10, Y10, Y10
+	VPDPBUSD Y9, Y13, Y10                 // lane sums of 4 qs
+	VPSLLD $7, Y10, Y10
+	VPSUBD Y10, Y12, Y10                  // -128 * sum
+	VMOVDQU Y10, 64(R9)(R10*1)
+	VBROADCASTSS X6, Y11
+	VMOVUPS Y11, 128(R9)(R10*1)
+
+q8q_next:
+	ADDQ $128, SI
+	ADDQ $34, DI
+	ADDQ $4, R8
+	// tile offset: +32 after an even block, +160 after an odd one
+	ADDQ $32, R10
+	MOVQ CX, AX
+	SUBQ nb+8(FP), AX
+	TESTQ $1, AX                          // AX = -b
+	JZ   q8q_even
+	ADDQ $128, R10
+
+q8q_even:
+	DECQ CX
+	JMP  q8q_block
+
+q8q_done:
 	VZEROUPPER
 	RET

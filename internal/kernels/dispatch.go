@@ -136,15 +136,26 @@ func prepareBF16(x []float32, nTok, cols int) actBuf {
 	return a
 }
 
-func prepareQ8_0(x []float32, nTok, cols int) actBuf { return prepareQ8_0Opt(x, nTok, cols, false) }
-
-func prepareQ8_0Tiled(x []float32, nTok, cols int) actBuf {
-	return prepareQ8_0Opt(x, nTok, cols, nTok >= tileTok)
+func prepareQ8_0(x []float32, nTok, cols int) actBuf {
+	return prepareQ8_0With(x, nTok, cols, false, quantRowQ8_0)
 }
 
-// prepareQ8_0Opt quantizes to Q8_0 blocks, widens their scales into dx,
-// and with tiled also writes the tile layout (q8tile.go).
-func prepareQ8_0Opt(x []float32, nTok, cols int, tiled bool) actBuf {
+// quantRowQ8_0 quantizes one activation row (blocks, widened scales and,
+// if tile is not nil, the tile layout); the AVX-512 path replaces it.
+var quantRowQ8_0 = func(x []float32, blocks []byte, dx []float32, tile []byte) {
+	nb := len(dx)
+	quant.QuantizeRowQ8_0(x, blocks)
+	for b := 0; b < nb; b++ {
+		dx[b] = fp16At(blocks, 34*b)
+	}
+	if tile != nil {
+		q8TileRow(tile, blocks, nb)
+	}
+}
+
+// prepareQ8_0With quantizes to Q8_0 blocks with quantRow, which also widens
+// their scales into dx and, with tiled, writes the tile layout (q8tile.go).
+func prepareQ8_0With(x []float32, nTok, cols int, tiled bool, quantRow func(x []float32, blocks []byte, dx []float32, tile []byte)) actBuf {
 	nb := cols / 32
 	rb := nb * 34
 	tstr := 0
@@ -163,14 +174,11 @@ func prepareQ8_0Opt(x []float32, nTok, cols int, tiled bool) actBuf {
 	off += 4 * nTok * nb
 	blocks := a.bytes[off : off+nTok*rb]
 	for t := 0; t < nTok; t++ {
-		row := blocks[t*rb : (t+1)*rb]
-		quant.QuantizeRowQ8_0(x[t*cols:(t+1)*cols], row)
-		for b := 0; b < nb; b++ {
-			a.dx[t*nb+b] = fp16At(row, 34*b)
-		}
+		var tile []byte
 		if tiled {
-			q8TileRow(a.tile[t*tstr:(t+1)*tstr], row, nb)
+			tile = a.tile[t*tstr : (t+1)*tstr]
 		}
+		quantRow(x[t*cols:(t+1)*cols], blocks[t*rb:(t+1)*rb], a.dx[t*nb:(t+1)*nb], tile)
 	}
 	a.bytes, a.stride, a.nb = blocks, rb, nb
 	return a

@@ -122,14 +122,11 @@ func MatMul(par *Parallel, out []float32, w *Matrix, x []float32, nTok int) {
 			r1 := min(r0+rowTile, hi)
 			wt := w.Data[r0*rowBytes : r1*rowBytes]
 			t := 0
-			if k.tile != nil && act.tile != nil {
-				nt := (r1 - r0) / tileRows * tileRows
-				for ; t+tileTok <= nTok && nt > 0; t += tileTok {
-					k.tile(out[r0:], w.Rows, wt, nt, act, t)
-					if nt < r1-r0 {
-						for j := t; j < t+tileTok; j++ {
-							k.rows(out[j*w.Rows+r0+nt:j*w.Rows+r1], wt[nt*rowBytes:], act, j)
-						}
+			if k.tiles != nil && act.tile != nil {
+				t = k.tiles(out[r0:], w.Rows, wt, r1-r0, act, nTok)
+				if nt := (r1 - r0) / tileRows * tileRows; nt < r1-r0 {
+					for j := 0; j < t; j++ {
+						k.rows(out[j*w.Rows+r0+nt:j*w.Rows+r1], wt[nt*rowBytes:], act, j)
 					}
 				}
 			}
@@ -182,10 +179,11 @@ type typeKernel struct {
 	// rows computes out[i] = dot(weight row i of w, activation row t), for
 	// len(out) consecutive rows stored back to back in w.
 	rows func(out []float32, w []byte, act actBuf, t int)
-	// tile, when not nil, computes rows [0, nRows) of w for the tileTok
-	// tokens t0.. into out[(t0+j)*outStride+i]; nRows is a multiple of
-	// tileRows. Same canonical order as rows, so the two mix freely.
-	tile func(out []float32, outStride int, w []byte, nRows int, act actBuf, t0 int)
+	// tiles, when not nil, computes the rows [0, nRows/tileRows*tileRows)
+	// of w for the first k tokens into out[t*outStride+i] and returns k,
+	// a multiple of tileTok. Same canonical order as rows, so the two mix
+	// freely.
+	tiles func(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int
 }
 
 // Register tile of the blocked kernels: tileRows weight rows times tileTok
