@@ -36,7 +36,10 @@
 //	tokenizer.ggml.add_bos_token  true
 //	tokenizer.ggml.add_eos_token  false
 //
-// It produces gibberish but is fully deterministic.
+// It produces gibberish but is fully deterministic. With the built-in
+// vocabulary the output.weight rows of control bytes, bytes 0x7F-0xFF and
+// the special tokens are scaled down (x0.05), so generated text is
+// printable ASCII and EOS is rare: ask for max_tokens, don't wait for EOS.
 package synth
 
 import (
@@ -268,7 +271,11 @@ func build(spec Spec) (*gguf.Writer, error) {
 		func() error { return add("output_norm.weight", quant.F32, []uint64{E}, ones) },
 	}
 	if !s.TieOutput {
-		steps = append(steps, func() error { return add("output.weight", s.Type, []uint64{E, V}, randn(inE)) })
+		fill := randn(inE)
+		if s.VocabFrom == "" {
+			fill = quietRows(fill, s.Embd, vocab)
+		}
+		steps = append(steps, func() error { return add("output.weight", s.Type, []uint64{E, V}, fill) })
 	}
 	for l := 0; l < s.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
@@ -299,6 +306,32 @@ func build(spec Spec) (*gguf.Writer, error) {
 		}
 	}
 	return gw, nil
+}
+
+// quietScale shrinks the output rows of tokens a reader should not see in
+// gibberish, so they almost never win the argmax.
+const quietScale = 0.05
+
+// quietRows wraps an output.weight fill for the built-in vocabulary: the
+// rows of control bytes (other than tab and newline), bytes 0x7F-0xFF
+// (which alone are never valid UTF-8) and the special and padding tokens
+// are scaled by quietScale. Greedy text from random weights is then
+// printable and rarely hits EOS, so requests run to max_tokens.
+func quietRows(fill func(*rng, []float32), embd, vocab int) func(*rng, []float32) {
+	return func(r *rng, x []float32) {
+		fill(r, x)
+		for v := 0; v < vocab; v++ {
+			quiet := v >= 256+defaultMerges // specials and padding
+			if v < 256 {
+				quiet = (v < 0x20 && v != '\n' && v != '\t') || v >= 0x7F
+			}
+			if quiet {
+				for i := v * embd; i < (v+1)*embd; i++ {
+					x[i] *= quietScale
+				}
+			}
+		}
+	}
 }
 
 func baseName(p string) string {

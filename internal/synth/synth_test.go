@@ -120,6 +120,30 @@ func TestDefaultModel(t *testing.T) {
 			t.Errorf("%s std %g, want %g", name, std, wantStd)
 		}
 	}
+	// Output rows of bytes a reader should not see, and of the specials,
+	// are scaled down 20x; printable bytes and merges are not.
+	out, _ := f.Tensor("output.weight")
+	w := make([]float32, out.Elements())
+	if err := quant.Dequantize(out.Type, f.TensorData(out), w); err != nil {
+		t.Fatal(err)
+	}
+	rowStd := func(v int) float64 {
+		var ss float64
+		for _, x := range w[v*128 : (v+1)*128] {
+			ss += float64(x) * float64(x)
+		}
+		return math.Sqrt(ss / 128)
+	}
+	full := 1 / math.Sqrt(128)
+	for v, quiet := range map[int]bool{0: true, 0x1b: true, 0x80: true, 0xff: true, 512: true, 513: true, '\n': false, 'a': false, ' ': false, 300: false} {
+		want := full
+		if quiet {
+			want *= 0.05
+		}
+		if got := rowStd(v); math.Abs(got/want-1) > 0.35 {
+			t.Errorf("output row %d std %g, want about %g (quiet %v)", v, got, want, quiet)
+		}
+	}
 	norm, _ := f.Tensor("output_norm.weight")
 	x := make([]float32, 128)
 	_ = quant.Dequantize(norm.Type, f.TensorData(norm), x)
