@@ -262,12 +262,10 @@ func New(v Vocab) (*Tokenizer, error) {
 		for _, s := range eotTexts {
 			if id, ok := t.toID[s]; ok {
 				t.eot = id
+				forceControl(id)
 				break
 			}
 		}
-	}
-	if t.eot >= 0 {
-		forceControl(t.eot)
 	}
 	for _, s := range fimTexts {
 		if id, ok := t.toID[s]; ok {
