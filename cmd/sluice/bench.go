@@ -18,6 +18,8 @@ import (
 	"sluice/internal/kernels"
 	"sluice/internal/kv"
 	"sluice/internal/model"
+	"sluice/internal/quant"
+	"sluice/internal/synth"
 	"sluice/internal/testenv"
 )
 
@@ -187,6 +189,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	prompt := fs.Int("prompt", 128, "prompt `tokens` for the prefill figure (llama-bench -p)")
 	gen := fs.Int("gen", 128, "generated `tokens` for the decode figure (llama-bench -n)")
 	reps := fs.Int("reps", 5, "`repetitions`; the median is reported")
+	withSynth := fs.Bool("synth", false, "also write and measure the synthetic bench-15M-f32 and bench-110M-q8_0 shapes (llama-cpp-speed.md) in a temporary directory; needs ../shared/vocab/ggml-vocab-llama-spm.gguf")
 	refPath := fs.String("reference", "", "llama.cpp speed `file` (default: ../shared/reference/llama-cpp-speed.md)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: sluice bench [flags]
@@ -235,6 +238,20 @@ Flags:
 			fmt.Fprintln(stderr, "sluice bench: no --model given and no shared test models found")
 			return 2
 		}
+	}
+	if *withSynth {
+		dir, err := os.MkdirTemp("", "sluice-bench-")
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		paths, err := writeBenchShapes(dir, filepath.Join(testenv.SharedDir(), "vocab", "ggml-vocab-llama-spm.gguf"), stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+			return 1
+		}
+		models = append(models, paths...)
 	}
 	if *refPath == "" {
 		*refPath = filepath.Join(testenv.SharedDir(), "reference", "llama-cpp-speed.md")
@@ -292,4 +309,39 @@ func num(v float64) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.0f", v)
+}
+
+// writeBenchShapes writes llama.cpp's synthetic benchmark shapes that are
+// not shared files, named as the reference table names them.
+func writeBenchShapes(dir, vocab string, log io.Writer) ([]string, error) {
+	var out []string
+	for _, x := range []struct {
+		preset, name string
+		t            quant.Type
+	}{{"bench-15M", "bench-15M-f32", quant.F32}, {"bench-110M", "bench-110M-q8_0", quant.Q8_0}} {
+		spec, err := synth.PresetSpec(x.preset, x.t, vocab)
+		if err != nil {
+			return nil, err
+		}
+		p := filepath.Join(dir, x.name+".gguf")
+		f, err := os.Create(p)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(log, "writing %s\n", p)
+		w := bufio.NewWriterSize(f, 1<<20)
+		if err := synth.Write(w, spec); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := w.Flush(); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := f.Close(); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
