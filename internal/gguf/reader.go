@@ -551,7 +551,9 @@ func (d *decoder) array(key string, depth int) Value {
 	le := binary.LittleEndian
 	switch et {
 	case TypeUint8:
-		v.Data = append([]uint8(nil), b...)
+		s := make([]uint8, n)
+		copy(s, b)
+		v.Data = s
 	case TypeInt8:
 		s := make([]int8, n)
 		for i := range s {
