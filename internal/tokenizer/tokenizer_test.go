@@ -223,6 +223,9 @@ func TestSpecialTokensInRealVocabs(t *testing.T) {
 	if qwen.Decode(plain) != "<|im_start|>user\nhi<|im_end|>" {
 		t.Fatalf("qwen2 plain round trip: %q", qwen.Decode(plain))
 	}
+	if qwen.EOT() != imEnd && qwen.EOT() != endOfText {
+		t.Fatalf("qwen2 EOT %d", qwen.EOT())
+	}
 	if !qwen.IsEOG(imEnd) || !qwen.IsEOG(endOfText) || qwen.IsEOG(imStart) || qwen.AddBOS() {
 		t.Fatalf("qwen2 EOG/BOS rules: im_end %v endoftext %v im_start %v addBOS %v",
 			qwen.IsEOG(imEnd), qwen.IsEOG(endOfText), qwen.IsEOG(imStart), qwen.AddBOS())

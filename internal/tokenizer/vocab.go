@@ -150,9 +150,10 @@ type Tokenizer struct {
 	spmSplitAtSpace bool
 
 	// special lists the control, user-defined and unknown tokens, longest
-	// text first, as llama.cpp's cache_special_tokens. specialByLen maps a
-	// text length to the texts of that length, for finding which ones
-	// occur in a text without scanning it once per token.
+	// text first, as llama.cpp's cache_special_tokens. specialText,
+	// specialLens (the distinct text lengths) and specialHead (their first
+	// bytes) find which of them occur in a text in one pass, instead of one
+	// scan of the text per special token.
 	special        []int32
 	hasUserDefined bool // user-defined tokens are matched even without parseSpecial
 	specialText    map[string]int32
@@ -398,6 +399,13 @@ func (t *Tokenizer) BOS() int32 { return t.bos }
 
 // EOS is the end-of-sequence id, -1 if none.
 func (t *Tokenizer) EOS() int32 { return t.eos }
+
+// EOT is the end-of-turn id (tokenizer.ggml.eot_token_id, or a token such
+// as <|eot_id|> or <|im_end|> found by its text), -1 if none.
+func (t *Tokenizer) EOT() int32 { return t.eot }
+
+// PAD is the padding id, -1 if none.
+func (t *Tokenizer) PAD() int32 { return t.pad }
 
 // AddBOS reports whether Encode with addSpecial prepends BOS.
 func (t *Tokenizer) AddBOS() bool { return t.addBOS }
