@@ -67,7 +67,7 @@ func BenchmarkScrubPage(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%v", s.name, mode), func(b *testing.B) {
 				benchVsCopy(b, s.g, func(p *Pool) {
 					p.cfg.Scrub = mode
-					p.scrubLocked(0)
+					p.scrubPage(0)
 				})
 			})
 		}

@@ -109,3 +109,70 @@ func TestConcurrentOwnersNeverSeeEachOther(t *testing.T) {
 		t.Fatalf("the forger never fired: %+v", s)
 	}
 }
+
+// A release of 1 MiB or more scrubs without the pool lock. Meanwhile the
+// pages are out of service: another owner reserving, a timer expiring
+// leases and a late double release must neither get them nor free them
+// twice; afterwards they are scrubbed and free.
+func TestBigReleaseScrubsUnlocked(t *testing.T) {
+	g := Geometry{Layers: 4, KVDim: 256, PageSize: 16} // 128 KiB pages
+	p, err := New(Config{Geometry: g, Pages: 24, Order: LIFO})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if 8*g.PageBytes() < scrubUnlockedBytes {
+		t.Fatal("test geometry too small to take the unlocked path")
+	}
+	a, b := owner("a", 1), owner("b", 2)
+	for round := range 20 {
+		refs, err := p.Reserve(a, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := p.View(a, refs)
+		row := make([]float32, g.KVDim)
+		for i := range row {
+			row[i] = float32(round + 1)
+		}
+		for l := range g.Layers {
+			for pos := range 16 * g.PageSize {
+				if err := v.Put(l, pos, row, row); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() { defer wg.Done(); p.Release(a, refs) }()
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				if r, err := p.Reserve(b, 2); err == nil {
+					for _, x := range r {
+						for _, f := range pageFloats(p, x.Page) {
+							if f != 0 {
+								t.Error("a reservation got an unscrubbed page")
+								return
+							}
+						}
+					}
+					p.Release(b, r)
+				}
+				p.Expire(time.Unix(int64(round*100), 0))
+			}
+		}()
+		go func() { defer wg.Done(); p.Release(a, refs[:1]) }() // may be a double release
+		wg.Wait()
+		p.Expire(time.Unix(1e9, 0))
+		p.Expire(time.Unix(2e9, 0))
+		if err := p.CheckDrained(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, f := range p.f32 {
+		if f != 0 {
+			t.Fatalf("float %d not scrubbed", i)
+		}
+	}
+}

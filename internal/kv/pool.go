@@ -44,6 +44,9 @@ type page struct {
 	// qTransfer: a transfer may still write the page; it leaves quarantine
 	// only on DrainAck or when until has passed (I6).
 	qTransfer bool
+	// scrubbing: Release is scrubbing the page without the lock; it is
+	// Quarantined meanwhile and only that Release may free it.
+	scrubbing bool
 	// Doubly linked free list (indices, -1 = none): O(1) pop at either end
 	// and O(1) removal when a violation quarantines a free page.
 	prev, next int32
@@ -82,6 +85,7 @@ type Pool struct {
 	scrubbed   uint64
 	verifyTick uint64
 	closed     bool
+	scrubbers  sync.WaitGroup // Releases scrubbing without the lock
 }
 
 // New builds a pool: heap-backed, or a MAP_SHARED mapping of cfg.SharedFile.
@@ -160,10 +164,17 @@ func (p *Pool) Close() error {
 		return nil
 	}
 	p.closed = true
-	var err error
-	if p.unmap != nil {
-		err = p.unmap()
+	p.mu.Unlock()
+	// A Release scrubbing without the lock must finish before the mapping
+	// goes away under it.
+	p.scrubbers.Wait()
+	p.mu.Lock()
+	if p.unmap == nil {
+		// Heap memory stays until the Pool is unreachable: a straggling
+		// view gets stale data checks, not a crash.
+		return nil
 	}
+	err := p.unmap()
 	p.mem, p.f32 = nil, nil
 	return err
 }
@@ -264,11 +275,16 @@ func (p *Pool) Extend(o Owner, table []PageRef, n int) ([]PageRef, error) {
 // violation and the first one is returned.
 func (p *Pool) Release(o Owner, refs []PageRef) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return errClosed
 	}
+	// A big release is scrubbed with the lock dropped, so one long sequence
+	// ending does not stall every other sequence's reservations for the
+	// memory-bandwidth time of its scrub.
+	unlocked := p.cfg.Scrub != ScrubOff && len(refs)*p.pageBytes >= scrubUnlockedBytes
 	var first error
+	var later []uint32
 	for _, ref := range refs {
 		if v := p.checkLocked(o, ref, opRelease); v != nil {
 			if first == nil {
@@ -281,10 +297,45 @@ func (p *Pool) Release(o Owner, refs []PageRef) error {
 		if m.qTransfer {
 			continue // still fenced for a transfer (I6)
 		}
+		if unlocked {
+			// Out of service while it is scrubbed: Quarantined, and marked
+			// so that Expire does not free it under the scrubber.
+			m.scrubbing = true
+			if tagState(m.tag.Load()) != Quarantined {
+				p.setStateLocked(ref.Page, Quarantined)
+				p.quarantine[ref.Page] = time.Time{}
+			}
+			later = append(later, ref.Page)
+			continue
+		}
 		p.freeLocked(ref.Page)
 	}
+	if len(later) == 0 {
+		p.mu.Unlock()
+		return first
+	}
+	p.scrubbers.Add(1)
+	defer p.scrubbers.Done()
+	p.mu.Unlock()
+	for _, pg := range later {
+		p.scrubPage(pg) // I7: before the page can reach the free list
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return first
+	}
+	for _, pg := range later {
+		p.pages[pg].scrubbing = false
+		p.freeScrubbedLocked(pg)
+	}
+	p.scrubbed += uint64(len(later))
 	return first
 }
+
+// scrubUnlockedBytes is the release size from which Release scrubs with the
+// pool lock dropped.
+const scrubUnlockedBytes = 1 << 20
 
 // Quarantine takes o's pages out of service instead of releasing them: a
 // one-sided transfer (shm, RDMA) may still write them (I6). They leave, are
@@ -312,8 +363,9 @@ func (p *Pool) Quarantine(o Owner, refs []PageRef, until time.Time) {
 
 // DrainAck is the transport's word that no write to these pages is in
 // flight any more: quarantined pages of o leave quarantine, scrubbed (I6,
-// I7). An ack for a page o does not hold, or that is not waiting for a
-// transfer, is counted and ignored: it must not free anyone's page early.
+// I7). An ack never frees a page early: one naming another owner's page is
+// counted (foreign_owner) and ignored; one for a page that is not waiting
+// for a transfer (already acked, or freed by its lease) is ignored.
 func (p *Pool) DrainAck(o Owner, refs []PageRef) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -329,7 +381,8 @@ func (p *Pool) DrainAck(o Owner, refs []PageRef) {
 		t := m.tag.Load()
 		switch {
 		case tagGen(t) != ref.Gen:
-			p.countLocked(KindStaleGeneration)
+			// A slow ack for pages a lease already freed: harmless, and it
+			// cannot free anything.
 		case m.owner != o:
 			p.countLocked(KindForeignOwner)
 		case tagState(t) != Quarantined || !m.qTransfer:
@@ -363,8 +416,8 @@ func (p *Pool) Expire(now time.Time) int {
 	n := 0
 	for _, pg := range qs {
 		m := &p.pages[pg]
-		if m.live {
-			continue // its owner releases it
+		if m.live || m.scrubbing {
+			continue // its owner, or the scrubbing Release, frees it
 		}
 		until := p.quarantine[pg]
 		if until.IsZero() {
@@ -746,8 +799,14 @@ func (p *Pool) setStateLocked(pg uint32, s State) {
 
 // freeLocked scrubs a page (I7) and puts it on the free list.
 func (p *Pool) freeLocked(pg uint32) {
+	if p.scrubPage(pg) {
+		p.scrubbed++
+	}
+	p.freeScrubbedLocked(pg)
+}
+
+func (p *Pool) freeScrubbedLocked(pg uint32) {
 	m := &p.pages[pg]
-	p.scrubLocked(pg)
 	m.live = false
 	m.qTransfer = false
 	if tagState(m.tag.Load()) == Quarantined {
@@ -757,17 +816,19 @@ func (p *Pool) freeLocked(pg uint32) {
 	p.pushFreeLocked(int32(pg))
 }
 
-func (p *Pool) scrubLocked(pg uint32) {
+// scrubPage overwrites a page that nobody may use (I7) and says whether it
+// did (ScrubOff does not).
+func (p *Pool) scrubPage(pg uint32) bool {
 	buf := p.f32[int(pg)*p.pageFloats : (int(pg)+1)*p.pageFloats]
 	switch p.cfg.Scrub {
 	case ScrubZero:
 		clear(buf)
 	case ScrubPoison:
 		fillPoison(buf)
-	case ScrubOff:
-		return
+	default:
+		return false
 	}
-	p.scrubbed++
+	return true
 }
 
 // fillPoison doubles a poisoned prefix up to 4 KiB, then stamps that
