@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
 	"os"
@@ -91,21 +90,7 @@ Flags:
 	if *name != "" {
 		spec.Name = *name
 	}
-	f, err := os.Create(*out)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sluice synth:", err)
-		return 1
-	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	err = synth.Write(bw, spec)
-	if err == nil {
-		err = bw.Flush()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(*out)
+	if err := synth.WriteFile(*out, spec); err != nil {
 		// synth and gguf errors already name their package.
 		fmt.Fprintln(os.Stderr, "sluice", err)
 		return 1

@@ -270,3 +270,24 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	*c += countingWriter(len(p))
 	return len(p), nil
 }
+
+func TestWriteFile(t *testing.T) {
+	dir := t.TempDir()
+	p := dir + "/m.gguf"
+	s := Spec{Arch: "llama", Layers: 1, Embd: 32, Heads: 2, KVHeads: 1, FF: 64, Context: 64, Type: quant.F32, Seed: 5}
+	if err := WriteFile(p, s); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s.Heads = 3
+	if err := WriteFile(dir+"/bad.gguf", s); err == nil {
+		t.Fatal("bad spec written")
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("directory holds %d entries, want only m.gguf", len(ents))
+	}
+}
