@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -36,7 +38,7 @@ func benchModels(b *testing.B) map[string]*Model {
 	add("stories260K", testenv.Shared(b, "models/stories260K.gguf"))
 	add("bench-15M-q8_0", testenv.Shared(b, "models/bench-15M-q8_0.gguf"))
 	for _, p := range splitList(os.Getenv("SLUICE_BENCH_MODELS")) {
-		add(p, p)
+		add(strings.TrimSuffix(filepath.Base(p), ".gguf"), p)
 	}
 	return out
 }
