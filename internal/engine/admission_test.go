@@ -1,0 +1,199 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"sluice/internal/handoff"
+)
+
+// countingPrefill counts prefill calls: a rejected request must never get one.
+type countingPrefill struct {
+	p handoff.Prefill
+	n atomic.Int64
+}
+
+func (c *countingPrefill) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	c.n.Add(1)
+	return c.p.Prefill(ctx, r)
+}
+
+// countingDecode counts reservations and page writes.
+type countingDecode struct {
+	handoff.Decode
+	reserves, writes atomic.Int64
+}
+
+func (c *countingDecode) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Reservation, error) {
+	c.reserves.Add(1)
+	return c.Decode.Reserve(ctx, r)
+}
+
+func (c *countingDecode) Write(ctx context.Context, ws []handoff.PageWrite) error {
+	c.writes.Add(int64(len(ws)))
+	return c.Decode.Write(ctx, ws)
+}
+
+// TestRejectedForLengthNeverReachesTheWorkers is the incident's first step
+// broken on purpose (I1, I2): an over-long request is rejected with a 400
+// that names both numbers, and produces no reservation, no prefill and no
+// page write.
+func TestRejectedForLengthNeverReachesTheWorkers(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	cd := &countingDecode{Decode: dw}
+	pw, err := NewPrefillWorker(toyConfig(m, 32), cd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	cp := &countingPrefill{p: pw}
+	eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: EffectiveContext(pw.Context(), dw.Context())}, cp, cd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(context.Background())
+	if got := eng.Info().Context; got != 128 {
+		t.Fatalf("effective context %d, want 128 (32 pages of 4)", got)
+	}
+	_, err = eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 100), MaxTokens: 29})
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeContextLength || e.Status != http.StatusBadRequest {
+		t.Fatalf("want context_length_exceeded 400, got %v", err)
+	}
+	if !strings.Contains(e.Message, "128") || !strings.Contains(e.Message, "129") {
+		t.Errorf("the message must name the limit and the request's need: %q", e.Message)
+	}
+	if cd.reserves.Load() != 0 || cd.writes.Load() != 0 || cp.n.Load() != 0 {
+		t.Fatalf("a rejected request reached the workers: %d reserves, %d writes, %d prefills",
+			cd.reserves.Load(), cd.writes.Load(), cp.n.Load())
+	}
+	// The boundary is inclusive: exactly the context fits.
+	s, err := eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 100), MaxTokens: 28})
+	if err != nil {
+		t.Fatalf("a request of exactly the context was refused: %v", err)
+	}
+	if r := collect(t, s); r.final.Err != nil {
+		t.Fatal(r.final.Err)
+	}
+}
+
+// TestDecodeRepeatsAdmission: a decode worker does not trust its caller to
+// have checked the length (the incident's decode reserved pages for a
+// request the router had rejected).
+func TestDecodeRepeatsAdmission(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	_, err = dw.Reserve(context.Background(), &handoff.Reserve{Handoff: newID(), Tenant: "a", PromptTokens: 100, MaxTokens: 29})
+	if !errors.Is(err, handoff.ErrRefused) {
+		t.Fatalf("want a refusal, got %v", err)
+	}
+	if err := dw.Pool().CheckDrained(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRoleRefusesContextLargerThanPool is I2 at start-up.
+func TestRoleRefusesContextLargerThanPool(t *testing.T) {
+	cfg := toyConfig(newToy(), 8)
+	cfg.Context = 33 // the pool holds 32 tokens
+	for name, mk := range map[string]func() error{
+		"decode":    func() error { _, err := NewDecodeWorker(cfg); return err },
+		"colocated": func() error { _, err := NewColocated(cfg); return err },
+		"prefill":   func() error { _, err := NewPrefillWorker(cfg, &countingDecode{}); return err },
+	} {
+		err := mk()
+		if err == nil || !strings.Contains(err.Error(), "33") || !strings.Contains(err.Error(), "32") {
+			t.Errorf("%s started with a context larger than its pool: %v", name, err)
+		}
+	}
+}
+
+// TestOverloadedNotQueued: past the concurrency bound a request is refused
+// at once with 429, not queued without bound.
+func TestOverloadedNotQueued(t *testing.T) {
+	g := &gated{toy: newToy(), after: 0, entered: make(chan struct{}), release: make(chan struct{})}
+	cfg := toyConfig(g, 32)
+	cfg.MaxConcurrency = 1
+	e, err := NewColocated(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	s1, err := e.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 5), MaxTokens: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered
+	_, err = e.Submit(context.Background(), &Request{Tenant: "b", Prompt: prompt(2, 5), MaxTokens: 3})
+	var ee *Error
+	if !errors.As(err, &ee) || ee.Code != CodeOverloaded || ee.Status != http.StatusTooManyRequests {
+		t.Fatalf("want overloaded 429, got %v", err)
+	}
+	close(g.release)
+	if r := collect(t, s1); r.final.Err != nil {
+		t.Fatal(r.final.Err)
+	}
+}
+
+// TestPoolExhaustedMidDecodeFailsClearly: with pages grown per step, a
+// request that finds the pool empty mid-decode ends with a clear error,
+// never a hang, and every page comes back.
+func TestPoolExhaustedMidDecodeFailsClearly(t *testing.T) {
+	// The first step waits until both requests are in, so they surely
+	// compete for the last pages.
+	g := &gated{toy: newToy(), after: 0, entered: make(chan struct{}), release: make(chan struct{})}
+	cfg := toyConfig(g, 6) // 24 tokens
+	cfg.Context = 24
+	cfg.LazyPages = true
+	e, err := NewColocated(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	reqs := []*Request{
+		{Tenant: "a", Prompt: prompt(1, 4), MaxTokens: 20, IgnoreEOS: true},
+		{Tenant: "b", Prompt: prompt(2, 4), MaxTokens: 20, IgnoreEOS: true},
+	}
+	var streams []Stream
+	for _, r := range reqs {
+		s, err := e.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+	}
+	close(g.release)
+	var res []result
+	for _, s := range streams {
+		res = append(res, collect(t, s))
+	}
+	failed := 0
+	for i, r := range res {
+		var ee *Error
+		switch {
+		case errors.As(r.final.Err, &ee) && ee.Code == CodeKVCapacity:
+			failed++
+		case r.final.Err != nil:
+			t.Fatalf("request %d: unexpected error %v", i, r.final.Err)
+		}
+	}
+	if failed == 0 {
+		t.Fatalf("two requests of 24 tokens each fit a 24-token pool: %+v", res)
+	}
+	if err := e.Pool().CheckDrained(); err != nil {
+		t.Fatal(err)
+	}
+}
