@@ -33,6 +33,9 @@ func repackQ8_0AVX512(dst *byte, w *byte, nGroups, nb int)
 func tileQ8_0AVX512(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int)
 
 //go:noescape
+func tileF32AVX512(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
+
+//go:noescape
 func axpyAVX2(y *float32, a float32, x *float32, n int)
 
 //go:noescape
@@ -135,6 +138,7 @@ func quantRowQ8_0AVX512(x []float32, blocks []byte, dx []float32, tile []byte) {
 func init() {
 	f32Kernels[AVX2].rows = f32RowsAsm(false)
 	f32Kernels[AVX512].rows = f32RowsAsm(true)
+	f32Kernels[AVX512].tiles = f32TilesAVX512
 	f16Kernels[AVX2].rows = f16RowsAsm(false)
 	f16Kernels[AVX512].rows = f16RowsAsm(true)
 	q8_0Kernels[AVX2].rows = q8_0RowsAsm(false)
@@ -151,7 +155,7 @@ func q8_0TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actB
 	nb := act.nb
 	nGroups := nRows / tileRows
 	nTiles := nTok / tileTok
-	if nGroups == 0 || nTiles == 0 {
+	if nGroups == 0 || nTiles == 0 || act.tile == nil {
 		return 0
 	}
 	if len(w) < 34*nb*nRows || len(act.tile) < nTiles*tileTok*act.tstr ||
@@ -172,5 +176,23 @@ func q8_0TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actB
 		tileQ8_0AVX512(&out[t0*outStride], outStride, &wp[0], nGroups, &act.tile[t0*act.tstr], act.tstr, nb)
 	}
 	bufPool.Put(bp)
+	return nTiles * tileTok
+}
+
+func f32TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
+	n := act.stride
+	nGroups := nRows / tileRows
+	nTiles := nTok / tileTok
+	if nGroups == 0 || nTiles == 0 {
+		return 0
+	}
+	if len(w) < 4*n*nRows || len(act.f32) < nTiles*tileTok*n || len(out) < (nTiles*tileTok-1)*outStride+nRows {
+		panic("kernels: bad F32 tile")
+	}
+	wp := (*float32)(unsafe.Pointer(&w[0]))
+	for g := 0; g < nTiles; g++ {
+		t0 := g * tileTok
+		tileF32AVX512(&out[t0*outStride], outStride, wp, nGroups, &act.f32[t0*n], n)
+	}
 	return nTiles * tileTok
 }

@@ -1057,3 +1057,135 @@ q8q_even:
 q8q_done:
 	VZEROUPPER
 	RET
+
+// FT loads the 4 tokens' current chunk (4 registers) and does the 16 FMAs
+// of the 4x4 F32 tile with the rows' chunk in Z0-Z3. Accumulator of
+// (row r, token t) is Z(16+4t+r).
+#define F32T16 \
+	VFMADD231PS Z0, Z4, Z16 \
+	VFMADD231PS Z1, Z4, Z17 \
+	VFMADD231PS Z2, Z4, Z18 \
+	VFMADD231PS Z3, Z4, Z19 \
+	VFMADD231PS Z0, Z5, Z20 \
+	VFMADD231PS Z1, Z5, Z21 \
+	VFMADD231PS Z2, Z5, Z22 \
+	VFMADD231PS Z3, Z5, Z23 \
+	VFMADD231PS Z0, Z6, Z24 \
+	VFMADD231PS Z1, Z6, Z25 \
+	VFMADD231PS Z2, Z6, Z26 \
+	VFMADD231PS Z3, Z6, Z27 \
+	VFMADD231PS Z0, Z7, Z28 \
+	VFMADD231PS Z1, Z7, Z29 \
+	VFMADD231PS Z2, Z7, Z30 \
+	VFMADD231PS Z3, Z7, Z31
+
+// func tileF32AVX512(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
+// out[t*outStride + r] = dot(row r, token t) for 4 tokens (x, n apart) and
+// 4*nGroups rows, in the canonical F32 order (16 lanes, FMA, masked tail).
+TEXT ·tileF32AVX512(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R8
+	SHLQ $2, R8
+	MOVQ w+16(FP), SI
+	MOVQ nGroups+24(FP), R9
+	MOVQ n+40(FP), R10
+	MOVQ R10, R12
+	SHRQ $4, R12          // full chunks
+	MOVQ R10, CX
+	ANDQ $15, CX
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1          // tail lanes
+	SHLQ $2, R10          // row and token stride in bytes
+
+f32t_group:
+	TESTQ R9, R9
+	JZ   f32t_done
+	LEAQ (SI)(R10*2), BX
+	ADDQ R10, BX          // row 3
+	MOVQ x+32(FP), DX
+	LEAQ (DX)(R10*2), R11
+	ADDQ R10, R11         // token 3
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	VPXORD Z26, Z26, Z26
+	VPXORD Z27, Z27, Z27
+	VPXORD Z28, Z28, Z28
+	VPXORD Z29, Z29, Z29
+	VPXORD Z30, Z30, Z30
+	VPXORD Z31, Z31, Z31
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ   f32t_tail
+
+f32t_chunk:
+	VMOVUPS (SI), Z0
+	VMOVUPS (SI)(R10*1), Z1
+	VMOVUPS (SI)(R10*2), Z2
+	VMOVUPS (BX), Z3
+	VMOVUPS (DX), Z4
+	VMOVUPS (DX)(R10*1), Z5
+	VMOVUPS (DX)(R10*2), Z6
+	VMOVUPS (R11), Z7
+	F32T16
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $64, DX
+	ADDQ $64, R11
+	DECQ CX
+	JNZ  f32t_chunk
+
+f32t_tail:
+	KORTESTW K1, K1
+	JZ   f32t_red
+	VMOVUPS.Z (SI), K1, Z0
+	VMOVUPS.Z (SI)(R10*1), K1, Z1
+	VMOVUPS.Z (SI)(R10*2), K1, Z2
+	VMOVUPS.Z (BX), K1, Z3
+	VMOVUPS.Z (DX), K1, Z4
+	VMOVUPS.Z (DX)(R10*1), K1, Z5
+	VMOVUPS.Z (DX)(R10*2), K1, Z6
+	VMOVUPS.Z (R11), K1, Z7
+	F32T16
+
+f32t_red:
+	MOVQ DI, AX
+	Q8TRED(Z16, (AX))
+	Q8TRED(Z17, 4(AX))
+	Q8TRED(Z18, 8(AX))
+	Q8TRED(Z19, 12(AX))
+	ADDQ R8, AX
+	Q8TRED(Z20, (AX))
+	Q8TRED(Z21, 4(AX))
+	Q8TRED(Z22, 8(AX))
+	Q8TRED(Z23, 12(AX))
+	ADDQ R8, AX
+	Q8TRED(Z24, (AX))
+	Q8TRED(Z25, 4(AX))
+	Q8TRED(Z26, 8(AX))
+	Q8TRED(Z27, 12(AX))
+	ADDQ R8, AX
+	Q8TRED(Z28, (AX))
+	Q8TRED(Z29, 4(AX))
+	Q8TRED(Z30, 8(AX))
+	Q8TRED(Z31, 12(AX))
+	ADDQ $16, DI
+	MOVQ R12, AX
+	SHLQ $6, AX
+	SUBQ AX, SI           // back to this group's row 0
+	LEAQ (SI)(R10*4), SI  // next group
+	DECQ R9
+	JMP  f32t_group
+
+f32t_done:
+	VZEROUPPER
+	RET

@@ -126,7 +126,7 @@ func MatMul(par *Parallel, out []float32, w *Matrix, x []float32, nTok int) {
 			r1 := min(r0+rowTile, hi)
 			wt := w.Data[r0*rowBytes : r1*rowBytes]
 			t := 0
-			if k.tiles != nil && act.tile != nil {
+			if k.tiles != nil {
 				t = k.tiles(out[r0:], w.Rows, wt, r1-r0, act, nTok)
 				if nt := (r1 - r0) / tileRows * tileRows; nt < r1-r0 {
 					for j := 0; j < t; j++ {
