@@ -20,14 +20,16 @@ type bpeScratch struct {
 	q      heap[bpeBigram]
 }
 
+// Both structs are kept small: a long word (a run of letters has no upper
+// bound) holds a few of each per input byte.
 type bpeSym struct {
 	id         int32
-	prev, next int
+	prev, next int32
 	dead       bool
 }
 
 type bpeBigram struct {
-	left, right int
+	left, right int32
 	rank        uint32
 	lid, rid    int32
 }
@@ -126,16 +128,16 @@ func (t *Tokenizer) mergeSmall(word string, out []int32, sc *bpeScratch) []int32
 func (t *Tokenizer) mergeHeap(word string, out []int32, sc *bpeScratch) []int32 {
 	syms := sc.syms[:0]
 	for k := 0; k < len(word); k++ {
-		next := k + 1
-		if next == len(word) {
+		next := int32(k + 1)
+		if k+1 == len(word) {
 			next = -1
 		}
-		syms = append(syms, bpeSym{id: t.byteTok[word[k]], prev: k - 1, next: next})
+		syms = append(syms, bpeSym{id: t.byteTok[word[k]], prev: int32(k - 1), next: next})
 	}
 	q := &sc.q
 	q.items = q.items[:0]
 	q.less = bpeLess
-	add := func(l, r int) {
+	add := func(l, r int32) {
 		if l < 0 || r < 0 || syms[l].id < 0 || syms[r].id < 0 {
 			return
 		}
@@ -143,7 +145,7 @@ func (t *Tokenizer) mergeHeap(word string, out []int32, sc *bpeScratch) []int32 
 			q.push(bpeBigram{left: l, right: r, rank: rk, lid: syms[l].id, rid: syms[r].id})
 		}
 	}
-	for k := 1; k < len(syms); k++ {
+	for k := int32(1); k < int32(len(syms)); k++ {
 		add(k-1, k)
 	}
 	for q.len() > 0 {
@@ -164,7 +166,7 @@ func (t *Tokenizer) mergeHeap(word string, out []int32, sc *bpeScratch) []int32 
 		add(l.prev, b.left)
 		add(b.left, l.next)
 	}
-	for k := 0; k != -1; k = syms[k].next {
+	for k := int32(0); k != -1; k = syms[k].next {
 		if syms[k].id >= 0 {
 			out = append(out, syms[k].id)
 		}
