@@ -71,6 +71,11 @@ func newMemModel(sh testShape, seed uint64) *memSource {
 			ud[i] = uint64(d)
 		}
 		v := make([]float32, n)
+		if len(dims) == 2 && name != "token_embd.weight" && name != "output.weight" {
+			// Spread 1.5/sqrt(fan_in) keeps activations O(1) through the
+			// layers, so rounding errors stay proportionate.
+			scale *= 1.5 / float32(math.Sqrt(float64(dims[0])))
+		}
 		for i := range v {
 			v[i] = float32(rng.NormFloat64()) * scale
 		}
