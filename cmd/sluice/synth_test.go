@@ -15,8 +15,8 @@ func TestSynthThenInspect(t *testing.T) {
 	if rc := runSynth([]string{"--out", p, "--layers", "1", "--embd", "32", "--heads", "2", "--kv-heads", "1", "--ff", "64", "--type", "f16", "--seed", "3"}); rc != 0 {
 		t.Fatalf("synth exit %d", rc)
 	}
-	if rc := runSynth([]string{"--out", p + "2", "--type", "q4_K"}); rc == 0 {
-		t.Error("synth accepted q4_K with 128-wide rows")
+	if rc := runSynth([]string{"--out", p + "2", "--type", "q8_0", "--embd", "48", "--heads", "2", "--kv-heads", "1"}); rc == 0 {
+		t.Error("synth accepted q8_0 with 48-wide rows")
 	}
 	if _, err := os.Stat(p + "2"); err == nil {
 		t.Error("failed synth left a file behind")

@@ -99,6 +99,27 @@ var Presets = map[string]Spec{
 	"bench-110M": {Arch: "llama", Layers: 12, Embd: 768, Heads: 12, KVHeads: 12, FF: 2048, Context: 2048, Type: quant.Q8_0, RopeBase: 10000, Seed: 20261130},
 }
 
+// RowType is the type a tensor with rows of n elements gets when t is
+// asked for: K-quant blocks are 256 wide, so, as llama.cpp's quantizer
+// does, rows that are not a multiple of 256 fall back to a 32-wide type of
+// similar size (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0). A "q4_K" model
+// of n_embd 288 is therefore mostly Q5_0, like llama.cpp's Q4_K_M files of
+// such shapes.
+func RowType(t quant.Type, n int) quant.Type {
+	if t.BlockSize() != quant.QK_K || n%quant.QK_K == 0 {
+		return t
+	}
+	switch t {
+	case quant.Q4_K:
+		return quant.Q5_0
+	case quant.Q5_K:
+		return quant.Q5_1
+	case quant.Q6_K:
+		return quant.Q8_0
+	}
+	return t
+}
+
 // fileType is general.file_type (llama.cpp's LLAMA_FTYPE) for a weight type.
 func fileType(t quant.Type) (uint32, bool) {
 	switch t {
@@ -147,9 +168,10 @@ func (s *Spec) validate() error {
 	if _, ok := fileType(s.Type); !ok {
 		return specErr("weight type %s cannot be written (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K)", s.Type)
 	}
-	bs := s.Type.BlockSize()
-	if s.Embd%bs != 0 || s.FF%bs != 0 {
-		return specErr("%s needs row lengths that are multiples of %d; embd %d and ff %d are not both", s.Type, bs, s.Embd, s.FF)
+	for _, row := range []int{s.Embd, s.FF} {
+		if t := RowType(s.Type, row); row%t.BlockSize() != 0 {
+			return specErr("%s (and its fallback %s) needs row lengths that are multiples of %d; embd %d and ff %d are not both", s.Type, t, t.BlockSize(), s.Embd, s.FF)
+		}
 	}
 	if s.Layers > 1024 || s.Embd > 1<<16 || s.FF > 1<<18 || s.Vocab > 1<<20 {
 		return specErr("shape is absurdly large")
@@ -232,6 +254,7 @@ func build(spec Spec) (*gguf.Writer, error) {
 	headDim := s.Embd / s.Heads
 	kvDim := headDim * s.KVHeads
 	add := func(name string, typ quant.Type, dims []uint64, fill func(r *rng, x []float32)) error {
+		typ = RowType(typ, int(dims[0]))
 		n := 1
 		for _, d := range dims {
 			n *= int(d)

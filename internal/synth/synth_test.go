@@ -175,7 +175,7 @@ func TestBadSpecs(t *testing.T) {
 		"arch":       func(s *Spec) { s.Arch = "gpt2" },
 		"heads":      func(s *Spec) { s.Heads = 5 },
 		"kv":         func(s *Spec) { s.KVHeads = 3 },
-		"q4_K rows":  func(s *Spec) { s.Type = quant.Q4_K },
+		"q8_0 rows":  func(s *Spec) { s.Embd, s.Heads, s.KVHeads = 48, 2, 1; s.Type = quant.Q8_0 },
 		"type":       func(s *Spec) { s.Type = quant.IQ2_XXS },
 		"vocab":      func(s *Spec) { s.Vocab = 10 },
 		"zero layer": func(s *Spec) { s.Layers = 0 },
@@ -289,5 +289,29 @@ func TestWriteFile(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("directory holds %d entries, want only m.gguf", len(ents))
+	}
+}
+
+// TestKQuantFallback: rows that are not whole 256-blocks get llama.cpp's
+// fallback type; rows that are keep the K-quant.
+func TestKQuantFallback(t *testing.T) {
+	s := Spec{Arch: "llama", Layers: 1, Embd: 288, Heads: 6, KVHeads: 6, FF: 768, Context: 64, Type: quant.Q4_K, Seed: 1}
+	f, err := gguf.Parse(mustBytes(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]quant.Type{
+		"blk.0.attn_q.weight":    quant.Q5_0, // rows of 288
+		"blk.0.ffn_gate.weight":  quant.Q5_0, // rows of 288
+		"blk.0.ffn_down.weight":  quant.Q4_K, // rows of 768 = 3 x 256
+		"token_embd.weight":      quant.Q5_0,
+		"blk.0.attn_norm.weight": quant.F32,
+	} {
+		if ti, _ := f.Tensor(name); ti == nil || ti.Type != want {
+			t.Errorf("%s: %v, want %s", name, ti, want)
+		}
+	}
+	if RowType(quant.Q6_K, 64) != quant.Q8_0 || RowType(quant.Q5_K, 64) != quant.Q5_1 || RowType(quant.Q8_0, 64) != quant.Q8_0 {
+		t.Error("RowType fallbacks")
 	}
 }
