@@ -157,12 +157,16 @@ func (cl *Client) unregister(id uint32) {
 
 // roundTrip sends one request and waits for its reply frame.
 func (cl *Client) roundTrip(ctx context.Context, typ byte, want byte, parts ...[]byte) (*frame, error) {
+	return cl.roundTripData(ctx, typ, want, parts, nil)
+}
+
+func (cl *Client) roundTripData(ctx context.Context, typ byte, want byte, parts [][]byte, isData []bool) (*frame, error) {
 	k := &call{reply: make(chan *frame, 1)}
 	id, err := cl.register(k)
 	if err != nil {
 		return nil, err
 	}
-	if err := cl.c.send(typ, id, parts...); err != nil {
+	if err := cl.c.sendData(typ, id, parts, isData); err != nil {
 		cl.unregister(id)
 		// A frame too big is refused before any byte is sent; anything else
 		// leaves the stream in an unknown state, so the connection goes.
@@ -206,7 +210,8 @@ func (cl *Client) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Res
 }
 
 func (cl *Client) Write(ctx context.Context, ws []handoff.PageWrite) error {
-	_, err := cl.roundTrip(ctx, tWrite, tOK, encWrites(ws)...)
+	parts, isData := encWrites(ws)
+	_, err := cl.roundTripData(ctx, tWrite, tOK, parts, isData)
 	return err
 }
 

@@ -2,7 +2,9 @@ package tcp
 
 import (
 	"encoding/binary"
+	"hash/crc32"
 	"math"
+	"unsafe"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -165,9 +167,11 @@ func decReservation(p []byte) (*handoff.Reservation, error) {
 }
 
 // encWrites returns the payload as parts so page bytes are written to the
-// socket straight from where they are (no copy into a frame buffer).
-func encWrites(ws []handoff.PageWrite) [][]byte {
+// socket straight from where they are (no copy into a frame buffer), and
+// which parts are page data (outside the frame CRC, see the wire format).
+func encWrites(ws []handoff.PageWrite) ([][]byte, []bool) {
 	parts := make([][]byte, 0, 2*len(ws)+1)
+	isData := make([]bool, 0, 2*len(ws)+1)
 	var e enc
 	e.u32(uint32(len(ws)))
 	for i := range ws {
@@ -182,13 +186,40 @@ func encWrites(ws []handoff.PageWrite) [][]byte {
 		e.u32(uint32(len(w.Data)))
 		if len(w.Data) > 0 {
 			parts = append(parts, e.b, w.Data)
+			isData = append(isData, false, true)
 			e = enc{}
 		}
 	}
 	if len(e.b) > 0 {
 		parts = append(parts, e.b)
+		isData = append(isData, false)
 	}
-	return parts
+	return parts, isData
+}
+
+// decWritesChecked decodes a Write frame and checks its CRC over the header
+// and everything but the page-data segments.
+func decWritesChecked(f *frame) ([]handoff.PageWrite, error) {
+	ws, err := decWrites(f.payload)
+	if err != nil {
+		return nil, err
+	}
+	c := crc32.Update(0, castagnoli, f.hdr12[:])
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(f.payload)))
+	prev := 0
+	for _, w := range ws {
+		if len(w.Data) == 0 {
+			continue
+		}
+		start := int(uintptr(unsafe.Pointer(unsafe.SliceData(w.Data))) - base)
+		c = crc32.Update(c, castagnoli, f.payload[prev:start])
+		prev = start + len(w.Data)
+	}
+	c = crc32.Update(c, castagnoli, f.payload[prev:])
+	if c != f.crc {
+		return nil, protoErr("frame checksum %08x, header says %08x", c, f.crc)
+	}
+	return ws, nil
 }
 
 func decWrites(p []byte) ([]handoff.PageWrite, error) {

@@ -112,13 +112,24 @@ type conn struct {
 }
 
 func (c *conn) send(typ byte, stream uint32, parts ...[]byte) error {
+	return c.sendData(typ, stream, parts, nil)
+}
+
+// sendData sends a frame whose parts marked in isData are page data.
+func (c *conn) sendData(typ byte, stream uint32, parts [][]byte, isData []bool) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	v := c.fr.version
 	if v == 0 {
 		v = 1
 	}
-	bufs, err := c.fr.encode(v, typ, stream, parts)
+	var bufs [][]byte
+	var err error
+	if isData != nil {
+		bufs, err = c.fr.encode(v, typ, stream, parts, isData)
+	} else {
+		bufs, err = c.fr.encode(v, typ, stream, parts)
+	}
 	if err != nil {
 		return err
 	}

@@ -217,11 +217,17 @@ func (sc *sconn) handle(f *frame) error {
 		encReservation(&e, res)
 		return reply(tReservation, e.b)
 	case tWrite:
-		ws, err := decWrites(f.payload)
+		ws, err := decWritesChecked(f)
 		if err != nil {
 			return err
 		}
-		return ok(d.Write(ctx, ws))
+		werr := d.Write(ctx, ws)
+		if f.pooled {
+			// The decode side copied the pages into its pool before Write
+			// returned; nothing aliases the payload any more.
+			putBuf(f.payload)
+		}
+		return ok(werr)
 	case tCommit:
 		m, err := decCommit(f.payload)
 		if err != nil {

@@ -207,6 +207,8 @@ func TestBadFrames(t *testing.T) {
 	cfg := Config{Secret: secret, MaxFrame: 4096, ReadTimeout: 300 * time.Millisecond}
 	addr, _ := serve(t, cfg, r.Server, nil)
 	good := encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "x", PromptTokens: 4})
+	wparts, _ := encWrites([]handoff.PageWrite{{Handoff: handofftest.ID(1), Slots: 1}})
+	goodWrite := bytes.Join(wparts, nil)
 	cases := []struct {
 		name  string
 		bytes []byte
@@ -222,6 +224,7 @@ func TestBadFrames(t *testing.T) {
 		{"garbled message", rawFrame(1, tReserve, 1, good[:10], nil), false, "truncated"},
 		{"trailing bytes", rawFrame(1, tReserve, 1, append(good, 0), nil), false, "trailing"},
 		{"no call id", rawFrame(1, tReserve, 0, good, nil), false, "call id"},
+		{"write frame, bad checksum", rawFrame(1, tWrite, 1, goodWrite, func(c uint32) uint32 { return c ^ 1 }), false, "checksum"},
 		{"reply type as request", rawFrame(1, tOK, 1, nil, nil), false, "not a request"},
 	}
 	for _, tc := range cases {
@@ -329,4 +332,36 @@ func requireClosed(t *testing.T, nc net.Conn) {
 	if err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("connection not closed after a bad frame: %v", err)
 	}
+}
+
+// Page data flipped in transit: the frame's framing is intact, the page's
+// own CRC32C catches it, the handoff fails closed and the connection lives.
+func TestPageDataCorruptedInTransit(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	addr, _ := serve(t, Config{Secret: secret}, r.Server, nil)
+	c, nc := rawAuthed(t, addr, false)
+	cl := dial(t, addr, Config{Secret: secret})
+	id := handofftest.ID(1)
+	res, err := cl.Reserve(context.Background(), &handoff.Reserve{Handoff: id, Tenant: "acme", PromptTokens: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte{7}, r.Geo.PageBytes())
+	parts, isData := encWrites([]handoff.PageWrite{{Handoff: id, Page: res.Pages[0], Slots: 4, Data: data, Checksum: handoff.Checksum(data)}})
+	bufs, _ := c.fr.encode(1, tWrite, 1, parts, isData)
+	b := bytes.Join(bufs, nil)
+	b[len(b)-5] ^= 0x20 // inside the page data
+	nc.Write(b)
+	f, err := c.fr.readFrame(nc, nil)
+	if err != nil || f.typ != tError || f.stream != 1 || !errors.Is(decError(f.payload), handoff.ErrChecksum) {
+		t.Fatalf("corrupted page data: %v %+v", err, f)
+	}
+	if s := r.Server.Stats(); s.Failed[handoff.ErrChecksum.Code] != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	// Same connection, next call works.
+	if err := cl.Drained(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	r.CheckDrained(t)
 }

@@ -1,0 +1,200 @@
+package handoffbench
+
+import (
+	"context"
+	"io"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/handoff/handofftest"
+	"sluice/internal/handoff/inproc"
+	"sluice/internal/handoff/shm"
+	"sluice/internal/handoff/tcp"
+	"sluice/internal/kv"
+)
+
+// A long prompt of a mid-sized model: 8 layers, KV dim 256, 16-slot pages
+// (256 KiB), 4096 tokens = 64 MiB of KV.
+var (
+	geo    = kv.Geometry{Layers: 8, KVDim: 256, PageSize: 16}
+	tokens = 4096
+	batch  = 4 << 20
+	secret = []byte("0123456789abcdef-bench-secret")
+)
+
+func totalBytes() int { return tokens / geo.PageSize * geo.PageBytes() }
+
+// handoffOnce moves one prefilled sequence through d and releases the
+// decode pages; it returns the time spent from Reserve to accepted Commit.
+func handoffOnce(b *testing.B, r *handofftest.Rig, d handoff.Decode, src *handoff.PoolSource, n int) time.Duration {
+	ctx := context.Background()
+	id := handofftest.ID(n)
+	start := time.Now()
+	res, err := d.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "bench", PromptTokens: tokens})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: batch, Window: 2}, res, tokens, 1, src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := handoff.Push(ctx, s, d); err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(start)
+	if err := r.Dec.Release(id); err != nil {
+		b.Fatal(err)
+	}
+	return el
+}
+
+func rawTCP(b *testing.B) (func() time.Duration, func()) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst := make([]byte, totalBytes())
+	src := make([]byte, totalBytes())
+	for i := range src {
+		src[i] = byte(i)
+	}
+	done := make(chan struct{})
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			for off := 0; off < len(dst); off += batch {
+				if _, err := io.ReadFull(c, dst[off:off+batch]); err != nil {
+					return
+				}
+			}
+			// One byte back: the whole transfer has landed.
+			if _, err := c.Write([]byte{1}); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	run := func() time.Duration {
+		start := time.Now()
+		for off := 0; off < len(src); off += batch {
+			if _, err := c.Write(src[off : off+batch]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var ack [1]byte
+		if _, err := io.ReadFull(c, ack[:]); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	return run, func() { c.Close(); l.Close(); close(done) }
+}
+
+func report(b *testing.B, raw, h time.Duration) {
+	gb := float64(totalBytes()) * float64(b.N) / 1e9
+	b.ReportMetric(gb/h.Seconds(), "GB/s")
+	b.ReportMetric(gb/raw.Seconds(), "raw-GB/s")
+	b.ReportMetric(raw.Seconds()/h.Seconds(), "ratio")
+	b.ReportMetric(0, "ns/op")
+}
+
+func benchTCP(b *testing.B, mac bool) {
+	r := handofftest.New(b, handofftest.Options{Geometry: geo, Pages: tokens/geo.PageSize + 1})
+	s, err := tcp.NewServer(tcp.Config{Secret: secret, FrameMAC: mac}, r.Server, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	go s.Serve(l)
+	defer s.Close()
+	c, err := tcp.Dial(context.Background(), l.Addr().String(), tcp.Config{Secret: secret})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	src := r.Sequence(b, handofftest.ID(-1), "bench", tokens, 9)
+	raw, stop := rawTCP(b)
+	defer stop()
+	handoffOnce(b, r, c, src, -2) // warm up both paths
+	raw()
+	var tr, th time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tr += raw()
+		th += handoffOnce(b, r, c, src, i)
+	}
+	report(b, tr, th)
+}
+
+// BenchmarkHandoffTCP: a 64 MiB prompt's KV over the TCP transport (CRC32C
+// per frame and per page, digests on both sides) vs a raw loopback TCP copy
+// of the same bytes into a destination buffer, interleaved in one run.
+func BenchmarkHandoffTCP(b *testing.B) {
+	b.Run("crc", func(b *testing.B) { benchTCP(b, false) })
+	b.Run("mac", func(b *testing.B) { benchTCP(b, true) })
+}
+
+// BenchmarkHandoffShm: the same prompt written one-sidedly into the decode
+// pool's shared mapping (notices in-process or over TCP) vs a raw memory
+// copy of the same bytes, interleaved in one run.
+func BenchmarkHandoffShm(b *testing.B) {
+	for _, ctl := range []string{"inproc", "tcp"} {
+		b.Run(ctl, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "kv.shm")
+			r := handofftest.New(b, handofftest.Options{Geometry: geo, Pages: tokens/geo.PageSize + 1, SharedFile: path})
+			var next handoff.Decode = inproc.Decode(r.Server)
+			if ctl == "tcp" {
+				s, err := tcp.NewServer(tcp.Config{Secret: secret}, r.Server, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				l, _ := net.Listen("tcp", "127.0.0.1:0")
+				go s.Serve(l)
+				defer s.Close()
+				c, err := tcp.Dial(context.Background(), l.Addr().String(), tcp.Config{Secret: secret})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				next = c
+			}
+			w, err := shm.Open(path, geo, next)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			src := r.Sequence(b, handofftest.ID(-1), "bench", tokens, 9)
+			a := make([]byte, totalBytes())
+			dst := make([]byte, totalBytes())
+			for i := range a {
+				a[i] = byte(i)
+			}
+			raw := func() time.Duration {
+				start := time.Now()
+				for off := 0; off < len(a); off += geo.PageBytes() {
+					copy(dst[off:off+geo.PageBytes()], a[off:off+geo.PageBytes()])
+				}
+				return time.Since(start)
+			}
+			handoffOnce(b, r, w, src, -2)
+			raw()
+			var tr, th time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				tr += raw()
+				th += handoffOnce(b, r, w, src, i)
+			}
+			report(b, tr, th)
+		})
+	}
+}
