@@ -9,6 +9,25 @@
 // written per layer (I4), released pages are scrubbed (I7), pages a transfer
 // may still write wait in quarantine (I6), and every failed check is a typed
 // *Violation that quarantines the page and counts a metric (I8).
+//
+// Life of a page:
+//
+//	Free --Reserve/Extend--> Reserved --Put/WritePage/MarkWritten--> Filling --Seal--> Sealed
+//	  ^                         |                                       |                |
+//	  +--scrub--Release---------+---------------------------------------+----------------+
+//	  |                         |
+//	  +--scrub--DrainAck/Expire-- Quarantined <--Quarantine (transfer may still write, I6)
+//	                              Quarantined <--any violation (I8)
+//
+// A violation-quarantined page still held by its owner leaves on the
+// owner's Release; one nobody holds (a write or double release after
+// release) waits out a lease. Reserve hands out a new generation every
+// time, so a table entry outliving its allocation fails every check.
+//
+// The data path (View.Put and View.Block, called per token and layer by the
+// forward pass) is lock-free: one atomic load of the page's tag (generation
+// and state) and an owner check done once per view entry under the lock.
+// Everything else takes the pool mutex.
 package kv
 
 import "time"

@@ -604,10 +604,11 @@ func (p *Pool) Digest(o Owner, refs []PageRef, tokens int) ([16]byte, error) {
 			return [16]byte{}, v
 		}
 	}
+	// Hashed under the lock: an abort path releasing (and scrubbing) these
+	// pages from another goroutine must not race the hash.
+	d := p.seqDigest(refs, tokens)
 	p.mu.Unlock()
-	// Hashed outside the lock: the owner holds these pages and does not
-	// write them while it digests them.
-	return p.seqDigest(refs, tokens), nil
+	return d, nil
 }
 
 // Stats snapshots page counts and violation counters.
