@@ -36,6 +36,9 @@ func tileQ8_0AVX512(out *float32, outStride int, wp *byte, nGroups int, xt *byte
 func tileF32AVX512(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
 
 //go:noescape
+func rowsQ4_KAVX2(out *float32, w, x *byte, nRows, nsb int)
+
+//go:noescape
 func axpyAVX2(y *float32, a float32, x *float32, n int)
 
 //go:noescape
@@ -139,6 +142,8 @@ func init() {
 	f32Kernels[AVX2].rows = f32RowsAsm(false)
 	f32Kernels[AVX512].rows = f32RowsAsm(true)
 	f32Kernels[AVX512].tiles = f32TilesAVX512
+	q4_KKernels[AVX2].rows = q4_KRowsAsm
+	q4_KKernels[AVX512].rows = q4_KRowsAsm
 	f16Kernels[AVX2].rows = f16RowsAsm(false)
 	f16Kernels[AVX512].rows = f16RowsAsm(true)
 	q8_0Kernels[AVX2].rows = q8_0RowsAsm(false)
@@ -195,4 +200,13 @@ func f32TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actBu
 		tileF32AVX512(&out[t0*outStride], outStride, wp, nGroups, &act.f32[t0*n], n)
 	}
 	return nTiles * tileTok
+}
+
+func q4_KRowsAsm(out []float32, w []byte, act actBuf, t int) {
+	x := act.row(t)
+	nsb := len(x) / 292
+	if len(w) < 144*nsb*len(out) || nsb == 0 {
+		panic("kernels: short Q4_K weight tile")
+	}
+	rowsQ4_KAVX2(&out[0], &w[0], &x[0], len(out), nsb)
 }

@@ -1189,3 +1189,120 @@ f32t_red:
 f32t_done:
 	VZEROUPPER
 	RET
+
+DATA nib4<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA nib4<>+8(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA nib4<>+16(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA nib4<>+24(SB)/8, $0x0f0f0f0f0f0f0f0f
+GLOBL nib4<>(SB), RODATA|NOPTR, $32
+
+// Q4KSUB adds sub-blocks 2k (low nibbles) and 2k+1 (high nibbles) of the
+// 32 qs bytes at Q, against Q8_K qs at XA and XB, scaled by the int16
+// scales at SA and SB, to the int32 lanes of Y8. Products fit int16
+// (15*127*2), scaled pairs fit int32.
+#define Q4KSUB(Q, XA, XB, SA, SB) \
+	VMOVDQU Q, Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPMADDUBSW XA, Y4, Y6 \
+	VPBROADCASTW SA, Y7 \
+	VPMADDWD Y7, Y6, Y6 \
+	VPADDD Y6, Y8, Y8 \
+	VPMADDUBSW XB, Y5, Y6 \
+	VPBROADCASTW SB, Y7 \
+	VPMADDWD Y7, Y6, Y6 \
+	VPADDD Y6, Y8, Y8
+
+// HSUMD folds the 8 int32 lanes of Y (X its low half) into lane 0 of X.
+#define HSUMD(Y, X, T) \
+	VEXTRACTI128 $1, Y, T \
+	VPADDD T, X, X \
+	VPSHUFD $0x4e, X, T \
+	VPADDD T, X, X \
+	VPSHUFD $0xb1, X, T \
+	VPADDD T, X, X
+
+// func rowsQ4_KAVX2(out *float32, w, x *byte, nRows, nsb int)
+// Canonical Q4_K order (generic.go dotQ4_KGeneric): exact integer sums per
+// super-block, then acc += (d*dx)*isum - (dmin*dx)*imin in scalar float32.
+TEXT ·rowsQ4_KAVX2(SB), NOSPLIT, $16-40
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ nRows+24(FP), R8
+	MOVQ nsb+32(FP), R9
+	VMOVDQU nib4<>(SB), Y15
+
+q4k_row:
+	TESTQ R8, R8
+	JZ   q4k_done
+	VXORPS X13, X13, X13
+	MOVQ DX, BX
+	MOVQ R9, R10
+
+q4k_sb:
+	// Unpack the 6-bit scales (AX: sc0-7 bytes) and mins (CX: m0-7).
+	MOVL 4(SI), AX
+	MOVL 8(SI), CX
+	MOVL 12(SI), R11
+	MOVL R11, R12
+	SHRL $4, R12
+	ANDL $0x0f0f0f0f, R12
+	MOVL CX, R13
+	SHRL $6, R13
+	ANDL $0x03030303, R13
+	SHLL $4, R13
+	ORL  R13, R12
+	ANDL $0x3f3f3f3f, CX
+	ANDL $0x0f0f0f0f, R11
+	MOVL AX, R13
+	SHRL $6, R13
+	ANDL $0x03030303, R13
+	SHLL $4, R13
+	ORL  R13, R11
+	ANDL $0x3f3f3f3f, AX
+	SHLQ $32, R11
+	ORQ  R11, AX
+	SHLQ $32, R12
+	ORQ  R12, CX
+	VMOVQ AX, X0
+	VPMOVZXBW X0, X0
+	VMOVDQU X0, sc-16(SP)
+	VMOVQ CX, X1
+	VPMOVZXBW X1, X1
+	VPUNPCKLWD X1, X1, X2
+	VPUNPCKHWD X1, X1, X3
+	VINSERTI128 $1, X3, Y2, Y2
+	VPMADDWD 260(BX), Y2, Y2  // m_j * (bsum 2j + bsum 2j+1)
+	VPXOR Y8, Y8, Y8
+	Q4KSUB(16(SI), 4(BX), 36(BX), sc-16(SP), sc-14(SP))
+	Q4KSUB(48(SI), 68(BX), 100(BX), sc-12(SP), sc-10(SP))
+	Q4KSUB(80(SI), 132(BX), 164(BX), sc-8(SP), sc-6(SP))
+	Q4KSUB(112(SI), 196(BX), 228(BX), sc-4(SP), sc-2(SP))
+	HSUMD(Y8, X8, X9)
+	HSUMD(Y2, X2, X9)
+	VCVTDQ2PS X8, X8
+	VCVTDQ2PS X2, X2
+	VMOVD (SI), X10
+	VCVTPH2PS X10, X10        // d, dmin
+	VBROADCASTSS (BX), X11    // dx
+	VMULPS X11, X10, X10      // d*dx, dmin*dx
+	VMULSS X10, X8, X8
+	VMOVSHDUP X10, X12
+	VMULSS X12, X2, X2
+	VSUBSS X2, X8, X8
+	VADDSS X8, X13, X13
+	ADDQ $144, SI
+	ADDQ $292, BX
+	DECQ R10
+	JNZ  q4k_sb
+
+	VMOVSS X13, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q4k_row
+
+q4k_done:
+	VZEROUPPER
+	RET
