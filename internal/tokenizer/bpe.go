@@ -17,7 +17,7 @@ type bpeScratch struct {
 	pr     []uint64
 	mapped []byte
 	syms   []bpeSym
-	q      heap[bpeBigram]
+	q      bpeQueue
 }
 
 // Both structs are kept small: a long word (a run of letters has no upper
@@ -34,11 +34,9 @@ type bpeBigram struct {
 	lid, rid    int32
 }
 
-func bpeLess(a, b bpeBigram) bool {
-	if a.rank != b.rank {
-		return a.rank < b.rank
-	}
-	return a.left < b.left
+// before orders the work queue: lowest rank first, then leftmost.
+func (a bpeBigram) before(b bpeBigram) bool {
+	return a.rank < b.rank || a.rank == b.rank && a.left < b.left
 }
 
 // smallWord is the length up to which the quadratic scan beats the heap.
@@ -136,7 +134,6 @@ func (t *Tokenizer) mergeHeap(word string, out []int32, sc *bpeScratch) []int32 
 	}
 	q := &sc.q
 	q.items = q.items[:0]
-	q.less = bpeLess
 	add := func(l, r int32) {
 		if l < 0 || r < 0 || syms[l].id < 0 || syms[r].id < 0 {
 			return

@@ -22,12 +22,9 @@ type spmBigram struct {
 	size        int32
 }
 
-// spmLess orders the work queue: higher score first, then leftmost.
-func spmLess(a, b spmBigram) bool {
-	if a.score != b.score {
-		return a.score > b.score
-	}
-	return a.left < b.left
+// before orders the work queue: higher score first, then leftmost.
+func (a spmBigram) before(b spmBigram) bool {
+	return a.score > b.score || a.score == b.score && a.left < b.left
 }
 
 // charLen is the length of the character at s[0]. For valid UTF-8 this is
@@ -46,7 +43,7 @@ func charLen(s string) int {
 
 type spmScratch struct {
 	syms []spmSym
-	q    heap[spmBigram]
+	q    spmQueue
 }
 
 // encodeSPM tokenizes escaped text (spaces already U+2581).
@@ -59,7 +56,6 @@ type spmScratch struct {
 // of the cost on long prompts.
 func (t *Tokenizer) encodeSPM(text string, out []int32) []int32 {
 	var sc spmScratch
-	sc.q.less = spmLess
 	if !t.spmSplitAtSpace {
 		return t.encodeSPMPiece(text, out, &sc)
 	}
@@ -143,50 +139,4 @@ func (t *Tokenizer) encodeSPMPiece(text string, out []int32, sc *spmScratch) []i
 	}
 	sc.syms = syms
 	return out
-}
-
-// heap is a binary min-heap under less (the standard library's
-// container/heap boxes every element in an interface).
-type heap[T any] struct {
-	items []T
-	less  func(a, b T) bool
-}
-
-func (h *heap[T]) len() int { return len(h.items) }
-
-func (h *heap[T]) push(x T) {
-	h.items = append(h.items, x)
-	i := len(h.items) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.less(h.items[i], h.items[p]) {
-			break
-		}
-		h.items[i], h.items[p] = h.items[p], h.items[i]
-		i = p
-	}
-}
-
-func (h *heap[T]) pop() T {
-	top := h.items[0]
-	last := len(h.items) - 1
-	h.items[0] = h.items[last]
-	h.items = h.items[:last]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= last {
-			break
-		}
-		m := l
-		if r := l + 1; r < last && h.less(h.items[r], h.items[l]) {
-			m = r
-		}
-		if !h.less(h.items[m], h.items[i]) {
-			break
-		}
-		h.items[i], h.items[m] = h.items[m], h.items[i]
-		i = m
-	}
-	return top
 }
