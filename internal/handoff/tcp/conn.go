@@ -221,9 +221,7 @@ func (c *conn) serverHandshake() error {
 	lo, hi, cmac := hello[0], hello[1], hello[2]
 	v := min(hi, byte(maxVersion))
 	if lo > hi || v < lo || v < minVersion || cmac > 1 {
-		err := protoErr("no common protocol version: client speaks %d..%d, server %d..%d", lo, hi, minVersion, maxVersion)
-		_ = c.send(tError, 0, encError(err))
-		return err
+		return protoErr("no common protocol version: client speaks %d..%d, server %d..%d", lo, hi, minVersion, maxVersion)
 	}
 	mac := cmac
 	if c.cfg.FrameMAC {

@@ -365,3 +365,79 @@ func TestPageDataCorruptedInTransit(t *testing.T) {
 	}
 	r.CheckDrained(t)
 }
+
+// Version negotiation: a client speaking only versions this server does
+// not know is refused with a clear error and the connection closed.
+func TestNoCommonVersion(t *testing.T) {
+	addr, _ := serve(t, Config{Secret: secret}, nil, nil)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(5 * time.Second))
+	fr := &framer{maxFrame: 1 << 20, isClient: true}
+	hello := append([]byte{maxVersion + 1, maxVersion + 3, 0}, make([]byte, 32)...)
+	bufs, _ := fr.encode(1, tHello, 0, [][]byte{hello})
+	b := net.Buffers(bufs)
+	b.WriteTo(nc)
+	f, err := fr.readFrame(nc, nil)
+	if err != nil || f.typ != tError {
+		t.Fatalf("want an error frame, got %v %+v", err, f)
+	}
+	if e := decError(f.payload); !errors.Is(e, handoff.ErrProtocol) || !strings.Contains(e.Error(), "no common protocol version") {
+		t.Fatalf("error %v", e)
+	}
+	requireClosed(t, nc)
+}
+
+// A peer that connects and never speaks is dropped after the handshake timeout.
+func TestHandshakeTimeout(t *testing.T) {
+	errs := make(chan error, 1)
+	s, err := NewServer(Config{Secret: secret, HandshakeTimeout: 100 * time.Millisecond}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.OnError = func(_ net.Addr, err error) { errs <- err }
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	go s.Serve(l)
+	defer s.Close()
+	nc, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	requireClosed(t, nc)
+	if err := <-errs; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("server reported %v, want a deadline", err)
+	}
+}
+
+// I12: the shared secret never travels on a command line, where every
+// local user can read it (ps, /proc/*/cmdline). No sluice subcommand may
+// define a flag that takes the secret itself; a *-file flag (or the
+// environment) is the way in.
+func TestNoSecretFlag(t *testing.T) {
+	files, _ := filepath.Glob("../../../cmd/sluice/*.go")
+	if len(files) == 0 {
+		t.Skip("cmd/sluice not found")
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			l := strings.ToLower(line)
+			if !strings.Contains(l, ".string(\"") && !strings.Contains(l, ".stringvar(") {
+				continue
+			}
+			if strings.Contains(l, "secret") && !strings.Contains(l, "secret-file") && !strings.Contains(l, "secret_file") {
+				t.Errorf("%s:%d defines a flag that takes a secret on the command line: %s", f, i+1, strings.TrimSpace(line))
+			}
+		}
+	}
+}
