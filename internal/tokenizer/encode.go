@@ -19,6 +19,12 @@ type fragment struct {
 // ("<|im_start|>", "<s>") become their ids; without it they are tokenized as
 // plain text. User-defined tokens are always matched, as llama.cpp and
 // Hugging Face do.
+//
+// Cost is linear in the text except within one pre-tokenized word (a run of
+// letters, or for SentencePiece a run without spaces), where merging is
+// O(n log n) like llama.cpp's and Hugging Face's: a single 1 MiB word takes
+// on the order of a second. Servers should bound the text length before
+// calling Encode.
 func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
 	out := make([]int32, 0, len(text)/3+2)
 	var frags []fragment
