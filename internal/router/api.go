@@ -63,7 +63,7 @@ func decodeBody(r io.Reader, v any) *apiError {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			param := te.Field
+			param := strings.TrimPrefix(te.Field, "commonParams.")
 			if param == "" {
 				return newErr(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object, not a JSON %s", te.Value)
 			}

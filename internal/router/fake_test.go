@@ -1,0 +1,185 @@
+package router
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"sluice/internal/engine"
+)
+
+// This file holds TEST DOUBLES ONLY: a byte-level tokenizer and an "echo"
+// engine whose output is known from first principles, so the HTTP layer can
+// be tested before (and apart from) the real engines.
+
+const (
+	fakeBOS   = 256
+	fakeEOS   = 257
+	fakeVocab = 258
+)
+
+// byteTok maps each byte to its own id; BOS 256, EOS 257.
+type byteTok struct{}
+
+func (byteTok) Encode(text string, addSpecial, _ bool) ([]int32, error) {
+	var ids []int32
+	if addSpecial {
+		ids = append(ids, fakeBOS)
+	}
+	for _, b := range []byte(text) {
+		ids = append(ids, int32(b))
+	}
+	return ids, nil
+}
+
+func (byteTok) NewDecoder() Decoder     { return &byteDec{} }
+func (byteTok) IsEOG(id int32) bool     { return id == fakeEOS }
+func (d *byteDec) Push(id int32) string { return d.push(id) }
+
+type byteDec struct{ pending []byte }
+
+// push holds back an incomplete UTF-8 sequence, as a real detokenizer must.
+func (d *byteDec) push(id int32) string {
+	if id >= 256 {
+		return ""
+	}
+	d.pending = append(d.pending, byte(id))
+	n := len(d.pending)
+	for i := max(0, n-3); i < n; i++ {
+		if !utf8.RuneStart(d.pending[i]) {
+			continue
+		}
+		if !utf8.FullRune(d.pending[i:]) {
+			out := string(d.pending[:i])
+			d.pending = append([]byte(nil), d.pending[i:]...)
+			return out
+		}
+	}
+	out := string(d.pending)
+	d.pending = d.pending[:0]
+	return out
+}
+
+// echoEngine generates the prompt's bytes (BOS dropped) then EOS: the
+// output of any prompt is known without running a model. Markers in the
+// prompt script failures:
+//
+//	FAIL_EARLY  the stream fails before any token (handoff_failed, 502)
+//	FAIL_LATE   two tokens, then kv_integrity_violation (500)
+//	HOLD        tokens wait for the engine's gate (cancellation tests)
+type echoEngine struct {
+	ctx       int
+	gate      chan struct{}
+	mu        sync.Mutex
+	active    int
+	cancels   atomic.Int64
+	submitted atomic.Int64
+	tenants   []string
+	refuse    *engine.Error
+}
+
+func newEcho(ctx int) *echoEngine { return &echoEngine{ctx: ctx, gate: make(chan struct{})} }
+
+func (e *echoEngine) Info() engine.Info {
+	return engine.Info{Model: "echo-test-double", Context: e.ctx, Vocab: fakeVocab}
+}
+
+func (e *echoEngine) Close(context.Context) error { return nil }
+
+func (e *echoEngine) Active() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.active
+}
+
+func (e *echoEngine) Tenants() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.tenants...)
+}
+
+type echoStream struct {
+	ch     chan engine.Event
+	cancel chan struct{}
+	once   sync.Once
+	eng    *echoEngine
+}
+
+func (s *echoStream) Events() <-chan engine.Event { return s.ch }
+func (s *echoStream) Cancel() {
+	s.once.Do(func() { s.eng.cancels.Add(1); close(s.cancel) })
+}
+
+func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream, error) {
+	e.submitted.Add(1)
+	if e.refuse != nil {
+		return nil, e.refuse
+	}
+	if len(r.Prompt)+r.MaxTokens > e.ctx {
+		return nil, &engine.Error{Code: engine.CodeContextLength, Status: 400, Message: "engine admission refused"}
+	}
+	e.mu.Lock()
+	e.active++
+	e.tenants = append(e.tenants, r.Tenant)
+	e.mu.Unlock()
+	s := &echoStream{ch: make(chan engine.Event, r.MaxTokens+2), cancel: make(chan struct{}), eng: e}
+	var body []int32
+	for _, t := range r.Prompt {
+		if t != fakeBOS {
+			body = append(body, t)
+		}
+	}
+	text := string(func() []byte {
+		b := make([]byte, len(body))
+		for i, t := range body {
+			b[i] = byte(t)
+		}
+		return b
+	}())
+	go func() {
+		defer func() {
+			e.mu.Lock()
+			e.active--
+			e.mu.Unlock()
+			close(s.ch)
+		}()
+		usage := engine.Usage{PromptTokens: len(r.Prompt)}
+		if strings.Contains(text, "FAIL_EARLY") {
+			s.ch <- engine.Event{Err: &engine.Error{Code: engine.CodeHandoff, Status: http.StatusBadGateway, Message: "the KV handoff failed verification"}, Usage: usage}
+			return
+		}
+		out := append(append([]int32(nil), body...), fakeEOS)
+		for i, t := range out {
+			if strings.Contains(text, "HOLD") {
+				select {
+				case <-e.gate:
+				case <-s.cancel:
+				}
+			}
+			select {
+			case <-s.cancel:
+				s.ch <- engine.Event{Err: &engine.Error{Code: engine.CodeCancelled, Status: engine.StatusClientClosed, Message: "cancelled"}, Usage: usage}
+				return
+			default:
+			}
+			if i == 2 && strings.Contains(text, "FAIL_LATE") {
+				s.ch <- engine.Event{Err: &engine.Error{Code: engine.CodeIntegrity, Status: 500, Message: "a KV page failed its owner check"}, Usage: usage}
+				return
+			}
+			s.ch <- engine.Event{Token: t}
+			usage.CompletionTokens++
+			if t == fakeEOS {
+				s.ch <- engine.Event{Done: true, Finish: "stop", Usage: usage}
+				return
+			}
+			if usage.CompletionTokens == r.MaxTokens {
+				s.ch <- engine.Event{Done: true, Finish: "length", Usage: usage}
+				return
+			}
+		}
+	}()
+	return s, nil
+}
