@@ -3,12 +3,15 @@ package engine
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"sluice/internal/handoff"
+	"sluice/internal/handoff/shm"
+	"sluice/internal/handoff/tcp"
 	"sluice/internal/kv"
 )
 
@@ -96,22 +99,53 @@ type abortRig struct {
 	tp  *tap
 }
 
-func newAbortRig(t *testing.T, prefillModel Runtime) *abortRig {
-	return newAbortRig2(t, prefillModel, nil)
+// transports are the links between prefill and decode every abort test
+// runs over: direct calls, loopback TCP, and TCP notices plus one-sided
+// writes into the decode pool's shared mapping.
+var transports = []string{"inproc", "tcp", "shm"}
+
+func forTransports(t *testing.T, f func(t *testing.T, transport string)) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) { f(t, tr) })
+	}
 }
 
-func newAbortRig2(t *testing.T, prefillModel, decodeModel Runtime) *abortRig {
+func newAbortRig(t *testing.T, transport string, prefillModel Runtime) *abortRig {
+	return newAbortRig2(t, transport, prefillModel, nil)
+}
+
+func newAbortRig2(t *testing.T, transport string, prefillModel, decodeModel Runtime) *abortRig {
 	t.Helper()
 	m := newToy()
 	dcfg := toyConfig(m, 32)
 	if decodeModel != nil {
 		dcfg.Model = decodeModel
 	}
+	if transport == "shm" {
+		dcfg.SharedFile = filepath.Join(t.TempDir(), "decode.pool")
+	}
 	dw, err := NewDecodeWorker(dcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp := &tap{Decode: dw}
+	var link handoff.Decode = dw
+	var closers []func()
+	if transport != "inproc" {
+		tc := tcp.Config{Secret: []byte("engine-test-shared-secret-0123456789")}
+		addr, stop := serveTCP(t, tc, dw, nil)
+		dc := dialTCP(t, tc, addr)
+		closers = append(closers, stop, func() { dc.Close() })
+		link = dc
+		if transport == "shm" {
+			w, err := shm.Open(dcfg.SharedFile, kv.Geometry{Layers: m.layers, KVDim: m.kvdim, PageSize: dcfg.PageSize}, dc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closers = append(closers, func() { w.Close() })
+			link = w
+		}
+	}
+	tp := &tap{Decode: link}
 	pcfg := toyConfig(m, 32)
 	if prefillModel != nil {
 		pcfg.Model = prefillModel
@@ -125,7 +159,14 @@ func newAbortRig2(t *testing.T, prefillModel, decodeModel Runtime) *abortRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { eng.Close(context.Background()); pw.Close(); dw.Close() })
+	t.Cleanup(func() {
+		eng.Close(context.Background())
+		pw.Close()
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+		dw.Close()
+	})
 	return &abortRig{m: m, dw: dw, pw: pw, eng: eng, tp: tp}
 }
 
@@ -138,6 +179,12 @@ func (r *abortRig) after(t *testing.T) {
 	r.tp.beforeWrite, r.tp.afterCommit = nil, nil
 	r.tp.mu.Unlock()
 	for _, p := range []*kv.Pool{r.pw.Pool(), r.dw.Pool()} {
+		// Pages a one-sided writer might still write stay quarantined until
+		// its drain acknowledgement or the lease (I6): give that a moment.
+		deadline := time.Now().Add(5 * time.Second)
+		for p.CheckDrained() != nil && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
 		if err := p.CheckDrained(); err != nil {
 			t.Fatalf("pool not drained after the abort: %v", err)
 		}
@@ -162,90 +209,100 @@ func wantErr(t *testing.T, r result) {
 }
 
 func TestAbortReserved(t *testing.T) {
-	r := newAbortRig(t, nil)
-	// The abort lands after Reserve, before any page write: every write of
-	// the prefill that follows is late and dropped (I6 fencing).
-	r.tp.beforeWrite = func(tp *tap, n int) {
-		if n == 0 {
-			tp.abort()
+	forTransports(t, func(t *testing.T, transport string) {
+		r := newAbortRig(t, transport, nil)
+		// The abort lands after Reserve, before any page write: every write of
+		// the prefill that follows is late and dropped (I6 fencing).
+		r.tp.beforeWrite = func(tp *tap, n int) {
+			if n == 0 {
+				tp.abort()
+			}
 		}
-	}
-	s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 13), MaxTokens: 6})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantErr(t, collect(t, s))
-	if st := r.dw.ReceiverStats(); st.LateWrites == 0 {
-		t.Fatalf("the write after the abort was not counted as late: %+v", st)
-	}
-	r.after(t)
+		s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 13), MaxTokens: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantErr(t, collect(t, s))
+		if st := r.dw.ReceiverStats(); st.LateWrites == 0 {
+			t.Fatalf("the write after the abort was not counted as late: %+v", st)
+		}
+		r.after(t)
+	})
 }
 
 func TestAbortPrefilling(t *testing.T) {
-	g := &gated{toy: newToy(), entered: make(chan struct{}), release: make(chan struct{})}
-	r := newAbortRig(t, g)
-	s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(2, 13), MaxTokens: 6})
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-g.entered
-	r.tp.abort() // decode gives up while the prompt is still running
-	close(g.release)
-	wantErr(t, collect(t, s))
-	if st := r.dw.ReceiverStats(); st.LateWrites == 0 {
-		t.Fatalf("writes after the abort were not counted as late: %+v", st)
-	}
-	r.after(t)
+	forTransports(t, func(t *testing.T, transport string) {
+		g := &gated{toy: newToy(), entered: make(chan struct{}), release: make(chan struct{})}
+		r := newAbortRig(t, transport, g)
+		s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(2, 13), MaxTokens: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-g.entered
+		r.tp.abort() // decode gives up while the prompt is still running
+		close(g.release)
+		wantErr(t, collect(t, s))
+		if st := r.dw.ReceiverStats(); st.LateWrites == 0 {
+			t.Fatalf("writes after the abort were not counted as late: %+v", st)
+		}
+		r.after(t)
+	})
 }
 
 func TestAbortTransferring(t *testing.T) {
-	r := newAbortRig(t, nil)
-	r.tp.beforeWrite = func(tp *tap, n int) {
-		if n == 1 { // one page applied, the rest still to come
-			tp.abort()
+	forTransports(t, func(t *testing.T, transport string) {
+		r := newAbortRig(t, transport, nil)
+		r.tp.beforeWrite = func(tp *tap, n int) {
+			if n == 1 { // one page applied, the rest still to come
+				tp.abort()
+			}
 		}
-	}
-	s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(3, 13), MaxTokens: 6})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantErr(t, collect(t, s))
-	if st := r.dw.ReceiverStats(); st.LateWrites == 0 || st.Aborted == 0 {
-		t.Fatalf("abort mid-transfer: want a counted abort and late write, got %+v", st)
-	}
-	r.after(t)
+		s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(3, 13), MaxTokens: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantErr(t, collect(t, s))
+		if st := r.dw.ReceiverStats(); st.LateWrites == 0 || st.Aborted == 0 {
+			t.Fatalf("abort mid-transfer: want a counted abort and late write, got %+v", st)
+		}
+		r.after(t)
+	})
 }
 
 func TestAbortCommitted(t *testing.T) {
-	// Decoding is held at its first step so the abort surely lands between
-	// the accepted commit and the end of decoding.
-	g := &gated{toy: newToy(), after: 0, entered: make(chan struct{}), release: make(chan struct{})}
-	r := newAbortRig2(t, nil, g)
-	r.tp.afterCommit = func(tp *tap) { tp.abort(); close(g.release) }
-	s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(4, 13), MaxTokens: 50, IgnoreEOS: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantErr(t, collect(t, s))
-	r.after(t)
+	forTransports(t, func(t *testing.T, transport string) {
+		// Decoding is held at its first step so the abort surely lands between
+		// the accepted commit and the end of decoding.
+		g := &gated{toy: newToy(), after: 0, entered: make(chan struct{}), release: make(chan struct{})}
+		r := newAbortRig2(t, transport, nil, g)
+		r.tp.afterCommit = func(tp *tap) { tp.abort(); close(g.release) }
+		s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(4, 13), MaxTokens: 50, IgnoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantErr(t, collect(t, s))
+		r.after(t)
+	})
 }
 
 func TestAbortDecoding(t *testing.T) {
-	g := &gated{toy: newToy(), after: 2, entered: make(chan struct{}), release: make(chan struct{})}
-	r := newAbortRig2(t, nil, g)
-	s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(5, 13), MaxTokens: 60, IgnoreEOS: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-g.entered // two decode steps done, the third is waiting
-	r.tp.abort()
-	close(g.release)
-	res := collect(t, s)
-	wantErr(t, res)
-	if len(res.tokens) >= 60 {
-		t.Fatalf("decoding ran to the end despite the abort")
-	}
-	r.after(t)
+	forTransports(t, func(t *testing.T, transport string) {
+		g := &gated{toy: newToy(), after: 2, entered: make(chan struct{}), release: make(chan struct{})}
+		r := newAbortRig2(t, transport, nil, g)
+		s, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(5, 13), MaxTokens: 60, IgnoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-g.entered // two decode steps done, the third is waiting
+		r.tp.abort()
+		close(g.release)
+		res := collect(t, s)
+		wantErr(t, res)
+		if len(res.tokens) >= 60 {
+			t.Fatalf("decoding ran to the end despite the abort")
+		}
+		r.after(t)
+	})
 }
 
 // TestCancelDuringTransferRunsToCommit is I10: a client disconnect in the
@@ -253,37 +310,39 @@ func TestAbortDecoding(t *testing.T) {
 // reaches its first token, then the request ends as cancelled and every
 // page goes back by the normal path.
 func TestCancelDuringTransferRunsToCommit(t *testing.T) {
-	r := newAbortRig(t, nil)
-	var s Stream
-	ready := make(chan struct{})
-	r.tp.beforeWrite = func(tp *tap, n int) {
-		if n == 1 {
-			<-ready
-			s.Cancel()
+	forTransports(t, func(t *testing.T, transport string) {
+		r := newAbortRig(t, transport, nil)
+		var s Stream
+		ready := make(chan struct{})
+		r.tp.beforeWrite = func(tp *tap, n int) {
+			if n == 1 {
+				<-ready
+				s.Cancel()
+			}
 		}
-	}
-	var err error
-	s, err = r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(6, 13), MaxTokens: 40, IgnoreEOS: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	close(ready)
-	res := collect(t, s)
-	var e *Error
-	if !errors.As(res.final.Err, &e) || e.Code != CodeCancelled {
-		t.Fatalf("want a cancelled end, got %+v", res.final)
-	}
-	st := r.dw.ReceiverStats()
-	if st.Accepted != 1 || st.Aborted != 0 || st.LateWrites != 0 {
-		t.Fatalf("the transfer was torn: %+v", st)
-	}
-	if res.final.Usage.PromptTokens != 13 {
-		t.Fatalf("usage after a cancel: %+v", res.final.Usage)
-	}
-	// Decode may finish its step after the cancel: wait for its release.
-	deadline := time.Now().Add(5 * time.Second)
-	for r.dw.Pool().CheckDrained() != nil && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	r.after(t)
+		var err error
+		s, err = r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(6, 13), MaxTokens: 40, IgnoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		close(ready)
+		res := collect(t, s)
+		var e *Error
+		if !errors.As(res.final.Err, &e) || e.Code != CodeCancelled {
+			t.Fatalf("want a cancelled end, got %+v", res.final)
+		}
+		st := r.dw.ReceiverStats()
+		if st.Accepted != 1 || st.Aborted != 0 || st.LateWrites != 0 {
+			t.Fatalf("the transfer was torn: %+v", st)
+		}
+		if res.final.Usage.PromptTokens != 13 {
+			t.Fatalf("usage after a cancel: %+v", res.final.Usage)
+		}
+		// Decode may finish its step after the cancel: wait for its release.
+		deadline := time.Now().Add(5 * time.Second)
+		for r.dw.Pool().CheckDrained() != nil && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		r.after(t)
+	})
 }

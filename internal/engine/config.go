@@ -38,6 +38,9 @@ type Config struct {
 	StepTokens int
 	// BatchBytes bounds the page bytes of one transfer batch (default 1 MiB).
 	BatchBytes int
+	// QueueTimeout bounds how long a prompt waits for room in the prefill
+	// pool (default 30s).
+	QueueTimeout time.Duration
 	// LazyPages makes the colocated engine reserve only the prompt's pages
 	// and extend them as decoding proceeds (more requests fit; a request may
 	// then fail mid-output when the pool runs dry). Default: reserve prompt
@@ -86,6 +89,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConcurrency <= 0 {
 		c.MaxConcurrency = 64
+	}
+	if c.QueueTimeout <= 0 {
+		c.QueueTimeout = 30 * time.Second
 	}
 	if c.Lease <= 0 {
 		c.Lease = 2 * time.Second

@@ -171,6 +171,13 @@ func (w *DecodeWorker) Write(ctx context.Context, ws []handoff.PageWrite) error 
 	if len(ws) == 0 {
 		return nil
 	}
+	for i := range ws {
+		if ws[i].Handoff != ws[0].Handoff {
+			// The failure could not be pinned on one handoff; refuse the
+			// call whole, before any write is applied.
+			return handoff.ErrProtocol.With("one Write call carries writes of two handoffs")
+		}
+	}
 	w.rmu.Lock()
 	err := w.recv.Write(time.Now(), ws)
 	w.rmu.Unlock()

@@ -58,8 +58,11 @@ func (w *PrefillWorker) signalFreed() {
 }
 
 // reserve waits for room in the prefill pool: its pages live only from the
-// prompt's first chunk to the commit, so room comes back quickly.
+// prompt's first chunk to the commit, so room comes back quickly. The wait
+// is bounded by QueueTimeout: a stuck pool refuses rather than hangs.
 func (w *PrefillWorker) reserve(ctx context.Context, o kv.Owner, n int) ([]kv.PageRef, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueueTimeout)
+	defer cancel()
 	for {
 		w.fmu.Lock()
 		ch := w.freed
