@@ -302,7 +302,7 @@ func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) {
 		promptTokens: h.prompt,
 		maxTokens:    h.maxTokens,
 		ignoreEOS:    h.params.IgnoreEOS,
-		samp:         sample.New(h.params.Sampling),
+		samp:         decodeSampler(h.params.Sampling),
 		first:        h.first,
 		hasFirst:     true,
 		decoded:      true,
@@ -396,3 +396,11 @@ func (t *tokenStream) Recv() (handoff.Token, error) {
 
 // Close implements handoff.TokenStream; decoding goes on (use Cancel).
 func (t *tokenStream) Close() error { return nil }
+
+// decodeSampler continues the request's random stream after the first
+// token, which the prefill worker drew with a sampler of the same seed.
+func decodeSampler(p sample.Params) *sample.Sampler {
+	s := sample.New(p)
+	s.Advance(1)
+	return s
+}
