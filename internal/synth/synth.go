@@ -38,8 +38,9 @@
 //
 // It produces gibberish but is fully deterministic. With the built-in
 // vocabulary the output.weight rows of control bytes, bytes 0x7F-0xFF and
-// the special tokens are scaled down (x0.05), so generated text is
-// printable ASCII and EOS is rare: ask for max_tokens, don't wait for EOS.
+// the special tokens are scaled down (x0.05), so generated text is almost
+// always printable ASCII and EOS is rare: ask for max_tokens, don't wait
+// for EOS.
 package synth
 
 import (
