@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"sluice/internal/handoff"
 )
@@ -195,5 +196,31 @@ func TestPoolExhaustedMidDecodeFailsClearly(t *testing.T) {
 	}
 	if err := e.Pool().CheckDrained(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAbandonedReservationIsReclaimed: a router that reserved and vanished
+// does not hold decode pages forever.
+func TestAbandonedReservationIsReclaimed(t *testing.T) {
+	cfg := toyConfig(newToy(), 32)
+	cfg.HandoffTimeout = time.Minute
+	dw, err := NewDecodeWorker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	if _, err := dw.Reserve(context.Background(), &handoff.Reserve{Handoff: newID(), Tenant: "a", PromptTokens: 9, MaxTokens: 3}); err != nil {
+		t.Fatal(err)
+	}
+	dw.Tick(time.Now())
+	if dw.Pool().CheckDrained() == nil {
+		t.Fatal("the reservation was reclaimed before its timeout")
+	}
+	dw.Tick(time.Now().Add(2 * time.Minute))
+	if err := dw.Pool().CheckDrained(); err != nil {
+		t.Fatalf("an abandoned reservation still holds pages: %v", err)
+	}
+	if st := dw.ReceiverStats(); st.Aborted != 1 {
+		t.Fatalf("stats %+v", st)
 	}
 }

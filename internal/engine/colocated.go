@@ -279,3 +279,17 @@ func (s *stream) push(o outcome) {
 		s.onClose()
 	}
 }
+
+// Pools lists the engine's KV pool by role name (see Local.Pools).
+func (c *Colocated) Pools() map[string]*kv.Pool { return map[string]*kv.Pool{"colocated": c.Pool()} }
+
+// PoolReporter is implemented by engines that hold KV pools in this
+// process; the router's metrics read them through it.
+type PoolReporter interface {
+	Pools() map[string]*kv.Pool
+}
+
+var (
+	_ PoolReporter = (*Colocated)(nil)
+	_ PoolReporter = (*Local)(nil)
+)

@@ -38,6 +38,10 @@ type Config struct {
 	StepTokens int
 	// BatchBytes bounds the page bytes of one transfer batch (default 1 MiB).
 	BatchBytes int
+	// HandoffTimeout bounds how long a decode reservation may wait for its
+	// commit and its stream before it is aborted (default 2 minutes): a
+	// router or prefill worker that died must not hold pages forever.
+	HandoffTimeout time.Duration
 	// QueueTimeout bounds how long a prompt waits for room in the prefill
 	// pool (default 30s).
 	QueueTimeout time.Duration
@@ -89,6 +93,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConcurrency <= 0 {
 		c.MaxConcurrency = 64
+	}
+	if c.HandoffTimeout <= 0 {
+		c.HandoffTimeout = 2 * time.Minute
 	}
 	if c.QueueTimeout <= 0 {
 		c.QueueTimeout = 30 * time.Second

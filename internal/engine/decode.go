@@ -51,6 +51,7 @@ type dhandoff struct {
 	started   bool
 	q         *seq
 	failed    error
+	since     time.Time // reserved at
 }
 
 // NewDecodeWorker builds a decode worker with its own pool. It refuses a
@@ -128,6 +129,20 @@ func (w *DecodeWorker) Tick(now time.Time) {
 	w.rmu.Lock()
 	w.recv.Tick(now)
 	w.rmu.Unlock()
+	// A handoff that never started decoding within HandoffTimeout lost its
+	// router or its prefill worker: abort it so its pages come back
+	// (through quarantine when a one-sided writer may still write, I6).
+	var stale []kv.ID
+	w.mu.Lock()
+	for id, h := range w.handoffs {
+		if !h.started && now.Sub(h.since) > w.cfg.HandoffTimeout {
+			stale = append(stale, id)
+		}
+	}
+	w.mu.Unlock()
+	for _, id := range stale {
+		_ = w.Abort(context.Background(), &handoff.Abort{Handoff: id, Reason: "the handoff did not start decoding within its timeout"})
+	}
 }
 
 // ReceiverStats are the protocol counters: late writes dropped, handoffs
@@ -162,7 +177,7 @@ func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handof
 	if err != nil {
 		return nil, err
 	}
-	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens}
+	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: time.Now()}
 	return res, nil
 }
 

@@ -333,3 +333,9 @@ func (l *Local) Close(ctx context.Context) error {
 	l.Decode.Close()
 	return err
 }
+
+// Pools lists the KV pools of this process's roles by role name, for
+// metrics (pages by state, violations, late writes) and drain checks.
+func (l *Local) Pools() map[string]*kv.Pool {
+	return map[string]*kv.Pool{"prefill": l.Prefill.Pool(), "decode": l.Decode.Pool()}
+}
