@@ -223,4 +223,11 @@ func TestAbandonedReservationIsReclaimed(t *testing.T) {
 	if st := dw.ReceiverStats(); st.Aborted != 1 {
 		t.Fatalf("stats %+v", st)
 	}
+	dw.Tick(time.Now().Add(4 * time.Minute))
+	dw.mu.Lock()
+	n := len(dw.handoffs)
+	dw.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d ended handoffs are still remembered", n)
+	}
 }

@@ -135,9 +135,15 @@ func (w *DecodeWorker) Tick(now time.Time) {
 	var stale []kv.ID
 	w.mu.Lock()
 	for id, h := range w.handoffs {
-		if !h.started && now.Sub(h.since) > w.cfg.HandoffTimeout {
-			stale = append(stale, id)
+		if h.started || now.Sub(h.since) <= w.cfg.HandoffTimeout {
+			continue
 		}
+		if h.failed != nil {
+			// Already over (pages gone); only its stream never came.
+			delete(w.handoffs, id)
+			continue
+		}
+		stale = append(stale, id)
 	}
 	w.mu.Unlock()
 	for _, id := range stale {
