@@ -126,9 +126,9 @@ func TestOracleStories(t *testing.T) {
 			t.Errorf("request %d: usage %+v, want %d prompt %d completion (I9)", i, u, len(reqs[i].Prompt), len(want[i]))
 		}
 	}
-	if col.sched.maxSeqs.Load() < 2 || loc.Decode.sched.maxSeqs.Load() < 2 {
-		t.Errorf("no step ever batched two sequences (colocated %d, decode %d): continuous batching did not happen",
-			col.sched.maxSeqs.Load(), loc.Decode.sched.maxSeqs.Load())
+	if col.sched.maxSeqs.Load() < 2 || loc.Decode.sched.maxSeqs.Load() < 2 || loc.Prefill.sched.maxSeqs.Load() < 2 {
+		t.Errorf("no step ever batched two sequences (colocated %d, prefill %d, decode %d): batching did not happen",
+			col.sched.maxSeqs.Load(), loc.Prefill.sched.maxSeqs.Load(), loc.Decode.sched.maxSeqs.Load())
 	}
 	col.Close(context.Background())
 	loc.Close(context.Background())
