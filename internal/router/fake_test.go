@@ -38,6 +38,11 @@ func (byteTok) Encode(text string, addSpecial, _ bool) ([]int32, error) {
 func (byteTok) NewDecoder() Decoder     { return &byteDec{} }
 func (byteTok) IsEOG(id int32) bool     { return id == fakeEOS }
 func (d *byteDec) Push(id int32) string { return d.push(id) }
+func (d *byteDec) Flush() string {
+	out := strings.ToValidUTF8(string(d.pending), "\uFFFD")
+	d.pending = nil
+	return out
+}
 
 type byteDec struct{ pending []byte }
 

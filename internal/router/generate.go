@@ -114,8 +114,15 @@ loop:
 					}
 				}
 			default:
-				emit(stops.Flush())
 				out.finish = ev.Finish
+				if piece, hit := stops.Push(dec.Flush()); hit {
+					emit(piece)
+					out.finish = "stop"
+					break loop
+				} else {
+					emit(piece)
+				}
+				emit(stops.Flush())
 			}
 			break loop
 		}

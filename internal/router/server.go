@@ -35,9 +35,11 @@ type Tokenizer interface {
 }
 
 // Decoder turns a stream of ids into text. Push returns the text that is
-// complete after id (bytes of a partial UTF-8 character are held back).
+// complete after id (bytes of a partial UTF-8 character are held back);
+// Flush returns what is still held when the stream ends.
 type Decoder interface {
 	Push(id int32) string
+	Flush() string
 }
 
 // Config configures a Server.

@@ -1,0 +1,161 @@
+// Package node builds the roles of a sluice deployment from configuration:
+// it loads the model (a GGUF file or the built-in default), runs the local
+// preflight check for every role (I2) and sizes each role's KV pool from
+// that same report, so the pool a role runs with is the pool that was
+// checked. The commands (sluice serve, router, prefill, decode) and the
+// end-to-end tests share it.
+package node
+
+import (
+	"fmt"
+	"os"
+
+	"sluice/internal/engine"
+	"sluice/internal/gguf"
+	"sluice/internal/preflight"
+	"sluice/internal/router"
+	"sluice/internal/synth"
+	"sluice/internal/tokenizer"
+)
+
+// Model is a loaded model and everything derived from it.
+type Model struct {
+	// Name is the id clients see in /v1/models.
+	Name string
+	// BuiltIn is true for the built-in synthetic default model.
+	BuiltIn bool
+	Path    string
+	Runtime *engine.ModelRuntime
+	Tok     *tokenizer.Tokenizer
+	Shape   preflight.Model
+	file    *gguf.File
+}
+
+// BuiltInName names the built-in default model wherever it is shown.
+const BuiltInName = "sluice-default-synthetic"
+
+// LoadModel opens a GGUF model; an empty path loads the built-in default
+// model (deterministic synthetic weights, no download).
+func LoadModel(path string) (*Model, error) {
+	m := &Model{Path: path}
+	var f *gguf.File
+	var err error
+	if path == "" {
+		data, derr := synth.Default()
+		if derr != nil {
+			return nil, fmt.Errorf("built-in default model: %w", derr)
+		}
+		f, err = gguf.Parse(data)
+		m.Name, m.BuiltIn = BuiltInName, true
+	} else {
+		if _, serr := os.Stat(path); serr != nil {
+			return nil, fmt.Errorf("model file: %w", serr)
+		}
+		f, err = gguf.Open(path)
+		m.Name = modelName(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", m.describe(), err)
+	}
+	rt, tok, err := engine.LoadRuntime(m.Name, f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("model %s: %w", m.describe(), err)
+	}
+	m.file, m.Runtime, m.Tok = f, rt, tok
+	c := rt.Model().Config()
+	m.Shape = preflight.Model{Name: m.describe(), WeightBytes: c.TensorBytes, Layers: c.Layers,
+		KVHeads: c.KVHeads, HeadDim: c.HeadDim, TrainContext: c.Context}
+	return m, nil
+}
+
+func (m *Model) describe() string {
+	if m.BuiltIn || m.Path == "" {
+		return BuiltInName + " (built-in, synthetic random weights)"
+	}
+	return m.Path
+}
+
+// Describe is how logs name the model.
+func (m *Model) Describe() string { return m.describe() }
+
+// Close releases the model file's mapping; nothing may use the model after.
+func (m *Model) Close() error {
+	if m.file == nil {
+		return nil
+	}
+	return m.file.Close()
+}
+
+func modelName(path string) string {
+	base := path
+	for i := len(path) - 1; i >= 0; i-- {
+		if path[i] == '/' {
+			base = path[i+1:]
+			break
+		}
+	}
+	if len(base) > 5 && base[len(base)-5:] == ".gguf" {
+		base = base[:len(base)-5]
+	}
+	return base
+}
+
+// Pools is the pool configuration shared by every role of one process.
+type Pools struct {
+	// Context is the configured context; 0 means auto.
+	Context int
+	// KVMemory (bytes) or PoolTokens sizes each role's pool.
+	KVMemory   int64
+	PoolTokens int
+	PageSize   int
+}
+
+// Preflight checks the given roles (I2). The servers refuse to start when
+// the report is not OK.
+func (m *Model) Preflight(p Pools, roles ...string) preflight.Report {
+	in := preflight.Input{Model: m.Shape, Context: p.Context}
+	for _, r := range roles {
+		in.Pools = append(in.Pools, preflight.Pool{Role: r, KVMemory: p.KVMemory, PoolTokens: p.PoolTokens, PageSize: p.PageSize})
+	}
+	return preflight.Local(in)
+}
+
+// RoleConfig is the engine configuration of one role, sized from its
+// preflight verdict (the pool it runs with is the pool that was checked).
+func (m *Model) RoleConfig(rep preflight.Report, role string, threads, maxConcurrency int) (engine.Config, error) {
+	for _, rr := range rep.Roles {
+		if rr.Role == role {
+			return engine.Config{Model: m.Runtime, Context: rep.EffectiveContext, PoolPages: rr.Pages,
+				PageSize: rr.PageSize, Threads: threads, MaxConcurrency: maxConcurrency}, nil
+		}
+	}
+	return engine.Config{}, fmt.Errorf("preflight report has no role %q", role)
+}
+
+// Tokenizer adapts the model's tokenizer to the router.
+func (m *Model) Tokenizer() router.Tokenizer { return tokAdapter{m.Tok} }
+
+// ChatTemplate is the model's chat template, or the documented fallback
+// when the model has none.
+func (m *Model) ChatTemplate() (*router.ChatTemplate, error) {
+	return router.NewChatTemplate(m.Tok.ChatTemplate(), m.specialText(m.Tok.BOS()), m.specialText(m.Tok.EOS()))
+}
+
+// BOSText is the BOS token's text ("" when the model has none).
+func (m *Model) BOSText() string { return m.specialText(m.Tok.BOS()) }
+
+func (m *Model) specialText(id int32) string {
+	if id < 0 || int(id) >= m.Tok.Size() {
+		return ""
+	}
+	return m.Tok.Token(id)
+}
+
+type tokAdapter struct{ t *tokenizer.Tokenizer }
+
+func (a tokAdapter) Encode(text string, addSpecial, parseSpecial bool) ([]int32, error) {
+	return a.t.Encode(text, addSpecial, parseSpecial), nil
+}
+func (a tokAdapter) NewDecoder() router.Decoder { return a.t.NewStreamDecoder() }
+func (a tokAdapter) IsEOG(id int32) bool        { return a.t.IsEOG(id) }

@@ -1,0 +1,274 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+
+	"sluice/internal/engine"
+	"sluice/internal/handoff"
+	"sluice/internal/handoff/inproc"
+	"sluice/internal/handoff/shm"
+	"sluice/internal/handoff/tcp"
+	"sluice/internal/kv"
+	"sluice/internal/preflight"
+	"sluice/internal/router"
+)
+
+// Transports of `sluice serve`.
+const (
+	TransportInproc = "inproc"
+	TransportTCP    = "tcp"
+	TransportSHM    = "shm"
+)
+
+// LocalConfig configures every role in one process.
+type LocalConfig struct {
+	Pools
+	// Colocated runs one scheduler without a handoff (the reference path).
+	Colocated bool
+	// Transport between prefill and decode when not colocated.
+	Transport      string
+	Threads        int
+	MaxConcurrency int
+	// ShmDir holds the decode pool's shared file for the shm transport
+	// (default /dev/shm when present, else the temp dir).
+	ShmDir string
+	Logger *slog.Logger
+	// Engine, when set, adjusts each role's engine configuration before
+	// it is built (tests use it for LIFO page reuse).
+	Engine func(role string, c *engine.Config)
+}
+
+// Stack is a running set of roles and the engine the router drives.
+type Stack struct {
+	Engine engine.Engine
+	Report preflight.Report
+	// Pools is every role's KV pool, for metrics and drain checks.
+	Pools   map[string]*kv.Pool
+	decode  *engine.DecodeWorker
+	closers []func()
+}
+
+// Close drains the engine, then stops the roles and their transports.
+func (s *Stack) Close(ctx context.Context) error {
+	var err error
+	if s.Engine != nil {
+		err = s.Engine.Close(ctx)
+	}
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+	return err
+}
+
+// Stats reads every pool and the decode worker's protocol counters.
+func (s *Stack) Stats() router.EngineStats {
+	return Stats(s.Pools, s.decode)
+}
+
+// Stats builds a metrics snapshot from pools and an optional decode worker.
+func Stats(pools map[string]*kv.Pool, dw *engine.DecodeWorker) router.EngineStats {
+	var st router.EngineStats
+	st.Violations = map[string]uint64{}
+	for role, p := range pools {
+		ps := p.Stats()
+		st.Pools = append(st.Pools, router.PoolStats{Role: role, Pages: map[string]int{
+			"free": ps.Free, "reserved": ps.Reserved, "filling": ps.Filling, "sealed": ps.Sealed, "quarantined": ps.Quarantined,
+		}})
+		for k, n := range ps.Violations {
+			st.Violations[string(k)] += n
+		}
+		st.LateWritesDropped += ps.LateWrites
+	}
+	if dw != nil {
+		rs := dw.ReceiverStats()
+		st.LateWritesDropped += rs.LateWrites
+		for code, n := range rs.Failed {
+			st.Violations["handoff_"+string(code)] += n
+		}
+	}
+	return st
+}
+
+// PreflightError is a role that refused to start (I2).
+type PreflightError struct{ Report preflight.Report }
+
+func (e *PreflightError) Error() string { return e.Report.Err().Error() }
+
+// BuildLocal runs preflight for the roles of one process and starts them:
+// colocated, or prefill and decode joined by the chosen transport.
+func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	roles := []string{preflight.RolePrefill, preflight.RoleDecode}
+	if c.Colocated {
+		roles = []string{preflight.RoleColocated}
+	}
+	rep := m.Preflight(c.Pools, roles...)
+	if !rep.OK {
+		return nil, &PreflightError{Report: rep}
+	}
+	for _, n := range rep.Notes {
+		log.Warn(n)
+	}
+	cfgs := map[string]engine.Config{}
+	for _, r := range roles {
+		ec, err := m.RoleConfig(rep, r, c.Threads, c.MaxConcurrency)
+		if err != nil {
+			return nil, err
+		}
+		if c.Engine != nil {
+			c.Engine(r, &ec)
+		}
+		cfgs[r] = ec
+	}
+	s := &Stack{Report: rep, Pools: map[string]*kv.Pool{}}
+	if c.Colocated {
+		col, err := engine.NewColocated(cfgs[preflight.RoleColocated])
+		if err != nil {
+			return nil, err
+		}
+		s.Engine = col
+		s.Pools[preflight.RoleColocated] = col.Pool()
+		return s, nil
+	}
+	if err := s.buildDisagg(m, c, cfgs[preflight.RolePrefill], cfgs[preflight.RoleDecode]); err != nil {
+		s.Close(context.Background())
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) error {
+	transport := c.Transport
+	if transport == "" {
+		transport = TransportTCP
+	}
+	if transport == TransportSHM {
+		dir := c.ShmDir
+		if dir == "" {
+			dir = os.TempDir()
+			if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+				dir = "/dev/shm"
+			}
+		}
+		f, err := os.CreateTemp(dir, "sluice-decode-pool-*")
+		if err != nil {
+			return fmt.Errorf("shm transport: %w", err)
+		}
+		f.Close()
+		dcfg.SharedFile = f.Name()
+		s.closers = append(s.closers, func() { os.Remove(f.Name()) })
+	}
+	dw, err := engine.NewDecodeWorker(dcfg)
+	if err != nil {
+		return err
+	}
+	s.decode = dw
+	s.Pools[preflight.RoleDecode] = dw.Pool()
+	s.closers = append(s.closers, dw.Close)
+
+	var toDecode, routerDecode handoff.Decode
+	var routerPrefill handoff.Prefill
+	var tc tcp.Config
+	switch transport {
+	case TransportInproc:
+		toDecode, routerDecode = inproc.Decode(dw), inproc.Decode(dw)
+	case TransportTCP, TransportSHM:
+		// One process, but the roles still talk over authenticated loopback
+		// TCP (I12) with a secret that never leaves this process.
+		secret := make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return err
+		}
+		tc = tcp.Config{Secret: secret}
+		daddr, err := s.serveTCP(tc, dw, nil)
+		if err != nil {
+			return err
+		}
+		dc, err := tcp.Dial(context.Background(), daddr, tc)
+		if err != nil {
+			return err
+		}
+		s.closers = append(s.closers, func() { dc.Close() })
+		toDecode = dc
+		rd, err := tcp.Dial(context.Background(), daddr, tc)
+		if err != nil {
+			return err
+		}
+		s.closers = append(s.closers, func() { rd.Close() })
+		routerDecode = rd
+		if transport == TransportSHM {
+			w, err := shm.Open(dcfg.SharedFile, kv.Geometry{Layers: m.Runtime.Layers(), KVDim: m.Runtime.KVDim(), PageSize: dcfg.PageSize}, dc)
+			if err != nil {
+				return err
+			}
+			s.closers = append(s.closers, func() { w.Close() })
+			toDecode = w
+		}
+	default:
+		return fmt.Errorf("unknown transport %q (inproc, tcp, shm)", transport)
+	}
+
+	pw, err := engine.NewPrefillWorker(pcfg, toDecode)
+	if err != nil {
+		return err
+	}
+	s.Pools[preflight.RolePrefill] = pw.Pool()
+	s.closers = append(s.closers, pw.Close)
+	if transport == TransportInproc {
+		routerPrefill = inproc.Prefill(pw)
+	} else {
+		paddr, err := s.serveTCP(tc, nil, pw)
+		if err != nil {
+			return err
+		}
+		rp, err := tcp.Dial(context.Background(), paddr, tc)
+		if err != nil {
+			return err
+		}
+		s.closers = append(s.closers, func() { rp.Close() })
+		routerPrefill = rp
+	}
+	eng, err := engine.NewDisaggregated(engine.DisaggConfig{
+		Model: m.Name, Vocab: m.Runtime.Vocab(),
+		Context:        engine.EffectiveContext(pw.Context(), dw.Context()),
+		MaxConcurrency: c.MaxConcurrency,
+	}, routerPrefill, routerDecode)
+	if err != nil {
+		return err
+	}
+	s.Engine = eng
+	return nil
+}
+
+func (s *Stack) serveTCP(tc tcp.Config, d handoff.Decode, p handoff.Prefill) (string, error) {
+	srv, err := tcp.NewServer(tc, d, p)
+	if err != nil {
+		return "", err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(l) }()
+	s.closers = append(s.closers, func() { srv.Close(); <-done })
+	return l.Addr().String(), nil
+}
+
+// IsPreflight reports whether err is a preflight refusal.
+func IsPreflight(err error) (*PreflightError, bool) {
+	var pe *PreflightError
+	ok := errors.As(err, &pe)
+	return pe, ok
+}
+
