@@ -271,4 +271,3 @@ func IsPreflight(err error) (*PreflightError, bool) {
 	ok := errors.As(err, &pe)
 	return pe, ok
 }
-
