@@ -26,7 +26,7 @@ type Safeguards struct {
 	// this handoff's reserved page, generation and slot count; the pool's
 	// owner and generation tags (I3) then stand alone.
 	NoReservationMatch bool
-	// NoChecksum skips the per-write CRC32C.
+	// NoChecksum skips the per-write page checksum.
 	NoChecksum bool
 }
 
@@ -265,13 +265,13 @@ func (r *Receiver) write(now time.Time, w *PageWrite) error {
 				return r.fail(now, h, ErrBadWrite.With("block %d: %v", w.Block, err))
 			}
 			if got := Checksum(data); got != w.Checksum {
-				return r.fail(now, h, ErrChecksum.With("block %d: crc32c %08x, notice says %08x", w.Block, got, w.Checksum))
+				return r.fail(now, h, ErrChecksum.With("block %d: checksum %08x, notice says %08x", w.Block, got, w.Checksum))
 			}
 		}
 	} else {
 		if !sg.NoChecksum {
 			if got := Checksum(w.Data); got != w.Checksum {
-				return r.fail(now, h, ErrChecksum.With("block %d: crc32c %08x, write says %08x", w.Block, got, w.Checksum))
+				return r.fail(now, h, ErrChecksum.With("block %d: checksum %08x, write says %08x", w.Block, got, w.Checksum))
 			}
 		}
 		if err := r.pool.WritePage(h.owner, ref, w.Slots, w.Data); err != nil {

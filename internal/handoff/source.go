@@ -35,3 +35,29 @@ func (s *PoolSource) Digest() ([]byte, error) {
 
 // The kv pool is the Receiver's pool.
 var _ Pool = (*kv.Pool)(nil)
+
+// PrefetchDigest returns src with its Digest computed in the background,
+// starting now. The prefill pool's pages of a prefilled sequence no longer
+// change, so hashing them while the pages travel takes the prefill-side
+// digest off the handoff's critical path (it would otherwise run after the
+// last write is acknowledged, just before the commit).
+func PrefetchDigest(src Source) Source {
+	p := &prefetched{Source: src, done: make(chan struct{})}
+	go func() {
+		p.d, p.err = src.Digest()
+		close(p.done)
+	}()
+	return p
+}
+
+type prefetched struct {
+	Source
+	done chan struct{}
+	d    []byte
+	err  error
+}
+
+func (p *prefetched) Digest() ([]byte, error) {
+	<-p.done
+	return p.d, p.err
+}

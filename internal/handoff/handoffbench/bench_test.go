@@ -37,7 +37,7 @@ func handoffOnce(b *testing.B, r *handofftest.Rig, d handoff.Decode, src *handof
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: batch, Window: 2}, res, tokens, 1, src)
+	s, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: batch, Window: 2}, res, tokens, 1, handoff.PrefetchDigest(src))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func benchTCP(b *testing.B, mac bool) {
 }
 
 // BenchmarkHandoffTCP: a 64 MiB prompt's KV over the TCP transport (CRC32C
-// per frame and per page, digests on both sides) vs a raw loopback TCP copy
+// per frame, XXH3 per page, digests on both sides) vs a raw loopback TCP copy
 // of the same bytes into a destination buffer, interleaved in one run.
 func BenchmarkHandoffTCP(b *testing.B) {
 	b.Run("crc", func(b *testing.B) { benchTCP(b, false) })

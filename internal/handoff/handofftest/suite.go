@@ -21,7 +21,7 @@ func Honest(t *testing.T, r *Rig, d handoff.Decode, n int, tokens int, cfg hando
 	if err != nil {
 		t.Fatalf("reserve: %v", err)
 	}
-	s, err := handoff.NewSender(cfg, res, tokens, 77, src)
+	s, err := handoff.NewSender(cfg, res, tokens, 77, handoff.PrefetchDigest(src))
 	if err != nil {
 		t.Fatal(err)
 	}

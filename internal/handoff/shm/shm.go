@@ -3,7 +3,7 @@
 // maps the same file and copies page bytes straight into the decode pool's
 // memory, as an RDMA write would, then sends only a small notice (the
 // PageWrite with Placed set, no data) over the control channel. The decode
-// side checks the notice (owner, generation, slots, CRC32C of the bytes in
+// side checks the notice (owner, generation, slots, checksum of the bytes in
 // its own memory) before it marks the page written.
 //
 // Because the decode side cannot stop a one-sided write, an abort or a

@@ -21,7 +21,7 @@ import (
 //	8  length   u32   payload bytes, <= the receiver's MaxFrame
 //	12 crc      u32   CRC32C over bytes 0..11 and the payload, except that in
 //	                  Write frames the page-data segments are left out: each
-//	                  carries its own CRC32C (PageWrite.Checksum), which the
+//	                  carries its own checksum (PageWrite.Checksum), which the
 //	                  Receiver verifies before the bytes are used. Hashing
 //	                  them twice would halve the transport's throughput for
 //	                  no extra protection; lengths and all metadata stay

@@ -335,7 +335,7 @@ func requireClosed(t *testing.T, nc net.Conn) {
 }
 
 // Page data flipped in transit: the frame's framing is intact, the page's
-// own CRC32C catches it, the handoff fails closed and the connection lives.
+// own checksum catches it, the handoff fails closed and the connection lives.
 func TestPageDataCorruptedInTransit(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{})
 	addr, _ := serve(t, Config{Secret: secret}, r.Server, nil)
