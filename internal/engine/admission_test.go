@@ -231,3 +231,51 @@ func TestAbandonedReservationIsReclaimed(t *testing.T) {
 		t.Fatalf("%d ended handoffs are still remembered", n)
 	}
 }
+
+// lateFailPrefill runs the real prefill (the commit is accepted and decode
+// starts) and then reports a failure, as a reply lost on the way back would.
+type lateFailPrefill struct{ p handoff.Prefill }
+
+func (l lateFailPrefill) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	if _, err := l.p.Prefill(ctx, r); err != nil {
+		return nil, err
+	}
+	return nil, handoff.ErrTransport.With("reply lost")
+}
+
+// TestLatePrefillFailureEndsInError: success needs both roles; decode's
+// output alone is not a 200.
+func TestLatePrefillFailureEndsInError(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	pw, err := NewPrefillWorker(toyConfig(m, 32), dw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: 128}, lateFailPrefill{pw}, dw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(context.Background())
+	s, err := eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 9), MaxTokens: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := collect(t, s)
+	var e *Error
+	if r.final.Done || !errors.As(r.final.Err, &e) || !errors.Is(r.final.Err, handoff.ErrTransport) {
+		t.Fatalf("a late prefill failure must end the stream in an error, got %+v after %v", r.final, r.tokens)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for dw.Pool().CheckDrained() != nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if err := dw.Pool().CheckDrained(); err != nil {
+		t.Fatal(err)
+	}
+}

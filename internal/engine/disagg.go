@@ -241,6 +241,19 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 		if err == nil && tok.Err != nil {
 			err = tok.Err
 		}
+		if got == nil {
+			select {
+			case p := <-pch:
+				got = &p
+			default:
+			}
+		}
+		if got != nil && got.err != nil && lc.live() {
+			// Prefill failed after decode started: the request fails now
+			// (decode is told to stop); the loop still reads decode's
+			// stream to its end so nothing of it outlives the request.
+			lc.fail(asEngineError(got.err, CodeHandoff, http.StatusBadGateway, "prefill"))
+		}
 		if err != nil {
 			// A prefill error, if any, says more precisely what failed.
 			cause := err
