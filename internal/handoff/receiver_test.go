@@ -337,3 +337,20 @@ func TestReceiverSafeguardsAlone(t *testing.T) {
 		t.Fatalf("foreign page with reservation match off: %v", err)
 	}
 }
+
+// Ended handoffs are remembered for Tombstone so late messages are counted,
+// then forgotten so the map does not grow without bound.
+func TestReceiverTombstones(t *testing.T) {
+	g := newRig(t, ReceiverConfig{Tombstone: time.Minute}, 4)
+	g.r.Abort(t0, hid(1), "x")
+	if err := g.r.Write(t0, []PageWrite{g.write(0)}); !errors.Is(err, ErrAborted) {
+		t.Fatalf("late write: %v", err)
+	}
+	g.r.Tick(t0.Add(time.Minute))
+	if err := g.r.Write(t0, []PageWrite{g.write(0)}); !errors.Is(err, ErrUnknownHandoff) {
+		t.Fatalf("write after the tombstone expired: %v", err)
+	}
+	if len(g.r.live) != 0 {
+		t.Fatalf("%d handoffs remembered", len(g.r.live))
+	}
+}

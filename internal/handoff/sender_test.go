@@ -186,3 +186,23 @@ func TestPushEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// A cancelled context aborts the push: no commit, abort and drain sent.
+func TestPushContextCancelled(t *testing.T) {
+	g := newRig(t, ReceiverConfig{}, 37)
+	d := &recDecode{Server: NewServer(g.r, func() time.Time { return t0 }, nil)}
+	s, _ := NewSender(SenderConfig{MaxBatchBytes: tPS * tBPS}, g.res, 37, 1, g.src)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Push(ctx, s, d); !errors.Is(err, context.Canceled) {
+		t.Fatalf("push with a cancelled context: %v", err)
+	}
+	for _, c := range d.calls {
+		if c == "commit" {
+			t.Fatal("commit sent after cancellation")
+		}
+	}
+	if err := g.pool.CheckDrained(); err != nil {
+		t.Fatal(err)
+	}
+}
