@@ -104,10 +104,6 @@ func (e *PreflightError) Error() string { return e.Report.Err().Error() }
 // BuildLocal runs preflight for the roles of one process and starts them:
 // colocated, or prefill and decode joined by the chosen transport.
 func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
-	log := c.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	roles := []string{preflight.RolePrefill, preflight.RoleDecode}
 	if c.Colocated {
 		roles = []string{preflight.RoleColocated}
@@ -115,9 +111,6 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 	rep := m.Preflight(c.Pools, roles...)
 	if !rep.OK {
 		return nil, &PreflightError{Report: rep}
-	}
-	for _, n := range rep.Notes {
-		log.Warn(n)
 	}
 	cfgs := map[string]engine.Config{}
 	for _, r := range roles {

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"sluice/internal/preflight"
+	"sluice/internal/router"
+	"sluice/internal/router/node"
+)
+
+func init() {
+	register(command{
+		name:    "serve",
+		summary: "run router, prefill and decode in one process (OpenAI-compatible HTTP API)",
+		run:     runServe,
+	})
+}
+
+// roleOpts are the flags every serving role shares: the model, the
+// context and the KV pool that preflight checks against it (I2).
+type roleOpts struct {
+	model      string
+	context    string
+	kvMemory   string
+	poolTokens int
+	pageSize   int
+	threads    int
+	maxConc    int
+	logFormat  string
+	logLevel   string
+}
+
+func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
+	fs.StringVar(&o.model, "model", "", "GGUF model file; empty serves the built-in default model (synthetic random weights, no download)")
+	fs.StringVar(&o.context, "context", "auto", "context length in tokens, or \"auto\": the model's training context lowered to what every KV pool holds (logged). An explicit value larger than a pool refuses to start (I2)")
+	if pool {
+		fs.StringVar(&o.kvMemory, "kv-memory", "64MiB", "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB); ignored when --kv-pool-tokens is set")
+		fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
+		fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
+		fs.IntVar(&o.threads, "threads", 1, "threads per forward step of each role")
+	}
+	fs.IntVar(&o.maxConc, "max-concurrency", 64, "requests in flight at once; more are refused with 429 at once, never queued without bound")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+}
+
+func (o *roleOpts) pools() (node.Pools, error) {
+	var p node.Pools
+	if o.context != "auto" && o.context != "" {
+		n, err := strconv.Atoi(o.context)
+		if err != nil || n <= 0 {
+			return p, fmt.Errorf("--context %q is neither a positive token count nor \"auto\"", o.context)
+		}
+		p.Context = n
+	}
+	if o.pageSize <= 0 {
+		return p, fmt.Errorf("--page-size %d must be positive", o.pageSize)
+	}
+	p.PageSize = o.pageSize
+	if o.poolTokens < 0 {
+		return p, fmt.Errorf("--kv-pool-tokens %d must not be negative", o.poolTokens)
+	}
+	if o.poolTokens > 0 {
+		p.PoolTokens = o.poolTokens
+		return p, nil
+	}
+	b, err := preflight.ParseBytes(o.kvMemory)
+	if err != nil {
+		return p, fmt.Errorf("--kv-memory: %w", err)
+	}
+	p.KVMemory = b
+	return p, nil
+}
+
+func (o *roleOpts) logger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", o.logLevel)
+	}
+	ho := &slog.HandlerOptions{Level: lvl}
+	switch o.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, ho)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, ho)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", o.logFormat)
+}
+
+// logPreflight reports every role's verdict, and the refusal sentence.
+func logPreflight(log *slog.Logger, rep preflight.Report) {
+	for _, r := range rep.Roles {
+		log.Info("preflight", "role", r.Role, "weight_bytes", r.WeightBytes, "kv_bytes_per_token", r.KVBytesPerToken,
+			"page_size", r.PageSize, "pages", r.Pages, "pool_tokens", r.PoolTokens, "context", rep.EffectiveContext, "verdict", r.Verdict)
+	}
+	for _, n := range rep.Notes {
+		log.Info(n)
+	}
+	for _, p := range rep.Problems {
+		log.Error("refusing to start: "+p, "code", preflight.Code)
+	}
+}
+
+// usageFor prints a command's synopsis then its flags.
+func usageFor(fs *flag.FlagSet, synopsis string) {
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), synopsis)
+		fmt.Fprintln(fs.Output(), "\nFlags:")
+		fs.PrintDefaults()
+	}
+}
+
+type serveOpts struct {
+	roleOpts
+	listen    string
+	apiKeys   string
+	transport string
+	colocated bool
+	maxBody   string
+	drain     time.Duration
+}
+
+func runServe(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var o serveOpts
+	o.register(fs, true)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP address of the OpenAI-compatible API")
+	fs.StringVar(&o.apiKeys, "api-keys", "", "file of \"KEY TENANT\" lines (# comments, several keys per tenant); without it the server is single-tenant and needs no key")
+	fs.StringVar(&o.transport, "transport", node.TransportTCP, "prefill->decode transport: tcp (authenticated loopback TCP), shm (one-sided writes into the decode pool's shared memory, control over TCP) or inproc (direct calls, copied)")
+	fs.BoolVar(&o.colocated, "colocated", false, "run prefill and decode in one scheduler without a handoff (the reference path)")
+	fs.StringVar(&o.maxBody, "max-body", "1MiB", "largest request body; larger gets 413")
+	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish")
+	usageFor(fs, `Usage: sluice serve [flags]
+
+Runs the router, a prefill worker and a decode worker in one process. The
+roles stay disaggregated over a real transport (loopback TCP by default),
+so one command shows the whole system. Every role runs the preflight check
+at start and refuses a context larger than its KV pool (I2).
+
+Example:
+  sluice serve                                   # built-in model on 127.0.0.1:8080
+  sluice serve --model stories260K.gguf --context 512 --kv-memory 64MiB
+  curl -s localhost:8080/v1/completions -d '{"prompt":"Once upon a time","max_tokens":32}'
+`)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "serve: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	log, err := o.logger()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "serve:", err)
+		return 2
+	}
+	pools, err := o.pools()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "serve:", err)
+		return 2
+	}
+	maxBody, err := preflight.ParseBytes(o.maxBody)
+	if err != nil || maxBody <= 0 {
+		fmt.Fprintln(os.Stderr, "serve: --max-body must be a positive byte size")
+		return 2
+	}
+	keys, err := loadKeysFlag(o.apiKeys, log)
+	if err != nil {
+		log.Error(err.Error())
+		return 1
+	}
+
+	m, err := node.LoadModel(o.model)
+	if err != nil {
+		log.Error("cannot load the model", "err", err)
+		return 1
+	}
+	defer m.Close()
+	if m.BuiltIn {
+		log.Info("no --model given: serving the built-in default model (synthetic random weights: its text is gibberish, but deterministic)", "model", m.Name)
+	} else {
+		log.Info("model loaded", "model", m.Name, "path", m.Path)
+	}
+	mode := o.transport
+	if o.colocated {
+		mode = "colocated"
+	}
+	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
+		Threads: o.threads, MaxConcurrency: o.maxConc, Logger: log})
+	if pe, ok := node.IsPreflight(err); ok {
+		logPreflight(log, pe.Report)
+		return 1
+	}
+	if err != nil {
+		log.Error("cannot start the roles", "err", err)
+		return 1
+	}
+	logPreflight(log, st.Report)
+	ct, err := m.ChatTemplate()
+	if err != nil {
+		log.Error("the model's chat template does not parse", "err", err)
+		st.Close(context.Background())
+		return 1
+	}
+	if ct.IsFallback() {
+		log.Info("the model has no chat template: /v1/chat/completions uses the plain \"User:/Assistant:\" fallback")
+	}
+	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, Stats: st.Stats, Logger: log})
+	if err != nil {
+		log.Error("router", "err", err)
+		st.Close(context.Background())
+		return 1
+	}
+	log.Info("roles started", "mode", mode, "context", st.Engine.Info().Context)
+	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { return st.Close(ctx) })
+}
+
+func loadKeysFlag(path string, log *slog.Logger) (*router.Keys, error) {
+	if path == "" {
+		log.Warn("no --api-keys file: single-tenant mode, every request is tenant \"" + router.SingleTenant + "\" and no API key is checked")
+		return nil, nil
+	}
+	keys, err := router.LoadKeys(path)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("multi-tenant mode", "api_keys", path, "tenants", keys.Tenants())
+	return keys, nil
+}
+
+// serveHTTP serves the API until SIGTERM/SIGINT, then drains: new requests
+// get 503, in-flight ones finish (up to drain), then the roles stop.
+func serveHTTP(log *slog.Logger, addr string, srv *router.Server, drain time.Duration, closeRoles func(context.Context) error) int {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Error("cannot listen", "addr", addr, "err", err)
+		closeRoles(context.Background())
+		return 1
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	log.Info("listening", "addr", "http://"+l.Addr().String(), "endpoints", strings.Join([]string{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}, " "))
+	code := 0
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight requests", "timeout", drain)
+	case err := <-errc:
+		log.Error("HTTP server failed", "err", err)
+		code = 1
+	}
+	srv.Drain()
+	dctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	if err := hs.Shutdown(dctx); err != nil {
+		log.Warn("drain timed out; closing remaining connections", "err", err)
+		hs.Close()
+	}
+	if err := closeRoles(dctx); err != nil {
+		log.Warn("roles did not drain cleanly", "err", err)
+	}
+	log.Info("stopped")
+	return code
+}
