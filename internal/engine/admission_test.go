@@ -279,3 +279,25 @@ func TestLatePrefillFailureEndsInError(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCommitWithForeignFirstTokenFails: the commit's first token reaches
+// the client unmodified, so an id outside the vocabulary fails the handoff.
+func TestCommitWithForeignFirstTokenFails(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	id := newID()
+	if _, err := dw.Reserve(context.Background(), &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 4, MaxTokens: 2}); err != nil {
+		t.Fatal(err)
+	}
+	err = dw.Commit(context.Background(), &handoff.Commit{Handoff: id, Tokens: 4, Digest: []byte{1}, FirstToken: int32(m.vocab)})
+	if !errors.Is(err, handoff.ErrProtocol) {
+		t.Fatalf("want a protocol error, got %v", err)
+	}
+	if err := dw.Pool().CheckDrained(); err != nil {
+		t.Fatal(err)
+	}
+}

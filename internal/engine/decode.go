@@ -211,6 +211,16 @@ func (w *DecodeWorker) Write(ctx context.Context, ws []handoff.PageWrite) error 
 // Commit implements handoff.Decode: verified, then the sequence joins the
 // batch (once its stream is open).
 func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
+	if c.FirstToken < 0 || int(c.FirstToken) >= w.cfg.Model.Vocab() {
+		// The first token goes straight to the client: a peer must not be
+		// able to hand it an id the tokenizer has never seen (I8).
+		err := handoff.ErrProtocol.With("first token %d is outside the vocabulary of %d", c.FirstToken, w.cfg.Model.Vocab())
+		w.rmu.Lock()
+		w.recv.Abort(time.Now(), c.Handoff, err.Error())
+		w.rmu.Unlock()
+		w.end(c.Handoff, err)
+		return err
+	}
 	w.rmu.Lock()
 	acc, err := w.recv.Commit(time.Now(), c)
 	w.rmu.Unlock()
