@@ -63,13 +63,12 @@ type Config struct {
 // Unsafe lists the safeguards that can be switched off one by one. The
 // zero value keeps every safeguard on.
 type Unsafe struct {
-	NoAdmission    bool // skip the context-length admission check (I1/I2)
-	NoCountCheck   bool // commit: skip token count and page coverage (I5)
-	NoDigest       bool // commit: skip the digest comparison (I5)
-	NoOwnerCheck   bool // pool: skip owner/generation tags (I3)
-	NoExtentCheck  bool // pool: let attention read unwritten slots (I4)
-	NoScrub        bool // pool: do not scrub released pages (I7)
-	ReleaseOnAbort bool // free aborted pages at once instead of fencing (I6)
+	NoAdmission   bool // skip the context-length admission check (I1/I2)
+	NoCountCheck  bool // commit: skip token count and page coverage (I5)
+	NoDigest      bool // commit: skip the digest comparison (I5)
+	NoOwnerCheck  bool // pool: skip owner/generation tags (I3)
+	NoExtentCheck bool // pool: let attention read unwritten slots (I4)
+	NoScrub       bool // pool: do not scrub released pages (I7)
 }
 
 func (c Config) withDefaults() Config {
