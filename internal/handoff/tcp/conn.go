@@ -11,6 +11,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -182,11 +183,12 @@ func (c *conn) clientHandshake() error {
 	if err != nil {
 		return err
 	}
-	if len(f.payload) != 2+32+32 {
+	if len(f.payload) != 2+4+32+32 {
 		return protoErr("handshake: HelloAck of %d bytes", len(f.payload))
 	}
-	ack, sproof := f.payload[:34], f.payload[34:]
+	ack, sproof := f.payload[:38], f.payload[38:]
 	v, smac := ack[0], ack[1]
+	peerMax := int(binary.BigEndian.Uint32(ack[2:6]))
 	if v < minVersion || v > maxVersion || smac > 1 || (mac == 1 && smac == 0) {
 		return protoErr("handshake: server chose version %d, frame MAC %d", v, smac)
 	}
@@ -201,6 +203,7 @@ func (c *conn) clientHandshake() error {
 		return err
 	}
 	c.fr.version = v
+	c.fr.peerFrame = min(peerMax, c.cfg.MaxFrame)
 	if smac == 1 {
 		c.fr.enableMAC(proof(c.cfg.Secret, "sluice/session", hello, ack))
 	}
@@ -229,7 +232,9 @@ func (c *conn) serverHandshake() error {
 	}
 	var sn [32]byte
 	rand.Read(sn[:])
-	ack := append([]byte{v, mac}, sn[:]...)
+	// The HelloAck carries the server's frame limit so a client never sends
+	// a frame the server must refuse by closing the connection.
+	ack := append(binary.BigEndian.AppendUint32([]byte{v, mac}, uint32(c.cfg.MaxFrame)), sn[:]...)
 	if err := c.send(tHelloAck, 0, ack, proof(c.cfg.Secret, "sluice/server", hello, ack)); err != nil {
 		return err
 	}

@@ -113,15 +113,16 @@ func protoErr(format string, args ...any) error {
 // framer reads and writes frames on one connection direction pair. The
 // MAC state (key, sequence numbers) is set after the handshake.
 type framer struct {
-	maxFrame int
-	version  byte // 0 until negotiated: then every frame must carry it
-	macKey   []byte
-	rmac     hash.Hash
-	wmac     hash.Hash
-	rseq     uint64
-	wseq     uint64
-	isClient bool
-	hdr      [headerLen]byte
+	maxFrame  int  // largest payload this side accepts
+	peerFrame int  // largest payload the peer accepts (0: unknown, use maxFrame)
+	version   byte // 0 until negotiated: then every frame must carry it
+	macKey    []byte
+	rmac      hash.Hash
+	wmac      hash.Hash
+	rseq      uint64
+	wseq      uint64
+	isClient  bool
+	hdr       [headerLen]byte
 }
 
 func (f *framer) enableMAC(key []byte) {
@@ -159,8 +160,13 @@ func (f *framer) encode(version, typ byte, stream uint32, parts [][]byte, data .
 	for _, p := range parts {
 		n += len(p)
 	}
-	if n > f.maxFrame {
-		return nil, protoErr("frame of %d bytes exceeds the limit of %d", n, f.maxFrame)
+	limit := f.maxFrame
+	if f.peerFrame > 0 {
+		limit = f.peerFrame
+	}
+	if n > limit {
+		// Refused before a byte is sent: the connection stays usable.
+		return nil, protoErr("frame of %d bytes exceeds the peer's limit of %d; lower the batch size", n, limit)
 	}
 	hdr := make([]byte, headerLen)
 	hdr[0], hdr[1] = version, typ

@@ -441,3 +441,18 @@ func TestNoSecretFlag(t *testing.T) {
 		}
 	}
 }
+
+// The server's frame limit is learned in the handshake: an oversized batch
+// is refused on the client before sending, and the connection stays up.
+func TestFrameLimitNegotiated(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	addr, _ := serve(t, Config{Secret: secret, MaxFrame: 1000}, r.Server, nil)
+	c := dial(t, addr, Config{Secret: secret})
+	err := c.Write(context.Background(), []handoff.PageWrite{{Handoff: handofftest.ID(1), Data: make([]byte, 2000)}})
+	if !errors.Is(err, handoff.ErrProtocol) || !strings.Contains(err.Error(), "peer's limit of 1000") {
+		t.Fatalf("oversized batch: %v", err)
+	}
+	if err := c.Drained(context.Background(), handofftest.ID(1)); err != nil {
+		t.Fatalf("connection unusable after a refused oversized batch: %v", err)
+	}
+}
