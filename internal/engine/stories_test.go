@@ -130,6 +130,10 @@ func TestOracleStories(t *testing.T) {
 		t.Errorf("no step ever batched two sequences (colocated %d, prefill %d, decode %d): batching did not happen",
 			col.sched.maxSeqs.Load(), loc.Prefill.sched.maxSeqs.Load(), loc.Decode.sched.maxSeqs.Load())
 	}
+	// Pages were reused, many times over: more releases than pages.
+	if st := loc.Decode.Pool().Stats(); st.Scrubbed <= uint64(st.Pages) {
+		t.Errorf("decode pool scrubbed %d pages of %d: the pool was not small enough to force reuse", st.Scrubbed, st.Pages)
+	}
 	col.Close(context.Background())
 	loc.Close(context.Background())
 	for name, p := range map[string]*kv.Pool{"colocated": col.Pool(), "prefill": loc.Prefill.Pool(), "decode": loc.Decode.Pool()} {
