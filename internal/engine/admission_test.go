@@ -301,3 +301,18 @@ func TestCommitWithForeignFirstTokenFails(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAbsurdMaxTokensIsRejectedCheaply: max_tokens is client input; it is
+// rejected by admission, not turned into a giant buffer first.
+func TestAbsurdMaxTokensIsRejectedCheaply(t *testing.T) {
+	e, err := NewColocated(toyConfig(newToy(), 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	_, err = e.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 3), MaxTokens: 1 << 40})
+	var ee *Error
+	if !errors.As(err, &ee) || ee.Code != CodeContextLength {
+		t.Fatalf("want context_length_exceeded, got %v", err)
+	}
+}

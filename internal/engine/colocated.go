@@ -63,7 +63,7 @@ func (c *Colocated) Info() Info {
 // Submit implements Engine. As in the disaggregated engine, the request's
 // life-cycle machine decides every step (I1).
 func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
-	st := newStream(max(r.MaxTokens, 0))
+	st := newStream(min(max(r.MaxTokens, 0), c.ctx))
 	owner := kv.Owner{Tenant: r.Tenant, ID: newID()}
 	var (
 		lc         *lifecycle
@@ -238,7 +238,9 @@ type stream struct {
 
 func newStream(maxTokens int) *stream {
 	// Room for every token plus the terminal event: push never blocks, so a
-	// slow client never stalls the scheduler that serves everyone.
+	// slow client never stalls the scheduler that serves everyone. Callers
+	// cap maxTokens by the context before admission has looked at it, so
+	// an absurd max_tokens cannot allocate an absurd buffer.
 	return &stream{events: make(chan Event, maxTokens+2)}
 }
 

@@ -119,7 +119,7 @@ func (d *Disaggregated) admit() (func(), error) {
 // step: Reserve happens only on its reserve action, Prefill only on its
 // prefill action, tokens reach the client only as its emit actions (I1).
 func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) {
-	st := newStream(max(r.MaxTokens, 0))
+	st := newStream(min(max(r.MaxTokens, 0), d.cfg.Context))
 	id := newID()
 	var (
 		lc         *lifecycle
