@@ -1,10 +1,10 @@
 package tcp
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/binary"
-	"hash"
 	"hash/crc32"
 	"io"
 	"sync"
@@ -27,8 +27,10 @@ import (
 //	                  no extra protection; lengths and all metadata stay
 //	                  covered, so framing can never be misread.
 //	16 payload
-//	   mac      16 B  only after the handshake with FrameMAC on: first 16
-//	                  bytes of HMAC-SHA256(session key, direction||seq||header||payload)
+//	   mac      16 B  only after the handshake with FrameMAC on: the AES-256-GMAC
+//	                  tag of header||payload under the session key, nonce =
+//	                  direction||seq (a frame can be neither replayed,
+//	                  reordered nor reflected)
 //
 // A frame failing any check (truncated, oversized, unknown type or
 // version, bad checksum or MAC) is a protocol error: the reader reports it,
@@ -117,31 +119,35 @@ type framer struct {
 	peerFrame int  // largest payload the peer accepts (0: unknown, use maxFrame)
 	version   byte // 0 until negotiated: then every frame must carry it
 	macKey    []byte
-	rmac      hash.Hash
-	wmac      hash.Hash
+	gmac      cipher.AEAD
 	rseq      uint64
 	wseq      uint64
 	isClient  bool
 	hdr       [headerLen]byte
 }
 
+// enableMAC switches on the per-frame MAC. GMAC (AES-GCM over additional
+// data only) rather than HMAC-SHA256: measured here at about 4x the speed
+// (both hardware-assisted), and a MAC'd connection moves every page byte
+// through it.
 func (f *framer) enableMAC(key []byte) {
-	f.macKey = key
-	f.rmac = hmac.New(sha256.New, key)
-	f.wmac = hmac.New(sha256.New, key)
+	blk, err := aes.NewCipher(key[:32])
+	if err != nil {
+		panic(err) // a 32-byte key always makes a cipher
+	}
+	g, err := cipher.NewGCM(blk)
+	if err != nil {
+		panic(err)
+	}
+	f.macKey, f.gmac = key, g
 }
 
-func (f *framer) mac(h hash.Hash, dir byte, seq uint64, hdr []byte, parts [][]byte) []byte {
-	h.Reset()
-	var b [9]byte
-	b[0] = dir
-	binary.BigEndian.PutUint64(b[1:], seq)
-	h.Write(b[:])
-	h.Write(hdr)
-	for _, p := range parts {
-		h.Write(p)
-	}
-	return h.Sum(nil)[:macLen]
+// mac is the tag of one frame; frame is header||payload, contiguous.
+func (f *framer) mac(dir byte, seq uint64, frame []byte) []byte {
+	var nonce [12]byte
+	nonce[0] = dir
+	binary.BigEndian.PutUint64(nonce[4:], seq)
+	return f.gmac.Seal(nil, nonce[:], nil, frame)
 }
 
 // dirs distinguish the two directions so a frame cannot be reflected back.
@@ -180,14 +186,21 @@ func (f *framer) encode(version, typ byte, stream uint32, parts [][]byte, data .
 		c = crc32.Update(c, castagnoli, p)
 	}
 	binary.BigEndian.PutUint32(hdr[12:], c)
-	out := make([][]byte, 0, len(parts)+2)
+	if f.macKey != nil {
+		// GMAC needs the frame contiguous: one copy, then one pass.
+		buf, _ := getBuf(headerLen + n) // returned by conn.sendData
+		buf = append(buf[:0], hdr...)
+		for _, p := range parts {
+			buf = append(buf, p...)
+		}
+		send, _ := f.dirs()
+		tag := f.mac(send, f.wseq, buf)
+		f.wseq++
+		return [][]byte{buf, tag}, nil
+	}
+	out := make([][]byte, 0, len(parts)+1)
 	out = append(out, hdr)
 	out = append(out, parts...)
-	if f.macKey != nil {
-		send, _ := f.dirs()
-		out = append(out, f.mac(f.wmac, send, f.wseq, hdr, parts))
-		f.wseq++
-	}
 	return out, nil
 }
 
@@ -223,12 +236,20 @@ func (f *framer) readFrame(r io.Reader, onHeader func()) (*frame, error) {
 	}
 	fr := &frame{version: v, typ: typ, stream: binary.BigEndian.Uint32(hdr[4:]), crc: binary.BigEndian.Uint32(hdr[12:])}
 	copy(fr.hdr12[:], hdr[:12])
-	var payload []byte
-	if typ == tWrite {
-		payload, fr.pooled = getBuf(int(n))
-	} else {
-		payload = make([]byte, n)
+	// With a MAC the header sits right before the payload, so the tag is
+	// checked over one contiguous buffer without a copy of the payload.
+	extra := 0
+	if f.macKey != nil {
+		extra = headerLen
 	}
+	var buf []byte
+	if typ == tWrite {
+		buf, fr.pooled = getBuf(extra + int(n))
+	} else {
+		buf = make([]byte, extra+int(n))
+	}
+	copy(buf, hdr[:extra])
+	payload := buf[extra:]
 	fr.payload = payload
 	if _, err := io.ReadFull(r, payload); err != nil {
 		return nil, protoErr("truncated frame: %v", err)
@@ -246,7 +267,7 @@ func (f *framer) readFrame(r io.Reader, onHeader func()) (*frame, error) {
 			return nil, protoErr("truncated frame MAC: %v", err)
 		}
 		_, recv := f.dirs()
-		want := f.mac(f.rmac, recv, f.rseq, hdr, [][]byte{payload})
+		want := f.mac(recv, f.rseq, buf)
 		f.rseq++
 		if !hmac.Equal(got[:], want) {
 			return nil, handoff.ErrAuth.With("frame MAC does not verify")
