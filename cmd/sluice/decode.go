@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"sluice/internal/engine"
+	"sluice/internal/handoff"
+	"sluice/internal/handoff/tcp"
+	"sluice/internal/preflight"
+	"sluice/internal/router/node"
+)
+
+func init() {
+	register(command{
+		name:    "decode",
+		summary: "run a decode worker: accepts verified KV handoffs and decodes them",
+		run:     runDecode,
+	})
+}
+
+// workerOpts are the flags of the prefill and decode processes.
+type workerOpts struct {
+	roleOpts
+	listen     string
+	secretFile string
+	frameMAC   bool
+}
+
+func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
+	o.register(fs, true)
+	fs.StringVar(&o.listen, "listen", defListen, "address the role's authenticated handoff service listens on")
+	fs.StringVar(&o.secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret, at least 16 bytes; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
+	fs.BoolVar(&o.frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput)")
+}
+
+// startWorker parses flags, loads the model and runs preflight for role.
+func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []string) (*slog.Logger, *node.Model, engine.Config, tcp.Config, int) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, nil, engine.Config{}, tcp.Config{}, 0
+		}
+		return nil, nil, engine.Config{}, tcp.Config{}, 2
+	}
+	fail := func(code int, format string, a ...any) (*slog.Logger, *node.Model, engine.Config, tcp.Config, int) {
+		fmt.Fprintf(os.Stderr, name+": "+format+"\n", a...)
+		return nil, nil, engine.Config{}, tcp.Config{}, code
+	}
+	if fs.NArg() > 0 {
+		return fail(2, "unexpected arguments %q", fs.Args())
+	}
+	log, err := o.logger()
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+	log = log.With("process", role)
+	pools, err := o.pools()
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+	secret, err := node.LoadSecret(o.secretFile)
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	m, err := node.LoadModel(o.model)
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	log.Info("model loaded", "model", m.Describe())
+	rep := m.Preflight(pools, role)
+	logPreflight(log, rep)
+	if !rep.OK {
+		m.Close()
+		return nil, nil, engine.Config{}, tcp.Config{}, 1
+	}
+	ec, err := m.RoleConfig(rep, role, o.threads, o.maxConc)
+	if err != nil {
+		m.Close()
+		return fail(1, "%v", err)
+	}
+	return log, m, ec, tcp.Config{Secret: secret, FrameMAC: o.frameMAC}, -1
+}
+
+// serveRole serves d/p over TCP until SIGTERM/SIGINT.
+func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p handoff.Prefill) int {
+	srv, err := tcp.NewServer(tc, d, p)
+	if err != nil {
+		log.Error("handoff service", "err", err)
+		return 1
+	}
+	srv.OnError = func(remote net.Addr, err error) { log.Warn("connection ended with an error", "remote", remote.String(), "err", err) }
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Error("cannot listen", "addr", addr, "err", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	log.Info("listening", "addr", l.Addr().String())
+	code := 0
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err := <-errc:
+		log.Error("handoff service failed", "err", err)
+		code = 1
+	}
+	srv.Close()
+	return code
+}
+
+func runDecode(args []string) int {
+	fs := flag.NewFlagSet("decode", flag.ContinueOnError)
+	var o workerOpts
+	o.registerWorker(fs, "127.0.0.1:9002")
+	usageFor(fs, `Usage: sluice decode [flags]
+
+Runs a decode worker as its own process. It owns the destination KV pages:
+it reserves them for a router, applies a prefill worker's page writes,
+verifies the commit (count, coverage, owner, generation, digest; I5) and
+decodes. It refuses to start when --context exceeds its KV pool (I2).
+
+Example:
+  SLUICE_SECRET=$(cat secret) sluice decode --model m.gguf --context 512 --kv-memory 64MiB --listen 127.0.0.1:9002
+`)
+	log, m, ec, tc, code := startWorker("decode", preflight.RoleDecode, &o, fs, args)
+	if code >= 0 {
+		return code
+	}
+	defer m.Close()
+	dw, err := engine.NewDecodeWorker(ec)
+	if err != nil {
+		log.Error("cannot start the decode worker", "err", err)
+		return 1
+	}
+	defer dw.Close()
+	log.Info("decode worker ready", "context", dw.Context())
+	return serveRole(log, o.listen, tc, dw, nil)
+}

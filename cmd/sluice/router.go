@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"sluice/internal/engine"
+	"sluice/internal/handoff/tcp"
+	"sluice/internal/preflight"
+	"sluice/internal/router"
+	"sluice/internal/router/node"
+)
+
+func init() {
+	register(command{
+		name:    "router",
+		summary: "run the router: the OpenAI-compatible HTTP API in front of prefill and decode workers",
+		run:     runRouter,
+	})
+}
+
+func runRouter(args []string) int {
+	fs := flag.NewFlagSet("router", flag.ContinueOnError)
+	var (
+		o              serveOpts
+		prefillAddr    string
+		decodeAddr     string
+		secretFile     string
+		frameMAC       bool
+		connectTimeout time.Duration
+	)
+	o.register(fs, false)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP address of the OpenAI-compatible API")
+	fs.StringVar(&o.apiKeys, "api-keys", "", "file of \"KEY TENANT\" lines (# comments, several keys per tenant); without it the router is single-tenant and needs no key")
+	fs.StringVar(&o.maxBody, "max-body", "1MiB", "largest request body; larger gets 413")
+	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish")
+	fs.StringVar(&prefillAddr, "prefill", "127.0.0.1:9001", "address of the prefill worker")
+	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "address of the decode worker")
+	fs.StringVar(&secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
+	fs.BoolVar(&frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection")
+	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the workers at start")
+	usageFor(fs, `Usage: sluice router [flags]
+
+Runs the router as its own process: authenticates API keys into tenants,
+tokenizes (the tokenizer and chat template come from --model, which must be
+the workers' model), checks each request against the context (I2),
+reserves on decode, prefills on prefill and streams tokens back.
+
+--context is what the router advertises and admits; "auto" means the
+model's training context. At start the router asks the decode worker,
+through its ordinary admission path, to admit a request of that length and
+refuses to start if it would not (I2). Give every role the same --context.
+
+Example:
+  SLUICE_SECRET=$(cat secret) sluice router --model m.gguf --context 512 --prefill 127.0.0.1:9001 --decode 127.0.0.1:9002
+`)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "router: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	log, err := o.logger()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		return 2
+	}
+	log = log.With("process", "router")
+	maxBody, err := preflight.ParseBytes(o.maxBody)
+	if err != nil || maxBody <= 0 {
+		fmt.Fprintln(os.Stderr, "router: --max-body must be a positive byte size")
+		return 2
+	}
+	secret, err := node.LoadSecret(secretFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		return 1
+	}
+	keys, err := loadKeysFlag(o.apiKeys, log)
+	if err != nil {
+		log.Error(err.Error())
+		return 1
+	}
+	m, err := node.LoadModel(o.model)
+	if err != nil {
+		log.Error("cannot load the model", "err", err)
+		return 1
+	}
+	defer m.Close()
+	ctxLen := m.Shape.TrainContext
+	if o.context != "auto" && o.context != "" {
+		n, err := strconv.Atoi(o.context)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "router: --context %q is neither a positive token count nor \"auto\"\n", o.context)
+			return 2
+		}
+		ctxLen = n
+	}
+	if ctxLen <= 0 {
+		log.Error("the model does not state its context; give --context N")
+		return 1
+	}
+
+	tc := tcp.Config{Secret: secret, FrameMAC: frameMAC}
+	cctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	dc, err := node.DialRetry(cctx, decodeAddr, tc)
+	if err != nil {
+		log.Error("cannot reach the decode worker", "decode", decodeAddr, "err", err)
+		return 1
+	}
+	defer dc.Close()
+	pc, err := node.DialRetry(cctx, prefillAddr, tc)
+	if err != nil {
+		log.Error("cannot reach the prefill worker", "prefill", prefillAddr, "err", err)
+		return 1
+	}
+	defer pc.Close()
+	if err := node.ProbeDecodeContext(cctx, dc, ctxLen); err != nil {
+		log.Error(fmt.Sprintf("refusing to start: the decode worker at %s does not admit a request of the router's context %d tokens (%v); start decode with a pool that holds it, or lower the router's --context", decodeAddr, ctxLen, err),
+			"code", preflight.Code)
+		return 1
+	}
+	eng, err := engine.NewDisaggregated(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Context: ctxLen, MaxConcurrency: o.maxConc}, pc, dc)
+	if err != nil {
+		log.Error("engine", "err", err)
+		return 1
+	}
+	ct, err := m.ChatTemplate()
+	if err != nil {
+		log.Error("the model's chat template does not parse", "err", err)
+		return 1
+	}
+	srv, err := router.New(router.Config{Engine: eng, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, Logger: log})
+	if err != nil {
+		log.Error("router", "err", err)
+		return 1
+	}
+	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddr, "decode", decodeAddr)
+	return serveHTTP(log, o.listen, srv, o.drain, eng.Close)
+}

@@ -1,0 +1,76 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/handoff/tcp"
+	"sluice/internal/kv"
+)
+
+// SecretEnv is the environment variable that may carry the workers' shared
+// secret (I12) when no secret file is given.
+const SecretEnv = "SLUICE_SECRET"
+
+// LoadSecret reads the shared secret from file (which must not be readable
+// by others) or, without a file, from $SLUICE_SECRET. It is never taken from
+// the command line: argv is visible to every local user.
+func LoadSecret(file string) ([]byte, error) {
+	if file != "" {
+		return tcp.LoadSecret(file)
+	}
+	s := os.Getenv(SecretEnv)
+	if s == "" {
+		return nil, fmt.Errorf("no shared secret: give --secret-file FILE (mode 600) or set $%s; the roles authenticate each other with it (I12)", SecretEnv)
+	}
+	if len(s) < tcp.MinSecret {
+		return nil, fmt.Errorf("$%s holds %d bytes, need at least %d", SecretEnv, len(s), tcp.MinSecret)
+	}
+	return []byte(s), nil
+}
+
+// DialRetry connects to a role, retrying until ctx ends: roles may start in
+// any order.
+func DialRetry(ctx context.Context, addr string, cfg tcp.Config) (*tcp.Client, error) {
+	var last error
+	for {
+		c, err := tcp.Dial(ctx, addr, cfg)
+		if err == nil {
+			return c, nil
+		}
+		last = err
+		if errors.Is(err, handoff.ErrAuth) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("could not reach %s: %w", addr, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// ProbeDecodeContext asks a decode worker, through its ordinary admission
+// path, whether it admits a request filling ctxLen tokens: it reserves
+// ctxLen-1 prompt tokens plus 1 generated token and aborts at once. A router
+// in its own process has no pool of its own; this is how it refuses to
+// advertise a context the decode role would reject (I2).
+func ProbeDecodeContext(ctx context.Context, d handoff.Decode, ctxLen int) error {
+	if ctxLen < 2 {
+		return nil
+	}
+	var id kv.ID
+	if _, err := rand.Read(id[:]); err != nil {
+		return err
+	}
+	_, err := d.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "sluice-router-preflight", PromptTokens: ctxLen - 1, MaxTokens: 1})
+	if aerr := d.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "router start-up context probe"}); err == nil && aerr != nil {
+		return fmt.Errorf("aborting the probe reservation: %w", aerr)
+	}
+	return err
+}
