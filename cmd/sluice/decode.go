@@ -95,7 +95,9 @@ func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p
 		log.Error("handoff service", "err", err)
 		return 1
 	}
-	srv.OnError = func(remote net.Addr, err error) { log.Warn("connection ended with an error", "remote", remote.String(), "err", err) }
+	srv.OnError = func(remote net.Addr, err error) {
+		log.Warn("connection ended with an error", "remote", remote.String(), "err", err)
+	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		log.Error("cannot listen", "addr", addr, "err", err)
