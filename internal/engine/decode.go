@@ -435,3 +435,16 @@ func decodeSampler(p sample.Params) *sample.Sampler {
 	s.Advance(1)
 	return s
 }
+
+// DecodeStats are the worker's scheduler counters, for metrics.
+type DecodeStats struct {
+	// Steps is the number of forward steps run.
+	Steps int64
+	// MaxBatch is the most sequences one step has served.
+	MaxBatch int64
+}
+
+// Stats returns the counters.
+func (w *DecodeWorker) Stats() DecodeStats {
+	return DecodeStats{Steps: w.sched.steps.Load(), MaxBatch: w.sched.maxSeqs.Load()}
+}

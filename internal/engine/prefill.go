@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -28,6 +30,31 @@ type PrefillWorker struct {
 	// concurrency, and every prompt fits the pool, I2).
 	fmu   sync.Mutex
 	freed chan struct{}
+
+	stats struct {
+		committed, failed, tokens, bytes, pushNanos atomic.Int64
+	}
+}
+
+// PrefillStats are the worker's counters, for metrics.
+type PrefillStats struct {
+	// Committed and Failed count handoffs by outcome.
+	Committed, Failed int64
+	// Tokens is the prompt tokens prefilled and committed (I9).
+	Tokens int64
+	// Bytes is the page bytes pushed by committed handoffs.
+	Bytes int64
+	// Push is the total time from the first page write to the accepted
+	// commit, over committed handoffs.
+	Push time.Duration
+}
+
+// Stats returns the counters.
+func (w *PrefillWorker) Stats() PrefillStats {
+	return PrefillStats{
+		Committed: w.stats.committed.Load(), Failed: w.stats.failed.Load(), Tokens: w.stats.tokens.Load(),
+		Bytes: w.stats.bytes.Load(), Push: time.Duration(w.stats.pushNanos.Load()),
+	}
 }
 
 var _ handoff.Prefill = (*PrefillWorker)(nil)
@@ -154,9 +181,15 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	}
 	defer w.signalFreed()
 	defer releasePages(w.pool, owner, d.table)
+	start := time.Now()
 	if err := w.push(ctx, owner, d.table, res, len(r.Tokens), d.first); err != nil {
+		w.stats.failed.Add(1)
 		return nil, w.abort(r.Handoff, err)
 	}
+	w.stats.committed.Add(1)
+	w.stats.bytes.Add(int64(len(d.table)) * int64(w.cfg.geometry().PageBytes()))
+	w.stats.pushNanos.Add(int64(time.Since(start)))
+	w.stats.tokens.Add(int64(len(r.Tokens)))
 	return &handoff.PrefillResult{FirstToken: d.first, Tokens: len(r.Tokens)}, nil
 }
 

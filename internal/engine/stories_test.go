@@ -130,6 +130,9 @@ func TestOracleStories(t *testing.T) {
 		t.Errorf("no step ever batched two sequences (colocated %d, prefill %d, decode %d): batching did not happen",
 			col.sched.maxSeqs.Load(), loc.Prefill.sched.maxSeqs.Load(), loc.Decode.sched.maxSeqs.Load())
 	}
+	if ps := loc.Prefill.Stats(); ps.Committed != int64(len(reqs)) || ps.Failed != 0 || ps.Bytes == 0 {
+		t.Errorf("prefill stats %+v after %d requests", ps, len(reqs))
+	}
 	// Pages were reused, many times over: more releases than pages.
 	if st := loc.Decode.Pool().Stats(); st.Scrubbed <= uint64(st.Pages) {
 		t.Errorf("decode pool scrubbed %d pages of %d: the pool was not small enough to force reuse", st.Scrubbed, st.Pages)
