@@ -409,3 +409,8 @@ func (r *Receiver) accepted(id kv.ID) bool {
 	h, ok := r.live[id]
 	return ok && h.ph == phAccepted
 }
+
+func (r *Receiver) isLive(id kv.ID) bool {
+	h, ok := r.live[id]
+	return ok && (h.ph == phReserved || h.ph == phTransfering)
+}

@@ -78,10 +78,13 @@ func (s *Server) Write(ctx context.Context, ws []PageWrite) error {
 		}
 	}
 	s.mu.Lock()
+	wasLive := s.r.isLive(id)
 	err := s.r.Write(s.now(), ws)
 	ended := s.r.Err(id)
 	s.mu.Unlock()
-	if err != nil && ended != nil && s.dec != nil {
+	// Ended is reported once, by the call that ended the handoff; late
+	// writes to an ended handoff do not report it again.
+	if err != nil && wasLive && ended != nil && s.dec != nil {
 		s.dec.Ended(id, ended)
 	}
 	return err
@@ -89,13 +92,14 @@ func (s *Server) Write(ctx context.Context, ws []PageWrite) error {
 
 func (s *Server) Commit(ctx context.Context, c *Commit) error {
 	s.mu.Lock()
+	wasLive := s.r.isLive(c.Handoff)
 	a, err := s.r.Commit(s.now(), c)
 	ended := s.r.Err(c.Handoff)
 	s.mu.Unlock()
 	if s.dec != nil {
 		if err == nil {
 			s.dec.Accept(a)
-		} else if ended != nil {
+		} else if wasLive && ended != nil {
 			s.dec.Ended(c.Handoff, ended)
 		}
 	}
