@@ -10,25 +10,20 @@ import (
 	"time"
 
 	"sluice/internal/handoff"
-	"sluice/internal/kv"
 )
 
 // chaosLink aborts a random share of handoffs at a random page write, on
 // the link between prefill and decode.
 type chaosLink struct {
 	handoff.Decode
-	mu      sync.Mutex
-	rng     *rand.Rand
-	aborted map[kv.ID]bool
-	off     bool
+	mu  sync.Mutex
+	rng *rand.Rand
+	off bool
 }
 
 func (c *chaosLink) Write(ctx context.Context, ws []handoff.PageWrite) error {
 	c.mu.Lock()
 	hit := !c.off && c.rng.IntN(8) == 0
-	if hit {
-		c.aborted[ws[0].Handoff] = true
-	}
 	c.mu.Unlock()
 	if hit {
 		_ = c.Decode.Abort(ctx, &handoff.Abort{Handoff: ws[0].Handoff, Reason: "chaos"})
@@ -44,7 +39,7 @@ func (c *chaosLink) Write(ctx context.Context, ws []handoff.PageWrite) error {
 func TestChaos(t *testing.T) {
 	forTransports(t, func(t *testing.T, transport string) {
 		r := newAbortRig(t, transport, nil)
-		link := &chaosLink{Decode: r.tp.Decode, rng: rand.New(rand.NewPCG(7, uint64(len(transport)))), aborted: map[kv.ID]bool{}}
+		link := &chaosLink{Decode: r.tp.Decode, rng: rand.New(rand.NewPCG(7, uint64(len(transport))))}
 		r.tp.Decode = link
 		rng := rand.New(rand.NewPCG(11, 13))
 		type job struct {
