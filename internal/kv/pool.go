@@ -298,13 +298,14 @@ func (p *Pool) Release(o Owner, refs []PageRef) error {
 			continue // still fenced for a transfer (I6)
 		}
 		if unlocked {
-			// Out of service while it is scrubbed: Quarantined, and marked
-			// so that Expire does not free it under the scrubber.
-			m.scrubbing = true
-			if tagState(m.tag.Load()) != Quarantined {
-				p.setStateLocked(ref.Page, Quarantined)
-				p.quarantine[ref.Page] = time.Time{}
+			// Out of service while it is scrubbed: Quarantined in its tag
+			// (every check refuses it) but not in the quarantine map, so
+			// Expire and DrainAck cannot free it under the scrubber.
+			if tagState(m.tag.Load()) == Quarantined {
+				delete(p.quarantine, ref.Page)
 			}
+			m.scrubbing = true
+			p.setStateLocked(ref.Page, Quarantined)
 			later = append(later, ref.Page)
 			continue
 		}
@@ -326,7 +327,6 @@ func (p *Pool) Release(o Owner, refs []PageRef) error {
 		return first
 	}
 	for _, pg := range later {
-		p.pages[pg].scrubbing = false
 		p.freeScrubbedLocked(pg)
 	}
 	p.scrubbed += uint64(len(later))
@@ -683,7 +683,7 @@ func (p *Pool) audit() error {
 			free++
 		}
 		_, inQ := p.quarantine[uint32(i)]
-		if (st == Quarantined) != inQ {
+		if (st == Quarantined) != (inQ || p.pages[i].scrubbing) || (inQ && p.pages[i].scrubbing) {
 			return &Error{Code: CodeCorrupt, Msg: fmt.Sprintf("page %d state %v disagrees with the quarantine set", i, st)}
 		}
 		if st == Quarantined {
@@ -810,7 +810,9 @@ func (p *Pool) freeScrubbedLocked(pg uint32) {
 	m := &p.pages[pg]
 	m.live = false
 	m.qTransfer = false
-	if tagState(m.tag.Load()) == Quarantined {
+	if m.scrubbing {
+		m.scrubbing = false
+	} else if tagState(m.tag.Load()) == Quarantined {
 		delete(p.quarantine, pg)
 	}
 	p.setStateLocked(pg, Free)
