@@ -119,17 +119,17 @@ Example:
 		return 1
 	}
 	defer dc.Close()
+	if err := node.ProbeDecodeContext(cctx, dc, ctxLen); err != nil {
+		log.Error(fmt.Sprintf("refusing to start: the decode worker at %s does not admit a request of the router's context %d tokens (%v); start decode with a pool that holds it, or lower the router's --context", decodeAddr, ctxLen, err),
+			"code", preflight.Code)
+		return 1
+	}
 	pc, err := node.DialRetry(cctx, prefillAddr, tc)
 	if err != nil {
 		log.Error("cannot reach the prefill worker", "prefill", prefillAddr, "err", err)
 		return 1
 	}
 	defer pc.Close()
-	if err := node.ProbeDecodeContext(cctx, dc, ctxLen); err != nil {
-		log.Error(fmt.Sprintf("refusing to start: the decode worker at %s does not admit a request of the router's context %d tokens (%v); start decode with a pool that holds it, or lower the router's --context", decodeAddr, ctxLen, err),
-			"code", preflight.Code)
-		return 1
-	}
 	eng, err := engine.NewDisaggregated(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Context: ctxLen, MaxConcurrency: o.maxConc}, pc, dc)
 	if err != nil {
 		log.Error("engine", "err", err)

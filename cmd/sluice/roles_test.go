@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"sluice/internal/testenv"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+)
+
+// sluiceBinary builds the command once per test run.
+func sluiceBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "sluice-roles-test-")
+		if binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "sluice")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = err
+			t.Logf("go build: %s", out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// proc is one role process whose JSON log lines are collected.
+type proc struct {
+	name  string
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	lines []map[string]any
+	raw   strings.Builder
+	addr  chan string
+	done  chan struct{}
+}
+
+func startProc(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, addr: make(chan string, 1), done: make(chan struct{})}
+	p.cmd = exec.Command(sluiceBinary(t), append([]string{name, "--log-format", "json"}, args...)...)
+	p.cmd.Env = append(os.Environ(), "SLUICE_SECRET=roles-test-shared-secret-0123456789")
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var m map[string]any
+			p.mu.Lock()
+			p.raw.WriteString(sc.Text() + "\n")
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				p.lines = append(p.lines, m)
+				if m["msg"] == "listening" {
+					a, _ := m["addr"].(string)
+					p.addr <- strings.TrimPrefix(a, "http://")
+				}
+			}
+			p.mu.Unlock()
+		}
+		io.Copy(io.Discard, stderr)
+	}()
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+// waitAddr returns the address the process listens on.
+func (p *proc) waitAddr(t *testing.T) string {
+	t.Helper()
+	select {
+	case a := <-p.addr:
+		return a
+	case <-p.done:
+		t.Fatalf("%s exited before listening:\n%s", p.name, p.log())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not listen within 60s:\n%s", p.name, p.log())
+	}
+	return ""
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.raw.String()
+}
+
+// wait returns the exit code once the process ended.
+func (p *proc) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		p.cmd.Process.Kill()
+		t.Fatalf("%s did not exit", p.name)
+	}
+	err := p.cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+func (p *proc) stop(t *testing.T) {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.cmd.Wait()
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// Router, prefill and decode as three OS processes on loopback serve a
+// request end to end; the text is llama.cpp's greedy continuation.
+func TestRolesAsProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts three processes")
+	}
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	pool := []string{"--model", model, "--context", "256", "--kv-pool-tokens", "512"}
+	dec := startProc(t, "decode", append(pool, "--listen", "127.0.0.1:0")...)
+	daddr := dec.waitAddr(t)
+	pre := startProc(t, "prefill", append(pool, "--listen", "127.0.0.1:0", "--decode", daddr)...)
+	paddr := pre.waitAddr(t)
+	keys := filepath.Join(t.TempDir(), "keys")
+	os.WriteFile(keys, []byte("key-a tenant-a\nkey-b tenant-b\n"), 0o600)
+	rt := startProc(t, "router", "--model", model, "--context", "256", "--listen", "127.0.0.1:0",
+		"--prefill", paddr, "--decode", daddr, "--api-keys", keys)
+	raddr := rt.waitAddr(t)
+
+	cl := openai.NewClient(option.WithBaseURL("http://"+raddr+"/v1/"), option.WithAPIKey("key-b"), option.WithMaxRetries(0))
+	r, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stories260K",
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(32), Temperature: openai.Float(0)})
+	if err != nil {
+		t.Fatalf("%v\nrouter log:\n%s", err, rt.log())
+	}
+	// ../shared/reference/reference.json, stories260K, "Once upon a time".
+	want := ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw"
+	if r.Choices[0].Text != want || r.Usage.PromptTokens != 5 || r.Usage.CompletionTokens != 32 {
+		t.Fatalf("got %q %+v", r.Choices[0].Text, r.Usage)
+	}
+	// The tenant came from the key, across the process boundary.
+	if !strings.Contains(rt.log(), `"tenant":"tenant-b"`) {
+		t.Fatalf("router did not log tenant-b:\n%s", rt.log())
+	}
+	// Graceful shutdown: SIGTERM, exit 0.
+	for _, p := range []*proc{rt, pre, dec} {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		if code := p.wait(t); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", p.name, code, p.log())
+		}
+	}
+}
+
+// I2: each role refuses to start on a context larger than its pool, and
+// says both numbers and what to change; the router refuses to advertise a
+// context that decode does not admit.
+func TestRoleRefusesContextLargerThanPool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts processes")
+	}
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	for _, role := range []string{"decode", "prefill"} {
+		args := []string{"--model", model, "--context", "512", "--kv-pool-tokens", "256", "--listen", "127.0.0.1:0"}
+		if role == "prefill" {
+			args = append(args, "--decode", "127.0.0.1:1")
+		}
+		p := startProc(t, role, args...)
+		if code := p.wait(t); code == 0 {
+			t.Fatalf("%s started with a context larger than its pool", role)
+		}
+		log := p.log()
+		for _, want := range []string{"refusing to start", "--context 512", "256 tokens", "--kv-memory", "context_exceeds_kv_pool"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("%s log lacks %q:\n%s", role, want, log)
+			}
+		}
+	}
+	// sluice serve too.
+	p := startProc(t, "serve", "--model", model, "--context", "512", "--kv-pool-tokens", "256", "--listen", "127.0.0.1:0")
+	if code := p.wait(t); code == 0 || !strings.Contains(p.log(), "refusing to start") {
+		t.Fatalf("serve started (exit %d):\n%s", code, p.log())
+	}
+
+	// A decode worker whose context is 128 makes a router configured for
+	// 256 refuse to start.
+	dec := startProc(t, "decode", "--model", model, "--context", "128", "--kv-pool-tokens", "128", "--listen", "127.0.0.1:0")
+	daddr := dec.waitAddr(t)
+	rt := startProc(t, "router", "--model", model, "--context", "256", "--listen", "127.0.0.1:0", "--prefill", "127.0.0.1:1", "--decode", daddr, "--connect-timeout", "2s")
+	if code := rt.wait(t); code == 0 {
+		t.Fatalf("router started:\n%s", rt.log())
+	}
+	if l := rt.log(); !strings.Contains(l, "256") || !strings.Contains(l, "refusing to start") || !strings.Contains(l, "exceed the decode context of 128") {
+		t.Fatalf("router log:\n%s", l)
+	}
+}
+
+// Preflight as a command: exit 0 when the pool holds the context, 1 with
+// the sentence when not.
+func TestPreflightCommand(t *testing.T) {
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	var out, errb strings.Builder
+	// stories260K: 5 layers x 4 KV heads x 8 dims x 2 x 4 B = 1280 B per
+	// token; 16-token pages of 20480 B; 512 tokens need 655360 B.
+	if code := runPreflight([]string{"--model", model, "--context", "512", "--kv-memory", "655360"}, &out, &errb); code != 0 {
+		t.Fatalf("equal pool: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(out.String(), "1280 B") || !strings.Contains(out.String(), "OK") {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	out.Reset()
+	code := runPreflight([]string{"--model", model, "--context", "512", "--kv-memory", "655359", "--role", "decode", "--json"}, &out, &errb)
+	if code != 1 {
+		t.Fatalf("smaller pool: exit %d", code)
+	}
+	var rep struct {
+		OK       bool     `json:"ok"`
+		Problems []string `json:"problems"`
+		Roles    []struct {
+			PoolTokens int `json:"pool_capacity_tokens"`
+		} `json:"roles"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || len(rep.Roles) != 1 || rep.Roles[0].PoolTokens != 496 || !strings.Contains(rep.Problems[0], "decode") {
+		t.Fatalf("report %+v", rep)
+	}
+	if code := runPreflight([]string{"--model", model, "--context", "512"}, &out, &errb); code != 2 {
+		t.Fatalf("no pool size: exit %d", code)
+	}
+}
