@@ -1,0 +1,150 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"reflect"
+	"testing"
+	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/handoff/handofftest"
+	"sluice/internal/kv"
+	"sluice/internal/sample"
+)
+
+type fakePrefill struct{ got chan *handoff.PrefillRequest }
+
+func (p fakePrefill) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	p.got <- r
+	if r.Tenant == "refuse" {
+		return nil, handoff.ErrDigestMismatch.With("decode refused the commit")
+	}
+	return &handoff.PrefillResult{FirstToken: 42, Tokens: len(r.Tokens)}, nil
+}
+
+// The Prefill service crosses the wire intact, and its typed errors keep
+// their code.
+func TestPrefillOverTCP(t *testing.T) {
+	fp := fakePrefill{got: make(chan *handoff.PrefillRequest, 2)}
+	addr, _ := serve(t, Config{Secret: secret}, nil, fp)
+	c := dial(t, addr, Config{Secret: secret})
+	req := &handoff.PrefillRequest{Handoff: handofftest.ID(3), Tenant: "acme", Tokens: []int32{1, -2, 300000},
+		Reservation: &handoff.Reservation{Handoff: handofftest.ID(3), Pages: []kv.PageRef{{Page: 7, Gen: 1 << 40}}, PageSize: 16, ExpectTokens: 3},
+		Sampling:    sample.Params{Temperature: 0.7, TopK: 40, TopP: 0.9, Seed: 1<<63 + 5}}
+	res, err := c.Prefill(context.Background(), req)
+	if err != nil || res.FirstToken != 42 || res.Tokens != 3 {
+		t.Fatalf("prefill: %+v %v", res, err)
+	}
+	if got := <-fp.got; !reflect.DeepEqual(got, req) {
+		t.Fatalf("server got %+v\nwant %+v", got, req)
+	}
+	req.Tenant = "refuse"
+	if _, err := c.Prefill(context.Background(), req); !errors.Is(err, handoff.ErrDigestMismatch) {
+		t.Fatalf("typed error across the wire: %v", err)
+	}
+	// A worker that serves no decode side says so.
+	if _, err := c.Reserve(context.Background(), &handoff.Reserve{}); !errors.Is(err, handoff.ErrState) {
+		t.Fatalf("decode call to a prefill-only worker: %v", err)
+	}
+}
+
+// Token streams: several at once on one connection, in order, terminal
+// item last; a stream for an unknown handoff fails at open.
+func TestStreamsOverTCP(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	r.Dec.Extra = 50
+	addr, _ := serve(t, Config{Secret: secret}, r.Server, nil)
+	c := dial(t, addr, Config{Secret: secret})
+	ctx := context.Background()
+	var streams []handoff.TokenStream
+	for i := 0; i < 3; i++ {
+		id := handofftest.ID(i)
+		src := r.Sequence(t, id, "acme", 5, byte(i))
+		res, err := c.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "acme", PromptTokens: 5, MaxTokens: 60})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := handoff.NewSender(handoff.SenderConfig{}, res, 5, int32(100*i), src)
+		if err := handoff.Push(ctx, s, c); err != nil {
+			t.Fatal(err)
+		}
+		r.ReleaseSource(t, src)
+		ts, err := c.Stream(ctx, id, handoff.StreamParams{IgnoreEOS: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, ts)
+	}
+	// Read them interleaved.
+	next := make([]int32, 3)
+	done := 0
+	for done < 3 {
+		for i, ts := range streams {
+			if next[i] < 0 {
+				continue
+			}
+			tok, err := ts.Recv()
+			if err != nil || tok.Err != nil {
+				t.Fatalf("stream %d: %v %v", i, err, tok.Err)
+			}
+			if tok.Done {
+				if next[i] != 51 || tok.PromptTokens != 5 {
+					t.Fatalf("stream %d ended after %d tokens: %+v", i, next[i], tok)
+				}
+				if _, err := ts.Recv(); err != io.EOF {
+					t.Fatalf("after the terminal item: %v, want io.EOF", err)
+				}
+				next[i] = -1
+				done++
+				continue
+			}
+			if tok.ID != int32(100*i)+next[i] {
+				t.Fatalf("stream %d item %d is token %d", i, next[i], tok.ID)
+			}
+			next[i]++
+		}
+	}
+	for i := range streams {
+		r.Dec.Release(handofftest.ID(i))
+	}
+	if _, err := c.Stream(ctx, handofftest.ID(99), handoff.StreamParams{}); !errors.Is(err, handoff.ErrUnknownHandoff) {
+		t.Fatalf("stream of an unknown handoff: %v", err)
+	}
+	r.CheckDrained(t)
+}
+
+// A server that breaks the protocol after the handshake fails the client's
+// pending calls with an error instead of hanging them.
+func TestClientRejectsBadServerFrames(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		cfg, _ := Config{Secret: secret}.withDefaults()
+		c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: cfg.MaxFrame}}
+		if c.serverHandshake() != nil {
+			return
+		}
+		c.fr.readFrame(nc, nil)                                                    // the call
+		nc.Write(rawFrame(1, tOK, 1, nil, func(c uint32) uint32 { return c + 1 })) // bad checksum
+		time.Sleep(time.Second)
+	}()
+	c := dial(t, l.Addr().String(), Config{Secret: secret})
+	err = c.Drained(context.Background(), kv.ID{})
+	if !errors.Is(err, handoff.ErrProtocol) && !errors.Is(err, handoff.ErrTransport) {
+		t.Fatalf("call answered by a corrupt frame: %v", err)
+	}
+	if c.Err() == nil {
+		t.Fatal("the client kept a connection that sent a corrupt frame")
+	}
+}
