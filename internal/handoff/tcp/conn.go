@@ -34,8 +34,9 @@ type Config struct {
 	// alter frames after the handshake. It is on when either side asks. It
 	// costs throughput; see BenchmarkHandoffTCP.
 	FrameMAC bool
-	// MaxFrame bounds a frame's payload (default 64 MiB). Write batches
-	// (handoff.SenderConfig.MaxBatchBytes) must stay below it.
+	// MaxFrame bounds a frame's payload (default 16 MiB). Write batches
+	// (handoff.SenderConfig.MaxBatchBytes) must stay below it; a server
+	// holds at most MaxInflight x MaxFrame bytes of a connection's calls.
 	MaxFrame int
 	// HandshakeTimeout bounds the whole handshake (default 5 s).
 	HandshakeTimeout time.Duration
@@ -56,7 +57,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, handoff.ErrAuth.With("a shared secret of at least %d bytes is required (I12)", MinSecret)
 	}
 	if c.MaxFrame <= 0 {
-		c.MaxFrame = 64 << 20
+		c.MaxFrame = 16 << 20
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 5 * time.Second
