@@ -43,6 +43,8 @@ func TestViolationStaleGeneration(t *testing.T) {
 	}
 }
 
+// I3: a stale table's write is refused before it touches the new owner's
+// page.
 func TestViolationStaleGenerationOnPut(t *testing.T) {
 	p := newPool(t, 1)
 	a, b := owner("a", 1), owner("b", 2)
@@ -60,6 +62,8 @@ func TestViolationStaleGenerationOnPut(t *testing.T) {
 	}
 }
 
+// I3: another tenant presenting a valid (page, generation) is refused on
+// every path: view read, page read, digest, release.
 func TestViolationForeignOwner(t *testing.T) {
 	p := newPool(t, 2)
 	a, b := owner("a", 1), owner("b", 1) // same ID, other tenant: still foreign
@@ -104,6 +108,7 @@ func TestViolationReadPastWrittenExtent(t *testing.T) {
 	wantViolation(t, p, err, KindUnwrittenRead, refs2[0].Page, true)
 }
 
+// I5 relies on it: a sealed (verified) prefix cannot change afterwards.
 func TestViolationWriteToSealedPage(t *testing.T) {
 	p := newPool(t, 2)
 	a := owner("a", 1)
@@ -129,6 +134,8 @@ func TestViolationWriteToSealedPage(t *testing.T) {
 	wantViolation(t, p, err, KindSealedWrite, refs2[0].Page, true)
 }
 
+// I6/I7: a page released twice must not enter the free list twice (two
+// owners would share it); the second release quarantines it for a lease.
 func TestViolationDoubleRelease(t *testing.T) {
 	p := newPool(t, 2)
 	a := owner("a", 1)
@@ -159,6 +166,8 @@ func TestViolationDoubleRelease(t *testing.T) {
 	wantViolation(t, p, err, KindDoubleRelease, refs[0].Page, true)
 }
 
+// I6: a write through a table whose pages were released (not yet reused)
+// is refused and fences the page.
 func TestViolationWriteAfterRelease(t *testing.T) {
 	p := newPool(t, 2)
 	a := owner("a", 1)
@@ -183,6 +192,7 @@ func TestViolationWriteAfterRelease(t *testing.T) {
 	}
 }
 
+// I3: a read through a released table returns nothing.
 func TestViolationReadAfterRelease(t *testing.T) {
 	p := newPool(t, 2)
 	a := owner("a", 1)
@@ -196,6 +206,7 @@ func TestViolationReadAfterRelease(t *testing.T) {
 	wantViolation(t, p, err, KindReleasedRead, refs[0].Page, true)
 }
 
+// I8: the error a failed check returns never names the page's owner.
 func TestViolationMessagesDoNotNameOwners(t *testing.T) {
 	p := newPool(t, 1)
 	a, b := owner("secret-tenant-A", 1), owner("b", 2)
