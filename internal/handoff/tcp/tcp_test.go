@@ -124,21 +124,47 @@ func TestWrongSecretRefused(t *testing.T) {
 	if _, err := Dial(context.Background(), addr, Config{Secret: []byte("another-secret-of-16+")}); !errors.Is(err, handoff.ErrAuth) {
 		t.Fatalf("dial with a wrong secret: %v, want ErrAuth", err)
 	}
-	// A peer that skips the handshake and sends a Reserve straight away.
-	nc, err := net.Dial("tcp", addr)
+	// A live handoff an attacker would like to write into and commit.
+	res, err := r.Server.Reserve(context.Background(), &handoff.Reserve{Handoff: handofftest.ID(7), Tenant: "victim", PromptTokens: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	fr := framer{maxFrame: 1 << 20, isClient: true}
-	bufs, _ := fr.encode(1, tReserve, 1, [][]byte{encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "x", PromptTokens: 4})})
-	nb := net.Buffers(bufs)
-	nb.WriteTo(nc)
-	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	expectErrorThenClose(t, nc, &framer{maxFrame: 1 << 20}, handoff.ErrProtocol)
-	if s := r.Server.Stats(); s.Reserved != 0 {
-		t.Fatalf("an unauthenticated peer reserved %d handoffs", s.Reserved)
+	data := make([]byte, r.Geo.PageBytes())
+	wparts, wdata := encWrites([]handoff.PageWrite{{Handoff: handofftest.ID(7), Page: res.Pages[0], Slots: 4, Data: data, Checksum: handoff.Checksum(data)}})
+	// Peers that skip the handshake and send a request straight away.
+	for _, m := range []struct {
+		typ   byte
+		parts [][]byte
+		data  []bool
+	}{
+		{tReserve, [][]byte{encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "x", PromptTokens: 4})}, nil},
+		{tWrite, wparts, wdata},
+		{tCommit, [][]byte{encCommit(&handoff.Commit{Handoff: handofftest.ID(7), Tokens: 4, Digest: []byte{1}})}, nil},
+	} {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fr := framer{maxFrame: 1 << 20, isClient: true}
+		var bufs [][]byte
+		if m.data != nil {
+			bufs, _ = fr.encode(1, m.typ, 1, m.parts, m.data)
+		} else {
+			bufs, _ = fr.encode(1, m.typ, 1, m.parts)
+		}
+		nb := net.Buffers(bufs)
+		nb.WriteTo(nc)
+		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		expectErrorThenClose(t, nc, &framer{maxFrame: 1 << 20}, handoff.ErrProtocol)
+		nc.Close()
 	}
+	if s := r.Server.Stats(); s.Reserved != 1 || s.Accepted != 0 || len(s.Failed) != 0 {
+		t.Fatalf("an unauthenticated peer changed the decode side: %+v", s)
+	}
+	if _, n, _ := r.Decode.PageData(kv.Owner{Tenant: "victim", ID: handofftest.ID(7)}, res.Pages[0]); n != 0 {
+		t.Fatal("an unauthenticated peer wrote a page")
+	}
+	r.Server.Abort(context.Background(), &handoff.Abort{Handoff: handofftest.ID(7)})
 	if _, err := NewServer(Config{}, r.Server, nil); !errors.Is(err, handoff.ErrAuth) {
 		t.Fatalf("server without a secret: %v", err)
 	}
