@@ -210,6 +210,75 @@ func TestPoolStateMachine(t *testing.T) {
 					s.st[b] = Filling
 				}
 			},
+			"extend": func(t *rapid.T) {
+				if len(m.live) == 0 {
+					t.Skip()
+				}
+				_, s := pick(t, m.live, "seq")
+				tbl, err := p.Extend(s.o, s.refs, 1)
+				for _, r := range s.refs {
+					if m.pages[r.Page].quar {
+						wantKind(t, err, KindQuarantined)
+						return
+					}
+				}
+				if m.freeCount() == 0 {
+					if !errors.Is(err, ErrNoCapacity) {
+						t.Fatalf("extend with no free page: %v", err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := tbl[len(tbl)-1]
+				mp := &m.pages[r.Page]
+				if mp.holder != nil || mp.quar || r.Gen <= mp.gen {
+					t.Fatalf("extend handed out page %d in use or with an old generation", r.Page)
+				}
+				*mp = mPage{holder: s, blk: len(s.refs), gen: r.Gen}
+				s.refs = tbl
+				s.view = p.View(s.o, tbl)
+				s.cnt = append(s.cnt, make([]int, tg.Layers))
+				s.st = append(s.st, Reserved)
+				s.sealed = append(s.sealed, 0)
+			},
+			"markWritten": func(t *rapid.T) {
+				if len(m.live) == 0 {
+					t.Skip()
+				}
+				_, s := pick(t, m.live, "seq")
+				b := rapid.IntRange(0, len(s.refs)-1).Draw(t, "blk")
+				slots := rapid.IntRange(1, tg.PageSize).Draw(t, "slots")
+				ref := s.refs[b]
+				// The one-sided write lands first (rows are a function of the
+				// position, so rewriting written slots keeps their values).
+				img := pageImage(s.o, ref.Gen, b, slots)
+				off := int(p.SharedOffset(ref))
+				for half := range 2 * tg.Layers {
+					o := half * tg.PageSize * tg.KVDim * 4
+					copy(p.mem[off+o:off+o+slots*tg.KVDim*4], img[o:o+slots*tg.KVDim*4])
+				}
+				err := p.MarkWritten(s.o, ref, slots)
+				switch {
+				case m.pages[ref.Page].quar:
+					wantKind(t, err, KindQuarantined)
+				case s.st[b] == Filling:
+					wantKind(t, err, KindDuplicateWrite)
+					m.violationQuarantine(ref.Page)
+				case s.st[b] == Sealed:
+					wantKind(t, err, KindSealedWrite)
+					m.violationQuarantine(ref.Page)
+				default:
+					if err != nil {
+						t.Fatal(err)
+					}
+					for l := range s.cnt[b] {
+						s.cnt[b][l] = slots
+					}
+					s.st[b] = Filling
+				}
+			},
 			"read": func(t *rapid.T) {
 				if len(m.live) == 0 {
 					t.Skip()
