@@ -1,0 +1,85 @@
+package sim
+
+import "time"
+
+// Fault is one kind of injected fault.
+type Fault int
+
+const (
+	FaultDelay        Fault = iota // a message delayed past later ones (reordering)
+	FaultDup                       // a message delivered twice
+	FaultLoss                      // a message lost
+	FaultCrashPrefill              // the prefill worker crashes and restarts empty
+	FaultCrashDecode               // the decode worker crashes and restarts empty
+	FaultDisconnect                // a client goes away (any phase)
+	FaultAbortRouter               // the router aborts a request (any phase)
+	FaultAbortPrefill              // the prefill worker gives a handoff up (any phase)
+	FaultLateWrite                 // a one-sided write lands long after it was posted
+	FaultSlowTransfer              // a transfer's batches are slower than the lease in total
+	FaultBurst                     // requests arrive at once into small pools
+	FaultShort                     // misbehaving prefill: one page, full-count commit
+	FaultWrongDigest               // misbehaving prefill: digest corrupted
+	FaultNoDigest                  // misbehaving prefill: digest omitted
+	FaultStaleData                 // misbehaving prefill: a page carries another page's bytes
+	FaultStaleWriter               // misbehaving prefill: re-sends a write after its abort
+	FaultForeign                   // misbehaving prefill: writes into another handoff's page
+	numFaults
+)
+
+var faultNames = [numFaults]string{"delay", "dup", "loss", "crash_prefill", "crash_decode",
+	"disconnect", "abort_router", "abort_prefill", "late_write", "slow_transfer", "burst",
+	"short_transfer", "wrong_digest", "no_digest", "stale_data", "stale_writer", "foreign_pages"}
+
+func (f Fault) String() string { return faultNames[f] }
+
+// FaultNames lists every fault kind in order, for reports.
+func FaultNames() []string { return faultNames[:] }
+
+// plan is the per-run fault mix: each kind is on with some probability for
+// the run, and when on, its per-opportunity probability is drawn too. Many
+// runs therefore have few faults (so successes are common and checked),
+// some have many.
+type plan struct {
+	p        [numFaults]float64
+	jitter   time.Duration // extra random message delay (reordering)
+	oneSided bool          // shm-like transport: page bytes land in decode memory one-sidedly
+}
+
+func newPlan(s *sched) plan {
+	var pl plan
+	rate := func(on float64, lo, hi float64) float64 {
+		if !s.chance(on) {
+			return 0
+		}
+		return lo + s.rng.Float64()*(hi-lo)
+	}
+	pl.p[FaultDelay] = rate(0.5, 0.05, 0.4)
+	pl.p[FaultDup] = rate(0.25, 0.01, 0.08)
+	pl.p[FaultLoss] = rate(0.25, 0.01, 0.06)
+	pl.p[FaultCrashPrefill] = rate(0.12, 1, 1)
+	pl.p[FaultCrashDecode] = rate(0.12, 1, 1)
+	pl.p[FaultDisconnect] = rate(0.4, 0.1, 0.4)
+	pl.p[FaultAbortRouter] = rate(0.4, 0.1, 0.3)
+	pl.p[FaultAbortPrefill] = rate(0.25, 0.05, 0.2)
+	pl.p[FaultLateWrite] = rate(0.4, 0.1, 0.6)
+	pl.p[FaultSlowTransfer] = rate(0.2, 0.2, 0.6)
+	pl.p[FaultBurst] = rate(0.4, 1, 1)
+	for _, f := range []Fault{FaultShort, FaultWrongDigest, FaultNoDigest, FaultStaleData, FaultStaleWriter, FaultForeign} {
+		pl.p[f] = rate(0.2, 0.1, 0.4)
+	}
+	if pl.p[FaultDelay] > 0 {
+		pl.jitter = s.between(200*time.Microsecond, 3*time.Millisecond)
+	}
+	pl.oneSided = s.chance(0.5)
+	return pl
+}
+
+// faultTime is when a per-request fault strikes after arrival: mostly
+// within a request's typical life (a few ms), so every phase gets hit, and
+// sometimes much later.
+func (w *world) faultTime() time.Duration {
+	if w.chance(0.8) {
+		return w.between(0, 4*time.Millisecond)
+	}
+	return w.between(0, 40*time.Millisecond)
+}

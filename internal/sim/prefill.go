@@ -1,0 +1,426 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+
+	"sluice/internal/handoff"
+	"sluice/internal/kv"
+	"sluice/internal/model"
+	"sluice/internal/sample"
+)
+
+// prefill is one incarnation of the prefill worker: the real model forward
+// pass into a real kv.Pool, and the real handoff.Sender driving the
+// transfer. The driver (message sending, one-sided page landings, the drain
+// acknowledgement) is this simulator's own wrapper, written to
+// handoff.Push's contract: Drained only once none of our writes is in flight.
+type prefill struct {
+	w    *world
+	gen  int
+	up   bool
+	pool *kv.Pool
+	run  *model.Runner
+	jobs []*pjob
+}
+
+// misbehaviour of a prefill peer for one handoff (the incident's cases).
+type misbehaviour int
+
+const (
+	honest misbehaviour = iota
+	mShort
+	mWrongDigest
+	mNoDigest
+	mStaleData
+	mStaleWriter
+	mForeign
+)
+
+type pjob struct {
+	p       *prefill
+	id      kv.ID
+	req     *handoff.PrefillRequest
+	owner   kv.Owner
+	table   []kv.PageRef
+	fed     int
+	first   int32
+	snd     *handoff.Sender
+	reply   func(*handoff.PrefillResult, error)
+	bad     misbehaviour
+	slow    bool
+	posted  int  // one-sided page writes posted and not yet landed
+	rpcs    int  // Write calls without an answer (or a timeout)
+	drain   bool // waiting for posted writes to land before Drained
+	over    bool
+	lastB   []handoff.PageWrite
+	stopped error // Fail requested from outside before the sender existed
+}
+
+func (w *world) newPrefill(gen int) (*prefill, error) {
+	p, err := kv.New(kv.Config{Geometry: w.geo, Pages: w.prePages, Order: kv.LIFO, Scrub: w.scrub, Lease: lease, Unsafe: w.cfg.Bugs.KV})
+	if err != nil {
+		return nil, err
+	}
+	return &prefill{w: w, gen: gen, up: true, pool: p, run: w.env.model.NewRunner(nil)}, nil
+}
+
+func (p *prefill) alive() bool { return p.up }
+
+func (p *prefill) crash() {
+	p.up = false
+	p.w.logf("prefill#%d CRASH (%d jobs)", p.gen, len(p.jobs))
+}
+
+// start handles a Prefill call; reply is called once with the outcome.
+func (p *prefill) start(r *handoff.PrefillRequest, reply func(*handoff.PrefillResult, error)) {
+	w := p.w
+	j := &pjob{p: p, id: r.Handoff, req: r, owner: kv.Owner{Tenant: r.Tenant, ID: r.Handoff}, reply: reply}
+	for _, o := range p.jobs {
+		if o.id == r.Handoff {
+			reply(nil, handoff.ErrDuplicate)
+			return
+		}
+	}
+	res := r.Reservation
+	if res == nil || res.ExpectTokens != len(r.Tokens) || res.PageSize != w.geo.PageSize {
+		j.fail(handoff.ErrState.With("reservation does not fit the prompt"))
+		return
+	}
+	table, err := p.pool.Reserve(j.owner, kv.PagesFor(len(r.Tokens), w.geo.PageSize))
+	if err != nil {
+		w.count(FaultBurst)
+		j.fail(handoff.ErrRefused.With("prefill pool: %v", err))
+		return
+	}
+	j.table = table
+	for f := mShort; f <= mForeign; f++ {
+		if w.chance(w.pl.p[FaultShort+Fault(f-mShort)]) {
+			j.bad = f
+			w.count(FaultShort + Fault(f-mShort))
+			break
+		}
+	}
+	j.slow = w.chance(w.pl.p[FaultSlowTransfer])
+	if j.slow {
+		w.count(FaultSlowTransfer)
+	}
+	p.jobs = append(p.jobs, j)
+	w.logf("prefill#%d %s: %d tokens into %d pages (misbehaviour %d, slow %v)", p.gen, short(j.id), len(r.Tokens), len(table), j.bad, j.slow)
+	j.chunk()
+}
+
+// chunk runs the next prompt chunk through the model, then the transfer.
+func (j *pjob) chunk() {
+	p, w := j.p, j.p.w
+	n := min(len(j.req.Tokens)-j.fed, 1+w.pick(chunkMax))
+	w.after(tokenCost*timeDur(n), "prefill chunk", func() {
+		if !p.up || j.over {
+			return
+		}
+		if j.stopped != nil {
+			j.fail(j.stopped)
+			return
+		}
+		view := p.pool.View(j.owner, j.table)
+		res := p.run.Forward([]model.Seq{{Tokens: j.req.Tokens[j.fed : j.fed+n], Pos: j.fed, KV: view}})
+		if res[0].Err != nil {
+			j.fail(res[0].Err)
+			return
+		}
+		j.fed += n
+		if j.fed < len(j.req.Tokens) {
+			j.chunk()
+			return
+		}
+		j.first = sample.Greedy(res[0].Logits)
+		src := &handoff.PoolSource{Pool: p.pool, Owner: j.owner, Pages: j.table, Tokens: j.fed}
+		snd, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: w.batchBytes, Window: w.window}, j.req.Reservation, j.fed, j.first, src)
+		if err != nil {
+			j.fail(err)
+			return
+		}
+		j.snd = snd
+		if j.bad == mShort {
+			j.short()
+			return
+		}
+		j.drive()
+	})
+}
+
+// Fail gives the handoff up from the prefill side (shutdown, abort).
+func (j *pjob) stop(err error) {
+	if j.over {
+		return
+	}
+	if j.snd == nil {
+		j.stopped = err
+		return
+	}
+	j.snd.Fail(err)
+	j.drive()
+}
+
+// drive runs the Sender until it waits.
+func (j *pjob) drive() {
+	p := j.p
+	for !j.over && p.up {
+		a := j.snd.Next()
+		switch a.Kind {
+		case handoff.ActWrite:
+			j.sendBatch(a.Seq, a.Batch)
+		case handoff.ActWait:
+			return
+		case handoff.ActCommit:
+			c := a.Commit
+			switch j.bad {
+			case mWrongDigest:
+				c.Digest[0] ^= 0x5a
+			case mNoDigest:
+				c.Digest = nil
+			}
+			j.commit(c)
+		case handoff.ActAbort:
+			j.abortDecode(a.Abort)
+		case handoff.ActDone:
+			j.finish(&handoff.PrefillResult{FirstToken: j.first, Tokens: j.fed}, nil)
+			return
+		case handoff.ActFailed:
+			err := a.Err
+			if err == nil {
+				err = errors.New("handoff failed")
+			}
+			j.finish(nil, err)
+			return
+		}
+	}
+}
+
+// page copies block b's image out of the prefill pool: a transport copies
+// at send time, and the page may be reused before delivery.
+func (j *pjob) page(pw *handoff.PageWrite) {
+	pw.Data = append([]byte(nil), pw.Data...)
+}
+
+func (j *pjob) sendBatch(seq int, ws []handoff.PageWrite) {
+	w := j.p.w
+	for i := range ws {
+		j.page(&ws[i])
+	}
+	switch j.bad {
+	case mStaleData:
+		// A page carries bytes that are not this sequence's (a stale image),
+		// with a checksum that matches them: only the digest can tell.
+		pw := &ws[w.pick(len(ws))]
+		for k := range pw.Data {
+			pw.Data[k] ^= 0x11
+		}
+		pw.Checksum = handoff.Checksum(pw.Data)
+	case mForeign:
+		// Names a page reserved for another handoff (with its generation).
+		if other := w.router.otherPages(j.id); len(other) > 0 {
+			pw := &ws[w.pick(len(ws))]
+			pw.Page = other[w.pick(len(other))]
+		}
+	}
+	j.lastB = ws
+	j.rpcs++
+	if w.pl.oneSided && !(j.bad == mForeign) {
+		j.postOneSided(seq, ws)
+		return
+	}
+	j.call(seq, ws)
+}
+
+// call sends a Write and reports its acknowledgement to the Sender.
+func (j *pjob) call(seq int, ws []handoff.PageWrite) {
+	p, w := j.p, j.p.w
+	d := w.dec
+	extra := timeDur(0)
+	if j.slow {
+		extra = w.between(lease/4, lease)
+	}
+	w.rpcAfter(extra, fmt.Sprintf("prefill#%d->decode#%d write %s seq %d (%d pages)", p.gen, d.gen, short(j.id), seq, len(ws)),
+		p.alive, d.alive, rpcTimeout+extra,
+		func() func() {
+			err := d.write(ws)
+			return func() { j.acked(seq, err) }
+		},
+		func() { j.acked(seq, handoff.ErrTransport.With("write timed out")) })
+}
+
+func (j *pjob) acked(seq int, err error) {
+	j.rpcs--
+	if j.over {
+		j.maybeDrained()
+		return
+	}
+	j.snd.Ack(seq, err)
+	j.drive()
+	j.maybeDrained()
+}
+
+// postOneSided places the page bytes into the decode pool's shared memory
+// as posted one-sided writes (RDMA-like): each lands after an in-flight
+// time, and the notice goes once all of the batch has landed. A posted
+// write cannot be recalled: it lands even if the handoff is aborted
+// meanwhile or this worker crashes (the case I6 exists for).
+func (j *pjob) postOneSided(seq int, ws []handoff.PageWrite) {
+	p, w := j.p, j.p.w
+	d := w.dec
+	notices := make([]handoff.PageWrite, len(ws))
+	left := len(ws)
+	for i := range ws {
+		n := ws[i]
+		n.Data, n.Placed = nil, true
+		notices[i] = n
+		fly := w.between(10*timeDur(1000), maxInFlight/10)
+		if w.chance(w.pl.p[FaultLateWrite]) {
+			w.count(FaultLateWrite)
+			fly = w.between(maxInFlight/2, maxInFlight)
+		}
+		data, page := ws[i].Data, ws[i].Page.Page
+		j.posted++
+		w.after(fly, "one-sided land", func() {
+			w.logf("one-sided write %s page %d lands in decode#%d memory", short(j.id), page, d.gen)
+			d.mem.PlaceRaw(page, data)
+			j.posted--
+			left--
+			if left == 0 && p.up && !j.over {
+				j.call(seq, notices)
+			} else if left == 0 {
+				j.rpcs--
+			}
+			j.maybeDrained()
+		})
+	}
+}
+
+// short is the incident's misbehaving peer: one page, then a commit that
+// claims the whole prompt with the correct digest of it.
+func (j *pjob) short() {
+	w := j.p.w
+	data, slots, err := j.p.pool.PageData(j.owner, j.table[0])
+	if err != nil {
+		j.finish(nil, err)
+		return
+	}
+	pw := handoff.PageWrite{Handoff: j.id, Block: 0, Page: j.req.Reservation.Pages[0], Slots: slots,
+		Data: append([]byte(nil), data...), Checksum: handoff.Checksum(data)}
+	d := w.dec
+	w.rpc(fmt.Sprintf("prefill#%d->decode#%d short write %s", j.p.gen, d.gen, short(j.id)), j.p.alive, d.alive, rpcTimeout,
+		func() func() {
+			err := d.write([]handoff.PageWrite{pw})
+			return func() {
+				if j.over {
+					return
+				}
+				dg, derr := j.p.pool.Digest(j.owner, j.table, j.fed)
+				if err != nil || derr != nil {
+					j.finish(nil, errors.Join(err, derr))
+					return
+				}
+				j.commit(&handoff.Commit{Handoff: j.id, Tokens: j.fed, Digest: dg[:], FirstToken: j.first})
+			}
+		},
+		func() { j.finish(nil, handoff.ErrTransport.With("short write timed out")) })
+}
+
+func (j *pjob) commit(c *handoff.Commit) {
+	p, w := j.p, j.p.w
+	d := w.dec
+	w.rpc(fmt.Sprintf("prefill#%d->decode#%d commit %s", p.gen, d.gen, short(j.id)), p.alive, d.alive, rpcTimeout,
+		func() func() {
+			err := d.commit(c)
+			return func() { j.committed(err) }
+		},
+		func() { j.committed(handoff.ErrTransport.With("commit timed out")) })
+}
+
+func (j *pjob) committed(err error) {
+	if j.over {
+		return
+	}
+	if j.bad == mShort {
+		if err != nil {
+			j.abortDecode(&handoff.Abort{Handoff: j.id, Reason: err.Error()})
+			j.finish(nil, err)
+		} else {
+			j.finish(&handoff.PrefillResult{FirstToken: j.first, Tokens: j.fed}, nil)
+		}
+		return
+	}
+	j.snd.Committed(err)
+	j.drive()
+}
+
+// abortDecode tells decode the handoff is over and, once none of our
+// writes can still land, acknowledges the drain (I6).
+func (j *pjob) abortDecode(a *handoff.Abort) {
+	p, w := j.p, j.p.w
+	d := w.dec
+	w.send(fmt.Sprintf("prefill#%d->decode#%d abort %s", p.gen, d.gen, short(j.id)), d.alive, func() { d.abort(a) })
+	j.drain = true
+	if j.bad == mStaleWriter && j.lastB != nil {
+		// A stale writer: the last batch again, much later, after the pages
+		// were surely released and reused.
+		ws := j.lastB
+		w.after(w.between(lease/2, 2*lease), "stale writer", func() {
+			w.send(fmt.Sprintf("stale writer %s -> decode#%d", short(j.id), d.gen), d.alive, func() { _ = d.write(ws) })
+		})
+	}
+	j.maybeDrained()
+}
+
+func (j *pjob) maybeDrained() {
+	p, w := j.p, j.p.w
+	if !j.drain || (j.posted > 0 && !w.cfg.Bugs.EarlyDrain) || !p.up {
+		return
+	}
+	j.drain = false
+	d := w.dec
+	id := j.id
+	w.send(fmt.Sprintf("prefill#%d->decode#%d drained %s", p.gen, d.gen, short(id)), d.alive, func() { d.drained(id) })
+}
+
+func (j *pjob) fail(err error) {
+	if j.table == nil {
+		j.over = true
+		j.reply(nil, err)
+		j.abortDecode(&handoff.Abort{Handoff: j.id, Reason: err.Error()})
+		return
+	}
+	j.abortDecode(&handoff.Abort{Handoff: j.id, Reason: err.Error()})
+	j.finish(nil, err)
+}
+
+// finish answers the router and releases the prefill pages.
+func (j *pjob) finish(res *handoff.PrefillResult, err error) {
+	if j.over {
+		return
+	}
+	j.over = true
+	p := j.p
+	if j.table != nil {
+		_ = p.pool.Release(j.owner, j.table)
+		j.table = nil
+	}
+	for i, o := range p.jobs {
+		if o == j {
+			p.jobs = append(p.jobs[:i], p.jobs[i+1:]...)
+			break
+		}
+	}
+	j.reply(res, err)
+	j.maybeDrained()
+}
+
+func (p *prefill) job(id kv.ID) *pjob {
+	for _, j := range p.jobs {
+		if j.id == id {
+			return j
+		}
+	}
+	return nil
+}

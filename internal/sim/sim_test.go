@@ -1,0 +1,170 @@
+package sim
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// defaultSeeds fits the CI budget (about a minute on 2 shared cores);
+// SLUICE_SIM_SEEDS=N (make sim SEEDS=N) runs more.
+const defaultSeeds = 300
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	envOnce sync.Once
+	envVal  *Env
+	envErr  error
+)
+
+func testEnv(t testing.TB) *Env {
+	envOnce.Do(func() {
+		dir := os.TempDir()
+		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+			dir = "/dev/shm"
+		}
+		envVal, envErr = NewEnv(dir)
+	})
+	if envErr != nil {
+		t.Fatal(envErr)
+	}
+	return envVal
+}
+
+func envInt(t testing.TB, name string, def uint64) uint64 {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, s, err)
+	}
+	return v
+}
+
+func replayCmd(seed uint64) string {
+	return fmt.Sprintf("SLUICE_SIM_SEED=%d go test -count=1 -run 'TestSim/seed' -v ./internal/sim/", seed)
+}
+
+// runSeeds runs seeds [from, from+n) on every core; each run is
+// single-threaded and independent, so parallelism does not touch
+// determinism. It stops early once stopAfter bad runs were seen.
+func runSeeds(env *Env, from, n uint64, bugs Bugs, stopAfter int) []*Result {
+	out := make([]*Result, n)
+	var next, bad struct {
+		sync.Mutex
+		v uint64
+	}
+	next.v = from
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				next.Lock()
+				s := next.v
+				next.v++
+				next.Unlock()
+				bad.Lock()
+				stop := stopAfter > 0 && bad.v >= uint64(stopAfter)
+				bad.Unlock()
+				if s >= from+n || stop {
+					return
+				}
+				r := Run(env, Config{Seed: s, Bugs: bugs})
+				out[s-from] = r
+				if r.Bad() {
+					bad.Lock()
+					bad.v++
+					bad.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// TestSim runs the default seed set (or SLUICE_SIM_SEEDS) over the real
+// system with every safeguard on: no seed may break an invariant. With
+// SLUICE_SIM_SEED=S, TestSim/seed replays seed S alone and prints its trace.
+func TestSim(t *testing.T) {
+	env := testEnv(t)
+	if os.Getenv("SLUICE_SIM_SEED") != "" {
+		t.Run("seed", func(t *testing.T) {
+			seed := envInt(t, "SLUICE_SIM_SEED", 0)
+			r := Run(env, Config{Seed: seed, Trace: true})
+			t.Logf("trace of seed %d:\n%s", seed, r.TraceText())
+			t.Logf("outcomes: %d ok, %d failed, %d cancelled, %d rejected; %d events", r.OK, r.Failed, r.Cancelled, r.Rejected, r.Events)
+			for _, v := range r.Violations {
+				t.Errorf("violation: %s", v)
+			}
+		})
+		return
+	}
+	t.Run("seeds", func(t *testing.T) {
+		n := envInt(t, "SLUICE_SIM_SEEDS", defaultSeeds)
+		from := envInt(t, "SLUICE_SIM_FROM", 1)
+		start := time.Now()
+		rs := runSeeds(env, from, n, Bugs{}, 5)
+		el := time.Since(start)
+		var faults [numFaults]int
+		var ok, failed, cancelled, rejected, events, ran int
+		for _, r := range rs {
+			if r == nil {
+				continue
+			}
+			ran++
+			for f, c := range r.Faults {
+				faults[f] += c
+			}
+			ok, failed, cancelled, rejected, events = ok+r.OK, failed+r.Failed, cancelled+r.Cancelled, rejected+r.Rejected, events+r.Events
+			if r.Bad() {
+				t.Errorf("seed %d broke an invariant; replay: %s\n  %s\n  setup: %s\ntrace tail:\n%s",
+					r.Seed, replayCmd(r.Seed), strings.Join(r.Violations, "\n  "), r.Setup, tail(r.Trace, 60))
+			}
+		}
+		var fs []string
+		for f := Fault(0); f < numFaults; f++ {
+			fs = append(fs, fmt.Sprintf("%s %.2f", f, float64(faults[f])/float64(ran)))
+		}
+		t.Logf("%d seeds in %v (%.1f seeds/s, %d cores); requests: %d ok, %d failed, %d cancelled, %d rejected; %.0f events/seed",
+			ran, el.Round(time.Millisecond), float64(ran)/el.Seconds(), runtime.GOMAXPROCS(0), ok, failed, cancelled, rejected, float64(events)/float64(ran))
+		t.Logf("faults injected per run (mean): %s", strings.Join(fs, ", "))
+		if ok == 0 {
+			t.Errorf("no request succeeded in %d seeds: the simulator checks nothing", ran)
+		}
+	})
+}
+
+func tail(lines []string, n int) string {
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("... (%d earlier lines; replay for all)", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestDeterministic: the same seed gives the same trace, event for event.
+func TestDeterministic(t *testing.T) {
+	env := testEnv(t)
+	for _, seed := range []uint64{3, 17, 99} {
+		a := Run(env, Config{Seed: seed, Trace: true})
+		b := Run(env, Config{Seed: seed, Trace: true})
+		if a.TraceText() != b.TraceText() {
+			t.Fatalf("seed %d: two runs differ:\n%s\n----\n%s", seed, tail(a.Trace, 20), tail(b.Trace, 20))
+		}
+		if len(a.Trace) < 20 {
+			t.Fatalf("seed %d: trace of %d lines is too short to mean anything", seed, len(a.Trace))
+		}
+	}
+}
