@@ -2,9 +2,9 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -211,4 +211,3 @@ func waitPoolsFree(t *testing.T, st *Stack) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
