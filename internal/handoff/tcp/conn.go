@@ -47,6 +47,9 @@ type Config struct {
 	WriteTimeout time.Duration
 	// MaxInflight bounds the calls a server runs at once per connection (default 64).
 	MaxInflight int
+	// MaxStreams bounds the token streams open at once per connection
+	// (default 4096); one more is refused with ErrRefused.
+	MaxStreams int
 }
 
 // MinSecret is the shortest secret accepted.
@@ -70,6 +73,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxInflight <= 0 {
 		c.MaxInflight = 64
+	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = 4096
 	}
 	return c, nil
 }

@@ -91,7 +91,8 @@ type sconn struct {
 	*conn
 	s       *Server
 	ctx     context.Context
-	sem     chan struct{}
+	sem     chan struct{} // calls in flight (MaxInflight)
+	ssem    chan struct{} // open token streams (MaxStreams)
 	mu      sync.Mutex
 	streams map[uint32]context.CancelFunc
 	calls   sync.WaitGroup
@@ -118,7 +119,8 @@ func (s *Server) serveConn(nc net.Conn) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	sc := &sconn{conn: c, s: s, ctx: ctx, sem: make(chan struct{}, s.cfg.MaxInflight), streams: map[uint32]context.CancelFunc{}}
+	sc := &sconn{conn: c, s: s, ctx: ctx, sem: make(chan struct{}, s.cfg.MaxInflight),
+		ssem: make(chan struct{}, s.cfg.MaxStreams), streams: map[uint32]context.CancelFunc{}}
 	defer func() {
 		cancel()
 		sc.calls.Wait()
@@ -151,15 +153,29 @@ func (s *Server) serveConn(nc net.Conn) {
 			sc.mu.Unlock()
 			continue
 		}
-		select {
-		case sc.sem <- struct{}{}:
-		case <-ctx.Done():
-			return
+		// Token streams live as long as a generation: they get their own
+		// bound, refused rather than waited for, so open streams can never
+		// stall the short calls (a Cancel that would end one of them).
+		sem := sc.sem
+		if f.typ == tStreamOpen {
+			sem = sc.ssem
+			select {
+			case sem <- struct{}{}:
+			default:
+				_ = c.send(tError, f.stream, encError(handoff.ErrRefused.With("more than %d open streams on one connection", cap(sem))))
+				continue
+			}
+		} else {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 		}
 		sc.calls.Add(1)
 		go func() {
 			defer sc.calls.Done()
-			defer func() { <-sc.sem }()
+			defer func() { <-sem }()
 			if err := sc.handle(f); err != nil {
 				_ = c.send(tError, 0, encError(err))
 				s.report(nc, err)

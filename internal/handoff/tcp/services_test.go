@@ -148,3 +148,58 @@ func TestClientRejectsBadServerFrames(t *testing.T) {
 		t.Fatal("the client kept a connection that sent a corrupt frame")
 	}
 }
+
+// Open streams never stall short calls: with every call slot taken by a
+// stream, Cancel still gets through; one stream over the limit is refused.
+func TestStreamsDoNotStallCalls(t *testing.T) {
+	d := &blockingStreams{release: make(chan struct{})}
+	addr, _ := serve(t, Config{Secret: secret, MaxInflight: 2, MaxStreams: 3}, d, nil)
+	c := dial(t, addr, Config{Secret: secret})
+	ctx := context.Background()
+	var open []handoff.TokenStream
+	for i := 0; i < 3; i++ {
+		ts, err := c.Stream(ctx, handofftest.ID(i), handoff.StreamParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, ts)
+	}
+	if _, err := c.Stream(ctx, handofftest.ID(9), handoff.StreamParams{}); !errors.Is(err, handoff.ErrRefused) {
+		t.Fatalf("stream over the limit: %v", err)
+	}
+	for i := 0; i < 5; i++ {
+		if err := c.Cancel(ctx, handofftest.ID(i)); err != nil {
+			t.Fatalf("cancel with streams open: %v", err)
+		}
+	}
+	close(d.release)
+	for _, ts := range open {
+		if tok, err := ts.Recv(); err != nil || !tok.Done {
+			t.Fatalf("stream end: %+v %v", tok, err)
+		}
+	}
+}
+
+type blockingStreams struct {
+	slowDecode
+	release chan struct{}
+}
+
+func (b *blockingStreams) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams) (handoff.TokenStream, error) {
+	return &waitStream{release: b.release}, nil
+}
+
+type waitStream struct {
+	release chan struct{}
+	done    bool
+}
+
+func (w *waitStream) Recv() (handoff.Token, error) {
+	if w.done {
+		return handoff.Token{}, io.EOF
+	}
+	<-w.release
+	w.done = true
+	return handoff.Token{Done: true, Finish: "stop"}, nil
+}
+func (w *waitStream) Close() error { return nil }
