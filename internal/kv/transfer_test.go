@@ -13,25 +13,26 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// refDigest is an independent statement of Pool.Digest's definition,
-// computed from the rows an owner wrote (not from pool memory): header
-// (tokens, layers, KV dim, page size), then per block, per layer, the K rows
-// then the V rows of the block's slots.
+// refDigest is an independent statement of Pool.Digest's definition (see
+// digest.go), computed from the rows an owner wrote, not from pool memory.
 func refDigest(o Owner, gens []uint64, tokens int) [16]byte {
 	var buf []byte
 	for _, x := range []int{tokens, tg.Layers, tg.KVDim, tg.PageSize} {
 		buf = binary.LittleEndian.AppendUint64(buf, uint64(x))
 	}
 	for b := 0; b*tg.PageSize < tokens; b++ {
+		var blk []byte
 		for l := range tg.Layers {
 			for _, isV := range []bool{false, true} {
 				for pos := b * tg.PageSize; pos < min(tokens, (b+1)*tg.PageSize); pos++ {
 					for _, f := range row(o, gens[b], l, pos, isV, tg.KVDim) {
-						buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(f))
+						blk = binary.LittleEndian.AppendUint32(blk, math.Float32bits(f))
 					}
 				}
 			}
 		}
+		h := xxh3.Hash128(blk).Bytes()
+		buf = append(buf, h[:]...)
 	}
 	return xxh3.Hash128(buf).Bytes()
 }
