@@ -203,3 +203,37 @@ func (w *waitStream) Recv() (handoff.Token, error) {
 	return handoff.Token{Done: true, Finish: "stop"}, nil
 }
 func (w *waitStream) Close() error { return nil }
+
+// A Redialer reaches a restarted server; the call that hit the dead
+// connection reports ErrTransport (never a silent retry).
+func TestRedialer(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	s1, err := NewServer(Config{Secret: secret}, r.Server, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	go s1.Serve(l)
+	rd := NewRedialer(addr, Config{Secret: secret})
+	defer rd.Close()
+	ctx := context.Background()
+	if err := rd.Drained(ctx, kv.ID{}); err != nil {
+		t.Fatal(err)
+	}
+	s1.Close() // the decode worker restarts
+	l2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot rebind %s: %v", addr, err)
+	}
+	s2, _ := NewServer(Config{Secret: secret}, r.Server, nil)
+	go s2.Serve(l2)
+	defer s2.Close()
+	err = rd.Drained(ctx, kv.ID{})
+	if err != nil && !errors.Is(err, handoff.ErrTransport) {
+		t.Fatalf("call on the dead connection: %v", err)
+	}
+	if err := rd.Drained(ctx, kv.ID{}); err != nil {
+		t.Fatalf("after redial: %v", err)
+	}
+}
