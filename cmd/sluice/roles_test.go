@@ -274,3 +274,45 @@ func TestPreflightCommand(t *testing.T) {
 		t.Fatalf("no pool size: exit %d", code)
 	}
 }
+
+// `sluice serve` with no model serves the built-in default model, named as
+// such; SIGTERM lets an in-flight streaming request finish, then exits 0.
+func TestServeBuiltInAndDrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts a process")
+	}
+	p := startProc(t, "serve", "--listen", "127.0.0.1:0", "--kv-memory", "8MiB")
+	addr := p.waitAddr(t)
+	cl := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+	ctx := context.Background()
+	page, err := cl.Models.List(ctx)
+	if err != nil || len(page.Data) != 1 || page.Data[0].ID != "sluice-default-synthetic" {
+		t.Fatalf("models: %v %+v", err, page)
+	}
+	if !strings.Contains(p.log(), "built-in default model") {
+		t.Fatalf("start-up log does not name the built-in model:\n%s", p.log())
+	}
+	st := cl.Completions.NewStreaming(ctx, openai.CompletionNewParams{
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hello")}, MaxTokens: openai.Int(1500), Temperature: openai.Float(0)})
+	if !st.Next() {
+		t.Fatalf("no first chunk: %v", st.Err())
+	}
+	// The request is in flight: ask the server to stop.
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	finish := ""
+	for st.Next() {
+		if ch := st.Current(); len(ch.Choices) > 0 && ch.Choices[0].FinishReason != "" {
+			finish = string(ch.Choices[0].FinishReason)
+		}
+	}
+	if st.Err() != nil || finish == "" {
+		t.Fatalf("in-flight request did not finish cleanly across SIGTERM: finish %q err %v\n%s", finish, st.Err(), p.log())
+	}
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("serve exited %d:\n%s", code, p.log())
+	}
+	// The drain began before the request ended.
+	if l := p.log(); !strings.Contains(l, "draining") || strings.Index(l, "draining") > strings.Index(l, `"msg":"request"`) {
+		t.Fatalf("no drain in the log:\n%s", p.log())
+	}
+}
