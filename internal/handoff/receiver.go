@@ -26,7 +26,8 @@ type Safeguards struct {
 	// this handoff's reserved page, generation and slot count; the pool's
 	// owner and generation tags (I3) then stand alone.
 	NoReservationMatch bool
-	// NoChecksum skips the per-write page checksum.
+	// NoChecksum skips the per-write page checksum (and the refusal of
+	// one-sided notices to a pool that is not shared).
 	NoChecksum bool
 }
 
@@ -254,6 +255,11 @@ func (r *Receiver) write(now time.Time, w *PageWrite) error {
 		// I5 coverage: exactly once. A second write could replace verified
 		// bytes after the fact.
 		return r.fail(now, h, ErrCoverage.With("block %d written twice", w.Block))
+	}
+	if w.Placed && !r.cfg.OneSided && !sg.NoChecksum {
+		// No peer can have placed bytes in memory it cannot map. Part of the
+		// checksum layer: the bytes the notice vouches for cannot be there.
+		return r.fail(now, h, ErrBadWrite.With("block %d: a one-sided write notice, but this pool is not shared", w.Block))
 	}
 	if w.Placed {
 		if err := r.pool.MarkWritten(h.owner, ref, w.Slots); err != nil {
