@@ -116,3 +116,18 @@ func cpuSeconds() float64 {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
 }
+
+// BenchmarkParallelFor is the pool's per-call overhead: an empty loop body
+// split over the workers.
+func BenchmarkParallelFor(b *testing.B) {
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("t%d", threads), func(b *testing.B) {
+			p := NewParallel(threads)
+			defer p.Close()
+			var sink [64]int
+			for i := 0; i < b.N; i++ {
+				p.For(8, func(lo, hi int) { sink[lo*8%64]++ })
+			}
+		})
+	}
+}
