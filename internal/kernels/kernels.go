@@ -98,6 +98,10 @@ func (m *Matrix) Check() error {
 	return nil
 }
 
+// minParallelMACs is the smallest product MatMul spreads over the pool
+// (about 2-3 µs of single-thread work at the SIMD kernels' speed).
+const minParallelMACs = 1 << 17
+
 // rowTile is how many weight rows one inner step sweeps over all tokens:
 // small enough that the tile stays in L1/L2 while every token reuses it.
 const rowTile = 16
@@ -138,6 +142,11 @@ func MatMul(par *Parallel, out []float32, w *Matrix, x []float32, nTok int) {
 				k.rows(out[t*w.Rows+r0:t*w.Rows+r1], wt, act, t)
 			}
 		}
+	}
+	// Waking the pool costs ~1-3 µs; smaller products run on the caller.
+	if w.Rows*w.Cols*nTok < minParallelMACs {
+		run(0, w.Rows)
+		return
 	}
 	// Batch invariance (DESIGN.md "Determinism"): splitting only at row
 	// boundaries keeps each dot product whole on one goroutine.
