@@ -39,6 +39,9 @@ func tileF32AVX512(out *float32, outStride int, w *float32, nGroups int, x *floa
 func rowsQ4_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 
 //go:noescape
+func rowsQ6_KAVX2(out *float32, w, x *byte, nRows, nsb int)
+
+//go:noescape
 func axpyAVX2(y *float32, a float32, x *float32, n int)
 
 //go:noescape
@@ -142,6 +145,8 @@ func init() {
 	f32Kernels[AVX2].rows = f32RowsAsm(false)
 	f32Kernels[AVX512].rows = f32RowsAsm(true)
 	f32Kernels[AVX512].tiles = f32TilesAVX512
+	q6_KKernels[AVX2].rows = q6_KRowsAsm
+	q6_KKernels[AVX512].rows = q6_KRowsAsm
 	q4_KKernels[AVX2].rows = q4_KRowsAsm
 	q4_KKernels[AVX512].rows = q4_KRowsAsm
 	f16Kernels[AVX2].rows = f16RowsAsm(false)
@@ -209,4 +214,13 @@ func q4_KRowsAsm(out []float32, w []byte, act actBuf, t int) {
 		panic("kernels: short Q4_K weight tile")
 	}
 	rowsQ4_KAVX2(&out[0], &w[0], &x[0], len(out), nsb)
+}
+
+func q6_KRowsAsm(out []float32, w []byte, act actBuf, t int) {
+	x := act.row(t)
+	nsb := len(x) / 292
+	if len(w) < 210*nsb*len(out) || nsb == 0 {
+		panic("kernels: short Q6_K weight tile")
+	}
+	rowsQ6_KAVX2(&out[0], &w[0], &x[0], len(out), nsb)
 }

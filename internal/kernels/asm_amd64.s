@@ -1306,3 +1306,99 @@ q4k_sb:
 q4k_done:
 	VZEROUPPER
 	RET
+
+DATA c30<>+0(SB)/8, $0x3030303030303030
+DATA c30<>+8(SB)/8, $0x3030303030303030
+DATA c30<>+16(SB)/8, $0x3030303030303030
+DATA c30<>+24(SB)/8, $0x3030303030303030
+GLOBL c30<>(SB), RODATA|NOPTR, $32
+
+// Q6KCH adds one 32-element chunk: U holds its unsigned 6-bit values,
+// X8M the Q8_K qs, SA/SB the int16 scales of its two 16-element groups.
+// Products fit int16 (63*127*2); the -32 offset is applied once per
+// super-block through bsums.
+#define Q6KCH(U, X8M, SA, SB) \
+	VPMADDUBSW X8M, U, Y6 \
+	VPBROADCASTW SA, X7 \
+	VPBROADCASTW SB, X12 \
+	VINSERTI128 $1, X12, Y7, Y7 \
+	VPMADDWD Y7, Y6, Y6 \
+	VPADDD Y6, Y8, Y8
+
+// Q6KHALF adds the 128 elements of half H (ql at QL, qh at QH, Q8_K qs at
+// X8, scales from slot S0).
+#define Q6KHALF(QL, QL32, QH, X8A, X8B, X8C, X8D, S0, S1, S2, S3, S4, S5, S6, S7) \
+	VMOVDQU QL, Y0 \
+	VMOVDQU QL32, Y1 \
+	VMOVDQU QH, Y2 \
+	VPAND Y15, Y0, Y3 \
+	VPSLLW $4, Y2, Y4 \
+	VPAND Y14, Y4, Y4 \
+	VPOR Y4, Y3, Y3 \
+	Q6KCH(Y3, X8A, S0, S1) \
+	VPAND Y15, Y1, Y3 \
+	VPSLLW $2, Y2, Y4 \
+	VPAND Y14, Y4, Y4 \
+	VPOR Y4, Y3, Y3 \
+	Q6KCH(Y3, X8B, S2, S3) \
+	VPSRLW $4, Y0, Y3 \
+	VPAND Y15, Y3, Y3 \
+	VPAND Y14, Y2, Y4 \
+	VPOR Y4, Y3, Y3 \
+	Q6KCH(Y3, X8C, S4, S5) \
+	VPSRLW $4, Y1, Y3 \
+	VPAND Y15, Y3, Y3 \
+	VPSRLW $2, Y2, Y4 \
+	VPAND Y14, Y4, Y4 \
+	VPOR Y4, Y3, Y3 \
+	Q6KCH(Y3, X8D, S6, S7)
+
+// func rowsQ6_KAVX2(out *float32, w, x *byte, nRows, nsb int)
+// Canonical Q6_K order (generic.go dotQ6_KGeneric): exact integer
+// isum = Σ_g sc_g Σ (q-32)*q8 per super-block, then acc += (d*dx)*isum.
+TEXT ·rowsQ6_KAVX2(SB), NOSPLIT, $32-40
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ nRows+24(FP), R8
+	MOVQ nsb+32(FP), R9
+	VMOVDQU nib4<>(SB), Y15
+	VMOVDQU c30<>(SB), Y14
+
+q6k_row:
+	TESTQ R8, R8
+	JZ   q6k_done
+	VXORPS X13, X13, X13
+	MOVQ DX, BX
+	MOVQ R9, R10
+
+q6k_sb:
+	VPMOVSXBW 192(SI), Y9
+	VMOVDQU Y9, sc-32(SP)
+	VPMADDWD 260(BX), Y9, Y10   // sc_g * bsum_g, pairs
+	VPXOR Y8, Y8, Y8
+	Q6KHALF((SI), 32(SI), 128(SI), 4(BX), 36(BX), 68(BX), 100(BX), sc-32(SP), sc-30(SP), sc-28(SP), sc-26(SP), sc-24(SP), sc-22(SP), sc-20(SP), sc-18(SP))
+	Q6KHALF(64(SI), 96(SI), 160(SI), 132(BX), 164(BX), 196(BX), 228(BX), sc-16(SP), sc-14(SP), sc-12(SP), sc-10(SP), sc-8(SP), sc-6(SP), sc-4(SP), sc-2(SP))
+	VPSLLD $5, Y10, Y10
+	VPSUBD Y10, Y8, Y8          // the -32 offset: Σ sc_g * 32 * bsum_g
+	HSUMD(Y8, X8, X9)
+	VCVTDQ2PS X8, X8
+	MOVWLZX 208(SI), AX
+	VMOVD AX, X10
+	VCVTPH2PS X10, X10
+	VMULSS (BX), X10, X10       // d*dx
+	VMULSS X10, X8, X8
+	VADDSS X8, X13, X13
+	ADDQ $210, SI
+	ADDQ $292, BX
+	DECQ R10
+	JNZ  q6k_sb
+
+	VMOVSS X13, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q6k_row
+
+q6k_done:
+	VZEROUPPER
+	RET
