@@ -300,6 +300,8 @@ func (r *Receiver) Commit(now time.Time, c *Commit) (*Accepted, error) {
 	}
 	sg := r.cfg.Safeguards
 	if !sg.NoCount {
+		// I5 count: the incident's decode accepted one page for an N-page
+		// reservation because nothing compared these three numbers.
 		if c.Tokens != h.prompt || h.tokens != h.prompt {
 			return nil, r.fail(now, h, ErrCountMismatch.With("reserved %d tokens, received %d, commit claims %d",
 				h.prompt, h.tokens, c.Tokens))
