@@ -162,6 +162,10 @@ type Unsafe struct {
 	// not the owner wrote it, and lets Put leave gaps: exactly the
 	// incident's stale-slot read (I4 off).
 	NoExtentCheck bool
+	// NoQuarantine makes Quarantine free the pages at once (scrubbed) instead
+	// of fencing them until DrainAck or the lease: a page freed while a
+	// one-sided transfer may still write it (I6 off).
+	NoQuarantine bool
 }
 
 // Verify says when sealed pages are re-hashed against their seal digest
