@@ -93,6 +93,8 @@ func (v *View) Put(layer, pos int, k, val []float32) error {
 	}
 	w := &p.written[int(ref.Page)*g.Layers+layer]
 	n := int(w.Load())
+	// I4: the written count is a prefix; a gap would make it claim slots
+	// nobody wrote.
 	if slot > n && !p.noExtent {
 		return p.violate(KindBadRange, ref.Page, true, "put of slot %d in layer %d of page %d leaves a gap after %d written slots", slot, layer, ref.Page, n)
 	}
@@ -136,6 +138,7 @@ func (v *View) Block(layer, blk int) (k, val []float32, n int, err error) {
 	if p.noExtent {
 		n = g.PageSize // Unsafe.NoExtentCheck: the incident's read of every slot
 	} else {
+		// I4: only the slots written in this layer, never the page's rest.
 		n = int(p.written[int(ref.Page)*g.Layers+layer].Load())
 		if n == 0 {
 			return nil, nil, 0, p.violate(KindUnwrittenRead, ref.Page, true,
