@@ -61,6 +61,12 @@ f32z_loop4:
 	JZ   f32z_tail4
 
 f32z_chunk4:
+	LEAQ (R11)(R13*1), AX   // prefetch the next group's 4 rows
+	PREFETCHT0 (AX)(R10*1)
+	PREFETCHT0 (AX)(R10*2)
+	PREFETCHT0 (AX)(R10*4)
+	LEAQ (AX)(R10*2), AX
+	PREFETCHT0 (AX)(R10*1)
 	VMOVUPS (DX)(R13*1), Z4
 	VFMADD231PS (SI)(R13*1), Z4, Z0
 	VFMADD231PS (BX)(R13*1), Z4, Z1
@@ -599,6 +605,11 @@ q8z_loop4:
 q8z_pair4:
 	CMPQ R10, $2
 	JLT  q8z_single4
+	LEAQ (SI)(R13*8), AX
+	PREFETCHT0 (AX)
+	PREFETCHT0 (AX)(R13*1)
+	PREFETCHT0 (AX)(R13*2)
+	PREFETCHT0 (BX)(R13*8)
 	Q8XLOAD(2(CX), (R12))
 	Q8Z1(2(SI), (SI), Y16)
 	Q8Z1(2(SI)(R13*1), (SI)(R13*1), Y17)

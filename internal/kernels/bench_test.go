@@ -25,13 +25,19 @@ func copyGBps(n int) float64 {
 		src[i] = byte(i)
 	}
 	copy(dst, src)
-	iters := 0
-	start := time.Now()
-	for time.Since(start) < 30*time.Millisecond {
-		copy(dst, src)
-		iters++
+	// Best of several short runs: on a shared machine the slowest runs
+	// measure the neighbours, not the memory.
+	best := 0.0
+	for r := 0; r < 7; r++ {
+		iters := 0
+		start := time.Now()
+		for time.Since(start) < 5*time.Millisecond {
+			copy(dst, src)
+			iters++
+		}
+		best = max(best, float64(n)*float64(iters)/time.Since(start).Seconds()/1e9)
 	}
-	return float64(n) * float64(iters) / time.Since(start).Seconds() / 1e9
+	return best
 }
 
 // BenchmarkMatMul reports, per type, shape, token count, thread count and
