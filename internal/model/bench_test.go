@@ -146,3 +146,63 @@ func reportRates(b *testing.B, tokens int, cpu0 time.Duration) {
 		b.ReportMetric(float64(tokens)/d.Seconds(), "cpu-tok/s")
 	}
 }
+
+// BenchmarkDecodeBatch16: 16 sequences with 100-token prompts decoding 64
+// steps together, one token each per step: the serving shape of
+// llama-cpp-speed.md's llama-server anchor (aggregate generated tok/s).
+func BenchmarkDecodeBatch16(b *testing.B) {
+	const nseq, prompt, steps = 16, 100, 64
+	for name, m := range benchModels(b) {
+		for _, th := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/threads=%d", name, th), func(b *testing.B) {
+				par := kernels.NewParallel(th)
+				defer par.Close()
+				r := m.NewRunner(par)
+				ps := 16
+				per := kv.PagesFor(prompt+steps, ps)
+				pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: m.cfg.Layers, KVDim: m.cfg.KVDim(), PageSize: ps}, Pages: nseq * per})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer pool.Close()
+				views := make([]*kv.View, nseq)
+				for i := range views {
+					o := kv.Owner{Tenant: "bench", ID: kv.ID{byte(i)}}
+					refs, err := pool.Reserve(o, per)
+					if err != nil {
+						b.Fatal(err)
+					}
+					views[i] = pool.View(o, refs)
+				}
+				toks := make([]int32, prompt)
+				for i := range toks {
+					toks[i] = int32(1 + i*13%(m.cfg.Vocab-1))
+				}
+				seqs := make([]Seq, nseq)
+				for i := range seqs {
+					seqs[i] = Seq{Tokens: toks, KV: views[i]}
+				}
+				for _, x := range r.Forward(seqs) {
+					if x.Err != nil {
+						b.Fatal(x.Err)
+					}
+				}
+				b.ResetTimer()
+				cpu0 := cpuTime()
+				for i := 0; i < b.N; i++ {
+					for s := 0; s < steps; s++ {
+						for j := range seqs {
+							seqs[j] = Seq{Tokens: toks[s%prompt : s%prompt+1], Pos: prompt + s, KV: views[j]}
+						}
+						for _, x := range r.Forward(seqs) {
+							if x.Err != nil {
+								b.Fatal(x.Err)
+							}
+						}
+					}
+				}
+				reportRates(b, nseq*steps*b.N, cpu0)
+			})
+		}
+	}
+}

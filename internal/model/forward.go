@@ -336,41 +336,30 @@ func (r *Runner) attendUnit(un unit, scores []float32) []float32 {
 	n := a.pos + int(un.t) + 1 // causal: positions 0..pos
 	koff := int(un.kh) * hd
 	spans := r.spans[a.span:]
-	simd := hd >= 16
 	scores = grow(scores, group*n)
-	for j, bi := 0, 0; j < n; bi++ {
-		blk := spans[bi]
-		for row := 0; row < a.ps && j < n; row, j = row+1, j+1 {
-			k := blk.k[row*KD+koff : row*KD+koff+hd]
-			for g := 0; g < group; g++ {
-				h := int(un.kh)*group + g
-				q := r.q[t*Q+h*hd : t*Q+(h+1)*hd]
-				if simd {
-					scores[g*n+j] = kernels.Dot(q, k) * scale
-				} else {
-					scores[g*n+j] = dotSmall(q, k) * scale
-				}
-			}
+	// Block by block: one call per (block, head) computes every score of
+	// the block, then one call adds every value row of the block.
+	for j, bi := 0, 0; j < n; j, bi = j+a.ps, bi+1 {
+		cnt := min(a.ps, n-j)
+		kb := spans[bi].k[koff:]
+		for g := 0; g < group; g++ {
+			h := int(un.kh)*group + g
+			kernels.DotRows(scores[g*n+j:g*n+j+cnt], r.q[t*Q+h*hd:t*Q+(h+1)*hd], kb, KD)
 		}
 	}
 	for g := 0; g < group; g++ {
-		softmax(scores[g*n : (g+1)*n])
+		sc := scores[g*n : (g+1)*n]
+		kernels.Scale(sc, scale)
+		softmax(sc)
 		h := int(un.kh)*group + g
 		clear(r.att[t*Q+h*hd : t*Q+(h+1)*hd])
 	}
-	for j, bi := 0, 0; j < n; bi++ {
-		blk := spans[bi]
-		for row := 0; row < a.ps && j < n; row, j = row+1, j+1 {
-			v := blk.v[row*KD+koff : row*KD+koff+hd]
-			for g := 0; g < group; g++ {
-				h := int(un.kh)*group + g
-				out := r.att[t*Q+h*hd : t*Q+(h+1)*hd]
-				if simd {
-					kernels.Axpy(out, scores[g*n+j], v)
-				} else {
-					axpySmall(out, scores[g*n+j], v)
-				}
-			}
+	for j, bi := 0, 0; j < n; j, bi = j+a.ps, bi+1 {
+		cnt := min(a.ps, n-j)
+		vb := spans[bi].v[koff:]
+		for g := 0; g < group; g++ {
+			h := int(un.kh)*group + g
+			kernels.AxpyRows(r.att[t*Q+h*hd:t*Q+(h+1)*hd], scores[g*n+j:g*n+j+cnt], vb, KD)
 		}
 	}
 	return scores
@@ -392,26 +381,6 @@ func softmax(x []float32) {
 	inv := float32(1 / sum)
 	for i := range x {
 		x[i] *= inv
-	}
-}
-
-// dotSmall and axpySmall serve heads narrower than a SIMD register, where a
-// call into the kernels costs more than the arithmetic. Which pair a model
-// uses depends only on its head dimension, so every token of every batch
-// takes the same reduction order.
-func dotSmall(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s float32
-	for i, v := range a {
-		s += v * b[i]
-	}
-	return s
-}
-
-func axpySmall(y []float32, a float32, x []float32) {
-	x = x[:len(y)]
-	for i := range y {
-		y[i] += a * x[i]
 	}
 }
 
