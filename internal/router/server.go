@@ -6,6 +6,7 @@
 package router
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -421,7 +422,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation,
 	req.Sampling.TopP = float32(g.p.topP)
 	req.Sampling.TopK = g.p.topK
 	req.Sampling.Seed = seed
-	st, err := s.cfg.Engine.Submit(r.Context(), req)
+	// I10: the client's context does not reach the engine. A disconnect is
+	// reported by run through Stream.Cancel, which lets the handoff end by
+	// the normal path; cancelling a Reserve in flight instead leaves its
+	// outcome unknown (over TCP the pages could stay reserved).
+	st, err := s.cfg.Engine.Submit(context.WithoutCancel(r.Context()), req)
 	if err != nil {
 		e := fromEngine(err)
 		if e.Status >= 500 {
