@@ -42,6 +42,12 @@ func rowsQ4_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 func rowsQ6_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 
 //go:noescape
+func siluMulAVX512(gp, u *float32, n int, c *float32)
+
+//go:noescape
+func expSubAVX512(x *float32, n int, m float32, c *float32)
+
+//go:noescape
 func axpyAVX2(y *float32, a float32, x *float32, n int)
 
 //go:noescape

@@ -1413,3 +1413,132 @@ q6k_sb:
 q6k_done:
 	VZEROUPPER
 	RET
+
+// EXPZ computes Z0 = expf(Z0) for 16 lanes as act.go's expf, operation for
+// operation (no FMA). Constants at (R9): see expConsts. Clobbers Z1-Z7,
+// K3-K7.
+#define EXPZ \
+	VCMPPS $3, Z0, Z0, K3 \
+	VCMPPS.BCST $0x1e, 44(R9), Z0, K4 \
+	VCMPPS.BCST $0x11, 48(R9), Z0, K5 \
+	VMULPS.BCST (R9), Z0, Z1 \
+	VADDPS.BCST 4(R9), Z1, Z1 \
+	VRNDSCALEPS $0x09, Z1, Z1 \
+	VMULPS.BCST 8(R9), Z1, Z2 \
+	VSUBPS Z2, Z0, Z2 \
+	VMULPS.BCST 12(R9), Z1, Z3 \
+	VSUBPS Z3, Z2, Z2 \
+	VBROADCASTSS 16(R9), Z3 \
+	VMULPS Z2, Z3, Z3 \
+	VADDPS.BCST 20(R9), Z3, Z3 \
+	VMULPS Z2, Z3, Z3 \
+	VADDPS.BCST 24(R9), Z3, Z3 \
+	VMULPS Z2, Z3, Z3 \
+	VADDPS.BCST 28(R9), Z3, Z3 \
+	VMULPS Z2, Z3, Z3 \
+	VADDPS.BCST 32(R9), Z3, Z3 \
+	VMULPS Z2, Z3, Z3 \
+	VADDPS.BCST 36(R9), Z3, Z3 \
+	VMULPS Z2, Z3, Z3 \
+	VMULPS Z2, Z3, Z3 \
+	VADDPS Z2, Z3, Z3 \
+	VADDPS.BCST 40(R9), Z3, Z3 \
+	VCVTTPS2DQ Z1, Z4 \
+	VPCMPD $1, Z30, Z4, K6 \
+	VPCMPD $6, Z31, Z4, K7 \
+	VPADDD Z29, Z4, Z5 \
+	VPSLLD $23, Z5, Z6 \
+	VPADDD Z28, Z5, Z7 \
+	VPSLLD $23, Z7, K6, Z6 \
+	VBROADCASTSS 56(R9), K7, Z6 \
+	VBROADCASTSS 40(R9), Z7 \
+	VMOVDQA32 Z27, K6, Z7 \
+	VPSUBD Z26, Z5, Z5 \
+	VPSLLD $23, Z5, K7, Z7 \
+	VMULPS Z6, Z3, Z3 \
+	VMULPS Z7, Z3, Z3 \
+	VMOVAPS Z0, K3, Z3 \
+	VBROADCASTSS 52(R9), K4, Z3 \
+	VPXORD Z3, Z3, K5, Z3 \
+	VMOVAPS Z3, Z0
+
+// EXPINIT loads the integer constants EXPZ needs.
+#define EXPINIT \
+	MOVL $-126, AX \
+	VPBROADCASTD AX, Z30 \
+	MOVL $127, AX \
+	VPBROADCASTD AX, Z31 \
+	VPBROADCASTD AX, Z29 \
+	MOVL $126, AX \
+	VPBROADCASTD AX, Z28 \
+	MOVL $0x00800000, AX \
+	VPBROADCASTD AX, Z27 \
+	MOVL $1, AX \
+	VPBROADCASTD AX, Z26
+
+// func siluMulAVX512(gp, u *float32, n int, c *float32)
+TEXT ·siluMulAVX512(SB), NOSPLIT, $0-32
+	MOVQ gp+0(FP), DI
+	MOVQ u+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ c+24(FP), R9
+	EXPINIT
+	MOVL $0x80000000, AX
+	VPBROADCASTD AX, Z25
+
+silu_loop:
+	TESTQ CX, CX
+	JZ   silu_done
+	MOVQ $16, R10
+	CMPQ CX, $16
+	CMOVQLT CX, R10
+	MOVQ $1, AX
+	SHLXQ R10, AX, AX
+	DECQ AX
+	KMOVW AX, K1
+	VMOVUPS.Z (DI), K1, Z8
+	VMOVUPS.Z (SI), K1, Z9
+	VPXORD Z25, Z8, Z0        // -g
+	EXPZ
+	VADDPS.BCST 40(R9), Z0, Z0   // 1 + e
+	VDIVPS Z0, Z8, Z8            // g / (1 + e)
+	VMULPS Z9, Z8, Z8
+	VMOVUPS Z8, K1, (DI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	SUBQ R10, CX
+	JMP  silu_loop
+
+silu_done:
+	VZEROUPPER
+	RET
+
+// func expSubAVX512(x *float32, n int, m float32, c *float32)
+TEXT ·expSubAVX512(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), DI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS m+16(FP), Z24
+	MOVQ c+24(FP), R9
+	EXPINIT
+
+exps_loop:
+	TESTQ CX, CX
+	JZ   exps_done
+	MOVQ $16, R10
+	CMPQ CX, $16
+	CMOVQLT CX, R10
+	MOVQ $1, AX
+	SHLXQ R10, AX, AX
+	DECQ AX
+	KMOVW AX, K1
+	VMOVUPS.Z (DI), K1, Z0
+	VSUBPS Z24, Z0, Z0
+	EXPZ
+	VMOVUPS Z0, K1, (DI)
+	ADDQ $64, DI
+	SUBQ R10, CX
+	JMP  exps_loop
+
+exps_done:
+	VZEROUPPER
+	RET

@@ -137,3 +137,21 @@ func BenchmarkParallelFor(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkSiLUMul(b *testing.B) {
+	for _, p := range Paths() {
+		b.Run(p.String(), func(b *testing.B) {
+			old := CurrentPath()
+			defer SetPath(old)
+			SetPath(p)
+			r := rand.New(rand.NewPCG(1, 2))
+			g0, u := randVec(r, 768, 2), randVec(r, 768, 1)
+			g := make([]float32, len(g0))
+			b.SetBytes(4 * 768)
+			for i := 0; i < b.N; i++ {
+				copy(g, g0)
+				SiLUMul(g, u)
+			}
+		})
+	}
+}

@@ -1,0 +1,89 @@
+package kernels
+
+import "math"
+
+// Element-wise activations for the forward pass. Each is a pure function of
+// its inputs (no reductions), so batch invariance is automatic; the
+// assembly reproduces the Go code operation for operation, so every path
+// gives the same bits.
+
+// expf is e^x in float32 within 2 ulp: Cephes expf (x = n*ln2 + r,
+// |r| <= ln2/2, degree-6 polynomial, scale by 2^n through the exponent
+// bits, in two steps near the ends of the range). It is, operation for
+// operation, internal/model's expf, so moving a caller here changes no bit.
+func expf(x float32) float32 {
+	const (
+		log2e = 1.44269504088896341
+		ln2hi = 0.693359375
+		ln2lo = -2.12194440e-4
+		hi    = 88.72283905206835
+		lo    = -103.97207708
+	)
+	switch {
+	case x != x:
+		return x
+	case x > hi:
+		return float32(math.Inf(1))
+	case x < lo:
+		return 0
+	}
+	n := float32(math.Floor(float64(float32(x*log2e) + 0.5)))
+	r := x - float32(n*ln2hi)
+	r = r - float32(n*ln2lo)
+	p := float32(1.9875691500e-4)
+	p = float32(p*r) + 1.3981999507e-3
+	p = float32(p*r) + 8.3334519073e-3
+	p = float32(p*r) + 4.1665795894e-2
+	p = float32(p*r) + 1.6666665459e-1
+	p = float32(p*r) + 5.0000001201e-1
+	y := float32(float32(p*r)*r) + r + 1
+	ni := int32(n)
+	if ni < -126 {
+		y *= math.Float32frombits(uint32(ni+126+127) << 23)
+		return y * math.Float32frombits(uint32(1)<<23) // 2^-126
+	}
+	if ni > 127 {
+		return y * 2 * math.Float32frombits(uint32(ni-1+127)<<23)
+	}
+	return y * math.Float32frombits(uint32(ni+127)<<23)
+}
+
+// expConsts feeds the assembly the same float32 constants the Go code
+// rounds its untyped constants to.
+var expConsts = [...]float32{
+	1.44269504088896341, 0.5, 0.693359375, -2.12194440e-4,
+	1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+	1.6666665459e-1, 5.0000001201e-1, 1, 88.72283905206835,
+	-103.97207708, float32(math.Inf(1)), 2, 0,
+}
+
+// SiLUMul computes g[i] = g[i] / (1 + e^-g[i]) * u[i] (SwiGLU: SiLU of the
+// gate times the up projection), e^ as expf. len(u) >= len(g).
+func SiLUMul(g, u []float32) {
+	u = u[:len(g)]
+	if len(g) == 0 {
+		return
+	}
+	if CurrentPath() == AVX512 {
+		siluMulAVX512(&g[0], &u[0], len(g), &expConsts[0])
+		return
+	}
+	for i, x := range g {
+		g[i] = x / (1 + expf(-x)) * u[i]
+	}
+}
+
+// ExpSub computes x[i] = e^(x[i] - m) (softmax's numerator with m the
+// row's maximum), e^ as expf.
+func ExpSub(x []float32, m float32) {
+	if len(x) == 0 {
+		return
+	}
+	if CurrentPath() == AVX512 {
+		expSubAVX512(&x[0], len(x), m, &expConsts[0])
+		return
+	}
+	for i, v := range x {
+		x[i] = expf(v - m)
+	}
+}

@@ -1,0 +1,91 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func actInputs() []float32 {
+	in := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 88.72283905206835, -103.97207708, 88.7228, 88.73, -103.98, -103.9,
+		-87.3, -90, -100, 80, 88.5, float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 1e-30, -1e-30, 0.5, -0.5}
+	r := rand.New(rand.NewPCG(9, 9))
+	for i := 0; i < 3000; i++ {
+		in = append(in, float32((r.Float64()*2-1)*110))
+	}
+	for i := 0; i < 1000; i++ {
+		in = append(in, float32(r.NormFloat64()*3))
+	}
+	return in
+}
+
+// ulpDiff counts float32 steps between a and b (same sign assumed).
+func ulpDiff(a, b float32) int64 {
+	d := int64(math.Float32bits(a)) - int64(math.Float32bits(b))
+	if d < 0 {
+		d = -d
+	}
+	return d
+}
+
+// TestExpfAgainstMathExp: the reference is math.Exp in float64, rounded.
+func TestExpfAgainstMathExp(t *testing.T) {
+	for _, x := range actInputs() {
+		got := expf(x)
+		want := float32(math.Exp(float64(x)))
+		if math.IsNaN(float64(x)) {
+			if !math.IsNaN(float64(got)) {
+				t.Fatalf("expf(NaN) = %v", got)
+			}
+			continue
+		}
+		if want < 1.2e-38 { // subnormal or zero: absolute bound
+			if math.Abs(float64(got)-float64(want)) > 3e-45 {
+				t.Fatalf("expf(%v) = %v, want %v", x, got, want)
+			}
+			continue
+		}
+		if ulpDiff(got, want) > 2 {
+			t.Fatalf("expf(%v) = %v, want %v (%d ulp)", x, got, want, ulpDiff(got, want))
+		}
+	}
+}
+
+// TestActivationsPathsBitwiseEqual: SiLUMul and ExpSub give identical bits
+// on every path, including NaN, infinities, the overflow and subnormal
+// scaling branches, and tails shorter than a vector.
+func TestActivationsPathsBitwiseEqual(t *testing.T) {
+	in := actInputs()
+	u := make([]float32, len(in))
+	for i := range u {
+		u[i] = float32(i%7) - 2.5
+	}
+	for _, n := range []int{1, 5, 16, 17, 33, len(in)} {
+		var refS, refE []float32
+		withPath(t, func(p Path) {
+			g := append([]float32(nil), in[:n]...)
+			SiLUMul(g, u)
+			e := append([]float32(nil), in[:n]...)
+			ExpSub(e, 0.25)
+			if p == Generic {
+				refS, refE = g, e
+				for i, x := range in[:n] {
+					// Independent restatement of SiLU*u for finite results.
+					want := float64(x) / (1 + math.Exp(-float64(x))) * float64(u[i])
+					if !math.IsNaN(want) && !math.IsInf(want, 0) && math.Abs(float64(g[i])-want) > 1e-6*math.Abs(want)+1e-30 {
+						t.Fatalf("SiLUMul(%v)*%v = %v, want %v", x, u[i], g[i], want)
+					}
+				}
+				return
+			}
+			for i := range g {
+				if math.Float32bits(g[i]) != math.Float32bits(refS[i]) {
+					t.Fatalf("%v SiLUMul n=%d x=%v: %v != generic %v", p, n, in[i], g[i], refS[i])
+				}
+				if math.Float32bits(e[i]) != math.Float32bits(refE[i]) {
+					t.Fatalf("%v ExpSub n=%d x=%v: %v != generic %v", p, n, in[i], e[i], refE[i])
+				}
+			}
+		})
+	}
+}
