@@ -16,5 +16,5 @@ func scaleAsm(x []float32, a float32) {
 	}
 }
 
-func siluMulAVX512(gp, u *float32, n int, c *float32)      { panic("unreachable") }
+func siluMulAVX512(gp, u *float32, n int, c *float32)       { panic("unreachable") }
 func expSubAVX512(x *float32, n int, m float32, c *float32) { panic("unreachable") }
