@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
@@ -151,6 +154,24 @@ func TestStoriesMatchesLlamaCpp(t *testing.T) {
 				if st := p.Stats(); st.Free != st.Pages {
 					t.Fatalf("%s pool not free after the requests: %+v", role, st)
 				}
+			}
+			// The metrics read the roles' own counters.
+			es := s.stack.Stats()
+			if !mode.Colocated && (es.Handoffs != uint64(len(refs)+1) || es.HandoffBytes == 0 || es.HandoffSeconds <= 0) {
+				t.Fatalf("handoff metrics: %d handoffs (want %d), %d bytes, %v s", es.Handoffs, len(refs)+1, es.HandoffBytes, es.HandoffSeconds)
+			}
+			resp, err := http.Get(s.ts.URL + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			role := "decode"
+			if mode.Colocated {
+				role = "colocated"
+			}
+			if want := fmt.Sprintf(`sluice_kv_pages{role=%q,state="free"} 64`, role); !strings.Contains(string(body), want) {
+				t.Fatalf("metrics lack %s:\n%s", want, body)
 			}
 		})
 	}

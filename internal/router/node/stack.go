@@ -51,6 +51,7 @@ type Stack struct {
 	// Pools is every role's KV pool, for metrics and drain checks.
 	Pools   map[string]*kv.Pool
 	decode  *engine.DecodeWorker
+	meter   *meter
 	closers []func()
 }
 
@@ -69,7 +70,11 @@ func (s *Stack) Close(ctx context.Context) error {
 
 // Stats reads every pool and the decode worker's protocol counters.
 func (s *Stack) Stats() router.EngineStats {
-	return Stats(s.Pools, s.decode)
+	st := Stats(s.Pools, s.decode)
+	if s.meter != nil {
+		st.HandoffBytes, st.Handoffs, st.HandoffSeconds = s.meter.snapshot()
+	}
+	return st
 }
 
 // Stats builds a metrics snapshot from pools and an optional decode worker.
@@ -211,6 +216,9 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 		return fmt.Errorf("unknown transport %q (inproc, tcp, shm)", transport)
 	}
 
+	s.meter = newMeter()
+	toDecode = metered{toDecode, s.meter}
+	routerDecode = metered{routerDecode, s.meter}
 	pw, err := engine.NewPrefillWorker(pcfg, toDecode)
 	if err != nil {
 		return err
