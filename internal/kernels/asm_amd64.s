@@ -731,11 +731,25 @@ q8z_done:
 	VMULPS DXV, DZ, Z9 \
 	VFMADD231PS Z9, Z8, K2, ACC
 
-// Q8TRED reduces ACC to a scalar and stores it at M.
-#define Q8TRED(ACC, M) \
-	VMOVAPS ACC, Z0 \
-	REDUCE16Z(Z0, Y0, X0, Y1, X1) \
-	VMOVSS X0, M
+// RED4 reduces the accumulators A, B, C, D (rows r..r+3 of one token) by
+// the canonical 16-lane tree (j += j+8, j+4, j+2, j+1), four at a time
+// through shuffles, and stores the 4 results at M. K3 must be 0x1111.
+#define RED4(A, B, C, D, M) \
+	VSHUFF64X2 $0x44, B, A, Z0 \
+	VSHUFF64X2 $0xEE, B, A, Z1 \
+	VADDPS Z1, Z0, Z0 \
+	VSHUFF64X2 $0x44, D, C, Z2 \
+	VSHUFF64X2 $0xEE, D, C, Z3 \
+	VADDPS Z3, Z2, Z2 \
+	VSHUFF64X2 $0x88, Z2, Z0, Z1 \
+	VSHUFF64X2 $0xDD, Z2, Z0, Z3 \
+	VADDPS Z3, Z1, Z1 \
+	VPERMILPS $0x4E, Z1, Z2 \
+	VADDPS Z2, Z1, Z1 \
+	VPERMILPS $0xB1, Z1, Z2 \
+	VADDPS Z2, Z1, Z1 \
+	VCOMPRESSPS Z1, K3, Z2 \
+	VMOVUPS X2, M
 
 // func repackQ8_0AVX512(dst *byte, w *byte, nGroups, nb int)
 // Rewrites nGroups groups of 4 rows for the tile kernel: per group, per
@@ -910,27 +924,16 @@ q8t_single:
 	ADDQ $512, SI
 
 q8t_red:
-	// out pointers: token t at DI + t*R8, row r at +4r
+	MOVL $0x1111, AX
+	KMOVW AX, K3
 	MOVQ DI, AX
-	Q8TRED(Z16, (AX))
-	Q8TRED(Z17, 4(AX))
-	Q8TRED(Z18, 8(AX))
-	Q8TRED(Z19, 12(AX))
+	RED4(Z16, Z17, Z18, Z19, (AX))
 	ADDQ R8, AX
-	Q8TRED(Z20, (AX))
-	Q8TRED(Z21, 4(AX))
-	Q8TRED(Z22, 8(AX))
-	Q8TRED(Z23, 12(AX))
+	RED4(Z20, Z21, Z22, Z23, (AX))
 	ADDQ R8, AX
-	Q8TRED(Z24, (AX))
-	Q8TRED(Z25, 4(AX))
-	Q8TRED(Z26, 8(AX))
-	Q8TRED(Z27, 12(AX))
+	RED4(Z24, Z25, Z26, Z27, (AX))
 	ADDQ R8, AX
-	Q8TRED(Z28, (AX))
-	Q8TRED(Z29, 4(AX))
-	Q8TRED(Z30, 8(AX))
-	Q8TRED(Z31, 12(AX))
+	RED4(Z28, Z29, Z30, Z31, (AX))
 	ADDQ $16, DI
 	DECQ R9
 	JMP  q8t_group
@@ -1169,26 +1172,16 @@ f32t_tail:
 	F32T16
 
 f32t_red:
+	MOVL $0x1111, AX
+	KMOVW AX, K3
 	MOVQ DI, AX
-	Q8TRED(Z16, (AX))
-	Q8TRED(Z17, 4(AX))
-	Q8TRED(Z18, 8(AX))
-	Q8TRED(Z19, 12(AX))
+	RED4(Z16, Z17, Z18, Z19, (AX))
 	ADDQ R8, AX
-	Q8TRED(Z20, (AX))
-	Q8TRED(Z21, 4(AX))
-	Q8TRED(Z22, 8(AX))
-	Q8TRED(Z23, 12(AX))
+	RED4(Z20, Z21, Z22, Z23, (AX))
 	ADDQ R8, AX
-	Q8TRED(Z24, (AX))
-	Q8TRED(Z25, 4(AX))
-	Q8TRED(Z26, 8(AX))
-	Q8TRED(Z27, 12(AX))
+	RED4(Z24, Z25, Z26, Z27, (AX))
 	ADDQ R8, AX
-	Q8TRED(Z28, (AX))
-	Q8TRED(Z29, 4(AX))
-	Q8TRED(Z30, 8(AX))
-	Q8TRED(Z31, 12(AX))
+	RED4(Z28, Z29, Z30, Z31, (AX))
 	ADDQ $16, DI
 	MOVQ R12, AX
 	SHLQ $6, AX
