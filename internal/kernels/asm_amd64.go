@@ -6,10 +6,13 @@ import "unsafe"
 // lengths given; the Go wrappers below check lengths.
 
 //go:noescape
-func rowsF32AVX2(out, w, x *float32, nRows, n int)
+func rowsF32AVX2(out, w, x *float32, nRows, n, stride int)
 
 //go:noescape
-func rowsF32AVX512(out, w, x *float32, nRows, n int)
+func rowsF32AVX512(out, w, x *float32, nRows, n, stride int)
+
+//go:noescape
+func axpyRowsAVX512(y, w, x *float32, nRows, stride int, mask uint64)
 
 //go:noescape
 func rowsF16AVX2(out *float32, w, x *byte, nRows, n int)
@@ -56,9 +59,9 @@ func scaleAVX2(x *float32, a float32, n int)
 func dotF32Asm(a, b []float32) float32 {
 	var r float32
 	if CurrentPath() == AVX512 {
-		rowsF32AVX512(&r, &a[0], &b[0], 1, len(a))
+		rowsF32AVX512(&r, &a[0], &b[0], 1, len(a), len(a))
 	} else {
-		rowsF32AVX2(&r, &a[0], &b[0], 1, len(a))
+		rowsF32AVX2(&r, &a[0], &b[0], 1, len(a), len(a))
 	}
 	return r
 }
@@ -88,9 +91,9 @@ func f32RowsAsm(avx512 bool) func(out []float32, w []byte, act actBuf, t int) {
 		}
 		wp := (*float32)(unsafe.Pointer(&w[0]))
 		if avx512 {
-			rowsF32AVX512(&out[0], wp, &x[0], len(out), n)
+			rowsF32AVX512(&out[0], wp, &x[0], len(out), n, n)
 		} else {
-			rowsF32AVX2(&out[0], wp, &x[0], len(out), n)
+			rowsF32AVX2(&out[0], wp, &x[0], len(out), n, n)
 		}
 	}
 }
@@ -229,4 +232,29 @@ func q6_KRowsAsm(out []float32, w []byte, act actBuf, t int) {
 		panic("kernels: short Q6_K weight tile")
 	}
 	rowsQ6_KAVX2(&out[0], &w[0], &x[0], len(out), nsb)
+}
+
+// dotRowsAsm is DotRows on a SIMD path: one call, rows sharing q's loads.
+func dotRowsAsm(out, q, k []float32, stride int) {
+	if CurrentPath() == AVX512 {
+		rowsF32AVX512(&out[0], &k[0], &q[0], len(out), len(q), stride)
+	} else {
+		rowsF32AVX2(&out[0], &k[0], &q[0], len(out), len(q), stride)
+	}
+}
+
+// axpyRowsAsm is AxpyRows on the AVX-512 path, 64 elements of y at a time.
+func axpyRowsAsm(y, w, x []float32, stride int) bool {
+	if CurrentPath() != AVX512 {
+		return false
+	}
+	for off := 0; off < len(y); off += 64 {
+		c := len(y) - off
+		mask := ^uint64(0)
+		if c < 64 {
+			mask = 1<<c - 1
+		}
+		axpyRowsAVX512(&y[off], &w[0], &x[off], len(w), stride, mask)
+	}
+	return true
 }

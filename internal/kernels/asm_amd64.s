@@ -26,15 +26,16 @@
 	VMOVSHDUP X, TX \
 	VADDSS TX, X, X
 
-// func rowsF32AVX512(out, w, x *float32, nRows, n int)
-// out[i] = dot(w[i*n:(i+1)*n], x[:n]); four rows at a time share x loads.
-TEXT ·rowsF32AVX512(SB), NOSPLIT, $0-40
+// func rowsF32AVX512(out, w, x *float32, nRows, n, stride int)
+// out[i] = dot(w[i*stride:i*stride+n], x[:n]); four rows at a time share x
+// loads.
+TEXT ·rowsF32AVX512(SB), NOSPLIT, $0-48
 	MOVQ out+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ x+16(FP), DX
 	MOVQ nRows+24(FP), R8
 	MOVQ n+32(FP), R9
-	MOVQ R9, R10
+	MOVQ stride+40(FP), R10
 	SHLQ $2, R10          // row stride in bytes
 	MOVQ R9, R12
 	SHRQ $4, R12          // full 16-lane chunks
@@ -158,16 +159,16 @@ DATA maskTab<>+112(SB)/8, $0
 DATA maskTab<>+120(SB)/8, $0
 GLOBL maskTab<>(SB), RODATA|NOPTR, $128
 
-// func rowsF32AVX2(out, w, x *float32, nRows, n int)
+// func rowsF32AVX2(out, w, x *float32, nRows, n, stride int)
 // Lanes 0-7 of the canonical 16 live in one register, 8-15 in another.
 // Two rows at a time share x loads.
-TEXT ·rowsF32AVX2(SB), NOSPLIT, $0-40
+TEXT ·rowsF32AVX2(SB), NOSPLIT, $0-48
 	MOVQ out+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ x+16(FP), DX
 	MOVQ nRows+24(FP), R8
 	MOVQ n+32(FP), R9
-	MOVQ R9, R10
+	MOVQ stride+40(FP), R10
 	SHLQ $2, R10
 	MOVQ R9, R12
 	SHRQ $4, R12
@@ -1533,5 +1534,58 @@ exps_loop:
 	JMP  exps_loop
 
 exps_done:
+	VZEROUPPER
+	RET
+
+// func axpyRowsAVX512(y, w, x *float32, nRows, stride int, mask uint64)
+// For up to 64 elements of y (lanes set in mask, 16 per register): y +=
+// w[j] * x[j*stride:] for j in order, each step a rounded product then a
+// rounded sum, exactly Axpy's. y stays in registers across the rows.
+TEXT ·axpyRowsAVX512(SB), NOSPLIT, $0-48
+	MOVQ y+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ nRows+24(FP), CX
+	MOVQ stride+32(FP), R10
+	SHLQ $2, R10
+	MOVQ mask+40(FP), AX
+	KMOVW AX, K1
+	SHRQ $16, AX
+	KMOVW AX, K2
+	SHRQ $16, AX
+	KMOVW AX, K3
+	SHRQ $16, AX
+	KMOVW AX, K4
+	VMOVUPS.Z (DI), K1, Z0
+	VMOVUPS.Z 64(DI), K2, Z1
+	VMOVUPS.Z 128(DI), K3, Z2
+	VMOVUPS.Z 192(DI), K4, Z3
+
+axr_row:
+	TESTQ CX, CX
+	JZ   axr_done
+	VBROADCASTSS (SI), Z8
+	VMOVUPS.Z (DX), K1, Z4
+	VMOVUPS.Z 64(DX), K2, Z5
+	VMOVUPS.Z 128(DX), K3, Z6
+	VMOVUPS.Z 192(DX), K4, Z7
+	VMULPS Z8, Z4, Z4
+	VMULPS Z8, Z5, Z5
+	VMULPS Z8, Z6, Z6
+	VMULPS Z8, Z7, Z7
+	VADDPS Z4, Z0, Z0
+	VADDPS Z5, Z1, Z1
+	VADDPS Z6, Z2, Z2
+	VADDPS Z7, Z3, Z3
+	ADDQ $4, SI
+	ADDQ R10, DX
+	DECQ CX
+	JMP  axr_row
+
+axr_done:
+	VMOVUPS Z0, K1, (DI)
+	VMOVUPS Z1, K2, 64(DI)
+	VMOVUPS Z2, K3, 128(DI)
+	VMOVUPS Z3, K4, 192(DI)
 	VZEROUPPER
 	RET

@@ -18,3 +18,11 @@ func scaleAsm(x []float32, a float32) {
 
 func siluMulAVX512(gp, u *float32, n int, c *float32)       { panic("unreachable") }
 func expSubAVX512(x *float32, n int, m float32, c *float32) { panic("unreachable") }
+
+func dotRowsAsm(out, q, k []float32, stride int) {
+	for j := range out {
+		out[j] = dotF32Generic(q, k[j*stride:j*stride+len(q)])
+	}
+}
+
+func axpyRowsAsm(y, w, x []float32, stride int) bool { return false }

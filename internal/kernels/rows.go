@@ -25,9 +25,7 @@ func DotRows(out, q, k []float32, stride int) {
 		return
 	}
 	if CurrentPath() != Generic {
-		for j := range out {
-			out[j] = dotF32Asm(q, k[j*stride:j*stride+n])
-		}
+		dotRowsAsm(out, q, k, stride)
 		return
 	}
 	for j := range out {
@@ -44,6 +42,9 @@ func AxpyRows(y, w, x []float32, stride int) {
 	}
 	if stride < n || len(x) < (len(w)-1)*stride+n {
 		panic("kernels.AxpyRows: x too short for the rows")
+	}
+	if axpyRowsAsm(y, w, x, stride) {
+		return
 	}
 	if CurrentPath() != Generic && n >= 16 {
 		for j, a := range w {
