@@ -489,15 +489,16 @@ GLOBL ones16<>(SB), RODATA|NOPTR, $32
 // and odd accumulators below. Activation scales come widened in dx.
 
 // Q8Y2 adds one block to ACC on AVX2: W/WD the block's qs/scale, X/XD the
-// activation's, DXM its widened scale. |x| times sign-adjusted w with
-// VPMADDUBSW (no saturation: |x| <= 127, |w| <= 127), pairs summed by
-// VPMADDWD into the 8 lanes.
+// activation's, DXM its widened scale. |w| (unsigned, so a weight of -128
+// is exact) times sign-adjusted x with VPMADDUBSW (no saturation: |x| <=
+// 127 from our quantizer, |w| <= 128), pairs summed by VPMADDWD into the 8
+// lanes.
 #define Q8Y2(W, WD, X, DXM, ACC) \
 	VMOVDQU W, Y2 \
 	VMOVDQU X, Y3 \
-	VPSIGNB Y3, Y2, Y2 \
-	VPABSB Y3, Y3 \
-	VPMADDUBSW Y2, Y3, Y3 \
+	VPSIGNB Y2, Y3, Y3 \
+	VPABSB Y2, Y2 \
+	VPMADDUBSW Y3, Y2, Y3 \
 	VPMADDWD Y15, Y3, Y3 \
 	VCVTDQ2PS Y3, Y3 \
 	VPBROADCASTW WD, X4 \
@@ -555,12 +556,14 @@ q8y_done:
 	RET
 
 // Q8Z1 adds one weight block (qs at W, scale at WD) to ACC on AVX-512,
-// against the activation block prepared in Y1 (x), Y2 (|x|), Y3 (dx x8).
+// against the activation block prepared in Y1 (x) and Y3 (dx x8): |w|
+// unsigned (exact for -128) times x*sign(w) through VNNI's VPDPBUSD.
 #define Q8Z1(W, WD, ACC) \
 	VMOVDQU W, Y8 \
-	VPSIGNB Y1, Y8, Y8 \
+	VPSIGNB Y8, Y1, Y11 \
+	VPABSB Y8, Y8 \
 	VPXOR Y9, Y9, Y9 \
-	VPDPBUSD Y8, Y2, Y9 \
+	VPDPBUSD Y11, Y8, Y9 \
 	VCVTDQ2PS Y9, Y9 \
 	VPBROADCASTW WD, X10 \
 	VCVTPH2PS X10, Y10 \
@@ -570,7 +573,6 @@ q8y_done:
 // Q8XLOAD prepares activation block X (scale widened at DXM).
 #define Q8XLOAD(X, DXM) \
 	VMOVDQU X, Y1 \
-	VPABSB Y1, Y2 \
 	VBROADCASTSS DXM, Y3
 
 // func rowsQ8_0AVX512(out *float32, w, x *byte, dx *float32, nRows, nb int)
