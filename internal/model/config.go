@@ -34,6 +34,7 @@ type Config struct {
 	RopeBase    float32
 	RopeDim     int // dimensions of each head that are rotated (from the front)
 	Rope        RopeType
+	RopeScaling float32 // linear RoPE scaling factor (1: none)
 	RMSEps      float32
 	Context     int  // trained context length
 	QKVBias     bool // qwen2: attn_q/k/v carry biases

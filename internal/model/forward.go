@@ -19,6 +19,10 @@ type Model struct {
 	output  kernels.Matrix // Vocab rows of Embd; token_embd itself when tied
 	// ropeScale = base^(-2/RopeDim), ggml's theta_scale.
 	ropeScale float32
+	// ropeFreqScale is 1/factor of linear RoPE scaling (1 without).
+	ropeFreqScale float32
+	// ropeFreqs are per-pair frequency divisors (rope_freqs.weight), or nil.
+	ropeFreqs []float32
 	attnScale float32 // 1/sqrt(head_dim)
 }
 
@@ -65,6 +69,7 @@ type Runner struct {
 	// Per-token activations, grown to the largest step seen.
 	x, xn, q, k, v, att, o, g, u []float32
 	logits                       []float32
+	rcos, rsin                   []float32 // RoPE table, RopeDim/2 per token
 	acts                         []active
 	units                        []unit
 	spans                        []span
@@ -139,9 +144,13 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 	r.o = grow(r.o, total*E)
 	r.g, r.u = grow(r.g, total*F), grow(r.u, total*F)
 
+	half := c.RopeDim / 2
+	r.rcos, r.rsin = grow(r.rcos, total*half), grow(r.rsin, total*half)
 	for _, a := range acts {
 		for j, tok := range seqs[a.idx].Tokens {
-			m.embed(tok, r.x[(a.off+j)*E:(a.off+j+1)*E])
+			t := a.off + j
+			m.embed(tok, r.x[t*E:(t+1)*E])
+			m.ropeAngles(a.pos+j, r.rcos[t*half:(t+1)*half], r.rsin[t*half:(t+1)*half])
 		}
 	}
 	for l := range m.layers {
@@ -158,8 +167,9 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 		for _, a := range acts {
 			for j := 0; j < a.n; j++ {
 				t := a.off + j
-				m.rope(r.q[t*Q:(t+1)*Q], c.Heads, a.pos+j)
-				m.rope(r.k[t*KD:(t+1)*KD], c.KVHeads, a.pos+j)
+				cs, sn := r.rcos[t*half:(t+1)*half], r.rsin[t*half:(t+1)*half]
+				m.rope(r.q[t*Q:(t+1)*Q], c.Heads, cs, sn)
+				m.rope(r.k[t*KD:(t+1)*KD], c.KVHeads, cs, sn)
 			}
 		}
 		// Write this step's K/V first, then read the whole context back
@@ -429,28 +439,39 @@ func swiglu(g, u []float32) {
 	}
 }
 
-// rope rotates the first RopeDim dimensions of each of nh heads in x for
-// position pos. Pair i turns by pos * base^(-2i/RopeDim); NORM pairs
-// (2i, 2i+1), NEOX pairs (i, i+RopeDim/2). The angle follows ggml's
+// ropeAngles fills cs/sn (RopeDim/2 each) with the cosines and sines of
+// position pos. Pair i turns by pos * base^(-2i/RopeDim), times the linear
+// scaling factor, divided by the file's per-pair frequency factor if it has
+// one (rope_freqs.weight, Llama 3.1 style). The angle follows ggml's
 // recurrence (theta starts at pos and is multiplied by base^(-2/RopeDim) in
-// float32 per pair) so it stays within an ulp of llama.cpp's.
-func (m *Model) rope(x []float32, nh, pos int) {
-	c := m.cfg
-	hd, half := c.HeadDim, c.RopeDim/2
+// float32 per pair) so it stays within an ulp of llama.cpp's. The angles
+// depend only on the position, so every layer shares one table per token.
+func (m *Model) ropeAngles(pos int, cs, sn []float32) {
 	theta := float32(pos)
-	for i := 0; i < half; i++ {
-		cs, sn := float32(math.Cos(float64(theta))), float32(math.Sin(float64(theta)))
+	for i := range cs {
+		t := m.ropeFreqScale * theta
+		if m.ropeFreqs != nil {
+			t /= m.ropeFreqs[i]
+		}
+		cs[i], sn[i] = float32(math.Cos(float64(t))), float32(math.Sin(float64(t)))
 		theta *= m.ropeScale
-		for h := 0; h < nh; h++ {
-			var a, b int
-			if c.Rope == RopeNeox {
+	}
+}
+
+// rope rotates the first RopeDim dimensions of each of nh heads in x by the
+// angles of cs/sn: NORM pairs (2i, 2i+1), NEOX pairs (i, i+RopeDim/2).
+func (m *Model) rope(x []float32, nh int, cs, sn []float32) {
+	hd, half := m.cfg.HeadDim, len(cs)
+	neox := m.cfg.Rope == RopeNeox
+	for h := 0; h < nh; h++ {
+		for i := 0; i < half; i++ {
+			a, b := h*hd+2*i, h*hd+2*i+1
+			if neox {
 				a, b = h*hd+i, h*hd+i+half
-			} else {
-				a, b = h*hd+2*i, h*hd+2*i+1
 			}
 			x0, x1 := x[a], x[b]
-			x[a] = x0*cs - x1*sn
-			x[b] = x0*sn + x1*cs
+			x[a] = x0*cs[i] - x1*sn[i]
+			x[b] = x0*sn[i] + x1*cs[i]
 		}
 	}
 }

@@ -18,6 +18,8 @@ var shapes = map[string]testShape{
 	"qwen2-tied": {arch: "qwen2", vocab: 80, embd: 32, layers: 2, heads: 4, kvHeads: 1, ff: 64, tied: true, wtype: quant.F32, base: 1e6},
 	// Quantized weights: exercises activation quantization paths.
 	"llama-q8_0": {arch: "llama", vocab: 64, embd: 64, layers: 2, heads: 2, kvHeads: 2, ff: 96, wtype: quant.Q8_0},
+	// RoPE variants: linear scaling, per-pair frequency factors.
+	"llama-rope-scaled": {arch: "llama", vocab: 40, embd: 32, layers: 2, heads: 2, kvHeads: 1, ff: 32, wtype: quant.F32, ropeScaling: 4, ropeFreqs: true, base: 500000},
 	// The other kernel paths (F16/BF16-rounded, Q8_0 and Q8_K activations).
 	"qwen2-f16":  {arch: "qwen2", vocab: 48, embd: 64, layers: 1, heads: 4, kvHeads: 2, ff: 64, tied: true, wtype: quant.F16, base: 1e6},
 	"llama-bf16": {arch: "llama", vocab: 48, embd: 64, layers: 1, heads: 2, kvHeads: 1, ff: 64, wtype: quant.BF16},

@@ -43,6 +43,8 @@ type testShape struct {
 	tied                                    bool
 	wtype                                   quant.Type
 	base                                    float64
+	ropeScaling                             float64 // linear factor; 0: none
+	ropeFreqs                               bool    // add rope_freqs.weight
 }
 
 // newMemModel builds a model with seeded random weights. Weights of wtype
@@ -62,6 +64,10 @@ func newMemModel(sh testShape, seed uint64) *memSource {
 	s.meta[a+".attention.layer_norm_rms_epsilon"] = 1e-5
 	if sh.base != 0 {
 		s.meta[a+".rope.freq_base"] = sh.base
+	}
+	if sh.ropeScaling != 0 {
+		s.meta[a+".rope.scaling.type"] = "linear"
+		s.meta[a+".rope.scaling.factor"] = sh.ropeScaling
 	}
 	add := func(name string, typ quant.Type, scale float32, dims ...int) {
 		n := 1
@@ -108,6 +114,15 @@ func newMemModel(sh testShape, seed uint64) *memSource {
 	}
 	hd := sh.embd / sh.heads
 	Q, KD := sh.heads*hd, sh.kvHeads*hd
+	if sh.ropeFreqs {
+		ff := make([]float32, hd/2)
+		data := make([]byte, 4*len(ff))
+		for i := range ff {
+			ff[i] = 1 + float32(i)*0.7 // Llama-3.1-like: low frequencies slowed
+			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(ff[i]))
+		}
+		s.tensors["rope_freqs.weight"] = &memTensor{t: quant.F32, dims: []uint64{uint64(len(ff))}, data: data, f32: ff}
+	}
 	add("token_embd.weight", sh.wtype, 1, sh.embd, sh.vocab)
 	add("output_norm.weight", quant.F32, 0, sh.embd)
 	if !sh.tied {
@@ -235,6 +250,12 @@ func refForward(s *memSource, sh testShape, toks []int32) [][]float64 {
 		for h := 0; h < nh; h++ {
 			for i := 0; i < ropeDim/2; i++ {
 				th := float64(pos) * math.Pow(base, -2*float64(i)/float64(ropeDim))
+				if sh.ropeScaling != 0 {
+					th /= sh.ropeScaling
+				}
+				if sh.ropeFreqs {
+					th /= float64(s.tensors["rope_freqs.weight"].f32[i])
+				}
 				a, b := h*hd+2*i, h*hd+2*i+1
 				if sh.arch == "qwen2" {
 					a, b = h*hd+i, h*hd+i+ropeDim/2

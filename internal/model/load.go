@@ -79,8 +79,19 @@ func configFrom(s source) (Config, error) {
 	if v, ok := s.float(arch + ".rope.freq_base"); ok {
 		c.RopeBase = float32(v)
 	}
-	if v, ok := s.float(arch + ".rope.scaling.factor"); ok && v != 0 && v != 1 {
-		return Config{}, errf(CodeBadMetadata, "rope scaling (factor %g) is not supported", v)
+	c.RopeScaling = 1
+	typ, _ := s.str(arch + ".rope.scaling.type")
+	factor, hasFactor := s.float(arch + ".rope.scaling.factor")
+	switch {
+	case typ == "" && !hasFactor, typ == "none":
+	case typ == "linear" || typ == "" && hasFactor:
+		// llama.cpp treats a factor without a type as linear.
+		if !(factor > 0) {
+			return Config{}, errf(CodeBadMetadata, "rope scaling factor %g must be positive", factor)
+		}
+		c.RopeScaling = float32(factor)
+	default:
+		return Config{}, errf(CodeBadMetadata, "rope scaling type %q is not supported (none, linear)", typ)
 	}
 	eps, ok := s.float(arch + ".attention.layer_norm_rms_epsilon")
 	if !ok {
@@ -159,6 +170,17 @@ func build(c Config, s source) (*Model, error) {
 	}
 	m.cfg.TensorBytes = total
 	m.ropeScale = ropeScale(c.RopeBase, c.RopeDim)
+	m.ropeFreqScale = 1 / c.RopeScaling
+	if _, _, _, ok := s.tensor("rope_freqs.weight"); ok {
+		if m.ropeFreqs, err = vectorOf(s, "rope_freqs.weight", c.RopeDim/2); err != nil {
+			return nil, err
+		}
+		for i, f := range m.ropeFreqs {
+			if !(f > 0) || math.IsInf(float64(f), 0) {
+				return nil, errf(CodeBadShape, "rope_freqs.weight[%d] = %g; frequency factors must be positive and finite", i, f)
+			}
+		}
+	}
 	m.attnScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
 	return m, nil
 }
