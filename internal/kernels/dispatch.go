@@ -112,6 +112,12 @@ func kernelFor(t quant.Type) *typeKernel {
 		return &q4_KKernels[p]
 	case quant.Q6_K:
 		return &q6_KKernels[p]
+	case quant.Q4_1:
+		return &q4_1Kernel
+	case quant.Q5_0:
+		return &q5_0Kernel
+	case quant.Q5_1:
+		return &q5_1Kernel
 	}
 	panic("kernels: no kernel for " + t.String())
 }

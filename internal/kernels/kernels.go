@@ -72,7 +72,7 @@ func (e *Error) Error() string { return "kernels: " + e.Msg }
 // Supported reports whether MatMul accepts weights of type t.
 func Supported(t quant.Type) bool {
 	switch t {
-	case quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K:
+	case quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q6_K:
 		return true
 	}
 	return false
