@@ -34,6 +34,37 @@
 //
 // Integer sums are exact whatever order SIMD lanes use, which is what lets
 // the quantized kernels vectorize freely inside a block.
+//
+// # Paths and coverage
+//
+// The path is chosen at start-up from the CPU (golang.org/x/sys/cpu):
+// AVX512 needs AVX-512 F/BW/VL/VNNI, AVX2 needs AVX2+FMA (F16C assumed).
+// SLUICE_KERNELS=generic|avx2|avx512 or SetPath override it; tests run every
+// available path and require bitwise equality with Generic.
+//
+//	type         activations  AVX2 asm                AVX512 asm
+//	F32          F32          matvec                  matvec, 4x4 tile matmul
+//	F16          F16          matvec (cols%16 == 0)   matvec
+//	Q8_0         Q8_0         matvec                  matvec, 4x4 VNNI tile matmul, quantizer
+//	Q4_K, Q6_K   Q8_K         matvec                  (AVX2 kernel)
+//	Q4_0, Q5_0   Q8_0         Go                      Go
+//	Q4_1, Q5_1   Q8_1         Go                      Go
+//	BF16         BF16         Go                      Go
+//
+// Dot, DotRows, Axpy, AxpyRows, Scale, SiLUMul and ExpSub have assembly on
+// the SIMD paths (SiLUMul/ExpSub on AVX512 only). The assembly is written by
+// hand (Go assembler, asm_amd64.s) rather than generated with avo: it was
+// quicker to get right and to tune here; the canonical orders above are the
+// specification any rewrite must keep.
+//
+// # Measuring
+//
+//	go test -run X -bench 'MatMul/q8_0/32000x288/tok1/t1' ./internal/kernels
+//
+// reports weight GB/s, GFLOP/s, cpuGFLOP/s (process CPU time, steadier on a
+// shared machine) and bw_ratio (weight bytes read per second over a raw copy
+// of the same bytes in the same run). Pin single-thread runs with
+// taskset -c 1.
 package kernels
 
 import (
