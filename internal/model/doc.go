@@ -1,0 +1,43 @@
+// Package model is sluice's CPU forward pass for Llama-family models over a
+// paged, owner-checked KV cache.
+//
+// Supported: architectures "llama" (Llama 1/2/3, Mistral-style files; GQA;
+// RoPE NORM; linear RoPE scaling and rope_freqs.weight factors) and "qwen2"
+// (Q/K/V biases, RoPE NEOX, output tied to token_embd when output.weight
+// is absent). Weight types are whatever internal/kernels multiplies (F32,
+// F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K); norms and biases
+// may be any type internal/quant decodes. Load refuses anything else with an
+// *Error naming the tensor or key (CodeMissingTensor, CodeBadShape, ...).
+//
+// Weights are never copied: every matrix aliases the GGUF mapping, and an
+// embedding row is decoded when its token is looked up.
+//
+// # One step, many sequences
+//
+// Runner.Forward takes any mix of prefill chunks and single decode tokens.
+// All tokens of all sequences go through each matmul together; attention
+// runs per sequence and reads past keys and values only through the
+// sequence's KV view (Put first, then Block), so a page the view refuses
+// (stale generation, foreign owner, unwritten slot: I3, I4) fails that
+// sequence with CodeKV and the view's error as cause, and no other.
+//
+// # Batch invariance
+//
+// A token's K/V and logits are bitwise identical however its prompt was
+// chunked, whatever shares the step and whatever the thread count: each
+// matmul element has a fixed reduction order (internal/kernels), RMSNorm
+// sums in float64 in element order, RoPE angles depend only on the
+// position, and attention for a (token, KV head) sums scores and values in
+// position order, with work split across (token, head) units and never
+// inside one reduction. TestBatchInvariance checks it on every weight type.
+//
+// # Matching llama.cpp
+//
+// The arithmetic follows ggml's CPU backend where it matters for the
+// result: activations are quantized (Q8_0 / Q8_K) or rounded (F16, BF16)
+// before quantized matmuls, RMSNorm accumulates in double, softmax
+// subtracts the max and sums in double, RoPE angles use ggml's float32
+// recurrence. On the shared references stories260K's greedy ids match
+// exactly and first-step logits within 1e-5; tiny-qwen2's teacher-forced
+// top-5 logits within 2e-3.
+package model
