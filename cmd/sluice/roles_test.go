@@ -237,6 +237,12 @@ func TestRoleRefusesContextLargerThanPool(t *testing.T) {
 	if l := rt.log(); !strings.Contains(l, "256") || !strings.Contains(l, "refusing to start") || !strings.Contains(l, "exceed the decode context of 128") {
 		t.Fatalf("router log:\n%s", l)
 	}
+	// With auto the router lowers its context to what decode admits.
+	rt = startProc(t, "router", "--model", model, "--listen", "127.0.0.1:0", "--prefill", "127.0.0.1:1", "--decode", daddr, "--connect-timeout", "2s")
+	rt.wait(t)
+	if l := rt.log(); !strings.Contains(l, "lowered the context from the model's 2048 to 128 tokens") {
+		t.Fatalf("router log:\n%s", l)
+	}
 }
 
 // Preflight as a command: exit 0 when the pool holds the context, 1 with

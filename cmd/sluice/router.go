@@ -51,10 +51,12 @@ tokenizes (the tokenizer and chat template come from --model, which must be
 the workers' model), checks each request against the context (I2),
 reserves on decode, prefills on prefill and streams tokens back.
 
---context is what the router advertises and admits; "auto" means the
-model's training context. At start the router asks the decode worker,
-through its ordinary admission path, to admit a request of that length and
-refuses to start if it would not (I2). Give every role the same --context.
+--context is what the router advertises and admits. At start the router
+asks the decode worker, through its ordinary admission path, to admit a
+request of that length: an explicit --context that decode would refuse
+makes the router refuse to start; "auto" starts from the model's training
+context and lowers it to the most decode admits, and logs that (I2). The
+prefill worker checks its own context; give every role the same --context.
 
 Example:
   SLUICE_SECRET=$(cat secret) sluice router --model m.gguf --context 512 --prefill 127.0.0.1:9001 --decode 127.0.0.1:9002
@@ -119,7 +121,21 @@ Example:
 		return 1
 	}
 	defer dc.Close()
-	if err := node.ProbeDecodeContext(cctx, dc, ctxLen); err != nil {
+	auto := o.context == "auto" || o.context == ""
+	if err := node.ProbeDecodeContext(cctx, dc, ctxLen); err != nil && auto {
+		// I2 with auto: lower the advertised context to what decode admits.
+		lo, hi := 1, ctxLen-1
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			if node.ProbeDecodeContext(cctx, dc, mid) == nil {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		log.Info(fmt.Sprintf("--context auto: lowered the context from the model's %d to %d tokens, the most the decode worker admits (I2)", ctxLen, lo))
+		ctxLen = lo
+	} else if err != nil {
 		log.Error(fmt.Sprintf("refusing to start: the decode worker at %s does not admit a request of the router's context %d tokens (%v); start decode with a pool that holds it, or lower the router's --context", decodeAddr, ctxLen, err),
 			"code", preflight.Code)
 		return 1
