@@ -39,6 +39,9 @@ type genOptions struct {
 	Batch        int  // prefill chunk size (llama.cpp's n_batch)
 	ParseSpecial bool // control tokens written in the prompt become their ids
 	IgnoreEOS    bool
+	// Stop ends generation when the text contains one of these strings;
+	// the text stops before it (OpenAI's stop).
+	Stop []string
 	// Stream, when set, receives text as it is generated.
 	Stream io.Writer
 
@@ -55,7 +58,7 @@ type genResult struct {
 	PromptIDs []int32    `json:"prompt_token_ids"`
 	TokenIDs  []int32    `json:"token_ids"`
 	Text      string     `json:"text"`
-	Finish    string     `json:"finish_reason"` // "stop" (end-of-generation token) or "length"
+	Finish    string     `json:"finish_reason"` // "stop" (end-of-generation token or stop string) or "length"
 	Timings   genTimings `json:"timings"`
 }
 
@@ -171,6 +174,7 @@ func generate(lm *loadedModel, o genOptions) (*genResult, error) {
 	samp := sample.New(o.Sampling)
 	dec := tok.NewStreamDecoder()
 	var text []byte
+	stops := sample.NewStopMatcher(o.Stop)
 	emit := func(s string) {
 		text = append(text, s...)
 		if o.Stream != nil && s != "" {
@@ -195,7 +199,12 @@ func generate(lm *loadedModel, o genOptions) (*genResult, error) {
 			}
 		}
 		res.TokenIDs = append(res.TokenIDs, id)
-		emit(dec.Push(id))
+		out, stopped := stops.Push(dec.Push(id))
+		emit(out)
+		if stopped {
+			res.Finish = "stop"
+			break
+		}
 		if step == maxTok-1 {
 			break // the last token's logits are never needed
 		}
@@ -207,7 +216,10 @@ func generate(lm *loadedModel, o genOptions) (*genResult, error) {
 		res.Timings.DecodeSteps++
 	}
 	res.Timings.DecodeMS = ms(time.Since(start))
-	emit(dec.Flush())
+	if !stops.Stopped() {
+		out, _ := stops.Push(dec.Flush())
+		emit(out + stops.Flush())
+	}
 	res.Text = string(text)
 	if res.Timings.PromptMS > 0 {
 		res.Timings.PrefillTPS = float64(len(prompt)) / res.Timings.PromptMS * 1000
@@ -239,6 +251,8 @@ func runGenerate(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Batch, "batch", 512, "prefill chunk size in `tokens`")
 	fs.BoolVar(&o.ParseSpecial, "special", false, "parse control tokens (e.g. <|im_start|>) written in the prompt")
 	fs.BoolVar(&o.IgnoreEOS, "ignore-eos", false, "keep generating past end-of-generation tokens")
+	var stops listFlag
+	fs.Var(&stops, "stop", "stop when the text contains this `string` (repeatable); it is not printed")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object (prompt_token_ids, token_ids, text, timings) instead of streaming text")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: sluice generate [flags]
@@ -266,6 +280,7 @@ Flags:
 		fmt.Fprintf(stderr, "sluice generate: unexpected argument %q (the prompt goes in --prompt)\n", fs.Arg(0))
 		return 2
 	}
+	o.Stop = stops
 	o.Sampling.Temperature = float32(temp)
 	o.Sampling.TopP = float32(topP)
 	o.Sampling.Seed = seed

@@ -301,3 +301,27 @@ func TestGenerateDefaultModel(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateStopString: with --stop the text ends before the stop string
+// (stories260K greedy from "Once upon a time" is ", there was a little girl
+// named Lily. ..." per llama.cpp's reference).
+func TestGenerateStopString(t *testing.T) {
+	lm := openShared(t, "models/stories260K.gguf")
+	var streamed bytes.Buffer
+	res, err := generate(lm, genOptions{Prompt: "Once upon a time", MaxTokens: 32, Stop: []string{"girl"}, Stream: &streamed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Text != ", there was a little " || res.Finish != "stop" || streamed.String() != res.Text {
+		t.Fatalf("text %q finish %q streamed %q", res.Text, res.Finish, streamed.String())
+	}
+	// A stop string that never completes holds nothing back at the end
+	// (its prefix "On" does occur in the text).
+	res, err = generate(lm, genOptions{Prompt: "Once upon a time", MaxTokens: 32, Stop: []string{"Onze"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Text != ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw" || res.Finish != "length" {
+		t.Fatalf("no-match run: text %q finish %q", res.Text, res.Finish)
+	}
+}
