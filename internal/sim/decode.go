@@ -32,6 +32,7 @@ type decode struct {
 	order  []*dh // live handoffs in reservation order (deterministic scans)
 	active []*dseq
 	busy   bool // a batching step is scheduled
+	samp   *sample.Sampler
 }
 
 // dh is the wrapper's record of one handoff.
@@ -59,7 +60,7 @@ type dseq struct {
 }
 
 func (w *world) newDecode(gen int) (*decode, error) {
-	d := &decode{w: w, gen: gen, up: true, hs: map[kv.ID]*dh{}, run: w.env.model.NewRunner(nil)}
+	d := &decode{w: w, gen: gen, up: true, hs: map[kv.ID]*dh{}, run: w.env.model.NewRunner(nil), samp: sample.New(sample.Params{})}
 	cfg := kv.Config{Geometry: w.geo, Pages: w.decPages, Order: kv.LIFO, Scrub: w.scrub, Lease: lease, Unsafe: w.cfg.Bugs.KV}
 	if w.pl.oneSided {
 		d.file = filepath.Join(w.env.dir, fmt.Sprintf("decode-%d-%d.kv", w.seed, gen))
@@ -79,14 +80,12 @@ func (w *world) newDecode(gen int) (*decode, error) {
 		d.mem = m
 	}
 	d.recv = handoff.NewReceiver(handoff.ReceiverConfig{
-		PageSize: w.geo.PageSize,
-		// Bugs.NoQuarantine: a one-sided transport whose receiver believes
-		// it is two-sided releases pages at once (release before drain, I6).
-		OneSided:   w.pl.oneSided && !w.cfg.Bugs.NoQuarantine,
+		PageSize:   w.geo.PageSize,
+		OneSided:   w.pl.oneSided,
 		Lease:      w.recvLease,
 		Tombstone:  tombstone,
 		Safeguards: w.cfg.Bugs.Receiver,
-	}, p)
+	}, recvPool(w.cfg.Bugs, p))
 	return d, nil
 }
 
@@ -242,7 +241,7 @@ func (d *decode) tick() {
 	d.recv.Tick(d.now())
 	var stale []*dh
 	for _, h := range d.order {
-		if h.q == nil && d.w.now-h.since > handoffTimeout {
+		if h.q == nil && d.w.now-h.since > d.w.handoffTimeout {
 			stale = append(stale, h)
 		}
 	}
@@ -306,7 +305,14 @@ func (d *decode) step() {
 			continue
 		}
 		q.fed++
-		if d.emit(q, sample.Greedy(res[i].Logits)) {
+		// As the engine does: a logits vector with no number in it (a
+		// poisoned page read) fails the sequence instead of emitting.
+		tok, err := d.samp.Sample(res[i].Logits)
+		if err != nil {
+			d.finish(q, item{err: err})
+			continue
+		}
+		if d.emit(q, tok) {
 			next = append(next, q)
 		}
 	}
@@ -348,3 +354,17 @@ func (d *decode) finish(q *dseq, it item) {
 
 // errCancelled marks a stream that ended because the client left.
 var errCancelled = fmt.Errorf("cancelled")
+
+// recvPool is the pool the Receiver works on: the real one, or with
+// Bugs.NoQuarantine one whose Quarantine releases at once (release before
+// drain, I6), the bug the quarantine exists to prevent.
+func recvPool(b Bugs, p *kv.Pool) handoff.Pool {
+	if b.NoQuarantine {
+		return releaseEarly{p}
+	}
+	return p
+}
+
+type releaseEarly struct{ *kv.Pool }
+
+func (r releaseEarly) Quarantine(o kv.Owner, refs []kv.PageRef, _ time.Time) { _ = r.Release(o, refs) }

@@ -43,6 +43,7 @@ type plan struct {
 	p        [numFaults]float64
 	jitter   time.Duration // extra random message delay (reordering)
 	oneSided bool          // shm-like transport: page bytes land in decode memory one-sidedly
+	retry    float64       // chance a client retries a failed request at once
 }
 
 func newPlan(s *sched) plan {
@@ -61,7 +62,7 @@ func newPlan(s *sched) plan {
 	pl.p[FaultDisconnect] = rate(0.4, 0.1, 0.4)
 	pl.p[FaultAbortRouter] = rate(0.4, 0.1, 0.3)
 	pl.p[FaultAbortPrefill] = rate(0.25, 0.05, 0.2)
-	pl.p[FaultLateWrite] = rate(0.4, 0.1, 0.6)
+	pl.p[FaultLateWrite] = rate(0.6, 0.4, 1)
 	pl.p[FaultSlowTransfer] = rate(0.2, 0.2, 0.6)
 	pl.p[FaultBurst] = rate(0.4, 1, 1)
 	for _, f := range []Fault{FaultShort, FaultWrongDigest, FaultNoDigest, FaultStaleData, FaultStaleWriter, FaultForeign} {
@@ -71,6 +72,7 @@ func newPlan(s *sched) plan {
 		pl.jitter = s.between(200*time.Microsecond, 3*time.Millisecond)
 	}
 	pl.oneSided = s.chance(0.5)
+	pl.retry = rate(0.6, 0.5, 1)
 	return pl
 }
 
@@ -79,7 +81,7 @@ func newPlan(s *sched) plan {
 // sometimes much later.
 func (w *world) faultTime() time.Duration {
 	if w.chance(0.8) {
-		return w.between(0, 4*time.Millisecond)
+		return w.between(0, 12*time.Millisecond)
 	}
 	return w.between(0, 40*time.Millisecond)
 }

@@ -22,6 +22,7 @@ type prefill struct {
 	pool *kv.Pool
 	run  *model.Runner
 	jobs []*pjob
+	samp *sample.Sampler // greedy, the engine's sampler
 }
 
 // misbehaviour of a prefill peer for one handoff (the incident's cases).
@@ -49,6 +50,7 @@ type pjob struct {
 	reply   func(*handoff.PrefillResult, error)
 	bad     misbehaviour
 	slow    bool
+	late    bool
 	posted  int  // one-sided page writes posted and not yet landed
 	rpcs    int  // Write calls without an answer (or a timeout)
 	drain   bool // waiting for posted writes to land before Drained
@@ -62,7 +64,7 @@ func (w *world) newPrefill(gen int) (*prefill, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &prefill{w: w, gen: gen, up: true, pool: p, run: w.env.model.NewRunner(nil)}, nil
+	return &prefill{w: w, gen: gen, up: true, pool: p, run: w.env.model.NewRunner(nil), samp: sample.New(sample.Params{})}, nil
 }
 
 func (p *prefill) alive() bool { return p.up }
@@ -101,6 +103,10 @@ func (p *prefill) start(r *handoff.PrefillRequest, reply func(*handoff.PrefillRe
 			break
 		}
 	}
+	// Late one-sided writes are a property of a transfer (a congested
+	// path), so fast victims can commit before a slow writer's stale
+	// bytes land.
+	j.late = w.pl.oneSided && w.chance(w.pl.p[FaultLateWrite])
 	j.slow = w.chance(w.pl.p[FaultSlowTransfer])
 	if j.slow {
 		w.count(FaultSlowTransfer)
@@ -133,7 +139,12 @@ func (j *pjob) chunk() {
 			j.chunk()
 			return
 		}
-		j.first = sample.Greedy(res[0].Logits)
+		first, err := p.samp.Sample(res[0].Logits)
+		if err != nil {
+			j.fail(err)
+			return
+		}
+		j.first = first
 		src := &handoff.PoolSource{Pool: p.pool, Owner: j.owner, Pages: j.table, Tokens: j.fed}
 		snd, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: w.batchBytes, Window: w.window}, j.req.Reservation, j.fed, j.first, src)
 		if err != nil {
@@ -276,14 +287,18 @@ func (j *pjob) postOneSided(seq int, ws []handoff.PageWrite) {
 		n.Data, n.Placed = nil, true
 		notices[i] = n
 		fly := w.between(10*timeDur(1000), maxInFlight/10)
-		if w.chance(w.pl.p[FaultLateWrite]) {
+		if j.late {
 			w.count(FaultLateWrite)
-			fly = w.between(maxInFlight/2, maxInFlight)
+			fly = w.between(4*msec, maxInFlight)
 		}
 		data, page := ws[i].Data, ws[i].Page.Page
 		j.posted++
 		w.after(fly, "one-sided land", func() {
-			w.logf("one-sided write %s page %d lands in decode#%d memory", short(j.id), page, d.gen)
+			if j.over || j.drain {
+				w.logf("one-sided write %s page %d lands in decode#%d memory AFTER its handoff ended%s", short(j.id), page, d.gen, w.router.holder(j.id, page))
+			} else {
+				w.logf("one-sided write %s page %d lands in decode#%d memory", short(j.id), page, d.gen)
+			}
 			d.mem.PlaceRaw(page, data)
 			j.posted--
 			left--

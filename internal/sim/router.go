@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -14,9 +15,26 @@ import (
 // handoff (reserve at decode, prefill with the reservation, the decode
 // stream), following engine.Disaggregated's rules.
 type router struct {
-	w    *world
-	reqs []*rreq
-	byID map[kv.ID]*rreq
+	w       *world
+	reqs    []*rreq
+	byID    map[kv.ID]*rreq
+	retries int
+}
+
+const maxRetries = 8
+
+// newReq registers a request with a fresh random handoff id.
+func (r *router) newReq(prompt, max int, tenant string) *rreq {
+	w := r.w
+	q := &rreq{i: len(r.reqs), prompt: prompt, max: max, tenant: tenant, pending: map[int]item{}}
+	q.toks = w.env.prompts[prompt]
+	for k := range q.id {
+		q.id[k] = byte(w.rng.Uint32())
+	}
+	q.m = newMachine()
+	r.reqs = append(r.reqs, q)
+	r.byID[q.id] = q
+	return q
 }
 
 // rreq is one client request.
@@ -130,6 +148,13 @@ func (r *router) act(q *rreq, a request.Action) {
 		q.end, q.endMsg = a.Reason, a.Msg
 		q.usage[0], q.usage[1] = q.m.Usage()
 		w.logf("%v END %s %s (out %v)", q, a.Reason, a.Msg, q.out)
+		if strings.HasPrefix(string(a.Reason), "failed_") && r.retries < maxRetries && w.chance(w.pl.retry) {
+			// Clients retry failures at once: the retry's reservation takes
+			// the pages the failure just freed (LIFO), the reuse I6 is about.
+			r.retries++
+			n := r.newReq(q.prompt, q.max, q.tenant)
+			w.after(w.between(0, msec), "retry", func() { r.submit(n) })
+		}
 	}
 }
 
@@ -318,3 +343,19 @@ func codeOf(err error) string {
 }
 
 func newMachine() *request.Machine { return request.New(request.Disaggregated) }
+
+// holder names the live request (other than id) whose reservation holds a
+// page, for the trace of a late write.
+func (r *router) holder(id kv.ID, page uint32) string {
+	for _, q := range r.reqs {
+		if q.id == id || q.res == nil || !q.m.Live() {
+			continue
+		}
+		for _, p := range q.res.Pages {
+			if p.Page == page {
+				return fmt.Sprintf(" (page now reserved for %v, %v)", q, q.m.State())
+			}
+		}
+	}
+	return ""
+}

@@ -37,16 +37,16 @@ const (
 	netBase         = 50 * time.Microsecond
 	rpcTimeout      = 30 * msec
 	prefillTimeout  = 400 * msec
-	lease           = 20 * msec // > maxInFlight: the one-sided transport's bound (I6)
-	maxInFlight     = 8 * msec
+	lease           = 50 * msec // > maxInFlight: the one-sided transport's bound (I6)
+	maxInFlight     = 25 * msec
 	handoffTimeout  = 250 * msec
 	requestDeadline = 500 * msec
 	tombstone       = 60 * msec
 	tickEvery       = 2 * msec
 	tokenCost       = 20 * time.Microsecond
-	decodeStep      = 300 * time.Microsecond
+	decodeStep      = 4 * time.Millisecond
 	chunkMax        = 8
-	maxGen          = 6
+	maxGen          = 8
 	drainTime       = handoffTimeout + 4*lease
 	runLimit        = 10 * time.Second
 )
@@ -229,6 +229,7 @@ type world struct {
 	scrub              kv.ScrubMode
 	recvLease          time.Duration
 	batchBytes, window int
+	handoffTimeout     time.Duration
 	doneAt             time.Duration
 }
 
@@ -340,10 +341,16 @@ func Run(env *Env, cfg Config) *Result {
 	if cfg.Bugs.ShortLease {
 		w.recvLease = maxInFlight / 8
 	}
+	// Some runs give a handoff little time to reach decoding: decode then
+	// declares slow transfers failed while their writes are in flight.
+	w.handoffTimeout = handoffTimeout
+	if w.chance(0.5) {
+		w.handoffTimeout = w.between(3*msec, 15*msec)
+	}
 	w.batchBytes = w.geo.PageBytes() * (1 + w.pick(3))
 	w.window = 1 + w.pick(3)
-	w.res.Setup = fmt.Sprintf("page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, batch %d pages, window %d",
-		ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.batchBytes/w.geo.PageBytes(), w.window)
+	w.res.Setup = fmt.Sprintf("page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, batch %d pages, window %d, handoff timeout %v",
+		ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.batchBytes/w.geo.PageBytes(), w.window, w.handoffTimeout)
 	w.logf("seed %d: %s", cfg.Seed, w.res.Setup)
 	var ps2 []string
 	for f := Fault(0); f < numFaults; f++ {
@@ -375,22 +382,15 @@ func Run(env *Env, cfg Config) *Result {
 	}()
 
 	w.router = &router{w: w, byID: map[kv.ID]*rreq{}}
-	n := 3 + w.pick(6)
+	n := 6 + w.pick(11)
+	window := w.between(2*msec, 30*msec)
 	burst := w.chance(w.pl.p[FaultBurst])
 	if burst {
 		w.count(FaultBurst)
 	}
-	for i := range n {
-		q := &rreq{i: i, prompt: w.pick(len(env.prompts)), max: 1 + w.pick(maxGen), tenant: fmt.Sprintf("tenant%d", w.pick(3)),
-			pending: map[int]item{}}
-		q.toks = env.prompts[q.prompt]
-		for k := range q.id {
-			q.id[k] = byte(w.rng.Uint32())
-		}
-		q.m = newMachine()
-		w.router.reqs = append(w.router.reqs, q)
-		w.router.byID[q.id] = q
-		at := w.between(0, 40*msec)
+	for range n {
+		q := w.router.newReq(w.pick(len(env.prompts)), 1+w.pick(maxGen), fmt.Sprintf("tenant%d", w.pick(3)))
+		at := w.between(0, window)
 		if burst {
 			at = w.between(0, 100*time.Microsecond)
 		}
