@@ -105,6 +105,9 @@ type active struct {
 // span is one block of a sequence's past K/V as its view served it.
 type span struct{ k, v []float32 }
 
+// minParallelMACs is the least attention work spread over the pool.
+const minParallelMACs = 1 << 17
+
 // unit is one (token, KV head) of attention.
 type unit struct {
 	a  int32 // index into acts
@@ -325,6 +328,17 @@ func (r *Runner) attention(l int, res []Result) {
 	// w+T, w+2T...: interleaving balances prefill, where later tokens
 	// attend over more positions.
 	T := min(len(r.scores), len(r.units))
+	// Waking workers costs microseconds: below about that much arithmetic
+	// (multiply-adds over every unit's context) the caller runs it alone.
+	// The split never changes a result, only who computes it.
+	macs := 0
+	for _, un := range r.units {
+		a := &r.acts[un.a]
+		macs += 2 * (a.pos + int(un.t) + 1) * c.HeadDim * (c.Heads / c.KVHeads)
+	}
+	if macs < minParallelMACs {
+		T = min(T, 1)
+	}
 	r.par.For(T, func(lo, hi int) {
 		for w := lo; w < hi; w++ {
 			for u := w; u < len(r.units); u += T {
