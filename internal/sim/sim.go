@@ -339,7 +339,7 @@ func Run(env *Env, cfg Config) *Result {
 	}
 	w.recvLease = lease
 	if cfg.Bugs.ShortLease {
-		w.recvLease = maxInFlight / 8
+		w.recvLease = maxInFlight / 25
 	}
 	// Some runs give a handoff little time to reach decoding: decode then
 	// declares slow transfers failed while their writes are in flight.

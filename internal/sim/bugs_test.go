@@ -1,0 +1,136 @@
+package sim
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/kv"
+)
+
+// injected is one safeguard (or one layered set) switched off.
+type injected struct {
+	name string // SLUICE_SIM_BUG value
+	inv  string // the invariant the safeguard enforces
+	what string
+	bugs Bugs
+	// bound: the simulator must find a violation within this many seeds
+	// (mustFind), or find none in this many (holdsAlone).
+	bound uint64
+}
+
+// mustFind are bugs no other layer catches: the simulator must find each.
+// Bounds are about twice the seed that finds it today (runs are
+// deterministic, so the count is exact, not a probability).
+var mustFind = []injected{
+	{"no-digest", "I5", "commit digest not compared (a page with wrong bytes but a matching checksum is accepted)",
+		Bugs{Receiver: handoff.Safeguards{NoDigest: true}}, 100},
+	{"count-only", "I5", "commit accepted on count alone (no coverage, no digest)",
+		Bugs{Receiver: handoff.Safeguards{NoCoverage: true, NoDigest: true}}, 100},
+	{"incident", "I5", "the incident's decode: no count, coverage or digest check",
+		Bugs{Receiver: handoff.Safeguards{NoCount: true, NoCoverage: true, NoDigest: true}}, 100},
+	{"no-generation", "I3", "no owner/generation check at the protocol layer nor in the pool",
+		Bugs{Receiver: handoff.Safeguards{NoReservationMatch: true}, KV: kv.Unsafe{NoOwnerCheck: true}}, 100},
+	{"release-before-drain", "I6", "an ended one-sided handoff's pages released at once, not quarantined",
+		Bugs{NoQuarantine: true}, 500},
+	{"early-drain", "I6", "the writer acknowledges its drain with one-sided writes in flight",
+		Bugs{EarlyDrain: true}, 500},
+	{"short-lease", "I6", "quarantine lease shorter than the transport's worst in-flight time",
+		Bugs{ShortLease: true}, 1500},
+}
+
+// holdsAlone are safeguards another layer backs up: with only this one
+// off, the simulator must find nothing ("each layer alone stops it",
+// DESIGN.md), over bound seeds.
+var holdsAlone = []injected{
+	{"no-count", "I5", "count check off (coverage and slot counts still hold)", Bugs{Receiver: handoff.Safeguards{NoCount: true}}, 100},
+	{"no-coverage", "I5", "coverage check off (count and digest still hold)", Bugs{Receiver: handoff.Safeguards{NoCoverage: true}}, 100},
+	{"no-reservation-match", "I3", "protocol-layer page/generation match off (the pool's tags still hold)", Bugs{Receiver: handoff.Safeguards{NoReservationMatch: true}}, 100},
+	{"no-checksum", "I5", "per-write checksum off (the digest still holds)", Bugs{Receiver: handoff.Safeguards{NoChecksum: true}}, 100},
+	{"no-owner-check", "I3", "pool owner/generation check off (the protocol-layer match still holds)", Bugs{KV: kv.Unsafe{NoOwnerCheck: true}}, 100},
+	{"no-extent-check", "I4", "pool written-extent check off (nothing accepted has gaps)", Bugs{KV: kv.Unsafe{NoExtentCheck: true}}, 100},
+	{"no-scrub", "I7", "released pages not scrubbed (only written slots are read)", Bugs{NoScrub: true}, 100},
+}
+
+func bugByName(t testing.TB, name string) Bugs {
+	for _, b := range append(append([]injected(nil), mustFind...), holdsAlone...) {
+		if b.name == name {
+			return b.bugs
+		}
+	}
+	t.Fatalf("SLUICE_SIM_BUG=%q: unknown; one of the names in bugs_test.go", name)
+	return Bugs{}
+}
+
+func replayBugCmd(seed uint64, bug string) string {
+	return fmt.Sprintf("SLUICE_SIM_BUG=%s SLUICE_SIM_SEED=%d go test -count=1 -run 'TestInjectedBugs/replay' -v ./internal/sim/", bug, seed)
+}
+
+// firstBad runs seeds 1..bound (stopping at the first bad one) and returns
+// the lowest bad seed, or 0.
+func firstBad(env *Env, bugs Bugs, bound uint64) (*Result, int) {
+	rs := runSeeds(env, 1, bound, bugs, 1)
+	ran := 0
+	for _, r := range rs {
+		if r == nil {
+			continue
+		}
+		ran++
+		if r.Bad() {
+			return r, ran
+		}
+	}
+	return nil, ran
+}
+
+// TestInjectedBugs switches safeguards off and checks that the simulator
+// finds each bug no other layer catches within a bounded number of seeds,
+// and finds nothing when a backed-up layer alone is off.
+// SLUICE_SIM_BUG=name SLUICE_SIM_SEED=S replays one seed with one bug.
+func TestInjectedBugs(t *testing.T) {
+	env := testEnv(t)
+	if name := os.Getenv("SLUICE_SIM_BUG"); name != "" {
+		t.Run("replay", func(t *testing.T) {
+			seed := envInt(t, "SLUICE_SIM_SEED", 1)
+			r := Run(env, Config{Seed: seed, Bugs: bugByName(t, name), Trace: true})
+			t.Logf("trace of seed %d with bug %s:\n%s", seed, name, r.TraceText())
+			for _, v := range r.Violations {
+				t.Logf("violation: %s", v)
+			}
+			if !r.Bad() {
+				t.Logf("seed %d finds nothing with bug %s", seed, name)
+			}
+		})
+		return
+	}
+	for _, b := range mustFind {
+		t.Run("finds/"+b.name, func(t *testing.T) {
+			start := time.Now()
+			r, ran := firstBad(env, b.bugs, b.bound)
+			if r == nil {
+				t.Fatalf("%s (%s): no violation in %d seeds; the simulator cannot see this bug", b.what, b.inv, ran)
+			}
+			t.Logf("%s (%s): found at seed %d (%d seeds, %v): %s\n  replay: %s", b.what, b.inv, r.Seed, ran,
+				time.Since(start).Round(time.Millisecond), r.Violations[0], replayBugCmd(r.Seed, b.name))
+			// The finding is the leak itself: a client got success over
+			// data that was not its own, or wrong tokens.
+			if !strings.Contains(strings.Join(r.Violations, "\n"), "integrity violation") &&
+				!strings.Contains(strings.Join(r.Violations, "\n"), "streamed") {
+				t.Errorf("found something other than a leak: %v", r.Violations)
+			}
+		})
+	}
+	for _, b := range holdsAlone {
+		t.Run("holds/"+b.name, func(t *testing.T) {
+			r, ran := firstBad(env, b.bugs, b.bound)
+			if r != nil {
+				t.Fatalf("%s (%s): seed %d breaks an invariant with only this layer off: %s\n  replay: %s",
+					b.what, b.inv, r.Seed, r.Violations[0], replayBugCmd(r.Seed, b.name))
+			}
+			t.Logf("%s (%s): nothing found in %d seeds", b.what, b.inv, ran)
+		})
+	}
+}
