@@ -182,7 +182,7 @@ func q8_0TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actB
 		panic("kernels: bad Q8_0 tile")
 	}
 	need := nGroups*(nb+1)/2*512 + 64
-	bp := bufPool.Get().(*[]byte)
+	bp := packPool.Get().(*[]byte)
 	if cap(*bp) < need {
 		*bp = make([]byte, need)
 	}
@@ -194,7 +194,7 @@ func q8_0TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actB
 		t0 := g * tileTok
 		tileQ8_0AVX512(&out[t0*outStride], outStride, &wp[0], nGroups, &act.tile[t0*act.tstr], act.tstr, nb)
 	}
-	bufPool.Put(bp)
+	packPool.Put(bp)
 	return nTiles * tileTok
 }
 

@@ -26,6 +26,29 @@
 	VMOVSHDUP X, TX \
 	VADDSS TX, X, X
 
+// RED4T reduces the accumulators A, B, C, D (4 consecutive outputs) by
+// the canonical 16-lane tree (j += j+8, j+4, j+2, j+1), four at a time
+// through shuffles, and stores the 4 results at M. T0-T3 are scratch (TX2
+// is T2's low 128 bits); K3 must be 0x1111.
+#define RED4T(A, B, C, D, M, T0, T1, T2, T3, TX2) \
+	VSHUFF64X2 $0x44, B, A, T0 \
+	VSHUFF64X2 $0xEE, B, A, T1 \
+	VADDPS T1, T0, T0 \
+	VSHUFF64X2 $0x44, D, C, T2 \
+	VSHUFF64X2 $0xEE, D, C, T3 \
+	VADDPS T3, T2, T2 \
+	VSHUFF64X2 $0x88, T2, T0, T1 \
+	VSHUFF64X2 $0xDD, T2, T0, T3 \
+	VADDPS T3, T1, T1 \
+	VPERMILPS $0x4E, T1, T2 \
+	VADDPS T2, T1, T1 \
+	VPERMILPS $0xB1, T1, T2 \
+	VADDPS T2, T1, T1 \
+	VCOMPRESSPS T1, K3, T2 \
+	VMOVUPS TX2, M
+
+#define RED4(A, B, C, D, M) RED4T(A, B, C, D, M, Z0, Z1, Z2, Z3, X2)
+
 // func rowsF32AVX512(out, w, x *float32, nRows, n, stride int)
 // out[i] = dot(w[i*stride:i*stride+n], x[:n]); four rows at a time share x
 // loads.
@@ -45,6 +68,8 @@ TEXT ·rowsF32AVX512(SB), NOSPLIT, $0-48
 	SHLQ CX, AX
 	DECQ AX
 	KMOVW AX, K1          // tail lanes
+	MOVL $0x1111, AX
+	KMOVW AX, K3
 
 f32z_loop4:
 	CMPQ R8, $4
@@ -91,14 +116,7 @@ f32z_tail4:
 	VFMADD231PS Z8, Z4, Z3
 
 f32z_red4:
-	REDUCE16Z(Z0, Y0, X0, Y5, X5)
-	REDUCE16Z(Z1, Y1, X1, Y6, X6)
-	REDUCE16Z(Z2, Y2, X2, Y7, X7)
-	REDUCE16Z(Z3, Y3, X3, Y8, X8)
-	VMOVSS X0, (DI)
-	VMOVSS X1, 4(DI)
-	VMOVSS X2, 8(DI)
-	VMOVSS X3, 12(DI)
+	RED4T(Z0, Z1, Z2, Z3, (DI), Z5, Z6, Z7, Z8, X7)
 	ADDQ $16, DI
 	LEAQ (R11)(R10*1), SI
 	SUBQ $4, R8
@@ -291,6 +309,8 @@ TEXT ·rowsF16AVX512(SB), NOSPLIT, $0-40
 	SHLQ CX, AX
 	DECQ AX
 	KMOVW AX, K1
+	MOVL $0x1111, AX
+	KMOVW AX, K3
 
 f16z_loop4:
 	CMPQ R8, $4
@@ -340,14 +360,7 @@ f16z_tail4:
 	VFMADD231PS Z8, Z4, Z3
 
 f16z_red4:
-	REDUCE16Z(Z0, Y0, X0, Y5, X5)
-	REDUCE16Z(Z1, Y1, X1, Y6, X6)
-	REDUCE16Z(Z2, Y2, X2, Y7, X7)
-	REDUCE16Z(Z3, Y3, X3, Y8, X8)
-	VMOVSS X0, (DI)
-	VMOVSS X1, 4(DI)
-	VMOVSS X2, 8(DI)
-	VMOVSS X3, 12(DI)
+	RED4T(Z0, Z1, Z2, Z3, (DI), Z5, Z6, Z7, Z8, X7)
 	ADDQ $16, DI
 	LEAQ (R11)(R10*1), SI
 	SUBQ $4, R8
@@ -734,25 +747,6 @@ q8z_done:
 	VMULPS DXV, DZ, Z9 \
 	VFMADD231PS Z9, Z8, K2, ACC
 
-// RED4 reduces the accumulators A, B, C, D (rows r..r+3 of one token) by
-// the canonical 16-lane tree (j += j+8, j+4, j+2, j+1), four at a time
-// through shuffles, and stores the 4 results at M. K3 must be 0x1111.
-#define RED4(A, B, C, D, M) \
-	VSHUFF64X2 $0x44, B, A, Z0 \
-	VSHUFF64X2 $0xEE, B, A, Z1 \
-	VADDPS Z1, Z0, Z0 \
-	VSHUFF64X2 $0x44, D, C, Z2 \
-	VSHUFF64X2 $0xEE, D, C, Z3 \
-	VADDPS Z3, Z2, Z2 \
-	VSHUFF64X2 $0x88, Z2, Z0, Z1 \
-	VSHUFF64X2 $0xDD, Z2, Z0, Z3 \
-	VADDPS Z3, Z1, Z1 \
-	VPERMILPS $0x4E, Z1, Z2 \
-	VADDPS Z2, Z1, Z1 \
-	VPERMILPS $0xB1, Z1, Z2 \
-	VADDPS Z2, Z1, Z1 \
-	VCOMPRESSPS Z1, K3, Z2 \
-	VMOVUPS X2, M
 
 // func repackQ8_0AVX512(dst *byte, w *byte, nGroups, nb int)
 // Rewrites nGroups groups of 4 rows for the tile kernel: per group, per

@@ -155,3 +155,19 @@ func BenchmarkSiLUMul(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMatMulSmall is the per-call overhead regime (stories260K's 64-wide
+// layers): allocation, dispatch and activation preparation dominate.
+func BenchmarkMatMulSmall(b *testing.B) {
+	for _, typ := range []quant.Type{quant.F32, quant.Q8_0} {
+		b.Run(typ.String(), func(b *testing.B) {
+			m, _ := makeMatrix(b, typ, 64, 64, 1)
+			x := randVec(rand.New(rand.NewPCG(1, 1)), 64, 1)
+			out := make([]float32, 64)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				MatMul(nil, out, m, x, 1)
+			}
+		})
+	}
+}

@@ -102,28 +102,51 @@ func (e *Error) Error() string { return "kernels: " + e.Msg }
 
 // Supported reports whether MatMul accepts weights of type t.
 func Supported(t quant.Type) bool {
+	_, _, ok := layout(t)
+	return ok
+}
+
+// layout is the block size and bytes of the types MatMul supports, without
+// package quant's map lookups (MatMul checks every call).
+func layout(t quant.Type) (bs, bb int, ok bool) {
 	switch t {
-	case quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q6_K:
-		return true
+	case quant.F32:
+		return 1, 4, true
+	case quant.F16, quant.BF16:
+		return 1, 2, true
+	case quant.Q8_0:
+		return 32, 34, true
+	case quant.Q4_0:
+		return 32, 18, true
+	case quant.Q4_1:
+		return 32, 20, true
+	case quant.Q5_0:
+		return 32, 22, true
+	case quant.Q5_1:
+		return 32, 24, true
+	case quant.Q4_K:
+		return 256, 144, true
+	case quant.Q6_K:
+		return 256, 210, true
 	}
-	return false
+	return 0, 0, false
 }
 
 // Check reports whether m can be used with MatMul: a supported type, Cols a
 // whole number of blocks, and Data exactly Rows rows long. Model loaders call
 // it once so that MatMul's panics stay programming errors.
 func (m *Matrix) Check() error {
-	if !Supported(m.Type) {
+	bs, bb, ok := layout(m.Type)
+	if !ok {
 		return &Error{ErrUnsupportedType, fmt.Sprintf("no matmul kernel for tensor type %s", m.Type)}
 	}
-	if m.Rows < 0 || m.Cols <= 0 {
+	if m.Rows < 0 || m.Cols <= 0 || m.Cols > 1<<30 || m.Rows > 1<<40/m.Cols {
 		return &Error{ErrShape, fmt.Sprintf("matrix shape %dx%d is invalid", m.Rows, m.Cols)}
 	}
-	rb, err := m.Type.RowBytes(m.Cols)
-	if err != nil {
-		return &Error{ErrShape, err.Error()}
+	if m.Cols%bs != 0 {
+		return &Error{ErrShape, fmt.Sprintf("%s stores elements in blocks of %d; a row of %d elements is not a whole number of blocks", m.Type, bs, m.Cols)}
 	}
-	if len(m.Data) != rb*m.Rows {
+	if rb := m.Cols / bs * bb; len(m.Data) != rb*m.Rows {
 		return &Error{ErrShape, fmt.Sprintf("%s matrix %dx%d needs %d bytes, has %d", m.Type, m.Rows, m.Cols, rb*m.Rows, len(m.Data))}
 	}
 	return nil
@@ -153,35 +176,49 @@ func MatMul(par *Parallel, out []float32, w *Matrix, x []float32, nTok int) {
 		panic(err.Error())
 	}
 	k := kernelFor(w.Type)
-	act := k.prepare(x[:nTok*w.Cols], nTok, w.Cols)
-	defer act.release()
-	rowBytes := len(w.Data) / w.Rows
-	run := func(lo, hi int) {
-		for r0 := lo; r0 < hi; r0 += rowTile {
-			r1 := min(r0+rowTile, hi)
-			wt := w.Data[r0*rowBytes : r1*rowBytes]
-			t := 0
-			if k.tiles != nil {
-				t = k.tiles(out[r0:], w.Rows, wt, r1-r0, act, nTok)
-				if nt := (r1 - r0) / tileRows * tileRows; nt < r1-r0 {
-					for j := 0; j < t; j++ {
-						k.rows(out[j*w.Rows+r0+nt:j*w.Rows+r1], wt[nt*rowBytes:], act, j)
-					}
-				}
-			}
-			for ; t < nTok; t++ {
-				k.rows(out[t*w.Rows+r0:t*w.Rows+r1], wt, act, t)
-			}
-		}
-	}
-	// Waking the pool costs ~1-3 µs; smaller products run on the caller.
-	if w.Rows*w.Cols*nTok < minParallelMACs {
-		run(0, w.Rows)
+	job := mmJob{k: k, out: out, w: w, act: k.prepare(x[:nTok*w.Cols], nTok, w.Cols), nTok: nTok, rowBytes: len(w.Data) / w.Rows}
+	// Waking the pool costs ~1-3 µs; smaller products run on the caller
+	// (and allocate nothing).
+	if w.Rows*w.Cols*nTok < minParallelMACs || par.Threads() == 1 {
+		job.run(0, w.Rows)
+		job.act.release()
 		return
 	}
+	jp := new(mmJob)
+	*jp = job
 	// Batch invariance (DESIGN.md "Determinism"): splitting only at row
 	// boundaries keeps each dot product whole on one goroutine.
-	par.For(w.Rows, run)
+	par.For(w.Rows, jp.run)
+	jp.act.release()
+}
+
+// mmJob is one MatMul call; run computes its rows [lo, hi) for every token.
+type mmJob struct {
+	k              *typeKernel
+	out            []float32
+	w              *Matrix
+	act            actBuf
+	nTok, rowBytes int
+}
+
+func (j *mmJob) run(lo, hi int) {
+	k, w, out, nTok, rowBytes := j.k, j.w, j.out, j.nTok, j.rowBytes
+	for r0 := lo; r0 < hi; r0 += rowTile {
+		r1 := min(r0+rowTile, hi)
+		wt := w.Data[r0*rowBytes : r1*rowBytes]
+		t := 0
+		if k.tiles != nil {
+			t = k.tiles(out[r0:], w.Rows, wt, r1-r0, j.act, nTok)
+			if nt := (r1 - r0) / tileRows * tileRows; nt < r1-r0 {
+				for tk := 0; tk < t; tk++ {
+					k.rows(out[tk*w.Rows+r0+nt:tk*w.Rows+r1], wt[nt*rowBytes:], j.act, tk)
+				}
+			}
+		}
+		for ; t < nTok; t++ {
+			k.rows(out[t*w.Rows+r0:t*w.Rows+r1], wt, j.act, t)
+		}
+	}
 }
 
 // actBuf is one call's activations converted to what the weight type's dot
@@ -197,12 +234,16 @@ type actBuf struct {
 	pooled *[]byte
 }
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1<<16); return &b }}
+// bufPool holds activation buffers, packPool the tile kernels' repacked
+// weights; apart, so neither keeps replacing the other's larger buffers.
+var (
+	bufPool  = sync.Pool{New: func() any { b := make([]byte, 0, 1<<16); return &b }}
+	packPool = sync.Pool{New: func() any { b := make([]byte, 0, 1<<16); return &b }}
+)
 
 func (a *actBuf) release() {
 	if a.pooled != nil {
-		*a.pooled = a.bytes[:0]
-		bufPool.Put(a.pooled)
+		bufPool.Put(a.pooled) // the whole buffer: a.bytes may be a sub-slice
 		a.pooled = nil
 	}
 }
