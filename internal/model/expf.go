@@ -18,15 +18,25 @@ func expf(x float32) float32 {
 		hi    = 88.72283905206835
 		lo    = -103.97207708
 	)
-	switch {
-	case x != x:
-		return x
-	case x > hi:
-		return float32(math.Inf(1))
-	case x < lo:
+	if !(x >= lo) { // NaN, or so small the result underflows
+		if x != x {
+			return x
+		}
 		return 0
 	}
-	n := float32(math.Floor(float64(x*log2e + 0.5)))
+	if x > hi {
+		return float32(math.Inf(1))
+	}
+	// n = round(x*log2e), half away from zero: |r| stays within ln2/2
+	// (plus rounding), where the polynomial is accurate.
+	z := x * log2e
+	var ni int32
+	if z >= 0 {
+		ni = int32(z + 0.5)
+	} else {
+		ni = int32(z - 0.5)
+	}
+	n := float32(ni)
 	r := x - n*ln2hi
 	r = r - n*ln2lo
 	p := float32(1.9875691500e-4)
@@ -38,7 +48,6 @@ func expf(x float32) float32 {
 	y := p*r*r + r + 1
 	// 2^n may be outside the normal range for the smallest results; split
 	// the scaling in two so subnormals come out right.
-	ni := int32(n)
 	if ni < -126 {
 		y *= math.Float32frombits(uint32(ni+126+127) << 23)
 		return y * math.Float32frombits(uint32(1)<<23) // 2^-126
