@@ -1,10 +1,14 @@
 package model
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sluice/internal/quant"
+	"sluice/internal/synth"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,7 +23,8 @@ import (
 // to llama.cpp's figures. Shapes: the real stories260K, and the synthetic
 // llama2.c shapes of ../shared/reference/llama-cpp-speed.md (bench-15M-q8_0
 // is a shared file; SLUICE_BENCH_MODELS may name more GGUF files, e.g. ones
-// written by `sluice synth`).
+// written by `sluice synth`). bench-15M-f32 and bench-110M-q8_0 are
+// written with internal/synth into a temporary directory.
 
 func benchModels(b *testing.B) map[string]*Model {
 	out := map[string]*Model{}
@@ -37,10 +42,72 @@ func benchModels(b *testing.B) map[string]*Model {
 	}
 	add("stories260K", testenv.Shared(b, "models/stories260K.gguf"))
 	add("bench-15M-q8_0", testenv.Shared(b, "models/bench-15M-q8_0.gguf"))
+	for name, p := range synthBenchModels(b) {
+		add(name, p)
+	}
 	for _, p := range splitList(os.Getenv("SLUICE_BENCH_MODELS")) {
 		add(strings.TrimSuffix(filepath.Base(p), ".gguf"), p)
 	}
 	return out
+}
+
+var (
+	synthOnce  sync.Once
+	synthDir   string
+	synthPaths map[string]string
+	synthErr   error
+)
+
+// synthBenchModels writes, once per test binary, the llama-cpp-speed.md
+// shapes that are not shared files (bench-15M-f32, bench-110M-q8_0) with
+// the Llama-2 vocabulary, as llama.cpp's files have it. SLUICE_BENCH_SYNTH=0
+// skips them (writing 240 MB takes a while).
+func synthBenchModels(b *testing.B) map[string]string {
+	if os.Getenv("SLUICE_BENCH_SYNTH") == "0" {
+		return nil
+	}
+	vocab := testenv.Shared(b, "vocab/ggml-vocab-llama-spm.gguf")
+	synthOnce.Do(func() {
+		synthDir, synthErr = os.MkdirTemp("", "sluice-model-bench-")
+		if synthErr != nil {
+			return
+		}
+		synthPaths = map[string]string{}
+		for _, x := range []struct {
+			preset, name string
+			t            quant.Type
+		}{{"bench-15M", "bench-15M-f32", quant.F32}, {"bench-110M", "bench-110M-q8_0", quant.Q8_0}} {
+			spec, err := synth.PresetSpec(x.preset, x.t, vocab)
+			if err != nil {
+				synthErr = err
+				return
+			}
+			var buf bytes.Buffer
+			if err := synth.Write(&buf, spec); err != nil {
+				synthErr = err
+				return
+			}
+			p := filepath.Join(synthDir, x.name+".gguf")
+			if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+				synthErr = err
+				return
+			}
+			synthPaths[x.name] = p
+		}
+	})
+	if synthErr != nil {
+		b.Fatal(synthErr)
+	}
+	return synthPaths
+}
+
+// TestMain removes the synthetic benchmark models after the run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if synthDir != "" {
+		os.RemoveAll(synthDir)
+	}
+	os.Exit(code)
 }
 
 func splitList(s string) []string {
