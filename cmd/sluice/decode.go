@@ -7,14 +7,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"sluice/internal/engine"
 	"sluice/internal/handoff"
 	"sluice/internal/handoff/tcp"
+	"sluice/internal/kv"
 	"sluice/internal/preflight"
+	"sluice/internal/router"
 	"sluice/internal/router/node"
 )
 
@@ -32,6 +36,7 @@ type workerOpts struct {
 	listen     string
 	secretFile string
 	frameMAC   bool
+	metrics    string
 }
 
 func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
@@ -39,6 +44,29 @@ func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
 	fs.StringVar(&o.listen, "listen", defListen, "address the role's authenticated handoff service listens on")
 	fs.StringVar(&o.secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret, at least 16 bytes; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
 	fs.BoolVar(&o.frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput)")
+	fs.StringVar(&o.metrics, "metrics-listen", "", "when set, serve Prometheus /metrics (this role's KV pages by state, integrity violations, late writes) and /health on this HTTP address")
+}
+
+// serveWorkerMetrics serves /metrics and /health for a worker process.
+func serveWorkerMetrics(log *slog.Logger, addr string, stats func() router.EngineStats) (func(), error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	h, err := router.MetricsHandler(stats)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(`{"status":"ok"}` + "\n")) })
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(l)
+	log.Info("metrics listening", "addr", "http://"+l.Addr().String()+"/metrics")
+	return func() { hs.Close() }, nil
 }
 
 // startWorker parses flags, loads the model and runs preflight for role.
@@ -145,6 +173,14 @@ Example:
 		return 1
 	}
 	defer dw.Close()
+	stopMetrics, err := serveWorkerMetrics(log, o.metrics, func() router.EngineStats {
+		return node.Stats(map[string]*kv.Pool{preflight.RoleDecode: dw.Pool()}, dw)
+	})
+	if err != nil {
+		log.Error("cannot serve metrics", "err", err)
+		return 1
+	}
+	defer stopMetrics()
 	log.Info("decode worker ready", "context", dw.Context())
 	return serveRole(log, o.listen, tc, dw, nil)
 }

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"sluice/internal/engine"
+	"sluice/internal/kv"
 	"sluice/internal/preflight"
+	"sluice/internal/router"
 	"sluice/internal/router/node"
 )
 
@@ -55,6 +57,14 @@ Example:
 		return 1
 	}
 	defer pw.Close()
+	stopMetrics, err := serveWorkerMetrics(log, o.metrics, func() router.EngineStats {
+		return node.Stats(map[string]*kv.Pool{preflight.RolePrefill: pw.Pool()}, nil)
+	})
+	if err != nil {
+		log.Error("cannot serve metrics", "err", err)
+		return 1
+	}
+	defer stopMetrics()
 	log.Info("prefill worker ready", "context", pw.Context(), "decode", decodeAddr)
 	return serveRole(log, o.listen, tc, nil, pw)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,6 +108,31 @@ func (p *proc) waitAddr(t *testing.T) string {
 	return ""
 }
 
+// waitLog waits (the router logs a request after answering it) for text
+// to appear in the log.
+func (p *proc) waitLog(text string) bool {
+	for range 500 {
+		if strings.Contains(p.log(), text) {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// field returns a field of the first log line with message msg.
+func (p *proc) field(msg, key string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.lines {
+		if l["msg"] == msg {
+			v, _ := l[key].(string)
+			return v
+		}
+	}
+	return ""
+}
+
 func (p *proc) log() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -162,8 +188,9 @@ func TestRolesAsProcesses(t *testing.T) {
 	}
 	model := testenv.Shared(t, "models/stories260K.gguf")
 	pool := []string{"--model", model, "--context", "256", "--kv-pool-tokens", "512"}
-	dec := startProc(t, "decode", append(pool, "--listen", "127.0.0.1:0")...)
+	dec := startProc(t, "decode", append(pool, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")...)
 	daddr := dec.waitAddr(t)
+	maddr := dec.field("metrics listening", "addr")
 	pre := startProc(t, "prefill", append(pool, "--listen", "127.0.0.1:0", "--decode", daddr)...)
 	paddr := pre.waitAddr(t)
 	keys := filepath.Join(t.TempDir(), "keys")
@@ -184,8 +211,18 @@ func TestRolesAsProcesses(t *testing.T) {
 		t.Fatalf("got %q %+v", r.Choices[0].Text, r.Usage)
 	}
 	// The tenant came from the key, across the process boundary.
-	if !strings.Contains(rt.log(), `"tenant":"tenant-b"`) {
+	if !rt.waitLog(`"tenant":"tenant-b"`) {
 		t.Fatalf("router did not log tenant-b:\n%s", rt.log())
+	}
+	// The decode process exports its own pool: all 32 pages free again.
+	resp, err := http.Get(maddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `sluice_kv_pages{role="decode",state="free"} 32`; !strings.Contains(string(body), want) {
+		t.Fatalf("decode metrics lack %s:\n%s", want, body)
 	}
 	// Graceful shutdown: SIGTERM, exit 0.
 	for _, p := range []*proc{rt, pre, dec} {

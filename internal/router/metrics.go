@@ -115,3 +115,13 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstSummary(descHLatency, st.Handoffs, st.HandoffSeconds, nil)
 	ch <- prometheus.MustNewConstMetric(descLate, prometheus.CounterValue, float64(st.LateWritesDropped))
 }
+
+// MetricsHandler serves /metrics for a process without the HTTP API (a
+// prefill or decode worker): the snapshot that stats returns at each scrape.
+func MetricsHandler(stats func() EngineStats) (http.Handler, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(&statsCollector{stats: stats}); err != nil {
+		return nil, err
+	}
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
+}
