@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nikolalohinski/gonja/v2"
 	"github.com/nikolalohinski/gonja/v2/config"
@@ -66,6 +67,8 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 		"raise_exception": func(msg string) (string, error) {
 			return "", fmt.Errorf("%w: %s", errTemplateRaised, msg)
 		},
+		// Llama 3.1+ templates date their system prompt with it.
+		"strftime_now": func(format string) string { return strftime(time.Now(), format) },
 	}))
 	t, err := exec.NewTemplate("/chat", cfg, loader, &env)
 	if err != nil {
@@ -101,4 +104,48 @@ func (c *ChatTemplate) Render(msgs []ChatMessage) (string, error) {
 		return "", err
 	}
 	return out, nil
+}
+
+// strftime formats t with the C directives chat templates use.
+func strftime(t time.Time, format string) string {
+	var b strings.Builder
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' || i+1 == len(format) {
+			b.WriteByte(format[i])
+			continue
+		}
+		i++
+		switch format[i] {
+		case 'd':
+			fmt.Fprintf(&b, "%02d", t.Day())
+		case 'm':
+			fmt.Fprintf(&b, "%02d", int(t.Month()))
+		case 'Y':
+			fmt.Fprintf(&b, "%04d", t.Year())
+		case 'y':
+			fmt.Fprintf(&b, "%02d", t.Year()%100)
+		case 'b':
+			b.WriteString(t.Month().String()[:3])
+		case 'B':
+			b.WriteString(t.Month().String())
+		case 'a':
+			b.WriteString(t.Weekday().String()[:3])
+		case 'A':
+			b.WriteString(t.Weekday().String())
+		case 'H':
+			fmt.Fprintf(&b, "%02d", t.Hour())
+		case 'M':
+			fmt.Fprintf(&b, "%02d", t.Minute())
+		case 'S':
+			fmt.Fprintf(&b, "%02d", t.Second())
+		case 'j':
+			fmt.Fprintf(&b, "%03d", t.YearDay())
+		case '%':
+			b.WriteByte('%')
+		default:
+			b.WriteByte('%')
+			b.WriteByte(format[i])
+		}
+	}
+	return b.String()
 }
