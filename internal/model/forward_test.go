@@ -294,3 +294,26 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// TestPageSizeInvariance: the page size of the view (prefill and decode
+// workers may differ) does not change a bit of the logits.
+func TestPageSizeInvariance(t *testing.T) {
+	for name, sh := range shapes {
+		t.Run(name, func(t *testing.T) {
+			m := mustBuild(newMemModel(sh, 31))
+			toks := randTokens(rand.New(rand.NewPCG(31, 31)), 40, sh.vocab)
+			var base []float32
+			for _, ps := range []int{16, 1, 3, 4, 64} {
+				res := m.NewRunner(nil).Forward([]Seq{{Tokens: toks, KV: newMemKV(ps, sh.layers, m.cfg.KVDim()), AllLogits: true}})
+				if res[0].Err != nil {
+					t.Fatal(res[0].Err)
+				}
+				if base == nil {
+					base = slices.Clone(res[0].Logits)
+				} else if !bitsEqual(res[0].Logits, base) {
+					t.Fatalf("page size %d: logits differ from page size 16 (first at %d)", ps, firstDiff(res[0].Logits, base))
+				}
+			}
+		})
+	}
+}
