@@ -11,6 +11,11 @@ import (
 	"sluice/internal/sample"
 )
 
+// cancelGrace bounds the wait for a cancelled stream's terminal event. The
+// engine ends a cancelled request within a decode step once its handoff has
+// committed (I10); a minute covers a long prefill and transfer.
+const cancelGrace = time.Minute
+
 // outcome is how one generation ended, for the response and the metrics.
 type outcome struct {
 	finish     string
@@ -39,10 +44,14 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, st e
 		last      time.Time
 		ctxDone   = r.Context().Done()
 	)
+	// stuck fires if the engine breaks its promise to end a cancelled
+	// stream; the handler then gives up rather than hang forever.
+	var stuck <-chan time.Time
 	cancel := func() {
 		if !cancelled {
 			cancelled = true
 			st.Cancel()
+			stuck = time.After(cancelGrace)
 		}
 	}
 	emit := func(t string) {
@@ -69,6 +78,10 @@ loop:
 			ctxDone = nil
 			out.clientGone = true
 			cancel()
+		case <-stuck:
+			s.log.Error("the engine did not end a cancelled request", "id", g.id, "grace", cancelGrace)
+			out.err = newErr(http.StatusInternalServerError, CodeInternal, "", "the engine did not end the request")
+			break loop
 		case ev, ok := <-st.Events():
 			if !ok {
 				// The engine contract promises a terminal event; a stream
