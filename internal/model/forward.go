@@ -105,6 +105,23 @@ type active struct {
 // span is one block of a sequence's past K/V as its view served it.
 type span struct{ k, v []float32 }
 
+// elementwise runs fn over [0, n) split across the pool when n is large
+// enough to pay for waking it. Each element is computed alone, so the
+// split cannot change a result.
+func (r *Runner) elementwise(n int, fn func(lo, hi int)) {
+	const minParallel = 1 << 15
+	if n < minParallel || r.par.Threads() < 2 {
+		fn(0, n)
+		return
+	}
+	chunks := r.par.Threads()
+	r.par.For(chunks, func(lo, hi int) {
+		for c := lo; c < hi; c++ {
+			fn(c*n/chunks, (c+1)*n/chunks)
+		}
+	})
+}
+
 // minParallelMACs is the least attention work spread over the pool.
 const minParallelMACs = 1 << 17
 
@@ -199,7 +216,7 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 		rmsNorm(r.xn, r.x, ly.ffnNorm, total, c.RMSEps)
 		kernels.MatMul(r.par, r.g, &ly.gate, r.xn, total)
 		kernels.MatMul(r.par, r.u, &ly.up, r.xn, total)
-		swiglu(r.g[:total*F], r.u[:total*F])
+		r.elementwise(total*F, func(lo, hi int) { swiglu(r.g[lo:hi], r.u[lo:hi]) })
 		kernels.MatMul(r.par, r.o, &ly.down, r.g, total)
 		addInto(r.x[:total*E], r.o[:total*E])
 	}
