@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -226,10 +227,55 @@ func TestRolesAsProcesses(t *testing.T) {
 	}
 	// Graceful shutdown: SIGTERM, exit 0.
 	for _, p := range []*proc{rt, pre, dec} {
+		if p.cmd.ProcessState != nil {
+			continue
+		}
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		if code := p.wait(t); code != 0 {
 			t.Fatalf("%s exited %d:\n%s", p.name, code, p.log())
 		}
+	}
+}
+
+// A decode process killed mid-stream: the client's stream ends with an
+// error event, never a clean finish, and later requests fail fast (5xx)
+// instead of hanging.
+func TestDecodeKilledMidStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts three processes")
+	}
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	pool := []string{"--model", model, "--context", "512", "--kv-pool-tokens", "1024"}
+	dec := startProc(t, "decode", append(pool, "--listen", "127.0.0.1:0")...)
+	daddr := dec.waitAddr(t)
+	pre := startProc(t, "prefill", append(pool, "--listen", "127.0.0.1:0", "--decode", daddr)...)
+	paddr := pre.waitAddr(t)
+	rt := startProc(t, "router", "--model", model, "--context", "512", "--listen", "127.0.0.1:0", "--prefill", paddr, "--decode", daddr)
+	raddr := rt.waitAddr(t)
+	cl := openai.NewClient(option.WithBaseURL("http://"+raddr+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st := cl.Completions.NewStreaming(ctx, openai.CompletionNewParams{
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(500), Temperature: openai.Float(0)},
+		option.WithJSONSet("ignore_eos", true))
+	if !st.Next() {
+		t.Fatalf("no first chunk: %v\n%s", st.Err(), rt.log())
+	}
+	dec.cmd.Process.Kill()
+	finished := false
+	for st.Next() {
+		if ch := st.Current(); len(ch.Choices) > 0 && ch.Choices[0].FinishReason != "" {
+			finished = true
+		}
+	}
+	if finished || st.Err() == nil {
+		t.Fatalf("stream after decode died: finished=%v err=%v", finished, st.Err())
+	}
+	_, err := cl.Completions.New(ctx, openai.CompletionNewParams{
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(8)})
+	var ae *openai.Error
+	if !errors.As(err, &ae) || ae.StatusCode < 500 || ae.Code == "" {
+		t.Fatalf("request after decode died: %v", err)
 	}
 }
 

@@ -43,6 +43,9 @@ type commonParams struct {
 	Logprobs json.RawMessage `json:"logprobs"`
 	Echo     bool            `json:"echo"`
 	BestOf   *int            `json:"best_of"`
+	// IgnoreEOS (vLLM's extension) generates max_tokens tokens even past
+	// end-of-sequence; for benchmarks.
+	IgnoreEOS bool `json:"ignore_eos"`
 }
 
 // decodeBody reads a JSON object into v, mapping every failure onto the
@@ -102,6 +105,7 @@ type params struct {
 	stop         []string
 	stream       bool
 	includeUsage bool
+	ignoreEOS    bool
 }
 
 const maxStops = 16
@@ -161,6 +165,7 @@ func (c *commonParams) validate(maxTokensParam string, maxTokens *int) (params, 
 	}
 	p.stop = stops
 	p.stream = c.Stream
+	p.ignoreEOS = c.IgnoreEOS
 	if c.StreamOptions != nil {
 		if !c.Stream {
 			return p, badParam("stream_options", "stream_options is only allowed when stream is true")

@@ -104,6 +104,10 @@ func TestCompletion(t *testing.T) {
 	if r.Choices[0].Text != "hel" || r.Choices[0].FinishReason != "length" || r.Usage.CompletionTokens != 3 {
 		t.Fatalf("got %+v %+v", r.Choices, r.Usage)
 	}
+	// ignore_eos (vLLM's extension) reaches the engine.
+	if _, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(2)}, option.WithJSONSet("ignore_eos", true)); err != nil || !h.eng.ignoreEOS.Load() {
+		t.Fatalf("ignore_eos not passed on: %v", err)
+	}
 	// Token-id prompts are accepted as they are (no BOS added).
 	r, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: []int64{'o', 'k'}}, MaxTokens: openai.Int(5)})
 	if err != nil {

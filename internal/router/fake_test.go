@@ -82,6 +82,7 @@ type echoEngine struct {
 	active    int
 	cancels   atomic.Int64
 	submitted atomic.Int64
+	ignoreEOS atomic.Bool // the last request's IgnoreEOS
 	tenants   []string
 	refuse    *engine.Error
 }
@@ -120,6 +121,7 @@ func (s *echoStream) Cancel() {
 
 func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream, error) {
 	e.submitted.Add(1)
+	e.ignoreEOS.Store(r.IgnoreEOS)
 	if e.refuse != nil {
 		return nil, e.refuse
 	}

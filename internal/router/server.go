@@ -417,6 +417,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation,
 		Tenant:    g.tenant,
 		Prompt:    g.prompt,
 		MaxTokens: g.p.maxTokens,
+		IgnoreEOS: g.p.ignoreEOS,
 	}
 	req.Sampling.Temperature = float32(g.p.temperature)
 	req.Sampling.TopP = float32(g.p.topP)
