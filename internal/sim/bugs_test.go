@@ -46,13 +46,13 @@ var mustFind = []injected{
 // off, the simulator must find nothing ("each layer alone stops it",
 // DESIGN.md), over bound seeds.
 var holdsAlone = []injected{
-	{"no-count", "I5", "count check off (coverage and slot counts still hold)", Bugs{Receiver: handoff.Safeguards{NoCount: true}}, 100},
-	{"no-coverage", "I5", "coverage check off (count and digest still hold)", Bugs{Receiver: handoff.Safeguards{NoCoverage: true}}, 100},
-	{"no-reservation-match", "I3", "protocol-layer page/generation match off (the pool's tags still hold)", Bugs{Receiver: handoff.Safeguards{NoReservationMatch: true}}, 100},
-	{"no-checksum", "I5", "per-write checksum off (the digest still holds)", Bugs{Receiver: handoff.Safeguards{NoChecksum: true}}, 100},
-	{"no-owner-check", "I3", "pool owner/generation check off (the protocol-layer match still holds)", Bugs{KV: kv.Unsafe{NoOwnerCheck: true}}, 100},
-	{"no-extent-check", "I4", "pool written-extent check off (nothing accepted has gaps)", Bugs{KV: kv.Unsafe{NoExtentCheck: true}}, 100},
-	{"no-scrub", "I7", "released pages not scrubbed (only written slots are read)", Bugs{NoScrub: true}, 100},
+	{"no-count", "I5", "count check off (coverage and slot counts still hold)", Bugs{Receiver: handoff.Safeguards{NoCount: true}}, 250},
+	{"no-coverage", "I5", "coverage check off (count and digest still hold)", Bugs{Receiver: handoff.Safeguards{NoCoverage: true}}, 250},
+	{"no-reservation-match", "I3", "protocol-layer page/generation match off (the pool's tags still hold)", Bugs{Receiver: handoff.Safeguards{NoReservationMatch: true}}, 250},
+	{"no-checksum", "I5", "per-write checksum off (the digest still holds)", Bugs{Receiver: handoff.Safeguards{NoChecksum: true}}, 250},
+	{"no-owner-check", "I3", "pool owner/generation check off (the protocol-layer match still holds)", Bugs{KV: kv.Unsafe{NoOwnerCheck: true}}, 250},
+	{"no-extent-check", "I4", "pool written-extent check off (nothing accepted has gaps)", Bugs{KV: kv.Unsafe{NoExtentCheck: true}}, 250},
+	{"no-scrub", "I7", "released pages not scrubbed (only written slots are read)", Bugs{NoScrub: true}, 250},
 }
 
 func bugByName(t testing.TB, name string) Bugs {
@@ -132,5 +132,30 @@ func TestInjectedBugs(t *testing.T) {
 			}
 			t.Logf("%s (%s): nothing found in %d seeds", b.what, b.inv, ran)
 		})
+	}
+}
+
+// TestInjectedBugRates (SLUICE_SIM_BUG_RATES=N) runs N seeds per injected
+// bug and reports the fraction of seeds that find it, for the closing note.
+func TestInjectedBugRates(t *testing.T) {
+	n := envInt(t, "SLUICE_SIM_BUG_RATES", 0)
+	if n == 0 {
+		t.Skip("set SLUICE_SIM_BUG_RATES=N to measure how many seeds find each injected bug")
+	}
+	env := testEnv(t)
+	for _, b := range append(append([]injected(nil), mustFind...), holdsAlone...) {
+		start := time.Now()
+		rs := runSeeds(env, 1, n, b.bugs, 0)
+		bad, first := 0, uint64(0)
+		for _, r := range rs {
+			if r.Bad() {
+				bad++
+				if first == 0 {
+					first = r.Seed
+				}
+			}
+		}
+		t.Logf("%-22s %s: %d of %d seeds find it (1 in %.0f), first at seed %d (%v)", b.name, b.inv, bad, n,
+			float64(n)/max(float64(bad), 1), first, time.Since(start).Round(time.Millisecond))
 	}
 }

@@ -295,6 +295,7 @@ func (j *pjob) postOneSided(seq int, ws []handoff.PageWrite) {
 		j.posted++
 		w.after(fly, "one-sided land", func() {
 			if j.over || j.drain {
+				w.res.LateLandings++
 				w.logf("one-sided write %s page %d lands in decode#%d memory AFTER its handoff ended%s", short(j.id), page, d.gen, w.router.holder(j.id, page))
 			} else {
 				w.logf("one-sided write %s page %d lands in decode#%d memory", short(j.id), page, d.gen)

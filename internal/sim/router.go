@@ -80,6 +80,7 @@ func (r *router) submit(q *rreq) {
 		w.after(w.faultTime(), "disconnect", func() {
 			if q.m.Live() {
 				w.count(FaultDisconnect)
+				w.res.Phases["disconnect/"+r.phase(q)]++
 				w.logf("%v client disconnects in %v", q, q.m.State())
 			}
 			r.step(q, request.Event{Kind: request.EvCancel})
@@ -89,6 +90,7 @@ func (r *router) submit(q *rreq) {
 		w.after(w.faultTime(), "router abort", func() {
 			if q.m.Live() {
 				w.count(FaultAbortRouter)
+				w.res.Phases["abort/"+r.phase(q)]++
 				w.logf("%v router aborts in %v", q, q.m.State())
 				r.step(q, request.Event{Kind: request.EvFail, Code: "aborted", Msg: "aborted by the router (injected)"})
 			}
@@ -148,7 +150,7 @@ func (r *router) act(q *rreq, a request.Action) {
 		q.end, q.endMsg = a.Reason, a.Msg
 		q.usage[0], q.usage[1] = q.m.Usage()
 		w.logf("%v END %s %s (out %v)", q, a.Reason, a.Msg, q.out)
-		if strings.HasPrefix(string(a.Reason), "failed_") && r.retries < maxRetries && w.chance(w.pl.retry) {
+		if strings.HasPrefix(string(a.Reason), "failed_") && a.Reason != "failed_refused" && r.retries < maxRetries && w.chance(w.pl.retry) {
 			// Clients retry failures at once: the retry's reservation takes
 			// the pages the failure just freed (LIFO), the reuse I6 is about.
 			r.retries++
@@ -358,4 +360,23 @@ func (r *router) holder(id kv.ID, page uint32) string {
 		}
 	}
 	return ""
+}
+
+// phase names where a request's handoff is, finer than the machine's
+// state: the prefilling state spans compute, transfer and commit.
+func (r *router) phase(q *rreq) string {
+	st := q.m.State()
+	if st != request.Prefilling {
+		return st.String()
+	}
+	j := r.w.pre.job(q.id)
+	switch {
+	case j == nil:
+		return "prefilling(queued or answering)"
+	case j.snd == nil:
+		return "prefilling(compute)"
+	case j.fed == len(q.toks) && !j.over:
+		return "prefilling(transfer or commit)"
+	}
+	return "prefilling"
 }

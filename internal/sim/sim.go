@@ -92,6 +92,14 @@ type Result struct {
 	OK, Failed, Cancelled, Rejected int
 	Events                          int
 	Setup                           string
+	// Ends counts the requests' terminal reasons.
+	Ends map[string]int
+	// Phases counts, per injected disconnect or abort, the request state
+	// it struck in ("disconnect/transferring": 3).
+	Phases map[string]int
+	// LateLandings counts one-sided writes that landed after their
+	// handoff ended.
+	LateLandings int
 }
 
 // Failed reports whether the run broke an invariant.
@@ -323,14 +331,16 @@ func (w *world) rpcAfter(extra time.Duration, what string, callerAlive, calleeAl
 
 // Run runs one seed.
 func Run(env *Env, cfg Config) *Result {
-	w := &world{sched: newSched(cfg.Seed), env: env, cfg: cfg, seed: cfg.Seed, res: &Result{Seed: cfg.Seed}}
+	w := &world{sched: newSched(cfg.Seed), env: env, cfg: cfg, seed: cfg.Seed,
+		res: &Result{Seed: cfg.Seed, Ends: map[string]int{}, Phases: map[string]int{}}}
 	w.pl = newPlan(w.sched)
 	mc := env.model.Config()
 	ps := []int{2, 4, 8}[w.pick(3)]
 	w.geo = kv.Geometry{Layers: mc.Layers, KVDim: mc.KVDim(), PageSize: ps}
 	target := 24 + w.pick(40)
-	w.decPages = kv.PagesFor(target, ps) + w.pick(kv.PagesFor(target, ps)*2+1)
-	w.prePages = kv.PagesFor(target, ps) + w.pick(kv.PagesFor(target, ps)+1)
+	// From one request's worth (exhausted by any burst) to several.
+	w.decPages = kv.PagesFor(target, ps) * (1 + w.pick(5))
+	w.prePages = kv.PagesFor(target, ps) * (1 + w.pick(3))
 	// I2: the context the router admits against is what every pool can hold.
 	w.ctx = min(mc.Context, w.decPages*ps, w.prePages*ps)
 	w.scrub = []kv.ScrubMode{kv.ScrubZero, kv.ScrubPoison}[w.pick(2)]
@@ -344,8 +354,8 @@ func Run(env *Env, cfg Config) *Result {
 	// Some runs give a handoff little time to reach decoding: decode then
 	// declares slow transfers failed while their writes are in flight.
 	w.handoffTimeout = handoffTimeout
-	if w.chance(0.5) {
-		w.handoffTimeout = w.between(3*msec, 15*msec)
+	if w.chance(0.3) {
+		w.handoffTimeout = w.between(4*msec, 25*msec)
 	}
 	w.batchBytes = w.geo.PageBytes() * (1 + w.pick(3))
 	w.window = 1 + w.pick(3)
@@ -514,6 +524,7 @@ func (w *world) compareKV(d *decode, q *rreq, o kv.Owner, table []kv.PageRef, to
 func (w *world) check() {
 	for _, q := range w.router.reqs {
 		ref := w.env.ref(q.prompt, w.geo.PageSize).tokens
+		w.res.Ends[string(q.end)]++
 		switch {
 		case !q.finished:
 			w.violate("%v never ended (state %v)", q, q.m.State())

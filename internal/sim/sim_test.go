@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +16,7 @@ import (
 
 // defaultSeeds fits the CI budget (about a minute on 2 shared cores);
 // SLUICE_SIM_SEEDS=N (make sim SEEDS=N) runs more.
-const defaultSeeds = 300
+const defaultSeeds = 1000
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -119,6 +120,8 @@ func TestSim(t *testing.T) {
 		rs := runSeeds(env, from, n, Bugs{}, 5)
 		el := time.Since(start)
 		var faults [numFaults]int
+		ends, phases := map[string]int{}, map[string]int{}
+		late := 0
 		var ok, failed, cancelled, rejected, events, ran int
 		for _, r := range rs {
 			if r == nil {
@@ -128,6 +131,13 @@ func TestSim(t *testing.T) {
 			for f, c := range r.Faults {
 				faults[f] += c
 			}
+			for k, v := range r.Ends {
+				ends[k] += v
+			}
+			for k, v := range r.Phases {
+				phases[k] += v
+			}
+			late += r.LateLandings
 			ok, failed, cancelled, rejected, events = ok+r.OK, failed+r.Failed, cancelled+r.Cancelled, rejected+r.Rejected, events+r.Events
 			if r.Bad() {
 				t.Errorf("seed %d broke an invariant; replay: %s\n  %s\n  setup: %s\ntrace tail:\n%s",
@@ -141,6 +151,9 @@ func TestSim(t *testing.T) {
 		t.Logf("%d seeds in %v (%.1f seeds/s, %d cores); requests: %d ok, %d failed, %d cancelled, %d rejected; %.0f events/seed",
 			ran, el.Round(time.Millisecond), float64(ran)/el.Seconds(), runtime.GOMAXPROCS(0), ok, failed, cancelled, rejected, float64(events)/float64(ran))
 		t.Logf("faults injected per run (mean): %s", strings.Join(fs, ", "))
+		t.Logf("one-sided writes landing after their handoff ended: %.2f per run", float64(late)/float64(ran))
+		t.Logf("request ends: %s", countsText(ends))
+		t.Logf("disconnects and aborts by the phase they struck: %s", countsText(phases))
 		if ok == 0 {
 			t.Errorf("no request succeeded in %d seeds: the simulator checks nothing", ran)
 		}
@@ -167,4 +180,20 @@ func TestDeterministic(t *testing.T) {
 			t.Fatalf("seed %d: trace of %d lines is too short to mean anything", seed, len(a.Trace))
 		}
 	}
+}
+
+func countsText(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d", k, m[k])
+	}
+	return b.String()
 }
