@@ -36,16 +36,19 @@ func expf(x float32) float32 {
 	} else {
 		ni = int32(z - 0.5)
 	}
+	// Every product is rounded on its own (float32(...)): the compiler may
+	// not fuse it into an FMA, so this and the assembly (expf_amd64.s, the
+	// same operations in the same order) agree bit for bit.
 	n := float32(ni)
-	r := x - n*ln2hi
-	r = r - n*ln2lo
+	r := x - float32(n*ln2hi)
+	r = r - float32(n*ln2lo)
 	p := float32(1.9875691500e-4)
-	p = p*r + 1.3981999507e-3
-	p = p*r + 8.3334519073e-3
-	p = p*r + 4.1665795894e-2
-	p = p*r + 1.6666665459e-1
-	p = p*r + 5.0000001201e-1
-	y := p*r*r + r + 1
+	p = float32(p*r) + 1.3981999507e-3
+	p = float32(p*r) + 8.3334519073e-3
+	p = float32(p*r) + 4.1665795894e-2
+	p = float32(p*r) + 1.6666665459e-1
+	p = float32(p*r) + 5.0000001201e-1
+	y := float32(float32(p*r)*r) + r + 1
 	// 2^n may be outside the normal range for the smallest results; split
 	// the scaling in two so subnormals come out right.
 	if ni < -126 {
@@ -56,4 +59,42 @@ func expf(x float32) float32 {
 		return y * 2 * math.Float32frombits(uint32(ni-1+127)<<23)
 	}
 	return y * math.Float32frombits(uint32(ni+127)<<23)
+}
+
+// expSubInPlace sets x[i] = expf(x[i] - m).
+func expSubInPlace(x []float32, m float32) {
+	for i := range x {
+		x[i] -= m
+	}
+	for i := 0; i < len(x); {
+		if useAVX512() {
+			i += expBlocksAVX512(x[i:])
+			if i >= len(x) {
+				break
+			}
+		}
+		// The tail, or a block the assembly leaves to the exact Go path.
+		end := min(len(x), i+16)
+		for ; i < end; i++ {
+			x[i] = expf(x[i])
+		}
+	}
+}
+
+// swiglu: g = silu(g) * u, with silu(x) = x / (1 + e^-x) as ggml computes it.
+func swiglu(g, u []float32) {
+	u = u[:len(g)]
+	for i := 0; i < len(g); {
+		if useAVX512() {
+			i += swigluBlocksAVX512(g[i:], u[i:])
+			if i >= len(g) {
+				break
+			}
+		}
+		end := min(len(g), i+16)
+		for ; i < end; i++ {
+			x := g[i]
+			g[i] = x / (1 + expf(-x)) * u[i]
+		}
+	}
 }

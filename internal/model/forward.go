@@ -413,10 +413,9 @@ func softmax(x []float32) {
 	for _, v := range x {
 		mx = max(mx, v)
 	}
+	expSubInPlace(x, mx)
 	var sum float64
-	for i, v := range x {
-		e := expf(v - mx)
-		x[i] = e
+	for _, e := range x {
 		sum += float64(e)
 	}
 	inv := float32(1 / sum)
@@ -462,13 +461,6 @@ func addInto(x, y []float32) {
 	}
 }
 
-// swiglu: g = silu(g) * u, with silu(x) = x / (1 + e^-x) as ggml computes it.
-func swiglu(g, u []float32) {
-	u = u[:len(g)]
-	for i, x := range g {
-		g[i] = x / (1 + expf(-x)) * u[i]
-	}
-}
 
 // ropeAngles fills cs/sn (RopeDim/2 each) with the cosines and sines of
 // position pos. Pair i turns by pos * base^(-2i/RopeDim), times the linear
