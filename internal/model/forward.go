@@ -461,7 +461,6 @@ func addInto(x, y []float32) {
 	}
 }
 
-
 // ropeAngles fills cs/sn (RopeDim/2 each) with the cosines and sines of
 // position pos. Pair i turns by pos * base^(-2i/RopeDim), times the linear
 // scaling factor, divided by the file's per-pair frequency factor if it has
