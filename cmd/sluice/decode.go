@@ -37,6 +37,7 @@ type workerOpts struct {
 	secretFile string
 	frameMAC   bool
 	metrics    string
+	drain      time.Duration
 }
 
 func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
@@ -44,6 +45,7 @@ func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
 	fs.StringVar(&o.listen, "listen", defListen, "address the role's authenticated handoff service listens on")
 	fs.StringVar(&o.secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret, at least 16 bytes; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
 	fs.BoolVar(&o.frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput)")
+	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long sequences in flight may finish before connections close")
 	fs.StringVar(&o.metrics, "metrics-listen", "", "when set, serve Prometheus /metrics (this role's KV pages by state, integrity violations, late writes) and /health on this HTTP address")
 }
 
@@ -116,8 +118,10 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	return log, m, ec, tcp.Config{Secret: secret, FrameMAC: o.frameMAC}, -1
 }
 
-// serveRole serves d/p over TCP until SIGTERM/SIGINT.
-func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p handoff.Prefill) int {
+// serveRole serves d/p over TCP until SIGTERM/SIGINT, then drains: it
+// waits (up to drain) until pool holds no page in use, so sequences in
+// flight finish, before closing the connections.
+func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p handoff.Prefill, pool *kv.Pool, drain time.Duration) int {
 	srv, err := tcp.NewServer(tc, d, p)
 	if err != nil {
 		log.Error("handoff service", "err", err)
@@ -139,7 +143,14 @@ func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p
 	code := 0
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down")
+		log.Info("shutting down: draining the sequences in flight", "timeout", drain)
+		deadline := time.Now().Add(drain)
+		for pool.Stats().InUse() > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := pool.Stats().InUse(); n > 0 {
+			log.Warn("drain timed out; closing with pages in use", "pages_in_use", n)
+		}
 	case err := <-errc:
 		log.Error("handoff service failed", "err", err)
 		code = 1
@@ -182,5 +193,5 @@ Example:
 	}
 	defer stopMetrics()
 	log.Info("decode worker ready", "context", dw.Context())
-	return serveRole(log, o.listen, tc, dw, nil)
+	return serveRole(log, o.listen, tc, dw, nil, dw.Pool(), o.drain)
 }

@@ -66,5 +66,5 @@ Example:
 	}
 	defer stopMetrics()
 	log.Info("prefill worker ready", "context", pw.Context(), "decode", decodeAddr)
-	return serveRole(log, o.listen, tc, nil, pw)
+	return serveRole(log, o.listen, tc, nil, pw, pw.Pool(), o.drain)
 }
