@@ -138,11 +138,14 @@ func (r *router) act(q *rreq, a request.Action) {
 	case request.ActAbortHandoff:
 		r.abort(q, "request failed: "+string(q.m.Reason()))
 	case request.ActStopDecode:
-		d := w.dec
-		id := q.id
-		if q.m.Reason() == request.Cancelled || !q.m.Live() && q.m.Reason() == "" {
-			w.send(fmt.Sprintf("router->decode#%d cancel %s", d.gen, short(id)), d.alive, func() { d.cancel(id) })
-		} else if q.m.Reason() != request.FinishedLength && q.m.Reason() != request.FinishedStop {
+		// The machine has already set the reason: a cancel stops decoding
+		// the normal way; a failure aborts; a normal finish needs nothing.
+		switch reason := q.m.Reason(); {
+		case reason == request.Cancelled:
+			d := w.dec
+			id := q.id
+			w.send(fmt.Sprintf("router->decode#%d cancel %v", d.gen, q), d.alive, func() { d.cancel(id) })
+		case reason != request.FinishedLength && reason != request.FinishedStop:
 			r.abortDecode(q, "request failed while decoding")
 		}
 	case request.ActEnd:

@@ -1,20 +1,3 @@
-// Package sim is the deterministic simulator: the real request state
-// machine, handoff Receiver and Sender, KV pools and model forward pass,
-// wired through a seeded in-process network on a virtual clock and driven
-// by a single-threaded discrete-event scheduler. A seed fixes every choice
-// (fault mix, timings, message fates, prompts), so a failing seed replays
-// exactly, with a readable trace of its events.
-//
-// Every run checks the isolation contract end to end: each request ends
-// with exactly its reference output (greedy decode of the same prompt with
-// no transfer, computed once per prompt) or an error; nothing wrong reaches
-// a client; no KV that differs from the reference is decoded under a
-// success (I3, I5, I6, I7, I8); rejected requests never hold pages (I1);
-// usage is honest (I9); after the drain every pool is entirely free.
-//
-// Bugs switches safeguards off one at a time (the handoff.Safeguards and
-// kv.Unsafe test hooks, plus wrapper-level ones) so tests can show the
-// simulator finds each injected bug within a bounded number of seeds.
 package sim
 
 import (
