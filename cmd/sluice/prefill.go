@@ -44,7 +44,7 @@ Example:
 	}
 	defer m.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
-	dc, err := node.DialRetry(ctx, decodeAddr, tc)
+	dc, err := node.NewRedialer(ctx, decodeAddr, tc, log)
 	cancel()
 	if err != nil {
 		log.Error("cannot reach the decode worker", "decode", decodeAddr, "err", err)

@@ -239,7 +239,7 @@ func TestRolesAsProcesses(t *testing.T) {
 
 // A decode process killed mid-stream: the client's stream ends with an
 // error event, never a clean finish, and later requests fail fast (5xx)
-// instead of hanging.
+// instead of hanging; once decode is back, requests succeed again.
 func TestDecodeKilledMidStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and starts three processes")
@@ -276,6 +276,24 @@ func TestDecodeKilledMidStream(t *testing.T) {
 	var ae *openai.Error
 	if !errors.As(err, &ae) || ae.StatusCode < 500 || ae.Code == "" {
 		t.Fatalf("request after decode died: %v", err)
+	}
+	dec.wait(t)
+
+	// A decode worker restarted on the same address is used again: the
+	// router and the prefill worker dial it anew; the text is llama.cpp's.
+	dec2 := startProc(t, "decode", append(pool, "--listen", daddr)...)
+	dec2.waitAddr(t)
+	var r *openai.Completion
+	for range 20 {
+		r, err = cl.Completions.New(ctx, openai.CompletionNewParams{
+			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(32), Temperature: openai.Float(0)})
+		if err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil || r.Choices[0].Text != ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw" {
+		t.Fatalf("after the decode restart: %v %+v\nrouter:\n%s\nprefill:\n%s", err, r, rt.log(), pre.log())
 	}
 }
 

@@ -115,7 +115,7 @@ Example:
 	tc := tcp.Config{Secret: secret, FrameMAC: frameMAC}
 	cctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
-	dc, err := node.DialRetry(cctx, decodeAddr, tc)
+	dc, err := node.NewRedialer(cctx, decodeAddr, tc, log)
 	if err != nil {
 		log.Error("cannot reach the decode worker", "decode", decodeAddr, "err", err)
 		return 1
@@ -140,7 +140,7 @@ Example:
 			"code", preflight.Code)
 		return 1
 	}
-	pc, err := node.DialRetry(cctx, prefillAddr, tc)
+	pc, err := node.NewRedialer(cctx, prefillAddr, tc, log)
 	if err != nil {
 		log.Error("cannot reach the prefill worker", "prefill", prefillAddr, "err", err)
 		return 1
