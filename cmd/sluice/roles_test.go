@@ -400,7 +400,8 @@ func TestServeBuiltInAndDrain(t *testing.T) {
 		t.Fatalf("start-up log does not name the built-in model:\n%s", p.log())
 	}
 	st := cl.Completions.NewStreaming(ctx, openai.CompletionNewParams{
-		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hello")}, MaxTokens: openai.Int(1500), Temperature: openai.Float(0)})
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hello")}, MaxTokens: openai.Int(2000), Temperature: openai.Float(0)},
+		option.WithJSONSet("ignore_eos", true)) // long enough to be in flight at SIGTERM
 	if !st.Next() {
 		t.Fatalf("no first chunk: %v", st.Err())
 	}
