@@ -243,6 +243,7 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 		Model: m.Name, Vocab: m.Runtime.Vocab(),
 		Context:        engine.EffectiveContext(pw.Context(), dw.Context()),
 		MaxConcurrency: c.MaxConcurrency,
+		Unsafe:         dcfg.Unsafe, // test hook only, set through LocalConfig.Engine
 	}, routerPrefill, routerDecode)
 	if err != nil {
 		return err
