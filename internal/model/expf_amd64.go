@@ -3,8 +3,8 @@ package model
 import "sluice/internal/kernels"
 
 // expBlocksAVX512 applies expf to whole 16-element blocks of x from the
-// start, stopping before the first block with a lane outside [-87, 88] or
-// NaN; it returns the number of elements done.
+// start, stopping before the first block with a lane above 88 or NaN; it
+// returns the number of elements done.
 //
 //go:noescape
 func expBlocksAVX512(x []float32) int
@@ -18,3 +18,9 @@ func swigluBlocksAVX512(g, u []float32) int
 // useAVX512 follows the kernels' path choice, so tests that force the
 // generic path exercise the Go code here too.
 func useAVX512() bool { return kernels.CurrentPath() == kernels.AVX512 }
+
+// softmaxAVX512 is softmax (forward.go) in AVX-512, bitwise equal; it
+// returns false without touching x when x holds a NaN or +Inf.
+//
+//go:noescape
+func softmaxAVX512(x []float32) bool

@@ -110,3 +110,41 @@ func TestExpSIMDMatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftmaxSIMDMatchesGo: the AVX-512 softmax gives the Go softmax's bits
+// for every length (tails), spreads that underflow, and refuses NaN/+Inf.
+func TestSoftmaxSIMDMatchesGo(t *testing.T) {
+	if kernels.CurrentPath() != kernels.AVX512 {
+		t.Skip("no AVX-512 on this machine: only the Go path exists")
+	}
+	rng := rand.New(rand.NewPCG(6, 6))
+	for trial := 0; trial < 2000; trial++ {
+		n := 1 + rng.IntN(90)
+		x := make([]float32, n)
+		spread := []float64{0.1, 5, 40, 200}[rng.IntN(4)]
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * spread)
+			if rng.IntN(40) == 0 {
+				x[i] = float32(math.Inf(-1))
+			}
+		}
+		x[rng.IntN(n)] = float32(rng.NormFloat64()) // at least one finite
+		want := slices.Clone(x)
+		softmaxGo(want)
+		got := slices.Clone(x)
+		if !softmaxAVX512(got) {
+			t.Fatalf("AVX-512 softmax refused finite input %v", x)
+		}
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("n=%d spread %g: element %d: SIMD %g, Go %g (input %g)", n, spread, i, got[i], want[i], x[i])
+			}
+		}
+	}
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+		x := []float32{1, 2, bad, 3}
+		if softmaxAVX512(x) || x[0] != 1 || x[3] != 3 {
+			t.Fatalf("input with %g: handled or modified", bad)
+		}
+	}
+}

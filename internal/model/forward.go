@@ -406,19 +406,35 @@ func (r *Runner) attendUnit(un unit, scores []float32) []float32 {
 	return scores
 }
 
-// softmax normalises x in place: exp(x - max) in float32 (expf), summed in float64
-// in order, then scaled by 1/sum, as ggml's soft_max does.
+// softmax normalises x in place: exp(x - max) (expf), summed in float64
+// over 8 lanes in a fixed order (element i into lane i%8; then lanes j+4,
+// j+2, j+1 folded in), then scaled by float32(1/sum). ggml also sums in
+// double; the lanes let the AVX-512 version (expf_amd64.s) give the same
+// bits.
 func softmax(x []float32) {
+	if useAVX512() && softmaxAVX512(x) {
+		return
+	}
+	softmaxGo(x)
+}
+
+func softmaxGo(x []float32) {
 	mx := float32(math.Inf(-1))
 	for _, v := range x {
 		mx = max(mx, v)
 	}
 	expSubInPlace(x, mx)
-	var sum float64
-	for _, e := range x {
-		sum += float64(e)
+	var acc [8]float64
+	for i, e := range x {
+		acc[i%8] += float64(e)
 	}
-	inv := float32(1 / sum)
+	for j := 0; j < 4; j++ {
+		acc[j] += acc[j+4]
+	}
+	for j := 0; j < 2; j++ {
+		acc[j] += acc[j+2]
+	}
+	inv := float32(1 / (acc[0] + acc[1]))
 	for i := range x {
 		x[i] *= inv
 	}
