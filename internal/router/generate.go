@@ -114,17 +114,25 @@ loop:
 				continue
 			}
 			out.usage = ev.Usage
+			var failure *apiError
+			if ev.Err != nil {
+				failure = fromEngine(ev.Err)
+				if failure.Status >= 500 {
+					// Logged even when the client is gone: an integrity
+					// failure is never silent (I8).
+					s.log.Error("request failed", "id", g.id, "tenant", g.tenant, "code", failure.Code, "err", ev.Err)
+				}
+			}
 			switch {
-			case stopped:
+			case stopped && (failure == nil || failure.Code == engine.CodeCancelled):
 				// We cancelled after a stop string: the client received
 				// `tokens` tokens, whatever the engine produced meanwhile.
 				out.usage.CompletionTokens = tokens
-			case ev.Err != nil:
+			case failure != nil:
+				// A failure other than our own cancel fails the request even
+				// after a stop string matched (I8: fail closed).
 				if !out.clientGone {
-					out.err = fromEngine(ev.Err)
-					if out.err.Status >= 500 {
-						s.log.Error("request failed", "id", g.id, "tenant", g.tenant, "code", out.err.Code, "err", ev.Err)
-					}
+					out.err = failure
 				}
 			default:
 				out.finish = ev.Finish
