@@ -105,7 +105,7 @@ func openModel(path string) (*loadedModel, error) {
 	}
 	if tok.Size() != m.Config().Vocab {
 		f.Close()
-		return nil, fmt.Errorf("the tokenizer has %d tokens but the model's embedding has %d rows", tok.Size(), m.Config().Vocab)
+		return nil, genErr("vocab_mismatch", "the tokenizer has %d tokens but the model's embedding has %d rows", tok.Size(), m.Config().Vocab)
 	}
 	return &loadedModel{file: f, model: m, tok: tok}, nil
 }
@@ -120,7 +120,7 @@ func generate(lm *loadedModel, o genOptions) (*genResult, error) {
 		return nil, err
 	}
 	if o.MaxTokens < 0 {
-		return nil, fmt.Errorf("max tokens %d is negative", o.MaxTokens)
+		return nil, genErr("invalid_max_tokens", "max tokens %d is negative", o.MaxTokens)
 	}
 	if o.PageSize <= 0 {
 		o.PageSize = kv.DefaultPageSize
@@ -130,14 +130,14 @@ func generate(lm *loadedModel, o genOptions) (*genResult, error) {
 	}
 	prompt := tok.Encode(o.Prompt, true, o.ParseSpecial)
 	if len(prompt) == 0 {
-		return nil, errors.New("the prompt is empty and the model adds no BOS token; give some text")
+		return nil, genErr("empty_prompt", "the prompt is empty and the model adds no BOS token; give some text")
 	}
 	maxTok := o.MaxTokens
 	if o.forced != nil {
 		maxTok = len(o.forced)
 	}
 	if len(prompt)+maxTok > cfg.Context {
-		return nil, fmt.Errorf("prompt (%d tokens) + max tokens (%d) exceeds the model's context of %d", len(prompt), maxTok, cfg.Context)
+		return nil, genErr("context_length_exceeded", "prompt (%d tokens) + max tokens (%d) exceeds the model's context of %d", len(prompt), maxTok, cfg.Context)
 	}
 	pages := kv.PagesFor(len(prompt)+maxTok, o.PageSize)
 	pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: cfg.Layers, KVDim: cfg.KVDim(), PageSize: o.PageSize}, Pages: pages})
@@ -228,6 +228,15 @@ func generate(lm *loadedModel, o genOptions) (*genResult, error) {
 		res.Timings.DecodeTPS = float64(res.Timings.DecodeSteps) / res.Timings.DecodeMS * 1000
 	}
 	return res, nil
+}
+
+// genError is a generate failure of the request itself, with a stable code.
+type genError struct{ Code, Msg string }
+
+func (e *genError) Error() string { return e.Code + ": " + e.Msg }
+
+func genErr(code, format string, args ...any) error {
+	return &genError{Code: code, Msg: fmt.Sprintf(format, args...)}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }

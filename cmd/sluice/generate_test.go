@@ -325,3 +325,21 @@ func TestGenerateStopString(t *testing.T) {
 		t.Fatalf("no-match run: text %q finish %q", res.Text, res.Finish)
 	}
 }
+
+func TestGenerateRequestErrors(t *testing.T) {
+	lm := openShared(t, "models/stories260K.gguf")
+	cases := []struct {
+		o    genOptions
+		code string
+	}{
+		{genOptions{Prompt: "x", MaxTokens: -1}, "invalid_max_tokens"},
+		{genOptions{Prompt: "x", MaxTokens: 5000}, "context_length_exceeded"},
+	}
+	for _, c := range cases {
+		_, err := generate(lm, c.o)
+		ge, ok := err.(*genError)
+		if !ok || ge.Code != c.code {
+			t.Errorf("%+v: err %v, want code %s", c.o, err, c.code)
+		}
+	}
+}
