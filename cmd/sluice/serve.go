@@ -221,7 +221,7 @@ Example:
 		log.Info("the model has no chat template: /v1/chat/completions uses the plain \"User:/Assistant:\" fallback")
 	}
 	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, Stats: st.Stats, Logger: log})
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, Stats: st.Stats, Info: st.Info, Logger: log})
 	if err != nil {
 		log.Error("router", "err", err)
 		st.Close(context.Background())

@@ -434,6 +434,27 @@ func TestTenantsFromKeys(t *testing.T) {
 	if _, err := h.client("nope").Models.List(ctx); err == nil {
 		t.Fatal("/v1/models must require a key in multi-tenant mode")
 	}
+	// The operator info for remote preflight needs a key too.
+	req, _ := http.NewRequest("GET", h.ts.URL+"/sluice/info", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	req.Header.Set("Authorization", "Bearer kb")
+	resp2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Server  string `json:"server"`
+		Context int    `json:"context"`
+	}
+	json.NewDecoder(resp2.Body).Decode(&info)
+	resp2.Body.Close()
+	if resp.StatusCode != 401 || resp2.StatusCode != 200 || info.Server != "sluice" || info.Context != 64 {
+		t.Fatalf("/sluice/info: %d without key, %d with; %+v", resp.StatusCode, resp2.StatusCode, info)
+	}
 	if h.eng.submitted.Load() != 3 {
 		t.Fatal("unauthenticated requests reached the engine")
 	}

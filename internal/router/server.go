@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sluice/internal/engine"
+	"sluice/internal/preflight"
 )
 
 // Tokenizer is what the router needs from a tokenizer.
@@ -65,6 +66,10 @@ type Config struct {
 	WriteTimeout time.Duration
 	// Stats, when set, is read at every /metrics scrape.
 	Stats func() EngineStats
+	// Info, when set, is served at preflight.InfoPath so that
+	// `sluice preflight --endpoint` can check the running server's own
+	// figures (its context against every role's pool, I2).
+	Info func() preflight.ServerInfo
 	// Registry receives the metrics; nil creates a fresh one.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
@@ -125,6 +130,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /health", s.handleHealth)
+	mux.HandleFunc("GET "+preflight.InfoPath, s.handleInfo)
 	mux.Handle("GET /metrics", m.handler(cfg.Registry))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, newErr(http.StatusNotFound, CodeNotFound, "", "no route %s %s; see /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics", r.Method, r.URL.Path))
@@ -174,7 +180,7 @@ func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter 
 
 func routeLabel(r *http.Request) string {
 	switch r.URL.Path {
-	case "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics":
+	case "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", preflight.InfoPath:
 		return r.URL.Path
 	}
 	return "other"
@@ -228,6 +234,22 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		}},
 	})
 	s.metrics.requests.WithLabelValues("/v1/models", "200", "").Inc()
+}
+
+func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
+	if _, e := s.authenticate(r); e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	info := preflight.ServerInfo{Server: "sluice"}
+	if s.cfg.Info != nil {
+		info = s.cfg.Info()
+		info.Server = "sluice"
+	}
+	// The context admitted is the engine's, whatever Info says.
+	ei := s.cfg.Engine.Info()
+	info.Model, info.Context = ei.Model, ei.Context
+	writeJSON(w, http.StatusOK, info)
 }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, e *apiError) {

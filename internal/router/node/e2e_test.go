@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"go.uber.org/goleak"
 
+	"sluice/internal/preflight"
 	"sluice/internal/router"
 	"sluice/internal/testenv"
 )
@@ -81,7 +82,7 @@ func serve(t testing.TB, m *Model, c LocalConfig, keys *router.Keys) *served {
 		t.Fatal(err)
 	}
 	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxConcurrency: 256, Stats: st.Stats})
+		Keys: keys, MaxConcurrency: 256, Stats: st.Stats, Info: st.Info})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +221,30 @@ func TestBuiltInDefaultModel(t *testing.T) {
 		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hello")}, MaxTokens: openai.Int(8), Temperature: openai.Float(0)})
 	if err != nil || r.Usage.CompletionTokens == 0 {
 		t.Fatalf("%v %+v", err, r)
+	}
+}
+
+// Remote preflight against a running sluice reads the server's own figures
+// (advertised context, every role's pool) and finds them consistent.
+func TestRemotePreflightOfServe(t *testing.T) {
+	m := loadStories(t)
+	s := serve(t, m, LocalConfig{Pools: Pools{Context: 200, PoolTokens: 300}}, nil)
+	rep, err := preflight.Remote(context.Background(), s.ts.URL, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Server != "sluice" || !rep.OK() {
+		var b strings.Builder
+		rep.WriteText(&b)
+		t.Fatalf("remote preflight:\n%s", b.String())
+	}
+	var b strings.Builder
+	rep.WriteText(&b)
+	// 300 tokens round up to 19 pages of 16 = 304 per role; context 200.
+	for _, want := range []string{"304", "200"} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("report lacks %s:\n%s", want, b.String())
+		}
 	}
 }
 

@@ -68,6 +68,16 @@ func (s *Stack) Close(ctx context.Context) error {
 	return err
 }
 
+// Info is the server's own figures for remote preflight: every role's pool
+// as built from the preflight report.
+func (s *Stack) Info() preflight.ServerInfo {
+	si := preflight.ServerInfo{Server: "sluice", Context: s.Report.EffectiveContext}
+	for _, r := range s.Report.Roles {
+		si.Roles = append(si.Roles, preflight.RoleInfo{Role: r.Role, PoolTokens: r.PoolTokens, PageSize: r.PageSize, Context: r.EffectiveContext})
+	}
+	return si
+}
+
 // Stats reads every pool and the decode worker's protocol counters.
 func (s *Stack) Stats() router.EngineStats {
 	st := Stats(s.Pools, s.decode)
