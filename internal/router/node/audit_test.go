@@ -1,0 +1,41 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/internal/audit"
+	"sluice/internal/router"
+)
+
+// `sluice audit` against the real stack (router, prefill and decode over
+// TCP, two tenants) finds nothing: no canary crosses tenants, over-capacity
+// prompts get 4xx, usage matches, and prefix timing is not a side channel.
+func TestAuditOfServeFindsNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("timing probes; skipped in -short (race) runs")
+	}
+	m := loadStories(t)
+	keys, err := router.ParseKeys(strings.NewReader("key-a alice\nkey-b bob\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, m, LocalConfig{Transport: TransportTCP, Pools: Pools{Context: 512, PoolTokens: 2048}}, keys)
+	rep, err := audit.Run(context.Background(), audit.Config{URL: s.ts.URL, KeyA: "key-a", KeyB: "key-b", Seed: 7,
+		Samples: 10, Timeout: 3 * time.Minute, PoolTokens: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	rep.WriteText(&b)
+	if rep.Failed() {
+		t.Fatalf("the audit failed sluice:\n%s", b.String())
+	}
+	if len(rep.Checks) < 4 {
+		t.Fatalf("probes did not run:\n%s", b.String())
+	}
+	t.Logf("audit:\n%s", b.String())
+	waitPoolsFree(t, s.stack)
+}
