@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,6 +191,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	gen := fs.Int("gen", 128, "generated `tokens` for the decode figure (llama-bench -n)")
 	reps := fs.Int("reps", 5, "`repetitions`; the median is reported")
 	withSynth := fs.Bool("synth", false, "also write and measure the synthetic bench-15M-f32 and bench-110M-q8_0 shapes (llama-cpp-speed.md) in a temporary directory; needs ../shared/vocab/ggml-vocab-llama-spm.gguf")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurements to `file` (go tool pprof)")
 	refPath := fs.String("reference", "", "llama.cpp speed `file` (default: ../shared/reference/llama-cpp-speed.md)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: sluice bench [flags]
@@ -267,6 +269,19 @@ Flags:
 		fmt.Fprintf(stderr, "sluice bench: no llama.cpp figures (%v); printing sluice's alone\n", err)
 	}
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "model\tthreads\tpp%d tok/s\tcpu\tllama.cpp\tratio\ttg%d tok/s\tcpu\tllama.cpp\tratio\t\n", *prompt, *gen)
 	for _, path := range models {
