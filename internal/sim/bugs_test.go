@@ -23,7 +23,7 @@ type injected struct {
 }
 
 // mustFind are bugs no other layer catches: the simulator must find each.
-// Bounds are about twice the seed that finds it today (runs are
+// Bounds are two to six times the seed that finds it today (runs are
 // deterministic, so the count is exact, not a probability).
 var mustFind = []injected{
 	{"no-digest", "I5", "commit digest not compared (a page with wrong bytes but a matching checksum is accepted)",
@@ -35,9 +35,9 @@ var mustFind = []injected{
 	{"no-generation", "I3", "no owner/generation check at the protocol layer nor in the pool",
 		Bugs{Receiver: handoff.Safeguards{NoReservationMatch: true}, KV: kv.Unsafe{NoOwnerCheck: true}}, 100},
 	{"release-before-drain", "I6", "an ended one-sided handoff's pages released at once, not quarantined",
-		Bugs{NoQuarantine: true}, 500},
+		Bugs{NoQuarantine: true}, 1000},
 	{"early-drain", "I6", "the writer acknowledges its drain with one-sided writes in flight",
-		Bugs{EarlyDrain: true}, 500},
+		Bugs{EarlyDrain: true}, 1000},
 	{"short-lease", "I6", "quarantine lease shorter than the transport's worst in-flight time",
 		Bugs{ShortLease: true}, 1500},
 }
@@ -55,8 +55,18 @@ var holdsAlone = []injected{
 	{"no-scrub", "I7", "released pages not scrubbed (only written slots are read)", Bugs{NoScrub: true}, 250},
 }
 
+// knownGaps are peer bugs the system does not claim to stop; the rates
+// test measures them for the record.
+var knownGaps = []injected{
+	{"foreign-placement", "I3", "a one-sided peer places bytes in another handoff's page", Bugs{ForeignPlacement: true}, 0},
+}
+
+func allInjected() []injected {
+	return append(append(append([]injected(nil), mustFind...), holdsAlone...), knownGaps...)
+}
+
 func bugByName(t testing.TB, name string) Bugs {
-	for _, b := range append(append([]injected(nil), mustFind...), holdsAlone...) {
+	for _, b := range allInjected() {
 		if b.name == name {
 			return b.bugs
 		}
@@ -143,7 +153,7 @@ func TestInjectedBugRates(t *testing.T) {
 		t.Skip("set SLUICE_SIM_BUG_RATES=N to measure how many seeds find each injected bug")
 	}
 	env := testEnv(t)
-	for _, b := range append(append([]injected(nil), mustFind...), holdsAlone...) {
+	for _, b := range allInjected() {
 		start := time.Now()
 		rs := runSeeds(env, 1, n, b.bugs, 0)
 		bad, first := 0, uint64(0)

@@ -62,7 +62,7 @@ func newPlan(s *sched) plan {
 	pl.p[FaultDisconnect] = rate(0.4, 0.1, 0.4)
 	pl.p[FaultAbortRouter] = rate(0.4, 0.1, 0.3)
 	pl.p[FaultAbortPrefill] = rate(0.25, 0.05, 0.2)
-	pl.p[FaultLateWrite] = rate(0.6, 0.4, 1)
+	pl.p[FaultLateWrite] = rate(0.6, 0.1, 0.5)
 	pl.p[FaultSlowTransfer] = rate(0.2, 0.2, 0.6)
 	pl.p[FaultBurst] = rate(0.4, 1, 1)
 	for _, f := range []Fault{FaultShort, FaultWrongDigest, FaultNoDigest, FaultStaleData, FaultStaleWriter, FaultForeign} {

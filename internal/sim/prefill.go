@@ -237,7 +237,10 @@ func (j *pjob) sendBatch(seq int, ws []handoff.PageWrite) {
 	}
 	j.lastB = ws
 	j.rpcs++
-	if w.pl.oneSided && !(j.bad == mForeign) {
+	// A foreign write goes two-sided (the receiver sees and refuses it)
+	// unless Bugs.ForeignPlacement lets the peer place it one-sidedly,
+	// where no receiver check can stop the bytes.
+	if w.pl.oneSided && (j.bad != mForeign || w.cfg.Bugs.ForeignPlacement) {
 		j.postOneSided(seq, ws)
 		return
 	}

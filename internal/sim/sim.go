@@ -55,6 +55,11 @@ type Bugs struct {
 	// EarlyDrain: the prefill side acknowledges its drain while its
 	// one-sided writes are still in flight (I6).
 	EarlyDrain bool
+	// ForeignPlacement is a peer bug, not a safeguard: a misbehaving
+	// prefill peer on the one-sided transport places page bytes at a page
+	// reserved for another handoff. Nothing on the decode side can stop
+	// bytes already in its memory; this measures that gap.
+	ForeignPlacement bool
 }
 
 // Config is one run.
