@@ -156,6 +156,7 @@ Example:
 		log.Error("the model's chat template does not parse", "err", err)
 		return 1
 	}
+	checkChatTemplate(log, ct)
 	srv, err := router.New(router.Config{Engine: eng, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
 		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, Logger: log})
 	if err != nil {

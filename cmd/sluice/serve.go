@@ -217,9 +217,7 @@ Example:
 		st.Close(context.Background())
 		return 1
 	}
-	if ct.IsFallback() {
-		log.Info("the model has no chat template: /v1/chat/completions uses the plain \"User:/Assistant:\" fallback")
-	}
+	checkChatTemplate(log, ct)
 	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
 		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, Stats: st.Stats, Info: st.Info, Logger: log})
 	if err != nil {
@@ -229,6 +227,19 @@ Example:
 	}
 	log.Info("roles started", "mode", mode, "context", st.Engine.Info().Context)
 	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { return st.Close(ctx) })
+}
+
+// checkChatTemplate renders a one-message conversation at start so that a
+// template this Jinja implementation cannot run shows up in the log, not
+// only in the first chat request's 500.
+func checkChatTemplate(log *slog.Logger, ct *router.ChatTemplate) {
+	if ct.IsFallback() {
+		log.Info("the model has no chat template: /v1/chat/completions uses the plain \"User:/Assistant:\" fallback")
+		return
+	}
+	if _, err := ct.Render([]router.ChatMessage{{Role: "user", Content: "ping"}}); err != nil {
+		log.Warn("the model's chat template does not render a one-message conversation; /v1/chat/completions may fail", "err", err)
+	}
 }
 
 func loadKeysFlag(path string, log *slog.Logger) (*router.Keys, error) {
@@ -253,7 +264,9 @@ func serveHTTP(log *slog.Logger, addr string, srv *router.Server, drain time.Dur
 		closeRoles(context.Background())
 		return 1
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// ReadTimeout covers headers and body only (responses stream for as
+	// long as generation takes); IdleTimeout reaps idle keep-alives.
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)

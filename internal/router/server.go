@@ -295,17 +295,20 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
+	// The body is read before a concurrency slot is taken, so slow
+	// uploads cannot hold the slots (the HTTP server's read timeout bounds
+	// them).
+	var req completionRequest
+	if e := decodeBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &req); e != nil {
+		s.fail(w, r, e)
+		return
+	}
 	release, e := s.acquire()
 	if e != nil {
 		s.fail(w, r, e)
 		return
 	}
 	defer release()
-	var req completionRequest
-	if e := decodeBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &req); e != nil {
-		s.fail(w, r, e)
-		return
-	}
 	p, e := req.validate("max_tokens", nil)
 	if e != nil {
 		s.fail(w, r, e)
@@ -345,17 +348,17 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
+	var req chatRequest
+	if e := decodeBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &req); e != nil {
+		s.fail(w, r, e)
+		return
+	}
 	release, e := s.acquire()
 	if e != nil {
 		s.fail(w, r, e)
 		return
 	}
 	defer release()
-	var req chatRequest
-	if e := decodeBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), &req); e != nil {
-		s.fail(w, r, e)
-		return
-	}
 	if t := strings.TrimSpace(string(req.Tools)); t != "" && t != "null" && t != "[]" {
 		s.fail(w, r, newErr(http.StatusBadRequest, CodeUnsupported, "tools", "tools are not supported by this server"))
 		return
