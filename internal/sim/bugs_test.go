@@ -146,14 +146,19 @@ func TestInjectedBugs(t *testing.T) {
 }
 
 // TestInjectedBugRates (SLUICE_SIM_BUG_RATES=N) runs N seeds per injected
-// bug and reports the fraction of seeds that find it, for the closing note.
+// bug (or only SLUICE_SIM_BUG) and reports the fraction of seeds that find
+// it, for the closing note.
 func TestInjectedBugRates(t *testing.T) {
 	n := envInt(t, "SLUICE_SIM_BUG_RATES", 0)
 	if n == 0 {
 		t.Skip("set SLUICE_SIM_BUG_RATES=N to measure how many seeds find each injected bug")
 	}
 	env := testEnv(t)
+	only := os.Getenv("SLUICE_SIM_BUG")
 	for _, b := range allInjected() {
+		if only != "" && b.name != only {
+			continue
+		}
 		start := time.Now()
 		rs := runSeeds(env, 1, n, b.bugs, 0)
 		bad, first := 0, uint64(0)
