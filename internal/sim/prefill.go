@@ -52,7 +52,6 @@ type pjob struct {
 	slow    bool
 	late    bool
 	posted  int  // one-sided page writes posted and not yet landed
-	rpcs    int  // Write calls without an answer (or a timeout)
 	drain   bool // waiting for posted writes to land before Drained
 	over    bool
 	lastB   []handoff.PageWrite
@@ -208,16 +207,12 @@ func (j *pjob) drive() {
 	}
 }
 
-// page copies block b's image out of the prefill pool: a transport copies
-// at send time, and the page may be reused before delivery.
-func (j *pjob) page(pw *handoff.PageWrite) {
-	pw.Data = append([]byte(nil), pw.Data...)
-}
-
 func (j *pjob) sendBatch(seq int, ws []handoff.PageWrite) {
 	w := j.p.w
+	// A transport copies at send time: the Sender's page images alias the
+	// prefill pool, whose pages may be reused before delivery.
 	for i := range ws {
-		j.page(&ws[i])
+		ws[i].Data = append([]byte(nil), ws[i].Data...)
 	}
 	switch j.bad {
 	case mStaleData:
@@ -236,7 +231,6 @@ func (j *pjob) sendBatch(seq int, ws []handoff.PageWrite) {
 		}
 	}
 	j.lastB = ws
-	j.rpcs++
 	// A foreign write goes two-sided (the receiver sees and refuses it)
 	// unless Bugs.ForeignPlacement lets the peer place it one-sidedly,
 	// where no receiver check can stop the bytes.
@@ -265,7 +259,6 @@ func (j *pjob) call(seq int, ws []handoff.PageWrite) {
 }
 
 func (j *pjob) acked(seq int, err error) {
-	j.rpcs--
 	if j.over {
 		j.maybeDrained()
 		return
@@ -308,8 +301,6 @@ func (j *pjob) postOneSided(seq int, ws []handoff.PageWrite) {
 			left--
 			if left == 0 && p.up && !j.over {
 				j.call(seq, notices)
-			} else if left == 0 {
-				j.rpcs--
 			}
 			j.maybeDrained()
 		})

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -566,5 +565,3 @@ func (w *world) check() {
 		}
 	}
 }
-
-var _ = os.Remove
