@@ -4,7 +4,7 @@ GO ?= go
 SEEDS ?= 100000
 FUZZTIME ?= 60s
 
-.PHONY: test serve build fuzz soak bench sim spec
+.PHONY: test serve build fuzz soak bench bench-go bench-model sim spec
 test:
 	./scripts/test.sh
 
@@ -17,8 +17,15 @@ build:
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
-bench:
-	$(GO) test -run='^$$' -bench=. -benchtime=1x -count=1 ./... 
+# Speed figures are ratios measured within one run; pin single-thread runs
+# with taskset -c 1 when comparing against llama.cpp's pinned numbers.
+bench: bench-go bench-model
+
+bench-go:
+	$(GO) test -run='^$$' -bench=. -count=1 ./...
+
+bench-model:
+	$(GO) run ./cmd/sluice bench --synth
 
 sim:
 	SLUICE_SIM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 0 -run 'TestSim' -v ./internal/sim/
