@@ -35,10 +35,7 @@ func runRouter(args []string) int {
 		connectTimeout time.Duration
 	)
 	o.register(fs, false)
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP address of the OpenAI-compatible API")
-	fs.StringVar(&o.apiKeys, "api-keys", "", "file of \"KEY TENANT\" lines (# comments, several keys per tenant); without it the router is single-tenant and needs no key")
-	fs.StringVar(&o.maxBody, "max-body", "1MiB", "largest request body; larger gets 413")
-	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish")
+	o.registerHTTP(fs)
 	fs.StringVar(&prefillAddr, "prefill", "127.0.0.1:9001", "address of the prefill worker")
 	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "address of the decode worker")
 	fs.StringVar(&secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
@@ -158,7 +155,7 @@ Example:
 	}
 	checkChatTemplate(log, ct)
 	srv, err := router.New(router.Config{Engine: eng, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, Logger: log})
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Logger: log})
 	if err != nil {
 		log.Error("router", "err", err)
 		return 1

@@ -130,18 +130,24 @@ type serveOpts struct {
 	colocated bool
 	maxBody   string
 	drain     time.Duration
+	tenantMax int
+}
+
+func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP address of the OpenAI-compatible API")
+	fs.StringVar(&o.apiKeys, "api-keys", "", "file of \"KEY TENANT\" lines (# comments, several keys per tenant); without it the server is single-tenant and needs no key")
+	fs.StringVar(&o.maxBody, "max-body", "1MiB", "largest request body; larger gets 413")
+	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish")
+	fs.IntVar(&o.tenantMax, "tenant-max-concurrency", 0, "requests one tenant may have in flight (0: only --max-concurrency applies); more get 429, so one busy tenant cannot take every slot")
 }
 
 func runServe(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var o serveOpts
 	o.register(fs, true)
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP address of the OpenAI-compatible API")
-	fs.StringVar(&o.apiKeys, "api-keys", "", "file of \"KEY TENANT\" lines (# comments, several keys per tenant); without it the server is single-tenant and needs no key")
+	o.registerHTTP(fs)
 	fs.StringVar(&o.transport, "transport", node.TransportTCP, "prefill->decode transport: tcp (authenticated loopback TCP), shm (one-sided writes into the decode pool's shared memory, control over TCP) or inproc (direct calls, copied)")
 	fs.BoolVar(&o.colocated, "colocated", false, "run prefill and decode in one scheduler without a handoff (the reference path)")
-	fs.StringVar(&o.maxBody, "max-body", "1MiB", "largest request body; larger gets 413")
-	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish")
 	usageFor(fs, `Usage: sluice serve [flags]
 
 Runs the router, a prefill worker and a decode worker in one process. The
@@ -219,7 +225,7 @@ Example:
 	}
 	checkChatTemplate(log, ct)
 	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, Stats: st.Stats, Info: st.Info, Logger: log})
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Logger: log})
 	if err != nil {
 		log.Error("router", "err", err)
 		st.Close(context.Background())

@@ -555,6 +555,32 @@ func TestOverloadAnswersAtOnce(t *testing.T) {
 	}
 }
 
+// One tenant at its own limit is refused; another tenant is still served.
+func TestTenantConcurrencyLimit(t *testing.T) {
+	keys := writeKeys(t)
+	h := newHarness(t, 64, func(c *Config) { c.Keys = keys; c.TenantConcurrency = 1 })
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.client("ka1").Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("HOLD"), MaxTokens: openai.Int(10)})
+		done <- err
+	}()
+	waitFor(t, func() bool { return h.eng.Active() == 1 })
+	// alice's second key is the same tenant.
+	_, err := h.client("ka2").Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(2)})
+	apiErr(t, err, 429, CodeTenantLimit)
+	if _, err := h.client("kb").Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(2)}); err != nil {
+		t.Fatalf("bob was refused while alice was at her limit: %v", err)
+	}
+	close(h.eng.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client("ka2").Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(2)}); err != nil {
+		t.Fatalf("alice's slot did not come back: %v", err)
+	}
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

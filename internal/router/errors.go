@@ -34,6 +34,7 @@ const (
 	CodeInvalidKey      = "invalid_api_key"
 	CodeBodyTooLarge    = "request_too_large"
 	CodeOverloaded      = "overloaded"
+	CodeTenantLimit     = "tenant_concurrency_limit"
 	CodeShuttingDown    = "shutting_down"
 	CodeInternal        = "internal_error"
 	CodeNotFound        = "not_found"

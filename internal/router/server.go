@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +62,10 @@ type Config struct {
 	// MaxConcurrency bounds generation requests in flight; more are refused
 	// with 429 at once rather than queued (default 64).
 	MaxConcurrency int
+	// TenantConcurrency bounds one tenant's requests in flight, so a busy
+	// tenant cannot take every slot from the others (0 = no per-tenant
+	// bound beyond MaxConcurrency).
+	TenantConcurrency int
 	// WriteTimeout bounds each write to a client, so a client that stops
 	// reading cannot hold a request (default 30s).
 	WriteTimeout time.Duration
@@ -86,6 +91,9 @@ type Server struct {
 	draining atomic.Bool
 	seq      atomic.Uint64
 	idPrefix string
+
+	tmu      sync.Mutex
+	inflight map[string]int // per tenant
 }
 
 // New builds a server.
@@ -108,7 +116,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, chat: cfg.Chat, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConcurrency)}
+	s := &Server{cfg: cfg, chat: cfg.Chat, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConcurrency), inflight: map[string]int{}}
 	if s.chat == nil {
 		ct, err := NewChatTemplate("", "", "")
 		if err != nil {
@@ -257,16 +265,36 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, e *apiError) {
 	writeError(w, e)
 }
 
-// acquire takes a concurrency slot or refuses at once (never a hang).
-func (s *Server) acquire() (func(), *apiError) {
+// acquire takes a tenant slot and a server slot or refuses at once (never
+// a hang).
+func (s *Server) acquire(tenant string) (func(), *apiError) {
 	if s.draining.Load() {
 		return nil, newErr(http.StatusServiceUnavailable, CodeShuttingDown, "", "the server is shutting down; retry on another instance")
+	}
+	if lim := s.cfg.TenantConcurrency; lim > 0 {
+		s.tmu.Lock()
+		if s.inflight[tenant] >= lim {
+			s.tmu.Unlock()
+			return nil, newErr(http.StatusTooManyRequests, CodeTenantLimit, "", "your API key's tenant already has %d requests in flight, its limit; retry when one finishes", lim)
+		}
+		s.inflight[tenant]++
+		s.tmu.Unlock()
+	}
+	untenant := func() {
+		if s.cfg.TenantConcurrency > 0 {
+			s.tmu.Lock()
+			if s.inflight[tenant]--; s.inflight[tenant] == 0 {
+				delete(s.inflight, tenant)
+			}
+			s.tmu.Unlock()
+		}
 	}
 	select {
 	case s.slots <- struct{}{}:
 		s.metrics.inflight.Inc()
-		return func() { <-s.slots; s.metrics.inflight.Dec() }, nil
+		return func() { <-s.slots; s.metrics.inflight.Dec(); untenant() }, nil
 	default:
+		untenant()
 		return nil, newErr(http.StatusTooManyRequests, CodeOverloaded, "", "the server is at its limit of %d concurrent requests; retry shortly", cap(s.slots))
 	}
 }
@@ -303,7 +331,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
-	release, e := s.acquire()
+	release, e := s.acquire(tenant)
 	if e != nil {
 		s.fail(w, r, e)
 		return
@@ -353,7 +381,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
-	release, e := s.acquire()
+	release, e := s.acquire(tenant)
 	if e != nil {
 		s.fail(w, r, e)
 		return
