@@ -32,4 +32,4 @@ if [ -n "$race_pkgs" ]; then
 fi
 
 echo "== short fuzz runs (make fuzz runs them longer)"
-FUZZTIME="${FUZZTIME:-5s}" ./scripts/fuzz.sh
+FUZZTIME="${FUZZTIME:-3000x}" ./scripts/fuzz.sh
