@@ -130,10 +130,23 @@ func (s *Sender) Next() SenderAction {
 func (s *Sender) batch() SenderAction {
 	var ws []PageWrite
 	bytes := 0
+	summer, _ := s.src.(summingSource)
 	for s.next < len(s.res.Pages) {
-		data, slots, err := s.src.Page(s.next)
+		var data []byte
+		var slots int
+		var sum uint32
+		var summed bool
+		var err error
+		if summer != nil {
+			data, slots, sum, summed, err = summer.PageSum(s.next)
+		} else {
+			data, slots, err = s.src.Page(s.next)
+		}
 		if err != nil {
 			return s.failNow(fmt.Errorf("block %d: %w", s.next, err))
+		}
+		if !summed {
+			sum = Checksum(data)
 		}
 		ps := s.res.PageSize
 		want := ps
@@ -147,7 +160,7 @@ func (s *Sender) batch() SenderAction {
 			break
 		}
 		ws = append(ws, PageWrite{Handoff: s.res.Handoff, Block: s.next, Page: s.res.Pages[s.next],
-			Slots: slots, Data: data, Checksum: Checksum(data)})
+			Slots: slots, Data: data, Checksum: sum})
 		bytes += len(data)
 		s.next++
 	}

@@ -24,6 +24,38 @@ func (s *PoolSource) Page(b int) ([]byte, int, error) {
 	return s.Pool.PageData(s.Owner, s.Pages[b])
 }
 
+// summingSource is a Source that hashes each page once as it reads it
+// (kv's PageDataSum): the page checksum comes from that pass, and its
+// Digest then combines the recorded per-block hashes instead of reading
+// every page again. summed is false when the source could not derive the
+// checksum from the pass (a short last page); the Sender then computes it.
+type summingSource interface {
+	PageSum(b int) (data []byte, slots int, checksum uint32, summed bool, err error)
+}
+
+// summingPrefillPool is a PrefillPool that hashes pages as it hands them out.
+type summingPrefillPool interface {
+	PageDataSum(o kv.Owner, ref kv.PageRef) ([]byte, int, kv.PageSum, error)
+}
+
+// PageSum is Page plus the page checksum, from one hash of the page that
+// the pool also records for Digest. With a pool that cannot do that, it is
+// Page and summed is false.
+func (s *PoolSource) PageSum(b int) ([]byte, int, uint32, bool, error) {
+	sp, ok := s.Pool.(summingPrefillPool)
+	if !ok {
+		data, n, err := s.Page(b)
+		return data, n, 0, false, err
+	}
+	data, n, sum, err := sp.PageDataSum(s.Owner, s.Pages[b])
+	return data, n, uint32(sum.Image), sum.ImageOK, err
+}
+
+func (s *PoolSource) summing() bool {
+	_, ok := s.Pool.(summingPrefillPool)
+	return ok
+}
+
 // Digest is the pool's digest of the prompt's KV.
 func (s *PoolSource) Digest() ([]byte, error) {
 	d, err := s.Pool.Digest(s.Owner, s.Pages, s.Tokens)
@@ -41,7 +73,14 @@ var _ Pool = (*kv.Pool)(nil)
 // change, so hashing them while the pages travel takes the prefill-side
 // digest off the handoff's critical path (it would otherwise run after the
 // last write is acknowledged, just before the commit).
+//
+// A PoolSource whose pool hashes pages as they are sent (kv.Pool) is
+// returned unchanged: its Digest only combines the hashes the send already
+// made, and a background pass would read every page a second time.
 func PrefetchDigest(src Source) Source {
+	if ps, ok := src.(*PoolSource); ok && ps.summing() {
+		return src
+	}
 	p := &prefetched{Source: src, done: make(chan struct{})}
 	go func() {
 		p.d, p.err = src.Digest()

@@ -38,7 +38,7 @@ func (p *Pool) seqDigest(refs []PageRef, tokens int) [16]byte {
 		if n <= 0 {
 			break
 		}
-		h := p.pageDigest(ref.Page, n)
+		h := p.blockHashLocked(ref.Page, n)
 		buf = append(buf, h[:]...)
 	}
 	return xxh3.Hash128(buf).Bytes()

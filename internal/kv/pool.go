@@ -32,6 +32,11 @@ type page struct {
 	// sealed is how many leading slots Seal froze; writes below it are
 	// violations.
 	sealed atomic.Int32
+	// summed says sum/sumSlots hold the block hash of the page's bytes as
+	// they are now (sum.go). Set under Pool.mu when a transfer write or a
+	// send hashes the page; cleared, lock-free, by anything that changes
+	// the bytes: Put, scrub, a new allocation.
+	summed atomic.Bool
 
 	// The fields below are guarded by Pool.mu.
 
@@ -47,6 +52,9 @@ type page struct {
 	// scrubbing: Release is scrubbing the page without the lock; it is
 	// Quarantined meanwhile and only that Release may free it.
 	scrubbing bool
+	// sum is the block hash of the first sumSlots slots; valid while summed.
+	sum      [16]byte
+	sumSlots int
 	// Doubly linked free list (indices, -1 = none): O(1) pop at either end
 	// and O(1) removal when a violation quarantines a free page.
 	prev, next int32
@@ -238,6 +246,7 @@ func (p *Pool) reserveLocked(o Owner, n int, table []PageRef) ([]PageRef, error)
 		m.live = true
 		m.qTransfer = false
 		m.sealed.Store(0)
+		m.summed.Store(false)
 		for l := range L {
 			p.written[int(pg)*L+l].Store(0)
 		}
@@ -459,7 +468,7 @@ func (p *Pool) Seal(o Owner, refs []PageRef) error {
 		m := &p.pages[ref.Page]
 		n := p.minWrittenLocked(ref.Page)
 		m.sealed.Store(int32(n))
-		p.digests[ref.Page] = p.pageDigest(ref.Page, n)
+		p.digests[ref.Page] = p.blockHashLocked(ref.Page, n)
 		p.setStateLocked(ref.Page, Sealed)
 	}
 	return first
@@ -472,6 +481,10 @@ func (p *Pool) Seal(o Owner, refs []PageRef) error {
 func (p *Pool) PageData(o Owner, ref PageRef) ([]byte, int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.pageDataLocked(o, ref)
+}
+
+func (p *Pool) pageDataLocked(o Owner, ref PageRef) ([]byte, int, error) {
 	if p.closed {
 		return nil, 0, errClosed
 	}
@@ -494,24 +507,8 @@ func (p *Pool) PageData(o Owner, ref PageRef) ([]byte, int, error) {
 // and counted as a late write. Only the valid slots are copied, so bytes a
 // sender did not own never enter this pool.
 func (p *Pool) WritePage(o Owner, ref PageRef, slots int, data []byte) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return errClosed
-	}
-	if err := p.transferLocked(o, ref, slots, len(data), opTransfer); err != nil {
-		return err
-	}
-	g := p.geo
-	base := int(ref.Page) * p.pageBytes
-	run := slots * g.KVDim * 4
-	stride := g.PageSize * g.KVDim * 4
-	for half := range 2 * g.Layers {
-		off := half * stride
-		copy(p.mem[base+off:base+off+run], data[off:off+run])
-	}
-	p.markLocked(ref.Page, slots)
-	return nil
+	_, err := p.writePage(o, ref, slots, data, false)
+	return err
 }
 
 // MarkWritten records that slots slots of a page arrived out of band, in the
@@ -521,16 +518,55 @@ func (p *Pool) WritePage(o Owner, ref PageRef, slots int, data []byte) error {
 // fenced in quarantine for exactly this case (I6), where the write is only
 // counted as late.
 func (p *Pool) MarkWritten(o Owner, ref PageRef, slots int) error {
+	_, err := p.markWritten(o, ref, slots, false)
+	return err
+}
+
+func (p *Pool) writePage(o Owner, ref PageRef, slots int, data []byte, sum bool) (PageSum, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return errClosed
+		return PageSum{}, errClosed
 	}
-	if err := p.transferLocked(o, ref, slots, p.pageBytes, opMark); err != nil {
-		return err
+	if err := p.transferLocked(o, ref, slots, len(data), opTransfer); err != nil {
+		return PageSum{}, err
+	}
+	g := p.geo
+	base := int(ref.Page) * p.pageBytes
+	run := slots * g.KVDim * 4
+	stride := g.PageSize * g.KVDim * 4
+	if slots == g.PageSize {
+		copy(p.mem[base:base+p.pageBytes], data) // one run: the whole page
+	} else {
+		for half := range 2 * g.Layers {
+			off := half * stride
+			copy(p.mem[base+off:base+off+run], data[off:off+run])
+		}
 	}
 	p.markLocked(ref.Page, slots)
-	return nil
+	if !sum {
+		return PageSum{}, nil
+	}
+	// Hashed from the pool's copy, right after the copy put it in cache.
+	return p.sumLocked(ref.Page, slots), nil
+}
+
+func (p *Pool) markWritten(o Owner, ref PageRef, slots int, sum bool) (PageSum, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return PageSum{}, errClosed
+	}
+	if err := p.transferLocked(o, ref, slots, p.pageBytes, opMark); err != nil {
+		return PageSum{}, err
+	}
+	p.markLocked(ref.Page, slots)
+	if !sum {
+		return PageSum{}, nil
+	}
+	// The bytes came out of band: they are hashed here, from this pool's
+	// own memory, after the notice; nothing the sender claims is trusted.
+	return p.sumLocked(ref.Page, slots), nil
 }
 
 func (p *Pool) transferLocked(o Owner, ref PageRef, slots, size int, op op) error {
@@ -830,6 +866,9 @@ func (p *Pool) freeScrubbedLocked(pg uint32) {
 // did (ScrubOff does not).
 func (p *Pool) scrubPage(pg uint32) bool {
 	buf := p.f32[int(pg)*p.pageFloats : (int(pg)+1)*p.pageFloats]
+	if p.cfg.Scrub != ScrubOff {
+		p.pages[pg].summed.Store(false)
+	}
 	switch p.cfg.Scrub {
 	case ScrubZero:
 		clear(buf)

@@ -98,6 +98,11 @@ func (v *View) Put(layer, pos int, k, val []float32) error {
 	if slot > n && !p.noExtent {
 		return p.violate(KindBadRange, ref.Page, true, "put of slot %d in layer %d of page %d leaves a gap after %d written slots", slot, layer, ref.Page, n)
 	}
+	if m.summed.Load() {
+		// The bytes change: a hash recorded for them no longer holds, so a
+		// digest or seal re-reads the page (sum.go).
+		m.summed.Store(false)
+	}
 	base := int(ref.Page)*p.pageFloats + layer*2*g.PageSize*g.KVDim + slot*g.KVDim
 	copy(p.f32[base:base+g.KVDim], k)
 	vb := base + g.PageSize*g.KVDim

@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -24,6 +26,27 @@ var (
 	batch  = 4 << 20
 	secret = []byte("0123456789abcdef-bench-secret")
 )
+
+// shmPath is where the decode pool's shared file goes: tmpfs, as a
+// deployment would put it (kv.Config.SharedFile), when the machine has one;
+// a disk-backed file adds writeback to every one-sided write.
+func shmPath(b *testing.B) string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		f, err := os.CreateTemp("/dev/shm", "sluice-bench-*.kv")
+		if err == nil {
+			f.Close()
+			b.Cleanup(func() { os.Remove(f.Name()) })
+			return f.Name()
+		}
+	}
+	return filepath.Join(b.TempDir(), "kv.shm")
+}
+
+func init() {
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_BATCH")); err == nil && v > 0 {
+		batch = v
+	}
+}
 
 func totalBytes() int { return tokens / geo.PageSize * geo.PageBytes() }
 
@@ -170,7 +193,7 @@ func BenchmarkHandoffTCP(b *testing.B) {
 func BenchmarkHandoffShm(b *testing.B) {
 	for _, ctl := range []string{"inproc", "tcp"} {
 		b.Run(ctl, func(b *testing.B) {
-			path := filepath.Join(b.TempDir(), "kv.shm")
+			path := shmPath(b)
 			r := handofftest.New(b, handofftest.Options{Geometry: geo, Pages: tokens/geo.PageSize + 1, SharedFile: path})
 			var next handoff.Decode = inproc.Decode(r.Server)
 			if ctl == "tcp" {

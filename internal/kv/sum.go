@@ -1,0 +1,100 @@
+package kv
+
+import "github.com/zeebo/xxh3"
+
+// Hash once per page.
+//
+// A handoff used to read every page four times for integrity alone: the
+// sender's page checksum, the prefill digest, the receiver's checksum and
+// the decode digest after the last write (about 40% of a long handoff's
+// time, BenchmarkHandoff*). Here a page is hashed once on each side, while
+// it is in cache: when a transfer write applies it (WritePageSum, hashed
+// from the pool's copy just made), when a one-sided notice marks it
+// (MarkWrittenSum, hashed from this pool's own memory after the notice,
+// I5: never a hash the sender supplies), or when a sender reads it
+// (PageDataSum). The pool records that block hash; Digest and Seal then
+// combine recorded hashes instead of re-reading the pages.
+//
+// A recorded hash is used only while the bytes are provably the ones
+// hashed: any Put to the page, a scrub, or a new allocation drops it, and
+// Digest and Seal hash such a page from memory as before. What it does not
+// see is a one-sided write landing in the shared mapping after its notice
+// was marked: that write is fenced by generation and quarantine (I3, I6),
+// like one landing after the commit always was.
+//
+// The page checksum (handoff.Checksum: the low 32 bits of XXH3-64 of the
+// page image) comes from the same pass: for a full page the block hash is
+// XXH3-128 of the whole image, and for inputs longer than 240 bytes XXH3's
+// 64-bit hash is the low half of its 128-bit one (one accumulator pass, two
+// finalisations; TestPageSumImageIsXXH3_64 holds the library to it).
+
+// PageSum is what the pool learned hashing one page once, over its own bytes.
+type PageSum struct {
+	// Block is the page's block hash (digest.go) over its written slots,
+	// as Digest combines it.
+	Block [16]byte
+	// Image is XXH3-64 of the whole page image (PageBytes bytes) as the
+	// pool holds it; valid only when ImageOK (every slot is written and a
+	// page is longer than 240 bytes). Otherwise a caller that needs the
+	// image hash computes it itself.
+	Image   uint64
+	ImageOK bool
+}
+
+// imageSumMin is the shortest input whose XXH3-64 is the low half of its
+// XXH3-128 (XXH3's long-input path starts past 240 bytes).
+const imageSumMin = 241
+
+// WritePageSum is WritePage that also hashes the applied page once, from
+// the pool's copy, records that hash for Digest and Seal and returns it.
+func (p *Pool) WritePageSum(o Owner, ref PageRef, slots int, data []byte) (PageSum, error) {
+	return p.writePage(o, ref, slots, data, true)
+}
+
+// MarkWrittenSum is MarkWritten that also hashes the page once from this
+// pool's memory (the bytes that arrived out of band), records that hash for
+// Digest and Seal and returns it.
+func (p *Pool) MarkWrittenSum(o Owner, ref PageRef, slots int) (PageSum, error) {
+	return p.markWritten(o, ref, slots, true)
+}
+
+// PageDataSum is PageData that also hashes the page's written slots once,
+// records the hash for Digest and returns it: a sender gets its checksum
+// and its digest from one read of each page.
+func (p *Pool) PageDataSum(o Owner, ref PageRef) ([]byte, int, PageSum, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	data, n, err := p.pageDataLocked(o, ref)
+	if err != nil || n == 0 {
+		return data, n, PageSum{}, err
+	}
+	return data, n, p.sumLocked(ref.Page, n), nil
+}
+
+// sumLocked hashes the first n slots of a page, records the result and
+// returns it.
+func (p *Pool) sumLocked(pg uint32, n int) PageSum {
+	m := &p.pages[pg]
+	var s PageSum
+	if n == p.geo.PageSize {
+		base := int(pg) * p.pageBytes
+		h := xxh3.Hash128(p.mem[base : base+p.pageBytes])
+		s.Block = h.Bytes()
+		s.Image, s.ImageOK = h.Lo, p.pageBytes >= imageSumMin
+	} else {
+		s.Block = p.pageDigest(pg, n)
+	}
+	m.sum, m.sumSlots = s.Block, n
+	m.summed.Store(true)
+	return s
+}
+
+// blockHashLocked is the block hash of the first n slots of a page: the
+// recorded one when it still describes the page's bytes, else read afresh.
+func (p *Pool) blockHashLocked(pg uint32, n int) [16]byte {
+	m := &p.pages[pg]
+	if m.summed.Load() && m.sumSlots == n {
+		return m.sum
+	}
+	return p.pageDigest(pg, n)
+}
