@@ -205,7 +205,7 @@ func (r *router) prefill(q *rreq) {
 	r.step(q, request.Event{Kind: request.EvPrefillStarted})
 	pr := &handoff.PrefillRequest{Handoff: q.id, Tenant: q.tenant, Tokens: q.toks, Reservation: q.res}
 	var claim func() bool
-	claim = w.rpc(fmt.Sprintf("router->prefill#%d prefill %v", p.gen, q), r.alive, p.alive, prefillTimeout,
+	claim = w.rpc(fmt.Sprintf("router->prefill#%d prefill %v", p.gen, q), r.alive, p.alive, w.prefillTimeout,
 		func() func() {
 			// The answer comes when the transfer is over, as its own message.
 			p.start(pr, func(x *handoff.PrefillResult, e error) { r.prefillReply(q, p, claim, x, e) })

@@ -26,7 +26,7 @@ const (
 	tombstone       = 60 * msec
 	tickEvery       = 2 * msec
 	tokenCost       = 20 * time.Microsecond
-	decodeStep      = 4 * time.Millisecond
+	decodeStep      = 8 * time.Millisecond
 	chunkMax        = 8
 	maxGen          = 8
 	drainTime       = handoffTimeout + 4*lease
@@ -225,6 +225,7 @@ type world struct {
 	recvLease          time.Duration
 	batchBytes, window int
 	handoffTimeout     time.Duration
+	prefillTimeout     time.Duration
 	doneAt             time.Duration
 }
 
@@ -344,10 +345,16 @@ func Run(env *Env, cfg Config) *Result {
 	if w.chance(0.3) {
 		w.handoffTimeout = w.between(4*msec, 25*msec)
 	}
+	// And some routers give a prefill little time: the router then declares
+	// the transfer failed while its writes are in flight.
+	w.prefillTimeout = prefillTimeout
+	if w.chance(0.3) {
+		w.prefillTimeout = w.between(6*msec, 30*msec)
+	}
 	w.batchBytes = w.geo.PageBytes() * (1 + w.pick(3))
 	w.window = 1 + w.pick(3)
-	w.res.Setup = fmt.Sprintf("page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, batch %d pages, window %d, handoff timeout %v",
-		ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.batchBytes/w.geo.PageBytes(), w.window, w.handoffTimeout)
+	w.res.Setup = fmt.Sprintf("page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, batch %d pages, window %d, handoff timeout %v, prefill timeout %v",
+		ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.batchBytes/w.geo.PageBytes(), w.window, w.handoffTimeout, w.prefillTimeout)
 	w.logf("seed %d: %s", cfg.Seed, w.res.Setup)
 	var ps2 []string
 	for f := Fault(0); f < numFaults; f++ {
