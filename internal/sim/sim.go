@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -104,7 +105,8 @@ type Env struct {
 }
 
 // NewEnv loads the built-in default model (synth.Default, tiny random
-// weights: cheap and batch-invariant) and writes one-sided pool files under dir.
+// weights: cheap and batch-invariant) and writes one-sided pool files in a
+// new directory under dir (Close removes it).
 func NewEnv(dir string) (*Env, error) {
 	b, err := synth.Default()
 	if err != nil {
@@ -118,7 +120,13 @@ func NewEnv(dir string) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{model: m, dir: dir, refs: map[[2]int]*reference{}}
+	// A directory of its own: two processes simulating the same seed must
+	// not share a one-sided pool file.
+	own, err := os.MkdirTemp(dir, "sluice-sim-")
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{model: m, dir: own, refs: map[[2]int]*reference{}}
 	vocab := m.Config().Vocab
 	x := uint64(0x243f6a8885a308d3)
 	for _, n := range []int{1, 2, 3, 5, 7, 8, 11, 16, 19, 24, 31, 40, 52} {
@@ -131,6 +139,9 @@ func NewEnv(dir string) (*Env, error) {
 	}
 	return e, nil
 }
+
+// Close removes the Env's directory of one-sided pool files.
+func (e *Env) Close() error { return os.RemoveAll(e.dir) }
 
 // reference is the greedy continuation of a prompt with no transfer and
 // no faults, and the KV page images it produced: the oracle.

@@ -18,7 +18,14 @@ import (
 // SLUICE_SIM_SEEDS=N (make sim SEEDS=N) runs more.
 const defaultSeeds = 1000
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if envVal != nil {
+			envVal.Close()
+		}
+		os.Exit(code)
+	}))
+}
 
 var (
 	envOnce sync.Once
