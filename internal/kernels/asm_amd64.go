@@ -51,6 +51,12 @@ func siluMulAVX512(gp, u *float32, n int, c *float32)
 func expSubAVX512(x *float32, n int, m float32, c *float32)
 
 //go:noescape
+func tileF16AVX512(out *float32, outStride int, w *byte, nGroups int, x *byte, n int)
+
+//go:noescape
+func rowsBF16AVX512(out *float32, w, x *byte, nRows, n int)
+
+//go:noescape
 func axpyAVX2(y *float32, a float32, x *float32, n int)
 
 //go:noescape
@@ -154,6 +160,15 @@ func init() {
 	f32Kernels[AVX2].rows = f32RowsAsm(false)
 	f32Kernels[AVX512].rows = f32RowsAsm(true)
 	f32Kernels[AVX512].tiles = f32TilesAVX512
+	f16Kernels[AVX512].tiles = f16TilesAVX512
+	bf16Kernels[AVX512].rows = func(out []float32, w []byte, act actBuf, t int) {
+		x := act.row(t)
+		n := len(x) / 2
+		if len(w) < 2*n*len(out) {
+			panic("kernels: short weight tile")
+		}
+		rowsBF16AVX512(&out[0], &w[0], &x[0], len(out), n)
+	}
 	q6_KKernels[AVX2].rows = q6_KRowsAsm
 	q6_KKernels[AVX512].rows = q6_KRowsAsm
 	q4_KKernels[AVX2].rows = q4_KRowsAsm
@@ -257,4 +272,21 @@ func axpyRowsAsm(y, w, x []float32, stride int) bool {
 		axpyRowsAVX512(&y[off], &w[0], &x[off], len(w), stride, mask)
 	}
 	return true
+}
+
+func f16TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
+	n := act.stride / 2
+	nGroups := nRows / tileRows
+	nTiles := nTok / tileTok
+	if nGroups == 0 || nTiles == 0 {
+		return 0
+	}
+	if len(w) < 2*n*nRows || len(act.bytes) < nTiles*tileTok*act.stride || len(out) < (nTiles*tileTok-1)*outStride+nRows {
+		panic("kernels: bad F16 tile")
+	}
+	for g := 0; g < nTiles; g++ {
+		t0 := g * tileTok
+		tileF16AVX512(&out[t0*outStride], outStride, &w[0], nGroups, &act.bytes[t0*act.stride], n)
+	}
+	return nTiles * tileTok
 }

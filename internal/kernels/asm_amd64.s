@@ -1585,3 +1585,251 @@ axr_done:
 	VMOVUPS Z3, K4, 192(DI)
 	VZEROUPPER
 	RET
+
+// func tileF16AVX512(out *float32, outStride int, w *byte, nGroups int, x *byte, n int)
+// As tileF32AVX512 over F16 weights and F16-rounded activations (widened
+// on load; their products are exact, so FMA is the canonical step).
+TEXT ·tileF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R8
+	SHLQ $2, R8
+	MOVQ w+16(FP), SI
+	MOVQ nGroups+24(FP), R9
+	MOVQ n+40(FP), R10
+	MOVQ R10, R12
+	SHRQ $4, R12          // full chunks
+	MOVQ R10, CX
+	ANDQ $15, CX
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1          // tail lanes
+	SHLQ $1, R10          // row and token stride in bytes
+
+f16t_group:
+	TESTQ R9, R9
+	JZ   f16t_done
+	LEAQ (SI)(R10*2), BX
+	ADDQ R10, BX          // row 3
+	MOVQ x+32(FP), DX
+	LEAQ (DX)(R10*2), R11
+	ADDQ R10, R11         // token 3
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	VPXORD Z26, Z26, Z26
+	VPXORD Z27, Z27, Z27
+	VPXORD Z28, Z28, Z28
+	VPXORD Z29, Z29, Z29
+	VPXORD Z30, Z30, Z30
+	VPXORD Z31, Z31, Z31
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ   f16t_tail
+
+f16t_chunk:
+	VCVTPH2PS (SI), Z0
+	VCVTPH2PS (SI)(R10*1), Z1
+	VCVTPH2PS (SI)(R10*2), Z2
+	VCVTPH2PS (BX), Z3
+	VCVTPH2PS (DX), Z4
+	VCVTPH2PS (DX)(R10*1), Z5
+	VCVTPH2PS (DX)(R10*2), Z6
+	VCVTPH2PS (R11), Z7
+	F32T16
+	ADDQ $32, SI
+	ADDQ $32, BX
+	ADDQ $32, DX
+	ADDQ $32, R11
+	DECQ CX
+	JNZ  f16t_chunk
+
+f16t_tail:
+	KORTESTW K1, K1
+	JZ   f16t_red
+	VMOVDQU16.Z (SI), K1, Y0
+	VCVTPH2PS Y0, Z0
+	VMOVDQU16.Z (SI)(R10*1), K1, Y1
+	VCVTPH2PS Y1, Z1
+	VMOVDQU16.Z (SI)(R10*2), K1, Y2
+	VCVTPH2PS Y2, Z2
+	VMOVDQU16.Z (BX), K1, Y3
+	VCVTPH2PS Y3, Z3
+	VMOVDQU16.Z (DX), K1, Y4
+	VCVTPH2PS Y4, Z4
+	VMOVDQU16.Z (DX)(R10*1), K1, Y5
+	VCVTPH2PS Y5, Z5
+	VMOVDQU16.Z (DX)(R10*2), K1, Y6
+	VCVTPH2PS Y6, Z6
+	VMOVDQU16.Z (R11), K1, Y7
+	VCVTPH2PS Y7, Z7
+	F32T16
+
+f16t_red:
+	MOVL $0x1111, AX
+	KMOVW AX, K3
+	MOVQ DI, AX
+	RED4(Z16, Z17, Z18, Z19, (AX))
+	ADDQ R8, AX
+	RED4(Z20, Z21, Z22, Z23, (AX))
+	ADDQ R8, AX
+	RED4(Z24, Z25, Z26, Z27, (AX))
+	ADDQ R8, AX
+	RED4(Z28, Z29, Z30, Z31, (AX))
+	ADDQ $16, DI
+	MOVQ R12, AX
+	SHLQ $5, AX
+	SUBQ AX, SI           // back to this group's row 0
+	LEAQ (SI)(R10*4), SI  // next group
+	DECQ R9
+	JMP  f16t_group
+
+f16t_done:
+	VZEROUPPER
+	RET
+
+// func rowsBF16AVX512(out *float32, w, x *byte, nRows, n int)
+// BF16 weights times BF16 activations, widened by shifting into the top
+// half. Products can overflow or underflow float32 here (BF16 has
+// float32's range), so they are rounded before the add, never fused.
+TEXT ·rowsBF16AVX512(SB), NOSPLIT, $0-40
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ nRows+24(FP), R8
+	MOVQ n+32(FP), R9
+	MOVQ R9, R10
+	SHLQ $1, R10          // row stride in bytes
+	MOVQ R9, R12
+	SHRQ $4, R12
+	MOVQ R9, CX
+	ANDQ $15, CX
+	MOVQ $1, AX
+	SHLQ CX, AX
+	DECQ AX
+	KMOVW AX, K1
+	MOVL $0x1111, AX
+	KMOVW AX, K3
+
+bf16z_loop4:
+	CMPQ R8, $4
+	JLT  bf16z_loop1
+	LEAQ (SI)(R10*1), BX
+	LEAQ (BX)(R10*1), R9
+	LEAQ (R9)(R10*1), R11
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	XORQ R13, R13
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ   bf16z_tail4
+
+bf16z_chunk4:
+	VPMOVZXWD (DX)(R13*1), Z4
+	VPSLLD $16, Z4, Z4
+	VPMOVZXWD (SI)(R13*1), Z5
+	VPSLLD $16, Z5, Z5
+	VPMOVZXWD (BX)(R13*1), Z6
+	VPSLLD $16, Z6, Z6
+	VPMOVZXWD (R9)(R13*1), Z7
+	VPSLLD $16, Z7, Z7
+	VPMOVZXWD (R11)(R13*1), Z8
+	VPSLLD $16, Z8, Z8
+	VMULPS Z5, Z4, Z5
+	VADDPS Z5, Z0, Z0
+	VMULPS Z6, Z4, Z6
+	VADDPS Z6, Z1, Z1
+	VMULPS Z7, Z4, Z7
+	VADDPS Z7, Z2, Z2
+	VMULPS Z8, Z4, Z8
+	VADDPS Z8, Z3, Z3
+	ADDQ $32, R13
+	DECQ CX
+	JNZ  bf16z_chunk4
+
+bf16z_tail4:
+	KORTESTW K1, K1
+	JZ   bf16z_red4
+	VMOVDQU16.Z (DX)(R13*1), K1, Y4
+	VMOVDQU16.Z (SI)(R13*1), K1, Y5
+	VMOVDQU16.Z (BX)(R13*1), K1, Y6
+	VMOVDQU16.Z (R9)(R13*1), K1, Y7
+	VMOVDQU16.Z (R11)(R13*1), K1, Y8
+	VPMOVZXWD Y4, Z4
+	VPSLLD $16, Z4, Z4
+	VPMOVZXWD Y5, Z5
+	VPSLLD $16, Z5, Z5
+	VPMOVZXWD Y6, Z6
+	VPSLLD $16, Z6, Z6
+	VPMOVZXWD Y7, Z7
+	VPSLLD $16, Z7, Z7
+	VPMOVZXWD Y8, Z8
+	VPSLLD $16, Z8, Z8
+	VMULPS Z5, Z4, Z5
+	VADDPS Z5, Z0, Z0
+	VMULPS Z6, Z4, Z6
+	VADDPS Z6, Z1, Z1
+	VMULPS Z7, Z4, Z7
+	VADDPS Z7, Z2, Z2
+	VMULPS Z8, Z4, Z8
+	VADDPS Z8, Z3, Z3
+
+bf16z_red4:
+	RED4T(Z0, Z1, Z2, Z3, (DI), Z5, Z6, Z7, Z8, X7)
+	ADDQ $16, DI
+	LEAQ (R11)(R10*1), SI
+	SUBQ $4, R8
+	JMP  bf16z_loop4
+
+bf16z_loop1:
+	TESTQ R8, R8
+	JZ   bf16z_done
+	VXORPS Z0, Z0, Z0
+	XORQ R13, R13
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ   bf16z_tail1
+
+bf16z_chunk1:
+	VPMOVZXWD (DX)(R13*1), Z4
+	VPSLLD $16, Z4, Z4
+	VPMOVZXWD (SI)(R13*1), Z5
+	VPSLLD $16, Z5, Z5
+	VMULPS Z5, Z4, Z5
+	VADDPS Z5, Z0, Z0
+	ADDQ $32, R13
+	DECQ CX
+	JNZ  bf16z_chunk1
+
+bf16z_tail1:
+	KORTESTW K1, K1
+	JZ   bf16z_red1
+	VMOVDQU16.Z (DX)(R13*1), K1, Y4
+	VMOVDQU16.Z (SI)(R13*1), K1, Y5
+	VPMOVZXWD Y4, Z4
+	VPSLLD $16, Z4, Z4
+	VPMOVZXWD Y5, Z5
+	VPSLLD $16, Z5, Z5
+	VMULPS Z5, Z4, Z5
+	VADDPS Z5, Z0, Z0
+
+bf16z_red1:
+	REDUCE16Z(Z0, Y0, X0, Y5, X5)
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	ADDQ R10, SI
+	DECQ R8
+	JMP  bf16z_loop1
+
+bf16z_done:
+	VZEROUPPER
+	RET

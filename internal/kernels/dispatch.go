@@ -103,7 +103,7 @@ func kernelFor(t quant.Type) *typeKernel {
 	case quant.F16:
 		return &f16Kernels[p]
 	case quant.BF16:
-		return &bf16Kernel
+		return &bf16Kernels[p]
 	case quant.Q8_0:
 		return &q8_0Kernels[p]
 	case quant.Q4_0:
@@ -232,7 +232,6 @@ func f32RowsGeneric(out []float32, w []byte, act actBuf, t int) {
 }
 
 var (
-	bf16Kernel = typeKernel{prepare: prepareBF16, rows: genericRows(dotBF16Generic, 2, 1)}
 	q4_0Kernel = typeKernel{prepare: prepareQ8_0, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ4_0Generic(w, x, n/32) }, 18, 32)}
 
 	// Indexed by Path; the assembly files fill in their entries in init.
@@ -242,6 +241,7 @@ var (
 	f16RowsGeneric = genericRows(dotF16Generic, 2, 1)
 	f16Kernels     = fill3(typeKernel{prepare: prepareF16, rows: f16RowsGeneric})
 	q8_0Kernels    = fill3(typeKernel{prepare: prepareQ8_0, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ8_0Generic(w, x, n/32) }, 34, 32)})
+	bf16Kernels    = fill3(typeKernel{prepare: prepareBF16, rows: genericRows(dotBF16Generic, 2, 1)})
 	q6_KKernels    = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ6_KGeneric(w, x, n/256) }, 210, 256)})
 	q4_KKernels    = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ4_KGeneric(w, x, n/256) }, 144, 256)})
 )

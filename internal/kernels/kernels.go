@@ -44,12 +44,12 @@
 //
 //	type         activations  AVX2 asm                AVX512 asm
 //	F32          F32          matvec                  matvec, 4x4 tile matmul
-//	F16          F16          matvec (cols%16 == 0)   matvec
+//	F16          F16          matvec (cols%16 == 0)   matvec, 4x4 tile matmul
 //	Q8_0         Q8_0         matvec                  matvec, 4x4 VNNI tile matmul, quantizer
 //	Q4_K, Q6_K   Q8_K         matvec                  (AVX2 kernel)
 //	Q4_0, Q5_0   Q8_0         Go                      Go
 //	Q4_1, Q5_1   Q8_1         Go                      Go
-//	BF16         BF16         Go                      Go
+//	BF16         BF16         Go                      matvec (no FMA: products may overflow)
 //
 // Dot, DotRows, Axpy, AxpyRows, Scale, SiLUMul and ExpSub have assembly on
 // the SIMD paths (SiLUMul/ExpSub on AVX512 only). The assembly is written by
