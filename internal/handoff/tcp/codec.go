@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math"
-	"unsafe"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -166,13 +165,25 @@ func decReservation(p []byte) (*handoff.Reservation, error) {
 	return m, d.end()
 }
 
+// A Write frame's payload puts every write's metadata first and the page
+// data after it, so a reader checks the frame CRC (which covers the header
+// and all metadata, never the page data, see frame.go) before it reads a
+// single data byte, and can then read each page straight off the socket
+// into a small buffer and apply it while it is in cache (streamWrites):
+//
+//	count   u32
+//	count x record (writeRecLen bytes): handoff [16], block i64, page u32,
+//	        gen u64, slots i64, checksum u32, placed u8, data length u32
+//	the records' data, concatenated in record order
+const writeRecLen = 16 + 8 + 4 + 8 + 8 + 4 + 1 + 4
+
 // encWrites returns the payload as parts so page bytes are written to the
 // socket straight from where they are (no copy into a frame buffer), and
 // which parts are page data (outside the frame CRC, see the wire format).
 func encWrites(ws []handoff.PageWrite) ([][]byte, []bool) {
-	parts := make([][]byte, 0, 2*len(ws)+1)
-	isData := make([]bool, 0, 2*len(ws)+1)
-	var e enc
+	parts := make([][]byte, 1, len(ws)+1)
+	isData := make([]bool, 1, len(ws)+1)
+	e := enc{b: make([]byte, 0, 4+writeRecLen*len(ws))}
 	e.u32(uint32(len(ws)))
 	for i := range ws {
 		w := &ws[i]
@@ -185,37 +196,49 @@ func encWrites(ws []handoff.PageWrite) ([][]byte, []bool) {
 		e.bool(w.Placed)
 		e.u32(uint32(len(w.Data)))
 		if len(w.Data) > 0 {
-			parts = append(parts, e.b, w.Data)
-			isData = append(isData, false, true)
-			e = enc{}
+			parts = append(parts, w.Data)
+			isData = append(isData, true)
 		}
 	}
-	if len(e.b) > 0 {
-		parts = append(parts, e.b)
-		isData = append(isData, false)
-	}
+	parts[0] = e.b
 	return parts, isData
 }
 
+// decWriteRecords decodes count records (their Data still unread) and the
+// data length each announces.
+func decWriteRecords(count int, recs []byte) ([]handoff.PageWrite, []int, error) {
+	d := dec{b: recs}
+	ws := make([]handoff.PageWrite, count)
+	lens := make([]int, count)
+	for i := range ws {
+		ws[i] = handoff.PageWrite{Handoff: d.id(), Block: d.int(maxInt),
+			Page: kv.PageRef{Page: d.u32(), Gen: d.u64()}, Slots: d.int(maxInt), Checksum: d.u32(), Placed: d.bool()}
+		lens[i] = int(d.u32())
+	}
+	return ws, lens, d.end()
+}
+
+// writeCount reads the record count at the start of a Write payload of n
+// bytes and returns the length of the metadata prefix (count and records).
+func writeCount(b []byte, n int) (int, int, error) {
+	count := int64(binary.BigEndian.Uint32(b))
+	meta := 4 + count*writeRecLen
+	if meta > int64(n) {
+		return 0, 0, protoErr("element count %d larger than the frame", count)
+	}
+	return int(count), int(meta), nil
+}
+
 // decWritesChecked decodes a Write frame and checks its CRC over the header
-// and everything but the page-data segments.
+// and the metadata prefix (everything but the page data).
 func decWritesChecked(f *frame) ([]handoff.PageWrite, error) {
 	ws, err := decWrites(f.payload)
 	if err != nil {
 		return nil, err
 	}
+	meta := 4 + writeRecLen*len(ws)
 	c := crc32.Update(0, castagnoli, f.hdr12[:])
-	base := uintptr(unsafe.Pointer(unsafe.SliceData(f.payload)))
-	prev := 0
-	for _, w := range ws {
-		if len(w.Data) == 0 {
-			continue
-		}
-		start := int(uintptr(unsafe.Pointer(unsafe.SliceData(w.Data))) - base)
-		c = crc32.Update(c, castagnoli, f.payload[prev:start])
-		prev = start + len(w.Data)
-	}
-	c = crc32.Update(c, castagnoli, f.payload[prev:])
+	c = crc32.Update(c, castagnoli, f.payload[:meta])
 	if c != f.crc {
 		return nil, protoErr("frame checksum %08x, header says %08x", c, f.crc)
 	}
@@ -223,16 +246,20 @@ func decWritesChecked(f *frame) ([]handoff.PageWrite, error) {
 }
 
 func decWrites(p []byte) ([]handoff.PageWrite, error) {
-	d := dec{b: p}
-	n := d.count(16 + 8 + 4 + 8 + 8 + 4 + 1 + 4)
-	if d.err != nil {
-		return nil, d.err
+	if len(p) < 4 {
+		return nil, protoErr("message truncated")
 	}
-	ws := make([]handoff.PageWrite, n)
+	count, meta, err := writeCount(p, len(p))
+	if err != nil {
+		return nil, err
+	}
+	ws, lens, err := decWriteRecords(count, p[4:meta])
+	if err != nil {
+		return nil, err
+	}
+	d := dec{b: p[meta:]}
 	for i := range ws {
-		ws[i] = handoff.PageWrite{Handoff: d.id(), Block: d.int(maxInt),
-			Page: kv.PageRef{Page: d.u32(), Gen: d.u64()}, Slots: d.int(maxInt), Checksum: d.u32(), Placed: d.bool()}
-		if data := d.bytes(); len(data) > 0 {
+		if data := d.need(lens[i]); len(data) > 0 {
 			ws[i].Data = data
 		}
 	}

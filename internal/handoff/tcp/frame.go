@@ -207,35 +207,53 @@ func (f *framer) encode(version, typ byte, stream uint32, parts [][]byte, data .
 // readFrame reads one frame, checking everything the header promises.
 // onHeader runs once the header is in (to arm the body read deadline).
 func (f *framer) readFrame(r io.Reader, onHeader func()) (*frame, error) {
-	hdr := f.hdr[:]
-	if _, err := io.ReadFull(r, hdr); err != nil {
-		if err == io.ErrUnexpectedEOF {
-			return nil, protoErr("truncated frame header")
-		}
+	fr, n, err := f.readHeader(r)
+	if err != nil {
 		return nil, err
 	}
 	if onHeader != nil {
 		onHeader()
 	}
+	if err := f.readBody(r, fr, n); err != nil {
+		return nil, err
+	}
+	return fr, nil
+}
+
+// readHeader reads and checks a frame header and returns the frame with
+// its payload length; the body is still on the wire.
+func (f *framer) readHeader(r io.Reader) (*frame, int, error) {
+	hdr := f.hdr[:]
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			return nil, 0, protoErr("truncated frame header")
+		}
+		return nil, 0, err
+	}
 	v, typ := hdr[0], hdr[1]
 	if f.version != 0 && v != f.version {
-		return nil, protoErr("frame version %d, negotiated %d", v, f.version)
+		return nil, 0, protoErr("frame version %d, negotiated %d", v, f.version)
 	}
 	if f.version == 0 && v != 1 {
-		return nil, protoErr("handshake frame version %d, want 1", v)
+		return nil, 0, protoErr("handshake frame version %d, want 1", v)
 	}
 	if !knownType(typ) {
-		return nil, protoErr("unknown frame type %d", typ)
+		return nil, 0, protoErr("unknown frame type %d", typ)
 	}
 	if flags := binary.BigEndian.Uint16(hdr[2:]); flags != 0 {
-		return nil, protoErr("unknown frame flags %#x", flags)
+		return nil, 0, protoErr("unknown frame flags %#x", flags)
 	}
 	n := binary.BigEndian.Uint32(hdr[8:])
 	if int64(n) > int64(f.maxFrame) {
-		return nil, protoErr("frame of %d bytes exceeds the limit of %d", n, f.maxFrame)
+		return nil, 0, protoErr("frame of %d bytes exceeds the limit of %d", n, f.maxFrame)
 	}
 	fr := &frame{version: v, typ: typ, stream: binary.BigEndian.Uint32(hdr[4:]), crc: binary.BigEndian.Uint32(hdr[12:])}
 	copy(fr.hdr12[:], hdr[:12])
+	return fr, int(n), nil
+}
+
+// readBody reads the n payload bytes of fr (and its MAC) and checks them.
+func (f *framer) readBody(r io.Reader, fr *frame, n int) error {
 	// With a MAC the header sits right before the payload, so the tag is
 	// checked over one contiguous buffer without a copy of the payload.
 	extra := 0
@@ -243,35 +261,35 @@ func (f *framer) readFrame(r io.Reader, onHeader func()) (*frame, error) {
 		extra = headerLen
 	}
 	var buf []byte
-	if typ == tWrite {
-		buf, fr.pooled = getBuf(extra + int(n))
+	if fr.typ == tWrite {
+		buf, fr.pooled = getBuf(extra + n)
 	} else {
-		buf = make([]byte, extra+int(n))
+		buf = make([]byte, extra+n)
 	}
-	copy(buf, hdr[:extra])
+	copy(buf, f.hdr[:extra])
 	payload := buf[extra:]
 	fr.payload = payload
 	if _, err := io.ReadFull(r, payload); err != nil {
-		return nil, protoErr("truncated frame: %v", err)
+		return protoErr("truncated frame: %v", err)
 	}
-	if typ != tWrite {
-		c := crc32.Update(0, castagnoli, hdr[:12])
+	if fr.typ != tWrite {
+		c := crc32.Update(0, castagnoli, fr.hdr12[:])
 		c = crc32.Update(c, castagnoli, payload)
 		if c != fr.crc {
-			return nil, protoErr("frame checksum %08x, header says %08x", c, fr.crc)
+			return protoErr("frame checksum %08x, header says %08x", c, fr.crc)
 		}
 	}
 	if f.macKey != nil {
 		var got [macLen]byte
 		if _, err := io.ReadFull(r, got[:]); err != nil {
-			return nil, protoErr("truncated frame MAC: %v", err)
+			return protoErr("truncated frame MAC: %v", err)
 		}
 		_, recv := f.dirs()
 		want := f.mac(recv, f.rseq, buf)
 		f.rseq++
 		if !hmac.Equal(got[:], want) {
-			return nil, handoff.ErrAuth.With("frame MAC does not verify")
+			return handoff.ErrAuth.With("frame MAC does not verify")
 		}
 	}
-	return fr, nil
+	return nil
 }

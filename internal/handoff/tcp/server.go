@@ -96,6 +96,7 @@ type sconn struct {
 	mu      sync.Mutex
 	streams map[uint32]context.CancelFunc
 	calls   sync.WaitGroup
+	page    []byte // streamWrites' page buffer; the reading goroutine's alone
 }
 
 func (s *Server) serveConn(nc net.Conn) {
@@ -126,7 +127,7 @@ func (s *Server) serveConn(nc net.Conn) {
 		sc.calls.Wait()
 	}()
 	for {
-		f, err := c.read()
+		f, err := sc.next()
 		if err != nil {
 			if err != io.EOF && !isClosed(err) {
 				// Tell the peer why, then close: after a bad frame nothing
@@ -138,6 +139,9 @@ func (s *Server) serveConn(nc net.Conn) {
 				s.report(nc, err)
 			}
 			return
+		}
+		if f == nil {
+			continue // a Write frame streamWrites read and answered
 		}
 		if f.stream == 0 {
 			err := protoErr("request frame type %d without a call id", f.typ)

@@ -1,0 +1,134 @@
+package tcp
+
+import (
+	"hash/crc32"
+	"io"
+	"time"
+
+	"sluice/internal/handoff"
+)
+
+// next reads the connection's next request frame. A Write frame on a
+// connection without a frame MAC is read and applied here, page by page,
+// and answered (streamWrites); next then returns a nil frame. Every other
+// frame is read whole and returned for dispatch.
+func (sc *sconn) next() (*frame, error) {
+	c := sc.conn
+	// An idle connection may wait forever for a header, but once a header
+	// is in, its body must arrive within ReadTimeout.
+	_ = c.nc.SetReadDeadline(time.Time{})
+	f, n, err := c.fr.readHeader(c.nc)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
+	if f.typ == tWrite && c.fr.macKey == nil && f.stream != 0 {
+		return nil, sc.streamWrites(f, n)
+	}
+	// With a frame MAC, nothing of a frame may be used before its tag
+	// verifies over all of it (I12): the whole frame is read first.
+	if err := c.fr.readBody(c.nc, f, n); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// streamWrites reads the body of a Write frame of n payload bytes and
+// applies it. The metadata comes first (codec.go): it is read and checked
+// against the frame CRC before any page byte is read, so a frame whose
+// framing is damaged is refused whole, as one read in full would be. Then
+// each page is read into a buffer the size of a page and handed to
+// Decode.Write at once, while it is in cache, and Decode copies and hashes
+// it from there (kv.WritePageSum): one pass over a page after the socket
+// read instead of a frame-sized buffer leaving the cache between the read,
+// the copy and the hash.
+//
+// Applying a batch page by page in order is exactly what Decode.Write does
+// with the whole batch: the first failure fails the handoff closed and
+// nothing after it is applied; the rest of the frame is read and dropped,
+// so the connection stays aligned. The call is answered once, after the
+// last page: OK only if every write was applied.
+//
+// A returned error is a protocol error (damaged framing, a truncated
+// body): the connection closes, as for any bad frame.
+func (sc *sconn) streamWrites(f *frame, n int) error {
+	r := sc.nc
+	var head [4]byte
+	if n < len(head) {
+		return protoErr("message truncated")
+	}
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return protoErr("truncated frame: %v", err)
+	}
+	count, meta, err := writeCount(head[:], n)
+	if err != nil {
+		return err
+	}
+	recs := make([]byte, meta-len(head)) // bounded by the frame limit
+	if _, err := io.ReadFull(r, recs); err != nil {
+		return protoErr("truncated frame: %v", err)
+	}
+	c := crc32.Update(0, castagnoli, f.hdr12[:])
+	c = crc32.Update(c, castagnoli, head[:])
+	c = crc32.Update(c, castagnoli, recs)
+	if c != f.crc {
+		return protoErr("frame checksum %08x, header says %08x", c, f.crc)
+	}
+	ws, lens, err := decWriteRecords(count, recs)
+	if err != nil {
+		return err
+	}
+	total := int64(meta)
+	for _, l := range lens {
+		total += int64(l)
+	}
+	if total != int64(n) {
+		return protoErr("write frame of %d bytes announces %d", n, total)
+	}
+
+	// Service-level refusals are answered on the call; the pages are still
+	// read off the wire.
+	var werr error
+	d := sc.s.decode
+	if d == nil {
+		werr = handoff.ErrState.With("this worker does not serve the decode side")
+	}
+	for i := range ws {
+		if werr == nil && ws[i].Handoff != ws[0].Handoff {
+			werr = handoff.ErrProtocol.With("one Write call carries writes of two handoffs")
+		}
+	}
+	pending := 0 // writes without data (one-sided notices), applied together
+	flush := func(end int) {
+		if werr == nil && end > pending {
+			werr = d.Write(sc.ctx, ws[pending:end])
+		}
+		pending = end
+	}
+	for i := range ws {
+		if lens[i] == 0 {
+			continue
+		}
+		flush(i)
+		if cap(sc.page) < lens[i] {
+			sc.page = make([]byte, lens[i])
+		}
+		buf := sc.page[:lens[i]]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return protoErr("truncated frame: %v", err)
+		}
+		if werr == nil {
+			// Decode.Write has applied (copied) the page when it returns;
+			// the buffer is reused for the next one.
+			ws[i].Data = buf
+			werr = d.Write(sc.ctx, ws[i:i+1])
+			ws[i].Data = nil
+		}
+		pending = i + 1
+	}
+	flush(len(ws))
+	if werr != nil {
+		return sc.send(tError, f.stream, encError(werr))
+	}
+	return sc.send(tOK, f.stream)
+}
