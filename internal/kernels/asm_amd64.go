@@ -57,6 +57,9 @@ func tileF16AVX512(out *float32, outStride int, w *byte, nGroups int, x *byte, n
 func rowsBF16AVX512(out *float32, w, x *byte, nRows, n int)
 
 //go:noescape
+func rowsQ4_KAVX512(out *float32, outStride int, w, x *byte, xStride, nRows, nsb, nT int)
+
+//go:noescape
 func axpyAVX2(y *float32, a float32, x *float32, n int)
 
 //go:noescape
@@ -172,7 +175,10 @@ func init() {
 	q6_KKernels[AVX2].rows = q6_KRowsAsm
 	q6_KKernels[AVX512].rows = q6_KRowsAsm
 	q4_KKernels[AVX2].rows = q4_KRowsAsm
+	// One token at a time the AVX2 kernel is faster (45 vs 61 GFLOP/s CPU
+	// time at 2048x768); four at a time the AVX-512 one wins (+20%).
 	q4_KKernels[AVX512].rows = q4_KRowsAsm
+	q4_KKernels[AVX512].tiles = q4_KTilesAVX512
 	f16Kernels[AVX2].rows = f16RowsAsm(false)
 	f16Kernels[AVX512].rows = f16RowsAsm(true)
 	q8_0Kernels[AVX2].rows = q8_0RowsAsm(false)
@@ -287,6 +293,25 @@ func f16TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actBu
 	for g := 0; g < nTiles; g++ {
 		t0 := g * tileTok
 		tileF16AVX512(&out[t0*outStride], outStride, &w[0], nGroups, &act.bytes[t0*act.stride], n)
+	}
+	return nTiles * tileTok
+}
+
+// q4_KTilesAVX512 runs the Q4_K kernel on 4 tokens at a time so each
+// super-block is unpacked once per 4 tokens.
+func q4_KTilesAVX512(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
+	nt := nRows / tileRows * tileRows
+	nTiles := nTok / tileTok
+	nsb := act.stride / 292
+	if nt == 0 || nTiles == 0 {
+		return 0
+	}
+	if len(w) < 144*nsb*nt || len(act.bytes) < nTiles*tileTok*act.stride || len(out) < (nTiles*tileTok-1)*outStride+nt {
+		panic("kernels: bad Q4_K tile")
+	}
+	for g := 0; g < nTiles; g++ {
+		t0 := g * tileTok
+		rowsQ4_KAVX512(&out[t0*outStride], outStride, &w[0], &act.bytes[t0*act.stride], act.stride, nt, nsb, tileTok)
 	}
 	return nTiles * tileTok
 }

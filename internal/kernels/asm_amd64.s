@@ -1833,3 +1833,176 @@ bf16z_red1:
 bf16z_done:
 	VZEROUPPER
 	RET
+
+// VPERMW indices: words 0-15 pick scale 2k, words 16-31 scale 2k+1.
+DATA q4kidx<>+0(SB)/8, $0x0000000000000000
+DATA q4kidx<>+8(SB)/8, $0x0000000000000000
+DATA q4kidx<>+16(SB)/8, $0x0000000000000000
+DATA q4kidx<>+24(SB)/8, $0x0000000000000000
+DATA q4kidx<>+32(SB)/8, $0x0001000100010001
+DATA q4kidx<>+40(SB)/8, $0x0001000100010001
+DATA q4kidx<>+48(SB)/8, $0x0001000100010001
+DATA q4kidx<>+56(SB)/8, $0x0001000100010001
+DATA q4kidx<>+64(SB)/8, $0x0002000200020002
+DATA q4kidx<>+72(SB)/8, $0x0002000200020002
+DATA q4kidx<>+80(SB)/8, $0x0002000200020002
+DATA q4kidx<>+88(SB)/8, $0x0002000200020002
+DATA q4kidx<>+96(SB)/8, $0x0003000300030003
+DATA q4kidx<>+104(SB)/8, $0x0003000300030003
+DATA q4kidx<>+112(SB)/8, $0x0003000300030003
+DATA q4kidx<>+120(SB)/8, $0x0003000300030003
+DATA q4kidx<>+128(SB)/8, $0x0004000400040004
+DATA q4kidx<>+136(SB)/8, $0x0004000400040004
+DATA q4kidx<>+144(SB)/8, $0x0004000400040004
+DATA q4kidx<>+152(SB)/8, $0x0004000400040004
+DATA q4kidx<>+160(SB)/8, $0x0005000500050005
+DATA q4kidx<>+168(SB)/8, $0x0005000500050005
+DATA q4kidx<>+176(SB)/8, $0x0005000500050005
+DATA q4kidx<>+184(SB)/8, $0x0005000500050005
+DATA q4kidx<>+192(SB)/8, $0x0006000600060006
+DATA q4kidx<>+200(SB)/8, $0x0006000600060006
+DATA q4kidx<>+208(SB)/8, $0x0006000600060006
+DATA q4kidx<>+216(SB)/8, $0x0006000600060006
+DATA q4kidx<>+224(SB)/8, $0x0007000700070007
+DATA q4kidx<>+232(SB)/8, $0x0007000700070007
+DATA q4kidx<>+240(SB)/8, $0x0007000700070007
+DATA q4kidx<>+248(SB)/8, $0x0007000700070007
+GLOBL q4kidx<>(SB), RODATA|NOPTR, $256
+
+// Q4KNIB makes Z of the 32 qs bytes at Q: low nibbles (sub-block 2k) in
+// bytes 0-31, high nibbles (sub-block 2k+1) in 32-63, the element order of
+// the 64 Q8_K qs they multiply.
+#define Q4KNIB(Q, Y, Z) \
+	VMOVDQU Q, Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VINSERTI64X4 $1, Y5, Z4, Z4 \
+	VPANDD Z15, Z4, Z
+
+// func rowsQ4_KAVX512(out *float32, outStride int, w, x *byte, xStride, nRows, nsb, nT int)
+// Canonical Q4_K order (dotQ4_KGeneric) for nRows rows and nT (1-4)
+// tokens (Q8_K rows xStride bytes apart; out[t*outStride + r]). A
+// super-block's nibbles, scales and mins are unpacked once per row and
+// reused by every token: VPMADDUBSW on 64 elements at a time, VNNI's
+// VPDPWSSD applying the sub-block scales.
+TEXT ·rowsQ4_KAVX512(SB), NOSPLIT, $16-64
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R8
+	SHLQ $2, R8
+	MOVQ w+16(FP), SI
+	MOVQ x+24(FP), DX
+	MOVQ xStride+32(FP), R11
+	MOVQ nRows+40(FP), R9
+	MOVL $0x0f, AX
+	VPBROADCASTB AX, Z15
+	VMOVDQU64 q4kidx<>+0(SB), Z24
+	VMOVDQU64 q4kidx<>+64(SB), Z25
+	VMOVDQU64 q4kidx<>+128(SB), Z26
+	VMOVDQU64 q4kidx<>+192(SB), Z27
+
+q4kz_row:
+	TESTQ R9, R9
+	JZ   q4kz_done
+	VXORPS X0, X0, X0
+	VMOVUPS X0, acc-16(SP)
+	MOVQ DX, BX
+	MOVQ nsb+48(FP), R13
+
+q4kz_sb:
+	MOVL 4(SI), AX
+	MOVL 8(SI), CX
+	MOVL 12(SI), R10
+	MOVL R10, R12
+	SHRL $4, R12
+	ANDL $0x0f0f0f0f, R12
+	MOVL CX, R14
+	SHRL $6, R14
+	ANDL $0x03030303, R14
+	SHLL $4, R14
+	ORL  R14, R12
+	ANDL $0x3f3f3f3f, CX
+	ANDL $0x0f0f0f0f, R10
+	MOVL AX, R14
+	SHRL $6, R14
+	ANDL $0x03030303, R14
+	SHLL $4, R14
+	ORL  R14, R10
+	ANDL $0x3f3f3f3f, AX
+	SHLQ $32, R10
+	ORQ  R10, AX
+	SHLQ $32, R12
+	ORQ  R12, CX
+	VMOVQ AX, X0
+	VPMOVZXBW X0, X3          // 8 int16 scales (upper lanes zero)
+	VMOVQ CX, X1
+	VPMOVZXBW X1, X1
+	VPUNPCKLWD X1, X1, X2
+	VPUNPCKHWD X1, X1, X1
+	VINSERTI128 $1, X1, Y2, Y2 // mins, each twice: pairs with bsums
+	Q4KNIB(16(SI), Y16, Z16)
+	Q4KNIB(48(SI), Y17, Z17)
+	Q4KNIB(80(SI), Y18, Z18)
+	Q4KNIB(112(SI), Y19, Z19)
+	VPERMW Z3, Z24, Z20
+	VPERMW Z3, Z25, Z21
+	VPERMW Z3, Z26, Z22
+	VPERMW Z3, Z27, Z23
+	VMOVD (SI), X10
+	VCVTPH2PS X10, X10        // d, dmin
+	MOVQ BX, CX
+	MOVQ nT+56(FP), AX
+	LEAQ acc-16(SP), R12
+
+q4kz_tok:
+	VPXORD Z8, Z8, Z8
+	VPMADDUBSW 4(CX), Z16, Z6
+	VPDPWSSD Z6, Z20, Z8
+	VPMADDUBSW 68(CX), Z17, Z6
+	VPDPWSSD Z6, Z21, Z8
+	VPMADDUBSW 132(CX), Z18, Z6
+	VPDPWSSD Z6, Z22, Z8
+	VPMADDUBSW 196(CX), Z19, Z6
+	VPDPWSSD Z6, Z23, Z8
+	VEXTRACTI64X4 $1, Z8, Y9
+	VPADDD Y9, Y8, Y8
+	HSUMD(Y8, X8, X9)
+	VPMADDWD 260(CX), Y2, Y9  // m_j * (bsum 2j + bsum 2j+1)
+	HSUMD(Y9, X9, X7)
+	VCVTDQ2PS X8, X8
+	VCVTDQ2PS X9, X9
+	VBROADCASTSS (CX), X11
+	VMULPS X11, X10, X11      // d*dx, dmin*dx
+	VMULSS X11, X8, X8
+	VMOVSHDUP X11, X11
+	VMULSS X11, X9, X9
+	VSUBSS X9, X8, X8
+	VADDSS (R12), X8, X8
+	VMOVSS X8, (R12)
+	ADDQ $4, R12
+	ADDQ R11, CX
+	DECQ AX
+	JNZ  q4kz_tok
+
+	ADDQ $144, SI
+	ADDQ $292, BX
+	DECQ R13
+	JNZ  q4kz_sb
+
+	MOVQ nT+56(FP), AX
+	LEAQ acc-16(SP), R12
+	MOVQ DI, CX
+
+q4kz_store:
+	VMOVSS (R12), X0
+	VMOVSS X0, (CX)
+	ADDQ $4, R12
+	ADDQ R8, CX
+	DECQ AX
+	JNZ  q4kz_store
+
+	ADDQ $4, DI
+	DECQ R9
+	JMP  q4kz_row
+
+q4kz_done:
+	VZEROUPPER
+	RET

@@ -46,7 +46,8 @@
 //	F32          F32          matvec                  matvec, 4x4 tile matmul
 //	F16          F16          matvec (cols%16 == 0)   matvec, 4x4 tile matmul
 //	Q8_0         Q8_0         matvec                  matvec, 4x4 VNNI tile matmul, quantizer
-//	Q4_K, Q6_K   Q8_K         matvec                  (AVX2 kernel)
+//	Q4_K         Q8_K         matvec                  AVX2 matvec, 4-token VNNI matmul
+//	Q6_K         Q8_K         matvec                  (AVX2 kernel)
 //	Q4_0, Q5_0   Q8_0         Go                      Go
 //	Q4_1, Q5_1   Q8_1         Go                      Go
 //	BF16         BF16         Go                      matvec (no FMA: products may overflow)
