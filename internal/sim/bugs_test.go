@@ -170,7 +170,11 @@ func TestInjectedBugRates(t *testing.T) {
 				}
 			}
 		}
+		if bad == 0 {
+			t.Logf("%-22s %s: none of %d seeds finds it (%v)", b.name, b.inv, n, time.Since(start).Round(time.Millisecond))
+			continue
+		}
 		t.Logf("%-22s %s: %d of %d seeds find it (1 in %.0f), first at seed %d (%v)", b.name, b.inv, bad, n,
-			float64(n)/max(float64(bad), 1), first, time.Since(start).Round(time.Millisecond))
+			float64(n)/float64(bad), first, time.Since(start).Round(time.Millisecond))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"sluice/internal/handoff"
@@ -124,6 +125,7 @@ func (d *decode) reserve(m *handoff.Reserve) (*handoff.Reservation, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.w.logf("decode#%d reserves prompt pages %s for %s", d.gen, pagesText(res.Pages), short(m.Handoff))
 	h := &dh{id: m.Handoff, since: d.w.now}
 	d.hs[m.Handoff] = h
 	d.order = append(d.order, h)
@@ -368,3 +370,17 @@ func recvPool(b Bugs, p *kv.Pool) handoff.Pool {
 type releaseEarly struct{ *kv.Pool }
 
 func (r releaseEarly) Quarantine(o kv.Owner, refs []kv.PageRef, _ time.Time) { _ = r.Release(o, refs) }
+
+// pagesText renders page refs as page@generation for the trace.
+func pagesText(refs []kv.PageRef) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, r := range refs {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%d@%d", r.Page, r.Gen)
+	}
+	b.WriteByte(']')
+	return b.String()
+}

@@ -38,6 +38,10 @@ const (
 	mForeign
 )
 
+func (m misbehaviour) String() string {
+	return [...]string{"honest", "short transfer", "wrong digest", "no digest", "stale data", "stale writer", "foreign pages"}[m]
+}
+
 type pjob struct {
 	p       *prefill
 	id      kv.ID
@@ -111,7 +115,7 @@ func (p *prefill) start(r *handoff.PrefillRequest, reply func(*handoff.PrefillRe
 		w.count(FaultSlowTransfer)
 	}
 	p.jobs = append(p.jobs, j)
-	w.logf("prefill#%d %s: %d tokens into %d pages (misbehaviour %d, slow %v)", p.gen, short(j.id), len(r.Tokens), len(table), j.bad, j.slow)
+	w.logf("prefill#%d %s: %d tokens into %d pages (%v, slow %v, late %v)", p.gen, short(j.id), len(r.Tokens), len(table), j.bad, j.slow, j.late)
 	j.chunk()
 }
 
