@@ -161,8 +161,25 @@ func TestSim(t *testing.T) {
 		t.Logf("one-sided writes landing after their handoff ended: %.2f per run", float64(late)/float64(ran))
 		t.Logf("request ends: %s", countsText(ends))
 		t.Logf("disconnects and aborts by the phase they struck: %s", countsText(phases))
-		if ok == 0 {
-			t.Errorf("no request succeeded in %d seeds: the simulator checks nothing", ran)
+		// The run must exercise what it claims to: every outcome, every
+		// fault kind, and disconnects and aborts in every phase.
+		if ran >= 500 {
+			if ok == 0 || failed == 0 || cancelled == 0 || rejected == 0 {
+				t.Errorf("outcomes %d ok, %d failed, %d cancelled, %d rejected: one kind never happens", ok, failed, cancelled, rejected)
+			}
+			for f := Fault(0); f < numFaults; f++ {
+				if faults[f] == 0 {
+					t.Errorf("fault %s never fired in %d seeds", f, ran)
+				}
+			}
+			for _, k := range []string{"admitted", "prefilling(compute)", "prefilling(transfer or commit)", "committed", "decoding"} {
+				if phases["disconnect/"+k] == 0 || phases["abort/"+k] == 0 {
+					t.Errorf("no disconnect or no abort struck in phase %s", k)
+				}
+			}
+			if late == 0 {
+				t.Errorf("no one-sided write landed after its handoff ended")
+			}
 		}
 	})
 }
@@ -174,12 +191,20 @@ func tail(lines []string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// TestDeterministic: the same seed gives the same trace, event for event.
+// TestDeterministic: the same seed gives the same trace, event for event,
+// clean or with an injected bug (a counterexample replays exactly).
 func TestDeterministic(t *testing.T) {
 	env := testEnv(t)
-	for _, seed := range []uint64{3, 17, 99} {
-		a := Run(env, Config{Seed: seed, Trace: true})
-		b := Run(env, Config{Seed: seed, Trace: true})
+	for _, c := range []struct {
+		seed uint64
+		bugs Bugs
+	}{{3, Bugs{}}, {17, Bugs{}}, {99, Bugs{}}, {11, bugByName(t, "no-digest")}} {
+		seed := c.seed
+		a := Run(env, Config{Seed: seed, Trace: true, Bugs: c.bugs})
+		b := Run(env, Config{Seed: seed, Trace: true, Bugs: c.bugs})
+		if a.Bad() != (c.bugs != Bugs{}) {
+			t.Errorf("seed %d: bad %v with bugs %+v", seed, a.Bad(), c.bugs)
+		}
 		if a.TraceText() != b.TraceText() {
 			t.Fatalf("seed %d: two runs differ:\n%s\n----\n%s", seed, tail(a.Trace, 20), tail(b.Trace, 20))
 		}
