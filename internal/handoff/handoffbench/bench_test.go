@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -24,7 +25,10 @@ var (
 	geo    = kv.Geometry{Layers: 8, KVDim: 256, PageSize: 16}
 	tokens = 4096
 	batch  = 4 << 20
-	secret = []byte("0123456789abcdef-bench-secret")
+	window = 2
+	// rawChunk is the raw TCP copy's write size, whatever the handoff's batch.
+	rawChunk = 4 << 20
+	secret   = []byte("0123456789abcdef-bench-secret")
 )
 
 // shmPath is where the decode pool's shared file goes: tmpfs, as a
@@ -45,6 +49,9 @@ func shmPath(b *testing.B) string {
 func init() {
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_BATCH")); err == nil && v > 0 {
 		batch = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_WINDOW")); err == nil && v > 0 {
+		window = v
 	}
 }
 
@@ -74,7 +81,7 @@ func handoffOnce(b *testing.B, r *handofftest.Rig, dec handoff.Decode, src *hand
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: batch, Window: 2}, res, tokens, 1, handoff.PrefetchDigest(src))
+	s, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: batch, Window: window}, res, tokens, 1, handoff.PrefetchDigest(src))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -106,8 +113,8 @@ func rawTCP(b *testing.B) (func() time.Duration, func()) {
 		}
 		defer c.Close()
 		for {
-			for off := 0; off < len(dst); off += batch {
-				if _, err := io.ReadFull(c, dst[off:off+batch]); err != nil {
+			for off := 0; off < len(dst); off += rawChunk {
+				if _, err := io.ReadFull(c, dst[off:off+rawChunk]); err != nil {
 					return
 				}
 			}
@@ -123,8 +130,8 @@ func rawTCP(b *testing.B) (func() time.Duration, func()) {
 	}
 	run := func() time.Duration {
 		start := time.Now()
-		for off := 0; off < len(src); off += batch {
-			if _, err := c.Write(src[off : off+batch]); err != nil {
+		for off := 0; off < len(src); off += rawChunk {
+			if _, err := c.Write(src[off : off+rawChunk]); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -137,15 +144,49 @@ func rawTCP(b *testing.B) (func() time.Duration, func()) {
 	return run, func() { c.Close(); l.Close(); close(done) }
 }
 
+// runs collects the interleaved timings of one benchmark.
+type runs struct{ raw, h, xfer []time.Duration }
+
+func (r *runs) add(raw, h, xfer time.Duration) {
+	r.raw, r.h, r.xfer = append(r.raw, raw), append(r.h, h), append(r.xfer, xfer)
+}
+
+func sum(ds []time.Duration) (t time.Duration) {
+	for _, d := range ds {
+		t += d
+	}
+	return t
+}
+
+// medianRatio is the median over iterations of raw_i/h_i: each pair is
+// timed back to back, so a load spike on the shared machine skews one pair,
+// not the figure.
+func medianRatio(raw, h []time.Duration) float64 {
+	rs := make([]float64, len(raw))
+	for i := range raw {
+		rs[i] = raw[i].Seconds() / h[i].Seconds()
+	}
+	slices.Sort(rs)
+	if n := len(rs); n%2 == 0 {
+		return (rs[n/2-1] + rs[n/2]) / 2
+	}
+	return rs[len(rs)/2]
+}
+
 // report: GB/s and ratio are end to end (reserve to verified commit);
 // xfer-ratio stops when the commit is sent (every write applied, digests
-// not yet compared).
-func report(b *testing.B, raw, h, xfer time.Duration) {
+// not yet compared). ratio and xfer-ratio are over the summed times;
+// ratio-med and xfer-med are medians of per-iteration ratios, the steadier
+// figure on a loaded machine.
+func report(b *testing.B, r *runs) {
+	raw, h, xfer := sum(r.raw), sum(r.h), sum(r.xfer)
 	gb := float64(totalBytes()) * float64(b.N) / 1e9
 	b.ReportMetric(gb/h.Seconds(), "GB/s")
 	b.ReportMetric(gb/raw.Seconds(), "raw-GB/s")
 	b.ReportMetric(raw.Seconds()/h.Seconds(), "ratio")
 	b.ReportMetric(raw.Seconds()/xfer.Seconds(), "xfer-ratio")
+	b.ReportMetric(medianRatio(r.raw, r.h), "ratio-med")
+	b.ReportMetric(medianRatio(r.raw, r.xfer), "xfer-med")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -168,15 +209,14 @@ func benchTCP(b *testing.B, mac bool) {
 	defer stop()
 	handoffOnce(b, r, c, src, -2) // warm up both paths
 	raw()
-	var tr, th, tx time.Duration
+	var rs runs
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		tr += raw()
+		t := raw()
 		h, x := handoffOnce(b, r, c, src, i)
-		th += h
-		tx += x
+		rs.add(t, h, x)
 	}
-	report(b, tr, th, tx)
+	report(b, &rs)
 }
 
 // BenchmarkHandoffTCP: a 64 MiB prompt's KV over the TCP transport (CRC32C
@@ -231,15 +271,14 @@ func BenchmarkHandoffShm(b *testing.B) {
 			}
 			handoffOnce(b, r, w, src, -2)
 			raw()
-			var tr, th, tx time.Duration
+			var rs runs
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				tr += raw()
+				t := raw()
 				h, x := handoffOnce(b, r, w, src, i)
-				th += h
-				tx += x
+				rs.add(t, h, x)
 			}
-			report(b, tr, th, tx)
+			report(b, &rs)
 		})
 	}
 }
