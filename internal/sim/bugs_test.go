@@ -59,6 +59,7 @@ var holdsAlone = []injected{
 // test measures them for the record.
 var knownGaps = []injected{
 	{"foreign-placement", "I3", "a one-sided peer places bytes in another handoff's page", Bugs{ForeignPlacement: true}, 0},
+	{"restart-same-file", "I6", "a restarted decode worker reuses the crashed one's shared pool file", Bugs{RestartSameFile: true}, 0},
 }
 
 func allInjected() []injected {

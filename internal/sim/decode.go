@@ -64,7 +64,11 @@ func (w *world) newDecode(gen int) (*decode, error) {
 	d := &decode{w: w, gen: gen, up: true, hs: map[kv.ID]*dh{}, run: w.env.model.NewRunner(nil), samp: sample.New(sample.Params{})}
 	cfg := kv.Config{Geometry: w.geo, Pages: w.decPages, Order: kv.LIFO, Scrub: w.scrub, Lease: lease, Unsafe: w.cfg.Bugs.KV}
 	if w.pl.oneSided {
-		d.file = filepath.Join(w.env.dir, fmt.Sprintf("decode-%d-%d.kv", w.seed, gen))
+		fg := gen
+		if w.cfg.Bugs.RestartSameFile {
+			fg = 0
+		}
+		d.file = filepath.Join(w.env.dir, fmt.Sprintf("decode-%d-%d.kv", w.seed, fg))
 		cfg.SharedFile = d.file
 	}
 	p, err := kv.New(cfg)

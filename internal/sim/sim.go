@@ -60,6 +60,11 @@ type Bugs struct {
 	// reserved for another handoff. Nothing on the decode side can stop
 	// bytes already in its memory; this measures that gap.
 	ForeignPlacement bool
+	// RestartSameFile is a deployment hazard, not a safeguard: a restarted
+	// decode worker maps the same shared pool file as the one that
+	// crashed, so one-sided writes posted to the old incarnation land in
+	// the new one's pages (its quarantine state died with it).
+	RestartSameFile bool
 }
 
 // Config is one run.
