@@ -247,3 +247,20 @@ var (
 )
 
 func fill3(k typeKernel) [3]typeKernel { return [3]typeKernel{k, k, k} }
+
+// Describe names the current path and what this CPU offers, for start-up
+// logs and benchmark reports, e.g. "avx512 (available: generic avx2 avx512)".
+func Describe() string {
+	return fmt.Sprintf("%v (available: %s)", CurrentPath(), pathNames())
+}
+
+func pathNames() string {
+	s := ""
+	for i, p := range Paths() {
+		if i > 0 {
+			s += " "
+		}
+		s += p.String()
+	}
+	return s
+}

@@ -310,3 +310,17 @@ func ExampleMatMul() {
 	fmt.Println(out)
 	// Output: [-2 -2]
 }
+
+func TestDescribe(t *testing.T) {
+	old := CurrentPath()
+	defer SetPath(old)
+	if err := SetPath(Generic); err != nil {
+		t.Fatal(err)
+	}
+	if got := Describe(); len(got) < len("generic (available: generic)") || got[:8] != "generic " {
+		t.Fatalf("Describe() = %q", got)
+	}
+	if err := SetPath(Path(7)); err == nil {
+		t.Fatal("SetPath accepted an unknown path")
+	}
+}
