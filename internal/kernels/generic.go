@@ -90,7 +90,7 @@ func dotF16Generic(w, x []byte, n int) float32 {
 		for j := 0; j < 16; j++ {
 			var p float32
 			if i+j < n {
-				p = fp16At(w, 2*(i+j)) * fp16At(x, 2*(i+j))
+				p = float32(fp16At(w, 2*(i+j)) * fp16At(x, 2*(i+j)))
 			}
 			acc[j] += p
 		}
@@ -108,7 +108,7 @@ func dotBF16Generic(w, x []byte, n int) float32 {
 		for j := 0; j < 16; j++ {
 			var p float32
 			if i+j < n {
-				p = bf16At(w, 2*(i+j)) * bf16At(x, 2*(i+j))
+				p = float32(bf16At(w, 2*(i+j)) * bf16At(x, 2*(i+j)))
 			}
 			acc[j] += p
 		}
