@@ -98,3 +98,46 @@ func (p *Pool) blockHashLocked(pg uint32, n int) [16]byte {
 	}
 	return p.pageDigest(pg, n)
 }
+
+// copyChunk is how much of a page CopyPageSum copies before hashing that
+// part: small enough to still be in L1 when the hash reads it.
+const copyChunk = 16 << 10
+
+// CopyPageSum is PageDataSum that also copies the whole page image into dst
+// (PageBytes bytes: a one-sided transport's destination in the decode
+// pool's shared memory) in the same pass: each chunk is copied, then hashed
+// while it is in cache, so the page is read from memory once for the copy,
+// the checksum and the digest together. It returns the source image (as
+// PageData) with the slot count and sums.
+func (p *Pool) CopyPageSum(o Owner, ref PageRef, dst []byte) ([]byte, int, PageSum, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	data, n, err := p.pageDataLocked(o, ref)
+	if err != nil {
+		return nil, 0, PageSum{}, err
+	}
+	if len(dst) != len(data) {
+		return nil, 0, PageSum{}, p.violateLocked(KindBadRange, ref.Page, false,
+			"copy of a %d-byte page into %d bytes", len(data), len(dst))
+	}
+	if n != p.geo.PageSize {
+		// A short (last) page: its block hash covers runs, not the image.
+		copy(dst, data)
+		if n == 0 {
+			return data, 0, PageSum{}, nil
+		}
+		return data, n, p.sumLocked(ref.Page, n), nil
+	}
+	h := xxh3.New()
+	for c := 0; c < len(data); c += copyChunk {
+		e := min(c+copyChunk, len(data))
+		copy(dst[c:e], data[c:e])
+		h.Write(data[c:e])
+	}
+	sum := h.Sum128()
+	m := &p.pages[ref.Page]
+	s := PageSum{Block: sum.Bytes(), Image: sum.Lo, ImageOK: p.pageBytes >= imageSumMin}
+	m.sum, m.sumSlots = s.Block, n
+	m.summed.Store(true)
+	return data, n, s, nil
+}

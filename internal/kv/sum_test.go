@@ -171,3 +171,61 @@ func TestPageDataSumFeedsDigest(t *testing.T) {
 		}
 	}
 }
+
+// CopyPageSum copies the whole image and hashes it in the same pass: the
+// copy is byte-exact, and the sums are the one-shot hashes of the image
+// (XXH3-128 for the block, XXH3-64 for the image), recorded for Digest.
+func TestCopyPageSum(t *testing.T) {
+	for _, g := range []Geometry{tg, {Layers: 3, KVDim: 64, PageSize: 16}} { // 256 B; 24 KiB: several chunks, not a multiple
+		p, err := New(Config{Geometry: g, Pages: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := owner("t", 1)
+		refs, _ := p.Reserve(h, 2)
+		img := make([]byte, g.PageBytes())
+		for i := range img {
+			img[i] = byte(i*131 + i>>9)
+		}
+		if err := p.WritePage(h, refs[0], g.PageSize, img); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.WritePage(h, refs[1], 3, img); err != nil {
+			t.Fatal(err)
+		}
+		for i, ref := range refs {
+			dst := make([]byte, g.PageBytes())
+			src, n, s, err := p.CopyPageSum(h, ref, dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(dst) != string(src) {
+				t.Fatalf("page %d: copy differs from the image", i)
+			}
+			if i == 0 && (n != g.PageSize || !s.ImageOK || s.Image != xxh3.Hash(img) || s.Block != xxh3.Hash128(img).Bytes()) {
+				t.Fatalf("full page: n=%d sums %+v", n, s)
+			}
+			if i == 1 && (n != 3 || s.ImageOK || s.Block != p.pageDigest(ref.Page, 3)) {
+				t.Fatalf("short page: n=%d sums %+v", n, s)
+			}
+		}
+		d, err := p.Digest(h, refs, g.PageSize+3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf []byte
+		for _, x := range []int{g.PageSize + 3, g.Layers, g.KVDim, g.PageSize} {
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(x))
+		}
+		b0 := xxh3.Hash128(img).Bytes()
+		b1 := p.pageDigest(refs[1].Page, 3)
+		buf = append(append(buf, b0[:]...), b1[:]...)
+		if d != xxh3.Hash128(buf).Bytes() {
+			t.Fatal("digest after CopyPageSum differs from its definition")
+		}
+		if _, _, _, err := p.CopyPageSum(h, refs[0], make([]byte, 5)); err == nil {
+			t.Fatal("copy into a short destination accepted")
+		}
+		p.Close()
+	}
+}
