@@ -328,6 +328,12 @@ f16z_loop4:
 	JZ   f16z_tail4
 
 f16z_chunk4:
+	LEAQ (R11)(R13*1), AX   // prefetch the next group's 4 rows
+	PREFETCHT0 (AX)(R10*1)
+	PREFETCHT0 (AX)(R10*2)
+	PREFETCHT0 (AX)(R10*4)
+	LEAQ (AX)(R10*2), AX
+	PREFETCHT0 (AX)(R10*1)
 	VCVTPH2PS (DX)(R13*1), Z4
 	VCVTPH2PS (SI)(R13*1), Z5
 	VCVTPH2PS (BX)(R13*1), Z6
@@ -1734,6 +1740,12 @@ bf16z_loop4:
 	JZ   bf16z_tail4
 
 bf16z_chunk4:
+	LEAQ (R11)(R13*1), AX   // prefetch the next group's 4 rows
+	PREFETCHT0 (AX)(R10*1)
+	PREFETCHT0 (AX)(R10*2)
+	PREFETCHT0 (AX)(R10*4)
+	LEAQ (AX)(R10*2), AX
+	PREFETCHT0 (AX)(R10*1)
 	VPMOVZXWD (DX)(R13*1), Z4
 	VPSLLD $16, Z4, Z4
 	VPMOVZXWD (SI)(R13*1), Z5
