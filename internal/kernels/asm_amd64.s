@@ -1249,6 +1249,9 @@ q4k_row:
 	MOVQ R9, R10
 
 q4k_sb:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
 	// Unpack the 6-bit scales (AX: sc0-7 bytes) and mins (CX: m0-7).
 	MOVL 4(SI), AX
 	MOVL 8(SI), CX
@@ -1380,6 +1383,10 @@ q6k_row:
 	MOVQ R9, R10
 
 q6k_sb:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
+	PREFETCHT0 1216(SI)
 	VPMOVSXBW 192(SI), Y9
 	VMOVDQU Y9, sc-32(SP)
 	VPMADDWD 260(BX), Y9, Y10   // sc_g * bsum_g, pairs
