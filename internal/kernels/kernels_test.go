@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"sluice/internal/quant"
@@ -322,5 +323,36 @@ func TestDescribe(t *testing.T) {
 	}
 	if err := SetPath(Path(7)); err == nil {
 		t.Fatal("SetPath accepted an unknown path")
+	}
+}
+
+// TestParallelBackToBack: loops issued back to back, so workers often wake
+// for a loop that has already finished; none may run a chunk twice, skip
+// one, or run a chunk of one loop with another loop's function.
+func TestParallelBackToBack(t *testing.T) {
+	for _, threads := range []int{2, 3} {
+		p := NewParallel(threads)
+		var hits [64]atomic.Int32
+		for it := 0; it < 3000; it++ {
+			n := 1 + it*7%63
+			tag := int32(it)
+			p.For(n, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					if hits[i].Load() != tag {
+						t.Errorf("loop %d: index %d visited twice or by a stale loop", it, i)
+					}
+					hits[i].Store(tag + 1)
+				}
+			})
+			for i := 0; i < n; i++ {
+				if hits[i].Load() != tag+1 {
+					t.Fatalf("threads=%d loop %d (n=%d): index %d not visited", threads, it, n, i)
+				}
+			}
+			for i := 0; i < 64; i++ {
+				hits[i].Store(tag + 1)
+			}
+		}
+		p.Close()
 	}
 }
