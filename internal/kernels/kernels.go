@@ -16,17 +16,21 @@
 //     emulates it exactly, see fma32). Lanes past the end add 0*0. Then a
 //     fixed tree: lane j += lane j+8, j+4, j+2, j+1.
 //   - F16, BF16: as F32 over the widened values. Activations are rounded to
-//     F16 (BF16) first, as ggml does, so products of two 11-bit (8-bit)
-//     mantissas are exact in float32 and FMA equals multiply-then-add.
+//     F16 (BF16) first, as ggml does. F16 products (11-bit mantissas, small
+//     range) are exact in float32, so FMA equals multiply-then-add; BF16
+//     products are rounded before the add (float32's range: they can
+//     overflow).
 //     Measured on tiny-qwen2-random-gpt2vocab (F16 weights, teacher-forced
 //     against llama.cpp, internal/model TestTinyQwen2TeacherForced): worst
 //     top-5 logit difference 2.1e-5..6.1e-4 per prompt with F16-rounded
 //     activations, 3.9e-3..5.5e-3 with F32 activations; hence F16.
-//   - Q8_0, Q4_0: the activation row is quantized to Q8_0 once per token
-//     (quant.QuantizeRowQ8_0, ggml's x86 rounding). Per 32-element block b
-//     and l in 0..7, the integer sum s of the 4 products of elements
-//     4l..4l+3 is exact; lane 8*(b%2)+l = fma(float32(s), dw_b*dx_b, lane), so even
-//     and odd blocks fill separate halves of 16 lanes. Then the F32 tree.
+//   - Q8_0, Q4_0, Q5_0: the activation row is quantized to Q8_0 once per
+//     token (quant.QuantizeRowQ8_0, ggml's x86 rounding). Per 32-element
+//     block b and l in 0..7, the integer sum s of the 4 products of elements
+//     4l..4l+3 is exact; lane 8*(b%2)+l = fma(float32(s), dw_b*dx_b, lane),
+//     so even and odd blocks fill separate halves of 16 lanes. Then the F32
+//     tree. Weights of -128 (never written by ggml, legal in the format) are
+//     exact on every path. Q4_1 and Q5_1 take Q8_1 activations (legacy.go).
 //   - Q4_K, Q6_K: the activation row is quantized to Q8_K
 //     (quant.QuantizeRowQ8_K). Per 256-element super-block the scaled
 //     integer sums are exact; one float32 term per super-block is added to a
