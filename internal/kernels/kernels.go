@@ -208,8 +208,12 @@ type mmJob struct {
 
 func (j *mmJob) run(lo, hi int) {
 	k, w, out, nTok, rowBytes := j.k, j.w, j.out, j.nTok, j.rowBytes
-	for r0 := lo; r0 < hi; r0 += rowTile {
-		r1 := min(r0+rowTile, hi)
+	tile := rowTile
+	if nTok == 1 {
+		tile = hi - lo // nothing to reuse across tokens: one kernel call
+	}
+	for r0 := lo; r0 < hi; r0 += tile {
+		r1 := min(r0+tile, hi)
 		wt := w.Data[r0*rowBytes : r1*rowBytes]
 		t := 0
 		if k.tiles != nil {
