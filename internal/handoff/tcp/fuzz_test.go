@@ -2,7 +2,9 @@ package tcp
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"io"
 	"testing"
 
@@ -89,6 +91,82 @@ func FuzzFrameDecode(f *testing.F) {
 			if derr != nil && !errors.Is(derr, handoff.ErrProtocol) {
 				t.Fatalf("decode error %v is not a protocol error", derr)
 			}
+		}
+	})
+}
+
+// FuzzStreamedWrites feeds arbitrary Write frame bodies to the streaming
+// reader (readWrites), as a peer past the handshake could. The CRC is made
+// to match whatever metadata prefix the input has, so the fuzzer gets past
+// it. Nothing may panic or allocate beyond the frame; a failure is a
+// protocol error; each write handed on carries exactly its bytes of the
+// frame, in order, and only writes of one handoff are ever handed on.
+func FuzzStreamedWrites(f *testing.F) {
+	id := kv.ID{9}
+	parts, _ := encWrites([]handoff.PageWrite{
+		{Handoff: id, Block: 0, Page: kv.PageRef{Page: 1, Gen: 2}, Slots: 3, Data: []byte{1, 2, 3, 4}, Checksum: 7},
+		{Handoff: id, Block: 1, Page: kv.PageRef{Page: 2, Gen: 3}, Slots: 1, Placed: true},
+		{Handoff: id, Block: 2, Page: kv.PageRef{Page: 3, Gen: 4}, Slots: 2, Data: []byte{5, 6}},
+	})
+	f.Add(bytes.Join(parts, nil), false)
+	f.Add([]byte{0, 0, 0, 0}, true)
+	f.Add([]byte{0, 0, 0, 9, 1}, false)
+	f.Fuzz(func(t *testing.T, body []byte, refuse bool) {
+		fr := &frame{typ: tWrite, stream: 1}
+		copy(fr.hdr12[:], []byte{1, tWrite, 0, 0, 0, 0, 0, 1})
+		binary.BigEndian.PutUint32(fr.hdr12[8:], uint32(len(body)))
+		if len(body) >= 4 {
+			if _, meta, err := writeCount(body, len(body)); err == nil {
+				fr.crc = crc32.Update(crc32.Update(0, castagnoli, fr.hdr12[:]), castagnoli, body[:meta])
+			}
+		}
+		var got []byte
+		var ids []kv.ID
+		calls := 0
+		apply := func(ws []handoff.PageWrite) error {
+			calls++
+			for _, w := range ws {
+				got = append(got, w.Data...)
+				ids = append(ids, w.Handoff)
+			}
+			if refuse && calls == 2 {
+				return handoff.ErrChecksum.With("refused")
+			}
+			return nil
+		}
+		var page []byte
+		werr, err := readWrites(bytes.NewReader(body), fr, len(body), &page, apply)
+		if err != nil {
+			if !errors.Is(err, handoff.ErrProtocol) {
+				t.Fatalf("error %v is not a protocol error", err)
+			}
+			return
+		}
+		if refuse && calls >= 2 && !errors.Is(werr, handoff.ErrChecksum) {
+			t.Fatalf("a refusal was lost: %v", werr)
+		}
+		if werr == nil {
+			// Everything was applied: the applied bytes are the frame's
+			// data section, in order.
+			ws, derr := decWrites(body)
+			if derr != nil {
+				t.Fatalf("streamed what the whole-frame decoder refuses: %v", derr)
+			}
+			var want []byte
+			for _, w := range ws {
+				want = append(want, w.Data...)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatal("applied bytes differ from the frame's page data")
+			}
+		}
+		for _, x := range ids {
+			if x != ids[0] {
+				t.Fatal("writes of two handoffs were applied from one frame")
+			}
+		}
+		if cap(page) > len(body) {
+			t.Fatalf("page buffer of %d bytes for a %d-byte frame", cap(page), len(body))
 		}
 	})
 }

@@ -52,45 +52,64 @@ func (sc *sconn) next() (*frame, error) {
 // A returned error is a protocol error (damaged framing, a truncated
 // body): the connection closes, as for any bad frame.
 func (sc *sconn) streamWrites(f *frame, n int) error {
-	r := sc.nc
-	var head [4]byte
-	if n < len(head) {
-		return protoErr("message truncated")
+	var apply func([]handoff.PageWrite) error
+	if d := sc.s.decode; d != nil {
+		apply = func(ws []handoff.PageWrite) error { return d.Write(sc.ctx, ws) }
 	}
-	if _, err := io.ReadFull(r, head[:]); err != nil {
-		return protoErr("truncated frame: %v", err)
-	}
-	count, meta, err := writeCount(head[:], n)
+	werr, err := readWrites(sc.nc, f, n, &sc.page, apply)
 	if err != nil {
 		return err
 	}
+	if werr != nil {
+		return sc.send(tError, f.stream, encError(werr))
+	}
+	return sc.send(tOK, f.stream)
+}
+
+// readWrites reads a Write frame's body of n bytes from r and hands its
+// writes to apply in order: each write that carries page bytes alone, right
+// after its bytes are read into *page (reused, grown as needed), and runs of
+// writes without bytes together. apply nil means this server does not serve
+// decode. It returns the service error to answer the call with (werr: the
+// first refusal; nothing after it is applied, the rest of the frame is still
+// read) or a protocol error (err: the connection must close).
+func readWrites(r io.Reader, f *frame, n int, page *[]byte, apply func([]handoff.PageWrite) error) (werr, err error) {
+	var head [4]byte
+	if n < len(head) {
+		return nil, protoErr("message truncated")
+	}
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, protoErr("truncated frame: %v", err)
+	}
+	count, meta, err := writeCount(head[:], n)
+	if err != nil {
+		return nil, err
+	}
 	recs := make([]byte, meta-len(head)) // bounded by the frame limit
 	if _, err := io.ReadFull(r, recs); err != nil {
-		return protoErr("truncated frame: %v", err)
+		return nil, protoErr("truncated frame: %v", err)
 	}
 	c := crc32.Update(0, castagnoli, f.hdr12[:])
 	c = crc32.Update(c, castagnoli, head[:])
 	c = crc32.Update(c, castagnoli, recs)
 	if c != f.crc {
-		return protoErr("frame checksum %08x, header says %08x", c, f.crc)
+		return nil, protoErr("frame checksum %08x, header says %08x", c, f.crc)
 	}
 	ws, lens, err := decWriteRecords(count, recs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	total := int64(meta)
 	for _, l := range lens {
 		total += int64(l)
 	}
 	if total != int64(n) {
-		return protoErr("write frame of %d bytes announces %d", n, total)
+		return nil, protoErr("write frame of %d bytes announces %d", n, total)
 	}
 
 	// Service-level refusals are answered on the call; the pages are still
 	// read off the wire.
-	var werr error
-	d := sc.s.decode
-	if d == nil {
+	if apply == nil {
 		werr = handoff.ErrState.With("this worker does not serve the decode side")
 	}
 	for i := range ws {
@@ -101,7 +120,7 @@ func (sc *sconn) streamWrites(f *frame, n int) error {
 	pending := 0 // writes without data (one-sided notices), applied together
 	flush := func(end int) {
 		if werr == nil && end > pending {
-			werr = d.Write(sc.ctx, ws[pending:end])
+			werr = apply(ws[pending:end])
 		}
 		pending = end
 	}
@@ -110,25 +129,22 @@ func (sc *sconn) streamWrites(f *frame, n int) error {
 			continue
 		}
 		flush(i)
-		if cap(sc.page) < lens[i] {
-			sc.page = make([]byte, lens[i])
+		if cap(*page) < lens[i] {
+			*page = make([]byte, lens[i])
 		}
-		buf := sc.page[:lens[i]]
+		buf := (*page)[:lens[i]]
 		if _, err := io.ReadFull(r, buf); err != nil {
-			return protoErr("truncated frame: %v", err)
+			return nil, protoErr("truncated frame: %v", err)
 		}
 		if werr == nil {
 			// Decode.Write has applied (copied) the page when it returns;
 			// the buffer is reused for the next one.
 			ws[i].Data = buf
-			werr = d.Write(sc.ctx, ws[i:i+1])
+			werr = apply(ws[i : i+1])
 			ws[i].Data = nil
 		}
 		pending = i + 1
 	}
 	flush(len(ws))
-	if werr != nil {
-		return sc.send(tError, f.stream, encError(werr))
-	}
-	return sc.send(tOK, f.stream)
+	return werr, nil
 }
