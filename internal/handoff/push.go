@@ -16,10 +16,6 @@ func Push(ctx context.Context, s *Sender, d Decode) error {
 		seq int
 		err error
 	}
-	if p, ok := d.(Placer); ok {
-		// One-sided: the Sender copies each page while it hashes it.
-		s.PlaceWith(p)
-	}
 	acks := make(chan ack, 64)
 	inflight := 0
 	for {

@@ -2,8 +2,6 @@ package handoff
 
 import (
 	"fmt"
-
-	"sluice/internal/kv"
 )
 
 // Source is the prefill side's view of one prefilled sequence: its KV
@@ -56,18 +54,6 @@ type SenderAction struct {
 	Err    error       // ActAbort, ActFailed
 }
 
-// Placer is a one-sided transport (shm) that lets the Sender copy pages
-// straight into the decode pool's shared memory while it hashes them, so a
-// page is read once for the copy, its checksum and the digest (see
-// Sender.PlaceWith).
-type Placer interface {
-	// PlaceDst is where page ref, reserved for handoff id, lives in the
-	// decode pool's shared memory. An error means no byte may be placed for
-	// it: the handoff already ended on this writer (its fence) or the page
-	// is outside the mapping.
-	PlaceDst(id kv.ID, ref kv.PageRef) ([]byte, error)
-}
-
 // Sender is the prefill side of the handoff protocol: a pure state machine
 // with no goroutines, clock or network.
 //
@@ -88,20 +74,6 @@ type Sender struct {
 	state    ActionKind // ActWait while transferring; then ActCommit, ActDone, ActAbort, ActFailed
 	commitOK bool       // the commit was handed out and awaits Committed
 	err      error
-	placer   Placer // see PlaceWith
-}
-
-// PlaceWith makes the Sender place each page itself: Next copies the page
-// into p's shared memory in the same pass that hashes it, and the batch it
-// returns holds only the notices (Placed, no Data). Without a source that
-// can copy in one pass (a PoolSource over kv.Pool) it changes nothing.
-// Push calls it when its Decode is a Placer. The copies happen inside Next,
-// so once Next has returned none of them is in flight (the drain
-// acknowledgement's promise, I6).
-func (s *Sender) PlaceWith(p Placer) {
-	if ps, ok := s.src.(*PoolSource); ok && ps.copying() {
-		s.placer = p
-	}
 }
 
 // NewSender checks that the prefilled sequence fits the reservation exactly
@@ -159,10 +131,6 @@ func (s *Sender) batch() SenderAction {
 	var ws []PageWrite
 	bytes := 0
 	summer, _ := s.src.(summingSource)
-	copier, _ := s.src.(pageCopier)
-	if s.placer == nil {
-		copier = nil
-	}
 	for s.next < len(s.res.Pages) {
 		// Pages are all one size: stop before reading (and hashing) a page
 		// that will not fit, rather than after.
@@ -174,27 +142,6 @@ func (s *Sender) batch() SenderAction {
 		var sum uint32
 		var summed bool
 		var err error
-		if copier != nil {
-			var dst []byte
-			ref := s.res.Pages[s.next]
-			if dst, err = s.placer.PlaceDst(s.res.Handoff, ref); err == nil {
-				if len(ws) > 0 && bytes+len(dst) > s.cfg.MaxBatchBytes {
-					break
-				}
-				slots, sum, err = copier.CopyPage(s.next, dst)
-			}
-			if err != nil {
-				return s.failNow(fmt.Errorf("block %d: %w", s.next, err))
-			}
-			if want := s.wantSlots(); slots != want {
-				return s.failNow(ErrCountMismatch.With("block %d has %d slots, want %d", s.next, slots, want))
-			}
-			ws = append(ws, PageWrite{Handoff: s.res.Handoff, Block: s.next, Page: ref,
-				Slots: slots, Checksum: sum, Placed: true})
-			bytes += len(dst)
-			s.next++
-			continue
-		}
 		if summer != nil {
 			data, slots, sum, summed, err = summer.PageSum(s.next)
 		} else {

@@ -51,39 +51,6 @@ func (s *PoolSource) PageSum(b int) ([]byte, int, uint32, bool, error) {
 	return data, n, uint32(sum.Image), sum.ImageOK, err
 }
 
-// copyingPrefillPool is a PrefillPool that copies a page out while it
-// hashes it (kv's CopyPageSum).
-type copyingPrefillPool interface {
-	CopyPageSum(o kv.Owner, ref kv.PageRef, dst []byte) ([]byte, int, kv.PageSum, error)
-}
-
-// pageCopier is a Source that copies block b's page image into dst and
-// takes its checksum in the same pass (one read of the page for the copy,
-// the checksum and the digest).
-type pageCopier interface {
-	CopyPage(b int, dst []byte) (slots int, checksum uint32, err error)
-}
-
-// CopyPage copies block b's page image into dst (a one-sided transport's
-// destination) and returns its slot count and checksum, both from one read
-// of the page. ok is false when the pool cannot do it in one pass.
-func (s *PoolSource) CopyPage(b int, dst []byte) (int, uint32, error) {
-	cp := s.Pool.(copyingPrefillPool)
-	data, n, sum, err := cp.CopyPageSum(s.Owner, s.Pages[b], dst)
-	if err != nil {
-		return 0, 0, err
-	}
-	if sum.ImageOK {
-		return n, uint32(sum.Image), nil
-	}
-	return n, Checksum(data), nil // a short page: its image is hashed apart
-}
-
-func (s *PoolSource) copying() bool {
-	_, ok := s.Pool.(copyingPrefillPool)
-	return ok
-}
-
 func (s *PoolSource) summing() bool {
 	_, ok := s.Pool.(summingPrefillPool)
 	return ok

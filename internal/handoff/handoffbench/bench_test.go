@@ -85,15 +85,7 @@ func handoffOnce(b *testing.B, r *handofftest.Rig, dec handoff.Decode, src *hand
 	if err != nil {
 		b.Fatal(err)
 	}
-	var pd handoff.Decode = d
-	if pl, ok := dec.(handoff.Placer); ok {
-		// The clock must not hide the one-sided writer's placement.
-		pd = struct {
-			*commitClock
-			handoff.Placer
-		}{d, pl}
-	}
-	if err := handoff.Push(ctx, s, pd); err != nil {
+	if err := handoff.Push(ctx, s, d); err != nil {
 		b.Fatal(err)
 	}
 	el := time.Since(start)

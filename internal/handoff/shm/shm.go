@@ -119,21 +119,6 @@ func (w *Writer) Write(ctx context.Context, ws []handoff.PageWrite) error {
 	return w.next.Write(ctx, notices)
 }
 
-// PlaceDst is where a page of the decode pool lives in the mapping, for a
-// Sender that copies pages itself while it hashes them (handoff.Placer).
-// It refuses a handoff this writer has committed or aborted (the same
-// fence as Write) and a page outside the mapping.
-func (w *Writer) PlaceDst(id kv.ID, ref kv.PageRef) ([]byte, error) {
-	if w.isEnded(id) {
-		return nil, handoff.ErrAborted.With("handoff %s already ended on this writer; no byte is placed for it", handoff.IDString(id))
-	}
-	off := int64(ref.Page) * int64(w.pageBytes)
-	if off < 0 || off+int64(w.pageBytes) > int64(len(w.mem)) {
-		return nil, handoff.ErrBadWrite.With("page %d is outside the shared pool", ref.Page)
-	}
-	return w.mem[off : off+int64(w.pageBytes) : off+int64(w.pageBytes)], nil
-}
-
 func (w *Writer) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Reservation, error) {
 	return w.next.Reserve(ctx, r)
 }
@@ -170,7 +155,4 @@ func (w *Writer) PlaceRaw(page uint32, data []byte) {
 	copy(w.mem[off:off+w.pageBytes], data)
 }
 
-var (
-	_ handoff.Decode = (*Writer)(nil)
-	_ handoff.Placer = (*Writer)(nil)
-)
+var _ handoff.Decode = (*Writer)(nil)
