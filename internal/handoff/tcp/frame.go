@@ -25,7 +25,10 @@ import (
 //	                  Receiver verifies before the bytes are used. Hashing
 //	                  them twice would halve the transport's throughput for
 //	                  no extra protection; lengths and all metadata stay
-//	                  covered, so framing can never be misread.
+//	                  covered, so framing can never be misread. A Write
+//	                  payload puts all metadata before the page data
+//	                  (codec.go), so its CRC is checked before any page
+//	                  byte is read (stream.go).
 //	16 payload
 //	   mac      16 B  only after the handshake with FrameMAC on: the AES-256-GMAC
 //	                  tag of header||payload under the session key, nonce =
