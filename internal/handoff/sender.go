@@ -130,7 +130,7 @@ func (s *Sender) Next() SenderAction {
 func (s *Sender) batch() SenderAction {
 	var ws []PageWrite
 	bytes := 0
-	summer, _ := s.src.(summingSource)
+	summer, _ := s.src.(PageSummer)
 	for s.next < len(s.res.Pages) {
 		// Pages are all one size: stop before reading (and hashing) a page
 		// that will not fit, rather than after.

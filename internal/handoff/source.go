@@ -24,12 +24,13 @@ func (s *PoolSource) Page(b int) ([]byte, int, error) {
 	return s.Pool.PageData(s.Owner, s.Pages[b])
 }
 
-// summingSource is a Source that hashes each page once as it reads it
-// (kv's PageDataSum): the page checksum comes from that pass, and its
-// Digest then combines the recorded per-block hashes instead of reading
-// every page again. summed is false when the source could not derive the
-// checksum from the pass (a short last page); the Sender then computes it.
-type summingSource interface {
+// PageSummer is a Source that hashes each page once as it reads it (kv's
+// PageDataSum): the page checksum comes from that pass, and its Digest then
+// combines the per-block hashes the pool recorded instead of reading every
+// page again. summed is false when the checksum could not come from that
+// pass (a short last page, a pool that cannot); the Sender then computes
+// it. A Source over a kv pool implements it with PoolPageSum.
+type PageSummer interface {
 	PageSum(b int) (data []byte, slots int, checksum uint32, summed bool, err error)
 }
 
@@ -38,17 +39,23 @@ type summingPrefillPool interface {
 	PageDataSum(o kv.Owner, ref kv.PageRef) ([]byte, int, kv.PageSum, error)
 }
 
-// PageSum is Page plus the page checksum, from one hash of the page that
-// the pool also records for Digest. With a pool that cannot do that, it is
-// Page and summed is false.
-func (s *PoolSource) PageSum(b int) ([]byte, int, uint32, bool, error) {
-	sp, ok := s.Pool.(summingPrefillPool)
+// PoolPageSum reads one page of o's sequence for a Sender (PageSummer):
+// its image, written slots and checksum, all from one hash of the page
+// that the pool also records for its Digest. With a pool that cannot hash
+// as it reads, it is PageData and summed is false.
+func PoolPageSum(p PrefillPool, o kv.Owner, ref kv.PageRef) (data []byte, slots int, checksum uint32, summed bool, err error) {
+	sp, ok := p.(summingPrefillPool)
 	if !ok {
-		data, n, err := s.Page(b)
-		return data, n, 0, false, err
+		data, slots, err = p.PageData(o, ref)
+		return data, slots, 0, false, err
 	}
-	data, n, sum, err := sp.PageDataSum(s.Owner, s.Pages[b])
-	return data, n, uint32(sum.Image), sum.ImageOK, err
+	data, slots, sum, err := sp.PageDataSum(o, ref)
+	return data, slots, uint32(sum.Image), sum.ImageOK, err
+}
+
+// PageSum is Page plus the page checksum from one hash of the page (PageSummer).
+func (s *PoolSource) PageSum(b int) ([]byte, int, uint32, bool, error) {
+	return PoolPageSum(s.Pool, s.Owner, s.Pages[b])
 }
 
 func (s *PoolSource) summing() bool {
