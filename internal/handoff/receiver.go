@@ -71,6 +71,9 @@ type rhandoff struct {
 	quar      bool  // pages are quarantined awaiting drain/lease
 	err       error // why it ended
 	maxTokens int
+	// early: an Abort arrived before any Reserve for this id (a tombstone
+	// with no pages); a Reserve that arrives later is refused.
+	early bool
 }
 
 // Accepted is what the Receiver hands the decoder when a commit verifies:
@@ -116,7 +119,16 @@ type Receiver struct {
 	pool  Pool
 	live  map[kv.ID]*rhandoff
 	stats ReceiverStats
+	// early lists the ids of pre-reservation abort tombstones, oldest
+	// first, so there are never more than maxEarlyAborts of them.
+	early []kv.ID
 }
+
+// maxEarlyAborts bounds the tombstones left by aborts of handoffs this
+// Receiver never reserved: an authenticated but confused peer cannot grow
+// them without bound. A Reserve normally follows its early Abort within
+// one network round trip, far sooner than the oldest of this many.
+const maxEarlyAborts = 1 << 14
 
 // NewReceiver returns a Receiver applying writes to pool.
 func NewReceiver(cfg ReceiverConfig, pool Pool) *Receiver {
@@ -156,7 +168,14 @@ func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 		r.stats.Failed[ErrRefused.Code]++
 		return nil, ErrRefused.With("prompt_tokens %d, max_tokens %d", m.PromptTokens, m.MaxTokens)
 	}
-	if _, dup := r.live[m.Handoff]; dup {
+	if h, dup := r.live[m.Handoff]; dup {
+		if h.early {
+			// I6: the router gave this handoff up (its Abort overtook the
+			// Reserve on another connection); reserving now would leave
+			// pages nobody will ever release.
+			r.stats.Failed[ErrAborted.Code]++
+			return nil, ErrAborted.With("handoff %s was aborted before its reservation arrived: %v", IDString(m.Handoff), h.err)
+		}
 		return nil, ErrDuplicate.With("handoff %s", IDString(m.Handoff))
 	}
 	ps := r.cfg.PageSize
@@ -392,14 +411,37 @@ func (r *Receiver) Commit(now time.Time, c *Commit) (*Accepted, error) {
 // drain acknowledgement or the lease when a one-sided writer may still be
 // writing (I6). It reports whether the handoff was live. An accepted
 // handoff's pages belong to the decoder and are not touched here.
+//
+// Aborting an id the Receiver does not know leaves a tombstone (for
+// ReceiverConfig.Tombstone, at most maxEarlyAborts of them): an Abort can
+// overtake its own Reserve (sent on another connection after the caller
+// gave up waiting), and the Reserve that lands afterwards is then refused
+// with ErrAborted instead of reserving pages nobody would release.
 func (r *Receiver) Abort(now time.Time, id kv.ID, reason string) bool {
 	h, ok := r.live[id]
-	if !ok || h.ph == phEnded || h.ph == phAccepted {
+	if !ok {
+		r.tombstoneEarly(now, id, reason)
+		return false
+	}
+	if h.ph == phEnded || h.ph == phAccepted {
 		return false
 	}
 	r.stats.Aborted++
 	r.end(now, h, ErrAborted.With("%s", reason))
 	return true
+}
+
+func (r *Receiver) tombstoneEarly(now time.Time, id kv.ID, reason string) {
+	for len(r.early) >= maxEarlyAborts {
+		old := r.early[0]
+		r.early = r.early[1:]
+		if h, ok := r.live[old]; ok && h.early {
+			delete(r.live, old)
+		}
+	}
+	r.live[id] = &rhandoff{ph: phEnded, endedAt: now, early: true,
+		err: ErrAborted.With("%s", reason)}
+	r.early = append(r.early, id)
 }
 
 // fail ends a handoff closed (I8) and returns err for the caller.
@@ -456,6 +498,16 @@ func (r *Receiver) Tick(now time.Time) {
 			}
 			delete(r.live, id)
 		}
+	}
+	if len(r.early) > 0 {
+		kept := r.early[:0]
+		for _, id := range r.early {
+			if h, ok := r.live[id]; ok && h.early {
+				kept = append(kept, id)
+			}
+		}
+		clear(r.early[len(kept):])
+		r.early = kept
 	}
 }
 

@@ -128,9 +128,15 @@ func (w *Writer) Commit(ctx context.Context, c *handoff.Commit) error {
 	return w.next.Commit(ctx, c)
 }
 
+// Abort tells the decode side first and fences the handoff here after: a
+// Write racing the abort then either lands before the decode side ended
+// the handoff (applied, then quarantined with it) or after (a counted
+// late write into quarantined pages, I6), never as a notice for bytes this
+// writer skipped, which the decode side would take for a corrupt page.
 func (w *Writer) Abort(ctx context.Context, a *handoff.Abort) error {
+	err := w.next.Abort(ctx, a)
 	w.end(a.Handoff)
-	return w.next.Abort(ctx, a)
+	return err
 }
 
 // Drained fences the handoff locally, then acknowledges the drain: Write

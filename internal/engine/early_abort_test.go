@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"sluice/internal/handoff"
+)
+
+// overtaking is a decode link whose Reserve is slow on the wire: when the
+// caller's context ends first, the call returns ErrTransport at once (as
+// the TCP client does), and the Reserve itself reaches the decode worker
+// only after whatever the caller sent next (its Abort, on another
+// connection).
+type overtaking struct {
+	handoff.Decode
+	reserveErr chan error
+	aborted    chan struct{}
+}
+
+func (o *overtaking) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Reservation, error) {
+	<-ctx.Done()
+	go func() {
+		<-o.aborted
+		_, err := o.Decode.Reserve(context.Background(), r)
+		o.reserveErr <- err
+	}()
+	return nil, handoff.ErrTransport.With("no reply before the deadline: %v", ctx.Err())
+}
+
+func (o *overtaking) Abort(ctx context.Context, a *handoff.Abort) error {
+	err := o.Decode.Abort(ctx, a)
+	close(o.aborted)
+	return err
+}
+
+// A client that goes away while its Reserve is in flight must not leave
+// decode pages reserved until the decode worker's HandoffTimeout (two
+// minutes by default): the engine's Abort overtakes the Reserve, and the
+// decode side refuses the late Reserve (I6; found by the router's
+// TestDisconnectAtEveryPhase/tcp).
+func TestAbortOvertakingReserveLeavesNothingReserved(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	link := &overtaking{Decode: dw, reserveErr: make(chan error, 1), aborted: make(chan struct{})}
+	pw, err := NewPrefillWorker(toyConfig(m, 32), dw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: 128}, pw, link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	go cancel()
+	if _, err := eng.Submit(ctx, &Request{Tenant: "acme", Prompt: prompt(3, 9), MaxTokens: 4}); err == nil {
+		t.Fatal("submit with a context cancelled during Reserve succeeded")
+	}
+	if err := <-link.reserveErr; !errors.Is(err, handoff.ErrAborted) {
+		t.Fatalf("the Reserve that arrived after its Abort: %v, want ErrAborted", err)
+	}
+	// No timer has run: what is reserved now stays reserved for minutes.
+	if err := dw.Pool().CheckDrained(); err != nil {
+		t.Fatalf("decode pool after the client left during Reserve: %v", err)
+	}
+}
