@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"sluice/internal/engine"
+	"sluice/internal/handoff/tcp"
 	"sluice/internal/kv"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
@@ -44,7 +45,7 @@ Example:
 	}
 	defer m.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
-	dc, err := node.NewRedialer(ctx, decodeAddr, tc, log)
+	dc, err := tcp.ConnectRedialer(ctx, decodeAddr, tc, log)
 	cancel()
 	if err != nil {
 		log.Error("cannot reach the decode worker", "decode", decodeAddr, "err", err)

@@ -112,7 +112,7 @@ Example:
 	tc := tcp.Config{Secret: secret, FrameMAC: frameMAC}
 	cctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
-	dc, err := node.NewRedialer(cctx, decodeAddr, tc, log)
+	dc, err := tcp.ConnectRedialer(cctx, decodeAddr, tc, log)
 	if err != nil {
 		log.Error("cannot reach the decode worker", "decode", decodeAddr, "err", err)
 		return 1
@@ -137,7 +137,7 @@ Example:
 			"code", preflight.Code)
 		return 1
 	}
-	pc, err := node.NewRedialer(cctx, prefillAddr, tc, log)
+	pc, err := tcp.ConnectRedialer(cctx, prefillAddr, tc, log)
 	if err != nil {
 		log.Error("cannot reach the prefill worker", "prefill", prefillAddr, "err", err)
 		return 1

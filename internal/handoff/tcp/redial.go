@@ -2,26 +2,72 @@ package tcp
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 )
 
-// Redialer is a Client that dials on first use and again after its
-// connection died, so a restarted peer is reached without rebuilding the
-// caller. It never retries a call: a call on a connection that died returns
-// ErrTransport (outcome unknown) and the caller decides (normally: Abort,
-// which goes out on a fresh connection).
+// Redialer is a role's handoff service (handoff.Decode and handoff.Prefill)
+// over an authenticated connection that is dialled again when it dies, so
+// a restarted peer is used again without rebuilding the caller. It never
+// retries a call: a call on a connection that died returns ErrTransport
+// (outcome unknown) and the caller decides (normally: Abort, which goes out
+// on a fresh connection).
 type Redialer struct {
 	addr string
 	cfg  Config
+	log  *slog.Logger
 	mu   sync.Mutex
 	c    *Client
 }
 
-// NewRedialer returns a Redialer for addr; nothing is dialed yet.
-func NewRedialer(addr string, cfg Config) *Redialer { return &Redialer{addr: addr, cfg: cfg} }
+// redialTimeout bounds one dial made on behalf of a call.
+const redialTimeout = 5 * time.Second
+
+// NewRedialer returns a Redialer for addr; nothing is dialled yet.
+func NewRedialer(addr string, cfg Config) *Redialer {
+	return &Redialer{addr: addr, cfg: cfg, log: slog.New(slog.DiscardHandler)}
+}
+
+// ConnectRedialer connects to addr, retrying until ctx ends (roles may
+// start in any order), and returns a Redialer over that connection that
+// logs to log (nil: nowhere) when it loses and re-establishes it.
+func ConnectRedialer(ctx context.Context, addr string, cfg Config, log *slog.Logger) (*Redialer, error) {
+	c, err := DialRetry(ctx, addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := NewRedialer(addr, cfg)
+	if log != nil {
+		r.log = log
+	}
+	r.c = c
+	return r, nil
+}
+
+// DialRetry dials addr until it succeeds, authentication fails (retrying
+// cannot fix a wrong secret, I12) or ctx ends.
+func DialRetry(ctx context.Context, addr string, cfg Config) (*Client, error) {
+	for {
+		c, err := Dial(ctx, addr, cfg)
+		if err == nil {
+			return c, nil
+		}
+		if errors.Is(err, handoff.ErrAuth) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("could not reach %s: %w", addr, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
 
 func (r *Redialer) client(ctx context.Context) (*Client, error) {
 	r.mu.Lock()
@@ -30,13 +76,17 @@ func (r *Redialer) client(ctx context.Context) (*Client, error) {
 		return r.c, nil
 	}
 	if r.c != nil {
+		r.log.Warn("connection to a worker lost; dialling again", "addr", r.addr, "err", r.c.Err())
 		r.c.Close()
 		r.c = nil
 	}
-	c, err := Dial(ctx, r.addr, r.cfg)
+	dctx, cancel := context.WithTimeout(ctx, redialTimeout)
+	defer cancel()
+	c, err := Dial(dctx, r.addr, r.cfg)
 	if err != nil {
 		return nil, err
 	}
+	r.log.Info("connection to a worker (re-)established", "addr", r.addr)
 	r.c = c
 	return c, nil
 }
