@@ -566,7 +566,8 @@ func (p *Pool) markWritten(o Owner, ref PageRef, slots int, sum bool) (PageSum, 
 	}
 	// The bytes came out of band: they are hashed here, from this pool's
 	// own memory, after the notice; nothing the sender claims is trusted.
-	return p.sumLocked(ref.Page, slots), nil
+	// Not recorded for Digest: the peer can still change them (I5).
+	return p.hashLocked(ref.Page, slots), nil
 }
 
 func (p *Pool) transferLocked(o Owner, ref PageRef, slots, size int, op op) error {

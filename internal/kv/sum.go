@@ -12,15 +12,19 @@ import "github.com/zeebo/xxh3"
 // made, while it is in cache), when a one-sided notice marks it
 // (MarkWrittenSum, hashed from this pool's own memory after the notice,
 // I5: never a hash the sender supplies), or when a sender reads it
-// (PageDataSum). The pool records that block hash; Digest and Seal then
-// combine recorded hashes instead of re-reading the pages.
+// (PageDataSum). The pool records that block hash (except a one-sided
+// notice's, below); Digest and Seal then combine recorded hashes instead
+// of re-reading the pages.
 //
 // A recorded hash is used only while the bytes are provably the ones
 // hashed: any Put to the page, a scrub, or a new allocation drops it, and
-// Digest and Seal hash such a page from memory as before. What it does not
-// see is a one-sided write landing in the shared mapping after its notice
-// was marked: that write is fenced by generation and quarantine (I3, I6),
-// like one landing after the commit always was.
+// Digest and Seal hash such a page from memory as before. A page written
+// one-sidedly is never recorded: a peer mapping the shared memory can
+// change it after its notice, unseen by the pool, so the commit's Digest
+// hashes it from memory (I5; the simulator found the gap when the notice's
+// hash was recorded). That costs one more read of such a page per handoff
+// (BenchmarkHandoffShm). Writes landing after the commit are fenced by
+// generation and quarantine (I3, I6).
 //
 // The page checksum (handoff.Checksum: the low 32 bits of XXH3-64 of the
 // page image) comes from the same pass: for a full page the block hash is
@@ -52,8 +56,11 @@ func (p *Pool) WritePageSum(o Owner, ref PageRef, slots int, data []byte) (PageS
 }
 
 // MarkWrittenSum is MarkWritten that also hashes the page once from this
-// pool's memory (the bytes that arrived out of band), records that hash for
-// Digest and Seal and returns it.
+// pool's memory (the bytes that arrived out of band) and returns that hash
+// for the notice's checksum. It does NOT record it for Digest: a one-sided
+// peer can still change the shared bytes after the notice, so the commit's
+// digest re-reads the page from memory (I5: verified over what decode
+// holds at the commit, not what it held at the notice).
 func (p *Pool) MarkWrittenSum(o Owner, ref PageRef, slots int) (PageSum, error) {
 	return p.markWritten(o, ref, slots, true)
 }
@@ -74,7 +81,15 @@ func (p *Pool) PageDataSum(o Owner, ref PageRef) ([]byte, int, PageSum, error) {
 // sumLocked hashes the first n slots of a page, records the result and
 // returns it.
 func (p *Pool) sumLocked(pg uint32, n int) PageSum {
+	s := p.hashLocked(pg, n)
 	m := &p.pages[pg]
+	m.sum, m.sumSlots = s.Block, n
+	m.summed.Store(true)
+	return s
+}
+
+// hashLocked hashes the first n slots of a page without recording it.
+func (p *Pool) hashLocked(pg uint32, n int) PageSum {
 	var s PageSum
 	if n == p.geo.PageSize {
 		base := int(pg) * p.pageBytes
@@ -84,8 +99,6 @@ func (p *Pool) sumLocked(pg uint32, n int) PageSum {
 	} else {
 		s.Block = p.pageDigest(pg, n)
 	}
-	m.sum, m.sumSlots = s.Block, n
-	m.summed.Store(true)
 	return s
 }
 
