@@ -60,13 +60,28 @@ func FuzzPoolOps(f *testing.F) {
 					img[i] = byte(i*7 + 1)
 				}
 				before := append([]float32(nil), p.f32...)
-				if err := p.WritePage(o, r, next()%6, img); err != nil && !sameBits(before, p.f32) {
+				slots := next() % 6
+				var err error
+				if next()%2 == 0 {
+					err = p.WritePage(o, r, slots, img)
+				} else {
+					_, err = p.WritePageSum(o, r, slots, img)
+				}
+				if err != nil && !sameBits(before, p.f32) {
 					t.Fatalf("a refused page write changed memory: %v", err)
 				}
 			case 3:
-				p.MarkWritten(o, ref(), next()%6)
+				if next()%2 == 0 {
+					p.MarkWritten(o, ref(), next()%6)
+				} else {
+					p.MarkWrittenSum(o, ref(), next()%6)
+				}
 			case 4:
-				if d, n, err := p.PageData(o, ref()); err == nil && (len(d) != tg.PageBytes() || n < 0 || n > tg.PageSize) {
+				d, n, err := p.PageData(o, ref())
+				if next()%2 == 0 {
+					d, n, _, err = p.PageDataSum(o, ref())
+				}
+				if err == nil && (len(d) != tg.PageBytes() || n < 0 || n > tg.PageSize) {
 					t.Fatalf("PageData returned %d bytes, %d slots", len(d), n)
 				}
 			case 5:
@@ -88,6 +103,15 @@ func FuzzPoolOps(f *testing.F) {
 			}
 			if err := p.audit(); err != nil {
 				t.Fatal(err)
+			}
+			// A recorded page hash stands in for the page's bytes in Digest
+			// and Seal (sum.go): it must equal a fresh hash of them after
+			// any sequence of pool operations.
+			for pg := range p.pages {
+				m := &p.pages[pg]
+				if m.summed.Load() && m.sum != p.pageDigest(uint32(pg), m.sumSlots) {
+					t.Fatalf("page %d: recorded hash of %d slots no longer matches its bytes", pg, m.sumSlots)
+				}
 			}
 		}
 		for oi, refs := range held {
