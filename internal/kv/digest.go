@@ -2,6 +2,9 @@ package kv
 
 import (
 	"encoding/binary"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/zeebo/xxh3"
 )
@@ -33,15 +36,57 @@ func (p *Pool) seqDigest(refs []PageRef, tokens int) [16]byte {
 	binary.LittleEndian.PutUint64(buf[8:], uint64(g.Layers))
 	binary.LittleEndian.PutUint64(buf[16:], uint64(g.KVDim))
 	binary.LittleEndian.PutUint64(buf[24:], uint64(g.PageSize))
-	for b, ref := range refs {
+	nb := min(len(refs), (tokens+g.PageSize-1)/g.PageSize)
+	hs := make([][16]byte, nb)
+	var fresh []int // blocks without a recorded hash: read afresh
+	for b := range nb {
 		n := min(g.PageSize, tokens-b*g.PageSize)
-		if n <= 0 {
-			break
+		m := &p.pages[refs[b].Page]
+		if m.summed.Load() && m.sumSlots == n {
+			hs[b] = m.sum
+		} else {
+			fresh = append(fresh, b)
 		}
-		h := p.blockHashLocked(ref.Page, n)
+	}
+	p.hashBlocks(refs, tokens, fresh, hs)
+	for _, h := range hs {
 		buf = append(buf, h[:]...)
 	}
 	return xxh3.Hash128(buf).Bytes()
+}
+
+// parallelDigestBytes is how much unrecorded page data a digest must read
+// before it splits the reading across cores: a one-sided handoff's commit
+// re-reads every page (sum.go), and that read is on the handoff's critical
+// path, after its last write.
+const parallelDigestBytes = 2 << 20
+
+// hashBlocks sets hs[b] to the block hash of each block b in todo, read
+// from memory, on up to GOMAXPROCS goroutines when there is enough of it.
+// The caller holds p.mu, so no release can scrub the pages meanwhile; the
+// goroutines only read.
+func (p *Pool) hashBlocks(refs []PageRef, tokens int, todo []int, hs [][16]byte) {
+	ps := p.geo.PageSize
+	one := func(b int) { hs[b] = p.pageDigest(refs[b].Page, min(ps, tokens-b*ps)) }
+	workers := min(runtime.GOMAXPROCS(0), len(todo)*p.pageBytes/(parallelDigestBytes/2))
+	if workers < 2 {
+		for _, b := range todo {
+			one(b)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(todo); i = int(next.Add(1) - 1) {
+				one(todo[i])
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // pageDigest is blockHash of the first n slots of a page; Seal records it

@@ -171,3 +171,51 @@ func TestPageDataSumFeedsDigest(t *testing.T) {
 		}
 	}
 }
+
+// A digest over enough pages without recorded hashes (a one-sided
+// handoff's commit) reads them on several goroutines; the result is the
+// definition's, computed here from the images, with recorded and fresh
+// pages mixed and a short last page.
+func TestParallelDigest(t *testing.T) {
+	g := Geometry{Layers: 4, KVDim: 256, PageSize: 16} // 128 KiB pages
+	const pages = 3 * parallelDigestBytes / (4 * 256 * 2 * 4 * 16)
+	p, err := New(Config{Geometry: g, Pages: pages})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	h := owner("t", 1)
+	refs, _ := p.Reserve(h, pages)
+	tokens := pages*g.PageSize - 5
+	var buf []byte
+	for _, x := range []int{tokens, g.Layers, g.KVDim, g.PageSize} {
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(x))
+	}
+	img := make([]byte, g.PageBytes())
+	for b, ref := range refs {
+		for i := range img {
+			img[i] = byte(i*13 + b*101 + i>>11)
+		}
+		slots := min(g.PageSize, tokens-b*g.PageSize)
+		var err error
+		if b%5 == 0 {
+			_, err = p.WritePageSum(h, ref, slots, img) // recorded
+		} else {
+			err = p.WritePage(h, ref, slots, img)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var blk []byte
+		run := slots * g.KVDim * 4
+		for half := range 2 * g.Layers {
+			off := half * g.PageSize * g.KVDim * 4
+			blk = append(blk, img[off:off+run]...)
+		}
+		bh := xxh3.Hash128(blk).Bytes()
+		buf = append(buf, bh[:]...)
+	}
+	if got, err := p.Digest(h, refs, tokens); err != nil || got != xxh3.Hash128(buf).Bytes() {
+		t.Fatalf("parallel digest %x (%v) differs from the definition", got, err)
+	}
+}
