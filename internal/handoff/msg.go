@@ -36,6 +36,11 @@ type Reservation struct {
 	PageSize int
 	// ExpectTokens is the token count the Commit must claim (== PromptTokens).
 	ExpectTokens int
+	// Incarnation names the decode pool's shared memory (kv.Pool.
+	// Incarnation; 0 when the pool is not shared). A one-sided writer
+	// places bytes only into a mapping of this incarnation, so writes meant
+	// for a crashed decode worker never reach its restarted successor (I6).
+	Incarnation uint64
 }
 
 // PageWrite carries one logical block of KV into one reserved page.

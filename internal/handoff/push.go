@@ -18,6 +18,11 @@ func Push(ctx context.Context, s *Sender, d Decode) error {
 	}
 	acks := make(chan ack, 64)
 	inflight := 0
+	if r, ok := d.(Registrar); ok {
+		if err := r.Register(s.Reservation()); err != nil {
+			s.Fail(err)
+		}
+	}
 	for {
 		if ctx.Err() != nil {
 			s.Fail(ctx.Err())

@@ -195,9 +195,16 @@ func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 	r.live[m.Handoff] = &rhandoff{owner: o, prompt: m.PromptTokens, refs: refs, nPrompt: nPrompt,
 		slots: make([]int, nPrompt), writes: make([]int, nPrompt), maxTokens: m.MaxTokens}
 	r.stats.Reserved++
-	return &Reservation{Handoff: m.Handoff, Pages: append([]kv.PageRef(nil), refs[:nPrompt]...),
-		PageSize: ps, ExpectTokens: m.PromptTokens}, nil
+	res := &Reservation{Handoff: m.Handoff, Pages: append([]kv.PageRef(nil), refs[:nPrompt]...),
+		PageSize: ps, ExpectTokens: m.PromptTokens}
+	if ip, ok := r.pool.(incarnated); ok {
+		res.Incarnation = ip.Incarnation()
+	}
+	return res, nil
 }
+
+// incarnated is a pool whose shared memory has an incarnation (kv.Pool).
+type incarnated interface{ Incarnation() uint64 }
 
 // expectSlots is the slot count block b of a prompt of n tokens must carry.
 func (r *Receiver) expectSlots(h *rhandoff, b int) int {

@@ -166,6 +166,11 @@ type Unsafe struct {
 	// of fencing them until DrainAck or the lease: a page freed while a
 	// one-sided transfer may still write it (I6 off).
 	NoQuarantine bool
+	// ReuseSharedFile maps an existing Config.SharedFile in place
+	// (truncated) instead of creating a new file: a writer that still maps
+	// the crashed previous incarnation's memory then writes into this pool
+	// (the simulator's restart-same-file hazard).
+	ReuseSharedFile bool
 }
 
 // Verify says when sealed pages are re-hashed against their seal digest

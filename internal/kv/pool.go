@@ -73,6 +73,7 @@ type Pool struct {
 	mem   []byte    // all pages, contiguous; page i at i*pageBytes
 	f32   []float32 // the same memory as float32s
 	unmap func() error
+	inc   uint64 // incarnation of a shared pool (shm.go); 0 on the heap
 
 	pages   []page
 	written []atomic.Int32 // [page*Layers+layer]: slots written in that layer (I4)
@@ -141,11 +142,11 @@ func New(cfg Config) (*Pool, error) {
 		tail:       -1,
 	}
 	if cfg.SharedFile != "" {
-		mem, unmap, err := mapShared(cfg.SharedFile, int(size))
+		mem, inc, unmap, err := mapShared(cfg.SharedFile, g, cfg.Pages, cfg.Unsafe.ReuseSharedFile)
 		if err != nil {
 			return nil, err
 		}
-		p.mem, p.unmap = mem, unmap
+		p.mem, p.unmap, p.inc = mem, unmap, inc
 		p.f32 = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(mem))), len(mem)/4)
 	} else {
 		p.f32 = make([]float32, int(size/4))
@@ -209,9 +210,17 @@ func (p *Pool) FreePages() int {
 // the incident demo shows each other safeguard holding alone.
 func (p *Pool) SetChecks(on bool) { p.checks.Store(on) }
 
-// SharedOffset is the byte offset of a page in the pool memory (the shared
-// file for the shm transport).
-func (p *Pool) SharedOffset(ref PageRef) int64 { return int64(ref.Page) * int64(p.pageBytes) }
+// SharedOffset is the byte offset of a page in the shared pool file (shm
+// transport): after the file's header.
+func (p *Pool) SharedOffset(ref PageRef) int64 {
+	return SharedHeaderBytes + int64(ref.Page)*int64(p.pageBytes)
+}
+
+// Incarnation names this pool's shared memory: 64 random bits chosen when
+// the shared file was created, 0 for a heap pool. A Reservation carries it
+// so a one-sided writer never places bytes in another incarnation's
+// memory (I6 across a decode restart).
+func (p *Pool) Incarnation() uint64 { return p.inc }
 
 // Reserve allocates n pages for o, all or nothing, each with a fresh
 // generation (I3), in state Reserved with nothing written.

@@ -1,30 +1,116 @@
 package kv
 
 import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
 )
 
-// mapShared maps path MAP_SHARED as the pool memory, so a peer process that
-// maps the same file writes pages one-sidedly (the shm transport). The file
-// is truncated to zero first: whatever a previous process left in it is
-// gone before any page is handed out (I7).
-func mapShared(path string, size int) ([]byte, func() error, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+// A shared pool file is a header page, then the pages:
+//
+//	offset 0:    "SLUICEKV", u32 version 1, u32 0, u64 incarnation,
+//	             u64 layers, KV dim, page size, pages (little endian)
+//	offset 4096: page 0, page 1, ... (SharedOffset)
+//
+// The incarnation is 64 random bits chosen when the pool is created; every
+// Reservation of a shared pool names it, so a writer can tell whether the
+// memory it maps belongs to the pool that reserved the pages.
+
+// SharedHeaderBytes is the size of a shared pool file's header; page p
+// starts at SharedHeaderBytes + p*PageBytes (a multiple of the page size
+// of every platform we map on, so pages stay aligned).
+const SharedHeaderBytes = 4096
+
+const (
+	sharedMagic   = "SLUICEKV"
+	sharedVersion = 1
+)
+
+// SharedHeader is what a shared pool file says about itself.
+type SharedHeader struct {
+	Incarnation uint64
+	Geometry    Geometry
+	Pages       int
+}
+
+// ParseSharedHeader reads the header at the start of a shared pool file.
+func ParseSharedHeader(b []byte) (SharedHeader, error) {
+	if len(b) < 56 || string(b[:8]) != sharedMagic {
+		return SharedHeader{}, &Error{Code: CodeBadConfig, Msg: "not a sluice shared KV pool file (bad magic)"}
+	}
+	le := binary.LittleEndian
+	if v := le.Uint32(b[8:]); v != sharedVersion {
+		return SharedHeader{}, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("shared KV pool file version %d, this build reads %d", v, sharedVersion)}
+	}
+	h := SharedHeader{Incarnation: le.Uint64(b[16:]),
+		Geometry: Geometry{Layers: int(le.Uint64(b[24:])), KVDim: int(le.Uint64(b[32:])), PageSize: int(le.Uint64(b[40:]))},
+		Pages:    int(le.Uint64(b[48:]))}
+	if h.Incarnation == 0 {
+		return SharedHeader{}, &Error{Code: CodeBadConfig, Msg: "shared KV pool file has no incarnation (not fully created)"}
+	}
+	return h, nil
+}
+
+func putSharedHeader(b []byte, h SharedHeader) {
+	le := binary.LittleEndian
+	copy(b, sharedMagic)
+	le.PutUint32(b[8:], sharedVersion)
+	le.PutUint64(b[24:], uint64(h.Geometry.Layers))
+	le.PutUint64(b[32:], uint64(h.Geometry.KVDim))
+	le.PutUint64(b[40:], uint64(h.Geometry.PageSize))
+	le.PutUint64(b[48:], uint64(h.Pages))
+	// The incarnation last: a reader never sees a header that names an
+	// incarnation before the rest of it is there.
+	le.PutUint64(b[16:], h.Incarnation)
+}
+
+func newIncarnation() uint64 {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic("kv: no randomness for a pool incarnation: " + err.Error())
+		}
+		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+// mapShared creates path as a NEW file and maps it MAP_SHARED as the pool
+// memory, so a peer process that maps the same file writes pages
+// one-sidedly (the shm transport). Whatever was at path is unlinked first
+// and the file is created with O_EXCL: a writer still mapping a previous
+// incarnation's file (a crashed decode worker's) holds the old inode, and
+// its posted writes land there, never in this pool (I6 across restarts:
+// the old incarnation's quarantine state died with it). Fresh file memory
+// is zero (I7). reuse is the Unsafe.ReuseSharedFile test hook.
+func mapShared(path string, g Geometry, pages int, reuse bool) ([]byte, uint64, func() error, error) {
+	size := SharedHeaderBytes + pages*g.PageBytes()
+	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL
+	if reuse {
+		flags = os.O_RDWR | os.O_CREATE
+	} else if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot remove the previous shared KV file %s: %v", path, err)}
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
 	if err != nil {
-		return nil, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot open the shared KV file %s: %v", path, err)}
+		return nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot create the shared KV file %s: %v", path, err)}
 	}
 	defer f.Close() // the mapping outlives the descriptor
 	if err := f.Truncate(0); err == nil {
 		err = f.Truncate(int64(size))
 	}
 	if err != nil {
-		return nil, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot size the shared KV file %s to %d bytes: %v", path, size, err)}
+		return nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot size the shared KV file %s to %d bytes: %v", path, size, err)}
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
-		return nil, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot map the shared KV file %s: %v", path, err)}
+		return nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot map the shared KV file %s: %v", path, err)}
 	}
-	return mem, func() error { return syscall.Munmap(mem) }, nil
+	inc := newIncarnation()
+	putSharedHeader(mem, SharedHeader{Incarnation: inc, Geometry: g, Pages: pages})
+	return mem[SharedHeaderBytes:], inc, func() error { return syscall.Munmap(mem) }, nil
 }

@@ -254,7 +254,7 @@ func TestPoolStateMachine(t *testing.T) {
 				// The one-sided write lands first (rows are a function of the
 				// position, so rewriting written slots keeps their values).
 				img := pageImage(s.o, ref.Gen, b, slots)
-				off := int(p.SharedOffset(ref))
+				off := int(p.SharedOffset(ref)) - SharedHeaderBytes // p.mem starts after the header
 				for half := range 2 * tg.Layers {
 					o := half * tg.PageSize * tg.KVDim * 4
 					copy(p.mem[off+o:off+o+slots*tg.KVDim*4], img[o:o+slots*tg.KVDim*4])

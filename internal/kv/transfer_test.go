@@ -281,7 +281,7 @@ func TestSharedFileMarkWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	peer, err := syscall.Mmap(int(f.Fd()), 0, 3*tg.PageBytes(), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	peer, err := syscall.Mmap(int(f.Fd()), 0, SharedHeaderBytes+3*tg.PageBytes(), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		t.Fatal(err)
 	}

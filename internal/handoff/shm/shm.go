@@ -4,13 +4,24 @@
 // memory, as an RDMA write would, then sends only a small notice (the
 // PageWrite with Placed set, no data) over the control channel. The decode
 // side checks the notice (owner, generation, slots, checksum of the bytes in
-// its own memory) before it marks the page written.
+// its own memory) before it marks the page written, and hashes such pages
+// again from its memory for the commit's digest (I5).
 //
 // Because the decode side cannot stop a one-sided write, an abort or a
 // failure before the commit quarantines the handoff's pages until this
 // writer's drain acknowledgement (Decode.Drained) or until the pool's lease
 // runs out (I6). Writes go in bounded batches (handoff.SenderConfig.
 // MaxBatchBytes), so the in-flight time the lease must cover stays small.
+//
+// The writer is fenced the way an RDMA memory key scopes a peer to a
+// registered region: it places bytes for a handoff only after it was given
+// that handoff's Reservation (Register, or a Reserve made through it), only
+// at the reservation's own (page, generation) for each block, and only into
+// a mapping of the pool incarnation the reservation names. A write outside
+// that is refused with ErrBadWrite before any byte of its batch is placed.
+// A decode worker restarted on the same path creates a new file (kv), and
+// the writer maps it when a reservation names the new incarnation; the
+// crashed incarnation's memory is never the new pool's.
 package shm
 
 import (
@@ -29,10 +40,19 @@ import (
 // call goes to next unchanged.
 type Writer struct {
 	next      handoff.Decode
-	mem       []byte
+	path      string
+	geo       kv.Geometry
 	pageBytes int
 
-	mu sync.Mutex
+	// NoFence switches the reservation fence off: bytes are placed at
+	// whatever page a write names. TEST HOOK ONLY (the simulator's
+	// foreign-placement bug); a server never sets it.
+	NoFence bool
+
+	mu  sync.Mutex
+	cur *mapping // the newest incarnation mapped
+	// regs are the reservations this writer may place bytes for (I3).
+	regs map[kv.ID]*registration
 	// ended holds handoffs this writer committed or aborted: it never
 	// places another byte for them (a writer-side fence). Their notices are
 	// still forwarded so the decode side counts the late write.
@@ -40,14 +60,39 @@ type Writer struct {
 	order []kv.ID // fence entries, oldest first; bounded by maxFence
 }
 
+// mapping is one incarnation's file mapped. It is unmapped once a newer
+// incarnation replaced it and no registration or placement uses it.
+type mapping struct {
+	mem   []byte // the whole file: header, then pages
+	inc   uint64
+	users int
+}
+
+type registration struct {
+	res *handoff.Reservation
+	m   *mapping
+}
+
 // maxFence bounds the fence memory; a handoff older than the last maxFence
 // ended ones is long gone from the decode side too.
 const maxFence = 1 << 16
 
 // Open maps the decode pool's shared file. g must be the decode pool's
-// geometry: page p lives at p*PageBytes (kv.Pool.SharedOffset).
+// geometry: page p lives at kv.Pool.SharedOffset.
 func Open(path string, g kv.Geometry, next handoff.Decode) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	w := &Writer{next: next, path: path, geo: g, pageBytes: g.PageBytes(),
+		regs: map[kv.ID]*registration{}, ended: map[kv.ID]struct{}{}}
+	m, err := w.mapFile()
+	if err != nil {
+		return nil, err
+	}
+	w.cur = m
+	return w, nil
+}
+
+// mapFile maps the file now at w.path and checks its header.
+func (w *Writer) mapFile() (*mapping, error) {
+	f, err := os.OpenFile(w.path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("shm: %w", err)
 	}
@@ -57,29 +102,120 @@ func Open(path string, g kv.Geometry, next handoff.Decode) (*Writer, error) {
 		return nil, fmt.Errorf("shm: %w", err)
 	}
 	size := int(st.Size())
-	if size == 0 || size%g.PageBytes() != 0 {
-		return nil, fmt.Errorf("shm: %s is %d bytes, not a whole number of %d-byte pages", path, size, g.PageBytes())
+	if size < kv.SharedHeaderBytes || (size-kv.SharedHeaderBytes)%w.pageBytes != 0 {
+		return nil, fmt.Errorf("shm: %s is %d bytes, not a header and whole %d-byte pages", w.path, size, w.pageBytes)
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("shm: map %s: %w", path, err)
+		return nil, fmt.Errorf("shm: map %s: %w", w.path, err)
 	}
-	return &Writer{next: next, mem: mem, pageBytes: g.PageBytes(), ended: map[kv.ID]struct{}{}}, nil
+	h, err := kv.ParseSharedHeader(mem)
+	if err == nil && (h.Geometry != w.geo || kv.SharedHeaderBytes+h.Pages*w.pageBytes != size) {
+		err = fmt.Errorf("pool geometry %+v of %d pages, this writer's %+v", h.Geometry, h.Pages, w.geo)
+	}
+	if err != nil {
+		syscall.Munmap(mem)
+		return nil, fmt.Errorf("shm: %s: %w", w.path, err)
+	}
+	return &mapping{mem: mem, inc: h.Incarnation}, nil
 }
 
-// Close unmaps the file. No Write may run during or after it.
-func (w *Writer) Close() error { return syscall.Munmap(w.mem) }
-
-func (w *Writer) isEnded(id kv.ID) bool {
+// Close unmaps the files. No Write may run during or after it.
+func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	_, ok := w.ended[id]
-	return ok
+	seen := map[*mapping]bool{w.cur: true}
+	var err error
+	if e := syscall.Munmap(w.cur.mem); e != nil {
+		err = e
+	}
+	for _, r := range w.regs {
+		if !seen[r.m] {
+			seen[r.m] = true
+			if e := syscall.Munmap(r.m.mem); e != nil && err == nil {
+				err = e
+			}
+		}
+	}
+	return err
 }
 
-func (w *Writer) end(id kv.ID) {
+// Register gives the writer a handoff's Reservation: from now on it places
+// bytes for that handoff at exactly the reservation's pages and
+// generations, in the incarnation it names (mapping the decode pool's file
+// again if a restarted pool replaced it). handoff.Push calls it before the
+// first write; a Reserve made through the Writer registers its answer.
+func (w *Writer) Register(res *handoff.Reservation) error {
+	if res == nil {
+		return handoff.ErrState.With("no reservation to register")
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if r, ok := w.regs[res.Handoff]; ok {
+		if sameReservation(r.res, res) {
+			return nil
+		}
+		return handoff.ErrDuplicate.With("handoff %s is registered with another reservation", handoff.IDString(res.Handoff))
+	}
+	if _, ok := w.ended[res.Handoff]; ok {
+		return handoff.ErrAborted.With("handoff %s already ended on this writer", handoff.IDString(res.Handoff))
+	}
+	if res.Incarnation != w.cur.inc {
+		// The decode pool restarted (or the reservation is stale): map
+		// what is at the path now and use it only if it IS that
+		// incarnation.
+		m, err := w.mapFile()
+		if err != nil {
+			return handoff.ErrBadWrite.With("reservation of pool incarnation %016x: %v", res.Incarnation, err)
+		}
+		if m.inc != res.Incarnation {
+			syscall.Munmap(m.mem)
+			return handoff.ErrBadWrite.With("reservation of pool incarnation %016x, the shared file holds %016x; refusing to place bytes in another incarnation's pages (I6)",
+				res.Incarnation, m.inc)
+		}
+		old := w.cur
+		w.cur = m
+		w.release(old, 0)
+	}
+	w.cur.users++
+	cp := *res
+	cp.Pages = append([]kv.PageRef(nil), res.Pages...)
+	w.regs[res.Handoff] = &registration{res: &cp, m: w.cur}
+	return nil
+}
+
+func sameReservation(a, b *handoff.Reservation) bool {
+	if a.Incarnation != b.Incarnation || len(a.Pages) != len(b.Pages) {
+		return false
+	}
+	for i := range a.Pages {
+		if a.Pages[i] != b.Pages[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// release drops n users of m and unmaps it when it is superseded and
+// unused. Called with w.mu held.
+func (w *Writer) release(m *mapping, n int) {
+	m.users -= n
+	if m != w.cur && m.users == 0 {
+		syscall.Munmap(m.mem)
+		m.mem = nil
+	}
+}
+
+// End fences a handoff on this writer: it never places another byte for
+// it, and its registration is dropped. Commit, Abort and Drained do it;
+// a driver that bypasses them (the simulator) calls it itself.
+func (w *Writer) End(id kv.ID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r, ok := w.regs[id]; ok {
+		delete(w.regs, id)
+		w.release(r.m, 1)
+	}
 	if _, ok := w.ended[id]; ok {
 		return
 	}
@@ -91,40 +227,111 @@ func (w *Writer) end(id kv.ID) {
 	}
 }
 
-// Write copies each page image into the shared mapping, then sends the
-// batch's notices and returns when the decode side has checked and marked
-// them (next.Write's contract). When Write returns, none of its memory
-// writes is in flight.
-func (w *Writer) Write(ctx context.Context, ws []handoff.PageWrite) error {
-	notices := make([]handoff.PageWrite, len(ws))
-	for i, pw := range ws {
-		n := pw
-		n.Data = nil
-		n.Placed = true
-		notices[i] = n
-		if pw.Placed || w.isEnded(pw.Handoff) {
+// Post checks a batch of page writes against the fence and returns, for
+// each write that is to be placed, the copy that places it; nothing is
+// placed by Post itself, and on error no copy is returned. Each copy must
+// be called exactly once (it pins its mapping until then). Write uses it
+// and runs the copies at once; the simulator runs them later, as one-sided
+// writes in flight.
+func (w *Writer) Post(ws []handoff.PageWrite) ([]func(), error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	type place struct {
+		m    *mapping
+		off  int64
+		data []byte
+	}
+	var ps []place
+	for i := range ws {
+		pw := &ws[i]
+		if pw.Placed {
+			continue
+		}
+		if _, ok := w.ended[pw.Handoff]; ok {
 			continue
 		}
 		if len(pw.Data) != w.pageBytes {
-			return handoff.ErrBadWrite.With("page image of %d bytes, the shared pool's pages are %d", len(pw.Data), w.pageBytes)
+			return nil, handoff.ErrBadWrite.With("page image of %d bytes, the shared pool's pages are %d", len(pw.Data), w.pageBytes)
 		}
-		off := int64(pw.Page.Page) * int64(w.pageBytes)
-		if off < 0 || off+int64(w.pageBytes) > int64(len(w.mem)) {
+		m := w.cur
+		if !w.NoFence {
+			// I3 on the writer, as an RDMA memory key: only the
+			// handoff's own reserved page at its reserved generation,
+			// in the incarnation that reserved it.
+			r, ok := w.regs[pw.Handoff]
+			if !ok {
+				return nil, handoff.ErrBadWrite.With("handoff %s: no reservation registered with this writer; no byte placed", handoff.IDString(pw.Handoff))
+			}
+			if pw.Block < 0 || pw.Block >= len(r.res.Pages) || r.res.Pages[pw.Block] != pw.Page {
+				return nil, handoff.ErrBadWrite.With("handoff %s block %d names page %d gen %d, outside its reservation; no byte placed",
+					handoff.IDString(pw.Handoff), pw.Block, pw.Page.Page, pw.Page.Gen)
+			}
+			m = r.m
+		}
+		off := int64(kv.SharedHeaderBytes) + int64(pw.Page.Page)*int64(w.pageBytes)
+		if off < kv.SharedHeaderBytes || off+int64(w.pageBytes) > int64(len(m.mem)) {
 			// A reservation naming a page outside the mapping is refused
 			// here, before a byte lands anywhere.
-			return handoff.ErrBadWrite.With("page %d is outside the shared pool", pw.Page.Page)
+			return nil, handoff.ErrBadWrite.With("page %d is outside the shared pool", pw.Page.Page)
 		}
-		copy(w.mem[off:off+int64(w.pageBytes)], pw.Data)
+		ps = append(ps, place{m, off, pw.Data})
+	}
+	out := make([]func(), len(ps))
+	for i, p := range ps {
+		p.m.users++
+		out[i] = func() {
+			copy(p.m.mem[p.off:p.off+int64(w.pageBytes)], p.data)
+			w.mu.Lock()
+			w.release(p.m, 1)
+			w.mu.Unlock()
+		}
+	}
+	return out, nil
+}
+
+// Write copies each page image into the shared mapping, then sends the
+// batch's notices and returns when the decode side has checked and marked
+// them (next.Write's contract). A write outside its handoff's reservation
+// fails the whole call before any byte is placed. When Write returns, none
+// of its memory writes is in flight.
+func (w *Writer) Write(ctx context.Context, ws []handoff.PageWrite) error {
+	lands, err := w.Post(ws)
+	if err != nil {
+		if len(ws) > 0 {
+			// Decode's Write contract: an error means the handoff failed
+			// closed there too (I8), so the refusal is carried over.
+			_ = w.Abort(context.WithoutCancel(ctx), &handoff.Abort{Handoff: ws[0].Handoff, Reason: err.Error()})
+		}
+		return err
+	}
+	for _, land := range lands {
+		land()
+	}
+	notices := make([]handoff.PageWrite, len(ws))
+	for i, pw := range ws {
+		pw.Data = nil
+		pw.Placed = true
+		notices[i] = pw
 	}
 	return w.next.Write(ctx, notices)
 }
 
+// Reserve forwards to the decode side and registers the reservation it
+// answers with.
 func (w *Writer) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Reservation, error) {
-	return w.next.Reserve(ctx, r)
+	res, err := w.next.Reserve(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Register(res); err != nil {
+		_ = w.next.Abort(context.WithoutCancel(ctx), &handoff.Abort{Handoff: r.Handoff, Reason: err.Error()})
+		return nil, err
+	}
+	return res, nil
 }
 
 func (w *Writer) Commit(ctx context.Context, c *handoff.Commit) error {
-	w.end(c.Handoff)
+	w.End(c.Handoff)
 	return w.next.Commit(ctx, c)
 }
 
@@ -135,7 +342,7 @@ func (w *Writer) Commit(ctx context.Context, c *handoff.Commit) error {
 // writer skipped, which the decode side would take for a corrupt page.
 func (w *Writer) Abort(ctx context.Context, a *handoff.Abort) error {
 	err := w.next.Abort(ctx, a)
-	w.end(a.Handoff)
+	w.End(a.Handoff)
 	return err
 }
 
@@ -143,7 +350,7 @@ func (w *Writer) Abort(ctx context.Context, a *handoff.Abort) error {
 // calls are synchronous copies, so once the caller's Writes have returned
 // none of its bytes is in flight.
 func (w *Writer) Drained(ctx context.Context, id kv.ID) error {
-	w.end(id)
+	w.End(id)
 	return w.next.Drained(ctx, id)
 }
 
@@ -153,12 +360,15 @@ func (w *Writer) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams) (
 
 func (w *Writer) Cancel(ctx context.Context, id kv.ID) error { return w.next.Cancel(ctx, id) }
 
-// PlaceRaw writes bytes at a page's offset with no fence and no notice. It
-// exists ONLY for tests that play a stale one-sided writer whose write was
-// posted before an abort and lands after it (I6).
+// PlaceRaw writes bytes at a page's offset in the newest mapping with no
+// fence and no notice. It exists ONLY for tests that play a stale
+// one-sided writer whose write was posted before an abort and lands after
+// it (I6).
 func (w *Writer) PlaceRaw(page uint32, data []byte) {
-	off := int(page) * w.pageBytes
-	copy(w.mem[off:off+w.pageBytes], data)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	off := kv.SharedHeaderBytes + int(page)*w.pageBytes
+	copy(w.cur.mem[off:off+w.pageBytes], data)
 }
 
 var _ handoff.Decode = (*Writer)(nil)

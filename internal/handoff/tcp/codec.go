@@ -139,6 +139,7 @@ func encReservation(e *enc, m *handoff.Reservation) {
 	e.id(m.Handoff)
 	e.i64(m.PageSize)
 	e.i64(m.ExpectTokens)
+	e.u64(m.Incarnation)
 	e.u32(uint32(len(m.Pages)))
 	for _, p := range m.Pages {
 		e.u32(p.Page)
@@ -147,7 +148,7 @@ func encReservation(e *enc, m *handoff.Reservation) {
 }
 
 func decReservationFrom(d *dec) *handoff.Reservation {
-	m := &handoff.Reservation{Handoff: d.id(), PageSize: d.int(maxInt), ExpectTokens: d.int(maxInt)}
+	m := &handoff.Reservation{Handoff: d.id(), PageSize: d.int(maxInt), ExpectTokens: d.int(maxInt), Incarnation: d.u64()}
 	n := d.count(12)
 	if d.err != nil {
 		return m

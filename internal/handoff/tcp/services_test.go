@@ -32,7 +32,7 @@ func TestPrefillOverTCP(t *testing.T) {
 	addr, _ := serve(t, Config{Secret: secret}, nil, fp)
 	c := dial(t, addr, Config{Secret: secret})
 	req := &handoff.PrefillRequest{Handoff: handofftest.ID(3), Tenant: "acme", Tokens: []int32{1, -2, 300000},
-		Reservation: &handoff.Reservation{Handoff: handofftest.ID(3), Pages: []kv.PageRef{{Page: 7, Gen: 1 << 40}}, PageSize: 16, ExpectTokens: 3},
+		Reservation: &handoff.Reservation{Handoff: handofftest.ID(3), Pages: []kv.PageRef{{Page: 7, Gen: 1 << 40}}, PageSize: 16, ExpectTokens: 3, Incarnation: 0xfeedface_cafe0001},
 		Sampling:    sample.Params{Temperature: 0.7, TopK: 40, TopP: 0.9, Seed: 1<<63 + 5}}
 	res, err := c.Prefill(context.Background(), req)
 	if err != nil || res.FirstToken != 42 || res.Tokens != 3 {
