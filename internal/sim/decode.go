@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -27,8 +26,6 @@ type decode struct {
 	pool   *kv.Pool
 	recv   *handoff.Receiver
 	run    *model.Runner
-	mem    *shm.Writer // one-sided: the prefill side's mapping of this pool
-	file   string
 	hs     map[kv.ID]*dh
 	order  []*dh // live handoffs in reservation order (deterministic scans)
 	active []*dseq
@@ -64,25 +61,27 @@ func (w *world) newDecode(gen int) (*decode, error) {
 	d := &decode{w: w, gen: gen, up: true, hs: map[kv.ID]*dh{}, run: w.env.model.NewRunner(nil), samp: sample.New(sample.Params{})}
 	cfg := kv.Config{Geometry: w.geo, Pages: w.decPages, Order: kv.LIFO, Scrub: w.scrub, Lease: lease, Unsafe: w.cfg.Bugs.KV}
 	if w.pl.oneSided {
-		fg := gen
-		if w.cfg.Bugs.RestartSameFile {
-			fg = 0
-		}
-		d.file = filepath.Join(w.env.dir, fmt.Sprintf("decode-%d-%d.kv", w.seed, fg))
-		cfg.SharedFile = d.file
+		// Every incarnation on the same path, as a deployment's
+		// configuration would have it: the pool makes the file new (I6
+		// across restarts) unless Bugs.RestartSameFile reuses it.
+		cfg.SharedFile = w.sharedFile()
+		cfg.Unsafe.ReuseSharedFile = w.cfg.Bugs.RestartSameFile
 	}
 	p, err := kv.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	d.pool = p
-	if w.pl.oneSided {
-		m, err := shm.Open(d.file, w.geo, nil)
+	if w.pl.oneSided && w.wr == nil {
+		// The prefill side's one-sided writer, for the whole run: it maps
+		// a restarted decode's new file when a reservation names it.
+		m, err := shm.Open(cfg.SharedFile, w.geo, nil)
 		if err != nil {
 			p.Close()
 			return nil, err
 		}
-		d.mem = m
+		m.NoFence = w.cfg.Bugs.ForeignPlacement
+		w.wr = m
 	}
 	d.recv = handoff.NewReceiver(handoff.ReceiverConfig{
 		PageSize:   w.geo.PageSize,
@@ -96,17 +95,16 @@ func (w *world) newDecode(gen int) (*decode, error) {
 
 func (d *decode) alive() bool { return d.up }
 
-// close frees the instance's memory. The one-sided mapping stays until the
-// end of the run (posted writes may still land in it after a crash).
+// close frees the instance's memory, at the end of the run: a crashed
+// incarnation's mapping stays (posted writes may still land in it).
 func (d *decode) close() {
 	d.pool.Close()
 }
 
-func (d *decode) closeMem() {
-	if d.mem != nil {
-		d.mem.Close()
-		os.Remove(d.file)
-	}
+// sharedFile is the decode pool's shared file path, the same for every
+// incarnation.
+func (w *world) sharedFile() string {
+	return filepath.Join(w.env.dir, fmt.Sprintf("decode-%d.kv", w.seed))
 }
 
 func (d *decode) now() time.Time { return d.w.clock() }

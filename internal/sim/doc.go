@@ -26,7 +26,11 @@
 // (exhaustion, immediate page reuse); misbehaving prefill peers (short
 // transfer with a full-count commit, wrong digest, no digest, a page with
 // another page's bytes, a stale writer re-sending after its abort, writes
-// into another handoff's pages); clients retrying failures at once.
+// into another handoff's pages, placed one-sidedly through the fenced
+// shm.Writer when the run is one-sided); clients retrying failures at
+// once. A restarted decode worker maps its shared pool file at the same
+// path as the crashed one, with one-sided writes of the old incarnation
+// still in flight (restart-same-file).
 //
 // # What every run checks
 //
@@ -38,7 +42,10 @@
 // accepts the commit and again over every decoded position before release:
 // the "undetected integrity violation" leak); usage is what was verified
 // (I9); a rejected request never holds a reservation (I1); after the drain
-// every pool is entirely free and no handoff is live. goleak checks that no
+// every pool is entirely free and no handoff is live. The default run also
+// asserts that one-sided writes of a crashed decode incarnation landed (in
+// its old file) and that foreign one-sided writes reached the writer's
+// fence, so both hazards are exercised. goleak checks that no
 // goroutine outlives the tests.
 //
 // # Running

@@ -155,6 +155,15 @@ func (j *pjob) chunk() {
 			return
 		}
 		j.snd = snd
+		if w.pl.oneSided {
+			// The writer places bytes only inside this reservation (I3),
+			// in the pool incarnation that made it (I6).
+			if err := w.wr.Register(j.req.Reservation); err != nil {
+				w.logf("prefill#%d %s: the one-sided writer refuses the reservation: %v", p.gen, short(j.id), err)
+				j.fail(err)
+				return
+			}
+		}
 		if j.bad == mShort {
 			j.short()
 			return
@@ -235,10 +244,7 @@ func (j *pjob) sendBatch(seq int, ws []handoff.PageWrite) {
 		}
 	}
 	j.lastB = ws
-	// A foreign write goes two-sided (the receiver sees and refuses it)
-	// unless Bugs.ForeignPlacement lets the peer place it one-sidedly,
-	// where no receiver check can stop the bytes.
-	if w.pl.oneSided && (j.bad != mForeign || w.cfg.Bugs.ForeignPlacement) {
+	if w.pl.oneSided {
 		j.postOneSided(seq, ws)
 		return
 	}
@@ -280,6 +286,15 @@ func (j *pjob) acked(seq int, err error) {
 func (j *pjob) postOneSided(seq int, ws []handoff.PageWrite) {
 	p, w := j.p, j.p.w
 	d := w.dec
+	lands, err := w.wr.Post(ws)
+	if err != nil {
+		// Refused before any byte was placed (a write outside the
+		// reservation, I3): the batch fails and the Sender aborts.
+		w.res.Fenced++
+		w.logf("prefill#%d %s seq %d: the one-sided writer refuses: %v", p.gen, short(j.id), seq, err)
+		w.after(0, "write refused", func() { j.acked(seq, err) })
+		return
+	}
 	notices := make([]handoff.PageWrite, len(ws))
 	left := len(ws)
 	for i := range ws {
@@ -291,7 +306,7 @@ func (j *pjob) postOneSided(seq int, ws []handoff.PageWrite) {
 			w.count(FaultLateWrite)
 			fly = w.between(4*msec, maxInFlight)
 		}
-		data, page := ws[i].Data, ws[i].Page.Page
+		land, page := lands[i], ws[i].Page.Page
 		j.posted++
 		w.after(fly, "one-sided land", func() {
 			if j.over || j.drain {
@@ -300,7 +315,13 @@ func (j *pjob) postOneSided(seq int, ws []handoff.PageWrite) {
 			} else {
 				w.logf("one-sided write %s page %d lands in decode#%d memory", short(j.id), page, d.gen)
 			}
-			d.mem.PlaceRaw(page, data)
+			if d != w.dec || !d.up {
+				w.res.OldIncarnationLandings++
+				w.logf("one-sided write %s page %d lands in crashed decode#%d's file (its successor's pool is a new file)", short(j.id), page, d.gen)
+			}
+			if land != nil {
+				land()
+			}
 			j.posted--
 			left--
 			if left == 0 && p.up && !j.over {
@@ -344,6 +365,7 @@ func (j *pjob) short() {
 func (j *pjob) commit(c *handoff.Commit) {
 	p, w := j.p, j.p.w
 	d := w.dec
+	j.endWriter()
 	w.rpc(fmt.Sprintf("prefill#%d->decode#%d commit %s", p.gen, d.gen, short(j.id)), p.alive, d.alive, rpcTimeout,
 		func() func() {
 			err := d.commit(c)
@@ -374,6 +396,7 @@ func (j *pjob) committed(err error) {
 func (j *pjob) abortDecode(a *handoff.Abort) {
 	p, w := j.p, j.p.w
 	d := w.dec
+	j.endWriter()
 	w.send(fmt.Sprintf("prefill#%d->decode#%d abort %s", p.gen, d.gen, short(j.id)), d.alive, func() { d.abort(a) })
 	j.drain = true
 	if j.bad == mStaleWriter && j.lastB != nil {
@@ -385,6 +408,14 @@ func (j *pjob) abortDecode(a *handoff.Abort) {
 		})
 	}
 	j.maybeDrained()
+}
+
+// endWriter fences the handoff on the one-sided writer, as shm.Writer's
+// Commit and Abort do: it places no further byte for it.
+func (j *pjob) endWriter() {
+	if wr := j.p.w.wr; wr != nil {
+		wr.End(j.id)
+	}
 }
 
 func (j *pjob) maybeDrained() {
@@ -416,6 +447,7 @@ func (j *pjob) finish(res *handoff.PrefillResult, err error) {
 	}
 	j.over = true
 	p := j.p
+	j.endWriter()
 	if j.table != nil {
 		_ = p.pool.Release(j.owner, j.table)
 		j.table = nil

@@ -9,6 +9,7 @@ import (
 
 	"sluice/internal/gguf"
 	"sluice/internal/handoff"
+	"sluice/internal/handoff/shm"
 	"sluice/internal/kv"
 	"sluice/internal/model"
 	"sluice/internal/sample"
@@ -55,15 +56,16 @@ type Bugs struct {
 	// EarlyDrain: the prefill side acknowledges its drain while its
 	// one-sided writes are still in flight (I6).
 	EarlyDrain bool
-	// ForeignPlacement is a peer bug, not a safeguard: a misbehaving
-	// prefill peer on the one-sided transport places page bytes at a page
-	// reserved for another handoff. Nothing on the decode side can stop
-	// bytes already in its memory; this measures that gap.
+	// ForeignPlacement switches the one-sided writer's reservation fence
+	// off (shm.Writer.NoFence): a misbehaving prefill peer's write naming
+	// a page reserved for another handoff is placed in decode memory,
+	// where nothing on the decode side can stop bytes already there.
 	ForeignPlacement bool
-	// RestartSameFile is a deployment hazard, not a safeguard: a restarted
-	// decode worker maps the same shared pool file as the one that
-	// crashed, so one-sided writes posted to the old incarnation land in
-	// the new one's pages (its quarantine state died with it).
+	// RestartSameFile makes a restarted decode worker map the crashed
+	// one's shared pool file in place (kv.Unsafe.ReuseSharedFile) instead
+	// of a new file, so one-sided writes posted to the old incarnation
+	// land in the new one's pages (its quarantine state died with it).
+	// Every run restarts on the same path; the new file is the safeguard.
 	RestartSameFile bool
 }
 
@@ -93,6 +95,14 @@ type Result struct {
 	// LateLandings counts one-sided writes that landed after their
 	// handoff ended.
 	LateLandings int
+	// OldIncarnationLandings counts one-sided writes posted to a decode
+	// incarnation that crashed before they landed: with every incarnation
+	// on the same path, they land in the crashed one's file, never in its
+	// successor's pool (I6 across restarts).
+	OldIncarnationLandings int
+	// Fenced counts one-sided write batches the writer refused before
+	// placing a byte (a write outside its reservation, I3).
+	Fenced int
 }
 
 // Failed reports whether the run broke an invariant.
@@ -233,6 +243,8 @@ type world struct {
 	dec    *decode
 	decs   []*decode
 	pres   []*prefill
+	// wr is the prefill side's one-sided writer (shm transport runs).
+	wr *shm.Writer
 
 	geo                kv.Geometry
 	decPages, prePages int
@@ -394,7 +406,10 @@ func Run(env *Env, cfg Config) *Result {
 	defer func() {
 		for _, d := range w.decs {
 			d.close()
-			d.closeMem()
+		}
+		if w.wr != nil {
+			w.wr.Close()
+			os.Remove(w.sharedFile())
 		}
 		for _, p := range w.pres {
 			p.pool.Close()

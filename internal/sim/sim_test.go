@@ -128,7 +128,7 @@ func TestSim(t *testing.T) {
 		el := time.Since(start)
 		var faults [numFaults]int
 		ends, phases := map[string]int{}, map[string]int{}
-		late := 0
+		late, oldInc, fenced := 0, 0, 0
 		var ok, failed, cancelled, rejected, events, ran int
 		for _, r := range rs {
 			if r == nil {
@@ -145,6 +145,8 @@ func TestSim(t *testing.T) {
 				phases[k] += v
 			}
 			late += r.LateLandings
+			oldInc += r.OldIncarnationLandings
+			fenced += r.Fenced
 			ok, failed, cancelled, rejected, events = ok+r.OK, failed+r.Failed, cancelled+r.Cancelled, rejected+r.Rejected, events+r.Events
 			if r.Bad() {
 				t.Errorf("seed %d broke an invariant; replay: %s\n  %s\n  setup: %s\ntrace tail:\n%s",
@@ -159,6 +161,8 @@ func TestSim(t *testing.T) {
 			ran, el.Round(time.Millisecond), float64(ran)/el.Seconds(), runtime.GOMAXPROCS(0), ok, failed, cancelled, rejected, float64(events)/float64(ran))
 		t.Logf("faults injected per run (mean): %s", strings.Join(fs, ", "))
 		t.Logf("one-sided writes landing after their handoff ended: %.2f per run", float64(late)/float64(ran))
+		t.Logf("one-sided writes landing after their decode incarnation crashed (same path, restart-same-file): %d; write batches fenced at the writer (foreign pages): %d",
+			oldInc, fenced)
 		t.Logf("request ends: %s", countsText(ends))
 		t.Logf("disconnects and aborts by the phase they struck: %s", countsText(phases))
 		// The run must exercise what it claims to: every outcome, every
@@ -179,6 +183,16 @@ func TestSim(t *testing.T) {
 			}
 			if late == 0 {
 				t.Errorf("no one-sided write landed after its handoff ended")
+			}
+			// The two one-sided hazards the writer and the pool fence by
+			// construction must actually strike: a restarted decode on the
+			// same path with writes of its crashed incarnation in flight
+			// (I6), and a peer's write naming another handoff's page (I3).
+			if oldInc == 0 {
+				t.Errorf("no one-sided write landed after its decode incarnation crashed")
+			}
+			if fenced == 0 {
+				t.Errorf("no one-sided write outside its reservation reached the writer")
 			}
 		}
 	})

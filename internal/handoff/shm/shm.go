@@ -228,7 +228,8 @@ func (w *Writer) End(id kv.ID) {
 }
 
 // Post checks a batch of page writes against the fence and returns, for
-// each write that is to be placed, the copy that places it; nothing is
+// each write, the copy that places it (nil for one not to be placed: a
+// notice, or a write of a handoff this writer already ended); nothing is
 // placed by Post itself, and on error no copy is returned. Each copy must
 // be called exactly once (it pins its mapping until then). Write uses it
 // and runs the copies at once; the simulator runs them later, as one-sided
@@ -241,7 +242,7 @@ func (w *Writer) Post(ws []handoff.PageWrite) ([]func(), error) {
 		off  int64
 		data []byte
 	}
-	var ps []place
+	ps := make([]place, len(ws))
 	for i := range ws {
 		pw := &ws[i]
 		if pw.Placed {
@@ -274,10 +275,13 @@ func (w *Writer) Post(ws []handoff.PageWrite) ([]func(), error) {
 			// here, before a byte lands anywhere.
 			return nil, handoff.ErrBadWrite.With("page %d is outside the shared pool", pw.Page.Page)
 		}
-		ps = append(ps, place{m, off, pw.Data})
+		ps[i] = place{m, off, pw.Data}
 	}
 	out := make([]func(), len(ps))
 	for i, p := range ps {
+		if p.m == nil {
+			continue
+		}
 		p.m.users++
 		out[i] = func() {
 			copy(p.m.mem[p.off:p.off+int64(w.pageBytes)], p.data)
@@ -305,7 +309,9 @@ func (w *Writer) Write(ctx context.Context, ws []handoff.PageWrite) error {
 		return err
 	}
 	for _, land := range lands {
-		land()
+		if land != nil {
+			land()
+		}
 	}
 	notices := make([]handoff.PageWrite, len(ws))
 	for i, pw := range ws {
