@@ -22,11 +22,7 @@ type Colocated struct {
 	pool  pagePool
 	sched *scheduler
 	ctx   int
-	slots chan struct{}
-
-	mu     sync.Mutex
-	closed bool
-	flight sync.WaitGroup
+	gate  *gate
 }
 
 var _ Engine = (*Colocated)(nil)
@@ -47,7 +43,7 @@ func NewColocated(cfg Config) (*Colocated, error) {
 		pool:  pool,
 		sched: newScheduler(cfg, pool),
 		ctx:   cfg.configuredContext(),
-		slots: make(chan struct{}, cfg.MaxConcurrency),
+		gate:  newGate(cfg.MaxConcurrency),
 	}, nil
 }
 
@@ -103,7 +99,7 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 		return nil, e
 	}
 	var err error
-	release, err = c.admit()
+	release, err = c.gate.admit()
 	if err != nil {
 		e := err.(*Error)
 		lc.reject(e)
@@ -143,37 +139,10 @@ func (c *Colocated) reserve(owner kv.Owner, r *Request) ([]kv.PageRef, *Error) {
 	return nil, asEngineError(err, CodeInternal, http.StatusInternalServerError, "reserving KV pages")
 }
 
-// admit takes a concurrency slot or refuses at once: a bounded engine says
-// "overloaded" rather than queueing without bound.
-func (c *Colocated) admit() (func(), error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, errf(CodeShutdown, http.StatusServiceUnavailable, nil, "the engine is shutting down")
-	}
-	select {
-	case c.slots <- struct{}{}:
-	default:
-		return nil, errf(CodeOverloaded, http.StatusTooManyRequests, nil,
-			"the engine is at its concurrency limit (%d requests); retry later", cap(c.slots))
-	}
-	c.flight.Add(1)
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			<-c.slots
-			c.flight.Done()
-		})
-	}, nil
-}
-
 // Close implements Engine: refuses new requests, waits for in-flight ones
 // until ctx ends, then stops the scheduler (failing what is left).
 func (c *Colocated) Close(ctx context.Context) error {
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
-	err := waitGroup(ctx, &c.flight)
+	err := c.gate.close(ctx)
 	c.sched.stop()
 	if p := rawPool(c.pool); p != nil {
 		_ = p.Close()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sync"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -48,16 +47,12 @@ type Disaggregated struct {
 	cfg     DisaggConfig
 	prefill handoff.Prefill
 	decode  handoff.Decode
-	slots   chan struct{}
+	gate    *gate
 
 	// bg outlives client requests: a client disconnect must not cancel the
 	// prefill's context and tear a transfer (I10). Close cancels it last.
 	bg       context.Context
 	bgCancel context.CancelFunc
-
-	mu     sync.Mutex
-	closed bool
-	flight sync.WaitGroup
 }
 
 var _ Engine = (*Disaggregated)(nil)
@@ -75,7 +70,7 @@ func NewDisaggregated(cfg DisaggConfig, prefill handoff.Prefill, decode handoff.
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	return &Disaggregated{cfg: cfg, prefill: prefill, decode: decode,
-		slots: make(chan struct{}, cfg.MaxConcurrency), bg: bg, bgCancel: cancel}, nil
+		gate: newGate(cfg.MaxConcurrency), bg: bg, bgCancel: cancel}, nil
 }
 
 // Info implements Engine.
@@ -85,34 +80,9 @@ func (d *Disaggregated) Info() Info {
 
 // Close implements Engine.
 func (d *Disaggregated) Close(ctx context.Context) error {
-	d.mu.Lock()
-	d.closed = true
-	d.mu.Unlock()
-	err := waitGroup(ctx, &d.flight)
+	err := d.gate.close(ctx)
 	d.bgCancel()
 	return err
-}
-
-func (d *Disaggregated) admit() (func(), error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil, errf(CodeShutdown, http.StatusServiceUnavailable, nil, "the engine is shutting down")
-	}
-	select {
-	case d.slots <- struct{}{}:
-	default:
-		return nil, errf(CodeOverloaded, http.StatusTooManyRequests, nil,
-			"the engine is at its concurrency limit (%d requests); retry later", cap(d.slots))
-	}
-	d.flight.Add(1)
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			<-d.slots
-			d.flight.Done()
-		})
-	}, nil
 }
 
 // Submit implements Engine. The request's life-cycle machine decides every
@@ -147,7 +117,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		lc.reject(e)
 		return nil, e
 	}
-	release, err := d.admit()
+	release, err := d.gate.admit()
 	if err != nil {
 		e := err.(*Error)
 		lc.reject(e)
