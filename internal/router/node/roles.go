@@ -3,10 +3,8 @@ package node
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"sluice/internal/handoff"
 	"sluice/internal/handoff/tcp"
@@ -32,27 +30,6 @@ func LoadSecret(file string) ([]byte, error) {
 		return nil, fmt.Errorf("$%s holds %d bytes, need at least %d", SecretEnv, len(s), tcp.MinSecret)
 	}
 	return []byte(s), nil
-}
-
-// DialRetry connects to a role, retrying until ctx ends: roles may start in
-// any order.
-func DialRetry(ctx context.Context, addr string, cfg tcp.Config) (*tcp.Client, error) {
-	var last error
-	for {
-		c, err := tcp.Dial(ctx, addr, cfg)
-		if err == nil {
-			return c, nil
-		}
-		last = err
-		if errors.Is(err, handoff.ErrAuth) {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("could not reach %s: %w", addr, last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // ProbeDecodeContext asks a decode worker, through its ordinary admission
