@@ -176,9 +176,10 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 	for l := range m.layers {
 		ly := &m.layers[l]
 		rmsNorm(r.xn, r.x, ly.attnNorm, total, c.RMSEps)
-		kernels.MatMul(r.par, r.q, &ly.wq, r.xn, total)
-		kernels.MatMul(r.par, r.k, &ly.wk, r.xn, total)
-		kernels.MatMul(r.par, r.v, &ly.wv, r.xn, total)
+		// One pool wake for Q, K and V: alone each is too small in a
+		// decode step to keep two cores busy.
+		kernels.MatMulMany(r.par, r.xn, total,
+			kernels.Product{Out: r.q, W: &ly.wq}, kernels.Product{Out: r.k, W: &ly.wk}, kernels.Product{Out: r.v, W: &ly.wv})
 		if ly.bq != nil {
 			addBias(r.q, ly.bq, total)
 			addBias(r.k, ly.bk, total)
@@ -214,8 +215,7 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 		addInto(r.x[:total*E], r.o[:total*E])
 
 		rmsNorm(r.xn, r.x, ly.ffnNorm, total, c.RMSEps)
-		kernels.MatMul(r.par, r.g, &ly.gate, r.xn, total)
-		kernels.MatMul(r.par, r.u, &ly.up, r.xn, total)
+		kernels.MatMulMany(r.par, r.xn, total, kernels.Product{Out: r.g, W: &ly.gate}, kernels.Product{Out: r.u, W: &ly.up})
 		r.elementwise(total*F, func(lo, hi int) { swiglu(r.g[lo:hi], r.u[lo:hi]) })
 		kernels.MatMul(r.par, r.o, &ly.down, r.g, total)
 		addInto(r.x[:total*E], r.o[:total*E])

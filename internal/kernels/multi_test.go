@@ -1,0 +1,63 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"sluice/internal/quant"
+)
+
+// TestMatMulManyBitwise: fusing products into one parallel loop must give
+// bitwise what separate single-thread MatMul calls give (batch invariance,
+// DESIGN.md "Determinism"): a chunk boundary that falls inside a product,
+// shared activations between products of one type, or a product split
+// across threads must not change an element. Mixed types over the same
+// columns check that activations are converted per type, not reused across
+// types.
+func TestMatMulManyBitwise(t *testing.T) {
+	par2 := NewParallel(2)
+	defer par2.Close()
+	cases := []struct {
+		cols  int
+		types []quant.Type
+		rows  []int
+	}{
+		{288, []quant.Type{quant.Q8_0, quant.Q8_0, quant.Q8_0}, []int{288, 97, 97}},
+		{288, []quant.Type{quant.F32, quant.Q8_0, quant.F32}, []int{61, 130, 5}},
+		{288, []quant.Type{quant.F16, quant.Q4_0}, []int{200, 77}},
+		{768, []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q4_K, quant.Q8_0}, []int{64, 33, 1, 90}},
+	}
+	for ci, c := range cases {
+		ms := make([]*Matrix, len(c.types))
+		for i, typ := range c.types {
+			ms[i], _ = makeMatrix(t, typ, c.rows[i], c.cols, uint64(100*ci+i))
+		}
+		const maxTok = 9
+		x := randVec(rand.New(rand.NewPCG(3, uint64(ci))), maxTok*c.cols, 1)
+		withPath(t, func(p Path) {
+			for _, nTok := range []int{1, 4, maxTok} {
+				want := make([][]float32, len(ms))
+				for i, m := range ms {
+					want[i] = make([]float32, nTok*m.Rows)
+					MatMul(nil, want[i], m, x, nTok)
+				}
+				for _, par := range []*Parallel{nil, par2} {
+					ps := make([]Product, len(ms))
+					for i, m := range ms {
+						ps[i] = Product{Out: make([]float32, nTok*m.Rows), W: m}
+					}
+					MatMulMany(par, x, nTok, ps...)
+					for i := range ps {
+						for k, v := range ps[i].Out {
+							if math.Float32bits(v) != math.Float32bits(want[i][k]) {
+								t.Fatalf("%v case %d threads=%d nTok=%d product %d (%s) elem %d: %v != separate MatMul %v",
+									p, ci, par.Threads(), nTok, i, ms[i].Type, k, v, want[i][k])
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
