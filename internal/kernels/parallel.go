@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Parallel is a persistent pool of worker goroutines that split loops over
@@ -24,6 +25,7 @@ type Parallel struct {
 	threads int
 	mu      sync.Mutex // one For at a time uses the workers
 	wake    []chan struct{}
+	parked  []atomic.Bool // worker i is (about to be) blocked on wake[i]
 	exited  sync.WaitGroup
 
 	// claim packs gen (24 bits, wrapping), the loop's chunk count and the
@@ -49,12 +51,12 @@ func NewParallel(threads int) *Parallel {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	p := &Parallel{threads: threads}
+	p := &Parallel{threads: threads, parked: make([]atomic.Bool, max(threads-1, 0))}
 	for i := 1; i < threads; i++ {
 		ch := make(chan struct{}, 1)
 		p.wake = append(p.wake, ch)
 		p.exited.Add(1)
-		go p.worker(ch)
+		go p.worker(ch, &p.parked[i-1])
 	}
 	return p
 }
@@ -85,10 +87,52 @@ func (p *Parallel) Close() {
 	p.exited.Wait()
 }
 
-func (p *Parallel) worker(ch chan struct{}) {
+// spinFor is how long a worker polls for the next loop before parking. A
+// forward step issues its loops a few microseconds apart (norms, RoPE and
+// K/V writes run between them on the caller), and waking a parked worker
+// through the kernel takes longer than that gap: a worker that parks after
+// every loop joins each next one late, and the caller does most chunks
+// alone. The poll ends well before a step's longer serial parts, so an
+// idle pool still sleeps.
+const spinFor = 50 * time.Microsecond
+
+func (p *Parallel) worker(ch chan struct{}, parked *atomic.Bool) {
 	defer p.exited.Done()
-	for range ch {
-		p.run(claimGen(p.claim.Load()))
+	last := claimGen(p.claim.Load())
+	for {
+		// Poll for a newer loop than the last one this worker saw.
+		deadline := time.Time{}
+		for i := 0; ; i++ {
+			if g := claimGen(p.claim.Load()); g != last {
+				last = g
+				p.run(g)
+				deadline, i = time.Time{}, 0
+				continue
+			}
+			if i&63 != 63 {
+				continue
+			}
+			now := time.Now()
+			if deadline.IsZero() {
+				deadline = now.Add(spinFor)
+			} else if now.After(deadline) {
+				break
+			}
+		}
+		// Park. For clears parked before it sends, and checks it after
+		// publishing a loop; re-checking claim after setting parked closes
+		// the window where a loop was published in between.
+		parked.Store(true)
+		if g := claimGen(p.claim.Load()); g != last {
+			if parked.CompareAndSwap(true, false) {
+				continue // no wake-up was sent
+			}
+			// For took the flag and sent (or will send) a wake-up: consume
+			// it below, then run the loop.
+		}
+		if _, ok := <-ch; !ok {
+			return
+		}
 	}
 }
 
@@ -142,10 +186,11 @@ func (p *Parallel) For(n int, fn func(lo, hi int)) {
 	p.gen = (p.gen + 1) & (1<<(64-2*claimBits) - 1)
 	p.done.Store(0)
 	p.claim.Store(uint64(p.gen)<<(2*claimBits) | uint64(total)<<claimBits) // publishes the loop
-	for _, ch := range p.wake {
-		select {
-		case ch <- struct{}{}:
-		default: // a wake-up is already pending
+	for i, ch := range p.wake {
+		// Only a parked worker needs the (costly) kernel wake-up; a
+		// polling one sees claim change by itself.
+		if p.parked[i].CompareAndSwap(true, false) {
+			ch <- struct{}{} // buffered, and only this For sends on it
 		}
 	}
 	p.run(p.gen)
