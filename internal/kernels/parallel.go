@@ -15,10 +15,11 @@ import (
 // The caller of For works too and waits only for chunks that some worker
 // has claimed, never for a worker to wake up: on a busy machine a parked
 // worker can take tens of microseconds to be scheduled, and by then the
-// caller may have done every chunk itself. A spin-then-park variant was
-// measured (BenchmarkParallelFor, t2) on the shared 2-vCPU machine: 1-11 µs
-// per loop against 0.6-2.9 µs for parking at once, since a spinner burns
-// the time slice its peer needs.
+// caller may have done every chunk itself. Workers poll for the next loop
+// for spinFor before parking: on an idle 2-vCPU machine parking at once
+// left the worker joining each of a decode step's ~40 loops late (15M q8_0
+// decode, 2 threads: ~1500 tok/s parking at once, ~2050 polling). On a
+// machine whose other core is busy, the poll costs a little of its time.
 //
 // A nil *Parallel runs everything on the caller's goroutine.
 type Parallel struct {
