@@ -27,7 +27,17 @@ func expf(x float32) float32 {
 	case x < lo:
 		return 0
 	}
-	n := float32(math.Floor(float64(float32(x*log2e) + 0.5)))
+	// n = round(x*log2e), half away from zero (not half up: on the few
+	// negative x where z+0.5 lands on an integer, rounding up leaves |r|
+	// just above ln2/2 and the result 1 ulp further from e^x).
+	z := x * log2e
+	var ni int32
+	if z >= 0 {
+		ni = int32(z + 0.5)
+	} else {
+		ni = int32(z - 0.5)
+	}
+	n := float32(ni)
 	r := x - float32(n*ln2hi)
 	r = r - float32(n*ln2lo)
 	p := float32(1.9875691500e-4)
@@ -37,7 +47,6 @@ func expf(x float32) float32 {
 	p = float32(p*r) + 1.6666665459e-1
 	p = float32(p*r) + 5.0000001201e-1
 	y := float32(float32(p*r)*r) + r + 1
-	ni := int32(n)
 	if ni < -126 {
 		y *= math.Float32frombits(uint32(ni+126+127) << 23)
 		return y * math.Float32frombits(uint32(1)<<23) // 2^-126

@@ -1418,15 +1418,19 @@ q6k_done:
 	RET
 
 // EXPZ computes Z0 = expf(Z0) for 16 lanes as act.go's expf, operation for
-// operation (no FMA). Constants at (R9): see expConsts. Clobbers Z1-Z7,
-// K3-K7.
+// operation (no FMA; n rounded half away from zero by adding 0.5 with z's
+// sign, then truncating). Constants at (R9): see expConsts; Z23 holds the
+// sign mask (EXPINIT). Clobbers Z1-Z7, K3-K7.
 #define EXPZ \
 	VCMPPS $3, Z0, Z0, K3 \
 	VCMPPS.BCST $0x1e, 44(R9), Z0, K4 \
 	VCMPPS.BCST $0x11, 48(R9), Z0, K5 \
 	VMULPS.BCST (R9), Z0, Z1 \
-	VADDPS.BCST 4(R9), Z1, Z1 \
-	VRNDSCALEPS $0x09, Z1, Z1 \
+	VPANDD Z23, Z1, Z2 \
+	VPORD.BCST 4(R9), Z2, Z2 \
+	VADDPS Z2, Z1, Z1 \
+	VCVTTPS2DQ Z1, Z4 \
+	VCVTDQ2PS Z4, Z1 \
 	VMULPS.BCST 8(R9), Z1, Z2 \
 	VSUBPS Z2, Z0, Z2 \
 	VMULPS.BCST 12(R9), Z1, Z3 \
@@ -1446,7 +1450,6 @@ q6k_done:
 	VMULPS Z2, Z3, Z3 \
 	VADDPS Z2, Z3, Z3 \
 	VADDPS.BCST 40(R9), Z3, Z3 \
-	VCVTTPS2DQ Z1, Z4 \
 	VPCMPD $1, Z30, Z4, K6 \
 	VPCMPD $6, Z31, Z4, K7 \
 	VPADDD Z29, Z4, Z5 \
@@ -1467,6 +1470,8 @@ q6k_done:
 
 // EXPINIT loads the integer constants EXPZ needs.
 #define EXPINIT \
+	MOVL $0x80000000, AX \
+	VPBROADCASTD AX, Z23 \
 	MOVL $-126, AX \
 	VPBROADCASTD AX, Z30 \
 	MOVL $127, AX \
