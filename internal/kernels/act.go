@@ -96,3 +96,43 @@ func ExpSub(x []float32, m float32) {
 		x[i] = expf(v - m)
 	}
 }
+
+// Softmax normalises x in place: e^(x[i] - max) as expf, summed in float64
+// over 8 lanes in a fixed order (element i into lane i%8; then lanes j+4,
+// j+2, j+1 folded in), then scaled by float32(1/sum). ggml also sums in
+// double; the fixed lanes let the AVX-512 version give the same bits, and
+// the order depends only on len(x), never on the batch or the thread
+// count, which keeps attention batch invariant.
+func Softmax(x []float32) {
+	if len(x) == 0 {
+		return
+	}
+	// The assembly refuses (leaving x untouched) a row holding NaN or
+	// +Inf, whose max and sum the Go code defines.
+	if CurrentPath() == AVX512 && softmaxAVX512(&x[0], len(x), &expConsts[0]) {
+		return
+	}
+	softmaxGo(x)
+}
+
+func softmaxGo(x []float32) {
+	mx := float32(math.Inf(-1))
+	for _, v := range x {
+		mx = max(mx, v)
+	}
+	ExpSub(x, mx)
+	var acc [8]float64
+	for i, e := range x {
+		acc[i%8] += float64(e)
+	}
+	for j := 0; j < 4; j++ {
+		acc[j] += acc[j+4]
+	}
+	for j := 0; j < 2; j++ {
+		acc[j] += acc[j+2]
+	}
+	inv := float32(1 / (acc[0] + acc[1]))
+	for i := range x {
+		x[i] *= inv
+	}
+}

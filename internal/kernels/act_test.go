@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -137,4 +138,174 @@ func TestExpfRoundsHalfAwayFromZero(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestExpfAccuracySweep: 2M random inputs over the whole finite range and
+// its edges, within 2 ulp of math.Exp (absolute bound for subnormal
+// results, exact 0 and +Inf beyond the ends).
+func TestExpfAccuracySweep(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	worst := int64(0)
+	check := func(x float32) {
+		want := float32(math.Exp(float64(x)))
+		got := expf(x)
+		if want == 0 || math.IsInf(float64(want), 0) {
+			if got != want {
+				t.Fatalf("expf(%g) = %g, want %g", x, got, want)
+			}
+			return
+		}
+		if want < 1.2e-38 { // subnormal results: absolute error is what counts
+			if math.Abs(float64(got-want)) > 2e-45*4 {
+				t.Fatalf("expf(%g) = %g, want %g", x, got, want)
+			}
+			return
+		}
+		worst = max(worst, ulpDiff(got, want))
+	}
+	for i := 0; i < 2_000_000; i++ {
+		check(float32(rng.Float64()*190 - 104))
+	}
+	for _, x := range []float32{0, -0, 1, -1, 88.7, 88.8, -87.3, -103, -104, -200, 200, 1e-10, -1e-10} {
+		check(x)
+	}
+	if worst > 2 {
+		t.Fatalf("expf is off by up to %d ulp, want <= 2", worst)
+	}
+}
+
+// TestExpSubSiLUMulRandomBlocks: every path gives the Go expf's bits on
+// blocks mixing NaN, underflow and overflow lanes at every offset and tail
+// length, and on a dense sweep of the range where results are normal.
+func TestExpSubSiLUMulRandomBlocks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	same := func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) || (a != a && b != b) }
+	withPath(t, func(p Path) {
+		for trial := 0; trial < 400; trial++ {
+			n := rng.IntN(100)
+			x := make([]float32, n)
+			u := make([]float32, n)
+			for i := range x {
+				switch rng.IntN(50) {
+				case 0:
+					x[i] = float32(math.NaN())
+				case 1:
+					x[i] = -100 - float32(rng.Float64())*20
+				case 2:
+					x[i] = 88 + float32(rng.Float64())
+				default:
+					x[i] = float32(rng.Float64()*60 - 40)
+				}
+				u[i] = float32(rng.NormFloat64())
+			}
+			m := float32(rng.Float64()*4 - 2)
+			got := slices.Clone(x)
+			ExpSub(got, m)
+			for i, v := range x {
+				if w := expf(v - m); !same(got[i], w) {
+					t.Fatalf("%v exp(%g - %g): %g, Go expf %g", p, v, m, got[i], w)
+				}
+			}
+			g := slices.Clone(x)
+			SiLUMul(g, u)
+			for i, v := range x {
+				if w := v / (1 + expf(-v)) * u[i]; !same(g[i], w) {
+					t.Fatalf("%v SiLUMul(%g, %g): %g, Go %g", p, v, u[i], g[i], w)
+				}
+			}
+		}
+		var xs []float32
+		for v := float32(-87); v <= 88; v += 0.0037 {
+			xs = append(xs, v)
+		}
+		got := slices.Clone(xs)
+		ExpSub(got, 0)
+		for i, v := range xs {
+			if w := expf(v); math.Float32bits(got[i]) != math.Float32bits(w) {
+				t.Fatalf("%v exp(%g): %g, Go expf %g", p, v, got[i], w)
+			}
+		}
+	})
+}
+
+// softmaxRef is softmax from first principles in float64, of the float32
+// differences x[i] - max (as ggml and Softmax define it: that subtraction
+// rounds, and e^ magnifies its error beyond float32 precision).
+func softmaxRef(x []float32) []float64 {
+	mx := float32(math.Inf(-1))
+	for _, v := range x {
+		mx = max(mx, v)
+	}
+	out := make([]float64, len(x))
+	sum := 0.0
+	for i, v := range x {
+		out[i] = math.Exp(float64(v - mx))
+		sum += out[i]
+	}
+	for i := range out {
+		out[i] /= sum
+	}
+	return out
+}
+
+// TestSoftmax: on every path Softmax gives the Go code's bits for every
+// length (tails), spreads that underflow and -Inf (masked) entries, and is
+// within float32 rounding of a float64 softmax.
+func TestSoftmax(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	var inputs [][]float32
+	for trial := 0; trial < 2000; trial++ {
+		n := 1 + rng.IntN(90)
+		x := make([]float32, n)
+		spread := []float64{0.1, 5, 40, 200}[rng.IntN(4)]
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * spread)
+			if rng.IntN(40) == 0 {
+				x[i] = float32(math.Inf(-1))
+			}
+		}
+		x[rng.IntN(n)] = float32(rng.NormFloat64()) // at least one finite
+		inputs = append(inputs, x)
+	}
+	want := make([][]float32, len(inputs))
+	for i, x := range inputs {
+		want[i] = slices.Clone(x)
+		softmaxGo(want[i])
+		ref := softmaxRef(x)
+		for j := range ref {
+			if d := math.Abs(float64(want[i][j]) - ref[j]); d > 1e-6*ref[j]+1e-37 {
+				t.Fatalf("n=%d element %d: %g, float64 softmax %g", len(x), j, want[i][j], ref[j])
+			}
+		}
+	}
+	withPath(t, func(p Path) {
+		for i, x := range inputs {
+			got := slices.Clone(x)
+			Softmax(got)
+			for j := range got {
+				if math.Float32bits(got[j]) != math.Float32bits(want[i][j]) {
+					t.Fatalf("%v n=%d element %d: %g, Go %g (input %g)", p, len(x), j, got[j], want[i][j], x[j])
+				}
+			}
+		}
+		// NaN and +Inf rows go to the Go code on every path: the max is
+		// NaN or +Inf, so is the sum, and every element becomes NaN.
+		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+			x := []float32{1, 2, bad, 3}
+			Softmax(x)
+			for j, v := range x {
+				if v == v {
+					t.Fatalf("%v softmax with %g: element %d = %g, want NaN", p, bad, j, v)
+				}
+			}
+		}
+	})
+	if CurrentPath() == AVX512 {
+		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+			x := []float32{1, 2, bad, 3}
+			if softmaxAVX512(&x[0], len(x), &expConsts[0]) || x[0] != 1 || x[3] != 3 {
+				t.Fatalf("AVX-512 softmax with %g: handled or modified", bad)
+			}
+		}
+	}
 }

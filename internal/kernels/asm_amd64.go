@@ -50,6 +50,12 @@ func siluMulAVX512(gp, u *float32, n int, c *float32)
 //go:noescape
 func expSubAVX512(x *float32, n int, m float32, c *float32)
 
+// softmaxAVX512 is softmaxGo's arithmetic; it returns false without
+// touching x when x holds a NaN or +Inf.
+//
+//go:noescape
+func softmaxAVX512(x *float32, n int, c *float32) bool
+
 //go:noescape
 func tileF16AVX512(out *float32, outStride int, w *byte, nGroups int, x *byte, n int)
 

@@ -1551,6 +1551,116 @@ exps_done:
 	VZEROUPPER
 	RET
 
+// SMTAIL sets K1 to the lanes of the block at AX that exist (R8 = n)
+// and jumps to done when none does. Clobbers BX, CX, DX.
+#define SMTAIL(done) \
+	MOVQ R8, DX \
+	SUBQ AX, DX \
+	JLE  done \
+	MOVL $0xffff, BX \
+	CMPQ DX, $16 \
+	JGE  5(PC) \
+	MOVQ DX, CX \
+	MOVL $1, BX \
+	SHLL CX, BX \
+	DECL BX \
+	KMOVW BX, K1
+
+// func softmaxAVX512(x *float32, n int, c *float32) bool
+//
+// softmaxGo's arithmetic: max, expf(x - max) (EXPZ), the sum in float64
+// over 8 lanes (element i into lane i%8, in order; then lanes j+4, j+2,
+// j+1 folded in), inv = float32(1/sum), x *= inv. It returns false,
+// leaving x untouched, when x holds a NaN or +Inf (Go's max propagates
+// NaN, VMAXPS does not, so the Go path decides those rows).
+TEXT ·softmaxAVX512(SB), NOSPLIT, $0-25
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), R8
+	MOVQ c+16(FP), R9
+	EXPINIT
+	MOVL $0xff800000, DX
+	VPBROADCASTD DX, Z9        // -Inf
+	MOVL $0x7f800000, DX
+	VPBROADCASTD DX, Z13       // +Inf
+	VMOVAPS Z9, Z8             // running max
+	KXORW K6, K6, K6           // NaN or +Inf seen
+	XORQ AX, AX
+
+sm_max:
+	SMTAIL(sm_max_done)
+	VMOVAPS Z9, Z0
+	VMOVUPS (SI)(AX*4), K1, Z0
+	VCMPPS $0x03, Z0, Z0, K2
+	KORW K2, K6, K6
+	VCMPPS $0x00, Z13, Z0, K2
+	KORW K2, K6, K6
+	VMAXPS Z0, Z8, Z8
+	ADDQ $16, AX
+	JMP  sm_max
+
+sm_max_done:
+	KORTESTW K6, K6
+	JNZ  sm_bail
+	VEXTRACTF64X4 $1, Z8, Y9
+	VMAXPS Y9, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VMAXPS X9, X8, X8
+	VPERMILPS $0x4e, X8, X9
+	VMAXPS X9, X8, X8
+	VPERMILPS $0xb1, X8, X9
+	VMAXPS X9, X8, X8
+	VBROADCASTSS X8, Z8        // m
+
+	VXORPD Z10, Z10, Z10       // 8 float64 lanes
+	XORQ AX, AX
+
+sm_exp:
+	SMTAIL(sm_exp_done)
+	VMOVUPS.Z (SI)(AX*4), K1, Z0
+	VSUBPS Z8, Z0, Z0
+	EXPZ
+	VMOVAPS.Z Z0, K1, Z0       // absent lanes add +0
+	VMOVUPS Z0, K1, (SI)(AX*4)
+	VCVTPS2PD Y0, Z11
+	VEXTRACTF64X4 $1, Z0, Y12
+	VCVTPS2PD Y12, Z12
+	VADDPD Z11, Z10, Z10
+	VADDPD Z12, Z10, Z10
+	ADDQ $16, AX
+	JMP  sm_exp
+
+sm_exp_done:
+	VEXTRACTF64X4 $1, Z10, Y11
+	VADDPD Y11, Y10, Y10
+	VEXTRACTF128 $1, Y10, X11
+	VADDPD X11, X10, X10
+	VPERMILPD $1, X10, X11
+	VADDSD X11, X10, X10       // sum
+	MOVQ $0x3ff0000000000000, DX
+	MOVQ DX, X11
+	VDIVSD X10, X11, X11       // 1/sum
+	VCVTSD2SS X11, X11, X11
+	VBROADCASTSS X11, Z11
+	XORQ AX, AX
+
+sm_scale:
+	SMTAIL(sm_scale_done)
+	VMOVUPS.Z (SI)(AX*4), K1, Z0
+	VMULPS Z11, Z0, Z0
+	VMOVUPS Z0, K1, (SI)(AX*4)
+	ADDQ $16, AX
+	JMP  sm_scale
+
+sm_scale_done:
+	MOVB $1, ret+24(FP)
+	VZEROUPPER
+	RET
+
+sm_bail:
+	MOVB $0, ret+24(FP)
+	VZEROUPPER
+	RET
+
 // func axpyRowsAVX512(y, w, x *float32, nRows, stride int, mask uint64)
 // For up to 64 elements of y (lanes set in mask, 16 per register): y +=
 // w[j] * x[j*stride:] for j in order, each step a rounded product then a
