@@ -37,9 +37,9 @@
 // result: activations are quantized (Q8_0 / Q8_K) or rounded (F16, BF16)
 // before quantized matmuls, RMSNorm accumulates in double, softmax
 // subtracts the max and sums in double, RoPE angles use ggml's float32
-// recurrence. Softmax and SiLU use the package's float32 expf (within 2 ulp
-// of e^x); on AVX-512 machines expf_amd64.s computes the same operations 16
-// lanes at a time, bit for bit (tests compare the two paths). On the shared
+// recurrence. Softmax and SiLU are kernels.Softmax and kernels.SiLUMul, on
+// the kernels' float32 expf (within 2 ulp of e^x), bit for bit the same on
+// every kernel path (kernels' tests compare them). On the shared
 // references stories260K's greedy ids match
 // exactly and first-step logits within 1e-5; tiny-qwen2's teacher-forced
 // top-5 logits within 2e-3.

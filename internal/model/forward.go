@@ -216,7 +216,7 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 
 		rmsNorm(r.xn, r.x, ly.ffnNorm, total, c.RMSEps)
 		kernels.MatMulMany(r.par, r.xn, total, kernels.Product{Out: r.g, W: &ly.gate}, kernels.Product{Out: r.u, W: &ly.up})
-		r.elementwise(total*F, func(lo, hi int) { swiglu(r.g[lo:hi], r.u[lo:hi]) })
+		r.elementwise(total*F, func(lo, hi int) { kernels.SiLUMul(r.g[lo:hi], r.u[lo:hi]) })
 		kernels.MatMul(r.par, r.o, &ly.down, r.g, total)
 		addInto(r.x[:total*E], r.o[:total*E])
 	}
@@ -391,7 +391,7 @@ func (r *Runner) attendUnit(un unit, scores []float32) []float32 {
 	for g := 0; g < group; g++ {
 		sc := scores[g*n : (g+1)*n]
 		kernels.Scale(sc, scale)
-		softmax(sc)
+		kernels.Softmax(sc)
 		h := int(un.kh)*group + g
 		clear(r.att[t*Q+h*hd : t*Q+(h+1)*hd])
 	}
@@ -404,40 +404,6 @@ func (r *Runner) attendUnit(un unit, scores []float32) []float32 {
 		}
 	}
 	return scores
-}
-
-// softmax normalises x in place: exp(x - max) (expf), summed in float64
-// over 8 lanes in a fixed order (element i into lane i%8; then lanes j+4,
-// j+2, j+1 folded in), then scaled by float32(1/sum). ggml also sums in
-// double; the lanes let the AVX-512 version (expf_amd64.s) give the same
-// bits.
-func softmax(x []float32) {
-	if useAVX512() && softmaxAVX512(x) {
-		return
-	}
-	softmaxGo(x)
-}
-
-func softmaxGo(x []float32) {
-	mx := float32(math.Inf(-1))
-	for _, v := range x {
-		mx = max(mx, v)
-	}
-	expSubInPlace(x, mx)
-	var acc [8]float64
-	for i, e := range x {
-		acc[i%8] += float64(e)
-	}
-	for j := 0; j < 4; j++ {
-		acc[j] += acc[j+4]
-	}
-	for j := 0; j < 2; j++ {
-		acc[j] += acc[j+2]
-	}
-	inv := float32(1 / (acc[0] + acc[1]))
-	for i := range x {
-		x[i] *= inv
-	}
 }
 
 // rmsNorm: dst = src / sqrt(mean(src^2) + eps) * w, per row of len(w). The
