@@ -2,15 +2,17 @@ package kernels
 
 import "math"
 
-// Element-wise activations for the forward pass. Each is a pure function of
-// its inputs (no reductions), so batch invariance is automatic; the
-// assembly reproduces the Go code operation for operation, so every path
-// gives the same bits.
+// Activations for the forward pass. SiLUMul and ExpSub are element-wise
+// and Softmax reduces one row in an order fixed by its length alone, so
+// batch invariance is automatic; the assembly reproduces the Go code
+// operation for operation, so every path gives the same bits.
 
 // expf is e^x in float32 within 2 ulp: Cephes expf (x = n*ln2 + r,
 // |r| <= ln2/2, degree-6 polynomial, scale by 2^n through the exponent
-// bits, in two steps near the ends of the range). It is, operation for
-// operation, internal/model's expf, so moving a caller here changes no bit.
+// bits, in two steps near the ends of the range). Softmax and SwiGLU in
+// the forward pass run on it; its results are part of the model's logits,
+// so any change to it must leave TestExpfRoundsHalfAwayFromZero and the
+// reference logits bitwise as they are.
 func expf(x float32) float32 {
 	const (
 		log2e = 1.44269504088896341
