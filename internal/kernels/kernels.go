@@ -193,8 +193,17 @@ func MatMul(par *Parallel, out []float32, w *Matrix, x []float32, nTok int) {
 	*jp = job
 	// Batch invariance (DESIGN.md "Determinism"): splitting only at row
 	// boundaries keeps each dot product whole on one goroutine.
-	par.For(w.Rows, jp.run)
+	par.For(ceilDiv(w.Rows, rowTile), jp.runTiles)
 	jp.act.release()
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// runTiles computes the row tiles [lo, hi). The pool splits MatMul in
+// whole tiles so that no chunk boundary leaves a few rows to the slower
+// per-row kernel of a multi-token call.
+func (j *mmJob) runTiles(lo, hi int) {
+	j.run(lo*rowTile, min(hi*rowTile, j.w.Rows))
 }
 
 // mmJob is one MatMul call; run computes its rows [lo, hi) for every token.

@@ -51,17 +51,17 @@ func MatMulMany(par *Parallel, x []float32, nTok int, ps ...Product) {
 		if !mj.shared[i] {
 			j.act = k.prepare(x[:nTok*w.Cols], nTok, w.Cols)
 		}
-		mj.end[i] = mj.rows + w.Rows
-		mj.rows = mj.end[i]
+		mj.end[i] = mj.tiles + ceilDiv(w.Rows, rowTile)
+		mj.tiles = mj.end[i]
 		mj.n++
 		macs += w.Rows * w.Cols * nTok
 	}
 	if macs < minParallelMACs || par.Threads() == 1 {
-		mj.run(0, mj.rows)
+		mj.run(0, mj.tiles)
 	} else {
 		jp := new(multiJob)
 		*jp = mj
-		par.For(jp.rows, jp.run)
+		par.For(jp.tiles, jp.run)
 		mj = *jp
 	}
 	for i := 0; i < mj.n; i++ {
@@ -78,14 +78,15 @@ func rowBytesOf(w *Matrix) int {
 	return len(w.Data) / w.Rows
 }
 
-// multiJob is one MatMulMany call: its rows are the products' rows back to
-// back, product i owning [end[i-1], end[i]).
+// multiJob is one MatMulMany call: its work items are the products' row
+// tiles (rowTile rows, as MatMul splits) back to back, product i owning
+// tiles [end[i-1], end[i]).
 type multiJob struct {
 	jobs   [maxProducts]mmJob
 	shared [maxProducts]bool
 	end    [maxProducts]int
 	n      int
-	rows   int
+	tiles  int
 }
 
 func (m *multiJob) run(lo, hi int) {
@@ -93,7 +94,7 @@ func (m *multiJob) run(lo, hi int) {
 	for i := 0; i < m.n && start < hi; i++ {
 		end := m.end[i]
 		if a, b := max(lo, start), min(hi, end); a < b {
-			m.jobs[i].run(a-start, b-start)
+			m.jobs[i].runTiles(a-start, b-start)
 		}
 		start = end
 	}

@@ -73,7 +73,7 @@ type Runner struct {
 	acts                         []active
 	units                        []unit
 	spans                        []span
-	scores                       [][]float32 // one per attention worker
+	scores                       [][]float32 // one per attention slot
 	rows                         []int
 }
 
@@ -124,6 +124,10 @@ func (r *Runner) elementwise(n int, fn func(lo, hi int)) {
 
 // minParallelMACs is the least attention work spread over the pool.
 const minParallelMACs = 1 << 17
+
+// attnSlots is how many interleaved shares of attention each thread of the
+// pool has to claim from; each share owns one scores scratch buffer.
+const attnSlots = 4
 
 // unit is one (token, KV head) of attention.
 type unit struct {
@@ -341,10 +345,15 @@ func (r *Runner) attention(l int, res []Result) {
 	}
 	// A unit's result depends only on its queries and the K/V rows of
 	// positions <= its own, summed in position order, so neither the split
-	// across threads nor the batch changes a bit. Worker w takes units w,
+	// across threads nor the batch changes a bit. Slot w takes units w,
 	// w+T, w+2T...: interleaving balances prefill, where later tokens
-	// attend over more positions.
-	T := min(len(r.scores), len(r.units))
+	// attend over more positions. There are attnSlots slots per thread,
+	// claimed dynamically, so the faster core (our two vCPUs differ by up
+	// to 1.7x) takes more of them instead of idling at the end.
+	T := min(attnSlots*r.par.Threads(), len(r.units))
+	for len(r.scores) < T {
+		r.scores = append(r.scores, nil)
+	}
 	// Waking workers costs microseconds: below about that much arithmetic
 	// (multiply-adds over every unit's context) the caller runs it alone.
 	// The split never changes a result, only who computes it.
