@@ -138,8 +138,11 @@ func (r *Runner) perToken(n, rowCost int, fn func(lo, hi int)) {
 	r.par.For(n, fn)
 }
 
-// minParallelMACs is the least attention work spread over the pool.
-const minParallelMACs = 1 << 17
+// minParallelMACs is the least attention work spread over the pool: with
+// the pool's workers polling between a step's loops a split costs well
+// under a microsecond, so a decode step's attention is worth splitting
+// from a few dozen positions on.
+const minParallelMACs = 1 << 14
 
 // attnSlots is how many interleaved shares of attention each thread of the
 // pool has to claim from; each share owns one scores scratch buffer.
