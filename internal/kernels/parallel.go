@@ -113,6 +113,9 @@ func (p *Parallel) worker(ch chan struct{}, parked *atomic.Bool) {
 			if i&63 != 63 {
 				continue
 			}
+			// The poll holds one of the process's Ps: let other runnable
+			// goroutines (another engine's pool, the HTTP server) have it.
+			runtime.Gosched()
 			now := time.Now()
 			if deadline.IsZero() {
 				deadline = now.Add(spinFor)
