@@ -571,53 +571,21 @@ func (d *decoder) array(key string, depth int) Value {
 		}
 		v.Data = s
 	case TypeUint16:
-		s := make([]uint16, n)
-		for i := range s {
-			s[i] = le.Uint16(b[2*i:])
-		}
-		v.Data = s
+		v.Data = decodeFixed(b, n, 2, func(e []byte) uint16 { return le.Uint16(e) })
 	case TypeInt16:
-		s := make([]int16, n)
-		for i := range s {
-			s[i] = int16(le.Uint16(b[2*i:]))
-		}
-		v.Data = s
+		v.Data = decodeFixed(b, n, 2, func(e []byte) int16 { return int16(le.Uint16(e)) })
 	case TypeUint32:
-		s := make([]uint32, n)
-		for i := range s {
-			s[i] = le.Uint32(b[4*i:])
-		}
-		v.Data = s
+		v.Data = decodeFixed(b, n, 4, func(e []byte) uint32 { return le.Uint32(e) })
 	case TypeInt32:
-		s := make([]int32, n)
-		for i := range s {
-			s[i] = int32(le.Uint32(b[4*i:]))
-		}
-		v.Data = s
+		v.Data = decodeFixed(b, n, 4, func(e []byte) int32 { return int32(le.Uint32(e)) })
 	case TypeFloat32:
-		s := make([]float32, n)
-		for i := range s {
-			s[i] = math.Float32frombits(le.Uint32(b[4*i:]))
-		}
-		v.Data = s
+		v.Data = decodeFixed(b, n, 4, func(e []byte) float32 { return math.Float32frombits(le.Uint32(e)) })
 	case TypeUint64:
-		s := make([]uint64, n)
-		for i := range s {
-			s[i] = le.Uint64(b[8*i:])
-		}
-		v.Data = s
+		v.Data = decodeFixed(b, n, 8, func(e []byte) uint64 { return le.Uint64(e) })
 	case TypeInt64:
-		s := make([]int64, n)
-		for i := range s {
-			s[i] = int64(le.Uint64(b[8*i:]))
-		}
-		v.Data = s
+		v.Data = decodeFixed(b, n, 8, func(e []byte) int64 { return int64(le.Uint64(e)) })
 	case TypeFloat64:
-		s := make([]float64, n)
-		for i := range s {
-			s[i] = math.Float64frombits(le.Uint64(b[8*i:]))
-		}
-		v.Data = s
+		v.Data = decodeFixed(b, n, 8, func(e []byte) float64 { return math.Float64frombits(le.Uint64(e)) })
 	case TypeString:
 		s := make([]string, n)
 		for i := range s {
@@ -641,4 +609,14 @@ func (d *decoder) array(key string, depth int) Value {
 	}
 	d.off += len(b)
 	return v
+}
+
+// decodeFixed decodes n little-endian elements of size bytes each from b,
+// which the caller has already checked holds n*size bytes.
+func decodeFixed[T any](b []byte, n, size int, elem func([]byte) T) []T {
+	s := make([]T, n)
+	for i := range s {
+		s[i] = elem(b[size*i:])
+	}
+	return s
 }
