@@ -4,6 +4,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -58,4 +60,17 @@ func main() {
 		os.Exit(2)
 	}
 	os.Exit(c.run(os.Args[2:]))
+}
+
+// parseFlags parses args into fs. When it returns ok false the command must
+// return code at once: 0 after --help printed the usage, 2 on a bad flag
+// (the flag package has already said which).
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,11 +51,8 @@ effective context, and a verdict. Exits 0 when every role's pool holds the
 context; otherwise exits 1 with a sentence naming the role, both numbers
 and what to change. The servers run exactly this check at start (I2).
 `)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if endpoint != "" {
 		if remotePreflight == nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -58,11 +57,8 @@ prefill worker checks its own context; give every role the same --context.
 Example:
   SLUICE_SECRET=$(cat secret) sluice router --model m.gguf --context 512 --prefill 127.0.0.1:9001 --decode 127.0.0.1:9002
 `)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "router: unexpected arguments %q\n", fs.Args())

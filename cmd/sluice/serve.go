@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -160,11 +159,8 @@ Example:
   sluice serve --model stories260K.gguf --context 512 --kv-memory 64MiB
   curl -s localhost:8080/v1/completions -d '{"prompt":"Once upon a time","max_tokens":32}'
 `)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "serve: unexpected arguments %q\n", fs.Args())
