@@ -61,9 +61,14 @@ var (
 	ErrRefused = &Error{"refused", "the decode worker refused the reservation"}
 	// ErrDuplicate: a handoff with this id already exists.
 	ErrDuplicate = &Error{"duplicate_handoff", "a handoff with this id already exists"}
-	// ErrProtocol: a malformed frame or message on a transport; the
-	// connection is closed.
+	// ErrProtocol: a malformed frame on a transport (framing, checksum,
+	// an unexpected frame type); the connection is closed.
 	ErrProtocol = &Error{"protocol", "malformed or unexpected frame"}
+	// ErrBadMessage: one call's message could not be encoded or decoded (a
+	// field outside what the wire carries, a malformed body inside an intact
+	// frame). Only that call fails: the connection, which other tenants'
+	// calls share, stays up.
+	ErrBadMessage = &Error{"bad_message", "a message field is out of range or malformed; only this call is refused"}
 	// ErrTransport: the transport failed (connection lost, timeout). Whether
 	// the remote side applied the call is UNKNOWN; callers must abort.
 	ErrTransport = &Error{"transport", "transport failure; the remote outcome is unknown"}

@@ -139,7 +139,7 @@ func (c *conn) sendData(typ byte, stream uint32, parts [][]byte, isData []bool) 
 		bufs, err = c.fr.encode(v, typ, stream, parts)
 	}
 	if err != nil {
-		return err
+		return &unsentError{err}
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 	var macBuf []byte
@@ -269,6 +269,22 @@ func (c *conn) serverHandshake() error {
 		c.fr.enableMAC(proof(c.cfg.Secret, "sluice/session", hello, ack))
 	}
 	return nil
+}
+
+// unsentError is a frame refused before any of its bytes was written
+// (larger than the peer accepts): the connection is still aligned and
+// usable, only the call that wanted to send it fails.
+type unsentError struct{ err error }
+
+func (e *unsentError) Error() string { return e.err.Error() }
+func (e *unsentError) Unwrap() error { return e.err }
+
+// notSent reports whether err is a frame refused before sending, and why.
+func notSent(err error) (error, bool) {
+	if u, ok := err.(*unsentError); ok {
+		return u.err, true
+	}
+	return nil, false
 }
 
 // transportErr marks an I/O failure: the remote outcome is unknown.

@@ -38,7 +38,11 @@ import (
 // A frame failing any check (truncated, oversized, unknown type or
 // version, bad checksum or MAC) is a protocol error: the reader reports it,
 // the peer is told when possible, and the connection is closed, since
-// nothing after a bad frame can be trusted to be aligned.
+// nothing after a bad frame can be trusted to be aligned. A frame that
+// passes every check but whose body does not decode (a field out of range,
+// a truncated or overlong message) is a different thing: the framing held,
+// so only that call is answered, with bad_message, and the connection that
+// every tenant's calls share stays up.
 const (
 	headerLen = 16
 	macLen    = 16
