@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"time"
 
 	"sluice/internal/engine"
 	"sluice/internal/handoff"
@@ -42,6 +43,10 @@ type LocalConfig struct {
 	// Engine, when set, adjusts each role's engine configuration before
 	// it is built (tests use it for LIFO page reuse).
 	Engine func(role string, c *engine.Config)
+	// Listen, when set, opens the roles' loopback listeners in place of
+	// net.Listen("tcp", "127.0.0.1:0") (tests use it to drop the roles'
+	// connections under a running stack).
+	Listen func() (net.Listener, error)
 }
 
 // Stack is a running set of roles and the engine the router drives.
@@ -198,21 +203,19 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 			return err
 		}
 		tc = tcp.Config{Secret: secret}
-		daddr, err := s.serveTCP(tc, dw, nil)
+		daddr, err := s.serveTCP(c, tc, dw, nil)
 		if err != nil {
 			return err
 		}
-		dc, err := tcp.Dial(context.Background(), daddr, tc)
+		dc, err := s.connect(c, daddr, tc)
 		if err != nil {
 			return err
 		}
-		s.closers = append(s.closers, func() { dc.Close() })
 		toDecode = dc
-		rd, err := tcp.Dial(context.Background(), daddr, tc)
+		rd, err := s.connect(c, daddr, tc)
 		if err != nil {
 			return err
 		}
-		s.closers = append(s.closers, func() { rd.Close() })
 		routerDecode = rd
 		if transport == TransportSHM {
 			w, err := shm.Open(dcfg.SharedFile, kv.Geometry{Layers: m.Runtime.Layers(), KVDim: m.Runtime.KVDim(), PageSize: dcfg.PageSize}, dc)
@@ -238,15 +241,14 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 	if transport == TransportInproc {
 		routerPrefill = inproc.Prefill(pw)
 	} else {
-		paddr, err := s.serveTCP(tc, nil, pw)
+		paddr, err := s.serveTCP(c, tc, nil, pw)
 		if err != nil {
 			return err
 		}
-		rp, err := tcp.Dial(context.Background(), paddr, tc)
+		rp, err := s.connect(c, paddr, tc)
 		if err != nil {
 			return err
 		}
-		s.closers = append(s.closers, func() { rp.Close() })
 		routerPrefill = rp
 	}
 	eng, err := engine.NewDisaggregated(engine.DisaggConfig{
@@ -262,12 +264,34 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 	return nil
 }
 
-func (s *Stack) serveTCP(tc tcp.Config, d handoff.Decode, p handoff.Prefill) (string, error) {
+// connectTimeout bounds the first dial of a role's own loopback listener.
+const connectTimeout = 10 * time.Second
+
+// connect dials a role over TCP as `sluice router` does: through a
+// Redialer, so a connection that dies (a peer that dropped it, a reset)
+// is dialled again by the next call instead of failing every later
+// request of every tenant until a restart.
+func (s *Stack) connect(c LocalConfig, addr string, tc tcp.Config) (*tcp.Redialer, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	r, err := tcp.ConnectRedialer(ctx, addr, tc, c.Logger)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { r.Close() })
+	return r, nil
+}
+
+func (s *Stack) serveTCP(c LocalConfig, tc tcp.Config, d handoff.Decode, p handoff.Prefill) (string, error) {
 	srv, err := tcp.NewServer(tc, d, p)
 	if err != nil {
 		return "", err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	listen := c.Listen
+	if listen == nil {
+		listen = func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+	}
+	l, err := listen()
 	if err != nil {
 		return "", err
 	}
