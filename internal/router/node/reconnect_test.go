@@ -111,4 +111,3 @@ func TestServeSurvivesDroppedConnections(t *testing.T) {
 		})
 	}
 }
-
