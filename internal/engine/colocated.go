@@ -167,11 +167,12 @@ func checkRequest(r *Request, ctxLen, vocab int, noAdmission bool) error {
 	if noAdmission {
 		return nil
 	}
-	// I2: prompt + max_tokens must fit the effective context.
-	if len(r.Prompt)+r.MaxTokens > ctxLen {
+	// I2: prompt + max_tokens must fit the effective context, compared
+	// without forming the sum (it wraps for a max_tokens near MaxInt).
+	if !kv.TokensFit(len(r.Prompt), r.MaxTokens, ctxLen) {
 		return errf(CodeContextLength, http.StatusBadRequest, nil,
 			"this model's maximum context length is %d tokens, but the request needs %d (%d prompt + %d max_tokens); shorten the prompt or lower max_tokens",
-			ctxLen, len(r.Prompt)+r.MaxTokens, len(r.Prompt), r.MaxTokens)
+			ctxLen, uint64(len(r.Prompt))+uint64(r.MaxTokens), len(r.Prompt), r.MaxTokens)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"bytes"
+	"math"
 	"time"
 
 	"sluice/internal/kv"
@@ -157,14 +158,15 @@ func (r *Receiver) Stats() ReceiverStats {
 	return s
 }
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
 // Reserve reserves ceil((PromptTokens+MaxTokens)/PageSize) pages, all or
 // nothing, owned by (Tenant, Handoff). The Reservation lists the first
 // ceil(PromptTokens/PageSize) of them, which the prompt's writes must cover;
 // the rest is room for decoding so it never runs out mid-request.
 func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
-	if m.PromptTokens <= 0 || m.MaxTokens < 0 {
+	// prompt+max_tokens must not wrap: near MaxInt the sum goes negative,
+	// asks for no pages and would be admitted (then free to grow into the
+	// whole pool). The pool refuses what it cannot hold.
+	if m.PromptTokens <= 0 || m.MaxTokens < 0 || !kv.TokensFit(m.PromptTokens, m.MaxTokens, math.MaxInt) {
 		r.stats.Failed[ErrRefused.Code]++
 		return nil, ErrRefused.With("prompt_tokens %d, max_tokens %d", m.PromptTokens, m.MaxTokens)
 	}
@@ -179,8 +181,8 @@ func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 		return nil, ErrDuplicate.With("handoff %s", IDString(m.Handoff))
 	}
 	ps := r.cfg.PageSize
-	nPrompt := ceilDiv(m.PromptTokens, ps)
-	nAll := ceilDiv(m.PromptTokens+m.MaxTokens, ps)
+	nPrompt := kv.PagesFor(m.PromptTokens, ps)
+	nAll := kv.PagesFor(m.PromptTokens+m.MaxTokens, ps)
 	o := kv.Owner{Tenant: m.Tenant, ID: m.Handoff}
 	refs, err := r.pool.Reserve(o, nAll)
 	if err != nil {

@@ -125,7 +125,7 @@ func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream
 	if e.refuse != nil {
 		return nil, e.refuse
 	}
-	if len(r.Prompt)+r.MaxTokens > e.ctx {
+	if r.MaxTokens > e.ctx-len(r.Prompt) { // never the wrapping sum
 		return nil, &engine.Error{Code: engine.CodeContextLength, Status: 400, Message: "engine admission refused"}
 	}
 	e.mu.Lock()

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sluice/internal/engine"
+	"sluice/internal/kv"
 	"sluice/internal/preflight"
 )
 
@@ -448,12 +449,15 @@ func randomSeed() uint64 {
 
 // generate checks the context (I2), submits and answers.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation, ctxLen int, promptParam string) {
-	total := len(g.prompt) + g.p.maxTokens
 	if len(g.prompt) == 0 {
 		s.fail(w, r, badParam(promptParam, "the prompt is empty after tokenization"))
 		return
 	}
-	if total > ctxLen {
+	// Compared without forming prompt+max_tokens: near MaxInt the sum
+	// wraps negative and would be admitted. Both are non-negative here,
+	// so their sum is exact in a uint64 for the message.
+	if !kv.TokensFit(len(g.prompt), g.p.maxTokens, ctxLen) {
+		total := uint64(len(g.prompt)) + uint64(max(g.p.maxTokens, 0))
 		// I2: rejected here, before the engine reserves anything; the
 		// engine checks again (I1) so a router bug cannot let it through.
 		s.fail(w, r, newErr(http.StatusBadRequest, CodeContextLength, promptParam,
