@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 
@@ -192,6 +193,14 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 		// d.bg, not the client's context: a disconnect never tears the
 		// transfer (I10).
 		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling})
+		if err != nil {
+			// The commit may never come (prefill failed, or the call's
+			// outcome is unknown: its connection died and the prefill
+			// worker may have given up without telling decode). End the
+			// handoff at decode now, which ends the stream read below;
+			// else the request hangs until decode's handoff timeout.
+			d.abort(id, fmt.Sprintf("prefill failed: %v", err))
+		}
 		pch <- pres{pr, err}
 	}()
 	var got *pres

@@ -458,3 +458,71 @@ func TestBadReplyBodyFailsAlone(t *testing.T) {
 		t.Fatalf("frame %d, want Drained", typ)
 	}
 }
+
+// The Redialer sends an Abort (or Drained, Cancel: idempotent clean-up)
+// once more on a fresh connection when its connection dies under it, so
+// the clean-up of a failed handoff is not lost with the connection that
+// failed it; a Reserve in the same situation is never sent twice (its
+// outcome is unknown: the caller aborts).
+func TestRedialerResendsCleanUpOnly(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan byte, 16) // frame types, in arrival order, over all connections
+	go func() {
+		for n := 0; ; n++ {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func(n int) {
+				defer nc.Close()
+				cfg, _ := Config{Secret: secret}.withDefaults()
+				c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: cfg.MaxFrame}}
+				if c.serverHandshake() != nil {
+					return
+				}
+				// The first connection dies unanswered at its first call,
+				// every connection at a Reserve.
+				for first := true; ; first = false {
+					f, err := c.fr.readFrame(nc, nil)
+					if err != nil {
+						return
+					}
+					got <- f.typ
+					if (first && n == 0) || f.typ == tReserve {
+						return
+					}
+					c.send(tOK, f.stream)
+				}
+			}(n)
+		}
+	}()
+	rd, err := ConnectRedialer(context.Background(), l.Addr().String(), Config{Secret: secret}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	ctx := context.Background()
+	if err := rd.Abort(ctx, &handoff.Abort{Handoff: handofftest.ID(1), Reason: "x"}); err != nil {
+		t.Fatalf("abort whose connection died: %v, want it delivered on a fresh connection", err)
+	}
+	if a, b := <-got, <-got; a != tAbort || b != tAbort {
+		t.Fatalf("frames %d, %d: want the abort twice (once per connection)", a, b)
+	}
+	_, err = rd.Reserve(ctx, &handoff.Reserve{Handoff: handofftest.ID(2), Tenant: "a", PromptTokens: 4, MaxTokens: 1})
+	if !errors.Is(err, handoff.ErrTransport) {
+		t.Fatalf("reserve whose connection died: %v, want ErrTransport", err)
+	}
+	if typ := <-got; typ != tReserve {
+		t.Fatalf("frame %d, want the reserve", typ)
+	}
+	if err := rd.Drained(ctx, handofftest.ID(2)); err != nil {
+		t.Fatal(err)
+	}
+	if typ := <-got; typ != tDrained {
+		t.Fatalf("frame %d after the reserve: want the next call, not the reserve again", typ)
+	}
+}

@@ -2,9 +2,13 @@ package node
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
 )
 
 // connTracker is a listener factory that remembers the connections its
@@ -65,21 +69,33 @@ func loadBuiltIn(t testing.TB) *Model {
 // plain connections, and once one died every later request of every
 // tenant failed with 502 until a restart. The requests in flight when the
 // connections die may fail (their outcome is unknown, I5/I6: never
-// retried); a bounded number of later ones must succeed with the output
-// the stack gave before the drop.
+// retried), but promptly: a request whose prefill call died with its
+// connection once hung until decode's two-minute handoff timeout (the
+// guard below fails it long before); a bounded number of later ones must
+// succeed with the output the stack gave before the drop.
 func TestServeSurvivesDroppedConnections(t *testing.T) {
 	m := loadBuiltIn(t)
 	for _, transport := range []string{TransportTCP, TransportSHM} {
 		t.Run(transport, func(t *testing.T) {
 			ct := &connTracker{}
 			s := serve(t, m, LocalConfig{Pools: Pools{Context: 128, PoolTokens: 512}, Transport: transport, Listen: ct.listen}, nil)
-			ctx := context.Background()
 			req := job{prompt: "hello there", max: 6}
-			ref, err := complete(ctx, s.client, req)
+			// A hang guard, far above a request's few milliseconds, and
+			// far below the decode worker's handoff timeout.
+			call := func(c *openai.Client, j job) (result, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				res, err := complete(ctx, c, j)
+				if errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("a request hung after the drop: %v", err)
+				}
+				return res, err
+			}
+			ref, err := call(s.client, req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for round := 0; round < 2; round++ {
+			for round := 0; round < 20; round++ {
 				if n := ct.dropAll(); n != 3 {
 					t.Fatalf("dropped %d connections, want the 3 of the roles (router->decode, router->prefill, prefill->decode)", n)
 				}
@@ -88,7 +104,7 @@ func TestServeSurvivesDroppedConnections(t *testing.T) {
 				ok := false
 				var last error
 				for i := 0; i < 4 && !ok; i++ {
-					got, err := complete(ctx, s.client, req)
+					got, err := call(s.client, req)
 					if err == nil {
 						if got.text != ref.text {
 							t.Fatalf("after the drop: %q, before: %q", got.text, ref.text)
@@ -101,7 +117,7 @@ func TestServeSurvivesDroppedConnections(t *testing.T) {
 					t.Fatalf("round %d: no request succeeded after the roles' connections were dropped: %v", round, last)
 				}
 				for i := 0; i < 3; i++ {
-					got, err := complete(ctx, s.client, req)
+					got, err := call(s.client, req)
 					if err != nil || got.text != ref.text {
 						t.Fatalf("round %d: request %d after the reconnect: %q %v", round, i, got.text, err)
 					}
