@@ -35,8 +35,21 @@ func (byteTok) Encode(text string, addSpecial, _ bool) ([]int32, error) {
 	return ids, nil
 }
 
-func (byteTok) NewDecoder() Decoder     { return &byteDec{} }
-func (byteTok) IsEOG(id int32) bool     { return id == fakeEOS }
+func (byteTok) NewDecoder() Decoder { return &byteDec{} }
+func (byteTok) IsEOG(id int32) bool { return id == fakeEOS }
+
+// TokenText is one token's bytes; BOS and EOS show as text.
+func (byteTok) TokenText(id int32) string {
+	switch {
+	case id == fakeBOS:
+		return "<s>"
+	case id == fakeEOS:
+		return "</s>"
+	case id >= 0 && id < 256:
+		return string([]byte{byte(id)})
+	}
+	return ""
+}
 func (d *byteDec) Push(id int32) string { return d.push(id) }
 func (d *byteDec) Flush() string {
 	out := strings.ToValidUTF8(string(d.pending), "\uFFFD")
