@@ -30,8 +30,9 @@ func (s *Sampler) Logprobs(logits []float32, id int32) *Logprobs {
 }
 
 // ComputeLogprobs is log_softmax(logits) at id plus the top most likely
-// tokens. NaN logits carry no probability; -Inf (and anything below
-// LogprobFloor) is reported as LogprobFloor.
+// tokens. Every value is in [LogprobFloor, 0], so it always encodes as
+// JSON: NaN logits carry no probability and -Inf (anything below the
+// floor) is LogprobFloor; a +Inf logit (a broken model) reports 0.
 func ComputeLogprobs(logits []float32, id int32, top int) *Logprobs {
 	maxv := math.Inf(-1)
 	for _, v := range logits {
@@ -48,8 +49,11 @@ func ComputeLogprobs(logits []float32, id int32, top int) *Logprobs {
 	lse := maxv + math.Log(z)
 	lp := func(v float32) float32 {
 		r := float64(v) - lse
-		if math.IsNaN(r) || r < LogprobFloor {
+		switch {
+		case math.IsNaN(r) || r < LogprobFloor:
 			return LogprobFloor
+		case r > 0:
+			return 0
 		}
 		return float32(r)
 	}

@@ -191,6 +191,10 @@ func TestLogprobsMatchReference(t *testing.T) {
 	if lp.Logprob != LogprobFloor || len(lp.Top) != 2 || lp.Top[0].ID != 2 || lp.Top[0].Logprob != 0 || lp.Top[1].Logprob != LogprobFloor {
 		t.Fatalf("edge logprobs %+v", lp)
 	}
+	// +Inf (a broken model) still reports a number JSON can carry.
+	if lp := ComputeLogprobs([]float32{float32(math.Inf(1)), 0}, 0, 2); lp.Logprob != 0 || lp.Top[0].ID != 0 || lp.Top[0].Logprob != 0 || lp.Top[1].Logprob > 0 {
+		t.Fatalf("+Inf logprobs %+v", lp)
+	}
 	if New(Params{}).Logprobs([]float32{1}, 0) != nil {
 		t.Fatal("logprobs reported though not asked")
 	}

@@ -369,11 +369,20 @@ func encLogprobs(e *enc, l *sample.Logprobs) {
 	}
 }
 
+// decLogprobs refuses values outside [LogprobFloor, 0] (NaN included):
+// they reach a client's JSON, which cannot carry NaN or Inf.
 func decLogprobs(d *dec) *sample.Logprobs {
 	if !d.bool() || d.err != nil {
 		return nil
 	}
-	l := &sample.Logprobs{Logprob: d.f32()}
+	val := func() float32 {
+		v := d.f32()
+		if d.err == nil && !(v >= sample.LogprobFloor && v <= 0) {
+			d.err = protoErr("logprob %v outside [%d, 0]", v, sample.LogprobFloor)
+		}
+		return v
+	}
+	l := &sample.Logprobs{Logprob: val()}
 	n := int(d.u8())
 	if d.err == nil && n > sample.MaxTopLogprobs {
 		d.err = protoErr("%d top logprobs; at most %d", n, sample.MaxTopLogprobs)
@@ -384,7 +393,7 @@ func decLogprobs(d *dec) *sample.Logprobs {
 	if n > 0 {
 		l.Top = make([]sample.TokenLogprob, n)
 		for i := range l.Top {
-			l.Top[i] = sample.TokenLogprob{ID: int32(d.u32()), Logprob: d.f32()}
+			l.Top[i] = sample.TokenLogprob{ID: int32(d.u32()), Logprob: val()}
 		}
 	}
 	return l

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 
@@ -73,6 +74,16 @@ func TestCodecBoundsSamplingAndLogprobs(t *testing.T) {
 	l.Top = append(l.Top, sample.TokenLogprob{})
 	if _, err := decToken(encToken(handoff.Token{Logprobs: l})); !errors.Is(err, handoff.ErrProtocol) {
 		t.Fatalf("%d top logprobs decoded: %v", len(l.Top), err)
+	}
+	// Logprobs a client's JSON cannot carry are refused.
+	for _, v := range []float32{float32(math.NaN()), 0.5, float32(math.Inf(-1)), sample.LogprobFloor - 1} {
+		if _, err := decToken(encToken(handoff.Token{Logprobs: &sample.Logprobs{Logprob: v}})); !errors.Is(err, handoff.ErrProtocol) {
+			t.Fatalf("logprob %v decoded: %v", v, err)
+		}
+		bad := &sample.Logprobs{Top: []sample.TokenLogprob{{ID: 1, Logprob: v}}}
+		if _, err := decCommit(encCommit(&handoff.Commit{FirstLogprobs: bad})); !errors.Is(err, handoff.ErrProtocol) {
+			t.Fatalf("top logprob %v decoded: %v", v, err)
+		}
 	}
 	// A prompt list longer than the frame is refused before allocating.
 	b := encStreamOpen(id, handoff.StreamParams{})
