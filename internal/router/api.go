@@ -58,6 +58,8 @@ type commonParams struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	// rawStreamOptions is stream_options again, to refuse unknown keys.
+	RawStreamOptions json.RawMessage `json:"-"`
 	PresencePenalty   *float64           `json:"presence_penalty"`
 	FrequencyPenalty  *float64           `json:"frequency_penalty"`
 	RepetitionPenalty *float64           `json:"repetition_penalty"`
@@ -135,11 +137,12 @@ func decodeBody(r io.Reader, v any) *apiError {
 		return newErr(http.StatusBadRequest, CodeInvalidJSON, "", "the request body holds more than one JSON value")
 	}
 	var known map[string]bool
-	switch v.(type) {
+	var common *commonParams
+	switch r := v.(type) {
 	case *completionRequest:
-		known = completionKeys
+		known, common = completionKeys, &r.commonParams
 	case *chatRequest:
-		known = chatKeys
+		known, common = chatKeys, &r.commonParams
 	}
 	if known != nil {
 		var keys map[string]json.RawMessage
@@ -156,6 +159,7 @@ func decodeBody(r io.Reader, v any) *apiError {
 			sort.Strings(unknown)
 			return unsupported(unknown[0], "%q is not a parameter this server supports; remove it (see the README's parameter table)", unknown[0])
 		}
+		common.RawStreamOptions = keys["stream_options"]
 	}
 	return nil
 }
@@ -176,6 +180,36 @@ func jsonType(goType string) string {
 		return "string"
 	}
 	return goType
+}
+
+// onlyKeys refuses, as unsupported, a key of the JSON object raw (the
+// parameter param) outside allowed; a key whose value is null, "" or []
+// in lenient is accepted as absent. Non-objects are left to the typed
+// decoding.
+func onlyKeys(raw json.RawMessage, param string, allowed ...string) *apiError {
+	return onlyKeysLenient(raw, param, nil, allowed...)
+}
+
+func onlyKeysLenient(raw json.RawMessage, param string, lenient []string, allowed ...string) *apiError {
+	var m map[string]json.RawMessage
+	if isNull(raw) || json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	var bad []string
+	for k, v := range m {
+		if slices.Contains(allowed, k) {
+			continue
+		}
+		if t := string(bytes.TrimSpace(v)); slices.Contains(lenient, k) && (t == "null" || t == `""` || t == "[]") {
+			continue
+		}
+		bad = append(bad, k)
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return unsupported(param+"."+bad[0], "%s.%s is not supported by this server; remove it", param, bad[0])
 }
 
 func unsupported(param, format string, args ...any) *apiError {
@@ -312,6 +346,9 @@ func (c *commonParams) validate(maxTokensParam string, maxTokens *int, lim limit
 	}
 	p.stream = c.Stream
 	p.ignoreEOS = c.IgnoreEOS
+	if e := onlyKeys(c.RawStreamOptions, "stream_options", "include_usage"); e != nil {
+		return p, e
+	}
 	if c.StreamOptions != nil {
 		if !c.Stream {
 			return p, badParam("stream_options", "stream_options is only allowed when stream is true")
@@ -551,6 +588,15 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 	}
 	if err := json.Unmarshal(raw, &msgs); err != nil {
 		return nil, badParam("messages", "messages must be an array of {role, content} objects")
+	}
+	var rawMsgs []json.RawMessage
+	_ = json.Unmarshal(raw, &rawMsgs)
+	for i, m := range rawMsgs {
+		// name, tool_calls and the like would change what the model sees;
+		// they are refused unless empty, never dropped.
+		if e := onlyKeysLenient(m, fmt.Sprintf("messages[%d]", i), []string{"name", "tool_calls", "refusal"}, "role", "content"); e != nil {
+			return nil, e
+		}
 	}
 	if len(msgs) == 0 {
 		return nil, badParam("messages", "messages must hold at least one message")

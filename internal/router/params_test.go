@@ -88,6 +88,8 @@ func TestParameterBounds(t *testing.T) {
 		{chat, `"logprobs":true,"top_logprobs":20`, func(r engine.Request) bool { return r.Sampling.Logprobs && r.Sampling.TopLogprobs == 20 }},
 		{chat, `"logprobs":false`, func(r engine.Request) bool { return !r.Sampling.Logprobs }},
 		{chat, `"response_format":{"type":"text"},"tools":[],"tool_choice":"none","parallel_tool_calls":false`, nil},
+		{chat, `"messages":[{"role":"user","content":"x","name":null,"tool_calls":[]}]`, nil},
+		{comp, `"stream":true,"stream_options":{"include_usage":true}`, nil},
 	}
 	for _, c := range ok {
 		body := `{"prompt":"x",` + c.extra + `}`
@@ -169,6 +171,9 @@ func TestParameterBounds(t *testing.T) {
 		{comp, `"min_tokens":3`, CodeUnsupported, "min_tokens"},
 		{comp, `"Temperature":0.5`, CodeUnsupported, "Temperature"},
 		{chat, `"audio":{}`, CodeUnsupported, "audio"},
+		{comp, `"stream":true,"stream_options":{"include_usage":true,"include_obfuscation":true}`, CodeUnsupported, "stream_options.include_obfuscation"},
+		{chat, `"messages":[{"role":"user","content":"x","name":"bob"}]`, CodeUnsupported, "messages[0].name"},
+		{chat, `"messages":[{"role":"assistant","content":"x","tool_calls":[{"id":"1"}]}]`, CodeUnsupported, "messages[0].tool_calls"},
 		// Wrong JSON types name their parameter.
 		{comp, `"temperature":"hot"`, CodeInvalidParam, "temperature"},
 		{comp, `"top_p":true`, CodeInvalidParam, "top_p"},
