@@ -58,7 +58,7 @@ type commonParams struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	// rawStreamOptions is stream_options again, to refuse unknown keys.
+	// RawStreamOptions is stream_options again, to refuse unknown keys.
 	RawStreamOptions  json.RawMessage    `json:"-"`
 	PresencePenalty   *float64           `json:"presence_penalty"`
 	FrequencyPenalty  *float64           `json:"frequency_penalty"`
