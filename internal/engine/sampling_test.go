@@ -2,11 +2,14 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"math"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
+	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/model"
 	"sluice/internal/sample"
@@ -202,4 +205,69 @@ func TestLogprobsMatchModel(t *testing.T) {
 		feed = []int32{tok}
 	}
 	_ = pool.Release(o, table)
+}
+
+// TestWorkersRefuseForeignSamplingInput: a peer's stream parameters and
+// commit logprobs are checked like the router's (a worker trusts no peer):
+// settings outside their domain, prompt ids outside the vocabulary or
+// longer than the prompt, and top logprobs naming foreign ids are refused
+// and nothing is left reserved.
+func TestWorkersRefuseForeignSamplingInput(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	ctx := context.Background()
+	bad := []handoff.StreamParams{
+		{Sampling: sample.Params{Temperature: float32(math.NaN())}},
+		{Sampling: sample.Params{TopK: m.vocab + 1}},
+		{Sampling: sample.Params{LogitBias: []sample.Bias{{ID: int32(m.vocab), Bias: 1}}}},
+		{Sampling: sample.Params{RepetitionPenalty: 2}, Prompt: []int32{1, 2, 3, 4, 5}},
+		{Sampling: sample.Params{RepetitionPenalty: 2}, Prompt: []int32{int32(m.vocab)}},
+	}
+	for i, p := range bad {
+		id := newID()
+		if _, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 4, MaxTokens: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dw.Stream(ctx, id, p); !errors.Is(err, handoff.ErrRefused) {
+			t.Errorf("case %d %+v: stream opened: %v", i, p, err)
+		}
+		_ = dw.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "test"})
+	}
+	id := newID()
+	if _, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 4, MaxTokens: 2}); err != nil {
+		t.Fatal(err)
+	}
+	lp := &sample.Logprobs{Top: []sample.TokenLogprob{{ID: int32(m.vocab), Logprob: -1}}}
+	if err := dw.Commit(ctx, &handoff.Commit{Handoff: id, Tokens: 4, Digest: []byte{1}, FirstToken: 1, FirstLogprobs: lp}); !errors.Is(err, handoff.ErrProtocol) {
+		t.Fatalf("commit with a foreign top-logprob id: %v", err)
+	}
+	dw.Tick(time.Now().Add(time.Hour)) // expire quarantine leases
+	if err := dw.Pool().CheckDrained(); err != nil {
+		t.Fatal(err)
+	}
+	// The prefill worker refuses invalid settings too, aborting the handoff.
+	pw, err := NewPrefillWorker(toyConfig(m, 32), dw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	id = newID()
+	res, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 4, MaxTokens: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pw.Prefill(ctx, &handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: prompt(1, 4), Reservation: res, Sampling: sample.Params{MinP: 2}})
+	if !errors.Is(err, handoff.ErrRefused) {
+		t.Fatalf("prefill with min_p 2: %v", err)
+	}
+	dw.Tick(time.Now().Add(time.Hour))
+	for _, p := range []*kv.Pool{dw.Pool(), pw.Pool()} {
+		if err := p.CheckDrained(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
