@@ -545,3 +545,25 @@ func (s *Server) drain(g *generation, streams []engine.Stream) {
 		}
 	}
 }
+
+// acquireMore takes k more concurrency slots (tenant and server) for the
+// extra choices of a request: each choice is an engine request, so n > 1
+// must not let one tenant hold more of the engine than its limit allows.
+// It is all or nothing and refuses at once, like acquire.
+func (s *Server) acquireMore(tenant string, k int) (func(), *apiError) {
+	var releases []func()
+	release := func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	for range k {
+		r, e := s.acquire(tenant)
+		if e != nil {
+			release()
+			return nil, e
+		}
+		releases = append(releases, r)
+	}
+	return release, nil
+}

@@ -404,3 +404,22 @@ func TestOneChoiceFailsTheRequest(t *testing.T) {
 		t.Fatalf("the two admitted choices were not cancelled (%d cancels)", h.eng.cancels.Load())
 	}
 }
+
+// TestChoicesCountAgainstConcurrency: each choice holds a concurrency slot,
+// so n cannot take more of the engine than the tenant's limit.
+func TestChoicesCountAgainstConcurrency(t *testing.T) {
+	h := newHarness(t, 64, func(c *Config) { c.TenantConcurrency = 3 })
+	c := h.client("")
+	ctx := context.Background()
+	if _, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), N: openai.Int(3), MaxTokens: openai.Int(2)}); err != nil {
+		t.Fatalf("n=3 within a limit of 3: %v", err)
+	}
+	_, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), N: openai.Int(4), MaxTokens: openai.Int(2)})
+	apiErr(t, err, 429, CodeTenantLimit)
+	_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, N: openai.Int(4)})
+	apiErr(t, err, 429, CodeTenantLimit)
+	// Slots come back: the limit admits n=3 again.
+	if _, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: []string{"a", "b", "c"}}, MaxTokens: openai.Int(2)}); err != nil {
+		t.Fatalf("3 prompts after refusals: %v", err)
+	}
+}

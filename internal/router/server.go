@@ -380,6 +380,12 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		// OpenAI's default for legacy completions.
 		p.maxTokens = min(16, info.Context)
 	}
+	more, e := s.acquireMore(tenant, len(prompts)*p.n-1)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	defer more()
 	g := &generation{id: s.newID("cmpl"), route: "/v1/completions", tenant: tenant, prompts: prompts, p: p, model: info.Model, created: start.Unix(), start: start}
 	s.generate(w, r, g, info.Context, "prompt")
 }
@@ -439,6 +445,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		// Chat's default is "as many as fit".
 		p.maxTokens = max(info.Context-len(prompt), 1)
 	}
+	more, e := s.acquireMore(tenant, p.n-1)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	defer more()
 	g := &generation{id: s.newID("chatcmpl"), route: "/v1/chat/completions", chat: true, tenant: tenant, prompts: []genPrompt{{tokens: prompt}}, p: p, model: info.Model, created: start.Unix(), start: start}
 	s.generate(w, r, g, info.Context, "messages")
 }
