@@ -423,3 +423,35 @@ func TestChoicesCountAgainstConcurrency(t *testing.T) {
 		t.Fatalf("3 prompts after refusals: %v", err)
 	}
 }
+
+// TestStreamedLogprobsEqualNonStreamed: streamed, each token's logprobs come
+// once, with the chunk carrying its text or, for text a stop string
+// withheld, with the finish chunk; together they are the non-streamed list.
+func TestStreamedLogprobsEqualNonStreamed(t *testing.T) {
+	h := newHarness(t, 64, nil)
+	c := h.client("")
+	ctx := context.Background()
+	p := openai.CompletionNewParams{Prompt: prompt("hello world"), MaxTokens: openai.Int(20), Logprobs: openai.Int(1),
+		Stop: openai.CompletionNewParamsStopUnion{OfString: openai.String("o w")}}
+	r, err := c.Completions.New(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Choices[0].Text != "hell" || strings.Join(r.Choices[0].Logprobs.Tokens, "") != "hello w" {
+		t.Fatalf("non-streamed %q, logprob tokens %q", r.Choices[0].Text, r.Choices[0].Logprobs.Tokens)
+	}
+	st := c.Completions.NewStreaming(ctx, p)
+	var text string
+	var toks []string
+	var offs []int64
+	for st.Next() {
+		for _, ch := range st.Current().Choices {
+			text += ch.Text
+			toks = append(toks, ch.Logprobs.Tokens...)
+			offs = append(offs, ch.Logprobs.TextOffset...)
+		}
+	}
+	if st.Err() != nil || text != "hell" || !slices.Equal(toks, r.Choices[0].Logprobs.Tokens) || !slices.Equal(offs, r.Choices[0].Logprobs.TextOffset) {
+		t.Fatalf("streamed %q %q %v, non-streamed %q %v", text, toks, offs, r.Choices[0].Logprobs.Tokens, r.Choices[0].Logprobs.TextOffset)
+	}
+}
