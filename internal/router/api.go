@@ -460,6 +460,9 @@ func (c *chatRequest) validate(lim limits) (params, *apiError) {
 		if rf.Type != "text" {
 			return params{}, unsupported("response_format", "response_format %q is not supported; only {\"type\": \"text\"} is (no constrained decoding)", rf.Type)
 		}
+		if e := onlyKeys(c.ResponseFormat, "response_format", "type"); e != nil {
+			return params{}, e
+		}
 	}
 	p, e := c.commonParams.validate("max_completion_tokens", c.MaxCompletionTokens, lim)
 	if e != nil {

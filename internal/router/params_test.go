@@ -159,6 +159,7 @@ func TestParameterBounds(t *testing.T) {
 		// Not implemented: refused, never ignored.
 		{chat, `"response_format":{"type":"json_object"}`, CodeUnsupported, "response_format"},
 		{chat, `"response_format":{"type":"json_schema","json_schema":{}}`, CodeUnsupported, "response_format"},
+		{chat, `"response_format":{"type":"text","json_schema":{}}`, CodeUnsupported, "response_format.json_schema"},
 		{chat, `"tools":[{"type":"function"}]`, CodeUnsupported, "tools"},
 		{chat, `"tool_choice":"auto"`, CodeUnsupported, "tool_choice"},
 		{chat, `"functions":[{"name":"f"}]`, CodeUnsupported, "functions"},
