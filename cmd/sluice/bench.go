@@ -228,8 +228,7 @@ Flags:
 	}
 	if len(models) == 0 {
 		for _, n := range []string{"stories260K.gguf", "bench-15M-q8_0.gguf"} {
-			p := filepath.Join(testenv.SharedDir(), "models", n)
-			if _, err := os.Stat(p); err == nil {
+			if p, ok := testenv.Find(filepath.Join("models", n)); ok {
 				models = append(models, p)
 			}
 		}
@@ -245,7 +244,7 @@ Flags:
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		paths, err := writeBenchShapes(dir, filepath.Join(testenv.SharedDir(), "vocab", "ggml-vocab-llama-spm.gguf"), stderr)
+		paths, err := writeBenchShapes(dir, benchVocab(), stderr)
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 			return 1
@@ -253,7 +252,7 @@ Flags:
 		models = append(models, paths...)
 	}
 	if *refPath == "" {
-		*refPath = filepath.Join(testenv.SharedDir(), "reference", "llama-cpp-speed.md")
+		*refPath, _ = testenv.Find(filepath.Join("reference", "llama-cpp-speed.md"))
 	}
 	var ref map[string]map[int]llamaFigures
 	if f, err := os.Open(*refPath); err == nil {
@@ -356,4 +355,11 @@ func writeBenchShapes(dir, vocab string, log io.Writer) ([]string, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// benchVocab is the tokenizer copied into the synthetic bench shapes (the
+// llama-spm vocabulary llama.cpp's figures were measured with).
+func benchVocab() string {
+	p, _ := testenv.Find(filepath.Join("vocab", "ggml-vocab-llama-spm.gguf"))
+	return p
 }
