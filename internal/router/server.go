@@ -262,7 +262,16 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, e *apiError) {
 	s.metrics.requests.WithLabelValues(routeLabel(r), fmt.Sprint(e.Status), e.Code).Inc()
+	s.countRefusal(e)
 	writeError(w, e)
+}
+
+// countRefusal counts a back-pressure refusal under its own metric, so load
+// is visible without touching the integrity counters.
+func (s *Server) countRefusal(e *apiError) {
+	if e != nil && refusalCodes[e.Code] {
+		s.metrics.refused.WithLabelValues(e.Code).Inc()
+	}
 }
 
 // acquire takes a tenant slot and a server slot or refuses at once (never
@@ -502,6 +511,9 @@ func (s *Server) finishMetrics(g *generation, out outcome) {
 		status, code = "499", "client_disconnected"
 	}
 	s.metrics.requests.WithLabelValues(g.route, status, code).Inc()
+	if !out.clientGone {
+		s.countRefusal(out.err)
+	}
 	s.metrics.promptTokens.WithLabelValues(g.tenant).Add(float64(out.usage.PromptTokens))
 	s.metrics.completionTokens.WithLabelValues(g.tenant).Add(float64(out.usage.CompletionTokens))
 	if out.err != nil && out.err.Code == engine.CodeIntegrity {

@@ -102,13 +102,35 @@ func Stats(pools map[string]*kv.Pool, dw *engine.DecodeWorker) router.EngineStat
 		st.LateWritesDropped += ps.LateWrites
 	}
 	if dw != nil {
-		rs := dw.ReceiverStats()
-		st.LateWritesDropped += rs.LateWrites
-		for code, n := range rs.Failed {
+		addReceiverStats(&st, dw.ReceiverStats())
+	}
+	return st
+}
+
+// addReceiverStats sorts the decode side's failed handoffs into what the
+// metrics promise: a refused reservation (no free pages, or any other
+// refusal) is back-pressure and an abort is routine, so neither may move
+// the integrity counter an operator pages on; every other failure code is a
+// verification failure (count, coverage, digest, write, checksum, state) and
+// is counted as an integrity violation (I8). A code added later counts as
+// integrity until classified here: better a false page than a hidden leak.
+func addReceiverStats(st *router.EngineStats, rs handoff.ReceiverStats) {
+	st.LateWritesDropped += rs.LateWrites
+	if st.ReservationsRefused == nil {
+		st.ReservationsRefused = map[string]uint64{}
+	}
+	for code, n := range rs.Failed {
+		switch code {
+		case handoff.ErrNoRoom.Code:
+			st.ReservationsRefused[router.RefusedKVCapacity] += n
+		case handoff.ErrRefused.Code:
+			st.ReservationsRefused[router.RefusedOther] += n
+		case handoff.ErrAborted.Code:
+			st.HandoffsAborted += n
+		default:
 			st.Violations["handoff_"+string(code)] += n
 		}
 	}
-	return st
 }
 
 // PreflightError is a role that refused to start (I2).
