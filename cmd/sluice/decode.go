@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,11 +47,13 @@ func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
 	fs.StringVar(&o.secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret, at least 16 bytes; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
 	fs.BoolVar(&o.frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput)")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long sequences in flight may finish before connections close")
-	fs.StringVar(&o.metrics, "metrics-listen", "", "when set, serve Prometheus /metrics (this role's KV pages by state, integrity violations, late writes) and /health on this HTTP address")
+	fs.StringVar(&o.metrics, "metrics-listen", "", "when set, serve Prometheus /metrics (this role's KV pages by state, integrity violations, refusals, late writes), /health (liveness) and /ready (readiness) on this HTTP address")
 }
 
-// serveWorkerMetrics serves /metrics and /health for a worker process.
-func serveWorkerMetrics(log *slog.Logger, addr string, stats func() router.EngineStats) (func(), error) {
+// serveWorkerMetrics serves /metrics, /health (liveness: the process
+// answers) and /ready (readiness: ready returns nil; nil ready means
+// always) for a worker process.
+func serveWorkerMetrics(log *slog.Logger, addr string, stats func() router.EngineStats, ready func(context.Context) error) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -61,6 +64,19 @@ func serveWorkerMetrics(log *slog.Logger, addr string, stats func() router.Engin
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(`{"status":"ok"}` + "\n")) })
+	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
+		if ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+			defer cancel()
+			if err := ready(ctx); err != nil {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				json.NewEncoder(w).Encode(map[string]string{"status": "not_ready", "reason": err.Error()})
+				return
+			}
+		}
+		w.Write([]byte(`{"status":"ready"}` + "\n"))
+	})
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -186,7 +202,7 @@ Example:
 	defer dw.Close()
 	stopMetrics, err := serveWorkerMetrics(log, o.metrics, func() router.EngineStats {
 		return node.Stats(map[string]*kv.Pool{preflight.RoleDecode: dw.Pool()}, dw)
-	})
+	}, nil)
 	if err != nil {
 		log.Error("cannot serve metrics", "err", err)
 		return 1

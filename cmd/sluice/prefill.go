@@ -60,7 +60,7 @@ Example:
 	defer pw.Close()
 	stopMetrics, err := serveWorkerMetrics(log, o.metrics, func() router.EngineStats {
 		return node.Stats(map[string]*kv.Pool{preflight.RolePrefill: pw.Pool()}, nil)
-	})
+	}, func(ctx context.Context) error { return node.CheckPeers(ctx, []node.Peer{{Role: "decode", Conn: dc}}) })
 	if err != nil {
 		log.Error("cannot serve metrics", "err", err)
 		return 1

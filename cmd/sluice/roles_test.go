@@ -181,6 +181,23 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// waitStatus polls url until it answers want (bounded: 15s).
+func waitStatus(t *testing.T, url string, want int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	last := 0
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if last = resp.StatusCode; last == want {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: %s answered %d, want %d within 15s", what, url, last, want)
+}
+
 // Router, prefill and decode as three OS processes on loopback serve a
 // request end to end; the text is llama.cpp's greedy continuation.
 func TestRolesAsProcesses(t *testing.T) {
@@ -255,6 +272,7 @@ func TestDecodeKilledMidStream(t *testing.T) {
 	cl := openai.NewClient(option.WithBaseURL("http://"+raddr+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	waitStatus(t, "http://"+raddr+"/ready", 200, "router ready with both workers up")
 	st := cl.Completions.NewStreaming(ctx, openai.CompletionNewParams{
 		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(500), Temperature: openai.Float(0)},
 		option.WithJSONSet("ignore_eos", true))
@@ -278,11 +296,15 @@ func TestDecodeKilledMidStream(t *testing.T) {
 		t.Fatalf("request after decode died: %v", err)
 	}
 	dec.wait(t)
+	// Readiness follows the dead peer; liveness does not.
+	waitStatus(t, "http://"+raddr+"/ready", 503, "router not ready with decode dead")
+	waitStatus(t, "http://"+raddr+"/health", 200, "router alive with decode dead")
 
 	// A decode worker restarted on the same address is used again: the
 	// router and the prefill worker dial it anew; the text is llama.cpp's.
 	dec2 := startProc(t, "decode", append(pool, "--listen", daddr)...)
 	dec2.waitAddr(t)
+	waitStatus(t, "http://"+raddr+"/ready", 200, "router ready again once decode is back")
 	var r *openai.Completion
 	for range 20 {
 		r, err = cl.Completions.New(ctx, openai.CompletionNewParams{

@@ -151,7 +151,12 @@ Example:
 	}
 	checkChatTemplate(log, ct)
 	srv, err := router.New(router.Config{Engine: eng, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Logger: log})
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Logger: log,
+		// /ready: both workers reachable (a lost connection is redialled
+		// by the probe, so a restarted worker makes the router ready again).
+		Ready: func(ctx context.Context) error {
+			return node.CheckPeers(ctx, []node.Peer{{Role: "decode", Conn: dc}, {Role: "prefill", Conn: pc}})
+		}})
 	if err != nil {
 		log.Error("router", "err", err)
 		return 1

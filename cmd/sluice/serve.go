@@ -221,7 +221,7 @@ Example:
 	}
 	checkChatTemplate(log, ct)
 	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Logger: log})
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Ready: st.Ready, Logger: log})
 	if err != nil {
 		log.Error("router", "err", err)
 		st.Close(context.Background())

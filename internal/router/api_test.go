@@ -689,10 +689,11 @@ func TestModelsHealthMetrics(t *testing.T) {
 		t.Fatalf("health %d", resp.StatusCode)
 	}
 	h.srv.Drain()
-	resp, _ = http.Get(h.ts.URL + "/health")
+	// Draining is readiness, not liveness (see TestHealthIsLivenessReadyIsReadiness).
+	resp, _ = http.Get(h.ts.URL + "/ready")
 	resp.Body.Close()
 	if resp.StatusCode != 503 {
-		t.Fatalf("draining health %d", resp.StatusCode)
+		t.Fatalf("draining ready %d", resp.StatusCode)
 	}
 	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(2)})
 	apiErr(t, err, 503, CodeShuttingDown)

@@ -75,6 +75,12 @@ type Config struct {
 	// `sluice preflight --endpoint` can check the running server's own
 	// figures (its context against every role's pool, I2).
 	Info func() preflight.ServerInfo
+	// Ready, when set, is the readiness check behind /ready: nil when every
+	// role this router drives is reachable (and, where the roles carry
+	// model fingerprints, agrees on the model, I13); otherwise an error
+	// whose message names the role and is fit for an operator (no secrets).
+	// It is called on each probe with a deadline of a few seconds.
+	Ready func(ctx context.Context) error
 	// Registry receives the metrics; nil creates a fresh one.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
@@ -138,10 +144,11 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /health", s.handleHealth)
+	mux.HandleFunc("GET /ready", s.handleReady)
 	mux.HandleFunc("GET "+preflight.InfoPath, s.handleInfo)
 	mux.Handle("GET /metrics", m.handler(cfg.Registry))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, newErr(http.StatusNotFound, CodeNotFound, "", "no route %s %s; see /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics", r.Method, r.URL.Path))
+		writeError(w, newErr(http.StatusNotFound, CodeNotFound, "", "no route %s %s; see /v1/completions, /v1/chat/completions, /v1/models, /health, /ready, /metrics", r.Method, r.URL.Path))
 	})
 	s.mux = mux
 	return s, nil
@@ -168,8 +175,9 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// Drain makes /health answer 503 and refuses new generation requests with
-// 503, for graceful shutdown; in-flight requests continue.
+// Drain makes /ready answer 503 and refuses new generation requests with
+// 503, for graceful shutdown; in-flight requests continue and /health (the
+// liveness probe) stays 200, so the process is not restarted mid-drain.
 func (s *Server) Drain() { s.draining.Store(true) }
 
 // trackingWriter remembers whether headers went out, so recovery knows if
@@ -188,7 +196,7 @@ func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter 
 
 func routeLabel(r *http.Request) string {
 	switch r.URL.Path {
-	case "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", preflight.InfoPath:
+	case "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ready", "/metrics", preflight.InfoPath:
 		return r.URL.Path
 	}
 	return "other"
@@ -212,14 +220,38 @@ func (s *Server) authenticate(r *http.Request) (string, *apiError) {
 	return tenant, nil
 }
 
+// handleHealth is liveness: 200 while the process serves HTTP, whatever
+// its peers do (a liveness probe that failed on a dead peer would restart
+// a healthy router). Readiness is /ready.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
+	status := "ok"
 	if s.draining.Load() {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte(`{"status":"draining"}` + "\n"))
+		status = "draining"
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": status})
+}
+
+// readyTimeout bounds one readiness check.
+const readyTimeout = 3 * time.Second
+
+// handleReady is readiness, as Kubernetes and vLLM-style probes expect:
+// 200 only when the server is not draining and Config.Ready finds every
+// role reachable and in agreement; 503 with the reason otherwise, so a
+// load balancer stops sending traffic that could only fail.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 		return
 	}
-	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	if s.cfg.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		defer cancel()
+		if err := s.cfg.Ready(ctx); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not_ready", "reason": err.Error()})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {

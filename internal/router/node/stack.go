@@ -53,6 +53,11 @@ type Stack struct {
 	decode  *engine.DecodeWorker
 	meter   *meter
 	closers []func()
+	// peers are the connections between the roles, for Ready.
+	peers []Peer
+	// decodeSrv is the decode role's TCP service (tests stop it to see
+	// readiness follow).
+	decodeSrv *tcp.Server
 }
 
 // Close drains the engine, then stops the roles and their transports.
@@ -229,12 +234,14 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 			return err
 		}
 		s.closers = append(s.closers, func() { dc.Close() })
+		s.peers = append(s.peers, Peer{Role: "decode (from prefill)", Conn: dc})
 		toDecode = dc
 		rd, err := tcp.Dial(context.Background(), daddr, tc)
 		if err != nil {
 			return err
 		}
 		s.closers = append(s.closers, func() { rd.Close() })
+		s.peers = append(s.peers, Peer{Role: "decode", Conn: rd})
 		routerDecode = rd
 		if transport == TransportSHM {
 			w, err := shm.Open(dcfg.SharedFile, kv.Geometry{Layers: m.Runtime.Layers(), KVDim: m.Runtime.KVDim(), PageSize: dcfg.PageSize}, dc)
@@ -269,6 +276,7 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 			return err
 		}
 		s.closers = append(s.closers, func() { rp.Close() })
+		s.peers = append(s.peers, Peer{Role: "prefill", Conn: rp})
 		routerPrefill = rp
 	}
 	eng, err := engine.NewDisaggregated(engine.DisaggConfig{
@@ -292,6 +300,9 @@ func (s *Stack) serveTCP(tc tcp.Config, d handoff.Decode, p handoff.Prefill) (st
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
+	}
+	if d != nil {
+		s.decodeSrv = srv
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(l) }()
