@@ -77,14 +77,7 @@ func serveWorkerMetrics(log *slog.Logger, addr string, stats func() router.Engin
 		}
 		w.Write([]byte(`{"status":"ready"}` + "\n"))
 	})
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(l)
-	log.Info("metrics listening", "addr", "http://"+l.Addr().String()+"/metrics")
-	return func() { hs.Close() }, nil
+	return serveAdmin(log, addr, mux)
 }
 
 // startWorker parses flags, loads the model and runs preflight for role.

@@ -214,8 +214,9 @@ func TestRolesAsProcesses(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys")
 	os.WriteFile(keys, []byte("key-a tenant-a\nkey-b tenant-b\n"), 0o600)
 	rt := startProc(t, "router", "--model", model, "--context", "256", "--listen", "127.0.0.1:0",
-		"--prefill", paddr, "--decode", daddr, "--api-keys", keys)
+		"--prefill", paddr, "--decode", daddr, "--api-keys", keys, "--metrics-listen", "127.0.0.1:0")
 	raddr := rt.waitAddr(t)
+	radmin := rt.field("metrics listening", "addr")
 
 	cl := openai.NewClient(option.WithBaseURL("http://"+raddr+"/v1/"), option.WithAPIKey("key-b"), option.WithMaxRetries(0))
 	r, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stories260K",
@@ -232,12 +233,26 @@ func TestRolesAsProcesses(t *testing.T) {
 	if !rt.waitLog(`"tenant":"tenant-b"`) {
 		t.Fatalf("router did not log tenant-b:\n%s", rt.log())
 	}
-	// The decode process exports its own pool: all 32 pages free again.
-	resp, err := http.Get(maddr)
+	// With API keys the router's metrics are on the admin listener only,
+	// and name no tenant.
+	if resp, err := http.Get("http://" + raddr + "/metrics"); err != nil || resp.StatusCode != 404 {
+		t.Fatalf("router /metrics on the API listener: %v %v", err, resp.Status)
+	}
+	resp, err := http.Get(radmin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "sluice_prompt_tokens_total 5") || strings.Contains(string(body), "tenant-b") {
+		t.Fatalf("router admin metrics:\n%s", body)
+	}
+	// The decode process exports its own pool: all 32 pages free again.
+	resp, err = http.Get(maddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if want := `sluice_kv_pages{role="decode",state="free"} 32`; !strings.Contains(string(body), want) {
 		t.Fatalf("decode metrics lack %s:\n%s", want, body)

@@ -150,8 +150,10 @@ Example:
 		return 1
 	}
 	checkChatTemplate(log, ct)
+	adminAddr := o.adminAddr(keys != nil)
 	srv, err := router.New(router.Config{Engine: eng, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
 		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Logger: log,
+		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels,
 		// /ready: both workers reachable (a lost connection is redialled
 		// by the probe, so a restarted worker makes the router ready again).
 		Ready: func(ctx context.Context) error {
@@ -161,6 +163,12 @@ Example:
 		log.Error("router", "err", err)
 		return 1
 	}
+	stopAdmin, err := serveAdmin(log, adminAddr, srv.AdminHandler())
+	if err != nil {
+		log.Error("cannot serve metrics", "addr", adminAddr, "err", err)
+		return 1
+	}
+	defer stopAdmin()
 	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddr, "decode", decodeAddr)
 	return serveHTTP(log, o.listen, srv, o.drain, eng.Close)
 }

@@ -130,6 +130,9 @@ type serveOpts struct {
 	maxBody   string
 	drain     time.Duration
 	tenantMax int
+	// metricsListen and metricsTenantLabels: see registerHTTP and admin.go.
+	metricsListen       string
+	metricsTenantLabels bool
 }
 
 func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
@@ -137,6 +140,8 @@ func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
 	fs.StringVar(&o.apiKeys, "api-keys", "", "file of \"KEY TENANT\" lines (# comments, several keys per tenant); without it the server is single-tenant and needs no key")
 	fs.StringVar(&o.maxBody, "max-body", "1MiB", "largest request body; larger gets 413")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish")
+	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address of the admin listener serving /metrics, /health and /ready apart from the API. Default: with --api-keys "+defaultAdminListen+" (metrics are then never on --listen, which every tenant reaches); without --api-keys /metrics stays on --listen")
+	fs.BoolVar(&o.metricsTenantLabels, "metrics-tenant-labels", false, "label the token counters with tenant names (off by default: a scraper then learns every tenant's name and usage; turn on only for a trusted scraper)")
 	fs.IntVar(&o.tenantMax, "tenant-max-concurrency", 0, "requests one tenant may have in flight (0: only --max-concurrency applies); more get 429, so one busy tenant cannot take every slot")
 }
 
@@ -220,13 +225,22 @@ Example:
 		return 1
 	}
 	checkChatTemplate(log, ct)
+	adminAddr := o.adminAddr(keys != nil)
 	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Ready: st.Ready, Logger: log})
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Ready: st.Ready, Logger: log,
+		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels})
 	if err != nil {
 		log.Error("router", "err", err)
 		st.Close(context.Background())
 		return 1
 	}
+	stopAdmin, err := serveAdmin(log, adminAddr, srv.AdminHandler())
+	if err != nil {
+		log.Error("cannot serve metrics", "addr", adminAddr, "err", err)
+		st.Close(context.Background())
+		return 1
+	}
+	defer stopAdmin()
 	log.Info("roles started", "mode", mode, "context", st.Engine.Info().Context)
 	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { return st.Close(ctx) })
 }
@@ -273,7 +287,7 @@ func serveHTTP(log *slog.Logger, addr string, srv *router.Server, drain time.Dur
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
-	log.Info("listening", "addr", "http://"+l.Addr().String(), "endpoints", strings.Join([]string{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}, " "))
+	log.Info("listening", "addr", "http://"+l.Addr().String(), "endpoints", strings.Join(srv.Endpoints(), " "))
 	code := 0
 	select {
 	case <-ctx.Done():

@@ -54,6 +54,8 @@ type metrics struct {
 	promptTokens     *prometheus.CounterVec
 	completionTokens *prometheus.CounterVec
 	inflight         prometheus.Gauge
+	// tenantLabels: the token counters carry a tenant label (opt-in).
+	tenantLabels bool
 	// refused counts requests refused by back-pressure (concurrency limits,
 	// no free KV pages, draining), by code: load, not integrity (I8).
 	refused *prometheus.CounterVec
@@ -68,8 +70,12 @@ var refusalCodes = map[string]bool{
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
-func newMetrics(reg *prometheus.Registry, stats func() EngineStats) (*metrics, error) {
-	m := &metrics{
+func newMetrics(reg *prometheus.Registry, stats func() EngineStats, tenantLabels bool) (*metrics, error) {
+	var tenant []string
+	if tenantLabels {
+		tenant = []string{"tenant"}
+	}
+	m := &metrics{tenantLabels: tenantLabels,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_requests_total", Help: "HTTP requests by route, status and error code (empty when successful).",
 		}, []string{"route", "status", "code"}),
@@ -80,11 +86,11 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats) (*metrics, e
 			Name: "sluice_inter_token_latency_seconds", Help: "Time between consecutive generated tokens of one request.", Buckets: latencyBuckets,
 		}),
 		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_prompt_tokens_total", Help: "Prompt tokens prefilled, as the engine accounted them (I9), by tenant.",
-		}, []string{"tenant"}),
+			Name: "sluice_prompt_tokens_total", Help: "Prompt tokens prefilled, as the engine accounted them (I9); by tenant only with --metrics-tenant-labels.",
+		}, tenant),
 		completionTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_completion_tokens_total", Help: "Generated tokens by tenant.",
-		}, []string{"tenant"}),
+			Name: "sluice_completion_tokens_total", Help: "Generated tokens; by tenant only with --metrics-tenant-labels.",
+		}, tenant),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_requests_in_flight", Help: "Generation requests being served.",
 		}),
@@ -103,6 +109,15 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats) (*metrics, e
 		}
 	}
 	return m, nil
+}
+
+// tenantLabel is the label values of a per-tenant counter: the tenant
+// only when tenant labels are switched on.
+func (m *metrics) tenantLabel(tenant string) []string {
+	if m.tenantLabels {
+		return []string{tenant}
+	}
+	return nil
 }
 
 func (m *metrics) handler(reg *prometheus.Registry) http.Handler {

@@ -81,6 +81,15 @@ type Config struct {
 	// whose message names the role and is fit for an operator (no secrets).
 	// It is called on each probe with a deadline of a few seconds.
 	Ready func(ctx context.Context) error
+	// MetricsOffAPI keeps /metrics off the API handler: the command serves
+	// AdminHandler on a separate (loopback by default) listener instead.
+	// Set in multi-tenant mode, where the API is reachable by every tenant
+	// and the metrics are the operator's.
+	MetricsOffAPI bool
+	// MetricsTenantLabels adds a tenant label to the per-tenant token
+	// counters. Off by default: tenant names are not for every scraper to
+	// read; turn it on only for a trusted one.
+	MetricsTenantLabels bool
 	// Registry receives the metrics; nil creates a fresh one.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
@@ -94,7 +103,10 @@ type Server struct {
 	slots    chan struct{}
 	metrics  *metrics
 	mux      *http.ServeMux
-	draining atomic.Bool
+	admin    *http.ServeMux
+	// endpoints are the API handler's routes (for logs and 404s).
+	endpoints []string
+	draining  atomic.Bool
 	seq      atomic.Uint64
 	idPrefix string
 
@@ -133,7 +145,7 @@ func New(cfg Config) (*Server, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	s.idPrefix = hex.EncodeToString(b[:])
-	m, err := newMetrics(cfg.Registry, cfg.Stats)
+	m, err := newMetrics(cfg.Registry, cfg.Stats, cfg.MetricsTenantLabels)
 	if err != nil {
 		return nil, err
 	}
@@ -146,13 +158,30 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /ready", s.handleReady)
 	mux.HandleFunc("GET "+preflight.InfoPath, s.handleInfo)
-	mux.Handle("GET /metrics", m.handler(cfg.Registry))
+	s.endpoints = []string{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ready"}
+	if !cfg.MetricsOffAPI {
+		mux.Handle("GET /metrics", m.handler(cfg.Registry))
+		s.endpoints = append(s.endpoints, "/metrics")
+	}
+	routes := strings.Join(s.endpoints, ", ")
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, newErr(http.StatusNotFound, CodeNotFound, "", "no route %s %s; see /v1/completions, /v1/chat/completions, /v1/models, /health, /ready, /metrics", r.Method, r.URL.Path))
+		writeError(w, newErr(http.StatusNotFound, CodeNotFound, "", "no route %s %s; see %s", r.Method, r.URL.Path, routes))
 	})
 	s.mux = mux
+	admin := http.NewServeMux()
+	admin.Handle("GET /metrics", m.handler(cfg.Registry))
+	admin.HandleFunc("GET /health", s.handleHealth)
+	admin.HandleFunc("GET /ready", s.handleReady)
+	s.admin = admin
 	return s, nil
 }
+
+// Endpoints lists the API handler's routes, for the start-up log.
+func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints...) }
+
+// AdminHandler serves /metrics, /health and /ready for an operator's
+// listener, apart from the API (see Config.MetricsOffAPI).
+func (s *Server) AdminHandler() http.Handler { return s.admin }
 
 // Handler is the server's HTTP handler with panic recovery as the last line
 // of defence: a handler bug fails one request, never the server.
@@ -546,8 +575,8 @@ func (s *Server) finishMetrics(g *generation, out outcome) {
 	if !out.clientGone {
 		s.countRefusal(out.err)
 	}
-	s.metrics.promptTokens.WithLabelValues(g.tenant).Add(float64(out.usage.PromptTokens))
-	s.metrics.completionTokens.WithLabelValues(g.tenant).Add(float64(out.usage.CompletionTokens))
+	s.metrics.promptTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.usage.PromptTokens))
+	s.metrics.completionTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.usage.CompletionTokens))
 	if out.err != nil && out.err.Code == engine.CodeIntegrity {
 		s.log.Error("integrity failure", "id", g.id, "tenant", g.tenant, "message", out.err.Message)
 	}

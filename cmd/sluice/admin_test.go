@@ -1,0 +1,24 @@
+package main
+
+import "testing"
+
+// Where the metrics go: off the API (loopback admin listener) whenever API
+// keys make the API multi-tenant; an explicit --metrics-listen wins; a
+// single-tenant server keeps them on its one listener.
+func TestAdminAddr(t *testing.T) {
+	for _, c := range []struct {
+		flag        string
+		multiTenant bool
+		want        string
+	}{
+		{"", true, "127.0.0.1:9090"},
+		{"", false, ""},
+		{"127.0.0.1:7000", true, "127.0.0.1:7000"},
+		{"127.0.0.1:7000", false, "127.0.0.1:7000"},
+	} {
+		o := serveOpts{metricsListen: c.flag}
+		if got := o.adminAddr(c.multiTenant); got != c.want {
+			t.Errorf("--metrics-listen %q, multi-tenant %v: %q, want %q", c.flag, c.multiTenant, got, c.want)
+		}
+	}
+}
