@@ -97,21 +97,23 @@ type Config struct {
 
 // Server is the HTTP API.
 type Server struct {
-	cfg     Config
-	chat    *ChatTemplate
-	log     *slog.Logger
-	slots   chan struct{}
-	metrics *metrics
-	mux     *http.ServeMux
-	admin   *http.ServeMux
-	// endpoints are the API handler's routes (for logs and 404s).
-	endpoints []string
-	draining  atomic.Bool
-	seq       atomic.Uint64
-	idPrefix  string
+	cfg      Config
+	chat     *ChatTemplate
+	log      *slog.Logger
+	slots    chan struct{}
+	metrics  *metrics
+	mux      *http.ServeMux
+	draining atomic.Bool
+	seq      atomic.Uint64
+	idPrefix string
 
 	tmu      sync.Mutex
 	inflight map[string]int // per tenant
+
+	// admin serves /metrics, /health and /ready apart from the API;
+	// endpoints are the API handler's routes (for logs and 404s).
+	admin     *http.ServeMux
+	endpoints []string
 }
 
 // New builds a server.
