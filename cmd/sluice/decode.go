@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -42,6 +41,7 @@ type workerOpts struct {
 }
 
 func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
+	o.worker = true
 	o.register(fs, true)
 	fs.StringVar(&o.listen, "listen", defListen, "address the role's authenticated handoff service listens on")
 	fs.StringVar(&o.secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret, at least 16 bytes; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
@@ -82,11 +82,8 @@ func serveWorkerMetrics(log *slog.Logger, addr string, stats func() router.Engin
 
 // startWorker parses flags, loads the model and runs preflight for role.
 func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []string) (*slog.Logger, *node.Model, engine.Config, tcp.Config, int) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, nil, engine.Config{}, tcp.Config{}, 0
-		}
-		return nil, nil, engine.Config{}, tcp.Config{}, 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return nil, nil, engine.Config{}, tcp.Config{}, code
 	}
 	fail := func(code int, format string, a ...any) (*slog.Logger, *node.Model, engine.Config, tcp.Config, int) {
 		fmt.Fprintf(os.Stderr, name+": "+format+"\n", a...)
@@ -113,6 +110,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 		return fail(1, "%v", err)
 	}
 	log.Info("model loaded", "model", m.Describe())
+	o.setup(log, m, pools.Context)
 	rep := m.Preflight(pools, role)
 	logPreflight(log, rep)
 	if !rep.OK {

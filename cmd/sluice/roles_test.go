@@ -414,8 +414,26 @@ func TestPreflightCommand(t *testing.T) {
 	if rep.OK || len(rep.Roles) != 1 || rep.Roles[0].PoolTokens != 496 || !strings.Contains(rep.Problems[0], "decode") {
 		t.Fatalf("report %+v", rep)
 	}
-	if code := runPreflight([]string{"--model", model, "--context", "512"}, &out, &errb); code != 2 {
-		t.Fatalf("no pool size: exit %d", code)
+	// No pool size: the same default as serve and the workers (64 MiB:
+	// 3276 pages of 20480 B).
+	out.Reset()
+	if code := runPreflight([]string{"--model", model, "--context", "512", "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("default pool: exit %d\n%s", code, errb.String())
+	}
+	var def struct {
+		Roles []struct {
+			PoolBytes int64 `json:"pool_bytes"`
+			Pages     int   `json:"pages"`
+		} `json:"roles"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &def); err != nil {
+		t.Fatal(err)
+	}
+	if len(def.Roles) != 2 || def.Roles[0].Pages != 64<<20/20480 {
+		t.Fatalf("default pool: %+v, want %d pages (--kv-memory %s)\n%s", def, 64<<20/20480, defaultKVMemory, out.String())
+	}
+	if code := runPreflight([]string{"--model", model, "--context", "512", "--kv-memory", "1MiB", "--kv-pool-tokens", "512"}, &out, &errb); code != 2 {
+		t.Fatalf("both pool sizes: exit %d", code)
 	}
 }
 

@@ -104,6 +104,11 @@ Example:
 		log.Error("the model does not state its context; give --context N")
 		return 1
 	}
+	if o.context != "auto" && o.context != "" {
+		o.setup(log, m, ctxLen)
+	} else {
+		o.setup(log, m, 0)
+	}
 
 	tc := tcp.Config{Secret: secret, FrameMAC: frameMAC}
 	cctx, cancel := context.WithTimeout(context.Background(), connectTimeout)

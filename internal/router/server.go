@@ -114,6 +114,8 @@ type Server struct {
 	// endpoints are the API handler's routes (for logs and 404s).
 	admin     *http.ServeMux
 	endpoints []string
+	// started is when the server was built: the model's "created" time.
+	started time.Time
 }
 
 // New builds a server.
@@ -136,7 +138,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, chat: cfg.Chat, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConcurrency), inflight: map[string]int{}}
+	s := &Server{cfg: cfg, chat: cfg.Chat, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConcurrency), inflight: map[string]int{}, started: time.Now()}
 	if s.chat == nil {
 		ct, err := NewChatTemplate("", "", "")
 		if err != nil {
@@ -157,6 +159,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /ready", s.handleReady)
 	mux.HandleFunc("GET "+preflight.InfoPath, s.handleInfo)
@@ -230,6 +233,9 @@ func routeLabel(r *http.Request) string {
 	case "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ready", "/metrics", preflight.InfoPath:
 		return r.URL.Path
 	}
+	if strings.HasPrefix(r.URL.Path, "/v1/models/") {
+		return "/v1/models"
+	}
 	return "other"
 }
 
@@ -290,21 +296,41 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
-	info := s.cfg.Engine.Info()
-	writeJSON(w, http.StatusOK, map[string]any{
-		"object": "list",
-		"data": []map[string]any{{
-			"id":       info.Model,
-			"object":   "model",
-			"created":  0,
-			"owned_by": "sluice",
-			// Both names are in use by clients (SGLang/llama.cpp and vLLM):
-			// the effective context, already lowered to every pool (I2).
-			"context_length": info.Context,
-			"max_model_len":  info.Context,
-		}},
-	})
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{s.modelObject()}})
 	s.metrics.requests.WithLabelValues("/v1/models", "200", "").Inc()
+}
+
+// handleModel is GET /v1/models/{id}: the served model, or 404
+// model_not_found for any other id (ids may contain "/", as Hugging Face
+// names do).
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	if _, e := s.authenticate(r); e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	id := r.PathValue("id")
+	if served := s.cfg.Engine.Info().Model; id != served {
+		s.fail(w, r, newErr(http.StatusNotFound, CodeUnknownModel, "model", "the model %q is not served here; this server serves %q (see /v1/models)", id, served))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.modelObject())
+	s.metrics.requests.WithLabelValues("/v1/models", "200", "").Inc()
+}
+
+// modelObject is the served model as OpenAI's model object; "created" is
+// when this server started.
+func (s *Server) modelObject() map[string]any {
+	info := s.cfg.Engine.Info()
+	return map[string]any{
+		"id":       info.Model,
+		"object":   "model",
+		"created":  s.started.Unix(),
+		"owned_by": "sluice",
+		// Both names are in use by clients (SGLang/llama.cpp and vLLM):
+		// the effective context, already lowered to every pool (I2).
+		"context_length": info.Context,
+		"max_model_len":  info.Context,
+	}
 }
 
 func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
