@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -64,19 +63,7 @@ func serveWorkerMetrics(log *slog.Logger, addr string, stats func() router.Engin
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(`{"status":"ok"}` + "\n")) })
-	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
-		if ready != nil {
-			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-			defer cancel()
-			if err := ready(ctx); err != nil {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusServiceUnavailable)
-				json.NewEncoder(w).Encode(map[string]string{"status": "not_ready", "reason": err.Error()})
-				return
-			}
-		}
-		w.Write([]byte(`{"status":"ready"}` + "\n"))
-	})
+	mux.HandleFunc("GET /ready", router.ReadyHandler(ready))
 	return serveAdmin(log, addr, mux)
 }
 

@@ -280,8 +280,9 @@ func TestDecodeKilledMidStream(t *testing.T) {
 	pool := []string{"--model", model, "--context", "512", "--kv-pool-tokens", "1024"}
 	dec := startProc(t, "decode", append(pool, "--listen", "127.0.0.1:0")...)
 	daddr := dec.waitAddr(t)
-	pre := startProc(t, "prefill", append(pool, "--listen", "127.0.0.1:0", "--decode", daddr)...)
+	pre := startProc(t, "prefill", append(pool, "--listen", "127.0.0.1:0", "--decode", daddr, "--metrics-listen", "127.0.0.1:0")...)
 	paddr := pre.waitAddr(t)
+	pready := strings.TrimSuffix(pre.field("metrics listening", "addr"), "/metrics") + "/ready"
 	rt := startProc(t, "router", "--model", model, "--context", "512", "--listen", "127.0.0.1:0", "--prefill", paddr, "--decode", daddr)
 	raddr := rt.waitAddr(t)
 	cl := openai.NewClient(option.WithBaseURL("http://"+raddr+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
@@ -314,12 +315,14 @@ func TestDecodeKilledMidStream(t *testing.T) {
 	// Readiness follows the dead peer; liveness does not.
 	waitStatus(t, "http://"+raddr+"/ready", 503, "router not ready with decode dead")
 	waitStatus(t, "http://"+raddr+"/health", 200, "router alive with decode dead")
+	waitStatus(t, pready, 503, "prefill not ready with decode dead")
 
 	// A decode worker restarted on the same address is used again: the
 	// router and the prefill worker dial it anew; the text is llama.cpp's.
 	dec2 := startProc(t, "decode", append(pool, "--listen", daddr)...)
 	dec2.waitAddr(t)
 	waitStatus(t, "http://"+raddr+"/ready", 200, "router ready again once decode is back")
+	waitStatus(t, pready, 200, "prefill ready again once decode is back")
 	var r *openai.Completion
 	for range 20 {
 		r, err = cl.Completions.New(ctx, openai.CompletionNewParams{

@@ -280,15 +280,24 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 		return
 	}
-	if s.cfg.Ready != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-		defer cancel()
-		if err := s.cfg.Ready(ctx); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not_ready", "reason": err.Error()})
-			return
+	ReadyHandler(s.cfg.Ready)(w, r)
+}
+
+// ReadyHandler answers a readiness probe from ready (nil: always ready):
+// 200 {"status":"ready"}, or 503 {"status":"not_ready","reason":...} when
+// ready fails within a few seconds. The worker processes serve it too.
+func ReadyHandler(ready func(context.Context) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+			defer cancel()
+			if err := ready(ctx); err != nil {
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not_ready", "reason": err.Error()})
+				return
+			}
 		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {

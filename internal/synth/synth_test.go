@@ -235,13 +235,7 @@ func TestPresetMatchesLlamaCppFiles(t *testing.T) {
 	// The real file's tensor table and metadata, key by key. The repository
 	// ships only the file's header (testdata/README.md); padded with zeros
 	// to the file's size it parses as the file, tensor data aside.
-	hdr, err := os.ReadFile(testenv.Shared(t, "models/bench-15M-q8_0.header.gguf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	full := make([]byte, cases[0].size)
-	copy(full, hdr)
-	ref, err := gguf.Parse(full)
+	ref, err := gguf.Parse(testenv.Bench15MHeader(t))
 	if err != nil {
 		t.Fatal(err)
 	}

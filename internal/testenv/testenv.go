@@ -102,3 +102,25 @@ func Shared(t testing.TB, rel string) string {
 	}
 	return p
 }
+
+// Bench15MSize is the size in bytes of ../shared/models/bench-15M-q8_0.gguf.
+const Bench15MSize = 26671680
+
+// Bench15MHeader returns the bench-15M-q8_0 model file as far as metadata
+// tests need it: the repository's copy of its header (metadata and tensor
+// table, testdata/README.md) padded with zeros to the file's size, so a
+// GGUF parser sees the real file's metadata and tensor table, with zero
+// tensor data. The 26.7 MB file itself stays in ../shared.
+func Bench15MHeader(t testing.TB) []byte {
+	t.Helper()
+	hdr, err := os.ReadFile(Shared(t, "models/bench-15M-q8_0.header.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hdr) > Bench15MSize {
+		t.Fatalf("bench-15M header of %d bytes is longer than the file (%d)", len(hdr), Bench15MSize)
+	}
+	full := make([]byte, Bench15MSize)
+	copy(full, hdr)
+	return full
+}
