@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"testing"
+)
 
 // Where the metrics go: off the API (loopback admin listener) whenever API
 // keys make the API multi-tenant; an explicit --metrics-listen wins; a
@@ -20,5 +24,28 @@ func TestAdminAddr(t *testing.T) {
 		if got := o.adminAddr(c.multiTenant); got != c.want {
 			t.Errorf("--metrics-listen %q, multi-tenant %v: %q, want %q", c.flag, c.multiTenant, got, c.want)
 		}
+	}
+}
+
+// A worker's /ready: its own dependency check, and never while draining.
+func TestWorkerReadiness(t *testing.T) {
+	var o workerOpts
+	down := errors.New("the decode worker is not ready (transport)")
+	var dep error
+	ready := o.readiness(func(context.Context) error { return dep })
+	if err := ready(context.Background()); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	dep = down
+	if err := ready(context.Background()); err != down {
+		t.Fatalf("dependency down: %v", err)
+	}
+	dep = nil
+	o.draining.Store(true)
+	if err := ready(context.Background()); err == nil {
+		t.Fatal("ready while draining")
+	}
+	if err := o.readiness(nil)(context.Background()); err == nil {
+		t.Fatal("a worker without dependencies is ready while draining")
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,6 +39,23 @@ type workerOpts struct {
 	frameMAC   bool
 	metrics    string
 	drain      time.Duration
+	// draining is set once SIGTERM/SIGINT starts the drain: /ready is 503
+	// from then on.
+	draining atomic.Bool
+}
+
+// readiness is the worker's /ready check: not draining, and check (the
+// worker's own dependencies; nil: none) passes.
+func (o *workerOpts) readiness(check func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if o.draining.Load() {
+			return errors.New("the worker is draining")
+		}
+		if check != nil {
+			return check(ctx)
+		}
+		return nil
+	}
 }
 
 func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
@@ -115,7 +134,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 // serveRole serves d/p over TCP until SIGTERM/SIGINT, then drains: it
 // waits (up to drain) until pool holds no page in use, so sequences in
 // flight finish, before closing the connections.
-func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p handoff.Prefill, pool *kv.Pool, drain time.Duration) int {
+func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p handoff.Prefill, pool *kv.Pool, drain time.Duration, draining *atomic.Bool) int {
 	srv, err := tcp.NewServer(tc, d, p)
 	if err != nil {
 		log.Error("handoff service", "err", err)
@@ -137,6 +156,7 @@ func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p
 	code := 0
 	select {
 	case <-ctx.Done():
+		draining.Store(true)
 		log.Info("shutting down: draining the sequences in flight", "timeout", drain)
 		deadline := time.Now().Add(drain)
 		for pool.Stats().InUse() > 0 && time.Now().Before(deadline) {
@@ -180,12 +200,12 @@ Example:
 	defer dw.Close()
 	stopMetrics, err := serveWorkerMetrics(log, o.metrics, func() router.EngineStats {
 		return node.Stats(map[string]*kv.Pool{preflight.RoleDecode: dw.Pool()}, dw)
-	}, nil)
+	}, o.readiness(nil))
 	if err != nil {
 		log.Error("cannot serve metrics", "err", err)
 		return 1
 	}
 	defer stopMetrics()
 	log.Info("decode worker ready", "context", dw.Context())
-	return serveRole(log, o.listen, tc, dw, nil, dw.Pool(), o.drain)
+	return serveRole(log, o.listen, tc, dw, nil, dw.Pool(), o.drain, &o.draining)
 }
