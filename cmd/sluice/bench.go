@@ -187,7 +187,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var models listFlag
 	fs.Var(&models, "model", "GGUF `file` to measure (repeatable; default: stories260K from testdata/ and bench-15M-q8_0 from ../shared when present)")
-	threadsFlag := fs.String("threads", strconv.Itoa(runtime.NumCPU()), "comma-separated thread `counts` (default: the machine's cores; the README's table uses 1 and 2)")
+	threadsFlag := fs.String("threads", strconv.Itoa(runtime.NumCPU()), "comma-separated thread `counts`; by default the machine's cores (the README's table uses 1 and 2)")
 	prompt := fs.Int("prompt", 128, "prompt `tokens` for the prefill figure (llama-bench -p)")
 	gen := fs.Int("gen", 128, "generated `tokens` for the decode figure (llama-bench -n)")
 	reps := fs.Int("reps", 5, "`repetitions`; the median is reported")

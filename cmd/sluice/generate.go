@@ -255,7 +255,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Sampling.TopK, "top-k", 0, "keep the `k` most likely tokens (0: all)")
 	fs.Float64Var(&topP, "top-p", 1, "keep the smallest set of tokens whose probability reaches `p`")
 	fs.Uint64Var(&seed, "seed", 0, "random `seed` for non-greedy sampling")
-	fs.IntVar(&o.Threads, "threads", runtime.NumCPU(), "compute `threads` (default: the machine's cores)")
+	fs.IntVar(&o.Threads, "threads", runtime.NumCPU(), "compute `threads`; by default the machine's cores")
 	fs.IntVar(&o.PageSize, "page-size", kv.DefaultPageSize, "KV page size in `tokens`")
 	fs.IntVar(&o.Batch, "batch", 512, "prefill chunk size in `tokens`")
 	fs.BoolVar(&o.ParseSpecial, "special", false, "parse control tokens (e.g. <|im_start|>) written in the prompt")

@@ -70,9 +70,9 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 		fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
 		if o.worker {
-			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), false), "threads per forward step (default: the machine's cores)")
+			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), false), "threads per forward step; by default the machine's cores")
 		} else {
-			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), true), "threads per forward step of each role (default: half the machine's cores each, as prefill and decode compute at once; all of them with --colocated)")
+			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), true), "threads per forward step of each role; by default half the machine's cores each, as prefill and decode compute at once, and all of them with --colocated")
 		}
 	}
 	if o.worker {
