@@ -16,8 +16,9 @@ import (
 
 // cancelGrace bounds the wait for a cancelled stream's terminal event. The
 // engine ends a cancelled request within a decode step once its handoff has
-// committed (I10); a minute covers a long prefill and transfer.
-const cancelGrace = time.Minute
+// committed (I10); a minute covers a long prefill and transfer. A
+// variable only so tests can shorten it.
+var cancelGrace = time.Minute
 
 // outcome is how one generation ended, for the response and the metrics.
 type outcome struct {
@@ -50,8 +51,10 @@ type choice struct {
 	finish  string
 	stopped bool // a stop string or stop token matched: draining after our Cancel
 	cancel  bool // Cancel was called
-	last    time.Time
-	usage   engine.Usage
+	// deadline is when a cancelled choice must have ended (cancelGrace).
+	deadline time.Time
+	last     time.Time
+	usage    engine.Usage
 }
 
 // tokenLogprob is one reported token: its id, logprobs and text offset.
@@ -76,6 +79,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		out     outcome
 		sse     *sseWriter
 		stuck   <-chan time.Time
+		timer   *time.Timer
 		ctxDone = r.Context().Done()
 		first   = true
 		live    = len(streams)
@@ -88,15 +92,38 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			chs[i].offset = len(g.prompts[chs[i].prompt].echo)
 		}
 	}
+	// stuck fires at the earliest deadline of a cancelled choice still
+	// running: the engine broke its promise to end a cancelled stream, and
+	// the handler gives up rather than hang forever. Choices that were not
+	// cancelled (the others of n, still generating) have no deadline.
+	arm := func() {
+		var next time.Time
+		for _, c := range chs {
+			if c.events != nil && c.cancel && (next.IsZero() || c.deadline.Before(next)) {
+				next = c.deadline
+			}
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		timer, stuck = nil, nil
+		if !next.IsZero() {
+			timer = time.NewTimer(time.Until(next))
+			stuck = timer.C
+		}
+	}
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	cancel := func(c *choice) {
 		if !c.cancel {
 			c.cancel = true
+			c.deadline = time.Now().Add(cancelGrace)
 			c.st.Cancel()
 			if stuck == nil {
-				// stuck fires if the engine breaks its promise to end a
-				// cancelled stream; the handler then gives up rather
-				// than hang forever.
-				stuck = time.After(cancelGrace)
+				arm()
 			}
 		}
 	}
@@ -161,6 +188,14 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			continue
 		}
 		if k == 1 {
+			late := false
+			for _, c := range chs {
+				late = late || (c.events != nil && c.cancel && !time.Now().Before(c.deadline))
+			}
+			if !late {
+				arm() // the choice that set the timer ended; wait for the next
+				continue
+			}
 			s.log.Error("the engine did not end a cancelled request", "id", g.id, "grace", cancelGrace)
 			if out.err == nil {
 				out.err = newErr(http.StatusInternalServerError, CodeInternal, "", "the engine did not end the request")

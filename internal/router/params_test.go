@@ -456,3 +456,35 @@ func TestStreamedLogprobsEqualNonStreamed(t *testing.T) {
 		t.Fatalf("streamed %q %q %v, non-streamed %q %v", text, toks, offs, r.Choices[0].Logprobs.Tokens, r.Choices[0].Logprobs.TextOffset)
 	}
 }
+
+// TestStopOfOneChoiceDoesNotTimeOutTheOthers: the grace for a cancelled
+// choice (here one ended by its stop string) bounds that choice only; a
+// sibling still generating past the grace ends normally.
+func TestStopOfOneChoiceDoesNotTimeOutTheOthers(t *testing.T) {
+	defer func(g time.Duration) { cancelGrace = g }(cancelGrace)
+	cancelGrace = 20 * time.Millisecond
+	h := newHarness(t, 64, nil)
+	c := h.client("")
+	type res struct {
+		r   *openai.Completion
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		r, err := c.Completions.New(context.Background(), openai.CompletionNewParams{
+			Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: []string{"xyz", "HOLD"}}, MaxTokens: openai.Int(10),
+			Stop: openai.CompletionNewParamsStopUnion{OfString: openai.String("y")}})
+		done <- res{r, err}
+	}()
+	waitFor(t, func() bool { return h.eng.cancels.Load() == 1 })
+	// The held choice outlives the stopped one's grace many times over.
+	time.Sleep(20 * cancelGrace)
+	close(h.eng.gate)
+	got := <-done
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if ch := got.r.Choices; ch[0].Text != "x" || ch[0].FinishReason != "stop" || ch[1].Text != "HOLD" || ch[1].FinishReason != "stop" {
+		t.Fatalf("choices %+v", ch)
+	}
+}
