@@ -245,6 +245,10 @@ type limits struct {
 
 func (c *commonParams) validate(maxTokensParam string, maxTokens *int, lim limits) (params, *apiError) {
 	var p params
+	if maxTokens != nil && c.MaxTokens != nil && *c.MaxTokens != *maxTokens {
+		// Neither may silently win over the other.
+		return p, badParam("max_tokens", "max_tokens %d and %s %d disagree; set only %s", *c.MaxTokens, maxTokensParam, *maxTokens, maxTokensParam)
+	}
 	if maxTokens == nil {
 		maxTokens = c.MaxTokens
 		maxTokensParam = "max_tokens"

@@ -64,6 +64,8 @@ func TestParameterBounds(t *testing.T) {
 		{comp, `"stop":` + strs(maxStops, maxStopBytes), nil},
 		{comp, `"max_tokens":62`, func(r engine.Request) bool { return r.MaxTokens == 62 }}, // BOS + "x" + 62 = 64
 		{chat, `"max_completion_tokens":1`, func(r engine.Request) bool { return r.MaxTokens == 1 }},
+		{chat, `"max_tokens":2`, func(r engine.Request) bool { return r.MaxTokens == 2 }},
+		{chat, `"max_completion_tokens":3,"max_tokens":3`, func(r engine.Request) bool { return r.MaxTokens == 3 }},
 		{comp, `"presence_penalty":-2,"frequency_penalty":2`, func(r engine.Request) bool {
 			return r.Sampling.PresencePenalty == -2 && r.Sampling.FrequencyPenalty == 2
 		}},
@@ -136,6 +138,7 @@ func TestParameterBounds(t *testing.T) {
 		{comp, `"max_tokens":63`, CodeContextLength, "prompt"}, // fits alone, not with the prompt
 		{chat, `"max_completion_tokens":65`, CodeContextLength, "max_completion_tokens"},
 		{chat, `"max_completion_tokens":0`, CodeInvalidParam, "max_completion_tokens"},
+		{chat, `"max_completion_tokens":3,"max_tokens":4`, CodeInvalidParam, "max_tokens"},
 		{comp, `"presence_penalty":2.0001`, CodeInvalidParam, "presence_penalty"},
 		{comp, `"frequency_penalty":-2.0001`, CodeInvalidParam, "frequency_penalty"},
 		{comp, `"repetition_penalty":0`, CodeInvalidParam, "repetition_penalty"},
