@@ -51,14 +51,15 @@ func ConnectRedialer(ctx context.Context, addr string, cfg Config, log *slog.Log
 }
 
 // DialRetry dials addr until it succeeds, authentication fails (retrying
-// cannot fix a wrong secret, I12) or ctx ends.
+// cannot fix a wrong secret, I12), the peer runs another model (nor a
+// wrong model, I13) or ctx ends.
 func DialRetry(ctx context.Context, addr string, cfg Config) (*Client, error) {
 	for {
 		c, err := Dial(ctx, addr, cfg)
 		if err == nil {
 			return c, nil
 		}
-		if errors.Is(err, handoff.ErrAuth) {
+		if errors.Is(err, handoff.ErrAuth) || errors.Is(err, handoff.ErrModelMismatch) {
 			return nil, err
 		}
 		select {
