@@ -48,7 +48,7 @@ Example:
 	dc, err := tcp.ConnectRedialer(ctx, decodeAddr, tc, log)
 	cancel()
 	if err != nil {
-		log.Error("cannot reach the decode worker", "decode", decodeAddr, "err", err)
+		log.Error(connectFailure("decode", err), "decode", decodeAddr, "err", err, "code", wireCode(err))
 		return 1
 	}
 	defer dc.Close()

@@ -92,6 +92,17 @@ func (r *Redialer) client(ctx context.Context) (*Client, error) {
 	return c, nil
 }
 
+// FrameMAC reports whether the current connection authenticates every
+// frame (Client.FrameMAC); without one, whether the next will be asked to.
+func (r *Redialer) FrameMAC() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.c == nil {
+		return r.cfg.FrameMAC
+	}
+	return r.c.FrameMAC()
+}
+
 // Close closes the current connection, if any.
 func (r *Redialer) Close() error {
 	r.mu.Lock()

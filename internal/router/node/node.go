@@ -12,6 +12,7 @@ import (
 
 	"sluice/internal/engine"
 	"sluice/internal/gguf"
+	"sluice/internal/model"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
 	"sluice/internal/synth"
@@ -75,6 +76,11 @@ func (m *Model) describe() string {
 	}
 	return m.Path
 }
+
+// Fingerprint is the model's fingerprint (I13): every connection and
+// reservation between roles carries it. Hashing the file on first use
+// costs about 150 ms per GB (gguf.File.Fingerprint).
+func (m *Model) Fingerprint() model.Fingerprint { return m.Runtime.Fingerprint() }
 
 // Describe is how logs name the model.
 func (m *Model) Describe() string { return m.describe() }
