@@ -7,8 +7,8 @@ import (
 )
 
 // Fingerprint names the model a role loaded (I13): its weights, tokenizer
-// and hyperparameters, as the hash of every byte of its GGUF file
-// (gguf.File.Fingerprint). Roles compare fingerprints at every connection
+// and hyperparameters, as a hash of its GGUF file: every metadata byte and
+// a documented sample of every tensor's data (gguf.File.Fingerprint). Roles compare fingerprints at every connection
 // and every reservation, so KV computed by one model is never attended by
 // another and a router never tokenizes for a model its workers do not run.
 //

@@ -78,8 +78,9 @@ func (m *Model) describe() string {
 }
 
 // Fingerprint is the model's fingerprint (I13): every connection and
-// reservation between roles carries it. Hashing the file on first use
-// costs about 150 ms per GB (gguf.File.Fingerprint).
+// reservation between roles carries it, hashed on first use (metadata
+// whole, a fixed sample of every tensor: 13-26 ms warm, about 0.3 s cold
+// for a 1 GB file, gguf.File.Fingerprint).
 func (m *Model) Fingerprint() model.Fingerprint { return m.Runtime.Fingerprint() }
 
 // Describe is how logs name the model.
