@@ -42,6 +42,8 @@ func TestRouterOfAnotherModelRefused(t *testing.T) {
 	if rtFP == "" || rtFP == decFP {
 		t.Fatalf("router fingerprint %q, decode's %q", rtFP, decFP)
 	}
+	// Decode logs the refused connection on its own time.
+	dec.waitLog("model_mismatch")
 	for _, p := range []*proc{rt, dec} {
 		l := p.log()
 		for _, want := range []string{"model_mismatch", "qwen2", "sluice-default-synthetic", rtFP[strings.Index(rtFP, "["):], decFP[strings.Index(decFP, "["):]} {
