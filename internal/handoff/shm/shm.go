@@ -30,14 +30,18 @@
 // ends the handoff (whoever asked) and reopens only at the next owner's
 // generation; the writer loads it immediately before each page copy and
 // copies only at the generation it was given. So an abort reaches this
-// writer's fence through the memory itself, with no message. The window
-// left is the copy itself: a writer stalled after its load and before its
-// copy finishes can still land bytes in a page re-used meanwhile. Those
-// bytes are then in a page whose new owner has not committed yet (its
-// commit comes after its own write of the page), and the new owner's
-// commit digest, which a shared pool always hashes from memory (kv
-// sum.go), refuses them (TestStalledWriterAfterCheck); the lease, which
-// must exceed one page copy, covers the rest.
+// writer's fence through the memory itself, with no message.
+//
+// The race window that remains is one page copy: a writer that loaded the
+// word and stalls before its copy of that page has finished can still land
+// bytes in a page re-used meanwhile. When they land before the new owner's
+// commit, its commit digest refuses them, because a shared pool hashes
+// every page from memory at the commit and trusts no hash recorded at the
+// write (kv sum.go): the new owner fails closed, never decodes over them
+// (TestStalledWriterAfterCheck). Only a stall inside one page's memcpy
+// longer than the lease plus the new owner's whole handoff escapes both;
+// that is what the lease (which must exceed one page copy, not a batch)
+// still covers.
 package shm
 
 import (
