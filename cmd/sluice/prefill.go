@@ -66,6 +66,6 @@ Example:
 		return 1
 	}
 	defer stopMetrics()
-	log.Info("prefill worker ready", "context", pw.Context(), "decode", decodeAddr)
+	log.Info("prefill worker ready", "context", pw.Context(), "decode", decodeAddr, "frame_mac_decode", dc.FrameMAC())
 	return serveRole(log, o.listen, tc, nil, pw, pw.Pool(), o.drain)
 }
