@@ -81,13 +81,7 @@ func (w *world) newDecode(gen int) (*decode, error) {
 			return nil, err
 		}
 		m.NoFence = w.cfg.Bugs.ForeignPlacement
-		// The shared file's generation words (checked before each copy)
-		// stop every one of these bugs by themselves: with them on, none
-		// leaks in the seeds TestInjectedBugs runs. Each safeguard must
-		// stop the incident alone, so the bug is injected with that
-		// second fence off and the layer it names is what is tested.
-		b := w.cfg.Bugs
-		m.NoGenFence = b.NoQuarantine || b.ShortLease || b.EarlyDrain || b.ForeignPlacement
+		m.NoGenFence = w.cfg.Bugs.NoGenFence
 		w.wr = m
 	}
 	d.recv = handoff.NewReceiver(handoff.ReceiverConfig{
