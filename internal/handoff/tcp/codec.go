@@ -7,6 +7,7 @@ import (
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
+	"sluice/internal/model"
 	"sluice/internal/sample"
 )
 
@@ -154,18 +155,41 @@ func (d *dec) end() error {
 // above any real token count, page size or block index.
 const maxInt = math.MaxInt32
 
+// maxModelName bounds a fingerprint's name on the wire: it only ever
+// appears in error messages.
+const maxModelName = 1024
+
+// model fingerprints travel as sum [16] then name (str), I13.
+func (e *enc) model(f model.Fingerprint) {
+	if e.err == nil && len(f.Name) > maxModelName {
+		e.err = handoff.ErrBadMessage.With("model name of %d bytes; at most %d", len(f.Name), maxModelName)
+	}
+	e.b = append(e.b, f.Sum[:]...)
+	e.str(f.Name)
+}
+
+func (d *dec) model() (f model.Fingerprint) {
+	copy(f.Sum[:], d.need(16))
+	if f.Name = d.str(); d.err == nil && len(f.Name) > maxModelName {
+		d.err = msgErr("model name of %d bytes", len(f.Name))
+	}
+	return f
+}
+
 func encReserve(m *handoff.Reserve) ([]byte, error) {
 	var e enc
 	e.id(m.Handoff)
 	e.str(m.Tenant)
 	e.int(m.PromptTokens, "prompt_tokens")
 	e.int(m.MaxTokens, "max_tokens")
+	e.model(m.Model)
 	return e.b, e.err
 }
 
 func decReserve(p []byte) (*handoff.Reserve, error) {
 	d := dec{b: p}
 	m := &handoff.Reserve{Handoff: d.id(), Tenant: d.str(), PromptTokens: d.int(maxInt), MaxTokens: d.int(maxInt)}
+	m.Model = d.model()
 	return m, d.end()
 }
 
@@ -174,6 +198,7 @@ func encReservation(e *enc, m *handoff.Reservation) {
 	e.int(m.PageSize, "page_size")
 	e.int(m.ExpectTokens, "expect_tokens")
 	e.u64(m.Incarnation)
+	e.model(m.Model)
 	e.length(len(m.Pages), "page list")
 	for _, p := range m.Pages {
 		e.u32(p.Page)
@@ -183,6 +208,7 @@ func encReservation(e *enc, m *handoff.Reservation) {
 
 func decReservationFrom(d *dec) *handoff.Reservation {
 	m := &handoff.Reservation{Handoff: d.id(), PageSize: d.int(maxInt), ExpectTokens: d.int(maxInt), Incarnation: d.u64()}
+	m.Model = d.model()
 	n := d.count(12)
 	if d.err != nil {
 		return m
@@ -316,6 +342,7 @@ func encCommit(m *handoff.Commit) ([]byte, error) {
 	e.int(m.Tokens, "tokens")
 	e.bytes(m.Digest)
 	e.u32(uint32(m.FirstToken))
+	encLogprobs(&e, m.FirstLogprobs)
 	return e.b, e.err
 }
 
@@ -326,6 +353,7 @@ func decCommit(p []byte) (*handoff.Commit, error) {
 		m.Digest = append([]byte(nil), dg...)
 	}
 	m.FirstToken = int32(d.u32())
+	m.FirstLogprobs = decLogprobs(&d)
 	return m, d.end()
 }
 
@@ -350,19 +378,137 @@ func decID(p []byte) (kv.ID, error) {
 	return id, d.end()
 }
 
+func (e *enc) f32(v float32) { e.u32(math.Float32bits(v)) }
+func (d *dec) f32() float32  { return math.Float32frombits(d.u32()) }
+
 // encSampling carries the floats as their bits (any value round-trips;
-// the sampler, not the wire, judges them) and refuses a top_k the decoder
-// would refuse.
+// the sampler, not the wire, judges them) and refuses what the decoder
+// would refuse: a top_k beyond the wire's int, more logit biases or top
+// logprobs than allowed.
 func encSampling(e *enc, s sample.Params) {
-	e.u32(math.Float32bits(s.Temperature))
+	if e.err == nil && len(s.LogitBias) > sample.MaxLogitBias {
+		e.err = handoff.ErrBadMessage.With("logit bias of %d entries; at most %d", len(s.LogitBias), sample.MaxLogitBias)
+	}
+	if e.err == nil && (s.TopLogprobs < 0 || s.TopLogprobs > sample.MaxTopLogprobs) {
+		e.err = handoff.ErrBadMessage.With("top logprobs %d outside [0, %d]", s.TopLogprobs, sample.MaxTopLogprobs)
+	}
+	e.f32(s.Temperature)
 	e.int(s.TopK, "top_k")
-	e.u32(math.Float32bits(s.TopP))
+	e.f32(s.TopP)
 	e.u64(s.Seed)
+	e.f32(s.MinP)
+	e.f32(s.PresencePenalty)
+	e.f32(s.FrequencyPenalty)
+	e.f32(s.RepetitionPenalty)
+	e.length(len(s.LogitBias), "logit bias")
+	for _, b := range s.LogitBias {
+		e.u32(uint32(b.ID))
+		e.f32(b.Bias)
+	}
+	e.bool(s.Logprobs)
+	e.u8(byte(s.TopLogprobs))
 }
 
+// decSampling bounds what sizes allocations and loops: the bias list and
+// the top-logprobs count. The values' domains are checked by the worker
+// with sample.Params.Validate.
 func decSampling(d *dec) sample.Params {
-	return sample.Params{Temperature: math.Float32frombits(d.u32()), TopK: d.int(maxInt),
-		TopP: math.Float32frombits(d.u32()), Seed: d.u64()}
+	s := sample.Params{Temperature: d.f32(), TopK: d.int(maxInt), TopP: d.f32(), Seed: d.u64(),
+		MinP: d.f32(), PresencePenalty: d.f32(), FrequencyPenalty: d.f32(), RepetitionPenalty: d.f32()}
+	n := d.count(8)
+	if d.err == nil && n > sample.MaxLogitBias {
+		d.err = msgErr("logit bias of %d entries; at most %d", n, sample.MaxLogitBias)
+	}
+	if d.err == nil && n > 0 {
+		s.LogitBias = make([]sample.Bias, n)
+		for i := range s.LogitBias {
+			s.LogitBias[i] = sample.Bias{ID: int32(d.u32()), Bias: d.f32()}
+		}
+	}
+	s.Logprobs = d.bool()
+	s.TopLogprobs = int(d.u8())
+	if d.err == nil && s.TopLogprobs > sample.MaxTopLogprobs {
+		d.err = msgErr("top logprobs %d; at most %d", s.TopLogprobs, sample.MaxTopLogprobs)
+	}
+	return s
+}
+
+// encLogprobs writes a presence byte, then the token's logprob and its
+// alternatives.
+func encLogprobs(e *enc, l *sample.Logprobs) {
+	e.bool(l != nil)
+	if l == nil {
+		return
+	}
+	// What decLogprobs refuses is refused here, on this call alone.
+	ok := func(v float32) bool { return v >= sample.LogprobFloor && v <= 0 }
+	if e.err == nil && len(l.Top) > sample.MaxTopLogprobs {
+		e.err = handoff.ErrBadMessage.With("%d top logprobs; at most %d", len(l.Top), sample.MaxTopLogprobs)
+	}
+	if e.err == nil && !ok(l.Logprob) {
+		e.err = handoff.ErrBadMessage.With("logprob %v outside [%d, 0]", l.Logprob, sample.LogprobFloor)
+	}
+	for _, t := range l.Top {
+		if e.err == nil && !ok(t.Logprob) {
+			e.err = handoff.ErrBadMessage.With("logprob %v outside [%d, 0]", t.Logprob, sample.LogprobFloor)
+		}
+	}
+	e.f32(l.Logprob)
+	e.u8(byte(len(l.Top)))
+	for _, t := range l.Top {
+		e.u32(uint32(t.ID))
+		e.f32(t.Logprob)
+	}
+}
+
+// decLogprobs refuses values outside [LogprobFloor, 0] (NaN included):
+// they reach a client's JSON, which cannot carry NaN or Inf.
+func decLogprobs(d *dec) *sample.Logprobs {
+	if !d.bool() || d.err != nil {
+		return nil
+	}
+	val := func() float32 {
+		v := d.f32()
+		if d.err == nil && !(v >= sample.LogprobFloor && v <= 0) {
+			d.err = msgErr("logprob %v outside [%d, 0]", v, sample.LogprobFloor)
+		}
+		return v
+	}
+	l := &sample.Logprobs{Logprob: val()}
+	n := int(d.u8())
+	if d.err == nil && n > sample.MaxTopLogprobs {
+		d.err = msgErr("%d top logprobs; at most %d", n, sample.MaxTopLogprobs)
+	}
+	if d.err != nil {
+		return nil
+	}
+	if n > 0 {
+		l.Top = make([]sample.TokenLogprob, n)
+		for i := range l.Top {
+			l.Top[i] = sample.TokenLogprob{ID: int32(d.u32()), Logprob: val()}
+		}
+	}
+	return l
+}
+
+func encIDs(e *enc, ids []int32) {
+	e.length(len(ids), "token list")
+	for _, t := range ids {
+		e.u32(uint32(t))
+	}
+}
+
+// decIDs reads a token list, never longer than the frame carries.
+func decIDs(d *dec) []int32 {
+	n := d.count(4)
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(d.u32())
+	}
+	return ids
 }
 
 func encStreamOpen(id kv.ID, p handoff.StreamParams) ([]byte, error) {
@@ -370,6 +516,7 @@ func encStreamOpen(id kv.ID, p handoff.StreamParams) ([]byte, error) {
 	e.id(id)
 	encSampling(&e, p.Sampling)
 	e.bool(p.IgnoreEOS)
+	encIDs(&e, p.Prompt)
 	return e.b, e.err
 }
 
@@ -377,6 +524,7 @@ func decStreamOpen(p []byte) (kv.ID, handoff.StreamParams, error) {
 	d := dec{b: p}
 	id := d.id()
 	sp := handoff.StreamParams{Sampling: decSampling(&d), IgnoreEOS: d.bool()}
+	sp.Prompt = decIDs(&d)
 	return id, sp, d.end()
 }
 
@@ -390,6 +538,7 @@ func encToken(t handoff.Token) ([]byte, error) {
 	code, msg := handoff.ToWire(t.Err)
 	e.str(code)
 	e.str(msg)
+	encLogprobs(&e, t.Logprobs)
 	return e.b, e.err
 }
 
@@ -398,6 +547,7 @@ func decToken(p []byte) (handoff.Token, error) {
 	t := handoff.Token{ID: int32(d.u32()), Done: d.bool(), Finish: d.str(), PromptTokens: d.int(maxInt), CompletionTokens: d.int(maxInt)}
 	code, msg := d.str(), d.str()
 	t.Err = handoff.FromWire(code, msg)
+	t.Logprobs = decLogprobs(&d)
 	return t, d.end()
 }
 
@@ -414,6 +564,7 @@ func encPrefill(m *handoff.PrefillRequest) ([]byte, error) {
 		encReservation(&e, m.Reservation)
 	}
 	encSampling(&e, m.Sampling)
+	e.model(m.Model)
 	return e.b, e.err
 }
 
@@ -432,6 +583,7 @@ func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
 		m.Reservation = decReservationFrom(&d)
 	}
 	m.Sampling = decSampling(&d)
+	m.Model = d.model()
 	return m, d.end()
 }
 
