@@ -333,6 +333,7 @@ func (a *auditor) capacitySweep(ctx context.Context) error {
 	a.rep.PrefillTS = median(rates)
 	return nil
 }
+
 // concurrentWidth is how many prompts the concurrent probe sends at once:
 // one per slot when the server says how many it has, within --concurrency.
 func (a *auditor) concurrentWidth() int {
