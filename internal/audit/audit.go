@@ -259,6 +259,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}()
 
 	if err := a.setup(ctx); err != nil {
+		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, &PlanError{"timeout_too_small", fmt.Sprintf("--timeout %v ran out during the key check and calibration, before any probe: %v", a.cfg.Timeout, err)}
+		}
 		return nil, err
 	}
 	plan, err := a.plan()
