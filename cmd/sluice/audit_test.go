@@ -86,3 +86,31 @@ func TestAuditTLSAndHeaders(t *testing.T) {
 		t.Fatalf("bad --header: exit %d %q", r.code, r.stderr)
 	}
 }
+
+// preflight --endpoint: nothing exposed is INCONCLUSIVE (exit 2), a 401 is
+// an error naming --api-key (exit 2), a /v1 suffix finds the same server.
+func TestPreflightRemoteExitCodes(t *testing.T) {
+	bare := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			fmt.Fprint(w, `{"data":[{"id":"m"}]}`)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	defer bare.Close()
+	if r := preflightCLI("--endpoint", bare.URL); r.code != 2 || !strings.Contains(r.stdout, "INCONCLUSIVE") {
+		t.Errorf("nothing exposed: exit %d\n%s", r.code, r.stdout)
+	}
+	locked := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer locked.Close()
+	if r := preflightCLI("--endpoint", locked.URL+"/v1"); r.code != 2 || !strings.Contains(r.stderr, "HTTP 401") || !strings.Contains(r.stderr, "pass --api-key") {
+		t.Errorf("401: exit %d %q", r.code, r.stderr)
+	}
+	ok := httptest.NewServer(&tinyOpenAI{})
+	defer ok.Close()
+	if r := preflightCLI("--endpoint", ok.URL+"/v1/"); r.code != 0 || !strings.Contains(r.stdout, "256") {
+		t.Errorf("/v1 suffix: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -657,3 +657,28 @@ func TestMannWhitney(t *testing.T) {
 		t.Errorf("interleaved samples: p=%g, want large", p)
 	}
 }
+
+// The concurrency bound holds whatever a probe asks for: six requests at
+// once through an auditor with --concurrency 2 never have more than two in
+// flight at the server.
+func TestConcurrencySemaphore(t *testing.T) {
+	f := &fakeServer{perToken: 2 * time.Millisecond}
+	url := startFake(t, f)
+	hc := &http.Client{}
+	a := &auditor{cfg: Config{RequestTimeout: time.Minute, MaxRequests: 100}, sem: make(chan struct{}, 2), deadln: time.Now().Add(time.Minute),
+		c: &client{base: url, http: hc, model: "fake-model"}}
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := a.send(context.Background(), call{path: pathCompletions, prompt: strings.Repeat("word ", 20), maxTokens: 1}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if m := f.maxFlight.Load(); m != 2 {
+		t.Errorf("max in flight %d, want 2", m)
+	}
+}
