@@ -198,7 +198,7 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	switch v {
 	case Fail:
-		fmt.Fprintf(w, "\nVERDICT: FAIL (%d findings)\n", len(r.Findings))
+		fmt.Fprintf(w, "\nVERDICT: FAIL (%d finding(s))\n", len(r.Findings))
 	case Inconclusive:
 		var why []string
 		for _, p := range r.Probes {
