@@ -72,7 +72,7 @@ Flags:
 	maxPrompt := fs.Int("max-prompt-bytes", 4<<20, "never send a prompt larger than this")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlagsTo(fs, args, stdout); !ok {
 		return code
 	}
 	if len(keys) == 0 {

@@ -40,7 +40,7 @@ func (s *tinyOpenAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func TestAuditHelpExitsZero(t *testing.T) {
 	r := auditCLI("--help")
-	if r.code != 0 || !strings.Contains(r.stderr, "INCONCLUSIVE") {
+	if r.code != 0 || !strings.Contains(r.stdout, "INCONCLUSIVE") {
 		t.Fatalf("--help: exit %d, usage %q", r.code, r.stderr)
 	}
 	if r := auditCLI("--no-such-flag"); r.code != 2 {
