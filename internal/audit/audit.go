@@ -386,6 +386,13 @@ func (a *auditor) calibrate(ctx context.Context) error {
 	if r.HasUsage && r.PromptTokens > 0 {
 		a.hasUsage = true
 		a.perWord = float64(r.PromptTokens) / words
+		// A six-letter pseudo-word is one to a few tokens on any real
+		// tokenizer; a count far outside that is the server's to explain
+		// (the capacity probe checks it), not a length to build prompts from.
+		if a.perWord < 0.5 || a.perWord > 16 {
+			a.note(fmt.Sprintf("calibration: the server counted %d prompt tokens for %d words; prompt lengths are aimed at 3 tokens per word instead", r.PromptTokens, words))
+			a.perWord = 3
+		}
 		a.calTokens, a.calLatency = r.PromptTokens, r.Latency
 		if d := r.Latency - a.baseLatency; d > 0 {
 			a.prefillRate = float64(r.PromptTokens) / d.Seconds()
@@ -445,6 +452,10 @@ func (a *auditor) plan() ([]plannedProbe, error) {
 			return errors.New("context length unknown: " + a.rep.ContextSource)
 		}
 		plan[3].requests, plan[3].tokens, plan[3].run = 0, 0, plan[1].run
+	} else if b := a.promptBytes(cw); b > float64(a.cfg.MaxPromptBytes) {
+		plan[3].requests, plan[3].tokens, plan[3].run = 0, 0, func(context.Context) error {
+			return fmt.Errorf("its prompts of ~%d tokens need ~%.0f bytes each, over --max-prompt-bytes %d", cw, b, a.cfg.MaxPromptBytes)
+		}
 	}
 	total, tokens := 0, 0
 	for _, p := range plan {

@@ -682,3 +682,21 @@ func TestConcurrencySemaphore(t *testing.T) {
 		t.Errorf("max in flight %d, want 2", m)
 	}
 }
+
+// A server that claims an enormous context (or counts tokens absurdly) must
+// not make the auditor build enormous prompts: over --max-prompt-bytes the
+// points are not sent and the probes that need them do not complete.
+func TestHugeClaimedContext(t *testing.T) {
+	rep, err := runWith(t, &fakeServer{context: 1 << 50}, func(c *Config) { c.MaxPromptBytes = 1 << 20 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict != Inconclusive {
+		t.Fatalf("verdict %s, want INCONCLUSIVE", rep.Verdict)
+	}
+	for _, p := range rep.Probes {
+		if (p.Name == "capacity" || p.Name == "concurrent-capacity") && (p.Complete || !strings.Contains(p.Reason, "max-prompt-bytes")) {
+			t.Errorf("probe %+v: want incomplete over --max-prompt-bytes", p)
+		}
+	}
+}

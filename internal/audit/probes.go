@@ -32,9 +32,19 @@ func (a *auditor) pseudoWords(n int) []string {
 	return w
 }
 
+// maxWords bounds any prompt the auditor builds, whatever context a server
+// claims (the byte checks come first; this keeps the arithmetic in range).
+const maxWords = 1 << 24
+
 func (a *auditor) wordsFor(tokens int) int {
-	w := int(math.Ceil(float64(tokens) / a.perWord))
-	return max(w, 1)
+	w := math.Ceil(float64(tokens) / a.perWord)
+	return int(min(max(w, 1), maxWords))
+}
+
+// promptBytes estimates a prompt's size (a pseudo-word and its space are 7
+// bytes), in float64 so a huge claimed context cannot overflow it.
+func (a *auditor) promptBytes(tokens int) float64 {
+	return math.Ceil(float64(tokens)/a.perWord) * 7
 }
 
 // promptOfTokens builds a prompt of about n tokens from fresh pseudo-words.
@@ -201,8 +211,8 @@ func (a *auditor) capacityPoints() []capPoint {
 		if n < 8 {
 			return
 		}
-		if bytes := a.wordsFor(n) * 7; bytes > a.cfg.MaxPromptBytes {
-			a.note(fmt.Sprintf("capacity: the ~%d-token point (%.2f x context) needs ~%d bytes, over --max-prompt-bytes; not sent", n, frac, bytes))
+		if bytes := a.promptBytes(n); bytes > float64(a.cfg.MaxPromptBytes) {
+			a.note(fmt.Sprintf("capacity: the ~%d-token point (%.2f x context) needs ~%.0f bytes, over --max-prompt-bytes; not sent", n, frac, bytes))
 			return
 		}
 		pts = append(pts, capPoint{frac, n, class})
