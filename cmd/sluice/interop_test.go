@@ -181,6 +181,9 @@ func TestInteropLlamaServer(t *testing.T) {
 			t.Errorf("server %q context %d KV %q; want llama.cpp, 512 per slot, shared", rep.Server, rep.Context, rep.KVBuffer)
 		}
 		t.Logf("transport retries %d; findings %d; KV %s (%s)", rep.Retries, len(rep.Findings), rep.KVBuffer, rep.KVBufferSource)
+		for _, f := range rep.Findings {
+			t.Logf("finding [%s] %s: %s: %s", f.Severity, f.Probe, f.Title, f.Evidence)
+		}
 	})
 
 	t.Run("no-cache-prompt has no side channel", func(t *testing.T) {
@@ -198,6 +201,9 @@ func TestInteropLlamaServer(t *testing.T) {
 			t.Errorf("context %d slots %d; want the per-slot 512 of -np 2 -c 1024, 2 slots", rep.Context, rep.Slots)
 		}
 		t.Logf("exit %d verdict %s, %d findings, %d transport retries", r.code, rep.Verdict, len(rep.Findings), rep.Retries)
+		for _, f := range rep.Findings {
+			t.Logf("finding [%s] %s: %s: %s", f.Severity, f.Probe, f.Title, f.Evidence)
+		}
 	})
 
 	t.Run("wrong key is exit 2", func(t *testing.T) {
