@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"sluice/internal/kv"
+	"sluice/internal/model"
 )
 
 // Code is a stable machine-readable error code; it crosses transports as a
@@ -72,6 +73,10 @@ var (
 	// ErrTransport: the transport failed (connection lost, timeout). Whether
 	// the remote side applied the call is UNKNOWN; callers must abort.
 	ErrTransport = &Error{"transport", "transport failure; the remote outcome is unknown"}
+	// ErrModelMismatch: the peers run different models (I13): a connection
+	// or a message names a model fingerprint that is not the receiver's.
+	// The message names both models and both fingerprints.
+	ErrModelMismatch = &Error{"model_mismatch", "the roles run different models (I13)"}
 	// ErrInternal: anything else from the remote side.
 	ErrInternal = &Error{"internal", "internal error"}
 )
@@ -104,4 +109,14 @@ func ToWire(err error) (code, msg string) {
 		return "kv_" + string(v.Kind), err.Error()
 	}
 	return string(ErrInternal.Code), err.Error()
+}
+
+// CheckModel is nil when peer, the fingerprint a peer's connection or
+// message names, is mine; otherwise ErrModelMismatch naming both (I13).
+// what says who the peer is ("the router", "the decode reservation").
+func CheckModel(mine, peer model.Fingerprint, what string) error {
+	if mine.Same(peer) {
+		return nil
+	}
+	return ErrModelMismatch.With("this role runs %v, %s runs %v; start every role with the same model file", mine, what, peer)
 }

@@ -224,7 +224,7 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 		if _, err := rand.Read(secret); err != nil {
 			return err
 		}
-		tc = tcp.Config{Secret: secret}
+		tc = tcp.Config{Secret: secret, Model: m.Fingerprint()}
 		daddr, err := s.serveTCP(tc, dw, nil)
 		if err != nil {
 			return err
@@ -280,7 +280,7 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 		routerPrefill = rp
 	}
 	eng, err := engine.NewDisaggregated(engine.DisaggConfig{
-		Model: m.Name, Vocab: m.Runtime.Vocab(),
+		Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(),
 		Context:        engine.EffectiveContext(pw.Context(), dw.Context()),
 		MaxConcurrency: c.MaxConcurrency,
 		Unsafe:         dcfg.Unsafe, // test hook only, set through LocalConfig.Engine
