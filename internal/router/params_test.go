@@ -122,6 +122,7 @@ func TestParameterBounds(t *testing.T) {
 		{comp, `"temperature":-1e-9`, CodeInvalidParam, "temperature"},
 		{comp, `"top_p":0`, CodeInvalidParam, "top_p"},
 		{comp, `"top_p":1.0000001`, CodeInvalidParam, "top_p"},
+		{comp, `"top_p":1e-46`, CodeInvalidParam, "top_p"}, // 0 in float32, which the sampler reads as "no limit"
 		{comp, `"top_k":259`, CodeInvalidParam, "top_k"},
 		{comp, `"top_k":-2`, CodeInvalidParam, "top_k"},
 		{comp, `"top_k":3000000000`, CodeInvalidParam, "top_k"}, // the codec-overflow value of issue 10
@@ -143,6 +144,8 @@ func TestParameterBounds(t *testing.T) {
 		{comp, `"frequency_penalty":-2.0001`, CodeInvalidParam, "frequency_penalty"},
 		{comp, `"repetition_penalty":0`, CodeInvalidParam, "repetition_penalty"},
 		{comp, `"repetition_penalty":10.001`, CodeInvalidParam, "repetition_penalty"},
+		{comp, `"repetition_penalty":1e-46`, CodeInvalidParam, "repetition_penalty"}, // 0 in float32: "off"
+		{comp, `"repetition_penalty":1e-40`, CodeInvalidParam, "repetition_penalty"}, // subnormal: dividing by it makes logits infinite
 		{comp, `"min_p":1.0001`, CodeInvalidParam, "min_p"},
 		{comp, `"min_p":-0.0001`, CodeInvalidParam, "min_p"},
 		{comp, `"logit_bias":{"258":1}`, CodeInvalidParam, "logit_bias"},
