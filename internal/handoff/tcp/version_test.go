@@ -79,33 +79,47 @@ func TestVersion1ClientRefused(t *testing.T) {
 
 // A server of a version-1 build answers this build's Hello with a
 // protocol error (it cannot read it); Dial reports ErrVersion saying so,
-// not a bare "malformed frame".
+// not a bare "malformed frame", and DialRetry gives up at once: dialling
+// again cannot fix a build mismatch (a role would otherwise wait for its
+// peer until its start-up deadline).
 func TestVersion1ServerRefused(t *testing.T) {
+	addr := version1Server(t)
+	_, err := Dial(context.Background(), addr, Config{Secret: secret, Model: modelA})
+	versionText(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = DialRetry(ctx, addr, Config{Secret: secret, Model: modelA})
+	versionText(t, err)
+	if ctx.Err() != nil {
+		t.Fatal("DialRetry kept dialling a server of another protocol version until its deadline")
+	}
+}
+
+// version1Server answers every Hello as a version-1 build does.
+func version1Server(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
 	go func() {
-		nc, err := l.Accept()
-		if err != nil {
-			return
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			nc.SetDeadline(time.Now().Add(5 * time.Second))
+			fr := &framer{maxFrame: 1 << 20}
+			if f, err := fr.readFrame(nc, nil); err == nil {
+				msg := protoErr("no common protocol version: client speaks %d..%d, server 1..1", f.payload[0], f.payload[1])
+				bufs, _ := fr.encode(helloVersion, tError, 0, [][]byte{encError(msg)})
+				nb := net.Buffers(bufs)
+				nb.WriteTo(nc)
+			}
+			nc.Close()
 		}
-		defer nc.Close()
-		nc.SetDeadline(time.Now().Add(5 * time.Second))
-		fr := &framer{maxFrame: 1 << 20}
-		f, err := fr.readFrame(nc, nil)
-		if err != nil {
-			return
-		}
-		// What the version-1 server says to a Hello offering 2..2.
-		msg := protoErr("no common protocol version: client speaks %d..%d, server 1..1", f.payload[0], f.payload[1])
-		bufs, _ := fr.encode(helloVersion, tError, 0, [][]byte{encError(msg)})
-		nb := net.Buffers(bufs)
-		nb.WriteTo(nc)
 	}()
-	_, err = Dial(context.Background(), l.Addr().String(), Config{Secret: secret, Model: modelA})
-	versionText(t, err)
+	return l.Addr().String()
 }
 
 func versionText(t *testing.T, err error) {
