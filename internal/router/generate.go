@@ -584,8 +584,16 @@ func (s *Server) drain(g *generation, streams []engine.Stream) {
 // acquireMore takes k more concurrency slots (tenant and server) for the
 // extra choices of a request: each choice is an engine request, so n > 1
 // must not let one tenant hold more of the engine than its limit allows.
-// It is all or nothing and refuses at once, like acquire.
-func (s *Server) acquireMore(tenant string, k int) (func(), *apiError) {
+// It is all or nothing and refuses at once, like acquire. A request of
+// more choices than a limit allows can never be admitted: that is a 400
+// naming param, not a 429 its client would retry for ever.
+func (s *Server) acquireMore(tenant string, k int, param string) (func(), *apiError) {
+	if lim := s.cfg.TenantConcurrency; lim > 0 && k+1 > lim {
+		return nil, badParam(param, "this request makes %d choices (prompts x n), each a concurrent request, and your API key's tenant may run %d at once; send fewer", k+1, lim)
+	}
+	if lim := cap(s.slots); k+1 > lim {
+		return nil, badParam(param, "this request makes %d choices (prompts x n), each a concurrent request, and the server runs at most %d at once; send fewer", k+1, lim)
+	}
 	var releases []func()
 	release := func() {
 		for _, r := range releases {

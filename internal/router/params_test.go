@@ -413,7 +413,9 @@ func TestOneChoiceFailsTheRequest(t *testing.T) {
 }
 
 // TestChoicesCountAgainstConcurrency: each choice holds a concurrency slot,
-// so n cannot take more of the engine than the tenant's limit.
+// so n cannot take more of the engine than the tenant's limit. A request
+// with more choices than the limit can never be admitted: it is a 400
+// naming the parameter, not a 429 its client would retry for ever.
 func TestChoicesCountAgainstConcurrency(t *testing.T) {
 	h := newHarness(t, 64, func(c *Config) { c.TenantConcurrency = 3 })
 	c := h.client("")
@@ -422,9 +424,23 @@ func TestChoicesCountAgainstConcurrency(t *testing.T) {
 		t.Fatalf("n=3 within a limit of 3: %v", err)
 	}
 	_, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), N: openai.Int(4), MaxTokens: openai.Int(2)})
-	apiErr(t, err, 429, CodeTenantLimit)
+	ae := apiErr(t, err, 400, CodeInvalidParam)
+	if ae.Param != "n" {
+		t.Fatalf("param %q, want n", ae.Param)
+	}
 	_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, N: openai.Int(4)})
-	apiErr(t, err, 429, CodeTenantLimit)
+	apiErr(t, err, 400, CodeInvalidParam)
+	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: []string{"a", "b", "c", "d"}}, MaxTokens: openai.Int(2)})
+	if ae := apiErr(t, err, 400, CodeInvalidParam); ae.Param != "prompt" {
+		t.Fatalf("param %q, want prompt", ae.Param)
+	}
+	// The server's limit likewise.
+	hs := newHarness(t, 64, func(c *Config) { c.MaxConcurrency = 2 })
+	_, err = hs.client("").Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), N: openai.Int(3), MaxTokens: openai.Int(2)})
+	apiErr(t, err, 400, CodeInvalidParam)
+	if n := len(h.eng.Requests()) + len(hs.eng.Requests()); n != 3 {
+		t.Fatalf("%d engine requests, want the first request's 3", n)
+	}
 	// Slots come back: the limit admits n=3 again.
 	if _, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: []string{"a", "b", "c"}}, MaxTokens: openai.Int(2)}); err != nil {
 		t.Fatalf("3 prompts after refusals: %v", err)
