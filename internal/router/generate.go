@@ -22,8 +22,12 @@ var cancelGrace = time.Minute
 
 // outcome is how one generation ended, for the response and the metrics.
 type outcome struct {
-	finish     string // the first choice's
-	usage      engine.Usage
+	finish string // the first choice's
+	usage  engine.Usage
+	// prefilled is every choice's prompt tokens as the engine accounted
+	// them: each choice prefills its prompt, while usage counts each
+	// prompt once (OpenAI's rule for n > 1).
+	prefilled  int
 	err        *apiError
 	clientGone bool
 }
@@ -296,6 +300,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		if i%g.p.n == 0 {
 			out.usage.PromptTokens += c.usage.PromptTokens
 		}
+		out.prefilled += c.usage.PromptTokens
 		out.usage.CompletionTokens += c.usage.CompletionTokens
 	}
 	out.finish = chs[0].finish

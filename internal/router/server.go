@@ -623,7 +623,7 @@ func (s *Server) finishMetrics(g *generation, out outcome) {
 	if !out.clientGone {
 		s.countRefusal(out.err)
 	}
-	s.metrics.promptTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.usage.PromptTokens))
+	s.metrics.promptTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.prefilled))
 	s.metrics.completionTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.usage.CompletionTokens))
 	if out.err != nil && out.err.Code == engine.CodeIntegrity {
 		s.log.Error("integrity failure", "id", g.id, "tenant", g.tenant, "message", out.err.Message)
