@@ -89,6 +89,8 @@ func (d *byteDec) push(id int32) string {
 //	FAIL_EARLY  the stream fails before any token (handoff_failed, 502)
 //	FAIL_LATE   two tokens, then kv_integrity_violation (500)
 //	HOLD        tokens wait for the engine's gate (cancellation tests)
+//	LP_MISSING  the second token comes without the logprobs asked for
+//	LP_EXTRA    the second token carries one more alternative than asked
 type echoEngine struct {
 	ctx       int
 	gate      chan struct{}
@@ -217,7 +219,14 @@ func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream
 			}
 			ev := engine.Event{Token: t}
 			if r.Sampling.Logprobs {
-				ev.Logprobs = echoLogprobs(t, r.Sampling.TopLogprobs)
+				top := r.Sampling.TopLogprobs
+				if i == 1 && strings.Contains(text, "LP_EXTRA") {
+					top++
+				}
+				ev.Logprobs = echoLogprobs(t, top)
+				if i == 1 && strings.Contains(text, "LP_MISSING") {
+					ev.Logprobs = nil
+				}
 			}
 			s.ch <- ev
 			usage.CompletionTokens++

@@ -231,6 +231,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			if c.stopped || c.cancel {
 				continue // draining after our own Cancel
 			}
+			if bad := badLogprobs(g.p.sampling, ev.Logprobs); bad != "" {
+				// The client would get a logprobs list that silently
+				// lacks an entry or holds others than asked (I8).
+				s.log.Error("engine broke the logprobs contract", "id", g.id, "choice", c.index, "problem", bad)
+				if out.err == nil && !out.clientGone {
+					out.err = newErr(http.StatusInternalServerError, CodeInternal, "", "the engine reported a token %s", bad)
+				}
+				cancelAll()
+				continue
+			}
 			c.tokens++
 			if s.cfg.Tokenizer.IsEOG(ev.Token) || g.p.stopIDs[ev.Token] {
 				// A token that ends generation is accounted for, but
@@ -362,6 +372,20 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		out.clientGone = true
 	}
 	return out
+}
+
+// badLogprobs says how a token's logprobs break what p asked for (present
+// exactly when asked, at most TopLogprobs alternatives), or "".
+func badLogprobs(p sample.Params, lp *sample.Logprobs) string {
+	switch {
+	case p.Logprobs && lp == nil:
+		return "without the logprobs asked for"
+	case !p.Logprobs && lp != nil:
+		return "with logprobs nobody asked for"
+	case lp != nil && len(lp.Top) > p.TopLogprobs:
+		return fmt.Sprintf("with %d top logprobs, more than the %d asked for", len(lp.Top), p.TopLogprobs)
+	}
+	return ""
 }
 
 // tokenTexter is the optional tokenizer method giving one token's bytes

@@ -510,3 +510,28 @@ func TestStopOfOneChoiceDoesNotTimeOutTheOthers(t *testing.T) {
 		t.Fatalf("choices %+v", ch)
 	}
 }
+
+// TestLogprobsContract: a token reported without the logprobs the client
+// asked for, or with more alternatives than top_logprobs, fails the
+// request (I8: fail closed), never a 200 whose logprobs silently lack an
+// entry or hold others than asked.
+func TestLogprobsContract(t *testing.T) {
+	h := newHarness(t, 64, nil)
+	c := h.client("")
+	ctx := context.Background()
+	for _, marker := range []string{"xLP_MISSING", "xLP_EXTRA"} {
+		_, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt(marker), MaxTokens: openai.Int(5), Logprobs: openai.Int(2)})
+		apiErr(t, err, 500, CodeInternal)
+		st := c.Completions.NewStreaming(ctx, openai.CompletionNewParams{Prompt: prompt(marker), MaxTokens: openai.Int(5), Logprobs: openai.Int(2)})
+		for st.Next() {
+		}
+		if st.Err() == nil {
+			t.Errorf("%s: the stream ended cleanly", marker)
+		}
+		// Without logprobs the same engine behaviour is no fault.
+		if _, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt(marker), MaxTokens: openai.Int(5)}); err != nil {
+			t.Errorf("%s without logprobs: %v", marker, err)
+		}
+	}
+	waitFor(t, func() bool { return h.eng.Active() == 0 })
+}
