@@ -131,3 +131,19 @@ func versionText(t *testing.T, err error) {
 		t.Fatalf("%q does not say the builds differ", s)
 	}
 }
+
+// A long served model name (the operator's --served-model-name) is not a
+// protocol fault: names are for messages only, so the handshake carries at
+// most maxModelName bytes of it and the roles connect (it was refused by
+// the peer's decoder, which this build then took for another version).
+func TestLongModelNameConnects(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	m := modelA
+	m.Name = strings.Repeat("n", 3*maxModelName)
+	addr, _ := serve(t, Config{Secret: secret, Model: m}, r.Server, nil)
+	c, err := Dial(context.Background(), addr, Config{Secret: secret, Model: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}
