@@ -222,12 +222,19 @@ func (c *conn) clientHandshake() error {
 	if err := c.send(tHello, 0, hello); err != nil {
 		return err
 	}
-	f, err := c.readHandshake(tHelloAck)
-	var he *handoff.Error
-	if errors.As(err, &he) && he.Code == handoff.ErrProtocol.Code {
-		// Our Hello is well formed, so a server that cannot read it is of
-		// another build (version 1 answers exactly this way).
-		return versionErr("the server at %s could not read this build's Hello (protocol %d..%d): %s", c.nc.RemoteAddr(), minVersion, maxVersion, he.Msg)
+	f, err := c.fr.readFrame(c.nc, nil)
+	if err == nil && f.typ == tError {
+		// Our Hello is well formed, so a sluice server that answers it
+		// with a protocol error cannot read it: another build (version 1
+		// answers exactly this way).
+		perr := decError(f.payload)
+		if errors.Is(perr, handoff.ErrProtocol) {
+			return versionErr("the server at %s could not read this build's Hello (protocol %d..%d): %v", c.nc.RemoteAddr(), minVersion, maxVersion, perr)
+		}
+		return perr
+	}
+	if err == nil && f.typ != tHelloAck {
+		err = protoErr("handshake: frame type %d, want %d", f.typ, tHelloAck)
 	}
 	if err != nil {
 		return err

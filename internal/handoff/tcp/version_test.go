@@ -3,6 +3,7 @@ package tcp
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -146,4 +147,28 @@ func TestLongModelNameConnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+}
+
+// Only a sluice refusal of the Hello means another build: something else
+// on the port (an HTTP server, say) is a protocol error, not a version.
+func TestNonSluiceServerIsNotAVersion(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(5 * time.Second))
+		nc.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"))
+		io.Copy(io.Discard, nc) // until the client hangs up
+	}()
+	_, err = Dial(context.Background(), l.Addr().String(), Config{Secret: secret})
+	if !errors.Is(err, handoff.ErrProtocol) {
+		t.Fatalf("got %v, want %s", err, handoff.ErrProtocol.Code)
+	}
 }
