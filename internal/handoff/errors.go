@@ -75,6 +75,9 @@ var (
 	// frame). Only that call fails: the connection, which other tenants'
 	// calls share, stays up.
 	ErrBadMessage = &Error{"bad_message", "a message field is out of range or malformed; only this call is refused"}
+	// ErrVersion: the peers speak no common protocol version (builds of
+	// different wire formats); refused at the handshake, before any call.
+	ErrVersion = &Error{"protocol_version", "the peers speak different protocol versions"}
 	// ErrTransport: the transport failed (connection lost, timeout). Whether
 	// the remote side applied the call is UNKNOWN; callers must abort.
 	ErrTransport = &Error{"transport", "transport failure; the remote outcome is unknown"}
