@@ -122,33 +122,6 @@ func TestRoleRefusesContextLargerThanPool(t *testing.T) {
 	}
 }
 
-// TestOverloadedNotQueued: past the concurrency bound a request is refused
-// at once with 429, not queued without bound.
-func TestOverloadedNotQueued(t *testing.T) {
-	g := &gated{toy: newToy(), after: 0, entered: make(chan struct{}), release: make(chan struct{})}
-	cfg := toyConfig(g, 32)
-	cfg.MaxConcurrency = 1
-	e, err := NewColocated(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(context.Background())
-	s1, err := e.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 5), MaxTokens: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-g.entered
-	_, err = e.Submit(context.Background(), &Request{Tenant: "b", Prompt: prompt(2, 5), MaxTokens: 3})
-	var ee *Error
-	if !errors.As(err, &ee) || ee.Code != CodeOverloaded || ee.Status != http.StatusTooManyRequests {
-		t.Fatalf("want overloaded 429, got %v", err)
-	}
-	close(g.release)
-	if r := collect(t, s1); r.final.Err != nil {
-		t.Fatal(r.final.Err)
-	}
-}
-
 // TestPoolExhaustedMidDecodeFailsClearly: with pages grown per step, a
 // request that finds the pool empty mid-decode ends with a clear error,
 // never a hang, and every page comes back.

@@ -22,7 +22,7 @@ type Colocated struct {
 	pool  pagePool
 	sched *scheduler
 	ctx   int
-	gate  *gate
+	adm   *admission
 }
 
 var _ Engine = (*Colocated)(nil)
@@ -43,7 +43,7 @@ func NewColocated(cfg Config) (*Colocated, error) {
 		pool:  pool,
 		sched: newScheduler(cfg, pool),
 		ctx:   cfg.configuredContext(),
-		gate:  newGate(cfg.MaxConcurrency),
+		adm:   newAdmission(cfg.queueConfig()),
 	}, nil
 }
 
@@ -62,16 +62,18 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	st := newStream(min(max(r.MaxTokens, 0), c.ctx))
 	owner := kv.Owner{Tenant: r.Tenant, ID: newID()}
 	var (
-		lc         *lifecycle
-		table      []kv.PageRef
-		reserveErr *Error
-		q          *seq
-		release    func()
+		lc      *lifecycle
+		table   []kv.PageRef
+		reserve bool
+		q       *seq
+		tk      *ticket
 	)
 	lc = newLifecycle(request.Colocated, func(a request.Action, e *Error, prompt, completion int) {
 		switch a.Kind {
 		case request.ActReserve:
-			table, reserveErr = c.reserve(owner, r)
+			// Carried out below, outside the machine's lock: the request
+			// waits in the queue for its turn and for room in the pool.
+			reserve = true
 		case request.ActPrefill:
 			q = &seq{
 				owner:        owner,
@@ -81,7 +83,7 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 				maxTokens:    r.MaxTokens,
 				ignoreEOS:    r.IgnoreEOS,
 				samp:         sample.New(r.Sampling),
-				ended:        release,
+				ended:        tk.done,
 			}
 			q.emit = func(o outcome) { lc.scheduled(o, len(r.Prompt)) }
 		case request.ActEmit:
@@ -98,18 +100,26 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 		lc.reject(e)
 		return nil, e
 	}
-	var err error
-	release, err = c.gate.admit()
-	if err != nil {
-		e := err.(*Error)
+	tk, e := c.adm.arrive(r.Tenant, r.Weight, requestCost(r))
+	if e != nil {
 		lc.reject(e)
 		return nil, e
 	}
 	lc.step(request.Event{Kind: request.EvAdmit}, nil)
-	if reserveErr != nil {
-		release()
-		lc.reject(reserveErr)
-		return nil, reserveErr
+	if !reserve {
+		tk.leave()
+		return nil, errf(CodeInternal, http.StatusInternalServerError, nil, "admission did not ask for a reservation")
+	}
+	if e := tk.wait(ctx, func() (bool, *Error) {
+		var e *Error
+		table, e = c.reserve(owner, r)
+		if e != nil && e.Code == CodeKVCapacity {
+			return true, nil
+		}
+		return false, e
+	}); e != nil {
+		lc.queueEnd(e)
+		return nil, e
 	}
 	st.cancelFn = func() { lc.step(request.Event{Kind: request.EvCancel}, nil) }
 	stopWatch := context.AfterFunc(ctx, st.Cancel)
@@ -134,7 +144,7 @@ func (c *Colocated) reserve(owner kv.Owner, r *Request) ([]kv.PageRef, *Error) {
 		return table, nil
 	}
 	if errors.Is(err, kv.ErrNoCapacity) {
-		return nil, errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the KV cache is full; retry later")
+		return nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, err, "the KV cache is full; retry later")
 	}
 	return nil, asEngineError(err, CodeInternal, http.StatusInternalServerError, "reserving KV pages")
 }
@@ -142,13 +152,17 @@ func (c *Colocated) reserve(owner kv.Owner, r *Request) ([]kv.PageRef, *Error) {
 // Close implements Engine: refuses new requests, waits for in-flight ones
 // until ctx ends, then stops the scheduler (failing what is left).
 func (c *Colocated) Close(ctx context.Context) error {
-	err := c.gate.close(ctx)
+	err := c.adm.close(ctx)
 	c.sched.stop()
 	if p := rawPool(c.pool); p != nil {
 		_ = p.Close()
 	}
 	return err
 }
+
+// requestCost is what a request may hold in the pool, in tokens: the
+// queue's fair share is counted in it.
+func requestCost(r *Request) int { return len(r.Prompt) + r.MaxTokens }
 
 // checkRequest validates a request and applies admission (I1/I2): what
 // cannot fit the effective context is rejected before any page is reserved.

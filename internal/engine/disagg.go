@@ -5,10 +5,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/request"
+	"sluice/internal/sched"
 )
 
 // DisaggConfig configures the orchestration half of a disaggregated engine.
@@ -20,9 +22,13 @@ type DisaggConfig struct {
 	// context and every role's pool capacity (I2). EffectiveContext
 	// computes it from the roles' numbers.
 	Context int
-	// MaxConcurrency bounds requests in flight (default 64); more are
-	// refused with "overloaded", never queued without bound.
+	// MaxConcurrency bounds requests holding decode pages at once
+	// (default 64); more wait in the queue.
 	MaxConcurrency int
+	// MaxQueue bounds waiting requests (default 256; beyond: 429) and
+	// QueueTimeout how long one may wait (default 30s; then 503).
+	MaxQueue     int
+	QueueTimeout time.Duration
 	// Unsafe: TEST AND DEMO HOOK ONLY (see Unsafe).
 	Unsafe Unsafe
 }
@@ -47,7 +53,7 @@ type Disaggregated struct {
 	cfg     DisaggConfig
 	prefill handoff.Prefill
 	decode  handoff.Decode
-	gate    *gate
+	adm     *admission
 
 	// bg outlives client requests: a client disconnect must not cancel the
 	// prefill's context and tear a transfer (I10). Close cancels it last.
@@ -70,7 +76,9 @@ func NewDisaggregated(cfg DisaggConfig, prefill handoff.Prefill, decode handoff.
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	return &Disaggregated{cfg: cfg, prefill: prefill, decode: decode,
-		gate: newGate(cfg.MaxConcurrency), bg: bg, bgCancel: cancel}, nil
+		adm: newAdmission(sched.Config{MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout,
+			MaxRunning: cfg.MaxConcurrency, Quantum: cfg.Context}),
+		bg: bg, bgCancel: cancel}, nil
 }
 
 // Info implements Engine.
@@ -80,7 +88,7 @@ func (d *Disaggregated) Info() Info {
 
 // Close implements Engine.
 func (d *Disaggregated) Close(ctx context.Context) error {
-	err := d.gate.close(ctx)
+	err := d.adm.close(ctx)
 	d.bgCancel()
 	return err
 }
@@ -92,14 +100,16 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 	st := newStream(min(max(r.MaxTokens, 0), d.cfg.Context))
 	id := newID()
 	var (
-		lc         *lifecycle
-		res        *handoff.Reservation
-		reserveErr *Error
+		lc      *lifecycle
+		res     *handoff.Reservation
+		reserve bool
 	)
 	lc = newLifecycle(request.Disaggregated, func(a request.Action, e *Error, prompt, completion int) {
 		switch a.Kind {
 		case request.ActReserve:
-			res, reserveErr = d.reserve(ctx, r, id)
+			// Carried out below: the request waits in the queue for its
+			// turn and for room in the decode pool.
+			reserve = true
 		case request.ActPrefill:
 			// Started by run once the stream is open.
 		case request.ActEmit:
@@ -117,17 +127,25 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		lc.reject(e)
 		return nil, e
 	}
-	release, err := d.gate.admit()
-	if err != nil {
-		e := err.(*Error)
+	tk, e := d.adm.arrive(r.Tenant, r.Weight, requestCost(r))
+	if e != nil {
 		lc.reject(e)
 		return nil, e
 	}
+	release := tk.done
 	lc.step(request.Event{Kind: request.EvAdmit}, nil)
-	if reserveErr != nil {
-		release()
-		lc.reject(reserveErr)
-		return nil, reserveErr
+	if !reserve {
+		tk.leave()
+		return nil, errf(CodeInternal, http.StatusInternalServerError, nil, "admission did not ask for a reservation")
+	}
+	if e := tk.wait(ctx, func() (bool, *Error) {
+		var e *Error
+		var noRoom bool
+		res, noRoom, e = d.reserve(ctx, r, id)
+		return noRoom, e
+	}); e != nil {
+		lc.queueEnd(e)
+		return nil, e
 	}
 	lc.step(request.Event{Kind: request.EvReserved}, nil)
 	ts, err := d.decode.Stream(d.bg, id, handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS})
@@ -144,20 +162,26 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 	return st, nil
 }
 
-// reserve asks decode for pages. A refusal is "overloaded" (retryable);
-// a transport failure leaves the outcome unknown, so the handoff is aborted.
-func (d *Disaggregated) reserve(ctx context.Context, r *Request, id kv.ID) (*handoff.Reservation, *Error) {
+// reserve asks decode for pages. No room now (noRoom) sends the request
+// back to the queue; another refusal is "overloaded" (retryable); a
+// transport failure leaves the outcome unknown, so the handoff is aborted.
+// A client leaving during the call (ctx) makes its outcome unknown too:
+// the Abort then overtakes the Reserve, which decode refuses (I6).
+func (d *Disaggregated) reserve(ctx context.Context, r *Request, id kv.ID) (*handoff.Reservation, bool, *Error) {
 	res, err := d.decode.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens})
 	if err == nil {
-		return res, nil
+		return res, false, nil
+	}
+	if errors.Is(err, handoff.ErrNoRoom) {
+		return nil, true, nil
 	}
 	if errors.Is(err, handoff.ErrTransport) || ctx.Err() != nil {
 		d.abort(id, "reserve outcome unknown")
 	}
 	if errors.Is(err, handoff.ErrRefused) {
-		return nil, errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the decode worker has no room for this request now; retry later")
+		return nil, false, errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the decode worker refused this request; retry later")
 	}
-	return nil, asEngineError(err, CodeHandoff, http.StatusBadGateway, "reserving decode pages")
+	return nil, false, asEngineError(err, CodeHandoff, http.StatusBadGateway, "reserving decode pages")
 }
 
 func (d *Disaggregated) abort(id kv.ID, reason string) {
@@ -299,6 +323,8 @@ func NewLocal(prefill, decode Config) (*Local, error) {
 		Vocab:          decode.Model.Vocab(),
 		Context:        EffectiveContext(pw.Context(), dw.Context()),
 		MaxConcurrency: dw.cfg.MaxConcurrency,
+		MaxQueue:       dw.cfg.MaxQueue,
+		QueueTimeout:   dw.cfg.QueueTimeout,
 		Unsafe:         decode.Unsafe,
 	}, pw, dw)
 	if err != nil {

@@ -59,6 +59,9 @@ var (
 	ErrAborted = &Error{"aborted", "the handoff was aborted"}
 	// ErrRefused: the decode worker refused the reservation (capacity, limits).
 	ErrRefused = &Error{"refused", "the decode worker refused the reservation"}
+	// ErrNoRoom: the decode pool cannot hold the reservation now, though
+	// it could when empty; the caller may queue and try again.
+	ErrNoRoom = &Error{"no_room", "the decode pool has no free pages for this reservation now"}
 	// ErrDuplicate: a handoff with this id already exists.
 	ErrDuplicate = &Error{"duplicate_handoff", "a handoff with this id already exists"}
 	// ErrProtocol: a malformed frame or message on a transport; the

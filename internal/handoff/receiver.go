@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"bytes"
+	"errors"
 	"time"
 
 	"sluice/internal/kv"
@@ -183,6 +184,15 @@ func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 	nAll := ceilDiv(m.PromptTokens+m.MaxTokens, ps)
 	o := kv.Owner{Tenant: m.Tenant, ID: m.Handoff}
 	refs, err := r.pool.Reserve(o, nAll)
+	if errors.Is(err, kv.ErrNoCapacity) && nAll > r.pool.Pages() {
+		// Can never fit: refused for good, not queued.
+		r.stats.Failed[ErrRefused.Code]++
+		return nil, ErrRefused.With("%d pages for %d+%d tokens exceed the pool's %d pages", nAll, m.PromptTokens, m.MaxTokens, r.pool.Pages())
+	}
+	if errors.Is(err, kv.ErrNoCapacity) {
+		// Not a failure: the caller queues and retries (nothing is kept).
+		return nil, ErrNoRoom.With("%d pages for %d+%d tokens", nAll, m.PromptTokens, m.MaxTokens)
+	}
 	if err != nil {
 		r.stats.Failed[ErrRefused.Code]++
 		return nil, ErrRefused.With("%d pages for %d+%d tokens: %v", nAll, m.PromptTokens, m.MaxTokens, err)
