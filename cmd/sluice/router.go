@@ -139,7 +139,8 @@ Example:
 		return 1
 	}
 	defer pc.Close()
-	eng, err := engine.NewDisaggregated(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Context: ctxLen, MaxConcurrency: o.maxConc}, pc, dc)
+	eng, err := engine.NewDisaggregated(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Context: ctxLen,
+		MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait}, pc, dc)
 	if err != nil {
 		log.Error("engine", "err", err)
 		return 1
@@ -151,7 +152,7 @@ Example:
 	}
 	checkChatTemplate(log, ct)
 	srv, err := router.New(router.Config{Engine: eng, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Logger: log})
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.routerSlots(), TenantConcurrency: o.tenantMax, Logger: log})
 	if err != nil {
 		log.Error("router", "err", err)
 		return 1

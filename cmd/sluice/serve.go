@@ -50,7 +50,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
 		fs.IntVar(&o.threads, "threads", 1, "threads per forward step of each role")
 	}
-	fs.IntVar(&o.maxConc, "max-concurrency", 64, "requests in flight at once; more are refused with 429 at once, never queued without bound")
+	fs.IntVar(&o.maxConc, "max-concurrency", 64, "requests holding KV pages at once; more wait in the queue (--max-queue)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 }
@@ -130,13 +130,21 @@ type serveOpts struct {
 	maxBody   string
 	drain     time.Duration
 	tenantMax int
+	maxQueue  int
+	queueWait time.Duration
 }
+
+// routerSlots is what the HTTP layer admits at once: the engine's running
+// requests plus its queue (the engine refuses beyond that with 429).
+func (o *serveOpts) routerSlots() int { return o.maxConc + o.maxQueue }
 
 func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP address of the OpenAI-compatible API")
-	fs.StringVar(&o.apiKeys, "api-keys", "", "file of \"KEY TENANT\" lines (# comments, several keys per tenant); without it the server is single-tenant and needs no key")
+	fs.StringVar(&o.apiKeys, "api-keys", "", "file of \"KEY TENANT [weight=N]\" lines (# comments, several keys per tenant; weight: the tenant's share of the fair queue, default 1); without it the server is single-tenant and needs no key")
 	fs.StringVar(&o.maxBody, "max-body", "1MiB", "largest request body; larger gets 413")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish")
+	fs.IntVar(&o.maxQueue, "max-queue", 256, "requests that may wait for their turn and for KV pages (per-tenant fair queue); beyond it 429 with Retry-After")
+	fs.DurationVar(&o.queueWait, "queue-timeout", 30*time.Second, "how long a request may wait in the queue; then 503 queue_timeout")
 	fs.IntVar(&o.tenantMax, "tenant-max-concurrency", 0, "requests one tenant may have in flight (0: only --max-concurrency applies); more get 429, so one busy tenant cannot take every slot")
 }
 
@@ -203,7 +211,7 @@ Example:
 		mode = "colocated"
 	}
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
-		Threads: o.threads, MaxConcurrency: o.maxConc, Logger: log})
+		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log})
 	if pe, ok := node.IsPreflight(err); ok {
 		logPreflight(log, pe.Report)
 		return 1
@@ -221,7 +229,7 @@ Example:
 	}
 	checkChatTemplate(log, ct)
 	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Logger: log})
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.routerSlots(), TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Logger: log})
 	if err != nil {
 		log.Error("router", "err", err)
 		st.Close(context.Background())

@@ -84,6 +84,7 @@ type echoEngine struct {
 	submitted atomic.Int64
 	ignoreEOS atomic.Bool // the last request's IgnoreEOS
 	tenants   []string
+	weights   []int
 	refuse    *engine.Error
 }
 
@@ -131,6 +132,7 @@ func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream
 	e.mu.Lock()
 	e.active++
 	e.tenants = append(e.tenants, r.Tenant)
+	e.weights = append(e.weights, r.Weight)
 	e.mu.Unlock()
 	s := &echoStream{ch: make(chan engine.Event, r.MaxTokens+2), cancel: make(chan struct{}), eng: e}
 	var body []int32

@@ -6,7 +6,6 @@
 package router
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -476,11 +475,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation,
 	req.Sampling.TopP = float32(g.p.topP)
 	req.Sampling.TopK = g.p.topK
 	req.Sampling.Seed = seed
-	// I10: the client's context does not reach the engine. A disconnect is
-	// reported by run through Stream.Cancel, which lets the handoff end by
-	// the normal path; cancelling a Reserve in flight instead leaves its
-	// outcome unknown (over TCP the pages could stay reserved).
-	st, err := s.cfg.Engine.Submit(context.WithoutCancel(r.Context()), req)
+	req.Weight = s.cfg.Keys.Weight(g.tenant)
+	// The client's context reaches Submit so that a client leaving while
+	// its request waits in the engine's queue leaves the queue at once and
+	// never reserves. Once admitted, a disconnect is reported by run
+	// through Stream.Cancel and the handoff ends by the normal path (I10);
+	// one during the Reserve call is aborted by the engine, and decode
+	// refuses the Reserve the Abort overtook (I6).
+	st, err := s.cfg.Engine.Submit(r.Context(), req)
 	if err != nil {
 		e := fromEngine(err)
 		if e.Status >= 500 {

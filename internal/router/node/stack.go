@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"time"
 
 	"sluice/internal/engine"
 	"sluice/internal/handoff"
@@ -35,6 +36,9 @@ type LocalConfig struct {
 	Transport      string
 	Threads        int
 	MaxConcurrency int
+	// MaxQueue and QueueTimeout bound the engine's waiting queue (0: defaults).
+	MaxQueue     int
+	QueueTimeout time.Duration
 	// ShmDir holds the decode pool's shared file for the shm transport
 	// (default /dev/shm when present, else the temp dir).
 	ShmDir string
@@ -133,6 +137,7 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 		if err != nil {
 			return nil, err
 		}
+		ec.MaxQueue, ec.QueueTimeout = c.MaxQueue, c.QueueTimeout
 		if c.Engine != nil {
 			c.Engine(r, &ec)
 		}
@@ -252,7 +257,9 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 	eng, err := engine.NewDisaggregated(engine.DisaggConfig{
 		Model: m.Name, Vocab: m.Runtime.Vocab(),
 		Context:        engine.EffectiveContext(pw.Context(), dw.Context()),
-		MaxConcurrency: c.MaxConcurrency,
+		MaxConcurrency: dcfg.MaxConcurrency,
+		MaxQueue:       dcfg.MaxQueue,
+		QueueTimeout:   dcfg.QueueTimeout,
 		Unsafe:         dcfg.Unsafe, // test hook only, set through LocalConfig.Engine
 	}, routerPrefill, routerDecode)
 	if err != nil {

@@ -1,0 +1,79 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"sluice/internal/engine"
+	"sluice/internal/kv"
+	"sluice/internal/router"
+)
+
+// A burst of 24 requests from 3 tenants, each reserving up to ~170 tokens,
+// against a 512-token pool (about a fifth of the demand): through HTTP, over
+// TCP and shared memory and colocated, with no client retry, every request
+// succeeds (no 429, no 503: the queue absorbs the burst) and its output
+// equals the same request served alone by the colocated engine; every pool
+// is whole afterwards. Before the queue existed this burst got immediate
+// 503s ("the decode worker has no room for this request now").
+func TestBurstLargerThanPoolZero503(t *testing.T) {
+	m := loadStories(t)
+	keys, err := router.ParseKeys(strings.NewReader("key-a alice\nkey-b bob weight=2\nkey-c carol\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bases := []string{"Once upon a time", "Lily and Tom went to the park", "The little dog was sad because", "Tim had a big red car. He"}
+	var js []job
+	for i := 0; i < 24; i++ {
+		js = append(js, job{tenant: []string{"key-a", "key-b", "key-c"}[i%3], prompt: strings.Repeat(bases[i%4]+". ", 1+i%3),
+			max: 90 + (i*13)%60, stream: i%2 == 1})
+	}
+	ref := serve(t, m, LocalConfig{Colocated: true, Pools: Pools{Context: 256, PoolTokens: 1024}}, keys)
+	want := make([]result, len(js))
+	for i, j := range js {
+		r, err := complete(context.Background(), clientFor(ref, j.tenant), job{prompt: j.prompt, max: j.max})
+		if err != nil {
+			t.Fatalf("solo %d: %v", i, err)
+		}
+		want[i] = r
+	}
+	lifo := func(_ string, c *engine.Config) { c.Order = kv.LIFO }
+	for _, cfg := range []LocalConfig{
+		{Transport: TransportTCP},
+		{Transport: TransportSHM, ShmDir: t.TempDir()},
+		{Colocated: true},
+	} {
+		name := cfg.Transport
+		if cfg.Colocated {
+			name = "colocated"
+		}
+		t.Run(name, func(t *testing.T) {
+			cfg.Pools = Pools{Context: 256, PoolTokens: 512}
+			cfg.Engine = lifo
+			s := serve(t, m, cfg, keys)
+			got := make([]result, len(js))
+			errs := make([]error, len(js))
+			var wg sync.WaitGroup
+			for i, j := range js {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					got[i], errs[i] = complete(context.Background(), clientFor(s, j.tenant), j)
+				}()
+			}
+			wg.Wait()
+			for i := range js {
+				if errs[i] != nil {
+					t.Fatalf("request %d failed under the burst: %v", i, errs[i])
+				}
+				if got[i].text != want[i].text || got[i].usage.CompletionTokens != want[i].usage.CompletionTokens || got[i].usage.PromptTokens != want[i].usage.PromptTokens {
+					t.Fatalf("request %d differs from its solo run:\n got  %q %+v\n want %q %+v", i, got[i].text, got[i].usage, want[i].text, want[i].usage)
+				}
+			}
+			waitPoolsFree(t, s.stack)
+		})
+	}
+}
+
