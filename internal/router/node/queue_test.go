@@ -76,4 +76,3 @@ func TestBurstLargerThanPoolZero503(t *testing.T) {
 		})
 	}
 }
-
