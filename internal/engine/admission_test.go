@@ -122,56 +122,6 @@ func TestRoleRefusesContextLargerThanPool(t *testing.T) {
 	}
 }
 
-// TestPoolExhaustedMidDecodeFailsClearly: with pages grown per step, a
-// request that finds the pool empty mid-decode ends with a clear error,
-// never a hang, and every page comes back.
-func TestPoolExhaustedMidDecodeFailsClearly(t *testing.T) {
-	// The first step waits until both requests are in, so they surely
-	// compete for the last pages.
-	g := &gated{toy: newToy(), after: 0, entered: make(chan struct{}), release: make(chan struct{})}
-	cfg := toyConfig(g, 6) // 24 tokens
-	cfg.Context = 24
-	cfg.LazyPages = true
-	e, err := NewColocated(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(context.Background())
-	reqs := []*Request{
-		{Tenant: "a", Prompt: prompt(1, 4), MaxTokens: 20, IgnoreEOS: true},
-		{Tenant: "b", Prompt: prompt(2, 4), MaxTokens: 20, IgnoreEOS: true},
-	}
-	var streams []Stream
-	for _, r := range reqs {
-		s, err := e.Submit(context.Background(), r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		streams = append(streams, s)
-	}
-	close(g.release)
-	var res []result
-	for _, s := range streams {
-		res = append(res, collect(t, s))
-	}
-	failed := 0
-	for i, r := range res {
-		var ee *Error
-		switch {
-		case errors.As(r.final.Err, &ee) && ee.Code == CodeKVCapacity:
-			failed++
-		case r.final.Err != nil:
-			t.Fatalf("request %d: unexpected error %v", i, r.final.Err)
-		}
-	}
-	if failed == 0 {
-		t.Fatalf("two requests of 24 tokens each fit a 24-token pool: %+v", res)
-	}
-	if err := e.Pool().CheckDrained(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestAbandonedReservationIsReclaimed: a router that reserved and vanished
 // does not hold decode pages forever.
 func TestAbandonedReservationIsReclaimed(t *testing.T) {

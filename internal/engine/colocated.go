@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -84,6 +85,7 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 				ignoreEOS:    r.IgnoreEOS,
 				samp:         sample.New(r.Sampling),
 				ended:        tk.done,
+				all:          slices.Clone(r.Prompt),
 			}
 			q.emit = func(o outcome) { lc.scheduled(o, len(r.Prompt)) }
 		case request.ActEmit:
@@ -130,15 +132,17 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	return st, nil
 }
 
-// reserve takes room for the whole request up front, as the decode worker
-// does: a full pool then refuses at admission (retryable) instead of
-// failing a request halfway through its output. LazyPages reserves the
-// prompt only and grows per step.
+// reserve takes the pages of the prompt plus a small headroom (at most a
+// page of generated tokens): the rest grows page by page as tokens are
+// produced, and a sequence that cannot grow preempts the latest arrival
+// (see scheduler.growAll), so max_tokens is a bound, not a reservation.
+// While preempted sequences wait for room, new requests wait too: room
+// that comes back goes to them first.
 func (c *Colocated) reserve(owner kv.Owner, r *Request) ([]kv.PageRef, *Error) {
-	need := len(r.Prompt) + r.MaxTokens
-	if c.cfg.LazyPages {
-		need = len(r.Prompt)
+	if c.sched.nPreempted.Load() > 0 {
+		return nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, kv.ErrNoCapacity, "preempted requests wait for the KV cache first")
 	}
+	need := len(r.Prompt) + min(r.MaxTokens, c.cfg.PageSize)
 	table, err := c.pool.Reserve(owner, kv.PagesFor(need, c.cfg.PageSize))
 	if err == nil {
 		return table, nil

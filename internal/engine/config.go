@@ -50,11 +50,6 @@ type Config struct {
 	// MaxQueue bounds requests waiting for their turn and for KV pages
 	// (default 256); an arrival beyond it is refused with 429.
 	MaxQueue int
-	// LazyPages makes the colocated engine reserve only the prompt's pages
-	// and extend them as decoding proceeds (more requests fit; a request may
-	// then fail mid-output when the pool runs dry). Default: reserve prompt
-	// plus max tokens at admission, as the decode worker does.
-	LazyPages bool
 	// MaxConcurrency bounds requests holding KV pages at once; more wait
 	// in the queue (default 64).
 	MaxConcurrency int

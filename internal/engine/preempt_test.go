@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"sluice/internal/sample"
+)
+
+// Two requests that each need the whole pool (24 tokens of a 24-token
+// pool), started together: pages are taken on demand, one sequence cannot
+// grow, the later arrival is preempted (its pages released and scrubbed),
+// resumes when the other finishes, rebuilds its KV from its tokens and
+// continues. Both outputs equal the reference computed without any KV
+// cache, and the pool is whole afterwards.
+func TestPreemptedOutputEqualsUnpreempted(t *testing.T) {
+	g := &gated{toy: newToy(), after: 0, entered: make(chan struct{}), release: make(chan struct{})}
+	cfg := toyConfig(g, 6) // 24 tokens
+	e, err := NewColocated(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	reqs := []*Request{
+		{Tenant: "a", Prompt: prompt(1, 4), MaxTokens: 20, IgnoreEOS: true},
+		{Tenant: "b", Prompt: prompt(2, 4), MaxTokens: 20, IgnoreEOS: true},
+	}
+	var streams []Stream
+	for i, r := range reqs {
+		s, err := e.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+		if i == 0 {
+			<-g.entered // the first step waits until both are in
+		}
+	}
+	close(g.release)
+	for i, s := range streams {
+		r := collect(t, s)
+		want := toyReference(g.toy, reqs[i].Prompt, 20, true)
+		if r.final.Err != nil || !slices.Equal(r.tokens, want) {
+			t.Fatalf("request %d: %v %v, want %v", i, r.tokens, r.final.Err, want)
+		}
+		if u := r.final.Usage; u.PromptTokens != 4 || u.CompletionTokens != 20 {
+			t.Fatalf("request %d: usage %+v, want 4 prompt tokens once and 20 completion", i, u)
+		}
+	}
+	if n := e.sched.preemptions.Load(); n < 1 {
+		t.Fatalf("no preemption happened (%d): the pool was not small enough", n)
+	}
+	if e.sched.recomputed.Load() < 1 {
+		t.Fatal("a preemption recomputed nothing")
+	}
+	if err := e.Pool().CheckDrained(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The real model (batch-invariant kernels): 36 greedy and seeded-sampling
+// requests through a colocated pool of 96 tokens, far less than their
+// demand, so sequences are preempted and rebuilt again and again. Every
+// output equals the same request run alone in a large pool.
+func TestPreemptionOracleStories(t *testing.T) {
+	rt := storiesRuntime(t)
+	reqs, _ := storiesRequests(t, 36)
+	for i, r := range reqs {
+		r.MaxTokens += 40
+		if i%3 == 1 {
+			r.Sampling = sample.Params{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
+		}
+	}
+	solo, err := NewColocated(storiesConfig(rt, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer solo.Close(context.Background())
+	want := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		s, err := solo.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = collect(t, s).tokens
+	}
+	small, err := NewColocated(storiesConfig(rt, 16)) // 256 tokens: the context, a fraction of the demand
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close(context.Background())
+	got := submitAll(t, small, reqs)
+	for i := range reqs {
+		if got[i].final.Err != nil {
+			t.Fatalf("request %d: %v", i, got[i].final.Err)
+		}
+		if !slices.Equal(got[i].tokens, want[i]) {
+			t.Fatalf("request %d (preempted or not): %v, alone %v", i, got[i].tokens, want[i])
+		}
+		if u := got[i].final.Usage; u.PromptTokens != len(reqs[i].Prompt) || u.CompletionTokens != len(want[i]) {
+			t.Fatalf("request %d: usage %+v", i, u)
+		}
+	}
+	if n := small.sched.preemptions.Load(); n < 3 {
+		t.Fatalf("only %d preemptions: the pool did not force them", n)
+	}
+	t.Logf("%d preemptions, %d positions recomputed", small.sched.preemptions.Load(), small.sched.recomputed.Load())
+	if err := small.Pool().CheckDrained(); err != nil {
+		t.Fatal(err)
+	}
+}
