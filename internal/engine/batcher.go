@@ -3,8 +3,8 @@ package engine
 import (
 	"cmp"
 	"errors"
-	"slices"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 

@@ -82,6 +82,7 @@ func newDecodeWorker(cfg Config, wrap func(pagePool) pagePool) (*DecodeWorker, e
 		PageSize:   cfg.PageSize,
 		OneSided:   cfg.SharedFile != "",
 		Lease:      cfg.Lease,
+		Model:      FingerprintOf(cfg.Model), // I13: Reserves of another model are refused
 		Safeguards: receiverSafeguards(cfg.Unsafe),
 	}, pool)
 	w.quit = make(chan struct{})

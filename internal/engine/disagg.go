@@ -9,6 +9,7 @@ import (
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
+	"sluice/internal/model"
 	"sluice/internal/request"
 	"sluice/internal/sched"
 )
@@ -18,6 +19,10 @@ type DisaggConfig struct {
 	// Model and Vocab are reported by Info.
 	Model string
 	Vocab int
+	// Fingerprint is the model the router tokenizes for (I13): every
+	// Reserve and Prefill carries it, workers of another model refuse
+	// them, and a reservation naming another model is not used.
+	Fingerprint model.Fingerprint
 	// Context is the effective context: the minimum of the configured
 	// context and every role's pool capacity (I2). EffectiveContext
 	// computes it from the roles' numbers.
@@ -168,18 +173,24 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 // A client leaving during the call (ctx) makes its outcome unknown too:
 // the Abort then overtakes the Reserve, which decode refuses (I6).
 func (d *Disaggregated) reserve(ctx context.Context, r *Request, id kv.ID) (*handoff.Reservation, bool, *Error) {
-	res, err := d.decode.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens})
+	res, err := d.decode.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens, Model: d.cfg.Fingerprint})
 	if err == nil {
-		return res, false, nil
+		if err = handoff.CheckModel(d.cfg.Fingerprint, res.Model, "the decode worker"); err == nil {
+			return res, false, nil
+		}
+		// Defence in depth: decode checked the Reserve's fingerprint; one
+		// that did not is not used either.
+		d.abort(id, err.Error())
 	}
-	if errors.Is(err, handoff.ErrNoRoom) {
+	if errors.Is(err, handoff.ErrNoRoom) && ctx.Err() == nil {
+		// Nothing was kept on decode: wait in the queue, first in line.
 		return nil, true, nil
 	}
 	if errors.Is(err, handoff.ErrTransport) || ctx.Err() != nil {
 		d.abort(id, "reserve outcome unknown")
 	}
 	if errors.Is(err, handoff.ErrRefused) {
-		return nil, false, errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the decode worker refused this request; retry later")
+		return nil, false, errf(CodeOverloaded, http.StatusTooManyRequests, err, "the decode worker refused this request now (%v); retry later", err)
 	}
 	return nil, false, asEngineError(err, CodeHandoff, http.StatusBadGateway, "reserving decode pages")
 }
@@ -215,7 +226,7 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 	go func() {
 		// d.bg, not the client's context: a disconnect never tears the
 		// transfer (I10).
-		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling})
+		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling, Model: d.cfg.Fingerprint})
 		pch <- pres{pr, err}
 	}()
 	var got *pres
@@ -321,6 +332,7 @@ func NewLocal(prefill, decode Config) (*Local, error) {
 	d, err := NewDisaggregated(DisaggConfig{
 		Model:          decode.Model.Name(),
 		Vocab:          decode.Model.Vocab(),
+		Fingerprint:    FingerprintOf(decode.Model),
 		Context:        EffectiveContext(pw.Context(), dw.Context()),
 		MaxConcurrency: dw.cfg.MaxConcurrency,
 		MaxQueue:       dw.cfg.MaxQueue,

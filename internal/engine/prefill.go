@@ -125,6 +125,17 @@ func (w *PrefillWorker) Close() {
 // releases its own pages.
 func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
 	res := r.Reservation
+	if res != nil && res.Handoff == r.Handoff {
+		// I13: the prompt was tokenized for the router's model and the KV
+		// goes to the decode worker's; both must be this worker's model.
+		mine := FingerprintOf(w.cfg.Model)
+		if err := handoff.CheckModel(mine, r.Model, "the router"); err != nil {
+			return nil, w.abort(r.Handoff, err)
+		}
+		if err := handoff.CheckModel(mine, res.Model, "the decode worker that reserved the pages"); err != nil {
+			return nil, w.abort(r.Handoff, err)
+		}
+	}
 	switch {
 	case res == nil:
 		return nil, handoff.ErrState.With("prefill without a reservation")

@@ -7,6 +7,7 @@ import (
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
+	"sluice/internal/model"
 	"sluice/internal/sample"
 )
 
@@ -120,18 +121,35 @@ func (d *dec) end() error {
 
 const maxInt = math.MaxInt32
 
+// maxModelName bounds a fingerprint's name on the wire: it only ever
+// appears in error messages.
+const maxModelName = 1024
+
+// model fingerprints travel as sum [16] then name (str), I13.
+func (e *enc) model(f model.Fingerprint) { e.b = append(e.b, f.Sum[:]...); e.str(f.Name) }
+
+func (d *dec) model() (f model.Fingerprint) {
+	copy(f.Sum[:], d.need(16))
+	if f.Name = d.str(); d.err == nil && len(f.Name) > maxModelName {
+		d.err = protoErr("model name of %d bytes", len(f.Name))
+	}
+	return f
+}
+
 func encReserve(m *handoff.Reserve) []byte {
 	var e enc
 	e.id(m.Handoff)
 	e.str(m.Tenant)
 	e.i64(m.PromptTokens)
 	e.i64(m.MaxTokens)
+	e.model(m.Model)
 	return e.b
 }
 
 func decReserve(p []byte) (*handoff.Reserve, error) {
 	d := dec{b: p}
 	m := &handoff.Reserve{Handoff: d.id(), Tenant: d.str(), PromptTokens: d.int(maxInt), MaxTokens: d.int(maxInt)}
+	m.Model = d.model()
 	return m, d.end()
 }
 
@@ -140,6 +158,7 @@ func encReservation(e *enc, m *handoff.Reservation) {
 	e.i64(m.PageSize)
 	e.i64(m.ExpectTokens)
 	e.u64(m.Incarnation)
+	e.model(m.Model)
 	e.u32(uint32(len(m.Pages)))
 	for _, p := range m.Pages {
 		e.u32(p.Page)
@@ -149,6 +168,7 @@ func encReservation(e *enc, m *handoff.Reservation) {
 
 func decReservationFrom(d *dec) *handoff.Reservation {
 	m := &handoff.Reservation{Handoff: d.id(), PageSize: d.int(maxInt), ExpectTokens: d.int(maxInt), Incarnation: d.u64()}
+	m.Model = d.model()
 	n := d.count(12)
 	if d.err != nil {
 		return m
@@ -368,6 +388,7 @@ func encPrefill(m *handoff.PrefillRequest) []byte {
 		encReservation(&e, m.Reservation)
 	}
 	encSampling(&e, m.Sampling)
+	e.model(m.Model)
 	return e.b
 }
 
@@ -386,6 +407,7 @@ func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
 		m.Reservation = decReservationFrom(&d)
 	}
 	m.Sampling = decSampling(&d)
+	m.Model = d.model()
 	return m, d.end()
 }
 
