@@ -305,7 +305,9 @@ Example:
 	}
 	defer stopAdmin()
 	log.Info("roles started", "mode", mode, "context", st.Engine.Info().Context)
-	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { return st.Close(ctx) })
+	loadCtx, stopLoad := context.WithCancel(context.Background())
+	go st.LogLoad(loadCtx, log, 10*time.Second) // running, waiting, KV usage, throughput
+	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { stopLoad(); return st.Close(ctx) })
 }
 
 // flagSet reports whether name was given on the command line.

@@ -106,6 +106,23 @@ type scheduler struct {
 	maxSeqs     atomic.Int64 // most sequences seen in one step
 	preemptions atomic.Int64 // sequences preempted
 	recomputed  atomic.Int64 // positions computed again after a preemption
+	generated   atomic.Int64 // tokens emitted
+	running     atomic.Int64 // sequences in the batch (not preempted)
+}
+
+// SchedStats are a scheduler's counters, for metrics and the load log.
+type SchedStats struct {
+	// Running is the sequences in the batch; Preempted those waiting to
+	// resume.
+	Running, Preempted int
+	// Preemptions and RecomputedTokens count preemptions and the positions
+	// whose KV they made computed again; Generated the tokens emitted.
+	Preemptions, RecomputedTokens, Generated int64
+}
+
+func (s *scheduler) stats() SchedStats {
+	return SchedStats{Running: int(s.running.Load()), Preempted: int(s.nPreempted.Load()),
+		Preemptions: s.preemptions.Load(), RecomputedTokens: s.recomputed.Load(), Generated: s.generated.Load()}
 }
 
 func newScheduler(cfg Config, pool pagePool) *scheduler {
@@ -212,6 +229,7 @@ func (s *scheduler) loop() {
 		s.active = live
 		s.endCancelledPreempted()
 		s.resume()
+		s.running.Store(int64(len(s.active)))
 
 		if len(s.active) == 0 {
 			select {
@@ -449,6 +467,7 @@ func (s *scheduler) advance(q *seq, n int, r StepResult) {
 // last one (end of generation or max tokens).
 func (s *scheduler) emitToken(q *seq, tok int32) {
 	q.generated++
+	s.generated.Add(1)
 	if q.all != nil {
 		q.all = append(q.all, tok)
 	}

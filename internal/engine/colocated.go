@@ -153,6 +153,9 @@ func (c *Colocated) reserve(owner kv.Owner, r *Request) ([]kv.PageRef, *Error) {
 	return nil, asEngineError(err, CodeInternal, http.StatusInternalServerError, "reserving KV pages")
 }
 
+// SchedStats are the scheduler's counters (preemptions, recomputed tokens).
+func (c *Colocated) SchedStats() SchedStats { return c.sched.stats() }
+
 // Close implements Engine: refuses new requests, waits for in-flight ones
 // until ctx ends, then stops the scheduler (failing what is left).
 func (c *Colocated) Close(ctx context.Context) error {

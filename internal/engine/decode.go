@@ -445,6 +445,9 @@ type DecodeStats struct {
 	MaxBatch int64
 }
 
+// SchedStats are the decode scheduler's counters.
+func (w *DecodeWorker) SchedStats() SchedStats { return w.sched.stats() }
+
 // Stats returns the counters.
 func (w *DecodeWorker) Stats() DecodeStats {
 	return DecodeStats{Steps: w.sched.steps.Load(), MaxBatch: w.sched.maxSeqs.Load()}

@@ -28,11 +28,40 @@ type admission struct {
 	// order, under the lock.
 	onAdmit func(tenant string)
 	tenants map[sched.ID]string
+	// arrived is each ticket's arrival time; wait is the histogram of the
+	// time from arrival to reserved pages.
+	arrived map[sched.ID]time.Time
+	wait    waitHistogram
+}
+
+// QueueWaitBuckets are the upper bounds (seconds) of the queue-wait
+// histogram.
+var QueueWaitBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30}
+
+// waitHistogram counts waits per bucket (cumulative at snapshot).
+type waitHistogram struct {
+	counts []uint64 // per bucket, not cumulative; last is +Inf
+	sum    float64
+	n      uint64
+}
+
+func (h *waitHistogram) observe(d time.Duration) {
+	if h.counts == nil {
+		h.counts = make([]uint64, len(QueueWaitBuckets)+1)
+	}
+	s := d.Seconds()
+	i := 0
+	for i < len(QueueWaitBuckets) && s > QueueWaitBuckets[i] {
+		i++
+	}
+	h.counts[i]++
+	h.sum += s
+	h.n++
 }
 
 func newAdmission(cfg sched.Config) *admission {
 	return &admission{core: sched.New(cfg), waiters: map[sched.ID]chan sched.Action{}, now: time.Now,
-		tenants: map[sched.ID]string{}}
+		tenants: map[sched.ID]string{}, arrived: map[sched.ID]time.Time{}}
 }
 
 // ticket is one request's place in the queue, then its running slot.
@@ -91,11 +120,13 @@ func (a *admission) arrive(tenant string, weight, cost int) (*ticket, *Error) {
 	t := &ticket{a: a, id: a.next, ch: make(chan sched.Action, 1)}
 	a.waiters[t.id] = t.ch
 	a.tenants[t.id] = tenant
+	a.arrived[t.id] = a.now()
 	for _, act := range a.stepLocked(sched.Event{Kind: sched.EvArrive, ID: t.id, Tenant: tenant, Weight: weight, Cost: cost}) {
 		if act.ID == t.id && act.Kind == sched.ActReject {
 			<-t.ch
 			delete(a.waiters, t.id)
 			delete(a.tenants, t.id)
+			delete(a.arrived, t.id)
 			return nil, a.rejection(act.Reason)
 		}
 	}
@@ -142,7 +173,11 @@ func (t *ticket) wait(ctx context.Context, try func() (noRoom bool, err *Error))
 			case noRoom:
 				t.a.step(sched.Event{Kind: sched.EvNoRoom, ID: t.id})
 			default:
-				t.a.step(sched.Event{Kind: sched.EvReserved, ID: t.id})
+				t.a.mu.Lock()
+				t.a.wait.observe(t.a.now().Sub(t.a.arrived[t.id]))
+				delete(t.a.arrived, t.id)
+				t.a.stepLocked(sched.Event{Kind: sched.EvReserved, ID: t.id})
+				t.a.mu.Unlock()
 				return nil
 			}
 		case <-ctx.Done():
@@ -184,6 +219,7 @@ func (t *ticket) end(ev sched.EventKind) {
 		a.mu.Lock()
 		delete(a.waiters, t.id)
 		delete(a.tenants, t.id)
+		delete(a.arrived, t.id)
 		if ev != noEvent {
 			a.stepLocked(sched.Event{Kind: ev, ID: t.id})
 		}
@@ -207,11 +243,44 @@ func (a *admission) close(ctx context.Context) error {
 }
 
 // QueueStats are an engine's queue figures, for metrics.
-type QueueStats = sched.Stats
+type QueueStats struct {
+	sched.Stats
+	// WaitBuckets[i] counts requests that waited at most QueueWaitBuckets[i]
+	// seconds from arrival to their pages (cumulative, Prometheus style);
+	// WaitCount and WaitSum cover every admitted request.
+	WaitBuckets []uint64
+	WaitCount   uint64
+	WaitSum     float64
+}
 
-// queueStats snapshots the core.
+// QueueReporter is implemented by the engines that queue requests.
+type QueueReporter interface {
+	QueueStats() QueueStats
+}
+
+var (
+	_ QueueReporter = (*Colocated)(nil)
+	_ QueueReporter = (*Disaggregated)(nil)
+)
+
+// QueueStats implements QueueReporter.
+func (c *Colocated) QueueStats() QueueStats { return c.adm.stats() }
+
+// QueueStats implements QueueReporter.
+func (d *Disaggregated) QueueStats() QueueStats { return d.adm.stats() }
+
+// stats snapshots the core and the wait histogram.
 func (a *admission) stats() QueueStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.core.Stats()
+	q := QueueStats{Stats: a.core.Stats(), WaitCount: a.wait.n, WaitSum: a.wait.sum,
+		WaitBuckets: make([]uint64, len(QueueWaitBuckets))}
+	var cum uint64
+	for i := range QueueWaitBuckets {
+		if a.wait.counts != nil {
+			cum += a.wait.counts[i]
+		}
+		q.WaitBuckets[i] = cum
+	}
+	return q
 }

@@ -3,6 +3,8 @@ package router
 import (
 	"net/http"
 
+	"sluice/internal/engine"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -32,6 +34,10 @@ type EngineStats struct {
 	// LateWritesDropped counts page writes refused because their page had
 	// moved on to another generation (I6 fencing at work).
 	LateWritesDropped uint64
+	// Queue is the engine's queue (nil: this process has none); Sched the
+	// schedulers' counters by role (see load_metrics.go).
+	Queue *engine.QueueStats
+	Sched map[string]engine.SchedStats
 }
 
 // Reasons of EngineStats.ReservationsRefused.
@@ -146,6 +152,9 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLate
 	ch <- descRefused
 	ch <- descAborted
+	for _, d := range loadDescs {
+		ch <- d
+	}
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -165,6 +174,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), reason)
 	}
 	ch <- prometheus.MustNewConstMetric(descAborted, prometheus.CounterValue, float64(st.HandoffsAborted))
+	collectLoad(ch, st)
 }
 
 // MetricsHandler serves /metrics for a process without the HTTP API (a

@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"sluice/internal/engine"
 	"sluice/internal/kv"
@@ -73,6 +75,65 @@ func TestBurstLargerThanPoolZero503(t *testing.T) {
 				}
 			}
 			waitPoolsFree(t, s.stack)
+			// The load metrics say what happened: every request waited in
+			// the queue (24 observations), none is left, the pools are empty.
+			body := scrape(t, s.ts.URL)
+			role := "decode"
+			if cfg.Colocated {
+				role = "colocated"
+			}
+			for _, want := range []string{"sluice_queue_wait_seconds_count 24\n", "sluice_queue_waiting 0\n", "sluice_queue_running 0\n",
+				`sluice_kv_usage_ratio{role="` + role + `"} 0` + "\n", `sluice_preemptions_total{role="` + role + `"} `} {
+				if !strings.Contains(body, want) {
+					t.Errorf("metrics lack %q:\n%s", want, grepLines(body, "sluice_queue"))
+				}
+			}
+			if cfg.Colocated {
+				t.Logf("colocated: %s", grepLines(body, "sluice_preemptions_total"))
+			}
 		})
 	}
+}
+
+// The periodic load line (as vLLM's) carries running, waiting, preempted,
+// each pool's KV usage and the throughput.
+func TestLoadLogLine(t *testing.T) {
+	m := loadStories(t)
+	s := serve(t, m, LocalConfig{Colocated: true, Pools: Pools{Context: 256, PoolTokens: 512}}, nil)
+	if _, err := complete(context.Background(), s.client, job{prompt: "Once upon a time", max: 8}); err != nil {
+		t.Fatal(err)
+	}
+	var buf syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.stack.LogLoad(ctx, slog.New(slog.NewTextHandler(&buf, nil)), time.Millisecond); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(buf.String(), "msg=load") && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	line := buf.String()
+	for _, want := range []string{"msg=load", "running=0", "waiting=0", "preempted=0", "kv_usage_pct_colocated=0", "gen_tok_per_s="} {
+		if !strings.Contains(line, want) {
+			t.Fatalf("load line lacks %s: %s", want, line)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -93,6 +93,17 @@ func (s *Stack) Stats() router.EngineStats {
 	if s.meter != nil {
 		st.HandoffBytes, st.Handoffs, st.HandoffSeconds = s.meter.snapshot()
 	}
+	if q, ok := s.Engine.(engine.QueueReporter); ok {
+		qs := q.QueueStats()
+		st.Queue = &qs
+	}
+	st.Sched = map[string]engine.SchedStats{}
+	if c, ok := s.Engine.(interface{ SchedStats() engine.SchedStats }); ok {
+		st.Sched["colocated"] = c.SchedStats()
+	}
+	if s.decode != nil {
+		st.Sched["decode"] = s.decode.SchedStats()
+	}
 	return st
 }
 
