@@ -72,6 +72,9 @@ type seq struct {
 	recomputed int
 	// parked: preempted, waiting in the scheduler's preempted list.
 	parked bool
+	// evict: preemptible, but its KV is rebuilt elsewhere: a preemption
+	// ends it with finish "preempted" (the decode worker's sequences).
+	evict bool
 
 	cancel atomic.Bool
 	// aborted turns a cancel into a failure: the handoff was aborted by a
@@ -346,7 +349,7 @@ func (s *scheduler) isPreempted(q *seq) bool { return q.parked }
 func (s *scheduler) victim() *seq {
 	var v *seq
 	for _, q := range s.active {
-		if q.emit == nil || q.all == nil || len(q.table) == 0 || s.isPreempted(q) {
+		if q.emit == nil || (q.all == nil && !q.evict) || len(q.table) == 0 || s.isPreempted(q) {
 			continue
 		}
 		if v == nil || q.arrival > v.arrival {
@@ -362,6 +365,13 @@ func (s *scheduler) victim() *seq {
 // with it, so the output is exactly the un-preempted one (batch-invariant
 // kernels make the rebuilt KV bitwise equal).
 func (s *scheduler) preempt(q *seq) {
+	if q.evict {
+		q.recomputed += q.fed
+		s.recomputed.Add(int64(q.fed))
+		s.preemptions.Add(1)
+		s.finish(q, outcome{done: true, finish: "preempted"}) // releases its pages the normal way
+		return
+	}
 	releasePages(s.pool, q.owner, q.table)
 	q.table, q.view = nil, nil
 	q.recomputed += q.fed

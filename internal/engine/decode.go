@@ -79,7 +79,10 @@ func newDecodeWorker(cfg Config, wrap func(pagePool) pagePool) (*DecodeWorker, e
 		handoffs: map[kv.ID]*dhandoff{},
 	}
 	w.recv = handoff.NewReceiver(handoff.ReceiverConfig{
-		PageSize:   cfg.PageSize,
+		PageSize: cfg.PageSize,
+		// Pages on demand: a page of room beyond the prompt; the batch
+		// grows the table as tokens come and preempts when it cannot.
+		Headroom:   cfg.PageSize,
 		OneSided:   cfg.SharedFile != "",
 		Lease:      cfg.Lease,
 		Model:      FingerprintOf(cfg.Model), // I13: Reserves of another model are refused
@@ -334,10 +337,13 @@ func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) {
 		promptTokens: h.prompt,
 		maxTokens:    h.maxTokens,
 		ignoreEOS:    h.params.IgnoreEOS,
-		samp:         decodeSampler(h.params.Sampling),
+		samp:         decodeSampler(h.params.Sampling, h.params.SampleOffset),
 		first:        h.first,
 		hasFirst:     true,
 		decoded:      true,
+		// Its prompt lives with the router: a preemption ends the stream
+		// with "preempted" and the router resumes it with a new handoff.
+		evict: true,
 	}
 	st := h.stream
 	q.emit = func(o outcome) { st.push(o.token2()) }
@@ -430,10 +436,11 @@ func (t *tokenStream) Recv() (handoff.Token, error) {
 func (t *tokenStream) Close() error { return nil }
 
 // decodeSampler continues the request's random stream after the first
-// token, which the prefill worker drew with a sampler of the same seed.
-func decodeSampler(p sample.Params) *sample.Sampler {
+// token, which the prefill worker drew with a sampler of the same seed as
+// draw offset (0, or the tokens a resumed request already had).
+func decodeSampler(p sample.Params, offset int) *sample.Sampler {
 	s := sample.New(p)
-	s.Advance(1)
+	s.Advance(offset + 1)
 	return s
 }
 

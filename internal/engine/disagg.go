@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
+	"sync"
 	"time"
 
 	"sluice/internal/handoff"
@@ -103,7 +105,7 @@ func (d *Disaggregated) Close(ctx context.Context) error {
 // prefill action, tokens reach the client only as its emit actions (I1).
 func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	st := newStream(min(max(r.MaxTokens, 0), d.cfg.Context))
-	id := newID()
+	cur := &currentHandoff{id: newID()}
 	var (
 		lc      *lifecycle
 		res     *handoff.Reservation
@@ -112,17 +114,18 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 	lc = newLifecycle(request.Disaggregated, func(a request.Action, e *Error, prompt, completion int) {
 		switch a.Kind {
 		case request.ActReserve:
-			// Carried out below: the request waits in the queue for its
-			// turn and for room in the decode pool.
+			// Carried out below (or by run, after a preemption): the
+			// request waits in the queue for its turn and for room in the
+			// decode pool.
 			reserve = true
 		case request.ActPrefill:
 			// Started by run once the stream is open.
 		case request.ActEmit:
 			st.push(outcome{token: a.Token})
 		case request.ActAbortHandoff:
-			d.abort(id, string(a.Reason)+": "+a.Msg)
+			d.abort(cur.get(), string(a.Reason)+": "+a.Msg)
 		case request.ActStopDecode:
-			_ = d.decode.Cancel(d.bg, id)
+			_ = d.decode.Cancel(d.bg, cur.get())
 		case request.ActEnd:
 			st.push(terminal(a, e, prompt, completion))
 		}
@@ -137,12 +140,12 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		lc.reject(e)
 		return nil, e
 	}
-	release := tk.done
 	lc.step(request.Event{Kind: request.EvAdmit}, nil)
 	if !reserve {
 		tk.leave()
 		return nil, errf(CodeInternal, http.StatusInternalServerError, nil, "admission did not ask for a reservation")
 	}
+	id := cur.get()
 	if e := tk.wait(ctx, func() (bool, *Error) {
 		var e *Error
 		var noRoom bool
@@ -157,14 +160,40 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 	if err != nil {
 		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
 		lc.fail(e) // aborts the handoff: its pages are released
-		release()
+		tk.done()
 		return nil, e
 	}
-	st.cancelFn = func() { lc.step(request.Event{Kind: request.EvCancel}, nil) }
+	// gone ends a wait for a new reservation after a preemption when the
+	// client leaves (or the router stops the request).
+	gone, leave := context.WithCancel(d.bg)
+	st.cancelFn = func() {
+		leave()
+		lc.step(request.Event{Kind: request.EvCancel}, nil)
+	}
 	stopWatch := context.AfterFunc(ctx, st.Cancel)
-	st.onClose = func() { stopWatch() }
-	go d.run(r, id, res, ts, lc, release)
+	st.onClose = func() { stopWatch(); leave() }
+	go d.run(r, cur, res, ts, lc, tk, gone)
 	return st, nil
+}
+
+// currentHandoff is the id of a request's current handoff: a preempted
+// request resumes with a new one, and the life-cycle actions (abort,
+// stop) must name the live one.
+type currentHandoff struct {
+	mu sync.Mutex
+	id kv.ID
+}
+
+func (c *currentHandoff) get() kv.ID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.id
+}
+
+func (c *currentHandoff) set(id kv.ID) {
+	c.mu.Lock()
+	c.id = id
+	c.mu.Unlock()
 }
 
 // reserve asks decode for pages. No room now (noRoom) sends the request
@@ -214,9 +243,57 @@ func handoffFailure(cause error) *Error {
 // run drives one request after its reservation: prefill (which pushes and
 // commits), decode's tokens through the life-cycle machine, and the final
 // verdict, which is success only when both roles succeeded.
-func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, release func()) {
-	defer release()
-	defer ts.Close()
+//
+// When decode preempts the sequence (it could not grow it and released its
+// pages: the stream ends "preempted"), the request goes back to the head
+// of the queue and resumes with a NEW handoff whose prompt is the prompt
+// plus every token generated so far and whose sampler continues the same
+// random stream; the client's stream just continues (batch-invariant
+// kernels make the rebuilt KV, and so the output, exactly the
+// un-preempted one). Usage still counts the prompt once (I9).
+func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, tk *ticket, gone context.Context) {
+	defer tk.done()
+	var gen []int32 // tokens generated so far, over every handoff
+	for {
+		preempted := d.drive(r, cur.get(), res, ts, lc, &gen)
+		ts.Close()
+		if !preempted {
+			return
+		}
+		if _, ok := lc.step(request.Event{Kind: request.EvPreempted}, nil); !ok {
+			return // the request ended meanwhile (a cancel took effect)
+		}
+		tk.requeue(r.Tenant)
+		id := newID()
+		cur.set(id)
+		again := *r
+		again.Prompt = append(slices.Clone(r.Prompt), gen...)
+		again.MaxTokens = r.MaxTokens - len(gen)
+		if e := tk.wait(gone, func() (bool, *Error) {
+			var e *Error
+			var noRoom bool
+			res, noRoom, e = d.reserve(gone, &again, id)
+			return noRoom, e
+		}); e != nil {
+			lc.queueEnd(e)
+			return
+		}
+		lc.step(request.Event{Kind: request.EvReserved}, nil)
+		var err error
+		ts, err = d.decode.Stream(d.bg, id, handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS, SampleOffset: len(gen)})
+		if err != nil {
+			lc.fail(asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream"))
+			return
+		}
+	}
+}
+
+// drive runs one handoff: prefill of prompt (the request's, or a resumed
+// request's prompt + generated tokens), decode's tokens appended to gen.
+// It reports whether decode preempted the sequence.
+func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, gen *[]int32) bool {
+	prompt := append(slices.Clone(r.Prompt), (*gen)...)
+	offset := len(*gen)
 	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
 	type pres struct {
 		r   *handoff.PrefillResult
@@ -226,7 +303,8 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 	go func() {
 		// d.bg, not the client's context: a disconnect never tears the
 		// transfer (I10).
-		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling, Model: d.cfg.Fingerprint})
+		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: prompt, Reservation: res,
+			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint})
 		pch <- pres{pr, err}
 	}()
 	var got *pres
@@ -266,41 +344,46 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 				cause = p.err
 			}
 			lc.fail(handoffFailure(cause))
-			return
+			return false
 		}
 		switch {
 		case tok.Done && tok.Finish == "cancelled":
 			lc.step(request.Event{Kind: request.EvCancel}, nil)
 			waitPrefill()
-			return
+			return false
 		case tok.Done:
 			// Success needs both roles: a late prefill failure still fails
 			// the request.
 			p := waitPrefill()
 			if p.err != nil {
 				lc.fail(asEngineError(p.err, CodeHandoff, http.StatusBadGateway, "prefill"))
-				return
+				return false
 			}
 			// I9: prompt_tokens is what prefill ran and transferred and
 			// decode verified; all three must be the prompt.
-			if p.r.Tokens != len(r.Prompt) || tok.PromptTokens != len(r.Prompt) {
+			if p.r.Tokens != len(prompt) || tok.PromptTokens != len(prompt) {
 				lc.fail(errf(CodeIntegrity, http.StatusInternalServerError, nil,
 					"accounting mismatch: the prompt has %d tokens, prefill reports %d, decode verified %d",
-					len(r.Prompt), p.r.Tokens, tok.PromptTokens))
-				return
+					len(prompt), p.r.Tokens, tok.PromptTokens))
+				return false
+			}
+			if tok.Finish == "preempted" {
+				return true
 			}
 			reason := request.FinishedLength
 			if tok.Finish == "stop" {
 				reason = request.FinishedStop
 			}
 			lc.step(request.Event{Kind: request.EvFinish, Reason: reason}, nil)
-			return
+			return false
 		case first:
 			first = false
+			*gen = append(*gen, tok.ID)
 			// Decode's first token is the commit's: the handoff was verified
 			// (I5) and its prompt tokens are the reserved count (I9).
 			lc.step(request.Event{Kind: request.EvCommitted, Token: tok.ID, Tokens: res.ExpectTokens}, nil)
 		default:
+			*gen = append(*gen, tok.ID)
 			// Illegal after the end (a cancel took effect): dropped.
 			lc.step(request.Event{Kind: request.EvToken, Token: tok.ID}, nil)
 		}

@@ -68,7 +68,10 @@ func (l *lifecycle) reject(e *Error) {
 		l.fail(e)
 		return
 	}
-	l.step(request.Event{Kind: request.EvReject, Reason: reason, Msg: e.Message}, e)
+	if _, ok := l.step(request.Event{Kind: request.EvReject, Reason: reason, Msg: e.Message}, e); !ok {
+		// Not rejectable any more (a resumed request already sent tokens).
+		l.fail(e)
+	}
 }
 
 // queueEnd ends a request that left the queue without pages: its client

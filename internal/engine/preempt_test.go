@@ -4,7 +4,9 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
+	"sluice/internal/kv"
 	"sluice/internal/sample"
 )
 
@@ -108,5 +110,87 @@ func TestPreemptionOracleStories(t *testing.T) {
 	t.Logf("%d preemptions, %d positions recomputed", small.sched.preemptions.Load(), small.sched.recomputed.Load())
 	if err := small.Pool().CheckDrained(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Disaggregated preemption: the decode pool (256 tokens, the context)
+// holds a fraction of 36 requests' demand, so decode preempts sequences it
+// cannot grow; the router resumes each with a new handoff carrying prompt
+// + generated tokens to prefill. In-process, over TCP and over shared
+// memory, every output equals the same request run alone on the colocated
+// engine, usage counts the prompt once, and both pools are whole after.
+func TestPreemptionOracleDisaggregated(t *testing.T) {
+	rt := storiesRuntime(t)
+	reqs, _ := storiesRequests(t, 36)
+	for i, r := range reqs {
+		r.MaxTokens += 40
+		if i%3 == 1 {
+			r.Sampling = sample.Params{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
+		}
+	}
+	solo, err := NewColocated(storiesConfig(rt, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		s, err := solo.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = collect(t, s).tokens
+	}
+	solo.Close(context.Background())
+	for _, transport := range []string{"inproc", "tcp", "shm"} {
+		t.Run(transport, func(t *testing.T) {
+			var eng Engine
+			var dw *DecodeWorker
+			var pw *PrefillWorker
+			if transport == "inproc" {
+				loc, err := NewLocal(storiesConfig(rt, 24), storiesConfig(rt, 16))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer loc.Close(context.Background())
+				eng, dw, pw = loc, loc.Decode, loc.Prefill
+			} else {
+				r := newRemoteRig(t, transport, storiesConfig(rt, 24), storiesConfig(rt, 16))
+				defer r.close()
+				eng, dw, pw = r.eng, r.dw, r.pw
+			}
+			got := submitAll(t, eng, reqs)
+			for i := range reqs {
+				if got[i].final.Err != nil {
+					t.Fatalf("request %d: %v", i, got[i].final.Err)
+				}
+				if !slices.Equal(got[i].tokens, want[i]) {
+					t.Fatalf("request %d over %s: %v, alone %v", i, transport, got[i].tokens, want[i])
+				}
+				if u := got[i].final.Usage; u.PromptTokens != len(reqs[i].Prompt) || u.CompletionTokens != len(want[i]) {
+					t.Fatalf("request %d: usage %+v, want %d prompt tokens once", i, u, len(reqs[i].Prompt))
+				}
+			}
+			st := dw.SchedStats()
+			if st.Preemptions < 3 {
+				t.Fatalf("only %d decode preemptions: the pool did not force them", st.Preemptions)
+			}
+			t.Logf("%s: %d decode preemptions, %d positions recomputed", transport, st.Preemptions, st.RecomputedTokens)
+			waitDrained(t, pw.Pool(), dw.Pool())
+		})
+	}
+}
+
+// waitDrained waits for pools to be entirely free (a stream's terminal
+// item can reach the client just before the release it follows).
+func waitDrained(t *testing.T, pools ...*kv.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range pools {
+		for p.CheckDrained() != nil && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if err := p.CheckDrained(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -168,7 +168,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		promptTokens: len(r.Tokens),
 		maxTokens:    1,
 		ignoreEOS:    true,
-		samp:         sample.New(r.Sampling),
+		samp:         prefillSampler(r.Sampling, r.SampleOffset),
 		ended:        w.signalFreed,
 	}
 	var kept []kv.PageRef
@@ -202,6 +202,14 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	w.stats.pushNanos.Add(int64(time.Since(start)))
 	w.stats.tokens.Add(int64(len(r.Tokens)))
 	return &handoff.PrefillResult{FirstToken: d.first, Tokens: len(r.Tokens)}, nil
+}
+
+// prefillSampler draws the first token as draw offset of the request's
+// random stream (a resumed request's earlier tokens used the others).
+func prefillSampler(p sample.Params, offset int) *sample.Sampler {
+	s := sample.New(p)
+	s.Advance(offset)
+	return s
 }
 
 // push drives the protocol's Sender: page writes in bounded batches, each

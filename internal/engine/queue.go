@@ -205,6 +205,15 @@ func (t *ticket) leave() {
 	t.end(noEvent)
 }
 
+// requeue puts a running ticket whose pages were taken back (preempted)
+// at the head of the queue; wait then admits it again.
+func (t *ticket) requeue(tenant string) {
+	t.a.mu.Lock()
+	t.a.arrived[t.id] = t.a.now()
+	t.a.stepLocked(sched.Event{Kind: sched.EvPreempted, ID: t.id, Tenant: tenant})
+	t.a.mu.Unlock()
+}
+
 // done ends a running ticket: its pages are back. Idempotent.
 func (t *ticket) done() { t.end(sched.EvDone) }
 

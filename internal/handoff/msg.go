@@ -99,6 +99,10 @@ type StreamParams struct {
 	Sampling sample.Params
 	// IgnoreEOS keeps generating past end-of-sequence tokens (benchmarks).
 	IgnoreEOS bool
+	// SampleOffset is how many draws of the request's random stream were
+	// used before this handoff's first token (a request resumed after a
+	// preemption: its earlier tokens); decode continues after them.
+	SampleOffset int
 }
 
 // Token is one item of a decode token stream. Exactly one item is terminal
@@ -109,7 +113,10 @@ type Token struct {
 	ID int32
 	// Done marks successful completion.
 	Done bool
-	// Finish is "stop" or "length" when Done.
+	// Finish is "stop" or "length" when Done, or "preempted": the decode
+	// worker ran out of pages to grow the sequence, released them, and the
+	// router resumes the request with a new handoff whose prompt carries
+	// the tokens generated so far.
 	Finish string
 	// PromptTokens is the verified prompt token count (I9), set on the terminal item.
 	PromptTokens int
@@ -130,6 +137,9 @@ type PrefillRequest struct {
 	Reservation *Reservation
 	// Sampling decides the first token.
 	Sampling sample.Params
+	// SampleOffset: the first token is draw SampleOffset of the request's
+	// random stream (a resumed request's earlier tokens used the others).
+	SampleOffset int
 	// Model is the router's model fingerprint (I13): the prompt was
 	// tokenized for it. The prefill worker refuses a request whose
 	// fingerprint, or whose Reservation's, is not its own.

@@ -33,6 +33,11 @@
 //     RetryInterval passes. A small request never overtakes a large one, so
 //     large requests cannot starve.
 //
+// A running request the engine preempted (EvPreempted: its pages are
+// gone, its KV will be rebuilt) is admitted again before any waiting
+// request, oldest preemption first, and never times out: it has already
+// sent tokens, so refusing it would break a stream.
+//
 // The core tracks MaxRunning (requests admitted and not yet done) and at
 // most one admission in progress, so the engine's reservation attempts are
 // serialised in the order the discipline chose.
@@ -40,6 +45,7 @@ package sched
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -110,9 +116,14 @@ const (
 	EvDrain
 	// EvShutdown: refuse every later arrival and end every waiting request.
 	EvShutdown
+	// EvPreempted: a running request lost its pages (the engine preempted
+	// it) and must be admitted again. It waits ahead of everything else,
+	// oldest preemption first, with no timeout (it has sent tokens). ID,
+	// Tenant.
+	EvPreempted
 )
 
-var eventNames = [...]string{"arrive", "cancel", "reserved", "no_room", "dropped", "done", "tick", "drain", "shutdown"}
+var eventNames = [...]string{"arrive", "cancel", "reserved", "no_room", "dropped", "done", "tick", "drain", "shutdown", "preempted"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -177,6 +188,7 @@ type entry struct {
 	t        *tenant
 	cost     int
 	deadline time.Time
+	resumed  bool // preempted: in the resume list, never times out
 }
 
 type tenant struct {
@@ -198,8 +210,9 @@ type Core struct {
 	cur      int
 	waiting  map[ID]*entry
 	running  map[ID]bool
-	admit    *entry // the admission in progress
-	retry    *entry // refused for room; admitted before anything else
+	admit    *entry   // the admission in progress
+	retry    *entry   // refused for room; admitted before new requests
+	resume   []*entry // preempted requests; admitted before anything else
 	blocked  bool
 	retryAt  time.Time
 	draining bool
@@ -241,7 +254,13 @@ func (c *Core) Step(ev Event) []Action {
 			// (its tenant was charged once, when it was picked).
 			e := c.admit
 			c.admit = nil
-			c.retry = e
+			if e.resumed {
+				// First of the resume list again (a refused new request
+				// may be waiting in retry: it stays behind).
+				c.resume = append([]*entry{e}, c.resume...)
+			} else {
+				c.retry = e
+			}
 			c.waiting[e.id] = e
 			c.blocked = true
 			c.retryAt = ev.Now.Add(c.cfg.RetryInterval)
@@ -255,12 +274,24 @@ func (c *Core) Step(ev Event) []Action {
 			delete(c.running, ev.ID)
 			c.blocked = false // pages came back: try again
 		}
+	case EvPreempted:
+		if c.running[ev.ID] {
+			delete(c.running, ev.ID)
+			e := &entry{id: ev.ID, t: &tenant{name: ev.Tenant}, cost: 1, resumed: true}
+			c.resume = append(c.resume, e)
+			c.waiting[e.id] = e
+			c.blocked = false // its pages came back
+		}
 	case EvTick:
 	case EvDrain:
 		c.draining = true
 	case EvShutdown:
 		c.draining, c.closed = true, true
 		// In queue order, so the order of the actions is deterministic.
+		for _, e := range c.resume {
+			out = append(out, c.reject(e.id, ReasonShutdown))
+		}
+		c.resume = nil
 		if c.retry != nil {
 			out = append(out, c.reject(c.retry.id, ReasonShutdown))
 			c.retry = nil
@@ -288,6 +319,9 @@ func (c *Core) Step(ev Event) []Action {
 // or the end of the retry pause); ok is false when nothing is pending.
 func (c *Core) Deadline() (t time.Time, ok bool) {
 	for _, e := range c.waiting {
+		if e.resumed {
+			continue
+		}
 		if !ok || e.deadline.Before(t) {
 			t, ok = e.deadline, true
 		}
@@ -396,6 +430,10 @@ func (c *Core) remove(e *entry) {
 		c.retry = nil
 		return
 	}
+	if e.resumed {
+		c.resume = slices.DeleteFunc(c.resume, func(x *entry) bool { return x == e })
+		return
+	}
 	t := e.t
 	for i, x := range t.q {
 		if x == e {
@@ -413,7 +451,7 @@ func (c *Core) expire(now time.Time) []Action {
 	for len(c.waiting) > 0 {
 		var oldest *entry
 		for _, e := range c.waiting {
-			if now.Before(e.deadline) {
+			if e.resumed || now.Before(e.deadline) {
 				continue
 			}
 			if oldest == nil || e.deadline.Before(oldest.deadline) || (e.deadline.Equal(oldest.deadline) && e.id < oldest.id) {
@@ -433,6 +471,13 @@ func (c *Core) expire(now time.Time) []Action {
 func (c *Core) pump() []Action {
 	if c.closed || c.blocked || c.admit != nil || len(c.running) >= c.cfg.MaxRunning {
 		return nil
+	}
+	if len(c.resume) > 0 {
+		e := c.resume[0]
+		c.resume = c.resume[1:]
+		delete(c.waiting, e.id)
+		c.admit = e
+		return []Action{{Kind: ActAdmit, ID: e.id}}
 	}
 	if e := c.retry; e != nil {
 		c.retry = nil

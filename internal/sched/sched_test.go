@@ -112,6 +112,55 @@ func TestNoRoomRetriesTheSameRequestFirst(t *testing.T) {
 	want(t, c.Step(Event{Kind: EvReserved, ID: 2, Now: at(56)}), Action{Kind: ActAdmit, ID: 3})
 }
 
+// A preempted request is admitted again before anything that waits, even
+// a request refused for room, and never times out; its client can still
+// leave.
+func TestPreemptedGoesFirstAndDoesNotTimeOut(t *testing.T) {
+	c := New(Config{MaxRunning: 2, Quantum: 100, QueueTimeout: 10 * time.Millisecond})
+	c.Step(arrive(1, "a", 10, at(0)))
+	c.Step(Event{Kind: EvReserved, ID: 1, Now: at(0)})
+	c.Step(arrive(2, "b", 10, at(0)))
+	c.Step(Event{Kind: EvNoRoom, ID: 2, Now: at(0)}) // 2 waits first in line
+	c.Step(arrive(3, "c", 10, at(0)))
+	want(t, c.Step(Event{Kind: EvPreempted, ID: 1, Tenant: "a", Now: at(1)}), Action{Kind: ActAdmit, ID: 1})
+	want(t, c.Step(Event{Kind: EvNoRoom, ID: 1, Now: at(2)}))
+	// 2 and 3 time out; the preempted request does not.
+	want(t, c.Step(Event{Kind: EvTick, Now: at(500)}), Action{Kind: ActReject, ID: 2, Reason: ReasonTimeout},
+		Action{Kind: ActReject, ID: 3, Reason: ReasonTimeout}, Action{Kind: ActAdmit, ID: 1})
+	want(t, c.Step(Event{Kind: EvReserved, ID: 1, Now: at(501)}))
+	c.Step(Event{Kind: EvPreempted, ID: 1, Tenant: "a", Now: at(502)})
+	c.Step(Event{Kind: EvDropped, ID: 1, Now: at(502)}) // admitted at once; the client left meanwhile
+	if s := c.Stats(); s.Waiting != 0 || s.Running != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	// Cancel of a waiting preempted request.
+	c.Step(arrive(4, "d", 10, at(600)))
+	c.Step(Event{Kind: EvReserved, ID: 4, Now: at(600)})
+	want(t, c.Step(arrive(5, "d", 10, at(600))), Action{Kind: ActAdmit, ID: 5})
+	want(t, c.Step(Event{Kind: EvPreempted, ID: 4, Tenant: "d", Now: at(601)})) // 5's admission is outstanding: 4 waits
+	want(t, c.Step(Event{Kind: EvCancel, ID: 4, Now: at(602)}))
+	want(t, c.Step(Event{Kind: EvReserved, ID: 5, Now: at(603)}))
+	want(t, c.Step(Event{Kind: EvDone, ID: 5, Now: at(603)}))
+	if s := c.Stats(); s.Waiting != 0 || s.Running != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// Regression: a new request waiting in the retry slot, then a preempted
+// request admitted before it and refused for room: both must still be
+// admitted later (the retry was once overwritten and lost).
+func TestPreemptedRefusedForRoomKeepsTheRetry(t *testing.T) {
+	c := New(Config{MaxRunning: 4, Quantum: 100, RetryInterval: time.Millisecond})
+	c.Step(arrive(1, "a", 10, at(0)))
+	c.Step(Event{Kind: EvReserved, ID: 1, Now: at(0)})
+	want(t, c.Step(arrive(2, "b", 10, at(0))), Action{Kind: ActAdmit, ID: 2})
+	c.Step(Event{Kind: EvNoRoom, ID: 2, Now: at(0)})
+	want(t, c.Step(Event{Kind: EvPreempted, ID: 1, Tenant: "a", Now: at(0)}), Action{Kind: ActAdmit, ID: 1})
+	want(t, c.Step(Event{Kind: EvNoRoom, ID: 1, Now: at(0)}))
+	want(t, c.Step(Event{Kind: EvTick, Now: at(1)}), Action{Kind: ActAdmit, ID: 1})
+	want(t, c.Step(Event{Kind: EvReserved, ID: 1, Now: at(1)}), Action{Kind: ActAdmit, ID: 2})
+}
+
 func TestDuplicateAndInvalidArrivalsRefused(t *testing.T) {
 	c := New(Config{MaxRunning: 1})
 	c.Step(arrive(1, "a", 10, at(0)))
@@ -187,6 +236,7 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 			state        string // waiting, admitting, running, done
 			headAt       int    // tokens of others chosen when it became its tenant's oldest (-1: not yet)
 			picked       bool
+			resumed      bool
 		}
 		reqs := map[ID]*req{}
 		queues := make([][]ID, nTenants) // the model's own per-tenant FIFO of waiting ids
@@ -225,7 +275,7 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 				switch a.Kind {
 				case ActReject:
 					if r.state != "waiting" && r.state != "new" && r.state != "retry" {
-						rt.Fatalf("reject of %d in state %s", a.ID, r.state)
+						rt.Fatalf("reject of %d in state %s (a preempted request must never time out)", a.ID, r.state)
 					}
 					dequeue(a.ID)
 					r.state = "done"
@@ -240,7 +290,7 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 					if len(running) >= cfg.MaxRunning {
 						rt.Fatalf("admission beyond MaxRunning")
 					}
-					if r.state != "waiting" && r.state != "retry" {
+					if r.state != "waiting" && r.state != "retry" && r.state != "preempted" {
 						rt.Fatalf("admit of %d in state %s", a.ID, r.state)
 					}
 					if !r.picked {
@@ -264,6 +314,9 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 						}
 						dequeue(a.ID)
 					}
+					if r.state == "preempted" {
+						r.resumed = true
+					}
 					r.state = "admitting"
 					admitting = a.ID
 				}
@@ -277,7 +330,15 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 			if !now.Before(retryAt) {
 				paused = false
 			}
-			switch rapid.IntRange(0, 5).Draw(rt, "op") {
+			switch rapid.IntRange(0, 6).Draw(rt, "op") {
+			case 6: // a running request is preempted
+				for id := range running {
+					delete(running, id)
+					reqs[id].state = "preempted"
+					paused = false // its pages came back
+					apply(c.Step(Event{Kind: EvPreempted, ID: id, Tenant: fmt.Sprint(reqs[id].tenant), Now: now}))
+					break
+				}
 			case 0, 1: // arrival
 				ti := rapid.IntRange(0, nTenants-1).Draw(rt, "tenant")
 				id := nextID
@@ -302,7 +363,9 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 					running[id] = true
 					apply(c.Step(Event{Kind: EvReserved, ID: id, Now: now}))
 				case 1:
-					reqs[id].state = "retry"
+					if reqs[id].state != "preempted" {
+						reqs[id].state = "retry"
+					}
 					paused, retryAt = true, now.Add(cfg.RetryInterval)
 					apply(c.Step(Event{Kind: EvNoRoom, ID: id, Now: now}))
 				default:
@@ -320,7 +383,7 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 			case 4: // a waiting client leaves
 				var ws []ID
 				for id, r := range reqs {
-					if r.state == "waiting" || r.state == "retry" {
+					if r.state == "waiting" || r.state == "retry" || r.state == "preempted" {
 						ws = append(ws, id)
 					}
 				}
@@ -338,7 +401,7 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 			s := c.Stats()
 			nWaiting := 0
 			for _, r := range reqs {
-				if r.state == "waiting" || r.state == "retry" || r.state == "admitting" {
+				if r.state == "waiting" || r.state == "retry" || r.state == "admitting" || r.state == "preempted" {
 					nWaiting++
 				}
 			}

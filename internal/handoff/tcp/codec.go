@@ -344,6 +344,7 @@ func encStreamOpen(id kv.ID, p handoff.StreamParams) []byte {
 	e.id(id)
 	encSampling(&e, p.Sampling)
 	e.bool(p.IgnoreEOS)
+	e.i64(p.SampleOffset)
 	return e.b
 }
 
@@ -351,6 +352,7 @@ func decStreamOpen(p []byte) (kv.ID, handoff.StreamParams, error) {
 	d := dec{b: p}
 	id := d.id()
 	sp := handoff.StreamParams{Sampling: decSampling(&d), IgnoreEOS: d.bool()}
+	sp.SampleOffset = d.int(maxInt)
 	return id, sp, d.end()
 }
 
@@ -389,6 +391,7 @@ func encPrefill(m *handoff.PrefillRequest) []byte {
 	}
 	encSampling(&e, m.Sampling)
 	e.model(m.Model)
+	e.i64(m.SampleOffset)
 	return e.b
 }
 
@@ -408,6 +411,7 @@ func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
 	}
 	m.Sampling = decSampling(&d)
 	m.Model = d.model()
+	m.SampleOffset = d.int(maxInt)
 	return m, d.end()
 }
 
