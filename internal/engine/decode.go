@@ -291,6 +291,11 @@ func (w *DecodeWorker) Stream(ctx context.Context, id kv.ID, p handoff.StreamPar
 	if h == nil {
 		return nil, handoff.ErrUnknownHandoff
 	}
+	if p.SampleOffset < 0 || p.SampleOffset >= h.prompt {
+		// A resumed request's earlier tokens are part of its prompt: a
+		// larger offset is a confused peer (each draw is work).
+		return nil, handoff.ErrRefused.With("sampler offset %d with a prompt of %d tokens", p.SampleOffset, h.prompt)
+	}
 	if h.stream != nil {
 		return nil, handoff.ErrState.With("the handoff's stream is already open")
 	}

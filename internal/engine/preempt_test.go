@@ -2,10 +2,12 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
+	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/sample"
 )
@@ -193,4 +195,33 @@ func waitDrained(t *testing.T, pools ...*kv.Pool) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// A sampler offset beyond the prompt (a resumed request's earlier tokens
+// are all in its prompt) is refused by both workers instead of being spun
+// through draw by draw.
+func TestSampleOffsetBounded(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	pw, err := NewPrefillWorker(toyConfig(m, 32), dw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	id := newID()
+	res, err := dw.Reserve(context.Background(), &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 5, MaxTokens: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dw.Stream(context.Background(), id, handoff.StreamParams{SampleOffset: 1 << 60}); !errors.Is(err, handoff.ErrRefused) {
+		t.Fatalf("decode: %v, want a refusal", err)
+	}
+	if _, err := pw.Prefill(context.Background(), &handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: prompt(1, 5), Reservation: res, SampleOffset: 5}); err == nil {
+		t.Fatal("prefill accepted an offset past its prompt")
+	}
+	waitDrained(t, pw.Pool(), dw.Pool())
 }

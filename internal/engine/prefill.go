@@ -147,6 +147,11 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		return nil, w.abort(r.Handoff, handoff.ErrCountMismatch.With("prompt has %d tokens, reservation expects %d", len(r.Tokens), res.ExpectTokens))
 	case len(r.Tokens) > w.ctx:
 		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("prompt of %d tokens exceeds the prefill context %d", len(r.Tokens), w.ctx))
+	case r.SampleOffset < 0 || r.SampleOffset >= len(r.Tokens):
+		// The draws already used are the tokens generated before, all
+		// part of this prompt; a larger offset (each draw is work) is
+		// refused rather than spun through.
+		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("sampler offset %d with a prompt of %d tokens", r.SampleOffset, len(r.Tokens)))
 	}
 	owner := kv.Owner{Tenant: r.Tenant, ID: r.Handoff}
 	table, err := w.reserve(ctx, owner, kv.PagesFor(len(r.Tokens), w.cfg.PageSize))
