@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -224,4 +225,93 @@ func TestSampleOffsetBounded(t *testing.T) {
 		t.Fatal("prefill accepted an offset past its prompt")
 	}
 	waitDrained(t, pw.Pool(), dw.Pool())
+}
+
+// Clients leave at every phase while sequences are preempted and resumed
+// (some while waiting to resume, holding nothing): the others' outputs
+// stay exact, every stream ends, and both pools are whole afterwards.
+func TestCancelDuringPreemptionChurn(t *testing.T) {
+	rt := storiesRuntime(t)
+	reqs, _ := storiesRequests(t, 30)
+	for _, r := range reqs {
+		r.MaxTokens += 40
+	}
+	solo, err := NewColocated(storiesConfig(rt, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		s, err := solo.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = collect(t, s).tokens
+	}
+	solo.Close(context.Background())
+	col, err := NewColocated(storiesConfig(rt, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer col.Close(context.Background())
+	loc, err := NewLocal(storiesConfig(rt, 24), storiesConfig(rt, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loc.Close(context.Background())
+	for name, e := range map[string]Engine{"colocated": col, "disaggregated": loc} {
+		var wg sync.WaitGroup
+		got := make([]result, len(reqs))
+		for i, r := range reqs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, err := e.Submit(context.Background(), r)
+				if err != nil {
+					got[i].final = Event{Err: err}
+					return
+				}
+				cancelAt := -1
+				if i%3 == 0 {
+					cancelAt = i % 17 // after that many tokens
+				}
+				timeout := time.After(60 * time.Second)
+				for {
+					select {
+					case ev, ok := <-s.Events():
+						if !ok {
+							return
+						}
+						if ev.Done || ev.Err != nil {
+							got[i].final = ev
+							continue
+						}
+						got[i].tokens = append(got[i].tokens, ev.Token)
+						if len(got[i].tokens) == cancelAt {
+							s.Cancel()
+						}
+					case <-timeout:
+						t.Errorf("%s: request %d hung", name, i)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for i := range reqs {
+			if i%3 == 0 {
+				if !slices.Equal(got[i].tokens, want[i][:len(got[i].tokens)]) {
+					t.Fatalf("%s: cancelled request %d sent tokens that are not its own: %v vs %v", name, i, got[i].tokens, want[i])
+				}
+				continue
+			}
+			if got[i].final.Err != nil || !slices.Equal(got[i].tokens, want[i]) {
+				t.Fatalf("%s: request %d: %v %v, alone %v", name, i, got[i].tokens, got[i].final.Err, want[i])
+			}
+		}
+	}
+	if col.sched.preemptions.Load() == 0 || loc.Decode.SchedStats().Preemptions == 0 {
+		t.Fatalf("no preemption (colocated %d, decode %d)", col.sched.preemptions.Load(), loc.Decode.SchedStats().Preemptions)
+	}
+	waitDrained(t, col.Pool(), loc.Prefill.Pool(), loc.Decode.Pool())
 }
