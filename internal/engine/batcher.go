@@ -316,9 +316,13 @@ func (s *scheduler) need(q *seq) int {
 // its tokens. A sequence that cannot grow and cannot be helped this way
 // (not preemptible, nothing to preempt) fails with kv_capacity_exhausted.
 func (s *scheduler) growAll() {
-	order := slices.Clone(s.active)
-	slices.SortFunc(order, func(a, b *seq) int { return cmp.Compare(a.arrival, b.arrival) })
-	for _, q := range order {
+	// Oldest first: resumed sequences rejoin at the end. The batch's order
+	// does not change any output (batch-invariant kernels), so sort in
+	// place, and only when needed (no allocation on the usual step).
+	if !slices.IsSortedFunc(s.active, byArrival) {
+		slices.SortFunc(s.active, byArrival)
+	}
+	for _, q := range s.active {
 		for q.emit != nil && !s.isPreempted(q) {
 			err := s.grow(q, s.need(q))
 			if err == nil {
@@ -343,6 +347,8 @@ func (s *scheduler) growAll() {
 }
 
 func (s *scheduler) isPreempted(q *seq) bool { return q.parked }
+
+func byArrival(a, b *seq) int { return cmp.Compare(a.arrival, b.arrival) }
 
 // victim is the preemptible active sequence of latest arrival that holds
 // pages, or nil.
@@ -385,7 +391,7 @@ func (s *scheduler) preempt(q *seq) {
 	}
 	q.fed, q.decoded, q.parked = 0, false, true
 	s.preempted = append(s.preempted, q)
-	slices.SortFunc(s.preempted, func(a, b *seq) int { return cmp.Compare(a.arrival, b.arrival) })
+	slices.SortFunc(s.preempted, byArrival)
 	s.nPreempted.Store(int64(len(s.preempted)))
 	s.preemptions.Add(1)
 }
