@@ -11,7 +11,6 @@ import (
 
 	"sluice/internal/kv"
 	"sluice/internal/request"
-	"sluice/internal/sample"
 )
 
 // Colocated runs prefill and decode in one scheduler with no transfer:
@@ -83,13 +82,13 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 				promptTokens: len(r.Prompt),
 				maxTokens:    r.MaxTokens,
 				ignoreEOS:    r.IgnoreEOS,
-				samp:         sample.New(r.Sampling),
+				samp:         newSampler(r.Sampling, r.Prompt),
 				ended:        tk.done,
 				all:          slices.Clone(r.Prompt),
 			}
 			q.emit = func(o outcome) { lc.scheduled(o, len(r.Prompt)) }
 		case request.ActEmit:
-			st.push(outcome{token: a.Token})
+			st.push(outcome{token: a.Token, logprobs: lc.lp})
 		case request.ActStopDecode:
 			q.cancel.Store(true)
 			c.sched.poke()
@@ -177,6 +176,9 @@ func checkRequest(r *Request, ctxLen, vocab int, noAdmission bool) error {
 	if r == nil || len(r.Prompt) == 0 {
 		return errf(CodeInvalid, http.StatusBadRequest, nil, "the prompt is empty")
 	}
+	if err := r.Sampling.Validate(vocab); err != nil {
+		return errf(CodeInvalid, http.StatusBadRequest, err, "the sampling settings are invalid: %v", err)
+	}
 	if r.MaxTokens < 1 {
 		return errf(CodeInvalid, http.StatusBadRequest, nil, "max_tokens must be at least 1 (got %d)", r.MaxTokens)
 	}
@@ -252,7 +254,7 @@ func (s *stream) push(o outcome) {
 		return
 	}
 	if !o.done && o.err == nil {
-		s.events <- Event{Token: o.token}
+		s.events <- Event{Token: o.token, Logprobs: o.logprobs}
 		return
 	}
 	ev := Event{Usage: Usage{PromptTokens: o.prompt, CompletionTokens: o.completion}}

@@ -121,7 +121,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		case request.ActPrefill:
 			// Started by run once the stream is open.
 		case request.ActEmit:
-			st.push(outcome{token: a.Token})
+			st.push(outcome{token: a.Token, logprobs: lc.lp})
 		case request.ActAbortHandoff:
 			d.abort(cur.get(), string(a.Reason)+": "+a.Msg)
 		case request.ActStopDecode:
@@ -156,7 +156,11 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		return nil, e
 	}
 	lc.step(request.Event{Kind: request.EvReserved}, nil)
-	ts, err := d.decode.Stream(d.bg, id, handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS})
+	sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS}
+	if r.Sampling.UsesPrompt() {
+		sp.Prompt = r.Prompt
+	}
+	ts, err := d.decode.Stream(d.bg, id, sp)
 	if err != nil {
 		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
 		lc.fail(e) // aborts the handoff: its pages are released
@@ -280,7 +284,11 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 		}
 		lc.step(request.Event{Kind: request.EvReserved}, nil)
 		var err error
-		ts, err = d.decode.Stream(d.bg, id, handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS, SampleOffset: len(gen)})
+		sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS, Generated: slices.Clone(gen)}
+		if r.Sampling.UsesPrompt() {
+			sp.Prompt = r.Prompt
+		}
+		ts, err = d.decode.Stream(d.bg, id, sp)
 		if err != nil {
 			lc.fail(asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream"))
 			return
@@ -381,11 +389,11 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts
 			*gen = append(*gen, tok.ID)
 			// Decode's first token is the commit's: the handoff was verified
 			// (I5) and its prompt tokens are the reserved count (I9).
-			lc.step(request.Event{Kind: request.EvCommitted, Token: tok.ID, Tokens: res.ExpectTokens}, nil)
+			lc.stepToken(request.Event{Kind: request.EvCommitted, Token: tok.ID, Tokens: res.ExpectTokens}, tok.Logprobs)
 		default:
 			*gen = append(*gen, tok.ID)
 			// Illegal after the end (a cancel took effect): dropped.
-			lc.step(request.Event{Kind: request.EvToken, Token: tok.ID}, nil)
+			lc.stepToken(request.Event{Kind: request.EvToken, Token: tok.ID}, tok.Logprobs)
 		}
 	}
 }

@@ -73,8 +73,13 @@ func TestPreemptionOracleStories(t *testing.T) {
 	reqs, _ := storiesRequests(t, 36)
 	for i, r := range reqs {
 		r.MaxTokens += 40
-		if i%3 == 1 {
+		switch i % 3 {
+		case 1:
 			r.Sampling = sample.Params{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
+		case 2:
+			// Penalties count prompt and generated tokens apart: a resumed
+			// request's earlier tokens must count as generated ones.
+			r.Sampling = sample.Params{Temperature: 0.7, Seed: uint64(200 + i), PresencePenalty: 0.8, FrequencyPenalty: 0.5, RepetitionPenalty: 1.3}
 		}
 	}
 	solo, err := NewColocated(storiesConfig(rt, 64))
@@ -127,8 +132,13 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 	reqs, _ := storiesRequests(t, 36)
 	for i, r := range reqs {
 		r.MaxTokens += 40
-		if i%3 == 1 {
+		switch i % 3 {
+		case 1:
 			r.Sampling = sample.Params{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
+		case 2:
+			// Penalties count prompt and generated tokens apart: a resumed
+			// request's earlier tokens must count as generated ones.
+			r.Sampling = sample.Params{Temperature: 0.7, Seed: uint64(200 + i), PresencePenalty: 0.8, FrequencyPenalty: 0.5, RepetitionPenalty: 1.3}
 		}
 	}
 	solo, err := NewColocated(storiesConfig(rt, 64))
@@ -198,9 +208,9 @@ func waitDrained(t *testing.T, pools ...*kv.Pool) {
 	}
 }
 
-// A sampler offset beyond the prompt (a resumed request's earlier tokens
-// are all in its prompt) is refused by both workers instead of being spun
-// through draw by draw.
+// Earlier tokens beyond the prompt (a resumed request's are all in its
+// prompt) are refused by both workers instead of being spun through draw
+// by draw.
 func TestSampleOffsetBounded(t *testing.T) {
 	m := newToy()
 	dw, err := NewDecodeWorker(toyConfig(m, 32))
@@ -218,7 +228,7 @@ func TestSampleOffsetBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dw.Stream(context.Background(), id, handoff.StreamParams{SampleOffset: 1 << 60}); !errors.Is(err, handoff.ErrRefused) {
+	if _, err := dw.Stream(context.Background(), id, handoff.StreamParams{Generated: make([]int32, 5)}); !errors.Is(err, handoff.ErrRefused) {
 		t.Fatalf("decode: %v, want a refusal", err)
 	}
 	if _, err := pw.Prefill(context.Background(), &handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: prompt(1, 5), Reservation: res, SampleOffset: 5}); err == nil {

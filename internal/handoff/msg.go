@@ -85,6 +85,9 @@ type Commit struct {
 	Digest []byte
 	// FirstToken is the token prefill sampled from the last prompt position.
 	FirstToken int32
+	// FirstLogprobs are FirstToken's logprobs when the request asked for
+	// them (nil otherwise); decode sends them with the first token.
+	FirstLogprobs *sample.Logprobs
 }
 
 // Abort ends a handoff early. Either side may send it, at any phase.
@@ -99,10 +102,15 @@ type StreamParams struct {
 	Sampling sample.Params
 	// IgnoreEOS keeps generating past end-of-sequence tokens (benchmarks).
 	IgnoreEOS bool
-	// SampleOffset is how many draws of the request's random stream were
-	// used before this handoff's first token (a request resumed after a
-	// preemption: its earlier tokens); decode continues after them.
-	SampleOffset int
+	// Prompt is the prompt's token ids when the sampler needs them (the
+	// repetition penalty counts prompt tokens, Sampling.UsesPrompt), else
+	// empty: decode has the prompt's KV, not its ids.
+	Prompt []int32
+	// Generated is what this request generated before this handoff (a
+	// request resumed after a preemption; its prompt carries them too):
+	// decode's sampler continues after their draws and counts them for
+	// the penalties, as one sampler running the whole request would.
+	Generated []int32
 }
 
 // Token is one item of a decode token stream. Exactly one item is terminal
@@ -111,6 +119,8 @@ type Token struct {
 	// ID is a generated token; valid when !Done and Err == nil. The first
 	// item is the commit's FirstToken.
 	ID int32
+	// Logprobs are ID's logprobs when the request asked for them.
+	Logprobs *sample.Logprobs
 	// Done marks successful completion.
 	Done bool
 	// Finish is "stop" or "length" when Done, or "preempted": the decode

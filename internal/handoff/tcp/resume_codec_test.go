@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"slices"
 	"testing"
 
 	"sluice/internal/handoff"
@@ -9,13 +10,14 @@ import (
 	"sluice/internal/sample"
 )
 
-// A resumed request's sampler offset crosses the wire in both messages
-// that carry it (prefill request, stream open); a negative one is refused.
+// A resumed request's earlier tokens cross the wire in both messages that
+// carry them (prefill request: an offset into its prompt; stream open: the
+// tokens); a negative offset is refused.
 func TestSampleOffsetRoundTrips(t *testing.T) {
 	id := handofftest.ID(7)
-	sp := handoff.StreamParams{Sampling: sample.Params{Temperature: 0.5, Seed: 9}, IgnoreEOS: true, SampleOffset: 37}
+	sp := handoff.StreamParams{Sampling: sample.Params{Temperature: 0.5, Seed: 9}, IgnoreEOS: true, Generated: []int32{5, 6, 7}}
 	gotID, got, err := decStreamOpen(encStreamOpen(id, sp))
-	if err != nil || gotID != id || got != sp {
+	if err != nil || gotID != id || !slices.Equal(got.Generated, sp.Generated) || got.Sampling.Seed != 9 || !got.IgnoreEOS {
 		t.Fatalf("stream open: %v %+v, want %+v", err, got, sp)
 	}
 	pr := &handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1, 2, 3}, SampleOffset: 41,
@@ -24,8 +26,8 @@ func TestSampleOffsetRoundTrips(t *testing.T) {
 	if err != nil || back.SampleOffset != 41 || len(back.Tokens) != 3 {
 		t.Fatalf("prefill: %v %+v", err, back)
 	}
-	sp.SampleOffset = -1
-	if _, _, err := decStreamOpen(encStreamOpen(id, sp)); err == nil {
+	pr.SampleOffset = -1
+	if _, err := decPrefill(encPrefill(pr)); err == nil {
 		t.Fatal("a negative sampler offset was accepted")
 	}
 }
