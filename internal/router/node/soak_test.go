@@ -106,5 +106,6 @@ func TestSoakThreeTenantsSmallPool(t *testing.T) {
 		t.Fatalf("soak: %d 503s, %d wrong outputs, %d failures", n503.Load(), wrong.Load(), failed.Load())
 	}
 	waitPoolsFree(t, s.stack)
-
+	body := scrape(t, s.ts.URL)
+	t.Logf("soak: %s; %s", grepLines(body, "sluice_preemptions_total"), grepLines(body, "sluice_queue_wait_seconds_count"))
 }
