@@ -71,6 +71,9 @@ var (
 	// ErrProtocol: a malformed frame or message on a transport; the
 	// connection is closed.
 	ErrProtocol = &Error{"protocol", "malformed or unexpected frame"}
+	// ErrVersion: the peers speak no common protocol version (builds of
+	// different wire formats); refused at the handshake, before any call.
+	ErrVersion = &Error{"protocol_version", "the peers speak different protocol versions"}
 	// ErrTransport: the transport failed (connection lost, timeout). Whether
 	// the remote side applied the call is UNKNOWN; callers must abort.
 	ErrTransport = &Error{"transport", "transport failure; the remote outcome is unknown"}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math"
+	"strings"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -125,8 +126,17 @@ const maxInt = math.MaxInt32
 // appears in error messages.
 const maxModelName = 1024
 
-// model fingerprints travel as sum [16] then name (str), I13.
-func (e *enc) model(f model.Fingerprint) { e.b = append(e.b, f.Sum[:]...); e.str(f.Name) }
+// model fingerprints travel as sum [16] then name (str), I13. The name is
+// for messages only (Fingerprint.Same compares sums), so a longer one is
+// cut to maxModelName bytes here rather than refused by the peer.
+func (e *enc) model(f model.Fingerprint) {
+	name := f.Name
+	if len(name) > maxModelName {
+		name = strings.ToValidUTF8(name[:maxModelName], "")
+	}
+	e.b = append(e.b, f.Sum[:]...)
+	e.str(name)
+}
 
 func (d *dec) model() (f model.Fingerprint) {
 	copy(f.Sum[:], d.need(16))
