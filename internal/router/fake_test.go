@@ -101,6 +101,7 @@ type echoEngine struct {
 	submitted atomic.Int64
 	ignoreEOS atomic.Bool // the last request's IgnoreEOS
 	tenants   []string
+	weights   []int
 	refuse    *engine.Error
 	// refuseAfter > 0 refuses every Submit after that many (overloaded).
 	refuseAfter int64
@@ -173,6 +174,7 @@ func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream
 	e.mu.Lock()
 	e.active++
 	e.tenants = append(e.tenants, r.Tenant)
+	e.weights = append(e.weights, r.Weight)
 	e.reqs = append(e.reqs, *r)
 	e.mu.Unlock()
 	s := &echoStream{ch: make(chan engine.Event, r.MaxTokens+2), cancel: make(chan struct{}), eng: e}

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -570,16 +569,19 @@ func (s *Server) submit(r *http.Request, g *generation) ([]engine.Stream, error)
 				MaxTokens: g.p.maxTokens,
 				IgnoreEOS: g.p.ignoreEOS,
 				Sampling:  sp,
+				Weight:    s.cfg.Keys.Weight(g.tenant),
 			}
 			if len(g.prompts)*g.p.n > 1 {
 				req.ID = fmt.Sprintf("%s-%d", g.id, i*g.p.n+j)
 			}
-			// I10: the client's context does not reach the engine. A
-			// disconnect is reported by run through Stream.Cancel, which
-			// lets the handoff end by the normal path; cancelling a
-			// Reserve in flight instead leaves its outcome unknown (over
-			// TCP the pages could stay reserved).
-			st, err := s.cfg.Engine.Submit(context.WithoutCancel(r.Context()), req)
+			// The client's context reaches Submit so that a client
+			// leaving while its request waits in the engine's queue
+			// leaves the queue at once and never reserves. Once admitted,
+			// a disconnect is reported by run through Stream.Cancel and
+			// the handoff ends by the normal path (I10); one during the
+			// Reserve call is aborted by the engine, and decode refuses
+			// the Reserve the Abort overtook (I6).
+			st, err := s.cfg.Engine.Submit(r.Context(), req)
 			if err != nil {
 				s.drain(g, streams)
 				return nil, err

@@ -521,6 +521,7 @@ func encStreamOpen(id kv.ID, p handoff.StreamParams) ([]byte, error) {
 	encSampling(&e, p.Sampling)
 	e.bool(p.IgnoreEOS)
 	encIDs(&e, p.Prompt)
+	encIDs(&e, p.Generated)
 	return e.b, e.err
 }
 
@@ -529,6 +530,7 @@ func decStreamOpen(p []byte) (kv.ID, handoff.StreamParams, error) {
 	id := d.id()
 	sp := handoff.StreamParams{Sampling: decSampling(&d), IgnoreEOS: d.bool()}
 	sp.Prompt = decIDs(&d)
+	sp.Generated = decIDs(&d)
 	return id, sp, d.end()
 }
 
@@ -569,6 +571,7 @@ func encPrefill(m *handoff.PrefillRequest) ([]byte, error) {
 	}
 	encSampling(&e, m.Sampling)
 	e.model(m.Model)
+	e.int(m.SampleOffset, "sample_offset")
 	return e.b, e.err
 }
 
@@ -588,6 +591,7 @@ func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
 	}
 	m.Sampling = decSampling(&d)
 	m.Model = d.model()
+	m.SampleOffset = d.int(maxInt)
 	return m, d.end()
 }
 

@@ -53,10 +53,12 @@ const (
 // Reservation, Prefill; I13) and sampling settings, prompt ids and
 // logprobs (StreamOpen, Prefill, Commit, Token): a version-1 build would
 // misread those frames, so the two refuse each other at the handshake
-// (ErrVersion). Bump maxVersion whenever a frame's layout changes.
+// (ErrVersion). Version 3 added a resumed request's earlier tokens
+// (StreamOpen Generated, Prefill SampleOffset; preemption). Bump
+// maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 2
-	maxVersion = 2
+	minVersion = 3
+	maxVersion = 3
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the
