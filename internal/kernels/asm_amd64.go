@@ -39,6 +39,9 @@ func tileQ8_0AVX512(out *float32, outStride int, wp *byte, nGroups int, xt *byte
 func tileF32AVX512(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
 
 //go:noescape
+func tileQ8_0AVX2(out *float32, outStride int, w *byte, nPairs int, x *byte, xStride int, dx *float32, nb int)
+
+//go:noescape
 func rowsQ4_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 
 //go:noescape
@@ -193,6 +196,29 @@ func init() {
 		return prepareQ8_0With(x, nTok, cols, nTok >= tileTok, quantRowQ8_0AVX512)
 	}
 	q8_0Kernels[AVX512].tiles = q8_0TilesAVX512
+	q8_0Kernels[AVX2].tiles = q8_0TilesAVX2
+}
+
+// q8_0TilesAVX2 runs the 2x2 register tile (tileQ8_0AVX2) over the rows
+// [0, nRows/tileRows*tileRows) for every pair of tokens: each weight block
+// is loaded and made unsigned once per two tokens, each activation block
+// once per two rows. Same order as rows, so the odd token left over goes
+// through rows.
+func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
+	nb := act.nb
+	nr := nRows / tileRows * tileRows
+	nt := nTok / 2 * 2
+	if nr == 0 || nt == 0 {
+		return 0
+	}
+	if len(w) < 34*nb*nr || len(act.bytes) < nt*act.stride || len(act.dx) < nt*nb ||
+		len(out) < (nt-1)*outStride+nr || act.stride != 34*nb {
+		panic("kernels: bad Q8_0 tile")
+	}
+	for t0 := 0; t0 < nt; t0 += 2 {
+		tileQ8_0AVX2(&out[t0*outStride], outStride, &w[0], nr/2, &act.bytes[t0*act.stride], act.stride, &act.dx[t0*nb], nb)
+	}
+	return nt
 }
 
 // q8_0TilesAVX512 repacks the row tile once (asm, 128 B per row and block

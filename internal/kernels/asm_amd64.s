@@ -2140,3 +2140,117 @@ q4kz_store:
 q4kz_done:
 	VZEROUPPER
 	RET
+
+// Q8T22 adds one Q8_0 block to the 2x2 (row, token) tile on AVX2: weight
+// rows at SI and SI+R14, tokens' Q8_0 blocks at BX and BX+DX, their
+// widened scales at R12 and R12+R11. Each pair is Q8Y2's arithmetic
+// (|w| times x signed by w, VPMADDUBSW then VPMADDWD by ones, d = dw*dx,
+// one FMA), so the order is dotQ8_0Generic's; the tile only shares the
+// loads and the weight-side work. A_rt is the accumulator of (row r,
+// token t). Clobbers Y0-Y7.
+#define Q8T22(A00, A01, A10, A11) \
+	VPABSB 2(SI), Y0 \
+	VPABSB 2(SI)(R14*1), Y1 \
+	VPBROADCASTW (SI), X2 \
+	VCVTPH2PS X2, Y2 \
+	VPBROADCASTW (SI)(R14*1), X3 \
+	VCVTPH2PS X3, Y3 \
+	VMOVDQU 2(BX), Y4 \
+	VBROADCASTSS (R12), Y5 \
+	VPSIGNB 2(SI), Y4, Y6 \
+	VPMADDUBSW Y6, Y0, Y6 \
+	VPMADDWD ones16<>(SB), Y6, Y6 \
+	VCVTDQ2PS Y6, Y6 \
+	VMULPS Y5, Y2, Y7 \
+	VFMADD231PS Y7, Y6, A00 \
+	VPSIGNB 2(SI)(R14*1), Y4, Y6 \
+	VPMADDUBSW Y6, Y1, Y6 \
+	VPMADDWD ones16<>(SB), Y6, Y6 \
+	VCVTDQ2PS Y6, Y6 \
+	VMULPS Y5, Y3, Y7 \
+	VFMADD231PS Y7, Y6, A10 \
+	VMOVDQU 2(BX)(DX*1), Y4 \
+	VBROADCASTSS (R12)(R11*1), Y5 \
+	VPSIGNB 2(SI), Y4, Y6 \
+	VPMADDUBSW Y6, Y0, Y6 \
+	VPMADDWD ones16<>(SB), Y6, Y6 \
+	VCVTDQ2PS Y6, Y6 \
+	VMULPS Y5, Y2, Y7 \
+	VFMADD231PS Y7, Y6, A01 \
+	VPSIGNB 2(SI)(R14*1), Y4, Y6 \
+	VPMADDUBSW Y6, Y1, Y6 \
+	VPMADDWD ones16<>(SB), Y6, Y6 \
+	VCVTDQ2PS Y6, Y6 \
+	VMULPS Y5, Y3, Y7 \
+	VFMADD231PS Y7, Y6, A11 \
+	ADDQ $34, SI \
+	ADDQ $34, BX \
+	ADDQ $4, R12
+
+// func tileQ8_0AVX2(out *float32, outStride int, w *byte, nPairs int, x *byte, xStride int, dx *float32, nb int)
+// out[t*outStride + r] for 2 tokens t (Q8_0 rows xStride bytes apart,
+// widened scales nb apart) and 2*nPairs weight rows r. Even blocks go to
+// Y8-Y11, odd blocks to Y12-Y15 (the canonical lanes 0-7 and 8-15).
+TEXT ·tileQ8_0AVX2(SB), NOSPLIT, $0-64
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ w+16(FP), SI
+	MOVQ nPairs+24(FP), R8
+	MOVQ x+32(FP), AX
+	MOVQ xStride+40(FP), DX
+	MOVQ dx+48(FP), CX
+	MOVQ nb+56(FP), R13
+	MOVQ R13, R11
+	SHLQ $2, R11          // dx stride in bytes
+	IMUL3Q $34, R13, R14  // weight row bytes
+
+q8t_pair:
+	TESTQ R8, R8
+	JZ   q8t_done
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+	VXORPS Y13, Y13, Y13
+	VXORPS Y14, Y14, Y14
+	VXORPS Y15, Y15, Y15
+	MOVQ AX, BX
+	MOVQ CX, R12
+	MOVQ R13, R10
+
+q8t_blk:
+	CMPQ R10, $2
+	JLT  q8t_single
+	Q8T22(Y8, Y9, Y10, Y11)
+	Q8T22(Y12, Y13, Y14, Y15)
+	SUBQ $2, R10
+	JMP  q8t_blk
+
+q8t_single:
+	TESTQ R10, R10
+	JZ   q8t_red
+	Q8T22(Y8, Y9, Y10, Y11)
+
+q8t_red:
+	VADDPS Y12, Y8, Y8
+	VADDPS Y13, Y9, Y9
+	VADDPS Y14, Y10, Y10
+	VADDPS Y15, Y11, Y11
+	REDUCE8Y(Y8, X8, X6)
+	REDUCE8Y(Y9, X9, X6)
+	REDUCE8Y(Y10, X10, X6)
+	REDUCE8Y(Y11, X11, X6)
+	VMOVSS X8, (DI)
+	VMOVSS X10, 4(DI)
+	VMOVSS X9, (DI)(R9*1)
+	VMOVSS X11, 4(DI)(R9*1)
+	ADDQ $8, DI
+	ADDQ R14, SI          // SI ended at row 1: skip it
+	DECQ R8
+	JMP  q8t_pair
+
+q8t_done:
+	VZEROUPPER
+	RET
