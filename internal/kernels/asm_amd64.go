@@ -45,6 +45,9 @@ func tileQ8_0AVX2(out *float32, outStride int, w *byte, nPairs int, x *byte, xSt
 func rowsQ4_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 
 //go:noescape
+func rowsQ4_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb int)
+
+//go:noescape
 func rowsQ6_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 
 //go:noescape
@@ -197,6 +200,26 @@ func init() {
 	}
 	q8_0Kernels[AVX512].tiles = q8_0TilesAVX512
 	q8_0Kernels[AVX2].tiles = q8_0TilesAVX2
+	q4_KKernels[AVX2].tiles = q4_KTilesAVX2
+}
+
+// q4_KTilesAVX2 runs the Q4_K kernel on 4 tokens at a time so each
+// super-block's scales and nibbles are unpacked once per 4 tokens.
+func q4_KTilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
+	nt := nRows / tileRows * tileRows
+	nTiles := nTok / tileTok
+	nsb := act.stride / 292
+	if nt == 0 || nTiles == 0 || nsb == 0 {
+		return 0
+	}
+	if len(w) < 144*nsb*nt || len(act.bytes) < nTiles*tileTok*act.stride || len(out) < (nTiles*tileTok-1)*outStride+nt {
+		panic("kernels: bad Q4_K tile")
+	}
+	for g := 0; g < nTiles; g++ {
+		t0 := g * tileTok
+		rowsQ4_KAVX2x4(&out[t0*outStride], outStride, &w[0], &act.bytes[t0*act.stride], act.stride, nt, nsb)
+	}
+	return nTiles * tileTok
 }
 
 // q8_0TilesAVX2 runs the 2x2 register tile (tileQ8_0AVX2) over the rows

@@ -1230,6 +1230,43 @@ GLOBL nib4<>(SB), RODATA|NOPTR, $32
 	VPSHUFD $0xb1, X, T \
 	VPADDD T, X, X
 
+// Q4KSCALES unpacks the 6-bit scales and mins of the Q4_K block at SI:
+// the 8 scales as int16 to sc-16(SP), the 8 mins as int16 pairs (m_j, m_j)
+// in Y2, ready for VPMADDWD with the Q8_K bsums. A, C, E, F, G are scratch
+// general registers (A: scale bytes, C: min bytes); clobbers X0, X3.
+#define Q4KSCALES(A, C, E, F, G) \
+	MOVL 4(SI), A \
+	MOVL 8(SI), C \
+	MOVL 12(SI), E \
+	MOVL E, F \
+	SHRL $4, F \
+	ANDL $0x0f0f0f0f, F \
+	MOVL C, G \
+	SHRL $6, G \
+	ANDL $0x03030303, G \
+	SHLL $4, G \
+	ORL  G, F \
+	ANDL $0x3f3f3f3f, C \
+	ANDL $0x0f0f0f0f, E \
+	MOVL A, G \
+	SHRL $6, G \
+	ANDL $0x03030303, G \
+	SHLL $4, G \
+	ORL  G, E \
+	ANDL $0x3f3f3f3f, A \
+	SHLQ $32, E \
+	ORQ  E, A \
+	SHLQ $32, F \
+	ORQ  F, C \
+	VMOVQ A, X0 \
+	VPMOVZXBW X0, X0 \
+	VMOVDQU X0, sc-16(SP) \
+	VMOVQ C, X3 \
+	VPMOVZXBW X3, X3 \
+	VPUNPCKLWD X3, X3, X2 \
+	VPUNPCKHWD X3, X3, X0 \
+	VINSERTI128 $1, X0, Y2, Y2
+
 // func rowsQ4_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 // Canonical Q4_K order (generic.go dotQ4_KGeneric): exact integer sums per
 // super-block, then acc += (d*dx)*isum - (dmin*dx)*imin in scalar float32.
@@ -1252,38 +1289,7 @@ q4k_sb:
 	PREFETCHT0 1024(SI)
 	PREFETCHT0 1088(SI)
 	PREFETCHT0 1152(SI)
-	// Unpack the 6-bit scales (AX: sc0-7 bytes) and mins (CX: m0-7).
-	MOVL 4(SI), AX
-	MOVL 8(SI), CX
-	MOVL 12(SI), R11
-	MOVL R11, R12
-	SHRL $4, R12
-	ANDL $0x0f0f0f0f, R12
-	MOVL CX, R13
-	SHRL $6, R13
-	ANDL $0x03030303, R13
-	SHLL $4, R13
-	ORL  R13, R12
-	ANDL $0x3f3f3f3f, CX
-	ANDL $0x0f0f0f0f, R11
-	MOVL AX, R13
-	SHRL $6, R13
-	ANDL $0x03030303, R13
-	SHLL $4, R13
-	ORL  R13, R11
-	ANDL $0x3f3f3f3f, AX
-	SHLQ $32, R11
-	ORQ  R11, AX
-	SHLQ $32, R12
-	ORQ  R12, CX
-	VMOVQ AX, X0
-	VPMOVZXBW X0, X0
-	VMOVDQU X0, sc-16(SP)
-	VMOVQ CX, X1
-	VPMOVZXBW X1, X1
-	VPUNPCKLWD X1, X1, X2
-	VPUNPCKHWD X1, X1, X3
-	VINSERTI128 $1, X3, Y2, Y2
+	Q4KSCALES(AX, CX, R11, R12, R13)
 	VPMADDWD 260(BX), Y2, Y2  // m_j * (bsum 2j + bsum 2j+1)
 	VPXOR Y8, Y8, Y8
 	Q4KSUB(16(SI), 4(BX), 36(BX), sc-16(SP), sc-14(SP))
@@ -2252,5 +2258,123 @@ q8t_red:
 	JMP  q8t_pair
 
 q8t_done:
+	VZEROUPPER
+	RET
+
+// Q4KSUB4 is Q4KSUB for 4 tokens (Q8_K rows at BX, BX+R11, BX+2*R11,
+// BX+R13): sub-blocks 2k and 2k+1 of the 32 qs bytes at Q are unpacked and
+// their scales (at SA, SB) broadcast once, then multiplied against each
+// token's qs at offsets A and B into Y8-Y11. Same exact integer sums as
+// Q4KSUB. Clobbers Y0, Y3-Y7.
+#define Q4KSUB4(Q, A, B, SA, SB) \
+	VMOVDQU Q, Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPBROADCASTW SA, Y6 \
+	VPBROADCASTW SB, Y7 \
+	VPMADDUBSW A(BX), Y4, Y3 \
+	VPMADDWD Y6, Y3, Y3 \
+	VPADDD Y3, Y8, Y8 \
+	VPMADDUBSW B(BX), Y5, Y0 \
+	VPMADDWD Y7, Y0, Y0 \
+	VPADDD Y0, Y8, Y8 \
+	VPMADDUBSW A(BX)(R11*1), Y4, Y3 \
+	VPMADDWD Y6, Y3, Y3 \
+	VPADDD Y3, Y9, Y9 \
+	VPMADDUBSW B(BX)(R11*1), Y5, Y0 \
+	VPMADDWD Y7, Y0, Y0 \
+	VPADDD Y0, Y9, Y9 \
+	VPMADDUBSW A(BX)(R11*2), Y4, Y3 \
+	VPMADDWD Y6, Y3, Y3 \
+	VPADDD Y3, Y10, Y10 \
+	VPMADDUBSW B(BX)(R11*2), Y5, Y0 \
+	VPMADDWD Y7, Y0, Y0 \
+	VPADDD Y0, Y10, Y10 \
+	VPMADDUBSW A(BX)(R13*1), Y4, Y3 \
+	VPMADDWD Y6, Y3, Y3 \
+	VPADDD Y3, Y11, Y11 \
+	VPMADDUBSW B(BX)(R13*1), Y5, Y0 \
+	VPMADDWD Y7, Y0, Y0 \
+	VPADDD Y0, Y11, Y11
+
+// Q4KFIN4 ends one super-block for one token: BSUM and DX address the
+// token's Q8_K bsums and scale, Y/X its integer sums, F its float32
+// accumulator; X4 holds (d, dmin) widened. Exactly rowsQ4_KAVX2's
+// acc += (d*dx)*isum - (dmin*dx)*imin. Clobbers X0, X3, X5, X6.
+#define Q4KFIN4(BSUM, DX, Y, X, F) \
+	VPMADDWD BSUM, Y2, Y0 \
+	HSUMD(Y, X, X3) \
+	HSUMD(Y0, X0, X3) \
+	VCVTDQ2PS X, X \
+	VCVTDQ2PS X0, X0 \
+	VBROADCASTSS DX, X5 \
+	VMULPS X5, X4, X5 \
+	VMULSS X5, X, X \
+	VMOVSHDUP X5, X6 \
+	VMULSS X6, X0, X0 \
+	VSUBSS X0, X, X \
+	VADDSS X, F, F
+
+// func rowsQ4_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb int)
+// rowsQ4_KAVX2 for 4 tokens at once (Q8_K rows xStride bytes apart;
+// out[t*outStride + r]): each super-block's scales and nibbles are
+// unpacked once per 4 tokens. Float accumulators: X12, X13, X14, X1.
+TEXT ·rowsQ4_KAVX2x4(SB), NOSPLIT, $24-56
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ w+16(FP), SI
+	MOVQ x+24(FP), DX
+	MOVQ xStride+32(FP), R11
+	LEAQ (R11)(R11*2), R13
+	MOVQ nRows+40(FP), R8
+	MOVQ R8, rc-24(SP)
+	VMOVDQU nib4<>(SB), Y15
+
+q4k4_row:
+	CMPQ rc-24(SP), $0
+	JEQ  q4k4_done
+	VXORPS X12, X12, X12
+	VXORPS X13, X13, X13
+	VXORPS X14, X14, X14
+	VXORPS X1, X1, X1
+	MOVQ DX, BX
+	MOVQ nsb+48(FP), R14
+
+q4k4_sb:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
+	Q4KSCALES(AX, CX, R10, R12, R8)
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	Q4KSUB4(16(SI), 4, 36, sc-16(SP), sc-14(SP))
+	Q4KSUB4(48(SI), 68, 100, sc-12(SP), sc-10(SP))
+	Q4KSUB4(80(SI), 132, 164, sc-8(SP), sc-6(SP))
+	Q4KSUB4(112(SI), 196, 228, sc-4(SP), sc-2(SP))
+	VMOVD (SI), X4
+	VCVTPH2PS X4, X4          // d, dmin
+	Q4KFIN4(260(BX), (BX), Y8, X8, X12)
+	Q4KFIN4(260(BX)(R11*1), (BX)(R11*1), Y9, X9, X13)
+	Q4KFIN4(260(BX)(R11*2), (BX)(R11*2), Y10, X10, X14)
+	Q4KFIN4(260(BX)(R13*1), (BX)(R13*1), Y11, X11, X1)
+	ADDQ $144, SI
+	ADDQ $292, BX
+	DECQ R14
+	JNZ  q4k4_sb
+
+	VMOVSS X12, (DI)
+	VMOVSS X13, (DI)(R9*1)
+	VMOVSS X14, (DI)(R9*2)
+	LEAQ (R9)(R9*2), R8
+	VMOVSS X1, (DI)(R8*1)
+	ADDQ $4, DI
+	DECQ rc-24(SP)
+	JMP  q4k4_row
+
+q4k4_done:
 	VZEROUPPER
 	RET
