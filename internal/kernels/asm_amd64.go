@@ -42,6 +42,12 @@ func tileF32AVX512(out *float32, outStride int, w *float32, nGroups int, x *floa
 func tileQ8_0AVX2(out *float32, outStride int, w *byte, nPairs int, x *byte, xStride int, dx *float32, nb int)
 
 //go:noescape
+func tileF32AVX2(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
+
+//go:noescape
+func tileF16AVX2(out *float32, outStride int, w *byte, nGroups int, x *byte, n int)
+
+//go:noescape
 func rowsQ4_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 
 //go:noescape
@@ -201,6 +207,42 @@ func init() {
 	q8_0Kernels[AVX512].tiles = q8_0TilesAVX512
 	q8_0Kernels[AVX2].tiles = q8_0TilesAVX2
 	q4_KKernels[AVX2].tiles = q4_KTilesAVX2
+	f32Kernels[AVX2].tiles = f32TilesAVX2
+	f16Kernels[AVX2].tiles = f16TilesAVX2
+}
+
+// floatTiles3 runs an AVX2 4-row x 3-token float tile kernel over the rows
+// [0, nRows/tileRows*tileRows) and every whole group of 3 tokens; es is
+// the element size, n the row length (a multiple of 16: the kernel has no
+// masked tail, other widths go through rows).
+func floatTiles3(out []float32, outStride int, w []byte, nRows int, x []byte, n, es int, nTok int,
+	kernel func(out *float32, outStride int, w *byte, nGroups int, x *byte, n int)) int {
+	nGroups := nRows / tileRows
+	nt := nTok / 3 * 3
+	if nGroups == 0 || nt == 0 || n%16 != 0 {
+		return 0
+	}
+	if len(w) < es*n*nGroups*tileRows || len(x) < es*n*nt || len(out) < (nt-1)*outStride+nGroups*tileRows {
+		panic("kernels: bad float tile")
+	}
+	for t0 := 0; t0 < nt; t0 += 3 {
+		kernel(&out[t0*outStride], outStride, &w[0], nGroups, &x[t0*n*es], n)
+	}
+	return nt
+}
+
+func f32TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
+	if len(act.f32) == 0 {
+		return 0
+	}
+	x := unsafe.Slice((*byte)(unsafe.Pointer(&act.f32[0])), 4*len(act.f32))
+	return floatTiles3(out, outStride, w, nRows, x, act.stride, 4, nTok, func(out *float32, outStride int, w *byte, nGroups int, x *byte, n int) {
+		tileF32AVX2(out, outStride, (*float32)(unsafe.Pointer(w)), nGroups, (*float32)(unsafe.Pointer(x)), n)
+	})
+}
+
+func f16TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
+	return floatTiles3(out, outStride, w, nRows, act.bytes, act.stride/2, 2, nTok, tileF16AVX2)
 }
 
 // q4_KTilesAVX2 runs the Q4_K kernel on 4 tokens at a time so each

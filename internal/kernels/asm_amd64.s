@@ -2378,3 +2378,181 @@ q4k4_sb:
 q4k4_done:
 	VZEROUPPER
 	RET
+
+// FT43 is one step of the 4-row x 3-token float tile on AVX2: 8 lanes
+// (one half of the canonical 16) of rows AX, AX+R10, AX+2*R10, AX+R12 and
+// tokens BX, BX+R10, BX+2*R10, loaded (and widened) by LD, into Y(3r+t)
+// with one FMA each, then AX and BX advance by STEP (one 16-lane chunk).
+#define FT43(LD, STEP) \
+	LD (BX), Y12 \
+	LD (BX)(R10*1), Y13 \
+	LD (BX)(R10*2), Y14 \
+	LD (AX), Y15 \
+	VFMADD231PS Y15, Y12, Y0 \
+	VFMADD231PS Y15, Y13, Y1 \
+	VFMADD231PS Y15, Y14, Y2 \
+	LD (AX)(R10*1), Y15 \
+	VFMADD231PS Y15, Y12, Y3 \
+	VFMADD231PS Y15, Y13, Y4 \
+	VFMADD231PS Y15, Y14, Y5 \
+	LD (AX)(R10*2), Y15 \
+	VFMADD231PS Y15, Y12, Y6 \
+	VFMADD231PS Y15, Y13, Y7 \
+	VFMADD231PS Y15, Y14, Y8 \
+	LD (AX)(R12*1), Y15 \
+	VFMADD231PS Y15, Y12, Y9 \
+	VFMADD231PS Y15, Y13, Y10 \
+	VFMADD231PS Y15, Y14, Y11 \
+	ADDQ $STEP, AX \
+	ADDQ $STEP, BX
+
+#define FTZERO \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7 \
+	VXORPS Y8, Y8, Y8 \
+	VXORPS Y9, Y9, Y9 \
+	VXORPS Y10, Y10, Y10 \
+	VXORPS Y11, Y11, Y11
+
+#define FTSAVE \
+	VMOVUPS Y0, (R14) \
+	VMOVUPS Y1, 32(R14) \
+	VMOVUPS Y2, 64(R14) \
+	VMOVUPS Y3, 96(R14) \
+	VMOVUPS Y4, 128(R14) \
+	VMOVUPS Y5, 160(R14) \
+	VMOVUPS Y6, 192(R14) \
+	VMOVUPS Y7, 224(R14) \
+	VMOVUPS Y8, 256(R14) \
+	VMOVUPS Y9, 288(R14) \
+	VMOVUPS Y10, 320(R14) \
+	VMOVUPS Y11, 352(R14)
+
+// FTFIN1 adds lanes 0-7 (saved at LO) to lanes 8-15 (Y) - the canonical
+// j += j+8 - folds the rest by REDUCE8Y and stores lane 0 at OUT.
+#define FTFIN1(Y, X, LO, OUT) \
+	VADDPS LO, Y, Y \
+	REDUCE8Y(Y, X, X12) \
+	VMOVSS X, OUT
+
+#define FTFIN \
+	FTFIN1(Y0, X0, (R14), (DI)) \
+	FTFIN1(Y1, X1, 32(R14), (DI)(R9*1)) \
+	FTFIN1(Y2, X2, 64(R14), (DI)(R9*2)) \
+	FTFIN1(Y3, X3, 96(R14), 4(DI)) \
+	FTFIN1(Y4, X4, 128(R14), 4(DI)(R9*1)) \
+	FTFIN1(Y5, X5, 160(R14), 4(DI)(R9*2)) \
+	FTFIN1(Y6, X6, 192(R14), 8(DI)) \
+	FTFIN1(Y7, X7, 224(R14), 8(DI)(R9*1)) \
+	FTFIN1(Y8, X8, 256(R14), 8(DI)(R9*2)) \
+	FTFIN1(Y9, X9, 288(R14), 12(DI)) \
+	FTFIN1(Y10, X10, 320(R14), 12(DI)(R9*1)) \
+	FTFIN1(Y11, X11, 352(R14), 12(DI)(R9*2))
+
+// FTARGS derives the registers shared by tileF32AVX2 and tileF16AVX2
+// from R10 = n; ES is the element size shift (2: float32, 1: binary16).
+// (The arguments are loaded in each function: go vet checks them there.)
+#define FTARGS(ES) \
+	MOVQ R10, R11 \
+	SHRQ $4, R11 \
+	SHLQ $ES, R10 \
+	LEAQ (R10)(R10*2), R12 \
+	LEAQ lo-384(SP), R14
+
+// func tileF32AVX2(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
+// out[t*outStride + r] = dot(row r, token t) for 3 tokens (x, n apart) and
+// 4*nGroups rows (n apart), n a multiple of 16, in the canonical F32 order:
+// lanes 0-7 are accumulated over the whole row first (kept on the stack),
+// then lanes 8-15, so 12 accumulators fit the 16 registers.
+TEXT ·tileF32AVX2(SB), NOSPLIT, $384-48
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ w+16(FP), SI
+	MOVQ nGroups+24(FP), R8
+	MOVQ x+32(FP), DX
+	MOVQ n+40(FP), R10
+	FTARGS(2)
+
+ft32_group:
+	TESTQ R8, R8
+	JZ   ft32_done
+	FTZERO
+	MOVQ SI, AX
+	MOVQ DX, BX
+	MOVQ R11, CX
+
+ft32_lo:
+	FT43(VMOVUPS, 64)
+	DECQ CX
+	JNZ  ft32_lo
+	FTSAVE
+	FTZERO
+	LEAQ 32(SI), AX
+	LEAQ 32(DX), BX
+	MOVQ R11, CX
+
+ft32_hi:
+	FT43(VMOVUPS, 64)
+	DECQ CX
+	JNZ  ft32_hi
+	FTFIN
+	ADDQ $16, DI
+	LEAQ (SI)(R10*4), SI
+	DECQ R8
+	JMP  ft32_group
+
+ft32_done:
+	VZEROUPPER
+	RET
+
+// func tileF16AVX2(out *float32, outStride int, w *byte, nGroups int, x *byte, n int)
+// tileF32AVX2 over binary16 weights and activations, widened on load
+// (their products are exact in float32, so FMA is the canonical step).
+TEXT ·tileF16AVX2(SB), NOSPLIT, $384-48
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ w+16(FP), SI
+	MOVQ nGroups+24(FP), R8
+	MOVQ x+32(FP), DX
+	MOVQ n+40(FP), R10
+	FTARGS(1)
+
+ft16_group:
+	TESTQ R8, R8
+	JZ   ft16_done
+	FTZERO
+	MOVQ SI, AX
+	MOVQ DX, BX
+	MOVQ R11, CX
+
+ft16_lo:
+	FT43(VCVTPH2PS, 32)
+	DECQ CX
+	JNZ  ft16_lo
+	FTSAVE
+	FTZERO
+	LEAQ 16(SI), AX
+	LEAQ 16(DX), BX
+	MOVQ R11, CX
+
+ft16_hi:
+	FT43(VCVTPH2PS, 32)
+	DECQ CX
+	JNZ  ft16_hi
+	FTFIN
+	ADDQ $16, DI
+	LEAQ (SI)(R10*4), SI
+	DECQ R8
+	JMP  ft16_group
+
+ft16_done:
+	VZEROUPPER
+	RET

@@ -27,7 +27,7 @@ func TestTilesOddShapesBitwise(t *testing.T) {
 		typ  quant.Type
 		cols []int
 	}{
-		{quant.F32, []int{17, 100}},
+		{quant.F32, []int{17, 64, 288}},
 		{quant.F16, []int{33, 288}},
 		{quant.BF16, []int{40}},
 		{quant.Q8_0, []int{32, 96, 288}},
