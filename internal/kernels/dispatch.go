@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -253,6 +254,11 @@ func fill3(k typeKernel) [3]typeKernel { return [3]typeKernel{k, k, k} }
 func Describe() string {
 	return fmt.Sprintf("%v (available: %s)", CurrentPath(), pathNames())
 }
+
+// CPUFeatures lists the SIMD features of this CPU that the kernel paths
+// use or could use (e.g. "avx2 fma avx512f avx512bw avx512vl avx512vnni
+// avxvnni"), for benchmark reports.
+func CPUFeatures() string { return strings.Join(cpuFeatures(), " ") }
 
 func pathNames() string {
 	s := ""
