@@ -2556,3 +2556,145 @@ ft16_hi:
 ft16_done:
 	VZEROUPPER
 	RET
+
+// Q4K8G adds one 4-element group of a sub-block pair for 8 rows and 2
+// tokens: the rows' 4 packed bytes at W(SI) (low nibbles: sub-block 2k,
+// high: 2k+1) times the tokens' 4 q8 at XL and XH broadcast to every row,
+// pairs summed by VPMADDUBSW into the int16 sums Y8, Y9 (token 0) and Y10,
+// Y11 (token 1). Clobbers Y0-Y5.
+#define Q4K8G(W, XL, XH) \
+	VMOVDQU W(SI), Y0 \
+	VPSRLW $4, Y0, Y1 \
+	VPAND Y7, Y0, Y0 \
+	VPAND Y7, Y1, Y1 \
+	VPBROADCASTD XL(BX), Y2 \
+	VPMADDUBSW Y2, Y0, Y3 \
+	VPADDW Y3, Y8, Y8 \
+	VPBROADCASTD XH(BX), Y2 \
+	VPMADDUBSW Y2, Y1, Y3 \
+	VPADDW Y3, Y9, Y9 \
+	VPBROADCASTD XL(BX)(DX*1), Y4 \
+	VPMADDUBSW Y4, Y0, Y5 \
+	VPADDW Y5, Y10, Y10 \
+	VPBROADCASTD XH(BX)(DX*1), Y4 \
+	VPMADDUBSW Y4, Y1, Y5 \
+	VPADDW Y5, Y11, Y11
+
+// Q4K8SC scales the int16 sums of sub-blocks 2k and 2k+1 by the rows'
+// (sc, sc) pairs at S0(SI), S1(SI) into the isums Y12 (token 0), Y13.
+#define Q4K8SC(S0, S1) \
+	VPMADDWD S0(SI), Y8, Y8 \
+	VPADDD Y8, Y12, Y12 \
+	VPMADDWD S1(SI), Y9, Y9 \
+	VPADDD Y9, Y12, Y12 \
+	VPMADDWD S0(SI), Y10, Y10 \
+	VPADDD Y10, Y13, Y13 \
+	VPMADDWD S1(SI), Y11, Y11 \
+	VPADDD Y11, Y13, Y13 \
+	VPXOR Y8, Y8, Y8 \
+	VPXOR Y9, Y9, Y9 \
+	VPXOR Y10, Y10, Y10 \
+	VPXOR Y11, Y11, Y11
+
+// Q4K8SUB is sub-block pair k: 8 groups then the scales. K64 = 64k,
+// W0 = 256k (packed bytes), S0 = 1024+64k.
+#define Q4K8SUB(W0, K64, S0) \
+	Q4K8G(W0, 4+K64, 36+K64) \
+	Q4K8G(W0+32, 8+K64, 40+K64) \
+	Q4K8G(W0+64, 12+K64, 44+K64) \
+	Q4K8G(W0+96, 16+K64, 48+K64) \
+	Q4K8G(W0+128, 20+K64, 52+K64) \
+	Q4K8G(W0+160, 24+K64, 56+K64) \
+	Q4K8G(W0+192, 28+K64, 60+K64) \
+	Q4K8G(W0+224, 32+K64, 64+K64) \
+	Q4K8SC(S0, S0+32)
+
+// Q4K8MIN adds m_j * (bsum 2j + bsum 2j+1) (the pair at B of each token)
+// for the rows' (m_j, m_j) pairs at M(SI) into the imins Y8, Y9.
+#define Q4K8MIN(B, M) \
+	VPBROADCASTD B(BX), Y2 \
+	VPMADDWD M(SI), Y2, Y2 \
+	VPADDD Y2, Y8, Y8 \
+	VPBROADCASTD B(BX)(DX*1), Y4 \
+	VPMADDWD M(SI), Y4, Y4 \
+	VPADDD Y4, Y9, Y9
+
+// Q4K8FIN is the canonical float step for one token, lane-wise: ISUM and
+// IMIN (int32) to float32, acc F += (d*dx)*isum - (dmin*dx)*imin with dx
+// at DXM. Clobbers Y2-Y4.
+#define Q4K8FIN(DXM, ISUM, IMIN, F) \
+	VCVTDQ2PS ISUM, ISUM \
+	VCVTDQ2PS IMIN, IMIN \
+	VBROADCASTSS DXM, Y2 \
+	VMULPS 1536(SI), Y2, Y3 \
+	VMULPS 1568(SI), Y2, Y4 \
+	VMULPS Y3, ISUM, ISUM \
+	VMULPS Y4, IMIN, IMIN \
+	VSUBPS IMIN, ISUM, ISUM \
+	VADDPS ISUM, F, F
+
+// func q4KTile8x2AVX2(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+// Canonical Q4_K order (dotQ4_KGeneric) with 8 rows in the 8 lanes, for 2
+// tokens (Q8_K rows at x and x+xStride) and nGroups groups of 8 rows
+// packed by q4KPack8 (q4k8.go). Per super-block: exact int16 sums over
+// each 32-element sub-block (|sum| <= 16*15*128), exact isum and imin in
+// int32, then the scalar float steps of the canonical order, lane-wise.
+// One store per token and group: out[t*outStride + 8g + r].
+TEXT ·q4KTile8x2AVX2(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ wp+16(FP), SI
+	MOVQ nGroups+24(FP), R8
+	MOVQ x+32(FP), AX
+	MOVQ xStride+40(FP), DX
+	MOVQ nsb+48(FP), R10
+	VMOVDQU nib4<>(SB), Y7
+
+q4k8_group:
+	TESTQ R8, R8
+	JZ   q4k8_done
+	VXORPS Y14, Y14, Y14
+	VXORPS Y15, Y15, Y15
+	MOVQ AX, BX
+	MOVQ R10, CX
+
+q4k8_sb:
+	PREFETCHT0 1600(SI)
+	PREFETCHT0 1664(SI)
+	PREFETCHT0 1728(SI)
+	PREFETCHT0 1792(SI)
+	VPXOR Y12, Y12, Y12
+	VPXOR Y13, Y13, Y13
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	Q4K8SUB(0, 0, 1024)
+	Q4K8SUB(256, 64, 1088)
+	Q4K8SUB(512, 128, 1152)
+	Q4K8SUB(768, 192, 1216)
+	Q4K8MIN(260, 1280)
+	Q4K8MIN(264, 1312)
+	Q4K8MIN(268, 1344)
+	Q4K8MIN(272, 1376)
+	Q4K8MIN(276, 1408)
+	Q4K8MIN(280, 1440)
+	Q4K8MIN(284, 1472)
+	Q4K8MIN(288, 1504)
+	Q4K8FIN((BX), Y12, Y8, Y14)
+	Q4K8FIN((BX)(DX*1), Y13, Y9, Y15)
+	ADDQ $1600, SI
+	ADDQ $292, BX
+	DECQ CX
+	JNZ  q4k8_sb
+
+	VMOVUPS Y14, (DI)
+	VMOVUPS Y15, (DI)(R9*1)
+	ADDQ $32, DI
+	DECQ R8
+	JMP  q4k8_group
+
+q4k8_done:
+	VZEROUPPER
+	RET

@@ -39,7 +39,7 @@ func TestTilesOddShapesBitwise(t *testing.T) {
 		{quant.Q6_K, []int{256, 768}},
 	} {
 		for _, cols := range sh.cols {
-			for _, rows := range []int{1, 6, 19, 37} {
+			for _, rows := range []int{1, 6, 19, 28, 37} {
 				name := fmt.Sprintf("%s/%dx%d", sh.typ, rows, cols)
 				t.Run(name, func(t *testing.T) {
 					m := oddMatrix(t, sh.typ, rows, cols, uint64(rows*cols))
