@@ -89,4 +89,3 @@ func q4_KTiles8Run(out []float32, outStride int, w []byte, nRows int, act actBuf
 	}
 	return nt
 }
-
