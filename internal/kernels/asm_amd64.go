@@ -57,6 +57,9 @@ func rowsQ4_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb
 func q4KTile8x2AVX2(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
 
 //go:noescape
+func rowsQ6_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb int)
+
+//go:noescape
 func rowsQ6_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 
 //go:noescape
@@ -211,6 +214,8 @@ func init() {
 	q4_KKernels[AVX2].tiles = q4_KTiles8(q4_KTilesAVX2)
 	q4_KKernels[AVX512].tiles = q4_KTiles8(q4_KTilesAVX512)
 	f32Kernels[AVX2].tiles = f32TilesAVX2
+	q6_KKernels[AVX2].tiles = q6_KTilesAVX2
+	q6_KKernels[AVX512].tiles = q6_KTilesAVX2
 	f16Kernels[AVX2].tiles = f16TilesAVX2
 }
 
@@ -344,6 +349,25 @@ func q4_KRowsAsm(out []float32, w []byte, act actBuf, t int) {
 		panic("kernels: short Q4_K weight tile")
 	}
 	rowsQ4_KAVX2(&out[0], &w[0], &x[0], len(out), nsb)
+}
+
+// q6_KTilesAVX2 runs the Q6_K kernel on 4 tokens at a time so each
+// super-block's 6-bit values and scales are unpacked once per 4 tokens.
+func q6_KTilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
+	nt := nRows / tileRows * tileRows
+	nTiles := nTok / tileTok
+	nsb := act.stride / 292
+	if nt == 0 || nTiles == 0 || nsb == 0 {
+		return 0
+	}
+	if len(w) < 210*nsb*nt || len(act.bytes) < nTiles*tileTok*act.stride || len(out) < (nTiles*tileTok-1)*outStride+nt {
+		panic("kernels: bad Q6_K tile")
+	}
+	for g := 0; g < nTiles; g++ {
+		t0 := g * tileTok
+		rowsQ6_KAVX2x4(&out[t0*outStride], outStride, &w[0], &act.bytes[t0*act.stride], act.stride, nt, nsb)
+	}
+	return nTiles * tileTok
 }
 
 func q6_KRowsAsm(out []float32, w []byte, act actBuf, t int) {

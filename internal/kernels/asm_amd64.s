@@ -2698,3 +2698,138 @@ q4k8_sb:
 q4k8_done:
 	VZEROUPPER
 	RET
+
+// Q6KCH4 is Q6KCH for 4 tokens (Q8_K rows at BX, BX+R11, BX+2*R11,
+// BX+R13; qs of this chunk at offset X): the chunk's unsigned 6-bit values
+// U and its two scales (SA, SB) are shared, the exact int32 sums go to
+// Y8-Y11. Clobbers Y5-Y7.
+#define Q6KCH4(U, X, SA, SB) \
+	VPBROADCASTW SA, X7 \
+	VPBROADCASTW SB, X6 \
+	VINSERTI128 $1, X6, Y7, Y7 \
+	VPMADDUBSW X(BX), U, Y6 \
+	VPMADDWD Y7, Y6, Y6 \
+	VPADDD Y6, Y8, Y8 \
+	VPMADDUBSW X(BX)(R11*1), U, Y5 \
+	VPMADDWD Y7, Y5, Y5 \
+	VPADDD Y5, Y9, Y9 \
+	VPMADDUBSW X(BX)(R11*2), U, Y6 \
+	VPMADDWD Y7, Y6, Y6 \
+	VPADDD Y6, Y10, Y10 \
+	VPMADDUBSW X(BX)(R13*1), U, Y5 \
+	VPMADDWD Y7, Y5, Y5 \
+	VPADDD Y5, Y11, Y11
+
+// Q6KHALF4 is Q6KHALF for 4 tokens (XA-XD: offsets of the four 32-byte
+// chunks of Q8_K qs). Clobbers Y0-Y7.
+#define Q6KHALF4(QL, QL32, QH, XA, XB, XC, XD, S0, S1, S2, S3, S4, S5, S6, S7) \
+	VMOVDQU QL, Y0 \
+	VMOVDQU QL32, Y1 \
+	VMOVDQU QH, Y2 \
+	VPAND Y15, Y0, Y3 \
+	VPSLLW $4, Y2, Y4 \
+	VPAND Y14, Y4, Y4 \
+	VPOR Y4, Y3, Y3 \
+	Q6KCH4(Y3, XA, S0, S1) \
+	VPAND Y15, Y1, Y3 \
+	VPSLLW $2, Y2, Y4 \
+	VPAND Y14, Y4, Y4 \
+	VPOR Y4, Y3, Y3 \
+	Q6KCH4(Y3, XB, S2, S3) \
+	VPSRLW $4, Y0, Y3 \
+	VPAND Y15, Y3, Y3 \
+	VPAND Y14, Y2, Y4 \
+	VPOR Y4, Y3, Y3 \
+	Q6KCH4(Y3, XC, S4, S5) \
+	VPSRLW $4, Y1, Y3 \
+	VPAND Y15, Y3, Y3 \
+	VPSRLW $2, Y2, Y4 \
+	VPAND Y14, Y4, Y4 \
+	VPOR Y4, Y3, Y3 \
+	Q6KCH4(Y3, XD, S6, S7)
+
+// Q6KFIN4 ends a super-block for one token (Q8_K row at XR): the -32
+// offset through the bsums, the horizontal sum of Y (X its low half),
+// then F += (d*dx)*isum with d widened in X12 and F the token's float32
+// accumulator on the stack: rowsQ6_KAVX2's steps. XB addresses the row's
+// bsums (XR+260). Clobbers X4-X6.
+#define Q6KFIN4(XR, XB, Y, X, F) \
+	VMOVDQU XB, Y4 \
+	VPMADDWD sc-32(SP), Y4, Y4 \
+	VPSLLD $5, Y4, Y4 \
+	VPSUBD Y4, Y, Y \
+	HSUMD(Y, X, X6) \
+	VCVTDQ2PS X, X \
+	VMULSS XR, X12, X5 \
+	VMULSS X5, X, X \
+	VADDSS F, X, X \
+	VMOVSS X, F
+
+// func rowsQ6_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb int)
+// rowsQ6_KAVX2 for 4 tokens at once (Q8_K rows xStride bytes apart;
+// out[t*outStride + r]): each super-block's 6-bit values and scales are
+// unpacked once per 4 tokens.
+TEXT ·rowsQ6_KAVX2x4(SB), NOSPLIT, $48-56
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ w+16(FP), SI
+	MOVQ x+24(FP), DX
+	MOVQ xStride+32(FP), R11
+	LEAQ (R11)(R11*2), R13
+	MOVQ nRows+40(FP), R8
+	VMOVDQU nib4<>(SB), Y15
+	VMOVDQU c30<>(SB), Y14
+
+q6k4_row:
+	TESTQ R8, R8
+	JZ   q6k4_done
+	VXORPS X4, X4, X4
+	VMOVSS X4, f0-48(SP)
+	VMOVSS X4, f1-44(SP)
+	VMOVSS X4, f2-40(SP)
+	VMOVSS X4, f3-36(SP)
+	MOVQ DX, BX
+	MOVQ nsb+48(FP), R14
+
+q6k4_sb:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
+	PREFETCHT0 1216(SI)
+	VPMOVSXBW 192(SI), Y4
+	VMOVDQU Y4, sc-32(SP)
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	Q6KHALF4((SI), 32(SI), 128(SI), 4, 36, 68, 100, sc-32(SP), sc-30(SP), sc-28(SP), sc-26(SP), sc-24(SP), sc-22(SP), sc-20(SP), sc-18(SP))
+	Q6KHALF4(64(SI), 96(SI), 160(SI), 132, 164, 196, 228, sc-16(SP), sc-14(SP), sc-12(SP), sc-10(SP), sc-8(SP), sc-6(SP), sc-4(SP), sc-2(SP))
+	MOVWLZX 208(SI), AX
+	VMOVD AX, X12
+	VCVTPH2PS X12, X12
+	Q6KFIN4((BX), 260(BX), Y8, X8, f0-48(SP))
+	Q6KFIN4((BX)(R11*1), 260(BX)(R11*1), Y9, X9, f1-44(SP))
+	Q6KFIN4((BX)(R11*2), 260(BX)(R11*2), Y10, X10, f2-40(SP))
+	Q6KFIN4((BX)(R13*1), 260(BX)(R13*1), Y11, X11, f3-36(SP))
+	ADDQ $210, SI
+	ADDQ $292, BX
+	DECQ R14
+	JNZ  q6k4_sb
+
+	VMOVSS f0-48(SP), X4
+	VMOVSS X4, (DI)
+	VMOVSS f1-44(SP), X4
+	VMOVSS X4, (DI)(R9*1)
+	VMOVSS f2-40(SP), X4
+	VMOVSS X4, (DI)(R9*2)
+	LEAQ (R9)(R9*2), AX
+	VMOVSS f3-36(SP), X4
+	VMOVSS X4, (DI)(AX*1)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q6k4_row
+
+q6k4_done:
+	VZEROUPPER
+	RET
