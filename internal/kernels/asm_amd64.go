@@ -39,7 +39,7 @@ func tileQ8_0AVX512(out *float32, outStride int, wp *byte, nGroups int, xt *byte
 func tileF32AVX512(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
 
 //go:noescape
-func tileQ8_0AVX2(out *float32, outStride int, w *byte, nPairs int, x *byte, xStride int, dx *float32, nb int)
+func tileQ8_0AVX2(out *float32, outStride int, w *byte, nPairs int, x *byte, xStride int, dxp, dwp *float32, nb int)
 
 //go:noescape
 func tileF32AVX2(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
@@ -275,8 +275,10 @@ func q4_KTilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 // q8_0TilesAVX2 runs the 2x2 register tile (tileQ8_0AVX2) over the rows
 // [0, nRows/tileRows*tileRows) for every pair of tokens: each weight block
 // is loaded and made unsigned once per two tokens, each activation block
-// once per two rows. Same order as rows, so the odd token left over goes
-// through rows.
+// once per two rows, and the four scale products of a block come from one
+// multiply of the rows' widened scales (laid out once per call) by the
+// tokens'. Same order as rows, so the odd token left over goes through
+// rows.
 func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
 	nb := act.nb
 	nr := nRows / tileRows * tileRows
@@ -288,9 +290,32 @@ func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 		len(out) < (nt-1)*outStride+nr || act.stride != 34*nb {
 		panic("kernels: bad Q8_0 tile")
 	}
-	for t0 := 0; t0 < nt; t0 += 2 {
-		tileQ8_0AVX2(&out[t0*outStride], outStride, &w[0], nr/2, &act.bytes[t0*act.stride], act.stride, &act.dx[t0*nb], nb)
+	// dwp: per row pair and block (dw0, dw0, dw1, dw1); dxp: per block
+	// (dx0, dx1, dx0, dx1) of the current token pair.
+	nw, nx := nr/2*nb*4, nb*4
+	bp := packPool.Get().(*[]byte)
+	if cap(*bp) < 4*(nw+nx) {
+		*bp = make([]byte, 4*(nw+nx))
 	}
+	f := f32Bytes((*bp)[:4*(nw+nx)])
+	dwp, dxp := f[:nw], f[nw:]
+	rb := 34 * nb
+	for p := 0; p < nr/2; p++ {
+		r0, r1 := w[2*p*rb:], w[(2*p+1)*rb:]
+		d := dwp[p*nb*4:]
+		for b := 0; b < nb; b++ {
+			d0, d1 := fp16At(r0, 34*b), fp16At(r1, 34*b)
+			d[4*b], d[4*b+1], d[4*b+2], d[4*b+3] = d0, d0, d1, d1
+		}
+	}
+	for t0 := 0; t0 < nt; t0 += 2 {
+		x0, x1 := act.dx[t0*nb:(t0+1)*nb], act.dx[(t0+1)*nb:(t0+2)*nb]
+		for b := 0; b < nb; b++ {
+			dxp[4*b], dxp[4*b+1], dxp[4*b+2], dxp[4*b+3] = x0[b], x1[b], x0[b], x1[b]
+		}
+		tileQ8_0AVX2(&out[t0*outStride], outStride, &w[0], nr/2, &act.bytes[t0*act.stride], act.stride, &dxp[0], &dwp[0], nb)
+	}
+	packPool.Put(bp)
 	return nt
 }
 

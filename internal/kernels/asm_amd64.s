@@ -2148,56 +2148,58 @@ q4kz_done:
 	RET
 
 // Q8T22 adds one Q8_0 block to the 2x2 (row, token) tile on AVX2: weight
-// rows at SI and SI+R14, tokens' Q8_0 blocks at BX and BX+DX, their
-// widened scales at R12 and R12+R11. Each pair is Q8Y2's arithmetic
-// (|w| times x signed by w, VPMADDUBSW then VPMADDWD by ones, d = dw*dx,
-// one FMA), so the order is dotQ8_0Generic's; the tile only shares the
-// loads and the weight-side work. A_rt is the accumulator of (row r,
-// token t). Clobbers Y0-Y7.
+// rows at SI and SI+R14, tokens' Q8_0 blocks at BX and BX+DX. The four
+// scale products d = dw*dx come from one 4-lane multiply of the rows'
+// widened scales (R12: dw0, dw0, dw1, dw1) by the tokens' (CX: dx0, dx1,
+// dx0, dx1), each then broadcast. Each pair is Q8Y2's arithmetic (|w|
+// times x signed by w, VPMADDUBSW then VPMADDWD by ones, one FMA with d),
+// so the order is dotQ8_0Generic's; the tile only shares the loads, |w|
+// and the scales. A_rt is the accumulator of (row r, token t). Y5 holds
+// ones16. Clobbers Y0-Y2, Y4, Y6, Y7.
 #define Q8T22(A00, A01, A10, A11) \
 	VPABSB 2(SI), Y0 \
 	VPABSB 2(SI)(R14*1), Y1 \
-	VPBROADCASTW (SI), X2 \
-	VCVTPH2PS X2, Y2 \
-	VPBROADCASTW (SI)(R14*1), X3 \
-	VCVTPH2PS X3, Y3 \
+	VMOVUPS (CX), X2 \
+	VMULPS (R12), X2, X2 \
+	VMOVUPS X2, dd-16(SP) \
 	VMOVDQU 2(BX), Y4 \
-	VBROADCASTSS (R12), Y5 \
 	VPSIGNB 2(SI), Y4, Y6 \
 	VPMADDUBSW Y6, Y0, Y6 \
-	VPMADDWD ones16<>(SB), Y6, Y6 \
+	VPMADDWD Y5, Y6, Y6 \
 	VCVTDQ2PS Y6, Y6 \
-	VMULPS Y5, Y2, Y7 \
+	VBROADCASTSS dd-16(SP), Y7 \
 	VFMADD231PS Y7, Y6, A00 \
 	VPSIGNB 2(SI)(R14*1), Y4, Y6 \
 	VPMADDUBSW Y6, Y1, Y6 \
-	VPMADDWD ones16<>(SB), Y6, Y6 \
+	VPMADDWD Y5, Y6, Y6 \
 	VCVTDQ2PS Y6, Y6 \
-	VMULPS Y5, Y3, Y7 \
+	VBROADCASTSS dd-8(SP), Y7 \
 	VFMADD231PS Y7, Y6, A10 \
 	VMOVDQU 2(BX)(DX*1), Y4 \
-	VBROADCASTSS (R12)(R11*1), Y5 \
 	VPSIGNB 2(SI), Y4, Y6 \
 	VPMADDUBSW Y6, Y0, Y6 \
-	VPMADDWD ones16<>(SB), Y6, Y6 \
+	VPMADDWD Y5, Y6, Y6 \
 	VCVTDQ2PS Y6, Y6 \
-	VMULPS Y5, Y2, Y7 \
+	VBROADCASTSS dd-12(SP), Y7 \
 	VFMADD231PS Y7, Y6, A01 \
 	VPSIGNB 2(SI)(R14*1), Y4, Y6 \
 	VPMADDUBSW Y6, Y1, Y6 \
-	VPMADDWD ones16<>(SB), Y6, Y6 \
+	VPMADDWD Y5, Y6, Y6 \
 	VCVTDQ2PS Y6, Y6 \
-	VMULPS Y5, Y3, Y7 \
+	VBROADCASTSS dd-4(SP), Y7 \
 	VFMADD231PS Y7, Y6, A11 \
 	ADDQ $34, SI \
 	ADDQ $34, BX \
-	ADDQ $4, R12
+	ADDQ $16, CX \
+	ADDQ $16, R12
 
-// func tileQ8_0AVX2(out *float32, outStride int, w *byte, nPairs int, x *byte, xStride int, dx *float32, nb int)
-// out[t*outStride + r] for 2 tokens t (Q8_0 rows xStride bytes apart,
-// widened scales nb apart) and 2*nPairs weight rows r. Even blocks go to
-// Y8-Y11, odd blocks to Y12-Y15 (the canonical lanes 0-7 and 8-15).
-TEXT ·tileQ8_0AVX2(SB), NOSPLIT, $0-64
+// func tileQ8_0AVX2(out *float32, outStride int, w *byte, nPairs int, x *byte, xStride int, dxp, dwp *float32, nb int)
+// out[t*outStride + r] for 2 tokens t (Q8_0 rows xStride bytes apart) and
+// 2*nPairs weight rows r; dxp holds the tokens' widened scales per block
+// (dx0, dx1, dx0, dx1), dwp the rows' per row pair and block (dw0, dw0,
+// dw1, dw1). Even blocks go to Y8-Y11, odd blocks to Y12-Y15 (the
+// canonical lanes 0-7 and 8-15).
+TEXT ·tileQ8_0AVX2(SB), NOSPLIT, $16-72
 	MOVQ out+0(FP), DI
 	MOVQ outStride+8(FP), R9
 	SHLQ $2, R9
@@ -2205,11 +2207,10 @@ TEXT ·tileQ8_0AVX2(SB), NOSPLIT, $0-64
 	MOVQ nPairs+24(FP), R8
 	MOVQ x+32(FP), AX
 	MOVQ xStride+40(FP), DX
-	MOVQ dx+48(FP), CX
-	MOVQ nb+56(FP), R13
-	MOVQ R13, R11
-	SHLQ $2, R11          // dx stride in bytes
+	MOVQ dwp+56(FP), R12
+	MOVQ nb+64(FP), R13
 	IMUL3Q $34, R13, R14  // weight row bytes
+	VMOVDQU ones16<>(SB), Y5
 
 q8t_pair:
 	TESTQ R8, R8
@@ -2223,7 +2224,7 @@ q8t_pair:
 	VXORPS Y14, Y14, Y14
 	VXORPS Y15, Y15, Y15
 	MOVQ AX, BX
-	MOVQ CX, R12
+	MOVQ dxp+48(FP), CX
 	MOVQ R13, R10
 
 q8t_blk:
