@@ -60,6 +60,18 @@ func q4KTile8x2AVX2(out *float32, outStride int, wp *byte, nGroups int, x *byte,
 func rowsQ6_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb int)
 
 //go:noescape
+func rowsQ4_0AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+
+//go:noescape
+func rowsQ5_0AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+
+//go:noescape
+func rowsQ4_1AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+
+//go:noescape
+func rowsQ5_1AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+
+//go:noescape
 func rowsQ6_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 
 //go:noescape
@@ -215,6 +227,10 @@ func init() {
 	q4_KKernels[AVX512].tiles = q4_KTiles8(q4_KTilesAVX512)
 	f32Kernels[AVX2].tiles = f32TilesAVX2
 	q6_KKernels[AVX2].tiles = q6_KTilesAVX2
+	setLegacy(&q4_0Kernels, 18, 34, rowsQ4_0AVX2)
+	setLegacy(&q5_0Kernels, 22, 34, rowsQ5_0AVX2)
+	setLegacy(&q4_1Kernels, 20, 36, rowsQ4_1AVX2)
+	setLegacy(&q5_1Kernels, 24, 36, rowsQ5_1AVX2)
 	q6_KKernels[AVX512].tiles = q6_KTilesAVX2
 	f16Kernels[AVX2].tiles = f16TilesAVX2
 }
@@ -393,6 +409,26 @@ func q6_KTilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 		rowsQ6_KAVX2x4(&out[t0*outStride], outStride, &w[0], &act.bytes[t0*act.stride], act.stride, nt, nsb)
 	}
 	return nTiles * tileTok
+}
+
+// setLegacy installs a legacy type's matvec on both SIMD paths (the
+// kernels are AVX2 code). wb and xb are the weight and activation block
+// bytes; Q8_0 activations (xb 34) come with widened scales in act.dx.
+func setLegacy(k *[3]typeKernel, wb, xb int, fn func(out *float32, w, x *byte, dx *float32, nRows, nb int)) {
+	rows := func(out []float32, w []byte, act actBuf, t int) {
+		x := act.row(t)
+		nb := len(x) / xb
+		if nb == 0 || len(w) < wb*nb*len(out) {
+			panic("kernels: short legacy weight tile")
+		}
+		var dx *float32
+		if xb == 34 {
+			dx = &act.dx[t*nb : (t+1)*nb][0]
+		}
+		fn(&out[0], &w[0], &x[0], dx, len(out), nb)
+	}
+	k[AVX2].rows = rows
+	k[AVX512].rows = rows
 }
 
 func q6_KRowsAsm(out []float32, w []byte, act actBuf, t int) {

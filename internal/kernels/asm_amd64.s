@@ -2834,3 +2834,321 @@ q6k4_sb:
 q6k4_done:
 	VZEROUPPER
 	RET
+
+// Legacy types on AVX2 (Q4_0, Q5_0 against Q8_0; Q4_1, Q5_1 against Q8_1):
+// the canonical order of legacy.go (Q8_0's even/odd 16 lanes, one FMA per
+// 4-element sum, then for Q4_1/Q5_1 float32(m*s) added to lane 0 of the
+// block's half). Weights are decoded to one byte per element in element
+// order in Y2, then multiplied as Q8Y2 does. Constants: Y15 ones16, Y14
+// nibble mask, Y13 8s, Y12 qh byte index, Y11 bit masks, Y10 0x10s, Y9 16s.
+DATA legIdx<>+0(SB)/8, $0x0000000000000000
+DATA legIdx<>+8(SB)/8, $0x0101010101010101
+DATA legIdx<>+16(SB)/8, $0x0202020202020202
+DATA legIdx<>+24(SB)/8, $0x0303030303030303
+GLOBL legIdx<>(SB), RODATA|NOPTR, $32
+DATA legBits<>+0(SB)/8, $0x8040201008040201
+DATA legBits<>+8(SB)/8, $0x8040201008040201
+DATA legBits<>+16(SB)/8, $0x8040201008040201
+DATA legBits<>+24(SB)/8, $0x8040201008040201
+GLOBL legBits<>(SB), RODATA|NOPTR, $32
+DATA legC<>+0(SB)/8, $0x0808080808080808
+DATA legC<>+8(SB)/8, $0x0808080808080808
+DATA legC<>+16(SB)/8, $0x0808080808080808
+DATA legC<>+24(SB)/8, $0x0808080808080808
+DATA legC<>+32(SB)/8, $0x1010101010101010
+DATA legC<>+40(SB)/8, $0x1010101010101010
+DATA legC<>+48(SB)/8, $0x1010101010101010
+DATA legC<>+56(SB)/8, $0x1010101010101010
+GLOBL legC<>(SB), RODATA|NOPTR, $64
+
+#define LEGINIT \
+	VMOVDQU ones16<>(SB), Y15 \
+	VMOVDQU nib4<>(SB), Y14 \
+	VMOVDQU legC<>(SB), Y13 \
+	VMOVDQU legIdx<>(SB), Y12 \
+	VMOVDQU legBits<>(SB), Y11 \
+	VMOVDQU legC<>+32(SB), Y10 \
+	VMOVDQU legC<>+32(SB), Y9
+
+// LEGNIB puts the 32 nibbles of the 16 qs bytes at QS in Y2, element
+// order (low nibbles are elements 0-15, high 16-31). Clobbers X3.
+#define LEGNIB(QS) \
+	VMOVDQU QS, X2 \
+	VPSRLW $4, X2, X3 \
+	VINSERTI128 $1, X3, Y2, Y2 \
+	VPAND Y14, Y2, Y2
+
+// LEGQH ORs bit 4 of each element from the 32-bit qh at QH into Y2.
+// Clobbers Y3.
+#define LEGQH(QH) \
+	VPBROADCASTD QH, Y3 \
+	VPSHUFB Y12, Y3, Y3 \
+	VPAND Y11, Y3, Y3 \
+	VPCMPEQB Y11, Y3, Y3 \
+	VPAND Y10, Y3, Y3 \
+	VPOR Y3, Y2, Y2
+
+// LEGSIGNED adds signed weights Y2 times the Q8_0 qs at XQ, scaled by
+// d = dw (f16 at WD) * dx (float32 at DXM), to ACC. Clobbers Y2-Y5.
+#define LEGSIGNED(XQ, WD, DXM, ACC) \
+	VMOVDQU XQ, Y3 \
+	VPSIGNB Y2, Y3, Y3 \
+	VPABSB Y2, Y2 \
+	VPMADDUBSW Y3, Y2, Y3 \
+	VPMADDWD Y15, Y3, Y3 \
+	VCVTDQ2PS Y3, Y3 \
+	VPBROADCASTW WD, X4 \
+	VCVTPH2PS X4, Y4 \
+	VBROADCASTSS DXM, Y5 \
+	VMULPS Y5, Y4, Y4 \
+	VFMADD231PS Y4, Y3, ACC
+
+// LEGUNSIGNED adds unsigned weights Y2 (offset m at W+2) times the Q8_1
+// block at X (d, s, qs) to ACC: the 8 fused steps with d = dw*dx, then
+// float32(m*s) into lane 0. Clobbers Y2-Y7, AX.
+#define LEGUNSIGNED(W, X, ACC) \
+	VPMADDUBSW 4(X), Y2, Y3 \
+	VPMADDWD Y15, Y3, Y3 \
+	VCVTDQ2PS Y3, Y3 \
+	VPBROADCASTW (W), X4 \
+	VCVTPH2PS X4, Y4 \
+	VPBROADCASTW (X), X5 \
+	VCVTPH2PS X5, Y5 \
+	VMULPS Y5, Y4, Y4 \
+	VFMADD231PS Y4, Y3, ACC \
+	MOVWLZX 2(W), AX \
+	VMOVD AX, X6 \
+	VCVTPH2PS X6, X6 \
+	MOVWLZX 2(X), AX \
+	VMOVD AX, X7 \
+	VCVTPH2PS X7, X7 \
+	VMULSS X7, X6, X6 \
+	VADDPS Y6, ACC, ACC
+
+// Q40BLK adds one Q4_0 block (at W) against the activation block at X.
+#define Q40BLK(W, X, DXM, ACC) \
+	LEGNIB(2(W)) \
+	VPSUBB Y13, Y2, Y2 \
+	LEGSIGNED(2(X), (W), DXM, ACC)
+
+// func rowsQ4_0AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+// dx: the Q8_0 activations' widened scales (unused for Q8_1 types).
+TEXT ·rowsQ4_0AVX2(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ dx+24(FP), R11
+	MOVQ nRows+32(FP), R8
+	MOVQ nb+40(FP), R9
+	LEGINIT
+
+q40_row:
+	TESTQ R8, R8
+	JZ   q40_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ DX, BX
+	MOVQ R11, R12
+	MOVQ R9, R10
+
+q40_pair:
+	CMPQ R10, $2
+	JLT  q40_single
+	Q40BLK(SI, BX, (R12), Y0)
+	LEAQ 18(SI), R13
+	LEAQ 34(BX), R14
+	Q40BLK(R13, R14, 4(R12), Y1)
+	ADDQ $36, SI
+	ADDQ $68, BX
+	ADDQ $8, R12
+	SUBQ $2, R10
+	JMP  q40_pair
+
+q40_single:
+	TESTQ R10, R10
+	JZ   q40_red
+	Q40BLK(SI, BX, (R12), Y0)
+	ADDQ $18, SI
+
+q40_red:
+	VADDPS Y1, Y0, Y0
+	REDUCE8Y(Y0, X0, X6)
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q40_row
+
+q40_done:
+	VZEROUPPER
+	RET
+
+// Q50BLK adds one Q5_0 block (at W) against the activation block at X.
+#define Q50BLK(W, X, DXM, ACC) \
+	LEGNIB(6(W)) \
+	LEGQH(2(W)) \
+	VPSUBB Y9, Y2, Y2 \
+	LEGSIGNED(2(X), (W), DXM, ACC)
+
+// func rowsQ5_0AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+// dx: the Q8_0 activations' widened scales (unused for Q8_1 types).
+TEXT ·rowsQ5_0AVX2(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ dx+24(FP), R11
+	MOVQ nRows+32(FP), R8
+	MOVQ nb+40(FP), R9
+	LEGINIT
+
+q50_row:
+	TESTQ R8, R8
+	JZ   q50_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ DX, BX
+	MOVQ R11, R12
+	MOVQ R9, R10
+
+q50_pair:
+	CMPQ R10, $2
+	JLT  q50_single
+	Q50BLK(SI, BX, (R12), Y0)
+	LEAQ 22(SI), R13
+	LEAQ 34(BX), R14
+	Q50BLK(R13, R14, 4(R12), Y1)
+	ADDQ $44, SI
+	ADDQ $68, BX
+	ADDQ $8, R12
+	SUBQ $2, R10
+	JMP  q50_pair
+
+q50_single:
+	TESTQ R10, R10
+	JZ   q50_red
+	Q50BLK(SI, BX, (R12), Y0)
+	ADDQ $22, SI
+
+q50_red:
+	VADDPS Y1, Y0, Y0
+	REDUCE8Y(Y0, X0, X6)
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q50_row
+
+q50_done:
+	VZEROUPPER
+	RET
+
+// Q41BLK adds one Q4_1 block (at W) against the activation block at X.
+#define Q41BLK(W, X, DXM, ACC) \
+	LEGNIB(4(W)) \
+	LEGUNSIGNED(W, X, ACC)
+
+// func rowsQ4_1AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+// dx: the Q8_0 activations' widened scales (unused for Q8_1 types).
+TEXT ·rowsQ4_1AVX2(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ dx+24(FP), R11
+	MOVQ nRows+32(FP), R8
+	MOVQ nb+40(FP), R9
+	LEGINIT
+
+q41_row:
+	TESTQ R8, R8
+	JZ   q41_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ DX, BX
+	MOVQ R11, R12
+	MOVQ R9, R10
+
+q41_pair:
+	CMPQ R10, $2
+	JLT  q41_single
+	Q41BLK(SI, BX, (R12), Y0)
+	LEAQ 20(SI), R13
+	LEAQ 36(BX), R14
+	Q41BLK(R13, R14, 4(R12), Y1)
+	ADDQ $40, SI
+	ADDQ $72, BX
+	ADDQ $8, R12
+	SUBQ $2, R10
+	JMP  q41_pair
+
+q41_single:
+	TESTQ R10, R10
+	JZ   q41_red
+	Q41BLK(SI, BX, (R12), Y0)
+	ADDQ $20, SI
+
+q41_red:
+	VADDPS Y1, Y0, Y0
+	REDUCE8Y(Y0, X0, X6)
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q41_row
+
+q41_done:
+	VZEROUPPER
+	RET
+
+// Q51BLK adds one Q5_1 block (at W) against the activation block at X.
+#define Q51BLK(W, X, DXM, ACC) \
+	LEGNIB(8(W)) \
+	LEGQH(4(W)) \
+	LEGUNSIGNED(W, X, ACC)
+
+// func rowsQ5_1AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+// dx: the Q8_0 activations' widened scales (unused for Q8_1 types).
+TEXT ·rowsQ5_1AVX2(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ dx+24(FP), R11
+	MOVQ nRows+32(FP), R8
+	MOVQ nb+40(FP), R9
+	LEGINIT
+
+q51_row:
+	TESTQ R8, R8
+	JZ   q51_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ DX, BX
+	MOVQ R11, R12
+	MOVQ R9, R10
+
+q51_pair:
+	CMPQ R10, $2
+	JLT  q51_single
+	Q51BLK(SI, BX, (R12), Y0)
+	LEAQ 24(SI), R13
+	LEAQ 36(BX), R14
+	Q51BLK(R13, R14, 4(R12), Y1)
+	ADDQ $48, SI
+	ADDQ $72, BX
+	ADDQ $8, R12
+	SUBQ $2, R10
+	JMP  q51_pair
+
+q51_single:
+	TESTQ R10, R10
+	JZ   q51_red
+	Q51BLK(SI, BX, (R12), Y0)
+	ADDQ $24, SI
+
+q51_red:
+	VADDPS Y1, Y0, Y0
+	REDUCE8Y(Y0, X0, X6)
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q51_row
+
+q51_done:
+	VZEROUPPER
+	RET

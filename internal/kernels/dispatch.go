@@ -108,17 +108,17 @@ func kernelFor(t quant.Type) *typeKernel {
 	case quant.Q8_0:
 		return &q8_0Kernels[p]
 	case quant.Q4_0:
-		return &q4_0Kernel
+		return &q4_0Kernels[p]
 	case quant.Q4_K:
 		return &q4_KKernels[p]
 	case quant.Q6_K:
 		return &q6_KKernels[p]
 	case quant.Q4_1:
-		return &q4_1Kernel
+		return &q4_1Kernels[p]
 	case quant.Q5_0:
-		return &q5_0Kernel
+		return &q5_0Kernels[p]
 	case quant.Q5_1:
-		return &q5_1Kernel
+		return &q5_1Kernels[p]
 	}
 	panic("kernels: no kernel for " + t.String())
 }
@@ -233,7 +233,7 @@ func f32RowsGeneric(out []float32, w []byte, act actBuf, t int) {
 }
 
 var (
-	q4_0Kernel = typeKernel{prepare: prepareQ8_0, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ4_0Generic(w, x, n/32) }, 18, 32)}
+	q4_0Kernels = fill3(typeKernel{prepare: prepareQ8_0, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ4_0Generic(w, x, n/32) }, 18, 32)})
 
 	// Indexed by Path; the assembly files fill in their entries in init.
 	f32Kernels = [3]typeKernel{
