@@ -113,6 +113,8 @@ func kernelFor(t quant.Type) *typeKernel {
 		return &q4_KKernels[p]
 	case quant.Q6_K:
 		return &q6_KKernels[p]
+	case quant.Q5_K:
+		return &q5_KKernels[p]
 	case quant.Q4_1:
 		return &q4_1Kernels[p]
 	case quant.Q5_0:
@@ -244,6 +246,7 @@ var (
 	q8_0Kernels    = fill3(typeKernel{prepare: prepareQ8_0, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ8_0Generic(w, x, n/32) }, 34, 32)})
 	bf16Kernels    = fill3(typeKernel{prepare: prepareBF16, rows: genericRows(dotBF16Generic, 2, 1)})
 	q6_KKernels    = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ6_KGeneric(w, x, n/256) }, 210, 256)})
+	q5_KKernels    = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ5_KGeneric(w, x, n/256) }, 176, 256)})
 	q4_KKernels    = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ4_KGeneric(w, x, n/256) }, 144, 256)})
 )
 

@@ -131,6 +131,8 @@ func layout(t quant.Type) (bs, bb int, ok bool) {
 		return 32, 24, true
 	case quant.Q4_K:
 		return 256, 144, true
+	case quant.Q5_K:
+		return 256, 176, true
 	case quant.Q6_K:
 		return 256, 210, true
 	}

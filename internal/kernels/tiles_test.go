@@ -36,6 +36,7 @@ func TestTilesOddShapesBitwise(t *testing.T) {
 		{quant.Q5_0, []int{96}},
 		{quant.Q5_1, []int{96}},
 		{quant.Q4_K, []int{256, 768}},
+		{quant.Q5_K, []int{256, 768}},
 		{quant.Q6_K, []int{256, 768}},
 	} {
 		for _, cols := range sh.cols {
