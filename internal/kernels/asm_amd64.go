@@ -72,6 +72,9 @@ func rowsQ4_1AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
 func rowsQ5_1AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
 
 //go:noescape
+func rowsQ5_KAVX2(out *float32, w, x *byte, nRows, nsb int)
+
+//go:noescape
 func rowsQ6_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 
 //go:noescape
@@ -227,6 +230,8 @@ func init() {
 	q4_KKernels[AVX512].tiles = q4_KTiles8(q4_KTilesAVX512)
 	f32Kernels[AVX2].tiles = f32TilesAVX2
 	q6_KKernels[AVX2].tiles = q6_KTilesAVX2
+	q5_KKernels[AVX2].rows = q5_KRowsAsm
+	q5_KKernels[AVX512].rows = q5_KRowsAsm
 	setLegacy(&q4_0Kernels, 18, 34, rowsQ4_0AVX2)
 	setLegacy(&q5_0Kernels, 22, 34, rowsQ5_0AVX2)
 	setLegacy(&q4_1Kernels, 20, 36, rowsQ4_1AVX2)
@@ -429,6 +434,15 @@ func setLegacy(k *[3]typeKernel, wb, xb int, fn func(out *float32, w, x *byte, d
 	}
 	k[AVX2].rows = rows
 	k[AVX512].rows = rows
+}
+
+func q5_KRowsAsm(out []float32, w []byte, act actBuf, t int) {
+	x := act.row(t)
+	nsb := len(x) / 292
+	if len(w) < 176*nsb*len(out) || nsb == 0 {
+		panic("kernels: short Q5_K weight tile")
+	}
+	rowsQ5_KAVX2(&out[0], &w[0], &x[0], len(out), nsb)
 }
 
 func q6_KRowsAsm(out []float32, w []byte, act actBuf, t int) {

@@ -3152,3 +3152,92 @@ q51_red:
 q51_done:
 	VZEROUPPER
 	RET
+
+DATA ones8<>+0(SB)/8, $0x0101010101010101
+DATA ones8<>+8(SB)/8, $0x0101010101010101
+DATA ones8<>+16(SB)/8, $0x0101010101010101
+DATA ones8<>+24(SB)/8, $0x0101010101010101
+GLOBL ones8<>(SB), RODATA|NOPTR, $32
+
+// Q5KSUB is Q4KSUB for Q5_K: the nibbles of sub-blocks 2k and 2k+1 get
+// bit 4 from the low bit of each qh byte in Y3, which is shifted right
+// once per sub-block (word shifts: the bits that cross into a byte land
+// in bit 7, never bit 0). Values <= 31: products fit int16 (31*128*2).
+#define Q5KSUB(Q, XA, XB, SA, SB) \
+	VMOVDQU Q, Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPAND Y14, Y3, Y6 \
+	VPSLLW $4, Y6, Y6 \
+	VPOR Y6, Y4, Y4 \
+	VPSRLW $1, Y3, Y3 \
+	VPAND Y14, Y3, Y6 \
+	VPSLLW $4, Y6, Y6 \
+	VPOR Y6, Y5, Y5 \
+	VPSRLW $1, Y3, Y3 \
+	VPMADDUBSW XA, Y4, Y6 \
+	VPBROADCASTW SA, Y7 \
+	VPMADDWD Y7, Y6, Y6 \
+	VPADDD Y6, Y8, Y8 \
+	VPMADDUBSW XB, Y5, Y6 \
+	VPBROADCASTW SB, Y7 \
+	VPMADDWD Y7, Y6, Y6 \
+	VPADDD Y6, Y8, Y8
+
+// func rowsQ5_KAVX2(out *float32, w, x *byte, nRows, nsb int)
+// Canonical Q5_K order (generic.go dotQ5_KGeneric), rowsQ4_KAVX2's steps.
+TEXT ·rowsQ5_KAVX2(SB), NOSPLIT, $16-40
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ nRows+24(FP), R8
+	MOVQ nsb+32(FP), R9
+	VMOVDQU nib4<>(SB), Y15
+	VMOVDQU ones8<>(SB), Y14
+
+q5k_row:
+	TESTQ R8, R8
+	JZ   q5k_done
+	VXORPS X13, X13, X13
+	MOVQ DX, BX
+	MOVQ R9, R10
+
+q5k_sb:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
+	Q4KSCALES(AX, CX, R11, R12, R13)
+	VPMADDWD 260(BX), Y2, Y2  // m_j * (bsum 2j + bsum 2j+1)
+	VMOVDQU 16(SI), Y3        // qh
+	VPXOR Y8, Y8, Y8
+	Q5KSUB(48(SI), 4(BX), 36(BX), sc-16(SP), sc-14(SP))
+	Q5KSUB(80(SI), 68(BX), 100(BX), sc-12(SP), sc-10(SP))
+	Q5KSUB(112(SI), 132(BX), 164(BX), sc-8(SP), sc-6(SP))
+	Q5KSUB(144(SI), 196(BX), 228(BX), sc-4(SP), sc-2(SP))
+	HSUMD(Y8, X8, X9)
+	HSUMD(Y2, X2, X9)
+	VCVTDQ2PS X8, X8
+	VCVTDQ2PS X2, X2
+	VMOVD (SI), X10
+	VCVTPH2PS X10, X10        // d, dmin
+	VBROADCASTSS (BX), X11    // dx
+	VMULPS X11, X10, X10      // d*dx, dmin*dx
+	VMULSS X10, X8, X8
+	VMOVSHDUP X10, X12
+	VMULSS X12, X2, X2
+	VSUBSS X2, X8, X8
+	VADDSS X8, X13, X13
+	ADDQ $176, SI
+	ADDQ $292, BX
+	DECQ R10
+	JNZ  q5k_sb
+
+	VMOVSS X13, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q5k_row
+
+q5k_done:
+	VZEROUPPER
+	RET
