@@ -81,6 +81,12 @@ func rowsQ6_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 func siluMulAVX512(gp, u *float32, n int, c *float32)
 
 //go:noescape
+func siluMulAVX2(gp, u *float32, n int, c *float32)
+
+//go:noescape
+func expSubAVX2(x *float32, n int, m float32, c *float32)
+
+//go:noescape
 func expSubAVX512(x *float32, n int, m float32, c *float32)
 
 // softmaxAVX512 is softmaxGo's arithmetic; it returns false without

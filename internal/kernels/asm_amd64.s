@@ -3241,3 +3241,147 @@ q5k_sb:
 q5k_done:
 	VZEROUPPER
 	RET
+
+// expI: integer vectors for EXPY: sign mask, -126, 127, 126, 2^-126's
+// bits, 1 (8 lanes each).
+DATA expI<>+0(SB)/8, $0x8000000080000000
+DATA expI<>+8(SB)/8, $0x8000000080000000
+DATA expI<>+16(SB)/8, $0x8000000080000000
+DATA expI<>+24(SB)/8, $0x8000000080000000
+DATA expI<>+32(SB)/8, $0xffffff82ffffff82
+DATA expI<>+40(SB)/8, $0xffffff82ffffff82
+DATA expI<>+48(SB)/8, $0xffffff82ffffff82
+DATA expI<>+56(SB)/8, $0xffffff82ffffff82
+DATA expI<>+64(SB)/8, $0x0000007f0000007f
+DATA expI<>+72(SB)/8, $0x0000007f0000007f
+DATA expI<>+80(SB)/8, $0x0000007f0000007f
+DATA expI<>+88(SB)/8, $0x0000007f0000007f
+DATA expI<>+96(SB)/8, $0x0000007e0000007e
+DATA expI<>+104(SB)/8, $0x0000007e0000007e
+DATA expI<>+112(SB)/8, $0x0000007e0000007e
+DATA expI<>+120(SB)/8, $0x0000007e0000007e
+DATA expI<>+128(SB)/8, $0x0080000000800000
+DATA expI<>+136(SB)/8, $0x0080000000800000
+DATA expI<>+144(SB)/8, $0x0080000000800000
+DATA expI<>+152(SB)/8, $0x0080000000800000
+DATA expI<>+160(SB)/8, $0x0000000100000001
+DATA expI<>+168(SB)/8, $0x0000000100000001
+DATA expI<>+176(SB)/8, $0x0000000100000001
+DATA expI<>+184(SB)/8, $0x0000000100000001
+GLOBL expI<>(SB), RODATA|NOPTR, $192
+
+// EXPY is EXPZ on AVX2: Y0 = expf(Y0) for 8 lanes, act.go's expf operation
+// for operation, the mask registers replaced by compare results and
+// VBLENDVPS. Float constants at (R9) (expConsts). Clobbers Y1-Y7, Y10-Y12.
+#define EXPY \
+	VCMPPS $3, Y0, Y0, Y10 \
+	VBROADCASTSS 44(R9), Y1 \
+	VCMPPS $0x1e, Y1, Y0, Y11 \
+	VBROADCASTSS 48(R9), Y1 \
+	VCMPPS $0x11, Y1, Y0, Y12 \
+	VBROADCASTSS (R9), Y1 \
+	VMULPS Y0, Y1, Y1 \
+	VANDPS expI<>+0(SB), Y1, Y2 \
+	VBROADCASTSS 4(R9), Y3 \
+	VORPS Y3, Y2, Y2 \
+	VADDPS Y2, Y1, Y1 \
+	VCVTTPS2DQ Y1, Y4 \
+	VCVTDQ2PS Y4, Y1 \
+	VBROADCASTSS 8(R9), Y2 \
+	VMULPS Y1, Y2, Y2 \
+	VSUBPS Y2, Y0, Y2 \
+	VBROADCASTSS 12(R9), Y3 \
+	VMULPS Y1, Y3, Y3 \
+	VSUBPS Y3, Y2, Y2 \
+	VBROADCASTSS 16(R9), Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VBROADCASTSS 20(R9), Y5 \
+	VADDPS Y5, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VBROADCASTSS 24(R9), Y5 \
+	VADDPS Y5, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VBROADCASTSS 28(R9), Y5 \
+	VADDPS Y5, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VBROADCASTSS 32(R9), Y5 \
+	VADDPS Y5, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VBROADCASTSS 36(R9), Y5 \
+	VADDPS Y5, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VADDPS Y2, Y3, Y3 \
+	VBROADCASTSS 40(R9), Y5 \
+	VADDPS Y5, Y3, Y3 \
+	VPADDD expI<>+64(SB), Y4, Y5 \
+	VPSLLD $23, Y5, Y6 \
+	VPADDD expI<>+96(SB), Y5, Y7 \
+	VPSLLD $23, Y7, Y7 \
+	VMOVDQU expI<>+32(SB), Y1 \
+	VPCMPGTD Y4, Y1, Y1 \
+	VBLENDVPS Y1, Y7, Y6, Y6 \
+	VPCMPGTD expI<>+64(SB), Y4, Y7 \
+	VBROADCASTSS 56(R9), Y2 \
+	VBLENDVPS Y7, Y2, Y6, Y6 \
+	VBROADCASTSS 40(R9), Y2 \
+	VBLENDVPS Y1, expI<>+128(SB), Y2, Y2 \
+	VPSUBD expI<>+160(SB), Y5, Y5 \
+	VPSLLD $23, Y5, Y5 \
+	VBLENDVPS Y7, Y5, Y2, Y2 \
+	VMULPS Y6, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VBLENDVPS Y10, Y0, Y3, Y3 \
+	VBROADCASTSS 52(R9), Y1 \
+	VBLENDVPS Y11, Y1, Y3, Y3 \
+	VANDNPS Y3, Y12, Y0
+
+// func siluMulAVX2(gp, u *float32, n int, c *float32)   n % 8 == 0
+TEXT ·siluMulAVX2(SB), NOSPLIT, $0-32
+	MOVQ gp+0(FP), DI
+	MOVQ u+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ c+24(FP), R9
+	SHRQ $3, CX
+	JZ   silu2_done
+
+silu2_loop:
+	VMOVUPS (DI), Y8
+	VMOVUPS (SI), Y9
+	VXORPS expI<>+0(SB), Y8, Y0   // -g
+	EXPY
+	VBROADCASTSS 40(R9), Y1
+	VADDPS Y1, Y0, Y0             // 1 + e
+	VDIVPS Y0, Y8, Y8             // g / (1 + e)
+	VMULPS Y9, Y8, Y8
+	VMOVUPS Y8, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	DECQ CX
+	JNZ  silu2_loop
+
+silu2_done:
+	VZEROUPPER
+	RET
+
+// func expSubAVX2(x *float32, n int, m float32, c *float32)   n % 8 == 0
+TEXT ·expSubAVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), DI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS m+16(FP), Y13
+	MOVQ c+24(FP), R9
+	SHRQ $3, CX
+	JZ   exps2_done
+
+exps2_loop:
+	VMOVUPS (DI), Y0
+	VSUBPS Y13, Y0, Y0
+	EXPY
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  exps2_loop
+
+exps2_done:
+	VZEROUPPER
+	RET

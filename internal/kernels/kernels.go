@@ -62,7 +62,7 @@
 //	BF16        BF16  Go                                       matvec (no FMA: products may overflow)
 //
 // Dot, DotRows, Axpy, AxpyRows, Scale, SiLUMul and ExpSub have assembly on
-// the SIMD paths (SiLUMul/ExpSub on AVX512 only). The assembly is written by
+// the SIMD paths (the softmax reduction on AVX512 only). The assembly is written by
 // hand (Go assembler, asm_amd64.s) rather than generated with avo: it was
 // quicker to get right and to tune here; the canonical orders above are the
 // specification any rewrite must keep. (AVX-VNNI's VEX-encoded VPDPBUSD is
