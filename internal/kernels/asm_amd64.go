@@ -30,6 +30,9 @@ func rowsQ8_0AVX512(out *float32, w, x *byte, dx *float32, nRows, nb int)
 func quantQ8_0AVX512(x *float32, nb int, blocks *byte, dx *float32, tile *byte)
 
 //go:noescape
+func quantQ8_0AVX2(x *float32, nb int, blocks *byte, dx *float32)
+
+//go:noescape
 func repackQ8_0AVX512(dst *byte, w *byte, nGroups, nb int)
 
 //go:noescape
@@ -186,6 +189,19 @@ func q8_0RowsAsm(avx512 bool) func(out []float32, w []byte, act actBuf, t int) {
 	}
 }
 
+func quantRowQ8_0AVX2(x []float32, blocks []byte, dx []float32, tile []byte) {
+	nb := len(dx)
+	if len(x) != 32*nb || len(blocks) != 34*nb || tile != nil {
+		panic("kernels: bad Q8_0 quantization lengths")
+	}
+	quantQ8_0AVX2(&x[0], nb, &blocks[0], &dx[0])
+}
+
+// prepareQ8_0AVX2 is prepareQ8_0 with the AVX2 quantizer.
+func prepareQ8_0AVX2(x []float32, nTok, cols int) actBuf {
+	return prepareQ8_0With(x, nTok, cols, false, quantRowQ8_0AVX2)
+}
+
 func quantRowQ8_0AVX512(x []float32, blocks []byte, dx []float32, tile []byte) {
 	nb := len(dx)
 	if len(x) != 32*nb || len(blocks) != 34*nb {
@@ -232,6 +248,7 @@ func init() {
 	}
 	q8_0Kernels[AVX512].tiles = q8_0TilesAVX512
 	q8_0Kernels[AVX2].tiles = q8_0TilesAVX2
+	q8_0Kernels[AVX2].prepare = prepareQ8_0AVX2
 	q4_KKernels[AVX2].tiles = q4_KTiles8(q4_KTilesAVX2)
 	q4_KKernels[AVX512].tiles = q4_KTiles8(q4_KTilesAVX512)
 	f32Kernels[AVX2].tiles = f32TilesAVX2
@@ -440,6 +457,12 @@ func setLegacy(k *[3]typeKernel, wb, xb int, fn func(out *float32, w, x *byte, d
 	}
 	k[AVX2].rows = rows
 	k[AVX512].rows = rows
+	if xb == 34 {
+		k[AVX2].prepare = prepareQ8_0AVX2
+		k[AVX512].prepare = func(x []float32, nTok, cols int) actBuf {
+			return prepareQ8_0With(x, nTok, cols, false, quantRowQ8_0AVX512)
+		}
+	}
 }
 
 func q5_KRowsAsm(out []float32, w []byte, act actBuf, t int) {

@@ -3385,3 +3385,76 @@ exps2_loop:
 exps2_done:
 	VZEROUPPER
 	RET
+
+DATA q8perm<>+0(SB)/8, $0x0000000400000000
+DATA q8perm<>+8(SB)/8, $0x0000000500000001
+DATA q8perm<>+16(SB)/8, $0x0000000600000002
+DATA q8perm<>+24(SB)/8, $0x0000000700000003
+GLOBL q8perm<>(SB), RODATA|NOPTR, $32
+
+// func quantQ8_0AVX2(x *float32, nb int, blocks *byte, dx *float32)
+// quantQ8_0AVX512 without the tile layout, on AVX2: the int32 results are
+// packed to bytes by VPACKSSDW/VPACKSSWB (|q| <= 127: no saturation) and
+// put back in element order by VPERMD.
+TEXT ·quantQ8_0AVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ blocks+16(FP), DI
+	MOVQ dx+24(FP), R8
+	VBROADCASTSS q8consts<>+4(SB), Y15   // abs mask
+	VMOVSS q8consts<>+0(SB), X14          // 127
+	VMOVDQU q8perm<>(SB), Y13
+
+q8q2_block:
+	TESTQ CX, CX
+	JZ   q8q2_done
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VANDPS Y15, Y0, Y4
+	VANDPS Y15, Y1, Y5
+	VANDPS Y15, Y2, Y6
+	VANDPS Y15, Y3, Y7
+	VMAXPS Y5, Y4, Y4
+	VMAXPS Y7, Y6, Y6
+	VMAXPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VMAXPS X5, X4, X4
+	VMOVHLPS X4, X4, X5
+	VMAXPS X5, X4, X4
+	VMOVSHDUP X4, X5
+	VMAXSS X5, X4, X4                     // amax
+	VDIVSS X14, X4, X8                    // d = amax/127
+	VCVTPS2PH $0, X8, X9
+	VPEXTRW $0, X9, AX
+	MOVW AX, (DI)
+	VCVTPH2PS X9, X10
+	VMOVSS X10, (R8)
+	VDIVSS X4, X14, X11                   // id = 127/amax
+	VXORPS X12, X12, X12
+	VCMPSS $4, X12, X4, X12               // amax != 0
+	VANDPS X12, X11, X11
+	VBROADCASTSS X11, Y11
+	VMULPS Y11, Y0, Y0
+	VMULPS Y11, Y1, Y1
+	VMULPS Y11, Y2, Y2
+	VMULPS Y11, Y3, Y3
+	VCVTPS2DQ Y0, Y0
+	VCVTPS2DQ Y1, Y1
+	VCVTPS2DQ Y2, Y2
+	VCVTPS2DQ Y3, Y3
+	VPACKSSDW Y1, Y0, Y0
+	VPACKSSDW Y3, Y2, Y2
+	VPACKSSWB Y2, Y0, Y0
+	VPERMD Y0, Y13, Y0
+	VMOVDQU Y0, 2(DI)
+	ADDQ $128, SI
+	ADDQ $34, DI
+	ADDQ $4, R8
+	DECQ CX
+	JMP  q8q2_block
+
+q8q2_done:
+	VZEROUPPER
+	RET
