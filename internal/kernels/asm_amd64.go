@@ -57,6 +57,9 @@ func rowsQ4_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 func rowsQ4_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb int)
 
 //go:noescape
+func q4KTile16x2AVX512(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+
+//go:noescape
 func q4KTile8x2AVX2(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
 
 //go:noescape
@@ -249,8 +252,8 @@ func init() {
 	q8_0Kernels[AVX512].tiles = q8_0TilesAVX512
 	q8_0Kernels[AVX2].tiles = q8_0TilesAVX2
 	q8_0Kernels[AVX2].prepare = prepareQ8_0AVX2
-	q4_KKernels[AVX2].tiles = q4_KTiles8(q4_KTilesAVX2)
-	q4_KKernels[AVX512].tiles = q4_KTiles8(q4_KTilesAVX512)
+	q4_KKernels[AVX2].tiles = q4_KTilesLanes(q4_KTilesAVX2, false)
+	q4_KKernels[AVX512].tiles = q4_KTilesLanes(q4_KTilesAVX512, true)
 	f32Kernels[AVX2].tiles = f32TilesAVX2
 	q6_KKernels[AVX2].tiles = q6_KTilesAVX2
 	q5_KKernels[AVX2].rows = q5_KRowsAsm
