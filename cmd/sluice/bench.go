@@ -163,14 +163,10 @@ type llamaTest struct {
 	AvgTS    float64 `json:"avg_ts"`
 }
 
-// runLlamaBench runs llama-bench once (-r 1) over the same tests and
-// returns tokens/s by test name ("pp128", "tg128").
-func runLlamaBench(path, modelPath string, threads int, prompts []int, gen int) (map[string]float64, error) {
-	ps := make([]string, len(prompts))
-	for i, p := range prompts {
-		ps[i] = strconv.Itoa(p)
-	}
-	cmd := exec.Command(path, "-m", modelPath, "-p", strings.Join(ps, ","), "-n", strconv.Itoa(gen),
+// runLlamaBench runs llama-bench once (-r 1) for one test, pp<prompt>
+// (gen 0) or tg<gen> (prompt 0), and returns tokens/s by test name.
+func runLlamaBench(path, modelPath string, threads, prompt, gen int) (map[string]float64, error) {
+	cmd := exec.Command(path, "-m", modelPath, "-p", strconv.Itoa(prompt), "-n", strconv.Itoa(gen),
 		"-t", strconv.Itoa(threads), "-r", "1", "-o", "json")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -251,35 +247,40 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen, r
 	wall, cpu, llama := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	var bw []float64
 	for rep := 1; rep <= reps; rep++ {
-		fmt.Fprintf(log, "%s threads=%d rep %d/%d: sluice\n", name, threads, rep, reps)
-		for i, p := range prompts {
-			w, c, err := b.pp(p)
+		// Test by test, sluice then llama-bench, so both see the same
+		// minute of a shared machine's load.
+		for i, t := range tests {
+			fmt.Fprintf(log, "%s threads=%d rep %d/%d %s: sluice\n", name, threads, rep, reps, t)
+			var w, c float64
+			var err error
+			if i < len(prompts) {
+				w, c, err = b.pp(prompts[i])
+			} else {
+				w, c, err = b.tg(gen)
+			}
 			if err != nil {
 				return nil, err
 			}
-			wall[tests[i]], cpu[tests[i]] = append(wall[tests[i]], w), append(cpu[tests[i]], c)
+			wall[t], cpu[t] = append(wall[t], w), append(cpu[t], c)
+			if llamaBench == "" {
+				continue
+			}
+			fmt.Fprintf(log, "%s threads=%d rep %d/%d %s: llama-bench\n", name, threads, rep, reps, t)
+			p, g := 0, gen
+			if i < len(prompts) {
+				p, g = prompts[i], 0
+			}
+			res, err := runLlamaBench(llamaBench, path, threads, p, g)
+			if err != nil {
+				return nil, err
+			}
+			v, ok := res[t]
+			if !ok {
+				return nil, fmt.Errorf("llama-bench printed no %s figure", t)
+			}
+			llama[t] = append(llama[t], v)
 		}
-		w, c, err := b.tg(gen)
-		if err != nil {
-			return nil, err
-		}
-		tg := tests[len(tests)-1]
-		wall[tg], cpu[tg] = append(wall[tg], w), append(cpu[tg], c)
 		bw = append(bw, readGBps(b.par, buf))
-		if llamaBench != "" {
-			fmt.Fprintf(log, "%s threads=%d rep %d/%d: llama-bench\n", name, threads, rep, reps)
-			res, err := runLlamaBench(llamaBench, path, threads, prompts, gen)
-			if err != nil {
-				return nil, err
-			}
-			for _, t := range tests {
-				v, ok := res[t]
-				if !ok {
-					return nil, fmt.Errorf("llama-bench printed no %s figure", t)
-				}
-				llama[t] = append(llama[t], v)
-			}
-		}
 	}
 	rows := make([]benchRow, len(tests))
 	for i, t := range tests {
@@ -333,9 +334,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 Measures prefill (pp) and decode (tg) tokens/s the way llama-bench does:
 pp<N> is one prompt of N tokens from an empty context, tg<N> is N
 single-token steps. With --llama-bench, llama-bench runs the same tests on
-the same file with the same threads, alternating with sluice's runs (one
-llama-bench -r 1 after each sluice repetition), and the ratio is
-sluice / llama.cpp of the medians.
+the same file with the same threads, alternating with sluice's runs test by
+test (sluice pp128, llama-bench -p 128 -n 0 -r 1, sluice pp512, ...), and
+the ratio is sluice / llama.cpp of the medians.
 
 The decode row also gives the decode weight bytes times tg tokens/s as a
 fraction of the read bandwidth of a buffer of the same size, measured in

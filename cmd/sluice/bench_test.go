@@ -39,12 +39,13 @@ func TestBenchCommandPrintsTable(t *testing.T) {
 }
 
 // fakeLlamaBench writes a stand-in for llama-bench that logs its
-// arguments (one line per run) and prints llama-bench's JSON with fixed
-// figures, pp and tg, for the thread count it was given.
+// arguments (one line per run), sets P, N and T from -p, -n and -t, and
+// runs body (which prints llama-bench's JSON).
 func fakeLlamaBench(t *testing.T, body string) (bin, log string) {
 	dir := t.TempDir()
 	bin, log = filepath.Join(dir, "llama-bench"), filepath.Join(dir, "args.log")
-	script := "#!/bin/sh\necho \"$@\" >> " + log + "\n" + body + "\n"
+	script := "#!/bin/sh\necho \"$@\" >> " + log + "\n" +
+		"while [ $# -gt 0 ]; do case $1 in -p) P=$2;; -n) N=$2;; -t) T=$2;; esac; shift; done\n" + body + "\n"
 	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func fakeLlamaBench(t *testing.T, body string) (bin, log string) {
 
 func TestBenchLlamaBenchSideBySide(t *testing.T) {
 	p := testenv.Shared(t, "models/stories260K.gguf")
-	bin, log := fakeLlamaBench(t, `echo '[{"n_prompt":16,"n_gen":0,"n_threads":1,"avg_ts":200.0},{"n_prompt":0,"n_gen":4,"n_threads":1,"avg_ts":50.0}]'`)
+	bin, log := fakeLlamaBench(t, `if [ "$N" = 0 ]; then echo "[{\"n_prompt\":$P,\"n_gen\":0,\"n_threads\":$T,\"avg_ts\":200.0}]"; else echo "[{\"n_prompt\":0,\"n_gen\":$N,\"n_threads\":$T,\"avg_ts\":50.0}]"; fi`)
 	var out, errb bytes.Buffer
 	code := runBench([]string{"--model", p, "--threads", "1", "--prompt", "16", "--gen", "4", "--reps", "3", "--llama-bench", bin, "--json"}, &out, &errb)
 	if code != 0 {
@@ -75,23 +76,24 @@ func TestBenchLlamaBenchSideBySide(t *testing.T) {
 	if tg := rep.Rows[1]; tg.BWFraction <= 0 || tg.ReadGBps <= 0 || tg.WeightBytes == 0 {
 		t.Errorf("decode row without bandwidth figures: %+v", tg)
 	}
-	// One llama-bench run per repetition, same file and threads.
+	// One llama-bench run per test and repetition, same file and threads.
 	args, err := os.ReadFile(log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantArgs := "-m " + p + " -p 16 -n 4 -t 1 -r 1 -o json"
-	if got := strings.Split(strings.TrimSpace(string(args)), "\n"); len(got) != 3 || got[0] != wantArgs || got[2] != wantArgs {
-		t.Errorf("llama-bench runs:\n%s\nwant 3 x %q", args, wantArgs)
+	pp, tg := "-m "+p+" -p 16 -n 0 -t 1 -r 1 -o json", "-m "+p+" -p 0 -n 4 -t 1 -r 1 -o json"
+	if got := strings.TrimSpace(string(args)); got != strings.Repeat(pp+"\n"+tg+"\n", 2)+pp+"\n"+tg {
+		t.Errorf("llama-bench runs:\n%s\nwant 3 x %q, %q", args, pp, tg)
 	}
-	// Interleaved: sluice, llama-bench, sluice, llama-bench, ...
+	// Interleaved test by test: sluice, llama-bench, sluice, llama-bench, ...
 	var order []string
 	for _, l := range strings.Split(errb.String(), "\n") {
-		if i := strings.LastIndex(l, ": "); i >= 0 && strings.Contains(l, " rep ") {
-			order = append(order, l[i+2:])
+		if i := strings.Index(l, " rep "); i >= 0 {
+			order = append(order, l[i+len(" rep 1/3 "):])
 		}
 	}
-	if strings.Join(order, ",") != "sluice,llama-bench,sluice,llama-bench,sluice,llama-bench" {
+	one := "pp16: sluice,pp16: llama-bench,tg4: sluice,tg4: llama-bench"
+	if got := strings.Join(order, ","); got != one+","+one+","+one {
 		t.Errorf("run order %v", order)
 	}
 }
@@ -102,6 +104,7 @@ func TestBenchLlamaBenchFailures(t *testing.T) {
 		{"not json", `echo 'llama-bench: error'`, "not its JSON"},
 		{"other threads", `echo '[{"n_prompt":16,"n_gen":0,"n_threads":4,"avg_ts":1}]'`, "4 threads"},
 		{"no decode figure", `echo '[{"n_prompt":16,"n_gen":0,"n_threads":1,"avg_ts":1}]'`, "no tg4 figure"},
+		{"wrong test", `echo '[{"n_prompt":8,"n_gen":0,"n_threads":1,"avg_ts":1}]'`, "no pp16 figure"},
 		{"exit status", `echo 'failed to load model' >&2; exit 1`, "failed to load model"},
 	} {
 		bin, _ := fakeLlamaBench(t, c.body)
