@@ -105,6 +105,9 @@ func softmaxAVX512(x *float32, n int, c *float32) bool
 func tileF16AVX512(out *float32, outStride int, w *byte, nGroups int, x *byte, n int)
 
 //go:noescape
+func rowsBF16AVX2(out *float32, w, x *byte, nRows, n int)
+
+//go:noescape
 func rowsBF16AVX512(out *float32, w, x *byte, nRows, n int)
 
 //go:noescape
@@ -235,6 +238,19 @@ func init() {
 			panic("kernels: short weight tile")
 		}
 		rowsBF16AVX512(&out[0], &w[0], &x[0], len(out), n)
+	}
+	bf16Kernels[AVX2].rows = func(out []float32, w []byte, act actBuf, t int) {
+		x := act.row(t)
+		n := len(x) / 2
+		if len(w) < 2*n*len(out) {
+			panic("kernels: short weight tile")
+		}
+		if n%16 != 0 {
+			// No masked tail on AVX2; rows of such widths are rare.
+			bf16RowsGeneric(out, w, act, t)
+			return
+		}
+		rowsBF16AVX2(&out[0], &w[0], &x[0], len(out), n)
 	}
 	q6_KKernels[AVX2].rows = q6_KRowsAsm
 	q6_KKernels[AVX512].rows = q6_KRowsAsm

@@ -3585,3 +3585,56 @@ q4k16_sb:
 q4k16_done:
 	VZEROUPPER
 	RET
+
+// BF16Y widens 8 BF16 values at M into the float32 lanes of Y.
+#define BF16Y(M, Y) \
+	VPMOVZXWD M, Y \
+	VPSLLD $16, Y, Y
+
+// func rowsBF16AVX2(out *float32, w, x *byte, nRows, n int)
+// The canonical BF16 order (dotBF16Generic: products rounded, then added;
+// never fused) on AVX2, lanes 0-7 in Y0 and 8-15 in Y1. n must be a
+// multiple of 16 (the Go wrapper falls back otherwise).
+TEXT ·rowsBF16AVX2(SB), NOSPLIT, $0-40
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ nRows+24(FP), R8
+	MOVQ n+32(FP), R12
+	SHRQ $4, R12
+
+bf16y_row:
+	TESTQ R8, R8
+	JZ   bf16y_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ DX, BX
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ   bf16y_red
+
+bf16y_chunk:
+	BF16Y((BX), Y4)
+	BF16Y(16(BX), Y5)
+	BF16Y((SI), Y6)
+	BF16Y(16(SI), Y7)
+	VMULPS Y6, Y4, Y4
+	VMULPS Y7, Y5, Y5
+	VADDPS Y4, Y0, Y0
+	VADDPS Y5, Y1, Y1
+	ADDQ $32, SI
+	ADDQ $32, BX
+	DECQ CX
+	JNZ  bf16y_chunk
+
+bf16y_red:
+	VADDPS Y1, Y0, Y0
+	REDUCE8Y(Y0, X0, X6)
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  bf16y_row
+
+bf16y_done:
+	VZEROUPPER
+	RET

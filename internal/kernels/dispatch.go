@@ -241,13 +241,14 @@ var (
 	f32Kernels = [3]typeKernel{
 		{prepare: prepareF32, rows: f32RowsGeneric}, {prepare: prepareF32, rows: f32RowsGeneric}, {prepare: prepareF32, rows: f32RowsGeneric},
 	}
-	f16RowsGeneric = genericRows(dotF16Generic, 2, 1)
-	f16Kernels     = fill3(typeKernel{prepare: prepareF16, rows: f16RowsGeneric})
-	q8_0Kernels    = fill3(typeKernel{prepare: prepareQ8_0, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ8_0Generic(w, x, n/32) }, 34, 32)})
-	bf16Kernels    = fill3(typeKernel{prepare: prepareBF16, rows: genericRows(dotBF16Generic, 2, 1)})
-	q6_KKernels    = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ6_KGeneric(w, x, n/256) }, 210, 256)})
-	q5_KKernels    = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ5_KGeneric(w, x, n/256) }, 176, 256)})
-	q4_KKernels    = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ4_KGeneric(w, x, n/256) }, 144, 256)})
+	f16RowsGeneric  = genericRows(dotF16Generic, 2, 1)
+	f16Kernels      = fill3(typeKernel{prepare: prepareF16, rows: f16RowsGeneric})
+	q8_0Kernels     = fill3(typeKernel{prepare: prepareQ8_0, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ8_0Generic(w, x, n/32) }, 34, 32)})
+	bf16RowsGeneric = genericRows(dotBF16Generic, 2, 1)
+	bf16Kernels     = fill3(typeKernel{prepare: prepareBF16, rows: bf16RowsGeneric})
+	q6_KKernels     = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ6_KGeneric(w, x, n/256) }, 210, 256)})
+	q5_KKernels     = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ5_KGeneric(w, x, n/256) }, 176, 256)})
+	q4_KKernels     = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ4_KGeneric(w, x, n/256) }, 144, 256)})
 )
 
 func fill3(k typeKernel) [3]typeKernel { return [3]typeKernel{k, k, k} }

@@ -59,7 +59,7 @@
 //	Q5_K        Q8_K  matvec                                   (AVX2 kernel)
 //	Q4_0, Q5_0  Q8_0  matvec                                   (AVX2 kernels)
 //	Q4_1, Q5_1  Q8_1  matvec                                   (AVX2 kernels)
-//	BF16        BF16  Go                                       matvec (no FMA: products may overflow)
+//	BF16        BF16  matvec (cols%16 == 0)                   matvec (no FMA: products may overflow)
 //
 // Dot, DotRows, Axpy, AxpyRows, Scale, SiLUMul and ExpSub have assembly on
 // the SIMD paths (the softmax reduction on AVX512 only). The assembly is written by

@@ -29,7 +29,7 @@ func TestTilesOddShapesBitwise(t *testing.T) {
 	}{
 		{quant.F32, []int{17, 64, 288}},
 		{quant.F16, []int{33, 288}},
-		{quant.BF16, []int{40}},
+		{quant.BF16, []int{40, 64}},
 		{quant.Q8_0, []int{32, 96, 288}},
 		{quant.Q4_0, []int{96}},
 		{quant.Q4_1, []int{96}},
