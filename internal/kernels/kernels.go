@@ -52,14 +52,14 @@
 //	type        acts  AVX2 asm                                 AVX512 asm
 //	F32         F32   matvec, 4x3 tile (cols%16 == 0)          matvec, 4x4 tile
 //	F16         F16   matvec, 4x3 tile (cols%16 == 0)          matvec, 4x4 tile
-//	Q8_0        Q8_0  matvec, 2x2 tile                         matvec, 4x4 VNNI tile, quantizer
+//	Q8_0        Q8_0  matvec, 2x2 tile, quantizer              matvec, 4x4 VNNI tile, quantizer
 //	Q4_K        Q8_K  matvec, 4 tokens; 8 rows x 2 tokens      AVX2 matvec, 4-token VNNI kernel;
-//	                  (repacked, 8+ tokens)                    AVX2 8x2 tile (8+ tokens)
+//	                  (repacked, 8+ tokens)                    16 rows x 2 tokens (8+ tokens)
 //	Q6_K        Q8_K  matvec, 4 tokens                         (AVX2 kernels)
 //	Q5_K        Q8_K  matvec                                   (AVX2 kernel)
 //	Q4_0, Q5_0  Q8_0  matvec                                   (AVX2 kernels)
 //	Q4_1, Q5_1  Q8_1  matvec                                   (AVX2 kernels)
-//	BF16        BF16  matvec (cols%16 == 0)                   matvec (no FMA: products may overflow)
+//	BF16        BF16  matvec (cols%16 == 0)                    matvec (no FMA: products may overflow)
 //
 // Dot, DotRows, Axpy, AxpyRows, Scale, SiLUMul and ExpSub have assembly on
 // the SIMD paths (the softmax reduction on AVX512 only). The assembly is written by
