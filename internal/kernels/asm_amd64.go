@@ -60,6 +60,9 @@ func rowsQ4_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb
 func q4KTile16x2AVX512(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
 
 //go:noescape
+func q6KTile8x4AVX2(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+
+//go:noescape
 func q4KTile8x2AVX2(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
 
 //go:noescape
@@ -271,14 +274,14 @@ func init() {
 	q4_KKernels[AVX2].tiles = q4_KTilesLanes(q4_KTilesAVX2, false)
 	q4_KKernels[AVX512].tiles = q4_KTilesLanes(q4_KTilesAVX512, true)
 	f32Kernels[AVX2].tiles = f32TilesAVX2
-	q6_KKernels[AVX2].tiles = q6_KTilesAVX2
+	q6_KKernels[AVX2].tiles = q6_KTilesLanes
 	q5_KKernels[AVX2].rows = q5_KRowsAsm
 	q5_KKernels[AVX512].rows = q5_KRowsAsm
 	setLegacy(&q4_0Kernels, 18, 34, rowsQ4_0AVX2)
 	setLegacy(&q5_0Kernels, 22, 34, rowsQ5_0AVX2)
 	setLegacy(&q4_1Kernels, 20, 36, rowsQ4_1AVX2)
 	setLegacy(&q5_1Kernels, 24, 36, rowsQ5_1AVX2)
-	q6_KKernels[AVX512].tiles = q6_KTilesAVX2
+	q6_KKernels[AVX512].tiles = q6_KTilesLanes
 	f16Kernels[AVX2].tiles = f16TilesAVX2
 }
 
