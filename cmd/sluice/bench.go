@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -319,17 +320,17 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var models listFlag
-	fs.Var(&models, "model", "GGUF `file` to measure (repeatable; default: the shared test models)")
-	threadsFlag := fs.String("threads", "1,2", "comma-separated thread `counts`")
+	fs.Var(&models, "model", "GGUF `file` to measure (repeatable; default: stories260K from testdata/ and bench-15M-q8_0 from ../shared when present)")
+	threadsFlag := fs.String("threads", strconv.Itoa(runtime.NumCPU()), "comma-separated thread `counts`; by default the machine's cores (the README's table uses 1 and 2)")
 	promptFlag := fs.String("prompt", "128", "comma-separated prompt `tokens` for the prefill tests (llama-bench -p)")
 	gen := fs.Int("gen", 128, "generated `tokens` for the decode test (llama-bench -n)")
 	reps := fs.Int("reps", 5, "`repetitions`; the median is reported")
 	llamaBench := fs.String("llama-bench", "", "llama-bench `binary` to run on the same file with the same threads, interleaved with sluice's runs; prints both figures and their ratio")
 	jsonOut := fs.Bool("json", false, "print the results as JSON")
-	withSynth := fs.Bool("synth", false, "also write and measure the synthetic bench-15M-f32 and bench-110M-q8_0 shapes in a temporary directory; needs ../shared/vocab/ggml-vocab-llama-spm.gguf")
+	withSynth := fs.Bool("synth", false, "also write and measure the synthetic bench-15M-f32 and bench-110M-q8_0 shapes in a temporary directory; needs testdata/vocab/ggml-vocab-llama-spm.gguf (or ../shared/vocab)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurements to `file` (go tool pprof)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: sluice bench [flags]
+		fmt.Fprint(fs.Output(), `Usage: sluice bench [flags]
 
 Measures prefill (pp) and decode (tg) tokens/s the way llama-bench does:
 pp<N> is one prompt of N tokens from an empty context, tg<N> is N
@@ -351,7 +352,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlagsTo(fs, args, stdout); !ok {
 		return code
 	}
 	threads, err := parseInts(*threadsFlag, "thread count")
@@ -375,8 +376,7 @@ Flags:
 	}
 	if len(models) == 0 {
 		for _, n := range []string{"stories260K.gguf", "bench-15M-q8_0.gguf"} {
-			p := filepath.Join(testenv.SharedDir(), "models", n)
-			if _, err := os.Stat(p); err == nil {
+			if p, ok := testenv.Find(filepath.Join("models", n)); ok {
 				models = append(models, p)
 			}
 		}
@@ -392,7 +392,7 @@ Flags:
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		paths, err := writeBenchShapes(dir, filepath.Join(testenv.SharedDir(), "vocab", "ggml-vocab-llama-spm.gguf"), stderr)
+		paths, err := writeBenchShapes(dir, benchVocab(), stderr)
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 			return 1
@@ -495,4 +495,11 @@ func writeBenchShapes(dir, vocab string, log io.Writer) ([]string, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// benchVocab is the tokenizer copied into the synthetic bench shapes (the
+// llama-spm vocabulary llama.cpp's figures were measured with).
+func benchVocab() string {
+	p, _ := testenv.Find(filepath.Join("vocab", "ggml-vocab-llama-spm.gguf"))
+	return p
 }

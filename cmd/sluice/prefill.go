@@ -60,12 +60,12 @@ Example:
 	defer pw.Close()
 	stopMetrics, err := serveWorkerMetrics(log, o.metrics, func() router.EngineStats {
 		return node.Stats(map[string]*kv.Pool{preflight.RolePrefill: pw.Pool()}, nil)
-	})
+	}, o.readiness(func(ctx context.Context) error { return node.CheckPeers(ctx, []node.Peer{{Role: "decode", Conn: dc}}) }))
 	if err != nil {
 		log.Error("cannot serve metrics", "err", err)
 		return 1
 	}
 	defer stopMetrics()
 	log.Info("prefill worker ready", "context", pw.Context(), "decode", decodeAddr)
-	return serveRole(log, o.listen, tc, nil, pw, pw.Pool(), o.drain)
+	return serveRole(log, o.listen, tc, nil, pw, pw.Pool(), o.drain, &o.draining)
 }

@@ -104,6 +104,11 @@ Example:
 		log.Error("the model does not state its context; give --context N")
 		return 1
 	}
+	if o.context != "auto" && o.context != "" {
+		o.setup(log, m, ctxLen)
+	} else {
+		o.setup(log, m, 0)
+	}
 
 	tc := tcp.Config{Secret: secret, FrameMAC: frameMAC}
 	cctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
@@ -150,12 +155,25 @@ Example:
 		return 1
 	}
 	checkChatTemplate(log, ct)
+	adminAddr := o.adminAddr(keys != nil)
 	srv, err := router.New(router.Config{Engine: eng, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Logger: log})
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Logger: log,
+		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels,
+		// /ready: both workers reachable (a lost connection is redialled
+		// by the probe, so a restarted worker makes the router ready again).
+		Ready: func(ctx context.Context) error {
+			return node.CheckPeers(ctx, []node.Peer{{Role: "decode", Conn: dc}, {Role: "prefill", Conn: pc}})
+		}})
 	if err != nil {
 		log.Error("router", "err", err)
 		return 1
 	}
+	stopAdmin, err := serveAdmin(log, adminAddr, srv.AdminHandler())
+	if err != nil {
+		log.Error("cannot serve metrics", "addr", adminAddr, "err", err)
+		return 1
+	}
+	defer stopAdmin()
 	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddr, "decode", decodeAddr)
 	return serveHTTP(log, o.listen, srv, o.drain, eng.Close)
 }

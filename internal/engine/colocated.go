@@ -134,7 +134,7 @@ func (c *Colocated) reserve(owner kv.Owner, r *Request) ([]kv.PageRef, *Error) {
 		return table, nil
 	}
 	if errors.Is(err, kv.ErrNoCapacity) {
-		return nil, errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the KV cache is full; retry later")
+		return nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, err, "the KV cache has no free pages for this request now; retry later or lower max_tokens")
 	}
 	return nil, asEngineError(err, CodeInternal, http.StatusInternalServerError, "reserving KV pages")
 }

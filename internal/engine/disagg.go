@@ -144,8 +144,10 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 	return st, nil
 }
 
-// reserve asks decode for pages. A refusal is "overloaded" (retryable);
-// a transport failure leaves the outcome unknown, so the handoff is aborted.
+// reserve asks decode for pages. No free pages is kv_capacity_exhausted
+// (503), any other refusal overloaded (429); both are retryable
+// back-pressure, never integrity failures. A transport failure leaves the
+// outcome unknown, so the handoff is aborted.
 func (d *Disaggregated) reserve(ctx context.Context, r *Request, id kv.ID) (*handoff.Reservation, *Error) {
 	res, err := d.decode.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens})
 	if err == nil {
@@ -154,8 +156,11 @@ func (d *Disaggregated) reserve(ctx context.Context, r *Request, id kv.ID) (*han
 	if errors.Is(err, handoff.ErrTransport) || ctx.Err() != nil {
 		d.abort(id, "reserve outcome unknown")
 	}
+	if errors.Is(err, handoff.ErrNoRoom) {
+		return nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, err, "the decode worker has no free KV pages for this request now; retry later or lower max_tokens")
+	}
 	if errors.Is(err, handoff.ErrRefused) {
-		return nil, errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the decode worker has no room for this request now; retry later")
+		return nil, errf(CodeOverloaded, http.StatusTooManyRequests, err, "the decode worker refused this request now (%v); retry later", err)
 	}
 	return nil, asEngineError(err, CodeHandoff, http.StatusBadGateway, "reserving decode pages")
 }

@@ -64,7 +64,7 @@ func (l *lifecycle) reject(e *Error) {
 	if e.Code == CodeContextLength {
 		reason = request.RejectedContextLength
 	}
-	if e.Code != CodeContextLength && e.Code != CodeOverloaded {
+	if e.Code != CodeContextLength && e.Code != CodeOverloaded && e.Code != CodeKVCapacity {
 		l.fail(e)
 		return
 	}

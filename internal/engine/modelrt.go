@@ -78,3 +78,12 @@ func (f *modelForwarder) Forward(steps []Step) []StepResult {
 
 // Close stops the forwarder's thread pool.
 func (f *modelForwarder) Close() { f.par.Close() }
+
+// WithName is the same runtime shown to clients under another name (the
+// served model name); everything else, the model itself included, is
+// shared.
+func (r *ModelRuntime) WithName(name string) *ModelRuntime {
+	c := *r
+	c.name = name
+	return &c
+}

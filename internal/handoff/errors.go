@@ -21,10 +21,11 @@ type Error struct {
 
 func (e *Error) Error() string { return "handoff " + string(e.Code) + ": " + e.Msg }
 
-// Is matches any *Error with the same Code.
+// Is matches any *Error with the same Code; ErrNoRoom also matches
+// ErrRefused, since having no free pages is one reason to refuse.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Code == e.Code
+	return ok && (t.Code == e.Code || (t.Code == ErrRefused.Code && e.Code == ErrNoRoom.Code))
 }
 
 // With returns a copy of the sentinel with a more specific message.
@@ -59,6 +60,10 @@ var (
 	ErrAborted = &Error{"aborted", "the handoff was aborted"}
 	// ErrRefused: the decode worker refused the reservation (capacity, limits).
 	ErrRefused = &Error{"refused", "the decode worker refused the reservation"}
+	// ErrNoRoom: the decode worker refused the reservation because its KV
+	// pool has no free pages for it now (back-pressure, retryable; never an
+	// integrity failure). errors.Is(err, ErrRefused) holds for it too.
+	ErrNoRoom = &Error{"no_room", "the decode worker has no free KV pages for the reservation"}
 	// ErrDuplicate: a handoff with this id already exists.
 	ErrDuplicate = &Error{"duplicate_handoff", "a handoff with this id already exists"}
 	// ErrProtocol: a malformed frame or message on a transport; the

@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"bytes"
+	"errors"
 	"time"
 
 	"sluice/internal/kv"
@@ -184,8 +185,12 @@ func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 	o := kv.Owner{Tenant: m.Tenant, ID: m.Handoff}
 	refs, err := r.pool.Reserve(o, nAll)
 	if err != nil {
-		r.stats.Failed[ErrRefused.Code]++
-		return nil, ErrRefused.With("%d pages for %d+%d tokens: %v", nAll, m.PromptTokens, m.MaxTokens, err)
+		refusal := ErrRefused
+		if errors.Is(err, kv.ErrNoCapacity) {
+			refusal = ErrNoRoom
+		}
+		r.stats.Failed[refusal.Code]++
+		return nil, refusal.With("%d pages for %d+%d tokens: %v", nAll, m.PromptTokens, m.MaxTokens, err)
 	}
 	if len(refs) != nAll {
 		// A pool that hands out a different count breaks coverage; refuse.

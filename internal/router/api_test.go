@@ -665,8 +665,8 @@ func TestModelsHealthMetrics(t *testing.T) {
 		`sluice_requests_total{code="",route="/v1/completions",status="200"} 1`,
 		`sluice_requests_total{code="context_length_exceeded",route="/v1/completions",status="400"} 1`,
 		`sluice_requests_total{code="kv_integrity_violation",route="/v1/completions",status="500"} 1`,
-		`sluice_prompt_tokens_total{tenant="default"} 14`, // 4 + 10 (FAIL_LATE: BOS + 9)
-		`sluice_completion_tokens_total{tenant="default"} 6`,
+		`sluice_prompt_tokens_total 14`, // 4 + 10 (FAIL_LATE: BOS + 9); no tenant label by default
+		`sluice_completion_tokens_total 6`,
 		`sluice_time_to_first_token_seconds_count 2`,
 		`sluice_inter_token_latency_seconds_count 4`,
 		`sluice_kv_pages{role="decode",state="free"} 7`,
@@ -689,10 +689,11 @@ func TestModelsHealthMetrics(t *testing.T) {
 		t.Fatalf("health %d", resp.StatusCode)
 	}
 	h.srv.Drain()
-	resp, _ = http.Get(h.ts.URL + "/health")
+	// Draining is readiness, not liveness (see TestHealthIsLivenessReadyIsReadiness).
+	resp, _ = http.Get(h.ts.URL + "/ready")
 	resp.Body.Close()
 	if resp.StatusCode != 503 {
-		t.Fatalf("draining health %d", resp.StatusCode)
+		t.Fatalf("draining ready %d", resp.StatusCode)
 	}
 	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(2)})
 	apiErr(t, err, 503, CodeShuttingDown)

@@ -149,7 +149,7 @@ func TestInjectedBugs(t *testing.T) {
 func TestInjectedBugRates(t *testing.T) {
 	n := envInt(t, "SLUICE_SIM_BUG_RATES", 0)
 	if n == 0 {
-		t.Skip("set SLUICE_SIM_BUG_RATES=N to measure how many seeds find each injected bug")
+		t.Skip("opt-in: set SLUICE_SIM_BUG_RATES=N to measure how many seeds find each injected bug")
 	}
 	env := testEnv(t)
 	only := os.Getenv("SLUICE_SIM_BUG")
