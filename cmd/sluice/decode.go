@@ -63,7 +63,7 @@ func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
 	o.register(fs, true)
 	fs.StringVar(&o.listen, "listen", defListen, "address the role's authenticated handoff service listens on")
 	fs.StringVar(&o.secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret, at least 16 bytes; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
-	fs.BoolVar(&o.frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput)")
+	fs.BoolVar(&o.frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput); always on when listening on or dialling an address that is not loopback (I12), this flag turns it on for loopback too")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long sequences in flight may finish before connections close")
 	fs.StringVar(&o.metrics, "metrics-listen", "", "when set, serve Prometheus /metrics (this role's KV pages by state, integrity violations, refusals, late writes), /health (liveness) and /ready (readiness) on this HTTP address")
 }
@@ -115,7 +115,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	log.Info("model loaded", "model", m.Describe())
+	log.Info("model loaded", "model", m.Describe(), "fingerprint", m.Fingerprint().String())
 	o.setup(log, m, pools.Context)
 	rep := m.Preflight(pools, role)
 	logPreflight(log, rep)
@@ -128,8 +128,26 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 		m.Close()
 		return fail(1, "%v", err)
 	}
-	return log, m, ec, tcp.Config{Secret: secret, FrameMAC: o.frameMAC}, -1
+	return log, m, ec, tcp.Config{Secret: secret, FrameMAC: o.frameMAC, Model: m.Fingerprint()}, -1
 }
+
+// connectFailure is the log message of a role that could not connect to
+// its peer at start: a peer of another model (I13) or secret (I12) is a
+// refusal to start, not an unreachable peer.
+func connectFailure(peer string, err error) string {
+	switch {
+	case errors.Is(err, handoff.ErrModelMismatch):
+		return "refusing to start: the " + peer + " worker runs another model (I13); start every role with the same model file"
+	case errors.Is(err, handoff.ErrAuth):
+		return "refusing to start: the " + peer + " worker failed authentication (I12); give every role the same shared secret"
+	case errors.Is(err, handoff.ErrVersion):
+		return "refusing to start: the " + peer + " worker runs a sluice build of another protocol version; run the same build on every role"
+	}
+	return "cannot reach the " + peer + " worker"
+}
+
+// wireCode is an error's stable code (handoff.ToWire), for log fields.
+func wireCode(err error) string { c, _ := handoff.ToWire(err); return c }
 
 // serveRole serves d/p over TCP until SIGTERM/SIGINT, then drains: it
 // waits (up to drain) until pool holds no page in use, so sequences in
@@ -152,7 +170,7 @@ func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
-	log.Info("listening", "addr", l.Addr().String())
+	log.Info("listening", "addr", l.Addr().String(), "frame_mac", tc.FrameMAC || !tcp.Loopback(l.Addr()))
 	code := 0
 	select {
 	case <-ctx.Done():

@@ -48,7 +48,7 @@ Example:
 	dc, err := tcp.ConnectRedialer(ctx, decodeAddr, tc, log)
 	cancel()
 	if err != nil {
-		log.Error("cannot reach the decode worker", "decode", decodeAddr, "err", err)
+		log.Error(connectFailure("decode", err), "decode", decodeAddr, "err", err, "code", wireCode(err))
 		return 1
 	}
 	defer dc.Close()
@@ -66,6 +66,6 @@ Example:
 		return 1
 	}
 	defer stopMetrics()
-	log.Info("prefill worker ready", "context", pw.Context(), "decode", decodeAddr)
+	log.Info("prefill worker ready", "context", pw.Context(), "decode", decodeAddr, "frame_mac_decode", dc.FrameMAC())
 	return serveRole(log, o.listen, tc, nil, pw, pw.Pool(), o.drain, &o.draining)
 }

@@ -38,7 +38,7 @@ func runRouter(args []string) int {
 	fs.StringVar(&prefillAddr, "prefill", "127.0.0.1:9001", "address of the prefill worker")
 	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "address of the decode worker")
 	fs.StringVar(&secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
-	fs.BoolVar(&frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection")
+	fs.BoolVar(&frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput); always on when listening on or dialling an address that is not loopback (I12), this flag turns it on for loopback too")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the workers at start")
 	usageFor(fs, `Usage: sluice router [flags]
 
@@ -110,22 +110,25 @@ Example:
 		o.setup(log, m, 0)
 	}
 
-	tc := tcp.Config{Secret: secret, FrameMAC: frameMAC}
+	log.Info("model loaded", "model", m.Describe(), "fingerprint", m.Fingerprint().String())
+	// I13: the handshake with each worker compares model fingerprints, so
+	// a router never tokenizes for a model its workers do not run.
+	tc := tcp.Config{Secret: secret, FrameMAC: frameMAC, Model: m.Fingerprint()}
 	cctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
 	dc, err := tcp.ConnectRedialer(cctx, decodeAddr, tc, log)
 	if err != nil {
-		log.Error("cannot reach the decode worker", "decode", decodeAddr, "err", err)
+		log.Error(connectFailure("decode", err), "decode", decodeAddr, "err", err, "code", wireCode(err))
 		return 1
 	}
 	defer dc.Close()
 	auto := o.context == "auto" || o.context == ""
-	if err := node.ProbeDecodeContext(cctx, dc, ctxLen); err != nil && auto {
+	if err := node.ProbeDecodeContext(cctx, dc, ctxLen, m.Fingerprint()); err != nil && auto {
 		// I2 with auto: lower the advertised context to what decode admits.
 		lo, hi := 1, ctxLen-1
 		for lo < hi {
 			mid := (lo + hi + 1) / 2
-			if node.ProbeDecodeContext(cctx, dc, mid) == nil {
+			if node.ProbeDecodeContext(cctx, dc, mid, m.Fingerprint()) == nil {
 				lo = mid
 			} else {
 				hi = mid - 1
@@ -140,11 +143,12 @@ Example:
 	}
 	pc, err := tcp.ConnectRedialer(cctx, prefillAddr, tc, log)
 	if err != nil {
-		log.Error("cannot reach the prefill worker", "prefill", prefillAddr, "err", err)
+		log.Error(connectFailure("prefill", err), "prefill", prefillAddr, "err", err, "code", wireCode(err))
 		return 1
 	}
 	defer pc.Close()
-	eng, err := engine.NewDisaggregated(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Context: ctxLen, MaxConcurrency: o.maxConc}, pc, dc)
+	eng, err := engine.NewDisaggregated(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(), Context: ctxLen,
+		MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait}, pc, dc)
 	if err != nil {
 		log.Error("engine", "err", err)
 		return 1
@@ -157,7 +161,7 @@ Example:
 	checkChatTemplate(log, ct)
 	adminAddr := o.adminAddr(keys != nil)
 	srv, err := router.New(router.Config{Engine: eng, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Logger: log,
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.routerSlots(), TenantConcurrency: o.tenantMax, Logger: log,
 		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels,
 		// /ready: both workers reachable (a lost connection is redialled
 		// by the probe, so a restarted worker makes the router ready again).
@@ -174,6 +178,7 @@ Example:
 		return 1
 	}
 	defer stopAdmin()
-	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddr, "decode", decodeAddr)
+	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddr, "decode", decodeAddr,
+		"frame_mac_decode", dc.FrameMAC(), "frame_mac_prefill", pc.FrameMAC())
 	return serveHTTP(log, o.listen, srv, o.drain, eng.Close)
 }

@@ -19,6 +19,9 @@ type Request struct {
 	ID string
 	// Tenant is derived by the router from the API key.
 	Tenant string
+	// Weight is the tenant's share in the queue's fair discipline (from
+	// the key file; 0 means 1).
+	Weight int
 	// Prompt is the tokenized prompt, BOS included when the model wants it.
 	Prompt []int32
 	// MaxTokens bounds the generated tokens (>= 1).
@@ -42,6 +45,9 @@ type Usage struct {
 type Event struct {
 	// Token is a generated token id; valid when Done is false and Err is nil.
 	Token int32
+	// Logprobs are Token's logprobs when the request asked for them
+	// (Sampling.Logprobs), computed where the token was sampled.
+	Logprobs *sample.Logprobs
 	// Done marks successful completion: every token has been sent.
 	Done bool
 	// Finish is "stop" (end-of-sequence token) or "length" (MaxTokens).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"sluice/internal/kv"
+	"sluice/internal/model"
 )
 
 // Code is a stable machine-readable error code; it crosses transports as a
@@ -61,17 +62,25 @@ var (
 	// ErrRefused: the decode worker refused the reservation (capacity, limits).
 	ErrRefused = &Error{"refused", "the decode worker refused the reservation"}
 	// ErrNoRoom: the decode worker refused the reservation because its KV
-	// pool has no free pages for it now (back-pressure, retryable; never an
-	// integrity failure). errors.Is(err, ErrRefused) holds for it too.
+	// pool has no free pages for it now, though it could hold it when
+	// empty (back-pressure: the router's queue waits and tries again; never
+	// an integrity failure). errors.Is(err, ErrRefused) holds for it too.
 	ErrNoRoom = &Error{"no_room", "the decode worker has no free KV pages for the reservation"}
 	// ErrDuplicate: a handoff with this id already exists.
 	ErrDuplicate = &Error{"duplicate_handoff", "a handoff with this id already exists"}
 	// ErrProtocol: a malformed frame or message on a transport; the
 	// connection is closed.
 	ErrProtocol = &Error{"protocol", "malformed or unexpected frame"}
+	// ErrVersion: the peers speak no common protocol version (builds of
+	// different wire formats); refused at the handshake, before any call.
+	ErrVersion = &Error{"protocol_version", "the peers speak different protocol versions"}
 	// ErrTransport: the transport failed (connection lost, timeout). Whether
 	// the remote side applied the call is UNKNOWN; callers must abort.
 	ErrTransport = &Error{"transport", "transport failure; the remote outcome is unknown"}
+	// ErrModelMismatch: the peers run different models (I13): a connection
+	// or a message names a model fingerprint that is not the receiver's.
+	// The message names both models and both fingerprints.
+	ErrModelMismatch = &Error{"model_mismatch", "the roles run different models (I13)"}
 	// ErrInternal: anything else from the remote side.
 	ErrInternal = &Error{"internal", "internal error"}
 )
@@ -104,4 +113,14 @@ func ToWire(err error) (code, msg string) {
 		return "kv_" + string(v.Kind), err.Error()
 	}
 	return string(ErrInternal.Code), err.Error()
+}
+
+// CheckModel is nil when peer, the fingerprint a peer's connection or
+// message names, is mine; otherwise ErrModelMismatch naming both (I13).
+// what says who the peer is ("the router", "the decode reservation").
+func CheckModel(mine, peer model.Fingerprint, what string) error {
+	if mine.Same(peer) {
+		return nil
+	}
+	return ErrModelMismatch.With("this role runs %v, %s runs %v; start every role with the same model file", mine, what, peer)
 }
