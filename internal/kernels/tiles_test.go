@@ -16,9 +16,6 @@ import (
 // tile that reorders a reduction, drops the rows or tokens past its last
 // full tile, or reads the wrong token's scales fails here.
 func TestTilesOddShapesBitwise(t *testing.T) {
-	if testing.Short() {
-		t.Skip("many shapes")
-	}
 	pars := []*Parallel{nil, NewParallel(2), NewParallel(3)}
 	defer pars[1].Close()
 	defer pars[2].Close()
