@@ -325,6 +325,16 @@ type Stats struct {
 	LateWrites uint64
 	// Scrubbed counts pages scrubbed on their way to the free list (I7).
 	Scrubbed uint64
+
+	// Prefix cache (cache.go). Cached pages are owned by cache entries and
+	// also counted in Sealed (or Quarantined).
+	Cached         int    // pages owned by cache entries
+	CacheIdle      int    // of those, read by nobody: evictable
+	CacheReaders   int    // reader shares held (a page read by 3 sequences counts 3)
+	CacheHits      uint64 // pages found by Lookup
+	CacheMisses    uint64 // pages asked of Lookup and not found
+	CacheInserts   uint64 // pages handed to the cache
+	CacheEvictions uint64 // idle entries evicted (pressure, EvictIdle, invalidation)
 }
 
 // InUse is every page that is not free.
