@@ -397,12 +397,12 @@ func (p *Pool) checkCachedLocked(o Owner, ref PageRef, op op) *Violation {
 			return p.violateLocked(KindForeignOwner, ref.Page, true, "cached page %d was not looked up by this sequence", ref.Page)
 		}
 	}
+	if tagState(m.tag.Load()) == Quarantined && op != opRelease && op != opQuarantine {
+		return p.violateLocked(KindQuarantined, ref.Page, false, "cached page %d is quarantined after an integrity violation", ref.Page)
+	}
 	switch op {
 	case opWrite, opTransfer, opMark:
 		return p.violateLocked(KindSealedWrite, ref.Page, true, "write to cached page %d: cached pages are read-only", ref.Page)
-	}
-	if tagState(m.tag.Load()) == Quarantined && op != opRelease && op != opQuarantine {
-		return p.violateLocked(KindQuarantined, ref.Page, false, "cached page %d is quarantined after an integrity violation", ref.Page)
 	}
 	return nil
 }
