@@ -18,6 +18,7 @@ type outcome struct {
 	finish     string // "stop", "length", "cancelled"
 	err        *Error
 	prompt     int
+	cached     int
 	completion int
 }
 
@@ -34,6 +35,10 @@ type seq struct {
 	decoded bool    // next is valid: the sequence is in its decode phase
 
 	promptTokens int // for usage (I9)
+	cachedTokens int // of those, read from the prefix cache
+	// prefilled, when set, runs once when the prompt's last token has been
+	// computed (the prefix cache inserts the new full pages).
+	prefilled func(q *seq)
 	generated    int
 	maxTokens    int
 	ignoreEOS    bool
@@ -279,6 +284,10 @@ func (s *scheduler) advance(q *seq, n int, r StepResult) {
 		if len(q.prompt) > 0 {
 			return
 		}
+		if q.prefilled != nil {
+			q.prefilled(q)
+			q.prefilled = nil
+		}
 	}
 	tok, err := q.samp.Sample(r.Logits)
 	if err != nil {
@@ -323,6 +332,7 @@ func (s *scheduler) finish(q *seq, o outcome) {
 	q.table = nil
 	q.view = nil
 	o.prompt = q.promptTokens
+	o.cached = q.cachedTokens
 	o.completion = q.generated
 	emit := q.emit
 	q.emit = nil

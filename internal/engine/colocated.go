@@ -23,6 +23,7 @@ type Colocated struct {
 	sched *scheduler
 	ctx   int
 	gate  *gate
+	cache *prefixCache // nil: no prefix cache
 }
 
 var _ Engine = (*Colocated)(nil)
@@ -44,6 +45,7 @@ func NewColocated(cfg Config) (*Colocated, error) {
 		sched: newScheduler(cfg, pool),
 		ctx:   cfg.configuredContext(),
 		gate:  newGate(cfg.MaxConcurrency),
+		cache: newPrefixCache(cfg, pool),
 	}, nil
 }
 
@@ -67,30 +69,40 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 		reserveErr *Error
 		q          *seq
 		release    func()
+		keys       []kv.BlockKey // full prompt pages' cache keys (nil: no cache)
+		cached     int           // leading prompt tokens read from the cache
 	)
 	lc = newLifecycle(request.Colocated, func(a request.Action, e *Error, prompt, completion int) {
 		switch a.Kind {
 		case request.ActReserve:
-			table, reserveErr = c.reserve(owner, r)
+			table, cached, keys, reserveErr = c.reserve(owner, r)
 		case request.ActPrefill:
 			q = &seq{
 				owner:        owner,
 				table:        table,
-				prompt:       r.Prompt,
+				prompt:       r.Prompt[cached:],
+				fed:          cached,
 				promptTokens: len(r.Prompt),
+				cachedTokens: cached,
 				maxTokens:    r.MaxTokens,
 				ignoreEOS:    r.IgnoreEOS,
 				samp:         sample.New(r.Sampling),
 				ended:        release,
 			}
 			q.emit = func(o outcome) { lc.scheduled(o, len(r.Prompt)) }
+			if keys != nil {
+				from := cached / c.cfg.PageSize
+				q.prefilled = func(q *seq) { c.cache.insert(owner, q.table, keys, from) }
+			}
 		case request.ActEmit:
 			st.push(outcome{token: a.Token})
 		case request.ActStopDecode:
 			q.cancel.Store(true)
 			c.sched.poke()
 		case request.ActEnd:
-			st.push(terminal(a, e, prompt, completion))
+			o := terminal(a, e, prompt, completion)
+			o.cached = cached
+			st.push(o)
 		}
 	})
 	if err := checkRequest(r, c.ctx, c.cfg.Model.Vocab(), c.cfg.Unsafe.NoAdmission); err != nil {
@@ -123,20 +135,35 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 // reserve takes room for the whole request up front, as the decode worker
 // does: a full pool then refuses at admission (retryable) instead of
 // failing a request halfway through its output. LazyPages reserves the
-// prompt only and grows per step.
-func (c *Colocated) reserve(owner kv.Owner, r *Request) ([]kv.PageRef, *Error) {
+// prompt only and grows per step. With the prefix cache, the table starts
+// with the prompt's cached pages (cached tokens, read-only, shared) and the
+// rest is reserved after them; keys are the prompt's full-page keys.
+func (c *Colocated) reserve(owner kv.Owner, r *Request) (table []kv.PageRef, cached int, keys []kv.BlockKey, e *Error) {
 	need := len(r.Prompt) + r.MaxTokens
 	if c.cfg.LazyPages {
 		need = len(r.Prompt)
 	}
-	table, err := c.pool.Reserve(owner, kv.PagesFor(need, c.cfg.PageSize))
+	var hits []kv.PageRef
+	if c.cache != nil {
+		keys = c.cache.keys(r)
+		hits = c.cache.lookup(owner, keys, len(r.Prompt))
+	}
+	var err error
+	if len(hits) == 0 {
+		table, err = c.pool.Reserve(owner, kv.PagesFor(need, c.cfg.PageSize))
+	} else {
+		table, err = c.pool.Extend(owner, hits, kv.PagesFor(need, c.cfg.PageSize)-len(hits))
+	}
 	if err == nil {
-		return table, nil
+		return table, len(hits) * c.cfg.PageSize, keys, nil
+	}
+	if len(hits) > 0 {
+		releasePages(c.pool, owner, hits)
 	}
 	if errors.Is(err, kv.ErrNoCapacity) {
-		return nil, errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the KV cache is full; retry later")
+		return nil, 0, nil, errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the KV cache is full; retry later")
 	}
-	return nil, asEngineError(err, CodeInternal, http.StatusInternalServerError, "reserving KV pages")
+	return nil, 0, nil, asEngineError(err, CodeInternal, http.StatusInternalServerError, "reserving KV pages")
 }
 
 // Close implements Engine: refuses new requests, waits for in-flight ones
@@ -234,7 +261,7 @@ func (s *stream) push(o outcome) {
 		s.events <- Event{Token: o.token}
 		return
 	}
-	ev := Event{Usage: Usage{PromptTokens: o.prompt, CompletionTokens: o.completion}}
+	ev := Event{Usage: Usage{PromptTokens: o.prompt, CompletionTokens: o.completion, CachedTokens: o.cached}}
 	switch {
 	case o.err != nil:
 		ev.Err = o.err

@@ -53,6 +53,15 @@ type Config struct {
 	// MaxConcurrency bounds requests in flight; more are refused with
 	// "overloaded" rather than queued without bound (default 64).
 	MaxConcurrency int
+	// PrefixCache reuses the full prompt pages of earlier requests of the
+	// same tenant (kv prefix cache, I11): a hit skips computing them.
+	PrefixCache bool
+	// CacheSecret keys the tenants' cache salts (kv.TenantSalt): the
+	// deployment's secret. Empty: a random secret for this process.
+	CacheSecret []byte
+	// ModelFingerprint names the weights in cache keys (I13). Empty: the
+	// model's name and shape.
+	ModelFingerprint []byte
 
 	// Unsafe switches safeguards off. TEST AND DEMO HOOK ONLY: the incident
 	// demo and the benchmarks use it to show each safeguard alone and to
