@@ -39,10 +39,10 @@ type seq struct {
 	// prefilled, when set, runs once when the prompt's last token has been
 	// computed (the prefix cache inserts the new full pages).
 	prefilled func(q *seq)
-	generated    int
-	maxTokens    int
-	ignoreEOS    bool
-	samp         *sample.Sampler
+	generated int
+	maxTokens int
+	ignoreEOS bool
+	samp      *sample.Sampler
 
 	// emit must not block: the scheduler serves every sequence from one
 	// goroutine, and a slow client must not stall the others.
