@@ -46,6 +46,12 @@ type commonParams struct {
 	// IgnoreEOS (vLLM's extension) generates max_tokens tokens even past
 	// end-of-sequence; for benchmarks.
 	IgnoreEOS bool `json:"ignore_eos"`
+	// PromptCacheKey (OpenAI) and CacheSalt (vLLM) only narrow prefix-cache
+	// sharing within the caller's tenant (engine.Request.CacheScope); the
+	// tenant's own salt is derived by the server, so neither can reach
+	// another tenant's cache (I11).
+	PromptCacheKey *string `json:"prompt_cache_key"`
+	CacheSalt      *string `json:"cache_salt"`
 }
 
 // decodeBody reads a JSON object into v, mapping every failure onto the
@@ -106,6 +112,7 @@ type params struct {
 	stream       bool
 	includeUsage bool
 	ignoreEOS    bool
+	cacheScope   string
 }
 
 const maxStops = 16
@@ -166,6 +173,11 @@ func (c *commonParams) validate(maxTokensParam string, maxTokens *int) (params, 
 	p.stop = stops
 	p.stream = c.Stream
 	p.ignoreEOS = c.IgnoreEOS
+	scope, e := cacheScope(c.PromptCacheKey, c.CacheSalt)
+	if e != nil {
+		return p, e
+	}
+	p.cacheScope = scope
 	if c.StreamOptions != nil {
 		if !c.Stream {
 			return p, badParam("stream_options", "stream_options is only allowed when stream is true")
@@ -173,6 +185,28 @@ func (c *commonParams) validate(maxTokensParam string, maxTokens *int) (params, 
 		p.includeUsage = c.StreamOptions.IncludeUsage
 	}
 	return p, nil
+}
+
+// maxCacheScope bounds prompt_cache_key and cache_salt.
+const maxCacheScope = 256
+
+// cacheScope joins prompt_cache_key and cache_salt into one narrowing
+// scope, length-prefixed so that no pair of values can spell another pair.
+func cacheScope(key, salt *string) (string, *apiError) {
+	var b strings.Builder
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"prompt_cache_key", key}, {"cache_salt", salt}} {
+		if f.v == nil || *f.v == "" {
+			continue
+		}
+		if len(*f.v) > maxCacheScope {
+			return "", badParam(f.name, "%s is %d bytes; at most %d are allowed", f.name, len(*f.v), maxCacheScope)
+		}
+		fmt.Fprintf(&b, "%s:%d:%s;", f.name, len(*f.v), *f.v)
+	}
+	return b.String(), nil
 }
 
 func parseStop(raw json.RawMessage) ([]string, *apiError) {
@@ -324,9 +358,16 @@ func parseContent(raw json.RawMessage, i int) (string, *apiError) {
 // Response shapes, as OpenAI sends them.
 
 type usageJSON struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int                `json:"prompt_tokens"`
+	CompletionTokens    int                `json:"completion_tokens"`
+	TotalTokens         int                `json:"total_tokens"`
+	PromptTokensDetails promptTokenDetails `json:"prompt_tokens_details"`
+}
+
+// promptTokenDetails is OpenAI's usage.prompt_tokens_details: how many of
+// prompt_tokens were read from the prefix cache instead of computed.
+type promptTokenDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 type completionChoice struct {

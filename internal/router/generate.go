@@ -152,7 +152,8 @@ loop:
 		return out
 	}
 	u := usageJSON{PromptTokens: out.usage.PromptTokens, CompletionTokens: out.usage.CompletionTokens,
-		TotalTokens: out.usage.PromptTokens + out.usage.CompletionTokens}
+		TotalTokens:         out.usage.PromptTokens + out.usage.CompletionTokens,
+		PromptTokensDetails: promptTokenDetails{CachedTokens: out.usage.CachedTokens}}
 
 	if !g.p.stream {
 		if out.err != nil {

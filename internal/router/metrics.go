@@ -30,6 +30,18 @@ type EngineStats struct {
 type PoolStats struct {
 	Role  string
 	Pages map[string]int
+	Cache CacheStats
+}
+
+// CacheStats is one pool's prefix cache (kv/cache.go). Tokens count whole
+// pages: only full prompt pages are cached.
+type CacheStats struct {
+	HitTokens  uint64 // prompt tokens read from the cache instead of computed
+	MissTokens uint64 // full-page prompt tokens looked up and not found
+	Evictions  uint64 // idle cached pages evicted
+	IdlePages  int    // cached pages nobody reads (evictable)
+	ReadPages  int    // cached pages read by at least one sequence
+	Readers    int    // reader shares held over all cached pages
 }
 
 type metrics struct {
@@ -87,6 +99,10 @@ var (
 	descHBytes     = prometheus.NewDesc("sluice_handoff_bytes_total", "KV page bytes moved by handoffs.", nil, nil)
 	descHLatency   = prometheus.NewDesc("sluice_handoff_seconds", "Handoff latency from reservation to verified commit.", nil, nil)
 	descLate       = prometheus.NewDesc("sluice_late_writes_dropped_total", "Page writes dropped because the page had moved to a new generation (I6).", nil, nil)
+	descCacheTok   = prometheus.NewDesc("sluice_prefix_cache_tokens_total", "Full-page prompt tokens looked up in the prefix cache by role and result (hit: read instead of computed; miss: computed).", []string{"role", "result"}, nil)
+	descCacheEvict = prometheus.NewDesc("sluice_prefix_cache_evictions_total", "Idle prefix-cache pages evicted (pool pressure or invalidation), by role.", []string{"role"}, nil)
+	descCachePages = prometheus.NewDesc("sluice_prefix_cache_pages", "Prefix-cache pages by role and state (idle: read by nobody, evictable; shared: read by at least one sequence).", []string{"role", "state"}, nil)
+	descCacheRead  = prometheus.NewDesc("sluice_prefix_cache_readers", "Reader shares held on prefix-cache pages, by role.", []string{"role"}, nil)
 )
 
 // statsCollector turns an EngineStats snapshot into metrics at scrape time,
@@ -99,6 +115,10 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descHBytes
 	ch <- descHLatency
 	ch <- descLate
+	ch <- descCacheTok
+	ch <- descCacheEvict
+	ch <- descCachePages
+	ch <- descCacheRead
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -107,6 +127,13 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		for state, n := range p.Pages {
 			ch <- prometheus.MustNewConstMetric(descPages, prometheus.GaugeValue, float64(n), p.Role, state)
 		}
+		c := p.Cache
+		ch <- prometheus.MustNewConstMetric(descCacheTok, prometheus.CounterValue, float64(c.HitTokens), p.Role, "hit")
+		ch <- prometheus.MustNewConstMetric(descCacheTok, prometheus.CounterValue, float64(c.MissTokens), p.Role, "miss")
+		ch <- prometheus.MustNewConstMetric(descCacheEvict, prometheus.CounterValue, float64(c.Evictions), p.Role)
+		ch <- prometheus.MustNewConstMetric(descCachePages, prometheus.GaugeValue, float64(c.IdlePages), p.Role, "idle")
+		ch <- prometheus.MustNewConstMetric(descCachePages, prometheus.GaugeValue, float64(c.ReadPages), p.Role, "shared")
+		ch <- prometheus.MustNewConstMetric(descCacheRead, prometheus.GaugeValue, float64(c.Readers), p.Role)
 	}
 	for kind, n := range st.Violations {
 		ch <- prometheus.MustNewConstMetric(descViolations, prometheus.CounterValue, float64(n), kind)

@@ -471,6 +471,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation,
 		Prompt:    g.prompt,
 		MaxTokens: g.p.maxTokens,
 		IgnoreEOS: g.p.ignoreEOS,
+		// The tenant comes from the API key; the scope only narrows within it.
+		CacheScope: g.p.cacheScope,
 	}
 	req.Sampling.Temperature = float32(g.p.temperature)
 	req.Sampling.TopP = float32(g.p.topP)
