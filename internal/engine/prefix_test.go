@@ -110,6 +110,7 @@ func TestPrefixCacheColocatedHitMissAndOutput(t *testing.T) {
 		coldOut[name] = run1(t, cold, &Request{ID: name, Tenant: "a", Prompt: p, MaxTokens: 12, IgnoreEOS: true}).tokens
 	}
 
+	usageCached := 0
 	for _, tc := range []struct {
 		name, tenant, scope, prompt string
 		cached                      int
@@ -129,6 +130,7 @@ func TestPrefixCacheColocatedHitMissAndOutput(t *testing.T) {
 		before := rt.tokens.Load()
 		r := run1(t, e, &Request{ID: tc.name, Tenant: tc.tenant, CacheScope: tc.scope, Prompt: p, MaxTokens: 12, IgnoreEOS: true})
 		computed := int(rt.tokens.Load()-before) - (12 - 1) // decode steps feed 11 tokens
+		usageCached += r.final.Usage.CachedTokens
 		if r.final.Usage != (Usage{PromptTokens: len(p), CompletionTokens: 12, CachedTokens: tc.cached}) {
 			t.Errorf("%s: usage %+v, want %d cached of %d", tc.name, r.final.Usage, tc.cached, len(p))
 		}
@@ -140,6 +142,9 @@ func TestPrefixCacheColocatedHitMissAndOutput(t *testing.T) {
 		}
 	}
 	st := e.Pool().Stats()
+	if st.CacheHits*16 != uint64(usageCached) {
+		t.Errorf("pool counted %d hit pages, usage %d cached tokens", st.CacheHits, usageCached)
+	}
 	if st.Cached == 0 || st.CacheReaders != 0 || st.CacheIdle != st.Cached {
 		t.Fatalf("after every request: %+v", st)
 	}
@@ -189,8 +194,10 @@ func TestPrefixCacheUnderPressureMatchesReference(t *testing.T) {
 	if cached == 0 || st.CacheHits == 0 || st.CacheEvictions == 0 {
 		t.Fatalf("cached tokens %d, pool %+v: the test did not exercise hits and evictions", cached, st)
 	}
-	if uint64(cached) != st.CacheHits*uint64(cfg.PageSize) {
-		t.Fatalf("usage says %d cached tokens, the pool %d hit pages", cached, st.CacheHits)
+	// A lookup whose reservation then fails (overloaded, retried) counts
+	// as a hit in the pool but reaches no usage.
+	if uint64(cached) > st.CacheHits*uint64(cfg.PageSize) {
+		t.Fatalf("usage says %d cached tokens, the pool only %d hit pages", cached, st.CacheHits)
 	}
 	e.Close(context.Background())
 	if err := e.Pool().CheckDrained(); err != nil {

@@ -36,7 +36,7 @@ type PoolStats struct {
 // CacheStats is one pool's prefix cache (kv/cache.go). Tokens count whole
 // pages: only full prompt pages are cached.
 type CacheStats struct {
-	HitTokens  uint64 // prompt tokens read from the cache instead of computed
+	HitTokens  uint64 // prompt tokens found in the cache and handed to a request
 	MissTokens uint64 // full-page prompt tokens looked up and not found
 	Evictions  uint64 // idle cached pages evicted
 	IdlePages  int    // cached pages nobody reads (evictable)
@@ -99,7 +99,7 @@ var (
 	descHBytes     = prometheus.NewDesc("sluice_handoff_bytes_total", "KV page bytes moved by handoffs.", nil, nil)
 	descHLatency   = prometheus.NewDesc("sluice_handoff_seconds", "Handoff latency from reservation to verified commit.", nil, nil)
 	descLate       = prometheus.NewDesc("sluice_late_writes_dropped_total", "Page writes dropped because the page had moved to a new generation (I6).", nil, nil)
-	descCacheTok   = prometheus.NewDesc("sluice_prefix_cache_tokens_total", "Full-page prompt tokens looked up in the prefix cache by role and result (hit: read instead of computed; miss: computed).", []string{"role", "result"}, nil)
+	descCacheTok   = prometheus.NewDesc("sluice_prefix_cache_tokens_total", "Full-page prompt tokens looked up in the prefix cache, by role and result (hit: found and handed to the request; miss: not cached, computed). A request whose reservation fails after its lookup (overloaded) still counts its hits.", []string{"role", "result"}, nil)
 	descCacheEvict = prometheus.NewDesc("sluice_prefix_cache_evictions_total", "Idle prefix-cache pages evicted (pool pressure or invalidation), by role.", []string{"role"}, nil)
 	descCachePages = prometheus.NewDesc("sluice_prefix_cache_pages", "Prefix-cache pages by role and state (idle: read by nobody, evictable; shared: read by at least one sequence).", []string{"role", "state"}, nil)
 	descCacheRead  = prometheus.NewDesc("sluice_prefix_cache_readers", "Reader shares held on prefix-cache pages, by role.", []string{"role"}, nil)
