@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it (.ci/run calls this via make).
 # It installs what the suite needs when missing: Go modules (go command) and
-# Debian's spin (model checker) via apt-get.
+# Debian's spin (model checker) via apt-get. It prints a summary of skipped
+# tests and fails under CI (CI=true) if any test skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if ! command -v spin >/dev/null 2>&1; then
   echo "== installing spin (Debian package) for the protocol model checks"
   SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && SUDO="sudo"
-  ($SUDO apt-get update -qq && $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq spin) >/dev/null 2>&1 \
-    || echo "WARNING: could not install spin; the spec tests will skip (and fail under CI)"
+  # Wait for another apt/dpkg (unattended upgrades, a parallel job) to let
+  # go of the lock instead of failing at once; show apt's own words when it
+  # fails, so the reason is on the screen and not guessed.
+  apt_log=$(mktemp)
+  if ! { $SUDO apt-get -o DPkg::Lock::Timeout=300 update -qq &&
+         $SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq spin; } >"$apt_log" 2>&1; then
+    echo "WARNING: could not install spin; apt-get said:"
+    sed 's/^/    /' "$apt_log"
+    echo "WARNING: the spec tests will skip (and fail under CI)"
+  fi
+  rm -f "$apt_log"
 fi
 if ! command -v gcc >/dev/null 2>&1; then
   echo "WARNING: no C compiler: spin cannot compile its verifiers"
@@ -23,7 +33,11 @@ echo "== go vet"
 go vet ./...
 
 echo "== go test"
-go test -count=1 -timeout 20m ./...
+# -json through scripts/testsummary: package lines, failed tests' output,
+# then "== skipped: N tests" with each skip and its reason. Under CI
+# (CI=true) any skip fails the run (opt-in long runs aside).
+go build -o "${TMPDIR:-/tmp}/sluice-testsummary" ./scripts/testsummary
+go test -json -count=1 -timeout 20m ./... | "${TMPDIR:-/tmp}/sluice-testsummary"
 
 echo "== go test -race (concurrency-heavy packages)"
 race_pkgs=$(go list ./internal/kv/... ./internal/handoff/... ./internal/engine/... ./internal/request/... ./internal/router/... 2>/dev/null || true)

@@ -54,8 +54,8 @@ Flags:
 	maxPrompt := fs.Int("max-prompt-bytes", 4<<20, "never send a prompt larger than this")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if len(keys) == 0 {
 		if a, b := os.Getenv("SLUICE_AUDIT_KEY_A"), os.Getenv("SLUICE_AUDIT_KEY_B"); a != "" || b != "" {

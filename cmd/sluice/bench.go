@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -185,16 +186,16 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var models listFlag
-	fs.Var(&models, "model", "GGUF `file` to measure (repeatable; default: the shared test models)")
-	threadsFlag := fs.String("threads", "1,2", "comma-separated thread `counts`")
+	fs.Var(&models, "model", "GGUF `file` to measure (repeatable; default: stories260K from testdata/ and bench-15M-q8_0 from ../shared when present)")
+	threadsFlag := fs.String("threads", strconv.Itoa(runtime.NumCPU()), "comma-separated thread `counts`; by default the machine's cores (the README's table uses 1 and 2)")
 	prompt := fs.Int("prompt", 128, "prompt `tokens` for the prefill figure (llama-bench -p)")
 	gen := fs.Int("gen", 128, "generated `tokens` for the decode figure (llama-bench -n)")
 	reps := fs.Int("reps", 5, "`repetitions`; the median is reported")
-	withSynth := fs.Bool("synth", false, "also write and measure the synthetic bench-15M-f32 and bench-110M-q8_0 shapes (llama-cpp-speed.md) in a temporary directory; needs ../shared/vocab/ggml-vocab-llama-spm.gguf")
+	withSynth := fs.Bool("synth", false, "also write and measure the synthetic bench-15M-f32 and bench-110M-q8_0 shapes (llama-cpp-speed.md) in a temporary directory; needs testdata/vocab/ggml-vocab-llama-spm.gguf (or ../shared/vocab)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurements to `file` (go tool pprof)")
-	refPath := fs.String("reference", "", "llama.cpp speed `file` (default: ../shared/reference/llama-cpp-speed.md)")
+	refPath := fs.String("reference", "", "llama.cpp speed `file` (default: testdata/reference/llama-cpp-speed.md)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: sluice bench [flags]
+		fmt.Fprint(fs.Output(), `Usage: sluice bench [flags]
 
 Measures prefill (pp) and decode (tg) tokens/s the way llama-bench does and
 prints them next to llama.cpp's figures as ratios. Models are matched to the
@@ -210,7 +211,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlagsTo(fs, args, stdout); !ok {
 		return code
 	}
 	var threads []int
@@ -228,8 +229,7 @@ Flags:
 	}
 	if len(models) == 0 {
 		for _, n := range []string{"stories260K.gguf", "bench-15M-q8_0.gguf"} {
-			p := filepath.Join(testenv.SharedDir(), "models", n)
-			if _, err := os.Stat(p); err == nil {
+			if p, ok := testenv.Find(filepath.Join("models", n)); ok {
 				models = append(models, p)
 			}
 		}
@@ -245,7 +245,7 @@ Flags:
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		paths, err := writeBenchShapes(dir, filepath.Join(testenv.SharedDir(), "vocab", "ggml-vocab-llama-spm.gguf"), stderr)
+		paths, err := writeBenchShapes(dir, benchVocab(), stderr)
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 			return 1
@@ -253,7 +253,7 @@ Flags:
 		models = append(models, paths...)
 	}
 	if *refPath == "" {
-		*refPath = filepath.Join(testenv.SharedDir(), "reference", "llama-cpp-speed.md")
+		*refPath, _ = testenv.Find(filepath.Join("reference", "llama-cpp-speed.md"))
 	}
 	var ref map[string]map[int]llamaFigures
 	if f, err := os.Open(*refPath); err == nil {
@@ -356,4 +356,11 @@ func writeBenchShapes(dir, vocab string, log io.Writer) ([]string, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// benchVocab is the tokenizer copied into the synthetic bench shapes (the
+// llama-spm vocabulary llama.cpp's figures were measured with).
+func benchVocab() string {
+	p, _ := testenv.Find(filepath.Join("vocab", "ggml-vocab-llama-spm.gguf"))
+	return p
 }

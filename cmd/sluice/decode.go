@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,19 +39,39 @@ type workerOpts struct {
 	frameMAC   bool
 	metrics    string
 	drain      time.Duration
+	// draining is set once SIGTERM/SIGINT starts the drain: /ready is 503
+	// from then on.
+	draining atomic.Bool
+}
+
+// readiness is the worker's /ready check: not draining, and check (the
+// worker's own dependencies; nil: none) passes.
+func (o *workerOpts) readiness(check func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if o.draining.Load() {
+			return errors.New("the worker is draining")
+		}
+		if check != nil {
+			return check(ctx)
+		}
+		return nil
+	}
 }
 
 func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
+	o.worker = true
 	o.register(fs, true)
 	fs.StringVar(&o.listen, "listen", defListen, "address the role's authenticated handoff service listens on")
 	fs.StringVar(&o.secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret, at least 16 bytes; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
-	fs.BoolVar(&o.frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput)")
+	fs.BoolVar(&o.frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput); always on when listening on or dialling an address that is not loopback (I12), this flag turns it on for loopback too")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long sequences in flight may finish before connections close")
-	fs.StringVar(&o.metrics, "metrics-listen", "", "when set, serve Prometheus /metrics (this role's KV pages by state, integrity violations, late writes) and /health on this HTTP address")
+	fs.StringVar(&o.metrics, "metrics-listen", "", "when set, serve Prometheus /metrics (this role's KV pages by state, integrity violations, refusals, late writes), /health (liveness) and /ready (readiness) on this HTTP address")
 }
 
-// serveWorkerMetrics serves /metrics and /health for a worker process.
-func serveWorkerMetrics(log *slog.Logger, addr string, stats func() router.EngineStats) (func(), error) {
+// serveWorkerMetrics serves /metrics, /health (liveness: the process
+// answers) and /ready (readiness: ready returns nil; nil ready means
+// always) for a worker process.
+func serveWorkerMetrics(log *slog.Logger, addr string, stats func() router.EngineStats, ready func(context.Context) error) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -61,23 +82,14 @@ func serveWorkerMetrics(log *slog.Logger, addr string, stats func() router.Engin
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(`{"status":"ok"}` + "\n")) })
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(l)
-	log.Info("metrics listening", "addr", "http://"+l.Addr().String()+"/metrics")
-	return func() { hs.Close() }, nil
+	mux.HandleFunc("GET /ready", router.ReadyHandler(ready))
+	return serveAdmin(log, addr, mux)
 }
 
 // startWorker parses flags, loads the model and runs preflight for role.
 func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []string) (*slog.Logger, *node.Model, engine.Config, tcp.Config, int) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, nil, engine.Config{}, tcp.Config{}, 0
-		}
-		return nil, nil, engine.Config{}, tcp.Config{}, 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return nil, nil, engine.Config{}, tcp.Config{}, code
 	}
 	fail := func(code int, format string, a ...any) (*slog.Logger, *node.Model, engine.Config, tcp.Config, int) {
 		fmt.Fprintf(os.Stderr, name+": "+format+"\n", a...)
@@ -103,7 +115,8 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	log.Info("model loaded", "model", m.Describe())
+	log.Info("model loaded", "model", m.Describe(), "fingerprint", m.Fingerprint().String())
+	o.setup(log, m, pools.Context)
 	rep := m.Preflight(pools, role)
 	logPreflight(log, rep)
 	if !rep.OK {
@@ -115,13 +128,29 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 		m.Close()
 		return fail(1, "%v", err)
 	}
-	return log, m, ec, tcp.Config{Secret: secret, FrameMAC: o.frameMAC}, -1
+	return log, m, ec, tcp.Config{Secret: secret, FrameMAC: o.frameMAC, Model: m.Fingerprint()}, -1
 }
+
+// connectFailure is the log message of a role that could not connect to
+// its peer at start: a peer of another model (I13) or secret (I12) is a
+// refusal to start, not an unreachable peer.
+func connectFailure(peer string, err error) string {
+	switch {
+	case errors.Is(err, handoff.ErrModelMismatch):
+		return "refusing to start: the " + peer + " worker runs another model (I13); start every role with the same model file"
+	case errors.Is(err, handoff.ErrAuth):
+		return "refusing to start: the " + peer + " worker failed authentication (I12); give every role the same shared secret"
+	}
+	return "cannot reach the " + peer + " worker"
+}
+
+// wireCode is an error's stable code (handoff.ToWire), for log fields.
+func wireCode(err error) string { c, _ := handoff.ToWire(err); return c }
 
 // serveRole serves d/p over TCP until SIGTERM/SIGINT, then drains: it
 // waits (up to drain) until pool holds no page in use, so sequences in
 // flight finish, before closing the connections.
-func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p handoff.Prefill, pool *kv.Pool, drain time.Duration) int {
+func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p handoff.Prefill, pool *kv.Pool, drain time.Duration, draining *atomic.Bool) int {
 	srv, err := tcp.NewServer(tc, d, p)
 	if err != nil {
 		log.Error("handoff service", "err", err)
@@ -139,10 +168,11 @@ func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
-	log.Info("listening", "addr", l.Addr().String())
+	log.Info("listening", "addr", l.Addr().String(), "frame_mac", tc.FrameMAC || !tcp.Loopback(l.Addr()))
 	code := 0
 	select {
 	case <-ctx.Done():
+		draining.Store(true)
 		log.Info("shutting down: draining the sequences in flight", "timeout", drain)
 		deadline := time.Now().Add(drain)
 		for pool.Stats().InUse() > 0 && time.Now().Before(deadline) {
@@ -186,12 +216,12 @@ Example:
 	defer dw.Close()
 	stopMetrics, err := serveWorkerMetrics(log, o.metrics, func() router.EngineStats {
 		return node.Stats(map[string]*kv.Pool{preflight.RoleDecode: dw.Pool()}, dw)
-	})
+	}, o.readiness(nil))
 	if err != nil {
 		log.Error("cannot serve metrics", "err", err)
 		return 1
 	}
 	defer stopMetrics()
 	log.Info("decode worker ready", "context", dw.Context())
-	return serveRole(log, o.listen, tc, dw, nil, dw.Pool(), o.drain)
+	return serveRole(log, o.listen, tc, dw, nil, dw.Pool(), o.drain, &o.draining)
 }

@@ -49,6 +49,7 @@ Flags:
 	}
 	if len(args) == 0 || args[0] != "incident" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			fs.SetOutput(helpOut)
 			fs.Usage()
 			return 0
 		}
@@ -56,11 +57,8 @@ Flags:
 		fs.Usage()
 		return 2
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args[1:]); !ok {
+		return code
 	}
 	var (
 		f   *gguf.File

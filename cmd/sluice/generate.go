@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"sluice/internal/gguf"
@@ -115,7 +116,7 @@ func openModel(path string) (*loadedModel, error) {
 func generate(lm *loadedModel, o genOptions) (*genResult, error) {
 	m, tok := lm.model, lm.tok
 	cfg := m.Config()
-	if err := o.Sampling.Validate(); err != nil {
+	if err := o.Sampling.Validate(0); err != nil {
 		return nil, err
 	}
 	if o.MaxTokens < 0 {
@@ -254,7 +255,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Sampling.TopK, "top-k", 0, "keep the `k` most likely tokens (0: all)")
 	fs.Float64Var(&topP, "top-p", 1, "keep the smallest set of tokens whose probability reaches `p`")
 	fs.Uint64Var(&seed, "seed", 0, "random `seed` for non-greedy sampling")
-	fs.IntVar(&o.Threads, "threads", 1, "compute `threads`")
+	fs.IntVar(&o.Threads, "threads", runtime.NumCPU(), "compute `threads`; by default the machine's cores")
 	fs.IntVar(&o.PageSize, "page-size", kv.DefaultPageSize, "KV page size in `tokens`")
 	fs.IntVar(&o.Batch, "batch", 512, "prefill chunk size in `tokens`")
 	fs.BoolVar(&o.ParseSpecial, "special", false, "parse control tokens (e.g. <|im_start|>) written in the prompt")
@@ -263,7 +264,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&stops, "stop", "stop when the text contains this `string` (repeatable); it is not printed")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object (prompt_token_ids, token_ids, text, timings) instead of streaming text")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: sluice generate [flags]
+		fmt.Fprint(fs.Output(), `Usage: sluice generate [flags]
 
 Runs one prompt through a GGUF model (llama or qwen2 architecture) on the CPU,
 through a real KV page pool, and prints the generated text as it comes.
@@ -278,7 +279,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlagsTo(fs, args, stdout); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {

@@ -242,8 +242,9 @@ func TestGenerateCommandErrors(t *testing.T) {
 		t.Errorf("unknown flag: exit %d", code)
 	}
 	errb.Reset()
-	if code := runGenerate([]string{"--help"}, &out, &errb); code != 0 || !strings.Contains(errb.String(), "--json") {
-		t.Errorf("--help: exit %d, usage %q", code, errb.String())
+	out.Reset()
+	if code := runGenerate([]string{"--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "--json") || errb.Len() != 0 {
+		t.Errorf("--help: exit %d, usage on stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 	p := testenv.Shared(t, "models/stories260K.gguf")
 	errb.Reset()

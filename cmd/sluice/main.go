@@ -4,9 +4,11 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -29,7 +31,8 @@ func register(c command) {
 	commands[c.name] = c
 }
 
-func usage() {
+// usage lists the commands on w.
+func usage(w io.Writer) {
 	var b strings.Builder
 	b.WriteString("sluice: a disaggregated prefill/decode LLM server with per-tenant KV isolation\n\n")
 	b.WriteString("Usage: sluice <command> [flags]\n\nCommands:\n")
@@ -41,35 +44,73 @@ func usage() {
 	for _, n := range names {
 		fmt.Fprintf(&b, "  %-12s %s\n", n, commands[n].summary)
 	}
-	b.WriteString("\nRun 'sluice <command> --help' for the flags of a command.\n")
-	fmt.Fprint(os.Stderr, b.String())
+	b.WriteString("\nRun 'sluice help <command>' or 'sluice <command> --help' for the flags of a command.\n")
+	fmt.Fprint(w, b.String())
 }
 
-func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		usage()
-		if len(os.Args) < 2 {
-			os.Exit(2)
+func main() { os.Exit(run(os.Args[1:])) }
+
+// run dispatches a command line (without the program name) and returns the
+// exit code. Asked-for help goes to stdout with exit 0; a missing or
+// unknown command is a usage error: stderr, exit 2.
+func run(args []string) int {
+	if len(args) == 0 {
+		usage(os.Stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(os.Stdout)
+		return 0
+	case "help":
+		if len(args) == 1 {
+			usage(os.Stdout)
+			return 0
 		}
-		return
+		// `sluice help CMD` is `sluice CMD --help`.
+		c, ok := commands[args[1]]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "sluice: unknown command %q\n\n", args[1])
+			usage(os.Stderr)
+			return 2
+		}
+		return c.run([]string{"--help"})
 	}
-	c, ok := commands[os.Args[1]]
+	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "sluice: unknown command %q\n\n", os.Args[1])
-		usage()
-		os.Exit(2)
+		fmt.Fprintf(os.Stderr, "sluice: unknown command %q\n\n", args[0])
+		usage(os.Stderr)
+		return 2
 	}
-	os.Exit(c.run(os.Args[2:]))
+	return c.run(args[1:])
 }
+
+// helpOut is where asked-for help goes (stdout, as the GNU and Go tools
+// do); error messages about bad flags go to the flag set's own output.
+var helpOut io.Writer = os.Stdout
 
 // parseFlags parses args into fs. When it returns ok false the command must
-// return code at once: 0 after --help printed the usage, 2 on a bad flag
-// (the flag package has already said which).
+// return code at once: 0 after --help printed the usage to stdout, 2 on a
+// bad flag (the flag package has said which, with the usage, on the flag
+// set's output, stderr unless the command chose another).
 func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, false
-		}
+	return parseFlagsTo(fs, args, helpOut)
+}
+
+// parseFlagsTo is parseFlags for a command that writes to its own stdout
+// (tests pass a buffer): asked-for help goes there.
+func parseFlagsTo(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok bool) {
+	errOut := fs.Output()
+	var buf bytes.Buffer
+	fs.SetOutput(&buf)
+	err := fs.Parse(args)
+	fs.SetOutput(errOut)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		_, _ = io.Copy(stdout, &buf)
+		return 0, false
+	case err != nil:
+		_, _ = io.Copy(errOut, &buf)
 		return 2, false
 	}
 	return 0, true

@@ -48,7 +48,7 @@ Example:
 	dc, err := tcp.ConnectRedialer(ctx, decodeAddr, tc, log)
 	cancel()
 	if err != nil {
-		log.Error("cannot reach the decode worker", "decode", decodeAddr, "err", err)
+		log.Error(connectFailure("decode", err), "decode", decodeAddr, "err", err, "code", wireCode(err))
 		return 1
 	}
 	defer dc.Close()
@@ -60,12 +60,12 @@ Example:
 	defer pw.Close()
 	stopMetrics, err := serveWorkerMetrics(log, o.metrics, func() router.EngineStats {
 		return node.Stats(map[string]*kv.Pool{preflight.RolePrefill: pw.Pool()}, nil)
-	})
+	}, o.readiness(func(ctx context.Context) error { return node.CheckPeers(ctx, []node.Peer{{Role: "decode", Conn: dc}}) }))
 	if err != nil {
 		log.Error("cannot serve metrics", "err", err)
 		return 1
 	}
 	defer stopMetrics()
-	log.Info("prefill worker ready", "context", pw.Context(), "decode", decodeAddr)
-	return serveRole(log, o.listen, tc, nil, pw, pw.Pool(), o.drain)
+	log.Info("prefill worker ready", "context", pw.Context(), "decode", decodeAddr, "frame_mac_decode", dc.FrameMAC())
+	return serveRole(log, o.listen, tc, nil, pw, pw.Pool(), o.drain, &o.draining)
 }

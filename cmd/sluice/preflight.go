@@ -36,14 +36,14 @@ func runPreflight(args []string, stdout, stderr io.Writer) int {
 	)
 	fs.StringVar(&o.model, "model", "", "GGUF model file; empty checks the built-in default model")
 	fs.StringVar(&o.context, "context", "auto", "the context the roles will be started with, in tokens, or \"auto\"")
-	fs.StringVar(&o.kvMemory, "kv-memory", "", "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB)")
-	fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages)")
+	fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB); the same default as sluice serve and the workers; ignored when --kv-pool-tokens is set")
+	fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 	fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
 	fs.StringVar(&role, "role", "both", "which role(s) to check: prefill, decode, both (prefill and decode) or colocated")
 	fs.BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	fs.StringVar(&endpoint, "endpoint", "", "remote mode: URL of a running OpenAI-compatible server to read its own figures from")
 	fs.StringVar(&apiKey, "api-key", "", "remote mode: API key for --endpoint")
-	usageFor(fs, `Usage: sluice preflight --model PATH --context N (--kv-memory BYTES | --kv-pool-tokens N) [--page-size P] [--role prefill|decode|both] [--json]
+	usageFor(fs, `Usage: sluice preflight --model PATH --context N [--kv-memory BYTES | --kv-pool-tokens N] [--page-size P] [--role prefill|decode|both] [--json]
 
 Prints, per role: weight bytes, KV bytes per token (layers x KV heads x head
 dim x 2 x 4 bytes), page size, pool capacity in tokens, configured and
@@ -51,7 +51,7 @@ effective context, and a verdict. Exits 0 when every role's pool holds the
 context; otherwise exits 1 with a sentence naming the role, both numbers
 and what to change. The servers run exactly this check at start (I2).
 `)
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseFlagsTo(fs, args, stdout); !ok {
 		return code
 	}
 	if endpoint != "" {
@@ -61,11 +61,7 @@ and what to change. The servers run exactly this check at start (I2).
 		}
 		return remotePreflight(endpoint, apiKey, jsonOut, stdout, stderr)
 	}
-	if o.kvMemory == "" && o.poolTokens == 0 {
-		fmt.Fprintln(stderr, "preflight: give the pool size: --kv-memory BYTES or --kv-pool-tokens N")
-		return 2
-	}
-	if o.kvMemory != "" && o.poolTokens != 0 {
+	if flagSet(fs, "kv-memory") && o.poolTokens != 0 {
 		fmt.Fprintln(stderr, "preflight: give either --kv-memory or --kv-pool-tokens, not both")
 		return 2
 	}

@@ -181,6 +181,23 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// waitStatus polls url until it answers want (bounded: 15s).
+func waitStatus(t *testing.T, url string, want int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	last := 0
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if last = resp.StatusCode; last == want {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: %s answered %d, want %d within 15s", what, url, last, want)
+}
+
 // Router, prefill and decode as three OS processes on loopback serve a
 // request end to end; the text is llama.cpp's greedy continuation.
 func TestRolesAsProcesses(t *testing.T) {
@@ -197,8 +214,9 @@ func TestRolesAsProcesses(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys")
 	os.WriteFile(keys, []byte("key-a tenant-a\nkey-b tenant-b\n"), 0o600)
 	rt := startProc(t, "router", "--model", model, "--context", "256", "--listen", "127.0.0.1:0",
-		"--prefill", paddr, "--decode", daddr, "--api-keys", keys)
+		"--prefill", paddr, "--decode", daddr, "--api-keys", keys, "--metrics-listen", "127.0.0.1:0")
 	raddr := rt.waitAddr(t)
+	radmin := rt.field("metrics listening", "addr")
 
 	cl := openai.NewClient(option.WithBaseURL("http://"+raddr+"/v1/"), option.WithAPIKey("key-b"), option.WithMaxRetries(0))
 	r, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stories260K",
@@ -215,12 +233,26 @@ func TestRolesAsProcesses(t *testing.T) {
 	if !rt.waitLog(`"tenant":"tenant-b"`) {
 		t.Fatalf("router did not log tenant-b:\n%s", rt.log())
 	}
-	// The decode process exports its own pool: all 32 pages free again.
-	resp, err := http.Get(maddr)
+	// With API keys the router's metrics are on the admin listener only,
+	// and name no tenant.
+	if resp, err := http.Get("http://" + raddr + "/metrics"); err != nil || resp.StatusCode != 404 {
+		t.Fatalf("router /metrics on the API listener: %v %v", err, resp.Status)
+	}
+	resp, err := http.Get(radmin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "sluice_prompt_tokens_total 5") || strings.Contains(string(body), "tenant-b") {
+		t.Fatalf("router admin metrics:\n%s", body)
+	}
+	// The decode process exports its own pool: all 32 pages free again.
+	resp, err = http.Get(maddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if want := `sluice_kv_pages{role="decode",state="free"} 32`; !strings.Contains(string(body), want) {
 		t.Fatalf("decode metrics lack %s:\n%s", want, body)
@@ -248,13 +280,15 @@ func TestDecodeKilledMidStream(t *testing.T) {
 	pool := []string{"--model", model, "--context", "512", "--kv-pool-tokens", "1024"}
 	dec := startProc(t, "decode", append(pool, "--listen", "127.0.0.1:0")...)
 	daddr := dec.waitAddr(t)
-	pre := startProc(t, "prefill", append(pool, "--listen", "127.0.0.1:0", "--decode", daddr)...)
+	pre := startProc(t, "prefill", append(pool, "--listen", "127.0.0.1:0", "--decode", daddr, "--metrics-listen", "127.0.0.1:0")...)
 	paddr := pre.waitAddr(t)
+	pready := strings.TrimSuffix(pre.field("metrics listening", "addr"), "/metrics") + "/ready"
 	rt := startProc(t, "router", "--model", model, "--context", "512", "--listen", "127.0.0.1:0", "--prefill", paddr, "--decode", daddr)
 	raddr := rt.waitAddr(t)
 	cl := openai.NewClient(option.WithBaseURL("http://"+raddr+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	waitStatus(t, "http://"+raddr+"/ready", 200, "router ready with both workers up")
 	st := cl.Completions.NewStreaming(ctx, openai.CompletionNewParams{
 		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(500), Temperature: openai.Float(0)},
 		option.WithJSONSet("ignore_eos", true))
@@ -278,11 +312,17 @@ func TestDecodeKilledMidStream(t *testing.T) {
 		t.Fatalf("request after decode died: %v", err)
 	}
 	dec.wait(t)
+	// Readiness follows the dead peer; liveness does not.
+	waitStatus(t, "http://"+raddr+"/ready", 503, "router not ready with decode dead")
+	waitStatus(t, "http://"+raddr+"/health", 200, "router alive with decode dead")
+	waitStatus(t, pready, 503, "prefill not ready with decode dead")
 
 	// A decode worker restarted on the same address is used again: the
 	// router and the prefill worker dial it anew; the text is llama.cpp's.
 	dec2 := startProc(t, "decode", append(pool, "--listen", daddr)...)
 	dec2.waitAddr(t)
+	waitStatus(t, "http://"+raddr+"/ready", 200, "router ready again once decode is back")
+	waitStatus(t, pready, 200, "prefill ready again once decode is back")
 	var r *openai.Completion
 	for range 20 {
 		r, err = cl.Completions.New(ctx, openai.CompletionNewParams{
@@ -377,8 +417,26 @@ func TestPreflightCommand(t *testing.T) {
 	if rep.OK || len(rep.Roles) != 1 || rep.Roles[0].PoolTokens != 496 || !strings.Contains(rep.Problems[0], "decode") {
 		t.Fatalf("report %+v", rep)
 	}
-	if code := runPreflight([]string{"--model", model, "--context", "512"}, &out, &errb); code != 2 {
-		t.Fatalf("no pool size: exit %d", code)
+	// No pool size: the same default as serve and the workers (64 MiB:
+	// 3276 pages of 20480 B).
+	out.Reset()
+	if code := runPreflight([]string{"--model", model, "--context", "512", "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("default pool: exit %d\n%s", code, errb.String())
+	}
+	var def struct {
+		Roles []struct {
+			PoolBytes int64 `json:"pool_bytes"`
+			Pages     int   `json:"pages"`
+		} `json:"roles"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &def); err != nil {
+		t.Fatal(err)
+	}
+	if len(def.Roles) != 2 || def.Roles[0].Pages != 64<<20/20480 {
+		t.Fatalf("default pool: %+v, want %d pages (--kv-memory %s)\n%s", def, 64<<20/20480, defaultKVMemory, out.String())
+	}
+	if code := runPreflight([]string{"--model", model, "--context", "512", "--kv-memory", "1MiB", "--kv-pool-tokens", "512"}, &out, &errb); code != 2 {
+		t.Fatalf("both pool sizes: exit %d", code)
 	}
 }
 

@@ -38,7 +38,7 @@ func runRouter(args []string) int {
 	fs.StringVar(&prefillAddr, "prefill", "127.0.0.1:9001", "address of the prefill worker")
 	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "address of the decode worker")
 	fs.StringVar(&secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
-	fs.BoolVar(&frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection")
+	fs.BoolVar(&frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput); always on when listening on or dialling an address that is not loopback (I12), this flag turns it on for loopback too")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the workers at start")
 	usageFor(fs, `Usage: sluice router [flags]
 
@@ -104,23 +104,31 @@ Example:
 		log.Error("the model does not state its context; give --context N")
 		return 1
 	}
+	if o.context != "auto" && o.context != "" {
+		o.setup(log, m, ctxLen)
+	} else {
+		o.setup(log, m, 0)
+	}
 
-	tc := tcp.Config{Secret: secret, FrameMAC: frameMAC}
+	log.Info("model loaded", "model", m.Describe(), "fingerprint", m.Fingerprint().String())
+	// I13: the handshake with each worker compares model fingerprints, so
+	// a router never tokenizes for a model its workers do not run.
+	tc := tcp.Config{Secret: secret, FrameMAC: frameMAC, Model: m.Fingerprint()}
 	cctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
 	dc, err := tcp.ConnectRedialer(cctx, decodeAddr, tc, log)
 	if err != nil {
-		log.Error("cannot reach the decode worker", "decode", decodeAddr, "err", err)
+		log.Error(connectFailure("decode", err), "decode", decodeAddr, "err", err, "code", wireCode(err))
 		return 1
 	}
 	defer dc.Close()
 	auto := o.context == "auto" || o.context == ""
-	if err := node.ProbeDecodeContext(cctx, dc, ctxLen); err != nil && auto {
+	if err := node.ProbeDecodeContext(cctx, dc, ctxLen, m.Fingerprint()); err != nil && auto {
 		// I2 with auto: lower the advertised context to what decode admits.
 		lo, hi := 1, ctxLen-1
 		for lo < hi {
 			mid := (lo + hi + 1) / 2
-			if node.ProbeDecodeContext(cctx, dc, mid) == nil {
+			if node.ProbeDecodeContext(cctx, dc, mid, m.Fingerprint()) == nil {
 				lo = mid
 			} else {
 				hi = mid - 1
@@ -135,11 +143,11 @@ Example:
 	}
 	pc, err := tcp.ConnectRedialer(cctx, prefillAddr, tc, log)
 	if err != nil {
-		log.Error("cannot reach the prefill worker", "prefill", prefillAddr, "err", err)
+		log.Error(connectFailure("prefill", err), "prefill", prefillAddr, "err", err, "code", wireCode(err))
 		return 1
 	}
 	defer pc.Close()
-	eng, err := engine.NewDisaggregated(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Context: ctxLen, MaxConcurrency: o.maxConc}, pc, dc)
+	eng, err := engine.NewDisaggregated(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(), Context: ctxLen, MaxConcurrency: o.maxConc}, pc, dc)
 	if err != nil {
 		log.Error("engine", "err", err)
 		return 1
@@ -150,12 +158,26 @@ Example:
 		return 1
 	}
 	checkChatTemplate(log, ct)
+	adminAddr := o.adminAddr(keys != nil)
 	srv, err := router.New(router.Config{Engine: eng, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Logger: log})
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Logger: log,
+		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels,
+		// /ready: both workers reachable (a lost connection is redialled
+		// by the probe, so a restarted worker makes the router ready again).
+		Ready: func(ctx context.Context) error {
+			return node.CheckPeers(ctx, []node.Peer{{Role: "decode", Conn: dc}, {Role: "prefill", Conn: pc}})
+		}})
 	if err != nil {
 		log.Error("router", "err", err)
 		return 1
 	}
-	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddr, "decode", decodeAddr)
+	stopAdmin, err := serveAdmin(log, adminAddr, srv.AdminHandler())
+	if err != nil {
+		log.Error("cannot serve metrics", "addr", adminAddr, "err", err)
+		return 1
+	}
+	defer stopAdmin()
+	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddr, "decode", decodeAddr,
+		"frame_mac_decode", dc.FrameMAC(), "frame_mac_prefill", pc.FrameMAC())
 	return serveHTTP(log, o.listen, srv, o.drain, eng.Close)
 }

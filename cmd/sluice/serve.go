@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,18 +40,47 @@ type roleOpts struct {
 	maxConc    int
 	logFormat  string
 	logLevel   string
+	// servedName, when set, is the model id clients see and send.
+	servedName string
+	// worker: the flags are a prefill or decode worker's (no HTTP API of
+	// its own); set before register.
+	worker bool
+}
+
+// defaultKVMemory is every role's KV pool size unless told otherwise, and
+// what preflight checks by default, so the check matches the launch.
+const defaultKVMemory = "64MiB"
+
+// roleThreads is the default --threads: a worker process (prefill or
+// decode, normally on its own host) uses every core; `sluice serve` runs
+// prefill and decode side by side, so each gets half the cores (at least
+// one), and the colocated engine, one scheduler, gets them all.
+func roleThreads(cores int, sharedWithOtherRole bool) int {
+	if sharedWithOtherRole {
+		return max(1, cores/2)
+	}
+	return max(1, cores)
 }
 
 func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 	fs.StringVar(&o.model, "model", "", "GGUF model file; empty serves the built-in default model (synthetic random weights, no download)")
 	fs.StringVar(&o.context, "context", "auto", "context length in tokens, or \"auto\": the model's training context lowered to what every KV pool holds (logged). An explicit value larger than a pool refuses to start (I2)")
 	if pool {
-		fs.StringVar(&o.kvMemory, "kv-memory", "64MiB", "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB); ignored when --kv-pool-tokens is set")
+		fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB); ignored when --kv-pool-tokens is set")
 		fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 		fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
-		fs.IntVar(&o.threads, "threads", 1, "threads per forward step of each role")
+		if o.worker {
+			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), false), "threads per forward step; by default the machine's cores")
+		} else {
+			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), true), "threads per forward step of each role; by default half the machine's cores each, as prefill and decode compute at once, and all of them with --colocated")
+		}
 	}
-	fs.IntVar(&o.maxConc, "max-concurrency", 64, "requests in flight at once; more are refused with 429 at once, never queued without bound")
+	if o.worker {
+		fs.IntVar(&o.maxConc, "max-concurrency", 64, "sequences in flight at once; more are refused at once (the router passes the refusal on to its client), never queued without bound")
+	} else {
+		fs.IntVar(&o.maxConc, "max-concurrency", 64, "requests in flight at once; more are refused with 429 at once, never queued without bound")
+		fs.StringVar(&o.servedName, "served-model-name", "", "the model id clients see in /v1/models and send as \"model\" (default: the model file's name)")
+	}
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 }
@@ -88,7 +118,7 @@ func (o *roleOpts) logger() (*slog.Logger, error) {
 	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", o.logLevel)
 	}
-	ho := &slog.HandlerOptions{Level: lvl}
+	ho := &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationsAsText}
 	switch o.logFormat {
 	case "text":
 		return slog.New(slog.NewTextHandler(os.Stderr, ho)), nil
@@ -96,6 +126,27 @@ func (o *roleOpts) logger() (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, ho)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: use text or json", o.logFormat)
+}
+
+// durationsAsText prints durations as "1.5s" rather than the JSON
+// handler's integer nanoseconds, which nobody reads correctly.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
+}
+
+// setup applies what every serving role does with its model once loaded:
+// the served name, and llama.cpp's warning for an explicit --context past
+// the model's training context (allowed: the pools are sized for it, but
+// quality past the trained length is not the model's).
+func (o *roleOpts) setup(log *slog.Logger, m *node.Model, ctx int) {
+	m.SetServedName(o.servedName)
+	if tc := m.Shape.TrainContext; ctx > 0 && tc > 0 && ctx > tc {
+		log.Warn(fmt.Sprintf("--context %d is larger than the model's training context of %d tokens: output past %d tokens may degrade", ctx, tc, tc),
+			"context", ctx, "train_context", tc)
+	}
 }
 
 // logPreflight reports every role's verdict, and the refusal sentence.
@@ -131,6 +182,9 @@ type serveOpts struct {
 	maxBody   string
 	drain     time.Duration
 	tenantMax int
+	// metricsListen and metricsTenantLabels: see registerHTTP and admin.go.
+	metricsListen       string
+	metricsTenantLabels bool
 }
 
 func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
@@ -138,6 +192,8 @@ func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
 	fs.StringVar(&o.apiKeys, "api-keys", "", "file of \"KEY TENANT\" lines (# comments, several keys per tenant); without it the server is single-tenant and needs no key")
 	fs.StringVar(&o.maxBody, "max-body", "1MiB", "largest request body; larger gets 413")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish")
+	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address of the admin listener serving /metrics, /health and /ready apart from the API. Default: with --api-keys "+defaultAdminListen+" (metrics are then never on --listen, which every tenant reaches); without --api-keys /metrics stays on --listen")
+	fs.BoolVar(&o.metricsTenantLabels, "metrics-tenant-labels", false, "label the token counters with tenant names (off by default: a scraper then learns every tenant's name and usage; turn on only for a trusted scraper)")
 	fs.IntVar(&o.tenantMax, "tenant-max-concurrency", 0, "requests one tenant may have in flight (0: only --max-concurrency applies); more get 429, so one busy tenant cannot take every slot")
 }
 
@@ -200,9 +256,13 @@ Example:
 	} else {
 		log.Info("model loaded", "model", m.Name, "path", m.Path)
 	}
+	o.setup(log, m, pools.Context)
 	mode := o.transport
 	if o.colocated {
 		mode = "colocated"
+		if !flagSet(fs, "threads") {
+			o.threads = roleThreads(runtime.NumCPU(), false)
+		}
 	}
 	if o.prefix != "on" && o.prefix != "off" {
 		fmt.Fprintf(os.Stderr, "serve: --prefix-cache must be on or off, not %q\n", o.prefix)
@@ -229,15 +289,31 @@ Example:
 		return 1
 	}
 	checkChatTemplate(log, ct)
+	adminAddr := o.adminAddr(keys != nil)
 	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Logger: log})
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Ready: st.Ready, Logger: log,
+		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels})
 	if err != nil {
 		log.Error("router", "err", err)
 		st.Close(context.Background())
 		return 1
 	}
+	stopAdmin, err := serveAdmin(log, adminAddr, srv.AdminHandler())
+	if err != nil {
+		log.Error("cannot serve metrics", "addr", adminAddr, "err", err)
+		st.Close(context.Background())
+		return 1
+	}
+	defer stopAdmin()
 	log.Info("roles started", "mode", mode, "context", st.Engine.Info().Context)
 	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { return st.Close(ctx) })
+}
+
+// flagSet reports whether name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // checkChatTemplate renders a one-message conversation at start so that a
@@ -282,7 +358,7 @@ func serveHTTP(log *slog.Logger, addr string, srv *router.Server, drain time.Dur
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
-	log.Info("listening", "addr", "http://"+l.Addr().String(), "endpoints", strings.Join([]string{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}, " "))
+	log.Info("listening", "addr", "http://"+l.Addr().String(), "endpoints", strings.Join(srv.Endpoints(), " "))
 	code := 0
 	select {
 	case <-ctx.Done():

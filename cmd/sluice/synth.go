@@ -48,11 +48,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *out == "" || fs.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "sluice synth: --out is required (and no positional arguments)")

@@ -37,11 +37,8 @@ Flags:
 	asJSON := fs.Bool("json", false, `print {"token_ids":[...]}`)
 	noSpecial := fs.Bool("no-special", false, "add no BOS/EOS and treat special-token text as plain text")
 	noParse := fs.Bool("no-parse-special", false, "treat special-token text as plain text (BOS is still added)")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *model == "" || fs.NArg() > 0 {
 		fs.Usage()

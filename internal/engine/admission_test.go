@@ -89,10 +89,14 @@ func TestRejectedForLengthNeverReachesTheWorkers(t *testing.T) {
 
 // TestDecodeRepeatsAdmission: a decode worker does not trust its caller to
 // have checked the length (the incident's decode reserved pages for a
-// request the router had rejected).
+// request the router had rejected). The pool holds twice the context, so
+// only the context check itself can refuse this reservation: the pool has
+// room for every page of it.
 func TestDecodeRepeatsAdmission(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	cfg := toyConfig(m, 64)
+	cfg.Context = 128 // the pool holds 256 tokens
+	dw, err := NewDecodeWorker(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

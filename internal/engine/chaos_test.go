@@ -66,7 +66,7 @@ func TestChaos(t *testing.T) {
 				for {
 					s, err = r.eng.Submit(context.Background(), j.req)
 					var ee *Error
-					if errors.As(err, &ee) && ee.Code == CodeOverloaded {
+					if errors.As(err, &ee) && (ee.Code == CodeOverloaded || ee.Code == CodeKVCapacity) {
 						time.Sleep(time.Millisecond)
 						continue
 					}

@@ -8,6 +8,7 @@ import (
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
+	"sluice/internal/model"
 	"sluice/internal/request"
 )
 
@@ -16,6 +17,10 @@ type DisaggConfig struct {
 	// Model and Vocab are reported by Info.
 	Model string
 	Vocab int
+	// Fingerprint is the model the router tokenizes for (I13): every
+	// Reserve and Prefill carries it, workers of another model refuse
+	// them, and a reservation naming another model is not used.
+	Fingerprint model.Fingerprint
 	// Context is the effective context: the minimum of the configured
 	// context and every role's pool capacity (I2). EffectiveContext
 	// computes it from the roles' numbers.
@@ -103,7 +108,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		case request.ActPrefill:
 			// Started by run once the stream is open.
 		case request.ActEmit:
-			st.push(outcome{token: a.Token})
+			st.push(outcome{token: a.Token, logprobs: lc.lp})
 		case request.ActAbortHandoff:
 			d.abort(id, string(a.Reason)+": "+a.Msg)
 		case request.ActStopDecode:
@@ -130,7 +135,11 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		return nil, reserveErr
 	}
 	lc.step(request.Event{Kind: request.EvReserved}, nil)
-	ts, err := d.decode.Stream(d.bg, id, handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS})
+	sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS}
+	if r.Sampling.UsesPrompt() {
+		sp.Prompt = r.Prompt
+	}
+	ts, err := d.decode.Stream(d.bg, id, sp)
 	if err != nil {
 		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
 		lc.fail(e) // aborts the handoff: its pages are released
@@ -144,18 +153,28 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 	return st, nil
 }
 
-// reserve asks decode for pages. A refusal is "overloaded" (retryable);
-// a transport failure leaves the outcome unknown, so the handoff is aborted.
+// reserve asks decode for pages. No free pages is kv_capacity_exhausted
+// (503), any other refusal overloaded (429); both are retryable
+// back-pressure, never integrity failures. A transport failure leaves the
+// outcome unknown, so the handoff is aborted.
 func (d *Disaggregated) reserve(ctx context.Context, r *Request, id kv.ID) (*handoff.Reservation, *Error) {
-	res, err := d.decode.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens})
+	res, err := d.decode.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens, Model: d.cfg.Fingerprint})
 	if err == nil {
-		return res, nil
+		if err = handoff.CheckModel(d.cfg.Fingerprint, res.Model, "the decode worker"); err == nil {
+			return res, nil
+		}
+		// Defence in depth: decode checked the Reserve's fingerprint; one
+		// that did not is not used either.
+		d.abort(id, err.Error())
 	}
 	if errors.Is(err, handoff.ErrTransport) || ctx.Err() != nil {
 		d.abort(id, "reserve outcome unknown")
 	}
+	if errors.Is(err, handoff.ErrNoRoom) {
+		return nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, err, "the decode worker has no free KV pages for this request now; retry later or lower max_tokens")
+	}
 	if errors.Is(err, handoff.ErrRefused) {
-		return nil, errf(CodeOverloaded, http.StatusServiceUnavailable, err, "the decode worker has no room for this request now; retry later")
+		return nil, errf(CodeOverloaded, http.StatusTooManyRequests, err, "the decode worker refused this request now (%v); retry later", err)
 	}
 	return nil, asEngineError(err, CodeHandoff, http.StatusBadGateway, "reserving decode pages")
 }
@@ -191,7 +210,7 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 	go func() {
 		// d.bg, not the client's context: a disconnect never tears the
 		// transfer (I10).
-		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling})
+		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling, Model: d.cfg.Fingerprint})
 		pch <- pres{pr, err}
 	}()
 	var got *pres
@@ -264,10 +283,10 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 			first = false
 			// Decode's first token is the commit's: the handoff was verified
 			// (I5) and its prompt tokens are the reserved count (I9).
-			lc.step(request.Event{Kind: request.EvCommitted, Token: tok.ID, Tokens: res.ExpectTokens}, nil)
+			lc.stepToken(request.Event{Kind: request.EvCommitted, Token: tok.ID, Tokens: res.ExpectTokens}, tok.Logprobs)
 		default:
 			// Illegal after the end (a cancel took effect): dropped.
-			lc.step(request.Event{Kind: request.EvToken, Token: tok.ID}, nil)
+			lc.stepToken(request.Event{Kind: request.EvToken, Token: tok.ID}, tok.Logprobs)
 		}
 	}
 }
@@ -297,6 +316,7 @@ func NewLocal(prefill, decode Config) (*Local, error) {
 	d, err := NewDisaggregated(DisaggConfig{
 		Model:          decode.Model.Name(),
 		Vocab:          decode.Model.Vocab(),
+		Fingerprint:    FingerprintOf(decode.Model),
 		Context:        EffectiveContext(pw.Context(), dw.Context()),
 		MaxConcurrency: dw.cfg.MaxConcurrency,
 		Unsafe:         decode.Unsafe,

@@ -14,6 +14,7 @@ import (
 
 type result struct {
 	tokens []int32
+	lps    []*sample.Logprobs // each token's, when asked
 	final  Event
 }
 
@@ -33,6 +34,7 @@ func collect(t testing.TB, s Stream) result {
 				continue
 			}
 			r.tokens = append(r.tokens, ev.Token)
+			r.lps = append(r.lps, ev.Logprobs)
 		case <-timeout:
 			t.Fatalf("stream did not end within 60s (hang)")
 		}
@@ -87,12 +89,13 @@ func runMany(t *testing.T, e Engine, reqs []*Request) []result {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// A client retries "overloaded" as a real one would on 429/503;
+			// A client retries "overloaded" (429) and "kv_capacity_exhausted"
+			// (503) as a real one would;
 			// every request then runs, through a pool far smaller than the
 			// sum of their reservations, so pages are reused constantly.
 			for {
 				s, err := e.Submit(context.Background(), r)
-				if ee, ok := err.(*Error); ok && ee.Code == CodeOverloaded {
+				if ee, ok := err.(*Error); ok && (ee.Code == CodeOverloaded || ee.Code == CodeKVCapacity) {
 					time.Sleep(time.Millisecond)
 					continue
 				}
@@ -101,7 +104,7 @@ func runMany(t *testing.T, e Engine, reqs []*Request) []result {
 					return
 				}
 				out[i] = collect(t, s)
-				if ee, ok := out[i].final.Err.(*Error); ok && ee.Code == CodeOverloaded {
+				if ee, ok := out[i].final.Err.(*Error); ok && (ee.Code == CodeOverloaded || ee.Code == CodeKVCapacity) {
 					continue
 				}
 				return

@@ -239,7 +239,7 @@ type handle struct {
 
 func (r *incidentRig) reserve(tenant string, prompt, maxTokens int) (*handle, error) {
 	h := &handle{id: newID(), tenant: tenant}
-	res, err := r.dw.Reserve(context.Background(), &handoff.Reserve{Handoff: h.id, Tenant: tenant, PromptTokens: prompt, MaxTokens: maxTokens})
+	res, err := r.dw.Reserve(context.Background(), &handoff.Reserve{Handoff: h.id, Tenant: tenant, PromptTokens: prompt, MaxTokens: maxTokens, Model: FingerprintOf(r.dw.cfg.Model)})
 	if err != nil {
 		return nil, err
 	}

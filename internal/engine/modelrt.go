@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sync"
 
 	"sluice/internal/gguf"
 	"sluice/internal/kernels"
@@ -14,6 +15,9 @@ type ModelRuntime struct {
 	name string
 	m    *model.Model
 	eog  func(int32) bool
+	// fp is the model file's fingerprint (I13), hashed on first use so
+	// only roles that compare it pay for reading the whole file.
+	fp func() model.Fingerprint
 }
 
 var _ Runtime = (*ModelRuntime)(nil)
@@ -38,7 +42,18 @@ func LoadRuntime(name string, f *gguf.File) (*ModelRuntime, *tokenizer.Tokenizer
 	if err != nil {
 		return nil, nil, fmt.Errorf("engine: loading tokenizer: %w", err)
 	}
-	return NewModelRuntime(name, m, tok.IsEOG), tok, nil
+	rt := NewModelRuntime(name, m, tok.IsEOG)
+	rt.fp = sync.OnceValue(func() model.Fingerprint { return model.FingerprintOf(name, f) })
+	return rt, tok, nil
+}
+
+// Fingerprint is the model file's fingerprint (I13); zero for a model not
+// loaded from a file.
+func (r *ModelRuntime) Fingerprint() model.Fingerprint {
+	if r.fp == nil {
+		return model.Fingerprint{}
+	}
+	return r.fp()
 }
 
 // Model is the wrapped model.
@@ -78,3 +93,12 @@ func (f *modelForwarder) Forward(steps []Step) []StepResult {
 
 // Close stops the forwarder's thread pool.
 func (f *modelForwarder) Close() { f.par.Close() }
+
+// WithName is the same runtime shown to clients under another name (the
+// served model name); everything else, the model itself included, is
+// shared.
+func (r *ModelRuntime) WithName(name string) *ModelRuntime {
+	c := *r
+	c.name = name
+	return &c
+}

@@ -39,15 +39,19 @@ func newPrefixCache(cfg Config, pool pagePool) *prefixCache {
 	return &prefixCache{pool: raw, secret: secret, fp: cfg.fingerprint(), ps: cfg.PageSize}
 }
 
-// fingerprint names the model in cache keys. Until the model carries its
-// own fingerprint (I13), name and shape stand in: a pool only ever holds
-// one model's KV, so this only has to keep apart what one process could
-// load in turn.
+// fingerprint names the model in cache keys: the model file's fingerprint
+// (I13) when the runtime knows it, so KV computed by one model is never
+// found by another; else (test runtimes) the model's name and shape. A pool
+// only ever holds one model's KV, so the key has to keep apart only what
+// one process could load in turn.
 func (c Config) fingerprint() []byte {
 	if len(c.ModelFingerprint) > 0 {
 		return c.ModelFingerprint
 	}
-	b := []byte(c.Model.Name())
+	if fp := FingerprintOf(c.Model); fp.Sum != ([16]byte{}) {
+		return append([]byte("gguf:"), fp.Sum[:]...)
+	}
+	b := []byte("shape:" + c.Model.Name())
 	for _, n := range []int{c.Model.Layers(), c.Model.KVDim(), c.Model.Vocab(), c.Model.Context()} {
 		b = binary.LittleEndian.AppendUint64(b, uint64(n))
 	}

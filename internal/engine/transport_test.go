@@ -54,7 +54,7 @@ func dialTCP(t *testing.T, cfg tcp.Config, addr string) *tcp.Client {
 
 func newRemoteRig(t *testing.T, transport string, pcfg, dcfg Config) *remoteRig {
 	t.Helper()
-	tc := tcp.Config{Secret: []byte("engine-test-shared-secret-0123456789")}
+	tc := tcp.Config{Secret: []byte("engine-test-shared-secret-0123456789"), Model: FingerprintOf(dcfg.Model)}
 	r := &remoteRig{}
 	if transport == "shm" {
 		dcfg.SharedFile = filepath.Join(t.TempDir(), "decode.pool")
@@ -93,7 +93,7 @@ func newRemoteRig(t *testing.T, transport string, pcfg, dcfg Config) *remoteRig 
 	rp := dialTCP(t, tc, paddr)
 	rd := dialTCP(t, tc, daddr)
 	r.closers = append(r.closers, func() { rp.Close(); rd.Close() })
-	eng, err := NewDisaggregated(DisaggConfig{Model: dcfg.Model.Name(), Vocab: dcfg.Model.Vocab(),
+	eng, err := NewDisaggregated(DisaggConfig{Model: dcfg.Model.Name(), Vocab: dcfg.Model.Vocab(), Fingerprint: FingerprintOf(dcfg.Model),
 		Context: EffectiveContext(pw.Context(), dw.Context())}, rp, rd)
 	if err != nil {
 		t.Fatal(err)

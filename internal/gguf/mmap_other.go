@@ -15,3 +15,5 @@ func mapFile(f *os.File, size int) ([]byte, error) {
 }
 
 func unmapFile(b []byte) error { return nil }
+
+func adviseRandom([]byte) func() { return func() {} }

@@ -14,3 +14,10 @@ func mapFile(f *os.File, size int) ([]byte, error) {
 }
 
 func unmapFile(b []byte) error { return syscall.Munmap(b) }
+
+// adviseRandom tells the kernel that b (a mapping) is about to be read at
+// scattered places, and returns the function that restores the default.
+func adviseRandom(b []byte) func() {
+	_ = syscall.Madvise(b, syscall.MADV_RANDOM)
+	return func() { _ = syscall.Madvise(b, syscall.MADV_NORMAL) }
+}

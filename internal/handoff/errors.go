@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"sluice/internal/kv"
+	"sluice/internal/model"
 )
 
 // Code is a stable machine-readable error code; it crosses transports as a
@@ -21,10 +22,11 @@ type Error struct {
 
 func (e *Error) Error() string { return "handoff " + string(e.Code) + ": " + e.Msg }
 
-// Is matches any *Error with the same Code.
+// Is matches any *Error with the same Code; ErrNoRoom also matches
+// ErrRefused, since having no free pages is one reason to refuse.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Code == e.Code
+	return ok && (t.Code == e.Code || (t.Code == ErrRefused.Code && e.Code == ErrNoRoom.Code))
 }
 
 // With returns a copy of the sentinel with a more specific message.
@@ -59,6 +61,10 @@ var (
 	ErrAborted = &Error{"aborted", "the handoff was aborted"}
 	// ErrRefused: the decode worker refused the reservation (capacity, limits).
 	ErrRefused = &Error{"refused", "the decode worker refused the reservation"}
+	// ErrNoRoom: the decode worker refused the reservation because its KV
+	// pool has no free pages for it now (back-pressure, retryable; never an
+	// integrity failure). errors.Is(err, ErrRefused) holds for it too.
+	ErrNoRoom = &Error{"no_room", "the decode worker has no free KV pages for the reservation"}
 	// ErrDuplicate: a handoff with this id already exists.
 	ErrDuplicate = &Error{"duplicate_handoff", "a handoff with this id already exists"}
 	// ErrProtocol: a malformed frame or message on a transport; the
@@ -67,6 +73,10 @@ var (
 	// ErrTransport: the transport failed (connection lost, timeout). Whether
 	// the remote side applied the call is UNKNOWN; callers must abort.
 	ErrTransport = &Error{"transport", "transport failure; the remote outcome is unknown"}
+	// ErrModelMismatch: the peers run different models (I13): a connection
+	// or a message names a model fingerprint that is not the receiver's.
+	// The message names both models and both fingerprints.
+	ErrModelMismatch = &Error{"model_mismatch", "the roles run different models (I13)"}
 	// ErrInternal: anything else from the remote side.
 	ErrInternal = &Error{"internal", "internal error"}
 )
@@ -99,4 +109,14 @@ func ToWire(err error) (code, msg string) {
 		return "kv_" + string(v.Kind), err.Error()
 	}
 	return string(ErrInternal.Code), err.Error()
+}
+
+// CheckModel is nil when peer, the fingerprint a peer's connection or
+// message names, is mine; otherwise ErrModelMismatch naming both (I13).
+// what says who the peer is ("the router", "the decode reservation").
+func CheckModel(mine, peer model.Fingerprint, what string) error {
+	if mine.Same(peer) {
+		return nil
+	}
+	return ErrModelMismatch.With("this role runs %v, %s runs %v; start every role with the same model file", mine, what, peer)
 }

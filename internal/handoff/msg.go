@@ -6,6 +6,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"sluice/internal/kv"
+	"sluice/internal/model"
 	"sluice/internal/sample"
 )
 
@@ -24,6 +25,11 @@ type Reserve struct {
 	// MaxTokens bounds the tokens decode will generate; the decode worker
 	// reserves room for them too or refuses.
 	MaxTokens int
+	// Model is the fingerprint of the model the requester tokenized with
+	// (I13). The decode worker refuses a Reserve whose fingerprint is not
+	// its own with ErrModelMismatch, whatever the connection's handshake
+	// said: a peer can lie there.
+	Model model.Fingerprint
 }
 
 // Reservation is the decode worker's answer to Reserve.
@@ -41,6 +47,9 @@ type Reservation struct {
 	// places bytes only into a mapping of this incarnation, so writes meant
 	// for a crashed decode worker never reach its restarted successor (I6).
 	Incarnation uint64
+	// Model is the decode worker's model fingerprint (I13): a prefill
+	// worker writes KV into this reservation only when it is its own.
+	Model model.Fingerprint
 }
 
 // PageWrite carries one logical block of KV into one reserved page.
@@ -76,6 +85,9 @@ type Commit struct {
 	Digest []byte
 	// FirstToken is the token prefill sampled from the last prompt position.
 	FirstToken int32
+	// FirstLogprobs are FirstToken's logprobs when the request asked for
+	// them (nil otherwise); decode sends them with the first token.
+	FirstLogprobs *sample.Logprobs
 }
 
 // Abort ends a handoff early. Either side may send it, at any phase.
@@ -90,6 +102,10 @@ type StreamParams struct {
 	Sampling sample.Params
 	// IgnoreEOS keeps generating past end-of-sequence tokens (benchmarks).
 	IgnoreEOS bool
+	// Prompt is the prompt's token ids when the sampler needs them (the
+	// repetition penalty counts prompt tokens, Sampling.UsesPrompt), else
+	// empty: decode has the prompt's KV, not its ids.
+	Prompt []int32
 }
 
 // Token is one item of a decode token stream. Exactly one item is terminal
@@ -98,6 +114,8 @@ type Token struct {
 	// ID is a generated token; valid when !Done and Err == nil. The first
 	// item is the commit's FirstToken.
 	ID int32
+	// Logprobs are ID's logprobs when the request asked for them.
+	Logprobs *sample.Logprobs
 	// Done marks successful completion.
 	Done bool
 	// Finish is "stop" or "length" when Done.
@@ -121,6 +139,10 @@ type PrefillRequest struct {
 	Reservation *Reservation
 	// Sampling decides the first token.
 	Sampling sample.Params
+	// Model is the router's model fingerprint (I13): the prompt was
+	// tokenized for it. The prefill worker refuses a request whose
+	// fingerprint, or whose Reservation's, is not its own.
+	Model model.Fingerprint
 }
 
 // PrefillResult is what prefill reports once the decode worker accepted the commit.

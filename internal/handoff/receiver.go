@@ -2,9 +2,11 @@ package handoff
 
 import (
 	"bytes"
+	"errors"
 	"time"
 
 	"sluice/internal/kv"
+	"sluice/internal/model"
 )
 
 // Safeguards switches the Receiver's verification layers OFF, one by one.
@@ -45,6 +47,10 @@ type ReceiverConfig struct {
 	// Tombstone is how long an ended handoff is remembered so its late
 	// messages are recognised and counted (default 1 minute).
 	Tombstone time.Duration
+	// Model is the fingerprint of the model whose KV this pool holds
+	// (I13): a Reserve naming another is refused with ErrModelMismatch,
+	// and every Reservation carries it.
+	Model model.Fingerprint
 	// Safeguards: zero value = all on. See the type's warning.
 	Safeguards Safeguards
 }
@@ -164,6 +170,12 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // ceil(PromptTokens/PageSize) of them, which the prompt's writes must cover;
 // the rest is room for decoding so it never runs out mid-request.
 func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
+	if err := CheckModel(r.cfg.Model, m.Model, "the reserving peer"); err != nil {
+		// I13: KV of this pool is never computed by, nor attended for,
+		// another model's tokens.
+		r.stats.Failed[ErrModelMismatch.Code]++
+		return nil, err
+	}
 	if m.PromptTokens <= 0 || m.MaxTokens < 0 {
 		r.stats.Failed[ErrRefused.Code]++
 		return nil, ErrRefused.With("prompt_tokens %d, max_tokens %d", m.PromptTokens, m.MaxTokens)
@@ -184,8 +196,12 @@ func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 	o := kv.Owner{Tenant: m.Tenant, ID: m.Handoff}
 	refs, err := r.pool.Reserve(o, nAll)
 	if err != nil {
-		r.stats.Failed[ErrRefused.Code]++
-		return nil, ErrRefused.With("%d pages for %d+%d tokens: %v", nAll, m.PromptTokens, m.MaxTokens, err)
+		refusal := ErrRefused
+		if errors.Is(err, kv.ErrNoCapacity) {
+			refusal = ErrNoRoom
+		}
+		r.stats.Failed[refusal.Code]++
+		return nil, refusal.With("%d pages for %d+%d tokens: %v", nAll, m.PromptTokens, m.MaxTokens, err)
 	}
 	if len(refs) != nAll {
 		// A pool that hands out a different count breaks coverage; refuse.
@@ -196,7 +212,7 @@ func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 		slots: make([]int, nPrompt), writes: make([]int, nPrompt), maxTokens: m.MaxTokens}
 	r.stats.Reserved++
 	res := &Reservation{Handoff: m.Handoff, Pages: append([]kv.PageRef(nil), refs[:nPrompt]...),
-		PageSize: ps, ExpectTokens: m.PromptTokens}
+		PageSize: ps, ExpectTokens: m.PromptTokens, Model: r.cfg.Model}
 	if ip, ok := r.pool.(incarnated); ok {
 		res.Incarnation = ip.Incarnation()
 	}

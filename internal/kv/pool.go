@@ -78,6 +78,9 @@ type Pool struct {
 	f32   []float32 // the same memory as float32s
 	unmap func() error
 	inc   uint64 // incarnation of a shared pool (shm.go); 0 on the heap
+	// gens are a shared pool's generation words in its file (shm.go): the
+	// page's generation while it is Reserved, else 0. nil on the heap.
+	gens SharedGens
 
 	pages   []page
 	written []atomic.Int32 // [page*Layers+layer]: slots written in that layer (I4)
@@ -148,11 +151,11 @@ func New(cfg Config) (*Pool, error) {
 	}
 	p.cache.init(cfg.Pages)
 	if cfg.SharedFile != "" {
-		mem, inc, unmap, err := mapShared(cfg.SharedFile, g, cfg.Pages, cfg.Unsafe.ReuseSharedFile)
+		mem, gens, inc, unmap, err := mapShared(cfg.SharedFile, g, cfg.Pages, cfg.Unsafe.ReuseSharedFile)
 		if err != nil {
 			return nil, err
 		}
-		p.mem, p.unmap, p.inc = mem, unmap, inc
+		p.mem, p.gens, p.unmap, p.inc = mem, gens, unmap, inc
 		p.f32 = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(mem))), len(mem)/4)
 	} else {
 		p.f32 = make([]float32, int(size/4))
@@ -271,6 +274,10 @@ func (p *Pool) reserveLocked(o Owner, n int, table []PageRef) ([]PageRef, error)
 		// The tag is stored last: a stale ref racing with this sees either
 		// the old generation or the new one, never a half-built page (I3).
 		m.tag.Store(mkTag(p.gen, Reserved))
+		if p.gens != nil {
+			// Open to its owner's one-sided write, at this generation only.
+			p.gens[pg].Store(p.gen)
+		}
 		out = append(out, PageRef{Page: uint32(pg), Gen: p.gen})
 	}
 	return out, nil
@@ -884,7 +891,20 @@ func (p *Pool) quarantineLocked(pg uint32) {
 
 func (p *Pool) setStateLocked(pg uint32, s State) {
 	m := &p.pages[pg]
+	if s != Reserved {
+		// Before the tag: by the time anyone can see the page in its new
+		// state, no one-sided writer can start a copy into it (shm.go).
+		p.closeGen(pg)
+	}
 	m.tag.Store(mkTag(tagGen(m.tag.Load()), s))
+}
+
+// closeGen closes a shared page's generation word: no one-sided writer
+// may start a copy into it any more (shm.go). Lock-free: View.Put calls it.
+func (p *Pool) closeGen(pg uint32) {
+	if p.gens != nil {
+		p.gens[pg].Store(0)
+	}
 }
 
 // freeLocked scrubs a page (I7) and puts it on the free list.

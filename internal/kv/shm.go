@@ -5,19 +5,36 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"sync/atomic"
 	"syscall"
+	"unsafe"
 )
 
-// A shared pool file is a header page, then the pages:
+// A shared pool file is a header page, then the pages, then one
+// generation word per page:
 //
-//	offset 0:    "SLUICEKV", u32 version 1, u32 0, u64 incarnation,
+//	offset 0:    "SLUICEKV", u32 version 2, u32 0, u64 incarnation,
 //	             u64 layers, KV dim, page size, pages (little endian)
 //	offset 4096: page 0, page 1, ... (SharedOffset)
+//	then:        u64 generation word of page 0, page 1, ... (SharedGenOffset)
 //
 // The incarnation is 64 random bits chosen when the pool is created; every
 // Reservation of a shared pool names it, so a writer can tell whether the
 // memory it maps belongs to the pool that reserved the pages.
+//
+// A page's generation word is the writer's fence in the shared memory
+// itself (I6): it holds the page's generation while the page is Reserved,
+// waiting for the one transfer write of its owner, and 0 otherwise. The
+// pool stores it (atomically, native byte order: the file never leaves the
+// host) when it allocates the page, and clears it on every other state
+// change: the page's write arriving, a seal, a quarantine (an abort or a
+// failure of the handoff, whoever asked for it), a release, a scrub. A
+// one-sided writer loads the word immediately before each page copy and
+// copies only when it equals the generation it was given (shm.Writer), so
+// a writer that outlived its handoff never places a byte in a page since
+// given to someone else, even when nobody told it of the abort.
 
 // SharedHeaderBytes is the size of a shared pool file's header; page p
 // starts at SharedHeaderBytes + p*PageBytes (a multiple of the page size
@@ -26,8 +43,39 @@ const SharedHeaderBytes = 4096
 
 const (
 	sharedMagic   = "SLUICEKV"
-	sharedVersion = 1
+	sharedVersion = 2
 )
+
+// SharedGenOffset is the byte offset of the generation words in a shared
+// pool file of pages pages of geometry g (8-byte aligned: a page's size is
+// a multiple of 8).
+func SharedGenOffset(g Geometry, pages int) int64 {
+	return SharedHeaderBytes + int64(pages)*int64(g.PageBytes())
+}
+
+// SharedFileBytes is the size of a shared pool file.
+func SharedFileBytes(g Geometry, pages int) int64 { return SharedGenOffset(g, pages) + 8*int64(pages) }
+
+// SharedGens is the generation words of a mapped shared pool file, as a
+// one-sided writer reads them (and the pool writes them).
+type SharedGens []atomic.Uint64
+
+// SharedGensOf returns the generation words of a mapping of a whole shared
+// pool file whose header is h.
+func SharedGensOf(mem []byte, h SharedHeader) (SharedGens, error) {
+	off, end := SharedGenOffset(h.Geometry, h.Pages), SharedFileBytes(h.Geometry, h.Pages)
+	if h.Pages <= 0 || int64(len(mem)) != end || off%8 != 0 {
+		return nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("shared KV pool file of %d bytes, its header says %d", len(mem), end)}
+	}
+	words := mem[off:end]
+	return unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(unsafe.SliceData(words))), h.Pages), nil
+}
+
+// Open reports whether page may take a one-sided write for generation gen
+// now: the pool holds it Reserved at exactly that generation.
+func (s SharedGens) Open(page uint32, gen uint64) bool {
+	return int64(page) < int64(len(s)) && gen != 0 && s[page].Load() == gen
+}
 
 // SharedHeader is what a shared pool file says about itself.
 type SharedHeader struct {
@@ -87,30 +135,43 @@ func newIncarnation() uint64 {
 // its posted writes land there, never in this pool (I6 across restarts:
 // the old incarnation's quarantine state died with it). Fresh file memory
 // is zero (I7). reuse is the Unsafe.ReuseSharedFile test hook.
-func mapShared(path string, g Geometry, pages int, reuse bool) ([]byte, uint64, func() error, error) {
-	size := SharedHeaderBytes + pages*g.PageBytes()
+func mapShared(path string, g Geometry, pages int, reuse bool) ([]byte, SharedGens, uint64, func() error, error) {
+	size64 := SharedFileBytes(g, pages)
+	if size64 <= 0 || size64 > math.MaxInt {
+		return nil, nil, 0, nil, badConfig("a shared KV file of %d pages of %d bytes overflows the address space", pages, g.PageBytes())
+	}
+	size := int(size64)
 	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL
 	if reuse {
 		flags = os.O_RDWR | os.O_CREATE
 	} else if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot remove the previous shared KV file %s: %v", path, err)}
+		return nil, nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot remove the previous shared KV file %s: %v", path, err)}
 	}
 	f, err := os.OpenFile(path, flags, 0o600)
 	if err != nil {
-		return nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot create the shared KV file %s: %v", path, err)}
+		return nil, nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot create the shared KV file %s: %v", path, err)}
 	}
 	defer f.Close() // the mapping outlives the descriptor
 	if err := f.Truncate(0); err == nil {
 		err = f.Truncate(int64(size))
 	}
 	if err != nil {
-		return nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot size the shared KV file %s to %d bytes: %v", path, size, err)}
+		return nil, nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot size the shared KV file %s to %d bytes: %v", path, size, err)}
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
-		return nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot map the shared KV file %s: %v", path, err)}
+		return nil, nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot map the shared KV file %s: %v", path, err)}
 	}
 	inc := newIncarnation()
-	putSharedHeader(mem, SharedHeader{Incarnation: inc, Geometry: g, Pages: pages})
-	return mem[SharedHeaderBytes:], inc, func() error { return syscall.Munmap(mem) }, nil
+	h := SharedHeader{Incarnation: inc, Geometry: g, Pages: pages}
+	gens, err := SharedGensOf(mem, h)
+	if err != nil {
+		syscall.Munmap(mem)
+		return nil, nil, 0, nil, err
+	}
+	for i := range gens {
+		gens[i].Store(0) // a reused file (test hook) may hold old words
+	}
+	putSharedHeader(mem, h)
+	return mem[SharedHeaderBytes:SharedGenOffset(g, pages)], gens, inc, func() error { return syscall.Munmap(mem) }, nil
 }

@@ -18,8 +18,9 @@ import "github.com/zeebo/xxh3"
 //
 // A recorded hash is used only while the bytes are provably the ones
 // hashed: any Put to the page, a scrub, or a new allocation drops it, and
-// Digest and Seal hash such a page from memory as before. A page written
-// one-sidedly is never recorded: a peer mapping the shared memory can
+// Digest and Seal hash such a page from memory as before. No page of a
+// shared pool is ever recorded, however it was written (sumLocked); on a
+// heap pool, a page written one-sidedly could not be either: a peer mapping the shared memory can
 // change it after its notice, unseen by the pool, so the commit's Digest
 // hashes it from memory (I5; the simulator found the gap when the notice's
 // hash was recorded). That costs one more read of such a page per handoff
@@ -79,9 +80,17 @@ func (p *Pool) PageDataSum(o Owner, ref PageRef) ([]byte, int, PageSum, error) {
 }
 
 // sumLocked hashes the first n slots of a page, records the result and
-// returns it.
+// returns it. A shared pool records nothing: any page of its memory, not
+// only one written one-sidedly, can be changed by a peer that maps the
+// file (a writer stalled past its lease, I6) after the hash, unseen by the
+// pool, so its Digest and Seal always hash from memory (I5). That is one
+// more read per page of a handoff an inline (TCP) writer sends to a shared
+// pool; a heap pool keeps the saving.
 func (p *Pool) sumLocked(pg uint32, n int) PageSum {
 	s := p.hashLocked(pg, n)
+	if p.gens != nil {
+		return s
+	}
 	m := &p.pages[pg]
 	m.sum, m.sumSlots = s.Block, n
 	m.summed.Store(true)

@@ -118,6 +118,7 @@ func (v *View) Put(layer, pos int, k, val []float32) error {
 	if st == Reserved {
 		// Fails harmlessly if the lock holder changed the state meanwhile
 		// (a quarantine must win over this transition).
+		p.closeGen(ref.Page) // written: no one-sided write may follow (shm.go)
 		m.tag.CompareAndSwap(t, mkTag(tagGen(t), Filling))
 	}
 	return nil

@@ -354,15 +354,15 @@ func TestInvalidRequests(t *testing.T) {
 		{url, `{"prompt":"hi","max_tokens":0}`, 400, CodeInvalidParam, "max_tokens"},
 		{url, `{"prompt":"hi","temperature":2.5}`, 400, CodeInvalidParam, "temperature"},
 		{url, `{"prompt":"hi","top_p":0}`, 400, CodeInvalidParam, "top_p"},
-		{url, `{"prompt":"hi","top_k":-1}`, 400, CodeInvalidParam, "top_k"},
-		{url, `{"prompt":"hi","n":2}`, 400, CodeInvalidParam, "n"},
+		{url, `{"prompt":"hi","top_k":-2}`, 400, CodeInvalidParam, "top_k"},
+		{url, `{"prompt":"hi","n":17}`, 400, CodeInvalidParam, "n"},
 		{url, `{"prompt":"hi","stop":5}`, 400, CodeInvalidParam, "stop"},
 		{url, `{"prompt":"hi","stream_options":{"include_usage":true}}`, 400, CodeInvalidParam, "stream_options"},
-		{url, `{"prompt":["a","b"]}`, 400, CodeInvalidParam, "prompt"},
+		{url, `{"prompt":[]}`, 400, CodeInvalidParam, "prompt"},
 		{url, `{"prompt":[1,999]}`, 400, CodeInvalidParam, "prompt"},
 		{url, `{"prompt":{"x":1}}`, 400, CodeInvalidParam, "prompt"},
 		{url, `{}`, 400, CodeMissingParam, "prompt"},
-		{url, `{"prompt":"hi","echo":true}`, 400, CodeUnsupported, "echo"},
+		{url, `{"prompt":"hi","echo":true,"logprobs":1}`, 400, CodeUnsupported, "echo"},
 		{url, `{"prompt":"hi","model":"gpt-9"}`, 404, CodeUnknownModel, "model"},
 		{chat, `{"messages":[]}`, 400, CodeInvalidParam, "messages"},
 		{chat, `{"messages":"hi"}`, 400, CodeInvalidParam, "messages"},
@@ -418,8 +418,13 @@ func TestTenantsFromKeys(t *testing.T) {
 	// A client claiming a tenant in the body changes nothing: the tenant
 	// comes from the key alone.
 	for _, k := range []string{"ka1", "ka2", "kb"} {
-		if _, err := h.client(k).Completions.New(ctx, p, option.WithJSONSet("user", "bob"), option.WithJSONSet("tenant", "bob")); err != nil {
+		if _, err := h.client(k).Completions.New(ctx, p, option.WithJSONSet("user", "bob")); err != nil {
 			t.Fatal(err)
+		}
+		// A body naming a tenant is refused, never silently ignored.
+		_, err := h.client(k).Completions.New(ctx, p, option.WithJSONSet("tenant", "bob"))
+		if ae := apiErr(t, err, 400, CodeUnsupported); ae.Param != "tenant" {
+			t.Fatalf("param %q, want tenant", ae.Param)
 		}
 	}
 	if got := strings.Join(h.eng.Tenants(), ","); got != "alice,alice,bob" {
@@ -665,8 +670,8 @@ func TestModelsHealthMetrics(t *testing.T) {
 		`sluice_requests_total{code="",route="/v1/completions",status="200"} 1`,
 		`sluice_requests_total{code="context_length_exceeded",route="/v1/completions",status="400"} 1`,
 		`sluice_requests_total{code="kv_integrity_violation",route="/v1/completions",status="500"} 1`,
-		`sluice_prompt_tokens_total{tenant="default"} 14`, // 4 + 10 (FAIL_LATE: BOS + 9)
-		`sluice_completion_tokens_total{tenant="default"} 6`,
+		`sluice_prompt_tokens_total 14`, // 4 + 10 (FAIL_LATE: BOS + 9); no tenant label by default
+		`sluice_completion_tokens_total 6`,
 		`sluice_time_to_first_token_seconds_count 2`,
 		`sluice_inter_token_latency_seconds_count 4`,
 		`sluice_kv_pages{role="decode",state="free"} 7`,
@@ -689,10 +694,11 @@ func TestModelsHealthMetrics(t *testing.T) {
 		t.Fatalf("health %d", resp.StatusCode)
 	}
 	h.srv.Drain()
-	resp, _ = http.Get(h.ts.URL + "/health")
+	// Draining is readiness, not liveness (see TestHealthIsLivenessReadyIsReadiness).
+	resp, _ = http.Get(h.ts.URL + "/ready")
 	resp.Body.Close()
 	if resp.StatusCode != 503 {
-		t.Fatalf("draining health %d", resp.StatusCode)
+		t.Fatalf("draining ready %d", resp.StatusCode)
 	}
 	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(2)})
 	apiErr(t, err, 503, CodeShuttingDown)

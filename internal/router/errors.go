@@ -43,6 +43,9 @@ const (
 	CodeMethodNotAllow  = "method_not_allowed"
 	CodeUnknownModel    = "model_not_found"
 	CodeEngineCancelled = "cancelled"
+	// CodeKVCapacity (503) is the engine's: no free KV pages for the
+	// request now. Distinct from CodeOverloaded (429, a concurrency limit).
+	CodeKVCapacity = engine.CodeKVCapacity
 )
 
 func typeForStatus(status int) string {

@@ -13,8 +13,17 @@ import (
 type EngineStats struct {
 	// Pools is every KV pool by role ("prefill", "decode", "colocated").
 	Pools []PoolStats
-	// Violations counts integrity violations by kind (kv.Kind), all roles.
+	// Violations counts integrity violations by kind (kv.Kind, or
+	// "handoff_"+code for a handoff that failed verification), all roles.
+	// Only integrity failures: refusals and aborts are counted below.
 	Violations map[string]uint64
+	// ReservationsRefused counts reservations the decode worker refused, by
+	// reason (RefusedKVCapacity: no free pages; RefusedOther). Back-pressure,
+	// never an integrity failure.
+	ReservationsRefused map[string]uint64
+	// HandoffsAborted counts handoffs that ended by an abort (client gone,
+	// router gave up, peer failure): routine, not integrity.
+	HandoffsAborted uint64
 	// HandoffBytes is page bytes transferred by completed and failed handoffs.
 	HandoffBytes uint64
 	// Handoffs and HandoffSeconds give the mean handoff latency.
@@ -24,6 +33,12 @@ type EngineStats struct {
 	// moved on to another generation (I6 fencing at work).
 	LateWritesDropped uint64
 }
+
+// Reasons of EngineStats.ReservationsRefused.
+const (
+	RefusedKVCapacity = "kv_capacity_exhausted"
+	RefusedOther      = "refused"
+)
 
 // PoolStats is one pool's pages by state ("free", "reserved", "filling",
 // "sealed", "quarantined").
@@ -51,12 +66,28 @@ type metrics struct {
 	promptTokens     *prometheus.CounterVec
 	completionTokens *prometheus.CounterVec
 	inflight         prometheus.Gauge
+	// tenantLabels: the token counters carry a tenant label (opt-in).
+	tenantLabels bool
+	// refused counts requests refused by back-pressure (concurrency limits,
+	// no free KV pages, draining), by code: load, not integrity (I8).
+	refused *prometheus.CounterVec
+}
+
+// refusalCodes are the error codes that mean "not now" (retryable
+// back-pressure) rather than "wrong": each has its own series in
+// sluice_requests_refused_total, and none is an integrity violation.
+var refusalCodes = map[string]bool{
+	CodeOverloaded: true, CodeTenantLimit: true, CodeShuttingDown: true, CodeKVCapacity: true,
 }
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
-func newMetrics(reg *prometheus.Registry, stats func() EngineStats) (*metrics, error) {
-	m := &metrics{
+func newMetrics(reg *prometheus.Registry, stats func() EngineStats, tenantLabels bool) (*metrics, error) {
+	var tenant []string
+	if tenantLabels {
+		tenant = []string{"tenant"}
+	}
+	m := &metrics{tenantLabels: tenantLabels,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_requests_total", Help: "HTTP requests by route, status and error code (empty when successful).",
 		}, []string{"route", "status", "code"}),
@@ -67,16 +98,19 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats) (*metrics, e
 			Name: "sluice_inter_token_latency_seconds", Help: "Time between consecutive generated tokens of one request.", Buckets: latencyBuckets,
 		}),
 		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_prompt_tokens_total", Help: "Prompt tokens prefilled, as the engine accounted them (I9), by tenant.",
-		}, []string{"tenant"}),
+			Name: "sluice_prompt_tokens_total", Help: "Prompt tokens prefilled, as the engine accounted them (I9); by tenant only with --metrics-tenant-labels.",
+		}, tenant),
 		completionTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_completion_tokens_total", Help: "Generated tokens by tenant.",
-		}, []string{"tenant"}),
+			Name: "sluice_completion_tokens_total", Help: "Generated tokens; by tenant only with --metrics-tenant-labels.",
+		}, tenant),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_requests_in_flight", Help: "Generation requests being served.",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_requests_refused_total", Help: "Requests refused by back-pressure, by reason: overloaded and tenant_concurrency_limit (429, concurrency), kv_capacity_exhausted (503, no free KV pages), shutting_down (503). Load, not integrity.",
+		}, []string{"reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.itl, m.promptTokens, m.completionTokens, m.inflight} {
+	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.itl, m.promptTokens, m.completionTokens, m.inflight, m.refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -89,6 +123,15 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats) (*metrics, e
 	return m, nil
 }
 
+// tenantLabel is the label values of a per-tenant counter: the tenant
+// only when tenant labels are switched on.
+func (m *metrics) tenantLabel(tenant string) []string {
+	if m.tenantLabels {
+		return []string{tenant}
+	}
+	return nil
+}
+
 func (m *metrics) handler(reg *prometheus.Registry) http.Handler {
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }
@@ -99,6 +142,8 @@ var (
 	descHBytes     = prometheus.NewDesc("sluice_handoff_bytes_total", "KV page bytes moved by handoffs.", nil, nil)
 	descHLatency   = prometheus.NewDesc("sluice_handoff_seconds", "Handoff latency from reservation to verified commit.", nil, nil)
 	descLate       = prometheus.NewDesc("sluice_late_writes_dropped_total", "Page writes dropped because the page had moved to a new generation (I6).", nil, nil)
+	descRefused    = prometheus.NewDesc("sluice_handoff_reservations_refused_total", "Reservations the decode worker refused, by reason (kv_capacity_exhausted: no free pages; refused: any other). Back-pressure, not integrity.", []string{"reason"}, nil)
+	descAborted    = prometheus.NewDesc("sluice_handoffs_aborted_total", "Handoffs that ended by an abort (client gone, router gave up, peer failure).", nil, nil)
 	descCacheTok   = prometheus.NewDesc("sluice_prefix_cache_tokens_total", "Full-page prompt tokens looked up in the prefix cache, by role and result (hit: found and handed to the request; miss: not cached, computed). A request whose reservation fails after its lookup (overloaded) still counts its hits.", []string{"role", "result"}, nil)
 	descCacheEvict = prometheus.NewDesc("sluice_prefix_cache_evictions_total", "Idle prefix-cache pages evicted (pool pressure or invalidation), by role.", []string{"role"}, nil)
 	descCachePages = prometheus.NewDesc("sluice_prefix_cache_pages", "Prefix-cache pages by role and state (idle: read by nobody, evictable; shared: read by at least one sequence).", []string{"role", "state"}, nil)
@@ -115,6 +160,8 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descHBytes
 	ch <- descHLatency
 	ch <- descLate
+	ch <- descRefused
+	ch <- descAborted
 	ch <- descCacheTok
 	ch <- descCacheEvict
 	ch <- descCachePages
@@ -141,6 +188,10 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHBytes, prometheus.CounterValue, float64(st.HandoffBytes))
 	ch <- prometheus.MustNewConstSummary(descHLatency, st.Handoffs, st.HandoffSeconds, nil)
 	ch <- prometheus.MustNewConstMetric(descLate, prometheus.CounterValue, float64(st.LateWritesDropped))
+	for reason, n := range st.ReservationsRefused {
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), reason)
+	}
+	ch <- prometheus.MustNewConstMetric(descAborted, prometheus.CounterValue, float64(st.HandoffsAborted))
 }
 
 // MetricsHandler serves /metrics for a process without the HTTP API (a

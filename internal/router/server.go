@@ -75,6 +75,21 @@ type Config struct {
 	// `sluice preflight --endpoint` can check the running server's own
 	// figures (its context against every role's pool, I2).
 	Info func() preflight.ServerInfo
+	// Ready, when set, is the readiness check behind /ready: nil when every
+	// role this router drives is reachable (and, where the roles carry
+	// model fingerprints, agrees on the model, I13); otherwise an error
+	// whose message names the role and is fit for an operator (no secrets).
+	// It is called on each probe with a deadline of a few seconds.
+	Ready func(ctx context.Context) error
+	// MetricsOffAPI keeps /metrics off the API handler: the command serves
+	// AdminHandler on a separate (loopback by default) listener instead.
+	// Set in multi-tenant mode, where the API is reachable by every tenant
+	// and the metrics are the operator's.
+	MetricsOffAPI bool
+	// MetricsTenantLabels adds a tenant label to the per-tenant token
+	// counters. Off by default: tenant names are not for every scraper to
+	// read; turn it on only for a trusted one.
+	MetricsTenantLabels bool
 	// Registry receives the metrics; nil creates a fresh one.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
@@ -94,6 +109,13 @@ type Server struct {
 
 	tmu      sync.Mutex
 	inflight map[string]int // per tenant
+
+	// admin serves /metrics, /health and /ready apart from the API;
+	// endpoints are the API handler's routes (for logs and 404s).
+	admin     *http.ServeMux
+	endpoints []string
+	// started is when the server was built: the model's "created" time.
+	started time.Time
 }
 
 // New builds a server.
@@ -116,7 +138,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, chat: cfg.Chat, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConcurrency), inflight: map[string]int{}}
+	s := &Server{cfg: cfg, chat: cfg.Chat, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConcurrency), inflight: map[string]int{}, started: time.Now()}
 	if s.chat == nil {
 		ct, err := NewChatTemplate("", "", "")
 		if err != nil {
@@ -127,7 +149,7 @@ func New(cfg Config) (*Server, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	s.idPrefix = hex.EncodeToString(b[:])
-	m, err := newMetrics(cfg.Registry, cfg.Stats)
+	m, err := newMetrics(cfg.Registry, cfg.Stats, cfg.MetricsTenantLabels)
 	if err != nil {
 		return nil, err
 	}
@@ -137,15 +159,34 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
 	mux.HandleFunc("GET /health", s.handleHealth)
+	mux.HandleFunc("GET /ready", s.handleReady)
 	mux.HandleFunc("GET "+preflight.InfoPath, s.handleInfo)
-	mux.Handle("GET /metrics", m.handler(cfg.Registry))
+	s.endpoints = []string{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ready"}
+	if !cfg.MetricsOffAPI {
+		mux.Handle("GET /metrics", m.handler(cfg.Registry))
+		s.endpoints = append(s.endpoints, "/metrics")
+	}
+	routes := strings.Join(s.endpoints, ", ")
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, newErr(http.StatusNotFound, CodeNotFound, "", "no route %s %s; see /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics", r.Method, r.URL.Path))
+		writeError(w, newErr(http.StatusNotFound, CodeNotFound, "", "no route %s %s; see %s", r.Method, r.URL.Path, routes))
 	})
 	s.mux = mux
+	admin := http.NewServeMux()
+	admin.Handle("GET /metrics", m.handler(cfg.Registry))
+	admin.HandleFunc("GET /health", s.handleHealth)
+	admin.HandleFunc("GET /ready", s.handleReady)
+	s.admin = admin
 	return s, nil
 }
+
+// Endpoints lists the API handler's routes, for the start-up log.
+func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints...) }
+
+// AdminHandler serves /metrics, /health and /ready for an operator's
+// listener, apart from the API (see Config.MetricsOffAPI).
+func (s *Server) AdminHandler() http.Handler { return s.admin }
 
 // Handler is the server's HTTP handler with panic recovery as the last line
 // of defence: a handler bug fails one request, never the server.
@@ -168,8 +209,9 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// Drain makes /health answer 503 and refuses new generation requests with
-// 503, for graceful shutdown; in-flight requests continue.
+// Drain makes /ready answer 503 and refuses new generation requests with
+// 503, for graceful shutdown; in-flight requests continue and /health (the
+// liveness probe) stays 200, so the process is not restarted mid-drain.
 func (s *Server) Drain() { s.draining.Store(true) }
 
 // trackingWriter remembers whether headers went out, so recovery knows if
@@ -188,8 +230,11 @@ func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter 
 
 func routeLabel(r *http.Request) string {
 	switch r.URL.Path {
-	case "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", preflight.InfoPath:
+	case "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ready", "/metrics", preflight.InfoPath:
 		return r.URL.Path
+	}
+	if strings.HasPrefix(r.URL.Path, "/v1/models/") {
+		return "/v1/models"
 	}
 	return "other"
 }
@@ -212,14 +257,47 @@ func (s *Server) authenticate(r *http.Request) (string, *apiError) {
 	return tenant, nil
 }
 
+// handleHealth is liveness: 200 while the process serves HTTP, whatever
+// its peers do (a liveness probe that failed on a dead peer would restart
+// a healthy router). Readiness is /ready.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
+	status := "ok"
 	if s.draining.Load() {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte(`{"status":"draining"}` + "\n"))
+		status = "draining"
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": status})
+}
+
+// readyTimeout bounds one readiness check.
+const readyTimeout = 3 * time.Second
+
+// handleReady is readiness, as Kubernetes and vLLM-style probes expect:
+// 200 only when the server is not draining and Config.Ready finds every
+// role reachable and in agreement; 503 with the reason otherwise, so a
+// load balancer stops sending traffic that could only fail.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 		return
 	}
-	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	ReadyHandler(s.cfg.Ready)(w, r)
+}
+
+// ReadyHandler answers a readiness probe from ready (nil: always ready):
+// 200 {"status":"ready"}, or 503 {"status":"not_ready","reason":...} when
+// ready fails within a few seconds. The worker processes serve it too.
+func ReadyHandler(ready func(context.Context) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+			defer cancel()
+			if err := ready(ctx); err != nil {
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not_ready", "reason": err.Error()})
+				return
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
@@ -227,21 +305,41 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
-	info := s.cfg.Engine.Info()
-	writeJSON(w, http.StatusOK, map[string]any{
-		"object": "list",
-		"data": []map[string]any{{
-			"id":       info.Model,
-			"object":   "model",
-			"created":  0,
-			"owned_by": "sluice",
-			// Both names are in use by clients (SGLang/llama.cpp and vLLM):
-			// the effective context, already lowered to every pool (I2).
-			"context_length": info.Context,
-			"max_model_len":  info.Context,
-		}},
-	})
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{s.modelObject()}})
 	s.metrics.requests.WithLabelValues("/v1/models", "200", "").Inc()
+}
+
+// handleModel is GET /v1/models/{id}: the served model, or 404
+// model_not_found for any other id (ids may contain "/", as Hugging Face
+// names do).
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	if _, e := s.authenticate(r); e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	id := r.PathValue("id")
+	if served := s.cfg.Engine.Info().Model; id != served {
+		s.fail(w, r, newErr(http.StatusNotFound, CodeUnknownModel, "model", "the model %q is not served here; this server serves %q (see /v1/models)", id, served))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.modelObject())
+	s.metrics.requests.WithLabelValues("/v1/models", "200", "").Inc()
+}
+
+// modelObject is the served model as OpenAI's model object; "created" is
+// when this server started.
+func (s *Server) modelObject() map[string]any {
+	info := s.cfg.Engine.Info()
+	return map[string]any{
+		"id":       info.Model,
+		"object":   "model",
+		"created":  s.started.Unix(),
+		"owned_by": "sluice",
+		// Both names are in use by clients (SGLang/llama.cpp and vLLM):
+		// the effective context, already lowered to every pool (I2).
+		"context_length": info.Context,
+		"max_model_len":  info.Context,
+	}
 }
 
 func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
@@ -262,7 +360,16 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, e *apiError) {
 	s.metrics.requests.WithLabelValues(routeLabel(r), fmt.Sprint(e.Status), e.Code).Inc()
+	s.countRefusal(e)
 	writeError(w, e)
+}
+
+// countRefusal counts a back-pressure refusal under its own metric, so load
+// is visible without touching the integrity counters.
+func (s *Server) countRefusal(e *apiError) {
+	if e != nil && refusalCodes[e.Code] {
+		s.metrics.refused.WithLabelValues(e.Code).Inc()
+	}
 }
 
 // acquire takes a tenant slot and a server slot or refuses at once (never
@@ -309,7 +416,7 @@ type generation struct {
 	route   string
 	chat    bool
 	tenant  string
-	prompt  []int32
+	prompts []genPrompt // one or more (a completions prompt list)
 	p       params
 	model   string
 	created int64
@@ -337,35 +444,57 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	p, e := req.validate("max_tokens", nil)
+	info := s.cfg.Engine.Info()
+	p, e := req.validate(limits{vocab: info.Vocab, context: info.Context})
 	if e != nil {
 		s.fail(w, r, e)
 		return
 	}
-	info := s.cfg.Engine.Info()
 	if e := checkModel(req.Model, info.Model); e != nil {
 		s.fail(w, r, e)
 		return
 	}
-	in, e := parsePrompt(req.Prompt, info.Vocab)
+	ins, e := parsePrompts(req.Prompt, info.Vocab)
 	if e != nil {
 		s.fail(w, r, e)
 		return
 	}
-	prompt := in.tokens
-	if in.isText {
-		ids, err := s.cfg.Tokenizer.Encode(in.text, true, true)
-		if err != nil {
-			s.fail(w, r, newErr(http.StatusBadRequest, CodeTokenize, "prompt", "the prompt could not be tokenized: %v", err))
-			return
+	if len(ins)*p.n > maxChoices {
+		s.fail(w, r, badParam("prompt", "%d prompts x n=%d make %d choices; at most %d are allowed per request", len(ins), p.n, len(ins)*p.n, maxChoices))
+		return
+	}
+	var prompts []genPrompt
+	for _, in := range ins {
+		gp := genPrompt{tokens: in.tokens, echo: in.text}
+		if in.isText {
+			ids, err := s.cfg.Tokenizer.Encode(in.text, true, true)
+			if err != nil {
+				s.fail(w, r, newErr(http.StatusBadRequest, CodeTokenize, "prompt", "the prompt could not be tokenized: %v", err))
+				return
+			}
+			gp.tokens = ids
+		} else if p.echo {
+			d := s.cfg.Tokenizer.NewDecoder()
+			var b strings.Builder
+			for _, id := range in.tokens {
+				b.WriteString(d.Push(id))
+			}
+			b.WriteString(d.Flush())
+			gp.echo = b.String()
 		}
-		prompt = ids
+		prompts = append(prompts, gp)
 	}
 	if p.maxTokens == 0 {
 		// OpenAI's default for legacy completions.
-		p.maxTokens = 16
+		p.maxTokens = min(16, info.Context)
 	}
-	g := &generation{id: s.newID("cmpl"), route: "/v1/completions", tenant: tenant, prompt: prompt, p: p, model: info.Model, created: start.Unix(), start: start}
+	more, e := s.acquireMore(tenant, len(prompts)*p.n-1)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	defer more()
+	g := &generation{id: s.newID("cmpl"), route: "/v1/completions", tenant: tenant, prompts: prompts, p: p, model: info.Model, created: start.Unix(), start: start}
 	s.generate(w, r, g, info.Context, "prompt")
 }
 
@@ -387,16 +516,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	if t := strings.TrimSpace(string(req.Tools)); t != "" && t != "null" && t != "[]" {
-		s.fail(w, r, newErr(http.StatusBadRequest, CodeUnsupported, "tools", "tools are not supported by this server"))
-		return
-	}
-	p, e := req.validate("max_completion_tokens", req.MaxCompletionTokens)
+	info := s.cfg.Engine.Info()
+	p, e := req.validate(limits{vocab: info.Vocab, context: info.Context})
 	if e != nil {
 		s.fail(w, r, e)
 		return
 	}
-	info := s.cfg.Engine.Info()
 	if e := checkModel(req.Model, info.Model); e != nil {
 		s.fail(w, r, e)
 		return
@@ -428,7 +553,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		// Chat's default is "as many as fit".
 		p.maxTokens = max(info.Context-len(prompt), 1)
 	}
-	g := &generation{id: s.newID("chatcmpl"), route: "/v1/chat/completions", chat: true, tenant: tenant, prompt: prompt, p: p, model: info.Model, created: start.Unix(), start: start}
+	more, e := s.acquireMore(tenant, p.n-1)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	defer more()
+	g := &generation{id: s.newID("chatcmpl"), route: "/v1/chat/completions", chat: true, tenant: tenant, prompts: []genPrompt{{tokens: prompt}}, p: p, model: info.Model, created: start.Unix(), start: start}
 	s.generate(w, r, g, info.Context, "messages")
 }
 
@@ -446,43 +577,24 @@ func randomSeed() uint64 {
 	return binary.LittleEndian.Uint64(b[:])
 }
 
-// generate checks the context (I2), submits and answers.
+// generate checks the context (I2), submits every choice and answers.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation, ctxLen int, promptParam string) {
-	total := len(g.prompt) + g.p.maxTokens
-	if len(g.prompt) == 0 {
-		s.fail(w, r, badParam(promptParam, "the prompt is empty after tokenization"))
-		return
-	}
-	if total > ctxLen {
+	for _, gp := range g.prompts {
+		if len(gp.tokens) == 0 {
+			s.fail(w, r, badParam(promptParam, "the prompt is empty after tokenization"))
+			return
+		}
 		// I2: rejected here, before the engine reserves anything; the
 		// engine checks again (I1) so a router bug cannot let it through.
-		s.fail(w, r, newErr(http.StatusBadRequest, CodeContextLength, promptParam,
-			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the prompt or max_tokens.",
-			ctxLen, total, len(g.prompt), g.p.maxTokens))
-		return
+		// Compared as a difference so no sum can wrap.
+		if len(gp.tokens) > ctxLen || g.p.maxTokens > ctxLen-len(gp.tokens) {
+			s.fail(w, r, newErr(http.StatusBadRequest, CodeContextLength, promptParam,
+				"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the prompt or max_tokens.",
+				ctxLen, len(gp.tokens)+g.p.maxTokens, len(gp.tokens), g.p.maxTokens))
+			return
+		}
 	}
-	seed := g.p.seed
-	if !g.p.seedGiven {
-		seed = randomSeed()
-	}
-	req := &engine.Request{
-		ID:        g.id,
-		Tenant:    g.tenant,
-		Prompt:    g.prompt,
-		MaxTokens: g.p.maxTokens,
-		IgnoreEOS: g.p.ignoreEOS,
-		// The tenant comes from the API key; the scope only narrows within it.
-		CacheScope: g.p.cacheScope,
-	}
-	req.Sampling.Temperature = float32(g.p.temperature)
-	req.Sampling.TopP = float32(g.p.topP)
-	req.Sampling.TopK = g.p.topK
-	req.Sampling.Seed = seed
-	// I10: the client's context does not reach the engine. A disconnect is
-	// reported by run through Stream.Cancel, which lets the handoff end by
-	// the normal path; cancelling a Reserve in flight instead leaves its
-	// outcome unknown (over TCP the pages could stay reserved).
-	st, err := s.cfg.Engine.Submit(context.WithoutCancel(r.Context()), req)
+	streams, err := s.submit(r, g)
 	if err != nil {
 		e := fromEngine(err)
 		if e.Status >= 500 {
@@ -491,7 +603,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation,
 		s.fail(w, r, e)
 		return
 	}
-	out := s.run(w, r, g, st)
+	out := s.run(w, r, g, streams)
 	s.finishMetrics(g, out)
 }
 
@@ -504,8 +616,11 @@ func (s *Server) finishMetrics(g *generation, out outcome) {
 		status, code = "499", "client_disconnected"
 	}
 	s.metrics.requests.WithLabelValues(g.route, status, code).Inc()
-	s.metrics.promptTokens.WithLabelValues(g.tenant).Add(float64(out.usage.PromptTokens))
-	s.metrics.completionTokens.WithLabelValues(g.tenant).Add(float64(out.usage.CompletionTokens))
+	if !out.clientGone {
+		s.countRefusal(out.err)
+	}
+	s.metrics.promptTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.usage.PromptTokens))
+	s.metrics.completionTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.usage.CompletionTokens))
 	if out.err != nil && out.err.Code == engine.CodeIntegrity {
 		s.log.Error("integrity failure", "id", g.id, "tenant", g.tenant, "message", out.err.Message)
 	}

@@ -81,6 +81,7 @@ func (w *world) newDecode(gen int) (*decode, error) {
 			return nil, err
 		}
 		m.NoFence = w.cfg.Bugs.ForeignPlacement
+		m.NoGenFence = w.cfg.Bugs.NoGenFence
 		w.wr = m
 	}
 	d.recv = handoff.NewReceiver(handoff.ReceiverConfig{

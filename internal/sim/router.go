@@ -153,7 +153,7 @@ func (r *router) act(q *rreq, a request.Action) {
 		q.end, q.endMsg = a.Reason, a.Msg
 		q.usage[0], q.usage[1] = q.m.Usage()
 		w.logf("%v END %s %s (out %v)", q, a.Reason, a.Msg, q.out)
-		if strings.HasPrefix(string(a.Reason), "failed_") && a.Reason != "failed_refused" && r.retries < maxRetries && w.chance(w.pl.retry) {
+		if strings.HasPrefix(string(a.Reason), "failed_") && a.Reason != "failed_refused" && a.Reason != "failed_no_room" && r.retries < maxRetries && w.chance(w.pl.retry) {
 			// Clients retry failures at once: the retry's reservation takes
 			// the pages the failure just freed (LIFO), the reuse I6 is about.
 			r.retries++

@@ -67,6 +67,12 @@ type Bugs struct {
 	// land in the new one's pages (its quarantine state died with it).
 	// Every run restarts on the same path; the new file is the safeguard.
 	RestartSameFile bool
+	// NoGenFence switches off the one-sided writer's check of the shared
+	// file's per-page generation word before each copy (shm.Writer.
+	// NoGenFence): a posted write then lands whatever the decode side did
+	// to the page meanwhile. With the word on, the I6 bugs above leak
+	// nothing (holdsAlone), so they are injected with it off.
+	NoGenFence bool
 }
 
 // Config is one run.

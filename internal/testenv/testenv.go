@@ -1,7 +1,11 @@
-// Package testenv locates the shared test data (../shared beside the
-// repository) and decides what a test does when it is missing: on a user's
-// fresh clone the test skips and says what was skipped; under CI (CI=true) or
-// with SLUICE_REQUIRE_SHARED=1 it fails, so CI never skips silently.
+// Package testenv locates the test data: the repository's own testdata/
+// first (the small models, vocabularies and llama.cpp reference outputs are
+// committed there, so a fresh clone runs every test), then ../shared beside
+// the repository (or $SLUICE_SHARED) for what is too big to commit (the
+// bench-15M model, llama.cpp builds), which only benchmarks and `sluice
+// bench` use. When a file is in neither place a test skips LOUDLY (the
+// message starts with "SKIPPED" and scripts/test.sh lists every skip); under
+// CI (CI=true) or with SLUICE_REQUIRE_SHARED=1 it fails instead.
 package testenv
 
 import (
@@ -38,9 +42,19 @@ func ModuleRoot() string {
 	return root
 }
 
-// Required reports whether missing shared data must fail the test.
+// Required reports whether missing test data must fail the test.
 func Required() bool {
 	return os.Getenv("CI") == "true" || os.Getenv("SLUICE_REQUIRE_SHARED") == "1"
+}
+
+// DataDir returns the repository's testdata/ directory ("" when the module
+// root is not found).
+func DataDir() string {
+	r := ModuleRoot()
+	if r == "" {
+		return ""
+	}
+	return filepath.Join(r, "testdata")
 }
 
 // SharedDir returns the shared/ directory: $SLUICE_SHARED if set, else
@@ -56,17 +70,57 @@ func SharedDir() string {
 	return filepath.Join(filepath.Dir(r), "shared")
 }
 
-// Shared returns the path of rel inside the shared directory. When the file
-// is missing it skips the test with a message naming the file, or fails it
-// under CI.
+// Find returns the path of rel (e.g. "models/stories260K.gguf") in the
+// repository's testdata/ or, failing that, in the shared directory, and
+// whether it exists. When it exists in neither, the path returned is the
+// shared one (for messages).
+func Find(rel string) (string, bool) {
+	for _, dir := range []string{DataDir(), SharedDir()} {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, rel)
+		if _, err := os.Stat(p); err == nil {
+			return p, true
+		}
+	}
+	return filepath.Join(SharedDir(), rel), false
+}
+
+// Shared returns the path of rel in testdata/ or the shared directory (see
+// Find). When the file is in neither it skips the test with a message
+// naming the file, or fails it under CI.
 func Shared(t testing.TB, rel string) string {
 	t.Helper()
-	p := filepath.Join(SharedDir(), rel)
-	if _, err := os.Stat(p); err != nil {
+	p, ok := Find(rel)
+	if !ok {
+		where := filepath.Join(DataDir(), rel) + " or " + p
 		if Required() {
-			t.Fatalf("shared test data %s is missing (%v); CI must run with ../shared beside the repository", p, err)
+			t.Fatalf("test data %s is missing in %s; CI must have it (testdata/ is in the repository; the rest comes from ../shared)", rel, where)
 		}
-		t.Skipf("SKIPPED: shared test data %s not found; this test needs ../shared (models, vocab, reference outputs) beside the repository", p)
+		t.Skipf("SKIPPED: test data %s not found in %s; this test did NOT run (the big files live in ../shared beside the repository)", rel, where)
 	}
 	return p
+}
+
+// Bench15MSize is the size in bytes of ../shared/models/bench-15M-q8_0.gguf.
+const Bench15MSize = 26671680
+
+// Bench15MHeader returns the bench-15M-q8_0 model file as far as metadata
+// tests need it: the repository's copy of its header (metadata and tensor
+// table, testdata/README.md) padded with zeros to the file's size, so a
+// GGUF parser sees the real file's metadata and tensor table, with zero
+// tensor data. The 26.7 MB file itself stays in ../shared.
+func Bench15MHeader(t testing.TB) []byte {
+	t.Helper()
+	hdr, err := os.ReadFile(Shared(t, "models/bench-15M-q8_0.header.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hdr) > Bench15MSize {
+		t.Fatalf("bench-15M header of %d bytes is longer than the file (%d)", len(hdr), Bench15MSize)
+	}
+	full := make([]byte, Bench15MSize)
+	copy(full, hdr)
+	return full
 }

@@ -13,6 +13,7 @@ import (
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
+	"sluice/internal/model"
 )
 
 // Clock is a settable clock for the Server.
@@ -34,6 +35,8 @@ type Options struct {
 	SharedFile string
 	Lease      time.Duration // default 1 s (of the fake clock)
 	Safeguards handoff.Safeguards
+	// Model is the decode side's model fingerprint (I13; zero: none).
+	Model model.Fingerprint
 }
 
 // Rig is a decode pool behind a Receiver/Server and a prefill pool.
@@ -70,7 +73,7 @@ func New(t testing.TB, o Options) *Rig {
 	t.Cleanup(func() { dp.Close(); pp.Close() })
 	clk := &Clock{now: time.Unix(1_000_000, 0)}
 	recv := handoff.NewReceiver(handoff.ReceiverConfig{PageSize: o.Geometry.PageSize, OneSided: o.SharedFile != "",
-		Lease: o.Lease, Safeguards: o.Safeguards}, dp)
+		Lease: o.Lease, Safeguards: o.Safeguards, Model: o.Model}, dp)
 	dec := &Decoder{pool: dp, accepted: map[kv.ID]*handoff.Accepted{}, ended: map[kv.ID]error{}}
 	return &Rig{Geo: o.Geometry, Decode: dp, Prefill: pp, Recv: recv, Clock: clk, Dec: dec,
 		Server: handoff.NewServer(recv, clk.Now, dec)}

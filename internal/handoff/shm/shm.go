@@ -22,6 +22,26 @@
 // A decode worker restarted on the same path creates a new file (kv), and
 // the writer maps it when a reservation names the new incarnation; the
 // crashed incarnation's memory is never the new pool's.
+//
+// The lease is not the only fence against a writer that outlived its
+// handoff (stalled by CPU throttling or SIGSTOP past the lease, after the
+// router or decode aborted without telling it). The shared file carries a
+// generation word per page (kv/shm.go), which decode closes the moment it
+// ends the handoff (whoever asked) and reopens only at the next owner's
+// generation; the writer loads it immediately before each page copy and
+// copies only at the generation it was given. So an abort reaches this
+// writer's fence through the memory itself, with no message.
+//
+// The race window that remains is one page copy: a writer that loaded the
+// word and stalls before its copy of that page has finished can still land
+// bytes in a page re-used meanwhile. When they land before the new owner's
+// commit, its commit digest refuses them, because a shared pool hashes
+// every page from memory at the commit and trusts no hash recorded at the
+// write (kv sum.go): the new owner fails closed, never decodes over them
+// (TestStalledWriterAfterCheck). Only a stall inside one page's memcpy
+// longer than the lease plus the new owner's whole handoff escapes both;
+// that is what the lease (which must exceed one page copy, not a batch)
+// still covers.
 package shm
 
 import (
@@ -29,6 +49,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"sluice/internal/handoff"
@@ -48,6 +69,15 @@ type Writer struct {
 	// whatever page a write names. TEST HOOK ONLY (the simulator's
 	// foreign-placement bug); a server never sets it.
 	NoFence bool
+	// NoGenFence switches the shared generation-word check before each
+	// copy off. TEST HOOK ONLY (a test shows the word alone stops a
+	// stalled writer); a server never sets it.
+	NoGenFence bool
+	// beforeCopy, when set (tests), runs after a copy's generation check
+	// and before the copy: a writer stalled inside the remaining window.
+	beforeCopy func(page uint32)
+
+	genFenced atomic.Uint64 // copies the generation words refused
 
 	mu  sync.Mutex
 	cur *mapping // the newest incarnation mapped
@@ -63,7 +93,8 @@ type Writer struct {
 // mapping is one incarnation's file mapped. It is unmapped once a newer
 // incarnation replaced it and no registration or placement uses it.
 type mapping struct {
-	mem   []byte // the whole file: header, then pages
+	mem   []byte        // the whole file: header, pages, generation words
+	gens  kv.SharedGens // the file's generation words (aliasing mem)
 	inc   uint64
 	users int
 }
@@ -102,22 +133,26 @@ func (w *Writer) mapFile() (*mapping, error) {
 		return nil, fmt.Errorf("shm: %w", err)
 	}
 	size := int(st.Size())
-	if size < kv.SharedHeaderBytes || (size-kv.SharedHeaderBytes)%w.pageBytes != 0 {
-		return nil, fmt.Errorf("shm: %s is %d bytes, not a header and whole %d-byte pages", w.path, size, w.pageBytes)
+	if size < kv.SharedHeaderBytes {
+		return nil, fmt.Errorf("shm: %s is %d bytes, shorter than a shared pool header", w.path, size)
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("shm: map %s: %w", w.path, err)
 	}
 	h, err := kv.ParseSharedHeader(mem)
-	if err == nil && (h.Geometry != w.geo || kv.SharedHeaderBytes+h.Pages*w.pageBytes != size) {
-		err = fmt.Errorf("pool geometry %+v of %d pages, this writer's %+v", h.Geometry, h.Pages, w.geo)
+	if err == nil && (h.Geometry != w.geo || h.Pages <= 0 || kv.SharedFileBytes(h.Geometry, h.Pages) != int64(size)) {
+		err = fmt.Errorf("pool geometry %+v of %d pages in %d bytes, this writer's %+v", h.Geometry, h.Pages, size, w.geo)
+	}
+	var gens kv.SharedGens
+	if err == nil {
+		gens, err = kv.SharedGensOf(mem, h)
 	}
 	if err != nil {
 		syscall.Munmap(mem)
 		return nil, fmt.Errorf("shm: %s: %w", w.path, err)
 	}
-	return &mapping{mem: mem, inc: h.Incarnation}, nil
+	return &mapping{mem: mem, gens: gens, inc: h.Incarnation}, nil
 }
 
 // Close unmaps the files. No Write may run during or after it.
@@ -233,14 +268,35 @@ func (w *Writer) End(id kv.ID) {
 // placed by Post itself, and on error no copy is returned. Each copy must
 // be called exactly once (it pins its mapping until then). Write uses it
 // and runs the copies at once; the simulator runs them later, as one-sided
-// writes in flight.
+// writes in flight. Each copy checks the page's generation word in the
+// shared file immediately before it copies (see the package doc) and
+// places nothing when the page is no longer reserved at the write's
+// generation; the writer then fences the handoff.
 func (w *Writer) Post(ws []handoff.PageWrite) ([]func(), error) {
+	lands, err := w.post(ws)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]func(), len(lands))
+	for i, land := range lands {
+		if land != nil {
+			out[i] = func() { land(true) }
+		}
+	}
+	return out, nil
+}
+
+// post is Post whose copies report whether they placed their bytes; a
+// copy called with place false only unpins its mapping.
+func (w *Writer) post(ws []handoff.PageWrite) ([]func(place bool) bool, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	type place struct {
 		m    *mapping
 		off  int64
 		data []byte
+		id   kv.ID
+		ref  kv.PageRef
 	}
 	ps := make([]place, len(ws))
 	for i := range ws {
@@ -270,28 +326,45 @@ func (w *Writer) Post(ws []handoff.PageWrite) ([]func(), error) {
 			m = r.m
 		}
 		off := int64(kv.SharedHeaderBytes) + int64(pw.Page.Page)*int64(w.pageBytes)
-		if off < kv.SharedHeaderBytes || off+int64(w.pageBytes) > int64(len(m.mem)) {
+		if int64(pw.Page.Page) >= int64(len(m.gens)) || off+int64(w.pageBytes) > kv.SharedGenOffset(w.geo, len(m.gens)) {
 			// A reservation naming a page outside the mapping is refused
 			// here, before a byte lands anywhere.
 			return nil, handoff.ErrBadWrite.With("page %d is outside the shared pool", pw.Page.Page)
 		}
-		ps[i] = place{m, off, pw.Data}
+		ps[i] = place{m, off, pw.Data, pw.Handoff, pw.Page}
 	}
-	out := make([]func(), len(ps))
+	out := make([]func(bool) bool, len(ps))
 	for i, p := range ps {
 		if p.m == nil {
 			continue
 		}
 		p.m.users++
-		out[i] = func() {
-			copy(p.m.mem[p.off:p.off+int64(w.pageBytes)], p.data)
+		out[i] = func(place bool) bool {
+			// The last moment before the bytes land: the decode pool
+			// must still hold the page Reserved at this generation (I6).
+			open := place && (w.NoGenFence || p.m.gens.Open(p.ref.Page, p.ref.Gen))
+			if open {
+				if w.beforeCopy != nil {
+					w.beforeCopy(p.ref.Page)
+				}
+				copy(p.m.mem[p.off:p.off+int64(w.pageBytes)], p.data)
+			}
 			w.mu.Lock()
 			w.release(p.m, 1)
 			w.mu.Unlock()
+			if place && !open {
+				w.genFenced.Add(1)
+				w.End(p.id) // decode ended it: place nothing more for it
+			}
+			return open
 		}
 	}
 	return out, nil
 }
+
+// GenFenced counts page copies the shared generation words stopped: the
+// decode pool had ended the handoff or re-used the page before the copy.
+func (w *Writer) GenFenced() uint64 { return w.genFenced.Load() }
 
 // Write copies each page image into the shared mapping, then sends the
 // batch's notices and returns when the decode side has checked and marked
@@ -299,7 +372,21 @@ func (w *Writer) Post(ws []handoff.PageWrite) ([]func(), error) {
 // fails the whole call before any byte is placed. When Write returns, none
 // of its memory writes is in flight.
 func (w *Writer) Write(ctx context.Context, ws []handoff.PageWrite) error {
-	lands, err := w.Post(ws)
+	lands, err := w.post(ws)
+	if err == nil {
+		for i, land := range lands {
+			if land != nil && !land(true) {
+				err = handoff.ErrAborted.With("handoff %s block %d: page %d is no longer reserved at generation %d in the shared pool (the decode worker ended the handoff); no byte placed",
+					handoff.IDString(ws[i].Handoff), ws[i].Block, ws[i].Page.Page, ws[i].Page.Gen)
+				for _, rest := range lands[i+1:] {
+					if rest != nil {
+						rest(false) // unpinned, never placed
+					}
+				}
+				break
+			}
+		}
+	}
 	if err != nil {
 		if len(ws) > 0 {
 			// Decode's Write contract: an error means the handoff failed
@@ -307,11 +394,6 @@ func (w *Writer) Write(ctx context.Context, ws []handoff.PageWrite) error {
 			_ = w.Abort(context.WithoutCancel(ctx), &handoff.Abort{Handoff: ws[0].Handoff, Reason: err.Error()})
 		}
 		return err
-	}
-	for _, land := range lands {
-		if land != nil {
-			land()
-		}
 	}
 	notices := make([]handoff.PageWrite, len(ws))
 	for i, pw := range ws {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"sluice/internal/handoff"
+	"sluice/internal/model"
 )
 
 // Config is shared by clients and servers.
@@ -32,7 +33,9 @@ type Config struct {
 	// FrameMAC adds a per-frame AES-256-GMAC tag (16 bytes) keyed by
 	// a per-connection session key, so an on-path attacker cannot inject or
 	// alter frames after the handshake. It is on when either side asks. It
-	// costs throughput; see BenchmarkHandoffTCP.
+	// costs throughput; see BenchmarkHandoffTCP. It is always on for a
+	// server listening on, and a client dialling, an address that is not
+	// loopback (Loopback): the field asks for it on loopback too.
 	FrameMAC bool
 	// MaxFrame bounds a frame's payload (default 16 MiB). Write batches
 	// (handoff.SenderConfig.MaxBatchBytes) must stay below it; a server
@@ -50,6 +53,20 @@ type Config struct {
 	// MaxStreams bounds the token streams open at once per connection
 	// (default 4096); one more is refused with ErrRefused.
 	MaxStreams int
+	// Model is the fingerprint of the model this role loaded (I13). Both
+	// sides send theirs in the handshake (covered by the HMAC proofs); a
+	// connection between roles whose fingerprints differ is refused with
+	// ErrModelMismatch naming both, on both sides, before any call.
+	Model model.Fingerprint
+}
+
+// Loopback reports whether a is a loopback address (127.0.0.0/8, ::1):
+// traffic that never leaves the host, where the per-frame MAC is optional.
+// Anything else, a wildcard listener (0.0.0.0, ::) included, may carry
+// frames across a network an attacker is on.
+func Loopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // MinSecret is the shortest secret accepted.
@@ -179,7 +196,17 @@ func (c *conn) readHandshake(want byte) (*frame, error) {
 }
 
 // clientHandshake proves the client knows the secret and checks the
-// server does too (mutual, I12), then fixes version and frame MAC.
+// server does too (mutual, I12), checks both run the same model (I13),
+// then fixes version and frame MAC.
+//
+//	Hello    = min version, max version, frame MAC wanted (u8 each), nonce [32], model
+//	HelloAck = version, frame MAC (u8 each), max frame u32, nonce [32], model, then
+//	           the server's proof [32] = HMAC(secret, "sluice/server" || Hello || HelloAck)
+//	Auth     = the client's proof [32] = HMAC(secret, "sluice/client" || Hello || HelloAck)
+//
+// where model is the role's fingerprint (codec.go: sum [16], name). Each
+// side compares the fingerprints only after its peer proved the secret, so
+// a stranger learns nothing about the model.
 func (c *conn) clientHandshake() error {
 	_ = c.nc.SetDeadline(time.Now().Add(c.cfg.HandshakeTimeout))
 	defer c.nc.SetDeadline(time.Time{})
@@ -189,7 +216,9 @@ func (c *conn) clientHandshake() error {
 	if c.cfg.FrameMAC {
 		mac = 1
 	}
-	hello := append([]byte{minVersion, maxVersion, mac}, cn[:]...)
+	e := enc{b: append([]byte{minVersion, maxVersion, mac}, cn[:]...)}
+	e.model(c.cfg.Model)
+	hello := e.b
 	if err := c.send(tHello, 0, hello); err != nil {
 		return err
 	}
@@ -197,10 +226,10 @@ func (c *conn) clientHandshake() error {
 	if err != nil {
 		return err
 	}
-	if len(f.payload) != 2+4+32+32 {
+	if len(f.payload) < helloAckMin {
 		return protoErr("handshake: HelloAck of %d bytes", len(f.payload))
 	}
-	ack, sproof := f.payload[:38], f.payload[38:]
+	ack, sproof := f.payload[:len(f.payload)-32], f.payload[len(f.payload)-32:]
 	v, smac := ack[0], ack[1]
 	peerMax := int(binary.BigEndian.Uint32(ack[2:6]))
 	if v < minVersion || v > maxVersion || smac > 1 || (mac == 1 && smac == 0) {
@@ -209,6 +238,16 @@ func (c *conn) clientHandshake() error {
 	if !hmac.Equal(sproof, proof(c.cfg.Secret, "sluice/server", hello, ack)) {
 		// The server does not know the secret: never send it anything.
 		return handoff.ErrAuth.With("the server failed to prove it knows the shared secret")
+	}
+	d := dec{b: ack[6+32:]}
+	peer := d.model()
+	if err := d.end(); err != nil {
+		return err
+	}
+	if err := handoff.CheckModel(c.cfg.Model, peer, "the server at "+c.nc.RemoteAddr().String()); err != nil {
+		// I13: the peer is authenticated, so tell it why, then leave.
+		_ = c.send(tError, 0, encError(err))
+		return err
 	}
 	if err := c.send(tAuth, 0, proof(c.cfg.Secret, "sluice/client", hello, ack)); err != nil {
 		return err
@@ -224,6 +263,12 @@ func (c *conn) clientHandshake() error {
 	return nil
 }
 
+// The shortest Hello and HelloAck: an empty model name.
+const (
+	helloMin    = 3 + 32 + 16 + 4
+	helloAckMin = 2 + 4 + 32 + 16 + 4 + 32
+)
+
 func (c *conn) serverHandshake() error {
 	_ = c.nc.SetDeadline(time.Now().Add(c.cfg.HandshakeTimeout))
 	defer c.nc.SetDeadline(time.Time{})
@@ -231,14 +276,22 @@ func (c *conn) serverHandshake() error {
 	if err != nil {
 		return err
 	}
-	if len(f.payload) != 3+32 {
-		return protoErr("handshake: Hello of %d bytes", len(f.payload))
-	}
 	hello := f.payload
+	if len(hello) < 3 {
+		return protoErr("handshake: Hello of %d bytes", len(hello))
+	}
 	lo, hi, cmac := hello[0], hello[1], hello[2]
 	v := min(hi, byte(maxVersion))
 	if lo > hi || v < lo || v < minVersion || cmac > 1 {
 		return protoErr("no common protocol version: client speaks %d..%d, server %d..%d", lo, hi, minVersion, maxVersion)
+	}
+	if len(hello) < helloMin {
+		return protoErr("handshake: Hello of %d bytes without a model fingerprint (a peer of a build older than I13?)", len(hello))
+	}
+	d := dec{b: hello[3+32:]}
+	peer := d.model()
+	if err := d.end(); err != nil {
+		return err
 	}
 	mac := cmac
 	if c.cfg.FrameMAC {
@@ -248,7 +301,9 @@ func (c *conn) serverHandshake() error {
 	rand.Read(sn[:])
 	// The HelloAck carries the server's frame limit so a client never sends
 	// a frame the server must refuse by closing the connection.
-	ack := append(binary.BigEndian.AppendUint32([]byte{v, mac}, uint32(c.cfg.MaxFrame)), sn[:]...)
+	e := enc{b: append(binary.BigEndian.AppendUint32([]byte{v, mac}, uint32(c.cfg.MaxFrame)), sn[:]...)}
+	e.model(c.cfg.Model)
+	ack := e.b
 	if err := c.send(tHelloAck, 0, ack, proof(c.cfg.Secret, "sluice/server", hello, ack)); err != nil {
 		return err
 	}
@@ -258,6 +313,12 @@ func (c *conn) serverHandshake() error {
 	}
 	if !hmac.Equal(f.payload, proof(c.cfg.Secret, "sluice/client", hello, ack)) {
 		err := handoff.ErrAuth.With("the client failed to prove it knows the shared secret")
+		_ = c.send(tError, 0, encError(err))
+		return err
+	}
+	if err := handoff.CheckModel(c.cfg.Model, peer, "the peer at "+c.nc.RemoteAddr().String()); err != nil {
+		// I13, checked here too: an honest client refuses first, but the
+		// server does not rely on the client's check.
 		_ = c.send(tError, 0, encError(err))
 		return err
 	}

@@ -51,14 +51,15 @@ func ConnectRedialer(ctx context.Context, addr string, cfg Config, log *slog.Log
 }
 
 // DialRetry dials addr until it succeeds, authentication fails (retrying
-// cannot fix a wrong secret, I12) or ctx ends.
+// cannot fix a wrong secret, I12), the peer runs another model (nor a
+// wrong model, I13) or ctx ends.
 func DialRetry(ctx context.Context, addr string, cfg Config) (*Client, error) {
 	for {
 		c, err := Dial(ctx, addr, cfg)
 		if err == nil {
 			return c, nil
 		}
-		if errors.Is(err, handoff.ErrAuth) {
+		if errors.Is(err, handoff.ErrAuth) || errors.Is(err, handoff.ErrModelMismatch) {
 			return nil, err
 		}
 		select {
@@ -89,6 +90,17 @@ func (r *Redialer) client(ctx context.Context) (*Client, error) {
 	r.log.Info("connection to a worker (re-)established", "addr", r.addr)
 	r.c = c
 	return c, nil
+}
+
+// FrameMAC reports whether the current connection authenticates every
+// frame (Client.FrameMAC); without one, whether the next will be asked to.
+func (r *Redialer) FrameMAC() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.c == nil {
+		return r.cfg.FrameMAC
+	}
+	return r.c.FrameMAC()
 }
 
 // Close closes the current connection, if any.

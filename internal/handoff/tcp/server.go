@@ -67,7 +67,7 @@ func (s *Server) Serve(l net.Listener) error {
 		s.conns[nc] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.serveConn(nc)
+		go s.serveConn(nc, s.cfg.FrameMAC || !Loopback(l.Addr()))
 	}
 }
 
@@ -99,7 +99,9 @@ type sconn struct {
 	page    []byte // streamWrites' page buffer; the reading goroutine's alone
 }
 
-func (s *Server) serveConn(nc net.Conn) {
+// serveConn serves one connection; mac turns the per-frame MAC on for it
+// whatever the client asks (a listener off the loopback interface).
+func (s *Server) serveConn(nc net.Conn, mac bool) {
 	defer s.wg.Done()
 	defer func() {
 		s.mu.Lock()
@@ -110,7 +112,9 @@ func (s *Server) serveConn(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	c := &conn{nc: nc, cfg: s.cfg, fr: framer{maxFrame: s.cfg.MaxFrame}}
+	cfg := s.cfg
+	cfg.FrameMAC = mac
+	c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: s.cfg.MaxFrame}}
 	if err := c.serverHandshake(); err != nil {
 		var he *handoff.Error
 		if errors.As(err, &he) && he.Code == handoff.ErrProtocol.Code {

@@ -103,26 +103,11 @@ func TestPrefixCacheThroughTheRouter(t *testing.T) {
 	if r := completeRaw(t, s, "key-a", body("prompt_cache_key", strings.Repeat("k", 257))); r.status != 400 {
 		t.Errorf("an oversized prompt_cache_key got %d", r.status)
 	}
-	resp, err := http.Get(s.ts.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mb, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	mb := scrape(t, s.ts.URL)
 	hit := `sluice_prefix_cache_tokens_total{result="hit",role="colocated"} `
-	if !strings.Contains(string(mb), hit+itoa(2*full)+"\n") {
-		t.Errorf("metrics do not show %d hit tokens:\n%s", 2*full, grepLines(string(mb), "prefix_cache"))
+	if !strings.Contains(mb, hit+itoa(2*full)+"\n") {
+		t.Errorf("metrics do not show %d hit tokens:\n%s", 2*full, grepLines(mb, "sluice_prefix_cache"))
 	}
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}

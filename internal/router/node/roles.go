@@ -9,6 +9,7 @@ import (
 	"sluice/internal/handoff"
 	"sluice/internal/handoff/tcp"
 	"sluice/internal/kv"
+	"sluice/internal/model"
 )
 
 // SecretEnv is the environment variable that may carry the workers' shared
@@ -36,8 +37,10 @@ func LoadSecret(file string) ([]byte, error) {
 // path, whether it admits a request filling ctxLen tokens: it reserves
 // ctxLen-1 prompt tokens plus 1 generated token and aborts at once. A router
 // in its own process has no pool of its own; this is how it refuses to
-// advertise a context the decode role would reject (I2).
-func ProbeDecodeContext(ctx context.Context, d handoff.Decode, ctxLen int) error {
+// advertise a context the decode role would reject (I2). fp is the
+// router's model fingerprint: a decode worker of another model refuses the
+// probe (I13).
+func ProbeDecodeContext(ctx context.Context, d handoff.Decode, ctxLen int, fp model.Fingerprint) error {
 	if ctxLen < 2 {
 		return nil
 	}
@@ -45,7 +48,7 @@ func ProbeDecodeContext(ctx context.Context, d handoff.Decode, ctxLen int) error
 	if _, err := rand.Read(id[:]); err != nil {
 		return err
 	}
-	_, err := d.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "sluice-router-preflight", PromptTokens: ctxLen - 1, MaxTokens: 1})
+	_, err := d.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "sluice-router-preflight", PromptTokens: ctxLen - 1, MaxTokens: 1, Model: fp})
 	if aerr := d.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "router start-up context probe"}); err == nil && aerr != nil {
 		return fmt.Errorf("aborting the probe reservation: %w", aerr)
 	}

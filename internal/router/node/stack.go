@@ -56,6 +56,11 @@ type Stack struct {
 	decode  *engine.DecodeWorker
 	meter   *meter
 	closers []func()
+	// peers are the connections between the roles, for Ready.
+	peers []Peer
+	// decodeSrv is the decode role's TCP service (tests stop it to see
+	// readiness follow).
+	decodeSrv *tcp.Server
 }
 
 // Close drains the engine, then stops the roles and their transports.
@@ -109,13 +114,35 @@ func Stats(pools map[string]*kv.Pool, dw *engine.DecodeWorker) router.EngineStat
 		st.LateWritesDropped += ps.LateWrites
 	}
 	if dw != nil {
-		rs := dw.ReceiverStats()
-		st.LateWritesDropped += rs.LateWrites
-		for code, n := range rs.Failed {
+		addReceiverStats(&st, dw.ReceiverStats())
+	}
+	return st
+}
+
+// addReceiverStats sorts the decode side's failed handoffs into what the
+// metrics promise: a refused reservation (no free pages, or any other
+// refusal) is back-pressure and an abort is routine, so neither may move
+// the integrity counter an operator pages on; every other failure code is a
+// verification failure (count, coverage, digest, write, checksum, state) and
+// is counted as an integrity violation (I8). A code added later counts as
+// integrity until classified here: better a false page than a hidden leak.
+func addReceiverStats(st *router.EngineStats, rs handoff.ReceiverStats) {
+	st.LateWritesDropped += rs.LateWrites
+	if st.ReservationsRefused == nil {
+		st.ReservationsRefused = map[string]uint64{}
+	}
+	for code, n := range rs.Failed {
+		switch code {
+		case handoff.ErrNoRoom.Code:
+			st.ReservationsRefused[router.RefusedKVCapacity] += n
+		case handoff.ErrRefused.Code:
+			st.ReservationsRefused[router.RefusedOther] += n
+		case handoff.ErrAborted.Code:
+			st.HandoffsAborted += n
+		default:
 			st.Violations["handoff_"+string(code)] += n
 		}
 	}
-	return st
 }
 
 // PreflightError is a role that refused to start (I2).
@@ -205,7 +232,7 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 		if _, err := rand.Read(secret); err != nil {
 			return err
 		}
-		tc = tcp.Config{Secret: secret}
+		tc = tcp.Config{Secret: secret, Model: m.Fingerprint()}
 		daddr, err := s.serveTCP(tc, dw, nil)
 		if err != nil {
 			return err
@@ -215,12 +242,14 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 			return err
 		}
 		s.closers = append(s.closers, func() { dc.Close() })
+		s.peers = append(s.peers, Peer{Role: "decode (from prefill)", Conn: dc})
 		toDecode = dc
 		rd, err := tcp.Dial(context.Background(), daddr, tc)
 		if err != nil {
 			return err
 		}
 		s.closers = append(s.closers, func() { rd.Close() })
+		s.peers = append(s.peers, Peer{Role: "decode", Conn: rd})
 		routerDecode = rd
 		if transport == TransportSHM {
 			w, err := shm.Open(dcfg.SharedFile, kv.Geometry{Layers: m.Runtime.Layers(), KVDim: m.Runtime.KVDim(), PageSize: dcfg.PageSize}, dc)
@@ -255,10 +284,11 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 			return err
 		}
 		s.closers = append(s.closers, func() { rp.Close() })
+		s.peers = append(s.peers, Peer{Role: "prefill", Conn: rp})
 		routerPrefill = rp
 	}
 	eng, err := engine.NewDisaggregated(engine.DisaggConfig{
-		Model: m.Name, Vocab: m.Runtime.Vocab(),
+		Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(),
 		Context:        engine.EffectiveContext(pw.Context(), dw.Context()),
 		MaxConcurrency: c.MaxConcurrency,
 		Unsafe:         dcfg.Unsafe, // test hook only, set through LocalConfig.Engine
@@ -278,6 +308,9 @@ func (s *Stack) serveTCP(tc tcp.Config, d handoff.Decode, p handoff.Prefill) (st
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
+	}
+	if d != nil {
+		s.decodeSrv = srv
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(l) }()

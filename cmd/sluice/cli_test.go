@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"sluice/internal/testenv"
+)
+
+// runBin runs the built command with args and returns its exit code,
+// stdout and stderr.
+func runBin(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(sluiceBinary(t), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, out.String(), errb.String()
+}
+
+// Every command's --help goes to stdout and exits 0; `sluice help CMD` is
+// the same text; a bad flag is a usage error on stderr (exit 2).
+func TestHelpOnStdoutExitZero(t *testing.T) {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		args := []string{n, "--help"}
+		if n == "demo" {
+			args = []string{n, "incident", "--help"}
+		}
+		code, out, errb := runBin(t, args...)
+		if code != 0 || !strings.Contains(out, "Usage: sluice "+n) || errb != "" {
+			t.Errorf("sluice %s: exit %d, stdout %q..., stderr %q", strings.Join(args, " "), code, head(out), head(errb))
+			continue
+		}
+		hcode, hout, _ := runBin(t, "help", n)
+		if hcode != 0 || !strings.Contains(hout, "Usage: sluice "+n) {
+			t.Errorf("sluice help %s: exit %d, stdout %q", n, hcode, head(hout))
+		}
+		if n == "demo" {
+			continue // `demo --help` and `demo incident --help` print the same usage
+		}
+		if hout != out {
+			t.Errorf("sluice help %s differs from sluice %s --help", n, n)
+		}
+		bcode, bout, berr := runBin(t, n, "--no-such-flag")
+		if bcode != 2 || bout != "" || !strings.Contains(berr, "no-such-flag") {
+			t.Errorf("sluice %s --no-such-flag: exit %d, stdout %q, stderr %q", n, bcode, head(bout), head(berr))
+		}
+	}
+	if code, out, _ := runBin(t, "--help"); code != 0 || !strings.Contains(out, "Commands:") {
+		t.Errorf("sluice --help: exit %d, stdout %q", code, head(out))
+	}
+	if code, out, errb := runBin(t); code != 2 || out != "" || !strings.Contains(errb, "Commands:") {
+		t.Errorf("sluice with no command: exit %d, stdout %q", code, head(out))
+	}
+	if code, _, errb := runBin(t, "help", "nonsense"); code != 2 || !strings.Contains(errb, "unknown command") {
+		t.Errorf("sluice help nonsense: exit %d, stderr %q", code, head(errb))
+	}
+}
+
+func head(s string) string {
+	if len(s) > 120 {
+		return s[:120]
+	}
+	return s
+}
+
+// The workers have no HTTP API of their own: their help must not promise
+// 429s; the commands that serve HTTP do send them.
+func TestWorkerHelpSpeaksNoHTTP429(t *testing.T) {
+	for _, n := range []string{"prefill", "decode"} {
+		_, out, _ := runBin(t, n, "--help")
+		if strings.Contains(out, "429") {
+			t.Errorf("sluice %s --help speaks of 429:\n%s", n, out)
+		}
+	}
+	for _, n := range []string{"serve", "router"} {
+		if _, out, _ := runBin(t, n, "--help"); !strings.Contains(out, "429") {
+			t.Errorf("sluice %s --help does not say what is refused with 429", n)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := runBin(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "sluice ") || !strings.Contains(out, runtime.Version()) {
+		t.Fatalf("sluice version: exit %d %q", code, out)
+	}
+	bi := &debug.BuildInfo{GoVersion: "go1.99", Main: debug.Module{Path: "sluice", Version: "v1.2.3"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.time", Value: "2026-12-01T09:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
+	want := fmt.Sprintf("sluice v1.2.3 0123456789ab+dirty 2026-12-01T09:00:00Z go1.99 %s/%s", runtime.GOOS, runtime.GOARCH)
+	if got := versionString(bi, true); got != want {
+		t.Errorf("versionString:\n got  %q\n want %q", got, want)
+	}
+	if got := versionString(&debug.BuildInfo{GoVersion: "go1.99"}, true); !strings.HasPrefix(got, "sluice (devel) go1.99") {
+		t.Errorf("no VCS info: %q", got)
+	}
+}
+
+// --threads defaults: every core for generate, bench and a worker process;
+// half of them per role in `sluice serve`, whose prefill and decode compute
+// at once (at least one each).
+func TestThreadsDefaults(t *testing.T) {
+	for _, c := range []struct{ cores, shared, alone int }{{1, 1, 1}, {2, 1, 2}, {3, 1, 3}, {8, 4, 8}} {
+		if got := roleThreads(c.cores, true); got != c.shared {
+			t.Errorf("%d cores, two roles: %d threads each, want %d", c.cores, got, c.shared)
+		}
+		if got := roleThreads(c.cores, false); got != c.alone {
+			t.Errorf("%d cores, one role: %d threads, want %d", c.cores, got, c.alone)
+		}
+	}
+	n := runtime.NumCPU()
+	for cmd, want := range map[string]int{"generate": n, "bench": n, "prefill": n, "decode": n, "serve": max(1, n/2)} {
+		_, out, _ := runBin(t, cmd, "--help")
+		i := strings.Index(out, "-threads")
+		if i < 0 || !strings.Contains(out[i:], fmt.Sprintf("(default %d)", want)) && !strings.Contains(out[i:], fmt.Sprintf("(default \"%d\")", want)) {
+			t.Errorf("sluice %s --help: --threads default is not %d:\n%s", cmd, want, out)
+		}
+	}
+}
+
+// JSON logs print durations as text ("30s"), not integer nanoseconds.
+func TestJSONLogDurations(t *testing.T) {
+	var b bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&b, &slog.HandlerOptions{ReplaceAttr: durationsAsText}))
+	log.Info("draining", "timeout", 30*time.Second, slog.Group("g", "d", 1500*time.Millisecond))
+	if !strings.Contains(b.String(), `"timeout":"30s"`) || !strings.Contains(b.String(), `"d":"1.5s"`) {
+		t.Fatalf("log line %s", b.String())
+	}
+	o := roleOpts{logFormat: "json", logLevel: "info"}
+	if _, err := o.logger(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// --served-model-name is the id clients see and send; an explicit
+// --context past the model's training context starts (the pools hold it)
+// but warns, as llama.cpp does.
+func TestServedModelNameAndContextWarning(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts a process")
+	}
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	p := startProc(t, "serve", "--model", model, "--context", "4096", "--kv-pool-tokens", "4096", "--served-model-name", "tiny-stories", "--listen", "127.0.0.1:0")
+	addr := p.waitAddr(t)
+	if !strings.Contains(p.log(), "--context 4096 is larger than the model's training context of 2048 tokens") {
+		t.Fatalf("no training-context warning:\n%s", p.log())
+	}
+	cl := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+	ctx := context.Background()
+	m, err := cl.Models.Get(ctx, "tiny-stories")
+	if err != nil || m.ID != "tiny-stories" {
+		t.Fatalf("models/tiny-stories: %v %+v", err, m)
+	}
+	r, err := cl.Completions.New(ctx, openai.CompletionNewParams{Model: "tiny-stories",
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(4), Temperature: openai.Float(0)})
+	if err != nil || r.Model != "tiny-stories" {
+		t.Fatalf("completion as tiny-stories: %v %+v", err, r)
+	}
+	if _, err := cl.Models.Get(ctx, "stories260K"); err == nil {
+		t.Fatal("the file name is still served next to --served-model-name")
+	}
+	// The shutdown log's duration is text in JSON logs.
+	p.stop(t)
+	if !strings.Contains(p.log(), `"timeout":"30s"`) {
+		t.Errorf("drain log without a text duration:\n%s", p.log())
+	}
+}

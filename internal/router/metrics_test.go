@@ -1,0 +1,63 @@
+package router
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Multi-tenant metrics: /metrics is not on the API (every tenant reaches
+// the API) but on the admin handler, and no tenant name appears in any
+// label unless the operator opts in for a trusted scraper.
+func TestMetricsOffAPIAndWithoutTenantNames(t *testing.T) {
+	keys, err := ParseKeys(strings.NewReader("key-a acme-corp\nkey-b globex\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, labels := range []bool{false, true} {
+		h := newHarness(t, 64, func(c *Config) { c.Keys, c.MetricsOffAPI, c.MetricsTenantLabels = keys, true, labels })
+		admin := httptest.NewServer(h.srv.AdminHandler())
+		defer admin.Close()
+		if _, err := h.client("key-a").Completions.New(context.Background(), openai.CompletionNewParams{Prompt: prompt("hey"), MaxTokens: openai.Int(3)}); err != nil {
+			t.Fatal(err)
+		}
+		if code, body := get(t, h.ts.URL+"/metrics"); code != 404 || strings.Contains(body, "sluice_") {
+			t.Fatalf("/metrics on the API listener: %d\n%s", code, body)
+		}
+		code, body := get(t, admin.URL+"/metrics")
+		if code != 200 || !strings.Contains(body, "sluice_requests_total") {
+			t.Fatalf("admin /metrics: %d\n%s", code, body)
+		}
+		if got := strings.Contains(body, "acme-corp"); got != labels {
+			t.Errorf("tenant labels %v: tenant name in metrics = %v\n%s", labels, got, body)
+		}
+		want := `sluice_prompt_tokens_total 4`
+		if labels {
+			want = `sluice_prompt_tokens_total{tenant="acme-corp"} 4`
+		}
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s:\n%s", want, body)
+		}
+		for _, p := range []string{"/health", "/ready"} {
+			if code, _ := get(t, admin.URL+p); code != 200 {
+				t.Errorf("admin %s: %d", p, code)
+			}
+		}
+	}
+}
