@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync/atomic"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -100,6 +101,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		lc         *lifecycle
 		res        *handoff.Reservation
 		reserveErr *Error
+		cached     atomic.Int64 // prompt tokens prefill read from its prefix cache
 	)
 	lc = newLifecycle(request.Disaggregated, func(a request.Action, e *Error, prompt, completion int) {
 		switch a.Kind {
@@ -114,7 +116,9 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		case request.ActStopDecode:
 			_ = d.decode.Cancel(d.bg, id)
 		case request.ActEnd:
-			st.push(terminal(a, e, prompt, completion))
+			o := terminal(a, e, prompt, completion)
+			o.cached = int(cached.Load())
+			st.push(o)
 		}
 	})
 	if err := checkRequest(r, d.cfg.Context, d.cfg.Vocab, d.cfg.Unsafe.NoAdmission); err != nil {
@@ -149,7 +153,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 	st.cancelFn = func() { lc.step(request.Event{Kind: request.EvCancel}, nil) }
 	stopWatch := context.AfterFunc(ctx, st.Cancel)
 	st.onClose = func() { stopWatch() }
-	go d.run(r, id, res, ts, lc, release)
+	go d.run(r, id, res, ts, lc, release, &cached)
 	return st, nil
 }
 
@@ -198,7 +202,7 @@ func handoffFailure(cause error) *Error {
 // run drives one request after its reservation: prefill (which pushes and
 // commits), decode's tokens through the life-cycle machine, and the final
 // verdict, which is success only when both roles succeeded.
-func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, release func()) {
+func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, release func(), cached *atomic.Int64) {
 	defer release()
 	defer ts.Close()
 	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
@@ -210,7 +214,8 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 	go func() {
 		// d.bg, not the client's context: a disconnect never tears the
 		// transfer (I10).
-		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling, Model: d.cfg.Fingerprint})
+		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling, Model: d.cfg.Fingerprint,
+			CacheScope: r.CacheScope})
 		pch <- pres{pr, err}
 	}()
 	var got *pres
@@ -272,6 +277,11 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 					"accounting mismatch: the prompt has %d tokens, prefill reports %d, decode verified %d",
 					len(r.Prompt), p.r.Tokens, tok.PromptTokens))
 				return
+			}
+			if c := p.r.CachedTokens; c >= 0 && c < len(r.Prompt) {
+				// A peer's figure: taken only if it is possible (the last
+				// prompt token is always computed).
+				cached.Store(int64(c))
 			}
 			reason := request.FinishedLength
 			if tok.Finish == "stop" {

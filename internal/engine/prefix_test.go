@@ -74,12 +74,20 @@ func run1(t *testing.T, e Engine, r *Request) result {
 	return res
 }
 
-// The real model (synthetic weights) with and without the cache: a hit
-// computes only the uncached tail of the prompt, reports cached_tokens, and
-// generates exactly what a cold engine generates (batch-invariant kernels:
-// cached K/V are bitwise what recomputing gives). Other tenants, other
-// scopes and a scope naming another tenant miss.
-func TestPrefixCacheColocatedHitMissAndOutput(t *testing.T) {
+// The real model (synthetic weights) with and without the cache, colocated
+// and disaggregated (the prefill worker's cache): a hit computes only the
+// uncached tail of the prompt, reports cached_tokens, and generates exactly
+// what a cold colocated engine generates (batch-invariant kernels: cached
+// K/V are bitwise what recomputing gives; disaggregated, the commit digest
+// over the whole KV, cached pages included, was verified by decode). Other
+// tenants, other scopes and a scope naming another tenant miss.
+func TestPrefixCacheHitMissAndOutput(t *testing.T) {
+	for _, mode := range []string{"colocated", "disaggregated"} {
+		t.Run(mode, func(t *testing.T) { testPrefixCacheHitMiss(t, mode) })
+	}
+}
+
+func testPrefixCacheHitMiss(t *testing.T, mode string) {
 	rt := &countingRuntime{Runtime: defaultRuntime(t)}
 	cfg := Config{Model: rt, Context: 256, PoolPages: 64, PageSize: 16, Order: kv.LIFO, ChunkTokens: 32, StepTokens: 64}
 	cold, err := NewColocated(cfg)
@@ -88,9 +96,23 @@ func TestPrefixCacheColocatedHitMissAndOutput(t *testing.T) {
 	}
 	defer cold.Close(context.Background())
 	cfg.PrefixCache = true
-	e, err := NewColocated(cfg)
-	if err != nil {
-		t.Fatal(err)
+	var e Engine
+	var pool *kv.Pool
+	decodeFed := 12 - 1 // colocated: decode steps feed 11 tokens through the same counter
+	if mode == "colocated" {
+		col, err := NewColocated(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, pool = col, col.Pool()
+	} else {
+		dcfg := cfg
+		dcfg.Model = &countingRuntime{Runtime: rt.Runtime} // decode's tokens are not prefill's
+		loc, err := NewLocal(cfg, dcfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, pool, decodeFed = loc, loc.Prefill.Pool(), 0
 	}
 	defer e.Close(context.Background())
 
@@ -129,7 +151,7 @@ func TestPrefixCacheColocatedHitMissAndOutput(t *testing.T) {
 		p := map[string][]int32{"base": base, "longer": longer, "exact": exact}[tc.prompt]
 		before := rt.tokens.Load()
 		r := run1(t, e, &Request{ID: tc.name, Tenant: tc.tenant, CacheScope: tc.scope, Prompt: p, MaxTokens: 12, IgnoreEOS: true})
-		computed := int(rt.tokens.Load()-before) - (12 - 1) // decode steps feed 11 tokens
+		computed := int(rt.tokens.Load()-before) - decodeFed
 		usageCached += r.final.Usage.CachedTokens
 		if r.final.Usage != (Usage{PromptTokens: len(p), CompletionTokens: 12, CachedTokens: tc.cached}) {
 			t.Errorf("%s: usage %+v, want %d cached of %d", tc.name, r.final.Usage, tc.cached, len(p))
@@ -141,14 +163,14 @@ func TestPrefixCacheColocatedHitMissAndOutput(t *testing.T) {
 			t.Errorf("%s: output %v differs from the cold run %v", tc.name, r.tokens, coldOut[tc.prompt])
 		}
 	}
-	st := e.Pool().Stats()
+	st := pool.Stats()
 	if st.CacheHits*16 != uint64(usageCached) {
 		t.Errorf("pool counted %d hit pages, usage %d cached tokens", st.CacheHits, usageCached)
 	}
 	if st.Cached == 0 || st.CacheReaders != 0 || st.CacheIdle != st.Cached {
 		t.Fatalf("after every request: %+v", st)
 	}
-	if err := e.Pool().CheckDrained(); err != nil {
+	if err := pool.CheckDrained(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -493,6 +493,7 @@ func encPrefill(m *handoff.PrefillRequest) []byte {
 	}
 	encSampling(&e, m.Sampling)
 	e.model(m.Model)
+	e.str(m.CacheScope)
 	return e.b
 }
 
@@ -512,6 +513,7 @@ func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
 	}
 	m.Sampling = decSampling(&d)
 	m.Model = d.model()
+	m.CacheScope = d.str()
 	return m, d.end()
 }
 
@@ -519,12 +521,14 @@ func encPrefillRes(m *handoff.PrefillResult) []byte {
 	var e enc
 	e.u32(uint32(m.FirstToken))
 	e.i64(m.Tokens)
+	e.i64(m.CachedTokens)
 	return e.b
 }
 
 func decPrefillRes(p []byte) (*handoff.PrefillResult, error) {
 	d := dec{b: p}
 	m := &handoff.PrefillResult{FirstToken: int32(d.u32()), Tokens: d.int(maxInt)}
+	m.CachedTokens = d.int(maxInt)
 	return m, d.end()
 }
 
