@@ -53,13 +53,24 @@ func completeRaw(t *testing.T, s *served, key string, body map[string]any) cache
 	return out
 }
 
-// The whole path with the prefix cache on (colocated, built-in model): the
+// The whole path with the prefix cache on (colocated, and the prefill
+// worker's cache over TCP and shm; built-in model): the
 // router reports usage.prompt_tokens_details.cached_tokens; a repeat by the
 // same tenant hits with the same text; another tenant misses, also when it
 // names the first tenant in prompt_cache_key or cache_salt (the salt is the
 // server's, the caller's value only narrows); a narrower key misses; the
 // metrics count the hits.
 func TestPrefixCacheThroughTheRouter(t *testing.T) {
+	for _, mode := range []LocalConfig{{Colocated: true}, {Transport: TransportTCP}, {Transport: TransportSHM}} {
+		name, role := mode.Transport, "prefill"
+		if mode.Colocated {
+			name, role = "colocated", "colocated"
+		}
+		t.Run(name, func(t *testing.T) { testPrefixCacheThroughTheRouter(t, mode, role) })
+	}
+}
+
+func testPrefixCacheThroughTheRouter(t *testing.T, mode LocalConfig, role string) {
 	m, err := LoadModel("")
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +80,8 @@ func TestPrefixCacheThroughTheRouter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := serve(t, m, LocalConfig{Colocated: true, PrefixCache: true, Pools: Pools{Context: 256, PoolTokens: 1024}}, keys)
+	mode.PrefixCache, mode.Pools = true, Pools{Context: 256, PoolTokens: 1024}
+	s := serve(t, m, mode, keys)
 	prompt := strings.Repeat("Once upon a time there was a little robot who liked to count pages. ", 3)
 	body := func(extra ...string) map[string]any {
 		b := map[string]any{"prompt": prompt, "max_tokens": 8, "temperature": 0}
@@ -104,7 +116,7 @@ func TestPrefixCacheThroughTheRouter(t *testing.T) {
 		t.Errorf("an oversized prompt_cache_key got %d", r.status)
 	}
 	mb := scrape(t, s.ts.URL)
-	hit := `sluice_prefix_cache_tokens_total{result="hit",role="colocated"} `
+	hit := `sluice_prefix_cache_tokens_total{result="hit",role="` + role + `"} `
 	if !strings.Contains(mb, hit+itoa(2*full)+"\n") {
 		t.Errorf("metrics do not show %d hit tokens:\n%s", 2*full, grepLines(mb, "sluice_prefix_cache"))
 	}
