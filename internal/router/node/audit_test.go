@@ -12,8 +12,16 @@ import (
 
 // `sluice audit` against the real stack (router, prefill and decode over
 // TCP, two tenants) finds nothing: no canary crosses tenants, over-capacity
-// prompts get 4xx, usage matches, and prefix timing is not a side channel.
+// prompts get 4xx, usage matches, and prefix timing is not a side channel;
+// with the prefix cache off and on (I11: the cache is there, and the probe
+// still finds no channel across tenants).
 func TestAuditOfServeFindsNothing(t *testing.T) {
+	for _, cache := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cache-off", true: "cache-on"}[cache], func(t *testing.T) { testAuditOfServe(t, cache) })
+	}
+}
+
+func testAuditOfServe(t *testing.T, cache bool) {
 	if testing.Short() {
 		t.Skip("timing probes; skipped in -short (race) runs")
 	}
@@ -22,7 +30,7 @@ func TestAuditOfServeFindsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := serve(t, m, LocalConfig{Transport: TransportTCP, Pools: Pools{Context: 512, PoolTokens: 2048}}, keys)
+	s := serve(t, m, LocalConfig{Transport: TransportTCP, PrefixCache: cache, Pools: Pools{Context: 512, PoolTokens: 2048}}, keys)
 	rep, err := audit.Run(context.Background(), audit.Config{URL: s.ts.URL, KeyA: "key-a", KeyB: "key-b", Seed: 7,
 		Samples: 10, Timeout: 3 * time.Minute, PoolTokens: 2048})
 	if err != nil {
