@@ -78,6 +78,10 @@ type Unsafe struct {
 	NoOwnerCheck  bool // pool: skip owner/generation tags (I3)
 	NoExtentCheck bool // pool: let attention read unwritten slots (I4)
 	NoScrub       bool // pool: do not scrub released pages (I7)
+	// TenantBlindCache keys the prefix cache without the tenant (no salt)
+	// and lets the pool serve cached pages to any tenant (I11 off): the
+	// shared cache of the CVEs, for the auditor's must-fail test.
+	TenantBlindCache bool
 }
 
 func (c Config) withDefaults() Config {
@@ -161,7 +165,8 @@ func (c Config) newPool() (pagePool, error) {
 		Order:      c.Order,
 		Lease:      c.Lease,
 		SharedFile: c.SharedFile,
-		Unsafe:     kv.Unsafe{NoOwnerCheck: c.Unsafe.NoOwnerCheck, NoExtentCheck: c.Unsafe.NoExtentCheck},
+		Unsafe: kv.Unsafe{NoOwnerCheck: c.Unsafe.NoOwnerCheck, NoExtentCheck: c.Unsafe.NoExtentCheck,
+			CacheIgnoresTenant: c.Unsafe.TenantBlindCache},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("engine: KV pool: %w", err)

@@ -18,6 +18,7 @@ type prefixCache struct {
 	secret []byte
 	fp     []byte
 	ps     int
+	blind  bool // Unsafe.TenantBlindCache: TEST HOOK, no tenant in the salt
 }
 
 // newPrefixCache is nil (no cache) when cfg turns it off or the pool is not
@@ -36,7 +37,7 @@ func newPrefixCache(cfg Config, pool pagePool) *prefixCache {
 			panic("engine: crypto/rand failed: " + err.Error())
 		}
 	}
-	return &prefixCache{pool: raw, secret: secret, fp: cfg.fingerprint(), ps: cfg.PageSize}
+	return &prefixCache{pool: raw, secret: secret, fp: cfg.fingerprint(), ps: cfg.PageSize, blind: cfg.Unsafe.TenantBlindCache}
 }
 
 // fingerprint names the model in cache keys: the model file's fingerprint
@@ -60,7 +61,11 @@ func (c Config) fingerprint() []byte {
 
 // keys are the chain keys of r's full prompt pages.
 func (pc *prefixCache) keys(r *Request) []kv.BlockKey {
-	salt := kv.TenantSalt(pc.secret, r.Tenant).Narrow(r.CacheScope)
+	tenant := r.Tenant
+	if pc.blind {
+		tenant = "" // the salt-less key of a tenant-blind cache
+	}
+	salt := kv.TenantSalt(pc.secret, tenant).Narrow(r.CacheScope)
 	return kv.PrefixKeys(pc.fp, salt, pc.ps, r.Prompt)
 }
 

@@ -171,6 +171,11 @@ type Unsafe struct {
 	// the crashed previous incarnation's memory then writes into this pool
 	// (the simulator's restart-same-file hazard).
 	ReuseSharedFile bool
+	// CacheIgnoresTenant makes the prefix cache find and read entries
+	// whatever the reader's tenant: no tenant in the index, no tenant check
+	// on a cached page's read (I11 off). With a salt-less key (the engine's
+	// matching hook) it is the cross-tenant cache the auditor must catch.
+	CacheIgnoresTenant bool
 }
 
 // Verify says when sealed pages are re-hashed against their seal digest

@@ -122,6 +122,15 @@ type entryKey struct {
 	key    BlockKey
 }
 
+// entryKeyFor is the index key of (tenant, key): the tenant is part of it,
+// so another tenant's lookup cannot find the entry whatever its key.
+func (p *Pool) entryKeyFor(tenant string, key BlockKey) entryKey {
+	if p.cfg.Unsafe.CacheIgnoresTenant {
+		tenant = "" // TEST HOOK: the tenant-blind cache
+	}
+	return entryKey{tenant, key}
+}
+
 // shareKey is one reader's hold on one cached page.
 type shareKey struct {
 	page uint32
@@ -165,7 +174,7 @@ func (p *Pool) Lookup(o Owner, keys []BlockKey) ([]PageRef, error) {
 	c := &p.cache
 	var out []PageRef
 	for _, k := range keys {
-		pg, ok := c.index[entryKey{o.Tenant, k}]
+		pg, ok := c.index[p.entryKeyFor(o.Tenant, k)]
 		if !ok {
 			break
 		}
@@ -212,7 +221,7 @@ func (p *Pool) Insert(o Owner, ref PageRef, key BlockKey) (bool, error) {
 		return false, p.violateLocked(KindBadRange, ref.Page, false,
 			"page %d is not full and sealed (%d of %d slots sealed): only full sealed pages are cached", ref.Page, m.sealed.Load(), ps)
 	}
-	ek := entryKey{o.Tenant, key}
+	ek := p.entryKeyFor(o.Tenant, key)
 	if _, ok := c.index[ek]; ok {
 		return false, nil
 	}
@@ -309,7 +318,7 @@ func (p *Pool) uncacheLocked(pg uint32) {
 	c := &p.cache
 	cm := &c.meta[pg]
 	if cm.indexed {
-		delete(c.index, entryKey{p.pages[pg].owner.Tenant, cm.key})
+		delete(c.index, p.entryKeyFor(p.pages[pg].owner.Tenant, cm.key))
 	}
 	if cm.onLRU {
 		p.lruRemoveLocked(pg)
@@ -327,7 +336,7 @@ func (p *Pool) quarantineCachedLocked(pg uint32) {
 		return
 	}
 	if cm.indexed {
-		delete(p.cache.index, entryKey{p.pages[pg].owner.Tenant, cm.key})
+		delete(p.cache.index, p.entryKeyFor(p.pages[pg].owner.Tenant, cm.key))
 		cm.indexed = false
 	}
 	if cm.readers == 0 {
@@ -386,7 +395,7 @@ func (p *Pool) dropShareLocked(o Owner, ref PageRef) {
 // share; nothing may write it.
 func (p *Pool) checkCachedLocked(o Owner, ref PageRef, op op) *Violation {
 	m := &p.pages[ref.Page]
-	if m.owner.Tenant != o.Tenant {
+	if m.owner.Tenant != o.Tenant && !p.cfg.Unsafe.CacheIgnoresTenant {
 		return p.violateLocked(KindForeignOwner, ref.Page, true, "page %d is cached for another tenant", ref.Page)
 	}
 	if _, ok := p.cache.shares[shareKey{ref.Page, ref.Gen, o.ID}]; !ok {
@@ -466,7 +475,7 @@ func (p *Pool) auditCacheLocked() error {
 	}
 	for ek, pg := range c.index {
 		cm := &c.meta[pg]
-		if !cm.cached || !cm.indexed || cm.key != ek.key || p.pages[pg].owner.Tenant != ek.tenant {
+		if !cm.cached || !cm.indexed || cm.key != ek.key || p.entryKeyFor(p.pages[pg].owner.Tenant, cm.key) != ek {
 			return bad("index entry for page %d disagrees with the page", pg)
 		}
 	}
