@@ -30,7 +30,7 @@ func runPrefill(args []string) int {
 	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "address of the decode worker this prefill worker pushes KV pages to")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the decode worker at start")
 	var prefix string
-	fs.StringVar(&prefix, "prefix-cache", "on", "on or off: reuse the full prompt pages of earlier prompts of the SAME tenant (keys salted with an HMAC of the tenant under the shared secret; never shared across tenants)")
+	fs.StringVar(&prefix, "prefix-cache", "on", "on or off: reuse the full prompt pages of earlier prompts of the SAME tenant (keys salted with an HMAC of the tenant keyed by the deployment key file; never shared across tenants)")
 	usageFor(fs, `Usage: sluice prefill [flags]
 
 Runs a prefill worker as its own process. For each handoff it runs the
