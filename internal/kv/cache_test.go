@@ -283,7 +283,18 @@ func TestCacheEvictionUnderPressure(t *testing.T) {
 	a := owner("t1", 1)
 	refsA, keysA := cachedSeq(t, p, a, prompt(1, 2)) // pages of chain A
 	b := owner("t1", 2)
-	_, keysB := cachedSeq(t, p, b, prompt(2, 1))
+	refsB, keysB := cachedSeq(t, p, b, prompt(2, 1))
+	// b is, say, a prefill sending its pages: what it reads must not change
+	// under pool pressure.
+	imgB, _, err := p.PageData(b, refsB[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgB = append([]byte(nil), imgB...)
+	digB, err := p.Digest(b, refsB, tg.PageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// A is idle, B is still read by b.
 	if err := p.Release(a, refsA); err != nil {
 		t.Fatal(err)
@@ -329,6 +340,13 @@ func TestCacheEvictionUnderPressure(t *testing.T) {
 	}
 	if h, _ := p.Lookup(owner("t1", 6), keysB); len(h) != 1 {
 		t.Fatal("a page in use was evicted")
+	}
+	img, _, err := p.PageData(b, refsB[0])
+	if err != nil || string(img) != string(imgB) {
+		t.Fatalf("a page being sent changed under pressure: %v", err)
+	}
+	if d, err := p.Digest(b, refsB, tg.PageSize); err != nil || d != digB {
+		t.Fatalf("digest of a read page changed under pressure: %v", err)
 	}
 }
 
