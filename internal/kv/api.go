@@ -24,6 +24,11 @@
 // release) waits out a lease. Reserve hands out a new generation every
 // time, so a table entry outliving its allocation fails every check.
 //
+// A full Sealed page may instead be handed to the prefix cache (cache.go):
+// owned by a (tenant, chain key) entry, read by sequences of that tenant
+// that hold a share, never written again, evicted (scrubbed, new
+// generation) when nobody reads it and the pool needs room.
+//
 // The data path (View.Put and View.Block, called per token and layer by the
 // forward pass) is lock-free: one atomic load of the page's tag (generation
 // and state) and an owner check done once per view entry under the lock.
