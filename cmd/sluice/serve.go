@@ -239,6 +239,10 @@ Example:
 		fmt.Fprintln(os.Stderr, "serve: --max-body must be a positive byte size")
 		return 2
 	}
+	if o.prefix != "on" && o.prefix != "off" {
+		fmt.Fprintf(os.Stderr, "serve: --prefix-cache must be on or off, not %q\n", o.prefix)
+		return 2
+	}
 	keys, err := loadKeysFlag(o.apiKeys, log)
 	if err != nil {
 		log.Error(err.Error())
@@ -263,10 +267,6 @@ Example:
 		if !flagSet(fs, "threads") {
 			o.threads = roleThreads(runtime.NumCPU(), false)
 		}
-	}
-	if o.prefix != "on" && o.prefix != "off" {
-		fmt.Fprintf(os.Stderr, "serve: --prefix-cache must be on or off, not %q\n", o.prefix)
-		return 2
 	}
 	if o.prefix == "on" {
 		log.Info("prefix cache on: full prompt pages are reused within a tenant only (salt = HMAC(process secret, tenant)); prompt_cache_key/cache_salt narrow it")
