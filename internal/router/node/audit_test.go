@@ -12,10 +12,11 @@ import (
 )
 
 // `sluice audit` against the real stack (router, prefill and decode over
-// TCP, two tenants) finds nothing: no canary crosses tenants, over-capacity
-// prompts get 4xx, usage matches, and prefix timing is not a side channel;
-// with the prefix cache off and on (I11: the cache is there, and the probe
-// still finds no channel across tenants).
+// TCP, two tenants) passes: no canary crosses tenants, over-capacity
+// prompts get 4xx, usage matches, output does not change under load,
+// concurrent prompts are answered or refused, and neither cached_tokens nor
+// prefix timing is a side channel; with the prefix cache off and on (I11:
+// the cache is there, and the probes still find no channel across tenants).
 func TestAuditOfServeFindsNothing(t *testing.T) {
 	for _, cache := range []bool{false, true} {
 		t.Run(map[bool]string{false: "cache-off", true: "cache-on"}[cache], func(t *testing.T) { testAuditOfServe(t, cache) })
@@ -39,11 +40,10 @@ func testAuditOfServe(t *testing.T, cache bool) {
 	}
 	var b strings.Builder
 	rep.WriteText(&b)
-	if rep.Failed() {
-		t.Fatalf("the audit failed sluice:\n%s", b.String())
-	}
-	if len(rep.Checks) < 4 {
-		t.Fatalf("probes did not run:\n%s", b.String())
+	// PASS, not merely "no finding": every probe ran with its planned
+	// sample size (INCONCLUSIVE would mean something went unchecked).
+	if rep.Verdict != audit.Pass {
+		t.Fatalf("the audit of sluice: %s\n%s", rep.Verdict, b.String())
 	}
 	t.Logf("audit:\n%s", b.String())
 	waitPoolsFree(t, s.stack)
