@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"time"
 
 	"sluice/internal/engine"
 	"sluice/internal/handoff"
@@ -35,12 +36,15 @@ type LocalConfig struct {
 	Transport      string
 	Threads        int
 	MaxConcurrency int
+	// MaxQueue and QueueTimeout bound the engine's waiting queue (0: defaults).
+	MaxQueue     int
+	QueueTimeout time.Duration
 	// ShmDir holds the decode pool's shared file for the shm transport
 	// (default /dev/shm when present, else the temp dir).
 	ShmDir string
 	Logger *slog.Logger
-	// PrefixCache turns on the colocated engine's prefix cache (I11; the
-	// disaggregated roles do not use it yet).
+	// PrefixCache turns on the prefix cache of the colocated engine and the
+	// prefill worker (I11; the decode worker has none).
 	PrefixCache bool
 	// Engine, when set, adjusts each role's engine configuration before
 	// it is built (tests use it for LIFO page reuse).
@@ -91,6 +95,17 @@ func (s *Stack) Stats() router.EngineStats {
 	st := Stats(s.Pools, s.decode)
 	if s.meter != nil {
 		st.HandoffBytes, st.Handoffs, st.HandoffSeconds = s.meter.snapshot()
+	}
+	if q, ok := s.Engine.(engine.QueueReporter); ok {
+		qs := q.QueueStats()
+		st.Queue = &qs
+	}
+	st.Sched = map[string]engine.SchedStats{}
+	if c, ok := s.Engine.(interface{ SchedStats() engine.SchedStats }); ok {
+		st.Sched["colocated"] = c.SchedStats()
+	}
+	if s.decode != nil {
+		st.Sched["decode"] = s.decode.SchedStats()
 	}
 	return st
 }
@@ -167,6 +182,7 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 		if err != nil {
 			return nil, err
 		}
+		ec.MaxQueue, ec.QueueTimeout = c.MaxQueue, c.QueueTimeout
 		ec.PrefixCache = c.PrefixCache
 		if c.Engine != nil {
 			c.Engine(r, &ec)
@@ -290,7 +306,9 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 	eng, err := engine.NewDisaggregated(engine.DisaggConfig{
 		Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(),
 		Context:        engine.EffectiveContext(pw.Context(), dw.Context()),
-		MaxConcurrency: c.MaxConcurrency,
+		MaxConcurrency: dcfg.MaxConcurrency,
+		MaxQueue:       dcfg.MaxQueue,
+		QueueTimeout:   dcfg.QueueTimeout,
 		Unsafe:         dcfg.Unsafe, // test hook only, set through LocalConfig.Engine
 	}, routerPrefill, routerDecode)
 	if err != nil {
