@@ -289,3 +289,64 @@ func TestPrefixCacheReleaseOfSharerKeepsEntry(t *testing.T) {
 		t.Fatalf("a later reader missed: %+v", z.final.Usage)
 	}
 }
+
+// Preemption of sequences that share cached pages (pages on demand, a pool
+// too small for every request's growth): a preempted sequence gives its
+// shares back through the normal release, other readers keep the entry,
+// it resumes by recomputing privately, and every output equals the toy's
+// cache-free reference; the pool is whole at the end.
+func TestPrefixCachePreemptionOfSharers(t *testing.T) {
+	m := newToy()
+	g := &stepGated{Runtime: m}
+	cfg := toyConfig(g, 20)
+	cfg.PrefixCache = true
+	e, err := NewColocated(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stem := prompt(4, 12) // 3 full pages shared by every request
+	run1(t, e, &Request{ID: "warm", Tenant: "a", Prompt: stem, MaxTokens: 1})
+	var reqs []*Request
+	var want [][]int32
+	for i := range 8 {
+		p := append(slices.Clone(stem), prompt(i, 1+i%3)...)
+		reqs = append(reqs, &Request{ID: fmt.Sprint(i), Tenant: "a", Prompt: p, MaxTokens: 30, IgnoreEOS: true})
+		want = append(want, toyReference(m, p, 30, true))
+	}
+	// Every request is admitted (cached prefix + its tail + a page of
+	// headroom fit) before any step runs; then they all grow at once.
+	gate := make(chan struct{})
+	g.gate.Store(&gate)
+	var streams []Stream
+	for _, r := range reqs {
+		s, err := e.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+	}
+	close(gate)
+	var got []result
+	for _, s := range streams {
+		got = append(got, collect(t, s))
+	}
+	cached := 0
+	for i, r := range got {
+		if r.final.Err != nil || !slices.Equal(r.tokens, want[i]) {
+			t.Fatalf("request %d: %v %v, reference %v", i, r.tokens, r.final.Err, want[i])
+		}
+		cached += r.final.Usage.CachedTokens
+	}
+	ss := e.SchedStats()
+	t.Logf("%d preemptions, %d recomputed positions, %d cached tokens", ss.Preemptions, ss.RecomputedTokens, cached)
+	if ss.Preemptions == 0 || cached == 0 {
+		t.Fatalf("no preemption (%+v) or no hit (%d cached tokens): the test did not exercise sharers being preempted", ss, cached)
+	}
+	e.Close(context.Background())
+	if err := e.Pool().CheckDrained(); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Pool().Stats(); st.CacheReaders != 0 || len(st.Violations) != 0 {
+		t.Fatalf("after preemptions: %+v", st)
+	}
+}
