@@ -572,6 +572,7 @@ func encPrefill(m *handoff.PrefillRequest) ([]byte, error) {
 	encSampling(&e, m.Sampling)
 	e.model(m.Model)
 	e.int(m.SampleOffset, "sample_offset")
+	e.str(m.CacheScope)
 	return e.b, e.err
 }
 
@@ -592,6 +593,7 @@ func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
 	m.Sampling = decSampling(&d)
 	m.Model = d.model()
 	m.SampleOffset = d.int(maxInt)
+	m.CacheScope = d.str()
 	return m, d.end()
 }
 
@@ -599,12 +601,14 @@ func encPrefillRes(m *handoff.PrefillResult) ([]byte, error) {
 	var e enc
 	e.u32(uint32(m.FirstToken))
 	e.int(m.Tokens, "tokens")
+	e.int(m.CachedTokens, "cached_tokens")
 	return e.b, e.err
 }
 
 func decPrefillRes(p []byte) (*handoff.PrefillResult, error) {
 	d := dec{b: p}
 	m := &handoff.PrefillResult{FirstToken: int32(d.u32()), Tokens: d.int(maxInt)}
+	m.CachedTokens = d.int(maxInt)
 	return m, d.end()
 }
 

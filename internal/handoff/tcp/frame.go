@@ -54,11 +54,12 @@ const (
 // logprobs (StreamOpen, Prefill, Commit, Token): a version-1 build would
 // misread those frames, so the two refuse each other at the handshake
 // (ErrVersion). Version 3 added a resumed request's earlier tokens
-// (StreamOpen Generated, Prefill SampleOffset; preemption). Bump
-// maxVersion whenever a frame's layout changes.
+// (StreamOpen Generated, Prefill SampleOffset; preemption). Version 4
+// added the prefix cache's fields (Prefill CacheScope, PrefillResult
+// CachedTokens). Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 3
-	maxVersion = 3
+	minVersion = 4
+	maxVersion = 4
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the

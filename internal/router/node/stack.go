@@ -43,6 +43,9 @@ type LocalConfig struct {
 	// (default /dev/shm when present, else the temp dir).
 	ShmDir string
 	Logger *slog.Logger
+	// PrefixCache turns on the prefix cache of the colocated engine and the
+	// prefill worker (I11; the decode worker has none).
+	PrefixCache bool
 	// Engine, when set, adjusts each role's engine configuration before
 	// it is built (tests use it for LIFO page reuse).
 	Engine func(role string, c *engine.Config)
@@ -117,8 +120,12 @@ func Stats(pools map[string]*kv.Pool, dw *engine.DecodeWorker) router.EngineStat
 	st.Violations = map[string]uint64{}
 	for role, p := range pools {
 		ps := p.Stats()
+		pageSize := uint64(p.Geometry().PageSize)
 		st.Pools = append(st.Pools, router.PoolStats{Role: role, Pages: map[string]int{
 			"free": ps.Free, "reserved": ps.Reserved, "filling": ps.Filling, "sealed": ps.Sealed, "quarantined": ps.Quarantined,
+		}, Cache: router.CacheStats{
+			HitTokens: ps.CacheHits * pageSize, MissTokens: ps.CacheMisses * pageSize, Evictions: ps.CacheEvictions,
+			IdlePages: ps.CacheIdle, ReadPages: ps.Cached - ps.CacheIdle, Readers: ps.CacheReaders,
 		}})
 		for k, n := range ps.Violations {
 			st.Violations[string(k)] += n
@@ -180,6 +187,7 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 			return nil, err
 		}
 		ec.MaxQueue, ec.QueueTimeout = c.MaxQueue, c.QueueTimeout
+		ec.PrefixCache = c.PrefixCache
 		if c.Engine != nil {
 			c.Engine(r, &ec)
 		}
