@@ -51,7 +51,7 @@ type seq struct {
 	// emit must not block: the scheduler serves every sequence from one
 	// goroutine, and a slow client must not stall the others.
 	emit func(outcome)
-	// ended runs once, after the terminal item and the page release.
+	// ended runs once, after the page release and before the terminal item.
 	ended func()
 	// handover, when set, takes the pages of a sequence that ended well
 	// instead of releasing them: the prefill worker transfers them next.
@@ -536,10 +536,13 @@ func (s *scheduler) finish(q *seq, o outcome) {
 	o.recomputed = q.recomputed
 	emit := q.emit
 	q.emit = nil
-	emit(o)
+	// ended before the terminal item: whoever sees the request complete
+	// (its client) must also see it counted done (the queue's running
+	// gauge, the next admission), not a moment later.
 	if q.ended != nil {
 		q.ended()
 	}
+	emit(o)
 }
 
 // releasePages gives a sequence's pages back. A page the pool already

@@ -112,6 +112,10 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		lc      *lifecycle
 		res     *handoff.Reservation
 		reserve bool
+		// running is the ticket while it holds a decode reservation: the
+		// terminal item ends it first, so whoever sees the request
+		// complete also sees it counted done (queue gauge, next admission).
+		running = new(atomic.Pointer[ticket])
 	)
 	lc = newLifecycle(request.Disaggregated, func(a request.Action, e *Error, prompt, completion int) {
 		switch a.Kind {
@@ -131,6 +135,9 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		case request.ActEnd:
 			o := terminal(a, e, prompt, completion)
 			o.cached = int(cur.cached.Load())
+			if tk := running.Swap(nil); tk != nil {
+				tk.done()
+			}
 			st.push(o)
 		}
 	})
@@ -159,6 +166,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		lc.queueEnd(e)
 		return nil, e
 	}
+	running.Store(tk)
 	lc.step(request.Event{Kind: request.EvReserved}, nil)
 	sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS}
 	if r.Sampling.UsesPrompt() {
@@ -180,7 +188,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 	}
 	stopWatch := context.AfterFunc(ctx, st.Cancel)
 	st.onClose = func() { stopWatch(); leave() }
-	go d.run(r, cur, res, ts, lc, tk, gone)
+	go d.run(r, cur, res, ts, lc, tk, running, gone)
 	return st, nil
 }
 
@@ -262,7 +270,7 @@ func handoffFailure(cause error) *Error {
 // random stream; the client's stream just continues (batch-invariant
 // kernels make the rebuilt KV, and so the output, exactly the
 // un-preempted one). Usage still counts the prompt once (I9).
-func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, tk *ticket, gone context.Context) {
+func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, tk *ticket, running *atomic.Pointer[ticket], gone context.Context) {
 	defer tk.done()
 	var gen []int32 // tokens generated so far, over every handoff
 	for {
@@ -271,6 +279,9 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 		if !preempted {
 			return
 		}
+		// Waiting again: a terminal item from now on (a cancel) must not
+		// end the ticket under the queue's feet; wait's own exits do.
+		running.Store(nil)
 		if _, ok := lc.step(request.Event{Kind: request.EvPreempted}, nil); !ok {
 			return // the request ended meanwhile (a cancel took effect)
 		}
@@ -289,6 +300,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 			lc.queueEnd(e)
 			return
 		}
+		running.Store(tk)
 		lc.step(request.Event{Kind: request.EvReserved}, nil)
 		var err error
 		sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS, Generated: slices.Clone(gen)}
