@@ -2,12 +2,12 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,15 +43,12 @@ func TestChartArgsServeProbes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Every pod port maps to a free loopback port; a dialled
-	// "<service>:port" maps to the target role's --listen.
+	// Every role listens on loopback port 0 and logs the address the
+	// kernel gave it (no port is picked before the bind, so none can be
+	// taken meanwhile); each pod port then maps to that address, and a
+	// dialled "<service>:port" to the target role's, which was started
+	// first (decode, prefill, router).
 	newPort := map[string]map[int32]string{}
-	for role, d := range o.deployments {
-		newPort[role] = map[int32]string{}
-		for _, cp := range d.Spec.Template.Spec.Containers[0].Ports {
-			newPort[role][cp.ContainerPort] = freeAddr(t)
-		}
-	}
 	svcRole := map[string]string{}
 	for _, s := range o.services {
 		for role, d := range o.deployments {
@@ -67,14 +64,16 @@ func TestChartArgsServeProbes(t *testing.T) {
 			if ok {
 				switch name {
 				case "--listen", "--metrics-listen":
-					val = newPort[role][port(t, val)]
+					val = "127.0.0.1:0"
 				case "--prefill", "--decode":
 					host, _, err := net.SplitHostPort(val)
 					if err != nil || svcRole[host] == "" {
 						t.Fatalf("sluice %s %s: not a Service of the chart", role, a)
 					}
 					target := svcRole[host]
-					val = newPort[target][port(t, val)]
+					if val = newPort[target][port(t, val)]; val == "" {
+						t.Fatalf("sluice %s %s: %s does not listen on that port (or is not started before %s)", role, a, target, role)
+					}
 				case "--secret-file":
 					val = secretFile
 				}
@@ -97,7 +96,8 @@ func TestChartArgsServeProbes(t *testing.T) {
 	for _, role := range []string{"decode", "prefill", "router"} {
 		cmd := exec.CommandContext(ctx, bin, argsOf(role)...)
 		cmd.Env = []string{} // no $SLUICE_SECRET: the file must do
-		log, err := os.Create(filepath.Join(dir, role+".log"))
+		logPath := filepath.Join(dir, role+".log")
+		log, err := os.Create(logPath)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,6 +106,7 @@ func TestChartArgsServeProbes(t *testing.T) {
 			t.Fatal(err)
 		}
 		procs = append(procs, cmd)
+		newPort[role] = boundPorts(t, role, o.deployments[role].Spec.Template.Spec.Containers[0].Args, logPath)
 	}
 	for role, d := range o.deployments {
 		c := &d.Spec.Template.Spec.Containers[0]
@@ -137,14 +138,43 @@ func eventually200(url string) bool {
 	return false
 }
 
-func freeAddr(t *testing.T) string {
+// boundPorts maps the chart's --listen and --metrics-listen ports of a
+// role to the loopback addresses its process logged ("listening",
+// "metrics listening", JSON logs as the chart sets them), waiting up to a
+// minute for them (a wait, not a timing assertion).
+func boundPorts(t *testing.T, role string, chartArgs []string, logPath string) map[int32]string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	want := map[string]int32{} // log message -> chart port
+	for _, a := range chartArgs {
+		switch name, val, _ := strings.Cut(a, "="); name {
+		case "--listen":
+			want["listening"] = port(t, val)
+		case "--metrics-listen":
+			want["metrics listening"] = port(t, val)
+		}
 	}
-	defer l.Close()
-	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	got := map[int32]string{}
+	for range 600 {
+		b, _ := os.ReadFile(logPath)
+		for _, line := range strings.Split(string(b), "\n") {
+			var m struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &m) != nil {
+				continue
+			}
+			if p, ok := want[m.Msg]; ok {
+				u := strings.TrimPrefix(m.Addr, "http://")
+				u, _, _ = strings.Cut(u, "/")
+				got[p] = u
+			}
+		}
+		if len(got) == len(want) {
+			return got
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(logPath)
+	t.Fatalf("sluice %s: did not log its listening addresses %v; log:\n%s", role, want, b)
+	return nil
 }
 
 // binPathFor is the sluice binary binaryFlags builds.
