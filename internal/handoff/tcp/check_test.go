@@ -3,6 +3,8 @@ package tcp
 import (
 	"context"
 	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,5 +65,88 @@ func TestCheckFollowsThePeer(t *testing.T) {
 	waitFor(t, "redialer sees the peer back", func() bool { return rd.Check(ctx) == nil })
 	if err := cl.Check(ctx); err == nil {
 		t.Fatal("a dead plain client reports up")
+	}
+}
+
+// While a peer is down, readiness probes (unauthenticated, so possibly a
+// flood) never queue behind a dial under way: a probe whose caller gave up
+// returns at once, none starts a second dial, and a tenant's call waiting
+// for the connection gets it as soon as the one dial ends, not after one
+// dial per probe.
+func TestRedialerProbesShareOneDial(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	srv, err := NewServer(Config{Secret: secret}, r.Server, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	defer srv.Close()
+	rd := NewRedialer(l.Addr().String(), Config{Secret: secret})
+	defer rd.Close()
+	entered := make(chan struct{}, 1000)
+	release := make(chan struct{})
+	var dials atomic.Int32
+	// A dial that hangs until released (a peer whose host does not
+	// answer; here not even its own timeout ends it, so only a caller's
+	// context can).
+	rd.dial = func(ctx context.Context, addr string, cfg Config) (*Client, error) {
+		dials.Add(1)
+		entered <- struct{}{}
+		<-release
+		return Dial(ctx, addr, cfg)
+	}
+	first := make(chan error, 1)
+	go func() { first <- rd.Check(context.Background()) }()
+	<-entered
+
+	const probes = 200
+	gaveUp, cancel := context.WithCancel(context.Background())
+	cancel()
+	var wg sync.WaitGroup
+	var up atomic.Int32
+	for range probes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if rd.Check(gaveUp) == nil {
+				up.Add(1)
+			}
+		}()
+	}
+	returned := make(chan struct{})
+	go func() { wg.Wait(); close(returned) }()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("probes queued behind the dial under way")
+	}
+	if n := up.Load(); n != 0 {
+		t.Fatalf("%d probes reported a peer that is not connected as up", n)
+	}
+
+	tenant := make(chan error, 1)
+	go func() {
+		c, err := rd.client(context.Background())
+		if err == nil {
+			err = c.Err()
+		}
+		tenant <- err
+	}()
+	close(release)
+	if err := <-tenant; err != nil {
+		t.Fatalf("tenant call after the dial: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the probe that started the dial: %v", err)
+	}
+	if err := rd.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d dials for %d probes and a call, want 1 shared", n, probes+2)
 	}
 }

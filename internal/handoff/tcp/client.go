@@ -37,8 +37,12 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	dial := cfg.DialContext
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	nc, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, transportErr(err)
 	}

@@ -8,6 +8,7 @@ package tcp
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -43,6 +44,10 @@ type Config struct {
 	MaxFrame int
 	// HandshakeTimeout bounds the whole handshake (default 5 s).
 	HandshakeTimeout time.Duration
+	// DialContext, when set, opens a client's connections in place of a
+	// net.Dialer (tests put one that blocks, as a peer that does not
+	// answer).
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// ReadTimeout bounds the arrival of a frame's body once its header has
 	// arrived (default 10 s). An idle connection is not timed out.
 	ReadTimeout time.Duration

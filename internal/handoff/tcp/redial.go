@@ -23,12 +23,31 @@ import (
 // fails because its connection died, it is sent once more on a fresh one:
 // otherwise an Abort sent just as the connection dies is lost, and the
 // peer holds the handoff's pages (and its stream) until its own timeout.
+//
+// At most one dial is under way at a time, shared by every caller (calls
+// and readiness checks alike), and each caller waits for it only as long
+// as its own context lets it: /ready is unauthenticated, so a flood of
+// probes while a peer is down must neither queue dials one behind the
+// other nor hold tenants' calls behind them.
 type Redialer struct {
 	addr string
 	cfg  Config
 	log  *slog.Logger
-	mu   sync.Mutex
-	c    *Client
+	// dial is Dial; tests replace it with one that blocks.
+	dial func(ctx context.Context, addr string, cfg Config) (*Client, error)
+
+	mu      sync.Mutex
+	c       *Client
+	pending *dialing // the dial under way, nil when none
+	closed  bool
+}
+
+// dialing is one dial under way; done closes when c or err is set.
+type dialing struct {
+	done   chan struct{}
+	c      *Client
+	err    error
+	cancel context.CancelFunc
 }
 
 // redialTimeout bounds one dial made on behalf of a call.
@@ -36,7 +55,7 @@ const redialTimeout = 5 * time.Second
 
 // NewRedialer returns a Redialer for addr; nothing is dialled yet.
 func NewRedialer(addr string, cfg Config) *Redialer {
-	return &Redialer{addr: addr, cfg: cfg, log: slog.New(slog.DiscardHandler)}
+	return &Redialer{addr: addr, cfg: cfg, log: slog.New(slog.DiscardHandler), dial: Dial}
 }
 
 // ConnectRedialer connects to addr, retrying until ctx ends (roles may
@@ -76,26 +95,59 @@ func DialRetry(ctx context.Context, addr string, cfg Config) (*Client, error) {
 	}
 }
 
+// client returns the live connection, or waits (bounded by ctx) for the
+// one dial under way, starting it if none is. The dial itself is bounded
+// by redialTimeout, not by the caller that started it: a caller that
+// gives up early must not fail the others waiting on the same dial.
 func (r *Redialer) client(ctx context.Context) (*Client, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.c != nil && r.c.Err() == nil {
-		return r.c, nil
+		c := r.c
+		r.mu.Unlock()
+		return c, nil
+	}
+	if r.closed {
+		r.mu.Unlock()
+		return nil, handoff.ErrTransport.With("the connection to the worker is closed")
 	}
 	if r.c != nil {
 		r.log.Warn("connection to a worker lost; dialling again", "addr", r.addr, "err", r.c.Err())
 		r.c.Close()
 		r.c = nil
 	}
-	dctx, cancel := context.WithTimeout(ctx, redialTimeout)
-	defer cancel()
-	c, err := Dial(dctx, r.addr, r.cfg)
-	if err != nil {
-		return nil, err
+	d := r.pending
+	if d == nil {
+		dctx, cancel := context.WithTimeout(context.Background(), redialTimeout)
+		d = &dialing{done: make(chan struct{}), cancel: cancel}
+		r.pending = d
+		go r.redial(dctx, d)
 	}
-	r.log.Info("connection to a worker (re-)established", "addr", r.addr)
-	r.c = c
-	return c, nil
+	r.mu.Unlock()
+	select {
+	case <-d.done:
+		return d.c, d.err
+	case <-ctx.Done():
+		return nil, transportErr(ctx.Err())
+	}
+}
+
+// redial runs the dial d and publishes its outcome.
+func (r *Redialer) redial(ctx context.Context, d *dialing) {
+	defer d.cancel()
+	c, err := r.dial(ctx, r.addr, r.cfg)
+	r.mu.Lock()
+	if err == nil && r.closed {
+		c.Close()
+		c, err = nil, handoff.ErrTransport.With("the connection to the worker is closed")
+	}
+	if err == nil {
+		r.log.Info("connection to a worker (re-)established", "addr", r.addr)
+		r.c = c
+	}
+	d.c, d.err = c, err
+	r.pending = nil
+	r.mu.Unlock()
+	close(d.done)
 }
 
 // FrameMAC reports whether the current connection authenticates every
@@ -109,10 +161,15 @@ func (r *Redialer) FrameMAC() bool {
 	return r.c.FrameMAC()
 }
 
-// Close closes the current connection, if any.
+// Close closes the current connection, if any, and ends a dial under
+// way; later calls fail (the caller is shutting down).
 func (r *Redialer) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.closed = true
+	if r.pending != nil {
+		r.pending.cancel()
+	}
 	if r.c == nil {
 		return nil
 	}

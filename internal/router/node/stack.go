@@ -53,6 +53,9 @@ type LocalConfig struct {
 	// net.Listen("tcp", "127.0.0.1:0") (tests use it to drop the roles'
 	// connections under a running stack).
 	Listen func() (net.Listener, error)
+	// Dial, when set, opens the roles' connections to one another in
+	// place of a net.Dialer (tests use it for a peer that does not answer).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Stack is a running set of roles and the engine the router drives.
@@ -252,7 +255,7 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 		if _, err := rand.Read(secret); err != nil {
 			return err
 		}
-		tc = tcp.Config{Secret: secret, Model: m.Fingerprint()}
+		tc = tcp.Config{Secret: secret, Model: m.Fingerprint(), DialContext: c.Dial}
 		daddr, err := s.serveTCP(c, tc, dw, nil)
 		if err != nil {
 			return err
