@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync/atomic"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -49,10 +50,9 @@ func EffectiveContext(limits ...int) int {
 // Prefill on prefill, tokens streamed from decode. A request succeeds only
 // when both roles succeeded.
 type Disaggregated struct {
-	cfg     DisaggConfig
-	prefill handoff.Prefill
-	decode  handoff.Decode
-	gate    *gate
+	cfg   DisaggConfig
+	pairs Pairer
+	gate  *gate
 
 	// bg outlives client requests: a client disconnect must not cancel the
 	// prefill's context and tear a transfer (I10). Close cancels it last.
@@ -62,10 +62,60 @@ type Disaggregated struct {
 
 var _ Engine = (*Disaggregated)(nil)
 
-// NewDisaggregated builds the orchestrator.
+// Pair is the two workers one attempt of a request runs on.
+type Pair struct {
+	Prefill handoff.Prefill
+	Decode  handoff.Decode
+	// DecodeName names the decode worker to the prefill worker
+	// (PrefillRequest.Decode) when prefill pushes to several; "" with one.
+	DecodeName string
+	// Done, when set, is called once when the attempt ends: both errors
+	// nil on success, else the failing role's error (a transport error
+	// tells the pairer that worker stopped answering).
+	Done func(prefillErr, decodeErr error)
+}
+
+func (p *Pair) done(prefillErr, decodeErr error) {
+	if p.Done != nil {
+		p.Done(prefillErr, decodeErr)
+	}
+}
+
+// Pairer chooses the workers of each attempt of a request. avoid is the
+// failed first attempt's pair when the engine retries (nil otherwise); an
+// error means no pair can take the request (with avoid: no other pair, so
+// the first failure stands). internal/cluster and router/node implement it
+// over many workers; one fixed pair is NewDisaggregated's.
+type Pairer interface {
+	Pair(r *Request, avoid *Pair) (*Pair, error)
+}
+
+type fixedPair struct{ p Pair }
+
+func (f fixedPair) Pair(_ *Request, avoid *Pair) (*Pair, error) {
+	if avoid != nil {
+		return nil, errors.New("one prefill and one decode worker: no other pair to retry on")
+	}
+	p := f.p
+	return &p, nil
+}
+
+// NewDisaggregated builds the orchestrator over one prefill and one decode
+// worker.
 func NewDisaggregated(cfg DisaggConfig, prefill handoff.Prefill, decode handoff.Decode) (*Disaggregated, error) {
 	if prefill == nil || decode == nil {
 		return nil, errf(CodeInvalid, 500, nil, "a disaggregated engine needs both a prefill and a decode service")
+	}
+	return NewDisaggregatedPairs(cfg, fixedPair{Pair{Prefill: prefill, Decode: decode}})
+}
+
+// NewDisaggregatedPairs builds the orchestrator over a Pairer: each
+// request runs on the pair it returns, and a request whose first attempt
+// fails before any token reached the client is retried once on another
+// pair (new handoff id, new reservation; the first is aborted, I6).
+func NewDisaggregatedPairs(cfg DisaggConfig, pairs Pairer) (*Disaggregated, error) {
+	if pairs == nil {
+		return nil, errf(CodeInvalid, 500, nil, "a disaggregated engine needs a pairer")
 	}
 	if cfg.Context <= 0 {
 		return nil, errf(CodeInvalid, 500, nil, "a disaggregated engine needs its effective context (got %d)", cfg.Context)
@@ -74,7 +124,7 @@ func NewDisaggregated(cfg DisaggConfig, prefill handoff.Prefill, decode handoff.
 		cfg.MaxConcurrency = 64
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	return &Disaggregated{cfg: cfg, prefill: prefill, decode: decode,
+	return &Disaggregated{cfg: cfg, pairs: pairs,
 		gate: newGate(cfg.MaxConcurrency), bg: bg, bgCancel: cancel}, nil
 }
 
@@ -95,76 +145,135 @@ func (d *Disaggregated) Close(ctx context.Context) error {
 // prefill action, tokens reach the client only as its emit actions (I1).
 func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	st := newStream(min(max(r.MaxTokens, 0), d.cfg.Context))
-	id := newID()
-	var (
-		lc         *lifecycle
-		res        *handoff.Reservation
-		reserveErr *Error
-	)
-	lc = newLifecycle(request.Disaggregated, func(a request.Action, e *Error, prompt, completion int) {
-		switch a.Kind {
-		case request.ActReserve:
-			res, reserveErr = d.reserve(ctx, r, id)
-		case request.ActPrefill:
-			// Started by run once the stream is open.
-		case request.ActEmit:
-			st.push(outcome{token: a.Token})
-		case request.ActAbortHandoff:
-			d.abort(id, string(a.Reason)+": "+a.Msg)
-		case request.ActStopDecode:
-			_ = d.decode.Cancel(d.bg, id)
-		case request.ActEnd:
-			st.push(terminal(a, e, prompt, completion))
-		}
-	})
 	if err := checkRequest(r, d.cfg.Context, d.cfg.Vocab, d.cfg.Unsafe.NoAdmission); err != nil {
 		e := err.(*Error)
-		lc.reject(e)
+		newAttempt(st).lc.reject(e)
 		return nil, e
 	}
 	release, err := d.gate.admit()
 	if err != nil {
 		e := err.(*Error)
-		lc.reject(e)
+		newAttempt(st).lc.reject(e)
 		return nil, e
 	}
-	lc.step(request.Event{Kind: request.EvAdmit}, nil)
-	if reserveErr != nil {
-		release()
-		lc.reject(reserveErr)
-		return nil, reserveErr
-	}
-	lc.step(request.Event{Kind: request.EvReserved}, nil)
-	ts, err := d.decode.Stream(d.bg, id, handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS})
-	if err != nil {
-		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
-		lc.fail(e) // aborts the handoff: its pages are released
+	pair, perr := d.pairs.Pair(r, nil)
+	if perr != nil {
+		e := errf(CodeOverloaded, http.StatusServiceUnavailable, perr, "no prefill/decode pair can take this request now (%v); retry later", perr)
+		newAttempt(st).lc.reject(e)
 		release()
 		return nil, e
 	}
-	st.cancelFn = func() { lc.step(request.Event{Kind: request.EvCancel}, nil) }
+	var cur atomic.Pointer[attempt]
+	st.cancelFn = func() {
+		if a := cur.Load(); a != nil {
+			a.lc.step(request.Event{Kind: request.EvCancel}, nil)
+		}
+	}
+	a, e, retry := d.start(ctx, r, st, pair, &cur)
+	retried := false
+	if e != nil && retry {
+		if p2, err := d.pairs.Pair(r, pair); err == nil {
+			a, e, _ = d.start(ctx, r, st, p2, &cur)
+			retried = true
+		}
+	}
+	if e != nil {
+		release()
+		return nil, e
+	}
 	stopWatch := context.AfterFunc(ctx, st.Cancel)
 	st.onClose = func() { stopWatch() }
-	go d.run(r, id, res, ts, lc, release)
+	go d.run(ctx, r, a, release, !retried, &cur)
 	return st, nil
+}
+
+// attempt is one try of a request on one pair: its own handoff id,
+// reservation and life-cycle machine. A superseded attempt (retried on
+// another pair before any token reached the client) still carries out its
+// machine's actions, the abort of its handoff among them, but its end
+// never reaches the client's stream.
+type attempt struct {
+	id         kv.ID
+	pair       *Pair
+	lc         *lifecycle
+	res        *handoff.Reservation
+	ts         handoff.TokenStream
+	reserveErr *Error
+	st         *stream
+	superseded atomic.Bool
+}
+
+// newAttempt is an attempt with no pair, for requests refused before one.
+func newAttempt(st *stream) *attempt { return newAttemptOn(st, nil, nil, nil) }
+
+func newAttemptOn(st *stream, d *Disaggregated, ctx context.Context, r *Request) *attempt {
+	a := &attempt{id: newID(), st: st}
+	a.lc = newLifecycle(request.Disaggregated, func(act request.Action, e *Error, prompt, completion int) {
+		switch act.Kind {
+		case request.ActReserve:
+			a.res, a.reserveErr = d.reserve(ctx, r, a)
+		case request.ActPrefill:
+			// Started by run once the stream is open.
+		case request.ActEmit:
+			st.push(outcome{token: act.Token})
+		case request.ActAbortHandoff:
+			d.abort(a.pair.Decode, a.id, string(act.Reason)+": "+act.Msg)
+		case request.ActStopDecode:
+			_ = a.pair.Decode.Cancel(d.bg, a.id)
+		case request.ActEnd:
+			if !a.superseded.Load() {
+				st.push(terminal(act, e, prompt, completion))
+			}
+		}
+	})
+	return a
+}
+
+// start admits, reserves and opens the decode stream of one attempt. On
+// failure the attempt's machine has ended (handoff aborted) without
+// touching the client's stream, and start returns the error and whether
+// another pair may be tried: the request has produced nothing yet.
+func (d *Disaggregated) start(ctx context.Context, r *Request, st *stream, p *Pair, cur *atomic.Pointer[attempt]) (*attempt, *Error, bool) {
+	a := newAttemptOn(st, d, ctx, r)
+	a.pair = p
+	cur.Store(a)
+	a.lc.step(request.Event{Kind: request.EvAdmit}, nil)
+	if a.reserveErr != nil {
+		p.done(nil, a.reserveErr.Err)
+		a.superseded.Store(true) // the caller reports the error or retries
+		a.lc.reject(a.reserveErr)
+		return a, a.reserveErr, ctx.Err() == nil && a.reserveErr.Code != CodeInvalid
+	}
+	a.lc.step(request.Event{Kind: request.EvReserved}, nil)
+	ts, err := p.Decode.Stream(d.bg, a.id, handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS})
+	if err != nil {
+		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
+		p.done(nil, err)
+		a.superseded.Store(true) // the caller reports the error or retries
+		a.lc.fail(e)             // aborts the handoff: its pages are released
+		return a, e, ctx.Err() == nil
+	}
+	a.ts = ts
+	return a, nil, false
 }
 
 // reserve asks decode for pages. No free pages is kv_capacity_exhausted
 // (503), any other refusal overloaded (429); both are retryable
 // back-pressure, never integrity failures. A transport failure leaves the
 // outcome unknown, so the handoff is aborted.
-func (d *Disaggregated) reserve(ctx context.Context, r *Request, id kv.ID) (*handoff.Reservation, *Error) {
-	res, err := d.decode.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens, Model: d.cfg.Fingerprint})
+func (d *Disaggregated) reserve(ctx context.Context, r *Request, a *attempt) (*handoff.Reservation, *Error) {
+	dec, id := a.pair.Decode, a.id
+	res, err := dec.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens, Model: d.cfg.Fingerprint})
 	if err == nil {
 		if err = handoff.CheckModel(d.cfg.Fingerprint, res.Model, "the decode worker"); err == nil {
 			return res, nil
 		}
 		// Defence in depth: decode checked the Reserve's fingerprint; one
 		// that did not is not used either.
-		d.abort(id, err.Error())
+		d.abort(dec, id, err.Error())
 	}
 	if errors.Is(err, handoff.ErrTransport) || ctx.Err() != nil {
-		d.abort(id, "reserve outcome unknown")
+		d.abort(dec, id, "reserve outcome unknown")
 	}
 	if errors.Is(err, handoff.ErrNoRoom) {
 		return nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, err, "the decode worker has no free KV pages for this request now; retry later or lower max_tokens")
@@ -175,8 +284,8 @@ func (d *Disaggregated) reserve(ctx context.Context, r *Request, id kv.ID) (*han
 	return nil, asEngineError(err, CodeHandoff, http.StatusBadGateway, "reserving decode pages")
 }
 
-func (d *Disaggregated) abort(id kv.ID, reason string) {
-	_ = d.decode.Abort(d.bg, &handoff.Abort{Handoff: id, Reason: reason})
+func (d *Disaggregated) abort(dec handoff.Decode, id kv.ID, reason string) {
+	_ = dec.Abort(d.bg, &handoff.Abort{Handoff: id, Reason: reason})
 }
 
 // handoffFailure classifies a failed handoff: verification failures are
@@ -191,12 +300,47 @@ func handoffFailure(cause error) *Error {
 	return asEngineError(cause, CodeHandoff, http.StatusBadGateway, "the disaggregated request")
 }
 
-// run drives one request after its reservation: prefill (which pushes and
+// run drives one attempt after its reservation: prefill (which pushes and
 // commits), decode's tokens through the life-cycle machine, and the final
-// verdict, which is success only when both roles succeeded.
-func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, release func()) {
-	defer release()
+// verdict, which is success only when both roles succeeded. A failure
+// before the first token, when canRetry, supersedes this attempt (its
+// machine still aborts its handoff) and starts one more on another pair;
+// after the first token a failure ends the stream with its error, never a
+// silent switch.
+func (d *Disaggregated) run(ctx context.Context, r *Request, a *attempt, release func(), canRetry bool, cur *atomic.Pointer[attempt]) {
+	lc, ts, res, id := a.lc, a.ts, a.res, a.id
+	owned := true // release is ours until a retry takes it
+	defer func() {
+		if owned {
+			release()
+		}
+	}()
 	defer ts.Close()
+	var perr, derr error
+	defer func() { a.pair.done(perr, derr) }()
+	// retry is tried on a failure before the first token: it reports
+	// whether a new attempt took the request over.
+	retry := func(cause *Error) bool {
+		if !canRetry || ctx.Err() != nil || cause.Code == CodeIntegrity {
+			return false
+		}
+		p2, err := d.pairs.Pair(r, a.pair)
+		if err != nil {
+			return false
+		}
+		a.superseded.Store(true)
+		lc.fail(cause) // aborts this attempt's handoff (I6); its end is not the client's
+		b, e, _ := d.start(ctx, r, a.st, p2, cur)
+		if e != nil {
+			// The retry could not start: the request ends with the
+			// retry's error (the end its machine reached).
+			a.st.push(outcome{err: e})
+			return true
+		}
+		owned = false
+		go d.run(ctx, r, b, release, false, cur)
+		return true
+	}
 	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
 	type pres struct {
 		r   *handoff.PrefillResult
@@ -206,7 +350,7 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 	go func() {
 		// d.bg, not the client's context: a disconnect never tears the
 		// transfer (I10).
-		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling, Model: d.cfg.Fingerprint})
+		pr, err := a.pair.Prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling, Model: d.cfg.Fingerprint, Decode: a.pair.DecodeName})
 		pch <- pres{pr, err}
 	}()
 	var got *pres
@@ -214,6 +358,7 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 		if got == nil {
 			p := <-pch
 			got = &p
+			perr = p.err
 		}
 		return got
 	}
@@ -230,6 +375,7 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 			select {
 			case p := <-pch:
 				got = &p
+				perr = p.err
 			default:
 			}
 		}
@@ -237,15 +383,24 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 			// Prefill failed after decode started: the request fails now
 			// (decode is told to stop); the loop still reads decode's
 			// stream to its end so nothing of it outlives the request.
-			lc.fail(asEngineError(got.err, CodeHandoff, http.StatusBadGateway, "prefill"))
+			e := asEngineError(got.err, CodeHandoff, http.StatusBadGateway, "prefill")
+			if !(first && retry(e)) {
+				lc.fail(e)
+			}
 		}
 		if err != nil {
 			// A prefill error, if any, says more precisely what failed.
 			cause := err
 			if p := waitPrefill(); p.err != nil {
 				cause = p.err
+			} else {
+				derr = err
 			}
-			lc.fail(handoffFailure(cause))
+			e := handoffFailure(cause)
+			if lc.live() && first && retry(e) {
+				return
+			}
+			lc.fail(e)
 			return
 		}
 		switch {

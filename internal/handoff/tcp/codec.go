@@ -389,6 +389,7 @@ func encPrefill(m *handoff.PrefillRequest) []byte {
 	}
 	encSampling(&e, m.Sampling)
 	e.model(m.Model)
+	e.str(m.Decode)
 	return e.b
 }
 
@@ -408,6 +409,30 @@ func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
 	}
 	m.Sampling = decSampling(&d)
 	m.Model = d.model()
+	m.Decode = d.str()
+	if d.err == nil && len(m.Decode) > handoff.MaxWorkerName {
+		d.err = protoErr("decode worker name of %d bytes, at most %d", len(m.Decode), handoff.MaxWorkerName)
+	}
+	return m, d.end()
+}
+
+// maxLoad bounds every Load field: no pool or queue comes near 2^31.
+const maxLoad = 1<<31 - 1
+
+func encLoad(m *handoff.Load) []byte {
+	var e enc
+	e.i64(m.FreePages)
+	e.i64(m.TotalPages)
+	e.i64(m.Running)
+	return e.b
+}
+
+func decLoad(p []byte) (*handoff.Load, error) {
+	d := dec{b: p}
+	m := &handoff.Load{FreePages: d.int(maxLoad), TotalPages: d.int(maxLoad), Running: d.int(maxLoad)}
+	if d.err == nil && m.FreePages > m.TotalPages {
+		d.err = protoErr("load report: %d free pages of %d", m.FreePages, m.TotalPages)
+	}
 	return m, d.end()
 }
 

@@ -68,6 +68,8 @@ const (
 	tStreamClose = 19
 	tPrefill     = 20
 	tPrefillRes  = 21
+	tLoad        = 22
+	tLoadRes     = 23
 	tOK          = 30
 	tError       = 31
 )
@@ -75,7 +77,7 @@ const (
 func knownType(t byte) bool {
 	switch t {
 	case tHello, tHelloAck, tAuth, tAuthOK, tReserve, tReservation, tWrite, tCommit, tAbort,
-		tDrained, tCancel, tStreamOpen, tToken, tStreamClose, tPrefill, tPrefillRes, tOK, tError:
+		tDrained, tCancel, tStreamOpen, tToken, tStreamClose, tPrefill, tPrefillRes, tLoad, tLoadRes, tOK, tError:
 		return true
 	}
 	return false

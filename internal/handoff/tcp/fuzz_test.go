@@ -36,8 +36,9 @@ func FuzzFrameDecode(f *testing.F) {
 	add(tDrained, encID(id))
 	add(tStreamOpen, encStreamOpen(id, handoff.StreamParams{IgnoreEOS: true}))
 	add(tToken, encToken(handoff.Token{ID: 3, Done: true, Finish: "stop", Err: handoff.ErrAborted}))
-	add(tPrefill, encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1, 2}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{}}}}))
+	add(tPrefill, encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1, 2}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{}}}, Decode: "10.0.0.7:9002"}))
 	add(tPrefillRes, encPrefillRes(&handoff.PrefillResult{FirstToken: 1, Tokens: 2}))
+	add(tLoadRes, encLoad(&handoff.Load{FreePages: 3, TotalPages: 8, Running: 2}))
 	add(tError, encError(handoff.ErrCoverage))
 	f.Add([]byte{1, 12, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff})
 
@@ -83,6 +84,12 @@ func FuzzFrameDecode(f *testing.F) {
 				_, derr = decPrefill(p)
 			case tPrefillRes:
 				_, derr = decPrefillRes(p)
+			case tLoadRes:
+				var l *handoff.Load
+				l, derr = decLoad(p)
+				if derr == nil && (l.FreePages > l.TotalPages || !bytes.Equal(encLoad(l), p)) {
+					t.Fatalf("load report %+v accepted from %x", l, p)
+				}
 			case tError:
 				if e := decError(p); e == nil {
 					t.Fatal("an error frame decoded to no error")
