@@ -351,6 +351,13 @@ func (d *Disaggregated) run(ctx context.Context, r *Request, a *attempt, release
 		// d.bg, not the client's context: a disconnect never tears the
 		// transfer (I10).
 		pr, err := a.pair.Prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling, Model: d.cfg.Fingerprint, Decode: a.pair.DecodeName})
+		if err != nil {
+			// The handoff did not commit. Abort it on decode now (the
+			// Prefill contract asks the router to): an unreachable prefill
+			// worker aborted nothing, and decode's stream, which the loop
+			// below waits on, ends only with the abort.
+			d.abort(a.pair.Decode, id, "prefill failed: "+err.Error())
+		}
 		pch <- pres{pr, err}
 	}()
 	var got *pres
