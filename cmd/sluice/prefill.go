@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"sluice/internal/engine"
-	"sluice/internal/handoff/tcp"
+	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
@@ -27,7 +27,7 @@ func runPrefill(args []string) int {
 	var decodeAddr string
 	var connectTimeout time.Duration
 	o.registerWorker(fs, "127.0.0.1:9001")
-	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "address of the decode worker this prefill worker pushes KV pages to")
+	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "addresses of the decode workers this prefill worker pushes KV pages to, comma-separated: the same strings as the router's --decode (the router names the decode worker of each request by them)")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the decode worker at start")
 	usageFor(fs, `Usage: sluice prefill [flags]
 
@@ -45,14 +45,26 @@ Example:
 	}
 	defer m.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
-	dc, err := tcp.ConnectRedialer(ctx, decodeAddr, tc, log)
-	cancel()
-	if err != nil {
-		log.Error(connectFailure("decode", err), "decode", decodeAddr, "err", err, "code", wireCode(err))
-		return 1
+	addrs := splitList(decodeAddr)
+	if len(addrs) == 0 {
+		cancel()
+		log.Error("--decode needs at least one address")
+		return 2
 	}
-	defer dc.Close()
-	pw, err := engine.NewPrefillWorker(ec, dc)
+	dcs, code := connectAll(ctx, log, "decode", addrs, tc)
+	cancel()
+	if code != 0 {
+		return code
+	}
+	set := map[string]handoff.Decode{}
+	var peers []node.Peer
+	for i, dc := range dcs {
+		defer dc.Close()
+		set[addrs[i]] = dc
+		peers = append(peers, node.Peer{Role: "decode", Conn: dc})
+	}
+	ds := node.NewDecodeSet(set)
+	pw, err := engine.NewPrefillWorker(ec, ds)
 	if err != nil {
 		log.Error("cannot start the prefill worker", "err", err)
 		return 1
@@ -60,12 +72,12 @@ Example:
 	defer pw.Close()
 	stopMetrics, err := serveWorkerMetrics(log, o.metrics, func() router.EngineStats {
 		return node.Stats(map[string]*kv.Pool{preflight.RolePrefill: pw.Pool()}, nil)
-	}, o.readiness(func(ctx context.Context) error { return node.CheckPeers(ctx, []node.Peer{{Role: "decode", Conn: dc}}) }))
+	}, o.readiness(func(ctx context.Context) error { return node.CheckAnyPeer(ctx, peers) }))
 	if err != nil {
 		log.Error("cannot serve metrics", "err", err)
 		return 1
 	}
 	defer stopMetrics()
-	log.Info("prefill worker ready", "context", pw.Context(), "decode", decodeAddr, "frame_mac_decode", dc.FrameMAC())
-	return serveRole(log, o.listen, tc, nil, pw, pw.Pool(), o.drain, &o.draining)
+	log.Info("prefill worker ready", "context", pw.Context(), "decode", addrs, "frame_mac_decode", dcs[0].FrameMAC())
+	return serveRole(log, o.listen, tc, nil, node.Routed{Inner: pw, Set: ds}, pw.Pool(), o.drain, &o.draining)
 }

@@ -147,13 +147,13 @@ func (p Profile) Pick(ws []State, rotate int) (Choice, []Rejection, error) {
 // Up drops workers that do not answer.
 type Up struct{}
 
-func (Up) Name() string       { return "up" }
+func (Up) Name() string      { return "up" }
 func (Up) Keep(s State) bool { return s.Up }
 
 // SameModel drops workers of another model (I13).
 type SameModel struct{}
 
-func (SameModel) Name() string       { return "same-model" }
+func (SameModel) Name() string      { return "same-model" }
 func (SameModel) Keep(s State) bool { return s.ModelOK }
 
 // FreePages prefers the decode worker with the most free KV pages (least

@@ -287,11 +287,11 @@ func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, err
 
 // WorkerStats is one worker's figures.
 type WorkerStats struct {
-	Role, Name      string
-	Up, ModelOK     bool
-	InFlight        int
-	Picks, Downs    uint64
-	Free, Total     int
+	Role, Name   string
+	Up, ModelOK  bool
+	InFlight     int
+	Picks, Downs uint64
+	Free, Total  int
 }
 
 // Stats is a snapshot of every worker, the retries and refusals.

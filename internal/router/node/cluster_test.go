@@ -89,6 +89,15 @@ func references(t *testing.T, m *Model, rs []*engine.Request) []cres {
 	return want
 }
 
+// loadSize is n, or a quarter of it with -short (the race detector runs
+// the same tests with -short).
+func loadSize(n int) int {
+	if testing.Short() {
+		return n / 4
+	}
+	return n
+}
+
 func same(a, b []int32) bool {
 	if len(a) != len(b) {
 		return false
@@ -167,11 +176,8 @@ func waitFree(t *testing.T, pools map[string]*kv.Pool, skip string) {
 // alone on the colocated engine, every worker took traffic, and every
 // pool is whole afterwards.
 func TestClusterMatchesColocated(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cluster load test")
-	}
 	m := loadStories(t)
-	rs := clusterJobs(m, 210)
+	rs := clusterJobs(m, loadSize(210))
 	want := references(t, m, rs)
 	cs := buildTestCluster(t, m, 1024, nil)
 	got := runAll(cs, rs, 24, nil)
@@ -206,11 +212,8 @@ func TestClusterMatchesColocated(t *testing.T) {
 // and no page is ever booked twice: no pool records a violation, and
 // every request that completes equals its reference.
 func TestTwoRoutersNeverDoubleBook(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cluster load test")
-	}
 	m := loadStories(t)
-	rs := clusterJobs(m, 120)
+	rs := clusterJobs(m, loadSize(120))
 	want := references(t, m, rs)
 	cs := buildTestCluster(t, m, 256, nil)
 	got := runAll(cs, rs, 32, nil)
@@ -278,11 +281,8 @@ func (s *heldStream) Recv() (handoff.Token, error) {
 // wrong. The routers mark the worker down and send it nothing more; the
 // surviving pools are whole after the drain.
 func TestClusterDecodeDiesMidLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cluster load test")
-	}
 	m := loadStories(t)
-	rs := clusterJobs(m, 210)
+	rs := clusterJobs(m, loadSize(210))
 	want := references(t, m, rs)
 	// The victim holds every stream after its first token until it dies,
 	// so the requests it has past their first token are surely mid-decode

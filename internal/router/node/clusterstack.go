@@ -180,7 +180,7 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 			if err != nil {
 				return fail(err)
 			}
-			ds = append(ds, Worker{Name: a, Decode: r, Conn: r, Load: loadOf(r)})
+			ds = append(ds, Worker{Name: a, Decode: r, Conn: r, Load: LoadOf(r)})
 		}
 		cl, err := NewCluster(ps, ds, c.Weights, c.Logger)
 		if err != nil {
@@ -200,8 +200,8 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 	return s, nil
 }
 
-// loadOf is a decode connection's load report, when its transport has one.
-func loadOf(d handoff.Decode) func(ctx context.Context) (int, int, error) {
+// LoadOf is a decode connection's load report, when its transport has one.
+func LoadOf(d handoff.Decode) func(ctx context.Context) (int, int, error) {
 	l, ok := d.(handoff.Loader)
 	if !ok {
 		return nil

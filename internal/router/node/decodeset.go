@@ -34,7 +34,10 @@ func NewDecodeSet(byName map[string]handoff.Decode) *DecodeSet {
 
 func (s *DecodeSet) bind(id kv.ID, name string) error {
 	d, ok := s.byName[name]
-	if name == "" && s.only != nil {
+	if !ok && s.only != nil {
+		// One decode worker: it is the only place the pages can go (the
+		// router may spell its address differently). A reservation of
+		// another worker fails closed there (unknown handoff).
 		d, ok = s.only, true
 	}
 	if !ok {
