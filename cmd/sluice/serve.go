@@ -184,6 +184,9 @@ type serveOpts struct {
 	// metricsListen and metricsTenantLabels: see registerHTTP and admin.go.
 	metricsListen       string
 	metricsTenantLabels bool
+
+	// prefillWorkers, decodeWorkers: serve's in-process cluster.
+	prefillWorkers, decodeWorkers int
 }
 
 func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
@@ -203,6 +206,8 @@ func runServe(args []string) int {
 	o.registerHTTP(fs)
 	fs.StringVar(&o.transport, "transport", node.TransportTCP, "prefill->decode transport: tcp (authenticated loopback TCP), shm (one-sided writes into the decode pool's shared memory, control over TCP) or inproc (direct calls, copied)")
 	fs.BoolVar(&o.colocated, "colocated", false, "run prefill and decode in one scheduler without a handoff (the reference path)")
+	fs.IntVar(&o.prefillWorkers, "prefill-workers", 1, "prefill workers in this process (above 1, or with --decode-workers above 1: a cluster behind the router, each link its own authenticated TCP connection)")
+	fs.IntVar(&o.decodeWorkers, "decode-workers", 1, "decode workers in this process, each with its own KV pool of --kv-memory")
 	usageFor(fs, `Usage: sluice serve [flags]
 
 Runs the router, a prefill worker and a decode worker in one process. The
@@ -263,7 +268,7 @@ Example:
 		}
 	}
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
-		Threads: o.threads, MaxConcurrency: o.maxConc, Logger: log})
+		Threads: o.threads, MaxConcurrency: o.maxConc, Logger: log, PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers})
 	if pe, ok := node.IsPreflight(err); ok {
 		logPreflight(log, pe.Report)
 		return 1
