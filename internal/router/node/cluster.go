@@ -29,6 +29,9 @@ type Worker struct {
 	// Load, when set, reports a decode worker's free and total KV pages
 	// (polled with the probe).
 	Load func(ctx context.Context) (free, total int, err error)
+	// Close, when set, releases the connection once a removed worker has
+	// no request left.
+	Close func()
 }
 
 // Weights are the scorers' weights (0 turns a scorer off).
@@ -53,6 +56,14 @@ type member struct {
 	total    int
 	picks    uint64
 	downs    uint64
+	removed  bool
+}
+
+func (m *member) release() {
+	if m.removed && m.inFlight == 0 && m.w.Close != nil {
+		go m.w.Close()
+		m.w.Close = nil
+	}
 }
 
 // Cluster pairs requests over many prefill and decode workers
@@ -148,34 +159,38 @@ func (c *Cluster) Probe(ctx context.Context) {
 	all := append(append([]*member(nil), c.prefill...), c.decode...)
 	c.mu.Unlock()
 	for _, m := range all {
-		var err error
-		if m.w.Conn != nil {
-			err = m.w.Conn.Check(ctx)
-		}
-		free, total, lerr := 0, 0, error(nil)
-		if err == nil && m.w.Load != nil {
-			free, total, lerr = m.w.Load(ctx)
-		}
-		c.mu.Lock()
-		switch {
-		case errors.Is(err, handoff.ErrModelMismatch):
-			if m.modelOK {
-				c.log.Error("refusing a worker of another model (I13)", "role", m.role, "worker", m.w.Name, "err", err)
-			}
-			m.modelOK = false
-		case err != nil:
-			c.markDown(m, err)
-		default:
-			if !m.up {
-				c.log.Info("worker answers again", "role", m.role, "worker", m.w.Name)
-			}
-			m.up = true
-			if m.w.Load != nil && lerr == nil {
-				m.free, m.total = free, total
-			}
-		}
-		c.mu.Unlock()
+		c.probeOne(ctx, m)
 	}
+}
+
+func (c *Cluster) probeOne(ctx context.Context, m *member) {
+	var err error
+	if m.w.Conn != nil {
+		err = m.w.Conn.Check(ctx)
+	}
+	free, total, lerr := 0, 0, error(nil)
+	if err == nil && m.w.Load != nil {
+		free, total, lerr = m.w.Load(ctx)
+	}
+	c.mu.Lock()
+	switch {
+	case errors.Is(err, handoff.ErrModelMismatch):
+		if m.modelOK {
+			c.log.Error("refusing a worker of another model (I13)", "role", m.role, "worker", m.w.Name, "err", err)
+		}
+		m.modelOK = false
+	case err != nil:
+		c.markDown(m, err)
+	default:
+		if !m.up {
+			c.log.Info("worker answers again", "role", m.role, "worker", m.w.Name)
+		}
+		m.up = true
+		if m.w.Load != nil && lerr == nil {
+			m.free, m.total = free, total
+		}
+	}
+	c.mu.Unlock()
 }
 
 func (c *Cluster) markDown(m *member, err error) {
@@ -275,6 +290,8 @@ func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, err
 				defer c.mu.Unlock()
 				d.inFlight--
 				p.inFlight--
+				d.release()
+				p.release()
 				if errors.Is(derr, handoff.ErrTransport) {
 					c.markDown(d, derr)
 				}
@@ -283,6 +300,47 @@ func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, err
 				}
 			})
 		}}, nil
+}
+
+// Add joins a worker to a role's pool ("prefill" or "decode"), up until a
+// probe says otherwise; a name already there is left as it is.
+func (c *Cluster) Add(role string, w Worker) {
+	// Probed before it joins, so its first load report is in its score.
+	nm := &member{w: w, role: role, up: true, modelOK: true}
+	c.probeOne(context.Background(), nm)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pool := &c.prefill
+	if role == "decode" {
+		pool = &c.decode
+	}
+	for _, m := range *pool {
+		if m.w.Name == w.Name {
+			return
+		}
+	}
+	*pool = append(*pool, nm)
+	c.log.Info("worker joined", "role", role, "worker", w.Name)
+}
+
+// Remove takes a worker out of its pool: it gets no new request, those it
+// has finish, then its connection is closed.
+func (c *Cluster) Remove(role, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pool := &c.prefill
+	if role == "decode" {
+		pool = &c.decode
+	}
+	for i, m := range *pool {
+		if m.w.Name == name {
+			*pool = append((*pool)[:i:i], (*pool)[i+1:]...)
+			m.removed = true
+			m.release()
+			c.log.Info("worker left", "role", role, "worker", name)
+			return
+		}
+	}
 }
 
 // WorkerStats is one worker's figures.

@@ -379,3 +379,94 @@ func TestClusterDecodeDiesMidLoad(t *testing.T) {
 	}
 	waitFree(t, cs.Pools(), "decode-1")
 }
+
+// fakeDNS answers each spec with the addresses the test sets.
+type fakeDNS struct {
+	mu    sync.Mutex
+	addrs map[string][]string
+}
+
+func (f *fakeDNS) Resolve(_ context.Context, spec string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a, ok := f.addrs[spec]
+	if !ok {
+		return nil, fmt.Errorf("no such host %s", spec)
+	}
+	return append([]string(nil), a...), nil
+}
+
+func (f *fakeDNS) set(spec string, a ...string) {
+	f.mu.Lock()
+	f.addrs[spec] = a
+	f.mu.Unlock()
+}
+
+// A decode worker that appears in DNS gets traffic without a restart, and
+// one that leaves it gets no new request; a failed lookup changes nothing.
+// Every output stays the reference's.
+func TestDiscoveredDecodeWorkerGetsTraffic(t *testing.T) {
+	m := loadStories(t)
+	rs := clusterJobs(m, 36)
+	want := references(t, m, rs)
+	cs, err := BuildCluster(m, ClusterConfig{LocalConfig: LocalConfig{Pools: Pools{Context: 256, PoolTokens: 1024}},
+		PrefillWorkers: 1, DecodeWorkers: 1, Routers: 1, Probe: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(context.Background())
+	const spec = "decode.sluice.svc.cluster.local:9002"
+	dns := &fakeDNS{addrs: map[string][]string{}}
+	dns.set(spec, cs.DecodeAddrs[0])
+	d := &Discovery{Specs: []string{spec}, Resolver: dns, Add: cs.JoinDecode, Remove: cs.LeaveDecode}
+	d.Sync(context.Background()) // the known worker: no change
+	picks := func(addr string) (n uint64) {
+		ws, _, _ := cs.Clusters[0].Stats()
+		for _, w := range ws {
+			if w.Name == addr {
+				n += w.Picks
+			}
+		}
+		return
+	}
+	check := func(got []cres, from int) {
+		t.Helper()
+		for i, g := range got {
+			if g.err != nil || !same(g.toks, want[from+i].toks) {
+				t.Fatalf("request %d: %v %v, want %v", from+i, g.toks, g.err, want[from+i].toks)
+			}
+		}
+	}
+	check(runAll(cs, rs[:12], 4, nil), 0)
+
+	second, err := cs.StartDecode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if picks(second) != 0 {
+		t.Fatal("a worker nobody resolved took traffic")
+	}
+	dns.set(spec, cs.DecodeAddrs[0], second)
+	d.Sync(context.Background())
+	check(runAll(cs, rs[12:24], 4, nil), 12)
+	if picks(second) == 0 {
+		t.Fatalf("the worker that appeared in DNS took no request")
+	}
+
+	// A lookup failure keeps both; then the first leaves DNS.
+	dns.mu.Lock()
+	delete(dns.addrs, spec)
+	dns.mu.Unlock()
+	d.Sync(context.Background())
+	if ws, _, _ := cs.Clusters[0].Stats(); len(ws) != 3 {
+		t.Fatalf("a failed lookup changed the pool: %+v", ws)
+	}
+	dns.set(spec, second)
+	d.Sync(context.Background())
+	before := picks(cs.DecodeAddrs[0])
+	check(runAll(cs, rs[24:], 4, nil), 24)
+	if after := picks(cs.DecodeAddrs[0]); after != before {
+		t.Fatalf("the worker that left DNS took %d more requests", after-before)
+	}
+	waitFree(t, cs.Pools(), "")
+}

@@ -39,6 +39,52 @@ type ClusterStack struct {
 	DecodeAddrs []string
 	decodeSrv   []*tcp.Server
 	closers     []func()
+	// Sets are the prefill workers' decode connections; tc the links'
+	// configuration and decodeCfg the decode workers' (StartDecode).
+	Sets      []*DecodeSet
+	tc        tcp.Config
+	decodeCfg engine.Config
+}
+
+// StartDecode starts one more decode worker that no router or prefill
+// worker knows yet (discovery tests); it returns its address.
+func (s *ClusterStack) StartDecode() (string, error) {
+	dw, err := engine.NewDecodeWorker(s.decodeCfg)
+	if err != nil {
+		return "", err
+	}
+	s.closers = append(s.closers, dw.Close)
+	s.Decodes = append(s.Decodes, dw)
+	addr, srv, err := s.serve(s.tc, dw, nil)
+	if err != nil {
+		return "", err
+	}
+	s.DecodeAddrs = append(s.DecodeAddrs, addr)
+	s.decodeSrv = append(s.decodeSrv, srv)
+	return addr, nil
+}
+
+// JoinDecode connects every router and prefill worker to the decode
+// worker at addr (discovery found it).
+func (s *ClusterStack) JoinDecode(addr string) {
+	for _, set := range s.Sets {
+		r := tcp.NewRedialer(addr, s.tc)
+		s.closers = append(s.closers, func() { r.Close() })
+		set.Add(addr, r)
+	}
+	for _, c := range s.Clusters {
+		r := tcp.NewRedialer(addr, s.tc)
+		s.closers = append(s.closers, func() { r.Close() })
+		c.Add("decode", Worker{Name: addr, Decode: r, Conn: r, Load: LoadOf(r)})
+	}
+}
+
+// LeaveDecode takes the decode worker at addr out of every router and
+// prefill worker (discovery lost it).
+func (s *ClusterStack) LeaveDecode(addr string) {
+	for _, c := range s.Clusters {
+		c.Remove("decode", addr)
+	}
 }
 
 // KillDecode stops decode worker i's TCP service, closing every
@@ -110,7 +156,7 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 		return nil, err
 	}
 	tc := tcp.Config{Secret: secret, Model: m.Fingerprint()}
-	s := &ClusterStack{Report: rep}
+	s := &ClusterStack{Report: rep, tc: tc, decodeCfg: cfgs[preflight.RoleDecode]}
 	fail := func(err error) (*ClusterStack, error) {
 		s.Close(context.Background())
 		return nil, err
@@ -153,6 +199,7 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 			set[a] = r
 		}
 		ds := NewDecodeSet(set)
+		s.Sets = append(s.Sets, ds)
 		pw, err := engine.NewPrefillWorker(cfgs[preflight.RolePrefill], ds)
 		if err != nil {
 			return fail(err)

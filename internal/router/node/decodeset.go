@@ -32,7 +32,37 @@ func NewDecodeSet(byName map[string]handoff.Decode) *DecodeSet {
 	return s
 }
 
+// Add names one more decode connection (discovery: a new worker).
+func (s *DecodeSet) Add(name string, d handoff.Decode) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.byName[name]; !ok {
+		s.byName[name] = d
+	}
+	s.only = nil
+	if len(s.byName) == 1 {
+		s.only = d
+	}
+}
+
+// Remove forgets a decode connection; handoffs bound to it keep it until
+// they end. It returns the connection for the caller to close.
+func (s *DecodeSet) Remove(name string) handoff.Decode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.byName[name]
+	delete(s.byName, name)
+	s.only = nil
+	if len(s.byName) == 1 {
+		for _, x := range s.byName {
+			s.only = x
+		}
+	}
+	return d
+}
+
 func (s *DecodeSet) bind(id kv.ID, name string) error {
+	s.mu.Lock()
 	d, ok := s.byName[name]
 	if !ok && s.only != nil {
 		// One decode worker: it is the only place the pages can go (the
@@ -40,11 +70,10 @@ func (s *DecodeSet) bind(id kv.ID, name string) error {
 		// another worker fails closed there (unknown handoff).
 		d, ok = s.only, true
 	}
+	defer s.mu.Unlock()
 	if !ok {
 		return handoff.ErrRefused.With("this prefill worker has no decode worker named %q", truncate(name, 64))
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if _, dup := s.bound[id]; dup {
 		return handoff.ErrState.With("handoff already in progress on this prefill worker")
 	}
