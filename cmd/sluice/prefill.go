@@ -7,6 +7,7 @@ import (
 
 	"sluice/internal/engine"
 	"sluice/internal/handoff"
+	"sluice/internal/handoff/tcp"
 	"sluice/internal/kv"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
@@ -25,9 +26,10 @@ func runPrefill(args []string) int {
 	fs := flag.NewFlagSet("prefill", flag.ContinueOnError)
 	var o workerOpts
 	var decodeAddr string
-	var connectTimeout time.Duration
+	var connectTimeout, resolveEvery time.Duration
 	o.registerWorker(fs, "127.0.0.1:9001")
 	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "addresses of the decode workers this prefill worker pushes KV pages to, comma-separated: the same strings as the router's --decode (the router names the decode worker of each request by them)")
+	fs.DurationVar(&resolveEvery, "resolve-interval", 10*time.Second, "how often the --decode names are resolved again (new decode workers join, vanished ones are dropped); 0 resolves only at start. Give the router the same value")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the decode worker at start")
 	usageFor(fs, `Usage: sluice prefill [flags]
 
@@ -45,11 +47,17 @@ Example:
 	}
 	defer m.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
-	addrs := splitList(decodeAddr)
-	if len(addrs) == 0 {
+	specs := splitList(decodeAddr)
+	if len(specs) == 0 {
 		cancel()
 		log.Error("--decode needs at least one address")
 		return 2
+	}
+	addrs, err := resolveUntil(ctx, specs)
+	if err != nil {
+		cancel()
+		log.Error("cannot resolve the decode workers' addresses", "decode", specs, "err", err)
+		return 1
 	}
 	dcs, code := connectAll(ctx, log, "decode", addrs, tc)
 	cancel()
@@ -64,6 +72,16 @@ Example:
 		peers = append(peers, node.Peer{Role: "decode", Conn: dc})
 	}
 	ds := node.NewDecodeSet(set)
+	if resolveEvery > 0 {
+		dctx, stopDiscovery := context.WithCancel(context.Background())
+		defer stopDiscovery()
+		// A decode worker that leaves keeps its connection: handoffs bound
+		// to it may still be finishing.
+		d := &node.Discovery{Specs: specs, Resolver: node.DNS{}, Log: log,
+			Add: func(a string) { ds.Add(a, tcp.NewRedialer(a, tc)) }, Remove: func(a string) { ds.Remove(a) }}
+		d.Sync(dctx)
+		go d.Run(dctx, resolveEvery)
+	}
 	pw, err := engine.NewPrefillWorker(ec, ds)
 	if err != nil {
 		log.Error("cannot start the prefill worker", "err", err)

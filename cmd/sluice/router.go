@@ -41,6 +41,7 @@ func runRouter(args []string) int {
 		connectTimeout time.Duration
 		weights        = node.DefaultWeights
 		probe          time.Duration
+		resolveEvery   time.Duration
 	)
 	o.register(fs, false)
 	o.registerHTTP(fs)
@@ -49,6 +50,7 @@ func runRouter(args []string) int {
 	fs.Float64Var(&weights.DecodeFreePages, "score-decode-free-pages", weights.DecodeFreePages, "weight of the decode scorer for free KV pages (least KV pressure, from each worker's load report)")
 	fs.Float64Var(&weights.DecodeQueue, "score-decode-queue", weights.DecodeQueue, "weight of the decode scorer for fewest requests this router has in flight on the worker")
 	fs.Float64Var(&weights.PrefillQueue, "score-prefill-queue", weights.PrefillQueue, "weight of the prefill scorer for fewest requests this router has in flight on the worker")
+	fs.DurationVar(&resolveEvery, "resolve-interval", 10*time.Second, "how often worker names (e.g. a Kubernetes headless Service, one A record per pod) are resolved again: new addresses join, vanished ones get no new request; 0 resolves only at start")
 	fs.DurationVar(&probe, "probe-interval", time.Second, "how often every worker is probed (health and load report); a worker that stops answering is marked down within about this long")
 	fs.StringVar(&secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
 	fs.BoolVar(&frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput); always on when listening on or dialling an address that is not loopback (I12), this flag turns it on for loopback too")
@@ -127,13 +129,21 @@ Example:
 	// I13: the handshake with each worker compares model fingerprints, so
 	// a router never tokenizes for a model its workers do not run.
 	tc := tcp.Config{Secret: secret, FrameMAC: frameMAC, Model: m.Fingerprint()}
-	prefillAddrs, decodeAddrs := splitList(prefillAddr), splitList(decodeAddr)
-	if len(prefillAddrs) == 0 || len(decodeAddrs) == 0 {
+	prefillSpecs, decodeSpecs := splitList(prefillAddr), splitList(decodeAddr)
+	if len(prefillSpecs) == 0 || len(decodeSpecs) == 0 {
 		fmt.Fprintln(os.Stderr, "router: --prefill and --decode each need at least one address")
 		return 2
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
+	// Names resolve to one worker per address; the workers are named by
+	// address, as the prefill workers name them (same specs, same DNS).
+	prefillAddrs, perr := resolveUntil(cctx, prefillSpecs)
+	decodeAddrs, derr := resolveUntil(cctx, decodeSpecs)
+	if perr != nil || derr != nil {
+		log.Error("cannot resolve the workers' addresses", "prefill", prefillSpecs, "decode", decodeSpecs, "err", errors.Join(perr, derr))
+		return 1
+	}
 	decodes, code := connectAll(cctx, log, "decode", decodeAddrs, tc)
 	if code != 0 {
 		return code
@@ -182,6 +192,23 @@ Example:
 	}
 	cl.Start(probe)
 	defer cl.Close()
+	if resolveEvery > 0 {
+		dctx, stopDiscovery := context.WithCancel(context.Background())
+		defer stopDiscovery()
+		for _, d := range []*node.Discovery{
+			{Specs: prefillSpecs, Resolver: node.DNS{}, Log: log, Remove: func(a string) { cl.Remove("prefill", a) }, Add: func(a string) {
+				r := tcp.NewRedialer(a, tc)
+				cl.Add("prefill", node.Worker{Name: a, Prefill: r, Conn: r, Close: func() { r.Close() }})
+			}},
+			{Specs: decodeSpecs, Resolver: node.DNS{}, Log: log, Remove: func(a string) { cl.Remove("decode", a) }, Add: func(a string) {
+				r := tcp.NewRedialer(a, tc)
+				cl.Add("decode", node.Worker{Name: a, Decode: r, Conn: r, Load: node.LoadOf(r), Close: func() { r.Close() }})
+			}},
+		} {
+			d.Sync(dctx)
+			go d.Run(dctx, resolveEvery)
+		}
+	}
 	eng, err := engine.NewDisaggregatedPairs(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(), Context: ctxLen, MaxConcurrency: o.maxConc}, cl)
 	if err != nil {
 		log.Error("engine", "err", err)
@@ -265,4 +292,23 @@ func connectAll(ctx context.Context, log *slog.Logger, role string, addrs []stri
 		return nil, 1
 	}
 	return out, 0
+}
+
+// resolveUntil resolves worker specs, retrying until ctx ends (DNS for a
+// Service may lag the pods at start).
+func resolveUntil(ctx context.Context, specs []string) ([]string, error) {
+	for {
+		as, err := node.Resolve(ctx, node.DNS{}, specs)
+		if err == nil && len(as) > 0 {
+			return as, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%v resolve to no address", specs)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
