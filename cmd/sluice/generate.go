@@ -116,7 +116,7 @@ func openModel(path string) (*loadedModel, error) {
 func generate(lm *loadedModel, o genOptions) (*genResult, error) {
 	m, tok := lm.model, lm.tok
 	cfg := m.Config()
-	if err := o.Sampling.Validate(); err != nil {
+	if err := o.Sampling.Validate(0); err != nil {
 		return nil, err
 	}
 	if o.MaxTokens < 0 {

@@ -42,6 +42,9 @@ type Usage struct {
 type Event struct {
 	// Token is a generated token id; valid when Done is false and Err is nil.
 	Token int32
+	// Logprobs are Token's logprobs when the request asked for them
+	// (Sampling.Logprobs), computed where the token was sampled.
+	Logprobs *sample.Logprobs
 	// Done marks successful completion: every token has been sent.
 	Done bool
 	// Finish is "stop" (end-of-sequence token) or "length" (MaxTokens).

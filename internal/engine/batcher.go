@@ -14,6 +14,7 @@ import (
 // outcome is one item a sequence emits: a token, or the terminal item.
 type outcome struct {
 	token      int32
+	logprobs   *sample.Logprobs // token's, when asked
 	done       bool
 	finish     string // "stop", "length", "cancelled"
 	err        *Error
@@ -50,6 +51,7 @@ type seq struct {
 	// first is a token generated elsewhere (the prefill worker's first
 	// token, carried by the commit); it is emitted when the sequence joins.
 	first    int32
+	firstLP  *sample.Logprobs
 	hasFirst bool
 
 	cancel atomic.Bool
@@ -143,7 +145,7 @@ func (s *scheduler) loop() {
 				// during the transfer still lets decode reach its first
 				// token (I10).
 				q.hasFirst = false
-				s.emitToken(q, q.first)
+				s.emitToken(q, q.first, q.firstLP)
 			}
 		}
 
@@ -285,14 +287,16 @@ func (s *scheduler) advance(q *seq, n int, r StepResult) {
 		s.fail(q, errf(CodeInternal, http.StatusInternalServerError, err, "sampling failed"))
 		return
 	}
-	s.emitToken(q, tok)
+	// Logprobs are computed here, where the token is sampled, from the
+	// same logits, and travel with it.
+	s.emitToken(q, tok, q.samp.Logprobs(r.Logits, tok))
 }
 
 // emitToken sends a generated token and ends the sequence when it is the
 // last one (end of generation or max tokens).
-func (s *scheduler) emitToken(q *seq, tok int32) {
+func (s *scheduler) emitToken(q *seq, tok int32, lp *sample.Logprobs) {
 	q.generated++
-	q.emit(outcome{token: tok})
+	q.emit(outcome{token: tok, logprobs: lp})
 	switch {
 	case !q.ignoreEOS && s.cfg.Model.EOG(tok):
 		s.finish(q, outcome{done: true, finish: "stop"})

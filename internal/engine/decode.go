@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -44,6 +45,7 @@ type dhandoff struct {
 	owner     kv.Owner
 	table     []kv.PageRef
 	first     int32
+	firstLP   *sample.Logprobs
 
 	stream    *tokenStream
 	params    handoff.StreamParams
@@ -212,10 +214,10 @@ func (w *DecodeWorker) Write(ctx context.Context, ws []handoff.PageWrite) error 
 // Commit implements handoff.Decode: verified, then the sequence joins the
 // batch (once its stream is open).
 func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
-	if c.FirstToken < 0 || int(c.FirstToken) >= w.cfg.Model.Vocab() {
+	if bad := badFirst(c, w.cfg.Model.Vocab()); bad != "" {
 		// The first token goes straight to the client: a peer must not be
 		// able to hand it an id the tokenizer has never seen (I8).
-		err := handoff.ErrProtocol.With("first token %d is outside the vocabulary of %d", c.FirstToken, w.cfg.Model.Vocab())
+		err := handoff.ErrProtocol.With("%s", bad)
 		w.rmu.Lock()
 		w.recv.Abort(time.Now(), c.Handoff, err.Error())
 		w.rmu.Unlock()
@@ -238,7 +240,7 @@ func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
 		releasePages(w.pool, acc.Owner, acc.Pages)
 		return handoff.ErrAborted.With("the handoff ended while it was committing")
 	}
-	h.committed, h.owner, h.table, h.first = true, acc.Owner, acc.Pages, acc.FirstToken
+	h.committed, h.owner, h.table, h.first, h.firstLP = true, acc.Owner, acc.Pages, acc.FirstToken, c.FirstLogprobs
 	h.prompt = acc.Tokens // I9: what was verified, not what was asked
 	w.startLocked(c.Handoff, h)
 	w.mu.Unlock()
@@ -291,6 +293,9 @@ func (w *DecodeWorker) Stream(ctx context.Context, id kv.ID, p handoff.StreamPar
 	if h.stream != nil {
 		return nil, handoff.ErrState.With("the handoff's stream is already open")
 	}
+	if err := checkStreamParams(p, w.cfg.Model.Vocab(), h.prompt); err != nil {
+		return nil, err
+	}
 	h.stream = newTokenStream(ctx, h.maxTokens)
 	h.params = p
 	if h.failed != nil {
@@ -334,8 +339,9 @@ func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) {
 		promptTokens: h.prompt,
 		maxTokens:    h.maxTokens,
 		ignoreEOS:    h.params.IgnoreEOS,
-		samp:         decodeSampler(h.params.Sampling),
+		samp:         decodeSampler(h.params, h.first),
 		first:        h.first,
+		firstLP:      h.firstLP,
 		hasFirst:     true,
 		decoded:      true,
 	}
@@ -383,7 +389,7 @@ func (o outcome) token2() handoff.Token {
 	case o.done:
 		return handoff.Token{Done: true, Finish: o.finish, PromptTokens: o.prompt, CompletionTokens: o.completion}
 	default:
-		return handoff.Token{ID: o.token}
+		return handoff.Token{ID: o.token, Logprobs: o.logprobs}
 	}
 }
 
@@ -430,11 +436,56 @@ func (t *tokenStream) Recv() (handoff.Token, error) {
 func (t *tokenStream) Close() error { return nil }
 
 // decodeSampler continues the request's random stream after the first
-// token, which the prefill worker drew with a sampler of the same seed.
-func decodeSampler(p sample.Params) *sample.Sampler {
-	s := sample.New(p)
+// token, which the prefill worker drew with a sampler of the same seed, and
+// counts that token for the penalties as that sampler did.
+func decodeSampler(p handoff.StreamParams, first int32) *sample.Sampler {
+	s := newSampler(p.Sampling, p.Prompt)
 	s.Advance(1)
+	s.Observe(first)
 	return s
+}
+
+// newSampler is a request's sampler with the prompt it penalises.
+func newSampler(p sample.Params, prompt []int32) *sample.Sampler {
+	s := sample.New(p)
+	s.SetPrompt(prompt)
+	return s
+}
+
+// checkStreamParams refuses settings a peer sent outside their domain:
+// the router checks them, but a worker trusts no peer with its sampler.
+func checkStreamParams(p handoff.StreamParams, vocab, prompt int) error {
+	if err := p.Sampling.Validate(vocab); err != nil {
+		return handoff.ErrRefused.With("sampling settings: %v", err)
+	}
+	if len(p.Prompt) > prompt {
+		return handoff.ErrRefused.With("%d prompt ids for a prompt of %d tokens", len(p.Prompt), prompt)
+	}
+	for i, t := range p.Prompt {
+		if t < 0 || int(t) >= vocab {
+			return handoff.ErrRefused.With("prompt id %d at index %d is outside the vocabulary of %d", t, i, vocab)
+		}
+	}
+	return nil
+}
+
+// badFirst says what is wrong with a commit's first token and its
+// logprobs, or "" when nothing is.
+func badFirst(c *handoff.Commit, vocab int) string {
+	if c.FirstToken < 0 || int(c.FirstToken) >= vocab {
+		return fmt.Sprintf("first token %d is outside the vocabulary of %d", c.FirstToken, vocab)
+	}
+	if lp := c.FirstLogprobs; lp != nil {
+		if len(lp.Top) > sample.MaxTopLogprobs {
+			return fmt.Sprintf("first token carries %d top logprobs; at most %d", len(lp.Top), sample.MaxTopLogprobs)
+		}
+		for _, t := range lp.Top {
+			if t.ID < 0 || int(t.ID) >= vocab {
+				return fmt.Sprintf("a top logprob names token %d, outside the vocabulary of %d", t.ID, vocab)
+			}
+		}
+	}
+	return ""
 }
 
 // DecodeStats are the worker's scheduler counters, for metrics.

@@ -215,7 +215,7 @@ func newAttemptOn(st *stream, d *Disaggregated, ctx context.Context, r *Request)
 		case request.ActPrefill:
 			// Started by run once the stream is open.
 		case request.ActEmit:
-			st.push(outcome{token: act.Token})
+			st.push(outcome{token: act.Token, logprobs: a.lc.lp})
 		case request.ActAbortHandoff:
 			d.abort(a.pair.Decode, a.id, string(act.Reason)+": "+act.Msg)
 		case request.ActStopDecode:
@@ -245,7 +245,11 @@ func (d *Disaggregated) start(ctx context.Context, r *Request, st *stream, p *Pa
 		return a, a.reserveErr, ctx.Err() == nil && a.reserveErr.Code != CodeInvalid
 	}
 	a.lc.step(request.Event{Kind: request.EvReserved}, nil)
-	ts, err := p.Decode.Stream(d.bg, a.id, handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS})
+	sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS}
+	if r.Sampling.UsesPrompt() {
+		sp.Prompt = r.Prompt
+	}
+	ts, err := p.Decode.Stream(d.bg, a.id, sp)
 	if err != nil {
 		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
 		p.done(nil, err)
@@ -441,10 +445,10 @@ func (d *Disaggregated) run(ctx context.Context, r *Request, a *attempt, release
 			first = false
 			// Decode's first token is the commit's: the handoff was verified
 			// (I5) and its prompt tokens are the reserved count (I9).
-			lc.step(request.Event{Kind: request.EvCommitted, Token: tok.ID, Tokens: res.ExpectTokens}, nil)
+			lc.stepToken(request.Event{Kind: request.EvCommitted, Token: tok.ID, Tokens: res.ExpectTokens}, tok.Logprobs)
 		default:
 			// Illegal after the end (a cancel took effect): dropped.
-			lc.step(request.Event{Kind: request.EvToken, Token: tok.ID}, nil)
+			lc.stepToken(request.Event{Kind: request.EvToken, Token: tok.ID}, tok.Logprobs)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 type result struct {
 	tokens []int32
+	lps    []*sample.Logprobs // each token's, when asked
 	final  Event
 }
 
@@ -33,6 +34,7 @@ func collect(t testing.TB, s Stream) result {
 				continue
 			}
 			r.tokens = append(r.tokens, ev.Token)
+			r.lps = append(r.lps, ev.Logprobs)
 		case <-timeout:
 			t.Fatalf("stream did not end within 60s (hang)")
 		}

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"sluice/internal/request"
+	"sluice/internal/sample"
 )
 
 // lifecycle is the engine's handle on one request's life-cycle state
@@ -19,6 +20,9 @@ type lifecycle struct {
 	run func(a request.Action, err *Error, prompt, completion int)
 	// failure is the *Error of a failing event, handed to ActEnd.
 	failure *Error
+	// lp is the logprobs of the token being stepped (stepToken), for the
+	// ActEmit action that sends it; nil otherwise.
+	lp *sample.Logprobs
 }
 
 func newLifecycle(mode request.Mode, run func(a request.Action, err *Error, prompt, completion int)) *lifecycle {
@@ -32,6 +36,21 @@ func newLifecycle(mode request.Mode, run func(a request.Action, err *Error, prom
 func (l *lifecycle) step(ev request.Event, failure *Error) ([]request.Action, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.stepLocked(ev, failure)
+}
+
+// stepToken steps a token event (EvCommitted, EvToken) whose emit action
+// carries the token's logprobs. They are payload only: the machine alone
+// decides whether the token is emitted.
+func (l *lifecycle) stepToken(ev request.Event, lp *sample.Logprobs) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lp = lp
+	l.stepLocked(ev, nil)
+	l.lp = nil
+}
+
+func (l *lifecycle) stepLocked(ev request.Event, failure *Error) ([]request.Action, bool) {
 	acts, err := l.m.Step(ev)
 	if err != nil {
 		return nil, false
@@ -113,9 +132,9 @@ func (l *lifecycle) scheduled(o outcome, promptTokens int) {
 		st := l.m.State()
 		l.mu.Unlock()
 		if st == request.Prefilling {
-			l.step(request.Event{Kind: request.EvCommitted, Token: o.token, Tokens: promptTokens}, nil)
+			l.stepToken(request.Event{Kind: request.EvCommitted, Token: o.token, Tokens: promptTokens}, o.logprobs)
 		} else {
-			l.step(request.Event{Kind: request.EvToken, Token: o.token}, nil)
+			l.stepToken(request.Event{Kind: request.EvToken, Token: o.token}, o.logprobs)
 		}
 	}
 }

@@ -148,6 +148,10 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	case len(r.Tokens) > w.ctx:
 		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("prompt of %d tokens exceeds the prefill context %d", len(r.Tokens), w.ctx))
 	}
+	if err := r.Sampling.Validate(w.cfg.Model.Vocab()); err != nil {
+		// A peer is not trusted with the sampler's domain either.
+		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("sampling settings: %v", err))
+	}
 	owner := kv.Owner{Tenant: r.Tenant, ID: r.Handoff}
 	table, err := w.reserve(ctx, owner, kv.PagesFor(len(r.Tokens), w.cfg.PageSize))
 	if err != nil {
@@ -155,12 +159,14 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	}
 
 	type done struct {
-		first int32
-		table []kv.PageRef
-		err   error
+		first   int32
+		firstLP *sample.Logprobs
+		table   []kv.PageRef
+		err     error
 	}
 	ch := make(chan done, 1)
 	var first int32
+	var firstLP *sample.Logprobs
 	q := &seq{
 		owner:        owner,
 		table:        table,
@@ -168,7 +174,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		promptTokens: len(r.Tokens),
 		maxTokens:    1,
 		ignoreEOS:    true,
-		samp:         sample.New(r.Sampling),
+		samp:         newSampler(r.Sampling, r.Tokens),
 		ended:        w.signalFreed,
 	}
 	var kept []kv.PageRef
@@ -176,13 +182,13 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	q.emit = func(o outcome) {
 		switch {
 		case !o.done && o.err == nil:
-			first = o.token
+			first, firstLP = o.token, o.logprobs
 		case o.err != nil:
 			ch <- done{err: o.err}
 		case o.finish == "cancelled":
 			ch <- done{err: errors.New("prefill cancelled")}
 		default:
-			ch <- done{first: first, table: kept}
+			ch <- done{first: first, firstLP: firstLP, table: kept}
 		}
 	}
 	w.sched.add(q)
@@ -193,7 +199,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	defer w.signalFreed()
 	defer releasePages(w.pool, owner, d.table)
 	start := time.Now()
-	if err := w.push(ctx, owner, d.table, res, len(r.Tokens), d.first); err != nil {
+	if err := w.push(ctx, owner, d.table, res, len(r.Tokens), d.first, d.firstLP); err != nil {
 		w.stats.failed.Add(1)
 		return nil, w.abort(r.Handoff, err)
 	}
@@ -208,12 +214,13 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 // acknowledged as applied, then the commit LAST (the Sender emits it only
 // after every write was acknowledged). On failure Push has already aborted
 // the handoff and acknowledged its drain (I6).
-func (w *PrefillWorker) push(ctx context.Context, owner kv.Owner, table []kv.PageRef, res *handoff.Reservation, tokens int, first int32) error {
+func (w *PrefillWorker) push(ctx context.Context, owner kv.Owner, table []kv.PageRef, res *handoff.Reservation, tokens int, first int32, firstLP *sample.Logprobs) error {
 	src := &poolSource{pool: w.pool, owner: owner, table: table, tokens: tokens}
 	snd, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: w.cfg.BatchBytes}, res, tokens, first, src)
 	if err != nil {
 		return err
 	}
+	snd.SetFirstLogprobs(firstLP)
 	return handoff.Push(ctx, snd, w.decode)
 }
 

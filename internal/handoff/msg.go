@@ -85,6 +85,9 @@ type Commit struct {
 	Digest []byte
 	// FirstToken is the token prefill sampled from the last prompt position.
 	FirstToken int32
+	// FirstLogprobs are FirstToken's logprobs when the request asked for
+	// them (nil otherwise); decode sends them with the first token.
+	FirstLogprobs *sample.Logprobs
 }
 
 // Abort ends a handoff early. Either side may send it, at any phase.
@@ -99,6 +102,10 @@ type StreamParams struct {
 	Sampling sample.Params
 	// IgnoreEOS keeps generating past end-of-sequence tokens (benchmarks).
 	IgnoreEOS bool
+	// Prompt is the prompt's token ids when the sampler needs them (the
+	// repetition penalty counts prompt tokens, Sampling.UsesPrompt), else
+	// empty: decode has the prompt's KV, not its ids.
+	Prompt []int32
 }
 
 // Token is one item of a decode token stream. Exactly one item is terminal
@@ -107,6 +114,8 @@ type Token struct {
 	// ID is a generated token; valid when !Done and Err == nil. The first
 	// item is the commit's FirstToken.
 	ID int32
+	// Logprobs are ID's logprobs when the request asked for them.
+	Logprobs *sample.Logprobs
 	// Done marks successful completion.
 	Done bool
 	// Finish is "stop" or "length" when Done.

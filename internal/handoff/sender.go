@@ -2,6 +2,8 @@ package handoff
 
 import (
 	"fmt"
+
+	"sluice/internal/sample"
 )
 
 // Source is the prefill side's view of one prefilled sequence: its KV
@@ -67,6 +69,7 @@ type Sender struct {
 	res      *Reservation
 	tokens   int
 	first    int32
+	firstLP  *sample.Logprobs
 	src      Source
 	next     int // next block to put in a batch
 	seq      int
@@ -98,6 +101,10 @@ func NewSender(cfg SenderConfig, res *Reservation, tokens int, firstToken int32,
 	return &Sender{cfg: cfg, res: res, tokens: tokens, first: firstToken, src: src, inflight: map[int]bool{}}, nil
 }
 
+// SetFirstLogprobs attaches the first token's logprobs to the commit (the
+// request asked for logprobs; decode sends them with the token).
+func (s *Sender) SetFirstLogprobs(lp *sample.Logprobs) { s.firstLP = lp }
+
 // Next returns the next action. Call it until it returns ActWait, ActDone or ActFailed.
 func (s *Sender) Next() SenderAction {
 	switch s.state {
@@ -122,7 +129,7 @@ func (s *Sender) Next() SenderAction {
 		}
 		s.state = ActCommit
 		return SenderAction{Kind: ActCommit, Commit: &Commit{Handoff: s.res.Handoff, Tokens: s.tokens,
-			Digest: append([]byte(nil), d...), FirstToken: s.first}}
+			Digest: append([]byte(nil), d...), FirstToken: s.first, FirstLogprobs: s.firstLP}}
 	}
 	return SenderAction{Kind: ActWait}
 }

@@ -6,16 +6,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
+
+	"sluice/internal/sample"
 )
 
 // completionRequest is POST /v1/completions. Polymorphic fields stay raw
 // until validated so a type error names its parameter.
 type completionRequest struct {
-	Model  string          `json:"model"`
-	Prompt json.RawMessage `json:"prompt"`
+	Model    string          `json:"model"`
+	Prompt   json.RawMessage `json:"prompt"`
+	Echo     bool            `json:"echo"`
+	BestOf   *int            `json:"best_of"`
+	Suffix   json.RawMessage `json:"suffix"`
+	Logprobs json.RawMessage `json:"logprobs"` // integer 0..20 (legacy)
 	commonParams
 }
 
@@ -24,7 +33,14 @@ type chatRequest struct {
 	Model               string          `json:"model"`
 	Messages            json.RawMessage `json:"messages"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Logprobs            json.RawMessage `json:"logprobs"` // boolean
+	TopLogprobs         *int            `json:"top_logprobs"`
 	Tools               json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+	Functions           json.RawMessage `json:"functions"`
+	FunctionCall        json.RawMessage `json:"function_call"`
+	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
+	ResponseFormat      json.RawMessage `json:"response_format"`
 	commonParams
 }
 
@@ -33,23 +49,66 @@ type commonParams struct {
 	Temperature   *float64        `json:"temperature"`
 	TopP          *float64        `json:"top_p"`
 	TopK          *int            `json:"top_k"`
+	MinP          *float64        `json:"min_p"`
 	Seed          *int64          `json:"seed"`
 	Stop          json.RawMessage `json:"stop"`
+	StopTokenIDs  []int64         `json:"stop_token_ids"`
 	N             *int            `json:"n"`
 	Stream        bool            `json:"stream"`
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	Logprobs json.RawMessage `json:"logprobs"`
-	Echo     bool            `json:"echo"`
-	BestOf   *int            `json:"best_of"`
+	// RawStreamOptions is stream_options again, to refuse unknown keys.
+	RawStreamOptions  json.RawMessage    `json:"-"`
+	PresencePenalty   *float64           `json:"presence_penalty"`
+	FrequencyPenalty  *float64           `json:"frequency_penalty"`
+	RepetitionPenalty *float64           `json:"repetition_penalty"`
+	LogitBias         map[string]float64 `json:"logit_bias"`
 	// IgnoreEOS (vLLM's extension) generates max_tokens tokens even past
 	// end-of-sequence; for benchmarks.
 	IgnoreEOS bool `json:"ignore_eos"`
+	// User is OpenAI's end-user id: accepted, it changes no output.
+	User *string `json:"user"`
 }
+
+// Bounds of the API, documented in the README's parameter table.
+const (
+	maxStops      = 16  // stop strings
+	maxStopBytes  = 256 // bytes of one stop string
+	maxStopTokens = 64  // stop_token_ids
+	maxN          = 16  // n
+	maxChoices    = 16  // prompts x n of one request
+)
+
+// jsonKeys lists the JSON names of v's fields, embedded structs included:
+// the parameters a request type knows.
+func jsonKeys(t reflect.Type, into map[string]bool) map[string]bool {
+	if into == nil {
+		into = map[string]bool{}
+	}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous {
+			jsonKeys(f.Type, into)
+			continue
+		}
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			into[name] = true
+		}
+	}
+	return into
+}
+
+var (
+	completionKeys = jsonKeys(reflect.TypeOf(completionRequest{}), nil)
+	chatKeys       = jsonKeys(reflect.TypeOf(chatRequest{}), nil)
+)
 
 // decodeBody reads a JSON object into v, mapping every failure onto the
 // parameter it concerns. The body is already bounded by MaxBytesReader.
+// A key v does not know is refused as unsupported: a parameter the client
+// believes in must never be silently ignored. Keys match exactly (Go's
+// decoder alone would also take "Temperature" for "temperature").
 func decodeBody(r io.Reader, v any) *apiError {
 	data, err := io.ReadAll(r)
 	if err != nil {
@@ -77,11 +136,40 @@ func decodeBody(r io.Reader, v any) *apiError {
 	if dec.More() {
 		return newErr(http.StatusBadRequest, CodeInvalidJSON, "", "the request body holds more than one JSON value")
 	}
+	var known map[string]bool
+	var common *commonParams
+	switch r := v.(type) {
+	case *completionRequest:
+		known, common = completionKeys, &r.commonParams
+	case *chatRequest:
+		known, common = chatKeys, &r.commonParams
+	}
+	if known != nil {
+		var keys map[string]json.RawMessage
+		if err := json.Unmarshal(data, &keys); err != nil {
+			return newErr(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object")
+		}
+		var unknown []string
+		for k := range keys {
+			if !known[k] {
+				unknown = append(unknown, k)
+			}
+		}
+		if len(unknown) > 0 {
+			sort.Strings(unknown)
+			return unsupported(unknown[0], "%q is not a parameter this server supports; remove it (see the README's parameter table)", unknown[0])
+		}
+		common.RawStreamOptions = keys["stream_options"]
+	}
 	return nil
 }
 
 func jsonType(goType string) string {
 	switch {
+	case strings.HasPrefix(goType, "map"):
+		return "object"
+	case strings.HasPrefix(goType, "[]"):
+		return "array"
 	case strings.Contains(goType, "int"):
 		return "integer"
 	case strings.Contains(goType, "float"):
@@ -94,24 +182,73 @@ func jsonType(goType string) string {
 	return goType
 }
 
+// onlyKeys refuses, as unsupported, a key of the JSON object raw (the
+// parameter param) outside allowed; a key whose value is null, "" or []
+// in lenient is accepted as absent. Non-objects are left to the typed
+// decoding.
+func onlyKeys(raw json.RawMessage, param string, allowed ...string) *apiError {
+	return onlyKeysLenient(raw, param, nil, allowed...)
+}
+
+func onlyKeysLenient(raw json.RawMessage, param string, lenient []string, allowed ...string) *apiError {
+	var m map[string]json.RawMessage
+	if isNull(raw) || json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	var bad []string
+	for k, v := range m {
+		if slices.Contains(allowed, k) {
+			continue
+		}
+		if t := string(bytes.TrimSpace(v)); slices.Contains(lenient, k) && (t == "null" || t == `""` || t == "[]") {
+			continue
+		}
+		bad = append(bad, k)
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return unsupported(param+"."+bad[0], "%s.%s is not supported by this server; remove it", param, bad[0])
+}
+
+func unsupported(param, format string, args ...any) *apiError {
+	return newErr(http.StatusBadRequest, CodeUnsupported, param, format, args...)
+}
+
+// isNull reports an absent or JSON null field.
+func isNull(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || bytes.Equal(raw, []byte("null"))
+}
+
 // params is a validated set of generation parameters.
 type params struct {
-	maxTokens    int // 0 = not given
-	temperature  float64
-	topP         float64
-	topK         int
+	maxTokens    int           // 0 = not given
+	sampling     sample.Params // Seed is set per choice (seed, seedGiven)
 	seed         uint64
 	seedGiven    bool
 	stop         []string
+	stopIDs      map[int32]bool
+	n            int
 	stream       bool
 	includeUsage bool
 	ignoreEOS    bool
+	echo         bool
 }
 
-const maxStops = 16
+// limits are what validation checks against: the served vocabulary and
+// the effective context (I2).
+type limits struct {
+	vocab, context int
+}
 
-func (c *commonParams) validate(maxTokensParam string, maxTokens *int) (params, *apiError) {
+func (c *commonParams) validate(maxTokensParam string, maxTokens *int, lim limits) (params, *apiError) {
 	var p params
+	if maxTokens != nil && c.MaxTokens != nil && *c.MaxTokens != *maxTokens {
+		// Neither may silently win over the other.
+		return p, badParam("max_tokens", "max_tokens %d and %s %d disagree; set only %s", *c.MaxTokens, maxTokensParam, *maxTokens, maxTokensParam)
+	}
 	if maxTokens == nil {
 		maxTokens = c.MaxTokens
 		maxTokensParam = "max_tokens"
@@ -120,52 +257,102 @@ func (c *commonParams) validate(maxTokensParam string, maxTokens *int) (params, 
 		if *maxTokens < 1 {
 			return p, badParam(maxTokensParam, "%s must be at least 1, got %d", maxTokensParam, *maxTokens)
 		}
+		if *maxTokens > lim.context {
+			// Refused before any arithmetic with the prompt length, so no
+			// sum can wrap (I2).
+			return p, newErr(http.StatusBadRequest, CodeContextLength, maxTokensParam,
+				"%s %d exceeds this model's maximum context length of %d tokens", maxTokensParam, *maxTokens, lim.context)
+		}
 		p.maxTokens = *maxTokens
 	}
-	p.temperature = 1
+	s := &p.sampling
+	s.Temperature = 1
 	if c.Temperature != nil {
 		t := *c.Temperature
-		if math.IsNaN(t) || t < 0 || t > 2 {
+		if !(t >= 0 && t <= 2) {
 			return p, badParam("temperature", "temperature must be between 0 and 2, got %v", t)
 		}
-		p.temperature = t
+		s.Temperature = float32(t)
 	}
-	p.topP = 1
 	if c.TopP != nil {
 		t := *c.TopP
-		if math.IsNaN(t) || t <= 0 || t > 1 {
+		if !(t > 0 && t <= 1) {
 			return p, badParam("top_p", "top_p must be greater than 0 and at most 1, got %v", t)
 		}
-		p.topP = t
+		s.TopP = float32(t)
 	}
 	if c.TopK != nil {
-		if *c.TopK < 0 {
-			return p, badParam("top_k", "top_k must be 0 (no limit) or positive, got %d", *c.TopK)
+		k := *c.TopK
+		// -1 and 0 both mean "no limit", as in vLLM.
+		if k < -1 || k > lim.vocab {
+			return p, badParam("top_k", "top_k must be -1 or 0 (no limit) or at most the vocabulary size %d, got %d", lim.vocab, k)
 		}
-		p.topK = *c.TopK
+		s.TopK = max(k, 0)
+	}
+	if c.MinP != nil {
+		m := *c.MinP
+		if !(m >= 0 && m <= 1) {
+			return p, badParam("min_p", "min_p must be between 0 and 1, got %v", m)
+		}
+		s.MinP = float32(m)
+	}
+	for _, pen := range []struct {
+		name string
+		v    *float64
+		dst  *float32
+	}{{"presence_penalty", c.PresencePenalty, &s.PresencePenalty}, {"frequency_penalty", c.FrequencyPenalty, &s.FrequencyPenalty}} {
+		if pen.v != nil {
+			if !(*pen.v >= -sample.MaxPenalty && *pen.v <= sample.MaxPenalty) {
+				return p, badParam(pen.name, "%s must be between -%d and %d, got %v", pen.name, sample.MaxPenalty, sample.MaxPenalty, *pen.v)
+			}
+			*pen.dst = float32(*pen.v)
+		}
+	}
+	if c.RepetitionPenalty != nil {
+		r := *c.RepetitionPenalty
+		if !(r > 0 && r <= sample.MaxRepetitionPenalty) {
+			return p, badParam("repetition_penalty", "repetition_penalty must be greater than 0 and at most %d (1 is off), got %v", sample.MaxRepetitionPenalty, r)
+		}
+		s.RepetitionPenalty = float32(r)
+	}
+	if e := parseLogitBias(c.LogitBias, lim.vocab, s); e != nil {
+		return p, e
 	}
 	if c.Seed != nil {
+		// Any int64 (OpenAI's type); JSON integers are read exactly, so
+		// seeds above 2^53 keep every bit. Negative seeds use their
+		// two's-complement bits.
 		p.seed, p.seedGiven = uint64(*c.Seed), true
 	}
-	if c.N != nil && *c.N != 1 {
-		return p, badParam("n", "n must be 1: this server generates one choice per request, got %d", *c.N)
-	}
-	if c.BestOf != nil && *c.BestOf != 1 {
-		return p, newErr(http.StatusBadRequest, CodeUnsupported, "best_of", "best_of is not supported; omit it or set it to 1")
-	}
-	if c.Echo {
-		return p, newErr(http.StatusBadRequest, CodeUnsupported, "echo", "echo is not supported")
-	}
-	if l := bytes.TrimSpace(c.Logprobs); len(l) > 0 && !bytes.Equal(l, []byte("null")) && !bytes.Equal(l, []byte("false")) {
-		return p, newErr(http.StatusBadRequest, CodeUnsupported, "logprobs", "logprobs are not supported")
+	p.n = 1
+	if c.N != nil {
+		if *c.N < 1 || *c.N > maxN {
+			return p, badParam("n", "n must be between 1 and %d, got %d", maxN, *c.N)
+		}
+		p.n = *c.N
 	}
 	stops, e := parseStop(c.Stop)
 	if e != nil {
 		return p, e
 	}
 	p.stop = stops
+	if len(c.StopTokenIDs) > maxStopTokens {
+		return p, badParam("stop_token_ids", "stop_token_ids holds %d ids; at most %d are allowed", len(c.StopTokenIDs), maxStopTokens)
+	}
+	for i, id := range c.StopTokenIDs {
+		if id < 0 || id >= int64(lim.vocab) {
+			return p, badParam("stop_token_ids", "stop_token_ids[%d] = %d is outside the vocabulary [0, %d)", i, id, lim.vocab)
+		}
+		if p.stopIDs == nil {
+			p.stopIDs = map[int32]bool{}
+		}
+		p.stopIDs[int32(id)] = true
+	}
 	p.stream = c.Stream
 	p.ignoreEOS = c.IgnoreEOS
+	if e := onlyKeys(c.RawStreamOptions, "stream_options", "include_usage"); e != nil {
+		return p, e
+	}
 	if c.StreamOptions != nil {
 		if !c.Stream {
 			return p, badParam("stream_options", "stream_options is only allowed when stream is true")
@@ -175,27 +362,153 @@ func (c *commonParams) validate(maxTokensParam string, maxTokens *int) (params, 
 	return p, nil
 }
 
+// parseLogitBias reads OpenAI's {"token id": bias} object into sorted
+// entries.
+func parseLogitBias(m map[string]float64, vocab int, s *sample.Params) *apiError {
+	if len(m) == 0 {
+		return nil
+	}
+	if len(m) > sample.MaxLogitBias {
+		return badParam("logit_bias", "logit_bias holds %d entries; at most %d are allowed", len(m), sample.MaxLogitBias)
+	}
+	for k, v := range m {
+		id, err := strconv.ParseInt(k, 10, 32)
+		if err != nil || id < 0 || id >= int64(vocab) {
+			return badParam("logit_bias", "logit_bias key %q is not a token id in [0, %d)", k, vocab)
+		}
+		if !(v >= -sample.MaxBias && v <= sample.MaxBias) {
+			return badParam("logit_bias", "logit_bias of token %d must be between -%d and %d, got %v", id, sample.MaxBias, sample.MaxBias, v)
+		}
+		s.LogitBias = append(s.LogitBias, sample.Bias{ID: int32(id), Bias: float32(v)})
+	}
+	slices.SortFunc(s.LogitBias, func(a, b sample.Bias) int { return int(a.ID - b.ID) })
+	for i := 1; i < len(s.LogitBias); i++ {
+		if s.LogitBias[i].ID == s.LogitBias[i-1].ID {
+			// "1" and "01" name the same token.
+			return badParam("logit_bias", "logit_bias names token %d twice", s.LogitBias[i].ID)
+		}
+	}
+	return nil
+}
+
+// validate checks a completions request: the common parameters, then the
+// legacy ones.
+func (c *completionRequest) validate(lim limits) (params, *apiError) {
+	p, e := c.commonParams.validate("max_tokens", nil, lim)
+	if e != nil {
+		return p, e
+	}
+	if c.BestOf != nil && *c.BestOf != 1 && *c.BestOf != p.n {
+		return p, unsupported("best_of", "best_of %d is not supported (no server-side ranking); omit it or set it to n", *c.BestOf)
+	}
+	if !isNull(c.Suffix) {
+		var s string
+		if err := json.Unmarshal(c.Suffix, &s); err != nil {
+			return p, badParam("suffix", "suffix must be a string")
+		}
+		if s != "" {
+			return p, unsupported("suffix", "suffix (insertion) is not supported")
+		}
+	}
+	if !isNull(c.Logprobs) {
+		var n int
+		if err := json.Unmarshal(c.Logprobs, &n); err != nil {
+			return p, badParam("logprobs", "logprobs must be an integer between 0 and %d for completions", sample.MaxTopLogprobs)
+		}
+		if n < 0 || n > sample.MaxTopLogprobs {
+			return p, badParam("logprobs", "logprobs must be between 0 and %d, got %d", sample.MaxTopLogprobs, n)
+		}
+		p.sampling.Logprobs, p.sampling.TopLogprobs = true, n
+	}
+	p.echo = c.Echo
+	if p.echo && p.sampling.Logprobs {
+		// Prompt logprobs need every prompt position's logits; prefill
+		// computes only the last one's.
+		return p, unsupported("echo", "echo together with logprobs (prompt logprobs) is not supported; drop one of them")
+	}
+	return p, nil
+}
+
+// validate checks a chat request: the common parameters, logprobs, and the
+// tool / format parameters this server does not implement.
+func (c *chatRequest) validate(lim limits) (params, *apiError) {
+	var empty = func(raw json.RawMessage) bool {
+		t := string(bytes.TrimSpace(raw))
+		return t == "" || t == "null" || t == "[]"
+	}
+	switch {
+	case !empty(c.Tools):
+		return params{}, unsupported("tools", "tools are not supported by this server")
+	case !empty(c.Functions):
+		return params{}, unsupported("functions", "functions are not supported by this server")
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"tool_choice", c.ToolChoice}, {"function_call", c.FunctionCall}} {
+		if isNull(f.raw) {
+			continue
+		}
+		var s string
+		if json.Unmarshal(f.raw, &s) != nil || s != "none" {
+			return params{}, unsupported(f.name, "%s other than \"none\" is not supported (no tools)", f.name)
+		}
+	}
+	if !isNull(c.ResponseFormat) {
+		var rf struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(c.ResponseFormat, &rf) != nil {
+			return params{}, badParam("response_format", "response_format must be an object with a type")
+		}
+		if rf.Type != "text" {
+			return params{}, unsupported("response_format", "response_format %q is not supported; only {\"type\": \"text\"} is (no constrained decoding)", rf.Type)
+		}
+		if e := onlyKeys(c.ResponseFormat, "response_format", "type"); e != nil {
+			return params{}, e
+		}
+	}
+	p, e := c.commonParams.validate("max_completion_tokens", c.MaxCompletionTokens, lim)
+	if e != nil {
+		return p, e
+	}
+	if !isNull(c.Logprobs) {
+		if err := json.Unmarshal(c.Logprobs, &p.sampling.Logprobs); err != nil {
+			return p, badParam("logprobs", "logprobs must be a boolean for chat completions")
+		}
+	}
+	if c.TopLogprobs != nil {
+		n := *c.TopLogprobs
+		if n < 0 || n > sample.MaxTopLogprobs {
+			return p, badParam("top_logprobs", "top_logprobs must be between 0 and %d, got %d", sample.MaxTopLogprobs, n)
+		}
+		if !p.sampling.Logprobs {
+			return p, badParam("top_logprobs", "top_logprobs needs logprobs set to true")
+		}
+		p.sampling.TopLogprobs = n
+	}
+	return p, nil
+}
+
 func parseStop(raw json.RawMessage) ([]string, *apiError) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+	if isNull(raw) {
 		return nil, nil
 	}
+	var many []string
 	var one string
 	if err := json.Unmarshal(raw, &one); err == nil {
-		if one == "" {
-			return nil, nil
-		}
-		return []string{one}, nil
-	}
-	var many []string
-	if err := json.Unmarshal(raw, &many); err != nil {
+		many = []string{one}
+	} else if err := json.Unmarshal(raw, &many); err != nil {
 		return nil, badParam("stop", "stop must be a string or an array of strings")
 	}
 	if len(many) > maxStops {
 		return nil, badParam("stop", "stop holds %d strings; at most %d are allowed", len(many), maxStops)
 	}
 	out := many[:0]
-	for _, s := range many {
+	for i, s := range many {
+		if len(s) > maxStopBytes {
+			return nil, badParam("stop", "stop[%d] is %d bytes long; at most %d are allowed", i, len(s), maxStopBytes)
+		}
 		if s != "" {
 			out = append(out, s)
 		}
@@ -210,44 +523,59 @@ type promptInput struct {
 	isText bool
 }
 
-func parsePrompt(raw json.RawMessage, vocab int) (promptInput, *apiError) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return promptInput{}, newErr(http.StatusBadRequest, CodeMissingParam, "prompt", "prompt is required")
+// parsePrompts reads a completions prompt: a string, an array of strings,
+// an array of token ids, or an array of token-id arrays. Each prompt of a
+// list is its own choice (or n choices).
+func parsePrompts(raw json.RawMessage, vocab int) ([]promptInput, *apiError) {
+	if isNull(raw) {
+		return nil, newErr(http.StatusBadRequest, CodeMissingParam, "prompt", "prompt is required")
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
-		return promptInput{text: s, isText: true}, nil
+		return []promptInput{{text: s, isText: true}}, nil
 	}
 	var ss []string
 	if err := json.Unmarshal(raw, &ss); err == nil {
-		if len(ss) != 1 {
-			return promptInput{}, badParam("prompt", "prompt must hold exactly one string (batches are not supported), got %d", len(ss))
+		if len(ss) == 0 {
+			return nil, badParam("prompt", "prompt holds no prompts")
 		}
-		return promptInput{text: ss[0], isText: true}, nil
+		out := make([]promptInput, len(ss))
+		for i, t := range ss {
+			out[i] = promptInput{text: t, isText: true}
+		}
+		return out, nil
 	}
 	var ids []int64
 	if err := json.Unmarshal(raw, &ids); err == nil {
-		return tokenPrompt(ids, vocab)
+		in, e := tokenPrompt(ids, vocab, "prompt")
+		return []promptInput{in}, e
 	}
 	var idss [][]int64
 	if err := json.Unmarshal(raw, &idss); err == nil {
-		if len(idss) != 1 {
-			return promptInput{}, badParam("prompt", "prompt must hold exactly one token list (batches are not supported), got %d", len(idss))
+		if len(idss) == 0 {
+			return nil, badParam("prompt", "prompt holds no prompts")
 		}
-		return tokenPrompt(idss[0], vocab)
+		out := make([]promptInput, len(idss))
+		for i, l := range idss {
+			in, e := tokenPrompt(l, vocab, fmt.Sprintf("prompt[%d]", i))
+			if e != nil {
+				return nil, e
+			}
+			out[i] = in
+		}
+		return out, nil
 	}
-	return promptInput{}, badParam("prompt", "prompt must be a string, an array of one string, or an array of token ids")
+	return nil, badParam("prompt", "prompt must be a string, an array of strings, an array of token ids, or an array of token-id arrays")
 }
 
-func tokenPrompt(ids []int64, vocab int) (promptInput, *apiError) {
+func tokenPrompt(ids []int64, vocab int, param string) (promptInput, *apiError) {
 	if len(ids) == 0 {
-		return promptInput{}, badParam("prompt", "prompt holds no tokens")
+		return promptInput{}, badParam("prompt", "%s holds no tokens", param)
 	}
 	out := make([]int32, len(ids))
 	for i, id := range ids {
 		if id < 0 || (vocab > 0 && id >= int64(vocab)) {
-			return promptInput{}, badParam("prompt", "prompt token %d at index %d is outside the vocabulary [0, %d)", id, i, vocab)
+			return promptInput{}, badParam("prompt", "%s token %d at index %d is outside the vocabulary [0, %d)", param, id, i, vocab)
 		}
 		out[i] = int32(id)
 	}
@@ -267,6 +595,15 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 	}
 	if err := json.Unmarshal(raw, &msgs); err != nil {
 		return nil, badParam("messages", "messages must be an array of {role, content} objects")
+	}
+	var rawMsgs []json.RawMessage
+	_ = json.Unmarshal(raw, &rawMsgs)
+	for i, m := range rawMsgs {
+		// name, tool_calls and the like would change what the model sees;
+		// they are refused unless empty, never dropped.
+		if e := onlyKeysLenient(m, fmt.Sprintf("messages[%d]", i), []string{"name", "tool_calls", "refusal"}, "role", "content"); e != nil {
+			return nil, e
+		}
 	}
 	if len(msgs) == 0 {
 		return nil, badParam("messages", "messages must hold at least one message")
@@ -329,11 +666,21 @@ type usageJSON struct {
 	TotalTokens      int `json:"total_tokens"`
 }
 
+// completionLogprobs is the legacy completions shape: parallel arrays, and
+// top_logprobs as one {token text: logprob} object per token (holding the
+// sampled token too, as vLLM does).
+type completionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float32            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
 type completionChoice struct {
-	Text         string  `json:"text"`
-	Index        int     `json:"index"`
-	Logprobs     *string `json:"logprobs"`
-	FinishReason *string `json:"finish_reason"`
+	Text         string              `json:"text"`
+	Index        int                 `json:"index"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
 }
 
 type completionResponse struct {
@@ -350,10 +697,30 @@ type chatMessageJSON struct {
 	Content string `json:"content"`
 }
 
+// chatTopLogprob and chatTokenLogprob are chat's logprobs.content items.
+// Bytes is a JSON array of numbers (a []byte would be base64).
+type chatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+type chatTokenLogprob struct {
+	Token       string           `json:"token"`
+	Logprob     float32          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
+}
+
+type chatLogprobs struct {
+	Content []chatTokenLogprob `json:"content"`
+	Refusal []chatTokenLogprob `json:"refusal"`
+}
+
 type chatChoice struct {
 	Index        int             `json:"index"`
 	Message      chatMessageJSON `json:"message"`
-	Logprobs     *string         `json:"logprobs"`
+	Logprobs     *chatLogprobs   `json:"logprobs"`
 	FinishReason string          `json:"finish_reason"`
 }
 
@@ -372,10 +739,10 @@ type chatDelta struct {
 }
 
 type chatChunkChoice struct {
-	Index        int       `json:"index"`
-	Delta        chatDelta `json:"delta"`
-	Logprobs     *string   `json:"logprobs"`
-	FinishReason *string   `json:"finish_reason"`
+	Index        int           `json:"index"`
+	Delta        chatDelta     `json:"delta"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
 }
 
 // chatChunk's Usage is null on every chunk but the last when the client

@@ -354,15 +354,15 @@ func TestInvalidRequests(t *testing.T) {
 		{url, `{"prompt":"hi","max_tokens":0}`, 400, CodeInvalidParam, "max_tokens"},
 		{url, `{"prompt":"hi","temperature":2.5}`, 400, CodeInvalidParam, "temperature"},
 		{url, `{"prompt":"hi","top_p":0}`, 400, CodeInvalidParam, "top_p"},
-		{url, `{"prompt":"hi","top_k":-1}`, 400, CodeInvalidParam, "top_k"},
-		{url, `{"prompt":"hi","n":2}`, 400, CodeInvalidParam, "n"},
+		{url, `{"prompt":"hi","top_k":-2}`, 400, CodeInvalidParam, "top_k"},
+		{url, `{"prompt":"hi","n":17}`, 400, CodeInvalidParam, "n"},
 		{url, `{"prompt":"hi","stop":5}`, 400, CodeInvalidParam, "stop"},
 		{url, `{"prompt":"hi","stream_options":{"include_usage":true}}`, 400, CodeInvalidParam, "stream_options"},
-		{url, `{"prompt":["a","b"]}`, 400, CodeInvalidParam, "prompt"},
+		{url, `{"prompt":[]}`, 400, CodeInvalidParam, "prompt"},
 		{url, `{"prompt":[1,999]}`, 400, CodeInvalidParam, "prompt"},
 		{url, `{"prompt":{"x":1}}`, 400, CodeInvalidParam, "prompt"},
 		{url, `{}`, 400, CodeMissingParam, "prompt"},
-		{url, `{"prompt":"hi","echo":true}`, 400, CodeUnsupported, "echo"},
+		{url, `{"prompt":"hi","echo":true,"logprobs":1}`, 400, CodeUnsupported, "echo"},
 		{url, `{"prompt":"hi","model":"gpt-9"}`, 404, CodeUnknownModel, "model"},
 		{chat, `{"messages":[]}`, 400, CodeInvalidParam, "messages"},
 		{chat, `{"messages":"hi"}`, 400, CodeInvalidParam, "messages"},
@@ -418,8 +418,13 @@ func TestTenantsFromKeys(t *testing.T) {
 	// A client claiming a tenant in the body changes nothing: the tenant
 	// comes from the key alone.
 	for _, k := range []string{"ka1", "ka2", "kb"} {
-		if _, err := h.client(k).Completions.New(ctx, p, option.WithJSONSet("user", "bob"), option.WithJSONSet("tenant", "bob")); err != nil {
+		if _, err := h.client(k).Completions.New(ctx, p, option.WithJSONSet("user", "bob")); err != nil {
 			t.Fatal(err)
+		}
+		// A body naming a tenant is refused, never silently ignored.
+		_, err := h.client(k).Completions.New(ctx, p, option.WithJSONSet("tenant", "bob"))
+		if ae := apiErr(t, err, 400, CodeUnsupported); ae.Param != "tenant" {
+			t.Fatalf("param %q, want tenant", ae.Param)
 		}
 	}
 	if got := strings.Join(h.eng.Tenants(), ","); got != "alice,alice,bob" {

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"sluice/internal/engine"
+	"sluice/internal/sample"
 )
 
 // This file holds TEST DOUBLES ONLY: a byte-level tokenizer and an "echo"
@@ -35,8 +36,21 @@ func (byteTok) Encode(text string, addSpecial, _ bool) ([]int32, error) {
 	return ids, nil
 }
 
-func (byteTok) NewDecoder() Decoder     { return &byteDec{} }
-func (byteTok) IsEOG(id int32) bool     { return id == fakeEOS }
+func (byteTok) NewDecoder() Decoder { return &byteDec{} }
+func (byteTok) IsEOG(id int32) bool { return id == fakeEOS }
+
+// TokenText is one token's bytes; BOS and EOS show as text.
+func (byteTok) TokenText(id int32) string {
+	switch {
+	case id == fakeBOS:
+		return "<s>"
+	case id == fakeEOS:
+		return "</s>"
+	case id >= 0 && id < 256:
+		return string([]byte{byte(id)})
+	}
+	return ""
+}
 func (d *byteDec) Push(id int32) string { return d.push(id) }
 func (d *byteDec) Flush() string {
 	out := strings.ToValidUTF8(string(d.pending), "\uFFFD")
@@ -85,6 +99,27 @@ type echoEngine struct {
 	ignoreEOS atomic.Bool // the last request's IgnoreEOS
 	tenants   []string
 	refuse    *engine.Error
+	// refuseAfter > 0 refuses every Submit after that many (overloaded).
+	refuseAfter int64
+	reqs        []engine.Request // every request submitted
+}
+
+// Requests returns the requests submitted so far.
+func (e *echoEngine) Requests() []engine.Request {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]engine.Request(nil), e.reqs...)
+}
+
+// echoLogprobs are the test double's logprobs of token t, known from first
+// principles: t scores -t/256, and its alternatives are t+1, t+2, ...
+func echoLogprobs(t int32, top int) *sample.Logprobs {
+	lp := &sample.Logprobs{Logprob: -float32(t) / 256}
+	for k := range top {
+		id := (t + int32(k) + 1) % 256
+		lp.Top = append(lp.Top, sample.TokenLogprob{ID: id, Logprob: -float32(id) / 256})
+	}
+	return lp
 }
 
 func newEcho(ctx int) *echoEngine { return &echoEngine{ctx: ctx, gate: make(chan struct{})} }
@@ -120,10 +155,13 @@ func (s *echoStream) Cancel() {
 }
 
 func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream, error) {
-	e.submitted.Add(1)
+	n := e.submitted.Add(1)
 	e.ignoreEOS.Store(r.IgnoreEOS)
 	if e.refuse != nil {
 		return nil, e.refuse
+	}
+	if e.refuseAfter > 0 && n > e.refuseAfter {
+		return nil, &engine.Error{Code: engine.CodeOverloaded, Status: http.StatusServiceUnavailable, Message: "no room"}
 	}
 	if len(r.Prompt)+r.MaxTokens > e.ctx {
 		return nil, &engine.Error{Code: engine.CodeContextLength, Status: 400, Message: "engine admission refused"}
@@ -131,6 +169,7 @@ func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream
 	e.mu.Lock()
 	e.active++
 	e.tenants = append(e.tenants, r.Tenant)
+	e.reqs = append(e.reqs, *r)
 	e.mu.Unlock()
 	s := &echoStream{ch: make(chan engine.Event, r.MaxTokens+2), cancel: make(chan struct{}), eng: e}
 	var body []int32
@@ -176,7 +215,11 @@ func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream
 				s.ch <- engine.Event{Err: &engine.Error{Code: engine.CodeIntegrity, Status: 500, Message: "a KV page failed its owner check"}, Usage: usage}
 				return
 			}
-			s.ch <- engine.Event{Token: t}
+			ev := engine.Event{Token: t}
+			if r.Sampling.Logprobs {
+				ev.Logprobs = echoLogprobs(t, r.Sampling.TopLogprobs)
+			}
+			s.ch <- ev
 			usage.CompletionTokens++
 			if t == fakeEOS {
 				s.ch <- engine.Event{Done: true, Finish: "stop", Usage: usage}

@@ -1,9 +1,12 @@
 package router
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -13,141 +16,289 @@ import (
 
 // cancelGrace bounds the wait for a cancelled stream's terminal event. The
 // engine ends a cancelled request within a decode step once its handoff has
-// committed (I10); a minute covers a long prefill and transfer.
-const cancelGrace = time.Minute
+// committed (I10); a minute covers a long prefill and transfer. A
+// variable only so tests can shorten it.
+var cancelGrace = time.Minute
 
 // outcome is how one generation ended, for the response and the metrics.
 type outcome struct {
-	finish     string
+	finish     string // the first choice's
 	usage      engine.Usage
 	err        *apiError
 	clientGone bool
 }
 
-// run consumes the engine stream and answers the client. It returns only
-// after the stream's terminal event, so no request leaves the engine behind.
+// genPrompt is one prompt of a request: its tokens and, for echo, its text.
+type genPrompt struct {
+	tokens []int32
+	echo   string
+}
+
+// choice is one generated sequence of a request: prompt i, sample j, at
+// index i*n + j (OpenAI's order). Each is its own engine request, with its
+// own pages and handoff.
+type choice struct {
+	index   int
+	prompt  int
+	st      engine.Stream
+	events  <-chan engine.Event // nil once the terminal event arrived
+	dec     Decoder
+	stops   *sample.StopMatcher
+	text    strings.Builder // non-streaming: the text so far
+	offset  int             // bytes of text decoded so far, echo included
+	lps     []tokenLogprob  // logprobs not yet sent (all, when not streaming)
+	tokens  int             // tokens the client is accounted for
+	finish  string
+	stopped bool // a stop string or stop token matched: draining after our Cancel
+	cancel  bool // Cancel was called
+	// deadline is when a cancelled choice must have ended (cancelGrace).
+	deadline time.Time
+	last     time.Time
+	usage    engine.Usage
+}
+
+// tokenLogprob is one reported token: its id, logprobs and text offset.
+type tokenLogprob struct {
+	id     int32
+	lp     *sample.Logprobs
+	offset int
+}
+
+// run consumes the engine streams of a request's choices and answers the
+// client. It returns only after every stream's terminal event, so no
+// request leaves the engine behind.
 //
-// Disconnect policy (I10): when the client goes away run calls Cancel and
-// keeps draining; the engine decides when the request can stop without
-// tearing a transfer. run never writes to a client known to be gone, and
-// every write carries a deadline, so a dead client cannot block it.
-func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, st engine.Stream) outcome {
+// Disconnect policy (I10): when the client goes away run calls Cancel on
+// every choice and keeps draining; the engine decides when each can stop
+// without tearing a transfer. run never writes to a client known to be
+// gone, and every write carries a deadline, so a dead client cannot block
+// it. A failure of one choice fails the request (I8: fail closed); the
+// other choices are cancelled.
+func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, streams []engine.Stream) outcome {
 	var (
-		out       outcome
-		dec       = s.cfg.Tokenizer.NewDecoder()
-		stops     = sample.NewStopMatcher(g.p.stop)
-		text      strings.Builder
-		sse       *sseWriter
-		cancelled bool
-		stopped   bool
-		tokens    int
-		last      time.Time
-		ctxDone   = r.Context().Done()
+		out     outcome
+		sse     *sseWriter
+		stuck   <-chan time.Time
+		timer   *time.Timer
+		ctxDone = r.Context().Done()
+		first   = true
+		live    = len(streams)
 	)
-	// stuck fires if the engine breaks its promise to end a cancelled
-	// stream; the handler then gives up rather than hang forever.
-	var stuck <-chan time.Time
-	cancel := func() {
-		if !cancelled {
-			cancelled = true
-			st.Cancel()
-			stuck = time.After(cancelGrace)
+	chs := make([]*choice, len(streams))
+	for i, st := range streams {
+		chs[i] = &choice{index: i, prompt: i / g.p.n, st: st, events: st.Events(),
+			dec: s.cfg.Tokenizer.NewDecoder(), stops: sample.NewStopMatcher(g.p.stop)}
+		if g.p.echo {
+			chs[i].offset = len(g.prompts[chs[i].prompt].echo)
 		}
 	}
-	emit := func(t string) {
-		if t == "" || out.clientGone {
-			return
+	// stuck fires at the earliest deadline of a cancelled choice still
+	// running: the engine broke its promise to end a cancelled stream, and
+	// the handler gives up rather than hang forever. Choices that were not
+	// cancelled (the others of n, still generating) have no deadline.
+	arm := func() {
+		var next time.Time
+		for _, c := range chs {
+			if c.events != nil && c.cancel && (next.IsZero() || c.deadline.Before(next)) {
+				next = c.deadline
+			}
 		}
-		if !g.p.stream {
-			text.WriteString(t)
+		if timer != nil {
+			timer.Stop()
+		}
+		timer, stuck = nil, nil
+		if !next.IsZero() {
+			timer = time.NewTimer(time.Until(next))
+			stuck = timer.C
+		}
+	}
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	cancel := func(c *choice) {
+		if !c.cancel {
+			c.cancel = true
+			c.deadline = time.Now().Add(cancelGrace)
+			c.st.Cancel()
+			if stuck == nil {
+				arm()
+			}
+		}
+	}
+	cancelAll := func() {
+		for _, c := range chs {
+			if c.events != nil {
+				cancel(c)
+			}
+		}
+	}
+	gone := func() {
+		out.clientGone = true
+		cancelAll()
+	}
+	send := func(c *choice, t string, finish *string) {
+		if out.clientGone || out.err != nil {
 			return
 		}
 		if sse == nil {
 			sse = s.startSSE(w, r, g)
 		}
-		if err := sse.content(t); err != nil {
-			out.clientGone = true
-			cancel()
+		lps := c.lps
+		c.lps = nil
+		if err := sse.chunk(c.index, t, lps, finish); err != nil {
+			gone()
 		}
 	}
-
-loop:
+	emit := func(c *choice, t string) {
+		if t == "" || out.clientGone {
+			return
+		}
+		if !g.p.stream {
+			c.text.WriteString(t)
+			return
+		}
+		send(c, t, nil)
+	}
+	// Cases: 0 the client's context, 1 the stuck timer, 2.. the choices.
+	cases := make([]reflect.SelectCase, 2+len(chs))
 	for {
-		select {
-		case <-ctxDone:
-			ctxDone = nil
-			out.clientGone = true
-			cancel()
-		case <-stuck:
-			s.log.Error("the engine did not end a cancelled request", "id", g.id, "grace", cancelGrace)
-			out.err = newErr(http.StatusInternalServerError, CodeInternal, "", "the engine did not end the request")
-			break loop
-		case ev, ok := <-st.Events():
-			if !ok {
-				// The engine contract promises a terminal event; a stream
-				// that closes without one must not look like success (I8).
-				out.err = newErr(http.StatusInternalServerError, CodeInternal, "", "the engine ended the request without a result")
-				break loop
+		if live == 0 {
+			break
+		}
+		cases[0] = reflect.SelectCase{Dir: reflect.SelectRecv}
+		if ctxDone != nil {
+			cases[0].Chan = reflect.ValueOf(ctxDone)
+		}
+		cases[1] = reflect.SelectCase{Dir: reflect.SelectRecv}
+		if stuck != nil {
+			cases[1].Chan = reflect.ValueOf(stuck)
+		}
+		for i, c := range chs {
+			cases[2+i] = reflect.SelectCase{Dir: reflect.SelectRecv}
+			if c.events != nil {
+				cases[2+i].Chan = reflect.ValueOf(c.events)
 			}
-			if ev.Err == nil && !ev.Done {
-				now := time.Now()
-				if tokens == 0 {
-					s.metrics.ttft.Observe(now.Sub(g.start).Seconds())
-				} else {
-					s.metrics.itl.Observe(now.Sub(last).Seconds())
-				}
-				last = now
-				if stopped {
-					continue // draining after our own Cancel
-				}
-				tokens++
-				if s.cfg.Tokenizer.IsEOG(ev.Token) {
-					continue
-				}
-				piece, hit := stops.Push(dec.Push(ev.Token))
-				emit(piece)
-				if hit {
-					stopped = true
-					out.finish = "stop"
-					cancel()
+		}
+		k, v, ok := reflect.Select(cases)
+		if k == 0 {
+			ctxDone = nil
+			gone()
+			continue
+		}
+		if k == 1 {
+			late := false
+			for _, c := range chs {
+				late = late || (c.events != nil && c.cancel && !time.Now().Before(c.deadline))
+			}
+			if !late {
+				arm() // the choice that set the timer ended; wait for the next
+				continue
+			}
+			s.log.Error("the engine did not end a cancelled request", "id", g.id, "grace", cancelGrace)
+			if out.err == nil {
+				out.err = newErr(http.StatusInternalServerError, CodeInternal, "", "the engine did not end the request")
+			}
+			break
+		}
+		c := chs[k-2]
+		if !ok {
+			// The engine contract promises a terminal event; a stream
+			// that closes without one must not look like success (I8).
+			c.events = nil
+			live--
+			if out.err == nil {
+				out.err = newErr(http.StatusInternalServerError, CodeInternal, "", "the engine ended the request without a result")
+			}
+			cancelAll()
+			continue
+		}
+		ev := v.Interface().(engine.Event)
+		if ev.Err == nil && !ev.Done {
+			now := time.Now()
+			if first {
+				s.metrics.ttft.Observe(now.Sub(g.start).Seconds())
+				first = false
+			} else if !c.last.IsZero() {
+				s.metrics.itl.Observe(now.Sub(c.last).Seconds())
+			}
+			c.last = now
+			if c.stopped || c.cancel {
+				continue // draining after our own Cancel
+			}
+			c.tokens++
+			if s.cfg.Tokenizer.IsEOG(ev.Token) || g.p.stopIDs[ev.Token] {
+				// A token that ends generation is accounted for, but
+				// neither its text nor its logprobs are sent.
+				if g.p.stopIDs[ev.Token] {
+					c.stopped, c.finish = true, "stop"
+					cancel(c)
 				}
 				continue
 			}
-			out.usage = ev.Usage
-			var failure *apiError
-			if ev.Err != nil {
-				failure = fromEngine(ev.Err)
-				if failure.Status >= 500 {
-					// Logged even when the client is gone: an integrity
-					// failure is never silent (I8).
-					s.log.Error("request failed", "id", g.id, "tenant", g.tenant, "code", failure.Code, "err", ev.Err)
-				}
+			piece := c.dec.Push(ev.Token)
+			if ev.Logprobs != nil {
+				c.lps = append(c.lps, tokenLogprob{id: ev.Token, lp: ev.Logprobs, offset: c.offset})
 			}
-			switch {
-			case stopped && (failure == nil || failure.Code == engine.CodeCancelled):
-				// We cancelled after a stop string: the client received
-				// `tokens` tokens, whatever the engine produced meanwhile.
-				out.usage.CompletionTokens = tokens
-			case failure != nil:
-				// A failure other than our own cancel fails the request even
-				// after a stop string matched (I8: fail closed).
-				if !out.clientGone {
-					out.err = failure
-				}
-			default:
-				out.finish = ev.Finish
-				if piece, hit := stops.Push(dec.Flush()); hit {
-					emit(piece)
-					out.finish = "stop"
-					break loop
-				} else {
-					emit(piece)
-				}
-				emit(stops.Flush())
+			c.offset += len(piece)
+			piece, hit := c.stops.Push(piece)
+			emit(c, piece)
+			if hit {
+				c.stopped, c.finish = true, "stop"
+				cancel(c)
 			}
-			break loop
+			continue
+		}
+		c.events = nil
+		live--
+		c.usage = ev.Usage
+		var failure *apiError
+		if ev.Err != nil {
+			failure = fromEngine(ev.Err)
+			if failure.Status >= 500 {
+				// Logged even when the client is gone: an integrity
+				// failure is never silent (I8).
+				s.log.Error("request failed", "id", g.id, "tenant", g.tenant, "choice", c.index, "code", failure.Code, "err", ev.Err)
+			}
+		}
+		switch {
+		case c.stopped && (failure == nil || failure.Code == engine.CodeCancelled):
+			// We cancelled after a stop: the client received `tokens`
+			// tokens, whatever the engine produced meanwhile.
+			c.usage.CompletionTokens = c.tokens
+		case failure != nil:
+			// A failure other than our own cancel fails the request even
+			// after a stop matched (I8: fail closed).
+			if out.err == nil && !out.clientGone {
+				out.err = failure
+			}
+			cancelAll()
+			continue
+		default:
+			c.finish = ev.Finish
+			if piece, hit := c.stops.Push(c.dec.Flush()); hit {
+				emit(c, piece)
+				c.finish = "stop"
+			} else {
+				emit(c, piece)
+				emit(c, c.stops.Flush())
+			}
+		}
+		if g.p.stream {
+			f := c.finish
+			send(c, "", &f)
 		}
 	}
+
+	for i, c := range chs {
+		// Each prompt is counted once, as OpenAI does for n > 1.
+		if i%g.p.n == 0 {
+			out.usage.PromptTokens += c.usage.PromptTokens
+		}
+		out.usage.CompletionTokens += c.usage.CompletionTokens
+	}
+	out.finish = chs[0].finish
 	if out.clientGone {
 		return out
 	}
@@ -160,13 +311,23 @@ loop:
 			return out
 		}
 		if g.chat {
-			writeJSON(w, http.StatusOK, chatResponse{ID: g.id, Object: "chat.completion", Created: g.created, Model: g.model,
-				Choices: []chatChoice{{Message: chatMessageJSON{Role: "assistant", Content: text.String()}, FinishReason: out.finish}},
-				Usage:   u})
+			resp := chatResponse{ID: g.id, Object: "chat.completion", Created: g.created, Model: g.model, Usage: u}
+			for _, c := range chs {
+				resp.Choices = append(resp.Choices, chatChoice{Index: c.index, Message: chatMessageJSON{Role: "assistant", Content: c.text.String()},
+					Logprobs: s.chatLogprobs(g, c.lps), FinishReason: c.finish})
+			}
+			writeJSON(w, http.StatusOK, resp)
 		} else {
-			f := out.finish
-			writeJSON(w, http.StatusOK, completionResponse{ID: g.id, Object: "text_completion", Created: g.created, Model: g.model,
-				Choices: []completionChoice{{Text: text.String(), FinishReason: &f}}, Usage: &u})
+			resp := completionResponse{ID: g.id, Object: "text_completion", Created: g.created, Model: g.model, Usage: &u}
+			for _, c := range chs {
+				f := c.finish
+				text := c.text.String()
+				if g.p.echo {
+					text = g.prompts[c.prompt].echo + text
+				}
+				resp.Choices = append(resp.Choices, completionChoice{Text: text, Index: c.index, Logprobs: s.completionLogprobs(g, c.lps), FinishReason: &f})
+			}
+			writeJSON(w, http.StatusOK, resp)
 		}
 		return out
 	}
@@ -185,8 +346,7 @@ loop:
 		// event and no [DONE], never a clean finish_reason.
 		err = sse.event(out.err.body())
 	} else {
-		err = sse.finish(out.finish)
-		if err == nil && g.p.includeUsage {
+		if g.p.includeUsage {
 			err = sse.usage(u)
 		}
 		if err == nil {
@@ -199,6 +359,73 @@ loop:
 	return out
 }
 
+// tokenTexter is the optional tokenizer method giving one token's bytes
+// (special tokens as their text), for logprobs.
+type tokenTexter interface {
+	TokenText(id int32) string
+}
+
+func (s *Server) tokenText(id int32) string {
+	if t, ok := s.cfg.Tokenizer.(tokenTexter); ok {
+		return t.TokenText(id)
+	}
+	d := s.cfg.Tokenizer.NewDecoder()
+	return d.Push(id) + d.Flush()
+}
+
+func byteInts(t string) []int {
+	b := make([]int, len(t))
+	for i := range len(t) {
+		b[i] = int(t[i])
+	}
+	return b
+}
+
+// chatLogprobs renders logprobs.content; nil when none were asked.
+func (s *Server) chatLogprobs(g *generation, lps []tokenLogprob) *chatLogprobs {
+	if !g.p.sampling.Logprobs {
+		return nil
+	}
+	out := &chatLogprobs{Content: []chatTokenLogprob{}}
+	for _, e := range lps {
+		t := s.tokenText(e.id)
+		item := chatTokenLogprob{Token: t, Logprob: e.lp.Logprob, Bytes: byteInts(t), TopLogprobs: []chatTopLogprob{}}
+		for _, a := range e.lp.Top {
+			at := s.tokenText(a.ID)
+			item.TopLogprobs = append(item.TopLogprobs, chatTopLogprob{Token: at, Logprob: a.Logprob, Bytes: byteInts(at)})
+		}
+		out.Content = append(out.Content, item)
+	}
+	return out
+}
+
+// completionLogprobs renders the legacy shape; nil when none were asked.
+func (s *Server) completionLogprobs(g *generation, lps []tokenLogprob) *completionLogprobs {
+	if !g.p.sampling.Logprobs {
+		return nil
+	}
+	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
+	for _, e := range lps {
+		t := s.tokenText(e.id)
+		out.Tokens = append(out.Tokens, t)
+		out.TokenLogprobs = append(out.TokenLogprobs, e.lp.Logprob)
+		out.TextOffset = append(out.TextOffset, e.offset)
+		top := map[string]float32{}
+		for _, a := range e.lp.Top {
+			if at := s.tokenText(a.ID); !hasKey(top, at) {
+				top[at] = a.Logprob
+			}
+		}
+		if !hasKey(top, t) {
+			top[t] = e.lp.Logprob
+		}
+		out.TopLogprobs = append(out.TopLogprobs, top)
+	}
+	return out
+}
+
+func hasKey(m map[string]float32, k string) bool { _, ok := m[k]; return ok }
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -207,23 +434,29 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // sseWriter writes one response's server-sent events.
 type sseWriter struct {
+	s       *Server
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	g       *generation
 	timeout time.Duration
 }
 
+// startSSE opens the stream: chat sends each choice's assistant role first
+// (as OpenAI does), completions with echo each choice's prompt text.
 func (s *Server) startSSE(w http.ResponseWriter, r *http.Request, g *generation) *sseWriter {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w), g: g, timeout: s.cfg.WriteTimeout}
-	if g.chat {
-		// OpenAI opens a chat stream with the assistant role and empty content.
-		empty := ""
-		_ = sw.event(sw.chatChunk(chatDelta{Role: "assistant", Content: &empty}, nil))
+	sw := &sseWriter{s: s, w: w, rc: http.NewResponseController(w), g: g, timeout: s.cfg.WriteTimeout}
+	for i := range len(g.prompts) * g.p.n {
+		if g.chat {
+			empty := ""
+			_ = sw.event(sw.chatChunk(i, chatDelta{Role: "assistant", Content: &empty}, nil, nil))
+		} else if g.p.echo {
+			_ = sw.event(sw.completionChunk(i, g.prompts[i/g.p.n].echo, nil, nil))
+		}
 	}
 	return sw
 }
@@ -249,28 +482,27 @@ func (sw *sseWriter) event(v any) error {
 	return sw.raw(string(b))
 }
 
-func (sw *sseWriter) chatChunk(d chatDelta, finish *string) chatChunk {
+func (sw *sseWriter) chatChunk(index int, d chatDelta, lp *chatLogprobs, finish *string) chatChunk {
 	return chatChunk{ID: sw.g.id, Object: "chat.completion.chunk", Created: sw.g.created, Model: sw.g.model,
-		Choices: []chatChunkChoice{{Delta: d, FinishReason: finish}}}
+		Choices: []chatChunkChoice{{Index: index, Delta: d, Logprobs: lp, FinishReason: finish}}}
 }
 
-func (sw *sseWriter) completionChunk(text string, finish *string) completionResponse {
+func (sw *sseWriter) completionChunk(index int, text string, lp *completionLogprobs, finish *string) completionResponse {
 	return completionResponse{ID: sw.g.id, Object: "text_completion", Created: sw.g.created, Model: sw.g.model,
-		Choices: []completionChoice{{Text: text, FinishReason: finish}}}
+		Choices: []completionChoice{{Text: text, Index: index, Logprobs: lp, FinishReason: finish}}}
 }
 
-func (sw *sseWriter) content(t string) error {
+// chunk sends text (possibly empty) of one choice with the logprobs of the
+// tokens it completes, and the finish reason on the choice's last chunk.
+func (sw *sseWriter) chunk(index int, t string, lps []tokenLogprob, finish *string) error {
 	if sw.g.chat {
-		return sw.event(sw.chatChunk(chatDelta{Content: &t}, nil))
+		var d chatDelta
+		if t != "" {
+			d.Content = &t
+		}
+		return sw.event(sw.chatChunk(index, d, sw.s.chatLogprobs(sw.g, lps), finish))
 	}
-	return sw.event(sw.completionChunk(t, nil))
-}
-
-func (sw *sseWriter) finish(reason string) error {
-	if sw.g.chat {
-		return sw.event(sw.chatChunk(chatDelta{}, &reason))
-	}
-	return sw.event(sw.completionChunk("", &reason))
+	return sw.event(sw.completionChunk(index, t, sw.s.completionLogprobs(sw.g, lps), finish))
 }
 
 // usage is the extra last chunk of stream_options.include_usage: no
@@ -282,4 +514,91 @@ func (sw *sseWriter) usage(u usageJSON) error {
 	}
 	return sw.event(completionResponse{ID: sw.g.id, Object: "text_completion", Created: sw.g.created, Model: sw.g.model,
 		Choices: []completionChoice{}, Usage: &u})
+}
+
+// submit hands every choice to the engine as its own request, with its own
+// pages and handoff; each passes the engine's admission. It is all or
+// nothing: when one is refused the others are cancelled and drained, and
+// the refusal is the answer.
+//
+// Seeds: choice j of a prompt uses seed+j (vLLM's rule for n > 1), so a
+// seeded request replays and its choices differ; unseeded choices draw
+// their own random seeds.
+func (s *Server) submit(r *http.Request, g *generation) ([]engine.Stream, error) {
+	var streams []engine.Stream
+	for i, gp := range g.prompts {
+		for j := range g.p.n {
+			sp := g.p.sampling
+			if g.p.seedGiven {
+				sp.Seed = g.p.seed + uint64(j)
+			} else {
+				sp.Seed = randomSeed()
+			}
+			req := &engine.Request{
+				ID:        g.id,
+				Tenant:    g.tenant,
+				Prompt:    gp.tokens,
+				MaxTokens: g.p.maxTokens,
+				IgnoreEOS: g.p.ignoreEOS,
+				Sampling:  sp,
+			}
+			if len(g.prompts)*g.p.n > 1 {
+				req.ID = fmt.Sprintf("%s-%d", g.id, i*g.p.n+j)
+			}
+			// I10: the client's context does not reach the engine. A
+			// disconnect is reported by run through Stream.Cancel, which
+			// lets the handoff end by the normal path; cancelling a
+			// Reserve in flight instead leaves its outcome unknown (over
+			// TCP the pages could stay reserved).
+			st, err := s.cfg.Engine.Submit(context.WithoutCancel(r.Context()), req)
+			if err != nil {
+				s.drain(g, streams)
+				return nil, err
+			}
+			streams = append(streams, st)
+		}
+	}
+	return streams, nil
+}
+
+// drain cancels streams and reads each to its terminal event (bounded by
+// cancelGrace), so a refused request leaves nothing behind in the engine.
+func (s *Server) drain(g *generation, streams []engine.Stream) {
+	deadline := time.After(cancelGrace)
+	for _, st := range streams {
+		st.Cancel()
+	}
+	for _, st := range streams {
+		for done := false; !done; {
+			select {
+			case ev, ok := <-st.Events():
+				done = !ok || ev.Done || ev.Err != nil
+			case <-deadline:
+				s.log.Error("the engine did not end a cancelled request", "id", g.id, "grace", cancelGrace)
+				return
+			}
+		}
+	}
+}
+
+// acquireMore takes k more concurrency slots (tenant and server) for the
+// extra choices of a request: each choice is an engine request, so n > 1
+// must not let one tenant hold more of the engine than its limit allows.
+// It is all or nothing and refuses at once, like acquire.
+func (s *Server) acquireMore(tenant string, k int) (func(), *apiError) {
+	var releases []func()
+	release := func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	for range k {
+		r, e := s.acquire(tenant)
+		if e != nil {
+			release()
+			return nil, e
+		}
+		releases = append(releases, r)
+	}
+	return release, nil
 }

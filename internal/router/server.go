@@ -416,7 +416,7 @@ type generation struct {
 	route   string
 	chat    bool
 	tenant  string
-	prompt  []int32
+	prompts []genPrompt // one or more (a completions prompt list)
 	p       params
 	model   string
 	created int64
@@ -444,35 +444,57 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	p, e := req.validate("max_tokens", nil)
+	info := s.cfg.Engine.Info()
+	p, e := req.validate(limits{vocab: info.Vocab, context: info.Context})
 	if e != nil {
 		s.fail(w, r, e)
 		return
 	}
-	info := s.cfg.Engine.Info()
 	if e := checkModel(req.Model, info.Model); e != nil {
 		s.fail(w, r, e)
 		return
 	}
-	in, e := parsePrompt(req.Prompt, info.Vocab)
+	ins, e := parsePrompts(req.Prompt, info.Vocab)
 	if e != nil {
 		s.fail(w, r, e)
 		return
 	}
-	prompt := in.tokens
-	if in.isText {
-		ids, err := s.cfg.Tokenizer.Encode(in.text, true, true)
-		if err != nil {
-			s.fail(w, r, newErr(http.StatusBadRequest, CodeTokenize, "prompt", "the prompt could not be tokenized: %v", err))
-			return
+	if len(ins)*p.n > maxChoices {
+		s.fail(w, r, badParam("prompt", "%d prompts x n=%d make %d choices; at most %d are allowed per request", len(ins), p.n, len(ins)*p.n, maxChoices))
+		return
+	}
+	var prompts []genPrompt
+	for _, in := range ins {
+		gp := genPrompt{tokens: in.tokens, echo: in.text}
+		if in.isText {
+			ids, err := s.cfg.Tokenizer.Encode(in.text, true, true)
+			if err != nil {
+				s.fail(w, r, newErr(http.StatusBadRequest, CodeTokenize, "prompt", "the prompt could not be tokenized: %v", err))
+				return
+			}
+			gp.tokens = ids
+		} else if p.echo {
+			d := s.cfg.Tokenizer.NewDecoder()
+			var b strings.Builder
+			for _, id := range in.tokens {
+				b.WriteString(d.Push(id))
+			}
+			b.WriteString(d.Flush())
+			gp.echo = b.String()
 		}
-		prompt = ids
+		prompts = append(prompts, gp)
 	}
 	if p.maxTokens == 0 {
 		// OpenAI's default for legacy completions.
-		p.maxTokens = 16
+		p.maxTokens = min(16, info.Context)
 	}
-	g := &generation{id: s.newID("cmpl"), route: "/v1/completions", tenant: tenant, prompt: prompt, p: p, model: info.Model, created: start.Unix(), start: start}
+	more, e := s.acquireMore(tenant, len(prompts)*p.n-1)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	defer more()
+	g := &generation{id: s.newID("cmpl"), route: "/v1/completions", tenant: tenant, prompts: prompts, p: p, model: info.Model, created: start.Unix(), start: start}
 	s.generate(w, r, g, info.Context, "prompt")
 }
 
@@ -494,16 +516,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	if t := strings.TrimSpace(string(req.Tools)); t != "" && t != "null" && t != "[]" {
-		s.fail(w, r, newErr(http.StatusBadRequest, CodeUnsupported, "tools", "tools are not supported by this server"))
-		return
-	}
-	p, e := req.validate("max_completion_tokens", req.MaxCompletionTokens)
+	info := s.cfg.Engine.Info()
+	p, e := req.validate(limits{vocab: info.Vocab, context: info.Context})
 	if e != nil {
 		s.fail(w, r, e)
 		return
 	}
-	info := s.cfg.Engine.Info()
 	if e := checkModel(req.Model, info.Model); e != nil {
 		s.fail(w, r, e)
 		return
@@ -535,7 +553,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		// Chat's default is "as many as fit".
 		p.maxTokens = max(info.Context-len(prompt), 1)
 	}
-	g := &generation{id: s.newID("chatcmpl"), route: "/v1/chat/completions", chat: true, tenant: tenant, prompt: prompt, p: p, model: info.Model, created: start.Unix(), start: start}
+	more, e := s.acquireMore(tenant, p.n-1)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	defer more()
+	g := &generation{id: s.newID("chatcmpl"), route: "/v1/chat/completions", chat: true, tenant: tenant, prompts: []genPrompt{{tokens: prompt}}, p: p, model: info.Model, created: start.Unix(), start: start}
 	s.generate(w, r, g, info.Context, "messages")
 }
 
@@ -553,41 +577,24 @@ func randomSeed() uint64 {
 	return binary.LittleEndian.Uint64(b[:])
 }
 
-// generate checks the context (I2), submits and answers.
+// generate checks the context (I2), submits every choice and answers.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation, ctxLen int, promptParam string) {
-	total := len(g.prompt) + g.p.maxTokens
-	if len(g.prompt) == 0 {
-		s.fail(w, r, badParam(promptParam, "the prompt is empty after tokenization"))
-		return
-	}
-	if total > ctxLen {
+	for _, gp := range g.prompts {
+		if len(gp.tokens) == 0 {
+			s.fail(w, r, badParam(promptParam, "the prompt is empty after tokenization"))
+			return
+		}
 		// I2: rejected here, before the engine reserves anything; the
 		// engine checks again (I1) so a router bug cannot let it through.
-		s.fail(w, r, newErr(http.StatusBadRequest, CodeContextLength, promptParam,
-			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the prompt or max_tokens.",
-			ctxLen, total, len(g.prompt), g.p.maxTokens))
-		return
+		// Compared as a difference so no sum can wrap.
+		if len(gp.tokens) > ctxLen || g.p.maxTokens > ctxLen-len(gp.tokens) {
+			s.fail(w, r, newErr(http.StatusBadRequest, CodeContextLength, promptParam,
+				"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the prompt or max_tokens.",
+				ctxLen, len(gp.tokens)+g.p.maxTokens, len(gp.tokens), g.p.maxTokens))
+			return
+		}
 	}
-	seed := g.p.seed
-	if !g.p.seedGiven {
-		seed = randomSeed()
-	}
-	req := &engine.Request{
-		ID:        g.id,
-		Tenant:    g.tenant,
-		Prompt:    g.prompt,
-		MaxTokens: g.p.maxTokens,
-		IgnoreEOS: g.p.ignoreEOS,
-	}
-	req.Sampling.Temperature = float32(g.p.temperature)
-	req.Sampling.TopP = float32(g.p.topP)
-	req.Sampling.TopK = g.p.topK
-	req.Sampling.Seed = seed
-	// I10: the client's context does not reach the engine. A disconnect is
-	// reported by run through Stream.Cancel, which lets the handoff end by
-	// the normal path; cancelling a Reserve in flight instead leaves its
-	// outcome unknown (over TCP the pages could stay reserved).
-	st, err := s.cfg.Engine.Submit(context.WithoutCancel(r.Context()), req)
+	streams, err := s.submit(r, g)
 	if err != nil {
 		e := fromEngine(err)
 		if e.Status >= 500 {
@@ -596,7 +603,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation,
 		s.fail(w, r, e)
 		return
 	}
-	out := s.run(w, r, g, st)
+	out := s.run(w, r, g, streams)
 	s.finishMetrics(g, out)
 }
 

@@ -1,12 +1,43 @@
-// Package sample turns logits into the next token: greedy, temperature,
-// top-k, top-p, with a seeded generator so a request replays exactly.
+// Package sample turns logits into the next token: logit bias, repetition,
+// frequency and presence penalties, temperature, min-p, top-k, top-p, with a
+// seeded generator so a request replays exactly, and the log-probabilities a
+// client may ask for.
 package sample
 
 import "fmt"
 
-// Params are one request's sampling settings. The zero value is greedy.
+// Bounds of the settings. The API refuses anything outside them with a 400
+// and the transport codec refuses to decode it, so a peer cannot make a
+// worker allocate or loop on an absurd value.
+const (
+	// MaxTemperature bounds Temperature here; the OpenAI API allows [0, 2].
+	MaxTemperature = 100
+	// MaxPenalty bounds |PresencePenalty| and |FrequencyPenalty| (OpenAI's [-2, 2]).
+	MaxPenalty = 2
+	// MaxRepetitionPenalty bounds RepetitionPenalty (vLLM only asks > 0).
+	MaxRepetitionPenalty = 10
+	// MaxBias bounds |bias| of a logit_bias entry (OpenAI's [-100, 100]).
+	MaxBias = 100
+	// MaxLogitBias bounds the number of logit_bias entries (OpenAI's 300).
+	MaxLogitBias = 300
+	// MaxTopLogprobs bounds TopLogprobs (OpenAI's top_logprobs 0..20).
+	MaxTopLogprobs = 20
+	// LogprobFloor replaces -Inf log-probabilities (JSON cannot carry
+	// -Inf); OpenAI and vLLM use the same floor.
+	LogprobFloor = -9999
+)
+
+// Bias adds Bias to the raw logit of token ID before anything else.
+type Bias struct {
+	ID   int32
+	Bias float32
+}
+
+// Params are one request's sampling settings. The zero value is greedy with
+// every processor off.
 type Params struct {
-	// Temperature 0 means greedy argmax (ties go to the lowest id).
+	// Temperature 0 means greedy argmax (ties go to the lowest id) of the
+	// processed logits (bias and penalties applied).
 	Temperature float32
 	// TopK keeps the K most likely tokens; 0 means no limit.
 	TopK int
@@ -15,12 +46,31 @@ type Params struct {
 	TopP float32
 	// Seed fixes the random choices of a non-greedy request.
 	Seed uint64
+	// MinP keeps only tokens whose tempered probability is at least MinP
+	// times the most likely token's (vLLM, llama.cpp); 0 means off.
+	MinP float32
+	// PresencePenalty is subtracted once from the logit of every token
+	// generated so far; FrequencyPenalty once per occurrence (OpenAI's
+	// definitions, over the generated tokens only, as vLLM). 0 means off.
+	PresencePenalty  float32
+	FrequencyPenalty float32
+	// RepetitionPenalty divides the positive logits and multiplies the
+	// negative ones of every token seen in the prompt or the output (the
+	// CTRL / Hugging Face / vLLM definition). 0 or 1 means off.
+	RepetitionPenalty float32
+	// LogitBias is added to the raw logits, sorted by ID, ids unique.
+	LogitBias []Bias
+	// Logprobs asks for each sampled token's log-probability, with
+	// TopLogprobs (0..MaxTopLogprobs) most likely alternatives.
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // Error is a rejected setting or an impossible draw, with a stable code.
 type Error struct {
 	// Code is machine-readable: "invalid_temperature", "invalid_top_k",
-	// "invalid_top_p", "no_candidates".
+	// "invalid_top_p", "invalid_min_p", "invalid_penalty",
+	// "invalid_logit_bias", "invalid_logprobs", "no_candidates".
 	Code string
 	// Msg is a sentence the user can act on.
 	Msg string
@@ -28,20 +78,59 @@ type Error struct {
 
 func (e *Error) Error() string { return "sample: " + e.Code + ": " + e.Msg }
 
-// Validate reports the first setting outside its domain. NaN compares false
-// against every bound, so each check is written to reject it too.
-func (p Params) Validate() error {
-	if !(p.Temperature >= 0 && p.Temperature <= 100) {
-		return &Error{"invalid_temperature", fmt.Sprintf("temperature %v is outside [0, 100]", p.Temperature)}
+// within reports lo <= v <= hi; NaN is never within.
+func within(v float32, lo, hi float64) bool { return float64(v) >= lo && float64(v) <= hi }
+
+// Validate reports the first setting outside its domain for a vocabulary
+// of vocab ids (vocab <= 0 skips the id checks). NaN compares false against
+// every bound, so each check is written to reject it too.
+func (p Params) Validate(vocab int) error {
+	if !within(p.Temperature, 0, MaxTemperature) {
+		return &Error{"invalid_temperature", fmt.Sprintf("temperature %v is outside [0, %d]", p.Temperature, MaxTemperature)}
 	}
-	if p.TopK < 0 {
-		return &Error{"invalid_top_k", fmt.Sprintf("top_k %d is negative; use 0 for no limit", p.TopK)}
+	if p.TopK < 0 || (vocab > 0 && p.TopK > vocab) {
+		return &Error{"invalid_top_k", fmt.Sprintf("top_k %d is outside [0, %d]; use 0 for no limit", p.TopK, vocab)}
 	}
-	if !(p.TopP >= 0 && p.TopP <= 1) {
+	if !within(p.TopP, 0, 1) {
 		return &Error{"invalid_top_p", fmt.Sprintf("top_p %v is outside [0, 1]", p.TopP)}
+	}
+	if !within(p.MinP, 0, 1) {
+		return &Error{"invalid_min_p", fmt.Sprintf("min_p %v is outside [0, 1]", p.MinP)}
+	}
+	if !within(p.PresencePenalty, -MaxPenalty, MaxPenalty) || !within(p.FrequencyPenalty, -MaxPenalty, MaxPenalty) {
+		return &Error{"invalid_penalty", fmt.Sprintf("presence and frequency penalties (%v, %v) must be within [-%d, %d]", p.PresencePenalty, p.FrequencyPenalty, MaxPenalty, MaxPenalty)}
+	}
+	if !within(p.RepetitionPenalty, 0, MaxRepetitionPenalty) {
+		return &Error{"invalid_penalty", fmt.Sprintf("repetition penalty %v is outside (0, %d]", p.RepetitionPenalty, MaxRepetitionPenalty)}
+	}
+	if len(p.LogitBias) > MaxLogitBias {
+		return &Error{"invalid_logit_bias", fmt.Sprintf("logit bias has %d entries; at most %d are allowed", len(p.LogitBias), MaxLogitBias)}
+	}
+	for i, b := range p.LogitBias {
+		if b.ID < 0 || (vocab > 0 && int(b.ID) >= vocab) || (i > 0 && b.ID <= p.LogitBias[i-1].ID) {
+			return &Error{"invalid_logit_bias", fmt.Sprintf("logit bias entry %d (token %d) is outside the vocabulary of %d or not in increasing id order", i, b.ID, vocab)}
+		}
+		if !within(b.Bias, -MaxBias, MaxBias) {
+			return &Error{"invalid_logit_bias", fmt.Sprintf("logit bias %v of token %d is outside [-%d, %d]", b.Bias, b.ID, MaxBias, MaxBias)}
+		}
+	}
+	if p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs || (!p.Logprobs && p.TopLogprobs != 0) {
+		return &Error{"invalid_logprobs", fmt.Sprintf("top logprobs %d must be within [0, %d], and only with logprobs", p.TopLogprobs, MaxTopLogprobs)}
 	}
 	return nil
 }
 
 // Greedy reports whether p always picks the argmax.
 func (p Params) Greedy() bool { return p.Temperature == 0 || p.TopK == 1 }
+
+// repetition reports whether the repetition penalty is on.
+func (p Params) repetition() bool { return p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1 }
+
+// UsesPrompt reports whether the sampler needs the prompt's token ids
+// (SetPrompt): only the repetition penalty looks at them.
+func (p Params) UsesPrompt() bool { return p.repetition() }
+
+// processes reports whether the raw logits are changed before the draw.
+func (p Params) processes() bool {
+	return len(p.LogitBias) > 0 || p.repetition() || p.PresencePenalty != 0 || p.FrequencyPenalty != 0
+}

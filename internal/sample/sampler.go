@@ -10,13 +10,22 @@ import (
 // each request owns one, so its random stream depends only on its seed and
 // the logits it is shown, never on other requests (replay).
 //
-// Order of operations, as in vLLM and Hugging Face: temperature scales the
-// logits, then top-k, then top-p truncate the tempered distribution, then
-// one uniform draw picks from what is left.
+// Order of operations, as in vLLM's sampler: logit bias is added to the
+// raw logits, then the repetition, frequency and presence penalties apply
+// (in that order), then temperature scales the logits, min-p, top-k and
+// top-p truncate the tempered distribution, and one uniform draw picks from
+// what is left. Greedy is the argmax after bias and penalties.
 type Sampler struct {
 	p    Params
 	rng  *rand.Rand
 	cand []cand
+
+	// work holds the processed logits when a bias or penalty is on.
+	work []float32
+	// counts is how often each token was generated (Sample, Observe);
+	// prompt is the prompt's token set (SetPrompt). Both feed penalties.
+	counts map[int32]int32
+	prompt map[int32]struct{}
 }
 
 type cand struct {
@@ -33,6 +42,76 @@ const pcgStream = 0x736c75696365 // "sluice"
 // the API boundary.
 func New(p Params) *Sampler {
 	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, pcgStream))}
+}
+
+// SetPrompt gives the sampler the prompt's token ids, which the repetition
+// penalty counts as seen (vLLM's definition). It is a no-op when the
+// penalty is off, so callers may always call it.
+func (s *Sampler) SetPrompt(ids []int32) {
+	if !s.p.repetition() {
+		return
+	}
+	s.prompt = make(map[int32]struct{}, len(ids))
+	for _, id := range ids {
+		s.prompt[id] = struct{}{}
+	}
+}
+
+// Observe records a token generated for this request by another sampler
+// with the same Params (the prefill worker's first token), so the
+// penalties see it as the single sampler running the whole request would.
+func (s *Sampler) Observe(id int32) {
+	if !s.p.processes() {
+		return
+	}
+	if s.counts == nil {
+		s.counts = map[int32]int32{}
+	}
+	s.counts[id]++
+}
+
+// process returns the logits the draw sees: the raw ones, or a copy with
+// the bias and penalties applied. Every change is per token, so the result
+// does not depend on the order the maps are walked in.
+func (s *Sampler) process(logits []float32) []float32 {
+	if !s.p.processes() {
+		return logits
+	}
+	w := append(s.work[:0], logits...)
+	s.work = w
+	for _, b := range s.p.LogitBias {
+		if int(b.ID) < len(w) {
+			w[b.ID] += b.Bias
+		}
+	}
+	if rp := s.p.RepetitionPenalty; s.p.repetition() {
+		pen := func(id int32) {
+			if int(id) >= len(w) || id < 0 {
+				return
+			}
+			if w[id] > 0 {
+				w[id] /= rp
+			} else {
+				w[id] *= rp
+			}
+		}
+		for id := range s.prompt {
+			pen(id)
+		}
+		for id := range s.counts {
+			if _, seen := s.prompt[id]; !seen {
+				pen(id)
+			}
+		}
+	}
+	if fp, pp := s.p.FrequencyPenalty, s.p.PresencePenalty; fp != 0 || pp != 0 {
+		for id, n := range s.counts {
+			if int(id) < len(w) && id >= 0 {
+				w[id] -= fp*float32(n) + pp
+			}
+		}
+	}
+	return w
 }
 
 // Greedy returns the id of the largest logit, ties to the lowest id. NaN
@@ -55,6 +134,14 @@ func Greedy(logits []float32) int32 {
 // Only an all-NaN (or empty) vector fails; the error then has code
 // "no_candidates" and the caller should end the request, not guess a token.
 func (s *Sampler) Sample(logits []float32) (int32, error) {
+	id, err := s.draw(s.process(logits))
+	if err == nil {
+		s.Observe(id)
+	}
+	return id, err
+}
+
+func (s *Sampler) draw(logits []float32) (int32, error) {
 	if s.p.Greedy() {
 		id := Greedy(logits)
 		if id < 0 {
@@ -85,6 +172,7 @@ func (s *Sampler) Sample(logits []float32) (int32, error) {
 // renormalised probabilities, most likely first (ties: lower id first).
 // Tests and logprob reporting use it; Sample uses the same code.
 func (s *Sampler) Candidates(logits []float32) (ids []int32, probs []float64) {
+	logits = s.process(logits)
 	if s.p.Greedy() {
 		id := Greedy(logits)
 		if id < 0 {
@@ -139,6 +227,17 @@ func (s *Sampler) truncate(logits []float32) []cand {
 	invT := 1 / float64(s.p.Temperature)
 	for i := range c {
 		c[i].prob = math.Exp(float64(c[i].logit-maxv) * invT)
+	}
+	if mp := float64(s.p.MinP); mp > 0 {
+		// After the max-shift the most likely token has probability 1, so
+		// the threshold min_p * p_max is min_p itself.
+		kept := c[:0]
+		for _, x := range c {
+			if x.prob >= mp {
+				kept = append(kept, x)
+			}
+		}
+		c = kept
 	}
 	if k := s.p.TopK; k > 0 && k < len(c) {
 		c = topK(c, k)

@@ -251,12 +251,12 @@ func TestValidate(t *testing.T) {
 		{Params{TopP: float32(math.NaN())}, "invalid_top_p"},
 	}
 	for _, b := range bad {
-		err := b.p.Validate()
+		err := b.p.Validate(100)
 		if err == nil || err.(*Error).Code != b.code {
 			t.Errorf("Validate(%+v) = %v, want code %s", b.p, err, b.code)
 		}
 	}
-	if err := (Params{Temperature: 0.7, TopK: 40, TopP: 0.9}).Validate(); err != nil {
+	if err := (Params{Temperature: 0.7, TopK: 40, TopP: 0.9}).Validate(100); err != nil {
 		t.Errorf("valid params rejected: %v", err)
 	}
 }

@@ -293,6 +293,7 @@ func encCommit(m *handoff.Commit) []byte {
 	e.i64(m.Tokens)
 	e.bytes(m.Digest)
 	e.u32(uint32(m.FirstToken))
+	encLogprobs(&e, m.FirstLogprobs)
 	return e.b
 }
 
@@ -303,6 +304,7 @@ func decCommit(p []byte) (*handoff.Commit, error) {
 		m.Digest = append([]byte(nil), dg...)
 	}
 	m.FirstToken = int32(d.u32())
+	m.FirstLogprobs = decLogprobs(&d)
 	return m, d.end()
 }
 
@@ -327,16 +329,114 @@ func decID(p []byte) (kv.ID, error) {
 	return id, d.end()
 }
 
+func (e *enc) f32(v float32) { e.u32(math.Float32bits(v)) }
+func (d *dec) f32() float32  { return math.Float32frombits(d.u32()) }
+
 func encSampling(e *enc, s sample.Params) {
-	e.u32(math.Float32bits(s.Temperature))
+	e.f32(s.Temperature)
 	e.i64(s.TopK)
-	e.u32(math.Float32bits(s.TopP))
+	e.f32(s.TopP)
 	e.u64(s.Seed)
+	e.f32(s.MinP)
+	e.f32(s.PresencePenalty)
+	e.f32(s.FrequencyPenalty)
+	e.f32(s.RepetitionPenalty)
+	e.u32(uint32(len(s.LogitBias)))
+	for _, b := range s.LogitBias {
+		e.u32(uint32(b.ID))
+		e.f32(b.Bias)
+	}
+	e.bool(s.Logprobs)
+	e.u8(byte(s.TopLogprobs))
 }
 
+// decSampling bounds what sizes allocations and loops: the bias list and
+// the top-logprobs count. The values' domains are checked by the worker
+// with sample.Params.Validate.
 func decSampling(d *dec) sample.Params {
-	return sample.Params{Temperature: math.Float32frombits(d.u32()), TopK: d.int(maxInt),
-		TopP: math.Float32frombits(d.u32()), Seed: d.u64()}
+	s := sample.Params{Temperature: d.f32(), TopK: d.int(maxInt), TopP: d.f32(), Seed: d.u64(),
+		MinP: d.f32(), PresencePenalty: d.f32(), FrequencyPenalty: d.f32(), RepetitionPenalty: d.f32()}
+	n := d.count(8)
+	if d.err == nil && n > sample.MaxLogitBias {
+		d.err = protoErr("logit bias of %d entries; at most %d", n, sample.MaxLogitBias)
+	}
+	if d.err == nil && n > 0 {
+		s.LogitBias = make([]sample.Bias, n)
+		for i := range s.LogitBias {
+			s.LogitBias[i] = sample.Bias{ID: int32(d.u32()), Bias: d.f32()}
+		}
+	}
+	s.Logprobs = d.bool()
+	s.TopLogprobs = int(d.u8())
+	if d.err == nil && s.TopLogprobs > sample.MaxTopLogprobs {
+		d.err = protoErr("top logprobs %d; at most %d", s.TopLogprobs, sample.MaxTopLogprobs)
+	}
+	return s
+}
+
+// encLogprobs writes a presence byte, then the token's logprob and its
+// alternatives.
+func encLogprobs(e *enc, l *sample.Logprobs) {
+	e.bool(l != nil)
+	if l == nil {
+		return
+	}
+	e.f32(l.Logprob)
+	e.u8(byte(len(l.Top)))
+	for _, t := range l.Top {
+		e.u32(uint32(t.ID))
+		e.f32(t.Logprob)
+	}
+}
+
+// decLogprobs refuses values outside [LogprobFloor, 0] (NaN included):
+// they reach a client's JSON, which cannot carry NaN or Inf.
+func decLogprobs(d *dec) *sample.Logprobs {
+	if !d.bool() || d.err != nil {
+		return nil
+	}
+	val := func() float32 {
+		v := d.f32()
+		if d.err == nil && !(v >= sample.LogprobFloor && v <= 0) {
+			d.err = protoErr("logprob %v outside [%d, 0]", v, sample.LogprobFloor)
+		}
+		return v
+	}
+	l := &sample.Logprobs{Logprob: val()}
+	n := int(d.u8())
+	if d.err == nil && n > sample.MaxTopLogprobs {
+		d.err = protoErr("%d top logprobs; at most %d", n, sample.MaxTopLogprobs)
+	}
+	if d.err != nil {
+		return nil
+	}
+	if n > 0 {
+		l.Top = make([]sample.TokenLogprob, n)
+		for i := range l.Top {
+			l.Top[i] = sample.TokenLogprob{ID: int32(d.u32()), Logprob: val()}
+		}
+	}
+	return l
+}
+
+func encIDs(e *enc, ids []int32) {
+	e.u32(uint32(len(ids)))
+	for _, t := range ids {
+		e.u32(uint32(t))
+	}
+}
+
+// decIDs reads a token list, never longer than the frame carries.
+func decIDs(d *dec) []int32 {
+	n := d.count(4)
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(d.u32())
+	}
+	return ids
 }
 
 func encStreamOpen(id kv.ID, p handoff.StreamParams) []byte {
@@ -344,6 +444,7 @@ func encStreamOpen(id kv.ID, p handoff.StreamParams) []byte {
 	e.id(id)
 	encSampling(&e, p.Sampling)
 	e.bool(p.IgnoreEOS)
+	encIDs(&e, p.Prompt)
 	return e.b
 }
 
@@ -351,6 +452,7 @@ func decStreamOpen(p []byte) (kv.ID, handoff.StreamParams, error) {
 	d := dec{b: p}
 	id := d.id()
 	sp := handoff.StreamParams{Sampling: decSampling(&d), IgnoreEOS: d.bool()}
+	sp.Prompt = decIDs(&d)
 	return id, sp, d.end()
 }
 
@@ -364,6 +466,7 @@ func encToken(t handoff.Token) []byte {
 	code, msg := handoff.ToWire(t.Err)
 	e.str(code)
 	e.str(msg)
+	encLogprobs(&e, t.Logprobs)
 	return e.b
 }
 
@@ -372,6 +475,7 @@ func decToken(p []byte) (handoff.Token, error) {
 	t := handoff.Token{ID: int32(d.u32()), Done: d.bool(), Finish: d.str(), PromptTokens: d.int(maxInt), CompletionTokens: d.int(maxInt)}
 	code, msg := d.str(), d.str()
 	t.Err = handoff.FromWire(code, msg)
+	t.Logprobs = decLogprobs(&d)
 	return t, d.end()
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
+	"sluice/internal/sample"
 )
 
 // FuzzFrameDecode feeds arbitrary bytes to the frame reader and every
@@ -35,7 +36,11 @@ func FuzzFrameDecode(f *testing.F) {
 	add(tAbort, encAbort(&handoff.Abort{Handoff: id, Reason: "x"}))
 	add(tDrained, encID(id))
 	add(tStreamOpen, encStreamOpen(id, handoff.StreamParams{IgnoreEOS: true}))
+	add(tStreamOpen, encStreamOpen(id, handoff.StreamParams{Sampling: fullSampling(), Prompt: []int32{1, 2}}))
 	add(tToken, encToken(handoff.Token{ID: 3, Done: true, Finish: "stop", Err: handoff.ErrAborted}))
+	add(tToken, encToken(handoff.Token{ID: 3, Logprobs: fullLogprobs()}))
+	add(tCommit, encCommit(&handoff.Commit{Handoff: id, Tokens: 9, Digest: []byte{1}, FirstToken: 5, FirstLogprobs: fullLogprobs()}))
+	add(tPrefill, encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1}, Sampling: fullSampling()}))
 	add(tPrefill, encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1, 2}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{}}}, Decode: "10.0.0.7:9002"}))
 	add(tPrefillRes, encPrefillRes(&handoff.PrefillResult{FirstToken: 1, Tokens: 2}))
 	add(tLoadRes, encLoad(&handoff.Load{FreePages: 3, TotalPages: 8, Running: 2}))
@@ -77,9 +82,18 @@ func FuzzFrameDecode(f *testing.F) {
 			case tDrained, tCancel:
 				_, derr = decID(p)
 			case tStreamOpen:
-				_, _, derr = decStreamOpen(p)
+				var sid kv.ID
+				var sp handoff.StreamParams
+				sid, sp, derr = decStreamOpen(p)
+				if derr == nil && !bytes.Equal(encStreamOpen(sid, sp), p) {
+					t.Fatal("stream open does not round-trip")
+				}
 			case tToken:
-				_, derr = decToken(p)
+				var tok handoff.Token
+				tok, derr = decToken(p)
+				if derr == nil && tok.Logprobs != nil && len(tok.Logprobs.Top) > sample.MaxTopLogprobs {
+					t.Fatal("more top logprobs than the bound")
+				}
 			case tPrefill:
 				_, derr = decPrefill(p)
 			case tPrefillRes:
