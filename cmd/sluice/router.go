@@ -209,7 +209,8 @@ Example:
 			go d.Run(dctx, resolveEvery)
 		}
 	}
-	eng, err := engine.NewDisaggregatedPairs(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(), Context: ctxLen, MaxConcurrency: o.maxConc}, cl)
+	eng, err := engine.NewDisaggregatedPairs(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(), Context: ctxLen,
+		MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait}, cl)
 	if err != nil {
 		log.Error("engine", "err", err)
 		return 1
@@ -227,7 +228,7 @@ Example:
 		return 1
 	}
 	srv, err := router.New(router.Config{Engine: eng, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Logger: log,
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.routerSlots(), TenantConcurrency: o.tenantMax, Logger: log,
 		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels,
 		// /ready: at least one usable worker in each pool (the probe
 		// redials lost connections, so a restarted worker is used again).

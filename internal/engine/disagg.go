@@ -5,12 +5,15 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sync/atomic"
+	"slices"
+	"sync"
+	"time"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/model"
 	"sluice/internal/request"
+	"sluice/internal/sched"
 )
 
 // DisaggConfig configures the orchestration half of a disaggregated engine.
@@ -26,9 +29,13 @@ type DisaggConfig struct {
 	// context and every role's pool capacity (I2). EffectiveContext
 	// computes it from the roles' numbers.
 	Context int
-	// MaxConcurrency bounds requests in flight (default 64); more are
-	// refused with "overloaded", never queued without bound.
+	// MaxConcurrency bounds requests holding decode pages at once
+	// (default 64); more wait in the queue.
 	MaxConcurrency int
+	// MaxQueue bounds waiting requests (default 256; beyond: 429) and
+	// QueueTimeout how long one may wait (default 30s; then 503).
+	MaxQueue     int
+	QueueTimeout time.Duration
 	// Unsafe: TEST AND DEMO HOOK ONLY (see Unsafe).
 	Unsafe Unsafe
 }
@@ -52,7 +59,7 @@ func EffectiveContext(limits ...int) int {
 type Disaggregated struct {
 	cfg   DisaggConfig
 	pairs Pairer
-	gate  *gate
+	adm   *admission
 
 	// bg outlives client requests: a client disconnect must not cancel the
 	// prefill's context and tear a transfer (I10). Close cancels it last.
@@ -84,8 +91,8 @@ func (p *Pair) done(prefillErr, decodeErr error) {
 // Pairer chooses the workers of each attempt of a request. avoid is the
 // failed first attempt's pair when the engine retries (nil otherwise); an
 // error means no pair can take the request (with avoid: no other pair, so
-// the first failure stands). internal/cluster and router/node implement it
-// over many workers; one fixed pair is NewDisaggregated's.
+// the first failure stands). router/node implements it over many workers
+// (internal/cluster decides); one fixed pair is NewDisaggregated's.
 type Pairer interface {
 	Pair(r *Request, avoid *Pair) (*Pair, error)
 }
@@ -110,9 +117,9 @@ func NewDisaggregated(cfg DisaggConfig, prefill handoff.Prefill, decode handoff.
 }
 
 // NewDisaggregatedPairs builds the orchestrator over a Pairer: each
-// request runs on the pair it returns, and a request whose first attempt
-// fails before any token reached the client is retried once on another
-// pair (new handoff id, new reservation; the first is aborted, I6).
+// request runs on the pair it returns, and a request whose handoff fails
+// before any token reached the client is retried once on another pair
+// (new handoff id, new reservation; the first is aborted, I6).
 func NewDisaggregatedPairs(cfg DisaggConfig, pairs Pairer) (*Disaggregated, error) {
 	if pairs == nil {
 		return nil, errf(CodeInvalid, 500, nil, "a disaggregated engine needs a pairer")
@@ -125,7 +132,9 @@ func NewDisaggregatedPairs(cfg DisaggConfig, pairs Pairer) (*Disaggregated, erro
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	return &Disaggregated{cfg: cfg, pairs: pairs,
-		gate: newGate(cfg.MaxConcurrency), bg: bg, bgCancel: cancel}, nil
+		adm: newAdmission(sched.Config{MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout,
+			MaxRunning: cfg.MaxConcurrency, Quantum: cfg.Context}),
+		bg: bg, bgCancel: cancel}, nil
 }
 
 // Info implements Engine.
@@ -135,7 +144,7 @@ func (d *Disaggregated) Info() Info {
 
 // Close implements Engine.
 func (d *Disaggregated) Close(ctx context.Context) error {
-	err := d.gate.close(ctx)
+	err := d.adm.close(ctx)
 	d.bgCancel()
 	return err
 }
@@ -145,147 +154,166 @@ func (d *Disaggregated) Close(ctx context.Context) error {
 // prefill action, tokens reach the client only as its emit actions (I1).
 func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	st := newStream(min(max(r.MaxTokens, 0), d.cfg.Context))
-	if err := checkRequest(r, d.cfg.Context, d.cfg.Vocab, d.cfg.Unsafe.NoAdmission); err != nil {
-		e := err.(*Error)
-		newAttempt(st).lc.reject(e)
-		return nil, e
-	}
-	release, err := d.gate.admit()
-	if err != nil {
-		e := err.(*Error)
-		newAttempt(st).lc.reject(e)
-		return nil, e
-	}
-	pair, perr := d.pairs.Pair(r, nil)
-	if perr != nil {
-		e := errf(CodeOverloaded, http.StatusServiceUnavailable, perr, "no prefill/decode pair can take this request now (%v); retry later", perr)
-		newAttempt(st).lc.reject(e)
-		release()
-		return nil, e
-	}
-	var cur atomic.Pointer[attempt]
-	st.cancelFn = func() {
-		if a := cur.Load(); a != nil {
-			a.lc.step(request.Event{Kind: request.EvCancel}, nil)
-		}
-	}
-	a, e, retry := d.start(ctx, r, st, pair, &cur)
-	retried := false
-	if e != nil && retry {
-		if p2, err := d.pairs.Pair(r, pair); err == nil {
-			a, e, _ = d.start(ctx, r, st, p2, &cur)
-			retried = true
-		}
-	}
-	if e != nil {
-		release()
-		return nil, e
-	}
-	stopWatch := context.AfterFunc(ctx, st.Cancel)
-	st.onClose = func() { stopWatch() }
-	go d.run(ctx, r, a, release, !retried, &cur)
-	return st, nil
-}
-
-// attempt is one try of a request on one pair: its own handoff id,
-// reservation and life-cycle machine. A superseded attempt (retried on
-// another pair before any token reached the client) still carries out its
-// machine's actions, the abort of its handoff among them, but its end
-// never reaches the client's stream.
-type attempt struct {
-	id         kv.ID
-	pair       *Pair
-	lc         *lifecycle
-	res        *handoff.Reservation
-	ts         handoff.TokenStream
-	reserveErr *Error
-	st         *stream
-	superseded atomic.Bool
-}
-
-// newAttempt is an attempt with no pair, for requests refused before one.
-func newAttempt(st *stream) *attempt { return newAttemptOn(st, nil, nil, nil) }
-
-func newAttemptOn(st *stream, d *Disaggregated, ctx context.Context, r *Request) *attempt {
-	a := &attempt{id: newID(), st: st}
-	a.lc = newLifecycle(request.Disaggregated, func(act request.Action, e *Error, prompt, completion int) {
-		switch act.Kind {
+	cur := &currentHandoff{id: newID()}
+	var (
+		lc      *lifecycle
+		res     *handoff.Reservation
+		reserve bool
+	)
+	lc = newLifecycle(request.Disaggregated, func(a request.Action, e *Error, prompt, completion int) {
+		switch a.Kind {
 		case request.ActReserve:
-			a.res, a.reserveErr = d.reserve(ctx, r, a)
+			// Carried out below (or by run, after a preemption): the
+			// request waits in the queue for its turn and for room in the
+			// decode pool.
+			reserve = true
 		case request.ActPrefill:
 			// Started by run once the stream is open.
 		case request.ActEmit:
-			st.push(outcome{token: act.Token, logprobs: a.lc.lp})
+			st.push(outcome{token: a.Token, logprobs: lc.lp})
 		case request.ActAbortHandoff:
-			d.abort(a.pair.Decode, a.id, string(act.Reason)+": "+act.Msg)
+			d.abort(cur.pair().Decode, cur.get(), string(a.Reason)+": "+a.Msg)
 		case request.ActStopDecode:
-			_ = a.pair.Decode.Cancel(d.bg, a.id)
+			_ = cur.pair().Decode.Cancel(d.bg, cur.get())
 		case request.ActEnd:
-			if !a.superseded.Load() {
-				st.push(terminal(act, e, prompt, completion))
-			}
+			st.push(terminal(a, e, prompt, completion))
 		}
 	})
-	return a
-}
-
-// start admits, reserves and opens the decode stream of one attempt. On
-// failure the attempt's machine has ended (handoff aborted) without
-// touching the client's stream, and start returns the error and whether
-// another pair may be tried: the request has produced nothing yet.
-func (d *Disaggregated) start(ctx context.Context, r *Request, st *stream, p *Pair, cur *atomic.Pointer[attempt]) (*attempt, *Error, bool) {
-	a := newAttemptOn(st, d, ctx, r)
-	a.pair = p
-	cur.Store(a)
-	a.lc.step(request.Event{Kind: request.EvAdmit}, nil)
-	if a.reserveErr != nil {
-		p.done(nil, a.reserveErr.Err)
-		a.superseded.Store(true) // the caller reports the error or retries
-		a.lc.reject(a.reserveErr)
-		return a, a.reserveErr, ctx.Err() == nil && a.reserveErr.Code != CodeInvalid
+	if err := checkRequest(r, d.cfg.Context, d.cfg.Vocab, d.cfg.Unsafe.NoAdmission); err != nil {
+		e := err.(*Error)
+		lc.reject(e)
+		return nil, e
 	}
-	a.lc.step(request.Event{Kind: request.EvReserved}, nil)
+	tk, e := d.adm.arrive(r.Tenant, r.Weight, requestCost(r))
+	if e != nil {
+		lc.reject(e)
+		return nil, e
+	}
+	lc.step(request.Event{Kind: request.EvAdmit}, nil)
+	if !reserve {
+		tk.leave()
+		return nil, errf(CodeInternal, http.StatusInternalServerError, nil, "admission did not ask for a reservation")
+	}
+	p, perr := d.pairs.Pair(r, nil)
+	if perr != nil {
+		tk.leave()
+		e := errf(CodeOverloaded, http.StatusServiceUnavailable, perr, "no prefill/decode pair can take this request now (%v); retry later", perr)
+		lc.queueEnd(e)
+		return nil, e
+	}
+	cur.setPair(cur.get(), p)
+	retried := false
+	if e := tk.wait(ctx, func() (bool, *Error) {
+		var e *Error
+		var noRoom bool
+		res, noRoom, e = d.reserve(ctx, r, cur.pair().Decode, cur.get())
+		if (e != nil || noRoom) && !retried && ctx.Err() == nil {
+			// Refused, unreachable or full: once, another pair, with a new
+			// handoff id (the failed reserve was aborted if its outcome
+			// was unknown); a full one kept nothing.
+			if p2, err := d.pairs.Pair(r, cur.pair()); err == nil {
+				retried = true
+				var cause error = handoff.ErrNoRoom
+				if e != nil {
+					cause = e.Err
+				}
+				cur.pair().done(nil, cause)
+				cur.setPair(newID(), p2)
+				res, noRoom, e = d.reserve(ctx, r, p2.Decode, cur.get())
+			}
+		}
+		return noRoom, e
+	}); e != nil {
+		cur.pair().done(nil, e.Err)
+		lc.queueEnd(e)
+		return nil, e
+	}
+	id := cur.get()
+	lc.step(request.Event{Kind: request.EvReserved}, nil)
 	sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS}
 	if r.Sampling.UsesPrompt() {
 		sp.Prompt = r.Prompt
 	}
-	ts, err := p.Decode.Stream(d.bg, a.id, sp)
+	ts, err := cur.pair().Decode.Stream(d.bg, id, sp)
 	if err != nil {
 		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
-		p.done(nil, err)
-		a.superseded.Store(true) // the caller reports the error or retries
-		a.lc.fail(e)             // aborts the handoff: its pages are released
-		return a, e, ctx.Err() == nil
+		lc.fail(e) // aborts the handoff: its pages are released
+		cur.pair().done(nil, err)
+		tk.done()
+		return nil, e
 	}
-	a.ts = ts
-	return a, nil, false
+	// gone ends a wait for a new reservation after a preemption when the
+	// client leaves (or the router stops the request).
+	gone, leave := context.WithCancel(d.bg)
+	st.cancelFn = func() {
+		leave()
+		lc.step(request.Event{Kind: request.EvCancel}, nil)
+	}
+	stopWatch := context.AfterFunc(ctx, st.Cancel)
+	st.onClose = func() { stopWatch(); leave() }
+	go d.run(r, cur, res, ts, lc, tk, gone, retried)
+	return st, nil
 }
 
-// reserve asks decode for pages. No free pages is kv_capacity_exhausted
-// (503), any other refusal overloaded (429); both are retryable
-// back-pressure, never integrity failures. A transport failure leaves the
-// outcome unknown, so the handoff is aborted.
-func (d *Disaggregated) reserve(ctx context.Context, r *Request, a *attempt) (*handoff.Reservation, *Error) {
-	dec, id := a.pair.Decode, a.id
+// currentHandoff is the id of a request's current handoff: a preempted
+// request resumes with a new one, and the life-cycle actions (abort,
+// stop) must name the live one.
+type currentHandoff struct {
+	mu sync.Mutex
+	id kv.ID
+	p  *Pair // the workers of the current handoff
+}
+
+func (c *currentHandoff) pair() *Pair {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.p
+}
+
+func (c *currentHandoff) setPair(id kv.ID, p *Pair) {
+	c.mu.Lock()
+	c.id, c.p = id, p
+	c.mu.Unlock()
+}
+
+func (c *currentHandoff) get() kv.ID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.id
+}
+
+func (c *currentHandoff) set(id kv.ID) {
+	c.mu.Lock()
+	c.id = id
+	c.mu.Unlock()
+}
+
+// reserve asks decode for pages. No room now (noRoom) sends the request
+// back to the queue; another refusal is "overloaded" (retryable); a
+// transport failure leaves the outcome unknown, so the handoff is aborted.
+// A client leaving during the call (ctx) makes its outcome unknown too:
+// the Abort then overtakes the Reserve, which decode refuses (I6).
+func (d *Disaggregated) reserve(ctx context.Context, r *Request, dec handoff.Decode, id kv.ID) (*handoff.Reservation, bool, *Error) {
 	res, err := dec.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens, Model: d.cfg.Fingerprint})
 	if err == nil {
 		if err = handoff.CheckModel(d.cfg.Fingerprint, res.Model, "the decode worker"); err == nil {
-			return res, nil
+			return res, false, nil
 		}
 		// Defence in depth: decode checked the Reserve's fingerprint; one
 		// that did not is not used either.
 		d.abort(dec, id, err.Error())
 	}
+	if errors.Is(err, handoff.ErrNoRoom) && ctx.Err() == nil {
+		// Nothing was kept on decode: wait in the queue, first in line.
+		return nil, true, nil
+	}
 	if errors.Is(err, handoff.ErrTransport) || ctx.Err() != nil {
 		d.abort(dec, id, "reserve outcome unknown")
 	}
-	if errors.Is(err, handoff.ErrNoRoom) {
-		return nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, err, "the decode worker has no free KV pages for this request now; retry later or lower max_tokens")
-	}
 	if errors.Is(err, handoff.ErrRefused) {
-		return nil, errf(CodeOverloaded, http.StatusTooManyRequests, err, "the decode worker refused this request now (%v); retry later", err)
+		return nil, false, errf(CodeOverloaded, http.StatusTooManyRequests, err, "the decode worker refused this request now (%v); retry later", err)
 	}
-	return nil, asEngineError(err, CodeHandoff, http.StatusBadGateway, "reserving decode pages")
+	return nil, false, asEngineError(err, CodeHandoff, http.StatusBadGateway, "reserving decode pages")
 }
 
 func (d *Disaggregated) abort(dec handoff.Decode, id kv.ID, reason string) {
@@ -304,47 +332,94 @@ func handoffFailure(cause error) *Error {
 	return asEngineError(cause, CodeHandoff, http.StatusBadGateway, "the disaggregated request")
 }
 
-// run drives one attempt after its reservation: prefill (which pushes and
+// run drives one request after its reservation: prefill (which pushes and
 // commits), decode's tokens through the life-cycle machine, and the final
-// verdict, which is success only when both roles succeeded. A failure
-// before the first token, when canRetry, supersedes this attempt (its
-// machine still aborts its handoff) and starts one more on another pair;
-// after the first token a failure ends the stream with its error, never a
-// silent switch.
-func (d *Disaggregated) run(ctx context.Context, r *Request, a *attempt, release func(), canRetry bool, cur *atomic.Pointer[attempt]) {
-	lc, ts, res, id := a.lc, a.ts, a.res, a.id
-	owned := true // release is ours until a retry takes it
-	defer func() {
-		if owned {
-			release()
+// verdict, which is success only when both roles succeeded.
+//
+// When decode preempts the sequence (it could not grow it and released its
+// pages: the stream ends "preempted"), the request goes back to the head
+// of the queue and resumes with a NEW handoff whose prompt is the prompt
+// plus every token generated so far and whose sampler continues the same
+// random stream; the client's stream just continues (batch-invariant
+// kernels make the rebuilt KV, and so the output, exactly the
+// un-preempted one). Usage still counts the prompt once (I9).
+//
+// A handoff that fails before its commit (no token reached the client) is
+// retried once, when the request has not been retried yet, on another pair
+// the Pairer gives: the failed handoff is aborted (I6) and the request
+// reserves again with a new id. After the first token a failure ends the
+// stream with its error: never a silent switch.
+func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, tk *ticket, gone context.Context, retried bool) {
+	defer tk.done()
+	var gen []int32 // tokens generated so far, over every handoff
+	var dr driveResult
+	defer func() { cur.pair().done(dr.perr, dr.derr) }()
+	for {
+		dr = d.drive(r, cur.get(), cur.pair(), res, ts, lc, &gen)
+		ts.Close()
+		if dr.retry != nil {
+			var p2 *Pair
+			var err error
+			if !retried && gone.Err() == nil {
+				p2, err = d.pairs.Pair(r, cur.pair())
+			}
+			if retried || gone.Err() != nil || err != nil {
+				lc.fail(dr.retry)
+				return
+			}
+			if _, ok := lc.step(request.Event{Kind: request.EvRetry, Code: dr.retry.Code, Msg: dr.retry.Message}, nil); !ok || !lc.live() {
+				return // the request ended meanwhile (a cancel took effect)
+			}
+			retried = true
+			cur.pair().done(dr.perr, dr.derr)
+			dr = driveResult{}
+			tk.requeue(r.Tenant)
+			cur.setPair(newID(), p2)
+		} else if !dr.preempted {
+			return
+		} else {
+			if _, ok := lc.step(request.Event{Kind: request.EvPreempted}, nil); !ok {
+				return // the request ended meanwhile (a cancel took effect)
+			}
+			tk.requeue(r.Tenant)
+			cur.set(newID())
 		}
-	}()
-	defer ts.Close()
-	var perr, derr error
-	defer func() { a.pair.done(perr, derr) }()
-	// retry is tried on a failure before the first token: it reports
-	// whether a new attempt took the request over.
-	retry := func(cause *Error) bool {
-		if !canRetry || ctx.Err() != nil || cause.Code == CodeIntegrity {
-			return false
+		id := cur.get()
+		again := *r
+		again.Prompt = append(slices.Clone(r.Prompt), gen...)
+		again.MaxTokens = r.MaxTokens - len(gen)
+		if e := tk.wait(gone, func() (bool, *Error) {
+			var e *Error
+			var noRoom bool
+			res, noRoom, e = d.reserve(gone, &again, cur.pair().Decode, id)
+			return noRoom, e
+		}); e != nil {
+			lc.queueEnd(e)
+			return
 		}
-		p2, err := d.pairs.Pair(r, a.pair)
+		lc.step(request.Event{Kind: request.EvReserved}, nil)
+		var err error
+		sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS, Generated: slices.Clone(gen)}
+		if r.Sampling.UsesPrompt() {
+			sp.Prompt = r.Prompt
+		}
+		ts, err = cur.pair().Decode.Stream(d.bg, id, sp)
 		if err != nil {
-			return false
+			dr.derr = err
+			lc.fail(asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream"))
+			return
 		}
-		a.superseded.Store(true)
-		lc.fail(cause) // aborts this attempt's handoff (I6); its end is not the client's
-		b, e, _ := d.start(ctx, r, a.st, p2, cur)
-		if e != nil {
-			// The retry could not start: the request ends with the
-			// retry's error (the end its machine reached).
-			a.st.push(outcome{err: e})
-			return true
-		}
-		owned = false
-		go d.run(ctx, r, b, release, false, cur)
-		return true
 	}
+}
+
+// drive runs one handoff: prefill of prompt (the request's, or a resumed
+// request's prompt + generated tokens), decode's tokens appended to gen.
+// It reports whether decode preempted the sequence, or, for a failure
+// before any token of the request reached the client (and not an
+// integrity failure), the error to retry on (the request is still live).
+func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, gen *[]int32) (dr driveResult) {
+	prompt := append(slices.Clone(r.Prompt), (*gen)...)
+	offset := len(*gen)
 	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
 	type pres struct {
 		r   *handoff.PrefillResult
@@ -354,13 +429,14 @@ func (d *Disaggregated) run(ctx context.Context, r *Request, a *attempt, release
 	go func() {
 		// d.bg, not the client's context: a disconnect never tears the
 		// transfer (I10).
-		pr, err := a.pair.Prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling, Model: d.cfg.Fingerprint, Decode: a.pair.DecodeName})
+		pr, err := p.Prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: prompt, Reservation: res,
+			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint, Decode: p.DecodeName})
 		if err != nil {
 			// The handoff did not commit. Abort it on decode now (the
 			// Prefill contract asks the router to): an unreachable prefill
 			// worker aborted nothing, and decode's stream, which the loop
 			// below waits on, ends only with the abort.
-			d.abort(a.pair.Decode, id, "prefill failed: "+err.Error())
+			d.abort(p.Decode, id, "prefill failed: "+err.Error())
 		}
 		pch <- pres{pr, err}
 	}()
@@ -369,11 +445,13 @@ func (d *Disaggregated) run(ctx context.Context, r *Request, a *attempt, release
 		if got == nil {
 			p := <-pch
 			got = &p
-			perr = p.err
+			dr.perr = p.err
 		}
 		return got
 	}
 	first := true
+	// canRetry: nothing of this request reached the client yet.
+	canRetry := func() bool { return first && offset == 0 && lc.live() }
 	for {
 		tok, err := ts.Recv()
 		if err == io.EOF {
@@ -386,18 +464,17 @@ func (d *Disaggregated) run(ctx context.Context, r *Request, a *attempt, release
 			select {
 			case p := <-pch:
 				got = &p
-				perr = p.err
+				dr.perr = p.err
 			default:
 			}
 		}
-		if got != nil && got.err != nil && lc.live() {
+		if got != nil && got.err != nil && lc.live() && !canRetry() {
 			// Prefill failed after decode started: the request fails now
 			// (decode is told to stop); the loop still reads decode's
 			// stream to its end so nothing of it outlives the request.
-			e := asEngineError(got.err, CodeHandoff, http.StatusBadGateway, "prefill")
-			if !(first && retry(e)) {
-				lc.fail(e)
-			}
+			// (Before any token, the abort above ends decode's stream and
+			// the failure below may be retried.)
+			lc.fail(asEngineError(got.err, CodeHandoff, http.StatusBadGateway, "prefill"))
 		}
 		if err != nil {
 			// A prefill error, if any, says more precisely what failed.
@@ -405,52 +482,66 @@ func (d *Disaggregated) run(ctx context.Context, r *Request, a *attempt, release
 			if p := waitPrefill(); p.err != nil {
 				cause = p.err
 			} else {
-				derr = err
+				dr.derr = err
 			}
 			e := handoffFailure(cause)
-			if lc.live() && first && retry(e) {
-				return
+			if canRetry() && e.Code != CodeIntegrity {
+				dr.retry = e
+				return dr
 			}
 			lc.fail(e)
-			return
+			return dr
 		}
 		switch {
 		case tok.Done && tok.Finish == "cancelled":
 			lc.step(request.Event{Kind: request.EvCancel}, nil)
 			waitPrefill()
-			return
+			return dr
 		case tok.Done:
 			// Success needs both roles: a late prefill failure still fails
 			// the request.
 			p := waitPrefill()
 			if p.err != nil {
 				lc.fail(asEngineError(p.err, CodeHandoff, http.StatusBadGateway, "prefill"))
-				return
+				return dr
 			}
 			// I9: prompt_tokens is what prefill ran and transferred and
 			// decode verified; all three must be the prompt.
-			if p.r.Tokens != len(r.Prompt) || tok.PromptTokens != len(r.Prompt) {
+			if p.r.Tokens != len(prompt) || tok.PromptTokens != len(prompt) {
 				lc.fail(errf(CodeIntegrity, http.StatusInternalServerError, nil,
 					"accounting mismatch: the prompt has %d tokens, prefill reports %d, decode verified %d",
-					len(r.Prompt), p.r.Tokens, tok.PromptTokens))
-				return
+					len(prompt), p.r.Tokens, tok.PromptTokens))
+				return dr
+			}
+			if tok.Finish == "preempted" {
+				dr.preempted = true
+				return dr
 			}
 			reason := request.FinishedLength
 			if tok.Finish == "stop" {
 				reason = request.FinishedStop
 			}
 			lc.step(request.Event{Kind: request.EvFinish, Reason: reason}, nil)
-			return
+			return dr
 		case first:
 			first = false
+			*gen = append(*gen, tok.ID)
 			// Decode's first token is the commit's: the handoff was verified
 			// (I5) and its prompt tokens are the reserved count (I9).
 			lc.stepToken(request.Event{Kind: request.EvCommitted, Token: tok.ID, Tokens: res.ExpectTokens}, tok.Logprobs)
 		default:
+			*gen = append(*gen, tok.ID)
 			// Illegal after the end (a cancel took effect): dropped.
 			lc.stepToken(request.Event{Kind: request.EvToken, Token: tok.ID}, tok.Logprobs)
 		}
 	}
+}
+
+// driveResult is how one handoff ended (see drive).
+type driveResult struct {
+	preempted  bool
+	retry      *Error
+	perr, derr error
 }
 
 // Local is a disaggregated engine whose two workers live in this process,
@@ -481,6 +572,8 @@ func NewLocal(prefill, decode Config) (*Local, error) {
 		Fingerprint:    FingerprintOf(decode.Model),
 		Context:        EffectiveContext(pw.Context(), dw.Context()),
 		MaxConcurrency: dw.cfg.MaxConcurrency,
+		MaxQueue:       dw.cfg.MaxQueue,
+		QueueTimeout:   dw.cfg.QueueTimeout,
 		Unsafe:         decode.Unsafe,
 	}, pw, dw)
 	if err != nil {
