@@ -363,7 +363,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 			if !retried && gone.Err() == nil {
 				p2, err = d.pairs.Pair(r, cur.pair())
 			}
-			if retried || gone.Err() != nil || err != nil {
+			if p2 == nil || err != nil {
 				lc.fail(dr.retry)
 				return
 			}
