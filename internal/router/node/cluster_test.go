@@ -208,8 +208,8 @@ func TestClusterMatchesColocated(t *testing.T) {
 }
 
 // Small decode pools under two routers' load: the routers' reservations
-// race for the same pages, decode refuses what it cannot hold (no_room,
-// retried on another decode worker or returned as kv_capacity_exhausted),
+// race for the same pages, decode refuses what it cannot hold (no_room:
+// the request moves once to another decode worker, or waits in the queue),
 // and no page is ever booked twice: no pool records a violation, and
 // every request that completes equals its reference.
 func TestTwoRoutersNeverDoubleBook(t *testing.T) {
