@@ -235,6 +235,31 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		sp.Prompt = r.Prompt
 	}
 	ts, err := cur.pair().Decode.Stream(d.bg, id, sp)
+	if err != nil && !retried && ctx.Err() == nil {
+		// Nothing reached the client: once, another pair (the machine's
+		// retry aborts this handoff, I6) and a new reservation.
+		if p2, perr := d.pairs.Pair(r, cur.pair()); perr == nil {
+			if _, ok := lc.step(request.Event{Kind: request.EvRetry, Code: CodeHandoff, Msg: err.Error()}, nil); ok && lc.live() {
+				retried = true
+				cur.pair().done(nil, err)
+				tk.requeue(r.Tenant)
+				cur.setPair(newID(), p2)
+				if e := tk.wait(ctx, func() (bool, *Error) {
+					var e *Error
+					var noRoom bool
+					res, noRoom, e = d.reserve(ctx, r, p2.Decode, cur.get())
+					return noRoom, e
+				}); e != nil {
+					p2.done(nil, e.Err)
+					lc.queueEnd(e)
+					return nil, e
+				}
+				lc.step(request.Event{Kind: request.EvReserved}, nil)
+				id = cur.get()
+				ts, err = p2.Decode.Stream(d.bg, id, sp)
+			}
+		}
+	}
 	if err != nil {
 		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
 		lc.fail(e) // aborts the handoff: its pages are released

@@ -295,9 +295,9 @@ func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, err
 				if errors.Is(derr, handoff.ErrTransport) {
 					c.markDown(d, derr)
 				}
-				if errors.Is(perr, handoff.ErrTransport) {
-					c.markDown(p, perr)
-				}
+				// A prefill error may be the prefill worker's own push to a
+				// dead decode worker, carried back with a transport code:
+				// prefill workers are marked down by the probe only.
 			})
 		}}, nil
 }
