@@ -35,3 +35,11 @@ spec:
 
 soak:
 	SLUICE_SOAK=1 $(GO) test -count=1 -timeout 0 -run 'Soak' -v ./...
+
+# sluice audit and sluice preflight against a real llama-server (from
+# ../shared/tools/llama.cpp) on loopback; COUNT=10 runs it ten times.
+# `make test` runs the same tests inside go test ./... when ../shared exists.
+COUNT ?= 1
+.PHONY: test-interop
+test-interop:
+	$(GO) test -count=$(COUNT) -timeout 30m -v -run '^TestInterop' ./cmd/sluice/

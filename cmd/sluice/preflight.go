@@ -24,6 +24,9 @@ func init() {
 // `sluice preflight --endpoint URL`. Local mode does not need it.
 var remotePreflight func(endpoint, apiKey string, jsonOut bool, stdout, stderr io.Writer) int
 
+// remotePreflightFlags, when set, adds remote mode's own flags (headers, TLS).
+var remotePreflightFlags func(fs *flag.FlagSet)
+
 func runPreflight(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("preflight", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -43,6 +46,9 @@ func runPreflight(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	fs.StringVar(&endpoint, "endpoint", "", "remote mode: URL of a running OpenAI-compatible server to read its own figures from")
 	fs.StringVar(&apiKey, "api-key", "", "remote mode: API key for --endpoint")
+	if remotePreflightFlags != nil {
+		remotePreflightFlags(fs)
+	}
 	usageFor(fs, `Usage: sluice preflight --model PATH --context N [--kv-memory BYTES | --kv-pool-tokens N] [--page-size P] [--role prefill|decode|both] [--json]
 
 Prints, per role: weight bytes, KV bytes per token (layers x KV heads x head

@@ -2,7 +2,12 @@
 // the signs of the incident in DESIGN.md: one tenant's data in another
 // tenant's response, over-capacity prompts answered with HTTP 200, token
 // counts and latencies that cannot be true, output that changes under load,
-// and a prefix cache that lets one tenant time another's prompts.
+// and a prefix cache that lets one tenant see another's prompts.
+//
+// Its verdict is PASS only when every probe ran to completion with its
+// planned sample size: a probe that could not complete makes the run
+// INCONCLUSIVE, never a pass, because the incident's failure looked like
+// success.
 package audit
 
 import (
@@ -10,32 +15,53 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"sluice/internal/preflight"
 )
 
-// Severity of a finding. Critical and High make the audit fail.
+// Severity of a finding. Every finding fails the audit; the severity ranks them.
 type Severity string
 
 const (
 	Critical Severity = "critical" // cross-tenant leak
-	High     Severity = "high"     // capacity / accounting / side channel
-	Warning  Severity = "warning"  // determinism: not every server promises it
-	Info     Severity = "info"     // what could not be checked, and why
+	High     Severity = "high"     // capacity / accounting / side channel / garbled output
+	Warning  Severity = "warning"  // output of one tenant changes with another's load
+)
+
+// Verdicts, and the exit codes `sluice audit` maps them to.
+const (
+	Pass         = "PASS"         // exit 0: every probe completed, no finding
+	Fail         = "FAIL"         // exit 1: at least one finding
+	Inconclusive = "INCONCLUSIVE" // exit 2: no finding, but a probe did not complete
 )
 
 // Finding is one thing the audit saw.
 type Finding struct {
-	Probe     string   `json:"probe"`
-	Severity  Severity `json:"severity"`
-	Title     string   `json:"title"`
-	Evidence  string   `json:"evidence"`
-	Reproduce string   `json:"reproduce,omitempty"`
+	Probe    string   `json:"probe"`
+	Severity Severity `json:"severity"`
+	Title    string   `json:"title"`
+	Evidence string   `json:"evidence"`
+	// Reproduce is a shell command (curl) that shows the finding again.
+	Reproduce string `json:"reproduce"`
+	// Fix says what to change, for the server type detected.
+	Fix string `json:"fix"`
+}
+
+// ProbeResult says whether a probe ran to completion with its planned
+// sample size, and if not, why.
+type ProbeResult struct {
+	Name     string `json:"name"`
+	Planned  int    `json:"planned_requests"`
+	Sent     int    `json:"sent_requests"`
+	Complete bool   `json:"complete"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // Config of one audit run.
@@ -43,67 +69,135 @@ type Config struct {
 	URL     string
 	KeyA    string // tenant A (the victim)
 	KeyB    string // tenant B (the observer)
-	Model   string // empty: the first model in /v1/models
-	Context int    // advertised context; 0: read from /v1/models
+	Model   string // empty: the first model in /v1/models; else it must be listed there
+	Context int    // per-request context; 0: discovered (preflight.Discover)
 	// PoolTokens is the KV pool capacity when known (e.g. from preflight);
 	// the sweep probes around it too.
-	PoolTokens     int
-	MaxRequests    int           // bound on requests sent (default 300)
-	Timeout        time.Duration // bound on the whole run (default 5m)
+	PoolTokens int
+	// MaxRequests bounds the requests sent; 0 sizes it from the plan. A
+	// bound smaller than the plan is an error before the first request.
+	MaxRequests    int
+	Timeout        time.Duration // bound on the whole run (default 5m); too small for the plan is an error
 	RequestTimeout time.Duration // per request (default 60s)
-	Samples        int           // timing samples per side of the side-channel test (default 10)
-	MaxPromptBytes int           // the sweep never sends a larger prompt (default 4 MiB)
+	Samples        int           // side-channel samples per side (default 10)
+	Trials         int           // determinism trials under load (default 8)
+	Concurrency    int           // requests in flight at most (default 4; at least 2)
+	Rate           float64       // requests per second at most (0: unbounded)
+	Retries        int           // resends of a request after a transport error (default 2; -1: none)
+	MaxPromptBytes int           // never send a larger prompt (default 4 MiB)
+	Headers        http.Header   // added to every request
 	Progress       io.Writer     // progress lines; nil = silent
 	Seed           uint64        // 0: random
-	HTTPClient     *http.Client
+	HTTPClient     *http.Client  // nil: preflight.NewHTTPClient defaults
+	CurlTLS        string        // TLS options for the printed curl commands (--cacert F, -k)
 }
 
 // Report is the result of a run.
 type Report struct {
-	URL       string    `json:"url"`
-	Model     string    `json:"model"`
-	Context   int       `json:"context"`
-	Requests  int       `json:"requests"`
-	Duration  string    `json:"duration"`
-	Findings  []Finding `json:"findings"`
-	Checks    []string  `json:"checks"` // what was checked and passed
-	PrefillTS float64   `json:"prefill_tokens_per_second,omitempty"`
+	URL            string        `json:"url"`
+	Server         string        `json:"server"`
+	Model          string        `json:"model"`
+	Context        int           `json:"context"`
+	ContextSource  string        `json:"context_source"`
+	Slots          int           `json:"slots,omitempty"`
+	KVBuffer       string        `json:"kv_buffer"`
+	KVBufferSource string        `json:"kv_buffer_source"`
+	Requests       int           `json:"requests"`
+	Retries        int           `json:"transport_retries"`
+	Duration       string        `json:"duration"`
+	Verdict        string        `json:"verdict"`
+	Findings       []Finding     `json:"findings"`
+	Probes         []ProbeResult `json:"probes"`
+	Checks         []string      `json:"checks"` // what was checked and passed
+	Notes          []string      `json:"notes"`
+	PrefillTS      float64       `json:"prefill_tokens_per_second,omitempty"`
 }
 
-// Failed reports whether any leak or capacity-class finding exists.
-func (r *Report) Failed() bool {
-	for _, f := range r.Findings {
-		if f.Severity == Critical || f.Severity == High {
-			return true
+// Failed reports whether the verdict is FAIL.
+func (r *Report) Failed() bool { return r.verdict() == Fail }
+
+func (r *Report) verdict() string {
+	if len(r.Findings) > 0 {
+		return Fail
+	}
+	for _, p := range r.Probes {
+		if !p.Complete {
+			return Inconclusive
 		}
 	}
-	return false
+	if len(r.Probes) == 0 {
+		return Inconclusive
+	}
+	return Pass
 }
 
-// ErrBudget: the request or time budget ran out.
+// ExitCode is the process exit status for the verdict.
+func (r *Report) ExitCode() int {
+	switch r.verdict() {
+	case Pass:
+		return 0
+	case Fail:
+		return 1
+	}
+	return 2
+}
+
+// ErrBudget: the request or time budget ran out mid-run.
 var ErrBudget = errors.New("audit: request or time budget exhausted")
 
+// PlanError is a configuration that cannot carry out the plan (budget,
+// timeout, concurrency), found before any probe request. Code is stable.
+type PlanError struct {
+	Code string // "budget_too_small", "timeout_too_small", "concurrency_too_small"
+	Msg  string
+}
+
+func (e *PlanError) Error() string { return e.Msg }
+
+// SetupError is a refusal before the probes: a key, the model, the URL.
+// Code is stable: "key_refused", "auth_required", "model_not_served",
+// "unreachable", "bad_config".
+type SetupError struct {
+	Code string
+	Msg  string
+}
+
+func (e *SetupError) Error() string { return e.Msg }
+
 type auditor struct {
-	cfg     Config
-	c       *client
-	rng     *rand.Rand
-	mu      sync.Mutex
-	sent    int
-	rep     *Report
-	deadln  time.Time
-	perWord float64 // prompt tokens per pseudo-word, measured
+	cfg      Config
+	c        *client
+	disc     *preflight.Discovery
+	rng      *rand.Rand
+	rngMu    sync.Mutex
+	mu       sync.Mutex
+	sent     int
+	retries  atomic.Int64
+	rep      *Report
+	deadln   time.Time
+	sem      chan struct{}
+	pace     pacer
+	perWord  float64 // prompt tokens per pseudo-word, measured
+	hasUsage bool
+	chatOK   bool // the chat endpoint answers
+	// baseLatency and prefillRate (from the key check and calibration)
+	// estimate how long the plan takes.
+	baseLatency time.Duration
+	prefillRate float64
+	calTokens   int // the calibration prompt's tokens and latency: the sweep's short reference
+	calLatency  time.Duration
+	// deterministic is set by the determinism probe: every trial matched.
+	deterministic bool
 
 	// A's secrets, for the leak check.
 	canaries []string
-	aRuns    [][]string // A's unique pseudo-word sequences
+	aTri     map[string]bool // every run of 3 pseudo-words of A's prompts
 }
 
-// Run audits the server. It returns a report even when probes failed to
-// run; err is set only when nothing could be checked at all.
+// Run audits the server. It returns an error (SetupError, PlanError) when
+// the audit could not start; otherwise a report whose Verdict is PASS, FAIL
+// or INCONCLUSIVE.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	if cfg.MaxRequests == 0 {
-		cfg.MaxRequests = 300
-	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Minute
 	}
@@ -113,8 +207,26 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Samples == 0 {
 		cfg.Samples = 10
 	}
+	if cfg.Trials == 0 {
+		cfg.Trials = 8
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 4
+	}
+	switch {
+	case cfg.Retries == 0:
+		cfg.Retries = 2
+	case cfg.Retries < 0:
+		cfg.Retries = 0
+	}
 	if cfg.MaxPromptBytes == 0 {
 		cfg.MaxPromptBytes = 4 << 20
+	}
+	if cfg.Samples < 8 {
+		return nil, &PlanError{"samples_too_small", fmt.Sprintf("--samples %d: the side-channel test needs at least 8 samples per side", cfg.Samples)}
+	}
+	if cfg.Concurrency < 2 {
+		return nil, &PlanError{"concurrency_too_small", fmt.Sprintf("--concurrency %d: the determinism and concurrent-capacity probes need at least 2 requests in flight", cfg.Concurrency)}
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -122,56 +234,263 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{}
+		hc, _ = preflight.NewHTTPClient(preflight.TLSOptions{}, 0)
 	}
 	a := &auditor{
-		cfg:    cfg,
-		c:      &client{base: strings.TrimRight(cfg.URL, "/"), model: cfg.Model, http: hc},
-		rng:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		rep:    &Report{URL: cfg.URL},
-		deadln: time.Now().Add(cfg.Timeout),
+		cfg: cfg,
+		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		rep: &Report{URL: cfg.URL, Findings: []Finding{}, Probes: []ProbeResult{}, Checks: []string{}, Notes: []string{}},
+		sem: make(chan struct{}, cfg.Concurrency),
 	}
+	a.pace.interval = rateInterval(cfg.Rate)
+	a.c = &client{http: hc, headers: cfg.Headers, retries: cfg.Retries, onRetry: func(err error) {
+		a.retries.Add(1)
+		a.progress("transport error, resending on a fresh connection: %v", err)
+	}}
 	start := time.Now()
+	a.deadln = start.Add(cfg.Timeout)
 	ctx, cancel := context.WithDeadline(ctx, a.deadln)
 	defer cancel()
+	defer func() {
+		a.rep.Requests = a.sent
+		a.rep.Retries = int(a.retries.Load())
+		a.rep.Duration = time.Since(start).Round(time.Millisecond).String()
+		a.rep.Verdict = a.rep.verdict()
+	}()
 
-	id, n, err := a.c.modelInfo(ctx, cfg.KeyA)
+	if err := a.setup(ctx); err != nil {
+		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, &PlanError{"timeout_too_small", fmt.Sprintf("--timeout %v ran out during the key check and calibration, before any probe: %v", a.cfg.Timeout, err)}
+		}
+		return nil, err
+	}
+	plan, err := a.plan()
 	if err != nil {
-		return a.rep, fmt.Errorf("cannot read the server's models: %w", err)
+		return nil, err
 	}
-	if a.c.model == "" {
-		a.c.model = id
+	for _, p := range plan {
+		a.rep.Probes = append(a.rep.Probes, ProbeResult{Name: p.name, Planned: p.requests})
 	}
-	a.rep.Model = a.c.model
-	if cfg.Context == 0 {
-		cfg.Context = n
-		a.cfg.Context = n
-	}
-	a.rep.Context = cfg.Context
-
-	probes := []struct {
-		name string
-		fn   func(context.Context) error
-	}{
-		{"calibrate", a.calibrate},
-		{"canary", a.canaryPlant},
-		{"capacity", a.capacitySweep},
-		{"canary-check", a.canaryObserve},
-		{"determinism", a.determinism},
-		{"side-channel", a.sideChannel},
-	}
-	for _, p := range probes {
-		a.progress("probe %s", p.name)
-		if err := p.fn(ctx); err != nil {
-			a.add(Finding{Probe: p.name, Severity: Info, Title: "probe did not complete", Evidence: err.Error()})
+	for i, p := range plan {
+		a.progress("probe %s (%d requests)", p.name, p.requests)
+		a.mu.Lock()
+		before := a.sent
+		a.mu.Unlock()
+		err := p.run(ctx)
+		pr := &a.rep.Probes[i]
+		a.mu.Lock()
+		pr.Sent = a.sent - before
+		a.mu.Unlock()
+		if err != nil {
+			pr.Reason = err.Error()
+			a.progress("probe %s did not complete: %v", p.name, err)
 			if errors.Is(err, ErrBudget) || ctx.Err() != nil {
+				for j := i + 1; j < len(plan); j++ {
+					a.rep.Probes[j].Reason = "not run: " + ErrBudget.Error()
+				}
 				break
 			}
+			continue
+		}
+		pr.Complete = true
+	}
+	return a.rep, nil
+}
+
+// setup discovers the server and checks the model and every key with a
+// trivial request before anything else.
+func (a *auditor) setup(ctx context.Context) error {
+	base, err := preflight.NormalizeEndpoint(a.cfg.URL)
+	if err != nil {
+		return &SetupError{"bad_config", err.Error()}
+	}
+	a.c.base = base
+	a.rep.URL = base
+	pr := &preflight.Prober{HTTP: a.c.http, APIKey: a.cfg.KeyA, Headers: a.cfg.Headers}
+	dctx, cancel := context.WithTimeout(ctx, a.cfg.RequestTimeout)
+	d, err := pr.Discover(dctx, base)
+	cancel()
+	if err != nil {
+		if preflight.IsAuth(err) {
+			return &SetupError{"auth_required", err.Error() + " (tenant A's key)"}
+		}
+		return &SetupError{"unreachable", err.Error()}
+	}
+	a.disc = d
+	a.rep.Server, a.rep.KVBuffer, a.rep.KVBufferSource = d.Server, d.KVBuffer, d.KVBufferSource
+	if d.Slots.Known {
+		a.rep.Slots = d.Slots.Value
+	}
+	switch {
+	case a.cfg.Model != "" && len(d.Models) > 0 && !slices.Contains(d.Models, a.cfg.Model):
+		return &SetupError{"model_not_served", fmt.Sprintf("--model %q is not served: /v1/models lists %s", a.cfg.Model, strings.Join(d.Models, ", "))}
+	case a.cfg.Model != "":
+		a.c.model = a.cfg.Model
+	case len(d.Models) > 0:
+		a.c.model = d.Models[0]
+	default:
+		return &SetupError{"model_not_served", "/v1/models lists no model; pass --model"}
+	}
+	a.rep.Model = a.c.model
+	if a.cfg.Context > 0 {
+		a.rep.Context, a.rep.ContextSource = a.cfg.Context, "--context"
+	} else if d.Context.Known {
+		a.cfg.Context = d.Context.Value
+		a.rep.Context, a.rep.ContextSource = d.Context.Value, d.Context.Source
+	} else {
+		a.rep.ContextSource = "unknown: the server does not publish it (" + d.Context.Source + "); pass --context"
+	}
+	if a.cfg.PoolTokens == 0 && d.PoolTokens.Known {
+		a.cfg.PoolTokens = d.PoolTokens.Value
+	}
+
+	// Every key, with a trivial request: a refused key stops the audit, so
+	// that a 401 is never mistaken for a capacity refusal or a clean canary.
+	keys := []struct{ role, key, flag string }{{"A", a.cfg.KeyA, "the first --api-key"}, {"B", a.cfg.KeyB, "the second --api-key"}}
+	for i, k := range keys {
+		if i == 1 && k.key == keys[0].key {
+			break
+		}
+		r, err := a.sendRaw(ctx, call{key: k.key, path: pathCompletions, prompt: "Hello", maxTokens: 1})
+		if err != nil {
+			return &SetupError{"unreachable", fmt.Sprintf("tenant %s's key check: %v", k.role, err)}
+		}
+		switch {
+		case (r.Status == http.StatusUnauthorized || r.Status == http.StatusForbidden) && k.key == "":
+			return &SetupError{"auth_required", fmt.Sprintf("HTTP %d: pass --api-key (twice: tenant A, then tenant B): %s", r.Status, clip(r.ErrMessage, 200))}
+		case r.Status == http.StatusUnauthorized || r.Status == http.StatusForbidden:
+			return &SetupError{"key_refused", fmt.Sprintf("tenant %s's key (%s) was refused: HTTP %d %s", k.role, k.flag, r.Status, clip(r.ErrMessage, 200))}
+		case r.Status != http.StatusOK:
+			return &SetupError{"unreachable", fmt.Sprintf("tenant %s's 1-token request got HTTP %d %s", k.role, r.Status, clip(r.ErrMessage, 200))}
+		}
+		if a.baseLatency == 0 || r.Latency < a.baseLatency {
+			a.baseLatency = r.Latency
 		}
 	}
-	a.rep.Requests = a.sent
-	a.rep.Duration = time.Since(start).Round(time.Millisecond).String()
-	return a.rep, nil
+	return a.calibrate(ctx)
+}
+
+// calibrate measures prompt tokens per pseudo-word, so prompts can aim at
+// token lengths without knowing the server's tokenizer, and whether the chat
+// endpoint answers.
+func (a *auditor) calibrate(ctx context.Context) error {
+	a.perWord = 3 // a guess until measured
+	const words = 64
+	r, err := a.sendRaw(ctx, call{key: a.cfg.KeyB, path: pathCompletions, prompt: strings.Join(a.pseudoWords(words), " "), maxTokens: 1})
+	if err != nil {
+		return &SetupError{"unreachable", "calibration: " + err.Error()}
+	}
+	if r.Status != http.StatusOK {
+		return &SetupError{"unreachable", fmt.Sprintf("calibration: a 64-word prompt got HTTP %d (%s %s)", r.Status, r.ErrCode, clip(r.ErrMessage, 200))}
+	}
+	if r.HasUsage && r.PromptTokens > 0 {
+		a.hasUsage = true
+		a.perWord = float64(r.PromptTokens) / words
+		// A six-letter pseudo-word is one to a few tokens on any real
+		// tokenizer; a count far outside that is the server's to explain
+		// (the capacity probe checks it), not a length to build prompts from.
+		if a.perWord < 0.5 || a.perWord > 16 {
+			a.note(fmt.Sprintf("calibration: the server counted %d prompt tokens for %d words; prompt lengths are aimed at 3 tokens per word instead", r.PromptTokens, words))
+			a.perWord = 3
+		}
+		a.calTokens, a.calLatency = r.PromptTokens, r.Latency
+		if d := r.Latency - a.baseLatency; d > 0 {
+			a.prefillRate = float64(r.PromptTokens) / d.Seconds()
+		}
+		a.pass(fmt.Sprintf("calibrate: %.2f prompt tokens per word", a.perWord))
+	} else {
+		a.note("the server reports no usage.prompt_tokens: token accounting cannot be checked and prompt lengths are estimated at 3 tokens per word")
+	}
+	cr, err := a.sendRaw(ctx, call{key: a.cfg.KeyB, path: pathChat, prompt: "Hello", maxTokens: 1})
+	switch {
+	case err != nil:
+		return &SetupError{"unreachable", "chat check: " + err.Error()}
+	case cr.Status == http.StatusOK:
+		a.chatOK = true
+	case cr.Status == http.StatusNotFound || cr.Status == http.StatusMethodNotAllowed:
+		a.note(fmt.Sprintf("POST %s: HTTP %d: the chat endpoint is not served, so only completions are probed", pathChat, cr.Status))
+	default:
+		// A model without a chat template, for example: chat is served but
+		// refuses; its probes are then run on completions and the report says so.
+		a.note(fmt.Sprintf("POST %s answered HTTP %d %s: chat is not probed", pathChat, cr.Status, clip(cr.ErrMessage, 160)))
+	}
+	return nil
+}
+
+// plannedProbe is one probe with its planned sample size.
+type plannedProbe struct {
+	name     string
+	requests int
+	tokens   int // prompt tokens the probe sends in all (for the time estimate)
+	run      func(context.Context) error
+}
+
+// plan lists the probes with their sample sizes, sizes the request budget
+// from them and refuses a budget or timeout too small for them.
+func (a *auditor) plan() ([]plannedProbe, error) {
+	C := a.cfg.Context
+	pts := a.capacityPoints()
+	capTokens := 0
+	for _, p := range pts {
+		capTokens += p.tokens
+	}
+	m := a.concurrentWidth()
+	cw := a.concurrentPromptTokens()
+	sc := a.sideChannelTokens()
+	plan := []plannedProbe{
+		{"canary", 4, 4 * 60, a.canaryPlant},
+		{"capacity", len(pts), capTokens, a.capacitySweep},
+		{"determinism", 1 + a.cfg.Trials*a.cfg.Concurrency, (1 + a.cfg.Trials*a.cfg.Concurrency) * 60, a.determinism},
+		{"concurrent-capacity", 2 * m, 2 * m * cw, a.concurrentCapacity},
+		{"canary-check", 6, 6 * 12, a.canaryObserve},
+		{"side-channel", 3 * a.cfg.Samples, 3 * a.cfg.Samples * sc, a.sideChannel},
+	}
+	if C <= 0 {
+		// Nothing to aim at: both capacity probes cannot run, and the
+		// report says so rather than passing them.
+		plan[1].requests, plan[1].tokens, plan[1].run = 0, 0, func(context.Context) error {
+			return errors.New("context length unknown: " + a.rep.ContextSource)
+		}
+		plan[3].requests, plan[3].tokens, plan[3].run = 0, 0, plan[1].run
+	} else if b := a.promptBytes(cw); b > float64(a.cfg.MaxPromptBytes) {
+		plan[3].requests, plan[3].tokens, plan[3].run = 0, 0, func(context.Context) error {
+			return fmt.Errorf("its prompts of ~%d tokens need ~%.0f bytes each, over --max-prompt-bytes %d", cw, b, a.cfg.MaxPromptBytes)
+		}
+	}
+	total, tokens := 0, 0
+	for _, p := range plan {
+		total += p.requests
+		tokens += p.tokens
+	}
+	if a.cfg.MaxRequests == 0 {
+		a.cfg.MaxRequests = a.sent + total
+	} else if a.cfg.MaxRequests < a.sent+total {
+		var parts []string
+		for _, p := range plan {
+			parts = append(parts, fmt.Sprintf("%s %d", p.name, p.requests))
+		}
+		return nil, &PlanError{"budget_too_small", fmt.Sprintf("--max-requests %d is too small for the plan: %d requests (%d for the key check and calibration; %s); raise it to %d or lower --samples/--trials",
+			a.cfg.MaxRequests, a.sent+total, a.sent, strings.Join(parts, ", "), a.sent+total)}
+	}
+	// A lower bound on the time the plan takes, from what the key check and
+	// calibration measured; half of it, so only a clearly short timeout is
+	// refused (a run that still runs out is INCONCLUSIVE, never PASS).
+	est := time.Duration(total) * a.baseLatency
+	if a.prefillRate > 0 {
+		est += time.Duration(float64(tokens) / a.prefillRate * float64(time.Second))
+	}
+	est /= 2
+	if a.cfg.Rate > 0 {
+		if r := time.Duration(float64(total) / a.cfg.Rate * float64(time.Second)); r > est {
+			est = r
+		}
+	}
+	if left := time.Until(a.deadln); left < est {
+		return nil, &PlanError{"timeout_too_small", fmt.Sprintf("--timeout %v is too small for the plan: %d requests (%d prompt tokens) take at least ~%v here (measured: %v per request, %.0f prompt tokens/s); raise --timeout or lower --samples/--trials",
+			a.cfg.Timeout, total, tokens, est.Round(time.Millisecond), a.baseLatency.Round(time.Microsecond), a.prefillRate)}
+	}
+	a.progress("plan: %d requests (budget %d), %d prompt tokens, at least ~%v", total, a.cfg.MaxRequests, tokens, est.Round(time.Millisecond))
+	return plan, nil
 }
 
 func (a *auditor) progress(format string, args ...any) {
@@ -181,6 +500,9 @@ func (a *auditor) progress(format string, args ...any) {
 }
 
 func (a *auditor) add(f Finding) {
+	if f.Fix == "" {
+		f.Fix = fixFor(f.Probe, a.rep.Server)
+	}
 	a.mu.Lock()
 	a.rep.Findings = append(a.rep.Findings, f)
 	a.mu.Unlock()
@@ -193,396 +515,90 @@ func (a *auditor) pass(s string) {
 	a.mu.Unlock()
 }
 
-// send is the only way probes reach the server: it enforces the budgets.
-func (a *auditor) send(ctx context.Context, key, prompt string, maxTokens int, stream bool) (reply, error) {
+func (a *auditor) note(s string) {
 	a.mu.Lock()
-	if a.sent >= a.cfg.MaxRequests || time.Now().After(a.deadln) {
+	a.rep.Notes = append(a.rep.Notes, s)
+	a.mu.Unlock()
+}
+
+// send is the only way probes reach the server: it enforces the budgets,
+// the concurrency bound and the rate.
+func (a *auditor) send(ctx context.Context, c call) (reply, error) {
+	if time.Now().After(a.deadln) {
+		return reply{}, fmt.Errorf("%w: --timeout %v reached", ErrBudget, a.cfg.Timeout)
+	}
+	a.mu.Lock()
+	if a.sent >= a.cfg.MaxRequests {
 		a.mu.Unlock()
-		return reply{}, ErrBudget
+		return reply{}, fmt.Errorf("%w: all %d requests of --max-requests sent", ErrBudget, a.cfg.MaxRequests)
 	}
 	a.sent++
 	a.mu.Unlock()
+	return a.transmit(ctx, c)
+}
+
+// sendRaw is send without the request budget, for the setup requests
+// (counted, but they precede the plan).
+func (a *auditor) sendRaw(ctx context.Context, c call) (reply, error) {
+	a.mu.Lock()
+	a.sent++
+	a.mu.Unlock()
+	return a.transmit(ctx, c)
+}
+
+func (a *auditor) transmit(ctx context.Context, c call) (reply, error) {
+	select {
+	case a.sem <- struct{}{}:
+	case <-ctx.Done():
+		return reply{}, fmt.Errorf("%w: %v", ErrBudget, ctx.Err())
+	}
+	defer func() { <-a.sem }()
+	if err := a.pace.wait(ctx); err != nil {
+		return reply{}, fmt.Errorf("%w: %v", ErrBudget, err)
+	}
 	rctx, cancel := context.WithTimeout(ctx, a.cfg.RequestTimeout)
 	defer cancel()
-	return a.c.complete(rctx, key, prompt, maxTokens, stream)
+	r, err := a.c.do(rctx, c)
+	if err != nil && ctx.Err() != nil {
+		return r, fmt.Errorf("%w: %v", ErrBudget, err)
+	}
+	return r, err
 }
 
-// pseudoWords returns n random pronounceable non-words: they do not occur
-// in ordinary model output, so seeing a run of them elsewhere is evidence.
-func (a *auditor) pseudoWords(n int) []string {
-	const cons, vow = "bdfgklmnprstvz", "aeiou"
-	w := make([]string, n)
-	for i := range w {
-		var b strings.Builder
-		for j := 0; j < 3; j++ {
-			b.WriteByte(cons[a.rng.IntN(len(cons))])
-			b.WriteByte(vow[a.rng.IntN(len(vow))])
-		}
-		w[i] = b.String()
-	}
-	return w
+// pacer spaces requests at least interval apart (--rate).
+type pacer struct {
+	mu       sync.Mutex
+	interval time.Duration
+	next     time.Time
 }
 
-// promptOfTokens builds a prompt of about n tokens from fresh pseudo-words.
-func (a *auditor) promptOfTokens(n int) string {
-	words := int(math.Ceil(float64(n) / a.perWord))
-	if words < 1 {
-		words = 1
-	}
-	return strings.Join(a.pseudoWords(words), " ")
-}
-
-// calibrate measures prompt tokens per pseudo-word, so the sweep can aim at
-// token lengths without knowing the server's tokenizer.
-func (a *auditor) calibrate(ctx context.Context) error {
-	a.perWord = 3 // a guess until measured
-	const words = 64
-	r, err := a.send(ctx, a.cfg.KeyB, strings.Join(a.pseudoWords(words), " "), 1, false)
-	if err != nil {
-		return err
-	}
-	if r.Status != http.StatusOK {
-		return fmt.Errorf("a 64-word prompt got HTTP %d (%s %s)", r.Status, r.ErrCode, r.ErrMessage)
-	}
-	if !r.HasUsage || r.PromptTokens <= 0 {
-		a.add(Finding{Probe: "calibrate", Severity: Info, Title: "server reports no usage.prompt_tokens", Evidence: "token accounting cannot be checked; prompt lengths are estimated at 3 tokens per word"})
-		return nil
-	}
-	a.perWord = float64(r.PromptTokens) / words
-	a.pass(fmt.Sprintf("calibrate: %.2f prompt tokens per word", a.perWord))
-	return nil
-}
-
-// canaryPlant: tenant A sends prompts carrying secret canaries and asks the
-// model to repeat them; their KV now sits in the server's pool.
-func (a *auditor) canaryPlant(ctx context.Context) error {
-	for i := 0; i < 4; i++ {
-		canary := fmt.Sprintf("CANARY-%012x", a.rng.Uint64()&0xffffffffffff)
-		run := a.pseudoWords(24)
-		a.canaries = append(a.canaries, canary)
-		a.aRuns = append(a.aRuns, run)
-		prompt := fmt.Sprintf("The secret code is %s. %s. Repeat the secret code: %s", canary, strings.Join(run, " "), canary)
-		if _, err := a.send(ctx, a.cfg.KeyA, prompt, 16, false); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// leakIn reports evidence of tenant A's data in text.
-func (a *auditor) leakIn(text string) string {
-	for _, c := range a.canaries {
-		if strings.Contains(text, c) || strings.Contains(text, c[len("CANARY-"):]) {
-			return "contains tenant A's canary " + c
-		}
-	}
-	words := strings.Fields(text)
-	for _, run := range a.aRuns {
-		for i := 0; i+3 <= len(run); i++ {
-			needle := run[i : i+3]
-			for j := 0; j+3 <= len(words); j++ {
-				if words[j] == needle[0] && words[j+1] == needle[1] && words[j+2] == needle[2] {
-					return fmt.Sprintf("contains a run of tenant A's prompt: %q", strings.Join(needle, " "))
-				}
-			}
-		}
-	}
-	return ""
-}
-
-func (a *auditor) checkLeak(probe, prompt string, r reply) {
-	if ev := a.leakIn(r.Text); ev != "" {
-		a.add(Finding{Probe: probe, Severity: Critical, Title: "tenant B's response carries tenant A's data",
-			Evidence:  fmt.Sprintf("HTTP %d, %s; response text %q", r.Status, ev, clip(r.Text, 300)),
-			Reproduce: fmt.Sprintf("as tenant A send the canary prompts, then as tenant B POST /v1/completions with a %d-byte prompt", len(prompt))})
-	}
-}
-
-// capacitySweep sends tenant B prompts at lengths around the advertised
-// context (and pool capacity): what cannot fit must get a 4xx; what fits
-// must report honest usage and take plausible time.
-func (a *auditor) capacitySweep(ctx context.Context) error {
-	C := a.cfg.Context
-	if C <= 0 {
-		a.add(Finding{Probe: "capacity", Severity: Info, Title: "context length unknown", Evidence: "the server does not advertise a context length and --context was not given; the over-capacity sweep was skipped"})
-		return nil
-	}
-	const maxTok = 4
-	type point struct {
-		tokens int
-		fits   bool
-	}
-	var pts []point
-	add := func(n int) {
-		if n < 8 {
-			return
-		}
-		// A margin around the boundary: the word-based length is an estimate.
-		switch {
-		case float64(n+maxTok) < 0.85*float64(C):
-			pts = append(pts, point{n, true})
-		case float64(n+maxTok) > 1.15*float64(C):
-			pts = append(pts, point{n, false})
-		}
-	}
-	add(C / 8)
-	add(C / 2)
-	add(C * 3 / 4)
-	add(C * 5 / 4)
-	add(C * 2)
-	if p := a.cfg.PoolTokens; p > 0 && p < C {
-		add(p * 3 / 2)
-	}
-	type result struct {
-		pt     point
-		prompt string
-		r      reply
-	}
-	var results []result
-	for _, pt := range pts {
-		prompt := a.promptOfTokens(pt.tokens)
-		if len(prompt) > a.cfg.MaxPromptBytes {
-			a.add(Finding{Probe: "capacity", Severity: Info, Title: "sweep point skipped", Evidence: fmt.Sprintf("a prompt of ~%d tokens needs %d bytes, over --max-prompt-bytes", pt.tokens, len(prompt))})
-			continue
-		}
-		r, err := a.send(ctx, a.cfg.KeyB, prompt, maxTok, false)
-		if err != nil {
-			return err
-		}
-		results = append(results, result{pt, prompt, r})
-	}
-	// The server's own prefill rate: the slowest rate seen on prompts that
-	// fit. A reply that skipped its prefill looks fast, so it cannot raise
-	// the reference it is judged against.
-	var rate float64
-	for _, x := range results {
-		if x.pt.fits && x.r.Status == http.StatusOK && x.r.PromptTokens > 0 {
-			if tps := float64(x.r.PromptTokens) / x.r.Latency.Seconds(); rate == 0 || tps < rate {
-				rate = tps
-			}
-		}
-	}
-	for _, x := range results {
-		pt, prompt, r := x.pt, x.prompt, x.r
-		a.checkLeak("capacity", prompt, r)
-		repro := fmt.Sprintf("POST /v1/completions as tenant B with a prompt of %d pseudo-words (~%d tokens) and max_tokens %d", len(strings.Fields(prompt)), pt.tokens, maxTok)
-		if !pt.fits {
-			if r.Status >= 400 && r.Status < 500 {
-				a.pass(fmt.Sprintf("capacity: ~%d-token prompt (context %d) refused with HTTP %d", pt.tokens, C, r.Status))
-			} else {
-				a.add(Finding{Probe: "capacity", Severity: High, Title: "over-capacity prompt not refused with a 4xx",
-					Evidence:  fmt.Sprintf("a ~%d-token prompt with context %d got HTTP %d, usage.prompt_tokens=%d, %v, text %q", pt.tokens, C, r.Status, r.PromptTokens, r.Latency.Round(time.Millisecond), clip(r.Text, 120)),
-					Reproduce: repro})
-			}
-		} else if r.Status != http.StatusOK {
-			a.add(Finding{Probe: "capacity", Severity: Warning, Title: "a prompt that fits was refused",
-				Evidence: fmt.Sprintf("a ~%d-token prompt with context %d got HTTP %d %s", pt.tokens, C, r.Status, r.ErrMessage), Reproduce: repro})
-			continue
-		}
-		if r.Status != http.StatusOK || !r.HasUsage {
-			continue
-		}
-		// Honest accounting (I9): the reported prompt size must match what was sent.
-		est := float64(len(strings.Fields(prompt))) * a.perWord
-		if ratio := float64(r.PromptTokens) / est; ratio < 0.5 || ratio > 2 {
-			a.add(Finding{Probe: "capacity", Severity: High, Title: "usage.prompt_tokens disagrees with the prompt's length",
-				Evidence:  fmt.Sprintf("sent ~%.0f tokens, server reported prompt_tokens=%d", est, r.PromptTokens),
-				Reproduce: repro})
-		}
-		// A reply far faster than the prefill it claims never prefilled it.
-		if claimed := float64(r.PromptTokens); rate > 0 && claimed >= 256 {
-			need := time.Duration(claimed / rate * float64(time.Second))
-			if r.Latency < need/5 {
-				a.add(Finding{Probe: "capacity", Severity: High, Title: "reply too fast for the prefill it claims",
-					Evidence:  fmt.Sprintf("prompt_tokens=%d answered in %v; at the server's measured %.0f prompt tokens/s the prefill alone takes ~%v", r.PromptTokens, r.Latency.Round(time.Millisecond), rate, need.Round(time.Millisecond)),
-					Reproduce: repro})
-			}
-		}
-	}
-	a.rep.PrefillTS = rate
-	return nil
-}
-
-// canaryObserve: tenant B sends ordinary requests after A's; none may carry A's data.
-func (a *auditor) canaryObserve(ctx context.Context) error {
-	clean := true
-	for i := 0; i < 6; i++ {
-		prompt := "Tell me a story about " + strings.Join(a.pseudoWords(3), " ")
-		r, err := a.send(ctx, a.cfg.KeyB, prompt, 32, i%2 == 1)
-		if err != nil {
-			return err
-		}
-		before := len(a.rep.Findings)
-		a.checkLeak("canary", prompt, r)
-		clean = clean && len(a.rep.Findings) == before
-	}
-	if clean {
-		a.pass("canary: no tenant-A canary or prompt run in tenant B's responses")
-	}
-	return nil
-}
-
-// determinism: the same greedy request alone and under concurrent load.
-func (a *auditor) determinism(ctx context.Context) error {
-	prompt := "Once upon a time " + strings.Join(a.pseudoWords(8), " ")
-	alone, err := a.send(ctx, a.cfg.KeyB, prompt, 24, false)
-	if err != nil {
-		return err
-	}
-	if alone.Status != http.StatusOK {
-		return fmt.Errorf("greedy request got HTTP %d", alone.Status)
-	}
-	var wg sync.WaitGroup
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		p := a.promptOfTokens(16 + 24*i)
-		go func() {
-			defer wg.Done()
-			a.send(ctx, a.cfg.KeyA, p, 24, false) //nolint:errcheck // background load only
-		}()
-	}
-	loaded, err := a.send(ctx, a.cfg.KeyB, prompt, 24, false)
-	wg.Wait()
-	if err != nil {
-		return err
-	}
-	if loaded.Text != alone.Text {
-		a.add(Finding{Probe: "determinism", Severity: Warning, Title: "greedy output changes under concurrent load",
-			Evidence:  fmt.Sprintf("alone: %q; under load: %q (servers that do not promise batch-invariant kernels may differ)", clip(alone.Text, 120), clip(loaded.Text, 120)),
-			Reproduce: "send the same temperature-0 request alone and while 4 others run"})
-	} else {
-		a.pass("determinism: greedy output identical alone and under load")
-	}
-	return nil
-}
-
-// sideChannel: does tenant B's time-to-first-token reveal that tenant A
-// sent the same prompt (a prefix cache shared across tenants, I11)?
-func (a *auditor) sideChannel(ctx context.Context) error {
-	n := 256
-	if a.cfg.Context > 0 && n > a.cfg.Context/4 {
-		n = a.cfg.Context / 4
-	}
-	var same, control []float64
-	for i := 0; i < a.cfg.Samples; i++ {
-		p := a.promptOfTokens(n)
-		q := a.promptOfTokens(n)
-		if _, err := a.send(ctx, a.cfg.KeyA, p, 1, false); err != nil {
-			return err
-		}
-		order := []struct {
-			prompt string
-			dst    *[]float64
-		}{{p, &same}, {q, &control}}
-		if i%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, o := range order {
-			r, err := a.send(ctx, a.cfg.KeyB, o.prompt, 1, true)
-			if err != nil {
-				return err
-			}
-			if r.Status != http.StatusOK {
-				return fmt.Errorf("timing request got HTTP %d", r.Status)
-			}
-			*o.dst = append(*o.dst, r.TTFT.Seconds())
-		}
-	}
-	pv := mannWhitneyLess(same, control)
-	ms, mc := median(same), median(control)
-	ev := fmt.Sprintf("TTFT median %.2f ms when tenant A sent the same prompt vs %.2f ms for a fresh prompt (n=%d each, one-sided Mann-Whitney p=%.2g)", ms*1e3, mc*1e3, len(same), pv)
-	if pv < 0.01 && ms < 0.8*mc {
-		a.add(Finding{Probe: "side-channel", Severity: High, Title: "prefix cache shared across tenants: TTFT reveals another tenant's prompt",
-			Evidence: ev, Reproduce: "as tenant A send a prompt; as tenant B time the first token of the same prompt and of a fresh one of equal length"})
-	} else {
-		a.pass("side-channel: " + ev)
-	}
-	return nil
-}
-
-// mannWhitneyLess is the one-sided p-value that x tends to be smaller than
-// y (normal approximation with tie correction; fine for n >= 8).
-func mannWhitneyLess(x, y []float64) float64 {
-	type obs struct {
-		v float64
-		x bool
-	}
-	all := make([]obs, 0, len(x)+len(y))
-	for _, v := range x {
-		all = append(all, obs{v, true})
-	}
-	for _, v := range y {
-		all = append(all, obs{v, false})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].v < all[j].v })
-	n1, n2 := float64(len(x)), float64(len(y))
-	var rx, tie float64
-	for i := 0; i < len(all); {
-		j := i
-		for j < len(all) && all[j].v == all[i].v {
-			j++
-		}
-		rank := float64(i+j+1) / 2 // mean of ranks i+1..j
-		t := float64(j - i)
-		tie += t*t*t - t
-		for k := i; k < j; k++ {
-			if all[k].x {
-				rx += rank
-			}
-		}
-		i = j
-	}
-	u := rx - n1*(n1+1)/2
-	mu := n1 * n2 / 2
-	n := n1 + n2
-	sigma := math.Sqrt(n1 * n2 / 12 * ((n + 1) - tie/(n*(n-1))))
-	if sigma == 0 {
-		return 1
-	}
-	z := (u - mu + 0.5) / sigma // continuity correction toward the null
-	return 0.5 * math.Erfc(-z/math.Sqrt2)
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
+func rateInterval(rate float64) time.Duration {
+	if rate <= 0 {
 		return 0
 	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return time.Duration(float64(time.Second) / rate)
 }
 
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
+func (p *pacer) wait(ctx context.Context) error {
+	if p.interval == 0 {
+		return nil
 	}
-	return s[:n] + "…"
-}
-
-// WriteText prints the report for people.
-func (r *Report) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "sluice audit of %s (model %s, context %d): %d requests in %s\n", r.URL, r.Model, r.Context, r.Requests, r.Duration)
-	if len(r.Findings) == 0 {
-		fmt.Fprintln(w, "No findings.")
+	p.mu.Lock()
+	now := time.Now()
+	at := p.next
+	if at.Before(now) {
+		at = now
 	}
-	for i, f := range r.Findings {
-		fmt.Fprintf(w, "\n%d. [%s] %s: %s\n   evidence: %s\n", i+1, strings.ToUpper(string(f.Severity)), f.Probe, f.Title, f.Evidence)
-		if f.Reproduce != "" {
-			fmt.Fprintf(w, "   reproduce: %s\n", f.Reproduce)
+	p.next = at.Add(p.interval)
+	p.mu.Unlock()
+	if d := time.Until(at); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	if len(r.Checks) > 0 {
-		fmt.Fprintln(w, "\nPassed checks:")
-		for _, c := range r.Checks {
-			fmt.Fprintf(w, "  - %s\n", c)
-		}
-	}
-	if r.Failed() {
-		fmt.Fprintln(w, "\nVERDICT: FAIL (leak or capacity findings)")
-	} else {
-		fmt.Fprintln(w, "\nVERDICT: PASS")
-	}
+	return nil
 }

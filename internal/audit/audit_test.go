@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/http"
@@ -15,51 +16,132 @@ import (
 )
 
 // fakeServer is an OpenAI-compatible test double written for this suite. Its
-// flags each reproduce one signal of the incident's fingerprint, so every
-// probe can be shown to catch exactly the bug it looks for. Tokenizer: one
-// token per whitespace-separated word. Prefill takes perToken per token.
+// flags each reproduce one signal of the incident's fingerprint (or one way
+// a real server misbehaves), so every probe can be shown to catch exactly
+// the bug it looks for. Tokenizer: one token per whitespace-separated word.
+// Prefill takes perToken per token.
 type fakeServer struct {
 	context  int
 	perToken time.Duration
 
-	acceptOver bool // over-capacity prompts get 200 instead of 400
-	leak       bool // responses carry fragments of other tenants' prompts
-	lieTokens  bool // usage.prompt_tokens reports a placeholder's 1 token for long prompts
-	fastLong   bool // long prompts are answered without the prefill they claim
-	sharedPfx  bool // a prompt seen before (from any tenant) skips prefill: a cross-tenant prefix cache
-	nondet     bool // output depends on what else is running
+	acceptOver  bool    // over-capacity prompts get 200 instead of 400
+	slack       float64 // admits up to context*(1+slack) (a lenient limit)
+	leak        bool    // responses carry fragments of other tenants' prompts
+	chatLeak    bool    // only chat responses do
+	lieTokens   bool    // usage.prompt_tokens reports a placeholder's 1 token for long prompts
+	fastLong    bool    // long prompts are answered without the prefill they claim
+	sharedPfx   bool    // a prompt seen before (from any tenant) skips prefill: a cross-tenant prefix cache
+	cacheCounts bool    // cached_tokens counts prompts seen before (from any tenant); timing unaffected
+	nondetEvery int     // under load, every nondetEvery-th answer differs (1: always)
+	llamaShape  bool    // discovery as llama-server publishes it: /v1/models meta.n_ctx, /props
+	sharedBuf   int     // tokens of one KV buffer shared by all in-flight requests (0: none)
+	overMode    string  // when sharedBuf runs out: "refuse" (500), "foreign" (another request's text), "stale" (wrong text)
+	keys        map[string]bool
+	authAfter   int // after this many POSTs, key-b is refused (401)
+	dropEvery   int // every dropEvery-th POST: connection closed without an answer
+	failAfter   int // after this many POSTs, every POST is dropped
+	slowAfter   int // after this many POSTs, every POST takes slowBy more
+	slowBy      time.Duration
 
-	mu       sync.Mutex
-	history  []struct{ key, prompt string }
-	seen     map[string]bool
-	inflight atomic.Int32
+	mu        sync.Mutex
+	history   []struct{ key, prompt string }
+	seen      map[string]bool
+	bufUsed   int
+	loaded    int // answers given under load
+	inflight  atomic.Int32
+	maxFlight atomic.Int32
+	posts     atomic.Int32
+	headers   []http.Header
 }
 
 func (f *fakeServer) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
+		if !f.authOK(w, r) {
+			return
+		}
+		if f.llamaShape {
+			fmt.Fprintf(w, `{"object":"list","data":[{"id":"fake-model","object":"model","owned_by":"llamacpp","meta":{"n_ctx":%d,"n_ctx_train":%d}}]}`, f.context, f.context)
+			return
+		}
 		fmt.Fprintf(w, `{"object":"list","data":[{"id":"fake-model","object":"model","context_length":%d}]}`, f.context)
 	})
-	mux.HandleFunc("POST /v1/completions", f.complete)
+	if f.llamaShape {
+		mux.HandleFunc("GET /props", func(w http.ResponseWriter, r *http.Request) {
+			if !f.authOK(w, r) {
+				return
+			}
+			fmt.Fprintf(w, `{"default_generation_settings":{"n_ctx":%d},"total_slots":4}`, f.context)
+		})
+	}
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { f.complete(w, r, false) })
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { f.complete(w, r, true) })
 	return mux
 }
 
-func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request) {
-	f.inflight.Add(1)
+func (f *fakeServer) authOK(w http.ResponseWriter, r *http.Request) bool {
+	key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	ok := f.keys == nil || f.keys[key]
+	if ok && f.authAfter > 0 && key == "key-b" && int(f.posts.Load()) > f.authAfter {
+		ok = false
+	}
+	if !ok {
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"error":{"message":"Invalid API Key","type":"authentication_error","code":401}}`)
+	}
+	return ok
+}
+
+func (f *fakeServer) drop(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err == nil {
+		conn.Close()
+	}
+}
+
+func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, chat bool) {
+	n := int(f.posts.Add(1))
+	f.mu.Lock()
+	f.headers = append(f.headers, r.Header.Clone())
+	f.mu.Unlock()
+	if (f.dropEvery > 0 && n%f.dropEvery == 0) || (f.failAfter > 0 && n > f.failAfter) {
+		f.drop(w)
+		return
+	}
+	if f.slowAfter > 0 && n > f.slowAfter {
+		time.Sleep(f.slowBy)
+	}
+	if !f.authOK(w, r) {
+		return
+	}
+	fl := f.inflight.Add(1)
 	defer f.inflight.Add(-1)
+	for {
+		m := f.maxFlight.Load()
+		if fl <= m || f.maxFlight.CompareAndSwap(m, fl) {
+			break
+		}
+	}
 	key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 	var req struct {
-		Prompt    string `json:"prompt"`
-		MaxTokens int    `json:"max_tokens"`
-		Stream    bool   `json:"stream"`
+		Prompt   string `json:"prompt"`
+		Messages []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+		MaxTokens int  `json:"max_tokens"`
+		Stream    bool `json:"stream"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, `{"error":{"message":"bad json","type":"invalid_request_error","code":"invalid_json"}}`, 400)
 		return
 	}
+	if chat && len(req.Messages) > 0 {
+		req.Prompt = req.Messages[0].Content
+	}
 	words := strings.Fields(req.Prompt)
-	n := len(words)
-	over := n+req.MaxTokens > f.context
+	n = len(words)
+	limit := float64(f.context) * (1 + f.slack)
+	over := float64(n+req.MaxTokens) > limit
 	if over && !f.acceptOver {
 		w.WriteHeader(400)
 		fmt.Fprintf(w, `{"error":{"message":"This model's maximum context length is %d tokens; you requested %d","type":"invalid_request_error","code":"context_length_exceeded"}}`, f.context, n+req.MaxTokens)
@@ -79,8 +161,28 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.history = append(f.history, struct{ key, prompt string }{key, req.Prompt})
+	short := false
+	need := n + req.MaxTokens
+	if f.sharedBuf > 0 {
+		if f.bufUsed+need > f.sharedBuf {
+			short = true
+		} else {
+			f.bufUsed += need
+			defer func() { f.mu.Lock(); f.bufUsed -= need; f.mu.Unlock() }()
+		}
+	}
+	underLoad := f.inflight.Load() > 1
+	if underLoad {
+		f.loaded++
+	}
+	loadedN := f.loaded
 	f.mu.Unlock()
 
+	if short && f.overMode == "refuse" {
+		w.WriteHeader(500)
+		fmt.Fprint(w, `{"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}`)
+		return
+	}
 	prefill := time.Duration(n) * f.perToken
 	switch {
 	case over: // the incident: a placeholder was "prefilled"
@@ -95,10 +197,13 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request) {
 	h := fnv.New32a()
 	h.Write([]byte(req.Prompt))
 	text := fmt.Sprintf(" answer%08x", h.Sum32())
-	if f.nondet && f.inflight.Load() > 1 {
+	if f.nondetEvery > 0 && underLoad && loadedN%f.nondetEvery == 0 {
 		text += " (batched)"
 	}
-	if f.leak && foreign != "" {
+	if short && f.overMode == "stale" {
+		text = " answer-of-stale-pages"
+	}
+	if (f.leak || (f.chatLeak && chat) || (short && f.overMode == "foreign")) && foreign != "" {
 		fw := strings.Fields(foreign)
 		if len(fw) > 12 {
 			fw = fw[len(fw)-12:]
@@ -106,45 +211,81 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request) {
 		text += " " + strings.Join(fw, " ")
 	}
 	pt := n
-	if over || (f.lieTokens && n > 64) {
-		if f.lieTokens {
-			pt = 1
-		}
+	if f.lieTokens && n > 64 {
+		pt = 1
 	}
+	ct := 0
+	if (f.sharedPfx || f.cacheCounts) && cached {
+		ct = n - 1
+	}
+	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}`, pt, pt+1, ct)
 	if !req.Stream {
-		fmt.Fprintf(w, `{"id":"x","object":"text_completion","choices":[{"index":0,"text":%q,"finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d}}`, text, pt, pt+1)
+		if chat {
+			fmt.Fprintf(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"length"}],"usage":%s}`, text, usage)
+			return
+		}
+		fmt.Fprintf(w, `{"id":"x","object":"text_completion","choices":[{"index":0,"text":%q,"finish_reason":"length"}],"usage":%s}`, text, usage)
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
-	fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":%q,\"finish_reason\":null}]}\n\n", text)
-	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":1,\"total_tokens\":%d}}\n\n", pt, pt+1)
+	if chat {
+		fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", text)
+	} else {
+		fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":%q,\"finish_reason\":null}]}\n\n", text)
+	}
+	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":%s}\n\n", usage)
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
 
-func runAudit(t *testing.T, f *fakeServer) *Report {
-	t.Helper()
+func (f *fakeServer) defaults() {
 	if f.context == 0 {
 		f.context = 1024
 	}
 	if f.perToken == 0 {
 		f.perToken = 40 * time.Microsecond
 	}
+}
+
+func startFake(t *testing.T, f *fakeServer) string {
+	t.Helper()
+	f.defaults()
 	srv := httptest.NewServer(f.handler())
-	defer srv.Close()
-	rep, err := Run(context.Background(), Config{URL: srv.URL, KeyA: "key-a", KeyB: "key-b", Seed: 42, Samples: 10, Timeout: time.Minute})
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func baseConfig(url string) Config {
+	return Config{URL: url, KeyA: "key-a", KeyB: "key-b", Seed: 42, Samples: 10, Trials: 4, Timeout: time.Minute}
+}
+
+func runWith(t *testing.T, f *fakeServer, mod func(*Config)) (*Report, error) {
+	t.Helper()
+	cfg := baseConfig(startFake(t, f))
+	if mod != nil {
+		mod(&cfg)
+	}
+	rep, err := Run(context.Background(), cfg)
+	if rep != nil {
+		var b strings.Builder
+		rep.WriteText(&b)
+		t.Log(b.String())
+	}
+	return rep, err
+}
+
+func runAudit(t *testing.T, f *fakeServer) *Report {
+	t.Helper()
+	rep, err := runWith(t, f, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	rep.WriteText(&b)
-	t.Log(b.String())
 	return rep
 }
 
 func findings(r *Report, sev Severity, titleHas string) []Finding {
 	var out []Finding
 	for _, f := range r.Findings {
-		if f.Severity == sev && strings.Contains(f.Title, titleHas) {
+		if (sev == "" || f.Severity == sev) && strings.Contains(f.Title, titleHas) {
 			out = append(out, f)
 		}
 	}
@@ -153,16 +294,13 @@ func findings(r *Report, sev Severity, titleHas string) []Finding {
 
 func TestHonestServerPasses(t *testing.T) {
 	rep := runAudit(t, &fakeServer{})
-	if rep.Failed() {
-		t.Fatalf("an honest server failed the audit: %+v", rep.Findings)
+	if rep.Verdict != Pass || rep.ExitCode() != 0 {
+		t.Fatalf("an honest server got %s: %+v %+v", rep.Verdict, rep.Findings, rep.Probes)
 	}
-	for _, f := range rep.Findings {
-		if f.Severity != Info {
-			t.Errorf("unexpected finding on an honest server: %+v", f)
+	for _, p := range rep.Probes {
+		if !p.Complete || p.Sent == 0 || p.Sent > p.Planned {
+			t.Errorf("probe %+v: want complete with 0 < sent <= planned", p)
 		}
-	}
-	if len(rep.Checks) < 4 {
-		t.Errorf("only %d checks passed; probes did not run: %v", len(rep.Checks), rep.Checks)
 	}
 }
 
@@ -170,15 +308,12 @@ func TestHonestServerPasses(t *testing.T) {
 // the long prompt's token count, quickly, carrying other tenants' text.
 func TestIncidentFingerprintCaught(t *testing.T) {
 	rep := runAudit(t, &fakeServer{acceptOver: true, leak: true})
-	if !rep.Failed() {
-		t.Fatal("the incident's fingerprint passed the audit")
+	if rep.Verdict != Fail || rep.ExitCode() != 1 {
+		t.Fatalf("the incident's fingerprint got %s", rep.Verdict)
 	}
-	leaks := findings(rep, Critical, "tenant A's data")
-	if len(leaks) == 0 {
-		t.Fatalf("no leak finding: %+v", rep.Findings)
-	}
-	if !strings.Contains(leaks[0].Evidence, "tenant A's") {
-		t.Errorf("leak evidence does not show the leaked data: %q", leaks[0].Evidence)
+	leaks := findings(rep, Critical, "another tenant's data")
+	if len(leaks) == 0 || !strings.Contains(leaks[0].Evidence, "tenant A's") {
+		t.Fatalf("no leak finding showing the leaked data: %+v", rep.Findings)
 	}
 	if len(findings(rep, High, "over-capacity prompt not refused")) == 0 {
 		t.Errorf("over-capacity 200 not reported: %+v", rep.Findings)
@@ -196,14 +331,18 @@ func TestSingleSignalVariants(t *testing.T) {
 		srv   *fakeServer
 		sev   Severity
 		title string
-		fail  bool
 	}{
-		{"leak only", &fakeServer{leak: true}, Critical, "tenant A's data", true},
-		{"over-capacity 200 only", &fakeServer{acceptOver: true, perToken: 40 * time.Microsecond}, High, "over-capacity prompt not refused", true},
-		{"dishonest prompt_tokens only", &fakeServer{lieTokens: true}, High, "usage.prompt_tokens disagrees", true},
-		{"too fast only", &fakeServer{fastLong: true}, High, "too fast", true},
-		{"cross-tenant prefix cache", &fakeServer{sharedPfx: true}, High, "prefix cache", true},
-		{"nondeterministic under load", &fakeServer{nondet: true}, Warning, "changes under concurrent load", false},
+		{"leak only", &fakeServer{leak: true}, Critical, "another tenant's data"},
+		{"leak on the chat endpoint only", &fakeServer{chatLeak: true}, Critical, "another tenant's data"},
+		{"over-capacity 200 only", &fakeServer{acceptOver: true}, High, "over-capacity prompt not refused"},
+		{"limit 10% above the context", &fakeServer{slack: 0.10}, High, "a request over the context was answered"},
+		{"dishonest prompt_tokens only", &fakeServer{lieTokens: true}, High, "usage.prompt_tokens disagrees"},
+		{"too fast only", &fakeServer{fastLong: true}, High, "too fast"},
+		{"cross-tenant prefix cache", &fakeServer{sharedPfx: true}, High, "cached_tokens and the timing"},
+		{"cached_tokens only (no timing difference)", &fakeServer{cacheCounts: true}, High, "prefix cache shared across tenants: cached_tokens reveal"},
+		{"nondeterministic under load", &fakeServer{nondetEvery: 1}, Warning, "changes with another tenant's load"},
+		{"shared KV buffer hands out another request's text", &fakeServer{sharedBuf: 1100, overMode: "foreign", perToken: 200 * time.Microsecond}, Critical, "another tenant's data"},
+		{"shared KV buffer answers from stale pages", &fakeServer{sharedBuf: 1100, overMode: "stale", perToken: 200 * time.Microsecond}, High, "garbled"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -211,13 +350,295 @@ func TestSingleSignalVariants(t *testing.T) {
 			if len(findings(rep, c.sev, c.title)) == 0 {
 				t.Fatalf("variant %q not caught (want %s %q): %+v", c.name, c.sev, c.title, rep.Findings)
 			}
-			if rep.Failed() != c.fail {
-				t.Errorf("Failed() = %v, want %v", rep.Failed(), c.fail)
+			if rep.Verdict != Fail || rep.ExitCode() != 1 {
+				t.Errorf("verdict %s exit %d, want FAIL 1", rep.Verdict, rep.ExitCode())
 			}
-			if c.name != "leak only" && len(findings(rep, Critical, "")) > 0 {
+			if !strings.Contains(c.name, "leak") && !strings.Contains(c.name, "another request") && len(findings(rep, Critical, "")) > 0 {
 				t.Errorf("a leak was reported where none exists: %+v", rep.Findings)
 			}
+			for _, f := range rep.Findings {
+				if !strings.Contains(f.Reproduce, "curl -sS "+strings.TrimRight(rep.URL, "/")) || f.Fix == "" {
+					t.Errorf("finding without a curl command or a fix: %+v", f)
+				}
+			}
 		})
+	}
+}
+
+// A server whose shared KV buffer refuses concurrent prompts that each fit
+// (llama-server's default) is not a finding: errors are acceptable. The
+// report says the buffer was seen to be shared.
+func TestConcurrentRefusalsAcceptable(t *testing.T) {
+	rep := runAudit(t, &fakeServer{sharedBuf: 1100, overMode: "refuse", perToken: 200 * time.Microsecond})
+	if rep.Verdict != Pass {
+		t.Fatalf("verdict %s, want PASS: %+v", rep.Verdict, rep.Findings)
+	}
+	if rep.KVBuffer != "shared" || !strings.Contains(rep.KVBufferSource, "observed") || !strings.Contains(rep.KVBufferSource, "HTTP 500") {
+		t.Errorf("KV buffer %q (%s), want shared, observed with HTTP 500", rep.KVBuffer, rep.KVBufferSource)
+	}
+}
+
+// k/N over several trials, with the first differing token: a server that
+// differs in one trial of three under load is caught (one trial would not).
+func TestDeterminismTrials(t *testing.T) {
+	rep, err := runWith(t, &fakeServer{nondetEvery: 7}, func(c *Config) { c.Trials = 8 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := findings(rep, Warning, "trials differ")
+	if len(fs) == 0 {
+		t.Fatalf("no determinism finding: %+v", rep.Findings)
+	}
+	if !strings.Contains(fs[0].Title, "/8 trials differ") || !strings.Contains(fs[0].Evidence, `first differing token #1: "" alone vs " ("`) {
+		t.Errorf("finding lacks k/N or the first differing token: %+v", fs[0])
+	}
+}
+
+func TestTextTokensAndFirstDiff(t *testing.T) {
+	got := strings.Join(textTokens("Once upon, a time!"), "|")
+	if got != "Once| upon|,| a| time|!" {
+		t.Errorf("textTokens = %q", got)
+	}
+	if d := firstDiff("a big dog", "a big cat"); d != `first differing token #2: " dog" alone vs " cat"` {
+		t.Errorf("firstDiff = %q", d)
+	}
+}
+
+// A server that closes connections now and then (llama-server closes idle
+// keep-alive connections; Go does not resend a POST) must not decide the
+// verdict: the request is resent on a fresh connection and counted.
+func TestTransportErrorsRetried(t *testing.T) {
+	f := &fakeServer{dropEvery: 5}
+	rep := runAudit(t, f)
+	if rep.Verdict != Pass {
+		t.Fatalf("verdict %s, want PASS despite dropped connections: %+v", rep.Verdict, rep.Probes)
+	}
+	if rep.Retries == 0 || rep.Retries < int(f.posts.Load())/5-1 {
+		t.Errorf("retries %d for %d POSTs with every 5th dropped", rep.Retries, f.posts.Load())
+	}
+}
+
+// A probe that cannot complete makes the run INCONCLUSIVE (exit 2), with
+// the reason; never PASS.
+func TestIncompleteProbeIsInconclusive(t *testing.T) {
+	rep := runAudit(t, &fakeServer{failAfter: 40})
+	if rep.Verdict != Inconclusive || rep.ExitCode() != 2 {
+		t.Fatalf("verdict %s exit %d, want INCONCLUSIVE 2", rep.Verdict, rep.ExitCode())
+	}
+	var b strings.Builder
+	rep.WriteText(&b)
+	if !strings.Contains(b.String(), "DID NOT COMPLETE: ") || !strings.Contains(b.String(), "after 3 attempts") {
+		t.Errorf("report does not say which probe did not complete and why:\n%s", b.String())
+	}
+}
+
+// The time budget running out mid-run is INCONCLUSIVE too.
+func TestDeadlineMidRunIsInconclusive(t *testing.T) {
+	rep, err := runWith(t, &fakeServer{slowAfter: 30, slowBy: 300 * time.Millisecond}, func(c *Config) { c.Timeout = 3 * time.Second })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict != Inconclusive {
+		t.Fatalf("verdict %s, want INCONCLUSIVE", rep.Verdict)
+	}
+}
+
+func setupCode(err error) string {
+	var se *SetupError
+	var pe *PlanError
+	switch {
+	case errors.As(err, &se):
+		return se.Code
+	case errors.As(err, &pe):
+		return pe.Code
+	}
+	return ""
+}
+
+// Every key is checked with a trivial request before anything else; a
+// refused key stops the audit (it is never counted as a capacity refusal
+// or a clean canary check).
+func TestKeysChecked(t *testing.T) {
+	keys := map[string]bool{"key-a": true, "key-b": true}
+	cases := []struct {
+		name     string
+		a, b     string
+		code     string
+		msgHas   string
+		maxPosts int32
+	}{
+		{"wrong key for tenant B", "key-a", "wrong", "key_refused", "tenant B's key (the second --api-key) was refused: HTTP 401", 2},
+		{"no key", "", "", "auth_required", "HTTP 401", 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeServer{keys: keys}
+			_, err := runWith(t, f, func(cfg *Config) { cfg.KeyA, cfg.KeyB = c.a, c.b })
+			if setupCode(err) != c.code || !strings.Contains(err.Error(), c.msgHas) {
+				t.Fatalf("err = %v, want %s containing %q", err, c.code, c.msgHas)
+			}
+			if !strings.Contains(err.Error(), "pass --api-key") && c.code == "auth_required" {
+				t.Errorf("no hint to pass --api-key: %v", err)
+			}
+			if f.posts.Load() > c.maxPosts {
+				t.Errorf("%d requests sent after the refusal", f.posts.Load())
+			}
+		})
+	}
+}
+
+// A 401 in the middle of the run is not a capacity refusal: the probe did
+// not complete.
+func TestMidRunAuthIsNotRefusal(t *testing.T) {
+	rep := runAudit(t, &fakeServer{keys: map[string]bool{"key-a": true, "key-b": true}, authAfter: 8})
+	if rep.Verdict == Pass {
+		t.Fatal("PASS although tenant B's requests were refused with 401")
+	}
+	for _, c := range rep.Checks {
+		if strings.Contains(c, "HTTP 401") {
+			t.Errorf("a 401 counted as a passed check: %q", c)
+		}
+	}
+}
+
+func TestModelChecked(t *testing.T) {
+	_, err := runWith(t, &fakeServer{}, func(c *Config) { c.Model = "no-such-model" })
+	if setupCode(err) != "model_not_served" || !strings.Contains(err.Error(), "fake-model") {
+		t.Fatalf("err = %v, want model_not_served listing fake-model", err)
+	}
+}
+
+// The default budget is sized from the plan: 100 side-channel samples run
+// in full (they exhausted the fixed default of 300 before).
+func TestBudgetSizedFromPlan(t *testing.T) {
+	if testing.Short() {
+		t.Skip("300 timing requests")
+	}
+	rep, err := runWith(t, &fakeServer{}, func(c *Config) { c.Samples = 100 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict != Pass {
+		t.Fatalf("verdict %s: %+v", rep.Verdict, rep.Probes)
+	}
+	for _, p := range rep.Probes {
+		if p.Name == "side-channel" && p.Sent != 300 {
+			t.Errorf("side-channel sent %d requests, want 300", p.Sent)
+		}
+	}
+}
+
+// A budget or timeout too small for the plan is an error before the first
+// probe request (only the key check and calibration were sent).
+func TestPlanTooBigForBudget(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mod  func(*Config)
+		f    *fakeServer
+		code string
+	}{
+		{"max-requests", func(c *Config) { c.MaxRequests = 20 }, &fakeServer{}, "budget_too_small"},
+		{"timeout", func(c *Config) { c.Timeout = 150 * time.Millisecond }, &fakeServer{perToken: 100 * time.Microsecond}, "timeout_too_small"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := runWith(t, c.f, c.mod)
+			if setupCode(err) != c.code {
+				t.Fatalf("err = %v, want %s", err, c.code)
+			}
+			if n := c.f.posts.Load(); n > 4 {
+				t.Errorf("%d requests sent; want only the setup (key check, calibration)", n)
+			}
+		})
+	}
+}
+
+// The audit finds llama-server's context where llama-server publishes it
+// (/props, /v1/models meta.n_ctx), so the capacity probes run.
+func TestLlamaServerContextDiscovered(t *testing.T) {
+	rep := runAudit(t, &fakeServer{llamaShape: true, context: 768})
+	if rep.Context != 768 || rep.Server != "llama.cpp" || rep.Slots != 4 {
+		t.Fatalf("context %d server %q slots %d, want 768 llama.cpp 4", rep.Context, rep.Server, rep.Slots)
+	}
+	if rep.Verdict != Pass {
+		t.Fatalf("verdict %s: %+v", rep.Verdict, rep.Probes)
+	}
+}
+
+func TestConcurrencyBounded(t *testing.T) {
+	f := &fakeServer{}
+	rep, err := runWith(t, f, func(c *Config) { c.Concurrency = 3 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := f.maxFlight.Load(); m > 3 || m < 2 {
+		t.Errorf("max in flight %d with --concurrency 3", m)
+	}
+	if rep.Verdict != Pass {
+		t.Errorf("verdict %s", rep.Verdict)
+	}
+	if _, err := runWith(t, &fakeServer{}, func(c *Config) { c.Concurrency = 1 }); setupCode(err) != "concurrency_too_small" {
+		t.Errorf("--concurrency 1: err %v", err)
+	}
+}
+
+func TestHeadersSent(t *testing.T) {
+	f := &fakeServer{}
+	_, err := runWith(t, f, func(c *Config) { c.Headers = http.Header{"X-Tenant-Route": {"blue"}} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, h := range f.headers {
+		if h.Get("X-Tenant-Route") != "blue" {
+			t.Fatalf("a request without the --header: %v", h)
+		}
+	}
+}
+
+// JSON has empty lists, never null.
+func TestReportJSONEmptyLists(t *testing.T) {
+	rep := runAudit(t, &fakeServer{})
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"findings":[]`} {
+		if !strings.Contains(string(b), k) {
+			t.Errorf("JSON lacks %s: %s", k, b)
+		}
+	}
+	if strings.Contains(string(b), "null") {
+		t.Errorf("JSON has a null: %s", b)
+	}
+}
+
+func TestFixLines(t *testing.T) {
+	fix := fixFor("side-channel", "llama.cpp")
+	if !strings.Contains(fix, "--no-cache-prompt") || !strings.Contains(fix, "--cache-ram 0 does not") {
+		t.Errorf("llama.cpp side-channel fix: %q", fix)
+	}
+	for _, p := range []string{"side-channel", "capacity", "canary", "concurrent-capacity", "determinism"} {
+		for _, s := range []string{"llama.cpp", "vllm", "sglang", "sluice", "unknown"} {
+			if fixFor(p, s) == "" {
+				t.Errorf("no fix line for %s on %s", p, s)
+			}
+		}
+	}
+}
+
+func TestPacer(t *testing.T) {
+	if rateInterval(0) != 0 || rateInterval(4) != 250*time.Millisecond {
+		t.Fatalf("rateInterval: %v %v", rateInterval(0), rateInterval(4))
+	}
+	p := pacer{interval: time.Hour}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := p.wait(ctx); err != nil { // the first is immediate
+		t.Fatal(err)
+	}
+	cancel()
+	if err := p.wait(ctx); err == nil { // the second waits an hour, cancelled
+		t.Fatal("second request was not held back by the pacer")
 	}
 }
 
@@ -234,5 +655,48 @@ func TestMannWhitney(t *testing.T) {
 	w := []float64{11, 2, 13, 4, 15, 6, 17, 8}
 	if p := mannWhitneyLess(z, w); p < 0.2 {
 		t.Errorf("interleaved samples: p=%g, want large", p)
+	}
+}
+
+// The concurrency bound holds whatever a probe asks for: six requests at
+// once through an auditor with --concurrency 2 never have more than two in
+// flight at the server.
+func TestConcurrencySemaphore(t *testing.T) {
+	f := &fakeServer{perToken: 2 * time.Millisecond}
+	url := startFake(t, f)
+	hc := &http.Client{}
+	a := &auditor{cfg: Config{RequestTimeout: time.Minute, MaxRequests: 100}, sem: make(chan struct{}, 2), deadln: time.Now().Add(time.Minute),
+		c: &client{base: url, http: hc, model: "fake-model"}}
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := a.send(context.Background(), call{path: pathCompletions, prompt: strings.Repeat("word ", 20), maxTokens: 1}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if m := f.maxFlight.Load(); m != 2 {
+		t.Errorf("max in flight %d, want 2", m)
+	}
+}
+
+// A server that claims an enormous context (or counts tokens absurdly) must
+// not make the auditor build enormous prompts: over --max-prompt-bytes the
+// points are not sent and the probes that need them do not complete.
+func TestHugeClaimedContext(t *testing.T) {
+	rep, err := runWith(t, &fakeServer{context: 1 << 50}, func(c *Config) { c.MaxPromptBytes = 1 << 20 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict != Inconclusive {
+		t.Fatalf("verdict %s, want INCONCLUSIVE", rep.Verdict)
+	}
+	for _, p := range rep.Probes {
+		if (p.Name == "capacity" || p.Name == "concurrent-capacity") && (p.Complete || !strings.Contains(p.Reason, "max-prompt-bytes")) {
+			t.Errorf("probe %+v: want incomplete over --max-prompt-bytes", p)
+		}
 	}
 }

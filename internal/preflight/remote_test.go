@@ -34,6 +34,8 @@ func TestRemoteShapes(t *testing.T) {
 		problem  string // substring of the first problem
 		noteHas  string
 		figNamed string // a figure that must be reported as not exposed
+		kv       string // Discovery.KVBuffer
+		verdict  string
 	}{
 		{
 			name: "sglang pool smaller than context (the incident)",
@@ -60,9 +62,16 @@ func TestRemoteShapes(t *testing.T) {
 		{
 			name: "vllm",
 			bodies: map[string]string{
-				"/v1/models": `{"object":"list","data":[{"id":"meta-llama/Llama-3.1-8B","object":"model","max_model_len":131072}]}`,
+				"/v1/models": `{"object":"list","data":[{"id":"meta-llama/Llama-3.1-8B","object":"model","owned_by":"vllm","max_model_len":131072}]}`,
 			},
-			server: "openai-compatible (vLLM or other)", ok: true, noteHas: "vLLM refuses to start",
+			server: "vllm", ok: true, noteHas: "vLLM refuses to start", kv: KVShared,
+		},
+		{
+			name: "other openai-compatible",
+			bodies: map[string]string{
+				"/v1/models": `{"object":"list","data":[{"id":"m","object":"model","max_model_len":4096}]}`,
+			},
+			server: "openai-compatible", ok: true, noteHas: "check the pool size by hand", kv: KVCannotSee, verdict: RemoteOK,
 		},
 		{
 			name: "llama.cpp server",
@@ -70,7 +79,25 @@ func TestRemoteShapes(t *testing.T) {
 				"/v1/models": `{"object":"list","data":[{"id":"model.gguf","object":"model"}]}`,
 				"/props":     `{"default_generation_settings":{"n_ctx":4096,"params":{}},"total_slots":4,"model_path":"model.gguf"}`,
 			},
-			server: "llama.cpp", ok: true, noteHas: "per slot",
+			// llama-server's default: 4 slots over ONE unified buffer.
+			server: "llama.cpp", ok: true, noteHas: "share one KV buffer", kv: KVShared,
+		},
+		{
+			// The shape llama-server (de3ff81) really serves, with /props
+			// turned off: the per-slot context is in /v1/models meta.
+			name: "llama.cpp server, /props off",
+			bodies: map[string]string{
+				"/v1/models": `{"object":"list","data":[{"id":"/m/stories260K.gguf","object":"model","owned_by":"llamacpp","meta":{"vocab_type":1,"n_vocab":512,"n_ctx":2048,"n_ctx_train":2048}}]}`,
+			},
+			server: "llama.cpp", ok: true, kv: KVCannotSee, verdict: RemoteOK,
+		},
+		{
+			name: "llama.cpp server, -np 1",
+			bodies: map[string]string{
+				"/v1/models": `{"object":"list","data":[{"id":"m","object":"model","owned_by":"llamacpp","meta":{"n_ctx":2048}}]}`,
+				"/props":     `{"default_generation_settings":{"n_ctx":2048},"total_slots":1}`,
+			},
+			server: "llama.cpp", ok: true, kv: KVPerSlot,
 		},
 		{
 			name: "sluice with a role pool below the context",
@@ -91,13 +118,13 @@ func TestRemoteShapes(t *testing.T) {
 		{
 			name:   "nothing exposed",
 			bodies: map[string]string{"/v1/models": `{"object":"list","data":[{"id":"m"}]}`},
-			server: "unknown", ok: true, noteHas: "exposes neither",
+			server: "unknown", ok: true, noteHas: "exposes neither", kv: KVCannotSee, verdict: RemoteInconclusive,
 		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			url := fakeEndpoints(t, c.bodies)
-			r, err := Remote(context.Background(), url, "", nil)
+			r, err := Remote(context.Background(), url, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,6 +143,12 @@ func TestRemoteShapes(t *testing.T) {
 			if c.noteHas != "" && !strings.Contains(strings.Join(r.Notes, "|"), c.noteHas) {
 				t.Errorf("notes %q, want one containing %q", r.Notes, c.noteHas)
 			}
+			if c.kv != "" && r.KVBuffer != c.kv {
+				t.Errorf("KV buffer = %q, want %q", r.KVBuffer, c.kv)
+			}
+			if c.verdict != "" && r.Verdict() != c.verdict {
+				t.Errorf("verdict = %q, want %q", r.Verdict(), c.verdict)
+			}
 			if c.figNamed != "" {
 				found := false
 				for _, f := range r.Figures {
@@ -128,5 +161,71 @@ func TestRemoteShapes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The n_ctx llama-server publishes must be the context discovered, from
+// /props or from /v1/models meta.
+func TestDiscoverLlamaContext(t *testing.T) {
+	for _, bodies := range []map[string]string{
+		{"/v1/models": `{"data":[{"id":"m","owned_by":"llamacpp","meta":{"n_ctx":2048}}]}`, "/props": `{"default_generation_settings":{"n_ctx":2048},"total_slots":4}`},
+		{"/v1/models": `{"data":[{"id":"m","owned_by":"llamacpp","meta":{"n_ctx":2048}}]}`},
+	} {
+		url := fakeEndpoints(t, bodies)
+		d, err := (&Prober{}).Discover(context.Background(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Server != ServerLlama || !d.Context.Known || d.Context.Value != 2048 {
+			t.Errorf("%v: server %q context %+v, want llama.cpp 2048", bodies, d.Server, d.Context)
+		}
+	}
+}
+
+// A server that refuses every request without a key is an authentication
+// error naming the fix, never "server: unknown ... OK".
+func TestRemoteAuthRefusal(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer good" {
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(`{"error":{"message":"Invalid API Key","type":"authentication_error","code":401}}`))
+			return
+		}
+		w.Write([]byte(`{"data":[{"id":"m","max_model_len":4096}]}`))
+	}))
+	defer srv.Close()
+	for _, c := range []struct{ key, want string }{{"", "HTTP 401: the server wants an API key: pass --api-key"}, {"bad", "HTTP 401: the server refused the API key"}} {
+		_, err := Remote(context.Background(), srv.URL, &Prober{APIKey: c.key})
+		if err == nil || !IsAuth(err) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("key %q: err = %v, want an auth error containing %q", c.key, err, c.want)
+		}
+	}
+	if r, err := Remote(context.Background(), srv.URL, &Prober{APIKey: "good"}); err != nil || r.Verdict() != RemoteOK {
+		t.Errorf("good key: %v %+v", err, r)
+	}
+}
+
+// The /v1 base URL that OpenAI clients are given finds the same server.
+func TestNormalizeEndpoint(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://h:1":       "http://h:1",
+		"http://h:1/":      "http://h:1",
+		"http://h:1/v1":    "http://h:1",
+		"http://h:1/v1/":   "http://h:1",
+		" https://h/x/v1 ": "https://h/x",
+	} {
+		if got, err := NormalizeEndpoint(in); err != nil || got != want {
+			t.Errorf("NormalizeEndpoint(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"h:1", "ftp://h", "http://", "http://h/?a=1"} {
+		if _, err := NormalizeEndpoint(bad); err == nil {
+			t.Errorf("NormalizeEndpoint(%q) accepted", bad)
+		}
+	}
+	url := fakeEndpoints(t, map[string]string{"/v1/models": `{"data":[{"id":"m","owned_by":"llamacpp","meta":{"n_ctx":512}}]}`, "/props": `{"default_generation_settings":{"n_ctx":512},"total_slots":1}`})
+	r, err := Remote(context.Background(), url+"/v1/", nil)
+	if err != nil || r.Server != ServerLlama || r.Endpoint != url {
+		t.Fatalf("with /v1: %v %+v", err, r)
 	}
 }

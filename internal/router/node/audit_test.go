@@ -11,8 +11,10 @@ import (
 )
 
 // `sluice audit` against the real stack (router, prefill and decode over
-// TCP, two tenants) finds nothing: no canary crosses tenants, over-capacity
-// prompts get 4xx, usage matches, and prefix timing is not a side channel.
+// TCP, two tenants) passes: no canary crosses tenants, over-capacity
+// prompts get 4xx, usage matches, output does not change under load,
+// concurrent prompts are answered or refused, and neither cached_tokens nor
+// prefix timing is a side channel.
 func TestAuditOfServeFindsNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing probes; skipped in -short (race) runs")
@@ -30,11 +32,10 @@ func TestAuditOfServeFindsNothing(t *testing.T) {
 	}
 	var b strings.Builder
 	rep.WriteText(&b)
-	if rep.Failed() {
-		t.Fatalf("the audit failed sluice:\n%s", b.String())
-	}
-	if len(rep.Checks) < 4 {
-		t.Fatalf("probes did not run:\n%s", b.String())
+	// PASS, not merely "no finding": every probe ran with its planned
+	// sample size (INCONCLUSIVE would mean something went unchecked).
+	if rep.Verdict != audit.Pass {
+		t.Fatalf("the audit of sluice: %s\n%s", rep.Verdict, b.String())
 	}
 	t.Logf("audit:\n%s", b.String())
 	waitPoolsFree(t, s.stack)

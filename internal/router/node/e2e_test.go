@@ -229,7 +229,7 @@ func TestBuiltInDefaultModel(t *testing.T) {
 func TestRemotePreflightOfServe(t *testing.T) {
 	m := loadStories(t)
 	s := serve(t, m, LocalConfig{Pools: Pools{Context: 200, PoolTokens: 300}}, nil)
-	rep, err := preflight.Remote(context.Background(), s.ts.URL, "", nil)
+	rep, err := preflight.Remote(context.Background(), s.ts.URL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
