@@ -140,6 +140,8 @@ func connectFailure(peer string, err error) string {
 		return "refusing to start: the " + peer + " worker runs another model (I13); start every role with the same model file"
 	case errors.Is(err, handoff.ErrAuth):
 		return "refusing to start: the " + peer + " worker failed authentication (I12); give every role the same shared secret"
+	case errors.Is(err, handoff.ErrVersion):
+		return "refusing to start: the " + peer + " worker runs a sluice build of another protocol version; run the same build on every role"
 	}
 	return "cannot reach the " + peer + " worker"
 }

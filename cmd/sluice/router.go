@@ -147,7 +147,8 @@ Example:
 		return 1
 	}
 	defer pc.Close()
-	eng, err := engine.NewDisaggregated(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(), Context: ctxLen, MaxConcurrency: o.maxConc}, pc, dc)
+	eng, err := engine.NewDisaggregated(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(), Context: ctxLen,
+		MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait}, pc, dc)
 	if err != nil {
 		log.Error("engine", "err", err)
 		return 1
@@ -160,7 +161,7 @@ Example:
 	checkChatTemplate(log, ct)
 	adminAddr := o.adminAddr(keys != nil)
 	srv, err := router.New(router.Config{Engine: eng, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Logger: log,
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.routerSlots(), TenantConcurrency: o.tenantMax, Logger: log,
 		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels,
 		// /ready: both workers reachable (a lost connection is redialled
 		// by the probe, so a restarted worker makes the router ready again).

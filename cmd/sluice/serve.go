@@ -78,7 +78,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 	if o.worker {
 		fs.IntVar(&o.maxConc, "max-concurrency", 64, "sequences in flight at once; more are refused at once (the router passes the refusal on to its client), never queued without bound")
 	} else {
-		fs.IntVar(&o.maxConc, "max-concurrency", 64, "requests in flight at once; more are refused with 429 at once, never queued without bound")
+		fs.IntVar(&o.maxConc, "max-concurrency", 64, "requests holding KV pages at once; more wait in the queue (--max-queue)")
 		fs.StringVar(&o.servedName, "served-model-name", "", "the model id clients see in /v1/models and send as \"model\" (default: the model file's name)")
 	}
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -181,16 +181,24 @@ type serveOpts struct {
 	maxBody   string
 	drain     time.Duration
 	tenantMax int
+	maxQueue  int
+	queueWait time.Duration
 	// metricsListen and metricsTenantLabels: see registerHTTP and admin.go.
 	metricsListen       string
 	metricsTenantLabels bool
 }
 
+// routerSlots is what the HTTP layer admits at once: the engine's running
+// requests plus its queue (the engine refuses beyond that with 429).
+func (o *serveOpts) routerSlots() int { return o.maxConc + o.maxQueue }
+
 func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP address of the OpenAI-compatible API")
-	fs.StringVar(&o.apiKeys, "api-keys", "", "file of \"KEY TENANT\" lines (# comments, several keys per tenant); without it the server is single-tenant and needs no key")
+	fs.StringVar(&o.apiKeys, "api-keys", "", "file of \"KEY TENANT [weight=N]\" lines (# comments, several keys per tenant; weight: the tenant's share of the fair queue, default 1); without it the server is single-tenant and needs no key")
 	fs.StringVar(&o.maxBody, "max-body", "1MiB", "largest request body; larger gets 413")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish")
+	fs.IntVar(&o.maxQueue, "max-queue", 256, "requests that may wait for their turn and for KV pages (per-tenant fair queue); beyond it 429 with Retry-After")
+	fs.DurationVar(&o.queueWait, "queue-timeout", 30*time.Second, "how long a request may wait in the queue; then 503 queue_timeout")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address of the admin listener serving /metrics, /health and /ready apart from the API. Default: with --api-keys "+defaultAdminListen+" (metrics are then never on --listen, which every tenant reaches); without --api-keys /metrics stays on --listen")
 	fs.BoolVar(&o.metricsTenantLabels, "metrics-tenant-labels", false, "label the token counters with tenant names (off by default: a scraper then learns every tenant's name and usage; turn on only for a trusted scraper)")
 	fs.IntVar(&o.tenantMax, "tenant-max-concurrency", 0, "requests one tenant may have in flight (0: only --max-concurrency applies); more get 429, so one busy tenant cannot take every slot")
@@ -263,7 +271,7 @@ Example:
 		}
 	}
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
-		Threads: o.threads, MaxConcurrency: o.maxConc, Logger: log})
+		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log})
 	if pe, ok := node.IsPreflight(err); ok {
 		logPreflight(log, pe.Report)
 		return 1
@@ -282,7 +290,7 @@ Example:
 	checkChatTemplate(log, ct)
 	adminAddr := o.adminAddr(keys != nil)
 	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
-		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.maxConc, TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Ready: st.Ready, Logger: log,
+		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.routerSlots(), TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Ready: st.Ready, Logger: log,
 		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels})
 	if err != nil {
 		log.Error("router", "err", err)
@@ -297,7 +305,9 @@ Example:
 	}
 	defer stopAdmin()
 	log.Info("roles started", "mode", mode, "context", st.Engine.Info().Context)
-	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { return st.Close(ctx) })
+	loadCtx, stopLoad := context.WithCancel(context.Background())
+	go st.LogLoad(loadCtx, log, 10*time.Second) // running, waiting, KV usage, throughput
+	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { stopLoad(); return st.Close(ctx) })
 }
 
 // flagSet reports whether name was given on the command line.

@@ -19,6 +19,9 @@ type Request struct {
 	ID string
 	// Tenant is derived by the router from the API key.
 	Tenant string
+	// Weight is the tenant's share in the queue's fair discipline (from
+	// the key file; 0 means 1).
+	Weight int
 	// Prompt is the tokenized prompt, BOS included when the model wants it.
 	Prompt []int32
 	// MaxTokens bounds the generated tokens (>= 1).

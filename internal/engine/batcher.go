@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -20,6 +22,7 @@ type outcome struct {
 	err        *Error
 	prompt     int
 	completion int
+	recomputed int
 }
 
 // seq is one sequence inside the continuous-batching scheduler. Only the
@@ -54,6 +57,27 @@ type seq struct {
 	firstLP  *sample.Logprobs
 	hasFirst bool
 
+	// all is every token of the sequence so far (prompt, then each
+	// generated token), kept by sequences that may be preempted: their KV
+	// is rebuilt from it. nil: not preemptible (the decode worker's
+	// sequences, whose prompt lives on the prefill worker, and prompts
+	// the prefill worker hands over).
+	all []int32
+	// arrival orders sequences for the victim policy (set by add).
+	arrival uint64
+	// recompute: the prompt being run rebuilds the KV of a preempted
+	// sequence; when it is done the sequence continues with next, which
+	// was already emitted, instead of sampling again.
+	recompute bool
+	// recomputed counts positions whose KV was thrown away by preemption
+	// and computed again (reported apart from usage, I9).
+	recomputed int
+	// parked: preempted, waiting in the scheduler's preempted list.
+	parked bool
+	// evict: preemptible, but its KV is rebuilt elsewhere: a preemption
+	// ends it with finish "preempted" (the decode worker's sequences).
+	evict bool
+
 	cancel atomic.Bool
 	// aborted turns a cancel into a failure: the handoff was aborted by a
 	// peer after decoding started.
@@ -77,9 +101,33 @@ type scheduler struct {
 	stopped chan struct{}
 
 	active []*seq
+	// preempted sequences hold no pages; they resume, oldest arrival
+	// first, when the pool has room for their KV again.
+	preempted   []*seq
+	nPreempted  atomic.Int64 // len(preempted), read by admission
+	nextArrival uint64
 
-	steps   atomic.Int64 // forward steps run (tests check batching happened)
-	maxSeqs atomic.Int64 // most sequences seen in one step
+	steps       atomic.Int64 // forward steps run (tests check batching happened)
+	maxSeqs     atomic.Int64 // most sequences seen in one step
+	preemptions atomic.Int64 // sequences preempted
+	recomputed  atomic.Int64 // positions computed again after a preemption
+	generated   atomic.Int64 // tokens emitted
+	running     atomic.Int64 // sequences in the batch (not preempted)
+}
+
+// SchedStats are a scheduler's counters, for metrics and the load log.
+type SchedStats struct {
+	// Running is the sequences in the batch; Preempted those waiting to
+	// resume.
+	Running, Preempted int
+	// Preemptions and RecomputedTokens count preemptions and the positions
+	// whose KV they made computed again; Generated the tokens emitted.
+	Preemptions, RecomputedTokens, Generated int64
+}
+
+func (s *scheduler) stats() SchedStats {
+	return SchedStats{Running: int(s.running.Load()), Preempted: int(s.nPreempted.Load()),
+		Preemptions: s.preemptions.Load(), RecomputedTokens: s.recomputed.Load(), Generated: s.generated.Load()}
 }
 
 func newScheduler(cfg Config, pool pagePool) *scheduler {
@@ -104,6 +152,8 @@ func (s *scheduler) add(q *seq) {
 		s.finish(q, outcome{err: errf(CodeShutdown, http.StatusServiceUnavailable, nil, "the engine is shutting down")})
 		return
 	}
+	s.nextArrival++
+	q.arrival = s.nextArrival
 	s.joining = append(s.joining, q)
 	s.mu.Unlock()
 	s.poke()
@@ -155,10 +205,11 @@ func (s *scheduler) loop() {
 			s.active = append(s.active, s.joining...)
 			s.joining = nil
 			s.mu.Unlock()
-			for _, q := range s.active {
+			for _, q := range append(s.active, s.preempted...) {
 				s.finish(q, outcome{err: errf(CodeShutdown, http.StatusServiceUnavailable, nil, "the engine shut down before the request finished")})
 			}
-			s.active = nil
+			s.active, s.preempted = nil, nil
+			s.nPreempted.Store(0)
 			return
 		default:
 		}
@@ -181,6 +232,9 @@ func (s *scheduler) loop() {
 		}
 		clear(s.active[len(live):])
 		s.active = live
+		s.endCancelledPreempted()
+		s.resume()
+		s.running.Store(int64(len(s.active)))
 
 		if len(s.active) == 0 {
 			select {
@@ -195,6 +249,7 @@ func (s *scheduler) loop() {
 
 // step runs one forward pass over the active sequences.
 func (s *scheduler) step() {
+	s.growAll()
 	budget := s.cfg.StepTokens
 	var steps []Step
 	var members []*seq
@@ -246,6 +301,137 @@ func (s *scheduler) step() {
 	s.active = live
 }
 
+// need is the positions a sequence's next step may cover.
+func (s *scheduler) need(q *seq) int {
+	if q.decoded {
+		return q.fed + 1
+	}
+	return q.fed + min(len(q.prompt), s.cfg.ChunkTokens)
+}
+
+// growAll gives every active sequence the pages of its next step, oldest
+// arrival first. When the pool is dry it preempts by the victim policy:
+// the preemptible sequence of LATEST arrival (it has the least work to
+// redo, and the oldest sequence always makes progress, so nothing
+// livelocks). Its pages go back through the normal release (scrubbed, I7)
+// and it waits, holding nothing, to resume with its KV recomputed from
+// its tokens. A sequence that cannot grow and cannot be helped this way
+// (not preemptible, nothing to preempt) fails with kv_capacity_exhausted.
+func (s *scheduler) growAll() {
+	// Oldest first: resumed sequences rejoin at the end. The batch's order
+	// does not change any output (batch-invariant kernels), so sort in
+	// place, and only when needed (no allocation on the usual step).
+	if !slices.IsSortedFunc(s.active, byArrival) {
+		slices.SortFunc(s.active, byArrival)
+	}
+	for _, q := range s.active {
+		for q.emit != nil && !s.isPreempted(q) {
+			err := s.grow(q, s.need(q))
+			if err == nil {
+				break
+			}
+			v := s.victim()
+			if !errors.Is(err, kv.ErrNoCapacity) || v == nil {
+				s.fail(q, err)
+				break
+			}
+			s.preempt(v)
+		}
+	}
+	live := s.active[:0]
+	for _, q := range s.active {
+		if q.emit != nil && !s.isPreempted(q) {
+			live = append(live, q)
+		}
+	}
+	clear(s.active[len(live):])
+	s.active = live
+}
+
+func (s *scheduler) isPreempted(q *seq) bool { return q.parked }
+
+func byArrival(a, b *seq) int { return cmp.Compare(a.arrival, b.arrival) }
+
+// victim is the preemptible active sequence of latest arrival that holds
+// pages, or nil.
+func (s *scheduler) victim() *seq {
+	var v *seq
+	for _, q := range s.active {
+		if q.emit == nil || (q.all == nil && !q.evict) || len(q.table) == 0 || s.isPreempted(q) {
+			continue
+		}
+		if v == nil || q.arrival > v.arrival {
+			v = q
+		}
+	}
+	return v
+}
+
+// preempt releases q's pages and turns the tokens it has into the prompt
+// that rebuilds its KV on resume. The token already emitted and not yet
+// fed (next) is not run again: after the rebuild the sequence continues
+// with it, so the output is exactly the un-preempted one (batch-invariant
+// kernels make the rebuilt KV bitwise equal).
+func (s *scheduler) preempt(q *seq) {
+	if q.evict {
+		q.recomputed += q.fed
+		s.recomputed.Add(int64(q.fed))
+		s.preemptions.Add(1)
+		s.finish(q, outcome{done: true, finish: "preempted"}) // releases its pages the normal way
+		return
+	}
+	releasePages(s.pool, q.owner, q.table)
+	q.table, q.view = nil, nil
+	q.recomputed += q.fed
+	s.recomputed.Add(int64(q.fed))
+	if q.decoded || q.recompute {
+		// Decoding, or preempted again while rebuilding.
+		q.prompt = q.all[:len(q.all)-1]
+		q.recompute = true
+	} else {
+		q.prompt = q.all
+	}
+	q.fed, q.decoded, q.parked = 0, false, true
+	s.preempted = append(s.preempted, q)
+	slices.SortFunc(s.preempted, byArrival)
+	s.nPreempted.Store(int64(len(s.preempted)))
+	s.preemptions.Add(1)
+}
+
+// resume gives preempted sequences, oldest first, the pages to rebuild
+// their KV, while the pool has room; the first that does not fit waits
+// (head of line, so the oldest is never overtaken).
+func (s *scheduler) resume() {
+	for len(s.preempted) > 0 {
+		q := s.preempted[0]
+		table, err := s.pool.Reserve(q.owner, kv.PagesFor(len(q.prompt)+1, s.cfg.PageSize))
+		if err != nil {
+			return
+		}
+		q.table, q.parked = table, false
+		q.view = s.pool.View(q.owner, q.table)
+		s.preempted = s.preempted[1:]
+		s.nPreempted.Store(int64(len(s.preempted)))
+		s.active = append(s.active, q)
+	}
+}
+
+// endCancelledPreempted ends preempted sequences whose client left; they
+// hold no pages.
+func (s *scheduler) endCancelledPreempted() {
+	keep := s.preempted[:0]
+	for _, q := range s.preempted {
+		if q.cancel.Load() {
+			s.finish(q, outcome{done: true, finish: "cancelled"})
+			continue
+		}
+		keep = append(keep, q)
+	}
+	clear(s.preempted[len(keep):])
+	s.preempted = keep
+	s.nPreempted.Store(int64(len(s.preempted)))
+}
+
 // grow makes the page table cover positions [0, need). Pool exhaustion
 // fails this sequence with a clear error: never a hang, never a wait for
 // another request's pages.
@@ -281,6 +467,11 @@ func (s *scheduler) advance(q *seq, n int, r StepResult) {
 		if len(q.prompt) > 0 {
 			return
 		}
+		if q.recompute {
+			// The KV is rebuilt; next was emitted before the preemption.
+			q.recompute, q.decoded = false, true
+			return
+		}
 	}
 	tok, err := q.samp.Sample(r.Logits)
 	if err != nil {
@@ -296,6 +487,10 @@ func (s *scheduler) advance(q *seq, n int, r StepResult) {
 // last one (end of generation or max tokens).
 func (s *scheduler) emitToken(q *seq, tok int32, lp *sample.Logprobs) {
 	q.generated++
+	s.generated.Add(1)
+	if q.all != nil {
+		q.all = append(q.all, tok)
+	}
 	q.emit(outcome{token: tok, logprobs: lp})
 	switch {
 	case !q.ignoreEOS && s.cfg.Model.EOG(tok):
@@ -328,6 +523,7 @@ func (s *scheduler) finish(q *seq, o outcome) {
 	q.view = nil
 	o.prompt = q.promptTokens
 	o.completion = q.generated
+	o.recomputed = q.recomputed
 	emit := q.emit
 	q.emit = nil
 	emit(o)

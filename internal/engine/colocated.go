@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -21,7 +22,7 @@ type Colocated struct {
 	pool  pagePool
 	sched *scheduler
 	ctx   int
-	gate  *gate
+	adm   *admission
 }
 
 var _ Engine = (*Colocated)(nil)
@@ -42,7 +43,7 @@ func NewColocated(cfg Config) (*Colocated, error) {
 		pool:  pool,
 		sched: newScheduler(cfg, pool),
 		ctx:   cfg.configuredContext(),
-		gate:  newGate(cfg.MaxConcurrency),
+		adm:   newAdmission(cfg.queueConfig()),
 	}, nil
 }
 
@@ -61,16 +62,18 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	st := newStream(min(max(r.MaxTokens, 0), c.ctx))
 	owner := kv.Owner{Tenant: r.Tenant, ID: newID()}
 	var (
-		lc         *lifecycle
-		table      []kv.PageRef
-		reserveErr *Error
-		q          *seq
-		release    func()
+		lc      *lifecycle
+		table   []kv.PageRef
+		reserve bool
+		q       *seq
+		tk      *ticket
 	)
 	lc = newLifecycle(request.Colocated, func(a request.Action, e *Error, prompt, completion int) {
 		switch a.Kind {
 		case request.ActReserve:
-			table, reserveErr = c.reserve(owner, r)
+			// Carried out below, outside the machine's lock: the request
+			// waits in the queue for its turn and for room in the pool.
+			reserve = true
 		case request.ActPrefill:
 			q = &seq{
 				owner:        owner,
@@ -80,7 +83,8 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 				maxTokens:    r.MaxTokens,
 				ignoreEOS:    r.IgnoreEOS,
 				samp:         newSampler(r.Sampling, r.Prompt),
-				ended:        release,
+				ended:        tk.done,
+				all:          slices.Clone(r.Prompt),
 			}
 			q.emit = func(o outcome) { lc.scheduled(o, len(r.Prompt)) }
 		case request.ActEmit:
@@ -97,18 +101,26 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 		lc.reject(e)
 		return nil, e
 	}
-	var err error
-	release, err = c.gate.admit()
-	if err != nil {
-		e := err.(*Error)
+	tk, e := c.adm.arrive(r.Tenant, r.Weight, requestCost(r))
+	if e != nil {
 		lc.reject(e)
 		return nil, e
 	}
 	lc.step(request.Event{Kind: request.EvAdmit}, nil)
-	if reserveErr != nil {
-		release()
-		lc.reject(reserveErr)
-		return nil, reserveErr
+	if !reserve {
+		tk.leave()
+		return nil, errf(CodeInternal, http.StatusInternalServerError, nil, "admission did not ask for a reservation")
+	}
+	if e := tk.wait(ctx, func() (bool, *Error) {
+		var e *Error
+		table, e = c.reserve(owner, r)
+		if e != nil && e.Code == CodeKVCapacity {
+			return true, nil
+		}
+		return false, e
+	}); e != nil {
+		lc.queueEnd(e)
+		return nil, e
 	}
 	st.cancelFn = func() { lc.step(request.Event{Kind: request.EvCancel}, nil) }
 	stopWatch := context.AfterFunc(ctx, st.Cancel)
@@ -119,15 +131,17 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	return st, nil
 }
 
-// reserve takes room for the whole request up front, as the decode worker
-// does: a full pool then refuses at admission (retryable) instead of
-// failing a request halfway through its output. LazyPages reserves the
-// prompt only and grows per step.
+// reserve takes the pages of the prompt plus a small headroom (at most a
+// page of generated tokens): the rest grows page by page as tokens are
+// produced, and a sequence that cannot grow preempts the latest arrival
+// (see scheduler.growAll), so max_tokens is a bound, not a reservation.
+// While preempted sequences wait for room, new requests wait too: room
+// that comes back goes to them first.
 func (c *Colocated) reserve(owner kv.Owner, r *Request) ([]kv.PageRef, *Error) {
-	need := len(r.Prompt) + r.MaxTokens
-	if c.cfg.LazyPages {
-		need = len(r.Prompt)
+	if c.sched.nPreempted.Load() > 0 {
+		return nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, kv.ErrNoCapacity, "preempted requests wait for the KV cache first")
 	}
+	need := len(r.Prompt) + min(r.MaxTokens, c.cfg.PageSize)
 	table, err := c.pool.Reserve(owner, kv.PagesFor(need, c.cfg.PageSize))
 	if err == nil {
 		return table, nil
@@ -138,16 +152,23 @@ func (c *Colocated) reserve(owner kv.Owner, r *Request) ([]kv.PageRef, *Error) {
 	return nil, asEngineError(err, CodeInternal, http.StatusInternalServerError, "reserving KV pages")
 }
 
+// SchedStats are the scheduler's counters (preemptions, recomputed tokens).
+func (c *Colocated) SchedStats() SchedStats { return c.sched.stats() }
+
 // Close implements Engine: refuses new requests, waits for in-flight ones
 // until ctx ends, then stops the scheduler (failing what is left).
 func (c *Colocated) Close(ctx context.Context) error {
-	err := c.gate.close(ctx)
+	err := c.adm.close(ctx)
 	c.sched.stop()
 	if p := rawPool(c.pool); p != nil {
 		_ = p.Close()
 	}
 	return err
 }
+
+// requestCost is what a request may hold in the pool, in tokens: the
+// queue's fair share is counted in it.
+func requestCost(r *Request) int { return len(r.Prompt) + r.MaxTokens }
 
 // checkRequest validates a request and applies admission (I1/I2): what
 // cannot fit the effective context is rejected before any page is reserved.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"sluice/internal/kv"
+	"sluice/internal/sched"
 )
 
 // Config configures one worker (prefill, decode) or a colocated engine.
@@ -42,16 +43,15 @@ type Config struct {
 	// commit and its stream before it is aborted (default 2 minutes): a
 	// router or prefill worker that died must not hold pages forever.
 	HandoffTimeout time.Duration
-	// QueueTimeout bounds how long a prompt waits for room in the prefill
-	// pool (default 30s).
+	// QueueTimeout bounds how long a request waits in the engine's queue
+	// (and a prompt for room in the prefill pool) before it is refused
+	// with 503 queue_timeout (default 30s).
 	QueueTimeout time.Duration
-	// LazyPages makes the colocated engine reserve only the prompt's pages
-	// and extend them as decoding proceeds (more requests fit; a request may
-	// then fail mid-output when the pool runs dry). Default: reserve prompt
-	// plus max tokens at admission, as the decode worker does.
-	LazyPages bool
-	// MaxConcurrency bounds requests in flight; more are refused with
-	// "overloaded" rather than queued without bound (default 64).
+	// MaxQueue bounds requests waiting for their turn and for KV pages
+	// (default 256); an arrival beyond it is refused with 429.
+	MaxQueue int
+	// MaxConcurrency bounds requests holding KV pages at once; more wait
+	// in the queue (default 64).
 	MaxConcurrency int
 
 	// Unsafe switches safeguards off. TEST AND DEMO HOOK ONLY: the incident
@@ -106,6 +106,12 @@ func (c Config) withDefaults() Config {
 		c.Scrub = kv.ScrubOff
 	}
 	return c
+}
+
+// queueConfig is the admission queue of an engine built on c.
+func (c Config) queueConfig() sched.Config {
+	return sched.Config{MaxQueue: c.MaxQueue, QueueTimeout: c.QueueTimeout, MaxRunning: c.MaxConcurrency,
+		Quantum: c.configuredContext()}
 }
 
 func (c Config) geometry() kv.Geometry {

@@ -81,7 +81,10 @@ func newDecodeWorker(cfg Config, wrap func(pagePool) pagePool) (*DecodeWorker, e
 		handoffs: map[kv.ID]*dhandoff{},
 	}
 	w.recv = handoff.NewReceiver(handoff.ReceiverConfig{
-		PageSize:   cfg.PageSize,
+		PageSize: cfg.PageSize,
+		// Pages on demand: a page of room beyond the prompt; the batch
+		// grows the table as tokens come and preempts when it cannot.
+		Headroom:   cfg.PageSize,
 		OneSided:   cfg.SharedFile != "",
 		Lease:      cfg.Lease,
 		Model:      FingerprintOf(cfg.Model), // I13: Reserves of another model are refused
@@ -290,6 +293,11 @@ func (w *DecodeWorker) Stream(ctx context.Context, id kv.ID, p handoff.StreamPar
 	if h == nil {
 		return nil, handoff.ErrUnknownHandoff
 	}
+	if len(p.Generated) >= h.prompt {
+		// A resumed request's earlier tokens are part of its prompt: more
+		// is a confused peer (each is a draw of work).
+		return nil, handoff.ErrRefused.With("%d tokens generated before with a prompt of %d tokens", len(p.Generated), h.prompt)
+	}
 	if h.stream != nil {
 		return nil, handoff.ErrState.With("the handoff's stream is already open")
 	}
@@ -344,6 +352,9 @@ func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) {
 		firstLP:      h.firstLP,
 		hasFirst:     true,
 		decoded:      true,
+		// Its prompt lives with the router: a preemption ends the stream
+		// with "preempted" and the router resumes it with a new handoff.
+		evict: true,
 	}
 	st := h.stream
 	q.emit = func(o outcome) { st.push(o.token2()) }
@@ -437,10 +448,14 @@ func (t *tokenStream) Close() error { return nil }
 
 // decodeSampler continues the request's random stream after the first
 // token, which the prefill worker drew with a sampler of the same seed, and
-// counts that token for the penalties as that sampler did.
+// counts that token for the penalties as that sampler did. A resumed
+// request's earlier tokens (p.Generated) were drawn and counted before.
 func decodeSampler(p handoff.StreamParams, first int32) *sample.Sampler {
 	s := newSampler(p.Sampling, p.Prompt)
-	s.Advance(1)
+	for _, t := range p.Generated {
+		s.Observe(t)
+	}
+	s.Advance(len(p.Generated) + 1)
 	s.Observe(first)
 	return s
 }
@@ -495,6 +510,9 @@ type DecodeStats struct {
 	// MaxBatch is the most sequences one step has served.
 	MaxBatch int64
 }
+
+// SchedStats are the decode scheduler's counters.
+func (w *DecodeWorker) SchedStats() SchedStats { return w.sched.stats() }
 
 // Stats returns the counters.
 func (w *DecodeWorker) Stats() DecodeStats {

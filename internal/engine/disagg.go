@@ -5,11 +5,15 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
+	"sync"
+	"time"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/model"
 	"sluice/internal/request"
+	"sluice/internal/sched"
 )
 
 // DisaggConfig configures the orchestration half of a disaggregated engine.
@@ -25,9 +29,13 @@ type DisaggConfig struct {
 	// context and every role's pool capacity (I2). EffectiveContext
 	// computes it from the roles' numbers.
 	Context int
-	// MaxConcurrency bounds requests in flight (default 64); more are
-	// refused with "overloaded", never queued without bound.
+	// MaxConcurrency bounds requests holding decode pages at once
+	// (default 64); more wait in the queue.
 	MaxConcurrency int
+	// MaxQueue bounds waiting requests (default 256; beyond: 429) and
+	// QueueTimeout how long one may wait (default 30s; then 503).
+	MaxQueue     int
+	QueueTimeout time.Duration
 	// Unsafe: TEST AND DEMO HOOK ONLY (see Unsafe).
 	Unsafe Unsafe
 }
@@ -52,7 +60,7 @@ type Disaggregated struct {
 	cfg     DisaggConfig
 	prefill handoff.Prefill
 	decode  handoff.Decode
-	gate    *gate
+	adm     *admission
 
 	// bg outlives client requests: a client disconnect must not cancel the
 	// prefill's context and tear a transfer (I10). Close cancels it last.
@@ -75,7 +83,9 @@ func NewDisaggregated(cfg DisaggConfig, prefill handoff.Prefill, decode handoff.
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	return &Disaggregated{cfg: cfg, prefill: prefill, decode: decode,
-		gate: newGate(cfg.MaxConcurrency), bg: bg, bgCancel: cancel}, nil
+		adm: newAdmission(sched.Config{MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout,
+			MaxRunning: cfg.MaxConcurrency, Quantum: cfg.Context}),
+		bg: bg, bgCancel: cancel}, nil
 }
 
 // Info implements Engine.
@@ -85,7 +95,7 @@ func (d *Disaggregated) Info() Info {
 
 // Close implements Engine.
 func (d *Disaggregated) Close(ctx context.Context) error {
-	err := d.gate.close(ctx)
+	err := d.adm.close(ctx)
 	d.bgCancel()
 	return err
 }
@@ -95,24 +105,27 @@ func (d *Disaggregated) Close(ctx context.Context) error {
 // prefill action, tokens reach the client only as its emit actions (I1).
 func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	st := newStream(min(max(r.MaxTokens, 0), d.cfg.Context))
-	id := newID()
+	cur := &currentHandoff{id: newID()}
 	var (
-		lc         *lifecycle
-		res        *handoff.Reservation
-		reserveErr *Error
+		lc      *lifecycle
+		res     *handoff.Reservation
+		reserve bool
 	)
 	lc = newLifecycle(request.Disaggregated, func(a request.Action, e *Error, prompt, completion int) {
 		switch a.Kind {
 		case request.ActReserve:
-			res, reserveErr = d.reserve(ctx, r, id)
+			// Carried out below (or by run, after a preemption): the
+			// request waits in the queue for its turn and for room in the
+			// decode pool.
+			reserve = true
 		case request.ActPrefill:
 			// Started by run once the stream is open.
 		case request.ActEmit:
 			st.push(outcome{token: a.Token, logprobs: lc.lp})
 		case request.ActAbortHandoff:
-			d.abort(id, string(a.Reason)+": "+a.Msg)
+			d.abort(cur.get(), string(a.Reason)+": "+a.Msg)
 		case request.ActStopDecode:
-			_ = d.decode.Cancel(d.bg, id)
+			_ = d.decode.Cancel(d.bg, cur.get())
 		case request.ActEnd:
 			st.push(terminal(a, e, prompt, completion))
 		}
@@ -122,17 +135,25 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		lc.reject(e)
 		return nil, e
 	}
-	release, err := d.gate.admit()
-	if err != nil {
-		e := err.(*Error)
+	tk, e := d.adm.arrive(r.Tenant, r.Weight, requestCost(r))
+	if e != nil {
 		lc.reject(e)
 		return nil, e
 	}
 	lc.step(request.Event{Kind: request.EvAdmit}, nil)
-	if reserveErr != nil {
-		release()
-		lc.reject(reserveErr)
-		return nil, reserveErr
+	if !reserve {
+		tk.leave()
+		return nil, errf(CodeInternal, http.StatusInternalServerError, nil, "admission did not ask for a reservation")
+	}
+	id := cur.get()
+	if e := tk.wait(ctx, func() (bool, *Error) {
+		var e *Error
+		var noRoom bool
+		res, noRoom, e = d.reserve(ctx, r, id)
+		return noRoom, e
+	}); e != nil {
+		lc.queueEnd(e)
+		return nil, e
 	}
 	lc.step(request.Event{Kind: request.EvReserved}, nil)
 	sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS}
@@ -143,40 +164,68 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 	if err != nil {
 		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
 		lc.fail(e) // aborts the handoff: its pages are released
-		release()
+		tk.done()
 		return nil, e
 	}
-	st.cancelFn = func() { lc.step(request.Event{Kind: request.EvCancel}, nil) }
+	// gone ends a wait for a new reservation after a preemption when the
+	// client leaves (or the router stops the request).
+	gone, leave := context.WithCancel(d.bg)
+	st.cancelFn = func() {
+		leave()
+		lc.step(request.Event{Kind: request.EvCancel}, nil)
+	}
 	stopWatch := context.AfterFunc(ctx, st.Cancel)
-	st.onClose = func() { stopWatch() }
-	go d.run(r, id, res, ts, lc, release)
+	st.onClose = func() { stopWatch(); leave() }
+	go d.run(r, cur, res, ts, lc, tk, gone)
 	return st, nil
 }
 
-// reserve asks decode for pages. No free pages is kv_capacity_exhausted
-// (503), any other refusal overloaded (429); both are retryable
-// back-pressure, never integrity failures. A transport failure leaves the
-// outcome unknown, so the handoff is aborted.
-func (d *Disaggregated) reserve(ctx context.Context, r *Request, id kv.ID) (*handoff.Reservation, *Error) {
+// currentHandoff is the id of a request's current handoff: a preempted
+// request resumes with a new one, and the life-cycle actions (abort,
+// stop) must name the live one.
+type currentHandoff struct {
+	mu sync.Mutex
+	id kv.ID
+}
+
+func (c *currentHandoff) get() kv.ID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.id
+}
+
+func (c *currentHandoff) set(id kv.ID) {
+	c.mu.Lock()
+	c.id = id
+	c.mu.Unlock()
+}
+
+// reserve asks decode for pages. No room now (noRoom) sends the request
+// back to the queue; another refusal is "overloaded" (retryable); a
+// transport failure leaves the outcome unknown, so the handoff is aborted.
+// A client leaving during the call (ctx) makes its outcome unknown too:
+// the Abort then overtakes the Reserve, which decode refuses (I6).
+func (d *Disaggregated) reserve(ctx context.Context, r *Request, id kv.ID) (*handoff.Reservation, bool, *Error) {
 	res, err := d.decode.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens, Model: d.cfg.Fingerprint})
 	if err == nil {
 		if err = handoff.CheckModel(d.cfg.Fingerprint, res.Model, "the decode worker"); err == nil {
-			return res, nil
+			return res, false, nil
 		}
 		// Defence in depth: decode checked the Reserve's fingerprint; one
 		// that did not is not used either.
 		d.abort(id, err.Error())
 	}
+	if errors.Is(err, handoff.ErrNoRoom) && ctx.Err() == nil {
+		// Nothing was kept on decode: wait in the queue, first in line.
+		return nil, true, nil
+	}
 	if errors.Is(err, handoff.ErrTransport) || ctx.Err() != nil {
 		d.abort(id, "reserve outcome unknown")
 	}
-	if errors.Is(err, handoff.ErrNoRoom) {
-		return nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, err, "the decode worker has no free KV pages for this request now; retry later or lower max_tokens")
-	}
 	if errors.Is(err, handoff.ErrRefused) {
-		return nil, errf(CodeOverloaded, http.StatusTooManyRequests, err, "the decode worker refused this request now (%v); retry later", err)
+		return nil, false, errf(CodeOverloaded, http.StatusTooManyRequests, err, "the decode worker refused this request now (%v); retry later", err)
 	}
-	return nil, asEngineError(err, CodeHandoff, http.StatusBadGateway, "reserving decode pages")
+	return nil, false, asEngineError(err, CodeHandoff, http.StatusBadGateway, "reserving decode pages")
 }
 
 func (d *Disaggregated) abort(id kv.ID, reason string) {
@@ -198,9 +247,61 @@ func handoffFailure(cause error) *Error {
 // run drives one request after its reservation: prefill (which pushes and
 // commits), decode's tokens through the life-cycle machine, and the final
 // verdict, which is success only when both roles succeeded.
-func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, release func()) {
-	defer release()
-	defer ts.Close()
+//
+// When decode preempts the sequence (it could not grow it and released its
+// pages: the stream ends "preempted"), the request goes back to the head
+// of the queue and resumes with a NEW handoff whose prompt is the prompt
+// plus every token generated so far and whose sampler continues the same
+// random stream; the client's stream just continues (batch-invariant
+// kernels make the rebuilt KV, and so the output, exactly the
+// un-preempted one). Usage still counts the prompt once (I9).
+func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, tk *ticket, gone context.Context) {
+	defer tk.done()
+	var gen []int32 // tokens generated so far, over every handoff
+	for {
+		preempted := d.drive(r, cur.get(), res, ts, lc, &gen)
+		ts.Close()
+		if !preempted {
+			return
+		}
+		if _, ok := lc.step(request.Event{Kind: request.EvPreempted}, nil); !ok {
+			return // the request ended meanwhile (a cancel took effect)
+		}
+		tk.requeue(r.Tenant)
+		id := newID()
+		cur.set(id)
+		again := *r
+		again.Prompt = append(slices.Clone(r.Prompt), gen...)
+		again.MaxTokens = r.MaxTokens - len(gen)
+		if e := tk.wait(gone, func() (bool, *Error) {
+			var e *Error
+			var noRoom bool
+			res, noRoom, e = d.reserve(gone, &again, id)
+			return noRoom, e
+		}); e != nil {
+			lc.queueEnd(e)
+			return
+		}
+		lc.step(request.Event{Kind: request.EvReserved}, nil)
+		var err error
+		sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS, Generated: slices.Clone(gen)}
+		if r.Sampling.UsesPrompt() {
+			sp.Prompt = r.Prompt
+		}
+		ts, err = d.decode.Stream(d.bg, id, sp)
+		if err != nil {
+			lc.fail(asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream"))
+			return
+		}
+	}
+}
+
+// drive runs one handoff: prefill of prompt (the request's, or a resumed
+// request's prompt + generated tokens), decode's tokens appended to gen.
+// It reports whether decode preempted the sequence.
+func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, gen *[]int32) bool {
+	prompt := append(slices.Clone(r.Prompt), (*gen)...)
+	offset := len(*gen)
 	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
 	type pres struct {
 		r   *handoff.PrefillResult
@@ -210,7 +311,8 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 	go func() {
 		// d.bg, not the client's context: a disconnect never tears the
 		// transfer (I10).
-		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: r.Prompt, Reservation: res, Sampling: r.Sampling, Model: d.cfg.Fingerprint})
+		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: prompt, Reservation: res,
+			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint})
 		pch <- pres{pr, err}
 	}()
 	var got *pres
@@ -250,41 +352,46 @@ func (d *Disaggregated) run(r *Request, id kv.ID, res *handoff.Reservation, ts h
 				cause = p.err
 			}
 			lc.fail(handoffFailure(cause))
-			return
+			return false
 		}
 		switch {
 		case tok.Done && tok.Finish == "cancelled":
 			lc.step(request.Event{Kind: request.EvCancel}, nil)
 			waitPrefill()
-			return
+			return false
 		case tok.Done:
 			// Success needs both roles: a late prefill failure still fails
 			// the request.
 			p := waitPrefill()
 			if p.err != nil {
 				lc.fail(asEngineError(p.err, CodeHandoff, http.StatusBadGateway, "prefill"))
-				return
+				return false
 			}
 			// I9: prompt_tokens is what prefill ran and transferred and
 			// decode verified; all three must be the prompt.
-			if p.r.Tokens != len(r.Prompt) || tok.PromptTokens != len(r.Prompt) {
+			if p.r.Tokens != len(prompt) || tok.PromptTokens != len(prompt) {
 				lc.fail(errf(CodeIntegrity, http.StatusInternalServerError, nil,
 					"accounting mismatch: the prompt has %d tokens, prefill reports %d, decode verified %d",
-					len(r.Prompt), p.r.Tokens, tok.PromptTokens))
-				return
+					len(prompt), p.r.Tokens, tok.PromptTokens))
+				return false
+			}
+			if tok.Finish == "preempted" {
+				return true
 			}
 			reason := request.FinishedLength
 			if tok.Finish == "stop" {
 				reason = request.FinishedStop
 			}
 			lc.step(request.Event{Kind: request.EvFinish, Reason: reason}, nil)
-			return
+			return false
 		case first:
 			first = false
+			*gen = append(*gen, tok.ID)
 			// Decode's first token is the commit's: the handoff was verified
 			// (I5) and its prompt tokens are the reserved count (I9).
 			lc.stepToken(request.Event{Kind: request.EvCommitted, Token: tok.ID, Tokens: res.ExpectTokens}, tok.Logprobs)
 		default:
+			*gen = append(*gen, tok.ID)
 			// Illegal after the end (a cancel took effect): dropped.
 			lc.stepToken(request.Event{Kind: request.EvToken, Token: tok.ID}, tok.Logprobs)
 		}
@@ -319,6 +426,8 @@ func NewLocal(prefill, decode Config) (*Local, error) {
 		Fingerprint:    FingerprintOf(decode.Model),
 		Context:        EffectiveContext(pw.Context(), dw.Context()),
 		MaxConcurrency: dw.cfg.MaxConcurrency,
+		MaxQueue:       dw.cfg.MaxQueue,
+		QueueTimeout:   dw.cfg.QueueTimeout,
 		Unsafe:         decode.Unsafe,
 	}, pw, dw)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 const (
 	CodeContextLength = "context_length_exceeded"
 	CodeOverloaded    = "overloaded"
+	CodeQueueTimeout  = "queue_timeout"
 	CodeKVCapacity    = "kv_capacity_exhausted"
 	CodeIntegrity     = "kv_integrity_violation"
 	CodeHandoff       = "handoff_failed"

@@ -83,11 +83,24 @@ func (l *lifecycle) reject(e *Error) {
 	if e.Code == CodeContextLength {
 		reason = request.RejectedContextLength
 	}
-	if e.Code != CodeContextLength && e.Code != CodeOverloaded && e.Code != CodeKVCapacity {
+	if e.Code != CodeContextLength && e.Code != CodeOverloaded && e.Code != CodeKVCapacity && e.Code != CodeQueueTimeout {
 		l.fail(e)
 		return
 	}
-	l.step(request.Event{Kind: request.EvReject, Reason: reason, Msg: e.Message}, e)
+	if _, ok := l.step(request.Event{Kind: request.EvReject, Reason: reason, Msg: e.Message}, e); !ok {
+		// Not rejectable any more (a resumed request already sent tokens).
+		l.fail(e)
+	}
+}
+
+// queueEnd ends a request that left the queue without pages: its client
+// left, it timed out, or its reservation failed. Nothing is reserved.
+func (l *lifecycle) queueEnd(e *Error) {
+	if e.Code == CodeCancelled {
+		l.step(request.Event{Kind: request.EvCancel}, nil)
+		return
+	}
+	l.reject(e)
 }
 
 func (l *lifecycle) fail(e *Error) {

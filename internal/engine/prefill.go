@@ -147,6 +147,11 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		return nil, w.abort(r.Handoff, handoff.ErrCountMismatch.With("prompt has %d tokens, reservation expects %d", len(r.Tokens), res.ExpectTokens))
 	case len(r.Tokens) > w.ctx:
 		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("prompt of %d tokens exceeds the prefill context %d", len(r.Tokens), w.ctx))
+	case r.SampleOffset < 0 || r.SampleOffset >= len(r.Tokens):
+		// The draws already used are the tokens generated before, all
+		// part of this prompt; a larger offset (each draw is work) is
+		// refused rather than spun through.
+		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("sampler offset %d with a prompt of %d tokens", r.SampleOffset, len(r.Tokens)))
 	}
 	if err := r.Sampling.Validate(w.cfg.Model.Vocab()); err != nil {
 		// A peer is not trusted with the sampler's domain either.
@@ -174,7 +179,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		promptTokens: len(r.Tokens),
 		maxTokens:    1,
 		ignoreEOS:    true,
-		samp:         newSampler(r.Sampling, r.Tokens),
+		samp:         prefillSampler(r.Sampling, r.Tokens, r.SampleOffset),
 		ended:        w.signalFreed,
 	}
 	var kept []kv.PageRef
@@ -208,6 +213,19 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	w.stats.pushNanos.Add(int64(time.Since(start)))
 	w.stats.tokens.Add(int64(len(r.Tokens)))
 	return &handoff.PrefillResult{FirstToken: d.first, Tokens: len(r.Tokens)}, nil
+}
+
+// prefillSampler draws the first token as draw offset of the request's
+// random stream: a resumed request's last offset tokens are ones it
+// generated before (they used the earlier draws and count for the
+// penalties as generated, not prompt, tokens).
+func prefillSampler(p sample.Params, tokens []int32, offset int) *sample.Sampler {
+	s := newSampler(p, tokens[:len(tokens)-offset])
+	for _, t := range tokens[len(tokens)-offset:] {
+		s.Observe(t)
+	}
+	s.Advance(offset)
+	return s
 }
 
 // push drives the protocol's Sender: page writes in bounded batches, each

@@ -62,14 +62,18 @@ var (
 	// ErrRefused: the decode worker refused the reservation (capacity, limits).
 	ErrRefused = &Error{"refused", "the decode worker refused the reservation"}
 	// ErrNoRoom: the decode worker refused the reservation because its KV
-	// pool has no free pages for it now (back-pressure, retryable; never an
-	// integrity failure). errors.Is(err, ErrRefused) holds for it too.
+	// pool has no free pages for it now, though it could hold it when
+	// empty (back-pressure: the router's queue waits and tries again; never
+	// an integrity failure). errors.Is(err, ErrRefused) holds for it too.
 	ErrNoRoom = &Error{"no_room", "the decode worker has no free KV pages for the reservation"}
 	// ErrDuplicate: a handoff with this id already exists.
 	ErrDuplicate = &Error{"duplicate_handoff", "a handoff with this id already exists"}
 	// ErrProtocol: a malformed frame or message on a transport; the
 	// connection is closed.
 	ErrProtocol = &Error{"protocol", "malformed or unexpected frame"}
+	// ErrVersion: the peers speak no common protocol version (builds of
+	// different wire formats); refused at the handshake, before any call.
+	ErrVersion = &Error{"protocol_version", "the peers speak different protocol versions"}
 	// ErrTransport: the transport failed (connection lost, timeout). Whether
 	// the remote side applied the call is UNKNOWN; callers must abort.
 	ErrTransport = &Error{"transport", "transport failure; the remote outcome is unknown"}

@@ -191,6 +191,8 @@ func (p *memPool) DrainAck(o kv.Owner, refs []kv.PageRef) {
 	}
 }
 
+func (p *memPool) Pages() int { return len(p.data) }
+
 func (p *memPool) Expire(now time.Time) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

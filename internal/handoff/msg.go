@@ -106,6 +106,11 @@ type StreamParams struct {
 	// repetition penalty counts prompt tokens, Sampling.UsesPrompt), else
 	// empty: decode has the prompt's KV, not its ids.
 	Prompt []int32
+	// Generated is what this request generated before this handoff (a
+	// request resumed after a preemption; its prompt carries them too):
+	// decode's sampler continues after their draws and counts them for
+	// the penalties, as one sampler running the whole request would.
+	Generated []int32
 }
 
 // Token is one item of a decode token stream. Exactly one item is terminal
@@ -118,7 +123,10 @@ type Token struct {
 	Logprobs *sample.Logprobs
 	// Done marks successful completion.
 	Done bool
-	// Finish is "stop" or "length" when Done.
+	// Finish is "stop" or "length" when Done, or "preempted": the decode
+	// worker ran out of pages to grow the sequence, released them, and the
+	// router resumes the request with a new handoff whose prompt carries
+	// the tokens generated so far.
 	Finish string
 	// PromptTokens is the verified prompt token count (I9), set on the terminal item.
 	PromptTokens int
@@ -139,6 +147,9 @@ type PrefillRequest struct {
 	Reservation *Reservation
 	// Sampling decides the first token.
 	Sampling sample.Params
+	// SampleOffset: the first token is draw SampleOffset of the request's
+	// random stream (a resumed request's earlier tokens used the others).
+	SampleOffset int
 	// Model is the router's model fingerprint (I13): the prompt was
 	// tokenized for it. The prefill worker refuses a request whose
 	// fingerprint, or whose Reservation's, is not its own.

@@ -11,7 +11,11 @@ import (
 // code survives the wire.
 func TestNoRoomIsARefusal(t *testing.T) {
 	g := newRig(t, ReceiverConfig{}, 10)
-	_, err := g.r.Reserve(t0, &Reserve{Handoff: hid(3), Tenant: "acme", PromptTokens: 1000})
+	// The rig's handoff holds 4 of the 32 pages; take the rest.
+	if _, err := g.r.Reserve(t0, &Reserve{Handoff: hid(2), Tenant: "acme", PromptTokens: 28 * tPS}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := g.r.Reserve(t0, &Reserve{Handoff: hid(3), Tenant: "acme", PromptTokens: 10})
 	if !errors.Is(err, ErrNoRoom) || !errors.Is(err, ErrRefused) {
 		t.Fatalf("full pool: %v, want no_room (a refusal)", err)
 	}
@@ -19,7 +23,13 @@ func TestNoRoomIsARefusal(t *testing.T) {
 	if !errors.Is(err, ErrRefused) || errors.Is(err, ErrNoRoom) {
 		t.Fatalf("empty prompt: %v, want a refusal that is not no_room", err)
 	}
-	if st := g.r.Stats(); st.Failed[ErrNoRoom.Code] != 1 || st.Failed[ErrRefused.Code] != 1 {
+	// More than the whole pool can never fit: refused for good, so the
+	// router does not queue it.
+	_, err = g.r.Reserve(t0, &Reserve{Handoff: hid(5), Tenant: "acme", PromptTokens: 1000})
+	if !errors.Is(err, ErrRefused) || errors.Is(err, ErrNoRoom) {
+		t.Fatalf("larger than the pool: %v, want a refusal that is not no_room", err)
+	}
+	if st := g.r.Stats(); st.Failed[ErrNoRoom.Code] != 1 || st.Failed[ErrRefused.Code] != 2 {
 		t.Fatalf("counters %v", st.Failed)
 	}
 	code, msg := ToWire(ErrNoRoom.With("x"))

@@ -13,6 +13,9 @@ import (
 type Pool interface {
 	// Reserve allocates n pages for o, all or nothing (kv.ErrNoCapacity).
 	Reserve(o kv.Owner, n int) ([]kv.PageRef, error)
+	// Pages is the pool's size, so that a reservation that can never fit
+	// is refused for good and one that does not fit now may wait.
+	Pages() int
 	// WritePage copies data (kv layout, slots token slots) into the page.
 	WritePage(o kv.Owner, ref kv.PageRef, slots int, data []byte) error
 	// MarkWritten records slots written one-sidedly into the shared mapping.

@@ -44,6 +44,11 @@ type ReceiverConfig struct {
 	OneSided bool
 	// Lease must exceed the one-sided transport's worst in-flight write time.
 	Lease time.Duration
+	// Headroom, when positive, is the room for generated tokens a
+	// reservation takes beyond the prompt (at most MaxTokens): the decoder
+	// then grows the table page by page (pages on demand). 0 reserves room
+	// for all MaxTokens up front.
+	Headroom int
 	// Tombstone is how long an ended handoff is remembered so its late
 	// messages are recognised and counted (default 1 minute).
 	Tombstone time.Duration
@@ -88,7 +93,7 @@ type Accepted struct {
 	Handoff kv.ID
 	Owner   kv.Owner
 	// Pages are all pages reserved for the handoff in logical order: the
-	// prompt's, then room for MaxTokens generated tokens.
+	// prompt's, then the room for generated tokens (see Headroom).
 	Pages []kv.PageRef
 	// Tokens is the verified prompt length (I9).
 	Tokens     int
@@ -165,10 +170,11 @@ func (r *Receiver) Stats() ReceiverStats {
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// Reserve reserves ceil((PromptTokens+MaxTokens)/PageSize) pages, all or
-// nothing, owned by (Tenant, Handoff). The Reservation lists the first
-// ceil(PromptTokens/PageSize) of them, which the prompt's writes must cover;
-// the rest is room for decoding so it never runs out mid-request.
+// Reserve reserves ceil((PromptTokens+room)/PageSize) pages, all or
+// nothing, owned by (Tenant, Handoff), room being MaxTokens or, with a
+// Headroom, at most Headroom. The Reservation lists the first
+// ceil(PromptTokens/PageSize) of them, which the prompt's writes must
+// cover; the rest is room for decoding.
 func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 	if err := CheckModel(r.cfg.Model, m.Model, "the reserving peer"); err != nil {
 		// I13: KV of this pool is never computed by, nor attended for,
@@ -192,10 +198,21 @@ func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 	}
 	ps := r.cfg.PageSize
 	nPrompt := ceilDiv(m.PromptTokens, ps)
-	nAll := ceilDiv(m.PromptTokens+m.MaxTokens, ps)
+	room := m.MaxTokens
+	if r.cfg.Headroom > 0 {
+		room = min(room, r.cfg.Headroom)
+	}
+	nAll := ceilDiv(m.PromptTokens+room, ps)
 	o := kv.Owner{Tenant: m.Tenant, ID: m.Handoff}
 	refs, err := r.pool.Reserve(o, nAll)
+	if errors.Is(err, kv.ErrNoCapacity) && nAll > r.pool.Pages() {
+		// Can never fit: refused for good, not queued.
+		r.stats.Failed[ErrRefused.Code]++
+		return nil, ErrRefused.With("%d pages for %d+%d tokens exceed the pool's %d pages", nAll, m.PromptTokens, m.MaxTokens, r.pool.Pages())
+	}
 	if err != nil {
+		// No room now: the caller's queue waits and tries again (nothing
+		// is kept here); counted apart from other refusals.
 		refusal := ErrRefused
 		if errors.Is(err, kv.ErrNoCapacity) {
 			refusal = ErrNoRoom

@@ -53,8 +53,18 @@ func SharedGenOffset(g Geometry, pages int) int64 {
 	return SharedHeaderBytes + int64(pages)*int64(g.PageBytes())
 }
 
-// SharedFileBytes is the size of a shared pool file.
-func SharedFileBytes(g Geometry, pages int) int64 { return SharedGenOffset(g, pages) + 8*int64(pages) }
+// SharedFileBytes is the size of a shared pool file, or -1 when it does
+// not fit in an int64. The page count may come from a file's header, which
+// any process mapping the file can write: the product must not wrap around
+// to a real file's size (the generation words would then be a slice far
+// longer than the memory under it).
+func SharedFileBytes(g Geometry, pages int) int64 {
+	pb := int64(g.PageBytes())
+	if pages < 0 || pb <= 0 || int64(pages) > (math.MaxInt64-SharedHeaderBytes)/(pb+8) {
+		return -1
+	}
+	return SharedGenOffset(g, pages) + 8*int64(pages)
+}
 
 // SharedGens is the generation words of a mapped shared pool file, as a
 // one-sided writer reads them (and the pool writes them).

@@ -88,11 +88,12 @@ const (
 	EvFinish                           // generation ended; Reason is FinishedStop or FinishedLength
 	EvCancel                           // the client went away
 	EvFail                             // an error; Code says which
+	EvPreempted                        // decode ran out of pages and released them; the request resumes with a new reservation
 	numEventKinds
 )
 
 var eventNames = [...]string{"admit", "reject", "reserved", "prefill_started", "transfer_started",
-	"committed", "token", "finish", "cancel", "fail"}
+	"committed", "token", "finish", "cancel", "fail", "preempted"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -174,6 +175,9 @@ type Machine struct {
 	cancel  bool // client left during Reserved..Transferring; applied after the commit (I10)
 	prompt  int  // verified prompt tokens (I9)
 	emitted int  // completion tokens produced
+	// resumed: preempted once at least; later commits rebuild KV of
+	// tokens already counted, so they do not change prompt (I9).
+	resumed bool
 }
 
 // New returns a machine in state Received.
@@ -230,6 +234,10 @@ func (r *Machine) finish(reason Reason, msg string) []Action {
 //	         Finished -> no-op (a disconnect may race the end).
 //	fail:    before Reserved -> Finished; Reserved..Transferring ->
 //	         [abort_handoff] Finished; Committed, Decoding -> [stop_decode] Finished.
+//	preempted: Committed, Decoding -> Admitted [reserve] (decode released
+//	         the pages; the request waits for a new reservation, which
+//	         rebuilds its KV from prompt + generated tokens; its next commit
+//	         emits a new token but leaves the prompt count as it was).
 func (r *Machine) Step(ev Event) ([]Action, error) {
 	s := r.state
 	if s == Finished {
@@ -252,8 +260,9 @@ func (r *Machine) Step(ev Event) ([]Action, error) {
 		}
 		switch {
 		case s == Received:
-		case s == Admitted && ev.Reason == RejectedOverloaded:
+		case s == Admitted && ev.Reason == RejectedOverloaded && !r.resumed:
 			// A queue that cannot get pages in time rejects before any exist.
+			// (A resumed request already sent tokens: it can only fail.)
 		default:
 			return nil, r.illegal(ev, "rejection is only possible before pages are reserved")
 		}
@@ -291,7 +300,9 @@ func (r *Machine) Step(ev Event) ([]Action, error) {
 		if ev.Tokens <= 0 {
 			return nil, r.illegal(ev, "a commit must report the prompt tokens it verified")
 		}
-		r.prompt = ev.Tokens
+		if !r.resumed {
+			r.prompt = ev.Tokens
+		}
 		r.state = Committed
 		if r.cancel {
 			// I10: the transfer ran to its commit; only now does the
@@ -329,6 +340,14 @@ func (r *Machine) Step(ev Event) ([]Action, error) {
 		default: // Committed, Decoding
 			return append([]Action{{Kind: ActStopDecode}}, r.finish(Cancelled, "the client disconnected")...), nil
 		}
+
+	case EvPreempted:
+		if s != Committed && s != Decoding {
+			return nil, r.illegal(ev, "only a decoding request can be preempted")
+		}
+		r.resumed = true
+		r.state = Admitted
+		return []Action{{Kind: ActReserve}}, nil
 
 	case EvFail:
 		if ev.Code == "" {

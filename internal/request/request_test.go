@@ -33,6 +33,7 @@ var sample = map[EventKind]Event{
 	EvFinish:          {Kind: EvFinish, Reason: FinishedLength},
 	EvCancel:          {Kind: EvCancel},
 	EvFail:            {Kind: EvFail, Code: "digest_mismatch", Msg: "bad digest"},
+	EvPreempted:       {Kind: EvPreempted},
 }
 
 type want struct {
@@ -76,16 +77,18 @@ var table = map[State]map[EventKind]want{
 		EvFail:      {Finished, []ActionKind{ActAbortHandoff, ActEnd}, "failed_digest_mismatch"},
 	},
 	Committed: {
-		EvToken:  {Decoding, []ActionKind{ActEmit}, ""},
-		EvFinish: {Finished, []ActionKind{ActStopDecode, ActEnd}, FinishedLength},
-		EvCancel: {Finished, []ActionKind{ActStopDecode, ActEnd}, Cancelled},
-		EvFail:   {Finished, []ActionKind{ActStopDecode, ActEnd}, "failed_digest_mismatch"},
+		EvPreempted: {Admitted, []ActionKind{ActReserve}, ""},
+		EvToken:     {Decoding, []ActionKind{ActEmit}, ""},
+		EvFinish:    {Finished, []ActionKind{ActStopDecode, ActEnd}, FinishedLength},
+		EvCancel:    {Finished, []ActionKind{ActStopDecode, ActEnd}, Cancelled},
+		EvFail:      {Finished, []ActionKind{ActStopDecode, ActEnd}, "failed_digest_mismatch"},
 	},
 	Decoding: {
-		EvToken:  {Decoding, []ActionKind{ActEmit}, ""},
-		EvFinish: {Finished, []ActionKind{ActStopDecode, ActEnd}, FinishedLength},
-		EvCancel: {Finished, []ActionKind{ActStopDecode, ActEnd}, Cancelled},
-		EvFail:   {Finished, []ActionKind{ActStopDecode, ActEnd}, "failed_digest_mismatch"},
+		EvPreempted: {Admitted, []ActionKind{ActReserve}, ""},
+		EvToken:     {Decoding, []ActionKind{ActEmit}, ""},
+		EvFinish:    {Finished, []ActionKind{ActStopDecode, ActEnd}, FinishedLength},
+		EvCancel:    {Finished, []ActionKind{ActStopDecode, ActEnd}, Cancelled},
+		EvFail:      {Finished, []ActionKind{ActStopDecode, ActEnd}, "failed_digest_mismatch"},
 	},
 	Finished: {
 		EvCancel: {Finished, nil, RejectedContextLength}, // no-op: a disconnect may race the end
@@ -250,13 +253,13 @@ func TestMalformedEvents(t *testing.T) {
 }
 
 // Random event sequences, checked against invariants that do not depend on
-// the transition table: reserve only once and only from an admission;
-// prefill only after a reservation; nothing touching KV after the end.
+// the transition table: reserve once per admission or preemption; one
+// prefill per reservation, only after it; nothing touching KV after the end.
 func TestRandomSequences(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 20000; i++ {
 		m := New(Mode(rng.IntN(2)))
-		reserved, prefill, ended := 0, 0, 0
+		reserved, prefill, ended, preempts := 0, 0, 0, 0
 		var reason Reason
 		for j := 0; j < 12; j++ {
 			ev := sample[EventKind(rng.IntN(int(numEventKinds)))]
@@ -268,6 +271,9 @@ func TestRandomSequences(t *testing.T) {
 			if err != nil && acts != nil {
 				t.Fatal("actions with an error")
 			}
+			if err == nil && ev.Kind == EvPreempted {
+				preempts++
+			}
 			for _, a := range acts {
 				if wasFinished {
 					t.Fatalf("action %s after the end", a.Kind)
@@ -276,8 +282,8 @@ func TestRandomSequences(t *testing.T) {
 				case ActReserve:
 					reserved++
 				case ActPrefill:
-					if reserved != 1 {
-						t.Fatal("prefill without a reservation")
+					if reserved != prefill+1 {
+						t.Fatal("prefill without its own reservation")
 					}
 					prefill++
 				case ActEnd:
@@ -287,17 +293,52 @@ func TestRandomSequences(t *testing.T) {
 						t.Fatal("rejected after prefill started")
 					}
 				case ActEmit:
-					if prefill != 1 {
+					if prefill < 1 {
 						t.Fatal("token emitted without a prefill")
 					}
 				}
 			}
-			if reserved > 1 || prefill > 1 || ended > 1 {
+			if reserved > 1+preempts || prefill > reserved || ended > 1 {
 				t.Fatalf("reserve %d prefill %d end %d", reserved, prefill, ended)
 			}
 			if ended == 1 && (m.State() != Finished || m.Reason() != reason) {
 				t.Fatal("end action without a matching terminal state")
 			}
 		}
+	}
+}
+
+// A preempted request waits for a new reservation and resumes: its next
+// commit carries the rebuilt prompt (prompt + generated tokens) and emits
+// a new token, but usage keeps the prompt counted once (I9); a cancel
+// while it waits ends it with nothing reserved.
+func TestPreemptedResumes(t *testing.T) {
+	m := New(Disaggregated)
+	for _, ev := range []Event{{Kind: EvAdmit}, {Kind: EvReserved}, {Kind: EvPrefillStarted}, {Kind: EvTransferStarted},
+		{Kind: EvCommitted, Token: 1, Tokens: 5}, {Kind: EvToken, Token: 2}} {
+		if _, err := m.Step(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acts, err := m.Step(Event{Kind: EvPreempted})
+	if err != nil || len(acts) != 1 || acts[0].Kind != ActReserve || m.State() != Admitted {
+		t.Fatalf("preempt: %v %v in %s", acts, err, m.State())
+	}
+	for _, ev := range []Event{{Kind: EvReserved}, {Kind: EvPrefillStarted}} {
+		if _, err := m.Step(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acts, err = m.Step(Event{Kind: EvCommitted, Token: 3, Tokens: 7})
+	if err != nil || len(acts) != 1 || acts[0].Kind != ActEmit || acts[0].Token != 3 {
+		t.Fatalf("resumed commit: %v %v", acts, err)
+	}
+	if p, c := m.Usage(); p != 5 || c != 3 {
+		t.Fatalf("usage %d prompt %d completion, want 5 and 3", p, c)
+	}
+	m.Step(Event{Kind: EvPreempted})
+	acts, _ = m.Step(Event{Kind: EvCancel})
+	if m.State() != Finished || m.Reason() != Cancelled || len(acts) != 1 || acts[0].Kind != ActEnd {
+		t.Fatalf("cancel while requeued: %v, %s %s", acts, m.State(), m.Reason())
 	}
 }

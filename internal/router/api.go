@@ -276,8 +276,10 @@ func (c *commonParams) validate(maxTokensParam string, maxTokens *int, lim limit
 	}
 	if c.TopP != nil {
 		t := *c.TopP
-		if !(t > 0 && t <= 1) {
-			return p, badParam("top_p", "top_p must be greater than 0 and at most 1, got %v", t)
+		// Checked as the float32 the sampler gets: a tiny top_p would
+		// round to 0, which means "no limit" there.
+		if !(t > 0 && t <= 1) || float32(t) < sample.MinPositive {
+			return p, badParam("top_p", "top_p must be at least %g and at most 1, got %v", sample.MinPositive, t)
 		}
 		s.TopP = float32(t)
 	}
@@ -310,8 +312,10 @@ func (c *commonParams) validate(maxTokensParam string, maxTokens *int, lim limit
 	}
 	if c.RepetitionPenalty != nil {
 		r := *c.RepetitionPenalty
-		if !(r > 0 && r <= sample.MaxRepetitionPenalty) {
-			return p, badParam("repetition_penalty", "repetition_penalty must be greater than 0 and at most %d (1 is off), got %v", sample.MaxRepetitionPenalty, r)
+		// As the float32 the sampler gets: below sample.MinPositive it
+		// would round to 0 ("off") or make the logits it divides infinite.
+		if !(r > 0 && r <= sample.MaxRepetitionPenalty) || float32(r) < sample.MinPositive {
+			return p, badParam("repetition_penalty", "repetition_penalty must be at least %g and at most %d (1 is off), got %v", sample.MinPositive, sample.MaxRepetitionPenalty, r)
 		}
 		s.RepetitionPenalty = float32(r)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -465,8 +466,35 @@ func TestTenantsFromKeys(t *testing.T) {
 	}
 }
 
+// A key file line may give its tenant a weight in the fair queue; old
+// files (two fields) stay valid, and every tenant's weight reaches the
+// engine with its requests.
+func TestKeyWeightsReachTheEngine(t *testing.T) {
+	keys, err := ParseKeys(strings.NewReader("ka alice weight=3\nka2 alice\nkb bob\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys.Weight("alice") != 3 || keys.Weight("bob") != 1 || keys.Weight("nobody") != 1 || (*Keys)(nil).Weight("x") != 1 {
+		t.Fatalf("weights alice %d bob %d", keys.Weight("alice"), keys.Weight("bob"))
+	}
+	h := newHarness(t, 64, func(c *Config) { c.Keys = keys })
+	for _, key := range []string{"ka2", "kb"} {
+		if _, err := h.client(key).Completions.New(context.Background(), openai.CompletionNewParams{Prompt: prompt("hi"), MaxTokens: openai.Int(2)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.eng.mu.Lock()
+	got := fmt.Sprint(h.eng.tenants, h.eng.weights)
+	h.eng.mu.Unlock()
+	if got != "[alice bob] [3 1]" {
+		t.Fatalf("engine saw %s, want [alice bob] [3 1]", got)
+	}
+}
+
 func TestParseKeysErrors(t *testing.T) {
-	for _, bad := range []string{"", "# only a comment\n", "k1 a extra\n", "k1\n", "k1 a\nk1 b\n"} {
+	for _, bad := range []string{"", "# only a comment\n", "k1 a extra\n", "k1\n", "k1 a\nk1 b\n",
+		"k1 a weight=0\n", "k1 a weight=1001\n", "k1 a weight=x\n", "k1 a weight=2\nk2 a weight=3\n", "k1 a weight=2 more\n",
+		"k1 a weight=99999999999999999999\n"} {
 		if _, err := ParseKeys(strings.NewReader(bad)); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
@@ -536,6 +564,27 @@ func TestEngineFailures(t *testing.T) {
 	h.eng.refuse = &engine.Error{Code: engine.CodeOverloaded, Status: 429, Message: "busy"}
 	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(2)})
 	apiErr(t, err, 429, engine.CodeOverloaded)
+}
+
+// The engine's queue refusals (full: 429; waited too long: 503) reach the
+// client with their code and a Retry-After header.
+func TestQueueRefusalsCarryRetryAfter(t *testing.T) {
+	h := newHarness(t, 64, nil)
+	for _, e := range []*engine.Error{
+		{Code: engine.CodeOverloaded, Status: 429, Message: "the queue is full"},
+		{Code: engine.CodeQueueTimeout, Status: 503, Message: "waited too long"},
+	} {
+		h.eng.refuse = e
+		resp, err := http.Post(h.ts.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x","max_tokens":2}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != e.Status || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), e.Code) {
+			t.Fatalf("%s: status %d, Retry-After %q, body %s", e.Code, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	}
 }
 
 func TestOverloadAnswersAtOnce(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -19,6 +20,7 @@ const SingleTenant = "default"
 type Keys struct {
 	entries []keyEntry
 	tenants map[string]bool
+	weights map[string]int // tenants with a weight= field
 }
 
 type keyEntry struct {
@@ -27,7 +29,10 @@ type keyEntry struct {
 }
 
 // LoadKeys reads a key file: one "KEY TENANT" pair per line, blank lines and
-// lines starting with '#' ignored, several keys per tenant allowed.
+// lines starting with '#' ignored, several keys per tenant allowed. A line
+// may end with "weight=N" (1 <= N <= 1000): the tenant's share in the
+// engine's fair queue (default 1). A tenant's lines must not disagree on
+// its weight; a line without one leaves it unchanged.
 func LoadKeys(path string) (*Keys, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -43,7 +48,7 @@ func LoadKeys(path string) (*Keys, error) {
 
 // ParseKeys parses the key file format of LoadKeys.
 func ParseKeys(r io.Reader) (*Keys, error) {
-	k := &Keys{tenants: map[string]bool{}}
+	k := &Keys{tenants: map[string]bool{}, weights: map[string]int{}}
 	seen := map[[32]byte]string{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
@@ -55,8 +60,19 @@ func ParseKeys(r io.Reader) (*Keys, error) {
 			continue
 		}
 		f := strings.Fields(s)
+		if len(f) == 3 {
+			w, err := parseWeight(f[2])
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %v", line, err)
+			}
+			if prev, ok := k.weights[f[1]]; ok && prev != w {
+				return nil, fmt.Errorf("line %d: tenant %q already has weight %d; one tenant has one weight", line, f[1], prev)
+			}
+			k.weights[f[1]] = w
+			f = f[:2]
+		}
 		if len(f) != 2 {
-			return nil, fmt.Errorf("line %d: want \"KEY TENANT\" (two fields), got %d fields", line, len(f))
+			return nil, fmt.Errorf("line %d: want \"KEY TENANT [weight=N]\" (two or three fields), got %d fields", line, len(f))
 		}
 		sum := sha256.Sum256([]byte(f[0]))
 		if prev, dup := seen[sum]; dup {
@@ -76,6 +92,34 @@ func ParseKeys(r io.Reader) (*Keys, error) {
 		return nil, fmt.Errorf("no keys found; add lines of the form \"KEY TENANT\"")
 	}
 	return k, nil
+}
+
+// maxWeight bounds a tenant's weight: its per-turn credit is the weight
+// times the context, and a bounded weight keeps that sum far from overflow.
+const maxWeight = 1000
+
+func parseWeight(s string) (int, error) {
+	v, ok := strings.CutPrefix(s, "weight=")
+	if !ok {
+		return 0, fmt.Errorf("third field %q: want weight=N", s)
+	}
+	w, err := strconv.Atoi(v)
+	if err != nil || w < 1 || w > maxWeight {
+		return 0, fmt.Errorf("weight %q: want an integer from 1 to %d", v, maxWeight)
+	}
+	return w, nil
+}
+
+// Weight is the tenant's share in the fair queue: 1 unless the key file
+// gives another (also 1 in single-tenant mode, k nil).
+func (k *Keys) Weight(tenant string) int {
+	if k == nil {
+		return 1
+	}
+	if w, ok := k.weights[tenant]; ok {
+		return w
+	}
+	return 1
 }
 
 // Tenants is the number of distinct tenants.

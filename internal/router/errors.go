@@ -46,6 +46,9 @@ const (
 	// CodeKVCapacity (503) is the engine's: no free KV pages for the
 	// request now. Distinct from CodeOverloaded (429, a concurrency limit).
 	CodeKVCapacity = engine.CodeKVCapacity
+	// CodeQueueTimeout (503) is the engine's: the request waited its
+	// --queue-timeout in the queue without room.
+	CodeQueueTimeout = engine.CodeQueueTimeout
 )
 
 func typeForStatus(status int) string {

@@ -89,6 +89,9 @@ func (d *byteDec) push(id int32) string {
 //	FAIL_EARLY  the stream fails before any token (handoff_failed, 502)
 //	FAIL_LATE   two tokens, then kv_integrity_violation (500)
 //	HOLD        tokens wait for the engine's gate (cancellation tests)
+//
+// lpFault breaks the logprobs of every request's second token: "missing"
+// sends none though asked, "extra" one alternative more than asked.
 type echoEngine struct {
 	ctx       int
 	gate      chan struct{}
@@ -98,10 +101,12 @@ type echoEngine struct {
 	submitted atomic.Int64
 	ignoreEOS atomic.Bool // the last request's IgnoreEOS
 	tenants   []string
+	weights   []int
 	refuse    *engine.Error
 	// refuseAfter > 0 refuses every Submit after that many (overloaded).
 	refuseAfter int64
 	reqs        []engine.Request // every request submitted
+	lpFault     string
 }
 
 // Requests returns the requests submitted so far.
@@ -169,6 +174,7 @@ func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream
 	e.mu.Lock()
 	e.active++
 	e.tenants = append(e.tenants, r.Tenant)
+	e.weights = append(e.weights, r.Weight)
 	e.reqs = append(e.reqs, *r)
 	e.mu.Unlock()
 	s := &echoStream{ch: make(chan engine.Event, r.MaxTokens+2), cancel: make(chan struct{}), eng: e}
@@ -217,7 +223,14 @@ func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream
 			}
 			ev := engine.Event{Token: t}
 			if r.Sampling.Logprobs {
-				ev.Logprobs = echoLogprobs(t, r.Sampling.TopLogprobs)
+				top := r.Sampling.TopLogprobs
+				if i == 1 && e.lpFault == "extra" {
+					top++
+				}
+				ev.Logprobs = echoLogprobs(t, top)
+				if i == 1 && e.lpFault == "missing" {
+					ev.Logprobs = nil
+				}
 			}
 			s.ch <- ev
 			usage.CompletionTokens++

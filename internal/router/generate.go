@@ -1,7 +1,6 @@
 package router
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,8 +21,12 @@ var cancelGrace = time.Minute
 
 // outcome is how one generation ended, for the response and the metrics.
 type outcome struct {
-	finish     string // the first choice's
-	usage      engine.Usage
+	finish string // the first choice's
+	usage  engine.Usage
+	// prefilled is every choice's prompt tokens as the engine accounted
+	// them: each choice prefills its prompt, while usage counts each
+	// prompt once (OpenAI's rule for n > 1).
+	prefilled  int
 	err        *apiError
 	clientGone bool
 }
@@ -227,6 +230,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			if c.stopped || c.cancel {
 				continue // draining after our own Cancel
 			}
+			if bad := badLogprobs(g.p.sampling, ev.Logprobs); bad != "" {
+				// The client would get a logprobs list that silently
+				// lacks an entry or holds others than asked (I8).
+				s.log.Error("engine broke the logprobs contract", "id", g.id, "choice", c.index, "problem", bad)
+				if out.err == nil && !out.clientGone {
+					out.err = newErr(http.StatusInternalServerError, CodeInternal, "", "the engine reported a token %s", bad)
+				}
+				cancelAll()
+				continue
+			}
 			c.tokens++
 			if s.cfg.Tokenizer.IsEOG(ev.Token) || g.p.stopIDs[ev.Token] {
 				// A token that ends generation is accounted for, but
@@ -296,6 +309,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		if i%g.p.n == 0 {
 			out.usage.PromptTokens += c.usage.PromptTokens
 		}
+		out.prefilled += c.usage.PromptTokens
 		out.usage.CompletionTokens += c.usage.CompletionTokens
 	}
 	out.finish = chs[0].finish
@@ -357,6 +371,20 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		out.clientGone = true
 	}
 	return out
+}
+
+// badLogprobs says how a token's logprobs break what p asked for (present
+// exactly when asked, at most TopLogprobs alternatives), or "".
+func badLogprobs(p sample.Params, lp *sample.Logprobs) string {
+	switch {
+	case p.Logprobs && lp == nil:
+		return "without the logprobs asked for"
+	case !p.Logprobs && lp != nil:
+		return "with logprobs nobody asked for"
+	case lp != nil && len(lp.Top) > p.TopLogprobs:
+		return fmt.Sprintf("with %d top logprobs, more than the %d asked for", len(lp.Top), p.TopLogprobs)
+	}
+	return ""
 }
 
 // tokenTexter is the optional tokenizer method giving one token's bytes
@@ -541,16 +569,19 @@ func (s *Server) submit(r *http.Request, g *generation) ([]engine.Stream, error)
 				MaxTokens: g.p.maxTokens,
 				IgnoreEOS: g.p.ignoreEOS,
 				Sampling:  sp,
+				Weight:    s.cfg.Keys.Weight(g.tenant),
 			}
 			if len(g.prompts)*g.p.n > 1 {
 				req.ID = fmt.Sprintf("%s-%d", g.id, i*g.p.n+j)
 			}
-			// I10: the client's context does not reach the engine. A
-			// disconnect is reported by run through Stream.Cancel, which
-			// lets the handoff end by the normal path; cancelling a
-			// Reserve in flight instead leaves its outcome unknown (over
-			// TCP the pages could stay reserved).
-			st, err := s.cfg.Engine.Submit(context.WithoutCancel(r.Context()), req)
+			// The client's context reaches Submit so that a client
+			// leaving while its request waits in the engine's queue
+			// leaves the queue at once and never reserves. Once admitted,
+			// a disconnect is reported by run through Stream.Cancel and
+			// the handoff ends by the normal path (I10); one during the
+			// Reserve call is aborted by the engine, and decode refuses
+			// the Reserve the Abort overtook (I6).
+			st, err := s.cfg.Engine.Submit(r.Context(), req)
 			if err != nil {
 				s.drain(g, streams)
 				return nil, err
@@ -584,8 +615,16 @@ func (s *Server) drain(g *generation, streams []engine.Stream) {
 // acquireMore takes k more concurrency slots (tenant and server) for the
 // extra choices of a request: each choice is an engine request, so n > 1
 // must not let one tenant hold more of the engine than its limit allows.
-// It is all or nothing and refuses at once, like acquire.
-func (s *Server) acquireMore(tenant string, k int) (func(), *apiError) {
+// It is all or nothing and refuses at once, like acquire. A request of
+// more choices than a limit allows can never be admitted: that is a 400
+// naming param, not a 429 its client would retry for ever.
+func (s *Server) acquireMore(tenant string, k int, param string) (func(), *apiError) {
+	if lim := s.cfg.TenantConcurrency; lim > 0 && k+1 > lim {
+		return nil, badParam(param, "this request makes %d choices (prompts x n), each a concurrent request, and your API key's tenant may run %d at once; send fewer", k+1, lim)
+	}
+	if lim := cap(s.slots); k+1 > lim {
+		return nil, badParam(param, "this request makes %d choices (prompts x n), each a concurrent request, and the server runs at most %d at once; send fewer", k+1, lim)
+	}
 	var releases []func()
 	release := func() {
 		for _, r := range releases {

@@ -3,6 +3,8 @@ package router
 import (
 	"net/http"
 
+	"sluice/internal/engine"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -32,6 +34,10 @@ type EngineStats struct {
 	// LateWritesDropped counts page writes refused because their page had
 	// moved on to another generation (I6 fencing at work).
 	LateWritesDropped uint64
+	// Queue is the engine's queue (nil: this process has none); Sched the
+	// schedulers' counters by role (see load_metrics.go).
+	Queue *engine.QueueStats
+	Sched map[string]engine.SchedStats
 }
 
 // Reasons of EngineStats.ReservationsRefused.
@@ -65,7 +71,7 @@ type metrics struct {
 // back-pressure) rather than "wrong": each has its own series in
 // sluice_requests_refused_total, and none is an integrity violation.
 var refusalCodes = map[string]bool{
-	CodeOverloaded: true, CodeTenantLimit: true, CodeShuttingDown: true, CodeKVCapacity: true,
+	CodeOverloaded: true, CodeTenantLimit: true, CodeShuttingDown: true, CodeKVCapacity: true, CodeQueueTimeout: true,
 }
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
@@ -95,7 +101,7 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats, tenantLabels
 			Name: "sluice_requests_in_flight", Help: "Generation requests being served.",
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_requests_refused_total", Help: "Requests refused by back-pressure, by reason: overloaded and tenant_concurrency_limit (429, concurrency), kv_capacity_exhausted (503, no free KV pages), shutting_down (503). Load, not integrity.",
+			Name: "sluice_requests_refused_total", Help: "Requests refused by back-pressure, by reason: overloaded and tenant_concurrency_limit (429, concurrency or a full queue), kv_capacity_exhausted (503, no free KV pages), queue_timeout (503, waited --queue-timeout in the queue), shutting_down (503). Load, not integrity.",
 		}, []string{"reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.itl, m.promptTokens, m.completionTokens, m.inflight, m.refused} {
@@ -146,6 +152,9 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLate
 	ch <- descRefused
 	ch <- descAborted
+	for _, d := range loadDescs {
+		ch <- d
+	}
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -165,6 +174,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), reason)
 	}
 	ch <- prometheus.MustNewConstMetric(descAborted, prometheus.CounterValue, float64(st.HandoffsAborted))
+	collectLoad(ch, st)
 }
 
 // MetricsHandler serves /metrics for a process without the HTTP API (a

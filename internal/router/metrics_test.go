@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -59,5 +60,28 @@ func TestMetricsOffAPIAndWithoutTenantNames(t *testing.T) {
 				t.Errorf("admin %s: %d", p, code)
 			}
 		}
+	}
+}
+
+// sluice_prompt_tokens_total is what the engine prefilled: with n > 1 each
+// choice is its own engine request and prefills its prompt, so the
+// counter grows by n prompts, while usage.prompt_tokens counts the prompt
+// once (as OpenAI bills it).
+func TestPromptTokensMetricCountsEveryChoice(t *testing.T) {
+	h := newHarness(t, 64, nil)
+	r, err := h.client("").Completions.New(context.Background(), openai.CompletionNewParams{Prompt: prompt("hey"), N: openai.Int(3), MaxTokens: openai.Int(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Usage.PromptTokens != 4 {
+		t.Fatalf("usage.prompt_tokens %d, want 4 (BOS + 3, once)", r.Usage.PromptTokens)
+	}
+	prefilled := 0
+	for _, q := range h.eng.Requests() {
+		prefilled += len(q.Prompt)
+	}
+	_, body := get(t, h.ts.URL+"/metrics")
+	if want := fmt.Sprintf("sluice_prompt_tokens_total %d\n", prefilled); prefilled != 12 || !strings.Contains(body, want) {
+		t.Fatalf("the engine prefilled %d prompt tokens; metrics lack %q:\n%s", prefilled, want, body)
 	}
 }

@@ -122,6 +122,7 @@ func TestParameterBounds(t *testing.T) {
 		{comp, `"temperature":-1e-9`, CodeInvalidParam, "temperature"},
 		{comp, `"top_p":0`, CodeInvalidParam, "top_p"},
 		{comp, `"top_p":1.0000001`, CodeInvalidParam, "top_p"},
+		{comp, `"top_p":1e-46`, CodeInvalidParam, "top_p"}, // 0 in float32, which the sampler reads as "no limit"
 		{comp, `"top_k":259`, CodeInvalidParam, "top_k"},
 		{comp, `"top_k":-2`, CodeInvalidParam, "top_k"},
 		{comp, `"top_k":3000000000`, CodeInvalidParam, "top_k"}, // the codec-overflow value of issue 10
@@ -143,6 +144,8 @@ func TestParameterBounds(t *testing.T) {
 		{comp, `"frequency_penalty":-2.0001`, CodeInvalidParam, "frequency_penalty"},
 		{comp, `"repetition_penalty":0`, CodeInvalidParam, "repetition_penalty"},
 		{comp, `"repetition_penalty":10.001`, CodeInvalidParam, "repetition_penalty"},
+		{comp, `"repetition_penalty":1e-46`, CodeInvalidParam, "repetition_penalty"}, // 0 in float32: "off"
+		{comp, `"repetition_penalty":1e-40`, CodeInvalidParam, "repetition_penalty"}, // subnormal: dividing by it makes logits infinite
 		{comp, `"min_p":1.0001`, CodeInvalidParam, "min_p"},
 		{comp, `"min_p":-0.0001`, CodeInvalidParam, "min_p"},
 		{comp, `"logit_bias":{"258":1}`, CodeInvalidParam, "logit_bias"},
@@ -410,7 +413,9 @@ func TestOneChoiceFailsTheRequest(t *testing.T) {
 }
 
 // TestChoicesCountAgainstConcurrency: each choice holds a concurrency slot,
-// so n cannot take more of the engine than the tenant's limit.
+// so n cannot take more of the engine than the tenant's limit. A request
+// with more choices than the limit can never be admitted: it is a 400
+// naming the parameter, not a 429 its client would retry for ever.
 func TestChoicesCountAgainstConcurrency(t *testing.T) {
 	h := newHarness(t, 64, func(c *Config) { c.TenantConcurrency = 3 })
 	c := h.client("")
@@ -419,9 +424,23 @@ func TestChoicesCountAgainstConcurrency(t *testing.T) {
 		t.Fatalf("n=3 within a limit of 3: %v", err)
 	}
 	_, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), N: openai.Int(4), MaxTokens: openai.Int(2)})
-	apiErr(t, err, 429, CodeTenantLimit)
+	ae := apiErr(t, err, 400, CodeInvalidParam)
+	if ae.Param != "n" {
+		t.Fatalf("param %q, want n", ae.Param)
+	}
 	_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, N: openai.Int(4)})
-	apiErr(t, err, 429, CodeTenantLimit)
+	apiErr(t, err, 400, CodeInvalidParam)
+	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: []string{"a", "b", "c", "d"}}, MaxTokens: openai.Int(2)})
+	if ae := apiErr(t, err, 400, CodeInvalidParam); ae.Param != "prompt" {
+		t.Fatalf("param %q, want prompt", ae.Param)
+	}
+	// The server's limit likewise.
+	hs := newHarness(t, 64, func(c *Config) { c.MaxConcurrency = 2 })
+	_, err = hs.client("").Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), N: openai.Int(3), MaxTokens: openai.Int(2)})
+	apiErr(t, err, 400, CodeInvalidParam)
+	if n := len(h.eng.Requests()) + len(hs.eng.Requests()); n != 3 {
+		t.Fatalf("%d engine requests, want the first request's 3", n)
+	}
 	// Slots come back: the limit admits n=3 again.
 	if _, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: []string{"a", "b", "c"}}, MaxTokens: openai.Int(2)}); err != nil {
 		t.Fatalf("3 prompts after refusals: %v", err)
@@ -489,5 +508,31 @@ func TestStopOfOneChoiceDoesNotTimeOutTheOthers(t *testing.T) {
 	}
 	if ch := got.r.Choices; ch[0].Text != "x" || ch[0].FinishReason != "stop" || ch[1].Text != "HOLD" || ch[1].FinishReason != "stop" {
 		t.Fatalf("choices %+v", ch)
+	}
+}
+
+// TestLogprobsContract: a token reported without the logprobs the client
+// asked for, or with more alternatives than top_logprobs, fails the
+// request (I8: fail closed), never a 200 whose logprobs silently lack an
+// entry or hold others than asked.
+func TestLogprobsContract(t *testing.T) {
+	ctx := context.Background()
+	for _, fault := range []string{"missing", "extra"} {
+		h := newHarness(t, 64, nil)
+		h.eng.lpFault = fault
+		c := h.client("")
+		_, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hello"), MaxTokens: openai.Int(5), Logprobs: openai.Int(2)})
+		apiErr(t, err, 500, CodeInternal)
+		st := c.Completions.NewStreaming(ctx, openai.CompletionNewParams{Prompt: prompt("hello"), MaxTokens: openai.Int(5), Logprobs: openai.Int(2)})
+		for st.Next() {
+		}
+		if st.Err() == nil {
+			t.Errorf("%s: the stream ended cleanly", fault)
+		}
+		// Without logprobs the same engine behaviour is no fault.
+		if _, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hello"), MaxTokens: openai.Int(5)}); err != nil {
+			t.Errorf("%s without logprobs: %v", fault, err)
+		}
+		waitFor(t, func() bool { return h.eng.Active() == 0 })
 	}
 }

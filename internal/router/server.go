@@ -488,7 +488,11 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		// OpenAI's default for legacy completions.
 		p.maxTokens = min(16, info.Context)
 	}
-	more, e := s.acquireMore(tenant, len(prompts)*p.n-1)
+	param := "prompt"
+	if p.n > 1 {
+		param = "n"
+	}
+	more, e := s.acquireMore(tenant, len(prompts)*p.n-1, param)
 	if e != nil {
 		s.fail(w, r, e)
 		return
@@ -553,7 +557,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		// Chat's default is "as many as fit".
 		p.maxTokens = max(info.Context-len(prompt), 1)
 	}
-	more, e := s.acquireMore(tenant, p.n-1)
+	more, e := s.acquireMore(tenant, p.n-1, "n")
 	if e != nil {
 		s.fail(w, r, e)
 		return
@@ -619,7 +623,7 @@ func (s *Server) finishMetrics(g *generation, out outcome) {
 	if !out.clientGone {
 		s.countRefusal(out.err)
 	}
-	s.metrics.promptTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.usage.PromptTokens))
+	s.metrics.promptTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.prefilled))
 	s.metrics.completionTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.usage.CompletionTokens))
 	if out.err != nil && out.err.Code == engine.CodeIntegrity {
 		s.log.Error("integrity failure", "id", g.id, "tenant", g.tenant, "message", out.err.Message)

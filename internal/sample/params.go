@@ -22,6 +22,12 @@ const (
 	MaxLogitBias = 300
 	// MaxTopLogprobs bounds TopLogprobs (OpenAI's top_logprobs 0..20).
 	MaxTopLogprobs = 20
+	// MinPositive is the smallest positive float32 that is not subnormal
+	// (2^-126). A setting whose "off" value is 0 (top_p, the repetition
+	// penalty) must be 0 or at least this: a smaller one rounds to 0 on
+	// its way to float32 and silently turns the setting off, or (as a
+	// divisor) makes logits infinite.
+	MinPositive = 0x1p-126
 	// LogprobFloor replaces -Inf log-probabilities (JSON cannot carry
 	// -Inf); OpenAI and vLLM use the same floor.
 	LogprobFloor = -9999
@@ -100,7 +106,7 @@ func (p Params) Validate(vocab int) error {
 	if !within(p.PresencePenalty, -MaxPenalty, MaxPenalty) || !within(p.FrequencyPenalty, -MaxPenalty, MaxPenalty) {
 		return &Error{"invalid_penalty", fmt.Sprintf("presence and frequency penalties (%v, %v) must be within [-%d, %d]", p.PresencePenalty, p.FrequencyPenalty, MaxPenalty, MaxPenalty)}
 	}
-	if !within(p.RepetitionPenalty, 0, MaxRepetitionPenalty) {
+	if !within(p.RepetitionPenalty, 0, MaxRepetitionPenalty) || (p.RepetitionPenalty != 0 && p.RepetitionPenalty < MinPositive) {
 		return &Error{"invalid_penalty", fmt.Sprintf("repetition penalty %v is outside (0, %d]", p.RepetitionPenalty, MaxRepetitionPenalty)}
 	}
 	if len(p.LogitBias) > MaxLogitBias {

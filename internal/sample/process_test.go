@@ -202,7 +202,7 @@ func TestLogprobsMatchReference(t *testing.T) {
 
 func TestValidateNewBounds(t *testing.T) {
 	ok := []Params{
-		{MinP: 1}, {PresencePenalty: -2, FrequencyPenalty: 2}, {RepetitionPenalty: 10},
+		{MinP: 1}, {PresencePenalty: -2, FrequencyPenalty: 2}, {RepetitionPenalty: 10}, {RepetitionPenalty: MinPositive},
 		{LogitBias: []Bias{{0, -100}, {9, 100}}}, {Logprobs: true, TopLogprobs: 20}, {TopK: 10},
 	}
 	for _, p := range ok {
@@ -219,6 +219,7 @@ func TestValidateNewBounds(t *testing.T) {
 		{Params{FrequencyPenalty: float32(math.NaN())}, "invalid_penalty"},
 		{Params{RepetitionPenalty: -1}, "invalid_penalty"},
 		{Params{RepetitionPenalty: 10.5}, "invalid_penalty"},
+		{Params{RepetitionPenalty: 1e-40}, "invalid_penalty"}, // subnormal: a peer's divisor that makes logits infinite
 		{Params{LogitBias: []Bias{{10, 1}}}, "invalid_logit_bias"},
 		{Params{LogitBias: []Bias{{2, 1}, {2, 1}}}, "invalid_logit_bias"},
 		{Params{LogitBias: []Bias{{2, 100.5}}}, "invalid_logit_bias"},

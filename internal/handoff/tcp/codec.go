@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math"
+	"strings"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -125,8 +126,17 @@ const maxInt = math.MaxInt32
 // appears in error messages.
 const maxModelName = 1024
 
-// model fingerprints travel as sum [16] then name (str), I13.
-func (e *enc) model(f model.Fingerprint) { e.b = append(e.b, f.Sum[:]...); e.str(f.Name) }
+// model fingerprints travel as sum [16] then name (str), I13. The name is
+// for messages only (Fingerprint.Same compares sums), so a longer one is
+// cut to maxModelName bytes here rather than refused by the peer.
+func (e *enc) model(f model.Fingerprint) {
+	name := f.Name
+	if len(name) > maxModelName {
+		name = strings.ToValidUTF8(name[:maxModelName], "")
+	}
+	e.b = append(e.b, f.Sum[:]...)
+	e.str(name)
+}
 
 func (d *dec) model() (f model.Fingerprint) {
 	copy(f.Sum[:], d.need(16))
@@ -445,6 +455,7 @@ func encStreamOpen(id kv.ID, p handoff.StreamParams) []byte {
 	encSampling(&e, p.Sampling)
 	e.bool(p.IgnoreEOS)
 	encIDs(&e, p.Prompt)
+	encIDs(&e, p.Generated)
 	return e.b
 }
 
@@ -453,6 +464,7 @@ func decStreamOpen(p []byte) (kv.ID, handoff.StreamParams, error) {
 	id := d.id()
 	sp := handoff.StreamParams{Sampling: decSampling(&d), IgnoreEOS: d.bool()}
 	sp.Prompt = decIDs(&d)
+	sp.Generated = decIDs(&d)
 	return id, sp, d.end()
 }
 
@@ -493,6 +505,7 @@ func encPrefill(m *handoff.PrefillRequest) []byte {
 	}
 	encSampling(&e, m.Sampling)
 	e.model(m.Model)
+	e.i64(m.SampleOffset)
 	return e.b
 }
 
@@ -512,6 +525,7 @@ func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
 	}
 	m.Sampling = decSampling(&d)
 	m.Model = d.model()
+	m.SampleOffset = d.int(maxInt)
 	return m, d.end()
 }
 

@@ -146,7 +146,7 @@ func (c *conn) sendData(typ byte, stream uint32, parts [][]byte, isData []bool) 
 	defer c.wmu.Unlock()
 	v := c.fr.version
 	if v == 0 {
-		v = 1
+		v = helloVersion
 	}
 	var bufs [][]byte
 	var err error
@@ -222,7 +222,20 @@ func (c *conn) clientHandshake() error {
 	if err := c.send(tHello, 0, hello); err != nil {
 		return err
 	}
-	f, err := c.readHandshake(tHelloAck)
+	f, err := c.fr.readFrame(c.nc, nil)
+	if err == nil && f.typ == tError {
+		// Our Hello is well formed, so a sluice server that answers it
+		// with a protocol error cannot read it: another build (version 1
+		// answers exactly this way).
+		perr := decError(f.payload)
+		if errors.Is(perr, handoff.ErrProtocol) {
+			return versionErr("the server at %s could not read this build's Hello (protocol %d..%d): %v", c.nc.RemoteAddr(), minVersion, maxVersion, perr)
+		}
+		return perr
+	}
+	if err == nil && f.typ != tHelloAck {
+		err = protoErr("handshake: frame type %d, want %d", f.typ, tHelloAck)
+	}
 	if err != nil {
 		return err
 	}
@@ -232,8 +245,11 @@ func (c *conn) clientHandshake() error {
 	ack, sproof := f.payload[:len(f.payload)-32], f.payload[len(f.payload)-32:]
 	v, smac := ack[0], ack[1]
 	peerMax := int(binary.BigEndian.Uint32(ack[2:6]))
-	if v < minVersion || v > maxVersion || smac > 1 || (mac == 1 && smac == 0) {
-		return protoErr("handshake: server chose version %d, frame MAC %d", v, smac)
+	if v < minVersion || v > maxVersion {
+		return versionErr("the server at %s chose protocol version %d; this build speaks %d..%d", c.nc.RemoteAddr(), v, minVersion, maxVersion)
+	}
+	if smac > 1 || (mac == 1 && smac == 0) {
+		return protoErr("handshake: server chose frame MAC %d", smac)
 	}
 	if !hmac.Equal(sproof, proof(c.cfg.Secret, "sluice/server", hello, ack)) {
 		// The server does not know the secret: never send it anything.
@@ -282,8 +298,11 @@ func (c *conn) serverHandshake() error {
 	}
 	lo, hi, cmac := hello[0], hello[1], hello[2]
 	v := min(hi, byte(maxVersion))
-	if lo > hi || v < lo || v < minVersion || cmac > 1 {
-		return protoErr("no common protocol version: client speaks %d..%d, server %d..%d", lo, hi, minVersion, maxVersion)
+	if lo > hi || cmac > 1 {
+		return protoErr("handshake: Hello offers versions %d..%d, frame MAC %d", lo, hi, cmac)
+	}
+	if v < lo || v < minVersion {
+		return versionErr("no common protocol version: the client at %s speaks %d..%d, this server %d..%d", c.nc.RemoteAddr(), lo, hi, minVersion, maxVersion)
 	}
 	if len(hello) < helloMin {
 		return protoErr("handshake: Hello of %d bytes without a model fingerprint (a peer of a build older than I13?)", len(hello))
@@ -330,6 +349,11 @@ func (c *conn) serverHandshake() error {
 		c.fr.enableMAC(proof(c.cfg.Secret, "sluice/session", hello, ack))
 	}
 	return nil
+}
+
+// versionErr is ErrVersion with what to do about it.
+func versionErr(format string, args ...any) error {
+	return handoff.ErrVersion.With(format+"; run the same sluice build on every role", args...)
 }
 
 // transportErr marks an I/O failure: the remote outcome is unknown.

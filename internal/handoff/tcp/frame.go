@@ -14,7 +14,7 @@ import (
 
 // Wire format of one frame (all integers big-endian):
 //
-//	0  version  u8    negotiated protocol version (Hello frames: 1)
+//	0  version  u8    negotiated protocol version (handshake frames: helloVersion)
 //	1  type     u8    frame type, see the constants
 //	2  flags    u16   must be 0
 //	4  stream   u32   call id; 0 = connection-level
@@ -45,9 +45,21 @@ const (
 )
 
 // Versions this build speaks. Negotiation picks the highest common one.
+// Version 2 added model fingerprints (Hello, HelloAck, Reserve,
+// Reservation, Prefill; I13) and sampling settings, prompt ids and
+// logprobs (StreamOpen, Prefill, Commit, Token): a version-1 build would
+// misread those frames, so the two refuse each other at the handshake
+// (ErrVersion). Version 3 added a resumed request's earlier tokens
+// (StreamOpen Generated, Prefill SampleOffset; preemption). Bump
+// maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 1
-	maxVersion = 1
+	minVersion = 3
+	maxVersion = 3
+	// helloVersion is the version field of the handshake frames (Hello,
+	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
+	// every build, so any two builds can read each other's Hello and the
+	// refusal that answers it.
+	helloVersion = 1
 )
 
 // Frame types.
@@ -237,8 +249,8 @@ func (f *framer) readHeader(r io.Reader) (*frame, int, error) {
 	if f.version != 0 && v != f.version {
 		return nil, 0, protoErr("frame version %d, negotiated %d", v, f.version)
 	}
-	if f.version == 0 && v != 1 {
-		return nil, 0, protoErr("handshake frame version %d, want 1", v)
+	if f.version == 0 && v != helloVersion {
+		return nil, 0, protoErr("handshake frame version %d, want %d", v, helloVersion)
 	}
 	if !knownType(typ) {
 		return nil, 0, protoErr("unknown frame type %d", typ)

@@ -19,7 +19,7 @@ import (
 func FuzzFrameDecode(f *testing.F) {
 	fr := framer{maxFrame: 1 << 16}
 	add := func(typ byte, payload []byte) {
-		bufs, _ := fr.encode(1, typ, 1, [][]byte{payload})
+		bufs, _ := fr.encode(maxVersion, typ, 1, [][]byte{payload})
 		f.Add(bytes.Join(bufs, nil))
 	}
 	id := kv.ID{1, 2, 3}
@@ -29,7 +29,7 @@ func FuzzFrameDecode(f *testing.F) {
 	add(tReservation, e.b)
 	wparts, wdata := encWrites([]handoff.PageWrite{{Handoff: id, Block: 1, Page: kv.PageRef{Page: 4, Gen: 2}, Slots: 3, Data: []byte{1, 2, 3}, Checksum: 7}})
 	{
-		bufs, _ := fr.encode(1, tWrite, 1, wparts, wdata)
+		bufs, _ := fr.encode(maxVersion, tWrite, 1, wparts, wdata)
 		f.Add(bytes.Join(bufs, nil))
 	}
 	add(tCommit, encCommit(&handoff.Commit{Handoff: id, Tokens: 9, Digest: []byte{1, 2}, FirstToken: 5}))
@@ -44,10 +44,10 @@ func FuzzFrameDecode(f *testing.F) {
 	add(tPrefill, encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1, 2}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{}}}}))
 	add(tPrefillRes, encPrefillRes(&handoff.PrefillResult{FirstToken: 1, Tokens: 2}))
 	add(tError, encError(handoff.ErrCoverage))
-	f.Add([]byte{1, 12, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{maxVersion, 12, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff})
 
 	f.Fuzz(func(t *testing.T, b []byte) {
-		rd := framer{maxFrame: 1 << 16, version: 1}
+		rd := framer{maxFrame: 1 << 16, version: maxVersion}
 		r := bytes.NewReader(b)
 		for {
 			fm, err := rd.readFrame(r, nil)
@@ -127,7 +127,7 @@ func FuzzStreamedWrites(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 9, 1}, false)
 	f.Fuzz(func(t *testing.T, body []byte, refuse bool) {
 		fr := &frame{typ: tWrite, stream: 1}
-		copy(fr.hdr12[:], []byte{1, tWrite, 0, 0, 0, 0, 0, 1})
+		copy(fr.hdr12[:], []byte{maxVersion, tWrite, 0, 0, 0, 0, 0, 1})
 		binary.BigEndian.PutUint32(fr.hdr12[8:], uint32(len(body)))
 		if len(body) >= 4 {
 			if _, meta, err := writeCount(body, len(body)); err == nil {

@@ -26,7 +26,7 @@ func rawHello(t *testing.T, nc net.Conn, fr *framer, m model.Fingerprint) (hello
 	t.Helper()
 	e := enc{b: append([]byte{minVersion, maxVersion, 0}, make([]byte, 32)...)}
 	e.model(m)
-	bufs, _ := fr.encode(1, tHello, 0, [][]byte{e.b})
+	bufs, _ := fr.encode(helloVersion, tHello, 0, [][]byte{e.b})
 	nb := net.Buffers(bufs)
 	if _, err := nb.WriteTo(nc); err != nil {
 		t.Fatal(err)
@@ -60,9 +60,9 @@ func TestJunkClientProofRefusedBeforeReserve(t *testing.T) {
 			nc.SetDeadline(time.Now().Add(5 * time.Second))
 			fr := &framer{maxFrame: 1 << 20, isClient: true}
 			rawHello(t, nc, fr, model.Fingerprint{})
-			auth, _ := fr.encode(1, tAuth, 0, [][]byte{junk})
+			auth, _ := fr.encode(helloVersion, tAuth, 0, [][]byte{junk})
 			// Pipelined: as if the server had said AuthOK.
-			res, _ := fr.encode(1, tReserve, 1, [][]byte{encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "x", PromptTokens: 4, MaxTokens: 1})})
+			res, _ := fr.encode(maxVersion, tReserve, 1, [][]byte{encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "x", PromptTokens: 4, MaxTokens: 1})})
 			nb := net.Buffers(append(auth, res...))
 			nb.WriteTo(nc)
 			expectErrorThenClose(t, nc, &framer{maxFrame: 1 << 20}, handoff.ErrAuth)
@@ -223,7 +223,7 @@ func TestModelMismatchRefusedAtConnect(t *testing.T) {
 	nc.SetDeadline(time.Now().Add(5 * time.Second))
 	fr := &framer{maxFrame: 1 << 20, isClient: true}
 	hello, ack := rawHello(t, nc, fr, modelB)
-	auth, _ := fr.encode(1, tAuth, 0, [][]byte{proof(secret, "sluice/client", hello, ack)})
+	auth, _ := fr.encode(helloVersion, tAuth, 0, [][]byte{proof(secret, "sluice/client", hello, ack)})
 	nb := net.Buffers(auth)
 	nb.WriteTo(nc)
 	expectErrorThenClose(t, nc, &framer{maxFrame: 1 << 20}, handoff.ErrModelMismatch)
@@ -298,7 +298,7 @@ func TestClientRefusesServerOfAnotherModel(t *testing.T) {
 		e := enc{b: append([]byte{minVersion, 0, 0, 0x10, 0, 0}, make([]byte, 32)...)} // version, no MAC, 1 MiB frames, nonce
 		e.model(modelB)
 		ack := e.b
-		bufs, _ := fr.encode(1, tHelloAck, 0, [][]byte{ack, proof(secret, "sluice/server", hello, ack)})
+		bufs, _ := fr.encode(helloVersion, tHelloAck, 0, [][]byte{ack, proof(secret, "sluice/server", hello, ack)})
 		nb := net.Buffers(bufs)
 		nb.WriteTo(nc)
 		f, _ = fr.readFrame(nc, nil)

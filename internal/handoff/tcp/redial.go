@@ -52,14 +52,15 @@ func ConnectRedialer(ctx context.Context, addr string, cfg Config, log *slog.Log
 
 // DialRetry dials addr until it succeeds, authentication fails (retrying
 // cannot fix a wrong secret, I12), the peer runs another model (nor a
-// wrong model, I13) or ctx ends.
+// wrong model, I13) or another protocol version (nor another build), or
+// ctx ends.
 func DialRetry(ctx context.Context, addr string, cfg Config) (*Client, error) {
 	for {
 		c, err := Dial(ctx, addr, cfg)
 		if err == nil {
 			return c, nil
 		}
-		if errors.Is(err, handoff.ErrAuth) || errors.Is(err, handoff.ErrModelMismatch) {
+		if errors.Is(err, handoff.ErrAuth) || errors.Is(err, handoff.ErrModelMismatch) || errors.Is(err, handoff.ErrVersion) {
 			return nil, err
 		}
 		select {

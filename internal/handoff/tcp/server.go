@@ -117,7 +117,7 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 	c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: s.cfg.MaxFrame}}
 	if err := c.serverHandshake(); err != nil {
 		var he *handoff.Error
-		if errors.As(err, &he) && he.Code == handoff.ErrProtocol.Code {
+		if errors.As(err, &he) && (he.Code == handoff.ErrProtocol.Code || he.Code == handoff.ErrVersion.Code) {
 			_ = c.send(tError, 0, encError(err))
 		}
 		s.report(nc, err)

@@ -135,8 +135,8 @@ func TestClientRejectsBadServerFrames(t *testing.T) {
 		if c.serverHandshake() != nil {
 			return
 		}
-		c.fr.readFrame(nc, nil)                                                    // the call
-		nc.Write(rawFrame(1, tOK, 1, nil, func(c uint32) uint32 { return c + 1 })) // bad checksum
+		c.fr.readFrame(nc, nil)                                                             // the call
+		nc.Write(rawFrame(maxVersion, tOK, 1, nil, func(c uint32) uint32 { return c + 1 })) // bad checksum
 		time.Sleep(time.Second)
 	}()
 	c := dial(t, l.Addr().String(), Config{Secret: secret})

@@ -45,7 +45,7 @@ func TestStreamedWriteFrames(t *testing.T) {
 	}
 	encFrame := func(c *conn, stream uint32, ws []handoff.PageWrite) []byte {
 		parts, isData := encWrites(ws)
-		bufs, err := c.fr.encode(1, tWrite, stream, parts, isData)
+		bufs, err := c.fr.encode(maxVersion, tWrite, stream, parts, isData)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -148,9 +148,9 @@ func TestWrongSecretRefused(t *testing.T) {
 		fr := framer{maxFrame: 1 << 20, isClient: true}
 		var bufs [][]byte
 		if m.data != nil {
-			bufs, _ = fr.encode(1, m.typ, 1, m.parts, m.data)
+			bufs, _ = fr.encode(maxVersion, m.typ, 1, m.parts, m.data)
 		} else {
-			bufs, _ = fr.encode(1, m.typ, 1, m.parts)
+			bufs, _ = fr.encode(maxVersion, m.typ, 1, m.parts)
 		}
 		nb := net.Buffers(bufs)
 		nb.WriteTo(nc)
@@ -241,17 +241,17 @@ func TestBadFrames(t *testing.T) {
 		close bool // half-close our side after sending (truncation)
 		want  string
 	}{
-		{"truncated body", rawFrame(1, tReserve, 1, good, nil)[:headerLen+3], true, "truncated"},
-		{"truncated body, peer stays silent", rawFrame(1, tReserve, 1, good, nil)[:headerLen+3], false, "truncated"},
-		{"oversized", rawFrame(1, tWrite, 1, make([]byte, 5000), nil), false, "exceeds the limit"},
-		{"unknown type", rawFrame(1, 99, 1, good, nil), false, "unknown frame type"},
+		{"truncated body", rawFrame(maxVersion, tReserve, 1, good, nil)[:headerLen+3], true, "truncated"},
+		{"truncated body, peer stays silent", rawFrame(maxVersion, tReserve, 1, good, nil)[:headerLen+3], false, "truncated"},
+		{"oversized", rawFrame(maxVersion, tWrite, 1, make([]byte, 5000), nil), false, "exceeds the limit"},
+		{"unknown type", rawFrame(maxVersion, 99, 1, good, nil), false, "unknown frame type"},
 		{"unknown version", rawFrame(7, tReserve, 1, good, nil), false, "version"},
-		{"bad checksum", rawFrame(1, tReserve, 1, good, func(c uint32) uint32 { return c ^ 1 }), false, "checksum"},
-		{"garbled message", rawFrame(1, tReserve, 1, good[:10], nil), false, "truncated"},
-		{"trailing bytes", rawFrame(1, tReserve, 1, append(good, 0), nil), false, "trailing"},
-		{"no call id", rawFrame(1, tReserve, 0, good, nil), false, "call id"},
-		{"write frame, bad checksum", rawFrame(1, tWrite, 1, goodWrite, func(c uint32) uint32 { return c ^ 1 }), false, "checksum"},
-		{"reply type as request", rawFrame(1, tOK, 1, nil, nil), false, "not a request"},
+		{"bad checksum", rawFrame(maxVersion, tReserve, 1, good, func(c uint32) uint32 { return c ^ 1 }), false, "checksum"},
+		{"garbled message", rawFrame(maxVersion, tReserve, 1, good[:10], nil), false, "truncated"},
+		{"trailing bytes", rawFrame(maxVersion, tReserve, 1, append(good, 0), nil), false, "trailing"},
+		{"no call id", rawFrame(maxVersion, tReserve, 0, good, nil), false, "call id"},
+		{"write frame, bad checksum", rawFrame(maxVersion, tWrite, 1, goodWrite, func(c uint32) uint32 { return c ^ 1 }), false, "checksum"},
+		{"reply type as request", rawFrame(maxVersion, tOK, 1, nil, nil), false, "not a request"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -285,7 +285,7 @@ func TestFrameMACRejectsTampering(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{})
 	addr, _ := serve(t, Config{Secret: secret, FrameMAC: true}, r.Server, nil)
 	c, nc := rawAuthed(t, addr, true)
-	bufs, _ := c.fr.encode(1, tReserve, 1, [][]byte{encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "acme", PromptTokens: 4})})
+	bufs, _ := c.fr.encode(maxVersion, tReserve, 1, [][]byte{encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "acme", PromptTokens: 4})})
 	b := bytes.Join(bufs, nil)
 	// Change the tenant and recompute the CRC: only the MAC can tell.
 	i := bytes.Index(b, []byte("acme"))
@@ -374,7 +374,7 @@ func TestPageDataCorruptedInTransit(t *testing.T) {
 	}
 	data := bytes.Repeat([]byte{7}, r.Geo.PageBytes())
 	parts, isData := encWrites([]handoff.PageWrite{{Handoff: id, Page: res.Pages[0], Slots: 4, Data: data, Checksum: handoff.Checksum(data)}})
-	bufs, _ := c.fr.encode(1, tWrite, 1, parts, isData)
+	bufs, _ := c.fr.encode(maxVersion, tWrite, 1, parts, isData)
 	b := bytes.Join(bufs, nil)
 	b[len(b)-5] ^= 0x20 // inside the page data
 	nc.Write(b)
@@ -404,14 +404,14 @@ func TestNoCommonVersion(t *testing.T) {
 	nc.SetDeadline(time.Now().Add(5 * time.Second))
 	fr := &framer{maxFrame: 1 << 20, isClient: true}
 	hello := append([]byte{maxVersion + 1, maxVersion + 3, 0}, make([]byte, 32)...)
-	bufs, _ := fr.encode(1, tHello, 0, [][]byte{hello})
+	bufs, _ := fr.encode(helloVersion, tHello, 0, [][]byte{hello})
 	b := net.Buffers(bufs)
 	b.WriteTo(nc)
 	f, err := fr.readFrame(nc, nil)
 	if err != nil || f.typ != tError {
 		t.Fatalf("want an error frame, got %v %+v", err, f)
 	}
-	if e := decError(f.payload); !errors.Is(e, handoff.ErrProtocol) || !strings.Contains(e.Error(), "no common protocol version") {
+	if e := decError(f.payload); !errors.Is(e, handoff.ErrVersion) || !strings.Contains(e.Error(), "no common protocol version") {
 		t.Fatalf("error %v", e)
 	}
 	requireClosed(t, nc)

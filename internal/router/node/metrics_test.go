@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 
@@ -26,20 +27,22 @@ func scrape(t *testing.T, url string) string {
 	return string(b)
 }
 
-// A decode worker with no free pages is back-pressure: the client gets 503
-// kv_capacity_exhausted (not 429 overloaded, not an integrity error), the
-// refusal is counted under its own metrics, and the integrity counter an
-// operator pages on does not move. A real integrity failure (a forged write
+// A decode worker with no free pages is back-pressure: the request waits
+// in the queue and, when no page comes back within --queue-timeout, the
+// client gets 503 queue_timeout (not 429 overloaded, not an integrity
+// error); the refusals are counted under their own metrics, and the
+// integrity counter an operator pages on does not move. A real integrity failure (a forged write
 // into another owner's page of the same decode pool) then does move it.
 func TestCapacityRefusalIsNotIntegrity(t *testing.T) {
 	m := loadStories(t)
 	for _, mode := range []LocalConfig{{Transport: TransportTCP}, {Colocated: true}} {
-		role, handoffLine := "decode", `sluice_handoff_reservations_refused_total{reason="kv_capacity_exhausted"} 1`
+		role, handoffLine := "decode", `sluice_handoff_reservations_refused_total{reason="kv_capacity_exhausted"} `
 		if mode.Colocated {
 			role, handoffLine = "colocated", ""
 		}
 		t.Run(role, func(t *testing.T) {
 			mode.Pools = Pools{Context: 128, PoolTokens: 128}
+			mode.QueueTimeout = 200 * time.Millisecond
 			s := serve(t, m, mode, nil)
 			pool := s.stack.Pools[role]
 			// Another request holds every page.
@@ -52,13 +55,13 @@ func TestCapacityRefusalIsNotIntegrity(t *testing.T) {
 			_, err = s.client.Completions.New(context.Background(), openai.CompletionNewParams{
 				Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(8)})
 			var ae *openai.Error
-			if !errors.As(err, &ae) || ae.StatusCode != 503 || ae.Code != router.CodeKVCapacity {
-				t.Fatalf("pool full: want 503 %s, got %v", router.CodeKVCapacity, err)
+			if !errors.As(err, &ae) || ae.StatusCode != 503 || ae.Code != router.CodeQueueTimeout {
+				t.Fatalf("pool full: want 503 %s, got %v", router.CodeQueueTimeout, err)
 			}
 			body := scrape(t, s.ts.URL)
 			for _, want := range []string{
-				`sluice_requests_refused_total{reason="kv_capacity_exhausted"} 1`,
-				`sluice_requests_total{code="kv_capacity_exhausted",route="/v1/completions",status="503"} 1`,
+				`sluice_requests_refused_total{reason="queue_timeout"} 1`,
+				`sluice_requests_total{code="queue_timeout",route="/v1/completions",status="503"} 1`,
 				handoffLine,
 			} {
 				if !strings.Contains(body, want) {

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 
@@ -51,6 +52,11 @@ func ProbeDecodeContext(ctx context.Context, d handoff.Decode, ctxLen int, fp mo
 	_, err := d.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "sluice-router-preflight", PromptTokens: ctxLen - 1, MaxTokens: 1, Model: fp})
 	if aerr := d.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "router start-up context probe"}); err == nil && aerr != nil {
 		return fmt.Errorf("aborting the probe reservation: %w", aerr)
+	}
+	if errors.Is(err, handoff.ErrNoRoom) {
+		// Admitted by length and the pool can hold it, only not now (other
+		// routers' requests): the context fits.
+		return nil
 	}
 	return err
 }

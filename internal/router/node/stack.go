@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"time"
 
 	"sluice/internal/engine"
 	"sluice/internal/handoff"
@@ -35,6 +36,9 @@ type LocalConfig struct {
 	Transport      string
 	Threads        int
 	MaxConcurrency int
+	// MaxQueue and QueueTimeout bound the engine's waiting queue (0: defaults).
+	MaxQueue     int
+	QueueTimeout time.Duration
 	// ShmDir holds the decode pool's shared file for the shm transport
 	// (default /dev/shm when present, else the temp dir).
 	ShmDir string
@@ -88,6 +92,17 @@ func (s *Stack) Stats() router.EngineStats {
 	st := Stats(s.Pools, s.decode)
 	if s.meter != nil {
 		st.HandoffBytes, st.Handoffs, st.HandoffSeconds = s.meter.snapshot()
+	}
+	if q, ok := s.Engine.(engine.QueueReporter); ok {
+		qs := q.QueueStats()
+		st.Queue = &qs
+	}
+	st.Sched = map[string]engine.SchedStats{}
+	if c, ok := s.Engine.(interface{ SchedStats() engine.SchedStats }); ok {
+		st.Sched["colocated"] = c.SchedStats()
+	}
+	if s.decode != nil {
+		st.Sched["decode"] = s.decode.SchedStats()
 	}
 	return st
 }
@@ -160,6 +175,7 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 		if err != nil {
 			return nil, err
 		}
+		ec.MaxQueue, ec.QueueTimeout = c.MaxQueue, c.QueueTimeout
 		if c.Engine != nil {
 			c.Engine(r, &ec)
 		}
@@ -282,7 +298,9 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 	eng, err := engine.NewDisaggregated(engine.DisaggConfig{
 		Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(),
 		Context:        engine.EffectiveContext(pw.Context(), dw.Context()),
-		MaxConcurrency: c.MaxConcurrency,
+		MaxConcurrency: dcfg.MaxConcurrency,
+		MaxQueue:       dcfg.MaxQueue,
+		QueueTimeout:   dcfg.QueueTimeout,
 		Unsafe:         dcfg.Unsafe, // test hook only, set through LocalConfig.Engine
 	}, routerPrefill, routerDecode)
 	if err != nil {

@@ -1,0 +1,327 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/kv"
+	"sluice/internal/sample"
+)
+
+// Two requests that each need the whole pool (24 tokens of a 24-token
+// pool), started together: pages are taken on demand, one sequence cannot
+// grow, the later arrival is preempted (its pages released and scrubbed),
+// resumes when the other finishes, rebuilds its KV from its tokens and
+// continues. Both outputs equal the reference computed without any KV
+// cache, and the pool is whole afterwards.
+func TestPreemptedOutputEqualsUnpreempted(t *testing.T) {
+	g := &gated{toy: newToy(), after: 0, entered: make(chan struct{}), release: make(chan struct{})}
+	cfg := toyConfig(g, 6) // 24 tokens
+	e, err := NewColocated(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	reqs := []*Request{
+		{Tenant: "a", Prompt: prompt(1, 4), MaxTokens: 20, IgnoreEOS: true},
+		{Tenant: "b", Prompt: prompt(2, 4), MaxTokens: 20, IgnoreEOS: true},
+	}
+	var streams []Stream
+	for i, r := range reqs {
+		s, err := e.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+		if i == 0 {
+			<-g.entered // the first step waits until both are in
+		}
+	}
+	close(g.release)
+	for i, s := range streams {
+		r := collect(t, s)
+		want := toyReference(g.toy, reqs[i].Prompt, 20, true)
+		if r.final.Err != nil || !slices.Equal(r.tokens, want) {
+			t.Fatalf("request %d: %v %v, want %v", i, r.tokens, r.final.Err, want)
+		}
+		if u := r.final.Usage; u.PromptTokens != 4 || u.CompletionTokens != 20 {
+			t.Fatalf("request %d: usage %+v, want 4 prompt tokens once and 20 completion", i, u)
+		}
+	}
+	if n := e.sched.preemptions.Load(); n < 1 {
+		t.Fatalf("no preemption happened (%d): the pool was not small enough", n)
+	}
+	if e.sched.recomputed.Load() < 1 {
+		t.Fatal("a preemption recomputed nothing")
+	}
+	if err := e.Pool().CheckDrained(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The real model (batch-invariant kernels): 36 greedy and seeded-sampling
+// requests through a colocated pool of 96 tokens, far less than their
+// demand, so sequences are preempted and rebuilt again and again. Every
+// output equals the same request run alone in a large pool.
+func TestPreemptionOracleStories(t *testing.T) {
+	rt := storiesRuntime(t)
+	reqs, _ := storiesRequests(t, 36)
+	for i, r := range reqs {
+		r.MaxTokens += 40
+		switch i % 3 {
+		case 1:
+			r.Sampling = sample.Params{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
+		case 2:
+			// Penalties count prompt and generated tokens apart: a resumed
+			// request's earlier tokens must count as generated ones.
+			r.Sampling = sample.Params{Temperature: 0.7, Seed: uint64(200 + i), PresencePenalty: 0.8, FrequencyPenalty: 0.5, RepetitionPenalty: 1.3}
+		}
+	}
+	solo, err := NewColocated(storiesConfig(rt, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer solo.Close(context.Background())
+	want := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		s, err := solo.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = collect(t, s).tokens
+	}
+	small, err := NewColocated(storiesConfig(rt, 16)) // 256 tokens: the context, a fraction of the demand
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close(context.Background())
+	got := submitAll(t, small, reqs)
+	for i := range reqs {
+		if got[i].final.Err != nil {
+			t.Fatalf("request %d: %v", i, got[i].final.Err)
+		}
+		if !slices.Equal(got[i].tokens, want[i]) {
+			t.Fatalf("request %d (preempted or not): %v, alone %v", i, got[i].tokens, want[i])
+		}
+		if u := got[i].final.Usage; u.PromptTokens != len(reqs[i].Prompt) || u.CompletionTokens != len(want[i]) {
+			t.Fatalf("request %d: usage %+v", i, u)
+		}
+	}
+	if n := small.sched.preemptions.Load(); n < 3 {
+		t.Fatalf("only %d preemptions: the pool did not force them", n)
+	}
+	t.Logf("%d preemptions, %d positions recomputed", small.sched.preemptions.Load(), small.sched.recomputed.Load())
+	if err := small.Pool().CheckDrained(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Disaggregated preemption: the decode pool (256 tokens, the context)
+// holds a fraction of 36 requests' demand, so decode preempts sequences it
+// cannot grow; the router resumes each with a new handoff carrying prompt
+// + generated tokens to prefill. In-process, over TCP and over shared
+// memory, every output equals the same request run alone on the colocated
+// engine, usage counts the prompt once, and both pools are whole after.
+func TestPreemptionOracleDisaggregated(t *testing.T) {
+	rt := storiesRuntime(t)
+	reqs, _ := storiesRequests(t, 36)
+	for i, r := range reqs {
+		r.MaxTokens += 40
+		switch i % 3 {
+		case 1:
+			r.Sampling = sample.Params{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
+		case 2:
+			// Penalties count prompt and generated tokens apart: a resumed
+			// request's earlier tokens must count as generated ones.
+			r.Sampling = sample.Params{Temperature: 0.7, Seed: uint64(200 + i), PresencePenalty: 0.8, FrequencyPenalty: 0.5, RepetitionPenalty: 1.3}
+		}
+	}
+	solo, err := NewColocated(storiesConfig(rt, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		s, err := solo.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = collect(t, s).tokens
+	}
+	solo.Close(context.Background())
+	for _, transport := range []string{"inproc", "tcp", "shm"} {
+		t.Run(transport, func(t *testing.T) {
+			var eng Engine
+			var dw *DecodeWorker
+			var pw *PrefillWorker
+			if transport == "inproc" {
+				loc, err := NewLocal(storiesConfig(rt, 24), storiesConfig(rt, 16))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer loc.Close(context.Background())
+				eng, dw, pw = loc, loc.Decode, loc.Prefill
+			} else {
+				r := newRemoteRig(t, transport, storiesConfig(rt, 24), storiesConfig(rt, 16))
+				defer r.close()
+				eng, dw, pw = r.eng, r.dw, r.pw
+			}
+			got := submitAll(t, eng, reqs)
+			for i := range reqs {
+				if got[i].final.Err != nil {
+					t.Fatalf("request %d: %v", i, got[i].final.Err)
+				}
+				if !slices.Equal(got[i].tokens, want[i]) {
+					t.Fatalf("request %d over %s: %v, alone %v", i, transport, got[i].tokens, want[i])
+				}
+				if u := got[i].final.Usage; u.PromptTokens != len(reqs[i].Prompt) || u.CompletionTokens != len(want[i]) {
+					t.Fatalf("request %d: usage %+v, want %d prompt tokens once", i, u, len(reqs[i].Prompt))
+				}
+			}
+			st := dw.SchedStats()
+			if st.Preemptions < 3 {
+				t.Fatalf("only %d decode preemptions: the pool did not force them", st.Preemptions)
+			}
+			t.Logf("%s: %d decode preemptions, %d positions recomputed", transport, st.Preemptions, st.RecomputedTokens)
+			waitDrained(t, pw.Pool(), dw.Pool())
+		})
+	}
+}
+
+// waitDrained waits for pools to be entirely free (a stream's terminal
+// item can reach the client just before the release it follows).
+func waitDrained(t *testing.T, pools ...*kv.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range pools {
+		for p.CheckDrained() != nil && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if err := p.CheckDrained(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Earlier tokens beyond the prompt (a resumed request's are all in its
+// prompt) are refused by both workers instead of being spun through draw
+// by draw.
+func TestSampleOffsetBounded(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	pw, err := NewPrefillWorker(toyConfig(m, 32), dw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	id := newID()
+	res, err := dw.Reserve(context.Background(), &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 5, MaxTokens: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dw.Stream(context.Background(), id, handoff.StreamParams{Generated: make([]int32, 5)}); !errors.Is(err, handoff.ErrRefused) {
+		t.Fatalf("decode: %v, want a refusal", err)
+	}
+	if _, err := pw.Prefill(context.Background(), &handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: prompt(1, 5), Reservation: res, SampleOffset: 5}); err == nil {
+		t.Fatal("prefill accepted an offset past its prompt")
+	}
+	waitDrained(t, pw.Pool(), dw.Pool())
+}
+
+// Clients leave at every phase while sequences are preempted and resumed
+// (some while waiting to resume, holding nothing): the others' outputs
+// stay exact, every stream ends, and both pools are whole afterwards.
+func TestCancelDuringPreemptionChurn(t *testing.T) {
+	rt := storiesRuntime(t)
+	reqs, _ := storiesRequests(t, 30)
+	for _, r := range reqs {
+		r.MaxTokens += 40
+	}
+	solo, err := NewColocated(storiesConfig(rt, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		s, err := solo.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = collect(t, s).tokens
+	}
+	solo.Close(context.Background())
+	col, err := NewColocated(storiesConfig(rt, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer col.Close(context.Background())
+	loc, err := NewLocal(storiesConfig(rt, 24), storiesConfig(rt, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loc.Close(context.Background())
+	for name, e := range map[string]Engine{"colocated": col, "disaggregated": loc} {
+		var wg sync.WaitGroup
+		got := make([]result, len(reqs))
+		for i, r := range reqs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, err := e.Submit(context.Background(), r)
+				if err != nil {
+					got[i].final = Event{Err: err}
+					return
+				}
+				cancelAt := -1
+				if i%3 == 0 {
+					cancelAt = i % 17 // after that many tokens
+				}
+				timeout := time.After(60 * time.Second)
+				for {
+					select {
+					case ev, ok := <-s.Events():
+						if !ok {
+							return
+						}
+						if ev.Done || ev.Err != nil {
+							got[i].final = ev
+							continue
+						}
+						got[i].tokens = append(got[i].tokens, ev.Token)
+						if len(got[i].tokens) == cancelAt {
+							s.Cancel()
+						}
+					case <-timeout:
+						t.Errorf("%s: request %d hung", name, i)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for i := range reqs {
+			if i%3 == 0 {
+				if !slices.Equal(got[i].tokens, want[i][:len(got[i].tokens)]) {
+					t.Fatalf("%s: cancelled request %d sent tokens that are not its own: %v vs %v", name, i, got[i].tokens, want[i])
+				}
+				continue
+			}
+			if got[i].final.Err != nil || !slices.Equal(got[i].tokens, want[i]) {
+				t.Fatalf("%s: request %d: %v %v, alone %v", name, i, got[i].tokens, got[i].final.Err, want[i])
+			}
+		}
+	}
+	if col.sched.preemptions.Load() == 0 || loc.Decode.SchedStats().Preemptions == 0 {
+		t.Fatalf("no preemption (colocated %d, decode %d)", col.sched.preemptions.Load(), loc.Decode.SchedStats().Preemptions)
+	}
+	waitDrained(t, col.Pool(), loc.Prefill.Pool(), loc.Decode.Pool())
+}

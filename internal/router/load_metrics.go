@@ -1,0 +1,51 @@
+package router
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"sluice/internal/engine"
+)
+
+// Load metrics: the engine's queue and schedulers, and how full each KV
+// pool is. Read from the EngineStats snapshot at each scrape.
+var (
+	descQueueWaiting = prometheus.NewDesc("sluice_queue_waiting", "Requests waiting in the engine's queue for their turn and KV pages.", nil, nil)
+	descQueueRunning = prometheus.NewDesc("sluice_queue_running", "Requests admitted from the queue and not yet finished.", nil, nil)
+	descQueueWait    = prometheus.NewDesc("sluice_queue_wait_seconds", "Time from a request's arrival in the queue to its reserved KV pages, per admission (a preempted request admitted again counts again).", nil, nil)
+	descQueueRefused = prometheus.NewDesc("sluice_queue_rejected_total", "Requests the queue refused, by reason (queue_full: 429; queue_timeout, draining, shutdown: 503).", []string{"reason"}, nil)
+	descPreemptions  = prometheus.NewDesc("sluice_preemptions_total", "Sequences preempted because the KV pool could not grow them, by role.", []string{"role"}, nil)
+	descRecomputed   = prometheus.NewDesc("sluice_recomputed_tokens_total", "Positions whose KV a preemption threw away and that were computed again, by role (not in usage).", []string{"role"}, nil)
+	descKVUsage      = prometheus.NewDesc("sluice_kv_usage_ratio", "Share of each role's KV pool pages not free (0..1).", []string{"role"}, nil)
+)
+
+var loadDescs = []*prometheus.Desc{descQueueWaiting, descQueueRunning, descQueueWait, descQueueRefused, descPreemptions, descRecomputed, descKVUsage}
+
+func collectLoad(ch chan<- prometheus.Metric, st EngineStats) {
+	if q := st.Queue; q != nil {
+		ch <- prometheus.MustNewConstMetric(descQueueWaiting, prometheus.GaugeValue, float64(q.Waiting))
+		ch <- prometheus.MustNewConstMetric(descQueueRunning, prometheus.GaugeValue, float64(q.Running))
+		buckets := map[float64]uint64{}
+		for i, b := range engine.QueueWaitBuckets {
+			if i < len(q.WaitBuckets) {
+				buckets[b] = q.WaitBuckets[i]
+			}
+		}
+		ch <- prometheus.MustNewConstHistogram(descQueueWait, q.WaitCount, q.WaitSum, buckets)
+		for reason, n := range q.Rejected {
+			ch <- prometheus.MustNewConstMetric(descQueueRefused, prometheus.CounterValue, float64(n), string(reason))
+		}
+	}
+	for role, s := range st.Sched {
+		ch <- prometheus.MustNewConstMetric(descPreemptions, prometheus.CounterValue, float64(s.Preemptions), role)
+		ch <- prometheus.MustNewConstMetric(descRecomputed, prometheus.CounterValue, float64(s.RecomputedTokens), role)
+	}
+	for _, p := range st.Pools {
+		total := 0
+		for _, n := range p.Pages {
+			total += n
+		}
+		if total > 0 {
+			ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(total-p.Pages["free"])/float64(total), p.Role)
+		}
+	}
+}

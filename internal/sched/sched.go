@@ -1,0 +1,517 @@
+// Package sched is the admission scheduler of an engine as a pure state
+// machine (etcd raft style, like request.Machine and handoff.Receiver):
+// events in, actions out, time as an argument, no goroutines, clock or I/O.
+// The engine's goroutines are thin wrappers that carry out its actions.
+//
+// What it decides: which waiting request may try to take KV pages next.
+// Requests wait in a bounded queue made of one FIFO sub-queue per tenant;
+// the sub-queues are served by deficit round robin (DRR) over tokens, with
+// an optional weight per tenant. A request leaves the queue by being
+// admitted (then the engine reserves its pages), by timing out, by its
+// client leaving, or at shutdown. It never touches the pool itself: the
+// engine tries the reservation and reports back (Reserved, or NoRoom when
+// the pool cannot hold it now), so the same core serves the colocated
+// engine (a local pool) and the disaggregated router (a remote decode pool
+// it only learns about through refusals and completions).
+//
+// The queue discipline, and the bound it gives (see README "Queueing"):
+//
+//   - Tenants with waiting requests form a ring; the cursor's tenant gets
+//     Quantum x weight tokens of credit once per turn and is served while
+//     the cost (prompt + max tokens) of its oldest request fits its credit;
+//     then the turn passes. A tenant whose sub-queue empties leaves the
+//     ring and forgets its credit. A tenant joining the ring joins just
+//     behind the cursor, so it is served after at most one turn of every
+//     other tenant.
+//   - Hence, with Quantum >= the largest cost C, a request that reaches the
+//     head of its tenant's sub-queue is admitted after at most
+//     sum over the other tenants j of (Quantum*w_j + C - 1) tokens of their
+//     requests: a flooding tenant delays another tenant's request by one
+//     turn's worth of its own tokens, whatever its backlog.
+//   - Admission is head of line: when the pool refuses the chosen request
+//     (NoRoom), nothing else is admitted until pages come back (Done) or
+//     RetryInterval passes. A small request never overtakes a large one, so
+//     large requests cannot starve.
+//
+// A running request the engine preempted (EvPreempted: its pages are
+// gone, its KV will be rebuilt) is admitted again before any waiting
+// request, oldest preemption first, and never times out: it has already
+// sent tokens, so refusing it would break a stream.
+//
+// The core tracks MaxRunning (requests admitted and not yet done) and at
+// most one admission in progress, so the engine's reservation attempts are
+// serialised in the order the discipline chose.
+package sched
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// ID names one request inside the core; the engine picks them (unique
+// among live requests).
+type ID uint64
+
+// Config bounds the queue. Zero values pick the defaults noted.
+type Config struct {
+	// MaxQueue bounds waiting requests (default 256); an arrival beyond it
+	// is refused with ReasonQueueFull.
+	MaxQueue int
+	// QueueTimeout bounds how long one request may wait (default 30s).
+	QueueTimeout time.Duration
+	// MaxRunning bounds requests admitted and not yet done (default 64).
+	MaxRunning int
+	// Quantum is the DRR credit in tokens a tenant of weight 1 gets per
+	// turn (default 4096). Set it to at least the largest request cost
+	// (the context) so every turn admits at least one request.
+	Quantum int
+	// RetryInterval is how long admission pauses after the pool refused a
+	// request when no running request's end will wake it (default 20ms):
+	// pages can also come back without a Done (quarantine leases).
+	RetryInterval time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxQueue <= 0 {
+		c.MaxQueue = 256
+	}
+	if c.QueueTimeout <= 0 {
+		c.QueueTimeout = 30 * time.Second
+	}
+	if c.MaxRunning <= 0 {
+		c.MaxRunning = 64
+	}
+	if c.Quantum <= 0 {
+		c.Quantum = 4096
+	}
+	if c.RetryInterval <= 0 {
+		c.RetryInterval = 20 * time.Millisecond
+	}
+	return c
+}
+
+// EventKind is what happened.
+type EventKind uint8
+
+const (
+	// EvArrive: a request wants pages. ID, Tenant, Weight, Cost.
+	EvArrive EventKind = iota
+	// EvCancel: the client of a waiting request left. It leaves the queue
+	// at once; a request not waiting (admitting, running) is not affected.
+	EvCancel
+	// EvReserved: the admitted request got its pages; it now runs.
+	EvReserved
+	// EvNoRoom: the admitted request did not fit the pool now; it goes
+	// back to the head of its sub-queue and admission pauses.
+	EvNoRoom
+	// EvDropped: the admitted request will not run (failed otherwise, or
+	// its client left during the reservation attempt).
+	EvDropped
+	// EvDone: a running request ended and its pages went back.
+	EvDone
+	// EvTick: time passed (timeouts, the retry pause).
+	EvTick
+	// EvDrain: refuse every later arrival; waiting requests are still served.
+	EvDrain
+	// EvShutdown: refuse every later arrival and end every waiting request.
+	EvShutdown
+	// EvPreempted: a running request lost its pages (the engine preempted
+	// it) and must be admitted again. It waits ahead of everything else,
+	// oldest preemption first, with no timeout (it has sent tokens). ID,
+	// Tenant.
+	EvPreempted
+)
+
+var eventNames = [...]string{"arrive", "cancel", "reserved", "no_room", "dropped", "done", "tick", "drain", "shutdown", "preempted"}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return fmt.Sprintf("event(%d)", k)
+}
+
+// Event is one input to Step.
+type Event struct {
+	Kind EventKind
+	Now  time.Time
+	ID   ID
+	// EvArrive only:
+	Tenant string
+	Weight int // >= 1; 0 means 1
+	Cost   int // tokens the request may hold: prompt + max tokens (>= 1)
+}
+
+// ActionKind is what the engine must do.
+type ActionKind uint8
+
+const (
+	// ActAdmit: try to reserve ID's pages now, then report EvReserved,
+	// EvNoRoom or EvDropped. At most one admission is outstanding.
+	ActAdmit ActionKind = iota
+	// ActReject: ID is refused and out of the core: Reason says why.
+	ActReject
+)
+
+// Reason is why a request was refused. Stable, machine-readable.
+type Reason string
+
+const (
+	ReasonQueueFull Reason = "queue_full"    // arrival with MaxQueue already waiting: 429
+	ReasonTimeout   Reason = "queue_timeout" // waited QueueTimeout: 503
+	ReasonDraining  Reason = "draining"      // arrival after EvDrain: 503
+	ReasonShutdown  Reason = "shutdown"      // waiting at EvShutdown: 503
+	ReasonInvalid   Reason = "invalid"       // malformed arrival (duplicate id, cost < 1)
+)
+
+// Action is one output of Step.
+type Action struct {
+	Kind   ActionKind
+	ID     ID
+	Reason Reason // ActReject
+}
+
+// Stats is a snapshot for metrics.
+type Stats struct {
+	// Waiting is the requests in the queue; Running those admitted and not done.
+	Waiting, Running int
+	// WaitingByTenant is each tenant's waiting requests.
+	WaitingByTenant map[string]int
+	// Admitted and Rejected count requests by outcome of their wait.
+	Admitted uint64
+	Rejected map[Reason]uint64
+}
+
+type entry struct {
+	id       ID
+	t        *tenant
+	cost     int
+	deadline time.Time
+	resumed  bool // preempted: in the resume list, never times out
+}
+
+type tenant struct {
+	name    string
+	weight  int
+	deficit int
+	// credited: the current turn's quantum was added.
+	credited bool
+	q        []*entry
+	inRing   bool
+}
+
+// Core is the scheduler. Not safe for concurrent use; the engine
+// serialises its events.
+type Core struct {
+	cfg      Config
+	tenants  map[string]*tenant
+	ring     []*tenant
+	cur      int
+	waiting  map[ID]*entry
+	running  map[ID]bool
+	admit    *entry   // the admission in progress
+	retry    *entry   // refused for room; admitted before new requests
+	resume   []*entry // preempted requests; admitted before anything else
+	blocked  bool
+	retryAt  time.Time
+	draining bool
+	closed   bool
+	admitted uint64
+	rejected map[Reason]uint64
+}
+
+// New returns an empty core.
+func New(cfg Config) *Core {
+	return &Core{cfg: cfg.withDefaults(), tenants: map[string]*tenant{}, waiting: map[ID]*entry{},
+		running: map[ID]bool{}, rejected: map[Reason]uint64{}}
+}
+
+// Config is the effective configuration (defaults applied).
+func (c *Core) Config() Config { return c.cfg }
+
+// Step applies one event and returns the actions to carry out, in order.
+// Events naming an ID the core does not hold in the matching state are
+// ignored (a cancel racing an admission, a late duplicate report).
+func (c *Core) Step(ev Event) []Action {
+	var out []Action
+	switch ev.Kind {
+	case EvArrive:
+		out = c.arrive(ev)
+	case EvCancel:
+		if e := c.waiting[ev.ID]; e != nil {
+			c.remove(e)
+		}
+	case EvReserved:
+		if c.admit != nil && c.admit.id == ev.ID {
+			c.admit = nil
+			c.running[ev.ID] = true
+			c.admitted++
+		}
+	case EvNoRoom:
+		if c.admit != nil && c.admit.id == ev.ID {
+			// It keeps its place: the next admission tries it again
+			// (its tenant was charged once, when it was picked).
+			e := c.admit
+			c.admit = nil
+			if e.resumed {
+				// First of the resume list again (a refused new request
+				// may be waiting in retry: it stays behind).
+				c.resume = append([]*entry{e}, c.resume...)
+			} else {
+				c.retry = e
+			}
+			c.waiting[e.id] = e
+			c.blocked = true
+			c.retryAt = ev.Now.Add(c.cfg.RetryInterval)
+		}
+	case EvDropped:
+		if c.admit != nil && c.admit.id == ev.ID {
+			c.admit = nil
+		}
+	case EvDone:
+		if c.running[ev.ID] {
+			delete(c.running, ev.ID)
+			c.blocked = false // pages came back: try again
+		}
+	case EvPreempted:
+		if c.running[ev.ID] {
+			delete(c.running, ev.ID)
+			e := &entry{id: ev.ID, t: &tenant{name: ev.Tenant}, cost: 1, resumed: true}
+			c.resume = append(c.resume, e)
+			c.waiting[e.id] = e
+			c.blocked = false // its pages came back
+		}
+	case EvTick:
+	case EvDrain:
+		c.draining = true
+	case EvShutdown:
+		c.draining, c.closed = true, true
+		// In queue order, so the order of the actions is deterministic.
+		for _, e := range c.resume {
+			out = append(out, c.reject(e.id, ReasonShutdown))
+		}
+		c.resume = nil
+		if c.retry != nil {
+			out = append(out, c.reject(c.retry.id, ReasonShutdown))
+			c.retry = nil
+		}
+		for _, t := range c.ring {
+			for _, e := range t.q {
+				out = append(out, c.reject(e.id, ReasonShutdown))
+			}
+		}
+		for _, t := range c.ring {
+			c.drop(t)
+		}
+		c.ring, c.cur = nil, 0
+		clear(c.waiting)
+		return out
+	}
+	out = append(out, c.expire(ev.Now)...)
+	if c.blocked && !ev.Now.Before(c.retryAt) {
+		c.blocked = false
+	}
+	return append(out, c.pump()...)
+}
+
+// Deadline is the earliest time a Tick would change something (a timeout
+// or the end of the retry pause); ok is false when nothing is pending.
+func (c *Core) Deadline() (t time.Time, ok bool) {
+	for _, e := range c.waiting {
+		if e.resumed {
+			continue
+		}
+		if !ok || e.deadline.Before(t) {
+			t, ok = e.deadline, true
+		}
+	}
+	if c.blocked && (!ok || c.retryAt.Before(t)) {
+		t, ok = c.retryAt, true
+	}
+	return t, ok
+}
+
+// Stats returns a snapshot.
+func (c *Core) Stats() Stats {
+	s := Stats{Waiting: len(c.waiting), Running: len(c.running), WaitingByTenant: map[string]int{},
+		Admitted: c.admitted, Rejected: map[Reason]uint64{}}
+	if c.admit != nil {
+		s.Waiting++ // still waiting for its pages
+		s.WaitingByTenant[c.admit.t.name]++
+	}
+	for _, e := range c.waiting {
+		s.WaitingByTenant[e.t.name]++
+	}
+	for k, v := range c.rejected {
+		s.Rejected[k] = v
+	}
+	return s
+}
+
+func (c *Core) reject(id ID, r Reason) Action {
+	c.rejected[r]++
+	return Action{Kind: ActReject, ID: id, Reason: r}
+}
+
+func (c *Core) arrive(ev Event) []Action {
+	_, dup := c.waiting[ev.ID]
+	switch {
+	case dup || c.running[ev.ID] || (c.admit != nil && c.admit.id == ev.ID) || ev.Cost < 1:
+		return []Action{c.reject(ev.ID, ReasonInvalid)}
+	case c.draining:
+		return []Action{c.reject(ev.ID, ReasonDraining)}
+	case len(c.waiting) >= c.cfg.MaxQueue:
+		return []Action{c.reject(ev.ID, ReasonQueueFull)}
+	}
+	w := ev.Weight
+	if w < 1 {
+		w = 1
+	}
+	t := c.tenants[ev.Tenant]
+	if t == nil {
+		t = &tenant{name: ev.Tenant}
+		c.tenants[ev.Tenant] = t
+	}
+	t.weight = w // the latest arrival's weight (weights come from the key file and do not change)
+	e := &entry{id: ev.ID, t: t, cost: ev.Cost, deadline: ev.Now.Add(c.cfg.QueueTimeout)}
+	c.waiting[e.id] = e
+	t.q = append(t.q, e)
+	c.join(t)
+	return nil
+}
+
+// join puts a tenant with waiting requests into the ring just behind the
+// cursor: every other tenant has one turn before it.
+func (c *Core) join(t *tenant) {
+	if t.inRing {
+		return
+	}
+	t.inRing = true
+	t.deficit, t.credited = 0, false
+	if len(c.ring) == 0 {
+		c.ring = append(c.ring, t)
+		c.cur = 0
+		return
+	}
+	c.ring = append(c.ring, nil)
+	copy(c.ring[c.cur+1:], c.ring[c.cur:])
+	c.ring[c.cur] = t
+	c.cur++
+}
+
+// leave takes a tenant whose sub-queue is empty out of the ring.
+func (c *Core) leave(t *tenant) {
+	for i, r := range c.ring {
+		if r != t {
+			continue
+		}
+		c.ring = append(c.ring[:i], c.ring[i+1:]...)
+		if i < c.cur {
+			c.cur--
+		}
+		if c.cur >= len(c.ring) {
+			c.cur = 0
+		}
+		break
+	}
+	c.drop(t)
+}
+
+func (c *Core) drop(t *tenant) {
+	t.inRing, t.deficit, t.credited, t.q = false, 0, false, nil
+	delete(c.tenants, t.name)
+}
+
+// remove takes a waiting entry out (cancel, timeout).
+func (c *Core) remove(e *entry) {
+	delete(c.waiting, e.id)
+	if c.retry == e {
+		c.retry = nil
+		return
+	}
+	if e.resumed {
+		c.resume = slices.DeleteFunc(c.resume, func(x *entry) bool { return x == e })
+		return
+	}
+	t := e.t
+	for i, x := range t.q {
+		if x == e {
+			t.q = append(t.q[:i], t.q[i+1:]...)
+			break
+		}
+	}
+	if len(t.q) == 0 {
+		c.leave(t)
+	}
+}
+
+func (c *Core) expire(now time.Time) []Action {
+	var out []Action
+	for len(c.waiting) > 0 {
+		var oldest *entry
+		for _, e := range c.waiting {
+			if e.resumed || now.Before(e.deadline) {
+				continue
+			}
+			if oldest == nil || e.deadline.Before(oldest.deadline) || (e.deadline.Equal(oldest.deadline) && e.id < oldest.id) {
+				oldest = e
+			}
+		}
+		if oldest == nil {
+			break
+		}
+		c.remove(oldest)
+		out = append(out, c.reject(oldest.id, ReasonTimeout))
+	}
+	return out
+}
+
+// pump admits the next request when nothing stops it.
+func (c *Core) pump() []Action {
+	if c.closed || c.blocked || c.admit != nil || len(c.running) >= c.cfg.MaxRunning {
+		return nil
+	}
+	if len(c.resume) > 0 {
+		e := c.resume[0]
+		c.resume = c.resume[1:]
+		delete(c.waiting, e.id)
+		c.admit = e
+		return []Action{{Kind: ActAdmit, ID: e.id}}
+	}
+	if e := c.retry; e != nil {
+		c.retry = nil
+		delete(c.waiting, e.id)
+		c.admit = e
+		return []Action{{Kind: ActAdmit, ID: e.id}}
+	}
+	if len(c.ring) == 0 {
+		return nil
+	}
+	t := c.ring[c.cur]
+	for {
+		if !t.credited {
+			t.deficit += c.cfg.Quantum * t.weight
+			t.credited = true
+		}
+		if t.q[0].cost <= t.deficit {
+			break
+		}
+		t.credited = false
+		c.cur = (c.cur + 1) % len(c.ring)
+		t = c.ring[c.cur]
+	}
+	e := t.q[0]
+	t.q = t.q[1:]
+	t.deficit -= e.cost
+	delete(c.waiting, e.id)
+	if len(t.q) == 0 {
+		c.leave(t)
+	} else if t.q[0].cost > t.deficit {
+		// Its turn is over: the next pick starts at the next tenant.
+		t.credited = false
+		c.cur = (c.cur + 1) % len(c.ring)
+	}
+	c.admit = e
+	return []Action{{Kind: ActAdmit, ID: e.id}}
+}
