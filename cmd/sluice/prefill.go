@@ -29,6 +29,8 @@ func runPrefill(args []string) int {
 	o.registerWorker(fs, "127.0.0.1:9001")
 	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "address of the decode worker this prefill worker pushes KV pages to")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the decode worker at start")
+	var prefix string
+	fs.StringVar(&prefix, "prefix-cache", "on", "on or off: reuse the full prompt pages of earlier prompts of the SAME tenant (keys salted with an HMAC of the tenant keyed by the deployment key file; never shared across tenants)")
 	usageFor(fs, `Usage: sluice prefill [flags]
 
 Runs a prefill worker as its own process. For each handoff it runs the
@@ -44,6 +46,12 @@ Example:
 		return code
 	}
 	defer m.Close()
+	if prefix != "on" && prefix != "off" {
+		log.Error("--prefix-cache must be on or off", "value", prefix)
+		return 2
+	}
+	// The salts are keyed with the deployment's shared secret (I11).
+	ec.PrefixCache, ec.CacheSecret = prefix == "on", tc.Secret
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	dc, err := tcp.ConnectRedialer(ctx, decodeAddr, tc, log)
 	cancel()

@@ -178,6 +178,7 @@ type serveOpts struct {
 	apiKeys   string
 	transport string
 	colocated bool
+	prefix    string
 	maxBody   string
 	drain     time.Duration
 	tenantMax int
@@ -211,6 +212,7 @@ func runServe(args []string) int {
 	o.registerHTTP(fs)
 	fs.StringVar(&o.transport, "transport", node.TransportTCP, "prefill->decode transport: tcp (authenticated loopback TCP), shm (one-sided writes into the decode pool's shared memory, control over TCP) or inproc (direct calls, copied)")
 	fs.BoolVar(&o.colocated, "colocated", false, "run prefill and decode in one scheduler without a handoff (the reference path)")
+	fs.StringVar(&o.prefix, "prefix-cache", "on", "on or off: reuse the full prompt pages of earlier requests of the SAME tenant (keys salted with an HMAC of the authenticated tenant; never shared across tenants). The colocated engine and the prefill worker use it")
 	usageFor(fs, `Usage: sluice serve [flags]
 
 Runs the router, a prefill worker and a decode worker in one process. The
@@ -245,6 +247,10 @@ Example:
 		fmt.Fprintln(os.Stderr, "serve: --max-body must be a positive byte size")
 		return 2
 	}
+	if o.prefix != "on" && o.prefix != "off" {
+		fmt.Fprintf(os.Stderr, "serve: --prefix-cache must be on or off, not %q\n", o.prefix)
+		return 2
+	}
 	keys, err := loadKeysFlag(o.apiKeys, log)
 	if err != nil {
 		log.Error(err.Error())
@@ -270,8 +276,12 @@ Example:
 			o.threads = roleThreads(runtime.NumCPU(), false)
 		}
 	}
+	if o.prefix == "on" {
+		log.Info("prefix cache on: full prompt pages are reused within a tenant only (salt = HMAC(process secret, tenant)); prompt_cache_key/cache_salt narrow it")
+	}
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
-		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log})
+		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log,
+		PrefixCache: o.prefix == "on"})
 	if pe, ok := node.IsPreflight(err); ok {
 		logPreflight(log, pe.Report)
 		return 1

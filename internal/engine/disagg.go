@@ -3,10 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sluice/internal/handoff"
@@ -127,7 +129,9 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		case request.ActStopDecode:
 			_ = d.decode.Cancel(d.bg, cur.get())
 		case request.ActEnd:
-			st.push(terminal(a, e, prompt, completion))
+			o := terminal(a, e, prompt, completion)
+			o.cached = int(cur.cached.Load())
+			st.push(o)
 		}
 	})
 	if err := checkRequest(r, d.cfg.Context, d.cfg.Vocab, d.cfg.Unsafe.NoAdmission); err != nil {
@@ -186,6 +190,9 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 type currentHandoff struct {
 	mu sync.Mutex
 	id kv.ID
+	// cached is the prompt tokens the first handoff's prefill read from its
+	// prefix cache (usage cached_tokens).
+	cached atomic.Int64
 }
 
 func (c *currentHandoff) get() kv.ID {
@@ -259,7 +266,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 	defer tk.done()
 	var gen []int32 // tokens generated so far, over every handoff
 	for {
-		preempted := d.drive(r, cur.get(), res, ts, lc, &gen)
+		preempted := d.drive(r, cur.get(), res, ts, lc, &gen, &cur.cached)
 		ts.Close()
 		if !preempted {
 			return
@@ -299,7 +306,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 // drive runs one handoff: prefill of prompt (the request's, or a resumed
 // request's prompt + generated tokens), decode's tokens appended to gen.
 // It reports whether decode preempted the sequence.
-func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, gen *[]int32) bool {
+func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, gen *[]int32, cached *atomic.Int64) bool {
 	prompt := append(slices.Clone(r.Prompt), (*gen)...)
 	offset := len(*gen)
 	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
@@ -312,7 +319,15 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts
 		// d.bg, not the client's context: a disconnect never tears the
 		// transfer (I10).
 		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: prompt, Reservation: res,
-			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint})
+			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint, CacheScope: r.CacheScope})
+		if err != nil {
+			// The commit may never come (prefill failed, or the call's
+			// outcome is unknown: its connection died and the prefill
+			// worker may have given up without telling decode). End the
+			// handoff at decode now, which ends the stream read below;
+			// else the request hangs until decode's handoff timeout.
+			d.abort(id, fmt.Sprintf("prefill failed: %v", err))
+		}
 		pch <- pres{pr, err}
 	}()
 	var got *pres
@@ -374,6 +389,12 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts
 					"accounting mismatch: the prompt has %d tokens, prefill reports %d, decode verified %d",
 					len(prompt), p.r.Tokens, tok.PromptTokens))
 				return false
+			}
+			if c := p.r.CachedTokens; offset == 0 && c >= 0 && c < len(prompt) {
+				// A peer's figure, taken only if it is possible (the last
+				// prompt token is always computed); a resumed handoff's
+				// prompt holds generated tokens, so only the first counts.
+				cached.Store(int64(c))
 			}
 			if tok.Finish == "preempted" {
 				return true

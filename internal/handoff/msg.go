@@ -154,6 +154,9 @@ type PrefillRequest struct {
 	// tokenized for it. The prefill worker refuses a request whose
 	// fingerprint, or whose Reservation's, is not its own.
 	Model model.Fingerprint
+	// CacheScope narrows the prefill worker's prefix cache within Tenant
+	// (the client's prompt_cache_key / cache_salt); it never widens it.
+	CacheScope string
 }
 
 // PrefillResult is what prefill reports once the decode worker accepted the commit.
@@ -162,6 +165,9 @@ type PrefillResult struct {
 	FirstToken int32
 	// Tokens is the number of prompt tokens prefilled, written and committed (I9).
 	Tokens int
+	// CachedTokens of Tokens were read from the prefill worker's prefix
+	// cache instead of computed (still written and covered by the digest).
+	CachedTokens int
 }
 
 // Checksum is the PageWrite checksum: the low 32 bits of XXH3-64 of the
