@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
-	"errors"
+	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -17,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"sluice/internal/gguf"
 	"sluice/internal/kernels"
 	"sluice/internal/kv"
 	"sluice/internal/model"
@@ -28,72 +31,111 @@ import (
 func init() {
 	register(command{
 		name:    "bench",
-		summary: "measure prefill and decode tokens/s and compare them with llama.cpp's figures",
+		summary: "measure prefill and decode tokens/s, side by side with llama-bench (--llama-bench)",
 		run:     func(args []string) int { return runBench(args, os.Stdout, os.Stderr) },
 	})
 }
 
-// benchResult is one model at one thread count.
-type benchResult struct {
-	Model   string
-	Threads int
-	PP, TG  float64 // wall-clock tokens/s (median over repetitions)
-	// PPCPU and TGCPU are tokens per CPU-second: on a shared machine they
-	// show what the code does when the neighbours are not stealing cores.
-	PPCPU, TGCPU float64
+// benchRun is one model at one thread count: a KV pool big enough for the
+// longest test, a runner on its own pool of threads, and the prompt.
+type benchRun struct {
+	pool *kv.Pool
+	o    kv.Owner
+	refs []kv.PageRef
+	par  *kernels.Parallel
+	r    *model.Runner
+	toks []int32
 }
 
-// benchModel measures llama-bench's pp<prompt> (one prompt of that many
-// tokens in one step, fresh KV each time) and tg<gen> (gen single-token
-// steps from an empty context), through a real kv.Pool, reps times each,
-// and returns the medians.
-func benchModel(m *model.Model, threads, prompt, gen, reps int) (benchResult, error) {
+func newBenchRun(m *model.Model, threads, tokens int) (*benchRun, error) {
 	c := m.Config()
-	tokens := max(prompt, gen)
 	if tokens > c.Context {
-		return benchResult{}, fmt.Errorf("%d tokens exceed the model's context of %d", tokens, c.Context)
+		return nil, fmt.Errorf("%d tokens exceed the model's context of %d", tokens, c.Context)
 	}
 	pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: c.Layers, KVDim: c.KVDim(), PageSize: kv.DefaultPageSize}, Pages: kv.PagesFor(tokens, kv.DefaultPageSize)})
 	if err != nil {
-		return benchResult{}, err
+		return nil, err
 	}
-	defer pool.Close()
-	o := kv.Owner{Tenant: "bench", ID: kv.ID{1}}
-	refs, err := pool.Reserve(o, kv.PagesFor(tokens, kv.DefaultPageSize))
-	if err != nil {
-		return benchResult{}, err
+	b := &benchRun{pool: pool, o: kv.Owner{Tenant: "bench", ID: kv.ID{1}}}
+	if b.refs, err = pool.Reserve(b.o, kv.PagesFor(tokens, kv.DefaultPageSize)); err != nil {
+		pool.Close()
+		return nil, err
 	}
-	par := kernels.NewParallel(threads)
-	defer par.Close()
-	r := m.NewRunner(par)
-	toks := make([]int32, prompt)
-	for i := range toks {
+	b.par = kernels.NewParallel(threads)
+	b.r = m.NewRunner(b.par)
+	b.toks = make([]int32, tokens)
+	for i := range b.toks {
 		// Any valid ids do: the cost does not depend on which.
-		toks[i] = int32(1 + (i*7919)%(c.Vocab-1))
+		b.toks[i] = int32(1 + (i*7919)%(c.Vocab-1))
 	}
-	var pp, tg, ppc, tgc []float64
-	for rep := 0; rep < reps; rep++ {
-		w0, c0 := time.Now(), cpuTime()
-		if res := r.Forward([]model.Seq{{Tokens: toks, KV: pool.View(o, refs)}}); res[0].Err != nil {
-			return benchResult{}, res[0].Err
-		}
-		pp = append(pp, float64(prompt)/time.Since(w0).Seconds())
-		ppc = append(ppc, float64(prompt)/(cpuTime()-c0).Seconds())
+	return b, nil
+}
 
-		v := pool.View(o, refs)
-		w0, c0 = time.Now(), cpuTime()
-		tok := int32(1)
-		for pos := 0; pos < gen; pos++ {
-			res := r.Forward([]model.Seq{{Tokens: []int32{tok}, Pos: pos, KV: v}})
-			if res[0].Err != nil {
-				return benchResult{}, res[0].Err
-			}
-			tok = toks[pos%len(toks)]
-		}
-		tg = append(tg, float64(gen)/time.Since(w0).Seconds())
-		tgc = append(tgc, float64(gen)/(cpuTime()-c0).Seconds())
+func (b *benchRun) Close() {
+	b.par.Close()
+	b.pool.Close()
+}
+
+// pp is llama-bench's pp<n>: one prompt of n tokens in one step from an
+// empty context. It returns tokens per wall second and per CPU second.
+func (b *benchRun) pp(n int) (float64, float64, error) {
+	w0, c0 := time.Now(), cpuTime()
+	if res := b.r.Forward([]model.Seq{{Tokens: b.toks[:n], KV: b.pool.View(b.o, b.refs)}}); res[0].Err != nil {
+		return 0, 0, res[0].Err
 	}
-	return benchResult{Threads: threads, PP: median(pp), TG: median(tg), PPCPU: median(ppc), TGCPU: median(tgc)}, nil
+	return float64(n) / time.Since(w0).Seconds(), float64(n) / (cpuTime() - c0).Seconds(), nil
+}
+
+// tg is llama-bench's tg<n>: n single-token steps from an empty context.
+func (b *benchRun) tg(n int) (float64, float64, error) {
+	v := b.pool.View(b.o, b.refs)
+	w0, c0 := time.Now(), cpuTime()
+	tok := int32(1)
+	for pos := 0; pos < n; pos++ {
+		if res := b.r.Forward([]model.Seq{{Tokens: []int32{tok}, Pos: pos, KV: v}}); res[0].Err != nil {
+			return 0, 0, res[0].Err
+		}
+		tok = b.toks[pos%len(b.toks)]
+	}
+	return float64(n) / time.Since(w0).Seconds(), float64(n) / (cpuTime() - c0).Seconds(), nil
+}
+
+// readGBps is the read bandwidth of a buffer of n bytes (the decode
+// weights' size, so the same cache regime as decode) with the run's
+// threads: the best of a few passes of kernels.Dot over it.
+func readGBps(par *kernels.Parallel, buf []float32) float64 {
+	const chunk = 1 << 16
+	nChunks := (len(buf) + chunk - 1) / chunk
+	sink := make([]float32, nChunks)
+	best := 0.0
+	for pass := 0; pass < 4; pass++ {
+		t0 := time.Now()
+		par.For(nChunks, func(lo, hi int) {
+			for c := lo; c < hi; c++ {
+				s := buf[c*chunk : min((c+1)*chunk, len(buf))]
+				sink[c] = kernels.Dot(s, s) // both operands on one cache line: n bytes read
+			}
+		})
+		if pass > 0 { // the first pass faults the pages in
+			best = max(best, float64(4*len(buf))/time.Since(t0).Seconds()/1e9)
+		}
+	}
+	return best
+}
+
+// decodeWeightBytes is what one decode step reads of the weights: every
+// tensor but the token embedding (one row of it is read), which counts
+// only when the output projection is tied to it.
+func decodeWeightBytes(f *gguf.File) uint64 {
+	var n uint64
+	_, hasOutput := f.Tensor("output.weight")
+	for _, t := range f.Tensors {
+		if t.Name == "token_embd.weight" && hasOutput {
+			continue
+		}
+		n += t.Size
+	}
+	return n
 }
 
 func median(x []float64) float64 {
@@ -114,67 +156,159 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// llamaFigures are llama.cpp's tokens/s for one model and thread count.
-type llamaFigures struct{ pp128, pp512, tg128 float64 }
-
-// parseLlamaSpeed reads the llama-bench table of llama-cpp-speed.md:
-// rows "| model | threads | pp128 | pp512 | tg128 |", values like
-// "5668 (5162-7095)" or "—".
-func parseLlamaSpeed(r io.Reader) (map[string]map[int]llamaFigures, error) {
-	out := map[string]map[int]llamaFigures{}
-	sc := bufio.NewScanner(r)
-	inTable := false
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "| model | threads |") {
-			inTable = true
-			continue
-		}
-		if !inTable {
-			continue
-		}
-		if !strings.HasPrefix(line, "|") {
-			if len(out) > 0 {
-				break
-			}
-			continue
-		}
-		cells := strings.Split(strings.Trim(line, "|"), "|")
-		if len(cells) < 5 {
-			continue
-		}
-		th, err := strconv.Atoi(strings.TrimSpace(cells[1]))
-		if err != nil {
-			continue // the |---| separator
-		}
-		num := func(s string) float64 {
-			f := strings.Fields(s)
-			if len(f) == 0 {
-				return 0
-			}
-			v, _ := strconv.ParseFloat(f[0], 64)
-			return v
-		}
-		name := strings.TrimSpace(cells[0])
-		if out[name] == nil {
-			out[name] = map[int]llamaFigures{}
-		}
-		out[name][th] = llamaFigures{num(cells[2]), num(cells[3]), num(cells[4])}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no llama-bench table (| model | threads | pp128 | pp512 | tg128 |) found")
-	}
-	return out, nil
+// llamaTest is one row of llama-bench's JSON output.
+type llamaTest struct {
+	NPrompt  int     `json:"n_prompt"`
+	NGen     int     `json:"n_gen"`
+	NThreads int     `json:"n_threads"`
+	AvgTS    float64 `json:"avg_ts"`
 }
 
-func ratio(a, b float64) string {
-	if b == 0 {
-		return "—"
+// runLlamaBench runs llama-bench once (-r 1) for one test, pp<prompt>
+// (gen 0) or tg<gen> (prompt 0), and returns tokens/s by test name.
+func runLlamaBench(path, modelPath string, threads, prompt, gen int) (map[string]float64, error) {
+	cmd := exec.Command(path, "-m", modelPath, "-p", strconv.Itoa(prompt), "-n", strconv.Itoa(gen),
+		"-t", strconv.Itoa(threads), "-r", "1", "-o", "json")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v: %s", path, err, lastLine(stderr.String()))
 	}
-	return fmt.Sprintf("%.2fx", a/b)
+	return parseLlamaBench(out, threads)
+}
+
+func parseLlamaBench(out []byte, threads int) (map[string]float64, error) {
+	var rows []llamaTest
+	if err := json.Unmarshal(out, &rows); err != nil {
+		return nil, fmt.Errorf("llama-bench output is not its JSON (-o json): %v", err)
+	}
+	res := map[string]float64{}
+	for _, r := range rows {
+		if r.NThreads != threads {
+			return nil, fmt.Errorf("llama-bench ran with %d threads, asked for %d", r.NThreads, threads)
+		}
+		switch {
+		case r.NGen == 0 && r.NPrompt > 0:
+			res["pp"+strconv.Itoa(r.NPrompt)] = r.AvgTS
+		case r.NPrompt == 0 && r.NGen > 0:
+			res["tg"+strconv.Itoa(r.NGen)] = r.AvgTS
+		}
+	}
+	return res, nil
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// benchRow is one test of one model at one thread count: medians over
+// the repetitions. Llama and Ratio are 0 without --llama-bench; the
+// bandwidth fields are set on the decode row only.
+type benchRow struct {
+	Model       string  `json:"model"`
+	Threads     int     `json:"threads"`
+	Test        string  `json:"test"`
+	TokS        float64 `json:"tokens_per_s"`
+	CPUTokS     float64 `json:"tokens_per_cpu_s"`
+	LlamaTokS   float64 `json:"llama_cpp_tokens_per_s,omitempty"`
+	Ratio       float64 `json:"ratio,omitempty"`
+	WeightBytes uint64  `json:"decode_weight_bytes,omitempty"`
+	ReadGBps    float64 `json:"read_gb_per_s,omitempty"`
+	BWFraction  float64 `json:"bandwidth_fraction,omitempty"`
+}
+
+type benchReport struct {
+	Kernels string     `json:"kernels"`
+	CPU     string     `json:"cpu_features"`
+	Rows    []benchRow `json:"rows"`
+}
+
+// benchModel measures one model at one thread count: reps rounds, each
+// sluice's tests then (with llamaBench) llama-bench's same tests, so the
+// two engines see the same machine load (interleaved A B A B).
+func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen, reps int, llamaBench string, log io.Writer) ([]benchRow, error) {
+	name := strings.TrimSuffix(filepath.Base(path), ".gguf")
+	b, err := newBenchRun(lm.model, threads, max(slices.Max(prompts), gen))
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	wb := decodeWeightBytes(lm.file)
+	buf := make([]float32, wb/4)
+	tests := make([]string, 0, len(prompts)+1)
+	for _, p := range prompts {
+		tests = append(tests, "pp"+strconv.Itoa(p))
+	}
+	tests = append(tests, "tg"+strconv.Itoa(gen))
+	wall, cpu, llama := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+	var bw []float64
+	for rep := 1; rep <= reps; rep++ {
+		// Test by test, sluice then llama-bench, so both see the same
+		// minute of a shared machine's load.
+		for i, t := range tests {
+			fmt.Fprintf(log, "%s threads=%d rep %d/%d %s: sluice\n", name, threads, rep, reps, t)
+			var w, c float64
+			var err error
+			if i < len(prompts) {
+				w, c, err = b.pp(prompts[i])
+			} else {
+				w, c, err = b.tg(gen)
+			}
+			if err != nil {
+				return nil, err
+			}
+			wall[t], cpu[t] = append(wall[t], w), append(cpu[t], c)
+			if llamaBench == "" {
+				continue
+			}
+			fmt.Fprintf(log, "%s threads=%d rep %d/%d %s: llama-bench\n", name, threads, rep, reps, t)
+			p, g := 0, gen
+			if i < len(prompts) {
+				p, g = prompts[i], 0
+			}
+			res, err := runLlamaBench(llamaBench, path, threads, p, g)
+			if err != nil {
+				return nil, err
+			}
+			v, ok := res[t]
+			if !ok {
+				return nil, fmt.Errorf("llama-bench printed no %s figure", t)
+			}
+			llama[t] = append(llama[t], v)
+		}
+		bw = append(bw, readGBps(b.par, buf))
+	}
+	rows := make([]benchRow, len(tests))
+	for i, t := range tests {
+		r := benchRow{Model: name, Threads: threads, Test: t, TokS: median(wall[t]), CPUTokS: median(cpu[t])}
+		if llamaBench != "" {
+			r.LlamaTokS = median(llama[t])
+			r.Ratio = r.TokS / r.LlamaTokS
+		}
+		if i == len(tests)-1 {
+			r.WeightBytes, r.ReadGBps = wb, slices.Max(bw)
+			r.BWFraction = float64(wb) * r.TokS / 1e9 / r.ReadGBps
+		}
+		rows[i] = r
+	}
+	return rows, nil
+}
+
+func parseInts(s, what string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 1<<20 {
+			return nil, fmt.Errorf("bad %s %q", what, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 type listFlag []string
@@ -188,24 +322,31 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	var models listFlag
 	fs.Var(&models, "model", "GGUF `file` to measure (repeatable; default: stories260K from testdata/ and bench-15M-q8_0 from ../shared when present)")
 	threadsFlag := fs.String("threads", strconv.Itoa(runtime.NumCPU()), "comma-separated thread `counts`; by default the machine's cores (the README's table uses 1 and 2)")
-	prompt := fs.Int("prompt", 128, "prompt `tokens` for the prefill figure (llama-bench -p)")
-	gen := fs.Int("gen", 128, "generated `tokens` for the decode figure (llama-bench -n)")
+	promptFlag := fs.String("prompt", "128", "comma-separated prompt `tokens` for the prefill tests (llama-bench -p)")
+	gen := fs.Int("gen", 128, "generated `tokens` for the decode test (llama-bench -n)")
 	reps := fs.Int("reps", 5, "`repetitions`; the median is reported")
-	withSynth := fs.Bool("synth", false, "also write and measure the synthetic bench-15M-f32 and bench-110M-q8_0 shapes (llama-cpp-speed.md) in a temporary directory; needs testdata/vocab/ggml-vocab-llama-spm.gguf (or ../shared/vocab)")
+	llamaBench := fs.String("llama-bench", "", "llama-bench `binary` to run on the same file with the same threads, interleaved with sluice's runs; prints both figures and their ratio")
+	jsonOut := fs.Bool("json", false, "print the results as JSON")
+	withSynth := fs.Bool("synth", false, "also write and measure the synthetic bench-15M-f32 and bench-110M-q8_0 shapes in a temporary directory; needs testdata/vocab/ggml-vocab-llama-spm.gguf (or ../shared/vocab)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurements to `file` (go tool pprof)")
-	refPath := fs.String("reference", "", "llama.cpp speed `file` (default: testdata/reference/llama-cpp-speed.md)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: sluice bench [flags]
 
-Measures prefill (pp) and decode (tg) tokens/s the way llama-bench does and
-prints them next to llama.cpp's figures as ratios. Models are matched to the
-reference table by file name (stories260K.gguf -> stories260K). To include
-the larger synthetic shapes, write them first with sluice's synthetic-model
-command and pass them with --model.
+Measures prefill (pp) and decode (tg) tokens/s the way llama-bench does:
+pp<N> is one prompt of N tokens from an empty context, tg<N> is N
+single-token steps. With --llama-bench, llama-bench runs the same tests on
+the same file with the same threads, alternating with sluice's runs test by
+test (sluice pp128, llama-bench -p 128 -n 0 -r 1, sluice pp512, ...), and
+the ratio is sluice / llama.cpp of the medians.
 
-The machine is shared and noisy: "cpu" columns are tokens per CPU-second,
-steadier than wall clock when neighbours steal cores. Pin single-thread runs
-(taskset -c 1) to compare with llama.cpp's pinned figures.
+The decode row also gives the decode weight bytes times tg tokens/s as a
+fraction of the read bandwidth of a buffer of the same size, measured in
+the same run with the same threads (best pass): how close decode is to the
+memory limit.
+
+The machine may be shared and noisy: "cpu" columns are tokens per
+CPU-second. Pin single-thread runs with taskset -c 1 (llama-bench inherits
+the pinning). SLUICE_KERNELS=generic|avx2|avx512 selects the kernel path.
 
 Flags:
 `)
@@ -214,18 +355,24 @@ Flags:
 	if code, ok := parseFlagsTo(fs, args, stdout); !ok {
 		return code
 	}
-	var threads []int
-	for _, s := range strings.Split(*threadsFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			fmt.Fprintf(stderr, "sluice bench: bad thread count %q\n", s)
+	threads, err := parseInts(*threadsFlag, "thread count")
+	var prompts []int
+	if err == nil {
+		prompts, err = parseInts(*promptFlag, "prompt length")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+		return 2
+	}
+	if *gen < 1 || *reps < 1 {
+		fmt.Fprintln(stderr, "sluice bench: --gen and --reps must be positive")
+		return 2
+	}
+	if *llamaBench != "" {
+		if _, err := exec.LookPath(*llamaBench); err != nil {
+			fmt.Fprintf(stderr, "sluice bench: --llama-bench: %v\n", err)
 			return 2
 		}
-		threads = append(threads, n)
-	}
-	if *prompt < 1 || *gen < 1 || *reps < 1 {
-		fmt.Fprintln(stderr, "sluice bench: --prompt, --gen and --reps must be positive")
-		return 2
 	}
 	if len(models) == 0 {
 		for _, n := range []string{"stories260K.gguf", "bench-15M-q8_0.gguf"} {
@@ -252,19 +399,6 @@ Flags:
 		}
 		models = append(models, paths...)
 	}
-	if *refPath == "" {
-		*refPath, _ = testenv.Find(filepath.Join("reference", "llama-cpp-speed.md"))
-	}
-	var ref map[string]map[int]llamaFigures
-	if f, err := os.Open(*refPath); err == nil {
-		ref, err = parseLlamaSpeed(f)
-		f.Close()
-		if err != nil {
-			fmt.Fprintf(stderr, "sluice bench: %s: %v (printing sluice's figures alone)\n", *refPath, err)
-		}
-	} else {
-		fmt.Fprintf(stderr, "sluice bench: no llama.cpp figures (%v); printing sluice's alone\n", err)
-	}
 
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -279,48 +413,53 @@ Flags:
 		}
 		defer pprof.StopCPUProfile()
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "model\tthreads\tpp%d tok/s\tcpu\tllama.cpp\tratio\ttg%d tok/s\tcpu\tllama.cpp\tratio\t\n", *prompt, *gen)
+	rep := benchReport{Kernels: kernels.Describe(), CPU: kernels.CPUFeatures()}
 	for _, path := range models {
 		lm, err := openModel(path)
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 			return 1
 		}
-		name := strings.TrimSuffix(filepath.Base(path), ".gguf")
 		for _, th := range threads {
-			res, err := benchModel(lm.model, th, *prompt, *gen, *reps)
+			rows, err := benchModel(lm, path, th, prompts, *gen, *reps, *llamaBench, stderr)
 			if err != nil {
 				lm.Close()
-				fmt.Fprintf(stderr, "sluice bench: %s: %v\n", name, err)
+				fmt.Fprintf(stderr, "sluice bench: %s: %v\n", filepath.Base(path), err)
 				return 1
 			}
-			lf := ref[name][th]
-			lpp := lf.pp128
-			if *prompt == 512 {
-				lpp = lf.pp512
-			} else if *prompt != 128 {
-				lpp = 0
-			}
-			ltg := lf.tg128
-			if *gen != 128 {
-				ltg = 0
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t\n", name, th,
-				res.PP, res.PPCPU, num(lpp), ratio(res.PP, lpp), res.TG, res.TGCPU, num(ltg), ratio(res.TG, ltg))
-			fmt.Fprintf(stderr, "measured %s with %d thread(s)\n", name, th)
+			rep.Rows = append(rep.Rows, rows...)
 		}
 		lm.Close()
 	}
-	tw.Flush()
+	if *jsonOut {
+		e := json.NewEncoder(stdout)
+		e.SetIndent("", "  ")
+		if err := e.Encode(rep); err != nil {
+			fmt.Fprintf(stderr, "sluice bench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	printBench(stdout, rep)
 	return 0
 }
 
-func num(v float64) string {
-	if v == 0 {
-		return "—"
+func printBench(w io.Writer, rep benchReport) {
+	fmt.Fprintf(w, "kernels: %s\ncpu: %s\n", rep.Kernels, rep.CPU)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "model\tthreads\ttest\tsluice tok/s\tcpu\tllama.cpp\tratio\tweights GB\tread GB/s\tbw fraction\t\n")
+	for _, r := range rep.Rows {
+		ll, ratio := "—", "—"
+		if r.LlamaTokS > 0 {
+			ll, ratio = fmt.Sprintf("%.1f", r.LlamaTokS), fmt.Sprintf("%.2fx", r.Ratio)
+		}
+		wb, rb, fr := "", "", ""
+		if r.ReadGBps > 0 {
+			wb, rb, fr = fmt.Sprintf("%.3f", float64(r.WeightBytes)/1e9), fmt.Sprintf("%.1f", r.ReadGBps), fmt.Sprintf("%.0f%%", 100*r.BWFraction)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n", r.Model, r.Threads, r.Test, r.TokS, r.CPUTokS, ll, ratio, wb, rb, fr)
 	}
-	return fmt.Sprintf("%.0f", v)
+	tw.Flush()
 }
 
 // writeBenchShapes writes llama.cpp's synthetic benchmark shapes that are

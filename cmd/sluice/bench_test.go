@@ -2,57 +2,138 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"sluice/internal/gguf"
+	"sluice/internal/kernels"
 	"sluice/internal/testenv"
 )
-
-func TestParseLlamaSpeed(t *testing.T) {
-	f, err := os.Open(testenv.Shared(t, "reference/llama-cpp-speed.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ref, err := parseLlamaSpeed(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Values from the file's llama-bench table.
-	want := map[string]map[int]llamaFigures{
-		"stories260K":     {1: {6906, 0, 5713}, 2: {12093, 0, 5330}},
-		"bench-15M-q8_0":  {1: {5668, 4753, 760}, 2: {10319, 8563, 1137}},
-		"bench-110M-q8_0": {2: {884, 812, 180}},
-	}
-	for m, byT := range want {
-		for th, w := range byT {
-			if got := ref[m][th]; got != w {
-				t.Errorf("%s threads %d: %+v, want %+v", m, th, got, w)
-			}
-		}
-	}
-	if _, err := parseLlamaSpeed(strings.NewReader("no table here\n")); err == nil {
-		t.Error("a file without the table parsed")
-	}
-}
 
 func TestBenchCommandPrintsTable(t *testing.T) {
 	p := testenv.Shared(t, "models/stories260K.gguf")
 	var out, errb bytes.Buffer
-	code := runBench([]string{"--model", p, "--threads", "1,2", "--prompt", "128", "--gen", "8", "--reps", "1"}, &out, &errb)
+	code := runBench([]string{"--model", p, "--threads", "1,2", "--prompt", "16", "--gen", "4", "--reps", "1"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[0], "pp128") {
+	if len(lines) != 7 || lines[0] != "kernels: "+kernels.Describe() || !strings.HasPrefix(lines[1], "cpu:") || !strings.Contains(lines[2], "llama.cpp") {
 		t.Fatalf("table:\n%s", out.String())
 	}
-	// pp128 has a llama.cpp figure (ratio shown); tg8 has none.
-	for _, l := range lines[1:] {
+	// Without --llama-bench there is no llama.cpp figure and no ratio;
+	// the decode rows carry the bandwidth fraction.
+	for i, l := range lines[3:] {
 		f := strings.Fields(l)
-		if f[0] != "stories260K" || !strings.HasSuffix(f[5], "x") || f[9] != "—" {
+		test := []string{"pp16", "tg4"}[i%2]
+		if f[0] != "stories260K" || f[2] != test || f[5] != "—" || f[6] != "—" {
 			t.Errorf("row %q", l)
 		}
+		if test == "tg4" && (len(f) != 10 || !strings.HasSuffix(f[9], "%")) {
+			t.Errorf("decode row without the bandwidth fraction: %q", l)
+		}
+	}
+}
+
+// fakeLlamaBench writes a stand-in for llama-bench that logs its
+// arguments (one line per run), sets P, N and T from -p, -n and -t, and
+// runs body (which prints llama-bench's JSON).
+func fakeLlamaBench(t *testing.T, body string) (bin, log string) {
+	dir := t.TempDir()
+	bin, log = filepath.Join(dir, "llama-bench"), filepath.Join(dir, "args.log")
+	script := "#!/bin/sh\necho \"$@\" >> " + log + "\n" +
+		"while [ $# -gt 0 ]; do case $1 in -p) P=$2;; -n) N=$2;; -t) T=$2;; esac; shift; done\n" + body + "\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin, log
+}
+
+func TestBenchLlamaBenchSideBySide(t *testing.T) {
+	p := testenv.Shared(t, "models/stories260K.gguf")
+	bin, log := fakeLlamaBench(t, `if [ "$N" = 0 ]; then echo "[{\"n_prompt\":$P,\"n_gen\":0,\"n_threads\":$T,\"avg_ts\":200.0}]"; else echo "[{\"n_prompt\":0,\"n_gen\":$N,\"n_threads\":$T,\"avg_ts\":50.0}]"; fi`)
+	var out, errb bytes.Buffer
+	code := runBench([]string{"--model", p, "--threads", "1", "--prompt", "16", "--gen", "4", "--reps", "3", "--llama-bench", bin, "--json"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep benchReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out.String())
+	}
+	if rep.Kernels != kernels.Describe() || len(rep.Rows) != 2 {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, r := range rep.Rows {
+		want := map[string]float64{"pp16": 200, "tg4": 50}[r.Test]
+		if r.LlamaTokS != want || r.Ratio != r.TokS/want || r.TokS <= 0 {
+			t.Errorf("%s: sluice %v, llama.cpp %v (want %v), ratio %v", r.Test, r.TokS, r.LlamaTokS, want, r.Ratio)
+		}
+	}
+	if tg := rep.Rows[1]; tg.BWFraction <= 0 || tg.ReadGBps <= 0 || tg.WeightBytes == 0 {
+		t.Errorf("decode row without bandwidth figures: %+v", tg)
+	}
+	// One llama-bench run per test and repetition, same file and threads.
+	args, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp, tg := "-m "+p+" -p 16 -n 0 -t 1 -r 1 -o json", "-m "+p+" -p 0 -n 4 -t 1 -r 1 -o json"
+	if got := strings.TrimSpace(string(args)); got != strings.Repeat(pp+"\n"+tg+"\n", 2)+pp+"\n"+tg {
+		t.Errorf("llama-bench runs:\n%s\nwant 3 x %q, %q", args, pp, tg)
+	}
+	// Interleaved test by test: sluice, llama-bench, sluice, llama-bench, ...
+	var order []string
+	for _, l := range strings.Split(errb.String(), "\n") {
+		if i := strings.Index(l, " rep "); i >= 0 {
+			order = append(order, l[i+len(" rep 1/3 "):])
+		}
+	}
+	one := "pp16: sluice,pp16: llama-bench,tg4: sluice,tg4: llama-bench"
+	if got := strings.Join(order, ","); got != one+","+one+","+one {
+		t.Errorf("run order %v", order)
+	}
+}
+
+func TestBenchLlamaBenchFailures(t *testing.T) {
+	p := testenv.Shared(t, "models/stories260K.gguf")
+	for _, c := range []struct{ name, body, want string }{
+		{"not json", `echo 'llama-bench: error'`, "not its JSON"},
+		{"other threads", `echo '[{"n_prompt":16,"n_gen":0,"n_threads":4,"avg_ts":1}]'`, "4 threads"},
+		{"no decode figure", `echo '[{"n_prompt":16,"n_gen":0,"n_threads":1,"avg_ts":1}]'`, "no tg4 figure"},
+		{"wrong test", `echo '[{"n_prompt":8,"n_gen":0,"n_threads":1,"avg_ts":1}]'`, "no pp16 figure"},
+		{"exit status", `echo 'failed to load model' >&2; exit 1`, "failed to load model"},
+	} {
+		bin, _ := fakeLlamaBench(t, c.body)
+		var out, errb bytes.Buffer
+		code := runBench([]string{"--model", p, "--threads", "1", "--prompt", "16", "--gen", "4", "--reps", "1", "--llama-bench", bin}, &out, &errb)
+		if code != 1 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%s: exit %d, stderr %q (want %q)", c.name, code, errb.String(), c.want)
+		}
+	}
+	var errb bytes.Buffer
+	if code := runBench([]string{"--llama-bench", filepath.Join(t.TempDir(), "missing")}, &bytes.Buffer{}, &errb); code != 2 {
+		t.Errorf("missing llama-bench binary: exit %d (%s)", code, errb.String())
+	}
+}
+
+// TestDecodeWeightBytes: stories260K is all F32 with an untied output, so
+// one decode step reads 4 bytes per parameter of every layer, the output
+// norm and the output projection, and one row of the embedding (not
+// counted). Sizes from the model's published shape, not from the file.
+func TestDecodeWeightBytes(t *testing.T) {
+	f, err := gguf.Open(testenv.Shared(t, "models/stories260K.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const embd, ff, layers, kvDim, vocab = 64, 172, 5, 32, 512
+	perLayer := embd*embd*2 + embd*kvDim*2 + embd*ff*3 + 2*embd
+	want := uint64(4 * (layers*perLayer + embd + embd*vocab))
+	if got := decodeWeightBytes(f); got != want {
+		t.Errorf("decode weight bytes %d, want %d", got, want)
 	}
 }

@@ -136,7 +136,7 @@ func generate(lm *loadedModel, o genOptions) (*genResult, error) {
 	if o.forced != nil {
 		maxTok = len(o.forced)
 	}
-	if len(prompt)+maxTok > cfg.Context {
+	if !kv.TokensFit(len(prompt), maxTok, cfg.Context) {
 		return nil, genErr("context_length_exceeded", "prompt (%d tokens) + max tokens (%d) exceeds the model's context of %d", len(prompt), maxTok, cfg.Context)
 	}
 	pages := kv.PagesFor(len(prompt)+maxTok, o.PageSize)

@@ -178,6 +178,7 @@ type serveOpts struct {
 	apiKeys   string
 	transport string
 	colocated bool
+	prefix    string
 	maxBody   string
 	drain     time.Duration
 	tenantMax int
@@ -216,6 +217,7 @@ func runServe(args []string) int {
 	fs.BoolVar(&o.colocated, "colocated", false, "run prefill and decode in one scheduler without a handoff (the reference path)")
 	fs.IntVar(&o.prefillWorkers, "prefill-workers", 1, "prefill workers in this process (above 1, or with --decode-workers above 1: a cluster behind the router, each link its own authenticated TCP connection)")
 	fs.IntVar(&o.decodeWorkers, "decode-workers", 1, "decode workers in this process, each with its own KV pool of --kv-memory")
+	fs.StringVar(&o.prefix, "prefix-cache", "on", "on or off: reuse the full prompt pages of earlier requests of the SAME tenant (keys salted with an HMAC of the authenticated tenant; never shared across tenants). The colocated engine and the prefill worker use it")
 	usageFor(fs, `Usage: sluice serve [flags]
 
 Runs the router, a prefill worker and a decode worker in one process. The
@@ -250,6 +252,10 @@ Example:
 		fmt.Fprintln(os.Stderr, "serve: --max-body must be a positive byte size")
 		return 2
 	}
+	if o.prefix != "on" && o.prefix != "off" {
+		fmt.Fprintf(os.Stderr, "serve: --prefix-cache must be on or off, not %q\n", o.prefix)
+		return 2
+	}
 	keys, err := loadKeysFlag(o.apiKeys, log)
 	if err != nil {
 		log.Error(err.Error())
@@ -275,9 +281,12 @@ Example:
 			o.threads = roleThreads(runtime.NumCPU(), false)
 		}
 	}
+	if o.prefix == "on" {
+		log.Info("prefix cache on: full prompt pages are reused within a tenant only (salt = HMAC(process secret, tenant)); prompt_cache_key/cache_salt narrow it")
+	}
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
 		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log,
-		PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers})
+		PrefixCache: o.prefix == "on", PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers})
 	if pe, ok := node.IsPreflight(err); ok {
 		logPreflight(log, pe.Report)
 		return 1

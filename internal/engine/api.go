@@ -30,6 +30,11 @@ type Request struct {
 	Sampling sample.Params
 	// IgnoreEOS keeps generating past end-of-sequence tokens (benchmarks).
 	IgnoreEOS bool
+	// CacheScope narrows prefix-cache sharing within the tenant (the
+	// client's prompt_cache_key / cache_salt): requests with different
+	// scopes share nothing. It can never widen sharing to another tenant:
+	// the salt is derived from Tenant first (kv.Salt.Narrow).
+	CacheScope string
 }
 
 // Usage is the honest accounting of one request (I9): PromptTokens is what
@@ -37,6 +42,9 @@ type Request struct {
 type Usage struct {
 	PromptTokens     int
 	CompletionTokens int
+	// CachedTokens is how many of PromptTokens were read from the prefix
+	// cache instead of computed (OpenAI's prompt_tokens_details.cached_tokens).
+	CachedTokens int
 }
 
 // Event is one item of a request's output stream. Exactly one event of a

@@ -21,6 +21,7 @@ type outcome struct {
 	finish     string // "stop", "length", "cancelled"
 	err        *Error
 	prompt     int
+	cached     int
 	completion int
 	recomputed int
 }
@@ -38,10 +39,14 @@ type seq struct {
 	decoded bool    // next is valid: the sequence is in its decode phase
 
 	promptTokens int // for usage (I9)
-	generated    int
-	maxTokens    int
-	ignoreEOS    bool
-	samp         *sample.Sampler
+	cachedTokens int // of those, read from the prefix cache
+	// prefilled, when set, runs once when the prompt's last token has been
+	// computed (the prefix cache inserts the new full pages).
+	prefilled func(q *seq)
+	generated int
+	maxTokens int
+	ignoreEOS bool
+	samp      *sample.Sampler
 
 	// emit must not block: the scheduler serves every sequence from one
 	// goroutine, and a slow client must not stall the others.
@@ -467,6 +472,10 @@ func (s *scheduler) advance(q *seq, n int, r StepResult) {
 		if len(q.prompt) > 0 {
 			return
 		}
+		if q.prefilled != nil {
+			q.prefilled(q)
+			q.prefilled = nil
+		}
 		if q.recompute {
 			// The KV is rebuilt; next was emitted before the preemption.
 			q.recompute, q.decoded = false, true
@@ -522,6 +531,7 @@ func (s *scheduler) finish(q *seq, o outcome) {
 	q.table = nil
 	q.view = nil
 	o.prompt = q.promptTokens
+	o.cached = q.cachedTokens
 	o.completion = q.generated
 	o.recomputed = q.recomputed
 	emit := q.emit

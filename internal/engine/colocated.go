@@ -23,6 +23,7 @@ type Colocated struct {
 	sched *scheduler
 	ctx   int
 	adm   *admission
+	cache *prefixCache // nil: no prefix cache
 }
 
 var _ Engine = (*Colocated)(nil)
@@ -44,6 +45,7 @@ func NewColocated(cfg Config) (*Colocated, error) {
 		sched: newScheduler(cfg, pool),
 		ctx:   cfg.configuredContext(),
 		adm:   newAdmission(cfg.queueConfig()),
+		cache: newPrefixCache(cfg, pool),
 	}, nil
 }
 
@@ -67,6 +69,8 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 		reserve bool
 		q       *seq
 		tk      *ticket
+		keys    []kv.BlockKey // full prompt pages' cache keys (nil: no cache)
+		cached  int           // leading prompt tokens read from the cache
 	)
 	lc = newLifecycle(request.Colocated, func(a request.Action, e *Error, prompt, completion int) {
 		switch a.Kind {
@@ -78,8 +82,10 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 			q = &seq{
 				owner:        owner,
 				table:        table,
-				prompt:       r.Prompt,
+				prompt:       r.Prompt[cached:],
+				fed:          cached,
 				promptTokens: len(r.Prompt),
+				cachedTokens: cached,
 				maxTokens:    r.MaxTokens,
 				ignoreEOS:    r.IgnoreEOS,
 				samp:         newSampler(r.Sampling, r.Prompt),
@@ -87,13 +93,21 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 				all:          slices.Clone(r.Prompt),
 			}
 			q.emit = func(o outcome) { lc.scheduled(o, len(r.Prompt)) }
+			if keys != nil {
+				// Runs when the prompt is computed, also after a preemption
+				// rebuilt it (the new pages are then all private).
+				from := cached / c.cfg.PageSize
+				q.prefilled = func(q *seq) { c.cache.insert(owner, q.table, keys, from) }
+			}
 		case request.ActEmit:
 			st.push(outcome{token: a.Token, logprobs: lc.lp})
 		case request.ActStopDecode:
 			q.cancel.Store(true)
 			c.sched.poke()
 		case request.ActEnd:
-			st.push(terminal(a, e, prompt, completion))
+			o := terminal(a, e, prompt, completion)
+			o.cached = cached
+			st.push(o)
 		}
 	})
 	if err := checkRequest(r, c.ctx, c.cfg.Model.Vocab(), c.cfg.Unsafe.NoAdmission); err != nil {
@@ -113,7 +127,7 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	}
 	if e := tk.wait(ctx, func() (bool, *Error) {
 		var e *Error
-		table, e = c.reserve(owner, r)
+		table, cached, keys, e = c.reserve(owner, r)
 		if e != nil && e.Code == CodeKVCapacity {
 			return true, nil
 		}
@@ -136,20 +150,35 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 // produced, and a sequence that cannot grow preempts the latest arrival
 // (see scheduler.growAll), so max_tokens is a bound, not a reservation.
 // While preempted sequences wait for room, new requests wait too: room
-// that comes back goes to them first.
-func (c *Colocated) reserve(owner kv.Owner, r *Request) ([]kv.PageRef, *Error) {
+// that comes back goes to them first. With the prefix cache, the table
+// starts with the prompt's cached pages (cached tokens, read-only, shared)
+// and the rest is reserved after them; keys are the prompt's full-page keys.
+func (c *Colocated) reserve(owner kv.Owner, r *Request) (table []kv.PageRef, cached int, keys []kv.BlockKey, e *Error) {
 	if c.sched.nPreempted.Load() > 0 {
-		return nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, kv.ErrNoCapacity, "preempted requests wait for the KV cache first")
+		return nil, 0, nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, kv.ErrNoCapacity, "preempted requests wait for the KV cache first")
 	}
 	need := len(r.Prompt) + min(r.MaxTokens, c.cfg.PageSize)
-	table, err := c.pool.Reserve(owner, kv.PagesFor(need, c.cfg.PageSize))
+	var hits []kv.PageRef
+	if c.cache != nil {
+		keys = c.cache.keys(r)
+		hits = c.cache.lookup(owner, keys, len(r.Prompt))
+	}
+	var err error
+	if len(hits) == 0 {
+		table, err = c.pool.Reserve(owner, kv.PagesFor(need, c.cfg.PageSize))
+	} else {
+		table, err = c.pool.Extend(owner, hits, kv.PagesFor(need, c.cfg.PageSize)-len(hits))
+	}
 	if err == nil {
-		return table, nil
+		return table, len(hits) * c.cfg.PageSize, keys, nil
+	}
+	if len(hits) > 0 {
+		releasePages(c.pool, owner, hits)
 	}
 	if errors.Is(err, kv.ErrNoCapacity) {
-		return nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, err, "the KV cache has no free pages for this request now; retry later or lower max_tokens")
+		return nil, 0, nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, err, "the KV cache has no free pages for this request now; retry later or lower max_tokens")
 	}
-	return nil, asEngineError(err, CodeInternal, http.StatusInternalServerError, "reserving KV pages")
+	return nil, 0, nil, asEngineError(err, CodeInternal, http.StatusInternalServerError, "reserving KV pages")
 }
 
 // SchedStats are the scheduler's counters (preemptions, recomputed tokens).
@@ -190,11 +219,12 @@ func checkRequest(r *Request, ctxLen, vocab int, noAdmission bool) error {
 	if noAdmission {
 		return nil
 	}
-	// I2: prompt + max_tokens must fit the effective context.
-	if len(r.Prompt)+r.MaxTokens > ctxLen {
+	// I2: prompt + max_tokens must fit the effective context, compared
+	// without forming the sum (it wraps for a max_tokens near MaxInt).
+	if !kv.TokensFit(len(r.Prompt), r.MaxTokens, ctxLen) {
 		return errf(CodeContextLength, http.StatusBadRequest, nil,
 			"this model's maximum context length is %d tokens, but the request needs %d (%d prompt + %d max_tokens); shorten the prompt or lower max_tokens",
-			ctxLen, len(r.Prompt)+r.MaxTokens, len(r.Prompt), r.MaxTokens)
+			ctxLen, uint64(len(r.Prompt))+uint64(r.MaxTokens), len(r.Prompt), r.MaxTokens)
 	}
 	return nil
 }
@@ -257,7 +287,7 @@ func (s *stream) push(o outcome) {
 		s.events <- Event{Token: o.token, Logprobs: o.logprobs}
 		return
 	}
-	ev := Event{Usage: Usage{PromptTokens: o.prompt, CompletionTokens: o.completion}}
+	ev := Event{Usage: Usage{PromptTokens: o.prompt, CompletionTokens: o.completion, CachedTokens: o.cached}}
 	switch {
 	case o.err != nil:
 		ev.Err = o.err

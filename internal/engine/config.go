@@ -53,6 +53,15 @@ type Config struct {
 	// MaxConcurrency bounds requests holding KV pages at once; more wait
 	// in the queue (default 64).
 	MaxConcurrency int
+	// PrefixCache reuses the full prompt pages of earlier requests of the
+	// same tenant (kv prefix cache, I11): a hit skips computing them.
+	PrefixCache bool
+	// CacheSecret keys the tenants' cache salts (kv.TenantSalt): the
+	// deployment's secret. Empty: a random secret for this process.
+	CacheSecret []byte
+	// ModelFingerprint names the weights in cache keys (I13). Empty: the
+	// model's name and shape.
+	ModelFingerprint []byte
 
 	// Unsafe switches safeguards off. TEST AND DEMO HOOK ONLY: the incident
 	// demo and the benchmarks use it to show each safeguard alone and to
@@ -69,6 +78,10 @@ type Unsafe struct {
 	NoOwnerCheck  bool // pool: skip owner/generation tags (I3)
 	NoExtentCheck bool // pool: let attention read unwritten slots (I4)
 	NoScrub       bool // pool: do not scrub released pages (I7)
+	// TenantBlindCache keys the prefix cache without the tenant (no salt)
+	// and lets the pool serve cached pages to any tenant (I11 off): the
+	// shared cache of the CVEs, for the auditor's must-fail test.
+	TenantBlindCache bool
 }
 
 func (c Config) withDefaults() Config {
@@ -158,7 +171,8 @@ func (c Config) newPool() (pagePool, error) {
 		Order:      c.Order,
 		Lease:      c.Lease,
 		SharedFile: c.SharedFile,
-		Unsafe:     kv.Unsafe{NoOwnerCheck: c.Unsafe.NoOwnerCheck, NoExtentCheck: c.Unsafe.NoExtentCheck},
+		Unsafe: kv.Unsafe{NoOwnerCheck: c.Unsafe.NoOwnerCheck, NoExtentCheck: c.Unsafe.NoExtentCheck,
+			CacheIgnoresTenant: c.Unsafe.TenantBlindCache},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("engine: KV pool: %w", err)

@@ -172,7 +172,7 @@ func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handof
 	if r.PromptTokens <= 0 || r.MaxTokens <= 0 {
 		return nil, handoff.ErrRefused.With("prompt tokens %d and max tokens %d must both be positive", r.PromptTokens, r.MaxTokens)
 	}
-	if !w.cfg.Unsafe.NoAdmission && r.PromptTokens+r.MaxTokens > w.ctx {
+	if !w.cfg.Unsafe.NoAdmission && !kv.TokensFit(r.PromptTokens, r.MaxTokens, w.ctx) {
 		return nil, handoff.ErrRefused.With("%d prompt + %d max tokens exceed the decode context of %d tokens", r.PromptTokens, r.MaxTokens, w.ctx)
 	}
 	w.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sluice/internal/handoff"
@@ -176,7 +177,9 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		case request.ActStopDecode:
 			_ = cur.pair().Decode.Cancel(d.bg, cur.get())
 		case request.ActEnd:
-			st.push(terminal(a, e, prompt, completion))
+			o := terminal(a, e, prompt, completion)
+			o.cached = int(cur.cached.Load())
+			st.push(o)
 		}
 	})
 	if err := checkRequest(r, d.cfg.Context, d.cfg.Vocab, d.cfg.Unsafe.NoAdmission); err != nil {
@@ -286,7 +289,10 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 type currentHandoff struct {
 	mu sync.Mutex
 	id kv.ID
-	p  *Pair // the workers of the current handoff
+	// cached is the prompt tokens the first handoff's prefill read from its
+	// prefix cache (usage cached_tokens).
+	cached atomic.Int64
+	p      *Pair // the workers of the current handoff
 }
 
 func (c *currentHandoff) pair() *Pair {
@@ -380,7 +386,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 	var dr driveResult
 	defer func() { cur.pair().done(dr.perr, dr.derr) }()
 	for {
-		dr = d.drive(r, cur.get(), cur.pair(), res, ts, lc, &gen)
+		dr = d.drive(r, cur.get(), cur.pair(), res, ts, lc, &gen, &cur.cached)
 		ts.Close()
 		if dr.retry != nil {
 			var p2 *Pair
@@ -442,7 +448,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 // It reports whether decode preempted the sequence, or, for a failure
 // before any token of the request reached the client (and not an
 // integrity failure), the error to retry on (the request is still live).
-func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, gen *[]int32) (dr driveResult) {
+func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, gen *[]int32, cached *atomic.Int64) (dr driveResult) {
 	prompt := append(slices.Clone(r.Prompt), (*gen)...)
 	offset := len(*gen)
 	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
@@ -455,7 +461,7 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 		// d.bg, not the client's context: a disconnect never tears the
 		// transfer (I10).
 		pr, err := p.Prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: prompt, Reservation: res,
-			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint, Decode: p.DecodeName})
+			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint, Decode: p.DecodeName, CacheScope: r.CacheScope})
 		if err != nil {
 			// The handoff did not commit. Abort it on decode now (the
 			// Prefill contract asks the router to): an unreachable prefill
@@ -537,6 +543,12 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 					"accounting mismatch: the prompt has %d tokens, prefill reports %d, decode verified %d",
 					len(prompt), p.r.Tokens, tok.PromptTokens))
 				return dr
+			}
+			if c := p.r.CachedTokens; offset == 0 && c >= 0 && c < len(prompt) {
+				// A peer's figure, taken only if it is possible (the last
+				// prompt token is always computed); a resumed handoff's
+				// prompt holds generated tokens, so only the first counts.
+				cached.Store(int64(c))
 			}
 			if tok.Finish == "preempted" {
 				dr.preempted = true

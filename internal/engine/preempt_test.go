@@ -154,20 +154,27 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 		want[i] = collect(t, s).tokens
 	}
 	solo.Close(context.Background())
-	for _, transport := range []string{"inproc", "tcp", "shm"} {
+	// "+cache": the prefill worker's prefix cache on (the prompts repeat
+	// reference prompts, and a resumed prompt extends its own): hits skip
+	// prefill work and change no token.
+	for _, transport := range []string{"inproc", "tcp", "shm", "tcp+cache"} {
 		t.Run(transport, func(t *testing.T) {
 			var eng Engine
 			var dw *DecodeWorker
 			var pw *PrefillWorker
+			pcfg := storiesConfig(rt, 24)
+			if transport == "tcp+cache" {
+				transport, pcfg.PrefixCache = "tcp", true
+			}
 			if transport == "inproc" {
-				loc, err := NewLocal(storiesConfig(rt, 24), storiesConfig(rt, 16))
+				loc, err := NewLocal(pcfg, storiesConfig(rt, 16))
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer loc.Close(context.Background())
 				eng, dw, pw = loc, loc.Decode, loc.Prefill
 			} else {
-				r := newRemoteRig(t, transport, storiesConfig(rt, 24), storiesConfig(rt, 16))
+				r := newRemoteRig(t, transport, pcfg, storiesConfig(rt, 16))
 				defer r.close()
 				eng, dw, pw = r.eng, r.dw, r.pw
 			}
@@ -188,6 +195,13 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 				t.Fatalf("only %d decode preemptions: the pool did not force them", st.Preemptions)
 			}
 			t.Logf("%s: %d decode preemptions, %d positions recomputed", transport, st.Preemptions, st.RecomputedTokens)
+			if pcfg.PrefixCache {
+				if ps := pw.Pool().Stats(); ps.CacheHits == 0 {
+					t.Fatalf("the prefill cache never hit: %+v", ps)
+				} else {
+					t.Logf("prefill cache: %d pages hit, %d evicted", ps.CacheHits, ps.CacheEvictions)
+				}
+			}
 			waitDrained(t, pw.Pool(), dw.Pool())
 		})
 	}

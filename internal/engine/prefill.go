@@ -24,6 +24,7 @@ type PrefillWorker struct {
 	sched  *scheduler
 	decode handoff.Decode
 	ctx    int
+	cache  *prefixCache // nil: no prefix cache
 
 	// freed is closed and replaced whenever pages go back to the pool, so
 	// a prompt waiting for room wakes up (a bounded wait: the router bounds
@@ -74,7 +75,7 @@ func NewPrefillWorker(cfg Config, decode handoff.Decode) (*PrefillWorker, error)
 		return nil, err
 	}
 	return &PrefillWorker{cfg: cfg, pool: pool, sched: newScheduler(cfg, pool), decode: decode,
-		ctx: cfg.configuredContext(), freed: make(chan struct{})}, nil
+		ctx: cfg.configuredContext(), freed: make(chan struct{}), cache: newPrefixCache(cfg, pool)}, nil
 }
 
 func (w *PrefillWorker) signalFreed() {
@@ -87,14 +88,22 @@ func (w *PrefillWorker) signalFreed() {
 // reserve waits for room in the prefill pool: its pages live only from the
 // prompt's first chunk to the commit, so room comes back quickly. The wait
 // is bounded by QueueTimeout: a stuck pool refuses rather than hangs.
-func (w *PrefillWorker) reserve(ctx context.Context, o kv.Owner, n int) ([]kv.PageRef, error) {
+// With the prefix cache, hits are the prompt's cached leading pages (o
+// reads them) and n pages are reserved after them.
+func (w *PrefillWorker) reserve(ctx context.Context, o kv.Owner, hits []kv.PageRef, n int) ([]kv.PageRef, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueueTimeout)
 	defer cancel()
 	for {
 		w.fmu.Lock()
 		ch := w.freed
 		w.fmu.Unlock()
-		t, err := w.pool.Reserve(o, n)
+		var t []kv.PageRef
+		var err error
+		if len(hits) == 0 {
+			t, err = w.pool.Reserve(o, n)
+		} else {
+			t, err = w.pool.Extend(o, hits, n)
+		}
 		if err == nil || !errors.Is(err, kv.ErrNoCapacity) {
 			return t, err
 		}
@@ -158,8 +167,21 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("sampling settings: %v", err))
 	}
 	owner := kv.Owner{Tenant: r.Tenant, ID: r.Handoff}
-	table, err := w.reserve(ctx, owner, kv.PagesFor(len(r.Tokens), w.cfg.PageSize))
+	// The prefix cache: the tenant is the router's (authenticated, I12),
+	// the scope only narrows within it. Cached pages are sent like the
+	// others and covered by the digest, so decode verifies them too (I5).
+	var keys []kv.BlockKey
+	var hits []kv.PageRef
+	if w.cache != nil {
+		keys = w.cache.keys(&Request{Tenant: r.Tenant, Prompt: r.Tokens, CacheScope: r.CacheScope})
+		hits = w.cache.lookup(owner, keys, len(r.Tokens))
+	}
+	cached := len(hits) * w.cfg.PageSize
+	table, err := w.reserve(ctx, owner, hits, kv.PagesFor(len(r.Tokens), w.cfg.PageSize)-len(hits))
 	if err != nil {
+		if len(hits) > 0 {
+			releasePages(w.pool, owner, hits)
+		}
 		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("prefill pool: %v", err))
 	}
 
@@ -175,12 +197,18 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	q := &seq{
 		owner:        owner,
 		table:        table,
-		prompt:       r.Tokens,
+		prompt:       r.Tokens[cached:],
+		fed:          cached,
 		promptTokens: len(r.Tokens),
+		cachedTokens: cached,
 		maxTokens:    1,
 		ignoreEOS:    true,
 		samp:         prefillSampler(r.Sampling, r.Tokens, r.SampleOffset),
 		ended:        w.signalFreed,
+	}
+	if keys != nil {
+		from := len(hits)
+		q.prefilled = func(q *seq) { w.cache.insert(owner, q.table, keys, from) }
 	}
 	var kept []kv.PageRef
 	q.handover = func(t []kv.PageRef) { kept = t }
@@ -212,7 +240,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	w.stats.bytes.Add(int64(len(d.table)) * int64(w.cfg.geometry().PageBytes()))
 	w.stats.pushNanos.Add(int64(time.Since(start)))
 	w.stats.tokens.Add(int64(len(r.Tokens)))
-	return &handoff.PrefillResult{FirstToken: d.first, Tokens: len(r.Tokens)}, nil
+	return &handoff.PrefillResult{FirstToken: d.first, Tokens: len(r.Tokens), CachedTokens: cached}, nil
 }
 
 // prefillSampler draws the first token as draw offset of the request's

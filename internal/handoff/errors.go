@@ -68,9 +68,14 @@ var (
 	ErrNoRoom = &Error{"no_room", "the decode worker has no free KV pages for the reservation"}
 	// ErrDuplicate: a handoff with this id already exists.
 	ErrDuplicate = &Error{"duplicate_handoff", "a handoff with this id already exists"}
-	// ErrProtocol: a malformed frame or message on a transport; the
-	// connection is closed.
+	// ErrProtocol: a malformed frame on a transport (framing, checksum,
+	// an unexpected frame type); the connection is closed.
 	ErrProtocol = &Error{"protocol", "malformed or unexpected frame"}
+	// ErrBadMessage: one call's message could not be encoded or decoded (a
+	// field outside what the wire carries, a malformed body inside an intact
+	// frame). Only that call fails: the connection, which other tenants'
+	// calls share, stays up.
+	ErrBadMessage = &Error{"bad_message", "a message field is out of range or malformed; only this call is refused"}
 	// ErrVersion: the peers speak no common protocol version (builds of
 	// different wire formats); refused at the handshake, before any call.
 	ErrVersion = &Error{"protocol_version", "the peers speak different protocol versions"}

@@ -160,6 +160,9 @@ type PrefillRequest struct {
 	// Empty: the prefill worker's only decode worker. At most
 	// MaxWorkerName bytes.
 	Decode string
+	// CacheScope narrows the prefill worker's prefix cache within Tenant
+	// (the client's prompt_cache_key / cache_salt); it never widens it.
+	CacheScope string
 }
 
 // MaxWorkerName bounds PrefillRequest.Decode (a host:port).
@@ -171,6 +174,9 @@ type PrefillResult struct {
 	FirstToken int32
 	// Tokens is the number of prompt tokens prefilled, written and committed (I9).
 	Tokens int
+	// CachedTokens of Tokens were read from the prefill worker's prefix
+	// cache instead of computed (still written and covered by the digest).
+	CachedTokens int
 }
 
 // Checksum is the PageWrite checksum: the low 32 bits of XXH3-64 of the

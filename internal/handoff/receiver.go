@@ -3,6 +3,7 @@ package handoff
 import (
 	"bytes"
 	"errors"
+	"math"
 	"time"
 
 	"sluice/internal/kv"
@@ -168,8 +169,6 @@ func (r *Receiver) Stats() ReceiverStats {
 	return s
 }
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
 // Reserve reserves ceil((PromptTokens+room)/PageSize) pages, all or
 // nothing, owned by (Tenant, Handoff), room being MaxTokens or, with a
 // Headroom, at most Headroom. The Reservation lists the first
@@ -182,7 +181,10 @@ func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 		r.stats.Failed[ErrModelMismatch.Code]++
 		return nil, err
 	}
-	if m.PromptTokens <= 0 || m.MaxTokens < 0 {
+	// prompt+max_tokens must not wrap: near MaxInt the sum goes negative,
+	// asks for no pages and would be admitted (then free to grow into the
+	// whole pool). The pool refuses what it cannot hold.
+	if m.PromptTokens <= 0 || m.MaxTokens < 0 || !kv.TokensFit(m.PromptTokens, m.MaxTokens, math.MaxInt) {
 		r.stats.Failed[ErrRefused.Code]++
 		return nil, ErrRefused.With("prompt_tokens %d, max_tokens %d", m.PromptTokens, m.MaxTokens)
 	}
@@ -197,12 +199,12 @@ func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 		return nil, ErrDuplicate.With("handoff %s", IDString(m.Handoff))
 	}
 	ps := r.cfg.PageSize
-	nPrompt := ceilDiv(m.PromptTokens, ps)
+	nPrompt := kv.PagesFor(m.PromptTokens, ps)
 	room := m.MaxTokens
 	if r.cfg.Headroom > 0 {
 		room = min(room, r.cfg.Headroom)
 	}
-	nAll := ceilDiv(m.PromptTokens+room, ps)
+	nAll := kv.PagesFor(m.PromptTokens+room, ps)
 	o := kv.Owner{Tenant: m.Tenant, ID: m.Handoff}
 	refs, err := r.pool.Reserve(o, nAll)
 	if errors.Is(err, kv.ErrNoCapacity) && nAll > r.pool.Pages() {

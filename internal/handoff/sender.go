@@ -3,6 +3,7 @@ package handoff
 import (
 	"fmt"
 
+	"sluice/internal/kv"
 	"sluice/internal/sample"
 )
 
@@ -95,7 +96,7 @@ func NewSender(cfg SenderConfig, res *Reservation, tokens int, firstToken int32,
 	if tokens != res.ExpectTokens {
 		return nil, ErrCountMismatch.With("prefilled %d tokens, decode reserved %d", tokens, res.ExpectTokens)
 	}
-	if want := ceilDiv(tokens, res.PageSize); want != len(res.Pages) {
+	if want := kv.PagesFor(tokens, res.PageSize); want != len(res.Pages) {
 		return nil, ErrCoverage.With("%d tokens need %d pages, reservation has %d", tokens, want, len(res.Pages))
 	}
 	return &Sender{cfg: cfg, res: res, tokens: tokens, first: firstToken, src: src, inflight: map[int]bool{}}, nil

@@ -75,11 +75,18 @@ func SiLUMul(g, u []float32) {
 	if len(g) == 0 {
 		return
 	}
-	if CurrentPath() == AVX512 {
+	i := 0
+	switch CurrentPath() {
+	case AVX512:
 		siluMulAVX512(&g[0], &u[0], len(g), &expConsts[0])
 		return
+	case AVX2:
+		// 8 lanes at a time; the tail in Go, which gives the same bits.
+		i = len(g) &^ 7
+		siluMulAVX2(&g[0], &u[0], i, &expConsts[0])
 	}
-	for i, x := range g {
+	for ; i < len(g); i++ {
+		x := g[i]
 		g[i] = x / (1 + expf(-x)) * u[i]
 	}
 }
@@ -90,12 +97,17 @@ func ExpSub(x []float32, m float32) {
 	if len(x) == 0 {
 		return
 	}
-	if CurrentPath() == AVX512 {
+	i := 0
+	switch CurrentPath() {
+	case AVX512:
 		expSubAVX512(&x[0], len(x), m, &expConsts[0])
 		return
+	case AVX2:
+		i = len(x) &^ 7
+		expSubAVX2(&x[0], i, m, &expConsts[0])
 	}
-	for i, v := range x {
-		x[i] = expf(v - m)
+	for ; i < len(x); i++ {
+		x[i] = expf(x[i] - m)
 	}
 }
 

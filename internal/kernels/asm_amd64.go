@@ -30,6 +30,9 @@ func rowsQ8_0AVX512(out *float32, w, x *byte, dx *float32, nRows, nb int)
 func quantQ8_0AVX512(x *float32, nb int, blocks *byte, dx *float32, tile *byte)
 
 //go:noescape
+func quantQ8_0AVX2(x *float32, nb int, blocks *byte, dx *float32)
+
+//go:noescape
 func repackQ8_0AVX512(dst *byte, w *byte, nGroups, nb int)
 
 //go:noescape
@@ -39,13 +42,61 @@ func tileQ8_0AVX512(out *float32, outStride int, wp *byte, nGroups int, xt *byte
 func tileF32AVX512(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
 
 //go:noescape
+func tileQ8_0AVX2(out *float32, outStride int, w *byte, nPairs int, x *byte, xStride int, dxp, dwp *float32, nb int)
+
+//go:noescape
+func tileF32AVX2(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
+
+//go:noescape
+func tileF16AVX2(out *float32, outStride int, w *byte, nGroups int, x *byte, n int)
+
+//go:noescape
 func rowsQ4_KAVX2(out *float32, w, x *byte, nRows, nsb int)
+
+//go:noescape
+func rowsQ4_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb int)
+
+//go:noescape
+func q4KTile16x4AVX512(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+
+//go:noescape
+func q4KTile16x2AVX512(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+
+//go:noescape
+func q6KTile8x4AVX2(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+
+//go:noescape
+func q4KTile8x2AVX2(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+
+//go:noescape
+func rowsQ6_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb int)
+
+//go:noescape
+func rowsQ4_0AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+
+//go:noescape
+func rowsQ5_0AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+
+//go:noescape
+func rowsQ4_1AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+
+//go:noescape
+func rowsQ5_1AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+
+//go:noescape
+func rowsQ5_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 
 //go:noescape
 func rowsQ6_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 
 //go:noescape
 func siluMulAVX512(gp, u *float32, n int, c *float32)
+
+//go:noescape
+func siluMulAVX2(gp, u *float32, n int, c *float32)
+
+//go:noescape
+func expSubAVX2(x *float32, n int, m float32, c *float32)
 
 //go:noescape
 func expSubAVX512(x *float32, n int, m float32, c *float32)
@@ -58,6 +109,9 @@ func softmaxAVX512(x *float32, n int, c *float32) bool
 
 //go:noescape
 func tileF16AVX512(out *float32, outStride int, w *byte, nGroups int, x *byte, n int)
+
+//go:noescape
+func rowsBF16AVX2(out *float32, w, x *byte, nRows, n int)
 
 //go:noescape
 func rowsBF16AVX512(out *float32, w, x *byte, nRows, n int)
@@ -147,6 +201,19 @@ func q8_0RowsAsm(avx512 bool) func(out []float32, w []byte, act actBuf, t int) {
 	}
 }
 
+func quantRowQ8_0AVX2(x []float32, blocks []byte, dx []float32, tile []byte) {
+	nb := len(dx)
+	if len(x) != 32*nb || len(blocks) != 34*nb || tile != nil {
+		panic("kernels: bad Q8_0 quantization lengths")
+	}
+	quantQ8_0AVX2(&x[0], nb, &blocks[0], &dx[0])
+}
+
+// prepareQ8_0AVX2 is prepareQ8_0 with the AVX2 quantizer.
+func prepareQ8_0AVX2(x []float32, nTok, cols int) actBuf {
+	return prepareQ8_0With(x, nTok, cols, false, quantRowQ8_0AVX2)
+}
+
 func quantRowQ8_0AVX512(x []float32, blocks []byte, dx []float32, tile []byte) {
 	nb := len(dx)
 	if len(x) != 32*nb || len(blocks) != 34*nb {
@@ -178,13 +245,25 @@ func init() {
 		}
 		rowsBF16AVX512(&out[0], &w[0], &x[0], len(out), n)
 	}
+	bf16Kernels[AVX2].rows = func(out []float32, w []byte, act actBuf, t int) {
+		x := act.row(t)
+		n := len(x) / 2
+		if len(w) < 2*n*len(out) {
+			panic("kernels: short weight tile")
+		}
+		if n%16 != 0 {
+			// No masked tail on AVX2; rows of such widths are rare.
+			bf16RowsGeneric(out, w, act, t)
+			return
+		}
+		rowsBF16AVX2(&out[0], &w[0], &x[0], len(out), n)
+	}
 	q6_KKernels[AVX2].rows = q6_KRowsAsm
 	q6_KKernels[AVX512].rows = q6_KRowsAsm
 	q4_KKernels[AVX2].rows = q4_KRowsAsm
 	// One token at a time the AVX2 kernel is faster (45 vs 61 GFLOP/s CPU
 	// time at 2048x768); four at a time the AVX-512 one wins (+20%).
 	q4_KKernels[AVX512].rows = q4_KRowsAsm
-	q4_KKernels[AVX512].tiles = q4_KTilesAVX512
 	f16Kernels[AVX2].rows = f16RowsAsm(false)
 	f16Kernels[AVX512].rows = f16RowsAsm(true)
 	q8_0Kernels[AVX2].rows = q8_0RowsAsm(false)
@@ -193,6 +272,120 @@ func init() {
 		return prepareQ8_0With(x, nTok, cols, nTok >= tileTok, quantRowQ8_0AVX512)
 	}
 	q8_0Kernels[AVX512].tiles = q8_0TilesAVX512
+	q8_0Kernels[AVX2].tiles = q8_0TilesAVX2
+	q8_0Kernels[AVX2].prepare = prepareQ8_0AVX2
+	q4_KKernels[AVX2].tiles = q4_KTilesLanes(q4_KTilesAVX2, false)
+	q4_KKernels[AVX512].tiles = q4_KTilesLanes(q4_KTilesAVX512, true)
+	f32Kernels[AVX2].tiles = f32TilesAVX2
+	q6_KKernels[AVX2].tiles = q6_KTilesLanes
+	q5_KKernels[AVX2].rows = q5_KRowsAsm
+	q5_KKernels[AVX512].rows = q5_KRowsAsm
+	setLegacy(&q4_0Kernels, 18, 34, rowsQ4_0AVX2)
+	setLegacy(&q5_0Kernels, 22, 34, rowsQ5_0AVX2)
+	setLegacy(&q4_1Kernels, 20, 36, rowsQ4_1AVX2)
+	setLegacy(&q5_1Kernels, 24, 36, rowsQ5_1AVX2)
+	q6_KKernels[AVX512].tiles = q6_KTilesLanes
+	f16Kernels[AVX2].tiles = f16TilesAVX2
+}
+
+// floatTiles3 runs an AVX2 4-row x 3-token float tile kernel over the rows
+// [0, nRows/tileRows*tileRows) and every whole group of 3 tokens; es is
+// the element size, n the row length (a multiple of 16: the kernel has no
+// masked tail, other widths go through rows).
+func floatTiles3(out []float32, outStride int, w []byte, nRows int, x []byte, n, es int, nTok int,
+	kernel func(out *float32, outStride int, w *byte, nGroups int, x *byte, n int)) int {
+	nGroups := nRows / tileRows
+	nt := nTok / 3 * 3
+	if nGroups == 0 || nt == 0 || n%16 != 0 {
+		return 0
+	}
+	if len(w) < es*n*nGroups*tileRows || len(x) < es*n*nt || len(out) < (nt-1)*outStride+nGroups*tileRows {
+		panic("kernels: bad float tile")
+	}
+	for t0 := 0; t0 < nt; t0 += 3 {
+		kernel(&out[t0*outStride], outStride, &w[0], nGroups, &x[t0*n*es], n)
+	}
+	return nt
+}
+
+func f32TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
+	if len(act.f32) == 0 {
+		return 0
+	}
+	x := unsafe.Slice((*byte)(unsafe.Pointer(&act.f32[0])), 4*len(act.f32))
+	return floatTiles3(out, outStride, w, nRows, x, act.stride, 4, nTok, func(out *float32, outStride int, w *byte, nGroups int, x *byte, n int) {
+		tileF32AVX2(out, outStride, (*float32)(unsafe.Pointer(w)), nGroups, (*float32)(unsafe.Pointer(x)), n)
+	})
+}
+
+func f16TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
+	return floatTiles3(out, outStride, w, nRows, act.bytes, act.stride/2, 2, nTok, tileF16AVX2)
+}
+
+// q4_KTilesAVX2 runs the Q4_K kernel on 4 tokens at a time so each
+// super-block's scales and nibbles are unpacked once per 4 tokens.
+func q4_KTilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
+	nt := nRows / tileRows * tileRows
+	nTiles := nTok / tileTok
+	nsb := act.stride / 292
+	if nt == 0 || nTiles == 0 || nsb == 0 {
+		return 0
+	}
+	if len(w) < 144*nsb*nt || len(act.bytes) < nTiles*tileTok*act.stride || len(out) < (nTiles*tileTok-1)*outStride+nt {
+		panic("kernels: bad Q4_K tile")
+	}
+	for g := 0; g < nTiles; g++ {
+		t0 := g * tileTok
+		rowsQ4_KAVX2x4(&out[t0*outStride], outStride, &w[0], &act.bytes[t0*act.stride], act.stride, nt, nsb)
+	}
+	return nTiles * tileTok
+}
+
+// q8_0TilesAVX2 runs the 2x2 register tile (tileQ8_0AVX2) over the rows
+// [0, nRows/tileRows*tileRows) for every pair of tokens: each weight block
+// is loaded and made unsigned once per two tokens, each activation block
+// once per two rows, and the four scale products of a block come from one
+// multiply of the rows' widened scales (laid out once per call) by the
+// tokens'. Same order as rows, so the odd token left over goes through
+// rows.
+func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
+	nb := act.nb
+	nr := nRows / tileRows * tileRows
+	nt := nTok / 2 * 2
+	if nr == 0 || nt == 0 {
+		return 0
+	}
+	if len(w) < 34*nb*nr || len(act.bytes) < nt*act.stride || len(act.dx) < nt*nb ||
+		len(out) < (nt-1)*outStride+nr || act.stride != 34*nb {
+		panic("kernels: bad Q8_0 tile")
+	}
+	// dwp: per row pair and block (dw0, dw0, dw1, dw1); dxp: per block
+	// (dx0, dx1, dx0, dx1) of the current token pair.
+	nw, nx := nr/2*nb*4, nb*4
+	bp := packPool.Get().(*[]byte)
+	if cap(*bp) < 4*(nw+nx) {
+		*bp = make([]byte, 4*(nw+nx))
+	}
+	f := f32Bytes((*bp)[:4*(nw+nx)])
+	dwp, dxp := f[:nw], f[nw:]
+	rb := 34 * nb
+	for p := 0; p < nr/2; p++ {
+		r0, r1 := w[2*p*rb:], w[(2*p+1)*rb:]
+		d := dwp[p*nb*4:]
+		for b := 0; b < nb; b++ {
+			d0, d1 := fp16At(r0, 34*b), fp16At(r1, 34*b)
+			d[4*b], d[4*b+1], d[4*b+2], d[4*b+3] = d0, d0, d1, d1
+		}
+	}
+	for t0 := 0; t0 < nt; t0 += 2 {
+		x0, x1 := act.dx[t0*nb:(t0+1)*nb], act.dx[(t0+1)*nb:(t0+2)*nb]
+		for b := 0; b < nb; b++ {
+			dxp[4*b], dxp[4*b+1], dxp[4*b+2], dxp[4*b+3] = x0[b], x1[b], x0[b], x1[b]
+		}
+		tileQ8_0AVX2(&out[t0*outStride], outStride, &w[0], nr/2, &act.bytes[t0*act.stride], act.stride, &dxp[0], &dwp[0], nb)
+	}
+	packPool.Put(bp)
+	return nt
 }
 
 // q8_0TilesAVX512 repacks the row tile once (asm, 128 B per row and block
@@ -250,6 +443,60 @@ func q4_KRowsAsm(out []float32, w []byte, act actBuf, t int) {
 		panic("kernels: short Q4_K weight tile")
 	}
 	rowsQ4_KAVX2(&out[0], &w[0], &x[0], len(out), nsb)
+}
+
+// q6_KTilesAVX2 runs the Q6_K kernel on 4 tokens at a time so each
+// super-block's 6-bit values and scales are unpacked once per 4 tokens.
+func q6_KTilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
+	nt := nRows / tileRows * tileRows
+	nTiles := nTok / tileTok
+	nsb := act.stride / 292
+	if nt == 0 || nTiles == 0 || nsb == 0 {
+		return 0
+	}
+	if len(w) < 210*nsb*nt || len(act.bytes) < nTiles*tileTok*act.stride || len(out) < (nTiles*tileTok-1)*outStride+nt {
+		panic("kernels: bad Q6_K tile")
+	}
+	for g := 0; g < nTiles; g++ {
+		t0 := g * tileTok
+		rowsQ6_KAVX2x4(&out[t0*outStride], outStride, &w[0], &act.bytes[t0*act.stride], act.stride, nt, nsb)
+	}
+	return nTiles * tileTok
+}
+
+// setLegacy installs a legacy type's matvec on both SIMD paths (the
+// kernels are AVX2 code). wb and xb are the weight and activation block
+// bytes; Q8_0 activations (xb 34) come with widened scales in act.dx.
+func setLegacy(k *[3]typeKernel, wb, xb int, fn func(out *float32, w, x *byte, dx *float32, nRows, nb int)) {
+	rows := func(out []float32, w []byte, act actBuf, t int) {
+		x := act.row(t)
+		nb := len(x) / xb
+		if nb == 0 || len(w) < wb*nb*len(out) {
+			panic("kernels: short legacy weight tile")
+		}
+		var dx *float32
+		if xb == 34 {
+			dx = &act.dx[t*nb : (t+1)*nb][0]
+		}
+		fn(&out[0], &w[0], &x[0], dx, len(out), nb)
+	}
+	k[AVX2].rows = rows
+	k[AVX512].rows = rows
+	if xb == 34 {
+		k[AVX2].prepare = prepareQ8_0AVX2
+		k[AVX512].prepare = func(x []float32, nTok, cols int) actBuf {
+			return prepareQ8_0With(x, nTok, cols, false, quantRowQ8_0AVX512)
+		}
+	}
+}
+
+func q5_KRowsAsm(out []float32, w []byte, act actBuf, t int) {
+	x := act.row(t)
+	nsb := len(x) / 292
+	if len(w) < 176*nsb*len(out) || nsb == 0 {
+		panic("kernels: short Q5_K weight tile")
+	}
+	rowsQ5_KAVX2(&out[0], &w[0], &x[0], len(out), nsb)
 }
 
 func q6_KRowsAsm(out []float32, w []byte, act actBuf, t int) {

@@ -1230,6 +1230,43 @@ GLOBL nib4<>(SB), RODATA|NOPTR, $32
 	VPSHUFD $0xb1, X, T \
 	VPADDD T, X, X
 
+// Q4KSCALES unpacks the 6-bit scales and mins of the Q4_K block at SI:
+// the 8 scales as int16 to sc-16(SP), the 8 mins as int16 pairs (m_j, m_j)
+// in Y2, ready for VPMADDWD with the Q8_K bsums. A, C, E, F, G are scratch
+// general registers (A: scale bytes, C: min bytes); clobbers X0, X3.
+#define Q4KSCALES(A, C, E, F, G) \
+	MOVL 4(SI), A \
+	MOVL 8(SI), C \
+	MOVL 12(SI), E \
+	MOVL E, F \
+	SHRL $4, F \
+	ANDL $0x0f0f0f0f, F \
+	MOVL C, G \
+	SHRL $6, G \
+	ANDL $0x03030303, G \
+	SHLL $4, G \
+	ORL  G, F \
+	ANDL $0x3f3f3f3f, C \
+	ANDL $0x0f0f0f0f, E \
+	MOVL A, G \
+	SHRL $6, G \
+	ANDL $0x03030303, G \
+	SHLL $4, G \
+	ORL  G, E \
+	ANDL $0x3f3f3f3f, A \
+	SHLQ $32, E \
+	ORQ  E, A \
+	SHLQ $32, F \
+	ORQ  F, C \
+	VMOVQ A, X0 \
+	VPMOVZXBW X0, X0 \
+	VMOVDQU X0, sc-16(SP) \
+	VMOVQ C, X3 \
+	VPMOVZXBW X3, X3 \
+	VPUNPCKLWD X3, X3, X2 \
+	VPUNPCKHWD X3, X3, X0 \
+	VINSERTI128 $1, X0, Y2, Y2
+
 // func rowsQ4_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 // Canonical Q4_K order (generic.go dotQ4_KGeneric): exact integer sums per
 // super-block, then acc += (d*dx)*isum - (dmin*dx)*imin in scalar float32.
@@ -1252,38 +1289,7 @@ q4k_sb:
 	PREFETCHT0 1024(SI)
 	PREFETCHT0 1088(SI)
 	PREFETCHT0 1152(SI)
-	// Unpack the 6-bit scales (AX: sc0-7 bytes) and mins (CX: m0-7).
-	MOVL 4(SI), AX
-	MOVL 8(SI), CX
-	MOVL 12(SI), R11
-	MOVL R11, R12
-	SHRL $4, R12
-	ANDL $0x0f0f0f0f, R12
-	MOVL CX, R13
-	SHRL $6, R13
-	ANDL $0x03030303, R13
-	SHLL $4, R13
-	ORL  R13, R12
-	ANDL $0x3f3f3f3f, CX
-	ANDL $0x0f0f0f0f, R11
-	MOVL AX, R13
-	SHRL $6, R13
-	ANDL $0x03030303, R13
-	SHLL $4, R13
-	ORL  R13, R11
-	ANDL $0x3f3f3f3f, AX
-	SHLQ $32, R11
-	ORQ  R11, AX
-	SHLQ $32, R12
-	ORQ  R12, CX
-	VMOVQ AX, X0
-	VPMOVZXBW X0, X0
-	VMOVDQU X0, sc-16(SP)
-	VMOVQ CX, X1
-	VPMOVZXBW X1, X1
-	VPUNPCKLWD X1, X1, X2
-	VPUNPCKHWD X1, X1, X3
-	VINSERTI128 $1, X3, Y2, Y2
+	Q4KSCALES(AX, CX, R11, R12, R13)
 	VPMADDWD 260(BX), Y2, Y2  // m_j * (bsum 2j + bsum 2j+1)
 	VPXOR Y8, Y8, Y8
 	Q4KSUB(16(SI), 4(BX), 36(BX), sc-16(SP), sc-14(SP))
@@ -2138,5 +2144,1971 @@ q4kz_store:
 	JMP  q4kz_row
 
 q4kz_done:
+	VZEROUPPER
+	RET
+
+// Q8T22 adds one Q8_0 block to the 2x2 (row, token) tile on AVX2: weight
+// rows at SI and SI+R14, tokens' Q8_0 blocks at BX and BX+DX. The four
+// scale products d = dw*dx come from one 4-lane multiply of the rows'
+// widened scales (R12: dw0, dw0, dw1, dw1) by the tokens' (CX: dx0, dx1,
+// dx0, dx1), each then broadcast. Each pair is Q8Y2's arithmetic (|w|
+// times x signed by w, VPMADDUBSW then VPMADDWD by ones, one FMA with d),
+// so the order is dotQ8_0Generic's; the tile only shares the loads, |w|
+// and the scales. A_rt is the accumulator of (row r, token t). Y5 holds
+// ones16. Clobbers Y0-Y2, Y4, Y6, Y7.
+#define Q8T22(A00, A01, A10, A11) \
+	VPABSB 2(SI), Y0 \
+	VPABSB 2(SI)(R14*1), Y1 \
+	VMOVUPS (CX), X2 \
+	VMULPS (R12), X2, X2 \
+	VMOVUPS X2, dd-16(SP) \
+	VMOVDQU 2(BX), Y4 \
+	VPSIGNB 2(SI), Y4, Y6 \
+	VPMADDUBSW Y6, Y0, Y6 \
+	VPMADDWD Y5, Y6, Y6 \
+	VCVTDQ2PS Y6, Y6 \
+	VBROADCASTSS dd-16(SP), Y7 \
+	VFMADD231PS Y7, Y6, A00 \
+	VPSIGNB 2(SI)(R14*1), Y4, Y6 \
+	VPMADDUBSW Y6, Y1, Y6 \
+	VPMADDWD Y5, Y6, Y6 \
+	VCVTDQ2PS Y6, Y6 \
+	VBROADCASTSS dd-8(SP), Y7 \
+	VFMADD231PS Y7, Y6, A10 \
+	VMOVDQU 2(BX)(DX*1), Y4 \
+	VPSIGNB 2(SI), Y4, Y6 \
+	VPMADDUBSW Y6, Y0, Y6 \
+	VPMADDWD Y5, Y6, Y6 \
+	VCVTDQ2PS Y6, Y6 \
+	VBROADCASTSS dd-12(SP), Y7 \
+	VFMADD231PS Y7, Y6, A01 \
+	VPSIGNB 2(SI)(R14*1), Y4, Y6 \
+	VPMADDUBSW Y6, Y1, Y6 \
+	VPMADDWD Y5, Y6, Y6 \
+	VCVTDQ2PS Y6, Y6 \
+	VBROADCASTSS dd-4(SP), Y7 \
+	VFMADD231PS Y7, Y6, A11 \
+	ADDQ $34, SI \
+	ADDQ $34, BX \
+	ADDQ $16, CX \
+	ADDQ $16, R12
+
+// func tileQ8_0AVX2(out *float32, outStride int, w *byte, nPairs int, x *byte, xStride int, dxp, dwp *float32, nb int)
+// out[t*outStride + r] for 2 tokens t (Q8_0 rows xStride bytes apart) and
+// 2*nPairs weight rows r; dxp holds the tokens' widened scales per block
+// (dx0, dx1, dx0, dx1), dwp the rows' per row pair and block (dw0, dw0,
+// dw1, dw1). Even blocks go to Y8-Y11, odd blocks to Y12-Y15 (the
+// canonical lanes 0-7 and 8-15).
+TEXT ·tileQ8_0AVX2(SB), NOSPLIT, $16-72
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ w+16(FP), SI
+	MOVQ nPairs+24(FP), R8
+	MOVQ x+32(FP), AX
+	MOVQ xStride+40(FP), DX
+	MOVQ dwp+56(FP), R12
+	MOVQ nb+64(FP), R13
+	IMUL3Q $34, R13, R14  // weight row bytes
+	VMOVDQU ones16<>(SB), Y5
+
+q8t_pair:
+	TESTQ R8, R8
+	JZ   q8t_done
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+	VXORPS Y13, Y13, Y13
+	VXORPS Y14, Y14, Y14
+	VXORPS Y15, Y15, Y15
+	MOVQ AX, BX
+	MOVQ dxp+48(FP), CX
+	MOVQ R13, R10
+
+q8t_blk:
+	CMPQ R10, $2
+	JLT  q8t_single
+	Q8T22(Y8, Y9, Y10, Y11)
+	Q8T22(Y12, Y13, Y14, Y15)
+	SUBQ $2, R10
+	JMP  q8t_blk
+
+q8t_single:
+	TESTQ R10, R10
+	JZ   q8t_red
+	Q8T22(Y8, Y9, Y10, Y11)
+
+q8t_red:
+	VADDPS Y12, Y8, Y8
+	VADDPS Y13, Y9, Y9
+	VADDPS Y14, Y10, Y10
+	VADDPS Y15, Y11, Y11
+	REDUCE8Y(Y8, X8, X6)
+	REDUCE8Y(Y9, X9, X6)
+	REDUCE8Y(Y10, X10, X6)
+	REDUCE8Y(Y11, X11, X6)
+	VMOVSS X8, (DI)
+	VMOVSS X10, 4(DI)
+	VMOVSS X9, (DI)(R9*1)
+	VMOVSS X11, 4(DI)(R9*1)
+	ADDQ $8, DI
+	ADDQ R14, SI          // SI ended at row 1: skip it
+	DECQ R8
+	JMP  q8t_pair
+
+q8t_done:
+	VZEROUPPER
+	RET
+
+// Q4KSUB4 is Q4KSUB for 4 tokens (Q8_K rows at BX, BX+R11, BX+2*R11,
+// BX+R13): sub-blocks 2k and 2k+1 of the 32 qs bytes at Q are unpacked and
+// their scales (at SA, SB) broadcast once, then multiplied against each
+// token's qs at offsets A and B into Y8-Y11. Same exact integer sums as
+// Q4KSUB. Clobbers Y0, Y3-Y7.
+#define Q4KSUB4(Q, A, B, SA, SB) \
+	VMOVDQU Q, Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPBROADCASTW SA, Y6 \
+	VPBROADCASTW SB, Y7 \
+	VPMADDUBSW A(BX), Y4, Y3 \
+	VPMADDWD Y6, Y3, Y3 \
+	VPADDD Y3, Y8, Y8 \
+	VPMADDUBSW B(BX), Y5, Y0 \
+	VPMADDWD Y7, Y0, Y0 \
+	VPADDD Y0, Y8, Y8 \
+	VPMADDUBSW A(BX)(R11*1), Y4, Y3 \
+	VPMADDWD Y6, Y3, Y3 \
+	VPADDD Y3, Y9, Y9 \
+	VPMADDUBSW B(BX)(R11*1), Y5, Y0 \
+	VPMADDWD Y7, Y0, Y0 \
+	VPADDD Y0, Y9, Y9 \
+	VPMADDUBSW A(BX)(R11*2), Y4, Y3 \
+	VPMADDWD Y6, Y3, Y3 \
+	VPADDD Y3, Y10, Y10 \
+	VPMADDUBSW B(BX)(R11*2), Y5, Y0 \
+	VPMADDWD Y7, Y0, Y0 \
+	VPADDD Y0, Y10, Y10 \
+	VPMADDUBSW A(BX)(R13*1), Y4, Y3 \
+	VPMADDWD Y6, Y3, Y3 \
+	VPADDD Y3, Y11, Y11 \
+	VPMADDUBSW B(BX)(R13*1), Y5, Y0 \
+	VPMADDWD Y7, Y0, Y0 \
+	VPADDD Y0, Y11, Y11
+
+// Q4KFIN4 ends one super-block for one token: BSUM and DX address the
+// token's Q8_K bsums and scale, Y/X its integer sums, F its float32
+// accumulator; X4 holds (d, dmin) widened. Exactly rowsQ4_KAVX2's
+// acc += (d*dx)*isum - (dmin*dx)*imin. Clobbers X0, X3, X5, X6.
+#define Q4KFIN4(BSUM, DX, Y, X, F) \
+	VPMADDWD BSUM, Y2, Y0 \
+	HSUMD(Y, X, X3) \
+	HSUMD(Y0, X0, X3) \
+	VCVTDQ2PS X, X \
+	VCVTDQ2PS X0, X0 \
+	VBROADCASTSS DX, X5 \
+	VMULPS X5, X4, X5 \
+	VMULSS X5, X, X \
+	VMOVSHDUP X5, X6 \
+	VMULSS X6, X0, X0 \
+	VSUBSS X0, X, X \
+	VADDSS X, F, F
+
+// func rowsQ4_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb int)
+// rowsQ4_KAVX2 for 4 tokens at once (Q8_K rows xStride bytes apart;
+// out[t*outStride + r]): each super-block's scales and nibbles are
+// unpacked once per 4 tokens. Float accumulators: X12, X13, X14, X1.
+TEXT ·rowsQ4_KAVX2x4(SB), NOSPLIT, $24-56
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ w+16(FP), SI
+	MOVQ x+24(FP), DX
+	MOVQ xStride+32(FP), R11
+	LEAQ (R11)(R11*2), R13
+	MOVQ nRows+40(FP), R8
+	MOVQ R8, rc-24(SP)
+	VMOVDQU nib4<>(SB), Y15
+
+q4k4_row:
+	CMPQ rc-24(SP), $0
+	JEQ  q4k4_done
+	VXORPS X12, X12, X12
+	VXORPS X13, X13, X13
+	VXORPS X14, X14, X14
+	VXORPS X1, X1, X1
+	MOVQ DX, BX
+	MOVQ nsb+48(FP), R14
+
+q4k4_sb:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
+	Q4KSCALES(AX, CX, R10, R12, R8)
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	Q4KSUB4(16(SI), 4, 36, sc-16(SP), sc-14(SP))
+	Q4KSUB4(48(SI), 68, 100, sc-12(SP), sc-10(SP))
+	Q4KSUB4(80(SI), 132, 164, sc-8(SP), sc-6(SP))
+	Q4KSUB4(112(SI), 196, 228, sc-4(SP), sc-2(SP))
+	VMOVD (SI), X4
+	VCVTPH2PS X4, X4          // d, dmin
+	Q4KFIN4(260(BX), (BX), Y8, X8, X12)
+	Q4KFIN4(260(BX)(R11*1), (BX)(R11*1), Y9, X9, X13)
+	Q4KFIN4(260(BX)(R11*2), (BX)(R11*2), Y10, X10, X14)
+	Q4KFIN4(260(BX)(R13*1), (BX)(R13*1), Y11, X11, X1)
+	ADDQ $144, SI
+	ADDQ $292, BX
+	DECQ R14
+	JNZ  q4k4_sb
+
+	VMOVSS X12, (DI)
+	VMOVSS X13, (DI)(R9*1)
+	VMOVSS X14, (DI)(R9*2)
+	LEAQ (R9)(R9*2), R8
+	VMOVSS X1, (DI)(R8*1)
+	ADDQ $4, DI
+	DECQ rc-24(SP)
+	JMP  q4k4_row
+
+q4k4_done:
+	VZEROUPPER
+	RET
+
+// FT43 is one step of the 4-row x 3-token float tile on AVX2: 8 lanes
+// (one half of the canonical 16) of rows AX, AX+R10, AX+2*R10, AX+R12 and
+// tokens BX, BX+R10, BX+2*R10, loaded (and widened) by LD, into Y(3r+t)
+// with one FMA each, then AX and BX advance by STEP (one 16-lane chunk).
+#define FT43(LD, STEP) \
+	LD (BX), Y12 \
+	LD (BX)(R10*1), Y13 \
+	LD (BX)(R10*2), Y14 \
+	LD (AX), Y15 \
+	VFMADD231PS Y15, Y12, Y0 \
+	VFMADD231PS Y15, Y13, Y1 \
+	VFMADD231PS Y15, Y14, Y2 \
+	LD (AX)(R10*1), Y15 \
+	VFMADD231PS Y15, Y12, Y3 \
+	VFMADD231PS Y15, Y13, Y4 \
+	VFMADD231PS Y15, Y14, Y5 \
+	LD (AX)(R10*2), Y15 \
+	VFMADD231PS Y15, Y12, Y6 \
+	VFMADD231PS Y15, Y13, Y7 \
+	VFMADD231PS Y15, Y14, Y8 \
+	LD (AX)(R12*1), Y15 \
+	VFMADD231PS Y15, Y12, Y9 \
+	VFMADD231PS Y15, Y13, Y10 \
+	VFMADD231PS Y15, Y14, Y11 \
+	ADDQ $STEP, AX \
+	ADDQ $STEP, BX
+
+#define FTZERO \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7 \
+	VXORPS Y8, Y8, Y8 \
+	VXORPS Y9, Y9, Y9 \
+	VXORPS Y10, Y10, Y10 \
+	VXORPS Y11, Y11, Y11
+
+#define FTSAVE \
+	VMOVUPS Y0, (R14) \
+	VMOVUPS Y1, 32(R14) \
+	VMOVUPS Y2, 64(R14) \
+	VMOVUPS Y3, 96(R14) \
+	VMOVUPS Y4, 128(R14) \
+	VMOVUPS Y5, 160(R14) \
+	VMOVUPS Y6, 192(R14) \
+	VMOVUPS Y7, 224(R14) \
+	VMOVUPS Y8, 256(R14) \
+	VMOVUPS Y9, 288(R14) \
+	VMOVUPS Y10, 320(R14) \
+	VMOVUPS Y11, 352(R14)
+
+// FTFIN1 adds lanes 0-7 (saved at LO) to lanes 8-15 (Y) - the canonical
+// j += j+8 - folds the rest by REDUCE8Y and stores lane 0 at OUT.
+#define FTFIN1(Y, X, LO, OUT) \
+	VADDPS LO, Y, Y \
+	REDUCE8Y(Y, X, X12) \
+	VMOVSS X, OUT
+
+#define FTFIN \
+	FTFIN1(Y0, X0, (R14), (DI)) \
+	FTFIN1(Y1, X1, 32(R14), (DI)(R9*1)) \
+	FTFIN1(Y2, X2, 64(R14), (DI)(R9*2)) \
+	FTFIN1(Y3, X3, 96(R14), 4(DI)) \
+	FTFIN1(Y4, X4, 128(R14), 4(DI)(R9*1)) \
+	FTFIN1(Y5, X5, 160(R14), 4(DI)(R9*2)) \
+	FTFIN1(Y6, X6, 192(R14), 8(DI)) \
+	FTFIN1(Y7, X7, 224(R14), 8(DI)(R9*1)) \
+	FTFIN1(Y8, X8, 256(R14), 8(DI)(R9*2)) \
+	FTFIN1(Y9, X9, 288(R14), 12(DI)) \
+	FTFIN1(Y10, X10, 320(R14), 12(DI)(R9*1)) \
+	FTFIN1(Y11, X11, 352(R14), 12(DI)(R9*2))
+
+// FTARGS derives the registers shared by tileF32AVX2 and tileF16AVX2
+// from R10 = n; ES is the element size shift (2: float32, 1: binary16).
+// (The arguments are loaded in each function: go vet checks them there.)
+#define FTARGS(ES) \
+	MOVQ R10, R11 \
+	SHRQ $4, R11 \
+	SHLQ $ES, R10 \
+	LEAQ (R10)(R10*2), R12 \
+	LEAQ lo-384(SP), R14
+
+// func tileF32AVX2(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
+// out[t*outStride + r] = dot(row r, token t) for 3 tokens (x, n apart) and
+// 4*nGroups rows (n apart), n a multiple of 16, in the canonical F32 order:
+// lanes 0-7 are accumulated over the whole row first (kept on the stack),
+// then lanes 8-15, so 12 accumulators fit the 16 registers.
+TEXT ·tileF32AVX2(SB), NOSPLIT, $384-48
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ w+16(FP), SI
+	MOVQ nGroups+24(FP), R8
+	MOVQ x+32(FP), DX
+	MOVQ n+40(FP), R10
+	FTARGS(2)
+
+ft32_group:
+	TESTQ R8, R8
+	JZ   ft32_done
+	FTZERO
+	MOVQ SI, AX
+	MOVQ DX, BX
+	MOVQ R11, CX
+
+ft32_lo:
+	FT43(VMOVUPS, 64)
+	DECQ CX
+	JNZ  ft32_lo
+	FTSAVE
+	FTZERO
+	LEAQ 32(SI), AX
+	LEAQ 32(DX), BX
+	MOVQ R11, CX
+
+ft32_hi:
+	FT43(VMOVUPS, 64)
+	DECQ CX
+	JNZ  ft32_hi
+	FTFIN
+	ADDQ $16, DI
+	LEAQ (SI)(R10*4), SI
+	DECQ R8
+	JMP  ft32_group
+
+ft32_done:
+	VZEROUPPER
+	RET
+
+// func tileF16AVX2(out *float32, outStride int, w *byte, nGroups int, x *byte, n int)
+// tileF32AVX2 over binary16 weights and activations, widened on load
+// (their products are exact in float32, so FMA is the canonical step).
+TEXT ·tileF16AVX2(SB), NOSPLIT, $384-48
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ w+16(FP), SI
+	MOVQ nGroups+24(FP), R8
+	MOVQ x+32(FP), DX
+	MOVQ n+40(FP), R10
+	FTARGS(1)
+
+ft16_group:
+	TESTQ R8, R8
+	JZ   ft16_done
+	FTZERO
+	MOVQ SI, AX
+	MOVQ DX, BX
+	MOVQ R11, CX
+
+ft16_lo:
+	FT43(VCVTPH2PS, 32)
+	DECQ CX
+	JNZ  ft16_lo
+	FTSAVE
+	FTZERO
+	LEAQ 16(SI), AX
+	LEAQ 16(DX), BX
+	MOVQ R11, CX
+
+ft16_hi:
+	FT43(VCVTPH2PS, 32)
+	DECQ CX
+	JNZ  ft16_hi
+	FTFIN
+	ADDQ $16, DI
+	LEAQ (SI)(R10*4), SI
+	DECQ R8
+	JMP  ft16_group
+
+ft16_done:
+	VZEROUPPER
+	RET
+
+// Q4K8G adds one 4-element group of a sub-block pair for 8 rows and 2
+// tokens: the rows' 4 packed bytes at W(SI) (low nibbles: sub-block 2k,
+// high: 2k+1) times the tokens' 4 q8 at XL and XH broadcast to every row,
+// pairs summed by VPMADDUBSW into the int16 sums Y8, Y9 (token 0) and Y10,
+// Y11 (token 1). Clobbers Y0-Y5.
+#define Q4K8G(W, XL, XH) \
+	VMOVDQU W(SI), Y0 \
+	VPSRLW $4, Y0, Y1 \
+	VPAND Y7, Y0, Y0 \
+	VPAND Y7, Y1, Y1 \
+	VPBROADCASTD XL(BX), Y2 \
+	VPMADDUBSW Y2, Y0, Y3 \
+	VPADDW Y3, Y8, Y8 \
+	VPBROADCASTD XH(BX), Y2 \
+	VPMADDUBSW Y2, Y1, Y3 \
+	VPADDW Y3, Y9, Y9 \
+	VPBROADCASTD XL(BX)(DX*1), Y4 \
+	VPMADDUBSW Y4, Y0, Y5 \
+	VPADDW Y5, Y10, Y10 \
+	VPBROADCASTD XH(BX)(DX*1), Y4 \
+	VPMADDUBSW Y4, Y1, Y5 \
+	VPADDW Y5, Y11, Y11
+
+// Q4K8SC scales the int16 sums of sub-blocks 2k and 2k+1 by the rows'
+// (sc, sc) pairs at S0(SI), S1(SI) into the isums Y12 (token 0), Y13.
+#define Q4K8SC(S0, S1) \
+	VPMADDWD S0(SI), Y8, Y8 \
+	VPADDD Y8, Y12, Y12 \
+	VPMADDWD S1(SI), Y9, Y9 \
+	VPADDD Y9, Y12, Y12 \
+	VPMADDWD S0(SI), Y10, Y10 \
+	VPADDD Y10, Y13, Y13 \
+	VPMADDWD S1(SI), Y11, Y11 \
+	VPADDD Y11, Y13, Y13 \
+	VPXOR Y8, Y8, Y8 \
+	VPXOR Y9, Y9, Y9 \
+	VPXOR Y10, Y10, Y10 \
+	VPXOR Y11, Y11, Y11
+
+// Q4K8SUB is sub-block pair k: 8 groups then the scales. K64 = 64k,
+// W0 = 256k (packed bytes), S0 = 1024+64k.
+#define Q4K8SUB(W0, K64, S0) \
+	Q4K8G(W0, 4+K64, 36+K64) \
+	Q4K8G(W0+32, 8+K64, 40+K64) \
+	Q4K8G(W0+64, 12+K64, 44+K64) \
+	Q4K8G(W0+96, 16+K64, 48+K64) \
+	Q4K8G(W0+128, 20+K64, 52+K64) \
+	Q4K8G(W0+160, 24+K64, 56+K64) \
+	Q4K8G(W0+192, 28+K64, 60+K64) \
+	Q4K8G(W0+224, 32+K64, 64+K64) \
+	Q4K8SC(S0, S0+32)
+
+// Q4K8MIN adds m_j * (bsum 2j + bsum 2j+1) (the pair at B of each token)
+// for the rows' (m_j, m_j) pairs at M(SI) into the imins Y8, Y9.
+#define Q4K8MIN(B, M) \
+	VPBROADCASTD B(BX), Y2 \
+	VPMADDWD M(SI), Y2, Y2 \
+	VPADDD Y2, Y8, Y8 \
+	VPBROADCASTD B(BX)(DX*1), Y4 \
+	VPMADDWD M(SI), Y4, Y4 \
+	VPADDD Y4, Y9, Y9
+
+// Q4K8FIN is the canonical float step for one token, lane-wise: ISUM and
+// IMIN (int32) to float32, acc F += (d*dx)*isum - (dmin*dx)*imin with dx
+// at DXM. Clobbers Y2-Y4.
+#define Q4K8FIN(DXM, ISUM, IMIN, F) \
+	VCVTDQ2PS ISUM, ISUM \
+	VCVTDQ2PS IMIN, IMIN \
+	VBROADCASTSS DXM, Y2 \
+	VMULPS 1536(SI), Y2, Y3 \
+	VMULPS 1568(SI), Y2, Y4 \
+	VMULPS Y3, ISUM, ISUM \
+	VMULPS Y4, IMIN, IMIN \
+	VSUBPS IMIN, ISUM, ISUM \
+	VADDPS ISUM, F, F
+
+// func q4KTile8x2AVX2(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+// Canonical Q4_K order (dotQ4_KGeneric) with 8 rows in the 8 lanes, for 2
+// tokens (Q8_K rows at x and x+xStride) and nGroups groups of 8 rows
+// packed by q4KPack8 (q4k8.go). Per super-block: exact int16 sums over
+// each 32-element sub-block (|sum| <= 16*15*128), exact isum and imin in
+// int32, then the scalar float steps of the canonical order, lane-wise.
+// One store per token and group: out[t*outStride + 8g + r].
+TEXT ·q4KTile8x2AVX2(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ wp+16(FP), SI
+	MOVQ nGroups+24(FP), R8
+	MOVQ x+32(FP), AX
+	MOVQ xStride+40(FP), DX
+	MOVQ nsb+48(FP), R10
+	VMOVDQU nib4<>(SB), Y7
+
+q4k8_group:
+	TESTQ R8, R8
+	JZ   q4k8_done
+	VXORPS Y14, Y14, Y14
+	VXORPS Y15, Y15, Y15
+	MOVQ AX, BX
+	MOVQ R10, CX
+
+q4k8_sb:
+	PREFETCHT0 1600(SI)
+	PREFETCHT0 1664(SI)
+	PREFETCHT0 1728(SI)
+	PREFETCHT0 1792(SI)
+	VPXOR Y12, Y12, Y12
+	VPXOR Y13, Y13, Y13
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	Q4K8SUB(0, 0, 1024)
+	Q4K8SUB(256, 64, 1088)
+	Q4K8SUB(512, 128, 1152)
+	Q4K8SUB(768, 192, 1216)
+	Q4K8MIN(260, 1280)
+	Q4K8MIN(264, 1312)
+	Q4K8MIN(268, 1344)
+	Q4K8MIN(272, 1376)
+	Q4K8MIN(276, 1408)
+	Q4K8MIN(280, 1440)
+	Q4K8MIN(284, 1472)
+	Q4K8MIN(288, 1504)
+	Q4K8FIN((BX), Y12, Y8, Y14)
+	Q4K8FIN((BX)(DX*1), Y13, Y9, Y15)
+	ADDQ $1600, SI
+	ADDQ $292, BX
+	DECQ CX
+	JNZ  q4k8_sb
+
+	VMOVUPS Y14, (DI)
+	VMOVUPS Y15, (DI)(R9*1)
+	ADDQ $32, DI
+	DECQ R8
+	JMP  q4k8_group
+
+q4k8_done:
+	VZEROUPPER
+	RET
+
+// Q6KCH4 is Q6KCH for 4 tokens (Q8_K rows at BX, BX+R11, BX+2*R11,
+// BX+R13; qs of this chunk at offset X): the chunk's unsigned 6-bit values
+// U and its two scales (SA, SB) are shared, the exact int32 sums go to
+// Y8-Y11. Clobbers Y5-Y7.
+#define Q6KCH4(U, X, SA, SB) \
+	VPBROADCASTW SA, X7 \
+	VPBROADCASTW SB, X6 \
+	VINSERTI128 $1, X6, Y7, Y7 \
+	VPMADDUBSW X(BX), U, Y6 \
+	VPMADDWD Y7, Y6, Y6 \
+	VPADDD Y6, Y8, Y8 \
+	VPMADDUBSW X(BX)(R11*1), U, Y5 \
+	VPMADDWD Y7, Y5, Y5 \
+	VPADDD Y5, Y9, Y9 \
+	VPMADDUBSW X(BX)(R11*2), U, Y6 \
+	VPMADDWD Y7, Y6, Y6 \
+	VPADDD Y6, Y10, Y10 \
+	VPMADDUBSW X(BX)(R13*1), U, Y5 \
+	VPMADDWD Y7, Y5, Y5 \
+	VPADDD Y5, Y11, Y11
+
+// Q6KHALF4 is Q6KHALF for 4 tokens (XA-XD: offsets of the four 32-byte
+// chunks of Q8_K qs). Clobbers Y0-Y7.
+#define Q6KHALF4(QL, QL32, QH, XA, XB, XC, XD, S0, S1, S2, S3, S4, S5, S6, S7) \
+	VMOVDQU QL, Y0 \
+	VMOVDQU QL32, Y1 \
+	VMOVDQU QH, Y2 \
+	VPAND Y15, Y0, Y3 \
+	VPSLLW $4, Y2, Y4 \
+	VPAND Y14, Y4, Y4 \
+	VPOR Y4, Y3, Y3 \
+	Q6KCH4(Y3, XA, S0, S1) \
+	VPAND Y15, Y1, Y3 \
+	VPSLLW $2, Y2, Y4 \
+	VPAND Y14, Y4, Y4 \
+	VPOR Y4, Y3, Y3 \
+	Q6KCH4(Y3, XB, S2, S3) \
+	VPSRLW $4, Y0, Y3 \
+	VPAND Y15, Y3, Y3 \
+	VPAND Y14, Y2, Y4 \
+	VPOR Y4, Y3, Y3 \
+	Q6KCH4(Y3, XC, S4, S5) \
+	VPSRLW $4, Y1, Y3 \
+	VPAND Y15, Y3, Y3 \
+	VPSRLW $2, Y2, Y4 \
+	VPAND Y14, Y4, Y4 \
+	VPOR Y4, Y3, Y3 \
+	Q6KCH4(Y3, XD, S6, S7)
+
+// Q6KFIN4 ends a super-block for one token (Q8_K row at XR): the -32
+// offset through the bsums, the horizontal sum of Y (X its low half),
+// then F += (d*dx)*isum with d widened in X12 and F the token's float32
+// accumulator on the stack: rowsQ6_KAVX2's steps. XB addresses the row's
+// bsums (XR+260). Clobbers X4-X6.
+#define Q6KFIN4(XR, XB, Y, X, F) \
+	VMOVDQU XB, Y4 \
+	VPMADDWD sc-32(SP), Y4, Y4 \
+	VPSLLD $5, Y4, Y4 \
+	VPSUBD Y4, Y, Y \
+	HSUMD(Y, X, X6) \
+	VCVTDQ2PS X, X \
+	VMULSS XR, X12, X5 \
+	VMULSS X5, X, X \
+	VADDSS F, X, X \
+	VMOVSS X, F
+
+// func rowsQ6_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb int)
+// rowsQ6_KAVX2 for 4 tokens at once (Q8_K rows xStride bytes apart;
+// out[t*outStride + r]): each super-block's 6-bit values and scales are
+// unpacked once per 4 tokens.
+TEXT ·rowsQ6_KAVX2x4(SB), NOSPLIT, $48-56
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ w+16(FP), SI
+	MOVQ x+24(FP), DX
+	MOVQ xStride+32(FP), R11
+	LEAQ (R11)(R11*2), R13
+	MOVQ nRows+40(FP), R8
+	VMOVDQU nib4<>(SB), Y15
+	VMOVDQU c30<>(SB), Y14
+
+q6k4_row:
+	TESTQ R8, R8
+	JZ   q6k4_done
+	VXORPS X4, X4, X4
+	VMOVSS X4, f0-48(SP)
+	VMOVSS X4, f1-44(SP)
+	VMOVSS X4, f2-40(SP)
+	VMOVSS X4, f3-36(SP)
+	MOVQ DX, BX
+	MOVQ nsb+48(FP), R14
+
+q6k4_sb:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
+	PREFETCHT0 1216(SI)
+	VPMOVSXBW 192(SI), Y4
+	VMOVDQU Y4, sc-32(SP)
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	Q6KHALF4((SI), 32(SI), 128(SI), 4, 36, 68, 100, sc-32(SP), sc-30(SP), sc-28(SP), sc-26(SP), sc-24(SP), sc-22(SP), sc-20(SP), sc-18(SP))
+	Q6KHALF4(64(SI), 96(SI), 160(SI), 132, 164, 196, 228, sc-16(SP), sc-14(SP), sc-12(SP), sc-10(SP), sc-8(SP), sc-6(SP), sc-4(SP), sc-2(SP))
+	MOVWLZX 208(SI), AX
+	VMOVD AX, X12
+	VCVTPH2PS X12, X12
+	Q6KFIN4((BX), 260(BX), Y8, X8, f0-48(SP))
+	Q6KFIN4((BX)(R11*1), 260(BX)(R11*1), Y9, X9, f1-44(SP))
+	Q6KFIN4((BX)(R11*2), 260(BX)(R11*2), Y10, X10, f2-40(SP))
+	Q6KFIN4((BX)(R13*1), 260(BX)(R13*1), Y11, X11, f3-36(SP))
+	ADDQ $210, SI
+	ADDQ $292, BX
+	DECQ R14
+	JNZ  q6k4_sb
+
+	VMOVSS f0-48(SP), X4
+	VMOVSS X4, (DI)
+	VMOVSS f1-44(SP), X4
+	VMOVSS X4, (DI)(R9*1)
+	VMOVSS f2-40(SP), X4
+	VMOVSS X4, (DI)(R9*2)
+	LEAQ (R9)(R9*2), AX
+	VMOVSS f3-36(SP), X4
+	VMOVSS X4, (DI)(AX*1)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q6k4_row
+
+q6k4_done:
+	VZEROUPPER
+	RET
+
+// Legacy types on AVX2 (Q4_0, Q5_0 against Q8_0; Q4_1, Q5_1 against Q8_1):
+// the canonical order of legacy.go (Q8_0's even/odd 16 lanes, one FMA per
+// 4-element sum, then for Q4_1/Q5_1 float32(m*s) added to lane 0 of the
+// block's half). Weights are decoded to one byte per element in element
+// order in Y2, then multiplied as Q8Y2 does. Constants: Y15 ones16, Y14
+// nibble mask, Y13 8s, Y12 qh byte index, Y11 bit masks, Y10 0x10s, Y9 16s.
+DATA legIdx<>+0(SB)/8, $0x0000000000000000
+DATA legIdx<>+8(SB)/8, $0x0101010101010101
+DATA legIdx<>+16(SB)/8, $0x0202020202020202
+DATA legIdx<>+24(SB)/8, $0x0303030303030303
+GLOBL legIdx<>(SB), RODATA|NOPTR, $32
+DATA legBits<>+0(SB)/8, $0x8040201008040201
+DATA legBits<>+8(SB)/8, $0x8040201008040201
+DATA legBits<>+16(SB)/8, $0x8040201008040201
+DATA legBits<>+24(SB)/8, $0x8040201008040201
+GLOBL legBits<>(SB), RODATA|NOPTR, $32
+DATA legC<>+0(SB)/8, $0x0808080808080808
+DATA legC<>+8(SB)/8, $0x0808080808080808
+DATA legC<>+16(SB)/8, $0x0808080808080808
+DATA legC<>+24(SB)/8, $0x0808080808080808
+DATA legC<>+32(SB)/8, $0x1010101010101010
+DATA legC<>+40(SB)/8, $0x1010101010101010
+DATA legC<>+48(SB)/8, $0x1010101010101010
+DATA legC<>+56(SB)/8, $0x1010101010101010
+GLOBL legC<>(SB), RODATA|NOPTR, $64
+
+#define LEGINIT \
+	VMOVDQU ones16<>(SB), Y15 \
+	VMOVDQU nib4<>(SB), Y14 \
+	VMOVDQU legC<>(SB), Y13 \
+	VMOVDQU legIdx<>(SB), Y12 \
+	VMOVDQU legBits<>(SB), Y11 \
+	VMOVDQU legC<>+32(SB), Y10 \
+	VMOVDQU legC<>+32(SB), Y9
+
+// LEGNIB puts the 32 nibbles of the 16 qs bytes at QS in Y2, element
+// order (low nibbles are elements 0-15, high 16-31). Clobbers X3.
+#define LEGNIB(QS) \
+	VMOVDQU QS, X2 \
+	VPSRLW $4, X2, X3 \
+	VINSERTI128 $1, X3, Y2, Y2 \
+	VPAND Y14, Y2, Y2
+
+// LEGQH ORs bit 4 of each element from the 32-bit qh at QH into Y2.
+// Clobbers Y3.
+#define LEGQH(QH) \
+	VPBROADCASTD QH, Y3 \
+	VPSHUFB Y12, Y3, Y3 \
+	VPAND Y11, Y3, Y3 \
+	VPCMPEQB Y11, Y3, Y3 \
+	VPAND Y10, Y3, Y3 \
+	VPOR Y3, Y2, Y2
+
+// LEGSIGNED adds signed weights Y2 times the Q8_0 qs at XQ, scaled by
+// d = dw (f16 at WD) * dx (float32 at DXM), to ACC. Clobbers Y2-Y5.
+#define LEGSIGNED(XQ, WD, DXM, ACC) \
+	VMOVDQU XQ, Y3 \
+	VPSIGNB Y2, Y3, Y3 \
+	VPABSB Y2, Y2 \
+	VPMADDUBSW Y3, Y2, Y3 \
+	VPMADDWD Y15, Y3, Y3 \
+	VCVTDQ2PS Y3, Y3 \
+	VPBROADCASTW WD, X4 \
+	VCVTPH2PS X4, Y4 \
+	VBROADCASTSS DXM, Y5 \
+	VMULPS Y5, Y4, Y4 \
+	VFMADD231PS Y4, Y3, ACC
+
+// LEGUNSIGNED adds unsigned weights Y2 (offset m at W+2) times the Q8_1
+// block at X (d, s, qs) to ACC: the 8 fused steps with d = dw*dx, then
+// float32(m*s) into lane 0. Clobbers Y2-Y7, AX.
+#define LEGUNSIGNED(W, X, ACC) \
+	VPMADDUBSW 4(X), Y2, Y3 \
+	VPMADDWD Y15, Y3, Y3 \
+	VCVTDQ2PS Y3, Y3 \
+	VPBROADCASTW (W), X4 \
+	VCVTPH2PS X4, Y4 \
+	VPBROADCASTW (X), X5 \
+	VCVTPH2PS X5, Y5 \
+	VMULPS Y5, Y4, Y4 \
+	VFMADD231PS Y4, Y3, ACC \
+	MOVWLZX 2(W), AX \
+	VMOVD AX, X6 \
+	VCVTPH2PS X6, X6 \
+	MOVWLZX 2(X), AX \
+	VMOVD AX, X7 \
+	VCVTPH2PS X7, X7 \
+	VMULSS X7, X6, X6 \
+	VADDPS Y6, ACC, ACC
+
+// Q40BLK adds one Q4_0 block (at W) against the activation block at X.
+#define Q40BLK(W, X, DXM, ACC) \
+	LEGNIB(2(W)) \
+	VPSUBB Y13, Y2, Y2 \
+	LEGSIGNED(2(X), (W), DXM, ACC)
+
+// func rowsQ4_0AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+// dx: the Q8_0 activations' widened scales (unused for Q8_1 types).
+TEXT ·rowsQ4_0AVX2(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ dx+24(FP), R11
+	MOVQ nRows+32(FP), R8
+	MOVQ nb+40(FP), R9
+	LEGINIT
+
+q40_row:
+	TESTQ R8, R8
+	JZ   q40_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ DX, BX
+	MOVQ R11, R12
+	MOVQ R9, R10
+
+q40_pair:
+	CMPQ R10, $2
+	JLT  q40_single
+	Q40BLK(SI, BX, (R12), Y0)
+	LEAQ 18(SI), R13
+	LEAQ 34(BX), R14
+	Q40BLK(R13, R14, 4(R12), Y1)
+	ADDQ $36, SI
+	ADDQ $68, BX
+	ADDQ $8, R12
+	SUBQ $2, R10
+	JMP  q40_pair
+
+q40_single:
+	TESTQ R10, R10
+	JZ   q40_red
+	Q40BLK(SI, BX, (R12), Y0)
+	ADDQ $18, SI
+
+q40_red:
+	VADDPS Y1, Y0, Y0
+	REDUCE8Y(Y0, X0, X6)
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q40_row
+
+q40_done:
+	VZEROUPPER
+	RET
+
+// Q50BLK adds one Q5_0 block (at W) against the activation block at X.
+#define Q50BLK(W, X, DXM, ACC) \
+	LEGNIB(6(W)) \
+	LEGQH(2(W)) \
+	VPSUBB Y9, Y2, Y2 \
+	LEGSIGNED(2(X), (W), DXM, ACC)
+
+// func rowsQ5_0AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+// dx: the Q8_0 activations' widened scales (unused for Q8_1 types).
+TEXT ·rowsQ5_0AVX2(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ dx+24(FP), R11
+	MOVQ nRows+32(FP), R8
+	MOVQ nb+40(FP), R9
+	LEGINIT
+
+q50_row:
+	TESTQ R8, R8
+	JZ   q50_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ DX, BX
+	MOVQ R11, R12
+	MOVQ R9, R10
+
+q50_pair:
+	CMPQ R10, $2
+	JLT  q50_single
+	Q50BLK(SI, BX, (R12), Y0)
+	LEAQ 22(SI), R13
+	LEAQ 34(BX), R14
+	Q50BLK(R13, R14, 4(R12), Y1)
+	ADDQ $44, SI
+	ADDQ $68, BX
+	ADDQ $8, R12
+	SUBQ $2, R10
+	JMP  q50_pair
+
+q50_single:
+	TESTQ R10, R10
+	JZ   q50_red
+	Q50BLK(SI, BX, (R12), Y0)
+	ADDQ $22, SI
+
+q50_red:
+	VADDPS Y1, Y0, Y0
+	REDUCE8Y(Y0, X0, X6)
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q50_row
+
+q50_done:
+	VZEROUPPER
+	RET
+
+// Q41BLK adds one Q4_1 block (at W) against the activation block at X.
+#define Q41BLK(W, X, DXM, ACC) \
+	LEGNIB(4(W)) \
+	LEGUNSIGNED(W, X, ACC)
+
+// func rowsQ4_1AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+// dx: the Q8_0 activations' widened scales (unused for Q8_1 types).
+TEXT ·rowsQ4_1AVX2(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ dx+24(FP), R11
+	MOVQ nRows+32(FP), R8
+	MOVQ nb+40(FP), R9
+	LEGINIT
+
+q41_row:
+	TESTQ R8, R8
+	JZ   q41_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ DX, BX
+	MOVQ R11, R12
+	MOVQ R9, R10
+
+q41_pair:
+	CMPQ R10, $2
+	JLT  q41_single
+	Q41BLK(SI, BX, (R12), Y0)
+	LEAQ 20(SI), R13
+	LEAQ 36(BX), R14
+	Q41BLK(R13, R14, 4(R12), Y1)
+	ADDQ $40, SI
+	ADDQ $72, BX
+	ADDQ $8, R12
+	SUBQ $2, R10
+	JMP  q41_pair
+
+q41_single:
+	TESTQ R10, R10
+	JZ   q41_red
+	Q41BLK(SI, BX, (R12), Y0)
+	ADDQ $20, SI
+
+q41_red:
+	VADDPS Y1, Y0, Y0
+	REDUCE8Y(Y0, X0, X6)
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q41_row
+
+q41_done:
+	VZEROUPPER
+	RET
+
+// Q51BLK adds one Q5_1 block (at W) against the activation block at X.
+#define Q51BLK(W, X, DXM, ACC) \
+	LEGNIB(8(W)) \
+	LEGQH(4(W)) \
+	LEGUNSIGNED(W, X, ACC)
+
+// func rowsQ5_1AVX2(out *float32, w, x *byte, dx *float32, nRows, nb int)
+// dx: the Q8_0 activations' widened scales (unused for Q8_1 types).
+TEXT ·rowsQ5_1AVX2(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ dx+24(FP), R11
+	MOVQ nRows+32(FP), R8
+	MOVQ nb+40(FP), R9
+	LEGINIT
+
+q51_row:
+	TESTQ R8, R8
+	JZ   q51_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ DX, BX
+	MOVQ R11, R12
+	MOVQ R9, R10
+
+q51_pair:
+	CMPQ R10, $2
+	JLT  q51_single
+	Q51BLK(SI, BX, (R12), Y0)
+	LEAQ 24(SI), R13
+	LEAQ 36(BX), R14
+	Q51BLK(R13, R14, 4(R12), Y1)
+	ADDQ $48, SI
+	ADDQ $72, BX
+	ADDQ $8, R12
+	SUBQ $2, R10
+	JMP  q51_pair
+
+q51_single:
+	TESTQ R10, R10
+	JZ   q51_red
+	Q51BLK(SI, BX, (R12), Y0)
+	ADDQ $24, SI
+
+q51_red:
+	VADDPS Y1, Y0, Y0
+	REDUCE8Y(Y0, X0, X6)
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q51_row
+
+q51_done:
+	VZEROUPPER
+	RET
+
+DATA ones8<>+0(SB)/8, $0x0101010101010101
+DATA ones8<>+8(SB)/8, $0x0101010101010101
+DATA ones8<>+16(SB)/8, $0x0101010101010101
+DATA ones8<>+24(SB)/8, $0x0101010101010101
+GLOBL ones8<>(SB), RODATA|NOPTR, $32
+
+// Q5KSUB is Q4KSUB for Q5_K: the nibbles of sub-blocks 2k and 2k+1 get
+// bit 4 from the low bit of each qh byte in Y3, which is shifted right
+// once per sub-block (word shifts: the bits that cross into a byte land
+// in bit 7, never bit 0). Values <= 31: products fit int16 (31*128*2).
+#define Q5KSUB(Q, XA, XB, SA, SB) \
+	VMOVDQU Q, Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPAND Y14, Y3, Y6 \
+	VPSLLW $4, Y6, Y6 \
+	VPOR Y6, Y4, Y4 \
+	VPSRLW $1, Y3, Y3 \
+	VPAND Y14, Y3, Y6 \
+	VPSLLW $4, Y6, Y6 \
+	VPOR Y6, Y5, Y5 \
+	VPSRLW $1, Y3, Y3 \
+	VPMADDUBSW XA, Y4, Y6 \
+	VPBROADCASTW SA, Y7 \
+	VPMADDWD Y7, Y6, Y6 \
+	VPADDD Y6, Y8, Y8 \
+	VPMADDUBSW XB, Y5, Y6 \
+	VPBROADCASTW SB, Y7 \
+	VPMADDWD Y7, Y6, Y6 \
+	VPADDD Y6, Y8, Y8
+
+// func rowsQ5_KAVX2(out *float32, w, x *byte, nRows, nsb int)
+// Canonical Q5_K order (generic.go dotQ5_KGeneric), rowsQ4_KAVX2's steps.
+TEXT ·rowsQ5_KAVX2(SB), NOSPLIT, $16-40
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ nRows+24(FP), R8
+	MOVQ nsb+32(FP), R9
+	VMOVDQU nib4<>(SB), Y15
+	VMOVDQU ones8<>(SB), Y14
+
+q5k_row:
+	TESTQ R8, R8
+	JZ   q5k_done
+	VXORPS X13, X13, X13
+	MOVQ DX, BX
+	MOVQ R9, R10
+
+q5k_sb:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
+	Q4KSCALES(AX, CX, R11, R12, R13)
+	VPMADDWD 260(BX), Y2, Y2  // m_j * (bsum 2j + bsum 2j+1)
+	VMOVDQU 16(SI), Y3        // qh
+	VPXOR Y8, Y8, Y8
+	Q5KSUB(48(SI), 4(BX), 36(BX), sc-16(SP), sc-14(SP))
+	Q5KSUB(80(SI), 68(BX), 100(BX), sc-12(SP), sc-10(SP))
+	Q5KSUB(112(SI), 132(BX), 164(BX), sc-8(SP), sc-6(SP))
+	Q5KSUB(144(SI), 196(BX), 228(BX), sc-4(SP), sc-2(SP))
+	HSUMD(Y8, X8, X9)
+	HSUMD(Y2, X2, X9)
+	VCVTDQ2PS X8, X8
+	VCVTDQ2PS X2, X2
+	VMOVD (SI), X10
+	VCVTPH2PS X10, X10        // d, dmin
+	VBROADCASTSS (BX), X11    // dx
+	VMULPS X11, X10, X10      // d*dx, dmin*dx
+	VMULSS X10, X8, X8
+	VMOVSHDUP X10, X12
+	VMULSS X12, X2, X2
+	VSUBSS X2, X8, X8
+	VADDSS X8, X13, X13
+	ADDQ $176, SI
+	ADDQ $292, BX
+	DECQ R10
+	JNZ  q5k_sb
+
+	VMOVSS X13, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  q5k_row
+
+q5k_done:
+	VZEROUPPER
+	RET
+
+// expI: integer vectors for EXPY: sign mask, -126, 127, 126, 2^-126's
+// bits, 1 (8 lanes each).
+DATA expI<>+0(SB)/8, $0x8000000080000000
+DATA expI<>+8(SB)/8, $0x8000000080000000
+DATA expI<>+16(SB)/8, $0x8000000080000000
+DATA expI<>+24(SB)/8, $0x8000000080000000
+DATA expI<>+32(SB)/8, $0xffffff82ffffff82
+DATA expI<>+40(SB)/8, $0xffffff82ffffff82
+DATA expI<>+48(SB)/8, $0xffffff82ffffff82
+DATA expI<>+56(SB)/8, $0xffffff82ffffff82
+DATA expI<>+64(SB)/8, $0x0000007f0000007f
+DATA expI<>+72(SB)/8, $0x0000007f0000007f
+DATA expI<>+80(SB)/8, $0x0000007f0000007f
+DATA expI<>+88(SB)/8, $0x0000007f0000007f
+DATA expI<>+96(SB)/8, $0x0000007e0000007e
+DATA expI<>+104(SB)/8, $0x0000007e0000007e
+DATA expI<>+112(SB)/8, $0x0000007e0000007e
+DATA expI<>+120(SB)/8, $0x0000007e0000007e
+DATA expI<>+128(SB)/8, $0x0080000000800000
+DATA expI<>+136(SB)/8, $0x0080000000800000
+DATA expI<>+144(SB)/8, $0x0080000000800000
+DATA expI<>+152(SB)/8, $0x0080000000800000
+DATA expI<>+160(SB)/8, $0x0000000100000001
+DATA expI<>+168(SB)/8, $0x0000000100000001
+DATA expI<>+176(SB)/8, $0x0000000100000001
+DATA expI<>+184(SB)/8, $0x0000000100000001
+GLOBL expI<>(SB), RODATA|NOPTR, $192
+
+// EXPY is EXPZ on AVX2: Y0 = expf(Y0) for 8 lanes, act.go's expf operation
+// for operation, the mask registers replaced by compare results and
+// VBLENDVPS. Float constants at (R9) (expConsts). Clobbers Y1-Y7, Y10-Y12.
+#define EXPY \
+	VCMPPS $3, Y0, Y0, Y10 \
+	VBROADCASTSS 44(R9), Y1 \
+	VCMPPS $0x1e, Y1, Y0, Y11 \
+	VBROADCASTSS 48(R9), Y1 \
+	VCMPPS $0x11, Y1, Y0, Y12 \
+	VBROADCASTSS (R9), Y1 \
+	VMULPS Y0, Y1, Y1 \
+	VANDPS expI<>+0(SB), Y1, Y2 \
+	VBROADCASTSS 4(R9), Y3 \
+	VORPS Y3, Y2, Y2 \
+	VADDPS Y2, Y1, Y1 \
+	VCVTTPS2DQ Y1, Y4 \
+	VCVTDQ2PS Y4, Y1 \
+	VBROADCASTSS 8(R9), Y2 \
+	VMULPS Y1, Y2, Y2 \
+	VSUBPS Y2, Y0, Y2 \
+	VBROADCASTSS 12(R9), Y3 \
+	VMULPS Y1, Y3, Y3 \
+	VSUBPS Y3, Y2, Y2 \
+	VBROADCASTSS 16(R9), Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VBROADCASTSS 20(R9), Y5 \
+	VADDPS Y5, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VBROADCASTSS 24(R9), Y5 \
+	VADDPS Y5, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VBROADCASTSS 28(R9), Y5 \
+	VADDPS Y5, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VBROADCASTSS 32(R9), Y5 \
+	VADDPS Y5, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VBROADCASTSS 36(R9), Y5 \
+	VADDPS Y5, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VADDPS Y2, Y3, Y3 \
+	VBROADCASTSS 40(R9), Y5 \
+	VADDPS Y5, Y3, Y3 \
+	VPADDD expI<>+64(SB), Y4, Y5 \
+	VPSLLD $23, Y5, Y6 \
+	VPADDD expI<>+96(SB), Y5, Y7 \
+	VPSLLD $23, Y7, Y7 \
+	VMOVDQU expI<>+32(SB), Y1 \
+	VPCMPGTD Y4, Y1, Y1 \
+	VBLENDVPS Y1, Y7, Y6, Y6 \
+	VPCMPGTD expI<>+64(SB), Y4, Y7 \
+	VBROADCASTSS 56(R9), Y2 \
+	VBLENDVPS Y7, Y2, Y6, Y6 \
+	VBROADCASTSS 40(R9), Y2 \
+	VBLENDVPS Y1, expI<>+128(SB), Y2, Y2 \
+	VPSUBD expI<>+160(SB), Y5, Y5 \
+	VPSLLD $23, Y5, Y5 \
+	VBLENDVPS Y7, Y5, Y2, Y2 \
+	VMULPS Y6, Y3, Y3 \
+	VMULPS Y2, Y3, Y3 \
+	VBLENDVPS Y10, Y0, Y3, Y3 \
+	VBROADCASTSS 52(R9), Y1 \
+	VBLENDVPS Y11, Y1, Y3, Y3 \
+	VANDNPS Y3, Y12, Y0
+
+// func siluMulAVX2(gp, u *float32, n int, c *float32)   n % 8 == 0
+TEXT ·siluMulAVX2(SB), NOSPLIT, $0-32
+	MOVQ gp+0(FP), DI
+	MOVQ u+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ c+24(FP), R9
+	SHRQ $3, CX
+	JZ   silu2_done
+
+silu2_loop:
+	VMOVUPS (DI), Y8
+	VMOVUPS (SI), Y9
+	VXORPS expI<>+0(SB), Y8, Y0   // -g
+	EXPY
+	VBROADCASTSS 40(R9), Y1
+	VADDPS Y1, Y0, Y0             // 1 + e
+	VDIVPS Y0, Y8, Y8             // g / (1 + e)
+	VMULPS Y9, Y8, Y8
+	VMOVUPS Y8, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	DECQ CX
+	JNZ  silu2_loop
+
+silu2_done:
+	VZEROUPPER
+	RET
+
+// func expSubAVX2(x *float32, n int, m float32, c *float32)   n % 8 == 0
+TEXT ·expSubAVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), DI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS m+16(FP), Y13
+	MOVQ c+24(FP), R9
+	SHRQ $3, CX
+	JZ   exps2_done
+
+exps2_loop:
+	VMOVUPS (DI), Y0
+	VSUBPS Y13, Y0, Y0
+	EXPY
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  exps2_loop
+
+exps2_done:
+	VZEROUPPER
+	RET
+
+DATA q8perm<>+0(SB)/8, $0x0000000400000000
+DATA q8perm<>+8(SB)/8, $0x0000000500000001
+DATA q8perm<>+16(SB)/8, $0x0000000600000002
+DATA q8perm<>+24(SB)/8, $0x0000000700000003
+GLOBL q8perm<>(SB), RODATA|NOPTR, $32
+
+// func quantQ8_0AVX2(x *float32, nb int, blocks *byte, dx *float32)
+// quantQ8_0AVX512 without the tile layout, on AVX2: the int32 results are
+// packed to bytes by VPACKSSDW/VPACKSSWB (|q| <= 127: no saturation) and
+// put back in element order by VPERMD.
+TEXT ·quantQ8_0AVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ blocks+16(FP), DI
+	MOVQ dx+24(FP), R8
+	VBROADCASTSS q8consts<>+4(SB), Y15   // abs mask
+	VMOVSS q8consts<>+0(SB), X14          // 127
+	VMOVDQU q8perm<>(SB), Y13
+
+q8q2_block:
+	TESTQ CX, CX
+	JZ   q8q2_done
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VANDPS Y15, Y0, Y4
+	VANDPS Y15, Y1, Y5
+	VANDPS Y15, Y2, Y6
+	VANDPS Y15, Y3, Y7
+	VMAXPS Y5, Y4, Y4
+	VMAXPS Y7, Y6, Y6
+	VMAXPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VMAXPS X5, X4, X4
+	VMOVHLPS X4, X4, X5
+	VMAXPS X5, X4, X4
+	VMOVSHDUP X4, X5
+	VMAXSS X5, X4, X4                     // amax
+	VDIVSS X14, X4, X8                    // d = amax/127
+	VCVTPS2PH $0, X8, X9
+	VPEXTRW $0, X9, AX
+	MOVW AX, (DI)
+	VCVTPH2PS X9, X10
+	VMOVSS X10, (R8)
+	VDIVSS X4, X14, X11                   // id = 127/amax
+	VXORPS X12, X12, X12
+	VCMPSS $4, X12, X4, X12               // amax != 0
+	VANDPS X12, X11, X11
+	VBROADCASTSS X11, Y11
+	VMULPS Y11, Y0, Y0
+	VMULPS Y11, Y1, Y1
+	VMULPS Y11, Y2, Y2
+	VMULPS Y11, Y3, Y3
+	VCVTPS2DQ Y0, Y0
+	VCVTPS2DQ Y1, Y1
+	VCVTPS2DQ Y2, Y2
+	VCVTPS2DQ Y3, Y3
+	VPACKSSDW Y1, Y0, Y0
+	VPACKSSDW Y3, Y2, Y2
+	VPACKSSWB Y2, Y0, Y0
+	VPERMD Y0, Y13, Y0
+	VMOVDQU Y0, 2(DI)
+	ADDQ $128, SI
+	ADDQ $34, DI
+	ADDQ $4, R8
+	DECQ CX
+	JMP  q8q2_block
+
+q8q2_done:
+	VZEROUPPER
+	RET
+
+// Q4K16G, Q4K16SC, Q4K16SUB, Q4K16MIN and Q4K16FIN are Q4K8G ... Q4K8FIN
+// on AVX-512 for 16 rows (the layout of q4KPack with 16 rows: every field
+// twice as wide).
+#define Q4K16G(W, XL, XH) \
+	VMOVDQU64 W(SI), Z0 \
+	VPSRLW $4, Z0, Z1 \
+	VPANDD Z7, Z0, Z0 \
+	VPANDD Z7, Z1, Z1 \
+	VPBROADCASTD XL(BX), Z2 \
+	VPMADDUBSW Z2, Z0, Z3 \
+	VPADDW Z3, Z8, Z8 \
+	VPBROADCASTD XH(BX), Z2 \
+	VPMADDUBSW Z2, Z1, Z3 \
+	VPADDW Z3, Z9, Z9 \
+	VPBROADCASTD XL(BX)(DX*1), Z4 \
+	VPMADDUBSW Z4, Z0, Z5 \
+	VPADDW Z5, Z10, Z10 \
+	VPBROADCASTD XH(BX)(DX*1), Z4 \
+	VPMADDUBSW Z4, Z1, Z5 \
+	VPADDW Z5, Z11, Z11
+
+#define Q4K16SC(S0, S1) \
+	VPMADDWD S0(SI), Z8, Z8 \
+	VPADDD Z8, Z12, Z12 \
+	VPMADDWD S1(SI), Z9, Z9 \
+	VPADDD Z9, Z12, Z12 \
+	VPMADDWD S0(SI), Z10, Z10 \
+	VPADDD Z10, Z13, Z13 \
+	VPMADDWD S1(SI), Z11, Z11 \
+	VPADDD Z11, Z13, Z13 \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11
+
+// W0 = 512k (packed bytes), K64 = 64k, S0 = 2048+128k.
+#define Q4K16SUB(W0, K64, S0) \
+	Q4K16G(W0, 4+K64, 36+K64) \
+	Q4K16G(W0+64, 8+K64, 40+K64) \
+	Q4K16G(W0+128, 12+K64, 44+K64) \
+	Q4K16G(W0+192, 16+K64, 48+K64) \
+	Q4K16G(W0+256, 20+K64, 52+K64) \
+	Q4K16G(W0+320, 24+K64, 56+K64) \
+	Q4K16G(W0+384, 28+K64, 60+K64) \
+	Q4K16G(W0+448, 32+K64, 64+K64) \
+	Q4K16SC(S0, S0+64)
+
+#define Q4K16MIN(B, M) \
+	VPBROADCASTD B(BX), Z2 \
+	VPMADDWD M(SI), Z2, Z2 \
+	VPADDD Z2, Z8, Z8 \
+	VPBROADCASTD B(BX)(DX*1), Z4 \
+	VPMADDWD M(SI), Z4, Z4 \
+	VPADDD Z4, Z9, Z9
+
+#define Q4K16FIN(DXM, ISUM, IMIN, F) \
+	VCVTDQ2PS ISUM, ISUM \
+	VCVTDQ2PS IMIN, IMIN \
+	VBROADCASTSS DXM, Z2 \
+	VMULPS 3072(SI), Z2, Z3 \
+	VMULPS 3136(SI), Z2, Z4 \
+	VMULPS Z3, ISUM, ISUM \
+	VMULPS Z4, IMIN, IMIN \
+	VSUBPS IMIN, ISUM, ISUM \
+	VADDPS ISUM, F, F
+
+// func q4KTile16x2AVX512(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+// q4KTile8x2AVX2 with 16 rows in the 16 lanes of a ZMM register.
+TEXT ·q4KTile16x2AVX512(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ wp+16(FP), SI
+	MOVQ nGroups+24(FP), R8
+	MOVQ x+32(FP), AX
+	MOVQ xStride+40(FP), DX
+	MOVQ nsb+48(FP), R10
+	VPBROADCASTD nib4<>(SB), Z7
+
+q4k16_group:
+	TESTQ R8, R8
+	JZ   q4k16_done
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ AX, BX
+	MOVQ R10, CX
+
+q4k16_sb:
+	PREFETCHT0 3200(SI)
+	PREFETCHT0 3264(SI)
+	PREFETCHT0 3328(SI)
+	PREFETCHT0 3392(SI)
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	Q4K16SUB(0, 0, 2048)
+	Q4K16SUB(512, 64, 2176)
+	Q4K16SUB(1024, 128, 2304)
+	Q4K16SUB(1536, 192, 2432)
+	Q4K16MIN(260, 2560)
+	Q4K16MIN(264, 2624)
+	Q4K16MIN(268, 2688)
+	Q4K16MIN(272, 2752)
+	Q4K16MIN(276, 2816)
+	Q4K16MIN(280, 2880)
+	Q4K16MIN(284, 2944)
+	Q4K16MIN(288, 3008)
+	Q4K16FIN((BX), Z12, Z8, Z14)
+	Q4K16FIN((BX)(DX*1), Z13, Z9, Z15)
+	ADDQ $3200, SI
+	ADDQ $292, BX
+	DECQ CX
+	JNZ  q4k16_sb
+
+	VMOVUPS Z14, (DI)
+	VMOVUPS Z15, (DI)(R9*1)
+	ADDQ $64, DI
+	DECQ R8
+	JMP  q4k16_group
+
+q4k16_done:
+	VZEROUPPER
+	RET
+
+// BF16Y widens 8 BF16 values at M into the float32 lanes of Y.
+#define BF16Y(M, Y) \
+	VPMOVZXWD M, Y \
+	VPSLLD $16, Y, Y
+
+// func rowsBF16AVX2(out *float32, w, x *byte, nRows, n int)
+// The canonical BF16 order (dotBF16Generic: products rounded, then added;
+// never fused) on AVX2, lanes 0-7 in Y0 and 8-15 in Y1. n must be a
+// multiple of 16 (the Go wrapper falls back otherwise).
+TEXT ·rowsBF16AVX2(SB), NOSPLIT, $0-40
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ nRows+24(FP), R8
+	MOVQ n+32(FP), R12
+	SHRQ $4, R12
+
+bf16y_row:
+	TESTQ R8, R8
+	JZ   bf16y_done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ DX, BX
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ   bf16y_red
+
+bf16y_chunk:
+	BF16Y((BX), Y4)
+	BF16Y(16(BX), Y5)
+	BF16Y((SI), Y6)
+	BF16Y(16(SI), Y7)
+	VMULPS Y6, Y4, Y4
+	VMULPS Y7, Y5, Y5
+	VADDPS Y4, Y0, Y0
+	VADDPS Y5, Y1, Y1
+	ADDQ $32, SI
+	ADDQ $32, BX
+	DECQ CX
+	JNZ  bf16y_chunk
+
+bf16y_red:
+	VADDPS Y1, Y0, Y0
+	REDUCE8Y(Y0, X0, X6)
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	DECQ R8
+	JMP  bf16y_row
+
+bf16y_done:
+	VZEROUPPER
+	RET
+
+// Q6_K with 8 rows in the lanes (layout of q6KPack8, q6k8_amd64.go) for 4
+// tokens: per 4-element group of a quarter, Q6KHALF's decode of the rows'
+// interleaved ql/qh bytes (lane-wise), VPMADDUBSW against each token's 4
+// q8 broadcast, int16 sums over 2 groups (<= 2*2*63*128), VPMADDWD by the
+// (sc, sc) pairs into the exact isum; the -32 offset through the bsums;
+// then dotQ6_KGeneric's float steps lane-wise. Tokens' Q8_K rows at BX,
+// BX+DX, BX+2*DX, BX+R11.
+
+// Q6K8U decodes the rows' 6-bit values of one group into Y2: low part
+// from the ql bytes at QL shifted right by QLS, high 2 bits from the qh
+// bytes at QH shifted by QHOP QHS. Clobbers Y0, Y1.
+#define Q6K8U(QL, QLS, QH, QHOP, QHS) \
+	VMOVDQU QL(SI), Y0 \
+	VPSRLW $QLS, Y0, Y0 \
+	VPAND Y15, Y0, Y2 \
+	VMOVDQU QH(SI), Y1 \
+	QHOP $QHS, Y1, Y1 \
+	VPAND Y14, Y1, Y1 \
+	VPOR Y1, Y2, Y2
+
+// Q6K8T multiplies Y2 by the 4 tokens' 4 q8 at X into the int16 sums
+// Y8-Y11. Clobbers Y3.
+#define Q6K8T(X) \
+	VPBROADCASTD X(BX), Y3 \
+	VPMADDUBSW Y3, Y2, Y3 \
+	VPADDW Y3, Y8, Y8 \
+	VPBROADCASTD X(BX)(DX*1), Y3 \
+	VPMADDUBSW Y3, Y2, Y3 \
+	VPADDW Y3, Y9, Y9 \
+	VPBROADCASTD X(BX)(DX*2), Y3 \
+	VPMADDUBSW Y3, Y2, Y3 \
+	VPADDW Y3, Y10, Y10 \
+	VPBROADCASTD X(BX)(R11*1), Y3 \
+	VPMADDUBSW Y3, Y2, Y3 \
+	VPADDW Y3, Y11, Y11
+
+// Q6K8F scales the int16 sums by the (sc, sc) pairs at S into the isums
+// Y12, Y13, Y6, Y7 and clears them.
+#define Q6K8F(S) \
+	VPMADDWD S(SI), Y8, Y8 \
+	VPADDD Y8, Y12, Y12 \
+	VPMADDWD S(SI), Y9, Y9 \
+	VPADDD Y9, Y13, Y13 \
+	VPMADDWD S(SI), Y10, Y10 \
+	VPADDD Y10, Y6, Y6 \
+	VPMADDWD S(SI), Y11, Y11 \
+	VPADDD Y11, Y7, Y7 \
+	VPXOR Y8, Y8, Y8 \
+	VPXOR Y9, Y9, Y9 \
+	VPXOR Y10, Y10, Y10 \
+	VPXOR Y11, Y11, Y11
+
+// Q6K8B adds sc_2m*bsum_2m + sc_2m+1*bsum_2m+1 (bsum pair at B, scale
+// pairs at S) for the 4 tokens into Y8-Y11.
+#define Q6K8B(B, S) \
+	VPBROADCASTD B(BX), Y3 \
+	VPMADDWD S(SI), Y3, Y3 \
+	VPADDD Y3, Y8, Y8 \
+	VPBROADCASTD B(BX)(DX*1), Y3 \
+	VPMADDWD S(SI), Y3, Y3 \
+	VPADDD Y3, Y9, Y9 \
+	VPBROADCASTD B(BX)(DX*2), Y3 \
+	VPMADDWD S(SI), Y3, Y3 \
+	VPADDD Y3, Y10, Y10 \
+	VPBROADCASTD B(BX)(R11*1), Y3 \
+	VPMADDWD S(SI), Y3, Y3 \
+	VPADDD Y3, Y11, Y11
+
+// Q6K8FIN: F += float32(d*dx) * float32(ISUM - 32*BS), lane-wise; F is
+// the token's accumulator on the stack. Clobbers Y3.
+#define Q6K8FIN(DXM, ISUM, BS, F) \
+	VPSLLD $5, BS, BS \
+	VPSUBD BS, ISUM, ISUM \
+	VCVTDQ2PS ISUM, ISUM \
+	VBROADCASTSS DXM, Y3 \
+	VMULPS 2304(SI), Y3, Y3 \
+	VMULPS Y3, ISUM, ISUM \
+	VADDPS F, ISUM, ISUM \
+	VMOVUPS ISUM, F
+
+// func q6KTile8x4AVX2(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+// Canonical Q6_K order for 4 tokens (Q8_K rows xStride bytes apart) and
+// nGroups groups of 8 packed rows: out[t*outStride + 8g + r].
+TEXT ·q6KTile8x4AVX2(SB), NOSPLIT, $128-56
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	LEAQ (R9)(R9*2), R12
+	MOVQ wp+16(FP), SI
+	MOVQ nGroups+24(FP), R8
+	MOVQ x+32(FP), AX
+	MOVQ xStride+40(FP), DX
+	LEAQ (DX)(DX*2), R11
+	MOVQ nsb+48(FP), R10
+	VMOVDQU nib4<>(SB), Y15
+	VMOVDQU c30<>(SB), Y14
+
+q6k8_group:
+	TESTQ R8, R8
+	JZ   q6k8_done
+	VXORPS Y3, Y3, Y3
+	VMOVUPS Y3, f0-128(SP)
+	VMOVUPS Y3, f1-96(SP)
+	VMOVUPS Y3, f2-64(SP)
+	VMOVUPS Y3, f3-32(SP)
+	MOVQ AX, BX
+	MOVQ R10, CX
+
+q6k8_sb:
+	PREFETCHT0 2336(SI)
+	PREFETCHT0 2400(SI)
+	PREFETCHT0 2464(SI)
+	PREFETCHT0 2528(SI)
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	VPXOR Y12, Y12, Y12
+	VPXOR Y13, Y13, Y13
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+	Q6K8U(0, 0, 1024, VPSLLW, 4)
+	Q6K8T(4)
+	Q6K8U(32, 0, 1056, VPSLLW, 4)
+	Q6K8T(8)
+	Q6K8F(1536)
+	Q6K8U(64, 0, 1088, VPSLLW, 4)
+	Q6K8T(12)
+	Q6K8U(96, 0, 1120, VPSLLW, 4)
+	Q6K8T(16)
+	Q6K8F(1536)
+	Q6K8U(128, 0, 1152, VPSLLW, 4)
+	Q6K8T(20)
+	Q6K8U(160, 0, 1184, VPSLLW, 4)
+	Q6K8T(24)
+	Q6K8F(1568)
+	Q6K8U(192, 0, 1216, VPSLLW, 4)
+	Q6K8T(28)
+	Q6K8U(224, 0, 1248, VPSLLW, 4)
+	Q6K8T(32)
+	Q6K8F(1568)
+	Q6K8U(512, 0, 1024, VPSLLW, 2)
+	Q6K8T(36)
+	Q6K8U(544, 0, 1056, VPSLLW, 2)
+	Q6K8T(40)
+	Q6K8F(1600)
+	Q6K8U(576, 0, 1088, VPSLLW, 2)
+	Q6K8T(44)
+	Q6K8U(608, 0, 1120, VPSLLW, 2)
+	Q6K8T(48)
+	Q6K8F(1600)
+	Q6K8U(640, 0, 1152, VPSLLW, 2)
+	Q6K8T(52)
+	Q6K8U(672, 0, 1184, VPSLLW, 2)
+	Q6K8T(56)
+	Q6K8F(1632)
+	Q6K8U(704, 0, 1216, VPSLLW, 2)
+	Q6K8T(60)
+	Q6K8U(736, 0, 1248, VPSLLW, 2)
+	Q6K8T(64)
+	Q6K8F(1632)
+	Q6K8U(0, 4, 1024, VPSRLW, 0)
+	Q6K8T(68)
+	Q6K8U(32, 4, 1056, VPSRLW, 0)
+	Q6K8T(72)
+	Q6K8F(1664)
+	Q6K8U(64, 4, 1088, VPSRLW, 0)
+	Q6K8T(76)
+	Q6K8U(96, 4, 1120, VPSRLW, 0)
+	Q6K8T(80)
+	Q6K8F(1664)
+	Q6K8U(128, 4, 1152, VPSRLW, 0)
+	Q6K8T(84)
+	Q6K8U(160, 4, 1184, VPSRLW, 0)
+	Q6K8T(88)
+	Q6K8F(1696)
+	Q6K8U(192, 4, 1216, VPSRLW, 0)
+	Q6K8T(92)
+	Q6K8U(224, 4, 1248, VPSRLW, 0)
+	Q6K8T(96)
+	Q6K8F(1696)
+	Q6K8U(512, 4, 1024, VPSRLW, 2)
+	Q6K8T(100)
+	Q6K8U(544, 4, 1056, VPSRLW, 2)
+	Q6K8T(104)
+	Q6K8F(1728)
+	Q6K8U(576, 4, 1088, VPSRLW, 2)
+	Q6K8T(108)
+	Q6K8U(608, 4, 1120, VPSRLW, 2)
+	Q6K8T(112)
+	Q6K8F(1728)
+	Q6K8U(640, 4, 1152, VPSRLW, 2)
+	Q6K8T(116)
+	Q6K8U(672, 4, 1184, VPSRLW, 2)
+	Q6K8T(120)
+	Q6K8F(1760)
+	Q6K8U(704, 4, 1216, VPSRLW, 2)
+	Q6K8T(124)
+	Q6K8U(736, 4, 1248, VPSRLW, 2)
+	Q6K8T(128)
+	Q6K8F(1760)
+	Q6K8U(256, 0, 1280, VPSLLW, 4)
+	Q6K8T(132)
+	Q6K8U(288, 0, 1312, VPSLLW, 4)
+	Q6K8T(136)
+	Q6K8F(1792)
+	Q6K8U(320, 0, 1344, VPSLLW, 4)
+	Q6K8T(140)
+	Q6K8U(352, 0, 1376, VPSLLW, 4)
+	Q6K8T(144)
+	Q6K8F(1792)
+	Q6K8U(384, 0, 1408, VPSLLW, 4)
+	Q6K8T(148)
+	Q6K8U(416, 0, 1440, VPSLLW, 4)
+	Q6K8T(152)
+	Q6K8F(1824)
+	Q6K8U(448, 0, 1472, VPSLLW, 4)
+	Q6K8T(156)
+	Q6K8U(480, 0, 1504, VPSLLW, 4)
+	Q6K8T(160)
+	Q6K8F(1824)
+	Q6K8U(768, 0, 1280, VPSLLW, 2)
+	Q6K8T(164)
+	Q6K8U(800, 0, 1312, VPSLLW, 2)
+	Q6K8T(168)
+	Q6K8F(1856)
+	Q6K8U(832, 0, 1344, VPSLLW, 2)
+	Q6K8T(172)
+	Q6K8U(864, 0, 1376, VPSLLW, 2)
+	Q6K8T(176)
+	Q6K8F(1856)
+	Q6K8U(896, 0, 1408, VPSLLW, 2)
+	Q6K8T(180)
+	Q6K8U(928, 0, 1440, VPSLLW, 2)
+	Q6K8T(184)
+	Q6K8F(1888)
+	Q6K8U(960, 0, 1472, VPSLLW, 2)
+	Q6K8T(188)
+	Q6K8U(992, 0, 1504, VPSLLW, 2)
+	Q6K8T(192)
+	Q6K8F(1888)
+	Q6K8U(256, 4, 1280, VPSRLW, 0)
+	Q6K8T(196)
+	Q6K8U(288, 4, 1312, VPSRLW, 0)
+	Q6K8T(200)
+	Q6K8F(1920)
+	Q6K8U(320, 4, 1344, VPSRLW, 0)
+	Q6K8T(204)
+	Q6K8U(352, 4, 1376, VPSRLW, 0)
+	Q6K8T(208)
+	Q6K8F(1920)
+	Q6K8U(384, 4, 1408, VPSRLW, 0)
+	Q6K8T(212)
+	Q6K8U(416, 4, 1440, VPSRLW, 0)
+	Q6K8T(216)
+	Q6K8F(1952)
+	Q6K8U(448, 4, 1472, VPSRLW, 0)
+	Q6K8T(220)
+	Q6K8U(480, 4, 1504, VPSRLW, 0)
+	Q6K8T(224)
+	Q6K8F(1952)
+	Q6K8U(768, 4, 1280, VPSRLW, 2)
+	Q6K8T(228)
+	Q6K8U(800, 4, 1312, VPSRLW, 2)
+	Q6K8T(232)
+	Q6K8F(1984)
+	Q6K8U(832, 4, 1344, VPSRLW, 2)
+	Q6K8T(236)
+	Q6K8U(864, 4, 1376, VPSRLW, 2)
+	Q6K8T(240)
+	Q6K8F(1984)
+	Q6K8U(896, 4, 1408, VPSRLW, 2)
+	Q6K8T(244)
+	Q6K8U(928, 4, 1440, VPSRLW, 2)
+	Q6K8T(248)
+	Q6K8F(2016)
+	Q6K8U(960, 4, 1472, VPSRLW, 2)
+	Q6K8T(252)
+	Q6K8U(992, 4, 1504, VPSRLW, 2)
+	Q6K8T(256)
+	Q6K8F(2016)
+	Q6K8B(260, 2048)
+	Q6K8B(264, 2080)
+	Q6K8B(268, 2112)
+	Q6K8B(272, 2144)
+	Q6K8B(276, 2176)
+	Q6K8B(280, 2208)
+	Q6K8B(284, 2240)
+	Q6K8B(288, 2272)
+	Q6K8FIN((BX), Y12, Y8, f0-128(SP))
+	Q6K8FIN((BX)(DX*1), Y13, Y9, f1-96(SP))
+	Q6K8FIN((BX)(DX*2), Y6, Y10, f2-64(SP))
+	Q6K8FIN((BX)(R11*1), Y7, Y11, f3-32(SP))
+	ADDQ $2336, SI
+	ADDQ $292, BX
+	DECQ CX
+	JNZ  q6k8_sb
+
+	VMOVUPS f0-128(SP), Y3
+	VMOVUPS Y3, (DI)
+	VMOVUPS f1-96(SP), Y3
+	VMOVUPS Y3, (DI)(R9*1)
+	VMOVUPS f2-64(SP), Y3
+	VMOVUPS Y3, (DI)(R9*2)
+	VMOVUPS f3-32(SP), Y3
+	VMOVUPS Y3, (DI)(R12*1)
+	ADDQ $32, DI
+	DECQ R8
+	JMP  q6k8_group
+
+q6k8_done:
+	VZEROUPPER
+	RET
+
+// Q4K16G4 ... are the Q4K16 macros for 4 tokens (Q8_K rows at BX, BX+DX,
+// BX+2*DX, BX+R11): one unpack of the rows' nibbles serves 4 tokens.
+// Token t's int16 sums are Z(8+2t) (sub-block 2k) and Z(9+2t) (2k+1), its
+// isum Z(16+t), its float accumulator Z(20+t); imins reuse Z8-Z11.
+#define Q4K16G4(W, XL, XH) \
+	VMOVDQU64 W(SI), Z0 \
+	VPSRLW $4, Z0, Z1 \
+	VPANDD Z7, Z0, Z0 \
+	VPANDD Z7, Z1, Z1 \
+	VPBROADCASTD XL(BX), Z2 \
+	VPMADDUBSW Z2, Z0, Z3 \
+	VPADDW Z3, Z8, Z8 \
+	VPBROADCASTD XH(BX), Z4 \
+	VPMADDUBSW Z4, Z1, Z5 \
+	VPADDW Z5, Z9, Z9 \
+	VPBROADCASTD XL(BX)(DX*1), Z2 \
+	VPMADDUBSW Z2, Z0, Z3 \
+	VPADDW Z3, Z10, Z10 \
+	VPBROADCASTD XH(BX)(DX*1), Z4 \
+	VPMADDUBSW Z4, Z1, Z5 \
+	VPADDW Z5, Z11, Z11 \
+	VPBROADCASTD XL(BX)(DX*2), Z2 \
+	VPMADDUBSW Z2, Z0, Z3 \
+	VPADDW Z3, Z12, Z12 \
+	VPBROADCASTD XH(BX)(DX*2), Z4 \
+	VPMADDUBSW Z4, Z1, Z5 \
+	VPADDW Z5, Z13, Z13 \
+	VPBROADCASTD XL(BX)(R11*1), Z2 \
+	VPMADDUBSW Z2, Z0, Z3 \
+	VPADDW Z3, Z14, Z14 \
+	VPBROADCASTD XH(BX)(R11*1), Z4 \
+	VPMADDUBSW Z4, Z1, Z5 \
+	VPADDW Z5, Z15, Z15
+
+#define Q4K16SC4(S0, S1) \
+	VPMADDWD S0(SI), Z8, Z8 \
+	VPADDD Z8, Z16, Z16 \
+	VPMADDWD S1(SI), Z9, Z9 \
+	VPADDD Z9, Z16, Z16 \
+	VPMADDWD S0(SI), Z10, Z10 \
+	VPADDD Z10, Z17, Z17 \
+	VPMADDWD S1(SI), Z11, Z11 \
+	VPADDD Z11, Z17, Z17 \
+	VPMADDWD S0(SI), Z12, Z12 \
+	VPADDD Z12, Z18, Z18 \
+	VPMADDWD S1(SI), Z13, Z13 \
+	VPADDD Z13, Z18, Z18 \
+	VPMADDWD S0(SI), Z14, Z14 \
+	VPADDD Z14, Z19, Z19 \
+	VPMADDWD S1(SI), Z15, Z15 \
+	VPADDD Z15, Z19, Z19 \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15
+
+#define Q4K16SUB4(W0, K64, S0) \
+	Q4K16G4(W0, 4+K64, 36+K64) \
+	Q4K16G4(W0+64, 8+K64, 40+K64) \
+	Q4K16G4(W0+128, 12+K64, 44+K64) \
+	Q4K16G4(W0+192, 16+K64, 48+K64) \
+	Q4K16G4(W0+256, 20+K64, 52+K64) \
+	Q4K16G4(W0+320, 24+K64, 56+K64) \
+	Q4K16G4(W0+384, 28+K64, 60+K64) \
+	Q4K16G4(W0+448, 32+K64, 64+K64) \
+	Q4K16SC4(S0, S0+64)
+
+#define Q4K16MIN4(B, M) \
+	VPBROADCASTD B(BX), Z2 \
+	VPMADDWD M(SI), Z2, Z2 \
+	VPADDD Z2, Z8, Z8 \
+	VPBROADCASTD B(BX)(DX*1), Z2 \
+	VPMADDWD M(SI), Z2, Z2 \
+	VPADDD Z2, Z9, Z9 \
+	VPBROADCASTD B(BX)(DX*2), Z2 \
+	VPMADDWD M(SI), Z2, Z2 \
+	VPADDD Z2, Z10, Z10 \
+	VPBROADCASTD B(BX)(R11*1), Z2 \
+	VPMADDWD M(SI), Z2, Z2 \
+	VPADDD Z2, Z11, Z11
+
+// func q4KTile16x4AVX512(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+// q4KTile16x2AVX512 for 4 tokens.
+TEXT ·q4KTile16x4AVX512(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	LEAQ (R9)(R9*2), R12
+	MOVQ wp+16(FP), SI
+	MOVQ nGroups+24(FP), R8
+	MOVQ x+32(FP), AX
+	MOVQ xStride+40(FP), DX
+	LEAQ (DX)(DX*2), R11
+	MOVQ nsb+48(FP), R10
+	VPBROADCASTD nib4<>(SB), Z7
+
+q4k164_group:
+	TESTQ R8, R8
+	JZ   q4k164_done
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	MOVQ AX, BX
+	MOVQ R10, CX
+
+q4k164_sb:
+	PREFETCHT0 3200(SI)
+	PREFETCHT0 3264(SI)
+	PREFETCHT0 3328(SI)
+	PREFETCHT0 3392(SI)
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	Q4K16SUB4(0, 0, 2048)
+	Q4K16SUB4(512, 64, 2176)
+	Q4K16SUB4(1024, 128, 2304)
+	Q4K16SUB4(1536, 192, 2432)
+	Q4K16MIN4(260, 2560)
+	Q4K16MIN4(264, 2624)
+	Q4K16MIN4(268, 2688)
+	Q4K16MIN4(272, 2752)
+	Q4K16MIN4(276, 2816)
+	Q4K16MIN4(280, 2880)
+	Q4K16MIN4(284, 2944)
+	Q4K16MIN4(288, 3008)
+	Q4K16FIN((BX), Z16, Z8, Z20)
+	Q4K16FIN((BX)(DX*1), Z17, Z9, Z21)
+	Q4K16FIN((BX)(DX*2), Z18, Z10, Z22)
+	Q4K16FIN((BX)(R11*1), Z19, Z11, Z23)
+	ADDQ $3200, SI
+	ADDQ $292, BX
+	DECQ CX
+	JNZ  q4k164_sb
+
+	VMOVUPS Z20, (DI)
+	VMOVUPS Z21, (DI)(R9*1)
+	VMOVUPS Z22, (DI)(R9*2)
+	VMOVUPS Z23, (DI)(R12*1)
+	ADDQ $64, DI
+	DECQ R8
+	JMP  q4k164_group
+
+q4k164_done:
 	VZEROUPPER
 	RET

@@ -17,6 +17,8 @@ func scaleAsm(x []float32, a float32) {
 }
 
 func siluMulAVX512(gp, u *float32, n int, c *float32)       { panic("unreachable") }
+func siluMulAVX2(gp, u *float32, n int, c *float32)         { panic("unreachable") }
+func expSubAVX2(x *float32, n int, m float32, c *float32)   { panic("unreachable") }
 func expSubAVX512(x *float32, n int, m float32, c *float32) { panic("unreachable") }
 func softmaxAVX512(x *float32, n int, c *float32) bool      { panic("unreachable") }
 

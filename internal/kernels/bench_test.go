@@ -45,7 +45,7 @@ func copyGBps(n int) float64 {
 // bw_ratio = (weight GB/s) / (raw copy GB/s of the same bytes). Select with
 // e.g. -bench 'MatMul/q8_0/32000x288/tok1/t1/avx512'.
 func BenchmarkMatMul(b *testing.B) {
-	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q6_K, quant.Q4_0, quant.BF16} {
+	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.BF16} {
 		for _, sh := range benchShapes {
 			rows, cols := sh[0], sh[1]
 			if cols%typ.BlockSize() != 0 {

@@ -6,3 +6,5 @@ const (
 	hasAVX2   = false
 	hasAVX512 = false
 )
+
+func cpuFeatures() []string { return nil }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -107,17 +108,19 @@ func kernelFor(t quant.Type) *typeKernel {
 	case quant.Q8_0:
 		return &q8_0Kernels[p]
 	case quant.Q4_0:
-		return &q4_0Kernel
+		return &q4_0Kernels[p]
 	case quant.Q4_K:
 		return &q4_KKernels[p]
 	case quant.Q6_K:
 		return &q6_KKernels[p]
+	case quant.Q5_K:
+		return &q5_KKernels[p]
 	case quant.Q4_1:
-		return &q4_1Kernel
+		return &q4_1Kernels[p]
 	case quant.Q5_0:
-		return &q5_0Kernel
+		return &q5_0Kernels[p]
 	case quant.Q5_1:
-		return &q5_1Kernel
+		return &q5_1Kernels[p]
 	}
 	panic("kernels: no kernel for " + t.String())
 }
@@ -232,18 +235,20 @@ func f32RowsGeneric(out []float32, w []byte, act actBuf, t int) {
 }
 
 var (
-	q4_0Kernel = typeKernel{prepare: prepareQ8_0, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ4_0Generic(w, x, n/32) }, 18, 32)}
+	q4_0Kernels = fill3(typeKernel{prepare: prepareQ8_0, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ4_0Generic(w, x, n/32) }, 18, 32)})
 
 	// Indexed by Path; the assembly files fill in their entries in init.
 	f32Kernels = [3]typeKernel{
 		{prepare: prepareF32, rows: f32RowsGeneric}, {prepare: prepareF32, rows: f32RowsGeneric}, {prepare: prepareF32, rows: f32RowsGeneric},
 	}
-	f16RowsGeneric = genericRows(dotF16Generic, 2, 1)
-	f16Kernels     = fill3(typeKernel{prepare: prepareF16, rows: f16RowsGeneric})
-	q8_0Kernels    = fill3(typeKernel{prepare: prepareQ8_0, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ8_0Generic(w, x, n/32) }, 34, 32)})
-	bf16Kernels    = fill3(typeKernel{prepare: prepareBF16, rows: genericRows(dotBF16Generic, 2, 1)})
-	q6_KKernels    = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ6_KGeneric(w, x, n/256) }, 210, 256)})
-	q4_KKernels    = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ4_KGeneric(w, x, n/256) }, 144, 256)})
+	f16RowsGeneric  = genericRows(dotF16Generic, 2, 1)
+	f16Kernels      = fill3(typeKernel{prepare: prepareF16, rows: f16RowsGeneric})
+	q8_0Kernels     = fill3(typeKernel{prepare: prepareQ8_0, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ8_0Generic(w, x, n/32) }, 34, 32)})
+	bf16RowsGeneric = genericRows(dotBF16Generic, 2, 1)
+	bf16Kernels     = fill3(typeKernel{prepare: prepareBF16, rows: bf16RowsGeneric})
+	q6_KKernels     = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ6_KGeneric(w, x, n/256) }, 210, 256)})
+	q5_KKernels     = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ5_KGeneric(w, x, n/256) }, 176, 256)})
+	q4_KKernels     = fill3(typeKernel{prepare: prepareQ8_K, rows: genericRows(func(w, x []byte, n int) float32 { return dotQ4_KGeneric(w, x, n/256) }, 144, 256)})
 )
 
 func fill3(k typeKernel) [3]typeKernel { return [3]typeKernel{k, k, k} }
@@ -253,6 +258,11 @@ func fill3(k typeKernel) [3]typeKernel { return [3]typeKernel{k, k, k} }
 func Describe() string {
 	return fmt.Sprintf("%v (available: %s)", CurrentPath(), pathNames())
 }
+
+// CPUFeatures lists the SIMD features of this CPU that the kernel paths
+// use or could use (e.g. "avx2 fma avx512f avx512bw avx512vl avx512vnni
+// avxvnni"), for benchmark reports.
+func CPUFeatures() string { return strings.Join(cpuFeatures(), " ") }
 
 func pathNames() string {
 	s := ""

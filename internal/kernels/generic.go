@@ -210,6 +210,43 @@ func dotQ4_KGeneric(w, x []byte, nb int) float32 {
 	return acc
 }
 
+// dotQ5_KGeneric: w is nb Q5_K blocks (176 B: d, dmin, 12 scale bytes as
+// Q4_K's, qh[32], qs[128]), x nb Q8_K blocks. Q4_K's order over the 5-bit
+// values: element i of sub-block j is its Q4_K nibble plus 16 times bit j
+// of qh[i].
+func dotQ5_KGeneric(w, x []byte, nb int) float32 {
+	var acc float32
+	for b := 0; b < nb; b++ {
+		wb := w[b*176 : b*176+176]
+		xb := x[b*292 : b*292+292]
+		dx := q8KD(xb)
+		qh := wb[16:48]
+		qs := wb[48:176]
+		q8 := xb[4:260]
+		var isum, imin int32
+		for j := 0; j < 8; j++ {
+			s, m := q4KScaleMin(wb[4:16], j)
+			bs := int32(int16(binary.LittleEndian.Uint16(xb[260+4*j:]))) + int32(int16(binary.LittleEndian.Uint16(xb[262+4*j:])))
+			imin += m * bs
+			var sub int32
+			q := qs[32*(j/2) : 32*(j/2)+32]
+			for i := 0; i < 32; i++ {
+				v := q[i] & 15
+				if j&1 == 1 {
+					v = q[i] >> 4
+				}
+				v |= (qh[i] >> j & 1) << 4
+				sub += int32(v) * int32(int8(q8[32*j+i]))
+			}
+			isum += s * sub
+		}
+		dd := float32(fp16At(wb, 0) * dx)
+		dm := float32(fp16At(wb, 2) * dx)
+		acc += float32(float32(dd*float32(isum)) - float32(dm*float32(imin)))
+	}
+	return acc
+}
+
 // dotQ6_KGeneric: w is nb Q6_K blocks (210 B), x nb Q8_K blocks.
 // Per super-block: isum = Σ_g sc_g Σ q6*q8 over the 16 groups of 16, exact;
 // term = (d*dx)*isum.

@@ -31,7 +31,7 @@
 //     so even and odd blocks fill separate halves of 16 lanes. Then the F32
 //     tree. Weights of -128 (never written by ggml, legal in the format) are
 //     exact on every path. Q4_1 and Q5_1 take Q8_1 activations (legacy.go).
-//   - Q4_K, Q6_K: the activation row is quantized to Q8_K
+//   - Q4_K, Q5_K, Q6_K: the activation row is quantized to Q8_K
 //     (quant.QuantizeRowQ8_K). Per 256-element super-block the scaled
 //     integer sums are exact; one float32 term per super-block is added to a
 //     single accumulator in increasing order.
@@ -43,24 +43,31 @@
 //
 // The path is chosen at start-up from the CPU (golang.org/x/sys/cpu):
 // AVX512 needs AVX-512 F/BW/VL/VNNI, AVX2 needs AVX2+FMA (F16C assumed).
-// SLUICE_KERNELS=generic|avx2|avx512 or SetPath override it; tests run every
-// available path and require bitwise equality with Generic.
+// SLUICE_KERNELS=generic|avx2|avx512 (read once at start) or SetPath
+// override it, so the AVX2 path can be tested and measured on an AVX-512
+// machine; tests run every available path and require bitwise equality
+// with Generic. "tile" is a register-blocked kernel over several rows and
+// tokens (multi-token calls); the rest of a call goes through matvec.
 //
-//	type         activations  AVX2 asm                AVX512 asm
-//	F32          F32          matvec                  matvec, 4x4 tile matmul
-//	F16          F16          matvec (cols%16 == 0)   matvec, 4x4 tile matmul
-//	Q8_0         Q8_0         matvec                  matvec, 4x4 VNNI tile matmul, quantizer
-//	Q4_K         Q8_K         matvec                  AVX2 matvec, 4-token VNNI matmul
-//	Q6_K         Q8_K         matvec                  (AVX2 kernel)
-//	Q4_0, Q5_0   Q8_0         Go                      Go
-//	Q4_1, Q5_1   Q8_1         Go                      Go
-//	BF16         BF16         Go                      matvec (no FMA: products may overflow)
+//	type        acts  AVX2 asm                                 AVX512 asm
+//	F32         F32   matvec, 4x3 tile (cols%16 == 0)          matvec, 4x4 tile
+//	F16         F16   matvec, 4x3 tile (cols%16 == 0)          matvec, 4x4 tile
+//	Q8_0        Q8_0  matvec, 2x2 tile, quantizer              matvec, 4x4 VNNI tile, quantizer
+//	Q4_K        Q8_K  matvec, 4 tokens; 8 rows x 2 tokens      AVX2 matvec, 4-token VNNI kernel;
+//	                  (repacked, 8+ tokens)                    16 rows x 4 tokens (8+ tokens)
+//	Q6_K        Q8_K  matvec, 4 tokens; 8 rows x 4 tokens      (AVX2 kernels)
+//	                  (repacked, 8+ tokens)
+//	Q5_K        Q8_K  matvec                                   (AVX2 kernel)
+//	Q4_0, Q5_0  Q8_0  matvec                                   (AVX2 kernels)
+//	Q4_1, Q5_1  Q8_1  matvec                                   (AVX2 kernels)
+//	BF16        BF16  matvec (cols%16 == 0)                    matvec (no FMA: products may overflow)
 //
 // Dot, DotRows, Axpy, AxpyRows, Scale, SiLUMul and ExpSub have assembly on
-// the SIMD paths (SiLUMul/ExpSub on AVX512 only). The assembly is written by
+// the SIMD paths (the softmax reduction on AVX512 only). The assembly is written by
 // hand (Go assembler, asm_amd64.s) rather than generated with avo: it was
 // quicker to get right and to tune here; the canonical orders above are the
-// specification any rewrite must keep.
+// specification any rewrite must keep. (AVX-VNNI's VEX-encoded VPDPBUSD is
+// not used on the AVX2 path: AVX2-only CPUs such as Zen 3 lack it.)
 //
 // # Measuring
 //
@@ -131,6 +138,8 @@ func layout(t quant.Type) (bs, bb int, ok bool) {
 		return 32, 24, true
 	case quant.Q4_K:
 		return 256, 144, true
+	case quant.Q5_K:
+		return 256, 176, true
 	case quant.Q6_K:
 		return 256, 210, true
 	}

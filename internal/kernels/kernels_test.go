@@ -60,7 +60,7 @@ func actAsSeen(t testing.TB, typ quant.Type, x []float32) []float32 {
 		at = typ
 	case quant.Q8_0, quant.Q4_0:
 		at = quant.Q8_0
-	case quant.Q4_K, quant.Q6_K:
+	case quant.Q4_K, quant.Q5_K, quant.Q6_K:
 		at = quant.Q8_K
 	}
 	rb, _ := at.RowBytes(len(x))
@@ -92,6 +92,7 @@ var testShapes = []struct {
 	{quant.Q8_0, []int{32, 64, 288, 768}},
 	{quant.Q4_0, []int{32, 288}},
 	{quant.Q4_K, []int{256, 768}},
+	{quant.Q5_K, []int{256, 768}},
 	{quant.Q6_K, []int{256, 768}},
 }
 
@@ -284,7 +285,8 @@ func TestCheck(t *testing.T) {
 		m    Matrix
 		code ErrorCode
 	}{
-		{Matrix{Type: quant.Q5_K, Rows: 1, Cols: 256, Data: make([]byte, 176)}, ErrUnsupportedType},
+		{Matrix{Type: quant.Q3_K, Rows: 1, Cols: 256, Data: make([]byte, 110)}, ErrUnsupportedType},
+		{Matrix{Type: quant.Q5_K, Rows: 1, Cols: 256, Data: make([]byte, 176)}, ""},
 		{Matrix{Type: quant.Q8_0, Rows: 1, Cols: 33, Data: make([]byte, 34)}, ErrShape},
 		{Matrix{Type: quant.Q8_0, Rows: 2, Cols: 32, Data: make([]byte, 34)}, ErrShape},
 		{Matrix{Type: quant.F32, Rows: 2, Cols: 3, Data: make([]byte, 24)}, ""},

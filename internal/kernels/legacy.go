@@ -8,7 +8,8 @@ import (
 )
 
 // Q4_1, Q5_0 and Q5_1: the "legacy" 32-element types that Q4_K_M downloads
-// use for tensors whose rows are not a multiple of 256. Generic Go only.
+// use for tensors whose rows are not a multiple of 256. Matvec in
+// assembly on the SIMD paths (asm_amd64.go), no tiles yet.
 // Q5_0 takes Q8_0 activations like Q4_0; Q4_1 and Q5_1 take Q8_1
 // activations (Q8_0 plus s = d*Σq), as ggml does, so the offset m enters
 // once per block as m*s. Canonical order: Q8_0's 16 even/odd lanes; after
@@ -120,8 +121,9 @@ func legacyKernel(t quant.Type) typeKernel {
 	}, t.BlockBytes(), 32)}
 }
 
+// Indexed by Path; the assembly files fill in their entries in init.
 var (
-	q4_1Kernel = legacyKernel(quant.Q4_1)
-	q5_0Kernel = legacyKernel(quant.Q5_0)
-	q5_1Kernel = legacyKernel(quant.Q5_1)
+	q4_1Kernels = fill3(legacyKernel(quant.Q4_1))
+	q5_0Kernels = fill3(legacyKernel(quant.Q5_0))
+	q5_1Kernels = fill3(legacyKernel(quant.Q5_1))
 )

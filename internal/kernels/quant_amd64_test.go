@@ -7,12 +7,13 @@ import (
 	"testing"
 )
 
-// TestQuantQ8_0AVX512MatchesQuant: the AVX-512 activation quantizer must
+// TestQuantQ8_0AVX512MatchesQuant: the AVX-512 and AVX2 activation
+// quantizers must
 // equal quant.QuantizeRowQ8_0 (ggml's x86 rounding) byte for byte,
 // including all-zero blocks and exact .5 ties (amax 127 makes id exactly 1).
 func TestQuantQ8_0AVX512MatchesQuant(t *testing.T) {
-	if !Available(AVX512) {
-		t.Skip("no AVX-512 on this CPU")
+	if !Available(AVX2) {
+		t.Skip("no AVX2 on this CPU")
 	}
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, nb := range []int{1, 2, 3, 9, 24} {
@@ -23,6 +24,18 @@ func TestQuantQ8_0AVX512MatchesQuant(t *testing.T) {
 				x[32+j] = float32(j%8) - 3.5 // ties at .5
 			}
 			x[32] = 127
+		}
+		// The AVX2 quantizer writes no tile layout.
+		b2, d2 := make([]byte, 34*nb), make([]float32, nb)
+		quantRowQ8_0AVX2(x, b2, d2, nil)
+		if !Available(AVX512) {
+			want := make([]byte, 34*nb)
+			wd := make([]float32, nb)
+			quantRowQ8_0(x, want, wd, nil)
+			if !bytes.Equal(want, b2) || !slices.Equal(wd, d2) {
+				t.Fatalf("nb=%d: AVX2 quantizer differs\n go  %x\n asm %x", nb, want, b2)
+			}
+			continue
 		}
 		var gb, ab [2][]byte
 		var gd [2][]float32
@@ -38,6 +51,9 @@ func TestQuantQ8_0AVX512MatchesQuant(t *testing.T) {
 		}
 		if !slices.Equal(gd[0], gd[1]) {
 			t.Fatalf("nb=%d: widened scales differ: %v vs %v", nb, gd[0], gd[1])
+		}
+		if !bytes.Equal(gb[0], b2) || !slices.Equal(gd[0], d2) {
+			t.Fatalf("nb=%d: AVX2 quantizer differs\n go  %x\n asm %x\n dx %v vs %v", nb, gb[0], b2, gd[0], d2)
 		}
 		if !bytes.Equal(ab[0], ab[1]) {
 			t.Fatalf("nb=%d: tile layout differs\n go  %x\n asm %x", nb, ab[0], ab[1])

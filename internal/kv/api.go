@@ -24,6 +24,11 @@
 // release) waits out a lease. Reserve hands out a new generation every
 // time, so a table entry outliving its allocation fails every check.
 //
+// A full Sealed page may instead be handed to the prefix cache (cache.go):
+// owned by a (tenant, chain key) entry, read by sequences of that tenant
+// that hold a share, never written again, evicted (scrubbed, new
+// generation) when nobody reads it and the pool needs room.
+//
 // The data path (View.Put and View.Block, called per token and layer by the
 // forward pass) is lock-free: one atomic load of the page's tag (generation
 // and state) and an owner check done once per view entry under the lock.
@@ -171,6 +176,11 @@ type Unsafe struct {
 	// the crashed previous incarnation's memory then writes into this pool
 	// (the simulator's restart-same-file hazard).
 	ReuseSharedFile bool
+	// CacheIgnoresTenant makes the prefix cache find and read entries
+	// whatever the reader's tenant: no tenant in the index, no tenant check
+	// on a cached page's read (I11 off). With a salt-less key (the engine's
+	// matching hook) it is the cross-tenant cache the auditor must catch.
+	CacheIgnoresTenant bool
 }
 
 // Verify says when sealed pages are re-hashed against their seal digest
@@ -325,6 +335,16 @@ type Stats struct {
 	LateWrites uint64
 	// Scrubbed counts pages scrubbed on their way to the free list (I7).
 	Scrubbed uint64
+
+	// Prefix cache (cache.go). Cached pages are owned by cache entries and
+	// also counted in Sealed (or Quarantined).
+	Cached         int    // pages owned by cache entries
+	CacheIdle      int    // of those, read by nobody: evictable
+	CacheReaders   int    // reader shares held (a page read by 3 sequences counts 3)
+	CacheHits      uint64 // pages found by Lookup
+	CacheMisses    uint64 // pages asked of Lookup and not found
+	CacheInserts   uint64 // pages handed to the cache
+	CacheEvictions uint64 // idle entries evicted (pressure, EvictIdle, invalidation)
 }
 
 // InUse is every page that is not free.

@@ -36,7 +36,7 @@ func (p *Pool) seqDigest(refs []PageRef, tokens int) [16]byte {
 	binary.LittleEndian.PutUint64(buf[8:], uint64(g.Layers))
 	binary.LittleEndian.PutUint64(buf[16:], uint64(g.KVDim))
 	binary.LittleEndian.PutUint64(buf[24:], uint64(g.PageSize))
-	nb := min(len(refs), (tokens+g.PageSize-1)/g.PageSize)
+	nb := min(len(refs), PagesFor(tokens, g.PageSize))
 	hs := make([][16]byte, nb)
 	var fresh []int // blocks without a recorded hash: read afresh
 	for b := range nb {

@@ -37,6 +37,10 @@ type page struct {
 	// send hashes the page; cleared, lock-free, by anything that changes
 	// the bytes: Put, scrub, a new allocation.
 	summed atomic.Bool
+	// tenant is the interned tenant of the page's owner (cache.go): a view
+	// compares it with its own on every read, so a page of another tenant
+	// is refused at read time even through a cached page table entry.
+	tenant atomic.Uint32
 
 	// The fields below are guarded by Pool.mu.
 
@@ -98,6 +102,7 @@ type Pool struct {
 	verifyTick uint64
 	closed     bool
 	scrubbers  sync.WaitGroup // Releases scrubbing without the lock
+	cache      cacheState     // prefix cache (cache.go)
 }
 
 // New builds a pool: heap-backed, or a MAP_SHARED mapping of cfg.SharedFile.
@@ -144,6 +149,7 @@ func New(cfg Config) (*Pool, error) {
 		head:       -1,
 		tail:       -1,
 	}
+	p.cache.init(cfg.Pages)
 	if cfg.SharedFile != "" {
 		mem, gens, inc, unmap, err := mapShared(cfg.SharedFile, g, cfg.Pages, cfg.Unsafe.ReuseSharedFile)
 		if err != nil {
@@ -240,6 +246,7 @@ func (p *Pool) Reserve(o Owner, n int) ([]PageRef, error) {
 }
 
 func (p *Pool) reserveLocked(o Owner, n int, table []PageRef) ([]PageRef, error) {
+	p.evictForLocked(n) // idle prefix-cache pages are the first to go
 	if n > p.nfree {
 		return nil, fmt.Errorf("%w: %d pages (%d tokens) requested, %d of %d pages free",
 			ErrNoCapacity, n, n*p.geo.PageSize, p.nfree, len(p.pages))
@@ -247,9 +254,11 @@ func (p *Pool) reserveLocked(o Owner, n int, table []PageRef) ([]PageRef, error)
 	out := make([]PageRef, len(table), len(table)+n)
 	copy(out, table)
 	L := p.geo.Layers
+	tid := p.internLocked(o.Tenant)
 	for range n {
 		pg := p.popFreeLocked()
 		m := &p.pages[pg]
+		m.tenant.Store(tid)
 		p.gen++
 		if p.gen > maxGen {
 			panic("kv: generation counter exhausted")
@@ -288,7 +297,7 @@ func (p *Pool) Extend(o Owner, table []PageRef, n int) ([]PageRef, error) {
 		return nil, errClosed
 	}
 	for _, ref := range table {
-		if v := p.checkLocked(o, ref, opWrite); v != nil {
+		if v := p.checkLocked(o, ref, opHold); v != nil {
 			return nil, v
 		}
 	}
@@ -310,11 +319,16 @@ func (p *Pool) Release(o Owner, refs []PageRef) error {
 	unlocked := p.cfg.Scrub != ScrubOff && len(refs)*p.pageBytes >= scrubUnlockedBytes
 	var first error
 	var later []uint32
+	var shared []PageRef
 	for _, ref := range refs {
 		if v := p.checkLocked(o, ref, opRelease); v != nil {
 			if first == nil {
 				first = v
 			}
+			continue
+		}
+		if p.cache.meta[ref.Page].cached {
+			shared = append(shared, ref) // a reader share, not a page
 			continue
 		}
 		m := &p.pages[ref.Page]
@@ -336,6 +350,7 @@ func (p *Pool) Release(o Owner, refs []PageRef) error {
 		}
 		p.freeLocked(ref.Page)
 	}
+	p.dropSharesLocked(o, shared)
 	if len(later) == 0 {
 		p.mu.Unlock()
 		return first
@@ -374,8 +389,15 @@ func (p *Pool) Quarantine(o Owner, refs []PageRef, until time.Time) {
 	if p.closed {
 		return
 	}
+	var shared []PageRef
 	for _, ref := range refs {
 		if p.checkLocked(o, ref, opQuarantine) != nil {
+			continue
+		}
+		if p.cache.meta[ref.Page].cached {
+			// No transfer writes a cached page (only sealed, unfenced
+			// pages are cached): giving it up is ending the share.
+			shared = append(shared, ref)
 			continue
 		}
 		m := &p.pages[ref.Page]
@@ -388,6 +410,7 @@ func (p *Pool) Quarantine(o Owner, refs []PageRef, until time.Time) {
 		p.setStateLocked(ref.Page, Quarantined)
 		p.quarantine[ref.Page] = until
 	}
+	p.dropSharesLocked(o, shared)
 }
 
 // DrainAck is the transport's word that no write to these pages is in
@@ -412,6 +435,8 @@ func (p *Pool) DrainAck(o Owner, refs []PageRef) {
 		case tagGen(t) != ref.Gen:
 			// A slow ack for pages a lease already freed: harmless, and it
 			// cannot free anything.
+		case p.cache.meta[ref.Page].cached:
+			// A cached page in the acked table: never a transfer target.
 		case m.owner != o:
 			p.countLocked(KindForeignOwner)
 		case tagState(t) != Quarantined || !m.qTransfer:
@@ -480,6 +505,9 @@ func (p *Pool) Seal(o Owner, refs []PageRef) error {
 				first = v
 			}
 			continue
+		}
+		if p.cache.meta[ref.Page].cached {
+			continue // sealed for good when it was cached; a reader cannot re-digest it
 		}
 		m := &p.pages[ref.Page]
 		n := p.minWrittenLocked(ref.Page)
@@ -677,6 +705,9 @@ func (p *Pool) Stats() Stats {
 	for k, v := range p.violations {
 		s.Violations[k] = v
 	}
+	c := &p.cache
+	s.Cached, s.CacheIdle, s.CacheReaders = c.cached, c.idle, len(c.shares)
+	s.CacheHits, s.CacheMisses, s.CacheInserts, s.CacheEvictions = c.hits, c.misses, c.inserts, c.evictions
 	for i := range p.pages {
 		switch tagState(p.pages[i].tag.Load()) {
 		case Free:
@@ -701,12 +732,12 @@ func (p *Pool) CheckDrained() error {
 		return err
 	}
 	s := p.Stats()
-	if s.Free == s.Pages {
+	if s.Free+s.CacheIdle == s.Pages {
 		return nil
 	}
 	return &Error{Code: CodeNotDrained, Msg: fmt.Sprintf(
-		"pool not drained: %d of %d pages in use (%d reserved, %d filling, %d sealed, %d quarantined)",
-		s.InUse(), s.Pages, s.Reserved, s.Filling, s.Sealed, s.Quarantined)}
+		"pool not drained: %d of %d pages in use (%d reserved, %d filling, %d sealed, %d quarantined; %d idle in the prefix cache)",
+		s.InUse()-s.CacheIdle, s.Pages, s.Reserved, s.Filling, s.Sealed-s.CacheIdle, s.Quarantined, s.CacheIdle)}
 }
 
 // CodeNotDrained is the code of CheckDrained's error.
@@ -753,7 +784,7 @@ func (p *Pool) audit() error {
 	if free != n {
 		return &Error{Code: CodeCorrupt, Msg: fmt.Sprintf("%d free pages but %d on the free list", free, n)}
 	}
-	return nil
+	return p.auditCacheLocked()
 }
 
 // CodeCorrupt: the pool's own bookkeeping is inconsistent (a bug in kv).
@@ -765,7 +796,8 @@ type op uint8
 
 const (
 	opRead       op = iota // Block, PageData, Digest
-	opWrite                // Put, Extend
+	opWrite                // Put
+	opHold                 // Extend: the entry stays in the sequence's table
 	opTransfer             // WritePage: data not yet written, droppable
 	opMark                 // MarkWritten: bytes already landed
 	opSeal                 // Seal
@@ -799,6 +831,9 @@ func (p *Pool) checkLocked(o Owner, ref PageRef, op op) *Violation {
 		}
 		return p.violateLocked(KindStaleGeneration, ref.Page, true,
 			"page %d is at a different generation than the page table's %d", ref.Page, ref.Gen)
+	}
+	if p.cache.meta[ref.Page].cached {
+		return p.checkCachedLocked(o, ref, op)
 	}
 	if m.owner != o {
 		return p.violateLocked(KindForeignOwner, ref.Page, true, "page %d belongs to another owner", ref.Page)
@@ -851,6 +886,7 @@ func (p *Pool) quarantineLocked(pg uint32) {
 	}
 	p.setStateLocked(pg, Quarantined)
 	p.quarantine[pg] = time.Time{}
+	p.quarantineCachedLocked(pg)
 }
 
 func (p *Pool) setStateLocked(pg uint32, s State) {

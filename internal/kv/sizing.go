@@ -6,12 +6,27 @@ import (
 	"strings"
 )
 
-// PagesFor is the number of pages of pageSize slots that hold tokens.
+// PagesFor is the number of pages of pageSize slots that hold tokens. It
+// never computes tokens+pageSize-1, which wraps negative for a token count
+// near MaxInt (a max_tokens of 2^63-1 would otherwise need "0 pages").
 func PagesFor(tokens, pageSize int) int {
 	if tokens <= 0 || pageSize <= 0 {
 		return 0
 	}
-	return (tokens + pageSize - 1) / pageSize
+	n := tokens / pageSize
+	if tokens%pageSize != 0 {
+		n++
+	}
+	return n
+}
+
+// TokensFit reports whether prompt tokens plus gen generated tokens fit in
+// limit. It never forms the sum prompt+gen: with gen near MaxInt the sum
+// wraps negative and "fits" (the request would be admitted and could take
+// the whole pool), so it compares gen against what the prompt leaves.
+// Negative counts never fit.
+func TokensFit(prompt, gen, limit int) bool {
+	return prompt >= 0 && gen >= 0 && prompt <= limit && gen <= limit-prompt
 }
 
 // SizeFromTokens is the number of pages a pool needs for tokens token

@@ -17,6 +17,11 @@ type View struct {
 	owner Owner
 	table []PageRef
 	ok    []bool // entry checked against owner under the lock
+	// tid is the owner's interned tenant, set under the lock by the first
+	// slow check (0 until then, which no page carries): every Put and Block
+	// compares it with the page's, so a page of another tenant, cached or
+	// not, is refused at read time, not only when the entry was checked.
+	tid uint32
 }
 
 // View makes a view of o's sequence over table (copied). Nothing is checked
@@ -83,7 +88,7 @@ func (v *View) Put(layer, pos int, k, val []float32) error {
 		// I3 fast path: one atomic load and compares; anything unusual
 		// goes to the locked slow path, which classifies it.
 		if !v.ok[blk] || tagGen(t) != ref.Gen || (st != Reserved && st != Filling && st != Sealed) ||
-			slot < int(m.sealed.Load()) {
+			slot < int(m.sealed.Load()) || m.tenant.Load() != v.tid {
 			if err := v.slow(blk, opWrite, slot); err != nil {
 				return err
 			}
@@ -135,7 +140,8 @@ func (v *View) Block(layer, blk int) (k, val []float32, n int, err error) {
 	m := &p.pages[ref.Page]
 	if p.checks.Load() {
 		t := m.tag.Load()
-		if st := tagState(t); !v.ok[blk] || tagGen(t) != ref.Gen || (st != Reserved && st != Filling && st != Sealed) {
+		if st := tagState(t); !v.ok[blk] || tagGen(t) != ref.Gen || (st != Reserved && st != Filling && st != Sealed) ||
+			m.tenant.Load() != v.tid {
 			if err := v.slow(blk, opRead, 0); err != nil {
 				return nil, nil, 0, err
 			}
@@ -172,6 +178,14 @@ func (v *View) slow(blk int, o op, slot int) error {
 		return vio
 	}
 	m := &p.pages[ref.Page]
+	if v.tid == 0 {
+		v.tid = p.internLocked(v.owner.Tenant)
+	}
+	if m.tenant.Load() != v.tid && !(p.cfg.Unsafe.CacheIgnoresTenant && p.cache.meta[ref.Page].cached) {
+		// Unreachable while checkLocked holds: the page's owner (or its
+		// cache entry) is of v's tenant. A second, independent check (I11).
+		return p.violateLocked(KindForeignOwner, ref.Page, true, "page %d belongs to another tenant", ref.Page)
+	}
 	if o == opWrite && slot < int(m.sealed.Load()) {
 		return p.violateLocked(KindSealedWrite, ref.Page, true, "write of slot %d of page %d, sealed up to slot %d", slot, ref.Page, m.sealed.Load())
 	}

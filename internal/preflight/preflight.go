@@ -228,4 +228,12 @@ func describePool(p Pool) string {
 	return fmt.Sprintf("--kv-memory %d bytes", p.KVMemory)
 }
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
+// ceilDiv is ceil(a/b) for a >= 0, b > 0, without forming a+b-1 (which
+// wraps for a near MaxInt, e.g. --context 9223372036854775807).
+func ceilDiv(a, b int) int {
+	n := a / b
+	if a%b != 0 {
+		n++
+	}
+	return n
+}

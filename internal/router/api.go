@@ -69,6 +69,12 @@ type commonParams struct {
 	IgnoreEOS bool `json:"ignore_eos"`
 	// User is OpenAI's end-user id: accepted, it changes no output.
 	User *string `json:"user"`
+	// PromptCacheKey (OpenAI) and CacheSalt (vLLM) only narrow prefix-cache
+	// sharing within the caller's tenant (engine.Request.CacheScope); the
+	// tenant's own salt is derived by the server, so neither can reach
+	// another tenant's cache (I11).
+	PromptCacheKey *string `json:"prompt_cache_key"`
+	CacheSalt      *string `json:"cache_salt"`
 }
 
 // Bounds of the API, documented in the README's parameter table.
@@ -235,6 +241,7 @@ type params struct {
 	includeUsage bool
 	ignoreEOS    bool
 	echo         bool
+	cacheScope   string
 }
 
 // limits are what validation checks against: the served vocabulary and
@@ -354,6 +361,11 @@ func (c *commonParams) validate(maxTokensParam string, maxTokens *int, lim limit
 	}
 	p.stream = c.Stream
 	p.ignoreEOS = c.IgnoreEOS
+	scope, e := cacheScope(c.PromptCacheKey, c.CacheSalt)
+	if e != nil {
+		return p, e
+	}
+	p.cacheScope = scope
 	if e := onlyKeys(c.RawStreamOptions, "stream_options", "include_usage"); e != nil {
 		return p, e
 	}
@@ -492,6 +504,28 @@ func (c *chatRequest) validate(lim limits) (params, *apiError) {
 		p.sampling.TopLogprobs = n
 	}
 	return p, nil
+}
+
+// maxCacheScope bounds prompt_cache_key and cache_salt.
+const maxCacheScope = 256
+
+// cacheScope joins prompt_cache_key and cache_salt into one narrowing
+// scope, length-prefixed so that no pair of values can spell another pair.
+func cacheScope(key, salt *string) (string, *apiError) {
+	var b strings.Builder
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"prompt_cache_key", key}, {"cache_salt", salt}} {
+		if f.v == nil || *f.v == "" {
+			continue
+		}
+		if len(*f.v) > maxCacheScope {
+			return "", badParam(f.name, "%s is %d bytes; at most %d are allowed", f.name, len(*f.v), maxCacheScope)
+		}
+		fmt.Fprintf(&b, "%s:%d:%s;", f.name, len(*f.v), *f.v)
+	}
+	return b.String(), nil
 }
 
 func parseStop(raw json.RawMessage) ([]string, *apiError) {
@@ -665,9 +699,16 @@ func parseContent(raw json.RawMessage, i int) (string, *apiError) {
 // Response shapes, as OpenAI sends them.
 
 type usageJSON struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int                `json:"prompt_tokens"`
+	CompletionTokens    int                `json:"completion_tokens"`
+	TotalTokens         int                `json:"total_tokens"`
+	PromptTokensDetails promptTokenDetails `json:"prompt_tokens_details"`
+}
+
+// promptTokenDetails is OpenAI's usage.prompt_tokens_details: how many of
+// prompt_tokens were read from the prefix cache instead of computed.
+type promptTokenDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // completionLogprobs is the legacy completions shape: parallel arrays, and

@@ -168,7 +168,7 @@ func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream
 	if e.refuseAfter > 0 && n > e.refuseAfter {
 		return nil, &engine.Error{Code: engine.CodeOverloaded, Status: http.StatusServiceUnavailable, Message: "no room"}
 	}
-	if len(r.Prompt)+r.MaxTokens > e.ctx {
+	if r.MaxTokens > e.ctx-len(r.Prompt) { // never the wrapping sum
 		return nil, &engine.Error{Code: engine.CodeContextLength, Status: 400, Message: "engine admission refused"}
 	}
 	e.mu.Lock()

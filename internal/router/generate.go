@@ -308,6 +308,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		// Each prompt is counted once, as OpenAI does for n > 1.
 		if i%g.p.n == 0 {
 			out.usage.PromptTokens += c.usage.PromptTokens
+			// Counted with its prompt: cached_tokens <= prompt_tokens.
+			out.usage.CachedTokens += c.usage.CachedTokens
 		}
 		out.prefilled += c.usage.PromptTokens
 		out.usage.CompletionTokens += c.usage.CompletionTokens
@@ -317,7 +319,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		return out
 	}
 	u := usageJSON{PromptTokens: out.usage.PromptTokens, CompletionTokens: out.usage.CompletionTokens,
-		TotalTokens: out.usage.PromptTokens + out.usage.CompletionTokens}
+		TotalTokens:         out.usage.PromptTokens + out.usage.CompletionTokens,
+		PromptTokensDetails: promptTokenDetails{CachedTokens: out.usage.CachedTokens}}
 
 	if !g.p.stream {
 		if out.err != nil {
@@ -570,6 +573,9 @@ func (s *Server) submit(r *http.Request, g *generation) ([]engine.Stream, error)
 				IgnoreEOS: g.p.ignoreEOS,
 				Sampling:  sp,
 				Weight:    s.cfg.Keys.Weight(g.tenant),
+				// The tenant comes from the API key; the scope only
+				// narrows prefix-cache sharing within it.
+				CacheScope: g.p.cacheScope,
 			}
 			if len(g.prompts)*g.p.n > 1 {
 				req.ID = fmt.Sprintf("%s-%d", g.id, i*g.p.n+j)

@@ -51,6 +51,18 @@ const (
 type PoolStats struct {
 	Role  string
 	Pages map[string]int
+	Cache CacheStats
+}
+
+// CacheStats is one pool's prefix cache (kv/cache.go). Tokens count whole
+// pages: only full prompt pages are cached.
+type CacheStats struct {
+	HitTokens  uint64 // prompt tokens found in the cache and handed to a request
+	MissTokens uint64 // full-page prompt tokens looked up and not found
+	Evictions  uint64 // idle cached pages evicted
+	IdlePages  int    // cached pages nobody reads (evictable)
+	ReadPages  int    // cached pages read by at least one sequence
+	Readers    int    // reader shares held over all cached pages
 }
 
 type metrics struct {
@@ -138,6 +150,10 @@ var (
 	descLate       = prometheus.NewDesc("sluice_late_writes_dropped_total", "Page writes dropped because the page had moved to a new generation (I6).", nil, nil)
 	descRefused    = prometheus.NewDesc("sluice_handoff_reservations_refused_total", "Reservations the decode worker refused, by reason (kv_capacity_exhausted: no free pages; refused: any other). Back-pressure, not integrity.", []string{"reason"}, nil)
 	descAborted    = prometheus.NewDesc("sluice_handoffs_aborted_total", "Handoffs that ended by an abort (client gone, router gave up, peer failure).", nil, nil)
+	descCacheTok   = prometheus.NewDesc("sluice_prefix_cache_tokens_total", "Full-page prompt tokens looked up in the prefix cache, by role and result (hit: found and handed to the request; miss: not cached, computed). A request whose reservation fails after its lookup (overloaded) still counts its hits.", []string{"role", "result"}, nil)
+	descCacheEvict = prometheus.NewDesc("sluice_prefix_cache_evictions_total", "Idle prefix-cache pages evicted (pool pressure or invalidation), by role.", []string{"role"}, nil)
+	descCachePages = prometheus.NewDesc("sluice_prefix_cache_pages", "Prefix-cache pages by role and state (idle: read by nobody, evictable; shared: read by at least one sequence).", []string{"role", "state"}, nil)
+	descCacheRead  = prometheus.NewDesc("sluice_prefix_cache_readers", "Reader shares held on prefix-cache pages, by role.", []string{"role"}, nil)
 )
 
 // statsCollector turns an EngineStats snapshot into metrics at scrape time,
@@ -155,6 +171,10 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range loadDescs {
 		ch <- d
 	}
+	ch <- descCacheTok
+	ch <- descCacheEvict
+	ch <- descCachePages
+	ch <- descCacheRead
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -163,6 +183,13 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		for state, n := range p.Pages {
 			ch <- prometheus.MustNewConstMetric(descPages, prometheus.GaugeValue, float64(n), p.Role, state)
 		}
+		c := p.Cache
+		ch <- prometheus.MustNewConstMetric(descCacheTok, prometheus.CounterValue, float64(c.HitTokens), p.Role, "hit")
+		ch <- prometheus.MustNewConstMetric(descCacheTok, prometheus.CounterValue, float64(c.MissTokens), p.Role, "miss")
+		ch <- prometheus.MustNewConstMetric(descCacheEvict, prometheus.CounterValue, float64(c.Evictions), p.Role)
+		ch <- prometheus.MustNewConstMetric(descCachePages, prometheus.GaugeValue, float64(c.IdlePages), p.Role, "idle")
+		ch <- prometheus.MustNewConstMetric(descCachePages, prometheus.GaugeValue, float64(c.ReadPages), p.Role, "shared")
+		ch <- prometheus.MustNewConstMetric(descCacheRead, prometheus.GaugeValue, float64(c.Readers), p.Role)
 	}
 	for kind, n := range st.Violations {
 		ch <- prometheus.MustNewConstMetric(descViolations, prometheus.CounterValue, float64(n), kind)

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sluice/internal/engine"
+	"sluice/internal/kv"
 	"sluice/internal/preflight"
 )
 
@@ -590,11 +591,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation,
 		}
 		// I2: rejected here, before the engine reserves anything; the
 		// engine checks again (I1) so a router bug cannot let it through.
-		// Compared as a difference so no sum can wrap.
-		if len(gp.tokens) > ctxLen || g.p.maxTokens > ctxLen-len(gp.tokens) {
+		// Compared as a difference so no sum can wrap (kv.TokensFit).
+		if !kv.TokensFit(len(gp.tokens), g.p.maxTokens, ctxLen) {
 			s.fail(w, r, newErr(http.StatusBadRequest, CodeContextLength, promptParam,
 				"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the prompt or max_tokens.",
-				ctxLen, len(gp.tokens)+g.p.maxTokens, len(gp.tokens), g.p.maxTokens))
+				ctxLen, uint64(len(gp.tokens))+uint64(max(g.p.maxTokens, 0)), len(gp.tokens), g.p.maxTokens))
 			return
 		}
 	}

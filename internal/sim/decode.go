@@ -118,7 +118,7 @@ func (d *decode) crash() {
 // reserve is the decode side of Reserve: admission is repeated here (I1/I2),
 // then the Receiver reserves.
 func (d *decode) reserve(m *handoff.Reserve) (*handoff.Reservation, error) {
-	if m.PromptTokens <= 0 || m.MaxTokens <= 0 || m.PromptTokens+m.MaxTokens > d.w.ctx {
+	if m.PromptTokens <= 0 || m.MaxTokens <= 0 || !kv.TokensFit(m.PromptTokens, m.MaxTokens, d.w.ctx) {
 		return nil, handoff.ErrRefused.With("%d+%d tokens exceed the decode context %d", m.PromptTokens, m.MaxTokens, d.w.ctx)
 	}
 	if _, dup := d.hs[m.Handoff]; dup {

@@ -177,8 +177,8 @@ func (cl *Client) roundTripData(ctx context.Context, typ byte, want byte, parts 
 		cl.unregister(id)
 		// A frame too big is refused before any byte is sent; anything else
 		// leaves the stream in an unknown state, so the connection goes.
-		if he, ok := err.(*handoff.Error); ok && he.Code == handoff.ErrProtocol.Code {
-			return nil, err
+		if cause, ok := notSent(err); ok {
+			return nil, cause
 		}
 		cl.fail(err)
 		return nil, transportErr(err)
@@ -203,32 +203,53 @@ func (cl *Client) roundTripData(ctx context.Context, typ byte, want byte, parts 
 	}
 }
 
+// A message the wire cannot carry (a field out of range) fails its call
+// before a byte is sent (bad_message), and a reply whose body does not
+// decode inside intact framing fails only its call: the connection, shared
+// by every other call, stays up.
+
 func (cl *Client) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Reservation, error) {
-	f, err := cl.roundTrip(ctx, tReserve, tReservation, encReserve(r))
+	b, err := encReserve(r)
+	if err != nil {
+		return nil, err
+	}
+	f, err := cl.roundTrip(ctx, tReserve, tReservation, b)
 	if err != nil {
 		return nil, err
 	}
 	res, err := decReservation(f.payload)
 	if err != nil {
-		cl.fail(err)
+		// The pages were reserved but cannot be used: give them back now.
+		_ = cl.Abort(ctx, &handoff.Abort{Handoff: r.Handoff, Reason: "the reservation reply does not decode"})
 		return nil, err
 	}
 	return res, nil
 }
 
 func (cl *Client) Write(ctx context.Context, ws []handoff.PageWrite) error {
-	parts, isData := encWrites(ws)
-	_, err := cl.roundTripData(ctx, tWrite, tOK, parts, isData)
+	parts, isData, err := encWrites(ws)
+	if err != nil {
+		return err
+	}
+	_, err = cl.roundTripData(ctx, tWrite, tOK, parts, isData)
 	return err
 }
 
 func (cl *Client) Commit(ctx context.Context, c *handoff.Commit) error {
-	_, err := cl.roundTrip(ctx, tCommit, tOK, encCommit(c))
+	b, err := encCommit(c)
+	if err != nil {
+		return err
+	}
+	_, err = cl.roundTrip(ctx, tCommit, tOK, b)
 	return err
 }
 
 func (cl *Client) Abort(ctx context.Context, a *handoff.Abort) error {
-	_, err := cl.roundTrip(ctx, tAbort, tOK, encAbort(a))
+	b, err := encAbort(a)
+	if err != nil {
+		return err
+	}
+	_, err = cl.roundTrip(ctx, tAbort, tOK, b)
 	return err
 }
 
@@ -252,13 +273,16 @@ func (cl *Client) Load(ctx context.Context) (*handoff.Load, error) {
 }
 
 func (cl *Client) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
-	f, err := cl.roundTrip(ctx, tPrefill, tPrefillRes, encPrefill(r))
+	b, err := encPrefill(r)
+	if err != nil {
+		return nil, err
+	}
+	f, err := cl.roundTrip(ctx, tPrefill, tPrefillRes, b)
 	if err != nil {
 		return nil, err
 	}
 	res, err := decPrefillRes(f.payload)
 	if err != nil {
-		cl.fail(err)
 		return nil, err
 	}
 	return res, nil
@@ -267,6 +291,10 @@ func (cl *Client) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*hand
 // Stream opens a token stream. The server answers the open with OK (or an
 // error), then sends Token frames on the same call id.
 func (cl *Client) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams) (handoff.TokenStream, error) {
+	b, err := encStreamOpen(id, p)
+	if err != nil {
+		return nil, err
+	}
 	ts := newTokenStream(cl)
 	k := &call{stream: ts}
 	sid, err := cl.register(k)
@@ -274,8 +302,11 @@ func (cl *Client) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams) 
 		return nil, err
 	}
 	ts.id = sid
-	if err := cl.c.send(tStreamOpen, sid, encStreamOpen(id, p)); err != nil {
+	if err := cl.c.send(tStreamOpen, sid, b); err != nil {
 		cl.unregister(sid)
+		if cause, ok := notSent(err); ok {
+			return nil, cause
+		}
 		cl.fail(err)
 		return nil, transportErr(err)
 	}
@@ -369,7 +400,15 @@ func (ts *tokenStream) Recv() (handoff.Token, error) {
 		ts.ended = true
 		return handoff.Token{Err: err}, nil
 	}
-	if f.typ != tToken {
+	switch f.typ {
+	case tToken:
+	case tError:
+		// The server ended this stream with an error of its own (a token
+		// it could not send): terminal for this stream only.
+		ts.ended = true
+		ts.cl.unregister(ts.id)
+		return handoff.Token{Err: decError(f.payload)}, nil
+	default:
 		err := protoErr("stream frame type %d", f.typ)
 		ts.cl.fail(err)
 		ts.ended = true
@@ -377,8 +416,10 @@ func (ts *tokenStream) Recv() (handoff.Token, error) {
 	}
 	t, err := decToken(f.payload)
 	if err != nil {
-		ts.cl.fail(err)
-		ts.ended = true
+		// Intact framing, a body that does not decode: this stream ends
+		// with the error (and the server is told to stop sending it);
+		// the connection and its other calls carry on.
+		_ = ts.Close()
 		return handoff.Token{Err: err}, nil
 	}
 	if t.Done || t.Err != nil {

@@ -12,16 +12,39 @@ import (
 	"sluice/internal/sample"
 )
 
-// enc appends big-endian fields.
-type enc struct{ b []byte }
+// enc appends big-endian fields. It refuses what the matching decoder
+// would refuse (an int outside [0, maxInt], a length that does not fit its
+// u32): the first such field sets err, and the caller fails that one call
+// before a byte is sent, instead of sending a frame the peer must refuse.
+type enc struct {
+	b   []byte
+	err error
+}
 
-func (e *enc) u8(v byte)      { e.b = append(e.b, v) }
-func (e *enc) u32(v uint32)   { e.b = binary.BigEndian.AppendUint32(e.b, v) }
-func (e *enc) u64(v uint64)   { e.b = binary.BigEndian.AppendUint64(e.b, v) }
-func (e *enc) i64(v int)      { e.u64(uint64(int64(v))) }
-func (e *enc) id(v kv.ID)     { e.b = append(e.b, v[:]...) }
-func (e *enc) bytes(v []byte) { e.u32(uint32(len(v))); e.b = append(e.b, v...) }
-func (e *enc) str(v string)   { e.u32(uint32(len(v))); e.b = append(e.b, v...) }
+func (e *enc) u8(v byte)    { e.b = append(e.b, v) }
+func (e *enc) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
+func (e *enc) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
+func (e *enc) id(v kv.ID)   { e.b = append(e.b, v[:]...) }
+
+// int writes a non-negative int that dec.int(maxInt) reads back; what is
+// the value called in the error (a field name).
+func (e *enc) int(v int, what string) {
+	if e.err == nil && (v < 0 || int64(v) > maxInt) {
+		e.err = handoff.ErrBadMessage.With("%s %d is outside the wire range [0, %d]", what, v, maxInt)
+	}
+	e.u64(uint64(int64(v)))
+}
+
+// length writes a byte or element count as a u32.
+func (e *enc) length(n int, what string) {
+	if e.err == nil && int64(n) > math.MaxUint32 {
+		e.err = handoff.ErrBadMessage.With("%s of %d elements does not fit the wire's u32 count", what, n)
+	}
+	e.u32(uint32(n))
+}
+
+func (e *enc) bytes(v []byte) { e.length(len(v), "byte string"); e.b = append(e.b, v...) }
+func (e *enc) str(v string)   { e.length(len(v), "string"); e.b = append(e.b, v...) }
 func (e *enc) bool(v bool) {
 	if v {
 		e.u8(1)
@@ -42,7 +65,7 @@ func (d *dec) need(n int) []byte {
 		return nil
 	}
 	if n < 0 || n > len(d.b) {
-		d.err = protoErr("message truncated")
+		d.err = msgErr("message truncated")
 		return nil
 	}
 	v := d.b[:n:n]
@@ -69,11 +92,13 @@ func (d *dec) u64() uint64 {
 	return 0
 }
 
-// int reads a non-negative int bounded by max.
+// int reads a non-negative int bounded by max. A value out of range is a
+// bad message, not a bad frame: the frame's length and checksum held, so
+// the connection is still aligned and only this call is refused.
 func (d *dec) int(max int) int {
 	v := int64(d.u64())
 	if d.err == nil && (v < 0 || v > int64(max)) {
-		d.err = protoErr("field value %d out of range", v)
+		d.err = handoff.ErrBadMessage.With("field value %d is outside [0, %d]", v, max)
 		return 0
 	}
 	return int(v)
@@ -97,7 +122,7 @@ func (d *dec) bool() bool {
 		return true
 	}
 	if d.err == nil {
-		d.err = protoErr("bad boolean")
+		d.err = msgErr("bad boolean")
 	}
 	return false
 }
@@ -107,19 +132,28 @@ func (d *dec) bool() bool {
 func (d *dec) count(min int) int {
 	n := d.u32()
 	if d.err == nil && int64(n)*int64(min) > int64(len(d.b)) {
-		d.err = protoErr("element count %d larger than the frame", n)
+		d.err = msgErr("element count %d larger than the message", n)
 		return 0
 	}
 	return int(n)
 }
 
+// msgErr is a message body that does not decode inside a frame whose
+// framing held (length, checksum, MAC): the call is refused, the
+// connection stays up for every other call.
+func msgErr(format string, args ...any) error {
+	return handoff.ErrBadMessage.With(format, args...)
+}
+
 func (d *dec) end() error {
 	if d.err == nil && len(d.b) != 0 {
-		d.err = protoErr("%d trailing bytes", len(d.b))
+		d.err = msgErr("%d trailing bytes", len(d.b))
 	}
 	return d.err
 }
 
+// maxInt bounds every int on the wire: a value a 32-bit peer can hold, far
+// above any real token count, page size or block index.
 const maxInt = math.MaxInt32
 
 // maxModelName bounds a fingerprint's name on the wire: it only ever
@@ -141,19 +175,19 @@ func (e *enc) model(f model.Fingerprint) {
 func (d *dec) model() (f model.Fingerprint) {
 	copy(f.Sum[:], d.need(16))
 	if f.Name = d.str(); d.err == nil && len(f.Name) > maxModelName {
-		d.err = protoErr("model name of %d bytes", len(f.Name))
+		d.err = msgErr("model name of %d bytes", len(f.Name))
 	}
 	return f
 }
 
-func encReserve(m *handoff.Reserve) []byte {
+func encReserve(m *handoff.Reserve) ([]byte, error) {
 	var e enc
 	e.id(m.Handoff)
 	e.str(m.Tenant)
-	e.i64(m.PromptTokens)
-	e.i64(m.MaxTokens)
+	e.int(m.PromptTokens, "prompt_tokens")
+	e.int(m.MaxTokens, "max_tokens")
 	e.model(m.Model)
-	return e.b
+	return e.b, e.err
 }
 
 func decReserve(p []byte) (*handoff.Reserve, error) {
@@ -165,11 +199,11 @@ func decReserve(p []byte) (*handoff.Reserve, error) {
 
 func encReservation(e *enc, m *handoff.Reservation) {
 	e.id(m.Handoff)
-	e.i64(m.PageSize)
-	e.i64(m.ExpectTokens)
+	e.int(m.PageSize, "page_size")
+	e.int(m.ExpectTokens, "expect_tokens")
 	e.u64(m.Incarnation)
 	e.model(m.Model)
-	e.u32(uint32(len(m.Pages)))
+	e.length(len(m.Pages), "page list")
 	for _, p := range m.Pages {
 		e.u32(p.Page)
 		e.u64(p.Gen)
@@ -211,32 +245,35 @@ const writeRecLen = 16 + 8 + 4 + 8 + 8 + 4 + 1 + 4
 // encWrites returns the payload as parts so page bytes are written to the
 // socket straight from where they are (no copy into a frame buffer), and
 // which parts are page data (outside the frame CRC, see the wire format).
-func encWrites(ws []handoff.PageWrite) ([][]byte, []bool) {
+func encWrites(ws []handoff.PageWrite) ([][]byte, []bool, error) {
 	parts := make([][]byte, 1, len(ws)+1)
 	isData := make([]bool, 1, len(ws)+1)
 	e := enc{b: make([]byte, 0, 4+writeRecLen*len(ws))}
-	e.u32(uint32(len(ws)))
+	e.length(len(ws), "write batch")
 	for i := range ws {
 		w := &ws[i]
 		e.id(w.Handoff)
-		e.i64(w.Block)
+		e.int(w.Block, "block")
 		e.u32(w.Page.Page)
 		e.u64(w.Page.Gen)
-		e.i64(w.Slots)
+		e.int(w.Slots, "slots")
 		e.u32(w.Checksum)
 		e.bool(w.Placed)
-		e.u32(uint32(len(w.Data)))
+		e.length(len(w.Data), "page data")
 		if len(w.Data) > 0 {
 			parts = append(parts, w.Data)
 			isData = append(isData, true)
 		}
 	}
 	parts[0] = e.b
-	return parts, isData
+	return parts, isData, e.err
 }
 
 // decWriteRecords decodes count records (their Data still unread) and the
-// data length each announces.
+// data length each announces. The lengths are read from their fixed place
+// in every record even when a field of a record does not decode, so a
+// caller can still skip the data and keep the connection aligned (the
+// error is then a bad message, answered on the call).
 func decWriteRecords(count int, recs []byte) ([]handoff.PageWrite, []int, error) {
 	d := dec{b: recs}
 	ws := make([]handoff.PageWrite, count)
@@ -244,7 +281,10 @@ func decWriteRecords(count int, recs []byte) ([]handoff.PageWrite, []int, error)
 	for i := range ws {
 		ws[i] = handoff.PageWrite{Handoff: d.id(), Block: d.int(maxInt),
 			Page: kv.PageRef{Page: d.u32(), Gen: d.u64()}, Slots: d.int(maxInt), Checksum: d.u32(), Placed: d.bool()}
-		lens[i] = int(d.u32())
+		d.u32()
+		if end := (i + 1) * writeRecLen; end <= len(recs) {
+			lens[i] = int(binary.BigEndian.Uint32(recs[end-4 : end]))
+		}
 	}
 	return ws, lens, d.end()
 }
@@ -260,51 +300,54 @@ func writeCount(b []byte, n int) (int, int, error) {
 	return int(count), int(meta), nil
 }
 
-// decWritesChecked decodes a Write frame and checks its CRC over the header
-// and the metadata prefix (everything but the page data).
+// decWritesChecked decodes a Write frame read whole (the frame-MAC path,
+// where the MAC has verified every byte) and checks its CRC over the header
+// and the metadata prefix (everything but the page data). A framing fault
+// (count beyond the frame, checksum, lengths that do not add up) is a
+// protocol error; a record whose fields do not decode is a bad message.
 func decWritesChecked(f *frame) ([]handoff.PageWrite, error) {
-	ws, err := decWrites(f.payload)
-	if err != nil {
-		return nil, err
-	}
-	meta := 4 + writeRecLen*len(ws)
-	c := crc32.Update(0, castagnoli, f.hdr12[:])
-	c = crc32.Update(c, castagnoli, f.payload[:meta])
-	if c != f.crc {
-		return nil, protoErr("frame checksum %08x, header says %08x", c, f.crc)
-	}
-	return ws, nil
-}
-
-func decWrites(p []byte) ([]handoff.PageWrite, error) {
+	p := f.payload
 	if len(p) < 4 {
-		return nil, protoErr("message truncated")
+		return nil, protoErr("write frame of %d bytes", len(p))
 	}
 	count, meta, err := writeCount(p, len(p))
 	if err != nil {
 		return nil, err
 	}
-	ws, lens, err := decWriteRecords(count, p[4:meta])
-	if err != nil {
-		return nil, err
+	c := crc32.Update(0, castagnoli, f.hdr12[:])
+	c = crc32.Update(c, castagnoli, p[:meta])
+	if c != f.crc {
+		return nil, protoErr("frame checksum %08x, header says %08x", c, f.crc)
 	}
-	d := dec{b: p[meta:]}
+	ws, lens, derr := decWriteRecords(count, p[4:meta])
+	total := int64(meta)
+	for _, l := range lens {
+		total += int64(l)
+	}
+	if total != int64(len(p)) {
+		return nil, protoErr("write frame of %d bytes announces %d", len(p), total)
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	off := meta
 	for i := range ws {
-		if data := d.need(lens[i]); len(data) > 0 {
-			ws[i].Data = data
+		if lens[i] > 0 {
+			ws[i].Data = p[off : off+lens[i] : off+lens[i]]
+			off += lens[i]
 		}
 	}
-	return ws, d.end()
+	return ws, nil
 }
 
-func encCommit(m *handoff.Commit) []byte {
+func encCommit(m *handoff.Commit) ([]byte, error) {
 	var e enc
 	e.id(m.Handoff)
-	e.i64(m.Tokens)
+	e.int(m.Tokens, "tokens")
 	e.bytes(m.Digest)
 	e.u32(uint32(m.FirstToken))
 	encLogprobs(&e, m.FirstLogprobs)
-	return e.b
+	return e.b, e.err
 }
 
 func decCommit(p []byte) (*handoff.Commit, error) {
@@ -318,11 +361,11 @@ func decCommit(p []byte) (*handoff.Commit, error) {
 	return m, d.end()
 }
 
-func encAbort(m *handoff.Abort) []byte {
+func encAbort(m *handoff.Abort) ([]byte, error) {
 	var e enc
 	e.id(m.Handoff)
 	e.str(m.Reason)
-	return e.b
+	return e.b, e.err
 }
 
 func decAbort(p []byte) (*handoff.Abort, error) {
@@ -342,16 +385,26 @@ func decID(p []byte) (kv.ID, error) {
 func (e *enc) f32(v float32) { e.u32(math.Float32bits(v)) }
 func (d *dec) f32() float32  { return math.Float32frombits(d.u32()) }
 
+// encSampling carries the floats as their bits (any value round-trips;
+// the sampler, not the wire, judges them) and refuses what the decoder
+// would refuse: a top_k beyond the wire's int, more logit biases or top
+// logprobs than allowed.
 func encSampling(e *enc, s sample.Params) {
+	if e.err == nil && len(s.LogitBias) > sample.MaxLogitBias {
+		e.err = handoff.ErrBadMessage.With("logit bias of %d entries; at most %d", len(s.LogitBias), sample.MaxLogitBias)
+	}
+	if e.err == nil && (s.TopLogprobs < 0 || s.TopLogprobs > sample.MaxTopLogprobs) {
+		e.err = handoff.ErrBadMessage.With("top logprobs %d outside [0, %d]", s.TopLogprobs, sample.MaxTopLogprobs)
+	}
 	e.f32(s.Temperature)
-	e.i64(s.TopK)
+	e.int(s.TopK, "top_k")
 	e.f32(s.TopP)
 	e.u64(s.Seed)
 	e.f32(s.MinP)
 	e.f32(s.PresencePenalty)
 	e.f32(s.FrequencyPenalty)
 	e.f32(s.RepetitionPenalty)
-	e.u32(uint32(len(s.LogitBias)))
+	e.length(len(s.LogitBias), "logit bias")
 	for _, b := range s.LogitBias {
 		e.u32(uint32(b.ID))
 		e.f32(b.Bias)
@@ -368,7 +421,7 @@ func decSampling(d *dec) sample.Params {
 		MinP: d.f32(), PresencePenalty: d.f32(), FrequencyPenalty: d.f32(), RepetitionPenalty: d.f32()}
 	n := d.count(8)
 	if d.err == nil && n > sample.MaxLogitBias {
-		d.err = protoErr("logit bias of %d entries; at most %d", n, sample.MaxLogitBias)
+		d.err = msgErr("logit bias of %d entries; at most %d", n, sample.MaxLogitBias)
 	}
 	if d.err == nil && n > 0 {
 		s.LogitBias = make([]sample.Bias, n)
@@ -379,7 +432,7 @@ func decSampling(d *dec) sample.Params {
 	s.Logprobs = d.bool()
 	s.TopLogprobs = int(d.u8())
 	if d.err == nil && s.TopLogprobs > sample.MaxTopLogprobs {
-		d.err = protoErr("top logprobs %d; at most %d", s.TopLogprobs, sample.MaxTopLogprobs)
+		d.err = msgErr("top logprobs %d; at most %d", s.TopLogprobs, sample.MaxTopLogprobs)
 	}
 	return s
 }
@@ -390,6 +443,19 @@ func encLogprobs(e *enc, l *sample.Logprobs) {
 	e.bool(l != nil)
 	if l == nil {
 		return
+	}
+	// What decLogprobs refuses is refused here, on this call alone.
+	ok := func(v float32) bool { return v >= sample.LogprobFloor && v <= 0 }
+	if e.err == nil && len(l.Top) > sample.MaxTopLogprobs {
+		e.err = handoff.ErrBadMessage.With("%d top logprobs; at most %d", len(l.Top), sample.MaxTopLogprobs)
+	}
+	if e.err == nil && !ok(l.Logprob) {
+		e.err = handoff.ErrBadMessage.With("logprob %v outside [%d, 0]", l.Logprob, sample.LogprobFloor)
+	}
+	for _, t := range l.Top {
+		if e.err == nil && !ok(t.Logprob) {
+			e.err = handoff.ErrBadMessage.With("logprob %v outside [%d, 0]", t.Logprob, sample.LogprobFloor)
+		}
 	}
 	e.f32(l.Logprob)
 	e.u8(byte(len(l.Top)))
@@ -408,14 +474,14 @@ func decLogprobs(d *dec) *sample.Logprobs {
 	val := func() float32 {
 		v := d.f32()
 		if d.err == nil && !(v >= sample.LogprobFloor && v <= 0) {
-			d.err = protoErr("logprob %v outside [%d, 0]", v, sample.LogprobFloor)
+			d.err = msgErr("logprob %v outside [%d, 0]", v, sample.LogprobFloor)
 		}
 		return v
 	}
 	l := &sample.Logprobs{Logprob: val()}
 	n := int(d.u8())
 	if d.err == nil && n > sample.MaxTopLogprobs {
-		d.err = protoErr("%d top logprobs; at most %d", n, sample.MaxTopLogprobs)
+		d.err = msgErr("%d top logprobs; at most %d", n, sample.MaxTopLogprobs)
 	}
 	if d.err != nil {
 		return nil
@@ -430,7 +496,7 @@ func decLogprobs(d *dec) *sample.Logprobs {
 }
 
 func encIDs(e *enc, ids []int32) {
-	e.u32(uint32(len(ids)))
+	e.length(len(ids), "token list")
 	for _, t := range ids {
 		e.u32(uint32(t))
 	}
@@ -449,14 +515,14 @@ func decIDs(d *dec) []int32 {
 	return ids
 }
 
-func encStreamOpen(id kv.ID, p handoff.StreamParams) []byte {
+func encStreamOpen(id kv.ID, p handoff.StreamParams) ([]byte, error) {
 	var e enc
 	e.id(id)
 	encSampling(&e, p.Sampling)
 	e.bool(p.IgnoreEOS)
 	encIDs(&e, p.Prompt)
 	encIDs(&e, p.Generated)
-	return e.b
+	return e.b, e.err
 }
 
 func decStreamOpen(p []byte) (kv.ID, handoff.StreamParams, error) {
@@ -468,18 +534,18 @@ func decStreamOpen(p []byte) (kv.ID, handoff.StreamParams, error) {
 	return id, sp, d.end()
 }
 
-func encToken(t handoff.Token) []byte {
+func encToken(t handoff.Token) ([]byte, error) {
 	var e enc
 	e.u32(uint32(t.ID))
 	e.bool(t.Done)
 	e.str(t.Finish)
-	e.i64(t.PromptTokens)
-	e.i64(t.CompletionTokens)
+	e.int(t.PromptTokens, "prompt_tokens")
+	e.int(t.CompletionTokens, "completion_tokens")
 	code, msg := handoff.ToWire(t.Err)
 	e.str(code)
 	e.str(msg)
 	encLogprobs(&e, t.Logprobs)
-	return e.b
+	return e.b, e.err
 }
 
 func decToken(p []byte) (handoff.Token, error) {
@@ -491,11 +557,11 @@ func decToken(p []byte) (handoff.Token, error) {
 	return t, d.end()
 }
 
-func encPrefill(m *handoff.PrefillRequest) []byte {
+func encPrefill(m *handoff.PrefillRequest) ([]byte, error) {
 	var e enc
 	e.id(m.Handoff)
 	e.str(m.Tenant)
-	e.u32(uint32(len(m.Tokens)))
+	e.length(len(m.Tokens), "token list")
 	for _, t := range m.Tokens {
 		e.u32(uint32(t))
 	}
@@ -505,9 +571,10 @@ func encPrefill(m *handoff.PrefillRequest) []byte {
 	}
 	encSampling(&e, m.Sampling)
 	e.model(m.Model)
-	e.i64(m.SampleOffset)
+	e.int(m.SampleOffset, "sample_offset")
+	e.str(m.CacheScope)
 	e.str(m.Decode)
-	return e.b
+	return e.b, e.err
 }
 
 func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
@@ -527,6 +594,7 @@ func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
 	m.Sampling = decSampling(&d)
 	m.Model = d.model()
 	m.SampleOffset = d.int(maxInt)
+	m.CacheScope = d.str()
 	m.Decode = d.str()
 	if d.err == nil && len(m.Decode) > handoff.MaxWorkerName {
 		d.err = protoErr("decode worker name of %d bytes, at most %d", len(m.Decode), handoff.MaxWorkerName)
@@ -537,12 +605,12 @@ func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
 // maxLoad bounds every Load field: no pool or queue comes near 2^31.
 const maxLoad = 1<<31 - 1
 
-func encLoad(m *handoff.Load) []byte {
+func encLoad(m *handoff.Load) ([]byte, error) {
 	var e enc
-	e.i64(m.FreePages)
-	e.i64(m.TotalPages)
-	e.i64(m.Running)
-	return e.b
+	e.int(m.FreePages, "free_pages")
+	e.int(m.TotalPages, "total_pages")
+	e.int(m.Running, "running")
+	return e.b, e.err
 }
 
 func decLoad(p []byte) (*handoff.Load, error) {
@@ -554,26 +622,37 @@ func decLoad(p []byte) (*handoff.Load, error) {
 	return m, d.end()
 }
 
-func encPrefillRes(m *handoff.PrefillResult) []byte {
+func encPrefillRes(m *handoff.PrefillResult) ([]byte, error) {
 	var e enc
 	e.u32(uint32(m.FirstToken))
-	e.i64(m.Tokens)
-	return e.b
+	e.int(m.Tokens, "tokens")
+	e.int(m.CachedTokens, "cached_tokens")
+	return e.b, e.err
 }
 
 func decPrefillRes(p []byte) (*handoff.PrefillResult, error) {
 	d := dec{b: p}
 	m := &handoff.PrefillResult{FirstToken: int32(d.u32()), Tokens: d.int(maxInt)}
+	m.CachedTokens = d.int(maxInt)
 	return m, d.end()
 }
 
+// encError encodes an error for the peer. It cannot fail: a message too
+// long for the frame is cut (the code, which callers match, is kept whole).
 func encError(err error) []byte {
 	var e enc
 	code, msg := handoff.ToWire(err)
+	if len(msg) > maxErrorMsg {
+		msg = msg[:maxErrorMsg] + "..."
+	}
 	e.str(code)
 	e.str(msg)
 	return e.b
 }
+
+// maxErrorMsg bounds an error's message on the wire, so an error that
+// quotes a huge input still fits any frame limit.
+const maxErrorMsg = 512
 
 func decError(p []byte) error {
 	d := dec{b: p}
@@ -582,7 +661,7 @@ func decError(p []byte) error {
 		return err
 	}
 	if code == "" {
-		return protoErr("error frame without a code")
+		return msgErr("error frame without a code")
 	}
 	return handoff.FromWire(code, msg)
 }

@@ -33,62 +33,77 @@ func fullLogprobs() *sample.Logprobs {
 func TestCodecCarriesSamplingAndLogprobs(t *testing.T) {
 	id := handofftest.ID(7)
 	sp := handoff.StreamParams{Sampling: fullSampling(), IgnoreEOS: true, Prompt: []int32{1, 2, 300000}}
-	gid, got, err := decStreamOpen(encStreamOpen(id, sp))
+	gid, got, err := decStreamOpen(mustEnc(encStreamOpen(id, sp)))
 	if err != nil || gid != id || !reflect.DeepEqual(got, sp) {
 		t.Fatalf("stream open: %+v %v\nwant %+v", got, err, sp)
 	}
 	pr := &handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{5}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{Page: 1}}}, Sampling: fullSampling()}
-	gpr, err := decPrefill(encPrefill(pr))
+	gpr, err := decPrefill(mustEnc(encPrefill(pr)))
 	if err != nil || !reflect.DeepEqual(gpr, pr) {
 		t.Fatalf("prefill: %+v %v", gpr, err)
 	}
 	tok := handoff.Token{ID: 9, Logprobs: fullLogprobs()}
-	gtok, err := decToken(encToken(tok))
+	gtok, err := decToken(mustEnc(encToken(tok)))
 	if err != nil || !reflect.DeepEqual(gtok, tok) {
 		t.Fatalf("token: %+v %v", gtok, err)
 	}
 	c := &handoff.Commit{Handoff: id, Tokens: 3, Digest: []byte{1}, FirstToken: 4, FirstLogprobs: &sample.Logprobs{Logprob: -3}}
-	gc, err := decCommit(encCommit(c))
+	gc, err := decCommit(mustEnc(encCommit(c)))
 	if err != nil || !reflect.DeepEqual(gc, c) {
 		t.Fatalf("commit: %+v %v", gc, err)
 	}
 	// Without logprobs nothing is carried (and nil stays nil).
-	gtok, err = decToken(encToken(handoff.Token{ID: 2}))
+	gtok, err = decToken(mustEnc(encToken(handoff.Token{ID: 2})))
 	if err != nil || gtok.Logprobs != nil {
 		t.Fatalf("token without logprobs: %+v %v", gtok, err)
 	}
 }
 
-// Counts beyond the bounds are protocol errors, never allocations.
+// Counts and values beyond the bounds are refused by the encoder, on that
+// call alone (bad_message), and the bytes it would have sent are refused
+// by the decoder the same way: never an allocation, never a torn
+// connection.
 func TestCodecBoundsSamplingAndLogprobs(t *testing.T) {
 	id := handofftest.ID(8)
 	many := handoff.StreamParams{Sampling: sample.Params{LogitBias: make([]sample.Bias, sample.MaxLogitBias+1)}}
-	if _, _, err := decStreamOpen(encStreamOpen(id, many)); !errors.Is(err, handoff.ErrProtocol) {
+	if _, _, err := decStreamOpen(refused(t)(encStreamOpen(id, many))); !errors.Is(err, handoff.ErrBadMessage) {
 		t.Fatalf("%d bias entries decoded: %v", sample.MaxLogitBias+1, err)
 	}
 	top := handoff.StreamParams{Sampling: sample.Params{Logprobs: true, TopLogprobs: sample.MaxTopLogprobs + 1}}
-	if _, _, err := decStreamOpen(encStreamOpen(id, top)); !errors.Is(err, handoff.ErrProtocol) {
+	if _, _, err := decStreamOpen(refused(t)(encStreamOpen(id, top))); !errors.Is(err, handoff.ErrBadMessage) {
 		t.Fatalf("top logprobs %d decoded: %v", sample.MaxTopLogprobs+1, err)
 	}
 	l := fullLogprobs()
 	l.Top = append(l.Top, sample.TokenLogprob{})
-	if _, err := decToken(encToken(handoff.Token{Logprobs: l})); !errors.Is(err, handoff.ErrProtocol) {
+	if _, err := decToken(refused(t)(encToken(handoff.Token{Logprobs: l}))); !errors.Is(err, handoff.ErrBadMessage) {
 		t.Fatalf("%d top logprobs decoded: %v", len(l.Top), err)
 	}
 	// Logprobs a client's JSON cannot carry are refused.
 	for _, v := range []float32{float32(math.NaN()), 0.5, float32(math.Inf(-1)), sample.LogprobFloor - 1} {
-		if _, err := decToken(encToken(handoff.Token{Logprobs: &sample.Logprobs{Logprob: v}})); !errors.Is(err, handoff.ErrProtocol) {
+		if _, err := decToken(refused(t)(encToken(handoff.Token{Logprobs: &sample.Logprobs{Logprob: v}}))); !errors.Is(err, handoff.ErrBadMessage) {
 			t.Fatalf("logprob %v decoded: %v", v, err)
 		}
 		bad := &sample.Logprobs{Top: []sample.TokenLogprob{{ID: 1, Logprob: v}}}
-		if _, err := decCommit(encCommit(&handoff.Commit{FirstLogprobs: bad})); !errors.Is(err, handoff.ErrProtocol) {
+		if _, err := decCommit(refused(t)(encCommit(&handoff.Commit{FirstLogprobs: bad}))); !errors.Is(err, handoff.ErrBadMessage) {
 			t.Fatalf("top logprob %v decoded: %v", v, err)
 		}
 	}
 	// A prompt list longer than the frame is refused before allocating.
-	b := encStreamOpen(id, handoff.StreamParams{})
+	b := mustEnc(encStreamOpen(id, handoff.StreamParams{}))
 	b[len(b)-1] = 0xff
-	if _, _, err := decStreamOpen(b); !errors.Is(err, handoff.ErrProtocol) {
+	if _, _, err := decStreamOpen(b); !errors.Is(err, handoff.ErrBadMessage) {
 		t.Fatalf("oversized prompt count decoded: %v", err)
+	}
+}
+
+// refused checks an encoder refused its message as a bad message and
+// returns the bytes it wrote anyway, for the decoder.
+func refused(t *testing.T) func([]byte, error) []byte {
+	return func(b []byte, err error) []byte {
+		t.Helper()
+		if !errors.Is(err, handoff.ErrBadMessage) {
+			t.Fatalf("the encoder accepted a message the decoder refuses: %v", err)
+		}
+		return b
 	}
 }

@@ -156,7 +156,7 @@ func (c *conn) sendData(typ byte, stream uint32, parts [][]byte, isData []bool) 
 		bufs, err = c.fr.encode(v, typ, stream, parts)
 	}
 	if err != nil {
-		return err
+		return &unsentError{err}
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 	var macBuf []byte
@@ -258,7 +258,8 @@ func (c *conn) clientHandshake() error {
 	d := dec{b: ack[6+32:]}
 	peer := d.model()
 	if err := d.end(); err != nil {
-		return err
+		// Handshake frames are the connection's, not a call's.
+		return protoErr("handshake: %v", err)
 	}
 	if err := handoff.CheckModel(c.cfg.Model, peer, "the server at "+c.nc.RemoteAddr().String()); err != nil {
 		// I13: the peer is authenticated, so tell it why, then leave.
@@ -310,7 +311,8 @@ func (c *conn) serverHandshake() error {
 	d := dec{b: hello[3+32:]}
 	peer := d.model()
 	if err := d.end(); err != nil {
-		return err
+		// Handshake frames are the connection's, not a call's.
+		return protoErr("handshake: %v", err)
 	}
 	mac := cmac
 	if c.cfg.FrameMAC {
@@ -349,6 +351,22 @@ func (c *conn) serverHandshake() error {
 		c.fr.enableMAC(proof(c.cfg.Secret, "sluice/session", hello, ack))
 	}
 	return nil
+}
+
+// unsentError is a frame refused before any of its bytes was written
+// (larger than the peer accepts): the connection is still aligned and
+// usable, only the call that wanted to send it fails.
+type unsentError struct{ err error }
+
+func (e *unsentError) Error() string { return e.err.Error() }
+func (e *unsentError) Unwrap() error { return e.err }
+
+// notSent reports whether err is a frame refused before sending, and why.
+func notSent(err error) (error, bool) {
+	if u, ok := err.(*unsentError); ok {
+		return u.err, true
+	}
+	return nil, false
 }
 
 // versionErr is ErrVersion with what to do about it.

@@ -38,7 +38,11 @@ import (
 // A frame failing any check (truncated, oversized, unknown type or
 // version, bad checksum or MAC) is a protocol error: the reader reports it,
 // the peer is told when possible, and the connection is closed, since
-// nothing after a bad frame can be trusted to be aligned.
+// nothing after a bad frame can be trusted to be aligned. A frame that
+// passes every check but whose body does not decode (a field out of range,
+// a truncated or overlong message) is a different thing: the framing held,
+// so only that call is answered, with bad_message, and the connection that
+// every tenant's calls share stays up.
 const (
 	headerLen = 16
 	macLen    = 16
@@ -50,11 +54,12 @@ const (
 // logprobs (StreamOpen, Prefill, Commit, Token): a version-1 build would
 // misread those frames, so the two refuse each other at the handshake
 // (ErrVersion). Version 3 added a resumed request's earlier tokens
-// (StreamOpen Generated, Prefill SampleOffset; preemption). Bump
-// maxVersion whenever a frame's layout changes.
+// (StreamOpen Generated, Prefill SampleOffset; preemption). Version 4
+// added the prefix cache's fields (Prefill CacheScope, PrefillResult
+// CachedTokens). Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 3
-	maxVersion = 3
+	minVersion = 4
+	maxVersion = 4
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the

@@ -14,8 +14,9 @@ import (
 )
 
 // FuzzFrameDecode feeds arbitrary bytes to the frame reader and every
-// message decoder, as a peer past the handshake could. Nothing may panic,
-// allocate beyond the frame, or fail with anything but a protocol error.
+// message decoder, as a peer past the handshake could. Nothing may panic or
+// allocate beyond the frame; a bad frame is a protocol error, a bad body
+// inside a good frame a bad message.
 func FuzzFrameDecode(f *testing.F) {
 	fr := framer{maxFrame: 1 << 16}
 	add := func(typ byte, payload []byte) {
@@ -23,27 +24,27 @@ func FuzzFrameDecode(f *testing.F) {
 		f.Add(bytes.Join(bufs, nil))
 	}
 	id := kv.ID{1, 2, 3}
-	add(tReserve, encReserve(&handoff.Reserve{Handoff: id, Tenant: "acme", PromptTokens: 9, MaxTokens: 3}))
+	add(tReserve, mustEnc(encReserve(&handoff.Reserve{Handoff: id, Tenant: "acme", PromptTokens: 9, MaxTokens: 3})))
 	var e enc
 	encReservation(&e, &handoff.Reservation{Handoff: id, Pages: []kv.PageRef{{Page: 3, Gen: 9}}, PageSize: 16, ExpectTokens: 9})
 	add(tReservation, e.b)
-	wparts, wdata := encWrites([]handoff.PageWrite{{Handoff: id, Block: 1, Page: kv.PageRef{Page: 4, Gen: 2}, Slots: 3, Data: []byte{1, 2, 3}, Checksum: 7}})
+	wparts, wdata, _ := encWrites([]handoff.PageWrite{{Handoff: id, Block: 1, Page: kv.PageRef{Page: 4, Gen: 2}, Slots: 3, Data: []byte{1, 2, 3}, Checksum: 7}})
 	{
 		bufs, _ := fr.encode(maxVersion, tWrite, 1, wparts, wdata)
 		f.Add(bytes.Join(bufs, nil))
 	}
-	add(tCommit, encCommit(&handoff.Commit{Handoff: id, Tokens: 9, Digest: []byte{1, 2}, FirstToken: 5}))
-	add(tAbort, encAbort(&handoff.Abort{Handoff: id, Reason: "x"}))
+	add(tCommit, mustEnc(encCommit(&handoff.Commit{Handoff: id, Tokens: 9, Digest: []byte{1, 2}, FirstToken: 5})))
+	add(tAbort, mustEnc(encAbort(&handoff.Abort{Handoff: id, Reason: "x"})))
 	add(tDrained, encID(id))
-	add(tStreamOpen, encStreamOpen(id, handoff.StreamParams{IgnoreEOS: true}))
-	add(tStreamOpen, encStreamOpen(id, handoff.StreamParams{Sampling: fullSampling(), Prompt: []int32{1, 2}}))
-	add(tToken, encToken(handoff.Token{ID: 3, Done: true, Finish: "stop", Err: handoff.ErrAborted}))
-	add(tToken, encToken(handoff.Token{ID: 3, Logprobs: fullLogprobs()}))
-	add(tCommit, encCommit(&handoff.Commit{Handoff: id, Tokens: 9, Digest: []byte{1}, FirstToken: 5, FirstLogprobs: fullLogprobs()}))
-	add(tPrefill, encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1}, Sampling: fullSampling()}))
-	add(tPrefill, encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1, 2}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{}}}, Decode: "10.0.0.7:9002"}))
-	add(tPrefillRes, encPrefillRes(&handoff.PrefillResult{FirstToken: 1, Tokens: 2}))
-	add(tLoadRes, encLoad(&handoff.Load{FreePages: 3, TotalPages: 8, Running: 2}))
+	add(tStreamOpen, mustEnc(encStreamOpen(id, handoff.StreamParams{IgnoreEOS: true})))
+	add(tStreamOpen, mustEnc(encStreamOpen(id, handoff.StreamParams{Sampling: fullSampling(), Prompt: []int32{1, 2}})))
+	add(tToken, mustEnc(encToken(handoff.Token{ID: 3, Done: true, Finish: "stop", Err: handoff.ErrAborted})))
+	add(tToken, mustEnc(encToken(handoff.Token{ID: 3, Logprobs: fullLogprobs()})))
+	add(tCommit, mustEnc(encCommit(&handoff.Commit{Handoff: id, Tokens: 9, Digest: []byte{1}, FirstToken: 5, FirstLogprobs: fullLogprobs()})))
+	add(tPrefill, mustEnc(encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1}, Sampling: fullSampling()})))
+	add(tPrefill, mustEnc(encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1, 2}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{}}}, Decode: "10.0.0.7:9002"})))
+	add(tPrefillRes, mustEnc(encPrefillRes(&handoff.PrefillResult{FirstToken: 1, Tokens: 2})))
+	add(tLoadRes, mustEnc(encLoad(&handoff.Load{FreePages: 3, TotalPages: 8, Running: 2})))
 	add(tError, encError(handoff.ErrCoverage))
 	f.Add([]byte{maxVersion, 12, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff})
 
@@ -70,7 +71,7 @@ func FuzzFrameDecode(f *testing.F) {
 				ws, derr = decWritesChecked(fm)
 				if derr == nil {
 					// Re-encoding a decoded batch gives the same bytes.
-					parts, _ := encWrites(ws)
+					parts, _, _ := encWrites(ws)
 					if !bytes.Equal(bytes.Join(parts, nil), p) {
 						t.Fatal("write batch does not round-trip")
 					}
@@ -85,7 +86,7 @@ func FuzzFrameDecode(f *testing.F) {
 				var sid kv.ID
 				var sp handoff.StreamParams
 				sid, sp, derr = decStreamOpen(p)
-				if derr == nil && !bytes.Equal(encStreamOpen(sid, sp), p) {
+				if derr == nil && !bytes.Equal(mustEnc(encStreamOpen(sid, sp)), p) {
 					t.Fatal("stream open does not round-trip")
 				}
 			case tToken:
@@ -101,7 +102,7 @@ func FuzzFrameDecode(f *testing.F) {
 			case tLoadRes:
 				var l *handoff.Load
 				l, derr = decLoad(p)
-				if derr == nil && (l.FreePages > l.TotalPages || !bytes.Equal(encLoad(l), p)) {
+				if derr == nil && (l.FreePages > l.TotalPages || !bytes.Equal(mustEnc(encLoad(l)), p)) {
 					t.Fatalf("load report %+v accepted from %x", l, p)
 				}
 			case tError:
@@ -109,8 +110,11 @@ func FuzzFrameDecode(f *testing.F) {
 					t.Fatal("an error frame decoded to no error")
 				}
 			}
-			if derr != nil && !errors.Is(derr, handoff.ErrProtocol) {
-				t.Fatalf("decode error %v is not a protocol error", derr)
+			// Inside a frame that read whole, a body that does not decode
+			// is a bad message (answered on its call); only a Write
+			// frame's own framing (count, lengths, checksum) is a protocol error.
+			if derr != nil && !errors.Is(derr, handoff.ErrBadMessage) && !(fm.typ == tWrite && errors.Is(derr, handoff.ErrProtocol)) {
+				t.Fatalf("decode error %v is neither a bad message nor a write frame's framing error", derr)
 			}
 		}
 	})
@@ -124,7 +128,7 @@ func FuzzFrameDecode(f *testing.F) {
 // frame, in order, and only writes of one handoff are ever handed on.
 func FuzzStreamedWrites(f *testing.F) {
 	id := kv.ID{9}
-	parts, _ := encWrites([]handoff.PageWrite{
+	parts, _, _ := encWrites([]handoff.PageWrite{
 		{Handoff: id, Block: 0, Page: kv.PageRef{Page: 1, Gen: 2}, Slots: 3, Data: []byte{1, 2, 3, 4}, Checksum: 7},
 		{Handoff: id, Block: 1, Page: kv.PageRef{Page: 2, Gen: 3}, Slots: 1, Placed: true},
 		{Handoff: id, Block: 2, Page: kv.PageRef{Page: 3, Gen: 4}, Slots: 2, Data: []byte{5, 6}},
@@ -157,9 +161,25 @@ func FuzzStreamedWrites(f *testing.F) {
 		}
 		var page []byte
 		werr, err := readWrites(bytes.NewReader(body), fr, len(body), &page, apply)
+		whole := &frame{typ: tWrite, stream: 1, payload: body, hdr12: fr.hdr12, crc: fr.crc}
+		_, wholeErr := decWritesChecked(whole)
 		if err != nil {
 			if !errors.Is(err, handoff.ErrProtocol) {
 				t.Fatalf("error %v is not a protocol error", err)
+			}
+			if !errors.Is(wholeErr, handoff.ErrProtocol) {
+				t.Fatalf("the streamed reader closes the connection (%v) where the whole-frame decoder does not (%v)", err, wholeErr)
+			}
+			return
+		}
+		if errors.Is(werr, handoff.ErrBadMessage) {
+			// A record that does not decode inside intact framing: the
+			// call is refused, nothing of it applied, the connection stays.
+			if calls != 0 {
+				t.Fatal("writes of a frame with an undecodable record were applied")
+			}
+			if !errors.Is(wholeErr, handoff.ErrBadMessage) {
+				t.Fatalf("streamed reader says bad message, whole-frame decoder %v", wholeErr)
 			}
 			return
 		}
@@ -169,7 +189,8 @@ func FuzzStreamedWrites(f *testing.F) {
 		if werr == nil {
 			// Everything was applied: the applied bytes are the frame's
 			// data section, in order.
-			ws, derr := decWrites(body)
+			whole := &frame{typ: tWrite, stream: 1, payload: body, hdr12: fr.hdr12, crc: fr.crc}
+			ws, derr := decWritesChecked(whole)
 			if derr != nil {
 				t.Fatalf("streamed what the whole-frame decoder refuses: %v", derr)
 			}
@@ -190,4 +211,12 @@ func FuzzStreamedWrites(f *testing.F) {
 			t.Fatalf("page buffer of %d bytes for a %d-byte frame", cap(page), len(body))
 		}
 	})
+}
+
+// mustEnc is an encoder's output for a message the test knows it can carry.
+func mustEnc(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -62,7 +62,7 @@ func TestJunkClientProofRefusedBeforeReserve(t *testing.T) {
 			rawHello(t, nc, fr, model.Fingerprint{})
 			auth, _ := fr.encode(helloVersion, tAuth, 0, [][]byte{junk})
 			// Pipelined: as if the server had said AuthOK.
-			res, _ := fr.encode(maxVersion, tReserve, 1, [][]byte{encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "x", PromptTokens: 4, MaxTokens: 1})})
+			res, _ := fr.encode(maxVersion, tReserve, 1, [][]byte{mustEnc(encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "x", PromptTokens: 4, MaxTokens: 1}))})
 			nb := net.Buffers(append(auth, res...))
 			nb.WriteTo(nc)
 			expectErrorThenClose(t, nc, &framer{maxFrame: 1 << 20}, handoff.ErrAuth)

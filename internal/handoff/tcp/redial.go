@@ -15,9 +15,14 @@ import (
 // Redialer is a role's handoff service (handoff.Decode and handoff.Prefill)
 // over an authenticated connection that is dialled again when it dies, so
 // a restarted peer is used again without rebuilding the caller. It never
-// retries a call: a call on a connection that died returns ErrTransport
-// (outcome unknown) and the caller decides (normally: Abort, which goes out
-// on a fresh connection).
+// retries a call that changes state: a Reserve, Write, Commit, Prefill or
+// Stream on a connection that died returns ErrTransport (outcome unknown)
+// and the caller decides (normally: Abort, which goes out on a fresh
+// connection). The clean-up calls Abort, Drained and Cancel are idempotent
+// and are what the caller does about such a failure, so when one of them
+// fails because its connection died, it is sent once more on a fresh one:
+// otherwise an Abort sent just as the connection dies is lost, and the
+// peer holds the handoff's pages (and its stream) until its own timeout.
 type Redialer struct {
 	addr string
 	cfg  Config
@@ -141,19 +146,30 @@ func (r *Redialer) Commit(ctx context.Context, m *handoff.Commit) error {
 }
 
 func (r *Redialer) Abort(ctx context.Context, a *handoff.Abort) error {
-	c, err := r.client(ctx)
-	if err != nil {
-		return err
-	}
-	return c.Abort(ctx, a)
+	return r.idempotent(ctx, func(c *Client) error { return c.Abort(ctx, a) })
 }
 
 func (r *Redialer) Drained(ctx context.Context, id kv.ID) error {
+	return r.idempotent(ctx, func(c *Client) error { return c.Drained(ctx, id) })
+}
+
+// idempotent runs an idempotent call, once more on a fresh connection
+// when the first attempt failed because its connection died (not when the
+// peer answered with an error, nor when ctx ended).
+func (r *Redialer) idempotent(ctx context.Context, call func(*Client) error) error {
 	c, err := r.client(ctx)
 	if err != nil {
 		return err
 	}
-	return c.Drained(ctx, id)
+	err = call(c)
+	if err == nil || !errors.Is(err, handoff.ErrTransport) || c.Err() == nil || ctx.Err() != nil {
+		return err
+	}
+	c, rerr := r.client(ctx)
+	if rerr != nil {
+		return err
+	}
+	return call(c)
 }
 
 // Load implements handoff.Loader on the current connection.
@@ -174,11 +190,7 @@ func (r *Redialer) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams)
 }
 
 func (r *Redialer) Cancel(ctx context.Context, id kv.ID) error {
-	c, err := r.client(ctx)
-	if err != nil {
-		return err
-	}
-	return c.Cancel(ctx, id)
+	return r.idempotent(ctx, func(c *Client) error { return c.Cancel(ctx, id) })
 }
 
 func (r *Redialer) Prefill(ctx context.Context, m *handoff.PrefillRequest) (*handoff.PrefillResult, error) {

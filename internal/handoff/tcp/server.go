@@ -199,13 +199,21 @@ func (s *Server) report(nc net.Conn, err error) {
 	}
 }
 
-// handle runs one call. A returned error is a protocol error that closes
-// the connection; service errors are replied on the call.
+// handle runs one call. A returned error closes the connection (a frame
+// that is not a request, or a reply the connection failed to carry).
+// Everything that concerns this call alone is replied on the call, and the
+// connection, which other tenants' calls share, stays up: service errors, a
+// body that does not decode inside intact framing, and a reply that cannot
+// be encoded or is refused before sending (all bad_message).
 func (sc *sconn) handle(f *frame) error {
+	replyErr := func(err error) error { return sc.send(tError, f.stream, encError(err)) }
 	reply := func(typ byte, payload []byte) error {
-		return sc.send(typ, f.stream, payload)
+		err := sc.send(typ, f.stream, payload)
+		if cause, ok := notSent(err); ok {
+			return replyErr(handoff.ErrBadMessage.With("the reply cannot be sent: %v", cause))
+		}
+		return err
 	}
-	replyErr := func(err error) error { return reply(tError, encError(err)) }
 	ok := func(err error) error {
 		if err != nil {
 			return replyErr(err)
@@ -240,7 +248,11 @@ func (sc *sconn) handle(f *frame) error {
 		if err != nil {
 			return replyErr(err)
 		}
-		return reply(tLoadRes, encLoad(m))
+		b, err := encLoad(m)
+		if err != nil {
+			return replyErr(err)
+		}
+		return reply(tLoadRes, b)
 	default:
 		return protoErr("frame type %d is not a request", f.typ)
 	}
@@ -249,7 +261,7 @@ func (sc *sconn) handle(f *frame) error {
 	case tReserve:
 		m, err := decReserve(f.payload)
 		if err != nil {
-			return err
+			return replyErr(err)
 		}
 		res, err := d.Reserve(ctx, m)
 		if err != nil {
@@ -257,13 +269,22 @@ func (sc *sconn) handle(f *frame) error {
 		}
 		var e enc
 		encReservation(&e, res)
+		if e.err != nil {
+			// The pages are reserved but the client will never learn
+			// them: release them now rather than leave them to the lease.
+			_ = d.Abort(ctx, &handoff.Abort{Handoff: m.Handoff, Reason: "the reservation cannot be encoded"})
+			return replyErr(e.err)
+		}
 		return reply(tReservation, e.b)
 	case tWrite:
 		ws, err := decWritesChecked(f)
-		if err != nil {
-			return err
+		if errors.Is(err, handoff.ErrProtocol) {
+			return err // the framing itself is damaged
 		}
-		werr := d.Write(ctx, ws)
+		werr := err
+		if werr == nil {
+			werr = d.Write(ctx, ws)
+		}
 		if f.pooled {
 			// The decode side copied the pages into its pool before Write
 			// returned; nothing aliases the payload any more.
@@ -273,41 +294,45 @@ func (sc *sconn) handle(f *frame) error {
 	case tCommit:
 		m, err := decCommit(f.payload)
 		if err != nil {
-			return err
+			return replyErr(err)
 		}
 		return ok(d.Commit(ctx, m))
 	case tAbort:
 		m, err := decAbort(f.payload)
 		if err != nil {
-			return err
+			return replyErr(err)
 		}
 		return ok(d.Abort(ctx, m))
 	case tDrained:
 		id, err := decID(f.payload)
 		if err != nil {
-			return err
+			return replyErr(err)
 		}
 		return ok(d.Drained(ctx, id))
 	case tCancel:
 		id, err := decID(f.payload)
 		if err != nil {
-			return err
+			return replyErr(err)
 		}
 		return ok(d.Cancel(ctx, id))
 	case tPrefill:
 		m, err := decPrefill(f.payload)
 		if err != nil {
-			return err
+			return replyErr(err)
 		}
 		res, err := p.Prefill(ctx, m)
 		if err != nil {
 			return replyErr(err)
 		}
-		return reply(tPrefillRes, encPrefillRes(res))
+		b, err := encPrefillRes(res)
+		if err != nil {
+			return replyErr(err)
+		}
+		return reply(tPrefillRes, b)
 	case tStreamOpen:
 		id, params, err := decStreamOpen(f.payload)
 		if err != nil {
-			return err
+			return replyErr(err)
 		}
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -338,7 +363,14 @@ func (sc *sconn) handle(f *frame) error {
 			if sctx.Err() != nil {
 				return nil // the client closed the stream
 			}
-			if err := reply(tToken, encToken(t)); err != nil {
+			b, err := encToken(t)
+			if err != nil {
+				// A token the wire cannot carry ends this stream, and
+				// only it, with the reason.
+				t = handoff.Token{Err: err}
+				b, _ = encToken(t)
+			}
+			if err := reply(tToken, b); err != nil {
 				return nil
 			}
 			if t.Done || t.Err != nil {

@@ -50,7 +50,8 @@ func (sc *sconn) next() (*frame, error) {
 // last page: OK only if every write was applied.
 //
 // A returned error is a protocol error (damaged framing, a truncated
-// body): the connection closes, as for any bad frame.
+// body): the connection closes, as for any bad frame. A record that does
+// not decode in an intact frame is answered on its call (bad_message).
 func (sc *sconn) streamWrites(f *frame, n int) error {
 	var apply func([]handoff.PageWrite) error
 	if d := sc.s.decode; d != nil {
@@ -95,10 +96,7 @@ func readWrites(r io.Reader, f *frame, n int, page *[]byte, apply func([]handoff
 	if c != f.crc {
 		return nil, protoErr("frame checksum %08x, header says %08x", c, f.crc)
 	}
-	ws, lens, err := decWriteRecords(count, recs)
-	if err != nil {
-		return nil, err
-	}
+	ws, lens, derr := decWriteRecords(count, recs)
 	total := int64(meta)
 	for _, l := range lens {
 		total += int64(l)
@@ -107,9 +105,11 @@ func readWrites(r io.Reader, f *frame, n int, page *[]byte, apply func([]handoff
 		return nil, protoErr("write frame of %d bytes announces %d", n, total)
 	}
 
-	// Service-level refusals are answered on the call; the pages are still
-	// read off the wire.
-	if apply == nil {
+	// Service-level refusals, and records that do not decode inside intact
+	// framing (a bad message), are answered on the call; the pages are
+	// still read off the wire, so the connection stays aligned.
+	werr = derr
+	if werr == nil && apply == nil {
 		werr = handoff.ErrState.With("this worker does not serve the decode side")
 	}
 	for i := range ws {

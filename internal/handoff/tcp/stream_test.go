@@ -44,7 +44,7 @@ func TestStreamedWriteFrames(t *testing.T) {
 		return ws
 	}
 	encFrame := func(c *conn, stream uint32, ws []handoff.PageWrite) []byte {
-		parts, isData := encWrites(ws)
+		parts, isData, _ := encWrites(ws)
 		bufs, err := c.fr.encode(maxVersion, tWrite, stream, parts, isData)
 		if err != nil {
 			t.Fatal(err)

@@ -71,9 +71,9 @@ func clusterJobs(m *Model, n int) []*engine.Request {
 	return rs
 }
 
-// references serves each request alone on the colocated engine: the
+// clusterReferences serves each request alone on the colocated engine: the
 // oracle every clustered output must equal.
-func references(t *testing.T, m *Model, rs []*engine.Request) []cres {
+func clusterReferences(t *testing.T, m *Model, rs []*engine.Request) []cres {
 	t.Helper()
 	ref, err := BuildLocal(m, LocalConfig{Colocated: true, Pools: Pools{Context: 256, PoolTokens: 512}})
 	if err != nil {
@@ -183,7 +183,7 @@ func waitFree(t *testing.T, pools map[string]*kv.Pool, skip string) {
 func TestClusterMatchesColocated(t *testing.T) {
 	m := loadStories(t)
 	rs := clusterJobs(m, loadSize(210))
-	want := references(t, m, rs)
+	want := clusterReferences(t, m, rs)
 	cs := buildTestCluster(t, m, 1024, nil)
 	got := runAll(cs, rs, 24, nil)
 	for i := range rs {
@@ -219,7 +219,7 @@ func TestClusterMatchesColocated(t *testing.T) {
 func TestTwoRoutersNeverDoubleBook(t *testing.T) {
 	m := loadStories(t)
 	rs := clusterJobs(m, 120)
-	want := references(t, m, rs)
+	want := clusterReferences(t, m, rs)
 	cs := buildTestCluster(t, m, 256, nil)
 	got := runAll(cs, rs, 32, nil)
 	var ok, refused int
@@ -288,7 +288,7 @@ func (s *heldStream) Recv() (handoff.Token, error) {
 func TestClusterDecodeDiesMidLoad(t *testing.T) {
 	m := loadStories(t)
 	rs := clusterJobs(m, 210)
-	want := references(t, m, rs)
+	want := clusterReferences(t, m, rs)
 	// The victim holds every stream after its first token until it dies,
 	// so the requests it has past their first token are surely mid-decode
 	// when it is killed.
@@ -429,7 +429,7 @@ func (f *fakeDNS) set(spec string, a ...string) {
 func TestDiscoveredDecodeWorkerGetsTraffic(t *testing.T) {
 	m := loadStories(t)
 	rs := clusterJobs(m, 36)
-	want := references(t, m, rs)
+	want := clusterReferences(t, m, rs)
 	cs, err := BuildCluster(m, ClusterConfig{LocalConfig: LocalConfig{Pools: Pools{Context: 256, PoolTokens: 1024}},
 		PrefillWorkers: 1, DecodeWorkers: 1, Routers: 1, Probe: 100 * time.Millisecond})
 	if err != nil {

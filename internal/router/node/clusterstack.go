@@ -120,7 +120,7 @@ func (s *ClusterStack) Close(ctx context.Context) error {
 
 func (s *ClusterStack) serve(tc tcp.Config, d handoff.Decode, p handoff.Prefill) (string, *tcp.Server, error) {
 	var st Stack
-	addr, err := st.serveTCP(tc, d, p)
+	addr, err := st.serveTCP(LocalConfig{}, tc, d, p)
 	s.closers = append(s.closers, st.closers...)
 	return addr, st.decodeSrv, err
 }

@@ -43,12 +43,19 @@ type LocalConfig struct {
 	// (default /dev/shm when present, else the temp dir).
 	ShmDir string
 	Logger *slog.Logger
+	// PrefixCache turns on the prefix cache of the colocated engine and the
+	// prefill worker (I11; the decode worker has none).
+	PrefixCache bool
 	// Engine, when set, adjusts each role's engine configuration before
 	// it is built (tests use it for LIFO page reuse).
 	Engine func(role string, c *engine.Config)
 	// PrefillWorkers and DecodeWorkers, when either is above 1, run that
 	// many workers of each role behind one router (BuildCluster, TCP only).
 	PrefillWorkers, DecodeWorkers int
+	// Listen, when set, opens the roles' loopback listeners in place of
+	// net.Listen("tcp", "127.0.0.1:0") (tests use it to drop the roles'
+	// connections under a running stack).
+	Listen func() (net.Listener, error)
 }
 
 // Stack is a running set of roles and the engine the router drives.
@@ -123,8 +130,12 @@ func Stats(pools map[string]*kv.Pool, dw *engine.DecodeWorker) router.EngineStat
 	st.Violations = map[string]uint64{}
 	for role, p := range pools {
 		ps := p.Stats()
+		pageSize := uint64(p.Geometry().PageSize)
 		st.Pools = append(st.Pools, router.PoolStats{Role: role, Pages: map[string]int{
 			"free": ps.Free, "reserved": ps.Reserved, "filling": ps.Filling, "sealed": ps.Sealed, "quarantined": ps.Quarantined,
+		}, Cache: router.CacheStats{
+			HitTokens: ps.CacheHits * pageSize, MissTokens: ps.CacheMisses * pageSize, Evictions: ps.CacheEvictions,
+			IdlePages: ps.CacheIdle, ReadPages: ps.Cached - ps.CacheIdle, Readers: ps.CacheReaders,
 		}})
 		for k, n := range ps.Violations {
 			st.Violations[string(k)] += n
@@ -196,6 +207,7 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 			return nil, err
 		}
 		ec.MaxQueue, ec.QueueTimeout = c.MaxQueue, c.QueueTimeout
+		ec.PrefixCache = c.PrefixCache
 		if c.Engine != nil {
 			c.Engine(r, &ec)
 		}
@@ -261,22 +273,20 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 			return err
 		}
 		tc = tcp.Config{Secret: secret, Model: m.Fingerprint()}
-		daddr, err := s.serveTCP(tc, dw, nil)
+		daddr, err := s.serveTCP(c, tc, dw, nil)
 		if err != nil {
 			return err
 		}
-		dc, err := tcp.Dial(context.Background(), daddr, tc)
+		dc, err := s.connect(c, daddr, tc)
 		if err != nil {
 			return err
 		}
-		s.closers = append(s.closers, func() { dc.Close() })
 		s.peers = append(s.peers, Peer{Role: "decode (from prefill)", Conn: dc})
 		toDecode = dc
-		rd, err := tcp.Dial(context.Background(), daddr, tc)
+		rd, err := s.connect(c, daddr, tc)
 		if err != nil {
 			return err
 		}
-		s.closers = append(s.closers, func() { rd.Close() })
 		s.peers = append(s.peers, Peer{Role: "decode", Conn: rd})
 		routerDecode = rd
 		if transport == TransportSHM {
@@ -303,15 +313,14 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 	if transport == TransportInproc {
 		routerPrefill = inproc.Prefill(pw)
 	} else {
-		paddr, err := s.serveTCP(tc, nil, pw)
+		paddr, err := s.serveTCP(c, tc, nil, pw)
 		if err != nil {
 			return err
 		}
-		rp, err := tcp.Dial(context.Background(), paddr, tc)
+		rp, err := s.connect(c, paddr, tc)
 		if err != nil {
 			return err
 		}
-		s.closers = append(s.closers, func() { rp.Close() })
 		s.peers = append(s.peers, Peer{Role: "prefill", Conn: rp})
 		routerPrefill = rp
 	}
@@ -330,12 +339,34 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 	return nil
 }
 
-func (s *Stack) serveTCP(tc tcp.Config, d handoff.Decode, p handoff.Prefill) (string, error) {
+// connectTimeout bounds the first dial of a role's own loopback listener.
+const connectTimeout = 10 * time.Second
+
+// connect dials a role over TCP as `sluice router` does: through a
+// Redialer, so a connection that dies (a peer that dropped it, a reset)
+// is dialled again by the next call instead of failing every later
+// request of every tenant until a restart.
+func (s *Stack) connect(c LocalConfig, addr string, tc tcp.Config) (*tcp.Redialer, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	r, err := tcp.ConnectRedialer(ctx, addr, tc, c.Logger)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { r.Close() })
+	return r, nil
+}
+
+func (s *Stack) serveTCP(c LocalConfig, tc tcp.Config, d handoff.Decode, p handoff.Prefill) (string, error) {
 	srv, err := tcp.NewServer(tc, d, p)
 	if err != nil {
 		return "", err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	listen := c.Listen
+	if listen == nil {
+		listen = func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+	}
+	l, err := listen()
 	if err != nil {
 		return "", err
 	}

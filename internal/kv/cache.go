@@ -1,0 +1,520 @@
+package kv
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+)
+
+// The prefix cache (I11). A full, sealed page of a sequence's prompt can be
+// handed to a cache entry, keyed by (tenant, chain key); later sequences of
+// the SAME tenant whose prompt starts with the same tokens find it and read
+// it instead of recomputing it. Isolation does not rest on the key alone:
+//
+//   - the index is keyed by (tenant, key): a lookup by another tenant cannot
+//     find the entry even if the keys collide or the salt were left out;
+//   - a reader holds a share, named (page, generation, reader id), taken by
+//     Lookup or Insert; every read through a View checks the page's tenant
+//     against the reader's on every call (one atomic load, view.go) and the
+//     share under the lock on first touch, so a page table forged to point
+//     at another tenant's cached page reads nothing (foreign_owner, I8);
+//   - a cached page is full and sealed: every write into it is a
+//     sealed_write violation (the page is quarantined: it may have been
+//     changed, and its readers fail closed);
+//   - an entry nobody reads is idle, on an LRU list; allocation under
+//     pressure evicts idle entries oldest first, never one with a reader.
+//     Eviction bumps the generation (a stale ref fails as stale_generation)
+//     and scrubs the page (I7) on its way to the free list;
+//   - a cached page is never a transfer target (only sealed, fully written,
+//     non-fenced pages are inserted, I6), and a quarantined one leaves only
+//     after its last reader and then a lease, like any quarantined page.
+//
+// Life of a cached page:
+//
+//	Sealed (private) --Insert--> cached, 1 reader --Lookup--> n+1 readers
+//	     cached, 0 readers = idle (LRU) --evict/InvalidateTenant--> scrub --> Free
+//	     violation --> Quarantined, unindexed --last reader--> lease --> Free
+
+// BlockKey names one full page of a prompt: the chain hash of everything
+// its KV depends on (ChainKey).
+type BlockKey [32]byte
+
+// Salt separates cache keys of different tenants (and, narrowed, of
+// different cache scopes within a tenant). It is derived by the server from
+// the authenticated tenant (salt.go), never taken from a caller.
+type Salt [32]byte
+
+// chainDomain labels the chain hash so it can never equal another hash the
+// system computes.
+const chainDomain = "sluice kv prefix chain v1\x00"
+
+// ChainKey is the key of the page after parent (the zero key for the first
+// page) holding tokens, for the model named by fingerprint and the cache
+// scope named by salt: SHA-256 over a domain label, parent, the length-
+// prefixed fingerprint, the salt and the token ids. A page's KV depends on
+// every earlier token (parent), its own tokens, its position (the chain's
+// depth) and the weights (fingerprint); two tenants' salts differ, so
+// their keys differ even for the same tokens.
+func ChainKey(parent BlockKey, fingerprint []byte, salt Salt, tokens []int32) BlockKey {
+	h := sha256.New()
+	var b [8]byte
+	h.Write([]byte(chainDomain))
+	h.Write(parent[:])
+	binary.LittleEndian.PutUint64(b[:], uint64(len(fingerprint)))
+	h.Write(b[:])
+	h.Write(fingerprint)
+	h.Write(salt[:])
+	binary.LittleEndian.PutUint64(b[:], uint64(len(tokens)))
+	h.Write(b[:])
+	for _, t := range tokens {
+		binary.LittleEndian.PutUint32(b[:4], uint32(t))
+		h.Write(b[:4])
+	}
+	var k BlockKey
+	h.Sum(k[:0])
+	return k
+}
+
+// PrefixKeys is the chain of keys of the full pages of tokens (the partial
+// last page has none: it is always private).
+func PrefixKeys(fingerprint []byte, salt Salt, pageSize int, tokens []int32) []BlockKey {
+	if pageSize <= 0 {
+		return nil
+	}
+	n := len(tokens) / pageSize
+	keys := make([]BlockKey, n)
+	var parent BlockKey
+	for i := range n {
+		parent = ChainKey(parent, fingerprint, salt, tokens[i*pageSize:(i+1)*pageSize])
+		keys[i] = parent
+	}
+	return keys
+}
+
+// cacheState is the pool's cache bookkeeping, guarded by Pool.mu.
+type cacheState struct {
+	meta    []cmeta
+	index   map[entryKey]uint32
+	shares  map[shareKey]struct{}
+	tenants map[string]uint32 // interned tenant ids, from 1 (the view's per-read check)
+
+	lruHead, lruTail int32 // idle entries, oldest at head
+	idle             int
+	cached           int
+	hits, misses     uint64 // pages
+	inserts          uint64
+	evictions        uint64
+}
+
+// cmeta is the cache side of one page.
+type cmeta struct {
+	cached  bool     // owned by a cache entry (not by a sequence)
+	indexed bool     // findable by Lookup; false once invalidated or quarantined
+	key     BlockKey // the entry's key while cached
+	readers int32    // shares held
+	onLRU   bool
+	// LRU links (page indices, -1 = none).
+	prev, next int32
+}
+
+type entryKey struct {
+	tenant string
+	key    BlockKey
+}
+
+// entryKeyFor is the index key of (tenant, key): the tenant is part of it,
+// so another tenant's lookup cannot find the entry whatever its key.
+func (p *Pool) entryKeyFor(tenant string, key BlockKey) entryKey {
+	if p.cfg.Unsafe.CacheIgnoresTenant {
+		tenant = "" // TEST HOOK: the tenant-blind cache
+	}
+	return entryKey{tenant, key}
+}
+
+// shareKey is one reader's hold on one cached page.
+type shareKey struct {
+	page uint32
+	gen  uint64
+	id   ID
+}
+
+func (c *cacheState) init(pages int) {
+	c.meta = make([]cmeta, pages)
+	for i := range c.meta {
+		c.meta[i].prev, c.meta[i].next = -1, -1
+	}
+	c.index = make(map[entryKey]uint32)
+	c.shares = make(map[shareKey]struct{})
+	c.tenants = make(map[string]uint32)
+	c.lruHead, c.lruTail = -1, -1
+}
+
+// internLocked is the tenant's small id, the same for the pool's life.
+func (p *Pool) internLocked(tenant string) uint32 {
+	id, ok := p.cache.tenants[tenant]
+	if !ok {
+		id = uint32(len(p.cache.tenants) + 1)
+		p.cache.tenants[tenant] = id
+	}
+	return id
+}
+
+// Lookup finds the longest run of keys, from the first, that o's tenant has
+// cached, takes a reader share of each page for o and returns their refs
+// (the first entries of o's page table). A page is hit only if it still
+// matches its seal digest (one hash per page per hit): a cached page is
+// read by many sequences over a long time, so it is checked when it is
+// handed out. A page o already reads ends the run. On error nothing is held.
+func (p *Pool) Lookup(o Owner, keys []BlockKey) ([]PageRef, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errClosed
+	}
+	c := &p.cache
+	var out []PageRef
+	for _, k := range keys {
+		pg, ok := c.index[p.entryKeyFor(o.Tenant, k)]
+		if !ok {
+			break
+		}
+		m := &p.pages[pg]
+		ref := PageRef{Page: pg, Gen: tagGen(m.tag.Load())}
+		sk := shareKey{pg, ref.Gen, o.ID}
+		if _, dup := c.shares[sk]; dup {
+			break
+		}
+		if p.pageDigest(pg, p.geo.PageSize) != p.digests[pg] {
+			v := p.violateLocked(KindDigestMismatch, pg, true, "cached page %d no longer matches its seal digest", pg)
+			p.dropSharesLocked(o, out)
+			return nil, v
+		}
+		p.addShareLocked(sk)
+		out = append(out, ref)
+	}
+	c.hits += uint64(len(out))
+	c.misses += uint64(len(keys) - len(out))
+	return out, nil
+}
+
+// Insert hands o's page ref, full and sealed, to the cache entry (o's
+// tenant, key). o keeps reading it through the same ref (it now holds a
+// share); the page is never writable again. It reports false, and changes
+// nothing, when the tenant already caches key (o's page stays private) or
+// the page is already cached.
+func (p *Pool) Insert(o Owner, ref PageRef, key BlockKey) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false, errClosed
+	}
+	if v := p.checkLocked(o, ref, opSeal); v != nil {
+		return false, v
+	}
+	c := &p.cache
+	if c.meta[ref.Page].cached {
+		return false, nil
+	}
+	m := &p.pages[ref.Page]
+	ps := p.geo.PageSize
+	if tagState(m.tag.Load()) != Sealed || int(m.sealed.Load()) != ps || m.qTransfer {
+		return false, p.violateLocked(KindBadRange, ref.Page, false,
+			"page %d is not full and sealed (%d of %d slots sealed): only full sealed pages are cached", ref.Page, m.sealed.Load(), ps)
+	}
+	ek := p.entryKeyFor(o.Tenant, key)
+	if _, ok := c.index[ek]; ok {
+		return false, nil
+	}
+	cm := &c.meta[ref.Page]
+	cm.cached, cm.indexed, cm.key = true, true, key
+	c.index[ek] = ref.Page
+	c.cached++
+	c.inserts++
+	// The entry owns the page now; the ID is the key's, which no sequence
+	// holds, so no sequence-owner check can pass on it.
+	var eid ID
+	copy(eid[:], key[:])
+	m.owner = Owner{Tenant: o.Tenant, ID: eid}
+	p.addShareLocked(shareKey{ref.Page, ref.Gen, o.ID})
+	return true, nil
+}
+
+// EvictIdle evicts up to n idle cache entries, oldest first (all of them
+// when n < 0), and returns how many it evicted.
+func (p *Pool) EvictIdle(n int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0
+	}
+	done := 0
+	for p.cache.lruHead != -1 && (n < 0 || done < n) {
+		p.evictLocked(uint32(p.cache.lruHead))
+		done++
+	}
+	return done
+}
+
+// InvalidateTenant removes every cache entry of tenant from the index: idle
+// ones are evicted now, ones still read leave after their last reader. It
+// returns how many entries it removed.
+func (p *Pool) InvalidateTenant(tenant string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0
+	}
+	n := 0
+	for ek, pg := range p.cache.index {
+		if ek.tenant != tenant {
+			continue
+		}
+		n++
+		if p.cache.meta[pg].readers == 0 {
+			p.evictLocked(pg)
+			continue
+		}
+		delete(p.cache.index, ek)
+		p.cache.meta[pg].indexed = false
+	}
+	return n
+}
+
+// evictForLocked makes room for a reservation of n pages by evicting idle
+// entries, oldest first, but only when that is enough: a reservation that
+// cannot fit anyway takes nothing, not even the cache.
+func (p *Pool) evictForLocked(n int) {
+	if n <= p.nfree || n > p.nfree+p.cache.idle {
+		return
+	}
+	for n > p.nfree {
+		p.evictLocked(uint32(p.cache.lruHead))
+	}
+}
+
+// evictLocked ends an entry nobody reads: out of the index and the LRU, a
+// new generation (any ref to the old one is stale), scrubbed, freed.
+func (p *Pool) evictLocked(pg uint32) {
+	c := &p.cache
+	cm := &c.meta[pg]
+	if !cm.cached || cm.readers != 0 {
+		panic(fmt.Sprintf("kv: evicting page %d that is not an idle cache entry", pg))
+	}
+	p.uncacheLocked(pg)
+	c.evictions++
+	m := &p.pages[pg]
+	m.live = false
+	p.gen++
+	if p.gen > maxGen {
+		panic("kv: generation counter exhausted")
+	}
+	m.tag.Store(mkTag(p.gen, tagState(m.tag.Load())))
+	p.freeLocked(pg)
+}
+
+// uncacheLocked removes a page's entry from the index and the LRU and
+// makes it an ordinary page again (readers must be gone).
+func (p *Pool) uncacheLocked(pg uint32) {
+	c := &p.cache
+	cm := &c.meta[pg]
+	if cm.indexed {
+		delete(c.index, p.entryKeyFor(p.pages[pg].owner.Tenant, cm.key))
+	}
+	if cm.onLRU {
+		p.lruRemoveLocked(pg)
+	}
+	c.cached--
+	*cm = cmeta{prev: -1, next: -1}
+}
+
+// quarantineCachedLocked is quarantineLocked's cache side: a suspect page
+// is findable no more; with no reader left it is an ordinary page waiting
+// out its lease, otherwise it leaves after its last reader.
+func (p *Pool) quarantineCachedLocked(pg uint32) {
+	cm := &p.cache.meta[pg]
+	if !cm.cached {
+		return
+	}
+	if cm.indexed {
+		delete(p.cache.index, p.entryKeyFor(p.pages[pg].owner.Tenant, cm.key))
+		cm.indexed = false
+	}
+	if cm.readers == 0 {
+		p.uncacheLocked(pg)
+		p.pages[pg].live = false
+	}
+}
+
+func (p *Pool) addShareLocked(sk shareKey) {
+	c := &p.cache
+	c.shares[sk] = struct{}{}
+	cm := &c.meta[sk.page]
+	if cm.readers == 0 && cm.onLRU {
+		p.lruRemoveLocked(sk.page)
+	}
+	cm.readers++
+}
+
+// dropSharesLocked gives up o's shares of refs, last first, so that a
+// chain's deeper pages become idle before (and are evicted before) the
+// pages they extend.
+func (p *Pool) dropSharesLocked(o Owner, refs []PageRef) {
+	for i := len(refs) - 1; i >= 0; i-- {
+		p.dropShareLocked(o, refs[i])
+	}
+}
+
+// dropShareLocked ends o's share of a cached page, checked by the caller.
+func (p *Pool) dropShareLocked(o Owner, ref PageRef) {
+	c := &p.cache
+	sk := shareKey{ref.Page, ref.Gen, o.ID}
+	if _, ok := c.shares[sk]; !ok {
+		panic(fmt.Sprintf("kv: dropping a share of page %d that is not held", ref.Page))
+	}
+	delete(c.shares, sk)
+	cm := &c.meta[ref.Page]
+	if cm.readers--; cm.readers > 0 {
+		return
+	}
+	m := &p.pages[ref.Page]
+	switch {
+	case tagState(m.tag.Load()) == Quarantined:
+		// Suspect: nobody reads it now; it waits out a lease (I6), since
+		// whoever touched it may still be writing.
+		p.uncacheLocked(ref.Page)
+		m.live = false
+	case cm.indexed:
+		p.lruPushLocked(ref.Page)
+	default:
+		p.evictLocked(ref.Page) // invalidated while read
+	}
+}
+
+// checkCachedLocked is checkLocked for a cached page at ref's generation:
+// the reader's tenant must be the entry's and the reader must hold a
+// share; nothing may write it.
+func (p *Pool) checkCachedLocked(o Owner, ref PageRef, op op) *Violation {
+	m := &p.pages[ref.Page]
+	if m.owner.Tenant != o.Tenant && !p.cfg.Unsafe.CacheIgnoresTenant {
+		return p.violateLocked(KindForeignOwner, ref.Page, true, "page %d is cached for another tenant", ref.Page)
+	}
+	if _, ok := p.cache.shares[shareKey{ref.Page, ref.Gen, o.ID}]; !ok {
+		switch op {
+		case opRelease, opQuarantine:
+			return p.violateLocked(KindDoubleRelease, ref.Page, true, "cached page %d is not read by this sequence (released twice?)", ref.Page)
+		case opRead:
+			return p.violateLocked(KindForeignOwner, ref.Page, true, "cached page %d was not looked up by this sequence", ref.Page)
+		}
+	}
+	if tagState(m.tag.Load()) == Quarantined && op != opRelease && op != opQuarantine {
+		return p.violateLocked(KindQuarantined, ref.Page, false, "cached page %d is quarantined after an integrity violation", ref.Page)
+	}
+	switch op {
+	case opWrite, opTransfer, opMark:
+		return p.violateLocked(KindSealedWrite, ref.Page, true, "write to cached page %d: cached pages are read-only", ref.Page)
+	}
+	return nil
+}
+
+// --- LRU ----------------------------------------------------------------------
+
+func (p *Pool) lruPushLocked(pg uint32) {
+	c := &p.cache
+	cm := &c.meta[pg]
+	cm.onLRU = true
+	cm.prev, cm.next = c.lruTail, -1
+	if c.lruTail != -1 {
+		c.meta[c.lruTail].next = int32(pg)
+	} else {
+		c.lruHead = int32(pg)
+	}
+	c.lruTail = int32(pg)
+	c.idle++
+}
+
+func (p *Pool) lruRemoveLocked(pg uint32) {
+	c := &p.cache
+	cm := &c.meta[pg]
+	if cm.prev != -1 {
+		c.meta[cm.prev].next = cm.next
+	} else {
+		c.lruHead = cm.next
+	}
+	if cm.next != -1 {
+		c.meta[cm.next].prev = cm.prev
+	} else {
+		c.lruTail = cm.prev
+	}
+	cm.prev, cm.next, cm.onLRU = -1, -1, false
+	c.idle--
+}
+
+// auditCacheLocked checks the cache's bookkeeping (audit): the LRU holds
+// exactly the idle indexed entries, the index points at cached pages under
+// their own key and tenant, reader counts equal the shares held, and every
+// cached page is sealed or quarantined.
+func (p *Pool) auditCacheLocked() error {
+	c := &p.cache
+	bad := func(format string, args ...any) error {
+		return &Error{Code: CodeCorrupt, Msg: "prefix cache: " + fmt.Sprintf(format, args...)}
+	}
+	n := 0
+	prev := int32(-1)
+	for i := c.lruHead; i != -1; i = c.meta[i].next {
+		cm := &c.meta[i]
+		if !cm.onLRU || cm.prev != prev || !cm.cached || !cm.indexed || cm.readers != 0 {
+			return bad("LRU corrupt at page %d", i)
+		}
+		prev = i
+		if n++; n > len(c.meta) {
+			return bad("LRU has a cycle")
+		}
+	}
+	if prev != c.lruTail || n != c.idle {
+		return bad("LRU holds %d pages, counter says %d", n, c.idle)
+	}
+	for ek, pg := range c.index {
+		cm := &c.meta[pg]
+		if !cm.cached || !cm.indexed || cm.key != ek.key || p.entryKeyFor(p.pages[pg].owner.Tenant, cm.key) != ek {
+			return bad("index entry for page %d disagrees with the page", pg)
+		}
+	}
+	readers := make([]int32, len(c.meta))
+	for sk := range c.shares {
+		if !c.meta[sk.page].cached || tagGen(p.pages[sk.page].tag.Load()) != sk.gen {
+			return bad("a share names page %d, which is not cached at that generation", sk.page)
+		}
+		readers[sk.page]++
+	}
+	cached, indexed := 0, 0
+	for i := range c.meta {
+		cm := &c.meta[i]
+		if cm.readers != readers[i] {
+			return bad("page %d counts %d readers but %d shares are held", i, cm.readers, readers[i])
+		}
+		if !cm.cached {
+			if cm.onLRU || cm.indexed || cm.readers != 0 {
+				return bad("page %d is not cached but has cache state", i)
+			}
+			continue
+		}
+		cached++
+		if cm.indexed {
+			indexed++
+		}
+		st := tagState(p.pages[i].tag.Load())
+		if st != Sealed && st != Quarantined || (st == Sealed && !cm.indexed && cm.readers == 0) {
+			return bad("cached page %d is %v (indexed %v, %d readers)", i, st, cm.indexed, cm.readers)
+		}
+		if cm.onLRU != (cm.indexed && cm.readers == 0) {
+			return bad("page %d idle state disagrees with the LRU", i)
+		}
+		if !p.pages[i].live {
+			return bad("cached page %d is not live", i)
+		}
+	}
+	if cached != c.cached || indexed != len(c.index) {
+		return bad("%d cached pages (%d indexed) but counters say %d (%d)", cached, indexed, c.cached, len(c.index))
+	}
+	return nil
+}
