@@ -56,10 +56,12 @@ const (
 // (ErrVersion). Version 3 added a resumed request's earlier tokens
 // (StreamOpen Generated, Prefill SampleOffset; preemption). Version 4
 // added the prefix cache's fields (Prefill CacheScope, PrefillResult
-// CachedTokens). Bump maxVersion whenever a frame's layout changes.
+// CachedTokens). Version 5 added the cluster's fields (Prefill Decode,
+// the name of the decode worker to push to; the Load request and reply).
+// Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 4
-	maxVersion = 4
+	minVersion = 5
+	maxVersion = 5
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the
