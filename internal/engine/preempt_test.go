@@ -71,30 +71,8 @@ func TestPreemptedOutputEqualsUnpreempted(t *testing.T) {
 func TestPreemptionOracleStories(t *testing.T) {
 	rt := storiesRuntime(t)
 	reqs, _ := storiesRequests(t, 36)
-	for i, r := range reqs {
-		r.MaxTokens += 40
-		switch i % 3 {
-		case 1:
-			r.Sampling = sample.Params{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
-		case 2:
-			// Penalties count prompt and generated tokens apart: a resumed
-			// request's earlier tokens must count as generated ones.
-			r.Sampling = sample.Params{Temperature: 0.7, Seed: uint64(200 + i), PresencePenalty: 0.8, FrequencyPenalty: 0.5, RepetitionPenalty: 1.3}
-		}
-	}
-	solo, err := NewColocated(storiesConfig(rt, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer solo.Close(context.Background())
-	want := make([][]int32, len(reqs))
-	for i, r := range reqs {
-		s, err := solo.Submit(context.Background(), r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[i] = collect(t, s).tokens
-	}
+	lengthenAndMixSampling(reqs)
+	want := aloneOutputs(t, rt, reqs)
 	small, err := NewColocated(storiesConfig(rt, 16)) // 256 tokens: the context, a fraction of the demand
 	if err != nil {
 		t.Fatal(err)
@@ -130,30 +108,8 @@ func TestPreemptionOracleStories(t *testing.T) {
 func TestPreemptionOracleDisaggregated(t *testing.T) {
 	rt := storiesRuntime(t)
 	reqs, _ := storiesRequests(t, 36)
-	for i, r := range reqs {
-		r.MaxTokens += 40
-		switch i % 3 {
-		case 1:
-			r.Sampling = sample.Params{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
-		case 2:
-			// Penalties count prompt and generated tokens apart: a resumed
-			// request's earlier tokens must count as generated ones.
-			r.Sampling = sample.Params{Temperature: 0.7, Seed: uint64(200 + i), PresencePenalty: 0.8, FrequencyPenalty: 0.5, RepetitionPenalty: 1.3}
-		}
-	}
-	solo, err := NewColocated(storiesConfig(rt, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := make([][]int32, len(reqs))
-	for i, r := range reqs {
-		s, err := solo.Submit(context.Background(), r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[i] = collect(t, s).tokens
-	}
-	solo.Close(context.Background())
+	lengthenAndMixSampling(reqs)
+	want := aloneOutputs(t, rt, reqs)
 	// "+cache": the prefill worker's prefix cache on (the prompts repeat
 	// reference prompts, and a resumed prompt extends its own): hits skip
 	// prefill work and change no token.
@@ -207,6 +163,43 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 	}
 }
 
+// lengthenAndMixSampling gives each request 40 more tokens (so pools
+// fill up and sequences must be preempted) and a mix of greedy, seeded
+// nucleus and seeded penalised sampling.
+func lengthenAndMixSampling(reqs []*Request) {
+	for i, r := range reqs {
+		r.MaxTokens += 40
+		switch i % 3 {
+		case 1:
+			r.Sampling = sample.Params{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
+		case 2:
+			// Penalties count prompt and generated tokens apart: a resumed
+			// request's earlier tokens must count as generated ones.
+			r.Sampling = sample.Params{Temperature: 0.7, Seed: uint64(200 + i), PresencePenalty: 0.8, FrequencyPenalty: 0.5, RepetitionPenalty: 1.3}
+		}
+	}
+}
+
+// aloneOutputs is the preemption oracle: each request's tokens run one at
+// a time on a colocated engine whose pool (1024 tokens) never preempts.
+func aloneOutputs(t *testing.T, rt Runtime, reqs []*Request) [][]int32 {
+	t.Helper()
+	solo, err := NewColocated(storiesConfig(rt, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer solo.Close(context.Background())
+	want := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		s, err := solo.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = collect(t, s).tokens
+	}
+	return want
+}
+
 // waitDrained waits for pools to be entirely free (a stream's terminal
 // item can reach the client just before the release it follows).
 func waitDrained(t *testing.T, pools ...*kv.Pool) {
@@ -227,16 +220,7 @@ func waitDrained(t *testing.T, pools ...*kv.Pool) {
 // by draw.
 func TestSampleOffsetBounded(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
-	pw, err := NewPrefillWorker(toyConfig(m, 32), dw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pw.Close()
+	dw, pw := toyWorkers(t, m, 32)
 	id := newID()
 	res, err := dw.Reserve(context.Background(), &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 5, MaxTokens: 3})
 	if err != nil {
@@ -260,29 +244,8 @@ func TestCancelDuringPreemptionChurn(t *testing.T) {
 	for _, r := range reqs {
 		r.MaxTokens += 40
 	}
-	solo, err := NewColocated(storiesConfig(rt, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := make([][]int32, len(reqs))
-	for i, r := range reqs {
-		s, err := solo.Submit(context.Background(), r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[i] = collect(t, s).tokens
-	}
-	solo.Close(context.Background())
-	col, err := NewColocated(storiesConfig(rt, 16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer col.Close(context.Background())
-	loc, err := NewLocal(storiesConfig(rt, 24), storiesConfig(rt, 16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer loc.Close(context.Background())
+	want := aloneOutputs(t, rt, reqs)
+	col, loc := colocatedAndLocal(t, storiesConfig(rt, 16), storiesConfig(rt, 24), storiesConfig(rt, 16))
 	for name, e := range map[string]Engine{"colocated": col, "disaggregated": loc} {
 		var wg sync.WaitGroup
 		got := make([]result, len(reqs))
