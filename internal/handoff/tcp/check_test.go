@@ -29,16 +29,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // soon as the peer is back on its address.
 func TestCheckFollowsThePeer(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{})
-	s1, err := NewServer(Config{Secret: secret}, r.Server, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	go s1.Serve(l)
+	addr, s1 := serve(t, Config{Secret: secret}, r.Server, nil)
 	ctx := context.Background()
 	rd, err := ConnectRedialer(ctx, addr, Config{Secret: secret}, nil)
 	if err != nil {
@@ -73,16 +64,7 @@ func TestCheckFollowsThePeer(t *testing.T) {
 // ErrModelMismatch, so /ready stays 503 and says why.
 func TestCheckRefusesPeerOfAnotherModel(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{Model: modelA})
-	s1, err := NewServer(Config{Secret: secret, Model: modelA}, r.Server, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	go s1.Serve(l)
+	addr, s1 := serve(t, Config{Secret: secret, Model: modelA}, r.Server, nil)
 	ctx := context.Background()
 	rd, err := ConnectRedialer(ctx, addr, Config{Secret: secret, Model: modelA}, nil)
 	if err != nil {

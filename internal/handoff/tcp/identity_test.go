@@ -276,18 +276,8 @@ func TestModelMismatchRefusedAtReserve(t *testing.T) {
 // runs another model (and would not check) never gets the client's proof;
 // the client refuses with both models named and tells the server why.
 func TestClientRefusesServerOfAnotherModel(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	got := make(chan *frame, 1)
-	go func() {
-		nc, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer nc.Close()
+	addr := fakeServer(t, func(nc net.Conn) {
 		nc.SetDeadline(time.Now().Add(5 * time.Second))
 		fr := &framer{maxFrame: 1 << 20}
 		f, err := fr.readFrame(nc, nil)
@@ -303,8 +293,8 @@ func TestClientRefusesServerOfAnotherModel(t *testing.T) {
 		nb.WriteTo(nc)
 		f, _ = fr.readFrame(nc, nil)
 		got <- f
-	}()
-	_, err = Dial(context.Background(), l.Addr().String(), Config{Secret: secret, Model: modelA})
+	})
+	_, err := Dial(context.Background(), addr, Config{Secret: secret, Model: modelA})
 	mismatchText(t, err)
 	f := <-got
 	if f == nil || f.typ != tError {

@@ -49,6 +49,39 @@ func dial(t testing.TB, addr string, cfg Config) *Client {
 	return c
 }
 
+// fakeServer listens on loopback and hands the first connection to handle
+// (closed after it returns): a peer that misbehaves in a way no Server
+// would. It returns the address to dial.
+func fakeServer(t *testing.T, handle func(nc net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		handle(nc)
+	}()
+	return l.Addr().String()
+}
+
+// fakeServerConn runs the server side of the handshake on nc, with the
+// test secret, for fake servers that misbehave after it; nil if the
+// handshake failed.
+func fakeServerConn(nc net.Conn) *conn {
+	cfg, _ := Config{Secret: secret}.withDefaults()
+	c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: cfg.MaxFrame}}
+	if c.serverHandshake() != nil {
+		return nil
+	}
+	return c
+}
+
 func TestHonestHandoff(t *testing.T) {
 	for _, mac := range []bool{false, true} {
 		r := handofftest.New(t, handofftest.Options{})

@@ -152,22 +152,12 @@ func TestLongModelNameConnects(t *testing.T) {
 // Only a sluice refusal of the Hello means another build: something else
 // on the port (an HTTP server, say) is a protocol error, not a version.
 func TestNonSluiceServerIsNotAVersion(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		nc, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer nc.Close()
+	addr := fakeServer(t, func(nc net.Conn) {
 		nc.SetDeadline(time.Now().Add(5 * time.Second))
 		nc.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"))
 		io.Copy(io.Discard, nc) // until the client hangs up
-	}()
-	_, err = Dial(context.Background(), l.Addr().String(), Config{Secret: secret})
+	})
+	_, err := Dial(context.Background(), addr, Config{Secret: secret})
 	if !errors.Is(err, handoff.ErrProtocol) {
 		t.Fatalf("got %v, want %s", err, handoff.ErrProtocol.Code)
 	}
