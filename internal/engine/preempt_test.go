@@ -78,18 +78,7 @@ func TestPreemptionOracleStories(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer small.Close(context.Background())
-	got := submitAll(t, small, reqs)
-	for i := range reqs {
-		if got[i].final.Err != nil {
-			t.Fatalf("request %d: %v", i, got[i].final.Err)
-		}
-		if !slices.Equal(got[i].tokens, want[i]) {
-			t.Fatalf("request %d (preempted or not): %v, alone %v", i, got[i].tokens, want[i])
-		}
-		if u := got[i].final.Usage; u.PromptTokens != len(reqs[i].Prompt) || u.CompletionTokens != len(want[i]) {
-			t.Fatalf("request %d: usage %+v", i, u)
-		}
-	}
+	requireAlone(t, "colocated", reqs, submitAll(t, small, reqs), want)
 	if n := small.sched.preemptions.Load(); n < 3 {
 		t.Fatalf("only %d preemptions: the pool did not force them", n)
 	}
@@ -134,18 +123,7 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 				defer r.close()
 				eng, dw, pw = r.eng, r.dw, r.pw
 			}
-			got := submitAll(t, eng, reqs)
-			for i := range reqs {
-				if got[i].final.Err != nil {
-					t.Fatalf("request %d: %v", i, got[i].final.Err)
-				}
-				if !slices.Equal(got[i].tokens, want[i]) {
-					t.Fatalf("request %d over %s: %v, alone %v", i, transport, got[i].tokens, want[i])
-				}
-				if u := got[i].final.Usage; u.PromptTokens != len(reqs[i].Prompt) || u.CompletionTokens != len(want[i]) {
-					t.Fatalf("request %d: usage %+v, want %d prompt tokens once", i, u, len(reqs[i].Prompt))
-				}
-			}
+			requireAlone(t, transport, reqs, submitAll(t, eng, reqs), want)
 			st := dw.SchedStats()
 			if st.Preemptions < 3 {
 				t.Fatalf("only %d decode preemptions: the pool did not force them", st.Preemptions)
@@ -198,6 +176,24 @@ func aloneOutputs(t *testing.T, rt Runtime, reqs []*Request) [][]int32 {
 		want[i] = collect(t, s).tokens
 	}
 	return want
+}
+
+// requireAlone fails the test unless every request succeeded with the
+// tokens it gave alone (want) and its usage counts its prompt once and
+// exactly those tokens, however often it was preempted and resumed.
+func requireAlone(t *testing.T, label string, reqs []*Request, got []result, want [][]int32) {
+	t.Helper()
+	for i := range reqs {
+		if got[i].final.Err != nil {
+			t.Fatalf("%s: request %d: %v", label, i, got[i].final.Err)
+		}
+		if !slices.Equal(got[i].tokens, want[i]) {
+			t.Fatalf("%s: request %d (preempted or not): %v, alone %v", label, i, got[i].tokens, want[i])
+		}
+		if u := got[i].final.Usage; u.PromptTokens != len(reqs[i].Prompt) || u.CompletionTokens != len(want[i]) {
+			t.Fatalf("%s: request %d: usage %+v, want %d prompt tokens once and %d completion", label, i, u, len(reqs[i].Prompt), len(want[i]))
+		}
+	}
 }
 
 // waitDrained waits for pools to be entirely free (a stream's terminal
