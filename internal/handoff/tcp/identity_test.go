@@ -52,13 +52,7 @@ func TestJunkClientProofRefusedBeforeReserve(t *testing.T) {
 		"short":        {1, 2, 3},
 	} {
 		t.Run(name, func(t *testing.T) {
-			nc, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			nc.SetDeadline(time.Now().Add(5 * time.Second))
-			fr := &framer{maxFrame: 1 << 20, isClient: true}
+			nc, fr := rawClient(t, addr)
 			rawHello(t, nc, fr, model.Fingerprint{})
 			auth, _ := fr.encode(helloVersion, tAuth, 0, [][]byte{junk})
 			// Pipelined: as if the server had said AuthOK.
@@ -215,13 +209,7 @@ func TestModelMismatchRefusedAtConnect(t *testing.T) {
 
 	// The server checks by itself: a client that skips its own check
 	// (ignores the server's fingerprint, proves the secret) is refused.
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(5 * time.Second))
-	fr := &framer{maxFrame: 1 << 20, isClient: true}
+	nc, fr := rawClient(t, addr)
 	hello, ack := rawHello(t, nc, fr, modelB)
 	auth, _ := fr.encode(helloVersion, tAuth, 0, [][]byte{proof(secret, "sluice/client", hello, ack)})
 	nb := net.Buffers(auth)

@@ -45,17 +45,11 @@ func TestVersion1ClientRefused(t *testing.T) {
 	// bump) and without (the build before I13).
 	for name, withModel := range map[string]bool{"with fingerprint": true, "before I13": false} {
 		t.Run(name, func(t *testing.T) {
-			nc, err := net.Dial("tcp", l.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			nc.SetDeadline(time.Now().Add(5 * time.Second))
+			nc, fr := rawClient(t, l.Addr().String())
 			e := enc{b: append([]byte{1, 1, 0}, make([]byte, 32)...)}
 			if withModel {
 				e.model(modelA)
 			}
-			fr := &framer{maxFrame: 1 << 20, isClient: true}
 			bufs, _ := fr.encode(helloVersion, tHello, 0, [][]byte{e.b})
 			nb := net.Buffers(bufs)
 			nb.WriteTo(nc)
