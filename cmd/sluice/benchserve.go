@@ -192,7 +192,7 @@ func streamOne(ctx context.Context, client *http.Client, base string, l serveLoa
 			Choices []struct {
 				Text string `json:"text"`
 			} `json:"choices"`
-			Usage   *struct {
+			Usage *struct {
 				CompletionTokens int `json:"completion_tokens"`
 			} `json:"usage"`
 			Error json.RawMessage `json:"error"`
