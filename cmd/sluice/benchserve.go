@@ -292,8 +292,10 @@ func (s *server) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func startServer(name, bin string, args []string, onLine func([]byte)) (*server, error) {
+// startServer starts bin; env nil inherits this process's environment.
+func startServer(name, bin string, args, env []string, onLine func([]byte)) (*server, error) {
 	s := &server{name: name, cmd: exec.Command(bin, args...), exited: make(chan struct{}), onLine: onLine}
+	s.cmd.Env = env
 	s.cmd.Stdout = io.Discard
 	s.cmd.Stderr = s
 	if err := s.cmd.Start(); err != nil {
@@ -379,6 +381,7 @@ type serveReport struct {
 	LoadAfter   string     `json:"loadavg_after"`
 	SluiceArgs  []string   `json:"sluice_args"`
 	LlamaArgs   []string   `json:"llama_server_args,omitempty"`
+	LlamaEnv    string     `json:"llama_server_env,omitempty"`
 	Rows        []serveRow `json:"rows"`
 	Interrupted string     `json:"interrupted,omitempty"`
 }
@@ -416,6 +419,7 @@ func runBenchServe(args []string, stdout, stderr io.Writer) int {
 	repeats := fs.Int("repeats", 2, "interleaved `runs` per server and level (sluice, llama-server, sluice, ...)")
 	colocated := fs.Bool("colocated", false, "run sluice serve --colocated (one scheduler, no handoff)")
 	noCache := fs.Bool("no-cache-prompt", false, "pass --no-cache-prompt to llama-server (its prompt cache off)")
+	ompPassive := fs.Bool("omp-passive", false, "run llama-server with OMP_WAIT_POLICY=passive: its OpenMP threads sleep instead of spinning at barriers. On a machine shared with other load, spinning threads that lose their core stall every step (measured: 26 vs 285 tok/s with one request in flight at load 6-15 on 2 cores); on an idle machine spinning is llama.cpp's fastest")
 	timeout := fs.Duration("timeout", 20*time.Minute, "bound on the whole benchmark; runs not done by then are cut and reported as errors")
 	jsonOut := fs.Bool("json", false, "print the results as JSON")
 	fs.Usage = func() {
@@ -524,7 +528,12 @@ Flags:
 		if *noCache {
 			rep.LlamaArgs = append(rep.LlamaArgs, "--no-cache-prompt")
 		}
-		if ll, err = startServer("llama-server", *llamaServer, rep.LlamaArgs, nil); err != nil {
+		var env []string
+		if *ompPassive {
+			env = append(os.Environ(), "OMP_WAIT_POLICY=passive")
+			rep.LlamaEnv = "OMP_WAIT_POLICY=passive"
+		}
+		if ll, err = startServer("llama-server", *llamaServer, rep.LlamaArgs, env); err != nil {
 			return fail(1, "%v", err)
 		}
 		defer ll.stop()
@@ -603,7 +612,7 @@ func ratio(a, b float64) float64 {
 // "listening" log line, then waits for /ready.
 func startSluice(ctx context.Context, bin string, args []string) (*server, error) {
 	addr := make(chan string, 1)
-	s, err := startServer("sluice serve", bin, append(args, "--log-format", "json"), func(line []byte) {
+	s, err := startServer("sluice serve", bin, append(args, "--log-format", "json"), nil, func(line []byte) {
 		var m struct{ Msg, Addr string }
 		if json.Unmarshal(line, &m) == nil && m.Msg == "listening" {
 			select {
@@ -639,6 +648,10 @@ func printBenchServe(w io.Writer, rep serveReport) {
 	fmt.Fprintf(w, "model %s, %d threads each, prompt %d tokens, %d generated, %d requests x %d repeats per level\n",
 		rep.Model, rep.Threads, rep.Prompt, rep.Gen, rep.Requests, rep.Repeats)
 	fmt.Fprintf(w, "nproc %d, cpu %s, loadavg before %s, after %s\n", rep.NProc, rep.CPU, rep.LoadBefore, rep.LoadAfter)
+	fmt.Fprintf(w, "sluice %s\n", strings.Join(rep.SluiceArgs, " "))
+	if rep.LlamaArgs != nil {
+		fmt.Fprintf(w, "llama-server %s %s\n", rep.LlamaEnv, strings.Join(rep.LlamaArgs, " "))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "C\tserver\ttok/s\tTTFT p50 ms\tTTFT p99 ms\tITL p50 ms\tITL p99 ms\tok\tnon-200\terrors\t\n")
 	line := func(c int, name string, s sideStats) {
