@@ -533,7 +533,7 @@ Flags:
 			env = append(os.Environ(), "OMP_WAIT_POLICY=passive")
 			rep.LlamaEnv = "OMP_WAIT_POLICY=passive"
 		}
-		if ll, err = startServer("llama-server", *llamaServer, rep.LlamaArgs, env); err != nil {
+		if ll, err = startServer("llama-server", *llamaServer, rep.LlamaArgs, env, nil); err != nil {
 			return fail(1, "%v", err)
 		}
 		defer ll.stop()
