@@ -27,6 +27,15 @@ bench-go:
 bench-model:
 	$(GO) run ./cmd/sluice bench --synth
 
+# sluice serve vs llama-server (when ../shared/tools/llama.cpp is there) on
+# loopback, interleaved; BENCH_SERVE_FLAGS="--requests 64 --repeats 3" etc.
+LLAMA_SELECT ?= ../shared/tools/llama.cpp/select
+BENCH_SERVE_FLAGS ?=
+.PHONY: bench-serve
+bench-serve:
+	$(GO) build -o bin/sluice ./cmd/sluice
+	./bin/sluice bench serve $$(test -x $(LLAMA_SELECT) && echo --llama-server $$($(LLAMA_SELECT) llama-server)) $(BENCH_SERVE_FLAGS)
+
 sim:
 	SLUICE_SIM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 0 -run 'TestSim' -v ./internal/sim/
 

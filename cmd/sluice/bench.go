@@ -31,7 +31,7 @@ import (
 func init() {
 	register(command{
 		name:    "bench",
-		summary: "measure prefill and decode tokens/s, side by side with llama-bench (--llama-bench)",
+		summary: "measure prefill and decode tokens/s, side by side with llama-bench (--llama-bench); `bench serve`: serving tok/s, TTFT, ITL against llama-server",
 		run:     func(args []string) int { return runBench(args, os.Stdout, os.Stderr) },
 	})
 }
@@ -317,6 +317,9 @@ func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
 func runBench(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "serve" {
+		return runBenchServe(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var models listFlag
@@ -331,6 +334,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurements to `file` (go tool pprof)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: sluice bench [flags]
+       sluice bench serve [flags]   (the serving benchmark; see its --help)
 
 Measures prefill (pp) and decode (tg) tokens/s the way llama-bench does:
 pp<N> is one prompt of N tokens from an empty context, tg<N> is N

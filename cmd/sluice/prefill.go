@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"sluice/internal/engine"
+	"sluice/internal/handoff"
 	"sluice/internal/handoff/tcp"
 	"sluice/internal/kv"
 	"sluice/internal/preflight"
@@ -25,9 +26,10 @@ func runPrefill(args []string) int {
 	fs := flag.NewFlagSet("prefill", flag.ContinueOnError)
 	var o workerOpts
 	var decodeAddr string
-	var connectTimeout time.Duration
+	var connectTimeout, resolveEvery time.Duration
 	o.registerWorker(fs, "127.0.0.1:9001")
-	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "address of the decode worker this prefill worker pushes KV pages to")
+	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "addresses of the decode workers this prefill worker pushes KV pages to, comma-separated: the same strings as the router's --decode (the router names the decode worker of each request by them)")
+	fs.DurationVar(&resolveEvery, "resolve-interval", 10*time.Second, "how often the --decode names are resolved again (new decode workers join, vanished ones are dropped); 0 resolves only at start. Give the router the same value")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the decode worker at start")
 	var prefix string
 	fs.StringVar(&prefix, "prefix-cache", "on", "on or off: reuse the full prompt pages of earlier prompts of the SAME tenant (keys salted with an HMAC of the tenant keyed by the deployment key file; never shared across tenants)")
@@ -53,14 +55,42 @@ Example:
 	// The salts are keyed with the deployment's shared secret (I11).
 	ec.PrefixCache, ec.CacheSecret = prefix == "on", tc.Secret
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
-	dc, err := tcp.ConnectRedialer(ctx, decodeAddr, tc, log)
-	cancel()
+	specs := splitList(decodeAddr)
+	if len(specs) == 0 {
+		cancel()
+		log.Error("--decode needs at least one address")
+		return 2
+	}
+	addrs, err := resolveUntil(ctx, specs)
 	if err != nil {
-		log.Error(connectFailure("decode", err), "decode", decodeAddr, "err", err, "code", wireCode(err))
+		cancel()
+		log.Error("cannot resolve the decode workers' addresses", "decode", specs, "err", err)
 		return 1
 	}
-	defer dc.Close()
-	pw, err := engine.NewPrefillWorker(ec, dc)
+	dcs, code := connectAll(ctx, log, "decode", addrs, tc)
+	cancel()
+	if code != 0 {
+		return code
+	}
+	set := map[string]handoff.Decode{}
+	var peers []node.Peer
+	for i, dc := range dcs {
+		defer dc.Close()
+		set[addrs[i]] = dc
+		peers = append(peers, node.Peer{Role: "decode", Conn: dc})
+	}
+	ds := node.NewDecodeSet(set)
+	if resolveEvery > 0 {
+		dctx, stopDiscovery := context.WithCancel(context.Background())
+		defer stopDiscovery()
+		// A decode worker that leaves keeps its connection: handoffs bound
+		// to it may still be finishing.
+		d := &node.Discovery{Specs: specs, Resolver: node.DNS{}, Log: log,
+			Add: func(a string) { ds.Add(a, tcp.NewRedialer(a, tc)) }, Remove: func(a string) { ds.Remove(a) }}
+		d.Sync(dctx)
+		go d.Run(dctx, resolveEvery)
+	}
+	pw, err := engine.NewPrefillWorker(ec, ds)
 	if err != nil {
 		log.Error("cannot start the prefill worker", "err", err)
 		return 1
@@ -68,12 +98,12 @@ Example:
 	defer pw.Close()
 	stopMetrics, err := serveWorkerMetrics(log, o.metrics, func() router.EngineStats {
 		return node.Stats(map[string]*kv.Pool{preflight.RolePrefill: pw.Pool()}, nil)
-	}, o.readiness(func(ctx context.Context) error { return node.CheckPeers(ctx, []node.Peer{{Role: "decode", Conn: dc}}) }))
+	}, o.readiness(func(ctx context.Context) error { return node.CheckAnyPeer(ctx, peers) }))
 	if err != nil {
 		log.Error("cannot serve metrics", "err", err)
 		return 1
 	}
 	defer stopMetrics()
-	log.Info("prefill worker ready", "context", pw.Context(), "decode", decodeAddr, "frame_mac_decode", dc.FrameMAC())
-	return serveRole(log, o.listen, tc, nil, pw, pw.Pool(), o.drain, &o.draining)
+	log.Info("prefill worker ready", "context", pw.Context(), "decode", addrs, "frame_mac_decode", dcs[0].FrameMAC())
+	return serveRole(log, o.listen, tc, nil, node.Routed{Inner: pw, Set: ds}, pw.Pool(), o.drain, &o.draining)
 }

@@ -2,13 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"sluice/internal/engine"
+	"sluice/internal/handoff"
 	"sluice/internal/handoff/tcp"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
@@ -32,11 +39,19 @@ func runRouter(args []string) int {
 		secretFile     string
 		frameMAC       bool
 		connectTimeout time.Duration
+		weights        = node.DefaultWeights
+		probe          time.Duration
+		resolveEvery   time.Duration
 	)
 	o.register(fs, false)
 	o.registerHTTP(fs)
-	fs.StringVar(&prefillAddr, "prefill", "127.0.0.1:9001", "address of the prefill worker")
-	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "address of the decode worker")
+	fs.StringVar(&prefillAddr, "prefill", "127.0.0.1:9001", "addresses of the prefill workers, comma-separated")
+	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "addresses of the decode workers, comma-separated; every prefill worker's --decode must list the same strings (they name the decode worker a prefill worker pushes to)")
+	fs.Float64Var(&weights.DecodeFreePages, "score-decode-free-pages", weights.DecodeFreePages, "weight of the decode scorer for free KV pages (least KV pressure, from each worker's load report)")
+	fs.Float64Var(&weights.DecodeQueue, "score-decode-queue", weights.DecodeQueue, "weight of the decode scorer for fewest requests this router has in flight on the worker")
+	fs.Float64Var(&weights.PrefillQueue, "score-prefill-queue", weights.PrefillQueue, "weight of the prefill scorer for fewest requests this router has in flight on the worker")
+	fs.DurationVar(&resolveEvery, "resolve-interval", 10*time.Second, "how often worker names (e.g. a Kubernetes headless Service, one A record per pod) are resolved again: new addresses join, vanished ones get no new request; 0 resolves only at start")
+	fs.DurationVar(&probe, "probe-interval", time.Second, "how often every worker is probed (health and load report); a worker that stops answering is marked down within about this long")
 	fs.StringVar(&secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
 	fs.BoolVar(&frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput); always on when listening on or dialling an address that is not loopback (I12), this flag turns it on for loopback too")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the workers at start")
@@ -114,41 +129,88 @@ Example:
 	// I13: the handshake with each worker compares model fingerprints, so
 	// a router never tokenizes for a model its workers do not run.
 	tc := tcp.Config{Secret: secret, FrameMAC: frameMAC, Model: m.Fingerprint()}
+	prefillSpecs, decodeSpecs := splitList(prefillAddr), splitList(decodeAddr)
+	if len(prefillSpecs) == 0 || len(decodeSpecs) == 0 {
+		fmt.Fprintln(os.Stderr, "router: --prefill and --decode each need at least one address")
+		return 2
+	}
 	cctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
-	dc, err := tcp.ConnectRedialer(cctx, decodeAddr, tc, log)
-	if err != nil {
-		log.Error(connectFailure("decode", err), "decode", decodeAddr, "err", err, "code", wireCode(err))
+	// Names resolve to one worker per address; the workers are named by
+	// address, as the prefill workers name them (same specs, same DNS).
+	prefillAddrs, perr := resolveUntil(cctx, prefillSpecs)
+	decodeAddrs, derr := resolveUntil(cctx, decodeSpecs)
+	if perr != nil || derr != nil {
+		log.Error("cannot resolve the workers' addresses", "prefill", prefillSpecs, "decode", decodeSpecs, "err", errors.Join(perr, derr))
 		return 1
 	}
-	defer dc.Close()
+	decodes, code := connectAll(cctx, log, "decode", decodeAddrs, tc)
+	if code != 0 {
+		return code
+	}
 	auto := o.context == "auto" || o.context == ""
-	if err := node.ProbeDecodeContext(cctx, dc, ctxLen, m.Fingerprint()); err != nil && auto {
-		// I2 with auto: lower the advertised context to what decode admits.
-		lo, hi := 1, ctxLen-1
-		for lo < hi {
-			mid := (lo + hi + 1) / 2
-			if node.ProbeDecodeContext(cctx, dc, mid, m.Fingerprint()) == nil {
-				lo = mid
-			} else {
-				hi = mid - 1
-			}
+	modelCtx := ctxLen
+	// I2: every reachable decode worker must admit the router's context;
+	// with auto the context is lowered to what the smallest admits.
+	for i, dc := range decodes {
+		if dc.Check(cctx) != nil {
+			continue
 		}
-		log.Info(fmt.Sprintf("--context auto: lowered the context from the model's %d to %d tokens, the most the decode worker admits (I2)", ctxLen, lo))
-		ctxLen = lo
-	} else if err != nil {
-		log.Error(fmt.Sprintf("refusing to start: the decode worker at %s does not admit a request of the router's context %d tokens (%v); start decode with a pool that holds it, or lower the router's --context", decodeAddr, ctxLen, err),
-			"code", preflight.Code)
-		return 1
+		if err := node.ProbeDecodeContext(cctx, dc, ctxLen, m.Fingerprint()); err != nil && auto {
+			lo, hi := 1, ctxLen-1
+			for lo < hi {
+				mid := (lo + hi + 1) / 2
+				if node.ProbeDecodeContext(cctx, dc, mid, m.Fingerprint()) == nil {
+					lo = mid
+				} else {
+					hi = mid - 1
+				}
+			}
+			log.Info(fmt.Sprintf("--context auto: lowered the context from the model's %d to %d tokens, the most the decode worker %s admits (I2)", modelCtx, lo, decodeAddrs[i]))
+			ctxLen = lo
+		} else if err != nil {
+			log.Error(fmt.Sprintf("refusing to start: the decode worker at %s does not admit a request of the router's context %d tokens (%v); start decode with a pool that holds it, or lower the router's --context", decodeAddrs[i], ctxLen, err),
+				"code", preflight.Code)
+			return 1
+		}
 	}
-	pc, err := tcp.ConnectRedialer(cctx, prefillAddr, tc, log)
+	prefills, code := connectAll(cctx, log, "prefill", prefillAddrs, tc)
+	if code != 0 {
+		return code
+	}
+	var pw, dw []node.Worker
+	for i, pc := range prefills {
+		pw = append(pw, node.Worker{Name: prefillAddrs[i], Prefill: pc, Conn: pc})
+	}
+	for i, dc := range decodes {
+		dw = append(dw, node.Worker{Name: decodeAddrs[i], Decode: dc, Conn: dc, Load: node.LoadOf(dc)})
+	}
+	cl, err := node.NewCluster(pw, dw, weights, log)
 	if err != nil {
-		log.Error(connectFailure("prefill", err), "prefill", prefillAddr, "err", err, "code", wireCode(err))
+		log.Error("cluster", "err", err)
 		return 1
 	}
-	defer pc.Close()
-	eng, err := engine.NewDisaggregated(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(), Context: ctxLen,
-		MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait}, pc, dc)
+	cl.Start(probe)
+	defer cl.Close()
+	if resolveEvery > 0 {
+		dctx, stopDiscovery := context.WithCancel(context.Background())
+		defer stopDiscovery()
+		for _, d := range []*node.Discovery{
+			{Specs: prefillSpecs, Resolver: node.DNS{}, Log: log, Remove: func(a string) { cl.Remove("prefill", a) }, Add: func(a string) {
+				r := tcp.NewRedialer(a, tc)
+				cl.Add("prefill", node.Worker{Name: a, Prefill: r, Conn: r, Close: func() { r.Close() }})
+			}},
+			{Specs: decodeSpecs, Resolver: node.DNS{}, Log: log, Remove: func(a string) { cl.Remove("decode", a) }, Add: func(a string) {
+				r := tcp.NewRedialer(a, tc)
+				cl.Add("decode", node.Worker{Name: a, Decode: r, Conn: r, Load: node.LoadOf(r), Close: func() { r.Close() }})
+			}},
+		} {
+			d.Sync(dctx)
+			go d.Run(dctx, resolveEvery)
+		}
+	}
+	eng, err := engine.NewDisaggregatedPairs(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(), Context: ctxLen,
+		MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait}, cl)
 	if err != nil {
 		log.Error("engine", "err", err)
 		return 1
@@ -160,14 +222,17 @@ Example:
 	}
 	checkChatTemplate(log, ct)
 	adminAddr := o.adminAddr(keys != nil)
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(cl); err != nil {
+		log.Error("metrics", "err", err)
+		return 1
+	}
 	srv, err := router.New(router.Config{Engine: eng, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
 		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.routerSlots(), TenantConcurrency: o.tenantMax, Logger: log,
 		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels,
-		// /ready: both workers reachable (a lost connection is redialled
-		// by the probe, so a restarted worker makes the router ready again).
-		Ready: func(ctx context.Context) error {
-			return node.CheckPeers(ctx, []node.Peer{{Role: "decode", Conn: dc}, {Role: "prefill", Conn: pc}})
-		}})
+		// /ready: at least one usable worker in each pool (the probe
+		// redials lost connections, so a restarted worker is used again).
+		Ready: cl.Ready, Registry: reg})
 	if err != nil {
 		log.Error("router", "err", err)
 		return 1
@@ -178,7 +243,73 @@ Example:
 		return 1
 	}
 	defer stopAdmin()
-	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddr, "decode", decodeAddr,
-		"frame_mac_decode", dc.FrameMAC(), "frame_mac_prefill", pc.FrameMAC())
+	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddrs, "decode", decodeAddrs,
+		"frame_mac_decode", decodes[0].FrameMAC(), "frame_mac_prefill", prefills[0].FrameMAC(), "weights", fmt.Sprintf("%+v", weights))
 	return serveHTTP(log, o.listen, srv, o.drain, eng.Close)
+}
+
+// splitList splits a comma-separated flag value, dropping empty entries.
+func splitList(v string) []string {
+	var out []string
+	for _, a := range strings.Split(v, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// connectAll connects to every worker of one role. A worker that fails
+// authentication (I12) or runs another model (I13) makes the router refuse
+// to start; one that cannot be reached yet is kept, marked down until the
+// probe reaches it, as long as one worker of the role answers.
+func connectAll(ctx context.Context, log *slog.Logger, role string, addrs []string, tc tcp.Config) ([]*tcp.Redialer, int) {
+	out := make([]*tcp.Redialer, len(addrs))
+	errs := make([]error, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i], errs[i] = tcp.ConnectRedialer(ctx, a, tc, log)
+		}()
+	}
+	wg.Wait()
+	up := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			up++
+		case errors.Is(err, handoff.ErrModelMismatch) || errors.Is(err, handoff.ErrAuth):
+			log.Error(connectFailure(role, err), role, addrs[i], "err", err, "code", wireCode(err))
+			return nil, 1
+		default:
+			log.Warn("a "+role+" worker is not reachable yet; it is used once it answers", role, addrs[i], "err", err)
+			out[i] = tcp.NewRedialer(addrs[i], tc)
+		}
+	}
+	if up == 0 {
+		log.Error(connectFailure(role, errs[0]), role, addrs, "err", errs[0], "code", wireCode(errs[0]))
+		return nil, 1
+	}
+	return out, 0
+}
+
+// resolveUntil resolves worker specs, retrying until ctx ends (DNS for a
+// Service may lag the pods at start).
+func resolveUntil(ctx context.Context, specs []string) ([]string, error) {
+	for {
+		as, err := node.Resolve(ctx, node.DNS{}, specs)
+		if err == nil && len(as) > 0 {
+			return as, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%v resolve to no address", specs)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

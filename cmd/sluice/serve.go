@@ -187,6 +187,9 @@ type serveOpts struct {
 	// metricsListen and metricsTenantLabels: see registerHTTP and admin.go.
 	metricsListen       string
 	metricsTenantLabels bool
+
+	// prefillWorkers, decodeWorkers: serve's in-process cluster.
+	prefillWorkers, decodeWorkers int
 }
 
 // routerSlots is what the HTTP layer admits at once: the engine's running
@@ -212,6 +215,8 @@ func runServe(args []string) int {
 	o.registerHTTP(fs)
 	fs.StringVar(&o.transport, "transport", node.TransportTCP, "prefill->decode transport: tcp (authenticated loopback TCP), shm (one-sided writes into the decode pool's shared memory, control over TCP) or inproc (direct calls, copied)")
 	fs.BoolVar(&o.colocated, "colocated", false, "run prefill and decode in one scheduler without a handoff (the reference path)")
+	fs.IntVar(&o.prefillWorkers, "prefill-workers", 1, "prefill workers in this process (above 1, or with --decode-workers above 1: a cluster behind the router, each link its own authenticated TCP connection)")
+	fs.IntVar(&o.decodeWorkers, "decode-workers", 1, "decode workers in this process, each with its own KV pool of --kv-memory")
 	fs.StringVar(&o.prefix, "prefix-cache", "on", "on or off: reuse the full prompt pages of earlier requests of the SAME tenant (keys salted with an HMAC of the authenticated tenant; never shared across tenants). The colocated engine and the prefill worker use it")
 	usageFor(fs, `Usage: sluice serve [flags]
 
@@ -281,7 +286,7 @@ Example:
 	}
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
 		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log,
-		PrefixCache: o.prefix == "on"})
+		PrefixCache: o.prefix == "on", PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers})
 	if pe, ok := node.IsPreflight(err); ok {
 		logPreflight(log, pe.Report)
 		return 1

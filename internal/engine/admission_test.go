@@ -174,16 +174,7 @@ func (l lateFailPrefill) Prefill(ctx context.Context, r *handoff.PrefillRequest)
 // output alone is not a 200.
 func TestLatePrefillFailureEndsInError(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
-	pw, err := NewPrefillWorker(toyConfig(m, 32), dw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pw.Close()
+	dw, pw := toyWorkers(t, m, 32)
 	eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: 128}, lateFailPrefill{pw}, dw)
 	if err != nil {
 		t.Fatal(err)
@@ -198,13 +189,7 @@ func TestLatePrefillFailureEndsInError(t *testing.T) {
 	if r.final.Done || !errors.As(r.final.Err, &e) || !errors.Is(r.final.Err, handoff.ErrTransport) {
 		t.Fatalf("a late prefill failure must end the stream in an error, got %+v after %v", r.final, r.tokens)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for dw.Pool().CheckDrained() != nil && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if err := dw.Pool().CheckDrained(); err != nil {
-		t.Fatal(err)
-	}
+	waitDrained(t, dw.Pool())
 }
 
 // TestCommitWithForeignFirstTokenFails: the commit's first token reaches

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -59,10 +58,9 @@ func EffectiveContext(limits ...int) int {
 // Prefill on prefill, tokens streamed from decode. A request succeeds only
 // when both roles succeeded.
 type Disaggregated struct {
-	cfg     DisaggConfig
-	prefill handoff.Prefill
-	decode  handoff.Decode
-	adm     *admission
+	cfg   DisaggConfig
+	pairs Pairer
+	adm   *admission
 
 	// bg outlives client requests: a client disconnect must not cancel the
 	// prefill's context and tear a transfer (I10). Close cancels it last.
@@ -72,10 +70,60 @@ type Disaggregated struct {
 
 var _ Engine = (*Disaggregated)(nil)
 
-// NewDisaggregated builds the orchestrator.
+// Pair is the two workers one attempt of a request runs on.
+type Pair struct {
+	Prefill handoff.Prefill
+	Decode  handoff.Decode
+	// DecodeName names the decode worker to the prefill worker
+	// (PrefillRequest.Decode) when prefill pushes to several; "" with one.
+	DecodeName string
+	// Done, when set, is called once when the attempt ends: both errors
+	// nil on success, else the failing role's error (a transport error
+	// tells the pairer that worker stopped answering).
+	Done func(prefillErr, decodeErr error)
+}
+
+func (p *Pair) done(prefillErr, decodeErr error) {
+	if p.Done != nil {
+		p.Done(prefillErr, decodeErr)
+	}
+}
+
+// Pairer chooses the workers of each attempt of a request. avoid is the
+// failed first attempt's pair when the engine retries (nil otherwise); an
+// error means no pair can take the request (with avoid: no other pair, so
+// the first failure stands). router/node implements it over many workers
+// (internal/cluster decides); one fixed pair is NewDisaggregated's.
+type Pairer interface {
+	Pair(r *Request, avoid *Pair) (*Pair, error)
+}
+
+type fixedPair struct{ p Pair }
+
+func (f fixedPair) Pair(_ *Request, avoid *Pair) (*Pair, error) {
+	if avoid != nil {
+		return nil, errors.New("one prefill and one decode worker: no other pair to retry on")
+	}
+	p := f.p
+	return &p, nil
+}
+
+// NewDisaggregated builds the orchestrator over one prefill and one decode
+// worker.
 func NewDisaggregated(cfg DisaggConfig, prefill handoff.Prefill, decode handoff.Decode) (*Disaggregated, error) {
 	if prefill == nil || decode == nil {
 		return nil, errf(CodeInvalid, 500, nil, "a disaggregated engine needs both a prefill and a decode service")
+	}
+	return NewDisaggregatedPairs(cfg, fixedPair{Pair{Prefill: prefill, Decode: decode}})
+}
+
+// NewDisaggregatedPairs builds the orchestrator over a Pairer: each
+// request runs on the pair it returns, and a request whose handoff fails
+// before any token reached the client is retried once on another pair
+// (new handoff id, new reservation; the first is aborted, I6).
+func NewDisaggregatedPairs(cfg DisaggConfig, pairs Pairer) (*Disaggregated, error) {
+	if pairs == nil {
+		return nil, errf(CodeInvalid, 500, nil, "a disaggregated engine needs a pairer")
 	}
 	if cfg.Context <= 0 {
 		return nil, errf(CodeInvalid, 500, nil, "a disaggregated engine needs its effective context (got %d)", cfg.Context)
@@ -84,7 +132,7 @@ func NewDisaggregated(cfg DisaggConfig, prefill handoff.Prefill, decode handoff.
 		cfg.MaxConcurrency = 64
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	return &Disaggregated{cfg: cfg, prefill: prefill, decode: decode,
+	return &Disaggregated{cfg: cfg, pairs: pairs,
 		adm: newAdmission(sched.Config{MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout,
 			MaxRunning: cfg.MaxConcurrency, Quantum: cfg.Context}),
 		bg: bg, bgCancel: cancel}, nil
@@ -112,10 +160,6 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		lc      *lifecycle
 		res     *handoff.Reservation
 		reserve bool
-		// running is the ticket while it holds a decode reservation: the
-		// terminal item ends it first, so whoever sees the request
-		// complete also sees it counted done (queue gauge, next admission).
-		running = new(atomic.Pointer[ticket])
 	)
 	lc = newLifecycle(request.Disaggregated, func(a request.Action, e *Error, prompt, completion int) {
 		switch a.Kind {
@@ -129,15 +173,12 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		case request.ActEmit:
 			st.push(outcome{token: a.Token, logprobs: lc.lp})
 		case request.ActAbortHandoff:
-			d.abort(cur.get(), string(a.Reason)+": "+a.Msg)
+			d.abort(cur.pair().Decode, cur.get(), string(a.Reason)+": "+a.Msg)
 		case request.ActStopDecode:
-			_ = d.decode.Cancel(d.bg, cur.get())
+			_ = cur.pair().Decode.Cancel(d.bg, cur.get())
 		case request.ActEnd:
 			o := terminal(a, e, prompt, completion)
 			o.cached = int(cur.cached.Load())
-			if tk := running.Swap(nil); tk != nil {
-				tk.done()
-			}
 			st.push(o)
 		}
 	})
@@ -156,26 +197,76 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		tk.leave()
 		return nil, errf(CodeInternal, http.StatusInternalServerError, nil, "admission did not ask for a reservation")
 	}
-	id := cur.get()
-	if e := tk.wait(ctx, func() (bool, *Error) {
-		var e *Error
-		var noRoom bool
-		res, noRoom, e = d.reserve(ctx, r, id)
-		return noRoom, e
-	}); e != nil {
+	p, perr := d.pairs.Pair(r, nil)
+	if perr != nil {
+		tk.leave()
+		e := errf(CodeOverloaded, http.StatusServiceUnavailable, perr, "no prefill/decode pair can take this request now (%v); retry later", perr)
 		lc.queueEnd(e)
 		return nil, e
 	}
-	running.Store(tk)
+	cur.setPair(cur.get(), p)
+	retried := false
+	if e := tk.wait(ctx, func() (bool, *Error) {
+		var e *Error
+		var noRoom bool
+		res, noRoom, e = d.reserve(ctx, r, cur.pair().Decode, cur.get())
+		if (e != nil || noRoom) && !retried && ctx.Err() == nil {
+			// Refused, unreachable or full: once, another pair, with a new
+			// handoff id (the failed reserve was aborted if its outcome
+			// was unknown); a full one kept nothing.
+			if p2, err := d.pairs.Pair(r, cur.pair()); err == nil {
+				retried = true
+				var cause error = handoff.ErrNoRoom
+				if e != nil {
+					cause = e.Err
+				}
+				cur.pair().done(nil, cause)
+				cur.setPair(newID(), p2)
+				res, noRoom, e = d.reserve(ctx, r, p2.Decode, cur.get())
+			}
+		}
+		return noRoom, e
+	}); e != nil {
+		cur.pair().done(nil, e.Err)
+		lc.queueEnd(e)
+		return nil, e
+	}
+	id := cur.get()
 	lc.step(request.Event{Kind: request.EvReserved}, nil)
 	sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS}
 	if r.Sampling.UsesPrompt() {
 		sp.Prompt = r.Prompt
 	}
-	ts, err := d.decode.Stream(d.bg, id, sp)
+	ts, err := cur.pair().Decode.Stream(d.bg, id, sp)
+	if err != nil && !retried && ctx.Err() == nil {
+		// Nothing reached the client: once, another pair (the machine's
+		// retry aborts this handoff, I6) and a new reservation.
+		if p2, perr := d.pairs.Pair(r, cur.pair()); perr == nil {
+			if _, ok := lc.step(request.Event{Kind: request.EvRetry, Code: CodeHandoff, Msg: err.Error()}, nil); ok && lc.live() {
+				retried = true
+				cur.pair().done(nil, err)
+				tk.requeue(r.Tenant)
+				cur.setPair(newID(), p2)
+				if e := tk.wait(ctx, func() (bool, *Error) {
+					var e *Error
+					var noRoom bool
+					res, noRoom, e = d.reserve(ctx, r, p2.Decode, cur.get())
+					return noRoom, e
+				}); e != nil {
+					p2.done(nil, e.Err)
+					lc.queueEnd(e)
+					return nil, e
+				}
+				lc.step(request.Event{Kind: request.EvReserved}, nil)
+				id = cur.get()
+				ts, err = p2.Decode.Stream(d.bg, id, sp)
+			}
+		}
+	}
 	if err != nil {
 		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
 		lc.fail(e) // aborts the handoff: its pages are released
+		cur.pair().done(nil, err)
 		tk.done()
 		return nil, e
 	}
@@ -188,7 +279,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 	}
 	stopWatch := context.AfterFunc(ctx, st.Cancel)
 	st.onClose = func() { stopWatch(); leave() }
-	go d.run(r, cur, res, ts, lc, tk, running, gone)
+	go d.run(r, cur, res, ts, lc, tk, gone, retried)
 	return st, nil
 }
 
@@ -201,6 +292,19 @@ type currentHandoff struct {
 	// cached is the prompt tokens the first handoff's prefill read from its
 	// prefix cache (usage cached_tokens).
 	cached atomic.Int64
+	p      *Pair // the workers of the current handoff
+}
+
+func (c *currentHandoff) pair() *Pair {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.p
+}
+
+func (c *currentHandoff) setPair(id kv.ID, p *Pair) {
+	c.mu.Lock()
+	c.id, c.p = id, p
+	c.mu.Unlock()
 }
 
 func (c *currentHandoff) get() kv.ID {
@@ -220,22 +324,22 @@ func (c *currentHandoff) set(id kv.ID) {
 // transport failure leaves the outcome unknown, so the handoff is aborted.
 // A client leaving during the call (ctx) makes its outcome unknown too:
 // the Abort then overtakes the Reserve, which decode refuses (I6).
-func (d *Disaggregated) reserve(ctx context.Context, r *Request, id kv.ID) (*handoff.Reservation, bool, *Error) {
-	res, err := d.decode.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens, Model: d.cfg.Fingerprint})
+func (d *Disaggregated) reserve(ctx context.Context, r *Request, dec handoff.Decode, id kv.ID) (*handoff.Reservation, bool, *Error) {
+	res, err := dec.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens, Model: d.cfg.Fingerprint})
 	if err == nil {
 		if err = handoff.CheckModel(d.cfg.Fingerprint, res.Model, "the decode worker"); err == nil {
 			return res, false, nil
 		}
 		// Defence in depth: decode checked the Reserve's fingerprint; one
 		// that did not is not used either.
-		d.abort(id, err.Error())
+		d.abort(dec, id, err.Error())
 	}
 	if errors.Is(err, handoff.ErrNoRoom) && ctx.Err() == nil {
 		// Nothing was kept on decode: wait in the queue, first in line.
 		return nil, true, nil
 	}
 	if errors.Is(err, handoff.ErrTransport) || ctx.Err() != nil {
-		d.abort(id, "reserve outcome unknown")
+		d.abort(dec, id, "reserve outcome unknown")
 	}
 	if errors.Is(err, handoff.ErrRefused) {
 		return nil, false, errf(CodeOverloaded, http.StatusTooManyRequests, err, "the decode worker refused this request now (%v); retry later", err)
@@ -243,8 +347,8 @@ func (d *Disaggregated) reserve(ctx context.Context, r *Request, id kv.ID) (*han
 	return nil, false, asEngineError(err, CodeHandoff, http.StatusBadGateway, "reserving decode pages")
 }
 
-func (d *Disaggregated) abort(id kv.ID, reason string) {
-	_ = d.decode.Abort(d.bg, &handoff.Abort{Handoff: id, Reason: reason})
+func (d *Disaggregated) abort(dec handoff.Decode, id kv.ID, reason string) {
+	_ = dec.Abort(d.bg, &handoff.Abort{Handoff: id, Reason: reason})
 }
 
 // handoffFailure classifies a failed handoff: verification failures are
@@ -270,45 +374,69 @@ func handoffFailure(cause error) *Error {
 // random stream; the client's stream just continues (batch-invariant
 // kernels make the rebuilt KV, and so the output, exactly the
 // un-preempted one). Usage still counts the prompt once (I9).
-func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, tk *ticket, running *atomic.Pointer[ticket], gone context.Context) {
+//
+// A handoff that fails before its commit (no token reached the client) is
+// retried once, when the request has not been retried yet, on another pair
+// the Pairer gives: the failed handoff is aborted (I6) and the request
+// reserves again with a new id. After the first token a failure ends the
+// stream with its error: never a silent switch.
+func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, tk *ticket, gone context.Context, retried bool) {
 	defer tk.done()
 	var gen []int32 // tokens generated so far, over every handoff
+	var dr driveResult
+	defer func() { cur.pair().done(dr.perr, dr.derr) }()
 	for {
-		preempted := d.drive(r, cur.get(), res, ts, lc, &gen, &cur.cached)
+		dr = d.drive(r, cur.get(), cur.pair(), res, ts, lc, &gen, &cur.cached)
 		ts.Close()
-		if !preempted {
+		if dr.retry != nil {
+			var p2 *Pair
+			var err error
+			if !retried && gone.Err() == nil {
+				p2, err = d.pairs.Pair(r, cur.pair())
+			}
+			if p2 == nil || err != nil {
+				lc.fail(dr.retry)
+				return
+			}
+			if _, ok := lc.step(request.Event{Kind: request.EvRetry, Code: dr.retry.Code, Msg: dr.retry.Message}, nil); !ok || !lc.live() {
+				return // the request ended meanwhile (a cancel took effect)
+			}
+			retried = true
+			cur.pair().done(dr.perr, dr.derr)
+			dr = driveResult{}
+			tk.requeue(r.Tenant)
+			cur.setPair(newID(), p2)
+		} else if !dr.preempted {
 			return
+		} else {
+			if _, ok := lc.step(request.Event{Kind: request.EvPreempted}, nil); !ok {
+				return // the request ended meanwhile (a cancel took effect)
+			}
+			tk.requeue(r.Tenant)
+			cur.set(newID())
 		}
-		// Waiting again: a terminal item from now on (a cancel) must not
-		// end the ticket under the queue's feet; wait's own exits do.
-		running.Store(nil)
-		if _, ok := lc.step(request.Event{Kind: request.EvPreempted}, nil); !ok {
-			return // the request ended meanwhile (a cancel took effect)
-		}
-		tk.requeue(r.Tenant)
-		id := newID()
-		cur.set(id)
+		id := cur.get()
 		again := *r
 		again.Prompt = append(slices.Clone(r.Prompt), gen...)
 		again.MaxTokens = r.MaxTokens - len(gen)
 		if e := tk.wait(gone, func() (bool, *Error) {
 			var e *Error
 			var noRoom bool
-			res, noRoom, e = d.reserve(gone, &again, id)
+			res, noRoom, e = d.reserve(gone, &again, cur.pair().Decode, id)
 			return noRoom, e
 		}); e != nil {
 			lc.queueEnd(e)
 			return
 		}
-		running.Store(tk)
 		lc.step(request.Event{Kind: request.EvReserved}, nil)
 		var err error
 		sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS, Generated: slices.Clone(gen)}
 		if r.Sampling.UsesPrompt() {
 			sp.Prompt = r.Prompt
 		}
-		ts, err = d.decode.Stream(d.bg, id, sp)
+		ts, err = cur.pair().Decode.Stream(d.bg, id, sp)
 		if err != nil {
+			dr.derr = err
 			lc.fail(asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream"))
 			return
 		}
@@ -317,8 +445,10 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 
 // drive runs one handoff: prefill of prompt (the request's, or a resumed
 // request's prompt + generated tokens), decode's tokens appended to gen.
-// It reports whether decode preempted the sequence.
-func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, gen *[]int32, cached *atomic.Int64) bool {
+// It reports whether decode preempted the sequence, or, for a failure
+// before any token of the request reached the client (and not an
+// integrity failure), the error to retry on (the request is still live).
+func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, gen *[]int32, cached *atomic.Int64) (dr driveResult) {
 	prompt := append(slices.Clone(r.Prompt), (*gen)...)
 	offset := len(*gen)
 	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
@@ -330,15 +460,14 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts
 	go func() {
 		// d.bg, not the client's context: a disconnect never tears the
 		// transfer (I10).
-		pr, err := d.prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: prompt, Reservation: res,
-			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint, CacheScope: r.CacheScope})
+		pr, err := p.Prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: prompt, Reservation: res,
+			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint, Decode: p.DecodeName, CacheScope: r.CacheScope})
 		if err != nil {
-			// The commit may never come (prefill failed, or the call's
-			// outcome is unknown: its connection died and the prefill
-			// worker may have given up without telling decode). End the
-			// handoff at decode now, which ends the stream read below;
-			// else the request hangs until decode's handoff timeout.
-			d.abort(id, fmt.Sprintf("prefill failed: %v", err))
+			// The handoff did not commit. Abort it on decode now (the
+			// Prefill contract asks the router to): an unreachable prefill
+			// worker aborted nothing, and decode's stream, which the loop
+			// below waits on, ends only with the abort.
+			d.abort(p.Decode, id, "prefill failed: "+err.Error())
 		}
 		pch <- pres{pr, err}
 	}()
@@ -347,10 +476,13 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts
 		if got == nil {
 			p := <-pch
 			got = &p
+			dr.perr = p.err
 		}
 		return got
 	}
 	first := true
+	// canRetry: nothing of this request reached the client yet.
+	canRetry := func() bool { return first && offset == 0 && lc.live() }
 	for {
 		tok, err := ts.Recv()
 		if err == io.EOF {
@@ -363,13 +495,16 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts
 			select {
 			case p := <-pch:
 				got = &p
+				dr.perr = p.err
 			default:
 			}
 		}
-		if got != nil && got.err != nil && lc.live() {
+		if got != nil && got.err != nil && lc.live() && !canRetry() {
 			// Prefill failed after decode started: the request fails now
 			// (decode is told to stop); the loop still reads decode's
 			// stream to its end so nothing of it outlives the request.
+			// (Before any token, the abort above ends decode's stream and
+			// the failure below may be retried.)
 			lc.fail(asEngineError(got.err, CodeHandoff, http.StatusBadGateway, "prefill"))
 		}
 		if err != nil {
@@ -377,22 +512,29 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts
 			cause := err
 			if p := waitPrefill(); p.err != nil {
 				cause = p.err
+			} else {
+				dr.derr = err
 			}
-			lc.fail(handoffFailure(cause))
-			return false
+			e := handoffFailure(cause)
+			if canRetry() && e.Code != CodeIntegrity {
+				dr.retry = e
+				return dr
+			}
+			lc.fail(e)
+			return dr
 		}
 		switch {
 		case tok.Done && tok.Finish == "cancelled":
 			lc.step(request.Event{Kind: request.EvCancel}, nil)
 			waitPrefill()
-			return false
+			return dr
 		case tok.Done:
 			// Success needs both roles: a late prefill failure still fails
 			// the request.
 			p := waitPrefill()
 			if p.err != nil {
 				lc.fail(asEngineError(p.err, CodeHandoff, http.StatusBadGateway, "prefill"))
-				return false
+				return dr
 			}
 			// I9: prompt_tokens is what prefill ran and transferred and
 			// decode verified; all three must be the prompt.
@@ -400,7 +542,7 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts
 				lc.fail(errf(CodeIntegrity, http.StatusInternalServerError, nil,
 					"accounting mismatch: the prompt has %d tokens, prefill reports %d, decode verified %d",
 					len(prompt), p.r.Tokens, tok.PromptTokens))
-				return false
+				return dr
 			}
 			if c := p.r.CachedTokens; offset == 0 && c >= 0 && c < len(prompt) {
 				// A peer's figure, taken only if it is possible (the last
@@ -409,14 +551,15 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts
 				cached.Store(int64(c))
 			}
 			if tok.Finish == "preempted" {
-				return true
+				dr.preempted = true
+				return dr
 			}
 			reason := request.FinishedLength
 			if tok.Finish == "stop" {
 				reason = request.FinishedStop
 			}
 			lc.step(request.Event{Kind: request.EvFinish, Reason: reason}, nil)
-			return false
+			return dr
 		case first:
 			first = false
 			*gen = append(*gen, tok.ID)
@@ -429,6 +572,13 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, res *handoff.Reservation, ts
 			lc.stepToken(request.Event{Kind: request.EvToken, Token: tok.ID}, tok.Logprobs)
 		}
 	}
+}
+
+// driveResult is how one handoff ended (see drive).
+type driveResult struct {
+	preempted  bool
+	retry      *Error
+	perr, derr error
 }
 
 // Local is a disaggregated engine whose two workers live in this process,

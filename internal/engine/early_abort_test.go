@@ -42,17 +42,8 @@ func (o *overtaking) Abort(ctx context.Context, a *handoff.Abort) error {
 // TestDisconnectAtEveryPhase/tcp).
 func TestAbortOvertakingReserveLeavesNothingReserved(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw, pw := toyWorkers(t, m, 32)
 	link := &overtaking{Decode: dw, reserveErr: make(chan error, 1), aborted: make(chan struct{})}
-	pw, err := NewPrefillWorker(toyConfig(m, 32), dw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pw.Close()
 	eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: 128}, pw, link)
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,41 @@ func toyConfig(m Runtime, pages int) Config {
 	return Config{Model: m, Context: pages * 4, PoolPages: pages, PageSize: 4, Order: kv.LIFO, ChunkTokens: 5, StepTokens: 24, BatchBytes: 3 * 4 * 2 * 4 * 4 * 2}
 }
 
+// colocatedAndLocal builds the two engines an oracle test compares: a
+// colocated one and an in-process disaggregated one (prefill, decode),
+// closed when the test ends.
+func colocatedAndLocal(t *testing.T, col, prefill, decode Config) (*Colocated, *Local) {
+	t.Helper()
+	c, err := NewColocated(col)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	l, err := NewLocal(prefill, decode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(context.Background()) })
+	return c, l
+}
+
+// toyWorkers builds a decode worker and a prefill worker handing off to
+// it directly, both over pools of pages pages, closed when the test ends.
+func toyWorkers(t *testing.T, m Runtime, pages int) (*DecodeWorker, *PrefillWorker) {
+	t.Helper()
+	dw, err := NewDecodeWorker(toyConfig(m, pages))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dw.Close() })
+	pw, err := NewPrefillWorker(toyConfig(m, pages), dw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pw.Close() })
+	return dw, pw
+}
+
 func prompt(seed, n int) []int32 {
 	p := make([]int32, n)
 	for i := range p {
@@ -133,16 +168,7 @@ func manyRequests(n int) []*Request {
 func TestDisaggregatedEqualsColocatedToy(t *testing.T) {
 	m := newToy()
 	reqs := manyRequests(40)
-	col, err := NewColocated(toyConfig(m, 40))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer col.Close(context.Background())
-	loc, err := NewLocal(toyConfig(m, 40), toyConfig(m, 40))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer loc.Close(context.Background())
+	col, loc := colocatedAndLocal(t, toyConfig(m, 40), toyConfig(m, 40), toyConfig(m, 40))
 
 	a := runMany(t, col, reqs)
 	b := runMany(t, loc, reqs)
@@ -173,16 +199,7 @@ func TestDisaggregatedEqualsColocatedToy(t *testing.T) {
 // the random stream the prefill worker started with the first token.
 func TestSeededSamplingReplaysDisaggregated(t *testing.T) {
 	m := newToy()
-	col, err := NewColocated(toyConfig(m, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer col.Close(context.Background())
-	loc, err := NewLocal(toyConfig(m, 64), toyConfig(m, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer loc.Close(context.Background())
+	col, loc := colocatedAndLocal(t, toyConfig(m, 64), toyConfig(m, 64), toyConfig(m, 64))
 	var reqs []*Request
 	for i := 0; i < 8; i++ {
 		reqs = append(reqs, &Request{Tenant: "a", Prompt: prompt(i, 3+i), MaxTokens: 12, IgnoreEOS: true,

@@ -71,47 +71,14 @@ func TestPreemptedOutputEqualsUnpreempted(t *testing.T) {
 func TestPreemptionOracleStories(t *testing.T) {
 	rt := storiesRuntime(t)
 	reqs, _ := storiesRequests(t, 36)
-	for i, r := range reqs {
-		r.MaxTokens += 40
-		switch i % 3 {
-		case 1:
-			r.Sampling = sample.Params{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
-		case 2:
-			// Penalties count prompt and generated tokens apart: a resumed
-			// request's earlier tokens must count as generated ones.
-			r.Sampling = sample.Params{Temperature: 0.7, Seed: uint64(200 + i), PresencePenalty: 0.8, FrequencyPenalty: 0.5, RepetitionPenalty: 1.3}
-		}
-	}
-	solo, err := NewColocated(storiesConfig(rt, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer solo.Close(context.Background())
-	want := make([][]int32, len(reqs))
-	for i, r := range reqs {
-		s, err := solo.Submit(context.Background(), r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[i] = collect(t, s).tokens
-	}
+	lengthenAndMixSampling(reqs)
+	want := aloneOutputs(t, rt, reqs)
 	small, err := NewColocated(storiesConfig(rt, 16)) // 256 tokens: the context, a fraction of the demand
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer small.Close(context.Background())
-	got := submitAll(t, small, reqs)
-	for i := range reqs {
-		if got[i].final.Err != nil {
-			t.Fatalf("request %d: %v", i, got[i].final.Err)
-		}
-		if !slices.Equal(got[i].tokens, want[i]) {
-			t.Fatalf("request %d (preempted or not): %v, alone %v", i, got[i].tokens, want[i])
-		}
-		if u := got[i].final.Usage; u.PromptTokens != len(reqs[i].Prompt) || u.CompletionTokens != len(want[i]) {
-			t.Fatalf("request %d: usage %+v", i, u)
-		}
-	}
+	requireAlone(t, "colocated", reqs, submitAll(t, small, reqs), want)
 	if n := small.sched.preemptions.Load(); n < 3 {
 		t.Fatalf("only %d preemptions: the pool did not force them", n)
 	}
@@ -130,30 +97,8 @@ func TestPreemptionOracleStories(t *testing.T) {
 func TestPreemptionOracleDisaggregated(t *testing.T) {
 	rt := storiesRuntime(t)
 	reqs, _ := storiesRequests(t, 36)
-	for i, r := range reqs {
-		r.MaxTokens += 40
-		switch i % 3 {
-		case 1:
-			r.Sampling = sample.Params{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
-		case 2:
-			// Penalties count prompt and generated tokens apart: a resumed
-			// request's earlier tokens must count as generated ones.
-			r.Sampling = sample.Params{Temperature: 0.7, Seed: uint64(200 + i), PresencePenalty: 0.8, FrequencyPenalty: 0.5, RepetitionPenalty: 1.3}
-		}
-	}
-	solo, err := NewColocated(storiesConfig(rt, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := make([][]int32, len(reqs))
-	for i, r := range reqs {
-		s, err := solo.Submit(context.Background(), r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[i] = collect(t, s).tokens
-	}
-	solo.Close(context.Background())
+	lengthenAndMixSampling(reqs)
+	want := aloneOutputs(t, rt, reqs)
 	// "+cache": the prefill worker's prefix cache on (the prompts repeat
 	// reference prompts, and a resumed prompt extends its own): hits skip
 	// prefill work and change no token.
@@ -178,18 +123,7 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 				defer r.close()
 				eng, dw, pw = r.eng, r.dw, r.pw
 			}
-			got := submitAll(t, eng, reqs)
-			for i := range reqs {
-				if got[i].final.Err != nil {
-					t.Fatalf("request %d: %v", i, got[i].final.Err)
-				}
-				if !slices.Equal(got[i].tokens, want[i]) {
-					t.Fatalf("request %d over %s: %v, alone %v", i, transport, got[i].tokens, want[i])
-				}
-				if u := got[i].final.Usage; u.PromptTokens != len(reqs[i].Prompt) || u.CompletionTokens != len(want[i]) {
-					t.Fatalf("request %d: usage %+v, want %d prompt tokens once", i, u, len(reqs[i].Prompt))
-				}
-			}
+			requireAlone(t, transport, reqs, submitAll(t, eng, reqs), want)
 			st := dw.SchedStats()
 			if st.Preemptions < 3 {
 				t.Fatalf("only %d decode preemptions: the pool did not force them", st.Preemptions)
@@ -204,6 +138,61 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 			}
 			waitDrained(t, pw.Pool(), dw.Pool())
 		})
+	}
+}
+
+// lengthenAndMixSampling gives each request 40 more tokens (so pools
+// fill up and sequences must be preempted) and a mix of greedy, seeded
+// nucleus and seeded penalised sampling.
+func lengthenAndMixSampling(reqs []*Request) {
+	for i, r := range reqs {
+		r.MaxTokens += 40
+		switch i % 3 {
+		case 1:
+			r.Sampling = sample.Params{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
+		case 2:
+			// Penalties count prompt and generated tokens apart: a resumed
+			// request's earlier tokens must count as generated ones.
+			r.Sampling = sample.Params{Temperature: 0.7, Seed: uint64(200 + i), PresencePenalty: 0.8, FrequencyPenalty: 0.5, RepetitionPenalty: 1.3}
+		}
+	}
+}
+
+// aloneOutputs is the preemption oracle: each request's tokens run one at
+// a time on a colocated engine whose pool (1024 tokens) never preempts.
+func aloneOutputs(t *testing.T, rt Runtime, reqs []*Request) [][]int32 {
+	t.Helper()
+	solo, err := NewColocated(storiesConfig(rt, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer solo.Close(context.Background())
+	want := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		s, err := solo.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = collect(t, s).tokens
+	}
+	return want
+}
+
+// requireAlone fails the test unless every request succeeded with the
+// tokens it gave alone (want) and its usage counts its prompt once and
+// exactly those tokens, however often it was preempted and resumed.
+func requireAlone(t *testing.T, label string, reqs []*Request, got []result, want [][]int32) {
+	t.Helper()
+	for i := range reqs {
+		if got[i].final.Err != nil {
+			t.Fatalf("%s: request %d: %v", label, i, got[i].final.Err)
+		}
+		if !slices.Equal(got[i].tokens, want[i]) {
+			t.Fatalf("%s: request %d (preempted or not): %v, alone %v", label, i, got[i].tokens, want[i])
+		}
+		if u := got[i].final.Usage; u.PromptTokens != len(reqs[i].Prompt) || u.CompletionTokens != len(want[i]) {
+			t.Fatalf("%s: request %d: usage %+v, want %d prompt tokens once and %d completion", label, i, u, len(reqs[i].Prompt), len(want[i]))
+		}
 	}
 }
 
@@ -227,16 +216,7 @@ func waitDrained(t *testing.T, pools ...*kv.Pool) {
 // by draw.
 func TestSampleOffsetBounded(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
-	pw, err := NewPrefillWorker(toyConfig(m, 32), dw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pw.Close()
+	dw, pw := toyWorkers(t, m, 32)
 	id := newID()
 	res, err := dw.Reserve(context.Background(), &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 5, MaxTokens: 3})
 	if err != nil {
@@ -260,29 +240,8 @@ func TestCancelDuringPreemptionChurn(t *testing.T) {
 	for _, r := range reqs {
 		r.MaxTokens += 40
 	}
-	solo, err := NewColocated(storiesConfig(rt, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := make([][]int32, len(reqs))
-	for i, r := range reqs {
-		s, err := solo.Submit(context.Background(), r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[i] = collect(t, s).tokens
-	}
-	solo.Close(context.Background())
-	col, err := NewColocated(storiesConfig(rt, 16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer col.Close(context.Background())
-	loc, err := NewLocal(storiesConfig(rt, 24), storiesConfig(rt, 16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer loc.Close(context.Background())
+	want := aloneOutputs(t, rt, reqs)
+	col, loc := colocatedAndLocal(t, storiesConfig(rt, 16), storiesConfig(rt, 24), storiesConfig(rt, 16))
 	for name, e := range map[string]Engine{"colocated": col, "disaggregated": loc} {
 		var wg sync.WaitGroup
 		got := make([]result, len(reqs))

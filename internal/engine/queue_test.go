@@ -21,19 +21,25 @@ func submitAll(t *testing.T, e Engine, reqs []*Request) []result {
 	out := make([]result, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := e.Submit(context.Background(), r)
-			if err != nil {
-				out[i].final = Event{Err: err}
-				return
-			}
-			out[i] = collect(t, s)
-		}()
+		goSubmit(t, e, r, &out[i], &wg)
 	}
 	wg.Wait()
 	return out
+}
+
+// goSubmit submits r in its own goroutine, counted in wg, and collects its
+// stream into out (a refusal is an outcome: it becomes the final event).
+func goSubmit(t *testing.T, e Engine, r *Request, out *result, wg *sync.WaitGroup) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s, err := e.Submit(context.Background(), r)
+		if err != nil {
+			out.final = Event{Err: err}
+			return
+		}
+		*out = collect(t, s)
+	}()
 }
 
 // A burst far larger than the pool (40 requests reserving up to 39 tokens
@@ -48,16 +54,7 @@ func TestBurstLargerThanPoolQueuesWithoutErrors(t *testing.T) {
 	for _, r := range reqs {
 		r.MaxTokens += 5
 	}
-	col, err := NewColocated(toyConfig(m, 12))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer col.Close(context.Background())
-	loc, err := NewLocal(toyConfig(m, 16), toyConfig(m, 12))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer loc.Close(context.Background())
+	col, loc := colocatedAndLocal(t, toyConfig(m, 12), toyConfig(m, 16), toyConfig(m, 12))
 	for name, e := range map[string]Engine{"colocated": col, "disaggregated": loc} {
 		got := submitAll(t, e, reqs)
 		for i, r := range reqs {
@@ -291,16 +288,7 @@ func TestFairnessHeavyTenantCannotStarveLightOnes(t *testing.T) {
 	results := make([]result, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := e.Submit(context.Background(), r)
-			if err != nil {
-				results[i].final = Event{Err: err}
-				return
-			}
-			results[i] = collect(t, s)
-		}()
+		goSubmit(t, e, r, &results[i], &wg)
 		// Arrival order fixed: the heavy flood first, then the light ones.
 		waitQueued(t, e.adm, i+1)
 	}

@@ -13,6 +13,7 @@ import (
 	"sluice/internal/kv"
 	"sluice/internal/model"
 	"sluice/internal/sample"
+	"sluice/internal/sample/sampletest"
 )
 
 // allOptions sets every sampler option; seed and greedy vary per request.
@@ -120,24 +121,6 @@ func TestSamplerOptionsBatchInvariant(t *testing.T) {
 	}
 }
 
-// refLogSoftmax is log_softmax computed here, in float64, from first
-// principles.
-func refLogSoftmax(logits []float32) []float64 {
-	m := math.Inf(-1)
-	for _, v := range logits {
-		m = math.Max(m, float64(v))
-	}
-	var z float64
-	for _, v := range logits {
-		z += math.Exp(float64(v) - m)
-	}
-	out := make([]float64, len(logits))
-	for i, v := range logits {
-		out[i] = float64(v) - m - math.Log(z)
-	}
-	return out
-}
-
 // TestLogprobsMatchModel: the logprobs a disaggregated request reports are
 // log_softmax of the logits the model itself gives for the same positions
 // (run here with the model package directly, one private pool, no engine),
@@ -178,26 +161,14 @@ func TestLogprobsMatchModel(t *testing.T) {
 		if res[0].Err != nil {
 			t.Fatal(res[0].Err)
 		}
-		ref := refLogSoftmax(res[0].Logits)
+		ref := sampletest.LogSoftmax(res[0].Logits)
 		lp := got.lps[k]
 		if math.Abs(float64(lp.Logprob)-ref[tok]) > 1e-5 {
 			t.Fatalf("token %d (%d): logprob %v, model says %v", k, tok, lp.Logprob, ref[tok])
 		}
-		order := make([]int, vocab)
-		for i := range order {
-			order[i] = i
-		}
-		slices.SortStableFunc(order, func(a, b int) int {
-			switch {
-			case ref[a] > ref[b]:
-				return -1
-			case ref[a] < ref[b]:
-				return 1
-			}
-			return 0
-		})
+		order := sampletest.Ranked(ref)
 		for j, e := range lp.Top {
-			if int(e.ID) != order[j] || math.Abs(float64(e.Logprob)-ref[e.ID]) > 1e-5 {
+			if e.ID != order[j] || math.Abs(float64(e.Logprob)-ref[e.ID]) > 1e-5 {
 				t.Fatalf("token %d top %d: %+v, model's %d-th is %d (%v)", k, j, e, j, order[j], ref[order[j]])
 			}
 		}

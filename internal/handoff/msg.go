@@ -154,10 +154,19 @@ type PrefillRequest struct {
 	// tokenized for it. The prefill worker refuses a request whose
 	// fingerprint, or whose Reservation's, is not its own.
 	Model model.Fingerprint
+	// Decode names the decode worker holding the Reservation, for a
+	// prefill worker that pushes to several; it must be one of the names
+	// that worker was configured with (it never dials a name it is sent).
+	// Empty: the prefill worker's only decode worker. At most
+	// MaxWorkerName bytes.
+	Decode string
 	// CacheScope narrows the prefill worker's prefix cache within Tenant
 	// (the client's prompt_cache_key / cache_salt); it never widens it.
 	CacheScope string
 }
+
+// MaxWorkerName bounds PrefillRequest.Decode (a host:port).
+const MaxWorkerName = 255
 
 // PrefillResult is what prefill reports once the decode worker accepted the commit.
 type PrefillResult struct {

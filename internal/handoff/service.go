@@ -68,6 +68,21 @@ type TokenStream interface {
 	Close() error
 }
 
+// Load is a worker's load report, answered at once from its counters
+// (router -> worker, polled with the health probe; internal/cluster scores
+// pairs with it).
+type Load struct {
+	// FreePages and TotalPages are the worker's KV pool.
+	FreePages, TotalPages int
+	// Running is the sequences the worker is decoding (or prefilling) now.
+	Running int
+}
+
+// Loader is a worker (or a transport to one) that reports its load.
+type Loader interface {
+	Load(ctx context.Context) (*Load, error)
+}
+
 // Prefill is the prefill worker's side, as the router sees it.
 type Prefill interface {
 	// Prefill runs the prompt, writes its KV into the reservation in bounded

@@ -89,11 +89,12 @@ const (
 	EvCancel                           // the client went away
 	EvFail                             // an error; Code says which
 	EvPreempted                        // decode ran out of pages and released them; the request resumes with a new reservation
+	EvRetry                            // the handoff failed before its commit (no token sent); the request tries once more on other workers
 	numEventKinds
 )
 
 var eventNames = [...]string{"admit", "reject", "reserved", "prefill_started", "transfer_started",
-	"committed", "token", "finish", "cancel", "fail", "preempted"}
+	"committed", "token", "finish", "cancel", "fail", "preempted", "retry"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -178,6 +179,10 @@ type Machine struct {
 	// resumed: preempted once at least; later commits rebuild KV of
 	// tokens already counted, so they do not change prompt (I9).
 	resumed bool
+	// retried: a handoff of this request failed before its commit and it
+	// reserves again; having started a prefill, it can fail but no longer
+	// be rejected.
+	retried bool
 }
 
 // New returns a machine in state Received.
@@ -260,7 +265,7 @@ func (r *Machine) Step(ev Event) ([]Action, error) {
 		}
 		switch {
 		case s == Received:
-		case s == Admitted && ev.Reason == RejectedOverloaded && !r.resumed:
+		case s == Admitted && ev.Reason == RejectedOverloaded && !r.resumed && !r.retried:
 			// A queue that cannot get pages in time rejects before any exist.
 			// (A resumed request already sent tokens: it can only fail.)
 		default:
@@ -348,6 +353,22 @@ func (r *Machine) Step(ev Event) ([]Action, error) {
 		r.resumed = true
 		r.state = Admitted
 		return []Action{{Kind: ActReserve}}, nil
+
+	case EvRetry:
+		// Nothing reached the client yet: the failed handoff is aborted
+		// (I6) and the request goes back to reserve on other workers.
+		if s != Reserved && s != Prefilling && s != Transferring {
+			return nil, r.illegal(ev, "only a request whose handoff has not committed can be retried")
+		}
+		if r.resumed {
+			return nil, r.illegal(ev, "a resumed request already sent tokens: it can only fail")
+		}
+		if r.cancel {
+			return append([]Action{{Kind: ActAbortHandoff}}, r.finish(Cancelled, "the client disconnected")...), nil
+		}
+		r.state = Admitted
+		r.retried = true
+		return []Action{{Kind: ActAbortHandoff}, {Kind: ActReserve}}, nil
 
 	case EvFail:
 		if ev.Code == "" {

@@ -34,6 +34,7 @@ var sample = map[EventKind]Event{
 	EvCancel:          {Kind: EvCancel},
 	EvFail:            {Kind: EvFail, Code: "digest_mismatch", Msg: "bad digest"},
 	EvPreempted:       {Kind: EvPreempted},
+	EvRetry:           {Kind: EvRetry},
 }
 
 type want struct {
@@ -61,17 +62,20 @@ var table = map[State]map[EventKind]want{
 		EvFail:     {Finished, []ActionKind{ActEnd}, "failed_digest_mismatch"},
 	},
 	Reserved: {
+		EvRetry:          {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
 		EvPrefillStarted: {Prefilling, nil, ""},
 		EvCancel:         {Reserved, nil, ""}, // recorded (I10)
 		EvFail:           {Finished, []ActionKind{ActAbortHandoff, ActEnd}, "failed_digest_mismatch"},
 	},
 	Prefilling: {
+		EvRetry:           {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
 		EvTransferStarted: {Transferring, nil, ""},
 		EvCommitted:       {Committed, []ActionKind{ActEmit}, ""},
 		EvCancel:          {Prefilling, nil, ""},
 		EvFail:            {Finished, []ActionKind{ActAbortHandoff, ActEnd}, "failed_digest_mismatch"},
 	},
 	Transferring: {
+		EvRetry:     {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
 		EvCommitted: {Committed, []ActionKind{ActEmit}, ""},
 		EvCancel:    {Transferring, nil, ""},
 		EvFail:      {Finished, []ActionKind{ActAbortHandoff, ActEnd}, "failed_digest_mismatch"},
@@ -253,7 +257,7 @@ func TestMalformedEvents(t *testing.T) {
 }
 
 // Random event sequences, checked against invariants that do not depend on
-// the transition table: reserve once per admission or preemption; one
+// the transition table: reserve once per admission, preemption or retry; one
 // prefill per reservation, only after it; nothing touching KV after the end.
 func TestRandomSequences(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -271,7 +275,7 @@ func TestRandomSequences(t *testing.T) {
 			if err != nil && acts != nil {
 				t.Fatal("actions with an error")
 			}
-			if err == nil && ev.Kind == EvPreempted {
+			if err == nil && (ev.Kind == EvPreempted || ev.Kind == EvRetry) {
 				preempts++
 			}
 			for _, a := range acts {

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"sluice/internal/sample/sampletest"
 )
 
 // refProcess is an independent, naive statement of the logit processors:
@@ -131,23 +133,6 @@ func TestPenaltiesChangeGreedy(t *testing.T) {
 	}
 }
 
-// refLogSoftmax is computed here from first principles in float64.
-func refLogSoftmax(logits []float32) []float64 {
-	var m float64 = math.Inf(-1)
-	for _, v := range logits {
-		m = math.Max(m, float64(v))
-	}
-	var z float64
-	for _, v := range logits {
-		z += math.Exp(float64(v) - m)
-	}
-	out := make([]float64, len(logits))
-	for i, v := range logits {
-		out[i] = float64(v) - m - math.Log(z)
-	}
-	return out
-}
-
 func TestLogprobsMatchReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for trial := 0; trial < 100; trial++ {
@@ -156,27 +141,14 @@ func TestLogprobsMatchReference(t *testing.T) {
 		for i := range logits {
 			logits[i] = float32(rng.IntN(30)-15) / 3 // ties are common
 		}
-		ref := refLogSoftmax(logits)
+		ref := sampletest.LogSoftmax(logits)
 		top := rng.IntN(MaxTopLogprobs + 1)
 		id := int32(rng.IntN(n))
 		got := ComputeLogprobs(logits, id, top)
 		if math.Abs(float64(got.Logprob)-ref[id]) > 1e-6 {
 			t.Fatalf("logprob of %d = %v, want %v", id, got.Logprob, ref[id])
 		}
-		order := make([]int32, n)
-		for i := range order {
-			order[i] = int32(i)
-		}
-		slices.SortStableFunc(order, func(a, b int32) int {
-			switch {
-			case ref[a] > ref[b]:
-				return -1
-			case ref[a] < ref[b]:
-				return 1
-			}
-			return 0
-		})
-		want := order[:min(top, n)]
+		want := sampletest.Ranked(ref)[:min(top, n)]
 		if len(got.Top) != len(want) {
 			t.Fatalf("top %d of %d: got %d entries", top, n, len(got.Top))
 		}

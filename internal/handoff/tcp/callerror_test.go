@@ -383,21 +383,10 @@ func TestUnencodableReplyFailsAlone(t *testing.T) {
 // boolean) fails only that call on the client: the pages it stands for
 // are aborted, the stream is closed, and the connection carries on.
 func TestBadReplyBodyFailsAlone(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	got := make(chan byte, 16) // the frame types the fake server received
-	go func() {
-		nc, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer nc.Close()
-		cfg, _ := Config{Secret: secret}.withDefaults()
-		c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: cfg.MaxFrame}}
-		if c.serverHandshake() != nil {
+	addr := fakeServer(t, func(nc net.Conn) {
+		c := fakeServerConn(nc)
+		if c == nil {
 			return
 		}
 		for {
@@ -423,8 +412,8 @@ func TestBadReplyBodyFailsAlone(t *testing.T) {
 				c.send(tOK, f.stream)
 			}
 		}
-	}()
-	c := dial(t, l.Addr().String(), Config{Secret: secret})
+	})
+	c := dial(t, addr, Config{Secret: secret})
 	ctx := context.Background()
 	if _, err := c.Reserve(ctx, &handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "a", PromptTokens: 4, MaxTokens: 1}); !errors.Is(err, handoff.ErrBadMessage) {
 		t.Fatalf("reserve with an undecodable reply: %v", err)
@@ -479,9 +468,8 @@ func TestRedialerResendsCleanUpOnly(t *testing.T) {
 			}
 			go func(n int) {
 				defer nc.Close()
-				cfg, _ := Config{Secret: secret}.withDefaults()
-				c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: cfg.MaxFrame}}
-				if c.serverHandshake() != nil {
+				c := fakeServerConn(nc)
+				if c == nil {
 					return
 				}
 				// The first connection dies unanswered at its first call,

@@ -2,12 +2,14 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"sluice/internal/handoff"
 	"sluice/internal/handoff/handofftest"
 )
 
@@ -29,16 +31,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // soon as the peer is back on its address.
 func TestCheckFollowsThePeer(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{})
-	s1, err := NewServer(Config{Secret: secret}, r.Server, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	go s1.Serve(l)
+	addr, s1 := serve(t, Config{Secret: secret}, r.Server, nil)
 	ctx := context.Background()
 	rd, err := ConnectRedialer(ctx, addr, Config{Secret: secret}, nil)
 	if err != nil {
@@ -148,5 +141,36 @@ func TestRedialerProbesShareOneDial(t *testing.T) {
 	}
 	if n := dials.Load(); n != 1 {
 		t.Fatalf("%d dials for %d probes and a call, want 1 shared", n, probes+2)
+	}
+}
+
+// I13 in readiness: a peer that comes back on its address with another
+// model is not "up": the probe's redial fails the handshake with
+// ErrModelMismatch, so /ready stays 503 and says why.
+func TestCheckRefusesPeerOfAnotherModel(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{Model: modelA})
+	addr, s1 := serve(t, Config{Secret: secret, Model: modelA}, r.Server, nil)
+	ctx := context.Background()
+	rd, err := ConnectRedialer(ctx, addr, Config{Secret: secret, Model: modelA}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	if err := rd.Check(ctx); err != nil {
+		t.Fatalf("same model: %v", err)
+	}
+	s1.Close()
+	waitFor(t, "redialer notices the dead peer", func() bool { return rd.Check(ctx) != nil })
+	l2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("cannot rebind %s: %v", addr, err)
+	}
+	r2 := handofftest.New(t, handofftest.Options{Model: modelB})
+	s2, _ := NewServer(Config{Secret: secret, Model: modelB}, r2.Server, nil)
+	go s2.Serve(l2)
+	defer s2.Close()
+	waitFor(t, "the probe reaches the new peer", func() bool { return !errors.Is(rd.Check(ctx), handoff.ErrTransport) })
+	if err := rd.Check(ctx); !errors.Is(err, handoff.ErrModelMismatch) {
+		t.Fatalf("peer of another model: %v, want model_mismatch", err)
 	}
 }

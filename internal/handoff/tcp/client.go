@@ -267,6 +267,15 @@ func (cl *Client) Cancel(ctx context.Context, id kv.ID) error {
 	return err
 }
 
+// Load asks the worker for its load report (handoff.Loader).
+func (cl *Client) Load(ctx context.Context) (*handoff.Load, error) {
+	f, err := cl.roundTrip(ctx, tLoad, tLoadRes)
+	if err != nil {
+		return nil, err
+	}
+	return decLoad(f.payload)
+}
+
 func (cl *Client) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
 	b, err := encPrefill(r)
 	if err != nil {

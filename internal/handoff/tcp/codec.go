@@ -573,6 +573,7 @@ func encPrefill(m *handoff.PrefillRequest) ([]byte, error) {
 	e.model(m.Model)
 	e.int(m.SampleOffset, "sample_offset")
 	e.str(m.CacheScope)
+	e.str(m.Decode)
 	return e.b, e.err
 }
 
@@ -594,6 +595,30 @@ func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
 	m.Model = d.model()
 	m.SampleOffset = d.int(maxInt)
 	m.CacheScope = d.str()
+	m.Decode = d.str()
+	if d.err == nil && len(m.Decode) > handoff.MaxWorkerName {
+		d.err = protoErr("decode worker name of %d bytes, at most %d", len(m.Decode), handoff.MaxWorkerName)
+	}
+	return m, d.end()
+}
+
+// maxLoad bounds every Load field: no pool or queue comes near 2^31.
+const maxLoad = 1<<31 - 1
+
+func encLoad(m *handoff.Load) ([]byte, error) {
+	var e enc
+	e.int(m.FreePages, "free_pages")
+	e.int(m.TotalPages, "total_pages")
+	e.int(m.Running, "running")
+	return e.b, e.err
+}
+
+func decLoad(p []byte) (*handoff.Load, error) {
+	d := dec{b: p}
+	m := &handoff.Load{FreePages: d.int(maxLoad), TotalPages: d.int(maxLoad), Running: d.int(maxLoad)}
+	if d.err == nil && m.FreePages > m.TotalPages {
+		d.err = protoErr("load report: %d free pages of %d", m.FreePages, m.TotalPages)
+	}
 	return m, d.end()
 }
 

@@ -56,10 +56,12 @@ const (
 // (ErrVersion). Version 3 added a resumed request's earlier tokens
 // (StreamOpen Generated, Prefill SampleOffset; preemption). Version 4
 // added the prefix cache's fields (Prefill CacheScope, PrefillResult
-// CachedTokens). Bump maxVersion whenever a frame's layout changes.
+// CachedTokens). Version 5 added the cluster's fields (Prefill Decode,
+// the name of the decode worker to push to; the Load request and reply).
+// Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 4
-	maxVersion = 4
+	minVersion = 5
+	maxVersion = 5
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the
@@ -85,6 +87,8 @@ const (
 	tStreamClose = 19
 	tPrefill     = 20
 	tPrefillRes  = 21
+	tLoad        = 22
+	tLoadRes     = 23
 	tOK          = 30
 	tError       = 31
 )
@@ -92,7 +96,7 @@ const (
 func knownType(t byte) bool {
 	switch t {
 	case tHello, tHelloAck, tAuth, tAuthOK, tReserve, tReservation, tWrite, tCommit, tAbort,
-		tDrained, tCancel, tStreamOpen, tToken, tStreamClose, tPrefill, tPrefillRes, tOK, tError:
+		tDrained, tCancel, tStreamOpen, tToken, tStreamClose, tPrefill, tPrefillRes, tLoad, tLoadRes, tOK, tError:
 		return true
 	}
 	return false

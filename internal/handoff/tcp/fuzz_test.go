@@ -42,8 +42,9 @@ func FuzzFrameDecode(f *testing.F) {
 	add(tToken, mustEnc(encToken(handoff.Token{ID: 3, Logprobs: fullLogprobs()})))
 	add(tCommit, mustEnc(encCommit(&handoff.Commit{Handoff: id, Tokens: 9, Digest: []byte{1}, FirstToken: 5, FirstLogprobs: fullLogprobs()})))
 	add(tPrefill, mustEnc(encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1}, Sampling: fullSampling()})))
-	add(tPrefill, mustEnc(encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1, 2}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{}}}})))
+	add(tPrefill, mustEnc(encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1, 2}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{}}}, Decode: "10.0.0.7:9002"})))
 	add(tPrefillRes, mustEnc(encPrefillRes(&handoff.PrefillResult{FirstToken: 1, Tokens: 2})))
+	add(tLoadRes, mustEnc(encLoad(&handoff.Load{FreePages: 3, TotalPages: 8, Running: 2})))
 	add(tError, encError(handoff.ErrCoverage))
 	f.Add([]byte{maxVersion, 12, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff})
 
@@ -98,6 +99,12 @@ func FuzzFrameDecode(f *testing.F) {
 				_, derr = decPrefill(p)
 			case tPrefillRes:
 				_, derr = decPrefillRes(p)
+			case tLoadRes:
+				var l *handoff.Load
+				l, derr = decLoad(p)
+				if derr == nil && (l.FreePages > l.TotalPages || !bytes.Equal(mustEnc(encLoad(l)), p)) {
+					t.Fatalf("load report %+v accepted from %x", l, p)
+				}
 			case tError:
 				if e := decError(p); e == nil {
 					t.Fatal("an error frame decoded to no error")

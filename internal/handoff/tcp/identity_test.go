@@ -52,13 +52,7 @@ func TestJunkClientProofRefusedBeforeReserve(t *testing.T) {
 		"short":        {1, 2, 3},
 	} {
 		t.Run(name, func(t *testing.T) {
-			nc, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			nc.SetDeadline(time.Now().Add(5 * time.Second))
-			fr := &framer{maxFrame: 1 << 20, isClient: true}
+			nc, fr := rawClient(t, addr)
 			rawHello(t, nc, fr, model.Fingerprint{})
 			auth, _ := fr.encode(helloVersion, tAuth, 0, [][]byte{junk})
 			// Pipelined: as if the server had said AuthOK.
@@ -215,13 +209,7 @@ func TestModelMismatchRefusedAtConnect(t *testing.T) {
 
 	// The server checks by itself: a client that skips its own check
 	// (ignores the server's fingerprint, proves the secret) is refused.
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(5 * time.Second))
-	fr := &framer{maxFrame: 1 << 20, isClient: true}
+	nc, fr := rawClient(t, addr)
 	hello, ack := rawHello(t, nc, fr, modelB)
 	auth, _ := fr.encode(helloVersion, tAuth, 0, [][]byte{proof(secret, "sluice/client", hello, ack)})
 	nb := net.Buffers(auth)
@@ -276,18 +264,8 @@ func TestModelMismatchRefusedAtReserve(t *testing.T) {
 // runs another model (and would not check) never gets the client's proof;
 // the client refuses with both models named and tells the server why.
 func TestClientRefusesServerOfAnotherModel(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	got := make(chan *frame, 1)
-	go func() {
-		nc, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer nc.Close()
+	addr := fakeServer(t, func(nc net.Conn) {
 		nc.SetDeadline(time.Now().Add(5 * time.Second))
 		fr := &framer{maxFrame: 1 << 20}
 		f, err := fr.readFrame(nc, nil)
@@ -303,8 +281,8 @@ func TestClientRefusesServerOfAnotherModel(t *testing.T) {
 		nb.WriteTo(nc)
 		f, _ = fr.readFrame(nc, nil)
 		got <- f
-	}()
-	_, err = Dial(context.Background(), l.Addr().String(), Config{Secret: secret, Model: modelA})
+	})
+	_, err := Dial(context.Background(), addr, Config{Secret: secret, Model: modelA})
 	mismatchText(t, err)
 	f := <-got
 	if f == nil || f.typ != tError {

@@ -229,6 +229,15 @@ func (r *Redialer) idempotent(ctx context.Context, call func(*Client) error) err
 	return call(c)
 }
 
+// Load implements handoff.Loader on the current connection.
+func (r *Redialer) Load(ctx context.Context) (*handoff.Load, error) {
+	c, err := r.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.Load(ctx)
+}
+
 func (r *Redialer) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams) (handoff.TokenStream, error) {
 	c, err := r.client(ctx)
 	if err != nil {

@@ -231,6 +231,28 @@ func (sc *sconn) handle(f *frame) error {
 		if p == nil {
 			return replyErr(handoff.ErrState.With("this worker does not serve the prefill side"))
 		}
+	case tLoad:
+		if len(f.payload) != 0 {
+			return protoErr("load request with a payload")
+		}
+		var l handoff.Loader
+		if dl, ok := d.(handoff.Loader); ok {
+			l = dl
+		} else if pl, ok := p.(handoff.Loader); ok {
+			l = pl
+		}
+		if l == nil {
+			return replyErr(handoff.ErrState.With("this worker does not report its load"))
+		}
+		m, err := l.Load(sc.ctx)
+		if err != nil {
+			return replyErr(err)
+		}
+		b, err := encLoad(m)
+		if err != nil {
+			return replyErr(err)
+		}
+		return reply(tLoadRes, b)
 	default:
 		return protoErr("frame type %d is not a request", f.typ)
 	}

@@ -119,28 +119,17 @@ func TestStreamsOverTCP(t *testing.T) {
 // A server that breaks the protocol after the handshake fails the client's
 // pending calls with an error instead of hanging them.
 func TestClientRejectsBadServerFrames(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		nc, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer nc.Close()
-		cfg, _ := Config{Secret: secret}.withDefaults()
-		c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: cfg.MaxFrame}}
-		if c.serverHandshake() != nil {
+	addr := fakeServer(t, func(nc net.Conn) {
+		c := fakeServerConn(nc)
+		if c == nil {
 			return
 		}
 		c.fr.readFrame(nc, nil)                                                             // the call
 		nc.Write(rawFrame(maxVersion, tOK, 1, nil, func(c uint32) uint32 { return c + 1 })) // bad checksum
 		time.Sleep(time.Second)
-	}()
-	c := dial(t, l.Addr().String(), Config{Secret: secret})
-	err = c.Drained(context.Background(), kv.ID{})
+	})
+	c := dial(t, addr, Config{Secret: secret})
+	err := c.Drained(context.Background(), kv.ID{})
 	if !errors.Is(err, handoff.ErrProtocol) && !errors.Is(err, handoff.ErrTransport) {
 		t.Fatalf("call answered by a corrupt frame: %v", err)
 	}
@@ -208,13 +197,7 @@ func (w *waitStream) Close() error { return nil }
 // connection reports ErrTransport (never a silent retry).
 func TestRedialer(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{})
-	s1, err := NewServer(Config{Secret: secret}, r.Server, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := l.Addr().String()
-	go s1.Serve(l)
+	addr, s1 := serve(t, Config{Secret: secret}, r.Server, nil)
 	rd := NewRedialer(addr, Config{Secret: secret})
 	defer rd.Close()
 	ctx := context.Background()

@@ -49,6 +49,53 @@ func dial(t testing.TB, addr string, cfg Config) *Client {
 	return c
 }
 
+// fakeServer listens on loopback and hands the first connection to handle
+// (closed after it returns): a peer that misbehaves in a way no Server
+// would. It returns the address to dial.
+func fakeServer(t *testing.T, handle func(nc net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		handle(nc)
+	}()
+	return l.Addr().String()
+}
+
+// rawClient dials addr for a test that speaks the protocol by hand (frames
+// it builds itself), with a deadline so a silent server fails the test
+// instead of hanging it; the connection is closed when the test ends.
+func rawClient(t *testing.T, addr string) (net.Conn, *framer) {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(5 * time.Second))
+	return nc, &framer{maxFrame: 1 << 20, isClient: true}
+}
+
+// fakeServerConn runs the server side of the handshake on nc, with the
+// test secret, for fake servers that misbehave after it; nil if the
+// handshake failed.
+func fakeServerConn(nc net.Conn) *conn {
+	cfg, _ := Config{Secret: secret}.withDefaults()
+	c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: cfg.MaxFrame}}
+	if c.serverHandshake() != nil {
+		return nil
+	}
+	return c
+}
+
 func TestHonestHandoff(t *testing.T) {
 	for _, mac := range []bool{false, true} {
 		r := handofftest.New(t, handofftest.Options{})
@@ -396,13 +443,7 @@ func TestPageDataCorruptedInTransit(t *testing.T) {
 // not know is refused with a clear error and the connection closed.
 func TestNoCommonVersion(t *testing.T) {
 	addr, _ := serve(t, Config{Secret: secret}, nil, nil)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(5 * time.Second))
-	fr := &framer{maxFrame: 1 << 20, isClient: true}
+	nc, fr := rawClient(t, addr)
 	hello := append([]byte{maxVersion + 1, maxVersion + 3, 0}, make([]byte, 32)...)
 	bufs, _ := fr.encode(helloVersion, tHello, 0, [][]byte{hello})
 	b := net.Buffers(bufs)

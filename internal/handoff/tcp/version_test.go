@@ -45,17 +45,11 @@ func TestVersion1ClientRefused(t *testing.T) {
 	// bump) and without (the build before I13).
 	for name, withModel := range map[string]bool{"with fingerprint": true, "before I13": false} {
 		t.Run(name, func(t *testing.T) {
-			nc, err := net.Dial("tcp", l.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			nc.SetDeadline(time.Now().Add(5 * time.Second))
+			nc, fr := rawClient(t, l.Addr().String())
 			e := enc{b: append([]byte{1, 1, 0}, make([]byte, 32)...)}
 			if withModel {
 				e.model(modelA)
 			}
-			fr := &framer{maxFrame: 1 << 20, isClient: true}
 			bufs, _ := fr.encode(helloVersion, tHello, 0, [][]byte{e.b})
 			nb := net.Buffers(bufs)
 			nb.WriteTo(nc)
@@ -152,22 +146,12 @@ func TestLongModelNameConnects(t *testing.T) {
 // Only a sluice refusal of the Hello means another build: something else
 // on the port (an HTTP server, say) is a protocol error, not a version.
 func TestNonSluiceServerIsNotAVersion(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		nc, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer nc.Close()
+	addr := fakeServer(t, func(nc net.Conn) {
 		nc.SetDeadline(time.Now().Add(5 * time.Second))
 		nc.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"))
 		io.Copy(io.Discard, nc) // until the client hangs up
-	}()
-	_, err = Dial(context.Background(), l.Addr().String(), Config{Secret: secret})
+	})
+	_, err := Dial(context.Background(), addr, Config{Secret: secret})
 	if !errors.Is(err, handoff.ErrProtocol) {
 		t.Fatalf("got %v, want %s", err, handoff.ErrProtocol.Code)
 	}

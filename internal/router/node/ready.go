@@ -44,4 +44,26 @@ func CheckPeers(ctx context.Context, peers []Peer) error {
 // Ready is the stack's readiness check: every connection between its
 // roles is up. In-process transports and the colocated engine have none
 // and are always ready.
-func (s *Stack) Ready(ctx context.Context) error { return CheckPeers(ctx, s.peers) }
+func (s *Stack) Ready(ctx context.Context) error {
+	if s.cluster != nil {
+		return s.cluster.Clusters[0].Ready(ctx)
+	}
+	return CheckPeers(ctx, s.peers)
+}
+
+// CheckAnyPeer is nil when at least one of peers is reachable (a prefill
+// worker with several decode workers can serve while one of them is
+// down); otherwise it is the first peer's failure, as CheckPeers says it.
+func CheckAnyPeer(ctx context.Context, peers []Peer) error {
+	var first error
+	for _, p := range peers {
+		err := CheckPeers(ctx, []Peer{p})
+		if err == nil {
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/handoff"
 	"sluice/internal/router"
 )
 
@@ -172,4 +173,33 @@ func TestReadyFloodWhileDecodeIsDown(t *testing.T) {
 		}
 	})
 	t.Logf("%d probes, one request: %d dials", probes, dials.Load())
+}
+
+type checkerFunc func(context.Context) error
+
+func (f checkerFunc) Check(ctx context.Context) error { return f(ctx) }
+
+// The readiness reason names the role and the failure's stable code, and
+// nothing a peer or the network said (the probe is unauthenticated): a
+// worker of another model (I13) reads "model_mismatch", an unreachable one
+// its transport code, anything else "unreachable".
+func TestCheckPeersReason(t *testing.T) {
+	up := checkerFunc(func(context.Context) error { return nil })
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{handoff.ErrModelMismatch.With("this role runs stories260K (aa..), decode at 10.0.0.2:9002 runs qwen2 (bb..)"), "the decode worker is not ready (model_mismatch)"},
+		{handoff.ErrTransport.With("dial tcp 10.0.0.2:9002: connection refused"), "the decode worker is not ready (transport)"},
+		{errors.New("dial tcp 10.0.0.2:9002: i/o timeout"), "the decode worker is not ready (unreachable)"},
+	} {
+		down := checkerFunc(func(context.Context) error { return c.err })
+		err := CheckPeers(context.Background(), []Peer{{Role: "prefill", Conn: up}, {Role: "decode", Conn: down}})
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%v: reason %v, want %q", c.err, err, c.want)
+		}
+	}
+	if err := CheckPeers(context.Background(), []Peer{{Role: "prefill", Conn: up}}); err != nil {
+		t.Errorf("all up: %v", err)
+	}
 }

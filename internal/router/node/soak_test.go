@@ -23,7 +23,7 @@ import (
 // served alone by the colocated engine.
 func TestSoakThreeTenantsSmallPool(t *testing.T) {
 	if os.Getenv("SLUICE_SOAK") == "" {
-		t.Skip("set SLUICE_SOAK=1 (make soak)")
+		t.Skip("opt-in: set SLUICE_SOAK=1 (make soak) for the 600-request soak")
 	}
 	m := loadStories(t)
 	keys, err := router.ParseKeys(strings.NewReader("key-a alice\nkey-b bob\nkey-c carol\n"))

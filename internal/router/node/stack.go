@@ -49,6 +49,9 @@ type LocalConfig struct {
 	// Engine, when set, adjusts each role's engine configuration before
 	// it is built (tests use it for LIFO page reuse).
 	Engine func(role string, c *engine.Config)
+	// PrefillWorkers and DecodeWorkers, when either is above 1, run that
+	// many workers of each role behind one router (BuildCluster, TCP only).
+	PrefillWorkers, DecodeWorkers int
 	// Listen, when set, opens the roles' loopback listeners in place of
 	// net.Listen("tcp", "127.0.0.1:0") (tests use it to drop the roles'
 	// connections under a running stack).
@@ -72,6 +75,8 @@ type Stack struct {
 	// decodeSrv is the decode role's TCP service (tests stop it to see
 	// readiness follow).
 	decodeSrv *tcp.Server
+	// cluster is set when the stack runs several workers per role.
+	cluster *ClusterStack
 }
 
 // Close drains the engine, then stops the roles and their transports.
@@ -100,6 +105,11 @@ func (s *Stack) Info() preflight.ServerInfo {
 // Stats reads every pool and the decode worker's protocol counters.
 func (s *Stack) Stats() router.EngineStats {
 	st := Stats(s.Pools, s.decode)
+	if s.cluster != nil {
+		for _, d := range s.cluster.Decodes {
+			addReceiverStats(&st, d.ReceiverStats())
+		}
+	}
 	if s.meter != nil {
 		st.HandoffBytes, st.Handoffs, st.HandoffSeconds = s.meter.snapshot()
 	}
@@ -178,6 +188,16 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 	roles := []string{preflight.RolePrefill, preflight.RoleDecode}
 	if c.Colocated {
 		roles = []string{preflight.RoleColocated}
+	} else if c.PrefillWorkers > 1 || c.DecodeWorkers > 1 {
+		if c.Transport != "" && c.Transport != TransportTCP {
+			return nil, fmt.Errorf("several workers per role run over the tcp transport only (got %q)", c.Transport)
+		}
+		cs, err := BuildCluster(m, ClusterConfig{LocalConfig: c, PrefillWorkers: max(c.PrefillWorkers, 1), DecodeWorkers: max(c.DecodeWorkers, 1), Routers: 1})
+		if err != nil {
+			return nil, err
+		}
+		return &Stack{Engine: cs.Routers[0], Report: cs.Report, Pools: cs.Pools(), cluster: cs,
+			closers: []func(){func() { cs.Close(context.Background()) }}}, nil
 	}
 	rep := m.Preflight(c.Pools, roles...)
 	if !rep.OK {

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"sluice/internal/testenv"
+)
+
+// The expected values are computed by hand (numpy.percentile's linear
+// interpolation: position p/100*(n-1) in the sorted samples).
+func TestBenchServePercentile(t *testing.T) {
+	for _, c := range []struct {
+		x    []float64
+		p    float64
+		want float64
+	}{
+		{[]float64{4, 1, 3, 2}, 50, 2.5},     // position 1.5: between 2 and 3
+		{[]float64{5, 1, 4, 2, 3}, 99, 4.96}, // position 3.96: 4 + 0.96*(5-4)
+		{[]float64{5, 1, 4, 2, 3}, 50, 3},    // position 2 exactly
+		{[]float64{10, 20}, 99, 19.9},        // position 0.99
+		{[]float64{7}, 99, 7},
+		{[]float64{1, 2, 3}, 100, 3},
+		{nil, 50, 0},
+	} {
+		if got := percentile(c.x, c.p); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("percentile(%v, %v) = %v, want %v", c.x, c.p, got, c.want)
+		}
+	}
+}
+
+// TTFT is send to first chunk; ITLs are the gaps between chunks, pooled
+// over OK requests only; failures are counted, not timed.
+func TestBenchServeSummarize(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(msec ...int) []time.Time {
+		var out []time.Time
+		for _, m := range msec {
+			out = append(out, t0.Add(time.Duration(m)*time.Millisecond))
+		}
+		return out
+	}
+	samples := []streamSample{
+		{start: t0, chunks: at(10, 15, 30), tokens: 3, status: 200}, // ttft 10, itl 5 15
+		{start: t0, chunks: at(20, 22), tokens: 2, status: 200},     // ttft 20, itl 2
+		{start: t0, chunks: at(1, 2), status: 503, err: errors.New("HTTP 503: full")},
+		{start: t0, chunks: at(3), status: 200, err: errors.New("stream ended without [DONE]")},
+		{start: t0, err: errors.New("connection refused")},
+	}
+	st := summarize(samples, 2*time.Second)
+	// ttft samples {10, 20}: p50 15, p99 10+0.99*10 = 19.9.
+	// itl samples {2, 5, 15}: p50 5, p99 position 1.98: 5 + 0.98*10 = 14.8.
+	want := sideStats{Requests: 5, OK: 2, Non200: 1, Errors: 2, OutTokens: 5, WallS: 2, TokS: 2.5,
+		TTFTP50: 15, TTFTP99: 19.9, ITLP50: 5, ITLP99: 14.8, FirstError: "HTTP 503: full"}
+	if math.Abs(st.TTFTP99-want.TTFTP99) < 1e-9 && math.Abs(st.ITLP99-want.ITLP99) < 1e-9 {
+		st.TTFTP99, st.ITLP99 = want.TTFTP99, want.ITLP99
+	}
+	if st != want {
+		t.Fatalf("summarize =\n%+v\nwant\n%+v", st, want)
+	}
+	if got := (streamSample{start: t0, chunks: at(10, 15, 30)}).itls(); len(got) != 2 || got[0] != 5*time.Millisecond || got[1] != 15*time.Millisecond {
+		t.Fatalf("itls = %v, want [5ms 15ms]", got)
+	}
+}
+
+// The command end to end against sluice alone (a child `sluice serve` on
+// loopback): every request answered in full, counted and timed.
+func TestBenchServeEndToEnd(t *testing.T) {
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	var out, errOut bytes.Buffer
+	code := runBench([]string{"serve", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
+		"--concurrency", "1,3", "--requests", "4", "--repeats", "2", "--prompt", "8", "--gen", "5",
+		"--timeout", "3m", "--json"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	var rep serveReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if len(rep.Rows) != 2 || rep.Rows[0].Concurrency != 1 || rep.Rows[1].Concurrency != 3 {
+		t.Fatalf("rows %+v, want concurrency 1 and 3", rep.Rows)
+	}
+	for _, r := range rep.Rows {
+		s := r.Sluice
+		// 4 requests x 2 repeats, each exactly 5 tokens (ignore_eos).
+		if s.Requests != 8 || s.OK != 8 || s.Non200 != 0 || s.Errors != 0 || s.OutTokens != 40 {
+			t.Errorf("C=%d: %+v, want 8 OK requests of 5 tokens", r.Concurrency, s)
+		}
+		if s.TokS <= 0 || s.TTFTP50 <= 0 || s.TTFTP99 < s.TTFTP50 || s.ITLP99 < s.ITLP50 {
+			t.Errorf("C=%d: figures not ordered: %+v", r.Concurrency, s)
+		}
+		if r.Llama != nil || r.Ratios != nil {
+			t.Errorf("C=%d: llama-server figures without --llama-server", r.Concurrency)
+		}
+	}
+	// The benchmark drives sluice over loopback only.
+	if rep.SluiceArgs[4] != "127.0.0.1:0" {
+		t.Errorf("sluice listens on %q", rep.SluiceArgs[4])
+	}
+}

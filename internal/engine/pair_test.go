@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/kv"
+)
+
+// twoPairs hands out pair a first and pair b to a retry, and records the
+// outcome each pair was told.
+type twoPairs struct {
+	a, b  Pair
+	mu    sync.Mutex
+	calls int
+	done  map[string][2]error
+}
+
+func (p *twoPairs) Pair(_ *Request, avoid *Pair) (*Pair, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	c := p.a
+	name := "a"
+	if avoid != nil {
+		c, name = p.b, "b"
+	}
+	c.Done = func(perr, derr error) {
+		p.mu.Lock()
+		p.done[name] = [2]error{perr, derr}
+		p.mu.Unlock()
+	}
+	return &c, nil
+}
+
+type failPrefill struct{ err error }
+
+func (f failPrefill) Prefill(context.Context, *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	return nil, f.err
+}
+
+type failReserve struct {
+	handoff.Decode
+	err error
+}
+
+func (f failReserve) Reserve(context.Context, *handoff.Reserve) (*handoff.Reservation, error) {
+	return nil, f.err
+}
+
+// breakAfterFirst passes a stream's first token, then fails it.
+type breakAfterFirst struct{ handoff.Decode }
+
+func (b breakAfterFirst) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams) (handoff.TokenStream, error) {
+	ts, err := b.Decode.Stream(ctx, id, p)
+	return &brokenStream{TokenStream: ts}, err
+}
+
+type brokenStream struct {
+	handoff.TokenStream
+	n int
+}
+
+func (s *brokenStream) Recv() (handoff.Token, error) {
+	if s.n++; s.n > 1 {
+		return handoff.Token{}, handoff.ErrTransport.With("connection lost")
+	}
+	return s.TokenStream.Recv()
+}
+
+func waitFreePool(t *testing.T, p *kv.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s := p.Stats(); s.Free != s.Pages; s = p.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool not whole: %+v", s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A request whose first attempt fails before any token (prefill
+// unreachable, or decode's reserve unreachable) is retried once on the
+// other pair and completes with the reference output; the first pair's
+// reservation is aborted (its pool whole again) and it was told why.
+// After the first token a failure ends the stream with its error and no
+// second pair is asked for.
+func TestRetryBeforeFirstTokenOnly(t *testing.T) {
+	m := newToy()
+	mk := func() *Local {
+		l, err := NewLocal(toyConfig(m, 40), toyConfig(m, 40))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close(context.Background()) })
+		return l
+	}
+	la, lb := mk(), mk()
+	r := &Request{Tenant: "t", Prompt: prompt(3, 9), MaxTokens: 12}
+	want := toyReference(m, r.Prompt, r.MaxTokens, false)
+	cfg := DisaggConfig{Model: "toy", Vocab: m.Vocab(), Fingerprint: FingerprintOf(m), Context: 160}
+
+	cases := []struct {
+		name  string
+		a     Pair
+		retry bool
+	}{
+		{"prefill unreachable", Pair{Prefill: failPrefill{handoff.ErrTransport.With("dial refused")}, Decode: la.Decode}, true},
+		{"reserve unreachable", Pair{Prefill: la.Prefill, Decode: failReserve{la.Decode, handoff.ErrTransport.With("dial refused")}}, true},
+		{"decode no room", Pair{Prefill: la.Prefill, Decode: failReserve{la.Decode, handoff.ErrNoRoom}}, true},
+		{"stream lost after the first token", Pair{Prefill: la.Prefill, Decode: breakAfterFirst{la.Decode}}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tp := &twoPairs{a: c.a, b: Pair{Prefill: lb.Prefill, Decode: lb.Decode}, done: map[string][2]error{}}
+			d, err := NewDisaggregatedPairs(cfg, tp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close(context.Background())
+			st, err := d.Submit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := collect(t, st)
+			if c.retry {
+				if got.final.Err != nil || !slices.Equal(got.tokens, want) || tp.calls != 2 {
+					t.Fatalf("got %v %v after %d pairings, want %v after 2", got.tokens, got.final.Err, tp.calls, want)
+				}
+				tp.mu.Lock()
+				da, db := tp.done["a"], tp.done["b"]
+				tp.mu.Unlock()
+				if da[0] == nil && da[1] == nil || db != [2]error{} {
+					t.Fatalf("outcomes told: a %v, b %v", da, db)
+				}
+			} else {
+				if got.final.Err == nil || len(got.tokens) != 1 || got.tokens[0] != want[0] || tp.calls != 1 {
+					t.Fatalf("got %v %v after %d pairings: want the first token then an error, no switch", got.tokens, got.final.Err, tp.calls)
+				}
+				if e := got.final.Err.(*Error); e.Code != CodeHandoff {
+					t.Fatalf("error %v, want %s", e, CodeHandoff)
+				}
+			}
+			waitFreePool(t, la.Decode.Pool())
+			waitFreePool(t, lb.Decode.Pool())
+		})
+	}
+}

@@ -1,0 +1,423 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"sluice/internal/cluster"
+	"sluice/internal/engine"
+	"sluice/internal/handoff"
+)
+
+// Worker is one prefill or decode worker a router can pick.
+type Worker struct {
+	// Name is how the worker is named in logs, metrics and, for decode
+	// workers, in PrefillRequest.Decode: the prefill workers must be
+	// configured with the same names (its --decode list).
+	Name    string
+	Prefill handoff.Prefill // prefill workers
+	Decode  handoff.Decode  // decode workers
+	// Conn is probed for health (tcp.Redialer: a failed probe marks the
+	// worker down, a later good one up again).
+	Conn Checker
+	// Load, when set, reports a decode worker's free and total KV pages
+	// (polled with the probe).
+	Load func(ctx context.Context) (free, total int, err error)
+	// Close, when set, releases the connection once a removed worker has
+	// no request left.
+	Close func()
+}
+
+// Weights are the scorers' weights (0 turns a scorer off).
+type Weights struct {
+	// DecodeFreePages weighs least KV pressure on decode.
+	DecodeFreePages float64
+	// DecodeQueue and PrefillQueue weigh the fewest requests this router
+	// has in flight on the worker.
+	DecodeQueue, PrefillQueue float64
+}
+
+// DefaultWeights prefer free pages on decode, and break ties by queue.
+var DefaultWeights = Weights{DecodeFreePages: 2, DecodeQueue: 1, PrefillQueue: 1}
+
+type member struct {
+	w        Worker
+	role     string
+	up       bool
+	modelOK  bool
+	inFlight int
+	free     int
+	total    int
+	picks    uint64
+	downs    uint64
+	removed  bool
+}
+
+func (m *member) release() {
+	if m.removed && m.inFlight == 0 && m.w.Close != nil {
+		go m.w.Close()
+		m.w.Close = nil
+	}
+}
+
+// Cluster pairs requests over many prefill and decode workers
+// (engine.Pairer): internal/cluster decides from a snapshot; this type
+// holds the snapshot, counts in-flight requests, marks workers down when
+// a call fails with a transport error and probes them back up.
+type Cluster struct {
+	mu       sync.Mutex
+	prefill  []*member
+	decode   []*member
+	pProf    cluster.Profile
+	dProf    cluster.Profile
+	rot      int
+	retries  uint64
+	noPair   uint64
+	log      *slog.Logger
+	stop     context.CancelFunc
+	done     chan struct{}
+	interval time.Duration
+	// PageSize is the decode pools' page size, for the estimate of pages a
+	// request takes between load reports (default 16).
+	PageSize int
+}
+
+var _ engine.Pairer = (*Cluster)(nil)
+
+// NewCluster builds a pairer over the workers. Every worker starts up;
+// Start runs the probe loop.
+func NewCluster(prefill, decode []Worker, w Weights, log *slog.Logger) (*Cluster, error) {
+	if len(prefill) == 0 || len(decode) == 0 {
+		return nil, errors.New("a cluster needs at least one prefill and one decode worker")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Cluster{log: log, PageSize: 16,
+		pProf: cluster.Profile{Filters: cluster.DefaultFilters(), Scorers: []cluster.Weighted{{Scorer: cluster.ShortestQueue{}, Weight: w.PrefillQueue}}},
+		dProf: cluster.Profile{Filters: cluster.DefaultFilters(), Scorers: []cluster.Weighted{
+			{Scorer: cluster.FreePages{}, Weight: w.DecodeFreePages}, {Scorer: cluster.ShortestQueue{}, Weight: w.DecodeQueue}}},
+	}
+	seen := map[string]bool{}
+	for _, p := range prefill {
+		if p.Prefill == nil {
+			return nil, fmt.Errorf("prefill worker %q has no prefill service", p.Name)
+		}
+		c.prefill = append(c.prefill, &member{w: p, role: "prefill", up: true, modelOK: true})
+	}
+	for _, d := range decode {
+		if d.Decode == nil {
+			return nil, fmt.Errorf("decode worker %q has no decode service", d.Name)
+		}
+		if seen[d.Name] {
+			return nil, fmt.Errorf("decode worker %q named twice", d.Name)
+		}
+		seen[d.Name] = true
+		c.decode = append(c.decode, &member{w: d, role: "decode", up: true, modelOK: true})
+	}
+	return c, nil
+}
+
+// Start probes every worker each interval until Close: a failed probe
+// marks it down (within one interval of it stopping answering), a good
+// one up; a model mismatch (I13) marks it refused for good.
+func (c *Cluster) Start(interval time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stop, c.done, c.interval = cancel, make(chan struct{}), interval
+	go func() {
+		defer close(c.done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			c.Probe(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Close stops the probe loop.
+func (c *Cluster) Close() {
+	if c.stop != nil {
+		c.stop()
+		<-c.done
+	}
+}
+
+// Probe checks every worker once.
+func (c *Cluster) Probe(ctx context.Context) {
+	c.mu.Lock()
+	all := append(append([]*member(nil), c.prefill...), c.decode...)
+	c.mu.Unlock()
+	for _, m := range all {
+		c.probeOne(ctx, m)
+	}
+}
+
+func (c *Cluster) probeOne(ctx context.Context, m *member) {
+	var err error
+	if m.w.Conn != nil {
+		err = m.w.Conn.Check(ctx)
+	}
+	free, total, lerr := 0, 0, error(nil)
+	if err == nil && m.w.Load != nil {
+		free, total, lerr = m.w.Load(ctx)
+	}
+	c.mu.Lock()
+	switch {
+	case errors.Is(err, handoff.ErrModelMismatch):
+		if m.modelOK {
+			c.log.Error("refusing a worker of another model (I13)", "role", m.role, "worker", m.w.Name, "err", err)
+		}
+		m.modelOK = false
+	case err != nil:
+		c.markDown(m, err)
+	default:
+		if !m.up {
+			c.log.Info("worker answers again", "role", m.role, "worker", m.w.Name)
+		}
+		m.up = true
+		if m.w.Load != nil && lerr == nil {
+			m.free, m.total = free, total
+		}
+	}
+	c.mu.Unlock()
+}
+
+func (c *Cluster) markDown(m *member, err error) {
+	if m.up {
+		m.downs++
+		c.log.Warn("worker marked down", "role", m.role, "worker", m.w.Name, "err", err)
+	}
+	m.up = false
+}
+
+func states(ms []*member) []cluster.State {
+	out := make([]cluster.State, len(ms))
+	for i, m := range ms {
+		out[i] = cluster.State{Name: m.w.Name, Up: m.up, ModelOK: m.modelOK, InFlight: m.inFlight, FreePages: m.free, TotalPages: m.total}
+	}
+	return out
+}
+
+// pick chooses in one pool, excluding the named worker when another is usable.
+func (c *Cluster) pick(ms []*member, prof cluster.Profile, avoid string) (*member, cluster.Choice, error) {
+	st := states(ms)
+	if avoid != "" {
+		var rest []cluster.State
+		var idx []int
+		for i, s := range st {
+			if s.Name != avoid {
+				rest = append(rest, s)
+				idx = append(idx, i)
+			}
+		}
+		if ch, _, err := prof.Pick(rest, c.rot); err == nil {
+			ch.Index = idx[ch.Index]
+			return ms[ch.Index], ch, nil
+		}
+	}
+	ch, rej, err := prof.Pick(st, c.rot)
+	if err != nil {
+		return nil, ch, fmt.Errorf("%w (%v)", err, rej)
+	}
+	return ms[ch.Index], ch, nil
+}
+
+// Pair implements engine.Pairer. A retry (avoid set) moves off the failed
+// attempt's decode worker, and off its prefill worker when another exists;
+// with no other decode worker it refuses, so the first failure stands.
+func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rot++
+	var avoidP, avoidD string
+	if avoid != nil {
+		avoidD = avoid.DecodeName
+		for _, m := range c.prefill {
+			if m.w.Prefill == avoid.Prefill {
+				avoidP = m.w.Name
+			}
+		}
+		if len(c.decode) < 2 {
+			return nil, errors.New("no other decode worker to retry on")
+		}
+	}
+	d, dch, err := c.pick(c.decode, c.dProf, avoidD)
+	if err != nil {
+		c.noPair++
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	if avoid != nil && d.w.Name == avoidD {
+		c.noPair++
+		return nil, errors.New("no other usable decode worker to retry on")
+	}
+	p, pch, err := c.pick(c.prefill, c.pProf, avoidP)
+	if err != nil {
+		c.noPair++
+		return nil, fmt.Errorf("prefill: %w", err)
+	}
+	if avoid != nil {
+		c.retries++
+	}
+	d.inFlight++
+	p.inFlight++
+	d.picks++
+	p.picks++
+	if d.free > 0 {
+		// Until the next load report, count the pages this request will
+		// take, so a burst does not all land on one worker.
+		ps := max(c.PageSize, 1)
+		need := (len(r.Prompt) + max(r.MaxTokens, 0) + ps - 1) / ps
+		d.free = max(d.free-need, 0)
+	}
+	c.log.Debug("pair", "decode", d.w.Name, "decode_score", dch.Total, "decode_scores", dch.Scores, "decode_parts", dch.Parts,
+		"prefill", p.w.Name, "prefill_score", pch.Total, "prefill_scores", pch.Scores, "retry", avoid != nil)
+	once := sync.Once{}
+	return &engine.Pair{Prefill: p.w.Prefill, Decode: d.w.Decode, DecodeName: d.w.Name,
+		Done: func(perr, derr error) {
+			once.Do(func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				d.inFlight--
+				p.inFlight--
+				d.release()
+				p.release()
+				if errors.Is(derr, handoff.ErrTransport) {
+					c.markDown(d, derr)
+				}
+				// A prefill error may be the prefill worker's own push to a
+				// dead decode worker, carried back with a transport code:
+				// prefill workers are marked down by the probe only.
+			})
+		}}, nil
+}
+
+// Add joins a worker to a role's pool ("prefill" or "decode"), up until a
+// probe says otherwise; a name already there is left as it is.
+func (c *Cluster) Add(role string, w Worker) {
+	// Probed before it joins, so its first load report is in its score.
+	nm := &member{w: w, role: role, up: true, modelOK: true}
+	c.probeOne(context.Background(), nm)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pool := &c.prefill
+	if role == "decode" {
+		pool = &c.decode
+	}
+	for _, m := range *pool {
+		if m.w.Name == w.Name {
+			return
+		}
+	}
+	*pool = append(*pool, nm)
+	c.log.Info("worker joined", "role", role, "worker", w.Name)
+}
+
+// Remove takes a worker out of its pool: it gets no new request, those it
+// has finish, then its connection is closed.
+func (c *Cluster) Remove(role, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pool := &c.prefill
+	if role == "decode" {
+		pool = &c.decode
+	}
+	for i, m := range *pool {
+		if m.w.Name == name {
+			*pool = append((*pool)[:i:i], (*pool)[i+1:]...)
+			m.removed = true
+			m.release()
+			c.log.Info("worker left", "role", role, "worker", name)
+			return
+		}
+	}
+}
+
+// WorkerStats is one worker's figures.
+type WorkerStats struct {
+	Role, Name   string
+	Up, ModelOK  bool
+	InFlight     int
+	Picks, Downs uint64
+	Free, Total  int
+}
+
+// Stats is a snapshot of every worker, the retries and refusals.
+func (c *Cluster) Stats() (ws []WorkerStats, retries, noPair uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range append(append([]*member(nil), c.prefill...), c.decode...) {
+		ws = append(ws, WorkerStats{Role: m.role, Name: m.w.Name, Up: m.up, ModelOK: m.modelOK, InFlight: m.inFlight,
+			Picks: m.picks, Downs: m.downs, Free: m.free, Total: m.total})
+	}
+	return ws, c.retries, c.noPair
+}
+
+// Ready is nil while each pool has a usable worker; otherwise it names
+// the pool and why (/ready is unauthenticated: no addresses).
+func (c *Cluster) Ready(context.Context) error {
+	ws, _, _ := c.Stats()
+	for _, role := range []string{"prefill", "decode"} {
+		usable, refused := 0, 0
+		for _, w := range ws {
+			if w.Role != role {
+				continue
+			}
+			if !w.ModelOK {
+				refused++
+			} else if w.Up {
+				usable++
+			}
+		}
+		if usable == 0 {
+			if refused > 0 {
+				return fmt.Errorf("no %s worker is usable (%d run another model, %s)", role, refused, handoff.ErrModelMismatch.Code)
+			}
+			return fmt.Errorf("no %s worker is reachable", role)
+		}
+	}
+	return nil
+}
+
+var (
+	descPicks   = prometheus.NewDesc("sluice_cluster_picks_total", "Requests (attempts) sent to each worker by this router.", []string{"role", "worker"}, nil)
+	descUp      = prometheus.NewDesc("sluice_cluster_worker_up", "1 while the worker answers and runs the router's model, else 0.", []string{"role", "worker"}, nil)
+	descDowns   = prometheus.NewDesc("sluice_cluster_worker_down_total", "Times the worker was marked down.", []string{"role", "worker"}, nil)
+	descFlight  = prometheus.NewDesc("sluice_cluster_in_flight", "Requests this router has on the worker now.", []string{"role", "worker"}, nil)
+	descRetries = prometheus.NewDesc("sluice_cluster_retries_total", "Requests retried on another pair after failing before their first token.", nil, nil)
+	descNoPair  = prometheus.NewDesc("sluice_cluster_no_pair_total", "Pairings refused because no usable worker was left.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *Cluster) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPicks, descUp, descDowns, descFlight, descRetries, descNoPair} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Cluster) Collect(ch chan<- prometheus.Metric) {
+	ws, retries, noPair := c.Stats()
+	for _, w := range ws {
+		up := 0.0
+		if w.Up && w.ModelOK {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descPicks, prometheus.CounterValue, float64(w.Picks), w.Role, w.Name)
+		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up, w.Role, w.Name)
+		ch <- prometheus.MustNewConstMetric(descDowns, prometheus.CounterValue, float64(w.Downs), w.Role, w.Name)
+		ch <- prometheus.MustNewConstMetric(descFlight, prometheus.GaugeValue, float64(w.InFlight), w.Role, w.Name)
+	}
+	ch <- prometheus.MustNewConstMetric(descRetries, prometheus.CounterValue, float64(retries))
+	ch <- prometheus.MustNewConstMetric(descNoPair, prometheus.CounterValue, float64(noPair))
+}
