@@ -79,7 +79,15 @@ func TestBurstLargerThanPoolZero503(t *testing.T) {
 			// The load metrics say what happened: every request waited in
 			// the queue (24 admissions, more when preempted requests were
 			// admitted again), none is left, the pools are empty.
+			// The disaggregated router ends a request's queue ticket in its
+			// run goroutine after the terminal event reached the client, so
+			// the running gauge may lag the last response by a moment: wait
+			// (bounded) for it, then check every figure at once.
 			body := scrape(t, s.ts.URL)
+			for deadline := time.Now().Add(10 * time.Second); !strings.Contains(body, "sluice_queue_running 0\n") && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+				body = scrape(t, s.ts.URL)
+			}
 			role := "decode"
 			if cfg.Colocated {
 				role = "colocated"
