@@ -381,7 +381,11 @@ func TestConcurrentRefusalsAcceptable(t *testing.T) {
 // k/N over several trials, with the first differing token: a server that
 // differs in one trial of three under load is caught (one trial would not).
 func TestDeterminismTrials(t *testing.T) {
-	rep, err := runWith(t, &fakeServer{nondetEvery: 7}, func(c *Config) { c.Trials = 8 })
+	// Requests that take a while (300µs a token) overlap the load even on a
+	// busy machine, and every 3rd loaded answer differs, so some of the 8
+	// trials see a difference whatever the scheduling (1 in 7 with 40µs
+	// tokens missed under load).
+	rep, err := runWith(t, &fakeServer{nondetEvery: 3, perToken: 300 * time.Microsecond}, func(c *Config) { c.Trials = 8 })
 	if err != nil {
 		t.Fatal(err)
 	}
