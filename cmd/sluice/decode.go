@@ -128,6 +128,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 		m.Close()
 		return fail(1, "%v", err)
 	}
+	ec.Verify = pools.Verify
 	return log, m, ec, tcp.Config{Secret: secret, FrameMAC: o.frameMAC, Model: m.Fingerprint()}, -1
 }
 

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"sluice/internal/kv"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
 	"sluice/internal/router/node"
@@ -36,6 +37,7 @@ type roleOpts struct {
 	kvMemory   string
 	poolTokens int
 	pageSize   int
+	kvVerify   string
 	threads    int
 	maxConc    int
 	logFormat  string
@@ -50,6 +52,10 @@ type roleOpts struct {
 // defaultKVMemory is every role's KV pool size unless told otherwise, and
 // what preflight checks by default, so the check matches the launch.
 const defaultKVMemory = "64MiB"
+
+// defaultKVVerify is --kv-verify's default (see the README's cache
+// section for the measured cost of sample).
+const defaultKVVerify = "hit"
 
 // roleThreads is the default --threads: a worker process (prefill or
 // decode, normally on its own host) uses every core; `sluice serve` runs
@@ -69,6 +75,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB); ignored when --kv-pool-tokens is set")
 		fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 		fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
+		fs.StringVar(&o.kvVerify, "kv-verify", defaultKVVerify, "when sealed KV pages are re-hashed against their seal digest (a mismatch quarantines the page and fails its readers): off; hit (a cached prefix page each time a request hits it); sample (hit, plus a bounded round-robin sweep of sealed pages, cached or private, every scheduler step: 1 page a step, so every sealed page within pages-in-pool steps); all (debugging: every sealed page every step)")
 		if o.worker {
 			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), false), "threads per forward step; by default the machine's cores")
 		} else {
@@ -98,6 +105,11 @@ func (o *roleOpts) pools() (node.Pools, error) {
 		return p, fmt.Errorf("--page-size %d must be positive", o.pageSize)
 	}
 	p.PageSize = o.pageSize
+	v, err := kv.ParseVerify(o.kvVerify)
+	if err != nil {
+		return p, err
+	}
+	p.Verify = v
 	if o.poolTokens < 0 {
 		return p, fmt.Errorf("--kv-pool-tokens %d must not be negative", o.poolTokens)
 	}

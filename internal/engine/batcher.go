@@ -295,6 +295,7 @@ func (s *scheduler) step() {
 		for i, q := range members {
 			s.advance(q, sizes[i], res[i])
 		}
+		s.verify()
 	}
 	live := s.active[:0]
 	for _, q := range s.active {
@@ -304,6 +305,16 @@ func (s *scheduler) step() {
 	}
 	clear(s.active[len(live):])
 	s.active = live
+}
+
+// verify is the step's share of --kv-verify sample (kv.Pool.VerifyStep):
+// a bounded number of sealed pages re-hashed. A page found changed is
+// quarantined by the pool, so every sequence reading it fails at its next
+// read (the next step) with an integrity error, never a finished answer.
+func (s *scheduler) verify() {
+	if p := rawPool(s.pool); p != nil {
+		_ = p.VerifyStep() // counted and quarantined by the pool
+	}
 }
 
 // need is the positions a sequence's next step may cover.

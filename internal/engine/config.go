@@ -59,6 +59,11 @@ type Config struct {
 	// CacheSecret keys the tenants' cache salts (kv.TenantSalt): the
 	// deployment's secret. Empty: a random secret for this process.
 	CacheSecret []byte
+	// Verify says when sealed KV pages are re-hashed against their seal
+	// digest (--kv-verify; zero: kv.VerifyHit); under kv.VerifySample every
+	// scheduler step re-hashes VerifyPages of them (0: kv's default).
+	Verify      kv.Verify
+	VerifyPages int
 	// ModelFingerprint names the weights in cache keys (I13). Empty: the
 	// model's name and shape.
 	ModelFingerprint []byte
@@ -165,12 +170,14 @@ func (c Config) validate(role string) error {
 
 func (c Config) newPool() (pagePool, error) {
 	p, err := kv.New(kv.Config{
-		Geometry:   c.geometry(),
-		Pages:      c.PoolPages,
-		Scrub:      c.Scrub,
-		Order:      c.Order,
-		Lease:      c.Lease,
-		SharedFile: c.SharedFile,
+		Geometry:    c.geometry(),
+		Pages:       c.PoolPages,
+		Scrub:       c.Scrub,
+		Order:       c.Order,
+		Lease:       c.Lease,
+		SharedFile:  c.SharedFile,
+		Verify:      c.Verify,
+		VerifyPages: c.VerifyPages,
 		Unsafe: kv.Unsafe{NoOwnerCheck: c.Unsafe.NoOwnerCheck, NoExtentCheck: c.Unsafe.NoExtentCheck,
 			CacheIgnoresTenant: c.Unsafe.TenantBlindCache},
 	})

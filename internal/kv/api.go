@@ -35,7 +35,10 @@
 // Everything else takes the pool mutex.
 package kv
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Geometry is the shape of KV data. A page holds PageSize token slots of K
 // and V for every layer, as ONE contiguous byte range laid out
@@ -184,29 +187,65 @@ type Unsafe struct {
 }
 
 // Verify says when sealed pages are re-hashed against their seal digest
-// before a View reads them (--kv-verify).
+// (--kv-verify). A mismatch is an integrity violation (digest_mismatch, I8):
+// the page is quarantined and every sequence reading it fails at its next
+// read, never finishes on bytes that changed behind the pool's back.
 type Verify int
 
 const (
-	VerifyOff    Verify = iota // trust the seal (default)
-	VerifySample               // re-hash one sealed page in VerifySampleEvery on first touch by a view
-	VerifyAlways               // re-hash every sealed page on first touch by a view
+	// VerifyHit (the zero value) re-hashes a cached page when Lookup hands
+	// it out: one hash per page per hit, never per step.
+	VerifyHit Verify = iota
+	// VerifyOff trusts every seal (measurement only).
+	VerifyOff
+	// VerifySample is VerifyHit plus a bounded sweep: each scheduler step
+	// (VerifyStep) re-hashes up to Config.VerifyPages sealed pages, cached
+	// or private, round-robin over the pool, so every sealed page is
+	// re-hashed at least once every ceil(Pages/VerifyPages) steps.
+	VerifySample
+	// VerifyAll is VerifyHit plus every sealed page re-hashed at each
+	// view's first touch and every sealed page swept at every step
+	// (debugging: unbounded work per step).
+	VerifyAll
 )
 
-// VerifySampleEvery is the sampling period of VerifySample.
-const VerifySampleEvery = 16
+// DefaultVerifyPages is Config.VerifyPages when zero: sealed pages
+// re-hashed per step under VerifySample.
+const DefaultVerifyPages = 1
 
-// ParseVerify reads the --kv-verify flag value: off, sample or always.
+// verifyScanPerPage bounds the page tags one VerifyStep looks at per page
+// of its budget (pages that are not sealed are skipped, not hashed).
+const verifyScanPerPage = 64
+
+// ParseVerify reads the --kv-verify flag value: off, hit, sample or all
+// ("always" is an old name of all).
 func ParseVerify(s string) (Verify, error) {
 	switch s {
-	case "off", "":
+	case "hit", "":
+		return VerifyHit, nil
+	case "off":
 		return VerifyOff, nil
 	case "sample":
 		return VerifySample, nil
-	case "always":
-		return VerifyAlways, nil
+	case "all", "always":
+		return VerifyAll, nil
 	}
-	return 0, &Error{Code: CodeBadConfig, Msg: "--kv-verify must be off, sample or always, not " + quote(s)}
+	return 0, &Error{Code: CodeBadConfig, Msg: "--kv-verify must be off, hit, sample or all, not " + quote(s)}
+}
+
+// String is the flag value of v.
+func (v Verify) String() string {
+	switch v {
+	case VerifyHit:
+		return "hit"
+	case VerifyOff:
+		return "off"
+	case VerifySample:
+		return "sample"
+	case VerifyAll:
+		return "all"
+	}
+	return fmt.Sprintf("Verify(%d)", int(v))
 }
 
 // Config configures a pool.
@@ -223,8 +262,11 @@ type Config struct {
 	// this file (e.g. under /dev/shm) so a peer process can write pages
 	// one-sidedly, as RDMA does (shm transport).
 	SharedFile string
-	// Verify re-hashes sealed pages before reads (--kv-verify).
+	// Verify says when sealed pages are re-hashed (--kv-verify).
 	Verify Verify
+	// VerifyPages is the sealed pages one VerifyStep re-hashes under
+	// VerifySample (0: DefaultVerifyPages).
+	VerifyPages int
 	// Unsafe: test and demo hook only, see the type.
 	Unsafe Unsafe
 }
@@ -345,6 +387,9 @@ type Stats struct {
 	CacheMisses    uint64 // pages asked of Lookup and not found
 	CacheInserts   uint64 // pages handed to the cache
 	CacheEvictions uint64 // idle entries evicted (pressure, EvictIdle, invalidation)
+	// Verified counts seal-digest re-hashes (--kv-verify: hits, the
+	// per-step sweep, first touches under all).
+	Verified uint64
 }
 
 // InUse is every page that is not free.

@@ -184,7 +184,7 @@ func (p *Pool) Lookup(o Owner, keys []BlockKey) ([]PageRef, error) {
 		if _, dup := c.shares[sk]; dup {
 			break
 		}
-		if p.pageDigest(pg, p.geo.PageSize) != p.digests[pg] {
+		if p.cfg.Verify != VerifyOff && !p.sealIntactLocked(pg) {
 			v := p.violateLocked(KindDigestMismatch, pg, true, "cached page %d no longer matches its seal digest", pg)
 			p.dropSharesLocked(o, out)
 			return nil, v

@@ -99,7 +99,8 @@ type Pool struct {
 	violations map[Kind]uint64
 	lateWrites uint64
 	scrubbed   uint64
-	verifyTick uint64
+	verified   uint64 // seal digests re-hashed (Stats.Verified)
+	verifyAt   int    // VerifyStep's cursor: the next page it looks at
 	closed     bool
 	scrubbers  sync.WaitGroup // Releases scrubbing without the lock
 	cache      cacheState     // prefix cache (cache.go)
@@ -126,8 +127,10 @@ func New(cfg Config) (*Pool, error) {
 		return nil, badConfig("unknown scrub mode %d", cfg.Scrub)
 	case cfg.Order != FIFO && cfg.Order != LIFO:
 		return nil, badConfig("unknown free-list order %d", cfg.Order)
-	case cfg.Verify < VerifyOff || cfg.Verify > VerifyAlways:
+	case cfg.Verify < VerifyHit || cfg.Verify > VerifyAll:
 		return nil, badConfig("unknown verify mode %d", cfg.Verify)
+	case cfg.VerifyPages < 0:
+		return nil, badConfig("negative verify budget %d pages per step", cfg.VerifyPages)
 	case cfg.Lease < 0:
 		return nil, badConfig("negative quarantine lease %v", cfg.Lease)
 	}
@@ -701,7 +704,7 @@ func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := Stats{Pages: len(p.pages), Violations: make(map[Kind]uint64, len(p.violations)),
-		LateWrites: p.lateWrites, Scrubbed: p.scrubbed}
+		LateWrites: p.lateWrites, Scrubbed: p.scrubbed, Verified: p.verified}
 	for k, v := range p.violations {
 		s.Violations[k] = v
 	}

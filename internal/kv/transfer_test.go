@@ -309,10 +309,10 @@ func TestSharedFileMarkWritten(t *testing.T) {
 	}
 }
 
-// --kv-verify=always: a sealed page whose bytes changed after the seal is
+// --kv-verify=all: a sealed page whose bytes changed after the seal is
 // refused on its next first touch.
 func TestVerifySealedPage(t *testing.T) {
-	p := newPool(t, 2, func(c *Config) { c.Verify = VerifyAlways })
+	p := newPool(t, 2, func(c *Config) { c.Verify = VerifyAll })
 	a := owner("a", 1)
 	refs, _ := p.Reserve(a, 1)
 	fill(t, p.View(a, refs), refs, 0, 3)

@@ -165,7 +165,7 @@ func (v *View) Block(layer, blk int) (k, val []float32, n int, err error) {
 }
 
 // slow is the locked check of a table entry: owner, generation, liveness,
-// seal (I3) and, for a sealed page under --kv-verify, its digest.
+// seal (I3) and, for a sealed page under --kv-verify all, its digest.
 func (v *View) slow(blk int, o op, slot int) error {
 	p := v.p
 	ref := v.table[blk]
@@ -189,24 +189,11 @@ func (v *View) slow(blk int, o op, slot int) error {
 	if o == opWrite && slot < int(m.sealed.Load()) {
 		return p.violateLocked(KindSealedWrite, ref.Page, true, "write of slot %d of page %d, sealed up to slot %d", slot, ref.Page, m.sealed.Load())
 	}
-	if !v.ok[blk] && tagState(m.tag.Load()) == Sealed && p.shouldVerifyLocked() {
-		if p.pageDigest(ref.Page, int(m.sealed.Load())) != p.digests[ref.Page] {
-			return p.violateLocked(KindDigestMismatch, ref.Page, true, "sealed page %d no longer matches its seal digest", ref.Page)
-		}
+	if !v.ok[blk] && tagState(m.tag.Load()) == Sealed && p.cfg.Verify == VerifyAll && !p.sealIntactLocked(ref.Page) {
+		return p.violateLocked(KindDigestMismatch, ref.Page, true, "sealed page %d no longer matches its seal digest", ref.Page)
 	}
 	v.ok[blk] = true
 	return nil
-}
-
-func (p *Pool) shouldVerifyLocked() bool {
-	switch p.cfg.Verify {
-	case VerifyAlways:
-		return true
-	case VerifySample:
-		p.verifyTick++
-		return p.verifyTick%VerifySampleEvery == 1
-	}
-	return false
 }
 
 func (p *Pool) violate(k Kind, pg uint32, quarantine bool, format string, args ...any) error {

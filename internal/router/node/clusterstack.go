@@ -146,6 +146,7 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 		if err != nil {
 			return nil, err
 		}
+		ec.Verify = c.Pools.Verify
 		if c.Engine != nil {
 			c.Engine(r, &ec)
 		}

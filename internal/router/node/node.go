@@ -12,6 +12,7 @@ import (
 
 	"sluice/internal/engine"
 	"sluice/internal/gguf"
+	"sluice/internal/kv"
 	"sluice/internal/model"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
@@ -116,6 +117,8 @@ type Pools struct {
 	KVMemory   int64
 	PoolTokens int
 	PageSize   int
+	// Verify says when sealed pages are re-hashed (--kv-verify).
+	Verify kv.Verify
 }
 
 // Preflight checks the given roles (I2). The servers refuse to start when

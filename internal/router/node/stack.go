@@ -210,7 +210,7 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 			return nil, err
 		}
 		ec.MaxQueue, ec.QueueTimeout = c.MaxQueue, c.QueueTimeout
-		ec.PrefixCache = c.PrefixCache
+		ec.PrefixCache, ec.Verify = c.PrefixCache, c.Pools.Verify
 		if c.Engine != nil {
 			c.Engine(r, &ec)
 		}
