@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"sluice/internal/kv"
 	"sluice/internal/model"
@@ -112,12 +113,16 @@ type scheduler struct {
 	nPreempted  atomic.Int64 // len(preempted), read by admission
 	nextArrival uint64
 
-	steps       atomic.Int64 // forward steps run (tests check batching happened)
-	maxSeqs     atomic.Int64 // most sequences seen in one step
-	preemptions atomic.Int64 // sequences preempted
-	recomputed  atomic.Int64 // positions computed again after a preemption
-	generated   atomic.Int64 // tokens emitted
-	running     atomic.Int64 // sequences in the batch (not preempted)
+	steps atomic.Int64 // forward steps run (tests check batching happened)
+	// fwdTime and verifyTime are the nanoseconds spent in Forward and in
+	// the --kv-verify sweep (verify); written by the loop goroutine only,
+	// atomic for benchmarks that read them.
+	fwdTime, verifyTime atomic.Int64
+	maxSeqs             atomic.Int64 // most sequences seen in one step
+	preemptions         atomic.Int64 // sequences preempted
+	recomputed          atomic.Int64 // positions computed again after a preemption
+	generated           atomic.Int64 // tokens emitted
+	running             atomic.Int64 // sequences in the batch (not preempted)
 }
 
 // SchedStats are a scheduler's counters, for metrics and the load log.
@@ -291,7 +296,9 @@ func (s *scheduler) step() {
 		if n := int64(len(steps)); n > s.maxSeqs.Load() {
 			s.maxSeqs.Store(n)
 		}
+		t0 := time.Now()
 		res := s.fwd.Forward(steps)
+		s.fwdTime.Add(int64(time.Since(t0)))
 		for i, q := range members {
 			s.advance(q, sizes[i], res[i])
 		}
@@ -308,14 +315,33 @@ func (s *scheduler) step() {
 }
 
 // verify is the step's share of --kv-verify sample (kv.Pool.VerifyStep):
-// a bounded number of sealed pages re-hashed. A page found changed is
-// quarantined by the pool, so every sequence reading it fails at its next
-// read (the next step) with an integrity error, never a finished answer.
+// a bounded number of sealed pages re-hashed, run only while the time
+// spent sweeping stays within Config.VerifyShare of the time spent in
+// forward steps, so its cost is bounded whatever the batch (one page of
+// bench-15M is ~50 us to hash, a single-sequence decode step ~2 ms). A
+// page found changed is quarantined by the pool, so every sequence
+// reading it fails at its next read (the next step) with an integrity
+// error, never a finished answer.
 func (s *scheduler) verify() {
-	if p := rawPool(s.pool); p != nil {
-		_ = p.VerifyStep() // counted and quarantined by the pool
+	p := rawPool(s.pool)
+	if p == nil || !p.Sweeps() {
+		return
 	}
+	share := s.cfg.VerifyShare
+	if share <= 0 {
+		share = DefaultVerifyShare
+	}
+	if share < 1 && float64(s.verifyTime.Load()) > share*float64(s.fwdTime.Load()) {
+		return
+	}
+	t0 := time.Now()
+	_ = p.VerifyStep() // counted and quarantined by the pool
+	s.verifyTime.Add(int64(time.Since(t0)))
 }
+
+// DefaultVerifyShare is Config.VerifyShare when zero: the sweep may take
+// 1/200 of the forward steps' time (0.5% of decode throughput at most).
+const DefaultVerifyShare = 0.005
 
 // need is the positions a sequence's next step may cover.
 func (s *scheduler) need(q *seq) int {

@@ -64,6 +64,10 @@ type Config struct {
 	// scheduler step re-hashes VerifyPages of them (0: kv's default).
 	Verify      kv.Verify
 	VerifyPages int
+	// VerifyShare bounds the sweep's time to this fraction of the time
+	// spent in forward steps (0: DefaultVerifyShare; 1 or more: a sweep
+	// every step, for tests that count steps).
+	VerifyShare float64
 	// ModelFingerprint names the weights in cache keys (I13). Empty: the
 	// model's name and shape.
 	ModelFingerprint []byte

@@ -22,7 +22,7 @@ func TestVerifySampleFailsReaderOfCorruptCachedPage(t *testing.T) {
 	g := &stepGated{Runtime: defaultRuntime(t)}
 	file := filepath.Join(t.TempDir(), "kv")
 	cfg := Config{Model: g, Context: 256, PoolPages: pages, PageSize: 16, Order: kv.LIFO, ChunkTokens: 64, StepTokens: 128,
-		PrefixCache: true, Verify: kv.VerifySample, VerifyPages: 1, SharedFile: file}
+		PrefixCache: true, Verify: kv.VerifySample, VerifyPages: 1, VerifyShare: 1, SharedFile: file}
 	col, err := NewColocated(cfg)
 	if err != nil {
 		t.Fatal(err)

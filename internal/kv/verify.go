@@ -16,6 +16,10 @@ func (p *Pool) sealIntactLocked(pg uint32) bool {
 	return p.pageDigest(pg, int(p.pages[pg].sealed.Load())) == p.digests[pg]
 }
 
+// Sweeps reports whether VerifyStep does anything (--kv-verify sample or
+// all), so a caller can skip timing it.
+func (p *Pool) Sweeps() bool { return p.cfg.Verify == VerifySample || p.cfg.Verify == VerifyAll }
+
 // VerifyStep is one scheduler step's share of --kv-verify sample (and
 // all): it re-hashes sealed pages, cached or private, against their seal
 // digests, resuming where the previous call stopped, round-robin over the
@@ -37,7 +41,7 @@ func (p *Pool) sealIntactLocked(pg uint32) bool {
 // pool's back. An owner appending past a private page's sealed prefix
 // writes other bytes than the ones hashed.
 func (p *Pool) VerifyStep() error {
-	if p.cfg.Verify != VerifySample && p.cfg.Verify != VerifyAll {
+	if !p.Sweeps() {
 		return nil
 	}
 	p.mu.Lock()

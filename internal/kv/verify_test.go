@@ -120,3 +120,31 @@ func TestParseVerify(t *testing.T) {
 		t.Error("a bad mode parsed")
 	}
 }
+
+// BenchmarkVerifyStep: one --kv-verify sample step (one sealed page
+// re-hashed) in the page shape of bench-15M (6 layers, KV row 288 floats,
+// 16 slots: 221,184 bytes a page), over a pool of 256 sealed pages, so
+// the pages come from memory as they would between decode steps.
+func BenchmarkVerifyStep(b *testing.B) {
+	g := Geometry{Layers: 6, KVDim: 288, PageSize: 16}
+	p, err := New(Config{Geometry: g, Pages: 256, Verify: VerifySample})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	o := owner("t", 1)
+	refs, _ := p.Reserve(o, 256)
+	for _, r := range refs {
+		_ = p.MarkWritten(o, r, g.PageSize)
+	}
+	if err := p.Seal(o, refs); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(g.PageBytes()))
+	b.ResetTimer()
+	for range b.N {
+		if err := p.VerifyStep(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
