@@ -191,6 +191,7 @@ type serveOpts struct {
 	transport string
 	colocated bool
 	prefix    string
+	sharedPre string
 	maxBody   string
 	drain     time.Duration
 	tenantMax int
@@ -230,6 +231,7 @@ func runServe(args []string) int {
 	fs.IntVar(&o.prefillWorkers, "prefill-workers", 1, "prefill workers in this process (above 1, or with --decode-workers above 1: a cluster behind the router, each link its own authenticated TCP connection)")
 	fs.IntVar(&o.decodeWorkers, "decode-workers", 1, "decode workers in this process, each with its own KV pool of --kv-memory")
 	fs.StringVar(&o.prefix, "prefix-cache", "on", "on or off: reuse the full prompt pages of earlier requests of the SAME tenant (keys salted with an HMAC of the authenticated tenant; never shared across tenants). The colocated engine and the prefill worker use it")
+	fs.StringVar(&o.sharedPre, "shared-prefix-file", "", sharedPrefixFlag)
 	usageFor(fs, `Usage: sluice serve [flags]
 
 Runs the router, a prefill worker and a decode worker in one process. The
@@ -296,9 +298,20 @@ Example:
 	if o.prefix == "on" {
 		log.Info("prefix cache on: full prompt pages are reused within a tenant only (salt = HMAC(process secret, tenant)); prompt_cache_key/cache_salt narrow it")
 	}
+	var public []int32
+	if o.sharedPre != "" {
+		if o.prefix != "on" {
+			log.Error("--shared-prefix-file needs --prefix-cache on")
+			return 2
+		}
+		if public, err = loadSharedPrefix(o.sharedPre, m, pools.PageSize, pools.Context, log); err != nil {
+			log.Error(err.Error())
+			return 1
+		}
+	}
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
 		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log,
-		PrefixCache: o.prefix == "on", PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers})
+		PrefixCache: o.prefix == "on", PublicPrefix: public, PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers})
 	if pe, ok := node.IsPreflight(err); ok {
 		logPreflight(log, pe.Report)
 		return 1

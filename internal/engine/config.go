@@ -59,6 +59,11 @@ type Config struct {
 	// CacheSecret keys the tenants' cache salts (kv.TenantSalt): the
 	// deployment's secret. Empty: a random secret for this process.
 	CacheSecret []byte
+	// PublicPrefix is the operator's declared public prefix
+	// (--shared-prefix-file): the full pages of a prompt that starts with
+	// it are cached in a public scope every tenant reads. Empty: no page
+	// is ever shared across tenants.
+	PublicPrefix []int32
 	// Verify says when sealed KV pages are re-hashed against their seal
 	// digest (--kv-verify; zero: kv.VerifyHit); under kv.VerifySample every
 	// scheduler step re-hashes VerifyPages of them (0: kv's default).

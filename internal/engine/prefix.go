@@ -3,6 +3,7 @@ package engine
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"slices"
 
 	"sluice/internal/kv"
 )
@@ -19,6 +20,13 @@ type prefixCache struct {
 	fp     []byte
 	ps     int
 	blind  bool // Unsafe.TenantBlindCache: TEST HOOK, no tenant in the salt
+	// public is the operator's declared public prefix (Config.PublicPrefix)
+	// cut to whole pages, and pubKeys its chain keys under the public salt:
+	// a prompt that starts with it reads and writes those pages in the
+	// public scope, shared by every tenant (a deliberate, logged side
+	// channel limited to this prefix). Nil: nothing is ever shared.
+	public  []int32
+	pubKeys []kv.BlockKey
 }
 
 // newPrefixCache is nil (no cache) when cfg turns it off or the pool is not
@@ -37,7 +45,12 @@ func newPrefixCache(cfg Config, pool pagePool) *prefixCache {
 			panic("engine: crypto/rand failed: " + err.Error())
 		}
 	}
-	return &prefixCache{pool: raw, secret: secret, fp: cfg.fingerprint(), ps: cfg.PageSize, blind: cfg.Unsafe.TenantBlindCache}
+	pc := &prefixCache{pool: raw, secret: secret, fp: cfg.fingerprint(), ps: cfg.PageSize, blind: cfg.Unsafe.TenantBlindCache}
+	if n := len(cfg.PublicPrefix) / cfg.PageSize * cfg.PageSize; n > 0 {
+		pc.public = cfg.PublicPrefix[:n:n]
+		pc.pubKeys = kv.PrefixKeys(pc.fp, kv.PublicSalt(secret), pc.ps, pc.public)
+	}
+	return pc
 }
 
 // fingerprint names the model in cache keys: the model file's fingerprint
@@ -59,14 +72,43 @@ func (c Config) fingerprint() []byte {
 	return b
 }
 
-// keys are the chain keys of r's full prompt pages.
+// keys are the chain keys of r's full prompt pages. When the operator
+// declared a public prefix, r's prompt starts with it and r names no cache
+// scope of its own (a caller that narrows its sharing is kept apart from
+// the public scope too), the pages wholly inside the prefix carry the
+// public keys (publicCount) and the pages after them chain on under the
+// tenant's salt, private as ever.
 func (pc *prefixCache) keys(r *Request) []kv.BlockKey {
 	tenant := r.Tenant
 	if pc.blind {
 		tenant = "" // the salt-less key of a tenant-blind cache
 	}
 	salt := kv.TenantSalt(pc.secret, tenant).Narrow(r.CacheScope)
-	return kv.PrefixKeys(pc.fp, salt, pc.ps, r.Prompt)
+	npub := 0
+	if len(pc.public) > 0 && r.CacheScope == "" && len(r.Prompt) >= len(pc.public) && slices.Equal(r.Prompt[:len(pc.public)], pc.public) {
+		npub = len(pc.pubKeys)
+	}
+	if npub == 0 {
+		return kv.PrefixKeys(pc.fp, salt, pc.ps, r.Prompt)
+	}
+	keys := slices.Clone(pc.pubKeys)
+	parent := keys[npub-1]
+	for i := npub; (i+1)*pc.ps <= len(r.Prompt); i++ {
+		parent = kv.ChainKey(parent, pc.fp, salt, r.Prompt[i*pc.ps:(i+1)*pc.ps])
+		keys = append(keys, parent)
+	}
+	return keys
+}
+
+// publicCount is how many leading keys are the public prefix's (keys
+// built them so): public keys are made with the public salt, which no
+// tenant's salt equals, so a tenant's own keys never count.
+func (pc *prefixCache) publicCount(keys []kv.BlockKey) int {
+	n := len(pc.pubKeys)
+	if n == 0 || len(keys) < n || !slices.Equal(keys[:n], pc.pubKeys) {
+		return 0
+	}
+	return n
 }
 
 // lookup takes the cached leading pages of the prompt for o (shares held).
@@ -79,7 +121,7 @@ func (pc *prefixCache) lookup(o kv.Owner, keys []kv.BlockKey, promptLen int) []k
 	if n <= 0 {
 		return nil
 	}
-	hits, err := pc.pool.Lookup(o, keys[:n])
+	hits, err := pc.pool.LookupPublic(o, keys[:n], pc.publicCount(keys))
 	if err != nil {
 		return nil
 	}
@@ -97,7 +139,12 @@ func (pc *prefixCache) insert(o kv.Owner, table []kv.PageRef, keys []kv.BlockKey
 	if err := pc.pool.Seal(o, table[from:to]); err != nil {
 		return
 	}
+	npub := pc.publicCount(keys)
 	for i := from; i < to; i++ {
-		_, _ = pc.pool.Insert(o, table[i], keys[i])
+		if i < npub {
+			_, _ = pc.pool.InsertPublic(o, table[i], keys[i])
+		} else {
+			_, _ = pc.pool.Insert(o, table[i], keys[i])
+		}
 	}
 }

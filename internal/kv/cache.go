@@ -109,6 +109,7 @@ type cacheState struct {
 // cmeta is the cache side of one page.
 type cmeta struct {
 	cached  bool     // owned by a cache entry (not by a sequence)
+	public  bool     // in the operator's public scope: every tenant may read it
 	indexed bool     // findable by Lookup; false once invalidated or quarantined
 	key     BlockKey // the entry's key while cached
 	readers int32    // shares held
@@ -120,6 +121,10 @@ type cmeta struct {
 type entryKey struct {
 	tenant string
 	key    BlockKey
+	// public: the entry is in the operator's public scope (tenant empty).
+	// No tenant's entry has it set, so no private entry is ever found by
+	// a public lookup nor the reverse.
+	public bool
 }
 
 // entryKeyFor is the index key of (tenant, key): the tenant is part of it,
@@ -128,8 +133,25 @@ func (p *Pool) entryKeyFor(tenant string, key BlockKey) entryKey {
 	if p.cfg.Unsafe.CacheIgnoresTenant {
 		tenant = "" // TEST HOOK: the tenant-blind cache
 	}
-	return entryKey{tenant, key}
+	return entryKey{tenant: tenant, key: key}
 }
+
+// publicEntryKey is the index key of a public entry.
+func publicEntryKey(key BlockKey) entryKey { return entryKey{key: key, public: true} }
+
+// indexKeyLocked is the index key of cached page pg.
+func (p *Pool) indexKeyLocked(pg uint32) entryKey {
+	cm := &p.cache.meta[pg]
+	if cm.public {
+		return publicEntryKey(cm.key)
+	}
+	return p.entryKeyFor(p.pages[pg].owner.Tenant, cm.key)
+}
+
+// PublicTenant is the interned tenant id of public cache pages: no tenant
+// is ever interned to it (ids count up from 1), and a view accepts it from
+// any reader (view.go).
+const PublicTenant = ^uint32(0)
 
 // shareKey is one reader's hold on one cached page.
 type shareKey struct {
@@ -162,10 +184,18 @@ func (p *Pool) internLocked(tenant string) uint32 {
 // Lookup finds the longest run of keys, from the first, that o's tenant has
 // cached, takes a reader share of each page for o and returns their refs
 // (the first entries of o's page table). A page is hit only if it still
-// matches its seal digest (one hash per page per hit): a cached page is
-// read by many sequences over a long time, so it is checked when it is
-// handed out. A page o already reads ends the run. On error nothing is held.
+// matches its seal digest (one hash per page per hit, unless --kv-verify
+// off): a cached page is read by many sequences over a long time, so it is
+// checked when it is handed out. A page o already reads ends the run. On
+// error nothing is held.
 func (p *Pool) Lookup(o Owner, keys []BlockKey) ([]PageRef, error) {
+	return p.LookupPublic(o, keys, 0)
+}
+
+// LookupPublic is Lookup where the first public keys name pages of the
+// operator's public scope (InsertPublic): those are found whoever o's
+// tenant is; the rest only in o's tenant, as always.
+func (p *Pool) LookupPublic(o Owner, keys []BlockKey, public int) ([]PageRef, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -173,8 +203,12 @@ func (p *Pool) Lookup(o Owner, keys []BlockKey) ([]PageRef, error) {
 	}
 	c := &p.cache
 	var out []PageRef
-	for _, k := range keys {
-		pg, ok := c.index[p.entryKeyFor(o.Tenant, k)]
+	for i, k := range keys {
+		ek := p.entryKeyFor(o.Tenant, k)
+		if i < public {
+			ek = publicEntryKey(k)
+		}
+		pg, ok := c.index[ek]
 		if !ok {
 			break
 		}
@@ -203,6 +237,18 @@ func (p *Pool) Lookup(o Owner, keys []BlockKey) ([]PageRef, error) {
 // nothing, when the tenant already caches key (o's page stays private) or
 // the page is already cached.
 func (p *Pool) Insert(o Owner, ref PageRef, key BlockKey) (bool, error) {
+	return p.insert(o, ref, key, false)
+}
+
+// InsertPublic is Insert into the operator's public scope: every tenant's
+// LookupPublic finds the page. Only pages wholly inside the operator's
+// declared public prefix may be inserted so (the engine's rule, prefix.go):
+// their KV is a function of that prefix and the model alone.
+func (p *Pool) InsertPublic(o Owner, ref PageRef, key BlockKey) (bool, error) {
+	return p.insert(o, ref, key, true)
+}
+
+func (p *Pool) insert(o Owner, ref PageRef, key BlockKey, public bool) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -222,11 +268,14 @@ func (p *Pool) Insert(o Owner, ref PageRef, key BlockKey) (bool, error) {
 			"page %d is not full and sealed (%d of %d slots sealed): only full sealed pages are cached", ref.Page, m.sealed.Load(), ps)
 	}
 	ek := p.entryKeyFor(o.Tenant, key)
+	if public {
+		ek = publicEntryKey(key)
+	}
 	if _, ok := c.index[ek]; ok {
 		return false, nil
 	}
 	cm := &c.meta[ref.Page]
-	cm.cached, cm.indexed, cm.key = true, true, key
+	cm.cached, cm.indexed, cm.key, cm.public = true, true, key, public
 	c.index[ek] = ref.Page
 	c.cached++
 	c.inserts++
@@ -235,6 +284,10 @@ func (p *Pool) Insert(o Owner, ref PageRef, key BlockKey) (bool, error) {
 	var eid ID
 	copy(eid[:], key[:])
 	m.owner = Owner{Tenant: o.Tenant, ID: eid}
+	if public {
+		m.owner.Tenant = ""
+		m.tenant.Store(PublicTenant)
+	}
 	p.addShareLocked(shareKey{ref.Page, ref.Gen, o.ID})
 	return true, nil
 }
@@ -266,7 +319,7 @@ func (p *Pool) InvalidateTenant(tenant string) int {
 	}
 	n := 0
 	for ek, pg := range p.cache.index {
-		if ek.tenant != tenant {
+		if ek.tenant != tenant || ek.public {
 			continue
 		}
 		n++
@@ -318,7 +371,7 @@ func (p *Pool) uncacheLocked(pg uint32) {
 	c := &p.cache
 	cm := &c.meta[pg]
 	if cm.indexed {
-		delete(c.index, p.entryKeyFor(p.pages[pg].owner.Tenant, cm.key))
+		delete(c.index, p.indexKeyLocked(pg))
 	}
 	if cm.onLRU {
 		p.lruRemoveLocked(pg)
@@ -336,7 +389,7 @@ func (p *Pool) quarantineCachedLocked(pg uint32) {
 		return
 	}
 	if cm.indexed {
-		delete(p.cache.index, p.entryKeyFor(p.pages[pg].owner.Tenant, cm.key))
+		delete(p.cache.index, p.indexKeyLocked(pg))
 		cm.indexed = false
 	}
 	if cm.readers == 0 {
@@ -395,7 +448,7 @@ func (p *Pool) dropShareLocked(o Owner, ref PageRef) {
 // share; nothing may write it.
 func (p *Pool) checkCachedLocked(o Owner, ref PageRef, op op) *Violation {
 	m := &p.pages[ref.Page]
-	if m.owner.Tenant != o.Tenant && !p.cfg.Unsafe.CacheIgnoresTenant {
+	if m.owner.Tenant != o.Tenant && !p.cache.meta[ref.Page].public && !p.cfg.Unsafe.CacheIgnoresTenant {
 		return p.violateLocked(KindForeignOwner, ref.Page, true, "page %d is cached for another tenant", ref.Page)
 	}
 	if _, ok := p.cache.shares[shareKey{ref.Page, ref.Gen, o.ID}]; !ok {
@@ -475,7 +528,8 @@ func (p *Pool) auditCacheLocked() error {
 	}
 	for ek, pg := range c.index {
 		cm := &c.meta[pg]
-		if !cm.cached || !cm.indexed || cm.key != ek.key || p.entryKeyFor(p.pages[pg].owner.Tenant, cm.key) != ek {
+		if !cm.cached || !cm.indexed || cm.key != ek.key || p.indexKeyLocked(pg) != ek ||
+			cm.public != (p.pages[pg].tenant.Load() == PublicTenant) {
 			return bad("index entry for page %d disagrees with the page", pg)
 		}
 	}

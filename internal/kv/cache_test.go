@@ -160,7 +160,7 @@ func got2(p *Pool, o Owner, keys []BlockKey) []PageRef {
 	defer p.mu.Unlock()
 	var out []PageRef
 	for _, k := range keys {
-		pg := p.cache.index[entryKey{o.Tenant, k}]
+		pg := p.cache.index[entryKey{tenant: o.Tenant, key: k}]
 		out = append(out, PageRef{Page: pg, Gen: tagGen(p.pages[pg].tag.Load())})
 	}
 	return out
@@ -423,5 +423,96 @@ func TestCacheDuplicateInsertKeepsPagePrivate(t *testing.T) {
 	}
 	if st := p.Stats(); st.Cached != 1 || st.Free != 3 {
 		t.Fatalf("%+v", st)
+	}
+}
+
+// The operator's public scope: pages inserted public are found by every
+// tenant's LookupPublic and read through their views; a tenant's private
+// continuation after them is not, even under its exact key; without the
+// public count nothing public is found; the pages stay read-only and
+// outlive a tenant's invalidation.
+func TestCachePublicScope(t *testing.T) {
+	p := newPool(t, 8)
+	a, b := owner("a", 1), owner("b", 2)
+	pub := prompt(9, 2)
+	privA := append(append([]int32(nil), pub...), prompt(1, 1)...)
+	// The engine's chain: public salt over the public pages, then the
+	// tenant's salt chained from the last public key.
+	chain := func(tenant string, toks []int32) []BlockKey {
+		k := PrefixKeys(testFP, saltOf("public"), tg.PageSize, toks[:len(pub)])
+		last := k[len(k)-1]
+		for i := len(pub) / tg.PageSize; i < len(toks)/tg.PageSize; i++ {
+			last = ChainKey(last, testFP, saltOf(tenant), toks[i*tg.PageSize:(i+1)*tg.PageSize])
+			k = append(k, last)
+		}
+		return k
+	}
+	keysA := chain("a", privA)
+	refs, _ := p.Reserve(a, 3)
+	fill(t, p.View(a, refs), refs, 0, len(privA))
+	_ = p.Seal(a, refs)
+	for i, r := range refs {
+		var ok bool
+		var err error
+		if i < 2 {
+			ok, err = p.InsertPublic(a, r, keysA[i])
+		} else {
+			ok, err = p.Insert(a, r, keysA[i])
+		}
+		if !ok || err != nil {
+			t.Fatalf("insert %d: %v %v", i, ok, err)
+		}
+	}
+	// a still reads all three through its own view (public pages too).
+	va := p.View(a, refs)
+	for blk := range 3 {
+		if _, _, _, err := va.Block(0, blk); err != nil {
+			t.Fatalf("a's read of block %d: %v", blk, err)
+		}
+	}
+	_ = p.Release(a, refs)
+
+	// b, even naming a's exact keys, gets the two public pages only.
+	hits, err := p.LookupPublic(b, keysA, 2)
+	if err != nil || len(hits) != 2 || hits[0] != refs[0] || hits[1] != refs[1] {
+		t.Fatalf("b's public lookup: %v %v, want a's two public pages", hits, err)
+	}
+	vb := p.View(b, hits)
+	k, _, _, err := vb.Block(1, 1)
+	if err != nil || !sameBits(k[:tg.KVDim], row(a, refs[1].Gen, 1, tg.PageSize, false, tg.KVDim)) {
+		t.Fatalf("b's read of the public page: %v", err)
+	}
+	if err := p.audit(); err != nil {
+		t.Fatal(err)
+	}
+
+	c := owner("c", 3)
+	if got, _ := p.Lookup(c, keysA); len(got) != 0 {
+		t.Fatalf("a lookup without the public count found %d pages", len(got))
+	}
+	if got, _ := p.LookupPublic(c, keysA[:2], 0); len(got) != 0 {
+		t.Fatal("public pages found in a tenant's own scope")
+	}
+	// a tenant key equal to a public key is still private: public count 0.
+	if got, _ := p.LookupPublic(a, keysA, 2); len(got) != 3 {
+		t.Fatalf("a's own lookup: %d pages, want 3", len(got))
+	} else {
+		_ = p.Release(a, got)
+	}
+	if n := p.InvalidateTenant("a"); n != 1 {
+		t.Fatalf("invalidating a removed %d entries, want its 1 private one", n)
+	}
+	if got, _ := p.LookupPublic(c, keysA[:2], 2); len(got) != 2 {
+		t.Fatalf("public pages gone after a's invalidation: %d", len(got))
+	} else {
+		_ = p.Release(c, got)
+	}
+	// A forged write, last (it quarantines the page); a forged read of a
+	// tenant's cached page is TestCacheForgedCrossTenantRead's.
+	if err := vb.Put(0, 3, make([]float32, tg.KVDim), make([]float32, tg.KVDim)); !errors.Is(err, ErrSealedWrite) {
+		t.Fatalf("a write into a public page: %v, want sealed_write", err)
+	}
+	if err := p.audit(); err != nil {
+		t.Fatal(err)
 	}
 }

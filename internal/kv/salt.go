@@ -21,7 +21,16 @@ import (
 const (
 	tenantSaltLabel = "sluice prefix-cache salt v1"
 	scopeSaltLabel  = "sluice prefix-cache scope v1"
+	publicSaltLabel = "sluice prefix-cache public v1"
 )
+
+// PublicSalt is the salt of the operator's public cache scope (a declared
+// public system prompt every tenant may share, --shared-prefix-file):
+// HMAC-SHA256(secret, its own label). It equals no tenant's salt (another
+// label), and public entries live apart in the index (InsertPublic).
+func PublicSalt(secret []byte) Salt {
+	return saltHMAC(secret, publicSaltLabel, "")
+}
 
 // TenantSalt is HMAC-SHA256(secret, label || len(tenant) || tenant). The
 // length prefix keeps ("ab","c") and ("a","bc")-style concatenations apart.

@@ -88,7 +88,7 @@ func (v *View) Put(layer, pos int, k, val []float32) error {
 		// I3 fast path: one atomic load and compares; anything unusual
 		// goes to the locked slow path, which classifies it.
 		if !v.ok[blk] || tagGen(t) != ref.Gen || (st != Reserved && st != Filling && st != Sealed) ||
-			slot < int(m.sealed.Load()) || m.tenant.Load() != v.tid {
+			slot < int(m.sealed.Load()) || !v.sameTenant(m.tenant.Load()) {
 			if err := v.slow(blk, opWrite, slot); err != nil {
 				return err
 			}
@@ -141,7 +141,7 @@ func (v *View) Block(layer, blk int) (k, val []float32, n int, err error) {
 	if p.checks.Load() {
 		t := m.tag.Load()
 		if st := tagState(t); !v.ok[blk] || tagGen(t) != ref.Gen || (st != Reserved && st != Filling && st != Sealed) ||
-			m.tenant.Load() != v.tid {
+			!v.sameTenant(m.tenant.Load()) {
 			if err := v.slow(blk, opRead, 0); err != nil {
 				return nil, nil, 0, err
 			}
@@ -181,7 +181,7 @@ func (v *View) slow(blk int, o op, slot int) error {
 	if v.tid == 0 {
 		v.tid = p.internLocked(v.owner.Tenant)
 	}
-	if m.tenant.Load() != v.tid && !(p.cfg.Unsafe.CacheIgnoresTenant && p.cache.meta[ref.Page].cached) {
+	if !v.sameTenant(m.tenant.Load()) && !(p.cfg.Unsafe.CacheIgnoresTenant && p.cache.meta[ref.Page].cached) {
 		// Unreachable while checkLocked holds: the page's owner (or its
 		// cache entry) is of v's tenant. A second, independent check (I11).
 		return p.violateLocked(KindForeignOwner, ref.Page, true, "page %d belongs to another tenant", ref.Page)
@@ -195,6 +195,11 @@ func (v *View) slow(blk int, o op, slot int) error {
 	v.ok[blk] = true
 	return nil
 }
+
+// sameTenant: a page of tenant tid may be read through v: v's own tenant,
+// or the operator's public cache scope (a page only InsertPublic marks).
+// A public page is sealed and cached, so nobody can write it.
+func (v *View) sameTenant(tid uint32) bool { return tid == v.tid || tid == PublicTenant }
 
 func (p *Pool) violate(k Kind, pg uint32, quarantine bool, format string, args ...any) error {
 	p.mu.Lock()

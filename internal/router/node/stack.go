@@ -46,6 +46,9 @@ type LocalConfig struct {
 	// PrefixCache turns on the prefix cache of the colocated engine and the
 	// prefill worker (I11; the decode worker has none).
 	PrefixCache bool
+	// PublicPrefix is the operator's declared public prefix
+	// (--shared-prefix-file, engine.Config.PublicPrefix); nil shares nothing.
+	PublicPrefix []int32
 	// Engine, when set, adjusts each role's engine configuration before
 	// it is built (tests use it for LIFO page reuse).
 	Engine func(role string, c *engine.Config)
@@ -210,7 +213,7 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 			return nil, err
 		}
 		ec.MaxQueue, ec.QueueTimeout = c.MaxQueue, c.QueueTimeout
-		ec.PrefixCache, ec.Verify = c.PrefixCache, c.Pools.Verify
+		ec.PrefixCache, ec.Verify, ec.PublicPrefix = c.PrefixCache, c.Pools.Verify, c.PublicPrefix
 		if c.Engine != nil {
 			c.Engine(r, &ec)
 		}
