@@ -111,6 +111,9 @@ type Report struct {
 	Checks         []string      `json:"checks"` // what was checked and passed
 	Notes          []string      `json:"notes"`
 	PrefillTS      float64       `json:"prefill_tokens_per_second,omitempty"`
+	// SideChannel is the side-channel probe's positive control (within
+	// tenant A beside across tenants); nil when the probe did not finish.
+	SideChannel *SideChannelControl `json:"side_channel_control,omitempty"`
 }
 
 // Failed reports whether the verdict is FAIL.
@@ -443,7 +446,7 @@ func (a *auditor) plan() ([]plannedProbe, error) {
 		{"determinism", 1 + a.cfg.Trials*a.cfg.Concurrency, (1 + a.cfg.Trials*a.cfg.Concurrency) * 60, a.determinism},
 		{"concurrent-capacity", 2 * m, 2 * m * cw, a.concurrentCapacity},
 		{"canary-check", 6, 6 * 12, a.canaryObserve},
-		{"side-channel", 3 * a.cfg.Samples, 3 * a.cfg.Samples * sc, a.sideChannel},
+		{"side-channel", 4 * a.cfg.Samples, 4 * a.cfg.Samples * sc, a.sideChannel},
 	}
 	if C <= 0 {
 		// Nothing to aim at: both capacity probes cannot run, and the

@@ -32,6 +32,7 @@ type fakeServer struct {
 	fastLong    bool    // long prompts are answered without the prefill they claim
 	sharedPfx   bool    // a prompt seen before (from any tenant) skips prefill: a cross-tenant prefix cache
 	cacheCounts bool    // cached_tokens counts prompts seen before (from any tenant); timing unaffected
+	tenantCache bool    // an honest per-tenant prefix cache: a prompt THIS key sent before skips prefill and counts as cached
 	nondetEvery int     // under load, every nondetEvery-th answer differs (1: always)
 	llamaShape  bool    // discovery as llama-server publishes it: /v1/models meta.n_ctx, /props
 	sharedBuf   int     // tokens of one KV buffer shared by all in-flight requests (0: none)
@@ -153,6 +154,8 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, chat bool)
 	}
 	cached := f.seen[req.Prompt]
 	f.seen[req.Prompt] = true
+	own := f.seen[key+"\x00"+req.Prompt]
+	f.seen[key+"\x00"+req.Prompt] = true
 	var foreign string
 	for i := len(f.history) - 1; i >= 0; i-- {
 		if f.history[i].key != key {
@@ -189,7 +192,7 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, chat bool)
 		prefill = 0
 	case f.fastLong && n > f.context/4:
 		prefill = 0
-	case f.sharedPfx && cached:
+	case f.sharedPfx && cached, f.tenantCache && own:
 		prefill = 0
 	}
 	time.Sleep(prefill)
@@ -215,7 +218,7 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, chat bool)
 		pt = 1
 	}
 	ct := 0
-	if (f.sharedPfx || f.cacheCounts) && cached {
+	if (f.sharedPfx || f.cacheCounts) && cached || f.tenantCache && own {
 		ct = n - 1
 	}
 	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}`, pt, pt+1, ct)
@@ -320,6 +323,47 @@ func TestIncidentFingerprintCaught(t *testing.T) {
 	}
 	if len(findings(rep, High, "too fast")) == 0 {
 		t.Errorf("reply faster than its claimed prefill not reported: %+v", rep.Findings)
+	}
+}
+
+// The side-channel probe's positive control: a per-tenant cache shows
+// within tenant A (cached_tokens, faster first token) and not across, and
+// passes; a cross-tenant cache shows both and fails; a server without a
+// cache shows neither, which is a note, not a failure. Text and JSON say so.
+func TestSideChannelPositiveControl(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		srv            *fakeServer
+		within, across bool
+		verdict        string
+		text           string
+	}{
+		{"per-tenant cache", &fakeServer{tenantCache: true, perToken: 20 * time.Microsecond}, true, false, Pass, "present within a tenant"},
+		{"cross-tenant cache", &fakeServer{sharedPfx: true, perToken: 20 * time.Microsecond}, true, true, Fail, "and across tenants"},
+		{"no cache", &fakeServer{perToken: 20 * time.Microsecond}, false, false, Pass, "informational, not a failure"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rep := runAudit(t, c.srv)
+			sc := rep.SideChannel
+			if sc == nil {
+				t.Fatal("no positive control in the report")
+			}
+			if sc.WithinPresent != c.within || sc.CrossTenantPresent != c.across || rep.Verdict != c.verdict {
+				t.Fatalf("within %v across %v verdict %s, want %v %v %s: %+v", sc.WithinPresent, sc.CrossTenantPresent, rep.Verdict, c.within, c.across, c.verdict, sc)
+			}
+			if c.within && sc.WithinCachedTokens <= 0 {
+				t.Errorf("within-tenant cached_tokens median %v", sc.WithinCachedTokens)
+			}
+			var b strings.Builder
+			rep.WriteText(&b)
+			if !strings.Contains(b.String(), c.text) {
+				t.Errorf("text report lacks %q:\n%s", c.text, b.String())
+			}
+			js, _ := json.Marshal(rep)
+			if !strings.Contains(string(js), `"within_tenant_channel_present":`+map[bool]string{true: "true", false: "false"}[c.within]) {
+				t.Errorf("JSON lacks the control: %s", js)
+			}
+		})
 	}
 }
 
@@ -516,7 +560,7 @@ func TestModelChecked(t *testing.T) {
 // in full (they exhausted the fixed default of 300 before).
 func TestBudgetSizedFromPlan(t *testing.T) {
 	if testing.Short() {
-		t.Skip("300 timing requests")
+		t.Skip("400 timing requests")
 	}
 	rep, err := runWith(t, &fakeServer{}, func(c *Config) { c.Samples = 100 })
 	if err != nil {
@@ -526,8 +570,8 @@ func TestBudgetSizedFromPlan(t *testing.T) {
 		t.Fatalf("verdict %s: %+v", rep.Verdict, rep.Probes)
 	}
 	for _, p := range rep.Probes {
-		if p.Name == "side-channel" && p.Sent != 300 {
-			t.Errorf("side-channel sent %d requests, want 300", p.Sent)
+		if p.Name == "side-channel" && p.Sent != 400 { // A, B twice, A again (the positive control)
+			t.Errorf("side-channel sent %d requests, want 400", p.Sent)
 		}
 	}
 }

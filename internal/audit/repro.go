@@ -190,6 +190,9 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  - %s\n", c)
 		}
 	}
+	if r.SideChannel != nil {
+		fmt.Fprintf(w, "\nSide-channel %s\n", r.SideChannel.Summary)
+	}
 	if len(r.Notes) > 0 {
 		fmt.Fprintln(w, "\nNotes:")
 		for _, n := range r.Notes {

@@ -16,7 +16,8 @@ import (
 // prompts get 4xx, usage matches, output does not change under load,
 // concurrent prompts are answered or refused, and neither cached_tokens nor
 // prefix timing is a side channel; with the prefix cache off and on (I11:
-// the cache is there, and the probes still find no channel across tenants).
+// the cache is there, and the probes still find no channel across tenants,
+// while the positive control finds it within tenant A).
 func TestAuditOfServeFindsNothing(t *testing.T) {
 	for _, cache := range []bool{false, true} {
 		t.Run(map[bool]string{false: "cache-off", true: "cache-on"}[cache], func(t *testing.T) { testAuditOfServe(t, cache) })
@@ -44,6 +45,15 @@ func testAuditOfServe(t *testing.T, cache bool) {
 	// sample size (INCONCLUSIVE would mean something went unchecked).
 	if rep.Verdict != audit.Pass {
 		t.Fatalf("the audit of sluice: %s\n%s", rep.Verdict, b.String())
+	}
+	// The positive control: with the cache on, the channel shows within a
+	// tenant (tenant A's repeat hits its own cache) and not across; with it
+	// off, not even within (reported, not failed).
+	if sc := rep.SideChannel; sc == nil || sc.WithinPresent != cache || sc.CrossTenantPresent {
+		t.Fatalf("positive control %+v, want within-tenant channel %v, none across\n%s", sc, cache, b.String())
+	}
+	if cache && rep.SideChannel.WithinCachedTokens <= 0 {
+		t.Fatalf("tenant A's repeat reported no cached_tokens: %+v", rep.SideChannel)
 	}
 	t.Logf("audit:\n%s", b.String())
 	waitPoolsFree(t, s.stack)
@@ -77,6 +87,9 @@ func TestAuditFindsTenantBlindCache(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("the audit missed a tenant-blind prefix cache:\n%s", b.String())
+	}
+	if sc := rep.SideChannel; sc == nil || !sc.WithinPresent || !sc.CrossTenantPresent {
+		t.Fatalf("positive control %+v, want the channel within and across tenants", sc)
 	}
 	t.Logf("audit of the tenant-blind cache:\n%s", b.String())
 }
