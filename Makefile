@@ -36,6 +36,14 @@ bench-serve:
 	$(GO) build -o bin/sluice ./cmd/sluice
 	./bin/sluice bench serve $$(test -x $(LLAMA_SELECT) && echo --llama-server $$($(LLAMA_SELECT) llama-server)) $(BENCH_SERVE_FLAGS)
 
+# the prefix cache's multi-turn chat benchmark: sluice cache on / off and
+# llama-server's prompt cache, interleaved; BENCH_CHAT_FLAGS="--rounds 3" etc.
+BENCH_CHAT_FLAGS ?= --omp-passive
+.PHONY: bench-chat
+bench-chat:
+	$(GO) build -o bin/sluice ./cmd/sluice
+	./bin/sluice bench chat $$(test -x $(LLAMA_SELECT) && echo --llama-server $$($(LLAMA_SELECT) llama-server)) $(BENCH_CHAT_FLAGS)
+
 sim:
 	SLUICE_SIM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 0 -run 'TestSim' -v ./internal/sim/
 

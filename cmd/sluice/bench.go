@@ -320,6 +320,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "serve" {
 		return runBenchServe(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "chat" {
+		return runBenchChat(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var models listFlag

@@ -152,8 +152,14 @@ func (l serveLoad) promptTokens(i int) []int {
 
 // streamOne sends one streaming completion and times its chunks.
 func streamOne(ctx context.Context, client *http.Client, base string, l serveLoad, i int) streamSample {
+	return streamPrompt(ctx, client, base, l.model, l.promptTokens(i), l.gen)
+}
+
+// streamPrompt sends one streaming completion of prompt (token ids) and
+// times its chunks (bench chat's turns too).
+func streamPrompt(ctx context.Context, client *http.Client, base, model string, prompt []int, gen int) streamSample {
 	body, _ := json.Marshal(map[string]any{
-		"model": l.model, "prompt": l.promptTokens(i), "max_tokens": l.gen,
+		"model": model, "prompt": prompt, "max_tokens": gen,
 		"temperature": 0, "stream": true, "ignore_eos": true,
 		"stream_options": map[string]any{"include_usage": true},
 	})
