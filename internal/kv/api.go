@@ -387,6 +387,7 @@ type Stats struct {
 	CacheMisses    uint64 // pages asked of Lookup and not found
 	CacheInserts   uint64 // pages handed to the cache
 	CacheEvictions uint64 // idle entries evicted (pressure, EvictIdle, invalidation)
+	CachePublic    int    // of Cached, pages in the public scope (InsertPublic)
 	// Verified counts seal-digest re-hashes (--kv-verify: hits, the
 	// per-step sweep, first touches under all).
 	Verified uint64

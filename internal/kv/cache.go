@@ -221,6 +221,7 @@ func (p *Pool) LookupPublic(o Owner, keys []BlockKey, public int) ([]PageRef, er
 		if p.cfg.Verify != VerifyOff && !p.sealIntactLocked(pg) {
 			v := p.violateLocked(KindDigestMismatch, pg, true, "cached page %d no longer matches its seal digest", pg)
 			p.dropSharesLocked(o, out)
+			c.misses += uint64(len(keys)) // all of them are computed now
 			return nil, v
 		}
 		p.addShareLocked(sk)

@@ -711,6 +711,11 @@ func (p *Pool) Stats() Stats {
 	c := &p.cache
 	s.Cached, s.CacheIdle, s.CacheReaders = c.cached, c.idle, len(c.shares)
 	s.CacheHits, s.CacheMisses, s.CacheInserts, s.CacheEvictions = c.hits, c.misses, c.inserts, c.evictions
+	for i := range c.meta {
+		if c.meta[i].cached && c.meta[i].public {
+			s.CachePublic++
+		}
+	}
 	for i := range p.pages {
 		switch tagState(p.pages[i].tag.Load()) {
 		case Free:

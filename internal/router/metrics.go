@@ -63,6 +63,12 @@ type CacheStats struct {
 	IdlePages  int    // cached pages nobody reads (evictable)
 	ReadPages  int    // cached pages read by at least one sequence
 	Readers    int    // reader shares held over all cached pages
+	// PublicPages are cached pages in the operator's public scope
+	// (--shared-prefix-file), readable by every tenant; included in
+	// IdlePages/ReadPages.
+	PublicPages int
+	// Verified counts seal digests re-hashed (--kv-verify).
+	Verified uint64
 }
 
 type metrics struct {
@@ -150,10 +156,12 @@ var (
 	descLate       = prometheus.NewDesc("sluice_late_writes_dropped_total", "Page writes dropped because the page had moved to a new generation (I6).", nil, nil)
 	descRefused    = prometheus.NewDesc("sluice_handoff_reservations_refused_total", "Reservations the decode worker refused, by reason (kv_capacity_exhausted: no free pages; refused: any other). Back-pressure, not integrity.", []string{"reason"}, nil)
 	descAborted    = prometheus.NewDesc("sluice_handoffs_aborted_total", "Handoffs that ended by an abort (client gone, router gave up, peer failure).", nil, nil)
-	descCacheTok   = prometheus.NewDesc("sluice_prefix_cache_tokens_total", "Full-page prompt tokens looked up in the prefix cache, by role and result (hit: found and handed to the request; miss: not cached, computed). A request whose reservation fails after its lookup (overloaded) still counts its hits.", []string{"role", "result"}, nil)
+	descCacheTok   = prometheus.NewDesc("sluice_prefix_cache_tokens_total", "Full-page prompt tokens looked up in the prefix cache, by role and result (hit: found and handed to the request; miss: not found, or found corrupt, so computed). Counted per lookup: a request that waits for free KV pages looks up again at each attempt, and each attempt counts.", []string{"role", "result"}, nil)
 	descCacheEvict = prometheus.NewDesc("sluice_prefix_cache_evictions_total", "Idle prefix-cache pages evicted (pool pressure or invalidation), by role.", []string{"role"}, nil)
 	descCachePages = prometheus.NewDesc("sluice_prefix_cache_pages", "Prefix-cache pages by role and state (idle: read by nobody, evictable; shared: read by at least one sequence).", []string{"role", "state"}, nil)
 	descCacheRead  = prometheus.NewDesc("sluice_prefix_cache_readers", "Reader shares held on prefix-cache pages, by role.", []string{"role"}, nil)
+	descCachePub   = prometheus.NewDesc("sluice_prefix_cache_public_pages", "Prefix-cache pages in the operator's public scope (--shared-prefix-file), readable by every tenant, by role; 0 without the flag.", []string{"role"}, nil)
+	descVerified   = prometheus.NewDesc("sluice_kv_verified_pages_total", "Sealed KV pages re-hashed against their seal digest (--kv-verify: cache hits, the per-step sweep), by role; a mismatch counts in sluice_integrity_violations_total{kind=\"digest_mismatch\"}.", []string{"role"}, nil)
 )
 
 // statsCollector turns an EngineStats snapshot into metrics at scrape time,
@@ -175,6 +183,8 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descCacheEvict
 	ch <- descCachePages
 	ch <- descCacheRead
+	ch <- descCachePub
+	ch <- descVerified
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -190,6 +200,8 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCachePages, prometheus.GaugeValue, float64(c.IdlePages), p.Role, "idle")
 		ch <- prometheus.MustNewConstMetric(descCachePages, prometheus.GaugeValue, float64(c.ReadPages), p.Role, "shared")
 		ch <- prometheus.MustNewConstMetric(descCacheRead, prometheus.GaugeValue, float64(c.Readers), p.Role)
+		ch <- prometheus.MustNewConstMetric(descCachePub, prometheus.GaugeValue, float64(c.PublicPages), p.Role)
+		ch <- prometheus.MustNewConstMetric(descVerified, prometheus.CounterValue, float64(c.Verified), p.Role)
 	}
 	for kind, n := range st.Violations {
 		ch <- prometheus.MustNewConstMetric(descViolations, prometheus.CounterValue, float64(n), kind)

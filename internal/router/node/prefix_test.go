@@ -123,3 +123,54 @@ func testPrefixCacheThroughTheRouter(t *testing.T, mode LocalConfig, role string
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// The operator's public prefix through the router (colocated and over
+// TCP): tenant b hits the public pages tenant a computed, and only those;
+// the metrics show the public pages and the seal re-hashes of the hits.
+func TestSharedPrefixThroughTheRouter(t *testing.T) {
+	for _, mode := range []LocalConfig{{Colocated: true}, {Transport: TransportTCP}} {
+		name, role := mode.Transport, "prefill"
+		if mode.Colocated {
+			name, role = "colocated", "colocated"
+		}
+		t.Run(name, func(t *testing.T) {
+			m, err := LoadModel("")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			keys, err := router.ParseKeys(strings.NewReader("key-a alice\nkey-b bob\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids := func(seed, n int) []int32 {
+				out := make([]int32, n)
+				for i := range out {
+					out[i] = int32(3 + (seed*7919+i*104729)%200)
+				}
+				return out
+			}
+			public := ids(1, 40) // 2 full pages of 16 and 8 private tokens
+			mode.PrefixCache, mode.PublicPrefix, mode.Pools = true, public, Pools{Context: 256, PoolTokens: 1024}
+			s := serve(t, m, mode, keys)
+			prompt := append(append([]int32(nil), public...), ids(2, 40)...) // 80 tokens: 5 pages, 4 cacheable
+			body := map[string]any{"prompt": prompt, "max_tokens": 4, "temperature": 0}
+			a := completeRaw(t, s, "key-a", body)
+			b := completeRaw(t, s, "key-b", body)
+			a2 := completeRaw(t, s, "key-a", body)
+			if a.status != 200 || b.status != 200 || a2.status != 200 || a.text != b.text || a.text != a2.text {
+				t.Fatalf("statuses %d %d %d, texts %q %q %q", a.status, b.status, a2.status, a.text, b.text, a2.text)
+			}
+			if c := [3]int{a.usage.PromptTokensDetails.CachedTokens, b.usage.PromptTokensDetails.CachedTokens, a2.usage.PromptTokensDetails.CachedTokens}; c != [3]int{0, 32, 64} {
+				t.Fatalf("cached tokens a, b, a again = %v, want [0 32 64] (b: the public pages only)", c)
+			}
+			mb := scrape(t, s.ts.URL)
+			if !strings.Contains(mb, `sluice_prefix_cache_public_pages{role="`+role+`"} 2`+"\n") {
+				t.Errorf("metrics do not show 2 public pages:\n%s", grepLines(mb, "sluice_prefix_cache"))
+			}
+			if !strings.Contains(mb, `sluice_kv_verified_pages_total{role="`+role+`"} 6`+"\n") { // b's 2 hits, a's 4
+				t.Errorf("metrics do not show 6 verified pages:\n%s", grepLines(mb, "sluice_kv_verified"))
+			}
+		})
+	}
+}

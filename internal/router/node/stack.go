@@ -142,6 +142,7 @@ func Stats(pools map[string]*kv.Pool, dw *engine.DecodeWorker) router.EngineStat
 		}, Cache: router.CacheStats{
 			HitTokens: ps.CacheHits * pageSize, MissTokens: ps.CacheMisses * pageSize, Evictions: ps.CacheEvictions,
 			IdlePages: ps.CacheIdle, ReadPages: ps.Cached - ps.CacheIdle, Readers: ps.CacheReaders,
+			PublicPages: ps.CachePublic, Verified: ps.Verified,
 		}})
 		for k, n := range ps.Violations {
 			st.Violations[string(k)] += n
