@@ -55,7 +55,7 @@ const defaultKVMemory = "64MiB"
 
 // defaultKVVerify is --kv-verify's default (see the README's cache
 // section for the measured cost of sample).
-const defaultKVVerify = "hit"
+const defaultKVVerify = "sample"
 
 // roleThreads is the default --threads: a worker process (prefill or
 // decode, normally on its own host) uses every core; `sluice serve` runs

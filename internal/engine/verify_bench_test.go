@@ -99,6 +99,12 @@ func benchVerifySample(b *testing.B, rt Runtime, conc int) {
 	// The sweep's own time over the forward steps' time, measured inside
 	// the same scheduler: the cost figure that machine noise cannot blur.
 	b.ReportMetric(100*float64(sample.sched.verifyTime.Load())/float64(sample.sched.fwdTime.Load()), "sweep_%_of_forward")
+	b.ReportMetric(float64(sample.sched.fwdTime.Load())/float64(hit.sched.fwdTime.Load()), "fwd_time_sample/hit")
+	b.ReportMetric(float64(sample.sched.steps.Load())/float64(hit.sched.steps.Load()), "steps_sample/hit")
+	hs2, ss2 := hit.Pool().Stats(), sample.Pool().Stats()
+	if len(hs2.Violations)+len(ss2.Violations) > 0 || hs2.CacheHits != ss2.CacheHits {
+		b.Fatalf("the engines differ: violations %v / %v, cache hits %d / %d", hs2.Violations, ss2.Violations, hs2.CacheHits, ss2.CacheHits)
+	}
 }
 
 // benchRuntime is bench-15M-q8_0 from ../shared (or SLUICE_BENCH_MODEL)

@@ -26,7 +26,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Memory, "kv-memory", "", "KV pool size as a memory budget, e.g. 512MiB or 2GiB (whole pages that fit)")
 	fs.IntVar(&f.PageSize, "kv-page-size", DefaultPageSize, "token slots per KV page")
 	fs.StringVar(&f.Scrub, "kv-scrub", "zero", "what released KV pages are overwritten with: zero, poison (NaN) or off (measurement only)")
-	fs.StringVar(&f.Verify, "kv-verify", "hit", "when sealed KV pages are re-hashed against their seal digest: off, hit (a cached page when a request hits it), sample (hit, plus a bounded sweep of sealed pages every step) or all (debugging)")
+	fs.StringVar(&f.Verify, "kv-verify", "sample", "when sealed KV pages are re-hashed against their seal digest: off, hit (a cached page when a request hits it), sample (hit, plus a bounded sweep of sealed pages every step) or all (debugging)")
 	fs.DurationVar(&f.Lease, "kv-lease", DefaultLease, "how long pages a one-sided transfer may still write stay quarantined without a drain acknowledgement")
 	fs.StringVar(&f.SharedFile, "kv-shared-file", "", "back the KV pool with this file, mapped shared (e.g. /dev/shm/sluice-kv), for the shm transport")
 }
