@@ -75,7 +75,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB); ignored when --kv-pool-tokens is set")
 		fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 		fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
-		fs.StringVar(&o.kvVerify, "kv-verify", defaultKVVerify, "when sealed KV pages are re-hashed against their seal digest (a mismatch quarantines the page and fails its readers): off; hit (a cached prefix page each time a request hits it); sample (hit, plus a bounded round-robin sweep of sealed pages, cached or private, every scheduler step: 1 page a step, so every sealed page within pages-in-pool steps); all (debugging: every sealed page every step)")
+		fs.StringVar(&o.kvVerify, "kv-verify", defaultKVVerify, "when sealed KV pages are re-hashed against their seal digest (a mismatch quarantines the page and fails its readers): off; hit (a cached prefix page each time a request hits it); sample (hit, plus a bounded round-robin sweep of sealed pages, cached or private: at most 1 page a scheduler step and at most 0.5% of the forward steps' time); all (debugging: every sealed page every step)")
 		if o.worker {
 			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), false), "threads per forward step; by default the machine's cores")
 		} else {
