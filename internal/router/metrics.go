@@ -161,7 +161,7 @@ var (
 	descCachePages = prometheus.NewDesc("sluice_prefix_cache_pages", "Prefix-cache pages by role and state (idle: read by nobody, evictable; shared: read by at least one sequence).", []string{"role", "state"}, nil)
 	descCacheRead  = prometheus.NewDesc("sluice_prefix_cache_readers", "Reader shares held on prefix-cache pages, by role.", []string{"role"}, nil)
 	descCachePub   = prometheus.NewDesc("sluice_prefix_cache_public_pages", "Prefix-cache pages in the operator's public scope (--shared-prefix-file), readable by every tenant, by role; 0 without the flag.", []string{"role"}, nil)
-	descVerified   = prometheus.NewDesc("sluice_kv_verified_pages_total", "Sealed KV pages re-hashed against their seal digest (--kv-verify: cache hits, the per-step sweep), by role; a mismatch counts in sluice_integrity_violations_total{kind=\"digest_mismatch\"}.", []string{"role"}, nil)
+	descVerified   = prometheus.NewDesc("sluice_kv_verified_pages_total", "Sealed KV pages re-hashed against their seal digest (--kv-verify: cache hits, the per-step sweep), by role; a mismatch is counted as a digest_mismatch integrity violation.", []string{"role"}, nil)
 )
 
 // statsCollector turns an EngineStats snapshot into metrics at scrape time,
