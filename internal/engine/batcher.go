@@ -331,7 +331,8 @@ func (s *scheduler) verify() {
 	if share <= 0 {
 		share = DefaultVerifyShare
 	}
-	if share < 1 && float64(s.verifyTime.Load()) > share*float64(s.fwdTime.Load()) {
+	// all sweeps every step, unbounded (debugging).
+	if share < 1 && p.VerifyMode() != kv.VerifyAll && float64(s.verifyTime.Load()) > share*float64(s.fwdTime.Load()) {
 		return
 	}
 	t0 := time.Now()

@@ -104,3 +104,45 @@ wait:
 	}
 	t.Logf("found after %d steps (bound %d), %d tokens decoded meanwhile", steps, bound, tokens)
 }
+
+// The sweep's time budget: a step sweeps only while the time spent
+// sweeping is within VerifyShare of the forward steps' time; --kv-verify
+// all is never held back; hit does not sweep.
+func TestVerifySweepTimeBudget(t *testing.T) {
+	mk := func(v kv.Verify) *kv.Pool {
+		p, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: 1, KVDim: 4, PageSize: 4}, Pages: 4, Verify: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		o := kv.Owner{Tenant: "t", ID: kv.ID{1}}
+		refs, _ := p.Reserve(o, 4)
+		for _, r := range refs {
+			_ = p.MarkWritten(o, r, 4)
+		}
+		_ = p.Seal(o, refs)
+		return p
+	}
+	for _, tc := range []struct {
+		mode         kv.Verify
+		spent, fwd   int64
+		share        float64
+		wantVerified uint64
+	}{
+		{kv.VerifySample, 10_000, 1_000_000, 0, 0},    // 1% spent > 0.5%: skip
+		{kv.VerifySample, 1_000, 1_000_000, 0, 1},     // 0.1%: sweep one page
+		{kv.VerifySample, 10_000, 1_000_000, 0.02, 1}, // a larger share allows it
+		{kv.VerifySample, 10_000, 1_000_000, 1, 1},    // share 1: every step
+		{kv.VerifyAll, 10_000, 1_000_000, 0, 4},       // all: unbounded
+		{kv.VerifyHit, 0, 1_000_000, 0, 0},            // no sweep
+	} {
+		p := mk(tc.mode)
+		s := &scheduler{cfg: Config{VerifyShare: tc.share}, pool: kvPool{p}}
+		s.verifyTime.Store(tc.spent)
+		s.fwdTime.Store(tc.fwd)
+		s.verify()
+		if got := p.Stats().Verified; got != tc.wantVerified {
+			t.Errorf("%v, %d ns spent of %d, share %v: %d pages verified, want %d", tc.mode, tc.spent, tc.fwd, tc.share, got, tc.wantVerified)
+		}
+	}
+}

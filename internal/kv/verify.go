@@ -20,6 +20,9 @@ func (p *Pool) sealIntactLocked(pg uint32) bool {
 // all), so a caller can skip timing it.
 func (p *Pool) Sweeps() bool { return p.cfg.Verify == VerifySample || p.cfg.Verify == VerifyAll }
 
+// VerifyMode is the pool's --kv-verify mode.
+func (p *Pool) VerifyMode() Verify { return p.cfg.Verify }
+
 // VerifyStep is one scheduler step's share of --kv-verify sample (and
 // all): it re-hashes sealed pages, cached or private, against their seal
 // digests, resuming where the previous call stopped, round-robin over the
