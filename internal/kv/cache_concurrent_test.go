@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -13,8 +14,17 @@ import (
 // through a pool small enough that idle entries are evicted all the time:
 // every block a sequence reads (cached by anyone or written by itself)
 // holds exactly the rows its own tenant's chain key names, so a page of the
-// other tenant, a stale page or a scrubbed one would show. Run with -race.
+// other tenant, a stale page or a scrubbed one would show. With a public
+// prefix (the operator's opt-in), prompts that start with page a share it
+// across tenants, its rows named by no tenant, and every page after it is
+// still the tenant's own. Run with -race.
 func TestCacheConcurrent(t *testing.T) {
+	for _, public := range []bool{false, true} {
+		t.Run(map[bool]string{false: "private", true: "public-prefix"}[public], func(t *testing.T) { testCacheConcurrent(t, public) })
+	}
+}
+
+func testCacheConcurrent(t *testing.T, public bool) {
 	p := newPool(t, 10, func(c *Config) { c.Scrub = ScrubPoison })
 	a, b, c := prompt(1, 1), prompt(2, 1), prompt(3, 1)
 	prompts := [][]int32{slices.Concat(a, b), slices.Concat(a, c), slices.Concat(a, b, c), slices.Concat(c, b)}
@@ -26,6 +36,7 @@ func TestCacheConcurrent(t *testing.T) {
 		return Owner{Tenant: tenant, ID: id}
 	}
 	var wg sync.WaitGroup
+	var publicHits atomic.Int64
 	errs := make(chan error, 8)
 	for w := range 8 {
 		wg.Add(1)
@@ -34,11 +45,29 @@ func TestCacheConcurrent(t *testing.T) {
 			tenant := []string{"t1", "t2"}[w%2]
 			for i := range 150 {
 				o := Owner{Tenant: tenant, ID: ID{byte(w), byte(i), byte(i >> 8), 1}}
-				keys := PrefixKeys(testFP, saltOf(tenant), tg.PageSize, prompts[(w+i)%len(prompts)])
-				hits, err := p.Lookup(o, keys)
+				pr := prompts[(w+i)%len(prompts)]
+				keys, npub := PrefixKeys(testFP, saltOf(tenant), tg.PageSize, pr), 0
+				if public && slices.Equal(pr[:tg.PageSize], a) {
+					// The engine's chain: the public page, then the tenant's.
+					npub = 1
+					keys[0] = PrefixKeys(testFP, saltOf("public"), tg.PageSize, a)[0]
+					for j := 1; j < len(keys); j++ {
+						keys[j] = ChainKey(keys[j-1], testFP, saltOf(tenant), pr[j*tg.PageSize:(j+1)*tg.PageSize])
+					}
+				}
+				owns := func(blk int) string { // whose rows block blk holds
+					if blk < npub {
+						return ""
+					}
+					return tenant
+				}
+				hits, err := p.LookupPublic(o, keys, npub)
 				if err != nil {
 					errs <- err
 					return
+				}
+				if npub > 0 && len(hits) > 0 {
+					publicHits.Add(1)
 				}
 				tbl, err := p.Extend(o, hits, len(keys)-len(hits))
 				if errors.Is(err, ErrNoCapacity) {
@@ -53,7 +82,7 @@ func TestCacheConcurrent(t *testing.T) {
 				v := p.View(o, tbl)
 				for l := range tg.Layers {
 					for pos := len(hits) * tg.PageSize; pos < len(tbl)*tg.PageSize; pos++ {
-						cw := content(tenant, keys[pos/tg.PageSize])
+						cw := content(owns(pos/tg.PageSize), keys[pos/tg.PageSize])
 						if err := v.Put(l, pos, row(cw, 0, l, pos, false, tg.KVDim), row(cw, 0, l, pos, true, tg.KVDim)); err != nil {
 							errs <- err
 							return
@@ -65,13 +94,17 @@ func TestCacheConcurrent(t *testing.T) {
 					return
 				}
 				for j := len(hits); j < len(tbl); j++ {
-					if _, err := p.Insert(o, tbl[j], keys[j]); err != nil {
+					insert := p.Insert
+					if j < npub {
+						insert = p.InsertPublic
+					}
+					if _, err := insert(o, tbl[j], keys[j]); err != nil {
 						errs <- err
 						return
 					}
 				}
 				for blk := range tbl {
-					cw := content(tenant, keys[blk])
+					cw := content(owns(blk), keys[blk])
 					for l := range tg.Layers {
 						k, vv, n, err := v.Block(l, blk)
 						if err != nil || n != tg.PageSize {
@@ -103,6 +136,9 @@ func TestCacheConcurrent(t *testing.T) {
 	st := p.Stats()
 	if st.CacheHits == 0 || st.CacheEvictions == 0 {
 		t.Fatalf("no hits or no evictions: %+v", st)
+	}
+	if public && publicHits.Load() == 0 {
+		t.Fatal("no lookup hit the public page")
 	}
 	if err := p.CheckDrained(); err != nil {
 		t.Fatal(err)
