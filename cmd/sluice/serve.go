@@ -187,6 +187,8 @@ type serveOpts struct {
 	// metricsListen and metricsTenantLabels: see registerHTTP and admin.go.
 	metricsListen       string
 	metricsTenantLabels bool
+	// loadEvery is the load line's interval (0: none).
+	loadEvery time.Duration
 
 	// prefillWorkers, decodeWorkers: serve's in-process cluster.
 	prefillWorkers, decodeWorkers int
@@ -205,6 +207,7 @@ func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
 	fs.DurationVar(&o.queueWait, "queue-timeout", 30*time.Second, "how long a request may wait in the queue; then 503 queue_timeout")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address of the admin listener serving /metrics, /health and /ready apart from the API. Default: with --api-keys "+defaultAdminListen+" (metrics are then never on --listen, which every tenant reaches); without --api-keys /metrics stays on --listen")
 	fs.BoolVar(&o.metricsTenantLabels, "metrics-tenant-labels", false, "label the token counters with tenant names (off by default: a scraper then learns every tenant's name and usage; turn on only for a trusted scraper)")
+	fs.DurationVar(&o.loadEvery, "load-log-interval", 10*time.Second, "how often the load line is logged (requests running and waiting; in `sluice serve` also preempted sequences, KV usage and generation throughput); 0 turns it off")
 	fs.IntVar(&o.tenantMax, "tenant-max-concurrency", 0, "requests one tenant may have in flight (0: only --max-concurrency applies); more get 429, so one busy tenant cannot take every slot")
 }
 
@@ -321,7 +324,9 @@ Example:
 	defer stopAdmin()
 	log.Info("roles started", "mode", mode, "context", st.Engine.Info().Context)
 	loadCtx, stopLoad := context.WithCancel(context.Background())
-	go st.LogLoad(loadCtx, log, 10*time.Second) // running, waiting, KV usage, throughput
+	if o.loadEvery > 0 {
+		go st.LogLoad(loadCtx, log, o.loadEvery) // running, waiting, KV usage, throughput
+	}
 	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { stopLoad(); return st.Close(ctx) })
 }
 

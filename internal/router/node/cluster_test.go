@@ -614,3 +614,65 @@ func TestDiscoveredDecodeWorkerGetsTraffic(t *testing.T) {
 	}
 	waitFree(t, cs.Pools(), "")
 }
+
+// A decode worker that joins after start is vetted before its first
+// request as `sluice router` vets its workers at start: one whose context
+// is smaller than the router's is refused (never picked, logged, and
+// /ready names the refusal once no other decode worker is left), one like
+// the others is used.
+func TestJoiningDecodeWorkerIsVetted(t *testing.T) {
+	m := loadStories(t)
+	rs := clusterJobs(m, 12)
+	want := clusterReferences(t, m, rs)
+	cs, err := BuildCluster(m, ClusterConfig{LocalConfig: LocalConfig{Pools: Pools{Context: 256, PoolTokens: 1024}},
+		PrefillWorkers: 1, DecodeWorkers: 1, Routers: 1, Probe: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(context.Background())
+	small, err := cs.StartDecode(func(c *engine.Config) { c.Context = 128 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.JoinDecode(small)
+	like, err := cs.StartDecode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.JoinDecode(like)
+	stat := func(addr string) WorkerStats {
+		ws, _, _ := cs.Clusters[0].Stats()
+		for _, w := range ws {
+			if w.Name == addr {
+				return w
+			}
+		}
+		t.Fatalf("no worker %s in %+v", addr, ws)
+		return WorkerStats{}
+	}
+	if w := stat(small); w.Refused == nil || w.Vetted {
+		t.Fatalf("the worker of a smaller context was not refused: %+v", w)
+	}
+	if w := stat(like); w.Refused != nil || !w.Vetted {
+		t.Fatalf("a worker like the others was not vetted: %+v", w)
+	}
+	got := runAll(cs, rs, 4, nil)
+	for i, g := range got {
+		if g.err != nil || !same(g.toks, want[i].toks) {
+			t.Fatalf("request %d: %v %v", i, g.toks, g.err)
+		}
+	}
+	if n := stat(small).Picks; n != 0 {
+		t.Fatalf("the refused worker was picked %d times", n)
+	}
+	if stat(like).Picks == 0 {
+		t.Fatal("the vetted worker that joined took no request")
+	}
+	cs.LeaveDecode(cs.DecodeAddrs[0])
+	cs.LeaveDecode(like)
+	err = cs.Clusters[0].Ready(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "1 refused by the router's checks") || strings.Contains(err.Error(), small) {
+		t.Fatalf("/ready with only the refused worker left: %v", err)
+	}
+	waitFree(t, cs.Pools(), "")
+}
