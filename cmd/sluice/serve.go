@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -70,9 +69,9 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 		fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
 		if o.worker {
-			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), false), "threads per forward step; by default the machine's cores")
+			fs.IntVar(&o.threads, "threads", roleThreads(availableCPUs(), false), "threads per forward step; by default the machine's cores, or the container's CPU limit (cgroup v2 cpu.max) when lower")
 		} else {
-			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), true), "threads per forward step of each role; by default half the machine's cores each, as prefill and decode compute at once, and all of them with --colocated")
+			fs.IntVar(&o.threads, "threads", roleThreads(availableCPUs(), true), "threads per forward step of each role; by default half the machine's cores (or of the container's CPU limit, cgroup v2 cpu.max) each, as prefill and decode compute at once, and all of them with --colocated")
 		}
 	}
 	if o.worker {
@@ -281,7 +280,7 @@ Example:
 	if o.colocated {
 		mode = "colocated"
 		if !flagSet(fs, "threads") {
-			o.threads = roleThreads(runtime.NumCPU(), false)
+			o.threads = roleThreads(availableCPUs(), false)
 		}
 	}
 	if o.prefix == "on" {
