@@ -200,7 +200,7 @@ Example:
 	}
 	var pw, dw []node.Worker
 	for i, pc := range prefills {
-		pw = append(pw, node.Worker{Name: prefillAddrs[i], Prefill: pc, Conn: pc})
+		pw = append(pw, node.Worker{Name: prefillAddrs[i], Prefill: pc, Conn: pc, Load: node.LoadOf(pc)})
 	}
 	vet := func(d handoff.Decode) func(context.Context) error {
 		return func(ctx context.Context) error { return node.ProbeDecodeContext(ctx, d, ctxLen, m.Fingerprint()) }
@@ -224,7 +224,7 @@ Example:
 		defer stopDiscovery()
 		pd := &node.Discovery{Specs: prefillSpecs, Resolver: node.DNS{}, Log: log, Remove: func(a string) { cl.Remove("prefill", a) }, Add: func(a string) {
 			r := tcp.NewRedialer(a, tc)
-			cl.Add("prefill", node.Worker{Name: a, Prefill: r, Conn: r, Close: func() { r.Close() }})
+			cl.Add("prefill", node.Worker{Name: a, Prefill: r, Conn: r, Load: node.LoadOf(r), Close: func() { r.Close() }})
 		}}
 		dd := &node.Discovery{Specs: decodeSpecs, Resolver: node.DNS{}, Log: log, Remove: func(a string) { cl.Remove("decode", a) }, Add: func(a string) {
 			r := tcp.NewRedialer(a, tc)

@@ -27,9 +27,10 @@ type Worker struct {
 	// Conn is probed for health (tcp.Redialer: a failed probe marks the
 	// worker down, a later good one up again).
 	Conn Checker
-	// Load, when set, reports a decode worker's free and total KV pages
-	// (polled with the probe).
-	Load func(ctx context.Context) (free, total int, err error)
+	// Load, when set, is the worker's load report (polled with the probe):
+	// a decode worker's free and total KV pages, and every worker's
+	// requests from all routers (the queue scorers).
+	Load func(ctx context.Context) (*handoff.Load, error)
 	// Close, when set, releases the connection once a removed worker has
 	// no request left.
 	Close func()
@@ -62,9 +63,13 @@ type member struct {
 	inFlight int
 	free     int
 	total    int
-	picks    uint64
-	downs    uint64
-	removed  bool
+	// running is the worker's requests from every router at its last
+	// load report, when ownAt of them were this router's.
+	running, ownAt int
+	reported       bool
+	picks          uint64
+	downs          uint64
+	removed        bool
 	// vetted: Vet passed (or there is none); refused: Vet failed.
 	vetted  bool
 	refused error
@@ -135,6 +140,16 @@ func NewCluster(prefill, decode []Worker, w Weights, log *slog.Logger) (*Cluster
 	return c, nil
 }
 
+// queue estimates the worker's requests from every router: its last
+// report plus this router's change since (other routers' changes show at
+// the next report).
+func (m *member) queue() int {
+	if !m.reported {
+		return m.inFlight
+	}
+	return max(m.inFlight, m.running+m.inFlight-m.ownAt)
+}
+
 func newMember(role string, w Worker) *member {
 	return &member{w: w, role: role, up: true, modelOK: true, vetted: w.Vet == nil}
 }
@@ -193,9 +208,10 @@ func (c *Cluster) probeOne(ctx context.Context, m *member) {
 			err = verr // not answering after all: down, vetted later
 		}
 	}
-	free, total, lerr := 0, 0, error(nil)
+	var load *handoff.Load
+	var lerr error
 	if err == nil && m.w.Load != nil {
-		free, total, lerr = m.w.Load(ctx)
+		load, lerr = m.w.Load(ctx)
 	}
 	c.mu.Lock()
 	switch {
@@ -217,8 +233,9 @@ func (c *Cluster) probeOne(ctx context.Context, m *member) {
 			c.log.Info("worker answers again", "role", m.role, "worker", m.w.Name)
 		}
 		m.up = true
-		if m.w.Load != nil && lerr == nil {
-			m.free, m.total = free, total
+		if m.w.Load != nil && lerr == nil && load != nil {
+			m.free, m.total = load.FreePages, load.TotalPages
+			m.running, m.ownAt, m.reported = load.Running, m.inFlight, true
 		}
 	}
 	c.mu.Unlock()
@@ -237,7 +254,7 @@ func states(ms []*member) []cluster.State {
 	for i, m := range ms {
 		// Not yet vetted counts as not answering yet; refused by the
 		// vetting as unusable for good, like another model.
-		out[i] = cluster.State{Name: m.w.Name, Up: m.up && m.vetted, ModelOK: m.modelOK && m.refused == nil, InFlight: m.inFlight, FreePages: m.free, TotalPages: m.total}
+		out[i] = cluster.State{Name: m.w.Name, Up: m.up && m.vetted, ModelOK: m.modelOK && m.refused == nil, InFlight: m.inFlight, Queue: m.queue(), FreePages: m.free, TotalPages: m.total}
 	}
 	return out
 }

@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -675,4 +677,69 @@ func TestJoiningDecodeWorkerIsVetted(t *testing.T) {
 		t.Fatalf("/ready with only the refused worker left: %v", err)
 	}
 	waitFree(t, cs.Pools(), "")
+}
+
+type stubPrefill struct{ name string }
+
+func (stubPrefill) Prefill(context.Context, *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	return nil, errors.New("stub")
+}
+
+type stubDecode struct{ handoff.Decode }
+
+// A prefill worker's load report (its requests from every router) steers
+// the prefill-queue scorer: with this router's own counts equal, the
+// worker that reports other routers' requests gets none of the next
+// ones until this router's own requests even the queues.
+func TestPrefillLoadReportSteersPairing(t *testing.T) {
+	report := func(n int) func(context.Context) (*handoff.Load, error) {
+		return func(context.Context) (*handoff.Load, error) {
+			return &handoff.Load{Running: n, TotalPages: 16, FreePages: 16}, nil
+		}
+	}
+	c, err := NewCluster([]Worker{{Name: "busy", Prefill: stubPrefill{"busy"}, Load: report(3)}, {Name: "idle", Prefill: stubPrefill{"idle"}, Load: report(0)}},
+		[]Worker{{Name: "d", Decode: stubDecode{}}}, Weights{PrefillQueue: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Probe(context.Background())
+	var got []string
+	for range 5 {
+		p, err := c.Pair(&engine.Request{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p.Prefill.(stubPrefill).name)
+	}
+	// idle takes 3 (queues 3:1, 3:2, 3:3), then they tie and share.
+	if strings.Join(got[:3], ",") != "idle,idle,idle" || !slices.Contains(got[3:], "busy") {
+		t.Fatalf("prefill picks %v, want idle x3 then shared", got)
+	}
+}
+
+// The prefill worker answers the load frame over TCP with its pool and
+// the prompts it is running.
+func TestPrefillWorkerReportsLoad(t *testing.T) {
+	m := loadStories(t)
+	cs := buildTestCluster(t, m, 512, nil)
+	var l *handoff.Load
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := cs.Clusters[0]
+		c.mu.Lock()
+		p := c.prefill[0]
+		rep, total := p.reported, p.total
+		c.mu.Unlock()
+		if rep {
+			l = &handoff.Load{TotalPages: total}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no load report from the prefill worker")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if want := cs.Prefills[0].Pool().Pages(); l.TotalPages != want {
+		t.Fatalf("reported %d pages, the pool has %d", l.TotalPages, want)
+	}
 }

@@ -230,7 +230,7 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 			if err != nil {
 				return fail(err)
 			}
-			ps = append(ps, Worker{Name: a, Prefill: r, Conn: r})
+			ps = append(ps, Worker{Name: a, Prefill: r, Conn: r, Load: LoadOf(r)})
 		}
 		for _, a := range s.DecodeAddrs {
 			r, err := dial(a)
@@ -257,17 +257,11 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 	return s, nil
 }
 
-// LoadOf is a decode connection's load report, when its transport has one.
-func LoadOf(d handoff.Decode) func(ctx context.Context) (int, int, error) {
-	l, ok := d.(handoff.Loader)
+// LoadOf is a worker connection's load report, when its transport has one.
+func LoadOf(c any) func(ctx context.Context) (*handoff.Load, error) {
+	l, ok := c.(handoff.Loader)
 	if !ok {
 		return nil
 	}
-	return func(ctx context.Context) (int, int, error) {
-		r, err := l.Load(ctx)
-		if err != nil {
-			return 0, 0, err
-		}
-		return r.FreePages, r.TotalPages, nil
-	}
+	return l.Load
 }
