@@ -743,3 +743,83 @@ func TestPrefillWorkerReportsLoad(t *testing.T) {
 		t.Fatalf("reported %d pages, the pool has %d", l.TotalPages, want)
 	}
 }
+
+// A preempted request resumes through the pairer (a new pair, chosen by
+// the scores, usually the decode worker with more free pages), not pinned
+// to the worker that ran out. Preemption is made certain: 12 requests of
+// 150 tokens each reserve 2 pages (prompt and headroom) of two 16-page
+// decode pools, their streams held until all 12 are reserved, then all
+// decode at once and must grow to 10 pages each. Every resume is one more
+// pick, and every output, some resumed on the other decode worker, equals
+// the request served alone on the colocated engine.
+func TestPreemptedRequestIsPairedAgain(t *testing.T) {
+	m := loadStories(t)
+	var rs []*engine.Request
+	for i := range 12 {
+		r := &engine.Request{ID: fmt.Sprint(i), Tenant: []string{"alice", "bob"}[i%2], Prompt: m.Tok.Encode(fmt.Sprintf("Once upon a time, %d", i), true, false),
+			MaxTokens: 150, IgnoreEOS: true}
+		if i%3 == 1 {
+			r.Sampling = sample.Params{Temperature: 0.8, Seed: uint64(7 + i)}
+		}
+		rs = append(rs, r)
+	}
+	want := clusterReferences(t, m, rs)
+	open := make(chan struct{})
+	var gs []*gateDecode
+	cs, err := BuildCluster(m, ClusterConfig{LocalConfig: LocalConfig{Pools: Pools{Context: 256, PoolTokens: 256}, MaxConcurrency: 64},
+		PrefillWorkers: 1, DecodeWorkers: 2, Routers: 1, Probe: 100 * time.Millisecond,
+		WrapDecode: func(_ int, d handoff.Decode) handoff.Decode {
+			g := &gateDecode{Decode: d, open: open, headroom: 16, live: map[kv.ID]gated{}}
+			gs = append(gs, g)
+			return g
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(context.Background())
+	for _, r := range rs {
+		if len(r.Prompt) > 16 {
+			t.Fatalf("prompt of %d tokens: more than one page", len(r.Prompt))
+		}
+	}
+	resc := make(chan []cres, 1)
+	go func() { resc <- runAll(cs, rs, len(rs), nil) }()
+	for {
+		n := 0
+		for _, g := range gs {
+			g.mu.Lock()
+			n += g.held
+			g.mu.Unlock()
+		}
+		if n >= len(rs) {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(open)
+	got := <-resc
+	for i := range rs {
+		if got[i].err != nil || !same(got[i].toks, want[i].toks) || got[i].usage != want[i].usage {
+			t.Fatalf("request %d: got %d tokens %+v %v, want %d %+v", i, len(got[i].toks), got[i].usage, got[i].err, len(want[i].toks), want[i].usage)
+		}
+	}
+	var preempted int64
+	for _, d := range cs.Decodes {
+		preempted += d.SchedStats().Preemptions
+	}
+	ws, retries, _ := cs.Clusters[0].Stats()
+	var picks uint64
+	for _, w := range ws {
+		if w.Role == "decode" {
+			picks += w.Picks
+		}
+	}
+	t.Logf("%d requests, %d preemptions, %d retries, %d decode picks", len(rs), preempted, retries, picks)
+	if preempted == 0 {
+		t.Fatal("no preemption: the load did not exceed the pools")
+	}
+	if want := uint64(len(rs)) + retries + uint64(preempted); picks != want {
+		t.Fatalf("%d decode picks, want %d (one per request, retry and resume)", picks, want)
+	}
+	waitFree(t, cs.Pools(), "")
+}
