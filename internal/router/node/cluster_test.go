@@ -264,10 +264,11 @@ func (g *gateDecode) Abort(ctx context.Context, a *handoff.Abort) error {
 }
 
 // checkBooking is the double-booking checker, run while the gate is
-// shut: on each decode worker no page is in two reservations (of either
-// router), and the pool's pages in use are exactly what the reservations
-// took (pool accounting: a page handed out twice would make the pool
-// count fewer). It returns the reservations seen, or why not yet
+// shut: on each decode worker no prompt page (the pages a Reservation
+// lists) is in two reservations of either router, and the pool's pages in
+// use are exactly what the reservations took with their headroom pages
+// (pool accounting: a page handed out twice, listed or not, would make the
+// pool count fewer). It returns the reservations seen, or why not yet
 // consistent (a Reserve reply still on its way).
 func checkBooking(gs []*gateDecode, pools []*kv.Pool) (int, error) {
 	n := 0

@@ -29,8 +29,7 @@ const maxWorkersFile = 1 << 20
 // A bad line is an error naming it (the caller keeps its old lists).
 func ParseWorkers(r io.Reader) (WorkerLists, error) {
 	var wl WorkerLists
-	br := bufio.NewReader(io.LimitReader(r, maxWorkersFile+1))
-	sc := bufio.NewScanner(br)
+	sc := bufio.NewScanner(io.LimitReader(r, maxWorkersFile+1))
 	n, size := 0, 0
 	for sc.Scan() {
 		n++
