@@ -223,7 +223,13 @@ func (c *Cluster) probeOne(ctx context.Context, m *member) {
 	case err != nil:
 		c.markDown(m, err)
 	default:
-		if vet && verr != nil {
+		if vet && errors.Is(verr, handoff.ErrModelMismatch) {
+			// Its pool is another model's (the decode side checks the
+			// Reserve's fingerprint): refused as a handshake mismatch is.
+			c.log.Error("refusing a worker of another model (I13)", "role", m.role, "worker", m.w.Name, "err", verr)
+			m.modelOK = false
+			m.refused = verr
+		} else if vet && verr != nil {
 			c.log.Error("refusing a worker that fails the router's checks", "role", m.role, "worker", m.w.Name, "err", verr)
 			m.refused = verr
 		} else if vet {

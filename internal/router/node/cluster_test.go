@@ -15,6 +15,7 @@ import (
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/sample"
+	"sluice/internal/testenv"
 )
 
 type cjob struct {
@@ -620,9 +621,10 @@ func TestDiscoveredDecodeWorkerGetsTraffic(t *testing.T) {
 
 // A decode worker that joins after start is vetted before its first
 // request as `sluice router` vets its workers at start: one whose context
-// is smaller than the router's is refused (never picked, logged, and
-// /ready names the refusal once no other decode worker is left), one like
-// the others is used.
+// is smaller than the router's is refused, and one whose pool is another
+// model's is refused as another model (I13) (never picked, logged, and
+// /ready counts each kind of refusal, naming no address, once no other
+// decode worker is left); one like the others is used.
 func TestJoiningDecodeWorkerIsVetted(t *testing.T) {
 	m := loadStories(t)
 	rs := clusterJobs(m, 12)
@@ -671,11 +673,28 @@ func TestJoiningDecodeWorkerIsVetted(t *testing.T) {
 	if stat(like).Picks == 0 {
 		t.Fatal("the vetted worker that joined took no request")
 	}
+	// A decode worker whose pool holds another model's KV (I13): the
+	// Reserve of the vetting carries the router's fingerprint, which that
+	// worker refuses.
+	other, err := LoadModel(testenv.Shared(t, "models/tiny-qwen2-random-gpt2vocab.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	foreign, err := cs.StartDecode(func(c *engine.Config) { c.Model = other.Runtime })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.JoinDecode(foreign)
+	if w := stat(foreign); w.ModelOK || w.Refused == nil || stat(foreign).Picks != 0 {
+		t.Fatalf("the worker of another model was not refused as such: %+v", w)
+	}
 	cs.LeaveDecode(cs.DecodeAddrs[0])
 	cs.LeaveDecode(like)
 	err = cs.Clusters[0].Ready(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "1 refused by the router's checks") || strings.Contains(err.Error(), small) {
-		t.Fatalf("/ready with only the refused worker left: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "1 refused by the router's checks") || !strings.Contains(err.Error(), "1 run another model, model_mismatch") ||
+		strings.Contains(err.Error(), small) || strings.Contains(err.Error(), foreign) {
+		t.Fatalf("/ready with only the refused workers left: %v", err)
 	}
 	waitFree(t, cs.Pools(), "")
 }
