@@ -146,7 +146,7 @@ func TestRouterReloadsWorkersFileOnSIGHUP(t *testing.T) {
 		}
 		return path
 	}
-	pf := write("prefill-workers", "decode "+daddrs[0]+"\ndecode "+daddrs[1]+"\n")
+	pf := write("prefill-workers", "decode "+daddrs[0]+"\n")
 	p := startProc(t, "prefill", append(pool, "--listen", "127.0.0.1:0", "--workers-file", pf)...)
 	paddr := p.waitAddr(t)
 	rf := write("workers", "prefill "+paddr+"\ndecode "+daddrs[0]+" # only the first\n")
@@ -169,27 +169,32 @@ func TestRouterReloadsWorkersFileOnSIGHUP(t *testing.T) {
 			}
 		}
 	}
-	reloads := 0
-	hup := func(msg string) {
+	reloads := map[*proc]int{}
+	hupProc := func(p *proc, msg string) {
 		t.Helper()
-		if err := rt.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		reloads++
+		reloads[p]++
 		for range 1000 {
-			if strings.Count(rt.log(), "SIGHUP: ") >= reloads {
+			if strings.Count(p.log(), "SIGHUP: ") >= reloads[p] {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		if !strings.Contains(rt.log(), msg) || strings.Count(rt.log(), "SIGHUP: ") < reloads {
-			t.Fatalf("no %q after SIGHUP %d:\n%s", msg, reloads, rt.log())
+		if !strings.Contains(p.log(), msg) || strings.Count(p.log(), "SIGHUP: ") < reloads[p] {
+			t.Fatalf("no %q after SIGHUP %d of %s:\n%s", msg, reloads[p], p.name, p.log())
 		}
 	}
+	hup := func(msg string) { t.Helper(); hupProc(rt, msg) }
 	ask(6)
 	if n := picksOf(t, get(t, admin), daddrs[1]); n != 0 {
 		t.Fatalf("a decode worker not in the file took %v requests", n)
 	}
+	// The prefill worker first, so it knows the new decode worker before
+	// the router names it (else that request would be retried).
+	write("prefill-workers", "decode "+daddrs[0]+"\ndecode "+daddrs[1]+"\n")
+	hupProc(p, "SIGHUP: workers file reloaded")
 	write("workers", "prefill "+paddr+"\ndecode "+daddrs[0]+"\ndecode "+daddrs[1]+"\n")
 	hup("SIGHUP: workers file reloaded")
 	ask(12)
@@ -202,8 +207,12 @@ func TestRouterReloadsWorkersFileOnSIGHUP(t *testing.T) {
 	hup("SIGHUP: workers file reloaded")
 	before := picksOf(t, get(t, admin), daddrs[0])
 	ask(8)
-	if after := picksOf(t, get(t, admin), daddrs[0]); after != before {
+	body := get(t, admin)
+	if after := picksOf(t, body, daddrs[0]); after != before {
 		t.Fatalf("the decode worker removed from the file took %v more requests", after-before)
+	}
+	if n := metricValue(t, body, "sluice_cluster_retries_total"); n != 0 {
+		t.Fatalf("%v requests were retried: the prefill worker did not know a decode worker the router sent it", n)
 	}
 }
 
