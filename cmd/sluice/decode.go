@@ -177,11 +177,13 @@ func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p
 		draining.Store(true)
 		log.Info("shutting down: draining the sequences in flight", "timeout", drain)
 		deadline := time.Now().Add(drain)
-		for pool.Stats().InUse() > 0 && time.Now().Before(deadline) {
+		// Idle prefix-cache pages are nobody's work in flight: waiting
+		// for them would always time out.
+		for pool.Stats().Held() > 0 && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if n := pool.Stats().InUse(); n > 0 {
-			log.Warn("drain timed out; closing with pages in use", "pages_in_use", n)
+		if n := pool.Stats().Held(); n > 0 {
+			log.Warn("drain timed out; closing with pages in use", "pages_in_use", n, "prefix_cache_idle", pool.Stats().CacheIdle)
 		}
 	case err := <-errc:
 		log.Error("handoff service failed", "err", err)
@@ -195,6 +197,8 @@ func runDecode(args []string) int {
 	fs := flag.NewFlagSet("decode", flag.ContinueOnError)
 	var o workerOpts
 	o.registerWorker(fs, "127.0.0.1:9002")
+	var prefix string
+	fs.StringVar(&prefix, "prefix-cache", "on", "on or off: keep the verified full prompt pages of the SAME tenant's earlier handoffs and tell prefill not to send them again (decode_prefix_len; keys salted with an HMAC of the tenant keyed by the deployment key file, as prefill's; never shared across tenants)")
 	usageFor(fs, `Usage: sluice decode [flags]
 
 Runs a decode worker as its own process. It owns the destination KV pages:
@@ -210,6 +214,13 @@ Example:
 		return code
 	}
 	defer m.Close()
+	if prefix != "on" && prefix != "off" {
+		log.Error("--prefix-cache must be on or off", "value", prefix)
+		return 2
+	}
+	// The salts are keyed with the deployment's shared secret (I11), the
+	// same as prefill's.
+	ec.PrefixCache, ec.CacheSecret = prefix == "on", tc.Secret
 	dw, err := engine.NewDecodeWorker(ec)
 	if err != nil {
 		log.Error("cannot start the decode worker", "err", err)

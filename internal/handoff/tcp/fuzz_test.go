@@ -28,6 +28,11 @@ func FuzzFrameDecode(f *testing.F) {
 	var e enc
 	encReservation(&e, &handoff.Reservation{Handoff: id, Pages: []kv.PageRef{{Page: 3, Gen: 9}}, PageSize: 16, ExpectTokens: 9})
 	add(tReservation, e.b)
+	// The decode-side prefix cache's fields (protocol 6).
+	add(tReserve, mustEnc(encReserve(&handoff.Reserve{Handoff: id, Tenant: "acme", PromptTokens: 3, MaxTokens: 3, Tokens: []int32{4, 5, 6}, CacheScope: "prompt_cache_key:1:k;"})))
+	e = enc{}
+	encReservation(&e, &handoff.Reservation{Handoff: id, Pages: []kv.PageRef{{Page: 3, Gen: 9}, {Page: 4, Gen: 1}}, PageSize: 16, ExpectTokens: 20, PrefixTokens: 16})
+	add(tReservation, e.b)
 	wparts, wdata, _ := encWrites([]handoff.PageWrite{{Handoff: id, Block: 1, Page: kv.PageRef{Page: 4, Gen: 2}, Slots: 3, Data: []byte{1, 2, 3}, Checksum: 7}})
 	{
 		bufs, _ := fr.encode(maxVersion, tWrite, 1, wparts, wdata)
@@ -62,10 +67,18 @@ func FuzzFrameDecode(f *testing.F) {
 			var derr error
 			p := fm.payload
 			switch fm.typ {
-			case tReserve:
-				_, derr = decReserve(p)
 			case tReservation:
-				_, derr = decReservation(p)
+				var res *handoff.Reservation
+				res, derr = decReservation(p)
+				if derr == nil && res.CheckPrefix() != nil {
+					t.Fatalf("reservation with decode prefix %d (page size %d, %d tokens, %d pages) accepted", res.PrefixTokens, res.PageSize, res.ExpectTokens, len(res.Pages))
+				}
+			case tReserve:
+				var rs *handoff.Reserve
+				rs, derr = decReserve(p)
+				if derr == nil && (len(rs.Tokens) != 0 && len(rs.Tokens) != rs.PromptTokens || len(rs.CacheScope) > handoff.MaxCacheScope) {
+					t.Fatalf("reserve with %d ids for %d tokens, scope %d bytes accepted", len(rs.Tokens), rs.PromptTokens, len(rs.CacheScope))
+				}
 			case tWrite:
 				var ws []handoff.PageWrite
 				ws, derr = decWritesChecked(fm)
