@@ -34,7 +34,7 @@ type PrefillWorker struct {
 
 	stats struct {
 		committed, failed, tokens, bytes, pushNanos atomic.Int64
-		sent, skipped                              atomic.Int64
+		sent, skipped                               atomic.Int64
 	}
 }
 

@@ -82,10 +82,10 @@ const (
 )
 
 type rhandoff struct {
-	owner     kv.Owner
-	prompt    int          // PromptTokens of the Reserve
-	refs      []kv.PageRef // all reserved pages; the first nPrompt carry the prompt
-	nPrompt   int
+	owner   kv.Owner
+	prompt  int          // PromptTokens of the Reserve
+	refs    []kv.PageRef // all reserved pages; the first nPrompt carry the prompt
+	nPrompt int
 	// nCached leading prompt blocks are shared cached pages the decode
 	// pool already held (Reservation.PrefixTokens): never written.
 	nCached   int
