@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sluice/internal/handoff"
@@ -34,6 +35,11 @@ type DecodeWorker struct {
 	mu       sync.Mutex
 	handoffs map[kv.ID]*dhandoff
 	closed   bool
+
+	// sharedPreempted counts sequences preempted while reading pages
+	// their reservation found in the prefix cache (tests: preemption of
+	// sharers is exercised, not assumed).
+	sharedPreempted atomic.Int64
 }
 
 var _ handoff.Decode = (*DecodeWorker)(nil)
@@ -45,6 +51,7 @@ type dhandoff struct {
 	prompt    int
 	maxTokens int
 	keys      []kv.BlockKey // the prompt's full pages' cache keys (nil: no cache)
+	hitBlocks int           // leading prompt blocks found in the cache at Reserve
 
 	committed bool
 	owner     kv.Owner
@@ -265,6 +272,7 @@ func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
 	}
 	h.committed, h.owner, h.table, h.first, h.firstLP = true, acc.Owner, acc.Pages, acc.FirstToken, c.FirstLogprobs
 	h.prompt = acc.Tokens // I9: what was verified, not what was asked
+	h.hitBlocks = acc.CachedBlocks
 	if h.keys != nil {
 		// The prompt's KV is final and verified (I5: the digest covered
 		// it whole): its full pages become this tenant's cache entries
@@ -385,7 +393,13 @@ func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) {
 		evict: true,
 	}
 	st := h.stream
-	q.emit = func(o outcome) { st.push(o.token2()) }
+	hits := h.hitBlocks
+	q.emit = func(o outcome) {
+		if hits > 0 && o.done && o.finish == "preempted" {
+			w.sharedPreempted.Add(1)
+		}
+		st.push(o.token2())
+	}
 	q.ended = func() {
 		w.mu.Lock()
 		delete(w.handoffs, id)
