@@ -14,8 +14,9 @@ import (
 // to the decode worker the first went to, and each repeat finds the
 // prompt's pages in that worker's cache (5 repeats x the full pages
 // skipped, counted by the worker); bob's identical prompt is a miss on
-// whichever worker he lands (his memory and the workers' caches are his
-// own). Without affinity the same six requests are spread by load and
+// whichever worker he lands, and is not routed by any belief: the router's
+// memory of alice's pages is alice's (his memory and the workers' caches
+// are his own). Without affinity the same six requests are spread by load and
 // only the ones that land on a holder hit. Outputs equal the colocated
 // reference.
 func TestPrefixAffinityThroughTheCluster(t *testing.T) {
@@ -75,8 +76,17 @@ func TestPrefixAffinityThroughTheCluster(t *testing.T) {
 		if aw == 0 && (len(alice) < 2 || total >= uint64(5*full)) {
 			t.Errorf("affinity off: alice's decode picks %v, pages skipped %v; want them spread", alice, sk)
 		}
+		affHits := func() uint64 {
+			c := cs.Clusters[0]
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.affHits["decode"]
+		}
+		if aw > 0 && affHits() != 5 {
+			t.Errorf("affinity hits after alice's six: %d, want 5", affHits())
+		}
 		for i := range 2 {
-			before := skipped()
+			before, hits := skipped(), affHits()
 			if got := runReq(cs.Routers[0], req("bob")); got.err != nil || !same(got.toks, want.toks) {
 				t.Fatalf("bob: %v %v", got.toks, got.err)
 			}
@@ -88,6 +98,9 @@ func TestPrefixAffinityThroughTheCluster(t *testing.T) {
 			// second follows his own first and hits there.
 			if wantDelta := uint64(0); i == 0 && delta != wantDelta || i == 1 && aw > 0 && delta != uint64(full) {
 				t.Errorf("affinity %v: bob's request %d skipped %d pages (%v -> %v)", aw, i, delta, before, skipped())
+			}
+			if aw > 0 && i == 0 && affHits() != hits {
+				t.Errorf("bob's first request was routed by a belief (alice's prompt pages)")
 			}
 		}
 		t.Logf("affinity %v: alice's picks %v, skipped %v", aw, alice, sk)
