@@ -81,11 +81,11 @@ func (m *member) release() {
 // holds the snapshot, counts in-flight requests, marks workers down when
 // a call fails with a transport error and probes them back up.
 type Cluster struct {
-	mu       sync.Mutex
-	prefill  []*member
-	decode   []*member
-	pProf    cluster.Profile
-	dProf    cluster.Profile
+	mu      sync.Mutex
+	prefill []*member
+	decode  []*member
+	pProf   cluster.Profile
+	dProf   cluster.Profile
 	// pAff and dAff remember where prompt pages were sent (nil: affinity
 	// off); affHits/affPages count picks of a worker believed to hold part
 	// of the prompt, and the pages believed held, by role.
@@ -93,13 +93,13 @@ type Cluster struct {
 	affHits    map[string]uint64
 	affPicks   map[string]uint64
 	affPages   map[string]uint64
-	rot      int
-	retries  uint64
-	noPair   uint64
-	log      *slog.Logger
-	stop     context.CancelFunc
-	done     chan struct{}
-	interval time.Duration
+	rot        int
+	retries    uint64
+	noPair     uint64
+	log        *slog.Logger
+	stop       context.CancelFunc
+	done       chan struct{}
+	interval   time.Duration
 	// PageSize is the decode pools' page size, for the estimate of pages a
 	// request takes between load reports (default 16).
 	PageSize int
