@@ -55,6 +55,7 @@ func testDecodePrefixCache(t *testing.T, transport string) {
 	if full < 2 {
 		t.Fatalf("prompt of %d tokens is too short for this test", cold.usage.PromptTokens)
 	}
+	t.Logf("prompt of %d tokens: %d pages, %d cacheable", cold.usage.PromptTokens, n, full)
 	pages := func() (uint64, uint64) {
 		st := on.stack.Stats()
 		return st.HandoffPagesTransferred, st.HandoffPagesSkipped
