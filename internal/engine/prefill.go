@@ -253,7 +253,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	w.stats.bytes.Add(int64(len(d.table)-skipped) * int64(w.cfg.geometry().PageBytes()))
 	w.stats.pushNanos.Add(int64(time.Since(start)))
 	w.stats.tokens.Add(int64(len(r.Tokens)))
-	return &handoff.PrefillResult{FirstToken: d.first, Tokens: len(r.Tokens), CachedTokens: cached, SkippedPages: skipped}, nil
+	return &handoff.PrefillResult{FirstToken: d.first, Tokens: len(r.Tokens), CachedTokens: cached}, nil
 }
 
 // prefillSampler draws the first token as draw offset of the request's

@@ -227,12 +227,8 @@ type PrefillResult struct {
 	// Tokens is the number of prompt tokens prefilled, written and committed (I9).
 	Tokens int
 	// CachedTokens of Tokens were read from the prefill worker's prefix
-	// cache instead of computed (covered by the digest).
+	// cache instead of computed (still covered by the digest).
 	CachedTokens int
-	// SkippedPages were not sent: the decode worker already held them
-	// (Reservation.PrefixTokens). Not on the wire (the router knows the
-	// reservation); set by the prefill worker for in-process callers.
-	SkippedPages int
 }
 
 // Checksum is the PageWrite checksum: the low 32 bits of XXH3-64 of the
