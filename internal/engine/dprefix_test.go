@@ -104,6 +104,10 @@ func TestDecodePrefixHitTransfersFewerPages(t *testing.T) {
 		if rep := r.settle(t); rep.CacheIdle != 4 || rep.Held != 0 {
 			t.Errorf("decode pool after: %+v, want 4 idle cache pages", rep)
 		}
+		// Idle entries are evictable: the load report counts them free.
+		if l, err := r.dw.Load(context.Background()); err != nil || l.FreePages != l.TotalPages {
+			t.Errorf("load report with only idle cache pages: %+v %v", l, err)
+		}
 	})
 }
 

@@ -72,7 +72,8 @@ type TokenStream interface {
 // (router -> worker, polled with the health probe; internal/cluster scores
 // pairs with it).
 type Load struct {
-	// FreePages and TotalPages are the worker's KV pool.
+	// FreePages and TotalPages are the worker's KV pool; free pages
+	// include idle prefix-cache pages (a reservation may evict them).
 	FreePages, TotalPages int
 	// Running is the sequences the worker is decoding (or prefilling) now.
 	Running int
