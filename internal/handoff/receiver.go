@@ -304,7 +304,11 @@ func (r *Receiver) lookupPrefix(o kv.Owner, m *Reserve, keys []kv.BlockKey, nPro
 		return nil
 	}
 	hits, err := cp.Lookup(o, keys[:n])
-	if err != nil || len(hits) > n {
+	if err != nil {
+		return nil
+	}
+	if len(hits) > n {
+		_ = r.pool.Release(o, hits) // a pool that overanswers: no shares kept
 		return nil
 	}
 	return hits
