@@ -105,7 +105,7 @@ func TestDecodePrefixHitTransfersFewerPages(t *testing.T) {
 			t.Errorf("decode pool after: %+v, want 4 idle cache pages", rep)
 		}
 		// Idle entries are evictable: the load report counts them free.
-		if l, err := r.dw.Load(context.Background()); err != nil || l.FreePages != l.TotalPages {
+		if l, err := r.dw.Load(context.Background()); err != nil || l.FreePages != l.TotalPages || l.CachedPages != 4 {
 			t.Errorf("load report with only idle cache pages: %+v %v", l, err)
 		}
 	})

@@ -17,7 +17,7 @@ func (w *DecodeWorker) Load(context.Context) (*handoff.Load, error) {
 	w.mu.Lock()
 	n := len(w.handoffs)
 	w.mu.Unlock()
-	return &handoff.Load{FreePages: ps.Free + ps.CacheIdle, TotalPages: ps.Pages, Running: n}, nil
+	return &handoff.Load{FreePages: ps.Free + ps.CacheIdle, TotalPages: ps.Pages, Running: n, CachedPages: ps.Cached}, nil
 }
 
 var _ handoff.Loader = (*DecodeWorker)(nil)

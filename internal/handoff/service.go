@@ -77,6 +77,9 @@ type Load struct {
 	FreePages, TotalPages int
 	// Running is the sequences the worker is decoding (or prefilling) now.
 	Running int
+	// CachedPages are the pool's prefix-cache pages (idle or read), at
+	// most TotalPages: how much of the pool holds prefixes, not which.
+	CachedPages int
 }
 
 // Loader is a worker (or a transport to one) that reports its load.

@@ -59,7 +59,7 @@ const (
 // CachedTokens). Version 5 added the cluster's fields (Prefill Decode,
 // the name of the decode worker to push to; the Load request and reply).
 // Version 6 added the decode-side prefix cache (Reserve Tokens and
-// CacheScope, Reservation PrefixTokens).
+// CacheScope, Reservation PrefixTokens, Load CachedPages).
 // Bump maxVersion whenever a frame's layout changes.
 const (
 	minVersion = 6

@@ -49,7 +49,7 @@ func FuzzFrameDecode(f *testing.F) {
 	add(tPrefill, mustEnc(encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1}, Sampling: fullSampling()})))
 	add(tPrefill, mustEnc(encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1, 2}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{}}}, Decode: "10.0.0.7:9002"})))
 	add(tPrefillRes, mustEnc(encPrefillRes(&handoff.PrefillResult{FirstToken: 1, Tokens: 2})))
-	add(tLoadRes, mustEnc(encLoad(&handoff.Load{FreePages: 3, TotalPages: 8, Running: 2})))
+	add(tLoadRes, mustEnc(encLoad(&handoff.Load{FreePages: 3, TotalPages: 8, Running: 2, CachedPages: 4})))
 	add(tError, encError(handoff.ErrCoverage))
 	f.Add([]byte{maxVersion, 12, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff})
 
@@ -115,7 +115,7 @@ func FuzzFrameDecode(f *testing.F) {
 			case tLoadRes:
 				var l *handoff.Load
 				l, derr = decLoad(p)
-				if derr == nil && (l.FreePages > l.TotalPages || !bytes.Equal(mustEnc(encLoad(l)), p)) {
+				if derr == nil && (l.FreePages > l.TotalPages || l.CachedPages > l.TotalPages || !bytes.Equal(mustEnc(encLoad(l)), p)) {
 					t.Fatalf("load report %+v accepted from %x", l, p)
 				}
 			case tError:

@@ -105,6 +105,16 @@ func TestPrefixAffinityThroughTheCluster(t *testing.T) {
 		}
 		t.Logf("affinity %v: alice's picks %v, skipped %v", aw, alice, sk)
 		waitFree(t, cs.Pools(), "")
+		// The load reports carry each decode worker's cached pages.
+		cs.Clusters[0].Probe(context.Background())
+		ws, _, _ := cs.Clusters[0].Stats()
+		for i, d := range cs.Decodes {
+			for _, w := range ws {
+				if w.Role == "decode" && w.Name == cs.DecodeAddrs[i] && w.Cached != d.Pool().Stats().Cached {
+					t.Errorf("decode %s reports %d cached pages, its pool holds %d", w.Name, w.Cached, d.Pool().Stats().Cached)
+				}
+			}
+		}
 		cs.Close(context.Background())
 	}
 }

@@ -26,9 +26,9 @@ type Worker struct {
 	// Conn is probed for health (tcp.Redialer: a failed probe marks the
 	// worker down, a later good one up again).
 	Conn Checker
-	// Load, when set, reports a decode worker's free and total KV pages
-	// (polled with the probe).
-	Load func(ctx context.Context) (free, total int, err error)
+	// Load, when set, reports a decode worker's free, total and cached KV
+	// pages (polled with the probe).
+	Load func(ctx context.Context) (*handoff.Load, error)
 	// Close, when set, releases the connection once a removed worker has
 	// no request left.
 	Close func()
@@ -64,6 +64,7 @@ type member struct {
 	inFlight int
 	free     int
 	total    int
+	cached   int
 	picks    uint64
 	downs    uint64
 	removed  bool
@@ -195,9 +196,10 @@ func (c *Cluster) probeOne(ctx context.Context, m *member) {
 	if m.w.Conn != nil {
 		err = m.w.Conn.Check(ctx)
 	}
-	free, total, lerr := 0, 0, error(nil)
+	var load *handoff.Load
+	var lerr error
 	if err == nil && m.w.Load != nil {
-		free, total, lerr = m.w.Load(ctx)
+		load, lerr = m.w.Load(ctx)
 	}
 	c.mu.Lock()
 	switch {
@@ -213,8 +215,8 @@ func (c *Cluster) probeOne(ctx context.Context, m *member) {
 			c.log.Info("worker answers again", "role", m.role, "worker", m.w.Name)
 		}
 		m.up = true
-		if m.w.Load != nil && lerr == nil {
-			m.free, m.total = free, total
+		if load != nil && lerr == nil {
+			m.free, m.total, m.cached = load.FreePages, load.TotalPages, load.CachedPages
 		}
 	}
 	c.mu.Unlock()
@@ -415,6 +417,8 @@ type WorkerStats struct {
 	InFlight     int
 	Picks, Downs uint64
 	Free, Total  int
+	// Cached is the worker's prefix-cache pages (decode load report).
+	Cached int
 }
 
 // Stats is a snapshot of every worker, the retries and refusals.
@@ -423,7 +427,7 @@ func (c *Cluster) Stats() (ws []WorkerStats, retries, noPair uint64) {
 	defer c.mu.Unlock()
 	for _, m := range append(append([]*member(nil), c.prefill...), c.decode...) {
 		ws = append(ws, WorkerStats{Role: m.role, Name: m.w.Name, Up: m.up, ModelOK: m.modelOK, InFlight: m.inFlight,
-			Picks: m.picks, Downs: m.downs, Free: m.free, Total: m.total})
+			Picks: m.picks, Downs: m.downs, Free: m.free, Total: m.total, Cached: m.cached})
 	}
 	return ws, c.retries, c.noPair
 }
@@ -460,6 +464,7 @@ var (
 	descDowns   = prometheus.NewDesc("sluice_cluster_worker_down_total", "Times the worker was marked down.", []string{"role", "worker"}, nil)
 	descFlight  = prometheus.NewDesc("sluice_cluster_in_flight", "Requests this router has on the worker now.", []string{"role", "worker"}, nil)
 	descRetries = prometheus.NewDesc("sluice_cluster_retries_total", "Requests retried on another pair after failing before their first token.", nil, nil)
+	descCached  = prometheus.NewDesc("sluice_cluster_worker_cached_pages", "The decode worker's prefix-cache pages (idle or read) at its last load report (how much of its pool holds prefixes; counted as free for the free-pages scorer, since reservations evict idle ones).", []string{"role", "worker"}, nil)
 	descAffPick = prometheus.NewDesc("sluice_cluster_prefix_affinity_picks_total", "Picks made with prefix affinity on, by role and result (hit: the picked worker was believed, from where this router sent the same tenant's prompt pages before, to hold some of them; miss: no belief).", []string{"role", "result"}, nil)
 	descAffPage = prometheus.NewDesc("sluice_cluster_prefix_affinity_pages_total", "Prompt pages the picked worker was believed to hold (prefix affinity), by role.", []string{"role"}, nil)
 	descNoPair  = prometheus.NewDesc("sluice_cluster_no_pair_total", "Pairings refused because no usable worker was left.", nil, nil)
@@ -467,7 +472,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *Cluster) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPicks, descUp, descDowns, descFlight, descRetries, descNoPair, descAffPick, descAffPage} {
+	for _, d := range []*prometheus.Desc{descPicks, descUp, descDowns, descFlight, descRetries, descNoPair, descAffPick, descAffPage, descCached} {
 		ch <- d
 	}
 }
@@ -484,6 +489,9 @@ func (c *Cluster) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up, w.Role, w.Name)
 		ch <- prometheus.MustNewConstMetric(descDowns, prometheus.CounterValue, float64(w.Downs), w.Role, w.Name)
 		ch <- prometheus.MustNewConstMetric(descFlight, prometheus.GaugeValue, float64(w.InFlight), w.Role, w.Name)
+		if w.Role == "decode" {
+			ch <- prometheus.MustNewConstMetric(descCached, prometheus.GaugeValue, float64(w.Cached), w.Role, w.Name)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descRetries, prometheus.CounterValue, float64(retries))
 	ch <- prometheus.MustNewConstMetric(descNoPair, prometheus.CounterValue, float64(noPair))

@@ -251,16 +251,10 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 }
 
 // LoadOf is a decode connection's load report, when its transport has one.
-func LoadOf(d handoff.Decode) func(ctx context.Context) (int, int, error) {
+func LoadOf(d handoff.Decode) func(ctx context.Context) (*handoff.Load, error) {
 	l, ok := d.(handoff.Loader)
 	if !ok {
 		return nil
 	}
-	return func(ctx context.Context) (int, int, error) {
-		r, err := l.Load(ctx)
-		if err != nil {
-			return 0, 0, err
-		}
-		return r.FreePages, r.TotalPages, nil
-	}
+	return l.Load
 }
