@@ -200,7 +200,8 @@ func TestDecodePrefixIgnoredByPrefillIsRefused(t *testing.T) {
 
 // decode_prefix_len is a peer's claim: one that is negative, not whole
 // pages, the whole prompt or beyond it, or longer than the page list is
-// refused by the prefill worker before it sends a page.
+// refused by the prefill worker before it sends a page; a well-formed one
+// larger than what decode holds fails the commit.
 func TestDecodePrefixOutOfBoundsRefused(t *testing.T) {
 	r := cacheRig(t, "inproc", nil)
 	p := prompt(11, 9)
@@ -230,6 +231,21 @@ func TestDecodePrefixOutOfBoundsRefused(t *testing.T) {
 		if n := r.pagesSent(); n != 0 {
 			t.Errorf("%s: %d pages sent before the refusal", bad.name, n)
 		}
+	}
+	// Well formed but more than decode holds (nothing, here): prefill
+	// skips blocks decode waits for, and the commit fails closed (count).
+	r.tp.mu.Lock()
+	r.tp.onReserve = func(_ *handoff.Reserve, res *handoff.Reservation) {
+		if res != nil {
+			res.PrefixTokens = 8
+		}
+	}
+	r.tp.mu.Unlock()
+	if res := r.submit(t, "a", p, 4); res.final.Err == nil || len(res.tokens) != 0 {
+		t.Errorf("a prefix decode does not hold: %v %v", res.tokens, res.final.Err)
+	}
+	if f := r.dw.ReceiverStats().Failed[handoff.ErrCountMismatch.Code]; f != 1 {
+		t.Errorf("count mismatches %d, want 1", f)
 	}
 	r.tp.mu.Lock()
 	r.tp.onReserve = nil
