@@ -88,7 +88,8 @@ func TestBenchClusterEndToEnd(t *testing.T) {
 		if r.DecodeWorkers != i+1 || len(r.Picks) != i+1 || sum != 12 || r.OK != 12 || r.Errors != 0 || r.OutTokens != 60 {
 			t.Errorf("row %d: %+v, want %d workers sharing 12 OK requests of 5 tokens", i, r, i+1)
 		}
-		if r.RouterCPUms < 0 || r.WorkersCPUms <= 0 || r.TokS <= 0 {
+		// CPU comes in 10 ms ticks: this small a load may read 0.
+		if r.RouterCPUms < 0 || r.WorkersCPUms < 0 || r.TokS <= 0 {
 			t.Errorf("row %d: figures %+v", i, r)
 		}
 	}
