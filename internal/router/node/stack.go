@@ -164,6 +164,8 @@ func Stats(pools map[string]*kv.Pool, dw *engine.DecodeWorker) router.EngineStat
 // integrity until classified here: better a false page than a hidden leak.
 func addReceiverStats(st *router.EngineStats, rs handoff.ReceiverStats) {
 	st.LateWritesDropped += rs.LateWrites
+	st.HandoffPagesTransferred += rs.PagesTransferred
+	st.HandoffPagesSkipped += rs.PagesSkipped
 	if st.ReservationsRefused == nil {
 		st.ReservationsRefused = map[string]uint64{}
 	}
@@ -214,7 +216,14 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 			return nil, err
 		}
 		ec.MaxQueue, ec.QueueTimeout = c.MaxQueue, c.QueueTimeout
-		ec.PrefixCache, ec.Verify, ec.PublicPrefix = c.PrefixCache, c.Pools.Verify, c.PublicPrefix
+		ec.PrefixCache, ec.Verify = c.PrefixCache, c.Pools.Verify
+		if r != preflight.RoleDecode {
+			// The public scope is prefill's and the colocated engine's:
+			// decode keeps its own cache per tenant (its lookup is the
+			// handoff receiver's, tenant-scoped), which prefill's public
+			// pages do not need.
+			ec.PublicPrefix = c.PublicPrefix
+		}
 		if c.Engine != nil {
 			c.Engine(r, &ec)
 		}
