@@ -7,12 +7,14 @@ import (
 	"sync"
 	"time"
 
+	"sluice/internal/engine"
 	"sluice/internal/gguf"
 	"sluice/internal/handoff"
 	"sluice/internal/handoff/shm"
 	"sluice/internal/kv"
 	"sluice/internal/model"
 	"sluice/internal/sample"
+	admission "sluice/internal/sched"
 	"sluice/internal/synth"
 )
 
@@ -24,13 +26,13 @@ const (
 	lease           = 50 * msec // > maxInFlight: the one-sided transport's bound (I6)
 	maxInFlight     = 25 * msec
 	handoffTimeout  = 250 * msec
-	requestDeadline = 500 * msec
+	requestDeadline = 800 * msec
 	tombstone       = 60 * msec
 	tickEvery       = 2 * msec
 	tokenCost       = 20 * time.Microsecond
 	decodeStep      = 8 * time.Millisecond
 	chunkMax        = 8
-	maxGen          = 8
+	maxGen          = 16
 	drainTime       = handoffTimeout + 4*lease
 	runLimit        = 10 * time.Second
 )
@@ -73,6 +75,15 @@ type Bugs struct {
 	// to the page meanwhile. With the word on, the I6 bugs above leak
 	// nothing (holdsAlone), so they are injected with it off.
 	NoGenFence bool
+	// CancelQueuedReserves: the router does not take a request its client
+	// left while it waited in the queue out of the admission core, and
+	// reserves for it when its turn comes (the cancelled-while-queued
+	// request that still reserves).
+	CancelQueuedReserves bool
+	// ResumeNoOffset: a resumed request's new handoff carries neither the
+	// tokens generated before (decode's sampler does not continue after
+	// them) nor the prefill sampler offset.
+	ResumeNoOffset bool
 }
 
 // Config is one run.
@@ -109,6 +120,22 @@ type Result struct {
 	// Fenced counts one-sided write batches the writer refused before
 	// placing a byte (a write outside its reservation, I3).
 	Fenced int
+	// Preemptions counts streams decode ended "preempted"; Growths the
+	// page-by-page extensions of decode tables; NoRoom the reservations
+	// decode answered "not now" (the request waited again).
+	Preemptions, Growths, NoRoom int
+	// ResumedOK and ResumedFailed count requests preempted at least once
+	// that then ended exact, or failed.
+	ResumedOK, ResumedFailed int
+	// QueueWaits are the admission core's waits, one per admission
+	// (first admissions and resumes).
+	QueueWaits []time.Duration
+	// QueueRejects counts the core's refusals by reason; EndedQueued the
+	// requests that ended while waiting in the queue.
+	QueueRejects map[string]int
+	EndedQueued  int
+	// Setup facts for the report.
+	MaxRunning int
 }
 
 // Failed reports whether the run broke an invariant.
@@ -118,6 +145,7 @@ func (r *Result) Bad() bool { return len(r.Violations) > 0 }
 // outputs. It is safe for concurrent Runs.
 type Env struct {
 	model   *model.Model
+	rt      *engine.ModelRuntime
 	prompts [][]int32
 	dir     string
 
@@ -147,7 +175,7 @@ func NewEnv(dir string) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{model: m, dir: own, refs: map[[2]int]*reference{}}
+	e := &Env{model: m, rt: engine.NewModelRuntime("sim", m, nil), dir: own, refs: map[[2]int]*reference{}}
 	vocab := m.Config().Vocab
 	x := uint64(0x243f6a8885a308d3)
 	for _, n := range []int{1, 2, 3, 5, 7, 8, 11, 16, 19, 24, 31, 40, 52} {
@@ -354,14 +382,19 @@ func (w *world) rpcAfter(extra time.Duration, what string, callerAlive, calleeAl
 // Run runs one seed.
 func Run(env *Env, cfg Config) *Result {
 	w := &world{sched: newSched(cfg.Seed), env: env, cfg: cfg, seed: cfg.Seed,
-		res: &Result{Seed: cfg.Seed, Ends: map[string]int{}, Phases: map[string]int{}}}
+		res: &Result{Seed: cfg.Seed, Ends: map[string]int{}, Phases: map[string]int{}, QueueRejects: map[string]int{}}}
 	w.pl = newPlan(w.sched)
 	mc := env.model.Config()
 	ps := []int{2, 4, 8}[w.pick(3)]
 	w.geo = kv.Geometry{Layers: mc.Layers, KVDim: mc.KVDim(), PageSize: ps}
 	target := 24 + w.pick(40)
 	// From one request's worth (exhausted by any burst) to several.
-	w.decPages = kv.PagesFor(target, ps) * (1 + w.pick(5))
+	// Most runs keep decode tight (pages on demand then run out during
+	// growth: preemption); some give it room for several requests.
+	w.decPages = kv.PagesFor(target, ps) * (1 + w.pick(2))
+	if w.chance(0.3) {
+		w.decPages = kv.PagesFor(target, ps) * (1 + w.pick(5))
+	}
 	w.prePages = kv.PagesFor(target, ps) * (1 + w.pick(3))
 	// I2: the context the router admits against is what every pool can hold.
 	w.ctx = min(mc.Context, w.decPages*ps, w.prePages*ps)
@@ -422,7 +455,21 @@ func Run(env *Env, cfg Config) *Result {
 		}
 	}()
 
-	w.router = &router{w: w, byID: map[kv.ID]*rreq{}}
+	// The admission core: some runs bound the queue or the running
+	// requests tightly, some give a short queue timeout.
+	qc := admission.Config{MaxQueue: 256, QueueTimeout: 400 * msec, MaxRunning: 64, Quantum: w.ctx, RetryInterval: 10 * msec}
+	if w.chance(0.3) {
+		qc.MaxRunning = 1 + w.pick(6)
+	}
+	if w.chance(0.2) {
+		qc.MaxQueue = 1 + w.pick(6)
+	}
+	if w.chance(0.25) {
+		qc.QueueTimeout = w.between(2*msec, 30*msec)
+	}
+	w.res.MaxRunning = qc.MaxRunning
+	w.res.Setup += fmt.Sprintf(", queue %d, running %d, queue timeout %v", qc.MaxQueue, qc.MaxRunning, qc.QueueTimeout)
+	w.router = &router{w: w, byHandoff: map[kv.ID]*rreq{}, bySID: map[admission.ID]*rreq{}, core: admission.New(qc)}
 	n := 6 + w.pick(11)
 	window := w.between(2*msec, 30*msec)
 	burst := w.chance(w.pl.p[FaultBurst])
@@ -490,6 +537,7 @@ func (w *world) crashes() {
 // the drain time (leases, reservation timeouts) has passed.
 func (w *world) tick() {
 	w.dec.tick()
+	w.router.coreStep(admission.Event{Kind: admission.EvTick})
 	if w.doneAt == 0 {
 		all := true
 		for _, q := range w.router.reqs {
@@ -508,43 +556,36 @@ func (w *world) tick() {
 	}
 }
 
-// oracleAccepted checks, outside the system, that what decode accepted is
-// the reference prompt KV. A mismatch is only a violation if the request
-// then reports success (checked at the end).
-func (w *world) oracleAccepted(d *decode, acc *handoff.Accepted) {
-	q := w.router.byID[acc.Handoff]
-	if q == nil {
-		w.violate("decode accepted a handoff nobody reserved: %s", short(acc.Handoff))
-		return
-	}
-	if acc.Tokens != len(q.toks) {
-		q.kvBad = fmt.Sprintf("accepted %d prompt tokens, prompt has %d (I9)", acc.Tokens, len(q.toks))
-		return
-	}
-	w.compareKV(d, q, acc.Owner, acc.Pages, acc.Tokens, "accepted")
-}
-
-// oracleFinished checks every position a decode sequence fed, just before
-// its pages are released: a late write landing mid-decode shows here.
-func (w *world) oracleFinished(d *decode, s *dseq) {
-	q := w.router.byID[s.h.id]
+// oracleReleased checks, outside the system, that what a decode sequence
+// held just before its pages went back is the reference KV: the prompt
+// (and generated tokens) of its handoff, every written slot. A late write
+// landing mid-decode shows here. A mismatch is only a violation if the
+// request then reports success (checked at the end).
+func (w *world) oracleReleased(d *decode, o kv.Owner, refs []kv.PageRef) {
+	q := w.router.byHandoff[o.ID]
 	if q == nil || q.kvBad != "" {
 		return
 	}
-	w.compareKV(d, q, s.owner, s.table, s.fed, "decoded")
+	if q.endedQueued {
+		w.violate("%v was cancelled while queued but decode reserved pages for it", q)
+	}
+	w.compareKV(d, q, o, refs)
 }
 
-func (w *world) compareKV(d *decode, q *rreq, o kv.Owner, table []kv.PageRef, tokens int, when string) {
+func (w *world) compareKV(d *decode, q *rreq, o kv.Owner, table []kv.PageRef) {
 	ref := w.env.ref(q.prompt, w.geo.PageSize)
-	ps := w.geo.PageSize
-	for b := 0; b*ps < tokens; b++ {
-		data, _, err := d.pool.PageData(o, table[b])
-		if err != nil {
+	for b := range table {
+		data, n, err := d.pool.PageData(o, table[b])
+		if err != nil || n == 0 {
 			// The pool refused (the system noticed something); not silent.
 			return
 		}
-		if !sameKV(w.geo, data, ref.pages[b], min(ps, tokens-b*ps)) {
-			q.kvBad = fmt.Sprintf("%s KV block %d (page %d) differs from the reference", when, b, table[b].Page)
+		if b >= len(ref.pages) {
+			q.kvBad = fmt.Sprintf("KV block %d written past the reference's %d blocks", b, len(ref.pages))
+			return
+		}
+		if !sameKV(w.geo, data, ref.pages[b], n) {
+			q.kvBad = fmt.Sprintf("decoded KV block %d (page %d) differs from the reference", b, table[b].Page)
 			w.logf("oracle: %v %s", q, q.kvBad)
 			return
 		}
@@ -562,6 +603,9 @@ func (w *world) check() {
 			continue
 		case q.end == "finished_length":
 			w.res.OK++
+			if q.preempts > 0 {
+				w.res.ResumedOK++
+			}
 			if !slices.Equal(q.out, ref[:q.max]) {
 				w.violate("%v reported success with output %v, reference %v (undetected integrity violation)", q, q.out, ref[:q.max])
 			}
@@ -581,6 +625,9 @@ func (w *world) check() {
 			}
 		default:
 			w.res.Failed++
+			if q.preempts > 0 {
+				w.res.ResumedFailed++
+			}
 		}
 		if len(q.out) > len(ref) || !slices.Equal(q.out, ref[:len(q.out)]) {
 			w.violate("%v streamed %v before ending %s; reference %v", q, q.out, q.end, ref)
@@ -589,16 +636,19 @@ func (w *world) check() {
 	// After the drain nothing may hold a page: not a leak, not a
 	// quarantine, not a forgotten reservation.
 	if w.dec.up {
-		w.dec.recv.Tick(w.clock())
+		w.dec.wk.Tick(w.clock())
 		if err := w.dec.pool.CheckDrained(); err != nil {
 			w.violate("decode#%d pool after drain: %v", w.dec.gen, err)
 		}
-		if s := w.dec.recv.Stats(); s.Live != 0 {
+		if s := w.dec.wk.ReceiverStats(); s.Live != 0 {
 			w.violate("decode#%d receiver still has %d live handoffs", w.dec.gen, s.Live)
 		}
-		if len(w.dec.active) != 0 || len(w.dec.order) != 0 {
-			w.violate("decode#%d still has %d sequences and %d handoffs", w.dec.gen, len(w.dec.active), len(w.dec.order))
+		if st := w.dec.wk.SchedStats(); st.Running != 0 || st.Preempted != 0 || len(w.dec.streams) != 0 {
+			w.violate("decode#%d still has %d sequences, %d preempted and %d open streams", w.dec.gen, st.Running, st.Preempted, len(w.dec.streams))
 		}
+	}
+	if st := w.router.core.Stats(); st.Waiting != 0 || st.Running != 0 {
+		w.violate("the admission core still has %d waiting and %d running after the drain", st.Waiting, st.Running)
 	}
 	if w.pre.up {
 		if err := w.pre.pool.CheckDrained(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -129,6 +130,9 @@ func TestSim(t *testing.T) {
 		var faults [numFaults]int
 		ends, phases := map[string]int{}, map[string]int{}
 		late, oldInc, fenced := 0, 0, 0
+		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad int
+		rejects := map[string]int{}
+		var waits []time.Duration
 		var ok, failed, cancelled, rejected, events, ran int
 		for _, r := range rs {
 			if r == nil {
@@ -143,6 +147,17 @@ func TestSim(t *testing.T) {
 			}
 			for k, v := range r.Phases {
 				phases[k] += v
+			}
+			pre += r.Preemptions
+			preMax = max(preMax, r.Preemptions)
+			grow += r.Growths
+			noRoom += r.NoRoom
+			endedQ += r.EndedQueued
+			resumedOK += r.ResumedOK
+			resumedBad += r.ResumedFailed
+			waits = append(waits, r.QueueWaits...)
+			for k, v := range r.QueueRejects {
+				rejects[k] += v
 			}
 			late += r.LateLandings
 			oldInc += r.OldIncarnationLandings
@@ -163,6 +178,17 @@ func TestSim(t *testing.T) {
 		t.Logf("one-sided writes landing after their handoff ended: %.2f per run", float64(late)/float64(ran))
 		t.Logf("one-sided writes landing after their decode incarnation crashed (same path, restart-same-file): %d; write batches fenced at the writer (foreign pages): %d",
 			oldInc, fenced)
+		slices.Sort(waits)
+		pct := func(p float64) time.Duration {
+			if len(waits) == 0 {
+				return 0
+			}
+			return waits[min(len(waits)-1, int(p*float64(len(waits))))]
+		}
+		t.Logf("preemptions per run: mean %.2f, max %d (%d in all); resumed requests %d exact, %d failed; page-by-page growths %.1f per run; decode no-room answers %d",
+			float64(pre)/float64(ran), preMax, pre, resumedOK, resumedBad, float64(grow)/float64(ran), noRoom)
+		t.Logf("queue: %d admissions, wait p50 %v, p99 %v, max %v; refused %s; %d requests ended while queued",
+			len(waits), pct(0.5), pct(0.99), pct(1), countsText(rejects), endedQ)
 		t.Logf("request ends: %s", countsText(ends))
 		t.Logf("disconnects and aborts by the phase they struck: %s", countsText(phases))
 		// The run must exercise what it claims to: every outcome, every
@@ -179,6 +205,18 @@ func TestSim(t *testing.T) {
 			for _, k := range []string{"admitted", "prefilling(compute)", "prefilling(transfer or commit)", "committed", "decoding"} {
 				if phases["disconnect/"+k] == 0 || phases["abort/"+k] == 0 {
 					t.Errorf("no disconnect or no abort struck in phase %s", k)
+				}
+			}
+			// The new page-lifetime paths must all be exercised.
+			if pre == 0 || resumedOK == 0 || resumedBad == 0 {
+				t.Errorf("%d preemptions, %d resumed requests exact, %d failed: a resume path never ran", pre, resumedOK, resumedBad)
+			}
+			if grow == 0 || noRoom == 0 || endedQ == 0 || rejects["queue_timeout"] == 0 {
+				t.Errorf("growths %d, no-room answers %d, ends while queued %d, queue timeouts %d: a queue or growth path never ran", grow, noRoom, endedQ, rejects["queue_timeout"])
+			}
+			for _, k := range []string{"queued", "resumed-queued", "resumed-admitted", "resumed-prefilling(compute)", "resumed-committed"} {
+				if phases["disconnect-resumed/"+k]+phases["abort-resumed/"+k]+phases["disconnect/"+k]+phases["abort/"+k] == 0 {
+					t.Errorf("no disconnect or abort struck in phase %s", k)
 				}
 			}
 			if late == 0 {
