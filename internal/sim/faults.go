@@ -45,6 +45,10 @@ type plan struct {
 	jitter   time.Duration // extra random message delay (reordering)
 	oneSided bool          // shm-like transport: page bytes land in decode memory one-sidedly
 	retry    float64       // chance a client retries a failed request at once
+	// pressure: an honest run (no misbehaving peer, no crash) into one
+	// request's worth of decode pages, arriving at once: most requests
+	// reach decoding together and grow into each other (preemption).
+	pressure bool
 }
 
 func newPlan(s *sched) plan {
@@ -70,6 +74,13 @@ func newPlan(s *sched) plan {
 		pl.p[f] = rate(0.2, 0.1, 0.4)
 	}
 	pl.p[FaultAfterPreempt] = rate(0.4, 0.2, 0.6)
+	if s.chance(0.25) {
+		pl.pressure = true
+		for _, f := range []Fault{FaultShort, FaultWrongDigest, FaultNoDigest, FaultStaleData, FaultStaleWriter, FaultForeign, FaultCrashPrefill, FaultCrashDecode} {
+			pl.p[f] = 0
+		}
+		pl.p[FaultBurst] = 1
+	}
 	if pl.p[FaultDelay] > 0 {
 		pl.jitter = s.between(200*time.Microsecond, 3*time.Millisecond)
 	}

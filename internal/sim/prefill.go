@@ -22,7 +22,6 @@ type prefill struct {
 	pool *kv.Pool
 	run  *model.Runner
 	jobs []*pjob
-	samp *sample.Sampler // greedy, the engine's sampler
 }
 
 // misbehaviour of a prefill peer for one handoff (the incident's cases).
@@ -67,7 +66,7 @@ func (w *world) newPrefill(gen int) (*prefill, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &prefill{w: w, gen: gen, up: true, pool: p, run: w.env.model.NewRunner(nil), samp: sample.New(sample.Params{})}, nil
+	return &prefill{w: w, gen: gen, up: true, pool: p, run: w.env.model.NewRunner(nil)}, nil
 }
 
 func (p *prefill) alive() bool { return p.up }
@@ -142,7 +141,7 @@ func (j *pjob) chunk() {
 			j.chunk()
 			return
 		}
-		first, err := p.samp.Sample(res[0].Logits)
+		first, err := prefillSampler(j.req).Sample(res[0].Logits)
 		if err != nil {
 			j.fail(err)
 			return
@@ -170,6 +169,22 @@ func (j *pjob) chunk() {
 		}
 		j.drive()
 	})
+}
+
+// prefillSampler draws the first token as draw SampleOffset of the
+// request's random stream, as the engine's prefill worker does: a resumed
+// request's last SampleOffset prompt tokens are ones it generated before
+// (they used the earlier draws and count for the penalties as generated
+// tokens).
+func prefillSampler(r *handoff.PrefillRequest) *sample.Sampler {
+	off := r.SampleOffset
+	s := sample.New(r.Sampling)
+	s.SetPrompt(r.Tokens[:len(r.Tokens)-off])
+	for _, t := range r.Tokens[len(r.Tokens)-off:] {
+		s.Observe(t)
+	}
+	s.Advance(off)
+	return s
 }
 
 // Fail gives the handoff up from the prefill side (shutdown, abort).

@@ -46,8 +46,8 @@ const (
 )
 
 // newReq registers a request.
-func (r *router) newReq(prompt, max int, tenant string) *rreq {
-	q := &rreq{i: len(r.reqs), prompt: prompt, max: max, tenant: tenant, pending: map[int]handoff.Token{}}
+func (r *router) newReq(prompt, max int, tenant string, si int) *rreq {
+	q := &rreq{i: len(r.reqs), prompt: prompt, max: max, tenant: tenant, si: si, pending: map[int]handoff.Token{}}
 	q.toks = r.w.env.prompts[prompt]
 	q.m = newMachine()
 	r.reqs = append(r.reqs, q)
@@ -61,6 +61,7 @@ type rreq struct {
 	toks   []int32
 	max    int
 	tenant string
+	si     int // index into samplings
 	m      *request.Machine
 	sid    admission.ID
 	queue  qstate
@@ -85,7 +86,7 @@ type rreq struct {
 	queuedAt    time.Duration
 	preempts    int
 	handoffs    int
-	endedQueued bool // ended while waiting in the queue: may never reserve
+	endedQueued bool     // ended while waiting in the queue: may never reserve
 	strike      strikeAt // an after-preemption fault waits for this phase
 }
 
@@ -195,7 +196,7 @@ func (r *router) act(q *rreq, a request.Action) {
 			// Clients retry failures at once: the retry's reservation takes
 			// the pages the failure just freed (LIFO), the reuse I6 is about.
 			r.retries++
-			n := r.newReq(q.prompt, q.max, q.tenant)
+			n := r.newReq(q.prompt, q.max, q.tenant, q.si)
 			w.after(w.between(0, msec), "retry", func() { r.submit(n) })
 		}
 	}
@@ -278,7 +279,10 @@ func (r *router) admitted(q *rreq) {
 	m := &handoff.Reserve{Handoff: hid, Tenant: q.tenant, PromptTokens: q.hprompt, MaxTokens: q.max - len(q.out)}
 	// The stream continues the request's sampler after the tokens it
 	// already has (a resumed request's offset).
-	sp := handoff.StreamParams{IgnoreEOS: true, Generated: slices.Clone(q.out)}
+	sp := handoff.StreamParams{Sampling: samplings[q.si], IgnoreEOS: true, Generated: slices.Clone(q.out)}
+	if sp.Sampling.UsesPrompt() {
+		sp.Prompt = q.toks
+	}
 	if w.cfg.Bugs.ResumeNoOffset {
 		sp.Generated = nil
 	}
@@ -337,7 +341,8 @@ func (r *router) prefill(q *rreq) {
 	r.maybeStrike(q, strikeRebuilding)
 	hid := q.hid
 	toks := append(slices.Clone(q.toks), q.out...)
-	pr := &handoff.PrefillRequest{Handoff: hid, Tenant: q.tenant, Tokens: toks, Reservation: q.res, SampleOffset: len(q.out)}
+	pr := &handoff.PrefillRequest{Handoff: hid, Tenant: q.tenant, Tokens: toks, Reservation: q.res,
+		Sampling: samplings[q.si], SampleOffset: len(q.out)}
 	if w.cfg.Bugs.ResumeNoOffset {
 		pr.SampleOffset = 0
 	}

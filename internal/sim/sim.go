@@ -150,7 +150,17 @@ type Env struct {
 	dir     string
 
 	mu   sync.Mutex
-	refs map[[2]int]*reference
+	refs map[[3]int]*reference
+}
+
+// samplings are the requests' sampling settings: greedy, seeded, and
+// seeded with penalties (the prompt and every generated token count). A
+// resumed request's sampler must continue its random stream and its
+// penalty counts exactly where the preempted one stopped.
+var samplings = []sample.Params{
+	{},
+	{Temperature: 0.9, Seed: 11},
+	{Temperature: 0.7, TopK: 20, Seed: 12, FrequencyPenalty: 0.5, RepetitionPenalty: 1.1},
 }
 
 // NewEnv loads the built-in default model (synth.Default, tiny random
@@ -175,7 +185,7 @@ func NewEnv(dir string) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{model: m, rt: engine.NewModelRuntime("sim", m, nil), dir: own, refs: map[[2]int]*reference{}}
+	e := &Env{model: m, rt: engine.NewModelRuntime("sim", m, nil), dir: own, refs: map[[3]int]*reference{}}
 	vocab := m.Config().Vocab
 	x := uint64(0x243f6a8885a308d3)
 	for _, n := range []int{1, 2, 3, 5, 7, 8, 11, 16, 19, 24, 31, 40, 52} {
@@ -200,12 +210,13 @@ type reference struct {
 	geo    kv.Geometry
 }
 
-// ref computes (once) the reference of prompt pi at page size ps: one
-// prefill of the whole prompt, then one token at a time, in a private pool.
-func (e *Env) ref(pi, ps int) *reference {
+// ref computes (once) the reference of prompt pi at page size ps with
+// sampling si: one prefill of the whole prompt, then one token at a time,
+// in a private pool, one sampler drawing every token in turn.
+func (e *Env) ref(pi, ps, si int) *reference {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if r := e.refs[[2]int{pi, ps}]; r != nil {
+	if r := e.refs[[3]int{pi, ps, si}]; r != nil {
 		return r
 	}
 	p := e.prompts[pi]
@@ -229,14 +240,23 @@ func (e *Env) ref(pi, ps int) *reference {
 		panic(res[0].Err)
 	}
 	r := &reference{geo: geo}
-	tok := sample.Greedy(res[0].Logits)
+	smp := sample.New(samplings[si])
+	smp.SetPrompt(p)
+	draw := func(logits []float32) int32 {
+		t, err := smp.Sample(logits)
+		if err != nil {
+			panic(err)
+		}
+		return t
+	}
+	tok := draw(res[0].Logits)
 	r.tokens = append(r.tokens, tok)
 	for pos := len(p); len(r.tokens) < maxGen; pos++ {
 		res = run.Forward([]model.Seq{{Tokens: []int32{tok}, Pos: pos, KV: view}})
 		if res[0].Err != nil {
 			panic(res[0].Err)
 		}
-		tok = sample.Greedy(res[0].Logits)
+		tok = draw(res[0].Logits)
 		r.tokens = append(r.tokens, tok)
 	}
 	for _, ref := range table {
@@ -246,7 +266,7 @@ func (e *Env) ref(pi, ps int) *reference {
 		}
 		r.pages = append(r.pages, append([]byte(nil), d...))
 	}
-	e.refs[[2]int{pi, ps}] = r
+	e.refs[[3]int{pi, ps, si}] = r
 	return r
 }
 
@@ -395,6 +415,9 @@ func Run(env *Env, cfg Config) *Result {
 	if w.chance(0.3) {
 		w.decPages = kv.PagesFor(target, ps) * (1 + w.pick(5))
 	}
+	if w.pl.pressure {
+		w.decPages = kv.PagesFor(target, ps)
+	}
 	w.prePages = kv.PagesFor(target, ps) * (1 + w.pick(3))
 	// I2: the context the router admits against is what every pool can hold.
 	w.ctx = min(mc.Context, w.decPages*ps, w.prePages*ps)
@@ -420,8 +443,8 @@ func Run(env *Env, cfg Config) *Result {
 	}
 	w.batchBytes = w.geo.PageBytes() * (1 + w.pick(3))
 	w.window = 1 + w.pick(3)
-	w.res.Setup = fmt.Sprintf("page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, batch %d pages, window %d, handoff timeout %v, prefill timeout %v",
-		ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.batchBytes/w.geo.PageBytes(), w.window, w.handoffTimeout, w.prefillTimeout)
+	w.res.Setup = fmt.Sprintf("pressure %v, page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, batch %d pages, window %d, handoff timeout %v, prefill timeout %v",
+		w.pl.pressure, ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.batchBytes/w.geo.PageBytes(), w.window, w.handoffTimeout, w.prefillTimeout)
 	w.logf("seed %d: %s", cfg.Seed, w.res.Setup)
 	var ps2 []string
 	for f := Fault(0); f < numFaults; f++ {
@@ -470,14 +493,14 @@ func Run(env *Env, cfg Config) *Result {
 	w.res.MaxRunning = qc.MaxRunning
 	w.res.Setup += fmt.Sprintf(", queue %d, running %d, queue timeout %v", qc.MaxQueue, qc.MaxRunning, qc.QueueTimeout)
 	w.router = &router{w: w, byHandoff: map[kv.ID]*rreq{}, bySID: map[admission.ID]*rreq{}, core: admission.New(qc)}
-	n := 6 + w.pick(11)
+	n := 8 + w.pick(13)
 	window := w.between(2*msec, 30*msec)
 	burst := w.chance(w.pl.p[FaultBurst])
 	if burst {
 		w.count(FaultBurst)
 	}
 	for range n {
-		q := w.router.newReq(w.pick(len(env.prompts)), 1+w.pick(maxGen), fmt.Sprintf("tenant%d", w.pick(3)))
+		q := w.router.newReq(w.pick(len(env.prompts)), 1+w.pick(maxGen), fmt.Sprintf("tenant%d", w.pick(3)), w.pick(len(samplings)))
 		at := w.between(0, window)
 		if burst {
 			at = w.between(0, 100*time.Microsecond)
@@ -566,14 +589,11 @@ func (w *world) oracleReleased(d *decode, o kv.Owner, refs []kv.PageRef) {
 	if q == nil || q.kvBad != "" {
 		return
 	}
-	if q.endedQueued {
-		w.violate("%v was cancelled while queued but decode reserved pages for it", q)
-	}
 	w.compareKV(d, q, o, refs)
 }
 
 func (w *world) compareKV(d *decode, q *rreq, o kv.Owner, table []kv.PageRef) {
-	ref := w.env.ref(q.prompt, w.geo.PageSize)
+	ref := w.env.ref(q.prompt, w.geo.PageSize, q.si)
 	for b := range table {
 		data, n, err := d.pool.PageData(o, table[b])
 		if err != nil || n == 0 {
@@ -595,7 +615,7 @@ func (w *world) compareKV(d *decode, q *rreq, o kv.Owner, table []kv.PageRef) {
 // check is the end-of-run verdict.
 func (w *world) check() {
 	for _, q := range w.router.reqs {
-		ref := w.env.ref(q.prompt, w.geo.PageSize).tokens
+		ref := w.env.ref(q.prompt, w.geo.PageSize, q.si).tokens
 		w.res.Ends[string(q.end)]++
 		switch {
 		case !q.finished:

@@ -247,10 +247,31 @@ func tail(lines []string, n int) string {
 // clean or with an injected bug (a counterexample replays exactly).
 func TestDeterministic(t *testing.T) {
 	env := testEnv(t)
-	for _, c := range []struct {
+	cases := []struct {
 		seed uint64
 		bugs Bugs
-	}{{3, Bugs{}}, {17, Bugs{}}, {99, Bugs{}}, {11, bugByName(t, "no-digest")}} {
+	}{{3, Bugs{}}, {17, Bugs{}}, {99, Bugs{}}}
+	// And the first seed that finds an injected bug, and one with many
+	// preemptions: both replay exactly.
+	nd := bugByName(t, "no-digest")
+	if r, _ := firstBad(env, nd, 100); r != nil {
+		cases = append(cases, struct {
+			seed uint64
+			bugs Bugs
+		}{r.Seed, nd})
+	} else {
+		t.Fatal("no seed in 100 finds no-digest")
+	}
+	for s := uint64(1); s < 200; s++ {
+		if r := Run(env, Config{Seed: s}); r.Preemptions >= 3 {
+			cases = append(cases, struct {
+				seed uint64
+				bugs Bugs
+			}{s, Bugs{}})
+			break
+		}
+	}
+	for _, c := range cases {
 		seed := c.seed
 		a := Run(env, Config{Seed: seed, Trace: true, Bugs: c.bugs})
 		b := Run(env, Config{Seed: seed, Trace: true, Bugs: c.bugs})
@@ -263,6 +284,10 @@ func TestDeterministic(t *testing.T) {
 		if len(a.Trace) < 20 {
 			t.Fatalf("seed %d: trace of %d lines is too short to mean anything", seed, len(a.Trace))
 		}
+		t.Logf("seed %d (%d preemptions, bad %v): %d trace lines, identical twice", seed, a.Preemptions, a.Bad(), len(a.Trace))
+	}
+	if len(cases) < 5 {
+		t.Errorf("no seed below 200 preempts 3 times")
 	}
 }
 
