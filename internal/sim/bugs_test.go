@@ -52,6 +52,9 @@ var mustFind = []injected{
 	// The page-lifetime paths of queueing and preemption (issue 11).
 	{"cancel-queued-reserves", "I1", "a request whose client left while it was queued stays in the admission core and reserves when its turn comes",
 		Bugs{CancelQueuedReserves: true}, 100, "left the queue"},
+	// The prefix cache (issue 12): both of its tenant layers off at once.
+	{"cache-tenant-blind", "I11", "prefix cache keyed without the tenant salt AND index and shared read ignoring the tenant (engine.Unsafe.TenantBlindCache)",
+		Bugs{CacheNoSalt: true, KV: kv.Unsafe{CacheIgnoresTenant: true}}, 100, "crossed tenants"},
 	{"resume-no-offset", "I9", "a resumed request's new handoff carries neither the generated tokens to decode's sampler nor the prefill sampler offset",
 		Bugs{ResumeNoOffset: true}, 200, ""},
 }
@@ -73,6 +76,10 @@ var holdsAlone = []injected{
 		Bugs{EarlyDrain: true}, 500, ""},
 	{"short-lease-gen-word", "I6", "lease shorter than the in-flight time (the generation word stops late copies)",
 		Bugs{ShortLease: true}, 250, ""},
+	{"cache-no-salt", "I11", "prefix cache keys without the tenant salt (the index keyed by tenant still misses across tenants)",
+		Bugs{CacheNoSalt: true}, 250, ""},
+	{"cache-no-tenant-check", "I11", "pool cache ignores the tenant in its index and on shared reads (the salted keys still differ across tenants)",
+		Bugs{KV: kv.Unsafe{CacheIgnoresTenant: true}}, 250, ""},
 	{"restart-same-file", "I6", "a restarted decode maps the crashed one's shared file in place (the commit digest, re-read from memory, still catches old-incarnation writes before a commit)",
 		Bugs{RestartSameFile: true}, 250, ""},
 }

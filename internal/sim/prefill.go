@@ -22,6 +22,10 @@ type prefill struct {
 	pool *kv.Pool
 	run  *model.Runner
 	jobs []*pjob
+	// cachedBy is, for each page this simulator saw handed to the prefix
+	// cache, the tenant whose request computed it: the oracle of I11 (a
+	// hit must be the reader's own tenant's KV), kept outside the system.
+	cachedBy map[uint32]string
 }
 
 // misbehaviour of a prefill peer for one handoff (the incident's cases).
@@ -59,6 +63,10 @@ type pjob struct {
 	over    bool
 	lastB   []handoff.PageWrite
 	stopped error // Fail requested from outside before the sender existed
+	// The prefix cache: the chain keys of the prompt's full pages, and how
+	// many leading pages came from the cache (not computed here).
+	keys []kv.BlockKey
+	hits int
 }
 
 func (w *world) newPrefill(gen int) (*prefill, error) {
@@ -66,7 +74,7 @@ func (w *world) newPrefill(gen int) (*prefill, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &prefill{w: w, gen: gen, up: true, pool: p, run: w.env.model.NewRunner(nil)}, nil
+	return &prefill{w: w, gen: gen, up: true, pool: p, run: w.env.model.NewRunner(nil), cachedBy: map[uint32]string{}}, nil
 }
 
 func (p *prefill) alive() bool { return p.up }
@@ -91,13 +99,50 @@ func (p *prefill) start(r *handoff.PrefillRequest, reply func(*handoff.PrefillRe
 		j.fail(handoff.ErrState.With("reservation does not fit the prompt"))
 		return
 	}
-	table, err := p.pool.Reserve(j.owner, kv.PagesFor(len(r.Tokens), w.geo.PageSize))
+	// The prefix cache, as the engine's prefill worker uses it: the salt
+	// is the authenticated tenant's; the cached leading full pages are not
+	// computed again (the last prompt token always is); the pool evicts
+	// idle entries when a reservation needs their pages.
+	var hits []kv.PageRef
+	if w.cacheOn {
+		tenant := r.Tenant
+		if w.cfg.Bugs.CacheNoSalt {
+			tenant = "" // the bug: one salt for every tenant
+		}
+		ps := w.geo.PageSize
+		j.keys = kv.PrefixKeys(w.cacheFP, kv.TenantSalt(w.cacheSecret, tenant), ps, r.Tokens)
+		if n := min(len(j.keys), (len(r.Tokens)-1)/ps); n > 0 {
+			hits, _ = p.pool.Lookup(j.owner, j.keys[:n])
+		}
+		for _, h := range hits {
+			if by := p.cachedBy[h.Page]; by != r.Tenant {
+				w.violate("%s of %s read cached page %d computed for %s (I11: the prefix cache crossed tenants)", short(r.Handoff), r.Tenant, h.Page, by)
+			}
+		}
+		if len(hits) > 0 {
+			w.res.CacheHits += len(hits)
+			w.logf("prefill#%d %s: %d prompt pages from the prefix cache", p.gen, short(j.id), len(hits))
+		}
+	}
+	need := kv.PagesFor(len(r.Tokens), w.geo.PageSize)
+	var table []kv.PageRef
+	var err error
+	if len(hits) == 0 {
+		table, err = p.pool.Reserve(j.owner, need)
+	} else {
+		table, err = p.pool.Extend(j.owner, hits, need-len(hits))
+	}
 	if err != nil {
+		if len(hits) > 0 {
+			_ = p.pool.Release(j.owner, hits)
+		}
 		w.count(FaultBurst)
 		j.fail(handoff.ErrRefused.With("prefill pool: %v", err))
 		return
 	}
 	j.table = table
+	j.hits = len(hits)
+	j.fed = len(hits) * w.geo.PageSize
 	for f := mShort; f <= mForeign; f++ {
 		if w.chance(w.pl.p[FaultShort+Fault(f-mShort)]) {
 			j.bad = f
@@ -146,6 +191,7 @@ func (j *pjob) chunk() {
 			j.fail(err)
 			return
 		}
+		j.insert()
 		j.first = first
 		src := &handoff.PoolSource{Pool: p.pool, Owner: j.owner, Pages: j.table, Tokens: j.fed}
 		snd, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: w.batchBytes, Window: w.window}, j.req.Reservation, j.fed, j.first, src)
@@ -169,6 +215,24 @@ func (j *pjob) chunk() {
 		}
 		j.drive()
 	})
+}
+
+// insert seals the prompt's full pages computed here and hands them to
+// the prefix cache (failures leave them private).
+func (j *pjob) insert() {
+	p := j.p
+	to := min(len(j.keys), len(j.table))
+	if to <= j.hits {
+		return
+	}
+	if err := p.pool.Seal(j.owner, j.table[j.hits:to]); err != nil {
+		return
+	}
+	for i := j.hits; i < to; i++ {
+		if ok, err := p.pool.Insert(j.owner, j.table[i], j.keys[i]); err == nil && ok {
+			p.cachedBy[j.table[i].Page] = j.req.Tenant
+		}
+	}
 }
 
 // prefillSampler draws the first token as draw SampleOffset of the

@@ -80,6 +80,11 @@ type Bugs struct {
 	// reserves for it when its turn comes (the cancelled-while-queued
 	// request that still reserves).
 	CancelQueuedReserves bool
+	// CacheNoSalt keys the prefill's prefix cache with one salt for every
+	// tenant (the tenant left out of kv.TenantSalt). With Bugs.KV.
+	// CacheIgnoresTenant too (the index and the read check ignore the
+	// tenant), it is engine.Unsafe.TenantBlindCache: the shared cache.
+	CacheNoSalt bool
 	// ResumeNoOffset: a resumed request's new handoff carries neither the
 	// tokens generated before (decode's sampler does not continue after
 	// them) nor the prefill sampler offset.
@@ -134,6 +139,9 @@ type Result struct {
 	// requests that ended while waiting in the queue.
 	QueueRejects map[string]int
 	EndedQueued  int
+	// CacheHits counts prompt pages prefill took from the prefix cache;
+	// CacheEvictions idle cache entries the prefill pools evicted.
+	CacheHits, CacheEvictions int
 	// Setup facts for the report.
 	MaxRunning int
 }
@@ -307,6 +315,10 @@ type world struct {
 	recvLease          time.Duration
 	batchBytes, window int
 	handoffTimeout     time.Duration
+	// The prefill's prefix cache: on for most runs; the deployment secret
+	// that keys the tenant salts and the model's name in the keys.
+	cacheOn              bool
+	cacheSecret, cacheFP []byte
 	prefillTimeout     time.Duration
 	doneAt             time.Duration
 }
@@ -442,9 +454,12 @@ func Run(env *Env, cfg Config) *Result {
 		w.prefillTimeout = w.between(6*msec, 30*msec)
 	}
 	w.batchBytes = w.geo.PageBytes() * (1 + w.pick(3))
+	w.cacheOn = w.chance(0.7)
+	w.cacheSecret = []byte(fmt.Sprintf("sim secret %d", w.rng.Uint64()))
+	w.cacheFP = []byte("sim model")
 	w.window = 1 + w.pick(3)
-	w.res.Setup = fmt.Sprintf("pressure %v, page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, batch %d pages, window %d, handoff timeout %v, prefill timeout %v",
-		w.pl.pressure, ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.batchBytes/w.geo.PageBytes(), w.window, w.handoffTimeout, w.prefillTimeout)
+	w.res.Setup = fmt.Sprintf("pressure %v, page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, prefix cache %v, batch %d pages, window %d, handoff timeout %v, prefill timeout %v",
+		w.pl.pressure, ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.cacheOn, w.batchBytes/w.geo.PageBytes(), w.window, w.handoffTimeout, w.prefillTimeout)
 	w.logf("seed %d: %s", cfg.Seed, w.res.Setup)
 	var ps2 []string
 	for f := Fault(0); f < numFaults; f++ {
@@ -669,6 +684,9 @@ func (w *world) check() {
 	}
 	if st := w.router.core.Stats(); st.Waiting != 0 || st.Running != 0 {
 		w.violate("the admission core still has %d waiting and %d running after the drain", st.Waiting, st.Running)
+	}
+	for _, p := range w.pres {
+		w.res.CacheEvictions += int(p.pool.Stats().CacheEvictions)
 	}
 	if w.pre.up {
 		if err := w.pre.pool.CheckDrained(); err != nil {

@@ -130,7 +130,7 @@ func TestSim(t *testing.T) {
 		var faults [numFaults]int
 		ends, phases := map[string]int{}, map[string]int{}
 		late, oldInc, fenced := 0, 0, 0
-		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad int
+		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad, hits, evicted int
 		rejects := map[string]int{}
 		var waits []time.Duration
 		var ok, failed, cancelled, rejected, events, ran int
@@ -149,6 +149,8 @@ func TestSim(t *testing.T) {
 				phases[k] += v
 			}
 			pre += r.Preemptions
+			hits += r.CacheHits
+			evicted += r.CacheEvictions
 			preMax = max(preMax, r.Preemptions)
 			grow += r.Growths
 			noRoom += r.NoRoom
@@ -189,6 +191,7 @@ func TestSim(t *testing.T) {
 			float64(pre)/float64(ran), preMax, pre, resumedOK, resumedBad, float64(grow)/float64(ran), noRoom)
 		t.Logf("queue: %d admissions, wait p50 %v, p99 %v, max %v; refused %s; %d requests ended while queued",
 			len(waits), pct(0.5), pct(0.99), pct(1), countsText(rejects), endedQ)
+		t.Logf("prefix cache (prefill): %d prompt pages hit, %d idle entries evicted", hits, evicted)
 		t.Logf("request ends: %s", countsText(ends))
 		t.Logf("disconnects and aborts by the phase they struck: %s", countsText(phases))
 		// The run must exercise what it claims to: every outcome, every
@@ -210,6 +213,9 @@ func TestSim(t *testing.T) {
 			// The new page-lifetime paths must all be exercised.
 			if pre == 0 || resumedOK == 0 || resumedBad == 0 {
 				t.Errorf("%d preemptions, %d resumed requests exact, %d failed: a resume path never ran", pre, resumedOK, resumedBad)
+			}
+			if hits == 0 || evicted == 0 {
+				t.Errorf("prefix cache: %d hits, %d evictions: a cache path never ran", hits, evicted)
 			}
 			if grow == 0 || noRoom == 0 || endedQ == 0 || rejects["queue_timeout"] == 0 {
 				t.Errorf("growths %d, no-room answers %d, ends while queued %d, queue timeouts %d: a queue or growth path never ran", grow, noRoom, endedQ, rejects["queue_timeout"])
