@@ -319,8 +319,8 @@ type world struct {
 	// that keys the tenant salts and the model's name in the keys.
 	cacheOn              bool
 	cacheSecret, cacheFP []byte
-	prefillTimeout     time.Duration
-	doneAt             time.Duration
+	prefillTimeout       time.Duration
+	doneAt               time.Duration
 }
 
 func (w *world) count(f Fault) { w.res.Faults[f]++ }
