@@ -101,17 +101,21 @@
 // A failing seed is reported with its violations, its setup, the tail of
 // its trace and the command that replays it:
 //
-//	seed 110 broke an invariant; replay: SLUICE_SIM_SEED=110 go test -count=1 -run 'TestSim/seed' -v ./internal/sim/
-//	  req11(011d9c) reported success with output [119 385 471 32 73 459 318 280], reference [119 385 471 32 73 503 508 462] (undetected integrity violation)
-//	  setup: page 4, decode 24 pages, prefill 16 pages, context 64, one-sided true, ...
+//	seed 6 broke an invariant; replay: SLUICE_SIM_SEED=6 go test -count=1 -run 'TestSim/seed' -v ./internal/sim/
+//	  req6(7861d9) reported success with output [265 379 282 419 506 51 279 380 504 374 272 428 504], reference [265 379 282 419 506 51 279 380 504 374 331 259 285] (undetected integrity violation)
+//	  setup: pressure true, page 8, decode 4 pages, prefill 12 pages, context 32, one-sided false, ...
 //	trace tail:
-//	   21.397ms  one-sided write 0f5d94 page 1 lands in decode#0 memory AFTER its handoff ended (page now reserved for req2(3f5502), committed)
+//	   191.673ms  -> decode#0->router stream d8a25c #6 (duplicate)
 //	   ...
+//
+// (the engine's decode sampler broken on purpose: a resumed stream that
+// does not skip the draws of its earlier tokens).
 //
 // Trace lines are the virtual time, then "-> what" for a delivered message
 // (LOST, TIMEOUT and "(duplicate)" mark faults), END lines with each
-// request's terminal reason and output, and oracle lines where the
-// simulator saw KV differ from the reference.
+// request's terminal reason and output, admissions with their queue wait,
+// PREEMPTED lines, prefix-cache hits, and oracle lines where the simulator
+// saw KV differ from the reference.
 //
 // # Bug injection
 //
