@@ -82,6 +82,9 @@ type seq struct {
 	// evict: preemptible, but its KV is rebuilt elsewhere: a preemption
 	// ends it with finish "preempted" (the decode worker's sequences).
 	evict bool
+	// onPreempt, when set (a driven batch's driver), learns the phase a
+	// preemption struck: "prompt", "decode" or "rebuild".
+	onPreempt func(phase string)
 
 	cancel atomic.Bool
 	// aborted turns a cancel into a failure: the handoff was aborted by a
@@ -463,6 +466,16 @@ func (s *batch) preempt(q *seq) {
 		s.preemptions.Add(1)
 		s.finish(q, outcome{done: true, finish: "preempted"}) // releases its pages the normal way
 		return
+	}
+	if q.onPreempt != nil {
+		switch {
+		case q.recompute:
+			q.onPreempt("rebuild")
+		case q.decoded:
+			q.onPreempt("decode")
+		default:
+			q.onPreempt("prompt")
+		}
 	}
 	releasePages(s.pool, q.owner, q.table)
 	q.table, q.view = nil, nil

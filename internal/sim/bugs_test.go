@@ -20,17 +20,19 @@ type injected struct {
 	// bound: the simulator must find a violation within this many seeds
 	// (mustFind), or find none in this many (holdsAlone).
 	bound uint64
-	// want is what the finding must say; "" means a leak (a client got
-	// success over data that was not its own, or wrong tokens).
+	// want is what the finding must say (alternatives split by "|"); ""
+	// means a leak (a client got success over data that was not its own,
+	// or wrong tokens).
 	want string
 }
 
 // mustFind are bugs no other layer catches: the simulator must find each.
-// Bounds are four to ten times the seed that finds it today (runs are
-// deterministic, so the count is exact, not a probability): no-digest,
-// count-only and incident seed 32, no-generation 1, release-before-drain
-// 14, early-drain 15, short-lease 53, foreign-placement 15,
-// cancel-queued-reserves 2, cache-tenant-blind 2, resume-no-offset 2.
+// Bounds are three to twenty-five times the seed that finds it today (runs
+// are deterministic, so the count is exact, not a probability; small
+// seeds get room for the seed stream to shift): no-digest, count-only and
+// incident seed 45, no-generation 1, release-before-drain 15, early-drain
+// 15, short-lease 15, foreign-placement 4, cancel-queued-reserves 3,
+// cache-tenant-blind 2, resume-no-offset 2.
 var mustFind = []injected{
 	{"no-digest", "I5", "commit digest not compared (a page with wrong bytes but a matching checksum is accepted)",
 		Bugs{Receiver: handoff.Safeguards{NoDigest: true}}, 150, ""},
@@ -53,8 +55,10 @@ var mustFind = []injected{
 	{"foreign-placement", "I3", "the one-sided writer's reservation fence off: a peer places bytes in another handoff's page",
 		Bugs{ForeignPlacement: true, NoGenFence: true}, 100, ""},
 	// The page-lifetime paths of queueing and preemption (issue 11).
+	// (Found as decode pages reserved for it, or as the core timing out a
+	// request that already ended.)
 	{"cancel-queued-reserves", "I1", "a request whose client left while it was queued stays in the admission core and reserves when its turn comes",
-		Bugs{CancelQueuedReserves: true}, 20, "left the queue"},
+		Bugs{CancelQueuedReserves: true}, 20, "left the queue|illegal transition: fail in state finished"},
 	// The prefix cache (issue 12): both of its tenant layers off at once.
 	{"cache-tenant-blind", "I11", "prefix cache keyed without the tenant salt AND index and shared read ignoring the tenant (engine.Unsafe.TenantBlindCache)",
 		Bugs{CacheNoSalt: true, KV: kv.Unsafe{CacheIgnoresTenant: true}}, 20, "crossed tenants"},
@@ -156,7 +160,11 @@ func TestInjectedBugs(t *testing.T) {
 			// names).
 			all := strings.Join(r.Violations, "\n")
 			if b.want != "" {
-				if !strings.Contains(all, b.want) {
+				found := false
+				for _, w := range strings.Split(b.want, "|") {
+					found = found || strings.Contains(all, w)
+				}
+				if !found {
 					t.Errorf("found something other than %q: %v", b.want, r.Violations)
 				}
 			} else if !strings.Contains(all, "integrity violation") && !strings.Contains(all, "streamed") {

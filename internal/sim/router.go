@@ -88,6 +88,13 @@ type rreq struct {
 	handoffs    int
 	endedQueued bool     // ended while waiting in the queue: may never reserve
 	strike      strikeAt // an after-preemption fault waits for this phase
+	// colo: served by the colocated engine (owner, its reserved table
+	// before the batch takes it, the batch's cancel).
+	colo     bool
+	owner    kv.Owner
+	table    []kv.PageRef
+	started  bool
+	stopColo func()
 }
 
 func (r *router) alive() bool { return true }
@@ -166,6 +173,21 @@ func (r *router) step(q *rreq, ev request.Event) {
 
 func (r *router) act(q *rreq, a request.Action) {
 	w := r.w
+	if q.colo {
+		switch a.Kind {
+		case request.ActReserve:
+			w.colo.enqueue(q)
+			return
+		case request.ActPrefill:
+			w.colo.start(q)
+			return
+		case request.ActStopDecode:
+			if q.stopColo != nil {
+				q.stopColo()
+			}
+			return
+		}
+	}
 	switch a.Kind {
 	case request.ActReserve:
 		r.enqueue(q)
@@ -191,12 +213,20 @@ func (r *router) act(q *rreq, a request.Action) {
 		q.end, q.endMsg = a.Reason, a.Msg
 		q.usage[0], q.usage[1] = q.m.Usage()
 		w.logf("%v END %s %s (out %v)", q, a.Reason, a.Msg, q.out)
-		r.leaveCore(q)
+		if q.colo {
+			w.colo.leave(q)
+		} else {
+			r.leaveCore(q)
+		}
 		if strings.HasPrefix(string(a.Reason), "failed_") && a.Reason != "failed_refused" && a.Reason != "failed_no_room" && r.retries < maxRetries && w.chance(w.pl.retry) {
 			// Clients retry failures at once: the retry's reservation takes
 			// the pages the failure just freed (LIFO), the reuse I6 is about.
 			r.retries++
 			n := r.newReq(q.prompt, q.max, q.tenant, q.si)
+			n.colo = q.colo
+			if n.colo {
+				n.m = request.New(request.Colocated)
+			}
 			w.after(w.between(0, msec), "retry", func() { r.submit(n) })
 		}
 	}
@@ -579,6 +609,12 @@ func (r *router) phase(q *rreq) string {
 
 func (r *router) basePhase(q *rreq) string {
 	st := q.m.State()
+	if q.colo {
+		if st == request.Admitted && q.queue == qWaiting {
+			return "colo-queued"
+		}
+		return "colo-" + st.String()
+	}
 	switch {
 	case st == request.Admitted && q.queue == qWaiting:
 		return "queued"

@@ -13,6 +13,7 @@ import (
 	"sluice/internal/handoff/shm"
 	"sluice/internal/kv"
 	"sluice/internal/model"
+	"sluice/internal/request"
 	"sluice/internal/sample"
 	admission "sluice/internal/sched"
 	"sluice/internal/synth"
@@ -139,6 +140,9 @@ type Result struct {
 	// requests that ended while waiting in the queue.
 	QueueRejects map[string]int
 	EndedQueued  int
+	// ColoPreempted counts the colocated batch's preemptions by the phase
+	// they struck the victim in: "prompt", "decode", "rebuild".
+	ColoPreempted map[string]int
 	// CacheHits counts prompt pages prefill took from the prefix cache;
 	// CacheEvictions idle cache entries the prefill pools evicted.
 	CacheHits, CacheEvictions int
@@ -301,6 +305,7 @@ type world struct {
 	pl     plan
 	res    *Result
 	router *router
+	colo   *colo // nil: no colocated engine in this run
 	pre    *prefill
 	dec    *decode
 	decs   []*decode
@@ -414,7 +419,7 @@ func (w *world) rpcAfter(extra time.Duration, what string, callerAlive, calleeAl
 // Run runs one seed.
 func Run(env *Env, cfg Config) *Result {
 	w := &world{sched: newSched(cfg.Seed), env: env, cfg: cfg, seed: cfg.Seed,
-		res: &Result{Seed: cfg.Seed, Ends: map[string]int{}, Phases: map[string]int{}, QueueRejects: map[string]int{}}}
+		res: &Result{Seed: cfg.Seed, Ends: map[string]int{}, Phases: map[string]int{}, QueueRejects: map[string]int{}, ColoPreempted: map[string]int{}}}
 	w.pl = newPlan(w.sched)
 	mc := env.model.Config()
 	ps := []int{2, 4, 8}[w.pick(3)]
@@ -508,6 +513,18 @@ func Run(env *Env, cfg Config) *Result {
 	w.res.MaxRunning = qc.MaxRunning
 	w.res.Setup += fmt.Sprintf(", queue %d, running %d, queue timeout %v", qc.MaxQueue, qc.MaxRunning, qc.QueueTimeout)
 	w.router = &router{w: w, byHandoff: map[kv.ID]*rreq{}, bySID: map[admission.ID]*rreq{}, core: admission.New(qc)}
+	// Some runs serve part of their requests with a colocated engine: the
+	// batch core's own preemption (during a prompt, a decode or a rebuild)
+	// and resume.
+	coloShare := 0.0
+	if w.chance(0.4) {
+		if w.colo, err = w.newColo(qc); err != nil {
+			w.violate("setup: %v", err)
+			return w.res
+		}
+		defer w.colo.close()
+		coloShare = 0.3 + 0.5*w.rng.Float64()
+	}
 	n := 8 + w.pick(13)
 	window := w.between(2*msec, 30*msec)
 	burst := w.chance(w.pl.p[FaultBurst])
@@ -516,6 +533,10 @@ func Run(env *Env, cfg Config) *Result {
 	}
 	for range n {
 		q := w.router.newReq(w.pick(len(env.prompts)), 1+w.pick(maxGen), fmt.Sprintf("tenant%d", w.pick(3)), w.pick(len(samplings)))
+		if w.colo != nil && w.chance(coloShare) {
+			q.colo = true
+			q.m = request.New(request.Colocated)
+		}
 		at := w.between(0, window)
 		if burst {
 			at = w.between(0, 100*time.Microsecond)
@@ -576,6 +597,9 @@ func (w *world) crashes() {
 func (w *world) tick() {
 	w.dec.tick()
 	w.router.coreStep(admission.Event{Kind: admission.EvTick})
+	if w.colo != nil {
+		w.colo.coreStep(admission.Event{Kind: admission.EvTick})
+	}
 	if w.doneAt == 0 {
 		all := true
 		for _, q := range w.router.reqs {
@@ -680,6 +704,17 @@ func (w *world) check() {
 		}
 		if st := w.dec.wk.SchedStats(); st.Running != 0 || st.Preempted != 0 || len(w.dec.streams) != 0 {
 			w.violate("decode#%d still has %d sequences, %d preempted and %d open streams", w.dec.gen, st.Running, st.Preempted, len(w.dec.streams))
+		}
+	}
+	if c := w.colo; c != nil {
+		if err := c.pool.CheckDrained(); err != nil {
+			w.violate("colocated pool after drain: %v", err)
+		}
+		if st := c.b.Stats(); st.Running != 0 || st.Preempted != 0 {
+			w.violate("the colocated batch still has %d sequences and %d preempted", st.Running, st.Preempted)
+		}
+		if st := c.core.Stats(); st.Waiting != 0 || st.Running != 0 {
+			w.violate("the colocated admission core still has %d waiting and %d running after the drain", st.Waiting, st.Running)
 		}
 	}
 	if st := w.router.core.Stats(); st.Waiting != 0 || st.Running != 0 {

@@ -131,7 +131,7 @@ func TestSim(t *testing.T) {
 		ends, phases := map[string]int{}, map[string]int{}
 		late, oldInc, fenced := 0, 0, 0
 		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad, hits, evicted int
-		rejects := map[string]int{}
+		rejects, coloPre := map[string]int{}, map[string]int{}
 		var waits []time.Duration
 		var ok, failed, cancelled, rejected, events, ran int
 		for _, r := range rs {
@@ -161,6 +161,9 @@ func TestSim(t *testing.T) {
 			for k, v := range r.QueueRejects {
 				rejects[k] += v
 			}
+			for k, v := range r.ColoPreempted {
+				coloPre[k] += v
+			}
 			late += r.LateLandings
 			oldInc += r.OldIncarnationLandings
 			fenced += r.Fenced
@@ -189,6 +192,7 @@ func TestSim(t *testing.T) {
 		}
 		t.Logf("preemptions per run: mean %.2f, max %d (%d in all); resumed requests %d exact, %d failed; page-by-page growths %.1f per run; decode no-room answers %d",
 			float64(pre)/float64(ran), preMax, pre, resumedOK, resumedBad, float64(grow)/float64(ran), noRoom)
+		t.Logf("colocated batch preemptions by the phase they struck: %s", countsText(coloPre))
 		t.Logf("queue: %d admissions, wait p50 %v, p99 %v, max %v; refused %s; %d requests ended while queued",
 			len(waits), pct(0.5), pct(0.99), pct(1), countsText(rejects), endedQ)
 		t.Logf("prefix cache (prefill): %d prompt pages hit, %d idle entries evicted", hits, evicted)
@@ -214,13 +218,29 @@ func TestSim(t *testing.T) {
 			if pre == 0 || resumedOK == 0 || resumedBad == 0 {
 				t.Errorf("%d preemptions, %d resumed requests exact, %d failed: a resume path never ran", pre, resumedOK, resumedBad)
 			}
+			struck := 0
+			for k, v := range phases {
+				if strings.Contains(k, "-resumed/resumed-colo-") {
+					struck += v
+				}
+			}
+			if struck == 0 {
+				t.Errorf("no disconnect or abort struck a preempted colocated request")
+			}
+			// The batch core preempts in every phase of its victim.
+			for _, k := range []string{"prompt", "decode", "rebuild"} {
+				if coloPre[k] == 0 {
+					t.Errorf("no colocated preemption struck a sequence during its %s", k)
+				}
+			}
 			if hits == 0 || evicted == 0 {
 				t.Errorf("prefix cache: %d hits, %d evictions: a cache path never ran", hits, evicted)
 			}
 			if grow == 0 || noRoom == 0 || endedQ == 0 || rejects["queue_timeout"] == 0 {
 				t.Errorf("growths %d, no-room answers %d, ends while queued %d, queue timeouts %d: a queue or growth path never ran", grow, noRoom, endedQ, rejects["queue_timeout"])
 			}
-			for _, k := range []string{"queued", "resumed-queued", "resumed-admitted", "resumed-prefilling(compute)", "resumed-committed"} {
+			for _, k := range []string{"queued", "resumed-queued", "resumed-admitted", "resumed-prefilling(compute)", "resumed-committed",
+				"colo-queued", "colo-prefilling", "colo-decoding"} {
 				if phases["disconnect-resumed/"+k]+phases["abort-resumed/"+k]+phases["disconnect/"+k]+phases["abort/"+k] == 0 {
 					t.Errorf("no disconnect or abort struck in phase %s", k)
 				}
