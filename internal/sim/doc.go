@@ -25,6 +25,13 @@
 //     id) whose prompt is the prompt plus every token generated so far,
 //     whose stream carries those tokens (decode's sampler continues after
 //     them) and whose prefill request carries the sampler offset.
+//   - in some runs a colocated engine serves part of the requests:
+//     engine.DrivenBatch, the batch core engine.Colocated serves with
+//     (chunked prefill within a step budget, growth, preemption of the
+//     latest arrival while it computes its prompt, decodes, or rebuilds
+//     its KV, resume oldest first), behind its own sched.Core, with
+//     engine.Colocated's reservation rule (prompt plus at most a page;
+//     nothing while preempted sequences wait).
 //   - prefill is the real handoff.Sender over a real kv.Pool with the real
 //     model forward pass and the prefix cache (salted chain keys, Lookup,
 //     Seal, Insert, eviction under pressure), driven by this package's
