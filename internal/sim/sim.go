@@ -146,8 +146,6 @@ type Result struct {
 	// CacheHits counts prompt pages prefill took from the prefix cache;
 	// CacheEvictions idle cache entries the prefill pools evicted.
 	CacheHits, CacheEvictions int
-	// Setup facts for the report.
-	MaxRunning int
 }
 
 // Failed reports whether the run broke an invariant.
@@ -510,7 +508,6 @@ func Run(env *Env, cfg Config) *Result {
 	if w.chance(0.25) {
 		qc.QueueTimeout = w.between(2*msec, 30*msec)
 	}
-	w.res.MaxRunning = qc.MaxRunning
 	w.res.Setup += fmt.Sprintf(", queue %d, running %d, queue timeout %v", qc.MaxQueue, qc.MaxRunning, qc.QueueTimeout)
 	w.router = &router{w: w, byHandoff: map[kv.ID]*rreq{}, bySID: map[admission.ID]*rreq{}, core: admission.New(qc)}
 	// Some runs serve part of their requests with a colocated engine: the
