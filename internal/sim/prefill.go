@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -22,6 +23,11 @@ type prefill struct {
 	pool *kv.Pool
 	run  *model.Runner
 	jobs []*pjob
+	// waiting are Prefill calls whose pages the pool could not give yet,
+	// oldest first: retried whenever a job gives pages back, refused once
+	// they waited the queue timeout (the engine's prefill worker waits
+	// for freed pages the same way).
+	waiting []*pwait
 	// cachedBy is, for each page this simulator saw handed to the prefix
 	// cache, the tenant whose request computed it: the oracle of I11 (a
 	// hit must be the reader's own tenant's KV), kept outside the system.
@@ -86,6 +92,52 @@ func (p *prefill) crash() {
 
 // start handles a Prefill call; reply is called once with the outcome.
 func (p *prefill) start(r *handoff.PrefillRequest, reply func(*handoff.PrefillResult, error)) {
+	for _, x := range p.waiting {
+		if x.r.Handoff == r.Handoff {
+			reply(nil, handoff.ErrDuplicate)
+			return
+		}
+	}
+	p.startAt(r, reply, p.w.now)
+}
+
+// pwait is a Prefill call waiting for pages.
+type pwait struct {
+	r     *handoff.PrefillRequest
+	reply func(*handoff.PrefillResult, error)
+	since time.Duration
+}
+
+// retryWaiting starts the waiting calls again, oldest first (pages came
+// back); those that still do not fit wait on.
+func (p *prefill) retryWaiting() {
+	ws := p.waiting
+	p.waiting = nil
+	for _, x := range ws {
+		if !p.up {
+			return
+		}
+		p.startAt(x.r, x.reply, x.since)
+	}
+}
+
+// expireWaiting refuses the calls that waited the queue timeout.
+func (p *prefill) expireWaiting() {
+	w := p.w
+	keep := p.waiting[:0]
+	for _, x := range p.waiting {
+		if p.up && w.now-x.since >= w.queueTimeout {
+			j := &pjob{p: p, id: x.r.Handoff, req: x.r, reply: x.reply}
+			j.fail(handoff.ErrRefused.With("prefill pool: no room for %d tokens within the queue timeout", len(x.r.Tokens)))
+			continue
+		}
+		keep = append(keep, x)
+	}
+	clear(p.waiting[len(keep):])
+	p.waiting = keep
+}
+
+func (p *prefill) startAt(r *handoff.PrefillRequest, reply func(*handoff.PrefillResult, error), since time.Duration) {
 	w := p.w
 	j := &pjob{p: p, id: r.Handoff, req: r, owner: kv.Owner{Tenant: r.Tenant, ID: r.Handoff}, reply: reply}
 	for _, o := range p.jobs {
@@ -135,6 +187,14 @@ func (p *prefill) start(r *handoff.PrefillRequest, reply func(*handoff.PrefillRe
 	if err != nil {
 		if len(hits) > 0 {
 			_ = p.pool.Release(j.owner, hits)
+		}
+		if errors.Is(err, kv.ErrNoCapacity) && w.now-since < w.queueTimeout {
+			if since == w.now {
+				w.res.PrefillWaits++
+				w.logf("prefill#%d %s waits for %d pages", p.gen, short(j.id), need)
+			}
+			p.waiting = append(p.waiting, &pwait{r: r, reply: reply, since: since})
+			return
 		}
 		w.count(FaultBurst)
 		j.fail(handoff.ErrRefused.With("prefill pool: %v", err))
@@ -539,6 +599,7 @@ func (j *pjob) finish(res *handoff.PrefillResult, err error) {
 	}
 	j.reply(res, err)
 	j.maybeDrained()
+	p.retryWaiting()
 }
 
 func (p *prefill) job(id kv.ID) *pjob {

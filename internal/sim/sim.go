@@ -130,6 +130,8 @@ type Result struct {
 	// page-by-page extensions of decode tables; NoRoom the reservations
 	// decode answered "not now" (the request waited again).
 	Preemptions, Growths, NoRoom int
+	// PrefillWaits counts Prefill calls that waited for prefill pages.
+	PrefillWaits int
 	// ResumedOK and ResumedFailed count requests preempted at least once
 	// that then ended exact, or failed.
 	ResumedOK, ResumedFailed int
@@ -318,6 +320,7 @@ type world struct {
 	recvLease          time.Duration
 	batchBytes, window int
 	handoffTimeout     time.Duration
+	queueTimeout       time.Duration // also bounds a prefill's wait for pages
 	// The prefill's prefix cache: on for most runs; the deployment secret
 	// that keys the tenant salts and the model's name in the keys.
 	cacheOn              bool
@@ -509,6 +512,7 @@ func Run(env *Env, cfg Config) *Result {
 		qc.QueueTimeout = w.between(2*msec, 30*msec)
 	}
 	w.res.Setup += fmt.Sprintf(", queue %d, running %d, queue timeout %v", qc.MaxQueue, qc.MaxRunning, qc.QueueTimeout)
+	w.queueTimeout = qc.QueueTimeout
 	w.router = &router{w: w, byHandoff: map[kv.ID]*rreq{}, bySID: map[admission.ID]*rreq{}, core: admission.New(qc)}
 	// Some runs serve part of their requests with a colocated engine: the
 	// batch core's own preemption (during a prompt, a decode or a rebuild)
@@ -594,6 +598,9 @@ func (w *world) crashes() {
 func (w *world) tick() {
 	w.dec.tick()
 	w.router.coreStep(admission.Event{Kind: admission.EvTick})
+	if w.pre.up {
+		w.pre.expireWaiting()
+	}
 	if w.colo != nil {
 		w.colo.coreStep(admission.Event{Kind: admission.EvTick})
 	}
@@ -724,8 +731,8 @@ func (w *world) check() {
 		if err := w.pre.pool.CheckDrained(); err != nil {
 			w.violate("prefill#%d pool after drain: %v", w.pre.gen, err)
 		}
-		if len(w.pre.jobs) != 0 {
-			w.violate("prefill#%d still has %d jobs", w.pre.gen, len(w.pre.jobs))
+		if len(w.pre.jobs) != 0 || len(w.pre.waiting) != 0 {
+			w.violate("prefill#%d still has %d jobs and %d calls waiting for pages", w.pre.gen, len(w.pre.jobs), len(w.pre.waiting))
 		}
 	}
 }

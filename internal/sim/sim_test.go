@@ -130,7 +130,7 @@ func TestSim(t *testing.T) {
 		var faults [numFaults]int
 		ends, phases := map[string]int{}, map[string]int{}
 		late, oldInc, fenced := 0, 0, 0
-		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad, hits, evicted int
+		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad, hits, evicted, pwaits int
 		rejects, coloPre := map[string]int{}, map[string]int{}
 		var waits []time.Duration
 		var ok, failed, cancelled, rejected, events, ran int
@@ -150,6 +150,7 @@ func TestSim(t *testing.T) {
 			}
 			pre += r.Preemptions
 			hits += r.CacheHits
+			pwaits += r.PrefillWaits
 			evicted += r.CacheEvictions
 			preMax = max(preMax, r.Preemptions)
 			grow += r.Growths
@@ -195,7 +196,7 @@ func TestSim(t *testing.T) {
 		t.Logf("colocated batch preemptions by the phase they struck: %s", countsText(coloPre))
 		t.Logf("queue: %d admissions, wait p50 %v, p99 %v, max %v; refused %s; %d requests ended while queued",
 			len(waits), pct(0.5), pct(0.99), pct(1), countsText(rejects), endedQ)
-		t.Logf("prefix cache (prefill): %d prompt pages hit, %d idle entries evicted", hits, evicted)
+		t.Logf("prefix cache (prefill): %d prompt pages hit, %d idle entries evicted; %d prefill calls waited for pages", hits, evicted, pwaits)
 		t.Logf("request ends: %s", countsText(ends))
 		t.Logf("disconnects and aborts by the phase they struck: %s", countsText(phases))
 		// The run must exercise what it claims to: every outcome, every
