@@ -38,8 +38,9 @@
 //     wrapper, which is also where misbehaving peers are injected. The
 //     engine's prefill worker blocks its caller for the whole prefill and
 //     push, so it cannot be stepped from one thread; the wrapper follows
-//     its rules (handoff.Push's contract: Drained only once none of our
-//     writes is in flight).
+//     its rules (a call waits for prefill pages until the queue timeout;
+//     handoff.Push's contract: Drained only once none of our writes is in
+//     flight).
 //
 // # Faults
 //
