@@ -99,8 +99,8 @@ type seq struct {
 // (prefill chunks and single decode tokens mixed). It is synchronous: no
 // goroutine, no lock, no clock; sequences join and leave between calls to
 // cycle. The scheduler below runs it on a goroutine for the servers; a
-// deterministic driver (internal/sim, through a driven DecodeWorker)
-// calls it directly, so both run this same code.
+// deterministic driver (internal/sim, through a driven DecodeWorker and
+// DrivenBatch) calls it directly, so both run this same code.
 type batch struct {
 	cfg  Config
 	pool pagePool
