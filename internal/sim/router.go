@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/internal/engine"
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/request"
@@ -574,6 +575,10 @@ func codeOf(err error) string {
 	var c coder
 	if errors.As(err, &c) {
 		return c.Code()
+	}
+	var ee *engine.Error
+	if errors.As(err, &ee) {
+		return ee.Code
 	}
 	return "internal"
 }
