@@ -4,8 +4,13 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -36,7 +41,7 @@ func TestClusterAsProcesses(t *testing.T) {
 		paddrs = append(paddrs, p.waitAddr(t))
 	}
 	rt := startProc(t, "router", "--model", model, "--context", "256", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-		"--prefill", strings.Join(paddrs, ","), "--decode", strings.Join(daddrs, ","), "--probe-interval", "200ms")
+		"--prefill", strings.Join(paddrs, ","), "--decode", strings.Join(daddrs, ","), "--probe-interval", "200ms", "--load-log-interval", "100ms")
 	raddr := rt.waitAddr(t)
 	cl := openai.NewClient(option.WithBaseURL("http://"+raddr+"/v1/"), option.WithMaxRetries(0))
 	// ../shared/reference/reference.json, stories260K, "Once upon a time".
@@ -62,10 +67,152 @@ func TestClusterAsProcesses(t *testing.T) {
 			t.Fatalf("decode worker %s took no request:\n%s", d, body)
 		}
 	}
+	// The router process exports its own queue, as `sluice serve` does,
+	// and not the workers' handoff counters (it does no handoff itself).
+	for _, want := range []string{"sluice_queue_waiting 0", "sluice_queue_running ", "sluice_queue_wait_seconds_bucket"} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("router metrics lack %q:\n%s", want, body)
+		}
+	}
+	if n := metricValue(t, body, "sluice_queue_wait_seconds_count"); n < 12 {
+		t.Fatalf("sluice_queue_wait_seconds_count %v after 12 requests", n)
+	}
+	if strings.Contains(body, "sluice_handoff_bytes_total") {
+		t.Fatalf("the router exports the workers' handoff counters:\n%s", body)
+	}
+	if !rt.waitLog(`"msg":"load","process":"router","running":0,"waiting":0`) {
+		t.Fatalf("no load line in the router's log:\n%s", rt.log())
+	}
 	decs[0].cmd.Process.Kill()
 	decs[0].wait(t)
 	for i := range 12 {
 		ask(100 + i)
+	}
+}
+
+// metricValue is the value of the unlabelled sample name in a Prometheus
+// text body.
+func metricValue(t *testing.T, body, name string) float64 {
+	t.Helper()
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", l, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no sample %s in:\n%s", name, body)
+	return 0
+}
+
+// picksOf is sluice_cluster_picks_total of one decode worker (0 when the
+// router does not know it).
+func picksOf(t *testing.T, body, addr string) float64 {
+	t.Helper()
+	name := `sluice_cluster_picks_total{role="decode",worker="` + addr + `"}`
+	if !strings.Contains(body, name) {
+		return 0
+	}
+	return metricValue(t, body, name)
+}
+
+// The router as its own process reloads its workers file on SIGHUP: a
+// decode worker added to the file takes requests without a restart, one
+// removed from it takes no new request, and a file that does not parse
+// changes nothing. The prefill worker reads the same file (its decode
+// lines), reloaded first. Every output is llama.cpp's reference.
+func TestRouterReloadsWorkersFileOnSIGHUP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts four processes")
+	}
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	pool := []string{"--model", model, "--context", "256", "--kv-pool-tokens", "512"}
+	var daddrs []string
+	for range 2 {
+		d := startProc(t, "decode", append(pool, "--listen", "127.0.0.1:0")...)
+		daddrs = append(daddrs, d.waitAddr(t))
+	}
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path+".new", []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".new", path); err != nil { // as a ConfigMap update: whole files
+			t.Fatal(err)
+		}
+		return path
+	}
+	pf := write("prefill-workers", "decode "+daddrs[0]+"\n")
+	p := startProc(t, "prefill", append(pool, "--listen", "127.0.0.1:0", "--workers-file", pf)...)
+	paddr := p.waitAddr(t)
+	rf := write("workers", "prefill "+paddr+"\ndecode "+daddrs[0]+" # only the first\n")
+	rt := startProc(t, "router", "--model", model, "--context", "256", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--workers-file", rf, "--probe-interval", "200ms", "--resolve-interval", "0")
+	raddr := rt.waitAddr(t)
+	admin := rt.field("metrics listening", "addr")
+	cl := openai.NewClient(option.WithBaseURL("http://"+raddr+"/v1/"), option.WithMaxRetries(0))
+	want := ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw"
+	ask := func(n int) {
+		t.Helper()
+		for i := range n {
+			r, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stories260K",
+				Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(32), Temperature: openai.Float(0)})
+			if err != nil {
+				t.Fatalf("request %d: %v\nrouter log:\n%s", i, err, rt.log())
+			}
+			if r.Choices[0].Text != want {
+				t.Fatalf("request %d: %q", i, r.Choices[0].Text)
+			}
+		}
+	}
+	reloads := map[*proc]int{}
+	hupProc := func(p *proc, msg string) {
+		t.Helper()
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		reloads[p]++
+		for range 1000 {
+			if strings.Count(p.log(), "SIGHUP: ") >= reloads[p] {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !strings.Contains(p.log(), msg) || strings.Count(p.log(), "SIGHUP: ") < reloads[p] {
+			t.Fatalf("no %q after SIGHUP %d of %s:\n%s", msg, reloads[p], p.name, p.log())
+		}
+	}
+	hup := func(msg string) { t.Helper(); hupProc(rt, msg) }
+	ask(6)
+	if n := picksOf(t, get(t, admin), daddrs[1]); n != 0 {
+		t.Fatalf("a decode worker not in the file took %v requests", n)
+	}
+	// The prefill worker first, so it knows the new decode worker before
+	// the router names it (else that request would be retried).
+	write("prefill-workers", "decode "+daddrs[0]+"\ndecode "+daddrs[1]+"\n")
+	hupProc(p, "SIGHUP: workers file reloaded")
+	write("workers", "prefill "+paddr+"\ndecode "+daddrs[0]+"\ndecode "+daddrs[1]+"\n")
+	hup("SIGHUP: workers file reloaded")
+	ask(12)
+	if n := picksOf(t, get(t, admin), daddrs[1]); n == 0 {
+		t.Fatalf("the decode worker added to the file took no request:\n%s", rt.log())
+	}
+	write("workers", "prefill "+paddr+"\ndecode "+daddrs[1]+"\nthis line does not parse\n")
+	hup("SIGHUP: the workers file was not reloaded")
+	write("workers", "prefill "+paddr+"\ndecode "+daddrs[1]+"\n")
+	hup("SIGHUP: workers file reloaded")
+	before := picksOf(t, get(t, admin), daddrs[0])
+	ask(8)
+	body := get(t, admin)
+	if after := picksOf(t, body, daddrs[0]); after != before {
+		t.Fatalf("the decode worker removed from the file took %v more requests", after-before)
+	}
+	if n := metricValue(t, body, "sluice_cluster_retries_total"); n != 0 {
+		t.Fatalf("%v requests were retried: the prefill worker did not know a decode worker the router sent it", n)
 	}
 }
 
