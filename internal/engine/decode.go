@@ -107,6 +107,9 @@ type Driven struct {
 	// joined, a cancel or an abort was recorded): the driver then calls
 	// Step, after whatever a step costs on its clock.
 	Wake func()
+	// Raw is the kv pool behind Pool, for the prefix cache (Config.
+	// PrefixCache); nil: no cache.
+	Raw *kv.Pool
 	// OneSided: a peer writes the pool's memory one-sidedly (the driver
 	// made the pool on a shared file).
 	OneSided bool
@@ -141,6 +144,7 @@ func buildDecodeWorker(cfg Config, pool pagePool, d *Driven) *DecodeWorker {
 	if d != nil {
 		w.now = d.Now
 		w.sched = newDrivenScheduler(cfg, pool, d.Wake)
+		w.cache = newPrefixCacheOn(cfg, d.Raw)
 		x := d.Safeguards
 		sg = handoff.Safeguards{NoCount: sg.NoCount || x.NoCount, NoCoverage: sg.NoCoverage || x.NoCoverage,
 			NoDigest: sg.NoDigest || x.NoDigest, NoReservationMatch: sg.NoReservationMatch || x.NoReservationMatch,

@@ -72,7 +72,7 @@ func (w *world) newDecode(gen int) (*decode, error) {
 		m.NoGenFence = w.cfg.Bugs.NoGenFence
 		w.wr = m
 	}
-	d.wp = &watchPool{PagePool: engine.KVPool(p), d: d, released: map[uint32]uint64{}}
+	d.wp = &watchPool{PagePool: engine.KVPool(p), d: d, released: map[uint32]uint64{}, grantedTo: map[uint32]string{}}
 	wk, err := engine.NewDrivenDecodeWorker(engine.Config{
 		Model:          w.env.rt,
 		Context:        w.ctx,
@@ -80,7 +80,15 @@ func (w *world) newDecode(gen int) (*decode, error) {
 		PageSize:       w.geo.PageSize,
 		Lease:          w.recvLease,
 		HandoffTimeout: w.handoffTimeout,
-	}, engine.Driven{Pool: d.wp, Now: w.clock, Wake: d.kick, OneSided: w.pl.oneSided, Safeguards: w.cfg.Bugs.Receiver})
+		// Decode's own prefix cache (main's decode cache): keyed by the
+		// engine from the Reserve's tokens, salted like prefill's.
+		PrefixCache:      w.dcacheOn,
+		CacheSecret:      w.cacheSecret,
+		ModelFingerprint: w.cacheFP,
+		// The engine's own hook for the salt-less key (Bugs.CacheNoSalt);
+		// the pool's tenant checks are Bugs.KV's.
+		Unsafe: engine.Unsafe{TenantBlindCache: w.cfg.Bugs.CacheNoSalt},
+	}, engine.Driven{Pool: d.wp, Raw: p, Now: w.clock, Wake: d.kick, OneSided: w.pl.oneSided, Safeguards: w.cfg.Bugs.Receiver})
 	if err != nil {
 		p.Close()
 		return nil, err
@@ -246,6 +254,26 @@ type watchPool struct {
 	d *decode
 	// released is each page's generation when it was last released.
 	released map[uint32]uint64
+	// grantedTo is the tenant each page was last granted to (reserved or
+	// grown into): the tenant whose KV a page the decode cache holds is.
+	grantedTo map[uint32]string
+}
+
+// Lookup is the decode cache's lookup (the Receiver's CachingPool): every
+// hit must be a page computed for the reader's own tenant (I11, against
+// the simulator's record of grants).
+func (p *watchPool) Lookup(o kv.Owner, keys []kv.BlockKey) ([]kv.PageRef, error) {
+	hits, err := p.d.pool.Lookup(o, keys)
+	if err != nil {
+		return hits, err
+	}
+	for _, h := range hits {
+		if by := p.grantedTo[h.Page]; by != o.Tenant {
+			p.d.w.violate("decode#%d: %s of %s read cached page %d computed for %s (I11: the prefix cache crossed tenants)", p.d.gen, short(o.ID), o.Tenant, h.Page, by)
+		}
+	}
+	p.d.w.res.DecodeCacheHits += len(hits)
+	return hits, nil
 }
 
 func (p *watchPool) Release(o kv.Owner, refs []kv.PageRef) error {
@@ -279,6 +307,7 @@ func (p *watchPool) Quarantine(o kv.Owner, refs []kv.PageRef, at time.Time) {
 
 func (p *watchPool) granted(o kv.Owner, refs []kv.PageRef) {
 	for _, r := range refs {
+		p.grantedTo[r.Page] = o.Tenant
 		if g, ok := p.released[r.Page]; ok && g == r.Gen {
 			p.d.w.violate("decode#%d page %d granted to %s with the generation %d of its previous holder (I3)", p.d.gen, r.Page, short(o.ID), r.Gen)
 		}

@@ -307,7 +307,9 @@ func (r *router) admitted(q *rreq) {
 	clear(q.pending)
 	d := w.dec
 	hid := q.hid
-	m := &handoff.Reserve{Handoff: hid, Tenant: q.tenant, PromptTokens: q.hprompt, MaxTokens: q.max - len(q.out)}
+	// The tokens let decode look its own prefix cache up.
+	m := &handoff.Reserve{Handoff: hid, Tenant: q.tenant, PromptTokens: q.hprompt, MaxTokens: q.max - len(q.out),
+		Tokens: append(slices.Clone(q.toks), q.out...)}
 	// The stream continues the request's sampler after the tokens it
 	// already has (a resumed request's offset).
 	sp := handoff.StreamParams{Sampling: samplings[q.si], IgnoreEOS: true, Generated: slices.Clone(q.out)}

@@ -148,6 +148,9 @@ type Result struct {
 	// CacheHits counts prompt pages prefill took from the prefix cache;
 	// CacheEvictions idle cache entries the prefill pools evicted.
 	CacheHits, CacheEvictions int
+	// DecodeCacheHits counts prompt pages decode's own prefix cache held
+	// at a Reserve (prefill skipped sending them).
+	DecodeCacheHits int
 }
 
 // Failed reports whether the run broke an invariant.
@@ -323,7 +326,7 @@ type world struct {
 	queueTimeout       time.Duration // also bounds a prefill's wait for pages
 	// The prefill's prefix cache: on for most runs; the deployment secret
 	// that keys the tenant salts and the model's name in the keys.
-	cacheOn              bool
+	cacheOn, dcacheOn    bool
 	cacheSecret, cacheFP []byte
 	prefillTimeout       time.Duration
 	doneAt               time.Duration
@@ -461,11 +464,12 @@ func Run(env *Env, cfg Config) *Result {
 	}
 	w.batchBytes = w.geo.PageBytes() * (1 + w.pick(3))
 	w.cacheOn = w.chance(0.7)
+	w.dcacheOn = w.chance(0.6)
 	w.cacheSecret = []byte(fmt.Sprintf("sim secret %d", w.rng.Uint64()))
 	w.cacheFP = []byte("sim model")
 	w.window = 1 + w.pick(3)
-	w.res.Setup = fmt.Sprintf("pressure %v, page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, prefix cache %v, batch %d pages, window %d, handoff timeout %v, prefill timeout %v",
-		w.pl.pressure, ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.cacheOn, w.batchBytes/w.geo.PageBytes(), w.window, w.handoffTimeout, w.prefillTimeout)
+	w.res.Setup = fmt.Sprintf("pressure %v, page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, prefix cache %v/%v, batch %d pages, window %d, handoff timeout %v, prefill timeout %v",
+		w.pl.pressure, ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.cacheOn, w.dcacheOn, w.batchBytes/w.geo.PageBytes(), w.window, w.handoffTimeout, w.prefillTimeout)
 	w.logf("seed %d: %s", cfg.Seed, w.res.Setup)
 	var ps2 []string
 	for f := Fault(0); f < numFaults; f++ {

@@ -130,7 +130,7 @@ func TestSim(t *testing.T) {
 		var faults [numFaults]int
 		ends, phases := map[string]int{}, map[string]int{}
 		late, oldInc, fenced := 0, 0, 0
-		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad, hits, evicted, pwaits int
+		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad, hits, evicted, pwaits, dhits int
 		rejects, coloPre := map[string]int{}, map[string]int{}
 		var waits []time.Duration
 		var ok, failed, cancelled, rejected, events, ran int
@@ -150,6 +150,7 @@ func TestSim(t *testing.T) {
 			}
 			pre += r.Preemptions
 			hits += r.CacheHits
+			dhits += r.DecodeCacheHits
 			pwaits += r.PrefillWaits
 			evicted += r.CacheEvictions
 			preMax = max(preMax, r.Preemptions)
@@ -196,7 +197,7 @@ func TestSim(t *testing.T) {
 		t.Logf("colocated batch preemptions by the phase they struck: %s", countsText(coloPre))
 		t.Logf("queue: %d admissions, wait p50 %v, p99 %v, max %v; refused %s; %d requests ended while queued",
 			len(waits), pct(0.5), pct(0.99), pct(1), countsText(rejects), endedQ)
-		t.Logf("prefix cache (prefill): %d prompt pages hit, %d idle entries evicted; %d prefill calls waited for pages", hits, evicted, pwaits)
+		t.Logf("prefix cache: prefill %d prompt pages hit, %d idle entries evicted; decode %d prompt pages hit (not transferred); %d prefill calls waited for pages", hits, evicted, dhits, pwaits)
 		t.Logf("request ends: %s", countsText(ends))
 		t.Logf("disconnects and aborts by the phase they struck: %s", countsText(phases))
 		// The run must exercise what it claims to: every outcome, every
@@ -234,8 +235,8 @@ func TestSim(t *testing.T) {
 					t.Errorf("no colocated preemption struck a sequence during its %s", k)
 				}
 			}
-			if hits == 0 || evicted == 0 {
-				t.Errorf("prefix cache: %d hits, %d evictions: a cache path never ran", hits, evicted)
+			if hits == 0 || evicted == 0 || dhits == 0 {
+				t.Errorf("prefix cache: %d prefill hits, %d evictions, %d decode hits: a cache path never ran", hits, evicted, dhits)
 			}
 			if grow == 0 || noRoom == 0 || endedQ == 0 || rejects["queue_timeout"] == 0 {
 				t.Errorf("growths %d, no-room answers %d, ends while queued %d, queue timeouts %d: a queue or growth path never ran", grow, noRoom, endedQ, rejects["queue_timeout"])
