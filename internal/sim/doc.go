@@ -13,7 +13,9 @@
 //     handoff.Receiver, its continuous-batching core (the engine's batch:
 //     pages on demand, growth page by page, preemption of the latest
 //     arrival, the "preempted" stream end), its handoff timeout and its
-//     token streams. The simulator only turns delivered messages into the
+//     token streams, and its own prefix cache (keys from the Reserve's
+//     tokens; prefill skips sending the pages decode holds). The
+//     simulator only turns delivered messages into the
 //     worker's calls, runs a step decodeStep after the worker asks for one
 //     (its wake), and carries stream items back as messages. Its pool is
 //     wrapped (watchPool) so the oracle sees every release and grant.
@@ -74,20 +76,20 @@
 //
 // # What every run checks
 //
-// Each request ends with exactly its reference output (greedy decoding of
-// the same prompt in a private pool with no transfer, computed once per
-// prompt and page size) or an error; tokens streamed before an error or a
+// Each request ends with exactly its reference output (the same prompt in
+// a private pool with no transfer, one sampler drawing every token in
+// turn, computed once per prompt, page size and sampling) or an error; tokens streamed before an error or a
 // cancel are a prefix of the reference; no request reports success over KV
-// that differs from the reference's (compared page by page when decode
-// accepts the commit and again over every decoded position before release:
-// the "undetected integrity violation" leak); usage is what was verified
+// that differs from the reference's (compared page by page, every written
+// slot, when decode releases a sequence's pages: the "undetected integrity
+// violation" leak); usage is what was verified
 // (I9); a rejected request never holds a reservation (I1); a request whose
 // client left while it was queued never gets a decode page; a page granted
 // again never carries its previous holder's generation (so a preempted
 // sequence's old page references cannot reach its successor's KV); every
-// prefix-cache hit is a page computed for the reader's own tenant (I11,
-// checked against the simulator's own record of who computed each cached
-// page); after the drain every pool is entirely free, no handoff is live,
+// prefix-cache hit, prefill's or decode's, is a page computed for the
+// reader's own tenant (I11, checked against the simulator's own record of
+// who computed or received each page); after the drain every pool is entirely free, no handoff is live,
 // the decode batch holds no sequence and the admission core none. A
 // preempted request's output must equal its reference: the same oracle as
 // every other request. The default run also
