@@ -100,7 +100,7 @@
 //
 // # Running
 //
-//	go test ./internal/sim/                       # 1000 seeds + injected bugs, ~75 s of CPU, under a minute on 2 idle cores
+//	go test ./internal/sim/                       # 1000 seeds + injected bugs, ~85 s of CPU, under a minute on 2 idle cores
 //	make sim SEEDS=100000                          # SLUICE_SIM_SEEDS=100000, TestSim only
 //	SLUICE_SIM_FROM=50001 SLUICE_SIM_SEEDS=1000 go test -run 'TestSim$' ./internal/sim/
 //	SLUICE_SIM_SEED=12345 go test -count=1 -run 'TestSim/seed' -v ./internal/sim/   # replay one seed with its trace
