@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -225,4 +227,129 @@ func get(t *testing.T, url string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// The cluster as processes with a decode worker killed MID-LOAD: 16
+// streaming clients keep 16 requests in flight over 2 decode workers, and
+// one decode process is killed while about half of them stream from it.
+// Every request either completes with exactly llama.cpp's reference, or
+// ends with an error after its first token having streamed a prefix of it
+// (never a silent switch); a request that had no token yet is retried on
+// the surviving pair and succeeds. After the load the survivor's pool is
+// whole: nothing reserved, filling or quarantined, every sealed page an
+// idle prefix-cache page.
+func TestClusterDecodeKilledMidLoadAsProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts five processes")
+	}
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	pool := []string{"--model", model, "--context", "256", "--kv-pool-tokens", "2048"}
+	var daddrs, dadmin []string
+	var decs []*proc
+	for range 2 {
+		d := startProc(t, "decode", append(pool, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")...)
+		daddrs = append(daddrs, d.waitAddr(t))
+		dadmin = append(dadmin, d.field("metrics listening", "addr"))
+		decs = append(decs, d)
+	}
+	var paddrs []string
+	for range 2 {
+		p := startProc(t, "prefill", append(pool, "--listen", "127.0.0.1:0", "--decode", strings.Join(daddrs, ","))...)
+		paddrs = append(paddrs, p.waitAddr(t))
+	}
+	rt := startProc(t, "router", "--model", model, "--context", "256", "--listen", "127.0.0.1:0",
+		"--prefill", strings.Join(paddrs, ","), "--decode", strings.Join(daddrs, ","), "--probe-interval", "200ms")
+	raddr := rt.waitAddr(t)
+	waitStatus(t, "http://"+raddr+"/ready", 200, "router ready with every worker up")
+	cl := openai.NewClient(option.WithBaseURL("http://"+raddr+"/v1/"), option.WithMaxRetries(0))
+	// ../shared/reference/reference.json, stories260K, "Once upon a time".
+	want := ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw"
+
+	const clients, perClient = 16, 8
+	var done, exact, failedAfterFirst atomic.Int64
+	killed := make(chan struct{})
+	var killOnce sync.Once
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var problems []string
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perClient {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				st := cl.Completions.NewStreaming(ctx, openai.CompletionNewParams{Model: "stories260K",
+					Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(32), Temperature: openai.Float(0)})
+				var text strings.Builder
+				finish := ""
+				for st.Next() {
+					if ch := st.Current(); len(ch.Choices) > 0 {
+						text.WriteString(ch.Choices[0].Text)
+						if ch.Choices[0].FinishReason != "" {
+							finish = string(ch.Choices[0].FinishReason)
+						}
+					}
+				}
+				err := st.Err()
+				cancel()
+				got := text.String()
+				var bad string
+				switch {
+				case err == nil && got == want && finish != "":
+					exact.Add(1)
+				case err == nil:
+					bad = "a 200 stream that is not the reference: " + strconv.Quote(got) + " finish " + finish
+				case got == "":
+					bad = "failed before its first token (must have been retried on the surviving pair): " + err.Error()
+				case !strings.HasPrefix(want, got):
+					bad = "failed after streaming text that is not a prefix of the reference: " + strconv.Quote(got)
+				default:
+					failedAfterFirst.Add(1)
+				}
+				if bad != "" {
+					mu.Lock()
+					problems = append(problems, "client "+strconv.Itoa(c)+" request "+strconv.Itoa(i)+": "+bad)
+					mu.Unlock()
+				}
+				if done.Add(1) == clients*perClient/4 {
+					killOnce.Do(func() {
+						decs[0].cmd.Process.Kill()
+						close(killed)
+					})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case <-killed:
+	default:
+		t.Fatal("the load ended before the decode worker was killed")
+	}
+	decs[0].wait(t)
+	if len(problems) > 0 {
+		t.Fatalf("%d of %d requests went wrong:\n%s\nrouter log:\n%s", len(problems), done.Load(), strings.Join(problems, "\n"), rt.log())
+	}
+	t.Logf("%d requests: %d exact, %d failed after their first token with a prefix of the reference", done.Load(), exact.Load(), failedAfterFirst.Load())
+	if exact.Load() < clients*perClient*3/4-int64(clients) {
+		t.Fatalf("only %d of %d requests completed", exact.Load(), done.Load())
+	}
+
+	// The surviving decode worker's pool is whole once the leases of
+	// aborted handoffs ran out.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		body := get(t, dadmin[1])
+		pages := func(state string) float64 {
+			return metricValue(t, body, `sluice_kv_pages{role="decode",state="`+state+`"}`)
+		}
+		idle := metricValue(t, body, `sluice_prefix_cache_pages{role="decode",state="idle"}`)
+		if pages("reserved") == 0 && pages("filling") == 0 && pages("quarantined") == 0 && pages("sealed") == idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("surviving decode pool not whole after the load:\n%s", body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
