@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"sluice/internal/kv"
 )
@@ -107,7 +108,8 @@ wait:
 
 // The sweep's time budget: a step sweeps only while the time spent
 // sweeping is within VerifyShare of the forward steps' time; --kv-verify
-// all is never held back; hit does not sweep.
+// all is never held back; hit does not sweep; a driven batch (no clock)
+// sweeps every step.
 func TestVerifySweepTimeBudget(t *testing.T) {
 	mk := func(v kv.Verify) *kv.Pool {
 		p, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: 1, KVDim: 4, PageSize: 4}, Pages: 4, Verify: v})
@@ -128,16 +130,20 @@ func TestVerifySweepTimeBudget(t *testing.T) {
 		spent, fwd   int64
 		share        float64
 		wantVerified uint64
+		driven       bool // no clock: a sweep every step
 	}{
-		{kv.VerifySample, 10_000, 1_000_000, 0, 0},    // 1% spent > 0.5%: skip
-		{kv.VerifySample, 1_000, 1_000_000, 0, 1},     // 0.1%: sweep one page
-		{kv.VerifySample, 10_000, 1_000_000, 0.02, 1}, // a larger share allows it
-		{kv.VerifySample, 10_000, 1_000_000, 1, 1},    // share 1: every step
-		{kv.VerifyAll, 10_000, 1_000_000, 0, 4},       // all: unbounded
-		{kv.VerifyHit, 0, 1_000_000, 0, 0},            // no sweep
+		{kv.VerifySample, 10_000, 1_000_000, 0, 0, false},    // 1% spent > 0.5%: skip
+		{kv.VerifySample, 1_000, 1_000_000, 0, 1, false},     // 0.1%: sweep one page
+		{kv.VerifySample, 10_000, 1_000_000, 0.02, 1, false}, // a larger share allows it
+		{kv.VerifySample, 10_000, 1_000_000, 1, 1, false},    // share 1: every step
+		{kv.VerifyAll, 10_000, 1_000_000, 0, 4, false},       // all: unbounded
+		{kv.VerifyHit, 0, 1_000_000, 0, 0, false},            // no sweep
 	} {
 		p := mk(tc.mode)
-		s := &scheduler{cfg: Config{VerifyShare: tc.share}, pool: kvPool{p}}
+		s := &batch{cfg: Config{VerifyShare: tc.share}, pool: kvPool{p}, clock: time.Now}
+		if tc.driven {
+			s.clock = nil
+		}
 		s.verifyTime.Store(tc.spent)
 		s.fwdTime.Store(tc.fwd)
 		s.verify()
