@@ -519,6 +519,10 @@ func dotRowsAsm(out, q, k []float32, stride int) {
 
 // axpyRowsAsm is AxpyRows on the AVX-512 path, 64 elements of y at a time.
 func axpyRowsAsm(y, w, x []float32, stride int) bool {
+	if CurrentPath() == AVX2 {
+		axpyRowsAVX2Go(y, w, x, stride)
+		return true
+	}
 	if CurrentPath() != AVX512 {
 		return false
 	}

@@ -21,6 +21,7 @@ func siluMulAVX2(gp, u *float32, n int, c *float32)         { panic("unreachable
 func expSubAVX2(x *float32, n int, m float32, c *float32)   { panic("unreachable") }
 func expSubAVX512(x *float32, n int, m float32, c *float32) { panic("unreachable") }
 func softmaxAVX512(x *float32, n int, c *float32) bool      { panic("unreachable") }
+func softmaxAVX2(x []float32) bool                          { panic("unreachable") }
 
 func dotRowsAsm(out, q, k []float32, stride int) {
 	for j := range out {
