@@ -1,0 +1,46 @@
+package kernels
+
+import (
+	"os"
+
+	"golang.org/x/sys/cpu"
+)
+
+// The AVX2 path's Q8_0 tile on CPUs with AVX-VNNI (Alder Lake and later
+// Intel, Zen 5): VPDPBUSD replaces VPABSB/VPSIGNB/VPMADDUBSW/VPMADDWD.
+// Weights enter as w+128 and each token's tile row (q8tile.go) carries the
+// -128*sum(x) correction, so a (row, token, block) costs one VPDPBUSD, one
+// convert and one FMA instead of five operations. Same canonical order as
+// tileQ8_0AVX2. CPUs without AVX-VNNI (Zen 3) keep tileQ8_0AVX2.
+
+//go:noescape
+func tileQ8_0VNNI(out *float32, outStride int, w *byte, nPairs int, xt *byte, xtStride int, dwp *float32, nb int)
+
+// hasAVXVNNI: the CPU has VEX-encoded VPDPBUSD.
+var hasAVXVNNI = cpu.X86.HasAVXVNNI
+
+// SLUICE_AVXVNNI=off keeps the AVX2 path on its plain kernels, so that
+// what an AVX2-only CPU (Zen 3) runs can be measured on a newer one.
+func init() { setAVX2VNNI(hasAVXVNNI && os.Getenv("SLUICE_AVXVNNI") != "off") }
+
+// setAVX2VNNI switches the AVX2 path's Q8_0 tile between the AVX-VNNI
+// kernel and the plain AVX2 one (tests run both on a VNNI machine).
+func setAVX2VNNI(on bool) {
+	k := &q8_0Kernels[AVX2]
+	if !on {
+		k.prepare = prepareQ8_0AVX2
+		return
+	}
+	k.prepare = func(x []float32, nTok, cols int) actBuf {
+		return prepareQ8_0With(x, nTok, cols, nTok >= 2, quantRowQ8_0AVX2Tile)
+	}
+}
+
+// quantRowQ8_0AVX2Tile is the AVX2 quantizer plus, when tile is not nil,
+// the tile layout (in Go: it is per activation row, not per weight row).
+func quantRowQ8_0AVX2Tile(x []float32, blocks []byte, dx []float32, tile []byte) {
+	quantRowQ8_0AVX2(x, blocks, dx, nil)
+	if tile != nil {
+		q8TileRow(tile, blocks, len(dx))
+	}
+}
