@@ -148,11 +148,13 @@ const minParallelMACs = 1 << 14
 // pool has to claim from; each share owns one scores scratch buffer.
 const attnSlots = 4
 
-// unit is one (token, KV head) of attention.
+// unit is one (token, KV head) of attention, or nt > 1 consecutive
+// tokens of a prefill (attendTokens).
 type unit struct {
 	a  int32 // index into acts
 	t  int32 // token index within the sequence
 	kh int32
+	nt int32 // tokens from t
 }
 
 // Forward runs one step over seqs: every token of every sequence goes
@@ -361,9 +363,9 @@ func (r *Runner) attention(l int, res []Result) {
 			r.spans = r.spans[:a.span]
 			continue
 		}
-		for t := 0; t < a.n; t++ {
+		for t := 0; t < a.n; t += queryBlock {
 			for kh := 0; kh < c.KVHeads; kh++ {
-				r.units = append(r.units, unit{int32(ai), int32(t), int32(kh)})
+				r.units = append(r.units, unit{int32(ai), int32(t), int32(kh), int32(min(queryBlock, a.n-t))})
 			}
 		}
 	}
@@ -384,7 +386,7 @@ func (r *Runner) attention(l int, res []Result) {
 	macs := 0
 	for _, un := range r.units {
 		a := &r.acts[un.a]
-		macs += 2 * (a.pos + int(un.t) + 1) * c.HeadDim * (c.Heads / c.KVHeads)
+		macs += 2 * int(un.nt) * (a.pos + int(un.t) + int(un.nt)) * c.HeadDim * (c.Heads / c.KVHeads)
 	}
 	if macs < minParallelMACs {
 		T = min(T, 1)
@@ -392,7 +394,7 @@ func (r *Runner) attention(l int, res []Result) {
 	r.par.For(T, func(lo, hi int) {
 		for w := lo; w < hi; w++ {
 			for u := w; u < len(r.units); u += T {
-				r.scores[w] = r.attendUnit(r.units[u], r.scores[w])
+				r.scores[w] = r.attendTokens(r.units[u], r.scores[w])
 			}
 		}
 	})
