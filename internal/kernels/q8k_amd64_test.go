@@ -68,3 +68,25 @@ func TestQuantQ8_KAVX2MatchesQuant(t *testing.T) {
 		a.release()
 	}
 }
+
+// TestQ8TileRowAVX2MatchesGo: the assembly tile layout writer gives
+// q8TileRow's bytes for even and odd block counts (after the wrapper
+// clears a lone last block's unused half).
+func TestQ8TileRowAVX2MatchesGo(t *testing.T) {
+	if !Available(AVX2) {
+		t.Skip("no AVX2 on this CPU")
+	}
+	r := rand.New(rand.NewPCG(10, 11))
+	for _, nb := range []int{1, 2, 3, 8, 9} {
+		x := randVec(r, 32*nb, 2)
+		blocks, dx := make([]byte, 34*nb), make([]float32, nb)
+		quantRowQ8_0AVX2(x, blocks, dx, nil)
+		want := make([]byte, (nb+1)/2*q8TilePair)
+		q8TileRow(want, blocks, nb)
+		got := bytes.Repeat([]byte{0xa5}, len(want))
+		quantRowQ8_0AVX2Tile(x, make([]byte, 34*nb), make([]float32, nb), got)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("nb=%d: tile rows differ\n go  %x\n asm %x", nb, want, got)
+		}
+	}
+}

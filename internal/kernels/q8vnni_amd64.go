@@ -36,11 +36,23 @@ func setAVX2VNNI(on bool) {
 	}
 }
 
+//go:noescape
+func q8TileRowAVX2(dst, blocks *byte, nb int)
+
 // quantRowQ8_0AVX2Tile is the AVX2 quantizer plus, when tile is not nil,
-// the tile layout (in Go: it is per activation row, not per weight row).
+// the tile layout (q8TileRow's bytes; in Go it was 6% of bench-15M q8_0
+// prefill at 2 threads).
 func quantRowQ8_0AVX2Tile(x []float32, blocks []byte, dx []float32, tile []byte) {
 	quantRowQ8_0AVX2(x, blocks, dx, nil)
-	if tile != nil {
-		q8TileRow(tile, blocks, len(dx))
+	if tile == nil {
+		return
 	}
+	nb := len(dx)
+	if len(tile) != (nb+1)/2*q8TilePair {
+		panic("kernels: bad Q8_0 tile length")
+	}
+	if nb%2 == 1 {
+		clear(tile[len(tile)-q8TilePair:])
+	}
+	q8TileRowAVX2(&tile[0], &blocks[0], nb)
 }

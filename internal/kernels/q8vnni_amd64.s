@@ -128,3 +128,49 @@ q8v_red:
 q8v_done:
 	VZEROUPPER
 	RET
+
+// func q8TileRowAVX2(dst, blocks *byte, nb int)
+// q8TileRow in assembly: per block b, in its pair's 192 bytes at half
+// h = b%2, the qs (32 B at 32h), -128 times the sums of each 4 qs (8 int32
+// at 64+32h) and dx widened x8 (at 128+32h). The caller clears the unused
+// half of a lone last block.
+TEXT ·q8TileRowAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ blocks+8(FP), SI
+	MOVQ nb+16(FP), CX
+	MOVL $0x01010101, AX
+	MOVQ AX, X15
+	VPBROADCASTD X15, Y15      // u8 ones
+	MOVL $0x00010001, AX
+	MOVQ AX, X14
+	VPBROADCASTD X14, Y14      // i16 ones
+	XORQ DX, DX                // half offset: 0 or 32
+
+q8tr_blk:
+	TESTQ CX, CX
+	JZ   q8tr_done
+	VMOVDQU 2(SI), Y0
+	VMOVDQU Y0, (DI)(DX*1)
+	VPMADDUBSW Y0, Y15, Y1
+	VPMADDWD Y14, Y1, Y1
+	VPSLLD $7, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPSUBD Y1, Y2, Y1
+	VMOVDQU Y1, 64(DI)(DX*1)
+	MOVWLZX (SI), AX
+	MOVQ AX, X3
+	VCVTPH2PS X3, X3
+	VBROADCASTSS X3, Y3
+	VMOVUPS Y3, 128(DI)(DX*1)
+	ADDQ $34, SI
+	XORQ $32, DX
+	JNZ  q8tr_next
+	ADDQ $192, DI
+
+q8tr_next:
+	DECQ CX
+	JMP  q8tr_blk
+
+q8tr_done:
+	VZEROUPPER
+	RET
