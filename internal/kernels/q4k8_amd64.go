@@ -115,7 +115,7 @@ func q4_KTilesLanesRun(out []float32, outStride int, w []byte, nRows int, act ac
 	for t0 := 0; t0 < nt; t0 += 2 {
 		x := &act.bytes[t0*act.stride]
 		if n8 > n16 {
-			q4KTile8x2AVX2(&out[t0*outStride+n16], outStride, &wp[n16*nsb*200], (n8-n16)/8, x, act.stride, nsb)
+			q4KTile8x2(&out[t0*outStride+n16], outStride, &wp[n16*nsb*200], (n8-n16)/8, x, act.stride, nsb)
 		}
 	}
 	packPool.Put(bp)

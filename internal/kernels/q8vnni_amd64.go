@@ -23,18 +23,32 @@ var hasAVXVNNI = cpu.X86.HasAVXVNNI
 // what an AVX2-only CPU (Zen 3) runs can be measured on a newer one.
 func init() { setAVX2VNNI(hasAVXVNNI && os.Getenv("SLUICE_AVXVNNI") != "off") }
 
-// setAVX2VNNI switches the AVX2 path's Q8_0 tile between the AVX-VNNI
-// kernel and the plain AVX2 one (tests run both on a VNNI machine).
+// setAVX2VNNI switches the AVX2 path's Q8_0 tile and the 8-row Q4_K
+// kernel between the AVX-VNNI kernels and the plain AVX2 ones (tests run
+// both on a VNNI machine).
 func setAVX2VNNI(on bool) {
 	k := &q8_0Kernels[AVX2]
 	if !on {
 		k.prepare = prepareQ8_0AVX2
+		q4KTile8x2 = q4KTile8x2AVX2
 		return
 	}
+	q4KTile8x2 = q4KTile8x2VNNI
 	k.prepare = func(x []float32, nTok, cols int) actBuf {
 		return prepareQ8_0With(x, nTok, cols, nTok >= 2, quantRowQ8_0AVX2Tile)
 	}
 }
+
+// q4KTile8x2VNNI is q4KTile8x2AVX2 with VPDPBUSD (q4kvnni_amd64.s): the
+// 4 nibble products of a group go into each row's int32 lane in one step
+// (instead of VPMADDUBSW + VPADDW), then one VPMULLD by the sub-block
+// scale per sub-block and token. Exact integer sums: same bits.
+//
+//go:noescape
+func q4KTile8x2VNNI(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+
+// q4KTile8x2 is the 8-row Q4_K kernel in use (setAVX2VNNI).
+var q4KTile8x2 = q4KTile8x2AVX2
 
 //go:noescape
 func q8TileRowAVX2(dst, blocks *byte, nb int)
