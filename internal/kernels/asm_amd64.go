@@ -57,9 +57,6 @@ func rowsQ4_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 func rowsQ4_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb int)
 
 //go:noescape
-func q4KTile16x4AVX512(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
-
-//go:noescape
 func q4KTile16x2AVX512(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
 
 //go:noescape

@@ -106,7 +106,7 @@ func q4_KTilesLanesRun(out []float32, outStride int, w []byte, nRows int, act ac
 		// with the 2-token kernel.
 		t0 := 0
 		for ; t0+4 <= nt; t0 += 4 {
-			q4KTile16x4AVX512(&out[t0*outStride], outStride, &wp[0], n16/16, &act.bytes[t0*act.stride], act.stride, nsb)
+			q4KTile16x4VNNI(&out[t0*outStride], outStride, &wp[0], n16/16, &act.bytes[t0*act.stride], act.stride, nsb)
 		}
 		if t0 < nt {
 			q4KTile16x2AVX512(&out[t0*outStride], outStride, &wp[0], n16/16, &act.bytes[t0*act.stride], act.stride, nsb)
