@@ -21,12 +21,16 @@ var hasAVXVNNI = cpu.X86.HasAVXVNNI
 
 // SLUICE_AVXVNNI=off keeps the AVX2 path on its plain kernels, so that
 // what an AVX2-only CPU (Zen 3) runs can be measured on a newer one.
-func init() { setAVX2VNNI(hasAVXVNNI && os.Getenv("SLUICE_AVXVNNI") != "off") }
+func init() {
+	setAVX2VNNI(hasAVXVNNI && os.Getenv("SLUICE_AVXVNNI") != "off")
+}
 
 // setAVX2VNNI switches the AVX2 path's Q8_0 tile and the 8-row Q4_K
 // kernel between the AVX-VNNI kernels and the plain AVX2 ones (tests run
 // both on a VNNI machine).
 func setAVX2VNNI(on bool) {
+	// The Q4_0 and Q5_0 tiles run the Q8_0 ones on the same activations.
+	defer setLegacyTiles()
 	k := &q8_0Kernels[AVX2]
 	if !on {
 		k.prepare = prepareQ8_0AVX2
