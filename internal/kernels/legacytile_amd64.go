@@ -65,7 +65,6 @@ func q5_0AsQ8_0(dst, src []byte) {
 	}
 }
 
-
 // setLegacyTiles installs the Q4_0 and Q5_0 tiles on both SIMD paths,
 // with the Q8_0 kernels' activation preparation (the tiles need its
 // layout; the matvecs read only the blocks and scales every layout has).
