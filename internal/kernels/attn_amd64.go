@@ -28,15 +28,13 @@ func axpyRowsAVX2Go(y, w, x []float32, stride int) {
 // leaving x untouched, when x holds a NaN or +Inf.
 func softmaxAVX2(x []float32) bool {
 	n8 := len(x) &^ 7
-	mx := float32(-1) // overwritten
+	mx := x[0]
 	if n8 > 0 {
 		m, bad := maxAVX2(&x[0], n8)
 		if bad {
 			return false
 		}
 		mx = m
-	} else {
-		mx = x[0]
 	}
 	for _, v := range x[n8:] {
 		if v != v || v > math.MaxFloat32 {
