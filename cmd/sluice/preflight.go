@@ -120,7 +120,7 @@ func printPreflight(w io.Writer, rep preflight.Report) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROLE\tWEIGHTS\tKV/TOKEN\tPAGE\tPAGES\tPOOL BYTES\tPOOL TOKENS\tCONTEXT\tEFFECTIVE\tVERDICT")
 	for _, r := range rep.Roles {
-		fmt.Fprintf(tw, "%s\t%s\t%d B\t%d\t%d\t%s\t%d\t%s\t%d\t%s\n", r.Role, preflight.FormatBytes(r.WeightBytes), r.KVBytesPerToken,
+		fmt.Fprintf(tw, "%s\t%s\t%d B %s\t%d\t%d\t%s\t%d\t%s\t%d\t%s\n", r.Role, preflight.FormatBytes(r.WeightBytes), r.KVBytesPerToken, r.KVType,
 			r.PageSize, r.Pages, preflight.FormatBytes(r.PoolBytes), r.PoolTokens, ctx, r.EffectiveContext, r.Verdict)
 	}
 	tw.Flush()

@@ -69,15 +69,15 @@ type page struct {
 // a View is not (it belongs to one sequence). No method may be called after
 // Close.
 type Pool struct {
-	cfg        Config
-	geo        Geometry
+	cfg       Config
+	geo       Geometry
 	pageElems int
 	pageBytes int
 
-	mem []byte    // all pages, contiguous; page i at i*pageBytes
-	f32 []float32 // the same memory as float32s (F32 pools; nil for F16)
-	f16 []uint16  // the same memory as binary16s (F16 pools; nil for F32)
-	u32 []uint32  // the same memory as 32-bit words (scrub)
+	mem   []byte    // all pages, contiguous; page i at i*pageBytes
+	f32   []float32 // the same memory as float32s (F32 pools; nil for F16)
+	f16   []uint16  // the same memory as binary16s (F16 pools; nil for F32)
+	u32   []uint32  // the same memory as 32-bit words (scrub)
 	unmap func() error
 	inc   uint64 // incarnation of a shared pool (shm.go); 0 on the heap
 	// gens are a shared pool's generation words in its file (shm.go): the

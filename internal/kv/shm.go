@@ -43,7 +43,7 @@ import (
 const SharedHeaderBytes = 4096
 
 const (
-	sharedMagic   = "SLUICEKV"
+	sharedMagic = "SLUICEKV"
 	// Version 3 records the KV type: a writer of F32 rows never places
 	// them in F16 pages (their geometries differ, so Open refuses).
 	sharedVersion = 3

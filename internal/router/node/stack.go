@@ -293,7 +293,7 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 		s.peers = append(s.peers, Peer{Role: "decode", Conn: rd})
 		routerDecode = rd
 		if transport == TransportSHM {
-			w, err := shm.Open(dcfg.SharedFile, kv.Geometry{Layers: m.Runtime.Layers(), KVDim: m.Runtime.KVDim(), PageSize: dcfg.PageSize}, dc)
+			w, err := shm.Open(dcfg.SharedFile, kv.Geometry{Layers: m.Runtime.Layers(), KVDim: m.Runtime.KVDim(), PageSize: dcfg.PageSize, Type: dcfg.KVType}, dc)
 			if err != nil {
 				return err
 			}
