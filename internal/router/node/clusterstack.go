@@ -155,7 +155,7 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 	if _, err := rand.Read(secret); err != nil {
 		return nil, err
 	}
-	tc := tcp.Config{Secret: secret, Model: m.Fingerprint()}
+	tc := tcp.Config{Secret: secret, Model: m.Fingerprint(), HoldsKV: true, KVType: cfgs[preflight.RoleDecode].KVType}
 	s := &ClusterStack{Report: rep, tc: tc, decodeCfg: cfgs[preflight.RoleDecode]}
 	fail := func(err error) (*ClusterStack, error) {
 		s.Close(context.Background())

@@ -275,7 +275,8 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 		if _, err := rand.Read(secret); err != nil {
 			return err
 		}
-		tc = tcp.Config{Secret: secret, Model: m.Fingerprint(), DialContext: c.Dial}
+		// Every role of this process holds pages of the one --kv-type.
+		tc = tcp.Config{Secret: secret, Model: m.Fingerprint(), DialContext: c.Dial, HoldsKV: true, KVType: dcfg.KVType}
 		daddr, err := s.serveTCP(c, tc, dw, nil)
 		if err != nil {
 			return err
