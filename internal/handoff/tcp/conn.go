@@ -245,7 +245,7 @@ func (c *conn) readHandshake(want byte) (*frame, error) {
 //	Auth     = the client's proof [32] = HMAC(secret, "sluice/client" || Hello || HelloAck)
 //
 // where model is the role's fingerprint (codec.go: sum [16], name) and kv
-// its KV page type (u8: 0 none, else kv.Type+1; version 6). Each side
+// its KV page type (u8: 0 none, else kv.Type+1; version 7). Each side
 // compares fingerprints and KV types only after its peer proved the
 // secret, so a stranger learns nothing about the model.
 func (c *conn) clientHandshake() error {
