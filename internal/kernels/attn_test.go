@@ -75,3 +75,34 @@ func TestFP16RowsMatchScalar(t *testing.T) {
 		}
 	})
 }
+
+// TestWidenRowsOddShapes: WidenRows over odd head dims, row counts and
+// strides (a KV head's slice of a block) gives, on every path, exactly the
+// scalar widening of each element, and writes nothing past the rows.
+func TestWidenRowsOddShapes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	withPath(t, func(p Path) {
+		for _, cols := range []int{1, 3, 7, 8, 9, 15, 16, 17, 31, 64, 65, 80, 128} {
+			for _, rows := range []int{1, 2, 5, 16, 17} {
+				stride := cols + rng.IntN(3)*cols + rng.IntN(5)
+				src := make([]uint16, (rows-1)*stride+cols)
+				for i := range src {
+					src[i] = quant.FP32ToFP16(float32(rng.NormFloat64()))
+				}
+				dst := make([]float32, rows*cols+1)
+				dst[rows*cols] = 42
+				WidenRows(dst[:rows*cols], src, rows, stride)
+				for j := range rows {
+					for d := range cols {
+						if want := quant.FP16ToFP32(src[j*stride+d]); math.Float32bits(dst[j*cols+d]) != math.Float32bits(want) {
+							t.Fatalf("%v cols=%d rows=%d stride=%d: [%d][%d] = %v, want %v", p, cols, rows, stride, j, d, dst[j*cols+d], want)
+						}
+					}
+				}
+				if dst[rows*cols] != 42 {
+					t.Fatalf("%v cols=%d rows=%d: wrote past the rows", p, cols, rows)
+				}
+			}
+		}
+	})
+}
