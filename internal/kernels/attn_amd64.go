@@ -9,3 +9,6 @@ func cvtF32F16AVX2(dst *uint16, src *float32, n int)
 
 //go:noescape
 func cvtF16F32AVX2(dst *float32, src *uint16, n int)
+
+//go:noescape
+func widenRowsAVX2(dst *float32, src *uint16, rows, cols, stride int)

@@ -49,3 +49,32 @@ c16_tail:
 c16_done:
 	VZEROUPPER
 	RET
+
+// func widenRowsAVX2(dst *float32, src *uint16, rows, cols, stride int)
+// rows > 0, cols a positive multiple of 8: row j of src (at j*stride
+// elements) widened into dst packed (at j*cols).
+TEXT ·widenRowsAVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ rows+16(FP), R8
+	MOVQ cols+24(FP), R9
+	MOVQ stride+32(FP), R10
+	SHLQ $1, R10          // row stride in bytes
+	SHRQ $3, R9           // 8-element chunks per row
+
+wr_row:
+	MOVQ SI, BX
+	MOVQ R9, CX
+
+wr_chunk:
+	VCVTPH2PS (BX), Y0
+	VMOVUPS   Y0, (DI)
+	ADDQ      $16, BX
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       wr_chunk
+	ADDQ      R10, SI
+	DECQ      R8
+	JNZ       wr_row
+	VZEROUPPER
+	RET
