@@ -150,6 +150,10 @@ func (r *Runner) perToken(n, rowCost int, fn func(lo, hi int)) {
 // from a few dozen positions on.
 const minParallelMACs = 1 << 14
 
+// wideRows is how many positions of F16 rows attention widens at a time
+// (32 KiB of scratch per slot at head dim 64): fewer, longer kernel calls.
+const wideRows = 128
+
 // attnSlots is how many interleaved shares of attention each thread of the
 // pool has to claim from; each share owns one scores scratch buffer.
 const attnSlots = 4
@@ -439,32 +443,44 @@ func (r *Runner) attendUnit(un unit, w int) {
 	spans := r.spans[a.span:]
 	scores := grow(r.scores[w], group*n)
 	r.scores[w] = scores
+	// F16 rows are widened several blocks at a time (up to wideRows
+	// positions): one DotRows/AxpyRows call then covers them all. Each
+	// score is still one canonical dot and the value rows are still added
+	// in position order, so the bits do not depend on the step.
+	step := a.ps
 	var wide []float32
 	if a.f16 {
-		wide = grow(r.wide[w], a.ps*hd)
+		step = a.ps * max(1, wideRows/a.ps)
+		wide = grow(r.wide[w], step*hd)
 		r.wide[w] = wide
 	}
-	// rows returns block bi's rows of KV head kh (K or V) and their stride.
-	rows := func(bi, cnt int, v bool) ([]float32, int) {
-		s := &spans[bi]
+	// rows returns the K (or V) rows of KV head kh of positions [j, j+cnt)
+	// (j a multiple of the page size) and their stride.
+	rows := func(j, cnt int, v bool) ([]float32, int) {
+		bi := j / a.ps
 		if !a.f16 {
 			if v {
-				return s.v[koff:], KD
+				return spans[bi].v[koff:], KD
 			}
-			return s.k[koff:], KD
+			return spans[bi].k[koff:], KD
 		}
-		src := s.k16
-		if v {
-			src = s.v16
+		for done := 0; done < cnt; done += a.ps {
+			s := &spans[bi+done/a.ps]
+			src := s.k16
+			if v {
+				src = s.v16
+			}
+			m := min(a.ps, cnt-done)
+			kernels.WidenRows(wide[done*hd:(done+m)*hd], src[koff:], m, KD)
 		}
-		kernels.WidenRows(wide[:cnt*hd], src[koff:], cnt, KD)
 		return wide, hd
 	}
-	// Block by block: one call per (block, head) computes every score of
-	// the block, then one call adds every value row of the block.
-	for j, bi := 0, 0; j < n; j, bi = j+a.ps, bi+1 {
-		cnt := min(a.ps, n-j)
-		kb, stride := rows(bi, cnt, false)
+	// Step by step (a block, or with F16 several): one call per (step,
+	// head) computes every score of the step, then one call adds every
+	// value row of the step.
+	for j := 0; j < n; j += step {
+		cnt := min(step, n-j)
+		kb, stride := rows(j, cnt, false)
 		for g := 0; g < group; g++ {
 			h := int(un.kh)*group + g
 			kernels.DotRows(scores[g*n+j:g*n+j+cnt], r.q[t*Q+h*hd:t*Q+(h+1)*hd], kb, stride)
@@ -477,9 +493,9 @@ func (r *Runner) attendUnit(un unit, w int) {
 		h := int(un.kh)*group + g
 		clear(r.att[t*Q+h*hd : t*Q+(h+1)*hd])
 	}
-	for j, bi := 0, 0; j < n; j, bi = j+a.ps, bi+1 {
-		cnt := min(a.ps, n-j)
-		vb, stride := rows(bi, cnt, true)
+	for j := 0; j < n; j += step {
+		cnt := min(step, n-j)
+		vb, stride := rows(j, cnt, true)
 		for g := 0; g < group; g++ {
 			h := int(un.kh)*group + g
 			kernels.AxpyRows(r.att[t*Q+h*hd:t*Q+(h+1)*hd], scores[g*n+j:g*n+j+cnt], vb, stride)
