@@ -11,26 +11,32 @@ import "sluice/internal/kernels"
 const queryBlock = 8
 
 // attendTokens is attendUnit for the un.nt tokens un.t, un.t+1, ... of one
-// sequence and KV head un.kh, pages in the outer loop. It only reorders
-// attendUnit's calls: every score is the same DotRows of the token's query
-// and key row, every softmax row the same, and each output row adds the
-// same AxpyRows in the same page order, so the results are bitwise
-// attendUnit's whatever the block (batch invariance).
-func (r *Runner) attendTokens(un unit, scores []float32) []float32 {
-	if un.nt <= 1 {
-		return r.attendUnit(un, scores)
+// sequence and KV head un.kh, pages in the outer loop, with slot w's
+// scratch. It only reorders attendUnit's calls: every score is the same
+// DotRows of the token's query and key row, every softmax row the same,
+// and each output row adds the same AxpyRows in the same page order, so
+// the results are bitwise attendUnit's whatever the block (batch
+// invariance). F16 views go through attendUnit token by token (it widens
+// their rows; blocking those is not done yet).
+func (r *Runner) attendTokens(un unit, w int) {
+	a := &r.acts[un.a]
+	if un.nt <= 1 || a.f16 {
+		for i := int32(0); i < max(1, un.nt); i++ {
+			r.attendUnit(unit{un.a, un.t + i, un.kh, 1}, w)
+		}
+		return
 	}
 	c := r.m.cfg
 	Q, KD, hd := c.QDim(), c.KVDim(), c.HeadDim
 	group := c.Heads / c.KVHeads
-	a := &r.acts[un.a]
 	nt := int(un.nt)
 	first := a.pos + int(un.t) + 1 // positions the block's first token sees
 	last := first + nt - 1         // and its last
 	koff := int(un.kh) * hd
 	spans := r.spans[a.span:]
 	// Score row of (token i, head g): scores[(i*group+g)*last:][:first+i].
-	scores = grow(scores, nt*group*last)
+	scores := grow(r.scores[w], nt*group*last)
+	r.scores[w] = scores
 	for j, bi := 0, 0; j < last; j, bi = j+a.ps, bi+1 {
 		kb := spans[bi].k[koff:]
 		for i := max(0, j+1-first); i < nt; i++ { // tokens that see position j
@@ -65,5 +71,4 @@ func (r *Runner) attendTokens(un unit, scores []float32) []float32 {
 			}
 		}
 	}
-	return scores
 }
