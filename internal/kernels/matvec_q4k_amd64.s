@@ -55,7 +55,7 @@ GLOBL q4kmvdm<>(SB), RODATA|NOPTR, $16
 // Q4KMVSC unpacks the 6-bit scales and mins of the Q4_K block at P: the 8
 // scales as int16 in X3, the 8 mins as int16 pairs (m_j, m_j) in Y2,
 // ready for VPMADDWD with the Q8_K bsums. Scratch: AX, CX, DX, R14, R15,
-// X0, X1.
+// X0.
 #define Q4KMVSC(P) \
 	MOVL 4(P), AX \
 	MOVL 8(P), CX \
@@ -82,11 +82,11 @@ GLOBL q4kmvdm<>(SB), RODATA|NOPTR, $16
 	ORQ  R14, CX \
 	VMOVQ AX, X0 \
 	VPMOVZXBW X0, X3 \
-	VMOVQ CX, X1 \
-	VPMOVZXBW X1, X1 \
-	VPUNPCKLWD X1, X1, X2 \
-	VPUNPCKHWD X1, X1, X1 \
-	VINSERTI128 $1, X1, Y2, Y2
+	VMOVQ CX, X0 \
+	VPMOVZXBW X0, X0 \
+	VPUNPCKLWD X0, X0, X2 \
+	VPUNPCKHWD X0, X0, X0 \
+	VINSERTI128 $1, X0, Y2, Y2
 
 // Q4KMVNIB makes ZT of the 32 qs bytes at Q: low nibbles (sub-block 2k) in
 // bytes 0-31, high nibbles (sub-block 2k+1) in 32-63, the element order of
@@ -213,5 +213,119 @@ q4kmv_sb:
 	JMP  q4kmv_group
 
 q4kmv_done:
+	VZEROUPPER
+	RET
+
+// Q4KMV2SUB multiplies sub-blocks 2k (low nibbles) and 2k+1 (high
+// nibbles) of the 32 qs bytes at Q by the Q8_K qs at XA and XB and their
+// int16 scales at SA and SB, adding the int32 lanes to AY (OP VPADDD), or
+// setting them (OP is a VPMADDWD of the first product: see Q4KMV2ROW).
+// Products fit int16 (15*127*2), scaled pairs int32. Y15 holds 0x0f
+// bytes; clobbers Y4-Y7.
+#define Q4KMV2SUB(Q, XA, XB, SA, SB, AY) \
+	VMOVDQU Q, Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPMADDUBSW XA, Y4, Y4 \
+	VPBROADCASTW SA, Y6 \
+	VPMADDWD Y6, Y4, Y4 \
+	VPADDD Y4, AY, AY \
+	VPMADDUBSW XB, Y5, Y5 \
+	VPBROADCASTW SB, Y7 \
+	VPMADDWD Y7, Y5, Y5 \
+	VPADDD Y5, AY, AY
+
+// Q4KMV2ROW is Q4KMVROW on AVX2: isum lanes to AY, imin lanes to MY.
+#define Q4KMV2ROW(P, AY, MY) \
+	Q4KMVSC(P) \
+	VMOVDQU X3, sc-16(SP) \
+	VPMADDWD 260(BX), Y2, MY \
+	VPXOR AY, AY, AY \
+	Q4KMV2SUB(16(P), 4(BX), 36(BX), sc-16(SP), sc-14(SP), AY) \
+	Q4KMV2SUB(48(P), 68(BX), 100(BX), sc-12(SP), sc-10(SP), AY) \
+	Q4KMV2SUB(80(P), 132(BX), 164(BX), sc-8(SP), sc-6(SP), AY) \
+	Q4KMV2SUB(112(P), 196(BX), 228(BX), sc-4(SP), sc-2(SP), AY)
+
+// func rowsQ4_KAVX2x4r(out *float32, w, x *byte, nGroups, nsb int)
+// rowsQ4_KAVX512x4 on AVX2 (VPMADDUBSW, VPMADDWD by broadcast scales).
+TEXT ·rowsQ4_KAVX2x4r(SB), NOSPLIT, $32-40
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ nGroups+24(FP), R9
+	LEAQ q4kmvPF(SI), R8
+	MOVL $0x0f0f0f0f, AX
+	MOVL AX, X15
+	VPBROADCASTD X15, Y15
+
+q4kmv2_group:
+	TESTQ R9, R9
+	JZ   q4kmv2_done
+	MOVQ nsb+32(FP), AX
+	IMULQ $144, AX
+	LEAQ (SI)(AX*1), R11
+	LEAQ (SI)(AX*2), R12
+	LEAQ (R12)(AX*1), R13
+	MOVQ x+16(FP), BX
+	MOVQ nsb+32(FP), R10
+	VXORPS X0, X0, X0
+	VMOVUPS X0, acc-32(SP)
+
+q4kmv2_sb:
+	PREFETCHT0 0(R8)
+	PREFETCHT0 64(R8)
+	PREFETCHT0 128(R8)
+	PREFETCHT0 192(R8)
+	PREFETCHT0 256(R8)
+	PREFETCHT0 320(R8)
+	PREFETCHT0 384(R8)
+	PREFETCHT0 448(R8)
+	PREFETCHT0 512(R8)
+	ADDQ $576, R8
+	Q4KMV2ROW(SI, Y8, Y12)
+	Q4KMV2ROW(R11, Y9, Y13)
+	Q4KMV2ROW(R12, Y10, Y14)
+	Q4KMV2ROW(R13, Y11, Y1)
+	VPHADDD Y9, Y8, Y8
+	VPHADDD Y11, Y10, Y10
+	VPHADDD Y10, Y8, Y8
+	VPHADDD Y13, Y12, Y12
+	VPHADDD Y1, Y14, Y14
+	VPHADDD Y14, Y12, Y12
+	VEXTRACTI128 $1, Y8, X9
+	VPADDD X9, X8, X8
+	VEXTRACTI128 $1, Y12, X13
+	VPADDD X13, X12, X12
+	VINSERTI128 $1, X12, Y8, Y8
+	VCVTDQ2PS Y8, Y8          // isum0..3, imin0..3
+	VMOVD (SI), X0
+	VPINSRD $1, (R11), X0, X0
+	VPINSRD $2, (R12), X0, X0
+	VPINSRD $3, (R13), X0, X0
+	VPSHUFB q4kmvdm<>(SB), X0, X0
+	VCVTPH2PS X0, Y0
+	VBROADCASTSS (BX), Y2
+	VMULPS Y2, Y0, Y0         // dd0..3, dm0..3
+	VMULPS Y8, Y0, Y0
+	VEXTRACTF128 $1, Y0, X2
+	VSUBPS X2, X0, X0
+	VADDPS acc-32(SP), X0, X0
+	VMOVUPS X0, acc-32(SP)
+	ADDQ $144, SI
+	ADDQ $144, R11
+	ADDQ $144, R12
+	ADDQ $144, R13
+	ADDQ $292, BX
+	DECQ R10
+	JNZ  q4kmv2_sb
+
+	VMOVUPS acc-32(SP), X0
+	VMOVUPS X0, (DI)
+	ADDQ $16, DI
+	MOVQ R13, SI
+	DECQ R9
+	JMP  q4kmv2_group
+
+q4kmv2_done:
 	VZEROUPPER
 	RET
