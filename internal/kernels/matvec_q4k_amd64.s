@@ -123,7 +123,7 @@ GLOBL q4kmvdm<>(SB), RODATA|NOPTR, $16
 	VPADDD Y16, AY, AY
 
 // q4kmvPF is how far ahead of the rows in use the kernel prefetches.
-#define q4kmvPF 4096
+#define q4kmvPF 8192
 
 // func rowsQ4_KAVX512x4(out *float32, w, x *byte, nGroups, nsb int)
 // out[r] for 4*nGroups rows of nsb Q4_K super-blocks each (stored back to
