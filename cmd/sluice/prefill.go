@@ -31,8 +31,7 @@ func runPrefill(args []string) int {
 	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "addresses of the decode workers this prefill worker pushes KV pages to, comma-separated: the same strings as the router's --decode (the router names the decode worker of each request by them)")
 	fs.DurationVar(&resolveEvery, "resolve-interval", 10*time.Second, "how often the --decode names are resolved again (new decode workers join, vanished ones are dropped); 0 resolves only at start. Give the router the same value")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the decode worker at start")
-	var prefix string
-	fs.StringVar(&prefix, "prefix-cache", "on", "on or off: reuse the full prompt pages of earlier prompts of the SAME tenant (keys salted with an HMAC of the tenant keyed by the deployment key file; never shared across tenants)")
+	prefix := prefixCacheFlag(fs, "reuse the full prompt pages of earlier prompts of the SAME tenant")
 	usageFor(fs, `Usage: sluice prefill [flags]
 
 Runs a prefill worker as its own process. For each handoff it runs the
@@ -48,12 +47,9 @@ Example:
 		return code
 	}
 	defer m.Close()
-	if prefix != "on" && prefix != "off" {
-		log.Error("--prefix-cache must be on or off", "value", prefix)
+	if !setPrefixCache(log, *prefix, &ec, tc) {
 		return 2
 	}
-	// The salts are keyed with the deployment's shared secret (I11).
-	ec.PrefixCache, ec.CacheSecret = prefix == "on", tc.Secret
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	specs := splitList(decodeAddr)
 	if len(specs) == 0 {

@@ -50,6 +50,7 @@ func runRouter(args []string) int {
 	fs.Float64Var(&weights.DecodeFreePages, "score-decode-free-pages", weights.DecodeFreePages, "weight of the decode scorer for free KV pages (least KV pressure, from each worker's load report)")
 	fs.Float64Var(&weights.DecodeQueue, "score-decode-queue", weights.DecodeQueue, "weight of the decode scorer for fewest requests this router has in flight on the worker")
 	fs.Float64Var(&weights.PrefillQueue, "score-prefill-queue", weights.PrefillQueue, "weight of the prefill scorer for fewest requests this router has in flight on the worker")
+	fs.Float64Var(&weights.PrefixAffinity, "score-prefix-affinity", weights.PrefixAffinity, "weight of the prefill and decode scorer for the worker this router last sent the same tenant's prompt prefix to (its prefix cache likely holds those pages: decode skips their transfer, prefill their compute); remembered per tenant, never across tenants; 0 turns it off")
 	fs.DurationVar(&resolveEvery, "resolve-interval", 10*time.Second, "how often worker names (e.g. a Kubernetes headless Service, one A record per pod) are resolved again: new addresses join, vanished ones get no new request; 0 resolves only at start")
 	fs.DurationVar(&probe, "probe-interval", time.Second, "how often every worker is probed (health and load report); a worker that stops answering is marked down within about this long")
 	fs.StringVar(&secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")

@@ -31,6 +31,11 @@ type State struct {
 	// (decode: free pages are what a reservation takes). TotalPages 0
 	// means unknown.
 	FreePages, TotalPages int
+	// PrefixPages is how many leading full pages of THIS request's prompt
+	// the router believes the worker holds in its prefix cache (Affinity,
+	// for the request's tenant only); PromptPages is the prompt's full
+	// pages. Both 0 when affinity is off.
+	PrefixPages, PromptPages int
 }
 
 // Filter drops workers that must not take the request.
@@ -69,6 +74,9 @@ type Choice struct {
 	// log); Parts the picked worker's score per scorer.
 	Scores map[string]float64
 	Parts  map[string]float64
+	// PrefixPages is the picked worker's believed prefix pages
+	// (PickPrompt; 0 otherwise).
+	PrefixPages int
 }
 
 // ErrNoWorker means every worker was filtered out.

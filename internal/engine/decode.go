@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sluice/internal/handoff"
@@ -20,6 +21,10 @@ type DecodeWorker struct {
 	pool  pagePool
 	sched *scheduler
 	ctx   int
+	// cache is the decode pool's prefix cache (nil: off): a Reserve
+	// carrying the prompt's ids starts its table with this tenant's cached
+	// prefix, and a verified commit inserts the prompt's full pages.
+	cache *prefixCache
 
 	// rmu serialises the protocol core, which is a pure state machine and
 	// not safe for concurrent use.
@@ -30,6 +35,11 @@ type DecodeWorker struct {
 	mu       sync.Mutex
 	handoffs map[kv.ID]*dhandoff
 	closed   bool
+
+	// sharedPreempted counts sequences preempted while reading pages
+	// their reservation found in the prefix cache (tests: preemption of
+	// sharers is exercised, not assumed).
+	sharedPreempted atomic.Int64
 }
 
 var _ handoff.Decode = (*DecodeWorker)(nil)
@@ -40,6 +50,8 @@ type dhandoff struct {
 	tenant    string
 	prompt    int
 	maxTokens int
+	keys      []kv.BlockKey // the prompt's full pages' cache keys (nil: no cache)
+	hitBlocks int           // leading prompt blocks found in the cache at Reserve
 
 	committed bool
 	owner     kv.Owner
@@ -79,6 +91,7 @@ func newDecodeWorker(cfg Config, wrap func(pagePool) pagePool) (*DecodeWorker, e
 		sched:    newScheduler(cfg, pool),
 		ctx:      cfg.configuredContext(),
 		handoffs: map[kv.ID]*dhandoff{},
+		cache:    newPrefixCache(cfg, pool),
 	}
 	w.recv = handoff.NewReceiver(handoff.ReceiverConfig{
 		PageSize: cfg.PageSize,
@@ -175,6 +188,20 @@ func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handof
 	if !w.cfg.Unsafe.NoAdmission && !kv.TokensFit(r.PromptTokens, r.MaxTokens, w.ctx) {
 		return nil, handoff.ErrRefused.With("%d prompt + %d max tokens exceed the decode context of %d tokens", r.PromptTokens, r.MaxTokens, w.ctx)
 	}
+	var keys []kv.BlockKey
+	if w.cache != nil && len(r.Tokens) > 0 {
+		if len(r.Tokens) != r.PromptTokens || len(r.CacheScope) > handoff.MaxCacheScope {
+			return nil, handoff.ErrRefused.With("%d prompt ids for %d prompt tokens, cache scope of %d bytes", len(r.Tokens), r.PromptTokens, len(r.CacheScope))
+		}
+		for i, t := range r.Tokens {
+			if t < 0 || int(t) >= w.cfg.Model.Vocab() {
+				return nil, handoff.ErrRefused.With("prompt id %d at index %d is outside the vocabulary of %d", t, i, w.cfg.Model.Vocab())
+			}
+		}
+		// Salted with the authenticated tenant the router sent (I11, I12)
+		// and this deployment's secret, as prefill's keys are.
+		keys = w.cache.keys(&Request{Tenant: r.Tenant, Prompt: r.Tokens, CacheScope: r.CacheScope})
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -184,12 +211,12 @@ func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handof
 		return nil, handoff.ErrDuplicate
 	}
 	w.rmu.Lock()
-	res, err := w.recv.Reserve(time.Now(), r)
+	res, err := w.recv.ReservePrefix(time.Now(), r, keys)
 	w.rmu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: time.Now()}
+	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: time.Now(), keys: keys}
 	return res, nil
 }
 
@@ -245,6 +272,15 @@ func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
 	}
 	h.committed, h.owner, h.table, h.first, h.firstLP = true, acc.Owner, acc.Pages, acc.FirstToken, c.FirstLogprobs
 	h.prompt = acc.Tokens // I9: what was verified, not what was asked
+	h.hitBlocks = acc.CachedBlocks
+	if h.keys != nil {
+		// The prompt's KV is final and verified (I5: the digest covered
+		// it whole): its full pages become this tenant's cache entries
+		// now rather than when the sequence ends, so requests already
+		// queued behind it hit them. Decode only appends after the
+		// prompt, never into a full prompt page.
+		w.cache.insert(acc.Owner, acc.Pages, h.keys, acc.CachedBlocks)
+	}
 	w.startLocked(c.Handoff, h)
 	w.mu.Unlock()
 	return nil
@@ -357,7 +393,13 @@ func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) {
 		evict: true,
 	}
 	st := h.stream
-	q.emit = func(o outcome) { st.push(o.token2()) }
+	hits := h.hitBlocks
+	q.emit = func(o outcome) {
+		if hits > 0 && o.done && o.finish == "preempted" {
+			w.sharedPreempted.Add(1)
+		}
+		st.push(o.token2())
+	}
 	q.ended = func() {
 		w.mu.Lock()
 		delete(w.handoffs, id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,25 +102,31 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 	want := aloneOutputs(t, rt, reqs)
 	// "+cache": the prefill worker's prefix cache on (the prompts repeat
 	// reference prompts, and a resumed prompt extends its own): hits skip
-	// prefill work and change no token.
-	for _, transport := range []string{"inproc", "tcp", "shm", "tcp+cache"} {
+	// prefill work and change no token. "+dcache": both workers' caches:
+	// a resumed handoff may find its earlier prompt pages on decode, so its
+	// reservation shares them and prefill sends only the rest, and such
+	// sharers may be preempted again; no token changes.
+	for _, transport := range []string{"inproc", "tcp", "shm", "tcp+cache", "inproc+dcache", "tcp+dcache", "shm+dcache"} {
 		t.Run(transport, func(t *testing.T) {
 			var eng Engine
 			var dw *DecodeWorker
 			var pw *PrefillWorker
-			pcfg := storiesConfig(rt, 24)
-			if transport == "tcp+cache" {
-				transport, pcfg.PrefixCache = "tcp", true
+			pcfg, dcfg := storiesConfig(rt, 24), storiesConfig(rt, 16)
+			switch tr, opt, _ := strings.Cut(transport, "+"); opt {
+			case "cache":
+				transport, pcfg.PrefixCache = tr, true
+			case "dcache":
+				transport, pcfg.PrefixCache, dcfg.PrefixCache = tr, true, true
 			}
 			if transport == "inproc" {
-				loc, err := NewLocal(pcfg, storiesConfig(rt, 16))
+				loc, err := NewLocal(pcfg, dcfg)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer loc.Close(context.Background())
 				eng, dw, pw = loc, loc.Decode, loc.Prefill
 			} else {
-				r := newRemoteRig(t, transport, pcfg, storiesConfig(rt, 16))
+				r := newRemoteRig(t, transport, pcfg, dcfg)
 				defer r.close()
 				eng, dw, pw = r.eng, r.dw, r.pw
 			}
@@ -135,6 +142,13 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 				} else {
 					t.Logf("prefill cache: %d pages hit, %d evicted", ps.CacheHits, ps.CacheEvictions)
 				}
+			}
+			if dcfg.PrefixCache {
+				// How often a resumed handoff still finds its pages in a
+				// pool this small depends on the interleaving; logged, not
+				// asserted (TestDecodePrefixPreemptedSharer makes it happen).
+				rs := dw.ReceiverStats()
+				t.Logf("decode cache: %d prompt pages transferred, %d skipped; %d sharers preempted", rs.PagesTransferred, rs.PagesSkipped, dw.sharedPreempted.Load())
 			}
 			waitDrained(t, pw.Pool(), dw.Pool())
 		})

@@ -140,20 +140,23 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 	if !rep.OK {
 		return nil, &PreflightError{Report: rep}
 	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
 	cfgs := map[string]engine.Config{}
 	for _, r := range []string{preflight.RolePrefill, preflight.RoleDecode} {
 		ec, err := m.RoleConfig(rep, r, c.Threads, c.MaxConcurrency)
 		if err != nil {
 			return nil, err
 		}
+		// Every worker's prefix-cache salts are keyed with the cluster's
+		// shared secret, as separate processes key them with the key file.
+		ec.PrefixCache, ec.CacheSecret = c.PrefixCache, secret
 		if c.Engine != nil {
 			c.Engine(r, &ec)
 		}
 		cfgs[r] = ec
-	}
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		return nil, err
 	}
 	tc := tcp.Config{Secret: secret, Model: m.Fingerprint()}
 	s := &ClusterStack{Report: rep, tc: tc, decodeCfg: cfgs[preflight.RoleDecode]}
@@ -248,16 +251,10 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 }
 
 // LoadOf is a decode connection's load report, when its transport has one.
-func LoadOf(d handoff.Decode) func(ctx context.Context) (int, int, error) {
+func LoadOf(d handoff.Decode) func(ctx context.Context) (*handoff.Load, error) {
 	l, ok := d.(handoff.Loader)
 	if !ok {
 		return nil
 	}
-	return func(ctx context.Context) (int, int, error) {
-		r, err := l.Load(ctx)
-		if err != nil {
-			return 0, 0, err
-		}
-		return r.FreePages, r.TotalPages, nil
-	}
+	return l.Load
 }
