@@ -52,9 +52,9 @@
 //	type        acts  AVX2 asm                                 AVX512 asm
 //	F32         F32   matvec, 4x3 tile (cols%16 == 0)          matvec, 4x4 tile
 //	F16         F16   matvec, 4x3 tile (cols%16 == 0)          matvec, 4x4 tile
-//	Q8_0        Q8_0  matvec, 2x2 tile, quantizer              matvec, 4x4 VNNI tile, quantizer
-//	Q4_K        Q8_K  matvec, 4 tokens; 8 rows x 2 tokens      AVX2 matvec, 4-token VNNI kernel;
-//	                  (repacked, 8+ tokens)                    16 rows x 4 tokens (8+ tokens)
+//	Q8_0        Q8_0  matvec (4 rows), 2x2 tile, quantizer     matvec, 4x4 VNNI tile, quantizer
+//	Q4_K        Q8_K  matvec (4 rows), 4 tokens;               VNNI matvec (4 rows), 4-token VNNI kernel;
+//	                  8 rows x 2 tokens (repacked, 8+ tokens)  16 rows x 4 tokens (8+ tokens)
 //	Q6_K        Q8_K  matvec, 4 tokens; 8 rows x 4 tokens      (AVX2 kernels)
 //	                  (repacked, 8+ tokens)
 //	Q5_K        Q8_K  matvec                                   (AVX2 kernel)
