@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,6 +34,7 @@ type roleOpts struct {
 	context    string
 	kvMemory   string
 	poolTokens int
+	kvType     string
 	pageSize   int
 	threads    int
 	maxConc    int
@@ -69,10 +69,11 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB); ignored when --kv-pool-tokens is set")
 		fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 		fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
+		fs.StringVar(&o.kvType, "kv-type", preflight.KVF16, "element type of KV pages: f16 (half the bytes per token of f32, so twice the context in the same --kv-memory; llama.cpp's default) or f32. Every role must use the same (the handoff refuses a peer of another type)")
 		if o.worker {
-			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), false), "threads per forward step; by default the machine's cores")
+			fs.IntVar(&o.threads, "threads", roleThreads(availableCPUs(), false), "threads per forward step; by default the machine's cores, or the container's CPU limit (cgroup v2 cpu.max) when lower")
 		} else {
-			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), true), "threads per forward step of each role; by default half the machine's cores each, as prefill and decode compute at once, and all of them with --colocated")
+			fs.IntVar(&o.threads, "threads", roleThreads(availableCPUs(), true), "threads per forward step of each role; by default half the machine's cores (or of the container's CPU limit, cgroup v2 cpu.max) each, as prefill and decode compute at once, and all of them with --colocated")
 		}
 	}
 	if o.worker {
@@ -98,6 +99,10 @@ func (o *roleOpts) pools() (node.Pools, error) {
 		return p, fmt.Errorf("--page-size %d must be positive", o.pageSize)
 	}
 	p.PageSize = o.pageSize
+	if o.kvType != "" && o.kvType != preflight.KVF16 && o.kvType != preflight.KVF32 {
+		return p, fmt.Errorf("--kv-type %q: use f16 or f32", o.kvType)
+	}
+	p.KVType = o.kvType
 	if o.poolTokens < 0 {
 		return p, fmt.Errorf("--kv-pool-tokens %d must not be negative", o.poolTokens)
 	}
@@ -187,6 +192,8 @@ type serveOpts struct {
 	// metricsListen and metricsTenantLabels: see registerHTTP and admin.go.
 	metricsListen       string
 	metricsTenantLabels bool
+	// loadEvery is the load line's interval (0: none).
+	loadEvery time.Duration
 
 	// prefillWorkers, decodeWorkers: serve's in-process cluster.
 	prefillWorkers, decodeWorkers int
@@ -205,6 +212,7 @@ func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
 	fs.DurationVar(&o.queueWait, "queue-timeout", 30*time.Second, "how long a request may wait in the queue; then 503 queue_timeout")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address of the admin listener serving /metrics, /health and /ready apart from the API. Default: with --api-keys "+defaultAdminListen+" (metrics are then never on --listen, which every tenant reaches); without --api-keys /metrics stays on --listen")
 	fs.BoolVar(&o.metricsTenantLabels, "metrics-tenant-labels", false, "label the token counters with tenant names (off by default: a scraper then learns every tenant's name and usage; turn on only for a trusted scraper)")
+	fs.DurationVar(&o.loadEvery, "load-log-interval", 10*time.Second, "how often the load line is logged (requests running and waiting; in `sluice serve` also preempted sequences, KV usage and generation throughput); 0 turns it off")
 	fs.IntVar(&o.tenantMax, "tenant-max-concurrency", 0, "requests one tenant may have in flight (0: only --max-concurrency applies); more get 429, so one busy tenant cannot take every slot")
 }
 
@@ -278,7 +286,7 @@ Example:
 	if o.colocated {
 		mode = "colocated"
 		if !flagSet(fs, "threads") {
-			o.threads = roleThreads(runtime.NumCPU(), false)
+			o.threads = roleThreads(availableCPUs(), false)
 		}
 	}
 	if o.prefix == "on" {
@@ -321,7 +329,9 @@ Example:
 	defer stopAdmin()
 	log.Info("roles started", "mode", mode, "context", st.Engine.Info().Context)
 	loadCtx, stopLoad := context.WithCancel(context.Background())
-	go st.LogLoad(loadCtx, log, 10*time.Second) // running, waiting, KV usage, throughput
+	if o.loadEvery > 0 {
+		go st.LogLoad(loadCtx, log, o.loadEvery) // running, waiting, KV usage, throughput
+	}
 	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { stopLoad(); return st.Close(ctx) })
 }
 

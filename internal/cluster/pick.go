@@ -27,6 +27,10 @@ type State struct {
 	ModelOK bool
 	// InFlight is the requests this router has on the worker now.
 	InFlight int
+	// Queue, when above InFlight, is the requests the worker has from
+	// every router, as estimated from its last load report (other routers
+	// share the worker): ShortestQueue ranks by the larger of the two.
+	Queue int
 	// FreePages and TotalPages are the worker's KV pool as last known
 	// (decode: free pages are what a reservation takes). TotalPages 0
 	// means unknown.
@@ -184,22 +188,24 @@ func (FreePages) Score(cands []State) []float64 {
 	return out
 }
 
-// ShortestQueue prefers the worker with the fewest requests in flight:
-// 1 for the least loaded, falling linearly to 0 for the most.
+// ShortestQueue prefers the worker with the fewest requests in flight
+// (this router's, or every router's by the load report when more): 1 for
+// the least loaded, falling linearly to 0 for the most.
 type ShortestQueue struct{}
 
 func (ShortestQueue) Name() string { return "queue" }
 func (ShortestQueue) Score(cands []State) []float64 {
 	lo, hi := math.MaxInt, 0
 	for _, c := range cands {
-		lo, hi = min(lo, c.InFlight), max(hi, c.InFlight)
+		q := max(c.InFlight, c.Queue)
+		lo, hi = min(lo, q), max(hi, q)
 	}
 	out := make([]float64, len(cands))
 	for i, c := range cands {
 		if hi == lo {
 			out[i] = 1
 		} else {
-			out[i] = float64(hi-c.InFlight) / float64(hi-lo)
+			out[i] = float64(hi-max(c.InFlight, c.Queue)) / float64(hi-lo)
 		}
 	}
 	return out

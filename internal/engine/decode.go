@@ -40,6 +40,9 @@ type DecodeWorker struct {
 	// their reservation found in the prefix cache (tests: preemption of
 	// sharers is exercised, not assumed).
 	sharedPreempted atomic.Int64
+
+	// now is the clock of every protocol call: time.Now, or a driver's.
+	now func() time.Time
 }
 
 var _ handoff.Decode = (*DecodeWorker)(nil)
@@ -85,27 +88,92 @@ func newDecodeWorker(cfg Config, wrap func(pagePool) pagePool) (*DecodeWorker, e
 	if wrap != nil {
 		pool = wrap(pool)
 	}
+	w := buildDecodeWorker(cfg, pool, nil)
+	go w.ticker()
+	return w, nil
+}
+
+// Driven makes a decode worker a deterministic driver's (internal/sim):
+// no goroutine at all (no batching loop, no ticker), the driver's clock,
+// and a pool the driver made. The worker's code is otherwise the one that
+// serves: the same Receiver calls, the same batch core (growth, preemption
+// and its "preempted" stream end), the same streams.
+type Driven struct {
+	// Pool is the worker's KV pool: KVPool(p), or the driver's wrapper.
+	Pool PagePool
+	// Now is the clock every protocol call and Tick reads.
+	Now func() time.Time
+	// Wake is called, synchronously, when the batch has work (a sequence
+	// joined, a cancel or an abort was recorded): the driver then calls
+	// Step, after whatever a step costs on its clock.
+	Wake func()
+	// Raw is the kv pool behind Pool, for the prefix cache (Config.
+	// PrefixCache); nil: no cache.
+	Raw *kv.Pool
+	// OneSided: a peer writes the pool's memory one-sidedly (the driver
+	// made the pool on a shared file).
+	OneSided bool
+	// Safeguards are OR'ed into the Receiver's. TEST HOOK: the
+	// simulator's injected bugs.
+	Safeguards handoff.Safeguards
+}
+
+// NewDrivenDecodeWorker builds a decode worker stepped by its driver: it
+// calls Step to run the batch and Tick to advance the protocol clock.
+func NewDrivenDecodeWorker(cfg Config, d Driven) (*DecodeWorker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate("decode"); err != nil {
+		return nil, err
+	}
+	if d.Pool == nil || d.Now == nil || d.Wake == nil {
+		return nil, fmt.Errorf("engine: a driven decode worker needs a pool, a clock and a wake function")
+	}
+	return buildDecodeWorker(cfg, d.Pool, &d), nil
+}
+
+func buildDecodeWorker(cfg Config, pool pagePool, d *Driven) *DecodeWorker {
 	w := &DecodeWorker{
 		cfg:      cfg,
 		pool:     pool,
-		sched:    newScheduler(cfg, pool),
 		ctx:      cfg.configuredContext(),
 		handoffs: map[kv.ID]*dhandoff{},
 		cache:    newPrefixCache(cfg, pool),
+		now:      time.Now,
+	}
+	sg := receiverSafeguards(cfg.Unsafe)
+	if d != nil {
+		w.now = d.Now
+		w.sched = newDrivenScheduler(cfg, pool, d.Wake)
+		w.cache = newPrefixCacheOn(cfg, d.Raw)
+		x := d.Safeguards
+		sg = handoff.Safeguards{NoCount: sg.NoCount || x.NoCount, NoCoverage: sg.NoCoverage || x.NoCoverage,
+			NoDigest: sg.NoDigest || x.NoDigest, NoReservationMatch: sg.NoReservationMatch || x.NoReservationMatch,
+			NoChecksum: sg.NoChecksum || x.NoChecksum}
+	} else {
+		w.sched = newScheduler(cfg, pool)
 	}
 	w.recv = handoff.NewReceiver(handoff.ReceiverConfig{
 		PageSize: cfg.PageSize,
 		// Pages on demand: a page of room beyond the prompt; the batch
 		// grows the table as tokens come and preempts when it cannot.
 		Headroom:   cfg.PageSize,
-		OneSided:   cfg.SharedFile != "",
+		OneSided:   cfg.SharedFile != "" || (d != nil && d.OneSided),
 		Lease:      cfg.Lease,
 		Model:      FingerprintOf(cfg.Model), // I13: Reserves of another model are refused
-		Safeguards: receiverSafeguards(cfg.Unsafe),
+		Safeguards: sg,
 	}, pool)
 	w.quit = make(chan struct{})
-	go w.ticker()
-	return w, nil
+	return w
+}
+
+// Step runs one turn of a driven worker's batch (joiners in, cancels, one
+// forward step). It reports whether sequences remain: the driver steps
+// again after a step's time; false: idle until the next Wake.
+func (w *DecodeWorker) Step() bool {
+	if w.sched.driven == nil {
+		panic("engine: Step on a decode worker that is not driven")
+	}
+	return w.sched.turn()
 }
 
 // Pool is the worker's KV pool (metrics, drain checks).
@@ -211,12 +279,12 @@ func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handof
 		return nil, handoff.ErrDuplicate
 	}
 	w.rmu.Lock()
-	res, err := w.recv.ReservePrefix(time.Now(), r, keys)
+	res, err := w.recv.ReservePrefix(w.now(), r, keys)
 	w.rmu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: time.Now(), keys: keys}
+	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: w.now(), keys: keys}
 	return res, nil
 }
 
@@ -233,7 +301,7 @@ func (w *DecodeWorker) Write(ctx context.Context, ws []handoff.PageWrite) error 
 		}
 	}
 	w.rmu.Lock()
-	err := w.recv.Write(time.Now(), ws)
+	err := w.recv.Write(w.now(), ws)
 	w.rmu.Unlock()
 	if err != nil {
 		w.end(ws[0].Handoff, err)
@@ -249,13 +317,13 @@ func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
 		// able to hand it an id the tokenizer has never seen (I8).
 		err := handoff.ErrProtocol.With("%s", bad)
 		w.rmu.Lock()
-		w.recv.Abort(time.Now(), c.Handoff, err.Error())
+		w.recv.Abort(w.now(), c.Handoff, err.Error())
 		w.rmu.Unlock()
 		w.end(c.Handoff, err)
 		return err
 	}
 	w.rmu.Lock()
-	acc, err := w.recv.Commit(time.Now(), c)
+	acc, err := w.recv.Commit(w.now(), c)
 	w.rmu.Unlock()
 	if err != nil {
 		w.end(c.Handoff, err)
@@ -308,7 +376,7 @@ func (w *DecodeWorker) Abort(ctx context.Context, a *handoff.Abort) error {
 	}
 	w.mu.Unlock()
 	w.rmu.Lock()
-	w.recv.Abort(time.Now(), a.Handoff, a.Reason)
+	w.recv.Abort(w.now(), a.Handoff, a.Reason)
 	w.rmu.Unlock()
 	w.end(a.Handoff, handoff.ErrAborted.With("%s", a.Reason))
 	return nil
@@ -318,7 +386,7 @@ func (w *DecodeWorker) Abort(ctx context.Context, a *handoff.Abort) error {
 func (w *DecodeWorker) Drained(ctx context.Context, id kv.ID) error {
 	w.rmu.Lock()
 	defer w.rmu.Unlock()
-	return w.recv.Drained(time.Now(), id)
+	return w.recv.Drained(w.now(), id)
 }
 
 // Stream implements handoff.Decode.
@@ -482,6 +550,21 @@ func (t *tokenStream) Recv() (handoff.Token, error) {
 		return tok, nil
 	case <-t.ctx.Done():
 		return handoff.Token{}, t.ctx.Err()
+	}
+}
+
+// TryRecv is Recv that does not wait, for a driven worker's driver (which
+// must not block its single thread): ok is false when no item is there
+// yet; err is io.EOF after the terminal item.
+func (t *tokenStream) TryRecv() (tok handoff.Token, ok bool, err error) {
+	select {
+	case tok, open := <-t.ch:
+		if !open {
+			return handoff.Token{}, false, io.EOF
+		}
+		return tok, true, nil
+	default:
+		return handoff.Token{}, false, nil
 	}
 }
 

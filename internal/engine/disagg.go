@@ -417,7 +417,17 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 				return // the request ended meanwhile (a cancel took effect)
 			}
 			tk.requeue(r.Tenant)
-			cur.set(newID())
+			// The resume is an ordinary new handoff, so it may go to any
+			// pair: paired afresh, it leaves the decode worker that just
+			// ran out of pages for one with more free (the pairer's
+			// scores); with no pair to be had it stays on its own.
+			if p2, err := d.pairs.Pair(r, nil); err == nil {
+				cur.pair().done(dr.perr, dr.derr)
+				dr = driveResult{}
+				cur.setPair(newID(), p2)
+			} else {
+				cur.set(newID())
+			}
 		}
 		id := cur.get()
 		again := *r

@@ -20,4 +20,15 @@ func (w *DecodeWorker) Load(context.Context) (*handoff.Load, error) {
 	return &handoff.Load{FreePages: ps.Free + ps.CacheIdle, TotalPages: ps.Pages, Running: n, CachedPages: ps.Cached}, nil
 }
 
-var _ handoff.Loader = (*DecodeWorker)(nil)
+// Load implements handoff.Loader for a prefill worker: its pool and the
+// prompts it is prefilling or waiting to prefill (every router's), which
+// the router's prefill-queue scorer adds to its own count.
+func (w *PrefillWorker) Load(context.Context) (*handoff.Load, error) {
+	ps := w.Pool().Stats()
+	return &handoff.Load{FreePages: ps.Free, TotalPages: ps.Pages, Running: int(w.running.Load())}, nil
+}
+
+var (
+	_ handoff.Loader = (*DecodeWorker)(nil)
+	_ handoff.Loader = (*PrefillWorker)(nil)
+)

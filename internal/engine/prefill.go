@@ -36,6 +36,8 @@ type PrefillWorker struct {
 		committed, failed, tokens, bytes, pushNanos atomic.Int64
 		sent, skipped                               atomic.Int64
 	}
+	// running is the Prefill calls in progress (its load report).
+	running atomic.Int64
 }
 
 // PrefillStats are the worker's counters, for metrics.
@@ -139,6 +141,8 @@ func (w *PrefillWorker) Close() {
 // the commit. On any failure it aborts the handoff on the decode side and
 // releases its own pages.
 func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	w.running.Add(1)
+	defer w.running.Add(-1)
 	res := r.Reservation
 	if res != nil && res.Handoff == r.Handoff {
 		// I13: the prompt was tokenized for the router's model and the KV

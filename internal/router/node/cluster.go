@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,12 +27,20 @@ type Worker struct {
 	// Conn is probed for health (tcp.Redialer: a failed probe marks the
 	// worker down, a later good one up again).
 	Conn Checker
-	// Load, when set, reports a decode worker's free, total and cached KV
-	// pages (polled with the probe).
+	// Load, when set, is the worker's load report (polled with the probe):
+	// a decode worker's free, total and cached KV pages, and every
+	// worker's requests from all routers (the queue scorers).
 	Load func(ctx context.Context) (*handoff.Load, error)
 	// Close, when set, releases the connection once a removed worker has
 	// no request left.
 	Close func()
+	// Vet, when set, runs once the worker first answers and before it
+	// gets any request (the router's start-up checks, for a worker that
+	// joins later or was unreachable at start: a decode worker must admit
+	// the router's context, I2). A transport error leaves the worker
+	// unvetted until a later probe; any other error refuses it for good,
+	// logged and counted by /ready, as a model mismatch is (I13).
+	Vet func(ctx context.Context) error
 }
 
 // Weights are the scorers' weights (0 turns a scorer off).
@@ -65,9 +74,16 @@ type member struct {
 	free     int
 	total    int
 	cached   int
-	picks    uint64
-	downs    uint64
-	removed  bool
+	// running is the worker's requests from every router at its last
+	// load report, when ownAt of them were this router's.
+	running, ownAt int
+	reported       bool
+	picks          uint64
+	downs          uint64
+	removed        bool
+	// vetted: Vet passed (or there is none); refused: Vet failed.
+	vetted  bool
+	refused error
 }
 
 func (m *member) release() {
@@ -137,7 +153,7 @@ func NewCluster(prefill, decode []Worker, w Weights, log *slog.Logger) (*Cluster
 		if p.Prefill == nil {
 			return nil, fmt.Errorf("prefill worker %q has no prefill service", p.Name)
 		}
-		c.prefill = append(c.prefill, &member{w: p, role: "prefill", up: true, modelOK: true})
+		c.prefill = append(c.prefill, newMember("prefill", p))
 	}
 	for _, d := range decode {
 		if d.Decode == nil {
@@ -147,9 +163,23 @@ func NewCluster(prefill, decode []Worker, w Weights, log *slog.Logger) (*Cluster
 			return nil, fmt.Errorf("decode worker %q named twice", d.Name)
 		}
 		seen[d.Name] = true
-		c.decode = append(c.decode, &member{w: d, role: "decode", up: true, modelOK: true})
+		c.decode = append(c.decode, newMember("decode", d))
 	}
 	return c, nil
+}
+
+// queue estimates the worker's requests from every router: its last
+// report plus this router's change since (other routers' changes show at
+// the next report).
+func (m *member) queue() int {
+	if !m.reported {
+		return m.inFlight
+	}
+	return max(m.inFlight, m.running+m.inFlight-m.ownAt)
+}
+
+func newMember(role string, w Worker) *member {
+	return &member{w: w, role: role, up: true, modelOK: true, vetted: w.Vet == nil}
 }
 
 // Start probes every worker each interval until Close: a failed probe
@@ -196,6 +226,16 @@ func (c *Cluster) probeOne(ctx context.Context, m *member) {
 	if m.w.Conn != nil {
 		err = m.w.Conn.Check(ctx)
 	}
+	c.mu.Lock()
+	vet := !m.vetted && m.refused == nil
+	c.mu.Unlock()
+	var verr error
+	if err == nil && vet {
+		verr = m.w.Vet(ctx)
+		if errors.Is(verr, handoff.ErrTransport) {
+			err = verr // not answering after all: down, vetted later
+		}
+	}
 	var load *handoff.Load
 	var lerr error
 	if err == nil && m.w.Load != nil {
@@ -211,12 +251,25 @@ func (c *Cluster) probeOne(ctx context.Context, m *member) {
 	case err != nil:
 		c.markDown(m, err)
 	default:
+		if vet && errors.Is(verr, handoff.ErrModelMismatch) {
+			// Its pool is another model's (the decode side checks the
+			// Reserve's fingerprint): refused as a handshake mismatch is.
+			c.log.Error("refusing a worker of another model (I13)", "role", m.role, "worker", m.w.Name, "err", verr)
+			m.modelOK = false
+			m.refused = verr
+		} else if vet && verr != nil {
+			c.log.Error("refusing a worker that fails the router's checks", "role", m.role, "worker", m.w.Name, "err", verr)
+			m.refused = verr
+		} else if vet {
+			m.vetted = true
+		}
 		if !m.up {
 			c.log.Info("worker answers again", "role", m.role, "worker", m.w.Name)
 		}
 		m.up = true
 		if load != nil && lerr == nil {
 			m.free, m.total, m.cached = load.FreePages, load.TotalPages, load.CachedPages
+			m.running, m.ownAt, m.reported = load.Running, m.inFlight, true
 		}
 	}
 	c.mu.Unlock()
@@ -249,7 +302,9 @@ func (c *Cluster) affinity(role string) *cluster.Affinity {
 func states(ms []*member) []cluster.State {
 	out := make([]cluster.State, len(ms))
 	for i, m := range ms {
-		out[i] = cluster.State{Name: m.w.Name, Up: m.up, ModelOK: m.modelOK, InFlight: m.inFlight, FreePages: m.free, TotalPages: m.total}
+		// Not yet vetted counts as not answering yet; refused by the
+		// vetting as unusable for good, like another model.
+		out[i] = cluster.State{Name: m.w.Name, Up: m.up && m.vetted, ModelOK: m.modelOK && m.refused == nil, InFlight: m.inFlight, Queue: m.queue(), FreePages: m.free, TotalPages: m.total}
 	}
 	return out
 }
@@ -372,7 +427,7 @@ func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, err
 // probe says otherwise; a name already there is left as it is.
 func (c *Cluster) Add(role string, w Worker) {
 	// Probed before it joins, so its first load report is in its score.
-	nm := &member{w: w, role: role, up: true, modelOK: true}
+	nm := newMember(role, w)
 	c.probeOne(context.Background(), nm)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -412,8 +467,12 @@ func (c *Cluster) Remove(role, name string) {
 
 // WorkerStats is one worker's figures.
 type WorkerStats struct {
-	Role, Name   string
-	Up, ModelOK  bool
+	Role, Name  string
+	Up, ModelOK bool
+	// Refused is why the router's checks (Worker.Vet) refused the worker;
+	// Vetted is false until they ran.
+	Refused      error
+	Vetted       bool
 	InFlight     int
 	Picks, Downs uint64
 	Free, Total  int
@@ -426,7 +485,7 @@ func (c *Cluster) Stats() (ws []WorkerStats, retries, noPair uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range append(append([]*member(nil), c.prefill...), c.decode...) {
-		ws = append(ws, WorkerStats{Role: m.role, Name: m.w.Name, Up: m.up, ModelOK: m.modelOK, InFlight: m.inFlight,
+		ws = append(ws, WorkerStats{Role: m.role, Name: m.w.Name, Up: m.up, ModelOK: m.modelOK, Refused: m.refused, Vetted: m.vetted, InFlight: m.inFlight,
 			Picks: m.picks, Downs: m.downs, Free: m.free, Total: m.total, Cached: m.cached})
 	}
 	return ws, c.retries, c.noPair
@@ -437,20 +496,30 @@ func (c *Cluster) Stats() (ws []WorkerStats, retries, noPair uint64) {
 func (c *Cluster) Ready(context.Context) error {
 	ws, _, _ := c.Stats()
 	for _, role := range []string{"prefill", "decode"} {
-		usable, refused := 0, 0
+		usable, foreign, refused := 0, 0, 0
 		for _, w := range ws {
 			if w.Role != role {
 				continue
 			}
-			if !w.ModelOK {
+			switch {
+			case !w.ModelOK:
+				foreign++
+			case w.Refused != nil:
 				refused++
-			} else if w.Up {
+			case w.Up && w.Vetted:
 				usable++
 			}
 		}
 		if usable == 0 {
+			var why []string
+			if foreign > 0 {
+				why = append(why, fmt.Sprintf("%d run another model, %s", foreign, handoff.ErrModelMismatch.Code))
+			}
 			if refused > 0 {
-				return fmt.Errorf("no %s worker is usable (%d run another model, %s)", role, refused, handoff.ErrModelMismatch.Code)
+				why = append(why, fmt.Sprintf("%d refused by the router's checks, e.g. the context", refused))
+			}
+			if len(why) > 0 {
+				return fmt.Errorf("no %s worker is usable (%s)", role, strings.Join(why, "; "))
 			}
 			return fmt.Errorf("no %s worker is reachable", role)
 		}
@@ -460,7 +529,7 @@ func (c *Cluster) Ready(context.Context) error {
 
 var (
 	descPicks   = prometheus.NewDesc("sluice_cluster_picks_total", "Requests (attempts) sent to each worker by this router.", []string{"role", "worker"}, nil)
-	descUp      = prometheus.NewDesc("sluice_cluster_worker_up", "1 while the worker answers and runs the router's model, else 0.", []string{"role", "worker"}, nil)
+	descUp      = prometheus.NewDesc("sluice_cluster_worker_up", "1 while the worker answers, runs the router's model and passed the router's checks (context), else 0.", []string{"role", "worker"}, nil)
 	descDowns   = prometheus.NewDesc("sluice_cluster_worker_down_total", "Times the worker was marked down.", []string{"role", "worker"}, nil)
 	descFlight  = prometheus.NewDesc("sluice_cluster_in_flight", "Requests this router has on the worker now.", []string{"role", "worker"}, nil)
 	descRetries = prometheus.NewDesc("sluice_cluster_retries_total", "Requests retried on another pair after failing before their first token.", nil, nil)
@@ -482,7 +551,7 @@ func (c *Cluster) Collect(ch chan<- prometheus.Metric) {
 	ws, retries, noPair := c.Stats()
 	for _, w := range ws {
 		up := 0.0
-		if w.Up && w.ModelOK {
+		if w.Up && w.ModelOK && w.Vetted && w.Refused == nil {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descPicks, prometheus.CounterValue, float64(w.Picks), w.Role, w.Name)
