@@ -126,27 +126,48 @@ func (b *benchRun) tg(n, depth int) (float64, float64, error) {
 	return float64(n) / time.Since(w0).Seconds(), float64(n) / (cpuTime() - c0).Seconds(), nil
 }
 
-// readGBps is the read bandwidth of a buffer of n bytes (the decode
-// weights' size, so the same cache regime as decode) with the run's
-// threads: the best of a few passes of kernels.Dot over it.
-func readGBps(par *kernels.Parallel, buf []float32) float64 {
-	const chunk = 1 << 16
+// readGBps is the read bandwidth of buf (the decode weights' size, so the
+// same cache regime as decode) with the run's threads: the best of two
+// passes of kernels.ReadXOR over it (a pure read stream with prefetch; a
+// dot product measured up to 25% less on the same buffer), per wall
+// second and per CPU second of the process. On a shared machine the wall
+// figure falls whenever another process holds a core; the CPU figure is
+// what the threads read while they ran, the bound the CPU-time decode
+// rate is compared against.
+func readGBps(par *kernels.Parallel, buf []byte) (wall, cpu float64) {
+	const chunk = 1 << 18
 	nChunks := (len(buf) + chunk - 1) / chunk
-	sink := make([]float32, nChunks)
-	best := 0.0
-	for pass := 0; pass < 4; pass++ {
-		t0 := time.Now()
+	sink := make([]uint64, nChunks)
+	for pass := 0; pass < 3; pass++ {
+		t0, c0 := time.Now(), cpuTime()
 		par.For(nChunks, func(lo, hi int) {
 			for c := lo; c < hi; c++ {
-				s := buf[c*chunk : min((c+1)*chunk, len(buf))]
-				sink[c] = kernels.Dot(s, s) // both operands on one cache line: n bytes read
+				sink[c] = kernels.ReadXOR(buf[c*chunk : min((c+1)*chunk, len(buf))])
 			}
 		})
-		if pass > 0 { // the first pass faults the pages in
-			best = max(best, float64(4*len(buf))/time.Since(t0).Seconds()/1e9)
+		if pass > 0 { // the first pass brings the buffer into the TLB and caches as decode's steps do
+			gb := float64(len(buf)) / 1e9
+			wall = max(wall, gb/time.Since(t0).Seconds())
+			if dc := (cpuTime() - c0).Seconds(); dc > 0 {
+				cpu = max(cpu, gb*float64(par.Threads())/dc)
+			}
 		}
 	}
-	return best
+	return wall, cpu
+}
+
+// readBuffer is the buffer readGBps reads: n bytes, every page written.
+// A fresh allocation's pages are not backed until written, and reads of an
+// unwritten page all map the kernel's one shared zero page, which stays
+// in cache: on a Sapphire Rapids VM a zeroed 620 MB buffer read at
+// 18.1 GB/s, the same buffer written at 5.0 GB/s (one thread), so the
+// bandwidth fraction came out 3-4x too low.
+func readBuffer(n uint64) []byte {
+	buf := make([]byte, n)
+	for i := range buf {
+		buf[i] = byte(i*7 + 1)
+	}
+	return buf
 }
 
 // decodeWeightBytes is what one decode step reads of the weights: every
@@ -258,6 +279,12 @@ type benchRow struct {
 	WeightBytes uint64  `json:"decode_weight_bytes,omitempty"`
 	ReadGBps    float64 `json:"read_gb_per_s,omitempty"`
 	BWFraction  float64 `json:"bandwidth_fraction,omitempty"`
+	// Per CPU-second: tokens_per_cpu_s scaled by the threads (each thread
+	// reads its share of the weights) against the read rate per thread
+	// CPU-second, so both sides exclude the time other processes held
+	// the cores.
+	CPUReadGBps   float64 `json:"cpu_read_gb_per_s,omitempty"`
+	CPUBWFraction float64 `json:"cpu_bandwidth_fraction,omitempty"`
 }
 
 type benchReport struct {
@@ -277,7 +304,7 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen in
 	}
 	defer b.Close()
 	wb := decodeWeightBytes(lm.file)
-	buf := make([]float32, wb/4)
+	buf := readBuffer(wb)
 	// One test per (kind, depth): every prompt length, then the decode
 	// test, at each depth.
 	type test struct {
@@ -294,7 +321,8 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen in
 		decodeRow[tests[len(tests)-1].name] = true
 	}
 	wall, cpu, llama := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
-	var bw []float64
+	var bw, cbw []float64
+	frac, cfrac := map[string][]float64{}, map[string][]float64{} // per decode test
 	for rep := 1; rep <= reps; rep++ {
 		// Test by test, sluice then llama-bench, so both see the same
 		// minute of a shared machine's load.
@@ -330,7 +358,19 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen in
 			}
 			llama[t] = append(llama[t], v)
 		}
-		bw = append(bw, readGBps(b.par, buf))
+		// Right after this rep's decode, so that the fraction compares
+		// the two under the same minute of a shared machine's load.
+		w, c := readGBps(b.par, buf)
+		bw, cbw = append(bw, w), append(cbw, c)
+		for t := range decodeRow {
+			tw, tc := wall[t], cpu[t]
+			frac[t] = append(frac[t], float64(wb)*tw[len(tw)-1]/1e9/w)
+			if c > 0 {
+				// Per CPU-second all threads together read the step's
+				// bytes: tokens per process CPU-second times the threads.
+				cfrac[t] = append(cfrac[t], float64(wb)*tc[len(tc)-1]*float64(threads)/1e9/c)
+			}
+		}
 	}
 	rows := make([]benchRow, len(tests))
 	for i, tt := range tests {
@@ -341,8 +381,10 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen in
 			r.Ratio = r.TokS / r.LlamaTokS
 		}
 		if decodeRow[t] {
-			r.WeightBytes, r.ReadGBps = wb, slices.Max(bw)
-			r.BWFraction = float64(wb) * r.TokS / 1e9 / r.ReadGBps
+			// Medians of the per-rep fractions (each rep's decode against
+			// the read bandwidth measured right after it).
+			r.WeightBytes, r.ReadGBps, r.BWFraction = wb, median(bw), median(frac[t])
+			r.CPUReadGBps, r.CPUBWFraction = median(cbw), median(cfrac[t])
 		}
 		rows[i] = r
 	}
@@ -414,9 +456,11 @@ test (sluice pp128, llama-bench -p 128 -n 0 -r 1, sluice pp512, ...), and
 the ratio is sluice / llama.cpp of the medians.
 
 The decode row also gives the decode weight bytes times tg tokens/s as a
-fraction of the read bandwidth of a buffer of the same size, measured in
-the same run with the same threads (best pass): how close decode is to the
-memory limit.
+fraction of the read bandwidth of a buffer of the same size, measured
+right after each decode rep with the same threads (median of the reps'
+fractions): how close decode is to the memory limit. The "cpu" figures
+divide by process CPU time instead of wall time, which on a shared machine
+leaves out the time other processes held the cores.
 
 The machine may be shared and noisy: "cpu" columns are tokens per
 CPU-second. Pin single-thread runs with taskset -c 1 (llama-bench inherits
@@ -529,17 +573,20 @@ Flags:
 func printBench(w io.Writer, rep benchReport) {
 	fmt.Fprintf(w, "kernels: %s\ncpu: %s\n", rep.Kernels, rep.CPU)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "model\tthreads\ttest\tsluice tok/s\tcpu\tllama.cpp\tratio\tweights GB\tread GB/s\tbw fraction\t\n")
+	fmt.Fprint(tw, "model\tthreads\ttest\tsluice tok/s\tcpu\tllama.cpp\tratio\tweights GB\tread GB/s\tbw fraction\tcpu read GB/s\tcpu bw fraction\t\n")
 	for _, r := range rep.Rows {
 		ll, ratio := "—", "—"
 		if r.LlamaTokS > 0 {
 			ll, ratio = fmt.Sprintf("%.1f", r.LlamaTokS), fmt.Sprintf("%.2fx", r.Ratio)
 		}
-		wb, rb, fr := "", "", ""
+		wb, rb, fr, crb, cfr := "", "", "", "", ""
 		if r.ReadGBps > 0 {
 			wb, rb, fr = fmt.Sprintf("%.3f", float64(r.WeightBytes)/1e9), fmt.Sprintf("%.1f", r.ReadGBps), fmt.Sprintf("%.0f%%", 100*r.BWFraction)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n", r.Model, r.Threads, r.Test, r.TokS, r.CPUTokS, ll, ratio, wb, rb, fr)
+		if r.CPUReadGBps > 0 {
+			crb, cfr = fmt.Sprintf("%.1f", r.CPUReadGBps), fmt.Sprintf("%.0f%%", 100*r.CPUBWFraction)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Model, r.Threads, r.Test, r.TokS, r.CPUTokS, ll, ratio, wb, rb, fr, crb, cfr)
 	}
 	tw.Flush()
 }

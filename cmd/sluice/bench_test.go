@@ -32,7 +32,7 @@ func TestBenchCommandPrintsTable(t *testing.T) {
 		if f[0] != "stories260K" || f[2] != test || f[5] != "—" || f[6] != "—" {
 			t.Errorf("row %q", l)
 		}
-		if test == "tg4" && (len(f) != 10 || !strings.HasSuffix(f[9], "%")) {
+		if test == "tg4" && (len(f) != 12 || !strings.HasSuffix(f[9], "%") || !strings.HasSuffix(f[11], "%")) {
 			t.Errorf("decode row without the bandwidth fraction: %q", l)
 		}
 	}
@@ -73,7 +73,7 @@ func TestBenchLlamaBenchSideBySide(t *testing.T) {
 			t.Errorf("%s: sluice %v, llama.cpp %v (want %v), ratio %v", r.Test, r.TokS, r.LlamaTokS, want, r.Ratio)
 		}
 	}
-	if tg := rep.Rows[1]; tg.BWFraction <= 0 || tg.ReadGBps <= 0 || tg.WeightBytes == 0 {
+	if tg := rep.Rows[1]; tg.BWFraction <= 0 || tg.ReadGBps <= 0 || tg.WeightBytes == 0 || tg.CPUBWFraction <= 0 || tg.CPUReadGBps <= 0 {
 		t.Errorf("decode row without bandwidth figures: %+v", tg)
 	}
 	// One llama-bench run per test and repetition, same file and threads.
@@ -166,5 +166,29 @@ func TestDecodeWeightBytes(t *testing.T) {
 	want := uint64(4 * (layers*perLayer + embd + embd*vocab))
 	if got := decodeWeightBytes(f); got != want {
 		t.Errorf("decode weight bytes %d, want %d", got, want)
+	}
+}
+
+// The read-bandwidth buffer must have every page written: reads of pages
+// never written map the kernel's shared zero page, which stays in cache
+// and overstates the bandwidth 3-4x.
+func TestReadBufferPagesWritten(t *testing.T) {
+	const n = 64<<12 + 100
+	buf := readBuffer(n)
+	if len(buf) != n {
+		t.Fatalf("%d bytes, want %d", len(buf), n)
+	}
+	for p := 0; p < n; p += 4096 {
+		page := buf[p:min(p+4096, n)]
+		zero := true
+		for _, b := range page {
+			if b != 0 {
+				zero = false
+				break
+			}
+		}
+		if zero {
+			t.Fatalf("page at %d never written", p)
+		}
 	}
 }

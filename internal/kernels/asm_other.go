@@ -2,6 +2,8 @@
 
 package kernels
 
+import "unsafe"
+
 func dotF32Asm(a, b []float32) float32 { return dotF32Generic(a, b) }
 
 func axpyAsm(y []float32, a float32, x []float32) {
@@ -30,3 +32,5 @@ func dotRowsAsm(out, q, k []float32, stride int) {
 }
 
 func axpyRowsAsm(y, w, x []float32, stride int) bool { return false }
+
+func readXORAsm(p unsafe.Pointer, n int) uint64 { panic("unreachable") }

@@ -52,10 +52,11 @@
 //	type        acts  AVX2 asm                                 AVX512 asm
 //	F32         F32   matvec, 4x3 tile (cols%16 == 0)          matvec, 4x4 tile
 //	F16         F16   matvec, 4x3 tile (cols%16 == 0)          matvec, 4x4 tile
-//	Q8_0        Q8_0  matvec, 2x2 tile (AVX-VNNI form where    matvec, 4x4 VNNI tile, quantizer
-//	                  present), quantizer
-//	Q4_K        Q8_K  matvec, 4 tokens; 8 rows x 2 tokens      AVX2 matvec, 4-token VNNI kernel;
-//	                  (repacked, 8+ tokens; AVX-VNNI form)     16 rows x 4 tokens VNNI (8+ tokens)
+//	Q8_0        Q8_0  matvec (4 rows), 2x2 tile (AVX-VNNI     matvec, 4x4 VNNI tile, quantizer
+//	                  form where present), quantizer
+//	Q4_K        Q8_K  matvec (4 rows), 4 tokens; 8 rows x 2    VNNI matvec (4 rows), 4-token VNNI
+//	                  tokens (repacked, 8+ tokens; AVX-VNNI    kernel; 16 rows x 4 tokens VNNI
+//	                  form)                                    (8+ tokens)
 //	Q6_K        Q8_K  matvec, 4 tokens; 8 rows x 4 tokens      (AVX2 kernels)
 //	                  (repacked, 8+ tokens)
 //	Q5_K        Q8_K  matvec                                   (AVX2 kernel)
