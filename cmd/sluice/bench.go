@@ -45,14 +45,17 @@ type benchRun struct {
 	par  *kernels.Parallel
 	r    *model.Runner
 	toks []int32
+	// filled is how many leading positions hold a prefilled context
+	// (--depth): a test at depth d runs at positions d, d+1, ...
+	filled int
 }
 
-func newBenchRun(m *model.Model, threads, tokens int) (*benchRun, error) {
+func newBenchRun(m *model.Model, threads, tokens int, typ kv.Type) (*benchRun, error) {
 	c := m.Config()
 	if tokens > c.Context {
 		return nil, fmt.Errorf("%d tokens exceed the model's context of %d", tokens, c.Context)
 	}
-	pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: c.Layers, KVDim: c.KVDim(), PageSize: kv.DefaultPageSize}, Pages: kv.PagesFor(tokens, kv.DefaultPageSize)})
+	pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: c.Layers, KVDim: c.KVDim(), PageSize: kv.DefaultPageSize, Type: typ}, Pages: kv.PagesFor(tokens, kv.DefaultPageSize)})
 	if err != nil {
 		return nil, err
 	}
@@ -76,22 +79,45 @@ func (b *benchRun) Close() {
 	b.pool.Close()
 }
 
-// pp is llama-bench's pp<n>: one prompt of n tokens in one step from an
-// empty context. It returns tokens per wall second and per CPU second.
-func (b *benchRun) pp(n int) (float64, float64, error) {
+// fill prefills the context up to depth positions (untimed, in chunks of
+// 512 as llama-bench's batch), as llama-bench -d does before each test.
+// Later tests rewrite positions from their depth on; the prefix stays.
+func (b *benchRun) fill(depth int) error {
+	v := b.pool.View(b.o, b.refs)
+	for b.filled < depth {
+		n := min(512, depth-b.filled)
+		if res := b.r.Forward([]model.Seq{{Tokens: b.toks[b.filled : b.filled+n], Pos: b.filled, KV: v}}); res[0].Err != nil {
+			return res[0].Err
+		}
+		b.filled += n
+	}
+	return nil
+}
+
+// pp is llama-bench's pp<n>: one prompt of n tokens in one step after a
+// context of depth tokens. It returns tokens per wall second and per CPU
+// second.
+func (b *benchRun) pp(n, depth int) (float64, float64, error) {
+	if err := b.fill(depth); err != nil {
+		return 0, 0, err
+	}
 	w0, c0 := time.Now(), cpuTime()
-	if res := b.r.Forward([]model.Seq{{Tokens: b.toks[:n], KV: b.pool.View(b.o, b.refs)}}); res[0].Err != nil {
+	if res := b.r.Forward([]model.Seq{{Tokens: b.toks[:n], Pos: depth, KV: b.pool.View(b.o, b.refs)}}); res[0].Err != nil {
 		return 0, 0, res[0].Err
 	}
 	return float64(n) / time.Since(w0).Seconds(), float64(n) / (cpuTime() - c0).Seconds(), nil
 }
 
-// tg is llama-bench's tg<n>: n single-token steps from an empty context.
-func (b *benchRun) tg(n int) (float64, float64, error) {
+// tg is llama-bench's tg<n>: n single-token steps after a context of
+// depth tokens.
+func (b *benchRun) tg(n, depth int) (float64, float64, error) {
+	if err := b.fill(depth); err != nil {
+		return 0, 0, err
+	}
 	v := b.pool.View(b.o, b.refs)
 	w0, c0 := time.Now(), cpuTime()
 	tok := int32(1)
-	for pos := 0; pos < n; pos++ {
+	for pos := depth; pos < depth+n; pos++ {
 		if res := b.r.Forward([]model.Seq{{Tokens: []int32{tok}, Pos: pos, KV: v}}); res[0].Err != nil {
 			return 0, 0, res[0].Err
 		}
@@ -100,27 +126,48 @@ func (b *benchRun) tg(n int) (float64, float64, error) {
 	return float64(n) / time.Since(w0).Seconds(), float64(n) / (cpuTime() - c0).Seconds(), nil
 }
 
-// readGBps is the read bandwidth of a buffer of n bytes (the decode
-// weights' size, so the same cache regime as decode) with the run's
-// threads: the best of a few passes of kernels.Dot over it.
-func readGBps(par *kernels.Parallel, buf []float32) float64 {
-	const chunk = 1 << 16
+// readGBps is the read bandwidth of buf (the decode weights' size, so the
+// same cache regime as decode) with the run's threads: the best of two
+// passes of kernels.ReadXOR over it (a pure read stream with prefetch; a
+// dot product measured up to 25% less on the same buffer), per wall
+// second and per CPU second of the process. On a shared machine the wall
+// figure falls whenever another process holds a core; the CPU figure is
+// what the threads read while they ran, the bound the CPU-time decode
+// rate is compared against.
+func readGBps(par *kernels.Parallel, buf []byte) (wall, cpu float64) {
+	const chunk = 1 << 18
 	nChunks := (len(buf) + chunk - 1) / chunk
-	sink := make([]float32, nChunks)
-	best := 0.0
-	for pass := 0; pass < 4; pass++ {
-		t0 := time.Now()
+	sink := make([]uint64, nChunks)
+	for pass := 0; pass < 3; pass++ {
+		t0, c0 := time.Now(), cpuTime()
 		par.For(nChunks, func(lo, hi int) {
 			for c := lo; c < hi; c++ {
-				s := buf[c*chunk : min((c+1)*chunk, len(buf))]
-				sink[c] = kernels.Dot(s, s) // both operands on one cache line: n bytes read
+				sink[c] = kernels.ReadXOR(buf[c*chunk : min((c+1)*chunk, len(buf))])
 			}
 		})
-		if pass > 0 { // the first pass faults the pages in
-			best = max(best, float64(4*len(buf))/time.Since(t0).Seconds()/1e9)
+		if pass > 0 { // the first pass brings the buffer into the TLB and caches as decode's steps do
+			gb := float64(len(buf)) / 1e9
+			wall = max(wall, gb/time.Since(t0).Seconds())
+			if dc := (cpuTime() - c0).Seconds(); dc > 0 {
+				cpu = max(cpu, gb*float64(par.Threads())/dc)
+			}
 		}
 	}
-	return best
+	return wall, cpu
+}
+
+// readBuffer is the buffer readGBps reads: n bytes, every page written.
+// A fresh allocation's pages are not backed until written, and reads of an
+// unwritten page all map the kernel's one shared zero page, which stays
+// in cache: on a Sapphire Rapids VM a zeroed 620 MB buffer read at
+// 18.1 GB/s, the same buffer written at 5.0 GB/s (one thread), so the
+// bandwidth fraction came out 3-4x too low.
+func readBuffer(n uint64) []byte {
+	buf := make([]byte, n)
+	for i := range buf {
+		buf[i] = byte(i*7 + 1)
+	}
+	return buf
 }
 
 // decodeWeightBytes is what one decode step reads of the weights: every
@@ -160,15 +207,17 @@ func cpuTime() time.Duration {
 type llamaTest struct {
 	NPrompt  int     `json:"n_prompt"`
 	NGen     int     `json:"n_gen"`
+	NDepth   int     `json:"n_depth"`
 	NThreads int     `json:"n_threads"`
 	AvgTS    float64 `json:"avg_ts"`
 }
 
 // runLlamaBench runs llama-bench once (-r 1) for one test, pp<prompt>
-// (gen 0) or tg<gen> (prompt 0), and returns tokens/s by test name.
-func runLlamaBench(path, modelPath string, threads, prompt, gen int) (map[string]float64, error) {
+// (gen 0) or tg<gen> (prompt 0) at depth (-d), and returns tokens/s by
+// test name (testName).
+func runLlamaBench(path, modelPath string, threads, prompt, gen, depth int) (map[string]float64, error) {
 	cmd := exec.Command(path, "-m", modelPath, "-p", strconv.Itoa(prompt), "-n", strconv.Itoa(gen),
-		"-t", strconv.Itoa(threads), "-r", "1", "-o", "json")
+		"-d", strconv.Itoa(depth), "-t", strconv.Itoa(threads), "-r", "1", "-o", "json")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -190,12 +239,22 @@ func parseLlamaBench(out []byte, threads int) (map[string]float64, error) {
 		}
 		switch {
 		case r.NGen == 0 && r.NPrompt > 0:
-			res["pp"+strconv.Itoa(r.NPrompt)] = r.AvgTS
+			res[testName("pp", r.NPrompt, r.NDepth)] = r.AvgTS
 		case r.NPrompt == 0 && r.NGen > 0:
-			res["tg"+strconv.Itoa(r.NGen)] = r.AvgTS
+			res[testName("tg", r.NGen, r.NDepth)] = r.AvgTS
 		}
 	}
 	return res, nil
+}
+
+// testName is llama-bench's name of a test: pp512, tg128, and with a
+// depth tg128@d4096.
+func testName(kind string, n, depth int) string {
+	name := kind + strconv.Itoa(n)
+	if depth > 0 {
+		name += "@d" + strconv.Itoa(depth)
+	}
+	return name
 }
 
 func lastLine(s string) string {
@@ -220,6 +279,12 @@ type benchRow struct {
 	WeightBytes uint64  `json:"decode_weight_bytes,omitempty"`
 	ReadGBps    float64 `json:"read_gb_per_s,omitempty"`
 	BWFraction  float64 `json:"bandwidth_fraction,omitempty"`
+	// Per CPU-second: tokens_per_cpu_s scaled by the threads (each thread
+	// reads its share of the weights) against the read rate per thread
+	// CPU-second, so both sides exclude the time other processes held
+	// the cores.
+	CPUReadGBps   float64 `json:"cpu_read_gb_per_s,omitempty"`
+	CPUBWFraction float64 `json:"cpu_bandwidth_fraction,omitempty"`
 }
 
 type benchReport struct {
@@ -231,33 +296,45 @@ type benchReport struct {
 // benchModel measures one model at one thread count: reps rounds, each
 // sluice's tests then (with llamaBench) llama-bench's same tests, so the
 // two engines see the same machine load (interleaved A B A B).
-func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen, reps int, llamaBench string, log io.Writer) ([]benchRow, error) {
+func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen int, depths []int, reps int, typ kv.Type, llamaBench string, log io.Writer) ([]benchRow, error) {
 	name := strings.TrimSuffix(filepath.Base(path), ".gguf")
-	b, err := newBenchRun(lm.model, threads, max(slices.Max(prompts), gen))
+	b, err := newBenchRun(lm.model, threads, slices.Max(depths)+max(slices.Max(prompts), gen), typ)
 	if err != nil {
 		return nil, err
 	}
 	defer b.Close()
 	wb := decodeWeightBytes(lm.file)
-	buf := make([]float32, wb/4)
-	tests := make([]string, 0, len(prompts)+1)
-	for _, p := range prompts {
-		tests = append(tests, "pp"+strconv.Itoa(p))
+	buf := readBuffer(wb)
+	// One test per (kind, depth): every prompt length, then the decode
+	// test, at each depth.
+	type test struct {
+		name          string
+		prompt, depth int // prompt 0: the decode test
 	}
-	tests = append(tests, "tg"+strconv.Itoa(gen))
+	var tests []test
+	decodeRow := map[string]bool{}
+	for _, d := range depths {
+		for _, p := range prompts {
+			tests = append(tests, test{testName("pp", p, d), p, d})
+		}
+		tests = append(tests, test{testName("tg", gen, d), 0, d})
+		decodeRow[tests[len(tests)-1].name] = true
+	}
 	wall, cpu, llama := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
-	var bw []float64
+	var bw, cbw []float64
+	frac, cfrac := map[string][]float64{}, map[string][]float64{} // per decode test
 	for rep := 1; rep <= reps; rep++ {
 		// Test by test, sluice then llama-bench, so both see the same
 		// minute of a shared machine's load.
-		for i, t := range tests {
+		for _, tt := range tests {
+			t := tt.name
 			fmt.Fprintf(log, "%s threads=%d rep %d/%d %s: sluice\n", name, threads, rep, reps, t)
 			var w, c float64
 			var err error
-			if i < len(prompts) {
-				w, c, err = b.pp(prompts[i])
+			if tt.prompt > 0 {
+				w, c, err = b.pp(tt.prompt, tt.depth)
 			} else {
-				w, c, err = b.tg(gen)
+				w, c, err = b.tg(gen, tt.depth)
 			}
 			if err != nil {
 				return nil, err
@@ -268,10 +345,10 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen, r
 			}
 			fmt.Fprintf(log, "%s threads=%d rep %d/%d %s: llama-bench\n", name, threads, rep, reps, t)
 			p, g := 0, gen
-			if i < len(prompts) {
-				p, g = prompts[i], 0
+			if tt.prompt > 0 {
+				p, g = tt.prompt, 0
 			}
-			res, err := runLlamaBench(llamaBench, path, threads, p, g)
+			res, err := runLlamaBench(llamaBench, path, threads, p, g, tt.depth)
 			if err != nil {
 				return nil, err
 			}
@@ -281,18 +358,33 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen, r
 			}
 			llama[t] = append(llama[t], v)
 		}
-		bw = append(bw, readGBps(b.par, buf))
+		// Right after this rep's decode, so that the fraction compares
+		// the two under the same minute of a shared machine's load.
+		w, c := readGBps(b.par, buf)
+		bw, cbw = append(bw, w), append(cbw, c)
+		for t := range decodeRow {
+			tw, tc := wall[t], cpu[t]
+			frac[t] = append(frac[t], float64(wb)*tw[len(tw)-1]/1e9/w)
+			if c > 0 {
+				// Per CPU-second all threads together read the step's
+				// bytes: tokens per process CPU-second times the threads.
+				cfrac[t] = append(cfrac[t], float64(wb)*tc[len(tc)-1]*float64(threads)/1e9/c)
+			}
+		}
 	}
 	rows := make([]benchRow, len(tests))
-	for i, t := range tests {
+	for i, tt := range tests {
+		t := tt.name
 		r := benchRow{Model: name, Threads: threads, Test: t, TokS: median(wall[t]), CPUTokS: median(cpu[t])}
 		if llamaBench != "" {
 			r.LlamaTokS = median(llama[t])
 			r.Ratio = r.TokS / r.LlamaTokS
 		}
-		if i == len(tests)-1 {
-			r.WeightBytes, r.ReadGBps = wb, slices.Max(bw)
-			r.BWFraction = float64(wb) * r.TokS / 1e9 / r.ReadGBps
+		if decodeRow[t] {
+			// Medians of the per-rep fractions (each rep's decode against
+			// the read bandwidth measured right after it).
+			r.WeightBytes, r.ReadGBps, r.BWFraction = wb, median(bw), median(frac[t])
+			r.CPUReadGBps, r.CPUBWFraction = median(cbw), median(cfrac[t])
 		}
 		rows[i] = r
 	}
@@ -305,6 +397,19 @@ func parseInts(s, what string) ([]int, error) {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 || n > 1<<20 {
 			return nil, fmt.Errorf("bad %s %q", what, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// parseDepths reads --depth: comma-separated context depths, 0 allowed.
+func parseDepths(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || n > 1<<20 {
+			return nil, fmt.Errorf("bad depth %q", f)
 		}
 		out = append(out, n)
 	}
@@ -333,6 +438,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	threadsFlag := fs.String("threads", strconv.Itoa(runtime.NumCPU()), "comma-separated thread `counts`; by default the machine's cores (the README's table uses 1 and 2)")
 	promptFlag := fs.String("prompt", "128", "comma-separated prompt `tokens` for the prefill tests (llama-bench -p)")
 	gen := fs.Int("gen", 128, "generated `tokens` for the decode test (llama-bench -n)")
+	depthFlag := fs.String("depth", "0", "comma-separated context `depths`: every test runs after a prefilled context of this many tokens (llama-bench -d), e.g. 0,1024,4096 for decode at long contexts")
+	kvTypeFlag := fs.String("kv-type", "f16", "element type of the KV pages: f16 (llama.cpp's and llama-bench's default) or f32")
 	reps := fs.Int("reps", 5, "`repetitions`; the median is reported")
 	llamaBench := fs.String("llama-bench", "", "llama-bench `binary` to run on the same file with the same threads, interleaved with sluice's runs; prints both figures and their ratio")
 	jsonOut := fs.Bool("json", false, "print the results as JSON")
@@ -345,15 +452,18 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 
 Measures prefill (pp) and decode (tg) tokens/s the way llama-bench does:
 pp<N> is one prompt of N tokens from an empty context, tg<N> is N
-single-token steps. With --llama-bench, llama-bench runs the same tests on
+single-token steps; with --depth D they run after a prefilled context of D
+tokens (llama-bench -d D), named pp<N>@d<D> and tg<N>@d<D>. With --llama-bench, llama-bench runs the same tests on
 the same file with the same threads, alternating with sluice's runs test by
 test (sluice pp128, llama-bench -p 128 -n 0 -r 1, sluice pp512, ...), and
 the ratio is sluice / llama.cpp of the medians.
 
 The decode row also gives the decode weight bytes times tg tokens/s as a
-fraction of the read bandwidth of a buffer of the same size, measured in
-the same run with the same threads (best pass): how close decode is to the
-memory limit.
+fraction of the read bandwidth of a buffer of the same size, measured
+right after each decode rep with the same threads (median of the reps'
+fractions): how close decode is to the memory limit. The "cpu" figures
+divide by process CPU time instead of wall time, which on a shared machine
+leaves out the time other processes held the cores.
 
 The machine may be shared and noisy: "cpu" columns are tokens per
 CPU-second. Pin single-thread runs with taskset -c 1 (llama-bench inherits
@@ -370,6 +480,14 @@ Flags:
 	var prompts []int
 	if err == nil {
 		prompts, err = parseInts(*promptFlag, "prompt length")
+	}
+	var depths []int
+	if err == nil {
+		depths, err = parseDepths(*depthFlag)
+	}
+	var kvType kv.Type
+	if err == nil {
+		kvType, err = kv.ParseType(*kvTypeFlag)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
@@ -432,7 +550,7 @@ Flags:
 			return 1
 		}
 		for _, th := range threads {
-			rows, err := benchModel(lm, path, th, prompts, *gen, *reps, *llamaBench, stderr)
+			rows, err := benchModel(lm, path, th, prompts, *gen, depths, *reps, kvType, *llamaBench, stderr)
 			if err != nil {
 				lm.Close()
 				fmt.Fprintf(stderr, "sluice bench: %s: %v\n", filepath.Base(path), err)
@@ -458,17 +576,20 @@ Flags:
 func printBench(w io.Writer, rep benchReport) {
 	fmt.Fprintf(w, "kernels: %s\ncpu: %s\n", rep.Kernels, rep.CPU)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "model\tthreads\ttest\tsluice tok/s\tcpu\tllama.cpp\tratio\tweights GB\tread GB/s\tbw fraction\t\n")
+	fmt.Fprint(tw, "model\tthreads\ttest\tsluice tok/s\tcpu\tllama.cpp\tratio\tweights GB\tread GB/s\tbw fraction\tcpu read GB/s\tcpu bw fraction\t\n")
 	for _, r := range rep.Rows {
 		ll, ratio := "—", "—"
 		if r.LlamaTokS > 0 {
 			ll, ratio = fmt.Sprintf("%.1f", r.LlamaTokS), fmt.Sprintf("%.2fx", r.Ratio)
 		}
-		wb, rb, fr := "", "", ""
+		wb, rb, fr, crb, cfr := "", "", "", "", ""
 		if r.ReadGBps > 0 {
 			wb, rb, fr = fmt.Sprintf("%.3f", float64(r.WeightBytes)/1e9), fmt.Sprintf("%.1f", r.ReadGBps), fmt.Sprintf("%.0f%%", 100*r.BWFraction)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n", r.Model, r.Threads, r.Test, r.TokS, r.CPUTokS, ll, ratio, wb, rb, fr)
+		if r.CPUReadGBps > 0 {
+			crb, cfr = fmt.Sprintf("%.1f", r.CPUReadGBps), fmt.Sprintf("%.0f%%", 100*r.CPUBWFraction)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Model, r.Threads, r.Test, r.TokS, r.CPUTokS, ll, ratio, wb, rb, fr, crb, cfr)
 	}
 	tw.Flush()
 }

@@ -35,6 +35,7 @@ type roleOpts struct {
 	context    string
 	kvMemory   string
 	poolTokens int
+	kvType     string
 	pageSize   int
 	kvVerify   string
 	threads    int
@@ -75,6 +76,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 		fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
 		fs.StringVar(&o.kvVerify, "kv-verify", defaultKVVerify, "when sealed KV pages are re-hashed against their seal digest (a mismatch quarantines the page and fails its readers): off; hit (a cached prefix page each time a request hits it); sample (hit, plus a bounded round-robin sweep of sealed pages, cached or private: at most 1 page a scheduler step and at most 0.5% of the forward steps' time); all (debugging: every sealed page every step)")
+		fs.StringVar(&o.kvType, "kv-type", preflight.KVF16, "element type of KV pages: f16 (half the bytes per token of f32, so twice the context in the same --kv-memory; llama.cpp's default) or f32. Every role must use the same (the handoff refuses a peer of another type)")
 		if o.worker {
 			fs.IntVar(&o.threads, "threads", roleThreads(availableCPUs(), false), "threads per forward step; by default the machine's cores, or the container's CPU limit (cgroup v2 cpu.max) when lower")
 		} else {
@@ -109,6 +111,10 @@ func (o *roleOpts) pools() (node.Pools, error) {
 		return p, err
 	}
 	p.Verify = v
+	if o.kvType != "" && o.kvType != preflight.KVF16 && o.kvType != preflight.KVF32 {
+		return p, fmt.Errorf("--kv-type %q: use f16 or f32", o.kvType)
+	}
+	p.KVType = o.kvType
 	if o.poolTokens < 0 {
 		return p, fmt.Errorf("--kv-pool-tokens %d must not be negative", o.poolTokens)
 	}

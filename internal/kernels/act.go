@@ -126,6 +126,9 @@ func Softmax(x []float32) {
 	if CurrentPath() == AVX512 && softmaxAVX512(&x[0], len(x), &expConsts[0]) {
 		return
 	}
+	if CurrentPath() == AVX2 && softmaxAVX2(x) {
+		return
+	}
 	softmaxGo(x)
 }
 

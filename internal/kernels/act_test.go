@@ -256,6 +256,9 @@ func TestSoftmax(t *testing.T) {
 	var inputs [][]float32
 	for trial := 0; trial < 2000; trial++ {
 		n := 1 + rng.IntN(90)
+		if trial%8 == 0 {
+			n = 1 + rng.IntN(700) // prefill rows: the SIMD passes' main loops
+		}
 		x := make([]float32, n)
 		spread := []float64{0.1, 5, 40, 200}[rng.IntN(4)]
 		for i := range x {
@@ -291,15 +294,34 @@ func TestSoftmax(t *testing.T) {
 		// NaN and +Inf rows go to the Go code on every path: the max is
 		// NaN or +Inf, so is the sum, and every element becomes NaN.
 		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
-			x := []float32{1, 2, bad, 3}
-			Softmax(x)
-			for j, v := range x {
-				if v == v {
-					t.Fatalf("%v softmax with %g: element %d = %g, want NaN", p, bad, j, v)
+			// In the tail and in the SIMD body of a row.
+			for _, at := range [][2]int{{4, 2}, {21, 3}, {21, 18}} {
+				x := make([]float32, at[0])
+				for j := range x {
+					x[j] = float32(j)
+				}
+				x[at[1]] = bad
+				Softmax(x)
+				for j, v := range x {
+					if v == v {
+						t.Fatalf("%v softmax of %d with %g at %d: element %d = %g, want NaN", p, at[0], bad, at[1], j, v)
+					}
 				}
 			}
 		}
 	})
+	if Available(AVX2) {
+		// The AVX2 passes refuse the row too, in the SIMD body and the tail.
+		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+			for _, at := range []int{3, 18} {
+				x := make([]float32, 21)
+				x[at] = bad
+				if softmaxAVX2(x) || x[0] != 0 || x[20] != 0 {
+					t.Fatalf("AVX2 softmax with %g at %d: handled or modified", bad, at)
+				}
+			}
+		}
+	}
 	if CurrentPath() == AVX512 {
 		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
 			x := []float32{1, 2, bad, 3}

@@ -57,9 +57,6 @@ func rowsQ4_KAVX2(out *float32, w, x *byte, nRows, nsb int)
 func rowsQ4_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb int)
 
 //go:noescape
-func q4KTile16x4AVX512(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
-
-//go:noescape
 func q4KTile16x2AVX512(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
 
 //go:noescape
@@ -355,7 +352,7 @@ func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 	if nr == 0 || nt == 0 {
 		return 0
 	}
-	if len(w) < 34*nb*nr || len(act.bytes) < nt*act.stride || len(act.dx) < nt*nb ||
+	if len(w) < 34*nb*nr || len(act.bytes) < nt*act.stride || len(act.dx) < nt*nb || (act.tile != nil && len(act.tile) < nt*act.tstr) ||
 		len(out) < (nt-1)*outStride+nr || act.stride != 34*nb {
 		panic("kernels: bad Q8_0 tile")
 	}
@@ -378,6 +375,10 @@ func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 		}
 	}
 	for t0 := 0; t0 < nt; t0 += 2 {
+		if act.tile != nil { // prepared for the AVX-VNNI kernel (q8vnni_amd64.go)
+			tileQ8_0VNNI(&out[t0*outStride], outStride, &w[0], nr/2, &act.tile[t0*act.tstr], act.tstr, &dwp[0], nb)
+			continue
+		}
 		x0, x1 := act.dx[t0*nb:(t0+1)*nb], act.dx[(t0+1)*nb:(t0+2)*nb]
 		for b := 0; b < nb; b++ {
 			dxp[4*b], dxp[4*b+1], dxp[4*b+2], dxp[4*b+3] = x0[b], x1[b], x0[b], x1[b]
@@ -519,6 +520,10 @@ func dotRowsAsm(out, q, k []float32, stride int) {
 
 // axpyRowsAsm is AxpyRows on the AVX-512 path, 64 elements of y at a time.
 func axpyRowsAsm(y, w, x []float32, stride int) bool {
+	if CurrentPath() == AVX2 {
+		axpyRowsAVX2Go(y, w, x, stride)
+		return true
+	}
 	if CurrentPath() != AVX512 {
 		return false
 	}

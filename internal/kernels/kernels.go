@@ -52,22 +52,29 @@
 //	type        acts  AVX2 asm                                 AVX512 asm
 //	F32         F32   matvec, 4x3 tile (cols%16 == 0)          matvec, 4x4 tile
 //	F16         F16   matvec, 4x3 tile (cols%16 == 0)          matvec, 4x4 tile
-//	Q8_0        Q8_0  matvec, 2x2 tile, quantizer              matvec, 4x4 VNNI tile, quantizer
-//	Q4_K        Q8_K  matvec, 4 tokens; 8 rows x 2 tokens      AVX2 matvec, 4-token VNNI kernel;
-//	                  (repacked, 8+ tokens)                    16 rows x 4 tokens (8+ tokens)
+//	Q8_0        Q8_0  matvec (4 rows), 2x2 tile (AVX-VNNI     matvec, 4x4 VNNI tile, quantizer
+//	                  form where present), quantizer
+//	Q4_K        Q8_K  matvec (4 rows), 4 tokens; 8 rows x 2    VNNI matvec (4 rows), 4-token VNNI
+//	                  tokens (repacked, 8+ tokens; AVX-VNNI    kernel; 16 rows x 4 tokens VNNI
+//	                  form)                                    (8+ tokens)
 //	Q6_K        Q8_K  matvec, 4 tokens; 8 rows x 4 tokens      (AVX2 kernels)
 //	                  (repacked, 8+ tokens)
 //	Q5_K        Q8_K  matvec                                   (AVX2 kernel)
-//	Q4_0, Q5_0  Q8_0  matvec                                   (AVX2 kernels)
+//	Q4_0, Q5_0  Q8_0  matvec; tiles: row tile as Q8_0, then    as AVX2, with the Q8_0 4x4 tile
+//	                  the Q8_0 tile (legacytile_amd64.go)
 //	Q4_1, Q5_1  Q8_1  matvec                                   (AVX2 kernels)
 //	BF16        BF16  matvec (cols%16 == 0)                    matvec (no FMA: products may overflow)
 //
-// Dot, DotRows, Axpy, AxpyRows, Scale, SiLUMul and ExpSub have assembly on
-// the SIMD paths (the softmax reduction on AVX512 only). The assembly is written by
+// Q4_K, Q5_K and Q6_K activations are quantized to Q8_K in assembly on
+// both SIMD paths. Dot, DotRows, Axpy, AxpyRows, Scale, SiLUMul, ExpSub and
+// Softmax have assembly on the SIMD paths. The assembly is written by
 // hand (Go assembler, asm_amd64.s) rather than generated with avo: it was
 // quicker to get right and to tune here; the canonical orders above are the
-// specification any rewrite must keep. (AVX-VNNI's VEX-encoded VPDPBUSD is
-// not used on the AVX2 path: AVX2-only CPUs such as Zen 3 lack it.)
+// specification any rewrite must keep. AVX-VNNI's VEX-encoded VPDPBUSD
+// (Alder Lake and later Intel, Zen 5) is used on the AVX2 path only when
+// CPUID reports it; AVX2-only CPUs such as Zen 3 run the VPMADDUBSW
+// kernels, which SLUICE_AVXVNNI=off also selects (to measure them on a
+// newer CPU). Tests run the AVX2 path both ways.
 //
 // # Measuring
 //

@@ -9,7 +9,8 @@ import (
 
 // Q4_1, Q5_0 and Q5_1: the "legacy" 32-element types that Q4_K_M downloads
 // use for tensors whose rows are not a multiple of 256. Matvec in
-// assembly on the SIMD paths (asm_amd64.go), no tiles yet.
+// assembly on the SIMD paths (asm_amd64.go); Q5_0 (and Q4_0) tiles go
+// through the Q8_0 tiles (legacytile_amd64.go), Q4_1 and Q5_1 have none.
 // Q5_0 takes Q8_0 activations like Q4_0; Q4_1 and Q5_1 take Q8_1
 // activations (Q8_0 plus s = d*Σq), as ggml does, so the offset m enters
 // once per block as m*s. Canonical order: Q8_0's 16 even/odd lanes; after

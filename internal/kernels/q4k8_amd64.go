@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"encoding/binary"
 	"math"
 	"unsafe"
 )
@@ -40,13 +39,21 @@ func q4KPack(dst, w []byte, R, rb, nsb int) {
 			for c := 0; c < 32; c++ { // c = 8k + g: 4 bytes of qs each
 				*(*uint32)(unsafe.Add(base, c*4*R)) = qs[c]
 			}
-			for j := 0; j < 8; j++ {
-				sc, m := q4KScaleMin(blk[4:16], j)
-				binary.LittleEndian.PutUint32(d[128*R+4*R*j+4*r:], uint32(sc)|uint32(sc)<<16)
-				binary.LittleEndian.PutUint32(d[160*R+4*R*j+4*r:], uint32(m)|uint32(m)<<16)
+			// The 8 (scale, min) pairs as q4KScaleMin unpacks them, stored
+			// without per-store bounds checks (d's length is checked below).
+			s := (*[12]byte)(blk[4:16])
+			_ = d[196*R+4*r+3]
+			for j := 0; j < 4; j++ {
+				sc, m := uint32(s[j]&63), uint32(s[j+4]&63)
+				*(*uint32)(unsafe.Add(base, 128*R+4*R*j)) = sc | sc<<16
+				*(*uint32)(unsafe.Add(base, 160*R+4*R*j)) = m | m<<16
+				sc = uint32(s[j+8]&0xF | (s[j]>>6)<<4)
+				m = uint32(s[j+8]>>4 | (s[j+4]>>6)<<4)
+				*(*uint32)(unsafe.Add(base, 128*R+4*R*(j+4))) = sc | sc<<16
+				*(*uint32)(unsafe.Add(base, 160*R+4*R*(j+4))) = m | m<<16
 			}
-			binary.LittleEndian.PutUint32(d[192*R+4*r:], math.Float32bits(fp16At(blk, 0)))
-			binary.LittleEndian.PutUint32(d[196*R+4*r:], math.Float32bits(fp16At(blk, 2)))
+			*(*uint32)(unsafe.Add(base, 192*R)) = math.Float32bits(fp16At(blk, 0))
+			*(*uint32)(unsafe.Add(base, 196*R)) = math.Float32bits(fp16At(blk, 2))
 		}
 	}
 }
@@ -99,7 +106,7 @@ func q4_KTilesLanesRun(out []float32, outStride int, w []byte, nRows int, act ac
 		// with the 2-token kernel.
 		t0 := 0
 		for ; t0+4 <= nt; t0 += 4 {
-			q4KTile16x4AVX512(&out[t0*outStride], outStride, &wp[0], n16/16, &act.bytes[t0*act.stride], act.stride, nsb)
+			q4KTile16x4VNNI(&out[t0*outStride], outStride, &wp[0], n16/16, &act.bytes[t0*act.stride], act.stride, nsb)
 		}
 		if t0 < nt {
 			q4KTile16x2AVX512(&out[t0*outStride], outStride, &wp[0], n16/16, &act.bytes[t0*act.stride], act.stride, nsb)
@@ -108,7 +115,7 @@ func q4_KTilesLanesRun(out []float32, outStride int, w []byte, nRows int, act ac
 	for t0 := 0; t0 < nt; t0 += 2 {
 		x := &act.bytes[t0*act.stride]
 		if n8 > n16 {
-			q4KTile8x2AVX2(&out[t0*outStride+n16], outStride, &wp[n16*nsb*200], (n8-n16)/8, x, act.stride, nsb)
+			q4KTile8x2(&out[t0*outStride+n16], outStride, &wp[n16*nsb*200], (n8-n16)/8, x, act.stride, nsb)
 		}
 	}
 	packPool.Put(bp)

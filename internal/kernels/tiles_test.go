@@ -28,9 +28,9 @@ func TestTilesOddShapesBitwise(t *testing.T) {
 		{quant.F16, []int{33, 288}},
 		{quant.BF16, []int{40, 64}},
 		{quant.Q8_0, []int{32, 96, 288}},
-		{quant.Q4_0, []int{96}},
+		{quant.Q4_0, []int{96, 288}},
 		{quant.Q4_1, []int{96}},
-		{quant.Q5_0, []int{96}},
+		{quant.Q5_0, []int{96, 288}},
 		{quant.Q5_1, []int{96}},
 		{quant.Q4_K, []int{256, 768}},
 		{quant.Q5_K, []int{256, 768}},
@@ -50,17 +50,19 @@ func TestTilesOddShapesBitwise(t *testing.T) {
 						MatMul(nil, ref[k*rows:(k+1)*rows], m, x[k*cols:(k+1)*cols], 1)
 					}
 					withPath(t, func(p Path) {
-						for _, par := range pars {
-							for nTok := 1; nTok <= maxTok; nTok++ {
-								out := make([]float32, nTok*rows)
-								MatMul(par, out, m, x, nTok)
-								for k := range out {
-									if math.Float32bits(out[k]) != math.Float32bits(ref[k]) {
-										t.Fatalf("%v threads=%d nTok=%d token %d row %d: %v != generic alone %v", p, par.Threads(), nTok, k/rows, k%rows, out[k], ref[k])
+						forVariants(p, func(v string) {
+							for _, par := range pars {
+								for nTok := 1; nTok <= maxTok; nTok++ {
+									out := make([]float32, nTok*rows)
+									MatMul(par, out, m, x, nTok)
+									for k := range out {
+										if math.Float32bits(out[k]) != math.Float32bits(ref[k]) {
+											t.Fatalf("%v%s threads=%d nTok=%d token %d row %d: %v != generic alone %v", p, v, par.Threads(), nTok, k/rows, k%rows, out[k], ref[k])
+										}
 									}
 								}
 							}
-						}
+						})
 					})
 				})
 			}

@@ -1,0 +1,66 @@
+package kernels
+
+import "unsafe"
+
+// One-token (decode) matvec kernels in matvec_*_amd64.s: several rows per
+// pass against one activation row, in each type's canonical order.
+
+//go:noescape
+func rowsQ4_KAVX512x4(out *float32, w, x *byte, nGroups, nsb int)
+
+//go:noescape
+func rowsQ4_KAVX2x4r(out *float32, w, x *byte, nGroups, nsb int)
+
+// q4_KRows4 is the Q4_K matvec on a SIMD path: groups of four rows
+// through kernel4, the last len(out)%4 rows through the one-row AVX2
+// kernel.
+func q4_KRows4(kernel4 func(out *float32, w, x *byte, nGroups, nsb int)) func(out []float32, w []byte, act actBuf, t int) {
+	return func(out []float32, w []byte, act actBuf, t int) {
+		x := act.row(t)
+		nsb := len(x) / 292
+		if len(w) < 144*nsb*len(out) || nsb == 0 {
+			panic("kernels: short Q4_K weight tile")
+		}
+		g := len(out) / 4
+		if g > 0 {
+			kernel4(&out[0], &w[0], &x[0], g, nsb)
+		}
+		if r := 4 * g; r < len(out) {
+			rowsQ4_KAVX2(&out[r], &w[r*144*nsb], &x[0], len(out)-r, nsb)
+		}
+	}
+}
+
+//go:noescape
+func rowsQ8_0AVX2x4(out *float32, w, x *byte, dx *float32, nGroups, nb int)
+
+// q8_0RowsAVX2 is the AVX2 Q8_0 matvec: groups of four rows through
+// rowsQ8_0AVX2x4, the rest through the one-row kernel.
+func q8_0RowsAVX2(out []float32, w []byte, act actBuf, t int) {
+	x := act.row(t)
+	nb := act.nb
+	dx := act.dx[t*nb : (t+1)*nb]
+	if len(w) < 34*nb*len(out) || nb == 0 {
+		panic("kernels: short weight tile")
+	}
+	g := len(out) / 4
+	if g > 0 {
+		rowsQ8_0AVX2x4(&out[0], &w[0], &x[0], &dx[0], g, nb)
+	}
+	if r := 4 * g; r < len(out) {
+		rowsQ8_0AVX2(&out[r], &w[r*34*nb], &x[0], &dx[0], len(out)-r, nb)
+	}
+}
+
+// Runs after asm_amd64.go's init (files initialize in name order) and
+// replaces its one-row decode kernels.
+func init() {
+	q8_0Kernels[AVX2].rows = q8_0RowsAVX2
+	q4_KKernels[AVX2].rows = q4_KRows4(rowsQ4_KAVX2x4r)
+	q4_KKernels[AVX512].rows = q4_KRows4(rowsQ4_KAVX512x4)
+}
+
+//go:noescape
+func readXORAVX2(p *byte, n int) uint64
+
+func readXORAsm(p unsafe.Pointer, n int) uint64 { return readXORAVX2((*byte)(p), n) }

@@ -1,0 +1,331 @@
+#include "textflag.h"
+
+// One-token (decode) Q4_K matvec kernels: four weight rows per pass, so
+// the per-super-block tail (horizontal sums, int->float, the scalar
+// float32 chain of the canonical order) is done for four rows in one
+// set of vector instructions, and the four rows' chains run side by side
+// instead of one after another. Canonical Q4_K order (generic.go
+// dotQ4_KGeneric): per super-block the exact integer sums
+// isum = sum_j sc_j * sum_i q_ji * x_ji and imin = sum_j m_j * bsum_j,
+// then acc += float32(dd*float32(isum)) - float32(dm*float32(imin)) with
+// dd = d*dx, dm = dmin*dx, in increasing super-block order. Each lane of
+// the float part is one row's scalar chain, so the result is bitwise the
+// generic one.
+
+// VPERMW indices: words 0-15 pick scale 2k, words 16-31 scale 2k+1.
+DATA q4kmvidx<>+0(SB)/8, $0x0000000000000000
+DATA q4kmvidx<>+8(SB)/8, $0x0000000000000000
+DATA q4kmvidx<>+16(SB)/8, $0x0000000000000000
+DATA q4kmvidx<>+24(SB)/8, $0x0000000000000000
+DATA q4kmvidx<>+32(SB)/8, $0x0001000100010001
+DATA q4kmvidx<>+40(SB)/8, $0x0001000100010001
+DATA q4kmvidx<>+48(SB)/8, $0x0001000100010001
+DATA q4kmvidx<>+56(SB)/8, $0x0001000100010001
+DATA q4kmvidx<>+64(SB)/8, $0x0002000200020002
+DATA q4kmvidx<>+72(SB)/8, $0x0002000200020002
+DATA q4kmvidx<>+80(SB)/8, $0x0002000200020002
+DATA q4kmvidx<>+88(SB)/8, $0x0002000200020002
+DATA q4kmvidx<>+96(SB)/8, $0x0003000300030003
+DATA q4kmvidx<>+104(SB)/8, $0x0003000300030003
+DATA q4kmvidx<>+112(SB)/8, $0x0003000300030003
+DATA q4kmvidx<>+120(SB)/8, $0x0003000300030003
+DATA q4kmvidx<>+128(SB)/8, $0x0004000400040004
+DATA q4kmvidx<>+136(SB)/8, $0x0004000400040004
+DATA q4kmvidx<>+144(SB)/8, $0x0004000400040004
+DATA q4kmvidx<>+152(SB)/8, $0x0004000400040004
+DATA q4kmvidx<>+160(SB)/8, $0x0005000500050005
+DATA q4kmvidx<>+168(SB)/8, $0x0005000500050005
+DATA q4kmvidx<>+176(SB)/8, $0x0005000500050005
+DATA q4kmvidx<>+184(SB)/8, $0x0005000500050005
+DATA q4kmvidx<>+192(SB)/8, $0x0006000600060006
+DATA q4kmvidx<>+200(SB)/8, $0x0006000600060006
+DATA q4kmvidx<>+208(SB)/8, $0x0006000600060006
+DATA q4kmvidx<>+216(SB)/8, $0x0006000600060006
+DATA q4kmvidx<>+224(SB)/8, $0x0007000700070007
+DATA q4kmvidx<>+232(SB)/8, $0x0007000700070007
+DATA q4kmvidx<>+240(SB)/8, $0x0007000700070007
+DATA q4kmvidx<>+248(SB)/8, $0x0007000700070007
+GLOBL q4kmvidx<>(SB), RODATA|NOPTR, $256
+
+// Byte shuffle of four (d, dmin) fp16 pairs into d0..d3, dmin0..dmin3.
+DATA q4kmvdm<>+0(SB)/8, $0x0d0c090805040100
+DATA q4kmvdm<>+8(SB)/8, $0x0f0e0b0a07060302
+GLOBL q4kmvdm<>(SB), RODATA|NOPTR, $16
+
+// Q4KMVSC unpacks the 6-bit scales and mins of the Q4_K block at P: the 8
+// scales as int16 in X3, the 8 mins as int16 pairs (m_j, m_j) in Y2,
+// ready for VPMADDWD with the Q8_K bsums. Scratch: AX, CX, DX, R14, R15,
+// X0.
+#define Q4KMVSC(P) \
+	MOVL 4(P), AX \
+	MOVL 8(P), CX \
+	MOVL 12(P), DX \
+	MOVL DX, R14 \
+	SHRL $4, R14 \
+	ANDL $0x0f0f0f0f, R14 \
+	MOVL CX, R15 \
+	SHRL $6, R15 \
+	ANDL $0x03030303, R15 \
+	SHLL $4, R15 \
+	ORL  R15, R14 \
+	ANDL $0x3f3f3f3f, CX \
+	ANDL $0x0f0f0f0f, DX \
+	MOVL AX, R15 \
+	SHRL $6, R15 \
+	ANDL $0x03030303, R15 \
+	SHLL $4, R15 \
+	ORL  R15, DX \
+	ANDL $0x3f3f3f3f, AX \
+	SHLQ $32, DX \
+	ORQ  DX, AX \
+	SHLQ $32, R14 \
+	ORQ  R14, CX \
+	VMOVQ AX, X0 \
+	VPMOVZXBW X0, X3 \
+	VMOVQ CX, X0 \
+	VPMOVZXBW X0, X0 \
+	VPUNPCKLWD X0, X0, X2 \
+	VPUNPCKHWD X0, X0, X0 \
+	VINSERTI128 $1, X0, Y2, Y2
+
+// Q4KMVNIB makes ZT of the 32 qs bytes at Q: low nibbles (sub-block 2k) in
+// bytes 0-31, high nibbles (sub-block 2k+1) in 32-63, the element order of
+// the 64 Q8_K qs they multiply. Z28 holds 0x0f bytes.
+#define Q4KMVNIB(Q, YT, ZT, YU) \
+	VMOVDQU Q, YT \
+	VPSRLW $4, YT, YU \
+	VINSERTI64X4 $1, YU, ZT, ZT \
+	VPANDD Z28, ZT, ZT
+
+// Q4KMVROW adds one row's super-block at P against the Q8_K block at BX:
+// the isum lanes to AY (8 int32; AZ the same register), the imin lanes to
+// MY (8 int32).
+#define Q4KMVROW(P, AZ, AY, MY) \
+	Q4KMVSC(P) \
+	VPMADDWD 260(BX), Y2, MY \
+	VPERMW Z3, Z24, Z20 \
+	VPERMW Z3, Z25, Z21 \
+	VPERMW Z3, Z26, Z22 \
+	VPERMW Z3, Z27, Z23 \
+	Q4KMVNIB(16(P), Y4, Z4, Y16) \
+	Q4KMVNIB(48(P), Y5, Z5, Y17) \
+	Q4KMVNIB(80(P), Y6, Z6, Y18) \
+	Q4KMVNIB(112(P), Y7, Z7, Y19) \
+	VPMADDUBSW 4(BX), Z4, Z4 \
+	VPMADDUBSW 68(BX), Z5, Z5 \
+	VPMADDUBSW 132(BX), Z6, Z6 \
+	VPMADDUBSW 196(BX), Z7, Z7 \
+	VPMADDWD Z20, Z4, AZ \
+	VPDPWSSD Z5, Z21, AZ \
+	VPDPWSSD Z6, Z22, AZ \
+	VPDPWSSD Z7, Z23, AZ \
+	VEXTRACTI64X4 $1, AZ, Y16 \
+	VPADDD Y16, AY, AY
+
+// q4kmvPF is how far ahead of the rows in use the kernel prefetches.
+#define q4kmvPF 8192
+
+// func rowsQ4_KAVX512x4(out *float32, w, x *byte, nGroups, nsb int)
+// out[r] for 4*nGroups rows of nsb Q4_K super-blocks each (stored back to
+// back) against one Q8_K activation row.
+TEXT ·rowsQ4_KAVX512x4(SB), NOSPLIT, $0-40
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ nGroups+24(FP), R9
+	LEAQ q4kmvPF(SI), R8      // prefetch pointer
+	MOVL $0x0f, AX
+	VPBROADCASTB AX, Z28
+	VMOVDQU64 q4kmvidx<>+0(SB), Z24
+	VMOVDQU64 q4kmvidx<>+64(SB), Z25
+	VMOVDQU64 q4kmvidx<>+128(SB), Z26
+	VMOVDQU64 q4kmvidx<>+192(SB), Z27
+	VMOVDQU64 q4kmvdm<>(SB), X31
+
+q4kmv_group:
+	TESTQ R9, R9
+	JZ   q4kmv_done
+	MOVQ nsb+32(FP), AX
+	IMULQ $144, AX            // row bytes
+	LEAQ (SI)(AX*1), R11
+	LEAQ (SI)(AX*2), R12
+	LEAQ (R12)(AX*1), R13
+	MOVQ x+16(FP), BX
+	MOVQ nsb+32(FP), R10
+	VPXORD X29, X29, X29
+
+q4kmv_sb:
+	// The group's four rows are 4*144 bytes further on per super-block:
+	// fetch as much, q4kmvPF bytes ahead (the matrix is one contiguous
+	// run of rows; prefetches past its end do not fault).
+	PREFETCHT0 0(R8)
+	PREFETCHT0 64(R8)
+	PREFETCHT0 128(R8)
+	PREFETCHT0 192(R8)
+	PREFETCHT0 256(R8)
+	PREFETCHT0 320(R8)
+	PREFETCHT0 384(R8)
+	PREFETCHT0 448(R8)
+	PREFETCHT0 512(R8)
+	ADDQ $576, R8
+	Q4KMVROW(SI, Z8, Y8, Y12)
+	Q4KMVROW(R11, Z9, Y9, Y13)
+	Q4KMVROW(R12, Z10, Y10, Y14)
+	Q4KMVROW(R13, Z11, Y11, Y15)
+	// Fold the four rows' isum (Y8-Y11) and imin (Y12-Y15) lanes into
+	// X8 = isum0..3 and X12 = imin0..3 (exact integer sums).
+	VPHADDD Y9, Y8, Y8
+	VPHADDD Y11, Y10, Y10
+	VPHADDD Y10, Y8, Y8
+	VPHADDD Y13, Y12, Y12
+	VPHADDD Y15, Y14, Y14
+	VPHADDD Y14, Y12, Y12
+	VEXTRACTI128 $1, Y8, X9
+	VPADDD X9, X8, X8
+	VEXTRACTI128 $1, Y12, X13
+	VPADDD X13, X12, X12
+	VINSERTI128 $1, X12, Y8, Y8
+	VCVTDQ2PS Y8, Y8          // isum0..3, imin0..3
+	// d0..3, dmin0..3 times dx.
+	VMOVD (SI), X0
+	VPINSRD $1, (R11), X0, X0
+	VPINSRD $2, (R12), X0, X0
+	VPINSRD $3, (R13), X0, X0
+	VPSHUFB X31, X0, X0
+	VCVTPH2PS X0, Y0
+	VBROADCASTSS (BX), Y1
+	VMULPS Y1, Y0, Y0         // dd0..3, dm0..3
+	VMULPS Y8, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VSUBPS X1, X0, X0
+	VADDPS X0, X29, X29
+	ADDQ $144, SI
+	ADDQ $144, R11
+	ADDQ $144, R12
+	ADDQ $144, R13
+	ADDQ $292, BX
+	DECQ R10
+	JNZ  q4kmv_sb
+
+	VMOVUPS X29, (DI)
+	ADDQ $16, DI
+	MOVQ R13, SI              // row 3 ended where the next group starts
+	DECQ R9
+	JMP  q4kmv_group
+
+q4kmv_done:
+	VZEROUPPER
+	RET
+
+// Q4KMV2SUB multiplies sub-blocks 2k (low nibbles) and 2k+1 (high
+// nibbles) of the 32 qs bytes at Q by the Q8_K qs at XA and XB and their
+// int16 scales at SA and SB, adding the int32 lanes to AY (OP VPADDD), or
+// setting them (OP is a VPMADDWD of the first product: see Q4KMV2ROW).
+// Products fit int16 (15*127*2), scaled pairs int32. Y15 holds 0x0f
+// bytes; clobbers Y4-Y7.
+#define Q4KMV2SUB(Q, XA, XB, SA, SB, AY) \
+	VMOVDQU Q, Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPMADDUBSW XA, Y4, Y4 \
+	VPBROADCASTW SA, Y6 \
+	VPMADDWD Y6, Y4, Y4 \
+	VPADDD Y4, AY, AY \
+	VPMADDUBSW XB, Y5, Y5 \
+	VPBROADCASTW SB, Y7 \
+	VPMADDWD Y7, Y5, Y5 \
+	VPADDD Y5, AY, AY
+
+// Q4KMV2ROW is Q4KMVROW on AVX2: isum lanes to AY, imin lanes to MY.
+#define Q4KMV2ROW(P, AY, MY) \
+	Q4KMVSC(P) \
+	VMOVDQU X3, sc-16(SP) \
+	VPMADDWD 260(BX), Y2, MY \
+	VPXOR AY, AY, AY \
+	Q4KMV2SUB(16(P), 4(BX), 36(BX), sc-16(SP), sc-14(SP), AY) \
+	Q4KMV2SUB(48(P), 68(BX), 100(BX), sc-12(SP), sc-10(SP), AY) \
+	Q4KMV2SUB(80(P), 132(BX), 164(BX), sc-8(SP), sc-6(SP), AY) \
+	Q4KMV2SUB(112(P), 196(BX), 228(BX), sc-4(SP), sc-2(SP), AY)
+
+// func rowsQ4_KAVX2x4r(out *float32, w, x *byte, nGroups, nsb int)
+// rowsQ4_KAVX512x4 on AVX2 (VPMADDUBSW, VPMADDWD by broadcast scales).
+TEXT ·rowsQ4_KAVX2x4r(SB), NOSPLIT, $32-40
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ nGroups+24(FP), R9
+	LEAQ q4kmvPF(SI), R8
+	MOVL $0x0f0f0f0f, AX
+	MOVL AX, X15
+	VPBROADCASTD X15, Y15
+
+q4kmv2_group:
+	TESTQ R9, R9
+	JZ   q4kmv2_done
+	MOVQ nsb+32(FP), AX
+	IMULQ $144, AX
+	LEAQ (SI)(AX*1), R11
+	LEAQ (SI)(AX*2), R12
+	LEAQ (R12)(AX*1), R13
+	MOVQ x+16(FP), BX
+	MOVQ nsb+32(FP), R10
+	VXORPS X0, X0, X0
+	VMOVUPS X0, acc-32(SP)
+
+q4kmv2_sb:
+	PREFETCHT0 0(R8)
+	PREFETCHT0 64(R8)
+	PREFETCHT0 128(R8)
+	PREFETCHT0 192(R8)
+	PREFETCHT0 256(R8)
+	PREFETCHT0 320(R8)
+	PREFETCHT0 384(R8)
+	PREFETCHT0 448(R8)
+	PREFETCHT0 512(R8)
+	ADDQ $576, R8
+	Q4KMV2ROW(SI, Y8, Y12)
+	Q4KMV2ROW(R11, Y9, Y13)
+	Q4KMV2ROW(R12, Y10, Y14)
+	Q4KMV2ROW(R13, Y11, Y1)
+	VPHADDD Y9, Y8, Y8
+	VPHADDD Y11, Y10, Y10
+	VPHADDD Y10, Y8, Y8
+	VPHADDD Y13, Y12, Y12
+	VPHADDD Y1, Y14, Y14
+	VPHADDD Y14, Y12, Y12
+	VEXTRACTI128 $1, Y8, X9
+	VPADDD X9, X8, X8
+	VEXTRACTI128 $1, Y12, X13
+	VPADDD X13, X12, X12
+	VINSERTI128 $1, X12, Y8, Y8
+	VCVTDQ2PS Y8, Y8          // isum0..3, imin0..3
+	VMOVD (SI), X0
+	VPINSRD $1, (R11), X0, X0
+	VPINSRD $2, (R12), X0, X0
+	VPINSRD $3, (R13), X0, X0
+	VPSHUFB q4kmvdm<>(SB), X0, X0
+	VCVTPH2PS X0, Y0
+	VBROADCASTSS (BX), Y2
+	VMULPS Y2, Y0, Y0         // dd0..3, dm0..3
+	VMULPS Y8, Y0, Y0
+	VEXTRACTF128 $1, Y0, X2
+	VSUBPS X2, X0, X0
+	VADDPS acc-32(SP), X0, X0
+	VMOVUPS X0, acc-32(SP)
+	ADDQ $144, SI
+	ADDQ $144, R11
+	ADDQ $144, R12
+	ADDQ $144, R13
+	ADDQ $292, BX
+	DECQ R10
+	JNZ  q4kmv2_sb
+
+	VMOVUPS acc-32(SP), X0
+	VMOVUPS X0, (DI)
+	ADDQ $16, DI
+	MOVQ R13, SI
+	DECQ R9
+	JMP  q4kmv2_group
+
+q4kmv2_done:
+	VZEROUPPER
+	RET

@@ -1,0 +1,137 @@
+#include "textflag.h"
+
+DATA q8mvones<>+0(SB)/8, $0x0001000100010001
+DATA q8mvones<>+8(SB)/8, $0x0001000100010001
+DATA q8mvones<>+16(SB)/8, $0x0001000100010001
+DATA q8mvones<>+24(SB)/8, $0x0001000100010001
+GLOBL q8mvones<>(SB), RODATA|NOPTR, $32
+
+// Q8MV adds one weight block (qs at W, fp16 scale at WD) to ACC on AVX2,
+// against the activation block in Y0 (qs) and Y1 (its widened scale x8):
+// the canonical Q8_0 step of rowsQ8_0AVX2 (|w| times x signed by w with
+// VPMADDUBSW, pairs summed by VPMADDWD into 8 int32 lanes, one FMA with
+// dw*dx). Clobbers Y3-Y6.
+#define Q8MV(W, WD, ACC) \
+	VMOVDQU W, Y3 \
+	VPSIGNB Y3, Y0, Y4 \
+	VPABSB Y3, Y3 \
+	VPMADDUBSW Y4, Y3, Y4 \
+	VPMADDWD q8mvones<>(SB), Y4, Y4 \
+	VCVTDQ2PS Y4, Y4 \
+	VPBROADCASTW WD, X5 \
+	VCVTPH2PS X5, Y5 \
+	VMULPS Y1, Y5, Y5 \
+	VFMADD231PS Y5, Y4, ACC
+
+// func rowsQ8_0AVX2x4(out *float32, w, x *byte, dx *float32, nGroups, nb int)
+// rowsQ8_0AVX2 four rows at a time: each activation block and its scale
+// are loaded once for the four rows, and the rows two groups ahead are
+// prefetched. Even blocks go to Y8-Y11, odd blocks to Y12-Y15 (the
+// canonical lanes 0-7 and 8-15), reduced as rowsQ8_0AVX2 does.
+TEXT ·rowsQ8_0AVX2x4(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ dx+24(FP), R11
+	MOVQ nGroups+32(FP), R8
+	MOVQ nb+40(FP), R9
+	MOVQ R9, R13
+	IMULQ $34, R13        // row bytes
+
+q8mv_group:
+	TESTQ R8, R8
+	JZ   q8mv_done
+	LEAQ (SI)(R13*2), BX
+	ADDQ R13, BX          // row 3
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+	VXORPS Y13, Y13, Y13
+	VXORPS Y14, Y14, Y14
+	VXORPS Y15, Y15, Y15
+	MOVQ DX, CX
+	MOVQ R11, R12
+	MOVQ R9, R10
+
+q8mv_pair:
+	CMPQ R10, $2
+	JLT  q8mv_single
+	LEAQ (SI)(R13*8), AX
+	PREFETCHT0 (AX)
+	PREFETCHT0 (AX)(R13*1)
+	PREFETCHT0 (AX)(R13*2)
+	PREFETCHT0 (BX)(R13*8)
+	VMOVDQU 2(CX), Y0
+	VBROADCASTSS (R12), Y1
+	Q8MV(2(SI), (SI), Y8)
+	Q8MV(2(SI)(R13*1), (SI)(R13*1), Y9)
+	Q8MV(2(SI)(R13*2), (SI)(R13*2), Y10)
+	Q8MV(2(BX), (BX), Y11)
+	VMOVDQU 36(CX), Y0
+	VBROADCASTSS 4(R12), Y1
+	Q8MV(36(SI), 34(SI), Y12)
+	Q8MV(36(SI)(R13*1), 34(SI)(R13*1), Y13)
+	Q8MV(36(SI)(R13*2), 34(SI)(R13*2), Y14)
+	Q8MV(36(BX), 34(BX), Y15)
+	ADDQ $68, SI
+	ADDQ $68, BX
+	ADDQ $68, CX
+	ADDQ $8, R12
+	SUBQ $2, R10
+	JMP  q8mv_pair
+
+q8mv_single:
+	TESTQ R10, R10
+	JZ   q8mv_red
+	VMOVDQU 2(CX), Y0
+	VBROADCASTSS (R12), Y1
+	Q8MV(2(SI), (SI), Y8)
+	Q8MV(2(SI)(R13*1), (SI)(R13*1), Y9)
+	Q8MV(2(SI)(R13*2), (SI)(R13*2), Y10)
+	Q8MV(2(BX), (BX), Y11)
+	ADDQ $34, BX
+
+q8mv_red:
+	// Per row: lanes j += j+8, then j += j+4, j+2, j+1 (REDUCE8Y).
+	VADDPS Y12, Y8, Y0
+	VADDPS Y13, Y9, Y1
+	VADDPS Y14, Y10, Y2
+	VADDPS Y15, Y11, Y3
+	VEXTRACTF128 $1, Y0, X4
+	VADDPS X4, X0, X0
+	VMOVHLPS X0, X0, X4
+	VADDPS X4, X0, X0
+	VMOVSHDUP X0, X4
+	VADDSS X4, X0, X0
+	VEXTRACTF128 $1, Y1, X4
+	VADDPS X4, X1, X1
+	VMOVHLPS X1, X1, X4
+	VADDPS X4, X1, X1
+	VMOVSHDUP X1, X4
+	VADDSS X4, X1, X1
+	VEXTRACTF128 $1, Y2, X4
+	VADDPS X4, X2, X2
+	VMOVHLPS X2, X2, X4
+	VADDPS X4, X2, X2
+	VMOVSHDUP X2, X4
+	VADDSS X4, X2, X2
+	VEXTRACTF128 $1, Y3, X4
+	VADDPS X4, X3, X3
+	VMOVHLPS X3, X3, X4
+	VADDPS X4, X3, X3
+	VMOVSHDUP X3, X4
+	VADDSS X4, X3, X3
+	VMOVSS X0, (DI)
+	VMOVSS X1, 4(DI)
+	VMOVSS X2, 8(DI)
+	VMOVSS X3, 12(DI)
+	ADDQ $16, DI
+	MOVQ BX, SI           // BX ended at row 3's end: the next group
+	DECQ R8
+	JMP  q8mv_group
+
+q8mv_done:
+	VZEROUPPER
+	RET

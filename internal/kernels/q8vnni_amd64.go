@@ -1,0 +1,84 @@
+package kernels
+
+import (
+	"os"
+
+	"golang.org/x/sys/cpu"
+)
+
+// The AVX2 path's Q8_0 tile on CPUs with AVX-VNNI (Alder Lake and later
+// Intel, Zen 5): VPDPBUSD replaces VPABSB/VPSIGNB/VPMADDUBSW/VPMADDWD.
+// Weights enter as w+128 and each token's tile row (q8tile.go) carries the
+// -128*sum(x) correction, so a (row, token, block) costs one VPDPBUSD, one
+// convert and one FMA instead of five operations. Same canonical order as
+// tileQ8_0AVX2. CPUs without AVX-VNNI (Zen 3) keep tileQ8_0AVX2.
+
+//go:noescape
+func tileQ8_0VNNI(out *float32, outStride int, w *byte, nPairs int, xt *byte, xtStride int, dwp *float32, nb int)
+
+// hasAVXVNNI: the CPU has VEX-encoded VPDPBUSD.
+var hasAVXVNNI = cpu.X86.HasAVXVNNI
+
+// SLUICE_AVXVNNI=off keeps the AVX2 path on its plain kernels, so that
+// what an AVX2-only CPU (Zen 3) runs can be measured on a newer one.
+func init() {
+	setAVX2VNNI(hasAVXVNNI && os.Getenv("SLUICE_AVXVNNI") != "off")
+}
+
+// setAVX2VNNI switches the AVX2 path's Q8_0 tile and the 8-row Q4_K
+// kernel between the AVX-VNNI kernels and the plain AVX2 ones (tests run
+// both on a VNNI machine).
+func setAVX2VNNI(on bool) {
+	// The Q4_0 and Q5_0 tiles run the Q8_0 ones on the same activations.
+	defer setLegacyTiles()
+	k := &q8_0Kernels[AVX2]
+	if !on {
+		k.prepare = prepareQ8_0AVX2
+		q4KTile8x2 = q4KTile8x2AVX2
+		return
+	}
+	q4KTile8x2 = q4KTile8x2VNNI
+	k.prepare = func(x []float32, nTok, cols int) actBuf {
+		return prepareQ8_0With(x, nTok, cols, nTok >= 2, quantRowQ8_0AVX2Tile)
+	}
+}
+
+// q4KTile8x2VNNI is q4KTile8x2AVX2 with VPDPBUSD (q4kvnni_amd64.s): the
+// 4 nibble products of a group go into each row's int32 lane in one step
+// (instead of VPMADDUBSW + VPADDW), then one VPMULLD by the sub-block
+// scale per sub-block and token. Exact integer sums: same bits.
+//
+//go:noescape
+func q4KTile8x2VNNI(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+
+// q4KTile8x2 is the 8-row Q4_K kernel in use (setAVX2VNNI).
+var q4KTile8x2 = q4KTile8x2AVX2
+
+// q4KTile16x4VNNI is the AVX-512 path's Q4_K kernel for 16 rows in the
+// lanes and 4 tokens, with VPDPBUSD (every AVX-512 path CPU has AVX-512
+// VNNI) as q4KTile8x2VNNI. 2048x768, 64 tokens, 1 thread, best of 12
+// cpuGFLOP/s: 171 with VPMADDUBSW/VPADDW int16 sums, 211 with VPDPBUSD.
+//
+//go:noescape
+func q4KTile16x4VNNI(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+
+//go:noescape
+func q8TileRowAVX2(dst, blocks *byte, nb int)
+
+// quantRowQ8_0AVX2Tile is the AVX2 quantizer plus, when tile is not nil,
+// the tile layout (q8TileRow's bytes; in Go it was 6% of bench-15M q8_0
+// prefill at 2 threads).
+func quantRowQ8_0AVX2Tile(x []float32, blocks []byte, dx []float32, tile []byte) {
+	quantRowQ8_0AVX2(x, blocks, dx, nil)
+	if tile == nil {
+		return
+	}
+	nb := len(dx)
+	if len(tile) != (nb+1)/2*q8TilePair {
+		panic("kernels: bad Q8_0 tile length")
+	}
+	if nb%2 == 1 {
+		clear(tile[len(tile)-q8TilePair:])
+	}
+	q8TileRowAVX2(&tile[0], &blocks[0], nb)
+}
