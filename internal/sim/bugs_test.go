@@ -62,7 +62,16 @@ var mustFind = []injected{
 		Bugs{CancelQueuedReserves: true}, 50, "left the queue|illegal transition: fail in state finished"},
 	// The prefix cache (issue 12): both of its tenant layers off at once.
 	{"cache-tenant-blind", "I11", "prefix cache keyed without the tenant salt AND index and shared read ignoring the tenant (engine.Unsafe.TenantBlindCache)",
-		Bugs{CacheNoSalt: true, KV: kv.Unsafe{CacheIgnoresTenant: true}}, 50, "crossed tenants"},
+		Bugs{CacheNoSalt: true, KV: kv.Unsafe{CacheIgnoresTenant: true}}, 50, "the prefix cache crossed tenants"},
+	// Each tenant layer of the cache alone (issue 12): found by the key
+	// invariant (two tenants' keys equal, though the tenant-keyed index
+	// still keeps their entries apart) and by the wrong_tenant_lookup
+	// fault (another tenant's shares handed to a reader: the pool's
+	// read-time tenant check is the only layer left).
+	{"cache-no-salt", "I11", "prefix cache keys without the tenant salt, on both roles (the index is still keyed by tenant)",
+		Bugs{CacheNoSalt: true}, 50, "cache keys crossed tenants"},
+	{"cache-no-tenant-check", "I11", "no tenant check on a shared read of a cached page (kv.Unsafe.NoCacheTenantCheck; index and keys still per tenant)",
+		Bugs{KV: kv.Unsafe{NoCacheTenantCheck: true}}, 50, "crossed tenants on a shared read"},
 	{"resume-no-offset", "exact resume", "a resumed request's new handoff carries neither the generated tokens to decode's sampler nor the prefill sampler offset",
 		Bugs{ResumeNoOffset: true}, 50, ""},
 }
@@ -84,10 +93,6 @@ var holdsAlone = []injected{
 		Bugs{EarlyDrain: true}, 500, ""},
 	{"short-lease-gen-word", "I6", "lease shorter than the in-flight time (the generation word stops late copies)",
 		Bugs{ShortLease: true}, 250, ""},
-	{"cache-no-salt", "I11", "prefix cache keys without the tenant salt (the index keyed by tenant still misses across tenants)",
-		Bugs{CacheNoSalt: true}, 250, ""},
-	{"cache-no-tenant-check", "I11", "pool cache ignores the tenant in its index and on shared reads (the salted keys still differ across tenants)",
-		Bugs{KV: kv.Unsafe{CacheIgnoresTenant: true}}, 250, ""},
 	{"restart-same-file", "I6", "a restarted decode maps the crashed one's shared file in place (the commit digest, re-read from memory, still catches old-incarnation writes before a commit)",
 		Bugs{RestartSameFile: true}, 250, ""},
 }
