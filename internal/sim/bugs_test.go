@@ -31,9 +31,10 @@ type injected struct {
 // 50 (runs are deterministic, so the count is exact, not a probability;
 // the room is for the seed stream shifting when the simulator draws more):
 // no-digest, count-only and incident seed 50, no-generation 32,
-// release-before-drain 5, early-drain 120, short-lease 72,
+// release-before-drain 5, early-drain 120, short-lease 5 (72 before
+// wrong_tenant_lookup fired in seed 5),
 // foreign-placement 4, cancel-queued-reserves 3, cache-tenant-blind 4,
-// resume-no-offset 3.
+// cache-no-salt 4, cache-no-tenant-check 5, resume-no-offset 3.
 var mustFind = []injected{
 	{"no-digest", "I5", "commit digest not compared (a page with wrong bytes but a matching checksum is accepted)",
 		Bugs{Receiver: handoff.Safeguards{NoDigest: true}}, 250, ""},

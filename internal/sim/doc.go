@@ -148,13 +148,11 @@
 // salt without the tenant). TestInjectedBugs asserts that each safeguard no
 // other layer backs up is found within a bounded number of seeds, and that
 // each backed-up layer alone finds nothing. The prefix cache's tenant
-// layers are each found alone:
+// layers are each found alone (first seed today; bound):
 //
-//	bug                    switched off                                       found by                         seed  bound
-//	cache-no-salt          the tenant in the salt, both roles (Bugs.CacheNoSalt,  the key invariant                   4     50
-//	                       engine.Unsafe.TenantBlindCache's key part)
-//	cache-no-tenant-check  the read-time tenant check (kv.Unsafe.               wrong_tenant_lookup, then the     5     50
-//	                       NoCacheTenantCheck)                                  tenant of every read
-//	cache-tenant-blind     salt, tenant-keyed index and read check at once    a cross-tenant hit, read          4     50
+//	cache-no-salt          no tenant in the salt, both roles          the key invariant            4; 50
+//	cache-no-tenant-check  no read-time tenant check of a cached      wrong_tenant_lookup, then    5; 50
+//	                       page (kv.Unsafe.NoCacheTenantCheck)        the tenant of every read
+//	cache-tenant-blind     salt, index and read check at once         a cross-tenant hit, read     4; 50
 //	                       (engine.Unsafe.TenantBlindCache)
 package sim
