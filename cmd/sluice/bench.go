@@ -45,14 +45,17 @@ type benchRun struct {
 	par  *kernels.Parallel
 	r    *model.Runner
 	toks []int32
+	// filled is how many leading positions hold a prefilled context
+	// (--depth): a test at depth d runs at positions d, d+1, ...
+	filled int
 }
 
-func newBenchRun(m *model.Model, threads, tokens int) (*benchRun, error) {
+func newBenchRun(m *model.Model, threads, tokens int, typ kv.Type) (*benchRun, error) {
 	c := m.Config()
 	if tokens > c.Context {
 		return nil, fmt.Errorf("%d tokens exceed the model's context of %d", tokens, c.Context)
 	}
-	pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: c.Layers, KVDim: c.KVDim(), PageSize: kv.DefaultPageSize}, Pages: kv.PagesFor(tokens, kv.DefaultPageSize)})
+	pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: c.Layers, KVDim: c.KVDim(), PageSize: kv.DefaultPageSize, Type: typ}, Pages: kv.PagesFor(tokens, kv.DefaultPageSize)})
 	if err != nil {
 		return nil, err
 	}
@@ -76,22 +79,45 @@ func (b *benchRun) Close() {
 	b.pool.Close()
 }
 
-// pp is llama-bench's pp<n>: one prompt of n tokens in one step from an
-// empty context. It returns tokens per wall second and per CPU second.
-func (b *benchRun) pp(n int) (float64, float64, error) {
+// fill prefills the context up to depth positions (untimed, in chunks of
+// 512 as llama-bench's batch), as llama-bench -d does before each test.
+// Later tests rewrite positions from their depth on; the prefix stays.
+func (b *benchRun) fill(depth int) error {
+	v := b.pool.View(b.o, b.refs)
+	for b.filled < depth {
+		n := min(512, depth-b.filled)
+		if res := b.r.Forward([]model.Seq{{Tokens: b.toks[b.filled : b.filled+n], Pos: b.filled, KV: v}}); res[0].Err != nil {
+			return res[0].Err
+		}
+		b.filled += n
+	}
+	return nil
+}
+
+// pp is llama-bench's pp<n>: one prompt of n tokens in one step after a
+// context of depth tokens. It returns tokens per wall second and per CPU
+// second.
+func (b *benchRun) pp(n, depth int) (float64, float64, error) {
+	if err := b.fill(depth); err != nil {
+		return 0, 0, err
+	}
 	w0, c0 := time.Now(), cpuTime()
-	if res := b.r.Forward([]model.Seq{{Tokens: b.toks[:n], KV: b.pool.View(b.o, b.refs)}}); res[0].Err != nil {
+	if res := b.r.Forward([]model.Seq{{Tokens: b.toks[:n], Pos: depth, KV: b.pool.View(b.o, b.refs)}}); res[0].Err != nil {
 		return 0, 0, res[0].Err
 	}
 	return float64(n) / time.Since(w0).Seconds(), float64(n) / (cpuTime() - c0).Seconds(), nil
 }
 
-// tg is llama-bench's tg<n>: n single-token steps from an empty context.
-func (b *benchRun) tg(n int) (float64, float64, error) {
+// tg is llama-bench's tg<n>: n single-token steps after a context of
+// depth tokens.
+func (b *benchRun) tg(n, depth int) (float64, float64, error) {
+	if err := b.fill(depth); err != nil {
+		return 0, 0, err
+	}
 	v := b.pool.View(b.o, b.refs)
 	w0, c0 := time.Now(), cpuTime()
 	tok := int32(1)
-	for pos := 0; pos < n; pos++ {
+	for pos := depth; pos < depth+n; pos++ {
 		if res := b.r.Forward([]model.Seq{{Tokens: []int32{tok}, Pos: pos, KV: v}}); res[0].Err != nil {
 			return 0, 0, res[0].Err
 		}
@@ -160,15 +186,17 @@ func cpuTime() time.Duration {
 type llamaTest struct {
 	NPrompt  int     `json:"n_prompt"`
 	NGen     int     `json:"n_gen"`
+	NDepth   int     `json:"n_depth"`
 	NThreads int     `json:"n_threads"`
 	AvgTS    float64 `json:"avg_ts"`
 }
 
 // runLlamaBench runs llama-bench once (-r 1) for one test, pp<prompt>
-// (gen 0) or tg<gen> (prompt 0), and returns tokens/s by test name.
-func runLlamaBench(path, modelPath string, threads, prompt, gen int) (map[string]float64, error) {
+// (gen 0) or tg<gen> (prompt 0) at depth (-d), and returns tokens/s by
+// test name (testName).
+func runLlamaBench(path, modelPath string, threads, prompt, gen, depth int) (map[string]float64, error) {
 	cmd := exec.Command(path, "-m", modelPath, "-p", strconv.Itoa(prompt), "-n", strconv.Itoa(gen),
-		"-t", strconv.Itoa(threads), "-r", "1", "-o", "json")
+		"-d", strconv.Itoa(depth), "-t", strconv.Itoa(threads), "-r", "1", "-o", "json")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -190,12 +218,22 @@ func parseLlamaBench(out []byte, threads int) (map[string]float64, error) {
 		}
 		switch {
 		case r.NGen == 0 && r.NPrompt > 0:
-			res["pp"+strconv.Itoa(r.NPrompt)] = r.AvgTS
+			res[testName("pp", r.NPrompt, r.NDepth)] = r.AvgTS
 		case r.NPrompt == 0 && r.NGen > 0:
-			res["tg"+strconv.Itoa(r.NGen)] = r.AvgTS
+			res[testName("tg", r.NGen, r.NDepth)] = r.AvgTS
 		}
 	}
 	return res, nil
+}
+
+// testName is llama-bench's name of a test: pp512, tg128, and with a
+// depth tg128@d4096.
+func testName(kind string, n, depth int) string {
+	name := kind + strconv.Itoa(n)
+	if depth > 0 {
+		name += "@d" + strconv.Itoa(depth)
+	}
+	return name
 }
 
 func lastLine(s string) string {
@@ -231,33 +269,44 @@ type benchReport struct {
 // benchModel measures one model at one thread count: reps rounds, each
 // sluice's tests then (with llamaBench) llama-bench's same tests, so the
 // two engines see the same machine load (interleaved A B A B).
-func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen, reps int, llamaBench string, log io.Writer) ([]benchRow, error) {
+func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen int, depths []int, reps int, typ kv.Type, llamaBench string, log io.Writer) ([]benchRow, error) {
 	name := strings.TrimSuffix(filepath.Base(path), ".gguf")
-	b, err := newBenchRun(lm.model, threads, max(slices.Max(prompts), gen))
+	b, err := newBenchRun(lm.model, threads, slices.Max(depths)+max(slices.Max(prompts), gen), typ)
 	if err != nil {
 		return nil, err
 	}
 	defer b.Close()
 	wb := decodeWeightBytes(lm.file)
 	buf := make([]float32, wb/4)
-	tests := make([]string, 0, len(prompts)+1)
-	for _, p := range prompts {
-		tests = append(tests, "pp"+strconv.Itoa(p))
+	// One test per (kind, depth): every prompt length, then the decode
+	// test, at each depth.
+	type test struct {
+		name          string
+		prompt, depth int // prompt 0: the decode test
 	}
-	tests = append(tests, "tg"+strconv.Itoa(gen))
+	var tests []test
+	decodeRow := map[string]bool{}
+	for _, d := range depths {
+		for _, p := range prompts {
+			tests = append(tests, test{testName("pp", p, d), p, d})
+		}
+		tests = append(tests, test{testName("tg", gen, d), 0, d})
+		decodeRow[tests[len(tests)-1].name] = true
+	}
 	wall, cpu, llama := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	var bw []float64
 	for rep := 1; rep <= reps; rep++ {
 		// Test by test, sluice then llama-bench, so both see the same
 		// minute of a shared machine's load.
-		for i, t := range tests {
+		for _, tt := range tests {
+			t := tt.name
 			fmt.Fprintf(log, "%s threads=%d rep %d/%d %s: sluice\n", name, threads, rep, reps, t)
 			var w, c float64
 			var err error
-			if i < len(prompts) {
-				w, c, err = b.pp(prompts[i])
+			if tt.prompt > 0 {
+				w, c, err = b.pp(tt.prompt, tt.depth)
 			} else {
-				w, c, err = b.tg(gen)
+				w, c, err = b.tg(gen, tt.depth)
 			}
 			if err != nil {
 				return nil, err
@@ -268,10 +317,10 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen, r
 			}
 			fmt.Fprintf(log, "%s threads=%d rep %d/%d %s: llama-bench\n", name, threads, rep, reps, t)
 			p, g := 0, gen
-			if i < len(prompts) {
-				p, g = prompts[i], 0
+			if tt.prompt > 0 {
+				p, g = tt.prompt, 0
 			}
-			res, err := runLlamaBench(llamaBench, path, threads, p, g)
+			res, err := runLlamaBench(llamaBench, path, threads, p, g, tt.depth)
 			if err != nil {
 				return nil, err
 			}
@@ -284,13 +333,14 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen, r
 		bw = append(bw, readGBps(b.par, buf))
 	}
 	rows := make([]benchRow, len(tests))
-	for i, t := range tests {
+	for i, tt := range tests {
+		t := tt.name
 		r := benchRow{Model: name, Threads: threads, Test: t, TokS: median(wall[t]), CPUTokS: median(cpu[t])}
 		if llamaBench != "" {
 			r.LlamaTokS = median(llama[t])
 			r.Ratio = r.TokS / r.LlamaTokS
 		}
-		if i == len(tests)-1 {
+		if decodeRow[t] {
 			r.WeightBytes, r.ReadGBps = wb, slices.Max(bw)
 			r.BWFraction = float64(wb) * r.TokS / 1e9 / r.ReadGBps
 		}
@@ -305,6 +355,19 @@ func parseInts(s, what string) ([]int, error) {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 || n > 1<<20 {
 			return nil, fmt.Errorf("bad %s %q", what, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// parseDepths reads --depth: comma-separated context depths, 0 allowed.
+func parseDepths(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || n > 1<<20 {
+			return nil, fmt.Errorf("bad depth %q", f)
 		}
 		out = append(out, n)
 	}
@@ -330,6 +393,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	threadsFlag := fs.String("threads", strconv.Itoa(runtime.NumCPU()), "comma-separated thread `counts`; by default the machine's cores (the README's table uses 1 and 2)")
 	promptFlag := fs.String("prompt", "128", "comma-separated prompt `tokens` for the prefill tests (llama-bench -p)")
 	gen := fs.Int("gen", 128, "generated `tokens` for the decode test (llama-bench -n)")
+	depthFlag := fs.String("depth", "0", "comma-separated context `depths`: every test runs after a prefilled context of this many tokens (llama-bench -d), e.g. 0,1024,4096 for decode at long contexts")
+	kvTypeFlag := fs.String("kv-type", "f16", "element type of the KV pages: f16 (llama.cpp's and llama-bench's default) or f32")
 	reps := fs.Int("reps", 5, "`repetitions`; the median is reported")
 	llamaBench := fs.String("llama-bench", "", "llama-bench `binary` to run on the same file with the same threads, interleaved with sluice's runs; prints both figures and their ratio")
 	jsonOut := fs.Bool("json", false, "print the results as JSON")
@@ -342,7 +407,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 
 Measures prefill (pp) and decode (tg) tokens/s the way llama-bench does:
 pp<N> is one prompt of N tokens from an empty context, tg<N> is N
-single-token steps. With --llama-bench, llama-bench runs the same tests on
+single-token steps; with --depth D they run after a prefilled context of D
+tokens (llama-bench -d D), named pp<N>@d<D> and tg<N>@d<D>. With --llama-bench, llama-bench runs the same tests on
 the same file with the same threads, alternating with sluice's runs test by
 test (sluice pp128, llama-bench -p 128 -n 0 -r 1, sluice pp512, ...), and
 the ratio is sluice / llama.cpp of the medians.
@@ -367,6 +433,14 @@ Flags:
 	var prompts []int
 	if err == nil {
 		prompts, err = parseInts(*promptFlag, "prompt length")
+	}
+	var depths []int
+	if err == nil {
+		depths, err = parseDepths(*depthFlag)
+	}
+	var kvType kv.Type
+	if err == nil {
+		kvType, err = kv.ParseType(*kvTypeFlag)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
@@ -429,7 +503,7 @@ Flags:
 			return 1
 		}
 		for _, th := range threads {
-			rows, err := benchModel(lm, path, th, prompts, *gen, *reps, *llamaBench, stderr)
+			rows, err := benchModel(lm, path, th, prompts, *gen, depths, *reps, kvType, *llamaBench, stderr)
 			if err != nil {
 				lm.Close()
 				fmt.Fprintf(stderr, "sluice bench: %s: %v\n", filepath.Base(path), err)

@@ -39,13 +39,13 @@ func TestBenchCommandPrintsTable(t *testing.T) {
 }
 
 // fakeLlamaBench writes a stand-in for llama-bench that logs its
-// arguments (one line per run), sets P, N and T from -p, -n and -t, and
+// arguments (one line per run), sets P, N, T and D from -p, -n, -t and -d, and
 // runs body (which prints llama-bench's JSON).
 func fakeLlamaBench(t *testing.T, body string) (bin, log string) {
 	dir := t.TempDir()
 	bin, log = filepath.Join(dir, "llama-bench"), filepath.Join(dir, "args.log")
 	script := "#!/bin/sh\necho \"$@\" >> " + log + "\n" +
-		"while [ $# -gt 0 ]; do case $1 in -p) P=$2;; -n) N=$2;; -t) T=$2;; esac; shift; done\n" + body + "\n"
+		"while [ $# -gt 0 ]; do case $1 in -p) P=$2;; -n) N=$2;; -t) T=$2;; -d) D=$2;; esac; shift; done\n" + body + "\n"
 	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestBenchLlamaBenchSideBySide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pp, tg := "-m "+p+" -p 16 -n 0 -t 1 -r 1 -o json", "-m "+p+" -p 0 -n 4 -t 1 -r 1 -o json"
+	pp, tg := "-m "+p+" -p 16 -n 0 -d 0 -t 1 -r 1 -o json", "-m "+p+" -p 0 -n 4 -d 0 -t 1 -r 1 -o json"
 	if got := strings.TrimSpace(string(args)); got != strings.Repeat(pp+"\n"+tg+"\n", 2)+pp+"\n"+tg {
 		t.Errorf("llama-bench runs:\n%s\nwant 3 x %q, %q", args, pp, tg)
 	}
@@ -95,6 +95,37 @@ func TestBenchLlamaBenchSideBySide(t *testing.T) {
 	one := "pp16: sluice,pp16: llama-bench,tg4: sluice,tg4: llama-bench"
 	if got := strings.Join(order, ","); got != one+","+one+","+one {
 		t.Errorf("run order %v", order)
+	}
+}
+
+// TestBenchDepth: --depth runs each test after a prefilled context, passes
+// -d on to llama-bench and names the tests as llama-bench does (its JSON's
+// n_depth), one row per test and depth.
+func TestBenchDepth(t *testing.T) {
+	p := testenv.Shared(t, "models/stories260K.gguf")
+	bin, log := fakeLlamaBench(t, `if [ "$N" = 0 ]; then echo "[{\"n_prompt\":$P,\"n_gen\":0,\"n_depth\":$D,\"n_threads\":$T,\"avg_ts\":200.0}]"; else echo "[{\"n_prompt\":0,\"n_gen\":$N,\"n_depth\":$D,\"n_threads\":$T,\"avg_ts\":50.0}]"; fi`)
+	var out, errb bytes.Buffer
+	code := runBench([]string{"--model", p, "--threads", "1", "--prompt", "8", "--gen", "4", "--depth", "0,40", "--reps", "1", "--llama-bench", bin, "--json"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep benchReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var tests []string
+	for _, r := range rep.Rows {
+		tests = append(tests, r.Test)
+		if r.LlamaTokS == 0 || r.TokS <= 0 {
+			t.Errorf("%s: %+v", r.Test, r)
+		}
+	}
+	if got := strings.Join(tests, ","); got != "pp8,tg4,pp8@d40,tg4@d40" {
+		t.Errorf("tests %s", got)
+	}
+	args, _ := os.ReadFile(log)
+	if !strings.Contains(string(args), "-p 0 -n 4 -d 40 ") {
+		t.Errorf("llama-bench runs:\n%s", args)
 	}
 }
 

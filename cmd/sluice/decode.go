@@ -128,7 +128,9 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 		m.Close()
 		return fail(1, "%v", err)
 	}
-	return log, m, ec, tcp.Config{Secret: secret, FrameMAC: o.frameMAC, Model: m.Fingerprint()}, -1
+	// A worker holds KV: a peer worker of another --kv-type is refused at
+	// the handshake (kv_type_mismatch).
+	return log, m, ec, tcp.Config{Secret: secret, FrameMAC: o.frameMAC, Model: m.Fingerprint(), HoldsKV: true, KVType: ec.KVType}, -1
 }
 
 // connectFailure is the log message of a role that could not connect to
@@ -140,6 +142,8 @@ func connectFailure(peer string, err error) string {
 		return "refusing to start: the " + peer + " worker runs another model (I13); start every role with the same model file"
 	case errors.Is(err, handoff.ErrAuth):
 		return "refusing to start: the " + peer + " worker failed authentication (I12); give every role the same shared secret"
+	case errors.Is(err, handoff.ErrKVTypeMismatch):
+		return "refusing to start: the " + peer + " worker stores KV pages of another type; start every role with the same --kv-type"
 	case errors.Is(err, handoff.ErrVersion):
 		return "refusing to start: the " + peer + " worker runs a sluice build of another protocol version; run the same build on every role"
 	}

@@ -30,12 +30,14 @@ func init() {
 // genOptions is one generate run. The command fills it from flags; tests
 // fill it directly and use the hooks.
 type genOptions struct {
-	ModelPath    string // "" = the built-in default model
-	Prompt       string
-	MaxTokens    int
-	Sampling     sample.Params
-	Threads      int
-	PageSize     int
+	ModelPath string // "" = the built-in default model
+	Prompt    string
+	MaxTokens int
+	Sampling  sample.Params
+	Threads   int
+	PageSize  int
+	// KVType is the pool's element type (--kv-type; zero: F16).
+	KVType       kv.Type
 	Batch        int  // prefill chunk size (llama.cpp's n_batch)
 	ParseSpecial bool // control tokens written in the prompt become their ids
 	IgnoreEOS    bool
@@ -140,7 +142,7 @@ func generate(lm *loadedModel, o genOptions) (*genResult, error) {
 		return nil, genErr("context_length_exceeded", "prompt (%d tokens) + max tokens (%d) exceeds the model's context of %d", len(prompt), maxTok, cfg.Context)
 	}
 	pages := kv.PagesFor(len(prompt)+maxTok, o.PageSize)
-	pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: cfg.Layers, KVDim: cfg.KVDim(), PageSize: o.PageSize}, Pages: pages})
+	pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: cfg.Layers, KVDim: cfg.KVDim(), PageSize: o.PageSize, Type: o.KVType}, Pages: pages})
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +260,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Threads, "threads", runtime.NumCPU(), "compute `threads`; by default the machine's cores")
 	fs.IntVar(&o.PageSize, "page-size", kv.DefaultPageSize, "KV page size in `tokens`")
 	fs.IntVar(&o.Batch, "batch", 512, "prefill chunk size in `tokens`")
+	kvType := fs.String("kv-type", "f16", "element type of KV pages: f16 (llama.cpp's default) or f32")
 	fs.BoolVar(&o.ParseSpecial, "special", false, "parse control tokens (e.g. <|im_start|>) written in the prompt")
 	fs.BoolVar(&o.IgnoreEOS, "ignore-eos", false, "keep generating past end-of-generation tokens")
 	var stops listFlag
@@ -286,6 +289,12 @@ Flags:
 		fmt.Fprintf(stderr, "sluice generate: unexpected argument %q (the prompt goes in --prompt)\n", fs.Arg(0))
 		return 2
 	}
+	kt, err := kv.ParseType(*kvType)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice generate: %v\n", err)
+		return 2
+	}
+	o.KVType = kt
 	o.Stop = stops
 	o.Sampling.Temperature = float32(temp)
 	o.Sampling.TopP = float32(topP)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"sluice/internal/kv"
 	"strings"
 	"testing"
 
@@ -99,6 +100,7 @@ func TestGenerateStories260K(t *testing.T) {
 	cases = append(cases, tc{*mr.Long, lg.Long.Logits, genOptions{Threads: 2, PageSize: 4, Batch: 1}})
 	for _, x := range cases {
 		o := x.opt
+		o.KVType = kv.F32 // the references' own setting (F32 KV cache); F16 pages: internal/model's reference tests
 		o.Prompt, o.MaxTokens = x.c.Prompt, len(x.c.GeneratedIDs)
 		var first []float32
 		o.onLogits = func(step int, l []float32) {
@@ -142,7 +144,7 @@ func TestGenerateTinyQwen2(t *testing.T) {
 	}
 	for i, c := range mr.Cases {
 		worst := 0.0
-		o := genOptions{Prompt: c.Prompt, Threads: 2, forced: c.GeneratedIDs}
+		o := genOptions{Prompt: c.Prompt, Threads: 2, forced: c.GeneratedIDs, KVType: kv.F32} // the references' F32 KV cache
 		o.onLogits = func(step int, l []float32) {
 			top := topN(l, 5)
 			for k, e := range c.Top5[step] {

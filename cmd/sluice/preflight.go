@@ -42,6 +42,7 @@ func runPreflight(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB); the same default as sluice serve and the workers; ignored when --kv-pool-tokens is set")
 	fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 	fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
+	fs.StringVar(&o.kvType, "kv-type", preflight.KVF16, "element type of KV pages the roles will be started with: f16 (2 bytes an element) or f32 (4)")
 	fs.StringVar(&role, "role", "both", "which role(s) to check: prefill, decode, both (prefill and decode) or colocated")
 	fs.BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	fs.StringVar(&endpoint, "endpoint", "", "remote mode: URL of a running OpenAI-compatible server to read its own figures from")
@@ -49,10 +50,10 @@ func runPreflight(args []string, stdout, stderr io.Writer) int {
 	if remotePreflightFlags != nil {
 		remotePreflightFlags(fs)
 	}
-	usageFor(fs, `Usage: sluice preflight --model PATH --context N [--kv-memory BYTES | --kv-pool-tokens N] [--page-size P] [--role prefill|decode|both] [--json]
+	usageFor(fs, `Usage: sluice preflight --model PATH --context N [--kv-memory BYTES | --kv-pool-tokens N] [--page-size P] [--kv-type f16|f32] [--role prefill|decode|both] [--json]
 
-Prints, per role: weight bytes, KV bytes per token (layers x KV heads x head
-dim x 2 x 4 bytes), page size, pool capacity in tokens, configured and
+Prints, per role: weight bytes, KV bytes per token and type (layers x KV
+heads x head dim x 2 x 2 bytes for f16, the default, or 4 for f32), page size, pool capacity in tokens, configured and
 effective context, and a verdict. Exits 0 when every role's pool holds the
 context; otherwise exits 1 with a sentence naming the role, both numbers
 and what to change. The servers run exactly this check at start (I2).
@@ -120,7 +121,7 @@ func printPreflight(w io.Writer, rep preflight.Report) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROLE\tWEIGHTS\tKV/TOKEN\tPAGE\tPAGES\tPOOL BYTES\tPOOL TOKENS\tCONTEXT\tEFFECTIVE\tVERDICT")
 	for _, r := range rep.Roles {
-		fmt.Fprintf(tw, "%s\t%s\t%d B\t%d\t%d\t%s\t%d\t%s\t%d\t%s\n", r.Role, preflight.FormatBytes(r.WeightBytes), r.KVBytesPerToken,
+		fmt.Fprintf(tw, "%s\t%s\t%d B %s\t%d\t%d\t%s\t%d\t%s\t%d\t%s\n", r.Role, preflight.FormatBytes(r.WeightBytes), r.KVBytesPerToken, r.KVType,
 			r.PageSize, r.Pages, preflight.FormatBytes(r.PoolBytes), r.PoolTokens, ctx, r.EffectiveContext, r.Verdict)
 	}
 	tw.Flush()

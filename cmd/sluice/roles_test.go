@@ -391,16 +391,24 @@ func TestRoleRefusesContextLargerThanPool(t *testing.T) {
 func TestPreflightCommand(t *testing.T) {
 	model := testenv.Shared(t, "models/stories260K.gguf")
 	var out, errb strings.Builder
-	// stories260K: 5 layers x 4 KV heads x 8 dims x 2 x 4 B = 1280 B per
-	// token; 16-token pages of 20480 B; 512 tokens need 655360 B.
-	if code := runPreflight([]string{"--model", model, "--context", "512", "--kv-memory", "655360"}, &out, &errb); code != 0 {
+	// stories260K: 5 layers x 4 KV heads x 8 dims x 2 x 2 B = 640 B per
+	// token with F16 pages (the default); 16-token pages of 10240 B; 512
+	// tokens need 327680 B. With --kv-type f32, twice that.
+	if code := runPreflight([]string{"--model", model, "--context", "512", "--kv-memory", "327680"}, &out, &errb); code != 0 {
 		t.Fatalf("equal pool: exit %d\n%s%s", code, out.String(), errb.String())
 	}
-	if !strings.Contains(out.String(), "1280 B") || !strings.Contains(out.String(), "OK") {
+	if !strings.Contains(out.String(), "640 B f16") || !strings.Contains(out.String(), "OK") {
 		t.Fatalf("output:\n%s", out.String())
 	}
 	out.Reset()
-	code := runPreflight([]string{"--model", model, "--context", "512", "--kv-memory", "655359", "--role", "decode", "--json"}, &out, &errb)
+	if code := runPreflight([]string{"--model", model, "--context", "512", "--kv-memory", "327680", "--kv-type", "f32"}, &out, &errb); code != 1 {
+		t.Fatalf("F32 pages in the F16 pool's bytes: exit %d\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "1280 B f32") || !strings.Contains(out.String(), "256 tokens < context 512") {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	out.Reset()
+	code := runPreflight([]string{"--model", model, "--context", "512", "--kv-memory", "327679", "--role", "decode", "--json"}, &out, &errb)
 	if code != 1 {
 		t.Fatalf("smaller pool: exit %d", code)
 	}
@@ -418,7 +426,7 @@ func TestPreflightCommand(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	// No pool size: the same default as serve and the workers (64 MiB:
-	// 3276 pages of 20480 B).
+	// 6553 pages of 10240 B).
 	out.Reset()
 	if code := runPreflight([]string{"--model", model, "--context", "512", "--json"}, &out, &errb); code != 0 {
 		t.Fatalf("default pool: exit %d\n%s", code, errb.String())
@@ -432,8 +440,8 @@ func TestPreflightCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out.String()), &def); err != nil {
 		t.Fatal(err)
 	}
-	if len(def.Roles) != 2 || def.Roles[0].Pages != 64<<20/20480 {
-		t.Fatalf("default pool: %+v, want %d pages (--kv-memory %s)\n%s", def, 64<<20/20480, defaultKVMemory, out.String())
+	if len(def.Roles) != 2 || def.Roles[0].Pages != 64<<20/10240 {
+		t.Fatalf("default pool: %+v, want %d pages (--kv-memory %s)\n%s", def, 64<<20/10240, defaultKVMemory, out.String())
 	}
 	if code := runPreflight([]string{"--model", model, "--context", "512", "--kv-memory", "1MiB", "--kv-pool-tokens", "512"}, &out, &errb); code != 2 {
 		t.Fatalf("both pool sizes: exit %d", code)

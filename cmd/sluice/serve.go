@@ -34,6 +34,7 @@ type roleOpts struct {
 	context    string
 	kvMemory   string
 	poolTokens int
+	kvType     string
 	pageSize   int
 	threads    int
 	maxConc    int
@@ -68,6 +69,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB); ignored when --kv-pool-tokens is set")
 		fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 		fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
+		fs.StringVar(&o.kvType, "kv-type", preflight.KVF16, "element type of KV pages: f16 (half the bytes per token of f32, so twice the context in the same --kv-memory; llama.cpp's default) or f32. Every role must use the same (the handoff refuses a peer of another type)")
 		if o.worker {
 			fs.IntVar(&o.threads, "threads", roleThreads(availableCPUs(), false), "threads per forward step; by default the machine's cores, or the container's CPU limit (cgroup v2 cpu.max) when lower")
 		} else {
@@ -97,6 +99,10 @@ func (o *roleOpts) pools() (node.Pools, error) {
 		return p, fmt.Errorf("--page-size %d must be positive", o.pageSize)
 	}
 	p.PageSize = o.pageSize
+	if o.kvType != "" && o.kvType != preflight.KVF16 && o.kvType != preflight.KVF32 {
+		return p, fmt.Errorf("--kv-type %q: use f16 or f32", o.kvType)
+	}
+	p.KVType = o.kvType
 	if o.poolTokens < 0 {
 		return p, fmt.Errorf("--kv-pool-tokens %d must not be negative", o.poolTokens)
 	}

@@ -21,6 +21,10 @@ type Config struct {
 	PoolPages int
 	// PageSize is token slots per page (default 16).
 	PageSize int
+	// KVType is the element type of the pool's K and V rows (--kv-type;
+	// zero: kv.F16, llama.cpp's default). Every role of a deployment must
+	// use the same: the handoff refuses a peer of another type.
+	KVType kv.Type
 	// Scrub is what released pages are overwritten with (I7).
 	Scrub kv.ScrubMode
 	// Order is the free-list discipline; tests use LIFO to force reuse.
@@ -128,7 +132,7 @@ func (c Config) queueConfig() sched.Config {
 }
 
 func (c Config) geometry() kv.Geometry {
-	return kv.Geometry{Layers: c.Model.Layers(), KVDim: c.Model.KVDim(), PageSize: c.PageSize}
+	return kv.Geometry{Layers: c.Model.Layers(), KVDim: c.Model.KVDim(), PageSize: c.PageSize, Type: c.KVType}
 }
 
 // configuredContext is the context before pool capacity is considered.

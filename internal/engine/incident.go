@@ -21,6 +21,7 @@ import (
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/model"
+	"sluice/internal/quant"
 )
 
 // Outcome of one incident run.
@@ -160,7 +161,9 @@ func FormatIncident(cells []IncidentCell) string {
 
 // Canary values: each tenant's KV is filled with its own; model K/V never
 // come near them.
-var canaries = map[string]float32{"victim": 4242.5, "attacker": 5353.5, "writer": 6464.5}
+// Canaries are exact in F16 as in F32 pages (multiples of 8 below 8192),
+// so a page image of either type carries exactly the value the spy looks for.
+var canaries = map[string]float32{"victim": 4240, "attacker": 5352, "writer": 6464}
 
 // incidentRig is one decode worker under test plus a peer's scratch pool
 // (for page images and digests computed exactly as a prefill worker would).
@@ -182,7 +185,7 @@ func newIncidentRig(rt Runtime, u Unsafe) (*incidentRig, error) {
 	if err != nil {
 		return nil, err
 	}
-	geo := kv.Geometry{Layers: rt.Layers(), KVDim: rt.KVDim(), PageSize: incidentPageSize}
+	geo := cfg.geometry() // the decode pool's own shape and KV type
 	peer, err := kv.New(kv.Config{Geometry: geo, Pages: 16})
 	if err != nil {
 		dw.Close()
@@ -199,6 +202,13 @@ func (r *incidentRig) close() {
 // page is a full page image filled with a tenant's canary.
 func (r *incidentRig) page(tenant string) []byte {
 	b := make([]byte, r.geo.PageBytes())
+	if r.geo.Type == kv.F16 {
+		h := quant.FP32ToFP16(canaries[tenant])
+		for i := 0; i < len(b); i += 2 {
+			binary.LittleEndian.PutUint16(b[i:], h)
+		}
+		return b
+	}
 	bits := math.Float32bits(canaries[tenant])
 	for i := 0; i < len(b); i += 4 {
 		binary.LittleEndian.PutUint32(b[i:], bits)
@@ -509,19 +519,41 @@ func (v *spyView) Block(layer, blk int) ([]float32, []float32, int, error) {
 	if err == nil {
 		for _, rows := range [][]float32{k, val} {
 			for _, x := range rows {
-				for t, c := range canaries {
-					if x == c && t != v.tenant {
-						v.s.mu.Lock()
-						if v.s.leaked == "" {
-							v.s.leaked = fmt.Sprintf("%s's KV read by a %s sequence (layer %d, block %d)", t, v.tenant, layer, blk)
-						}
-						v.s.mu.Unlock()
-					}
-				}
+				v.look(x, layer, blk)
 			}
 		}
 	}
 	return k, val, n, err
+}
+
+// F16 and Block16 pass an F16 view's reads through the same watch.
+func (v *spyView) F16() bool {
+	k16, ok := v.KV.(model.KV16)
+	return ok && k16.F16()
+}
+
+func (v *spyView) Block16(layer, blk int) ([]uint16, []uint16, int, error) {
+	k, val, n, err := v.KV.(model.KV16).Block16(layer, blk)
+	if err == nil {
+		for _, rows := range [][]uint16{k, val} {
+			for _, h := range rows {
+				v.look(quant.FP16ToFP32(h), layer, blk)
+			}
+		}
+	}
+	return k, val, n, err
+}
+
+func (v *spyView) look(x float32, layer, blk int) {
+	for t, c := range canaries {
+		if x == c && t != v.tenant {
+			v.s.mu.Lock()
+			if v.s.leaked == "" {
+				v.s.leaked = fmt.Sprintf("%s's KV read by a %s sequence (layer %d, block %d)", t, v.tenant, layer, blk)
+			}
+			v.s.mu.Unlock()
+		}
+	}
 }
 
 // IncidentVerdict is "" when the matrix holds: every case errors with all

@@ -49,19 +49,24 @@ func newPrefixCacheOn(cfg Config, raw *kv.Pool) *prefixCache {
 // (I13) when the runtime knows it, so KV computed by one model is never
 // found by another; else (test runtimes) the model's name and shape. A pool
 // only ever holds one model's KV, so the key has to keep apart only what
-// one process could load in turn.
+// one process could load in turn. The KV page type follows the model: a
+// key names pages of one element type, so an F32 page is never found for
+// an F16 reader (a cache shared across pools or roles must keep them
+// apart even though one pool holds one type).
 func (c Config) fingerprint() []byte {
-	if len(c.ModelFingerprint) > 0 {
-		return c.ModelFingerprint
+	var b []byte
+	switch fp := FingerprintOf(c.Model); {
+	case len(c.ModelFingerprint) > 0:
+		b = append(b, c.ModelFingerprint...)
+	case fp.Sum != ([16]byte{}):
+		b = append([]byte("gguf:"), fp.Sum[:]...)
+	default:
+		b = []byte("shape:" + c.Model.Name())
+		for _, n := range []int{c.Model.Layers(), c.Model.KVDim(), c.Model.Vocab(), c.Model.Context()} {
+			b = binary.LittleEndian.AppendUint64(b, uint64(n))
+		}
 	}
-	if fp := FingerprintOf(c.Model); fp.Sum != ([16]byte{}) {
-		return append([]byte("gguf:"), fp.Sum[:]...)
-	}
-	b := []byte("shape:" + c.Model.Name())
-	for _, n := range []int{c.Model.Layers(), c.Model.KVDim(), c.Model.Vocab(), c.Model.Context()} {
-		b = binary.LittleEndian.AppendUint64(b, uint64(n))
-	}
-	return b
+	return append(b, "/kv:"+c.KVType.String()...)
 }
 
 // keys are the chain keys of r's full prompt pages.

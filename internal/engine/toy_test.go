@@ -3,6 +3,9 @@ package engine
 import (
 	"math"
 	"sync/atomic"
+
+	"sluice/internal/model"
+	"sluice/internal/quant"
 )
 
 // toy is a tiny deterministic "model" for fast scheduler tests: every
@@ -81,7 +84,7 @@ func (f *toyFwd) Forward(steps []Step) []StepResult {
 		for l := 0; l < f.m.layers; l++ {
 			var sl float32
 			for blk := 0; blk <= last/ps; blk++ {
-				k, v, n, e := s.KV.Block(l, blk)
+				k, v, n, e := toyBlock(s.KV, l, blk)
 				if e != nil {
 					err = e
 					break read
@@ -134,4 +137,20 @@ func toyReference(m *toy, prompt []int32, n int, ignoreEOS bool) []int32 {
 		}
 	}
 	return out
+}
+
+// toyBlock reads a block as float32 rows through Block, or through
+// Block16 widened (exactly: the toy's values are multiples of 1/4 below 5)
+// from an F16 view.
+func toyBlock(v model.KV, l, blk int) ([]float32, []float32, int, error) {
+	k16, ok := v.(model.KV16)
+	if !ok || !k16.F16() {
+		return v.Block(l, blk)
+	}
+	kh, vh, n, err := k16.Block16(l, blk)
+	k, val := make([]float32, len(kh)), make([]float32, len(vh))
+	for i := range kh {
+		k[i], val[i] = quant.FP16ToFP32(kh[i]), quant.FP16ToFP32(vh[i])
+	}
+	return k, val, n, err
 }

@@ -90,6 +90,10 @@ var (
 	// or a message names a model fingerprint that is not the receiver's.
 	// The message names both models and both fingerprints.
 	ErrModelMismatch = &Error{"model_mismatch", "the roles run different models (I13)"}
+	// ErrKVTypeMismatch: two roles that hold KV store its pages as
+	// different element types (--kv-type f16 vs f32): a prefill worker's
+	// pages would not be the decode worker's pages, byte for byte.
+	ErrKVTypeMismatch = &Error{"kv_type_mismatch", "the roles store KV pages of different types (--kv-type)"}
 	// ErrInternal: anything else from the remote side.
 	ErrInternal = &Error{"internal", "internal error"}
 )
@@ -122,6 +126,15 @@ func ToWire(err error) (code, msg string) {
 		return "kv_" + string(v.Kind), err.Error()
 	}
 	return string(ErrInternal.Code), err.Error()
+}
+
+// CheckKVType is nil when a peer that holds KV stores it as mine does;
+// otherwise ErrKVTypeMismatch naming both. what says who the peer is.
+func CheckKVType(mine, peer kv.Type, what string) error {
+	if mine == peer {
+		return nil
+	}
+	return ErrKVTypeMismatch.With("this role's KV pages are %v, %s's are %v; start every role with the same --kv-type", mine, what, peer)
 }
 
 // CheckModel is nil when peer, the fingerprint a peer's connection or

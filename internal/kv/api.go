@@ -39,25 +39,73 @@ import "time"
 
 // Geometry is the shape of KV data. A page holds PageSize token slots of K
 // and V for every layer, as ONE contiguous byte range laid out
-// [layer][K then V][slot][KVDim]float32, so transfer, digest and scrub are
-// one operation per page.
+// [layer][K then V][slot][KVDim]element (element: Type), so transfer,
+// digest and scrub are one operation per page.
 type Geometry struct {
-	Layers   int // transformer layers
-	KVDim    int // n_kv_heads * head_dim
-	PageSize int // token slots per page (default 16)
+	Layers   int  // transformer layers
+	KVDim    int  // n_kv_heads * head_dim
+	PageSize int  // token slots per page (default 16)
+	Type     Type // element type of the rows (zero: F16, the default)
+}
+
+// Type is the element type of a pool's K and V rows (--kv-type).
+type Type uint8
+
+const (
+	// F16 rows are IEEE binary16, rounded to nearest even from the
+	// model's float32 rows exactly as ggml_fp32_to_fp16 (F16C's
+	// vcvtps2ph) rounds them: llama.cpp's default KV type. Half the bytes
+	// of F32 per token, so the same memory holds twice the context.
+	F16 Type = iota
+	// F32 rows are the model's float32 rows unrounded.
+	F32
+	numTypes
+)
+
+// ParseType reads the --kv-type flag value: f16 or f32.
+func ParseType(s string) (Type, error) {
+	switch s {
+	case "f16", "":
+		return F16, nil
+	case "f32":
+		return F32, nil
+	}
+	return 0, &Error{Code: CodeBadConfig, Msg: "--kv-type must be f16 or f32, not " + quote(s)}
+}
+
+func (t Type) String() string {
+	switch t {
+	case F16:
+		return "f16"
+	case F32:
+		return "f32"
+	}
+	return "invalid"
+}
+
+// Valid reports whether t is a known type (a header or a frame may carry
+// any byte).
+func (t Type) Valid() bool { return t < numTypes }
+
+// ElemBytes is the size of one element of a row: 2 (F16) or 4 (F32).
+func (t Type) ElemBytes() int {
+	if t == F32 {
+		return 4
+	}
+	return 2
 }
 
 // DefaultPageSize is the page size used when Geometry.PageSize is zero.
 const DefaultPageSize = 16
 
-// BytesPerToken is layers x KV dim x 2 (K and V) x 4 bytes (F32).
-func (g Geometry) BytesPerToken() int { return g.Layers * g.KVDim * 2 * 4 }
+// BytesPerToken is layers x KV dim x 2 (K and V) x the element size.
+func (g Geometry) BytesPerToken() int { return g.Layers * g.KVDim * 2 * g.Type.ElemBytes() }
 
 // PageBytes is the size of one page.
 func (g Geometry) PageBytes() int { return g.BytesPerToken() * g.PageSize }
 
-// pageFloats is the number of float32s in one page.
-func (g Geometry) pageFloats() int { return g.Layers * g.KVDim * 2 * g.PageSize }
+// pageElems is the number of elements (K and V, every layer) in one page.
+func (g Geometry) pageElems() int { return g.Layers * g.KVDim * 2 * g.PageSize }
 
 // ScrubMode says what a released page is overwritten with before reuse (I7).
 type ScrubMode int
@@ -72,6 +120,10 @@ const (
 // quiet NaN whose payload spells DEAD, so a stale read poisons every
 // attention score it touches and is recognisable in a dump.
 const PoisonBits uint32 = 0x7FC0DEAD
+
+// PoisonBits16 is the binary16 pattern ScrubPoison fills F16 pages with:
+// a quiet NaN with payload AD, for the same reasons.
+const PoisonBits16 uint16 = 0x7EAD
 
 // ParseScrub reads the --kv-scrub flag value: zero, poison or off.
 func ParseScrub(s string) (ScrubMode, error) {

@@ -19,11 +19,11 @@ var benchShapes = []struct {
 	g    Geometry
 }{
 	// stories260K: 5 layers, 4 KV heads x 8: a 20 KiB page.
-	{"stories260K", Geometry{Layers: 5, KVDim: 32, PageSize: 16}},
+	{"stories260K", Geometry{Layers: 5, KVDim: 32, PageSize: 16, Type: F32}},
 	// bench-15M (llama2.c 15M): 6 layers, 6 heads x 48: a 144 KiB page.
-	{"15M", Geometry{Layers: 6, KVDim: 288, PageSize: 16}},
+	{"15M", Geometry{Layers: 6, KVDim: 288, PageSize: 16, Type: F32}},
 	// A 7B-class layer stack with GQA (32 layers, 8 KV heads x 128): 4 MiB.
-	{"7B-gqa", Geometry{Layers: 32, KVDim: 1024, PageSize: 16}},
+	{"7B-gqa", Geometry{Layers: 32, KVDim: 1024, PageSize: 16, Type: F32}},
 }
 
 // timeOp runs op n times and returns the time per call.
@@ -99,7 +99,7 @@ func BenchmarkDigestPage(b *testing.B) {
 // pool at 8 MiB here; see BenchmarkScrubPage for the per-page cost).
 func BenchmarkReserveRelease1M(b *testing.B) {
 	const tokens = 1 << 20
-	g := Geometry{Layers: 1, KVDim: 1, PageSize: 16}
+	g := Geometry{Layers: 1, KVDim: 1, PageSize: 16, Type: F32}
 	for _, mode := range []ScrubMode{ScrubOff, ScrubZero} {
 		b.Run("scrub="+mode.String(), func(b *testing.B) {
 			p, err := New(Config{Geometry: g, Pages: SizeFromTokens(g, tokens), Scrub: mode})

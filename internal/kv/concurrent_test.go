@@ -115,7 +115,7 @@ func TestConcurrentOwnersNeverSeeEachOther(t *testing.T) {
 // leases and a late double release must neither get them nor free them
 // twice; afterwards they are scrubbed and free.
 func TestBigReleaseScrubsUnlocked(t *testing.T) {
-	g := Geometry{Layers: 4, KVDim: 256, PageSize: 16} // 128 KiB pages
+	g := Geometry{Layers: 4, KVDim: 256, PageSize: 16, Type: F32} // 128 KiB pages
 	p, err := New(Config{Geometry: g, Pages: 24, Order: LIFO})
 	if err != nil {
 		t.Fatal(err)

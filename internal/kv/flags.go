@@ -17,10 +17,11 @@ type Flags struct {
 	Verify     string
 	Lease      time.Duration
 	SharedFile string
+	Type       string
 }
 
 // Register adds --kv-pool-tokens, --kv-memory, --kv-page-size, --kv-scrub,
-// --kv-verify, --kv-lease and --kv-shared-file to fs.
+// --kv-verify, --kv-lease, --kv-shared-file and --kv-type to fs.
 func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.PoolTokens, "kv-pool-tokens", 0, "KV pool size in token slots (rounded up to whole pages); or give --kv-memory")
 	fs.StringVar(&f.Memory, "kv-memory", "", "KV pool size as a memory budget, e.g. 512MiB or 2GiB (whole pages that fit)")
@@ -28,6 +29,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Scrub, "kv-scrub", "zero", "what released KV pages are overwritten with: zero, poison (NaN) or off (measurement only)")
 	fs.StringVar(&f.Verify, "kv-verify", "off", "re-hash sealed KV pages before reading them: off, sample or always")
 	fs.DurationVar(&f.Lease, "kv-lease", DefaultLease, "how long pages a one-sided transfer may still write stay quarantined without a drain acknowledgement")
+	fs.StringVar(&f.Type, "kv-type", "f16", "element type of KV pages: f16 (half the bytes per token, llama.cpp's default) or f32")
 	fs.StringVar(&f.SharedFile, "kv-shared-file", "", "back the KV pool with this file, mapped shared (e.g. /dev/shm/sluice-kv), for the shm transport")
 }
 
@@ -36,7 +38,11 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 // resulting pool's CapacityTokens is what the role must check its context
 // against (I2).
 func (f *Flags) Config(layers, kvDim int) (Config, error) {
-	g := Geometry{Layers: layers, KVDim: kvDim, PageSize: f.PageSize}
+	typ, err := ParseType(f.Type)
+	if err != nil {
+		return Config{}, err
+	}
+	g := Geometry{Layers: layers, KVDim: kvDim, PageSize: f.PageSize, Type: typ}
 	if g.PageSize <= 0 {
 		return Config{}, badConfig("--kv-page-size must be positive, got %d", f.PageSize)
 	}
@@ -74,6 +80,6 @@ func (f *Flags) Config(layers, kvDim int) (Config, error) {
 
 // Describe is a one-line summary for start-up logs.
 func (c Config) Describe() string {
-	return fmt.Sprintf("KV pool: %d pages x %d tokens = %d tokens, %d bytes (%d layers x %d x K,V x f32); scrub=%v",
-		c.Pages, c.PageSize, c.Pages*c.PageSize, int64(c.Pages)*int64(c.PageBytes()), c.Layers, c.KVDim, c.Scrub)
+	return fmt.Sprintf("KV pool: %d pages x %d tokens = %d tokens, %d bytes (%d layers x %d x K,V x %v); scrub=%v",
+		c.Pages, c.PageSize, c.Pages*c.PageSize, int64(c.Pages)*int64(c.PageBytes()), c.Layers, c.KVDim, c.Type, c.Scrub)
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // Small geometry: 2 layers, 4 floats per row, 4 slots per page.
-var tg = Geometry{Layers: 2, KVDim: 4, PageSize: 4}
+var tg = Geometry{Layers: 2, KVDim: 4, PageSize: 4, Type: F32}
 
 func newPool(t testing.TB, pages int, mut ...func(*Config)) *Pool {
 	t.Helper()
@@ -112,5 +112,5 @@ func wantViolation(t *testing.T, p *Pool, err error, k Kind, page uint32, quaran
 }
 
 func pageFloats(p *Pool, pg uint32) []float32 {
-	return p.f32[int(pg)*p.pageFloats : int(pg+1)*p.pageFloats]
+	return p.f32[int(pg)*p.pageElems : int(pg+1)*p.pageElems]
 }

@@ -69,13 +69,15 @@ type page struct {
 // a View is not (it belongs to one sequence). No method may be called after
 // Close.
 type Pool struct {
-	cfg        Config
-	geo        Geometry
-	pageFloats int
-	pageBytes  int
+	cfg       Config
+	geo       Geometry
+	pageElems int
+	pageBytes int
 
 	mem   []byte    // all pages, contiguous; page i at i*pageBytes
-	f32   []float32 // the same memory as float32s
+	f32   []float32 // the same memory as float32s (F32 pools; nil for F16)
+	f16   []uint16  // the same memory as binary16s (F16 pools; nil for F32)
+	u32   []uint32  // the same memory as 32-bit words (scrub)
 	unmap func() error
 	inc   uint64 // incarnation of a shared pool (shm.go); 0 on the heap
 	// gens are a shared pool's generation words in its file (shm.go): the
@@ -130,6 +132,8 @@ func New(cfg Config) (*Pool, error) {
 		return nil, badConfig("unknown verify mode %d", cfg.Verify)
 	case cfg.Lease < 0:
 		return nil, badConfig("negative quarantine lease %v", cfg.Lease)
+	case !g.Type.Valid():
+		return nil, badConfig("unknown KV type %d", g.Type)
 	}
 	size := int64(cfg.Pages) * int64(g.PageBytes())
 	if size/int64(cfg.Pages) != int64(g.PageBytes()) || size > math.MaxInt {
@@ -138,7 +142,7 @@ func New(cfg Config) (*Pool, error) {
 	p := &Pool{
 		cfg:        cfg,
 		geo:        g,
-		pageFloats: g.pageFloats(),
+		pageElems:  g.pageElems(),
 		pageBytes:  g.PageBytes(),
 		pages:      make([]page, cfg.Pages),
 		written:    make([]atomic.Int32, cfg.Pages*g.Layers),
@@ -156,15 +160,22 @@ func New(cfg Config) (*Pool, error) {
 			return nil, err
 		}
 		p.mem, p.gens, p.unmap, p.inc = mem, gens, unmap, inc
-		p.f32 = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(mem))), len(mem)/4)
+		p.u32 = unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(mem))), len(mem)/4)
 	} else {
-		p.f32 = make([]float32, int(size/4))
-		p.mem = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(p.f32))), len(p.f32)*4)
+		// A page is a whole number of 32-bit words (K and V rows pair up),
+		// and word-aligned memory serves every element type.
+		p.u32 = make([]uint32, int(size/4))
+		p.mem = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(p.u32))), len(p.u32)*4)
+	}
+	if g.Type == F32 {
+		p.f32 = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(p.u32))), len(p.u32))
+	} else {
+		p.f16 = unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(p.u32))), 2*len(p.u32))
 	}
 	if cfg.Scrub == ScrubPoison {
 		// Fresh memory is zero; poison it so a never-used page reads as
 		// loudly as a reused one.
-		fillPoison(p.f32)
+		fillPoison(p.u32, p.poisonWord())
 	}
 	p.checks.Store(!cfg.Unsafe.NoOwnerCheck)
 	for i := range p.pages {
@@ -193,7 +204,7 @@ func (p *Pool) Close() error {
 		return nil
 	}
 	err := p.unmap()
-	p.mem, p.f32 = nil, nil
+	p.mem, p.f32, p.f16, p.u32 = nil, nil, nil, nil
 	return err
 }
 
@@ -577,8 +588,8 @@ func (p *Pool) writePage(o Owner, ref PageRef, slots int, data []byte, sum bool)
 	}
 	g := p.geo
 	base := int(ref.Page) * p.pageBytes
-	run := slots * g.KVDim * 4
-	stride := g.PageSize * g.KVDim * 4
+	run := slots * g.KVDim * g.Type.ElemBytes()
+	stride := g.PageSize * g.KVDim * g.Type.ElemBytes()
 	if slots == g.PageSize {
 		copy(p.mem[base:base+p.pageBytes], data) // one run: the whole page
 	} else {
@@ -973,7 +984,8 @@ func (p *Pool) freeScrubbedLocked(pg uint32) {
 // scrubPage overwrites a page that nobody may use (I7) and says whether it
 // did (ScrubOff does not).
 func (p *Pool) scrubPage(pg uint32) bool {
-	buf := p.f32[int(pg)*p.pageFloats : (int(pg)+1)*p.pageFloats]
+	w := p.pageBytes / 4
+	buf := p.u32[int(pg)*w : (int(pg)+1)*w]
 	if p.cfg.Scrub != ScrubOff {
 		p.pages[pg].summed.Store(false)
 	}
@@ -981,21 +993,30 @@ func (p *Pool) scrubPage(pg uint32) bool {
 	case ScrubZero:
 		clear(buf)
 	case ScrubPoison:
-		fillPoison(buf)
+		fillPoison(buf, p.poisonWord())
 	default:
 		return false
 	}
 	return true
 }
 
+// poisonWord is a 32-bit word of the pool's poison: PoisonBits, or two
+// PoisonBits16 for F16 pages, so every element reads as the NaN.
+func (p *Pool) poisonWord() uint32 {
+	if p.geo.Type == F32 {
+		return PoisonBits
+	}
+	return uint32(PoisonBits16)<<16 | uint32(PoisonBits16)
+}
+
 // fillPoison doubles a poisoned prefix up to 4 KiB, then stamps that
 // L1-resident chunk along the buffer: one pass of writes, no re-reads of
 // memory that has left the cache.
-func fillPoison(buf []float32) {
+func fillPoison(buf []uint32, word uint32) {
 	if len(buf) == 0 {
 		return
 	}
-	buf[0] = math.Float32frombits(PoisonBits)
+	buf[0] = word
 	chunk := min(len(buf), 1024)
 	for n := 1; n < chunk; n *= 2 {
 		copy(buf[n:chunk], buf[:n])

@@ -15,14 +15,14 @@ func TestSizing(t *testing.T) {
 	}
 	// stories260K: 5 layers, 4 KV heads x 8 dims: 5*32*2*4 = 1280 B/token,
 	// 20480 B per 16-slot page.
-	g := Geometry{Layers: 5, KVDim: 32, PageSize: 16}
+	g := Geometry{Layers: 5, KVDim: 32, PageSize: 16, Type: F32}
 	if g.PageBytes() != 20480 {
 		t.Fatalf("PageBytes %d", g.PageBytes())
 	}
 	if got := SizeFromBytes(g, 512<<20); got != 512<<20/20480 {
 		t.Errorf("SizeFromBytes 512MiB = %d", got)
 	}
-	if got := SizeFromTokens(Geometry{Layers: 1, KVDim: 1}, 33); got != 3 {
+	if got := SizeFromTokens(Geometry{Layers: 1, KVDim: 1, Type: F32}, 33); got != 3 {
 		t.Errorf("SizeFromTokens with default page size = %d, want 3", got)
 	}
 	for s, want := range map[string]int64{"512MiB": 512 << 20, "2GiB": 2 << 30, "1.5GB": 1500000000, "64M": 64 << 20, "1048576": 1048576, " 10 KB ": 10000, "3b": 3} {
@@ -40,7 +40,7 @@ func TestSizing(t *testing.T) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	for _, c := range []Config{
-		{Geometry: Geometry{Layers: 0, KVDim: 4}, Pages: 1},
+		{Geometry: Geometry{Layers: 0, KVDim: 4, Type: F32}, Pages: 1},
 		{Geometry: tg, Pages: 0},
 		{Geometry: tg, Pages: 1, Scrub: 7},
 		{Geometry: tg, Pages: 1, Order: 3},

@@ -15,8 +15,9 @@ import (
 // A shared pool file is a header page, then the pages, then one
 // generation word per page:
 //
-//	offset 0:    "SLUICEKV", u32 version 2, u32 0, u64 incarnation,
-//	             u64 layers, KV dim, page size, pages (little endian)
+//	offset 0:    "SLUICEKV", u32 version 3, u32 KV type (Type), u64
+//	             incarnation, u64 layers, KV dim, page size, pages (little
+//	             endian)
 //	offset 4096: page 0, page 1, ... (SharedOffset)
 //	then:        u64 generation word of page 0, page 1, ... (SharedGenOffset)
 //
@@ -42,8 +43,10 @@ import (
 const SharedHeaderBytes = 4096
 
 const (
-	sharedMagic   = "SLUICEKV"
-	sharedVersion = 2
+	sharedMagic = "SLUICEKV"
+	// Version 3 records the KV type: a writer of F32 rows never places
+	// them in F16 pages (their geometries differ, so Open refuses).
+	sharedVersion = 3
 )
 
 // SharedGenOffset is the byte offset of the generation words in a shared
@@ -103,8 +106,12 @@ func ParseSharedHeader(b []byte) (SharedHeader, error) {
 	if v := le.Uint32(b[8:]); v != sharedVersion {
 		return SharedHeader{}, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("shared KV pool file version %d, this build reads %d", v, sharedVersion)}
 	}
+	typ := le.Uint32(b[12:])
+	if typ >= uint32(numTypes) {
+		return SharedHeader{}, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("shared KV pool file of unknown KV type %d", typ)}
+	}
 	h := SharedHeader{Incarnation: le.Uint64(b[16:]),
-		Geometry: Geometry{Layers: int(le.Uint64(b[24:])), KVDim: int(le.Uint64(b[32:])), PageSize: int(le.Uint64(b[40:]))},
+		Geometry: Geometry{Layers: int(le.Uint64(b[24:])), KVDim: int(le.Uint64(b[32:])), PageSize: int(le.Uint64(b[40:])), Type: Type(typ)},
 		Pages:    int(le.Uint64(b[48:]))}
 	if h.Incarnation == 0 {
 		return SharedHeader{}, &Error{Code: CodeBadConfig, Msg: "shared KV pool file has no incarnation (not fully created)"}
@@ -116,6 +123,7 @@ func putSharedHeader(b []byte, h SharedHeader) {
 	le := binary.LittleEndian
 	copy(b, sharedMagic)
 	le.PutUint32(b[8:], sharedVersion)
+	le.PutUint32(b[12:], uint32(h.Geometry.Type))
 	le.PutUint64(b[24:], uint64(h.Geometry.Layers))
 	le.PutUint64(b[32:], uint64(h.Geometry.KVDim))
 	le.PutUint64(b[40:], uint64(h.Geometry.PageSize))

@@ -11,7 +11,7 @@ import (
 // pass for that file: the generation words would be a slice of 2^61 words
 // over 64 bytes of memory, and every bound derived from its length a lie.
 func TestSharedHeaderPagesCannotWrapTheSize(t *testing.T) {
-	g := Geometry{Layers: 2, KVDim: 4, PageSize: 4}
+	g := Geometry{Layers: 2, KVDim: 4, PageSize: 4, Type: F32}
 	const real = 8
 	size := SharedFileBytes(g, real)
 	// (PageBytes+8) = 2^k * odd: adding 2^(64-k) pages adds a multiple of

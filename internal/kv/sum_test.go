@@ -65,7 +65,7 @@ func TestPageSumImageIsXXH3_64(t *testing.T) {
 	}
 
 	// A page of at most 240 bytes never claims the identity.
-	small := Geometry{Layers: 1, KVDim: 2, PageSize: 4} // 64 bytes
+	small := Geometry{Layers: 1, KVDim: 2, PageSize: 4, Type: F32} // 64 bytes
 	q, err := New(Config{Geometry: small, Pages: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestPageDataSumFeedsDigest(t *testing.T) {
 // definition's, computed here from the images, with recorded and fresh
 // pages mixed and a short last page.
 func TestParallelDigest(t *testing.T) {
-	g := Geometry{Layers: 4, KVDim: 256, PageSize: 16} // 128 KiB pages
+	g := Geometry{Layers: 4, KVDim: 256, PageSize: 16, Type: F32} // 128 KiB pages
 	const pages = 3 * parallelDigestBytes / (4 * 256 * 2 * 4 * 16)
 	p, err := New(Config{Geometry: g, Pages: pages})
 	if err != nil {

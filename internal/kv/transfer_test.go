@@ -117,7 +117,7 @@ func TestTransferAndDigest(t *testing.T) {
 	fill(t, dec.View(h, dst3), dst3, 0, 3)
 	d1, _ := dec.Digest(h, dst3, 3)
 	d2, _ := dec.Digest(h, dst3, 2)
-	base := int(dst3[0].Page) * dec.pageFloats
+	base := int(dst3[0].Page) * dec.pageElems
 	dec.f32[base+5] = math.Float32frombits(math.Float32bits(dec.f32[base+5]) ^ 1)
 	d3, _ := dec.Digest(h, dst3, 3)
 	if d1 == d2 || d1 == d3 {

@@ -1,6 +1,10 @@
 package kv
 
-import "fmt"
+import (
+	"fmt"
+
+	"sluice/internal/kernels"
+)
 
 // View is one sequence's paged, owner-checking window on the pool: the
 // forward pass's only access to KV (it implements sluice/internal/model.KV).
@@ -108,10 +112,15 @@ func (v *View) Put(layer, pos int, k, val []float32) error {
 		// digest or seal re-reads the page (sum.go).
 		m.summed.Store(false)
 	}
-	base := int(ref.Page)*p.pageFloats + layer*2*g.PageSize*g.KVDim + slot*g.KVDim
-	copy(p.f32[base:base+g.KVDim], k)
+	base := int(ref.Page)*p.pageElems + layer*2*g.PageSize*g.KVDim + slot*g.KVDim
 	vb := base + g.PageSize*g.KVDim
-	copy(p.f32[vb:vb+g.KVDim], val)
+	if g.Type == F32 {
+		copy(p.f32[base:base+g.KVDim], k)
+		copy(p.f32[vb:vb+g.KVDim], val)
+	} else {
+		kernels.FP32ToFP16Row(p.f16[base:base+g.KVDim], k)
+		kernels.FP32ToFP16Row(p.f16[vb:vb+g.KVDim], val)
+	}
 	if slot >= n {
 		w.Store(int32(slot + 1))
 	}
@@ -124,18 +133,51 @@ func (v *View) Put(layer, pos int, k, val []float32) error {
 	return nil
 }
 
+// F16 reports whether the view's pages hold binary16 rows (Block16 serves
+// them) rather than float32 rows (Block).
+func (v *View) F16() bool { return v.p.geo.Type == F16 }
+
 // Block returns the K and V rows of block blk written in layer: n rows of
 // KVDim each, aliasing the pool until the sequence's next Put or release.
 // A block with no written slot in this layer is an unwritten read (I4).
+// Only an F32 pool's views serve float32 rows; an F16 view refuses (Block16).
 func (v *View) Block(layer, blk int) (k, val []float32, n int, err error) {
+	if v.p.geo.Type != F32 {
+		return nil, nil, 0, v.p.badArg("float32 read of a pool of %v pages", v.p.geo.Type)
+	}
+	kb, vb, n, err := v.block(layer, blk)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	f := v.p.f32
+	return f[kb : kb+n*v.p.geo.KVDim : kb+n*v.p.geo.KVDim], f[vb : vb+n*v.p.geo.KVDim : vb+n*v.p.geo.KVDim], n, nil
+}
+
+// Block16 is Block for an F16 pool: the rows as binary16 bit patterns. An
+// F32 view refuses.
+func (v *View) Block16(layer, blk int) (k, val []uint16, n int, err error) {
+	if v.p.geo.Type != F16 {
+		return nil, nil, 0, v.p.badArg("binary16 read of a pool of %v pages", v.p.geo.Type)
+	}
+	kb, vb, n, err := v.block(layer, blk)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	f := v.p.f16
+	return f[kb : kb+n*v.p.geo.KVDim : kb+n*v.p.geo.KVDim], f[vb : vb+n*v.p.geo.KVDim : vb+n*v.p.geo.KVDim], n, nil
+}
+
+// block checks a read of block blk in layer (I3, I4) and returns the
+// element offsets of its K and V rows and how many rows may be read.
+func (v *View) block(layer, blk int) (kb, vb, n int, err error) {
 	p := v.p
 	g := &p.geo
 	if uint(layer) >= uint(g.Layers) || blk < 0 || blk >= len(v.table) {
-		return nil, nil, 0, p.badArg("block %d of layer %d is outside the table of %d blocks and %d layers", blk, layer, len(v.table), g.Layers)
+		return 0, 0, 0, p.badArg("block %d of layer %d is outside the table of %d blocks and %d layers", blk, layer, len(v.table), g.Layers)
 	}
 	ref := v.table[blk]
 	if int(ref.Page) >= len(p.pages) {
-		return nil, nil, 0, p.badArg("page %d is outside the pool of %d pages", ref.Page, len(p.pages))
+		return 0, 0, 0, p.badArg("page %d is outside the pool of %d pages", ref.Page, len(p.pages))
 	}
 	m := &p.pages[ref.Page]
 	if p.checks.Load() {
@@ -143,7 +185,7 @@ func (v *View) Block(layer, blk int) (k, val []float32, n int, err error) {
 		if st := tagState(t); !v.ok[blk] || tagGen(t) != ref.Gen || (st != Reserved && st != Filling && st != Sealed) ||
 			m.tenant.Load() != v.tid {
 			if err := v.slow(blk, opRead, 0); err != nil {
-				return nil, nil, 0, err
+				return 0, 0, 0, err
 			}
 		}
 	}
@@ -153,15 +195,12 @@ func (v *View) Block(layer, blk int) (k, val []float32, n int, err error) {
 		// I4: only the slots written in this layer, never the page's rest.
 		n = int(p.written[int(ref.Page)*g.Layers+layer].Load())
 		if n == 0 {
-			return nil, nil, 0, p.violate(KindUnwrittenRead, ref.Page, true,
+			return 0, 0, 0, p.violate(KindUnwrittenRead, ref.Page, true,
 				"block %d of layer %d has no written slot", blk, layer)
 		}
 	}
-	base := int(ref.Page)*p.pageFloats + layer*2*g.PageSize*g.KVDim
-	end := base + n*g.KVDim
-	vb := base + g.PageSize*g.KVDim
-	ve := vb + n*g.KVDim
-	return p.f32[base:end:end], p.f32[vb:ve:ve], n, nil
+	kb = int(ref.Page)*p.pageElems + layer*2*g.PageSize*g.KVDim
+	return kb, kb + g.PageSize*g.KVDim, n, nil
 }
 
 // slow is the locked check of a table entry: owner, generation, liveness,

@@ -74,6 +74,7 @@ type Runner struct {
 	units                        []unit
 	spans                        []span
 	scores                       [][]float32 // one per attention slot
+	wide                         [][]float32 // one per attention slot: a block's F16 rows widened
 	rows                         []int
 }
 
@@ -98,12 +99,17 @@ type active struct {
 	pos  int
 	kv   KV
 	ps   int // the view's page size
+	f16  bool
 	span int // first of its blocks in Runner.spans
 	dead bool
 }
 
-// span is one block of a sequence's past K/V as its view served it.
-type span struct{ k, v []float32 }
+// span is one block of a sequence's past K/V as its view served it: float32
+// rows, or binary16 rows (k16, v16) from an F16 view.
+type span struct {
+	k, v     []float32
+	k16, v16 []uint16
+}
 
 // elementwise runs fn over [0, n) split across the pool when n is large
 // enough to pay for waking it. Each element is computed alone, so the
@@ -144,6 +150,10 @@ func (r *Runner) perToken(n, rowCost int, fn func(lo, hi int)) {
 // from a few dozen positions on.
 const minParallelMACs = 1 << 14
 
+// wideRows is how many positions of F16 rows attention widens at a time
+// (32 KiB of scratch per slot at head dim 64): fewer, longer kernel calls.
+const wideRows = 128
+
 // attnSlots is how many interleaved shares of attention each thread of the
 // pool has to claim from; each share owns one scores scratch buffer.
 const attnSlots = 4
@@ -173,7 +183,7 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 			res[i].Err = err
 			continue
 		}
-		r.acts = append(r.acts, active{idx: i, off: total, n: len(s.Tokens), pos: s.Pos, kv: s.KV, ps: s.KV.PageSize()})
+		r.acts = append(r.acts, active{idx: i, off: total, n: len(s.Tokens), pos: s.Pos, kv: s.KV, ps: s.KV.PageSize(), f16: isF16(s.KV)})
 		total += len(s.Tokens)
 	}
 	if total == 0 {
@@ -344,17 +354,29 @@ func (r *Runner) attention(l int, res []Result) {
 		nb := last/a.ps + 1
 		a.span = len(r.spans)
 		for b := 0; b < nb && !a.dead; b++ {
-			k, v, n, err := a.kv.Block(l, b)
+			var k, v []float32
+			var k16, v16 []uint16
+			var n, nk, nv int
+			var err error
+			if a.f16 {
+				k16, v16, n, err = a.kv.(KV16).Block16(l, b)
+				nk, nv = len(k16), len(v16)
+			} else {
+				k, v, n, err = a.kv.Block(l, b)
+				nk, nv = len(k), len(v)
+			}
 			need := min(a.ps, last+1-b*a.ps)
 			switch {
 			case err != nil:
 				a.dead = true
 				res[a.idx].Err = &Error{Code: CodeKV, Msg: fmt.Sprintf("reading K/V block %d of layer %d", b, l), Err: err}
-			case n < need || len(k) < need*KD || len(v) < need*KD:
+			case n < need || nk < need*KD || nv < need*KD:
 				a.dead = true
 				res[a.idx].Err = &Error{Code: CodeKV, Msg: fmt.Sprintf("block %d of layer %d has %d positions, the step needs %d", b, l, n, need), Err: errBlockShort}
+			case a.f16:
+				r.spans = append(r.spans, span{k16: k16[:need*KD], v16: v16[:need*KD]})
 			default:
-				r.spans = append(r.spans, span{k[:need*KD], v[:need*KD]})
+				r.spans = append(r.spans, span{k: k[:need*KD], v: v[:need*KD]})
 			}
 		}
 		if a.dead {
@@ -378,6 +400,9 @@ func (r *Runner) attention(l int, res []Result) {
 	for len(r.scores) < T {
 		r.scores = append(r.scores, nil)
 	}
+	for len(r.wide) < T {
+		r.wide = append(r.wide, nil)
+	}
 	// Waking workers costs microseconds: below about that much arithmetic
 	// (multiply-adds over every unit's context) the caller runs it alone.
 	// The split never changes a result, only who computes it.
@@ -392,15 +417,21 @@ func (r *Runner) attention(l int, res []Result) {
 	r.par.For(T, func(lo, hi int) {
 		for w := lo; w < hi; w++ {
 			for u := w; u < len(r.units); u += T {
-				r.scores[w] = r.attendUnit(r.units[u], r.scores[w])
+				r.attendUnit(r.units[u], w)
 			}
 		}
 	})
 }
 
 // attendUnit computes the attention output of one token's query heads that
-// share KV head un.kh, using scores as scratch (returned, possibly grown).
-func (r *Runner) attendUnit(un unit, scores []float32) []float32 {
+// share KV head un.kh, using slot w's scratch (grown as needed).
+//
+// F16 blocks are widened (exactly) one KV head at a time into the slot's
+// scratch, then go through the same DotRows/AxpyRows as F32 rows: every
+// query head of the group reuses the widened rows, and the reduction order
+// is the canonical F32 one, so an F16 page gives the same bits whichever
+// path, batch or split computes it.
+func (r *Runner) attendUnit(un unit, w int) {
 	c := r.m.cfg
 	Q, KD, hd := c.QDim(), c.KVDim(), c.HeadDim
 	group := c.Heads / c.KVHeads
@@ -410,15 +441,49 @@ func (r *Runner) attendUnit(un unit, scores []float32) []float32 {
 	n := a.pos + int(un.t) + 1 // causal: positions 0..pos
 	koff := int(un.kh) * hd
 	spans := r.spans[a.span:]
-	scores = grow(scores, group*n)
-	// Block by block: one call per (block, head) computes every score of
-	// the block, then one call adds every value row of the block.
-	for j, bi := 0, 0; j < n; j, bi = j+a.ps, bi+1 {
-		cnt := min(a.ps, n-j)
-		kb := spans[bi].k[koff:]
+	scores := grow(r.scores[w], group*n)
+	r.scores[w] = scores
+	// F16 rows are widened several blocks at a time (up to wideRows
+	// positions): one DotRows/AxpyRows call then covers them all. Each
+	// score is still one canonical dot and the value rows are still added
+	// in position order, so the bits do not depend on the step.
+	step := a.ps
+	var wide []float32
+	if a.f16 {
+		step = a.ps * max(1, wideRows/a.ps)
+		wide = grow(r.wide[w], step*hd)
+		r.wide[w] = wide
+	}
+	// rows returns the K (or V) rows of KV head kh of positions [j, j+cnt)
+	// (j a multiple of the page size) and their stride.
+	rows := func(j, cnt int, v bool) ([]float32, int) {
+		bi := j / a.ps
+		if !a.f16 {
+			if v {
+				return spans[bi].v[koff:], KD
+			}
+			return spans[bi].k[koff:], KD
+		}
+		for done := 0; done < cnt; done += a.ps {
+			s := &spans[bi+done/a.ps]
+			src := s.k16
+			if v {
+				src = s.v16
+			}
+			m := min(a.ps, cnt-done)
+			kernels.WidenRows(wide[done*hd:(done+m)*hd], src[koff:], m, KD)
+		}
+		return wide, hd
+	}
+	// Step by step (a block, or with F16 several): one call per (step,
+	// head) computes every score of the step, then one call adds every
+	// value row of the step.
+	for j := 0; j < n; j += step {
+		cnt := min(step, n-j)
+		kb, stride := rows(j, cnt, false)
 		for g := 0; g < group; g++ {
 			h := int(un.kh)*group + g
-			kernels.DotRows(scores[g*n+j:g*n+j+cnt], r.q[t*Q+h*hd:t*Q+(h+1)*hd], kb, KD)
+			kernels.DotRows(scores[g*n+j:g*n+j+cnt], r.q[t*Q+h*hd:t*Q+(h+1)*hd], kb, stride)
 		}
 	}
 	for g := 0; g < group; g++ {
@@ -428,15 +493,14 @@ func (r *Runner) attendUnit(un unit, scores []float32) []float32 {
 		h := int(un.kh)*group + g
 		clear(r.att[t*Q+h*hd : t*Q+(h+1)*hd])
 	}
-	for j, bi := 0, 0; j < n; j, bi = j+a.ps, bi+1 {
-		cnt := min(a.ps, n-j)
-		vb := spans[bi].v[koff:]
+	for j := 0; j < n; j += step {
+		cnt := min(step, n-j)
+		vb, stride := rows(j, cnt, true)
 		for g := 0; g < group; g++ {
 			h := int(un.kh)*group + g
-			kernels.AxpyRows(r.att[t*Q+h*hd:t*Q+(h+1)*hd], scores[g*n+j:g*n+j+cnt], vb, KD)
+			kernels.AxpyRows(r.att[t*Q+h*hd:t*Q+(h+1)*hd], scores[g*n+j:g*n+j+cnt], vb, stride)
 		}
 	}
-	return scores
 }
 
 // rmsNorm: dst = src / sqrt(mean(src^2) + eps) * w, per row of len(w). The

@@ -3,6 +3,8 @@ package model
 import (
 	"math/rand/v2"
 	"testing"
+
+	"sluice/internal/kernels"
 )
 
 // TestParallelAttentionInvariant: a prompt long enough that attention is
@@ -10,8 +12,15 @@ import (
 // is free) gives bitwise the logits and K/V of the one-thread prefill,
 // whole or in chunks (batch invariance, DESIGN.md). Splitting one unit's
 // softmax or value sum across slots, or two slots sharing a scores buffer,
-// fails it.
+// fails it. F16 pages too, and on every kernel path: the widened F16 rows
+// go through the canonical F32 orders, so each path gives Generic's bits.
 func TestParallelAttentionInvariant(t *testing.T) {
+	for _, kt := range kvTypes {
+		t.Run(kt.name, func(t *testing.T) { parallelAttentionInvariant(t, kt.new) })
+	}
+}
+
+func parallelAttentionInvariant(t *testing.T, newKV func(ps, layers, kvd int) *memKV) {
 	sh := shapes["llama-gqa"]
 	m := mustBuild(newMemModel(sh, 9))
 	const n = 200
@@ -22,23 +31,33 @@ func TestParallelAttentionInvariant(t *testing.T) {
 		t.Fatalf("prompt too short to parallelise attention: %d MACs < %d", macs, minParallelMACs)
 	}
 	toks := randTokens(rand.New(rand.NewPCG(10, 10)), n, sh.vocab)
-	base, baseKV := runChunks(m, 1, toks, []int{n}, nil)
-	for _, v := range []struct {
-		name    string
-		threads int
-		chunk   []int
-	}{
-		{"one chunk, 2 threads", 2, []int{n}},
-		{"one chunk, 3 threads", 3, []int{n}},
-		{"chunks 120+80, 2 threads", 2, []int{120, 80}},
-	} {
-		got, kv := runChunks(m, v.threads, toks, v.chunk, nil)
-		if !bitsEqual(got, base) {
-			t.Errorf("%s: logits differ from one thread (first at %d)", v.name, firstDiff(got, base))
+	prev := kernels.CurrentPath()
+	defer kernels.SetPath(prev)
+	if err := kernels.SetPath(kernels.Generic); err != nil {
+		t.Fatal(err)
+	}
+	base, baseKV := runChunks(m, 1, toks, []int{n}, nil, newKV)
+	for _, p := range kernels.Paths() {
+		if err := kernels.SetPath(p); err != nil {
+			t.Fatal(err)
 		}
-		for l := 0; l < sh.layers; l++ {
-			if !bitsEqual(kv.k[l], baseKV.k[l]) || !bitsEqual(kv.v[l], baseKV.v[l]) {
-				t.Errorf("%s: layer %d K/V differ from one thread", v.name, l)
+		for _, v := range []struct {
+			name    string
+			threads int
+			chunk   []int
+		}{
+			{"one chunk, 1 thread", 1, []int{n}},
+			{"one chunk, 2 threads", 2, []int{n}},
+			{"one chunk, 3 threads", 3, []int{n}},
+			{"chunks 120+80, 2 threads", 2, []int{120, 80}},
+			{"chunks 37+1+162, 3 threads", 3, []int{37, 1, 162}},
+		} {
+			got, kv := runChunks(m, v.threads, toks, v.chunk, nil, newKV)
+			if !bitsEqual(got, base) {
+				t.Errorf("%v %s: logits differ from one thread on the generic path (first at %d)", p, v.name, firstDiff(got, base))
+			}
+			if !sameKV(kv, baseKV) {
+				t.Errorf("%v %s: K/V differ from one thread on the generic path", p, v.name)
 			}
 		}
 	}

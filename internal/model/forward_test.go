@@ -75,13 +75,13 @@ func TestForwardMatchesReference(t *testing.T) {
 // runChunks prefills toks in chunks of the given sizes (cycled), each
 // chunk in its own step together with the companions' steps, and returns
 // the logits of every position and the KV written.
-func runChunks(m *Model, threads int, toks []int32, chunk []int, companions [][]int32) ([]float32, *memKV) {
+func runChunks(m *Model, threads int, toks []int32, chunk []int, companions [][]int32, newKV func(ps, layers, kvd int) *memKV) ([]float32, *memKV) {
 	r := m.NewRunner(kernels.NewParallel(threads))
-	kv := newMemKV(4, m.cfg.Layers, m.cfg.KVDim())
+	kv := newKV(4, m.cfg.Layers, m.cfg.KVDim())
 	compKV := make([]*memKV, len(companions))
 	compPos := make([]int, len(companions))
 	for i := range compKV {
-		compKV[i] = newMemKV(8, m.cfg.Layers, m.cfg.KVDim())
+		compKV[i] = newKV(8, m.cfg.Layers, m.cfg.KVDim())
 	}
 	var logits []float32
 	for pos, ci := 0, 0; pos < len(toks); ci++ {
@@ -119,41 +119,55 @@ func runChunks(m *Model, threads int, toks []int32, chunk []int, companions [][]
 
 // TestBatchInvariance: a token's K/V and logits are bitwise identical
 // whether its prompt is prefilled in one chunk or several, alone or beside
-// other sequences, with 1 or 2 threads (DESIGN.md, batch invariance).
+// other sequences, with 1 or 2 threads (DESIGN.md, batch invariance), on
+// F32 and on F16 pages.
 func TestBatchInvariance(t *testing.T) {
 	for name, sh := range shapes {
-		t.Run(name, func(t *testing.T) {
-			m := mustBuild(newMemModel(sh, 3))
-			rng := rand.New(rand.NewPCG(4, 4))
-			toks := randTokens(rng, 29, sh.vocab)
-			comps := [][]int32{randTokens(rng, 40, sh.vocab), randTokens(rng, 9, sh.vocab), randTokens(rng, 33, sh.vocab)}
-			base, baseKV := runChunks(m, 1, toks, []int{len(toks)}, nil)
-			variants := []struct {
-				name    string
-				threads int
-				chunk   []int
-				comps   [][]int32
-			}{
-				{"one chunk, 2 threads", 2, []int{len(toks)}, nil},
-				{"chunks of 1", 1, []int{1}, nil},
-				{"chunks of 3", 2, []int{3}, nil},
-				{"chunks of 7", 1, []int{7}, nil},
-				{"mixed chunks with companions", 2, []int{5, 1, 11, 2}, comps},
-				{"chunks of 1 with companions", 1, []int{1}, comps},
-			}
-			for _, v := range variants {
-				got, kv := runChunks(m, v.threads, toks, v.chunk, v.comps)
-				if !bitsEqual(got, base) {
-					t.Errorf("%s: logits differ from the single-chunk prefill (first at %d)", v.name, firstDiff(got, base))
+		for _, kt := range kvTypes {
+			t.Run(name+"/"+kt.name, func(t *testing.T) {
+				m := mustBuild(newMemModel(sh, 3))
+				rng := rand.New(rand.NewPCG(4, 4))
+				toks := randTokens(rng, 29, sh.vocab)
+				comps := [][]int32{randTokens(rng, 40, sh.vocab), randTokens(rng, 9, sh.vocab), randTokens(rng, 33, sh.vocab)}
+				base, baseKV := runChunks(m, 1, toks, []int{len(toks)}, nil, kt.new)
+				variants := []struct {
+					name    string
+					threads int
+					chunk   []int
+					comps   [][]int32
+				}{
+					{"one chunk, 2 threads", 2, []int{len(toks)}, nil},
+					{"chunks of 1", 1, []int{1}, nil},
+					{"chunks of 3", 2, []int{3}, nil},
+					{"chunks of 7", 1, []int{7}, nil},
+					{"mixed chunks with companions", 2, []int{5, 1, 11, 2}, comps},
+					{"chunks of 1 with companions", 1, []int{1}, comps},
 				}
-				for l := 0; l < sh.layers; l++ {
-					if !bitsEqual(kv.k[l], baseKV.k[l]) || !bitsEqual(kv.v[l], baseKV.v[l]) {
-						t.Errorf("%s: layer %d K/V differ from the single-chunk prefill", v.name, l)
+				for _, v := range variants {
+					got, kv := runChunks(m, v.threads, toks, v.chunk, v.comps, kt.new)
+					if !bitsEqual(got, base) {
+						t.Errorf("%s: logits differ from the single-chunk prefill (first at %d)", v.name, firstDiff(got, base))
+					}
+					if !sameKV(kv, baseKV) {
+						t.Errorf("%s: K/V differ from the single-chunk prefill", v.name)
 					}
 				}
-			}
-		})
+			})
+		}
 	}
+}
+
+// sameKV reports whether two test views hold bitwise the same rows.
+func sameKV(a, b *memKV) bool {
+	for l := range a.k {
+		if !bitsEqual(a.k[l], b.k[l]) || !bitsEqual(a.v[l], b.v[l]) {
+			return false
+		}
+		if a.f16 && (!slices.Equal(a.k16[l], b.k16[l]) || !slices.Equal(a.v16[l], b.v16[l])) {
+			return false
+		}
+	}
+	return true
 }
 
 func bitsEqual(a, b []float32) bool {

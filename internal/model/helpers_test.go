@@ -171,6 +171,31 @@ type memKV struct {
 	failBlock       func(layer, blk int) bool
 	// shortBlock makes Block report one fewer written slot than it has.
 	shortBlock bool
+	// f16 stores rows as binary16 (quant.FP32ToFP16, the scalar
+	// statement of ggml's rounding) and serves them through Block16, as
+	// an F16 kv pool does.
+	f16      bool
+	k16, v16 [][]uint16
+}
+
+// newMemKV16 is newMemKV with F16 pages.
+func newMemKV16(ps, layers, kvd int) *memKV {
+	m := newMemKV(ps, layers, kvd)
+	m.f16, m.k16, m.v16 = true, make([][]uint16, layers), make([][]uint16, layers)
+	return m
+}
+
+func (m *memKV) F16() bool { return m.f16 }
+
+func (m *memKV) Block16(layer, blk int) ([]uint16, []uint16, int, error) {
+	if !m.f16 {
+		return nil, nil, 0, errors.New("memKV: binary16 read of F32 rows")
+	}
+	k, v, n, err := m.block(layer, blk)
+	if err != nil || n == 0 {
+		return nil, nil, n, err
+	}
+	return m.k16[layer][k : k+n*m.kvd], m.v16[layer][v : v+n*m.kvd], n, nil
 }
 
 func newMemKV(ps, layers, kvd int) *memKV {
@@ -191,24 +216,43 @@ func (m *memKV) Put(layer, pos int, k, v []float32) error {
 	}
 	m.k[layer] = append(m.k[layer], k...)
 	m.v[layer] = append(m.v[layer], v...)
+	if m.f16 {
+		for i := range k {
+			m.k16[layer] = append(m.k16[layer], quant.FP32ToFP16(k[i]))
+			m.v16[layer] = append(m.v16[layer], quant.FP32ToFP16(v[i]))
+		}
+	}
 	return nil
 }
 
 func (m *memKV) Block(layer, blk int) ([]float32, []float32, int, error) {
+	if m.f16 {
+		return nil, nil, 0, errors.New("memKV: float32 read of F16 rows")
+	}
+	k, v, n, err := m.block(layer, blk)
+	if err != nil || n == 0 {
+		return nil, nil, n, err
+	}
+	return m.k[layer][k : k+n*m.kvd], m.v[layer][v : v+n*m.kvd], n, nil
+}
+
+// block is the contract's part of Block: fault hooks, written slots only.
+// It returns the element offsets of the block's K and V rows.
+func (m *memKV) block(layer, blk int) (int, int, int, error) {
 	if m.failBlock != nil && m.failBlock(layer, blk) {
-		return nil, nil, 0, errInjected
+		return 0, 0, 0, errInjected
 	}
 	written := len(m.k[layer]) / m.kvd
 	lo := blk * m.ps
 	hi := min(written, lo+m.ps)
 	if lo >= hi {
-		return nil, nil, 0, nil
+		return 0, 0, 0, nil
 	}
 	n := hi - lo
 	if m.shortBlock {
 		n--
 	}
-	return m.k[layer][lo*m.kvd : (lo+n)*m.kvd], m.v[layer][lo*m.kvd : (lo+n)*m.kvd], n, nil
+	return lo * m.kvd, lo * m.kvd, n, nil
 }
 
 // refForward is an independent float64 statement of the llama/qwen2

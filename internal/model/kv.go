@@ -32,3 +32,21 @@ type KV interface {
 	// must not modify them.
 	Block(layer, blk int) (k, v []float32, n int, err error)
 }
+
+// KV16 is a KV whose pages may hold binary16 rows (kv.F16 pools, as
+// llama.cpp's default F16 KV cache). When F16 reports true, Put rounds each
+// float32 to nearest even (ggml_fp32_to_fp16) and the forward pass reads
+// through Block16, which is Block's contract with the rows as binary16 bit
+// patterns; Block is then refused. A KV that is not a KV16, or whose F16
+// is false, is read through Block.
+type KV16 interface {
+	KV
+	F16() bool
+	Block16(layer, blk int) (k, v []uint16, n int, err error)
+}
+
+// isF16 reports whether attention reads kv through Block16.
+func isF16(kv KV) bool {
+	k16, ok := kv.(KV16)
+	return ok && k16.F16()
+}

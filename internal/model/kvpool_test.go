@@ -9,9 +9,14 @@ import (
 	"sluice/internal/kv"
 )
 
+// newPool is a pool of the default KV type (F16).
 func newPool(t *testing.T, m *Model, pages int, order kv.Order) *kv.Pool {
+	return newPoolOf(t, m, pages, order, kv.F16)
+}
+
+func newPoolOf(t *testing.T, m *Model, pages int, order kv.Order, typ kv.Type) *kv.Pool {
 	t.Helper()
-	p, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: m.cfg.Layers, KVDim: m.cfg.KVDim(), PageSize: 4}, Pages: pages, Order: order})
+	p, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: m.cfg.Layers, KVDim: m.cfg.KVDim(), PageSize: 4, Type: typ}, Pages: pages, Order: order})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,15 +36,27 @@ func reserve(t *testing.T, p *kv.Pool, o kv.Owner, tokens int) ([]kv.PageRef, *k
 }
 
 // TestRealPoolMatchesTestKV: through kv.Pool views (pages scattered by the
-// free list) the logits are bitwise those of the plain test view.
+// free list, a second sequence batched alongside, two threads, chunks of
+// 5) the logits are bitwise those of the plain test view in one pass, for
+// F32 pages and for F16 pages (rounded by the pool's SIMD conversion, the
+// test view's by the scalar quant.FP32ToFP16).
 func TestRealPoolMatchesTestKV(t *testing.T) {
+	for _, c := range []struct {
+		typ   kv.Type
+		plain func(ps, layers, kvd int) *memKV
+	}{{kv.F32, newMemKV}, {kv.F16, newMemKV16}} {
+		t.Run(c.typ.String(), func(t *testing.T) { realPoolMatchesTestKV(t, c.typ, c.plain) })
+	}
+}
+
+func realPoolMatchesTestKV(t *testing.T, typ kv.Type, plain func(ps, layers, kvd int) *memKV) {
 	sh := shapes["llama-gqa"]
 	m := mustBuild(newMemModel(sh, 21))
 	rng := rand.New(rand.NewPCG(21, 21))
 	a, b := randTokens(rng, 23, sh.vocab), randTokens(rng, 14, sh.vocab)
-	want := m.NewRunner(nil).Forward([]Seq{{Tokens: a, KV: newMemKV(4, sh.layers, m.cfg.KVDim()), AllLogits: true}})[0].Logits
+	want := m.NewRunner(nil).Forward([]Seq{{Tokens: a, KV: plain(4, sh.layers, m.cfg.KVDim()), AllLogits: true}})[0].Logits
 
-	pool := newPool(t, m, 32, kv.FIFO)
+	pool := newPoolOf(t, m, 32, kv.FIFO, typ)
 	// Interleave the two reservations page by page so neither is contiguous.
 	_, vb := reserve(t, pool, owner("t2", 2), 4)
 	_, va := reserve(t, pool, owner("t1", 1), len(a))
@@ -79,7 +96,7 @@ func TestStaleViewFailsClosed(t *testing.T) {
 	m := mustBuild(newMemModel(sh, 22))
 	rng := rand.New(rand.NewPCG(22, 22))
 	a, b := randTokens(rng, 10, sh.vocab), randTokens(rng, 10, sh.vocab)
-	solo := m.NewRunner(nil).Forward([]Seq{{Tokens: b, KV: newMemKV(4, sh.layers, m.cfg.KVDim())}})[0].Logits
+	solo := m.NewRunner(nil).Forward([]Seq{{Tokens: b, KV: newMemKV16(4, sh.layers, m.cfg.KVDim())}})[0].Logits
 
 	// LIFO: the pages A releases are exactly the ones B gets next.
 	pool := newPool(t, m, 3, kv.LIFO)

@@ -65,11 +65,30 @@ func openModel(t *testing.T, rel string) *Model {
 	return m
 }
 
+// kvTypes are the two KV row types the reference tests run on. llama.cpp
+// made the references with an F32 KV cache (../shared/reference/README.md),
+// so F32 pages are held to today's bounds; F16 pages are held to how far
+// llama.cpp's own F16 KV cache moved its first-step logits from those
+// references (the README's cross-check: <= 0.012 for stories260K, <= 0.021
+// for the qwen2 model, same greedy ids), and must pick llama.cpp's token at
+// every step. At later steps (teacher forced) the README gives no figure;
+// there F16 pages may be twice that far from the F32 reference: as far as
+// llama.cpp's F16 cache moves from it, and as far again from that.
+var kvTypes = []struct {
+	name string
+	new  func(ps, layers, kvd int) *memKV
+	// stories: first-step logits; qwen: first-step logits; qwenSteps:
+	// llama.cpp's top-5 logits at every step; top5: the whole top-5
+	// ranking must agree (else only the greedy choice).
+	stories, qwen, qwenSteps float64
+	top5                     bool
+}{{"f32", newMemKV, 1e-3, 2e-2, 2e-2, true}, {"f16", newMemKV16, 0.012, 0.021, 2 * 0.021, false}}
+
 // greedyRun prefills prompt in one step, then decodes n tokens one per
 // step, returning generated ids and the first step's logits.
-func greedyRun(t *testing.T, m *Model, threads int, prompt []int32, n int) ([]int32, []float32) {
+func greedyRun(t *testing.T, m *Model, threads int, prompt []int32, n int, newKV func(ps, layers, kvd int) *memKV) ([]int32, []float32) {
 	r := m.NewRunner(kernels.NewParallel(threads))
-	kv := newMemKV(16, m.cfg.Layers, m.cfg.KVDim())
+	kv := newKV(16, m.cfg.Layers, m.cfg.KVDim())
 	res := r.Forward([]Seq{{Tokens: prompt, KV: kv}})
 	if res[0].Err != nil {
 		t.Fatal(res[0].Err)
@@ -112,23 +131,29 @@ func TestStories260KMatchesLlamaCpp(t *testing.T) {
 	if mr.File != "stories260K.gguf" {
 		t.Fatalf("reference model 0 is %s", mr.File)
 	}
-	for i, c := range mr.Cases {
-		ids, first := greedyRun(t, m, 1, c.PromptIDs, len(c.GeneratedIDs))
-		if !slices.Equal(ids, c.GeneratedIDs) {
-			t.Errorf("%q: generated %v, llama.cpp %v", c.Prompt, ids, c.GeneratedIDs)
+	for _, kt := range kvTypes {
+		worst := 0.0
+		for i, c := range mr.Cases {
+			ids, first := greedyRun(t, m, 1, c.PromptIDs, len(c.GeneratedIDs), kt.new)
+			if !slices.Equal(ids, c.GeneratedIDs) {
+				t.Errorf("%s %q: generated %v, llama.cpp %v", kt.name, c.Prompt, ids, c.GeneratedIDs)
+			}
+			d := maxAbsDiff(first, lg.Cases[i].Logits)
+			if d > kt.stories {
+				t.Errorf("%s %q: first-step logits differ from llama.cpp by up to %g (want <= %g)", kt.name, c.Prompt, d, kt.stories)
+			}
+			worst = max(worst, d)
 		}
-		if d := maxAbsDiff(first, lg.Cases[i].Logits); d > 1e-3 {
-			t.Errorf("%q: first-step logits differ from llama.cpp by up to %g (want <= 1e-3)", c.Prompt, d)
-		} else {
-			t.Logf("%q: max first-step logit diff %.2g", c.Prompt, d)
+		ids, first := greedyRun(t, m, 2, mr.Long.PromptIDs, len(mr.Long.GeneratedIDs), kt.new)
+		if !slices.Equal(ids, mr.Long.GeneratedIDs) {
+			t.Errorf("%s long case: first mismatch at %d", kt.name, firstDiffInt(ids, mr.Long.GeneratedIDs))
 		}
-	}
-	ids, first := greedyRun(t, m, 2, mr.Long.PromptIDs, len(mr.Long.GeneratedIDs))
-	if !slices.Equal(ids, mr.Long.GeneratedIDs) {
-		t.Errorf("long case: first mismatch at %d", firstDiffInt(ids, mr.Long.GeneratedIDs))
-	}
-	if d := maxAbsDiff(first, lg.Long.Logits); d > 1e-3 {
-		t.Errorf("long case: first-step logits differ by up to %g", d)
+		d := maxAbsDiff(first, lg.Long.Logits)
+		if d > kt.stories {
+			t.Errorf("%s long case: first-step logits differ by up to %g", kt.name, d)
+		}
+		t.Logf("%s KV: max first-step logit diff %.2g over the cases, %.2g on the long case; %d/%d long-case tokens match",
+			kt.name, worst, d, firstDiffInt(ids, mr.Long.GeneratedIDs), len(mr.Long.GeneratedIDs))
 	}
 }
 
@@ -151,35 +176,42 @@ func TestTinyQwen2TeacherForced(t *testing.T) {
 	readJSON(t, "reference/reference_logits_tiny-qwen2-random-gpt2vocab.json", &lg)
 	mr := ref.Models[1]
 	V := m.cfg.Vocab
-	for i, c := range mr.Cases {
-		toks := append(slices.Clone(c.PromptIDs), c.GeneratedIDs[:len(c.GeneratedIDs)-1]...)
-		kv := newMemKV(16, m.cfg.Layers, m.cfg.KVDim())
-		res := m.NewRunner(kernels.NewParallel(2)).Forward([]Seq{{Tokens: toks, KV: kv, AllLogits: true}})
-		if res[0].Err != nil {
-			t.Fatal(res[0].Err)
-		}
-		worst := 0.0
-		for s, top := range c.Top5 {
-			p := len(c.PromptIDs) - 1 + s
-			logits := res[0].Logits[p*V : (p+1)*V]
-			got := top5(logits)
-			for k, e := range top {
-				if got[k] != int32(e[0]) {
-					t.Errorf("%q step %d: top-5 %v, llama.cpp %v", c.Prompt, s, got, top)
-					break
-				}
-				worst = max(worst, math.Abs(float64(logits[got[k]])-e[1]))
+	for _, kt := range kvTypes {
+		worstTop, worstFirst, steps, same := 0.0, 0.0, 0, 0
+		for i, c := range mr.Cases {
+			toks := append(slices.Clone(c.PromptIDs), c.GeneratedIDs[:len(c.GeneratedIDs)-1]...)
+			kv := kt.new(16, m.cfg.Layers, m.cfg.KVDim())
+			res := m.NewRunner(kernels.NewParallel(2)).Forward([]Seq{{Tokens: toks, KV: kv, AllLogits: true}})
+			if res[0].Err != nil {
+				t.Fatal(res[0].Err)
 			}
-			if s == 0 {
-				if d := maxAbsDiff(logits, lg.Cases[i].Logits); d > 2e-2 {
-					t.Errorf("%q: first-step logits differ by up to %g (want <= 2e-2)", c.Prompt, d)
+			for s, top := range c.Top5 {
+				p := len(c.PromptIDs) - 1 + s
+				logits := res[0].Logits[p*V : (p+1)*V]
+				got := top5(logits)
+				steps++
+				if got[0] == int32(top[0][0]) {
+					same++
+				} else {
+					t.Errorf("%s %q step %d: greedy %d, llama.cpp %v", kt.name, c.Prompt, s, got[0], top[0])
+				}
+				for k, e := range top {
+					if kt.top5 && got[k] != int32(e[0]) {
+						t.Errorf("%s %q step %d: top-5 %v, llama.cpp %v", kt.name, c.Prompt, s, got, top)
+						break
+					}
+					worstTop = max(worstTop, math.Abs(float64(logits[int(e[0])])-e[1]))
+				}
+				if s == 0 {
+					worstFirst = max(worstFirst, maxAbsDiff(logits, lg.Cases[i].Logits))
 				}
 			}
 		}
-		if worst > 2e-2 {
-			t.Errorf("%q: top-5 logits differ by up to %g (want <= 2e-2)", c.Prompt, worst)
+		if worstFirst > kt.qwen || worstTop > kt.qwenSteps {
+			t.Errorf("%s KV: first-step logits differ by up to %g (want <= %g), llama.cpp's top-5 logits by up to %g (want <= %g)",
+				kt.name, worstFirst, kt.qwen, worstTop, kt.qwenSteps)
 		}
-		t.Logf("%q: worst top-5 logit diff %.3g", c.Prompt, worst)
+		t.Logf("%s KV: %d/%d greedy choices agree; worst first-step logit diff %.3g, worst top-5 logit diff %.3g", kt.name, same, steps, worstFirst, worstTop)
 	}
 }
 

@@ -13,9 +13,21 @@ import (
 	"strings"
 )
 
-// ElemSize is the byte size of one stored K or V element. The pool stores
-// F32 (see kv.Geometry.BytesPerToken).
-const ElemSize = 4
+// KV types (--kv-type): the element a pool stores each K and V value as
+// (kv.Type). F16 is the default, as in llama.cpp.
+const (
+	KVF16 = "f16"
+	KVF32 = "f32"
+)
+
+// ElemSize is the byte size of one stored K or V element of a KV type: 2
+// for f16 (and the empty default), 4 for f32 (kv.Type.ElemBytes).
+func ElemSize(kvType string) int64 {
+	if kvType == KVF32 {
+		return 4
+	}
+	return 2
+}
 
 // DefaultPageSize is the page size when none is configured.
 const DefaultPageSize = 16
@@ -32,11 +44,21 @@ type Model struct {
 	// TrainContext is the context the model was trained with (0 = unknown);
 	// with --context auto it is the starting point before pools lower it.
 	TrainContext int
+	// KVType is the pools' element type, KVF16 (also when empty) or KVF32:
+	// F16 pages hold twice the tokens of F32 pages in the same bytes.
+	KVType string
 }
 
 // KVBytesPerToken is layers x KV heads x head dim x 2 (K and V) x element size.
 func (m Model) KVBytesPerToken() int64 {
-	return int64(m.Layers) * int64(m.KVHeads) * int64(m.HeadDim) * 2 * ElemSize
+	return int64(m.Layers) * int64(m.KVHeads) * int64(m.HeadDim) * 2 * ElemSize(m.KVType)
+}
+
+func (m Model) kvType() string {
+	if m.KVType == "" {
+		return KVF16
+	}
+	return m.KVType
 }
 
 // Role names.
@@ -74,7 +96,9 @@ type RoleReport struct {
 	Role            string `json:"role"`
 	WeightBytes     int64  `json:"weight_bytes"`
 	KVBytesPerToken int64  `json:"kv_bytes_per_token"`
-	PageSize        int    `json:"page_size"`
+	// KVType is the element type the pool stores (f16 or f32).
+	KVType   string `json:"kv_type"`
+	PageSize int    `json:"page_size"`
 	// Pages is how many pages the role's pool must be built with.
 	Pages      int   `json:"pages"`
 	PoolBytes  int64 `json:"pool_bytes"`
@@ -130,6 +154,9 @@ func Local(in Input) Report {
 	bpt := in.Model.KVBytesPerToken()
 	if bpt <= 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("model %s has no KV shape (layers %d, KV heads %d, head dim %d); cannot size a KV pool", in.Model.Name, in.Model.Layers, in.Model.KVHeads, in.Model.HeadDim))
+	}
+	if t := in.Model.KVType; t != "" && t != KVF16 && t != KVF32 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("--kv-type %q: use f16 or f32", t))
 	}
 	if len(in.Pools) == 0 {
 		rep.Problems = append(rep.Problems, "no role pools configured; give --kv-memory or --kv-pool-tokens")
@@ -208,7 +235,7 @@ func sizePool(m Model, p Pool, bpt int64) RoleReport {
 	if ps <= 0 {
 		ps = DefaultPageSize
 	}
-	rr := RoleReport{Role: p.Role, WeightBytes: m.WeightBytes, KVBytesPerToken: bpt, PageSize: ps}
+	rr := RoleReport{Role: p.Role, WeightBytes: m.WeightBytes, KVBytesPerToken: bpt, KVType: m.kvType(), PageSize: ps}
 	pageBytes := bpt * int64(ps)
 	switch {
 	case p.PoolTokens > 0:

@@ -7,12 +7,36 @@ import (
 
 // stories260K's shape (see ../shared/models/README.md): 5 layers, 8 heads
 // of n_embd 64 -> head dim 8, 4 KV heads. KV bytes per token by hand:
-// 5 * 4 * 8 * 2 (K,V) * 4 bytes = 1280; a 16-slot page is 20480 bytes.
-var stories = Model{Name: "stories260K", WeightBytes: 1_000_000, Layers: 5, KVHeads: 4, HeadDim: 8, TrainContext: 512}
+// 5 * 4 * 8 * 2 (K,V) * 4 bytes = 1280 with F32 pages; a 16-slot page is
+// 20480 bytes.
+var stories = Model{Name: "stories260K", WeightBytes: 1_000_000, Layers: 5, KVHeads: 4, HeadDim: 8, TrainContext: 512, KVType: KVF32}
 
 func TestKVBytesPerToken(t *testing.T) {
 	if got := stories.KVBytesPerToken(); got != 1280 {
 		t.Fatalf("KV bytes per token = %d, want 1280", got)
+	}
+}
+
+// TestF16PoolHoldsTwiceTheContext: with F16 pages (the default) the same
+// --kv-memory holds twice the tokens: 5*4*8*2*2 = 640 bytes a token, so
+// the 8 F32 pages' 163840 bytes hold 16 pages, 256 tokens, and a context
+// of 256 that F32 pages refuse passes (I2 with the doubled capacity).
+func TestF16PoolHoldsTwiceTheContext(t *testing.T) {
+	for _, c := range []struct {
+		typ    string
+		tokens int
+		ok     bool
+	}{{KVF32, 128, false}, {KVF16, 256, true}, {"", 256, true}} {
+		m := stories
+		m.KVType = c.typ
+		rep := Local(Input{Model: m, Context: 256, Pools: []Pool{{Role: RoleDecode, KVMemory: 8 * 20480}}})
+		r := rep.Roles[0]
+		if rep.OK != c.ok || r.PoolTokens != c.tokens || r.KVType != map[string]string{"": KVF16}[c.typ]+c.typ {
+			t.Errorf("kv type %q: OK %v, %d tokens (%s), want %v, %d: %+v", c.typ, rep.OK, r.PoolTokens, r.KVType, c.ok, c.tokens, rep)
+		}
+	}
+	if rep := Local(Input{Model: Model{Name: "x", Layers: 1, KVHeads: 1, HeadDim: 1, KVType: "q8"}, Pools: []Pool{{Role: RoleDecode, PoolTokens: 16}}}); rep.OK {
+		t.Error("unknown KV type accepted")
 	}
 }
 

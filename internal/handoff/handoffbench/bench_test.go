@@ -20,9 +20,10 @@ import (
 )
 
 // A long prompt of a mid-sized model: 8 layers, KV dim 256, 16-slot pages
-// (256 KiB), 4096 tokens = 64 MiB of KV.
+// (256 KiB), 4096 tokens = 64 MiB of KV in F32 pages (BenchmarkHandoffKVType:
+// F16 pages, half that).
 var (
-	geo    = kv.Geometry{Layers: 8, KVDim: 256, PageSize: 16}
+	geo    = kv.Geometry{Layers: 8, KVDim: 256, PageSize: 16, Type: kv.F32}
 	tokens = 4096
 	batch  = 4 << 20
 	window = 2
@@ -281,4 +282,53 @@ func BenchmarkHandoffShm(b *testing.B) {
 			report(b, &rs)
 		})
 	}
+}
+
+// kvTypeSide is one KV type's decode rig and TCP client for
+// BenchmarkHandoffKVType.
+type kvTypeSide struct {
+	r   *handofftest.Rig
+	c   *tcp.Client
+	src *handoff.PoolSource
+}
+
+func newKVTypeSide(b *testing.B, t kv.Type) kvTypeSide {
+	g := geo
+	g.Type = t
+	r := handofftest.New(b, handofftest.Options{Geometry: g, Pages: tokens/g.PageSize + 1})
+	s, err := tcp.NewServer(tcp.Config{Secret: secret, HoldsKV: true, KVType: t}, r.Server, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	go s.Serve(l)
+	b.Cleanup(func() { s.Close() })
+	c, err := tcp.Dial(context.Background(), l.Addr().String(), tcp.Config{Secret: secret, HoldsKV: true, KVType: t})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return kvTypeSide{r, c, r.Sequence(b, handofftest.ID(-1), "bench", tokens, 9)}
+}
+
+// BenchmarkHandoffKVType: the same 4096-token prompt of the same model
+// shape over the TCP transport with F32 pages (64 MiB) and with F16 pages
+// (32 MiB), interleaved pair by pair. f16-speedup is F16 prompts per second
+// over F32 prompts per second (the median of per-pair ratios), the
+// handoff throughput ratio of the two KV types.
+func BenchmarkHandoffKVType(b *testing.B) {
+	f32, f16 := newKVTypeSide(b, kv.F32), newKVTypeSide(b, kv.F16)
+	handoffOnce(b, f32.r, f32.c, f32.src, -2) // warm up both
+	handoffOnce(b, f16.r, f16.c, f16.src, -2)
+	var t32, t16 []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h32, _ := handoffOnce(b, f32.r, f32.c, f32.src, i)
+		h16, _ := handoffOnce(b, f16.r, f16.c, f16.src, i)
+		t32, t16 = append(t32, h32), append(t16, h16)
+	}
+	b.ReportMetric(float64(tokens)*float64(b.N)/sum(t32).Seconds(), "f32-tok/s")
+	b.ReportMetric(float64(tokens)*float64(b.N)/sum(t16).Seconds(), "f16-tok/s")
+	b.ReportMetric(medianRatio(t32, t16), "f16-speedup")
+	b.ReportMetric(0, "ns/op")
 }

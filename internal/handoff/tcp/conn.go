@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"sluice/internal/handoff"
+	"sluice/internal/kv"
 	"sluice/internal/model"
 )
 
@@ -63,6 +64,40 @@ type Config struct {
 	// connection between roles whose fingerprints differ is refused with
 	// ErrModelMismatch naming both, on both sides, before any call.
 	Model model.Fingerprint
+	// HoldsKV says this role holds KV pages (prefill, decode; not the
+	// router), of element type KVType. Both sides send it in the
+	// handshake; two roles that both hold KV and store different types are
+	// refused with ErrKVTypeMismatch, on both sides, before any call: a
+	// page image of one is not a page of the other.
+	HoldsKV bool
+	KVType  kv.Type
+}
+
+// kvByte is the handshake's KV field: 0 for a role without KV, else the
+// type plus one.
+func (c Config) kvByte() byte {
+	if !c.HoldsKV {
+		return 0
+	}
+	return byte(c.KVType) + 1
+}
+
+// checkKV compares the handshake's KV fields (after the peer proved the
+// secret): only two roles that both hold KV must agree.
+func (c Config) checkKV(peer byte, what string) error {
+	if peer == 0 || !c.HoldsKV {
+		return nil
+	}
+	return handoff.CheckKVType(c.KVType, kv.Type(peer-1), what)
+}
+
+// kvField reads the handshake's KV field.
+func (d *dec) kvField() byte {
+	b := d.u8()
+	if d.err == nil && (b > 0 && !kv.Type(b-1).Valid()) {
+		d.err = msgErr("unknown KV type %d", b)
+	}
+	return b
 }
 
 // Loopback reports whether a is a loopback address (127.0.0.0/8, ::1):
@@ -204,14 +239,15 @@ func (c *conn) readHandshake(want byte) (*frame, error) {
 // server does too (mutual, I12), checks both run the same model (I13),
 // then fixes version and frame MAC.
 //
-//	Hello    = min version, max version, frame MAC wanted (u8 each), nonce [32], model
-//	HelloAck = version, frame MAC (u8 each), max frame u32, nonce [32], model, then
+//	Hello    = min version, max version, frame MAC wanted (u8 each), nonce [32], model, kv
+//	HelloAck = version, frame MAC (u8 each), max frame u32, nonce [32], model, kv, then
 //	           the server's proof [32] = HMAC(secret, "sluice/server" || Hello || HelloAck)
 //	Auth     = the client's proof [32] = HMAC(secret, "sluice/client" || Hello || HelloAck)
 //
-// where model is the role's fingerprint (codec.go: sum [16], name). Each
-// side compares the fingerprints only after its peer proved the secret, so
-// a stranger learns nothing about the model.
+// where model is the role's fingerprint (codec.go: sum [16], name) and kv
+// its KV page type (u8: 0 none, else kv.Type+1; version 7). Each side
+// compares fingerprints and KV types only after its peer proved the
+// secret, so a stranger learns nothing about the model.
 func (c *conn) clientHandshake() error {
 	_ = c.nc.SetDeadline(time.Now().Add(c.cfg.HandshakeTimeout))
 	defer c.nc.SetDeadline(time.Time{})
@@ -223,6 +259,7 @@ func (c *conn) clientHandshake() error {
 	}
 	e := enc{b: append([]byte{minVersion, maxVersion, mac}, cn[:]...)}
 	e.model(c.cfg.Model)
+	e.u8(c.cfg.kvByte())
 	hello := e.b
 	if err := c.send(tHello, 0, hello); err != nil {
 		return err
@@ -262,12 +299,17 @@ func (c *conn) clientHandshake() error {
 	}
 	d := dec{b: ack[6+32:]}
 	peer := d.model()
+	peerKV := d.kvField()
 	if err := d.end(); err != nil {
 		// Handshake frames are the connection's, not a call's.
 		return protoErr("handshake: %v", err)
 	}
 	if err := handoff.CheckModel(c.cfg.Model, peer, "the server at "+c.nc.RemoteAddr().String()); err != nil {
 		// I13: the peer is authenticated, so tell it why, then leave.
+		_ = c.send(tError, 0, encError(err))
+		return err
+	}
+	if err := c.cfg.checkKV(peerKV, "the server at "+c.nc.RemoteAddr().String()); err != nil {
 		_ = c.send(tError, 0, encError(err))
 		return err
 	}
@@ -287,8 +329,8 @@ func (c *conn) clientHandshake() error {
 
 // The shortest Hello and HelloAck: an empty model name.
 const (
-	helloMin    = 3 + 32 + 16 + 4
-	helloAckMin = 2 + 4 + 32 + 16 + 4 + 32
+	helloMin    = 3 + 32 + 16 + 4 + 1
+	helloAckMin = 2 + 4 + 32 + 16 + 4 + 1 + 32
 )
 
 func (c *conn) serverHandshake() error {
@@ -315,6 +357,7 @@ func (c *conn) serverHandshake() error {
 	}
 	d := dec{b: hello[3+32:]}
 	peer := d.model()
+	peerKV := d.kvField()
 	if err := d.end(); err != nil {
 		// Handshake frames are the connection's, not a call's.
 		return protoErr("handshake: %v", err)
@@ -329,6 +372,7 @@ func (c *conn) serverHandshake() error {
 	// a frame the server must refuse by closing the connection.
 	e := enc{b: append(binary.BigEndian.AppendUint32([]byte{v, mac}, uint32(c.cfg.MaxFrame)), sn[:]...)}
 	e.model(c.cfg.Model)
+	e.u8(c.cfg.kvByte())
 	ack := e.b
 	if err := c.send(tHelloAck, 0, ack, proof(c.cfg.Secret, "sluice/server", hello, ack)); err != nil {
 		return err
@@ -345,6 +389,10 @@ func (c *conn) serverHandshake() error {
 	if err := handoff.CheckModel(c.cfg.Model, peer, "the peer at "+c.nc.RemoteAddr().String()); err != nil {
 		// I13, checked here too: an honest client refuses first, but the
 		// server does not rely on the client's check.
+		_ = c.send(tError, 0, encError(err))
+		return err
+	}
+	if err := c.cfg.checkKV(peerKV, "the peer at "+c.nc.RemoteAddr().String()); err != nil {
 		_ = c.send(tError, 0, encError(err))
 		return err
 	}

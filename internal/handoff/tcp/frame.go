@@ -59,11 +59,12 @@ const (
 // CachedTokens). Version 5 added the cluster's fields (Prefill Decode,
 // the name of the decode worker to push to; the Load request and reply).
 // Version 6 added the decode-side prefix cache (Reserve Tokens and
-// CacheScope, Reservation PrefixTokens, Load CachedPages).
+// CacheScope, Reservation PrefixTokens, Load CachedPages). Version 7
+// added each role's KV page type to Hello and HelloAck (kv_type_mismatch).
 // Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 6
-	maxVersion = 6
+	minVersion = 7
+	maxVersion = 7
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the

@@ -26,6 +26,7 @@ func rawHello(t *testing.T, nc net.Conn, fr *framer, m model.Fingerprint) (hello
 	t.Helper()
 	e := enc{b: append([]byte{minVersion, maxVersion, 0}, make([]byte, 32)...)}
 	e.model(m)
+	e.u8(0) // no KV (a router)
 	bufs, _ := fr.encode(helloVersion, tHello, 0, [][]byte{e.b})
 	nb := net.Buffers(bufs)
 	if _, err := nb.WriteTo(nc); err != nil {
@@ -275,6 +276,7 @@ func TestClientRefusesServerOfAnotherModel(t *testing.T) {
 		hello := f.payload
 		e := enc{b: append([]byte{minVersion, 0, 0, 0x10, 0, 0}, make([]byte, 32)...)} // version, no MAC, 1 MiB frames, nonce
 		e.model(modelB)
+		e.u8(0)
 		ack := e.b
 		bufs, _ := fr.encode(helloVersion, tHelloAck, 0, [][]byte{ack, proof(secret, "sluice/server", hello, ack)})
 		nb := net.Buffers(bufs)

@@ -84,7 +84,8 @@ func DialRetry(ctx context.Context, addr string, cfg Config) (*Client, error) {
 		if err == nil {
 			return c, nil
 		}
-		if errors.Is(err, handoff.ErrAuth) || errors.Is(err, handoff.ErrModelMismatch) || errors.Is(err, handoff.ErrVersion) {
+		if errors.Is(err, handoff.ErrAuth) || errors.Is(err, handoff.ErrModelMismatch) || errors.Is(err, handoff.ErrVersion) ||
+			errors.Is(err, handoff.ErrKVTypeMismatch) {
 			return nil, err
 		}
 		select {

@@ -294,7 +294,7 @@ func TestBadFrames(t *testing.T) {
 		{"truncated body, peer stays silent", rawFrame(maxVersion, tReserve, 1, good, nil)[:headerLen+3], false, "truncated"},
 		{"oversized", rawFrame(maxVersion, tWrite, 1, make([]byte, 5000), nil), false, "exceeds the limit"},
 		{"unknown type", rawFrame(maxVersion, 99, 1, good, nil), false, "unknown frame type"},
-		{"unknown version", rawFrame(7, tReserve, 1, good, nil), false, "version"},
+		{"unknown version", rawFrame(maxVersion+1, tReserve, 1, good, nil), false, "version"},
 		{"bad checksum", rawFrame(maxVersion, tReserve, 1, good, func(c uint32) uint32 { return c ^ 1 }), false, "checksum"},
 		{"no call id", rawFrame(maxVersion, tReserve, 0, good, nil), false, "call id"},
 		{"write frame, bad checksum", rawFrame(maxVersion, tWrite, 1, goodWrite, func(c uint32) uint32 { return c ^ 1 }), false, "checksum"},

@@ -168,7 +168,7 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 		}
 		cfgs[r] = ec
 	}
-	tc := tcp.Config{Secret: secret, Model: m.Fingerprint()}
+	tc := tcp.Config{Secret: secret, Model: m.Fingerprint(), HoldsKV: true, KVType: cfgs[preflight.RoleDecode].KVType}
 	s := &ClusterStack{Report: rep, tc: tc, decodeCfg: cfgs[preflight.RoleDecode]}
 	fail := func(err error) (*ClusterStack, error) {
 		s.Close(context.Background())

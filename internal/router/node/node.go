@@ -12,6 +12,7 @@ import (
 
 	"sluice/internal/engine"
 	"sluice/internal/gguf"
+	"sluice/internal/kv"
 	"sluice/internal/model"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
@@ -116,12 +117,15 @@ type Pools struct {
 	KVMemory   int64
 	PoolTokens int
 	PageSize   int
+	// KVType is --kv-type: preflight.KVF16 (also when empty) or KVF32.
+	KVType string
 }
 
 // Preflight checks the given roles (I2). The servers refuse to start when
 // the report is not OK.
 func (m *Model) Preflight(p Pools, roles ...string) preflight.Report {
 	in := preflight.Input{Model: m.Shape, Context: p.Context}
+	in.Model.KVType = p.KVType
 	for _, r := range roles {
 		in.Pools = append(in.Pools, preflight.Pool{Role: r, KVMemory: p.KVMemory, PoolTokens: p.PoolTokens, PageSize: p.PageSize})
 	}
@@ -133,8 +137,12 @@ func (m *Model) Preflight(p Pools, roles ...string) preflight.Report {
 func (m *Model) RoleConfig(rep preflight.Report, role string, threads, maxConcurrency int) (engine.Config, error) {
 	for _, rr := range rep.Roles {
 		if rr.Role == role {
+			typ, err := kv.ParseType(rr.KVType)
+			if err != nil {
+				return engine.Config{}, err
+			}
 			return engine.Config{Model: m.Runtime, Context: rep.EffectiveContext, PoolPages: rr.Pages,
-				PageSize: rr.PageSize, Threads: threads, MaxConcurrency: maxConcurrency}, nil
+				PageSize: rr.PageSize, KVType: typ, Threads: threads, MaxConcurrency: maxConcurrency}, nil
 		}
 	}
 	return engine.Config{}, fmt.Errorf("preflight report has no role %q", role)

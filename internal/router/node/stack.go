@@ -277,7 +277,8 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 		if _, err := rand.Read(secret); err != nil {
 			return err
 		}
-		tc = tcp.Config{Secret: secret, Model: m.Fingerprint(), DialContext: c.Dial}
+		// Every role of this process holds pages of the one --kv-type.
+		tc = tcp.Config{Secret: secret, Model: m.Fingerprint(), DialContext: c.Dial, HoldsKV: true, KVType: dcfg.KVType}
 		daddr, err := s.serveTCP(c, tc, dw, nil)
 		if err != nil {
 			return err
@@ -295,7 +296,7 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 		s.peers = append(s.peers, Peer{Role: "decode", Conn: rd})
 		routerDecode = rd
 		if transport == TransportSHM {
-			w, err := shm.Open(dcfg.SharedFile, kv.Geometry{Layers: m.Runtime.Layers(), KVDim: m.Runtime.KVDim(), PageSize: dcfg.PageSize}, dc)
+			w, err := shm.Open(dcfg.SharedFile, kv.Geometry{Layers: m.Runtime.Layers(), KVDim: m.Runtime.KVDim(), PageSize: dcfg.PageSize, Type: dcfg.KVType}, dc)
 			if err != nil {
 				return err
 			}

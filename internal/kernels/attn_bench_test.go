@@ -1,0 +1,73 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"time"
+
+	"sluice/internal/quant"
+)
+
+func cpuNow() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkAttendDecode: one decode token's attention for one KV head of
+// TinyLlama-1.1B's shape (8 query heads of 64 sharing it, KV rows of 256,
+// 16-slot blocks) over n positions, the way model.attendUnit runs it: F32
+// rows read in place, F16 rows widened a block at a time into scratch.
+// cpu-ns/pos is CPU time per context position (all 8 heads, K and V).
+func BenchmarkAttendDecode(b *testing.B) {
+	const hd, group, kvd, ps = 64, 8, 256, 16
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{128, 1024, 4096} {
+		k32, v32 := randVec(rng, n*kvd, 1), randVec(rng, n*kvd, 1)
+		k16, v16 := make([]uint16, n*kvd), make([]uint16, n*kvd)
+		for i := range k32 {
+			k16[i], v16[i] = quant.FP32ToFP16(k32[i]), quant.FP32ToFP16(v32[i])
+		}
+		q := randVec(rng, group*hd, 1)
+		scores := make([]float32, group*n)
+		out := make([]float32, group*hd)
+		wide := make([]float32, ps*hd)
+		for _, typ := range []string{"f32", "f16"} {
+			b.Run(fmt.Sprintf("n=%d/%s", n, typ), func(b *testing.B) {
+				cpu0 := cpuNow()
+				for it := 0; it < b.N; it++ {
+					for j := 0; j < n; j += ps {
+						cnt := min(ps, n-j)
+						kb, stride := k32[j*kvd:], kvd
+						if typ == "f16" {
+							WidenRows(wide[:cnt*hd], k16[j*kvd:], cnt, kvd)
+							kb, stride = wide, hd
+						}
+						for g := 0; g < group; g++ {
+							DotRows(scores[g*n+j:g*n+j+cnt], q[g*hd:(g+1)*hd], kb, stride)
+						}
+					}
+					for g := 0; g < group; g++ {
+						Scale(scores[g*n:(g+1)*n], 0.125)
+						Softmax(scores[g*n : (g+1)*n])
+						clear(out[g*hd : (g+1)*hd])
+					}
+					for j := 0; j < n; j += ps {
+						cnt := min(ps, n-j)
+						vb, stride := v32[j*kvd:], kvd
+						if typ == "f16" {
+							WidenRows(wide[:cnt*hd], v16[j*kvd:], cnt, kvd)
+							vb, stride = wide, hd
+						}
+						for g := 0; g < group; g++ {
+							AxpyRows(out[g*hd:(g+1)*hd], scores[g*n+j:g*n+j+cnt], vb, stride)
+						}
+					}
+				}
+				b.ReportMetric(float64((cpuNow()-cpu0).Nanoseconds())/float64(b.N*n), "cpu-ns/pos")
+			})
+		}
+	}
+}

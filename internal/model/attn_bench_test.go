@@ -1,0 +1,57 @@
+package model
+
+import (
+	"fmt"
+	"testing"
+
+	"sluice/internal/kernels"
+	"sluice/internal/kv"
+	"sluice/internal/quant"
+)
+
+// BenchmarkAttentionDepth: one decode step of a one-layer model with
+// TinyLlama-1.1B's attention shape (32 query heads of 64, 4 KV heads) and a
+// token-sized rest (FF 64, vocab 64), after a context of depth tokens, with
+// F32 and F16 pages: the step is almost all attention at depth 4096, so
+// the F16/F32 time ratio is attention's, and the step at depth 128 against
+// depth 4096 is what a long context costs. Run with -benchtime 20x; read
+// cpu-µs/step on a shared machine.
+func BenchmarkAttentionDepth(b *testing.B) {
+	sh := testShape{arch: "llama", vocab: 64, embd: 2048, layers: 1, heads: 32, kvHeads: 4, ff: 64, wtype: quant.F32}
+	src := newMemModel(sh, 5)
+	src.meta["llama.context_length"] = 8192
+	m := mustBuild(src)
+	for _, depth := range []int{128, 1024, 4096} {
+		for _, typ := range []kv.Type{kv.F32, kv.F16} {
+			b.Run(fmt.Sprintf("depth=%d/%v", depth, typ), func(b *testing.B) {
+				pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: 1, KVDim: m.cfg.KVDim(), PageSize: 16, Type: typ}, Pages: kv.PagesFor(depth+1, 16)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer pool.Close()
+				o := kv.Owner{Tenant: "bench"}
+				refs, _ := pool.Reserve(o, kv.PagesFor(depth+1, 16))
+				v := pool.View(o, refs)
+				toks := make([]int32, depth)
+				for i := range toks {
+					toks[i] = int32(1 + i%63)
+				}
+				r := m.NewRunner(kernels.NewParallel(1))
+				for pos := 0; pos < depth; pos += 512 {
+					if res := r.Forward([]Seq{{Tokens: toks[pos:min(depth, pos+512)], Pos: pos, KV: v}}); res[0].Err != nil {
+						b.Fatal(res[0].Err)
+					}
+				}
+				b.ResetTimer()
+				cpu0 := cpuTime()
+				for i := 0; i < b.N; i++ {
+					if res := r.Forward([]Seq{{Tokens: toks[:1], Pos: depth, KV: v}}); res[0].Err != nil {
+						b.Fatal(res[0].Err)
+					}
+				}
+				// CPU time: the machine may be shared, wall time is not ours.
+				b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/step")
+			})
+		}
+	}
+}
