@@ -30,7 +30,7 @@ type injected struct {
 // Bounds are five to twenty times the seed that finds it today, at least
 // 50 (runs are deterministic, so the count is exact, not a probability;
 // the room is for the seed stream shifting when the simulator draws more):
-// no-digest, count-only and incident seed 50, no-generation 32,
+// no-digest, count-only and incident seed 29, no-generation 32,
 // release-before-drain 5, early-drain 120, short-lease 5 (72 before
 // wrong_tenant_lookup fired in seed 5),
 // foreign-placement 4, cancel-queued-reserves 3, cache-tenant-blind 4,
