@@ -236,6 +236,12 @@ type Unsafe struct {
 	// on a cached page's read (I11 off). With a salt-less key (the engine's
 	// matching hook) it is the cross-tenant cache the auditor must catch.
 	CacheIgnoresTenant bool
+	// NoCacheTenantCheck drops only the read-time tenant check of a cached
+	// page (checkCachedLocked and the view's second check): the index
+	// stays keyed by tenant and the keys salted, so only a share handed
+	// out wrongly (a lookup or index bug, which the simulator injects)
+	// reaches it. I11's last layer off.
+	NoCacheTenantCheck bool
 }
 
 // Verify says when sealed pages are re-hashed against their seal digest

@@ -449,7 +449,7 @@ func (p *Pool) dropShareLocked(o Owner, ref PageRef) {
 // share; nothing may write it.
 func (p *Pool) checkCachedLocked(o Owner, ref PageRef, op op) *Violation {
 	m := &p.pages[ref.Page]
-	if m.owner.Tenant != o.Tenant && !p.cache.meta[ref.Page].public && !p.cfg.Unsafe.CacheIgnoresTenant {
+	if m.owner.Tenant != o.Tenant && !p.cache.meta[ref.Page].public && !p.cfg.Unsafe.CacheIgnoresTenant && !p.cfg.Unsafe.NoCacheTenantCheck {
 		return p.violateLocked(KindForeignOwner, ref.Page, true, "page %d is cached for another tenant", ref.Page)
 	}
 	if _, ok := p.cache.shares[shareKey{ref.Page, ref.Gen, o.ID}]; !ok {

@@ -220,7 +220,7 @@ func (v *View) slow(blk int, o op, slot int) error {
 	if v.tid == 0 {
 		v.tid = p.internLocked(v.owner.Tenant)
 	}
-	if !v.sameTenant(m.tenant.Load()) && !(p.cfg.Unsafe.CacheIgnoresTenant && p.cache.meta[ref.Page].cached) {
+	if !v.sameTenant(m.tenant.Load()) && !((p.cfg.Unsafe.CacheIgnoresTenant || p.cfg.Unsafe.NoCacheTenantCheck) && p.cache.meta[ref.Page].cached) {
 		// Unreachable while checkLocked holds: the page's owner (or its
 		// cache entry) is of v's tenant. A second, independent check (I11).
 		return p.violateLocked(KindForeignOwner, ref.Page, true, "page %d belongs to another tenant", ref.Page)

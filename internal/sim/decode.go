@@ -263,6 +263,7 @@ type watchPool struct {
 // hit must be a page computed for the reader's own tenant (I11, against
 // the simulator's record of grants).
 func (p *watchPool) Lookup(o kv.Owner, keys []kv.BlockKey) ([]kv.PageRef, error) {
+	p.d.w.checkKeys(fmt.Sprintf("decode#%d %s", p.d.gen, short(o.ID)), o.Tenant, keys)
 	hits, err := p.d.pool.Lookup(o, keys)
 	if err != nil {
 		return hits, err

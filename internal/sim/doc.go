@@ -60,7 +60,13 @@
 // shm.Writer when the run is one-sided); clients retrying failures at
 // once. A restarted decode worker maps its shared pool file at the same
 // path as the crashed one, with one-sided writes of the old incarnation
-// still in flight (restart-same-file).
+// still in flight (restart-same-file). A prefill cache lookup made under
+// another tenant (wrong_tenant_lookup: an index or lookup bug, as if the
+// tenant came from the wrong request) hands a sequence shares of another
+// tenant's cached pages, so the pool's read-time tenant check is the only
+// layer between them and the read: the pool refuses them (the request
+// fails, the page is quarantined). This fault draws from its own random
+// stream, so it left every other choice of a seed as it was.
 //
 // The page-lifetime paths of queueing and preemption: tight decode pools
 // (pressure runs: honest peers, one request's worth of pages, arrivals at
@@ -87,9 +93,13 @@
 // client left while it was queued never gets a decode page; a page granted
 // again never carries its previous holder's generation (so a preempted
 // sequence's old page references cannot reach its successor's KV); every
-// prefix-cache hit, prefill's or decode's, is a page computed for the
-// reader's own tenant (I11, checked against the simulator's own record of
-// who computed or received each page); after the drain every pool is entirely free, no handoff is live,
+// prefix-cache hit, prefill's or decode's, and every cached page a prefill
+// reads, is a page computed for the reader's own tenant (I11, checked
+// against the simulator's own record of who computed or received each
+// page); no chain key either role's cache is looked up or filled with
+// equals a key computed for another tenant (I11 at the key layer: a
+// collision means a missing salt, even where the tenant-keyed index still
+// keeps the entries apart); after the drain every pool is entirely free, no handoff is live,
 // the decode batch holds no sequence and the admission core none. A
 // preempted request's output must equal its reference: the same oracle as
 // every other request. The default run also
@@ -137,7 +147,12 @@
 // in the admission core, a resume without the sampler offset, the cache
 // salt without the tenant). TestInjectedBugs asserts that each safeguard no
 // other layer backs up is found within a bounded number of seeds, and that
-// each backed-up layer alone finds nothing (the prefix cache's salt and its
-// tenant-keyed index back each other up: only both off, the shared cache
-// of engine.Unsafe.TenantBlindCache, crosses tenants).
+// each backed-up layer alone finds nothing. The prefix cache's tenant
+// layers are each found alone (first seed today; bound):
+//
+//	cache-no-salt          no tenant in the salt, both roles          the key invariant            4; 50
+//	cache-no-tenant-check  no read-time tenant check of a cached      wrong_tenant_lookup, then    5; 50
+//	                       page (kv.Unsafe.NoCacheTenantCheck)        the tenant of every read
+//	cache-tenant-blind     salt, index and read check at once         a cross-tenant hit, read     4; 50
+//	                       (engine.Unsafe.TenantBlindCache)
 package sim

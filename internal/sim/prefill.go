@@ -73,6 +73,12 @@ type pjob struct {
 	// many leading pages came from the cache (not computed here).
 	keys []kv.BlockKey
 	hits int
+	// sharesAs is the owner the hits' shares were taken as: the job's own,
+	// or another tenant's under wrong_tenant_lookup (which then crossed,
+	// the tenant whose pages it was handed). read: the hits were read.
+	sharesAs kv.Owner
+	crossed  string
+	read     bool
 }
 
 func (w *world) newPrefill(gen int) (*prefill, error) {
@@ -156,18 +162,21 @@ func (p *prefill) startAt(r *handoff.PrefillRequest, reply func(*handoff.Prefill
 	// computed again (the last prompt token always is); the pool evicts
 	// idle entries when a reservation needs their pages.
 	var hits []kv.PageRef
+	j.sharesAs = j.owner
 	if w.cacheOn {
-		tenant := r.Tenant
-		if w.cfg.Bugs.CacheNoSalt {
-			tenant = "" // the bug: one salt for every tenant
-		}
 		ps := w.geo.PageSize
-		j.keys = kv.PrefixKeys(w.cacheFP, kv.TenantSalt(w.cacheSecret, tenant), ps, r.Tokens)
+		j.keys = w.prefillKeys(r.Tenant, r.Tokens)
+		w.checkKeys(fmt.Sprintf("prefill#%d %s", p.gen, short(r.Handoff)), r.Tenant, j.keys)
 		if n := min(len(j.keys), (len(r.Tokens)-1)/ps); n > 0 {
-			hits, _ = p.pool.Lookup(j.owner, j.keys[:n])
+			if w.cchance(w.pl.p[FaultWrongTenant]) {
+				hits = p.wrongTenantLookup(j, n)
+			}
+			if j.crossed == "" {
+				hits, _ = p.pool.Lookup(j.owner, j.keys[:n])
+			}
 		}
 		for _, h := range hits {
-			if by := p.cachedBy[h.Page]; by != r.Tenant {
+			if by := p.cachedBy[h.Page]; by != r.Tenant && j.crossed == "" {
 				w.violate("%s of %s read cached page %d computed for %s (I11: the prefix cache crossed tenants)", short(r.Handoff), r.Tenant, h.Page, by)
 			}
 		}
@@ -186,7 +195,16 @@ func (p *prefill) startAt(r *handoff.PrefillRequest, reply func(*handoff.Prefill
 	}
 	if err != nil {
 		if len(hits) > 0 {
-			_ = p.pool.Release(j.owner, hits)
+			_ = p.pool.Release(j.sharesAs, hits)
+		}
+		var v *kv.Violation
+		if j.crossed != "" && errors.As(err, &v) {
+			// The pool refused another tenant's cached page (I11's
+			// read-time check): the request fails, the page is
+			// quarantined, nothing was read.
+			w.logf("prefill#%d %s: the pool refused %s's cached pages: %v", p.gen, short(j.id), j.crossed, err)
+			j.fail(err)
+			return
 		}
 		if errors.Is(err, kv.ErrNoCapacity) && w.now-since < w.queueTimeout {
 			if since == w.now {
@@ -241,6 +259,16 @@ func (j *pjob) chunk() {
 			j.fail(res[0].Err)
 			return
 		}
+		if !j.read {
+			// Every cached page this job read was computed for its own
+			// tenant (I11), whatever handed it the page.
+			j.read = true
+			for _, h := range j.table[:j.hits] {
+				if by := p.cachedBy[h.Page]; by != j.req.Tenant {
+					w.violate("%s of %s read cached page %d computed for %s (I11: the prefix cache crossed tenants on a shared read)", short(j.id), j.req.Tenant, h.Page, by)
+				}
+			}
+		}
 		j.fed += n
 		if j.fed < len(j.req.Tokens) {
 			j.chunk()
@@ -275,6 +303,41 @@ func (j *pjob) chunk() {
 		}
 		j.drive()
 	})
+}
+
+// prefillKeys are the chain keys of tokens' full pages for tenant, as the
+// engine's prefill worker keys them (Bugs.CacheNoSalt: one salt for all).
+func (w *world) prefillKeys(tenant string, tokens []int32) []kv.BlockKey {
+	if w.cfg.Bugs.CacheNoSalt {
+		tenant = "" // the bug: one salt for every tenant
+	}
+	return kv.PrefixKeys(w.cacheFP, kv.TenantSalt(w.cacheSecret, tenant), w.geo.PageSize, tokens)
+}
+
+// wrongTenantLookup is the wrong_tenant_lookup fault: a lookup/index bug
+// that looks the prompt up under another tenant (as if the tenant came
+// from the wrong request) and hands the shares to j, so the pool's check of
+// the page's tenant against the reader's, when j holds and reads them, is
+// the only layer left. It returns the first other tenant's hits (none: no
+// other tenant caches this prefix, the fault did not fire).
+func (p *prefill) wrongTenantLookup(j *pjob, n int) []kv.PageRef {
+	w := p.w
+	for i := range numTenants {
+		t := tenantName(i)
+		if t == j.req.Tenant {
+			continue
+		}
+		as := kv.Owner{Tenant: t, ID: j.owner.ID}
+		hits, err := p.pool.Lookup(as, w.prefillKeys(t, j.req.Tokens)[:n])
+		if err != nil || len(hits) == 0 {
+			continue
+		}
+		w.count(FaultWrongTenant)
+		w.logf("prefill#%d %s of %s: cache lookup made as %s (wrong_tenant_lookup): %s", p.gen, short(j.id), j.req.Tenant, t, pagesText(hits))
+		j.sharesAs, j.crossed = as, t
+		return hits
+	}
+	return nil
 }
 
 // insert seals the prompt's full pages computed here and hands them to

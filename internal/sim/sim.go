@@ -328,8 +328,11 @@ type world struct {
 	// that keys the tenant salts and the model's name in the keys.
 	cacheOn, dcacheOn    bool
 	cacheSecret, cacheFP []byte
-	prefillTimeout       time.Duration
-	doneAt               time.Duration
+	// keyTenant is, for every chain key either role's cache was consulted
+	// or filled with, the tenant it was computed for (checkKeys).
+	keyTenant      map[kv.BlockKey]string
+	prefillTimeout time.Duration
+	doneAt         time.Duration
 }
 
 func (w *world) count(f Fault) { w.res.Faults[f]++ }
@@ -338,6 +341,30 @@ func (w *world) violate(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	w.res.Violations = append(w.res.Violations, msg)
 	w.logf("VIOLATION: %s", msg)
+}
+
+// numTenants is how many tenants a run's requests come from.
+const numTenants = 3
+
+func tenantName(i int) string { return fmt.Sprintf("tenant%d", i) }
+
+// checkKeys is I11 at the key layer: a chain key computed for one tenant
+// must never equal one computed for another (their salts differ, so a
+// collision is a missing or shared salt), even where the index, keyed by
+// tenant too, would still keep the entries apart. Every key either role's
+// cache is looked up or filled with comes through here.
+func (w *world) checkKeys(who, tenant string, keys []kv.BlockKey) {
+	for i, k := range keys {
+		t, ok := w.keyTenant[k]
+		if !ok {
+			w.keyTenant[k] = tenant
+			continue
+		}
+		if t != tenant {
+			w.violate("%s: the cache key of prompt page %d for %s is the key %x computed for %s (I11: cache keys crossed tenants, the salt is missing)", who, i, tenant, k[:4], t)
+			return
+		}
+	}
 }
 
 func short(id kv.ID) string { return fmt.Sprintf("%x", id[:3]) }
@@ -425,6 +452,7 @@ func Run(env *Env, cfg Config) *Result {
 	w := &world{sched: newSched(cfg.Seed), env: env, cfg: cfg, seed: cfg.Seed,
 		res: &Result{Seed: cfg.Seed, Ends: map[string]int{}, Phases: map[string]int{}, QueueRejects: map[string]int{}, ColoPreempted: map[string]int{}}}
 	w.pl = newPlan(w.sched)
+	w.keyTenant = map[kv.BlockKey]string{}
 	mc := env.model.Config()
 	ps := []int{2, 4, 8}[w.pick(3)]
 	w.geo = kv.Geometry{Layers: mc.Layers, KVDim: mc.KVDim(), PageSize: ps}
@@ -537,7 +565,7 @@ func Run(env *Env, cfg Config) *Result {
 		w.count(FaultBurst)
 	}
 	for range n {
-		q := w.router.newReq(w.pick(len(env.prompts)), 1+w.pick(maxGen), fmt.Sprintf("tenant%d", w.pick(3)), w.pick(len(samplings)))
+		q := w.router.newReq(w.pick(len(env.prompts)), 1+w.pick(maxGen), tenantName(w.pick(numTenants)), w.pick(len(samplings)))
 		if w.colo != nil && w.chance(coloShare) {
 			q.colo = true
 			q.m = request.New(request.Colocated)
@@ -604,6 +632,9 @@ func (w *world) tick() {
 	w.router.coreStep(admission.Event{Kind: admission.EvTick})
 	if w.pre.up {
 		w.pre.expireWaiting()
+		// The prefill pool's quarantine leases (a cached page refused
+		// on a read, wrong_tenant_lookup) run out on this clock too.
+		w.pre.pool.Expire(w.clock())
 	}
 	if w.colo != nil {
 		w.colo.coreStep(admission.Event{Kind: admission.EvTick})

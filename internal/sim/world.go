@@ -46,16 +46,19 @@ func (h *eventHeap) Pop() any {
 // seeded random source and a trace. It is the only source of time and
 // randomness in a run.
 type sched struct {
-	now    time.Duration
-	q      eventHeap
-	seq    uint64
-	rng    *rand.Rand
+	now time.Duration
+	q   eventHeap
+	seq uint64
+	rng *rand.Rand
+	// crng is the prefix-cache faults' own stream (faults.go).
+	crng   *rand.Rand
 	trace  []string
 	events int
 }
 
 func newSched(seed uint64) *sched {
-	return &sched{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	return &sched{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		crng: rand.New(rand.NewPCG(seed^0xc2b2ae3d27d4eb4f, seed))}
 }
 
 // clock is the virtual wall time handed to the real components.
@@ -89,6 +92,9 @@ func (s *sched) logf(format string, args ...any) {
 
 // chance is true with probability p.
 func (s *sched) chance(p float64) bool { return p > 0 && s.rng.Float64() < p }
+
+// cchance is chance on the prefix-cache faults' stream.
+func (s *sched) cchance(p float64) bool { return p > 0 && s.crng.Float64() < p }
 
 // between is a uniform duration in [lo, hi].
 func (s *sched) between(lo, hi time.Duration) time.Duration {
