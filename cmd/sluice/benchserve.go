@@ -230,8 +230,11 @@ func streamOne(ctx context.Context, client *http.Client, base string, l serveLoa
 }
 
 // runLoad sends n requests with c in flight and returns their samples and
-// the wall time from the first send to the last answer.
-func runLoad(ctx context.Context, client *http.Client, base string, l serveLoad, c, n int) ([]streamSample, time.Duration) {
+// the wall time from the first send to the last answer. Requests are
+// first, first+1, ...: a run gives each server prompts it has never seen,
+// so neither prompt cache serves a run from an earlier one (both servers
+// of one interleaved pair get the same first).
+func runLoad(ctx context.Context, client *http.Client, base string, l serveLoad, c, n, first int) ([]streamSample, time.Duration) {
 	out := make([]streamSample, n)
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -241,7 +244,7 @@ func runLoad(ctx context.Context, client *http.Client, base string, l serveLoad,
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				out[i] = streamOne(ctx, client, base, l, i)
+				out[i] = streamOne(ctx, client, base, l, first+i)
 			}
 		}()
 	}
@@ -418,6 +421,7 @@ func runBenchServe(args []string, stdout, stderr io.Writer) int {
 	requests := fs.Int("requests", 32, "`requests` per run (per concurrency level, server and repeat)")
 	repeats := fs.Int("repeats", 2, "interleaved `runs` per server and level (sluice, llama-server, sluice, ...)")
 	colocated := fs.Bool("colocated", false, "run sluice serve --colocated (one scheduler, no handoff)")
+	extra := fs.String("sluice-flags", "", "more `flags` for sluice serve, space-separated (e.g. \"--max-num-batched-tokens 512\"); they come after the benchmark's own, so they override them")
 	noCache := fs.Bool("no-cache-prompt", false, "pass --no-cache-prompt to llama-server (its prompt cache off)")
 	ompPassive := fs.Bool("omp-passive", false, "run llama-server with OMP_WAIT_POLICY=passive: its OpenMP threads sleep instead of spinning at barriers. On a machine shared with other load, spinning threads that lose their core stall every step (measured: 26 vs 285 tok/s with one request in flight at load 6-15 on 2 cores); on an idle machine spinning is llama.cpp's fastest")
 	timeout := fs.Duration("timeout", 20*time.Minute, "bound on the whole benchmark; runs not done by then are cut and reported as errors")
@@ -511,6 +515,7 @@ Flags:
 	if *colocated {
 		rep.SluiceArgs = append(rep.SluiceArgs, "--colocated")
 	}
+	rep.SluiceArgs = append(rep.SluiceArgs, strings.Fields(*extra)...)
 	sl, err := startSluice(ctx, *sluiceBin, rep.SluiceArgs)
 	if err != nil {
 		return fail(1, "%v", err)
@@ -552,18 +557,21 @@ Flags:
 	// client, not of the server (measured: 6 of 192 requests).
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	load := serveLoad{model: rep.Model, prompt: *prompt, gen: *gen, vocab: vocab}
+	first := 0 // the next run's first request: no prompt is sent twice to a server
 	for _, c := range levels {
 		var sSamples, lSamples []streamSample
 		var sWall, lWall time.Duration
 		for r := 1; r <= *repeats; r++ {
 			fmt.Fprintf(stderr, "concurrency %d run %d/%d: sluice\n", c, r, *repeats)
-			smp, w := runLoad(ctx, client, sl.base, load, c, *requests)
+			smp, w := runLoad(ctx, client, sl.base, load, c, *requests, first)
 			sSamples, sWall = append(sSamples, smp...), sWall+w
+			prev := first
+			first += *requests
 			if ll == nil {
 				continue
 			}
 			fmt.Fprintf(stderr, "concurrency %d run %d/%d: llama-server\n", c, r, *repeats)
-			smp, w = runLoad(ctx, client, ll.base, load, c, *requests)
+			smp, w = runLoad(ctx, client, ll.base, load, c, *requests, prev)
 			lSamples, lWall = append(lSamples, smp...), lWall+w
 		}
 		row := serveRow{Concurrency: c, Sluice: summarize(sSamples, sWall)}

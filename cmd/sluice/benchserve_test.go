@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -101,5 +102,23 @@ func TestBenchServeEndToEnd(t *testing.T) {
 	// The benchmark drives sluice over loopback only.
 	if rep.SluiceArgs[4] != "127.0.0.1:0" {
 		t.Errorf("sluice listens on %q", rep.SluiceArgs[4])
+	}
+}
+
+// Every request of a benchmark gets a prompt whose first page (16 tokens,
+// the prefix cache's unit; llama-server's cache matches on any common
+// prefix, so the first token is checked too) no other request has: runs
+// number their requests on from the previous run (runLoad's first), and a
+// server's prompt cache must never serve a run from an earlier one (a
+// repeated mix made llama-server's TTFT at 16 in flight look 3x better).
+func TestBenchServePromptsNeverRepeat(t *testing.T) {
+	l := serveLoad{prompt: 100, vocab: 32000}
+	firstTok := map[int]int{}
+	for i := range 4096 {
+		p := l.promptTokens(i)
+		if j, dup := firstTok[p[0]]; dup && slices.Equal(l.promptTokens(j)[:16], p[:16]) {
+			t.Fatalf("requests %d and %d share their first page", j, i)
+		}
+		firstTok[p[0]] = i
 	}
 }
