@@ -128,6 +128,8 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 		m.Close()
 		return fail(1, "%v", err)
 	}
+	ec.ChunkTokens, ec.StepTokens = o.chunk, o.stepTokens
+	raiseProcs(log, o.threads)
 	return log, m, ec, tcp.Config{Secret: secret, FrameMAC: o.frameMAC, Model: m.Fingerprint()}, -1
 }
 

@@ -146,6 +146,7 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 		if err != nil {
 			return nil, err
 		}
+		ec.ChunkTokens, ec.StepTokens = c.ChunkTokens, c.StepTokens
 		if c.Engine != nil {
 			c.Engine(r, &ec)
 		}

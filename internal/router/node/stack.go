@@ -36,6 +36,9 @@ type LocalConfig struct {
 	Transport      string
 	Threads        int
 	MaxConcurrency int
+	// ChunkTokens and StepTokens are each role's prefill chunk and step
+	// token budget (engine.Config; 0: the engine's defaults).
+	ChunkTokens, StepTokens int
 	// MaxQueue and QueueTimeout bound the engine's waiting queue (0: defaults).
 	MaxQueue     int
 	QueueTimeout time.Duration
@@ -210,6 +213,7 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 			return nil, err
 		}
 		ec.MaxQueue, ec.QueueTimeout = c.MaxQueue, c.QueueTimeout
+		ec.ChunkTokens, ec.StepTokens = c.ChunkTokens, c.StepTokens
 		ec.PrefixCache = c.PrefixCache
 		if c.Engine != nil {
 			c.Engine(r, &ec)
