@@ -42,8 +42,8 @@ type roleOpts struct {
 	// chunk and stepTokens: the scheduler's prefill chunk and step token
 	// budget (--prefill-chunk, --max-num-batched-tokens).
 	chunk, stepTokens int
-	logFormat  string
-	logLevel   string
+	logFormat         string
+	logLevel          string
 	// servedName, when set, is the model id clients see and send.
 	servedName string
 	// worker: the flags are a prefill or decode worker's (no HTTP API of
