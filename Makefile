@@ -29,12 +29,23 @@ bench-model:
 
 # sluice serve vs llama-server (when ../shared/tools/llama.cpp is there) on
 # loopback, interleaved; BENCH_SERVE_FLAGS="--requests 64 --repeats 3" etc.
+# bench-serve-interference: short requests' ITL while ~2k-token prompts keep
+# arriving, colocated vs disaggregated; bench-serve-kv: a pool of a quarter
+# of the in-flight demand, every output checked against its solo run.
 LLAMA_SELECT ?= ../shared/tools/llama.cpp/select
+LLAMA_SERVER_FLAG = $$(test -x $(LLAMA_SELECT) && echo --llama-server $$($(LLAMA_SELECT) llama-server))
 BENCH_SERVE_FLAGS ?=
-.PHONY: bench-serve
+.PHONY: bench-serve bench-serve-interference bench-serve-kv
 bench-serve:
 	$(GO) build -o bin/sluice ./cmd/sluice
-	./bin/sluice bench serve $$(test -x $(LLAMA_SELECT) && echo --llama-server $$($(LLAMA_SELECT) llama-server)) $(BENCH_SERVE_FLAGS)
+	./bin/sluice bench serve $(LLAMA_SERVER_FLAG) $(BENCH_SERVE_FLAGS)
+bench-serve-interference:
+	$(GO) build -o bin/sluice ./cmd/sluice
+	./bin/sluice bench serve --workload interference --concurrency 8 --requests 64 $(LLAMA_SERVER_FLAG) $(BENCH_SERVE_FLAGS)
+bench-serve-kv:
+	$(GO) build -o bin/sluice ./cmd/sluice
+	./bin/sluice bench serve --workload kv-pressure --concurrency 16,64 --requests 64 $(BENCH_SERVE_FLAGS)
+	./bin/sluice bench serve --workload kv-pressure --concurrency 16,64 --requests 64 --colocated $(BENCH_SERVE_FLAGS)
 
 sim:
 	SLUICE_SIM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 0 -run 'TestSim' -v ./internal/sim/
