@@ -61,6 +61,10 @@ type Config struct {
 	// MaxConcurrency bounds requests holding KV pages at once; more wait
 	// in the queue (default 64).
 	MaxConcurrency int
+	// NoWatermark admits while any page is free (no free-page watermark,
+	// see watermarkOK): preemption tests use it to force preemptions
+	// through pools that would otherwise admit fewer at once.
+	NoWatermark bool
 	// PrefixCache reuses the full prompt pages of earlier requests of the
 	// same tenant (kv prefix cache, I11): a hit skips computing them.
 	PrefixCache bool

@@ -85,6 +85,7 @@ func newDecodeWorker(cfg Config, wrap func(pagePool) pagePool) (*DecodeWorker, e
 		// Pages on demand: a page of room beyond the prompt; the batch
 		// grows the table as tokens come and preempts when it cannot.
 		Headroom:   cfg.PageSize,
+		Admit:      w.admit,
 		OneSided:   cfg.SharedFile != "",
 		Lease:      cfg.Lease,
 		Model:      FingerprintOf(cfg.Model), // I13: Reserves of another model are refused
@@ -191,6 +192,17 @@ func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handof
 	}
 	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: time.Now()}
 	return res, nil
+}
+
+// admit is the receiver's Admit: the free-page watermark (watermarkOK)
+// for the sequences holding pages here. The receiver calls it from
+// Reserve, under w.mu: every live handoff is in w.handoffs.
+func (w *DecodeWorker) admit(pages int) bool {
+	p := rawPool(w.pool)
+	if p == nil || w.cfg.NoWatermark {
+		return true
+	}
+	return watermarkOK(p.AvailablePages(), pages, p.Pages(), len(w.handoffs))
 }
 
 // Write implements handoff.Decode.

@@ -108,18 +108,23 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 			var dw *DecodeWorker
 			var pw *PrefillWorker
 			pcfg := storiesConfig(rt, 24)
+			// Without the free-page watermark decode admits until its pool
+			// is full, so growth must preempt (with it: 0-2 preemptions
+			// per run, too few to show the resume path every time).
+			dcfg := storiesConfig(rt, 16)
+			dcfg.NoWatermark = true
 			if transport == "tcp+cache" {
 				transport, pcfg.PrefixCache = "tcp", true
 			}
 			if transport == "inproc" {
-				loc, err := NewLocal(pcfg, storiesConfig(rt, 16))
+				loc, err := NewLocal(pcfg, dcfg)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer loc.Close(context.Background())
 				eng, dw, pw = loc, loc.Decode, loc.Prefill
 			} else {
-				r := newRemoteRig(t, transport, pcfg, storiesConfig(rt, 16))
+				r := newRemoteRig(t, transport, pcfg, dcfg)
 				defer r.close()
 				eng, dw, pw = r.eng, r.dw, r.pw
 			}

@@ -50,6 +50,11 @@ type ReceiverConfig struct {
 	// then grows the table page by page (pages on demand). 0 reserves room
 	// for all MaxTokens up front.
 	Headroom int
+	// Admit, when set, is asked before a reservation of pages that the
+	// pool could hold: false answers ErrNoRoom, counted as such, as when
+	// the pool itself has no room (the decode worker keeps a free-page
+	// watermark for its running sequences' growth with it).
+	Admit func(pages int) bool
 	// Tombstone is how long an ended handoff is remembered so its late
 	// messages are recognised and counted (default 1 minute).
 	Tombstone time.Duration
@@ -206,6 +211,10 @@ func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 	}
 	nAll := kv.PagesFor(m.PromptTokens+room, ps)
 	o := kv.Owner{Tenant: m.Tenant, ID: m.Handoff}
+	if r.cfg.Admit != nil && nAll <= r.pool.Pages() && !r.cfg.Admit(nAll) {
+		r.stats.Failed[ErrNoRoom.Code]++
+		return nil, ErrNoRoom.With("%d pages for %d+%d tokens: not now (the pool keeps free pages for the sequences it holds)", nAll, m.PromptTokens, m.MaxTokens)
+	}
 	refs, err := r.pool.Reserve(o, nAll)
 	if errors.Is(err, kv.ErrNoCapacity) && nAll > r.pool.Pages() {
 		// Can never fit: refused for good, not queued.
