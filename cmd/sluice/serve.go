@@ -330,6 +330,8 @@ Example:
 	}
 	compute := o.threads
 	if !o.colocated {
+		// The roles compute at once; one borrows the other's threads
+		// (ShareThreads) only while the other is idle.
 		compute = o.threads * (max(o.prefillWorkers, 1) + max(o.decodeWorkers, 1))
 	}
 	raiseProcs(log, compute)
@@ -338,7 +340,7 @@ Example:
 	}
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
 		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log,
-		ChunkTokens: o.chunk, StepTokens: o.stepTokens,
+		ChunkTokens: o.chunk, StepTokens: o.stepTokens, ShareThreads: true,
 		PrefixCache: o.prefix == "on", PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers})
 	if pe, ok := node.IsPreflight(err); ok {
 		logPreflight(log, pe.Report)

@@ -97,6 +97,9 @@ type scheduler struct {
 	cfg  Config
 	pool pagePool
 	fwd  Forwarder
+	// burst runs the steps taken while cfg.Idle reports the neighbour
+	// role idle (cfg.BurstThreads); nil without.
+	burst Forwarder
 
 	mu      sync.Mutex
 	joining []*seq
@@ -144,6 +147,9 @@ func newScheduler(cfg Config, pool pagePool) *scheduler {
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	if cfg.BurstThreads > cfg.Threads && cfg.Idle != nil {
+		s.burst = cfg.Model.NewForwarder(cfg.BurstThreads)
+	}
 	go s.loop()
 	return s
 }
@@ -162,6 +168,13 @@ func (s *scheduler) add(q *seq) {
 	s.joining = append(s.joining, q)
 	s.mu.Unlock()
 	s.poke()
+}
+
+// pending is the sequences handed to the loop and not yet in its batch.
+func (s *scheduler) pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.joining)
 }
 
 func (s *scheduler) poke() {
@@ -185,8 +198,10 @@ func (s *scheduler) stop() {
 
 func (s *scheduler) loop() {
 	defer close(s.stopped)
-	if c, ok := s.fwd.(interface{ Close() }); ok {
-		defer c.Close()
+	for _, f := range []Forwarder{s.fwd, s.burst} {
+		if c, ok := f.(interface{ Close() }); ok {
+			defer c.Close()
+		}
 	}
 	for {
 		s.mu.Lock()
@@ -291,7 +306,11 @@ func (s *scheduler) step() {
 		if n := int64(len(steps)); n > s.maxSeqs.Load() {
 			s.maxSeqs.Store(n)
 		}
-		res := s.fwd.Forward(steps)
+		fwd := s.fwd
+		if s.burst != nil && s.cfg.Idle() {
+			fwd = s.burst
+		}
+		res := fwd.Forward(steps)
 		for i, q := range members {
 			s.advance(q, sizes[i], res[i])
 		}

@@ -13,17 +13,20 @@ type recording struct {
 	Runtime
 	mu    sync.Mutex
 	steps [][]int
+	// threads is each step's forwarder's thread count.
+	threads []int
 	// gate, when set, holds the second forward step until it is closed.
 	gate chan struct{}
 }
 
 func (r *recording) NewForwarder(threads int) Forwarder {
-	return &recordingFwd{r: r, f: r.Runtime.NewForwarder(threads)}
+	return &recordingFwd{r: r, f: r.Runtime.NewForwarder(threads), threads: threads}
 }
 
 type recordingFwd struct {
-	r *recording
-	f Forwarder
+	r       *recording
+	f       Forwarder
+	threads int
 }
 
 func (f *recordingFwd) Forward(steps []Step) []StepResult {
@@ -33,6 +36,7 @@ func (f *recordingFwd) Forward(steps []Step) []StepResult {
 	}
 	f.r.mu.Lock()
 	f.r.steps = append(f.r.steps, sizes)
+	f.r.threads = append(f.r.threads, f.threads)
 	hold := len(f.r.steps) == 2 && f.r.gate != nil
 	f.r.mu.Unlock()
 	if hold {
@@ -133,5 +137,47 @@ func TestStepBudgetBounds(t *testing.T) {
 			continue
 		}
 		e.Close(context.Background())
+	}
+}
+
+// BurstThreads: while Idle reports the neighbour role idle, steps run on
+// the forwarder of BurstThreads threads, otherwise on Threads; the tokens
+// are the reference's either way. Without Idle no second forwarder runs.
+func TestBurstThreadsWhileNeighbourIdle(t *testing.T) {
+	for _, c := range []struct {
+		idle  func() bool
+		burst int
+		want  int // threads of every step
+	}{
+		{func() bool { return true }, 3, 3},
+		{func() bool { return false }, 3, 1},
+		{nil, 3, 1},
+		{func() bool { return true }, 1, 1}, // not above Threads: no burst
+	} {
+		rec := &recording{Runtime: newToy()}
+		cfg := toyConfig(rec, 64)
+		cfg.Threads, cfg.BurstThreads, cfg.Idle = 1, c.burst, c.idle
+		e, err := NewColocated(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &Request{Tenant: "a", Prompt: prompt(3, 30), MaxTokens: 6, IgnoreEOS: true}
+		s, err := e.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := collect(t, s)
+		e.Close(context.Background())
+		if want := toyReference(rec.Runtime.(*toy), r.Prompt, 6, false); !slices.Equal(got.tokens, want) {
+			t.Fatalf("burst %d: %v, want %v", c.burst, got.tokens, want)
+		}
+		if len(rec.threads) == 0 {
+			t.Fatal("no step ran")
+		}
+		for i, n := range rec.threads {
+			if n != c.want {
+				t.Fatalf("burst %d, idle set %v: step %d ran on %d threads, want %d (%v)", c.burst, c.idle != nil, i, n, c.want, rec.threads)
+			}
+		}
 	}
 }

@@ -32,6 +32,14 @@ type Config struct {
 	SharedFile string
 	// Threads per forward step (default 1).
 	Threads int
+	// BurstThreads, when above Threads and with Idle set, are the threads
+	// of a step taken while Idle reports true: in one process the two
+	// roles share the cores, and a role whose neighbour has nothing to
+	// compute borrows its threads (prefill of a lone request, decode while
+	// no prompt runs). The kernels give bitwise the same results on any
+	// thread count (batch invariance), so this changes speed only.
+	BurstThreads int
+	Idle         func() bool
 	// ChunkTokens bounds prompt tokens per sequence per step (chunked
 	// prefill; default DefaultChunkTokens, at most MaxChunkTokens): a long
 	// prompt runs as several chunks, each step also advancing every

@@ -96,6 +96,10 @@ func newDecodeWorker(cfg Config, wrap func(pagePool) pagePool) (*DecodeWorker, e
 	return w, nil
 }
 
+// Idle reports that the worker has no sequence to compute (a neighbour
+// role in the same process may borrow its threads, Config.BurstThreads).
+func (w *DecodeWorker) Idle() bool { return w.sched.running.Load() == 0 && w.sched.pending() == 0 }
+
 // Pool is the worker's KV pool (metrics, drain checks).
 func (w *DecodeWorker) Pool() *kv.Pool { return rawPool(w.pool) }
 
