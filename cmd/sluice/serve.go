@@ -76,7 +76,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		if o.worker {
 			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), false), "threads per forward step; by default the machine's cores")
 		} else {
-			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), true), "threads per forward step of each role; by default half the machine's cores each, as prefill and decode compute at once, and all of them with --colocated")
+			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), true), "threads per forward step of each role; by default half the machine's cores each, as prefill and decode compute at once (prefill borrows decode's threads while decode has nothing to compute), and all of them with --colocated")
 		}
 		fs.IntVar(&o.stepTokens, "max-num-batched-tokens", engine.DefaultStepTokens, fmt.Sprintf("token budget of one forward step of each role, every sequence together (vLLM's name): decoding sequences come first, one token each (always run, counted against the budget), prompt chunks (oldest first) share the rest. Larger: long prompts finish sooner; smaller: decode's inter-token latency stays lower while prompts arrive. %d to %d, and at least --prefill-chunk", 1, engine.MaxStepTokens))
 		fs.IntVar(&o.chunk, "prefill-chunk", engine.DefaultChunkTokens, fmt.Sprintf("prompt tokens one sequence may run per step (chunked prefill): a longer prompt runs as several chunks interleaved with decode steps. 1 to %d", engine.MaxChunkTokens))
