@@ -27,6 +27,13 @@ bench-go:
 bench-model:
 	$(GO) run ./cmd/sluice bench --synth
 
+.PHONY: bench-cluster
+# The router's CPU per request and its balance over 1, 2, 3 decode workers,
+# every role its own process on loopback (README "Cluster").
+bench-cluster:
+	$(GO) build -o bin/sluice ./cmd/sluice
+	./bin/sluice bench cluster $(BENCH_CLUSTER_FLAGS)
+
 # sluice serve vs llama-server (when ../shared/tools/llama.cpp is there) on
 # loopback, interleaved; BENCH_SERVE_FLAGS="--requests 64 --repeats 3" etc.
 # bench-serve-interference: short requests' ITL while ~2k-token prompts keep

@@ -320,6 +320,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "serve" {
 		return runBenchServe(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "cluster" {
+		return runBenchCluster(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var models listFlag
@@ -335,6 +338,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: sluice bench [flags]
        sluice bench serve [flags]   (the serving benchmark; see its --help)
+       sluice bench cluster [flags] (router CPU per request and balance over 1, 2, 3 decode workers)
 
 Measures prefill (pp) and decode (tg) tokens/s the way llama-bench does:
 pp<N> is one prompt of N tokens from an empty context, tg<N> is N

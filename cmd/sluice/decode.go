@@ -179,11 +179,13 @@ func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p
 		draining.Store(true)
 		log.Info("shutting down: draining the sequences in flight", "timeout", drain)
 		deadline := time.Now().Add(drain)
-		for pool.Stats().InUse() > 0 && time.Now().Before(deadline) {
+		// Idle prefix-cache pages are nobody's work in flight: waiting
+		// for them would always time out.
+		for pool.Stats().Held() > 0 && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if n := pool.Stats().InUse(); n > 0 {
-			log.Warn("drain timed out; closing with pages in use", "pages_in_use", n)
+		if n := pool.Stats().Held(); n > 0 {
+			log.Warn("drain timed out; closing with pages in use", "pages_in_use", n, "prefix_cache_idle", pool.Stats().CacheIdle)
 		}
 	case err := <-errc:
 		log.Error("handoff service failed", "err", err)
@@ -193,10 +195,30 @@ func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p
 	return code
 }
 
+// prefixCacheFlag registers a worker's --prefix-cache; what says what the
+// role's cache does.
+func prefixCacheFlag(fs *flag.FlagSet, what string) *string {
+	return fs.String("prefix-cache", "on", "on or off: "+what+"; keys salted with an HMAC of the tenant keyed by the deployment key file (the same in every role), never shared across tenants")
+}
+
+// setPrefixCache applies --prefix-cache to a worker's config; false (after
+// logging) when the value is neither on nor off. The salts are keyed with
+// the deployment's shared secret (I11), so prefill and decode derive the
+// same ones.
+func setPrefixCache(log *slog.Logger, v string, ec *engine.Config, tc tcp.Config) bool {
+	if v != "on" && v != "off" {
+		log.Error("--prefix-cache must be on or off", "value", v)
+		return false
+	}
+	ec.PrefixCache, ec.CacheSecret = v == "on", tc.Secret
+	return true
+}
+
 func runDecode(args []string) int {
 	fs := flag.NewFlagSet("decode", flag.ContinueOnError)
 	var o workerOpts
 	o.registerWorker(fs, "127.0.0.1:9002")
+	prefix := prefixCacheFlag(fs, "keep the verified full prompt pages of the SAME tenant's earlier handoffs and tell prefill not to send them again (decode_prefix_len)")
 	usageFor(fs, `Usage: sluice decode [flags]
 
 Runs a decode worker as its own process. It owns the destination KV pages:
@@ -212,6 +234,9 @@ Example:
 		return code
 	}
 	defer m.Close()
+	if !setPrefixCache(log, *prefix, &ec, tc) {
+		return 2
+	}
 	dw, err := engine.NewDecodeWorker(ec)
 	if err != nil {
 		log.Error("cannot start the decode worker", "err", err)

@@ -27,12 +27,13 @@ func runPrefill(args []string) int {
 	var o workerOpts
 	var decodeAddr string
 	var connectTimeout, resolveEvery time.Duration
+	var workersFile string
 	o.registerWorker(fs, "127.0.0.1:9001")
 	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "addresses of the decode workers this prefill worker pushes KV pages to, comma-separated: the same strings as the router's --decode (the router names the decode worker of each request by them)")
 	fs.DurationVar(&resolveEvery, "resolve-interval", 10*time.Second, "how often the --decode names are resolved again (new decode workers join, vanished ones are dropped); 0 resolves only at start. Give the router the same value")
+	fs.StringVar(&workersFile, "workers-file", "", "the router's workers file, in place of --decode: its \"decode HOST:PORT\" lines are the decode workers (prefill lines are ignored); read again on SIGHUP. Reload the prefill workers before the routers, so a new decode worker is known here before a router sends it a request")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the decode worker at start")
-	var prefix string
-	fs.StringVar(&prefix, "prefix-cache", "on", "on or off: reuse the full prompt pages of earlier prompts of the SAME tenant (keys salted with an HMAC of the tenant keyed by the deployment key file; never shared across tenants)")
+	prefix := prefixCacheFlag(fs, "reuse the full prompt pages of earlier prompts of the SAME tenant")
 	usageFor(fs, `Usage: sluice prefill [flags]
 
 Runs a prefill worker as its own process. For each handoff it runs the
@@ -48,14 +49,25 @@ Example:
 		return code
 	}
 	defer m.Close()
-	if prefix != "on" && prefix != "off" {
-		log.Error("--prefix-cache must be on or off", "value", prefix)
+	if !setPrefixCache(log, *prefix, &ec, tc) {
 		return 2
 	}
-	// The salts are keyed with the deployment's shared secret (I11).
-	ec.PrefixCache, ec.CacheSecret = prefix == "on", tc.Secret
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	specs := splitList(decodeAddr)
+	if workersFile != "" {
+		if flagSet(fs, "decode") {
+			cancel()
+			log.Error("give the decode workers either in --workers-file or with --decode, not both")
+			return 2
+		}
+		wl, err := node.ReadWorkers(workersFile)
+		if err != nil {
+			cancel()
+			log.Error("cannot read the workers file", "err", err)
+			return 2
+		}
+		specs = wl.Decode
+	}
 	if len(specs) == 0 {
 		cancel()
 		log.Error("--decode needs at least one address")
@@ -80,7 +92,7 @@ Example:
 		peers = append(peers, node.Peer{Role: "decode", Conn: dc})
 	}
 	ds := node.NewDecodeSet(set)
-	if resolveEvery > 0 {
+	if resolveEvery > 0 || workersFile != "" {
 		dctx, stopDiscovery := context.WithCancel(context.Background())
 		defer stopDiscovery()
 		// A decode worker that leaves keeps its connection: handoffs bound
@@ -88,7 +100,12 @@ Example:
 		d := &node.Discovery{Specs: specs, Resolver: node.DNS{}, Log: log,
 			Add: func(a string) { ds.Add(a, tcp.NewRedialer(a, tc)) }, Remove: func(a string) { ds.Remove(a) }}
 		d.Sync(dctx)
-		go d.Run(dctx, resolveEvery)
+		if resolveEvery > 0 {
+			go d.Run(dctx, resolveEvery)
+		}
+		if workersFile != "" {
+			reloadOnHUP(dctx, log, workersFile, nil, d)
+		}
 	}
 	pw, err := engine.NewPrefillWorker(ec, ds)
 	if err != nil {

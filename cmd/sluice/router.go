@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +44,7 @@ func runRouter(args []string) int {
 		weights        = node.DefaultWeights
 		probe          time.Duration
 		resolveEvery   time.Duration
+		workersFile    string
 	)
 	o.register(fs, false)
 	o.registerHTTP(fs)
@@ -50,6 +53,8 @@ func runRouter(args []string) int {
 	fs.Float64Var(&weights.DecodeFreePages, "score-decode-free-pages", weights.DecodeFreePages, "weight of the decode scorer for free KV pages (least KV pressure, from each worker's load report)")
 	fs.Float64Var(&weights.DecodeQueue, "score-decode-queue", weights.DecodeQueue, "weight of the decode scorer for fewest requests this router has in flight on the worker")
 	fs.Float64Var(&weights.PrefillQueue, "score-prefill-queue", weights.PrefillQueue, "weight of the prefill scorer for fewest requests this router has in flight on the worker")
+	fs.Float64Var(&weights.PrefixAffinity, "score-prefix-affinity", weights.PrefixAffinity, "weight of the prefill and decode scorer for the worker this router last sent the same tenant's prompt prefix to (its prefix cache likely holds those pages: decode skips their transfer, prefill their compute); remembered per tenant, never across tenants; 0 turns it off")
+	fs.StringVar(&workersFile, "workers-file", "", "file of \"prefill HOST:PORT\" and \"decode HOST:PORT\" lines (# comments) in place of --prefill and --decode; read again on SIGHUP: new workers join, removed ones get no new request and their requests in flight finish. A file that does not parse changes nothing (logged)")
 	fs.DurationVar(&resolveEvery, "resolve-interval", 10*time.Second, "how often worker names (e.g. a Kubernetes headless Service, one A record per pod) are resolved again: new addresses join, vanished ones get no new request; 0 resolves only at start")
 	fs.DurationVar(&probe, "probe-interval", time.Second, "how often every worker is probed (health and load report); a worker that stops answering is marked down within about this long")
 	fs.StringVar(&secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
@@ -130,8 +135,20 @@ Example:
 	// a router never tokenizes for a model its workers do not run.
 	tc := tcp.Config{Secret: secret, FrameMAC: frameMAC, Model: m.Fingerprint()}
 	prefillSpecs, decodeSpecs := splitList(prefillAddr), splitList(decodeAddr)
+	if workersFile != "" {
+		if flagSet(fs, "prefill") || flagSet(fs, "decode") {
+			fmt.Fprintln(os.Stderr, "router: give the workers either in --workers-file or with --prefill and --decode, not both")
+			return 2
+		}
+		wl, err := node.ReadWorkers(workersFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "router:", err)
+			return 2
+		}
+		prefillSpecs, decodeSpecs = wl.Prefill, wl.Decode
+	}
 	if len(prefillSpecs) == 0 || len(decodeSpecs) == 0 {
-		fmt.Fprintln(os.Stderr, "router: --prefill and --decode each need at least one address")
+		fmt.Fprintln(os.Stderr, "router: --prefill and --decode (or the --workers-file) each need at least one address")
 		return 2
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
@@ -151,11 +168,15 @@ Example:
 	auto := o.context == "auto" || o.context == ""
 	modelCtx := ctxLen
 	// I2: every reachable decode worker must admit the router's context;
-	// with auto the context is lowered to what the smallest admits.
+	// with auto the context is lowered to what the smallest admits. One
+	// not reachable yet is vetted by the cluster once it answers (so is
+	// one that joins later), and refused if it does not admit it.
+	checked := make([]bool, len(decodes))
 	for i, dc := range decodes {
 		if dc.Check(cctx) != nil {
 			continue
 		}
+		checked[i] = true
 		if err := node.ProbeDecodeContext(cctx, dc, ctxLen, m.Fingerprint()); err != nil && auto {
 			lo, hi := 1, ctxLen-1
 			for lo < hi {
@@ -180,10 +201,17 @@ Example:
 	}
 	var pw, dw []node.Worker
 	for i, pc := range prefills {
-		pw = append(pw, node.Worker{Name: prefillAddrs[i], Prefill: pc, Conn: pc})
+		pw = append(pw, node.Worker{Name: prefillAddrs[i], Prefill: pc, Conn: pc, Load: node.LoadOf(pc)})
+	}
+	vet := func(d handoff.Decode) func(context.Context) error {
+		return func(ctx context.Context) error { return node.ProbeDecodeContext(ctx, d, ctxLen, m.Fingerprint()) }
 	}
 	for i, dc := range decodes {
-		dw = append(dw, node.Worker{Name: decodeAddrs[i], Decode: dc, Conn: dc, Load: node.LoadOf(dc)})
+		w := node.Worker{Name: decodeAddrs[i], Decode: dc, Conn: dc, Load: node.LoadOf(dc)}
+		if !checked[i] {
+			w.Vet = vet(dc)
+		}
+		dw = append(dw, w)
 	}
 	cl, err := node.NewCluster(pw, dw, weights, log)
 	if err != nil {
@@ -192,21 +220,25 @@ Example:
 	}
 	cl.Start(probe)
 	defer cl.Close()
-	if resolveEvery > 0 {
+	if resolveEvery > 0 || workersFile != "" {
 		dctx, stopDiscovery := context.WithCancel(context.Background())
 		defer stopDiscovery()
-		for _, d := range []*node.Discovery{
-			{Specs: prefillSpecs, Resolver: node.DNS{}, Log: log, Remove: func(a string) { cl.Remove("prefill", a) }, Add: func(a string) {
-				r := tcp.NewRedialer(a, tc)
-				cl.Add("prefill", node.Worker{Name: a, Prefill: r, Conn: r, Close: func() { r.Close() }})
-			}},
-			{Specs: decodeSpecs, Resolver: node.DNS{}, Log: log, Remove: func(a string) { cl.Remove("decode", a) }, Add: func(a string) {
-				r := tcp.NewRedialer(a, tc)
-				cl.Add("decode", node.Worker{Name: a, Decode: r, Conn: r, Load: node.LoadOf(r), Close: func() { r.Close() }})
-			}},
-		} {
+		pd := &node.Discovery{Specs: prefillSpecs, Resolver: node.DNS{}, Log: log, Remove: func(a string) { cl.Remove("prefill", a) }, Add: func(a string) {
+			r := tcp.NewRedialer(a, tc)
+			cl.Add("prefill", node.Worker{Name: a, Prefill: r, Conn: r, Load: node.LoadOf(r), Close: func() { r.Close() }})
+		}}
+		dd := &node.Discovery{Specs: decodeSpecs, Resolver: node.DNS{}, Log: log, Remove: func(a string) { cl.Remove("decode", a) }, Add: func(a string) {
+			r := tcp.NewRedialer(a, tc)
+			cl.Add("decode", node.Worker{Name: a, Decode: r, Conn: r, Load: node.LoadOf(r), Close: func() { r.Close() }, Vet: vet(r)})
+		}}
+		for _, d := range []*node.Discovery{pd, dd} {
 			d.Sync(dctx)
-			go d.Run(dctx, resolveEvery)
+			if resolveEvery > 0 {
+				go d.Run(dctx, resolveEvery)
+			}
+		}
+		if workersFile != "" {
+			reloadOnHUP(dctx, log, workersFile, pd, dd)
 		}
 	}
 	eng, err := engine.NewDisaggregatedPairs(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(), Context: ctxLen,
@@ -222,10 +254,18 @@ Example:
 	}
 	checkChatTemplate(log, ct)
 	adminAddr := o.adminAddr(keys != nil)
+	// The router's own load: its queue (sluice_queue_*), in /metrics and
+	// the load line as `sluice serve` has them; the workers export theirs.
+	stats := func() router.EngineStats {
+		qs := eng.QueueStats()
+		return router.EngineStats{Queue: &qs}
+	}
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(cl); err != nil {
-		log.Error("metrics", "err", err)
-		return 1
+	for _, c := range []prometheus.Collector{cl, router.LoadCollector(stats)} {
+		if err := reg.Register(c); err != nil {
+			log.Error("metrics", "err", err)
+			return 1
+		}
 	}
 	srv, err := router.New(router.Config{Engine: eng, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
 		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.routerSlots(), TenantConcurrency: o.tenantMax, Logger: log,
@@ -245,7 +285,28 @@ Example:
 	defer stopAdmin()
 	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddrs, "decode", decodeAddrs,
 		"frame_mac_decode", decodes[0].FrameMAC(), "frame_mac_prefill", prefills[0].FrameMAC(), "weights", fmt.Sprintf("%+v", weights))
-	return serveHTTP(log, o.listen, srv, o.drain, eng.Close)
+	loadCtx, stopLoad := context.WithCancel(context.Background())
+	defer stopLoad()
+	if o.loadEvery > 0 {
+		go node.LogLoad(loadCtx, log, o.loadEvery, stats) // running, waiting
+	}
+	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { stopLoad(); return eng.Close(ctx) })
+}
+
+// reloadOnHUP re-reads the workers file on every SIGHUP until ctx ends.
+// The signal is caught from the moment it returns (by default SIGHUP
+// would end the process).
+func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, prefill, decode *node.Discovery) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGHUP)
+	context.AfterFunc(ctx, func() { signal.Stop(sig) })
+	go node.OnSignal(ctx, sig, func() {
+		if err := node.Reload(ctx, path, prefill, decode); err != nil {
+			log.Error("SIGHUP: the workers file was not reloaded; keeping the current workers", "file", path, "err", err)
+			return
+		}
+		log.Info("SIGHUP: workers file reloaded", "file", path)
+	})
 }
 
 // splitList splits a comma-separated flag value, dropping empty entries.

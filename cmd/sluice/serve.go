@@ -74,9 +74,9 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 		fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
 		if o.worker {
-			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), false), "threads per forward step; by default the machine's cores")
+			fs.IntVar(&o.threads, "threads", roleThreads(availableCPUs(), false), "threads per forward step; by default the machine's cores, or the container's CPU limit (cgroup v2 cpu.max) when lower")
 		} else {
-			fs.IntVar(&o.threads, "threads", roleThreads(runtime.NumCPU(), true), "threads per forward step of each role; by default half the machine's cores each, as prefill and decode compute at once (prefill borrows decode's threads while decode has nothing to compute), and all of them with --colocated")
+			fs.IntVar(&o.threads, "threads", roleThreads(availableCPUs(), true), "threads per forward step of each role; by default half the machine's cores (or of the container's CPU limit, cgroup v2 cpu.max) each, as prefill and decode compute at once (prefill borrows decode's threads while decode has nothing to compute), and all of them with --colocated")
 		}
 		fs.IntVar(&o.stepTokens, "max-num-batched-tokens", engine.DefaultStepTokens, fmt.Sprintf("token budget of one forward step of each role, every sequence together (vLLM's name): decoding sequences come first, one token each (always run, counted against the budget), prompt chunks (oldest first) share the rest. Larger: long prompts finish sooner; smaller: decode's inter-token latency stays lower while prompts arrive. %d to %d, and at least --prefill-chunk", 1, engine.MaxStepTokens))
 		fs.IntVar(&o.chunk, "prefill-chunk", engine.DefaultChunkTokens, fmt.Sprintf("prompt tokens one sequence may run per step (chunked prefill): a longer prompt runs as several chunks interleaved with decode steps. 1 to %d", engine.MaxChunkTokens))
@@ -234,6 +234,8 @@ type serveOpts struct {
 	// metricsListen and metricsTenantLabels: see registerHTTP and admin.go.
 	metricsListen       string
 	metricsTenantLabels bool
+	// loadEvery is the load line's interval (0: none).
+	loadEvery time.Duration
 
 	// prefillWorkers, decodeWorkers: serve's in-process cluster.
 	prefillWorkers, decodeWorkers int
@@ -252,6 +254,7 @@ func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
 	fs.DurationVar(&o.queueWait, "queue-timeout", 30*time.Second, "how long a request may wait in the queue; then 503 queue_timeout")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address of the admin listener serving /metrics, /health and /ready apart from the API. Default: with --api-keys "+defaultAdminListen+" (metrics are then never on --listen, which every tenant reaches); without --api-keys /metrics stays on --listen")
 	fs.BoolVar(&o.metricsTenantLabels, "metrics-tenant-labels", false, "label the token counters with tenant names (off by default: a scraper then learns every tenant's name and usage; turn on only for a trusted scraper)")
+	fs.DurationVar(&o.loadEvery, "load-log-interval", 10*time.Second, "how often the load line is logged (requests running and waiting; in `sluice serve` also preempted sequences, KV usage and generation throughput); 0 turns it off")
 	fs.IntVar(&o.tenantMax, "tenant-max-concurrency", 0, "requests one tenant may have in flight (0: only --max-concurrency applies); more get 429, so one busy tenant cannot take every slot")
 }
 
@@ -325,7 +328,7 @@ Example:
 	if o.colocated {
 		mode = "colocated"
 		if !flagSet(fs, "threads") {
-			o.threads = roleThreads(runtime.NumCPU(), false)
+			o.threads = roleThreads(availableCPUs(), false)
 		}
 	}
 	compute := o.threads
@@ -376,7 +379,9 @@ Example:
 	defer stopAdmin()
 	log.Info("roles started", "mode", mode, "context", st.Engine.Info().Context)
 	loadCtx, stopLoad := context.WithCancel(context.Background())
-	go st.LogLoad(loadCtx, log, 10*time.Second) // running, waiting, KV usage, throughput
+	if o.loadEvery > 0 {
+		go st.LogLoad(loadCtx, log, o.loadEvery) // running, waiting, KV usage, throughput
+	}
 	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { stopLoad(); return st.Close(ctx) })
 }
 

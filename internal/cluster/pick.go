@@ -27,10 +27,19 @@ type State struct {
 	ModelOK bool
 	// InFlight is the requests this router has on the worker now.
 	InFlight int
+	// Queue, when above InFlight, is the requests the worker has from
+	// every router, as estimated from its last load report (other routers
+	// share the worker): ShortestQueue ranks by the larger of the two.
+	Queue int
 	// FreePages and TotalPages are the worker's KV pool as last known
 	// (decode: free pages are what a reservation takes). TotalPages 0
 	// means unknown.
 	FreePages, TotalPages int
+	// PrefixPages is how many leading full pages of THIS request's prompt
+	// the router believes the worker holds in its prefix cache (Affinity,
+	// for the request's tenant only); PromptPages is the prompt's full
+	// pages. Both 0 when affinity is off.
+	PrefixPages, PromptPages int
 }
 
 // Filter drops workers that must not take the request.
@@ -69,6 +78,9 @@ type Choice struct {
 	// log); Parts the picked worker's score per scorer.
 	Scores map[string]float64
 	Parts  map[string]float64
+	// PrefixPages is the picked worker's believed prefix pages
+	// (PickPrompt; 0 otherwise).
+	PrefixPages int
 }
 
 // ErrNoWorker means every worker was filtered out.
@@ -176,22 +188,24 @@ func (FreePages) Score(cands []State) []float64 {
 	return out
 }
 
-// ShortestQueue prefers the worker with the fewest requests in flight:
-// 1 for the least loaded, falling linearly to 0 for the most.
+// ShortestQueue prefers the worker with the fewest requests in flight
+// (this router's, or every router's by the load report when more): 1 for
+// the least loaded, falling linearly to 0 for the most.
 type ShortestQueue struct{}
 
 func (ShortestQueue) Name() string { return "queue" }
 func (ShortestQueue) Score(cands []State) []float64 {
 	lo, hi := math.MaxInt, 0
 	for _, c := range cands {
-		lo, hi = min(lo, c.InFlight), max(hi, c.InFlight)
+		q := max(c.InFlight, c.Queue)
+		lo, hi = min(lo, q), max(hi, q)
 	}
 	out := make([]float64, len(cands))
 	for i, c := range cands {
 		if hi == lo {
 			out[i] = 1
 		} else {
-			out[i] = float64(hi-c.InFlight) / float64(hi-lo)
+			out[i] = float64(hi-max(c.InFlight, c.Queue)) / float64(hi-lo)
 		}
 	}
 	return out

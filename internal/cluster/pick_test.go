@@ -49,6 +49,14 @@ func TestShortestQueueAndTies(t *testing.T) {
 			t.Fatalf("rotate %d: picked %+v, want b", rot, c)
 		}
 	}
+	// Other routers' requests on b (its load report) make it the longest
+	// queue: 3, 6, 2 -> c; a Queue below InFlight does not count.
+	ws[1].Queue, ws[0].Queue = 6, 1
+	for rot := 0; rot < 3; rot++ {
+		if c, _, _ := p.Pick(ws, rot); c.Name != "c" || c.Scores["b"] != 0 || c.Scores["a"] != 0.75 {
+			t.Fatalf("rotate %d: picked %+v, want c (scores a 0.75, b 0)", rot, c)
+		}
+	}
 }
 
 // Decode workers with different pools, under a steady load where every

@@ -24,19 +24,39 @@ type tap struct {
 	writes      int
 	beforeWrite func(t *tap, n int) // n: index of the Write call
 	afterCommit func(t *tap)
+	// Decode prefix-cache tests: pages counts the page writes sent;
+	// onReserve may change the Reserve and the Reservation (a confused or
+	// hostile router or decode), beforeCommit the Commit (a forged digest).
+	pages        int
+	onReserve    func(r *handoff.Reserve, res *handoff.Reservation)
+	beforeCommit func(c *handoff.Commit)
 }
 
 func (t *tap) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Reservation, error) {
 	t.mu.Lock()
 	t.id = r.Handoff
+	or := t.onReserve
 	t.mu.Unlock()
-	return t.Decode.Reserve(ctx, r)
+	if or != nil {
+		cp := *r
+		or(&cp, nil)
+		r = &cp
+	}
+	res, err := t.Decode.Reserve(ctx, r)
+	if err == nil && or != nil {
+		cp := *res
+		cp.Pages = append([]kv.PageRef(nil), res.Pages...)
+		or(nil, &cp)
+		res = &cp
+	}
+	return res, err
 }
 
 func (t *tap) Write(ctx context.Context, ws []handoff.PageWrite) error {
 	t.mu.Lock()
 	n := t.writes
 	t.writes++
+	t.pages += len(ws)
 	bw := t.beforeWrite
 	t.mu.Unlock()
 	if bw != nil {
@@ -46,6 +66,15 @@ func (t *tap) Write(ctx context.Context, ws []handoff.PageWrite) error {
 }
 
 func (t *tap) Commit(ctx context.Context, c *handoff.Commit) error {
+	t.mu.Lock()
+	bc := t.beforeCommit
+	t.mu.Unlock()
+	if bc != nil {
+		cp := *c
+		cp.Digest = append([]byte(nil), c.Digest...)
+		bc(&cp)
+		c = &cp
+	}
 	err := t.Decode.Commit(ctx, c)
 	t.mu.Lock()
 	ac := t.afterCommit
@@ -116,10 +145,24 @@ func newAbortRig(t *testing.T, transport string, prefillModel Runtime) *abortRig
 
 func newAbortRig2(t *testing.T, transport string, prefillModel, decodeModel Runtime) *abortRig {
 	t.Helper()
+	return newAbortRigCfg(t, transport, prefillModel, decodeModel, nil)
+}
+
+// newAbortRigCfg is newAbortRig2 whose worker configs tweak may change.
+func newAbortRigCfg(t *testing.T, transport string, prefillModel, decodeModel Runtime, tweak func(pcfg, dcfg *Config)) *abortRig {
+	t.Helper()
 	m := newToy()
 	dcfg := toyConfig(m, 32)
 	if decodeModel != nil {
 		dcfg.Model = decodeModel
+	}
+	pcfg := toyConfig(m, 32)
+	if prefillModel != nil {
+		pcfg.Model = prefillModel
+	}
+	pcfg.BatchBytes = 1 // one page per Write call
+	if tweak != nil {
+		tweak(&pcfg, &dcfg)
 	}
 	if transport == "shm" {
 		dcfg.SharedFile = filepath.Join(t.TempDir(), "decode.pool")
@@ -146,11 +189,6 @@ func newAbortRig2(t *testing.T, transport string, prefillModel, decodeModel Runt
 		}
 	}
 	tp := &tap{Decode: link}
-	pcfg := toyConfig(m, 32)
-	if prefillModel != nil {
-		pcfg.Model = prefillModel
-	}
-	pcfg.BatchBytes = 1 // one page per Write call
 	pw, err := NewPrefillWorker(pcfg, tp)
 	if err != nil {
 		t.Fatal(err)

@@ -82,6 +82,9 @@ type seq struct {
 	// evict: preemptible, but its KV is rebuilt elsewhere: a preemption
 	// ends it with finish "preempted" (the decode worker's sequences).
 	evict bool
+	// onPreempt, when set (a driven batch's driver), learns the phase a
+	// preemption struck: "prompt", "decode" or "rebuild".
+	onPreempt func(phase string)
 
 	cancel atomic.Bool
 	// aborted turns a cancel into a failure: the handoff was aborted by a
@@ -89,11 +92,16 @@ type seq struct {
 	aborted atomic.Bool
 }
 
-// scheduler is the continuous-batching loop shared by the decode worker and
-// the colocated engine: one goroutine; every step runs ONE Forward over all
-// active sequences (prefill chunks and single decode tokens mixed);
-// sequences join and leave between steps.
-type scheduler struct {
+// batch is the continuous-batching core shared by the decode worker, the
+// prefill worker and the colocated engine: every decision (cancels between
+// steps, growth page by page, the preemption victim, resume order) and
+// every step, each of which runs ONE Forward over all active sequences
+// (prefill chunks and single decode tokens mixed). It is synchronous: no
+// goroutine, no lock, no clock; sequences join and leave between calls to
+// cycle. The scheduler below runs it on a goroutine for the servers; a
+// deterministic driver (internal/sim, through a driven DecodeWorker and
+// DrivenBatch) calls it directly, so both run this same code.
+type batch struct {
 	cfg  Config
 	pool pagePool
 	fwd  Forwarder
@@ -101,19 +109,11 @@ type scheduler struct {
 	// role idle (cfg.BurstThreads); nil without.
 	burst Forwarder
 
-	mu      sync.Mutex
-	joining []*seq
-	closed  bool
-	wake    chan struct{}
-	quit    chan struct{}
-	stopped chan struct{}
-
 	active []*seq
 	// preempted sequences hold no pages; they resume, oldest arrival
 	// first, when the pool has room for their KV again.
-	preempted   []*seq
-	nPreempted  atomic.Int64 // len(preempted), read by admission
-	nextArrival uint64
+	preempted  []*seq
+	nPreempted atomic.Int64 // len(preempted), read by admission
 
 	steps       atomic.Int64 // forward steps run (tests check batching happened)
 	maxSeqs     atomic.Int64 // most sequences seen in one step
@@ -121,6 +121,29 @@ type scheduler struct {
 	recomputed  atomic.Int64 // positions computed again after a preemption
 	generated   atomic.Int64 // tokens emitted
 	running     atomic.Int64 // sequences in the batch (not preempted)
+}
+
+// scheduler is the goroutine layer around a batch for the servers: it
+// takes sequences from other goroutines (add, under a lock), wakes the
+// loop when work arrives, and stops. That layer remains because the
+// engines' callers (HTTP handlers, handoff RPCs) run on their own
+// goroutines and a step must not run on theirs: one slow request would
+// then stall every other one. In driven mode (newDrivenScheduler) there is
+// no goroutine: the driver calls turn and is told through its wake
+// function when work arrived.
+type scheduler struct {
+	*batch
+
+	mu          sync.Mutex
+	joining     []*seq
+	closed      bool
+	nextArrival uint64
+	wake        chan struct{}
+	quit        chan struct{}
+	stopped     chan struct{}
+	// driven, when set, replaces the goroutine: it is called (under no
+	// lock of ours) whenever a sequence joins or a cancel is recorded.
+	driven func()
 }
 
 // SchedStats are a scheduler's counters, for metrics and the load log.
@@ -133,16 +156,18 @@ type SchedStats struct {
 	Preemptions, RecomputedTokens, Generated int64
 }
 
-func (s *scheduler) stats() SchedStats {
+func (s *batch) stats() SchedStats {
 	return SchedStats{Running: int(s.running.Load()), Preempted: int(s.nPreempted.Load()),
 		Preemptions: s.preemptions.Load(), RecomputedTokens: s.recomputed.Load(), Generated: s.generated.Load()}
 }
 
+func newBatch(cfg Config, pool pagePool) *batch {
+	return &batch{cfg: cfg, pool: pool, fwd: cfg.Model.NewForwarder(cfg.Threads)}
+}
+
 func newScheduler(cfg Config, pool pagePool) *scheduler {
 	s := &scheduler{
-		cfg:     cfg,
-		pool:    pool,
-		fwd:     cfg.Model.NewForwarder(cfg.Threads),
+		batch:   newBatch(cfg, pool),
 		wake:    make(chan struct{}, 1),
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -152,6 +177,12 @@ func newScheduler(cfg Config, pool pagePool) *scheduler {
 	}
 	go s.loop()
 	return s
+}
+
+// newDrivenScheduler is a scheduler with no goroutine: the driver calls
+// turn, and wake tells it (synchronously) that there is work.
+func newDrivenScheduler(cfg Config, pool pagePool, wake func()) *scheduler {
+	return &scheduler{batch: newBatch(cfg, pool), quit: make(chan struct{}), stopped: make(chan struct{}), driven: wake}
 }
 
 // add hands a sequence to the loop; it starts at the next step. It fails
@@ -178,6 +209,10 @@ func (s *scheduler) pending() int {
 }
 
 func (s *scheduler) poke() {
+	if s.driven != nil {
+		s.driven()
+		return
+	}
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -191,9 +226,42 @@ func (s *scheduler) stop() {
 	if !s.closed {
 		s.closed = true
 		close(s.quit)
+		if s.driven != nil {
+			close(s.stopped)
+		}
 	}
 	s.mu.Unlock()
+	if s.driven != nil {
+		s.shutdown()
+		if c, ok := s.fwd.(interface{ Close() }); ok {
+			c.Close()
+		}
+		return
+	}
 	<-s.stopped
+}
+
+// take moves the sequences that joined since the last turn into the batch.
+func (s *scheduler) take() {
+	s.mu.Lock()
+	j := s.joining
+	s.joining = nil
+	s.mu.Unlock()
+	s.join(j)
+}
+
+// turn is one driven iteration: joiners in, then one cycle. It reports
+// whether sequences remain in the batch (the driver calls it again after
+// a step's time); false when idle, until the next wake.
+func (s *scheduler) turn() bool {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return false
+	}
+	s.take()
+	return s.cycle()
 }
 
 func (s *scheduler) loop() {
@@ -204,71 +272,85 @@ func (s *scheduler) loop() {
 		}
 	}
 	for {
-		s.mu.Lock()
-		joined := len(s.active)
-		s.active = append(s.active, s.joining...)
-		s.joining = s.joining[:0]
-		s.mu.Unlock()
-		for _, q := range s.active[joined:] {
-			if q.hasFirst {
-				// Emitted before the cancel check below: a cancel recorded
-				// during the transfer still lets decode reach its first
-				// token (I10).
-				q.hasFirst = false
-				s.emitToken(q, q.first, q.firstLP)
-			}
-		}
-
+		s.take()
 		select {
 		case <-s.quit:
-			s.mu.Lock()
-			s.active = append(s.active, s.joining...)
-			s.joining = nil
-			s.mu.Unlock()
-			for _, q := range append(s.active, s.preempted...) {
-				s.finish(q, outcome{err: errf(CodeShutdown, http.StatusServiceUnavailable, nil, "the engine shut down before the request finished")})
-			}
-			s.active, s.preempted = nil, nil
-			s.nPreempted.Store(0)
+			s.shutdown()
 			return
 		default:
 		}
-
-		// Cancels take effect between steps, never inside one.
-		live := s.active[:0]
-		for _, q := range s.active {
-			if q.emit == nil {
-				continue
-			}
-			if q.cancel.Load() {
-				if q.aborted.Load() {
-					s.finish(q, outcome{err: errf(CodeHandoff, http.StatusBadGateway, nil, "the handoff was aborted while decoding")})
-				} else {
-					s.finish(q, outcome{done: true, finish: "cancelled"})
-				}
-				continue
-			}
-			live = append(live, q)
-		}
-		clear(s.active[len(live):])
-		s.active = live
-		s.endCancelledPreempted()
-		s.resume()
-		s.running.Store(int64(len(s.active)))
-
-		if len(s.active) == 0 {
+		if !s.cycle() {
 			select {
 			case <-s.wake:
 			case <-s.quit:
 			}
-			continue
 		}
-		s.step()
 	}
 }
 
+// join adds sequences to the batch; a sequence carrying a first token
+// generated elsewhere emits it now.
+func (s *batch) join(qs []*seq) {
+	joined := len(s.active)
+	s.active = append(s.active, qs...)
+	for _, q := range s.active[joined:] {
+		if q.hasFirst {
+			// Emitted before the cancel check in cycle: a cancel recorded
+			// during the transfer still lets decode reach its first
+			// token (I10).
+			q.hasFirst = false
+			s.emitToken(q, q.first, q.firstLP)
+		}
+	}
+}
+
+// shutdown ends every sequence, joining, active or preempted, with a
+// shutdown error (a joiner's first token is not emitted).
+func (s *scheduler) shutdown() {
+	s.mu.Lock()
+	s.active = append(s.active, s.joining...)
+	s.joining = nil
+	s.mu.Unlock()
+	for _, q := range append(s.active, s.preempted...) {
+		s.finish(q, outcome{err: errf(CodeShutdown, http.StatusServiceUnavailable, nil, "the engine shut down before the request finished")})
+	}
+	s.active, s.preempted = nil, nil
+	s.nPreempted.Store(0)
+}
+
+// cycle applies cancels (between steps, never inside one), resumes what
+// fits and runs one step. It reports whether it ran a step; false: no
+// sequence is active.
+func (s *batch) cycle() bool {
+	live := s.active[:0]
+	for _, q := range s.active {
+		if q.emit == nil {
+			continue
+		}
+		if q.cancel.Load() {
+			if q.aborted.Load() {
+				s.finish(q, outcome{err: errf(CodeHandoff, http.StatusBadGateway, nil, "the handoff was aborted while decoding")})
+			} else {
+				s.finish(q, outcome{done: true, finish: "cancelled"})
+			}
+			continue
+		}
+		live = append(live, q)
+	}
+	clear(s.active[len(live):])
+	s.active = live
+	s.endCancelledPreempted()
+	s.resume()
+	s.running.Store(int64(len(s.active)))
+	if len(s.active) == 0 {
+		return false
+	}
+	s.step()
+	return true
+}
+
 // step runs one forward pass over the active sequences.
-func (s *scheduler) step() {
+func (s *batch) step() {
 	s.growAll()
 	budget := s.cfg.StepTokens
 	var steps []Step
@@ -326,7 +408,7 @@ func (s *scheduler) step() {
 }
 
 // need is the positions a sequence's next step may cover.
-func (s *scheduler) need(q *seq) int {
+func (s *batch) need(q *seq) int {
 	if q.decoded {
 		return q.fed + 1
 	}
@@ -341,7 +423,7 @@ func (s *scheduler) need(q *seq) int {
 // and it waits, holding nothing, to resume with its KV recomputed from
 // its tokens. A sequence that cannot grow and cannot be helped this way
 // (not preemptible, nothing to preempt) fails with kv_capacity_exhausted.
-func (s *scheduler) growAll() {
+func (s *batch) growAll() {
 	// Oldest first: resumed sequences rejoin at the end. The batch's order
 	// does not change any output (batch-invariant kernels), so sort in
 	// place, and only when needed (no allocation on the usual step).
@@ -372,13 +454,13 @@ func (s *scheduler) growAll() {
 	s.active = live
 }
 
-func (s *scheduler) isPreempted(q *seq) bool { return q.parked }
+func (s *batch) isPreempted(q *seq) bool { return q.parked }
 
 func byArrival(a, b *seq) int { return cmp.Compare(a.arrival, b.arrival) }
 
 // victim is the preemptible active sequence of latest arrival that holds
 // pages, or nil.
-func (s *scheduler) victim() *seq {
+func (s *batch) victim() *seq {
 	var v *seq
 	for _, q := range s.active {
 		if q.emit == nil || (q.all == nil && !q.evict) || len(q.table) == 0 || s.isPreempted(q) {
@@ -396,13 +478,23 @@ func (s *scheduler) victim() *seq {
 // fed (next) is not run again: after the rebuild the sequence continues
 // with it, so the output is exactly the un-preempted one (batch-invariant
 // kernels make the rebuilt KV bitwise equal).
-func (s *scheduler) preempt(q *seq) {
+func (s *batch) preempt(q *seq) {
 	if q.evict {
 		q.recomputed += q.fed
 		s.recomputed.Add(int64(q.fed))
 		s.preemptions.Add(1)
 		s.finish(q, outcome{done: true, finish: "preempted"}) // releases its pages the normal way
 		return
+	}
+	if q.onPreempt != nil {
+		switch {
+		case q.recompute:
+			q.onPreempt("rebuild")
+		case q.decoded:
+			q.onPreempt("decode")
+		default:
+			q.onPreempt("prompt")
+		}
 	}
 	releasePages(s.pool, q.owner, q.table)
 	q.table, q.view = nil, nil
@@ -425,7 +517,7 @@ func (s *scheduler) preempt(q *seq) {
 // resume gives preempted sequences, oldest first, the pages to rebuild
 // their KV, while the pool has room; the first that does not fit waits
 // (head of line, so the oldest is never overtaken).
-func (s *scheduler) resume() {
+func (s *batch) resume() {
 	for len(s.preempted) > 0 {
 		q := s.preempted[0]
 		table, err := s.pool.Reserve(q.owner, kv.PagesFor(len(q.prompt)+1, s.cfg.PageSize))
@@ -442,7 +534,7 @@ func (s *scheduler) resume() {
 
 // endCancelledPreempted ends preempted sequences whose client left; they
 // hold no pages.
-func (s *scheduler) endCancelledPreempted() {
+func (s *batch) endCancelledPreempted() {
 	keep := s.preempted[:0]
 	for _, q := range s.preempted {
 		if q.cancel.Load() {
@@ -459,7 +551,7 @@ func (s *scheduler) endCancelledPreempted() {
 // grow makes the page table cover positions [0, need). Pool exhaustion
 // fails this sequence with a clear error: never a hang, never a wait for
 // another request's pages.
-func (s *scheduler) grow(q *seq, need int) error {
+func (s *batch) grow(q *seq, need int) error {
 	pages := kv.PagesFor(need, s.cfg.PageSize)
 	if pages <= len(q.table) && q.view != nil {
 		return nil
@@ -480,7 +572,7 @@ func (s *scheduler) grow(q *seq, need int) error {
 }
 
 // advance applies one forward result to its sequence.
-func (s *scheduler) advance(q *seq, n int, r StepResult) {
+func (s *batch) advance(q *seq, n int, r StepResult) {
 	if r.Err != nil {
 		s.fail(q, r.Err)
 		return
@@ -513,7 +605,7 @@ func (s *scheduler) advance(q *seq, n int, r StepResult) {
 
 // emitToken sends a generated token and ends the sequence when it is the
 // last one (end of generation or max tokens).
-func (s *scheduler) emitToken(q *seq, tok int32, lp *sample.Logprobs) {
+func (s *batch) emitToken(q *seq, tok int32, lp *sample.Logprobs) {
 	q.generated++
 	s.generated.Add(1)
 	if q.all != nil {
@@ -531,14 +623,14 @@ func (s *scheduler) emitToken(q *seq, tok int32, lp *sample.Logprobs) {
 	}
 }
 
-func (s *scheduler) fail(q *seq, err error) {
+func (s *batch) fail(q *seq, err error) {
 	s.finish(q, outcome{err: asEngineError(err, CodeInternal, http.StatusInternalServerError, "decoding")})
 }
 
 // finish releases the sequence's pages by the normal path (scrub, I7) and
 // emits its terminal item. Pages that failed a check were already
 // quarantined by the pool (I8); releasing the rest must not hide that.
-func (s *scheduler) finish(q *seq, o outcome) {
+func (s *batch) finish(q *seq, o outcome) {
 	if q.emit == nil {
 		return
 	}

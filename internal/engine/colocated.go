@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -79,19 +78,8 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 			// waits in the queue for its turn and for room in the pool.
 			reserve = true
 		case request.ActPrefill:
-			q = &seq{
-				owner:        owner,
-				table:        table,
-				prompt:       r.Prompt[cached:],
-				fed:          cached,
-				promptTokens: len(r.Prompt),
-				cachedTokens: cached,
-				maxTokens:    r.MaxTokens,
-				ignoreEOS:    r.IgnoreEOS,
-				samp:         newSampler(r.Sampling, r.Prompt),
-				ended:        tk.done,
-				all:          slices.Clone(r.Prompt),
-			}
+			q = colocatedSeq(owner, table, r.Prompt, cached, r.MaxTokens, r.IgnoreEOS, r.Sampling)
+			q.ended = tk.done
 			q.emit = func(o outcome) { lc.scheduled(o, len(r.Prompt)) }
 			if keys != nil {
 				// Runs when the prompt is computed, also after a preemption

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sluice/internal/handoff"
@@ -20,6 +21,10 @@ type DecodeWorker struct {
 	pool  pagePool
 	sched *scheduler
 	ctx   int
+	// cache is the decode pool's prefix cache (nil: off): a Reserve
+	// carrying the prompt's ids starts its table with this tenant's cached
+	// prefix, and a verified commit inserts the prompt's full pages.
+	cache *prefixCache
 
 	// rmu serialises the protocol core, which is a pure state machine and
 	// not safe for concurrent use.
@@ -30,6 +35,14 @@ type DecodeWorker struct {
 	mu       sync.Mutex
 	handoffs map[kv.ID]*dhandoff
 	closed   bool
+
+	// sharedPreempted counts sequences preempted while reading pages
+	// their reservation found in the prefix cache (tests: preemption of
+	// sharers is exercised, not assumed).
+	sharedPreempted atomic.Int64
+
+	// now is the clock of every protocol call: time.Now, or a driver's.
+	now func() time.Time
 }
 
 var _ handoff.Decode = (*DecodeWorker)(nil)
@@ -40,6 +53,8 @@ type dhandoff struct {
 	tenant    string
 	prompt    int
 	maxTokens int
+	keys      []kv.BlockKey // the prompt's full pages' cache keys (nil: no cache)
+	hitBlocks int           // leading prompt blocks found in the cache at Reserve
 
 	committed bool
 	owner     kv.Owner
@@ -73,12 +88,69 @@ func newDecodeWorker(cfg Config, wrap func(pagePool) pagePool) (*DecodeWorker, e
 	if wrap != nil {
 		pool = wrap(pool)
 	}
+	w := buildDecodeWorker(cfg, pool, nil)
+	go w.ticker()
+	return w, nil
+}
+
+// Driven makes a decode worker a deterministic driver's (internal/sim):
+// no goroutine at all (no batching loop, no ticker), the driver's clock,
+// and a pool the driver made. The worker's code is otherwise the one that
+// serves: the same Receiver calls, the same batch core (growth, preemption
+// and its "preempted" stream end), the same streams.
+type Driven struct {
+	// Pool is the worker's KV pool: KVPool(p), or the driver's wrapper.
+	Pool PagePool
+	// Now is the clock every protocol call and Tick reads.
+	Now func() time.Time
+	// Wake is called, synchronously, when the batch has work (a sequence
+	// joined, a cancel or an abort was recorded): the driver then calls
+	// Step, after whatever a step costs on its clock.
+	Wake func()
+	// Raw is the kv pool behind Pool, for the prefix cache (Config.
+	// PrefixCache); nil: no cache.
+	Raw *kv.Pool
+	// OneSided: a peer writes the pool's memory one-sidedly (the driver
+	// made the pool on a shared file).
+	OneSided bool
+	// Safeguards are OR'ed into the Receiver's. TEST HOOK: the
+	// simulator's injected bugs.
+	Safeguards handoff.Safeguards
+}
+
+// NewDrivenDecodeWorker builds a decode worker stepped by its driver: it
+// calls Step to run the batch and Tick to advance the protocol clock.
+func NewDrivenDecodeWorker(cfg Config, d Driven) (*DecodeWorker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate("decode"); err != nil {
+		return nil, err
+	}
+	if d.Pool == nil || d.Now == nil || d.Wake == nil {
+		return nil, fmt.Errorf("engine: a driven decode worker needs a pool, a clock and a wake function")
+	}
+	return buildDecodeWorker(cfg, d.Pool, &d), nil
+}
+
+func buildDecodeWorker(cfg Config, pool pagePool, d *Driven) *DecodeWorker {
 	w := &DecodeWorker{
 		cfg:      cfg,
 		pool:     pool,
-		sched:    newScheduler(cfg, pool),
 		ctx:      cfg.configuredContext(),
 		handoffs: map[kv.ID]*dhandoff{},
+		cache:    newPrefixCache(cfg, pool),
+		now:      time.Now,
+	}
+	sg := receiverSafeguards(cfg.Unsafe)
+	if d != nil {
+		w.now = d.Now
+		w.sched = newDrivenScheduler(cfg, pool, d.Wake)
+		w.cache = newPrefixCacheOn(cfg, d.Raw)
+		x := d.Safeguards
+		sg = handoff.Safeguards{NoCount: sg.NoCount || x.NoCount, NoCoverage: sg.NoCoverage || x.NoCoverage,
+			NoDigest: sg.NoDigest || x.NoDigest, NoReservationMatch: sg.NoReservationMatch || x.NoReservationMatch,
+			NoChecksum: sg.NoChecksum || x.NoChecksum}
+	} else {
+		w.sched = newScheduler(cfg, pool)
 	}
 	w.recv = handoff.NewReceiver(handoff.ReceiverConfig{
 		PageSize: cfg.PageSize,
@@ -86,14 +158,23 @@ func newDecodeWorker(cfg Config, wrap func(pagePool) pagePool) (*DecodeWorker, e
 		// grows the table as tokens come and preempts when it cannot.
 		Headroom:   cfg.PageSize,
 		Admit:      w.admit,
-		OneSided:   cfg.SharedFile != "",
+		OneSided:   cfg.SharedFile != "" || (d != nil && d.OneSided),
 		Lease:      cfg.Lease,
 		Model:      FingerprintOf(cfg.Model), // I13: Reserves of another model are refused
-		Safeguards: receiverSafeguards(cfg.Unsafe),
+		Safeguards: sg,
 	}, pool)
 	w.quit = make(chan struct{})
-	go w.ticker()
-	return w, nil
+	return w
+}
+
+// Step runs one turn of a driven worker's batch (joiners in, cancels, one
+// forward step). It reports whether sequences remain: the driver steps
+// again after a step's time; false: idle until the next Wake.
+func (w *DecodeWorker) Step() bool {
+	if w.sched.driven == nil {
+		panic("engine: Step on a decode worker that is not driven")
+	}
+	return w.sched.turn()
 }
 
 // Idle reports that the worker has no sequence to compute (a neighbour
@@ -180,6 +261,20 @@ func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handof
 	if !w.cfg.Unsafe.NoAdmission && !kv.TokensFit(r.PromptTokens, r.MaxTokens, w.ctx) {
 		return nil, handoff.ErrRefused.With("%d prompt + %d max tokens exceed the decode context of %d tokens", r.PromptTokens, r.MaxTokens, w.ctx)
 	}
+	var keys []kv.BlockKey
+	if w.cache != nil && len(r.Tokens) > 0 {
+		if len(r.Tokens) != r.PromptTokens || len(r.CacheScope) > handoff.MaxCacheScope {
+			return nil, handoff.ErrRefused.With("%d prompt ids for %d prompt tokens, cache scope of %d bytes", len(r.Tokens), r.PromptTokens, len(r.CacheScope))
+		}
+		for i, t := range r.Tokens {
+			if t < 0 || int(t) >= w.cfg.Model.Vocab() {
+				return nil, handoff.ErrRefused.With("prompt id %d at index %d is outside the vocabulary of %d", t, i, w.cfg.Model.Vocab())
+			}
+		}
+		// Salted with the authenticated tenant the router sent (I11, I12)
+		// and this deployment's secret, as prefill's keys are.
+		keys = w.cache.keys(&Request{Tenant: r.Tenant, Prompt: r.Tokens, CacheScope: r.CacheScope})
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -189,12 +284,12 @@ func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handof
 		return nil, handoff.ErrDuplicate
 	}
 	w.rmu.Lock()
-	res, err := w.recv.Reserve(time.Now(), r)
+	res, err := w.recv.ReservePrefix(w.now(), r, keys)
 	w.rmu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: time.Now()}
+	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: w.now(), keys: keys}
 	return res, nil
 }
 
@@ -222,7 +317,7 @@ func (w *DecodeWorker) Write(ctx context.Context, ws []handoff.PageWrite) error 
 		}
 	}
 	w.rmu.Lock()
-	err := w.recv.Write(time.Now(), ws)
+	err := w.recv.Write(w.now(), ws)
 	w.rmu.Unlock()
 	if err != nil {
 		w.end(ws[0].Handoff, err)
@@ -238,13 +333,13 @@ func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
 		// able to hand it an id the tokenizer has never seen (I8).
 		err := handoff.ErrProtocol.With("%s", bad)
 		w.rmu.Lock()
-		w.recv.Abort(time.Now(), c.Handoff, err.Error())
+		w.recv.Abort(w.now(), c.Handoff, err.Error())
 		w.rmu.Unlock()
 		w.end(c.Handoff, err)
 		return err
 	}
 	w.rmu.Lock()
-	acc, err := w.recv.Commit(time.Now(), c)
+	acc, err := w.recv.Commit(w.now(), c)
 	w.rmu.Unlock()
 	if err != nil {
 		w.end(c.Handoff, err)
@@ -261,6 +356,15 @@ func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
 	}
 	h.committed, h.owner, h.table, h.first, h.firstLP = true, acc.Owner, acc.Pages, acc.FirstToken, c.FirstLogprobs
 	h.prompt = acc.Tokens // I9: what was verified, not what was asked
+	h.hitBlocks = acc.CachedBlocks
+	if h.keys != nil {
+		// The prompt's KV is final and verified (I5: the digest covered
+		// it whole): its full pages become this tenant's cache entries
+		// now rather than when the sequence ends, so requests already
+		// queued behind it hit them. Decode only appends after the
+		// prompt, never into a full prompt page.
+		w.cache.insert(acc.Owner, acc.Pages, h.keys, acc.CachedBlocks)
+	}
 	w.startLocked(c.Handoff, h)
 	w.mu.Unlock()
 	return nil
@@ -288,7 +392,7 @@ func (w *DecodeWorker) Abort(ctx context.Context, a *handoff.Abort) error {
 	}
 	w.mu.Unlock()
 	w.rmu.Lock()
-	w.recv.Abort(time.Now(), a.Handoff, a.Reason)
+	w.recv.Abort(w.now(), a.Handoff, a.Reason)
 	w.rmu.Unlock()
 	w.end(a.Handoff, handoff.ErrAborted.With("%s", a.Reason))
 	return nil
@@ -298,7 +402,7 @@ func (w *DecodeWorker) Abort(ctx context.Context, a *handoff.Abort) error {
 func (w *DecodeWorker) Drained(ctx context.Context, id kv.ID) error {
 	w.rmu.Lock()
 	defer w.rmu.Unlock()
-	return w.recv.Drained(time.Now(), id)
+	return w.recv.Drained(w.now(), id)
 }
 
 // Stream implements handoff.Decode.
@@ -373,7 +477,13 @@ func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) {
 		evict: true,
 	}
 	st := h.stream
-	q.emit = func(o outcome) { st.push(o.token2()) }
+	hits := h.hitBlocks
+	q.emit = func(o outcome) {
+		if hits > 0 && o.done && o.finish == "preempted" {
+			w.sharedPreempted.Add(1)
+		}
+		st.push(o.token2())
+	}
 	q.ended = func() {
 		w.mu.Lock()
 		delete(w.handoffs, id)
@@ -456,6 +566,21 @@ func (t *tokenStream) Recv() (handoff.Token, error) {
 		return tok, nil
 	case <-t.ctx.Done():
 		return handoff.Token{}, t.ctx.Err()
+	}
+}
+
+// TryRecv is Recv that does not wait, for a driven worker's driver (which
+// must not block its single thread): ok is false when no item is there
+// yet; err is io.EOF after the terminal item.
+func (t *tokenStream) TryRecv() (tok handoff.Token, ok bool, err error) {
+	select {
+	case tok, open := <-t.ch:
+		if !open {
+			return handoff.Token{}, false, io.EOF
+		}
+		return tok, true, nil
+	default:
+		return handoff.Token{}, false, nil
 	}
 }
 

@@ -325,7 +325,11 @@ func (c *currentHandoff) set(id kv.ID) {
 // A client leaving during the call (ctx) makes its outcome unknown too:
 // the Abort then overtakes the Reserve, which decode refuses (I6).
 func (d *Disaggregated) reserve(ctx context.Context, r *Request, dec handoff.Decode, id kv.ID) (*handoff.Reservation, bool, *Error) {
-	res, err := dec.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens, Model: d.cfg.Fingerprint})
+	// The prompt's ids let decode look up its own prefix cache (salted
+	// there with the authenticated tenant, I11); a decode worker without
+	// a cache ignores them.
+	res, err := dec.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens, Model: d.cfg.Fingerprint,
+		Tokens: r.Prompt, CacheScope: r.CacheScope})
 	if err == nil {
 		if err = handoff.CheckModel(d.cfg.Fingerprint, res.Model, "the decode worker"); err == nil {
 			return res, false, nil
@@ -413,7 +417,17 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 				return // the request ended meanwhile (a cancel took effect)
 			}
 			tk.requeue(r.Tenant)
-			cur.set(newID())
+			// The resume is an ordinary new handoff, so it may go to any
+			// pair: paired afresh, it leaves the decode worker that just
+			// ran out of pages for one with more free (the pairer's
+			// scores); with no pair to be had it stays on its own.
+			if p2, err := d.pairs.Pair(r, nil); err == nil {
+				cur.pair().done(dr.perr, dr.derr)
+				dr = driveResult{}
+				cur.setPair(newID(), p2)
+			} else {
+				cur.set(newID())
+			}
 		}
 		id := cur.get()
 		again := *r

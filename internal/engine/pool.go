@@ -21,6 +21,13 @@ type pagePool interface {
 	CapacityTokens() int
 }
 
+// PagePool is pagePool for a driver outside the package (internal/sim
+// wraps the pool to watch every release and grant).
+type PagePool = pagePool
+
+// KVPool adapts a kv pool to a worker's PagePool.
+func KVPool(p *kv.Pool) PagePool { return kvPool{p} }
+
 // kvPool adapts *kv.Pool: its View returns the concrete *kv.View.
 type kvPool struct{ *kv.Pool }
 

@@ -34,7 +34,10 @@ type PrefillWorker struct {
 
 	stats struct {
 		committed, failed, tokens, bytes, pushNanos atomic.Int64
+		sent, skipped                               atomic.Int64
 	}
+	// running is the Prefill calls in progress (its load report).
+	running atomic.Int64
 }
 
 // PrefillStats are the worker's counters, for metrics.
@@ -48,6 +51,10 @@ type PrefillStats struct {
 	// Push is the total time from the first page write to the accepted
 	// commit, over committed handoffs.
 	Push time.Duration
+	// PagesSent and PagesSkipped count the prompt pages of committed
+	// handoffs that were transferred, and that were not because the
+	// decode worker already held them (Reservation.PrefixTokens).
+	PagesSent, PagesSkipped int64
 }
 
 // Stats returns the counters.
@@ -55,6 +62,7 @@ func (w *PrefillWorker) Stats() PrefillStats {
 	return PrefillStats{
 		Committed: w.stats.committed.Load(), Failed: w.stats.failed.Load(), Tokens: w.stats.tokens.Load(),
 		Bytes: w.stats.bytes.Load(), Push: time.Duration(w.stats.pushNanos.Load()),
+		PagesSent: w.stats.sent.Load(), PagesSkipped: w.stats.skipped.Load(),
 	}
 }
 
@@ -137,6 +145,8 @@ func (w *PrefillWorker) Close() {
 // the commit. On any failure it aborts the handoff on the decode side and
 // releases its own pages.
 func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	w.running.Add(1)
+	defer w.running.Add(-1)
 	res := r.Reservation
 	if res != nil && res.Handoff == r.Handoff {
 		// I13: the prompt was tokenized for the router's model and the KV
@@ -158,6 +168,10 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		return nil, w.abort(r.Handoff, handoff.ErrState.With("decode page size %d differs from prefill page size %d", res.PageSize, w.cfg.PageSize))
 	case len(r.Tokens) == 0 || len(r.Tokens) != res.ExpectTokens:
 		return nil, w.abort(r.Handoff, handoff.ErrCountMismatch.With("prompt has %d tokens, reservation expects %d", len(r.Tokens), res.ExpectTokens))
+	case res.CheckPrefix() != nil:
+		// decode_prefix_len is a peer's claim: refused before any work
+		// when it is not whole pages strictly inside the prompt.
+		return nil, w.abort(r.Handoff, res.CheckPrefix())
 	case len(r.Tokens) > w.ctx:
 		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("prompt of %d tokens exceeds the prefill context %d", len(r.Tokens), w.ctx))
 	case r.SampleOffset < 0 || r.SampleOffset >= len(r.Tokens):
@@ -241,7 +255,10 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		return nil, w.abort(r.Handoff, err)
 	}
 	w.stats.committed.Add(1)
-	w.stats.bytes.Add(int64(len(d.table)) * int64(w.cfg.geometry().PageBytes()))
+	skipped := res.PrefixBlocks()
+	w.stats.sent.Add(int64(len(d.table) - skipped))
+	w.stats.skipped.Add(int64(skipped))
+	w.stats.bytes.Add(int64(len(d.table)-skipped) * int64(w.cfg.geometry().PageBytes()))
 	w.stats.pushNanos.Add(int64(time.Since(start)))
 	w.stats.tokens.Add(int64(len(r.Tokens)))
 	return &handoff.PrefillResult{FirstToken: d.first, Tokens: len(r.Tokens), CachedTokens: cached}, nil

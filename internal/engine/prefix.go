@@ -24,7 +24,12 @@ type prefixCache struct {
 // newPrefixCache is nil (no cache) when cfg turns it off or the pool is not
 // a real kv pool.
 func newPrefixCache(cfg Config, pool pagePool) *prefixCache {
-	raw := rawPool(pool)
+	return newPrefixCacheOn(cfg, rawPool(pool))
+}
+
+// newPrefixCacheOn is the cache of raw (nil: none), for a worker whose
+// pool is wrapped by a driver (Driven.Raw).
+func newPrefixCacheOn(cfg Config, raw *kv.Pool) *prefixCache {
 	if !cfg.PrefixCache || raw == nil {
 		return nil
 	}

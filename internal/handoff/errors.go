@@ -52,6 +52,10 @@ var (
 	// ErrBadWrite: a page write does not match the reservation (block, page,
 	// generation, slot count) or the pool refused it (owner, state) (I3).
 	ErrBadWrite = &Error{"bad_write", "page write does not match the reservation"}
+	// ErrSealedWrite: a write (or one-sided notice) named a block of the
+	// decode worker's cached prefix (Reservation.PrefixTokens): shared and
+	// read-only; a prefill that ignores the prefix is refused.
+	ErrSealedWrite = &Error{"sealed_write", "a page write named a block the decode worker holds in its prefix cache, which is read-only"}
 	// ErrChecksum: the page bytes do not match the write's checksum.
 	ErrChecksum = &Error{"checksum", "page bytes do not match their checksum"}
 	// ErrState: the message is not legal in the handoff's current phase

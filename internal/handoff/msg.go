@@ -30,6 +30,16 @@ type Reserve struct {
 	// its own with ErrModelMismatch, whatever the connection's handshake
 	// said: a peer can lie there.
 	Model model.Fingerprint
+	// Tokens are the prompt's token ids, for the decode worker's own
+	// prefix-cache lookup (empty: no lookup). When set, len(Tokens) must
+	// equal PromptTokens. Decode derives the cache keys itself, salted with
+	// the authenticated Tenant (kv.TenantSalt), so the ids only say which
+	// of THIS tenant's entries to look for.
+	Tokens []int32
+	// CacheScope narrows the decode worker's prefix cache within Tenant
+	// (prompt_cache_key / cache_salt), as PrefillRequest.CacheScope does
+	// prefill's; it never widens it. At most MaxCacheScope bytes.
+	CacheScope string
 }
 
 // Reservation is the decode worker's answer to Reserve.
@@ -50,6 +60,44 @@ type Reservation struct {
 	// Model is the decode worker's model fingerprint (I13): a prefill
 	// worker writes KV into this reservation only when it is its own.
 	Model model.Fingerprint
+	// PrefixTokens (SGLang's decode_prefix_len) is how many leading prompt
+	// tokens' KV the decode worker already holds in its prefix cache:
+	// Pages[:PrefixTokens/PageSize] are shared cached pages, read-only,
+	// and the prefill worker sends only the blocks after them. It is a
+	// multiple of PageSize and less than ExpectTokens (the last block is
+	// always sent); a write into a cached block is refused (sealed_write).
+	// The commit's digest still covers the whole prompt: decode hashes its
+	// cached pages with the received ones (I5).
+	PrefixTokens int
+}
+
+// PrefixBlocks is the number of leading blocks the decode worker holds
+// (PrefixTokens/PageSize), after CheckPrefix.
+func (r *Reservation) PrefixBlocks() int {
+	if r.PageSize <= 0 {
+		return 0
+	}
+	return r.PrefixTokens / r.PageSize
+}
+
+// CheckPrefix refuses a Reservation whose PrefixTokens a sender must not
+// act on: negative, not page aligned, covering the whole prompt (the last
+// block always carries the prompt's last token) or more pages than listed.
+// Each side checks it (decoder, prefill, Sender): a peer is not trusted
+// with it.
+func (r *Reservation) CheckPrefix() error {
+	p := r.PrefixTokens
+	switch {
+	case p == 0:
+		return nil
+	case p < 0 || r.PageSize <= 0 || p%r.PageSize != 0:
+		return ErrBadMessage.With("decode prefix of %d tokens is not a whole number of %d-token pages", p, r.PageSize)
+	case p >= r.ExpectTokens:
+		return ErrBadMessage.With("decode prefix of %d tokens leaves nothing of the %d-token prompt to send", p, r.ExpectTokens)
+	case p/r.PageSize > len(r.Pages):
+		return ErrBadMessage.With("decode prefix of %d pages, the reservation lists %d", p/r.PageSize, len(r.Pages))
+	}
+	return nil
 }
 
 // PageWrite carries one logical block of KV into one reserved page.
@@ -165,6 +213,10 @@ type PrefillRequest struct {
 	CacheScope string
 }
 
+// MaxCacheScope bounds Reserve.CacheScope: the router's scope joins two
+// client strings of at most 256 bytes each with their names and lengths.
+const MaxCacheScope = 1024
+
 // MaxWorkerName bounds PrefillRequest.Decode (a host:port).
 const MaxWorkerName = 255
 
@@ -175,7 +227,7 @@ type PrefillResult struct {
 	// Tokens is the number of prompt tokens prefilled, written and committed (I9).
 	Tokens int
 	// CachedTokens of Tokens were read from the prefill worker's prefix
-	// cache instead of computed (still written and covered by the digest).
+	// cache instead of computed (still covered by the digest).
 	CachedTokens int
 }
 

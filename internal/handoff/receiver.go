@@ -66,6 +66,17 @@ type ReceiverConfig struct {
 	Safeguards Safeguards
 }
 
+// CachingPool is a Pool with a prefix cache (kv.Pool): Reserve then
+// starts the table with the cached prefix (reader shares) and extends it
+// with fresh pages.
+type CachingPool interface {
+	Pool
+	// Lookup takes reader shares of the longest cached run of keys for o.
+	Lookup(o kv.Owner, keys []kv.BlockKey) ([]kv.PageRef, error)
+	// Extend appends n fresh pages to table (whose entries o holds).
+	Extend(o kv.Owner, table []kv.PageRef, n int) ([]kv.PageRef, error)
+}
+
 type phase uint8
 
 const (
@@ -76,10 +87,13 @@ const (
 )
 
 type rhandoff struct {
-	owner     kv.Owner
-	prompt    int          // PromptTokens of the Reserve
-	refs      []kv.PageRef // all reserved pages; the first nPrompt carry the prompt
-	nPrompt   int
+	owner   kv.Owner
+	prompt  int          // PromptTokens of the Reserve
+	refs    []kv.PageRef // all reserved pages; the first nPrompt carry the prompt
+	nPrompt int
+	// nCached leading prompt blocks are shared cached pages the decode
+	// pool already held (Reservation.PrefixTokens): never written.
+	nCached   int
 	slots     []int // per prompt block: slots written, 0 = not yet
 	writes    []int // per prompt block: number of writes applied
 	tokens    int   // total slots written
@@ -105,6 +119,9 @@ type Accepted struct {
 	Tokens     int
 	FirstToken int32
 	MaxTokens  int
+	// CachedBlocks leading Pages are shared prefix-cache pages (reader
+	// shares; Release gives them back).
+	CachedBlocks int
 }
 
 // ReceiverStats are counters for metrics.
@@ -115,6 +132,11 @@ type ReceiverStats struct {
 	// LateWrites counts writes for handoffs that already ended (aborted,
 	// failed or accepted): dropped, never applied.
 	LateWrites uint64
+	// PagesTransferred and PagesSkipped count the prompt pages of accepted
+	// handoffs that were written by the transfer, and that were not
+	// because the decode pool's prefix cache already held them
+	// (Reservation.PrefixTokens).
+	PagesTransferred, PagesSkipped uint64
 	// Live is the number of handoffs between Reserve and their end.
 	Live int
 }
@@ -180,6 +202,16 @@ func (r *Receiver) Stats() ReceiverStats {
 // ceil(PromptTokens/PageSize) of them, which the prompt's writes must
 // cover; the rest is room for decoding.
 func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
+	return r.ReservePrefix(now, m, nil)
+}
+
+// ReservePrefix is Reserve with a prefix-cache lookup: keys are the chain
+// keys (kv.PrefixKeys) of m's full prompt pages in the decode pool's cache,
+// which the worker derives from the authenticated tenant and its secret
+// (kv.TenantSalt); nil looks nothing up. In a caching pool the table then
+// starts with the longest cached run (reader shares, never the last
+// prompt block) and Reservation.PrefixTokens says how many tokens that is.
+func (r *Receiver) ReservePrefix(now time.Time, m *Reserve, keys []kv.BlockKey) (*Reservation, error) {
 	if err := CheckModel(r.cfg.Model, m.Model, "the reserving peer"); err != nil {
 		// I13: KV of this pool is never computed by, nor attended for,
 		// another model's tokens.
@@ -211,11 +243,33 @@ func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 	}
 	nAll := kv.PagesFor(m.PromptTokens+room, ps)
 	o := kv.Owner{Tenant: m.Tenant, ID: m.Handoff}
-	if r.cfg.Admit != nil && nAll <= r.pool.Pages() && !r.cfg.Admit(nAll) {
+	if len(m.Tokens) != 0 && len(m.Tokens) != m.PromptTokens {
+		r.stats.Failed[ErrRefused.Code]++
+		return nil, ErrRefused.With("%d prompt ids for a prompt of %d tokens", len(m.Tokens), m.PromptTokens)
+	}
+	if len(m.CacheScope) > MaxCacheScope {
+		r.stats.Failed[ErrRefused.Code]++
+		return nil, ErrRefused.With("cache scope of %d bytes, at most %d", len(m.CacheScope), MaxCacheScope)
+	}
+	hits := r.lookupPrefix(o, m, keys, nPrompt)
+	if r.cfg.Admit != nil && nAll <= r.pool.Pages() && !r.cfg.Admit(nAll-len(hits)) {
+		// Cached pages are shared, not taken: only the new ones count.
+		if len(hits) > 0 {
+			_ = r.pool.Release(o, hits) // gives the shares back
+		}
 		r.stats.Failed[ErrNoRoom.Code]++
 		return nil, ErrNoRoom.With("%d pages for %d+%d tokens: not now (the pool keeps free pages for the sequences it holds)", nAll, m.PromptTokens, m.MaxTokens)
 	}
-	refs, err := r.pool.Reserve(o, nAll)
+	var refs []kv.PageRef
+	var err error
+	if len(hits) > 0 {
+		refs, err = r.pool.(CachingPool).Extend(o, hits, nAll-len(hits))
+		if err != nil {
+			_ = r.pool.Release(o, hits) // gives the shares back
+		}
+	} else {
+		refs, err = r.pool.Reserve(o, nAll)
+	}
 	if errors.Is(err, kv.ErrNoCapacity) && nAll > r.pool.Pages() {
 		// Can never fit: refused for good, not queued.
 		r.stats.Failed[ErrRefused.Code]++
@@ -236,15 +290,41 @@ func (r *Receiver) Reserve(now time.Time, m *Reserve) (*Reservation, error) {
 		_ = r.pool.Release(o, refs)
 		return nil, ErrRefused.With("pool returned %d pages, asked for %d", len(refs), nAll)
 	}
-	r.live[m.Handoff] = &rhandoff{owner: o, prompt: m.PromptTokens, refs: refs, nPrompt: nPrompt,
+	r.live[m.Handoff] = &rhandoff{owner: o, prompt: m.PromptTokens, refs: refs, nPrompt: nPrompt, nCached: len(hits),
 		slots: make([]int, nPrompt), writes: make([]int, nPrompt), maxTokens: m.MaxTokens}
 	r.stats.Reserved++
 	res := &Reservation{Handoff: m.Handoff, Pages: append([]kv.PageRef(nil), refs[:nPrompt]...),
-		PageSize: ps, ExpectTokens: m.PromptTokens, Model: r.cfg.Model}
+		PageSize: ps, ExpectTokens: m.PromptTokens, Model: r.cfg.Model, PrefixTokens: len(hits) * ps}
 	if ip, ok := r.pool.(incarnated); ok {
 		res.Incarnation = ip.Incarnation()
 	}
 	return res, nil
+}
+
+// lookupPrefix takes o's shares of the cached leading pages of m's prompt
+// in a caching pool. It never covers the prompt's last block: that block
+// holds the last prompt token, whose KV prefill computes with the first
+// output token and always sends, so every handoff transfers at least one
+// page. A failed lookup (a cached page that no longer matches its seal,
+// counted and quarantined by the pool) is a miss.
+func (r *Receiver) lookupPrefix(o kv.Owner, m *Reserve, keys []kv.BlockKey, nPrompt int) []kv.PageRef {
+	cp, ok := r.pool.(CachingPool)
+	if !ok || len(keys) == 0 || len(m.Tokens) == 0 {
+		return nil
+	}
+	n := min(len(keys), nPrompt-1, (m.PromptTokens-1)/r.cfg.PageSize)
+	if n <= 0 {
+		return nil
+	}
+	hits, err := cp.Lookup(o, keys[:n])
+	if err != nil {
+		return nil
+	}
+	if len(hits) > n {
+		_ = r.pool.Release(o, hits) // a pool that overanswers: no shares kept
+		return nil
+	}
+	return hits
 }
 
 // incarnated is a pool whose shared memory has an incarnation (kv.Pool).
@@ -306,6 +386,16 @@ func (r *Receiver) write(now time.Time, w *PageWrite) error {
 		// Out of range blocks are refused even with NoReservationMatch: there
 		// is no page to name.
 		return r.fail(now, h, ErrBadWrite.With("block %d outside the %d reserved blocks", w.Block, h.nPrompt))
+	}
+	if w.Block < h.nCached {
+		// The decode pool already holds this block in its prefix cache:
+		// the page is shared with other sequences and read-only. Refused
+		// before the pool is touched (a byte write never lands); a
+		// one-sided notice cannot have landed either (the writer's fence
+		// refuses the block and the sealed page's generation word is
+		// closed), and if a rogue writer did, the commit's digest over
+		// the cached page and the next hit's seal check catch it (I5).
+		return r.fail(now, h, ErrSealedWrite.With("block %d of the %d blocks decode holds in its prefix cache", w.Block, h.nCached))
 	}
 	ref := h.refs[w.Block]
 	if !sg.NoReservationMatch {
@@ -426,13 +516,14 @@ func (r *Receiver) Commit(now time.Time, c *Commit) (*Accepted, error) {
 	if !sg.NoCount {
 		// I5 count: the incident's decode accepted one page for an N-page
 		// reservation because nothing compared these three numbers.
-		if c.Tokens != h.prompt || h.tokens != h.prompt {
-			return nil, r.fail(now, h, ErrCountMismatch.With("reserved %d tokens, received %d, commit claims %d",
-				h.prompt, h.tokens, c.Tokens))
+		// The cached prefix counts as held: received + cached == reserved.
+		if c.Tokens != h.prompt || h.tokens+h.nCached*r.cfg.PageSize != h.prompt {
+			return nil, r.fail(now, h, ErrCountMismatch.With("reserved %d tokens (%d in the decode prefix cache), received %d, commit claims %d",
+				h.prompt, h.nCached*r.cfg.PageSize, h.tokens, c.Tokens))
 		}
 	}
 	if !sg.NoCoverage {
-		for b := 0; b < h.nPrompt; b++ {
+		for b := h.nCached; b < h.nPrompt; b++ {
 			if h.writes[b] != 1 {
 				return nil, r.fail(now, h, ErrCoverage.With("block %d of %d written %d times", b, h.nPrompt, h.writes[b]))
 			}
@@ -443,6 +534,9 @@ func (r *Receiver) Commit(now time.Time, c *Commit) (*Accepted, error) {
 			// I5: a missing digest is a failure, never a pass.
 			return nil, r.fail(now, h, ErrDigestMissing.With("handoff %s", IDString(c.Handoff)))
 		}
+		// Over the whole prompt, cached prefix included: a wrong hit on
+		// either side (decode's cache or what prefill computed or took
+		// from its own) is a mismatch, never a silent pass (I5).
 		d, err := r.pool.Digest(h.owner, h.refs[:h.nPrompt], h.prompt)
 		if err != nil {
 			return nil, r.fail(now, h, ErrDigestMismatch.With("cannot digest what was received: %v", err))
@@ -454,8 +548,10 @@ func (r *Receiver) Commit(now time.Time, c *Commit) (*Accepted, error) {
 	h.ph = phAccepted
 	h.endedAt = now
 	r.stats.Accepted++
+	r.stats.PagesTransferred += uint64(h.nPrompt - h.nCached)
+	r.stats.PagesSkipped += uint64(h.nCached)
 	return &Accepted{Handoff: c.Handoff, Owner: h.owner, Pages: append([]kv.PageRef(nil), h.refs...),
-		Tokens: h.prompt, FirstToken: c.FirstToken, MaxTokens: h.maxTokens}, nil
+		Tokens: h.prompt, FirstToken: c.FirstToken, MaxTokens: h.maxTokens, CachedBlocks: h.nCached}, nil
 }
 
 // Abort ends a live handoff: its pages are released, or quarantined until a

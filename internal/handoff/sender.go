@@ -99,8 +99,18 @@ func NewSender(cfg SenderConfig, res *Reservation, tokens int, firstToken int32,
 	if want := kv.PagesFor(tokens, res.PageSize); want != len(res.Pages) {
 		return nil, ErrCoverage.With("%d tokens need %d pages, reservation has %d", tokens, want, len(res.Pages))
 	}
-	return &Sender{cfg: cfg, res: res, tokens: tokens, first: firstToken, src: src, inflight: map[int]bool{}}, nil
+	if err := res.CheckPrefix(); err != nil {
+		return nil, err
+	}
+	// The blocks decode already holds are never sent (a write there is
+	// refused as sealed_write); the commit's digest still covers them.
+	return &Sender{cfg: cfg, res: res, tokens: tokens, first: firstToken, src: src, inflight: map[int]bool{},
+		next: res.PrefixBlocks()}, nil
 }
+
+// Skipped is the number of prompt blocks not sent because the decode
+// worker holds them (Reservation.PrefixTokens).
+func (s *Sender) Skipped() int { return s.res.PrefixBlocks() }
 
 // SetFirstLogprobs attaches the first token's logprobs to the commit (the
 // request asked for logprobs; decode sends them with the token).

@@ -72,10 +72,14 @@ type TokenStream interface {
 // (router -> worker, polled with the health probe; internal/cluster scores
 // pairs with it).
 type Load struct {
-	// FreePages and TotalPages are the worker's KV pool.
+	// FreePages and TotalPages are the worker's KV pool; free pages
+	// include idle prefix-cache pages (a reservation may evict them).
 	FreePages, TotalPages int
 	// Running is the sequences the worker is decoding (or prefilling) now.
 	Running int
+	// CachedPages are the pool's prefix-cache pages (idle or read), at
+	// most TotalPages: how much of the pool holds prefixes, not which.
+	CachedPages int
 }
 
 // Loader is a worker (or a transport to one) that reports its load.

@@ -350,4 +350,8 @@ type Stats struct {
 // InUse is every page that is not free.
 func (s Stats) InUse() int { return s.Pages - s.Free }
 
+// Held is every page that is neither free nor an idle prefix-cache entry:
+// what a draining worker waits for (idle entries need no one to finish).
+func (s Stats) Held() int { return s.Pages - s.Free - s.CacheIdle }
+
 func quote(s string) string { return "\"" + s + "\"" }

@@ -733,19 +733,61 @@ func (p *Pool) Stats() Stats {
 	return s
 }
 
-// CheckDrained is nil iff every page is free and the free list holds each
-// of them exactly once (conservation): every end-to-end test ends with it.
+// CheckDrained is nil iff no page is held: every page is free or an idle
+// prefix-cache entry, the free list holds each free page exactly once
+// (conservation), and every idle entry is what the cache says it is
+// (sealed, indexed, unread, still matching its seal digest). Idle entries
+// are not leaks (the cache keeps them on purpose, for the next request of
+// their tenant) but they are not hidden either: Drained reports them
+// apart, and a test that expects a given number of them checks it.
 func (p *Pool) CheckDrained() error {
+	_, err := p.Drained()
+	return err
+}
+
+// DrainReport says where a pool's pages are: Free + CacheIdle + Held ==
+// Pages.
+type DrainReport struct {
+	Pages, Free int
+	// CacheIdle pages are prefix-cache entries nobody reads (evictable).
+	CacheIdle int
+	// Held pages are everything else: reserved, written, read by a
+	// sequence (a cached page with a reader counts here) or quarantined.
+	Held int
+}
+
+// Drained is CheckDrained with the counts: the error is non-nil when
+// pages are held or the bookkeeping is wrong.
+func (p *Pool) Drained() (DrainReport, error) {
 	if err := p.audit(); err != nil {
-		return err
+		return DrainReport{}, err
 	}
 	s := p.Stats()
-	if s.Free+s.CacheIdle == s.Pages {
-		return nil
+	r := DrainReport{Pages: s.Pages, Free: s.Free, CacheIdle: s.CacheIdle, Held: s.Held()}
+	if err := p.checkIdleSeals(); err != nil {
+		return r, err
 	}
-	return &Error{Code: CodeNotDrained, Msg: fmt.Sprintf(
-		"pool not drained: %d of %d pages in use (%d reserved, %d filling, %d sealed, %d quarantined; %d idle in the prefix cache)",
-		s.InUse()-s.CacheIdle, s.Pages, s.Reserved, s.Filling, s.Sealed-s.CacheIdle, s.Quarantined, s.CacheIdle)}
+	if r.Held == 0 {
+		return r, nil
+	}
+	return r, &Error{Code: CodeNotDrained, Msg: fmt.Sprintf(
+		"pool not drained: %d of %d pages held (%d reserved, %d filling, %d sealed, %d quarantined); apart from them %d idle in the prefix cache",
+		r.Held, s.Pages, s.Reserved, s.Filling, s.Sealed-s.CacheIdle, s.Quarantined, s.CacheIdle)}
+}
+
+// checkIdleSeals re-hashes every idle cache entry against its seal digest:
+// a drained pool's idle entries are counted as good only if they are.
+func (p *Pool) checkIdleSeals() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := &p.cache
+	for i := c.lruHead; i != -1; i = c.meta[i].next {
+		pg := uint32(i)
+		if tagState(p.pages[pg].tag.Load()) != Sealed || p.pageDigest(pg, p.geo.PageSize) != p.digests[pg] {
+			return &Error{Code: CodeCorrupt, Msg: fmt.Sprintf("idle prefix-cache page %d no longer matches its seal digest", pg)}
+		}
+	}
+	return nil
 }
 
 // CodeNotDrained is the code of CheckDrained's error.

@@ -49,3 +49,20 @@ func collectLoad(ch chan<- prometheus.Metric, st EngineStats) {
 		}
 	}
 }
+
+// LoadCollector exports only the load metrics of stats (the queue, and
+// schedulers and pools when the snapshot has them): the router process
+// (`sluice router`) queues requests but holds no KV pool and does no
+// handoff itself, so it must not export the workers' handoff counters as
+// zeros.
+func LoadCollector(stats func() EngineStats) prometheus.Collector { return loadCollector{stats} }
+
+type loadCollector struct{ stats func() EngineStats }
+
+func (c loadCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range loadDescs {
+		ch <- d
+	}
+}
+
+func (c loadCollector) Collect(ch chan<- prometheus.Metric) { collectLoad(ch, c.stats()) }

@@ -28,6 +28,10 @@ type EngineStats struct {
 	HandoffsAborted uint64
 	// HandoffBytes is page bytes transferred by completed and failed handoffs.
 	HandoffBytes uint64
+	// HandoffPagesTransferred and HandoffPagesSkipped count the prompt
+	// pages of verified handoffs that the transfer wrote, and that it did
+	// not because the decode worker's prefix cache held them (decode side).
+	HandoffPagesTransferred, HandoffPagesSkipped uint64
 	// Handoffs and HandoffSeconds give the mean handoff latency.
 	Handoffs       uint64
 	HandoffSeconds float64
@@ -146,6 +150,7 @@ var (
 	descPages      = prometheus.NewDesc("sluice_kv_pages", "KV pool pages by role and state.", []string{"role", "state"}, nil)
 	descViolations = prometheus.NewDesc("sluice_integrity_violations_total", "KV integrity violations by kind (I8).", []string{"kind"}, nil)
 	descHBytes     = prometheus.NewDesc("sluice_handoff_bytes_total", "KV page bytes moved by handoffs.", nil, nil)
+	descHPages     = prometheus.NewDesc("sluice_handoff_pages_total", "Prompt pages of verified handoffs, by result: transferred (written by the prefill worker) or skipped (the decode worker's prefix cache already held them for this tenant, decode_prefix_len; covered by the commit digest all the same).", []string{"result"}, nil)
 	descHLatency   = prometheus.NewDesc("sluice_handoff_seconds", "Handoff latency from reservation to verified commit.", nil, nil)
 	descLate       = prometheus.NewDesc("sluice_late_writes_dropped_total", "Page writes dropped because the page had moved to a new generation (I6).", nil, nil)
 	descRefused    = prometheus.NewDesc("sluice_handoff_reservations_refused_total", "Reservations the decode worker refused, by reason (kv_capacity_exhausted: no free pages; refused: any other). Back-pressure, not integrity.", []string{"reason"}, nil)
@@ -164,6 +169,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPages
 	ch <- descViolations
 	ch <- descHBytes
+	ch <- descHPages
 	ch <- descHLatency
 	ch <- descLate
 	ch <- descRefused
@@ -195,6 +201,8 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descViolations, prometheus.CounterValue, float64(n), kind)
 	}
 	ch <- prometheus.MustNewConstMetric(descHBytes, prometheus.CounterValue, float64(st.HandoffBytes))
+	ch <- prometheus.MustNewConstMetric(descHPages, prometheus.CounterValue, float64(st.HandoffPagesTransferred), "transferred")
+	ch <- prometheus.MustNewConstMetric(descHPages, prometheus.CounterValue, float64(st.HandoffPagesSkipped), "skipped")
 	ch <- prometheus.MustNewConstSummary(descHLatency, st.Handoffs, st.HandoffSeconds, nil)
 	ch <- prometheus.MustNewConstMetric(descLate, prometheus.CounterValue, float64(st.LateWritesDropped))
 	for reason, n := range st.ReservationsRefused {

@@ -1,64 +1,52 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"sluice/internal/engine"
 	"sluice/internal/handoff"
 	"sluice/internal/handoff/shm"
 	"sluice/internal/kv"
-	"sluice/internal/model"
-	"sluice/internal/sample"
 )
 
-// decode is one incarnation of the decode worker: the real handoff.Receiver
-// over a real kv.Pool, and continuous batching over the real model forward
-// pass. Everything around them (message handling, the batching loop, the
-// reservation timeout) is this simulator's own single-threaded wrapper; it
-// mirrors engine.DecodeWorker's rules, which run on goroutines and a wall
-// clock and so cannot be replayed from a seed.
+// decode is one incarnation of the decode worker: engine.DecodeWorker
+// itself, the code that serves, built driven (engine.NewDrivenDecodeWorker:
+// no goroutine, this run's clock). Its Receiver, its batch (growth page by
+// page, preemption of the latest arrival, the "preempted" stream end), its
+// handoff timeout and its streams are the engine's; this file is only the
+// network edge: it turns delivered messages into the worker's calls, runs
+// a step decodeStep after the worker asks for one, and carries each
+// stream's items back to the router as messages.
 type decode struct {
-	w      *world
-	gen    int
-	up     bool
-	pool   *kv.Pool
-	recv   *handoff.Receiver
-	run    *model.Runner
-	hs     map[kv.ID]*dh
-	order  []*dh // live handoffs in reservation order (deterministic scans)
-	active []*dseq
-	busy   bool // a batching step is scheduled
-	samp   *sample.Sampler
+	w    *world
+	gen  int
+	up   bool
+	pool *kv.Pool
+	wp   *watchPool
+	wk   *engine.DecodeWorker
+	// streams are the open token streams in opening order (deterministic
+	// pumping).
+	streams []*dstream
+	busy    bool // a step is scheduled
+	closed  bool
 }
 
-// dh is the wrapper's record of one handoff.
-type dh struct {
-	id        kv.ID
-	since     time.Duration
-	committed bool
-	cancelled bool // client left; applied after the first token (I10)
-	over      bool
-	q         *dseq
-	idx       int // next stream item index
-}
-
-type dseq struct {
-	h       *dh
-	owner   kv.Owner
-	table   []kv.PageRef
-	view    *kv.View
-	prompt  int
-	fed     int
-	next    int32
-	first   bool // the commit's first token is still to be emitted
-	gen, mx int
-	stop    error // set by Abort while decoding: end with this error
+// dstream is one handoff's token stream, as the transport's stream pump
+// would forward it.
+type dstream struct {
+	id kv.ID
+	ts interface {
+		TryRecv() (handoff.Token, bool, error)
+	}
+	idx int
 }
 
 func (w *world) newDecode(gen int) (*decode, error) {
-	d := &decode{w: w, gen: gen, up: true, hs: map[kv.ID]*dh{}, run: w.env.model.NewRunner(nil), samp: sample.New(sample.Params{})}
+	d := &decode{w: w, gen: gen, up: true}
 	cfg := kv.Config{Geometry: w.geo, Pages: w.decPages, Order: kv.LIFO, Scrub: w.scrub, Lease: lease, Unsafe: w.cfg.Bugs.KV}
 	if w.pl.oneSided {
 		// Every incarnation on the same path, as a deployment's
@@ -84,21 +72,39 @@ func (w *world) newDecode(gen int) (*decode, error) {
 		m.NoGenFence = w.cfg.Bugs.NoGenFence
 		w.wr = m
 	}
-	d.recv = handoff.NewReceiver(handoff.ReceiverConfig{
-		PageSize:   w.geo.PageSize,
-		OneSided:   w.pl.oneSided,
-		Lease:      w.recvLease,
-		Tombstone:  tombstone,
-		Safeguards: w.cfg.Bugs.Receiver,
-	}, recvPool(w.cfg.Bugs, p))
+	d.wp = &watchPool{PagePool: engine.KVPool(p), d: d, released: map[uint32]uint64{}, grantedTo: map[uint32]string{}}
+	wk, err := engine.NewDrivenDecodeWorker(engine.Config{
+		Model:          w.env.rt,
+		Context:        w.ctx,
+		PoolPages:      w.decPages,
+		PageSize:       w.geo.PageSize,
+		Lease:          w.recvLease,
+		HandoffTimeout: w.handoffTimeout,
+		// Decode's own prefix cache (main's decode cache): keyed by the
+		// engine from the Reserve's tokens, salted like prefill's.
+		PrefixCache:      w.dcacheOn,
+		CacheSecret:      w.cacheSecret,
+		ModelFingerprint: w.cacheFP,
+		// The engine's own hook for the salt-less key (Bugs.CacheNoSalt);
+		// the pool's tenant checks are Bugs.KV's.
+		Unsafe: engine.Unsafe{TenantBlindCache: w.cfg.Bugs.CacheNoSalt},
+	}, engine.Driven{Pool: d.wp, Raw: p, Now: w.clock, Wake: d.kick, OneSided: w.pl.oneSided, Safeguards: w.cfg.Bugs.Receiver})
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	d.wk = wk
 	return d, nil
 }
 
 func (d *decode) alive() bool { return d.up }
 
-// close frees the instance's memory, at the end of the run: a crashed
-// incarnation's mapping stays (posted writes may still land in it).
+// close ends the instance at the end of the run (its sequences end, its
+// memory is freed): a crashed incarnation's mapping stays until then
+// (posted writes may still land in it).
 func (d *decode) close() {
+	d.closed = true
+	d.wk.Close()
 	d.pool.Close()
 }
 
@@ -108,271 +114,227 @@ func (w *world) sharedFile() string {
 	return filepath.Join(w.env.dir, fmt.Sprintf("decode-%d.kv", w.seed))
 }
 
-func (d *decode) now() time.Time { return d.w.clock() }
-
 func (d *decode) crash() {
 	d.up = false
-	d.w.logf("decode#%d CRASH (%d handoffs, %d decoding)", d.gen, len(d.order), len(d.active))
+	st := d.wk.SchedStats()
+	d.w.logf("decode#%d CRASH (%d streams, %d decoding, %d preempted)", d.gen, len(d.streams), st.Running, st.Preempted)
 }
 
-// reserve is the decode side of Reserve: admission is repeated here (I1/I2),
-// then the Receiver reserves.
-func (d *decode) reserve(m *handoff.Reserve) (*handoff.Reservation, error) {
-	if m.PromptTokens <= 0 || m.MaxTokens <= 0 || !kv.TokensFit(m.PromptTokens, m.MaxTokens, d.w.ctx) {
-		return nil, handoff.ErrRefused.With("%d+%d tokens exceed the decode context %d", m.PromptTokens, m.MaxTokens, d.w.ctx)
-	}
-	if _, dup := d.hs[m.Handoff]; dup {
-		return nil, handoff.ErrDuplicate
-	}
-	res, err := d.recv.Reserve(d.now(), m)
+var bg = context.Background()
+
+// reserve is the Reserve call, then (as the router does right after it)
+// the opening of the handoff's stream with the request's sampling state.
+func (d *decode) reserve(m *handoff.Reserve, sp handoff.StreamParams) (*handoff.Reservation, error) {
+	res, err := d.wk.Reserve(bg, m)
 	if err != nil {
 		return nil, err
 	}
-	d.w.logf("decode#%d reserves prompt pages %s for %s", d.gen, pagesText(res.Pages), short(m.Handoff))
-	h := &dh{id: m.Handoff, since: d.w.now}
-	d.hs[m.Handoff] = h
-	d.order = append(d.order, h)
+	d.w.logf("decode#%d reserves pages %s for %s (%d+%d tokens)", d.gen, pagesText(res.Pages), short(m.Handoff), m.PromptTokens, m.MaxTokens)
+	ts, err := d.wk.Stream(bg, m.Handoff, sp)
+	if err != nil {
+		_ = d.wk.Abort(bg, &handoff.Abort{Handoff: m.Handoff, Reason: "the stream did not open"})
+		return nil, err
+	}
+	d.streams = append(d.streams, &dstream{id: m.Handoff, ts: ts.(interface {
+		TryRecv() (handoff.Token, bool, error)
+	})})
+	d.pump()
 	return res, nil
 }
 
 func (d *decode) write(ws []handoff.PageWrite) error {
-	if len(ws) == 0 {
-		return nil
-	}
-	for i := range ws {
-		if ws[i].Handoff != ws[0].Handoff {
-			return handoff.ErrProtocol.With("one Write call carries writes of two handoffs")
-		}
-	}
-	err := d.recv.Write(d.now(), ws)
-	if err != nil {
-		d.end(ws[0].Handoff, err)
-	}
+	err := d.wk.Write(bg, ws)
+	d.pump()
 	return err
 }
 
 func (d *decode) commit(c *handoff.Commit) error {
-	acc, err := d.recv.Commit(d.now(), c)
-	if err != nil {
-		d.end(c.Handoff, err)
-		return err
-	}
-	h := d.hs[c.Handoff]
-	if h == nil || h.over {
-		// Ended by the wrapper meanwhile: the pages are ours, nobody reads them.
-		_ = d.pool.Release(acc.Owner, acc.Pages)
-		return handoff.ErrAborted.With("the handoff ended while it was committing")
-	}
-	h.committed = true
-	d.w.oracleAccepted(d, acc)
-	q := &dseq{h: h, owner: acc.Owner, table: acc.Pages, prompt: acc.Tokens, fed: acc.Tokens,
-		next: acc.FirstToken, first: true, mx: acc.MaxTokens}
-	q.view = d.pool.View(acc.Owner, acc.Pages)
-	h.q = q
-	d.active = append(d.active, q)
-	d.kick()
-	return nil
+	err := d.wk.Commit(bg, c)
+	d.pump()
+	return err
 }
 
 func (d *decode) abort(a *handoff.Abort) {
-	h := d.hs[a.Handoff]
-	if h != nil && h.q != nil {
-		// Decoding already: stop between steps and report the failure.
-		if h.q.stop == nil {
-			h.q.stop = handoff.ErrAborted.With("%s", a.Reason)
-		}
-		d.kick()
-		return
-	}
-	d.recv.Abort(d.now(), a.Handoff, a.Reason)
-	d.end(a.Handoff, handoff.ErrAborted.With("%s", a.Reason))
+	_ = d.wk.Abort(bg, a)
+	d.pump()
 }
 
-func (d *decode) drained(id kv.ID) { _ = d.recv.Drained(d.now(), id) }
+func (d *decode) drained(id kv.ID) { _ = d.wk.Drained(bg, id) }
 
 func (d *decode) cancel(id kv.ID) {
-	if h := d.hs[id]; h != nil {
-		h.cancelled = true
-		d.kick()
-	}
+	_ = d.wk.Cancel(bg, id)
+	d.pump()
 }
 
-// end forgets a handoff that ended before decoding and tells the router.
-func (d *decode) end(id kv.ID, err error) {
-	h := d.hs[id]
-	if h == nil || h.over || h.q != nil {
-		return
-	}
-	d.forget(h)
-	d.stream(h, item{err: err})
-}
-
-func (d *decode) forget(h *dh) {
-	h.over = true
-	delete(d.hs, h.id)
-	for i, x := range d.order {
-		if x == h {
-			d.order = append(d.order[:i], d.order[i+1:]...)
-			break
-		}
-	}
-}
-
-// item is one element of a decode token stream.
-type item struct {
-	idx        int
-	tok        int32
-	done       bool
-	err        error
-	prompt     int
-	completion int
-}
-
-func (d *decode) stream(h *dh, it item) {
-	it.idx = h.idx
-	h.idx++
-	r := d.w.router
-	id := h.id
-	d.w.send(fmt.Sprintf("decode#%d->router stream %s #%d", d.gen, short(id), it.idx), r.alive, func() { r.onStream(id, it) })
-}
-
-// tick is the clock at the edge: leases expire, tombstones go, and a
-// handoff that did not start decoding within handoffTimeout is aborted so
-// its pages come back (through quarantine when one-sided, I6).
+// tick is the clock at the edge: leases expire, tombstones go, and the
+// worker aborts handoffs that did not start decoding within its timeout.
 func (d *decode) tick() {
 	if !d.up {
 		return
 	}
-	d.recv.Tick(d.now())
-	var stale []*dh
-	for _, h := range d.order {
-		if h.q == nil && d.w.now-h.since > d.w.handoffTimeout {
-			stale = append(stale, h)
-		}
-	}
-	for _, h := range stale {
-		d.w.logf("decode#%d handoff %s timed out before decoding", d.gen, short(h.id))
-		d.abort(&handoff.Abort{Handoff: h.id, Reason: "the handoff did not start decoding within its timeout"})
-	}
+	d.wk.Tick(d.w.clock())
+	d.pump()
 }
 
+// kick is the worker's wake: a step runs decodeStep later. It only
+// schedules (the worker calls it holding its locks).
 func (d *decode) kick() {
-	if d.busy || len(d.active) == 0 {
+	if d.busy || d.closed {
 		return
 	}
 	d.busy = true
 	d.w.after(decodeStep, "decode step", func() {
 		d.busy = false
-		if d.up {
-			d.step()
+		if !d.up {
+			return
+		}
+		more := d.wk.Step()
+		d.pump()
+		if more {
+			d.kick()
 		}
 	})
 }
 
-// step is one continuous-batching step: joiners emit the commit's first
-// token, cancels and aborts apply between steps, then ONE forward pass runs
-// over every active sequence.
-func (d *decode) step() {
-	live := d.active[:0]
-	for _, q := range d.active {
-		if q.first {
-			// Before the cancel check: a cancel recorded during the
-			// transfer still lets decode reach its first token (I10).
-			q.first = false
-			if !d.emit(q, q.next) {
-				continue
+// pump forwards every stream's available items to the router, in order.
+func (d *decode) pump() {
+	if !d.up {
+		return
+	}
+	live := d.streams[:0]
+	for _, s := range d.streams {
+		open := true
+		for open {
+			tok, ok, err := s.ts.TryRecv()
+			if err != nil {
+				open = false
+				break
+			}
+			if !ok {
+				break
+			}
+			d.send(s, tok)
+			if tok.Done || tok.Err != nil {
+				open = false
 			}
 		}
-		if q.stop != nil {
-			d.finish(q, item{err: q.stop})
-			continue
+		if open {
+			live = append(live, s)
 		}
-		if q.h.cancelled {
-			d.finish(q, item{done: true, err: nil, completion: -1})
-			continue
-		}
-		live = append(live, q)
 	}
-	clear(d.active[len(live):])
-	d.active = live
-	if len(live) == 0 {
+	clear(d.streams[len(live):])
+	d.streams = live
+}
+
+func (d *decode) send(s *dstream, tok handoff.Token) {
+	it := item{hid: s.id, idx: s.idx, tok: tok}
+	s.idx++
+	r := d.w.router
+	d.w.send(fmt.Sprintf("decode#%d->router stream %s #%d", d.gen, short(s.id), it.idx), r.alive, func() { r.onStream(it) })
+}
+
+// item is one element of a decode token stream, numbered.
+type item struct {
+	hid kv.ID
+	idx int
+	tok handoff.Token
+}
+
+// watchPool is the decode worker's pool as the simulator sees it: every
+// release and every grant goes through here, so the oracle can look at
+// what a sequence read before its pages go (the KV must be the
+// reference's), and check the page lifetime: a page granted again (to a
+// successor: a resumed handoff, a retry, anyone) never carries its
+// previous holder's generation, so the holder's old references, which
+// the pool checks on every read (I3), cannot reach the successor's KV. With Bugs.NoQuarantine the
+// Receiver's quarantine releases at once (release before drain, I6), the
+// bug the quarantine exists to prevent.
+type watchPool struct {
+	engine.PagePool
+	d *decode
+	// released is each page's generation when it was last released.
+	released map[uint32]uint64
+	// grantedTo is the tenant each page was last granted to (reserved or
+	// grown into): the tenant whose KV a page the decode cache holds is.
+	grantedTo map[uint32]string
+}
+
+// Lookup is the decode cache's lookup (the Receiver's CachingPool): every
+// hit must be a page computed for the reader's own tenant (I11, against
+// the simulator's record of grants).
+func (p *watchPool) Lookup(o kv.Owner, keys []kv.BlockKey) ([]kv.PageRef, error) {
+	hits, err := p.d.pool.Lookup(o, keys)
+	if err != nil {
+		return hits, err
+	}
+	for _, h := range hits {
+		if by := p.grantedTo[h.Page]; by != o.Tenant {
+			p.d.w.violate("decode#%d: %s of %s read cached page %d computed for %s (I11: the prefix cache crossed tenants)", p.d.gen, short(o.ID), o.Tenant, h.Page, by)
+		}
+	}
+	p.d.w.res.DecodeCacheHits += len(hits)
+	return hits, nil
+}
+
+func (p *watchPool) Release(o kv.Owner, refs []kv.PageRef) error {
+	w := p.d.w
+	if !p.d.closed {
+		w.oracleReleased(p.d, o, refs)
+	}
+	err := p.PagePool.Release(o, refs)
+	if err != nil || p.d.closed {
+		return err
+	}
+	// (Probing the old refs here would itself be a stale access, which
+	// the pool counts and answers with a quarantine, I8.)
+	for _, r := range refs {
+		p.released[r.Page] = r.Gen
+	}
+	return nil
+}
+
+// Incarnation is the pool's (the Receiver puts it in every one-sided
+// reservation, I6).
+func (p *watchPool) Incarnation() uint64 { return p.d.pool.Incarnation() }
+
+func (p *watchPool) Quarantine(o kv.Owner, refs []kv.PageRef, at time.Time) {
+	if p.d.w.cfg.Bugs.NoQuarantine {
+		_ = p.Release(o, refs)
 		return
 	}
-	seqs := make([]model.Seq, len(live))
-	for i, q := range live {
-		seqs[i] = model.Seq{Tokens: []int32{q.next}, Pos: q.fed, KV: q.view}
-	}
-	res := d.run.Forward(seqs)
-	next := live[:0]
-	for i, q := range live {
-		if res[i].Err != nil {
-			d.finish(q, item{err: res[i].Err})
-			continue
-		}
-		q.fed++
-		// As the engine does: a logits vector with no number in it (a
-		// poisoned page read) fails the sequence instead of emitting.
-		tok, err := d.samp.Sample(res[i].Logits)
-		if err != nil {
-			d.finish(q, item{err: err})
-			continue
-		}
-		if d.emit(q, tok) {
-			next = append(next, q)
+	p.PagePool.Quarantine(o, refs, at)
+}
+
+func (p *watchPool) granted(o kv.Owner, refs []kv.PageRef) {
+	for _, r := range refs {
+		p.grantedTo[r.Page] = o.Tenant
+		if g, ok := p.released[r.Page]; ok && g == r.Gen {
+			p.d.w.violate("decode#%d page %d granted to %s with the generation %d of its previous holder (I3)", p.d.gen, r.Page, short(o.ID), r.Gen)
 		}
 	}
-	clear(d.active[len(next):])
-	d.active = next
-	d.kick()
 }
 
-// emit streams a token; false when that ended the sequence.
-func (d *decode) emit(q *dseq, tok int32) bool {
-	q.gen++
-	d.stream(q.h, item{tok: tok})
-	if q.gen >= q.mx {
-		d.finish(q, item{done: true})
-		return false
+func (p *watchPool) Reserve(o kv.Owner, n int) ([]kv.PageRef, error) {
+	refs, err := p.PagePool.Reserve(o, n)
+	if err == nil {
+		p.granted(o, refs)
+		if q := p.d.w.router.byHandoff[o.ID]; q != nil && q.endedQueued {
+			p.d.w.violate("%v left the queue (its client went away while it waited) but decode reserved %d pages for it", q, len(refs))
+		}
 	}
-	q.next = tok
-	return true
+	return refs, err
 }
 
-// finish releases the sequence's pages the normal way (scrub, I7) and sends
-// the terminal item. completion -1 marks a cancel.
-func (d *decode) finish(q *dseq, it item) {
-	if q.table == nil {
-		return
+func (p *watchPool) Extend(o kv.Owner, table []kv.PageRef, n int) ([]kv.PageRef, error) {
+	refs, err := p.PagePool.Extend(o, table, n)
+	if err == nil {
+		p.granted(o, refs[len(table):])
+		if len(refs) > len(table) {
+			p.d.w.res.Growths++
+		}
 	}
-	d.w.oracleFinished(d, q)
-	_ = d.pool.Release(q.owner, q.table)
-	q.table, q.view = nil, nil
-	cancelled := it.completion == -1
-	it.prompt, it.completion = q.prompt, q.gen
-	if cancelled {
-		it.done = true
-		it.err = errCancelled
-	}
-	d.forget(q.h)
-	d.stream(q.h, it)
+	return refs, err
 }
-
-// errCancelled marks a stream that ended because the client left.
-var errCancelled = fmt.Errorf("cancelled")
-
-// recvPool is the pool the Receiver works on: the real one, or with
-// Bugs.NoQuarantine one whose Quarantine releases at once (release before
-// drain, I6), the bug the quarantine exists to prevent.
-func recvPool(b Bugs, p *kv.Pool) handoff.Pool {
-	if b.NoQuarantine {
-		return releaseEarly{p}
-	}
-	return p
-}
-
-type releaseEarly struct{ *kv.Pool }
-
-func (r releaseEarly) Quarantine(o kv.Owner, refs []kv.PageRef, _ time.Time) { _ = r.Release(o, refs) }
 
 // pagesText renders page refs as page@generation for the trace.
 func pagesText(refs []kv.PageRef) string {

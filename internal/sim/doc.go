@@ -1,18 +1,48 @@
-// Package sim is the deterministic simulator: the real request state
-// machine (internal/request), handoff Receiver and Sender
-// (internal/handoff), KV pools (internal/kv), one-sided page placement
-// (internal/handoff/shm) and model forward pass (internal/model), wired
-// through a seeded in-process network on a virtual clock and driven by a
-// single-threaded discrete-event scheduler. A seed fixes every choice: the
-// fault mix, pool sizes, page size, transport (two-sided or one-sided),
-// timings, every message's fate, the prompts. So a failing seed replays
-// exactly, with a readable trace of its events.
+// Package sim is the deterministic simulator: the code that serves,
+// wired through a seeded in-process network on a virtual clock and driven
+// by a single-threaded discrete-event scheduler. A seed fixes every
+// choice: the fault mix, pool sizes, page size, transport (two-sided or
+// one-sided), queue bounds, timings, every message's fate, the prompts and
+// their sampling. So a failing seed replays exactly, with a readable trace
+// of its events.
 //
-// The workers around the protocol cores (message handling, continuous
-// batching, the reservation timeout, the router's orchestration) are this
-// package's own single-threaded wrappers that follow internal/engine's
-// rules; the engine's workers run on goroutines and the wall clock and so
-// cannot be replayed from a seed.
+// What runs is the real code:
+//
+//   - decode is engine.DecodeWorker itself, built driven
+//     (engine.NewDrivenDecodeWorker: no goroutine, this run's clock): its
+//     handoff.Receiver, its continuous-batching core (the engine's batch:
+//     pages on demand, growth page by page, preemption of the latest
+//     arrival, the "preempted" stream end), its handoff timeout and its
+//     token streams, and its own prefix cache (keys from the Reserve's
+//     tokens; prefill skips sending the pages decode holds). The
+//     simulator only turns delivered messages into the
+//     worker's calls, runs a step decodeStep after the worker asks for one
+//     (its wake), and carries stream items back as messages. Its pool is
+//     wrapped (watchPool) so the oracle sees every release and grant.
+//   - the router runs the real request.Machine and the real admission
+//     core (sched.Core: bounded queue, per-tenant deficit round robin,
+//     queue timeout on the virtual clock, head-of-line pause on decode's
+//     no_room, preempted requests first) with engine.Disaggregated's
+//     orchestration: a preempted request resumes with a new handoff (new
+//     id) whose prompt is the prompt plus every token generated so far,
+//     whose stream carries those tokens (decode's sampler continues after
+//     them) and whose prefill request carries the sampler offset.
+//   - in some runs a colocated engine serves part of the requests:
+//     engine.DrivenBatch, the batch core engine.Colocated serves with
+//     (chunked prefill within a step budget, growth, preemption of the
+//     latest arrival while it computes its prompt, decodes, or rebuilds
+//     its KV, resume oldest first), behind its own sched.Core, with
+//     engine.Colocated's reservation rule (prompt plus at most a page;
+//     nothing while preempted sequences wait).
+//   - prefill is the real handoff.Sender over a real kv.Pool with the real
+//     model forward pass and the prefix cache (salted chain keys, Lookup,
+//     Seal, Insert, eviction under pressure), driven by this package's
+//     wrapper, which is also where misbehaving peers are injected. The
+//     engine's prefill worker blocks its caller for the whole prefill and
+//     push, so it cannot be stepped from one thread; the wrapper follows
+//     its rules (a call waits for prefill pages until the queue timeout;
+//     handoff.Push's contract: Drained only once none of our writes is in
+//     flight).
 //
 // # Faults
 //
@@ -32,17 +62,37 @@
 // path as the crashed one, with one-sided writes of the old incarnation
 // still in flight (restart-same-file).
 //
+// The page-lifetime paths of queueing and preemption: tight decode pools
+// (pressure runs: honest peers, one request's worth of pages, arrivals at
+// once) where growth runs the pool dry and decode preempts; tight queue
+// bounds, running limits and queue timeouts (429-like queue_full, 503-like
+// queue_timeout); clients leaving while queued; a disconnect or router
+// abort striking a preempted request while it is queued to resume, while
+// its new Reserve is in flight, while its KV is rebuilt (the prefill of
+// prompt + generated), or right after its new commit; every other fault
+// also hits resumed handoffs (a resume whose new handoff fails). Requests
+// sample greedily, seeded, or seeded with penalties, so a resume must
+// continue the random stream and the penalty counts exactly.
+//
 // # What every run checks
 //
-// Each request ends with exactly its reference output (greedy decoding of
-// the same prompt in a private pool with no transfer, computed once per
-// prompt and page size) or an error; tokens streamed before an error or a
+// Each request ends with exactly its reference output (the same prompt in
+// a private pool with no transfer, one sampler drawing every token in
+// turn, computed once per prompt, page size and sampling) or an error; tokens streamed before an error or a
 // cancel are a prefix of the reference; no request reports success over KV
-// that differs from the reference's (compared page by page when decode
-// accepts the commit and again over every decoded position before release:
-// the "undetected integrity violation" leak); usage is what was verified
-// (I9); a rejected request never holds a reservation (I1); after the drain
-// every pool is entirely free and no handoff is live. The default run also
+// that differs from the reference's (compared page by page, every written
+// slot, when decode releases a sequence's pages: the "undetected integrity
+// violation" leak); usage is what was verified
+// (I9); a rejected request never holds a reservation (I1); a request whose
+// client left while it was queued never gets a decode page; a page granted
+// again never carries its previous holder's generation (so a preempted
+// sequence's old page references cannot reach its successor's KV); every
+// prefix-cache hit, prefill's or decode's, is a page computed for the
+// reader's own tenant (I11, checked against the simulator's own record of
+// who computed or received each page); after the drain every pool is entirely free, no handoff is live,
+// the decode batch holds no sequence and the admission core none. A
+// preempted request's output must equal its reference: the same oracle as
+// every other request. The default run also
 // asserts that one-sided writes of a crashed decode incarnation landed (in
 // its old file) and that foreign one-sided writes reached the writer's
 // fence, so both hazards are exercised. goleak checks that no
@@ -50,7 +100,7 @@
 //
 // # Running
 //
-//	go test ./internal/sim/                       # 1000 seeds + injected bugs, ~30 s on 2 cores
+//	go test ./internal/sim/                       # 1000 seeds + injected bugs, ~85 s of CPU, under a minute on 2 idle cores
 //	make sim SEEDS=100000                          # SLUICE_SIM_SEEDS=100000, TestSim only
 //	SLUICE_SIM_FROM=50001 SLUICE_SIM_SEEDS=1000 go test -run 'TestSim$' ./internal/sim/
 //	SLUICE_SIM_SEED=12345 go test -count=1 -run 'TestSim/seed' -v ./internal/sim/   # replay one seed with its trace
@@ -61,24 +111,33 @@
 // A failing seed is reported with its violations, its setup, the tail of
 // its trace and the command that replays it:
 //
-//	seed 110 broke an invariant; replay: SLUICE_SIM_SEED=110 go test -count=1 -run 'TestSim/seed' -v ./internal/sim/
-//	  req11(011d9c) reported success with output [119 385 471 32 73 459 318 280], reference [119 385 471 32 73 503 508 462] (undetected integrity violation)
-//	  setup: page 4, decode 24 pages, prefill 16 pages, context 64, one-sided true, ...
+//	seed 6 broke an invariant; replay: SLUICE_SIM_SEED=6 go test -count=1 -run 'TestSim/seed' -v ./internal/sim/
+//	  req6(7861d9) reported success with output [265 379 282 419 506 51 279 380 504 374 272 428 504], reference [265 379 282 419 506 51 279 380 504 374 331 259 285] (undetected integrity violation)
+//	  setup: pressure true, page 8, decode 4 pages, prefill 12 pages, context 32, one-sided false, ...
 //	trace tail:
-//	   21.397ms  one-sided write 0f5d94 page 1 lands in decode#0 memory AFTER its handoff ended (page now reserved for req2(3f5502), committed)
+//	   191.673ms  -> decode#0->router stream d8a25c #6 (duplicate)
 //	   ...
+//
+// (the engine's decode sampler broken on purpose: a resumed stream that
+// does not skip the draws of its earlier tokens).
 //
 // Trace lines are the virtual time, then "-> what" for a delivered message
 // (LOST, TIMEOUT and "(duplicate)" mark faults), END lines with each
-// request's terminal reason and output, and oracle lines where the
-// simulator saw KV differ from the reference.
+// request's terminal reason and output, admissions with their queue wait,
+// PREEMPTED lines, prefix-cache hits, and oracle lines where the simulator
+// saw KV differ from the reference.
 //
 // # Bug injection
 //
 // Bugs switches safeguards off (the handoff.Safeguards and kv.Unsafe test
-// hooks, and three I6 hooks of this package: release before drain, an early
-// drain acknowledgement, a lease shorter than the in-flight time).
-// TestInjectedBugs asserts that each safeguard no other layer backs up is
-// found within a bounded number of seeds, and that each backed-up layer
-// alone finds nothing.
+// hooks, reaching the driven decode worker through engine.Driven, never a
+// serving path; three I6 hooks of this package: release before drain, an
+// early drain acknowledgement, a lease shorter than the in-flight time; and
+// the router's and prefill wrapper's: a request cancelled while queued left
+// in the admission core, a resume without the sampler offset, the cache
+// salt without the tenant). TestInjectedBugs asserts that each safeguard no
+// other layer backs up is found within a bounded number of seeds, and that
+// each backed-up layer alone finds nothing (the prefix cache's salt and its
+// tenant-keyed index back each other up: only both off, the shared cache
+// of engine.Unsafe.TenantBlindCache, crosses tenants).
 package sim

@@ -23,12 +23,13 @@ const (
 	FaultStaleData                 // misbehaving prefill: a page carries another page's bytes
 	FaultStaleWriter               // misbehaving prefill: re-sends a write after its abort
 	FaultForeign                   // misbehaving prefill: writes into another handoff's page
+	FaultAfterPreempt              // a disconnect or router abort strikes a preempted request while it resumes
 	numFaults
 )
 
 var faultNames = [numFaults]string{"delay", "dup", "loss", "crash_prefill", "crash_decode",
 	"disconnect", "abort_router", "abort_prefill", "late_write", "slow_transfer", "burst",
-	"short_transfer", "wrong_digest", "no_digest", "stale_data", "stale_writer", "foreign_pages"}
+	"short_transfer", "wrong_digest", "no_digest", "stale_data", "stale_writer", "foreign_pages", "after_preempt"}
 
 func (f Fault) String() string { return faultNames[f] }
 
@@ -44,6 +45,10 @@ type plan struct {
 	jitter   time.Duration // extra random message delay (reordering)
 	oneSided bool          // shm-like transport: page bytes land in decode memory one-sidedly
 	retry    float64       // chance a client retries a failed request at once
+	// pressure: an honest run (no misbehaving peer, no crash) into one
+	// request's worth of decode pages, arriving at once: most requests
+	// reach decoding together and grow into each other (preemption).
+	pressure bool
 }
 
 func newPlan(s *sched) plan {
@@ -67,6 +72,14 @@ func newPlan(s *sched) plan {
 	pl.p[FaultBurst] = rate(0.4, 1, 1)
 	for _, f := range []Fault{FaultShort, FaultWrongDigest, FaultNoDigest, FaultStaleData, FaultStaleWriter, FaultForeign} {
 		pl.p[f] = rate(0.2, 0.1, 0.4)
+	}
+	pl.p[FaultAfterPreempt] = rate(0.4, 0.2, 0.6)
+	if s.chance(0.25) {
+		pl.pressure = true
+		for _, f := range []Fault{FaultShort, FaultWrongDigest, FaultNoDigest, FaultStaleData, FaultStaleWriter, FaultForeign, FaultCrashPrefill, FaultCrashDecode} {
+			pl.p[f] = 0
+		}
+		pl.p[FaultBurst] = 1
 	}
 	if pl.p[FaultDelay] > 0 {
 		pl.jitter = s.between(200*time.Microsecond, 3*time.Millisecond)

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -22,7 +23,15 @@ type prefill struct {
 	pool *kv.Pool
 	run  *model.Runner
 	jobs []*pjob
-	samp *sample.Sampler // greedy, the engine's sampler
+	// waiting are Prefill calls whose pages the pool could not give yet,
+	// oldest first: retried whenever a job gives pages back, refused once
+	// they waited the queue timeout (the engine's prefill worker waits
+	// for freed pages the same way).
+	waiting []*pwait
+	// cachedBy is, for each page this simulator saw handed to the prefix
+	// cache, the tenant whose request computed it: the oracle of I11 (a
+	// hit must be the reader's own tenant's KV), kept outside the system.
+	cachedBy map[uint32]string
 }
 
 // misbehaviour of a prefill peer for one handoff (the incident's cases).
@@ -60,6 +69,10 @@ type pjob struct {
 	over    bool
 	lastB   []handoff.PageWrite
 	stopped error // Fail requested from outside before the sender existed
+	// The prefix cache: the chain keys of the prompt's full pages, and how
+	// many leading pages came from the cache (not computed here).
+	keys []kv.BlockKey
+	hits int
 }
 
 func (w *world) newPrefill(gen int) (*prefill, error) {
@@ -67,7 +80,7 @@ func (w *world) newPrefill(gen int) (*prefill, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &prefill{w: w, gen: gen, up: true, pool: p, run: w.env.model.NewRunner(nil), samp: sample.New(sample.Params{})}, nil
+	return &prefill{w: w, gen: gen, up: true, pool: p, run: w.env.model.NewRunner(nil), cachedBy: map[uint32]string{}}, nil
 }
 
 func (p *prefill) alive() bool { return p.up }
@@ -79,6 +92,52 @@ func (p *prefill) crash() {
 
 // start handles a Prefill call; reply is called once with the outcome.
 func (p *prefill) start(r *handoff.PrefillRequest, reply func(*handoff.PrefillResult, error)) {
+	for _, x := range p.waiting {
+		if x.r.Handoff == r.Handoff {
+			reply(nil, handoff.ErrDuplicate)
+			return
+		}
+	}
+	p.startAt(r, reply, p.w.now)
+}
+
+// pwait is a Prefill call waiting for pages.
+type pwait struct {
+	r     *handoff.PrefillRequest
+	reply func(*handoff.PrefillResult, error)
+	since time.Duration
+}
+
+// retryWaiting starts the waiting calls again, oldest first (pages came
+// back); those that still do not fit wait on.
+func (p *prefill) retryWaiting() {
+	ws := p.waiting
+	p.waiting = nil
+	for _, x := range ws {
+		if !p.up {
+			return
+		}
+		p.startAt(x.r, x.reply, x.since)
+	}
+}
+
+// expireWaiting refuses the calls that waited the queue timeout.
+func (p *prefill) expireWaiting() {
+	w := p.w
+	keep := p.waiting[:0]
+	for _, x := range p.waiting {
+		if p.up && w.now-x.since >= w.queueTimeout {
+			j := &pjob{p: p, id: x.r.Handoff, req: x.r, reply: x.reply}
+			j.fail(handoff.ErrRefused.With("prefill pool: no room for %d tokens within the queue timeout", len(x.r.Tokens)))
+			continue
+		}
+		keep = append(keep, x)
+	}
+	clear(p.waiting[len(keep):])
+	p.waiting = keep
+}
+
+func (p *prefill) startAt(r *handoff.PrefillRequest, reply func(*handoff.PrefillResult, error), since time.Duration) {
 	w := p.w
 	j := &pjob{p: p, id: r.Handoff, req: r, owner: kv.Owner{Tenant: r.Tenant, ID: r.Handoff}, reply: reply}
 	for _, o := range p.jobs {
@@ -92,13 +151,58 @@ func (p *prefill) start(r *handoff.PrefillRequest, reply func(*handoff.PrefillRe
 		j.fail(handoff.ErrState.With("reservation does not fit the prompt"))
 		return
 	}
-	table, err := p.pool.Reserve(j.owner, kv.PagesFor(len(r.Tokens), w.geo.PageSize))
+	// The prefix cache, as the engine's prefill worker uses it: the salt
+	// is the authenticated tenant's; the cached leading full pages are not
+	// computed again (the last prompt token always is); the pool evicts
+	// idle entries when a reservation needs their pages.
+	var hits []kv.PageRef
+	if w.cacheOn {
+		tenant := r.Tenant
+		if w.cfg.Bugs.CacheNoSalt {
+			tenant = "" // the bug: one salt for every tenant
+		}
+		ps := w.geo.PageSize
+		j.keys = kv.PrefixKeys(w.cacheFP, kv.TenantSalt(w.cacheSecret, tenant), ps, r.Tokens)
+		if n := min(len(j.keys), (len(r.Tokens)-1)/ps); n > 0 {
+			hits, _ = p.pool.Lookup(j.owner, j.keys[:n])
+		}
+		for _, h := range hits {
+			if by := p.cachedBy[h.Page]; by != r.Tenant {
+				w.violate("%s of %s read cached page %d computed for %s (I11: the prefix cache crossed tenants)", short(r.Handoff), r.Tenant, h.Page, by)
+			}
+		}
+		if len(hits) > 0 {
+			w.res.CacheHits += len(hits)
+			w.logf("prefill#%d %s: %d prompt pages from the prefix cache", p.gen, short(j.id), len(hits))
+		}
+	}
+	need := kv.PagesFor(len(r.Tokens), w.geo.PageSize)
+	var table []kv.PageRef
+	var err error
+	if len(hits) == 0 {
+		table, err = p.pool.Reserve(j.owner, need)
+	} else {
+		table, err = p.pool.Extend(j.owner, hits, need-len(hits))
+	}
 	if err != nil {
+		if len(hits) > 0 {
+			_ = p.pool.Release(j.owner, hits)
+		}
+		if errors.Is(err, kv.ErrNoCapacity) && w.now-since < w.queueTimeout {
+			if since == w.now {
+				w.res.PrefillWaits++
+				w.logf("prefill#%d %s waits for %d pages", p.gen, short(j.id), need)
+			}
+			p.waiting = append(p.waiting, &pwait{r: r, reply: reply, since: since})
+			return
+		}
 		w.count(FaultBurst)
 		j.fail(handoff.ErrRefused.With("prefill pool: %v", err))
 		return
 	}
 	j.table = table
+	j.hits = len(hits)
+	j.fed = len(hits) * w.geo.PageSize
 	for f := mShort; f <= mForeign; f++ {
 		if w.chance(w.pl.p[FaultShort+Fault(f-mShort)]) {
 			j.bad = f
@@ -142,11 +246,12 @@ func (j *pjob) chunk() {
 			j.chunk()
 			return
 		}
-		first, err := p.samp.Sample(res[0].Logits)
+		first, err := prefillSampler(j.req).Sample(res[0].Logits)
 		if err != nil {
 			j.fail(err)
 			return
 		}
+		j.insert()
 		j.first = first
 		src := &handoff.PoolSource{Pool: p.pool, Owner: j.owner, Pages: j.table, Tokens: j.fed}
 		snd, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: w.batchBytes, Window: w.window}, j.req.Reservation, j.fed, j.first, src)
@@ -170,6 +275,40 @@ func (j *pjob) chunk() {
 		}
 		j.drive()
 	})
+}
+
+// insert seals the prompt's full pages computed here and hands them to
+// the prefix cache (failures leave them private).
+func (j *pjob) insert() {
+	p := j.p
+	to := min(len(j.keys), len(j.table))
+	if to <= j.hits {
+		return
+	}
+	if err := p.pool.Seal(j.owner, j.table[j.hits:to]); err != nil {
+		return
+	}
+	for i := j.hits; i < to; i++ {
+		if ok, err := p.pool.Insert(j.owner, j.table[i], j.keys[i]); err == nil && ok {
+			p.cachedBy[j.table[i].Page] = j.req.Tenant
+		}
+	}
+}
+
+// prefillSampler draws the first token as draw SampleOffset of the
+// request's random stream, as the engine's prefill worker does: a resumed
+// request's last SampleOffset prompt tokens are ones it generated before
+// (they used the earlier draws and count for the penalties as generated
+// tokens).
+func prefillSampler(r *handoff.PrefillRequest) *sample.Sampler {
+	off := r.SampleOffset
+	s := sample.New(r.Sampling)
+	s.SetPrompt(r.Tokens[:len(r.Tokens)-off])
+	for _, t := range r.Tokens[len(r.Tokens)-off:] {
+		s.Observe(t)
+	}
+	s.Advance(off)
+	return s
 }
 
 // Fail gives the handoff up from the prefill side (shutdown, abort).
@@ -460,6 +599,7 @@ func (j *pjob) finish(res *handoff.PrefillResult, err error) {
 	}
 	j.reply(res, err)
 	j.maybeDrained()
+	p.retryWaiting()
 }
 
 func (p *prefill) job(id kv.ID) *pjob {

@@ -49,7 +49,7 @@ func TestReferenceMatchesColocated(t *testing.T) {
 					t.Fatalf("page %d prompt %d: no end in 60s", ps, i)
 				}
 			}
-			if want := env.ref(i, ps).tokens; !slices.Equal(got, want) {
+			if want := env.ref(i, ps, 0).tokens; !slices.Equal(got, want) {
 				t.Errorf("page %d prompt %d (%d tokens): colocated %v, simulator reference %v", ps, i, len(env.prompts[i]), got, want)
 			}
 		}

@@ -3,37 +3,55 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
+	"sluice/internal/engine"
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/request"
+	admission "sluice/internal/sched"
 )
 
 // router owns every request's life cycle: the real request.Machine (I1,
-// I10), driven by this simulator's single-threaded orchestration of the
-// handoff (reserve at decode, prefill with the reservation, the decode
-// stream), following engine.Disaggregated's rules.
+// I10) and the real admission core (admission.Core: bounded queue, per-tenant
+// DRR, queue timeout, head-of-line pause on no room, resume of preempted
+// requests first), driven by this simulator's single-threaded
+// orchestration of the handoffs, following engine.Disaggregated's rules:
+// the core's admit action sends the Reserve; no room puts the request back
+// at the head; a stream that ends "preempted" re-queues the request, which
+// resumes with a new handoff (new id) whose prompt is the prompt plus every
+// token generated so far.
 type router struct {
-	w       *world
-	reqs    []*rreq
-	byID    map[kv.ID]*rreq
-	retries int
+	w         *world
+	reqs      []*rreq
+	byHandoff map[kv.ID]*rreq // every handoff id a request ever had
+	bySID     map[admission.ID]*rreq
+	core      *admission.Core
+	nextSID   admission.ID
+	retries   int
 }
 
 const maxRetries = 8
 
-// newReq registers a request with a fresh random handoff id.
-func (r *router) newReq(prompt, max int, tenant string) *rreq {
-	w := r.w
-	q := &rreq{i: len(r.reqs), prompt: prompt, max: max, tenant: tenant, pending: map[int]item{}}
-	q.toks = w.env.prompts[prompt]
-	for k := range q.id {
-		q.id[k] = byte(w.rng.Uint32())
-	}
+// qstate is where a request is in the admission core.
+type qstate int
+
+const (
+	qNone      qstate = iota
+	qWaiting          // in the queue (new, refused for room, or preempted)
+	qAdmitting        // the core admitted it; its Reserve is in flight
+	qRunning          // holds decode pages
+	qOut              // left the core
+)
+
+// newReq registers a request.
+func (r *router) newReq(prompt, max int, tenant string, si int) *rreq {
+	q := &rreq{i: len(r.reqs), prompt: prompt, max: max, tenant: tenant, si: si, pending: map[int]handoff.Token{}}
+	q.toks = r.w.env.prompts[prompt]
 	q.m = newMachine()
 	r.reqs = append(r.reqs, q)
-	r.byID[q.id] = q
 	return q
 }
 
@@ -44,13 +62,19 @@ type rreq struct {
 	toks   []int32
 	max    int
 	tenant string
-	id     kv.ID
+	si     int // index into samplings
 	m      *request.Machine
-	res    *handoff.Reservation
+	sid    admission.ID
+	queue  qstate
+
+	// The current handoff: a preempted request resumes with a new one.
+	hid     kv.ID
+	hprompt int // its prompt: toks and the tokens generated before it
+	res     *handoff.Reservation
 
 	committed bool
 	first     int32
-	pending   map[int]item // decode stream items not yet consumed, by index
+	pending   map[int]handoff.Token // decode stream items not yet consumed, by index
 	nextIdx   int
 
 	out      []int32 // what the client received
@@ -59,16 +83,29 @@ type rreq struct {
 	usage    [2]int
 	kvBad    string // the oracle saw wrong KV behind this request's decode
 	finished bool
+
+	queuedAt    time.Duration
+	preempts    int
+	handoffs    int
+	endedQueued bool     // ended while waiting in the queue: may never reserve
+	strike      strikeAt // an after-preemption fault waits for this phase
+	// colo: served by the colocated engine (owner, its reserved table
+	// before the batch takes it, the batch's cancel).
+	colo     bool
+	owner    kv.Owner
+	table    []kv.PageRef
+	started  bool
+	stopColo func()
 }
 
 func (r *router) alive() bool { return true }
 
-func (q *rreq) String() string { return fmt.Sprintf("req%d(%s)", q.i, short(q.id)) }
+func (q *rreq) String() string { return fmt.Sprintf("req%d(%s)", q.i, short(q.hid)) }
 
 // submit starts request q: admission (I2) through the machine (I1).
 func (r *router) submit(q *rreq) {
 	w := r.w
-	w.logf("%v arrives: prompt %d tokens, max %d", q, len(q.toks), q.max)
+	w.logf("%v arrives (%s): prompt %d tokens, max %d", q, q.tenant, len(q.toks), q.max)
 	if len(q.toks)+q.max > w.ctx {
 		r.step(q, request.Event{Kind: request.EvReject, Reason: request.RejectedContextLength,
 			Msg: fmt.Sprintf("%d prompt + %d max tokens exceed the context of %d", len(q.toks), q.max, w.ctx)})
@@ -77,28 +114,14 @@ func (r *router) submit(q *rreq) {
 	r.step(q, request.Event{Kind: request.EvAdmit})
 	// Faults that hit this request at a random later moment: any phase.
 	if w.chance(w.pl.p[FaultDisconnect]) {
-		w.after(w.faultTime(), "disconnect", func() {
-			if q.m.Live() {
-				w.count(FaultDisconnect)
-				w.res.Phases["disconnect/"+r.phase(q)]++
-				w.logf("%v client disconnects in %v", q, q.m.State())
-			}
-			r.step(q, request.Event{Kind: request.EvCancel})
-		})
+		w.after(w.faultTime(), "disconnect", func() { r.disconnect(q, "disconnect") })
 	}
 	if w.chance(w.pl.p[FaultAbortRouter]) {
-		w.after(w.faultTime(), "router abort", func() {
-			if q.m.Live() {
-				w.count(FaultAbortRouter)
-				w.res.Phases["abort/"+r.phase(q)]++
-				w.logf("%v router aborts in %v", q, q.m.State())
-				r.step(q, request.Event{Kind: request.EvFail, Code: "aborted", Msg: "aborted by the router (injected)"})
-			}
-		})
+		w.after(w.faultTime(), "router abort", func() { r.routerAbort(q, "abort") })
 	}
 	if w.chance(w.pl.p[FaultAbortPrefill]) {
 		w.after(w.faultTime(), "prefill abort", func() {
-			if j := w.pre.job(q.id); j != nil && w.pre.up && !j.over {
+			if j := w.pre.job(q.hid); j != nil && w.pre.up && !j.over {
 				w.count(FaultAbortPrefill)
 				w.logf("%v prefill gives the handoff up", q)
 				j.stop(handoff.ErrAborted.With("prefill shutting down (injected)"))
@@ -107,15 +130,38 @@ func (r *router) submit(q *rreq) {
 	}
 	w.after(requestDeadline, "deadline", func() {
 		if q.m.Live() {
-			w.logf("%v deadline in %v", q, q.m.State())
+			w.logf("%v deadline in %v", q, r.phase(q))
 			r.step(q, request.Event{Kind: request.EvFail, Code: "timeout", Msg: "the request did not finish in time"})
 		}
 	})
 }
 
+func (r *router) disconnect(q *rreq, tag string) {
+	w := r.w
+	if q.m.Live() {
+		w.count(FaultDisconnect)
+		w.res.Phases[tag+"/"+r.phase(q)]++
+		w.logf("%v client disconnects in %v", q, r.phase(q))
+	}
+	r.step(q, request.Event{Kind: request.EvCancel})
+}
+
+func (r *router) routerAbort(q *rreq, tag string) {
+	w := r.w
+	if q.m.Live() {
+		w.count(FaultAbortRouter)
+		w.res.Phases[tag+"/"+r.phase(q)]++
+		w.logf("%v router aborts in %v", q, r.phase(q))
+		r.step(q, request.Event{Kind: request.EvFail, Code: "aborted", Msg: "aborted by the router (injected)"})
+	}
+}
+
 // step applies an event and carries out the machine's actions. An illegal
 // event is a bug in this orchestration or the machine: it is a violation.
 func (r *router) step(q *rreq, ev request.Event) {
+	if !q.m.Live() && ev.Kind == request.EvCancel {
+		return
+	}
 	acts, err := q.m.Step(ev)
 	if err != nil {
 		r.w.violate("%v: %v", q, err)
@@ -128,9 +174,24 @@ func (r *router) step(q *rreq, ev request.Event) {
 
 func (r *router) act(q *rreq, a request.Action) {
 	w := r.w
+	if q.colo {
+		switch a.Kind {
+		case request.ActReserve:
+			w.colo.enqueue(q)
+			return
+		case request.ActPrefill:
+			w.colo.start(q)
+			return
+		case request.ActStopDecode:
+			if q.stopColo != nil {
+				q.stopColo()
+			}
+			return
+		}
+	}
 	switch a.Kind {
 	case request.ActReserve:
-		r.reserve(q)
+		r.enqueue(q)
 	case request.ActPrefill:
 		r.prefill(q)
 	case request.ActEmit:
@@ -143,7 +204,7 @@ func (r *router) act(q *rreq, a request.Action) {
 		switch reason := q.m.Reason(); {
 		case reason == request.Cancelled:
 			d := w.dec
-			id := q.id
+			id := q.hid
 			w.send(fmt.Sprintf("router->decode#%d cancel %v", d.gen, q), d.alive, func() { d.cancel(id) })
 		case reason != request.FinishedLength && reason != request.FinishedStop:
 			r.abortDecode(q, "request failed while decoding")
@@ -153,38 +214,141 @@ func (r *router) act(q *rreq, a request.Action) {
 		q.end, q.endMsg = a.Reason, a.Msg
 		q.usage[0], q.usage[1] = q.m.Usage()
 		w.logf("%v END %s %s (out %v)", q, a.Reason, a.Msg, q.out)
+		if q.colo {
+			w.colo.leave(q)
+		} else {
+			r.leaveCore(q)
+		}
 		if strings.HasPrefix(string(a.Reason), "failed_") && a.Reason != "failed_refused" && a.Reason != "failed_no_room" && r.retries < maxRetries && w.chance(w.pl.retry) {
 			// Clients retry failures at once: the retry's reservation takes
 			// the pages the failure just freed (LIFO), the reuse I6 is about.
 			r.retries++
-			n := r.newReq(q.prompt, q.max, q.tenant)
+			n := r.newReq(q.prompt, q.max, q.tenant, q.si)
+			n.colo = q.colo
+			if n.colo {
+				n.m = request.New(request.Colocated)
+			}
 			w.after(w.between(0, msec), "retry", func() { r.submit(n) })
 		}
 	}
 }
 
-func (r *router) reserve(q *rreq) {
-	w := r.w
-	d := w.dec
-	m := &handoff.Reserve{Handoff: q.id, Tenant: q.tenant, PromptTokens: len(q.toks), MaxTokens: q.max}
-	w.rpc(fmt.Sprintf("router->decode#%d reserve %v", d.gen, q), r.alive, d.alive, rpcTimeout,
-		func() func() {
-			res, err := d.reserve(m)
-			return func() { r.reserved(q, res, err) }
-		},
-		func() { r.reserved(q, nil, handoff.ErrTransport.With("reserve timed out")) })
+// coreStep feeds the admission core and carries out its actions.
+func (r *router) coreStep(ev admission.Event) {
+	ev.Now = r.w.clock()
+	for _, a := range r.core.Step(ev) {
+		q := r.bySID[a.ID]
+		switch a.Kind {
+		case admission.ActAdmit:
+			r.admitted(q)
+		case admission.ActReject:
+			q.queue = qOut
+			r.w.res.QueueRejects[string(a.Reason)]++
+			r.w.logf("%v refused by the queue: %s", q, a.Reason)
+			r.step(q, request.Event{Kind: request.EvFail, Code: string(a.Reason), Msg: "refused by the queue: " + string(a.Reason)})
+		}
+	}
 }
 
-func (r *router) reserved(q *rreq, res *handoff.Reservation, err error) {
+// enqueue puts q in the core's queue: a new request arrives; a preempted
+// one goes to the resume list, ahead of everything.
+func (r *router) enqueue(q *rreq) {
 	w := r.w
+	q.queuedAt = w.now
+	if q.sid == 0 {
+		r.nextSID++
+		q.sid = r.nextSID
+		r.bySID[q.sid] = q
+		q.queue = qWaiting
+		r.coreStep(admission.Event{Kind: admission.EvArrive, ID: q.sid, Tenant: q.tenant, Cost: len(q.toks) + q.max})
+		return
+	}
+	q.queue = qWaiting
+	r.coreStep(admission.Event{Kind: admission.EvPreempted, ID: q.sid, Tenant: q.tenant})
+}
+
+// leaveCore tells the core that q ended: a waiting request leaves the
+// queue at once (it never reserves), a running one gives its slot back.
+func (r *router) leaveCore(q *rreq) {
+	switch q.queue {
+	case qWaiting:
+		q.endedQueued = true
+		r.w.res.EndedQueued++
+		if r.w.cfg.Bugs.CancelQueuedReserves {
+			return // the bug: the core is not told, and admits it later
+		}
+		q.queue = qOut
+		r.coreStep(admission.Event{Kind: admission.EvCancel, ID: q.sid})
+	case qRunning:
+		q.queue = qOut
+		r.coreStep(admission.Event{Kind: admission.EvDone, ID: q.sid})
+	}
+	// qAdmitting: the Reserve's reply drops it.
+}
+
+// admitted is the core's admit action: a new handoff id, the Reserve.
+func (r *router) admitted(q *rreq) {
+	w := r.w
+	q.queue = qAdmitting
+	if !q.m.Live() && !w.cfg.Bugs.CancelQueuedReserves {
+		q.queue = qOut
+		r.coreStep(admission.Event{Kind: admission.EvDropped, ID: q.sid})
+		return
+	}
+	wait := w.now - q.queuedAt
+	w.res.QueueWaits = append(w.res.QueueWaits, wait)
+	for k := range q.hid {
+		q.hid[k] = byte(w.rng.Uint32())
+	}
+	r.byHandoff[q.hid] = q
+	q.handoffs++
+	q.hprompt = len(q.toks) + len(q.out)
+	q.res, q.committed, q.nextIdx = nil, false, 0
+	clear(q.pending)
+	d := w.dec
+	hid := q.hid
+	// The tokens let decode look its own prefix cache up.
+	m := &handoff.Reserve{Handoff: hid, Tenant: q.tenant, PromptTokens: q.hprompt, MaxTokens: q.max - len(q.out),
+		Tokens: append(slices.Clone(q.toks), q.out...)}
+	// The stream continues the request's sampler after the tokens it
+	// already has (a resumed request's offset).
+	sp := handoff.StreamParams{Sampling: samplings[q.si], IgnoreEOS: true, Generated: slices.Clone(q.out)}
+	if sp.Sampling.UsesPrompt() {
+		sp.Prompt = q.toks
+	}
+	if w.cfg.Bugs.ResumeNoOffset {
+		sp.Generated = nil
+	}
+	w.logf("%v admitted after %v in the queue (handoff %d, prompt %d)", q, wait, q.handoffs, q.hprompt)
+	r.maybeStrike(q, strikeAdmitted)
+	w.rpc(fmt.Sprintf("router->decode#%d reserve %v", d.gen, q), r.alive, d.alive, rpcTimeout,
+		func() func() {
+			res, err := d.reserve(m, sp)
+			return func() { r.reserved(q, hid, res, err) }
+		},
+		func() { r.reserved(q, hid, nil, handoff.ErrTransport.With("reserve timed out")) })
+}
+
+func (r *router) reserved(q *rreq, hid kv.ID, res *handoff.Reservation, err error) {
+	w := r.w
+	if hid != q.hid || q.queue != qAdmitting {
+		return
+	}
 	if err != nil {
 		if errors.Is(err, handoff.ErrTransport) {
 			// Unknown outcome: the pages may be reserved. Abort (harmless if not).
 			r.abortDecode(q, "reserve outcome unknown")
 		}
-		if errors.Is(err, handoff.ErrRefused) {
-			w.count(FaultBurst)
+		if isNoRoom(err) && q.m.Live() {
+			// Not now: back to the head of the queue; admission pauses
+			// until pages come back.
+			w.res.NoRoom++
+			q.queue = qWaiting
+			r.coreStep(admission.Event{Kind: admission.EvNoRoom, ID: q.sid})
+			return
 		}
+		q.queue = qOut
+		r.coreStep(admission.Event{Kind: admission.EvDropped, ID: q.sid})
 		if q.m.Live() {
 			r.step(q, request.Event{Kind: request.EvFail, Code: codeOf(err), Msg: err.Error()})
 		}
@@ -192,10 +356,14 @@ func (r *router) reserved(q *rreq, res *handoff.Reservation, err error) {
 	}
 	if !q.m.Live() || q.m.State() != request.Admitted {
 		// Cancelled or failed while the reservation was on its way.
+		q.queue = qOut
+		r.coreStep(admission.Event{Kind: admission.EvDropped, ID: q.sid})
 		r.abortDecode(q, "request ended before its reservation arrived")
 		return
 	}
 	q.res = res
+	q.queue = qRunning
+	r.coreStep(admission.Event{Kind: admission.EvReserved, ID: q.sid})
 	r.step(q, request.Event{Kind: request.EvReserved})
 }
 
@@ -203,32 +371,39 @@ func (r *router) prefill(q *rreq) {
 	w := r.w
 	p := w.pre
 	r.step(q, request.Event{Kind: request.EvPrefillStarted})
-	pr := &handoff.PrefillRequest{Handoff: q.id, Tenant: q.tenant, Tokens: q.toks, Reservation: q.res}
+	r.maybeStrike(q, strikeRebuilding)
+	hid := q.hid
+	toks := append(slices.Clone(q.toks), q.out...)
+	pr := &handoff.PrefillRequest{Handoff: hid, Tenant: q.tenant, Tokens: toks, Reservation: q.res,
+		Sampling: samplings[q.si], SampleOffset: len(q.out)}
+	if w.cfg.Bugs.ResumeNoOffset {
+		pr.SampleOffset = 0
+	}
 	var claim func() bool
 	claim = w.rpc(fmt.Sprintf("router->prefill#%d prefill %v", p.gen, q), r.alive, p.alive, w.prefillTimeout,
 		func() func() {
 			// The answer comes when the transfer is over, as its own message.
-			p.start(pr, func(x *handoff.PrefillResult, e error) { r.prefillReply(q, p, claim, x, e) })
+			p.start(pr, func(x *handoff.PrefillResult, e error) { r.prefillReply(q, hid, p, claim, x, e) })
 			return nil
 		},
-		func() { r.prefilled(q, nil, handoff.ErrTransport.With("prefill timed out")) })
+		func() { r.prefilled(q, hid, nil, handoff.ErrTransport.With("prefill timed out")) })
 }
 
 // prefillReply sends the prefill worker's answer back over the network.
-func (r *router) prefillReply(q *rreq, p *prefill, claim func() bool, res *handoff.PrefillResult, err error) {
+func (r *router) prefillReply(q *rreq, hid kv.ID, p *prefill, claim func() bool, res *handoff.PrefillResult, err error) {
 	w := r.w
 	if !p.up {
 		return
 	}
 	w.send(fmt.Sprintf("prefill#%d->router result %v", p.gen, q), r.alive, func() {
 		if claim() {
-			r.prefilled(q, res, err)
+			r.prefilled(q, hid, res, err)
 		}
 	})
 }
 
-func (r *router) prefilled(q *rreq, res *handoff.PrefillResult, err error) {
-	if q.committed || !q.m.Live() {
+func (r *router) prefilled(q *rreq, hid kv.ID, res *handoff.PrefillResult, err error) {
+	if hid != q.hid || q.committed || !q.m.Live() {
 		return
 	}
 	st := q.m.State()
@@ -239,62 +414,114 @@ func (r *router) prefilled(q *rreq, res *handoff.PrefillResult, err error) {
 		r.step(q, request.Event{Kind: request.EvFail, Code: codeOf(err), Msg: err.Error()})
 		return
 	}
-	if res.Tokens != len(q.toks) {
+	if res.Tokens != q.hprompt {
 		r.step(q, request.Event{Kind: request.EvFail, Code: "count_mismatch", Msg: "prefill reports a different prompt length"})
 		return
 	}
 	q.committed = true
 	q.first = res.FirstToken
 	r.step(q, request.Event{Kind: request.EvCommitted, Token: res.FirstToken, Tokens: res.Tokens})
+	r.maybeStrike(q, strikeCommitted)
 	r.drainStream(q)
 }
 
 // onStream takes a decode stream item; items are consumed in index order
 // and only after the prefill's success (the router reports success only
-// when both sides succeeded).
-func (r *router) onStream(id kv.ID, it item) {
-	q := r.byID[id]
-	if q == nil || !q.m.Live() {
+// when both sides succeeded). Items of a handoff the request no longer
+// runs on (before a resume) are stale.
+func (r *router) onStream(it item) {
+	q := r.byHandoff[it.hid]
+	if q == nil || !q.m.Live() || it.hid != q.hid {
 		return
 	}
 	if _, dup := q.pending[it.idx]; dup || it.idx < q.nextIdx {
 		return
 	}
-	q.pending[it.idx] = it
+	q.pending[it.idx] = it.tok
 	// A failure ends the request at once, committed or not.
-	if it.err != nil && it.err != errCancelled {
-		r.step(q, request.Event{Kind: request.EvFail, Code: codeOf(it.err), Msg: it.err.Error()})
+	if it.tok.Err != nil {
+		r.step(q, request.Event{Kind: request.EvFail, Code: codeOf(it.tok.Err), Msg: it.tok.Err.Error()})
 		return
 	}
 	r.drainStream(q)
 }
 
 func (r *router) drainStream(q *rreq) {
+	w := r.w
 	for q.committed && q.m.Live() {
-		it, ok := q.pending[q.nextIdx]
+		tok, ok := q.pending[q.nextIdx]
 		if !ok {
 			return
 		}
 		delete(q.pending, q.nextIdx)
 		q.nextIdx++
+		offset := q.hprompt - len(q.toks)
 		switch {
-		case it.done && it.err == errCancelled:
-			if q.m.Live() {
-				r.step(q, request.Event{Kind: request.EvFail, Code: "cancelled_by_decode", Msg: "decode stopped the request"})
+		case tok.Done && tok.Finish == "cancelled":
+			r.step(q, request.Event{Kind: request.EvFail, Code: "cancelled_by_decode", Msg: "decode stopped the request"})
+		case tok.Done:
+			if tok.CompletionTokens != len(q.out)-offset || tok.PromptTokens != q.hprompt {
+				r.step(q, request.Event{Kind: request.EvFail, Code: "accounting", Msg: fmt.Sprintf("decode reports %d+%d tokens, router saw %d+%d",
+					tok.PromptTokens, tok.CompletionTokens, q.hprompt, len(q.out)-offset)})
+				return
 			}
-		case it.done:
-			if it.completion != len(q.out) || it.prompt != len(q.toks) {
-				r.step(q, request.Event{Kind: request.EvFail, Code: "accounting", Msg: fmt.Sprintf("decode reports %d+%d tokens, router saw %d+%d", it.prompt, it.completion, len(q.toks), len(q.out))})
+			if tok.Finish == "preempted" {
+				// Decode could not grow the sequence and released its pages:
+				// back to the head of the queue, then a new handoff.
+				q.preempts++
+				w.res.Preemptions++
+				w.logf("%v PREEMPTED by decode after %d tokens", q, len(q.out))
+				r.step(q, request.Event{Kind: request.EvPreempted})
+				if q.m.Live() && w.chance(w.pl.p[FaultAfterPreempt]) {
+					// Strike the resume in one of its phases: queued to
+					// resume, admitted (its new Reserve in flight),
+					// rebuilding (prefill of prompt + generated), or right
+					// after its new commit.
+					w.count(FaultAfterPreempt)
+					q.strike = 1 + strikeAt(w.pick(4))
+					if q.strike == strikeQueued {
+						r.strikeNow(q)
+					}
+				}
 				return
 			}
 			r.step(q, request.Event{Kind: request.EvFinish, Reason: request.FinishedLength})
-		case it.idx == 0:
-			if it.tok != q.first {
+		case q.nextIdx == 1:
+			if tok.ID != q.first {
 				r.step(q, request.Event{Kind: request.EvFail, Code: "first_token_mismatch", Msg: "decode's first token differs from prefill's"})
 			}
 		default:
-			r.step(q, request.Event{Kind: request.EvToken, Token: it.tok})
+			r.step(q, request.Event{Kind: request.EvToken, Token: tok.ID})
 		}
+	}
+}
+
+// strikeAt is the resume phase an after-preemption fault strikes in.
+type strikeAt int
+
+const (
+	strikeQueued strikeAt = 1 + iota
+	strikeAdmitted
+	strikeRebuilding
+	strikeCommitted
+)
+
+// strikeNow disconnects or aborts q shortly, when its resume reached the
+// phase the fault picked.
+func (r *router) strikeNow(q *rreq) {
+	w := r.w
+	q.strike = 0
+	at := w.between(0, 300*time.Microsecond)
+	if w.chance(0.5) {
+		w.after(at, "disconnect after preemption", func() { r.disconnect(q, "disconnect-resumed") })
+	} else {
+		w.after(at, "abort after preemption", func() { r.routerAbort(q, "abort-resumed") })
+	}
+}
+
+func (r *router) maybeStrike(q *rreq, at strikeAt) {
+	if q.strike == at {
+		r.strikeNow(q)
 	}
 }
 
@@ -302,7 +529,7 @@ func (r *router) abort(q *rreq, reason string) {
 	r.abortDecode(q, reason)
 	w := r.w
 	p := w.pre
-	id := q.id
+	id := q.hid
 	w.send(fmt.Sprintf("router->prefill#%d abort %v", p.gen, q), p.alive, func() {
 		if j := p.job(id); j != nil {
 			j.stop(handoff.ErrAborted.With("%s", reason))
@@ -313,7 +540,7 @@ func (r *router) abort(q *rreq, reason string) {
 func (r *router) abortDecode(q *rreq, reason string) {
 	w := r.w
 	d := w.dec
-	a := &handoff.Abort{Handoff: q.id, Reason: reason}
+	a := &handoff.Abort{Handoff: q.hid, Reason: reason}
 	w.send(fmt.Sprintf("router->decode#%d abort %v", d.gen, q), d.alive, func() { d.abort(a) })
 }
 
@@ -322,11 +549,18 @@ func (r *router) abortDecode(q *rreq, reason string) {
 func (r *router) otherPages(id kv.ID) []kv.PageRef {
 	var out []kv.PageRef
 	for _, q := range r.reqs {
-		if q.id != id && q.res != nil && q.m.Live() {
+		if q.hid != id && q.res != nil && q.m.Live() {
 			out = append(out, q.res.Pages...)
 		}
 	}
 	return out
+}
+
+// isNoRoom: decode's "not now" (its pool cannot hold the request yet),
+// as opposed to a refusal.
+func isNoRoom(err error) bool {
+	var he *handoff.Error
+	return errors.As(err, &he) && he.Code == handoff.ErrNoRoom.Code
 }
 
 // codeOf is an error's stable code for the request's terminal reason.
@@ -344,6 +578,10 @@ func codeOf(err error) string {
 	if errors.As(err, &c) {
 		return c.Code()
 	}
+	var ee *engine.Error
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
 	return "internal"
 }
 
@@ -353,7 +591,7 @@ func newMachine() *request.Machine { return request.New(request.Disaggregated) }
 // page, for the trace of a late write.
 func (r *router) holder(id kv.ID, page uint32) string {
 	for _, q := range r.reqs {
-		if q.id == id || q.res == nil || !q.m.Live() {
+		if q.hid == id || q.res == nil || !q.m.Live() {
 			continue
 		}
 		for _, p := range q.res.Pages {
@@ -365,20 +603,38 @@ func (r *router) holder(id kv.ID, page uint32) string {
 	return ""
 }
 
-// phase names where a request's handoff is, finer than the machine's
-// state: the prefilling state spans compute, transfer and commit.
+// phase names where a request is, finer than the machine's state: queued
+// or reserving, the prefilling state split into compute, transfer and
+// commit, and "resumed-" for a request that was preempted.
 func (r *router) phase(q *rreq) string {
+	p := r.basePhase(q)
+	if q.preempts > 0 {
+		return "resumed-" + p
+	}
+	return p
+}
+
+func (r *router) basePhase(q *rreq) string {
 	st := q.m.State()
-	if st != request.Prefilling {
+	if q.colo {
+		if st == request.Admitted && q.queue == qWaiting {
+			return "colo-queued"
+		}
+		return "colo-" + st.String()
+	}
+	switch {
+	case st == request.Admitted && q.queue == qWaiting:
+		return "queued"
+	case st != request.Prefilling:
 		return st.String()
 	}
-	j := r.w.pre.job(q.id)
+	j := r.w.pre.job(q.hid)
 	switch {
 	case j == nil:
 		return "prefilling(queued or answering)"
 	case j.snd == nil:
 		return "prefilling(compute)"
-	case j.fed == len(q.toks) && !j.over:
+	case j.fed == len(j.req.Tokens) && !j.over:
 		return "prefilling(transfer or commit)"
 	}
 	return "prefilling"

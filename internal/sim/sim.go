@@ -7,12 +7,15 @@ import (
 	"sync"
 	"time"
 
+	"sluice/internal/engine"
 	"sluice/internal/gguf"
 	"sluice/internal/handoff"
 	"sluice/internal/handoff/shm"
 	"sluice/internal/kv"
 	"sluice/internal/model"
+	"sluice/internal/request"
 	"sluice/internal/sample"
+	admission "sluice/internal/sched"
 	"sluice/internal/synth"
 )
 
@@ -24,13 +27,13 @@ const (
 	lease           = 50 * msec // > maxInFlight: the one-sided transport's bound (I6)
 	maxInFlight     = 25 * msec
 	handoffTimeout  = 250 * msec
-	requestDeadline = 500 * msec
+	requestDeadline = 800 * msec
 	tombstone       = 60 * msec
 	tickEvery       = 2 * msec
 	tokenCost       = 20 * time.Microsecond
 	decodeStep      = 8 * time.Millisecond
 	chunkMax        = 8
-	maxGen          = 8
+	maxGen          = 16
 	drainTime       = handoffTimeout + 4*lease
 	runLimit        = 10 * time.Second
 )
@@ -73,6 +76,20 @@ type Bugs struct {
 	// to the page meanwhile. With the word on, the I6 bugs above leak
 	// nothing (holdsAlone), so they are injected with it off.
 	NoGenFence bool
+	// CancelQueuedReserves: the router does not take a request its client
+	// left while it waited in the queue out of the admission core, and
+	// reserves for it when its turn comes (the cancelled-while-queued
+	// request that still reserves).
+	CancelQueuedReserves bool
+	// CacheNoSalt keys the prefill's prefix cache with one salt for every
+	// tenant (the tenant left out of kv.TenantSalt). With Bugs.KV.
+	// CacheIgnoresTenant too (the index and the read check ignore the
+	// tenant), it is engine.Unsafe.TenantBlindCache: the shared cache.
+	CacheNoSalt bool
+	// ResumeNoOffset: a resumed request's new handoff carries neither the
+	// tokens generated before (decode's sampler does not continue after
+	// them) nor the prefill sampler offset.
+	ResumeNoOffset bool
 }
 
 // Config is one run.
@@ -109,6 +126,31 @@ type Result struct {
 	// Fenced counts one-sided write batches the writer refused before
 	// placing a byte (a write outside its reservation, I3).
 	Fenced int
+	// Preemptions counts streams decode ended "preempted"; Growths the
+	// page-by-page extensions of decode tables; NoRoom the reservations
+	// decode answered "not now" (the request waited again).
+	Preemptions, Growths, NoRoom int
+	// PrefillWaits counts Prefill calls that waited for prefill pages.
+	PrefillWaits int
+	// ResumedOK and ResumedFailed count requests preempted at least once
+	// that then ended exact, or failed.
+	ResumedOK, ResumedFailed int
+	// QueueWaits are the admission core's waits, one per admission
+	// (first admissions and resumes).
+	QueueWaits []time.Duration
+	// QueueRejects counts the core's refusals by reason; EndedQueued the
+	// requests that ended while waiting in the queue.
+	QueueRejects map[string]int
+	EndedQueued  int
+	// ColoPreempted counts the colocated batch's preemptions by the phase
+	// they struck the victim in: "prompt", "decode", "rebuild".
+	ColoPreempted map[string]int
+	// CacheHits counts prompt pages prefill took from the prefix cache;
+	// CacheEvictions idle cache entries the prefill pools evicted.
+	CacheHits, CacheEvictions int
+	// DecodeCacheHits counts prompt pages decode's own prefix cache held
+	// at a Reserve (prefill skipped sending them).
+	DecodeCacheHits int
 }
 
 // Failed reports whether the run broke an invariant.
@@ -118,11 +160,22 @@ func (r *Result) Bad() bool { return len(r.Violations) > 0 }
 // outputs. It is safe for concurrent Runs.
 type Env struct {
 	model   *model.Model
+	rt      *engine.ModelRuntime
 	prompts [][]int32
 	dir     string
 
 	mu   sync.Mutex
-	refs map[[2]int]*reference
+	refs map[[3]int]*reference
+}
+
+// samplings are the requests' sampling settings: greedy, seeded, and
+// seeded with penalties (the prompt and every generated token count). A
+// resumed request's sampler must continue its random stream and its
+// penalty counts exactly where the preempted one stopped.
+var samplings = []sample.Params{
+	{},
+	{Temperature: 0.9, Seed: 11},
+	{Temperature: 0.7, TopK: 20, Seed: 12, FrequencyPenalty: 0.5, RepetitionPenalty: 1.1},
 }
 
 // NewEnv loads the built-in default model (synth.Default, tiny random
@@ -147,7 +200,7 @@ func NewEnv(dir string) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{model: m, dir: own, refs: map[[2]int]*reference{}}
+	e := &Env{model: m, rt: engine.NewModelRuntime("sim", m, nil), dir: own, refs: map[[3]int]*reference{}}
 	vocab := m.Config().Vocab
 	x := uint64(0x243f6a8885a308d3)
 	for _, n := range []int{1, 2, 3, 5, 7, 8, 11, 16, 19, 24, 31, 40, 52} {
@@ -172,12 +225,13 @@ type reference struct {
 	geo    kv.Geometry
 }
 
-// ref computes (once) the reference of prompt pi at page size ps: one
-// prefill of the whole prompt, then one token at a time, in a private pool.
-func (e *Env) ref(pi, ps int) *reference {
+// ref computes (once) the reference of prompt pi at page size ps with
+// sampling si: one prefill of the whole prompt, then one token at a time,
+// in a private pool, one sampler drawing every token in turn.
+func (e *Env) ref(pi, ps, si int) *reference {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if r := e.refs[[2]int{pi, ps}]; r != nil {
+	if r := e.refs[[3]int{pi, ps, si}]; r != nil {
 		return r
 	}
 	p := e.prompts[pi]
@@ -201,14 +255,23 @@ func (e *Env) ref(pi, ps int) *reference {
 		panic(res[0].Err)
 	}
 	r := &reference{geo: geo}
-	tok := sample.Greedy(res[0].Logits)
+	smp := sample.New(samplings[si])
+	smp.SetPrompt(p)
+	draw := func(logits []float32) int32 {
+		t, err := smp.Sample(logits)
+		if err != nil {
+			panic(err)
+		}
+		return t
+	}
+	tok := draw(res[0].Logits)
 	r.tokens = append(r.tokens, tok)
 	for pos := len(p); len(r.tokens) < maxGen; pos++ {
 		res = run.Forward([]model.Seq{{Tokens: []int32{tok}, Pos: pos, KV: view}})
 		if res[0].Err != nil {
 			panic(res[0].Err)
 		}
-		tok = sample.Greedy(res[0].Logits)
+		tok = draw(res[0].Logits)
 		r.tokens = append(r.tokens, tok)
 	}
 	for _, ref := range table {
@@ -218,7 +281,7 @@ func (e *Env) ref(pi, ps int) *reference {
 		}
 		r.pages = append(r.pages, append([]byte(nil), d...))
 	}
-	e.refs[[2]int{pi, ps}] = r
+	e.refs[[3]int{pi, ps, si}] = r
 	return r
 }
 
@@ -245,6 +308,7 @@ type world struct {
 	pl     plan
 	res    *Result
 	router *router
+	colo   *colo // nil: no colocated engine in this run
 	pre    *prefill
 	dec    *decode
 	decs   []*decode
@@ -259,8 +323,13 @@ type world struct {
 	recvLease          time.Duration
 	batchBytes, window int
 	handoffTimeout     time.Duration
-	prefillTimeout     time.Duration
-	doneAt             time.Duration
+	queueTimeout       time.Duration // also bounds a prefill's wait for pages
+	// The prefill's prefix cache: on for most runs; the deployment secret
+	// that keys the tenant salts and the model's name in the keys.
+	cacheOn, dcacheOn    bool
+	cacheSecret, cacheFP []byte
+	prefillTimeout       time.Duration
+	doneAt               time.Duration
 }
 
 func (w *world) count(f Fault) { w.res.Faults[f]++ }
@@ -354,14 +423,22 @@ func (w *world) rpcAfter(extra time.Duration, what string, callerAlive, calleeAl
 // Run runs one seed.
 func Run(env *Env, cfg Config) *Result {
 	w := &world{sched: newSched(cfg.Seed), env: env, cfg: cfg, seed: cfg.Seed,
-		res: &Result{Seed: cfg.Seed, Ends: map[string]int{}, Phases: map[string]int{}}}
+		res: &Result{Seed: cfg.Seed, Ends: map[string]int{}, Phases: map[string]int{}, QueueRejects: map[string]int{}, ColoPreempted: map[string]int{}}}
 	w.pl = newPlan(w.sched)
 	mc := env.model.Config()
 	ps := []int{2, 4, 8}[w.pick(3)]
 	w.geo = kv.Geometry{Layers: mc.Layers, KVDim: mc.KVDim(), PageSize: ps}
 	target := 24 + w.pick(40)
 	// From one request's worth (exhausted by any burst) to several.
-	w.decPages = kv.PagesFor(target, ps) * (1 + w.pick(5))
+	// Most runs keep decode tight (pages on demand then run out during
+	// growth: preemption); some give it room for several requests.
+	w.decPages = kv.PagesFor(target, ps) * (1 + w.pick(2))
+	if w.chance(0.3) {
+		w.decPages = kv.PagesFor(target, ps) * (1 + w.pick(5))
+	}
+	if w.pl.pressure {
+		w.decPages = kv.PagesFor(target, ps)
+	}
 	w.prePages = kv.PagesFor(target, ps) * (1 + w.pick(3))
 	// I2: the context the router admits against is what every pool can hold.
 	w.ctx = min(mc.Context, w.decPages*ps, w.prePages*ps)
@@ -386,9 +463,13 @@ func Run(env *Env, cfg Config) *Result {
 		w.prefillTimeout = w.between(6*msec, 30*msec)
 	}
 	w.batchBytes = w.geo.PageBytes() * (1 + w.pick(3))
+	w.cacheOn = w.chance(0.7)
+	w.dcacheOn = w.chance(0.6)
+	w.cacheSecret = []byte(fmt.Sprintf("sim secret %d", w.rng.Uint64()))
+	w.cacheFP = []byte("sim model")
 	w.window = 1 + w.pick(3)
-	w.res.Setup = fmt.Sprintf("page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, batch %d pages, window %d, handoff timeout %v, prefill timeout %v",
-		ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.batchBytes/w.geo.PageBytes(), w.window, w.handoffTimeout, w.prefillTimeout)
+	w.res.Setup = fmt.Sprintf("pressure %v, page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, prefix cache %v/%v, batch %d pages, window %d, handoff timeout %v, prefill timeout %v",
+		w.pl.pressure, ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.cacheOn, w.dcacheOn, w.batchBytes/w.geo.PageBytes(), w.window, w.handoffTimeout, w.prefillTimeout)
 	w.logf("seed %d: %s", cfg.Seed, w.res.Setup)
 	var ps2 []string
 	for f := Fault(0); f < numFaults; f++ {
@@ -422,15 +503,45 @@ func Run(env *Env, cfg Config) *Result {
 		}
 	}()
 
-	w.router = &router{w: w, byID: map[kv.ID]*rreq{}}
-	n := 6 + w.pick(11)
+	// The admission core: some runs bound the queue or the running
+	// requests tightly, some give a short queue timeout.
+	qc := admission.Config{MaxQueue: 256, QueueTimeout: 400 * msec, MaxRunning: 64, Quantum: w.ctx, RetryInterval: 10 * msec}
+	if w.chance(0.3) {
+		qc.MaxRunning = 1 + w.pick(6)
+	}
+	if w.chance(0.2) {
+		qc.MaxQueue = 1 + w.pick(6)
+	}
+	if w.chance(0.25) {
+		qc.QueueTimeout = w.between(2*msec, 30*msec)
+	}
+	w.res.Setup += fmt.Sprintf(", queue %d, running %d, queue timeout %v", qc.MaxQueue, qc.MaxRunning, qc.QueueTimeout)
+	w.queueTimeout = qc.QueueTimeout
+	w.router = &router{w: w, byHandoff: map[kv.ID]*rreq{}, bySID: map[admission.ID]*rreq{}, core: admission.New(qc)}
+	// Some runs serve part of their requests with a colocated engine: the
+	// batch core's own preemption (during a prompt, a decode or a rebuild)
+	// and resume.
+	coloShare := 0.0
+	if w.chance(0.4) {
+		if w.colo, err = w.newColo(qc); err != nil {
+			w.violate("setup: %v", err)
+			return w.res
+		}
+		defer w.colo.close()
+		coloShare = 0.3 + 0.5*w.rng.Float64()
+	}
+	n := 8 + w.pick(13)
 	window := w.between(2*msec, 30*msec)
 	burst := w.chance(w.pl.p[FaultBurst])
 	if burst {
 		w.count(FaultBurst)
 	}
 	for range n {
-		q := w.router.newReq(w.pick(len(env.prompts)), 1+w.pick(maxGen), fmt.Sprintf("tenant%d", w.pick(3)))
+		q := w.router.newReq(w.pick(len(env.prompts)), 1+w.pick(maxGen), fmt.Sprintf("tenant%d", w.pick(3)), w.pick(len(samplings)))
+		if w.colo != nil && w.chance(coloShare) {
+			q.colo = true
+			q.m = request.New(request.Colocated)
+		}
 		at := w.between(0, window)
 		if burst {
 			at = w.between(0, 100*time.Microsecond)
@@ -490,6 +601,13 @@ func (w *world) crashes() {
 // the drain time (leases, reservation timeouts) has passed.
 func (w *world) tick() {
 	w.dec.tick()
+	w.router.coreStep(admission.Event{Kind: admission.EvTick})
+	if w.pre.up {
+		w.pre.expireWaiting()
+	}
+	if w.colo != nil {
+		w.colo.coreStep(admission.Event{Kind: admission.EvTick})
+	}
 	if w.doneAt == 0 {
 		all := true
 		for _, q := range w.router.reqs {
@@ -508,43 +626,33 @@ func (w *world) tick() {
 	}
 }
 
-// oracleAccepted checks, outside the system, that what decode accepted is
-// the reference prompt KV. A mismatch is only a violation if the request
-// then reports success (checked at the end).
-func (w *world) oracleAccepted(d *decode, acc *handoff.Accepted) {
-	q := w.router.byID[acc.Handoff]
-	if q == nil {
-		w.violate("decode accepted a handoff nobody reserved: %s", short(acc.Handoff))
-		return
-	}
-	if acc.Tokens != len(q.toks) {
-		q.kvBad = fmt.Sprintf("accepted %d prompt tokens, prompt has %d (I9)", acc.Tokens, len(q.toks))
-		return
-	}
-	w.compareKV(d, q, acc.Owner, acc.Pages, acc.Tokens, "accepted")
-}
-
-// oracleFinished checks every position a decode sequence fed, just before
-// its pages are released: a late write landing mid-decode shows here.
-func (w *world) oracleFinished(d *decode, s *dseq) {
-	q := w.router.byID[s.h.id]
+// oracleReleased checks, outside the system, that what a decode sequence
+// held just before its pages went back is the reference KV: the prompt
+// (and generated tokens) of its handoff, every written slot. A late write
+// landing mid-decode shows here. A mismatch is only a violation if the
+// request then reports success (checked at the end).
+func (w *world) oracleReleased(d *decode, o kv.Owner, refs []kv.PageRef) {
+	q := w.router.byHandoff[o.ID]
 	if q == nil || q.kvBad != "" {
 		return
 	}
-	w.compareKV(d, q, s.owner, s.table, s.fed, "decoded")
+	w.compareKV(d, q, o, refs)
 }
 
-func (w *world) compareKV(d *decode, q *rreq, o kv.Owner, table []kv.PageRef, tokens int, when string) {
-	ref := w.env.ref(q.prompt, w.geo.PageSize)
-	ps := w.geo.PageSize
-	for b := 0; b*ps < tokens; b++ {
-		data, _, err := d.pool.PageData(o, table[b])
-		if err != nil {
+func (w *world) compareKV(d *decode, q *rreq, o kv.Owner, table []kv.PageRef) {
+	ref := w.env.ref(q.prompt, w.geo.PageSize, q.si)
+	for b := range table {
+		data, n, err := d.pool.PageData(o, table[b])
+		if err != nil || n == 0 {
 			// The pool refused (the system noticed something); not silent.
 			return
 		}
-		if !sameKV(w.geo, data, ref.pages[b], min(ps, tokens-b*ps)) {
-			q.kvBad = fmt.Sprintf("%s KV block %d (page %d) differs from the reference", when, b, table[b].Page)
+		if b >= len(ref.pages) {
+			q.kvBad = fmt.Sprintf("KV block %d written past the reference's %d blocks", b, len(ref.pages))
+			return
+		}
+		if !sameKV(w.geo, data, ref.pages[b], n) {
+			q.kvBad = fmt.Sprintf("decoded KV block %d (page %d) differs from the reference", b, table[b].Page)
 			w.logf("oracle: %v %s", q, q.kvBad)
 			return
 		}
@@ -554,7 +662,7 @@ func (w *world) compareKV(d *decode, q *rreq, o kv.Owner, table []kv.PageRef, to
 // check is the end-of-run verdict.
 func (w *world) check() {
 	for _, q := range w.router.reqs {
-		ref := w.env.ref(q.prompt, w.geo.PageSize).tokens
+		ref := w.env.ref(q.prompt, w.geo.PageSize, q.si).tokens
 		w.res.Ends[string(q.end)]++
 		switch {
 		case !q.finished:
@@ -562,6 +670,9 @@ func (w *world) check() {
 			continue
 		case q.end == "finished_length":
 			w.res.OK++
+			if q.preempts > 0 {
+				w.res.ResumedOK++
+			}
 			if !slices.Equal(q.out, ref[:q.max]) {
 				w.violate("%v reported success with output %v, reference %v (undetected integrity violation)", q, q.out, ref[:q.max])
 			}
@@ -581,6 +692,9 @@ func (w *world) check() {
 			}
 		default:
 			w.res.Failed++
+			if q.preempts > 0 {
+				w.res.ResumedFailed++
+			}
 		}
 		if len(q.out) > len(ref) || !slices.Equal(q.out, ref[:len(q.out)]) {
 			w.violate("%v streamed %v before ending %s; reference %v", q, q.out, q.end, ref)
@@ -589,23 +703,40 @@ func (w *world) check() {
 	// After the drain nothing may hold a page: not a leak, not a
 	// quarantine, not a forgotten reservation.
 	if w.dec.up {
-		w.dec.recv.Tick(w.clock())
+		w.dec.wk.Tick(w.clock())
 		if err := w.dec.pool.CheckDrained(); err != nil {
 			w.violate("decode#%d pool after drain: %v", w.dec.gen, err)
 		}
-		if s := w.dec.recv.Stats(); s.Live != 0 {
+		if s := w.dec.wk.ReceiverStats(); s.Live != 0 {
 			w.violate("decode#%d receiver still has %d live handoffs", w.dec.gen, s.Live)
 		}
-		if len(w.dec.active) != 0 || len(w.dec.order) != 0 {
-			w.violate("decode#%d still has %d sequences and %d handoffs", w.dec.gen, len(w.dec.active), len(w.dec.order))
+		if st := w.dec.wk.SchedStats(); st.Running != 0 || st.Preempted != 0 || len(w.dec.streams) != 0 {
+			w.violate("decode#%d still has %d sequences, %d preempted and %d open streams", w.dec.gen, st.Running, st.Preempted, len(w.dec.streams))
 		}
+	}
+	if c := w.colo; c != nil {
+		if err := c.pool.CheckDrained(); err != nil {
+			w.violate("colocated pool after drain: %v", err)
+		}
+		if st := c.b.Stats(); st.Running != 0 || st.Preempted != 0 {
+			w.violate("the colocated batch still has %d sequences and %d preempted", st.Running, st.Preempted)
+		}
+		if st := c.core.Stats(); st.Waiting != 0 || st.Running != 0 {
+			w.violate("the colocated admission core still has %d waiting and %d running after the drain", st.Waiting, st.Running)
+		}
+	}
+	if st := w.router.core.Stats(); st.Waiting != 0 || st.Running != 0 {
+		w.violate("the admission core still has %d waiting and %d running after the drain", st.Waiting, st.Running)
+	}
+	for _, p := range w.pres {
+		w.res.CacheEvictions += int(p.pool.Stats().CacheEvictions)
 	}
 	if w.pre.up {
 		if err := w.pre.pool.CheckDrained(); err != nil {
 			w.violate("prefill#%d pool after drain: %v", w.pre.gen, err)
 		}
-		if len(w.pre.jobs) != 0 {
-			w.violate("prefill#%d still has %d jobs", w.pre.gen, len(w.pre.jobs))
+		if len(w.pre.jobs) != 0 || len(w.pre.waiting) != 0 {
+			w.violate("prefill#%d still has %d jobs and %d calls waiting for pages", w.pre.gen, len(w.pre.jobs), len(w.pre.waiting))
 		}
 	}
 }

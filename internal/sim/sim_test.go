@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -129,6 +130,9 @@ func TestSim(t *testing.T) {
 		var faults [numFaults]int
 		ends, phases := map[string]int{}, map[string]int{}
 		late, oldInc, fenced := 0, 0, 0
+		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad, hits, evicted, pwaits, dhits int
+		rejects, coloPre := map[string]int{}, map[string]int{}
+		var waits []time.Duration
 		var ok, failed, cancelled, rejected, events, ran int
 		for _, r := range rs {
 			if r == nil {
@@ -143,6 +147,24 @@ func TestSim(t *testing.T) {
 			}
 			for k, v := range r.Phases {
 				phases[k] += v
+			}
+			pre += r.Preemptions
+			hits += r.CacheHits
+			dhits += r.DecodeCacheHits
+			pwaits += r.PrefillWaits
+			evicted += r.CacheEvictions
+			preMax = max(preMax, r.Preemptions)
+			grow += r.Growths
+			noRoom += r.NoRoom
+			endedQ += r.EndedQueued
+			resumedOK += r.ResumedOK
+			resumedBad += r.ResumedFailed
+			waits = append(waits, r.QueueWaits...)
+			for k, v := range r.QueueRejects {
+				rejects[k] += v
+			}
+			for k, v := range r.ColoPreempted {
+				coloPre[k] += v
 			}
 			late += r.LateLandings
 			oldInc += r.OldIncarnationLandings
@@ -163,6 +185,19 @@ func TestSim(t *testing.T) {
 		t.Logf("one-sided writes landing after their handoff ended: %.2f per run", float64(late)/float64(ran))
 		t.Logf("one-sided writes landing after their decode incarnation crashed (same path, restart-same-file): %d; write batches fenced at the writer (foreign pages): %d",
 			oldInc, fenced)
+		slices.Sort(waits)
+		pct := func(p float64) time.Duration {
+			if len(waits) == 0 {
+				return 0
+			}
+			return waits[min(len(waits)-1, int(p*float64(len(waits))))]
+		}
+		t.Logf("preemptions per run: mean %.2f, max %d (%d in all); resumed requests %d exact, %d failed; page-by-page growths %.1f per run; decode no-room answers %d",
+			float64(pre)/float64(ran), preMax, pre, resumedOK, resumedBad, float64(grow)/float64(ran), noRoom)
+		t.Logf("colocated batch preemptions by the phase they struck: %s", countsText(coloPre))
+		t.Logf("queue: %d admissions, wait p50 %v, p99 %v, max %v; refused %s; %d requests ended while queued",
+			len(waits), pct(0.5), pct(0.99), pct(1), countsText(rejects), endedQ)
+		t.Logf("prefix cache: prefill %d prompt pages hit, %d idle entries evicted; decode %d prompt pages hit (not transferred); %d prefill calls waited for pages", hits, evicted, dhits, pwaits)
 		t.Logf("request ends: %s", countsText(ends))
 		t.Logf("disconnects and aborts by the phase they struck: %s", countsText(phases))
 		// The run must exercise what it claims to: every outcome, every
@@ -179,6 +214,37 @@ func TestSim(t *testing.T) {
 			for _, k := range []string{"admitted", "prefilling(compute)", "prefilling(transfer or commit)", "committed", "decoding"} {
 				if phases["disconnect/"+k] == 0 || phases["abort/"+k] == 0 {
 					t.Errorf("no disconnect or no abort struck in phase %s", k)
+				}
+			}
+			// The new page-lifetime paths must all be exercised.
+			if pre == 0 || resumedOK == 0 || resumedBad == 0 {
+				t.Errorf("%d preemptions, %d resumed requests exact, %d failed: a resume path never ran", pre, resumedOK, resumedBad)
+			}
+			struck := 0
+			for k, v := range phases {
+				if strings.Contains(k, "-resumed/resumed-colo-") {
+					struck += v
+				}
+			}
+			if struck == 0 {
+				t.Errorf("no disconnect or abort struck a preempted colocated request")
+			}
+			// The batch core preempts in every phase of its victim.
+			for _, k := range []string{"prompt", "decode", "rebuild"} {
+				if coloPre[k] == 0 {
+					t.Errorf("no colocated preemption struck a sequence during its %s", k)
+				}
+			}
+			if hits == 0 || evicted == 0 || dhits == 0 {
+				t.Errorf("prefix cache: %d prefill hits, %d evictions, %d decode hits: a cache path never ran", hits, evicted, dhits)
+			}
+			if grow == 0 || noRoom == 0 || endedQ == 0 || rejects["queue_timeout"] == 0 {
+				t.Errorf("growths %d, no-room answers %d, ends while queued %d, queue timeouts %d: a queue or growth path never ran", grow, noRoom, endedQ, rejects["queue_timeout"])
+			}
+			for _, k := range []string{"queued", "resumed-queued", "resumed-admitted", "resumed-prefilling(compute)", "resumed-committed",
+				"colo-queued", "colo-prefilling", "colo-decoding"} {
+				if phases["disconnect-resumed/"+k]+phases["abort-resumed/"+k]+phases["disconnect/"+k]+phases["abort/"+k] == 0 {
+					t.Errorf("no disconnect or abort struck in phase %s", k)
 				}
 			}
 			if late == 0 {
@@ -209,10 +275,31 @@ func tail(lines []string, n int) string {
 // clean or with an injected bug (a counterexample replays exactly).
 func TestDeterministic(t *testing.T) {
 	env := testEnv(t)
-	for _, c := range []struct {
+	cases := []struct {
 		seed uint64
 		bugs Bugs
-	}{{3, Bugs{}}, {17, Bugs{}}, {99, Bugs{}}, {11, bugByName(t, "no-digest")}} {
+	}{{3, Bugs{}}, {17, Bugs{}}, {99, Bugs{}}}
+	// And the first seed that finds an injected bug, and one with many
+	// preemptions: both replay exactly.
+	nd := bugByName(t, "no-digest")
+	if r, _ := firstBad(env, nd, 100); r != nil {
+		cases = append(cases, struct {
+			seed uint64
+			bugs Bugs
+		}{r.Seed, nd})
+	} else {
+		t.Fatal("no seed in 100 finds no-digest")
+	}
+	for s := uint64(100); s < 300; s++ {
+		if r := Run(env, Config{Seed: s}); r.Preemptions >= 3 {
+			cases = append(cases, struct {
+				seed uint64
+				bugs Bugs
+			}{s, Bugs{}})
+			break
+		}
+	}
+	for _, c := range cases {
 		seed := c.seed
 		a := Run(env, Config{Seed: seed, Trace: true, Bugs: c.bugs})
 		b := Run(env, Config{Seed: seed, Trace: true, Bugs: c.bugs})
@@ -225,6 +312,10 @@ func TestDeterministic(t *testing.T) {
 		if len(a.Trace) < 20 {
 			t.Fatalf("seed %d: trace of %d lines is too short to mean anything", seed, len(a.Trace))
 		}
+		t.Logf("seed %d (%d preemptions, bad %v): %d trace lines, identical twice", seed, a.Preemptions, a.Bad(), len(a.Trace))
+	}
+	if len(cases) < 5 {
+		t.Errorf("no seed in [100, 300) preempts 3 times")
 	}
 }
 

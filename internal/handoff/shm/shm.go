@@ -184,6 +184,9 @@ func (w *Writer) Register(res *handoff.Reservation) error {
 	if res == nil {
 		return handoff.ErrState.With("no reservation to register")
 	}
+	if err := res.CheckPrefix(); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if r, ok := w.regs[res.Handoff]; ok {
@@ -220,7 +223,7 @@ func (w *Writer) Register(res *handoff.Reservation) error {
 }
 
 func sameReservation(a, b *handoff.Reservation) bool {
-	if a.Incarnation != b.Incarnation || len(a.Pages) != len(b.Pages) {
+	if a.Incarnation != b.Incarnation || len(a.Pages) != len(b.Pages) || a.PrefixTokens != b.PrefixTokens {
 		return false
 	}
 	for i := range a.Pages {
@@ -322,6 +325,12 @@ func (w *Writer) post(ws []handoff.PageWrite) ([]func(place bool) bool, error) {
 			if pw.Block < 0 || pw.Block >= len(r.res.Pages) || r.res.Pages[pw.Block] != pw.Page {
 				return nil, handoff.ErrBadWrite.With("handoff %s block %d names page %d gen %d, outside its reservation; no byte placed",
 					handoff.IDString(pw.Handoff), pw.Block, pw.Page.Page, pw.Page.Gen)
+			}
+			if pw.Block < r.res.PrefixBlocks() {
+				// A page of decode's prefix cache, shared with other
+				// sequences: never a one-sided target.
+				return nil, handoff.ErrSealedWrite.With("handoff %s block %d is in the decode worker's cached prefix of %d blocks; no byte placed",
+					handoff.IDString(pw.Handoff), pw.Block, r.res.PrefixBlocks())
 			}
 			m = r.m
 		}

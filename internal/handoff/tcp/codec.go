@@ -187,6 +187,8 @@ func encReserve(m *handoff.Reserve) ([]byte, error) {
 	e.int(m.PromptTokens, "prompt_tokens")
 	e.int(m.MaxTokens, "max_tokens")
 	e.model(m.Model)
+	encIDs(&e, m.Tokens)
+	e.str(m.CacheScope)
 	return e.b, e.err
 }
 
@@ -194,6 +196,14 @@ func decReserve(p []byte) (*handoff.Reserve, error) {
 	d := dec{b: p}
 	m := &handoff.Reserve{Handoff: d.id(), Tenant: d.str(), PromptTokens: d.int(maxInt), MaxTokens: d.int(maxInt)}
 	m.Model = d.model()
+	m.Tokens = decIDs(&d)
+	m.CacheScope = d.str()
+	if d.err == nil && len(m.Tokens) != 0 && len(m.Tokens) != m.PromptTokens {
+		d.err = msgErr("reserve: %d prompt ids for a prompt of %d tokens", len(m.Tokens), m.PromptTokens)
+	}
+	if d.err == nil && len(m.CacheScope) > handoff.MaxCacheScope {
+		d.err = msgErr("reserve: cache scope of %d bytes, at most %d", len(m.CacheScope), handoff.MaxCacheScope)
+	}
 	return m, d.end()
 }
 
@@ -203,6 +213,7 @@ func encReservation(e *enc, m *handoff.Reservation) {
 	e.int(m.ExpectTokens, "expect_tokens")
 	e.u64(m.Incarnation)
 	e.model(m.Model)
+	e.int(m.PrefixTokens, "prefix_tokens")
 	e.length(len(m.Pages), "page list")
 	for _, p := range m.Pages {
 		e.u32(p.Page)
@@ -213,6 +224,7 @@ func encReservation(e *enc, m *handoff.Reservation) {
 func decReservationFrom(d *dec) *handoff.Reservation {
 	m := &handoff.Reservation{Handoff: d.id(), PageSize: d.int(maxInt), ExpectTokens: d.int(maxInt), Incarnation: d.u64()}
 	m.Model = d.model()
+	m.PrefixTokens = d.int(maxInt)
 	n := d.count(12)
 	if d.err != nil {
 		return m
@@ -220,6 +232,13 @@ func decReservationFrom(d *dec) *handoff.Reservation {
 	m.Pages = make([]kv.PageRef, n)
 	for i := range m.Pages {
 		m.Pages[i] = kv.PageRef{Page: d.u32(), Gen: d.u64()}
+	}
+	if d.err == nil {
+		// A decode prefix the prefill must not act on (unaligned, the
+		// whole prompt, more pages than listed) is refused at the wire.
+		if err := m.CheckPrefix(); err != nil {
+			d.err = msgErr("reservation: %v", err)
+		}
 	}
 	return m
 }
@@ -610,14 +629,15 @@ func encLoad(m *handoff.Load) ([]byte, error) {
 	e.int(m.FreePages, "free_pages")
 	e.int(m.TotalPages, "total_pages")
 	e.int(m.Running, "running")
+	e.int(m.CachedPages, "cached_pages")
 	return e.b, e.err
 }
 
 func decLoad(p []byte) (*handoff.Load, error) {
 	d := dec{b: p}
-	m := &handoff.Load{FreePages: d.int(maxLoad), TotalPages: d.int(maxLoad), Running: d.int(maxLoad)}
-	if d.err == nil && m.FreePages > m.TotalPages {
-		d.err = protoErr("load report: %d free pages of %d", m.FreePages, m.TotalPages)
+	m := &handoff.Load{FreePages: d.int(maxLoad), TotalPages: d.int(maxLoad), Running: d.int(maxLoad), CachedPages: d.int(maxLoad)}
+	if d.err == nil && (m.FreePages > m.TotalPages || m.CachedPages > m.TotalPages) {
+		d.err = msgErr("load report: %d free and %d cached pages of %d", m.FreePages, m.CachedPages, m.TotalPages)
 	}
 	return m, d.end()
 }

@@ -58,10 +58,12 @@ const (
 // added the prefix cache's fields (Prefill CacheScope, PrefillResult
 // CachedTokens). Version 5 added the cluster's fields (Prefill Decode,
 // the name of the decode worker to push to; the Load request and reply).
+// Version 6 added the decode-side prefix cache (Reserve Tokens and
+// CacheScope, Reservation PrefixTokens, Load CachedPages).
 // Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 5
-	maxVersion = 5
+	minVersion = 6
+	maxVersion = 6
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the

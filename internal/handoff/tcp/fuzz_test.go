@@ -28,6 +28,11 @@ func FuzzFrameDecode(f *testing.F) {
 	var e enc
 	encReservation(&e, &handoff.Reservation{Handoff: id, Pages: []kv.PageRef{{Page: 3, Gen: 9}}, PageSize: 16, ExpectTokens: 9})
 	add(tReservation, e.b)
+	// The decode-side prefix cache's fields (protocol 6).
+	add(tReserve, mustEnc(encReserve(&handoff.Reserve{Handoff: id, Tenant: "acme", PromptTokens: 3, MaxTokens: 3, Tokens: []int32{4, 5, 6}, CacheScope: "prompt_cache_key:1:k;"})))
+	e = enc{}
+	encReservation(&e, &handoff.Reservation{Handoff: id, Pages: []kv.PageRef{{Page: 3, Gen: 9}, {Page: 4, Gen: 1}}, PageSize: 16, ExpectTokens: 20, PrefixTokens: 16})
+	add(tReservation, e.b)
 	wparts, wdata, _ := encWrites([]handoff.PageWrite{{Handoff: id, Block: 1, Page: kv.PageRef{Page: 4, Gen: 2}, Slots: 3, Data: []byte{1, 2, 3}, Checksum: 7}})
 	{
 		bufs, _ := fr.encode(maxVersion, tWrite, 1, wparts, wdata)
@@ -44,7 +49,7 @@ func FuzzFrameDecode(f *testing.F) {
 	add(tPrefill, mustEnc(encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1}, Sampling: fullSampling()})))
 	add(tPrefill, mustEnc(encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1, 2}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{}}}, Decode: "10.0.0.7:9002"})))
 	add(tPrefillRes, mustEnc(encPrefillRes(&handoff.PrefillResult{FirstToken: 1, Tokens: 2})))
-	add(tLoadRes, mustEnc(encLoad(&handoff.Load{FreePages: 3, TotalPages: 8, Running: 2})))
+	add(tLoadRes, mustEnc(encLoad(&handoff.Load{FreePages: 3, TotalPages: 8, Running: 2, CachedPages: 4})))
 	add(tError, encError(handoff.ErrCoverage))
 	f.Add([]byte{maxVersion, 12, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff})
 
@@ -62,10 +67,18 @@ func FuzzFrameDecode(f *testing.F) {
 			var derr error
 			p := fm.payload
 			switch fm.typ {
-			case tReserve:
-				_, derr = decReserve(p)
 			case tReservation:
-				_, derr = decReservation(p)
+				var res *handoff.Reservation
+				res, derr = decReservation(p)
+				if derr == nil && res.CheckPrefix() != nil {
+					t.Fatalf("reservation with decode prefix %d (page size %d, %d tokens, %d pages) accepted", res.PrefixTokens, res.PageSize, res.ExpectTokens, len(res.Pages))
+				}
+			case tReserve:
+				var rs *handoff.Reserve
+				rs, derr = decReserve(p)
+				if derr == nil && (len(rs.Tokens) != 0 && len(rs.Tokens) != rs.PromptTokens || len(rs.CacheScope) > handoff.MaxCacheScope) {
+					t.Fatalf("reserve with %d ids for %d tokens, scope %d bytes accepted", len(rs.Tokens), rs.PromptTokens, len(rs.CacheScope))
+				}
 			case tWrite:
 				var ws []handoff.PageWrite
 				ws, derr = decWritesChecked(fm)
@@ -102,7 +115,7 @@ func FuzzFrameDecode(f *testing.F) {
 			case tLoadRes:
 				var l *handoff.Load
 				l, derr = decLoad(p)
-				if derr == nil && (l.FreePages > l.TotalPages || !bytes.Equal(mustEnc(encLoad(l)), p)) {
+				if derr == nil && (l.FreePages > l.TotalPages || l.CachedPages > l.TotalPages || !bytes.Equal(mustEnc(encLoad(l)), p)) {
 					t.Fatalf("load report %+v accepted from %x", l, p)
 				}
 			case tError:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,12 +27,20 @@ type Worker struct {
 	// Conn is probed for health (tcp.Redialer: a failed probe marks the
 	// worker down, a later good one up again).
 	Conn Checker
-	// Load, when set, reports a decode worker's free and total KV pages
-	// (polled with the probe).
-	Load func(ctx context.Context) (free, total int, err error)
+	// Load, when set, is the worker's load report (polled with the probe):
+	// a decode worker's free, total and cached KV pages, and every
+	// worker's requests from all routers (the queue scorers).
+	Load func(ctx context.Context) (*handoff.Load, error)
 	// Close, when set, releases the connection once a removed worker has
 	// no request left.
 	Close func()
+	// Vet, when set, runs once the worker first answers and before it
+	// gets any request (the router's start-up checks, for a worker that
+	// joins later or was unreachable at start: a decode worker must admit
+	// the router's context, I2). A transport error leaves the worker
+	// unvetted until a later probe; any other error refuses it for good,
+	// logged and counted by /ready, as a model mismatch is (I13).
+	Vet func(ctx context.Context) error
 }
 
 // Weights are the scorers' weights (0 turns a scorer off).
@@ -41,10 +50,20 @@ type Weights struct {
 	// DecodeQueue and PrefillQueue weigh the fewest requests this router
 	// has in flight on the worker.
 	DecodeQueue, PrefillQueue float64
+	// PrefixAffinity weighs, in both pools, the worker the router last
+	// sent the same tenant's same prompt prefix to (cluster.Affinity):
+	// its prefix cache likely holds those pages, so decode skips their
+	// transfer (decode_prefix_len) and prefill their compute.
+	PrefixAffinity float64
 }
 
+// AffinityPages bounds the router's memory of where it sent each prompt
+// page, per pool (LRU): about 150 bytes a page, so 64k pages (1M tokens
+// of distinct prefixes at 16 tokens a page) cost about 10 MB.
+const AffinityPages = 1 << 16
+
 // DefaultWeights prefer free pages on decode, and break ties by queue.
-var DefaultWeights = Weights{DecodeFreePages: 2, DecodeQueue: 1, PrefillQueue: 1}
+var DefaultWeights = Weights{DecodeFreePages: 2, DecodeQueue: 1, PrefillQueue: 1, PrefixAffinity: 2}
 
 type member struct {
 	w        Worker
@@ -54,9 +73,17 @@ type member struct {
 	inFlight int
 	free     int
 	total    int
-	picks    uint64
-	downs    uint64
-	removed  bool
+	cached   int
+	// running is the worker's requests from every router at its last
+	// load report, when ownAt of them were this router's.
+	running, ownAt int
+	reported       bool
+	picks          uint64
+	downs          uint64
+	removed        bool
+	// vetted: Vet passed (or there is none); refused: Vet failed.
+	vetted  bool
+	refused error
 }
 
 func (m *member) release() {
@@ -71,18 +98,25 @@ func (m *member) release() {
 // holds the snapshot, counts in-flight requests, marks workers down when
 // a call fails with a transport error and probes them back up.
 type Cluster struct {
-	mu       sync.Mutex
-	prefill  []*member
-	decode   []*member
-	pProf    cluster.Profile
-	dProf    cluster.Profile
-	rot      int
-	retries  uint64
-	noPair   uint64
-	log      *slog.Logger
-	stop     context.CancelFunc
-	done     chan struct{}
-	interval time.Duration
+	mu      sync.Mutex
+	prefill []*member
+	decode  []*member
+	pProf   cluster.Profile
+	dProf   cluster.Profile
+	// pAff and dAff remember where prompt pages were sent (nil: affinity
+	// off); affHits/affPages count picks of a worker believed to hold part
+	// of the prompt, and the pages believed held, by role.
+	pAff, dAff *cluster.Affinity
+	affHits    map[string]uint64
+	affPicks   map[string]uint64
+	affPages   map[string]uint64
+	rot        int
+	retries    uint64
+	noPair     uint64
+	log        *slog.Logger
+	stop       context.CancelFunc
+	done       chan struct{}
+	interval   time.Duration
 	// PageSize is the decode pools' page size, for the estimate of pages a
 	// request takes between load reports (default 16).
 	PageSize int
@@ -103,13 +137,23 @@ func NewCluster(prefill, decode []Worker, w Weights, log *slog.Logger) (*Cluster
 		pProf: cluster.Profile{Filters: cluster.DefaultFilters(), Scorers: []cluster.Weighted{{Scorer: cluster.ShortestQueue{}, Weight: w.PrefillQueue}}},
 		dProf: cluster.Profile{Filters: cluster.DefaultFilters(), Scorers: []cluster.Weighted{
 			{Scorer: cluster.FreePages{}, Weight: w.DecodeFreePages}, {Scorer: cluster.ShortestQueue{}, Weight: w.DecodeQueue}}},
+		affHits: map[string]uint64{}, affPicks: map[string]uint64{}, affPages: map[string]uint64{},
+	}
+	if w.PrefixAffinity < 0 {
+		return nil, fmt.Errorf("the prefix-affinity weight %v is negative", w.PrefixAffinity)
+	}
+	if w.PrefixAffinity > 0 {
+		aff := cluster.Weighted{Scorer: cluster.PrefixAffinity{}, Weight: w.PrefixAffinity}
+		c.pProf.Scorers = append(c.pProf.Scorers, aff)
+		c.dProf.Scorers = append(c.dProf.Scorers, aff)
+		c.pAff, c.dAff = cluster.NewAffinity(AffinityPages), cluster.NewAffinity(AffinityPages)
 	}
 	seen := map[string]bool{}
 	for _, p := range prefill {
 		if p.Prefill == nil {
 			return nil, fmt.Errorf("prefill worker %q has no prefill service", p.Name)
 		}
-		c.prefill = append(c.prefill, &member{w: p, role: "prefill", up: true, modelOK: true})
+		c.prefill = append(c.prefill, newMember("prefill", p))
 	}
 	for _, d := range decode {
 		if d.Decode == nil {
@@ -119,9 +163,23 @@ func NewCluster(prefill, decode []Worker, w Weights, log *slog.Logger) (*Cluster
 			return nil, fmt.Errorf("decode worker %q named twice", d.Name)
 		}
 		seen[d.Name] = true
-		c.decode = append(c.decode, &member{w: d, role: "decode", up: true, modelOK: true})
+		c.decode = append(c.decode, newMember("decode", d))
 	}
 	return c, nil
+}
+
+// queue estimates the worker's requests from every router: its last
+// report plus this router's change since (other routers' changes show at
+// the next report).
+func (m *member) queue() int {
+	if !m.reported {
+		return m.inFlight
+	}
+	return max(m.inFlight, m.running+m.inFlight-m.ownAt)
+}
+
+func newMember(role string, w Worker) *member {
+	return &member{w: w, role: role, up: true, modelOK: true, vetted: w.Vet == nil}
 }
 
 // Start probes every worker each interval until Close: a failed probe
@@ -168,9 +226,20 @@ func (c *Cluster) probeOne(ctx context.Context, m *member) {
 	if m.w.Conn != nil {
 		err = m.w.Conn.Check(ctx)
 	}
-	free, total, lerr := 0, 0, error(nil)
+	c.mu.Lock()
+	vet := !m.vetted && m.refused == nil
+	c.mu.Unlock()
+	var verr error
+	if err == nil && vet {
+		verr = m.w.Vet(ctx)
+		if errors.Is(verr, handoff.ErrTransport) {
+			err = verr // not answering after all: down, vetted later
+		}
+	}
+	var load *handoff.Load
+	var lerr error
 	if err == nil && m.w.Load != nil {
-		free, total, lerr = m.w.Load(ctx)
+		load, lerr = m.w.Load(ctx)
 	}
 	c.mu.Lock()
 	switch {
@@ -182,12 +251,25 @@ func (c *Cluster) probeOne(ctx context.Context, m *member) {
 	case err != nil:
 		c.markDown(m, err)
 	default:
+		if vet && errors.Is(verr, handoff.ErrModelMismatch) {
+			// Its pool is another model's (the decode side checks the
+			// Reserve's fingerprint): refused as a handshake mismatch is.
+			c.log.Error("refusing a worker of another model (I13)", "role", m.role, "worker", m.w.Name, "err", verr)
+			m.modelOK = false
+			m.refused = verr
+		} else if vet && verr != nil {
+			c.log.Error("refusing a worker that fails the router's checks", "role", m.role, "worker", m.w.Name, "err", verr)
+			m.refused = verr
+		} else if vet {
+			m.vetted = true
+		}
 		if !m.up {
 			c.log.Info("worker answers again", "role", m.role, "worker", m.w.Name)
 		}
 		m.up = true
-		if m.w.Load != nil && lerr == nil {
-			m.free, m.total = free, total
+		if load != nil && lerr == nil {
+			m.free, m.total, m.cached = load.FreePages, load.TotalPages, load.CachedPages
+			m.running, m.ownAt, m.reported = load.Running, m.inFlight, true
 		}
 	}
 	c.mu.Unlock()
@@ -197,20 +279,40 @@ func (c *Cluster) markDown(m *member, err error) {
 	if m.up {
 		m.downs++
 		c.log.Warn("worker marked down", "role", m.role, "worker", m.w.Name, "err", err)
+		// It may come back restarted, its cache empty.
+		c.forget(m)
 	}
 	m.up = false
+}
+
+// forget drops what the affinity memory believes m holds.
+func (c *Cluster) forget(m *member) {
+	if aff := c.affinity(m.role); aff != nil {
+		aff.Forget(m.w.Name)
+	}
+}
+
+func (c *Cluster) affinity(role string) *cluster.Affinity {
+	if role == "prefill" {
+		return c.pAff
+	}
+	return c.dAff
 }
 
 func states(ms []*member) []cluster.State {
 	out := make([]cluster.State, len(ms))
 	for i, m := range ms {
-		out[i] = cluster.State{Name: m.w.Name, Up: m.up, ModelOK: m.modelOK, InFlight: m.inFlight, FreePages: m.free, TotalPages: m.total}
+		// Not yet vetted counts as not answering yet; refused by the
+		// vetting as unusable for good, like another model.
+		out[i] = cluster.State{Name: m.w.Name, Up: m.up && m.vetted, ModelOK: m.modelOK && m.refused == nil, InFlight: m.inFlight, Queue: m.queue(), FreePages: m.free, TotalPages: m.total}
 	}
 	return out
 }
 
-// pick chooses in one pool, excluding the named worker when another is usable.
-func (c *Cluster) pick(ms []*member, prof cluster.Profile, avoid string) (*member, cluster.Choice, error) {
+// pick chooses in one pool, excluding the named worker when another is
+// usable; with affinity on, by the request's prompt (its tenant's memory
+// only) and recording the choice.
+func (c *Cluster) pick(ms []*member, prof cluster.Profile, avoid string, aff *cluster.Affinity, pr cluster.Prompt) (*member, cluster.Choice, error) {
 	st := states(ms)
 	if avoid != "" {
 		var rest []cluster.State
@@ -221,16 +323,28 @@ func (c *Cluster) pick(ms []*member, prof cluster.Profile, avoid string) (*membe
 				idx = append(idx, i)
 			}
 		}
-		if ch, _, err := prof.Pick(rest, c.rot); err == nil {
+		if ch, _, err := prof.PickPrompt(rest, c.rot, aff, pr); err == nil {
 			ch.Index = idx[ch.Index]
-			return ms[ch.Index], ch, nil
+			return c.picked(ms[ch.Index], ch, aff, pr), ch, nil
 		}
 	}
-	ch, rej, err := prof.Pick(st, c.rot)
+	ch, rej, err := prof.PickPrompt(st, c.rot, aff, pr)
 	if err != nil {
 		return nil, ch, fmt.Errorf("%w (%v)", err, rej)
 	}
-	return ms[ch.Index], ch, nil
+	return c.picked(ms[ch.Index], ch, aff, pr), ch, nil
+}
+
+// picked counts an affinity pick for the metrics.
+func (c *Cluster) picked(m *member, ch cluster.Choice, aff *cluster.Affinity, pr cluster.Prompt) *member {
+	if aff != nil && len(pr.Keys) > 0 {
+		c.affPicks[m.role]++
+		if ch.PrefixPages > 0 {
+			c.affHits[m.role]++
+			c.affPages[m.role] += uint64(ch.PrefixPages)
+		}
+	}
+	return m
 }
 
 // Pair implements engine.Pairer. A retry (avoid set) moves off the failed
@@ -252,7 +366,13 @@ func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, err
 			return nil, errors.New("no other decode worker to retry on")
 		}
 	}
-	d, dch, err := c.pick(c.decode, c.dProf, avoidD)
+	var pr cluster.Prompt
+	if c.dAff != nil {
+		// The router's own chain keys of the full prompt pages; the
+		// memory is keyed by the authenticated tenant and the scope.
+		pr = cluster.Prompt{Tenant: r.Tenant, Scope: r.CacheScope, Keys: cluster.PageKeys(max(c.PageSize, 1), r.Prompt)}
+	}
+	d, dch, err := c.pick(c.decode, c.dProf, avoidD, c.dAff, pr)
 	if err != nil {
 		c.noPair++
 		return nil, fmt.Errorf("decode: %w", err)
@@ -261,7 +381,7 @@ func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, err
 		c.noPair++
 		return nil, errors.New("no other usable decode worker to retry on")
 	}
-	p, pch, err := c.pick(c.prefill, c.pProf, avoidP)
+	p, pch, err := c.pick(c.prefill, c.pProf, avoidP, c.pAff, pr)
 	if err != nil {
 		c.noPair++
 		return nil, fmt.Errorf("prefill: %w", err)
@@ -281,7 +401,8 @@ func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, err
 		d.free = max(d.free-need, 0)
 	}
 	c.log.Debug("pair", "decode", d.w.Name, "decode_score", dch.Total, "decode_scores", dch.Scores, "decode_parts", dch.Parts,
-		"prefill", p.w.Name, "prefill_score", pch.Total, "prefill_scores", pch.Scores, "retry", avoid != nil)
+		"decode_prefix_pages", dch.PrefixPages, "prefill", p.w.Name, "prefill_score", pch.Total, "prefill_scores", pch.Scores,
+		"prefill_prefix_pages", pch.PrefixPages, "prompt_pages", len(pr.Keys), "retry", avoid != nil)
 	once := sync.Once{}
 	return &engine.Pair{Prefill: p.w.Prefill, Decode: d.w.Decode, DecodeName: d.w.Name,
 		Done: func(perr, derr error) {
@@ -306,7 +427,7 @@ func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, err
 // probe says otherwise; a name already there is left as it is.
 func (c *Cluster) Add(role string, w Worker) {
 	// Probed before it joins, so its first load report is in its score.
-	nm := &member{w: w, role: role, up: true, modelOK: true}
+	nm := newMember(role, w)
 	c.probeOne(context.Background(), nm)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -337,6 +458,7 @@ func (c *Cluster) Remove(role, name string) {
 			*pool = append((*pool)[:i:i], (*pool)[i+1:]...)
 			m.removed = true
 			m.release()
+			c.forget(m)
 			c.log.Info("worker left", "role", role, "worker", name)
 			return
 		}
@@ -345,11 +467,17 @@ func (c *Cluster) Remove(role, name string) {
 
 // WorkerStats is one worker's figures.
 type WorkerStats struct {
-	Role, Name   string
-	Up, ModelOK  bool
+	Role, Name  string
+	Up, ModelOK bool
+	// Refused is why the router's checks (Worker.Vet) refused the worker;
+	// Vetted is false until they ran.
+	Refused      error
+	Vetted       bool
 	InFlight     int
 	Picks, Downs uint64
 	Free, Total  int
+	// Cached is the worker's prefix-cache pages (decode load report).
+	Cached int
 }
 
 // Stats is a snapshot of every worker, the retries and refusals.
@@ -357,8 +485,8 @@ func (c *Cluster) Stats() (ws []WorkerStats, retries, noPair uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range append(append([]*member(nil), c.prefill...), c.decode...) {
-		ws = append(ws, WorkerStats{Role: m.role, Name: m.w.Name, Up: m.up, ModelOK: m.modelOK, InFlight: m.inFlight,
-			Picks: m.picks, Downs: m.downs, Free: m.free, Total: m.total})
+		ws = append(ws, WorkerStats{Role: m.role, Name: m.w.Name, Up: m.up, ModelOK: m.modelOK, Refused: m.refused, Vetted: m.vetted, InFlight: m.inFlight,
+			Picks: m.picks, Downs: m.downs, Free: m.free, Total: m.total, Cached: m.cached})
 	}
 	return ws, c.retries, c.noPair
 }
@@ -368,20 +496,30 @@ func (c *Cluster) Stats() (ws []WorkerStats, retries, noPair uint64) {
 func (c *Cluster) Ready(context.Context) error {
 	ws, _, _ := c.Stats()
 	for _, role := range []string{"prefill", "decode"} {
-		usable, refused := 0, 0
+		usable, foreign, refused := 0, 0, 0
 		for _, w := range ws {
 			if w.Role != role {
 				continue
 			}
-			if !w.ModelOK {
+			switch {
+			case !w.ModelOK:
+				foreign++
+			case w.Refused != nil:
 				refused++
-			} else if w.Up {
+			case w.Up && w.Vetted:
 				usable++
 			}
 		}
 		if usable == 0 {
+			var why []string
+			if foreign > 0 {
+				why = append(why, fmt.Sprintf("%d run another model, %s", foreign, handoff.ErrModelMismatch.Code))
+			}
 			if refused > 0 {
-				return fmt.Errorf("no %s worker is usable (%d run another model, %s)", role, refused, handoff.ErrModelMismatch.Code)
+				why = append(why, fmt.Sprintf("%d refused by the router's checks, e.g. the context", refused))
+			}
+			if len(why) > 0 {
+				return fmt.Errorf("no %s worker is usable (%s)", role, strings.Join(why, "; "))
 			}
 			return fmt.Errorf("no %s worker is reachable", role)
 		}
@@ -391,16 +529,19 @@ func (c *Cluster) Ready(context.Context) error {
 
 var (
 	descPicks   = prometheus.NewDesc("sluice_cluster_picks_total", "Requests (attempts) sent to each worker by this router.", []string{"role", "worker"}, nil)
-	descUp      = prometheus.NewDesc("sluice_cluster_worker_up", "1 while the worker answers and runs the router's model, else 0.", []string{"role", "worker"}, nil)
+	descUp      = prometheus.NewDesc("sluice_cluster_worker_up", "1 while the worker answers, runs the router's model and passed the router's checks (context), else 0.", []string{"role", "worker"}, nil)
 	descDowns   = prometheus.NewDesc("sluice_cluster_worker_down_total", "Times the worker was marked down.", []string{"role", "worker"}, nil)
 	descFlight  = prometheus.NewDesc("sluice_cluster_in_flight", "Requests this router has on the worker now.", []string{"role", "worker"}, nil)
 	descRetries = prometheus.NewDesc("sluice_cluster_retries_total", "Requests retried on another pair after failing before their first token.", nil, nil)
+	descCached  = prometheus.NewDesc("sluice_cluster_worker_cached_pages", "The decode worker's prefix-cache pages (idle or read) at its last load report (how much of its pool holds prefixes; counted as free for the free-pages scorer, since reservations evict idle ones).", []string{"role", "worker"}, nil)
+	descAffPick = prometheus.NewDesc("sluice_cluster_prefix_affinity_picks_total", "Picks made with prefix affinity on, by role and result (hit: the picked worker was believed, from where this router sent the same tenant's prompt pages before, to hold some of them; miss: no belief).", []string{"role", "result"}, nil)
+	descAffPage = prometheus.NewDesc("sluice_cluster_prefix_affinity_pages_total", "Prompt pages the picked worker was believed to hold (prefix affinity), by role.", []string{"role"}, nil)
 	descNoPair  = prometheus.NewDesc("sluice_cluster_no_pair_total", "Pairings refused because no usable worker was left.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Cluster) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPicks, descUp, descDowns, descFlight, descRetries, descNoPair} {
+	for _, d := range []*prometheus.Desc{descPicks, descUp, descDowns, descFlight, descRetries, descNoPair, descAffPick, descAffPage, descCached} {
 		ch <- d
 	}
 }
@@ -410,14 +551,27 @@ func (c *Cluster) Collect(ch chan<- prometheus.Metric) {
 	ws, retries, noPair := c.Stats()
 	for _, w := range ws {
 		up := 0.0
-		if w.Up && w.ModelOK {
+		if w.Up && w.ModelOK && w.Vetted && w.Refused == nil {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descPicks, prometheus.CounterValue, float64(w.Picks), w.Role, w.Name)
 		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up, w.Role, w.Name)
 		ch <- prometheus.MustNewConstMetric(descDowns, prometheus.CounterValue, float64(w.Downs), w.Role, w.Name)
 		ch <- prometheus.MustNewConstMetric(descFlight, prometheus.GaugeValue, float64(w.InFlight), w.Role, w.Name)
+		if w.Role == "decode" {
+			ch <- prometheus.MustNewConstMetric(descCached, prometheus.GaugeValue, float64(w.Cached), w.Role, w.Name)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descRetries, prometheus.CounterValue, float64(retries))
 	ch <- prometheus.MustNewConstMetric(descNoPair, prometheus.CounterValue, float64(noPair))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dAff == nil {
+		return
+	}
+	for _, role := range []string{"prefill", "decode"} {
+		ch <- prometheus.MustNewConstMetric(descAffPick, prometheus.CounterValue, float64(c.affHits[role]), role, "hit")
+		ch <- prometheus.MustNewConstMetric(descAffPick, prometheus.CounterValue, float64(c.affPicks[role]-c.affHits[role]), role, "miss")
+		ch <- prometheus.MustNewConstMetric(descAffPage, prometheus.CounterValue, float64(c.affPages[role]), role)
+	}
 }

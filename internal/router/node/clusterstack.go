@@ -47,9 +47,14 @@ type ClusterStack struct {
 }
 
 // StartDecode starts one more decode worker that no router or prefill
-// worker knows yet (discovery tests); it returns its address.
-func (s *ClusterStack) StartDecode() (string, error) {
-	dw, err := engine.NewDecodeWorker(s.decodeCfg)
+// worker knows yet (discovery tests); it returns its address. adjust, when
+// given, changes its configuration (a worker unlike the others).
+func (s *ClusterStack) StartDecode(adjust ...func(*engine.Config)) (string, error) {
+	cfg := s.decodeCfg
+	for _, a := range adjust {
+		a(&cfg)
+	}
+	dw, err := engine.NewDecodeWorker(cfg)
 	if err != nil {
 		return "", err
 	}
@@ -65,17 +70,22 @@ func (s *ClusterStack) StartDecode() (string, error) {
 }
 
 // JoinDecode connects every router and prefill worker to the decode
-// worker at addr (discovery found it).
+// worker at addr (discovery found it). Each router vets it before use as
+// `sluice router` does: it must admit the router's context (I2).
 func (s *ClusterStack) JoinDecode(addr string) {
 	for _, set := range s.Sets {
 		r := tcp.NewRedialer(addr, s.tc)
 		s.closers = append(s.closers, func() { r.Close() })
 		set.Add(addr, r)
 	}
-	for _, c := range s.Clusters {
+	for i, c := range s.Clusters {
 		r := tcp.NewRedialer(addr, s.tc)
 		s.closers = append(s.closers, func() { r.Close() })
-		c.Add("decode", Worker{Name: addr, Decode: r, Conn: r, Load: LoadOf(r)})
+		ctxLen := s.Routers[i].Info().Context
+		// Closed once it left and its last request ended, as in
+		// `sluice router` (Cluster.Remove).
+		c.Add("decode", Worker{Name: addr, Decode: r, Conn: r, Load: LoadOf(r), Close: func() { r.Close() },
+			Vet: func(ctx context.Context) error { return ProbeDecodeContext(ctx, r, ctxLen, s.tc.Model) }})
 	}
 }
 
@@ -140,6 +150,10 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 	if !rep.OK {
 		return nil, &PreflightError{Report: rep}
 	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
 	cfgs := map[string]engine.Config{}
 	for _, r := range []string{preflight.RolePrefill, preflight.RoleDecode} {
 		ec, err := m.RoleConfig(rep, r, c.Threads, c.MaxConcurrency)
@@ -147,14 +161,13 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 			return nil, err
 		}
 		ec.ChunkTokens, ec.StepTokens = c.ChunkTokens, c.StepTokens
+		// Every worker's prefix-cache salts are keyed with the cluster's
+		// shared secret, as separate processes key them with the key file.
+		ec.PrefixCache, ec.CacheSecret = c.PrefixCache, secret
 		if c.Engine != nil {
 			c.Engine(r, &ec)
 		}
 		cfgs[r] = ec
-	}
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		return nil, err
 	}
 	tc := tcp.Config{Secret: secret, Model: m.Fingerprint()}
 	s := &ClusterStack{Report: rep, tc: tc, decodeCfg: cfgs[preflight.RoleDecode]}
@@ -221,14 +234,14 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 			if err != nil {
 				return fail(err)
 			}
-			ps = append(ps, Worker{Name: a, Prefill: r, Conn: r})
+			ps = append(ps, Worker{Name: a, Prefill: r, Conn: r, Load: LoadOf(r)})
 		}
 		for _, a := range s.DecodeAddrs {
 			r, err := dial(a)
 			if err != nil {
 				return fail(err)
 			}
-			ds = append(ds, Worker{Name: a, Decode: r, Conn: r, Load: LoadOf(r)})
+			ds = append(ds, Worker{Name: a, Decode: r, Conn: r, Load: LoadOf(r), Close: func() { r.Close() }})
 		}
 		cl, err := NewCluster(ps, ds, c.Weights, c.Logger)
 		if err != nil {
@@ -248,17 +261,11 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 	return s, nil
 }
 
-// LoadOf is a decode connection's load report, when its transport has one.
-func LoadOf(d handoff.Decode) func(ctx context.Context) (int, int, error) {
-	l, ok := d.(handoff.Loader)
+// LoadOf is a worker connection's load report, when its transport has one.
+func LoadOf(c any) func(ctx context.Context) (*handoff.Load, error) {
+	l, ok := c.(handoff.Loader)
 	if !ok {
 		return nil
 	}
-	return func(ctx context.Context) (int, int, error) {
-		r, err := l.Load(ctx)
-		if err != nil {
-			return 0, 0, err
-		}
-		return r.FreePages, r.TotalPages, nil
-	}
+	return l.Load
 }

@@ -168,4 +168,16 @@ func (r Routed) Prefill(ctx context.Context, req *handoff.PrefillRequest) (*hand
 	return r.Inner.Prefill(ctx, req)
 }
 
-var _ handoff.Decode = (*DecodeSet)(nil)
+// Load passes the prefill worker's load report on (handoff.Loader).
+func (r Routed) Load(ctx context.Context) (*handoff.Load, error) {
+	l, ok := r.Inner.(handoff.Loader)
+	if !ok {
+		return nil, handoff.ErrState.With("this worker does not report its load")
+	}
+	return l.Load(ctx)
+}
+
+var (
+	_ handoff.Decode = (*DecodeSet)(nil)
+	_ handoff.Loader = Routed{}
+)

@@ -82,13 +82,21 @@ type Discovery struct {
 	Remove   func(addr string)
 	Log      *slog.Logger
 
-	mu   sync.Mutex
+	mu   sync.Mutex // Specs (SetSpecs), have
+	sync sync.Mutex // one Sync at a time
 	have []string
 }
 
 // Sync resolves once and applies the difference.
 func (d *Discovery) Sync(ctx context.Context) {
-	got, err := Resolve(ctx, d.Resolver, d.Specs)
+	// One sync at a time (the resolve loop and a reload may overlap): the
+	// difference is taken against what the previous sync applied.
+	d.sync.Lock()
+	defer d.sync.Unlock()
+	d.mu.Lock()
+	specs := d.Specs
+	d.mu.Unlock()
+	got, err := Resolve(ctx, d.Resolver, specs)
 	if err != nil {
 		if d.Log != nil {
 			d.Log.Warn("worker discovery: lookup failed; keeping the known workers", "err", err)

@@ -167,6 +167,8 @@ func Stats(pools map[string]*kv.Pool, dw *engine.DecodeWorker) router.EngineStat
 // integrity until classified here: better a false page than a hidden leak.
 func addReceiverStats(st *router.EngineStats, rs handoff.ReceiverStats) {
 	st.LateWritesDropped += rs.LateWrites
+	st.HandoffPagesTransferred += rs.PagesTransferred
+	st.HandoffPagesSkipped += rs.PagesSkipped
 	if st.ReservationsRefused == nil {
 		st.ReservationsRefused = map[string]uint64{}
 	}

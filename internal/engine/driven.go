@@ -1,0 +1,93 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+
+	"sluice/internal/kv"
+	"sluice/internal/sample"
+)
+
+// colocatedSeq is a sequence whose prompt is computed in the batch (the
+// first cached tokens read from the prefix cache) and which may be
+// preempted: it keeps all its tokens, and its KV is rebuilt from them on
+// resume.
+func colocatedSeq(owner kv.Owner, table []kv.PageRef, prompt []int32, cached, maxTokens int, ignoreEOS bool, sp sample.Params) *seq {
+	return &seq{
+		owner:        owner,
+		table:        table,
+		prompt:       prompt[cached:],
+		fed:          cached,
+		promptTokens: len(prompt),
+		cachedTokens: cached,
+		maxTokens:    maxTokens,
+		ignoreEOS:    ignoreEOS,
+		samp:         newSampler(sp, prompt),
+		all:          slices.Clone(prompt),
+	}
+}
+
+// DrivenBatch is the colocated engine's continuous-batching core for a
+// deterministic driver (internal/sim): the same batch (chunked prefill
+// within the step budget, growth page by page, preemption of the latest
+// arrival during its prompt, its decode or its rebuild, resume oldest
+// first) with no goroutine. The driver reserves the pages (as
+// Colocated.reserve does), adds the sequence, and calls Step after its
+// wake, one step's time later on its clock.
+type DrivenBatch struct{ s *scheduler }
+
+// NewDrivenBatch builds a driven batch over pool.
+func NewDrivenBatch(cfg Config, pool PagePool, wake func()) (*DrivenBatch, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate("colocated"); err != nil {
+		return nil, err
+	}
+	if pool == nil || wake == nil {
+		return nil, fmt.Errorf("engine: a driven batch needs a pool and a wake function")
+	}
+	return &DrivenBatch{s: newDrivenScheduler(cfg, pool, wake)}, nil
+}
+
+// DrivenItem is one item a driven sequence emits: a token, or the end
+// (Done with Finish "length", "stop" or "cancelled"; or Err). The end
+// carries the counts: prompt and completion tokens (usage, I9) and the
+// positions recomputed after preemptions.
+type DrivenItem struct {
+	Token                          int32
+	Done                           bool
+	Finish                         string
+	Err                            error
+	Prompt, Completion, Recomputed int
+}
+
+// Add joins a colocated sequence whose table holds at least its prompt's
+// pages (the first cached tokens of which came from the prefix cache).
+// emit must not block; preempted, when set, learns the phase each
+// preemption of the sequence struck ("prompt", "decode", "rebuild"); the
+// returned cancel takes effect between steps.
+func (b *DrivenBatch) Add(owner kv.Owner, table []kv.PageRef, prompt []int32, cached, maxTokens int, ignoreEOS bool, sp sample.Params, emit func(DrivenItem), preempted func(phase string)) (cancel func()) {
+	q := colocatedSeq(owner, table, prompt, cached, maxTokens, ignoreEOS, sp)
+	q.onPreempt = preempted
+	q.emit = func(o outcome) {
+		it := DrivenItem{Token: o.token, Done: o.done, Finish: o.finish, Prompt: o.prompt, Completion: o.completion, Recomputed: o.recomputed}
+		if o.err != nil {
+			it.Err = o.err
+		}
+		emit(it)
+	}
+	b.s.add(q)
+	return func() {
+		q.cancel.Store(true)
+		b.s.poke()
+	}
+}
+
+// Step runs one turn (joiners, cancels, resumes, one forward step); it
+// reports whether sequences remain in the batch.
+func (b *DrivenBatch) Step() bool { return b.s.turn() }
+
+// Stats are the batch's counters (running, preempted, preemptions).
+func (b *DrivenBatch) Stats() SchedStats { return b.s.stats() }
+
+// Close ends every sequence with a shutdown error.
+func (b *DrivenBatch) Close() { b.s.stop() }
