@@ -36,12 +36,23 @@ bench-cluster:
 
 # sluice serve vs llama-server (when ../shared/tools/llama.cpp is there) on
 # loopback, interleaved; BENCH_SERVE_FLAGS="--requests 64 --repeats 3" etc.
+# bench-serve-interference: short requests' ITL while ~2k-token prompts keep
+# arriving, colocated vs disaggregated; bench-serve-kv: a pool of a quarter
+# of the in-flight demand, every output checked against its solo run.
 LLAMA_SELECT ?= ../shared/tools/llama.cpp/select
+LLAMA_SERVER_FLAG = $$(test -x $(LLAMA_SELECT) && echo --llama-server $$($(LLAMA_SELECT) llama-server))
 BENCH_SERVE_FLAGS ?=
-.PHONY: bench-serve
+.PHONY: bench-serve bench-serve-interference bench-serve-kv
 bench-serve:
 	$(GO) build -o bin/sluice ./cmd/sluice
-	./bin/sluice bench serve $$(test -x $(LLAMA_SELECT) && echo --llama-server $$($(LLAMA_SELECT) llama-server)) $(BENCH_SERVE_FLAGS)
+	./bin/sluice bench serve $(LLAMA_SERVER_FLAG) $(BENCH_SERVE_FLAGS)
+bench-serve-interference:
+	$(GO) build -o bin/sluice ./cmd/sluice
+	./bin/sluice bench serve --workload interference --concurrency 8 --requests 64 $(LLAMA_SERVER_FLAG) $(BENCH_SERVE_FLAGS)
+bench-serve-kv:
+	$(GO) build -o bin/sluice ./cmd/sluice
+	./bin/sluice bench serve --workload kv-pressure --concurrency 16,64 --requests 64 $(BENCH_SERVE_FLAGS)
+	./bin/sluice bench serve --workload kv-pressure --concurrency 16,64 --requests 64 --colocated $(BENCH_SERVE_FLAGS)
 
 # the prefix cache's multi-turn chat benchmark: sluice cache on / off and
 # llama-server's prompt cache, interleaved; BENCH_CHAT_FLAGS="--rounds 3" etc.

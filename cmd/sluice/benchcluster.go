@@ -238,7 +238,9 @@ func measureCluster(ctx context.Context, c *clusterProcs, l serveLoad, conc, req
 	row := clusterRow{DecodeWorkers: len(c.decodes), Requests: requests}
 	client := &http.Client{}
 	// Warm-up: connections up, every worker paged in.
-	runLoad(ctx, client, c.router.base, l, conc, max(conc, 2*len(c.decodes)))
+	// Its prompts are numbered apart from the measured ones (runLoad's
+	// first), so no prefix cache serves the measured run from the warm-up.
+	runLoad(ctx, client, c.router.base, l, conc, max(conc, 2*len(c.decodes)), 1<<20)
 	before, err := getBody(ctx, c.admin+"/metrics")
 	if err != nil {
 		return row, err
@@ -264,7 +266,7 @@ func measureCluster(ctx context.Context, c *clusterProcs, l serveLoad, conc, req
 	if err != nil {
 		return row, err
 	}
-	samples, wall := runLoad(ctx, client, c.router.base, l, conc, requests)
+	samples, wall := runLoad(ctx, client, c.router.base, l, conc, requests, 0)
 	r1, w1, err := cpu()
 	if err != nil {
 		return row, err

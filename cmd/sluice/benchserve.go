@@ -38,8 +38,9 @@ import (
 type streamSample struct {
 	start  time.Time
 	chunks []time.Time
-	tokens int // completion tokens (usage when the server sent it, else chunks)
-	status int // HTTP status; 0 when the request never got one
+	text   string // the streamed text, every chunk's in order
+	tokens int    // completion tokens (usage when the server sent it, else chunks)
+	status int    // HTTP status; 0 when the request never got one
 	err    error
 }
 
@@ -183,6 +184,7 @@ func streamPrompt(ctx context.Context, client *http.Client, base, model string, 
 		return s
 	}
 	usage, done := -1, false
+	var text strings.Builder
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -215,6 +217,7 @@ func streamPrompt(ctx context.Context, client *http.Client, base, model string, 
 		// finish_reason, or a usage chunk, is no token arriving.
 		if len(ev.Choices) > 0 && ev.Choices[0].Text != "" {
 			s.chunks = append(s.chunks, time.Now())
+			text.WriteString(ev.Choices[0].Text)
 		}
 		if ev.Usage != nil {
 			usage = ev.Usage.CompletionTokens
@@ -228,6 +231,7 @@ func streamPrompt(ctx context.Context, client *http.Client, base, model string, 
 		s.err = errors.New("stream ended without [DONE]")
 		return s
 	}
+	s.text = text.String()
 	s.tokens = len(s.chunks)
 	if usage >= 0 {
 		s.tokens = usage
@@ -236,8 +240,11 @@ func streamPrompt(ctx context.Context, client *http.Client, base, model string, 
 }
 
 // runLoad sends n requests with c in flight and returns their samples and
-// the wall time from the first send to the last answer.
-func runLoad(ctx context.Context, client *http.Client, base string, l serveLoad, c, n int) ([]streamSample, time.Duration) {
+// the wall time from the first send to the last answer. Requests are
+// first, first+1, ...: a run gives each server prompts it has never seen,
+// so neither prompt cache serves a run from an earlier one (both servers
+// of one interleaved pair get the same first).
+func runLoad(ctx context.Context, client *http.Client, base string, l serveLoad, c, n, first int) ([]streamSample, time.Duration) {
 	out := make([]streamSample, n)
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -247,7 +254,7 @@ func runLoad(ctx context.Context, client *http.Client, base string, l serveLoad,
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				out[i] = streamOne(ctx, client, base, l, i)
+				out[i] = streamOne(ctx, client, base, l, first+i)
 			}
 		}()
 	}
@@ -411,34 +418,164 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
+// benchServe is what every workload of `sluice bench serve` gets: the
+// parsed flags, the model's figures, and where to write.
+type benchServe struct {
+	stdout, stderr io.Writer
+	model          string // GGUF path
+	name           string // served model name (the file's base name)
+	vocab, ctxLen  int
+	sluiceBin      string
+	llamaServer    string // "" : sluice alone
+	threads        int
+	prompt, gen    int
+	levels         []int
+	requests       int
+	repeats        int
+	colocated      bool
+	extra          []string // --sluice-flags
+	noCache        bool
+	ompPassive     bool
+	timeout        time.Duration
+	json           bool
+	// longPrompt and longGen: the interference workload's long requests.
+	longPrompt, longGen int
+	client              *http.Client
+}
+
+func (b *benchServe) fail(code int, f string, a ...any) int {
+	fmt.Fprintf(b.stderr, "sluice bench serve: "+f+"\n", a...)
+	return code
+}
+
+func (b *benchServe) load() serveLoad {
+	return serveLoad{model: b.name, prompt: b.prompt, gen: b.gen, vocab: b.vocab}
+}
+
+// sluiceArgs is `sluice serve`'s command line for a pool of poolTokens,
+// maxConc requests holding pages and threads per role, with the
+// benchmark's context and queue; colocated adds --colocated.
+func (b *benchServe) sluiceArgs(colocated bool, ctxLen, poolTokens, maxConc int) []string {
+	th := max(1, b.threads/2) // prefill and decode compute at once
+	if colocated {
+		th = b.threads
+	}
+	args := []string{"serve", "--model", b.model, "--listen", "127.0.0.1:0",
+		"--threads", strconv.Itoa(th), "--context", strconv.Itoa(ctxLen),
+		"--kv-pool-tokens", strconv.Itoa(poolTokens),
+		"--max-concurrency", strconv.Itoa(maxConc), "--max-queue", strconv.Itoa(max(b.requests, maxConc)),
+		"--served-model-name", b.name, "--log-level", "info"}
+	if colocated {
+		args = append(args, "--colocated")
+	}
+	return append(args, b.extra...)
+}
+
+// startLlama starts llama-server with slots in parallel and ctxPerSlot
+// tokens each.
+func (b *benchServe) startLlama(ctx context.Context, slots, ctxPerSlot int) (*server, []string, string, error) {
+	port, err := freeLoopbackPort()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	args := []string{"-m", b.model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"-a", b.name, "-np", strconv.Itoa(slots), "-c", strconv.Itoa(slots * ctxPerSlot), "-cb",
+		"-t", strconv.Itoa(b.threads), "-tb", strconv.Itoa(b.threads)}
+	if b.noCache {
+		args = append(args, "--no-cache-prompt")
+	}
+	var env []string
+	envText := ""
+	if b.ompPassive {
+		env = append(os.Environ(), "OMP_WAIT_POLICY=passive")
+		envText = "OMP_WAIT_POLICY=passive"
+	}
+	ll, err := startServer("llama-server", b.llamaServer, args, env, nil)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	ll.base = "http://127.0.0.1:" + strconv.Itoa(port)
+	rctx, rc := context.WithTimeout(ctx, 2*time.Minute)
+	defer rc()
+	if err := ll.waitReady(rctx, "/health"); err != nil {
+		ll.stop()
+		return nil, nil, "", err
+	}
+	return ll, args, envText, nil
+}
+
+// printJSON writes v indented.
+func (b *benchServe) printJSON(v any) int {
+	e := json.NewEncoder(b.stdout)
+	e.SetIndent("", "  ")
+	if err := e.Encode(v); err != nil {
+		return b.fail(1, "%v", err)
+	}
+	return 0
+}
+
+// A workload is one measurement `sluice bench serve --workload NAME`
+// makes: it starts the servers it needs (sluiceArgs, startSluice,
+// startLlama) and drives them (runLoad, streamOne), prints its table or
+// JSON, and returns the exit code (non-zero when a request failed or an
+// output was wrong). A new workload is a file with its run function and
+// one entry here.
+type workload struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, b *benchServe) int
+}
+
+var workloads = []workload{
+	{"mix", "the issue's mix: --concurrency levels of --prompt/--gen requests, sluice and llama-server interleaved; tok/s, TTFT, ITL and the ratios", runMix},
+	{"interference", "short requests' ITL while --long-prompt prompts keep arriving, colocated vs disaggregated (and llama-server), interleaved", runInterference},
+	{"kv-pressure", "a KV pool holding a quarter of the in-flight demand: every request must succeed (no 5xx/429 while the queue has room) and equal its solo run", runKVPressure},
+}
+
 func runBenchServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	modelPath := fs.String("model", "", "GGUF `file` both servers load (default bench-15M-q8_0 from ../shared, else stories260K from testdata/)")
-	llamaServer := fs.String("llama-server", "", "llama-server `binary` to run side by side (e.g. $(../shared/tools/llama.cpp/select llama-server)); without it only sluice is measured")
-	sluiceBin := fs.String("sluice", "", "sluice `binary` to run as `sluice serve` (default: this one)")
-	threads := fs.Int("threads", runtime.NumCPU(), "total `threads` of each server: llama-server -t/-tb; sluice serve --threads half of it per role (prefill and decode compute at once), all of it with --colocated")
-	prompt := fs.Int("prompt", 100, "prompt `tokens` per request (token ids, different per request)")
-	gen := fs.Int("gen", 64, "generated `tokens` per request (max_tokens, ignore_eos)")
-	concFlag := fs.String("concurrency", "1,16,64", "comma-separated `levels` of requests in flight")
-	requests := fs.Int("requests", 32, "`requests` per run (per concurrency level, server and repeat)")
-	repeats := fs.Int("repeats", 2, "interleaved `runs` per server and level (sluice, llama-server, sluice, ...)")
-	colocated := fs.Bool("colocated", false, "run sluice serve --colocated (one scheduler, no handoff)")
-	noCache := fs.Bool("no-cache-prompt", false, "pass --no-cache-prompt to llama-server (its prompt cache off)")
-	ompPassive := fs.Bool("omp-passive", false, "run llama-server with OMP_WAIT_POLICY=passive: its OpenMP threads sleep instead of spinning at barriers. On a machine shared with other load, spinning threads that lose their core stall every step (measured: 26 vs 285 tok/s with one request in flight at load 6-15 on 2 cores); on an idle machine spinning is llama.cpp's fastest")
-	timeout := fs.Duration("timeout", 20*time.Minute, "bound on the whole benchmark; runs not done by then are cut and reported as errors")
-	jsonOut := fs.Bool("json", false, "print the results as JSON")
+	b := &benchServe{stdout: stdout, stderr: stderr}
+	var names []string
+	for _, w := range workloads {
+		names = append(names, w.name)
+	}
+	wname := fs.String("workload", "mix", "what to measure: "+strings.Join(names, ", ")+" (see above)")
+	fs.StringVar(&b.model, "model", "", "GGUF `file` both servers load (default bench-15M-q8_0 from ../shared, else stories260K from testdata/)")
+	fs.StringVar(&b.llamaServer, "llama-server", "", "llama-server `binary` to run side by side (e.g. $(../shared/tools/llama.cpp/select llama-server)); without it only sluice is measured")
+	fs.StringVar(&b.sluiceBin, "sluice", "", "sluice `binary` to run as `sluice serve` (default: this one)")
+	fs.IntVar(&b.threads, "threads", runtime.NumCPU(), "total `threads` of each server: llama-server -t/-tb; sluice serve --threads half of it per role (prefill and decode compute at once), all of it with --colocated")
+	fs.IntVar(&b.prompt, "prompt", 100, "prompt `tokens` per request (token ids, different per request)")
+	fs.IntVar(&b.gen, "gen", 64, "generated `tokens` per request (max_tokens, ignore_eos)")
+	concFlag := fs.String("concurrency", "1,16,64", "comma-separated `levels` of requests in flight (interference: the short requests in flight, the first level; kv-pressure: every level)")
+	fs.IntVar(&b.requests, "requests", 32, "`requests` per run (per concurrency level, server and repeat)")
+	fs.IntVar(&b.repeats, "repeats", 2, "interleaved `runs` per server and level (sluice, llama-server, sluice, ...)")
+	fs.BoolVar(&b.colocated, "colocated", false, "run sluice serve --colocated (one scheduler, no handoff); mix and kv-pressure")
+	extra := fs.String("sluice-flags", "", "more `flags` for sluice serve, space-separated (e.g. \"--max-num-batched-tokens 512\"); they come after the benchmark's own, so they override them")
+	fs.IntVar(&b.longPrompt, "long-prompt", 1900, "interference: prompt `tokens` of each long request (at most the model's context minus --long-gen)")
+	fs.IntVar(&b.longGen, "long-gen", 8, "interference: generated `tokens` of each long request")
+	fs.BoolVar(&b.noCache, "no-cache-prompt", false, "pass --no-cache-prompt to llama-server (its prompt cache off; the benchmark never repeats a prompt anyway)")
+	fs.BoolVar(&b.ompPassive, "omp-passive", false, "run llama-server with OMP_WAIT_POLICY=passive: its OpenMP threads sleep instead of spinning at barriers. On a machine shared with other load, spinning threads that lose their core stall every step (measured: 26 vs 285 tok/s with one request in flight at load 6-15 on 2 cores); on an idle machine spinning is llama.cpp's fastest")
+	fs.DurationVar(&b.timeout, "timeout", 20*time.Minute, "bound on the whole benchmark; runs not done by then are cut and reported as errors")
+	fs.BoolVar(&b.json, "json", false, "print the results as JSON")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: sluice bench serve [flags]
+		fmt.Fprint(fs.Output(), `Usage: sluice bench serve [--workload NAME] [flags]
 
-Starts `+"`sluice serve`"+` and (with --llama-server) llama.cpp's llama-server on
-loopback with the same model file and the same total threads, and drives
-both through /v1/completions with streaming, temperature 0 and ignore_eos,
-at each concurrency level, interleaved: sluice run, llama-server run,
-sluice run, ... for --repeats. Per level it prints aggregate output tok/s
-(output tokens over wall time), TTFT and ITL (gap between streamed chunks)
-p50/p99 over every OK request of every repeat, non-200s and errors, and
-the ratios sluice / llama-server.
+Starts `+"`sluice serve`"+` (and, with --llama-server, llama.cpp's llama-server)
+on loopback with the same model file and the same total threads, and
+drives them through /v1/completions with streaming, temperature 0 and
+ignore_eos. No prompt is ever sent twice to one server (no prompt cache
+serves a run from an earlier one). Workloads:
+
+`)
+		for _, w := range workloads {
+			fmt.Fprintf(fs.Output(), "  %-13s %s\n", w.name, w.summary)
+		}
+		fmt.Fprint(fs.Output(), `
+mix, per level: aggregate output tok/s (output tokens over wall time),
+TTFT and ITL (gap between streamed chunks) p50/p99 over every OK request
+of every repeat, non-200s and errors, and the ratios sluice / llama-server,
+runs interleaved (sluice, llama-server, sluice, ... for --repeats).
 
 Flags:
 `)
@@ -447,129 +584,110 @@ Flags:
 	if code, ok := parseFlagsTo(fs, args, stdout); !ok {
 		return code
 	}
-	fail := func(code int, f string, a ...any) int {
-		fmt.Fprintf(stderr, "sluice bench serve: "+f+"\n", a...)
-		return code
+	var w *workload
+	for i := range workloads {
+		if workloads[i].name == *wname {
+			w = &workloads[i]
+		}
 	}
-	levels, err := parseInts(*concFlag, "concurrency")
-	if err != nil {
-		return fail(2, "%v", err)
+	if w == nil {
+		return b.fail(2, "--workload %q: use one of %s", *wname, strings.Join(names, ", "))
 	}
-	if *threads < 1 || *prompt < 1 || *gen < 1 || *requests < 1 || *repeats < 1 || *timeout <= 0 {
-		return fail(2, "--threads, --prompt, --gen, --requests, --repeats and --timeout must be positive")
+	var err error
+	if b.levels, err = parseInts(*concFlag, "concurrency"); err != nil {
+		return b.fail(2, "%v", err)
 	}
-	// Bounded: at most 4096 tokens a request and 10,000 requests a run.
-	if *prompt+*gen > 4096 || *requests > 10000 || *repeats > 100 || slices.Max(levels) > 1024 {
-		return fail(2, "--prompt+--gen at most 4096, --requests at most 10000, --repeats at most 100, --concurrency at most 1024")
+	b.extra = strings.Fields(*extra)
+	if b.threads < 1 || b.prompt < 1 || b.gen < 1 || b.requests < 1 || b.repeats < 1 || b.timeout <= 0 || b.longPrompt < 1 || b.longGen < 1 {
+		return b.fail(2, "--threads, --prompt, --gen, --long-prompt, --long-gen, --requests, --repeats and --timeout must be positive")
 	}
-	if *modelPath == "" {
+	// Bounded: at most 8192 tokens a request and 10,000 requests a run.
+	if b.prompt+b.gen > 8192 || b.longPrompt+b.longGen > 8192 || b.requests > 10000 || b.repeats > 100 || slices.Max(b.levels) > 1024 {
+		return b.fail(2, "--prompt+--gen and --long-prompt+--long-gen at most 8192, --requests at most 10000, --repeats at most 100, --concurrency at most 1024")
+	}
+	if b.model == "" {
 		for _, n := range []string{"bench-15M-q8_0.gguf", "stories260K.gguf"} {
 			if p, ok := testenv.Find(filepath.Join("models", n)); ok {
-				*modelPath = p
+				b.model = p
 				break
 			}
 		}
-		if *modelPath == "" {
-			return fail(2, "no --model given and no shared test model found")
+		if b.model == "" {
+			return b.fail(2, "no --model given and no shared test model found")
 		}
 	}
-	if *sluiceBin == "" {
-		if *sluiceBin, err = os.Executable(); err != nil {
-			return fail(1, "%v", err)
+	if b.sluiceBin == "" {
+		if b.sluiceBin, err = os.Executable(); err != nil {
+			return b.fail(1, "%v", err)
 		}
 	}
-	if *llamaServer != "" {
-		if *llamaServer, err = exec.LookPath(*llamaServer); err != nil {
-			return fail(2, "--llama-server: %v", err)
+	if b.llamaServer != "" {
+		if b.llamaServer, err = exec.LookPath(b.llamaServer); err != nil {
+			return b.fail(2, "--llama-server: %v", err)
 		}
 	}
-	lm, err := openModel(*modelPath)
+	lm, err := openModel(b.model)
 	if err != nil {
-		return fail(1, "%v", err)
+		return b.fail(1, "%v", err)
 	}
-	vocab, ctxLen := lm.model.Config().Vocab, lm.model.Config().Context
+	b.vocab, b.ctxLen = lm.model.Config().Vocab, lm.model.Config().Context
 	lm.Close()
-	perSeq := *prompt + *gen + 1
-	if perSeq > ctxLen {
-		return fail(2, "--prompt + --gen = %d exceed the model's context of %d", perSeq-1, ctxLen)
+	if b.prompt+b.gen+1 > b.ctxLen {
+		return b.fail(2, "--prompt + --gen = %d exceed the model's context of %d", b.prompt+b.gen, b.ctxLen)
 	}
-	maxC := slices.Max(levels)
-
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	rep := serveReport{
-		Model: strings.TrimSuffix(filepath.Base(*modelPath), ".gguf"), Threads: *threads,
-		Prompt: *prompt, Gen: *gen, Requests: *requests, Repeats: *repeats,
-		NProc: runtime.NumCPU(), CPU: cpuModel(), LoadBefore: loadAvg(),
-	}
-
-	// sluice serve: a pool for every level's demand (the benchmark measures
-	// speed, not KV pressure), queue for every request of a run.
-	sluiceThreads := max(1, *threads/2)
-	if *colocated {
-		sluiceThreads = *threads
-	}
-	rep.SluiceArgs = []string{"serve", "--model", *modelPath, "--listen", "127.0.0.1:0",
-		"--threads", strconv.Itoa(sluiceThreads), "--context", strconv.Itoa(perSeq),
-		"--kv-pool-tokens", strconv.Itoa(maxC * (perSeq + 16)),
-		"--max-concurrency", strconv.Itoa(maxC), "--max-queue", strconv.Itoa(max(*requests, 1)),
-		"--served-model-name", rep.Model, "--log-level", "info"}
-	if *colocated {
-		rep.SluiceArgs = append(rep.SluiceArgs, "--colocated")
-	}
-	sl, err := startSluice(ctx, *sluiceBin, rep.SluiceArgs)
-	if err != nil {
-		return fail(1, "%v", err)
-	}
-	defer sl.stop()
-	var ll *server
-	if *llamaServer != "" {
-		port, err := freeLoopbackPort()
-		if err != nil {
-			return fail(1, "%v", err)
-		}
-		rep.LlamaArgs = []string{"-m", *modelPath, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
-			"-a", rep.Model, "-np", strconv.Itoa(maxC), "-c", strconv.Itoa(maxC * perSeq), "-cb",
-			"-t", strconv.Itoa(*threads), "-tb", strconv.Itoa(*threads)}
-		if *noCache {
-			rep.LlamaArgs = append(rep.LlamaArgs, "--no-cache-prompt")
-		}
-		var env []string
-		if *ompPassive {
-			env = append(os.Environ(), "OMP_WAIT_POLICY=passive")
-			rep.LlamaEnv = "OMP_WAIT_POLICY=passive"
-		}
-		if ll, err = startServer("llama-server", *llamaServer, rep.LlamaArgs, env, nil); err != nil {
-			return fail(1, "%v", err)
-		}
-		defer ll.stop()
-		ll.base = "http://127.0.0.1:" + strconv.Itoa(port)
-		rctx, rc := context.WithTimeout(ctx, 2*time.Minute)
-		err = ll.waitReady(rctx, "/health")
-		rc()
-		if err != nil {
-			return fail(1, "%v", err)
-		}
-	}
-
-	// A new loopback connection per request, for both servers: llama-server
+	b.name = strings.TrimSuffix(filepath.Base(b.model), ".gguf")
+	// A new loopback connection per request, for every server: llama-server
 	// closes idle keep-alive connections, and a POST sent on one it just
 	// closed fails with EOF (Go does not retry a POST), an error of the
 	// client, not of the server (measured: 6 of 192 requests).
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	load := serveLoad{model: rep.Model, prompt: *prompt, gen: *gen, vocab: vocab}
-	for _, c := range levels {
+	b.client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	return w.run(ctx, b)
+}
+
+// runMix is the issue's serving benchmark: sluice and llama-server side
+// by side on the same mix at each concurrency level.
+func runMix(ctx context.Context, b *benchServe) int {
+	perSeq := b.prompt + b.gen + 1
+	maxC := slices.Max(b.levels)
+	rep := serveReport{
+		Model: b.name, Threads: b.threads,
+		Prompt: b.prompt, Gen: b.gen, Requests: b.requests, Repeats: b.repeats,
+		NProc: runtime.NumCPU(), CPU: cpuModel(), LoadBefore: loadAvg(),
+	}
+	// sluice serve: a pool for every level's demand (the mix measures
+	// speed, not KV pressure), queue for every request of a run.
+	rep.SluiceArgs = b.sluiceArgs(b.colocated, perSeq, maxC*(perSeq+16), maxC)
+	sl, err := startSluice(ctx, b.sluiceBin, rep.SluiceArgs)
+	if err != nil {
+		return b.fail(1, "%v", err)
+	}
+	defer sl.stop()
+	var ll *server
+	if b.llamaServer != "" {
+		// One llama-server slot per request in flight.
+		if ll, rep.LlamaArgs, rep.LlamaEnv, err = b.startLlama(ctx, maxC, perSeq); err != nil {
+			return b.fail(1, "%v", err)
+		}
+		defer ll.stop()
+	}
+	load := b.load()
+	first := 0 // the next run's first request: no prompt is sent twice to a server
+	for _, c := range b.levels {
 		var sSamples, lSamples []streamSample
 		var sWall, lWall time.Duration
-		for r := 1; r <= *repeats; r++ {
-			fmt.Fprintf(stderr, "concurrency %d run %d/%d: sluice\n", c, r, *repeats)
-			smp, w := runLoad(ctx, client, sl.base, load, c, *requests)
+		for r := 1; r <= b.repeats; r++ {
+			fmt.Fprintf(b.stderr, "concurrency %d run %d/%d: sluice\n", c, r, b.repeats)
+			smp, w := runLoad(ctx, b.client, sl.base, load, c, b.requests, first)
 			sSamples, sWall = append(sSamples, smp...), sWall+w
+			prev := first
+			first += b.requests
 			if ll == nil {
 				continue
 			}
-			fmt.Fprintf(stderr, "concurrency %d run %d/%d: llama-server\n", c, r, *repeats)
-			smp, w = runLoad(ctx, client, ll.base, load, c, *requests)
+			fmt.Fprintf(b.stderr, "concurrency %d run %d/%d: llama-server\n", c, r, b.repeats)
+			smp, w = runLoad(ctx, b.client, ll.base, load, c, b.requests, prev)
 			lSamples, lWall = append(lSamples, smp...), lWall+w
 		}
 		row := serveRow{Concurrency: c, Sluice: summarize(sSamples, sWall)}
@@ -586,19 +704,17 @@ Flags:
 		}
 		rep.Rows = append(rep.Rows, row)
 		if ctx.Err() != nil {
-			rep.Interrupted = fmt.Sprintf("--timeout %v reached", *timeout)
+			rep.Interrupted = fmt.Sprintf("--timeout %v reached", b.timeout)
 			break
 		}
 	}
 	rep.LoadAfter = loadAvg()
-	if *jsonOut {
-		e := json.NewEncoder(stdout)
-		e.SetIndent("", "  ")
-		if err := e.Encode(rep); err != nil {
-			return fail(1, "%v", err)
+	if b.json {
+		if code := b.printJSON(rep); code != 0 {
+			return code
 		}
 	} else {
-		printBenchServe(stdout, rep)
+		printBenchServe(b.stdout, rep)
 	}
 	for _, r := range rep.Rows {
 		if r.Sluice.OK != r.Sluice.Requests || (r.Llama != nil && r.Llama.OK != r.Llama.Requests) {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -101,5 +103,89 @@ func TestBenchServeEndToEnd(t *testing.T) {
 	// The benchmark drives sluice over loopback only.
 	if rep.SluiceArgs[4] != "127.0.0.1:0" {
 		t.Errorf("sluice listens on %q", rep.SluiceArgs[4])
+	}
+}
+
+// Every request of a benchmark gets a prompt whose first page (16 tokens,
+// the prefix cache's unit; llama-server's cache matches on any common
+// prefix, so the first token is checked too) no other request has: runs
+// number their requests on from the previous run (runLoad's first), and a
+// server's prompt cache must never serve a run from an earlier one (a
+// repeated mix made llama-server's TTFT at 16 in flight look 3x better).
+func TestBenchServePromptsNeverRepeat(t *testing.T) {
+	l := serveLoad{prompt: 100, vocab: 32000}
+	firstTok := map[int]int{}
+	for i := range 4096 {
+		p := l.promptTokens(i)
+		if j, dup := firstTok[p[0]]; dup && slices.Equal(l.promptTokens(j)[:16], p[:16]) {
+			t.Fatalf("requests %d and %d share their first page", j, i)
+		}
+		firstTok[p[0]] = i
+	}
+}
+
+// The KV-pressure workload end to end on stories260K: a pool of a quarter
+// of the in-flight demand preempts (the run shows it), and yet every
+// request succeeds and equals its solo run on the same server (the oracle:
+// the unloaded run), in both topologies.
+func TestBenchServeKVPressure(t *testing.T) {
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	for _, topo := range [][]string{nil, {"--colocated"}} {
+		var out, errOut bytes.Buffer
+		args := append([]string{"serve", "--workload", "kv-pressure", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
+			"--concurrency", "8", "--requests", "16", "--prompt", "8", "--gen", "40", "--timeout", "3m", "--json"}, topo...)
+		code := runBench(args, &out, &errOut)
+		var rep kvReport
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Fatalf("%v %v: exit %d: %s\n%s", topo, err, code, out.String(), errOut.String())
+		}
+		if code != 0 || len(rep.Rows) != 1 {
+			t.Fatalf("%v: exit %d, report %+v\n%s", topo, code, rep, errOut.String())
+		}
+		r := rep.Rows[0]
+		// 8 x 49 tokens of demand; a quarter is 98, below one context of
+		// 49 x 2: the pool is 98 tokens (7 pages of 16 rounded up).
+		if r.PoolTokens != 98 || r.Demand != 8*48 {
+			t.Errorf("%v: pool %d demand %d, want 98 and 384", topo, r.PoolTokens, r.Demand)
+		}
+		if r.Equal != 16 || r.Mismatch != 0 || r.Status5xx != 0 || r.Status429 != 0 || r.Loaded.OK != 16 {
+			t.Errorf("%v: %+v, want 16 requests equal to their solo runs", topo, r)
+		}
+		if r.Preemptions <= 0 {
+			t.Errorf("%v: %d preemptions: the pool did not run dry, the run shows nothing", topo, r.Preemptions)
+		}
+	}
+}
+
+// The interference workload end to end: both topologies (and no
+// llama-server without --llama-server), quiet and with long prompts, every
+// short request answered; timings are reported, not asserted.
+func TestBenchServeInterference(t *testing.T) {
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	var out, errOut bytes.Buffer
+	code := runBench([]string{"serve", "--workload", "interference", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
+		"--concurrency", "2", "--requests", "4", "--repeats", "1", "--prompt", "8", "--gen", "30",
+		"--long-prompt", "300", "--long-gen", "2", "--timeout", "3m", "--json"}, &out, &errOut)
+	var rep interReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v: %s\n%s", code, err, out.String(), errOut.String())
+	}
+	seen := map[string]bool{}
+	for _, r := range rep.Rows {
+		seen[fmt.Sprintf("%s %v", r.Server, r.Long)] = true
+		if r.Short.OK != 4 || r.Short.OutTokens != 4*30 {
+			t.Errorf("%s long=%v: %+v, want 4 requests of 30 tokens", r.Server, r.Long, r.Short)
+		}
+		if r.Long != (r.LongStats != nil) {
+			t.Errorf("%s long=%v: long figures %v", r.Server, r.Long, r.LongStats)
+		}
+	}
+	for _, k := range []string{"sluice-colocated false", "sluice-colocated true", "sluice-disaggregated false", "sluice-disaggregated true"} {
+		if !seen[k] {
+			t.Errorf("no row %q in %+v", k, rep.Rows)
+		}
+	}
+	if len(rep.Rows) != 4 {
+		t.Errorf("%d rows, want 4", len(rep.Rows))
 	}
 }

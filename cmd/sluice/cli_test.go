@@ -188,3 +188,32 @@ func TestServedModelNameAndContextWarning(t *testing.T) {
 		t.Errorf("drain log without a text duration:\n%s", p.log())
 	}
 }
+
+// --prefill-chunk and --max-num-batched-tokens: every role that runs a
+// scheduler takes them, --help explains them, and a value out of bounds
+// (or a budget smaller than the chunk) is a usage error naming the flag,
+// before any model loads.
+func TestBatchFlagsRefuseNonsense(t *testing.T) {
+	for _, role := range []string{"serve", "prefill", "decode"} {
+		_, out, _ := runBin(t, role, "--help")
+		if !strings.Contains(out, "-max-num-batched-tokens") || !strings.Contains(out, "-prefill-chunk") {
+			t.Errorf("%s --help lacks the batch flags", role)
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--prefill-chunk", "0"}, "--prefill-chunk 0: give 1 to 16384"},
+			{[]string{"--prefill-chunk", "16385"}, "--prefill-chunk 16385"},
+			{[]string{"--max-num-batched-tokens", "-3"}, "--max-num-batched-tokens -3: give 1 to 65536"},
+			{[]string{"--max-num-batched-tokens", "65537"}, "--max-num-batched-tokens 65537"},
+			{[]string{"--prefill-chunk", "128", "--max-num-batched-tokens", "64"}, "--max-num-batched-tokens 64 is smaller than --prefill-chunk 128"},
+			{[]string{"--prefill-chunk", "512"}, "--max-num-batched-tokens 256 is smaller than --prefill-chunk 512"},
+		} {
+			code, _, errb := runBin(t, append([]string{role}, c.args...)...)
+			if code != 2 || !strings.Contains(errb, c.want) {
+				t.Errorf("sluice %s %v: exit %d, stderr %q, want 2 and %q", role, c.args, code, head(errb), c.want)
+			}
+		}
+	}
+}

@@ -129,6 +129,8 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 		return fail(1, "%v", err)
 	}
 	ec.Verify = pools.Verify
+	ec.ChunkTokens, ec.StepTokens = o.chunk, o.stepTokens
+	raiseProcs(log, o.threads)
 	// A worker holds KV: a peer worker of another --kv-type is refused at
 	// the handshake (kv_type_mismatch).
 	return log, m, ec, tcp.Config{Secret: secret, FrameMAC: o.frameMAC, Model: m.Fingerprint(), HoldsKV: true, KVType: ec.KVType}, -1

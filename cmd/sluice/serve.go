@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"sluice/internal/engine"
 	"sluice/internal/kv"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
@@ -40,8 +42,11 @@ type roleOpts struct {
 	kvVerify   string
 	threads    int
 	maxConc    int
-	logFormat  string
-	logLevel   string
+	// chunk and stepTokens: the scheduler's prefill chunk and step token
+	// budget (--prefill-chunk, --max-num-batched-tokens).
+	chunk, stepTokens int
+	logFormat         string
+	logLevel          string
 	// servedName, when set, is the model id clients see and send.
 	servedName string
 	// worker: the flags are a prefill or decode worker's (no HTTP API of
@@ -80,8 +85,10 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		if o.worker {
 			fs.IntVar(&o.threads, "threads", roleThreads(availableCPUs(), false), "threads per forward step; by default the machine's cores, or the container's CPU limit (cgroup v2 cpu.max) when lower")
 		} else {
-			fs.IntVar(&o.threads, "threads", roleThreads(availableCPUs(), true), "threads per forward step of each role; by default half the machine's cores (or of the container's CPU limit, cgroup v2 cpu.max) each, as prefill and decode compute at once, and all of them with --colocated")
+			fs.IntVar(&o.threads, "threads", roleThreads(availableCPUs(), true), "threads per forward step of each role; by default half the machine's cores (or of the container's CPU limit, cgroup v2 cpu.max) each, as prefill and decode compute at once (prefill borrows decode's threads while decode has nothing to compute), and all of them with --colocated")
 		}
+		fs.IntVar(&o.stepTokens, "max-num-batched-tokens", engine.DefaultStepTokens, fmt.Sprintf("token budget of one forward step of each role, every sequence together (vLLM's name): decoding sequences come first, one token each (always run, counted against the budget), prompt chunks (oldest first) share the rest. Larger: long prompts finish sooner; smaller: decode's inter-token latency stays lower while prompts arrive. %d to %d, and at least --prefill-chunk", 1, engine.MaxStepTokens))
+		fs.IntVar(&o.chunk, "prefill-chunk", engine.DefaultChunkTokens, fmt.Sprintf("prompt tokens one sequence may run per step (chunked prefill): a longer prompt runs as several chunks interleaved with decode steps. 1 to %d", engine.MaxChunkTokens))
 	}
 	if o.worker {
 		fs.IntVar(&o.maxConc, "max-concurrency", 64, "sequences in flight at once; more are refused at once (the router passes the refusal on to its client), never queued without bound")
@@ -104,6 +111,9 @@ func (o *roleOpts) pools() (node.Pools, error) {
 	}
 	if o.pageSize <= 0 {
 		return p, fmt.Errorf("--page-size %d must be positive", o.pageSize)
+	}
+	if err := o.checkBatch(); err != nil {
+		return p, err
 	}
 	p.PageSize = o.pageSize
 	v, err := kv.ParseVerify(o.kvVerify)
@@ -128,6 +138,44 @@ func (o *roleOpts) pools() (node.Pools, error) {
 	}
 	p.KVMemory = b
 	return p, nil
+}
+
+// checkBatch refuses a prefill chunk or step budget out of bounds, naming
+// the flags.
+func (o *roleOpts) checkBatch() error {
+	if engine.CheckBatch(o.chunk, o.stepTokens) == nil {
+		return nil
+	}
+	switch {
+	case o.chunk < 1 || o.chunk > engine.MaxChunkTokens:
+		return fmt.Errorf("--prefill-chunk %d: give 1 to %d prompt tokens per sequence per step", o.chunk, engine.MaxChunkTokens)
+	case o.stepTokens < 1 || o.stepTokens > engine.MaxStepTokens:
+		return fmt.Errorf("--max-num-batched-tokens %d: give 1 to %d tokens per step", o.stepTokens, engine.MaxStepTokens)
+	}
+	return fmt.Errorf("--max-num-batched-tokens %d is smaller than --prefill-chunk %d: a chunk could never run whole; raise the budget or lower the chunk", o.stepTokens, o.chunk)
+}
+
+// ioProcs is how many Go Ps sluice keeps above its compute threads. A
+// scheduler loop computes for a whole step without blocking, so with
+// GOMAXPROCS = cores and every core's P running one, the goroutines that
+// move a handoff's frames and stream tokens to clients wait for the Go
+// scheduler to preempt a computing one (every 10 ms) at each hop.
+// Measured (sluice serve, bench-15M-q8_0, 16 in flight, 2 vCPUs, load
+// ~14): prefill done to first token p50 77-125 ms at GOMAXPROCS 2,
+// 18-26 ms at 6. With spare Ps those goroutines get OS threads of their
+// own, which the kernel wakes promptly; compute stays on --threads.
+const ioProcs = 4
+
+// raiseProcs gives the process ioProcs Ps above compute threads, unless
+// GOMAXPROCS was set in the environment (the operator's choice stands).
+func raiseProcs(log *slog.Logger, compute int) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	if want := compute + ioProcs; want > runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(want)
+		log.Debug("GOMAXPROCS raised above the compute threads for I/O", "gomaxprocs", want, "compute_threads", compute)
+	}
 }
 
 func (o *roleOpts) logger() (*slog.Logger, error) {
@@ -303,6 +351,13 @@ Example:
 			o.threads = roleThreads(availableCPUs(), false)
 		}
 	}
+	compute := o.threads
+	if !o.colocated {
+		// The roles compute at once; one borrows the other's threads
+		// (ShareThreads) only while the other is idle.
+		compute = o.threads * (max(o.prefillWorkers, 1) + max(o.decodeWorkers, 1))
+	}
+	raiseProcs(log, compute)
 	if o.prefix == "on" {
 		log.Info("prefix cache on: full prompt pages are reused within a tenant only (salt = HMAC(process secret, tenant)); prompt_cache_key/cache_salt narrow it")
 	}
@@ -319,6 +374,7 @@ Example:
 	}
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
 		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log,
+		ChunkTokens: o.chunk, StepTokens: o.stepTokens, ShareThreads: true,
 		PrefixCache: o.prefix == "on", PublicPrefix: public, PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers})
 	if pe, ok := node.IsPreflight(err); ok {
 		logPreflight(log, pe.Report)

@@ -106,6 +106,9 @@ type batch struct {
 	cfg  Config
 	pool pagePool
 	fwd  Forwarder
+	// burst runs the steps taken while cfg.Idle reports the neighbour
+	// role idle (cfg.BurstThreads); nil without.
+	burst Forwarder
 
 	active []*seq
 	// preempted sequences hold no pages; they resume, oldest arrival
@@ -180,6 +183,9 @@ func newScheduler(cfg Config, pool pagePool) *scheduler {
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	if cfg.BurstThreads > cfg.Threads && cfg.Idle != nil {
+		s.burst = cfg.Model.NewForwarder(cfg.BurstThreads)
+	}
 	go s.loop()
 	return s
 }
@@ -204,6 +210,13 @@ func (s *scheduler) add(q *seq) {
 	s.joining = append(s.joining, q)
 	s.mu.Unlock()
 	s.poke()
+}
+
+// pending is the sequences handed to the loop and not yet in its batch.
+func (s *scheduler) pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.joining)
 }
 
 func (s *scheduler) poke() {
@@ -264,8 +277,10 @@ func (s *scheduler) turn() bool {
 
 func (s *scheduler) loop() {
 	defer close(s.stopped)
-	if c, ok := s.fwd.(interface{ Close() }); ok {
-		defer c.Close()
+	for _, f := range []Forwarder{s.fwd, s.burst} {
+		if c, ok := f.(interface{ Close() }); ok {
+			defer c.Close()
+		}
 	}
 	for {
 		s.take()
@@ -384,11 +399,15 @@ func (s *batch) step() {
 		if n := int64(len(steps)); n > s.maxSeqs.Load() {
 			s.maxSeqs.Store(n)
 		}
+		fwd := s.fwd
+		if s.burst != nil && s.cfg.Idle() {
+			fwd = s.burst
+		}
 		var t0 time.Time
 		if s.clock != nil {
 			t0 = s.clock()
 		}
-		res := s.fwd.Forward(steps)
+		res := fwd.Forward(steps)
 		if s.clock != nil {
 			s.fwdTime.Add(int64(s.clock().Sub(t0)))
 		}

@@ -151,6 +151,16 @@ func (c *Colocated) reserve(owner kv.Owner, r *Request) (table []kv.PageRef, cac
 		keys = c.cache.keys(r)
 		hits = c.cache.lookup(owner, keys, len(r.Prompt))
 	}
+	if p := rawPool(c.pool); p != nil && !c.cfg.NoWatermark {
+		// The free-page watermark (see watermarkOK), over the new pages
+		// only: the cached ones are shared, and now read (not available).
+		if n := kv.PagesFor(need, c.cfg.PageSize) - len(hits); !watermarkOK(p.AvailablePages(), n, p.Pages(), int(c.sched.running.Load())) {
+			if len(hits) > 0 {
+				releasePages(c.pool, owner, hits)
+			}
+			return nil, 0, nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, kv.ErrNoCapacity, "the KV cache is at its free-page watermark; the request waits")
+		}
+	}
 	var err error
 	if len(hits) == 0 {
 		table, err = c.pool.Reserve(owner, kv.PagesFor(need, c.cfg.PageSize))

@@ -36,10 +36,26 @@ type Config struct {
 	SharedFile string
 	// Threads per forward step (default 1).
 	Threads int
+	// BurstThreads, when above Threads and with Idle set, are the threads
+	// of a step taken while Idle reports true: in one process the two
+	// roles share the cores, and a role whose neighbour has nothing to
+	// compute borrows its threads (prefill of a lone request, decode while
+	// no prompt runs). The kernels give bitwise the same results on any
+	// thread count (batch invariance), so this changes speed only.
+	BurstThreads int
+	Idle         func() bool
 	// ChunkTokens bounds prompt tokens per sequence per step (chunked
-	// prefill; default 64).
+	// prefill; default DefaultChunkTokens, at most MaxChunkTokens): a long
+	// prompt runs as several chunks, each step also advancing every
+	// decoding sequence by one token, so decode's inter-token latency stays
+	// bounded while long prompts arrive.
 	ChunkTokens int
-	// StepTokens bounds all tokens of one step (default 256).
+	// StepTokens bounds the tokens of one step, every sequence together
+	// (vLLM's max_num_batched_tokens; default DefaultStepTokens, at least
+	// ChunkTokens, at most MaxStepTokens). Decoding sequences come first,
+	// one token each, counted against the budget (each always runs, even
+	// when they alone exceed it); prompt chunks, oldest arrival first,
+	// take what is left.
 	StepTokens int
 	// BatchBytes bounds the page bytes of one transfer batch (default 1 MiB).
 	BatchBytes int
@@ -57,6 +73,10 @@ type Config struct {
 	// MaxConcurrency bounds requests holding KV pages at once; more wait
 	// in the queue (default 64).
 	MaxConcurrency int
+	// NoWatermark admits while any page is free (no free-page watermark,
+	// see watermarkOK): preemption tests use it to force preemptions
+	// through pools that would otherwise admit fewer at once.
+	NoWatermark bool
 	// PrefixCache reuses the full prompt pages of earlier requests of the
 	// same tenant (kv prefix cache, I11): a hit skips computing them.
 	PrefixCache bool
@@ -109,14 +129,12 @@ func (c Config) withDefaults() Config {
 	if c.Threads <= 0 {
 		c.Threads = 1
 	}
-	if c.ChunkTokens <= 0 {
-		c.ChunkTokens = 64
+	if c.ChunkTokens == 0 {
+		c.ChunkTokens = DefaultChunkTokens
 	}
-	if c.StepTokens <= 0 {
-		c.StepTokens = 256
-	}
-	if c.StepTokens < c.ChunkTokens {
-		c.StepTokens = c.ChunkTokens
+	if c.StepTokens == 0 {
+		// An explicit chunk above the default budget keeps whole chunks.
+		c.StepTokens = max(DefaultStepTokens, c.ChunkTokens)
 	}
 	if c.BatchBytes <= 0 {
 		c.BatchBytes = 1 << 20
@@ -158,6 +176,31 @@ func (c Config) configuredContext() int {
 	return ctx
 }
 
+// The step budget's defaults and bounds (the --prefill-chunk and
+// --max-num-batched-tokens flags). The upper bounds keep one step's
+// activations (a few KiB per token for the models sluice runs, tens of KiB
+// for large ones) to what a worker can hold.
+const (
+	DefaultChunkTokens = 64
+	DefaultStepTokens  = 256
+	MaxChunkTokens     = 16384
+	MaxStepTokens      = 65536
+)
+
+// CheckBatch refuses a chunk size or step budget outside its bounds, with
+// the sentence a flag error shows.
+func CheckBatch(chunk, step int) error {
+	switch {
+	case chunk < 1 || chunk > MaxChunkTokens:
+		return fmt.Errorf("the prefill chunk must be 1 to %d tokens, not %d", MaxChunkTokens, chunk)
+	case step < 1 || step > MaxStepTokens:
+		return fmt.Errorf("the step budget (max batched tokens) must be 1 to %d tokens, not %d", MaxStepTokens, step)
+	case step < chunk:
+		return fmt.Errorf("the step budget of %d tokens is smaller than the prefill chunk of %d tokens: a chunk could never run whole; raise the budget or lower the chunk", step, chunk)
+	}
+	return nil
+}
+
 // validate refuses a role whose configured context does not fit its pool
 // (I2): the incident's pool held 681,280 tokens behind an advertised
 // context of 1,048,576 and nothing forced them to agree.
@@ -167,6 +210,9 @@ func (c Config) validate(role string) error {
 	}
 	if c.PoolPages <= 0 {
 		return errf(CodeInvalid, 500, nil, "%s: the KV pool needs at least one page (PoolPages=%d)", role, c.PoolPages)
+	}
+	if err := CheckBatch(c.ChunkTokens, c.StepTokens); err != nil {
+		return errf(CodeInvalid, 500, err, "%s: %v", role, err)
 	}
 	ctx := c.configuredContext()
 	capTokens := c.PoolPages * c.PageSize

@@ -157,6 +157,7 @@ func buildDecodeWorker(cfg Config, pool pagePool, d *Driven) *DecodeWorker {
 		// Pages on demand: a page of room beyond the prompt; the batch
 		// grows the table as tokens come and preempts when it cannot.
 		Headroom:   cfg.PageSize,
+		Admit:      w.admit,
 		OneSided:   cfg.SharedFile != "" || (d != nil && d.OneSided),
 		Lease:      cfg.Lease,
 		Model:      FingerprintOf(cfg.Model), // I13: Reserves of another model are refused
@@ -175,6 +176,10 @@ func (w *DecodeWorker) Step() bool {
 	}
 	return w.sched.turn()
 }
+
+// Idle reports that the worker has no sequence to compute (a neighbour
+// role in the same process may borrow its threads, Config.BurstThreads).
+func (w *DecodeWorker) Idle() bool { return w.sched.running.Load() == 0 && w.sched.pending() == 0 }
 
 // Pool is the worker's KV pool (metrics, drain checks).
 func (w *DecodeWorker) Pool() *kv.Pool { return rawPool(w.pool) }
@@ -286,6 +291,17 @@ func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handof
 	}
 	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: w.now(), keys: keys}
 	return res, nil
+}
+
+// admit is the receiver's Admit: the free-page watermark (watermarkOK)
+// for the sequences holding pages here. The receiver calls it from
+// Reserve, under w.mu: every live handoff is in w.handoffs.
+func (w *DecodeWorker) admit(pages int) bool {
+	p := rawPool(w.pool)
+	if p == nil || w.cfg.NoWatermark {
+		return true
+	}
+	return watermarkOK(p.AvailablePages(), pages, p.Pages(), len(w.handoffs))
 }
 
 // Write implements handoff.Decode.

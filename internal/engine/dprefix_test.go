@@ -312,6 +312,10 @@ func TestDecodePrefixPreemptedSharer(t *testing.T) {
 		g := &stepGated{Runtime: newToy()}
 		r := cacheRig(t, transport, func(_, d *Config) {
 			d.Model, d.PoolPages, d.Context = g, 8, 32
+			// Both sequences must hold pages at once for one to be
+			// preempted: without the free-page watermark decode admits
+			// the sharer into its pool's last pages.
+			d.NoWatermark = true
 		})
 		p, q := prompt(15, 9), prompt(16, 9)
 		r.want(t, "warm", r.submit(t, "a", p, 2), p, 2)

@@ -112,6 +112,10 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 			var dw *DecodeWorker
 			var pw *PrefillWorker
 			pcfg, dcfg := storiesConfig(rt, 24), storiesConfig(rt, 16)
+			// Without the free-page watermark decode admits until its pool
+			// is full, so growth must preempt (with it: 0-2 preemptions
+			// per run, too few to show the resume path every time).
+			dcfg.NoWatermark = true
 			switch tr, opt, _ := strings.Cut(transport, "+"); opt {
 			case "cache":
 				transport, pcfg.PrefixCache = tr, true

@@ -123,6 +123,10 @@ func (w *PrefillWorker) reserve(ctx context.Context, o kv.Owner, hits []kv.PageR
 	}
 }
 
+// Idle reports that the worker has no prompt to compute (a neighbour
+// role in the same process may borrow its threads, Config.BurstThreads).
+func (w *PrefillWorker) Idle() bool { return w.sched.running.Load() == 0 && w.sched.pending() == 0 }
+
 // Pool is the worker's KV pool (metrics, drain checks).
 func (w *PrefillWorker) Pool() *kv.Pool { return rawPool(w.pool) }
 

@@ -50,6 +50,11 @@ type ReceiverConfig struct {
 	// then grows the table page by page (pages on demand). 0 reserves room
 	// for all MaxTokens up front.
 	Headroom int
+	// Admit, when set, is asked before a reservation of pages that the
+	// pool could hold: false answers ErrNoRoom, counted as such, as when
+	// the pool itself has no room (the decode worker keeps a free-page
+	// watermark for its running sequences' growth with it).
+	Admit func(pages int) bool
 	// Tombstone is how long an ended handoff is remembered so its late
 	// messages are recognised and counted (default 1 minute).
 	Tombstone time.Duration
@@ -247,6 +252,14 @@ func (r *Receiver) ReservePrefix(now time.Time, m *Reserve, keys []kv.BlockKey) 
 		return nil, ErrRefused.With("cache scope of %d bytes, at most %d", len(m.CacheScope), MaxCacheScope)
 	}
 	hits := r.lookupPrefix(o, m, keys, nPrompt)
+	if r.cfg.Admit != nil && nAll <= r.pool.Pages() && !r.cfg.Admit(nAll-len(hits)) {
+		// Cached pages are shared, not taken: only the new ones count.
+		if len(hits) > 0 {
+			_ = r.pool.Release(o, hits) // gives the shares back
+		}
+		r.stats.Failed[ErrNoRoom.Code]++
+		return nil, ErrNoRoom.With("%d pages for %d+%d tokens: not now (the pool keeps free pages for the sequences it holds)", nAll, m.PromptTokens, m.MaxTokens)
+	}
 	var refs []kv.PageRef
 	var err error
 	if len(hits) > 0 {

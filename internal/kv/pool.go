@@ -228,6 +228,14 @@ func (p *Pool) FreePages() int {
 	return p.nfree
 }
 
+// AvailablePages is the pages a Reserve could take right now: the free
+// ones and the idle prefix-cache pages it would evict.
+func (p *Pool) AvailablePages() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.nfree + p.cache.idle
+}
+
 // SetChecks turns the owner/generation checks of the data path on or off.
 // TEST AND BENCHMARK HOOK ONLY: benchmarks measure what the checks cost and
 // the incident demo shows each other safeguard holding alone.

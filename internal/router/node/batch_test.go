@@ -1,0 +1,38 @@
+package node
+
+import (
+	"context"
+	"testing"
+
+	"sluice/internal/engine"
+)
+
+// The prefill chunk and the step budget of LocalConfig reach every role's
+// engine, in every topology `sluice serve` builds (colocated, one pair,
+// a cluster).
+func TestBatchSettingsReachEveryRole(t *testing.T) {
+	m := loadStories(t)
+	for _, c := range []LocalConfig{
+		{Colocated: true},
+		{Transport: TransportInproc},
+		{Transport: TransportTCP, PrefillWorkers: 2, DecodeWorkers: 1},
+	} {
+		seen := map[string]engine.Config{}
+		c.Pools = Pools{Context: 256, PoolTokens: 512}
+		c.ChunkTokens, c.StepTokens = 24, 40
+		c.Engine = func(role string, ec *engine.Config) { seen[role] = *ec }
+		st, err := BuildLocal(m, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Close(context.Background())
+		if len(seen) == 0 {
+			t.Fatalf("%+v: no role built", c)
+		}
+		for role, ec := range seen {
+			if ec.ChunkTokens != 24 || ec.StepTokens != 40 {
+				t.Errorf("colocated=%v workers=%d/%d: %s runs chunk %d, budget %d; want 24, 40", c.Colocated, c.PrefillWorkers, c.DecodeWorkers, role, ec.ChunkTokens, ec.StepTokens)
+			}
+		}
+	}
+}
