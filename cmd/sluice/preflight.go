@@ -8,6 +8,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"sluice/internal/engine"
 	"sluice/internal/preflight"
 	"sluice/internal/router/node"
 )
@@ -82,6 +83,9 @@ and what to change. The servers run exactly this check at start (I2).
 		fmt.Fprintf(stderr, "preflight: --role %q: use prefill, decode, both or colocated\n", role)
 		return 2
 	}
+	// The step budget does not change what a pool holds; the roles'
+	// defaults pass pools()'s check.
+	o.chunk, o.stepTokens = engine.DefaultChunkTokens, engine.DefaultStepTokens
 	pools, err := o.pools()
 	if err != nil {
 		fmt.Fprintln(stderr, "preflight:", err)
