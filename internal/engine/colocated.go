@@ -22,7 +22,8 @@ type Colocated struct {
 	sched *scheduler
 	ctx   int
 	adm   *admission
-	cache *prefixCache // nil: no prefix cache
+	cache *prefixCache  // nil: no prefix cache
+	quit  chan struct{} // ends the lease ticker (expireLeases)
 }
 
 var _ Engine = (*Colocated)(nil)
@@ -38,14 +39,27 @@ func NewColocated(cfg Config) (*Colocated, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Colocated{
+	c := &Colocated{
 		cfg:   cfg,
 		pool:  pool,
 		sched: newScheduler(cfg, pool),
 		ctx:   cfg.configuredContext(),
 		adm:   newAdmission(cfg.queueConfig()),
 		cache: newPrefixCache(cfg, pool),
-	}, nil
+		quit:  make(chan struct{}),
+	}
+	// A request paused for room retries on the queue's own pause, so an
+	// expired lease needs no wake-up here.
+	go expireLeases(pool, cfg.Lease, c.quit, nil)
+	return c, nil
+}
+
+func (c *Colocated) stopLeases() {
+	select {
+	case <-c.quit:
+	default:
+		close(c.quit)
+	}
 }
 
 // Pool is the engine's KV pool, for metrics and for tests that check it is
@@ -187,6 +201,7 @@ func (c *Colocated) SchedStats() SchedStats { return c.sched.stats() }
 func (c *Colocated) Close(ctx context.Context) error {
 	err := c.adm.close(ctx)
 	c.sched.stop()
+	c.stopLeases()
 	if p := rawPool(c.pool); p != nil {
 		_ = p.Close()
 	}

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/model"
@@ -42,4 +44,26 @@ func rawPool(p pagePool) *kv.Pool {
 		return q.raw()
 	}
 	return nil
+}
+
+// expireLeases frees, every quarter lease, the quarantined pages of p whose
+// lease has passed, until quit closes; freed runs when some came back. The
+// decode worker's receiver does this on its own tick; the prefill worker
+// and the colocated engine have no receiver, and without this a page
+// quarantined in their pools (a seal mismatch on a cache hit, a refused
+// foreign read) would never be free again: each one a page less for every
+// tenant. Time enters here, at the edge (the pool takes now as an input).
+func expireLeases(p pagePool, lease time.Duration, quit <-chan struct{}, freed func()) {
+	t := time.NewTicker(max(lease/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-quit:
+			return
+		case now := <-t.C:
+			if p.Expire(now) > 0 && freed != nil {
+				freed()
+			}
+		}
+	}
 }

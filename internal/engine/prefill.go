@@ -38,6 +38,8 @@ type PrefillWorker struct {
 	}
 	// running is the Prefill calls in progress (its load report).
 	running atomic.Int64
+	quit    chan struct{} // ends the lease ticker (expireLeases)
+	closed  sync.Once
 }
 
 // PrefillStats are the worker's counters, for metrics.
@@ -82,8 +84,12 @@ func NewPrefillWorker(cfg Config, decode handoff.Decode) (*PrefillWorker, error)
 	if err != nil {
 		return nil, err
 	}
-	return &PrefillWorker{cfg: cfg, pool: pool, sched: newScheduler(cfg, pool), decode: decode,
-		ctx: cfg.configuredContext(), freed: make(chan struct{}), cache: newPrefixCache(cfg, pool)}, nil
+	w := &PrefillWorker{cfg: cfg, pool: pool, sched: newScheduler(cfg, pool), decode: decode,
+		ctx: cfg.configuredContext(), freed: make(chan struct{}), cache: newPrefixCache(cfg, pool), quit: make(chan struct{})}
+	// A prompt waiting for room (reserve) wakes when quarantined pages
+	// come back, not only when another prompt releases its own.
+	go expireLeases(pool, cfg.Lease, w.quit, w.signalFreed)
+	return w, nil
 }
 
 func (w *PrefillWorker) signalFreed() {
@@ -135,6 +141,7 @@ func (w *PrefillWorker) Context() int { return w.ctx }
 
 // Close stops the scheduler; prompts in flight fail.
 func (w *PrefillWorker) Close() {
+	w.closed.Do(func() { close(w.quit) })
 	w.sched.stop()
 	if p := rawPool(w.pool); p != nil {
 		_ = p.Close()

@@ -300,6 +300,11 @@ func TestPrefixCachePreemptionOfSharers(t *testing.T) {
 	g := &stepGated{Runtime: m}
 	cfg := toyConfig(g, 20)
 	cfg.PrefixCache = true
+	// Every request must be admitted while the first step is gated (that
+	// is what makes them all grow at once and preempt): Submit returns
+	// only once admitted, and the free-page watermark would keep the
+	// later ones waiting behind the gated step.
+	cfg.NoWatermark = true
 	e, err := NewColocated(cfg)
 	if err != nil {
 		t.Fatal(err)
