@@ -259,7 +259,12 @@ func TestCancelDuringPreemptionChurn(t *testing.T) {
 		r.MaxTokens += 40
 	}
 	want := aloneOutputs(t, rt, reqs)
-	col, loc := colocatedAndLocal(t, storiesConfig(rt, 16), storiesConfig(rt, 24), storiesConfig(rt, 16))
+	// The churn is the point: without the free-page watermark admission
+	// fills the pools and growth preempts (with it, decode sometimes
+	// waited instead and preempted nothing: a failed run in CI).
+	ccfg, dcfg := storiesConfig(rt, 16), storiesConfig(rt, 16)
+	ccfg.NoWatermark, dcfg.NoWatermark = true, true
+	col, loc := colocatedAndLocal(t, ccfg, storiesConfig(rt, 24), dcfg)
 	for name, e := range map[string]Engine{"colocated": col, "disaggregated": loc} {
 		var wg sync.WaitGroup
 		got := make([]result, len(reqs))
