@@ -27,56 +27,7 @@ func BenchmarkPrefixCacheChat(b *testing.B) {
 	on, off := mk(true), mk(false)
 	defer on.Close(context.Background())
 	defer off.Close(context.Background())
-	system := prompt(7, 496)
-	var tOn, tOff []float64
-	ttft := func(e Engine, r *Request) ([]int32, float64) {
-		start := time.Now()
-		s, err := e.Submit(context.Background(), r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var first time.Duration
-		var out []int32
-		for ev := range s.Events() {
-			if ev.Err != nil {
-				b.Fatal(ev.Err)
-			}
-			if !ev.Done {
-				if out == nil {
-					first = time.Since(start)
-				}
-				out = append(out, ev.Token)
-			}
-		}
-		return out, first.Seconds() * 1e3
-	}
-	for i := 0; i < b.N; i++ {
-		for c := range 4 {
-			hist := slices.Clone(system)
-			for turn := range 4 {
-				hist = append(hist, prompt(100*c+turn, 24)...)
-				r := &Request{Tenant: fmt.Sprint("t", c%2), Prompt: slices.Clone(hist), MaxTokens: 16, IgnoreEOS: true}
-				var a, bb []int32
-				var x, y float64
-				if (c+turn)%2 == 0 {
-					a, x = ttft(on, r)
-					bb, y = ttft(off, r)
-				} else {
-					bb, y = ttft(off, r)
-					a, x = ttft(on, r)
-				}
-				if !slices.Equal(a, bb) {
-					b.Fatal("cache on and off generated different tokens")
-				}
-				tOn, tOff = append(tOn, x), append(tOff, y)
-				hist = append(hist, a...)
-			}
-		}
-	}
-	med := func(v []float64) float64 { s := slices.Clone(v); slices.Sort(s); return s[len(s)/2] }
-	b.ReportMetric(med(tOn), "ttft_on_ms")
-	b.ReportMetric(med(tOff), "ttft_off_ms")
-	b.ReportMetric(med(tOff)/med(tOn), "off/on")
+	chatTTFT(b, on, off)
 }
 
 // BenchmarkDecodePrefixCacheChat: the same chat traffic disaggregated
@@ -100,6 +51,16 @@ func BenchmarkDecodePrefixCacheChat(b *testing.B) {
 	on, off := mk(true), mk(false)
 	defer on.Close(context.Background())
 	defer off.Close(context.Background())
+	n := chatTTFT(b, on, off)
+	b.ReportMetric(float64(on.Decode.ReceiverStats().PagesTransferred)/float64(n), "pages_sent_on")
+	b.ReportMetric(float64(off.Decode.ReceiverStats().PagesTransferred)/float64(n), "pages_sent_off")
+}
+
+// chatTTFT runs the chat traffic of the benchmarks above on two engines,
+// alternating which goes first, requires both to generate the same tokens,
+// reports the TTFT medians (ms) and off/on, and returns the requests run
+// per engine.
+func chatTTFT(b *testing.B, on, off Engine) int {
 	system := prompt(7, 496)
 	var tOn, tOff []float64
 	ttft := func(e Engine, r *Request) ([]int32, float64) {
@@ -140,7 +101,7 @@ func BenchmarkDecodePrefixCacheChat(b *testing.B) {
 					a, x = ttft(on, r)
 				}
 				if !slices.Equal(a, bb) {
-					b.Fatal("decode cache on and off generated different tokens")
+					b.Fatal("the two engines generated different tokens")
 				}
 				tOn, tOff = append(tOn, x), append(tOff, y)
 				hist = append(hist, a...)
@@ -152,6 +113,5 @@ func BenchmarkDecodePrefixCacheChat(b *testing.B) {
 	b.ReportMetric(med(tOn), "ttft_on_ms")
 	b.ReportMetric(med(tOff), "ttft_off_ms")
 	b.ReportMetric(med(tOff)/med(tOn), "off/on")
-	b.ReportMetric(float64(on.Decode.ReceiverStats().PagesTransferred)/float64(n), "pages_sent_on")
-	b.ReportMetric(float64(off.Decode.ReceiverStats().PagesTransferred)/float64(n), "pages_sent_off")
+	return n
 }
