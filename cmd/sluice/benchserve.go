@@ -504,6 +504,16 @@ func (b *benchServe) startLlama(ctx context.Context, slots, ctxPerSlot int) (*se
 	return ll, args, envText, nil
 }
 
+// report prints a workload's result: v as JSON with --json, else the
+// workload's table (text).
+func (b *benchServe) report(v any, text func()) int {
+	if b.json {
+		return b.printJSON(v)
+	}
+	text()
+	return 0
+}
+
 // printJSON writes v indented.
 func (b *benchServe) printJSON(v any) int {
 	e := json.NewEncoder(b.stdout)
@@ -709,12 +719,8 @@ func runMix(ctx context.Context, b *benchServe) int {
 		}
 	}
 	rep.LoadAfter = loadAvg()
-	if b.json {
-		if code := b.printJSON(rep); code != 0 {
-			return code
-		}
-	} else {
-		printBenchServe(b.stdout, rep)
+	if code := b.report(rep, func() { printBenchServe(b.stdout, rep) }); code != 0 {
+		return code
 	}
 	for _, r := range rep.Rows {
 		if r.Sluice.OK != r.Sluice.Requests || (r.Llama != nil && r.Llama.OK != r.Llama.Requests) {

@@ -194,12 +194,8 @@ func runInterference(ctx context.Context, b *benchServe) int {
 		}
 	}
 	rep.LoadAfter = loadAvg()
-	if b.json {
-		if code := b.printJSON(rep); code != 0 {
-			return code
-		}
-	} else {
-		printInterference(b.stdout, rep)
+	if code := b.report(rep, func() { printInterference(b.stdout, rep) }); code != 0 {
+		return code
 	}
 	for _, r := range rep.Rows {
 		if r.Short.OK != r.Short.Requests || (r.LongStats != nil && r.LongStats.OK != r.LongStats.Requests) {

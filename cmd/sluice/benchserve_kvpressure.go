@@ -152,12 +152,8 @@ func runKVPressure(ctx context.Context, b *benchServe) int {
 		}
 	}
 	rep.LoadAfter = loadAvg()
-	if b.json {
-		if code := b.printJSON(rep); code != 0 {
-			return code
-		}
-	} else {
-		printKVPressure(b.stdout, rep)
+	if code := b.report(rep, func() { printKVPressure(b.stdout, rep) }); code != 0 {
+		return code
 	}
 	if bad {
 		return 1
