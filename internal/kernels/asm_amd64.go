@@ -42,9 +42,6 @@ func tileQ8_0AVX512(out *float32, outStride int, wp *byte, nGroups int, xt *byte
 func tileF32AVX512(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
 
 //go:noescape
-func tileQ8_0AVX2(out *float32, outStride int, w *byte, nPairs int, x *byte, xStride int, dxp, dwp *float32, nb int)
-
-//go:noescape
 func tileF32AVX2(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
 
 //go:noescape
@@ -270,7 +267,6 @@ func init() {
 	}
 	q8_0Kernels[AVX512].tiles = q8_0TilesAVX512
 	q8_0Kernels[AVX2].tiles = q8_0TilesAVX2
-	q8_0Kernels[AVX2].prepare = prepareQ8_0AVX2
 	q4_KKernels[AVX2].tiles = q4_KTilesLanes(q4_KTilesAVX2, false)
 	q4_KKernels[AVX512].tiles = q4_KTilesLanes(q4_KTilesAVX512, true)
 	f32Kernels[AVX2].tiles = f32TilesAVX2
@@ -338,55 +334,62 @@ func q4_KTilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 	return nTiles * tileTok
 }
 
-// q8_0TilesAVX2 runs the 2x2 register tile (tileQ8_0AVX2) over the rows
+// q8_0TilesAVX2 runs the 4-row x 2-token register tile (q8tile_amd64.s;
+// VPDPBUSD where the CPU has AVX-VNNI, else VPMADDUBSW) over the rows
 // [0, nRows/tileRows*tileRows) for every pair of tokens: each weight block
-// is loaded and made unsigned once per two tokens, each activation block
-// once per two rows, and the four scale products of a block come from one
-// multiply of the rows' widened scales (laid out once per call) by the
-// tokens'. Same order as rows, so the odd token left over goes through
+// is loaded once per two tokens, each activation block once per four rows,
+// and the 8 scale products of a block come from one multiply of the rows'
+// widened scales (laid out once per call, in the kernel's pass order) by
+// the tokens'. Same order as rows, so the odd token left over goes through
 // rows.
 func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
 	nb := act.nb
-	nr := nRows / tileRows * tileRows
+	nGroups := nRows / tileRows
 	nt := nTok / 2 * 2
-	if nr == 0 || nt == 0 {
+	if nGroups == 0 || nt == 0 || act.tile == nil {
 		return 0
 	}
-	if len(w) < 34*nb*nr || len(act.bytes) < nt*act.stride || len(act.dx) < nt*nb || (act.tile != nil && len(act.tile) < nt*act.tstr) ||
-		len(out) < (nt-1)*outStride+nr || act.stride != 34*nb {
+	if len(w) < 34*nb*nGroups*tileRows || len(act.tile) < nt*act.tstr || act.tstr != (nb+1)/2*q8TilePair ||
+		len(out) < (nt-1)*outStride+nGroups*tileRows {
 		panic("kernels: bad Q8_0 tile")
 	}
-	// dwp: per row pair and block (dw0, dw0, dw1, dw1); dxp: per block
-	// (dx0, dx1, dx0, dx1) of the current token pair.
-	nw, nx := nr/2*nb*4, nb*4
+	nw := nGroups * nb * 8
 	bp := packPool.Get().(*[]byte)
-	if cap(*bp) < 4*(nw+nx) {
-		*bp = make([]byte, 4*(nw+nx))
+	if cap(*bp) < 4*nw {
+		*bp = make([]byte, 4*nw)
 	}
-	f := f32Bytes((*bp)[:4*(nw+nx)])
-	dwp, dxp := f[:nw], f[nw:]
-	rb := 34 * nb
-	for p := 0; p < nr/2; p++ {
-		r0, r1 := w[2*p*rb:], w[(2*p+1)*rb:]
-		d := dwp[p*nb*4:]
-		for b := 0; b < nb; b++ {
-			d0, d1 := fp16At(r0, 34*b), fp16At(r1, 34*b)
-			d[4*b], d[4*b+1], d[4*b+2], d[4*b+3] = d0, d0, d1, d1
-		}
+	dwp := f32Bytes((*bp)[:4*nw])
+	q8DwPack(dwp, w, nGroups, nb)
+	kernel := tileQ8_0x42AVX2
+	if avx2VNNI {
+		kernel = tileQ8_0x42VNNI
 	}
 	for t0 := 0; t0 < nt; t0 += 2 {
-		if act.tile != nil { // prepared for the AVX-VNNI kernel (q8vnni_amd64.go)
-			tileQ8_0VNNI(&out[t0*outStride], outStride, &w[0], nr/2, &act.tile[t0*act.tstr], act.tstr, &dwp[0], nb)
-			continue
-		}
-		x0, x1 := act.dx[t0*nb:(t0+1)*nb], act.dx[(t0+1)*nb:(t0+2)*nb]
-		for b := 0; b < nb; b++ {
-			dxp[4*b], dxp[4*b+1], dxp[4*b+2], dxp[4*b+3] = x0[b], x1[b], x0[b], x1[b]
-		}
-		tileQ8_0AVX2(&out[t0*outStride], outStride, &w[0], nr/2, &act.bytes[t0*act.stride], act.stride, &dxp[0], &dwp[0], nb)
+		kernel(&out[t0*outStride], outStride, &w[0], nGroups, &act.tile[t0*act.tstr], act.tstr, &dwp[0], nb)
 	}
 	packPool.Put(bp)
 	return nt
+}
+
+// q8DwPack widens the weight scales of nGroups groups of 4 Q8_0 rows into
+// the tile's order: per group, the even blocks then the odd ones, each
+// (dw0, dw1, dw2, dw3) twice (one half per token of the pair).
+func q8DwPack(dwp []float32, w []byte, nGroups, nb int) {
+	rb := 34 * nb
+	i := 0
+	for g := 0; g < nGroups; g++ {
+		rows := w[4*g*rb:]
+		for _, first := range [2]int{0, 1} {
+			for b := first; b < nb; b += 2 {
+				d := dwp[i : i+8 : i+8]
+				for r := 0; r < 4; r++ {
+					v := fp16At(rows, r*rb+34*b)
+					d[r], d[r+4] = v, v
+				}
+				i += 8
+			}
+		}
+	}
 }
 
 // q8_0TilesAVX512 repacks the row tile once (asm, 128 B per row and block

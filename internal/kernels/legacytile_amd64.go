@@ -19,9 +19,10 @@ func legacyTiles(p Path, wb int, conv func(dst, src []byte)) tilesFunc {
 		q8 := &q8_0Kernels[p]
 		nb := act.nb
 		nr := nRows / tileRows * tileRows
-		// (The AVX-512 Q8_0 tile needs the tile layout, prepared from 4
-		// tokens on: do not rewrite weights it would not use.)
-		if q8.tiles == nil || nr == 0 || nTok < 2 || nb == 0 || (p == AVX512 && act.tile == nil) {
+		// (The Q8_0 tiles need the tile layout, prepared from 2 tokens
+		// on (AVX2) or 4 (AVX-512): do not rewrite weights they would not
+		// use.)
+		if q8.tiles == nil || nr == 0 || nTok < 2 || nb == 0 || act.tile == nil {
 			return 0
 		}
 		if len(w) < wb*nb*nr {

@@ -34,36 +34,38 @@ func TestQ8_0ExtremeWeights(t *testing.T) {
 	}
 	var ref []float32
 	withPath(t, func(p Path) {
-		out := make([]float32, nTok*rows)
-		MatMul(nil, out, m, x, nTok) // tokens 0-3 go through the tile kernel
-		single := make([]float32, rows)
-		for tk := 0; tk < nTok; tk++ {
-			MatMul(nil, single, m, x[tk*cols:(tk+1)*cols], 1)
-			xa := actAsSeen(t, quant.Q8_0, x[tk*cols:(tk+1)*cols])
-			for i := 0; i < rows; i++ {
-				var s, a float64
-				for j := 0; j < cols; j++ {
-					pr := float64(deq[i*cols+j]) * float64(xa[j])
-					s += pr
-					a += math.Abs(pr)
-				}
-				got := out[tk*rows+i]
-				if math.Abs(float64(got)-s) > 4e-6*a+1e-30 {
-					t.Fatalf("%v token %d row %d: %v, float64 reference %v", p, tk, i, got, s)
-				}
-				if math.Float32bits(single[i]) != math.Float32bits(got) {
-					t.Fatalf("%v token %d row %d: alone %v, in batch %v", p, tk, i, single[i], got)
+		forVariants(p, func(v string) {
+			out := make([]float32, nTok*rows)
+			MatMul(nil, out, m, x, nTok) // tokens 0-3 go through the tile kernels
+			single := make([]float32, rows)
+			for tk := 0; tk < nTok; tk++ {
+				MatMul(nil, single, m, x[tk*cols:(tk+1)*cols], 1)
+				xa := actAsSeen(t, quant.Q8_0, x[tk*cols:(tk+1)*cols])
+				for i := 0; i < rows; i++ {
+					var s, a float64
+					for j := 0; j < cols; j++ {
+						pr := float64(deq[i*cols+j]) * float64(xa[j])
+						s += pr
+						a += math.Abs(pr)
+					}
+					got := out[tk*rows+i]
+					if math.Abs(float64(got)-s) > 4e-6*a+1e-30 {
+						t.Fatalf("%v%s token %d row %d: %v, float64 reference %v", p, v, tk, i, got, s)
+					}
+					if math.Float32bits(single[i]) != math.Float32bits(got) {
+						t.Fatalf("%v%s token %d row %d: alone %v, in batch %v", p, v, tk, i, single[i], got)
+					}
 				}
 			}
-		}
-		if p == Generic {
-			ref = out
-			return
-		}
-		for k := range out {
-			if math.Float32bits(out[k]) != math.Float32bits(ref[k]) {
-				t.Fatalf("%v elem %d: %v != generic %v", p, k, out[k], ref[k])
+			if p == Generic {
+				ref = out
+				return
 			}
-		}
+			for k := range out {
+				if math.Float32bits(out[k]) != math.Float32bits(ref[k]) {
+					t.Fatalf("%v%s elem %d: %v != generic %v", p, v, k, out[k], ref[k])
+				}
+			}
+		})
 	})
 }

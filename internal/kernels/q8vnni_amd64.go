@@ -6,15 +6,18 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// The AVX2 path's Q8_0 tile on CPUs with AVX-VNNI (Alder Lake and later
-// Intel, Zen 5): VPDPBUSD replaces VPABSB/VPSIGNB/VPMADDUBSW/VPMADDWD.
-// Weights enter as w+128 and each token's tile row (q8tile.go) carries the
-// -128*sum(x) correction, so a (row, token, block) costs one VPDPBUSD, one
-// convert and one FMA instead of five operations. Same canonical order as
-// tileQ8_0AVX2. CPUs without AVX-VNNI (Zen 3) keep tileQ8_0AVX2.
+// The AVX2 path's Q8_0 tiles (q8tile_amd64.s): VPDPBUSD on CPUs with
+// AVX-VNNI (Alder Lake and later Intel, Zen 5) replaces VPABSB, VPSIGNB,
+// VPMADDUBSW and VPMADDWD per (row, token, block): weights enter as w+128
+// and each token's tile row (q8tile.go) carries the -128*sum(x)
+// correction. CPUs without AVX-VNNI (Zen 3) run the VPMADDUBSW form on the
+// same tile rows. Both give the canonical integer sums, so the same bits.
 
 //go:noescape
-func tileQ8_0VNNI(out *float32, outStride int, w *byte, nPairs int, xt *byte, xtStride int, dwp *float32, nb int)
+func tileQ8_0x42VNNI(out *float32, outStride int, w *byte, nGroups int, xt *byte, xtStride int, dwp *float32, nb int)
+
+//go:noescape
+func tileQ8_0x42AVX2(out *float32, outStride int, w *byte, nGroups int, xt *byte, xtStride int, dwp *float32, nb int)
 
 // hasAVXVNNI: the CPU has VEX-encoded VPDPBUSD.
 var hasAVXVNNI = cpu.X86.HasAVXVNNI
@@ -31,17 +34,19 @@ func init() {
 func setAVX2VNNI(on bool) {
 	// The Q4_0 and Q5_0 tiles run the Q8_0 ones on the same activations.
 	defer setLegacyTiles()
-	k := &q8_0Kernels[AVX2]
-	if !on {
-		k.prepare = prepareQ8_0AVX2
-		q4KTile8x2 = q4KTile8x2AVX2
-		return
+	avx2VNNI = on
+	q4KTile8x2 = q4KTile8x2AVX2
+	if on {
+		q4KTile8x2 = q4KTile8x2VNNI
 	}
-	q4KTile8x2 = q4KTile8x2VNNI
-	k.prepare = func(x []float32, nTok, cols int) actBuf {
+	// Both Q8_0 tile forms read the tile layout, written in assembly.
+	q8_0Kernels[AVX2].prepare = func(x []float32, nTok, cols int) actBuf {
 		return prepareQ8_0With(x, nTok, cols, nTok >= 2, quantRowQ8_0AVX2Tile)
 	}
 }
+
+// avx2VNNI: the AVX2 path's Q8_0 tile uses VPDPBUSD (setAVX2VNNI).
+var avx2VNNI bool
 
 // q4KTile8x2VNNI is q4KTile8x2AVX2 with VPDPBUSD (q4kvnni_amd64.s): the
 // 4 nibble products of a group go into each row's int32 lane in one step
