@@ -359,7 +359,7 @@ func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 		*bp = make([]byte, 4*nw)
 	}
 	dwp := f32Bytes((*bp)[:4*nw])
-	q8DwPack(dwp, w, nGroups, nb)
+	q8DwPackAVX2(&dwp[0], &w[0], nGroups, nb)
 	kernel := tileQ8_0x42AVX2
 	if avx2VNNI {
 		kernel = tileQ8_0x42VNNI
@@ -369,27 +369,6 @@ func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 	}
 	packPool.Put(bp)
 	return nt
-}
-
-// q8DwPack widens the weight scales of nGroups groups of 4 Q8_0 rows into
-// the tile's order: per group, the even blocks then the odd ones, each
-// (dw0, dw1, dw2, dw3) twice (one half per token of the pair).
-func q8DwPack(dwp []float32, w []byte, nGroups, nb int) {
-	rb := 34 * nb
-	i := 0
-	for g := 0; g < nGroups; g++ {
-		rows := w[4*g*rb:]
-		for _, first := range [2]int{0, 1} {
-			for b := first; b < nb; b += 2 {
-				d := dwp[i : i+8 : i+8]
-				for r := 0; r < 4; r++ {
-					v := fp16At(rows, r*rb+34*b)
-					d[r], d[r+4] = v, v
-				}
-				i += 8
-			}
-		}
-	}
 }
 
 // q8_0TilesAVX512 repacks the row tile once (asm, 128 B per row and block

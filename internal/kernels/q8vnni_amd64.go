@@ -16,6 +16,13 @@ import (
 //go:noescape
 func tileQ8_0x42VNNI(out *float32, outStride int, w *byte, nGroups int, xt *byte, xtStride int, dwp *float32, nb int)
 
+// q8DwPackAVX2 widens the weight scales of nGroups groups of 4 Q8_0 rows
+// into the tile's order: per group, the even blocks then the odd ones,
+// each (dw0, dw1, dw2, dw3) twice (one half per token of the pair).
+//
+//go:noescape
+func q8DwPackAVX2(dwp *float32, w *byte, nGroups, nb int)
+
 //go:noescape
 func tileQ8_0x42AVX2(out *float32, outStride int, w *byte, nGroups int, xt *byte, xtStride int, dwp *float32, nb int)
 
