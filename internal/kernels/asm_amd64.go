@@ -339,8 +339,8 @@ func q4_KTilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 // [0, nRows/tileRows*tileRows) for every pair of tokens: each weight block
 // is loaded once per two tokens, each activation block once per four rows,
 // and the 8 scale products of a block come from one multiply of the rows'
-// widened scales (laid out once per call, in the kernel's pass order) by
-// the tokens'. Same order as rows, so the odd token left over goes through
+// widened scales (repacked once per call with the weights, in the
+// kernel's pass order) by the tokens'. Same order as rows, so the odd token left over goes through
 // rows.
 func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
 	nb := act.nb
@@ -353,19 +353,21 @@ func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 		len(out) < (nt-1)*outStride+nGroups*tileRows {
 		panic("kernels: bad Q8_0 tile")
 	}
-	nw := nGroups * nb * 8
+	// The row tile is repacked once for all token pairs (w+128, or w and
+	// |w|, and the widened scales, in the kernel's pass order).
+	need := nGroups * nb * q8PackBytes(avx2VNNI)
 	bp := packPool.Get().(*[]byte)
-	if cap(*bp) < 4*nw {
-		*bp = make([]byte, 4*nw)
+	if cap(*bp) < need {
+		*bp = make([]byte, need)
 	}
-	dwp := f32Bytes((*bp)[:4*nw])
-	q8DwPackAVX2(&dwp[0], &w[0], nGroups, nb)
+	wp := (*bp)[:need]
+	q8PackTile(&wp[0], &w[0], nGroups, nb, !avx2VNNI)
 	kernel := tileQ8_0x42AVX2
 	if avx2VNNI {
 		kernel = tileQ8_0x42VNNI
 	}
 	for t0 := 0; t0 < nt; t0 += 2 {
-		kernel(&out[t0*outStride], outStride, &w[0], nGroups, &act.tile[t0*act.tstr], act.tstr, &dwp[0], nb)
+		kernel(&out[t0*outStride], outStride, &wp[0], nGroups, &act.tile[t0*act.tstr], act.tstr, nb)
 	}
 	packPool.Put(bp)
 	return nt

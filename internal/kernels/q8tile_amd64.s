@@ -18,17 +18,16 @@
 //
 // Operands, shared by both forms: out[t*outStride + r] for 2 tokens whose
 // tile rows (q8tile.go: per block pair 192 bytes of qs, -128*lane sums, dx
-// x8) are xtStride bytes apart, and 4*nGroups raw Q8_0 weight rows; dwp
-// holds per group of 4 rows and block, in pass order (the even blocks,
-// then the odd ones), (dw0, dw1, dw2, dw3) twice. One block step: d =
-// dwp x (dx0 x4, dx1 x4), the 8 products dw_r*dx_t in one multiply, stored
-// at dd-32(SP) and broadcast per output; then per row the exact integer
-// sums of 4 products per lane, converted, and one FMA each.
+// x8) are xtStride bytes apart, and 4*nGroups weight rows repacked by
+// q8PackTile (per block in pass order, the 4 rows' weights then their
+// widened scales (dw0..dw3) twice). One block step: d = (dw0..dw3 twice)
+// x (dx0 x4, dx1 x4), the 8 products dw_r*dx_t in one multiply, stored at
+// dd-32(SP) and broadcast per output; then per row the exact integer sums
+// of 4 products per lane, converted, and one FMA each.
 //
 // Registers in the block step: Y8, Y9 the tokens' qs, Y12 the row's
-// weights, Y15 a constant (VNNI: 0x80 bytes; plain: int16 ones); AX, BX,
-// CX, DX the 4 rows at the current block, R10 and R11 the tokens' tile
-// rows at the current block's half, R12 dwp.
+// weights; AX the packed block, R10 and R11 the tokens' tile rows at the
+// current block's half.
 
 #define RED8V(Y, X, TX) \
 	VEXTRACTF128 $1, Y, TX \
@@ -38,21 +37,19 @@
 	VMOVSHDUP X, TX \
 	VADDSS TX, X, X
 
-#define Q42D \
+#define Q42D(DW) \
 	VMOVDQU (R10), Y8 \
 	VMOVDQU (R11), Y9 \
 	VMOVUPS 128(R10), X14 \
 	VINSERTF128 $1, 128(R11), Y14, Y14 \
-	VMULPS (R12), Y14, Y14 \
-	VMOVUPS X14, dd-32(SP) \
-	VEXTRACTF128 $1, Y14, dd-16(SP)
+	VMULPS DW(AX), Y14, Y14 \
+	VMOVUPS Y14, dd-32(SP)
 
-// Q8V42ROW: one weight row (block at W) times both tokens, AVX-VNNI.
-// Weights enter VPDPBUSD as w XOR 0x80 = w+128 (unsigned); starting the
-// integer sum at the token's correction -128*sum(x) (tile offset 64)
-// gives the exact signed sum.
+// Q8V42ROW: one weight row (w+128 at W(AX)) times both tokens, AVX-VNNI.
+// Starting the integer sum at the token's correction -128*sum(x) (tile
+// offset 64) gives the exact signed sum.
 #define Q8V42ROW(W, D0, D1, A0, A1) \
-	VPXOR 2(W), Y15, Y12 \
+	VMOVDQU W(AX), Y12 \
 	VMOVDQU 64(R10), Y13 \
 	VPDPBUSDY(13, 12, 8) \
 	VCVTDQ2PS Y13, Y13 \
@@ -64,12 +61,13 @@
 	VBROADCASTSS D1(SP), Y10 \
 	VFMADD231PS Y10, Y11, A1
 
-// Q8P42ROW: the same with VPMADDUBSW: |w| (unsigned; -128 gives 128) times
-// x signed by w, int16 pairs (at most 2*128*127, no saturation) summed by
-// VPMADDWD with ones into the 8 int32 lane sums.
+// Q8P42ROW: the same with VPMADDUBSW: |w| (unsigned, at W+32; -128 gives
+// 128) times x signed by w, int16 pairs (at most 2*128*127, no
+// saturation) summed by VPMADDWD with ones (Y15) into the 8 int32 lane
+// sums.
 #define Q8P42ROW(W, D0, D1, A0, A1) \
-	VMOVDQU 2(W), Y12 \
-	VPABSB Y12, Y11 \
+	VMOVDQU W(AX), Y12 \
+	VMOVDQU W+32(AX), Y11 \
 	VPSIGNB Y12, Y8, Y13 \
 	VPMADDUBSW Y13, Y11, Y13 \
 	VPMADDWD Y15, Y13, Y13 \
@@ -83,14 +81,10 @@
 	VBROADCASTSS D1(SP), Y10 \
 	VFMADD231PS Y10, Y13, A1
 
-#define Q42STEP \
-	ADDQ $68, AX \
-	ADDQ $68, BX \
-	ADDQ $68, CX \
-	ADDQ $68, DX \
+#define Q42STEP(E) \
+	ADDQ $E, AX \
 	ADDQ $192, R10 \
-	ADDQ $192, R11 \
-	ADDQ $32, R12
+	ADDQ $192, R11
 
 #define Q42ZERO \
 	VXORPS Y0, Y0, Y0 \
@@ -129,74 +123,62 @@
 	Q42FIN1(Y6, X6, ev-96(SP), 12(DI)) \
 	Q42FIN1(Y7, X7, ev-64(SP), 12(DI)(R9*1))
 
-// Q42ROWS points AX-DX at the group's 4 rows plus OFF (0: even blocks,
-// 34: odd), R10/R11 at the tokens' tile rows plus OFF/34*32, and R13 at
-// the pass's block count.
-#define Q42ROWS(OFF) \
-	LEAQ OFF(SI), AX \
-	LEAQ (AX)(R14*1), BX \
-	LEAQ (AX)(R14*2), CX \
-	LEAQ (BX)(R14*2), DX \
+// Q42TOK points R10/R11 at the tokens' tile rows plus HALF (0: even
+// blocks, 32: odd) and R13 at nb.
+#define Q42TOK(HALF) \
 	MOVQ xt+32(FP), R10 \
-	ADDQ $(OFF/34*32), R10 \
+	ADDQ $HALF, R10 \
 	MOVQ xtStride+40(FP), R11 \
 	ADDQ R10, R11 \
-	MOVQ nb+56(FP), R13
+	MOVQ nb+48(FP), R13
 
 #define Q42ARGS \
 	MOVQ out+0(FP), DI \
 	MOVQ outStride+8(FP), R9 \
 	SHLQ $2, R9 \
-	MOVQ w+16(FP), SI \
-	MOVQ nGroups+24(FP), R8 \
-	MOVQ dwp+48(FP), R12 \
-	MOVQ nb+56(FP), R14 \
-	IMUL3Q $34, R14, R14
+	MOVQ wp+16(FP), AX \
+	MOVQ nGroups+24(FP), R8
 
-// func tileQ8_0x42VNNI(out *float32, outStride int, w *byte, nGroups int, xt *byte, xtStride int, dwp *float32, nb int)
-TEXT ·tileQ8_0x42VNNI(SB), NOSPLIT, $288-64
+// func tileQ8_0x42VNNI(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int)
+TEXT ·tileQ8_0x42VNNI(SB), NOSPLIT, $288-56
 	Q42ARGS
-	MOVL $0x80808080, AX
-	VMOVQ AX, X15
-	VPBROADCASTD X15, Y15
 
 q8v42_group:
 	TESTQ R8, R8
 	JZ   q8v42_done
 	Q42ZERO
-	Q42ROWS(0)
+	Q42TOK(0)
 	INCQ R13
 	SHRQ $1, R13          // even blocks: ceil(nb/2) >= 1
 
 q8v42_even:
-	Q42D
-	Q8V42ROW(AX, dd-32, dd-16, Y0, Y1)
-	Q8V42ROW(BX, dd-28, dd-12, Y2, Y3)
-	Q8V42ROW(CX, dd-24, dd-8, Y4, Y5)
-	Q8V42ROW(DX, dd-20, dd-4, Y6, Y7)
-	Q42STEP
+	Q42D(128)
+	Q8V42ROW(0, dd-32, dd-16, Y0, Y1)
+	Q8V42ROW(32, dd-28, dd-12, Y2, Y3)
+	Q8V42ROW(64, dd-24, dd-8, Y4, Y5)
+	Q8V42ROW(96, dd-20, dd-4, Y6, Y7)
+	Q42STEP(160)
 	DECQ R13
 	JNZ  q8v42_even
 	Q42SAVE
 	Q42ZERO
-	Q42ROWS(34)
+	Q42TOK(32)
 	SHRQ $1, R13          // odd blocks: floor(nb/2)
 	JZ   q8v42_fin
 
 q8v42_odd:
-	Q42D
-	Q8V42ROW(AX, dd-32, dd-16, Y0, Y1)
-	Q8V42ROW(BX, dd-28, dd-12, Y2, Y3)
-	Q8V42ROW(CX, dd-24, dd-8, Y4, Y5)
-	Q8V42ROW(DX, dd-20, dd-4, Y6, Y7)
-	Q42STEP
+	Q42D(128)
+	Q8V42ROW(0, dd-32, dd-16, Y0, Y1)
+	Q8V42ROW(32, dd-28, dd-12, Y2, Y3)
+	Q8V42ROW(64, dd-24, dd-8, Y4, Y5)
+	Q8V42ROW(96, dd-20, dd-4, Y6, Y7)
+	Q42STEP(160)
 	DECQ R13
 	JNZ  q8v42_odd
 
 q8v42_fin:
 	Q42FIN
 	ADDQ $16, DI
-	LEAQ (SI)(R14*4), SI
 	DECQ R8
 	JMP  q8v42_group
 
@@ -204,50 +186,49 @@ q8v42_done:
 	VZEROUPPER
 	RET
 
-// func tileQ8_0x42AVX2(out *float32, outStride int, w *byte, nGroups int, xt *byte, xtStride int, dwp *float32, nb int)
-TEXT ·tileQ8_0x42AVX2(SB), NOSPLIT, $288-64
+// func tileQ8_0x42AVX2(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int)
+TEXT ·tileQ8_0x42AVX2(SB), NOSPLIT, $288-56
 	Q42ARGS
-	MOVL $0x00010001, AX
-	VMOVQ AX, X15
+	MOVL $0x00010001, R10
+	VMOVQ R10, X15
 	VPBROADCASTD X15, Y15
 
 q8p42_group:
 	TESTQ R8, R8
 	JZ   q8p42_done
 	Q42ZERO
-	Q42ROWS(0)
+	Q42TOK(0)
 	INCQ R13
 	SHRQ $1, R13
 
 q8p42_even:
-	Q42D
-	Q8P42ROW(AX, dd-32, dd-16, Y0, Y1)
-	Q8P42ROW(BX, dd-28, dd-12, Y2, Y3)
-	Q8P42ROW(CX, dd-24, dd-8, Y4, Y5)
-	Q8P42ROW(DX, dd-20, dd-4, Y6, Y7)
-	Q42STEP
+	Q42D(256)
+	Q8P42ROW(0, dd-32, dd-16, Y0, Y1)
+	Q8P42ROW(64, dd-28, dd-12, Y2, Y3)
+	Q8P42ROW(128, dd-24, dd-8, Y4, Y5)
+	Q8P42ROW(192, dd-20, dd-4, Y6, Y7)
+	Q42STEP(288)
 	DECQ R13
 	JNZ  q8p42_even
 	Q42SAVE
 	Q42ZERO
-	Q42ROWS(34)
+	Q42TOK(32)
 	SHRQ $1, R13
 	JZ   q8p42_fin
 
 q8p42_odd:
-	Q42D
-	Q8P42ROW(AX, dd-32, dd-16, Y0, Y1)
-	Q8P42ROW(BX, dd-28, dd-12, Y2, Y3)
-	Q8P42ROW(CX, dd-24, dd-8, Y4, Y5)
-	Q8P42ROW(DX, dd-20, dd-4, Y6, Y7)
-	Q42STEP
+	Q42D(256)
+	Q8P42ROW(0, dd-32, dd-16, Y0, Y1)
+	Q8P42ROW(64, dd-28, dd-12, Y2, Y3)
+	Q8P42ROW(128, dd-24, dd-8, Y4, Y5)
+	Q8P42ROW(192, dd-20, dd-4, Y6, Y7)
+	Q42STEP(288)
 	DECQ R13
 	JNZ  q8p42_odd
 
 q8p42_fin:
 	Q42FIN
 	ADDQ $16, DI
-	LEAQ (SI)(R14*4), SI
 	DECQ R8
 	JMP  q8p42_group
 
@@ -301,9 +282,9 @@ q8tr_done:
 	VZEROUPPER
 	RET
 
-// Q42DW writes the widened scales of the block at offset OFF of the 4
-// rows AX, BX, CX, DX as (dw0, dw1, dw2, dw3) twice at DI, and advances DI.
-#define Q42DW \
+// Q42DW writes the widened scales of the block at offset R11 of the 4
+// rows AX, BX, CX, DX as (dw0, dw1, dw2, dw3) twice at OFF(DI).
+#define Q42DW(OFF) \
 	MOVWLZX (AX)(R11*1), R12 \
 	MOVWLZX (BX)(R11*1), R13 \
 	SHLQ $16, R13 \
@@ -317,51 +298,93 @@ q8tr_done:
 	VMOVQ R12, X0 \
 	VCVTPH2PS X0, X0 \
 	VINSERTF128 $1, X0, Y0, Y0 \
-	VMOVUPS Y0, (DI) \
-	ADDQ $32, DI
+	VMOVUPS Y0, OFF(DI)
 
-// func q8DwPackAVX2(dwp *float32, w *byte, nGroups, nb int)
-// q8DwPack in assembly (in Go it was 8% of a 64-token tile call).
-TEXT ·q8DwPackAVX2(SB), NOSPLIT, $0-32
-	MOVQ dwp+0(FP), DI
+// Q42PKV: the block's weights of row ROW, XOR 0x80 (w+128, VPDPBUSD's
+// unsigned operand), at OFF(DI).
+#define Q42PKV(ROW, OFF) \
+	VPXOR 2(ROW)(R11*1), Y15, Y1 \
+	VMOVDQU Y1, OFF(DI)
+
+// Q42PKP: the block's weights of row ROW at OFF(DI) and their absolute
+// values (-128 gives 128 unsigned) at OFF+32(DI).
+#define Q42PKP(ROW, OFF) \
+	VMOVDQU 2(ROW)(R11*1), Y1 \
+	VPABSB Y1, Y2 \
+	VMOVDQU Y1, OFF(DI) \
+	VMOVDQU Y2, OFF+32(DI)
+
+#define Q42PKV4 \
+	Q42PKV(AX, 0) \
+	Q42PKV(BX, 32) \
+	Q42PKV(CX, 64) \
+	Q42PKV(DX, 96) \
+	Q42DW(128) \
+	ADDQ $160, DI
+
+#define Q42PKP4 \
+	Q42PKP(AX, 0) \
+	Q42PKP(BX, 64) \
+	Q42PKP(CX, 128) \
+	Q42PKP(DX, 192) \
+	Q42DW(256) \
+	ADDQ $288, DI
+
+// func q8PackTile(dst, w *byte, nGroups, nb int, plain bool)
+// Repacks nGroups groups of 4 Q8_0 rows for the tiles above, per block in
+// pass order (per group the even blocks, then the odd ones). For
+// tileQ8_0x42VNNI 160 bytes per block: the 4 rows' w+128, then their
+// scales widened, (dw0..dw3) twice; for tileQ8_0x42AVX2 (plain) 288: per
+// row w and |w| (64 bytes), then the scales.
+TEXT ·q8PackTile(SB), NOSPLIT, $8-33
+	MOVQ dst+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ nGroups+16(FP), R8
 	MOVQ nb+24(FP), R9
-	IMUL3Q $34, R9, R10   // row bytes
+	IMUL3Q $34, R9, R10
+	MOVL $0x80808080, AX
+	VMOVQ AX, X15
+	VPBROADCASTD X15, Y15
 
-q8dw_group:
+q8pk_group:
 	TESTQ R8, R8
-	JZ   q8dw_done
+	JZ   q8pk_done
 	MOVQ SI, AX
 	LEAQ (SI)(R10*1), BX
 	LEAQ (SI)(R10*2), CX
 	LEAQ (BX)(R10*2), DX
-	XORQ R11, R11         // byte offset of the block
+	XORQ R11, R11         // the block's byte offset in its row
 	MOVQ R9, R14
 	INCQ R14
-	SHRQ $1, R14          // even blocks
+	SHRQ $1, R14          // even blocks: ceil(nb/2) >= 1
+	MOVQ $0, odd-8(SP)
 
-q8dw_even:
-	Q42DW
+q8pk_blk:
+	CMPB plain+32(FP), $0
+	JNE  q8pk_plain
+	Q42PKV4
+	JMP  q8pk_step
+
+q8pk_plain:
+	Q42PKP4
+
+q8pk_step:
 	ADDQ $68, R11
 	DECQ R14
-	JNZ  q8dw_even
+	JNZ  q8pk_blk
+	CMPQ odd-8(SP), $0
+	JNE  q8pk_next
+	MOVQ $1, odd-8(SP)
 	MOVQ $34, R11
 	MOVQ R9, R14
 	SHRQ $1, R14          // odd blocks
-	JZ   q8dw_next
+	JNZ  q8pk_blk
 
-q8dw_odd:
-	Q42DW
-	ADDQ $68, R11
-	DECQ R14
-	JNZ  q8dw_odd
-
-q8dw_next:
+q8pk_next:
 	LEAQ (SI)(R10*4), SI
 	DECQ R8
-	JMP  q8dw_group
+	JMP  q8pk_group
 
-q8dw_done:
+q8pk_done:
 	VZEROUPPER
 	RET

@@ -14,17 +14,27 @@ import (
 // same tile rows. Both give the canonical integer sums, so the same bits.
 
 //go:noescape
-func tileQ8_0x42VNNI(out *float32, outStride int, w *byte, nGroups int, xt *byte, xtStride int, dwp *float32, nb int)
+func tileQ8_0x42VNNI(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int)
 
-// q8DwPackAVX2 widens the weight scales of nGroups groups of 4 Q8_0 rows
-// into the tile's order: per group, the even blocks then the odd ones,
-// each (dw0, dw1, dw2, dw3) twice (one half per token of the pair).
+// q8PackTile repacks nGroups groups of 4 Q8_0 rows for the two tiles
+// (q8tile_amd64.s): per block, in the tiles' pass order, q8PackBytes
+// bytes.
 //
 //go:noescape
-func q8DwPackAVX2(dwp *float32, w *byte, nGroups, nb int)
+func q8PackTile(dst, w *byte, nGroups, nb int, plain bool)
+
+// q8PackBytes is the repacked size of one block of 4 rows: the VNNI form
+// stores w+128 (4 x 32 bytes), the plain one w and |w| (4 x 64), both
+// then the 4 scales widened, twice (32).
+func q8PackBytes(vnni bool) int {
+	if vnni {
+		return 160
+	}
+	return 288
+}
 
 //go:noescape
-func tileQ8_0x42AVX2(out *float32, outStride int, w *byte, nGroups int, xt *byte, xtStride int, dwp *float32, nb int)
+func tileQ8_0x42AVX2(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int)
 
 // hasAVXVNNI: the CPU has VEX-encoded VPDPBUSD.
 var hasAVXVNNI = cpu.X86.HasAVXVNNI
