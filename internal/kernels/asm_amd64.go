@@ -353,8 +353,9 @@ func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 		len(out) < (nt-1)*outStride+nGroups*tileRows {
 		panic("kernels: bad Q8_0 tile")
 	}
-	// The row tile is repacked once for all token pairs (w+128, or w and
-	// |w|, and the widened scales, in the kernel's pass order).
+	// The row tile is repacked once for all token pairs (w+128, or the
+	// sign mask of w and |w|, and the widened scales, in the kernel's
+	// pass order).
 	need := nGroups * nb * q8PackBytes(avx2VNNI)
 	bp := packPool.Get().(*[]byte)
 	if cap(*bp) < need {

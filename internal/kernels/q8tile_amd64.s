@@ -29,14 +29,6 @@
 // weights; AX the packed block, R10 and R11 the tokens' tile rows at the
 // current block's half.
 
-#define RED8V(Y, X, TX) \
-	VEXTRACTF128 $1, Y, TX \
-	VADDPS TX, X, X \
-	VMOVHLPS X, X, TX \
-	VADDPS TX, X, X \
-	VMOVSHDUP X, TX \
-	VADDSS TX, X, X
-
 #define Q42D(DW) \
 	VMOVDQU (R10), Y8 \
 	VMOVDQU (R11), Y9 \
@@ -62,19 +54,23 @@
 	VFMADD231PS Y10, Y11, A1
 
 // Q8P42ROW: the same with VPMADDUBSW: |w| (unsigned, at W+32; -128 gives
-// 128) times x signed by w, int16 pairs (at most 2*128*127, no
-// saturation) summed by VPMADDWD with ones (Y15) into the 8 int32 lane
-// sums.
+// 128) times x negated where w < 0 ((x XOR m) - m with the row's sign
+// mask m at W: what VPSIGNB does, in two ops that can also run on a
+// shuffle port, since VPSIGNB shares its two ports with the multiplies;
+// x is never -128), int16 pairs (at most 2*128*127, no saturation)
+// summed by VPMADDWD with ones (Y15) into the 8 int32 lane sums.
 #define Q8P42ROW(W, D0, D1, A0, A1) \
 	VMOVDQU W(AX), Y12 \
 	VMOVDQU W+32(AX), Y11 \
-	VPSIGNB Y12, Y8, Y13 \
+	VPXOR Y12, Y8, Y13 \
+	VPSUBB Y12, Y13, Y13 \
 	VPMADDUBSW Y13, Y11, Y13 \
 	VPMADDWD Y15, Y13, Y13 \
 	VCVTDQ2PS Y13, Y13 \
 	VBROADCASTSS D0(SP), Y14 \
 	VFMADD231PS Y14, Y13, A0 \
-	VPSIGNB Y12, Y9, Y13 \
+	VPXOR Y12, Y9, Y13 \
+	VPSUBB Y12, Y13, Y13 \
 	VPMADDUBSW Y13, Y11, Y13 \
 	VPMADDWD Y15, Y13, Y13 \
 	VCVTDQ2PS Y13, Y13 \
@@ -106,22 +102,45 @@
 	VMOVUPS Y6, ev-96(SP) \
 	VMOVUPS Y7, ev-64(SP)
 
-// Q42FIN1: lane j (odd blocks, Y) + lane j (even blocks, saved at EV) -
-// the canonical j += j+8, commutative - then the 8-lane tree, stored.
-#define Q42FIN1(Y, X, EV, OUT) \
-	VADDPS EV, Y, Y \
-	RED8V(Y, X, X8) \
-	VMOVSS X, OUT
-
+// Q42FIN finishes the 8 outputs with the canonical tree, all at once:
+// lane j (odd blocks, in Y0-Y7) + lane j (even blocks, saved) - the
+// canonical j += j+8, commutative - then j += j+4 for two accumulators
+// per register (VPERM2F128 pairs their halves), j += j+2 and j += j+1 for
+// four (VSHUFPS pairs the lanes). Each addition has the operands of the
+// canonical tree, so the bits are the same; the result is (rows 0-3 of
+// token 0 | rows 0-3 of token 1), stored as two 4-float rows.
 #define Q42FIN \
-	Q42FIN1(Y0, X0, ev-288(SP), (DI)) \
-	Q42FIN1(Y1, X1, ev-256(SP), (DI)(R9*1)) \
-	Q42FIN1(Y2, X2, ev-224(SP), 4(DI)) \
-	Q42FIN1(Y3, X3, ev-192(SP), 4(DI)(R9*1)) \
-	Q42FIN1(Y4, X4, ev-160(SP), 8(DI)) \
-	Q42FIN1(Y5, X5, ev-128(SP), 8(DI)(R9*1)) \
-	Q42FIN1(Y6, X6, ev-96(SP), 12(DI)) \
-	Q42FIN1(Y7, X7, ev-64(SP), 12(DI)(R9*1))
+	VADDPS ev-288(SP), Y0, Y0 \
+	VADDPS ev-256(SP), Y1, Y1 \
+	VADDPS ev-224(SP), Y2, Y2 \
+	VADDPS ev-192(SP), Y3, Y3 \
+	VADDPS ev-160(SP), Y4, Y4 \
+	VADDPS ev-128(SP), Y5, Y5 \
+	VADDPS ev-96(SP), Y6, Y6 \
+	VADDPS ev-64(SP), Y7, Y7 \
+	VPERM2F128 $0x20, Y1, Y0, Y8 \
+	VPERM2F128 $0x31, Y1, Y0, Y9 \
+	VADDPS Y9, Y8, Y0 \
+	VPERM2F128 $0x20, Y3, Y2, Y8 \
+	VPERM2F128 $0x31, Y3, Y2, Y9 \
+	VADDPS Y9, Y8, Y1 \
+	VPERM2F128 $0x20, Y5, Y4, Y8 \
+	VPERM2F128 $0x31, Y5, Y4, Y9 \
+	VADDPS Y9, Y8, Y2 \
+	VPERM2F128 $0x20, Y7, Y6, Y8 \
+	VPERM2F128 $0x31, Y7, Y6, Y9 \
+	VADDPS Y9, Y8, Y3 \
+	VSHUFPS $0x44, Y1, Y0, Y8 \
+	VSHUFPS $0xEE, Y1, Y0, Y9 \
+	VADDPS Y9, Y8, Y0 \
+	VSHUFPS $0x44, Y3, Y2, Y8 \
+	VSHUFPS $0xEE, Y3, Y2, Y9 \
+	VADDPS Y9, Y8, Y1 \
+	VSHUFPS $0x88, Y1, Y0, Y8 \
+	VSHUFPS $0xDD, Y1, Y0, Y9 \
+	VADDPS Y9, Y8, Y0 \
+	VMOVUPS X0, (DI) \
+	VEXTRACTF128 $1, Y0, (DI)(R9*1)
 
 // Q42TOK points R10/R11 at the tokens' tile rows plus HALF (0: even
 // blocks, 32: odd) and R13 at nb.
@@ -306,13 +325,15 @@ q8tr_done:
 	VPXOR 2(ROW)(R11*1), Y15, Y1 \
 	VMOVDQU Y1, OFF(DI)
 
-// Q42PKP: the block's weights of row ROW at OFF(DI) and their absolute
-// values (-128 gives 128 unsigned) at OFF+32(DI).
+// Q42PKP: for the block of row ROW, the sign mask m (0xFF where w < 0,
+// else 0) at OFF(DI) and |w| (-128 gives 128 unsigned) at OFF+32(DI).
+// Y14 is zero.
 #define Q42PKP(ROW, OFF) \
 	VMOVDQU 2(ROW)(R11*1), Y1 \
-	VPABSB Y1, Y2 \
-	VMOVDQU Y1, OFF(DI) \
-	VMOVDQU Y2, OFF+32(DI)
+	VPCMPGTB Y1, Y14, Y2 \
+	VPABSB Y1, Y1 \
+	VMOVDQU Y2, OFF(DI) \
+	VMOVDQU Y1, OFF+32(DI)
 
 #define Q42PKV4 \
 	Q42PKV(AX, 0) \
@@ -335,7 +356,7 @@ q8tr_done:
 // pass order (per group the even blocks, then the odd ones). For
 // tileQ8_0x42VNNI 160 bytes per block: the 4 rows' w+128, then their
 // scales widened, (dw0..dw3) twice; for tileQ8_0x42AVX2 (plain) 288: per
-// row w and |w| (64 bytes), then the scales.
+// row the sign mask of w and |w| (64 bytes), then the scales.
 TEXT ·q8PackTile(SB), NOSPLIT, $8-33
 	MOVQ dst+0(FP), DI
 	MOVQ w+8(FP), SI
@@ -345,6 +366,7 @@ TEXT ·q8PackTile(SB), NOSPLIT, $8-33
 	MOVL $0x80808080, AX
 	VMOVQ AX, X15
 	VPBROADCASTD X15, Y15
+	VPXOR Y14, Y14, Y14
 
 q8pk_group:
 	TESTQ R8, R8

@@ -24,7 +24,7 @@ func tileQ8_0x42VNNI(out *float32, outStride int, wp *byte, nGroups int, xt *byt
 func q8PackTile(dst, w *byte, nGroups, nb int, plain bool)
 
 // q8PackBytes is the repacked size of one block of 4 rows: the VNNI form
-// stores w+128 (4 x 32 bytes), the plain one w and |w| (4 x 64), both
+// stores w+128 (4 x 32 bytes), the plain one the sign mask of w and |w| (4 x 64), both
 // then the 4 scales widened, twice (32).
 func q8PackBytes(vnni bool) int {
 	if vnni {
