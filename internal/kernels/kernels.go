@@ -52,8 +52,10 @@
 //	type        acts  AVX2 asm                                 AVX512 asm
 //	F32         F32   matvec, 4x3 tile (cols%16 == 0)          matvec, 4x4 tile
 //	F16         F16   matvec, 4x3 tile (cols%16 == 0)          matvec, 4x4 tile
-//	Q8_0        Q8_0  matvec (4 rows), 2x2 tile (AVX-VNNI     matvec, 4x4 VNNI tile, quantizer
-//	                  form where present), quantizer
+//	Q8_0        Q8_0  matvec (4 rows), 4x2 tile (even and     matvec, 4x4 VNNI tile, quantizer
+//	                  odd blocks as two passes, rows
+//	                  repacked; AVX-VNNI form where present),
+//	                  quantizer
 //	Q4_K        Q8_K  matvec (4 rows), 4 tokens; 8 rows x 2    VNNI matvec (4 rows), 4-token VNNI
 //	                  tokens (repacked, 8+ tokens; AVX-VNNI    kernel; 16 rows x 4 tokens VNNI
 //	                  form)                                    (8+ tokens)
@@ -70,7 +72,11 @@
 // Softmax have assembly on the SIMD paths. The assembly is written by
 // hand (Go assembler, asm_amd64.s) rather than generated with avo: it was
 // quicker to get right and to tune here; the canonical orders above are the
-// specification any rewrite must keep. AVX-VNNI's VEX-encoded VPDPBUSD
+// specification any rewrite must keep. No legacy-SSE instruction may
+// touch an X register in the assembly (MOVQ AX, X0: write VMOVQ): while
+// the upper halves are dirty, one costs ~400 ns on the Sapphire Rapids
+// KVM guests we measure on (1 ns in VEX form), which made the Q8_0 tile
+// layout 35x slower than the quantizer. AVX-VNNI's VEX-encoded VPDPBUSD
 // (Alder Lake and later Intel, Zen 5) is used on the AVX2 path only when
 // CPUID reports it; AVX2-only CPUs such as Zen 3 run the VPMADDUBSW
 // kernels, which SLUICE_AVXVNNI=off also selects (to measure them on a

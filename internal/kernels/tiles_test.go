@@ -27,10 +27,13 @@ func TestTilesOddShapesBitwise(t *testing.T) {
 		{quant.F32, []int{17, 64, 288}},
 		{quant.F16, []int{33, 288}},
 		{quant.BF16, []int{40, 64}},
-		{quant.Q8_0, []int{32, 96, 288}},
-		{quant.Q4_0, []int{96, 288}},
+		// Q8_0 (and Q4_0, Q5_0 through its tiles): odd and even block
+		// counts, since the AVX2 tile runs the even and odd blocks as two
+		// passes (nb = 1 leaves the odd pass empty).
+		{quant.Q8_0, []int{32, 64, 96, 288, 544}},
+		{quant.Q4_0, []int{64, 96, 288}},
 		{quant.Q4_1, []int{96}},
-		{quant.Q5_0, []int{96, 288}},
+		{quant.Q5_0, []int{64, 96, 288}},
 		{quant.Q5_1, []int{96}},
 		{quant.Q4_K, []int{256, 768}},
 		{quant.Q5_K, []int{256, 768}},
