@@ -43,15 +43,38 @@ func legacyTiles(p Path, wb int, conv func(dst, src []byte)) tilesFunc {
 	}
 }
 
+// The rewrites work on 8 elements per uint64 (they were a quarter of a
+// 64-token Q4_0 tile call as byte loops). spread8 puts bit k of b in bit 0
+// of byte k; sext4 and sext5 turn bytes holding 4- and 5-bit values v
+// into the int8 bytes v-8 and v-16: v XOR 8 is v-8 mod 16, and bits 4-7
+// are set exactly when v < 8 (bit 3 clear), which (^v & 8) * 0x1E does
+// byte by byte without carries (8 * 0x1E = 0xF0); likewise for 5 bits.
+const (
+	lanes01 = 0x0101010101010101
+	lanes08 = 0x0808080808080808
+	lanes10 = 0x1010101010101010
+	lanes0F = 0x0F0F0F0F0F0F0F0F
+)
+
+func sext4(v uint64) uint64 { return v ^ lanes08 | (^v&lanes08)*0x1E }
+func sext5(v uint64) uint64 { return v ^ lanes10 | (^v&lanes10)*0x0E }
+
+func spread8(b uint64) uint64 {
+	m := b * lanes01 & 0x8040201008040201
+	return (m + 0x7F7F7F7F7F7F7F7F) >> 7 & lanes01
+}
+
 // q4_0AsQ8_0 writes a Q4_0 block (f16 d, 16 bytes of nibbles: element j
 // low, j+16 high, offset 8) as a Q8_0 block.
 func q4_0AsQ8_0(dst, src []byte) {
 	d := (*[34]byte)(dst)
 	s := (*[18]byte)(src)
 	d[0], d[1] = s[0], s[1]
-	for j := 0; j < 16; j++ {
-		d[2+j] = byte(int8(s[2+j]&15) - 8)
-		d[18+j] = byte(int8(s[2+j]>>4) - 8)
+	le := binary.LittleEndian
+	for h := 0; h < 2; h++ {
+		q := le.Uint64(s[2+8*h:])
+		le.PutUint64(d[2+8*h:], sext4(q&lanes0F))
+		le.PutUint64(d[18+8*h:], sext4(q>>4&lanes0F))
 	}
 }
 
@@ -61,10 +84,14 @@ func q5_0AsQ8_0(dst, src []byte) {
 	d := (*[34]byte)(dst)
 	s := (*[22]byte)(src)
 	d[0], d[1] = s[0], s[1]
-	qh := binary.LittleEndian.Uint32(s[2:6])
-	for j := 0; j < 16; j++ {
-		d[2+j] = byte(int8(s[6+j]&15|byte(qh>>j&1)<<4) - 16)
-		d[18+j] = byte(int8(s[6+j]>>4|byte(qh>>(j+16)&1)<<4) - 16)
+	le := binary.LittleEndian
+	qh := uint64(le.Uint32(s[2:6]))
+	for h := 0; h < 2; h++ {
+		q := le.Uint64(s[6+8*h:])
+		lo := q&lanes0F | spread8(qh>>(8*h)&0xFF)<<4
+		hi := q>>4&lanes0F | spread8(qh>>(16+8*h)&0xFF)<<4
+		le.PutUint64(d[2+8*h:], sext5(lo))
+		le.PutUint64(d[18+8*h:], sext5(hi))
 	}
 }
 
