@@ -354,21 +354,29 @@ func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 		panic("kernels: bad Q8_0 tile")
 	}
 	// The row tile is repacked once for all token pairs (w+128, or the
-	// sign mask of w and |w|, and the widened scales, in the kernel's
-	// pass order).
-	need := nGroups * nb * q8PackBytes(avx2VNNI)
+	// sign mask of w (or w) and |w|, and the widened scales, in the
+	// kernel's pass order).
+	vnni, sign := avx2VNNI, avx2Sign
+	need := nGroups * nb * q8PackBytes(vnni)
 	bp := packPool.Get().(*[]byte)
 	if cap(*bp) < need {
 		*bp = make([]byte, need)
 	}
 	wp := (*bp)[:need]
-	q8PackTile(&wp[0], &w[0], nGroups, nb, !avx2VNNI)
-	kernel := tileQ8_0x42AVX2
-	if avx2VNNI {
-		kernel = tileQ8_0x42VNNI
+	mode := q8PackMask
+	switch {
+	case vnni:
+		mode = q8PackVNNI
+	case sign:
+		mode = q8PackSign
 	}
+	q8PackTile(&wp[0], &w[0], nGroups, nb, mode)
 	for t0 := 0; t0 < nt; t0 += 2 {
-		kernel(&out[t0*outStride], outStride, &wp[0], nGroups, &act.tile[t0*act.tstr], act.tstr, nb)
+		if vnni {
+			tileQ8_0x42VNNI(&out[t0*outStride], outStride, &wp[0], nGroups, &act.tile[t0*act.tstr], act.tstr, nb)
+		} else {
+			tileQ8_0x42AVX2(&out[t0*outStride], outStride, &wp[0], nGroups, &act.tile[t0*act.tstr], act.tstr, nb, sign)
+		}
 	}
 	packPool.Put(bp)
 	return nt

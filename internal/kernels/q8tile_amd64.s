@@ -77,6 +77,25 @@
 	VBROADCASTSS D1(SP), Y10 \
 	VFMADD231PS Y10, Y13, A1
 
+// Q8S42ROW: Q8P42ROW with VPSIGNB (x signed by w, with w at W and |w| at
+// W+32): one op instead of two, on CPUs whose sign op does not compete
+// with the multiplies (q8_0TilesAVX2 chooses).
+#define Q8S42ROW(W, D0, D1, A0, A1) \
+	VMOVDQU W(AX), Y12 \
+	VMOVDQU W+32(AX), Y11 \
+	VPSIGNB Y12, Y8, Y13 \
+	VPMADDUBSW Y13, Y11, Y13 \
+	VPMADDWD Y15, Y13, Y13 \
+	VCVTDQ2PS Y13, Y13 \
+	VBROADCASTSS D0(SP), Y14 \
+	VFMADD231PS Y14, Y13, A0 \
+	VPSIGNB Y12, Y9, Y13 \
+	VPMADDUBSW Y13, Y11, Y13 \
+	VPMADDWD Y15, Y13, Y13 \
+	VCVTDQ2PS Y13, Y13 \
+	VBROADCASTSS D1(SP), Y10 \
+	VFMADD231PS Y10, Y13, A1
+
 #define Q42STEP(E) \
 	ADDQ $E, AX \
 	ADDQ $192, R10 \
@@ -205,8 +224,9 @@ q8v42_done:
 	VZEROUPPER
 	RET
 
-// func tileQ8_0x42AVX2(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int)
-TEXT ·tileQ8_0x42AVX2(SB), NOSPLIT, $288-56
+// func tileQ8_0x42AVX2(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int, sign bool)
+// sign: the rows were packed with w (VPSIGNB form), not the sign mask.
+TEXT ·tileQ8_0x42AVX2(SB), NOSPLIT, $288-57
 	Q42ARGS
 	MOVL $0x00010001, R10
 	VMOVQ R10, X15
@@ -219,6 +239,8 @@ q8p42_group:
 	Q42TOK(0)
 	INCQ R13
 	SHRQ $1, R13
+	CMPB sign+56(FP), $0
+	JNE  q8s42_even
 
 q8p42_even:
 	Q42D(256)
@@ -229,11 +251,26 @@ q8p42_even:
 	Q42STEP(288)
 	DECQ R13
 	JNZ  q8p42_even
+	JMP  q8p42_mid
+
+q8s42_even:
+	Q42D(256)
+	Q8S42ROW(0, dd-32, dd-16, Y0, Y1)
+	Q8S42ROW(64, dd-28, dd-12, Y2, Y3)
+	Q8S42ROW(128, dd-24, dd-8, Y4, Y5)
+	Q8S42ROW(192, dd-20, dd-4, Y6, Y7)
+	Q42STEP(288)
+	DECQ R13
+	JNZ  q8s42_even
+
+q8p42_mid:
 	Q42SAVE
 	Q42ZERO
 	Q42TOK(32)
 	SHRQ $1, R13
 	JZ   q8p42_fin
+	CMPB sign+56(FP), $0
+	JNE  q8s42_odd
 
 q8p42_odd:
 	Q42D(256)
@@ -244,6 +281,17 @@ q8p42_odd:
 	Q42STEP(288)
 	DECQ R13
 	JNZ  q8p42_odd
+	JMP  q8p42_fin
+
+q8s42_odd:
+	Q42D(256)
+	Q8S42ROW(0, dd-32, dd-16, Y0, Y1)
+	Q8S42ROW(64, dd-28, dd-12, Y2, Y3)
+	Q8S42ROW(128, dd-24, dd-8, Y4, Y5)
+	Q8S42ROW(192, dd-20, dd-4, Y6, Y7)
+	Q42STEP(288)
+	DECQ R13
+	JNZ  q8s42_odd
 
 q8p42_fin:
 	Q42FIN
@@ -325,6 +373,21 @@ q8tr_done:
 	VPXOR 2(ROW)(R11*1), Y15, Y1 \
 	VMOVDQU Y1, OFF(DI)
 
+// Q42PKS: for the block of row ROW, w at OFF(DI) and |w| at OFF+32(DI).
+#define Q42PKS(ROW, OFF) \
+	VMOVDQU 2(ROW)(R11*1), Y1 \
+	VPABSB Y1, Y2 \
+	VMOVDQU Y1, OFF(DI) \
+	VMOVDQU Y2, OFF+32(DI)
+
+#define Q42PKS4 \
+	Q42PKS(AX, 0) \
+	Q42PKS(BX, 64) \
+	Q42PKS(CX, 128) \
+	Q42PKS(DX, 192) \
+	Q42DW(256) \
+	ADDQ $288, DI
+
 // Q42PKP: for the block of row ROW, the sign mask m (0xFF where w < 0,
 // else 0) at OFF(DI) and |w| (-128 gives 128 unsigned) at OFF+32(DI).
 // Y14 is zero.
@@ -351,13 +414,14 @@ q8tr_done:
 	Q42DW(256) \
 	ADDQ $288, DI
 
-// func q8PackTile(dst, w *byte, nGroups, nb int, plain bool)
+// func q8PackTile(dst, w *byte, nGroups, nb, mode int)
 // Repacks nGroups groups of 4 Q8_0 rows for the tiles above, per block in
-// pass order (per group the even blocks, then the odd ones). For
-// tileQ8_0x42VNNI 160 bytes per block: the 4 rows' w+128, then their
-// scales widened, (dw0..dw3) twice; for tileQ8_0x42AVX2 (plain) 288: per
-// row the sign mask of w and |w| (64 bytes), then the scales.
-TEXT ·q8PackTile(SB), NOSPLIT, $8-33
+// pass order (per group the even blocks, then the odd ones). Mode 0, for
+// tileQ8_0x42VNNI, 160 bytes per block: the 4 rows' w+128, then their
+// scales widened, (dw0..dw3) twice; mode 1 (tileQ8_0x42AVX2, mask form)
+// 288: per row the sign mask of w and |w| (64 bytes), then the scales;
+// mode 2 (VPSIGNB form) the same with w for the mask.
+TEXT ·q8PackTile(SB), NOSPLIT, $8-40
 	MOVQ dst+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ nGroups+16(FP), R8
@@ -388,13 +452,18 @@ q8pk_blk:
 	PREFETCHT0 544(BX)(R11*1)
 	PREFETCHT0 544(CX)(R11*1)
 	PREFETCHT0 544(DX)(R11*1)
-	CMPB plain+32(FP), $0
-	JNE  q8pk_plain
+	CMPQ mode+32(FP), $1
+	JE   q8pk_mask
+	JA   q8pk_sign
 	Q42PKV4
 	JMP  q8pk_step
 
-q8pk_plain:
+q8pk_mask:
 	Q42PKP4
+	JMP  q8pk_step
+
+q8pk_sign:
+	Q42PKS4
 
 q8pk_step:
 	ADDQ $68, R11
@@ -415,4 +484,14 @@ q8pk_next:
 
 q8pk_done:
 	VZEROUPPER
+	RET
+
+// func cpuVendorAMD() bool
+// CPUID leaf 0: the vendor string starts "Auth" (AuthenticAMD).
+TEXT ·cpuVendorAMD(SB), NOSPLIT, $0-1
+	XORL AX, AX
+	XORL CX, CX
+	CPUID
+	CMPL BX, $0x68747541
+	SETEQ ret+0(FP)
 	RET

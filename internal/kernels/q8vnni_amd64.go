@@ -21,10 +21,19 @@ func tileQ8_0x42VNNI(out *float32, outStride int, wp *byte, nGroups int, xt *byt
 // bytes.
 //
 //go:noescape
-func q8PackTile(dst, w *byte, nGroups, nb int, plain bool)
+func q8PackTile(dst, w *byte, nGroups, nb, mode int)
+
+// q8PackTile modes.
+const (
+	q8PackVNNI = iota // w+128
+	q8PackMask        // sign mask of w, |w|
+	q8PackSign        // w, |w|
+)
+
+func cpuVendorAMD() bool
 
 // q8PackBytes is the repacked size of one block of 4 rows: the VNNI form
-// stores w+128 (4 x 32 bytes), the plain one the sign mask of w and |w| (4 x 64), both
+// stores w+128 (4 x 32 bytes), the plain ones the sign mask of w (or w) and |w| (4 x 64), both
 // then the 4 scales widened, twice (32).
 func q8PackBytes(vnni bool) int {
 	if vnni {
@@ -34,7 +43,16 @@ func q8PackBytes(vnni bool) int {
 }
 
 //go:noescape
-func tileQ8_0x42AVX2(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int)
+func tileQ8_0x42AVX2(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int, sign bool)
+
+// avx2Sign selects the plain tile's VPSIGNB form. The mask form signs x
+// with VPXOR+VPSUBB, which Intel issues on three ports where VPSIGNB has
+// the two the multiplies use: +1% (768x288) to +7% (2048x768), 64
+// tokens, on a Sapphire Rapids with AVX-VNNI off (Skylake-class AVX2
+// Intel has the same ports). AMD's four FP pipes all
+// run VPSIGNB, so there the form with one op fewer is kept (llama.cpp's;
+// not measured on an AMD CPU in this work).
+var avx2Sign = cpuVendorAMD()
 
 // hasAVXVNNI: the CPU has VEX-encoded VPDPBUSD.
 var hasAVXVNNI = cpu.X86.HasAVXVNNI

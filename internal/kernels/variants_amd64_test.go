@@ -1,16 +1,23 @@
 package kernels
 
 // forVariants runs f once per kernel variant a path has on this CPU: on
-// AVX2 with AVX-VNNI, with the VNNI tiles and with the plain AVX2 ones
-// (what an AVX2-only CPU such as Zen 3 runs).
+// AVX2, the plain AVX2 tiles (what an AVX2-only CPU such as Zen 3 runs) in
+// both their forms (sign mask, VPSIGNB), then with AVX-VNNI the VNNI
+// tiles.
 func forVariants(p Path, f func(variant string)) {
-	if p != AVX2 || !hasAVXVNNI {
+	if p != AVX2 {
 		f("")
 		return
 	}
-	defer setAVX2VNNI(true)
+	oldVNNI, oldSign := avx2VNNI, avx2Sign
+	defer func() { setAVX2VNNI(oldVNNI); avx2Sign = oldSign }()
 	setAVX2VNNI(false)
-	f("/no-avxvnni")
-	setAVX2VNNI(true)
-	f("/avxvnni")
+	avx2Sign = false
+	f("/no-avxvnni/mask")
+	avx2Sign = true
+	f("/no-avxvnni/vpsignb")
+	if hasAVXVNNI {
+		setAVX2VNNI(true)
+		f("/avxvnni")
+	}
 }
