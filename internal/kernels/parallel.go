@@ -97,6 +97,14 @@ func (p *Parallel) Close() {
 // idle pool still sleeps.
 const spinFor = 50 * time.Microsecond
 
+// spinCheck is how many polls pass between a polling worker's Gosched
+// and look at the clock. A poll is one PAUSE (~17 ns on our machines),
+// so a worker yields its P about every microsecond: often enough that a
+// goroutine For readied on the caller's P (a parked worker, which then
+// runs on the caller's thread when the caller waits) gets a thread soon,
+// and rarely enough that the scheduler is not most of the poll.
+const spinCheck = 64
+
 func (p *Parallel) worker(ch chan struct{}, parked *atomic.Bool) {
 	defer p.exited.Done()
 	last := claimGen(p.claim.Load())
@@ -110,7 +118,8 @@ func (p *Parallel) worker(ch chan struct{}, parked *atomic.Bool) {
 				deadline, i = time.Time{}, 0
 				continue
 			}
-			if i&63 != 63 {
+			spinPause()
+			if i%spinCheck != spinCheck-1 {
 				continue
 			}
 			// The poll holds one of the process's Ps: let other runnable
@@ -199,7 +208,10 @@ func (p *Parallel) For(n int, fn func(lo, hi int)) {
 	}
 	p.run(p.gen)
 	for i := 0; p.done.Load() != int64(total); i++ {
-		if i&15 == 15 {
+		spinPause()
+		if i%16 == 15 {
+			// A worker woken by this For may still sit in this P's run
+			// queue: let it run here.
 			runtime.Gosched()
 		}
 	}
