@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sluice/internal/kernels"
 
 	"sluice/internal/quant"
@@ -76,6 +77,7 @@ type Runner struct {
 	spans                        []span
 	scores                       [][]float32 // one per attention slot
 	wide                         [][]float32 // one per attention slot: a block's F16 rows widened
+	slots                        chan int    // free attention slots (indices into scores, wide)
 	rows                         []int
 }
 
@@ -155,8 +157,8 @@ const minParallelMACs = 1 << 14
 // (32 KiB of scratch per slot at head dim 64): fewer, longer kernel calls.
 const wideRows = 128
 
-// attnSlots is how many interleaved shares of attention each thread of the
-// pool has to claim from; each share owns one scores scratch buffer.
+// attnSlots is how many chunks per thread a decode step's attention units
+// are grouped into (prefill units are claimed one at a time).
 const attnSlots = 4
 
 // unit is one (token, KV head) of attention, or nt > 1 consecutive
@@ -401,36 +403,67 @@ func (r *Runner) attention(l int, res []Result) {
 	}
 	// A unit's result depends only on its queries and the K/V rows of
 	// positions <= its own, summed in position order, so neither the split
-	// across threads nor the batch changes a bit. Slot w takes units w,
-	// w+T, w+2T...: interleaving balances prefill, where later tokens
-	// attend over more positions. There are attnSlots slots per thread,
-	// claimed dynamically, so the faster core (our two vCPUs differ by up
-	// to 1.7x) takes more of them instead of idling at the end.
-	T := min(attnSlots*r.par.Threads(), len(r.units))
-	for len(r.scores) < T {
-		r.scores = append(r.scores, nil)
+	// across threads, nor the order units run in, nor the batch changes a
+	// bit. Costliest first (later prefill tokens attend over more
+	// positions), claimed one at a time: the faster core (our two vCPUs
+	// differ by up to 1.7x) takes more, and the loop ends on the cheapest
+	// units, so the cores finish within one small unit of each other.
+	cost := func(un unit) int {
+		return int(un.nt) * (r.acts[un.a].pos + int(un.t) + int(un.nt))
 	}
-	for len(r.wide) < T {
-		r.wide = append(r.wide, nil)
-	}
-	// Waking workers costs microseconds: below about that much arithmetic
-	// (multiply-adds over every unit's context) the caller runs it alone.
-	// The split never changes a result, only who computes it.
 	macs := 0
 	for _, un := range r.units {
-		a := &r.acts[un.a]
-		macs += 2 * int(un.nt) * (a.pos + int(un.t) + int(un.nt)) * c.HeadDim * (c.Heads / c.KVHeads)
+		macs += cost(un)
 	}
-	if macs < minParallelMACs {
-		T = min(T, 1)
-	}
-	r.par.For(T, func(lo, hi int) {
-		for w := lo; w < hi; w++ {
-			for u := w; u < len(r.units); u += T {
-				r.attendTokens(r.units[u], w)
-			}
+	macs *= 2 * c.HeadDim * (c.Heads / c.KVHeads)
+	// Waking workers costs microseconds: below about that much arithmetic
+	// (multiply-adds over every unit's context) the caller runs it alone.
+	if macs < minParallelMACs || r.par.Threads() < 2 {
+		r.ensureSlots(1)
+		for _, un := range r.units {
+			r.attendTokens(un, 0)
 		}
+		return
+	}
+	slices.SortStableFunc(r.units, func(x, y unit) int { return cost(y) - cost(x) })
+	// A chunk's goroutine takes a free scratch slot for the chunk; at most
+	// Threads() chunks run at once. Decode-sized units (one token over a
+	// short context) go a few to a chunk, so a claim stays small against
+	// the work.
+	T := r.par.Threads()
+	r.ensureSlots(T)
+	grain := 1
+	if macs/len(r.units) < minUnitClaim {
+		grain = max(1, len(r.units)/(attnSlots*T))
+	}
+	r.par.ForGrain(len(r.units), grain, func(lo, hi int) {
+		w := <-r.slots
+		for _, un := range r.units[lo:hi] {
+			r.attendTokens(un, w)
+		}
+		r.slots <- w
 	})
+}
+
+// minUnitClaim is the least attention work (multiply-adds) of a unit worth
+// claiming alone.
+const minUnitClaim = 1 << 14
+
+// ensureSlots makes n scratch slots (scores, widened rows) and the free
+// list of their indices.
+func (r *Runner) ensureSlots(n int) {
+	for len(r.scores) < n {
+		r.scores = append(r.scores, nil)
+	}
+	for len(r.wide) < n {
+		r.wide = append(r.wide, nil)
+	}
+	if cap(r.slots) < n {
+		r.slots = make(chan int, n)
+		for w := 0; w < n; w++ {
+			r.slots <- w
+		}
+	}
 }
 
 // attendUnit computes the attention output of one token's query heads that
