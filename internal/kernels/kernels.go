@@ -66,8 +66,9 @@
 //	BF16        BF16  matvec (cols%16 == 0)                    matvec (no FMA: products may overflow)
 //
 // Q4_K, Q5_K and Q6_K activations are quantized to Q8_K in assembly on
-// both SIMD paths. Dot, DotRows, Axpy, AxpyRows, Scale, SiLUMul, ExpSub and
-// Softmax have assembly on the SIMD paths. The assembly is written by
+// both SIMD paths. Dot, DotRows, Axpy, AxpyRows, Scale, SiLUMul, ExpSub,
+// Softmax, SumSquares and ScaleMul (RMSNorm) have assembly on the SIMD
+// paths. The assembly is written by
 // hand (Go assembler, asm_amd64.s) rather than generated with avo: it was
 // quicker to get right and to tune here; the canonical orders above are the
 // specification any rewrite must keep. AVX-VNNI's VEX-encoded VPDPBUSD

@@ -547,40 +547,30 @@ func (r *Runner) attendUnit(un unit, w int) {
 }
 
 // rmsNorm: dst = src / sqrt(mean(src^2) + eps) * w, per row of len(w). The
-// sum of squares is accumulated in float64 in element order, as ggml's
-// rms_norm does, and the same for every row whatever the batch.
+// sum of squares is accumulated in float64, as ggml's rms_norm does, in
+// kernels.SumSquares' fixed lane order, the same for every row whatever
+// the batch and on every kernel path.
 func rmsNorm(dst, src, w []float32, rows int, eps float32) {
 	n := len(w)
 	for r := 0; r < rows; r++ {
 		x := src[r*n : (r+1)*n]
-		y := dst[r*n : (r+1)*n]
-		var ss float64
-		for _, v := range x {
-			ss += float64(v * v)
-		}
-		mean := float32(ss / float64(n))
+		mean := float32(kernels.SumSquares(x) / float64(n))
 		scale := 1 / float32(math.Sqrt(float64(mean+eps)))
-		for i, v := range x {
-			y[i] = (v * scale) * w[i]
-		}
+		kernels.ScaleMul(dst[r*n:(r+1)*n], x, scale, w)
 	}
 }
 
+// addBias and addInto add through kernels.Axpy with a = 1: the product is
+// exact, so each element is the one rounded sum x + y on every path.
 func addBias(x, b []float32, rows int) {
 	n := len(b)
 	for r := 0; r < rows; r++ {
-		row := x[r*n : (r+1)*n]
-		for i, v := range b {
-			row[i] += v
-		}
+		kernels.Axpy(x[r*n:(r+1)*n], 1, b)
 	}
 }
 
 func addInto(x, y []float32) {
-	y = y[:len(x)]
-	for i, v := range y {
-		x[i] += v
-	}
+	kernels.Axpy(x, 1, y)
 }
 
 // ropeAngles fills cs/sn (RopeDim/2 each) with the cosines and sines of
