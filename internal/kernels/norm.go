@@ -48,3 +48,26 @@ func ScaleMul(y, x []float32, s float32, w []float32) {
 		y[i] = (x[i] * s) * w[i]
 	}
 }
+
+// RotatePairs turns each pair (x[2i], x[2i+1]) by the angle whose cosine
+// is c[2i] = c[2i+1] and whose sine is s[2i+1] = -s[2i]:
+// x[2i], x[2i+1] = x[2i]*c[2i] + x[2i+1]*s[2i], x[2i+1]*c[2i+1] + x[2i]*s[2i+1]
+// (RoPE's NORM layout, with the tables expanded per element so that pairs
+// need no shuffles of c and s). Each product is rounded, then the sum: the
+// same bits as x0*cos - x1*sin and x0*sin + x1*cos. len(c), len(s) >=
+// len(x), which is even.
+func RotatePairs(x, c, s []float32) {
+	c, s = c[:len(x)], s[:len(x)]
+	i := 0
+	if CurrentPath() != Generic {
+		i = len(x) &^ 7
+		if i > 0 {
+			rotatePairsAsm(x[:i], c, s)
+		}
+	}
+	for ; i+1 < len(x); i += 2 {
+		x0, x1 := x[i], x[i+1]
+		x[i] = x0*c[i] + x1*s[i]
+		x[i+1] = x1*c[i+1] + x0*s[i+1]
+	}
+}

@@ -15,3 +15,9 @@ func sumSquaresAsm(x []float32, acc *[8]float64) { sumSquaresAVX2(&x[0], len(x),
 func scaleMulAsm(y, x []float32, s float32, w []float32) {
 	scaleMulAVX2(&y[0], &x[0], len(y), s, &w[0])
 }
+
+//go:noescape
+func rotatePairsAVX2(x, c, s *float32, n int)
+
+// rotatePairsAsm is RotatePairs' loop for len(x) a multiple of 8.
+func rotatePairsAsm(x, c, s []float32) { rotatePairsAVX2(&x[0], &c[0], &s[0], len(x)) }

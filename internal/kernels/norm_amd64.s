@@ -54,3 +54,31 @@ smul_loop:
 smul_done:
 	VZEROUPPER
 	RET
+
+// func rotatePairsAVX2(x, c, s *float32, n int)   n % 8 == 0
+// x = x*c + swap(x)*s, swap exchanging the elements of each pair; two
+// rounded products, then the rounded sum (no FMA).
+TEXT ·rotatePairsAVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), DI
+	MOVQ c+8(FP), SI
+	MOVQ s+16(FP), DX
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ   rot_done
+
+rot_loop:
+	VMOVUPS (DI), Y0
+	VPERMILPS $0xB1, Y0, Y1
+	VMULPS (SI), Y0, Y0
+	VMULPS (DX), Y1, Y1
+	VADDPS Y1, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  rot_loop
+
+rot_done:
+	VZEROUPPER
+	RET

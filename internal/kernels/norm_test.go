@@ -46,3 +46,31 @@ func TestSumSquaresScaleMul(t *testing.T) {
 		})
 	}
 }
+
+// TestRotatePairs: on every path, each pair turns as RoPE's formulas
+// written out (x0*cos - x1*sin, x0*sin + x1*cos, each product rounded),
+// from the expanded tables, over lengths around the 8-element step.
+func TestRotatePairs(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, n := range []int{2, 4, 6, 8, 10, 14, 16, 18, 30, 48, 64, 130} {
+		x0 := randVec(r, n, 2)
+		cs, sn := randVec(r, n/2, 1), randVec(r, n/2, 1)
+		c, s := make([]float32, n), make([]float32, n)
+		for i := range cs {
+			c[2*i], c[2*i+1] = cs[i], cs[i]
+			s[2*i], s[2*i+1] = -sn[i], sn[i]
+		}
+		withPath(t, func(p Path) {
+			x := append([]float32(nil), x0...)
+			RotatePairs(x, c, s)
+			for i := range cs {
+				a, b := x0[2*i], x0[2*i+1]
+				wa := float32(float64(float32(float64(a)*float64(cs[i]))) - float64(float32(float64(b)*float64(sn[i]))))
+				wb := float32(float64(float32(float64(a)*float64(sn[i]))) + float64(float32(float64(b)*float64(cs[i]))))
+				if x[2*i] != wa || x[2*i+1] != wb {
+					t.Fatalf("%v n=%d pair %d: (%v, %v), want (%v, %v)", p, n, i, x[2*i], x[2*i+1], wa, wb)
+				}
+			}
+		})
+	}
+}

@@ -594,8 +594,21 @@ func (m *Model) ropeAngles(pos int, cs, sn []float32) {
 
 // rope rotates the first RopeDim dimensions of each of nh heads in x by the
 // angles of cs/sn: NORM pairs (2i, 2i+1), NEOX pairs (i, i+RopeDim/2).
+// NORM heads go through kernels.RotatePairs on the tables expanded per
+// element (the same rounded products and sums as the formulas below).
 func (m *Model) rope(x []float32, nh int, cs, sn []float32) {
 	hd, half := m.cfg.HeadDim, len(cs)
+	if m.cfg.Rope != RopeNeox && half <= maxRopeHalf {
+		var c2, s2 [2 * maxRopeHalf]float32
+		for i := range cs {
+			c2[2*i], c2[2*i+1] = cs[i], cs[i]
+			s2[2*i], s2[2*i+1] = -sn[i], sn[i]
+		}
+		for h := 0; h < nh; h++ {
+			kernels.RotatePairs(x[h*hd:h*hd+2*half], c2[:2*half], s2[:2*half])
+		}
+		return
+	}
 	neox := m.cfg.Rope == RopeNeox
 	for h := 0; h < nh; h++ {
 		for i := 0; i < half; i++ {
@@ -609,3 +622,7 @@ func (m *Model) rope(x []float32, nh int, cs, sn []float32) {
 		}
 	}
 }
+
+// maxRopeHalf bounds the rotated pairs per head that rope expands on the
+// stack (head dimensions up to 256).
+const maxRopeHalf = 128
