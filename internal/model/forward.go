@@ -405,9 +405,10 @@ func (r *Runner) attention(l int, res []Result) {
 	// positions <= its own, summed in position order, so neither the split
 	// across threads, nor the order units run in, nor the batch changes a
 	// bit. Costliest first (later prefill tokens attend over more
-	// positions), claimed one at a time: the faster core (our two vCPUs
+	// positions), claimed in small chunks: the faster core (our two vCPUs
 	// differ by up to 1.7x) takes more, and the loop ends on the cheapest
-	// units, so the cores finish within one small unit of each other.
+	// units, so the cores finish within a chunk of cheap units of each
+	// other.
 	cost := func(un unit) int {
 		return int(un.nt) * (r.acts[un.a].pos + int(un.t) + int(un.nt))
 	}
@@ -432,7 +433,11 @@ func (r *Runner) attention(l int, res []Result) {
 	// the work.
 	T := r.par.Threads()
 	r.ensureSlots(T)
-	grain := 1
+	// The last chunks hold the cheapest units, so chunks of several units
+	// still end the loop evenly: 16 chunks per thread keep the claims
+	// (atomics on lines both cores write, and a slot each) well under 1%
+	// of the work.
+	grain := max(1, len(r.units)/(prefillChunks*T))
 	if macs/len(r.units) < minUnitClaim {
 		grain = max(1, len(r.units)/(attnSlots*T))
 	}
@@ -446,8 +451,12 @@ func (r *Runner) attention(l int, res []Result) {
 }
 
 // minUnitClaim is the least attention work (multiply-adds) of a unit worth
-// claiming alone.
-const minUnitClaim = 1 << 14
+// claiming in a chunk of its own; prefillChunks is how many chunks per
+// thread larger units are grouped into.
+const (
+	minUnitClaim  = 1 << 14
+	prefillChunks = 16
+)
 
 // ensureSlots makes n scratch slots (scores, widened rows) and the free
 // list of their indices.
