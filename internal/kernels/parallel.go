@@ -253,7 +253,7 @@ func (p *Parallel) ForGrain(n, grain int, fn func(lo, hi int)) {
 // finishes. Spinning on, the caller would hold its core while the worker
 // waits for a core; blocked, it leaves its core to the worker (or to the
 // neighbour) and the goroutine finishing the loop wakes it.
-const callerSpin = 50 * time.Microsecond
+const callerSpin = 200 * time.Microsecond
 
 func (p *Parallel) wait(total int64, spin time.Duration) {
 	var deadline time.Time
