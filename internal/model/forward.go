@@ -147,11 +147,14 @@ func (r *Runner) perToken(n, rowCost int, fn func(lo, hi int)) {
 	r.par.For(n, fn)
 }
 
-// minParallelMACs is the least attention work spread over the pool: with
-// the pool's workers polling between a step's loops a split costs well
-// under a microsecond, so a decode step's attention is worth splitting
-// from a few dozen positions on.
-const minParallelMACs = 1 << 14
+// minParallelMACs is the least attention work spread over the pool. A
+// split costs about a microsecond with the workers polling, but a decode
+// step's units are few and small (one per KV head), and per position
+// each costs more than its multiply-adds at small head dimensions: at
+// 1<<14, stories260K (head dim 8) decoded at 2 threads at 9.5-10.2k tok/s
+// from position 16 to 272, against 16k at 1 thread; at 1<<16, 14.3k
+// (bench-15M-q8_0 884 -> 901, interleaved, loaded machine).
+const minParallelMACs = 1 << 16
 
 // wideRows is how many positions of F16 rows attention widens at a time
 // (32 KiB of scratch per slot at head dim 64): fewer, longer kernel calls.
