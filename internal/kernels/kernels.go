@@ -68,8 +68,9 @@
 //	BF16        BF16  matvec (cols%16 == 0)                    matvec (no FMA: products may overflow)
 //
 // Q4_K, Q5_K and Q6_K activations are quantized to Q8_K in assembly on
-// both SIMD paths. Dot, DotRows, Axpy, AxpyRows, Scale, SiLUMul, ExpSub and
-// Softmax have assembly on the SIMD paths. The assembly is written by
+// both SIMD paths. Dot, DotRows, Axpy, AxpyRows, Scale, SiLUMul, ExpSub,
+// Softmax, SumSquares and ScaleMul (RMSNorm) have assembly on the SIMD
+// paths. The assembly is written by
 // hand (Go assembler, asm_amd64.s) rather than generated with avo: it was
 // quicker to get right and to tune here; the canonical orders above are the
 // specification any rewrite must keep. No legacy-SSE instruction may
@@ -215,8 +216,25 @@ func MatMul(par *Parallel, out []float32, w *Matrix, x []float32, nTok int) {
 	*jp = job
 	// Batch invariance (DESIGN.md "Determinism"): splitting only at row
 	// boundaries keeps each dot product whole on one goroutine.
-	par.For(ceilDiv(w.Rows, rowTile), jp.runTiles)
+	par.ForGrain(ceilDiv(w.Rows, rowTile), tileGrain(par, ceilDiv(w.Rows, rowTile), w.Cols, nTok), jp.runTiles)
 	jp.act.release()
+}
+
+// minTileClaim is the least work (multiply-adds) of one row tile that is
+// worth claiming alone (a claim is an atomic on a line both cores write).
+const minTileClaim = 1 << 16
+
+// tileGrain is how many row tiles of cols columns times nTok tokens the
+// pool's chunks of a matmul loop hold: one when a tile is worth a claim
+// (prefill: the faster core takes more, and the loop ends with at most
+// one tile's imbalance instead of an eighth of the loop's), else For's
+// few chunks per thread (decode).
+func tileGrain(par *Parallel, tiles, cols, nTok int) int {
+	if rowTile*cols*nTok >= minTileClaim {
+		return 1
+	}
+	chunks := min(tiles, chunksPerThread*par.Threads())
+	return ceilDiv(tiles, chunks)
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

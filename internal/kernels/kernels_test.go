@@ -164,24 +164,28 @@ func TestPathsBitwiseEqual(t *testing.T) {
 
 // TestMatMulBatchInvariant is the batch-invariance contract (DESIGN.md
 // "Determinism"): a token's outputs are bitwise the same whether it is
-// alone, in a batch of 7 or of 64, at any position, with 1 or 2 threads.
-// Breaking it (e.g. splitting a dot product across threads, or a
-// register-blocked kernel with a different order for multi-token calls)
-// makes this test fail.
+// alone, in a batch of 7 or of 64, at any position, with 1 to 4 threads
+// (prefill-sized calls split one row tile per chunk, decode-sized ones a
+// few tiles per chunk). Breaking it (e.g. splitting a dot product across
+// threads, or a register-blocked kernel with a different order for
+// multi-token calls) makes this test fail.
 func TestMatMulBatchInvariant(t *testing.T) {
-	par2 := NewParallel(2)
-	defer par2.Close()
+	var pars []*Parallel
+	for th := 2; th <= 4; th++ {
+		p := NewParallel(th)
+		defer p.Close()
+		pars = append(pars, p)
+	}
 	for _, sh := range testShapes {
 		for _, cols := range sh.cols {
-			testBatchInvariant(t, par2, sh.typ, cols)
+			testBatchInvariant(t, pars, sh.typ, cols)
 		}
 	}
 }
 
-func testBatchInvariant(t *testing.T, par2 *Parallel, typ quant.Type, cols int) {
-	{
+func testBatchInvariant(t *testing.T, pars []*Parallel, typ quant.Type, cols int) {
+	for _, rows := range []int{37, 101} {
 		sh := struct{ typ quant.Type }{typ}
-		rows := 37
 		m, _ := makeMatrix(t, sh.typ, rows, cols, 5)
 		const maxTok = 64
 		x := randVec(rand.New(rand.NewPCG(11, 12)), maxTok*cols, 1)
@@ -191,7 +195,7 @@ func testBatchInvariant(t *testing.T, par2 *Parallel, typ quant.Type, cols int) 
 			for k := 0; k < maxTok; k++ {
 				MatMul(nil, single[k*rows:(k+1)*rows], m, x[k*cols:(k+1)*cols], 1)
 			}
-			for _, par := range []*Parallel{nil, par2} {
+			for _, par := range append([]*Parallel{nil}, pars...) {
 				for _, nTok := range []int{1, 7, 64} {
 					for start := 0; start+nTok <= maxTok; start += max(nTok, 19) {
 						out := make([]float32, nTok*rows)

@@ -61,7 +61,7 @@ func MatMulMany(par *Parallel, x []float32, nTok int, ps ...Product) {
 	} else {
 		jp := new(multiJob)
 		*jp = mj
-		par.For(jp.tiles, jp.run)
+		par.ForGrain(jp.tiles, tileGrain(par, jp.tiles, ps[0].W.Cols, nTok), jp.run)
 		mj = *jp
 	}
 	for i := 0; i < mj.n; i++ {

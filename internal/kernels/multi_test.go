@@ -16,8 +16,12 @@ import (
 // columns check that activations are converted per type, not reused across
 // types.
 func TestMatMulManyBitwise(t *testing.T) {
-	par2 := NewParallel(2)
-	defer par2.Close()
+	pars := []*Parallel{nil}
+	for th := 2; th <= 4; th++ {
+		p := NewParallel(th)
+		defer p.Close()
+		pars = append(pars, p)
+	}
 	cases := []struct {
 		cols  int
 		types []quant.Type
@@ -33,16 +37,16 @@ func TestMatMulManyBitwise(t *testing.T) {
 		for i, typ := range c.types {
 			ms[i], _ = makeMatrix(t, typ, c.rows[i], c.cols, uint64(100*ci+i))
 		}
-		const maxTok = 9
+		const maxTok = 33
 		x := randVec(rand.New(rand.NewPCG(3, uint64(ci))), maxTok*c.cols, 1)
 		withPath(t, func(p Path) {
-			for _, nTok := range []int{1, 4, maxTok} {
+			for _, nTok := range []int{1, 4, 9, maxTok} {
 				want := make([][]float32, len(ms))
 				for i, m := range ms {
 					want[i] = make([]float32, nTok*m.Rows)
 					MatMul(nil, want[i], m, x, nTok)
 				}
-				for _, par := range []*Parallel{nil, par2} {
+				for _, par := range pars {
 					ps := make([]Product, len(ms))
 					for i, m := range ms {
 						ps[i] = Product{Out: make([]float32, nTok*m.Rows), W: m}

@@ -15,7 +15,10 @@ import (
 // The caller of For works too and waits only for chunks that some worker
 // has claimed, never for a worker to wake up: on a busy machine a parked
 // worker can take tens of microseconds to be scheduled, and by then the
-// caller may have done every chunk itself. Workers poll for the next loop
+// caller may have done every chunk itself. When a worker's chunk outlasts
+// the caller's by much more than a chunk (its thread preempted by another
+// process), the caller stops spinning and blocks until it finishes
+// (callerSpin). Workers poll for the next loop
 // for spinFor before parking: on an idle 2-vCPU machine parking at once
 // left the worker joining each of a decode step's ~40 loops late (15M q8_0
 // decode, 2 threads: ~1500 tok/s parking at once, ~2050 polling). On a
@@ -37,6 +40,12 @@ type Parallel struct {
 	claim atomic.Uint64
 	done  atomic.Int64 // chunks of the current loop finished
 
+	// A For that stops waiting for its loop's last chunks sets waiting;
+	// the goroutine that finishes the last chunk and clears it sends on
+	// finished.
+	waiting  atomic.Bool
+	finished chan struct{}
+
 	// The current loop, written by For before claim is published and not
 	// changed until every chunk is done.
 	fn     func(lo, hi int)
@@ -52,7 +61,7 @@ func NewParallel(threads int) *Parallel {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	p := &Parallel{threads: threads, parked: make([]atomic.Bool, max(threads-1, 0))}
+	p := &Parallel{threads: threads, parked: make([]atomic.Bool, max(threads-1, 0)), finished: make(chan struct{}, 1)}
 	for i := 1; i < threads; i++ {
 		ch := make(chan struct{}, 1)
 		p.wake = append(p.wake, ch)
@@ -97,6 +106,14 @@ func (p *Parallel) Close() {
 // idle pool still sleeps.
 const spinFor = 50 * time.Microsecond
 
+// spinCheck is how many polls pass between a polling worker's Gosched
+// and look at the clock. A poll is one PAUSE (~17 ns on our machines),
+// so a worker yields its P about every microsecond: often enough that a
+// goroutine For readied on the caller's P (a parked worker, which then
+// runs on the caller's thread when the caller waits) gets a thread soon,
+// and rarely enough that the scheduler is not most of the poll.
+const spinCheck = 64
+
 func (p *Parallel) worker(ch chan struct{}, parked *atomic.Bool) {
 	defer p.exited.Done()
 	last := claimGen(p.claim.Load())
@@ -110,7 +127,8 @@ func (p *Parallel) worker(ch chan struct{}, parked *atomic.Bool) {
 				deadline, i = time.Time{}, 0
 				continue
 			}
-			if i&63 != 63 {
+			spinPause()
+			if i%spinCheck != spinCheck-1 {
 				continue
 			}
 			// The poll holds one of the process's Ps: let other runnable
@@ -144,13 +162,14 @@ const claimBits = 20
 
 func claimGen(c uint64) uint32 { return uint32(c >> (2 * claimBits)) }
 
-// run claims and runs chunks of loop gen until none is left.
-func (p *Parallel) run(gen uint32) {
+// run claims and runs chunks of loop gen until none is left, and returns
+// how many it ran.
+func (p *Parallel) run(gen uint32) (ran int) {
 	for {
 		c := p.claim.Load()
 		next, total := int(c&(1<<claimBits-1)), int(c>>claimBits&(1<<claimBits-1))
 		if claimGen(c) != gen || next >= total {
-			return
+			return ran
 		}
 		if !p.claim.CompareAndSwap(c, c+1) {
 			continue
@@ -159,7 +178,10 @@ func (p *Parallel) run(gen uint32) {
 		// next loop, so the fields below are this loop's.
 		lo := next * p.chunk
 		p.fn(lo, min(lo+p.chunk, p.n))
-		p.done.Add(1)
+		ran++
+		if p.done.Add(1) == int64(total) && p.waiting.CompareAndSwap(true, false) {
+			p.finished <- struct{}{} // buffered; For takes it before the next loop
+		}
 	}
 }
 
@@ -175,7 +197,20 @@ func (p *Parallel) For(n int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
-	if p == nil || p.threads == 1 || n == 1 || !p.mu.TryLock() {
+	chunks := min(n, chunksPerThread*p.Threads())
+	p.ForGrain(n, (n+chunks-1)/chunks, fn)
+}
+
+// ForGrain is For with chunks of grain indices (the last may be shorter),
+// claimed one at a time: for loops whose indices are each worth a claim
+// (a few microseconds of work), finer chunks than For's let the faster
+// core take more and leave less idle time at the end of the loop.
+func (p *Parallel) ForGrain(n, grain int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	grain = max(grain, 1)
+	if p == nil || p.threads == 1 || n <= grain || !p.mu.TryLock() {
 		fn(0, n)
 		return
 	}
@@ -184,8 +219,9 @@ func (p *Parallel) For(n int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
-	chunks := min(n, chunksPerThread*p.threads)
-	p.fn, p.n, p.chunk = fn, n, (n+chunks-1)/chunks
+	// The claim word holds the chunk count in claimBits bits.
+	grain = max(grain, ceilDiv(n, 1<<claimBits-1))
+	p.fn, p.n, p.chunk = fn, n, grain
 	total := (n + p.chunk - 1) / p.chunk
 	p.gen = (p.gen + 1) & (1<<(64-2*claimBits) - 1)
 	p.done.Store(0)
@@ -197,11 +233,51 @@ func (p *Parallel) For(n int, fn func(lo, hi int)) {
 			ch <- struct{}{} // buffered, and only this For sends on it
 		}
 	}
-	p.run(p.gen)
-	for i := 0; p.done.Load() != int64(total); i++ {
-		if i&15 == 15 {
-			runtime.Gosched()
+	t0 := time.Now()
+	if ran := p.run(p.gen); p.done.Load() != int64(total) {
+		// A running worker started its last chunk at most one chunk
+		// before the caller ran out, and the slower vCPU takes up to
+		// 1.7x as long: past twice the caller's mean chunk, the worker's
+		// thread is most likely preempted by another process.
+		spin := callerSpin
+		if ran > 0 {
+			spin += 2 * time.Since(t0) / time.Duration(ran)
 		}
+		p.wait(int64(total), spin)
 	}
 	p.fn = nil
+}
+
+// callerSpin (plus twice the caller's mean chunk) is how long For polls
+// for chunks that workers still run before it blocks until the last one
+// finishes. Spinning on, the caller would hold its core while the worker
+// waits for a core; blocked, it leaves its core to the worker (or to the
+// neighbour) and the goroutine finishing the loop wakes it.
+const callerSpin = 200 * time.Microsecond
+
+func (p *Parallel) wait(total int64, spin time.Duration) {
+	var deadline time.Time
+	for i := 1; p.done.Load() != total; i++ {
+		spinPause()
+		if i%16 != 0 {
+			continue
+		}
+		// A worker woken by this For may still sit in this P's run
+		// queue: let it run here.
+		runtime.Gosched()
+		if i%64 != 0 {
+			continue
+		}
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(spin)
+		} else if now.After(deadline) {
+			p.waiting.Store(true)
+			if p.done.Load() == total && p.waiting.CompareAndSwap(true, false) {
+				return // finished before the flag was seen: nothing will be sent
+			}
+			<-p.finished
+			return
+		}
+	}
 }

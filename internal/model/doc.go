@@ -26,7 +26,7 @@
 // A token's K/V and logits are bitwise identical however its prompt was
 // chunked, whatever shares the step and whatever the thread count: each
 // matmul element has a fixed reduction order (internal/kernels), RMSNorm
-// sums in float64 in element order, RoPE angles depend only on the
+// sums in float64 in a fixed lane order (kernels.SumSquares), RoPE angles depend only on the
 // position, and attention for a (token, KV head) sums scores and values in
 // position order, with work split across (token, head) units and never
 // inside one reduction. TestBatchInvariance checks it on every weight type.

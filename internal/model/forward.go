@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sluice/internal/kernels"
 
 	"sluice/internal/quant"
@@ -70,11 +71,13 @@ type Runner struct {
 	x, xn, q, k, v, att, o, g, u []float32
 	logits                       []float32
 	rcos, rsin                   []float32 // RoPE table, RopeDim/2 per token
+	tokID, tokPos                []int32   // the step's tokens and positions, in row order
 	acts                         []active
 	units                        []unit
 	spans                        []span
 	scores                       [][]float32 // one per attention slot
 	wide                         [][]float32 // one per attention slot: a block's F16 rows widened
+	slots                        chan int    // free attention slots (indices into scores, wide)
 	rows                         []int
 }
 
@@ -144,18 +147,21 @@ func (r *Runner) perToken(n, rowCost int, fn func(lo, hi int)) {
 	r.par.For(n, fn)
 }
 
-// minParallelMACs is the least attention work spread over the pool: with
-// the pool's workers polling between a step's loops a split costs well
-// under a microsecond, so a decode step's attention is worth splitting
-// from a few dozen positions on.
-const minParallelMACs = 1 << 14
+// minParallelMACs is the least attention work spread over the pool. A
+// split costs about a microsecond with the workers polling, but a decode
+// step's units are few and small (one per KV head), and per position
+// each costs more than its multiply-adds at small head dimensions: at
+// 1<<14, stories260K (head dim 8) decoded at 2 threads at 9.5-10.2k tok/s
+// from position 16 to 272, against 16k at 1 thread; at 1<<16, 14.3k
+// (bench-15M-q8_0 884 -> 901, interleaved, loaded machine).
+const minParallelMACs = 1 << 16
 
 // wideRows is how many positions of F16 rows attention widens at a time
 // (32 KiB of scratch per slot at head dim 64): fewer, longer kernel calls.
 const wideRows = 128
 
-// attnSlots is how many interleaved shares of attention each thread of the
-// pool has to claim from; each share owns one scores scratch buffer.
+// attnSlots is how many chunks per thread a decode step's attention units
+// are grouped into (prefill units are claimed one at a time).
 const attnSlots = 4
 
 // unit is one (token, KV head) of attention, or nt > 1 consecutive
@@ -201,13 +207,20 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 
 	half := c.RopeDim / 2
 	r.rcos, r.rsin = grow(r.rcos, total*half), grow(r.rsin, total*half)
+	r.tokID, r.tokPos = r.tokID[:0], r.tokPos[:0]
 	for _, a := range acts {
 		for j, tok := range seqs[a.idx].Tokens {
-			t := a.off + j
-			m.embed(tok, r.x[t*E:(t+1)*E])
-			m.ropeAngles(a.pos+j, r.rcos[t*half:(t+1)*half], r.rsin[t*half:(t+1)*half])
+			r.tokID, r.tokPos = append(r.tokID, tok), append(r.tokPos, int32(a.pos+j))
 		}
 	}
+	// Each token's embedding row and RoPE angles depend on it alone
+	// (~1 µs of cosines and sines per token at head dim 48).
+	r.perToken(total, E+8*half, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			m.embed(r.tokID[t], r.x[t*E:(t+1)*E])
+			m.ropeAngles(int(r.tokPos[t]), r.rcos[t*half:(t+1)*half], r.rsin[t*half:(t+1)*half])
+		}
+	})
 	for l := range m.layers {
 		ly := &m.layers[l]
 		r.perToken(total, E, func(lo, hi int) {
@@ -393,36 +406,76 @@ func (r *Runner) attention(l int, res []Result) {
 	}
 	// A unit's result depends only on its queries and the K/V rows of
 	// positions <= its own, summed in position order, so neither the split
-	// across threads nor the batch changes a bit. Slot w takes units w,
-	// w+T, w+2T...: interleaving balances prefill, where later tokens
-	// attend over more positions. There are attnSlots slots per thread,
-	// claimed dynamically, so the faster core (our two vCPUs differ by up
-	// to 1.7x) takes more of them instead of idling at the end.
-	T := min(attnSlots*r.par.Threads(), len(r.units))
-	for len(r.scores) < T {
-		r.scores = append(r.scores, nil)
+	// across threads, nor the order units run in, nor the batch changes a
+	// bit. Costliest first (later prefill tokens attend over more
+	// positions), claimed in small chunks: the faster core (our two vCPUs
+	// differ by up to 1.7x) takes more, and the loop ends on the cheapest
+	// units, so the cores finish within a chunk of cheap units of each
+	// other.
+	cost := func(un unit) int {
+		return int(un.nt) * (r.acts[un.a].pos + int(un.t) + int(un.nt))
 	}
-	for len(r.wide) < T {
-		r.wide = append(r.wide, nil)
-	}
-	// Waking workers costs microseconds: below about that much arithmetic
-	// (multiply-adds over every unit's context) the caller runs it alone.
-	// The split never changes a result, only who computes it.
 	macs := 0
 	for _, un := range r.units {
-		a := &r.acts[un.a]
-		macs += 2 * int(un.nt) * (a.pos + int(un.t) + int(un.nt)) * c.HeadDim * (c.Heads / c.KVHeads)
+		macs += cost(un)
 	}
-	if macs < minParallelMACs {
-		T = min(T, 1)
-	}
-	r.par.For(T, func(lo, hi int) {
-		for w := lo; w < hi; w++ {
-			for u := w; u < len(r.units); u += T {
-				r.attendTokens(r.units[u], w)
-			}
+	macs *= 2 * c.HeadDim * (c.Heads / c.KVHeads)
+	// Waking workers costs microseconds: below about that much arithmetic
+	// (multiply-adds over every unit's context) the caller runs it alone.
+	if macs < minParallelMACs || r.par.Threads() < 2 {
+		r.ensureSlots(1)
+		for _, un := range r.units {
+			r.attendTokens(un, 0)
 		}
+		return
+	}
+	slices.SortStableFunc(r.units, func(x, y unit) int { return cost(y) - cost(x) })
+	// A chunk's goroutine takes a free scratch slot for the chunk; at most
+	// Threads() chunks run at once. Decode-sized units (one token over a
+	// short context) go a few to a chunk, so a claim stays small against
+	// the work.
+	T := r.par.Threads()
+	r.ensureSlots(T)
+	// The last chunks hold the cheapest units, so chunks of several units
+	// still end the loop evenly: 16 chunks per thread keep the claims
+	// (atomics on lines both cores write, and a slot each) well under 1%
+	// of the work.
+	grain := max(1, len(r.units)/(prefillChunks*T))
+	if macs/len(r.units) < minUnitClaim {
+		grain = max(1, len(r.units)/(attnSlots*T))
+	}
+	r.par.ForGrain(len(r.units), grain, func(lo, hi int) {
+		w := <-r.slots
+		for _, un := range r.units[lo:hi] {
+			r.attendTokens(un, w)
+		}
+		r.slots <- w
 	})
+}
+
+// minUnitClaim is the least attention work (multiply-adds) of a unit worth
+// claiming in a chunk of its own; prefillChunks is how many chunks per
+// thread larger units are grouped into.
+const (
+	minUnitClaim  = 1 << 14
+	prefillChunks = 16
+)
+
+// ensureSlots makes n scratch slots (scores, widened rows) and the free
+// list of their indices.
+func (r *Runner) ensureSlots(n int) {
+	for len(r.scores) < n {
+		r.scores = append(r.scores, nil)
+	}
+	for len(r.wide) < n {
+		r.wide = append(r.wide, nil)
+	}
+	if cap(r.slots) < n {
+		r.slots = make(chan int, n)
+		for w := 0; w < n; w++ {
+			r.slots <- w
+		}
+	}
 }
 
 // attendUnit computes the attention output of one token's query heads that
@@ -506,40 +559,30 @@ func (r *Runner) attendUnit(un unit, w int) {
 }
 
 // rmsNorm: dst = src / sqrt(mean(src^2) + eps) * w, per row of len(w). The
-// sum of squares is accumulated in float64 in element order, as ggml's
-// rms_norm does, and the same for every row whatever the batch.
+// sum of squares is accumulated in float64, as ggml's rms_norm does, in
+// kernels.SumSquares' fixed lane order, the same for every row whatever
+// the batch and on every kernel path.
 func rmsNorm(dst, src, w []float32, rows int, eps float32) {
 	n := len(w)
 	for r := 0; r < rows; r++ {
 		x := src[r*n : (r+1)*n]
-		y := dst[r*n : (r+1)*n]
-		var ss float64
-		for _, v := range x {
-			ss += float64(v * v)
-		}
-		mean := float32(ss / float64(n))
+		mean := float32(kernels.SumSquares(x) / float64(n))
 		scale := 1 / float32(math.Sqrt(float64(mean+eps)))
-		for i, v := range x {
-			y[i] = (v * scale) * w[i]
-		}
+		kernels.ScaleMul(dst[r*n:(r+1)*n], x, scale, w)
 	}
 }
 
+// addBias and addInto add through kernels.Axpy with a = 1: the product is
+// exact, so each element is the one rounded sum x + y on every path.
 func addBias(x, b []float32, rows int) {
 	n := len(b)
 	for r := 0; r < rows; r++ {
-		row := x[r*n : (r+1)*n]
-		for i, v := range b {
-			row[i] += v
-		}
+		kernels.Axpy(x[r*n:(r+1)*n], 1, b)
 	}
 }
 
 func addInto(x, y []float32) {
-	y = y[:len(x)]
-	for i, v := range y {
-		x[i] += v
-	}
+	kernels.Axpy(x, 1, y)
 }
 
 // ropeAngles fills cs/sn (RopeDim/2 each) with the cosines and sines of
@@ -563,8 +606,21 @@ func (m *Model) ropeAngles(pos int, cs, sn []float32) {
 
 // rope rotates the first RopeDim dimensions of each of nh heads in x by the
 // angles of cs/sn: NORM pairs (2i, 2i+1), NEOX pairs (i, i+RopeDim/2).
+// NORM heads go through kernels.RotatePairs on the tables expanded per
+// element (the same rounded products and sums as the formulas below).
 func (m *Model) rope(x []float32, nh int, cs, sn []float32) {
 	hd, half := m.cfg.HeadDim, len(cs)
+	if m.cfg.Rope != RopeNeox && half <= maxRopeHalf {
+		var c2, s2 [2 * maxRopeHalf]float32
+		for i := range cs {
+			c2[2*i], c2[2*i+1] = cs[i], cs[i]
+			s2[2*i], s2[2*i+1] = -sn[i], sn[i]
+		}
+		for h := 0; h < nh; h++ {
+			kernels.RotatePairs(x[h*hd:h*hd+2*half], c2[:2*half], s2[:2*half])
+		}
+		return
+	}
 	neox := m.cfg.Rope == RopeNeox
 	for h := 0; h < nh; h++ {
 		for i := 0; i < half; i++ {
@@ -578,3 +634,7 @@ func (m *Model) rope(x []float32, nh int, cs, sn []float32) {
 		}
 	}
 }
+
+// maxRopeHalf bounds the rotated pairs per head that rope expands on the
+// stack (head dimensions up to 256).
+const maxRopeHalf = 128

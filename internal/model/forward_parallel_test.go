@@ -51,6 +51,7 @@ func parallelAttentionInvariant(t *testing.T, newKV func(ps, layers, kvd int) *m
 			{"one chunk, 3 threads", 3, []int{n}},
 			{"chunks 120+80, 2 threads", 2, []int{120, 80}},
 			{"chunks 37+1+162, 3 threads", 3, []int{37, 1, 162}},
+			{"chunks 64+136, 4 threads", 4, []int{64, 136}},
 		} {
 			got, kv := runChunks(m, v.threads, toks, v.chunk, nil, newKV)
 			if !bitsEqual(got, base) {
