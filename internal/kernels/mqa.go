@@ -119,8 +119,20 @@ func MQAAxpy[T float32 | uint16](y, w []float32, ws, m, hd int, v []T, vs, p int
 	}
 }
 
-// ScaleSoftmax is Scale(x, a) then Softmax(x): attention's score row.
+// ScaleSoftmax is Scale(x, a) then Softmax(x), bit for bit: attention's
+// score row. On AVX2 one call does both, with expf's arithmetic in one
+// pass over rows whose spread stays within its normal range.
 func ScaleSoftmax(x []float32, a float32) {
+	if len(x) == 0 {
+		return
+	}
+	if CurrentPath() == AVX2 {
+		if scaleSoftmaxAVX2(&x[0], len(x), a, &expConsts[0]) {
+			return
+		}
+		Softmax(x) // x is scaled: NaN, +Inf or a wide spread
+		return
+	}
 	Scale(x, a)
 	Softmax(x)
 }

@@ -27,3 +27,6 @@ func mqaAxpyF32AVX512(y *float32, w *float32, ws int, m, hd int, v *float32, vs,
 
 //go:noescape
 func mqaAxpyF16AVX512(y *float32, w *float32, ws int, m, hd int, v *uint16, vs, p int)
+
+//go:noescape
+func scaleSoftmaxAVX2(x *float32, n int, a float32, c *float32) (done bool)

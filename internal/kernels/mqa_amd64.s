@@ -62,7 +62,7 @@ GLOBL mqaIota<>(SB), RODATA|NOPTR, $64
 	MOVQ hd+32(FP), BX \
 	MOVQ BX, AX \
 	ANDQ $15, AX \
-	MOVQ AX, X0 \
+	VMOVQ AX, X0 \
 	VPBROADCASTD X0, Y0 \
 	VPCMPGTD mqaIota<>+0(SB), Y0, Y14 \
 	VPCMPGTD mqaIota<>+32(SB), Y0, Y15 \
@@ -457,7 +457,7 @@ bt: \
 	MOVQ BX, AX \
 	SUBQ R10, AX \
 	SHRQ $2, AX \
-	MOVQ AX, X15 \
+	VMOVQ AX, X15 \
 	VPBROADCASTD X15, Y15 \
 	VPCMPGTD mqaIota<>+0(SB), Y15, Y15 \
 	LEAQ (DI)(BX*1), AX \
@@ -545,7 +545,7 @@ bts: \
 	MOVQ BX, AX \
 	SUBQ R10, AX \
 	SHRQ $2, AX \
-	MOVQ AX, X15 \
+	VMOVQ AX, X15 \
 	VPBROADCASTD X15, Y15 \
 	VPCMPGTD mqaIota<>+0(SB), Y15, Y15 \
 	VMASKMOVPS (DI)(R10*1), Y15, Y0 \
@@ -728,6 +728,49 @@ done: \
 #define LDZVM32 VMOVUPS.Z (DX), K2, Z8
 #define LDZVM16 VMOVDQU16.Z (DX), K2, Y8; VCVTPH2PS Y8, Z8
 
+// MEXPFAST(c): Y0 = expf(Y0) for lanes in [-87, 0] (softmax's x - max when
+// the row's spread is under 87), expf's exact arithmetic without its range
+// cases: n = round-half-away(x*log2e) in [-126, 0], so 2^n is a normal
+// float. Needs Y12 = log2e, Y9 = 0.5, Y14 = the sign mask, Y13 = int32
+// 127, R9 the constants (expConsts); clobbers Y1-Y3.
+#define MEXPFAST \
+	VMULPS Y12, Y0, Y1 \
+	VANDPS Y14, Y1, Y2 \
+	VORPS Y9, Y2, Y2 \
+	VADDPS Y2, Y1, Y1 \
+	VCVTTPS2DQ Y1, Y3 \
+	VCVTDQ2PS Y3, Y1 \
+	VBROADCASTSS 8(R9), Y2 \
+	VMULPS Y1, Y2, Y2 \
+	VSUBPS Y2, Y0, Y0 \
+	VBROADCASTSS 12(R9), Y2 \
+	VMULPS Y1, Y2, Y2 \
+	VSUBPS Y2, Y0, Y0 \
+	VBROADCASTSS 16(R9), Y1 \
+	VMULPS Y0, Y1, Y1 \
+	VBROADCASTSS 20(R9), Y2 \
+	VADDPS Y2, Y1, Y1 \
+	VMULPS Y0, Y1, Y1 \
+	VBROADCASTSS 24(R9), Y2 \
+	VADDPS Y2, Y1, Y1 \
+	VMULPS Y0, Y1, Y1 \
+	VBROADCASTSS 28(R9), Y2 \
+	VADDPS Y2, Y1, Y1 \
+	VMULPS Y0, Y1, Y1 \
+	VBROADCASTSS 32(R9), Y2 \
+	VADDPS Y2, Y1, Y1 \
+	VMULPS Y0, Y1, Y1 \
+	VBROADCASTSS 36(R9), Y2 \
+	VADDPS Y2, Y1, Y1 \
+	VMULPS Y0, Y1, Y1 \
+	VMULPS Y0, Y1, Y1 \
+	VADDPS Y0, Y1, Y1 \
+	VBROADCASTSS 40(R9), Y2 \
+	VADDPS Y2, Y1, Y1 \
+	VPADDD Y13, Y3, Y3 \
+	VPSLLD $23, Y3, Y3 \
+	VMULPS Y3, Y1, Y0
+
 // func mqaDotF32AVX2(out *float32, os int, q *float32, m, hd int, k *float32, ks, p int)
 TEXT ·mqaDotF32AVX2(SB), NOSPLIT, $0-64
 	MQA_DOT_BODY(LDK32, 32, 64, TAILK32, 2)
@@ -760,3 +803,170 @@ TEXT ·mqaAxpyF32AVX512(SB), NOSPLIT, $0-64
 // func mqaAxpyF16AVX512(y *float32, w *float32, ws int, m, hd int, v *uint16, vs, p int)   p > 0
 TEXT ·mqaAxpyF16AVX512(SB), NOSPLIT, $0-64
 	MQA_AXPY512_BODY(LDZV16, 32, 64, 96, LDZVM16, 1, 1)
+
+// func scaleSoftmaxAVX2(x *float32, n int, a float32, c *float32) (done bool)   n > 0
+// Scale then Softmax's arithmetic in three passes: x *= a with the max,
+// min and NaN/+Inf check; e^(x - max) (MEXPFAST) with the float64 sums
+// in lanes i % 8; x *= float32(1/sum). Returns false after the first
+// pass, x scaled, when the row holds NaN or +Inf or spreads over 87 (the
+// caller's Softmax then decides it, with expf's range cases).
+TEXT ·scaleSoftmaxAVX2(SB), NOSPLIT, $0-33
+	MOVQ x+0(FP), DI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS a+16(FP), Y13
+	MOVQ c+24(FP), R9
+	MOVQ CX, AX
+	ANDQ $7, AX
+	VMOVQ AX, X15
+	VPBROADCASTD X15, Y15
+	VPCMPGTD mqaIota<>+0(SB), Y15, Y15   // tail lanes
+	MOVL $0xff800000, AX
+	VMOVQ AX, X8
+	VPBROADCASTD X8, Y8                  // running max: -Inf
+	MOVL $0x7f800000, AX
+	VMOVQ AX, X12
+	VPBROADCASTD X12, Y12                // +Inf
+	VMOVAPS Y12, Y9                      // running min: +Inf
+	VXORPS Y10, Y10, Y10                 // lanes that saw NaN or +Inf
+	MOVQ DI, SI
+	MOVQ CX, DX
+	SHRQ $3, DX
+	JZ   ss1_tail
+
+ss1_loop:
+	VMULPS (SI), Y13, Y0
+	VMOVUPS Y0, (SI)
+	VCMPPS $0x03, Y0, Y0, Y1
+	VORPS Y1, Y10, Y10
+	VCMPPS $0x00, Y12, Y0, Y1
+	VORPS Y1, Y10, Y10
+	VMAXPS Y0, Y8, Y8
+	VMINPS Y0, Y9, Y9
+	ADDQ $32, SI
+	DECQ DX
+	JNZ  ss1_loop
+
+ss1_tail:
+	MOVQ CX, AX
+	ANDQ $7, AX
+	JZ   ss1_red
+	VMASKMOVPS (SI), Y15, Y0
+	VMULPS Y0, Y13, Y0
+	VMASKMOVPS Y0, Y15, (SI)
+	VCMPPS $0x03, Y0, Y0, Y1
+	VANDPS Y15, Y1, Y1
+	VORPS Y1, Y10, Y10
+	VCMPPS $0x00, Y12, Y0, Y1
+	VANDPS Y15, Y1, Y1
+	VORPS Y1, Y10, Y10
+	VBLENDVPS Y15, Y0, Y8, Y1
+	VMAXPS Y1, Y8, Y8
+	VBLENDVPS Y15, Y0, Y9, Y1
+	VMINPS Y1, Y9, Y9
+
+ss1_red:
+	VMOVMSKPS Y10, AX
+	TESTL AX, AX
+	JNZ  ss_refuse
+	VEXTRACTF128 $1, Y8, X1
+	VMAXPS X1, X8, X8
+	VPERMILPS $0x4e, X8, X1
+	VMAXPS X1, X8, X8
+	VPERMILPS $0xb1, X8, X1
+	VMAXPS X1, X8, X8
+	VBROADCASTSS X8, Y8                  // max
+	VEXTRACTF128 $1, Y9, X1
+	VMINPS X1, X9, X9
+	VPERMILPS $0x4e, X9, X1
+	VMINPS X1, X9, X9
+	VPERMILPS $0xb1, X9, X1
+	VMINPS X1, X9, X9
+	VSUBSS X8, X9, X9                    // min - max
+	MOVL $0xc2ae0000, AX                 // -87
+	VMOVQ AX, X1
+	VCMPSS $0x1d, X1, X9, X2             // min - max >= -87 (false on NaN)
+	VMOVMSKPS X2, AX
+	TESTL $1, AX
+	JZ   ss_refuse
+
+	VBROADCASTSS (R9), Y12               // log2e
+	VBROADCASTSS 4(R9), Y9               // 0.5
+	VPCMPEQD Y14, Y14, Y14
+	VPSRLD $25, Y14, Y13                 // int32 127
+	VPSLLD $31, Y14, Y14                 // sign mask
+	VXORPD Y10, Y10, Y10                 // float64 sums, lanes 0-3
+	VXORPD Y11, Y11, Y11                 // and 4-7
+	MOVQ DI, SI
+	MOVQ CX, DX
+	SHRQ $3, DX
+	JZ   ss2_tail
+
+ss2_loop:
+	VMOVUPS (SI), Y0
+	VSUBPS Y8, Y0, Y0
+	MEXPFAST
+	VMOVUPS Y0, (SI)
+	VCVTPS2PD X0, Y1
+	VEXTRACTF128 $1, Y0, X2
+	VCVTPS2PD X2, Y2
+	VADDPD Y1, Y10, Y10
+	VADDPD Y2, Y11, Y11
+	ADDQ $32, SI
+	DECQ DX
+	JNZ  ss2_loop
+
+ss2_tail:
+	MOVQ CX, AX
+	ANDQ $7, AX
+	JZ   ss2_red
+	VMASKMOVPS (SI), Y15, Y0
+	VSUBPS Y8, Y0, Y0
+	MEXPFAST
+	VANDPS Y15, Y0, Y0
+	VMASKMOVPS Y0, Y15, (SI)
+	VCVTPS2PD X0, Y1
+	VEXTRACTF128 $1, Y0, X2
+	VCVTPS2PD X2, Y2
+	VADDPD Y1, Y10, Y10
+	VADDPD Y2, Y11, Y11
+
+ss2_red:
+	VADDPD Y11, Y10, Y10                 // acc[j] += acc[j+4]
+	VEXTRACTF128 $1, Y10, X1
+	VADDPD X1, X10, X10                  // acc[j] += acc[j+2]
+	VPERMILPD $1, X10, X1
+	VADDSD X1, X10, X10                  // acc[0] + acc[1]
+	MOVQ $0x3ff0000000000000, AX
+	VMOVQ AX, X2
+	VDIVSD X10, X2, X2
+	VCVTSD2SS X2, X2, X2
+	VBROADCASTSS X2, Y2                  // float32(1/sum)
+	MOVQ DI, SI
+	MOVQ CX, DX
+	SHRQ $3, DX
+	JZ   ss3_tail
+
+ss3_loop:
+	VMULPS (SI), Y2, Y0
+	VMOVUPS Y0, (SI)
+	ADDQ $32, SI
+	DECQ DX
+	JNZ  ss3_loop
+
+ss3_tail:
+	MOVQ CX, AX
+	ANDQ $7, AX
+	JZ   ss_done
+	VMASKMOVPS (SI), Y15, Y0
+	VMULPS Y0, Y2, Y0
+	VMASKMOVPS Y0, Y15, (SI)
+
+ss_done:
+	MOVB $1, done+32(FP)
+	VZEROUPPER
+	RET
+
+ss_refuse:
+	MOVB $0, done+32(FP)
+	VZEROUPPER
+	RET

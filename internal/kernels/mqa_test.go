@@ -120,3 +120,65 @@ func TestMQAMatchesRowForms(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleSoftmaxMatchesGeneric: on every path ScaleSoftmax gives exactly
+// the Generic path's Scale then Softmax (expf and the float64 lane sums in
+// Go), for every length 1..300 and rows of every kind: narrow and wide
+// spreads (around the fast path's limit of 87), signed zeros, -Inf, +Inf,
+// NaN, all equal.
+func TestScaleSoftmaxMatchesGeneric(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	kinds := []func(i int) float32{
+		func(int) float32 { return float32(r.NormFloat64() * 3) },
+		func(int) float32 { return float32(r.NormFloat64() * 40) },
+		func(int) float32 { return float32(r.Float64()*86.9) - 40 },
+		func(int) float32 { return float32(r.Float64()*87.2) - 40 },
+		func(int) float32 { return float32(math.Copysign(0, float64(r.IntN(2)*2-1))) },
+		func(int) float32 { return 1.5 },
+		func(i int) float32 {
+			if i%7 == 3 {
+				return float32(math.Inf(-1))
+			}
+			return float32(r.NormFloat64())
+		},
+		func(i int) float32 {
+			if i%11 == 5 {
+				return float32(math.Inf(1))
+			}
+			return float32(r.NormFloat64())
+		},
+		func(i int) float32 {
+			if i%13 == 2 {
+				return float32(math.NaN())
+			}
+			return float32(r.NormFloat64())
+		},
+	}
+	for n := 1; n <= 300; n++ {
+		for ki, kind := range kinds {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = kind(i)
+			}
+			scale := float32(0.125 + r.Float64())
+			old := CurrentPath()
+			SetPath(Generic)
+			want := append([]float32(nil), x...)
+			Scale(want, scale)
+			Softmax(want)
+			SetPath(old)
+			withPath(t, func(p Path) {
+				got := append(append([]float32(nil), x...), 42)
+				ScaleSoftmax(got[:n], scale)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(want[i] != want[i] && got[i] != got[i]) {
+						t.Fatalf("%v n=%d kind %d: x[%d] = %v, want %v", p, n, ki, i, got[i], want[i])
+					}
+				}
+				if got[n] != 42 {
+					t.Fatalf("%v n=%d kind %d: wrote past the row", p, n, ki)
+				}
+			})
+		}
+	}
+}
