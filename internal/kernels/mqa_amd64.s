@@ -728,12 +728,27 @@ done: \
 #define LDZVM32 VMOVUPS.Z (DX), K2, Z8
 #define LDZVM16 VMOVDQU16.Z (DX), K2, Y8; VCVTPH2PS Y8, Z8
 
-// MEXPFAST(c): Y0 = expf(Y0) for lanes in [-87, 0] (softmax's x - max when
-// the row's spread is under 87), expf's exact arithmetic without its range
-// cases: n = round-half-away(x*log2e) in [-126, 0], so 2^n is a normal
-// float. Needs Y12 = log2e, Y9 = 0.5, Y14 = the sign mask, Y13 = int32
-// 127, R9 the constants (expConsts); clobbers Y1-Y3.
-#define MEXPFAST \
+// mqaExpC: int32 -126; int32 253 (n + 253 is the biased exponent of
+// 2^(n+126)); float32 2^-126; 8 lanes each.
+DATA mqaExpC<>+0(SB)/8, $0xffffff82ffffff82
+DATA mqaExpC<>+8(SB)/8, $0xffffff82ffffff82
+DATA mqaExpC<>+16(SB)/8, $0xffffff82ffffff82
+DATA mqaExpC<>+24(SB)/8, $0xffffff82ffffff82
+DATA mqaExpC<>+32(SB)/8, $0x000000fd000000fd
+DATA mqaExpC<>+40(SB)/8, $0x000000fd000000fd
+DATA mqaExpC<>+48(SB)/8, $0x000000fd000000fd
+DATA mqaExpC<>+56(SB)/8, $0x000000fd000000fd
+DATA mqaExpC<>+64(SB)/8, $0x0080000000800000
+DATA mqaExpC<>+72(SB)/8, $0x0080000000800000
+DATA mqaExpC<>+80(SB)/8, $0x0080000000800000
+DATA mqaExpC<>+88(SB)/8, $0x0080000000800000
+GLOBL mqaExpC<>(SB), RODATA|NOPTR, $96
+
+// MEXPPOLY: expf's arithmetic on Y0 = x up to the scaling: Y1 = y (the
+// polynomial), Y3 = n = round-half-away(x*log2e) as int32, for x <= 0.
+// Needs Y12 = log2e, Y9 = 0.5, Y14 = the sign mask, R9 the constants
+// (expConsts); clobbers Y0 (r) and Y2.
+#define MEXPPOLY \
 	VMULPS Y12, Y0, Y1 \
 	VANDPS Y14, Y1, Y2 \
 	VORPS Y9, Y2, Y2 \
@@ -766,10 +781,34 @@ done: \
 	VMULPS Y0, Y1, Y1 \
 	VADDPS Y0, Y1, Y1 \
 	VBROADCASTSS 40(R9), Y2 \
-	VADDPS Y2, Y1, Y1 \
+	VADDPS Y2, Y1, Y1
+
+// MEXPFAST: Y0 = expf(Y0) for lanes in [-87, 0], where n is in [-126, 0]
+// and 2^n a normal float (Y13 = int32 127).
+#define MEXPFAST \
+	MEXPPOLY \
 	VPADDD Y13, Y3, Y3 \
 	VPSLLD $23, Y3, Y3 \
 	VMULPS Y3, Y1, Y0
+
+// MEXPSLOW: Y0 = expf(Y0) for lanes <= 0 (no NaN): expf's range cases as
+// in Go: x < lo gives 0; n < -126 scales by 2^(n+126) then 2^-126.
+// Clobbers Y1-Y6.
+#define MEXPSLOW \
+	VBROADCASTSS 48(R9), Y4 \
+	VCMPPS $0x11, Y4, Y0, Y5 \
+	MEXPPOLY \
+	VPBROADCASTD mqaExpC<>+0(SB), Y4 \
+	VPCMPGTD Y3, Y4, Y6 \
+	VPADDD Y13, Y3, Y4 \
+	VPADDD mqaExpC<>+32(SB), Y3, Y3 \
+	VBLENDVPS Y6, Y3, Y4, Y4 \
+	VPSLLD $23, Y4, Y4 \
+	VMULPS Y4, Y1, Y1 \
+	VBROADCASTSS 40(R9), Y4 \
+	VBLENDVPS Y6, mqaExpC<>+64(SB), Y4, Y4 \
+	VMULPS Y4, Y1, Y0 \
+	VANDNPS Y0, Y5, Y0
 
 // func mqaDotF32AVX2(out *float32, os int, q *float32, m, hd int, k *float32, ks, p int)
 TEXT ·mqaDotF32AVX2(SB), NOSPLIT, $0-64
@@ -805,11 +844,11 @@ TEXT ·mqaAxpyF16AVX512(SB), NOSPLIT, $0-64
 	MQA_AXPY512_BODY(LDZV16, 32, 64, 96, LDZVM16, 1, 1)
 
 // func scaleSoftmaxAVX2(x *float32, n int, a float32, c *float32) (done bool)   n > 0
-// Scale then Softmax's arithmetic in three passes: x *= a with the max,
-// min and NaN/+Inf check; e^(x - max) (MEXPFAST) with the float64 sums
-// in lanes i % 8; x *= float32(1/sum). Returns false after the first
-// pass, x scaled, when the row holds NaN or +Inf or spreads over 87 (the
-// caller's Softmax then decides it, with expf's range cases).
+// Scale then Softmax's arithmetic in three passes: x *= a with the max
+// and the NaN/+Inf check; e^(x - max) (MEXPFAST, or MEXPSLOW for a vector
+// with a lane below -87) with the float64 sums in lanes i % 8; x *=
+// float32(1/sum). Returns false after the first pass, x scaled, when the
+// row holds NaN or +Inf or is all -Inf (the caller's Softmax decides it).
 TEXT ·scaleSoftmaxAVX2(SB), NOSPLIT, $0-33
 	MOVQ x+0(FP), DI
 	MOVQ n+8(FP), CX
@@ -881,13 +920,12 @@ ss1_red:
 	VMINPS X1, X9, X9
 	VPERMILPS $0xb1, X9, X1
 	VMINPS X1, X9, X9
-	VSUBSS X8, X9, X9                    // min - max
-	MOVL $0xc2ae0000, AX                 // -87
-	VMOVQ AX, X1
-	VCMPSS $0x1d, X1, X9, X2             // min - max >= -87 (false on NaN)
-	VMOVMSKPS X2, AX
-	TESTL $1, AX
-	JZ   ss_refuse
+	VSUBSS X8, X9, X9                    // min - max: NaN when max is -Inf
+	VUCOMISS X9, X9
+	JPS  ss_refuse
+	MOVL $0xc2ae0000, AX                 // -87: below it MEXPSLOW
+	VMOVQ AX, X7
+	VBROADCASTSS X7, Y7
 
 	VBROADCASTSS (R9), Y12               // log2e
 	VBROADCASTSS 4(R9), Y9               // 0.5
@@ -904,7 +942,13 @@ ss1_red:
 ss2_loop:
 	VMOVUPS (SI), Y0
 	VSUBPS Y8, Y0, Y0
+	VCMPPS $0x11, Y7, Y0, Y4
+	VMOVMSKPS Y4, AX
+	TESTL AX, AX
+	JNZ  ss2_slow
 	MEXPFAST
+
+ss2_sum:
 	VMOVUPS Y0, (SI)
 	VCVTPS2PD X0, Y1
 	VEXTRACTF128 $1, Y0, X2
@@ -914,6 +958,11 @@ ss2_loop:
 	ADDQ $32, SI
 	DECQ DX
 	JNZ  ss2_loop
+	JMP  ss2_tail
+
+ss2_slow:
+	MEXPSLOW
+	JMP  ss2_sum
 
 ss2_tail:
 	MOVQ CX, AX
@@ -921,7 +970,7 @@ ss2_tail:
 	JZ   ss2_red
 	VMASKMOVPS (SI), Y15, Y0
 	VSUBPS Y8, Y0, Y0
-	MEXPFAST
+	MEXPSLOW
 	VANDPS Y15, Y0, Y0
 	VMASKMOVPS Y0, Y15, (SI)
 	VCVTPS2PD X0, Y1

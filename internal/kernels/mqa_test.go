@@ -133,6 +133,7 @@ func TestScaleSoftmaxMatchesGeneric(t *testing.T) {
 		func(int) float32 { return float32(r.NormFloat64() * 40) },
 		func(int) float32 { return float32(r.Float64()*86.9) - 40 },
 		func(int) float32 { return float32(r.Float64()*87.2) - 40 },
+		func(int) float32 { return float32(r.Float64() * -110) }, // subnormal and zero results
 		func(int) float32 { return float32(math.Copysign(0, float64(r.IntN(2)*2-1))) },
 		func(int) float32 { return 1.5 },
 		func(i int) float32 {
