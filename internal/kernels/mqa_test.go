@@ -35,12 +35,23 @@ func mqaVec(r *rand.Rand, n int) []float32 {
 // rows; nothing is written outside the output rows.
 func TestMQAMatchesRowForms(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
+	type shape struct{ hd, m, p int }
+	var shapes []shape
 	for hd := 1; hd <= 130; hd++ {
 		m := 1 + (hd*7)%9
 		p := 1 + (hd*5)%17
 		if hd%13 == 0 {
 			m, p = 17, 16
 		}
+		shapes = append(shapes, shape{hd, m, p})
+	}
+	// The models' shapes: stories260K (8-wide heads, 2 per KV head, 8
+	// tokens a block), bench-15M (48), TinyLlama (64, 8 per KV head).
+	for _, m := range []int{1, 2, 3, 4, 5, 8, 16, 64} {
+		shapes = append(shapes, shape{8, m, 16}, shape{48, m, 13}, shape{64, m, 16}, shape{128, m, 7})
+	}
+	for _, sh := range shapes {
+		hd, m, p := sh.hd, sh.m, sh.p
 		ks := hd + r.IntN(3)*hd + r.IntN(4)
 		os := p + r.IntN(3)
 		q := mqaVec(r, m*hd)
