@@ -39,6 +39,15 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 			mqaDotF32AVX512(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
 			return
 		case AVX2:
+			if p8 := p &^ 7; hd <= 8 && p8 > 0 {
+				// 8 positions at a time, one tree for all 8.
+				mqaDot8F32AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p8)
+				if p8 == p {
+					return
+				}
+				mqaDotF32AVX2(&out[p8], os, &q[0], m, hd, &kk[p8*ks], ks, p-p8)
+				return
+			}
 			mqaDotF32AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
 			return
 		}
@@ -54,6 +63,14 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 			mqaDotF16AVX512(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
 			return
 		case CurrentPath() == AVX2 && hd%8 == 0:
+			if p8 := p &^ 7; hd == 8 && p8 > 0 {
+				mqaDot8F16AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p8)
+				if p8 == p {
+					return
+				}
+				mqaDotF16AVX2(&out[p8], os, &q[0], m, hd, &kk[p8*ks], ks, p-p8)
+				return
+			}
 			mqaDotF16AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
 			return
 		}

@@ -959,6 +959,95 @@ GLOBL mqaExpC<>(SB), RODATA|NOPTR, $96
 	VMULPS Y4, Y1, Y0 \
 	VANDNPS Y0, Y5, Y0
 
+// MQA_DOT8_BODY(LDK8): scores for head dims <= 8, 8 positions at a time
+// with the tree run on all 8 at once: VPERM2F128 pairs positions j and
+// j+4 for j += j+4, VSHUFPS then does j += j+2 and j += j+1 across four,
+// and the sums come out in position order. Lanes 8-15 of the canonical 16
+// are 0*0, so its s8 = lo + 0: that add only turns a -0 lane into +0, and
+// leaving it out changes nothing but the sign of a zero sum (-0 when every
+// lane is -0), which the one + 0 at the end puts right. LDK8(r) loads a K
+// row at (DX).
+#define MQA_DOT8_BODY(LDK8, KSHIFT) \
+	MOVQ out+0(FP), DI \
+	MOVQ os+8(FP), R8 \
+	SHLQ $2, R8 \
+	MOVQ q+16(FP), SI \
+	MOVQ m+24(FP), R9 \
+	MOVQ hd+32(FP), BX \
+	VMOVQ BX, X14 \
+	VPBROADCASTD X14, Y14 \
+	VPCMPGTD mqaIota<>+0(SB), Y14, Y14 \
+	SHLQ $2, BX \
+	MOVQ ks+48(FP), R11 \
+	SHLQ $KSHIFT, R11 \
+	VXORPS Y15, Y15, Y15 \
+d8row: \
+	VMASKMOVPS (SI), Y14, Y13 \
+	MOVQ k+40(FP), DX \
+	MOVQ p+56(FP), CX \
+	SHRQ $3, CX \
+	MOVQ DI, R14 \
+d8grp: \
+	LDK8(Y8) \
+	VMULPS Y8, Y13, Y0 \
+	ADDQ R11, DX \
+	LDK8(Y8) \
+	VMULPS Y8, Y13, Y1 \
+	ADDQ R11, DX \
+	LDK8(Y8) \
+	VMULPS Y8, Y13, Y2 \
+	ADDQ R11, DX \
+	LDK8(Y8) \
+	VMULPS Y8, Y13, Y3 \
+	ADDQ R11, DX \
+	LDK8(Y8) \
+	VMULPS Y8, Y13, Y4 \
+	ADDQ R11, DX \
+	LDK8(Y8) \
+	VMULPS Y8, Y13, Y5 \
+	ADDQ R11, DX \
+	LDK8(Y8) \
+	VMULPS Y8, Y13, Y6 \
+	ADDQ R11, DX \
+	LDK8(Y8) \
+	VMULPS Y8, Y13, Y7 \
+	ADDQ R11, DX \
+	VPERM2F128 $0x20, Y4, Y0, Y9 \
+	VPERM2F128 $0x31, Y4, Y0, Y10 \
+	VADDPS Y10, Y9, Y0 \
+	VPERM2F128 $0x20, Y5, Y1, Y9 \
+	VPERM2F128 $0x31, Y5, Y1, Y10 \
+	VADDPS Y10, Y9, Y1 \
+	VPERM2F128 $0x20, Y6, Y2, Y9 \
+	VPERM2F128 $0x31, Y6, Y2, Y10 \
+	VADDPS Y10, Y9, Y2 \
+	VPERM2F128 $0x20, Y7, Y3, Y9 \
+	VPERM2F128 $0x31, Y7, Y3, Y10 \
+	VADDPS Y10, Y9, Y3 \
+	VSHUFPS $0x44, Y1, Y0, Y9 \
+	VSHUFPS $0xee, Y1, Y0, Y10 \
+	VADDPS Y10, Y9, Y4 \
+	VSHUFPS $0x44, Y3, Y2, Y9 \
+	VSHUFPS $0xee, Y3, Y2, Y10 \
+	VADDPS Y10, Y9, Y5 \
+	VSHUFPS $0x88, Y5, Y4, Y9 \
+	VSHUFPS $0xdd, Y5, Y4, Y10 \
+	VADDPS Y10, Y9, Y0 \
+	VADDPS Y15, Y0, Y0 \
+	VMOVUPS Y0, (R14) \
+	ADDQ $32, R14 \
+	DECQ CX \
+	JNZ  d8grp \
+	ADDQ R8, DI \
+	ADDQ BX, SI \
+	DECQ R9 \
+	JNZ  d8row \
+	VZEROUPPER \
+	RET
+
+#define LDK8F32(r) VMASKMOVPS (DX), Y14, r
+#define LDK8F16(r) VCVTPH2PS (DX), r
+
 // func mqaDotF32AVX2(out *float32, os int, q *float32, m, hd int, k *float32, ks, p int)
 TEXT ·mqaDotF32AVX2(SB), NOSPLIT, $0-64
 	MQA_DOT_BODY(LDK32, 32, 64, TAILK32, 2)
@@ -1168,3 +1257,11 @@ ss_refuse:
 	MOVB $0, done+32(FP)
 	VZEROUPPER
 	RET
+
+// func mqaDot8F32AVX2(out *float32, os int, q *float32, m, hd int, k *float32, ks, p int)   hd <= 8, p % 8 == 0, p > 0, m > 0
+TEXT ·mqaDot8F32AVX2(SB), NOSPLIT, $0-64
+	MQA_DOT8_BODY(LDK8F32, 2)
+
+// func mqaDot8F16AVX2(out *float32, os int, q *float32, m, hd int, k *uint16, ks, p int)   hd == 8, p % 8 == 0, p > 0, m > 0
+TEXT ·mqaDot8F16AVX2(SB), NOSPLIT, $0-64
+	MQA_DOT8_BODY(LDK8F16, 1)

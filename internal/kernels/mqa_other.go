@@ -27,3 +27,9 @@ func mqaAxpyF16AVX512(y *float32, w *float32, ws int, m, hd int, v *uint16, vs, 
 	panic("unreachable")
 }
 func scaleSoftmaxAVX2(x *float32, n int, a float32, c *float32) (done bool) { panic("unreachable") }
+func mqaDot8F32AVX2(out *float32, os int, q *float32, m, hd int, k *float32, ks, p int) {
+	panic("unreachable")
+}
+func mqaDot8F16AVX2(out *float32, os int, q *float32, m, hd int, k *uint16, ks, p int) {
+	panic("unreachable")
+}

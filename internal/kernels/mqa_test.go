@@ -56,6 +56,12 @@ func TestMQAMatchesRowForms(t *testing.T) {
 		os := p + r.IntN(3)
 		q := mqaVec(r, m*hd)
 		k32 := mqaVec(r, (p-1)*ks+hd)
+		// Query row 0 all -0 against a K row 0 of positive values: every
+		// product is -0, the canonical sum +0.
+		for d := range hd {
+			q[d] = float32(math.Copysign(0, -1))
+			k32[d] = float32(math.Abs(float64(k32[d]))) + 1
+		}
 		k16 := make([]uint16, len(k32))
 		for i := range k32 {
 			k16[i] = quant.FP32ToFP16(k32[i])
