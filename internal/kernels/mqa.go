@@ -1,5 +1,7 @@
 package kernels
 
+import "math"
+
 // Fused multi-query attention: the query rows sharing one KV head (a GQA
 // group's heads, and in a prefill block several tokens' groups) go through
 // a block of that head's K and V rows in one call each, instead of one
@@ -136,20 +138,64 @@ func MQAAxpy[T float32 | uint16](y, w []float32, ws, m, hd int, v []T, vs, p int
 	}
 }
 
-// ScaleSoftmax is Scale(x, a) then Softmax(x), bit for bit: attention's
-// score row. On AVX2 one call does both, with expf's arithmetic in one
-// pass over rows whose spread stays within its normal range.
+// attnFlush is where attention's softmax stops computing numerators:
+// e^(x - max) for x - max below it is taken as exactly 0. e^-50 is 2e-22,
+// under float32's resolution of a sum whose largest term is 1 (6e-8), so
+// no weight is lost that float32 could have kept; and with it no softmax
+// weight, and no product of a weight with a binary16 value, is ever a
+// subnormal float, which x86 computes by a microcode assist of ~150
+// cycles a vector: on stories260K's sharp attention that was most of the
+// prefill's value sums (measured: 42 against 0.3 ns a row and position).
+const attnFlush = -50
+
+// ScaleSoftmax is attention's softmax of a score row: x *= a, then x[i] =
+// e^(x[i] - max) as expf, or 0 when x[i] - max < attnFlush; the sum in
+// float64 over 8 lanes as Softmax's; x[i] *= float32(1/sum). Every path
+// gives the same bits (the SIMD paths run it in one call).
 func ScaleSoftmax(x []float32, a float32) {
 	if len(x) == 0 {
 		return
 	}
-	if CurrentPath() == AVX2 {
+	if CurrentPath() != Generic {
+		// AVX2 instructions, on the AVX-512 path too.
 		if scaleSoftmaxAVX2(&x[0], len(x), a, &expConsts[0]) {
 			return
 		}
-		Softmax(x) // x is scaled: NaN, +Inf or a wide spread
+		flushSoftmaxGo(x) // x is scaled: NaN, +Inf or all -Inf decide in Go
 		return
 	}
-	Scale(x, a)
-	Softmax(x)
+	for i := range x {
+		x[i] *= a
+	}
+	flushSoftmaxGo(x)
+}
+
+// flushSoftmaxGo is softmaxGo with the numerators below attnFlush taken
+// as 0 (NaN stays NaN: the comparison is false).
+func flushSoftmaxGo(x []float32) {
+	mx := float32(math.Inf(-1))
+	for _, v := range x {
+		mx = max(mx, v)
+	}
+	for i, v := range x {
+		if d := v - mx; d < attnFlush {
+			x[i] = 0
+		} else {
+			x[i] = expf(d)
+		}
+	}
+	var acc [8]float64
+	for i, e := range x {
+		acc[i%8] += float64(e)
+	}
+	for j := 0; j < 4; j++ {
+		acc[j] += acc[j+4]
+	}
+	for j := 0; j < 2; j++ {
+		acc[j] += acc[j+2]
+	}
+	inv := float32(1 / (acc[0] + acc[1]))
+	for i := range x {
+		x[i] *= inv
+	}
 }

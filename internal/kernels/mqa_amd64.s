@@ -877,22 +877,6 @@ done: \
 #define LDZVM32 VMOVUPS.Z (DX), K2, Z8
 #define LDZVM16 VMOVDQU16.Z (DX), K2, Y8; VCVTPH2PS Y8, Z8
 
-// mqaExpC: int32 -126; int32 253 (n + 253 is the biased exponent of
-// 2^(n+126)); float32 2^-126; 8 lanes each.
-DATA mqaExpC<>+0(SB)/8, $0xffffff82ffffff82
-DATA mqaExpC<>+8(SB)/8, $0xffffff82ffffff82
-DATA mqaExpC<>+16(SB)/8, $0xffffff82ffffff82
-DATA mqaExpC<>+24(SB)/8, $0xffffff82ffffff82
-DATA mqaExpC<>+32(SB)/8, $0x000000fd000000fd
-DATA mqaExpC<>+40(SB)/8, $0x000000fd000000fd
-DATA mqaExpC<>+48(SB)/8, $0x000000fd000000fd
-DATA mqaExpC<>+56(SB)/8, $0x000000fd000000fd
-DATA mqaExpC<>+64(SB)/8, $0x0080000000800000
-DATA mqaExpC<>+72(SB)/8, $0x0080000000800000
-DATA mqaExpC<>+80(SB)/8, $0x0080000000800000
-DATA mqaExpC<>+88(SB)/8, $0x0080000000800000
-GLOBL mqaExpC<>(SB), RODATA|NOPTR, $96
-
 // MEXPPOLY: expf's arithmetic on Y0 = x up to the scaling: Y1 = y (the
 // polynomial), Y3 = n = round-half-away(x*log2e) as int32, for x <= 0.
 // Needs Y12 = log2e, Y9 = 0.5, Y14 = the sign mask, R9 the constants
@@ -933,31 +917,12 @@ GLOBL mqaExpC<>(SB), RODATA|NOPTR, $96
 	VADDPS Y2, Y1, Y1
 
 // MEXPFAST: Y0 = expf(Y0) for lanes in [-87, 0], where n is in [-126, 0]
-// and 2^n a normal float (Y13 = int32 127).
+// and 2^n a normal float (Y13 = int32 127): expf without its range cases.
 #define MEXPFAST \
 	MEXPPOLY \
 	VPADDD Y13, Y3, Y3 \
 	VPSLLD $23, Y3, Y3 \
 	VMULPS Y3, Y1, Y0
-
-// MEXPSLOW: Y0 = expf(Y0) for lanes <= 0 (no NaN): expf's range cases as
-// in Go: x < lo gives 0; n < -126 scales by 2^(n+126) then 2^-126.
-// Clobbers Y1-Y6.
-#define MEXPSLOW \
-	VBROADCASTSS 48(R9), Y4 \
-	VCMPPS $0x11, Y4, Y0, Y5 \
-	MEXPPOLY \
-	VPBROADCASTD mqaExpC<>+0(SB), Y4 \
-	VPCMPGTD Y3, Y4, Y6 \
-	VPADDD Y13, Y3, Y4 \
-	VPADDD mqaExpC<>+32(SB), Y3, Y3 \
-	VBLENDVPS Y6, Y3, Y4, Y4 \
-	VPSLLD $23, Y4, Y4 \
-	VMULPS Y4, Y1, Y1 \
-	VBROADCASTSS 40(R9), Y4 \
-	VBLENDVPS Y6, mqaExpC<>+64(SB), Y4, Y4 \
-	VMULPS Y4, Y1, Y0 \
-	VANDNPS Y0, Y5, Y0
 
 // MQA_DOT8_BODY(LDK8): scores for head dims <= 8, 8 positions at a time
 // with the tree run on all 8 at once: VPERM2F128 pairs positions j and
@@ -1082,11 +1047,11 @@ TEXT ·mqaAxpyF16AVX512(SB), NOSPLIT, $0-64
 	MQA_AXPY512_BODY(LDZV16, 32, 64, 96, LDZVM16, 1, 1)
 
 // func scaleSoftmaxAVX2(x *float32, n int, a float32, c *float32) (done bool)   n > 0
-// Scale then Softmax's arithmetic in three passes: x *= a with the max
-// and the NaN/+Inf check; e^(x - max) (MEXPFAST, or MEXPSLOW for a vector
-// with a lane below -87) with the float64 sums in lanes i % 8; x *=
+// ScaleSoftmax (mqa.go) in three passes: x *= a with the max and the
+// NaN/+Inf check; e^(x - max) (MEXPFAST on max(x - max, -50), 0 where
+// x - max < -50) with the float64 sums in lanes i % 8; x *=
 // float32(1/sum). Returns false after the first pass, x scaled, when the
-// row holds NaN or +Inf or is all -Inf (the caller's Softmax decides it).
+// row holds NaN or +Inf or is all -Inf (the caller decides it in Go).
 TEXT ·scaleSoftmaxAVX2(SB), NOSPLIT, $0-33
 	MOVQ x+0(FP), DI
 	MOVQ n+8(FP), CX
@@ -1098,12 +1063,12 @@ TEXT ·scaleSoftmaxAVX2(SB), NOSPLIT, $0-33
 	VPBROADCASTD X15, Y15
 	VPCMPGTD mqaIota<>+0(SB), Y15, Y15   // tail lanes
 	MOVL $0xff800000, AX
-	VMOVQ AX, X8
-	VPBROADCASTD X8, Y8                  // running max: -Inf
+	VMOVQ AX, X9
+	VPBROADCASTD X9, Y9                  // -Inf
+	VMOVAPS Y9, Y8                       // running max
 	MOVL $0x7f800000, AX
 	VMOVQ AX, X12
 	VPBROADCASTD X12, Y12                // +Inf
-	VMOVAPS Y12, Y9                      // running min: +Inf
 	VXORPS Y10, Y10, Y10                 // lanes that saw NaN or +Inf
 	MOVQ DI, SI
 	MOVQ CX, DX
@@ -1113,12 +1078,9 @@ TEXT ·scaleSoftmaxAVX2(SB), NOSPLIT, $0-33
 ss1_loop:
 	VMULPS (SI), Y13, Y0
 	VMOVUPS Y0, (SI)
-	VCMPPS $0x03, Y0, Y0, Y1
-	VORPS Y1, Y10, Y10
-	VCMPPS $0x00, Y12, Y0, Y1
+	VCMPPS $0x05, Y12, Y0, Y1            // !(x < +Inf): NaN or +Inf
 	VORPS Y1, Y10, Y10
 	VMAXPS Y0, Y8, Y8
-	VMINPS Y0, Y9, Y9
 	ADDQ $32, SI
 	DECQ DX
 	JNZ  ss1_loop
@@ -1130,16 +1092,11 @@ ss1_tail:
 	VMASKMOVPS (SI), Y15, Y0
 	VMULPS Y0, Y13, Y0
 	VMASKMOVPS Y0, Y15, (SI)
-	VCMPPS $0x03, Y0, Y0, Y1
+	VCMPPS $0x05, Y12, Y0, Y1
 	VANDPS Y15, Y1, Y1
 	VORPS Y1, Y10, Y10
-	VCMPPS $0x00, Y12, Y0, Y1
-	VANDPS Y15, Y1, Y1
-	VORPS Y1, Y10, Y10
-	VBLENDVPS Y15, Y0, Y8, Y1
-	VMAXPS Y1, Y8, Y8
 	VBLENDVPS Y15, Y0, Y9, Y1
-	VMINPS Y1, Y9, Y9
+	VMAXPS Y1, Y8, Y8
 
 ss1_red:
 	VMOVMSKPS Y10, AX
@@ -1151,17 +1108,12 @@ ss1_red:
 	VMAXPS X1, X8, X8
 	VPERMILPS $0xb1, X8, X1
 	VMAXPS X1, X8, X8
+	VCMPSS $0x00, X9, X8, X1             // max == -Inf: every x is -Inf
+	VMOVMSKPS X1, AX
+	TESTL $1, AX
+	JNZ  ss_refuse
 	VBROADCASTSS X8, Y8                  // max
-	VEXTRACTF128 $1, Y9, X1
-	VMINPS X1, X9, X9
-	VPERMILPS $0x4e, X9, X1
-	VMINPS X1, X9, X9
-	VPERMILPS $0xb1, X9, X1
-	VMINPS X1, X9, X9
-	VSUBSS X8, X9, X9                    // min - max: NaN when max is -Inf
-	VUCOMISS X9, X9
-	JPS  ss_refuse
-	MOVL $0xc2ae0000, AX                 // -87: below it MEXPSLOW
+	MOVL $0xc2480000, AX                 // attnFlush, -50
 	VMOVQ AX, X7
 	VBROADCASTSS X7, Y7
 
@@ -1180,13 +1132,10 @@ ss1_red:
 ss2_loop:
 	VMOVUPS (SI), Y0
 	VSUBPS Y8, Y0, Y0
-	VCMPPS $0x11, Y7, Y0, Y4
-	VMOVMSKPS Y4, AX
-	TESTL AX, AX
-	JNZ  ss2_slow
+	VCMPPS $0x11, Y7, Y0, Y4             // below attnFlush: 0
+	VMAXPS Y7, Y0, Y0
 	MEXPFAST
-
-ss2_sum:
+	VANDNPS Y0, Y4, Y0
 	VMOVUPS Y0, (SI)
 	VCVTPS2PD X0, Y1
 	VEXTRACTF128 $1, Y0, X2
@@ -1196,11 +1145,6 @@ ss2_sum:
 	ADDQ $32, SI
 	DECQ DX
 	JNZ  ss2_loop
-	JMP  ss2_tail
-
-ss2_slow:
-	MEXPSLOW
-	JMP  ss2_sum
 
 ss2_tail:
 	MOVQ CX, AX
@@ -1208,7 +1152,10 @@ ss2_tail:
 	JZ   ss2_red
 	VMASKMOVPS (SI), Y15, Y0
 	VSUBPS Y8, Y0, Y0
-	MEXPSLOW
+	VCMPPS $0x11, Y7, Y0, Y4
+	VMAXPS Y7, Y0, Y0
+	MEXPFAST
+	VANDNPS Y0, Y4, Y0
 	VANDPS Y15, Y0, Y0
 	VMASKMOVPS Y0, Y15, (SI)
 	VCVTPS2PD X0, Y1
