@@ -41,8 +41,9 @@ GLOBL mqaIota<>(SB), RODATA|NOPTR, $64
 //
 // func mqaDotXAVX2(out *float32, os int, q *float32, m, hd int, k *T, ks, p int)
 // out[r*os+j] = dot(q[r*hd:(r+1)*hd], k[j*ks:j*ks+hd]), r < m, j < p.
-// Four query rows at a time share each K chunk's load (and widening).
-// For F16, hd % 8 == 0.
+// Four query rows at a time share each K chunk's load (and widening), and
+// their four trees run together (VPERM2F128 pairs rows for j += j+4,
+// VSHUFPS does j += j+2 and j += j+1). For F16, hd % 8 == 0.
 //
 // Registers: SI q of the row group, BX hd*4 (q row stride), DI out of the
 // row group (advancing by position), R8 os*4, R14 out row 3, R10 K row,
@@ -134,14 +135,23 @@ red4: \
 	VADDPS Y3, Y2, Y2 \
 	VADDPS Y5, Y4, Y4 \
 	VADDPS Y7, Y6, Y6 \
-	MRED8(Y0, X0, X10) \
-	MRED8(Y2, X2, X11) \
-	MRED8(Y4, X4, X12) \
-	MRED8(Y6, X6, X13) \
+	VPERM2F128 $0x20, Y2, Y0, Y8 \
+	VPERM2F128 $0x31, Y2, Y0, Y9 \
+	VADDPS Y9, Y8, Y0 \
+	VPERM2F128 $0x20, Y6, Y4, Y8 \
+	VPERM2F128 $0x31, Y6, Y4, Y9 \
+	VADDPS Y9, Y8, Y4 \
+	VSHUFPS $0x44, Y4, Y0, Y8 \
+	VSHUFPS $0xee, Y4, Y0, Y9 \
+	VADDPS Y9, Y8, Y0 \
+	VSHUFPS $0x88, Y0, Y0, Y8 \
+	VSHUFPS $0xdd, Y0, Y0, Y9 \
+	VADDPS Y9, Y8, Y0 \
 	VMOVSS X0, (DI) \
-	VMOVSS X2, (DI)(R8*1) \
-	VMOVSS X4, (DI)(R8*2) \
-	VMOVSS X6, (R14) \
+	VEXTRACTPS $1, X0, (DI)(R8*2) \
+	VEXTRACTF128 $1, Y0, X8 \
+	VMOVSS X8, (DI)(R8*1) \
+	VEXTRACTPS $1, X8, (R14) \
 	ADDQ $4, DI \
 	ADDQ $4, R14 \
 	ADDQ R11, R10 \
@@ -213,7 +223,9 @@ done: \
 // ------------------------------------------------------------- AVX-512 scores
 //
 // The same with one ZMM of 16 lanes per accumulator; K1 masks the tail
-// lanes (32-bit loads of q and F32 K, 16-bit loads of F16 K).
+// lanes (32-bit loads of q and F32 K, 16-bit loads of F16 K). A group's
+// four trees run together: 128-bit blocks shuffled (VSHUFF64X2) for
+// j += j+8 and j += j+4, then in-block permutes, as RED4T in asm_amd64.s.
 
 #define MQA_DOT512_BODY(LDK, KSTEP, TAILK, KSHIFT) \
 	MOVQ out+0(FP), DI \
@@ -228,6 +240,8 @@ done: \
 	SHLQ CX, AX \
 	DECQ AX \
 	KMOVW AX, K1 \
+	MOVL $0x1111, AX \
+	KMOVW AX, K3 \
 	SHLQ $2, BX \
 	MOVQ ks+48(FP), R11 \
 	SHLQ $KSHIFT, R11 \
@@ -274,14 +288,24 @@ tail4: \
 	VFMADD231PS Z12, Z8, Z2 \
 	VFMADD231PS Z13, Z8, Z3 \
 red4: \
-	MRED16(Z0, Y0, X0, Y10, X10) \
-	MRED16(Z1, Y1, X1, Y11, X11) \
-	MRED16(Z2, Y2, X2, Y12, X12) \
-	MRED16(Z3, Y3, X3, Y13, X13) \
-	VMOVSS X0, (DI) \
-	VMOVSS X1, (DI)(R8*1) \
-	VMOVSS X2, (DI)(R8*2) \
-	VMOVSS X3, (R14) \
+	VSHUFF64X2 $0x44, Z1, Z0, Z10 \
+	VSHUFF64X2 $0xee, Z1, Z0, Z11 \
+	VADDPS Z11, Z10, Z10 \
+	VSHUFF64X2 $0x44, Z3, Z2, Z12 \
+	VSHUFF64X2 $0xee, Z3, Z2, Z13 \
+	VADDPS Z13, Z12, Z12 \
+	VSHUFF64X2 $0x88, Z12, Z10, Z11 \
+	VSHUFF64X2 $0xdd, Z12, Z10, Z13 \
+	VADDPS Z13, Z11, Z11 \
+	VPERMILPS $0x4e, Z11, Z12 \
+	VADDPS Z12, Z11, Z11 \
+	VPERMILPS $0xb1, Z11, Z12 \
+	VADDPS Z12, Z11, Z11 \
+	VCOMPRESSPS Z11, K3, Z12 \
+	VMOVSS X12, (DI) \
+	VEXTRACTPS $1, X12, (DI)(R8*1) \
+	VEXTRACTPS $2, X12, (DI)(R8*2) \
+	VEXTRACTPS $3, X12, (R14) \
 	ADDQ $4, DI \
 	ADDQ $4, R14 \
 	ADDQ R11, R10 \
