@@ -217,3 +217,34 @@ func TestScaleSoftmaxMatchesGeneric(t *testing.T) {
 		}
 	}
 }
+
+// TestMQARefusesBadShapes: sizes that do not fit the slices, negative or
+// large enough to overflow the bounds arithmetic panic before any kernel
+// runs.
+func TestMQARefusesBadShapes(t *testing.T) {
+	q, out, k := make([]float32, 64), make([]float32, 64), make([]float32, 64)
+	for _, c := range []struct{ m, hd, os, ks, p int }{
+		{2, 8, 4, 8, 5},       // os < p
+		{2, 8, 8, 4, 2},       // ks < hd
+		{9, 8, 8, 8, 1},       // q too short
+		{1, 8, 8, 8, 9},       // k too short
+		{1 << 40, 8, 8, 8, 1}, // overflowing m
+		{2, 8, 1 << 62, 8, 1}, // overflowing os
+		{1, -8, 8, 8, 1},      // negative hd
+	} {
+		for _, axpy := range []bool{false, true} {
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Errorf("%+v axpy=%v: no panic", c, axpy)
+					}
+				}()
+				if axpy {
+					MQAAxpy(out, q, c.os, c.m, c.hd, k, c.ks, c.p)
+				} else {
+					MQADot(out, c.os, q, c.m, c.hd, k, c.ks, c.p)
+				}
+			}()
+		}
+	}
+}
