@@ -229,7 +229,7 @@ func TestMQARefusesBadShapes(t *testing.T) {
 		{9, 8, 8, 8, 1},       // q too short
 		{1, 8, 8, 8, 9},       // k too short
 		{1 << 40, 8, 8, 8, 1}, // overflowing m
-		{2, 8, 1 << 62, 8, 1}, // overflowing os
+		{5, 8, 1 << 62, 8, 1}, // (m-1)*os wraps to 0
 		{1, -8, 8, 8, 1},      // negative hd
 	} {
 		for _, axpy := range []bool{false, true} {
