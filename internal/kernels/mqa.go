@@ -25,7 +25,7 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 	if m <= 0 || p <= 0 {
 		return
 	}
-	if hd < 0 || os < p || ks < hd || len(q) < m*hd || len(out) < (m-1)*os+p || len(k) < (p-1)*ks+hd {
+	if !mqaShapeOK(m, hd, os, ks, p) || os < p || ks < hd || len(q) < m*hd || len(out) < (m-1)*os+p || len(k) < (p-1)*ks+hd {
 		panic("kernels.MQADot: slices too short for the shape")
 	}
 	if hd == 0 {
@@ -86,6 +86,17 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 	}
 }
 
+// mqaShapeOK: every size non-negative and under 2^31, so the products of
+// the bounds checks cannot overflow (the assembly trusts those checks).
+func mqaShapeOK(sizes ...int) bool {
+	for _, n := range sizes {
+		if n < 0 || n >= 1<<31 {
+			return false
+		}
+	}
+	return true
+}
+
 // MQAAxpy adds, for j = 0, 1, ..., p-1 in that order, w[r*ws+j] times V
 // row j (v[j*vs:j*vs+hd], []float32 or []uint16 binary16) into
 // y[r*hd:(r+1)*hd], for every r < m: each element exactly AxpyRows's
@@ -94,7 +105,7 @@ func MQAAxpy[T float32 | uint16](y, w []float32, ws, m, hd int, v []T, vs, p int
 	if m <= 0 || p <= 0 || hd == 0 {
 		return
 	}
-	if hd < 0 || ws < p || vs < hd || len(y) < m*hd || len(w) < (m-1)*ws+p || len(v) < (p-1)*vs+hd {
+	if !mqaShapeOK(m, hd, ws, vs, p) || ws < p || vs < hd || len(y) < m*hd || len(w) < (m-1)*ws+p || len(v) < (p-1)*vs+hd {
 		panic("kernels.MQAAxpy: slices too short for the shape")
 	}
 	switch vv := any(v).(type) {
