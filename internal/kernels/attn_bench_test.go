@@ -18,9 +18,12 @@ func cpuNow() time.Duration {
 
 // BenchmarkAttendDecode: one decode token's attention for one KV head of
 // TinyLlama-1.1B's shape (8 query heads of 64 sharing it, KV rows of 256,
-// 16-slot blocks) over n positions, the way model.attendUnit runs it: F32
-// rows read in place, F16 rows widened a block at a time into scratch.
-// cpu-ns/pos is CPU time per context position (all 8 heads, K and V).
+// 16-slot blocks) over n positions. "fused" is the way model.attendUnit
+// runs it (MQADot, ScaleSoftmax, MQAAxpy: one call per page for all 8
+// heads, F16 rows widened in registers); "rows" is the per-head form it
+// replaced (DotRows/AxpyRows per head and page, F16 pages widened into
+// scratch by WidenRows), kept for the comparison. cpu-ns/pos is CPU time
+// per context position (all 8 heads, K and V).
 func BenchmarkAttendDecode(b *testing.B) {
 	const hd, group, kvd, ps = 64, 8, 256, 16
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -35,7 +38,33 @@ func BenchmarkAttendDecode(b *testing.B) {
 		out := make([]float32, group*hd)
 		wide := make([]float32, ps*hd)
 		for _, typ := range []string{"f32", "f16"} {
-			b.Run(fmt.Sprintf("n=%d/%s", n, typ), func(b *testing.B) {
+			b.Run(fmt.Sprintf("n=%d/%s/fused", n, typ), func(b *testing.B) {
+				cpu0 := cpuNow()
+				for it := 0; it < b.N; it++ {
+					for j := 0; j < n; j += ps {
+						cnt := min(ps, n-j)
+						if typ == "f16" {
+							MQADot(scores[j:], n, q, group, hd, k16[j*kvd:], kvd, cnt)
+						} else {
+							MQADot(scores[j:], n, q, group, hd, k32[j*kvd:], kvd, cnt)
+						}
+					}
+					for g := 0; g < group; g++ {
+						ScaleSoftmax(scores[g*n:(g+1)*n], 0.125)
+					}
+					clear(out)
+					for j := 0; j < n; j += ps {
+						cnt := min(ps, n-j)
+						if typ == "f16" {
+							MQAAxpy(out, scores[j:], n, group, hd, v16[j*kvd:], kvd, cnt)
+						} else {
+							MQAAxpy(out, scores[j:], n, group, hd, v32[j*kvd:], kvd, cnt)
+						}
+					}
+				}
+				b.ReportMetric(float64((cpuNow()-cpu0).Nanoseconds())/float64(b.N*n), "cpu-ns/pos")
+			})
+			b.Run(fmt.Sprintf("n=%d/%s/rows", n, typ), func(b *testing.B) {
 				cpu0 := cpuNow()
 				for it := 0; it < b.N; it++ {
 					for j := 0; j < n; j += ps {

@@ -35,6 +35,13 @@
 //     (quant.QuantizeRowQ8_K). Per 256-element super-block the scaled
 //     integer sums are exact; one float32 term per super-block is added to a
 //     single accumulator in increasing order.
+//   - Attention (mqa.go): a score is the F32 dot above of a query row and
+//     a K row (binary16 rows widened exactly first); the softmax of a score
+//     row is ScaleSoftmax's (expf; numerators of x - max below -50 are 0,
+//     so no weight is subnormal; float64 sums over 8 lanes in a fixed
+//     order); each output element adds the rounded products of its weights
+//     and V rows in position order. None depends on how the caller splits
+//     the rows, positions or pages between calls, so prefill equals decode.
 //
 // Integer sums are exact whatever order SIMD lanes use, which is what lets
 // the quantized kernels vectorize freely inside a block.
@@ -69,7 +76,8 @@
 //
 // Q4_K, Q5_K and Q6_K activations are quantized to Q8_K in assembly on
 // both SIMD paths. Dot, DotRows, Axpy, AxpyRows, Scale, SiLUMul, ExpSub,
-// Softmax, SumSquares and ScaleMul (RMSNorm) have assembly on the SIMD
+// Softmax, MQADot, MQAAxpy, ScaleSoftmax, SumSquares and ScaleMul
+// (RMSNorm) have assembly on the SIMD
 // paths. The assembly is written by
 // hand (Go assembler, asm_amd64.s) rather than generated with avo: it was
 // quicker to get right and to tune here; the canonical orders above are the

@@ -38,7 +38,7 @@ TEXT ·axpyRowsAVX2(SB), NOSPLIT, $0-48
 	MOVQ stride+32(FP), R10
 	SHLQ $2, R10
 	MOVQ n+40(FP), AX
-	MOVQ AX, X0
+	VMOVQ AX, X0
 	VPBROADCASTD X0, Y0
 	VPCMPGTD attnIota<>+0(SB), Y0, Y8
 	VPCMPGTD attnIota<>+32(SB), Y0, Y9
@@ -125,10 +125,10 @@ TEXT ·maxAVX2(SB), NOSPLIT, $0-21
 	MOVQ n+8(FP), CX
 	SHRQ $3, CX
 	MOVL $0xff800000, AX
-	MOVQ AX, X0
+	VMOVQ AX, X0
 	VPBROADCASTD X0, Y8        // running max, -Inf
 	MOVL $0x7f800000, AX
-	MOVQ AX, X0
+	VMOVQ AX, X0
 	VPBROADCASTD X0, Y13       // +Inf
 	VXORPS Y9, Y9, Y9          // NaN or +Inf lanes seen
 

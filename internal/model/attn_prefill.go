@@ -12,12 +12,16 @@ const queryBlock = 8
 
 // attendTokens is attendUnit for the un.nt tokens un.t, un.t+1, ... of one
 // sequence and KV head un.kh, pages in the outer loop, with slot w's
-// scratch. It only reorders attendUnit's calls: every score is the same
-// DotRows of the token's query and key row, every softmax row the same,
-// and each output row adds the same AxpyRows in the same page order, so
-// the results are bitwise attendUnit's whatever the block (batch
-// invariance). An F16 view's page is widened once for the block (exact,
-// as attendUnit widens it).
+// scratch. All the block's query rows (tokens x the group's heads, packed
+// into the slot's scratch) go through one fused call per page, so a
+// page's K and V rows are read (and F16 widened, in registers) once per
+// block. It only regroups attendUnit's arithmetic: every score is the
+// same canonical dot, every softmax row the same, and each output element
+// adds the same value rows in the same position order, so the results are
+// bitwise attendUnit's whatever the block (batch invariance). The block's
+// earlier tokens also get scores for the positions of its later tokens in
+// the diagonal page; those are never read (softmax and values stop at
+// each token's own position).
 func (r *Runner) attendTokens(un unit, w int) {
 	a := &r.acts[un.a]
 	if un.nt <= 1 {
@@ -33,64 +37,38 @@ func (r *Runner) attendTokens(un unit, w int) {
 	first := a.pos + int(un.t) + 1 // positions the block's first token sees
 	last := first + nt - 1         // and its last
 	koff := int(un.kh) * hd
+	M, gw := nt*group, group*hd // rows of the block; one token's rows
+	t0 := a.off + int(un.t)
+	buf := grow(r.wide[w], 2*M*hd)
+	r.wide[w] = buf
+	qp, yp := buf[:M*hd], buf[M*hd:2*M*hd]
+	for i := 0; i < nt; i++ {
+		copy(qp[i*gw:(i+1)*gw], r.q[(t0+i)*Q+koff*group:][:gw])
+	}
 	spans := r.spans[a.span:]
-	var wide []float32
-	if a.f16 {
-		wide = grow(r.wide[w], a.ps*hd)
-		r.wide[w] = wide
-	}
-	// page returns the K (or V) rows of KV head un.kh in page bi, cnt of
-	// them, and their stride.
-	page := func(bi, cnt int, v bool) ([]float32, int) {
-		s := &spans[bi]
-		if !a.f16 {
-			if v {
-				return s.v[koff:], KD
-			}
-			return s.k[koff:], KD
-		}
-		src := s.k16
-		if v {
-			src = s.v16
-		}
-		kernels.WidenRows(wide[:cnt*hd], src[koff:], cnt, KD)
-		return wide, hd
-	}
-	// Score row of (token i, head g): scores[(i*group+g)*last:][:first+i].
-	scores := grow(r.scores[w], nt*group*last)
+	// Score row of row m = i*group+g (token i, head g): scores[m*last:][:first+i].
+	scores := grow(r.scores[w], M*last)
 	r.scores[w] = scores
 	for j, bi := 0, 0; j < last; j, bi = j+a.ps, bi+1 {
-		kb, stride := page(bi, min(a.ps, last-j), false)
-		for i := max(0, j+1-first); i < nt; i++ { // tokens that see position j
-			cnt := min(a.ps, first+i-j)
-			t := a.off + int(un.t) + i
-			for g := 0; g < group; g++ {
-				h := int(un.kh)*group + g
-				row := scores[(i*group+g)*last:]
-				kernels.DotRows(row[j:j+cnt], r.q[t*Q+h*hd:t*Q+(h+1)*hd], kb, stride)
-			}
+		i0 := max(0, j+1-first) // the first token that sees position j
+		pageDot(scores[i0*group*last+j:], last, qp[i0*gw:], (nt-i0)*group, hd, &spans[bi], koff, KD, min(a.ps, last-j), a.f16)
+	}
+	for m := 0; m < M; m++ {
+		kernels.ScaleSoftmax(scores[m*last:][:first+m/group], r.m.attnScale)
+	}
+	clear(yp)
+	for j, bi := 0, 0; j < last; j, bi = j+a.ps, bi+1 {
+		cnt := min(a.ps, last-j)
+		i0 := max(0, j+1-first)
+		full := max(i0, j+cnt-first) // tokens from here see all cnt positions
+		for i := i0; i < full; i++ {
+			pageAxpy(yp[i*gw:], scores[i*group*last+j:], last, group, hd, &spans[bi], koff, KD, first+i-j, a.f16)
+		}
+		if full < nt {
+			pageAxpy(yp[full*gw:], scores[full*group*last+j:], last, (nt-full)*group, hd, &spans[bi], koff, KD, cnt, a.f16)
 		}
 	}
 	for i := 0; i < nt; i++ {
-		t := a.off + int(un.t) + i
-		for g := 0; g < group; g++ {
-			sc := scores[(i*group+g)*last:][:first+i]
-			kernels.Scale(sc, r.m.attnScale)
-			kernels.Softmax(sc)
-			h := int(un.kh)*group + g
-			clear(r.att[t*Q+h*hd : t*Q+(h+1)*hd])
-		}
-	}
-	for j, bi := 0, 0; j < last; j, bi = j+a.ps, bi+1 {
-		vb, stride := page(bi, min(a.ps, last-j), true)
-		for i := max(0, j+1-first); i < nt; i++ {
-			cnt := min(a.ps, first+i-j)
-			t := a.off + int(un.t) + i
-			for g := 0; g < group; g++ {
-				h := int(un.kh)*group + g
-				row := scores[(i*group+g)*last:]
-				kernels.AxpyRows(r.att[t*Q+h*hd:t*Q+(h+1)*hd], row[j:j+cnt], vb, stride)
-			}
-		}
+		copy(r.att[(t0+i)*Q+koff*group:][:gw], yp[i*gw:(i+1)*gw])
 	}
 }

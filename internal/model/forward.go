@@ -76,7 +76,7 @@ type Runner struct {
 	units                        []unit
 	spans                        []span
 	scores                       [][]float32 // one per attention slot
-	wide                         [][]float32 // one per attention slot: a block's F16 rows widened
+	wide                         [][]float32 // one per attention slot: a prefill block's queries and outputs, packed
 	slots                        chan int    // free attention slots (indices into scores, wide)
 	rows                         []int
 }
@@ -155,10 +155,6 @@ func (r *Runner) perToken(n, rowCost int, fn func(lo, hi int)) {
 // from position 16 to 272, against 16k at 1 thread; at 1<<16, 14.3k
 // (bench-15M-q8_0 884 -> 901, interleaved, loaded machine).
 const minParallelMACs = 1 << 16
-
-// wideRows is how many positions of F16 rows attention widens at a time
-// (32 KiB of scratch per slot at head dim 64): fewer, longer kernel calls.
-const wideRows = 128
 
 // attnSlots is how many chunks per thread a decode step's attention units
 // are grouped into (prefill units are claimed one at a time).
@@ -481,80 +477,55 @@ func (r *Runner) ensureSlots(n int) {
 // attendUnit computes the attention output of one token's query heads that
 // share KV head un.kh, using slot w's scratch (grown as needed).
 //
-// F16 blocks are widened (exactly) one KV head at a time into the slot's
-// scratch, then go through the same DotRows/AxpyRows as F32 rows: every
-// query head of the group reuses the widened rows, and the reduction order
-// is the canonical F32 one, so an F16 page gives the same bits whichever
-// path, batch or split computes it.
+// One fused call per page computes the scores of every query head of the
+// group against the page's K rows, and one adds the page's V rows into
+// every head's output (kernels.MQADot / MQAAxpy, which read F16 rows in
+// place): every score is the canonical dot and every output element adds
+// the value rows in position order, so the bits do not depend on the
+// page split, the path, the batch or the thread count.
 func (r *Runner) attendUnit(un unit, w int) {
 	c := r.m.cfg
 	Q, KD, hd := c.QDim(), c.KVDim(), c.HeadDim
 	group := c.Heads / c.KVHeads
-	scale := r.m.attnScale
 	a := &r.acts[un.a]
 	t := a.off + int(un.t)
 	n := a.pos + int(un.t) + 1 // causal: positions 0..pos
 	koff := int(un.kh) * hd
+	gw := group * hd // the group's query (and output) rows, contiguous
+	q := r.q[t*Q+koff*group:][:gw]
+	y := r.att[t*Q+koff*group:][:gw]
 	spans := r.spans[a.span:]
 	scores := grow(r.scores[w], group*n)
 	r.scores[w] = scores
-	// F16 rows are widened several blocks at a time (up to wideRows
-	// positions): one DotRows/AxpyRows call then covers them all. Each
-	// score is still one canonical dot and the value rows are still added
-	// in position order, so the bits do not depend on the step.
-	step := a.ps
-	var wide []float32
-	if a.f16 {
-		step = a.ps * max(1, wideRows/a.ps)
-		wide = grow(r.wide[w], step*hd)
-		r.wide[w] = wide
-	}
-	// rows returns the K (or V) rows of KV head kh of positions [j, j+cnt)
-	// (j a multiple of the page size) and their stride.
-	rows := func(j, cnt int, v bool) ([]float32, int) {
-		bi := j / a.ps
-		if !a.f16 {
-			if v {
-				return spans[bi].v[koff:], KD
-			}
-			return spans[bi].k[koff:], KD
-		}
-		for done := 0; done < cnt; done += a.ps {
-			s := &spans[bi+done/a.ps]
-			src := s.k16
-			if v {
-				src = s.v16
-			}
-			m := min(a.ps, cnt-done)
-			kernels.WidenRows(wide[done*hd:(done+m)*hd], src[koff:], m, KD)
-		}
-		return wide, hd
-	}
-	// Step by step (a block, or with F16 several): one call per (step,
-	// head) computes every score of the step, then one call adds every
-	// value row of the step.
-	for j := 0; j < n; j += step {
-		cnt := min(step, n-j)
-		kb, stride := rows(j, cnt, false)
-		for g := 0; g < group; g++ {
-			h := int(un.kh)*group + g
-			kernels.DotRows(scores[g*n+j:g*n+j+cnt], r.q[t*Q+h*hd:t*Q+(h+1)*hd], kb, stride)
-		}
+	for j, bi := 0, 0; j < n; j, bi = j+a.ps, bi+1 {
+		pageDot(scores[j:], n, q, group, hd, &spans[bi], koff, KD, min(a.ps, n-j), a.f16)
 	}
 	for g := 0; g < group; g++ {
-		sc := scores[g*n : (g+1)*n]
-		kernels.Scale(sc, scale)
-		kernels.Softmax(sc)
-		h := int(un.kh)*group + g
-		clear(r.att[t*Q+h*hd : t*Q+(h+1)*hd])
+		kernels.ScaleSoftmax(scores[g*n:(g+1)*n], r.m.attnScale)
 	}
-	for j := 0; j < n; j += step {
-		cnt := min(step, n-j)
-		vb, stride := rows(j, cnt, true)
-		for g := 0; g < group; g++ {
-			h := int(un.kh)*group + g
-			kernels.AxpyRows(r.att[t*Q+h*hd:t*Q+(h+1)*hd], scores[g*n+j:g*n+j+cnt], vb, stride)
-		}
+	clear(y)
+	for j, bi := 0, 0; j < n; j, bi = j+a.ps, bi+1 {
+		pageAxpy(y, scores[j:], n, group, hd, &spans[bi], koff, KD, min(a.ps, n-j), a.f16)
+	}
+}
+
+// pageDot is kernels.MQADot over the first p positions of page s's K rows
+// of the KV head at column koff (row stride kd).
+func pageDot(out []float32, os int, q []float32, m, hd int, s *span, koff, kd, p int, f16 bool) {
+	if f16 {
+		kernels.MQADot(out, os, q, m, hd, s.k16[koff:], kd, p)
+	} else {
+		kernels.MQADot(out, os, q, m, hd, s.k[koff:], kd, p)
+	}
+}
+
+// pageAxpy is kernels.MQAAxpy over the first p positions of page s's V
+// rows of the KV head at column koff.
+func pageAxpy(y, w []float32, ws, m, hd int, s *span, koff, kd, p int, f16 bool) {
+	if f16 {
+		kernels.MQAAxpy(y, w, ws, m, hd, s.v16[koff:], kd, p)
+	} else {
+		kernels.MQAAxpy(y, w, ws, m, hd, s.v[koff:], kd, p)
 	}
 }
 

@@ -1,0 +1,212 @@
+package kernels
+
+import "math"
+
+// Fused multi-query attention: the query rows sharing one KV head (a GQA
+// group's heads, and in a prefill block several tokens' groups) go through
+// a block of that head's K and V rows in one call each, instead of one
+// DotRows/AxpyRows call per query row. K and V rows sit at a fixed stride
+// in a KV page (one KV head's slice of each position), as F32 or binary16;
+// binary16 rows are widened in registers (exact) by the SIMD paths, in a
+// row buffer by Generic.
+//
+// The results are bitwise those of the per-row forms: every score is
+// Dot(q row, K row) in the canonical F32 order, and every output element
+// takes exactly AxpyRows's sequence of steps (product rounded, then the
+// add) over the block's rows in order. So a caller may split the rows or
+// the positions between calls any way it likes (per token or per block,
+// per page or per several pages) without changing a bit: attention stays
+// batch invariant, and prefill equal to decode.
+
+// MQADot sets out[r*os+j] = Dot(q[r*hd:(r+1)*hd], K row j) for r < m and
+// j < p, where K row j is k[j*ks:j*ks+hd] (k is []float32 or []uint16
+// binary16). q holds the m query rows packed.
+func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k []T, ks, p int) {
+	if m <= 0 || p <= 0 {
+		return
+	}
+	if !mqaShapeOK(m, hd, os, ks, p) || os < p || ks < hd || len(q) < m*hd || len(out) < (m-1)*os+p || len(k) < (p-1)*ks+hd {
+		panic("kernels.MQADot: slices too short for the shape")
+	}
+	if hd == 0 {
+		for r := range m {
+			clear(out[r*os : r*os+p])
+		}
+		return
+	}
+	switch kk := any(k).(type) {
+	case []float32:
+		switch CurrentPath() {
+		case AVX512:
+			mqaDotF32AVX512(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
+			return
+		case AVX2:
+			if p8 := p &^ 7; hd <= 8 && p8 > 0 {
+				// 8 positions at a time, one tree for all 8.
+				mqaDot8F32AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p8)
+				if p8 == p {
+					return
+				}
+				mqaDotF32AVX2(&out[p8], os, &q[0], m, hd, &kk[p8*ks], ks, p-p8)
+				return
+			}
+			mqaDotF32AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
+			return
+		}
+		for r := range m {
+			qr := q[r*hd : (r+1)*hd]
+			for j := range p {
+				out[r*os+j] = dotF32Generic(qr, kk[j*ks:j*ks+hd])
+			}
+		}
+	case []uint16:
+		switch {
+		case CurrentPath() == AVX512:
+			mqaDotF16AVX512(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
+			return
+		case CurrentPath() == AVX2 && hd%8 == 0:
+			if p8 := p &^ 7; hd == 8 && p8 > 0 {
+				mqaDot8F16AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p8)
+				if p8 == p {
+					return
+				}
+				mqaDotF16AVX2(&out[p8], os, &q[0], m, hd, &kk[p8*ks], ks, p-p8)
+				return
+			}
+			mqaDotF16AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
+			return
+		}
+		row := make([]float32, hd)
+		for j := range p {
+			FP16ToFP32Row(row, kk[j*ks:j*ks+hd])
+			for r := range m {
+				out[r*os+j] = dotF32Generic(q[r*hd:(r+1)*hd], row)
+			}
+		}
+	}
+}
+
+// mqaShapeOK: every size non-negative and under 2^31, so the products of
+// the bounds checks cannot overflow (the assembly trusts those checks).
+func mqaShapeOK(sizes ...int) bool {
+	for _, n := range sizes {
+		if n < 0 || n >= 1<<31 {
+			return false
+		}
+	}
+	return true
+}
+
+// MQAAxpy adds, for j = 0, 1, ..., p-1 in that order, w[r*ws+j] times V
+// row j (v[j*vs:j*vs+hd], []float32 or []uint16 binary16) into
+// y[r*hd:(r+1)*hd], for every r < m: each element exactly AxpyRows's
+// sequence. y holds the m output rows packed.
+func MQAAxpy[T float32 | uint16](y, w []float32, ws, m, hd int, v []T, vs, p int) {
+	if m <= 0 || p <= 0 || hd == 0 {
+		return
+	}
+	if !mqaShapeOK(m, hd, ws, vs, p) || ws < p || vs < hd || len(y) < m*hd || len(w) < (m-1)*ws+p || len(v) < (p-1)*vs+hd {
+		panic("kernels.MQAAxpy: slices too short for the shape")
+	}
+	switch vv := any(v).(type) {
+	case []float32:
+		switch CurrentPath() {
+		case AVX512:
+			mqaAxpyF32AVX512(&y[0], &w[0], ws, m, hd, &vv[0], vs, p)
+			return
+		case AVX2:
+			mqaAxpyF32AVX2(&y[0], &w[0], ws, m, hd, &vv[0], vs, p)
+			return
+		}
+		for r := range m {
+			yr := y[r*hd : (r+1)*hd]
+			for j := range p {
+				a, xr := w[r*ws+j], vv[j*vs:j*vs+hd]
+				for i := range yr {
+					yr[i] += float32(a * xr[i])
+				}
+			}
+		}
+	case []uint16:
+		switch {
+		case CurrentPath() == AVX512:
+			mqaAxpyF16AVX512(&y[0], &w[0], ws, m, hd, &vv[0], vs, p)
+			return
+		case CurrentPath() == AVX2 && hd%8 == 0:
+			mqaAxpyF16AVX2(&y[0], &w[0], ws, m, hd, &vv[0], vs, p)
+			return
+		}
+		row := make([]float32, hd)
+		for j := range p {
+			FP16ToFP32Row(row, vv[j*vs:j*vs+hd])
+			for r := range m {
+				a, yr := w[r*ws+j], y[r*hd:(r+1)*hd]
+				for i := range yr {
+					yr[i] += float32(a * row[i])
+				}
+			}
+		}
+	}
+}
+
+// attnFlush is where attention's softmax stops computing numerators:
+// e^(x - max) for x - max below it is taken as exactly 0. e^-50 is 2e-22,
+// under float32's resolution of a sum whose largest term is 1 (6e-8), so
+// no weight is lost that float32 could have kept; and with it no softmax
+// weight, and no product of a weight with a binary16 value, is ever a
+// subnormal float, which x86 computes by a microcode assist of ~150
+// cycles a vector: on stories260K's sharp attention that was most of the
+// prefill's value sums (measured: 42 against 0.3 ns a row and position).
+const attnFlush = -50
+
+// ScaleSoftmax is attention's softmax of a score row: x *= a, then x[i] =
+// e^(x[i] - max) as expf, or 0 when x[i] - max < attnFlush; the sum in
+// float64 over 8 lanes as Softmax's; x[i] *= float32(1/sum). Every path
+// gives the same bits (the SIMD paths run it in one call).
+func ScaleSoftmax(x []float32, a float32) {
+	if len(x) == 0 {
+		return
+	}
+	if CurrentPath() != Generic {
+		// AVX2 instructions, on the AVX-512 path too.
+		if scaleSoftmaxAVX2(&x[0], len(x), a, &expConsts[0]) {
+			return
+		}
+		flushSoftmaxGo(x) // x is scaled: NaN, +Inf or all -Inf decide in Go
+		return
+	}
+	for i := range x {
+		x[i] *= a
+	}
+	flushSoftmaxGo(x)
+}
+
+// flushSoftmaxGo is softmaxGo with the numerators below attnFlush taken
+// as 0 (NaN stays NaN: the comparison is false).
+func flushSoftmaxGo(x []float32) {
+	mx := float32(math.Inf(-1))
+	for _, v := range x {
+		mx = max(mx, v)
+	}
+	for i, v := range x {
+		if d := v - mx; d < attnFlush {
+			x[i] = 0
+		} else {
+			x[i] = expf(d)
+		}
+	}
+	var acc [8]float64
+	for i, e := range x {
+		acc[i%8] += float64(e)
+	}
+	for j := 0; j < 4; j++ {
+		acc[j] += acc[j+4]
+	}
+	for j := 0; j < 2; j++ {
+		acc[j] += acc[j+2]
+	}
+	inv := float32(1 / (acc[0] + acc[1]))
+	for i := range x {
+		x[i] *= inv
+	}
+}
