@@ -329,3 +329,184 @@ q4kmv2_sb:
 q4kmv2_done:
 	VZEROUPPER
 	RET
+
+// Constants of rowsQ4_KAVX512x4s. q4kmvsrlw: VPSRLVW counts, 0 for words
+// 0-15 (low nibbles, sub-block 2k), 4 for words 16-31 (high, 2k+1).
+DATA q4kmvsrlw<>+0(SB)/8, $0
+DATA q4kmvsrlw<>+8(SB)/8, $0
+DATA q4kmvsrlw<>+16(SB)/8, $0
+DATA q4kmvsrlw<>+24(SB)/8, $0
+DATA q4kmvsrlw<>+32(SB)/8, $0x0004000400040004
+DATA q4kmvsrlw<>+40(SB)/8, $0x0004000400040004
+DATA q4kmvsrlw<>+48(SB)/8, $0x0004000400040004
+DATA q4kmvsrlw<>+56(SB)/8, $0x0004000400040004
+GLOBL q4kmvsrlw<>(SB), RODATA|NOPTR, $64
+
+// q4kmvsrld: VPSRLVD counts per 128-bit lane (0, 4, 0, 4): the scale
+// bytes' third dword C shifted to give C and C>>4.
+DATA q4kmvsrld<>+0(SB)/8, $0x0000000400000000
+DATA q4kmvsrld<>+8(SB)/8, $0x0000000400000000
+GLOBL q4kmvsrld<>(SB), RODATA|NOPTR, $16
+
+// q4kmvlane0: VPERMD indices of dword 0 of each 128-bit lane.
+DATA q4kmvlane0<>+0(SB)/8, $0x0000000400000000
+DATA q4kmvlane0<>+8(SB)/8, $0x0000000c00000008
+GLOBL q4kmvlane0<>(SB), RODATA|NOPTR, $16
+
+// Q4KMVROWS adds one row's super-block at P against the Q8_K block at BX:
+// the row's scales (int16 words, 128-bit lane L of Z12) picked per
+// sub-block pair, the 64 nibbles of each 32 qs bytes split by one
+// broadcast load and a per-word shift, products to the int32 lanes AZ,
+// folded to the 8 lanes AY.
+#define Q4KMVROWS(P, L, AZ, AY) \
+	VSHUFI32X4 $L, Z12, Z12, Z19 \
+	VPERMW Z19, Z24, Z20 \
+	VPERMW Z19, Z25, Z21 \
+	VPERMW Z19, Z26, Z22 \
+	VPERMW Z19, Z18, Z23 \
+	VBROADCASTI64X4 16(P), Z4 \
+	VBROADCASTI64X4 48(P), Z5 \
+	VBROADCASTI64X4 80(P), Z6 \
+	VBROADCASTI64X4 112(P), Z7 \
+	VPSRLVW Z27, Z4, Z4 \
+	VPSRLVW Z27, Z5, Z5 \
+	VPSRLVW Z27, Z6, Z6 \
+	VPSRLVW Z27, Z7, Z7 \
+	VPANDD Z28, Z4, Z4 \
+	VPANDD Z28, Z5, Z5 \
+	VPANDD Z28, Z6, Z6 \
+	VPANDD Z28, Z7, Z7 \
+	VPMADDUBSW 4(BX), Z4, Z4 \
+	VPMADDUBSW 68(BX), Z5, Z5 \
+	VPMADDUBSW 132(BX), Z6, Z6 \
+	VPMADDUBSW 196(BX), Z7, Z7 \
+	VPMADDWD Z20, Z4, AZ \
+	VPDPWSSD Z5, Z21, AZ \
+	VPDPWSSD Z6, Z22, AZ \
+	VPDPWSSD Z7, Z23, AZ \
+	VEXTRACTI64X4 $1, AZ, Y3 \
+	VPADDD Y3, AY, AY
+
+// func rowsQ4_KAVX512x4s(out *float32, w, x *byte, nGroups, nsb, pf int)
+// rowsQ4_KAVX512x4 with the four rows' 6-bit scales and mins unpacked
+// together in vector registers (one 128-bit lane a row) instead of by 30
+// scalar instructions a row, the mins' products with the Q8_K block sums
+// done for the four rows in one VPMADDWD, and a prefetch of each row pf
+// bytes ahead (one stream per row).
+TEXT ·rowsQ4_KAVX512x4s(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ nGroups+24(FP), R9
+	MOVQ pf+40(FP), R8
+	MOVL $0x0f, AX
+	VPBROADCASTB AX, Z28
+	MOVL $0x30, AX
+	VPBROADCASTB AX, Z16
+	MOVL $0x3f, AX
+	VPBROADCASTB AX, Z17
+	VMOVDQU64 q4kmvidx<>+0(SB), Z24
+	VMOVDQU64 q4kmvidx<>+64(SB), Z25
+	VMOVDQU64 q4kmvidx<>+128(SB), Z26
+	VMOVDQU64 q4kmvidx<>+192(SB), Z18
+	VMOVDQU64 q4kmvsrlw<>(SB), Z27
+	VBROADCASTI32X4 q4kmvsrld<>(SB), Z30
+	VMOVDQU64 q4kmvlane0<>(SB), X15
+	VMOVDQU64 q4kmvdm<>(SB), X31
+
+q4kmvs_group:
+	TESTQ R9, R9
+	JZ   q4kmvs_done
+	MOVQ nsb+32(FP), AX
+	IMULQ $144, AX            // row bytes
+	LEAQ (SI)(AX*1), R11
+	LEAQ (SI)(AX*2), R12
+	LEAQ (R12)(AX*1), R13
+	MOVQ x+16(FP), BX
+	MOVQ nsb+32(FP), R10
+	VPXORD X29, X29, X29
+
+q4kmvs_sb:
+	PREFETCHT2 0(SI)(R8*1)
+	PREFETCHT2 64(SI)(R8*1)
+	PREFETCHT2 128(SI)(R8*1)
+	PREFETCHT2 0(R11)(R8*1)
+	PREFETCHT2 64(R11)(R8*1)
+	PREFETCHT2 128(R11)(R8*1)
+	PREFETCHT2 0(R12)(R8*1)
+	PREFETCHT2 64(R12)(R8*1)
+	PREFETCHT2 128(R12)(R8*1)
+	PREFETCHT2 0(R13)(R8*1)
+	PREFETCHT2 64(R13)(R8*1)
+	PREFETCHT2 128(R13)(R8*1)
+	// Scales and mins of the four rows, row r in 128-bit lane r: dwords
+	// A = s[0:4], B = s[4:8], C = s[8:12] (and 4 qs bytes, unused).
+	// sc0-3 = A&63, m0-3 = B&63, sc4-7 = C&15 | (A>>6)<<4,
+	// m4-7 = C>>4 | (B>>6)<<4 (q4KScaleMin), bytewise.
+	VMOVDQU 4(SI), X0
+	VINSERTI32X4 $1, 4(R11), Y0, Y0
+	VINSERTI32X4 $2, 4(R12), Z0, Z0
+	VINSERTI32X4 $3, 4(R13), Z0, Z0
+	VPSRLD $2, Z0, Z1
+	VPANDD Z16, Z1, Z1        // (A>>6)<<4, (B>>6)<<4 in dwords 0, 1
+	VPSHUFD $0xaa, Z0, Z2
+	VPSRLVD Z30, Z2, Z2       // C, C>>4 in dwords 0, 1
+	VPTERNLOGD $0xec, Z28, Z1, Z2 // Z2 = Z2&15 | Z1: sc4-7, m4-7
+	VPANDD Z17, Z0, Z0        // sc0-3, m0-3
+	VPUNPCKLDQ Z2, Z0, Z0     // sc0-7, m0-7 (bytes)
+	VPXORD Z1, Z1, Z1
+	VPUNPCKLBW Z1, Z0, Z12    // sc0-7 as words, row r in lane r
+	VPUNPCKHBW Z1, Z0, Z13    // m0-7 as words
+	// Q8_K block sums of the 8 sub-blocks, in every lane.
+	VMOVDQU 260(BX), Y14
+	VEXTRACTI128 $1, Y14, X1
+	VPHADDW X1, X14, X14
+	VSHUFI32X4 $0, Z14, Z14, Z14
+	VPMADDWD Z14, Z13, Z13    // imin partial sums, row r in lane r
+	Q4KMVROWS(SI, 0x00, Z8, Y8)
+	Q4KMVROWS(R11, 0x55, Z9, Y9)
+	Q4KMVROWS(R12, 0xaa, Z10, Y10)
+	Q4KMVROWS(R13, 0xff, Z11, Y11)
+	// Fold the four rows' isum lanes (Y8-Y11) into X8 = isum0..3 and the
+	// imin lanes (Z13) into X12 = imin0..3 (exact integer sums).
+	VPHADDD Y9, Y8, Y8
+	VPHADDD Y11, Y10, Y10
+	VPHADDD Y10, Y8, Y8
+	VEXTRACTI128 $1, Y8, X9
+	VPADDD X9, X8, X8
+	VPSHUFD $0x4e, Z13, Z14
+	VPADDD Z14, Z13, Z13
+	VPSHUFD $0xb1, Z13, Z14
+	VPADDD Z14, Z13, Z13
+	VPERMD Z13, Z15, Z12
+	VINSERTI128 $1, X12, Y8, Y8
+	VCVTDQ2PS Y8, Y8          // isum0..3, imin0..3
+	// d0..3, dmin0..3 times dx.
+	VMOVD (SI), X0
+	VPINSRD $1, (R11), X0, X0
+	VPINSRD $2, (R12), X0, X0
+	VPINSRD $3, (R13), X0, X0
+	VPSHUFB X31, X0, X0
+	VCVTPH2PS X0, Y0
+	VBROADCASTSS (BX), Y1
+	VMULPS Y1, Y0, Y0         // dd0..3, dm0..3
+	VMULPS Y8, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VSUBPS X1, X0, X0
+	VADDPS X0, X29, X29
+	ADDQ $144, SI
+	ADDQ $144, R11
+	ADDQ $144, R12
+	ADDQ $144, R13
+	ADDQ $292, BX
+	DECQ R10
+	JNZ  q4kmvs_sb
+
+	VMOVUPS X29, (DI)
+	ADDQ $16, DI
+	MOVQ R13, SI              // row 3 ended where the next group starts
+	DECQ R9
+	JMP  q4kmvs_group
+
+q4kmvs_done:
+	VZEROUPPER
+	RET
