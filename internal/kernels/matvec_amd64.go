@@ -63,9 +63,19 @@ func init() {
 }
 
 //go:noescape
-func readXORAVX2(p *byte, n int) uint64
+func readXOR4AVX512(p *byte, n int) uint64
 
-func readXORAsm(p unsafe.Pointer, n int) uint64 { return readXORAVX2((*byte)(p), n) }
+//go:noescape
+func readXOR4AVX2(p *byte, n int) uint64
+
+// readXORAsm reads with the widest loads the CPU has, whatever path is
+// selected: the bandwidth reference is the machine's, not the path's.
+func readXORAsm(p unsafe.Pointer, n int) uint64 {
+	if hasAVX512 {
+		return readXOR4AVX512((*byte)(p), n)
+	}
+	return readXOR4AVX2((*byte)(p), n)
+}
 
 //go:noescape
 func rowsQ4_KAVX512x4s(out *float32, w, x *byte, nGroups, nsb, pf int)
