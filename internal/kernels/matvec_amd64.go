@@ -56,7 +56,9 @@ func q8_0RowsAVX2(out []float32, w []byte, act actBuf, t int) {
 // replaces its one-row decode kernels.
 func init() {
 	q8_0Kernels[AVX2].rows = q8_0RowsAVX2
-	q4_KKernels[AVX2].rows = q4_KRows4(rowsQ4_KAVX2x4r)
+	q4_KKernels[AVX2].rows = q4_KRows4(func(out *float32, w, x *byte, nGroups, nsb int) {
+		rowsQ4_KAVX2x4s(out, w, x, nGroups, nsb, 8*144*nsb)
+	})
 	q4_KKernels[AVX512].rows = q4_KRows4(func(out *float32, w, x *byte, nGroups, nsb int) {
 		rowsQ4_KAVX512x4s(out, w, x, nGroups, nsb, 8*144*nsb)
 	})
@@ -79,3 +81,6 @@ func readXORAsm(p unsafe.Pointer, n int) uint64 {
 
 //go:noescape
 func rowsQ4_KAVX512x4s(out *float32, w, x *byte, nGroups, nsb, pf int)
+
+//go:noescape
+func rowsQ4_KAVX2x4s(out *float32, w, x *byte, nGroups, nsb, pf int)
