@@ -52,6 +52,44 @@ DATA q4kmvdm<>+0(SB)/8, $0x0d0c090805040100
 DATA q4kmvdm<>+8(SB)/8, $0x0f0e0b0a07060302
 GLOBL q4kmvdm<>(SB), RODATA|NOPTR, $16
 
+// VPSHUFB indices (rowsQ4_KAVX512x4s): in 128-bit lanes 0-1 the bytes of
+// scale word 2k, in lanes 2-3 those of word 2k+1, for k = 0..3 (64
+// bytes each), picking from a register whose every lane holds the
+// row's 8 scale words.
+DATA q4kmvshb<>+0(SB)/8, $0x0100010001000100
+DATA q4kmvshb<>+8(SB)/8, $0x0100010001000100
+DATA q4kmvshb<>+16(SB)/8, $0x0100010001000100
+DATA q4kmvshb<>+24(SB)/8, $0x0100010001000100
+DATA q4kmvshb<>+32(SB)/8, $0x0302030203020302
+DATA q4kmvshb<>+40(SB)/8, $0x0302030203020302
+DATA q4kmvshb<>+48(SB)/8, $0x0302030203020302
+DATA q4kmvshb<>+56(SB)/8, $0x0302030203020302
+DATA q4kmvshb<>+64(SB)/8, $0x0504050405040504
+DATA q4kmvshb<>+72(SB)/8, $0x0504050405040504
+DATA q4kmvshb<>+80(SB)/8, $0x0504050405040504
+DATA q4kmvshb<>+88(SB)/8, $0x0504050405040504
+DATA q4kmvshb<>+96(SB)/8, $0x0706070607060706
+DATA q4kmvshb<>+104(SB)/8, $0x0706070607060706
+DATA q4kmvshb<>+112(SB)/8, $0x0706070607060706
+DATA q4kmvshb<>+120(SB)/8, $0x0706070607060706
+DATA q4kmvshb<>+128(SB)/8, $0x0908090809080908
+DATA q4kmvshb<>+136(SB)/8, $0x0908090809080908
+DATA q4kmvshb<>+144(SB)/8, $0x0908090809080908
+DATA q4kmvshb<>+152(SB)/8, $0x0908090809080908
+DATA q4kmvshb<>+160(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kmvshb<>+168(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kmvshb<>+176(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kmvshb<>+184(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kmvshb<>+192(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kmvshb<>+200(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kmvshb<>+208(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kmvshb<>+216(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kmvshb<>+224(SB)/8, $0x0f0e0f0e0f0e0f0e
+DATA q4kmvshb<>+232(SB)/8, $0x0f0e0f0e0f0e0f0e
+DATA q4kmvshb<>+240(SB)/8, $0x0f0e0f0e0f0e0f0e
+DATA q4kmvshb<>+248(SB)/8, $0x0f0e0f0e0f0e0f0e
+GLOBL q4kmvshb<>(SB), RODATA|NOPTR, $256
+
 // Constants of rowsQ4_KAVX512x4s. q4kmvsrlw: VPSRLVW counts, 0 for words
 // 0-15 (low nibbles, sub-block 2k), 4 for words 16-31 (high, 2k+1).
 DATA q4kmvsrlw<>+0(SB)/8, $0
@@ -70,22 +108,24 @@ DATA q4kmvsrld<>+0(SB)/8, $0x0000000400000000
 DATA q4kmvsrld<>+8(SB)/8, $0x0000000400000000
 GLOBL q4kmvsrld<>(SB), RODATA|NOPTR, $16
 
-// q4kmvlane0: VPERMD indices of dword 0 of each 128-bit lane.
+// q4kmvlane0: VPERMD indices of dwords 0 and 2 of each 128-bit lane.
 DATA q4kmvlane0<>+0(SB)/8, $0x0000000400000000
 DATA q4kmvlane0<>+8(SB)/8, $0x0000000c00000008
-GLOBL q4kmvlane0<>(SB), RODATA|NOPTR, $16
+DATA q4kmvlane0<>+16(SB)/8, $0x0000000600000002
+DATA q4kmvlane0<>+24(SB)/8, $0x0000000e0000000a
+GLOBL q4kmvlane0<>(SB), RODATA|NOPTR, $32
 
 // Q4KMVROWS adds one row's super-block at P against the Q8_K block at BX:
 // the row's scales (int16 words, 128-bit lane L of Z12) picked per
 // sub-block pair, the 64 nibbles of each 32 qs bytes split by one
-// broadcast load and a per-word shift, products to the int32 lanes AZ,
-// folded to the 8 lanes AY.
-#define Q4KMVROWS(P, L, AZ, AY) \
+// broadcast load and a per-word shift, products to the 16 int32 lanes
+// AZ.
+#define Q4KMVROWS(P, L, AZ) \
 	VSHUFI32X4 $L, Z12, Z12, Z19 \
-	VPERMW Z19, Z24, Z20 \
-	VPERMW Z19, Z25, Z21 \
-	VPERMW Z19, Z26, Z22 \
-	VPERMW Z19, Z18, Z23 \
+	VPSHUFB Z24, Z19, Z20 \
+	VPSHUFB Z25, Z19, Z21 \
+	VPSHUFB Z26, Z19, Z22 \
+	VPSHUFB Z18, Z19, Z23 \
 	VBROADCASTI64X4 16(P), Z4 \
 	VBROADCASTI64X4 48(P), Z5 \
 	VBROADCASTI64X4 80(P), Z6 \
@@ -105,9 +145,7 @@ GLOBL q4kmvlane0<>(SB), RODATA|NOPTR, $16
 	VPMADDWD Z20, Z4, AZ \
 	VPDPWSSD Z5, Z21, AZ \
 	VPDPWSSD Z6, Z22, AZ \
-	VPDPWSSD Z7, Z23, AZ \
-	VEXTRACTI64X4 $1, AZ, Y3 \
-	VPADDD Y3, AY, AY
+	VPDPWSSD Z7, Z23, AZ
 
 // func rowsQ4_KAVX512x4s(out *float32, w, x *byte, nGroups, nsb, pf int)
 // rowsQ4_KAVX512x4 with the four rows' 6-bit scales and mins unpacked
@@ -126,13 +164,13 @@ TEXT ·rowsQ4_KAVX512x4s(SB), NOSPLIT, $0-48
 	VPBROADCASTB AX, Z16
 	MOVL $0x3f, AX
 	VPBROADCASTB AX, Z17
-	VMOVDQU64 q4kmvidx<>+0(SB), Z24
-	VMOVDQU64 q4kmvidx<>+64(SB), Z25
-	VMOVDQU64 q4kmvidx<>+128(SB), Z26
-	VMOVDQU64 q4kmvidx<>+192(SB), Z18
+	VMOVDQU64 q4kmvshb<>+0(SB), Z24
+	VMOVDQU64 q4kmvshb<>+64(SB), Z25
+	VMOVDQU64 q4kmvshb<>+128(SB), Z26
+	VMOVDQU64 q4kmvshb<>+192(SB), Z18
 	VMOVDQU64 q4kmvsrlw<>(SB), Z27
 	VBROADCASTI32X4 q4kmvsrld<>(SB), Z30
-	VMOVDQU64 q4kmvlane0<>(SB), X15
+	VMOVDQU64 q4kmvlane0<>(SB), Y15
 	VMOVDQU64 q4kmvdm<>(SB), X31
 
 q4kmvs_group:
@@ -184,23 +222,30 @@ q4kmvs_sb:
 	VPHADDW X1, X14, X14
 	VSHUFI32X4 $0, Z14, Z14, Z14
 	VPMADDWD Z14, Z13, Z13    // imin partial sums, row r in lane r
-	Q4KMVROWS(SI, 0x00, Z8, Y8)
-	Q4KMVROWS(R11, 0x55, Z9, Y9)
-	Q4KMVROWS(R12, 0xaa, Z10, Y10)
-	Q4KMVROWS(R13, 0xff, Z11, Y11)
-	// Fold the four rows' isum lanes (Y8-Y11) into X8 = isum0..3 and the
-	// imin lanes (Z13) into X12 = imin0..3 (exact integer sums).
-	VPHADDD Y9, Y8, Y8
-	VPHADDD Y11, Y10, Y10
-	VPHADDD Y10, Y8, Y8
-	VEXTRACTI128 $1, Y8, X9
-	VPADDD X9, X8, X8
-	VPSHUFD $0x4e, Z13, Z14
-	VPADDD Z14, Z13, Z13
-	VPSHUFD $0xb1, Z13, Z14
-	VPADDD Z14, Z13, Z13
-	VPERMD Z13, Z15, Z12
-	VINSERTI128 $1, X12, Y8, Y8
+	Q4KMVROWS(SI, 0x00, Z8)
+	Q4KMVROWS(R11, 0x55, Z9)
+	Q4KMVROWS(R12, 0xaa, Z10)
+	Q4KMVROWS(R13, 0xff, Z11)
+	// Fold the four rows' isum lanes (Z8-Z11) and imin lanes (Z13, row r
+	// in 128-bit lane r) into Y8 = isum0..3, imin0..3 (exact integer
+	// sums): 128-bit lanes summed pairwise across rows 0, 1 and 2, 3 so
+	// that lane r holds row r's four isum partials, then isum and imin
+	// partials summed side by side.
+	VSHUFI32X4 $0x44, Z9, Z8, Z0
+	VSHUFI32X4 $0xee, Z9, Z8, Z1
+	VPADDD Z1, Z0, Z0         // row 0 in lanes 0, 1; row 1 in 2, 3
+	VSHUFI32X4 $0x44, Z11, Z10, Z2
+	VSHUFI32X4 $0xee, Z11, Z10, Z3
+	VPADDD Z3, Z2, Z2         // rows 2, 3
+	VSHUFI32X4 $0x88, Z2, Z0, Z1
+	VSHUFI32X4 $0xdd, Z2, Z0, Z3
+	VPADDD Z3, Z1, Z1         // row r's isum partials in lane r
+	VPUNPCKLQDQ Z13, Z1, Z2
+	VPUNPCKHQDQ Z13, Z1, Z3
+	VPADDD Z3, Z2, Z2
+	VPSHUFD $0xb1, Z2, Z3
+	VPADDD Z3, Z2, Z2         // lane r: isum_r, isum_r, imin_r, imin_r
+	VPERMD Z2, Z15, Z8
 	VCVTDQ2PS Y8, Y8          // isum0..3, imin0..3
 	// d0..3, dmin0..3 times dx.
 	VMOVD (SI), X0
