@@ -52,22 +52,23 @@ DATA q4kmvdm<>+0(SB)/8, $0x0d0c090805040100
 DATA q4kmvdm<>+8(SB)/8, $0x0f0e0b0a07060302
 GLOBL q4kmvdm<>(SB), RODATA|NOPTR, $16
 
-// VPSHUFB indices (rowsQ4_KAVX512x4s): in 128-bit lanes 0-1 the bytes of
-// scale word 2k, in lanes 2-3 those of word 2k+1, for k = 0..3 (64
-// bytes each), picking from a register whose every lane holds the
-// row's 8 scale words.
+// VPSHUFB indices (rowsQ4_KAVX512x4s): for the four products of a row
+// (sub-blocks 0|2, 1|3, 4|6, 5|7 in the two 256-bit halves), the bytes
+// of the first one's scale word in 128-bit lanes 0-1 and of the
+// second one's in lanes 2-3, picking from a register whose every lane
+// holds the row's 8 scale words.
 DATA q4kmvshb<>+0(SB)/8, $0x0100010001000100
 DATA q4kmvshb<>+8(SB)/8, $0x0100010001000100
 DATA q4kmvshb<>+16(SB)/8, $0x0100010001000100
 DATA q4kmvshb<>+24(SB)/8, $0x0100010001000100
-DATA q4kmvshb<>+32(SB)/8, $0x0302030203020302
-DATA q4kmvshb<>+40(SB)/8, $0x0302030203020302
-DATA q4kmvshb<>+48(SB)/8, $0x0302030203020302
-DATA q4kmvshb<>+56(SB)/8, $0x0302030203020302
-DATA q4kmvshb<>+64(SB)/8, $0x0504050405040504
-DATA q4kmvshb<>+72(SB)/8, $0x0504050405040504
-DATA q4kmvshb<>+80(SB)/8, $0x0504050405040504
-DATA q4kmvshb<>+88(SB)/8, $0x0504050405040504
+DATA q4kmvshb<>+32(SB)/8, $0x0504050405040504
+DATA q4kmvshb<>+40(SB)/8, $0x0504050405040504
+DATA q4kmvshb<>+48(SB)/8, $0x0504050405040504
+DATA q4kmvshb<>+56(SB)/8, $0x0504050405040504
+DATA q4kmvshb<>+64(SB)/8, $0x0302030203020302
+DATA q4kmvshb<>+72(SB)/8, $0x0302030203020302
+DATA q4kmvshb<>+80(SB)/8, $0x0302030203020302
+DATA q4kmvshb<>+88(SB)/8, $0x0302030203020302
 DATA q4kmvshb<>+96(SB)/8, $0x0706070607060706
 DATA q4kmvshb<>+104(SB)/8, $0x0706070607060706
 DATA q4kmvshb<>+112(SB)/8, $0x0706070607060706
@@ -76,31 +77,21 @@ DATA q4kmvshb<>+128(SB)/8, $0x0908090809080908
 DATA q4kmvshb<>+136(SB)/8, $0x0908090809080908
 DATA q4kmvshb<>+144(SB)/8, $0x0908090809080908
 DATA q4kmvshb<>+152(SB)/8, $0x0908090809080908
-DATA q4kmvshb<>+160(SB)/8, $0x0b0a0b0a0b0a0b0a
-DATA q4kmvshb<>+168(SB)/8, $0x0b0a0b0a0b0a0b0a
-DATA q4kmvshb<>+176(SB)/8, $0x0b0a0b0a0b0a0b0a
-DATA q4kmvshb<>+184(SB)/8, $0x0b0a0b0a0b0a0b0a
-DATA q4kmvshb<>+192(SB)/8, $0x0d0c0d0c0d0c0d0c
-DATA q4kmvshb<>+200(SB)/8, $0x0d0c0d0c0d0c0d0c
-DATA q4kmvshb<>+208(SB)/8, $0x0d0c0d0c0d0c0d0c
-DATA q4kmvshb<>+216(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kmvshb<>+160(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kmvshb<>+168(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kmvshb<>+176(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kmvshb<>+184(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kmvshb<>+192(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kmvshb<>+200(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kmvshb<>+208(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kmvshb<>+216(SB)/8, $0x0b0a0b0a0b0a0b0a
 DATA q4kmvshb<>+224(SB)/8, $0x0f0e0f0e0f0e0f0e
 DATA q4kmvshb<>+232(SB)/8, $0x0f0e0f0e0f0e0f0e
 DATA q4kmvshb<>+240(SB)/8, $0x0f0e0f0e0f0e0f0e
 DATA q4kmvshb<>+248(SB)/8, $0x0f0e0f0e0f0e0f0e
 GLOBL q4kmvshb<>(SB), RODATA|NOPTR, $256
 
-// Constants of rowsQ4_KAVX512x4s. q4kmvsrlw: VPSRLVW counts, 0 for words
-// 0-15 (low nibbles, sub-block 2k), 4 for words 16-31 (high, 2k+1).
-DATA q4kmvsrlw<>+0(SB)/8, $0
-DATA q4kmvsrlw<>+8(SB)/8, $0
-DATA q4kmvsrlw<>+16(SB)/8, $0
-DATA q4kmvsrlw<>+24(SB)/8, $0
-DATA q4kmvsrlw<>+32(SB)/8, $0x0004000400040004
-DATA q4kmvsrlw<>+40(SB)/8, $0x0004000400040004
-DATA q4kmvsrlw<>+48(SB)/8, $0x0004000400040004
-DATA q4kmvsrlw<>+56(SB)/8, $0x0004000400040004
-GLOBL q4kmvsrlw<>(SB), RODATA|NOPTR, $64
+// Constants of rowsQ4_KAVX512x4s.
 
 // q4kmvsrld: VPSRLVD counts per 128-bit lane (0, 4, 0, 4): the scale
 // bytes' third dword C shifted to give C and C>>4.
@@ -115,33 +106,29 @@ DATA q4kmvlane0<>+16(SB)/8, $0x0000000600000002
 DATA q4kmvlane0<>+24(SB)/8, $0x0000000e0000000a
 GLOBL q4kmvlane0<>(SB), RODATA|NOPTR, $32
 
-// Q4KMVROWS adds one row's super-block at P against the Q8_K block at BX:
-// the row's scales (int16 words, 128-bit lane L of Z12) picked per
-// sub-block pair, the 64 nibbles of each 32 qs bytes split by one
-// broadcast load and a per-word shift, products to the 16 int32 lanes
-// AZ.
+// Q4KMVROWS adds one row's super-block at P against the Q8_K block in
+// Z0-Z3 (sub-blocks 0|2, 1|3, 4|6, 5|7): the row's scales (int16 words,
+// 128-bit lane L of Z12) picked per product, the qs bytes read 64 at a
+// time (two 32-byte groups: low nibbles sub-blocks 2k and 2k+2, high
+// nibbles 2k+1 and 2k+3), products to the 16 int32 lanes AZ.
 #define Q4KMVROWS(P, L, AZ) \
 	VSHUFI32X4 $L, Z12, Z12, Z19 \
 	VPSHUFB Z24, Z19, Z20 \
 	VPSHUFB Z25, Z19, Z21 \
 	VPSHUFB Z26, Z19, Z22 \
 	VPSHUFB Z18, Z19, Z23 \
-	VBROADCASTI64X4 16(P), Z4 \
-	VBROADCASTI64X4 48(P), Z5 \
-	VBROADCASTI64X4 80(P), Z6 \
-	VBROADCASTI64X4 112(P), Z7 \
-	VPSRLVW Z27, Z4, Z4 \
-	VPSRLVW Z27, Z5, Z5 \
-	VPSRLVW Z27, Z6, Z6 \
-	VPSRLVW Z27, Z7, Z7 \
+	VMOVDQU64 16(P), Z4 \
+	VMOVDQU64 80(P), Z6 \
+	VPSRLW $4, Z4, Z5 \
+	VPSRLW $4, Z6, Z7 \
 	VPANDD Z28, Z4, Z4 \
 	VPANDD Z28, Z5, Z5 \
 	VPANDD Z28, Z6, Z6 \
 	VPANDD Z28, Z7, Z7 \
-	VPMADDUBSW 4(BX), Z4, Z4 \
-	VPMADDUBSW 68(BX), Z5, Z5 \
-	VPMADDUBSW 132(BX), Z6, Z6 \
-	VPMADDUBSW 196(BX), Z7, Z7 \
+	VPMADDUBSW Z0, Z4, Z4 \
+	VPMADDUBSW Z1, Z5, Z5 \
+	VPMADDUBSW Z2, Z6, Z6 \
+	VPMADDUBSW Z3, Z7, Z7 \
 	VPMADDWD Z20, Z4, AZ \
 	VPDPWSSD Z5, Z21, AZ \
 	VPDPWSSD Z6, Z22, AZ \
@@ -168,7 +155,6 @@ TEXT ·rowsQ4_KAVX512x4s(SB), NOSPLIT, $0-48
 	VMOVDQU64 q4kmvshb<>+64(SB), Z25
 	VMOVDQU64 q4kmvshb<>+128(SB), Z26
 	VMOVDQU64 q4kmvshb<>+192(SB), Z18
-	VMOVDQU64 q4kmvsrlw<>(SB), Z27
 	VBROADCASTI32X4 q4kmvsrld<>(SB), Z30
 	VMOVDQU64 q4kmvlane0<>(SB), Y15
 	VMOVDQU64 q4kmvdm<>(SB), X31
@@ -222,6 +208,16 @@ q4kmvs_sb:
 	VPHADDW X1, X14, X14
 	VSHUFI32X4 $0, Z14, Z14, Z14
 	VPMADDWD Z14, Z13, Z13    // imin partial sums, row r in lane r
+	// The Q8_K qs paired as the rows' nibbles are (sub-blocks 0|2, 1|3,
+	// 4|6, 5|7), once for the four rows.
+	VMOVDQU 4(BX), Y0
+	VINSERTI64X4 $1, 68(BX), Z0, Z0
+	VMOVDQU 36(BX), Y1
+	VINSERTI64X4 $1, 100(BX), Z1, Z1
+	VMOVDQU 132(BX), Y2
+	VINSERTI64X4 $1, 196(BX), Z2, Z2
+	VMOVDQU 164(BX), Y3
+	VINSERTI64X4 $1, 228(BX), Z3, Z3
 	Q4KMVROWS(SI, 0x00, Z8)
 	Q4KMVROWS(R11, 0x55, Z9)
 	Q4KMVROWS(R12, 0xaa, Z10)
