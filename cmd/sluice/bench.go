@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,8 +129,8 @@ func (b *benchRun) tg(n, depth int) (float64, float64, error) {
 
 // readGBps is the read bandwidth of buf (the decode weights' size, so the
 // same cache regime as decode) with the run's threads: the best of two
-// passes of kernels.ReadXOR over it (a pure read stream with prefetch; a
-// dot product measured up to 25% less on the same buffer), per wall
+// passes of kernels.ReadXOR over it (a pure read stream: the fastest
+// single-thread reader tried, so that the fraction is not flattered), per wall
 // second and per CPU second of the process. On a shared machine the wall
 // figure falls whenever another process holds a core; the CPU figure is
 // what the threads read while they ran, the bound the CPU-time decode
@@ -156,18 +157,25 @@ func readGBps(par *kernels.Parallel, buf []byte) (wall, cpu float64) {
 	return wall, cpu
 }
 
-// readBuffer is the buffer readGBps reads: n bytes, every page written.
+// readBuffer is the buffer readGBps reads: n bytes, every page written,
+// on huge pages where the system gives them (hugeAlloc); free releases it.
 // A fresh allocation's pages are not backed until written, and reads of an
 // unwritten page all map the kernel's one shared zero page, which stays
 // in cache: on a Sapphire Rapids VM a zeroed 620 MB buffer read at
 // 18.1 GB/s, the same buffer written at 5.0 GB/s (one thread), so the
 // bandwidth fraction came out 3-4x too low.
-func readBuffer(n uint64) []byte {
-	buf := make([]byte, n)
+func readBuffer(n uint64) (buf []byte, free func()) {
+	if n > math.MaxInt {
+		panic("bench: read buffer larger than the address space")
+	}
+	buf, free, ok := hugeAlloc(int(n))
+	if !ok {
+		buf, free = make([]byte, n), func() {}
+	}
 	for i := range buf {
 		buf[i] = byte(i*7 + 1)
 	}
-	return buf
+	return buf, free
 }
 
 // decodeWeightBytes is what one decode step reads of the weights: every
@@ -304,7 +312,8 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen in
 	}
 	defer b.Close()
 	wb := decodeWeightBytes(lm.file)
-	buf := readBuffer(wb)
+	buf, freeBuf := readBuffer(wb)
+	defer freeBuf()
 	// One test per (kind, depth): every prompt length, then the decode
 	// test, at each depth.
 	type test struct {

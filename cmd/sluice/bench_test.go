@@ -174,7 +174,8 @@ func TestDecodeWeightBytes(t *testing.T) {
 // and overstates the bandwidth 3-4x.
 func TestReadBufferPagesWritten(t *testing.T) {
 	const n = 64<<12 + 100
-	buf := readBuffer(n)
+	buf, free := readBuffer(n)
+	defer free()
 	if len(buf) != n {
 		t.Fatalf("%d bytes, want %d", len(buf), n)
 	}

@@ -8,9 +8,14 @@ import (
 )
 
 // mapFile maps the file read-only: weights are paged in on use and shared
-// between processes serving the same model.
+// between processes serving the same model. The mapping is advised for
+// huge pages (adviseHuge) before anything is read through it.
 func mapFile(f *os.File, size int) ([]byte, error) {
-	return syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ, syscall.MAP_SHARED)
+	b, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err == nil {
+		adviseHuge(b)
+	}
+	return b, err
 }
 
 func unmapFile(b []byte) error { return syscall.Munmap(b) }

@@ -6,15 +6,26 @@ import "unsafe"
 // pass against one activation row, in each type's canonical order.
 
 //go:noescape
-func rowsQ4_KAVX512x4(out *float32, w, x *byte, nGroups, nsb int)
+func rowsQ4_KAVX512x4s(out *float32, w, x *byte, nGroups, nsb, pf int)
 
 //go:noescape
-func rowsQ4_KAVX2x4r(out *float32, w, x *byte, nGroups, nsb int)
+func rowsQ4_KAVX2x4s(out *float32, w, x *byte, nGroups, nsb, pf int)
+
+// q4kPrefetchRows is how many rows ahead in its stream the one-token
+// Q4_K kernels prefetch each of the four rows of a pass (into L2).
+// TinyLlama's matrices streamed from DRAM (620 MB, 1 thread, CPU time,
+// AVX-512, K=2048 / K=5632; read reference 18.0-18.3 GB/s): the four rows
+// of a pass adjacent (rows 4i..4i+3), prefetched 8 rows ahead, 13.9 /
+// 15.1 GB/s; one row from each quarter (rows i, Q+i, 2Q+i, 3Q+i: four
+// long front-to-back streams, like the read reference), 1-8 rows ahead,
+// 15.9-16.5 / 15.9-16.1. Before that: one 4 KiB-ahead stream over the
+// adjacent rows 10-11 GB/s; T2 0-10% above T0, T1 and NTA.
+const q4kPrefetchRows = 2
 
 // q4_KRows4 is the Q4_K matvec on a SIMD path: groups of four rows
-// through kernel4, the last len(out)%4 rows through the one-row AVX2
-// kernel.
-func q4_KRows4(kernel4 func(out *float32, w, x *byte, nGroups, nsb int)) func(out []float32, w []byte, act actBuf, t int) {
+// through kernel4 (pass i computes rows i, g+i, 2g+i and 3g+i of the
+// first 4g), the last len(out)%4 rows through the one-row AVX2 kernel.
+func q4_KRows4(kernel4 func(out *float32, w, x *byte, nGroups, nsb, pf int)) func(out []float32, w []byte, act actBuf, t int) {
 	return func(out []float32, w []byte, act actBuf, t int) {
 		x := act.row(t)
 		nsb := len(x) / 292
@@ -23,7 +34,7 @@ func q4_KRows4(kernel4 func(out *float32, w, x *byte, nGroups, nsb int)) func(ou
 		}
 		g := len(out) / 4
 		if g > 0 {
-			kernel4(&out[0], &w[0], &x[0], g, nsb)
+			kernel4(&out[0], &w[0], &x[0], g, nsb, q4kPrefetchRows*144*nsb)
 		}
 		if r := 4 * g; r < len(out) {
 			rowsQ4_KAVX2(&out[r], &w[r*144*nsb], &x[0], len(out)-r, nsb)
@@ -56,11 +67,21 @@ func q8_0RowsAVX2(out []float32, w []byte, act actBuf, t int) {
 // replaces its one-row decode kernels.
 func init() {
 	q8_0Kernels[AVX2].rows = q8_0RowsAVX2
-	q4_KKernels[AVX2].rows = q4_KRows4(rowsQ4_KAVX2x4r)
-	q4_KKernels[AVX512].rows = q4_KRows4(rowsQ4_KAVX512x4)
+	q4_KKernels[AVX2].rows = q4_KRows4(rowsQ4_KAVX2x4s)
+	q4_KKernels[AVX512].rows = q4_KRows4(rowsQ4_KAVX512x4s)
 }
 
 //go:noescape
-func readXORAVX2(p *byte, n int) uint64
+func readXOR4AVX512(p *byte, n int) uint64
 
-func readXORAsm(p unsafe.Pointer, n int) uint64 { return readXORAVX2((*byte)(p), n) }
+//go:noescape
+func readXOR4AVX2(p *byte, n int) uint64
+
+// readXORAsm reads with the widest loads the CPU has, whatever path is
+// selected: the bandwidth reference is the machine's, not the path's.
+func readXORAsm(p unsafe.Pointer, n int) uint64 {
+	if hasAVX512 {
+		return readXOR4AVX512((*byte)(p), n)
+	}
+	return readXOR4AVX2((*byte)(p), n)
+}

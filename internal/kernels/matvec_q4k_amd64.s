@@ -52,138 +52,206 @@ DATA q4kmvdm<>+0(SB)/8, $0x0d0c090805040100
 DATA q4kmvdm<>+8(SB)/8, $0x0f0e0b0a07060302
 GLOBL q4kmvdm<>(SB), RODATA|NOPTR, $16
 
-// Q4KMVSC unpacks the 6-bit scales and mins of the Q4_K block at P: the 8
-// scales as int16 in X3, the 8 mins as int16 pairs (m_j, m_j) in Y2,
-// ready for VPMADDWD with the Q8_K bsums. Scratch: AX, CX, DX, R14, R15,
-// X0.
-#define Q4KMVSC(P) \
-	MOVL 4(P), AX \
-	MOVL 8(P), CX \
-	MOVL 12(P), DX \
-	MOVL DX, R14 \
-	SHRL $4, R14 \
-	ANDL $0x0f0f0f0f, R14 \
-	MOVL CX, R15 \
-	SHRL $6, R15 \
-	ANDL $0x03030303, R15 \
-	SHLL $4, R15 \
-	ORL  R15, R14 \
-	ANDL $0x3f3f3f3f, CX \
-	ANDL $0x0f0f0f0f, DX \
-	MOVL AX, R15 \
-	SHRL $6, R15 \
-	ANDL $0x03030303, R15 \
-	SHLL $4, R15 \
-	ORL  R15, DX \
-	ANDL $0x3f3f3f3f, AX \
-	SHLQ $32, DX \
-	ORQ  DX, AX \
-	SHLQ $32, R14 \
-	ORQ  R14, CX \
-	VMOVQ AX, X0 \
-	VPMOVZXBW X0, X3 \
-	VMOVQ CX, X0 \
-	VPMOVZXBW X0, X0 \
-	VPUNPCKLWD X0, X0, X2 \
-	VPUNPCKHWD X0, X0, X0 \
-	VINSERTI128 $1, X0, Y2, Y2
+// VPSHUFB indices (rowsQ4_KAVX512x4s): for the four products of a row
+// (sub-blocks 0|2, 1|3, 4|6, 5|7 in the two 256-bit halves), the bytes
+// of the first one's scale word in 128-bit lanes 0-1 and of the
+// second one's in lanes 2-3, picking from a register whose every lane
+// holds the row's 8 scale words.
+DATA q4kmvshb<>+0(SB)/8, $0x0100010001000100
+DATA q4kmvshb<>+8(SB)/8, $0x0100010001000100
+DATA q4kmvshb<>+16(SB)/8, $0x0100010001000100
+DATA q4kmvshb<>+24(SB)/8, $0x0100010001000100
+DATA q4kmvshb<>+32(SB)/8, $0x0504050405040504
+DATA q4kmvshb<>+40(SB)/8, $0x0504050405040504
+DATA q4kmvshb<>+48(SB)/8, $0x0504050405040504
+DATA q4kmvshb<>+56(SB)/8, $0x0504050405040504
+DATA q4kmvshb<>+64(SB)/8, $0x0302030203020302
+DATA q4kmvshb<>+72(SB)/8, $0x0302030203020302
+DATA q4kmvshb<>+80(SB)/8, $0x0302030203020302
+DATA q4kmvshb<>+88(SB)/8, $0x0302030203020302
+DATA q4kmvshb<>+96(SB)/8, $0x0706070607060706
+DATA q4kmvshb<>+104(SB)/8, $0x0706070607060706
+DATA q4kmvshb<>+112(SB)/8, $0x0706070607060706
+DATA q4kmvshb<>+120(SB)/8, $0x0706070607060706
+DATA q4kmvshb<>+128(SB)/8, $0x0908090809080908
+DATA q4kmvshb<>+136(SB)/8, $0x0908090809080908
+DATA q4kmvshb<>+144(SB)/8, $0x0908090809080908
+DATA q4kmvshb<>+152(SB)/8, $0x0908090809080908
+DATA q4kmvshb<>+160(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kmvshb<>+168(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kmvshb<>+176(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kmvshb<>+184(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kmvshb<>+192(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kmvshb<>+200(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kmvshb<>+208(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kmvshb<>+216(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kmvshb<>+224(SB)/8, $0x0f0e0f0e0f0e0f0e
+DATA q4kmvshb<>+232(SB)/8, $0x0f0e0f0e0f0e0f0e
+DATA q4kmvshb<>+240(SB)/8, $0x0f0e0f0e0f0e0f0e
+DATA q4kmvshb<>+248(SB)/8, $0x0f0e0f0e0f0e0f0e
+GLOBL q4kmvshb<>(SB), RODATA|NOPTR, $256
 
-// Q4KMVNIB makes ZT of the 32 qs bytes at Q: low nibbles (sub-block 2k) in
-// bytes 0-31, high nibbles (sub-block 2k+1) in 32-63, the element order of
-// the 64 Q8_K qs they multiply. Z28 holds 0x0f bytes.
-#define Q4KMVNIB(Q, YT, ZT, YU) \
-	VMOVDQU Q, YT \
-	VPSRLW $4, YT, YU \
-	VINSERTI64X4 $1, YU, ZT, ZT \
-	VPANDD Z28, ZT, ZT
+// Constants of rowsQ4_KAVX512x4s.
 
-// Q4KMVROW adds one row's super-block at P against the Q8_K block at BX:
-// the isum lanes to AY (8 int32; AZ the same register), the imin lanes to
-// MY (8 int32).
-#define Q4KMVROW(P, AZ, AY, MY) \
-	Q4KMVSC(P) \
-	VPMADDWD 260(BX), Y2, MY \
-	VPERMW Z3, Z24, Z20 \
-	VPERMW Z3, Z25, Z21 \
-	VPERMW Z3, Z26, Z22 \
-	VPERMW Z3, Z27, Z23 \
-	Q4KMVNIB(16(P), Y4, Z4, Y16) \
-	Q4KMVNIB(48(P), Y5, Z5, Y17) \
-	Q4KMVNIB(80(P), Y6, Z6, Y18) \
-	Q4KMVNIB(112(P), Y7, Z7, Y19) \
-	VPMADDUBSW 4(BX), Z4, Z4 \
-	VPMADDUBSW 68(BX), Z5, Z5 \
-	VPMADDUBSW 132(BX), Z6, Z6 \
-	VPMADDUBSW 196(BX), Z7, Z7 \
+// q4kmvsrld: VPSRLVD counts per 128-bit lane (0, 4, 0, 4): the scale
+// bytes' third dword C shifted to give C and C>>4.
+DATA q4kmvsrld<>+0(SB)/8, $0x0000000400000000
+DATA q4kmvsrld<>+8(SB)/8, $0x0000000400000000
+GLOBL q4kmvsrld<>(SB), RODATA|NOPTR, $16
+
+// q4kmvlane0: VPERMD indices of dwords 0 and 2 of each 128-bit lane.
+DATA q4kmvlane0<>+0(SB)/8, $0x0000000400000000
+DATA q4kmvlane0<>+8(SB)/8, $0x0000000c00000008
+DATA q4kmvlane0<>+16(SB)/8, $0x0000000600000002
+DATA q4kmvlane0<>+24(SB)/8, $0x0000000e0000000a
+GLOBL q4kmvlane0<>(SB), RODATA|NOPTR, $32
+
+// Q4KMVROWS adds one row's super-block at P against the Q8_K block in
+// Z0-Z3 (sub-blocks 0|2, 1|3, 4|6, 5|7): the row's scales (int16 words,
+// 128-bit lane L of Z12) picked per product, the qs bytes read 64 at a
+// time (two 32-byte groups: low nibbles sub-blocks 2k and 2k+2, high
+// nibbles 2k+1 and 2k+3), products to the 16 int32 lanes AZ.
+#define Q4KMVROWS(P, L, AZ) \
+	VSHUFI32X4 $L, Z12, Z12, Z19 \
+	VPSHUFB Z24, Z19, Z20 \
+	VPSHUFB Z25, Z19, Z21 \
+	VPSHUFB Z26, Z19, Z22 \
+	VPSHUFB Z18, Z19, Z23 \
+	VMOVDQU64 16(P), Z4 \
+	VMOVDQU64 80(P), Z6 \
+	VPSRLW $4, Z4, Z5 \
+	VPSRLW $4, Z6, Z7 \
+	VPANDD Z28, Z4, Z4 \
+	VPANDD Z28, Z5, Z5 \
+	VPANDD Z28, Z6, Z6 \
+	VPANDD Z28, Z7, Z7 \
+	VPMADDUBSW Z0, Z4, Z4 \
+	VPMADDUBSW Z1, Z5, Z5 \
+	VPMADDUBSW Z2, Z6, Z6 \
+	VPMADDUBSW Z3, Z7, Z7 \
 	VPMADDWD Z20, Z4, AZ \
 	VPDPWSSD Z5, Z21, AZ \
 	VPDPWSSD Z6, Z22, AZ \
-	VPDPWSSD Z7, Z23, AZ \
-	VEXTRACTI64X4 $1, AZ, Y16 \
-	VPADDD Y16, AY, AY
+	VPDPWSSD Z7, Z23, AZ
 
-// q4kmvPF is how far ahead of the rows in use the kernel prefetches.
-#define q4kmvPF 8192
-
-// func rowsQ4_KAVX512x4(out *float32, w, x *byte, nGroups, nsb int)
-// out[r] for 4*nGroups rows of nsb Q4_K super-blocks each (stored back to
-// back) against one Q8_K activation row.
-TEXT ·rowsQ4_KAVX512x4(SB), NOSPLIT, $0-40
+// func rowsQ4_KAVX512x4s(out *float32, w, x *byte, nGroups, nsb, pf int)
+// out[r] for the 4*nGroups rows of nsb Q4_K super-blocks each at w
+// (stored back to back) against one Q8_K activation row. Pass i computes
+// rows i, nGroups+i, 2*nGroups+i and 3*nGroups+i: four streams that each
+// read a quarter of the matrix front to back (adjacent rows read 10-15%
+// slower from DRAM), each prefetched pf bytes ahead into L2. The four
+// rows' 6-bit scales and mins are unpacked together in vector registers
+// (one 128-bit lane a row) and the mins' products with the Q8_K block
+// sums done for the four rows in one VPMADDWD.
+TEXT ·rowsQ4_KAVX512x4s(SB), NOSPLIT, $0-48
 	MOVQ out+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ nGroups+24(FP), R9
-	LEAQ q4kmvPF(SI), R8      // prefetch pointer
+	MOVQ pf+40(FP), R8
 	MOVL $0x0f, AX
 	VPBROADCASTB AX, Z28
-	VMOVDQU64 q4kmvidx<>+0(SB), Z24
-	VMOVDQU64 q4kmvidx<>+64(SB), Z25
-	VMOVDQU64 q4kmvidx<>+128(SB), Z26
-	VMOVDQU64 q4kmvidx<>+192(SB), Z27
+	MOVL $0x30, AX
+	VPBROADCASTB AX, Z16
+	MOVL $0x3f, AX
+	VPBROADCASTB AX, Z17
+	VMOVDQU64 q4kmvshb<>+0(SB), Z24
+	VMOVDQU64 q4kmvshb<>+64(SB), Z25
+	VMOVDQU64 q4kmvshb<>+128(SB), Z26
+	VMOVDQU64 q4kmvshb<>+192(SB), Z18
+	VBROADCASTI32X4 q4kmvsrld<>(SB), Z30
+	VMOVDQU64 q4kmvlane0<>(SB), Y15
 	VMOVDQU64 q4kmvdm<>(SB), X31
 
-q4kmv_group:
-	TESTQ R9, R9
-	JZ   q4kmv_done
+	// The four rows of a pass are one from each quarter of the rows, so
+	// that each is read front to back as one long stream.
 	MOVQ nsb+32(FP), AX
 	IMULQ $144, AX            // row bytes
+	IMULQ R9, AX              // a quarter of the rows
 	LEAQ (SI)(AX*1), R11
 	LEAQ (SI)(AX*2), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ R9, R15
+	SHLQ $2, R15              // out bytes between the quarters
+	LEAQ (R15)(R15*2), R14
+
+q4kmvs_group:
+	TESTQ R9, R9
+	JZ   q4kmvs_done
 	MOVQ x+16(FP), BX
 	MOVQ nsb+32(FP), R10
 	VPXORD X29, X29, X29
 
-q4kmv_sb:
-	// The group's four rows are 4*144 bytes further on per super-block:
-	// fetch as much, q4kmvPF bytes ahead (the matrix is one contiguous
-	// run of rows; prefetches past its end do not fault).
-	PREFETCHT0 0(R8)
-	PREFETCHT0 64(R8)
-	PREFETCHT0 128(R8)
-	PREFETCHT0 192(R8)
-	PREFETCHT0 256(R8)
-	PREFETCHT0 320(R8)
-	PREFETCHT0 384(R8)
-	PREFETCHT0 448(R8)
-	PREFETCHT0 512(R8)
-	ADDQ $576, R8
-	Q4KMVROW(SI, Z8, Y8, Y12)
-	Q4KMVROW(R11, Z9, Y9, Y13)
-	Q4KMVROW(R12, Z10, Y10, Y14)
-	Q4KMVROW(R13, Z11, Y11, Y15)
-	// Fold the four rows' isum (Y8-Y11) and imin (Y12-Y15) lanes into
-	// X8 = isum0..3 and X12 = imin0..3 (exact integer sums).
-	VPHADDD Y9, Y8, Y8
-	VPHADDD Y11, Y10, Y10
-	VPHADDD Y10, Y8, Y8
-	VPHADDD Y13, Y12, Y12
-	VPHADDD Y15, Y14, Y14
-	VPHADDD Y14, Y12, Y12
-	VEXTRACTI128 $1, Y8, X9
-	VPADDD X9, X8, X8
-	VEXTRACTI128 $1, Y12, X13
-	VPADDD X13, X12, X12
-	VINSERTI128 $1, X12, Y8, Y8
+q4kmvs_sb:
+	PREFETCHT2 0(SI)(R8*1)
+	PREFETCHT2 64(SI)(R8*1)
+	PREFETCHT2 128(SI)(R8*1)
+	PREFETCHT2 0(R11)(R8*1)
+	PREFETCHT2 64(R11)(R8*1)
+	PREFETCHT2 128(R11)(R8*1)
+	PREFETCHT2 0(R12)(R8*1)
+	PREFETCHT2 64(R12)(R8*1)
+	PREFETCHT2 128(R12)(R8*1)
+	PREFETCHT2 0(R13)(R8*1)
+	PREFETCHT2 64(R13)(R8*1)
+	PREFETCHT2 128(R13)(R8*1)
+	// Scales and mins of the four rows, row r in 128-bit lane r: dwords
+	// A = s[0:4], B = s[4:8], C = s[8:12] (and 4 qs bytes, unused).
+	// sc0-3 = A&63, m0-3 = B&63, sc4-7 = C&15 | (A>>6)<<4,
+	// m4-7 = C>>4 | (B>>6)<<4 (q4KScaleMin), bytewise.
+	VMOVDQU 4(SI), X0
+	VINSERTI32X4 $1, 4(R11), Y0, Y0
+	VINSERTI32X4 $2, 4(R12), Z0, Z0
+	VINSERTI32X4 $3, 4(R13), Z0, Z0
+	VPSRLD $2, Z0, Z1
+	VPANDD Z16, Z1, Z1        // (A>>6)<<4, (B>>6)<<4 in dwords 0, 1
+	VPSHUFD $0xaa, Z0, Z2
+	VPSRLVD Z30, Z2, Z2       // C, C>>4 in dwords 0, 1
+	VPTERNLOGD $0xec, Z28, Z1, Z2 // Z2 = Z2&15 | Z1: sc4-7, m4-7
+	VPANDD Z17, Z0, Z0        // sc0-3, m0-3
+	VPUNPCKLDQ Z2, Z0, Z0     // sc0-7, m0-7 (bytes)
+	VPXORD Z1, Z1, Z1
+	VPUNPCKLBW Z1, Z0, Z12    // sc0-7 as words, row r in lane r
+	VPUNPCKHBW Z1, Z0, Z13    // m0-7 as words
+	// Q8_K block sums of the 8 sub-blocks, in every lane.
+	VMOVDQU 260(BX), Y14
+	VEXTRACTI128 $1, Y14, X1
+	VPHADDW X1, X14, X14
+	VSHUFI32X4 $0, Z14, Z14, Z14
+	VPMADDWD Z14, Z13, Z13    // imin partial sums, row r in lane r
+	// The Q8_K qs paired as the rows' nibbles are (sub-blocks 0|2, 1|3,
+	// 4|6, 5|7), once for the four rows.
+	VMOVDQU 4(BX), Y0
+	VINSERTI64X4 $1, 68(BX), Z0, Z0
+	VMOVDQU 36(BX), Y1
+	VINSERTI64X4 $1, 100(BX), Z1, Z1
+	VMOVDQU 132(BX), Y2
+	VINSERTI64X4 $1, 196(BX), Z2, Z2
+	VMOVDQU 164(BX), Y3
+	VINSERTI64X4 $1, 228(BX), Z3, Z3
+	Q4KMVROWS(SI, 0x00, Z8)
+	Q4KMVROWS(R11, 0x55, Z9)
+	Q4KMVROWS(R12, 0xaa, Z10)
+	Q4KMVROWS(R13, 0xff, Z11)
+	// Fold the four rows' isum lanes (Z8-Z11) and imin lanes (Z13, row r
+	// in 128-bit lane r) into Y8 = isum0..3, imin0..3 (exact integer
+	// sums): 128-bit lanes summed pairwise across rows 0, 1 and 2, 3 so
+	// that lane r holds row r's four isum partials, then isum and imin
+	// partials summed side by side.
+	VSHUFI32X4 $0x44, Z9, Z8, Z0
+	VSHUFI32X4 $0xee, Z9, Z8, Z1
+	VPADDD Z1, Z0, Z0         // row 0 in lanes 0, 1; row 1 in 2, 3
+	VSHUFI32X4 $0x44, Z11, Z10, Z2
+	VSHUFI32X4 $0xee, Z11, Z10, Z3
+	VPADDD Z3, Z2, Z2         // rows 2, 3
+	VSHUFI32X4 $0x88, Z2, Z0, Z1
+	VSHUFI32X4 $0xdd, Z2, Z0, Z3
+	VPADDD Z3, Z1, Z1         // row r's isum partials in lane r
+	VPUNPCKLQDQ Z13, Z1, Z2
+	VPUNPCKHQDQ Z13, Z1, Z3
+	VPADDD Z3, Z2, Z2
+	VPSHUFD $0xb1, Z2, Z3
+	VPADDD Z3, Z2, Z2         // lane r: isum_r, isum_r, imin_r, imin_r
+	VPERMD Z2, Z15, Z8
 	VCVTDQ2PS Y8, Y8          // isum0..3, imin0..3
 	// d0..3, dmin0..3 times dx.
 	VMOVD (SI), X0
@@ -204,98 +272,329 @@ q4kmv_sb:
 	ADDQ $144, R13
 	ADDQ $292, BX
 	DECQ R10
-	JNZ  q4kmv_sb
+	JNZ  q4kmvs_sb
 
-	VMOVUPS X29, (DI)
-	ADDQ $16, DI
-	MOVQ R13, SI              // row 3 ended where the next group starts
+	VMOVSS X29, (DI)
+	VEXTRACTPS $1, X29, (DI)(R15*1)
+	VEXTRACTPS $2, X29, (DI)(R15*2)
+	VEXTRACTPS $3, X29, (DI)(R14*1)
+	ADDQ $4, DI               // each row ended where its next one starts
 	DECQ R9
-	JMP  q4kmv_group
+	JMP  q4kmvs_group
 
-q4kmv_done:
+q4kmvs_done:
 	VZEROUPPER
 	RET
 
-// Q4KMV2SUB multiplies sub-blocks 2k (low nibbles) and 2k+1 (high
-// nibbles) of the 32 qs bytes at Q by the Q8_K qs at XA and XB and their
-// int16 scales at SA and SB, adding the int32 lanes to AY (OP VPADDD), or
-// setting them (OP is a VPMADDWD of the first product: see Q4KMV2ROW).
-// Products fit int16 (15*127*2), scaled pairs int32. Y15 holds 0x0f
-// bytes; clobbers Y4-Y7.
-#define Q4KMV2SUB(Q, XA, XB, SA, SB, AY) \
-	VMOVDQU Q, Y4 \
-	VPSRLW $4, Y4, Y5 \
-	VPAND Y15, Y4, Y4 \
-	VPAND Y15, Y5, Y5 \
-	VPMADDUBSW XA, Y4, Y4 \
-	VPBROADCASTW SA, Y6 \
-	VPMADDWD Y6, Y4, Y4 \
-	VPADDD Y4, AY, AY \
-	VPMADDUBSW XB, Y5, Y5 \
-	VPBROADCASTW SB, Y7 \
-	VPMADDWD Y7, Y5, Y5 \
-	VPADDD Y5, AY, AY
+// 32-byte constants of rowsQ4_KAVX2x4s: 0x30 bytes, 0x3f bytes, and the
+// VPSRLVD counts (0, 4) of q4kmvsrld in both 128-bit lanes.
+DATA q4kmv2c<>+0(SB)/8, $0x3030303030303030
+DATA q4kmv2c<>+8(SB)/8, $0x3030303030303030
+DATA q4kmv2c<>+16(SB)/8, $0x3030303030303030
+DATA q4kmv2c<>+24(SB)/8, $0x3030303030303030
+DATA q4kmv2c<>+32(SB)/8, $0x3f3f3f3f3f3f3f3f
+DATA q4kmv2c<>+40(SB)/8, $0x3f3f3f3f3f3f3f3f
+DATA q4kmv2c<>+48(SB)/8, $0x3f3f3f3f3f3f3f3f
+DATA q4kmv2c<>+56(SB)/8, $0x3f3f3f3f3f3f3f3f
+DATA q4kmv2c<>+64(SB)/8, $0x0000000400000000
+DATA q4kmv2c<>+72(SB)/8, $0x0000000400000000
+DATA q4kmv2c<>+80(SB)/8, $0x0000000400000000
+DATA q4kmv2c<>+88(SB)/8, $0x0000000400000000
+GLOBL q4kmv2c<>(SB), RODATA|NOPTR, $96
 
-// Q4KMV2ROW is Q4KMVROW on AVX2: isum lanes to AY, imin lanes to MY.
-#define Q4KMV2ROW(P, AY, MY) \
-	Q4KMVSC(P) \
-	VMOVDQU X3, sc-16(SP) \
-	VPMADDWD 260(BX), Y2, MY \
-	VPXOR AY, AY, AY \
-	Q4KMV2SUB(16(P), 4(BX), 36(BX), sc-16(SP), sc-14(SP), AY) \
-	Q4KMV2SUB(48(P), 68(BX), 100(BX), sc-12(SP), sc-10(SP), AY) \
-	Q4KMV2SUB(80(P), 132(BX), 164(BX), sc-8(SP), sc-6(SP), AY) \
-	Q4KMV2SUB(112(P), 196(BX), 228(BX), sc-4(SP), sc-2(SP), AY)
+// Q4KMV2SCM unpacks the scales and mins of two rows, one a 128-bit lane
+// of V (dwords A = s[0:4], B = s[4:8], C = s[8:12]), into V: bytes
+// sc0-7, m0-7 a lane (q4KScaleMin's formulas, bytewise; see
+// rowsQ4_KAVX512x4s). Y15 holds 0x0f bytes; clobbers T1, T2.
+#define Q4KMV2SCM(V, T1, T2) \
+	VPSRLD $2, V, T1 \
+	VPAND q4kmv2c<>+0(SB), T1, T1 \
+	VPSHUFD $0xaa, V, T2 \
+	VPSRLVD q4kmv2c<>+64(SB), T2, T2 \
+	VPAND Y15, T2, T2 \
+	VPOR T1, T2, T2 \
+	VPAND q4kmv2c<>+32(SB), V, V \
+	VPUNPCKLDQ T2, V, V
 
-// func rowsQ4_KAVX2x4r(out *float32, w, x *byte, nGroups, nsb int)
-// rowsQ4_KAVX512x4 on AVX2 (VPMADDUBSW, VPMADDWD by broadcast scales).
-TEXT ·rowsQ4_KAVX2x4r(SB), NOSPLIT, $32-40
+// func rowsQ4_KAVX2x4s(out *float32, w, x *byte, nGroups, nsb, pf int)
+// rowsQ4_KAVX512x4s on AVX2 (the same rows a pass and streams): the four
+// rows' scales and mins unpacked in
+// two YMM registers (a row a 128-bit lane), the scales stored once as
+// (sc_j, sc_j) word pairs so that each sub-block's scale vector is a
+// VPBROADCASTD from memory (a load alone, where VPBROADCASTW needs
+// port 5 too), the mins' products with the block sums in two VPMADDWD,
+// a prefetch of each row pf bytes ahead.
+TEXT ·rowsQ4_KAVX2x4s(SB), NOSPLIT, $128-48
 	MOVQ out+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ nGroups+24(FP), R9
-	LEAQ q4kmvPF(SI), R8
+	MOVQ pf+40(FP), R8
 	MOVL $0x0f0f0f0f, AX
 	MOVL AX, X15
 	VPBROADCASTD X15, Y15
 
-q4kmv2_group:
-	TESTQ R9, R9
-	JZ   q4kmv2_done
+	// The four rows of a pass are one from each quarter of the rows, so
+	// that each is read front to back as one long stream.
 	MOVQ nsb+32(FP), AX
-	IMULQ $144, AX
+	IMULQ $144, AX            // row bytes
+	IMULQ R9, AX              // a quarter of the rows
 	LEAQ (SI)(AX*1), R11
 	LEAQ (SI)(AX*2), R12
 	LEAQ (R12)(AX*1), R13
+	MOVQ R9, R15
+	SHLQ $2, R15              // out bytes between the quarters
+	LEAQ (R15)(R15*2), R14
+
+q4kmv2s_group:
+	TESTQ R9, R9
+	JZ   q4kmv2s_done
 	MOVQ x+16(FP), BX
 	MOVQ nsb+32(FP), R10
-	VXORPS X0, X0, X0
-	VMOVUPS X0, acc-32(SP)
+	VXORPS X14, X14, X14
 
-q4kmv2_sb:
-	PREFETCHT0 0(R8)
-	PREFETCHT0 64(R8)
-	PREFETCHT0 128(R8)
-	PREFETCHT0 192(R8)
-	PREFETCHT0 256(R8)
-	PREFETCHT0 320(R8)
-	PREFETCHT0 384(R8)
-	PREFETCHT0 448(R8)
-	PREFETCHT0 512(R8)
-	ADDQ $576, R8
-	Q4KMV2ROW(SI, Y8, Y12)
-	Q4KMV2ROW(R11, Y9, Y13)
-	Q4KMV2ROW(R12, Y10, Y14)
-	Q4KMV2ROW(R13, Y11, Y1)
+q4kmv2s_sb:
+	PREFETCHT2 0(SI)(R8*1)
+	PREFETCHT2 64(SI)(R8*1)
+	PREFETCHT2 128(SI)(R8*1)
+	PREFETCHT2 0(R11)(R8*1)
+	PREFETCHT2 64(R11)(R8*1)
+	PREFETCHT2 128(R11)(R8*1)
+	PREFETCHT2 0(R12)(R8*1)
+	PREFETCHT2 64(R12)(R8*1)
+	PREFETCHT2 128(R12)(R8*1)
+	PREFETCHT2 0(R13)(R8*1)
+	PREFETCHT2 64(R13)(R8*1)
+	PREFETCHT2 128(R13)(R8*1)
+	VMOVDQU 4(SI), X0
+	VINSERTI128 $1, 4(R11), Y0, Y0
+	VMOVDQU 4(R12), X3
+	VINSERTI128 $1, 4(R13), Y3, Y3
+	Q4KMV2SCM(Y0, Y1, Y2)
+	Q4KMV2SCM(Y3, Y4, Y5)
+	VPXOR Y7, Y7, Y7
+	VPUNPCKLBW Y7, Y0, Y1     // scale words, rows 0 and 1
+	VPUNPCKLWD Y1, Y1, Y2     // (sc_j, sc_j) pairs, j = 0..3
+	VMOVDQU Y2, sc-128(SP)
+	VPUNPCKHWD Y1, Y1, Y2     // j = 4..7
+	VMOVDQU Y2, sc-96(SP)
+	VPUNPCKHBW Y7, Y0, Y12    // min words, rows 0 and 1
+	VPUNPCKLBW Y7, Y3, Y1     // rows 2 and 3
+	VPUNPCKLWD Y1, Y1, Y2
+	VMOVDQU Y2, sc-64(SP)
+	VPUNPCKHWD Y1, Y1, Y2
+	VMOVDQU Y2, sc-32(SP)
+	VPUNPCKHBW Y7, Y3, Y13    // rows 2 and 3
+	VMOVDQU 260(BX), Y1
+	VEXTRACTI128 $1, Y1, X2
+	VPHADDW X2, X1, X1        // Q8_K sums of the 8 sub-blocks
+	VINSERTI128 $1, X1, Y1, Y1
+	VPMADDWD Y1, Y12, Y12
+	VPMADDWD Y1, Y13, Y13
+	VPXOR Y8, Y8, Y8
+	VMOVDQU 16(SI), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 4(BX), Y4, Y4
+	VPBROADCASTD sc-128(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y8, Y8
+	VPMADDUBSW 36(BX), Y5, Y5
+	VPBROADCASTD sc-124(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y8, Y8
+	VMOVDQU 48(SI), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 68(BX), Y4, Y4
+	VPBROADCASTD sc-120(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y8, Y8
+	VPMADDUBSW 100(BX), Y5, Y5
+	VPBROADCASTD sc-116(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y8, Y8
+	VMOVDQU 80(SI), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 132(BX), Y4, Y4
+	VPBROADCASTD sc-96(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y8, Y8
+	VPMADDUBSW 164(BX), Y5, Y5
+	VPBROADCASTD sc-92(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y8, Y8
+	VMOVDQU 112(SI), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 196(BX), Y4, Y4
+	VPBROADCASTD sc-88(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y8, Y8
+	VPMADDUBSW 228(BX), Y5, Y5
+	VPBROADCASTD sc-84(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VMOVDQU 16(R11), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 4(BX), Y4, Y4
+	VPBROADCASTD sc-112(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y9, Y9
+	VPMADDUBSW 36(BX), Y5, Y5
+	VPBROADCASTD sc-108(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y9, Y9
+	VMOVDQU 48(R11), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 68(BX), Y4, Y4
+	VPBROADCASTD sc-104(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y9, Y9
+	VPMADDUBSW 100(BX), Y5, Y5
+	VPBROADCASTD sc-100(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y9, Y9
+	VMOVDQU 80(R11), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 132(BX), Y4, Y4
+	VPBROADCASTD sc-80(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y9, Y9
+	VPMADDUBSW 164(BX), Y5, Y5
+	VPBROADCASTD sc-76(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y9, Y9
+	VMOVDQU 112(R11), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 196(BX), Y4, Y4
+	VPBROADCASTD sc-72(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y9, Y9
+	VPMADDUBSW 228(BX), Y5, Y5
+	VPBROADCASTD sc-68(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VMOVDQU 16(R12), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 4(BX), Y4, Y4
+	VPBROADCASTD sc-64(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y10, Y10
+	VPMADDUBSW 36(BX), Y5, Y5
+	VPBROADCASTD sc-60(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y10, Y10
+	VMOVDQU 48(R12), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 68(BX), Y4, Y4
+	VPBROADCASTD sc-56(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y10, Y10
+	VPMADDUBSW 100(BX), Y5, Y5
+	VPBROADCASTD sc-52(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y10, Y10
+	VMOVDQU 80(R12), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 132(BX), Y4, Y4
+	VPBROADCASTD sc-32(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y10, Y10
+	VPMADDUBSW 164(BX), Y5, Y5
+	VPBROADCASTD sc-28(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y10, Y10
+	VMOVDQU 112(R12), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 196(BX), Y4, Y4
+	VPBROADCASTD sc-24(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y10, Y10
+	VPMADDUBSW 228(BX), Y5, Y5
+	VPBROADCASTD sc-20(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	VMOVDQU 16(R13), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 4(BX), Y4, Y4
+	VPBROADCASTD sc-48(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y11, Y11
+	VPMADDUBSW 36(BX), Y5, Y5
+	VPBROADCASTD sc-44(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y11, Y11
+	VMOVDQU 48(R13), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 68(BX), Y4, Y4
+	VPBROADCASTD sc-40(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y11, Y11
+	VPMADDUBSW 100(BX), Y5, Y5
+	VPBROADCASTD sc-36(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y11, Y11
+	VMOVDQU 80(R13), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 132(BX), Y4, Y4
+	VPBROADCASTD sc-16(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y11, Y11
+	VPMADDUBSW 164(BX), Y5, Y5
+	VPBROADCASTD sc-12(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y11, Y11
+	VMOVDQU 112(R13), Y4
+	VPSRLW $4, Y4, Y5
+	VPAND Y15, Y4, Y4
+	VPAND Y15, Y5, Y5
+	VPMADDUBSW 196(BX), Y4, Y4
+	VPBROADCASTD sc-8(SP), Y6
+	VPMADDWD Y6, Y4, Y4
+	VPADDD Y4, Y11, Y11
+	VPMADDUBSW 228(BX), Y5, Y5
+	VPBROADCASTD sc-4(SP), Y7
+	VPMADDWD Y7, Y5, Y5
+	VPADDD Y5, Y11, Y11
 	VPHADDD Y9, Y8, Y8
 	VPHADDD Y11, Y10, Y10
 	VPHADDD Y10, Y8, Y8
-	VPHADDD Y13, Y12, Y12
-	VPHADDD Y1, Y14, Y14
-	VPHADDD Y14, Y12, Y12
 	VEXTRACTI128 $1, Y8, X9
-	VPADDD X9, X8, X8
+	VPADDD X9, X8, X8         // isum0..3
+	VPHADDD Y13, Y12, Y12
+	VPHADDD Y12, Y12, Y12     // lane 0: imin0, imin2; lane 1: imin1, imin3
 	VEXTRACTI128 $1, Y12, X13
-	VPADDD X13, X12, X12
+	VPUNPCKLDQ X13, X12, X12  // imin0..3
 	VINSERTI128 $1, X12, Y8, Y8
 	VCVTDQ2PS Y8, Y8          // isum0..3, imin0..3
 	VMOVD (SI), X0
@@ -309,23 +608,23 @@ q4kmv2_sb:
 	VMULPS Y8, Y0, Y0
 	VEXTRACTF128 $1, Y0, X2
 	VSUBPS X2, X0, X0
-	VADDPS acc-32(SP), X0, X0
-	VMOVUPS X0, acc-32(SP)
+	VADDPS X0, X14, X14
 	ADDQ $144, SI
 	ADDQ $144, R11
 	ADDQ $144, R12
 	ADDQ $144, R13
 	ADDQ $292, BX
 	DECQ R10
-	JNZ  q4kmv2_sb
+	JNZ  q4kmv2s_sb
 
-	VMOVUPS acc-32(SP), X0
-	VMOVUPS X0, (DI)
-	ADDQ $16, DI
-	MOVQ R13, SI
+	VMOVSS X14, (DI)
+	VEXTRACTPS $1, X14, (DI)(R15*1)
+	VEXTRACTPS $2, X14, (DI)(R15*2)
+	VEXTRACTPS $3, X14, (DI)(R14*1)
+	ADDQ $4, DI               // each row ended where its next one starts
 	DECQ R9
-	JMP  q4kmv2_group
+	JMP  q4kmv2s_group
 
-q4kmv2_done:
+q4kmv2s_done:
 	VZEROUPPER
 	RET

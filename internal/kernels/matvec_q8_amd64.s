@@ -25,8 +25,9 @@ GLOBL q8mvones<>(SB), RODATA|NOPTR, $32
 
 // func rowsQ8_0AVX2x4(out *float32, w, x *byte, dx *float32, nGroups, nb int)
 // rowsQ8_0AVX2 four rows at a time: each activation block and its scale
-// are loaded once for the four rows, and the rows two groups ahead are
-// prefetched. Even blocks go to Y8-Y11, odd blocks to Y12-Y15 (the
+// are loaded once for the four rows; pass i computes rows i, Q+i, 2Q+i
+// and 3Q+i (Q = nGroups), four streams each read front to back and
+// prefetched two rows ahead (rowsQ4_KAVX512x4s measures why). Even blocks go to Y8-Y11, odd blocks to Y12-Y15 (the
 // canonical lanes 0-7 and 8-15), reduced as rowsQ8_0AVX2 does.
 TEXT ·rowsQ8_0AVX2x4(SB), NOSPLIT, $0-48
 	MOVQ out+0(FP), DI
@@ -35,8 +36,15 @@ TEXT ·rowsQ8_0AVX2x4(SB), NOSPLIT, $0-48
 	MOVQ dx+24(FP), R11
 	MOVQ nGroups+32(FP), R8
 	MOVQ nb+40(FP), R9
-	MOVQ R9, R13
-	IMULQ $34, R13        // row bytes
+	MOVQ R9, R14
+	IMULQ $34, R14        // row bytes
+	// The four rows of a pass are one from each quarter of the rows
+	// (i, Q+i, 2Q+i, 3Q+i with Q = nGroups), so that each is read front
+	// to back as one long stream.
+	MOVQ R8, R13
+	IMULQ R14, R13        // a quarter of the rows
+	MOVQ R8, R15
+	SHLQ $2, R15          // out bytes between the quarters
 
 q8mv_group:
 	TESTQ R8, R8
@@ -58,11 +66,11 @@ q8mv_group:
 q8mv_pair:
 	CMPQ R10, $2
 	JLT  q8mv_single
-	LEAQ (SI)(R13*8), AX
+	LEAQ (SI)(R14*2), AX  // two rows ahead in each stream
 	PREFETCHT0 (AX)
 	PREFETCHT0 (AX)(R13*1)
 	PREFETCHT0 (AX)(R13*2)
-	PREFETCHT0 (BX)(R13*8)
+	PREFETCHT0 (BX)(R14*2)
 	VMOVDQU 2(CX), Y0
 	VBROADCASTSS (R12), Y1
 	Q8MV(2(SI), (SI), Y8)
@@ -124,11 +132,15 @@ q8mv_red:
 	VMOVSHDUP X3, X4
 	VADDSS X4, X3, X3
 	VMOVSS X0, (DI)
-	VMOVSS X1, 4(DI)
-	VMOVSS X2, 8(DI)
-	VMOVSS X3, 12(DI)
-	ADDQ $16, DI
-	MOVQ BX, SI           // BX ended at row 3's end: the next group
+	VMOVSS X1, (DI)(R15*1)
+	VMOVSS X2, (DI)(R15*2)
+	LEAQ (R15)(R15*2), AX
+	VMOVSS X3, (DI)(AX*1)
+	ADDQ $4, DI
+	MOVQ BX, SI           // BX ended at row 3's end, 3Q rows past the
+	SUBQ R13, SI          // next row of stream 0
+	SUBQ R13, SI
+	SUBQ R13, SI
 	DECQ R8
 	JMP  q8mv_group
 

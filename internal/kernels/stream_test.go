@@ -26,3 +26,39 @@ func TestReadXORAllWords(t *testing.T) {
 		}
 	}
 }
+
+// Flipping one bit of any 8-byte word of a written buffer must change
+// ReadXOR's result by exactly that bit, on every path and at lengths that
+// split the buffer's quarters off 64-byte steps: a reader that skipped any
+// word (half the buffer, a quarter, the last step of a stream) would read
+// less than it is credited with and overstate the bandwidth.
+func TestReadXORReadsEveryWord(t *testing.T) {
+	defer SetPath(CurrentPath())
+	for _, p := range Paths() {
+		SetPath(p)
+		checkReadsEveryWord(t, p.String(), ReadXOR, 8)
+	}
+}
+
+// checkReadsEveryWord flips one bit of each word of buffers of a few
+// lengths that are multiples of align and checks that read's result
+// changes by exactly that bit.
+func checkReadsEveryWord(t *testing.T, name string, read func([]byte) uint64, align int) {
+	t.Helper()
+	rng := rand.New(rand.NewSource(11))
+	buf := make([]byte, 4*1024+256+8*3+5)
+	rng.Read(buf)
+	for _, n := range []int{256, 1024 + 256, len(buf)} {
+		b := buf[:n/align*align]
+		base := read(b)
+		for w := 0; w+8 <= len(b); w += 8 {
+			bit := uint(w/8) % 64
+			b[w+int(bit/8)] ^= 1 << (bit % 8)
+			got := read(b)
+			b[w+int(bit/8)] ^= 1 << (bit % 8)
+			if got^base != 1<<bit {
+				t.Fatalf("%s n=%d: flipping bit %d of the word at %d changed the result by %#x", name, len(b), bit, w, got^base)
+			}
+		}
+	}
+}

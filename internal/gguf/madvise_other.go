@@ -1,0 +1,5 @@
+//go:build unix && !linux
+
+package gguf
+
+func adviseHuge([]byte) {}
