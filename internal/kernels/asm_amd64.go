@@ -446,25 +446,6 @@ func q4_KRowsAsm(out []float32, w []byte, act actBuf, t int) {
 	rowsQ4_KAVX2(&out[0], &w[0], &x[0], len(out), nsb)
 }
 
-// q6_KTilesAVX2 runs the Q6_K kernel on 4 tokens at a time so each
-// super-block's 6-bit values and scales are unpacked once per 4 tokens.
-func q6_KTilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
-	nt := nRows / tileRows * tileRows
-	nTiles := nTok / tileTok
-	nsb := act.stride / 292
-	if nt == 0 || nTiles == 0 || nsb == 0 {
-		return 0
-	}
-	if len(w) < 210*nsb*nt || len(act.bytes) < nTiles*tileTok*act.stride || len(out) < (nTiles*tileTok-1)*outStride+nt {
-		panic("kernels: bad Q6_K tile")
-	}
-	for g := 0; g < nTiles; g++ {
-		t0 := g * tileTok
-		rowsQ6_KAVX2x4(&out[t0*outStride], outStride, &w[0], &act.bytes[t0*act.stride], act.stride, nt, nsb)
-	}
-	return nTiles * tileTok
-}
-
 // setLegacy installs a legacy type's matvec on both SIMD paths (the
 // kernels are AVX2 code). wb and xb are the weight and activation block
 // bytes; Q8_0 activations (xb 34) come with widened scales in act.dx.

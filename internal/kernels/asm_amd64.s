@@ -2272,6 +2272,13 @@ q8t_done:
 	VPSRLW $4, Y4, Y5 \
 	VPAND Y15, Y4, Y4 \
 	VPAND Y15, Y5, Y5 \
+	Q4KMUL4(A, B, SA, SB)
+
+// Q4KMUL4 is Q4KSUB4 after the unpacking: the values of sub-blocks 2k
+// and 2k+1 in Y4 and Y5 (unsigned, <= 31), scaled and multiplied
+// against the 4 tokens into Y8-Y11 (also Q5KSUB4's). Clobbers Y0,
+// Y3, Y6, Y7.
+#define Q4KMUL4(A, B, SA, SB) \
 	VPBROADCASTW SA, Y6 \
 	VPBROADCASTW SB, Y7 \
 	VPMADDUBSW A(BX), Y4, Y3 \
@@ -3239,6 +3246,97 @@ q5k_sb:
 	JMP  q5k_row
 
 q5k_done:
+	VZEROUPPER
+	RET
+
+// Q5KSUB4 is Q4KSUB4 for Q5_K (Q5KSUB's unpacking: bit 4 of sub-blocks
+// 2k and 2k+1 from the low bit of the qh bytes in Y12, shifted right once
+// per sub-block; Y13 holds 0x01 bytes). Clobbers Y0, Y3-Y7, Y14.
+#define Q5KSUB4(Q, A, B, SA, SB) \
+	VMOVDQU Q, Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPAND Y13, Y12, Y14 \
+	VPSLLW $4, Y14, Y14 \
+	VPOR Y14, Y4, Y4 \
+	VPSRLW $1, Y12, Y12 \
+	VPAND Y13, Y12, Y14 \
+	VPSLLW $4, Y14, Y14 \
+	VPOR Y14, Y5, Y5 \
+	VPSRLW $1, Y12, Y12 \
+	Q4KMUL4(A, B, SA, SB)
+
+// Q5KFIN4 is Q4KFIN4 with the token's float32 accumulator on the stack
+// at F. Clobbers X0, X1, X3, X5, X6.
+#define Q5KFIN4(BSUM, DX, Y, X, F) \
+	VMOVSS F, X1 \
+	Q4KFIN4(BSUM, DX, Y, X, X1) \
+	VMOVSS X1, F
+
+// func rowsQ5_KAVX2x4(out *float32, outStride int, w, x *byte, xStride, nRows, nsb int)
+// rowsQ5_KAVX2 for 4 tokens at once, as rowsQ4_KAVX2x4: each
+// super-block's scales and 5-bit values are unpacked once per 4 tokens.
+TEXT ·rowsQ5_KAVX2x4(SB), NOSPLIT, $40-56
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ w+16(FP), SI
+	MOVQ x+24(FP), DX
+	MOVQ xStride+32(FP), R11
+	LEAQ (R11)(R11*2), R13
+	MOVQ nRows+40(FP), R8
+	MOVQ R8, rc-24(SP)
+	VMOVDQU nib4<>(SB), Y15
+	VMOVDQU ones8<>(SB), Y13
+
+q5k4_row:
+	CMPQ rc-24(SP), $0
+	JEQ  q5k4_done
+	VXORPS X0, X0, X0
+	VMOVUPS X0, f-40(SP)
+	MOVQ DX, BX
+	MOVQ nsb+48(FP), R14
+
+q5k4_sb:
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
+	Q4KSCALES(AX, CX, R10, R12, R8)
+	VMOVDQU 16(SI), Y12       // qh
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	Q5KSUB4(48(SI), 4, 36, sc-16(SP), sc-14(SP))
+	Q5KSUB4(80(SI), 68, 100, sc-12(SP), sc-10(SP))
+	Q5KSUB4(112(SI), 132, 164, sc-8(SP), sc-6(SP))
+	Q5KSUB4(144(SI), 196, 228, sc-4(SP), sc-2(SP))
+	VMOVD (SI), X4
+	VCVTPH2PS X4, X4          // d, dmin
+	Q5KFIN4(260(BX), (BX), Y8, X8, f-40(SP))
+	Q5KFIN4(260(BX)(R11*1), (BX)(R11*1), Y9, X9, f-36(SP))
+	Q5KFIN4(260(BX)(R11*2), (BX)(R11*2), Y10, X10, f-32(SP))
+	Q5KFIN4(260(BX)(R13*1), (BX)(R13*1), Y11, X11, f-28(SP))
+	ADDQ $176, SI
+	ADDQ $292, BX
+	DECQ R14
+	JNZ  q5k4_sb
+
+	VMOVSS f-40(SP), X0
+	VMOVSS X0, (DI)
+	VMOVSS f-36(SP), X0
+	VMOVSS X0, (DI)(R9*1)
+	VMOVSS f-32(SP), X0
+	VMOVSS X0, (DI)(R9*2)
+	LEAQ (R9)(R9*2), R8
+	VMOVSS f-28(SP), X0
+	VMOVSS X0, (DI)(R8*1)
+	ADDQ $4, DI
+	DECQ rc-24(SP)
+	JMP  q5k4_row
+
+q5k4_done:
 	VZEROUPPER
 	RET
 
