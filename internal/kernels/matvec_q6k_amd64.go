@@ -1,6 +1,6 @@
 package kernels
 
-// One-token (decode) K-quant matvec kernels in matvec_q6k_amd64.s: four
+// One-token (decode) Q6_K and Q5_K matvec kernels in matvec_q6k_amd64.s: four
 // rows per pass against one activation row, in the type's canonical order.
 
 //go:noescape
@@ -8,6 +8,12 @@ func rowsQ6_KAVX512x4(out *float32, w, x *byte, nGroups, nsb int)
 
 //go:noescape
 func rowsQ6_KAVX2x4r(out *float32, w, x *byte, nGroups, nsb int)
+
+//go:noescape
+func rowsQ5_KAVX512x4(out *float32, w, x *byte, nGroups, nsb int)
+
+//go:noescape
+func rowsQ5_KAVX2x4r(out *float32, w, x *byte, nGroups, nsb int)
 
 // kRows4 is a K-quant matvec on a SIMD path for a type of sbBytes bytes
 // per super-block: groups of four rows through kernel4, the last
@@ -34,4 +40,6 @@ func kRows4(sbBytes int, kernel4, tail func(out *float32, w, x *byte, n, nsb int
 func init() {
 	q6_KKernels[AVX2].rows = kRows4(210, rowsQ6_KAVX2x4r, rowsQ6_KAVX2)
 	q6_KKernels[AVX512].rows = kRows4(210, rowsQ6_KAVX512x4, rowsQ6_KAVX2)
+	q5_KKernels[AVX2].rows = kRows4(176, rowsQ5_KAVX2x4r, rowsQ5_KAVX2)
+	q5_KKernels[AVX512].rows = kRows4(176, rowsQ5_KAVX512x4, rowsQ5_KAVX2)
 }

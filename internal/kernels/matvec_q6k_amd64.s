@@ -58,6 +58,12 @@ DATA q6kmvsh<>+16(SB)/8, $0x0302030203020302
 DATA q6kmvsh<>+24(SB)/8, $0x0302030203020302
 GLOBL q6kmvsh<>(SB), RODATA|NOPTR, $32
 
+DATA q6kc30<>+0(SB)/8, $0x3030303030303030
+DATA q6kc30<>+8(SB)/8, $0x3030303030303030
+DATA q6kc30<>+16(SB)/8, $0x3030303030303030
+DATA q6kc30<>+24(SB)/8, $0x3030303030303030
+GLOBL q6kc30<>(SB), RODATA|NOPTR, $32
+
 // q6kmvPF is how far ahead of the rows in use the kernels prefetch.
 #define q6kmvPF 8192
 
@@ -257,12 +263,8 @@ TEXT ·rowsQ6_KAVX2x4r(SB), NOSPLIT, $32-40
 	MOVQ w+8(FP), SI
 	MOVQ nGroups+24(FP), R9
 	LEAQ q6kmvPF(SI), R8
-	MOVL $0x0f, AX
-	MOVL AX, X15
-	VPBROADCASTB X15, Y15
-	MOVL $0x30, AX
-	MOVL AX, X14
-	VPBROADCASTB X14, Y14
+	VMOVDQU q5knib<>(SB), Y15
+	VMOVDQU q6kc30<>(SB), Y14
 	VMOVDQU q6kmvsh<>(SB), Y13
 
 q6kmv2_group:
@@ -299,5 +301,334 @@ q6kmv2_sb:
 	JMP  q6kmv2_group
 
 q6kmv2_done:
+	VZEROUPPER
+	RET
+
+// One-token (decode) Q5_K matvec kernels: matvec_q4k_amd64.s's four-row
+// kernels with Q5_K's fifth bit (bit j of qh[i] is bit 4 of element i of
+// sub-block j). Canonical Q5_K order (generic.go dotQ5_KGeneric): per
+// super-block the exact integer sums isum = sum_j sc_j * sum_i q_ji*x_ji
+// and imin = sum_j m_j * bsum_j, then
+// acc += float32(dd*float32(isum)) - float32(dm*float32(imin)), dd = d*dx,
+// dm = dmin*dx, in increasing super-block order; one row per lane of the
+// float part. Values <= 31: VPMADDUBSW pairs fit int16 (31*128*2).
+
+// VPERMW indices: vector k has words 0-15 = scale 2k, 16-31 = scale 2k+1.
+DATA q5kmvidx<>+0(SB)/8, $0x0000000000000000
+DATA q5kmvidx<>+8(SB)/8, $0x0000000000000000
+DATA q5kmvidx<>+16(SB)/8, $0x0000000000000000
+DATA q5kmvidx<>+24(SB)/8, $0x0000000000000000
+DATA q5kmvidx<>+32(SB)/8, $0x0001000100010001
+DATA q5kmvidx<>+40(SB)/8, $0x0001000100010001
+DATA q5kmvidx<>+48(SB)/8, $0x0001000100010001
+DATA q5kmvidx<>+56(SB)/8, $0x0001000100010001
+DATA q5kmvidx<>+64(SB)/8, $0x0002000200020002
+DATA q5kmvidx<>+72(SB)/8, $0x0002000200020002
+DATA q5kmvidx<>+80(SB)/8, $0x0002000200020002
+DATA q5kmvidx<>+88(SB)/8, $0x0002000200020002
+DATA q5kmvidx<>+96(SB)/8, $0x0003000300030003
+DATA q5kmvidx<>+104(SB)/8, $0x0003000300030003
+DATA q5kmvidx<>+112(SB)/8, $0x0003000300030003
+DATA q5kmvidx<>+120(SB)/8, $0x0003000300030003
+DATA q5kmvidx<>+128(SB)/8, $0x0004000400040004
+DATA q5kmvidx<>+136(SB)/8, $0x0004000400040004
+DATA q5kmvidx<>+144(SB)/8, $0x0004000400040004
+DATA q5kmvidx<>+152(SB)/8, $0x0004000400040004
+DATA q5kmvidx<>+160(SB)/8, $0x0005000500050005
+DATA q5kmvidx<>+168(SB)/8, $0x0005000500050005
+DATA q5kmvidx<>+176(SB)/8, $0x0005000500050005
+DATA q5kmvidx<>+184(SB)/8, $0x0005000500050005
+DATA q5kmvidx<>+192(SB)/8, $0x0006000600060006
+DATA q5kmvidx<>+200(SB)/8, $0x0006000600060006
+DATA q5kmvidx<>+208(SB)/8, $0x0006000600060006
+DATA q5kmvidx<>+216(SB)/8, $0x0006000600060006
+DATA q5kmvidx<>+224(SB)/8, $0x0007000700070007
+DATA q5kmvidx<>+232(SB)/8, $0x0007000700070007
+DATA q5kmvidx<>+240(SB)/8, $0x0007000700070007
+DATA q5kmvidx<>+248(SB)/8, $0x0007000700070007
+GLOBL q5kmvidx<>(SB), RODATA|NOPTR, $256
+
+// Byte shuffle of four (d, dmin) fp16 pairs into d0..d3, dmin0..dmin3.
+DATA q5kmvdm<>+0(SB)/8, $0x0d0c090805040100
+DATA q5kmvdm<>+8(SB)/8, $0x0f0e0b0a07060302
+GLOBL q5kmvdm<>(SB), RODATA|NOPTR, $16
+
+DATA q5kone<>+0(SB)/8, $0x0101010101010101
+DATA q5kone<>+8(SB)/8, $0x0101010101010101
+DATA q5kone<>+16(SB)/8, $0x0101010101010101
+DATA q5kone<>+24(SB)/8, $0x0101010101010101
+GLOBL q5kone<>(SB), RODATA|NOPTR, $32
+
+DATA q5knib<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA q5knib<>+8(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA q5knib<>+16(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA q5knib<>+24(SB)/8, $0x0f0f0f0f0f0f0f0f
+GLOBL q5knib<>(SB), RODATA|NOPTR, $32
+
+// Q5KMVSC is matvec_q4k_amd64.s's Q4KMVSC (macros do not cross assembly
+// files): the 8 scales of the block at P as int16 in X3, the 8 mins as
+// int16 pairs (m_j, m_j) in Y2. Scratch: AX, CX, DX, R14, R15, X0.
+#define Q5KMVSC(P) \
+	MOVL 4(P), AX \
+	MOVL 8(P), CX \
+	MOVL 12(P), DX \
+	MOVL DX, R14 \
+	SHRL $4, R14 \
+	ANDL $0x0f0f0f0f, R14 \
+	MOVL CX, R15 \
+	SHRL $6, R15 \
+	ANDL $0x03030303, R15 \
+	SHLL $4, R15 \
+	ORL  R15, R14 \
+	ANDL $0x3f3f3f3f, CX \
+	ANDL $0x0f0f0f0f, DX \
+	MOVL AX, R15 \
+	SHRL $6, R15 \
+	ANDL $0x03030303, R15 \
+	SHLL $4, R15 \
+	ORL  R15, DX \
+	ANDL $0x3f3f3f3f, AX \
+	SHLQ $32, DX \
+	ORQ  DX, AX \
+	SHLQ $32, R14 \
+	ORQ  R14, CX \
+	VMOVQ AX, X0 \
+	VPMOVZXBW X0, X3 \
+	VMOVQ CX, X0 \
+	VPMOVZXBW X0, X0 \
+	VPUNPCKLWD X0, X0, X2 \
+	VPUNPCKHWD X0, X0, X0 \
+	VINSERTI128 $1, X0, Y2, Y2
+
+// Q5KMVNIB makes Z5 of sub-blocks 2k (bytes 0-31) and 2k+1 (32-63): the
+// nibbles of the 32 qs bytes at Q with bit 4 from H (bit 4 of each byte
+// of H, any other bits). Z28 holds 0x0f bytes, Z30 0x10 bytes; clobbers
+// Y6. VPTERNLOGD 0xf8: A | (B & C).
+#define Q5KMVNIB(Q, H) \
+	VMOVDQU Q, Y5 \
+	VPSRLW $4, Y5, Y6 \
+	VINSERTI64X4 $1, Y6, Z5, Z5 \
+	VPANDD Z28, Z5, Z5 \
+	VPTERNLOGD $0xf8, Z30, H, Z5
+
+// Q5KMVROW adds one row's super-block at P against the Q8_K block at BX:
+// the isum lanes (8 int32) to AY (AZ the same register), the imin lanes
+// to MY. Z4 = [qh, qh>>1]: sub-block 2k's bit is bit 2k of its bytes.
+#define Q5KMVROW(P, AZ, AY, MY) \
+	Q5KMVSC(P) \
+	VPMADDWD 260(BX), Y2, MY \
+	VPERMW Z3, Z24, Z20 \
+	VPERMW Z3, Z25, Z21 \
+	VPERMW Z3, Z26, Z22 \
+	VPERMW Z3, Z27, Z23 \
+	VMOVDQU 16(P), Y4 \
+	VPSRLW $1, Y4, Y7 \
+	VINSERTI64X4 $1, Y7, Z4, Z4 \
+	VPSLLW $4, Z4, Z7 \
+	Q5KMVNIB(48(P), Z7) \
+	VPMADDUBSW 4(BX), Z5, Z5 \
+	VPMADDWD Z20, Z5, AZ \
+	VPSLLW $2, Z4, Z7 \
+	Q5KMVNIB(80(P), Z7) \
+	VPMADDUBSW 68(BX), Z5, Z5 \
+	VPDPWSSD Z5, Z21, AZ \
+	Q5KMVNIB(112(P), Z4) \
+	VPMADDUBSW 132(BX), Z5, Z5 \
+	VPDPWSSD Z5, Z22, AZ \
+	VPSRLW $2, Z4, Z7 \
+	Q5KMVNIB(144(P), Z7) \
+	VPMADDUBSW 196(BX), Z5, Z5 \
+	VPDPWSSD Z5, Z23, AZ \
+	VEXTRACTI64X4 $1, AZ, Y16 \
+	VPADDD Y16, AY, AY
+
+// Q5KMVTAIL folds the four rows' isum (Y8-Y11) and imin (Y12-Y15) lanes
+// of the super-blocks at SI, R11, R12, R13 and adds the four rows' float
+// terms to X (Q4_K's tail). DM holds q5kmvdm. Clobbers X0-X2, Y8-Y14.
+#define Q5KMVTAIL(X, DM) \
+	VPHADDD Y9, Y8, Y8 \
+	VPHADDD Y11, Y10, Y10 \
+	VPHADDD Y10, Y8, Y8 \
+	VPHADDD Y13, Y12, Y12 \
+	VPHADDD Y15, Y14, Y14 \
+	VPHADDD Y14, Y12, Y12 \
+	VEXTRACTI128 $1, Y8, X9 \
+	VPADDD X9, X8, X8 \
+	VEXTRACTI128 $1, Y12, X13 \
+	VPADDD X13, X12, X12 \
+	VINSERTI128 $1, X12, Y8, Y8 \
+	VCVTDQ2PS Y8, Y8 \
+	VMOVD (SI), X0 \
+	VPINSRD $1, (R11), X0, X0 \
+	VPINSRD $2, (R12), X0, X0 \
+	VPINSRD $3, (R13), X0, X0 \
+	VPSHUFB DM, X0, X0 \
+	VCVTPH2PS X0, Y0 \
+	VBROADCASTSS (BX), Y1 \
+	VMULPS Y1, Y0, Y0 \
+	VMULPS Y8, Y0, Y0 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VSUBPS X1, X0, X0 \
+	VADDPS X0, X, X
+
+// Q5KMVPF prefetches the 4*176 bytes the group's rows advance per
+// super-block, q6kmvPF ahead.
+#define Q5KMVPF \
+	PREFETCHT0 0(R8) \
+	PREFETCHT0 64(R8) \
+	PREFETCHT0 128(R8) \
+	PREFETCHT0 192(R8) \
+	PREFETCHT0 256(R8) \
+	PREFETCHT0 320(R8) \
+	PREFETCHT0 384(R8) \
+	PREFETCHT0 448(R8) \
+	PREFETCHT0 512(R8) \
+	PREFETCHT0 576(R8) \
+	PREFETCHT0 640(R8) \
+	ADDQ $704, R8
+
+// func rowsQ5_KAVX512x4(out *float32, w, x *byte, nGroups, nsb int)
+// out[r] for 4*nGroups rows of nsb Q5_K super-blocks each (stored back to
+// back) against one Q8_K activation row.
+TEXT ·rowsQ5_KAVX512x4(SB), NOSPLIT, $0-40
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ nGroups+24(FP), R9
+	LEAQ q6kmvPF(SI), R8
+	MOVL $0x0f, AX
+	VPBROADCASTB AX, Z28
+	MOVL $0x10, AX
+	VPBROADCASTB AX, Z30
+	VMOVDQU64 q5kmvidx<>+0(SB), Z24
+	VMOVDQU64 q5kmvidx<>+64(SB), Z25
+	VMOVDQU64 q5kmvidx<>+128(SB), Z26
+	VMOVDQU64 q5kmvidx<>+192(SB), Z27
+	VMOVDQU64 q5kmvdm<>(SB), X31
+
+q5kmv_group:
+	TESTQ R9, R9
+	JZ   q5kmv_done
+	MOVQ nsb+32(FP), AX
+	IMULQ $176, AX
+	LEAQ (SI)(AX*1), R11
+	LEAQ (SI)(AX*2), R12
+	LEAQ (R12)(AX*1), R13
+	MOVQ x+16(FP), BX
+	MOVQ nsb+32(FP), R10
+	VPXORD X29, X29, X29
+
+q5kmv_sb:
+	Q5KMVPF
+	Q5KMVROW(SI, Z8, Y8, Y12)
+	Q5KMVROW(R11, Z9, Y9, Y13)
+	Q5KMVROW(R12, Z10, Y10, Y14)
+	Q5KMVROW(R13, Z11, Y11, Y15)
+	Q5KMVTAIL(X29, X31)
+	ADDQ $176, SI
+	ADDQ $176, R11
+	ADDQ $176, R12
+	ADDQ $176, R13
+	ADDQ $292, BX
+	DECQ R10
+	JNZ  q5kmv_sb
+
+	VMOVUPS X29, (DI)
+	ADDQ $16, DI
+	MOVQ R13, SI
+	DECQ R9
+	JMP  q5kmv_group
+
+q5kmv_done:
+	VZEROUPPER
+	RET
+
+// Q5KMV2SUB adds sub-blocks 2k (low nibbles) and 2k+1 (high nibbles) of
+// the 32 qs bytes at Q, bit 4 from the low bit of the qh bytes in Y2
+// (shifted right once per sub-block), against the Q8_K qs at XA and XB,
+// scaled by the int16 scales at SA and SB, to AY. Y15 holds 0x0f bytes;
+// clobbers Y3-Y7.
+#define Q5KMV2SUB(Q, XA, XB, S0, S1, AY) \
+	VMOVDQU Q, Y4 \
+	VPSRLW $4, Y4, Y5 \
+	VPAND Y15, Y4, Y4 \
+	VPAND Y15, Y5, Y5 \
+	VPAND q5kone<>(SB), Y2, Y3 \
+	VPSLLW $4, Y3, Y3 \
+	VPOR Y3, Y4, Y4 \
+	VPSRLW $1, Y2, Y2 \
+	VPAND q5kone<>(SB), Y2, Y3 \
+	VPSLLW $4, Y3, Y3 \
+	VPOR Y3, Y5, Y5 \
+	VPSRLW $1, Y2, Y2 \
+	VPMADDUBSW XA, Y4, Y4 \
+	VPBROADCASTW S0, Y6 \
+	VPMADDWD Y6, Y4, Y4 \
+	VPADDD Y4, AY, AY \
+	VPMADDUBSW XB, Y5, Y5 \
+	VPBROADCASTW S1, Y7 \
+	VPMADDWD Y7, Y5, Y5 \
+	VPADDD Y5, AY, AY
+
+// Q5KMV2ROW is Q5KMVROW on AVX2: isum lanes to AY, imin lanes to MY.
+#define Q5KMV2ROW(P, AY, MY) \
+	Q5KMVSC(P) \
+	VMOVDQU X3, sc-16(SP) \
+	VPMADDWD 260(BX), Y2, MY \
+	VMOVDQU 16(P), Y2 \
+	VPXOR AY, AY, AY \
+	Q5KMV2SUB(48(P), 4(BX), 36(BX), sc-16(SP), sc-14(SP), AY) \
+	Q5KMV2SUB(80(P), 68(BX), 100(BX), sc-12(SP), sc-10(SP), AY) \
+	Q5KMV2SUB(112(P), 132(BX), 164(BX), sc-8(SP), sc-6(SP), AY) \
+	Q5KMV2SUB(144(P), 196(BX), 228(BX), sc-4(SP), sc-2(SP), AY)
+
+// func rowsQ5_KAVX2x4r(out *float32, w, x *byte, nGroups, nsb int)
+// rowsQ5_KAVX512x4 on AVX2 (VPMADDUBSW, VPMADDWD by broadcast scales).
+TEXT ·rowsQ5_KAVX2x4r(SB), NOSPLIT, $32-40
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ nGroups+24(FP), R9
+	LEAQ q6kmvPF(SI), R8
+	VMOVDQU q5knib<>(SB), Y15
+
+q5kmv2_group:
+	TESTQ R9, R9
+	JZ   q5kmv2_done
+	MOVQ nsb+32(FP), AX
+	IMULQ $176, AX
+	LEAQ (SI)(AX*1), R11
+	LEAQ (SI)(AX*2), R12
+	LEAQ (R12)(AX*1), R13
+	MOVQ x+16(FP), BX
+	MOVQ nsb+32(FP), R10
+	VXORPS X0, X0, X0
+	VMOVUPS X0, acc-32(SP)
+
+q5kmv2_sb:
+	Q5KMVPF
+	Q5KMV2ROW(SI, Y8, Y12)
+	Q5KMV2ROW(R11, Y9, Y13)
+	Q5KMV2ROW(R12, Y10, Y14)
+	Q5KMV2ROW(R13, Y11, Y1)
+	VMOVDQU Y1, Y15           // Q5KMVTAIL folds Y12-Y15
+	VMOVUPS acc-32(SP), X7
+	Q5KMVTAIL(X7, q5kmvdm<>(SB))
+	VMOVUPS X7, acc-32(SP)
+	VMOVDQU q5knib<>(SB), Y15
+	ADDQ $176, SI
+	ADDQ $176, R11
+	ADDQ $176, R12
+	ADDQ $176, R13
+	ADDQ $292, BX
+	DECQ R10
+	JNZ  q5kmv2_sb
+
+	VMOVUPS acc-32(SP), X0
+	VMOVUPS X0, (DI)
+	ADDQ $16, DI
+	MOVQ R13, SI
+	DECQ R9
+	JMP  q5kmv2_group
+
+q5kmv2_done:
 	VZEROUPPER
 	RET
