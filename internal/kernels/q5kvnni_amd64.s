@@ -658,3 +658,201 @@ q5kz_sb:
 q5kz_done:
 	VZEROUPPER
 	RET
+
+// Q5_K with 8 rows in the lanes of a YMM register, 2 tokens per pass
+// (the AVX2 path's multi-token Q5_K kernel, VPMADDUBSW: what an AVX2-only
+// CPU runs): q5kvnni_amd64.s's layout for R = 8 with (sc, sc) int16 scale
+// pairs (q5KPack), 1856 bytes per 8 rows and super-block. Per 4-element
+// column the 5-bit values of sub-blocks 2k and 2k+1 are assembled once
+// for both tokens; VPMADDUBSW pairs (<= 31*128*2) are summed in int16
+// over 4 columns (<= 31744, exact), then scaled into int32 by VPMADDWD.
+// Exact integer sums, then Q5_K's float tail per super-block.
+//
+// Registers: Y0, Y1 the column's values (sub-blocks 2k, 2k+1), Y2, Y3,
+// Y10 scratch, Y4-Y7 int16 sums (2k token 0, 2k token 1, 2k+1 token 0,
+// 2k+1 token 1; Y4, Y5 the imins at the end), Y8, Y9 isums, Y12, Y13
+// float accumulators, Y14 0x10 bytes, Y15 0x0f bytes.
+
+DATA q5k8nib<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA q5k8nib<>+8(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA q5k8nib<>+16(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA q5k8nib<>+24(SB)/8, $0x0f0f0f0f0f0f0f0f
+GLOBL q5k8nib<>(SB), RODATA|NOPTR, $32
+
+DATA q5k8b4<>+0(SB)/8, $0x1010101010101010
+DATA q5k8b4<>+8(SB)/8, $0x1010101010101010
+DATA q5k8b4<>+16(SB)/8, $0x1010101010101010
+DATA q5k8b4<>+24(SB)/8, $0x1010101010101010
+GLOBL q5k8b4<>(SB), RODATA|NOPTR, $32
+
+// Q5K8COL adds column c: qs unit at QS, qh unit at QH; bit 4 of sub-block
+// 2k (2k+1) is the qh bit shifted by OL $AL (OH $AH).
+#define Q5K8COL(QS, QH, OL, AL, OH, AH, XL, XH) \
+	VMOVDQU QS(SI), Y2 \
+	VPSRLW $4, Y2, Y1 \
+	VPAND Y15, Y2, Y0 \
+	VPAND Y15, Y1, Y1 \
+	VMOVDQU QH(SI), Y2 \
+	OL $AL, Y2, Y3 \
+	VPAND Y14, Y3, Y3 \
+	VPOR Y3, Y0, Y0 \
+	OH $AH, Y2, Y3 \
+	VPAND Y14, Y3, Y3 \
+	VPOR Y3, Y1, Y1 \
+	VPBROADCASTD XL(BX), Y3 \
+	VPMADDUBSW Y3, Y0, Y3 \
+	VPADDW Y3, Y4, Y4 \
+	VPBROADCASTD XH(BX), Y10 \
+	VPMADDUBSW Y10, Y1, Y10 \
+	VPADDW Y10, Y6, Y6 \
+	VPBROADCASTD XL(BX)(DX*1), Y3 \
+	VPMADDUBSW Y3, Y0, Y3 \
+	VPADDW Y3, Y5, Y5 \
+	VPBROADCASTD XH(BX)(DX*1), Y10 \
+	VPMADDUBSW Y10, Y1, Y10 \
+	VPADDW Y10, Y7, Y7
+
+// Q5K8SC scales the int16 sums of sub-blocks 2k (pairs at S0) and 2k+1
+// (at S1) into the isums and clears them.
+#define Q5K8SC(S0, S1) \
+	VPMADDWD S0(SI), Y4, Y4 \
+	VPADDD Y4, Y8, Y8 \
+	VPMADDWD S0(SI), Y5, Y5 \
+	VPADDD Y5, Y9, Y9 \
+	VPMADDWD S1(SI), Y6, Y6 \
+	VPADDD Y6, Y8, Y8 \
+	VPMADDWD S1(SI), Y7, Y7 \
+	VPADDD Y7, Y9, Y9 \
+	VPXOR Y4, Y4, Y4 \
+	VPXOR Y5, Y5, Y5 \
+	VPXOR Y6, Y6, Y6 \
+	VPXOR Y7, Y7, Y7
+
+// Q5K8MIN adds m_j*(bsum_2j + bsum_2j+1) (bsum pair at B, (m_j, m_j) at
+// M) for the 2 tokens into Y4, Y5.
+#define Q5K8MIN(B, M) \
+	VPBROADCASTD B(BX), Y3 \
+	VPMADDWD M(SI), Y3, Y3 \
+	VPADDD Y3, Y4, Y4 \
+	VPBROADCASTD B(BX)(DX*1), Y3 \
+	VPMADDWD M(SI), Y3, Y3 \
+	VPADDD Y3, Y5, Y5
+
+// Q5K8FIN: F += float32(dd*float32(I)) - float32(dm*float32(M)),
+// lane-wise; clears I and M.
+#define Q5K8FIN(DXM, I, M, F) \
+	VCVTDQ2PS I, I \
+	VCVTDQ2PS M, M \
+	VBROADCASTSS DXM, Y3 \
+	VMULPS 1792(SI), Y3, Y10 \
+	VMULPS 1824(SI), Y3, Y3 \
+	VMULPS Y10, I, I \
+	VMULPS Y3, M, M \
+	VSUBPS M, I, I \
+	VADDPS I, F, F \
+	VPXOR I, I, I \
+	VPXOR M, M, M
+
+// func q5KTile8x2AVX2(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
+// out[t*outStride + 8g + r] for 2 tokens (Q8_K rows xStride bytes apart)
+// and nGroups groups of 8 packed rows.
+TEXT ·q5KTile8x2AVX2(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ wp+16(FP), SI
+	MOVQ nGroups+24(FP), R8
+	MOVQ x+32(FP), AX
+	MOVQ xStride+40(FP), DX
+	MOVQ nsb+48(FP), R10
+	VMOVDQU q5k8nib<>(SB), Y15
+	VMOVDQU q5k8b4<>(SB), Y14
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+
+q5k8_group:
+	TESTQ R8, R8
+	JZ   q5k8_done
+	VPXOR Y12, Y12, Y12
+	VPXOR Y13, Y13, Y13
+	MOVQ AX, BX
+	MOVQ R10, CX
+
+q5k8_sb:
+	PREFETCHT0 1856(SI)
+	PREFETCHT0 1920(SI)
+	PREFETCHT0 1984(SI)
+	PREFETCHT0 2048(SI)
+	// sub-blocks 0, 1
+	Q5K8COL(0, 1024, VPSLLW, 4, VPSLLW, 3, 4, 36)
+	Q5K8COL(32, 1056, VPSLLW, 4, VPSLLW, 3, 8, 40)
+	Q5K8COL(64, 1088, VPSLLW, 4, VPSLLW, 3, 12, 44)
+	Q5K8COL(96, 1120, VPSLLW, 4, VPSLLW, 3, 16, 48)
+	Q5K8SC(1280, 1312)
+	Q5K8COL(128, 1152, VPSLLW, 4, VPSLLW, 3, 20, 52)
+	Q5K8COL(160, 1184, VPSLLW, 4, VPSLLW, 3, 24, 56)
+	Q5K8COL(192, 1216, VPSLLW, 4, VPSLLW, 3, 28, 60)
+	Q5K8COL(224, 1248, VPSLLW, 4, VPSLLW, 3, 32, 64)
+	Q5K8SC(1280, 1312)
+	// sub-blocks 2, 3
+	Q5K8COL(256, 1024, VPSLLW, 2, VPSLLW, 1, 68, 100)
+	Q5K8COL(288, 1056, VPSLLW, 2, VPSLLW, 1, 72, 104)
+	Q5K8COL(320, 1088, VPSLLW, 2, VPSLLW, 1, 76, 108)
+	Q5K8COL(352, 1120, VPSLLW, 2, VPSLLW, 1, 80, 112)
+	Q5K8SC(1344, 1376)
+	Q5K8COL(384, 1152, VPSLLW, 2, VPSLLW, 1, 84, 116)
+	Q5K8COL(416, 1184, VPSLLW, 2, VPSLLW, 1, 88, 120)
+	Q5K8COL(448, 1216, VPSLLW, 2, VPSLLW, 1, 92, 124)
+	Q5K8COL(480, 1248, VPSLLW, 2, VPSLLW, 1, 96, 128)
+	Q5K8SC(1344, 1376)
+	// sub-blocks 4, 5
+	Q5K8COL(512, 1024, VPSLLW, 0, VPSRLW, 1, 132, 164)
+	Q5K8COL(544, 1056, VPSLLW, 0, VPSRLW, 1, 136, 168)
+	Q5K8COL(576, 1088, VPSLLW, 0, VPSRLW, 1, 140, 172)
+	Q5K8COL(608, 1120, VPSLLW, 0, VPSRLW, 1, 144, 176)
+	Q5K8SC(1408, 1440)
+	Q5K8COL(640, 1152, VPSLLW, 0, VPSRLW, 1, 148, 180)
+	Q5K8COL(672, 1184, VPSLLW, 0, VPSRLW, 1, 152, 184)
+	Q5K8COL(704, 1216, VPSLLW, 0, VPSRLW, 1, 156, 188)
+	Q5K8COL(736, 1248, VPSLLW, 0, VPSRLW, 1, 160, 192)
+	Q5K8SC(1408, 1440)
+	// sub-blocks 6, 7
+	Q5K8COL(768, 1024, VPSRLW, 2, VPSRLW, 3, 196, 228)
+	Q5K8COL(800, 1056, VPSRLW, 2, VPSRLW, 3, 200, 232)
+	Q5K8COL(832, 1088, VPSRLW, 2, VPSRLW, 3, 204, 236)
+	Q5K8COL(864, 1120, VPSRLW, 2, VPSRLW, 3, 208, 240)
+	Q5K8SC(1472, 1504)
+	Q5K8COL(896, 1152, VPSRLW, 2, VPSRLW, 3, 212, 244)
+	Q5K8COL(928, 1184, VPSRLW, 2, VPSRLW, 3, 216, 248)
+	Q5K8COL(960, 1216, VPSRLW, 2, VPSRLW, 3, 220, 252)
+	Q5K8COL(992, 1248, VPSRLW, 2, VPSRLW, 3, 224, 256)
+	Q5K8SC(1472, 1504)
+	// imin = sum_j m_j*(bsum_2j + bsum_2j+1)
+	Q5K8MIN(260, 1536)
+	Q5K8MIN(264, 1568)
+	Q5K8MIN(268, 1600)
+	Q5K8MIN(272, 1632)
+	Q5K8MIN(276, 1664)
+	Q5K8MIN(280, 1696)
+	Q5K8MIN(284, 1728)
+	Q5K8MIN(288, 1760)
+	Q5K8FIN((BX), Y8, Y4, Y12)
+	Q5K8FIN((BX)(DX*1), Y9, Y5, Y13)
+	ADDQ $1856, SI
+	ADDQ $292, BX
+	DECQ CX
+	JNZ  q5k8_sb
+
+	VMOVUPS Y12, (DI)
+	VMOVUPS Y13, (DI)(R9*1)
+	ADDQ $32, DI
+	DECQ R8
+	JMP  q5k8_group
+
+q5k8_done:
+	VZEROUPPER
+	RET
