@@ -3160,6 +3160,221 @@ q51_done:
 	VZEROUPPER
 	RET
 
+// LEG4INIT loads the constants of the 4-token legacy kernels (LEGNIB's
+// and LEGQH's, as LEGINIT).
+#define LEG4INIT \
+	VMOVDQU ones16<>(SB), Y15 \
+	VMOVDQU nib4<>(SB), Y14 \
+	VMOVDQU legIdx<>(SB), Y12 \
+	VMOVDQU legBits<>(SB), Y11 \
+	VMOVDQU legC<>+32(SB), Y10
+
+// LEG4TOK is LEGUNSIGNED for one token with its scales pre-widened:
+// unsigned weights Y2, dw in Y4, mw in X7; the token's Q8_1 qs at Q, its
+// d and s (float32) at DXM and SXM. Clobbers Y3, Y5, X6.
+#define LEG4TOK(Q, DXM, SXM, ACC) \
+	VPMADDUBSW Q, Y2, Y3 \
+	VPMADDWD Y15, Y3, Y3 \
+	VCVTDQ2PS Y3, Y3 \
+	VBROADCASTSS DXM, Y5 \
+	VMULPS Y5, Y4, Y5 \
+	VFMADD231PS Y5, Y3, ACC \
+	VMULSS SXM, X7, X6 \
+	VADDPS Y6, ACC, ACC
+
+// LEG4RED: lanes 0-7 (even blocks, saved at E) + lanes 8-15 (Y), then
+// REDUCE8Y, lane 0 to OUT.
+#define LEG4RED(Y, X, E, OUT) \
+	VADDPS E, Y, Y \
+	REDUCE8Y(Y, X, X6) \
+	VMOVSS X, OUT
+
+// func rowsQ4_1AVX2x4(out *float32, outStride int, w, x *byte, dx *float32, xStride, nRows, nb int)
+// Q4_1 against 4 tokens' Q8_1 rows (xStride bytes apart; widened
+// (d, s) per block in dx, 8*nb bytes per token): each weight block is
+// unpacked, and its scale and offset widened, once for 4 tokens. The
+// even blocks are summed first (lanes 0-7 of the canonical 16), then the
+// odd ones (lanes 8-15): per lane the same steps in the same order as
+// the one-token kernel. out[t*outStride + r].
+TEXT ·rowsQ4_1AVX2x4(SB), NOSPLIT, $128-64
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ w+16(FP), SI
+	MOVQ xStride+40(FP), R11
+	LEAQ (R11)(R11*2), R13
+	MOVQ nb+56(FP), R14
+	SHLQ $3, R14              // dx stride
+	LEAQ (R14)(R14*2), R15
+	MOVQ nRows+48(FP), R8
+	LEG4INIT
+
+q414_row:
+	TESTQ R8, R8
+	JZ   q414_done
+	MOVQ $0, R10              // parity
+
+q414_par:
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y13, Y13, Y13
+	VXORPS Y1, Y1, Y1
+	MOVQ R10, AX
+	IMULQ $36, AX
+	MOVQ x+24(FP), BX
+	ADDQ AX, BX
+	MOVQ R10, AX
+	SHLQ $3, AX
+	MOVQ dx+32(FP), R12
+	ADDQ AX, R12
+	MOVQ R10, AX
+	IMULQ $20, AX
+	LEAQ (SI)(AX*1), DX
+	MOVQ nb+56(FP), CX
+	SUBQ R10, CX
+	INCQ CX
+	SHRQ $1, CX               // blocks of this parity
+	TESTQ CX, CX
+	JZ   q414_pend
+
+q414_blk:
+	LEGNIB(4(DX))
+	VPBROADCASTW (DX), X4
+	VCVTPH2PS X4, Y4          // dw
+	MOVWLZX 2(DX), AX
+	VMOVD AX, X7
+	VCVTPH2PS X7, X7          // mw
+	LEG4TOK(4(BX), (R12), 4(R12), Y8)
+	LEG4TOK(4(BX)(R11*1), (R12)(R14*1), 4(R12)(R14*1), Y9)
+	LEG4TOK(4(BX)(R11*2), (R12)(R14*2), 4(R12)(R14*2), Y13)
+	LEG4TOK(4(BX)(R13*1), (R12)(R15*1), 4(R12)(R15*1), Y1)
+	ADDQ $40, DX
+	ADDQ $72, BX
+	ADDQ $16, R12
+	DECQ CX
+	JNZ  q414_blk
+
+q414_pend:
+	TESTQ R10, R10
+	JNZ  q414_red
+	VMOVUPS Y8, e0-128(SP)
+	VMOVUPS Y9, e1-96(SP)
+	VMOVUPS Y13, e2-64(SP)
+	VMOVUPS Y1, e3-32(SP)
+	MOVQ $1, R10
+	JMP  q414_par
+
+q414_red:
+	LEG4RED(Y8, X8, e0-128(SP), (DI))
+	LEG4RED(Y9, X9, e1-96(SP), (DI)(R9*1))
+	LEG4RED(Y13, X13, e2-64(SP), (DI)(R9*2))
+	LEAQ (R9)(R9*2), AX
+	LEG4RED(Y1, X1, e3-32(SP), (DI)(AX*1))
+	ADDQ $4, DI
+	MOVQ nb+56(FP), AX
+	IMULQ $20, AX
+	ADDQ AX, SI
+	DECQ R8
+	JMP  q414_row
+
+q414_done:
+	VZEROUPPER
+	RET
+
+// func rowsQ5_1AVX2x4(out *float32, outStride int, w, x *byte, dx *float32, xStride, nRows, nb int)
+// Q5_1 against 4 tokens' Q8_1 rows (xStride bytes apart; widened
+// (d, s) per block in dx, 8*nb bytes per token): each weight block is
+// unpacked, and its scale and offset widened, once for 4 tokens. The
+// even blocks are summed first (lanes 0-7 of the canonical 16), then the
+// odd ones (lanes 8-15): per lane the same steps in the same order as
+// the one-token kernel. out[t*outStride + r].
+TEXT ·rowsQ5_1AVX2x4(SB), NOSPLIT, $128-64
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ w+16(FP), SI
+	MOVQ xStride+40(FP), R11
+	LEAQ (R11)(R11*2), R13
+	MOVQ nb+56(FP), R14
+	SHLQ $3, R14              // dx stride
+	LEAQ (R14)(R14*2), R15
+	MOVQ nRows+48(FP), R8
+	LEG4INIT
+
+q514_row:
+	TESTQ R8, R8
+	JZ   q514_done
+	MOVQ $0, R10              // parity
+
+q514_par:
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y13, Y13, Y13
+	VXORPS Y1, Y1, Y1
+	MOVQ R10, AX
+	IMULQ $36, AX
+	MOVQ x+24(FP), BX
+	ADDQ AX, BX
+	MOVQ R10, AX
+	SHLQ $3, AX
+	MOVQ dx+32(FP), R12
+	ADDQ AX, R12
+	MOVQ R10, AX
+	IMULQ $24, AX
+	LEAQ (SI)(AX*1), DX
+	MOVQ nb+56(FP), CX
+	SUBQ R10, CX
+	INCQ CX
+	SHRQ $1, CX               // blocks of this parity
+	TESTQ CX, CX
+	JZ   q514_pend
+
+q514_blk:
+	LEGNIB(8(DX))
+	LEGQH(4(DX))
+	VPBROADCASTW (DX), X4
+	VCVTPH2PS X4, Y4          // dw
+	MOVWLZX 2(DX), AX
+	VMOVD AX, X7
+	VCVTPH2PS X7, X7          // mw
+	LEG4TOK(4(BX), (R12), 4(R12), Y8)
+	LEG4TOK(4(BX)(R11*1), (R12)(R14*1), 4(R12)(R14*1), Y9)
+	LEG4TOK(4(BX)(R11*2), (R12)(R14*2), 4(R12)(R14*2), Y13)
+	LEG4TOK(4(BX)(R13*1), (R12)(R15*1), 4(R12)(R15*1), Y1)
+	ADDQ $48, DX
+	ADDQ $72, BX
+	ADDQ $16, R12
+	DECQ CX
+	JNZ  q514_blk
+
+q514_pend:
+	TESTQ R10, R10
+	JNZ  q514_red
+	VMOVUPS Y8, e0-128(SP)
+	VMOVUPS Y9, e1-96(SP)
+	VMOVUPS Y13, e2-64(SP)
+	VMOVUPS Y1, e3-32(SP)
+	MOVQ $1, R10
+	JMP  q514_par
+
+q514_red:
+	LEG4RED(Y8, X8, e0-128(SP), (DI))
+	LEG4RED(Y9, X9, e1-96(SP), (DI)(R9*1))
+	LEG4RED(Y13, X13, e2-64(SP), (DI)(R9*2))
+	LEAQ (R9)(R9*2), AX
+	LEG4RED(Y1, X1, e3-32(SP), (DI)(AX*1))
+	ADDQ $4, DI
+	MOVQ nb+56(FP), AX
+	IMULQ $24, AX
+	ADDQ AX, SI
+	DECQ R8
+	JMP  q514_row
+
+q514_done:
+	VZEROUPPER
+	RET
+
+
 DATA ones8<>+0(SB)/8, $0x0101010101010101
 DATA ones8<>+8(SB)/8, $0x0101010101010101
 DATA ones8<>+16(SB)/8, $0x0101010101010101

@@ -261,7 +261,7 @@ type actBuf struct {
 	f32    []float32 // F32 weights: the caller's x, not copied
 	bytes  []byte    // converted rows, stride bytes each
 	stride int       // bytes per token row in bytes
-	dx     []float32 // Q8_0: every block's scale widened, nb per token
+	dx     []float32 // Q8_0: every block's scale widened, nb per token; Q8_1: (d, s), 2*nb
 	nb     int       // blocks per token row
 	tile   []byte    // Q8_0 on AVX512 with nTok >= tileTok: tiled layout (q8tile.go)
 	tstr   int       // bytes per token in tile
