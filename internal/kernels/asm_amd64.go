@@ -277,10 +277,10 @@ func init() {
 	q6_KKernels[AVX2].tiles = q6_KTilesLanes(false)
 	q5_KKernels[AVX2].rows = q5_KRowsAsm
 	q5_KKernels[AVX512].rows = q5_KRowsAsm
-	setLegacy(&q4_0Kernels, 18, 34, rowsQ4_0AVX2)
-	setLegacy(&q5_0Kernels, 22, 34, rowsQ5_0AVX2)
-	setLegacy(&q4_1Kernels, 20, 36, rowsQ4_1AVX2)
-	setLegacy(&q5_1Kernels, 24, 36, rowsQ5_1AVX2)
+	setLegacy(&q4_0Kernels, 18, 34, rowsQ4_0AVX2, rowsQ4_0AVX2x4r)
+	setLegacy(&q5_0Kernels, 22, 34, rowsQ5_0AVX2, rowsQ5_0AVX2x4r)
+	setLegacy(&q4_1Kernels, 20, 36, rowsQ4_1AVX2, rowsQ4_1AVX2x4r)
+	setLegacy(&q5_1Kernels, 24, 36, rowsQ5_1AVX2, rowsQ5_1AVX2x4r)
 	q6_KKernels[AVX512].tiles = q6_KTilesLanes(true)
 	f16Kernels[AVX2].tiles = f16TilesAVX2
 }
@@ -447,20 +447,29 @@ func q4_KRowsAsm(out []float32, w []byte, act actBuf, t int) {
 }
 
 // setLegacy installs a legacy type's matvec on both SIMD paths (the
-// kernels are AVX2 code). wb and xb are the weight and activation block
-// bytes; Q8_0 activations (xb 34) come with widened scales in act.dx.
-func setLegacy(k *[3]typeKernel, wb, xb int, fn func(out *float32, w, x *byte, dx *float32, nRows, nb int)) {
+// kernels are AVX2 code): groups of four rows through fn4, the rest
+// through the one-row kernel fn. wb and xb are the weight and activation
+// block bytes; Q8_0 activations (xb 34) come with widened scales in
+// act.dx, Q8_1 ones (xb 36) with widened (d, s) pairs (prepareQ8_1).
+func setLegacy(k *[3]typeKernel, wb, xb int, fn, fn4 func(out *float32, w, x *byte, dx *float32, nRows, nb int)) {
 	rows := func(out []float32, w []byte, act actBuf, t int) {
 		x := act.row(t)
 		nb := len(x) / xb
 		if nb == 0 || len(w) < wb*nb*len(out) {
 			panic("kernels: short legacy weight tile")
 		}
-		var dx *float32
-		if xb == 34 {
-			dx = &act.dx[t*nb : (t+1)*nb][0]
+		per := nb
+		if xb == 36 {
+			per = 2 * nb
 		}
-		fn(&out[0], &w[0], &x[0], dx, len(out), nb)
+		dx := act.dx[t*per : (t+1)*per]
+		g := len(out) / 4
+		if g > 0 {
+			fn4(&out[0], &w[0], &x[0], &dx[0], g, nb)
+		}
+		if r := 4 * g; r < len(out) {
+			fn(&out[r], &w[r*wb*nb], &x[0], &dx[0], len(out)-r, nb)
+		}
 	}
 	k[AVX2].rows = rows
 	k[AVX512].rows = rows

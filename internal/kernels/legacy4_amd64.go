@@ -1,5 +1,19 @@
 package kernels
 
+// One-token kernels, four rows per pass (asm_amd64.s).
+
+//go:noescape
+func rowsQ4_0AVX2x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
+
+//go:noescape
+func rowsQ5_0AVX2x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
+
+//go:noescape
+func rowsQ4_1AVX2x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
+
+//go:noescape
+func rowsQ5_1AVX2x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
+
 //go:noescape
 func rowsQ4_1AVX2x4(out *float32, outStride int, w, x *byte, dx *float32, xStride, nRows, nb int)
 
