@@ -69,6 +69,9 @@ func q6KPack(dst, w []byte, R, rb, nsb int, vnni bool) {
 }
 
 //go:noescape
+func q6KPack16VNNI(dst, w *byte, rb, nsb int)
+
+//go:noescape
 func q6KTile16x4VNNI(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
 
 // q6_KTilesLanes returns the Q6_K tiles function of a SIMD path: calls of
@@ -83,7 +86,7 @@ func q6_KTilesLanes(wide bool) tilesFunc {
 			R = 16
 		}
 		nsb := act.stride / 292
-		if nTok < q4k8MinTok || nsb == 0 || nRows < R {
+		if nTok < kPackMinTok[b2i(wide)] || nsb == 0 || nRows < R {
 			return q6_KTilesAVX2(out, outStride, w, nRows, act, nTok)
 		}
 		nr := nRows / R * R
@@ -99,7 +102,11 @@ func q6_KTilesLanes(wide bool) tilesFunc {
 		}
 		wp := (*bp)[:need]
 		for g := 0; g < nr/R; g++ {
-			q6KPack(wp[g*R*nsb*292:], w[g*R*rb:], R, rb, nsb, wide)
+			if wide { // q6KPack's VNNI layout, with gathers (kpack_amd64.s)
+				q6KPack16VNNI(&wp[g*R*nsb*292], &w[g*R*rb], rb, nsb)
+			} else {
+				q6KPack(wp[g*R*nsb*292:], w[g*R*rb:], R, rb, nsb, false)
+			}
 		}
 		for t0 := 0; t0 < nt; t0 += 4 {
 			if wide {

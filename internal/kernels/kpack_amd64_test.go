@@ -1,0 +1,46 @@
+package kernels
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"sluice/internal/quant"
+)
+
+// TestPack16VNNIMatchesGo: the gather packers (kpack_amd64.s) write the
+// same bytes as q6KPack and q5KPack (VNNI layout, 16 rows) for random
+// blocks, including a row tile at the very end of its buffer (no read
+// past the last block).
+func TestPack16VNNIMatchesGo(t *testing.T) {
+	if !hasAVX512 {
+		t.Skip("no AVX-512 on this CPU")
+	}
+	r := rand.New(rand.NewPCG(3, 9))
+	for _, typ := range []quant.Type{quant.Q6_K, quant.Q5_K} {
+		for _, nsb := range []int{1, 3, 9} {
+			m := randKQuant(r, typ, 16, 256*nsb)
+			rb := len(m.Data) / 16
+			pb := 292
+			if typ == quant.Q5_K {
+				pb = 232
+			}
+			want := make([]byte, 16*nsb*pb)
+			got := make([]byte, len(want))
+			if typ == quant.Q6_K {
+				q6KPack(want, m.Data, 16, rb, nsb, true)
+				q6KPack16VNNI(&got[0], &m.Data[0], rb, nsb)
+			} else {
+				q5KPack(want, m.Data, 16, rb, nsb, true)
+				q5KPack16VNNI(&got[0], &m.Data[0], rb, nsb)
+			}
+			if !bytes.Equal(got, want) {
+				for i := range got {
+					if got[i] != want[i] {
+						t.Fatalf("%s nsb=%d: byte %d (super-block %d, offset %d): %#x, Go packer %#x", typ, nsb, i, i/(16*pb), i%(16*pb), got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
