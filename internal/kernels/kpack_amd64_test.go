@@ -8,16 +8,41 @@ import (
 	"sluice/internal/quant"
 )
 
-// TestPack16VNNIMatchesGo: the gather packers (kpack_amd64.s) write the
-// same bytes as q6KPack and q5KPack (VNNI layout, 16 rows) for random
-// blocks, including a row tile at the very end of its buffer (no read
-// past the last block).
-func TestPack16VNNIMatchesGo(t *testing.T) {
-	if !hasAVX512 {
-		t.Skip("no AVX-512 on this CPU")
-	}
+// TestPackAsmMatchesGo: the gather packers (kpack_amd64.s) write the same
+// bytes as q6KPack and q5KPack (VNNI layout for 16 rows, AVX2 layout for
+// 8) for random blocks, including a row tile at the very end of its
+// buffer (no read past the last block).
+func TestPackAsmMatchesGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 9))
 	for _, typ := range []quant.Type{quant.Q6_K, quant.Q5_K} {
+		if !hasAVX2 {
+			t.Skip("no AVX2 on this CPU")
+		}
+		for _, nsb := range []int{1, 3, 9} {
+			m := randKQuant(r, typ, 8, 256*nsb)
+			rb := len(m.Data) / 8
+			pb := 292
+			if typ == quant.Q5_K {
+				pb = 232
+			}
+			want := make([]byte, 8*nsb*pb)
+			got := make([]byte, len(want))
+			if typ == quant.Q6_K {
+				q6KPack(want, m.Data, 8, rb, nsb, false)
+				q6KPack8AVX2(&got[0], &m.Data[0], rb, nsb)
+			} else {
+				q5KPack(want, m.Data, 8, rb, nsb, false)
+				q5KPack8AVX2(&got[0], &m.Data[0], rb, nsb)
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("%s 8 rows nsb=%d: byte %d (offset %d in its super-block): %#x, Go packer %#x", typ, nsb, i, i%(8*pb), got[i], want[i])
+				}
+			}
+		}
+		if !hasAVX512 {
+			continue
+		}
 		for _, nsb := range []int{1, 3, 9} {
 			m := randKQuant(r, typ, 16, 256*nsb)
 			rb := len(m.Data) / 16

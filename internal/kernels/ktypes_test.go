@@ -65,7 +65,7 @@ func extremeLegacy(r *rand.Rand, t quant.Type, rows, cols int) *Matrix {
 // (four-row decode matvec plus one-row tail, multi-token tiles) on random
 // blocks with extreme values: products large enough that the pool splits
 // them, row counts that leave a partial tile and a partial group of four,
-// odd block counts, 1..33 tokens (the AVX2 row tiles pack from 32), 1-3
+// odd block counts, 1..33 tokens, 1-3
 // threads, both AVX2 forms. Every
 // output is bitwise the Generic path's for that token alone.
 func TestTypesDecodeExtremeBitwise(t *testing.T) {

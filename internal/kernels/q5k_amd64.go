@@ -15,6 +15,9 @@ func q5KTile8x2AVX2(out *float32, outStride int, wp *byte, nGroups int, x *byte,
 func q5KPack16VNNI(dst, w *byte, rb, nsb int)
 
 //go:noescape
+func q5KPack8AVX2(dst, w *byte, rb, nsb int)
+
+//go:noescape
 func q5KTile16x4VNNI(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
 
 // q5KPack packs R rows of nsb Q5_K super-blocks (row r at w[r*rb:]) for
@@ -95,10 +98,11 @@ func q5_KTilesLanes(wide bool) tilesFunc {
 		}
 		wp := (*bp)[:need]
 		for g := 0; g < nr/R; g++ {
-			if wide { // q5KPack's VNNI layout, with gathers (kpack_amd64.s)
+			// q5KPack's layouts, with gathers (kpack_amd64.s).
+			if wide {
 				q5KPack16VNNI(&wp[g*R*nsb*232], &w[g*R*rb], rb, nsb)
 			} else {
-				q5KPack(wp[g*R*nsb*232:], w[g*R*rb:], R, rb, nsb, false)
+				q5KPack8AVX2(&wp[g*R*nsb*232], &w[g*R*rb], rb, nsb)
 			}
 		}
 		for t0 := 0; t0 < nt; t0 += step {
@@ -121,12 +125,12 @@ func q5_KTilesLanes(wide bool) tilesFunc {
 
 // kPackMinTok is the smallest call that packs the row tile for the
 // Q5_K/Q6_K rows-in-lanes kernels, [AVX2, AVX-512]: below it the 4-token
-// per-row kernel is as fast. The AVX2 pack is Go (about 150 ns per row and
-// super-block), the AVX-512 one gathers (kpack_amd64.s). 2048x768, 1
-// thread, CPU time: AVX-512 Q6_K 4 tokens 50-72 GFLOP/s unpacked, packed
-// 8 tokens 125-137; AVX2 Q6_K packed 33-36 at 8 tokens, 49-55 at 16, the
-// 4-token kernel 47-72.
-var kPackMinTok = [2]int{32, 4}
+// per-row kernel is as fast. Both packers gather (kpack_amd64.s; the Go
+// packers took ~150 ns per row and super-block, so the 8-row tiles lost
+// to the 4-token kernel below ~32 tokens). 2048x768, 1 thread, CPU time:
+// AVX-512 Q6_K 4 tokens 50-72 GFLOP/s unpacked, 93 packed; AVX2 Q6_K 4
+// tokens ~60 either way, 8 tokens 69 packed.
+var kPackMinTok = [2]int{8, 4}
 
 func b2i(b bool) int {
 	if b {

@@ -72,6 +72,9 @@ func q6KPack(dst, w []byte, R, rb, nsb int, vnni bool) {
 func q6KPack16VNNI(dst, w *byte, rb, nsb int)
 
 //go:noescape
+func q6KPack8AVX2(dst, w *byte, rb, nsb int)
+
+//go:noescape
 func q6KTile16x4VNNI(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
 
 // q6_KTilesLanes returns the Q6_K tiles function of a SIMD path: calls of
@@ -102,10 +105,11 @@ func q6_KTilesLanes(wide bool) tilesFunc {
 		}
 		wp := (*bp)[:need]
 		for g := 0; g < nr/R; g++ {
-			if wide { // q6KPack's VNNI layout, with gathers (kpack_amd64.s)
+			// q6KPack's layouts, with gathers (kpack_amd64.s).
+			if wide {
 				q6KPack16VNNI(&wp[g*R*nsb*292], &w[g*R*rb], rb, nsb)
 			} else {
-				q6KPack(wp[g*R*nsb*292:], w[g*R*rb:], R, rb, nsb, false)
+				q6KPack8AVX2(&wp[g*R*nsb*292], &w[g*R*rb], rb, nsb)
 			}
 		}
 		for t0 := 0; t0 < nt; t0 += 4 {
