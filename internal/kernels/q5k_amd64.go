@@ -34,8 +34,9 @@ func q5KTile16x4VNNI(out *float32, outStride int, wp *byte, nGroups int, x *byte
 //	192R .. 224R   mins: sub-block j, row r's (m_j, m_j) int16
 //	224R .. 232R   d, then dmin, widened
 //
-// It runs once per row tile and call; the stores skip bounds checks (d's
-// length is checked once per super-block).
+// The specification of the layouts, which the gather packers the kernels
+// use (kpack_amd64.s) reproduce byte for byte (TestPackAsmMatchesGo); the
+// stores skip bounds checks (d's length is checked once per super-block).
 func q5KPack(dst, w []byte, R, rb, nsb int, vnni bool) {
 	bb := 232 * R
 	for b := 0; b < nsb; b++ {
@@ -68,7 +69,7 @@ func q5KPack(dst, w []byte, R, rb, nsb int, vnni bool) {
 }
 
 // q5_KTilesLanes returns the Q5_K tiles function of a SIMD path: calls of
-// q4k8MinTok tokens or more run rows [0, nRows/R*R) through the packed
+// kPackMinTok tokens or more run rows [0, nRows/R*R) through the packed
 // R-row kernel (R = 16 with VNNI on AVX-512, 4 tokens a pass; else 8, 2
 // tokens) and the rows up to nRows/tileRows*tileRows left over through
 // the 4-token per-row kernel small, which also takes smaller calls.
@@ -163,7 +164,7 @@ func kTiles4(sbBytes int, kernel func(out *float32, outStride int, w, x *byte, x
 	}
 }
 
-// q6_KTilesAVX2 is Q6_K's 4-token kernel (calls of fewer than q4k8MinTok
+// q6_KTilesAVX2 is Q6_K's 4-token kernel (calls of fewer than kPackMinTok
 // tokens, and the rows past the last packed group).
 var q6_KTilesAVX2 = kTiles4(210, rowsQ6_KAVX2x4)
 

@@ -20,12 +20,12 @@ import (
 //	256R .. 288R   bsum scales: pair m, 4R bytes: row r's (sc_2m, sc_2m+1)
 //	               int16 (AVX2) or (-32*sc_2m, -32*sc_2m+1) (VNNI)
 //	288R .. 292R   d widened
-const q6k8Block = 292 * 8
 
 // q6KPack packs R rows of nsb Q6_K super-blocks (row r at w[r*rb:]) in
-// the AVX2 or (vnni) the AVX-512 layout. It runs once per row tile and
-// call, so the stores skip bounds checks (d's length is checked once per
-// super-block).
+// the AVX2 or (vnni) the AVX-512 layout: the specification of the layouts,
+// which the gather packers the kernels use (kpack_amd64.s, several times
+// faster) reproduce byte for byte (TestPackAsmMatchesGo). The stores skip
+// bounds checks (d's length is checked once per super-block).
 func q6KPack(dst, w []byte, R, rb, nsb int, vnni bool) {
 	bb := 292 * R
 	for b := 0; b < nsb; b++ {
@@ -78,7 +78,7 @@ func q6KPack8AVX2(dst, w *byte, rb, nsb int)
 func q6KTile16x4VNNI(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
 
 // q6_KTilesLanes returns the Q6_K tiles function of a SIMD path: calls of
-// q4k8MinTok tokens or more run rows [0, nRows/R*R) through the packed
+// kPackMinTok tokens or more run rows [0, nRows/R*R) through the packed
 // R-row kernel for every group of 4 tokens (R = 16 with VNNI on AVX-512,
 // else 8) and the rows up to nRows/tileRows*tileRows left over through
 // the per-row 4-token kernel; smaller calls go to the 4-token kernel.
