@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"bytes"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -67,5 +68,32 @@ func TestPackAsmMatchesGo(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPackFallbackBitwise: rows too long for the gathers' int32 offsets
+// take the Go packers; forced here (the limit lowered to 0), the tiles
+// still give Generic's bits.
+func TestPackFallbackBitwise(t *testing.T) {
+	defer func(v int) { gatherMaxRowBytes = v }(gatherMaxRowBytes)
+	gatherMaxRowBytes = 0
+	const rows, cols, nTok = 37, 512, 12
+	for _, typ := range []quant.Type{quant.Q6_K, quant.Q5_K} {
+		m := randKQuant(rand.New(rand.NewPCG(5, 5)), typ, rows, cols)
+		x := randVec(rand.New(rand.NewPCG(6, 6)), nTok*cols, 1)
+		var ref []float32
+		withPath(t, func(p Path) {
+			out := make([]float32, nTok*rows)
+			MatMul(nil, out, m, x, nTok)
+			if p == Generic {
+				ref = out
+				return
+			}
+			for k := range out {
+				if math.Float32bits(out[k]) != math.Float32bits(ref[k]) {
+					t.Fatalf("%v %s elem %d: %v != generic %v", p, typ, k, out[k], ref[k])
+				}
+			}
+		})
 	}
 }

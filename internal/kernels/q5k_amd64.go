@@ -99,10 +99,14 @@ func q5_KTilesLanes(wide bool) tilesFunc {
 		}
 		wp := (*bp)[:need]
 		for g := 0; g < nr/R; g++ {
-			// q5KPack's layouts, with gathers (kpack_amd64.s).
-			if wide {
+			// q5KPack's layouts, with gathers (kpack_amd64.s) when the rows'
+			// offsets fit their int32 indices.
+			switch {
+			case rb > gatherMaxRowBytes:
+				q5KPack(wp[g*R*nsb*232:], w[g*R*rb:], R, rb, nsb, wide)
+			case wide:
 				q5KPack16VNNI(&wp[g*R*nsb*232], &w[g*R*rb], rb, nsb)
-			} else {
+			default:
 				q5KPack8AVX2(&wp[g*R*nsb*232], &w[g*R*rb], rb, nsb)
 			}
 		}
@@ -123,6 +127,10 @@ func q5_KTilesLanes(wide bool) tilesFunc {
 		return nt
 	}
 }
+
+// gatherMaxRowBytes is the longest row the gather packers take: they
+// index the 16 rows by int32 offsets r*rb (r <= 15), computed in 32 bits.
+var gatherMaxRowBytes = math.MaxInt32 / 16 // a var so that tests can take the Go packers
 
 // kPackMinTok is the smallest call that packs the row tile for the
 // Q5_K/Q6_K rows-in-lanes kernels, [AVX2, AVX-512]: below it the 4-token

@@ -105,10 +105,14 @@ func q6_KTilesLanes(wide bool) tilesFunc {
 		}
 		wp := (*bp)[:need]
 		for g := 0; g < nr/R; g++ {
-			// q6KPack's layouts, with gathers (kpack_amd64.s).
-			if wide {
+			// q6KPack's layouts, with gathers (kpack_amd64.s) when the rows'
+			// offsets fit their int32 indices.
+			switch {
+			case rb > gatherMaxRowBytes:
+				q6KPack(wp[g*R*nsb*292:], w[g*R*rb:], R, rb, nsb, wide)
+			case wide:
 				q6KPack16VNNI(&wp[g*R*nsb*292], &w[g*R*rb], rb, nsb)
-			} else {
+			default:
 				q6KPack8AVX2(&wp[g*R*nsb*292], &w[g*R*rb], rb, nsb)
 			}
 		}
