@@ -274,14 +274,14 @@ func init() {
 	q4_KKernels[AVX2].tiles = q4_KTilesLanes(q4_KTilesAVX2, false)
 	q4_KKernels[AVX512].tiles = q4_KTilesLanes(q4_KTilesAVX512, true)
 	f32Kernels[AVX2].tiles = f32TilesAVX2
-	q6_KKernels[AVX2].tiles = q6_KTilesLanes(false)
+	q6_KKernels[AVX2].tiles = kTilesLanes(q6KLanes, false)
 	q5_KKernels[AVX2].rows = q5_KRowsAsm
 	q5_KKernels[AVX512].rows = q5_KRowsAsm
 	setLegacy(&q4_0Kernels, 18, 34, rowsQ4_0AVX2, rowsQ4_0AVX2x4r)
 	setLegacy(&q5_0Kernels, 22, 34, rowsQ5_0AVX2, rowsQ5_0AVX2x4r)
 	setLegacy(&q4_1Kernels, 20, 36, rowsQ4_1AVX2, rowsQ4_1AVX2x4r)
 	setLegacy(&q5_1Kernels, 24, 36, rowsQ5_1AVX2, rowsQ5_1AVX2x4r)
-	q6_KKernels[AVX512].tiles = q6_KTilesLanes(true)
+	q6_KKernels[AVX512].tiles = kTilesLanes(q6KLanes, true)
 	f16Kernels[AVX2].tiles = f16TilesAVX2
 }
 

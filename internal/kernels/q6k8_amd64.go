@@ -77,58 +77,11 @@ func q6KPack8AVX2(dst, w *byte, rb, nsb int)
 //go:noescape
 func q6KTile16x4VNNI(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
 
-// q6_KTilesLanes returns the Q6_K tiles function of a SIMD path: calls of
-// kPackMinTok tokens or more run rows [0, nRows/R*R) through the packed
-// R-row kernel for every group of 4 tokens (R = 16 with VNNI on AVX-512,
-// else 8) and the rows up to nRows/tileRows*tileRows left over through
-// the per-row 4-token kernel; smaller calls go to the 4-token kernel.
-func q6_KTilesLanes(wide bool) tilesFunc {
-	return func(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
-		R := 8
-		if wide {
-			R = 16
-		}
-		nsb := act.stride / 292
-		if nTok < kPackMinTok[b2i(wide)] || nsb == 0 || nRows < R {
-			return q6_KTilesAVX2(out, outStride, w, nRows, act, nTok)
-		}
-		nr := nRows / R * R
-		nt := nTok / 4 * 4
-		rb := 210 * nsb
-		if len(w) < rb*nRows || len(act.bytes) < nt*act.stride || len(out) < (nt-1)*outStride+nRows {
-			panic("kernels: bad Q6_K tile")
-		}
-		need := nr * nsb * 292
-		bp := packPool.Get().(*[]byte)
-		if cap(*bp) < need {
-			*bp = make([]byte, need)
-		}
-		wp := (*bp)[:need]
-		for g := 0; g < nr/R; g++ {
-			// q6KPack's layouts, with gathers (kpack_amd64.s) when the rows'
-			// offsets fit their int32 indices.
-			switch {
-			case rb > gatherMaxRowBytes:
-				q6KPack(wp[g*R*nsb*292:], w[g*R*rb:], R, rb, nsb, wide)
-			case wide:
-				q6KPack16VNNI(&wp[g*R*nsb*292], &w[g*R*rb], rb, nsb)
-			default:
-				q6KPack8AVX2(&wp[g*R*nsb*292], &w[g*R*rb], rb, nsb)
-			}
-		}
-		for t0 := 0; t0 < nt; t0 += 4 {
-			if wide {
-				q6KTile16x4VNNI(&out[t0*outStride], outStride, &wp[0], nr/R, &act.bytes[t0*act.stride], act.stride, nsb)
-			} else {
-				q6KTile8x4AVX2(&out[t0*outStride], outStride, &wp[0], nr/R, &act.bytes[t0*act.stride], act.stride, nsb)
-			}
-		}
-		packPool.Put(bp)
-		if nr < nRows {
-			if k := q6_KTilesAVX2(out[nr:], outStride, w[nr*rb:], nRows-nr, act, nt); k != nt && nRows/tileRows*tileRows > nr {
-				panic("kernels: Q6_K tile rest")
-			}
-		}
-		return nt
-	}
+// q6KLanes is Q6_K's rows-in-lanes kernel set (klanes_amd64.go).
+var q6KLanes = lanesSpec{
+	name: "Q6_K", sbBytes: 210, packBytes: 292, goPack: q6KPack,
+	asmPack: [2]func(dst, w *byte, rb, nsb int){q6KPack8AVX2, q6KPack16VNNI},
+	kernel:  [2]func(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int){q6KTile8x4AVX2, q6KTile16x4VNNI},
+	step:    [2]int{4, 4},
+	small:   q6_KTilesAVX2,
 }
