@@ -353,17 +353,17 @@ DATA q5kmvdm<>+0(SB)/8, $0x0d0c090805040100
 DATA q5kmvdm<>+8(SB)/8, $0x0f0e0b0a07060302
 GLOBL q5kmvdm<>(SB), RODATA|NOPTR, $16
 
-DATA q5kone<>+0(SB)/8, $0x0101010101010101
-DATA q5kone<>+8(SB)/8, $0x0101010101010101
-DATA q5kone<>+16(SB)/8, $0x0101010101010101
-DATA q5kone<>+24(SB)/8, $0x0101010101010101
-GLOBL q5kone<>(SB), RODATA|NOPTR, $32
-
 DATA q5knib<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA q5knib<>+8(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA q5knib<>+16(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA q5knib<>+24(SB)/8, $0x0f0f0f0f0f0f0f0f
 GLOBL q5knib<>(SB), RODATA|NOPTR, $32
+
+DATA q5kb4<>+0(SB)/8, $0x1010101010101010
+DATA q5kb4<>+8(SB)/8, $0x1010101010101010
+DATA q5kb4<>+16(SB)/8, $0x1010101010101010
+DATA q5kb4<>+24(SB)/8, $0x1010101010101010
+GLOBL q5kb4<>(SB), RODATA|NOPTR, $32
 
 // Q5KMVSC is matvec_q4k_amd64.s's Q4KMVSC (macros do not cross assembly
 // files): the 8 scales of the block at P as int16 in X3, the 8 mins as
@@ -543,23 +543,22 @@ q5kmv_done:
 	RET
 
 // Q5KMV2SUB adds sub-blocks 2k (low nibbles) and 2k+1 (high nibbles) of
-// the 32 qs bytes at Q, bit 4 from the low bit of the qh bytes in Y2
-// (shifted right once per sub-block), against the Q8_K qs at XA and XB,
-// scaled by the int16 scales at SA and SB, to AY. Y15 holds 0x0f bytes;
-// clobbers Y3-Y7.
-#define Q5KMV2SUB(Q, XA, XB, S0, S1, AY) \
+// the 32 qs bytes at Q, bit 4 from the qh bytes in Y2 shifted into place
+// by OL $AL (sub-block 2k) and OH $AH (2k+1) (word shifts of at most 4:
+// bit 4 of each byte comes from the same byte), against the Q8_K qs at XA
+// and XB, scaled by the int16 scales at S0 and S1, to AY. Y15 holds 0x0f
+// bytes; clobbers Y3-Y7.
+#define Q5KMV2SUB(Q, OL, AL, OH, AH, XA, XB, S0, S1, AY) \
 	VMOVDQU Q, Y4 \
 	VPSRLW $4, Y4, Y5 \
 	VPAND Y15, Y4, Y4 \
 	VPAND Y15, Y5, Y5 \
-	VPAND q5kone<>(SB), Y2, Y3 \
-	VPSLLW $4, Y3, Y3 \
+	OL $AL, Y2, Y3 \
+	VPAND q5kb4<>(SB), Y3, Y3 \
 	VPOR Y3, Y4, Y4 \
-	VPSRLW $1, Y2, Y2 \
-	VPAND q5kone<>(SB), Y2, Y3 \
-	VPSLLW $4, Y3, Y3 \
+	OH $AH, Y2, Y3 \
+	VPAND q5kb4<>(SB), Y3, Y3 \
 	VPOR Y3, Y5, Y5 \
-	VPSRLW $1, Y2, Y2 \
 	VPMADDUBSW XA, Y4, Y4 \
 	VPBROADCASTW S0, Y6 \
 	VPMADDWD Y6, Y4, Y4 \
@@ -576,10 +575,10 @@ q5kmv_done:
 	VPMADDWD 260(BX), Y2, MY \
 	VMOVDQU 16(P), Y2 \
 	VPXOR AY, AY, AY \
-	Q5KMV2SUB(48(P), 4(BX), 36(BX), sc-16(SP), sc-14(SP), AY) \
-	Q5KMV2SUB(80(P), 68(BX), 100(BX), sc-12(SP), sc-10(SP), AY) \
-	Q5KMV2SUB(112(P), 132(BX), 164(BX), sc-8(SP), sc-6(SP), AY) \
-	Q5KMV2SUB(144(P), 196(BX), 228(BX), sc-4(SP), sc-2(SP), AY)
+	Q5KMV2SUB(48(P), VPSLLW, 4, VPSLLW, 3, 4(BX), 36(BX), sc-16(SP), sc-14(SP), AY) \
+	Q5KMV2SUB(80(P), VPSLLW, 2, VPSLLW, 1, 68(BX), 100(BX), sc-12(SP), sc-10(SP), AY) \
+	Q5KMV2SUB(112(P), VPSLLW, 0, VPSRLW, 1, 132(BX), 164(BX), sc-8(SP), sc-6(SP), AY) \
+	Q5KMV2SUB(144(P), VPSRLW, 2, VPSRLW, 3, 196(BX), 228(BX), sc-4(SP), sc-2(SP), AY)
 
 // func rowsQ5_KAVX2x4r(out *float32, w, x *byte, nGroups, nsb int)
 // rowsQ5_KAVX512x4 on AVX2 (VPMADDUBSW, VPMADDWD by broadcast scales).
