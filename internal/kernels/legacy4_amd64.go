@@ -15,6 +15,12 @@ func rowsQ4_1AVX2x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
 func rowsQ5_1AVX2x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
 
 //go:noescape
+func rowsQ5_0AVX512x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
+
+//go:noescape
+func rowsQ5_1AVX512x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
+
+//go:noescape
 func rowsQ4_1AVX2x4(out *float32, outStride int, w, x *byte, dx *float32, xStride, nRows, nb int)
 
 //go:noescape
