@@ -27,6 +27,20 @@ bench-go:
 bench-model:
 	$(GO) run ./cmd/sluice bench --synth
 
+.PHONY: bench-table
+# The README's side-by-side speed table (sluice bench --llama-bench over the
+# six models, each kernel path, 1 thread pinned and 2 threads; about an hour
+# on a 2-vCPU machine; models from `make bench-models`, llama.cpp from
+# ../shared). BENCH_TABLE_CONFIGS="avx512-t1 avx2novnni-t1" etc.
+bench-table:
+	scripts/bench-table.sh bench-out $(BENCH_TABLE_CONFIGS)
+
+.PHONY: bench-models
+# Writes the synthetic models of the speed table into ../bench (the real
+# ones are linked from ../shared/models): about 8 minutes.
+bench-models:
+	scripts/bench-models.sh
+
 .PHONY: bench-cluster
 # The router's CPU per request and its balance over 1, 2, 3 decode workers,
 # every role its own process on loopback (README "Cluster").

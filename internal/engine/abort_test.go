@@ -104,6 +104,18 @@ type gated struct {
 
 func (g *gated) NewForwarder(n int) Forwarder { return &gatedFwd{g, g.toy.NewForwarder(n)} }
 
+// wait returns once the gated step is reached. A request that fails before
+// it (a forward error, a refused admission) would otherwise leave the test
+// blocked until the go test timeout, with no word of what went wrong.
+func (g *gated) wait(t testing.TB) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("forward step %d (counting from 0) was never reached within 60s", g.after)
+	}
+}
+
 type gatedFwd struct {
 	g *gated
 	f Forwarder
@@ -276,7 +288,7 @@ func TestAbortPrefilling(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-g.entered
+		g.wait(t)
 		r.tp.abort() // decode gives up while the prompt is still running
 		close(g.release)
 		wantErr(t, collect(t, s))
@@ -331,7 +343,7 @@ func TestAbortDecoding(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-g.entered // two decode steps done, the third is waiting
+		g.wait(t) // two decode steps done, the third is waiting
 		r.tp.abort()
 		close(g.release)
 		res := collect(t, s)

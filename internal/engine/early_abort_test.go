@@ -17,9 +17,15 @@ type overtaking struct {
 	handoff.Decode
 	reserveErr chan error
 	aborted    chan struct{}
+	// entered runs when Reserve is called: the test's client leaves there,
+	// so the departure surely lands while the Reserve is in flight (a
+	// cancel racing Submit could also land before Reserve is ever called,
+	// and then nothing would arrive on reserveErr).
+	entered func()
 }
 
 func (o *overtaking) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Reservation, error) {
+	o.entered()
 	<-ctx.Done()
 	go func() {
 		<-o.aborted
@@ -43,14 +49,13 @@ func (o *overtaking) Abort(ctx context.Context, a *handoff.Abort) error {
 func TestAbortOvertakingReserveLeavesNothingReserved(t *testing.T) {
 	m := newToy()
 	dw, pw := toyWorkers(t, m, 32)
-	link := &overtaking{Decode: dw, reserveErr: make(chan error, 1), aborted: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	link := &overtaking{Decode: dw, reserveErr: make(chan error, 1), aborted: make(chan struct{}), entered: cancel}
 	eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: 128}, pw, link)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer eng.Close(context.Background())
-	ctx, cancel := context.WithCancel(context.Background())
-	go cancel()
 	if _, err := eng.Submit(ctx, &Request{Tenant: "acme", Prompt: prompt(3, 9), MaxTokens: 4}); err == nil {
 		t.Fatal("submit with a context cancelled during Reserve succeeded")
 	}

@@ -40,7 +40,7 @@ func TestPreemptedOutputEqualsUnpreempted(t *testing.T) {
 		}
 		streams = append(streams, s)
 		if i == 0 {
-			<-g.entered // the first step waits until both are in
+			g.wait(t) // the first step waits until both are in
 		}
 	}
 	close(g.release)

@@ -120,7 +120,7 @@ func TestQueueFullCancelAndTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-g.entered // s1 runs and holds the only slot
+	g.wait(t) // s1 runs and holds the only slot
 
 	type sub struct {
 		s   Stream
@@ -189,7 +189,7 @@ func TestQueueTimeoutIs503(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-g.entered
+	g.wait(t)
 	_, err = e.Submit(context.Background(), &Request{Tenant: "b", Prompt: prompt(2, 5), MaxTokens: 3})
 	var ee *Error
 	if !errors.As(err, &ee) || ee.Code != CodeQueueTimeout || ee.Status != http.StatusServiceUnavailable {
@@ -225,7 +225,7 @@ func TestDisaggCancelWhileQueuedNeverReserves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-g.entered // decoding, holding the only slot
+	g.wait(t) // decoding, holding the only slot
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -275,7 +275,7 @@ func TestFairnessHeavyTenantCannotStarveLightOnes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-g.entered
+	g.wait(t)
 
 	var reqs []*Request
 	for i := range 30 {

@@ -1,0 +1,142 @@
+// Command benchtable prints the markdown tables of the README's side-by-side
+// speed section from the JSON files scripts/bench-table.sh writes (one per
+// kernel path and thread count, each the output of `sluice bench --json
+// --llama-bench`). It only formats: every figure and ratio is sluice bench's.
+//
+//	go run ./scripts/benchtable OUT/avx512-t1.json OUT/avx512-t2.json ...
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+type row struct {
+	Model         string  `json:"model"`
+	Threads       int     `json:"threads"`
+	Test          string  `json:"test"`
+	TokS          float64 `json:"tokens_per_s"`
+	CPUTokS       float64 `json:"tokens_per_cpu_s"`
+	LlamaTokS     float64 `json:"llama_cpp_tokens_per_s"`
+	Ratio         float64 `json:"ratio"`
+	BWFraction    float64 `json:"bandwidth_fraction"`
+	CPUBWFraction float64 `json:"cpu_bandwidth_fraction"`
+}
+
+type report struct {
+	Kernels string `json:"kernels"`
+	CPU     string `json:"cpu_features"`
+	Rows    []row  `json:"rows"`
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: benchtable FILE.json ...")
+		os.Exit(2)
+	}
+	worst := map[string]float64{} // test -> lowest ratio over every table
+	for _, f := range os.Args[1:] {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchtable:", err)
+			os.Exit(1)
+		}
+		var r report
+		if err := json.Unmarshal(b, &r); err != nil {
+			fmt.Fprintf(os.Stderr, "benchtable: %s: %v\n", f, err)
+			os.Exit(1)
+		}
+		printTable(strings.TrimSuffix(filepath.Base(f), ".json"), &r, worst)
+	}
+	tests := make([]string, 0, len(worst))
+	for t := range worst {
+		tests = append(tests, t)
+	}
+	sort.Strings(tests)
+	fmt.Print("Lowest ratio per test over all tables:")
+	for _, t := range tests {
+		fmt.Printf(" %s %.2fx", t, worst[t])
+	}
+	fmt.Println()
+}
+
+func printTable(name string, r *report, worst map[string]float64) {
+	var models, tests []string
+	cell := map[[2]string]row{}
+	for _, x := range r.Rows {
+		k := [2]string{x.Model, x.Test}
+		if _, ok := cell[k]; ok {
+			continue
+		}
+		cell[k] = x
+		if !contains(models, x.Model) {
+			models = append(models, x.Model)
+		}
+		if !contains(tests, x.Test) {
+			tests = append(tests, x.Test)
+		}
+	}
+	fmt.Printf("%s (kernels: %s; cpu: %s):\n\n", name, r.Kernels, r.CPU)
+	fmt.Print("| model | threads |")
+	for _, t := range tests {
+		fmt.Printf(" %s sluice / llama.cpp / ratio |", t)
+	}
+	fmt.Println(" decode bw fraction wall · per CPU-s |")
+	fmt.Print("|---|---:|")
+	for range tests {
+		fmt.Print("---:|")
+	}
+	fmt.Println("---:|")
+	for _, m := range models {
+		var th int
+		bw := "—"
+		line := ""
+		for _, t := range tests {
+			x, ok := cell[[2]string{m, t}]
+			if !ok {
+				line += " — |"
+				continue
+			}
+			th = x.Threads
+			line += fmt.Sprintf(" %s / %s / **%.2fx** |", num(x.TokS), num(x.LlamaTokS), x.Ratio)
+			if w, ok := worst[t]; !ok || x.Ratio < w {
+				worst[t] = x.Ratio
+			}
+			if x.BWFraction > 0 {
+				bw = fmt.Sprintf("%.0f%% · %.0f%%", 100*x.BWFraction, 100*x.CPUBWFraction)
+			}
+		}
+		fmt.Printf("| %s | %d |%s %s |\n", m, th, line, bw)
+	}
+	fmt.Println()
+}
+
+func contains(s []string, x string) bool {
+	for _, y := range s {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// num prints a tokens/s figure with three significant digits or more.
+func num(v float64) string {
+	switch {
+	case v >= 1000:
+		s := fmt.Sprintf("%.0f", v)
+		for i := len(s) - 3; i > 0; i -= 3 {
+			s = s[:i] + "," + s[i:]
+		}
+		return s
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
