@@ -270,14 +270,14 @@ func init() {
 	q4_KKernels[AVX2].tiles = q4_KTilesLanes(q4_KTilesAVX2, false)
 	q4_KKernels[AVX512].tiles = q4_KTilesLanes(q4_KTilesAVX512, true)
 	f32Kernels[AVX2].tiles = f32TilesAVX2
-	q6_KKernels[AVX2].tiles = q6_KTilesLanes
+	q6_KKernels[AVX2].tiles = kTilesLanes(q6KLanes, false)
 	q5_KKernels[AVX2].rows = q5_KRowsAsm
 	q5_KKernels[AVX512].rows = q5_KRowsAsm
-	setLegacy(&q4_0Kernels, 18, 34, rowsQ4_0AVX2)
-	setLegacy(&q5_0Kernels, 22, 34, rowsQ5_0AVX2)
-	setLegacy(&q4_1Kernels, 20, 36, rowsQ4_1AVX2)
-	setLegacy(&q5_1Kernels, 24, 36, rowsQ5_1AVX2)
-	q6_KKernels[AVX512].tiles = q6_KTilesLanes
+	setLegacy(&q4_0Kernels, 18, 34, rowsQ4_0AVX2, rowsQ4_0AVX2x4r, nil)
+	setLegacy(&q5_0Kernels, 22, 34, rowsQ5_0AVX2, rowsQ5_0AVX2x4r, rowsQ5_0AVX512x4r)
+	setLegacy(&q4_1Kernels, 20, 36, rowsQ4_1AVX2, rowsQ4_1AVX2x4r, nil)
+	setLegacy(&q5_1Kernels, 24, 36, rowsQ5_1AVX2, rowsQ5_1AVX2x4r, rowsQ5_1AVX512x4r)
+	q6_KKernels[AVX512].tiles = kTilesLanes(q6KLanes, true)
 	f16Kernels[AVX2].tiles = f16TilesAVX2
 }
 
@@ -439,43 +439,39 @@ func q4_KRowsAsm(out []float32, w []byte, act actBuf, t int) {
 	rowsQ4_KAVX2(&out[0], &w[0], &x[0], len(out), nsb)
 }
 
-// q6_KTilesAVX2 runs the Q6_K kernel on 4 tokens at a time so each
-// super-block's 6-bit values and scales are unpacked once per 4 tokens.
-func q6_KTilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
-	nt := nRows / tileRows * tileRows
-	nTiles := nTok / tileTok
-	nsb := act.stride / 292
-	if nt == 0 || nTiles == 0 || nsb == 0 {
-		return 0
-	}
-	if len(w) < 210*nsb*nt || len(act.bytes) < nTiles*tileTok*act.stride || len(out) < (nTiles*tileTok-1)*outStride+nt {
-		panic("kernels: bad Q6_K tile")
-	}
-	for g := 0; g < nTiles; g++ {
-		t0 := g * tileTok
-		rowsQ6_KAVX2x4(&out[t0*outStride], outStride, &w[0], &act.bytes[t0*act.stride], act.stride, nt, nsb)
-	}
-	return nTiles * tileTok
-}
-
-// setLegacy installs a legacy type's matvec on both SIMD paths (the
-// kernels are AVX2 code). wb and xb are the weight and activation block
-// bytes; Q8_0 activations (xb 34) come with widened scales in act.dx.
-func setLegacy(k *[3]typeKernel, wb, xb int, fn func(out *float32, w, x *byte, dx *float32, nRows, nb int)) {
-	rows := func(out []float32, w []byte, act actBuf, t int) {
-		x := act.row(t)
-		nb := len(x) / xb
-		if nb == 0 || len(w) < wb*nb*len(out) {
-			panic("kernels: short legacy weight tile")
+// setLegacy installs a legacy type's matvec on both SIMD paths: groups
+// of four rows through fn4 (fn4z on AVX-512 when not nil; the rest is AVX2
+// code), the rest through the one-row kernel fn. wb and xb are the weight
+// and activation block bytes; Q8_0 activations (xb 34) come with widened
+// scales in act.dx, Q8_1 ones (xb 36) with widened (d, s) pairs
+// (prepareQ8_1).
+func setLegacy(k *[3]typeKernel, wb, xb int, fn, fn4, fn4z func(out *float32, w, x *byte, dx *float32, nRows, nb int)) {
+	rows := func(fn4 func(out *float32, w, x *byte, dx *float32, nRows, nb int)) func(out []float32, w []byte, act actBuf, t int) {
+		return func(out []float32, w []byte, act actBuf, t int) {
+			x := act.row(t)
+			nb := len(x) / xb
+			if nb == 0 || len(w) < wb*nb*len(out) {
+				panic("kernels: short legacy weight tile")
+			}
+			per := nb
+			if xb == 36 {
+				per = 2 * nb
+			}
+			dx := act.dx[t*per : (t+1)*per]
+			g := len(out) / 4
+			if g > 0 {
+				fn4(&out[0], &w[0], &x[0], &dx[0], g, nb)
+			}
+			if r := 4 * g; r < len(out) {
+				fn(&out[r], &w[r*wb*nb], &x[0], &dx[0], len(out)-r, nb)
+			}
 		}
-		var dx *float32
-		if xb == 34 {
-			dx = &act.dx[t*nb : (t+1)*nb][0]
-		}
-		fn(&out[0], &w[0], &x[0], dx, len(out), nb)
 	}
-	k[AVX2].rows = rows
-	k[AVX512].rows = rows
+	if fn4z == nil {
+		fn4z = fn4
+	}
+	k[AVX2].rows = rows(fn4)
+	k[AVX512].rows = rows(fn4z)
 	if xb == 34 {
 		k[AVX2].prepare = prepareQ8_0AVX2
 		k[AVX512].prepare = func(x []float32, nTok, cols int) actBuf {

@@ -66,12 +66,17 @@
 //	Q4_K        Q8_K  matvec (4 rows), 4 tokens; 8 rows x 2    VNNI matvec (4 rows), 4-token VNNI
 //	                  tokens (repacked, 8+ tokens; AVX-VNNI    kernel; 16 rows x 4 tokens VNNI
 //	                  form)                                    (8+ tokens)
-//	Q6_K        Q8_K  matvec, 4 tokens; 8 rows x 4 tokens      (AVX2 kernels)
-//	                  (repacked, 8+ tokens)
-//	Q5_K        Q8_K  matvec                                   (AVX2 kernel)
-//	Q4_0, Q5_0  Q8_0  matvec; tiles: row tile as Q8_0, then    as AVX2, with the Q8_0 4x4 tile
-//	                  the Q8_0 tile (legacytile_amd64.go)
-//	Q4_1, Q5_1  Q8_1  matvec                                   (AVX2 kernels)
+//	Q6_K        Q8_K  matvec (4 rows), 4 tokens; 8 rows x 4    VNNI matvec (4 rows), 4 tokens
+//	                  tokens (repacked, 8+ tokens)             (AVX2); 16 rows x 4 tokens VNNI
+//	                                                           (repacked, 8+ tokens)
+//	Q5_K        Q8_K  matvec (4 rows), 4 tokens; 8 rows x 2    VNNI matvec (4 rows), 4 tokens
+//	                  tokens (repacked, 8+ tokens)             (AVX2); 16 rows x 4 tokens VNNI
+//	                                                           (repacked, 8+ tokens)
+//	Q4_0, Q5_0  Q8_0  matvec (4 rows); tiles: row tile as      as AVX2 (Q5_0 matvec: qh by mask
+//	                  Q8_0, then the Q8_0 tile                 registers), with the Q8_0 4x4 tile
+//	                  (legacytile_amd64.go)
+//	Q4_1, Q5_1  Q8_1  matvec (4 rows), 4 tokens                as AVX2 (Q5_1 matvec: qh by mask
+//	                                                           registers)
 //	BF16        BF16  matvec (cols%16 == 0)                    matvec (no FMA: products may overflow)
 //
 // Q4_K, Q5_K and Q6_K activations are quantized to Q8_K in assembly on
@@ -293,7 +298,7 @@ type actBuf struct {
 	f32    []float32 // F32 weights: the caller's x, not copied
 	bytes  []byte    // converted rows, stride bytes each
 	stride int       // bytes per token row in bytes
-	dx     []float32 // Q8_0: every block's scale widened, nb per token
+	dx     []float32 // Q8_0: every block's scale widened, nb per token; Q8_1: (d, s), 2*nb
 	nb     int       // blocks per token row
 	tile   []byte    // Q8_0 on AVX512 with nTok >= tileTok: tiled layout (q8tile.go)
 	tstr   int       // bytes per token in tile

@@ -10,7 +10,8 @@ import (
 // Q4_1, Q5_0 and Q5_1: the "legacy" 32-element types that Q4_K_M downloads
 // use for tensors whose rows are not a multiple of 256. Matvec in
 // assembly on the SIMD paths (asm_amd64.go); Q5_0 (and Q4_0) tiles go
-// through the Q8_0 tiles (legacytile_amd64.go), Q4_1 and Q5_1 have none.
+// through the Q8_0 tiles (legacytile_amd64.go), Q4_1 and Q5_1 through
+// 4-token kernels (one weight unpack serves 4 tokens; legacy4_amd64.go).
 // Q5_0 takes Q8_0 activations like Q4_0; Q4_1 and Q5_1 take Q8_1
 // activations (Q8_0 plus s = d*Σq), as ggml does, so the offset m enters
 // once per block as m*s. Canonical order: Q8_0's 16 even/odd lanes; after
@@ -44,12 +45,22 @@ func quantRowQ8_1(x []float32, dst []byte) {
 }
 
 func prepareQ8_1(x []float32, nTok, cols int) actBuf {
-	rb := cols / 32 * 36
-	a := newActBytes(nTok * rb)
+	nb := cols / 32
+	rb := nb * 36
+	// One pooled buffer: [dx][blocks]; dx holds every block's (d, s)
+	// widened, 2*nb per token, for the 4-token kernels.
+	a := newActBytes(8*nTok*nb + nTok*rb)
+	a.dx = f32Bytes(a.bytes[:8*nTok*nb])
+	blocks := a.bytes[8*nTok*nb:]
 	for t := 0; t < nTok; t++ {
-		quantRowQ8_1(x[t*cols:(t+1)*cols], a.bytes[t*rb:(t+1)*rb])
+		row := blocks[t*rb : (t+1)*rb]
+		quantRowQ8_1(x[t*cols:(t+1)*cols], row)
+		dx := a.dx[2*t*nb : 2*(t+1)*nb]
+		for b := 0; b < nb; b++ {
+			dx[2*b], dx[2*b+1] = fp16At(row, 36*b), fp16At(row, 36*b+2)
+		}
 	}
-	a.stride = rb
+	a.bytes, a.stride, a.nb = blocks, rb, nb
 	return a
 }
 
