@@ -96,6 +96,28 @@
 	VBROADCASTSS D1(SP), Y10 \
 	VFMADD231PS Y10, Y13, A1
 
+// Q8T42ROW: Q8S42ROW with the scale products made in registers: the
+// row's dw broadcast from the packed block (at DW) times each token's dx,
+// stored x8 in its tile row (offset 128). Same products, so the same
+// bits; it replaces Q42D's stack round trip, whose 256-bit store read back
+// as 32-bit broadcasts at 8 offsets stalls store forwarding on Zen 3.
+#define Q8T42ROW(W, DW, A0, A1) \
+	VMOVDQU W(AX), Y12 \
+	VMOVDQU W+32(AX), Y11 \
+	VBROADCASTSS DW(AX), Y14 \
+	VPSIGNB Y12, Y8, Y13 \
+	VPMADDUBSW Y13, Y11, Y13 \
+	VPMADDWD Y15, Y13, Y13 \
+	VCVTDQ2PS Y13, Y13 \
+	VMULPS 128(R10), Y14, Y10 \
+	VFMADD231PS Y10, Y13, A0 \
+	VPSIGNB Y12, Y9, Y13 \
+	VPMADDUBSW Y13, Y11, Y13 \
+	VPMADDWD Y15, Y13, Y13 \
+	VCVTDQ2PS Y13, Y13 \
+	VMULPS 128(R11), Y14, Y10 \
+	VFMADD231PS Y10, Y13, A1
+
 #define Q42STEP(E) \
 	ADDQ $E, AX \
 	ADDQ $192, R10 \
@@ -254,11 +276,12 @@ q8p42_even:
 	JMP  q8p42_mid
 
 q8s42_even:
-	Q42D(256)
-	Q8S42ROW(0, dd-32, dd-16, Y0, Y1)
-	Q8S42ROW(64, dd-28, dd-12, Y2, Y3)
-	Q8S42ROW(128, dd-24, dd-8, Y4, Y5)
-	Q8S42ROW(192, dd-20, dd-4, Y6, Y7)
+	VMOVDQU (R10), Y8
+	VMOVDQU (R11), Y9
+	Q8T42ROW(0, 256, Y0, Y1)
+	Q8T42ROW(64, 260, Y2, Y3)
+	Q8T42ROW(128, 264, Y4, Y5)
+	Q8T42ROW(192, 268, Y6, Y7)
 	Q42STEP(288)
 	DECQ R13
 	JNZ  q8s42_even
@@ -284,11 +307,12 @@ q8p42_odd:
 	JMP  q8p42_fin
 
 q8s42_odd:
-	Q42D(256)
-	Q8S42ROW(0, dd-32, dd-16, Y0, Y1)
-	Q8S42ROW(64, dd-28, dd-12, Y2, Y3)
-	Q8S42ROW(128, dd-24, dd-8, Y4, Y5)
-	Q8S42ROW(192, dd-20, dd-4, Y6, Y7)
+	VMOVDQU (R10), Y8
+	VMOVDQU (R11), Y9
+	Q8T42ROW(0, 256, Y0, Y1)
+	Q8T42ROW(64, 260, Y2, Y3)
+	Q8T42ROW(128, 264, Y4, Y5)
+	Q8T42ROW(192, 268, Y6, Y7)
 	Q42STEP(288)
 	DECQ R13
 	JNZ  q8s42_odd
