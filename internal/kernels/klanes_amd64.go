@@ -56,7 +56,9 @@ func kTilesLanes(s lanesSpec, wide bool) tilesFunc {
 				s.asmPack[i](&wp[g*gb], &w[g*R*rb], rb, nsb)
 			}
 		}
+		pf := newRowPrefetch(w[:rb*nRows], ceilDiv(nt, s.step[i]))
 		for t0 := 0; t0 < nt; t0 += s.step[i] {
+			pf.step()
 			s.kernel[i](&out[t0*outStride], outStride, &wp[0], nr/R, &act.bytes[t0*act.stride], act.stride, nsb)
 		}
 		packPool.Put(bp)

@@ -37,7 +37,9 @@ func legacyTiles(p Path, wb int, conv func(dst, src []byte)) tilesFunc {
 		for i := 0; i < nb*nr; i++ {
 			conv(q[34*i:34*i+34], w[wb*i:wb*i+wb])
 		}
-		n := q8.tiles(out, outStride, q, nr, act, nTok)
+		// (Capacity cut: q is a pool buffer, not a matrix whose next rows
+		// the Q8_0 tile would prefetch.)
+		n := q8.tiles(out, outStride, q[:need:need], nr, act, nTok)
 		packPool.Put(bp)
 		return n
 	}

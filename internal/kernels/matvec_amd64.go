@@ -77,6 +77,11 @@ func readXOR4AVX512(p *byte, n int) uint64
 //go:noescape
 func readXOR4AVX2(p *byte, n int) uint64
 
+// prefetchL2 issues PREFETCHT1 for every line of [p, p+n) (stream_amd64.s).
+//
+//go:noescape
+func prefetchL2(p *byte, n int)
+
 // readXORAsm reads with the widest loads the CPU has, whatever path is
 // selected: the bandwidth reference is the machine's, not the path's.
 func readXORAsm(p unsafe.Pointer, n int) uint64 {

@@ -101,19 +101,29 @@ func q4_KTilesLanesRun(out []float32, outStride int, w []byte, nRows int, act ac
 	for r := n16; r < n8; r += 8 {
 		q4KPack(wp[r*nsb*200:], w[r*rb:], 8, rb, nsb)
 	}
+	steps := nt / 2
+	if n16 > 0 {
+		steps = ceilDiv(nt, 4)
+	}
+	pf := newRowPrefetch(w[:rb*nRows], steps)
 	if n16 > 0 {
 		// 4 tokens at a time (one nibble unpack serves 4), a last pair
 		// with the 2-token kernel.
 		t0 := 0
 		for ; t0+4 <= nt; t0 += 4 {
+			pf.step()
 			q4KTile16x4VNNI(&out[t0*outStride], outStride, &wp[0], n16/16, &act.bytes[t0*act.stride], act.stride, nsb)
 		}
 		if t0 < nt {
+			pf.step()
 			q4KTile16x2AVX512(&out[t0*outStride], outStride, &wp[0], n16/16, &act.bytes[t0*act.stride], act.stride, nsb)
 		}
 	}
 	for t0 := 0; t0 < nt; t0 += 2 {
 		x := &act.bytes[t0*act.stride]
+		if n16 == 0 {
+			pf.step()
+		}
 		if n8 > n16 {
 			q4KTile8x2(&out[t0*outStride+n16], outStride, &wp[n16*nsb*200], (n8-n16)/8, x, act.stride, nsb)
 		}

@@ -102,3 +102,21 @@ rx4y_done:
 	MOVQ AX, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func prefetchL2(p *byte, n int)
+// PREFETCHT1 of every 64-byte line of [p, p+n): brings weights a tile
+// kernel reads next into L2 while it still computes on the current ones.
+TEXT ·prefetchL2(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	ADDQ SI, CX
+
+pfl2_loop:
+	CMPQ SI, CX
+	JAE  pfl2_done
+	PREFETCHT1 (SI)
+	ADDQ $64, SI
+	JMP  pfl2_loop
+
+pfl2_done:
+	RET
