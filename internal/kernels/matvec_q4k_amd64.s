@@ -330,7 +330,7 @@ TEXT ·rowsQ4_KAVX2x4s(SB), NOSPLIT, $128-48
 	MOVQ nGroups+24(FP), R9
 	MOVQ pf+40(FP), R8
 	MOVL $0x0f0f0f0f, AX
-	MOVL AX, X15
+	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
 
 	// The four rows of a pass are one from each quarter of the rows, so
