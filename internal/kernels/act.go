@@ -132,12 +132,10 @@ func Softmax(x []float32) {
 	softmaxGo(x)
 }
 
-func softmaxGo(x []float32) {
-	mx := float32(math.Inf(-1))
-	for _, v := range x {
-		mx = max(mx, v)
-	}
-	ExpSub(x, mx)
+// normalizeSum8 divides x by its sum in softmax's canonical order: float64
+// sums in 8 lanes (element i into lane i%8), then lanes j += j+4, j += j+2
+// and 0 + 1, and one multiply by the float32 reciprocal.
+func normalizeSum8(x []float32) {
 	var acc [8]float64
 	for i, e := range x {
 		acc[i%8] += float64(e)
@@ -152,4 +150,13 @@ func softmaxGo(x []float32) {
 	for i := range x {
 		x[i] *= inv
 	}
+}
+
+func softmaxGo(x []float32) {
+	mx := float32(math.Inf(-1))
+	for _, v := range x {
+		mx = max(mx, v)
+	}
+	ExpSub(x, mx)
+	normalizeSum8(x)
 }

@@ -195,18 +195,5 @@ func flushSoftmaxGo(x []float32) {
 			x[i] = expf(d)
 		}
 	}
-	var acc [8]float64
-	for i, e := range x {
-		acc[i%8] += float64(e)
-	}
-	for j := 0; j < 4; j++ {
-		acc[j] += acc[j+4]
-	}
-	for j := 0; j < 2; j++ {
-		acc[j] += acc[j+2]
-	}
-	inv := float32(1 / (acc[0] + acc[1]))
-	for i := range x {
-		x[i] *= inv
-	}
+	normalizeSum8(x)
 }
