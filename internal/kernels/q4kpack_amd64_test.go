@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -96,6 +97,42 @@ func TestQ4KPackRowsFallback(t *testing.T) {
 		}
 		if string(out[0]) != string(out[1]) {
 			t.Fatalf("R=%d: q4KPackRows differs between the Go and assembly packers", R)
+		}
+	}
+}
+
+// BenchmarkQ4KPack: one 8-row (16-row) tile of 2048 columns, cache-warm
+// ("warm", the same rows every time) and streamed from memory ("cold":
+// successive tiles of a 64 MiB matrix), Go packer against assembly.
+func BenchmarkQ4KPack(b *testing.B) {
+	if !hasAVX2 {
+		b.Skip("no AVX2 on this CPU")
+	}
+	const nsb = 8
+	rb := 144 * nsb
+	r := rand.New(rand.NewPCG(1, 1))
+	big := q4KPackTestRows(r, 64<<20/rb, rb, nsb)
+	for _, R := range []int{8, 16} {
+		dst := make([]byte, 200*R*nsb)
+		tiles := len(big) / (R * rb)
+		for _, mode := range []string{"warm", "cold"} {
+			for _, asm := range []bool{false, true} {
+				name := map[bool]string{false: "go", true: "asm"}[asm]
+				b.Run(fmt.Sprintf("R%d/%s/%s", R, mode, name), func(b *testing.B) {
+					b.SetBytes(int64(R * rb))
+					for i := 0; i < b.N; i++ {
+						w := big
+						if mode == "cold" {
+							w = big[i%tiles*R*rb:]
+						}
+						if asm {
+							q4KPackAVX2(&dst[0], &w[0], R, rb, nsb)
+						} else {
+							q4KPack(dst, w, R, rb, nsb)
+						}
+					}
+				})
+			}
 		}
 	}
 }
