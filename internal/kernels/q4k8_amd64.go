@@ -25,8 +25,12 @@ import (
 const q4k8MinTok = 8
 
 // q4KPack packs R rows of nsb Q4_K super-blocks (row r at w[r*rb:]).
-// It runs once per row tile and call, so its inner copy avoids bounds
-// checks (the slices' lengths are checked once per block).
+// It is the layout's specification and the fallback of q4KPackAVX2
+// (q4kpack_amd64.s, the same bytes; q4KPackRows picks), which replaced
+// it in the tiles: 2048 columns, 8 rows, cache-warm, Zen 3: 2.9 us Go,
+// 0.23 us assembly; tinyllama-q4_K pp128, 1 thread: 11-14% of prefill
+// CPU -> ~3%. Its inner copy avoids bounds checks (the slices' lengths
+// are checked once per block).
 func q4KPack(dst, w []byte, R, rb, nsb int) {
 	bb := 200 * R
 	for b := 0; b < nsb; b++ {
