@@ -2529,7 +2529,7 @@ ft16_done:
 // func q4KTile8x2AVX2(out *float32, outStride int, wp *byte, nGroups int, x *byte, xStride, nsb int)
 // Canonical Q4_K order (dotQ4_KGeneric) with 8 rows in the 8 lanes, for 2
 // tokens (Q8_K rows at x and x+xStride) and nGroups groups of 8 rows
-// packed by q4KPack8 (q4k8.go). Per super-block: exact int16 sums over
+// packed by q4KPackRows (q4k8_amd64.go). Per super-block: exact int16 sums over
 // each 32-element sub-block (|sum| <= 16*15*128), exact isum and imin in
 // int32, then the scalar float steps of the canonical order, lane-wise.
 // One store per token and group: out[t*outStride + 8g + r].
