@@ -14,56 +14,33 @@ import (
 // 8) for random blocks, including a row tile at the very end of its
 // buffer (no read past the last block).
 func TestPackAsmMatchesGo(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2 on this CPU")
+	}
 	r := rand.New(rand.NewPCG(3, 9))
-	for _, typ := range []quant.Type{quant.Q6_K, quant.Q5_K} {
-		if !hasAVX2 {
-			t.Skip("no AVX2 on this CPU")
+	for _, s := range []lanesSpec{q6KLanes, q5KLanes} {
+		typ := quant.Q6_K
+		if s.name == "Q5_K" {
+			typ = quant.Q5_K
 		}
-		for _, nsb := range []int{1, 3, 9} {
-			m := randKQuant(r, typ, 8, 256*nsb)
-			rb := len(m.Data) / 8
-			pb := 292
-			if typ == quant.Q5_K {
-				pb = 232
+		for i, R := range []int{8, 16} {
+			if R == 16 && !hasAVX512 {
+				continue
 			}
-			want := make([]byte, 8*nsb*pb)
-			got := make([]byte, len(want))
-			if typ == quant.Q6_K {
-				q6KPack(want, m.Data, 8, rb, nsb, false)
-				q6KPack8AVX2(&got[0], &m.Data[0], rb, nsb)
-			} else {
-				q5KPack(want, m.Data, 8, rb, nsb, false)
-				q5KPack8AVX2(&got[0], &m.Data[0], rb, nsb)
-			}
-			for i := range got {
-				if got[i] != want[i] {
-					t.Fatalf("%s 8 rows nsb=%d: byte %d (offset %d in its super-block): %#x, Go packer %#x", typ, nsb, i, i%(8*pb), got[i], want[i])
+			for _, nsb := range []int{1, 3, 9} {
+				m := randKQuant(r, typ, R, 256*nsb)
+				rb := len(m.Data) / R
+				want := make([]byte, R*nsb*s.packBytes)
+				got := make([]byte, len(want))
+				s.goPack(want, m.Data, R, rb, nsb, R == 16)
+				s.asmPack[i](&got[0], &m.Data[0], rb, nsb)
+				if bytes.Equal(got, want) {
+					continue
 				}
-			}
-		}
-		if !hasAVX512 {
-			continue
-		}
-		for _, nsb := range []int{1, 3, 9} {
-			m := randKQuant(r, typ, 16, 256*nsb)
-			rb := len(m.Data) / 16
-			pb := 292
-			if typ == quant.Q5_K {
-				pb = 232
-			}
-			want := make([]byte, 16*nsb*pb)
-			got := make([]byte, len(want))
-			if typ == quant.Q6_K {
-				q6KPack(want, m.Data, 16, rb, nsb, true)
-				q6KPack16VNNI(&got[0], &m.Data[0], rb, nsb)
-			} else {
-				q5KPack(want, m.Data, 16, rb, nsb, true)
-				q5KPack16VNNI(&got[0], &m.Data[0], rb, nsb)
-			}
-			if !bytes.Equal(got, want) {
-				for i := range got {
-					if got[i] != want[i] {
-						t.Fatalf("%s nsb=%d: byte %d (super-block %d, offset %d): %#x, Go packer %#x", typ, nsb, i, i/(16*pb), i%(16*pb), got[i], want[i])
+				for k := range got {
+					if got[k] != want[k] {
+						sb := R * s.packBytes
+						t.Fatalf("%s %d rows nsb=%d: byte %d (super-block %d, offset %d): %#x, Go packer %#x", typ, R, nsb, k, k/sb, k%sb, got[k], want[k])
 					}
 				}
 			}
