@@ -74,7 +74,12 @@ func TestPreemptionOracleStories(t *testing.T) {
 	reqs, _ := storiesRequests(t, 36)
 	lengthenAndMixSampling(reqs)
 	want := aloneOutputs(t, rt, reqs)
-	small, err := NewColocated(storiesConfig(rt, 16)) // 256 tokens: the context, a fraction of the demand
+	cfg := storiesConfig(rt, 16) // 256 tokens: the context, a fraction of the demand
+	// Without the free-page watermark admission fills the pool, so growth
+	// must preempt; with it the count depends on how arrivals interleave
+	// with steps (2 under -race on a 2-vCPU machine, below the test's 3).
+	cfg.NoWatermark = true
+	small, err := NewColocated(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
