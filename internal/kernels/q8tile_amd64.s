@@ -101,22 +101,27 @@
 // stored x8 in its tile row (offset 128). Same products, so the same
 // bits; it replaces Q42D's stack round trip, whose 256-bit store read back
 // as 32-bit broadcasts at 8 offsets stalls store forwarding on Zen 3.
+//
+// The two tokens' chains are interleaved (the products land in the weight
+// registers once the signs and multiplies have read them): two independent
+// dependency chains side by side instead of one after the other, +2-4% on
+// a Zen 3 (16 rows x 64 tokens, 288 to 2048 columns, in cache).
 #define Q8T42ROW(W, DW, A0, A1) \
 	VMOVDQU W(AX), Y12 \
 	VMOVDQU W+32(AX), Y11 \
 	VBROADCASTSS DW(AX), Y14 \
 	VPSIGNB Y12, Y8, Y13 \
+	VPSIGNB Y12, Y9, Y10 \
 	VPMADDUBSW Y13, Y11, Y13 \
+	VPMADDUBSW Y10, Y11, Y10 \
+	VMULPS 128(R10), Y14, Y12 \
+	VMULPS 128(R11), Y14, Y11 \
 	VPMADDWD Y15, Y13, Y13 \
+	VPMADDWD Y15, Y10, Y10 \
 	VCVTDQ2PS Y13, Y13 \
-	VMULPS 128(R10), Y14, Y10 \
-	VFMADD231PS Y10, Y13, A0 \
-	VPSIGNB Y12, Y9, Y13 \
-	VPMADDUBSW Y13, Y11, Y13 \
-	VPMADDWD Y15, Y13, Y13 \
-	VCVTDQ2PS Y13, Y13 \
-	VMULPS 128(R11), Y14, Y10 \
-	VFMADD231PS Y10, Y13, A1
+	VCVTDQ2PS Y10, Y10 \
+	VFMADD231PS Y12, Y13, A0 \
+	VFMADD231PS Y11, Y10, A1
 
 #define Q42STEP(E) \
 	ADDQ $E, AX \
