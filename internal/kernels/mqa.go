@@ -50,6 +50,14 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 				mqaDotF32AVX2(&out[p8], os, &q[0], m, hd, &kk[p8*ks], ks, p-p8)
 				return
 			}
+			if m4 := m &^ 3; hd%16 == 0 && m4 > 0 {
+				mqaDotP16F32AVX2(&out[0], os, &q[0], m4, hd, &kk[0], ks, p)
+				if m4 == m {
+					return
+				}
+				mqaDotF32AVX2(&out[m4*os], os, &q[m4*hd], m-m4, hd, &kk[0], ks, p)
+				return
+			}
 			mqaDotF32AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
 			return
 		}
@@ -71,6 +79,14 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 					return
 				}
 				mqaDotF16AVX2(&out[p8], os, &q[0], m, hd, &kk[p8*ks], ks, p-p8)
+				return
+			}
+			if m4 := m &^ 3; hd%16 == 0 && m4 > 0 {
+				mqaDotP16F16AVX2(&out[0], os, &q[0], m4, hd, &kk[0], ks, p)
+				if m4 == m {
+					return
+				}
+				mqaDotF16AVX2(&out[m4*os], os, &q[m4*hd], m-m4, hd, &kk[0], ks, p)
 				return
 			}
 			mqaDotF16AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p)

@@ -1236,3 +1236,145 @@ TEXT ·mqaDot8F32AVX2(SB), NOSPLIT, $0-64
 // func mqaDot8F16AVX2(out *float32, os int, q *float32, m, hd int, k *uint16, ks, p int)   hd == 8, p % 8 == 0, p > 0, m > 0
 TEXT ·mqaDot8F16AVX2(SB), NOSPLIT, $0-64
 	MQA_DOT8_BODY(LDK8F16, 1)
+
+// --------------------------------------------------- AVX2 scores, pipelined
+//
+// func mqaDotP16F32AVX2(out *float32, os int, q *float32, m, hd int, k *float32, ks, p int)
+// func mqaDotP16F16AVX2(out *float32, os int, q *float32, m, hd int, k *uint16, ks, p int)
+// mqaDotXAVX2 for hd % 16 == 0 (no tail chunk) and m % 4 == 0, with each
+// position's tree run during the next position's first chunk. Scores of
+// short heads (48, 64) were latency-bound: one position's FMA chain and
+// then its tree (j += j+8 .. j+1, about 18 cycles of dependent adds and
+// shuffles) ran one after the other, ~37 cycles per 4 scores at hd=48 on
+// a Zen 3 for ~20 cycles of instructions. Same operations on the same
+// operands as mqaDotXAVX2, so the same bits.
+//
+// Registers: the position in flight accumulates rows 0-3 into Y1/Y10,
+// Y3/Y11, Y5/Y12, Y7/Y13 (lanes 0-7/8-15); MQP_FOLD leaves the previous
+// position's j += j+8 in Y0, Y2, Y4, Y6 for MQP_TREE (temps Y14, Y15),
+// which stores its 4 scores at (DI), (DI)(R8*1), (DI)(R8*2), (R14). Y8/Y9
+// the K chunk; the other registers as in mqaDotXAVX2.
+
+#define MQP_ZERO \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y10, Y10, Y10 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y11, Y11, Y11 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y12, Y12, Y12 \
+	VXORPS Y7, Y7, Y7 \
+	VXORPS Y13, Y13, Y13
+
+#define MQP_FMA \
+	VFMADD231PS (AX), Y8, Y1 \
+	VFMADD231PS 32(AX), Y9, Y10 \
+	VFMADD231PS (AX)(BX*1), Y8, Y3 \
+	VFMADD231PS 32(AX)(BX*1), Y9, Y11 \
+	VFMADD231PS (AX)(BX*2), Y8, Y5 \
+	VFMADD231PS 32(AX)(BX*2), Y9, Y12 \
+	VFMADD231PS (R13), Y8, Y7 \
+	VFMADD231PS 32(R13), Y9, Y13
+
+#define MQP_FOLD \
+	VADDPS Y10, Y1, Y0 \
+	VADDPS Y11, Y3, Y2 \
+	VADDPS Y12, Y5, Y4 \
+	VADDPS Y13, Y7, Y6
+
+#define MQP_TREE \
+	VPERM2F128 $0x20, Y2, Y0, Y14 \
+	VPERM2F128 $0x31, Y2, Y0, Y15 \
+	VADDPS Y15, Y14, Y0 \
+	VPERM2F128 $0x20, Y6, Y4, Y14 \
+	VPERM2F128 $0x31, Y6, Y4, Y15 \
+	VADDPS Y15, Y14, Y4 \
+	VSHUFPS $0x44, Y4, Y0, Y14 \
+	VSHUFPS $0xee, Y4, Y0, Y15 \
+	VADDPS Y15, Y14, Y0 \
+	VSHUFPS $0x88, Y0, Y0, Y14 \
+	VSHUFPS $0xdd, Y0, Y0, Y15 \
+	VADDPS Y15, Y14, Y0 \
+	VMOVSS X0, (DI) \
+	VEXTRACTPS $1, X0, (DI)(R8*2) \
+	VEXTRACTF128 $1, Y0, X14 \
+	VMOVSS X14, (DI)(R8*1) \
+	VEXTRACTPS $1, X14, (R14) \
+	ADDQ $4, DI \
+	ADDQ $4, R14
+
+// MQP_POS(LDK, KO2, KSTEP, TREE): one position's chunks (K row at R10),
+// TREE (the previous position's, or nothing) issued inside the first.
+#define MQP_POS(LDK, KO2, KSTEP, TREE, LCHUNK, LEND) \
+	MQP_ZERO \
+	MOVQ SI, AX \
+	LEAQ (SI)(BX*2), R13 \
+	ADDQ BX, R13 \
+	MOVQ R10, DX \
+	LDK(0, Y8) \
+	LDK(KO2, Y9) \
+	TREE \
+	MQP_FMA \
+	ADDQ $64, AX \
+	ADDQ $64, R13 \
+	ADDQ $KSTEP, DX \
+	MOVQ hd+32(FP), CX \
+	SHRQ $4, CX \
+	DECQ CX \
+	JZ   LEND \
+LCHUNK: \
+	LDK(0, Y8) \
+	LDK(KO2, Y9) \
+	MQP_FMA \
+	ADDQ $64, AX \
+	ADDQ $64, R13 \
+	ADDQ $KSTEP, DX \
+	DECQ CX \
+	JNZ  LCHUNK \
+LEND: \
+	MQP_FOLD \
+	ADDQ R11, R10
+
+#define MQP_NOTREE
+
+#define MQA_DOTP16_BODY(LDK, KO2, KSTEP, KSHIFT) \
+	MOVQ out+0(FP), DI \
+	MOVQ os+8(FP), R8 \
+	SHLQ $2, R8 \
+	MOVQ q+16(FP), SI \
+	MOVQ m+24(FP), R9 \
+	MOVQ hd+32(FP), BX \
+	SHLQ $2, BX \
+	MOVQ ks+48(FP), R11 \
+	SHLQ $KSHIFT, R11 \
+pgrp: \
+	TESTQ R9, R9 \
+	JZ   pdone \
+	MOVQ k+40(FP), R10 \
+	MOVQ p+56(FP), R12 \
+	LEAQ (DI)(R8*2), R14 \
+	ADDQ R8, R14 \
+	MQP_POS(LDK, KO2, KSTEP, MQP_NOTREE, pchunk0, pend0) \
+	DECQ R12 \
+	JZ   pflush \
+ppos: \
+	MQP_POS(LDK, KO2, KSTEP, MQP_TREE, pchunk1, pend1) \
+	DECQ R12 \
+	JNZ  ppos \
+pflush: \
+	MQP_TREE \
+	MOVQ p+56(FP), CX \
+	SHLQ $2, CX \
+	SUBQ CX, DI \
+	LEAQ (DI)(R8*4), DI \
+	LEAQ (SI)(BX*4), SI \
+	SUBQ $4, R9 \
+	JMP  pgrp \
+pdone: \
+	VZEROUPPER \
+	RET
+
+TEXT ·mqaDotP16F32AVX2(SB), NOSPLIT, $0-64
+	MQA_DOTP16_BODY(LDK32, 32, 64, 2)
+
+TEXT ·mqaDotP16F16AVX2(SB), NOSPLIT, $0-64
+	MQA_DOTP16_BODY(LDK16, 16, 32, 1)

@@ -50,6 +50,11 @@ func TestMQAMatchesRowForms(t *testing.T) {
 	for _, m := range []int{1, 2, 3, 4, 5, 8, 16, 64} {
 		shapes = append(shapes, shape{8, m, 16}, shape{48, m, 13}, shape{64, m, 16}, shape{128, m, 7})
 	}
+	// One and two positions through the pipelined AVX2 form (hd % 16 == 0,
+	// four rows at a time): only a first position, or a first and one more.
+	for _, hd := range []int{16, 48, 64} {
+		shapes = append(shapes, shape{hd, 4, 1}, shape{hd, 8, 2}, shape{hd, 7, 1})
+	}
 	for _, sh := range shapes {
 		hd, m, p := sh.hd, sh.m, sh.p
 		ks := hd + r.IntN(3)*hd + r.IntN(4)
