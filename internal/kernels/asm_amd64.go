@@ -399,13 +399,19 @@ func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 	}
 	q8PackTile(&wp[0], &w[0], nGroups, nb, mode)
 	pf := newRowPrefetch(w, nt/2)
-	for t0 := 0; t0 < nt; t0 += 2 {
-		pf.step()
-		if vnni {
+	if vnni {
+		for t0 := 0; t0 < nt; t0 += 2 {
+			pf.step()
 			tileQ8_0x42VNNI(&out[t0*outStride], outStride, &wp[0], nGroups, &act.tile[t0*act.tstr], act.tstr, nb)
-		} else {
-			tileQ8_0x42AVX2(&out[t0*outStride], outStride, &wp[0], nGroups, &act.tile[t0*act.tstr], act.tstr, nb, sign)
 		}
+	} else {
+		// The plain kernel loops over the token pairs itself and spreads
+		// the prefetch of the next row tile over them.
+		var next *byte
+		if len(pf.next) > 0 {
+			next = &pf.next[0]
+		}
+		tileQ8_0x42AVX2(&out[0], outStride, &wp[0], nGroups, &act.tile[0], act.tstr, nb, sign, nt/2, next, pf.per, len(pf.next))
 	}
 	packPool.Put(bp)
 	return nt
