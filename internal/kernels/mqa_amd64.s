@@ -948,6 +948,63 @@ done: \
 	VPSLLD $23, Y3, Y3 \
 	VMULPS Y3, Y1, Y0
 
+// MEXPPOLY2 is MEXPPOLY on two vectors at once, interleaved: Y0 -> Y1, Y3
+// and Y4 -> Y5, Y9 (temps Y2, Y6), the constants from scaleSoftmaxAVX2's
+// frame. The polynomial is one long chain of dependent operations, and a
+// Zen 3 could keep only about one and a half of them in flight written
+// one after another (1.35 ns an element); two side by side keep twice as
+// many operations ready. Same operations on the same operands (products
+// and sums commuted only), so the same bits.
+#define MEXPPOLY2 \
+	VMULPS l2e-416(SP), Y0, Y1 \
+	VMULPS l2e-416(SP), Y4, Y5 \
+	VANDPS sgn-352(SP), Y1, Y2 \
+	VANDPS sgn-352(SP), Y5, Y6 \
+	VORPS hlf-384(SP), Y2, Y2 \
+	VORPS hlf-384(SP), Y6, Y6 \
+	VADDPS Y2, Y1, Y1 \
+	VADDPS Y6, Y5, Y5 \
+	VCVTTPS2DQ Y1, Y3 \
+	VCVTTPS2DQ Y5, Y9 \
+	VCVTDQ2PS Y3, Y1 \
+	VCVTDQ2PS Y9, Y5 \
+	VMULPS lhi-288(SP), Y1, Y2 \
+	VMULPS lhi-288(SP), Y5, Y6 \
+	VSUBPS Y2, Y0, Y0 \
+	VSUBPS Y6, Y4, Y4 \
+	VMULPS llo-256(SP), Y1, Y2 \
+	VMULPS llo-256(SP), Y5, Y6 \
+	VSUBPS Y2, Y0, Y0 \
+	VSUBPS Y6, Y4, Y4 \
+	VMULPS p16-224(SP), Y0, Y1 \
+	VMULPS p16-224(SP), Y4, Y5 \
+	VADDPS p20-192(SP), Y1, Y1 \
+	VADDPS p20-192(SP), Y5, Y5 \
+	VMULPS Y0, Y1, Y1 \
+	VMULPS Y4, Y5, Y5 \
+	VADDPS p24-160(SP), Y1, Y1 \
+	VADDPS p24-160(SP), Y5, Y5 \
+	VMULPS Y0, Y1, Y1 \
+	VMULPS Y4, Y5, Y5 \
+	VADDPS p28-128(SP), Y1, Y1 \
+	VADDPS p28-128(SP), Y5, Y5 \
+	VMULPS Y0, Y1, Y1 \
+	VMULPS Y4, Y5, Y5 \
+	VADDPS p32-96(SP), Y1, Y1 \
+	VADDPS p32-96(SP), Y5, Y5 \
+	VMULPS Y0, Y1, Y1 \
+	VMULPS Y4, Y5, Y5 \
+	VADDPS p36-64(SP), Y1, Y1 \
+	VADDPS p36-64(SP), Y5, Y5 \
+	VMULPS Y0, Y1, Y1 \
+	VMULPS Y4, Y5, Y5 \
+	VMULPS Y0, Y1, Y1 \
+	VMULPS Y4, Y5, Y5 \
+	VADDPS Y0, Y1, Y1 \
+	VADDPS Y4, Y5, Y5 \
+	VADDPS one-32(SP), Y1, Y1 \
+	VADDPS one-32(SP), Y5, Y5
+
 // MQA_DOT8_BODY(LDK8): scores for head dims <= 8, 8 positions at a time
 // with the tree run on all 8 at once: VPERM2F128 pairs positions j and
 // j+4 for j += j+4, VSHUFPS then does j += j+2 and j += j+1 across four,
@@ -1076,7 +1133,7 @@ TEXT ·mqaAxpyF16AVX512(SB), NOSPLIT, $0-64
 // x - max < -50) with the float64 sums in lanes i % 8; x *=
 // float32(1/sum). Returns false after the first pass, x scaled, when the
 // row holds NaN or +Inf or is all -Inf (the caller decides it in Go).
-TEXT ·scaleSoftmaxAVX2(SB), NOSPLIT, $0-33
+TEXT ·scaleSoftmaxAVX2(SB), NOSPLIT, $416-33
 	MOVQ x+0(FP), DI
 	MOVQ n+8(FP), CX
 	VBROADCASTSS a+16(FP), Y13
@@ -1149,8 +1206,76 @@ ss1_red:
 	VXORPD Y10, Y10, Y10                 // float64 sums, lanes 0-3
 	VXORPD Y11, Y11, Y11                 // and 4-7
 	MOVQ DI, SI
+	// 16 elements an iteration as two interleaved streams (MEXPPOLY2),
+	// the constants broadcast once into the frame for memory operands.
+	VMOVUPS Y12, l2e-416(SP)
+	VMOVUPS Y9, hlf-384(SP)
+	VMOVUPS Y14, sgn-352(SP)
+	VMOVUPS Y13, i127-320(SP)
+	VBROADCASTSS 8(R9), Y0
+	VMOVUPS Y0, lhi-288(SP)
+	VBROADCASTSS 12(R9), Y0
+	VMOVUPS Y0, llo-256(SP)
+	VBROADCASTSS 16(R9), Y0
+	VMOVUPS Y0, p16-224(SP)
+	VBROADCASTSS 20(R9), Y0
+	VMOVUPS Y0, p20-192(SP)
+	VBROADCASTSS 24(R9), Y0
+	VMOVUPS Y0, p24-160(SP)
+	VBROADCASTSS 28(R9), Y0
+	VMOVUPS Y0, p28-128(SP)
+	VBROADCASTSS 32(R9), Y0
+	VMOVUPS Y0, p32-96(SP)
+	VBROADCASTSS 36(R9), Y0
+	VMOVUPS Y0, p36-64(SP)
+	VBROADCASTSS 40(R9), Y0
+	VMOVUPS Y0, one-32(SP)
+	MOVQ CX, DX
+	SHRQ $4, DX
+	JZ   ss2_one
+
+ss2_loop2:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y4
+	VSUBPS Y8, Y0, Y0
+	VSUBPS Y8, Y4, Y4
+	VCMPPS $0x11, Y7, Y0, Y12            // below attnFlush: 0
+	VCMPPS $0x11, Y7, Y4, Y13
+	VMAXPS Y7, Y0, Y0
+	VMAXPS Y7, Y4, Y4
+	MEXPPOLY2
+	VPADDD i127-320(SP), Y3, Y3
+	VPADDD i127-320(SP), Y9, Y9
+	VPSLLD $23, Y3, Y3
+	VPSLLD $23, Y9, Y9
+	VMULPS Y3, Y1, Y0
+	VMULPS Y9, Y5, Y4
+	VANDNPS Y0, Y12, Y0
+	VANDNPS Y4, Y13, Y4
+	VMOVUPS Y0, (SI)
+	VMOVUPS Y4, 32(SI)
+	VCVTPS2PD X0, Y1
+	VEXTRACTF128 $1, Y0, X2
+	VCVTPS2PD X2, Y2
+	VADDPD Y1, Y10, Y10
+	VADDPD Y2, Y11, Y11
+	VCVTPS2PD X4, Y5
+	VEXTRACTF128 $1, Y4, X6
+	VCVTPS2PD X6, Y6
+	VADDPD Y5, Y10, Y10                  // elements 8-15 after 0-7: lanes i % 8 in order
+	VADDPD Y6, Y11, Y11
+	ADDQ $64, SI
+	DECQ DX
+	JNZ  ss2_loop2
+
+ss2_one:
+	VMOVUPS l2e-416(SP), Y12
+	VMOVUPS hlf-384(SP), Y9
+	VMOVUPS sgn-352(SP), Y14
+	VMOVUPS i127-320(SP), Y13
 	MOVQ CX, DX
 	SHRQ $3, DX
+	ANDQ $1, DX
 	JZ   ss2_tail
 
 ss2_loop:
