@@ -56,13 +56,26 @@ func MatMulMany(par *Parallel, x []float32, nTok int, ps ...Product) {
 		mj.n++
 		macs += w.Rows * w.Cols * nTok
 	}
-	if macs < minParallelMACs || par.Threads() == 1 {
-		mj.run(0, mj.tiles)
-	} else {
+	// Tokens in chunks as MatMul takes them (tokenChunkBytes), the
+	// smallest any product's activations need.
+	chunk := nTok
+	for i := 0; i < mj.n; i++ {
+		chunk = min(chunk, tokenChunk(mj.jobs[i].act, nTok, mj.jobs[i].w.Cols))
+	}
+	for t0 := 0; t0 < nTok; t0 += chunk {
+		n := min(chunk, nTok-t0)
+		cj := mj
+		for i := 0; i < cj.n; i++ {
+			j := &cj.jobs[i]
+			j.out, j.act, j.nTok = ps[i].Out[t0*j.w.Rows:], mj.jobs[i].act.tokens(t0, n, nTok, j.w.Cols), n
+		}
+		if macs/nTok*n < minParallelMACs || par.Threads() == 1 {
+			cj.run(0, cj.tiles)
+			continue
+		}
 		jp := new(multiJob)
-		*jp = mj
-		par.ForGrain(jp.tiles, tileGrain(par, jp.tiles, ps[0].W.Cols, nTok), jp.run)
-		mj = *jp
+		*jp = cj
+		par.ForGrain(jp.tiles, tileGrain(par, jp.tiles, ps[0].W.Cols, n), jp.run)
 	}
 	for i := 0; i < mj.n; i++ {
 		if !mj.shared[i] {

@@ -65,3 +65,48 @@ func TestMatMulManyBitwise(t *testing.T) {
 		})
 	}
 }
+
+// Past tokenChunkBytes MatMul and MatMulMany run the tokens in chunks of
+// 16 (or more), each a full pass over the rows with a view of the
+// converted activations: the results must be bitwise those of one pass,
+// for every type's activation layout (F32 rows, F16 halves, Q8_0 blocks,
+// scales and tile rows, Q8_1's (d, s) pairs, Q8_K), path and thread count,
+// with token counts that leave a partial last chunk and odd tokens.
+func TestMatMulTokenChunksBitwise(t *testing.T) {
+	par := NewParallel(2)
+	defer par.Close()
+	types := []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.BF16}
+	defer func(b int) { tokenChunkBytes = b }(tokenChunkBytes)
+	const cols, maxTok = 512, 53
+	x := randVec(rand.New(rand.NewPCG(5, 6)), maxTok*cols, 1)
+	for ti, typ := range types {
+		m, _ := makeMatrix(t, typ, 37, cols, uint64(200+ti))
+		m2, _ := makeMatrix(t, typ, 20, cols, uint64(300+ti))
+		withPath(t, func(p Path) {
+			for _, nTok := range []int{17, 33, maxTok} {
+				tokenChunkBytes = 1 << 40
+				want := make([]float32, nTok*m.Rows)
+				MatMul(nil, want, m, x, nTok)
+				want2 := make([]float32, nTok*m2.Rows)
+				MatMul(nil, want2, m2, x, nTok)
+				tokenChunkBytes = 1 // chunks of 16 tokens
+				for _, pr := range []*Parallel{nil, par} {
+					got := make([]float32, nTok*m.Rows)
+					MatMul(pr, got, m, x, nTok)
+					ps := []Product{{Out: make([]float32, nTok*m.Rows), W: m}, {Out: make([]float32, nTok*m2.Rows), W: m2}}
+					MatMulMany(pr, x, nTok, ps...)
+					for _, c := range []struct {
+						name      string
+						got, want []float32
+					}{{"MatMul", got, want}, {"MatMulMany 0", ps[0].Out, want}, {"MatMulMany 1", ps[1].Out, want2}} {
+						for i := range c.want {
+							if math.Float32bits(c.got[i]) != math.Float32bits(c.want[i]) {
+								t.Fatalf("%v %s %s nTok=%d threads=%d elem %d: %v in chunks, %v in one pass", p, typ, c.name, nTok, pr.Threads(), i, c.got[i], c.want[i])
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
