@@ -31,6 +31,11 @@ if [ -n "$bad" ]; then echo "gofmt would change:"; echo "$bad"; exit 1; fi
 
 echo "== go vet"
 go vet ./...
+# The kernels have Go fallbacks for other architectures (asm_other.go,
+# mqa_other.go, ...); a kernel added on amd64 without its stub breaks them,
+# and nothing else here builds for another GOARCH.
+echo "== go vet (GOARCH=arm64)"
+GOARCH=arm64 go vet ./...
 
 # --- h14 interop (sluice audit/preflight against a real llama-server): the tests are cmd/sluice
 # TestInterop* (also `make test-interop`) and run inside `go test ./...` below when ../shared has

@@ -41,24 +41,7 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 			mqaDotF32AVX512(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
 			return
 		case AVX2:
-			if p8 := p &^ 7; hd <= 8 && p8 > 0 {
-				// 8 positions at a time, one tree for all 8.
-				mqaDot8F32AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p8)
-				if p8 == p {
-					return
-				}
-				mqaDotF32AVX2(&out[p8], os, &q[0], m, hd, &kk[p8*ks], ks, p-p8)
-				return
-			}
-			if m4 := m &^ 3; hd%16 == 0 && m4 > 0 {
-				mqaDotP16F32AVX2(&out[0], os, &q[0], m4, hd, &kk[0], ks, p)
-				if m4 == m {
-					return
-				}
-				mqaDotF32AVX2(&out[m4*os], os, &q[m4*hd], m-m4, hd, &kk[0], ks, p)
-				return
-			}
-			mqaDotF32AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
+			mqaDotAVX2(mqaDot8F32AVX2, mqaDotP16F32AVX2, mqaDotF32AVX2, hd <= 8, out, os, q, m, hd, kk, ks, p)
 			return
 		}
 		for r := range m {
@@ -73,23 +56,7 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 			mqaDotF16AVX512(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
 			return
 		case CurrentPath() == AVX2 && hd%8 == 0:
-			if p8 := p &^ 7; hd == 8 && p8 > 0 {
-				mqaDot8F16AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p8)
-				if p8 == p {
-					return
-				}
-				mqaDotF16AVX2(&out[p8], os, &q[0], m, hd, &kk[p8*ks], ks, p-p8)
-				return
-			}
-			if m4 := m &^ 3; hd%16 == 0 && m4 > 0 {
-				mqaDotP16F16AVX2(&out[0], os, &q[0], m4, hd, &kk[0], ks, p)
-				if m4 == m {
-					return
-				}
-				mqaDotF16AVX2(&out[m4*os], os, &q[m4*hd], m-m4, hd, &kk[0], ks, p)
-				return
-			}
-			mqaDotF16AVX2(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
+			mqaDotAVX2(mqaDot8F16AVX2, mqaDotP16F16AVX2, mqaDotF16AVX2, hd == 8, out, os, q, m, hd, kk, ks, p)
 			return
 		}
 		row := make([]float32, hd)
@@ -100,6 +67,32 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 			}
 		}
 	}
+}
+
+// mqaDotKernel is the signature of the AVX2 score kernels (mqa_amd64.s).
+type mqaDotKernel[T float32 | uint16] func(out *float32, os int, q *float32, m, hd int, k *T, ks, p int)
+
+// mqaDotAVX2 splits one MQADot call between the AVX2 score kernels: dot8
+// (8 positions a tree, for head dims where dot8OK) over whole groups of 8
+// positions, p16 (pipelined trees, hd % 16 == 0) over whole groups of 4
+// rows, rows (any shape) for the rest. All compute the canonical dot, so
+// the split changes no bit.
+func mqaDotAVX2[T float32 | uint16](dot8, p16, rows mqaDotKernel[T], dot8OK bool, out []float32, os int, q []float32, m, hd int, k []T, ks, p int) {
+	if p8 := p &^ 7; dot8OK && p8 > 0 {
+		dot8(&out[0], os, &q[0], m, hd, &k[0], ks, p8)
+		if p8 < p {
+			rows(&out[p8], os, &q[0], m, hd, &k[p8*ks], ks, p-p8)
+		}
+		return
+	}
+	if m4 := m &^ 3; hd%16 == 0 && m4 > 0 {
+		p16(&out[0], os, &q[0], m4, hd, &k[0], ks, p)
+		if m4 < m {
+			rows(&out[m4*os], os, &q[m4*hd], m-m4, hd, &k[0], ks, p)
+		}
+		return
+	}
+	rows(&out[0], os, &q[0], m, hd, &k[0], ks, p)
 }
 
 // mqaShapeOK: every size non-negative and under 2^31, so the products of

@@ -33,3 +33,9 @@ func mqaDot8F32AVX2(out *float32, os int, q *float32, m, hd int, k *float32, ks,
 func mqaDot8F16AVX2(out *float32, os int, q *float32, m, hd int, k *uint16, ks, p int) {
 	panic("unreachable")
 }
+func mqaDotP16F32AVX2(out *float32, os int, q *float32, m, hd int, k *float32, ks, p int) {
+	panic("unreachable")
+}
+func mqaDotP16F16AVX2(out *float32, os int, q *float32, m, hd int, k *uint16, ks, p int) {
+	panic("unreachable")
+}
