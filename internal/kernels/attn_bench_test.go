@@ -100,3 +100,42 @@ func BenchmarkAttendDecode(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMQAPrefill: the kernels of one prefill block's attention for
+// one KV head, the way model.attendTokens calls them: m query rows (a
+// block of tokens) against one 16-position page of F16 K and V rows, at
+// the head dims of bench-15M (48) and TinyLlama/bench-110M (64).
+// cpu-ns/row-pos is CPU time per query row and position.
+func BenchmarkMQAPrefill(b *testing.B) {
+	const m, p = 16, 16
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, hd := range []int{48, 64} {
+		k16, v16 := make([]uint16, p*hd), make([]uint16, p*hd)
+		for i := range k16 {
+			k16[i] = quant.FP32ToFP16(float32(rng.NormFloat64()))
+			v16[i] = quant.FP32ToFP16(float32(rng.NormFloat64()))
+		}
+		q := randVec(rng, m*hd, 1)
+		w := randVec(rng, m*p, 1)
+		y := make([]float32, m*hd)
+		scores := make([]float32, m*p)
+		for _, op := range []string{"dot", "axpy", "axpy1"} {
+			b.Run(fmt.Sprintf("hd=%d/%s", hd, op), func(b *testing.B) {
+				cpu0 := cpuNow()
+				for it := 0; it < b.N; it++ {
+					switch op {
+					case "dot":
+						MQADot(scores, p, q, m, hd, k16, hd, p)
+					case "axpy":
+						MQAAxpy(y, w, p, m, hd, v16, hd, p)
+					case "axpy1": // the block's diagonal: one row a call
+						for r := 0; r < m; r++ {
+							MQAAxpy(y[r*hd:], w[r*p:], p, 1, hd, v16, hd, p)
+						}
+					}
+				}
+				b.ReportMetric(float64((cpuNow()-cpu0).Nanoseconds())/float64(b.N*m*p), "cpu-ns/row-pos")
+			})
+		}
+	}
+}
