@@ -5208,16 +5208,177 @@ GLOBL expI<>(SB), RODATA|NOPTR, $192
 	VBLENDVPS Y11, Y1, Y3, Y3 \
 	VANDNPS Y3, Y12, Y0
 
+// EXPY2 is EXPY on two vectors at once, interleaved: Y0 -> Y0 (temps
+// Y1-Y7) and Y8 -> Y8 (Y9-Y15), the float constants from siluMulAVX2's
+// frame (expConsts broadcast once: k<offset>), the range masks computed
+// at the end, where they are used, instead of first (so that each stream
+// needs 8 registers, not 11). Like the softmax's exp (MEXPPOLY2), one
+// EXPY is a long chain of dependent operations, which one stream alone
+// left mostly waiting on latency; same operations on the same operands
+// (products commuted only), so the same bits.
+#define EXPY2 \
+	VMULPS k0-480(SP), Y0, Y1 \
+	VMULPS k0-480(SP), Y8, Y9 \
+	VANDPS expI<>+0(SB), Y1, Y2 \
+	VANDPS expI<>+0(SB), Y9, Y10 \
+	VORPS k4-448(SP), Y2, Y2 \
+	VORPS k4-448(SP), Y10, Y10 \
+	VADDPS Y2, Y1, Y1 \
+	VADDPS Y10, Y9, Y9 \
+	VCVTTPS2DQ Y1, Y4 \
+	VCVTTPS2DQ Y9, Y12 \
+	VCVTDQ2PS Y4, Y1 \
+	VCVTDQ2PS Y12, Y9 \
+	VMULPS k8-416(SP), Y1, Y2 \
+	VMULPS k8-416(SP), Y9, Y10 \
+	VSUBPS Y2, Y0, Y2 \
+	VSUBPS Y10, Y8, Y10 \
+	VMULPS k12-384(SP), Y1, Y3 \
+	VMULPS k12-384(SP), Y9, Y11 \
+	VSUBPS Y3, Y2, Y2 \
+	VSUBPS Y11, Y10, Y10 \
+	VMULPS k16-352(SP), Y2, Y3 \
+	VMULPS k16-352(SP), Y10, Y11 \
+	VADDPS k20-320(SP), Y3, Y3 \
+	VADDPS k20-320(SP), Y11, Y11 \
+	VMULPS Y2, Y3, Y3 \
+	VMULPS Y10, Y11, Y11 \
+	VADDPS k24-288(SP), Y3, Y3 \
+	VADDPS k24-288(SP), Y11, Y11 \
+	VMULPS Y2, Y3, Y3 \
+	VMULPS Y10, Y11, Y11 \
+	VADDPS k28-256(SP), Y3, Y3 \
+	VADDPS k28-256(SP), Y11, Y11 \
+	VMULPS Y2, Y3, Y3 \
+	VMULPS Y10, Y11, Y11 \
+	VADDPS k32-224(SP), Y3, Y3 \
+	VADDPS k32-224(SP), Y11, Y11 \
+	VMULPS Y2, Y3, Y3 \
+	VMULPS Y10, Y11, Y11 \
+	VADDPS k36-192(SP), Y3, Y3 \
+	VADDPS k36-192(SP), Y11, Y11 \
+	VMULPS Y2, Y3, Y3 \
+	VMULPS Y10, Y11, Y11 \
+	VMULPS Y2, Y3, Y3 \
+	VMULPS Y10, Y11, Y11 \
+	VADDPS Y2, Y3, Y3 \
+	VADDPS Y10, Y11, Y11 \
+	VADDPS k40-160(SP), Y3, Y3 \
+	VADDPS k40-160(SP), Y11, Y11 \
+	VPADDD expI<>+64(SB), Y4, Y5 \
+	VPADDD expI<>+64(SB), Y12, Y13 \
+	VPSLLD $23, Y5, Y6 \
+	VPSLLD $23, Y13, Y14 \
+	VPADDD expI<>+96(SB), Y5, Y7 \
+	VPADDD expI<>+96(SB), Y13, Y15 \
+	VPSLLD $23, Y7, Y7 \
+	VPSLLD $23, Y15, Y15 \
+	VMOVDQU expI<>+32(SB), Y1 \
+	VMOVDQU expI<>+32(SB), Y9 \
+	VPCMPGTD Y4, Y1, Y1 \
+	VPCMPGTD Y12, Y9, Y9 \
+	VBLENDVPS Y1, Y7, Y6, Y6 \
+	VBLENDVPS Y9, Y15, Y14, Y14 \
+	VPCMPGTD expI<>+64(SB), Y4, Y7 \
+	VPCMPGTD expI<>+64(SB), Y12, Y15 \
+	VBLENDVPS Y7, k56-32(SP), Y6, Y6 \
+	VBLENDVPS Y15, k56-32(SP), Y14, Y14 \
+	VMOVUPS k40-160(SP), Y2 \
+	VMOVUPS k40-160(SP), Y10 \
+	VBLENDVPS Y1, expI<>+128(SB), Y2, Y2 \
+	VBLENDVPS Y9, expI<>+128(SB), Y10, Y10 \
+	VPSUBD expI<>+160(SB), Y5, Y5 \
+	VPSUBD expI<>+160(SB), Y13, Y13 \
+	VPSLLD $23, Y5, Y5 \
+	VPSLLD $23, Y13, Y13 \
+	VBLENDVPS Y7, Y5, Y2, Y2 \
+	VBLENDVPS Y15, Y13, Y10, Y10 \
+	VMULPS Y6, Y3, Y3 \
+	VMULPS Y14, Y11, Y11 \
+	VMULPS Y2, Y3, Y3 \
+	VMULPS Y10, Y11, Y11 \
+	VCMPPS $3, Y0, Y0, Y1 \
+	VCMPPS $3, Y8, Y8, Y9 \
+	VMOVUPS k44-128(SP), Y2 \
+	VMOVUPS k44-128(SP), Y10 \
+	VCMPPS $0x1e, Y2, Y0, Y2 \
+	VCMPPS $0x1e, Y10, Y8, Y10 \
+	VMOVUPS k48-96(SP), Y4 \
+	VMOVUPS k48-96(SP), Y12 \
+	VCMPPS $0x11, Y4, Y0, Y4 \
+	VCMPPS $0x11, Y12, Y8, Y12 \
+	VBLENDVPS Y1, Y0, Y3, Y3 \
+	VBLENDVPS Y9, Y8, Y11, Y11 \
+	VBLENDVPS Y2, k52-64(SP), Y3, Y3 \
+	VBLENDVPS Y10, k52-64(SP), Y11, Y11 \
+	VANDNPS Y3, Y4, Y0 \
+	VANDNPS Y11, Y12, Y8
 // func siluMulAVX2(gp, u *float32, n int, c *float32)   n % 8 == 0
-TEXT ·siluMulAVX2(SB), NOSPLIT, $0-32
+// 16 elements an iteration through EXPY2, a last 8 through EXPY.
+TEXT ·siluMulAVX2(SB), NOSPLIT, $480-32
 	MOVQ gp+0(FP), DI
 	MOVQ u+8(FP), SI
 	MOVQ n+16(FP), CX
 	MOVQ c+24(FP), R9
 	SHRQ $3, CX
 	JZ   silu2_done
+	VBROADCASTSS 0(R9), Y0
+	VMOVUPS Y0, k0-480(SP)
+	VBROADCASTSS 4(R9), Y0
+	VMOVUPS Y0, k4-448(SP)
+	VBROADCASTSS 8(R9), Y0
+	VMOVUPS Y0, k8-416(SP)
+	VBROADCASTSS 12(R9), Y0
+	VMOVUPS Y0, k12-384(SP)
+	VBROADCASTSS 16(R9), Y0
+	VMOVUPS Y0, k16-352(SP)
+	VBROADCASTSS 20(R9), Y0
+	VMOVUPS Y0, k20-320(SP)
+	VBROADCASTSS 24(R9), Y0
+	VMOVUPS Y0, k24-288(SP)
+	VBROADCASTSS 28(R9), Y0
+	VMOVUPS Y0, k28-256(SP)
+	VBROADCASTSS 32(R9), Y0
+	VMOVUPS Y0, k32-224(SP)
+	VBROADCASTSS 36(R9), Y0
+	VMOVUPS Y0, k36-192(SP)
+	VBROADCASTSS 40(R9), Y0
+	VMOVUPS Y0, k40-160(SP)
+	VBROADCASTSS 44(R9), Y0
+	VMOVUPS Y0, k44-128(SP)
+	VBROADCASTSS 48(R9), Y0
+	VMOVUPS Y0, k48-96(SP)
+	VBROADCASTSS 52(R9), Y0
+	VMOVUPS Y0, k52-64(SP)
+	VBROADCASTSS 56(R9), Y0
+	VMOVUPS Y0, k56-32(SP)
+
+silu2x_loop:
+	CMPQ CX, $2
+	JLT  silu2_loop
+	VMOVUPS (DI), Y0
+	VXORPS expI<>+0(SB), Y0, Y0   // -g
+	VMOVUPS 32(DI), Y8
+	VXORPS expI<>+0(SB), Y8, Y8
+	EXPY2
+	VADDPS k40-160(SP), Y0, Y0    // 1 + e
+	VADDPS k40-160(SP), Y8, Y8
+	VMOVUPS (DI), Y1
+	VDIVPS Y0, Y1, Y1             // g / (1 + e)
+	VMULPS (SI), Y1, Y1
+	VMOVUPS Y1, (DI)
+	VMOVUPS 32(DI), Y9
+	VDIVPS Y8, Y9, Y9
+	VMULPS 32(SI), Y9, Y9
+	VMOVUPS Y9, 32(DI)
+	ADDQ $64, DI
+	ADDQ $64, SI
+	SUBQ $2, CX
+	JMP  silu2x_loop
 
 silu2_loop:
+	TESTQ CX, CX
+	JZ   silu2_done
 	VMOVUPS (DI), Y8
 	VMOVUPS (SI), Y9
 	VXORPS expI<>+0(SB), Y8, Y0   // -g
@@ -5230,7 +5391,7 @@ silu2_loop:
 	ADDQ $32, DI
 	ADDQ $32, SI
 	DECQ CX
-	JNZ  silu2_loop
+	JMP  silu2_loop
 
 silu2_done:
 	VZEROUPPER
