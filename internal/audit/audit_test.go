@@ -175,10 +175,6 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, chat bool)
 		}
 	}
 	underLoad := f.inflight.Load() > 1
-	if underLoad {
-		f.loaded++
-	}
-	loadedN := f.loaded
 	f.mu.Unlock()
 
 	if short && f.overMode == "refuse" {
@@ -196,6 +192,18 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, chat bool)
 		prefill = 0
 	}
 	time.Sleep(prefill)
+	// Under load when another request is in flight at arrival or once
+	// this one's prefill is done, as a batching server's requests overlap
+	// whichever arrives first: judged at arrival alone, the probe's
+	// request, sent by a goroutine already running, often reached the
+	// server before the load it waits for and saw none in all 8 trials.
+	underLoad = underLoad || f.inflight.Load() > 1
+	f.mu.Lock()
+	if underLoad {
+		f.loaded++
+	}
+	loadedN := f.loaded
+	f.mu.Unlock()
 
 	h := fnv.New32a()
 	h.Write([]byte(req.Prompt))
