@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"sort"
 	"strings"
 	"sync"
@@ -520,8 +521,16 @@ func (a *auditor) determinism(ctx context.Context) error {
 			a.recordA(p)
 			go func() {
 				defer wg.Done()
-				started <- struct{}{}
-				a.send(ctx, call{key: a.cfg.KeyA, path: pathCompletions, prompt: p, maxTokens: detMaxTokens}) //nolint:errcheck // background load only
+				// The load counts as started once its request is on the wire
+				// (or has failed): signalled before the send, the probe's own
+				// request, sent by a goroutine already running, could reach the
+				// server first and finish before any load arrived, in every
+				// trial on a busy machine.
+				var once sync.Once
+				signal := func() { once.Do(func() { started <- struct{}{} }) }
+				defer signal()
+				tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { signal() }})
+				a.send(tctx, call{key: a.cfg.KeyA, path: pathCompletions, prompt: p, maxTokens: detMaxTokens}) //nolint:errcheck // background load only
 			}()
 		}
 		for j := 0; j < load; j++ {
