@@ -242,22 +242,30 @@ func MatMul(par *Parallel, out []float32, w *Matrix, x []float32, nTok int) {
 // so once they outgrow what the caches keep, each tile streams them from
 // memory again. TinyLlama's FF down (2048 x 5632, Q8_0) at 512 tokens has
 // 8.6 MB of tile rows and ran at 29-32 GFLOP/s on a Zen 3, against 50 at
-// 128 tokens (2.2 MB); in chunks within 2 MiB it runs at 52 (1 MiB: 46,
-// 4 MiB: 51), and 2048 x 2048 at 512 tokens at 59 against 52-54. Past the
-// bound MatMul runs the tokens in chunks, each a full pass over the rows
-// (the weights are read and repacked once a chunk). Tokens are
+// 128 tokens (2.2 MB); in chunks within 2 MiB it ran at 52 (1 MiB: 46,
+// 4 MiB: 51). Each chunk reads and repacks the weights again, so the
+// chunks are as few as the bound allows and of equal size: 2 MiB chunks
+// of up to 112 tokens made 128 tokens of that matrix a chunk of 112 and
+// one of 16, a second repack for an eighth of the work. With the plain
+// AVX2 Q8_0 tile's column chunks (q8ChunkBlocks) and these 4 MiB balanced
+// chunks the same matrix ran at 66-67 GFLOP/s at 128 tokens and 66-68 at
+// 512, against 57-64 and 60-64 before (in one process, interleaved, min
+// of 30, Zen 3, 1 thread); Q4_K unchanged. Past the bound MatMul runs the
+// tokens in chunks, each a full pass over the rows. Tokens are
 // independent, so the chunks change no bit (batch invariance).
-var tokenChunkBytes = 2 << 20
+var tokenChunkBytes = 4 << 20
 
 // tokenChunk is how many tokens one pass takes: all of them unless their
-// converted rows exceed tokenChunkBytes, then a multiple of 16 (whole
-// multi-token tiles) within it.
+// converted rows exceed tokenChunkBytes, then the fewest chunks within it,
+// of equal size rounded up to a multiple of 16 (whole multi-token tiles).
 func tokenChunk(a actBuf, nTok, cols int) int {
 	per := a.tokenBytes(nTok, cols)
 	if per == 0 || nTok*per <= tokenChunkBytes {
 		return nTok
 	}
-	return max(16, tokenChunkBytes/per/16*16)
+	most := max(16, tokenChunkBytes/per/16*16)
+	n := ceilDiv(nTok, most)
+	return min(most, ceilDiv(ceilDiv(nTok, n), 16)*16)
 }
 
 // minTileClaim is the least work (multiply-adds) of one row tile that is
