@@ -424,25 +424,28 @@ func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 // (tokenChunkBytes has the rest of its gain).
 var q8ChunkBlocks = 64
 
-// q8TilesPlain runs the plain AVX2 tile over nPairs token pairs in column
-// chunks of q8ChunkBlocks blocks, each chunk a sweep over all the pairs
-// that leaves the accumulators in acc for the next. The kernel loops over
-// the token pairs itself and spreads the prefetch of the next row tile
-// over the last chunk's pairs.
+// q8TilesPlain runs the plain AVX2 tile over nPairs token pairs: rows of
+// up to 1.5 q8ChunkBlocks blocks in one sweep (tileQ8_0x42AVX2), longer
+// ones in column chunks (tileQ8_0x42AVX2C), each chunk a sweep over all
+// the pairs that leaves the accumulators in acc for the next. The kernel
+// loops over the token pairs itself and spreads the prefetch of the next
+// row tile over the (last chunk's) pairs.
 func q8TilesPlain(out []float32, outStride int, wp []byte, nGroups int, act actBuf, nPairs int, sign bool, pf rowPrefetch) {
 	nb := act.nb
 	nEvenAll := (nb + 1) / 2
 	gStride := nb * q8PackBytes(false)
-	chunk := nb
-	if nb > q8ChunkBlocks+q8ChunkBlocks/2 {
-		n := ceilDiv(nb, q8ChunkBlocks)
-		chunk = ceilDiv(ceilDiv(nb, n), 2) * 2 // 176 blocks: 60, 60, 56
+	if nb <= q8ChunkBlocks+q8ChunkBlocks/2 {
+		var next *byte
+		if len(pf.next) > 0 {
+			next = &pf.next[0]
+		}
+		tileQ8_0x42AVX2(&out[0], outStride, &wp[0], nGroups, &act.tile[0], act.tstr, nb, sign, nPairs, next, pf.per, len(pf.next))
+		return
 	}
-	accPairStride := 0
-	if chunk < nb {
-		accPairStride = nGroups * 512
-	}
-	need := max(1, nPairs*accPairStride/4, nGroups*128)
+	n := ceilDiv(nb, q8ChunkBlocks)
+	chunk := ceilDiv(ceilDiv(nb, n), 2) * 2 // 176 blocks: 60, 60, 56
+	accPairStride := nGroups * 512
+	need := nPairs * accPairStride / 4
 	ap := accPool.Get().(*[]float32)
 	if cap(*ap) < need {
 		*ap = make([]float32, need)
@@ -459,17 +462,17 @@ func q8TilesPlain(out []float32, outStride int, wp []byte, nGroups int, act actB
 			f |= 2
 		}
 		var next *byte
-		per, n := 0, 0
+		per, pn := 0, 0
 		if b1 == nb {
 			f |= 4
 			if len(pf.next) > 0 {
-				next, per, n = &pf.next[0], pf.per, len(pf.next)
+				next, per, pn = &pf.next[0], pf.per, len(pf.next)
 			}
 		}
 		// Block b0 (even) starts pair b0/2 of the tile rows; its even
 		// blocks are the group's b0/2.., its odd ones nEvenAll+b0/2...
 		nEven, nOdd := (b1-b0+1)/2, (b1-b0)/2
-		tileQ8_0x42AVX2(&out[0], outStride, &wp[0], nGroups, &act.tile[b0/2*q8TilePair], act.tstr, nPairs, next, per, n,
+		tileQ8_0x42AVX2C(&out[0], outStride, &wp[0], nGroups, &act.tile[b0/2*q8TilePair], act.tstr, nPairs, next, per, pn,
 			gStride, b0/2*288, (nEvenAll+b0/2)*288, nEven, nOdd, &acc[0], accPairStride, f)
 	}
 	accPool.Put(ap)

@@ -278,41 +278,36 @@ q8v42_done:
 	VMOVUPS Y6, OFF+192(DX) \
 	VMOVUPS Y7, OFF+224(DX)
 
-// func tileQ8_0x42AVX2(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nPairs int, pf *byte, pfPer, pfLen int, gStride, evenOff, oddOff, nEven, nOdd int, acc *float32, accPairStride, flags int)
+// Q42TOKS is Q42TOK from the token pair's tile rows at SI.
+#define Q42TOKS(HALF) \
+	MOVQ SI, R10 \
+	ADDQ $HALF, R10 \
+	MOVQ xtStride+40(FP), R11 \
+	ADDQ R10, R11 \
+	MOVQ nb+48(FP), R13
+
+// func tileQ8_0x42AVX2(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int, sign bool, nPairs int, pf *byte, pfPer, pfLen int)
+// sign: the rows were packed with w (VPSIGNB form), not the sign mask.
 // nPairs token pairs (tile rows 2*xtStride bytes apart, outputs
 // 2*outStride floats apart) in one call: at 9 blocks a row (bench-15M) a
 // pair's work is ~300 ns, and a Go call, its slice arithmetic and the
 // prefetch step per pair cost a few percent of it. Before each pair,
 // PREFETCHT1 of the next pfPer bytes at pf (of pfLen): rowPrefetch's
 // spread of the next row tile over the token loop.
-//
-// One call runs a chunk of the rows' blocks (q8_0TilesAVX2's column
-// chunks): per group (gStride bytes apart in wp) nEven even blocks from
-// evenOff and nOdd odd ones from oddOff, the tokens' tile rows at xt
-// already at the chunk's first block pair. Each (pair, group) keeps its 16
-// accumulators (even lanes, then odd) in 512 bytes of acc, the pairs
-// accPairStride bytes apart. flags: 1, the rows were packed with w
-// (VPSIGNB form), not the sign mask; 2, the accumulators start from acc
-// (a later chunk), else from zero; 4, the chunk is the last: the outputs
-// are finished and stored, else the accumulators go back to acc.
-// Storing and reloading a float changes no bit, so every lane sums its
-// blocks in the same order whatever the chunks.
-TEXT ·tileQ8_0x42AVX2(SB), NOSPLIT, $304-144
+TEXT ·tileQ8_0x42AVX2(SB), NOSPLIT, $288-96
 	MOVL $0x00010001, R10
 	VMOVQ R10, X15
 	VPBROADCASTD X15, Y15
 	MOVQ out+0(FP), BX
 	MOVQ xt+32(FP), SI
-	MOVQ nPairs+48(FP), R12
-	MOVQ pf+56(FP), CX
-	MOVQ pfLen+72(FP), R14
-	MOVQ acc+120(FP), DX
-	MOVQ DX, accp-296(SP)
+	MOVQ nPairs+64(FP), R12
+	MOVQ pf+72(FP), CX
+	MOVQ pfLen+88(FP), R14
 
 q8p42_pair:
 	TESTQ R12, R12
 	JZ   q8p42_done
-	MOVQ pfPer+64(FP), DX
+	MOVQ pfPer+80(FP), DX
 	CMPQ DX, R14
 	CMOVQGT R14, DX
 	SUBQ DX, R14
@@ -331,29 +326,17 @@ q8p42_pfdone:
 	MOVQ outStride+8(FP), R9
 	SHLQ $2, R9
 	MOVQ wp+16(FP), AX
-	MOVQ AX, gbase-304(SP)
-	MOVQ accp-296(SP), DX
 	MOVQ nGroups+24(FP), R8
 
 q8p42_group:
 	TESTQ R8, R8
 	JZ   q8p42_next
-	MOVQ gbase-304(SP), AX
-	ADDQ evenOff+88(FP), AX
 	Q42ZERO
-	TESTQ $2, flags+136(FP)
-	JZ   q8p42_e0
-	Q42LOAD(0)
-
-q8p42_e0:
-	MOVQ SI, R10
-	MOVQ xtStride+40(FP), R11
-	ADDQ R10, R11
-	MOVQ nEven+104(FP), R13
-	TESTQ R13, R13
-	JZ   q8p42_mid
-	TESTQ $1, flags+136(FP)
-	JNZ  q8s42_even
+	Q42TOKS(0)
+	INCQ R13
+	SHRQ $1, R13
+	CMPB sign+56(FP), $0
+	JNE  q8s42_even
 
 q8p42_even:
 	Q42D(256)
@@ -378,24 +361,13 @@ q8s42_even:
 	JNZ  q8s42_even
 
 q8p42_mid:
-	Q42KEEP(0)
-	MOVQ gbase-304(SP), AX
-	ADDQ oddOff+96(FP), AX
+	Q42SAVE
 	Q42ZERO
-	TESTQ $2, flags+136(FP)
-	JZ   q8p42_o0
-	Q42LOAD(256)
-
-q8p42_o0:
-	MOVQ SI, R10
-	ADDQ $32, R10
-	MOVQ xtStride+40(FP), R11
-	ADDQ R10, R11
-	MOVQ nOdd+112(FP), R13
-	TESTQ R13, R13
+	Q42TOKS(32)
+	SHRQ $1, R13
 	JZ   q8p42_fin
-	TESTQ $1, flags+136(FP)
-	JNZ  q8s42_odd
+	CMPB sign+56(FP), $0
+	JNE  q8s42_odd
 
 q8p42_odd:
 	Q42D(256)
@@ -420,12 +392,166 @@ q8s42_odd:
 	JNZ  q8s42_odd
 
 q8p42_fin:
-	TESTQ $4, flags+136(FP)
-	JNZ  q8p42_out
-	Q42KEEP(256)
-	JMP  q8p42_gnext
+	Q42FIN
+	ADDQ $16, DI
+	DECQ R8
+	JMP  q8p42_group
 
-q8p42_out:
+q8p42_next:
+	LEAQ (BX)(R9*2), BX       // two output rows on
+	MOVQ xtStride+40(FP), DX
+	LEAQ (SI)(DX*2), SI       // two tile rows on
+	DECQ R12
+	JMP  q8p42_pair
+
+q8p42_done:
+	VZEROUPPER
+	RET
+
+// func tileQ8_0x42AVX2C(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nPairs int, pf *byte, pfPer, pfLen int, gStride, evenOff, oddOff, nEven, nOdd int, acc *float32, accPairStride, flags int)
+// tileQ8_0x42AVX2 in column chunks (q8TilesPlain), for rows of many
+// blocks; a kernel apart because its bookkeeping per group and pair (the
+// accumulators through memory, the offsets from the frame) made the
+// 288-column shapes 10% slower. One call runs a chunk of the rows' blocks:
+// per group (gStride bytes apart in wp) nEven even blocks from
+// evenOff and nOdd odd ones from oddOff, the tokens' tile rows at xt
+// already at the chunk's first block pair. Each (pair, group) keeps its 16
+// accumulators (even lanes, then odd) in 512 bytes of acc, the pairs
+// accPairStride bytes apart. flags: 1, the rows were packed with w
+// (VPSIGNB form), not the sign mask; 2, the accumulators start from acc
+// (a later chunk), else from zero; 4, the chunk is the last: the outputs
+// are finished and stored, else the accumulators go back to acc.
+// Storing and reloading a float changes no bit, so every lane sums its
+// blocks in the same order whatever the chunks.
+TEXT ·tileQ8_0x42AVX2C(SB), NOSPLIT, $304-144
+	MOVL $0x00010001, R10
+	VMOVQ R10, X15
+	VPBROADCASTD X15, Y15
+	MOVQ out+0(FP), BX
+	MOVQ xt+32(FP), SI
+	MOVQ nPairs+48(FP), R12
+	MOVQ pf+56(FP), CX
+	MOVQ pfLen+72(FP), R14
+	MOVQ acc+120(FP), DX
+	MOVQ DX, accp-296(SP)
+
+q8c42_pair:
+	TESTQ R12, R12
+	JZ   q8c42_done
+	MOVQ pfPer+64(FP), DX
+	CMPQ DX, R14
+	CMOVQGT R14, DX
+	SUBQ DX, R14
+	ADDQ CX, DX               // end of this pair's prefetch
+
+q8c42_pf:
+	CMPQ CX, DX
+	JAE  q8c42_pfdone
+	PREFETCHT1 (CX)
+	ADDQ $64, CX
+	JMP  q8c42_pf
+
+q8c42_pfdone:
+	MOVQ DX, CX
+	MOVQ BX, DI
+	MOVQ outStride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ wp+16(FP), AX
+	MOVQ AX, gbase-304(SP)
+	MOVQ accp-296(SP), DX
+	MOVQ nGroups+24(FP), R8
+
+q8c42_group:
+	TESTQ R8, R8
+	JZ   q8c42_next
+	MOVQ gbase-304(SP), AX
+	ADDQ evenOff+88(FP), AX
+	Q42ZERO
+	TESTQ $2, flags+136(FP)
+	JZ   q8c42_e0
+	Q42LOAD(0)
+
+q8c42_e0:
+	MOVQ SI, R10
+	MOVQ xtStride+40(FP), R11
+	ADDQ R10, R11
+	MOVQ nEven+104(FP), R13
+	TESTQ R13, R13
+	JZ   q8c42_mid
+	TESTQ $1, flags+136(FP)
+	JNZ  q8d42_even
+
+q8c42_even:
+	Q42D(256)
+	Q8P42ROW(0, dd-32, dd-16, Y0, Y1)
+	Q8P42ROW(64, dd-28, dd-12, Y2, Y3)
+	Q8P42ROW(128, dd-24, dd-8, Y4, Y5)
+	Q8P42ROW(192, dd-20, dd-4, Y6, Y7)
+	Q42STEP(288)
+	DECQ R13
+	JNZ  q8c42_even
+	JMP  q8c42_mid
+
+q8d42_even:
+	VMOVDQU (R10), Y8
+	VMOVDQU (R11), Y9
+	Q8T42ROW(0, 256, Y0, Y1)
+	Q8T42ROW(64, 260, Y2, Y3)
+	Q8T42ROW(128, 264, Y4, Y5)
+	Q8T42ROW(192, 268, Y6, Y7)
+	Q42STEP(288)
+	DECQ R13
+	JNZ  q8d42_even
+
+q8c42_mid:
+	Q42KEEP(0)
+	MOVQ gbase-304(SP), AX
+	ADDQ oddOff+96(FP), AX
+	Q42ZERO
+	TESTQ $2, flags+136(FP)
+	JZ   q8c42_o0
+	Q42LOAD(256)
+
+q8c42_o0:
+	MOVQ SI, R10
+	ADDQ $32, R10
+	MOVQ xtStride+40(FP), R11
+	ADDQ R10, R11
+	MOVQ nOdd+112(FP), R13
+	TESTQ R13, R13
+	JZ   q8c42_fin
+	TESTQ $1, flags+136(FP)
+	JNZ  q8d42_odd
+
+q8c42_odd:
+	Q42D(256)
+	Q8P42ROW(0, dd-32, dd-16, Y0, Y1)
+	Q8P42ROW(64, dd-28, dd-12, Y2, Y3)
+	Q8P42ROW(128, dd-24, dd-8, Y4, Y5)
+	Q8P42ROW(192, dd-20, dd-4, Y6, Y7)
+	Q42STEP(288)
+	DECQ R13
+	JNZ  q8c42_odd
+	JMP  q8c42_fin
+
+q8d42_odd:
+	VMOVDQU (R10), Y8
+	VMOVDQU (R11), Y9
+	Q8T42ROW(0, 256, Y0, Y1)
+	Q8T42ROW(64, 260, Y2, Y3)
+	Q8T42ROW(128, 264, Y4, Y5)
+	Q8T42ROW(192, 268, Y6, Y7)
+	Q42STEP(288)
+	DECQ R13
+	JNZ  q8d42_odd
+
+q8c42_fin:
+	TESTQ $4, flags+136(FP)
+	JNZ  q8c42_out
+	Q42KEEP(256)
+	JMP  q8c42_gnext
+
+q8c42_out:
 	VADDPS 0(DX), Y0, Y0
 	VADDPS 32(DX), Y1, Y1
 	VADDPS 64(DX), Y2, Y2
@@ -436,24 +562,24 @@ q8p42_out:
 	VADDPS 224(DX), Y7, Y7
 	Q42TREE
 
-q8p42_gnext:
+q8c42_gnext:
 	ADDQ $16, DI
 	ADDQ $512, DX
 	MOVQ gStride+80(FP), AX
 	ADDQ AX, gbase-304(SP)
 	DECQ R8
-	JMP  q8p42_group
+	JMP  q8c42_group
 
-q8p42_next:
+q8c42_next:
 	LEAQ (BX)(R9*2), BX       // two output rows on
 	MOVQ xtStride+40(FP), DX
 	LEAQ (SI)(DX*2), SI       // two tile rows on
 	MOVQ accPairStride+128(FP), DX
 	ADDQ DX, accp-296(SP)
 	DECQ R12
-	JMP  q8p42_pair
+	JMP  q8c42_pair
 
-q8p42_done:
+q8c42_done:
 	VZEROUPPER
 	RET
 

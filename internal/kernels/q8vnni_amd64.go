@@ -43,7 +43,10 @@ func q8PackBytes(vnni bool) int {
 }
 
 //go:noescape
-func tileQ8_0x42AVX2(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nPairs int, pf *byte, pfPer, pfLen int, gStride, evenOff, oddOff, nEven, nOdd int, acc *float32, accPairStride, flags int)
+func tileQ8_0x42AVX2(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int, sign bool, nPairs int, pf *byte, pfPer, pfLen int)
+
+//go:noescape
+func tileQ8_0x42AVX2C(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nPairs int, pf *byte, pfPer, pfLen int, gStride, evenOff, oddOff, nEven, nOdd int, acc *float32, accPairStride, flags int)
 
 // avx2Sign selects the plain tile's VPSIGNB form. The mask form signs x
 // with VPXOR+VPSUBB, which Intel issues on three ports where VPSIGNB has
