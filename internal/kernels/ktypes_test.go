@@ -92,13 +92,9 @@ func TestTypesDecodeExtremeBitwise(t *testing.T) {
 				for i := 0; i < cols; i += 7 { // saturate some Q8_K blocks
 					x[i] *= 100
 				}
-				ref := make([]float32, maxTok*rows)
 				old := CurrentPath()
 				defer SetPath(old)
-				SetPath(Generic)
-				for k := 0; k < maxTok; k++ {
-					MatMul(nil, ref[k*rows:(k+1)*rows], m, x[k*cols:(k+1)*cols], 1)
-				}
+				ref := genericAlone(m, x, maxTok)
 				withPath(t, func(p Path) {
 					forVariants(p, func(v string) {
 						for _, par := range pars {

@@ -32,13 +32,9 @@ func TestQ8TileColumnChunksBitwise(t *testing.T) {
 		t.Run(fmt.Sprintf("chunk%d/%dx%d", c.chunk, rows, cols), func(t *testing.T) {
 			m, _ := makeMatrix(t, quant.Q8_0, rows, cols, uint64(cols))
 			x := randVec(rand.New(rand.NewPCG(uint64(cols), 9)), maxTok*cols, 1)
-			ref := make([]float32, maxTok*rows)
 			old := CurrentPath()
 			defer SetPath(old)
-			SetPath(Generic)
-			for k := 0; k < maxTok; k++ {
-				MatMul(nil, ref[k*rows:(k+1)*rows], m, x[k*cols:(k+1)*cols], 1)
-			}
+			ref := genericAlone(m, x, maxTok)
 			SetPath(AVX2)
 			q8ChunkBlocks = c.chunk
 			forVariants(AVX2, func(v string) {

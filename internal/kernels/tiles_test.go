@@ -45,13 +45,9 @@ func TestTilesOddShapesBitwise(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					m := oddMatrix(t, sh.typ, rows, cols, uint64(rows*cols))
 					x := randVec(rand.New(rand.NewPCG(uint64(cols), 5)), maxTok*cols, 1)
-					ref := make([]float32, maxTok*rows)
 					old := CurrentPath()
 					defer SetPath(old)
-					SetPath(Generic)
-					for k := 0; k < maxTok; k++ {
-						MatMul(nil, ref[k*rows:(k+1)*rows], m, x[k*cols:(k+1)*cols], 1)
-					}
+					ref := genericAlone(m, x, maxTok)
 					withPath(t, func(p Path) {
 						forVariants(p, func(v string) {
 							for _, par := range pars {
@@ -71,6 +67,18 @@ func TestTilesOddShapesBitwise(t *testing.T) {
 			}
 		}
 	}
+}
+
+// genericAlone is the reference of the tile tests: each of nTok tokens of
+// x through m on the Generic path, one token per call. It leaves the path
+// at Generic; callers restore theirs.
+func genericAlone(m *Matrix, x []float32, nTok int) []float32 {
+	ref := make([]float32, nTok*m.Rows)
+	SetPath(Generic)
+	for k := 0; k < nTok; k++ {
+		MatMul(nil, ref[k*m.Rows:(k+1)*m.Rows], m, x[k*m.Cols:(k+1)*m.Cols], 1)
+	}
+	return ref
 }
 
 // oddMatrix is makeMatrix for the types package quant quantizes, random
