@@ -432,8 +432,6 @@ var q8ChunkBlocks = 64
 // row tile over the (last chunk's) pairs.
 func q8TilesPlain(out []float32, outStride int, wp []byte, nGroups int, act actBuf, nPairs int, sign bool, pf rowPrefetch) {
 	nb := act.nb
-	nEvenAll := (nb + 1) / 2
-	gStride := nb * q8PackBytes(false)
 	if nb <= q8ChunkBlocks+q8ChunkBlocks/2 {
 		var next *byte
 		if len(pf.next) > 0 {
@@ -444,6 +442,7 @@ func q8TilesPlain(out []float32, outStride int, wp []byte, nGroups int, act actB
 	}
 	n := ceilDiv(nb, q8ChunkBlocks)
 	chunk := ceilDiv(ceilDiv(nb, n), 2) * 2 // 176 blocks: 60, 60, 56
+	nEvenAll, pb := (nb+1)/2, q8PackBytes(false)
 	accPairStride := nGroups * 512
 	need := nPairs * accPairStride / 4
 	ap := accPool.Get().(*[]float32)
@@ -473,7 +472,7 @@ func q8TilesPlain(out []float32, outStride int, wp []byte, nGroups int, act actB
 		// blocks are the group's b0/2.., its odd ones nEvenAll+b0/2...
 		nEven, nOdd := (b1-b0+1)/2, (b1-b0)/2
 		tileQ8_0x42AVX2C(&out[0], outStride, &wp[0], nGroups, &act.tile[b0/2*q8TilePair], act.tstr, nPairs, next, per, pn,
-			gStride, b0/2*288, (nEvenAll+b0/2)*288, nEven, nOdd, &acc[0], accPairStride, f)
+			nb*pb, b0/2*pb, (nEvenAll+b0/2)*pb, nEven, nOdd, &acc[0], accPairStride, f)
 	}
 	accPool.Put(ap)
 }
