@@ -147,3 +147,152 @@ q8mv_red:
 q8mv_done:
 	VZEROUPPER
 	RET
+
+// Q8ZMV adds weight blocks 2k and 2k+1 of one row (qs at QA and QB, fp16
+// scales at DA and DB) to the 16 canonical lanes of ACC: lanes 0-7 take
+// the even block, 8-15 the odd one, as in one ZMM. VPDPBUSD wants its
+// first factor unsigned, so the weights are offset by 128 (w XOR 0x80 =
+// w+128 as an unsigned byte, exact for every w including -128) and the
+// lane sums start at -128*sum4(x) (Z2), so each int32 lane is exactly the
+// signed sum of its four products. Z0: the two activation blocks' qs; Z1:
+// dx_even x8, dx_odd x8; Z31: bytes 0x80; K2: 0xFF00. Clobbers Z8-Z10.
+#define Q8ZMV(QA, QB, DA, DB, ACC) \
+	VMOVDQU QA, Y8 \
+	VINSERTI64X4 $1, QB, Z8, Z8 \
+	VPXORD Z31, Z8, Z8 \
+	VMOVDQA32 Z2, Z9 \
+	VPDPBUSD Z0, Z8, Z9 \
+	VCVTDQ2PS Z9, Z9 \
+	VPBROADCASTW DA, Y10 \
+	VPBROADCASTW DB, K2, Y10 \
+	VCVTPH2PS Y10, Z10 \
+	VMULPS Z1, Z10, Z10 \
+	VFMADD231PS Z10, Z9, ACC
+
+// Q8ZMV1 is Q8ZMV for a last, even block alone: lanes 0-7 only (K1 =
+// 0x00FF); the upper half of Z0 is zero.
+#define Q8ZMV1(QA, DA, ACC) \
+	VMOVDQU QA, Y8 \
+	VPXORD Z31, Z8, Z8 \
+	VMOVDQA32 Z2, Z9 \
+	VPDPBUSD Z0, Z8, Z9 \
+	VCVTDQ2PS Z9, Z9 \
+	VPBROADCASTW DA, Y10 \
+	VCVTPH2PS Y10, Z10 \
+	VMULPS Z1, Z10, Z10 \
+	VFMADD231PS Z10, Z9, K1, ACC
+
+// RED16Z reduces the 16 canonical lanes of Z (j += j+8, then REDUCE8Y's
+// j += j+4, j+2, j+1) into the low lane of X (Y's low half); TX scratch.
+#define RED16Z(Z, ZH, Y, X, TX) \
+	VEXTRACTF64X4 $1, Z, Y \
+	VADDPS Y, ZH, Y \
+	VEXTRACTF128 $1, Y, TX \
+	VADDPS TX, X, X \
+	VMOVHLPS X, X, TX \
+	VADDPS TX, X, X \
+	VMOVSHDUP X, TX \
+	VADDSS TX, X, X
+
+// func rowsQ8_0AVX512x4(out *float32, w, x *byte, dx *float32, nGroups, nb int)
+// The AVX-512 Q8_0 matvec, four rows a pass in the streams of
+// rowsQ8_0AVX2x4 (rows i, Q+i, 2Q+i, 3Q+i, each read front to back and
+// prefetched two rows ahead), two blocks a step in one ZMM per row (the
+// even block in lanes 0-7, the odd one in 8-15: the canonical lanes).
+TEXT ·rowsQ8_0AVX512x4(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ x+16(FP), DX
+	MOVQ dx+24(FP), R11
+	MOVQ nGroups+32(FP), R8
+	MOVQ nb+40(FP), R9
+	MOVQ R9, R14
+	IMULQ $34, R14        // row bytes
+	MOVQ R8, R13
+	IMULQ R14, R13        // a quarter of the rows
+	MOVQ R8, R15
+	SHLQ $2, R15          // out bytes between the quarters
+	MOVL $0x80808080, AX
+	VPBROADCASTD AX, Z31
+	MOVW $0xFF00, AX
+	KMOVW AX, K2
+	MOVW $0x00FF, AX
+	KMOVW AX, K1
+
+q8zmv_group:
+	TESTQ R8, R8
+	JZ   q8zmv_done
+	LEAQ (SI)(R13*2), BX
+	ADDQ R13, BX          // row 3
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	MOVQ DX, CX
+	MOVQ R11, R12
+	MOVQ R9, R10
+
+q8zmv_pair:
+	CMPQ R10, $2
+	JLT  q8zmv_single
+	LEAQ (SI)(R14*2), AX  // two rows ahead in each stream
+	PREFETCHT0 (AX)
+	PREFETCHT0 (AX)(R13*1)
+	PREFETCHT0 (AX)(R13*2)
+	PREFETCHT0 (BX)(R14*2)
+	VMOVDQU 2(CX), Y0
+	VINSERTI64X4 $1, 36(CX), Z0, Z0
+	VBROADCASTSS (R12), Y1
+	VBROADCASTSS 4(R12), Y2
+	VINSERTF64X4 $1, Y2, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPDPBUSD Z0, Z31, Z2  // 128*sum4(x) a lane
+	VPXORD Z3, Z3, Z3
+	VPSUBD Z2, Z3, Z2
+	Q8ZMV(2(SI), 36(SI), (SI), 34(SI), Z16)
+	Q8ZMV(2(SI)(R13*1), 36(SI)(R13*1), (SI)(R13*1), 34(SI)(R13*1), Z17)
+	Q8ZMV(2(SI)(R13*2), 36(SI)(R13*2), (SI)(R13*2), 34(SI)(R13*2), Z18)
+	Q8ZMV(2(BX), 36(BX), (BX), 34(BX), Z19)
+	ADDQ $68, SI
+	ADDQ $68, BX
+	ADDQ $68, CX
+	ADDQ $8, R12
+	SUBQ $2, R10
+	JMP  q8zmv_pair
+
+q8zmv_single:
+	TESTQ R10, R10
+	JZ   q8zmv_red
+	VMOVDQU 2(CX), Y0
+	VBROADCASTSS (R12), Z1
+	VPXORD Z2, Z2, Z2
+	VPDPBUSD Z0, Z31, Z2
+	VPXORD Z3, Z3, Z3
+	VPSUBD Z2, Z3, Z2
+	Q8ZMV1(2(SI), (SI), Z16)
+	Q8ZMV1(2(SI)(R13*1), (SI)(R13*1), Z17)
+	Q8ZMV1(2(SI)(R13*2), (SI)(R13*2), Z18)
+	Q8ZMV1(2(BX), (BX), Z19)
+	ADDQ $34, BX
+
+q8zmv_red:
+	RED16Z(Z16, Y16, Y4, X4, X8)
+	RED16Z(Z17, Y17, Y5, X5, X8)
+	RED16Z(Z18, Y18, Y6, X6, X8)
+	RED16Z(Z19, Y19, Y7, X7, X8)
+	VMOVSS X4, (DI)
+	VMOVSS X5, (DI)(R15*1)
+	VMOVSS X6, (DI)(R15*2)
+	LEAQ (R15)(R15*2), AX
+	VMOVSS X7, (DI)(AX*1)
+	ADDQ $4, DI
+	MOVQ BX, SI           // BX ended at row 3's end, 3Q rows past the
+	SUBQ R13, SI          // next row of stream 0
+	SUBQ R13, SI
+	SUBQ R13, SI
+	DECQ R8
+	JMP  q8zmv_group
+
+q8zmv_done:
+	VZEROUPPER
+	RET
