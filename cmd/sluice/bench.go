@@ -296,9 +296,16 @@ type benchRow struct {
 }
 
 type benchReport struct {
-	Kernels string     `json:"kernels"`
-	CPU     string     `json:"cpu_features"`
-	Rows    []benchRow `json:"rows"`
+	Kernels string `json:"kernels"`
+	CPU     string `json:"cpu_features"`
+	// Weights: where each model's weights lived (--weights).
+	Weights []benchWeights `json:"weights"`
+	Rows    []benchRow     `json:"rows"`
+}
+
+type benchWeights struct {
+	Model     string `json:"model"`
+	Placement string `json:"placement"`
 }
 
 // benchModel measures one model at one thread count: reps rounds, each
@@ -460,6 +467,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	gen := fs.Int("gen", 128, "generated `tokens` for the decode test (llama-bench -n)")
 	depthFlag := fs.String("depth", "0", "comma-separated context `depths`: every test runs after a prefilled context of this many tokens (llama-bench -d), e.g. 0,1024,4096 for decode at long contexts")
 	kvTypeFlag := fs.String("kv-type", "f16", "element type of the KV pages: f16 (llama.cpp's and llama-bench's default) or f32")
+	weightsFlag := fs.String("weights", gguf.MemoryAuto.String(), gguf.MemoryUsage)
 	reps := fs.Int("reps", 5, "`repetitions`; the median is reported")
 	llamaBench := fs.String("llama-bench", "", "llama-bench `binary` to run on the same file with the same threads, interleaved with sluice's runs; prints both figures and their ratio")
 	jsonOut := fs.Bool("json", false, "print the results as JSON")
@@ -515,6 +523,11 @@ Flags:
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 		return 2
 	}
+	mem, err := gguf.ParseMemory(*weightsFlag)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice bench: --weights: %v\n", err)
+		return 2
+	}
 	if *gen < 1 || *reps < 1 {
 		fmt.Fprintln(stderr, "sluice bench: --gen and --reps must be positive")
 		return 2
@@ -566,11 +579,12 @@ Flags:
 	}
 	rep := benchReport{Kernels: kernels.Describe(), CPU: kernels.CPUFeatures()}
 	for _, path := range models {
-		lm, err := openModel(path)
+		lm, err := openModel(path, mem)
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 			return 1
 		}
+		rep.Weights = append(rep.Weights, benchWeights{Model: strings.TrimSuffix(filepath.Base(path), ".gguf"), Placement: lm.placed.String()})
 		for _, th := range threads {
 			rows, err := benchModel(lm, path, th, prompts, *gen, depths, *reps, kvType, *llamaBench, stderr)
 			if err != nil {
@@ -597,6 +611,9 @@ Flags:
 
 func printBench(w io.Writer, rep benchReport) {
 	fmt.Fprintf(w, "kernels: %s\ncpu: %s\n", rep.Kernels, rep.CPU)
+	for _, wt := range rep.Weights {
+		fmt.Fprintf(w, "weights: %s: %s\n", wt.Model, wt.Placement)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "model\tthreads\ttest\tsluice tok/s\tcpu\tllama.cpp\tratio\tweights GB\tread GB/s\tbw fraction\tcpu read GB/s\tcpu bw fraction\t\n")
 	for _, r := range rep.Rows {

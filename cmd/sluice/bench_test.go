@@ -21,12 +21,14 @@ func TestBenchCommandPrintsTable(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 7 || lines[0] != "kernels: "+kernels.Describe() || !strings.HasPrefix(lines[1], "cpu:") || !strings.Contains(lines[2], "llama.cpp") {
+	// stories260K is far below what --weights auto copies: it stays mapped.
+	if len(lines) != 8 || lines[0] != "kernels: "+kernels.Describe() || !strings.HasPrefix(lines[1], "cpu:") ||
+		!strings.HasPrefix(lines[2], "weights: stories260K: the file's shared mapping") || !strings.Contains(lines[3], "llama.cpp") {
 		t.Fatalf("table:\n%s", out.String())
 	}
 	// Without --llama-bench there is no llama.cpp figure and no ratio;
 	// the decode rows carry the bandwidth fraction.
-	for i, l := range lines[3:] {
+	for i, l := range lines[4:] {
 		f := strings.Fields(l)
 		test := []string{"pp16", "tg4"}[i%2]
 		if f[0] != "stories260K" || f[2] != test || f[5] != "—" || f[6] != "—" {
@@ -35,6 +37,27 @@ func TestBenchCommandPrintsTable(t *testing.T) {
 		if test == "tg4" && (len(f) != 12 || !strings.HasSuffix(f[9], "%") || !strings.HasSuffix(f[11], "%")) {
 			t.Errorf("decode row without the bandwidth fraction: %q", l)
 		}
+	}
+}
+
+// --weights copy moves the weights into anonymous memory and the bench
+// says so; a placement it does not know is refused before any model loads.
+func TestBenchWeightsFlag(t *testing.T) {
+	p := testenv.Shared(t, "models/stories260K.gguf")
+	var out, errb bytes.Buffer
+	if code := runBench([]string{"--model", p, "--weights", "copy", "--threads", "1", "--prompt", "8", "--gen", "2", "--reps", "1", "--json"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep benchReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Weights) != 1 || rep.Weights[0].Model != "stories260K" || !strings.HasPrefix(rep.Weights[0].Placement, "copied into anonymous huge pages") {
+		t.Errorf("weights %+v", rep.Weights)
+	}
+	errb.Reset()
+	if code := runBench([]string{"--model", p, "--weights", "hugepages"}, &bytes.Buffer{}, &errb); code != 2 || !strings.Contains(errb.String(), `--weights: "hugepages" is not a weights placement`) {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"sluice/internal/gguf"
 	"sluice/internal/testenv"
 )
 
@@ -212,7 +213,7 @@ Flags:
 			return fail(2, "--llama-server: %v", err)
 		}
 	}
-	lm, err := openModel(*modelPath)
+	lm, err := openModel(*modelPath, gguf.MemoryMap) // only its vocabulary and context are read
 	if err != nil {
 		return fail(1, "%v", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"sluice/internal/gguf"
 	"sluice/internal/testenv"
 )
 
@@ -363,7 +364,7 @@ Flags:
 	if _, err := pidCPU(os.Getpid()); err != nil {
 		return fail(1, "reading CPU time from /proc: %v (Linux only)", err)
 	}
-	lm, err := openModel(*modelPath)
+	lm, err := openModel(*modelPath, gguf.MemoryMap) // only its vocabulary and context are read
 	if err != nil {
 		return fail(1, "%v", err)
 	}

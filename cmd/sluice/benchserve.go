@@ -23,6 +23,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"sluice/internal/gguf"
 	"sluice/internal/testenv"
 )
 
@@ -636,7 +637,7 @@ Flags:
 			return b.fail(2, "--llama-server: %v", err)
 		}
 	}
-	lm, err := openModel(b.model)
+	lm, err := openModel(b.model, gguf.MemoryMap) // only its vocabulary and context are read
 	if err != nil {
 		return b.fail(1, "%v", err)
 	}

@@ -193,6 +193,21 @@ func TestServedModelNameAndContextWarning(t *testing.T) {
 // scheduler takes them, --help explains them, and a value out of bounds
 // (or a budget smaller than the chunk) is a usage error naming the flag,
 // before any model loads.
+// The roles that compute take --weights and refuse a placement they do
+// not know before loading anything.
+func TestWeightsFlagRefusesNonsense(t *testing.T) {
+	for _, role := range []string{"serve", "prefill", "decode"} {
+		_, out, _ := runBin(t, role, "--help")
+		if !strings.Contains(out, "-weights") || !strings.Contains(out, "anonymous huge pages") {
+			t.Errorf("%s --help lacks --weights", role)
+		}
+		code, _, errb := runBin(t, role, "--weights", "huge")
+		if code != 2 || !strings.Contains(errb, `--weights: "huge" is not a weights placement: use auto, mmap or copy`) {
+			t.Errorf("sluice %s --weights huge: exit %d, stderr %q", role, code, head(errb))
+		}
+	}
+}
+
 func TestBatchFlagsRefuseNonsense(t *testing.T) {
 	for _, role := range []string{"serve", "prefill", "decode"} {
 		_, out, _ := runBin(t, role, "--help")

@@ -107,15 +107,19 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	if err != nil {
 		return fail(2, "%v", err)
 	}
+	mem, err := o.memory()
+	if err != nil {
+		return fail(2, "%v", err)
+	}
 	secret, err := node.LoadSecret(o.secretFile)
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	m, err := node.LoadModel(o.model)
+	m, err := node.LoadModel(o.model, mem)
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	log.Info("model loaded", "model", m.Describe(), "fingerprint", m.Fingerprint().String())
+	log.Info("model loaded", "model", m.Describe(), "fingerprint", m.Fingerprint().String(), "weights", m.Placement.String())
 	o.setup(log, m, pools.Context)
 	rep := m.Preflight(pools, role)
 	logPreflight(log, rep)

@@ -80,11 +80,13 @@ type loadedModel struct {
 	file  *gguf.File
 	model *model.Model
 	tok   *tokenizer.Tokenizer
+	// placed is where the weights live (gguf.File.Place).
+	placed gguf.Placement
 }
 
 func (l *loadedModel) Close() error { return l.file.Close() }
 
-func openModel(path string) (*loadedModel, error) {
+func openModel(path string, mem gguf.Memory) (*loadedModel, error) {
 	var f *gguf.File
 	var err error
 	if path == "" {
@@ -93,6 +95,11 @@ func openModel(path string) (*loadedModel, error) {
 		f, err = gguf.Open(path)
 	}
 	if err != nil {
+		return nil, err
+	}
+	placed, err := f.Place(mem)
+	if err != nil {
+		f.Close()
 		return nil, err
 	}
 	m, err := model.Load(f)
@@ -109,7 +116,7 @@ func openModel(path string) (*loadedModel, error) {
 		f.Close()
 		return nil, genErr("vocab_mismatch", "the tokenizer has %d tokens but the model's embedding has %d rows", tok.Size(), m.Config().Vocab)
 	}
-	return &loadedModel{file: f, model: m, tok: tok}, nil
+	return &loadedModel{file: f, model: m, tok: tok, placed: placed}, nil
 }
 
 // generate runs one request through the same pieces the server uses: the
@@ -261,6 +268,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.PageSize, "page-size", kv.DefaultPageSize, "KV page size in `tokens`")
 	fs.IntVar(&o.Batch, "batch", 512, "prefill chunk size in `tokens`")
 	kvType := fs.String("kv-type", "f16", "element type of KV pages: f16 (llama.cpp's default) or f32")
+	weights := fs.String("weights", gguf.MemoryAuto.String(), gguf.MemoryUsage)
 	fs.BoolVar(&o.ParseSpecial, "special", false, "parse control tokens (e.g. <|im_start|>) written in the prompt")
 	fs.BoolVar(&o.IgnoreEOS, "ignore-eos", false, "keep generating past end-of-generation tokens")
 	var stops listFlag
@@ -295,11 +303,16 @@ Flags:
 		return 2
 	}
 	o.KVType = kt
+	mem, err := gguf.ParseMemory(*weights)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice generate: --weights: %v\n", err)
+		return 2
+	}
 	o.Stop = stops
 	o.Sampling.Temperature = float32(temp)
 	o.Sampling.TopP = float32(topP)
 	o.Sampling.Seed = seed
-	lm, err := openModel(o.ModelPath)
+	lm, err := openModel(o.ModelPath, mem)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice generate: %v\n", err)
 		return 1

@@ -4,13 +4,15 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"sluice/internal/gguf"
 )
 
 // sluice generate refuses a max_tokens whose sum with the prompt wraps an
 // int (before, prompt+max_tokens wrapped negative, passed the context
 // check and sized a pool from the wrapped count).
 func TestGenerateMaxTokensDoesNotWrap(t *testing.T) {
-	lm, err := openModel("")
+	lm, err := openModel("", gguf.MemoryAuto)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"sluice/internal/gguf"
 	"sluice/internal/testenv"
 )
 
@@ -54,7 +55,7 @@ func readRefJSON(t *testing.T, rel string, v any) {
 
 func openShared(t *testing.T, rel string) *loadedModel {
 	t.Helper()
-	lm, err := openModel(testenv.Shared(t, rel))
+	lm, err := openModel(testenv.Shared(t, rel), gguf.MemoryAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +282,7 @@ func TestGenerateSampledReplays(t *testing.T) {
 // runs; greedy output does not depend on the prefill chunk size, page size
 // or thread count (batch invariance through the whole command path).
 func TestGenerateDefaultModel(t *testing.T) {
-	lm, err := openModel("")
+	lm, err := openModel("", gguf.MemoryAuto)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"sluice/internal/engine"
+	"sluice/internal/gguf"
 	"sluice/internal/preflight"
 	"sluice/internal/router/node"
 )
@@ -91,7 +92,8 @@ and what to change. The servers run exactly this check at start (I2).
 		fmt.Fprintln(stderr, "preflight:", err)
 		return 2
 	}
-	m, err := node.LoadModel(o.model)
+	// Preflight computes nothing with the weights: the shared mapping.
+	m, err := node.LoadModel(o.model, gguf.MemoryMap)
 	if err != nil {
 		fmt.Fprintln(stderr, "preflight:", err)
 		return 2

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sluice/internal/engine"
+	"sluice/internal/gguf"
 	"sluice/internal/handoff"
 	"sluice/internal/handoff/tcp"
 	"sluice/internal/preflight"
@@ -105,7 +106,7 @@ Example:
 		log.Error(err.Error())
 		return 1
 	}
-	m, err := node.LoadModel(o.model)
+	m, err := node.LoadModel(o.model, gguf.MemoryMap) // the router computes nothing with the weights
 	if err != nil {
 		log.Error("cannot load the model", "err", err)
 		return 1

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"sluice/internal/engine"
+	"sluice/internal/gguf"
 	"sluice/internal/kv"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
@@ -38,10 +39,12 @@ type roleOpts struct {
 	kvMemory   string
 	poolTokens int
 	kvType     string
-	pageSize   int
-	kvVerify   string
-	threads    int
-	maxConc    int
+	// weights: --weights, where the weights live (roles that compute).
+	weights  string
+	pageSize int
+	kvVerify string
+	threads  int
+	maxConc  int
 	// chunk and stepTokens: the scheduler's prefill chunk and step token
 	// budget (--prefill-chunk, --max-num-batched-tokens).
 	chunk, stepTokens int
@@ -81,6 +84,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 		fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
 		fs.StringVar(&o.kvVerify, "kv-verify", defaultKVVerify, "when sealed KV pages are re-hashed against their seal digest (a mismatch quarantines the page and fails its readers): off; hit (a cached prefix page each time a request hits it); sample (hit, plus a bounded round-robin sweep of sealed pages, cached or private: at most 1 page a scheduler step and at most 0.5% of the forward steps' time); all (debugging: every sealed page every step)")
+		fs.StringVar(&o.weights, "weights", gguf.MemoryAuto.String(), gguf.MemoryUsage)
 		fs.StringVar(&o.kvType, "kv-type", preflight.KVF16, "element type of KV pages: f16 (half the bytes per token of f32, so twice the context in the same --kv-memory; llama.cpp's default) or f32. Every role must use the same (the handoff refuses a peer of another type)")
 		if o.worker {
 			fs.IntVar(&o.threads, "threads", roleThreads(availableCPUs(), false), "threads per forward step; by default the machine's cores, or the container's CPU limit (cgroup v2 cpu.max) when lower")
@@ -98,6 +102,19 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 	}
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+}
+
+// memory is --weights; roles without the flag (the router, which reads
+// the weights only for the fingerprint) keep the shared mapping.
+func (o *roleOpts) memory() (gguf.Memory, error) {
+	if o.weights == "" {
+		return gguf.MemoryMap, nil
+	}
+	m, err := gguf.ParseMemory(o.weights)
+	if err != nil {
+		return m, fmt.Errorf("--weights: %w", err)
+	}
+	return m, nil
 }
 
 func (o *roleOpts) pools() (node.Pools, error) {
@@ -317,6 +334,11 @@ Example:
 		fmt.Fprintln(os.Stderr, "serve:", err)
 		return 2
 	}
+	mem, err := o.memory()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "serve:", err)
+		return 2
+	}
 	maxBody, err := preflight.ParseBytes(o.maxBody)
 	if err != nil || maxBody <= 0 {
 		fmt.Fprintln(os.Stderr, "serve: --max-body must be a positive byte size")
@@ -332,7 +354,7 @@ Example:
 		return 1
 	}
 
-	m, err := node.LoadModel(o.model)
+	m, err := node.LoadModel(o.model, mem)
 	if err != nil {
 		log.Error("cannot load the model", "err", err)
 		return 1
@@ -341,7 +363,7 @@ Example:
 	if m.BuiltIn {
 		log.Info("no --model given: serving the built-in default model (synthetic random weights: its text is gibberish, but deterministic)", "model", m.Name)
 	} else {
-		log.Info("model loaded", "model", m.Name, "path", m.Path)
+		log.Info("model loaded", "model", m.Name, "path", m.Path, "weights", m.Placement.String())
 	}
 	o.setup(log, m, pools.Context)
 	mode := o.transport

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"sluice/internal/gguf"
 	"sluice/internal/router/node"
 )
 
@@ -15,7 +16,7 @@ import (
 // length and a hash; ids outside the vocabulary, a prefix shorter than a
 // page and a missing file refuse to start.
 func TestLoadSharedPrefix(t *testing.T) {
-	m, err := node.LoadModel("")
+	m, err := node.LoadModel("", gguf.MemoryAuto)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"sluice/internal/engine"
+	"sluice/internal/gguf"
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/sample"
@@ -676,7 +677,7 @@ func TestJoiningDecodeWorkerIsVetted(t *testing.T) {
 	// A decode worker whose pool holds another model's KV (I13): the
 	// Reserve of the vetting carries the router's fingerprint, which that
 	// worker refuses.
-	other, err := LoadModel(testenv.Shared(t, "models/tiny-qwen2-random-gpt2vocab.gguf"))
+	other, err := LoadModel(testenv.Shared(t, "models/tiny-qwen2-random-gpt2vocab.gguf"), gguf.MemoryAuto)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/gguf"
 	"sluice/internal/kv"
 	"sluice/internal/router"
 )
@@ -25,7 +26,7 @@ func TestDecodePrefixCacheThroughTheRouter(t *testing.T) {
 }
 
 func testDecodePrefixCache(t *testing.T, transport string) {
-	m, err := LoadModel("")
+	m, err := LoadModel("", gguf.MemoryAuto)
 	if err != nil {
 		t.Fatal(err)
 	}

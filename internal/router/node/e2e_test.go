@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"go.uber.org/goleak"
 
+	"sluice/internal/gguf"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
 	"sluice/internal/testenv"
@@ -57,7 +58,7 @@ func storiesRefs(t testing.TB) []refCase {
 
 func loadStories(t testing.TB) *Model {
 	t.Helper()
-	m, err := LoadModel(testenv.Shared(t, "models/stories260K.gguf"))
+	m, err := LoadModel(testenv.Shared(t, "models/stories260K.gguf"), gguf.MemoryAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func TestChatOnStories(t *testing.T) {
 }
 
 func TestBuiltInDefaultModel(t *testing.T) {
-	m, err := LoadModel("")
+	m, err := LoadModel("", gguf.MemoryAuto)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,15 +30,19 @@ type Model struct {
 	Runtime *engine.ModelRuntime
 	Tok     *tokenizer.Tokenizer
 	Shape   preflight.Model
-	file    *gguf.File
+	// Placement is where the weights live (LoadModel's mem); zero for the
+	// built-in model, which is not a file.
+	Placement gguf.Placement
+	file      *gguf.File
 }
 
 // BuiltInName names the built-in default model wherever it is shown.
 const BuiltInName = "sluice-default-synthetic"
 
-// LoadModel opens a GGUF model; an empty path loads the built-in default
-// model (deterministic synthetic weights, no download).
-func LoadModel(path string) (*Model, error) {
+// LoadModel opens a GGUF model with its weights placed as mem says
+// (gguf.File.Place); an empty path loads the built-in default model
+// (deterministic synthetic weights, no download).
+func LoadModel(path string, mem gguf.Memory) (*Model, error) {
 	m := &Model{Path: path}
 	var f *gguf.File
 	var err error
@@ -55,6 +59,11 @@ func LoadModel(path string) (*Model, error) {
 		}
 		f, err = gguf.Open(path)
 		m.Name = modelName(path)
+		if err == nil {
+			if m.Placement, err = f.Place(mem); err != nil {
+				f.Close()
+			}
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", m.describe(), err)

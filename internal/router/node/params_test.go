@@ -8,6 +8,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"sluice/internal/gguf"
 )
 
 // TestSamplingParametersEndToEnd: through HTTP, the tokenizer and the
@@ -15,7 +17,7 @@ import (
 // exactly what the colocated stack gives (the oracle), in a shape the
 // official client parses; a json_object response format is refused.
 func TestSamplingParametersEndToEnd(t *testing.T) {
-	m, err := LoadModel("")
+	m, err := LoadModel("", gguf.MemoryAuto)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"sluice/internal/gguf"
 	"sluice/internal/router"
 )
 
@@ -71,7 +72,7 @@ func TestPrefixCacheThroughTheRouter(t *testing.T) {
 }
 
 func testPrefixCacheThroughTheRouter(t *testing.T, mode LocalConfig, role string) {
-	m, err := LoadModel("")
+	m, err := LoadModel("", gguf.MemoryAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestSharedPrefixThroughTheRouter(t *testing.T) {
 			name, role = "colocated", "colocated"
 		}
 		t.Run(name, func(t *testing.T) {
-			m, err := LoadModel("")
+			m, err := LoadModel("", gguf.MemoryAuto)
 			if err != nil {
 				t.Fatal(err)
 			}

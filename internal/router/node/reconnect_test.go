@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
+
+	"sluice/internal/gguf"
 )
 
 // connTracker is a listener factory that remembers the connections its
@@ -56,7 +58,7 @@ func (l trackedListener) Accept() (net.Conn, error) {
 
 func loadBuiltIn(t testing.TB) *Model {
 	t.Helper()
-	m, err := LoadModel("")
+	m, err := LoadModel("", gguf.MemoryAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
