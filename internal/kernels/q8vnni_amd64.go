@@ -64,6 +64,16 @@ var hasAVXVNNI = cpu.X86.HasAVXVNNI
 // what an AVX2-only CPU (Zen 3) runs can be measured on a newer one.
 func init() {
 	setAVX2VNNI(hasAVXVNNI && os.Getenv("SLUICE_AVXVNNI") != "off")
+	// On a Zen 5 (AVX2 path, 1 thread pinned, bench-110M-q8_0, interleaved)
+	// the plain VPSIGNB tile, with the column chunks and interleaving the
+	// VNNI tile lacks, prefilled at 559-561 / 512 tok/s (pp128 / pp512)
+	// against the VNNI tile's 476 / 439; the VNNI Q4_K kernel stays ahead
+	// there (1,179 / 997 against 1,065 / 934). On a Sapphire Rapids the
+	// VNNI Q8_0 tile ran at 91 GFLOP/s against 73 for the plain one of
+	// then; Intel keeps it.
+	if cpuVendorAMD() {
+		avx2VNNI = false
+	}
 }
 
 // setAVX2VNNI switches the AVX2 path's Q8_0 tile and the 8-row Q4_K
@@ -83,7 +93,8 @@ func setAVX2VNNI(on bool) {
 	}
 }
 
-// avx2VNNI: the AVX2 path's Q8_0 tile uses VPDPBUSD (setAVX2VNNI).
+// avx2VNNI: the AVX2 path's Q8_0 tile uses VPDPBUSD (setAVX2VNNI; off
+// on AMD CPUs, see init).
 var avx2VNNI bool
 
 // q4KTile8x2VNNI is q4KTile8x2AVX2 with VPDPBUSD (q4kvnni_amd64.s): the
