@@ -1,4 +1,5 @@
 #include "textflag.h"
+#include "reduce_amd64.h"
 
 DATA q8mvones<>+0(SB)/8, $0x0001000100010001
 DATA q8mvones<>+8(SB)/8, $0x0001000100010001
@@ -107,30 +108,10 @@ q8mv_red:
 	VADDPS Y13, Y9, Y1
 	VADDPS Y14, Y10, Y2
 	VADDPS Y15, Y11, Y3
-	VEXTRACTF128 $1, Y0, X4
-	VADDPS X4, X0, X0
-	VMOVHLPS X0, X0, X4
-	VADDPS X4, X0, X0
-	VMOVSHDUP X0, X4
-	VADDSS X4, X0, X0
-	VEXTRACTF128 $1, Y1, X4
-	VADDPS X4, X1, X1
-	VMOVHLPS X1, X1, X4
-	VADDPS X4, X1, X1
-	VMOVSHDUP X1, X4
-	VADDSS X4, X1, X1
-	VEXTRACTF128 $1, Y2, X4
-	VADDPS X4, X2, X2
-	VMOVHLPS X2, X2, X4
-	VADDPS X4, X2, X2
-	VMOVSHDUP X2, X4
-	VADDSS X4, X2, X2
-	VEXTRACTF128 $1, Y3, X4
-	VADDPS X4, X3, X3
-	VMOVHLPS X3, X3, X4
-	VADDPS X4, X3, X3
-	VMOVSHDUP X3, X4
-	VADDSS X4, X3, X3
+	REDUCE8Y(Y0, X0, X4)
+	REDUCE8Y(Y1, X1, X4)
+	REDUCE8Y(Y2, X2, X4)
+	REDUCE8Y(Y3, X3, X4)
 	VMOVSS X0, (DI)
 	VMOVSS X1, (DI)(R15*1)
 	VMOVSS X2, (DI)(R15*2)
@@ -182,18 +163,6 @@ q8mv_done:
 	VMULPS Z1, Z10, Z10 \
 	VFMADD231PS Z10, Z9, K1, ACC
 
-// RED16Z reduces the 16 canonical lanes of Z (j += j+8, then REDUCE8Y's
-// j += j+4, j+2, j+1) into the low lane of X (Y's low half); TX scratch.
-#define RED16Z(Z, ZH, Y, X, TX) \
-	VEXTRACTF64X4 $1, Z, Y \
-	VADDPS Y, ZH, Y \
-	VEXTRACTF128 $1, Y, TX \
-	VADDPS TX, X, X \
-	VMOVHLPS X, X, TX \
-	VADDPS TX, X, X \
-	VMOVSHDUP X, TX \
-	VADDSS TX, X, X
-
 // func rowsQ8_0AVX512x4(out *float32, w, x *byte, dx *float32, nGroups, nb int)
 // The AVX-512 Q8_0 matvec, four rows a pass in the streams of
 // rowsQ8_0AVX2x4 (rows i, Q+i, 2Q+i, 3Q+i, each read front to back and
@@ -224,10 +193,10 @@ q8zmv_group:
 	JZ   q8zmv_done
 	LEAQ (SI)(R13*2), BX
 	ADDQ R13, BX          // row 3
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
 	MOVQ DX, CX
 	MOVQ R11, R12
 	MOVQ R9, R10
@@ -249,10 +218,10 @@ q8zmv_pair:
 	VPDPBUSD Z0, Z31, Z2  // 128*sum4(x) a lane
 	VPXORD Z3, Z3, Z3
 	VPSUBD Z2, Z3, Z2
-	Q8ZMV(2(SI), 36(SI), (SI), 34(SI), Z16)
-	Q8ZMV(2(SI)(R13*1), 36(SI)(R13*1), (SI)(R13*1), 34(SI)(R13*1), Z17)
-	Q8ZMV(2(SI)(R13*2), 36(SI)(R13*2), (SI)(R13*2), 34(SI)(R13*2), Z18)
-	Q8ZMV(2(BX), 36(BX), (BX), 34(BX), Z19)
+	Q8ZMV(2(SI), 36(SI), (SI), 34(SI), Z4)
+	Q8ZMV(2(SI)(R13*1), 36(SI)(R13*1), (SI)(R13*1), 34(SI)(R13*1), Z5)
+	Q8ZMV(2(SI)(R13*2), 36(SI)(R13*2), (SI)(R13*2), 34(SI)(R13*2), Z6)
+	Q8ZMV(2(BX), 36(BX), (BX), 34(BX), Z7)
 	ADDQ $68, SI
 	ADDQ $68, BX
 	ADDQ $68, CX
@@ -269,17 +238,17 @@ q8zmv_single:
 	VPDPBUSD Z0, Z31, Z2
 	VPXORD Z3, Z3, Z3
 	VPSUBD Z2, Z3, Z2
-	Q8ZMV1(2(SI), (SI), Z16)
-	Q8ZMV1(2(SI)(R13*1), (SI)(R13*1), Z17)
-	Q8ZMV1(2(SI)(R13*2), (SI)(R13*2), Z18)
-	Q8ZMV1(2(BX), (BX), Z19)
+	Q8ZMV1(2(SI), (SI), Z4)
+	Q8ZMV1(2(SI)(R13*1), (SI)(R13*1), Z5)
+	Q8ZMV1(2(SI)(R13*2), (SI)(R13*2), Z6)
+	Q8ZMV1(2(BX), (BX), Z7)
 	ADDQ $34, BX
 
 q8zmv_red:
-	RED16Z(Z16, Y16, Y4, X4, X8)
-	RED16Z(Z17, Y17, Y5, X5, X8)
-	RED16Z(Z18, Y18, Y6, X6, X8)
-	RED16Z(Z19, Y19, Y7, X7, X8)
+	REDUCE16Z(Z4, Y4, X4, Y8, X8)
+	REDUCE16Z(Z5, Y5, X5, Y8, X8)
+	REDUCE16Z(Z6, Y6, X6, Y8, X8)
+	REDUCE16Z(Z7, Y7, X7, Y8, X8)
 	VMOVSS X4, (DI)
 	VMOVSS X5, (DI)(R15*1)
 	VMOVSS X6, (DI)(R15*2)
