@@ -44,7 +44,7 @@ func ParseMemory(s string) (Memory, error) {
 }
 
 // MemoryUsage is the help text of the --weights flags.
-const MemoryUsage = "where the model's weights live: auto (keep the file's shared mapping when the page cache holds it on 2 MiB pages, else copy it into anonymous huge pages: decode streams every weight each token, and on 4 KiB pages that costs up to a fifth of its speed), mmap (always the shared mapping: least memory when several processes serve one file), copy (always the private huge-page copy)"
+const MemoryUsage = "where the model's weights live: auto (keep the file's shared mapping when the page cache holds it on 2 MiB pages, else copy it into anonymous huge pages when the machine, or the container's cgroup memory limit, has twice its size to spare: decode streams every weight each token, and on 4 KiB pages that costs up to a fifth of its speed), mmap (always the shared mapping: least memory when several processes serve one file), copy (always the private huge-page copy)"
 
 // Placement is what Place did.
 type Placement struct {
@@ -75,12 +75,17 @@ const autoCopyMin = 64 << 20
 
 // decideMemory is MemoryAuto's choice for a mapped file of size bytes of
 // which huge are on 2 MiB pages (-1: unknown), with thp telling whether
-// the kernel grants anonymous huge pages on advice. Measured on a Zen 5
-// (1 thread, TinyLlama-shaped Q4_K, 620 MB): decode from the mapping with
-// 16% of it on 2 MiB pages 44-46 tok/s, from the same mapping with 94%
-// on 2 MiB pages 54-55, from the anonymous copy 54-55.
-func decideMemory(size, huge int64, thp bool) Memory {
-	if !thp || size < autoCopyMin || huge < 0 || huge >= size/10*9 {
+// the kernel grants anonymous huge pages on advice and room the memory
+// the process may still take (memoryRoom; -1: unknown). Measured on a
+// Zen 5 (1 thread, TinyLlama-shaped Q4_K, 620 MB): decode from the
+// mapping with 16% of it on 2 MiB pages 44-46 tok/s, from the same
+// mapping with 94% on 2 MiB pages 54-55, from the anonymous copy 54-55.
+// The copy is anonymous memory that cannot be reclaimed (the mapping's
+// page cache can), so it is made only with twice its size to spare: a
+// container whose memory limit holds the model once keeps the mapping
+// rather than risk the OOM killer.
+func decideMemory(size, huge int64, thp bool, room int64) Memory {
+	if !thp || size < autoCopyMin || huge < 0 || huge >= size/10*9 || room < 0 || room/2 < size {
 		return MemoryMap
 	}
 	return MemoryCopy
@@ -97,7 +102,7 @@ func (f *File) Place(m Memory) (Placement, error) {
 	}
 	if m == MemoryAuto {
 		p.HugeBytes = hugeMapped(f.data)
-		if decideMemory(p.Bytes, p.HugeBytes, anonHugeAdvised()) == MemoryMap {
+		if decideMemory(p.Bytes, p.HugeBytes, anonHugeAdvised(), memoryRoom()) == MemoryMap {
 			return p, nil
 		}
 	}

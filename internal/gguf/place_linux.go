@@ -80,3 +80,44 @@ func copyToAnon(b []byte) ([]byte, error) {
 	}
 	return c, nil
 }
+
+// memoryRoom is what the process may still take: MemAvailable from
+// /proc/meminfo, lowered to memory.max - memory.current of the cgroup v2
+// at /sys/fs/cgroup (a container's own, in its cgroup namespace); -1
+// when MemAvailable cannot be read.
+func memoryRoom() int64 {
+	return roomFrom("/proc/meminfo", "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current")
+}
+
+func roomFrom(meminfo, cgMax, cgCurrent string) int64 {
+	b, err := os.ReadFile(meminfo)
+	if err != nil {
+		return -1
+	}
+	room := int64(-1)
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		f := bytes.Fields(line)
+		if len(f) == 3 && string(f[0]) == "MemAvailable:" && string(f[2]) == "kB" {
+			if kb, err := strconv.ParseInt(string(f[1]), 10, 64); err == nil && kb >= 0 && kb < 1<<53 {
+				room = kb << 10
+			}
+		}
+	}
+	if room < 0 {
+		return -1
+	}
+	limit, err1 := readInt(cgMax)
+	used, err2 := readInt(cgCurrent)
+	if err1 == nil && err2 == nil { // "max" (no limit) fails to parse
+		room = min(room, max(0, limit-used))
+	}
+	return room
+}
+
+func readInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
+}

@@ -99,3 +99,65 @@ func TestPlaceAutoSmallKeepsMapping(t *testing.T) {
 		t.Errorf("mmap moved the bytes: %+v", p)
 	}
 }
+
+func TestRoomFrom(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mi := write("meminfo", "MemTotal:       24000000 kB\nMemFree:        1000 kB\nMemAvailable:   20000000 kB\n")
+	limited, used := write("max", "3221225472\n"), write("current", "1073741824\n")
+	unlimited := write("max-none", "max\n")
+	missing := filepath.Join(dir, "none")
+	for _, c := range []struct {
+		name              string
+		meminfo, max, cur string
+		want              int64
+	}{
+		{"no cgroup limit file", mi, missing, missing, 20000000 << 10},
+		{"cgroup without a limit", mi, unlimited, used, 20000000 << 10},
+		{"container limit 3 GiB, 1 GiB used", mi, limited, used, 2 << 30},
+		{"over its limit", mi, used, limited, 0},
+		{"no meminfo", missing, limited, used, -1},
+		{"meminfo without MemAvailable", write("old", "MemTotal: 1 kB\n"), limited, used, -1},
+	} {
+		if got := roomFrom(c.meminfo, c.max, c.cur); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+	if memoryRoom() <= 0 {
+		t.Errorf("memoryRoom() = %d on this machine", memoryRoom())
+	}
+}
+
+func TestSmapsHuge(t *testing.T) {
+	smaps := []byte(`55d1c0000000-55d1c0400000 r--p 00000000 fd:00 12 /usr/bin/sluice
+Size:               4096 kB
+FilePmdMapped:      2048 kB
+VmFlags: rd mr mw me
+7f0000000000-7f0026c00000 r--s 00000000 fd:00 34 /models/tl-q4_K.gguf
+Size:             634880 kB
+Rss:              607632 kB
+AnonHugePages:         0 kB
+FilePmdMapped:     98304 kB
+VmFlags: rd sh mr mw me ms hg
+7f0026c00000-7f0026e00000 rw-p 00000000 00:00 0
+FilePmdMapped:         0 kB
+`)
+	if got := smapsHuge(smaps, 0x7f0000000000); got != 98304<<10 {
+		t.Errorf("mapping at 0x7f0000000000: %d bytes, want %d", got, 98304<<10)
+	}
+	if got := smapsHuge(smaps, 0x55d1c0000000); got != 2048<<10 {
+		t.Errorf("first mapping: %d", got)
+	}
+	if got := smapsHuge(smaps, 0x7f0000001000); got != -1 {
+		t.Errorf("no mapping starts there, got %d", got)
+	}
+	if got := smapsHuge([]byte("7f0000000000-7f0000200000 r--s 0 0 0 /x\nFilePmdMapped: lots\n"), 0x7f0000000000); got != -1 {
+		t.Errorf("malformed line read as %d", got)
+	}
+}

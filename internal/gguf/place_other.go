@@ -8,6 +8,8 @@ func hugeMapped([]byte) int64 { return -1 }
 
 func anonHugeAdvised() bool { return false }
 
+func memoryRoom() int64 { return -1 }
+
 func copyToAnon([]byte) ([]byte, error) {
 	return nil, errors.New("anonymous huge pages are a Linux feature")
 }

@@ -19,51 +19,28 @@ func TestParseMemory(t *testing.T) {
 
 func TestDecideMemory(t *testing.T) {
 	const mb = 1 << 20
+	const lots = 20 << 30
 	for _, c := range []struct {
 		size, huge int64
 		thp        bool
+		room       int64
 		want       Memory
 	}{
-		{620 * mb, 98 * mb, true, MemoryCopy},  // small folios: copy
-		{620 * mb, 584 * mb, true, MemoryMap},  // 94% on 2 MiB pages: share
-		{620 * mb, 558 * mb, true, MemoryMap},  // exactly 90%
-		{620 * mb, 557 * mb, true, MemoryCopy}, // just under
-		{620 * mb, 0, false, MemoryMap},        // no anonymous THP: a copy gains nothing
-		{620 * mb, -1, true, MemoryMap},        // smaps unreadable: do not guess
-		{autoCopyMin - 1, 0, true, MemoryMap},  // small: the caches hold it
-		{autoCopyMin, 0, true, MemoryCopy},
+		{620 * mb, 98 * mb, true, lots, MemoryCopy},  // small folios: copy
+		{620 * mb, 584 * mb, true, lots, MemoryMap},  // 94% on 2 MiB pages: share
+		{620 * mb, 558 * mb, true, lots, MemoryMap},  // exactly 90%
+		{620 * mb, 557 * mb, true, lots, MemoryCopy}, // just under
+		{620 * mb, 0, false, lots, MemoryMap},        // no anonymous THP: a copy gains nothing
+		{620 * mb, -1, true, lots, MemoryMap},        // smaps unreadable: do not guess
+		{autoCopyMin - 1, 0, true, lots, MemoryMap},  // small: the caches hold it
+		{autoCopyMin, 0, true, lots, MemoryCopy},
+		{620 * mb, 0, true, 1240 * mb, MemoryCopy}, // twice its size to spare
+		{620 * mb, 0, true, 1239 * mb, MemoryMap},  // a container that holds it about once
+		{620 * mb, 0, true, -1, MemoryMap},         // room unknown
 	} {
-		if got := decideMemory(c.size, c.huge, c.thp); got != c.want {
-			t.Errorf("decideMemory(%d, %d, %v) = %v, want %v", c.size, c.huge, c.thp, got, c.want)
+		if got := decideMemory(c.size, c.huge, c.thp, c.room); got != c.want {
+			t.Errorf("decideMemory(%d, %d, %v, %d) = %v, want %v", c.size, c.huge, c.thp, c.room, got, c.want)
 		}
-	}
-}
-
-func TestSmapsHuge(t *testing.T) {
-	smaps := []byte(`55d1c0000000-55d1c0400000 r--p 00000000 fd:00 12 /usr/bin/sluice
-Size:               4096 kB
-FilePmdMapped:      2048 kB
-VmFlags: rd mr mw me
-7f0000000000-7f0026c00000 r--s 00000000 fd:00 34 /models/tl-q4_K.gguf
-Size:             634880 kB
-Rss:              607632 kB
-AnonHugePages:         0 kB
-FilePmdMapped:     98304 kB
-VmFlags: rd sh mr mw me ms hg
-7f0026c00000-7f0026e00000 rw-p 00000000 00:00 0
-FilePmdMapped:         0 kB
-`)
-	if got := smapsHuge(smaps, 0x7f0000000000); got != 98304<<10 {
-		t.Errorf("mapping at 0x7f0000000000: %d bytes, want %d", got, 98304<<10)
-	}
-	if got := smapsHuge(smaps, 0x55d1c0000000); got != 2048<<10 {
-		t.Errorf("first mapping: %d", got)
-	}
-	if got := smapsHuge(smaps, 0x7f0000001000); got != -1 {
-		t.Errorf("no mapping starts there, got %d", got)
-	}
-	if got := smapsHuge([]byte("7f0000000000-7f0000200000 r--s 0 0 0 /x\nFilePmdMapped: lots\n"), 0x7f0000000000); got != -1 {
-		t.Errorf("malformed line read as %d", got)
 	}
 }
 
