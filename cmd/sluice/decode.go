@@ -119,7 +119,11 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	log.Info("model loaded", "model", m.Describe(), "fingerprint", m.Fingerprint().String(), "weights", m.Placement.String())
+	weights := m.Placement.String()
+	if m.BuiltIn {
+		weights = "built in (generated in memory)"
+	}
+	log.Info("model loaded", "model", m.Describe(), "fingerprint", m.Fingerprint().String(), "weights", weights)
 	o.setup(log, m, pools.Context)
 	rep := m.Preflight(pools, role)
 	logPreflight(log, rep)

@@ -58,12 +58,12 @@ type Placement struct {
 func (p Placement) String() string {
 	var s string
 	if p.Memory == MemoryCopy {
-		s = fmt.Sprintf("copied into anonymous huge pages (%d MB)", p.Bytes>>20)
+		s = fmt.Sprintf("copied into anonymous huge pages (%d MiB)", p.Bytes>>20)
 	} else {
-		s = fmt.Sprintf("the file's shared mapping (%d MB)", p.Bytes>>20)
+		s = fmt.Sprintf("the file's shared mapping (%d MiB)", p.Bytes>>20)
 	}
 	if p.HugeBytes >= 0 && p.Bytes > 0 {
-		s += fmt.Sprintf("; the page cache held %d%% of it on 2 MiB pages", 100*p.HugeBytes/p.Bytes)
+		s += fmt.Sprintf("; the page cache held %.0f%% of it on 2 MiB pages", 100*float64(p.HugeBytes)/float64(p.Bytes))
 	}
 	return s
 }
