@@ -1,4 +1,5 @@
 #include "textflag.h"
+#include "reduce_amd64.h"
 
 // Fused multi-query attention kernels (mqa.go): the scores of every query
 // row sharing a KV head against a block of K rows, and the value rows of a
@@ -21,21 +22,7 @@ DATA mqaIota<>+48(SB)/8, $0x0000000d0000000c
 DATA mqaIota<>+56(SB)/8, $0x0000000f0000000e
 GLOBL mqaIota<>(SB), RODATA|NOPTR, $64
 
-// MRED8 folds s8 (Y; X its low half) into lane 0 of X by the tree
-// j += j+4, j+2, j+1.
-#define MRED8(Y, X, TX) \
-	VEXTRACTF128 $1, Y, TX \
-	VADDPS TX, X, X \
-	VMOVHLPS X, X, TX \
-	VADDPS TX, X, X \
-	VMOVSHDUP X, TX \
-	VADDSS TX, X, X
-
-// MRED16 folds the 16 lanes of Z into lane 0 of X (j += j+8, +4, +2, +1).
-#define MRED16(Z, Y, X, TY, TX) \
-	VEXTRACTF64X4 $1, Z, TY \
-	VADDPS TY, Y, Y \
-	MRED8(Y, X, TX)
+// The reductions (REDUCE8Y, REDUCE16Z) are reduce_amd64.h's.
 
 // ---------------------------------------------------------------- AVX2 scores
 //
@@ -198,7 +185,7 @@ tail1: \
 	VFMADD231PS Y11, Y9, Y1 \
 red1: \
 	VADDPS Y1, Y0, Y0 \
-	MRED8(Y0, X0, X10) \
+	REDUCE8Y(Y0, X0, X10) \
 	VMOVSS X0, (R14) \
 	ADDQ $4, R14 \
 	ADDQ R11, R10 \
@@ -345,7 +332,7 @@ tail1: \
 	VMOVUPS.Z (AX), K1, Z10 \
 	VFMADD231PS Z10, Z8, Z0 \
 red1: \
-	MRED16(Z0, Y0, X0, Y10, X10) \
+	REDUCE16Z(Z0, Y0, X0, Y10, X10) \
 	VMOVSS X0, (R14) \
 	ADDQ $4, R14 \
 	ADDQ R11, R10 \
