@@ -104,12 +104,9 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 }
 
-// memory is --weights; roles without the flag (the router, which reads
-// the weights only for the fingerprint) keep the shared mapping.
+// memory is --weights (the roles that compute; the router always keeps
+// the shared mapping).
 func (o *roleOpts) memory() (gguf.Memory, error) {
-	if o.weights == "" {
-		return gguf.MemoryMap, nil
-	}
 	m, err := gguf.ParseMemory(o.weights)
 	if err != nil {
 		return m, fmt.Errorf("--weights: %w", err)

@@ -101,8 +101,14 @@ func (f *File) Place(m Memory) (Placement, error) {
 		return p, nil
 	}
 	if m == MemoryAuto {
+		// Faulting the mapping in to read its page sizes reads the file:
+		// not for a file that would stay mapped even if none were huge.
+		thp, room := anonHugeAdvised(), memoryRoom()
+		if decideMemory(p.Bytes, 0, thp, room) == MemoryMap {
+			return p, nil
+		}
 		p.HugeBytes = hugeMapped(f.data)
-		if decideMemory(p.Bytes, p.HugeBytes, anonHugeAdvised(), memoryRoom()) == MemoryMap {
+		if decideMemory(p.Bytes, p.HugeBytes, thp, room) == MemoryMap {
 			return p, nil
 		}
 	}
