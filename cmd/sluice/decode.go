@@ -115,7 +115,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	m, err := node.LoadModel(o.model, mem)
+	m, err := loadModel(log, o.model, o.hf, mem)
 	if err != nil {
 		return fail(1, "%v", err)
 	}

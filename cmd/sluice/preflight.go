@@ -11,7 +11,6 @@ import (
 	"sluice/internal/engine"
 	"sluice/internal/gguf"
 	"sluice/internal/preflight"
-	"sluice/internal/router/node"
 )
 
 func init() {
@@ -39,7 +38,8 @@ func runPreflight(args []string, stdout, stderr io.Writer) int {
 		endpoint string
 		apiKey   string
 	)
-	fs.StringVar(&o.model, "model", "", "GGUF model file; empty checks the built-in default model")
+	fs.StringVar(&o.model, "model", "", "GGUF model: a file path or hf://ORG/REPO[:QUANT | /FILE.gguf] (fetched into the Hugging Face cache, see sluice serve -hf); empty checks the built-in default model")
+	fs.StringVar(&o.hf, "hf", "", hfUsage)
 	fs.StringVar(&o.context, "context", "auto", "the context the roles will be started with, in tokens, or \"auto\"")
 	fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB); the same default as sluice serve and the workers; ignored when --kv-pool-tokens is set")
 	fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
@@ -93,7 +93,7 @@ and what to change. The servers run exactly this check at start (I2).
 		return 2
 	}
 	// Preflight computes nothing with the weights: the shared mapping.
-	m, err := node.LoadModel(o.model, gguf.MemoryMap)
+	m, err := loadModel(nil, o.model, o.hf, gguf.MemoryMap)
 	if err != nil {
 		fmt.Fprintln(stderr, "preflight:", err)
 		return 2

@@ -106,7 +106,7 @@ Example:
 		log.Error(err.Error())
 		return 1
 	}
-	m, err := node.LoadModel(o.model, gguf.MemoryMap) // the router computes nothing with the weights
+	m, err := loadModel(log, o.model, o.hf, gguf.MemoryMap) // the router computes nothing with the weights
 	if err != nil {
 		log.Error("cannot load the model", "err", err)
 		return 1

@@ -34,7 +34,9 @@ func init() {
 // roleOpts are the flags every serving role shares: the model, the
 // context and the KV pool that preflight checks against it (I2).
 type roleOpts struct {
-	model      string
+	model string
+	// hf is -hf ORG/REPO[:QUANT] (llama-server's flag): --model hf://...
+	hf         string
 	context    string
 	kvMemory   string
 	poolTokens int
@@ -77,7 +79,8 @@ func roleThreads(cores int, sharedWithOtherRole bool) int {
 }
 
 func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
-	fs.StringVar(&o.model, "model", "", "GGUF model file; empty serves the built-in default model (synthetic random weights, no download)")
+	fs.StringVar(&o.model, "model", "", modelUsage)
+	fs.StringVar(&o.hf, "hf", "", hfUsage)
 	fs.StringVar(&o.context, "context", "auto", "context length in tokens, or \"auto\": the model's training context lowered to what every KV pool holds (logged). An explicit value larger than a pool refuses to start (I2)")
 	if pool {
 		fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB); ignored when --kv-pool-tokens is set")
@@ -351,7 +354,7 @@ Example:
 		return 1
 	}
 
-	m, err := node.LoadModel(o.model, mem)
+	m, err := loadModel(log, o.model, o.hf, mem)
 	if err != nil {
 		log.Error("cannot load the model", "err", err)
 		return 1

@@ -7,8 +7,12 @@
 package node
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"regexp"
+	"strings"
 
 	"sluice/internal/engine"
 	"sluice/internal/gguf"
@@ -55,7 +59,7 @@ func LoadModel(path string, mem gguf.Memory) (*Model, error) {
 		m.Name, m.BuiltIn = BuiltInName, true
 	} else {
 		if _, serr := os.Stat(path); serr != nil {
-			return nil, fmt.Errorf("model file: %w", serr)
+			return nil, missingModel(path, serr)
 		}
 		f, err = gguf.Open(path)
 		m.Name = modelName(path)
@@ -188,3 +192,20 @@ func (a tokAdapter) IsEOG(id int32) bool        { return a.t.IsEOG(id) }
 
 // TokenText is one token's bytes, special tokens as their text (logprobs).
 func (a tokAdapter) TokenText(id int32) string { return a.t.TokenText(id) }
+
+// repoLike is a path shaped as a Hugging Face repository id (ORG/REPO),
+// what a vLLM user types as --model.
+var repoLike = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// missingModel is the error for a --model path that cannot be read: what
+// was wrong, and how to get a model, rather than a bare stat error.
+func missingModel(path string, err error) error {
+	if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("model file %s: %w", path, err)
+	}
+	hint := "to run a model from Hugging Face, give --model hf://ORG/REPO[:QUANT] (e.g. hf://Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M; downloaded once into the Hugging Face cache and verified), or omit --model to serve the built-in model"
+	if repoLike.MatchString(path) && !strings.HasSuffix(strings.ToLower(path), ".gguf") {
+		hint = fmt.Sprintf("if %s is a Hugging Face repository, give --model hf://%s (sluice runs GGUF files: for a model published as safetensors, use its ...-GGUF repository, e.g. hf://%s-GGUF:Q4_K_M)", path, path, path)
+	}
+	return fmt.Errorf("model file %s does not exist; %s [model_not_found]", path, hint)
+}
