@@ -23,7 +23,7 @@ func (r RopeType) String() string {
 
 // Config is a model's shape and hyper-parameters as read from GGUF metadata.
 type Config struct {
-	Arch        string // "llama" or "qwen2"
+	Arch        string // general.architecture: one of Architectures()
 	Vocab       int
 	Embd        int // n_embd
 	Layers      int
@@ -38,6 +38,17 @@ type Config struct {
 	RMSEps      float32
 	Context     int  // trained context length
 	QKVBias     bool // qwen2: attn_q/k/v carry biases
+	QKNorm      bool // qwen3, gemma3: per-head RMSNorm of Q and K before RoPE
+	// SlidingWindow is the attention window of the sliding layers in
+	// positions (a token sees itself and the SlidingWindow-1 before it);
+	// 0: every layer attends over the whole context. gemma3.
+	SlidingWindow int
+	// SlidingPattern: layer i is a sliding layer unless i%SlidingPattern
+	// == SlidingPattern-1 (gemma3: 6, every sixth layer is global).
+	SlidingPattern int
+	// RopeBaseSWA is the RoPE base of the sliding layers (gemma3: 10000,
+	// unscaled); the global layers use RopeBase and RopeScaling.
+	RopeBaseSWA float32
 	TiedOutput  bool // no output.weight: logits use token_embd
 	ModelName   string
 	FileType    string
@@ -62,6 +73,9 @@ func (c Config) validate() error {
 			return errf(CodeBadMetadata, "%s %s is %d; it must be positive", c.Arch, p.name, p.v)
 		}
 	}
+	if c.SlidingWindow < 0 || c.SlidingPattern < 0 {
+		return errf(CodeBadMetadata, "%s sliding window %d / pattern %d must not be negative", c.Arch, c.SlidingWindow, c.SlidingPattern)
+	}
 	// Bounds keep every buffer size computed from these numbers far from
 	// overflow and refuse files whose shapes are nonsense.
 	if c.Vocab > 1<<22 || c.Embd > 1<<16 || c.Layers > 1024 || c.Heads > 1024 || c.FF > 1<<18 || c.HeadDim > 1024 {
@@ -82,7 +96,19 @@ func (c Config) validate() error {
 	return nil
 }
 
+// Sliding reports whether layer l attends over a sliding window.
+func (c Config) Sliding(l int) bool {
+	return c.SlidingWindow > 0 && c.SlidingPattern > 0 && l%c.SlidingPattern < c.SlidingPattern-1
+}
+
 func (c Config) String() string {
-	return fmt.Sprintf("%s: vocab %d, n_embd %d, layers %d, heads %d (kv %d, dim %d), ff %d, rope %s base %g dims %d, eps %g, ctx %d",
+	s := fmt.Sprintf("%s: vocab %d, n_embd %d, layers %d, heads %d (kv %d, dim %d), ff %d, rope %s base %g dims %d, eps %g, ctx %d",
 		c.Arch, c.Vocab, c.Embd, c.Layers, c.Heads, c.KVHeads, c.HeadDim, c.FF, c.Rope, c.RopeBase, c.RopeDim, c.RMSEps, c.Context)
+	if c.QKNorm {
+		s += ", q/k norm"
+	}
+	if c.SlidingWindow > 0 {
+		s += fmt.Sprintf(", sliding window %d (every %dth layer global, sliding rope base %g)", c.SlidingWindow, c.SlidingPattern, c.RopeBaseSWA)
+	}
+	return s
 }

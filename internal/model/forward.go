@@ -10,29 +10,39 @@ import (
 	"sluice/internal/quant"
 )
 
-// Model is a loaded Llama-family model. Weight matrices alias the file's
-// mapping; a Model is immutable and shared by every Runner.
+// Model is a loaded decoder-only transformer. Weight matrices alias the
+// file's mapping; a Model is immutable and shared by every Runner.
+//
+// The parts every architecture shares live here (token embedding, final
+// norm, output projection, RoPE tables); the layer stack is the
+// architecture's own blocks (see arch.go and the arch_*.go files).
 type Model struct {
 	cfg     Config
 	tokEmbd kernels.Matrix // Vocab rows of Embd
-	layers  []layer
-	outNorm []float32
-	output  kernels.Matrix // Vocab rows of Embd; token_embd itself when tied
-	// ropeScale = base^(-2/RopeDim), ggml's theta_scale.
-	ropeScale float32
-	// ropeFreqScale is 1/factor of linear RoPE scaling (1 without).
-	ropeFreqScale float32
-	// ropeFreqs are per-pair frequency divisors (rope_freqs.weight), or nil.
-	ropeFreqs []float32
-	attnScale float32 // 1/sqrt(head_dim)
+	// embdScale multiplies every embedding row (gemma: sqrt(n_embd)); 0
+	// leaves the rows as decoded.
+	embdScale float32
+	blocks    []block // one per layer, run in order
+	outNorm   []float32
+	output    kernels.Matrix // Vocab rows of Embd; token_embd itself when tied
+	// ropes are the RoPE variants the layers use (one for most
+	// architectures; gemma3's sliding and global layers turn by different
+	// bases). An attention block names its variant by index.
+	ropes []ropeParams
+	// attnScale multiplies the attention scores before the softmax:
+	// 1/sqrt(head_dim), or 1 where the architecture scales the queries
+	// instead (gemma3).
+	attnScale float32
 }
 
-type layer struct {
-	attnNorm       []float32
-	wq, wk, wv, wo kernels.Matrix
-	bq, bk, bv     []float32 // nil unless Config.QKVBias
-	ffnNorm        []float32
-	gate, up, down kernels.Matrix
+// ropeParams are one RoPE variant's constants.
+type ropeParams struct {
+	// scale = base^(-2/RopeDim), ggml's theta_scale.
+	scale float32
+	// freqScale is 1/factor of linear RoPE scaling (1 without).
+	freqScale float32
+	// freqs are per-pair frequency divisors (rope_freqs.weight), or nil.
+	freqs []float32
 }
 
 // Config returns the model's shape.
@@ -67,11 +77,19 @@ type Runner struct {
 	m   *Model
 	par *kernels.Parallel
 
-	// Per-token activations, grown to the largest step seen.
+	// n is the number of token rows in the current step; every
+	// activation below holds n rows.
+	n int
+	// res is the current step's results: a block that fails a sequence
+	// (its KV view refused a read) records the error there.
+	res []Result
+	// Per-token activations, grown to the largest step seen. x is the
+	// residual stream, xn a normed copy (a block's input), o a block's
+	// output; q, k, v, att the attention's; g, u the dense FFN's.
 	x, xn, q, k, v, att, o, g, u []float32
 	logits                       []float32
-	rcos, rsin                   []float32 // RoPE table, RopeDim/2 per token
-	tokID, tokPos                []int32   // the step's tokens and positions, in row order
+	rcos, rsin                   [][]float32 // per RoPE variant: the table, RopeDim/2 per token
+	tokID, tokPos                []int32     // the step's tokens and positions, in row order
 	acts                         []active
 	units                        []unit
 	spans                        []span
@@ -79,6 +97,9 @@ type Runner struct {
 	wide                         [][]float32 // one per attention slot: a prefill block's queries and outputs, packed
 	slots                        chan int    // free attention slots (indices into scores, wide)
 	rows                         []int
+	// window is the current attention layer's sliding window in
+	// positions (0: the whole context).
+	window int
 }
 
 // NewRunner returns a runner whose matmuls and attention run on par (nil:
@@ -104,6 +125,7 @@ type active struct {
 	ps   int // the view's page size
 	f16  bool
 	span int // first of its blocks in Runner.spans
+	blk0 int // the block index of Runner.spans[span]: blocks before it are outside the layer's window, never read
 	dead bool
 }
 
@@ -194,15 +216,20 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 		return res
 	}
 	acts := r.acts
-	E, Q, KD, F := c.Embd, c.QDim(), c.KVDim(), c.FF
+	E, Q, KD := c.Embd, c.QDim(), c.KVDim()
+	r.n, r.res = total, res
 	r.x, r.xn = grow(r.x, total*E), grow(r.xn, total*E)
 	r.q, r.att = grow(r.q, total*Q), grow(r.att, total*Q)
 	r.k, r.v = grow(r.k, total*KD), grow(r.v, total*KD)
 	r.o = grow(r.o, total*E)
-	r.g, r.u = grow(r.g, total*F), grow(r.u, total*F)
 
 	half := c.RopeDim / 2
-	r.rcos, r.rsin = grow(r.rcos, total*half), grow(r.rsin, total*half)
+	for len(r.rcos) < len(m.ropes) {
+		r.rcos, r.rsin = append(r.rcos, nil), append(r.rsin, nil)
+	}
+	for i := range m.ropes {
+		r.rcos[i], r.rsin[i] = grow(r.rcos[i], total*half), grow(r.rsin[i], total*half)
+	}
 	r.tokID, r.tokPos = r.tokID[:0], r.tokPos[:0]
 	for _, a := range acts {
 		for j, tok := range seqs[a.idx].Tokens {
@@ -211,63 +238,16 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 	}
 	// Each token's embedding row and RoPE angles depend on it alone
 	// (~1 µs of cosines and sines per token at head dim 48).
-	r.perToken(total, E+8*half, func(lo, hi int) {
+	r.perToken(total, E+8*half*len(m.ropes), func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			m.embed(r.tokID[t], r.x[t*E:(t+1)*E])
-			m.ropeAngles(int(r.tokPos[t]), r.rcos[t*half:(t+1)*half], r.rsin[t*half:(t+1)*half])
+			for i := range m.ropes {
+				m.ropes[i].angles(int(r.tokPos[t]), r.rcos[i][t*half:(t+1)*half], r.rsin[i][t*half:(t+1)*half])
+			}
 		}
 	})
-	for l := range m.layers {
-		ly := &m.layers[l]
-		r.perToken(total, E, func(lo, hi int) {
-			rmsNorm(r.xn[lo*E:hi*E], r.x[lo*E:hi*E], ly.attnNorm, hi-lo, c.RMSEps)
-		})
-		// One pool wake for Q, K and V: alone each is too small in a
-		// decode step to keep two cores busy.
-		kernels.MatMulMany(r.par, r.xn, total,
-			kernels.Product{Out: r.q, W: &ly.wq}, kernels.Product{Out: r.k, W: &ly.wk}, kernels.Product{Out: r.v, W: &ly.wv})
-		if ly.bq != nil {
-			addBias(r.q, ly.bq, total)
-			addBias(r.k, ly.bk, total)
-			addBias(r.v, ly.bv, total)
-		}
-		// Token t's angles are in row t of rcos/rsin, whichever sequence
-		// it belongs to.
-		r.perToken(total, 2*(Q+KD), func(lo, hi int) {
-			for t := lo; t < hi; t++ {
-				cs, sn := r.rcos[t*half:(t+1)*half], r.rsin[t*half:(t+1)*half]
-				m.rope(r.q[t*Q:(t+1)*Q], c.Heads, cs, sn)
-				m.rope(r.k[t*KD:(t+1)*KD], c.KVHeads, cs, sn)
-			}
-		})
-		// Write this step's K/V first, then read the whole context back
-		// through the view: attention never sees K/V that did not go
-		// through the owner-checked pages (I3, I4).
-		for i := range acts {
-			a := &acts[i]
-			if a.dead {
-				continue
-			}
-			for j := 0; j < a.n; j++ {
-				t := a.off + j
-				if err := a.kv.Put(l, a.pos+j, r.k[t*KD:(t+1)*KD], r.v[t*KD:(t+1)*KD]); err != nil {
-					a.dead = true
-					res[a.idx].Err = &Error{Code: CodeKV, Msg: fmt.Sprintf("writing K/V of position %d in layer %d", a.pos+j, l), Err: err}
-					break
-				}
-			}
-		}
-		r.attention(l, res)
-		kernels.MatMul(r.par, r.o, &ly.wo, r.att, total)
-		// The residual add and the FFN norm of a row need only that row.
-		r.perToken(total, 2*E, func(lo, hi int) {
-			addInto(r.x[lo*E:hi*E], r.o[lo*E:hi*E])
-			rmsNorm(r.xn[lo*E:hi*E], r.x[lo*E:hi*E], ly.ffnNorm, hi-lo, c.RMSEps)
-		})
-		kernels.MatMulMany(r.par, r.xn, total, kernels.Product{Out: r.g, W: &ly.gate}, kernels.Product{Out: r.u, W: &ly.up})
-		r.elementwise(total*F, func(lo, hi int) { kernels.SiLUMul(r.g[lo:hi], r.u[lo:hi]) })
-		kernels.MatMul(r.par, r.o, &ly.down, r.g, total)
-		r.elementwise(total*E, func(lo, hi int) { addInto(r.x[lo:hi], r.o[lo:hi]) })
+	for l, b := range m.blocks {
+		b.forward(r, l)
 	}
 
 	// Only the rows whose logits are wanted go through the output matmul:
@@ -340,17 +320,25 @@ func (m *Model) embed(tok int32, dst []float32) {
 	if err := quant.Dequantize(w.Type, w.Data[int(tok)*rb:(int(tok)+1)*rb], dst); err != nil {
 		panic(err) // Load checked the type and the size
 	}
+	if m.embdScale != 0 {
+		kernels.Scale(dst, m.embdScale)
+	}
 }
 
 // errBlockShort is the cause when a view serves fewer positions than the
 // step needs: attention would otherwise run on a shorter context silently.
 var errBlockShort = errors.New("the KV view holds fewer written positions than the sequence's context")
 
-// attention computes r.att for every live sequence's tokens. Past K/V come
-// only from the view's Block (after this step's Put), never from r.k/r.v.
-func (r *Runner) attention(l int, res []Result) {
+// attention computes r.att for every live sequence's tokens of layer l.
+// Past K/V come only from the view's Block (after this step's Put), never
+// from r.k/r.v. With a sliding window (r.window > 0) a token at position p
+// attends over positions (p-window, p] and the blocks wholly before the
+// step's first token's window are never asked for: a sliding layer cannot
+// read outside its window, even through the checked view.
+func (r *Runner) attention(l int) {
 	c := r.m.cfg
 	KD := c.KVDim()
+	res := r.res
 	// Gather each sequence's blocks serially: views need not be safe for
 	// concurrent use, and a failed read must fail the sequence before any
 	// arithmetic uses it.
@@ -364,7 +352,11 @@ func (r *Runner) attention(l int, res []Result) {
 		last := a.pos + a.n - 1
 		nb := last/a.ps + 1
 		a.span = len(r.spans)
-		for b := 0; b < nb && !a.dead; b++ {
+		a.blk0 = 0
+		if r.window > 0 {
+			a.blk0 = max(0, a.pos+1-r.window) / a.ps
+		}
+		for b := a.blk0; b < nb && !a.dead; b++ {
 			var k, v []float32
 			var k16, v16 []uint16
 			var n, nk, nv int
@@ -394,9 +386,16 @@ func (r *Runner) attention(l int, res []Result) {
 			r.spans = r.spans[:a.span]
 			continue
 		}
-		for t := 0; t < a.n; t += queryBlock {
+		// A sliding layer's tokens see different first positions, so
+		// each token is its own unit (attendUnit); the block grouping of
+		// attendTokens assumes one shared start.
+		qb := queryBlock
+		if r.window > 0 {
+			qb = 1
+		}
+		for t := 0; t < a.n; t += qb {
 			for kh := 0; kh < c.KVHeads; kh++ {
-				r.units = append(r.units, unit{int32(ai), int32(t), int32(kh), int32(min(queryBlock, a.n-t))})
+				r.units = append(r.units, unit{int32(ai), int32(t), int32(kh), int32(min(qb, a.n-t))})
 			}
 		}
 	}
@@ -489,7 +488,12 @@ func (r *Runner) attendUnit(un unit, w int) {
 	group := c.Heads / c.KVHeads
 	a := &r.acts[un.a]
 	t := a.off + int(un.t)
-	n := a.pos + int(un.t) + 1 // causal: positions 0..pos
+	end := a.pos + int(un.t) + 1 // causal: positions start..end-1
+	start := 0
+	if r.window > 0 {
+		start = max(0, end-r.window) // llama.cpp masks p0 when p1-p0 >= n_swa
+	}
+	n := end - start
 	koff := int(un.kh) * hd
 	gw := group * hd // the group's query (and output) rows, contiguous
 	q := r.q[t*Q+koff*group:][:gw]
@@ -497,15 +501,23 @@ func (r *Runner) attendUnit(un unit, w int) {
 	spans := r.spans[a.span:]
 	scores := grow(r.scores[w], group*n)
 	r.scores[w] = scores
-	for j, bi := 0, 0; j < n; j, bi = j+a.ps, bi+1 {
-		pageDot(scores[j:], n, q, group, hd, &spans[bi], koff, KD, min(a.ps, n-j), a.f16)
+	// Pages in position order; without a window every page starts at
+	// its first row.
+	for j := start; j < end; {
+		off := j % a.ps
+		cnt := min(a.ps-off, end-j)
+		pageDot(scores[j-start:], n, q, group, hd, &spans[j/a.ps-a.blk0], koff+off*KD, KD, cnt, a.f16)
+		j += cnt
 	}
 	for g := 0; g < group; g++ {
 		kernels.ScaleSoftmax(scores[g*n:(g+1)*n], r.m.attnScale)
 	}
 	clear(y)
-	for j, bi := 0, 0; j < n; j, bi = j+a.ps, bi+1 {
-		pageAxpy(y, scores[j:], n, group, hd, &spans[bi], koff, KD, min(a.ps, n-j), a.f16)
+	for j := start; j < end; {
+		off := j % a.ps
+		cnt := min(a.ps-off, end-j)
+		pageAxpy(y, scores[j-start:], n, group, hd, &spans[j/a.ps-a.blk0], koff+off*KD, KD, cnt, a.f16)
+		j += cnt
 	}
 }
 
@@ -556,22 +568,23 @@ func addInto(x, y []float32) {
 	kernels.Axpy(x, 1, y)
 }
 
-// ropeAngles fills cs/sn (RopeDim/2 each) with the cosines and sines of
+// angles fills cs/sn (RopeDim/2 each) with the cosines and sines of
 // position pos. Pair i turns by pos * base^(-2i/RopeDim), times the linear
 // scaling factor, divided by the file's per-pair frequency factor if it has
 // one (rope_freqs.weight, Llama 3.1 style). The angle follows ggml's
 // recurrence (theta starts at pos and is multiplied by base^(-2/RopeDim) in
 // float32 per pair) so it stays within an ulp of llama.cpp's. The angles
-// depend only on the position, so every layer shares one table per token.
-func (m *Model) ropeAngles(pos int, cs, sn []float32) {
+// depend only on the position, so every layer of a variant shares one
+// table per token.
+func (p *ropeParams) angles(pos int, cs, sn []float32) {
 	theta := float32(pos)
 	for i := range cs {
-		t := m.ropeFreqScale * theta
-		if m.ropeFreqs != nil {
-			t /= m.ropeFreqs[i]
+		t := p.freqScale * theta
+		if p.freqs != nil {
+			t /= p.freqs[i]
 		}
 		cs[i], sn[i] = float32(math.Cos(float64(t))), float32(math.Sin(float64(t)))
-		theta *= m.ropeScale
+		theta *= p.scale
 	}
 }
 
