@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"sluice/internal/engine"
-	"sluice/internal/gguf"
-	"sluice/internal/synth"
+	"sluice/internal/incident"
 )
 
 func init() {
@@ -60,32 +58,12 @@ Flags:
 	if code, ok := parseFlags(fs, args[1:]); !ok {
 		return code
 	}
-	var (
-		f   *gguf.File
-		err error
-	)
-	name := "built-in synthetic model"
-	if *model == "" {
-		b, e := synth.Default()
-		if e != nil {
-			fmt.Fprintln(os.Stderr, "sluice demo:", e)
-			return 1
-		}
-		f, err = gguf.Parse(b)
-	} else {
-		name = *model
-		f, err = gguf.Open(*model)
-	}
+	rt, name, err := incident.LoadModel(*model)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sluice demo:", err)
 		return 1
 	}
-	rt, _, err := engine.LoadRuntime(name, f)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sluice demo:", err)
-		return 1
-	}
-	cells, err := engine.RunIncident(rt)
+	cells, err := incident.Run(rt)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sluice demo:", err)
 		return 1
@@ -99,9 +77,9 @@ Flags:
 		}
 	} else {
 		fmt.Printf("sluice incident replay (decode worker running %s)\n\n", name)
-		fmt.Print(engine.FormatIncident(cells))
+		fmt.Print(incident.Format(cells))
 	}
-	if bad := engine.IncidentVerdict(cells); bad != "" {
+	if bad := incident.Verdict(cells); bad != "" {
 		fmt.Fprintln(os.Stderr, "\nFAILED:", bad)
 		return 1
 	}

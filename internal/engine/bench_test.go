@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/gguf"
 	"sluice/internal/kv"
+	"sluice/internal/synth"
 )
 
 // BenchmarkDecodeSafeguards measures decode throughput of the disaggregated
@@ -63,4 +65,22 @@ func BenchmarkDecodeSafeguards(b *testing.B) {
 	b.ReportMetric(toks/tOn.Seconds(), "tok/s-on")
 	b.ReportMetric(toks/tOff.Seconds(), "tok/s-off")
 	b.ReportMetric(tOff.Seconds()/tOn.Seconds(), "on/off")
+}
+
+// defaultRuntime is the built-in synthetic model.
+func defaultRuntime(t testing.TB) Runtime {
+	t.Helper()
+	b, err := synth.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, _, err := LoadRuntime("default", f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
 }

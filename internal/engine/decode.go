@@ -73,10 +73,13 @@ type dhandoff struct {
 
 // NewDecodeWorker builds a decode worker with its own pool. It refuses a
 // configured context larger than its pool (I2).
-func NewDecodeWorker(cfg Config) (*DecodeWorker, error) { return newDecodeWorker(cfg, nil) }
+func NewDecodeWorker(cfg Config) (*DecodeWorker, error) { return NewWatchedDecodeWorker(cfg, nil) }
 
-// newDecodeWorker lets the incident demo put an observer around the pool.
-func newDecodeWorker(cfg Config, wrap func(pagePool) pagePool) (*DecodeWorker, error) {
+// NewWatchedDecodeWorker is NewDecodeWorker with wrap put around the pool
+// the worker reads and writes: the incident replay (internal/incident)
+// watches what attention actually reads through it. A wrapper that has a
+// Raw() *kv.Pool method keeps the pool's metrics and drain checks.
+func NewWatchedDecodeWorker(cfg Config, wrap func(PagePool) PagePool) (*DecodeWorker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate("decode"); err != nil {
 		return nil, err

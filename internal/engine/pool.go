@@ -10,7 +10,8 @@ import (
 
 // pagePool is the KV pool as the workers use it. The real pool
 // (internal/kv) is adapted to it; keeping the engine behind this small
-// interface also lets the incident demo watch what attention reads.
+// interface also lets the incident replay (internal/incident) watch what
+// attention reads.
 type pagePool interface {
 	// handoff.Pool: Reserve, WritePage, MarkWritten, PageData, Digest,
 	// Release, Quarantine, DrainAck, Expire.
@@ -24,7 +25,8 @@ type pagePool interface {
 }
 
 // PagePool is pagePool for a driver outside the package (internal/sim
-// wraps the pool to watch every release and grant).
+// wraps the pool to watch every release and grant; internal/incident to
+// watch what attention reads).
 type PagePool = pagePool
 
 // KVPool adapts a kv pool to a worker's PagePool.
@@ -35,13 +37,14 @@ type kvPool struct{ *kv.Pool }
 
 func (p kvPool) View(o kv.Owner, table []kv.PageRef) model.KV { return p.Pool.View(o, table) }
 
-// rawPool is the real pool behind p, for metrics and drain checks.
+// Raw is the real pool, for a wrapper's own Raw (see rawPool).
+func (p kvPool) Raw() *kv.Pool { return p.Pool }
+
+// rawPool is the real pool behind p, for metrics and drain checks. A
+// wrapper from outside the package names it with a Raw method.
 func rawPool(p pagePool) *kv.Pool {
-	switch q := p.(type) {
-	case kvPool:
-		return q.Pool
-	case interface{ raw() *kv.Pool }:
-		return q.raw()
+	if q, ok := p.(interface{ Raw() *kv.Pool }); ok {
+		return q.Raw()
 	}
 	return nil
 }

@@ -1,28 +1,6 @@
-package engine
+package incident
 
-import (
-	"testing"
-
-	"sluice/internal/gguf"
-	"sluice/internal/synth"
-)
-
-func defaultRuntime(t testing.TB) Runtime {
-	t.Helper()
-	b, err := synth.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, _, err := LoadRuntime("default", f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rt
-}
+import "testing"
 
 // TestIncidentMatrix replays the incident and its relatives against the
 // real decode worker: with every safeguard on each case ends in an error;
@@ -31,20 +9,23 @@ func defaultRuntime(t testing.TB) Runtime {
 // safeguard alone. It also pins the expected cells, so a safeguard that
 // silently stops working shows up here.
 func TestIncidentMatrix(t *testing.T) {
-	rt := defaultRuntime(t)
-	cells, err := RunIncident(rt)
+	rt, _, err := LoadModel("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("\n%s", FormatIncident(cells))
-	if v := IncidentVerdict(cells); v != "" {
+	cells, err := Run(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", Format(cells))
+	if v := Verdict(cells); v != "" {
 		t.Error(v)
 	}
-	at := map[[2]string]IncidentCell{}
+	at := map[[2]string]Cell{}
 	for _, c := range cells {
 		at[[2]string{c.Case, c.Setting}] = c
 	}
-	for _, c := range IncidentCases {
+	for _, c := range Cases {
 		if got := at[[2]string{c.Key, SettingAll}]; got.Outcome != OutcomeError {
 			t.Errorf("(%s) with every safeguard on: %s (%s), want error", c.Key, got.Outcome, got.Detail)
 		}
@@ -52,7 +33,7 @@ func TestIncidentMatrix(t *testing.T) {
 			t.Errorf("(%s) with no safeguard: %s (%s), want LEAK: the case does not reproduce the bug", c.Key, got.Outcome, got.Detail)
 		}
 		stopped := 0
-		for _, s := range IncidentSettings[1 : len(IncidentSettings)-1] {
+		for _, s := range Settings[1 : len(Settings)-1] {
 			if at[[2]string{c.Key, s}].Outcome != OutcomeLeak {
 				stopped++
 			}

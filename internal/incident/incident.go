@@ -1,11 +1,14 @@
-package engine
-
-// The incident replay: the real decode worker (protocol core, pool,
+// Package incident is the incident replay (`sluice demo incident`): the real decode worker (protocol core, pool,
 // scheduler, model) against misbehaving prefill peers, once with every
 // safeguard on, once with each safeguard alone, once with none. A "leak" is
 // not inferred: every tenant's KV is filled with its own canary value, and
 // an observer around the decode pool watches what attention actually reads.
 // A canary of tenant T read by a sequence of another tenant is a leak.
+//
+// It is demo and test code, kept out of the engine: it drives the decode
+// worker only through the engine's exported API (the Unsafe switches and a
+// watched pool), as a misbehaving peer on the wire would.
+package incident
 
 import (
 	"context"
@@ -16,12 +19,16 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"sluice/internal/engine"
+	"sluice/internal/gguf"
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/model"
 	"sluice/internal/quant"
+	"sluice/internal/synth"
 )
 
 // Outcome of one incident run.
@@ -49,16 +56,16 @@ const (
 	SettingNone      = "none"
 )
 
-// IncidentSettings are the columns: all on, each safeguard alone, none.
-var IncidentSettings = []string{SettingAll, SettingAdmission, SettingCount, SettingDigest, SettingOwner, SettingScrub, SettingNone}
+// Settings are the columns: all on, each safeguard alone, none.
+var Settings = []string{SettingAll, SettingAdmission, SettingCount, SettingDigest, SettingOwner, SettingScrub, SettingNone}
 
 // unsafeFor switches off every safeguard except the named one ("all":
 // none off; "none": all off).
-func unsafeFor(setting string) Unsafe {
-	off := Unsafe{NoAdmission: true, NoCountCheck: true, NoDigest: true, NoOwnerCheck: true, NoExtentCheck: true, NoScrub: true}
+func unsafeFor(setting string) engine.Unsafe {
+	off := engine.Unsafe{NoAdmission: true, NoCountCheck: true, NoDigest: true, NoOwnerCheck: true, NoExtentCheck: true, NoScrub: true}
 	switch setting {
 	case SettingAll:
-		return Unsafe{}
+		return engine.Unsafe{}
 	case SettingAdmission:
 		off.NoAdmission = false
 	case SettingCount:
@@ -75,14 +82,14 @@ func unsafeFor(setting string) Unsafe {
 	return off
 }
 
-// IncidentCase is one row of the matrix.
-type IncidentCase struct {
+// Case is one row of the matrix.
+type Case struct {
 	Key, Name string
-	run       func(r *incidentRig) error
+	run       func(r *rig) error
 }
 
-// IncidentCases are the rows: the incident and its relatives.
-var IncidentCases = []IncidentCase{
+// Cases are the rows: the incident and its relatives.
+var Cases = []Case{
 	{"a", "rejected over-long request still sends one page + complete", caseRejectedBootstrap},
 	{"b", "short transfer, commit claims the full count", caseShortTransfer},
 	{"c", "wrong digest (pages announced, bytes never placed)", caseWrongDigest},
@@ -91,21 +98,43 @@ var IncidentCases = []IncidentCase{
 	{"f", "writes into another handoff's pages", caseForeignPages},
 }
 
-// IncidentCell is one run.
-type IncidentCell struct {
+// Cell is one run.
+type Cell struct {
 	Case, Setting string
 	Outcome       Outcome
 	// Detail is the first error, or what leaked.
 	Detail string
 }
 
-// RunIncident runs every case under every setting against fresh decode
+// LoadModel opens the model the decode workers run: the GGUF file at path,
+// or the built-in synthetic model when path is "". name says which.
+func LoadModel(path string) (rt engine.Runtime, name string, err error) {
+	var f *gguf.File
+	if path == "" {
+		name = "built-in synthetic model"
+		b, err := synth.Default()
+		if err != nil {
+			return nil, "", err
+		}
+		f, err = gguf.Parse(b)
+	} else {
+		name = path
+		f, err = gguf.Open(path)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	rt, _, err = engine.LoadRuntime(name, f)
+	return rt, name, err
+}
+
+// Run runs every case under every setting against fresh decode
 // workers running rt.
-func RunIncident(rt Runtime) ([]IncidentCell, error) {
-	var cells []IncidentCell
-	for _, c := range IncidentCases {
-		for _, s := range IncidentSettings {
-			cell, err := RunIncidentCase(rt, c, s)
+func Run(rt engine.Runtime) ([]Cell, error) {
+	var cells []Cell
+	for _, c := range Cases {
+		for _, s := range Settings {
+			cell, err := RunCase(rt, c, s)
 			if err != nil {
 				return nil, fmt.Errorf("case %s, setting %s: %w", c.Key, s, err)
 			}
@@ -115,15 +144,15 @@ func RunIncident(rt Runtime) ([]IncidentCell, error) {
 	return cells, nil
 }
 
-// RunIncidentCase runs one case under one setting.
-func RunIncidentCase(rt Runtime, c IncidentCase, setting string) (IncidentCell, error) {
-	r, err := newIncidentRig(rt, unsafeFor(setting))
+// RunCase runs one case under one setting.
+func RunCase(rt engine.Runtime, c Case, setting string) (Cell, error) {
+	r, err := newRig(rt, unsafeFor(setting))
 	if err != nil {
-		return IncidentCell{}, err
+		return Cell{}, err
 	}
 	defer r.close()
 	runErr := c.run(r)
-	cell := IncidentCell{Case: c.Key, Setting: setting}
+	cell := Cell{Case: c.Key, Setting: setting}
 	switch leak := r.spy.leak(); {
 	case leak != "":
 		cell.Outcome, cell.Detail = OutcomeLeak, leak
@@ -135,21 +164,21 @@ func RunIncidentCase(rt Runtime, c IncidentCase, setting string) (IncidentCell, 
 	return cell, nil
 }
 
-// FormatIncident renders the matrix as text.
-func FormatIncident(cells []IncidentCell) string {
+// Format renders the matrix as text.
+func Format(cells []Cell) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-4s %-62s", "case", "")
-	for _, s := range IncidentSettings {
+	for _, s := range Settings {
 		fmt.Fprintf(&b, " %-10s", s)
 	}
 	b.WriteString("\n")
-	at := map[[2]string]IncidentCell{}
+	at := map[[2]string]Cell{}
 	for _, c := range cells {
 		at[[2]string{c.Case, c.Setting}] = c
 	}
-	for _, c := range IncidentCases {
+	for _, c := range Cases {
 		fmt.Fprintf(&b, "(%s)  %-62s", c.Key, c.Name)
-		for _, s := range IncidentSettings {
+		for _, s := range Settings {
 			fmt.Fprintf(&b, " %-10s", at[[2]string{c.Key, s}].Outcome)
 		}
 		b.WriteString("\n")
@@ -165,42 +194,42 @@ func FormatIncident(cells []IncidentCell) string {
 // so a page image of either type carries exactly the value the spy looks for.
 var canaries = map[string]float32{"victim": 4240, "attacker": 5352, "writer": 6464}
 
-// incidentRig is one decode worker under test plus a peer's scratch pool
+// rig is one decode worker under test plus a peer's scratch pool
 // (for page images and digests computed exactly as a prefill worker would).
-type incidentRig struct {
-	rt   Runtime
-	dw   *DecodeWorker
+type rig struct {
+	rt   engine.Runtime
+	dw   *engine.DecodeWorker
 	spy  *spyPool
 	peer *kv.Pool
 	geo  kv.Geometry
 	ctx  int
 }
 
-const incidentPageSize = 16
+const pageSize = 16
 
-func newIncidentRig(rt Runtime, u Unsafe) (*incidentRig, error) {
+func newRig(rt engine.Runtime, u engine.Unsafe) (*rig, error) {
 	spy := &spyPool{}
-	cfg := Config{Model: rt, Context: 96, PoolPages: 24, PageSize: incidentPageSize, Order: kv.LIFO, Unsafe: u}
-	dw, err := newDecodeWorker(cfg, func(p pagePool) pagePool { spy.pagePool = p; return spy })
+	cfg := engine.Config{Model: rt, Context: 96, PoolPages: 24, PageSize: pageSize, Order: kv.LIFO, Unsafe: u}
+	dw, err := engine.NewWatchedDecodeWorker(cfg, func(p engine.PagePool) engine.PagePool { spy.PagePool = p; return spy })
 	if err != nil {
 		return nil, err
 	}
-	geo := cfg.geometry() // the decode pool's own shape and KV type
+	geo := dw.Pool().Geometry() // the decode pool's own shape and KV type
 	peer, err := kv.New(kv.Config{Geometry: geo, Pages: 16})
 	if err != nil {
 		dw.Close()
 		return nil, err
 	}
-	return &incidentRig{rt: rt, dw: dw, spy: spy, peer: peer, geo: geo, ctx: dw.ctx}, nil
+	return &rig{rt: rt, dw: dw, spy: spy, peer: peer, geo: geo, ctx: dw.Context()}, nil
 }
 
-func (r *incidentRig) close() {
+func (r *rig) close() {
 	r.dw.Close()
 	_ = r.peer.Close()
 }
 
 // page is a full page image filled with a tenant's canary.
-func (r *incidentRig) page(tenant string) []byte {
+func (r *rig) page(tenant string) []byte {
 	b := make([]byte, r.geo.PageBytes())
 	if r.geo.Type == kv.F16 {
 		h := quant.FP32ToFP16(canaries[tenant])
@@ -218,7 +247,7 @@ func (r *incidentRig) page(tenant string) []byte {
 
 // digest is what an honest prefill worker would commit for a prompt of
 // tokens tokens whose pages are all tenant's canary.
-func (r *incidentRig) digest(tenant string, tokens int) []byte {
+func (r *rig) digest(tenant string, tokens int) []byte {
 	o := kv.Owner{Tenant: tenant, ID: newID()}
 	n := kv.PagesFor(tokens, r.geo.PageSize)
 	refs, err := r.peer.Reserve(o, n)
@@ -238,6 +267,15 @@ func (r *incidentRig) digest(tenant string, tokens int) []byte {
 	return d[:]
 }
 
+// newID is a fresh handoff id; a counter is enough within one replay.
+func newID() kv.ID {
+	var id kv.ID
+	binary.BigEndian.PutUint64(id[8:], ids.Add(1))
+	return id
+}
+
+var ids atomic.Uint64
+
 func slotsOf(block, tokens, ps int) int { return min(ps, tokens-block*ps) }
 
 type handle struct {
@@ -247,9 +285,9 @@ type handle struct {
 	ts     handoff.TokenStream
 }
 
-func (r *incidentRig) reserve(tenant string, prompt, maxTokens int) (*handle, error) {
+func (r *rig) reserve(tenant string, prompt, maxTokens int) (*handle, error) {
 	h := &handle{id: newID(), tenant: tenant}
-	res, err := r.dw.Reserve(context.Background(), &handoff.Reserve{Handoff: h.id, Tenant: tenant, PromptTokens: prompt, MaxTokens: maxTokens, Model: FingerprintOf(r.dw.cfg.Model)})
+	res, err := r.dw.Reserve(context.Background(), &handoff.Reserve{Handoff: h.id, Tenant: tenant, PromptTokens: prompt, MaxTokens: maxTokens, Model: engine.FingerprintOf(r.rt)})
 	if err != nil {
 		return nil, err
 	}
@@ -263,12 +301,12 @@ func (r *incidentRig) reserve(tenant string, prompt, maxTokens int) (*handle, er
 }
 
 // write sends block b of h with data, as the (mis)behaving peer decides.
-func (r *incidentRig) write(h *handle, b int, ref kv.PageRef, slots int, data []byte) error {
+func (r *rig) write(h *handle, b int, ref kv.PageRef, slots int, data []byte) error {
 	return r.dw.Write(context.Background(), []handoff.PageWrite{{Handoff: h.id, Block: b, Page: ref, Slots: slots, Data: data, Checksum: handoff.Checksum(data)}})
 }
 
 // writeAll is an honest transfer of a prompt of tokens tokens.
-func (r *incidentRig) writeAll(h *handle, tokens int) error {
+func (r *rig) writeAll(h *handle, tokens int) error {
 	for b, ref := range h.res.Pages {
 		if err := r.write(h, b, ref, slotsOf(b, tokens, r.geo.PageSize), r.page(h.tenant)); err != nil {
 			return err
@@ -277,12 +315,12 @@ func (r *incidentRig) writeAll(h *handle, tokens int) error {
 	return nil
 }
 
-func (r *incidentRig) commit(h *handle, tokens int, digest []byte) error {
+func (r *rig) commit(h *handle, tokens int, digest []byte) error {
 	return r.dw.Commit(context.Background(), &handoff.Commit{Handoff: h.id, Tokens: tokens, Digest: digest, FirstToken: 1})
 }
 
 // drain reads h's token stream to its end: decoding runs, attention reads.
-func (r *incidentRig) drain(h *handle) error {
+func (r *rig) drain(h *handle) error {
 	timeout := time.After(30 * time.Second)
 	for {
 		type rcv struct {
@@ -313,8 +351,8 @@ func (r *incidentRig) drain(h *handle) error {
 
 // victimRun is a legitimate request of the victim tenant that runs to the
 // end and releases its pages, which LIFO hands to the next reservation.
-func (r *incidentRig) victimRun() error {
-	const p = 3 * incidentPageSize
+func (r *rig) victimRun() error {
+	const p = 3 * pageSize
 	h, err := r.reserve("victim", p, 4)
 	if err != nil {
 		return fmt.Errorf("victim reserve: %w", err)
@@ -344,11 +382,11 @@ func (f *firstErr) add(what string, err error) {
 // (a) The incident: the router rejected an over-long request but it went
 // on anyway with a one-token placeholder: decode reserves the real length,
 // prefill sends one page and "complete".
-func caseRejectedBootstrap(r *incidentRig) error {
+func caseRejectedBootstrap(r *rig) error {
 	if err := r.victimRun(); err != nil {
 		return err
 	}
-	prompt, maxTokens := 3*incidentPageSize, r.ctx // prompt + max_tokens > context
+	prompt, maxTokens := 3*pageSize, r.ctx // prompt + max_tokens > context
 	h, err := r.reserve("attacker", prompt, maxTokens)
 	if err != nil {
 		return fmt.Errorf("reserve: %w", err)
@@ -361,17 +399,17 @@ func caseRejectedBootstrap(r *incidentRig) error {
 }
 
 // (b) A short transfer: one page of three, and a commit claiming all.
-func caseShortTransfer(r *incidentRig) error {
+func caseShortTransfer(r *rig) error {
 	if err := r.victimRun(); err != nil {
 		return err
 	}
-	const p = 2*incidentPageSize + 5
+	const p = 2*pageSize + 5
 	h, err := r.reserve("attacker", p, 4)
 	if err != nil {
 		return fmt.Errorf("reserve: %w", err)
 	}
 	var f firstErr
-	f.add("write", r.write(h, 0, h.res.Pages[0], incidentPageSize, r.page("attacker")))
+	f.add("write", r.write(h, 0, h.res.Pages[0], pageSize, r.page("attacker")))
 	f.add("commit", r.commit(h, p, r.digest("attacker", p)))
 	f.add("decode", r.drain(h))
 	return f.err
@@ -379,7 +417,7 @@ func caseShortTransfer(r *incidentRig) error {
 
 // placed announces blocks as written one-sidedly (as an RDMA write would)
 // without ever placing the bytes: the page keeps whatever it held.
-func (r *incidentRig) placed(h *handle, b, tokens int) error {
+func (r *rig) placed(h *handle, b, tokens int) error {
 	data := r.page(h.tenant)
 	return r.dw.Write(context.Background(), []handoff.PageWrite{{Handoff: h.id, Block: b, Page: h.res.Pages[b],
 		Slots: slotsOf(b, tokens, r.geo.PageSize), Checksum: handoff.Checksum(data), Placed: true}})
@@ -387,17 +425,17 @@ func (r *incidentRig) placed(h *handle, b, tokens int) error {
 
 // (c) Every block announced, but the bytes of all but the first never
 // arrived; the commit's digest is over what should have arrived.
-func caseWrongDigest(r *incidentRig) error {
+func caseWrongDigest(r *rig) error {
 	if err := r.victimRun(); err != nil {
 		return err
 	}
-	const p = 3 * incidentPageSize
+	const p = 3 * pageSize
 	h, err := r.reserve("attacker", p, 4)
 	if err != nil {
 		return fmt.Errorf("reserve: %w", err)
 	}
 	var f firstErr
-	f.add("write", r.write(h, 0, h.res.Pages[0], incidentPageSize, r.page("attacker")))
+	f.add("write", r.write(h, 0, h.res.Pages[0], pageSize, r.page("attacker")))
 	for b := 1; b < len(h.res.Pages); b++ {
 		f.add("write", r.placed(h, b, p))
 	}
@@ -407,17 +445,17 @@ func caseWrongDigest(r *incidentRig) error {
 }
 
 // (d) As (c), with no digest at all.
-func caseNoDigest(r *incidentRig) error {
+func caseNoDigest(r *rig) error {
 	if err := r.victimRun(); err != nil {
 		return err
 	}
-	const p = 3 * incidentPageSize
+	const p = 3 * pageSize
 	h, err := r.reserve("attacker", p, 4)
 	if err != nil {
 		return fmt.Errorf("reserve: %w", err)
 	}
 	var f firstErr
-	f.add("write", r.write(h, 0, h.res.Pages[0], incidentPageSize, r.page("attacker")))
+	f.add("write", r.write(h, 0, h.res.Pages[0], pageSize, r.page("attacker")))
 	for b := 1; b < len(h.res.Pages); b++ {
 		f.add("write", r.placed(h, b, p))
 	}
@@ -429,8 +467,8 @@ func caseNoDigest(r *incidentRig) error {
 // (e) A writer whose handoff was aborted keeps writing one-sidedly (an
 // RDMA write cannot be recalled) after its pages went, LIFO, to another
 // tenant's handoff.
-func caseStaleWriter(r *incidentRig) error {
-	const p = 2 * incidentPageSize
+func caseStaleWriter(r *rig) error {
+	const p = 2 * pageSize
 	stale, err := r.reserve("writer", p, 4)
 	if err != nil {
 		return fmt.Errorf("writer reserve: %w", err)
@@ -457,7 +495,7 @@ func caseStaleWriter(r *incidentRig) error {
 			}
 		}
 	}
-	f.add("late write", r.spy.WritePage(o, target, incidentPageSize, r.page("writer")))
+	f.add("late write", r.spy.WritePage(o, target, pageSize, r.page("writer")))
 	f.add("commit", r.commit(h, p, r.digest("attacker", p)))
 	f.add("decode", r.drain(h))
 	return f.err
@@ -465,8 +503,8 @@ func caseStaleWriter(r *incidentRig) error {
 
 // (f) A peer writes its block 0 into a page reserved for another tenant's
 // handoff.
-func caseForeignPages(r *incidentRig) error {
-	const p = 2 * incidentPageSize
+func caseForeignPages(r *rig) error {
+	const p = 2 * pageSize
 	v, err := r.reserve("victim", p, 4)
 	if err != nil {
 		return fmt.Errorf("victim reserve: %w", err)
@@ -479,8 +517,8 @@ func caseForeignPages(r *incidentRig) error {
 		return fmt.Errorf("reserve: %w", err)
 	}
 	var f firstErr
-	f.add("write", r.write(h, 0, v.res.Pages[0], incidentPageSize, r.page("attacker")))
-	f.add("write", r.write(h, 1, h.res.Pages[1], incidentPageSize, r.page("attacker")))
+	f.add("write", r.write(h, 0, v.res.Pages[0], pageSize, r.page("attacker")))
+	f.add("write", r.write(h, 1, h.res.Pages[1], pageSize, r.page("attacker")))
 	f.add("commit", r.commit(h, p, r.digest("attacker", p)))
 	f.add("victim commit", r.commit(v, p, r.digest("victim", p)))
 	f.add("decode", r.drain(h))
@@ -491,15 +529,21 @@ func caseForeignPages(r *incidentRig) error {
 // spyPool watches every block attention reads and records any canary of a
 // tenant other than the reading sequence's.
 type spyPool struct {
-	pagePool
+	engine.PagePool
 	mu     sync.Mutex
 	leaked string
 }
 
-func (s *spyPool) raw() *kv.Pool { return rawPool(s.pagePool) }
+// Raw keeps the worker's pool metrics and drain checks on the real pool.
+func (s *spyPool) Raw() *kv.Pool {
+	if r, ok := s.PagePool.(interface{ Raw() *kv.Pool }); ok {
+		return r.Raw()
+	}
+	return nil
+}
 
 func (s *spyPool) View(o kv.Owner, table []kv.PageRef) model.KV {
-	return &spyView{KV: s.pagePool.View(o, table), s: s, tenant: o.Tenant}
+	return &spyView{KV: s.PagePool.View(o, table), s: s, tenant: o.Tenant}
 }
 
 func (s *spyPool) leak() string {
@@ -556,20 +600,20 @@ func (v *spyView) look(x float32, layer, blk int) {
 	}
 }
 
-// IncidentVerdict is "" when the matrix holds: every case errors with all
+// Verdict is "" when the matrix holds: every case errors with all
 // safeguards on, and each case is stopped (no leak) by at least one
 // safeguard alone. Otherwise it says which case broke the rule.
-func IncidentVerdict(cells []IncidentCell) string {
+func Verdict(cells []Cell) string {
 	at := map[[2]string]Outcome{}
 	for _, c := range cells {
 		at[[2]string{c.Case, c.Setting}] = c.Outcome
 	}
-	for _, c := range IncidentCases {
+	for _, c := range Cases {
 		if o := at[[2]string{c.Key, SettingAll}]; o != OutcomeError {
 			return fmt.Sprintf("case (%s) ended %q with every safeguard on", c.Key, o)
 		}
 		stopped := false
-		for _, s := range IncidentSettings {
+		for _, s := range Settings {
 			if s != SettingAll && s != SettingNone && at[[2]string{c.Key, s}] != OutcomeLeak {
 				stopped = true
 			}
