@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"time"
 
+	"sluice/internal/cli"
 	"sluice/internal/gguf"
 	"sluice/internal/kernels"
 	"sluice/internal/kv"
@@ -271,7 +272,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) int {
 	weights := fs.String("weights", gguf.MemoryAuto.String(), gguf.MemoryUsage)
 	fs.BoolVar(&o.ParseSpecial, "special", false, "parse control tokens (e.g. <|im_start|>) written in the prompt")
 	fs.BoolVar(&o.IgnoreEOS, "ignore-eos", false, "keep generating past end-of-generation tokens")
-	var stops listFlag
+	var stops cli.List
 	fs.Var(&stops, "stop", "stop when the text contains this `string` (repeatable); it is not printed")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object (prompt_token_ids, token_ids, text, timings) instead of streaming text")
 	fs.Usage = func() {

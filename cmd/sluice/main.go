@@ -4,14 +4,14 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"sort"
 	"strings"
+
+	"sluice/internal/cli"
 )
 
 // command is one subcommand. run receives the arguments after the
@@ -89,29 +89,13 @@ func run(args []string) int {
 // do); error messages about bad flags go to the flag set's own output.
 var helpOut io.Writer = os.Stdout
 
-// parseFlags parses args into fs. When it returns ok false the command must
-// return code at once: 0 after --help printed the usage to stdout, 2 on a
-// bad flag (the flag package has said which, with the usage, on the flag
-// set's output, stderr unless the command chose another).
+// parseFlags parses args into fs (cli.ParseFlags, help to helpOut).
 func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
-	return parseFlagsTo(fs, args, helpOut)
+	return cli.ParseFlags(fs, args, helpOut)
 }
 
 // parseFlagsTo is parseFlags for a command that writes to its own stdout
 // (tests pass a buffer): asked-for help goes there.
 func parseFlagsTo(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok bool) {
-	errOut := fs.Output()
-	var buf bytes.Buffer
-	fs.SetOutput(&buf)
-	err := fs.Parse(args)
-	fs.SetOutput(errOut)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		_, _ = io.Copy(stdout, &buf)
-		return 0, false
-	case err != nil:
-		_, _ = io.Copy(errOut, &buf)
-		return 2, false
-	}
-	return 0, true
+	return cli.ParseFlags(fs, args, stdout)
 }

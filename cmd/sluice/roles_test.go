@@ -22,33 +22,8 @@ import (
 	"sluice/internal/testenv"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-	binDir  string
-)
-
 // sluiceBinary builds the command once per test run.
-func sluiceBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "sluice-roles-test-")
-		if binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "sluice")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = err
-			t.Logf("go build: %s", out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+func sluiceBinary(t *testing.T) string { return testenv.SluiceBinary(t) }
 
 // proc is one role process whose JSON log lines are collected.
 type proc struct {
@@ -175,9 +150,7 @@ func (p *proc) stop(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	testenv.RemoveSluiceBinary()
 	os.Exit(code)
 }
 

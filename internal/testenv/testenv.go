@@ -9,7 +9,9 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -123,4 +125,38 @@ func Bench15MHeader(t testing.TB) []byte {
 	full := make([]byte, Bench15MSize)
 	copy(full, hdr)
 	return full
+}
+
+var sluiceBin struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// SluiceBinary builds the sluice command once per test binary and returns
+// its path, for tests that run it as a process. A package that uses it
+// removes the build with RemoveSluiceBinary after m.Run in its TestMain.
+func SluiceBinary(t testing.TB) string {
+	t.Helper()
+	b := &sluiceBin
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "sluice-test-bin-"); b.err != nil {
+			return
+		}
+		b.path = filepath.Join(b.dir, "sluice")
+		if out, err := exec.Command("go", "build", "-o", b.path, "sluice/cmd/sluice").CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build sluice: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// RemoveSluiceBinary removes what SluiceBinary built.
+func RemoveSluiceBinary() {
+	if sluiceBin.dir != "" {
+		os.RemoveAll(sluiceBin.dir)
+	}
 }

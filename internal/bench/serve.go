@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -23,6 +23,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"sluice/internal/cli"
 	"sluice/internal/gguf"
 	"sluice/internal/testenv"
 )
@@ -592,7 +593,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlagsTo(fs, args, stdout); !ok {
+	if code, ok := cli.ParseFlags(fs, args, stdout); !ok {
 		return code
 	}
 	var w *workload

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -68,7 +68,7 @@ func TestBenchClusterEndToEnd(t *testing.T) {
 	}
 	model := testenv.Shared(t, "models/stories260K.gguf")
 	var out, errOut bytes.Buffer
-	code := runBench([]string{"cluster", "--sluice", sluiceBinary(t), "--model", model, "--decode", "1,2",
+	code := Run([]string{"cluster", "--sluice", sluiceBinary(t), "--model", model, "--decode", "1,2",
 		"--requests", "12", "--concurrency", "3", "--prompt", "8", "--gen", "5", "--timeout", "3m", "--json"}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"sluice/internal/cli"
 	"sluice/internal/gguf"
 	"sluice/internal/testenv"
 )
@@ -178,7 +179,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlagsTo(fs, args, stdout); !ok {
+	if code, ok := cli.ParseFlags(fs, args, stdout); !ok {
 		return code
 	}
 	fail := func(code int, f string, a ...any) int {

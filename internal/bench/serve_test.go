@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -74,7 +74,7 @@ func TestBenchServeSummarize(t *testing.T) {
 func TestBenchServeEndToEnd(t *testing.T) {
 	model := testenv.Shared(t, "models/stories260K.gguf")
 	var out, errOut bytes.Buffer
-	code := runBench([]string{"serve", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
+	code := Run([]string{"serve", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
 		"--concurrency", "1,3", "--requests", "4", "--repeats", "2", "--prompt", "8", "--gen", "5",
 		"--timeout", "3m", "--json"}, &out, &errOut)
 	if code != 0 {
@@ -134,7 +134,7 @@ func TestBenchServeKVPressure(t *testing.T) {
 		var out, errOut bytes.Buffer
 		args := append([]string{"serve", "--workload", "kv-pressure", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
 			"--concurrency", "8", "--requests", "16", "--prompt", "8", "--gen", "40", "--timeout", "3m", "--json"}, topo...)
-		code := runBench(args, &out, &errOut)
+		code := Run(args, &out, &errOut)
 		var rep kvReport
 		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 			t.Fatalf("%v %v: exit %d: %s\n%s", topo, err, code, out.String(), errOut.String())
@@ -163,7 +163,7 @@ func TestBenchServeKVPressure(t *testing.T) {
 func TestBenchServeInterference(t *testing.T) {
 	model := testenv.Shared(t, "models/stories260K.gguf")
 	var out, errOut bytes.Buffer
-	code := runBench([]string{"serve", "--workload", "interference", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
+	code := Run([]string{"serve", "--workload", "interference", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
 		"--concurrency", "2", "--requests", "4", "--repeats", "1", "--prompt", "8", "--gen", "30",
 		"--long-prompt", "300", "--long-gen", "2", "--timeout", "3m", "--json"}, &out, &errOut)
 	var rep interReport

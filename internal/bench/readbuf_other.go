@@ -1,5 +1,5 @@
 //go:build !linux
 
-package main
+package bench
 
 func hugeAlloc(n int) (buf []byte, free func(), ok bool) { return nil, nil, false }

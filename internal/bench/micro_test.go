@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 func TestBenchCommandPrintsTable(t *testing.T) {
 	p := testenv.Shared(t, "models/stories260K.gguf")
 	var out, errb bytes.Buffer
-	code := runBench([]string{"--model", p, "--threads", "1,2", "--prompt", "16", "--gen", "4", "--reps", "1"}, &out, &errb)
+	code := Run([]string{"--model", p, "--threads", "1,2", "--prompt", "16", "--gen", "4", "--reps", "1"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -45,7 +45,7 @@ func TestBenchCommandPrintsTable(t *testing.T) {
 func TestBenchWeightsFlag(t *testing.T) {
 	p := testenv.Shared(t, "models/stories260K.gguf")
 	var out, errb bytes.Buffer
-	if code := runBench([]string{"--model", p, "--weights", "copy", "--threads", "1", "--prompt", "8", "--gen", "2", "--reps", "1", "--json"}, &out, &errb); code != 0 {
+	if code := Run([]string{"--model", p, "--weights", "copy", "--threads", "1", "--prompt", "8", "--gen", "2", "--reps", "1", "--json"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	var rep benchReport
@@ -56,7 +56,7 @@ func TestBenchWeightsFlag(t *testing.T) {
 		t.Errorf("weights %+v", rep.Weights)
 	}
 	errb.Reset()
-	if code := runBench([]string{"--model", p, "--weights", "hugepages"}, &bytes.Buffer{}, &errb); code != 2 || !strings.Contains(errb.String(), `--weights: "hugepages" is not a weights placement`) {
+	if code := Run([]string{"--model", p, "--weights", "hugepages"}, &bytes.Buffer{}, &errb); code != 2 || !strings.Contains(errb.String(), `--weights: "hugepages" is not a weights placement`) {
 		t.Errorf("exit %d, stderr %q", code, errb.String())
 	}
 }
@@ -79,7 +79,7 @@ func TestBenchLlamaBenchSideBySide(t *testing.T) {
 	p := testenv.Shared(t, "models/stories260K.gguf")
 	bin, log := fakeLlamaBench(t, `if [ "$N" = 0 ]; then echo "[{\"n_prompt\":$P,\"n_gen\":0,\"n_threads\":$T,\"avg_ts\":200.0}]"; else echo "[{\"n_prompt\":0,\"n_gen\":$N,\"n_threads\":$T,\"avg_ts\":50.0}]"; fi`)
 	var out, errb bytes.Buffer
-	code := runBench([]string{"--model", p, "--threads", "1", "--prompt", "16", "--gen", "4", "--reps", "3", "--llama-bench", bin, "--json"}, &out, &errb)
+	code := Run([]string{"--model", p, "--threads", "1", "--prompt", "16", "--gen", "4", "--reps", "3", "--llama-bench", bin, "--json"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -128,7 +128,7 @@ func TestBenchDepth(t *testing.T) {
 	p := testenv.Shared(t, "models/stories260K.gguf")
 	bin, log := fakeLlamaBench(t, `if [ "$N" = 0 ]; then echo "[{\"n_prompt\":$P,\"n_gen\":0,\"n_depth\":$D,\"n_threads\":$T,\"avg_ts\":200.0}]"; else echo "[{\"n_prompt\":0,\"n_gen\":$N,\"n_depth\":$D,\"n_threads\":$T,\"avg_ts\":50.0}]"; fi`)
 	var out, errb bytes.Buffer
-	code := runBench([]string{"--model", p, "--threads", "1", "--prompt", "8", "--gen", "4", "--depth", "0,40", "--reps", "1", "--llama-bench", bin, "--json"}, &out, &errb)
+	code := Run([]string{"--model", p, "--threads", "1", "--prompt", "8", "--gen", "4", "--depth", "0,40", "--reps", "1", "--llama-bench", bin, "--json"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -163,13 +163,13 @@ func TestBenchLlamaBenchFailures(t *testing.T) {
 	} {
 		bin, _ := fakeLlamaBench(t, c.body)
 		var out, errb bytes.Buffer
-		code := runBench([]string{"--model", p, "--threads", "1", "--prompt", "16", "--gen", "4", "--reps", "1", "--llama-bench", bin}, &out, &errb)
+		code := Run([]string{"--model", p, "--threads", "1", "--prompt", "16", "--gen", "4", "--reps", "1", "--llama-bench", bin}, &out, &errb)
 		if code != 1 || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%s: exit %d, stderr %q (want %q)", c.name, code, errb.String(), c.want)
 		}
 	}
 	var errb bytes.Buffer
-	if code := runBench([]string{"--llama-bench", filepath.Join(t.TempDir(), "missing")}, &bytes.Buffer{}, &errb); code != 2 {
+	if code := Run([]string{"--llama-bench", filepath.Join(t.TempDir(), "missing")}, &bytes.Buffer{}, &errb); code != 2 {
 		t.Errorf("missing llama-bench binary: exit %d (%s)", code, errb.String())
 	}
 }
