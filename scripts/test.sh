@@ -54,7 +54,7 @@ go build -o "${TMPDIR:-/tmp}/sluice-testsummary" ./scripts/testsummary
 go test -json -count=1 -timeout 20m ./... | "${TMPDIR:-/tmp}/sluice-testsummary"
 
 echo "== go test -race (concurrency-heavy packages)"
-race_pkgs=$(go list ./internal/kv/... ./internal/handoff/... ./internal/engine/... ./internal/request/... ./internal/router/... 2>/dev/null || true)
+race_pkgs=$(go list ./internal/kv/... ./internal/handoff/... ./internal/engine/... ./internal/incident/... ./internal/request/... ./internal/router/... 2>/dev/null || true)
 if [ -n "$race_pkgs" ]; then
   go test -count=1 -race -short -timeout 20m $race_pkgs
 fi
