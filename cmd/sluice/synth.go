@@ -18,7 +18,7 @@ func runSynth(args []string) int {
 	d := synth.DefaultSpec
 	out := fs.String("out", "", "output GGUF path (required)")
 	preset := fs.String("preset", "", "llama.cpp benchmark shape: bench-15M or bench-110M (needs --vocab-from, e.g. shared/vocab/ggml-vocab-llama-spm.gguf); shape flags are ignored")
-	arch := fs.String("arch", d.Arch, "architecture: llama or qwen2")
+	arch := fs.String("arch", d.Arch, "architecture: llama, qwen2, qwen3moe or glm4moe")
 	layers := fs.Int("layers", d.Layers, "number of transformer blocks")
 	embd := fs.Int("embd", d.Embd, "embedding length (n_embd)")
 	heads := fs.Int("heads", d.Heads, "attention heads")
@@ -32,6 +32,20 @@ func runSynth(args []string) int {
 	vocabFrom := fs.String("vocab-from", "", "copy the tokenizer metadata from this GGUF (default: the built-in byte-level BPE vocab)")
 	tie := fs.Bool("tie-output", false, "omit output.weight (output projection tied to token_embd)")
 	name := fs.String("name", "", "general.name (default: synthetic-<arch|preset>-random-<type>)")
+	var moe synth.MoESpec
+	fs.IntVar(&moe.HeadDim, "head-dim", 0, "qwen3moe, glm4moe: attention head dimension (key_length; 0 = embd/heads)")
+	fs.IntVar(&moe.RopeDim, "rope-dim", 0, "qwen3moe, glm4moe: rotated dimensions per head (0 = the head dimension; glm4moe uses half)")
+	fs.IntVar(&moe.Experts, "experts", 0, "qwen3moe, glm4moe: routed experts per layer (expert_count)")
+	fs.IntVar(&moe.ExpertsUsed, "experts-used", 0, "qwen3moe, glm4moe: experts each token uses (expert_used_count, top-k)")
+	fs.IntVar(&moe.ExpertFF, "expert-ff", 0, "qwen3moe, glm4moe: each expert's feed-forward length")
+	fs.IntVar(&moe.SharedExperts, "shared-experts", 0, "glm4moe: shared experts (expert_shared_count)")
+	fs.IntVar(&moe.DenseLayers, "dense-layers", 0, "glm4moe: leading dense layers (leading_dense_block_count; their FFN is --ff)")
+	scale := fs.Float64("expert-weights-scale", 0, "glm4moe: expert_weights_scale (0 = key not written)")
+	fs.BoolVar(&moe.WeightsNorm, "expert-weights-norm", false, "glm4moe: expert_weights_norm (renormalise the top-k weights)")
+	fs.IntVar(&moe.Groups, "expert-groups", 0, "glm4moe: expert_group_count (0 = key not written)")
+	fs.IntVar(&moe.GroupsUsed, "expert-groups-used", 0, "glm4moe: expert_group_used_count")
+	fs.IntVar(&moe.NextN, "nextn", 0, "glm4moe: nextn_predict_layers written after --layers (loaded by llama.cpp, never run)")
+	fs.BoolVar(&moe.QKNorm, "qk-norm", false, "glm4moe: write attn_q_norm/attn_k_norm (qwen3moe always has them)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: sluice synth --out FILE [--preset bench-15M|bench-110M] [shape flags] [--type q8_0] [--seed N] [--vocab-from GGUF]
 
@@ -43,6 +57,11 @@ no shape flags it writes the shape of sluice's built-in default model.
 Examples:
   sluice synth --out /tmp/b15.gguf --preset bench-15M --vocab-from ../shared/vocab/ggml-vocab-llama-spm.gguf
   sluice synth --out /tmp/tiny.gguf --layers 2 --embd 64 --heads 4 --kv-heads 2 --ff 192 --type f32
+  sluice synth --out /tmp/q3moe.gguf --arch qwen3moe --layers 2 --embd 64 --heads 4 --kv-heads 2 --head-dim 32 \
+      --experts 8 --experts-used 2 --expert-ff 64 --type q8_0
+  sluice synth --out /tmp/glm.gguf --arch glm4moe --layers 3 --embd 64 --heads 4 --kv-heads 2 --head-dim 32 \
+      --rope-dim 16 --ff 128 --dense-layers 1 --experts 8 --experts-used 2 --expert-ff 64 --shared-experts 1 \
+      --expert-weights-norm --expert-weights-scale 2.5 --nextn 1 --type f16
 
 Flags:
 `)
@@ -81,8 +100,9 @@ Flags:
 		spec = synth.Spec{
 			Arch: *arch, Layers: *layers, Embd: *embd, Heads: *heads, KVHeads: *kvHeads, FF: *ff,
 			Vocab: *vocab, Context: *ctx, Type: t, RopeBase: *ropeBase, Seed: *seed,
-			VocabFrom: *vocabFrom, TieOutput: *tie,
+			VocabFrom: *vocabFrom, TieOutput: *tie, MoE: moe,
 		}
+		spec.MoE.WeightsScale = float32(*scale)
 	}
 	if *name != "" {
 		spec.Name = *name

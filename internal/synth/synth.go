@@ -76,6 +76,9 @@ type Spec struct {
 	// Name and Description override general.name / general.description.
 	Name        string
 	Description string
+	// MoE is the mixture-of-experts shape of qwen3moe and glm4moe (and
+	// glm4moe's attention details); see moe.go.
+	MoE MoESpec
 }
 
 // ErrSpec is the error code of an invalid Spec.
@@ -151,27 +154,30 @@ func fileType(t quant.Type) (uint32, bool) {
 }
 
 func (s *Spec) validate() error {
-	if s.Arch != "llama" && s.Arch != "qwen2" {
-		return specErr("architecture %q is not supported (llama or qwen2)", s.Arch)
+	if s.Arch != "llama" && s.Arch != "qwen2" && !isMoE(s.Arch) {
+		return specErr("architecture %q is not supported (llama, qwen2, qwen3moe, glm4moe)", s.Arch)
 	}
 	if s.Layers < 1 || s.Embd < 1 || s.Heads < 1 || s.KVHeads < 1 || s.FF < 1 || s.Context < 1 {
 		return specErr("layers, embd, heads, kv-heads, ff and context must all be positive (got %d, %d, %d, %d, %d, %d)", s.Layers, s.Embd, s.Heads, s.KVHeads, s.FF, s.Context)
 	}
-	if s.Embd%s.Heads != 0 {
+	if s.Embd%s.Heads != 0 && s.MoE.HeadDim == 0 {
 		return specErr("embd %d is not a multiple of heads %d", s.Embd, s.Heads)
 	}
 	if s.Heads%s.KVHeads != 0 {
 		return specErr("heads %d is not a multiple of kv-heads %d", s.Heads, s.KVHeads)
 	}
-	if (s.Embd/s.Heads)%2 != 0 {
-		return specErr("head dimension %d must be even for RoPE", s.Embd/s.Heads)
+	if s.headDim()%2 != 0 {
+		return specErr("head dimension %d must be even for RoPE", s.headDim())
+	}
+	if err := s.validateMoE(); err != nil {
+		return err
 	}
 	if _, ok := fileType(s.Type); !ok {
 		return specErr("weight type %s cannot be written (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K)", s.Type)
 	}
-	for _, row := range []int{s.Embd, s.FF} {
-		if t := RowType(s.Type, row); row%t.BlockSize() != 0 {
-			return specErr("%s (and its fallback %s) needs row lengths that are multiples of %d; embd %d and ff %d are not both", s.Type, t, t.BlockSize(), s.Embd, s.FF)
+	for _, row := range []int{s.Embd, s.FF, s.Heads * s.headDim(), s.MoE.ExpertFF} {
+		if t := RowType(s.Type, row); row != 0 && row%t.BlockSize() != 0 {
+			return specErr("%s (and its fallback %s) needs row lengths that are multiples of %d; embd %d, ff %d, heads x head dim %d and expert ff %d are not all", s.Type, t, t.BlockSize(), s.Embd, s.FF, s.Heads*s.headDim(), s.MoE.ExpertFF)
 		}
 	}
 	if s.Layers > 1024 || s.Embd > 1<<16 || s.FF > 1<<18 || s.Vocab > 1<<20 {
@@ -195,7 +201,7 @@ func build(spec Spec) (*gguf.Writer, error) {
 	s := spec
 	if s.RopeBase == 0 {
 		s.RopeBase = 10000
-		if s.Arch == "qwen2" {
+		if s.Arch == "qwen2" || isMoE(s.Arch) {
 			s.RopeBase = 1e6
 		}
 	}
@@ -229,7 +235,7 @@ func build(spec Spec) (*gguf.Writer, error) {
 	}
 	a := s.Arch
 	eps := float32(1e-5)
-	if a == "qwen2" {
+	if a == "qwen2" || a == "qwen3moe" {
 		eps = 1e-6
 	}
 	gw.SetString("general.architecture", a)
@@ -244,7 +250,10 @@ func build(spec Spec) (*gguf.Writer, error) {
 	gw.SetUint32(a+".feed_forward_length", uint32(s.FF))
 	gw.SetUint32(a+".attention.head_count", uint32(s.Heads))
 	gw.SetUint32(a+".attention.head_count_kv", uint32(s.KVHeads))
-	gw.SetUint32(a+".rope.dimension_count", uint32(s.Embd/s.Heads))
+	gw.SetUint32(a+".rope.dimension_count", uint32(s.ropeDim()))
+	if isMoE(a) {
+		s.moeMeta(gw)
+	}
 	gw.SetFloat32(a+".rope.freq_base", float32(s.RopeBase))
 	gw.SetFloat32(a+".attention.layer_norm_rms_epsilon", eps)
 	if s.Type != quant.F32 && s.Type != quant.F16 && s.Type != quant.BF16 {
@@ -252,8 +261,9 @@ func build(spec Spec) (*gguf.Writer, error) {
 	}
 	tok(gw, vocab)
 
-	headDim := s.Embd / s.Heads
+	headDim := s.headDim()
 	kvDim := headDim * s.KVHeads
+	qDim := uint64(headDim * s.Heads)
 	add := func(name string, typ quant.Type, dims []uint64, fill func(r *rng, x []float32)) error {
 		typ = RowType(typ, int(dims[0]))
 		n := 1
@@ -301,11 +311,15 @@ func build(spec Spec) (*gguf.Writer, error) {
 		}
 		steps = append(steps, func() error { return add("output.weight", s.Type, []uint64{E, V}, fill) })
 	}
-	for l := 0; l < s.Layers; l++ {
+	w := weights{add: add, randn: randn, ones: ones, zeros: zeros}
+	for l := 0; isMoE(s.Arch) && l < s.Layers+s.MoE.NextN; l++ {
+		steps = append(steps, s.moeLayer(l, w)...)
+	}
+	for l := 0; !isMoE(s.Arch) && l < s.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
 		steps = append(steps,
 			func() error { return add(p+"attn_norm.weight", quant.F32, []uint64{E}, ones) },
-			func() error { return add(p+"attn_q.weight", s.Type, []uint64{E, E}, randn(inE)) },
+			func() error { return add(p+"attn_q.weight", s.Type, []uint64{E, qDim}, randn(inE)) },
 			func() error { return add(p+"attn_k.weight", s.Type, []uint64{E, uint64(kvDim)}, randn(inE)) },
 			func() error { return add(p+"attn_v.weight", s.Type, []uint64{E, uint64(kvDim)}, randn(inE)) },
 		)
@@ -317,7 +331,7 @@ func build(spec Spec) (*gguf.Writer, error) {
 			)
 		}
 		steps = append(steps,
-			func() error { return add(p+"attn_output.weight", s.Type, []uint64{E, E}, randn(inE)) },
+			func() error { return add(p+"attn_output.weight", s.Type, []uint64{qDim, E}, randn(inE)) },
 			func() error { return add(p+"ffn_norm.weight", quant.F32, []uint64{E}, ones) },
 			func() error { return add(p+"ffn_gate.weight", s.Type, []uint64{E, F}, randn(inE)) },
 			func() error { return add(p+"ffn_down.weight", s.Type, []uint64{F, E}, randn(inF)) },

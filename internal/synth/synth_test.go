@@ -316,3 +316,91 @@ func TestKQuantFallback(t *testing.T) {
 		t.Error("RowType fallbacks")
 	}
 }
+
+// TestMoEFiles: qwen3moe and glm4moe files carry llama.cpp's metadata keys
+// and tensor names with the stacked expert shapes ([n_embd, n_ff_exp,
+// n_expert] for gate/up, [n_ff_exp, n_embd, n_expert] for down), the
+// router in F32, glm4moe's dense lead layers, shared expert, selection
+// bias and nextn layers counted in block_count; bad MoE specs are refused.
+func TestMoEFiles(t *testing.T) {
+	q := Spec{Arch: "qwen3moe", Layers: 2, Embd: 64, Heads: 4, KVHeads: 2, FF: 96, Context: 256, Type: quant.Q8_0, Seed: 3,
+		MoE: MoESpec{HeadDim: 32, Experts: 8, ExpertsUsed: 2, ExpertFF: 64}}
+	g := Spec{Arch: "glm4moe", Layers: 3, Embd: 64, Heads: 4, KVHeads: 2, FF: 128, Context: 256, Type: quant.F16, Seed: 3,
+		MoE: MoESpec{HeadDim: 32, RopeDim: 16, Experts: 8, ExpertsUsed: 2, ExpertFF: 64, SharedExperts: 1, DenseLayers: 1,
+			WeightsScale: 2.5, WeightsNorm: true, Groups: 4, GroupsUsed: 2, NextN: 1}}
+	for _, c := range []struct {
+		s       Spec
+		meta    map[string]uint64
+		tensors map[string][]uint64
+		absent  []string
+	}{
+		{q, map[string]uint64{"qwen3moe.block_count": 2, "qwen3moe.expert_count": 8, "qwen3moe.expert_used_count": 2,
+			"qwen3moe.expert_feed_forward_length": 64, "qwen3moe.attention.key_length": 32, "qwen3moe.rope.dimension_count": 32},
+			map[string][]uint64{"blk.1.attn_q.weight": {64, 128}, "blk.1.attn_output.weight": {128, 64}, "blk.1.attn_q_norm.weight": {32},
+				"blk.1.ffn_norm.weight": {64}, "blk.1.ffn_gate_inp.weight": {64, 8}, "blk.1.ffn_gate_exps.weight": {64, 64, 8},
+				"blk.1.ffn_up_exps.weight": {64, 64, 8}, "blk.1.ffn_down_exps.weight": {64, 64, 8}},
+			[]string{"blk.0.attn_q.bias", "blk.0.exp_probs_b.bias", "blk.0.ffn_gate.weight", "blk.2.attn_norm.weight"}},
+		{g, map[string]uint64{"glm4moe.block_count": 4, "glm4moe.nextn_predict_layers": 1, "glm4moe.leading_dense_block_count": 1,
+			"glm4moe.expert_shared_count": 1, "glm4moe.expert_gating_func": 2, "glm4moe.rope.dimension_count": 16,
+			"glm4moe.expert_group_count": 4, "glm4moe.expert_group_used_count": 2},
+			map[string][]uint64{"blk.0.ffn_gate.weight": {64, 128}, "blk.0.attn_q.bias": {128}, "blk.1.post_attention_norm.weight": {64},
+				"blk.1.exp_probs_b.bias": {8}, "blk.1.ffn_gate_shexp.weight": {64, 64}, "blk.1.ffn_down_exps.weight": {64, 64, 8},
+				"blk.3.nextn.eh_proj.weight": {128, 64}, "blk.3.ffn_gate_exps.weight": {64, 64, 8}},
+			[]string{"blk.0.ffn_gate_inp.weight", "blk.1.ffn_gate.weight", "blk.1.ffn_norm.weight", "blk.1.attn_q_norm.weight", "blk.2.nextn.eh_proj.weight"}},
+	} {
+		f, err := gguf.Parse(mustBytes(t, c.s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, want := range c.meta {
+			if got, ok := f.Uint(k); !ok || got != want {
+				t.Errorf("%s: %s = %d (%v), want %d", c.s.Arch, k, got, ok, want)
+			}
+		}
+		for name, dims := range c.tensors {
+			ti, ok := f.Tensor(name)
+			if !ok || !slicesEqual(ti.Dims, dims) {
+				t.Errorf("%s: tensor %s dims %v (present %v), want %v", c.s.Arch, name, ti.Dims, ok, dims)
+			}
+		}
+		if ti, _ := f.Tensor("blk.1.ffn_gate_inp.weight"); ti.Type != quant.F32 {
+			t.Errorf("%s: router is %s, want F32", c.s.Arch, ti.Type)
+		}
+		for _, name := range c.absent {
+			if _, ok := f.Tensor(name); ok {
+				t.Errorf("%s: tensor %s should not be written", c.s.Arch, name)
+			}
+		}
+	}
+	if v, _ := gguf.Parse(mustBytes(t, g)); v != nil {
+		if s, ok := v.Float("glm4moe.expert_weights_scale"); !ok || s != 2.5 {
+			t.Errorf("expert_weights_scale %v %v", s, ok)
+		}
+	}
+	for _, bad := range []func(s *Spec){
+		func(s *Spec) { s.MoE.ExpertsUsed = 9 },
+		func(s *Spec) { s.MoE.Experts = 0 },
+		func(s *Spec) { s.MoE.RopeDim = 15 },
+		func(s *Spec) { s.MoE.Groups, s.MoE.GroupsUsed = 3, 1 },
+		func(s *Spec) { s.Arch = "qwen3moe" }, // glm-only settings
+		func(s *Spec) { s.Arch = "llama" },
+	} {
+		s := g
+		bad(&s)
+		if err := Write(&bytes.Buffer{}, s); err == nil {
+			t.Errorf("spec %+v accepted", s.MoE)
+		}
+	}
+}
+
+func slicesEqual(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
