@@ -63,7 +63,8 @@ func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
 	o.register(fs, true)
 	fs.StringVar(&o.listen, "listen", defListen, "address the role's authenticated handoff service listens on")
 	fs.StringVar(&o.secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret, at least 16 bytes; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
-	fs.BoolVar(&o.frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput); always on when listening on or dialling an address that is not loopback (I12), this flag turns it on for loopback too")
+	fs.BoolVar(&o.frameMAC, "encrypt", false, "encrypt every frame between roles (AES-256-GCM under keys from an ephemeral X25519 exchange; I15); always on when listening on or dialling an address that is not loopback, so this turns it on for loopback too")
+	fs.BoolVar(&o.frameMAC, "frame-mac", false, "the same as --encrypt (its former name: every frame is now encrypted, which also authenticates it)")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long sequences in flight may finish before connections close")
 	fs.StringVar(&o.metrics, "metrics-listen", "", "when set, serve Prometheus /metrics (this role's KV pages by state, integrity violations, refusals, late writes), /health (liveness) and /ready (readiness) on this HTTP address")
 }
@@ -141,7 +142,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	raiseProcs(log, o.threads)
 	// A worker holds KV: a peer worker of another --kv-type is refused at
 	// the handshake (kv_type_mismatch).
-	return log, m, ec, tcp.Config{Secret: secret, FrameMAC: o.frameMAC, Model: m.Fingerprint(), HoldsKV: true, KVType: ec.KVType}, -1
+	return log, m, ec, tcp.Config{Secret: secret, Encrypt: o.frameMAC, Model: m.Fingerprint(), HoldsKV: true, KVType: ec.KVType}, -1
 }
 
 // connectFailure is the log message of a role that could not connect to
@@ -185,7 +186,7 @@ func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
-	log.Info("listening", "addr", l.Addr().String(), "frame_mac", tc.FrameMAC || !tcp.Loopback(l.Addr()))
+	log.Info("listening", "addr", l.Addr().String(), "encrypt", tc.Encrypt || !tcp.Loopback(l.Addr()))
 	code := 0
 	select {
 	case <-ctx.Done():

@@ -134,6 +134,6 @@ Example:
 		return 1
 	}
 	defer stopMetrics()
-	log.Info("prefill worker ready", "context", pw.Context(), "decode", addrs, "frame_mac_decode", dcs[0].FrameMAC())
+	log.Info("prefill worker ready", "context", pw.Context(), "decode", addrs, "encrypt_decode", dcs[0].Encrypt())
 	return serveRole(log, o.listen, tc, nil, node.Routed{Inner: pw, Set: ds}, pw.Pool(), o.drain, &o.draining)
 }

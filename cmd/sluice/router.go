@@ -59,7 +59,8 @@ func runRouter(args []string) int {
 	fs.DurationVar(&resolveEvery, "resolve-interval", 10*time.Second, "how often worker names (e.g. a Kubernetes headless Service, one A record per pod) are resolved again: new addresses join, vanished ones get no new request; 0 resolves only at start")
 	fs.DurationVar(&probe, "probe-interval", time.Second, "how often every worker is probed (health and load report); a worker that stops answering is marked down within about this long")
 	fs.StringVar(&secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
-	fs.BoolVar(&frameMAC, "frame-mac", false, "authenticate every frame after the handshake, not only the connection (costs throughput); always on when listening on or dialling an address that is not loopback (I12), this flag turns it on for loopback too")
+	fs.BoolVar(&frameMAC, "encrypt", false, "encrypt every frame between roles (AES-256-GCM under keys from an ephemeral X25519 exchange; I15); always on when listening on or dialling an address that is not loopback, so this turns it on for loopback too")
+	fs.BoolVar(&frameMAC, "frame-mac", false, "the same as --encrypt (its former name: every frame is now encrypted, which also authenticates it)")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the workers at start")
 	usageFor(fs, `Usage: sluice router [flags]
 
@@ -134,7 +135,7 @@ Example:
 	log.Info("model loaded", "model", m.Describe(), "fingerprint", m.Fingerprint().String())
 	// I13: the handshake with each worker compares model fingerprints, so
 	// a router never tokenizes for a model its workers do not run.
-	tc := tcp.Config{Secret: secret, FrameMAC: frameMAC, Model: m.Fingerprint()}
+	tc := tcp.Config{Secret: secret, Encrypt: frameMAC, Model: m.Fingerprint()}
 	prefillSpecs, decodeSpecs := splitList(prefillAddr), splitList(decodeAddr)
 	if workersFile != "" {
 		if flagSet(fs, "prefill") || flagSet(fs, "decode") {
@@ -285,7 +286,7 @@ Example:
 	}
 	defer stopAdmin()
 	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddrs, "decode", decodeAddrs,
-		"frame_mac_decode", decodes[0].FrameMAC(), "frame_mac_prefill", prefills[0].FrameMAC(), "weights", fmt.Sprintf("%+v", weights))
+		"encrypt_decode", decodes[0].Encrypt(), "encrypt_prefill", prefills[0].Encrypt(), "weights", fmt.Sprintf("%+v", weights))
 	loadCtx, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()
 	if o.loadEvery > 0 {

@@ -130,7 +130,7 @@ func readStream(t *testing.T, ts handoff.TokenStream) {
 func TestOutOfRangeFieldFailsAlone(t *testing.T) {
 	for _, mac := range []bool{false, true} {
 		svc := newCallSvc()
-		addr, _ := serve(t, Config{Secret: secret, FrameMAC: mac}, svc, svc)
+		addr, _ := serve(t, Config{Secret: secret, Encrypt: mac}, svc, svc)
 		c := dial(t, addr, Config{Secret: secret})
 		ctx := context.Background()
 		other, err := c.Stream(ctx, handofftest.ID(1), handoff.StreamParams{})

@@ -59,8 +59,8 @@ func NewClient(nc net.Conn, cfg Config) (*Client, error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	if !cfg.FrameMAC && !Loopback(nc.RemoteAddr()) {
-		cfg.FrameMAC = true // off the host, every frame is authenticated (I12)
+	if !cfg.Encrypt && !Loopback(nc.RemoteAddr()) {
+		cfg.Encrypt = true // off the host, every frame is encrypted (I15)
 	}
 	c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: cfg.MaxFrame, isClient: true}}
 	if err := c.clientHandshake(); err != nil {
@@ -135,9 +135,9 @@ func (cl *Client) fail(err error) {
 	}
 }
 
-// FrameMAC reports whether every frame of the connection carries a MAC
-// (asked by either side, or forced off loopback).
-func (cl *Client) FrameMAC() bool { return cl.c.fr.macKey != nil }
+// Encrypt reports whether the connection's frames are encrypted (asked by
+// either side, or forced off loopback).
+func (cl *Client) Encrypt() bool { return cl.c.fr.encrypted() }
 
 // Err reports why the connection died, nil while it is up.
 func (cl *Client) Err() error {

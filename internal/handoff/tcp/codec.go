@@ -319,9 +319,10 @@ func writeCount(b []byte, n int) (int, int, error) {
 	return int(count), int(meta), nil
 }
 
-// decWritesChecked decodes a Write frame read whole (the frame-MAC path,
-// where the MAC has verified every byte) and checks its CRC over the header
-// and the metadata prefix (everything but the page data). A framing fault
+// decWritesChecked decodes a Write frame read whole (the encrypted path,
+// where the AEAD tag has verified every byte and the header carries no
+// CRC; or a connection-level frame) and checks its CRC, when it has one,
+// over the header and the metadata prefix (everything but the page data). A framing fault
 // (count beyond the frame, checksum, lengths that do not add up) is a
 // protocol error; a record whose fields do not decode is a bad message.
 func decWritesChecked(f *frame) ([]handoff.PageWrite, error) {
@@ -333,10 +334,12 @@ func decWritesChecked(f *frame) ([]handoff.PageWrite, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := crc32.Update(0, castagnoli, f.hdr12[:])
-	c = crc32.Update(c, castagnoli, p[:meta])
-	if c != f.crc {
-		return nil, protoErr("frame checksum %08x, header says %08x", c, f.crc)
+	if !f.sealed {
+		c := crc32.Update(0, castagnoli, f.hdr12[:])
+		c = crc32.Update(c, castagnoli, p[:meta])
+		if c != f.crc {
+			return nil, protoErr("frame checksum %08x, header says %08x", c, f.crc)
+		}
 	}
 	ws, lens, derr := decWriteRecords(count, p[4:meta])
 	total := int64(meta)

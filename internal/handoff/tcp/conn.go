@@ -1,8 +1,9 @@
 // Package tcp carries the handoff services (handoff.Decode and
 // handoff.Prefill) over TCP: length-prefixed frames with a CRC32C each,
 // version negotiation, frame size limits, read/write timeouts, and a mutual
-// challenge-response handshake with HMAC-SHA256 over a shared secret (I12),
-// optionally followed by a per-frame MAC under a session key. Many calls
+// challenge-response handshake with HMAC-SHA256 over a shared secret (I12)
+// that also agrees ephemeral X25519 keys; off loopback (or when asked)
+// every frame after it is encrypted with AES-256-GCM (I15, seal.go). Many calls
 // and token streams share one connection, each frame naming its call.
 package tcp
 
@@ -32,13 +33,15 @@ type Config struct {
 	// least 16 bytes. Load it from a file (LoadSecret), never from a
 	// command-line flag: argv is visible to every local user.
 	Secret []byte
-	// FrameMAC adds a per-frame AES-256-GMAC tag (16 bytes) keyed by
-	// a per-connection session key, so an on-path attacker cannot inject or
-	// alter frames after the handshake. It is on when either side asks. It
-	// costs throughput; see BenchmarkHandoffTCP. It is always on for a
-	// server listening on, and a client dialling, an address that is not
-	// loopback (Loopback): the field asks for it on loopback too.
-	FrameMAC bool
+	// Encrypt seals every frame after the handshake with AES-256-GCM under
+	// per-connection, per-direction keys from an ephemeral X25519 exchange
+	// (seal.go): an on-path attacker can neither read (page bytes, prompt
+	// ids, tokens) nor inject, alter or replay frames, and a recorded
+	// session stays unreadable even to someone who later learns the
+	// secret. It is on when either side asks, and always for a server
+	// listening on, and a client dialling, an address that is not loopback
+	// (Loopback): the field asks for it on loopback too.
+	Encrypt bool
 	// MaxFrame bounds a frame's payload (default 16 MiB). Write batches
 	// (handoff.SenderConfig.MaxBatchBytes) must stay below it; a server
 	// holds at most MaxInflight x MaxFrame bytes of a connection's calls.
@@ -101,7 +104,7 @@ func (d *dec) kvField() byte {
 }
 
 // Loopback reports whether a is a loopback address (127.0.0.0/8, ::1):
-// traffic that never leaves the host, where the per-frame MAC is optional.
+// traffic that never leaves the host, where frame encryption is optional.
 // Anything else, a wildcard listener (0.0.0.0, ::) included, may carry
 // frames across a network an attacker is on.
 func Loopback(a net.Addr) bool {
@@ -199,14 +202,14 @@ func (c *conn) sendData(typ byte, stream uint32, parts [][]byte, isData []bool) 
 		return &unsentError{err}
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
-	var macBuf []byte
-	if c.fr.macKey != nil {
-		macBuf = bufs[0] // the contiguous frame copy; free once written
+	var sealed []byte
+	if c.fr.encrypted() {
+		sealed = bufs[0] // the contiguous sealed frame; free once written
 	}
 	nb := net.Buffers(bufs)
 	_, err = nb.WriteTo(c.nc)
-	if cap(macBuf) >= 64<<10 {
-		putBuf(macBuf)
+	if cap(sealed) >= 64<<10 {
+		putBuf(sealed)
 	}
 	return err
 }
@@ -237,15 +240,19 @@ func (c *conn) readHandshake(want byte) (*frame, error) {
 
 // clientHandshake proves the client knows the secret and checks the
 // server does too (mutual, I12), checks both run the same model (I13),
-// then fixes version and frame MAC.
+// then fixes version and encryption.
 //
-//	Hello    = min version, max version, frame MAC wanted (u8 each), nonce [32], model, kv
-//	HelloAck = version, frame MAC (u8 each), max frame u32, nonce [32], model, kv, then
+//	Hello    = min version, max version, encryption wanted (u8 each), nonce [32],
+//	           X25519 key [32], model, kv
+//	HelloAck = version, encryption (u8 each), max frame u32, nonce [32], X25519 key [32],
+//	           model, kv, then
 //	           the server's proof [32] = HMAC(secret, "sluice/server" || Hello || HelloAck)
 //	Auth     = the client's proof [32] = HMAC(secret, "sluice/client" || Hello || HelloAck)
 //
 // where model is the role's fingerprint (codec.go: sum [16], name) and kv
-// its KV page type (u8: 0 none, else kv.Type+1; version 7). Each side
+// its KV page type (u8: 0 none, else kv.Type+1; version 7). The X25519
+// keys are ephemeral (version 8): both proofs cover them, and an encrypted
+// connection derives its frame keys from them (seal.go). Each side
 // compares fingerprints and KV types only after its peer proved the
 // secret, so a stranger learns nothing about the model.
 func (c *conn) clientHandshake() error {
@@ -254,10 +261,11 @@ func (c *conn) clientHandshake() error {
 	var cn [32]byte
 	rand.Read(cn[:])
 	mac := byte(0)
-	if c.cfg.FrameMAC {
+	if c.cfg.Encrypt {
 		mac = 1
 	}
-	e := enc{b: append([]byte{minVersion, maxVersion, mac}, cn[:]...)}
+	eph := newX25519()
+	e := enc{b: append(append([]byte{minVersion, maxVersion, mac}, cn[:]...), eph.PublicKey().Bytes()...)}
 	e.model(c.cfg.Model)
 	e.u8(c.cfg.kvByte())
 	hello := e.b
@@ -291,13 +299,14 @@ func (c *conn) clientHandshake() error {
 		return versionErr("the server at %s chose protocol version %d; this build speaks %d..%d", c.nc.RemoteAddr(), v, minVersion, maxVersion)
 	}
 	if smac > 1 || (mac == 1 && smac == 0) {
-		return protoErr("handshake: server chose frame MAC %d", smac)
+		return protoErr("handshake: server chose encryption %d", smac)
 	}
 	if !hmac.Equal(sproof, proof(c.cfg.Secret, "sluice/server", hello, ack)) {
 		// The server does not know the secret: never send it anything.
 		return handoff.ErrAuth.With("the server failed to prove it knows the shared secret")
 	}
-	d := dec{b: ack[6+32:]}
+	spub := ack[6+32 : 6+32+32]
+	d := dec{b: ack[6+32+32:]}
 	peer := d.model()
 	peerKV := d.kvField()
 	if err := d.end(); err != nil {
@@ -322,15 +331,19 @@ func (c *conn) clientHandshake() error {
 	c.fr.version = v
 	c.fr.peerFrame = min(peerMax, c.cfg.MaxFrame)
 	if smac == 1 {
-		c.fr.enableMAC(proof(c.cfg.Secret, "sluice/session", hello, ack))
+		c2s, s2c, err := sessionKeys(eph, spub, proof(c.cfg.Secret, "sluice/session", hello, ack))
+		if err != nil {
+			return err
+		}
+		c.fr.enableSeal(c2s, s2c)
 	}
 	return nil
 }
 
 // The shortest Hello and HelloAck: an empty model name.
 const (
-	helloMin    = 3 + 32 + 16 + 4 + 1
-	helloAckMin = 2 + 4 + 32 + 16 + 4 + 1 + 32
+	helloMin    = 3 + 32 + 32 + 16 + 4 + 1
+	helloAckMin = 2 + 4 + 32 + 32 + 16 + 4 + 1 + 32
 )
 
 func (c *conn) serverHandshake() error {
@@ -347,7 +360,7 @@ func (c *conn) serverHandshake() error {
 	lo, hi, cmac := hello[0], hello[1], hello[2]
 	v := min(hi, byte(maxVersion))
 	if lo > hi || cmac > 1 {
-		return protoErr("handshake: Hello offers versions %d..%d, frame MAC %d", lo, hi, cmac)
+		return protoErr("handshake: Hello offers versions %d..%d, encryption %d", lo, hi, cmac)
 	}
 	if v < lo || v < minVersion {
 		return versionErr("no common protocol version: the client at %s speaks %d..%d, this server %d..%d", c.nc.RemoteAddr(), lo, hi, minVersion, maxVersion)
@@ -355,7 +368,8 @@ func (c *conn) serverHandshake() error {
 	if len(hello) < helloMin {
 		return protoErr("handshake: Hello of %d bytes without a model fingerprint (a peer of a build older than I13?)", len(hello))
 	}
-	d := dec{b: hello[3+32:]}
+	cpub := hello[3+32 : 3+32+32]
+	d := dec{b: hello[3+32+32:]}
 	peer := d.model()
 	peerKV := d.kvField()
 	if err := d.end(); err != nil {
@@ -363,14 +377,15 @@ func (c *conn) serverHandshake() error {
 		return protoErr("handshake: %v", err)
 	}
 	mac := cmac
-	if c.cfg.FrameMAC {
+	if c.cfg.Encrypt {
 		mac = 1
 	}
 	var sn [32]byte
 	rand.Read(sn[:])
+	eph := newX25519()
 	// The HelloAck carries the server's frame limit so a client never sends
 	// a frame the server must refuse by closing the connection.
-	e := enc{b: append(binary.BigEndian.AppendUint32([]byte{v, mac}, uint32(c.cfg.MaxFrame)), sn[:]...)}
+	e := enc{b: append(append(binary.BigEndian.AppendUint32([]byte{v, mac}, uint32(c.cfg.MaxFrame)), sn[:]...), eph.PublicKey().Bytes()...)}
 	e.model(c.cfg.Model)
 	e.u8(c.cfg.kvByte())
 	ack := e.b
@@ -396,12 +411,20 @@ func (c *conn) serverHandshake() error {
 		_ = c.send(tError, 0, encError(err))
 		return err
 	}
+	var c2s, s2c []byte
+	if mac == 1 {
+		// Derived before AuthOK, so a bad client key is refused in clear.
+		if c2s, s2c, err = sessionKeys(eph, cpub, proof(c.cfg.Secret, "sluice/session", hello, ack)); err != nil {
+			_ = c.send(tError, 0, encError(err))
+			return err
+		}
+	}
 	if err := c.send(tAuthOK, 0); err != nil {
 		return err
 	}
 	c.fr.version = v
 	if mac == 1 {
-		c.fr.enableMAC(proof(c.cfg.Secret, "sluice/session", hello, ack))
+		c.fr.enableSeal(c2s, s2c)
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ var (
 // HelloAck (its proof NOT checked: the peer plays a client that ignores it).
 func rawHello(t *testing.T, nc net.Conn, fr *framer, m model.Fingerprint) (hello, ack []byte) {
 	t.Helper()
-	e := enc{b: append([]byte{minVersion, maxVersion, 0}, make([]byte, 32)...)}
+	e := enc{b: append([]byte{minVersion, maxVersion, 0}, make([]byte, 64)...)} // nonce, X25519 key (unused: no encryption)
 	e.model(m)
 	e.u8(0) // no KV (a router)
 	bufs, _ := fr.encode(helloVersion, tHello, 0, [][]byte{e.b})
@@ -88,11 +88,11 @@ type remoteConn struct {
 
 func (c remoteConn) RemoteAddr() net.Addr { return c.addr }
 
-// Per-frame authentication is the default off loopback (I12): a server
+// Frame encryption is the default off loopback (I12, I15): a server
 // whose listener is not on loopback, or a client whose peer is not, turns
-// the frame MAC on though neither side asked; on loopback it stays off
+// encryption on though neither side asked; on loopback it stays off
 // unless asked.
-func TestFrameMACDefaultOffLoopback(t *testing.T) {
+func TestEncryptDefaultOffLoopback(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{})
 	offHost := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 9002}
 	listen := func(wrap bool) string {
@@ -120,7 +120,7 @@ func TestFrameMACDefaultOffLoopback(t *testing.T) {
 		if wrap {
 			nc = remoteConn{nc, offHost}
 		}
-		c, err := NewClient(nc, Config{Secret: secret, FrameMAC: ask})
+		c, err := NewClient(nc, Config{Secret: secret, Encrypt: ask})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,8 +140,8 @@ func TestFrameMACDefaultOffLoopback(t *testing.T) {
 		{"client dials off loopback", loop, true, false, true},
 	} {
 		cl := newClient(c.addr, c.clientOff, c.ask)
-		if cl.FrameMAC() != c.want {
-			t.Errorf("%s: frame MAC %v, want %v", c.name, cl.FrameMAC(), c.want)
+		if cl.Encrypt() != c.want {
+			t.Errorf("%s: encryption %v, want %v", c.name, cl.Encrypt(), c.want)
 		}
 		// The connection works either way.
 		if err := cl.Cancel(context.Background(), handofftest.ID(9)); err != nil && !errors.Is(err, handoff.ErrUnknownHandoff) && !errors.Is(err, handoff.ErrState) {
@@ -274,7 +274,7 @@ func TestClientRefusesServerOfAnotherModel(t *testing.T) {
 			return
 		}
 		hello := f.payload
-		e := enc{b: append([]byte{minVersion, 0, 0, 0x10, 0, 0}, make([]byte, 32)...)} // version, no MAC, 1 MiB frames, nonce
+		e := enc{b: append([]byte{minVersion, 0, 0, 0x10, 0, 0}, make([]byte, 64)...)} // version, no encryption, 1 MiB frames, nonce, X25519 key
 		e.model(modelB)
 		e.u8(0)
 		ack := e.b

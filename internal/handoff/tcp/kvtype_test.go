@@ -75,7 +75,7 @@ func TestKVTypeMismatchRefusedAtConnect(t *testing.T) {
 	// A client that says F32 and ignores the server's answer, proving the
 	// secret: the server refuses by itself.
 	nc, fr := rawClient(t, addr)
-	e := enc{b: append([]byte{minVersion, maxVersion, 0}, make([]byte, 32)...)}
+	e := enc{b: append([]byte{minVersion, maxVersion, 0}, make([]byte, 64)...)} // nonce, X25519 key (unused: no encryption)
 	e.model(model.Fingerprint{})
 	e.u8(byte(kv.F32) + 1)
 	bufs, _ := fr.encode(helloVersion, tHello, 0, [][]byte{e.b})
@@ -107,7 +107,7 @@ func TestUnknownKVTypeIsMalformed(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{})
 	addr, _ := serve(t, Config{Secret: secret, HoldsKV: true}, r.Server, nil)
 	nc, fr := rawClient(t, addr)
-	e := enc{b: append([]byte{minVersion, maxVersion, 0}, make([]byte, 32)...)}
+	e := enc{b: append([]byte{minVersion, maxVersion, 0}, make([]byte, 64)...)} // nonce, X25519 key (unused: no encryption)
 	e.model(model.Fingerprint{})
 	e.u8(9)
 	bufs, _ := fr.encode(helloVersion, tHello, 0, [][]byte{e.b})

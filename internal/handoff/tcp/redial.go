@@ -151,15 +151,15 @@ func (r *Redialer) redial(ctx context.Context, d *dialing) {
 	close(d.done)
 }
 
-// FrameMAC reports whether the current connection authenticates every
-// frame (Client.FrameMAC); without one, whether the next will be asked to.
-func (r *Redialer) FrameMAC() bool {
+// Encrypt reports whether the current connection encrypts its frames
+// (Client.Encrypt); without one, whether the next will be asked to.
+func (r *Redialer) Encrypt() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.c == nil {
-		return r.cfg.FrameMAC
+		return r.cfg.Encrypt
 	}
-	return r.c.FrameMAC()
+	return r.c.Encrypt()
 }
 
 // Close closes the current connection, if any, and ends a dial under

@@ -67,7 +67,7 @@ func (s *Server) Serve(l net.Listener) error {
 		s.conns[nc] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.serveConn(nc, s.cfg.FrameMAC || !Loopback(l.Addr()))
+		go s.serveConn(nc, s.cfg.Encrypt || !Loopback(l.Addr()))
 	}
 }
 
@@ -99,7 +99,7 @@ type sconn struct {
 	page    []byte // streamWrites' page buffer; the reading goroutine's alone
 }
 
-// serveConn serves one connection; mac turns the per-frame MAC on for it
+// serveConn serves one connection; mac turns frame encryption on for it
 // whatever the client asks (a listener off the loopback interface).
 func (s *Server) serveConn(nc net.Conn, mac bool) {
 	defer s.wg.Done()
@@ -113,7 +113,7 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 		_ = tc.SetNoDelay(true)
 	}
 	cfg := s.cfg
-	cfg.FrameMAC = mac
+	cfg.Encrypt = mac
 	c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: s.cfg.MaxFrame}}
 	if err := c.serverHandshake(); err != nil {
 		var he *handoff.Error

@@ -8,8 +8,8 @@ import (
 	"sluice/internal/handoff"
 )
 
-// next reads the connection's next request frame. A Write frame on a
-// connection without a frame MAC is read and applied here, page by page,
+// next reads the connection's next request frame. A Write frame on an
+// unencrypted connection is read and applied here, page by page,
 // and answered (streamWrites); next then returns a nil frame. Every other
 // frame is read whole and returned for dispatch.
 func (sc *sconn) next() (*frame, error) {
@@ -22,11 +22,11 @@ func (sc *sconn) next() (*frame, error) {
 		return nil, err
 	}
 	_ = c.nc.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
-	if f.typ == tWrite && c.fr.macKey == nil && f.stream != 0 {
+	if f.typ == tWrite && !c.fr.encrypted() && f.stream != 0 {
 		return nil, sc.streamWrites(f, n)
 	}
-	// With a frame MAC, nothing of a frame may be used before its tag
-	// verifies over all of it (I12): the whole frame is read first.
+	// Encrypted, nothing of a frame may be used before its tag verifies
+	// over all of it (I12, I15): the whole frame is read first.
 	if err := c.fr.readBody(c.nc, f, n); err != nil {
 		return nil, err
 	}

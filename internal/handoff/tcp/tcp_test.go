@@ -99,7 +99,7 @@ func fakeServerConn(nc net.Conn) *conn {
 func TestHonestHandoff(t *testing.T) {
 	for _, mac := range []bool{false, true} {
 		r := handofftest.New(t, handofftest.Options{})
-		addr, _ := serve(t, Config{Secret: secret, FrameMAC: mac}, r.Server, nil)
+		addr, _ := serve(t, Config{Secret: secret, Encrypt: mac}, r.Server, nil)
 		c := dial(t, addr, Config{Secret: secret})
 		for i, n := range []int{1, 4, 5, 61} {
 			handofftest.Honest(t, r, c, i, n, handoff.SenderConfig{MaxBatchBytes: 3 * r.Geo.PageBytes(), Window: 3})
@@ -123,7 +123,7 @@ func TestForeignWrite(t *testing.T) {
 // Many handoffs at once on one connection (multiplexed), under -race.
 func TestConcurrentHandoffs(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{Pages: 256})
-	addr, _ := serve(t, Config{Secret: secret, FrameMAC: true}, r.Server, nil)
+	addr, _ := serve(t, Config{Secret: secret, Encrypt: true}, r.Server, nil)
 	c := dial(t, addr, Config{Secret: secret})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -251,7 +251,7 @@ func rawAuthed(t *testing.T, addr string, mac bool) (*conn, net.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	cfg, _ := Config{Secret: secret, FrameMAC: mac}.withDefaults()
+	cfg, _ := Config{Secret: secret, Encrypt: mac}.withDefaults()
 	c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: cfg.MaxFrame, isClient: true}}
 	if err := c.clientHandshake(); err != nil {
 		t.Fatal(err)
@@ -326,25 +326,32 @@ func TestBadFrames(t *testing.T) {
 	}
 }
 
-// With FrameMAC, a frame altered in flight (CRC fixed up by the attacker)
-// fails its MAC.
-func TestFrameMACRejectsTampering(t *testing.T) {
-	r := handofftest.New(t, handofftest.Options{})
-	addr, _ := serve(t, Config{Secret: secret, FrameMAC: true}, r.Server, nil)
-	c, nc := rawAuthed(t, addr, true)
-	bufs, _ := c.fr.encode(maxVersion, tReserve, 1, [][]byte{mustEnc(encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "acme", PromptTokens: 4}))})
-	b := bytes.Join(bufs, nil)
-	// Change the tenant and recompute the CRC: only the MAC can tell.
-	i := bytes.Index(b, []byte("acme"))
-	copy(b[i:], "evil")
-	binary.BigEndian.PutUint32(b[12:], crc32.Update(crc32.Update(0, castagnoli, b[:12]), castagnoli, b[headerLen:len(b)-macLen]))
-	nc.Write(b)
-	f, err := c.fr.readFrame(nc, nil)
-	if err != nil || f.typ != tError || !errors.Is(decError(f.payload), handoff.ErrAuth) {
-		t.Fatalf("tampered frame: %v %+v", err, f)
-	}
-	if s := r.Server.Stats(); s.Reserved != 0 {
-		t.Fatal("a tampered frame reserved pages")
+// On an encrypted connection a frame altered in flight, in its payload or
+// in its header (the additional data), fails to decrypt: the server
+// answers ErrAuth and nothing is reserved.
+func TestEncryptRejectsTampering(t *testing.T) {
+	for _, where := range []string{"payload", "header"} {
+		r := handofftest.New(t, handofftest.Options{})
+		addr, _ := serve(t, Config{Secret: secret, Encrypt: true}, r.Server, nil)
+		c, nc := rawAuthed(t, addr, true)
+		bufs, _ := c.fr.encode(maxVersion, tReserve, 1, [][]byte{mustEnc(encReserve(&handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "acme", PromptTokens: 4}))})
+		b := bytes.Join(bufs, nil)
+		if bytes.Contains(b, []byte("acme")) {
+			t.Fatal("the tenant is readable in an encrypted frame")
+		}
+		if where == "payload" {
+			b[headerLen+3] ^= 1
+		} else {
+			b[7] ^= 1 // the stream id
+		}
+		nc.Write(b)
+		f, err := c.fr.readFrame(nc, nil)
+		if err != nil || f.typ != tError || !errors.Is(decError(f.payload), handoff.ErrAuth) {
+			t.Fatalf("%s tampered: %v %+v", where, err, f)
+		}
+		if s := r.Server.Stats(); s.Reserved != 0 {
+			t.Fatalf("a frame tampered in its %s reserved pages", where)
+		}
 	}
 }
 
