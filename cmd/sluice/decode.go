@@ -126,6 +126,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	}
 	log.Info("model loaded", "model", m.Describe(), "fingerprint", m.Fingerprint().String(), "weights", weights)
 	o.setup(log, m, pools.Context)
+	pools = o.sizeAutoKV(log, m, pools, 1)
 	rep := m.Preflight(pools, role)
 	logPreflight(log, rep)
 	if !rep.OK {

@@ -35,7 +35,7 @@ func TestServeFromHub(t *testing.T) {
 	t.Setenv("HF_HUB_OFFLINE", "")
 
 	serveOnce := func(args ...string) *proc {
-		p := startProc(t, "serve", append(args, "--context", "512", "--kv-pool-tokens", "2048", "--listen", "127.0.0.1:0")...)
+		p := startProc(t, "serve", append(args, "--listen", "127.0.0.1:0")...)
 		addr := p.waitAddr(t)
 		cl := openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
 		r, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stories260K-F32",
@@ -46,7 +46,11 @@ func TestServeFromHub(t *testing.T) {
 		p.stop(t)
 		return p
 	}
-	p := serveOnce("--model", "hf://test-org/stories260K-GGUF")
+	// --kv-memory auto (the default), capped at 64 sequences of 512 tokens.
+	p := serveOnce("--model", "hf://test-org/stories260K-GGUF", "--context", "512")
+	if !strings.Contains(p.log(), "KV cache: 32768 tokens, context 512, max concurrency 64.00x at full context") || !strings.Contains(p.log(), "--kv-memory auto: 50% of") {
+		t.Errorf("no auto KV banner:\n%s", p.log())
+	}
 	if got := p.field("model from Hugging Face", "sha256"); got != hubtest.SHA256(b) {
 		t.Fatalf("logged sha256 %q, want %s\n%s", got, hubtest.SHA256(b), p.log())
 	}
@@ -58,7 +62,7 @@ func TestServeFromHub(t *testing.T) {
 	}
 	h.Close()
 	t.Setenv("HF_HUB_OFFLINE", "1")
-	p = serveOnce("-hf", "test-org/stories260K-GGUF:f32")
+	p = serveOnce("-hf", "test-org/stories260K-GGUF:f32", "--context", "512", "--kv-pool-tokens", "2048")
 	if p.field("model from Hugging Face", "path") == "" || !strings.HasPrefix(p.field("model from Hugging Face", "path"), cache) {
 		t.Fatalf("offline start did not use the cache:\n%s", p.log())
 	}

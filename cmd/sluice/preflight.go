@@ -41,7 +41,7 @@ func runPreflight(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.model, "model", "", "GGUF model: a file path or hf://ORG/REPO[:QUANT | /FILE.gguf] (fetched into the Hugging Face cache, see sluice serve -hf); empty checks the built-in default model")
 	fs.StringVar(&o.hf, "hf", "", hfUsage)
 	fs.StringVar(&o.context, "context", "auto", "the context the roles will be started with, in tokens, or \"auto\"")
-	fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB); the same default as sluice serve and the workers; ignored when --kv-pool-tokens is set")
+	fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, kvMemoryUsage+"; the same default as sluice serve and the workers (auto here counts every --role checked as a pool of one process, as sluice serve runs them)")
 	fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 	fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
 	fs.StringVar(&o.kvType, "kv-type", preflight.KVF16, "element type of KV pages the roles will be started with: f16 (2 bytes an element) or f32 (4)")
@@ -87,6 +87,7 @@ and what to change. The servers run exactly this check at start (I2).
 	// The step budget does not change what a pool holds; the roles'
 	// defaults pass pools()'s check.
 	o.chunk, o.stepTokens = engine.DefaultChunkTokens, engine.DefaultStepTokens
+	o.maxConc = 64 // the roles' default --max-concurrency caps an auto pool
 	pools, err := o.pools()
 	if err != nil {
 		fmt.Fprintln(stderr, "preflight:", err)
@@ -99,6 +100,7 @@ and what to change. The servers run exactly this check at start (I2).
 		return 2
 	}
 	defer m.Close()
+	pools = o.sizeAutoKV(nil, m, pools, len(roles))
 	rep := m.Preflight(pools, roles...)
 	if jsonOut {
 		enc := json.NewEncoder(stdout)
@@ -133,6 +135,14 @@ func printPreflight(w io.Writer, rep preflight.Report) {
 	tw.Flush()
 	for _, n := range rep.Notes {
 		fmt.Fprintln(w, "note:", n)
+	}
+	for _, n := range rep.Warnings {
+		fmt.Fprintln(w, "warning:", n)
+	}
+	if rep.OK {
+		for _, r := range rep.Roles {
+			fmt.Fprintf(w, "%s: KV cache: %d tokens, context %d, max concurrency %.2fx at full context (%s)\n", r.Role, r.PoolTokens, r.EffectiveContext, r.MaxConcurrency, r.Sizing)
+		}
 	}
 	for _, p := range rep.Problems {
 		fmt.Fprintln(w, "FAIL:", p)

@@ -398,23 +398,25 @@ func TestPreflightCommand(t *testing.T) {
 	if rep.OK || len(rep.Roles) != 1 || rep.Roles[0].PoolTokens != 496 || !strings.Contains(rep.Problems[0], "decode") {
 		t.Fatalf("report %+v", rep)
 	}
-	// No pool size: the same default as serve and the workers (64 MiB:
-	// 6553 pages of 10240 B).
+	// No pool size: the same default as serve and the workers, auto: on
+	// any machine with 40 MiB to spare, capped at 64 sequences (the
+	// default --max-concurrency) of 512 tokens, 32 pages each.
 	out.Reset()
 	if code := runPreflight([]string{"--model", model, "--context", "512", "--json"}, &out, &errb); code != 0 {
 		t.Fatalf("default pool: exit %d\n%s", code, errb.String())
 	}
 	var def struct {
 		Roles []struct {
-			PoolBytes int64 `json:"pool_bytes"`
-			Pages     int   `json:"pages"`
+			PoolBytes int64  `json:"pool_bytes"`
+			Pages     int    `json:"pages"`
+			Sizing    string `json:"sizing"`
 		} `json:"roles"`
 	}
 	if err := json.Unmarshal([]byte(out.String()), &def); err != nil {
 		t.Fatal(err)
 	}
-	if len(def.Roles) != 2 || def.Roles[0].Pages != 64<<20/10240 {
-		t.Fatalf("default pool: %+v, want %d pages (--kv-memory %s)\n%s", def, 64<<20/10240, defaultKVMemory, out.String())
+	if len(def.Roles) != 2 || def.Roles[0].Pages != 64*32 || !strings.HasPrefix(def.Roles[0].Sizing, "--kv-memory auto") {
+		t.Fatalf("default pool: %+v, want %d pages (--kv-memory %s)\n%s", def, 64*32, defaultKVMemory, out.String())
 	}
 	if code := runPreflight([]string{"--model", model, "--context", "512", "--kv-memory", "1MiB", "--kv-pool-tokens", "512"}, &out, &errb); code != 2 {
 		t.Fatalf("both pool sizes: exit %d", code)

@@ -60,8 +60,9 @@ type roleOpts struct {
 }
 
 // defaultKVMemory is every role's KV pool size unless told otherwise, and
-// what preflight checks by default, so the check matches the launch.
-const defaultKVMemory = "64MiB"
+// what preflight checks by default, so the check matches the launch:
+// auto, a share of the memory available (see sizeAutoKV).
+const defaultKVMemory = kvAuto
 
 // defaultKVVerify is --kv-verify's default (see the README's cache
 // section for the measured cost of sample).
@@ -83,7 +84,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 	fs.StringVar(&o.hf, "hf", "", hfUsage)
 	fs.StringVar(&o.context, "context", "auto", "context length in tokens, or \"auto\": the model's training context lowered to what every KV pool holds (logged). An explicit value larger than a pool refuses to start (I2)")
 	if pool {
-		fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, "KV pool size per role in bytes (units KiB, MiB, GiB, KB, MB, GB); ignored when --kv-pool-tokens is set")
+		fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, kvMemoryUsage)
 		fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 		fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
 		fs.StringVar(&o.kvVerify, "kv-verify", defaultKVVerify, "when sealed KV pages are re-hashed against their seal digest (a mismatch quarantines the page and fails its readers): off; hit (a cached prefix page each time a request hits it); sample (hit, plus a bounded round-robin sweep of sealed pages, cached or private: at most 1 page a scheduler step and at most 0.5% of the forward steps' time); all (debugging: every sealed page every step)")
@@ -148,6 +149,9 @@ func (o *roleOpts) pools() (node.Pools, error) {
 	if o.poolTokens > 0 {
 		p.PoolTokens = o.poolTokens
 		return p, nil
+	}
+	if o.kvMemory == kvAuto {
+		return p, nil // sized once the model is loaded (sizeAutoKV)
 	}
 	b, err := preflight.ParseBytes(o.kvMemory)
 	if err != nil {
@@ -240,6 +244,10 @@ func logPreflight(log *slog.Logger, rep preflight.Report) {
 	for _, n := range rep.Notes {
 		log.Info(n)
 	}
+	for _, w := range rep.Warnings {
+		log.Warn(w)
+	}
+	logKVBanner(log, rep)
 	for _, p := range rep.Problems {
 		log.Error("refusing to start: "+p, "code", preflight.Code)
 	}
@@ -394,6 +402,11 @@ Example:
 			return 1
 		}
 	}
+	nPools := 1
+	if !o.colocated {
+		nPools = max(o.prefillWorkers, 1) + max(o.decodeWorkers, 1)
+	}
+	pools = o.sizeAutoKV(log, m, pools, nPools)
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
 		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log,
 		ChunkTokens: o.chunk, StepTokens: o.stepTokens, ShareThreads: true,

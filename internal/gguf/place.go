@@ -76,7 +76,7 @@ const autoCopyMin = 64 << 20
 // decideMemory is MemoryAuto's choice for a mapped file of size bytes of
 // which huge are on 2 MiB pages (-1: unknown), with thp telling whether
 // the kernel grants anonymous huge pages on advice and room the memory
-// the process may still take (memoryRoom; -1: unknown). Measured on a
+// the process may still take (MemoryRoom; -1: unknown). Measured on a
 // Zen 5 (1 thread, TinyLlama-shaped Q4_K, 620 MB): decode from the
 // mapping with 16% of it on 2 MiB pages 44-46 tok/s, from the same
 // mapping with 94% on 2 MiB pages 54-55, from the anonymous copy 54-55.
@@ -103,7 +103,7 @@ func (f *File) Place(m Memory) (Placement, error) {
 	if m == MemoryAuto {
 		// Faulting the mapping in to read its page sizes reads the file:
 		// not for a file that would stay mapped even if none were huge.
-		thp, room := anonHugeAdvised(), memoryRoom()
+		thp, room := anonHugeAdvised(), MemoryRoom()
 		if decideMemory(p.Bytes, 0, thp, room) == MemoryMap {
 			return p, nil
 		}

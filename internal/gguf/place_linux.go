@@ -81,11 +81,12 @@ func copyToAnon(b []byte) ([]byte, error) {
 	return c, nil
 }
 
-// memoryRoom is what the process may still take: MemAvailable from
+// MemoryRoom is what the process may still take: MemAvailable from
 // /proc/meminfo, lowered to memory.max - memory.current of the cgroup v2
 // at /sys/fs/cgroup (a container's own, in its cgroup namespace); -1
-// when MemAvailable cannot be read.
-func memoryRoom() int64 {
+// when MemAvailable cannot be read. --weights auto and --kv-memory auto
+// both size themselves from it.
+func MemoryRoom() int64 {
 	return roomFrom("/proc/meminfo", "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current")
 }
 

@@ -129,8 +129,8 @@ func TestRoomFrom(t *testing.T) {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
 		}
 	}
-	if memoryRoom() <= 0 {
-		t.Errorf("memoryRoom() = %d on this machine", memoryRoom())
+	if MemoryRoom() <= 0 {
+		t.Errorf("MemoryRoom() = %d on this machine", MemoryRoom())
 	}
 }
 

@@ -80,6 +80,9 @@ type Pool struct {
 	PoolTokens int
 	// PageSize is token slots per page (0 = DefaultPageSize).
 	PageSize int
+	// Auto, when set, says KVMemory came from --kv-memory auto (the
+	// report says so, and a refusal says what to give instead).
+	Auto *Auto
 }
 
 // Input is everything local preflight needs.
@@ -104,10 +107,17 @@ type RoleReport struct {
 	PoolBytes  int64 `json:"pool_bytes"`
 	PoolTokens int   `json:"pool_capacity_tokens"`
 	// ConfiguredContext is 0 for auto.
-	ConfiguredContext int    `json:"configured_context"`
-	EffectiveContext  int    `json:"effective_context"`
-	OK                bool   `json:"ok"`
-	Verdict           string `json:"verdict"`
+	ConfiguredContext int `json:"configured_context"`
+	EffectiveContext  int `json:"effective_context"`
+	// MaxConcurrency is how many sequences of the full effective context
+	// the pool holds at once (pool tokens / context; vLLM's "maximum
+	// concurrency" figure). 0 when the check failed.
+	MaxConcurrency float64 `json:"max_concurrency_at_full_context"`
+	// Sizing says how the pool was sized: "--kv-memory auto: ..." or the
+	// flag given.
+	Sizing  string `json:"sizing"`
+	OK      bool   `json:"ok"`
+	Verdict string `json:"verdict"`
 }
 
 // Report is the outcome of a local preflight check.
@@ -126,6 +136,9 @@ type Report struct {
 	Problems []string `json:"problems,omitempty"`
 	// Notes say what auto decided.
 	Notes []string `json:"notes,omitempty"`
+	// Warnings are what a server logs at WARN: the context auto lowered
+	// below the model's training context, with the numbers.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Err returns nil when the report is OK, else an error carrying every
@@ -200,6 +213,14 @@ func Local(in Input) Report {
 			// of 681,280).
 			need := int64(ceilDiv(in.Context, rr.PageSize)) * int64(rr.PageSize) * bpt
 			rr.Verdict = fmt.Sprintf("FAIL: pool holds %d tokens < context %d", rr.PoolTokens, in.Context)
+			if a := in.Pools[i].Auto; a != nil {
+				// I2 with auto sizing: the machine decided the pool, the
+				// operator decided the context; they disagree, so refuse
+				// rather than serve a context the pool cannot hold.
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: --context %d is larger than the KV pool's capacity of %d tokens (%d pages of %d, %d bytes a token), sized by %s; give --kv-memory of at least %d bytes (or --kv-pool-tokens %d) if the machine has it, or lower --context to %d, or use --context auto",
+					rr.Role, in.Context, rr.PoolTokens, rr.Pages, rr.PageSize, bpt, a, need, in.Context, rr.PoolTokens))
+				continue
+			}
 			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: --context %d is larger than the KV pool's capacity of %d tokens (%d pages of %d); raise --kv-memory to at least %d bytes (or --kv-pool-tokens to at least %d), or lower --context to %d, or use --context auto",
 				rr.Role, in.Context, rr.PoolTokens, rr.Pages, rr.PageSize, need, in.Context, rr.PoolTokens))
 			continue
@@ -215,12 +236,20 @@ func Local(in Input) Report {
 	}
 	for i := range rep.Roles {
 		rep.Roles[i].EffectiveContext = effective
+		if effective > 0 {
+			rep.Roles[i].MaxConcurrency = float64(rep.Roles[i].PoolTokens) / float64(effective)
+		}
 	}
 	rep.EffectiveContext = effective
 	rep.OK = true
 	if in.Context == 0 {
 		if in.Model.TrainContext > 0 && effective < in.Model.TrainContext {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("--context auto: lowered the context from the model's training context %d to %d, the smallest role pool's capacity (I2)", in.Model.TrainContext, effective))
+			w := fmt.Sprintf("--context auto: lowered the context from the model's training context %d to %d, the smallest role pool's capacity (I2): the pool holds %d tokens of %d bytes; a pool of %d bytes would hold the training context",
+				in.Model.TrainContext, effective, effective, bpt, int64(ceilDiv(in.Model.TrainContext, rep.Roles[0].PageSize))*int64(rep.Roles[0].PageSize)*bpt)
+			if a := in.Pools[0].Auto; a != nil {
+				w += "; the pool was sized by " + a.String() + ": give --kv-memory to choose"
+			}
+			rep.Warnings = append(rep.Warnings, w)
 		} else if in.Model.TrainContext > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("--context auto: using the model's training context %d; every pool holds it", effective))
 		} else {
@@ -235,7 +264,7 @@ func sizePool(m Model, p Pool, bpt int64) RoleReport {
 	if ps <= 0 {
 		ps = DefaultPageSize
 	}
-	rr := RoleReport{Role: p.Role, WeightBytes: m.WeightBytes, KVBytesPerToken: bpt, KVType: m.kvType(), PageSize: ps}
+	rr := RoleReport{Role: p.Role, WeightBytes: m.WeightBytes, KVBytesPerToken: bpt, KVType: m.kvType(), PageSize: ps, Sizing: describePool(p)}
 	pageBytes := bpt * int64(ps)
 	switch {
 	case p.PoolTokens > 0:
@@ -249,6 +278,9 @@ func sizePool(m Model, p Pool, bpt int64) RoleReport {
 }
 
 func describePool(p Pool) string {
+	if p.Auto != nil && p.PoolTokens == 0 {
+		return p.Auto.String()
+	}
 	if p.PoolTokens > 0 {
 		return fmt.Sprintf("--kv-pool-tokens %d", p.PoolTokens)
 	}

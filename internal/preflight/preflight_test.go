@@ -96,8 +96,9 @@ func TestAutoLowersToSmallestPool(t *testing.T) {
 	if !rep.OK || rep.EffectiveContext != 112 {
 		t.Fatalf("want OK with context 112, got %+v", rep)
 	}
-	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "512") || !strings.Contains(rep.Notes[0], "112") {
-		t.Fatalf("auto note %q must name 512 and 112", rep.Notes)
+	// A context below the model's own is a WARN, with the numbers.
+	if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "512") || !strings.Contains(rep.Warnings[0], "112") {
+		t.Fatalf("auto warning %q must name 512 and 112", rep.Warnings)
 	}
 	// Pools bigger than the training context: auto keeps the training context.
 	rep = Local(Input{Model: stories, Pools: []Pool{{Role: RoleColocated, PoolTokens: 4096}}})

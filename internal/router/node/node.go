@@ -134,6 +134,31 @@ type Pools struct {
 	Verify kv.Verify
 	// KVType is --kv-type: preflight.KVF16 (also when empty) or KVF32.
 	KVType string
+	// Auto, when set, says KVMemory was sized by --kv-memory auto
+	// (AutoPools); preflight's report and refusals say so.
+	Auto *preflight.Auto
+}
+
+// AutoPools sizes KVMemory for --kv-memory auto (preflight.SizeAuto): a
+// share of room (the memory the process may still take; -1 unknown)
+// after the weights, split equally over pools, capped at maxConcurrency
+// sequences of the target context (p.Context, else the model's training
+// context).
+func (m *Model) AutoPools(p Pools, pools, maxConcurrency int, room int64) Pools {
+	var weights int64
+	if !m.BuiltIn && m.Placement.Memory == gguf.MemoryMap {
+		weights = m.Placement.Bytes
+	}
+	shape := m.Shape
+	shape.KVType = p.KVType
+	ctx := p.Context
+	if ctx == 0 {
+		ctx = shape.TrainContext
+	}
+	a := preflight.SizeAuto(preflight.AutoInput{Room: room, Weights: weights, Pools: pools, BytesPerToken: shape.KVBytesPerToken(),
+		PageSize: p.PageSize, Context: ctx, MaxConcurrency: maxConcurrency})
+	p.KVMemory, p.PoolTokens, p.Auto = a.PerPool, 0, &a
+	return p
 }
 
 // Preflight checks the given roles (I2). The servers refuse to start when
@@ -142,7 +167,7 @@ func (m *Model) Preflight(p Pools, roles ...string) preflight.Report {
 	in := preflight.Input{Model: m.Shape, Context: p.Context}
 	in.Model.KVType = p.KVType
 	for _, r := range roles {
-		in.Pools = append(in.Pools, preflight.Pool{Role: r, KVMemory: p.KVMemory, PoolTokens: p.PoolTokens, PageSize: p.PageSize})
+		in.Pools = append(in.Pools, preflight.Pool{Role: r, KVMemory: p.KVMemory, PoolTokens: p.PoolTokens, PageSize: p.PageSize, Auto: p.Auto})
 	}
 	return preflight.Local(in)
 }
