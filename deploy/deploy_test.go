@@ -805,3 +805,34 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("ENTRYPOINT %q does not run the binary copied from the build stage (%q)", entry, copied)
 	}
 }
+
+// TestChartRouterTLS: router.tls.secretName mounts the Secret, passes its
+// files to --tls-cert/--tls-key (flags the binary knows: check() compares
+// every arg with `sluice router --help`), and switches the router's probes
+// to HTTPS, which its admin listener then speaks; the workers keep HTTP.
+func TestChartRouterTLS(t *testing.T) {
+	o := render(t, map[string]any{"router": map[string]any{"tls": map[string]any{"secretName": "api-cert"}}})
+	check(t, o, want{handoffName: "rel-sluice-handoff", renderedKeys: true, pdbs: 3,
+		replicas: map[string]int32{"router": 2, "prefill": 1, "decode": 1}})
+	d := o.deployments["router"]
+	c := &d.Spec.Template.Spec.Containers[0]
+	_, given := parseArgs(t, c.Args)
+	if given["tls-cert"] != "/etc/sluice/tls/tls.crt" || given["tls-key"] != "/etc/sluice/tls/tls.key" {
+		t.Errorf("router args %v: want --tls-cert/--tls-key under /etc/sluice/tls", c.Args)
+	}
+	v := volumeAt(t, &d.Spec.Template.Spec, c, "/etc/sluice/tls/tls.crt")
+	if v.Secret == nil || v.Secret.SecretName != "api-cert" {
+		t.Errorf("the TLS mount is %+v, want the Secret api-cert", v)
+	}
+	for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+		if p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("router probe %s scheme %q, want HTTPS", p.HTTPGet.Path, p.HTTPGet.Scheme)
+		}
+	}
+	for _, role := range []string{"prefill", "decode"} {
+		wc := o.deployments[role].Spec.Template.Spec.Containers[0]
+		if s := wc.ReadinessProbe.HTTPGet.Scheme; s != corev1.URISchemeHTTP {
+			t.Errorf("%s probe scheme %q, want HTTP", role, s)
+		}
+	}
+}

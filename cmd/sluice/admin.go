@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"sluice/internal/tlsload"
 )
 
 // defaultAdminListen is where a multi-tenant server serves its metrics when
@@ -28,8 +30,9 @@ func (o *serveOpts) adminAddr(multiTenant bool) string {
 }
 
 // serveAdmin serves h on addr (nothing when addr is ""), for metrics and
-// probes apart from the API. The returned stop closes it.
-func serveAdmin(log *slog.Logger, addr string, h http.Handler) (func(), error) {
+// probes apart from the API, over TLS when tlsSrv is set. The returned
+// stop closes it.
+func serveAdmin(log *slog.Logger, addr string, h http.Handler, tlsSrv *tlsload.Server) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -38,7 +41,7 @@ func serveAdmin(log *slog.Logger, addr string, h http.Handler) (func(), error) {
 		return nil, err
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(l)
-	log.Info("metrics listening", "addr", "http://"+l.Addr().String()+"/metrics")
+	go tlsload.Serve(hs, l, tlsSrv)
+	log.Info("metrics listening", "addr", tlsload.Scheme(tlsSrv)+"://"+l.Addr().String()+"/metrics")
 	return func() { hs.Close() }, nil
 }

@@ -84,7 +84,7 @@ func serveWorkerMetrics(log *slog.Logger, addr string, stats func() router.Engin
 	mux.Handle("GET /metrics", h)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(`{"status":"ok"}` + "\n")) })
 	mux.HandleFunc("GET /ready", router.ReadyHandler(ready))
-	return serveAdmin(log, addr, mux)
+	return serveAdmin(log, addr, mux, nil)
 }
 
 // startWorker parses flags, loads the model and runs preflight for role.

@@ -59,7 +59,7 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 				p.lines = append(p.lines, m)
 				if m["msg"] == "listening" {
 					a, _ := m["addr"].(string)
-					p.addr <- strings.TrimPrefix(a, "http://")
+					p.addr <- strings.TrimPrefix(strings.TrimPrefix(a, "http://"), "https://")
 				}
 			}
 			p.mu.Unlock()

@@ -279,7 +279,13 @@ Example:
 		log.Error("router", "err", err)
 		return 1
 	}
-	stopAdmin, err := serveAdmin(log, adminAddr, srv.AdminHandler())
+	apiTLS, adminTLS, stopTLS, err := o.tls.start(log, adminAddr != "")
+	if err != nil {
+		log.Error("TLS", "err", err)
+		return 1
+	}
+	defer stopTLS()
+	stopAdmin, err := serveAdmin(log, adminAddr, srv.AdminHandler(), adminTLS)
 	if err != nil {
 		log.Error("cannot serve metrics", "addr", adminAddr, "err", err)
 		return 1
@@ -292,7 +298,7 @@ Example:
 	if o.loadEvery > 0 {
 		go node.LogLoad(loadCtx, log, o.loadEvery, stats) // running, waiting
 	}
-	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { stopLoad(); return eng.Close(ctx) })
+	return serveHTTP(log, o.listen, apiTLS, srv, o.drain, func(ctx context.Context) error { stopLoad(); return eng.Close(ctx) })
 }
 
 // reloadOnHUP re-reads the workers file on every SIGHUP until ctx ends.

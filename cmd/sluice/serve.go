@@ -20,6 +20,7 @@ import (
 	"sluice/internal/kv"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
+	"sluice/internal/tlsload"
 	"sluice/internal/router/node"
 )
 
@@ -280,6 +281,7 @@ type serveOpts struct {
 	metricsTenantLabels bool
 	// loadEvery is the load line's interval (0: none).
 	loadEvery time.Duration
+	tls       tlsOpts
 
 	// prefillWorkers, decodeWorkers: serve's in-process cluster.
 	prefillWorkers, decodeWorkers int
@@ -299,6 +301,7 @@ func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address of the admin listener serving /metrics, /health and /ready apart from the API. Default: with --api-keys "+defaultAdminListen+" (metrics are then never on --listen, which every tenant reaches); without --api-keys /metrics stays on --listen")
 	fs.BoolVar(&o.metricsTenantLabels, "metrics-tenant-labels", false, "label the token counters with tenant names (off by default: a scraper then learns every tenant's name and usage; turn on only for a trusted scraper)")
 	fs.DurationVar(&o.loadEvery, "load-log-interval", 10*time.Second, "how often the load line is logged (requests running and waiting; in `sluice serve` also preempted sequences, KV usage and generation throughput); 0 turns it off")
+	o.tls.register(fs)
 	fs.IntVar(&o.tenantMax, "tenant-max-concurrency", 0, "requests one tenant may have in flight (0: only --max-concurrency applies); more get 429, so one busy tenant cannot take every slot")
 }
 
@@ -436,7 +439,14 @@ Example:
 		st.Close(context.Background())
 		return 1
 	}
-	stopAdmin, err := serveAdmin(log, adminAddr, srv.AdminHandler())
+	apiTLS, adminTLS, stopTLS, err := o.tls.start(log, adminAddr != "")
+	if err != nil {
+		log.Error("TLS", "err", err)
+		st.Close(context.Background())
+		return 1
+	}
+	defer stopTLS()
+	stopAdmin, err := serveAdmin(log, adminAddr, srv.AdminHandler(), adminTLS)
 	if err != nil {
 		log.Error("cannot serve metrics", "addr", adminAddr, "err", err)
 		st.Close(context.Background())
@@ -448,7 +458,7 @@ Example:
 	if o.loadEvery > 0 {
 		go st.LogLoad(loadCtx, log, o.loadEvery) // running, waiting, KV usage, throughput
 	}
-	return serveHTTP(log, o.listen, srv, o.drain, func(ctx context.Context) error { stopLoad(); return st.Close(ctx) })
+	return serveHTTP(log, o.listen, apiTLS, srv, o.drain, func(ctx context.Context) error { stopLoad(); return st.Close(ctx) })
 }
 
 // flagSet reports whether name was given on the command line.
@@ -486,7 +496,7 @@ func loadKeysFlag(path string, log *slog.Logger) (*router.Keys, error) {
 
 // serveHTTP serves the API until SIGTERM/SIGINT, then drains: new requests
 // get 503, in-flight ones finish (up to drain), then the roles stop.
-func serveHTTP(log *slog.Logger, addr string, srv *router.Server, drain time.Duration, closeRoles func(context.Context) error) int {
+func serveHTTP(log *slog.Logger, addr string, tlsSrv *tlsload.Server, srv *router.Server, drain time.Duration, closeRoles func(context.Context) error) int {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		log.Error("cannot listen", "addr", addr, "err", err)
@@ -499,8 +509,8 @@ func serveHTTP(log *slog.Logger, addr string, srv *router.Server, drain time.Dur
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
-	log.Info("listening", "addr", "http://"+l.Addr().String(), "endpoints", strings.Join(srv.Endpoints(), " "))
+	go func() { errc <- tlsload.Serve(hs, l, tlsSrv) }()
+	log.Info("listening", "addr", tlsload.Scheme(tlsSrv)+"://"+l.Addr().String(), "endpoints", strings.Join(srv.Endpoints(), " "))
 	code := 0
 	select {
 	case <-ctx.Done():

@@ -81,21 +81,29 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{/* Probes on a role's admin port (call with (dict "root" $ "port" N)). */}}
 {{- define "sluice.probes" -}}
 {{- $p := .root.Values.probes -}}
+{{- $scheme := include "sluice.adminScheme" . -}}
 startupProbe:
-  httpGet: {path: /health, port: admin}
+  httpGet: {path: /health, port: admin, scheme: {{ $scheme }}}
   periodSeconds: {{ $p.periodSeconds }}
   timeoutSeconds: {{ $p.timeoutSeconds }}
   failureThreshold: {{ $p.startupFailureThreshold }}
 livenessProbe:
-  httpGet: {path: /health, port: admin}
+  httpGet: {path: /health, port: admin, scheme: {{ $scheme }}}
   periodSeconds: {{ $p.periodSeconds }}
   timeoutSeconds: {{ $p.timeoutSeconds }}
   failureThreshold: {{ $p.livenessFailureThreshold }}
 readinessProbe:
-  httpGet: {path: /ready, port: admin}
+  httpGet: {path: /ready, port: admin, scheme: {{ $scheme }}}
   periodSeconds: {{ $p.periodSeconds }}
   timeoutSeconds: {{ $p.timeoutSeconds }}
   failureThreshold: {{ $p.readinessFailureThreshold }}
+{{- end -}}
+
+{{/* HTTPS when the role serves TLS (the router with router.tls.secretName:
+its admin listener shares the API's certificate), else HTTP. The kubelet
+does not verify a probe's certificate. */}}
+{{- define "sluice.adminScheme" -}}
+{{- if and (eq .role "router") .root.Values.router.tls.secretName -}}HTTPS{{- else -}}HTTP{{- end -}}
 {{- end -}}
 
 {{/* Pod annotations of a role (call with (dict "root" $ "role" "decode")). */}}
@@ -183,6 +191,12 @@ volumes:
     {{- fail (printf "model.volume %q: use pvc or hostPath" $v.model.volume) }}
     {{- end }}
   {{- end }}
+  {{- if and (eq .role "router") $v.router.tls.secretName }}
+  - name: tls
+    secret:
+      secretName: {{ $v.router.tls.secretName }}
+      defaultMode: 0400
+  {{- end }}
   {{- if and (eq .role "router") (include "sluice.apiKeysEnabled" .root) }}
   - name: api-keys
     secret:
@@ -209,6 +223,11 @@ volumeMounts:
   {{- if and (eq .role "router") (include "sluice.apiKeysEnabled" .root) }}
   - name: api-keys
     mountPath: /etc/sluice/api-keys
+    readOnly: true
+  {{- end }}
+  {{- if and (eq .role "router") $v.router.tls.secretName }}
+  - name: tls
+    mountPath: /etc/sluice/tls
     readOnly: true
   {{- end }}
 {{- end -}}
