@@ -20,8 +20,8 @@ import (
 	"sluice/internal/kv"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
-	"sluice/internal/tlsload"
 	"sluice/internal/router/node"
+	"sluice/internal/tlsload"
 )
 
 func init() {
