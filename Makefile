@@ -1,4 +1,4 @@
-# The README's two commands are `make serve` (or `go run ./cmd/sluice serve`)
+# The two commands of README.md are `make serve` (or `go run ./cmd/sluice serve`)
 # and `make test`. Everything else here is optional and longer.
 GO ?= go
 SEEDS ?= 100000
@@ -28,7 +28,7 @@ bench-model:
 	$(GO) run ./cmd/sluice bench --synth
 
 .PHONY: bench-table
-# The README's side-by-side speed table (sluice bench --llama-bench over the
+# The side-by-side speed table of docs/benchmarks.md (sluice bench --llama-bench over the
 # six models, each kernel path, 1 thread pinned and 2 threads; about an hour
 # on a 2-vCPU machine; models from `make bench-models`, llama.cpp from
 # ../shared). BENCH_TABLE_CONFIGS="avx512-t1 avx2novnni-t1" etc.
@@ -43,7 +43,7 @@ bench-models:
 
 .PHONY: bench-cluster
 # The router's CPU per request and its balance over 1, 2, 3 decode workers,
-# every role its own process on loopback (README "Cluster").
+# every role its own process on loopback (docs/benchmarks.md).
 bench-cluster:
 	$(GO) build -o bin/sluice ./cmd/sluice
 	./bin/sluice bench cluster $(BENCH_CLUSTER_FLAGS)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-models.sh: writes the models of the README's speed table into DIR
+# bench-models.sh: writes the models of docs/benchmarks.md's speed table into DIR
 # (default ../bench): stories260K and bench-15M-q8_0 linked from
 # ../shared/models, the bench-110M and TinyLlama-1.1B shapes written by
 # `sluice synth` (seeded, so every machine measures the same bytes).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-table.sh: the README's side-by-side speed table (issue 15's done-when
+# bench-table.sh: the side-by-side speed table of docs/benchmarks.md (issue 15's done-when
 # table) in one go: for each kernel path and thread count it runs
 # `sluice bench --llama-bench` over the table's models (sluice and llama-bench
 # interleaved test by test, same files, same threads, 1-thread runs pinned to

@@ -65,7 +65,7 @@ type roleOpts struct {
 // auto, a share of the memory available (see sizeAutoKV).
 const defaultKVMemory = kvAuto
 
-// defaultKVVerify is --kv-verify's default (see the README's cache
+// defaultKVVerify is --kv-verify's default (see docs/operations.md, "Prefix cache",
 // section for the measured cost of sample).
 const defaultKVVerify = "sample"
 

@@ -453,7 +453,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var models cli.List
 	fs.Var(&models, "model", "GGUF `file` to measure (repeatable; default: stories260K from testdata/ and bench-15M-q8_0 from ../shared when present)")
-	threadsFlag := fs.String("threads", strconv.Itoa(runtime.NumCPU()), "comma-separated thread `counts`; by default the machine's cores (the README's table uses 1 and 2)")
+	threadsFlag := fs.String("threads", strconv.Itoa(runtime.NumCPU()), "comma-separated thread `counts`; by default the machine's cores (docs/benchmarks.md's tables use 1 and 2)")
 	promptFlag := fs.String("prompt", "128", "comma-separated prompt `tokens` for the prefill tests (llama-bench -p)")
 	gen := fs.Int("gen", 128, "generated `tokens` for the decode test (llama-bench -n)")
 	depthFlag := fs.String("depth", "0", "comma-separated context `depths`: every test runs after a prefilled context of this many tokens (llama-bench -d), e.g. 0,1024,4096 for decode at long contexts")

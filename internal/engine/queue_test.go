@@ -255,7 +255,7 @@ func TestDisaggCancelWhileQueuedNeverReserves(t *testing.T) {
 // Fairness: one tenant sends 10x the requests of two others, all waiting
 // at once behind a running request. The queue's discipline bounds how many
 // of the heavy tenant's tokens are admitted ahead of a light tenant's
-// request (README "Queueing"): sum over the other tenants j of
+// request (docs/operations.md, "Queueing"): sum over the other tenants j of
 // (Quantum*w_j + C - 1), Quantum = C = the context, here 32 tokens. Every
 // light request must be admitted within that bound of the heavy tenant's
 // (and the other light tenant's) tokens, counted from when it was the

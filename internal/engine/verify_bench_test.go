@@ -21,7 +21,7 @@ import (
 // present (SLUICE_BENCH_MODEL overrides), else the built-in model.
 // Reported: tok/s of each, sample/hit over the whole run and the median of
 // adjacent pairs' ratios, and the sweep's own share of forward time,
-// measured in the scheduler (the README's cost figure).
+// measured in the scheduler.
 func BenchmarkVerifySampleDecode(b *testing.B) {
 	rt := benchRuntime(b)
 	for _, conc := range []int{1, 16} {

@@ -6,7 +6,7 @@ package engine
 // room to grow: the next one to cross a page boundary preempts the
 // latest arrival, which then recomputes its whole KV (disaggregated: a
 // new prefill and handoff), and the queue fills the freed pages again at
-// once. Measured on the README's soak (`make soak`: 600 requests, pool
+// once. Measured on the soak (`make soak`: 600 requests, pool
 // 512 tokens = 32 pages, disaggregated over TCP; preemptions of one run
 // each): no watermark 426 and 455; 1 page per holder, at most a quarter
 // of the pool 226, at most half 213; 2 pages per holder, at most half

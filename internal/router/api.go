@@ -77,7 +77,7 @@ type commonParams struct {
 	CacheSalt      *string `json:"cache_salt"`
 }
 
-// Bounds of the API, documented in the README's parameter table.
+// Bounds of the API, documented in docs/api.md's parameter table.
 const (
 	maxStops      = 16  // stop strings
 	maxStopBytes  = 256 // bytes of one stop string
@@ -163,7 +163,7 @@ func decodeBody(r io.Reader, v any) *apiError {
 		}
 		if len(unknown) > 0 {
 			sort.Strings(unknown)
-			return unsupported(unknown[0], "%q is not a parameter this server supports; remove it (see the README's parameter table)", unknown[0])
+			return unsupported(unknown[0], "%q is not a parameter this server supports; remove it (docs/api.md lists the parameters)", unknown[0])
 		}
 		common.RawStreamOptions = keys["stream_options"]
 	}

@@ -14,7 +14,7 @@
 // engine (a local pool) and the disaggregated router (a remote decode pool
 // it only learns about through refusals and completions).
 //
-// The queue discipline, and the bound it gives (see README "Queueing"):
+// The queue discipline, and the bound it gives (see docs/operations.md, "Queueing"):
 //
 //   - Tenants with waiting requests form a ring; the cursor's tenant gets
 //     Quantum x weight tokens of credit once per turn and is served while

@@ -1,4 +1,4 @@
-// Command benchtable prints the markdown tables of the README's side-by-side
+// Command benchtable prints the markdown tables of docs/benchmarks.md's side-by-side
 // speed section from the JSON files scripts/bench-table.sh writes (one per
 // kernel path and thread count, each the output of `sluice bench --json
 // --llama-bench`). It only formats: every figure and ratio is sluice bench's.

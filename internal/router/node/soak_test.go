@@ -14,7 +14,7 @@ import (
 	"sluice/internal/router"
 )
 
-// TestSoakThreeTenantsSmallPool is the README's load soak (`make soak`):
+// TestSoakThreeTenantsSmallPool is the load soak (`make soak`):
 // 3 tenants, 24 clients, 600 requests (a quarter of them chat requests
 // without max_tokens, which reserve the rest of the context) against the
 // disaggregated TCP stack on stories260K, context 256, a pool of 512
