@@ -1,0 +1,914 @@
+package grammar
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Limits on what a client may ask the compiler for. A schema past any of
+// them is refused with an Error whose Code names the limit, before any
+// work that grows with it: a hostile schema costs its sender a 400 and
+// costs the worker nothing another tenant would notice.
+const (
+	// MaxSchemaBytes bounds the schema's JSON text.
+	MaxSchemaBytes = 64 << 10
+	// MaxSchemaDepth bounds the nesting of the schema document.
+	MaxSchemaDepth = 64
+	// MaxEnum bounds the values of one enum (OpenAI allows 500 in strict
+	// mode, 1000 in total).
+	MaxEnum = 1000
+	// MaxPatternBytes bounds one pattern's text.
+	MaxPatternBytes = 1000
+	// MaxElements bounds the compiled grammar (elements of 8 bytes): the
+	// product of nested repetition bounds, enum sizes and property counts
+	// is caught here, while compiling, not after.
+	MaxElements = 100_000
+	// MaxIntDigits bounds the digits of an integer part the grammar lets
+	// the model write (15 keep every integer exact in a float64).
+	MaxIntDigits = 15
+	// MaxFracDigits bounds the digits after a decimal point.
+	MaxFracDigits = 15
+)
+
+// maxMagnitude is the largest integer part: 10^MaxIntDigits - 1.
+const maxMagnitude = 999_999_999_999_999
+
+// JSONObject is the grammar of any JSON object ({"type": "json_object"}).
+func JSONObject() *Grammar {
+	c := newCompiler(nil)
+	root := c.b.rule([]item{c.anyObject()})
+	g, err := c.b.finish(root)
+	if err != nil {
+		panic(err) // a fixed grammar; cannot fail
+	}
+	return g
+}
+
+// CompileSchema compiles a JSON Schema (the subset OpenAI's strict mode
+// and vLLM accept, see docs) to a grammar of the JSON values it accepts.
+// Keywords that would constrain the output in ways the grammar does not
+// enforce are refused by name, never ignored.
+func CompileSchema(schema []byte) (*Grammar, error) {
+	if len(schema) > MaxSchemaBytes {
+		return nil, errLimit("schema_too_large", "the schema is %d bytes; at most %d are allowed", len(schema), MaxSchemaBytes)
+	}
+	root, err := parseJSON(schema, MaxSchemaDepth)
+	if err != nil {
+		if e, ok := err.(*Error); ok {
+			return nil, e
+		}
+		return nil, &Error{Code: "invalid_schema", Msg: "the schema is not valid JSON: " + err.Error()}
+	}
+	c := newCompiler(root)
+	items := c.value(root, "#")
+	if c.err != nil {
+		return nil, c.err
+	}
+	r := c.b.rule(items)
+	return c.b.finish(r)
+}
+
+type compiler struct {
+	b    *builder
+	root *node
+	err  *Error
+	refs map[string]int32
+	// shared rules, built on first use
+	ws, anyVal, anyObj, anyStr, strChar, anyNum, anyInt int32
+	haveAny                                             bool
+}
+
+func newCompiler(root *node) *compiler {
+	c := &compiler{b: newBuilder(MaxElements), root: root, refs: map[string]int32{},
+		ws: -1, anyVal: -1, anyObj: -1, anyStr: -1, strChar: -1, anyNum: -1, anyInt: -1}
+	return c
+}
+
+func (c *compiler) fail(code, format string, args ...any) []item {
+	if c.err == nil {
+		c.err = errLimit(code, format, args...)
+	}
+	return nil
+}
+
+func (c *compiler) bad(path, format string, args ...any) []item {
+	return c.fail("invalid_schema", "%s: %s", path, fmt.Sprintf(format, args...))
+}
+
+func (c *compiler) unsupported(path, format string, args ...any) []item {
+	return c.fail("unsupported_schema", "%s: %s", path, fmt.Sprintf(format, args...))
+}
+
+// failed reports whether compiling must stop (an error, or the builder's
+// budget spent).
+func (c *compiler) failed() bool {
+	if c.err == nil && c.b.err != nil {
+		if e, ok := c.b.err.(*Error); ok {
+			c.err = e
+		} else {
+			c.err = &Error{Code: "grammar_too_large", Msg: c.b.err.Error()}
+		}
+	}
+	return c.err != nil
+}
+
+// wsItem is the optional single space after ':' and ','. One space, not
+// any run of whitespace: a model must not be able to pad forever.
+func (c *compiler) wsItem() item {
+	if c.ws < 0 {
+		c.ws = c.b.rule(nil, c.b.lit(" "))
+	}
+	return ref(c.ws)
+}
+
+func (c *compiler) comma() []item { return []item{c.b.byteItem(','), c.wsItem()} }
+func (c *compiler) colon() []item { return []item{c.b.byteItem(':'), c.wsItem()} }
+
+func digitClass(lo, hi byte) byteSet {
+	var s byteSet
+	s.addRange(lo, hi)
+	return s
+}
+
+// stringChar is one character of a JSON string: any valid UTF-8 character
+// but '"', '\' and controls, or a short escape. \u escapes are not
+// offered: they could spell lone surrogates, which are not text.
+func (c *compiler) stringChar() item {
+	if c.strChar >= 0 {
+		return ref(c.strChar)
+	}
+	var ascii byteSet
+	ascii.addRange(0x20, 0x7f)
+	ascii[0] &^= 1 << '"'
+	ascii[1] &^= 1 << ('\\' - 64)
+	alts := [][]item{{c.b.class(ascii)}}
+	var esc byteSet
+	for _, e := range `"\/bfnrt` {
+		esc.add(byte(e))
+	}
+	alts = append(alts, []item{c.b.byteItem('\\'), c.b.class(esc)})
+	utf8Ranges(0x80, 0x10FFFF, func(lo, hi []byte) {
+		var a []item
+		for i := range lo {
+			a = append(a, c.b.class(digitClass(lo[i], hi[i])))
+		}
+		alts = append(alts, a)
+	})
+	c.strChar = c.b.rule(alts...)
+	return ref(c.strChar)
+}
+
+func (c *compiler) anyString() item {
+	if c.anyStr < 0 {
+		q := c.b.byteItem('"')
+		c.anyStr = c.b.rule([]item{q, c.b.star([]item{c.stringChar()}), q})
+	}
+	return ref(c.anyStr)
+}
+
+// intPart is "0" or up to MaxIntDigits digits without a leading zero.
+func (c *compiler) intPart() []item {
+	return []item{ref(c.b.rule(c.b.lit("0"), seq([]item{c.b.class(digitClass('1', '9'))},
+		c.b.repeat([]item{c.b.class(digitClass('0', '9'))}, 0, MaxIntDigits-1))))}
+}
+
+func (c *compiler) frac() item {
+	return c.b.opt(seq(c.b.lit("."), c.b.repeat([]item{c.b.class(digitClass('0', '9'))}, 1, MaxFracDigits)))
+}
+
+func (c *compiler) anyInteger() item {
+	if c.anyInt < 0 {
+		c.anyInt = c.b.rule(seq([]item{c.b.opt(c.b.lit("-"))}, c.intPart()))
+	}
+	return ref(c.anyInt)
+}
+
+// anyNumber has no exponent: 1e999 is valid JSON that most parsers refuse
+// or turn into infinity.
+func (c *compiler) anyNumber() item {
+	if c.anyNum < 0 {
+		c.anyNum = c.b.rule(seq([]item{c.b.opt(c.b.lit("-"))}, c.intPart(), []item{c.frac()}))
+	}
+	return ref(c.anyNum)
+}
+
+// anyValue is any JSON value; anyObject any JSON object.
+func (c *compiler) anyValue() item {
+	if !c.haveAny {
+		c.haveAny = true
+		c.anyVal = c.b.newRule()
+		c.anyObj = c.b.newRule()
+		arr := c.b.newRule()
+		v := ref(c.anyVal)
+		member := seq([]item{c.anyString()}, c.colon(), []item{v})
+		c.b.define(c.anyObj, seq(c.b.lit("{"), []item{c.b.opt(seq(member, []item{c.b.star(seq(c.comma(), member))}))}, c.b.lit("}")))
+		c.b.define(arr, seq(c.b.lit("["), []item{c.b.opt([]item{v, c.b.star(seq(c.comma(), []item{v}))})}, c.b.lit("]")))
+		c.b.define(c.anyVal, []item{ref(c.anyObj)}, []item{ref(arr)}, []item{c.anyString()}, []item{c.anyNumber()},
+			c.b.lit("true"), c.b.lit("false"), c.b.lit("null"))
+	}
+	return ref(c.anyVal)
+}
+
+func (c *compiler) anyObject() item {
+	c.anyValue()
+	return ref(c.anyObj)
+}
+
+// keywords the compiler reads; annotations it ignores. Anything else
+// would constrain the output in a way the grammar does not enforce, so it
+// is refused by name.
+var (
+	handled = map[string]bool{"type": true, "properties": true, "required": true, "additionalProperties": true,
+		"items": true, "prefixItems": true, "minItems": true, "maxItems": true, "enum": true, "const": true,
+		"pattern": true, "format": true, "minLength": true, "maxLength": true, "minimum": true, "maximum": true,
+		"exclusiveMinimum": true, "exclusiveMaximum": true, "anyOf": true, "allOf": true, "$ref": true}
+	annotations = map[string]bool{"title": true, "description": true, "default": true, "examples": true,
+		"$schema": true, "$id": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true,
+		"$defs": true, "definitions": true, "contentMediaType": true, "contentEncoding": true, "discriminator": true,
+		"$anchor": true, "strict": true, "nullable": true}
+)
+
+// value compiles schema s (at JSON pointer path) to the items of one
+// JSON value it accepts.
+func (c *compiler) value(s *node, path string) []item {
+	if c.failed() {
+		return nil
+	}
+	switch {
+	case s == nil:
+		return []item{c.anyValue()}
+	case s.kind == 'b':
+		if !s.b {
+			return c.bad(path, "the schema false accepts nothing")
+		}
+		return []item{c.anyValue()}
+	case s.kind != 'o':
+		return c.bad(path, "a schema must be an object or a boolean")
+	}
+	for _, k := range s.keys {
+		if !handled[k] && !annotations[k] {
+			return c.unsupported(path, "the keyword %q is not supported", k)
+		}
+	}
+	if r := s.get("$ref"); r != nil {
+		for _, k := range s.keys {
+			if handled[k] && k != "$ref" {
+				return c.unsupported(path, "keywords beside $ref (%q) are not supported; move them into the referenced schema", k)
+			}
+		}
+		return c.ref(r, path)
+	}
+	if a := s.get("allOf"); a != nil {
+		if a.kind != 'a' || len(a.arr) != 1 || len(s.keys) > 1 && countHandled(s) > 1 {
+			return c.unsupported(path+"/allOf", "allOf is supported only with a single schema and nothing beside it")
+		}
+		return c.value(a.arr[0], path+"/allOf/0")
+	}
+	if a := s.get("anyOf"); a != nil {
+		if countHandled(s) > 1 {
+			return c.unsupported(path, "keywords beside anyOf are not supported; move them into each branch")
+		}
+		if a.kind != 'a' || len(a.arr) == 0 {
+			return c.bad(path+"/anyOf", "anyOf must be a non-empty array")
+		}
+		if len(a.arr) > MaxEnum {
+			return c.fail("enum_too_large", "%s/anyOf has %d branches; at most %d are allowed", path, len(a.arr), MaxEnum)
+		}
+		var alts [][]item
+		for i, sub := range a.arr {
+			alts = append(alts, c.value(sub, fmt.Sprintf("%s/anyOf/%d", path, i)))
+		}
+		return []item{ref(c.b.rule(alts...))}
+	}
+	types, items := c.types(s, path)
+	if c.failed() {
+		return nil
+	}
+	if e := s.get("const"); e != nil {
+		return c.literals([]*node{e}, types, path+"/const")
+	}
+	if e := s.get("enum"); e != nil {
+		if e.kind != 'a' || len(e.arr) == 0 {
+			return c.bad(path+"/enum", "enum must be a non-empty array")
+		}
+		if len(e.arr) > MaxEnum {
+			return c.fail("enum_too_large", "%s/enum has %d values; at most %d are allowed", path, len(e.arr), MaxEnum)
+		}
+		return c.literals(e.arr, types, path+"/enum")
+	}
+	if items != nil {
+		return items
+	}
+	var alts [][]item
+	for _, t := range types {
+		var a []item
+		switch t {
+		case "object":
+			a = c.object(s, path)
+		case "array":
+			a = c.array(s, path)
+		case "string":
+			a = c.str(s, path)
+		case "integer":
+			a = c.integer(s, path)
+		case "number":
+			a = c.number(s, path)
+		case "boolean":
+			a = []item{ref(c.b.rule(c.b.lit("true"), c.b.lit("false")))}
+		case "null":
+			a = c.b.lit("null")
+		}
+		if c.failed() {
+			return nil
+		}
+		alts = append(alts, a)
+	}
+	if len(alts) == 1 {
+		return alts[0]
+	}
+	return []item{ref(c.b.rule(alts...))}
+}
+
+func countHandled(s *node) int {
+	n := 0
+	for _, k := range s.keys {
+		if handled[k] {
+			n++
+		}
+	}
+	return n
+}
+
+// types lists the types s allows, or returns the items of "any value"
+// when s says nothing that restricts the type.
+func (c *compiler) types(s *node, path string) ([]string, []item) {
+	var types []string
+	t := s.get("type")
+	switch {
+	case t == nil:
+		switch {
+		case s.get("properties") != nil || s.get("additionalProperties") != nil || s.get("required") != nil:
+			types = []string{"object"}
+		case s.get("items") != nil || s.get("prefixItems") != nil || s.get("minItems") != nil || s.get("maxItems") != nil:
+			types = []string{"array"}
+		case s.get("pattern") != nil || s.get("format") != nil || s.get("minLength") != nil || s.get("maxLength") != nil:
+			types = []string{"string"}
+		case s.get("minimum") != nil || s.get("maximum") != nil || s.get("exclusiveMinimum") != nil || s.get("exclusiveMaximum") != nil:
+			types = []string{"number"}
+		case s.get("enum") != nil || s.get("const") != nil:
+			types = []string{"object", "array", "string", "integer", "number", "boolean", "null"}
+		default:
+			return nil, []item{c.anyValue()}
+		}
+	case t.kind == 's':
+		types = []string{t.str}
+	case t.kind == 'a' && len(t.arr) > 0:
+		for _, x := range t.arr {
+			if x.kind != 's' {
+				c.bad(path+"/type", "type must be a string or an array of strings")
+				return nil, nil
+			}
+			types = append(types, x.str)
+		}
+	default:
+		c.bad(path+"/type", "type must be a string or an array of strings")
+		return nil, nil
+	}
+	for _, x := range types {
+		switch x {
+		case "object", "array", "string", "integer", "number", "boolean", "null":
+		default:
+			c.bad(path+"/type", "unknown type %q", x)
+			return nil, nil
+		}
+	}
+	return types, nil
+}
+
+// literals is one of the given JSON values, those of the allowed types.
+func (c *compiler) literals(vals []*node, types []string, path string) []item {
+	var alts [][]item
+	seen := map[string]bool{}
+	for _, v := range vals {
+		if !valueHasType(v, types) {
+			continue
+		}
+		var b bytes.Buffer
+		v.encode(&b)
+		if seen[b.String()] {
+			continue
+		}
+		seen[b.String()] = true
+		alts = append(alts, c.b.lit(b.String()))
+	}
+	if len(alts) == 0 {
+		return c.bad(path, "no value is of the schema's type")
+	}
+	if len(alts) == 1 {
+		return alts[0]
+	}
+	return []item{ref(c.b.rule(alts...))}
+}
+
+func valueHasType(v *node, types []string) bool {
+	for _, t := range types {
+		switch {
+		case t == "object" && v.kind == 'o', t == "array" && v.kind == 'a', t == "string" && v.kind == 's',
+			t == "number" && v.kind == 'n', t == "boolean" && v.kind == 'b', t == "null" && v.kind == 'z':
+			return true
+		case t == "integer" && v.kind == 'n':
+			f, err := v.num.Float64()
+			if err == nil && f == math.Trunc(f) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ref compiles a local JSON pointer reference; each target is one rule, so
+// recursive schemas become recursive rules.
+func (c *compiler) ref(r *node, path string) []item {
+	if r.kind != 's' || !strings.HasPrefix(r.str, "#") {
+		return c.unsupported(path+"/$ref", "only local references (#/$defs/...) are supported")
+	}
+	if id, ok := c.refs[r.str]; ok {
+		return []item{ref(id)}
+	}
+	target := c.root
+	if p := strings.TrimPrefix(r.str, "#"); p != "" {
+		if !strings.HasPrefix(p, "/") {
+			return c.unsupported(path+"/$ref", "reference %q is not a JSON pointer", r.str)
+		}
+		for _, part := range strings.Split(p[1:], "/") {
+			part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+			switch {
+			case target != nil && target.kind == 'o':
+				target = target.get(part)
+			case target != nil && target.kind == 'a':
+				i, err := strconv.Atoi(part)
+				if err != nil || i < 0 || i >= len(target.arr) {
+					target = nil
+				} else {
+					target = target.arr[i]
+				}
+			default:
+				target = nil
+			}
+		}
+		if target == nil {
+			return c.bad(path+"/$ref", "reference %q points at nothing", r.str)
+		}
+	}
+	id := c.b.newRule()
+	c.refs[r.str] = id
+	c.b.define(id, c.value(target, r.str))
+	return []item{ref(id)}
+}
+
+// object compiles properties in their declared order. Required ones must
+// appear; optional ones may be skipped. Additional properties, when
+// allowed, are not generated (the output stays valid without them),
+// except for a map schema (additionalProperties a schema, no properties).
+func (c *compiler) object(s *node, path string) []item {
+	for _, k := range []string{"minProperties", "maxProperties", "patternProperties", "propertyNames"} {
+		if s.get(k) != nil {
+			return c.unsupported(path, "the keyword %q is not supported", k)
+		}
+	}
+	props := s.get("properties")
+	if props != nil && props.kind != 'o' {
+		return c.bad(path+"/properties", "properties must be an object")
+	}
+	req := map[string]bool{}
+	if r := s.get("required"); r != nil {
+		if r.kind != 'a' {
+			return c.bad(path+"/required", "required must be an array of strings")
+		}
+		for _, x := range r.arr {
+			if x.kind != 's' {
+				return c.bad(path+"/required", "required must be an array of strings")
+			}
+			req[x.str] = true
+		}
+	}
+	addl := s.get("additionalProperties")
+	closed := addl != nil && addl.kind == 'b' && !addl.b
+	type prop struct {
+		name     string
+		schema   *node
+		required bool
+	}
+	var ps []prop
+	if props != nil {
+		for i, k := range props.keys {
+			ps = append(ps, prop{k, props.vals[i], req[k]})
+		}
+	}
+	var extra []string
+	for k := range req {
+		if props.get(k) == nil {
+			if closed {
+				return c.bad(path+"/required", "%q is required but not among the properties and additionalProperties is false", k)
+			}
+			extra = append(extra, k)
+		}
+	}
+	slices.Sort(extra)
+	for _, k := range extra {
+		var sch *node
+		if addl != nil && addl.kind == 'o' {
+			sch = addl
+		}
+		ps = append(ps, prop{k, sch, true})
+	}
+	if len(ps) == 0 {
+		switch {
+		case closed:
+			return c.b.lit("{}")
+		case addl != nil && addl.kind == 'o':
+			v := c.value(addl, path+"/additionalProperties")
+			member := seq([]item{c.anyString()}, c.colon(), v)
+			return seq(c.b.lit("{"), []item{c.b.opt(seq(member, []item{c.b.star(seq(c.comma(), member))}))}, c.b.lit("}"))
+		default:
+			return []item{c.anyObject()}
+		}
+	}
+	// first[i]: properties i.. with none written yet; next[i]: some
+	// written already, so each is preceded by a comma.
+	n := len(ps)
+	first := make([]int32, n+1)
+	next := make([]int32, n+1)
+	for i := range first {
+		first[i], next[i] = c.b.newRule(), c.b.newRule()
+	}
+	c.b.define(first[n], nil)
+	c.b.define(next[n], nil)
+	for i := n - 1; i >= 0; i-- {
+		var key bytes.Buffer
+		writeString(&key, ps[i].name)
+		kv := seq(c.b.lit(key.String()), c.colon(), c.value(ps[i].schema, path+"/properties/"+ps[i].name))
+		if c.failed() {
+			return nil
+		}
+		fa := [][]item{seq(kv, []item{ref(next[i+1])})}
+		na := [][]item{seq(c.comma(), kv, []item{ref(next[i+1])})}
+		if !ps[i].required {
+			fa = append(fa, []item{ref(first[i+1])})
+			na = append(na, []item{ref(next[i+1])})
+		}
+		c.b.define(first[i], fa...)
+		c.b.define(next[i], na...)
+	}
+	return seq(c.b.lit("{"), []item{ref(first[0])}, c.b.lit("}"))
+}
+
+// count reads a non-negative integer keyword; -1 when absent.
+func (c *compiler) count(s *node, k, path string) int {
+	v := s.get(k)
+	if v == nil {
+		return -1
+	}
+	f, err := v.num.Float64()
+	if v.kind != 'n' || err != nil || f < 0 || f != math.Trunc(f) {
+		c.bad(path+"/"+k, "%s must be a non-negative integer", k)
+		return -1
+	}
+	if f > MaxElements {
+		c.fail("grammar_too_large", "%s/%s is %v; bounds above %d are not supported", path, k, f, MaxElements)
+		return -1
+	}
+	return int(f)
+}
+
+func (c *compiler) array(s *node, path string) []item {
+	for _, k := range []string{"uniqueItems", "contains", "minContains", "maxContains", "unevaluatedItems"} {
+		if u := s.get(k); u != nil && !(k == "uniqueItems" && u.kind == 'b' && !u.b) {
+			return c.unsupported(path, "the keyword %q is not supported", k)
+		}
+	}
+	lo, hi := c.count(s, "minItems", path), c.count(s, "maxItems", path)
+	if c.failed() {
+		return nil
+	}
+	lo = max(lo, 0)
+	if hi >= 0 && hi < lo {
+		return c.bad(path, "maxItems %d is below minItems %d", hi, lo)
+	}
+	var prefix []*node
+	if p := s.get("prefixItems"); p != nil {
+		if p.kind != 'a' {
+			return c.bad(path+"/prefixItems", "prefixItems must be an array of schemas")
+		}
+		prefix = p.arr
+	}
+	itemsNode := s.get("items")
+	noMore := itemsNode != nil && itemsNode.kind == 'b' && !itemsNode.b
+	if noMore {
+		if lo > len(prefix) {
+			return c.bad(path, "minItems %d is more than the %d items allowed", lo, len(prefix))
+		}
+		if hi < 0 || hi > len(prefix) {
+			hi = len(prefix)
+		}
+	}
+	var item0 []item
+	if !noMore {
+		item0 = c.value(itemsNode, path+"/items")
+	}
+	// Values: the prefix schemas first, then items. chain[i] follows i
+	// values written (i < len(prefix)).
+	k := len(prefix)
+	if hi >= 0 {
+		k = min(k, hi)
+	}
+	var tail []item // after k values
+	if !noMore && (hi < 0 || hi > k) {
+		more := -1
+		if hi >= 0 {
+			more = hi - k
+		}
+		need := max(lo-k, 0)
+		if k == 0 {
+			// no prefix: the first value has no comma
+			if more == 0 {
+				tail = nil
+			} else {
+				inner := seq(item0, c.b.repeat(seq(c.comma(), item0), max(need, 1)-1, dec(more)))
+				if need == 0 {
+					tail = []item{c.b.opt(inner)}
+				} else {
+					tail = inner
+				}
+			}
+		} else {
+			tail = c.b.repeat(seq(c.comma(), item0), need, more)
+		}
+	}
+	if c.failed() {
+		return nil
+	}
+	// rest[i]: values i.. of the prefix, then the tail.
+	rest := tail
+	for i := k - 1; i >= 0; i-- {
+		v := c.value(prefix[i], fmt.Sprintf("%s/prefixItems/%d", path, i))
+		if i > 0 {
+			v = seq(c.comma(), v)
+		}
+		body := seq(v, rest)
+		if i+1 > lo {
+			// i values are enough: the rest may be absent.
+			rest = []item{c.b.opt(body)}
+		} else {
+			rest = body
+		}
+	}
+	return seq(c.b.lit("["), rest, c.b.lit("]"))
+}
+
+func dec(n int) int {
+	if n < 0 {
+		return n
+	}
+	return n - 1
+}
+
+var formats = map[string]string{
+	"date":      `(\d{4})-(((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01]))|((0[469]|11)-(0[1-9]|[12][0-9]|30))|(02-(0[1-9]|1[0-9]|2[0-8])))`,
+	"time":      `([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])`,
+	"uuid":      `[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`,
+	"ipv4":      `(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}`,
+	"email":     `[a-z0-9]{1,16}(\.[a-z0-9]{1,16}){0,2}@[a-z0-9]{1,16}(\.[a-z0-9]{1,16}){0,2}\.[a-z]{2,8}`,
+	"hostname":  `[a-z0-9]{1,32}(\.[a-z0-9]{1,32}){0,4}`,
+	"date-time": "",
+}
+
+func init() {
+	formats["date-time"] = formats["date"] + "T" + formats["time"]
+}
+
+func (c *compiler) str(s *node, path string) []item {
+	lo, hi := c.count(s, "minLength", path), c.count(s, "maxLength", path)
+	if c.failed() {
+		return nil
+	}
+	q := c.b.byteItem('"')
+	pat := s.get("pattern")
+	f := s.get("format")
+	if pat != nil || f != nil {
+		if lo > 0 || hi >= 0 {
+			return c.unsupported(path, "minLength/maxLength together with pattern or format are not supported")
+		}
+		if pat != nil && f != nil {
+			return c.unsupported(path, "pattern together with format is not supported")
+		}
+		var re string
+		anchored := true
+		if pat != nil {
+			if pat.kind != 's' {
+				return c.bad(path+"/pattern", "pattern must be a string")
+			}
+			if len(pat.str) > MaxPatternBytes {
+				return c.fail("pattern_too_complex", "%s/pattern is %d bytes; at most %d are allowed", path, len(pat.str), MaxPatternBytes)
+			}
+			re, anchored = pat.str, false
+		} else {
+			if f.kind != 's' {
+				return c.bad(path+"/format", "format must be a string")
+			}
+			var ok bool
+			if re, ok = formats[f.str]; !ok {
+				return c.unsupported(path+"/format", "format %q is not supported (supported: date, time, date-time, uuid, ipv4, email, hostname)", f.str)
+			}
+		}
+		body, err := c.regex(re, anchored)
+		if err != nil {
+			c.err = err
+			return nil
+		}
+		return seq([]item{q}, body, []item{q})
+	}
+	if hi >= 0 && hi < max(lo, 0) {
+		return c.bad(path, "maxLength %d is below minLength %d", hi, lo)
+	}
+	if lo <= 0 && hi < 0 {
+		return []item{c.anyString()}
+	}
+	return seq([]item{q}, c.b.repeat([]item{c.stringChar()}, max(lo, 0), hi), []item{q})
+}
+
+// bound reads a numeric keyword.
+func (c *compiler) bound(s *node, k, path string) (float64, bool) {
+	v := s.get(k)
+	if v == nil {
+		return 0, false
+	}
+	f, err := v.num.Float64()
+	if v.kind != 'n' || err != nil || math.IsInf(f, 0) {
+		c.bad(path+"/"+k, "%s must be a number", k)
+		return 0, false
+	}
+	return f, true
+}
+
+// intBounds is the integer range [lo, hi] of an integer schema, clamped
+// to the digits the grammar writes.
+func (c *compiler) intBounds(s *node, path string) (int64, int64) {
+	lo, hi := -float64(maxMagnitude), float64(maxMagnitude)
+	if f, ok := c.bound(s, "minimum", path); ok {
+		lo = max(lo, math.Ceil(f))
+	}
+	if f, ok := c.bound(s, "exclusiveMinimum", path); ok {
+		lo = max(lo, math.Floor(f)+1)
+	}
+	if f, ok := c.bound(s, "maximum", path); ok {
+		hi = min(hi, math.Floor(f))
+	}
+	if f, ok := c.bound(s, "exclusiveMaximum", path); ok {
+		hi = min(hi, math.Ceil(f)-1)
+	}
+	lo = max(lo, -maxMagnitude)
+	hi = min(hi, maxMagnitude)
+	return int64(lo), int64(hi)
+}
+
+func (c *compiler) integer(s *node, path string) []item {
+	if s.get("multipleOf") != nil {
+		return c.unsupported(path, "multipleOf is not supported")
+	}
+	lo, hi := c.intBounds(s, path)
+	if c.failed() {
+		return nil
+	}
+	if lo > hi {
+		return c.bad(path, "no integer lies within the bounds")
+	}
+	if lo == -maxMagnitude && hi == maxMagnitude {
+		return []item{c.anyInteger()}
+	}
+	var alts [][]item
+	if lo < 0 {
+		for _, a := range c.uintRange(uint64(max(1, -hi)), uint64(-lo)) {
+			alts = append(alts, seq(c.b.lit("-"), a))
+		}
+	}
+	if hi >= 0 {
+		alts = append(alts, c.uintRange(uint64(max(lo, 0)), uint64(hi))...)
+	}
+	return []item{ref(c.b.rule(alts...))}
+}
+
+func (c *compiler) number(s *node, path string) []item {
+	if s.get("multipleOf") != nil {
+		return c.unsupported(path, "multipleOf is not supported")
+	}
+	if s.get("exclusiveMinimum") != nil || s.get("exclusiveMaximum") != nil {
+		return c.unsupported(path, "exclusiveMinimum/exclusiveMaximum on a number are not supported; use minimum/maximum or type integer")
+	}
+	lo, hi := -float64(maxMagnitude), float64(maxMagnitude)
+	if f, ok := c.bound(s, "minimum", path); ok {
+		lo = f
+	}
+	if f, ok := c.bound(s, "maximum", path); ok {
+		hi = f
+	}
+	if c.failed() {
+		return nil
+	}
+	if lo != math.Trunc(lo) || hi != math.Trunc(hi) {
+		return c.unsupported(path, "non-integer minimum/maximum on a number are not supported")
+	}
+	lo, hi = max(lo, -maxMagnitude), min(hi, maxMagnitude)
+	if lo > hi {
+		return c.bad(path, "no number lies within the bounds")
+	}
+	if lo == -maxMagnitude && hi == maxMagnitude {
+		return []item{c.anyNumber()}
+	}
+	// A magnitude within [a, b] (integers): an integer part in [a, b-1]
+	// with any fraction, or b with a zero fraction.
+	zero := c.b.opt(seq(c.b.lit("."), c.b.repeat([]item{c.b.byteItem('0')}, 1, MaxFracDigits)))
+	mag := func(a, b int64) [][]item {
+		var out [][]item
+		if a <= b-1 {
+			for _, x := range c.uintRange(uint64(a), uint64(b-1)) {
+				out = append(out, seq(x, []item{c.frac()}))
+			}
+		}
+		return append(out, seq(c.b.lit(strconv.FormatInt(b, 10)), []item{zero}))
+	}
+	var alts [][]item
+	if lo < 0 {
+		for _, a := range mag(int64(max(-hi, 0)), int64(-lo)) {
+			alts = append(alts, seq(c.b.lit("-"), a))
+		}
+	}
+	if hi >= 0 {
+		alts = append(alts, mag(int64(max(lo, 0)), int64(hi))...)
+	}
+	return []item{ref(c.b.rule(alts...))}
+}
+
+// uintRange is the decimal numerals (no leading zeros) of [a, b].
+func (c *compiler) uintRange(a, b uint64) [][]item {
+	var alts [][]item
+	la, lb := len(strconv.FormatUint(a, 10)), len(strconv.FormatUint(b, 10))
+	for n := la; n <= lb; n++ {
+		lo, hi := a, b
+		if n > la {
+			lo = pow10(n - 1)
+		}
+		if n < lb {
+			hi = pow10(n) - 1
+		}
+		alts = append(alts, c.sameLen(strconv.FormatUint(lo, 10), strconv.FormatUint(hi, 10))...)
+	}
+	return alts
+}
+
+func pow10(n int) uint64 {
+	p := uint64(1)
+	for range n {
+		p *= 10
+	}
+	return p
+}
+
+// sameLen is the numerals of the length of a and b from a to b.
+func (c *compiler) sameLen(a, b string) [][]item {
+	if a == "" {
+		return [][]item{nil}
+	}
+	d := func(lo, hi byte) item { return c.b.class(digitClass(lo, hi)) }
+	anyDigits := func(n int) []item {
+		var out []item
+		for range n {
+			out = append(out, d('0', '9'))
+		}
+		return out
+	}
+	if strings.Trim(a[1:], "0") == "" && strings.Trim(b[1:], "9") == "" {
+		return [][]item{seq([]item{d(a[0], b[0])}, anyDigits(len(a)-1))}
+	}
+	var out [][]item
+	if a[0] == b[0] {
+		for _, x := range c.sameLen(a[1:], b[1:]) {
+			out = append(out, seq([]item{d(a[0], a[0])}, x))
+		}
+		return out
+	}
+	for _, x := range c.sameLen(a[1:], strings.Repeat("9", len(a)-1)) {
+		out = append(out, seq([]item{d(a[0], a[0])}, x))
+	}
+	if a[0]+1 <= b[0]-1 {
+		out = append(out, seq([]item{d(a[0]+1, b[0]-1)}, anyDigits(len(a)-1)))
+	}
+	for _, x := range c.sameLen(strings.Repeat("0", len(b)-1), b[1:]) {
+		out = append(out, seq([]item{d(b[0], b[0])}, x))
+	}
+	return out
+}
