@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/model"
 	"sluice/internal/sample"
@@ -62,6 +63,11 @@ type seq struct {
 	first    int32
 	firstLP  *sample.Logprobs
 	hasFirst bool
+	// startErr fails the sequence when it joins, before its first token
+	// is emitted: the decode worker could not build its sampler (the
+	// output format is refused, or its grammar refuses the tokens it was
+	// told were generated, I14).
+	startErr error
 
 	// all is every token of the sequence so far (prompt, then each
 	// generated token), kept by sequences that may be preempted: their KV
@@ -305,6 +311,10 @@ func (s *batch) join(qs []*seq) {
 	joined := len(s.active)
 	s.active = append(s.active, qs...)
 	for _, q := range s.active[joined:] {
+		if q.startErr != nil {
+			s.fail(q, handoff.ErrRefused.With("%v", q.startErr))
+			continue
+		}
 		if q.hasFirst {
 			// Emitted before the cancel check in cycle: a cancel recorded
 			// during the transfer still lets decode reach its first

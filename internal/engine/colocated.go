@@ -10,6 +10,7 @@ import (
 
 	"sluice/internal/kv"
 	"sluice/internal/request"
+	"sluice/internal/sample"
 )
 
 // Colocated runs prefill and decode in one scheduler with no transfer:
@@ -84,6 +85,7 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 		tk      *ticket
 		keys    []kv.BlockKey // full prompt pages' cache keys (nil: no cache)
 		cached  int           // leading prompt tokens read from the cache
+		samp    *sample.Sampler
 	)
 	lc = newLifecycle(request.Colocated, func(a request.Action, e *Error, prompt, completion int) {
 		switch a.Kind {
@@ -92,7 +94,7 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 			// waits in the queue for its turn and for room in the pool.
 			reserve = true
 		case request.ActPrefill:
-			q = colocatedSeq(owner, table, r.Prompt, cached, r.MaxTokens, r.IgnoreEOS, r.Sampling)
+			q = colocatedSeq(owner, table, r.Prompt, cached, r.MaxTokens, r.IgnoreEOS, samp)
 			q.ended = tk.done
 			q.emit = func(o outcome) { lc.scheduled(o, len(r.Prompt)) }
 			if keys != nil {
@@ -113,6 +115,12 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 		}
 	})
 	if err := checkRequest(r, c.ctx, c.cfg.Model.Vocab(), c.cfg.Unsafe.NoAdmission); err != nil {
+		e := err.(*Error)
+		lc.reject(e)
+		return nil, e
+	}
+	samp, err := c.cfg.formats.sampler(r.Tenant, r.Sampling, r.Prompt)
+	if err != nil {
 		e := err.(*Error)
 		lc.reject(e)
 		return nil, e

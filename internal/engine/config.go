@@ -101,6 +101,10 @@ type Config struct {
 	// model's name and shape.
 	ModelFingerprint []byte
 
+	// formats compiles constrained requests' grammars (set by withDefaults,
+	// shared by the copies of one worker's Config).
+	formats *formats
+
 	// Unsafe switches safeguards off. TEST AND DEMO HOOK ONLY: the incident
 	// demo and the benchmarks use it to show each safeguard alone and to
 	// measure what the checks cost. Never set it in a server.
@@ -150,6 +154,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Lease <= 0 {
 		c.Lease = 2 * time.Second
+	}
+	if c.formats == nil {
+		c.formats = newFormats(c.Model)
 	}
 	if c.Unsafe.NoScrub {
 		c.Scrub = kv.ScrubOff

@@ -463,6 +463,10 @@ func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) {
 		return
 	}
 	h.started = true
+	samp, serr := decodeSampler(w.cfg.formats, h.owner.Tenant, h.params, h.first)
+	if serr == nil {
+		serr = samp.Err()
+	}
 	q := &seq{
 		owner:        h.owner,
 		table:        h.table,
@@ -470,7 +474,8 @@ func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) {
 		promptTokens: h.prompt,
 		maxTokens:    h.maxTokens,
 		ignoreEOS:    h.params.IgnoreEOS,
-		samp:         decodeSampler(h.params, h.first),
+		samp:         samp,
+		startErr:     serr,
 		first:        h.first,
 		firstLP:      h.firstLP,
 		hasFirst:     true,
@@ -594,21 +599,23 @@ func (t *tokenStream) Close() error { return nil }
 // token, which the prefill worker drew with a sampler of the same seed, and
 // counts that token for the penalties as that sampler did. A resumed
 // request's earlier tokens (p.Generated) were drawn and counted before.
-func decodeSampler(p handoff.StreamParams, first int32) *sample.Sampler {
-	s := newSampler(p.Sampling, p.Prompt)
+//
+// A constrained request's grammar is compiled here from the request's
+// schema and replays the generated tokens and the first token (I14): the
+// prefill worker's word for the state is never taken. A token the grammar
+// refuses shows in the sampler's Err, and the sequence fails before the
+// first token is emitted (batch.join).
+func decodeSampler(f *formats, tenant string, p handoff.StreamParams, first int32) (*sample.Sampler, error) {
+	s, err := f.sampler(tenant, p.Sampling, p.Prompt)
+	if err != nil {
+		return nil, err
+	}
 	for _, t := range p.Generated {
 		s.Observe(t)
 	}
 	s.Advance(len(p.Generated) + 1)
 	s.Observe(first)
-	return s
-}
-
-// newSampler is a request's sampler with the prompt it penalises.
-func newSampler(p sample.Params, prompt []int32) *sample.Sampler {
-	s := sample.New(p)
-	s.SetPrompt(prompt)
-	return s
+	return s, nil
 }
 
 // checkStreamParams refuses settings a peer sent outside their domain:

@@ -12,7 +12,7 @@ import (
 // first cached tokens read from the prefix cache) and which may be
 // preempted: it keeps all its tokens, and its KV is rebuilt from them on
 // resume.
-func colocatedSeq(owner kv.Owner, table []kv.PageRef, prompt []int32, cached, maxTokens int, ignoreEOS bool, sp sample.Params) *seq {
+func colocatedSeq(owner kv.Owner, table []kv.PageRef, prompt []int32, cached, maxTokens int, ignoreEOS bool, samp *sample.Sampler) *seq {
 	return &seq{
 		owner:        owner,
 		table:        table,
@@ -22,7 +22,7 @@ func colocatedSeq(owner kv.Owner, table []kv.PageRef, prompt []int32, cached, ma
 		cachedTokens: cached,
 		maxTokens:    maxTokens,
 		ignoreEOS:    ignoreEOS,
-		samp:         newSampler(sp, prompt),
+		samp:         samp,
 		all:          slices.Clone(prompt),
 	}
 }
@@ -66,7 +66,12 @@ type DrivenItem struct {
 // preemption of the sequence struck ("prompt", "decode", "rebuild"); the
 // returned cancel takes effect between steps.
 func (b *DrivenBatch) Add(owner kv.Owner, table []kv.PageRef, prompt []int32, cached, maxTokens int, ignoreEOS bool, sp sample.Params, emit func(DrivenItem), preempted func(phase string)) (cancel func()) {
-	q := colocatedSeq(owner, table, prompt, cached, maxTokens, ignoreEOS, sp)
+	samp, err := b.s.cfg.formats.sampler(owner.Tenant, sp, prompt)
+	if err != nil {
+		emit(DrivenItem{Done: true, Err: err})
+		return func() {}
+	}
+	q := colocatedSeq(owner, table, prompt, cached, maxTokens, ignoreEOS, samp)
 	q.onPreempt = preempted
 	q.emit = func(o outcome) {
 		it := DrivenItem{Token: o.token, Done: o.done, Finish: o.finish, Prompt: o.prompt, Completion: o.completion, Recomputed: o.recomputed}

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"sluice/internal/gguf"
+	"sluice/internal/grammar"
 	"sluice/internal/kernels"
 	"sluice/internal/model"
 	"sluice/internal/tokenizer"
@@ -18,6 +19,8 @@ type ModelRuntime struct {
 	// fp is the model file's fingerprint (I13), hashed on first use so
 	// only roles that compare it pay for reading the whole file.
 	fp func() model.Fingerprint
+	// vocab is the tokens' bytes for constrained output (nil: none).
+	vocab func() *grammar.Vocab
 }
 
 var _ Runtime = (*ModelRuntime)(nil)
@@ -44,6 +47,7 @@ func LoadRuntime(name string, f *gguf.File) (*ModelRuntime, *tokenizer.Tokenizer
 	}
 	rt := NewModelRuntime(name, m, tok.IsEOG)
 	rt.fp = sync.OnceValue(func() model.Fingerprint { return model.FingerprintOf(name, f) })
+	rt.vocab = sync.OnceValue(func() *grammar.Vocab { return TokenizerVocab(tok) })
 	return rt, tok, nil
 }
 
@@ -54,6 +58,37 @@ func (r *ModelRuntime) Fingerprint() model.Fingerprint {
 		return model.Fingerprint{}
 	}
 	return r.fp()
+}
+
+// GrammarVocab is the vocabulary for constrained output (VocabRuntime);
+// nil for a model loaded without a tokenizer.
+func (r *ModelRuntime) GrammarVocab() *grammar.Vocab {
+	if r.vocab == nil {
+		return nil
+	}
+	return r.vocab()
+}
+
+// WithVocab is the same runtime constraining output with tok's
+// vocabulary (a model built in memory, as the simulator's).
+func (r *ModelRuntime) WithVocab(tok *tokenizer.Tokenizer) *ModelRuntime {
+	c := *r
+	c.vocab = sync.OnceValue(func() *grammar.Vocab { return TokenizerVocab(tok) })
+	return &c
+}
+
+// TokenizerVocab is tok's vocabulary as the grammar sees it: each token's
+// bytes, except control tokens (never part of constrained text), and its
+// end-of-generation tokens.
+func TokenizerVocab(tok *tokenizer.Tokenizer) *grammar.Vocab {
+	pieces := make([]string, tok.Size())
+	for i := range pieces {
+		id := int32(i)
+		if !tok.IsControl(id) {
+			pieces[i] = tok.TokenText(id)
+		}
+	}
+	return grammar.NewVocab(pieces, tok.IsEOG)
 }
 
 // Model is the wrapped model.

@@ -191,6 +191,10 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		// A peer is not trusted with the sampler's domain either.
 		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("sampling settings: %v", err))
 	}
+	samp, err := prefillSampler(w.cfg.formats, r.Tenant, r.Sampling, r.Tokens, r.SampleOffset)
+	if err != nil {
+		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("output format: %v", err))
+	}
 	owner := kv.Owner{Tenant: r.Tenant, ID: r.Handoff}
 	// The prefix cache: the tenant is the router's (authenticated, I12),
 	// the scope only narrows within it. Cached pages are sent like the
@@ -228,7 +232,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		cachedTokens: cached,
 		maxTokens:    1,
 		ignoreEOS:    true,
-		samp:         prefillSampler(r.Sampling, r.Tokens, r.SampleOffset),
+		samp:         samp,
 		ended:        w.signalFreed,
 	}
 	if keys != nil {
@@ -275,13 +279,20 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 // random stream: a resumed request's last offset tokens are ones it
 // generated before (they used the earlier draws and count for the
 // penalties as generated, not prompt, tokens).
-func prefillSampler(p sample.Params, tokens []int32, offset int) *sample.Sampler {
-	s := newSampler(p, tokens[:len(tokens)-offset])
+//
+// A constrained request's grammar replays those tokens too (I14: from the
+// tokens, never from a peer's claim of the state); one it refuses fails
+// the handoff.
+func prefillSampler(f *formats, tenant string, p sample.Params, tokens []int32, offset int) (*sample.Sampler, error) {
+	s, err := f.sampler(tenant, p, tokens[:len(tokens)-offset])
+	if err != nil {
+		return nil, err
+	}
 	for _, t := range tokens[len(tokens)-offset:] {
 		s.Observe(t)
 	}
 	s.Advance(offset)
-	return s
+	return s, s.Err()
 }
 
 // push drives the protocol's Sender: page writes in bounded batches, each

@@ -183,7 +183,13 @@ func (b *builder) star(x []item) item {
 
 // repeat matches x between lo and hi times (hi < 0: no upper bound).
 func (b *builder) repeat(x []item, lo, hi int) []item {
-	if lo > b.budget || (hi >= 0 && hi > b.budget) {
+	if len(x) > 1 {
+		// One rule for x, so a copy costs one reference: nested
+		// repetitions then add their bounds' sizes instead of
+		// multiplying them, and each rule is charged to the budget.
+		x = []item{ref(b.rule(x))}
+	}
+	if b.err != nil || lo > b.budget || (hi >= 0 && hi > b.budget) {
 		if b.err == nil {
 			b.err = errLimit("grammar_too_large", "a repetition bound of %d (minItems/maxItems/minLength/maxLength or a regex count) is beyond the allowed grammar size", max(lo, hi))
 		}

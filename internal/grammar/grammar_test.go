@@ -3,10 +3,12 @@ package grammar
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -37,7 +39,7 @@ type corpusEntry struct {
 }
 
 func loadCorpus(t testing.TB) []corpusEntry {
-	data, err := os.ReadFile("testdata/schemas.json")
+	data, err := os.ReadFile("../../testdata/schemas/corpus.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +155,54 @@ func TestJSONObject(t *testing.T) {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(out), &m); err != nil {
 			t.Fatalf("%q: %v", out, err)
+		}
+	}
+}
+
+// Hostile schemas are refused by the limit they hit, quickly and without
+// building what they describe.
+func TestHostileSchemas(t *testing.T) {
+	deep := strings.Repeat(`{"type":"array","items":`, 70) + `{}` + strings.Repeat(`}`, 70)
+	var enum strings.Builder
+	enum.WriteString(`{"enum":[`)
+	for i := range MaxEnum + 1 {
+		if i > 0 {
+			enum.WriteByte(',')
+		}
+		enum.WriteString(`"v` + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + `"`)
+	}
+	enum.WriteString(`]}`)
+	props := `{"type":"object","properties":{` + strings.Repeat(`"a":{"type":"array","minItems":60000,"items":{"type":"array","minItems":60000}},`, 1) + `"z":{}}}`
+	cases := []struct{ schema, code string }{
+		{deep, "schema_too_deep"},
+		{enum.String(), "enum_too_large"},
+		{`{"type":"string","pattern":"^((a{1000}){1000}){1000}$"}`, "pattern_too_complex"},
+		{`{"type":"string","pattern":"` + strings.Repeat("a", MaxPatternBytes+1) + `"}`, "pattern_too_complex"},
+		{`{"type":"array","minItems":90000,"items":{"type":"array","minItems":90000}}`, "grammar_too_large"},
+		{props, "grammar_too_large"},
+		{`{"type":"string","minLength":100001}`, "grammar_too_large"},
+		{`{"$ref":"#"}`, "schema_recursion"},
+		{`{"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/b"}]},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`, "schema_recursion"},
+		{`{"type":"object","properties":{"a":{"not":{}}}}`, "unsupported_schema"},
+		{`{"oneOf":[{}]}`, "unsupported_schema"},
+		{`{"type":"string","format":"iri"}`, "unsupported_schema"},
+		{`{"type":"number","minimum":0.5}`, "unsupported_schema"},
+		{`{"$ref":"http://example.com/s.json"}`, "unsupported_schema"},
+		{`{"type":"integer","minimum":5,"maximum":4}`, "invalid_schema"},
+		{`{"type":"strin"}`, "invalid_schema"},
+		{`{"type":`, "invalid_schema"},
+		{`false`, "invalid_schema"},
+		{`"` + strings.Repeat("x", MaxSchemaBytes) + `"`, "schema_too_large"},
+	}
+	for _, c := range cases {
+		start := time.Now()
+		_, err := CompileSchema([]byte(c.schema))
+		var ge *Error
+		if !errors.As(err, &ge) || ge.Code != c.code {
+			t.Errorf("%.60s: got %v, want code %s", c.schema, err, c.code)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("%.60s: refused after %v", c.schema, d)
 		}
 	}
 }

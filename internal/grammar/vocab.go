@@ -214,3 +214,12 @@ func (v *Vocab) toks2(n int32) int32 {
 	}
 	return int32(len(v.toks))
 }
+
+// Piece is the bytes token id stands for in constrained text ("" for
+// control and end-of-generation tokens).
+func (v *Vocab) Piece(id int32) string {
+	if id < 0 || int(id) >= v.n {
+		return ""
+	}
+	return v.pieces[id]
+}

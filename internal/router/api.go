@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"sluice/internal/grammar"
 	"sluice/internal/sample"
 )
 
@@ -470,23 +471,17 @@ func (c *chatRequest) validate(lim limits) (params, *apiError) {
 			return params{}, unsupported(f.name, "%s other than \"none\" is not supported (no tools)", f.name)
 		}
 	}
-	if !isNull(c.ResponseFormat) {
-		var rf struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(c.ResponseFormat, &rf) != nil {
-			return params{}, badParam("response_format", "response_format must be an object with a type")
-		}
-		if rf.Type != "text" {
-			return params{}, unsupported("response_format", "response_format %q is not supported; only {\"type\": \"text\"} is (no constrained decoding)", rf.Type)
-		}
-		if e := onlyKeys(c.ResponseFormat, "response_format", "type"); e != nil {
-			return params{}, e
-		}
+	format, e := parseResponseFormat(c.ResponseFormat)
+	if e != nil {
+		return params{}, e
 	}
 	p, e := c.commonParams.validate("max_completion_tokens", c.MaxCompletionTokens, lim)
 	if e != nil {
 		return p, e
+	}
+	p.sampling.Format = format
+	if format.Constrained() && p.ignoreEOS {
+		return p, unsupported("ignore_eos", "ignore_eos together with response_format is not supported: a complete JSON value can only be followed by the end of the output")
 	}
 	if !isNull(c.Logprobs) {
 		if err := json.Unmarshal(c.Logprobs, &p.sampling.Logprobs); err != nil {
@@ -504,6 +499,66 @@ func (c *chatRequest) validate(lim limits) (params, *apiError) {
 		p.sampling.TopLogprobs = n
 	}
 	return p, nil
+}
+
+// parseResponseFormat reads response_format: text, json_object, or
+// json_schema, whose schema is compiled here once to refuse what the
+// grammar compiler refuses (naming the limit) before any worker sees it.
+// The workers compile it again from the same text (I14).
+func parseResponseFormat(raw json.RawMessage) (sample.Format, *apiError) {
+	var f sample.Format
+	if isNull(raw) {
+		return f, nil
+	}
+	var rf struct {
+		Type       string          `json:"type"`
+		JSONSchema json.RawMessage `json:"json_schema"`
+	}
+	if json.Unmarshal(raw, &rf) != nil {
+		return f, badParam("response_format", "response_format must be an object with a type")
+	}
+	switch rf.Type {
+	case "text":
+		return f, onlyKeys(raw, "response_format", "type")
+	case "json_object":
+		f.Kind = sample.FormatJSONObject
+		return f, onlyKeys(raw, "response_format", "type")
+	case "json_schema":
+	default:
+		return f, unsupported("response_format", "response_format %q is not supported; use \"text\", \"json_object\" or \"json_schema\"", rf.Type)
+	}
+	if e := onlyKeys(raw, "response_format", "type", "json_schema"); e != nil {
+		return f, e
+	}
+	var js struct {
+		Name        *string         `json:"name"`
+		Schema      json.RawMessage `json:"schema"`
+		Strict      *bool           `json:"strict"`
+		Description *string         `json:"description"`
+	}
+	if json.Unmarshal(rf.JSONSchema, &js) != nil || isNull(rf.JSONSchema) {
+		return f, badParam("response_format.json_schema", "response_format.json_schema must be an object with a name and a schema")
+	}
+	if e := onlyKeys(rf.JSONSchema, "response_format.json_schema", "name", "schema", "strict", "description"); e != nil {
+		return f, e
+	}
+	if isNull(js.Schema) {
+		return f, badParam("response_format.json_schema.schema", "response_format.json_schema.schema is required")
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, js.Schema); err != nil {
+		return f, badParam("response_format.json_schema.schema", "the schema is not valid JSON")
+	}
+	if _, err := grammar.CompileSchema(b.Bytes()); err != nil {
+		code := "invalid_schema"
+		var ge *grammar.Error
+		if errors.As(err, &ge) {
+			code = ge.Code
+		}
+		return f, newErr(http.StatusBadRequest, code, "response_format.json_schema.schema", "%v", err)
+	}
+	f.Kind, f.Schema = sample.FormatJSONSchema, b.String()
+	return f, nil
 }
 
 // maxCacheScope bounds prompt_cache_key and cache_salt.

@@ -90,6 +90,11 @@ func TestParameterBounds(t *testing.T) {
 		{chat, `"logprobs":true,"top_logprobs":20`, func(r engine.Request) bool { return r.Sampling.Logprobs && r.Sampling.TopLogprobs == 20 }},
 		{chat, `"logprobs":false`, func(r engine.Request) bool { return !r.Sampling.Logprobs }},
 		{chat, `"response_format":{"type":"text"},"tools":[],"tool_choice":"none","parallel_tool_calls":false`, nil},
+		{chat, `"response_format":{"type":"json_object"}`, func(r engine.Request) bool { return r.Sampling.Format.Kind == sample.FormatJSONObject }},
+		{chat, `"response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type": "object", "properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}}}`,
+			func(r engine.Request) bool {
+				return r.Sampling.Format.Kind == sample.FormatJSONSchema && r.Sampling.Format.Schema == `{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}`
+			}},
 		{chat, `"messages":[{"role":"user","content":"x","name":null,"tool_calls":[]}]`, nil},
 		{comp, `"stream":true,"stream_options":{"include_usage":true}`, nil},
 	}
@@ -162,9 +167,18 @@ func TestParameterBounds(t *testing.T) {
 		{comp, `"logprobs":-1`, CodeInvalidParam, "logprobs"},
 		{chat, `"top_logprobs":21,"logprobs":true`, CodeInvalidParam, "top_logprobs"},
 		{chat, `"top_logprobs":1`, CodeInvalidParam, "top_logprobs"},
+		// Output formats: what the compiler refuses is named.
+		{chat, `"response_format":{"type":"json_schema","json_schema":{}}`, CodeInvalidParam, "response_format.json_schema.schema"},
+		{chat, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"(a"}}}`, "invalid_schema", "response_format.json_schema.schema"},
+		{chat, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"not":{}}}}`, "unsupported_schema", "response_format.json_schema.schema"},
+		{chat, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"enum":` + ids(1001) + `}}}`, "enum_too_large", "response_format.json_schema.schema"},
+		{chat, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":` + strings.Repeat(`{"items":`, 70) + `{}` + strings.Repeat(`}`, 70) + `}}`, "schema_too_deep", "response_format.json_schema.schema"},
+		{chat, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"^((a{1000}){1000}){1000}$"}}}`, "pattern_too_complex", "response_format.json_schema.schema"},
+		{chat, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"array","minItems":90000,"items":{"type":"array","minItems":90000}}}}`, "grammar_too_large", "response_format.json_schema.schema"},
+		{chat, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"$ref":"#"}}}`, "schema_recursion", "response_format.json_schema.schema"},
+		{chat, `"response_format":{"type":"json_object"},"ignore_eos":true`, CodeUnsupported, "ignore_eos"},
+		{chat, `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{},"extra":1}}`, CodeUnsupported, "response_format.json_schema.extra"},
 		// Not implemented: refused, never ignored.
-		{chat, `"response_format":{"type":"json_object"}`, CodeUnsupported, "response_format"},
-		{chat, `"response_format":{"type":"json_schema","json_schema":{}}`, CodeUnsupported, "response_format"},
 		{chat, `"response_format":{"type":"text","json_schema":{}}`, CodeUnsupported, "response_format.json_schema"},
 		{chat, `"tools":[{"type":"function"}]`, CodeUnsupported, "tools"},
 		{chat, `"tool_choice":"auto"`, CodeUnsupported, "tool_choice"},

@@ -10,6 +10,7 @@ func (s *Sampler) Advance(n int) {
 	if s.p.Greedy() {
 		return
 	}
+	s.n += uint64(n)
 	for range n {
 		s.rng.Float64()
 	}

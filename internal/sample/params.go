@@ -4,7 +4,11 @@
 // client may ask for.
 package sample
 
-import "fmt"
+import (
+	"fmt"
+
+	"sluice/internal/grammar"
+)
 
 // Bounds of the settings. The API refuses anything outside them with a 400
 // and the transport codec refuses to decode it, so a peer cannot make a
@@ -70,13 +74,42 @@ type Params struct {
 	// TopLogprobs (0..MaxTopLogprobs) most likely alternatives.
 	Logprobs    bool
 	TopLogprobs int
+	// Format constrains the output to a grammar (response_format); the
+	// zero value leaves it free. Each worker compiles it from this text
+	// itself (I14): a peer sends the schema, never a grammar state.
+	Format Format
 }
+
+// Format is a request's output constraint.
+type Format struct {
+	Kind FormatKind
+	// Schema is the JSON Schema text of FormatJSONSchema, at most
+	// grammar.MaxSchemaBytes; empty for the other kinds.
+	Schema string
+}
+
+// FormatKind names a constraint.
+type FormatKind uint8
+
+const (
+	// FormatText is free text (no constraint).
+	FormatText FormatKind = iota
+	// FormatJSONObject is any JSON object.
+	FormatJSONObject
+	// FormatJSONSchema is a JSON value valid against Format.Schema.
+	FormatJSONSchema
+	formatKinds
+)
+
+// Constrained reports whether f restricts the output.
+func (f Format) Constrained() bool { return f.Kind != FormatText }
 
 // Error is a rejected setting or an impossible draw, with a stable code.
 type Error struct {
 	// Code is machine-readable: "invalid_temperature", "invalid_top_k",
 	// "invalid_top_p", "invalid_min_p", "invalid_penalty",
-	// "invalid_logit_bias", "invalid_logprobs", "no_candidates".
+	// "invalid_logit_bias", "invalid_logprobs", "invalid_format",
+	// "no_candidates", "grammar_refused".
 	Code string
 	// Msg is a sentence the user can act on.
 	Msg string
@@ -119,6 +152,9 @@ func (p Params) Validate(vocab int) error {
 		if !within(b.Bias, -MaxBias, MaxBias) {
 			return &Error{"invalid_logit_bias", fmt.Sprintf("logit bias %v of token %d is outside [-%d, %d]", b.Bias, b.ID, MaxBias, MaxBias)}
 		}
+	}
+	if f := p.Format; f.Kind >= formatKinds || (f.Kind == FormatJSONSchema) != (f.Schema != "") || len(f.Schema) > grammar.MaxSchemaBytes {
+		return &Error{"invalid_format", fmt.Sprintf("output format kind %d with a schema of %d bytes is not a valid constraint (at most %d bytes)", f.Kind, len(f.Schema), grammar.MaxSchemaBytes)}
 	}
 	if p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs || (!p.Logprobs && p.TopLogprobs != 0) {
 		return &Error{"invalid_logprobs", fmt.Sprintf("top logprobs %d must be within [0, %d], and only with logprobs", p.TopLogprobs, MaxTopLogprobs)}

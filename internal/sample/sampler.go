@@ -1,9 +1,13 @@
 package sample
 
 import (
+	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
+
+	"sluice/internal/grammar"
 )
 
 // Sampler draws tokens for one request. It is not safe for concurrent use;
@@ -15,6 +19,19 @@ import (
 // (in that order), then temperature scales the logits, min-p, top-k and
 // top-p truncate the tempered distribution, and one uniform draw picks from
 // what is left. Greedy is the argmax after bias and penalties.
+//
+// A constrained sampler (Constrain) restricts that last draw to the tokens
+// the grammar allows, after the truncation: the mask is the last step, so
+// bias, penalties and truncation mean what they mean unconstrained, and
+// the common case costs one check of the drawn token (as llama.cpp and
+// Ollama do) instead of a mask of the vocabulary. When the drawn token is
+// refused, the draw is repeated over the allowed part of the truncated
+// set, which gives each allowed token exactly its renormalised
+// probability; when no truncated candidate is allowed, over every allowed
+// token at the request's temperature. The repeat takes its uniform from a
+// stream derived from the seed and the token's index, so every token still
+// uses exactly one draw of the main stream (Advance stays exact across the
+// handoff). Greedy picks the most likely allowed token.
 type Sampler struct {
 	p    Params
 	rng  *rand.Rand
@@ -26,7 +43,25 @@ type Sampler struct {
 	// prompt is the prompt's token set (SetPrompt). Both feed penalties.
 	counts map[int32]int32
 	prompt map[int32]struct{}
+
+	// m is the grammar state of a constrained request (nil: free);
+	// mask is its scratch; n counts the tokens drawn or skipped (Advance);
+	// bad is the first token Observe was shown that m refused.
+	m    *grammar.Matcher
+	mask []uint64
+	n    uint64
+	bad  error
 }
+
+// Constrain restricts s to the tokens m allows; m's state must already
+// cover the tokens generated so far (the caller replays them, I14). Each
+// token s draws or observes afterwards advances m.
+func (s *Sampler) Constrain(m *grammar.Matcher) { s.m = m }
+
+// Err is the error of the first observed token the grammar refused (a
+// peer's first token or resumed tokens that this grammar cannot have
+// produced); nil when all were allowed. Sample returns it too.
+func (s *Sampler) Err() error { return s.bad }
 
 type cand struct {
 	id    int32
@@ -61,6 +96,11 @@ func (s *Sampler) SetPrompt(ids []int32) {
 // with the same Params (the prefill worker's first token), so the
 // penalties see it as the single sampler running the whole request would.
 func (s *Sampler) Observe(id int32) {
+	if s.m != nil && s.bad == nil {
+		if err := s.m.Accept(id); err != nil {
+			s.bad = &Error{"grammar_refused", fmt.Sprintf("the output format refuses token %d: %v", id, err)}
+		}
+	}
 	if !s.p.processes() {
 		return
 	}
@@ -134,6 +174,9 @@ func Greedy(logits []float32) int32 {
 // Only an all-NaN (or empty) vector fails; the error then has code
 // "no_candidates" and the caller should end the request, not guess a token.
 func (s *Sampler) Sample(logits []float32) (int32, error) {
+	if s.bad != nil {
+		return -1, s.bad
+	}
 	id, err := s.draw(s.process(logits))
 	if err == nil {
 		s.Observe(id)
@@ -144,6 +187,12 @@ func (s *Sampler) Sample(logits []float32) (int32, error) {
 func (s *Sampler) draw(logits []float32) (int32, error) {
 	if s.p.Greedy() {
 		id := Greedy(logits)
+		if s.m != nil && (id < 0 || !s.m.Allowed(id)) {
+			id = s.greedyAllowed(logits)
+			if id < 0 {
+				return -1, &Error{"no_candidates", "the output format allows no token with a usable logit here"}
+			}
+		}
 		if id < 0 {
 			return -1, &Error{"no_candidates", "every logit is NaN; the model produced no usable distribution"}
 		}
@@ -157,15 +206,120 @@ func (s *Sampler) draw(logits []float32) (int32, error) {
 	for _, x := range c {
 		total += x.prob
 	}
-	r := s.rng.Float64() * total
+	id := pick(c, total, s.rng.Float64())
+	s.n++
+	if s.m == nil || s.m.Allowed(id) {
+		return id, nil
+	}
+	return s.redraw(logits, c)
+}
+
+// pick walks c to the candidate where u (in [0,1)) of the mass falls.
+func pick(c []cand, total, u float64) int32 {
+	r := u * total
 	for _, x := range c {
 		r -= x.prob
 		if r < 0 {
-			return x.id, nil
+			return x.id
 		}
 	}
 	// Rounding can leave r at exactly 0 after the last subtraction.
-	return c[len(c)-1].id, nil
+	return c[len(c)-1].id
+}
+
+// allowedMask fills s.mask with the grammar's allowed set.
+func (s *Sampler) allowedMask(vocab int) []uint64 {
+	w := (vocab + 63) / 64
+	if cap(s.mask) < w {
+		s.mask = make([]uint64, w)
+	}
+	s.mask = s.mask[:w]
+	s.m.Mask(s.mask)
+	return s.mask
+}
+
+func has(mask []uint64, id int32) bool { return mask[id>>6]&(1<<(id&63)) != 0 }
+
+// smallCheck is the candidate count below which each is checked alone
+// rather than masking the whole vocabulary.
+const smallCheck = 32
+
+// redraw draws again after the grammar refused the drawn token; see
+// Sampler's doc for the distribution.
+func (s *Sampler) redraw(logits []float32, c []cand) (int32, error) {
+	var mask []uint64
+	ok := func(id int32) bool { return s.m.Allowed(id) }
+	if len(c) > smallCheck {
+		mask = s.allowedMask(len(logits))
+		ok = func(id int32) bool { return has(mask, id) }
+	}
+	kept := c[:0]
+	var total float64
+	for _, x := range c {
+		if ok(x.id) {
+			kept = append(kept, x)
+			total += x.prob
+		}
+	}
+	if len(kept) == 0 {
+		if mask == nil {
+			mask = s.allowedMask(len(logits))
+		}
+		maxv := float32(math.Inf(-1))
+		for i, v := range logits {
+			if has(mask, int32(i)) && v == v && !math.IsInf(float64(v), 0) {
+				kept = append(kept, cand{id: int32(i), logit: v})
+				maxv = max(maxv, v)
+			}
+		}
+		invT := 1 / float64(s.p.Temperature)
+		for i := range kept {
+			kept[i].prob = math.Exp(float64(kept[i].logit-maxv) * invT)
+			total += kept[i].prob
+		}
+		s.cand = kept
+	}
+	if len(kept) == 0 {
+		return -1, &Error{"no_candidates", "the output format allows no token with a usable logit here"}
+	}
+	return pick(kept, total, s.redrawUniform()), nil
+}
+
+// redrawUniform is a uniform in [0,1) that depends only on the seed and
+// the index of the token being drawn (splitmix64 of both), so a redraw
+// uses none of the main stream's draws.
+func (s *Sampler) redrawUniform() float64 {
+	z := s.p.Seed ^ (s.n * 0x9E3779B97F4A7C15) ^ pcgStream
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	z ^= z >> 31
+	return float64(z>>11) / (1 << 53)
+}
+
+// greedyAllowed is the allowed token with the largest logit (ties to the
+// lowest id), or -1.
+func (s *Sampler) greedyAllowed(logits []float32) int32 {
+	mask := s.allowedMask(len(logits))
+	best := int32(-1)
+	var bv float32
+	for w, bitsW := range mask {
+		for bitsW != 0 {
+			b := bitsW & -bitsW
+			bitsW ^= b
+			i := int32(w*64) + int32(tz(b))
+			if int(i) >= len(logits) {
+				break
+			}
+			v := logits[i]
+			if v != v {
+				continue
+			}
+			if best < 0 || v > bv {
+				best, bv = i, v
+			}
+		}
+	}
+	return best
 }
 
 // Candidates returns the tokens s may draw from for logits, with their
@@ -337,3 +491,5 @@ func topP(c []cand, p float64) []cand {
 	}
 	return append(c[:0], sub[:n]...)
 }
+
+func tz(b uint64) int { return bits.TrailingZeros64(b) }

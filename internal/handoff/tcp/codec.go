@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 
+	"sluice/internal/grammar"
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/model"
@@ -433,6 +434,11 @@ func encSampling(e *enc, s sample.Params) {
 	}
 	e.bool(s.Logprobs)
 	e.u8(byte(s.TopLogprobs))
+	if e.err == nil && len(s.Format.Schema) > grammar.MaxSchemaBytes {
+		e.err = handoff.ErrBadMessage.With("output schema of %d bytes; at most %d", len(s.Format.Schema), grammar.MaxSchemaBytes)
+	}
+	e.u8(byte(s.Format.Kind))
+	e.str(s.Format.Schema)
 }
 
 // decSampling bounds what sizes allocations and loops: the bias list and
@@ -455,6 +461,13 @@ func decSampling(d *dec) sample.Params {
 	s.TopLogprobs = int(d.u8())
 	if d.err == nil && s.TopLogprobs > sample.MaxTopLogprobs {
 		d.err = msgErr("top logprobs %d; at most %d", s.TopLogprobs, sample.MaxTopLogprobs)
+	}
+	// The schema's text only: each worker compiles and checks it (I14).
+	s.Format.Kind = sample.FormatKind(d.u8())
+	if n := d.count(1); d.err == nil && n > grammar.MaxSchemaBytes {
+		d.err = msgErr("output schema of %d bytes; at most %d", n, grammar.MaxSchemaBytes)
+	} else if d.err == nil {
+		s.Format.Schema = string(d.need(n))
 	}
 	return s
 }

@@ -17,7 +17,8 @@ func fullSampling() sample.Params {
 	return sample.Params{Temperature: 0.7, TopK: 40, TopP: 0.9, Seed: 1<<63 + 5, MinP: 0.05,
 		PresencePenalty: -1.5, FrequencyPenalty: 2, RepetitionPenalty: 1.3,
 		LogitBias: []sample.Bias{{ID: 3, Bias: -100}, {ID: 70000, Bias: 42.5}},
-		Logprobs:  true, TopLogprobs: 20}
+		Logprobs:  true, TopLogprobs: 20,
+		Format: sample.Format{Kind: sample.FormatJSONSchema, Schema: `{"type":"object"}`}}
 }
 
 func fullLogprobs() *sample.Logprobs {

@@ -2,12 +2,15 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
 
 	"sluice/internal/gguf"
 )
@@ -15,7 +18,8 @@ import (
 // TestSamplingParametersEndToEnd: through HTTP, the tokenizer and the
 // engine over TCP, a prompt list with n=2, logprobs and every penalty gives
 // exactly what the colocated stack gives (the oracle), in a shape the
-// official client parses; a json_object response format is refused.
+// official client parses; json_schema and json_object response formats
+// give the same valid JSON both ways, and a hostile schema is refused.
 func TestSamplingParametersEndToEnd(t *testing.T) {
 	m, err := LoadModel("", gguf.MemoryAuto)
 	if err != nil {
@@ -73,11 +77,75 @@ func TestSamplingParametersEndToEnd(t *testing.T) {
 		// Greedy: the sampled token is the most likely one.
 		t.Fatalf("chat logprobs %+v", cr.Choices[0].Logprobs)
 	}
+	// Structured outputs through the official client: a json_schema and a
+	// json_object request at temperature 1, streamed and not, colocated and
+	// over TCP, give the same valid JSON.
+	schema := map[string]any{"type": "object", "additionalProperties": false, "required": []string{"name", "n"},
+		"properties": map[string]any{"name": map[string]any{"type": "string", "maxLength": 8}, "n": map[string]any{"type": "integer", "minimum": 0, "maximum": 9}}}
+	formats := []openai.ChatCompletionNewParamsResponseFormatUnion{
+		{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "pair", Schema: schema, Strict: openai.Bool(true)}}},
+		{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}},
+	}
+	for fi, rf := range formats {
+		for seed := range int64(3) {
+			p := openai.ChatCompletionNewParams{Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
+				Temperature: openai.Float(1), Seed: openai.Int(seed), MaxCompletionTokens: openai.Int(100), ResponseFormat: rf}
+			var texts []string
+			ended := true
+			for _, s := range []*served{col, tcp} {
+				r, err := s.client.Chat.Completions.New(ctx, p)
+				if err != nil {
+					var ae *openai.Error
+					if errors.As(err, &ae) {
+						t.Fatalf("%s: %s", ae.Code, ae.RawJSON())
+					}
+					t.Fatal(err)
+				}
+				// Any JSON object may be a free string that a random
+				// model never closes: it may end at max_tokens.
+				ended = r.Choices[0].FinishReason == "stop"
+				if !ended && (fi == 0 || r.Choices[0].FinishReason != "length") {
+					t.Fatalf("format %d seed %d: finish %q after %q", fi, seed, r.Choices[0].FinishReason, r.Choices[0].Message.Content)
+				}
+				texts = append(texts, r.Choices[0].Message.Content)
+				st := s.client.Chat.Completions.NewStreaming(ctx, p)
+				var acc openai.ChatCompletionAccumulator
+				for st.Next() {
+					acc.AddChunk(st.Current())
+				}
+				if err := st.Err(); err != nil {
+					t.Fatal(err)
+				}
+				texts = append(texts, acc.Choices[0].Message.Content)
+			}
+			for _, x := range texts[1:] {
+				if x != texts[0] {
+					t.Fatalf("format %d seed %d: outputs differ: %q", fi, seed, texts)
+				}
+			}
+			if !ended {
+				continue
+			}
+			var v struct {
+				Name *string `json:"name"`
+				N    *int    `json:"n"`
+			}
+			dec := json.NewDecoder(strings.NewReader(texts[0]))
+			if fi == 0 {
+				dec.DisallowUnknownFields()
+			}
+			if err := dec.Decode(&v); err != nil || (fi == 0 && (v.Name == nil || v.N == nil || len([]rune(*v.Name)) > 8 || *v.N < 0 || *v.N > 9)) {
+				t.Fatalf("format %d seed %d: %q does not fit the schema: %v", fi, seed, texts[0], err)
+			}
+			t.Logf("format %d seed %d: %s", fi, seed, texts[0])
+		}
+	}
 	_, err = tcp.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-		Messages:       []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
-		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &openai.ResponseFormatJSONObjectParam{}}})
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
+		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "deep", Schema: map[string]any{"type": "string", "pattern": "^((a{1000}){1000}){1000}$"}}}}})
 	var ae *openai.Error
-	if !errors.As(err, &ae) || ae.StatusCode != 400 || ae.Code != "unsupported_parameter" || ae.Param != "response_format" {
-		t.Fatalf("json_object: %v", err)
+	if !errors.As(err, &ae) || ae.StatusCode != 400 || ae.Code != "pattern_too_complex" || ae.Param != "response_format.json_schema.schema" {
+		t.Fatalf("hostile pattern: %v", err)
 	}
 }

@@ -1,0 +1,67 @@
+package engine
+
+import (
+	"net/http"
+	"sync"
+
+	"sluice/internal/grammar"
+	"sluice/internal/sample"
+)
+
+// VocabRuntime is a Runtime that knows its tokens' bytes, so it can
+// constrain output to a grammar (response_format). ModelRuntime is one.
+type VocabRuntime interface {
+	GrammarVocab() *grammar.Vocab
+}
+
+// formats compiles requests' output formats for one worker. Every worker
+// compiles a request's format itself, from the request's schema text
+// (I14): the prefill worker to draw the first token, the decode worker to
+// draw the rest after replaying the tokens it is told were generated.
+// Compiled grammars are cached per tenant (grammar.Cache).
+type formats struct {
+	rt    Runtime
+	once  sync.Once
+	cache *grammar.Cache
+}
+
+func newFormats(rt Runtime) *formats { return &formats{rt: rt} }
+
+func (f *formats) get() *grammar.Cache {
+	f.once.Do(func() {
+		if vr, ok := f.rt.(VocabRuntime); ok {
+			if v := vr.GrammarVocab(); v != nil {
+				f.cache = grammar.NewCache(v)
+			}
+		}
+	})
+	return f.cache
+}
+
+// sampler is a request's sampler with the prompt it penalises and, for a
+// constrained request, its grammar at the start of the output: the caller
+// replays tokens generated before with Observe, and a replayed token the
+// grammar refuses shows in the sampler's Err.
+func (f *formats) sampler(tenant string, p sample.Params, prompt []int32) (*sample.Sampler, error) {
+	s := sample.New(p)
+	s.SetPrompt(prompt)
+	if !p.Format.Constrained() {
+		return s, nil
+	}
+	var cache *grammar.Cache
+	if f != nil {
+		cache = f.get()
+	}
+	if cache == nil {
+		return nil, errf(CodeInvalid, http.StatusBadRequest, nil, "this model has no vocabulary to constrain output with; drop response_format")
+	}
+	c, _, err := cache.Get(tenant, p.Format.Kind == sample.FormatJSONObject, p.Format.Schema)
+	if err != nil {
+		return nil, errf(CodeInvalid, http.StatusBadRequest, err, "the response format's schema is refused: %v", err)
+	}
+	if c.Vocab().Size() != f.rt.Vocab() {
+		return nil, errf(CodeInternal, http.StatusInternalServerError, nil, "grammar vocabulary of %d tokens for a model of %d", c.Vocab().Size(), f.rt.Vocab())
+	}
+	s.Constrain(c.NewMatcher())
+	return s, nil
+}

@@ -1,0 +1,185 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"sluice/internal/grammar"
+	"sluice/internal/sample"
+)
+
+// schemaCase is one schema of the corpus. Unbounded marks a schema with
+// unbounded repetition (free strings, open arrays, any value) that a
+// random tiny model at temperature 1 need not end within max_tokens: its
+// outputs must be bitwise identical everywhere, and valid when they end.
+type schemaCase struct {
+	Name      string          `json:"name"`
+	Unbounded bool            `json:"unbounded"`
+	Schema    json.RawMessage `json:"schema"`
+}
+
+func schemaCorpus(t testing.TB) []schemaCase {
+	t.Helper()
+	b, err := os.ReadFile("../../testdata/schemas/corpus.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c []schemaCase
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// independentValidator compiles a schema with santhosh-tekuri/jsonschema
+// (draft 2020-12, formats asserted): not the grammar under test.
+func independentValidator(t testing.TB, schema json.RawMessage) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	if err := c.AddResource("mem://s.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile("mem://s.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// constrainedRequests is one request per corpus schema and seed, with
+// temperature 1 (the model's own distribution, the hardest for the
+// grammar to keep in line), from three tenants.
+func constrainedRequests(t testing.TB, seeds int, maxTokens int) ([]*Request, []schemaCase) {
+	var reqs []*Request
+	var schemas []schemaCase
+	prompts := [][]int32{{1, 365, 117, 263}, {1, 90, 250}, {1, 450}}
+	for i, c := range schemaCorpus(t) {
+		for s := range seeds {
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, c.Schema); err != nil {
+				t.Fatal(err)
+			}
+			f := sample.Format{Kind: sample.FormatJSONSchema, Schema: compact.String()}
+			reqs = append(reqs, &Request{ID: fmt.Sprintf("%s/%d", c.Name, s), Tenant: fmt.Sprintf("tenant-%d", (i+s)%3),
+				Prompt: prompts[(i+s)%len(prompts)], MaxTokens: maxTokens,
+				Sampling: sample.Params{Temperature: 1, Seed: uint64(1000*i + s), Format: f}})
+			schemas = append(schemas, c)
+		}
+	}
+	return reqs, schemas
+}
+
+// requireValid checks every output ended by the grammar ("stop") and
+// validates against its schema with the independent validator.
+func requireValid(t *testing.T, label string, v *grammar.Vocab, reqs []*Request, schemas []schemaCase, got []result) {
+	t.Helper()
+	vals := map[string]*jsonschema.Schema{}
+	ended := 0
+	for i, r := range reqs {
+		if got[i].final.Err != nil {
+			t.Fatalf("%s: %s: %v", label, r.ID, got[i].final.Err)
+		}
+		var b strings.Builder
+		for _, id := range got[i].tokens {
+			b.WriteString(v.Piece(id))
+		}
+		out := b.String()
+		if got[i].final.Finish == "length" && schemas[i].Unbounded {
+			continue
+		}
+		ended++
+		if got[i].final.Finish != "stop" {
+			t.Fatalf("%s: %s ended %q after %d tokens: %q", label, r.ID, got[i].final.Finish, len(got[i].tokens), out)
+		}
+		key := string(schemas[i].Schema)
+		if vals[key] == nil {
+			vals[key] = independentValidator(t, schemas[i].Schema)
+		}
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
+		if err != nil {
+			t.Fatalf("%s: %s: output %q is not JSON: %v", label, r.ID, out, err)
+		}
+		if err := vals[key].Validate(inst); err != nil {
+			t.Fatalf("%s: %s: output %q does not validate: %v", label, r.ID, out, err)
+		}
+	}
+	t.Logf("%s: %d of %d outputs ended and validate", label, ended, len(reqs))
+}
+
+// TestConstrainedStories serves the schema corpus on stories260K at
+// temperature 1: every output is valid JSON that validates against its
+// schema (independent validator), and is bitwise the same colocated and
+// alone, batched, disaggregated in process, over TCP and over shared
+// memory, with small pools that force preemptions.
+func TestConstrainedStories(t *testing.T) {
+	rt := storiesRuntime(t)
+	seeds := 2
+	if testing.Short() {
+		seeds = 1
+	}
+	reqs, schemas := constrainedRequests(t, seeds, 200)
+	v := rt.GrammarVocab()
+	want := aloneOutputs(t, rt, reqs)
+	alone := make([]result, len(reqs))
+	for i := range want {
+		fin := "length"
+		if n := len(want[i]); n > 0 && rt.EOG(want[i][n-1]) {
+			fin = "stop"
+		}
+		alone[i] = result{tokens: want[i], final: Event{Done: true, Finish: fin}}
+	}
+	requireValid(t, "alone", v, reqs, schemas, alone)
+	col, err := NewColocated(storiesConfig(rt, 24))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := runMany(t, col, reqs)
+	col.Close(context.Background())
+	requireValid(t, "colocated", v, reqs, schemas, got)
+	for i := range reqs {
+		if !slices.Equal(got[i].tokens, want[i]) {
+			t.Fatalf("colocated batched %s: %v, alone %v", reqs[i].ID, got[i].tokens, want[i])
+		}
+	}
+	for _, transport := range []string{"inproc", "tcp", "shm"} {
+		t.Run(transport, func(t *testing.T) {
+			pcfg, dcfg := storiesConfig(rt, 24), storiesConfig(rt, 16)
+			dcfg.NoWatermark = true
+			var eng Engine
+			var dw *DecodeWorker
+			if transport == "inproc" {
+				loc, err := NewLocal(pcfg, dcfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer loc.Close(context.Background())
+				eng, dw = loc, loc.Decode
+			} else {
+				r := newRemoteRig(t, transport, pcfg, dcfg)
+				defer r.close()
+				eng, dw = r.eng, r.dw
+			}
+			got := submitAll(t, eng, reqs)
+			requireValid(t, transport, v, reqs, schemas, got)
+			for i := range reqs {
+				if !slices.Equal(got[i].tokens, want[i]) {
+					t.Fatalf("%s %s: %v, alone %v", transport, reqs[i].ID, got[i].tokens, want[i])
+				}
+			}
+			t.Logf("%s: %d requests, %d decode preemptions", transport, len(reqs), dw.SchedStats().Preemptions)
+		})
+	}
+}
