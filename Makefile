@@ -4,15 +4,23 @@ GO ?= go
 SEEDS ?= 100000
 FUZZTIME ?= 60s
 
+# What `sluice version` and every role's first log line report, stamped at
+# link time so that a build without VCS stamping (-buildvcs=false, a copy
+# without .git) still says it: HEAD's tag, else Go's pseudo-version of
+# HEAD; the full commit, "+dirty" when the tree has changes.
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git status --porcelain 2>/dev/null | grep -q . && echo +dirty)
+VERSION ?= $(shell git describe --tags --exact-match 2>/dev/null || TZ=UTC git log -1 --abbrev=12 --date=format-local:%Y%m%d%H%M%S --format=v0.0.0-%cd-%h 2>/dev/null)
+LDFLAGS = -X main.version=$(VERSION) -X main.revision=$(REVISION)
+
 .PHONY: test serve build fuzz soak bench bench-go bench-model sim spec
 test:
 	./scripts/test.sh
 
 serve:
-	$(GO) run ./cmd/sluice serve
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/sluice serve
 
 build:
-	$(GO) build -o bin/sluice ./cmd/sluice
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
@@ -45,7 +53,7 @@ bench-models:
 # The router's CPU per request and its balance over 1, 2, 3 decode workers,
 # every role its own process on loopback (docs/benchmarks.md).
 bench-cluster:
-	$(GO) build -o bin/sluice ./cmd/sluice
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench cluster $(BENCH_CLUSTER_FLAGS)
 
 # sluice serve vs llama-server (when ../shared/tools/llama.cpp is there) on
@@ -58,13 +66,13 @@ LLAMA_SERVER_FLAG = $$(test -x $(LLAMA_SELECT) && echo --llama-server $$($(LLAMA
 BENCH_SERVE_FLAGS ?=
 .PHONY: bench-serve bench-serve-interference bench-serve-kv
 bench-serve:
-	$(GO) build -o bin/sluice ./cmd/sluice
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench serve $(LLAMA_SERVER_FLAG) $(BENCH_SERVE_FLAGS)
 bench-serve-interference:
-	$(GO) build -o bin/sluice ./cmd/sluice
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench serve --workload interference --concurrency 8 --requests 64 $(LLAMA_SERVER_FLAG) $(BENCH_SERVE_FLAGS)
 bench-serve-kv:
-	$(GO) build -o bin/sluice ./cmd/sluice
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench serve --workload kv-pressure --concurrency 16,64 --requests 64 $(BENCH_SERVE_FLAGS)
 	./bin/sluice bench serve --workload kv-pressure --concurrency 16,64 --requests 64 --colocated $(BENCH_SERVE_FLAGS)
 
@@ -73,7 +81,7 @@ bench-serve-kv:
 BENCH_CHAT_FLAGS ?= --omp-passive
 .PHONY: bench-chat
 bench-chat:
-	$(GO) build -o bin/sluice ./cmd/sluice
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench chat $$(test -x $(LLAMA_SELECT) && echo --llama-server $$($(LLAMA_SELECT) llama-server)) $(BENCH_CHAT_FLAGS)
 
 sim:
@@ -92,3 +100,8 @@ COUNT ?= 1
 .PHONY: test-interop
 test-interop:
 	$(GO) test -count=$(COUNT) -timeout 30m -v -run '^TestInterop' ./cmd/sluice/
+
+.PHONY: print-version
+# The version the build targets stamp (for docker build --build-arg VERSION=...).
+print-version:
+	@echo $(VERSION)

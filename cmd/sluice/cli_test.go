@@ -64,9 +64,19 @@ func TestHelpOnStdoutExitZero(t *testing.T) {
 		if hout != out {
 			t.Errorf("sluice help %s differs from sluice %s --help", n, n)
 		}
+		// A bad flag: one line naming it and where the flags are listed,
+		// not the whole help.
 		bcode, bout, berr := runBin(t, n, "--no-such-flag")
-		if bcode != 2 || bout != "" || !strings.Contains(berr, "no-such-flag") {
+		if bcode != 2 || bout != "" || strings.Count(berr, "\n") != 1 || !strings.Contains(berr, "unknown flag --no-such-flag") || !strings.Contains(berr, "--help' for all flags") {
 			t.Errorf("sluice %s --no-such-flag: exit %d, stdout %q, stderr %q", n, bcode, head(bout), head(berr))
+		}
+		// Every flag line of the help is "-name" and at most one word for
+		// its value: a backquoted word in a flag's text becomes the value's
+		// name ("-load-log-interval sluice serve").
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); strings.HasPrefix(l, "  -") && len(f) > 2 {
+				t.Errorf("sluice %s --help: flag line %q names its value with more than one word", n, l)
+			}
 		}
 	}
 	if code, out, _ := runBin(t, "--help"); code != 0 || !strings.Contains(out, "Commands:") {
@@ -114,7 +124,7 @@ func TestVersion(t *testing.T) {
 	if got := versionString(bi, true); got != want {
 		t.Errorf("versionString:\n got  %q\n want %q", got, want)
 	}
-	if got := versionString(&debug.BuildInfo{GoVersion: "go1.99"}, true); !strings.HasPrefix(got, "sluice (devel) go1.99") {
+	if got := versionString(&debug.BuildInfo{GoVersion: "go1.99"}, true); !strings.HasPrefix(got, "sluice (devel) unknown go1.99") {
 		t.Errorf("no VCS info: %q", got)
 	}
 }

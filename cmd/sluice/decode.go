@@ -104,6 +104,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 		return fail(2, "%v", err)
 	}
 	log = log.With("process", role)
+	logStart(log, role)
 	pools, err := o.pools()
 	if err != nil {
 		return fail(2, "%v", err)

@@ -190,6 +190,12 @@ func TestRolesAsProcesses(t *testing.T) {
 		"--prefill", paddr, "--decode", daddr, "--api-keys", keys, "--metrics-listen", "127.0.0.1:0")
 	raddr := rt.waitAddr(t)
 	radmin := rt.field("metrics listening", "addr")
+	// Every role's first line says which build it is.
+	for _, p := range []*proc{dec, pre, rt} {
+		if p.field("starting", "version") == "" || p.field("starting", "revision") == "" || p.field("starting", "role") != p.name {
+			t.Errorf("%s: no start line with role, version and revision:\n%s", p.name, p.log())
+		}
+	}
 
 	cl := openai.NewClient(option.WithBaseURL("http://"+raddr+"/v1/"), option.WithAPIKey("key-b"), option.WithMaxRetries(0))
 	r, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stories260K",

@@ -86,12 +86,17 @@ Example:
 		fmt.Fprintf(os.Stderr, "router: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	if err := o.resolveHTTP(); err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		return 2
+	}
 	log, err := o.logger()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)
 		return 2
 	}
 	log = log.With("process", "router")
+	logStart(log, "router")
 	maxBody, err := preflight.ParseBytes(o.maxBody)
 	if err != nil || maxBody <= 0 {
 		fmt.Fprintln(os.Stderr, "router: --max-body must be a positive byte size")
@@ -102,7 +107,7 @@ Example:
 		fmt.Fprintln(os.Stderr, "router:", err)
 		return 1
 	}
-	keys, err := loadKeysFlag(o.apiKeys, log)
+	keys, err := o.keys(log)
 	if err != nil {
 		log.Error(err.Error())
 		return 1

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"sluice/internal/cli"
 	"sluice/internal/engine"
 	"sluice/internal/gguf"
 	"sluice/internal/kv"
@@ -84,6 +86,10 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 	fs.StringVar(&o.model, "model", "", modelUsage)
 	fs.StringVar(&o.hf, "hf", "", hfUsage)
 	fs.StringVar(&o.context, "context", "auto", "context length in tokens, or \"auto\": the model's training context lowered to what every KV pool holds (logged). An explicit value larger than a pool refuses to start (I2)")
+	// The spellings vLLM and llama-server users type, same meaning.
+	cli.Alias(fs, "m", "model")
+	cli.Alias(fs, "c", "context")
+	cli.Alias(fs, "max-model-len", "context")
 	if pool {
 		fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, kvMemoryUsage)
 		fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
@@ -265,8 +271,13 @@ func usageFor(fs *flag.FlagSet, synopsis string) {
 
 type serveOpts struct {
 	roleOpts
-	listen    string
-	apiKeys   string
+	listen string
+	// host and port: --host/--port (vLLM's and llama-server's), each
+	// replacing its part of --listen.
+	host, port string
+	apiKeys    string
+	// apiKey: --api-key KEY, one key for the single tenant.
+	apiKey    string
 	transport string
 	colocated bool
 	prefix    string
@@ -293,6 +304,9 @@ func (o *serveOpts) routerSlots() int { return o.maxConc + o.maxQueue }
 
 func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP address of the OpenAI-compatible API")
+	fs.StringVar(&o.host, "host", "", "host name or IP address the API listens on (vLLM's and llama-server's flag): replaces the host of --listen")
+	fs.StringVar(&o.port, "port", "", "TCP port the API listens on (vLLM's and llama-server's flag): replaces the port of --listen")
+	fs.StringVar(&o.apiKey, "api-key", "", "one API `key` every request must send (Authorization: Bearer KEY), all of them the single tenant \""+router.SingleTenant+"\" (vLLM's and llama-server's flag; like --api-keys it moves /metrics off --listen). A key on the command line shows in the process list: --api-keys FILE keeps it in a file")
 	fs.StringVar(&o.apiKeys, "api-keys", "", "file of \"KEY TENANT [weight=N]\" lines (# comments, several keys per tenant; weight: the tenant's share of the fair queue, default 1); without it the server is single-tenant and needs no key")
 	fs.StringVar(&o.maxBody, "max-body", "1MiB", "largest request body; larger gets 413")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish")
@@ -300,9 +314,49 @@ func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
 	fs.DurationVar(&o.queueWait, "queue-timeout", 30*time.Second, "how long a request may wait in the queue; then 503 queue_timeout")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address of the admin listener serving /metrics, /health and /ready apart from the API. Default: with --api-keys "+defaultAdminListen+" (metrics are then never on --listen, which every tenant reaches); without --api-keys /metrics stays on --listen")
 	fs.BoolVar(&o.metricsTenantLabels, "metrics-tenant-labels", false, "label the token counters with tenant names (off by default: a scraper then learns every tenant's name and usage; turn on only for a trusted scraper)")
-	fs.DurationVar(&o.loadEvery, "load-log-interval", 10*time.Second, "how often the load line is logged (requests running and waiting; in `sluice serve` also preempted sequences, KV usage and generation throughput); 0 turns it off")
+	fs.DurationVar(&o.loadEvery, "load-log-interval", 10*time.Second, "how often the load line is logged (requests running and waiting; in sluice serve also preempted sequences, KV usage and generation throughput); 0 turns it off")
 	o.tls.register(fs)
 	fs.IntVar(&o.tenantMax, "tenant-max-concurrency", 0, "requests one tenant may have in flight (0: only --max-concurrency applies); more get 429, so one busy tenant cannot take every slot")
+}
+
+// resolveHTTP folds --host and --port into --listen and refuses
+// --api-key with --api-keys (two answers to who the tenants are).
+func (o *serveOpts) resolveHTTP() error {
+	if o.apiKey != "" && o.apiKeys != "" {
+		return errors.New("--api-key and --api-keys both given: use --api-key KEY for one tenant, or --api-keys FILE for several")
+	}
+	if o.host == "" && o.port == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %v", o.listen, err)
+	}
+	if o.host != "" {
+		host = o.host
+	}
+	if o.port != "" {
+		if n, err := strconv.Atoi(o.port); err != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("--port %q: give a TCP port, 0 to 65535", o.port)
+		}
+		port = o.port
+	}
+	o.listen = net.JoinHostPort(host, port)
+	return nil
+}
+
+// keys is the API key table: --api-key's one key, --api-keys' file, or
+// nil (single tenant, no key checked).
+func (o *serveOpts) keys(log *slog.Logger) (*router.Keys, error) {
+	if o.apiKey == "" {
+		return loadKeysFlag(o.apiKeys, log)
+	}
+	k, err := router.SingleKey(o.apiKey)
+	if err != nil {
+		return nil, fmt.Errorf("--api-key: %w", err)
+	}
+	log.Info("single-tenant mode with an API key (--api-key): every request must send it, as tenant \"" + router.SingleTenant + "\"")
+	return k, nil
 }
 
 func runServe(args []string) int {
@@ -335,11 +389,16 @@ Example:
 		fmt.Fprintf(os.Stderr, "serve: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	if err := o.resolveHTTP(); err != nil {
+		fmt.Fprintln(os.Stderr, "serve:", err)
+		return 2
+	}
 	log, err := o.logger()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)
 		return 2
 	}
+	logStart(log, "serve")
 	pools, err := o.pools()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)
@@ -359,7 +418,7 @@ Example:
 		fmt.Fprintf(os.Stderr, "serve: --prefix-cache must be on or off, not %q\n", o.prefix)
 		return 2
 	}
-	keys, err := loadKeysFlag(o.apiKeys, log)
+	keys, err := o.keys(log)
 	if err != nil {
 		log.Error(err.Error())
 		return 1

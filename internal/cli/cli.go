@@ -1,20 +1,23 @@
 // Package cli holds the command-line conventions every sluice command
-// shares, so that `sluice serve` and `sluice bench serve` answer --help and
-// a bad flag the same way.
+// shares, so that `sluice serve` and `sluice bench serve` answer --help, a
+// mistyped flag and another tool's spelling of a flag the same way.
 package cli
 
 import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"strings"
 )
 
 // ParseFlags parses args into fs. When it returns ok false the command must
 // return code at once: 0 after --help printed the usage to stdout, 2 on a
-// bad flag (the flag package has said which, with the usage, on the flag
-// set's output, stderr unless the command chose another).
+// bad flag, after ONE line on the flag set's output (stderr unless the
+// command chose another) saying which flag, the closest real one when the
+// flag does not exist, and how to see them all. The whole usage on every
+// typo buried the one line that mattered under 70 lines of help.
 func ParseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok bool) {
 	errOut := fs.Output()
 	var buf bytes.Buffer
@@ -26,10 +29,95 @@ func ParseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok
 		_, _ = io.Copy(stdout, &buf)
 		return 0, false
 	case err != nil:
-		_, _ = io.Copy(errOut, &buf)
+		fmt.Fprintln(errOut, parseError(fs, err))
 		return 2, false
 	}
 	return 0, true
+}
+
+// parseError is the one line for a flag the command line got wrong.
+func parseError(fs *flag.FlagSet, err error) string {
+	cmd := "sluice " + fs.Name()
+	help := fmt.Sprintf("Run '%s --help' for all flags", cmd)
+	const undefined = "flag provided but not defined: "
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, undefined); ok {
+		name = strings.TrimLeft(name, "-")
+		if near := Closest(fs, name); near != "" {
+			return fmt.Sprintf("%s: unknown flag %s; did you mean %s? %s", cmd, dashes(name), dashes(near), help)
+		}
+		return fmt.Sprintf("%s: unknown flag %s. %s", cmd, dashes(name), help)
+	}
+	// The flag package names flags with one dash ("invalid value "x" for
+	// flag -threads"); the help and the docs spell them with two.
+	msg = strings.ReplaceAll(msg, "flag -", "flag --")
+	return fmt.Sprintf("%s: %s. %s", cmd, msg, help)
+}
+
+// dashes spells a flag as the docs do: -m, --model.
+func dashes(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// Closest is the flag of fs nearest to name, or "" when none is near
+// enough to be a plausible typo: at most a third of the name's letters
+// edited (at least one), or name a prefix of the flag.
+func Closest(fs *flag.FlagSet, name string) string {
+	best, bestD := "", -1
+	fs.VisitAll(func(f *flag.Flag) {
+		d := editDistance(name, f.Name)
+		if len(name) >= 3 && strings.HasPrefix(f.Name, name) {
+			d = min(d, 1)
+		}
+		if bestD < 0 || d < bestD || (d == bestD && f.Name < best) {
+			best, bestD = f.Name, d
+		}
+	})
+	if bestD < 0 || bestD > max(1, len(name)/3) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the edit distance of a and b counting a swap of two
+// neighbouring letters as one edit, as a typist makes it (optimal string
+// alignment; bytes: flag names are ASCII).
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			sub := d[i-1][j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			d[i][j] = min(sub, d[i-1][j]+1, d[i][j-1]+1)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// Alias makes name another spelling of the flag target, already defined in
+// fs: both set the same value, so `-m x` is `--model x` (the names vLLM
+// and llama-server users type). The help lists the alias with its target.
+func Alias(fs *flag.FlagSet, name, target string) {
+	t := fs.Lookup(target)
+	if t == nil {
+		panic("cli.Alias: no flag " + target)
+	}
+	fs.Var(t.Value, name, "same as "+dashes(target))
 }
 
 // List is a repeatable string flag: each use adds one value.

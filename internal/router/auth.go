@@ -94,6 +94,22 @@ func ParseKeys(r io.Reader) (*Keys, error) {
 	return k, nil
 }
 
+// SingleKey is the table of one key for the single tenant (--api-key, as
+// vLLM and llama-server take it). The key must be printable ASCII with no
+// space: what a client can send in an Authorization header.
+func SingleKey(key string) (*Keys, error) {
+	for _, c := range key {
+		if c <= ' ' || c > '~' {
+			return nil, fmt.Errorf("the key must be printable ASCII without spaces")
+		}
+	}
+	if key == "" {
+		return nil, fmt.Errorf("the key is empty")
+	}
+	return &Keys{entries: []keyEntry{{sum: sha256.Sum256([]byte(key)), tenant: SingleTenant}},
+		tenants: map[string]bool{SingleTenant: true}, weights: map[string]int{}}, nil
+}
+
 // maxWeight bounds a tenant's weight: its per-turn credit is the weight
 // times the context, and a bounded weight keeps that sum far from overflow.
 const maxWeight = 1000

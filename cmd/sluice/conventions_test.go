@@ -1,0 +1,115 @@
+package main
+
+import (
+	"net/http"
+	"os"
+	"regexp"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"sluice/internal/testenv"
+)
+
+// The flags vLLM and llama-server users type mean the same here: -m is
+// --model, --max-model-len and -c are --context, --host and --port make the
+// API's address, --api-key KEY is one key for the single tenant. And the
+// role says which build it is in its first log line.
+func TestServeTakesVLLMFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts a process")
+	}
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	p := startProc(t, "serve", "-m", model, "--max-model-len", "200", "--kv-pool-tokens", "512",
+		"--host", "127.0.0.1", "--port", "0", "--api-key", "sk-test-key")
+	addr := p.waitAddr(t)
+	if !strings.HasPrefix(addr, "127.0.0.1:") || strings.HasSuffix(addr, ":0") {
+		t.Fatalf("listening on %q, want 127.0.0.1 and a port", addr)
+	}
+	if !strings.Contains(p.log(), `"context":200`) {
+		t.Errorf("--max-model-len 200 did not set the context:\n%s", p.log())
+	}
+	for _, c := range []struct {
+		key  string
+		want int
+	}{{"", 401}, {"wrong", 401}, {"sk-test-key", 200}} {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/models", nil)
+		if c.key != "" {
+			req.Header.Set("Authorization", "Bearer "+c.key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("key %q: %d, want %d", c.key, resp.StatusCode, c.want)
+		}
+	}
+	if v, r := p.field("starting", "version"), p.field("starting", "revision"); v == "" || r == "" {
+		t.Errorf("no start line with version and revision:\n%s", p.log())
+	}
+}
+
+func TestResolveHTTP(t *testing.T) {
+	for _, c := range []struct {
+		listen, host, port, want, err string
+	}{
+		{"127.0.0.1:8080", "", "", "127.0.0.1:8080", ""},
+		{"127.0.0.1:8080", "0.0.0.0", "", "0.0.0.0:8080", ""},
+		{"127.0.0.1:8080", "", "9000", "127.0.0.1:9000", ""},
+		{"127.0.0.1:8080", "::1", "9000", "[::1]:9000", ""},
+		{"127.0.0.1:8080", "", "http", "", "--port"},
+		{"127.0.0.1:8080", "", "70000", "", "--port"},
+	} {
+		o := serveOpts{listen: c.listen, host: c.host, port: c.port}
+		err := o.resolveHTTP()
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%+v: err %v, want one naming %s", c, err, c.err)
+			}
+			continue
+		}
+		if err != nil || o.listen != c.want {
+			t.Errorf("%+v: %q %v, want %q", c, o.listen, err, c.want)
+		}
+	}
+	o := serveOpts{listen: "127.0.0.1:8080", apiKey: "k", apiKeys: "file"}
+	if err := o.resolveHTTP(); err == nil {
+		t.Error("--api-key with --api-keys accepted")
+	}
+}
+
+// A binary built without VCS stamping (-buildvcs=false, the Dockerfile)
+// still says its version and revision: the Makefile and the Dockerfile
+// stamp them at link time, and buildVersion prefers those stamps.
+func TestVersionWithoutVCSStamps(t *testing.T) {
+	defer func(v, r string) { version, revision = v, r }(version, revision)
+	version, revision = "v0.0.0-20261206051600-0123456789ab", "0123456789abcdef0123456789abcdef01234567+dirty"
+	noVCS := &debug.BuildInfo{GoVersion: "go1.99", Main: debug.Module{Path: "sluice", Version: "(devel)"}}
+	want := "sluice v0.0.0-20261206051600-0123456789ab 0123456789ab+dirty go1.99 " + runtime.GOOS + "/" + runtime.GOARCH
+	if got := versionString(noVCS, true); got != want {
+		t.Errorf("stamped, no VCS:\n got  %q\n want %q", got, want)
+	}
+	version, revision = "", ""
+	if got := versionString(noVCS, true); !strings.HasPrefix(got, "sluice (devel) unknown go1.99") {
+		t.Errorf("no stamps at all: %q", got)
+	}
+	for _, f := range []string{"Makefile", "deploy/Dockerfile"} {
+		b, err := os.ReadFile(testenv.ModuleRoot() + "/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`-X main\.version=\S+ -X main\.revision=`).Match(b) {
+			t.Errorf("%s does not stamp main.version and main.revision", f)
+		}
+	}
+	mk, _ := os.ReadFile(testenv.ModuleRoot() + "/Makefile")
+	for _, target := range []string{"build", "serve"} {
+		m := regexp.MustCompile(`(?m)^` + target + `:\n\t(.*)$`).FindSubmatch(mk)
+		if m == nil || !strings.Contains(string(m[1]), "$(LDFLAGS)") {
+			t.Errorf("make %s does not link with $(LDFLAGS): %q", target, m)
+		}
+	}
+}

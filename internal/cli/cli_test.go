@@ -1,0 +1,90 @@
+package cli
+
+import (
+	"bytes"
+	"flag"
+	"strings"
+	"testing"
+)
+
+func testFlags() (*flag.FlagSet, *bytes.Buffer, *string, *string) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var errb bytes.Buffer
+	fs.SetOutput(&errb)
+	listen := fs.String("listen", "127.0.0.1:8080", "address")
+	model := fs.String("model", "", "`file`")
+	fs.String("context", "auto", "tokens")
+	fs.Int("threads", 2, "threads")
+	fs.Int("max-num-batched-tokens", 256, "budget")
+	Alias(fs, "m", "model")
+	Alias(fs, "max-model-len", "context")
+	return fs, &errb, listen, model
+}
+
+// A mistyped flag gets one line (not the whole help) naming the closest
+// flag and the way to list them all, and exit code 2.
+func TestUnknownFlagOneLineWithClosest(t *testing.T) {
+	for _, c := range []struct{ arg, want string }{
+		{"--lisen", "sluice serve: unknown flag --lisen; did you mean --listen? Run 'sluice serve --help' for all flags"},
+		{"-thread", "unknown flag --thread; did you mean --threads?"},
+		{"--max-num-batched", "did you mean --max-num-batched-tokens?"},
+		{"--modle", "did you mean --model?"},
+		{"--zzzzzz", "sluice serve: unknown flag --zzzzzz. Run 'sluice serve --help' for all flags"},
+	} {
+		fs, errb, _, _ := testFlags()
+		var out bytes.Buffer
+		code, ok := ParseFlags(fs, []string{c.arg, "x"}, &out)
+		got := errb.String()
+		if ok || code != 2 || out.Len() != 0 {
+			t.Errorf("%s: code %d ok %v stdout %q", c.arg, code, ok, out.String())
+		}
+		if strings.Count(got, "\n") != 1 || !strings.Contains(got, c.want) {
+			t.Errorf("%s: stderr %q, want one line with %q", c.arg, got, c.want)
+		}
+	}
+}
+
+func TestBadValueOneLine(t *testing.T) {
+	fs, errb, _, _ := testFlags()
+	code, _ := ParseFlags(fs, []string{"--threads", "many"}, &bytes.Buffer{})
+	got := errb.String()
+	if code != 2 || strings.Count(got, "\n") != 1 || !strings.Contains(got, `invalid value "many" for flag --threads`) || !strings.Contains(got, "sluice serve --help") {
+		t.Errorf("code %d, stderr %q", code, got)
+	}
+}
+
+func TestHelpGoesToStdout(t *testing.T) {
+	fs, errb, _, _ := testFlags()
+	var out bytes.Buffer
+	if code, ok := ParseFlags(fs, []string{"--help"}, &out); ok || code != 0 || errb.Len() != 0 || !strings.Contains(out.String(), "-listen") {
+		t.Errorf("code %d ok %v stdout %q stderr %q", code, ok, out.String(), errb.String())
+	}
+}
+
+// An alias sets its target's value, and the help says which flag it is.
+func TestAlias(t *testing.T) {
+	fs, _, _, model := testFlags()
+	if _, ok := ParseFlags(fs, []string{"-m", "a.gguf", "--max-model-len", "4096"}, &bytes.Buffer{}); !ok {
+		t.Fatal("parse failed")
+	}
+	if *model != "a.gguf" || fs.Lookup("context").Value.String() != "4096" {
+		t.Errorf("model %q context %q", *model, fs.Lookup("context").Value.String())
+	}
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	fs.PrintDefaults()
+	if !strings.Contains(out.String(), "same as --model") || !strings.Contains(out.String(), "same as --context") {
+		t.Errorf("help:\n%s", out.String())
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		d    int
+	}{{"", "", 0}, {"listen", "listen", 0}, {"lisen", "listen", 1}, {"modle", "model", 1}, {"ab", "ba", 1}, {"kitten", "sitting", 3}, {"", "abc", 3}} {
+		if got := editDistance(c.a, c.b); got != c.d {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.d)
+		}
+	}
+}
