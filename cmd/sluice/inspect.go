@@ -10,7 +10,19 @@ import (
 	"strings"
 
 	"sluice/internal/gguf"
+	"sluice/internal/model"
 )
+
+// modelSummary is what model.Load makes of the file: its hyperparameters
+// as sluice reads them for the architecture, or why it refuses the file.
+func modelSummary(f *gguf.File) (cfg *model.Config, refusal string) {
+	m, err := model.Load(f)
+	if err != nil {
+		return nil, err.Error()
+	}
+	c := m.Config()
+	return &c, ""
+}
 
 func init() {
 	register(command{name: "inspect", summary: "print a GGUF model's metadata and tensors", run: runInspect})
@@ -145,9 +157,14 @@ func inspectJSON(w io.Writer, f *gguf.File) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
+	cfg, refusal := modelSummary(f)
+	mod := map[string]any{"config": cfg}
+	if refusal != "" {
+		mod = map[string]any{"refused": refusal}
+	}
 	return enc.Encode(map[string]any{
 		"version": f.Version, "alignment": f.Alignment, "data_offset": f.DataOffset,
-		"metadata": meta, "tensors": rows,
+		"metadata": meta, "tensors": rows, "model": mod,
 		"totals": map[string]any{"tensors": len(f.Tensors), "elements": elems, "bytes": total, "bytes_by_type": byType},
 	})
 }
@@ -180,6 +197,11 @@ func inspectText(w io.Writer, f *gguf.File) error {
 	}
 	if err := f.CheckSupported(); err != nil {
 		fmt.Fprintf(&b, "\nWarning: %v\n", err)
+	}
+	if cfg, refusal := modelSummary(f); refusal != "" {
+		fmt.Fprintf(&b, "\nModel: sluice refuses this file: %s\n", refusal)
+	} else {
+		fmt.Fprintf(&b, "\nModel: %s\n", cfg)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

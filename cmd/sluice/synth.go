@@ -18,7 +18,7 @@ func runSynth(args []string) int {
 	d := synth.DefaultSpec
 	out := fs.String("out", "", "output GGUF path (required)")
 	preset := fs.String("preset", "", "llama.cpp benchmark shape: bench-15M or bench-110M (needs --vocab-from, e.g. shared/vocab/ggml-vocab-llama-spm.gguf); shape flags are ignored")
-	arch := fs.String("arch", d.Arch, "architecture: llama, qwen2, qwen3moe or glm4moe")
+	arch := fs.String("arch", d.Arch, "architecture: llama, qwen2, qwen3, gemma3, qwen3moe or glm4moe")
 	layers := fs.Int("layers", d.Layers, "number of transformer blocks")
 	embd := fs.Int("embd", d.Embd, "embedding length (n_embd)")
 	heads := fs.Int("heads", d.Heads, "attention heads")
@@ -33,7 +33,9 @@ func runSynth(args []string) int {
 	tie := fs.Bool("tie-output", false, "omit output.weight (output projection tied to token_embd)")
 	name := fs.String("name", "", "general.name (default: synthetic-<arch|preset>-random-<type>)")
 	var moe synth.MoESpec
-	fs.IntVar(&moe.HeadDim, "head-dim", 0, "qwen3moe, glm4moe: attention head dimension (key_length; 0 = embd/heads)")
+	fs.IntVar(&moe.HeadDim, "head-dim", 0, "qwen3, gemma3, qwen3moe, glm4moe: attention head dimension (key_length = value_length; 0 = embd/heads)")
+	window := fs.Int("sliding-window", 0, "gemma3: attention.sliding_window in tokens (0 = 512); every sixth layer is global")
+	outScale := fs.Float64("output-scale", 0, "multiply output.weight's spread (0 = 1); ~10 gives decisive greedy choices for reference tests")
 	fs.IntVar(&moe.RopeDim, "rope-dim", 0, "qwen3moe, glm4moe: rotated dimensions per head (0 = the head dimension; glm4moe uses half)")
 	fs.IntVar(&moe.Experts, "experts", 0, "qwen3moe, glm4moe: routed experts per layer (expert_count)")
 	fs.IntVar(&moe.ExpertsUsed, "experts-used", 0, "qwen3moe, glm4moe: experts each token uses (expert_used_count, top-k)")
@@ -57,6 +59,8 @@ no shape flags it writes the shape of sluice's built-in default model.
 Examples:
   sluice synth --out /tmp/b15.gguf --preset bench-15M --vocab-from ../shared/vocab/ggml-vocab-llama-spm.gguf
   sluice synth --out /tmp/tiny.gguf --layers 2 --embd 64 --heads 4 --kv-heads 2 --ff 192 --type f32
+  sluice synth --out /tmp/q3.gguf --arch qwen3 --layers 2 --embd 64 --heads 4 --kv-heads 2 --head-dim 32 --ff 128
+  sluice synth --out /tmp/g3.gguf --arch gemma3 --layers 6 --embd 64 --heads 2 --kv-heads 1 --head-dim 64 --ff 128 --sliding-window 16
   sluice synth --out /tmp/q3moe.gguf --arch qwen3moe --layers 2 --embd 64 --heads 4 --kv-heads 2 --head-dim 32 \
       --experts 8 --experts-used 2 --expert-ff 64 --type q8_0
   sluice synth --out /tmp/glm.gguf --arch glm4moe --layers 3 --embd 64 --heads 4 --kv-heads 2 --head-dim 32 \
@@ -101,6 +105,12 @@ Flags:
 			Arch: *arch, Layers: *layers, Embd: *embd, Heads: *heads, KVHeads: *kvHeads, FF: *ff,
 			Vocab: *vocab, Context: *ctx, Type: t, RopeBase: *ropeBase, Seed: *seed,
 			VocabFrom: *vocabFrom, TieOutput: *tie, MoE: moe,
+			SlidingWindow: *window, OutputScale: *outScale,
+		}
+		if *arch == "qwen3" || *arch == "gemma3" {
+			// --head-dim is one flag; the dense architectures keep it
+			// outside the MoE settings.
+			spec.HeadDim, spec.MoE.HeadDim = spec.MoE.HeadDim, 0
 		}
 		spec.MoE.WeightsScale = float32(*scale)
 	}

@@ -4,7 +4,9 @@
 // Supported: architectures "llama" (Llama 1/2/3, Mistral-style files; GQA;
 // RoPE NORM; linear RoPE scaling and rope_freqs.weight factors), "qwen2"
 // (Q/K/V biases, RoPE NEOX, output tied to token_embd when output.weight
-// is absent). Weight types are whatever internal/kernels multiplies
+// is absent), "qwen3" (per-head Q/K RMSNorm, head_dim from key_length) and
+// "gemma3" (text: scaled embeddings, GeGLU, post-norms, sliding-window and
+// global layers). Weight types are whatever internal/kernels multiplies
 // (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K); norms and
 // biases may be any type internal/quant decodes. Load refuses anything
 // else with an *Error naming the tensor or key (CodeUnsupportedArch,
@@ -29,7 +31,8 @@
 //     metadata keys (configFrom), the loader that reads tensors by their
 //     llama.cpp names with shape and type checks, and build.
 //   - arch_llama.go (preNormBlock, shared by llama, qwen2, qwen3),
-//     arch_qwen2.go: each names its tensors and writes its layer as the paper's equations.
+//     arch_qwen2.go, arch_qwen3.go, arch_gemma3.go (gemma3Block): each
+//     names its tensors and writes its layer as the paper's equations.
 //
 // To add an architecture: write arch_<name>.go with an init that calls
 // register(name, &archDef{rope, config, build}). config reads the keys the

@@ -49,6 +49,9 @@ type MoESpec struct {
 func isMoE(arch string) bool { return arch == "qwen3moe" || arch == "glm4moe" }
 
 func (s *Spec) headDim() int {
+	if s.HeadDim != 0 {
+		return s.HeadDim
+	}
 	if s.MoE.HeadDim != 0 {
 		return s.MoE.HeadDim
 	}

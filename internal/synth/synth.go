@@ -56,7 +56,7 @@ import (
 
 // Spec describes a synthetic model.
 type Spec struct {
-	Arch     string // "llama" or "qwen2"
+	Arch     string // "llama", "qwen2", "qwen3", "gemma3", "qwen3moe" or "glm4moe"
 	Layers   int
 	Embd     int
 	Heads    int
@@ -79,6 +79,18 @@ type Spec struct {
 	// MoE is the mixture-of-experts shape of qwen3moe and glm4moe (and
 	// glm4moe's attention details); see moe.go.
 	MoE MoESpec
+	// HeadDim is qwen3's and gemma3's attention head dimension
+	// (attention.key_length = value_length); 0 means Embd/Heads and
+	// writes no key_length. (qwen3moe and glm4moe take MoE.HeadDim.)
+	HeadDim int
+	// SlidingWindow is gemma3's attention.sliding_window (0: 512, as
+	// Gemma 3 1B has); every sixth layer is global, the others slide.
+	SlidingWindow int
+	// OutputScale multiplies the spread of output.weight (0: 1). Random
+	// models have nearly flat logits (top two within a few tenths); a
+	// scale of ~10 makes greedy choices decisive, as reference tests
+	// against another implementation need.
+	OutputScale float64
 }
 
 // ErrSpec is the error code of an invalid Spec.
@@ -154,13 +166,25 @@ func fileType(t quant.Type) (uint32, bool) {
 }
 
 func (s *Spec) validate() error {
-	if s.Arch != "llama" && s.Arch != "qwen2" && !isMoE(s.Arch) {
-		return specErr("architecture %q is not supported (llama, qwen2, qwen3moe, glm4moe)", s.Arch)
+	if s.Arch != "llama" && s.Arch != "qwen2" && s.Arch != "qwen3" && s.Arch != "gemma3" && !isMoE(s.Arch) {
+		return specErr("architecture %q is not supported (llama, qwen2, qwen3, gemma3, qwen3moe, glm4moe)", s.Arch)
+	}
+	if s.HeadDim != 0 && s.Arch != "qwen3" && s.Arch != "gemma3" {
+		return specErr("a head dimension is written for qwen3 and gemma3 this way (qwen3moe and glm4moe: MoE.HeadDim; llama and qwen2 use embd/heads)")
+	}
+	if s.HeadDim < 0 || s.HeadDim > 1024 || s.SlidingWindow < 0 {
+		return specErr("head dimension %d or sliding window %d is out of range", s.HeadDim, s.SlidingWindow)
+	}
+	if s.SlidingWindow != 0 && s.Arch != "gemma3" {
+		return specErr("a sliding window is only written for gemma3")
+	}
+	if s.OutputScale < 0 || s.OutputScale > 1000 {
+		return specErr("output scale %g is out of range [0, 1000]", s.OutputScale)
 	}
 	if s.Layers < 1 || s.Embd < 1 || s.Heads < 1 || s.KVHeads < 1 || s.FF < 1 || s.Context < 1 {
 		return specErr("layers, embd, heads, kv-heads, ff and context must all be positive (got %d, %d, %d, %d, %d, %d)", s.Layers, s.Embd, s.Heads, s.KVHeads, s.FF, s.Context)
 	}
-	if s.Embd%s.Heads != 0 && s.MoE.HeadDim == 0 {
+	if s.Embd%s.Heads != 0 && s.MoE.HeadDim == 0 && s.HeadDim == 0 {
 		return specErr("embd %d is not a multiple of heads %d", s.Embd, s.Heads)
 	}
 	if s.Heads%s.KVHeads != 0 {
@@ -201,7 +225,7 @@ func build(spec Spec) (*gguf.Writer, error) {
 	s := spec
 	if s.RopeBase == 0 {
 		s.RopeBase = 10000
-		if s.Arch == "qwen2" || isMoE(s.Arch) {
+		if s.Arch != "llama" {
 			s.RopeBase = 1e6
 		}
 	}
@@ -235,7 +259,7 @@ func build(spec Spec) (*gguf.Writer, error) {
 	}
 	a := s.Arch
 	eps := float32(1e-5)
-	if a == "qwen2" || a == "qwen3moe" {
+	if a == "qwen2" || a == "qwen3moe" || a == "qwen3" || a == "gemma3" {
 		eps = 1e-6
 	}
 	gw.SetString("general.architecture", a)
@@ -253,6 +277,17 @@ func build(spec Spec) (*gguf.Writer, error) {
 	gw.SetUint32(a+".rope.dimension_count", uint32(s.ropeDim()))
 	if isMoE(a) {
 		s.moeMeta(gw)
+	}
+	if s.HeadDim != 0 {
+		gw.SetUint32(a+".attention.key_length", uint32(s.HeadDim))
+		gw.SetUint32(a+".attention.value_length", uint32(s.HeadDim))
+	}
+	if a == "gemma3" {
+		w := s.SlidingWindow
+		if w == 0 {
+			w = 512
+		}
+		gw.SetUint32(a+".attention.sliding_window", uint32(w))
 	}
 	gw.SetFloat32(a+".rope.freq_base", float32(s.RopeBase))
 	gw.SetFloat32(a+".attention.layer_norm_rms_epsilon", eps)
@@ -297,15 +332,30 @@ func build(spec Spec) (*gguf.Writer, error) {
 		}
 	}
 	zeros := func(_ *rng, x []float32) {}
+	// The norms of qwen3 and gemma3 are 1 +- 0.25 (uniform), so a reader
+	// that skipped one (or applied it to the wrong rows) would produce
+	// other logits: references against llama.cpp then test the norm.
+	norms := ones
+	if a == "qwen3" || a == "gemma3" {
+		norms = func(r *rng, x []float32) {
+			for i := range x {
+				x[i] = 1 + 0.25*r.uniform()
+			}
+		}
+	}
 	E, F, V := uint64(s.Embd), uint64(s.FF), uint64(vocab)
 	inE := 1 / math.Sqrt(float64(s.Embd))
 	inF := 1 / math.Sqrt(float64(s.FF))
 	steps := []func() error{
 		func() error { return add("token_embd.weight", s.Type, []uint64{E, V}, randn(1)) },
-		func() error { return add("output_norm.weight", quant.F32, []uint64{E}, ones) },
+		func() error { return add("output_norm.weight", quant.F32, []uint64{E}, norms) },
 	}
 	if !s.TieOutput {
-		fill := randn(inE)
+		scale := s.OutputScale
+		if scale == 0 {
+			scale = 1
+		}
+		fill := randn(inE * scale)
 		if s.VocabFrom == "" {
 			fill = quietRows(fill, s.Embd, vocab)
 		}
@@ -315,28 +365,42 @@ func build(spec Spec) (*gguf.Writer, error) {
 	for l := 0; isMoE(s.Arch) && l < s.Layers+s.MoE.NextN; l++ {
 		steps = append(steps, s.moeLayer(l, w)...)
 	}
+	HD := uint64(headDim)
 	for l := 0; !isMoE(s.Arch) && l < s.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
 		steps = append(steps,
-			func() error { return add(p+"attn_norm.weight", quant.F32, []uint64{E}, ones) },
+			func() error { return add(p+"attn_norm.weight", quant.F32, []uint64{E}, norms) },
 			func() error { return add(p+"attn_q.weight", s.Type, []uint64{E, qDim}, randn(inE)) },
 			func() error { return add(p+"attn_k.weight", s.Type, []uint64{E, uint64(kvDim)}, randn(inE)) },
 			func() error { return add(p+"attn_v.weight", s.Type, []uint64{E, uint64(kvDim)}, randn(inE)) },
 		)
 		if s.Arch == "qwen2" {
 			steps = append(steps,
-				func() error { return add(p+"attn_q.bias", quant.F32, []uint64{E}, zeros) },
+				func() error { return add(p+"attn_q.bias", quant.F32, []uint64{qDim}, zeros) },
 				func() error { return add(p+"attn_k.bias", quant.F32, []uint64{uint64(kvDim)}, zeros) },
 				func() error { return add(p+"attn_v.bias", quant.F32, []uint64{uint64(kvDim)}, zeros) },
 			)
 		}
+		if s.Arch == "qwen3" || s.Arch == "gemma3" {
+			steps = append(steps,
+				func() error { return add(p+"attn_q_norm.weight", quant.F32, []uint64{HD}, norms) },
+				func() error { return add(p+"attn_k_norm.weight", quant.F32, []uint64{HD}, norms) },
+			)
+		}
+		inQ := 1 / math.Sqrt(float64(qDim)) // inE for llama and qwen2
+		steps = append(steps, func() error { return add(p+"attn_output.weight", s.Type, []uint64{qDim, E}, randn(inQ)) })
+		if s.Arch == "gemma3" {
+			steps = append(steps, func() error { return add(p+"post_attention_norm.weight", quant.F32, []uint64{E}, norms) })
+		}
 		steps = append(steps,
-			func() error { return add(p+"attn_output.weight", s.Type, []uint64{qDim, E}, randn(inE)) },
-			func() error { return add(p+"ffn_norm.weight", quant.F32, []uint64{E}, ones) },
+			func() error { return add(p+"ffn_norm.weight", quant.F32, []uint64{E}, norms) },
 			func() error { return add(p+"ffn_gate.weight", s.Type, []uint64{E, F}, randn(inE)) },
 			func() error { return add(p+"ffn_down.weight", s.Type, []uint64{F, E}, randn(inF)) },
 			func() error { return add(p+"ffn_up.weight", s.Type, []uint64{E, F}, randn(inE)) },
 		)
+		if s.Arch == "gemma3" {
+			steps = append(steps, func() error { return add(p+"post_ffw_norm.weight", quant.F32, []uint64{E}, norms) })
+		}
 	}
 	for _, st := range steps {
 		if err := st(); err != nil {
