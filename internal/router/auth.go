@@ -9,6 +9,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"sluice/internal/ratelimit"
 )
 
 // SingleTenant is the tenant of every request when no key file is given.
@@ -20,7 +22,8 @@ const SingleTenant = "default"
 type Keys struct {
 	entries []keyEntry
 	tenants map[string]bool
-	weights map[string]int // tenants with a weight= field
+	weights map[string]int              // tenants with a weight= field
+	limits  map[string]ratelimit.Limits // tenants with rpm= or tpm=
 }
 
 type keyEntry struct {
@@ -30,9 +33,15 @@ type keyEntry struct {
 
 // LoadKeys reads a key file: one "KEY TENANT" pair per line, blank lines and
 // lines starting with '#' ignored, several keys per tenant allowed. A line
-// may end with "weight=N" (1 <= N <= 1000): the tenant's share in the
-// engine's fair queue (default 1). A tenant's lines must not disagree on
-// its weight; a line without one leaves it unchanged.
+// may go on with options, in any order:
+//
+//	weight=N  (1..1000) the tenant's share in the engine's fair queue (default 1)
+//	rpm=N     requests per minute (token bucket; 429 rate_limited beyond)
+//	tpm=N     tokens per minute, prompt plus generated (charged prompt +
+//	          max_tokens at admission, the unused part given back at the end)
+//
+// A tenant's lines must not disagree on an option; a line without it
+// leaves it unchanged.
 func LoadKeys(path string) (*Keys, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -48,7 +57,7 @@ func LoadKeys(path string) (*Keys, error) {
 
 // ParseKeys parses the key file format of LoadKeys.
 func ParseKeys(r io.Reader) (*Keys, error) {
-	k := &Keys{tenants: map[string]bool{}, weights: map[string]int{}}
+	k := &Keys{tenants: map[string]bool{}, weights: map[string]int{}, limits: map[string]ratelimit.Limits{}}
 	seen := map[[32]byte]string{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
@@ -60,20 +69,13 @@ func ParseKeys(r io.Reader) (*Keys, error) {
 			continue
 		}
 		f := strings.Fields(s)
-		if len(f) == 3 {
-			w, err := parseWeight(f[2])
-			if err != nil {
-				return nil, fmt.Errorf("line %d: %v", line, err)
-			}
-			if prev, ok := k.weights[f[1]]; ok && prev != w {
-				return nil, fmt.Errorf("line %d: tenant %q already has weight %d; one tenant has one weight", line, f[1], prev)
-			}
-			k.weights[f[1]] = w
-			f = f[:2]
+		if len(f) < 2 {
+			return nil, fmt.Errorf("line %d: want \"KEY TENANT [weight=N] [rpm=N] [tpm=N]\", got %d field(s)", line, len(f))
 		}
-		if len(f) != 2 {
-			return nil, fmt.Errorf("line %d: want \"KEY TENANT [weight=N]\" (two or three fields), got %d fields", line, len(f))
+		if err := k.options(f[1], f[2:]); err != nil {
+			return nil, fmt.Errorf("line %d: %v", line, err)
 		}
+		f = f[:2]
 		sum := sha256.Sum256([]byte(f[0]))
 		if prev, dup := seen[sum]; dup {
 			if prev != f[1] {
@@ -114,16 +116,60 @@ func SingleKey(key string) (*Keys, error) {
 // times the context, and a bounded weight keeps that sum far from overflow.
 const maxWeight = 1000
 
-func parseWeight(s string) (int, error) {
-	v, ok := strings.CutPrefix(s, "weight=")
-	if !ok {
-		return 0, fmt.Errorf("third field %q: want weight=N", s)
+// maxRate bounds rpm= and tpm=: a bucket's depth in time is limit units
+// of ceil(60s/limit) each, which stays far from overflow below it.
+const maxRate = 1_000_000_000
+
+// options applies a line's option fields to tenant.
+func (k *Keys) options(tenant string, opts []string) error {
+	lim := k.limits[tenant]
+	for _, o := range opts {
+		name, v, ok := strings.Cut(o, "=")
+		var max int64
+		switch name {
+		case "weight":
+			max = maxWeight
+		case "rpm", "tpm":
+			max = maxRate
+		default:
+			ok = false
+		}
+		if !ok {
+			return fmt.Errorf("field %q: want weight=N, rpm=N or tpm=N", o)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 || n > max {
+			return fmt.Errorf("%s %q: want an integer from 1 to %d", name, v, max)
+		}
+		var prev int64
+		switch name {
+		case "weight":
+			if w, ok := k.weights[tenant]; ok && int64(w) != n {
+				return fmt.Errorf("tenant %q already has weight %d; one tenant has one weight", tenant, w)
+			}
+			k.weights[tenant] = int(n)
+			continue
+		case "rpm":
+			prev, lim.RPM = lim.RPM, n
+		case "tpm":
+			prev, lim.TPM = lim.TPM, n
+		}
+		if prev != 0 && prev != n {
+			return fmt.Errorf("tenant %q already has %s=%d; one tenant has one limit of each kind", tenant, name, prev)
+		}
 	}
-	w, err := strconv.Atoi(v)
-	if err != nil || w < 1 || w > maxWeight {
-		return 0, fmt.Errorf("weight %q: want an integer from 1 to %d", v, maxWeight)
+	if lim != (ratelimit.Limits{}) {
+		k.limits[tenant] = lim
 	}
-	return w, nil
+	return nil
+}
+
+// Limits are the tenants' rate limits from the key file (nil without any).
+func (k *Keys) Limits() map[string]ratelimit.Limits {
+	if k == nil || len(k.limits) == 0 {
+		return nil
+	}
+	return k.limits
 }
 
 // Weight is the tenant's share in the fair queue: 1 unless the key file

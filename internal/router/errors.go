@@ -25,16 +25,22 @@ func (e *apiError) Error() string { return e.Code + ": " + e.Message }
 // Stable error codes answered by the router itself. Engine errors keep the
 // engine's code (e.g. kv_integrity_violation, handoff_failed).
 const (
-	CodeContextLength   = "context_length_exceeded"
-	CodeInvalidJSON     = "invalid_json"
-	CodeInvalidParam    = "invalid_parameter"
-	CodeMissingParam    = "missing_parameter"
-	CodeUnsupported     = "unsupported_parameter"
-	CodeMissingKey      = "missing_api_key"
-	CodeInvalidKey      = "invalid_api_key"
-	CodeBodyTooLarge    = "request_too_large"
-	CodeOverloaded      = "overloaded"
-	CodeTenantLimit     = "tenant_concurrency_limit"
+	CodeContextLength = "context_length_exceeded"
+	CodeInvalidJSON   = "invalid_json"
+	CodeInvalidParam  = "invalid_parameter"
+	CodeMissingParam  = "missing_parameter"
+	CodeUnsupported   = "unsupported_parameter"
+	CodeMissingKey    = "missing_api_key"
+	CodeInvalidKey    = "invalid_api_key"
+	CodeBodyTooLarge  = "request_too_large"
+	CodeOverloaded    = "overloaded"
+	CodeTenantLimit   = "tenant_concurrency_limit"
+	// CodeRateLimited (429): the tenant's rpm=/tpm= bucket is empty now;
+	// Retry-After says when it will hold the request.
+	CodeRateLimited = "rate_limited"
+	// CodeRateTooSmall (400): the request alone needs more tokens than
+	// the tenant's whole per-minute limit; no wait would admit it.
+	CodeRateTooSmall    = "rate_limit_too_small"
 	CodeShuttingDown    = "shutting_down"
 	CodeInternal        = "internal_error"
 	CodeNotFound        = "not_found"
@@ -116,7 +122,7 @@ func (e *apiError) body() errorBody {
 
 func writeError(w http.ResponseWriter, e *apiError) {
 	w.Header().Set("Content-Type", "application/json")
-	if e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable {
+	if (e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable) && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1")
 	}
 	w.WriteHeader(e.Status)

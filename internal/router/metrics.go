@@ -93,7 +93,7 @@ type metrics struct {
 // back-pressure) rather than "wrong": each has its own series in
 // sluice_requests_refused_total, and none is an integrity violation.
 var refusalCodes = map[string]bool{
-	CodeOverloaded: true, CodeTenantLimit: true, CodeShuttingDown: true, CodeKVCapacity: true, CodeQueueTimeout: true,
+	CodeOverloaded: true, CodeTenantLimit: true, CodeShuttingDown: true, CodeKVCapacity: true, CodeQueueTimeout: true, CodeRateLimited: true,
 }
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}

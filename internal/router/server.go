@@ -25,6 +25,7 @@ import (
 	"sluice/internal/engine"
 	"sluice/internal/kv"
 	"sluice/internal/preflight"
+	"sluice/internal/ratelimit"
 )
 
 // Tokenizer is what the router needs from a tokenizer.
@@ -110,6 +111,8 @@ type Server struct {
 
 	tmu      sync.Mutex
 	inflight map[string]int // per tenant
+	// limiter holds the tenants' rate limits (nil: none).
+	limiter *ratelimit.Limiter
 
 	// admin serves /metrics, /health and /ready apart from the API;
 	// endpoints are the API handler's routes (for logs and 404s).
@@ -146,6 +149,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.chat = ct
+	}
+	if lim := cfg.Keys.Limits(); lim != nil {
+		s.limiter = ratelimit.New(lim)
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -599,16 +605,23 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation,
 			return
 		}
 	}
+	charged, e := s.admitRate(w, g)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
 	streams, err := s.submit(r, g)
 	if err != nil {
 		e := fromEngine(err)
 		if e.Status >= 500 {
 			s.log.Error("engine refused request", "id", g.id, "tenant", g.tenant, "err", err)
 		}
+		s.settleRate(g, charged, outcome{})
 		s.fail(w, r, e)
 		return
 	}
 	out := s.run(w, r, g, streams)
+	s.settleRate(g, charged, out)
 	s.finishMetrics(g, out)
 }
 

@@ -1,0 +1,79 @@
+package router
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"sluice/internal/ratelimit"
+)
+
+// admitRate charges g's tenant one request and the tokens g may use at
+// most (every choice's prompt plus max_tokens) against its rate limits
+// (rpm=, tpm= in the key file), and sets OpenAI's x-ratelimit-* headers on
+// every answer to a limited tenant. It returns the tokens charged, to be
+// settled by settleRate once the request is over, or the refusal.
+func (s *Server) admitRate(w http.ResponseWriter, g *generation) (int64, *apiError) {
+	var cost int64
+	for _, gp := range g.prompts {
+		cost += int64(max(g.p.n, 1)) * int64(len(gp.tokens)+max(g.p.maxTokens, 0))
+	}
+	d := s.limiter.Admit(g.tenant, time.Now(), cost)
+	if !d.Limited {
+		return 0, nil
+	}
+	h := w.Header()
+	st := d.State
+	if st.HasRequests {
+		h.Set("x-ratelimit-limit-requests", strconv.FormatInt(st.LimitRequests, 10))
+		h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(st.RemainingRequests, 10))
+		h.Set("x-ratelimit-reset-requests", resetText(st.ResetRequests))
+	}
+	if st.HasTokens {
+		h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(st.LimitTokens, 10))
+		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(st.RemainingTokens, 10))
+		h.Set("x-ratelimit-reset-tokens", resetText(st.ResetTokens))
+	}
+	switch {
+	case d.TooLarge:
+		return 0, newErr(http.StatusBadRequest, CodeRateTooSmall, "max_tokens",
+			"this request may use %d tokens (prompt plus max_tokens for every choice), more than your API key's whole limit of %d tokens per minute; lower max_tokens or split the request", cost, st.LimitTokens)
+	case !d.OK:
+		// Whole seconds, rounded up, and the exact figure in
+		// milliseconds (the header the official clients read first).
+		h.Set("Retry-After", strconv.FormatInt(int64((d.RetryAfter+time.Second-1)/time.Second), 10))
+		h.Set("retry-after-ms", strconv.FormatInt(int64((d.RetryAfter+time.Millisecond-1)/time.Millisecond), 10))
+		return 0, newErr(http.StatusTooManyRequests, CodeRateLimited, "",
+			"your API key's tenant is over its rate limit (%s); retry after %s", limitsText(st), d.RetryAfter.Round(time.Millisecond))
+	}
+	return cost, nil
+}
+
+// settleRate gives back the tokens charged and not used: a request that
+// ended early, or failed, is charged what it prefilled and generated.
+func (s *Server) settleRate(g *generation, charged int64, out outcome) {
+	if charged == 0 {
+		return
+	}
+	used := int64(out.prefilled) + int64(out.usage.CompletionTokens)
+	s.limiter.Refund(g.tenant, time.Now(), charged-used)
+}
+
+// resetText is a reset time as OpenAI writes it ("1s", "6m0s", "20ms").
+func resetText(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%dms", (d+time.Millisecond-1)/time.Millisecond)
+	}
+	return d.Round(time.Second).String()
+}
+
+func limitsText(st ratelimit.State) string {
+	switch {
+	case st.HasRequests && st.HasTokens:
+		return fmt.Sprintf("%d requests and %d tokens per minute", st.LimitRequests, st.LimitTokens)
+	case st.HasRequests:
+		return fmt.Sprintf("%d requests per minute", st.LimitRequests)
+	}
+	return fmt.Sprintf("%d tokens per minute", st.LimitTokens)
+}

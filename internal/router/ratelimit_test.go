@@ -1,0 +1,134 @@
+package router
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+func limitedHarness(t *testing.T, keyFile string) *harness {
+	t.Helper()
+	keys, err := ParseKeys(strings.NewReader(keyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newHarness(t, 256, func(c *Config) { c.Keys = keys })
+}
+
+// rpm=3: three requests pass with OpenAI's x-ratelimit-* headers counting
+// down, the fourth gets 429 rate_limited with a Retry-After that says
+// when a request comes back (60s / 3 = 20s), and another tenant is not
+// touched by any of it.
+func TestRateLimitRequests(t *testing.T) {
+	h := limitedHarness(t, "ka alice rpm=3\nkb bob\n")
+	ctx := context.Background()
+	c := h.client("ka")
+	for i := range 3 {
+		var resp *http.Response
+		_, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hi"), MaxTokens: openai.Int(2)}, option.WithResponseInto(&resp))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		hd := resp.Header
+		if hd.Get("x-ratelimit-limit-requests") != "3" || hd.Get("x-ratelimit-remaining-requests") != strconv.Itoa(2-i) {
+			t.Fatalf("request %d headers: limit %q remaining %q", i, hd.Get("x-ratelimit-limit-requests"), hd.Get("x-ratelimit-remaining-requests"))
+		}
+		if hd.Get("x-ratelimit-reset-requests") == "" || hd.Get("x-ratelimit-limit-tokens") != "" {
+			t.Fatalf("request %d: reset %q, a token limit header %q without tpm", i, hd.Get("x-ratelimit-reset-requests"), hd.Get("x-ratelimit-limit-tokens"))
+		}
+	}
+	var resp *http.Response
+	_, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hi"), MaxTokens: openai.Int(2)}, option.WithResponseInto(&resp))
+	apiErr(t, err, http.StatusTooManyRequests, CodeRateLimited)
+	ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	ms, _ := strconv.Atoi(resp.Header.Get("retry-after-ms"))
+	if ra < 19 || ra > 20 || ms < 19000 || ms > 20000 || resp.Header.Get("x-ratelimit-remaining-requests") != "0" {
+		t.Fatalf("429 headers: Retry-After %q retry-after-ms %q remaining %q, want ~20s and 0", resp.Header.Get("Retry-After"), resp.Header.Get("retry-after-ms"), resp.Header.Get("x-ratelimit-remaining-requests"))
+	}
+	if got := h.eng.submitted.Load(); got != 3 {
+		t.Fatalf("the engine saw %d requests, want 3: a refused one must never reach it", got)
+	}
+	// Bob has no limit and gets no rate headers.
+	_, err = h.client("kb").Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hi"), MaxTokens: openai.Int(2)}, option.WithResponseInto(&resp))
+	if err != nil || resp.Header.Get("x-ratelimit-limit-requests") != "" {
+		t.Fatalf("bob: %v, headers %v", err, resp.Header)
+	}
+}
+
+// tpm: a request is charged its prompt plus max_tokens for every choice
+// up front and given back what it did not use; one that alone needs more
+// than the whole minute's tokens is a 400 (no retry would help).
+func TestRateLimitTokens(t *testing.T) {
+	h := limitedHarness(t, "ka alice tpm=100\n")
+	ctx := context.Background()
+	c := h.client("ka")
+	var resp *http.Response
+	// "hello": BOS + 5 prompt tokens; the echo engine answers 5 bytes +
+	// EOS: 12 used of the 6 + 50 charged.
+	r, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hello"), MaxTokens: openai.Int(50)}, option.WithResponseInto(&resp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := r.Usage.TotalTokens; used != 12 {
+		t.Fatalf("usage %d, want 12", used)
+	}
+	if got := resp.Header.Get("x-ratelimit-remaining-tokens"); got != "44" {
+		t.Fatalf("remaining tokens right after the charge %q, want 44 (100 - 56)", got)
+	}
+	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hello"), MaxTokens: openai.Int(2)}, option.WithResponseInto(&resp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first request's unused 44 came back: 100 - 12 - 8 (BOS + 5 + 2).
+	if got, _ := strconv.Atoi(resp.Header.Get("x-ratelimit-remaining-tokens")); got < 80 || got > 81 {
+		t.Fatalf("remaining tokens %d, want 80 (the unused part given back; 81 if a token refilled)", got)
+	}
+	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hello"), MaxTokens: openai.Int(95)})
+	apiErr(t, err, http.StatusBadRequest, CodeRateTooSmall)
+	// n choices are charged n times.
+	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hello"), MaxTokens: openai.Int(20), N: openai.Int(4)})
+	apiErr(t, err, http.StatusBadRequest, CodeRateTooSmall)
+}
+
+// The official client's retry: it reads retry-after-ms, waits, and the
+// retried request passes (rpm=60: one request a second refills).
+func TestRateLimitOfficialClientRetries(t *testing.T) {
+	h := limitedHarness(t, "ka alice rpm=60\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := h.client("ka")
+	for i := range 60 {
+		if _, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(1)}); err != nil {
+			t.Fatalf("request %d of the burst: %v", i, err)
+		}
+	}
+	start := time.Now()
+	_, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(1)}, option.WithMaxRetries(2))
+	if err != nil {
+		t.Fatalf("the retried request: %v", err)
+	}
+	if waited := time.Since(start); waited < 500*time.Millisecond {
+		t.Fatalf("passed after %v: the bucket was not empty, or the client did not wait", waited)
+	}
+}
+
+func TestParseKeysLimits(t *testing.T) {
+	k, err := ParseKeys(strings.NewReader("k1 a rpm=10\nk2 a tpm=500 weight=2\nk3 b\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := k.Limits(); len(l) != 1 || l["a"].RPM != 10 || l["a"].TPM != 500 || k.Weight("a") != 2 {
+		t.Fatalf("limits %+v weight %d", l, k.Weight("a"))
+	}
+	for _, bad := range []string{"k1 a rpm=0\n", "k1 a tpm=-1\n", "k1 a rpm=10\nk2 a rpm=11\n", "k1 a rps=3\n", "k1 a rpm=1000000001\n", "k1 a rpm\n"} {
+		if _, err := ParseKeys(strings.NewReader(bad)); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}
