@@ -67,6 +67,9 @@ type doc struct {
 	links   []link          // inline and reference-definition links outside code
 	anchors map[string]bool // anchors its headings (and HTML ids) produce
 	text    []string        // lines outside fenced code blocks
+	// glued lists the lines that directly follow a table row without a
+	// blank line: GitHub renders such a line as one more table row.
+	glued []int
 }
 
 type link struct {
@@ -129,6 +132,9 @@ func parse(t *testing.T, path string) doc {
 			continue
 		}
 		d.text = append(d.text, line)
+		if strings.HasPrefix(strings.TrimSpace(prev), "|") && strings.TrimSpace(line) != "" && !strings.HasPrefix(strings.TrimSpace(line), "|") {
+			d.glued = append(d.glued, n)
+		}
 		if m := atxRe.FindStringSubmatch(line); m != nil {
 			addHeading(m[2])
 		} else if setextRe.MatchString(line) && strings.TrimSpace(prev) != "" && !strings.HasPrefix(strings.TrimSpace(prev), "|") {
@@ -254,6 +260,17 @@ func TestLinksResolve(t *testing.T) {
 	}
 	if checked < 50 {
 		t.Errorf("only %d links checked: is the link parser broken?", checked)
+	}
+}
+
+// TestTablesEndWithABlankLine: a paragraph glued under a table is
+// rendered by GitHub as a table row, which hides it in a table cell.
+func TestTablesEndWithABlankLine(t *testing.T) {
+	root := repoRoot(t)
+	for _, rel := range markdownFiles(t, root) {
+		for _, n := range parse(t, filepath.Join(root, rel)).glued {
+			t.Errorf("%s:%d: text directly under a table; leave a blank line after the table", rel, n)
+		}
 	}
 }
 
