@@ -289,6 +289,35 @@ func TestReadmeIsShort(t *testing.T) {
 	}
 }
 
+// TestReadmeHasTheTwoCommands: the README's promise is two commands, the
+// server and the suite, and CI runs exactly the second. Keep the README,
+// the Makefile and .ci/run saying the same thing.
+func TestReadmeHasTheTwoCommands(t *testing.T) {
+	root := repoRoot(t)
+	read := func(rel string) string {
+		b, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	readme := read("README.md")
+	for _, cmd := range []string{"make serve", "go run ./cmd/sluice serve", "make test", ".ci/run"} {
+		if !strings.Contains(readme, cmd) {
+			t.Errorf("README.md no longer says %q", cmd)
+		}
+	}
+	mk := read("Makefile")
+	for _, target := range []string{"\nserve:", "\ntest:"} {
+		if !strings.Contains(mk, target) {
+			t.Errorf("the Makefile has no %q target", strings.TrimSpace(target))
+		}
+	}
+	if !regexp.MustCompile(`(?m)^\s*(exec\s+)?make test\s*$`).MatchString(read(".ci/run")) {
+		t.Errorf(".ci/run does not run `make test`")
+	}
+}
+
 // outsideDoc matches a document the reader would have to find outside the
 // repository: a Markdown file under ../shared (or the machine's /work/shared).
 // Mentions of tools and models there (llama.cpp builds, benchmark models)
