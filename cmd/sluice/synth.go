@@ -17,7 +17,7 @@ func runSynth(args []string) int {
 	fs := flag.NewFlagSet("synth", flag.ContinueOnError)
 	d := synth.DefaultSpec
 	out := fs.String("out", "", "output GGUF path (required)")
-	preset := fs.String("preset", "", "llama.cpp benchmark shape: bench-15M or bench-110M (needs --vocab-from, e.g. shared/vocab/ggml-vocab-llama-spm.gguf); shape flags are ignored")
+	preset := fs.String("preset", "", "llama.cpp benchmark shape: bench-15M or bench-110M (needs --vocab-from, e.g. shared/vocab/ggml-vocab-llama-spm.gguf); shape flags other than --context and --seed are ignored")
 	arch := fs.String("arch", d.Arch, "architecture: llama, qwen2, qwen3, gemma3, qwen3moe or glm4moe")
 	layers := fs.Int("layers", d.Layers, "number of transformer blocks")
 	embd := fs.Int("embd", d.Embd, "embedding length (n_embd)")
@@ -99,6 +99,12 @@ Flags:
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		if set["seed"] {
 			spec.Seed = *seed
+		}
+		// The context length is not part of a preset's weights (it changes
+		// no byte of them, only the metadata), so --context applies: a long
+		// context bench needs the bench shape with a 16k or 32k context.
+		if set["context"] {
+			spec.Context = *ctx
 		}
 	} else {
 		spec = synth.Spec{

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"sluice/internal/gguf"
 )
 
 // TestSynthThenInspect writes a small model with the synth command and
@@ -52,5 +54,24 @@ func TestSynthThenInspect(t *testing.T) {
 		if tt.Name == "blk.0.attn_k.weight" && (tt.Type != "f16" || tt.Shape[0] != 32 || tt.Shape[1] != 16) {
 			t.Errorf("attn_k = %+v", tt)
 		}
+	}
+}
+
+// TestSynthPresetContext: --context applies to a preset (a long-context
+// bench needs the bench shape with a 16k context); before, a preset
+// silently kept its 2048.
+func TestSynthPresetContext(t *testing.T) {
+	vocab := filepath.Join("..", "..", "testdata", "vocab", "ggml-vocab-llama-spm.gguf")
+	p := filepath.Join(t.TempDir(), "b15.gguf")
+	if rc := runSynth([]string{"--out", p, "--preset", "bench-15M", "--type", "f16", "--context", "16384", "--vocab-from", vocab}); rc != 0 {
+		t.Fatalf("synth exit %d", rc)
+	}
+	f, err := gguf.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n, ok := f.Uint("llama.context_length"); !ok || n != 16384 {
+		t.Errorf("llama.context_length = %d, %v; want 16384", n, ok)
 	}
 }
