@@ -178,7 +178,7 @@ func ScaleSoftmax(x []float32, a float32) {
 	}
 	if CurrentPath() != Generic {
 		// AVX2 instructions, on the AVX-512 path too.
-		if scaleSoftmaxAVX2(&x[0], len(x), a, &expConsts[0]) {
+		if scaleSoftmaxAVX2(&x[0], len(x), a, &expConsts[0], nil) {
 			return
 		}
 		flushSoftmaxGo(x) // x is scaled: NaN, +Inf or all -Inf decide in Go

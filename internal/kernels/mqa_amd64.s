@@ -1219,13 +1219,15 @@ TEXT ·mqaAxpyF32AVX512(SB), NOSPLIT, $0-64
 TEXT ·mqaAxpyF16AVX512(SB), NOSPLIT, $0-64
 	MQA_AXPY512_BODY(LDZV16, 32, 64, 96, LDZVM16, 1, 1)
 
-// func scaleSoftmaxAVX2(x *float32, n int, a float32, c *float32) (done bool)   n > 0
+// func scaleSoftmaxAVX2(x *float32, n int, a float32, c *float32, st *tileStat) (done bool)   n > 0
 // ScaleSoftmax (mqa.go) in three passes: x *= a with the max and the
 // NaN/+Inf check; e^(x - max) (MEXPFAST on max(x - max, -50), 0 where
 // x - max < -50) with the float64 sums in lanes i % 8; x *=
 // float32(1/sum). Returns false after the first pass, x scaled, when the
 // row holds NaN or +Inf or is all -Inf (the caller decides it in Go).
-TEXT ·scaleSoftmaxAVX2(SB), NOSPLIT, $416-33
+// With st non-nil (FlashTile, flash.go) the third pass is left out: the
+// sum and the max go to *st and x keeps the numerators.
+TEXT ·scaleSoftmaxAVX2(SB), NOSPLIT, $416-41
 	MOVQ x+0(FP), DI
 	MOVQ n+8(FP), CX
 	VBROADCASTSS a+16(FP), Y13
@@ -1411,6 +1413,14 @@ ss2_red:
 	VADDPD X1, X10, X10                  // acc[j] += acc[j+2]
 	VPERMILPD $1, X10, X1
 	VADDSD X1, X10, X10                  // acc[0] + acc[1]
+	MOVQ st+32(FP), AX
+	TESTQ AX, AX
+	JZ   ss2_norm
+	VMOVSD X10, 0(AX)                    // tileStat.sum
+	VMOVSS X8, 8(AX)                     // tileStat.max
+	JMP  ss_done
+
+ss2_norm:
 	MOVQ $0x3ff0000000000000, AX
 	VMOVQ AX, X2
 	VDIVSD X10, X2, X2
@@ -1437,12 +1447,12 @@ ss3_tail:
 	VMASKMOVPS Y0, Y15, (SI)
 
 ss_done:
-	MOVB $1, done+32(FP)
+	MOVB $1, done+40(FP)
 	VZEROUPPER
 	RET
 
 ss_refuse:
-	MOVB $0, done+32(FP)
+	MOVB $0, done+40(FP)
 	VZEROUPPER
 	RET
 

@@ -26,7 +26,9 @@ func mqaAxpyF32AVX512(y *float32, w *float32, ws int, m, hd int, v *float32, vs,
 func mqaAxpyF16AVX512(y *float32, w *float32, ws int, m, hd int, v *uint16, vs, p int) {
 	panic("unreachable")
 }
-func scaleSoftmaxAVX2(x *float32, n int, a float32, c *float32) (done bool) { panic("unreachable") }
+func scaleSoftmaxAVX2(x *float32, n int, a float32, c *float32, st *tileStat) (done bool) {
+	panic("unreachable")
+}
 func mqaDot8F32AVX2(out *float32, os int, q *float32, m, hd int, k *float32, ks, p int) {
 	panic("unreachable")
 }

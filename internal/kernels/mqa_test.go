@@ -143,7 +143,13 @@ func TestMQAMatchesRowForms(t *testing.T) {
 	}
 }
 
-// TestScaleSoftmaxMatchesGeneric: on every path ScaleSoftmax gives exactly
+// sameBits32: equal bits, or both NaN.
+func sameBits32(a, b float32) bool {
+	return math.Float32bits(a) == math.Float32bits(b) || (a != a && b != b)
+}
+
+// TestScaleSoftmaxMatchesGeneric: on every path ScaleSoftmax (and FlashTile,
+// its numerators, max and sum without the normalisation) gives exactly
 // its definition (written out in the test: expf, 0 below attnFlush, the
 // float64 lane sums), for every length 1..300 and rows of every kind:
 // narrow and wide spreads (around -50 and -87), signed zeros, -Inf, +Inf,
@@ -204,9 +210,29 @@ func TestScaleSoftmaxMatchesGeneric(t *testing.T) {
 				acc[i%8] += float64(want[i])
 			}
 			sum := ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+			num := append([]float32(nil), want...) // FlashTile's numerators
+			fmx := mx
+			if fmx == 0 {
+				fmx = 0 // FlashTile's max of zero is +0
+			}
 			for i := range want {
 				want[i] *= float32(1 / sum)
 			}
+			withPath(t, func(p Path) {
+				got := append(append([]float32(nil), x...), 42)
+				gm, gs := FlashTile(got[:n], scale)
+				if !sameBits32(gm, fmx) || math.Float64bits(gs) != math.Float64bits(sum) && !(gs != gs && sum != sum) {
+					t.Fatalf("%v n=%d kind %d: FlashTile max, sum = %v, %v, want %v, %v", p, n, ki, gm, gs, fmx, sum)
+				}
+				for i := range num {
+					if !sameBits32(got[i], num[i]) {
+						t.Fatalf("%v n=%d kind %d: FlashTile x[%d] = %v, want %v", p, n, ki, i, got[i], num[i])
+					}
+				}
+				if got[n] != 42 {
+					t.Fatalf("%v n=%d kind %d: FlashTile wrote past the row", p, n, ki)
+				}
+			})
 			withPath(t, func(p Path) {
 				got := append(append([]float32(nil), x...), 42)
 				ScaleSoftmax(got[:n], scale)

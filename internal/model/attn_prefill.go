@@ -3,72 +3,189 @@ package model
 import "sluice/internal/kernels"
 
 // queryBlock is how many consecutive tokens of one sequence (prefill) one
-// attention unit takes. They attend over the same K/V pages, so a page's
+// attention unit takes. They attend over the same K/V tiles, so a tile's
 // rows of the KV head are read from memory once per block of queries and
 // reused from L1 by the others, instead of once per token: at pp512 on
 // bench-110M q4_K (1 thread, AVX-512) attention was 32% of prefill, most
 // of it streaming the same K/V rows for every token.
 const queryBlock = 8
 
-// attendTokens is attendUnit for the un.nt tokens un.t, un.t+1, ... of one
-// sequence and KV head un.kh, pages in the outer loop, with slot w's
-// scratch. All the block's query rows (tokens x the group's heads, packed
-// into the slot's scratch) go through one fused call per page, so a
-// page's K and V rows are read (and F16 widened, in registers) once per
-// block. It only regroups attendUnit's arithmetic: every score is the
-// same canonical dot, every softmax row the same, and each output element
-// adds the same value rows in the same position order, so the results are
-// bitwise attendUnit's whatever the block (batch invariance). The block's
-// earlier tokens also get scores for the positions of its later tokens in
-// the diagonal page; those are never read (softmax and values stop at
-// each token's own position).
+// flashTile is the positions of one flash-attention tile: tile k holds
+// positions [k*flashTile, (k+1)*flashTile) of the context, cut by
+// absolute position, never by page (prefill and decode workers may use
+// different page sizes and must agree bitwise), thread or batch. Each
+// tile's partial softmax is computed alone and the partials are folded
+// left to right (kernels.FlashMerge), so attention makes one pass over
+// K and V with a score scratch of one tile per query row. 128 positions
+// keep the fold (two hd-long vector steps per tile and row) under 2% of
+// the tile's work at head dim 64.
+const flashTile = 128
+
+// flashSplitTiles is how many tiles one decode unit takes when a long
+// context's attention is split across threads (flash-decoding): a token's
+// tiles go to several units whose per-tile partials are folded after all
+// of them ran, in tile order, so the bits are those of the unsplit fold.
+const flashSplitTiles = 8
+
+// attendTokens is flash attention for the un.nt tokens un.t, un.t+1, ...
+// of one sequence (one token when un.nt <= 1) and KV head un.kh, with slot
+// w's scratch: tile by tile, the scores of all the block's query rows
+// (tokens x the group's heads, packed) against the tile's K rows (one
+// fused call per page piece), each row's tile softmax (kernels.FlashTile),
+// the numerators' sum of the tile's V rows (one fused call per page piece
+// for the tokens that see the whole tile, one per token on the diagonal),
+// and the fold into the running partial. Every score is the canonical dot
+// and every output element adds the same value rows in position order
+// within its tile, and the tiles are fixed by position: the result is
+// bitwise the same whatever the block, the page size, the kernel path,
+// the batch or the thread count (batch invariance). The block's earlier
+// tokens also get scores for positions of its later tokens in the
+// diagonal tile; those are never read.
+//
+// With un.split set (a decode unit of a split token, flash-decoding),
+// only the tiles [un.tl0, un.tl1) run, and their partials go to the
+// runner's part buffers at un.part+k for attention's fold.
 func (r *Runner) attendTokens(un unit, w int) {
-	a := &r.acts[un.a]
-	if un.nt <= 1 {
-		for i := int32(0); i < max(1, un.nt); i++ {
-			r.attendUnit(unit{un.a, un.t + i, un.kh, 1}, w)
-		}
-		return
-	}
 	c := r.m.cfg
 	Q, KD, hd := c.QDim(), c.KVDim(), c.HeadDim
 	group := c.Heads / c.KVHeads
-	nt := int(un.nt)
+	a := &r.acts[un.a]
+	nt := max(1, int(un.nt))
 	first := a.pos + int(un.t) + 1 // positions the block's first token sees
 	last := first + nt - 1         // and its last
 	koff := int(un.kh) * hd
 	M, gw := nt*group, group*hd // rows of the block; one token's rows
 	t0 := a.off + int(un.t)
-	buf := grow(r.wide[w], 2*M*hd)
+	const T = flashTile
+	buf := grow(r.wide[w], 3*M*hd+2*M)
 	r.wide[w] = buf
-	qp, yp := buf[:M*hd], buf[M*hd:2*M*hd]
+	qp, o, oj := buf[:M*hd], buf[M*hd:2*M*hd], buf[2*M*hd:3*M*hd]
+	ms, mj := buf[3*M*hd:3*M*hd+M], buf[3*M*hd+M:3*M*hd+2*M]
+	sums := growF64(r.sums[w], 2*M)
+	r.sums[w] = sums
+	ls, lj := sums[:M], sums[M:]
 	for i := 0; i < nt; i++ {
 		copy(qp[i*gw:(i+1)*gw], r.q[(t0+i)*Q+koff*group:][:gw])
 	}
 	spans := r.spans[a.span:]
-	// Score row of row m = i*group+g (token i, head g): scores[m*last:][:first+i].
-	scores := grow(r.scores[w], M*last)
+	scores := grow(r.scores[w], M*T)
 	r.scores[w] = scores
-	for j, bi := 0, 0; j < last; j, bi = j+a.ps, bi+1 {
-		i0 := max(0, j+1-first) // the first token that sees position j
-		pageDot(scores[i0*group*last+j:], last, qp[i0*gw:], (nt-i0)*group, hd, &spans[bi], koff, KD, min(a.ps, last-j), a.f16)
+	// A sliding layer's unit is one token (nt == 1): it sees [lo, first).
+	lo := r.windowStart(first)
+	kf, k1 := r.tileRange(first, last)
+	k0 := kf
+	if un.split {
+		k0, k1 = int(un.tl0), int(un.tl1)
+	}
+	for k := k0; k < k1; k++ {
+		j0 := max(k*T, lo)
+		j1 := min(k*T+T, last)    // the positions of the tile any token sees
+		i0 := max(0, j0+1-first)  // the first token that sees position j0
+		full := max(i0, j1-first) // tokens from here see all of [j0, j1)
+		for j := j0; j < j1; {
+			bi, off := j/a.ps-a.blk0, j%a.ps
+			cnt := min(a.ps-off, j1-j)
+			pageDot(scores[i0*group*T+j-j0:], T, qp[i0*gw:], (nt-i0)*group, hd, &spans[bi], koff+off*KD, KD, cnt, a.f16)
+			j += cnt
+		}
+		for i := i0; i < nt; i++ {
+			n := min(j1, first+i) - j0
+			for m := i * group; m < (i+1)*group; m++ {
+				mj[m], lj[m] = kernels.FlashTile(scores[m*T:m*T+n], r.m.attnScale)
+			}
+		}
+		clear(oj[i0*gw:])
+		for j := j0; j < j1; {
+			bi, off := j/a.ps-a.blk0, j%a.ps
+			cnt := min(a.ps-off, j1-j)
+			for i := i0; i < full; i++ {
+				if seen := first + i - j; seen > 0 {
+					pageAxpy(oj[i*gw:], scores[i*group*T+j-j0:], T, group, hd, &spans[bi], koff+off*KD, KD, min(cnt, seen), a.f16)
+				}
+			}
+			if full < nt {
+				pageAxpy(oj[full*gw:], scores[full*group*T+j-j0:], T, (nt-full)*group, hd, &spans[bi], koff+off*KD, KD, cnt, a.f16)
+			}
+			j += cnt
+		}
+		if un.split {
+			p := (int(un.part) + k - kf) * group
+			copy(r.partO[p*hd:(p+group)*hd], oj[:gw])
+			copy(r.partM[p:p+group], mj[:group])
+			copy(r.partL[p:p+group], lj[:group])
+			continue
+		}
+		for m := i0 * group; m < M; m++ {
+			if k == kf { // every token sees the first tile's first position
+				copy(o[m*hd:(m+1)*hd], oj[m*hd:(m+1)*hd])
+				ms[m], ls[m] = mj[m], lj[m]
+				continue
+			}
+			kernels.FlashMerge(o[m*hd:(m+1)*hd], &ms[m], &ls[m], oj[m*hd:(m+1)*hd], mj[m], lj[m])
+		}
+	}
+	if un.split {
+		return
 	}
 	for m := 0; m < M; m++ {
-		kernels.ScaleSoftmax(scores[m*last:][:first+m/group], r.m.attnScale)
-	}
-	clear(yp)
-	for j, bi := 0, 0; j < last; j, bi = j+a.ps, bi+1 {
-		cnt := min(a.ps, last-j)
-		i0 := max(0, j+1-first)
-		full := max(i0, j+cnt-first) // tokens from here see all cnt positions
-		for i := i0; i < full; i++ {
-			pageAxpy(yp[i*gw:], scores[i*group*last+j:], last, group, hd, &spans[bi], koff, KD, first+i-j, a.f16)
-		}
-		if full < nt {
-			pageAxpy(yp[full*gw:], scores[full*group*last+j:], last, (nt-full)*group, hd, &spans[bi], koff, KD, cnt, a.f16)
-		}
+		kernels.Scale(o[m*hd:(m+1)*hd], float32(1/ls[m]))
 	}
 	for i := 0; i < nt; i++ {
-		copy(r.att[(t0+i)*Q+koff*group:][:gw], yp[i*gw:(i+1)*gw])
+		copy(r.att[(t0+i)*Q+koff*group:][:gw], o[i*gw:(i+1)*gw])
 	}
+}
+
+// windowStart is the first position a token that sees positions up to
+// end-1 attends to: 0, or with a sliding window end-window (llama.cpp
+// masks p0 when p1-p0 >= n_swa).
+func (r *Runner) windowStart(end int) int {
+	if r.window > 0 {
+		return max(0, end-r.window)
+	}
+	return 0
+}
+
+// tileRange is the tiles [lo, hi) a block of tokens that see positions up
+// to first-1 .. last-1 attends over (one token when first == last).
+func (r *Runner) tileRange(first, last int) (lo, hi int) {
+	return r.windowStart(first) / flashTile, (last + flashTile - 1) / flashTile
+}
+
+// foldSplit folds the per-tile partials of a split decode token (units of
+// flashSplitTiles tiles each, run by any threads in any order) left to
+// right, exactly as attendTokens folds an unsplit token's tiles, and
+// writes its attention output.
+func (r *Runner) foldSplit(sp splitTok) {
+	c := r.m.cfg
+	Q, hd := c.QDim(), c.HeadDim
+	group := c.Heads / c.KVHeads
+	a := &r.acts[sp.a]
+	gw := group * hd
+	t := a.off + int(sp.t)
+	y := r.att[t*Q+int(sp.kh)*hd*group:][:gw]
+	p0 := int(sp.part) * group
+	copy(y, r.partO[p0*hd:(p0+group)*hd])
+	for g := 0; g < group; g++ {
+		m, l := r.partM[p0+g], r.partL[p0+g]
+		yg := y[g*hd : (g+1)*hd]
+		for k := 1; k < int(sp.tiles); k++ {
+			p := (int(sp.part)+k)*group + g
+			kernels.FlashMerge(yg, &m, &l, r.partO[p*hd:(p+1)*hd], r.partM[p], r.partL[p])
+		}
+		kernels.Scale(yg, float32(1/l))
+	}
+}
+
+// splitTok is one decode token's KV head whose tiles were split across
+// units: its partials are at part, part+1, ... (tiles of them).
+type splitTok struct {
+	a, t, kh    int32
+	part, tiles int32
+}
+
+func growF64(b []float64, n int) []float64 {
+	if cap(b) < n {
+		return make([]float64, n, n+n/4)
+	}
+	return b[:n]
 }

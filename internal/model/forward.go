@@ -94,9 +94,17 @@ type Runner struct {
 	units                        []unit
 	spans                        []span
 	scores                       [][]float32 // one per attention slot
-	wide                         [][]float32 // one per attention slot: a prefill block's queries and outputs, packed
-	slots                        chan int    // free attention slots (indices into scores, wide)
-	rows                         []int
+	wide                         [][]float32 // one per attention slot: a block's queries, outputs and tile partials, packed
+	sums                         [][]float64 // one per attention slot: the block's rows' softmax sums
+	splitToks                    []splitTok  // decode tokens whose tiles are split across units
+	partO, partM                 []float32   // their per-tile partials: outputs, maxes
+	partL                        []float64   // and sums
+	// splitMin is the fewest tiles a decode token has for its attention
+	// to be split across units (flash-decoding); 0: flashSplitTiles+1.
+	// Tests lower it to split short contexts (the bits do not change).
+	splitMin int
+	slots    chan int // free attention slots (indices into scores, wide)
+	rows     []int
 	// window is the current attention layer's sliding window in
 	// positions (0: the whole context).
 	window int
@@ -183,12 +191,16 @@ const minParallelMACs = 1 << 16
 const attnSlots = 4
 
 // unit is one (token, KV head) of attention, or nt > 1 consecutive
-// tokens of a prefill (attendTokens).
+// tokens of a prefill (attendTokens), or with split the tiles [tl0, tl1)
+// of one decode token (flash-decoding; partials at part+k).
 type unit struct {
-	a  int32 // index into acts
-	t  int32 // token index within the sequence
-	kh int32
-	nt int32 // tokens from t
+	a        int32 // index into acts
+	t        int32 // token index within the sequence
+	kh       int32
+	nt       int32 // tokens from t
+	split    bool
+	tl0, tl1 int32
+	part     int32
 }
 
 // Forward runs one step over seqs: every token of every sequence goes
@@ -344,6 +356,12 @@ func (r *Runner) attention(l int) {
 	// arithmetic uses it.
 	r.spans = r.spans[:0]
 	r.units = r.units[:0]
+	r.splitToks = r.splitToks[:0]
+	nPart := 0
+	splitMin := r.splitMin
+	if splitMin == 0 {
+		splitMin = flashSplitTiles + 1
+	}
 	for ai := range r.acts {
 		a := &r.acts[ai]
 		if a.dead {
@@ -386,18 +404,40 @@ func (r *Runner) attention(l int) {
 			r.spans = r.spans[:a.span]
 			continue
 		}
+		if a.n == 1 && (r.par.Threads() > 1 || r.splitMin > 0) {
+			lo, hi := r.tileRange(a.pos+1, a.pos+1)
+			if tiles := hi - lo; tiles >= splitMin {
+				// One token over a long context: its tiles are spread
+				// over units (flash-decoding), folded after they ran.
+				for kh := 0; kh < c.KVHeads; kh++ {
+					part := int32(nPart)
+					r.splitToks = append(r.splitToks, splitTok{int32(ai), 0, int32(kh), part, int32(tiles)})
+					for k := lo; k < hi; k += flashSplitTiles {
+						r.units = append(r.units, unit{a: int32(ai), kh: int32(kh), nt: 1, split: true, tl0: int32(k), tl1: int32(min(hi, k+flashSplitTiles)), part: part})
+					}
+					nPart += tiles
+				}
+				continue
+			}
+		}
 		// A sliding layer's tokens see different first positions, so
-		// each token is its own unit (attendUnit); the block grouping of
-		// attendTokens assumes one shared start.
+		// each token is its own unit; the block grouping of attendTokens
+		// assumes one shared start.
 		qb := queryBlock
 		if r.window > 0 {
 			qb = 1
 		}
 		for t := 0; t < a.n; t += qb {
 			for kh := 0; kh < c.KVHeads; kh++ {
-				r.units = append(r.units, unit{int32(ai), int32(t), int32(kh), int32(min(qb, a.n-t))})
+				r.units = append(r.units, unit{a: int32(ai), t: int32(t), kh: int32(kh), nt: int32(min(qb, a.n-t))})
 			}
 		}
+	}
+	if nPart > 0 {
+		group := c.Heads / c.KVHeads
+		r.partO = grow(r.partO, nPart*group*c.HeadDim)
+		r.partM = grow(r.partM, nPart*group)
+		r.partL = growF64(r.partL, nPart*group)
 	}
 	// A unit's result depends only on its queries and the K/V rows of
 	// positions <= its own, summed in position order, so neither the split
@@ -408,6 +448,9 @@ func (r *Runner) attention(l int) {
 	// units, so the cores finish within a chunk of cheap units of each
 	// other.
 	cost := func(un unit) int {
+		if un.split {
+			return int(un.tl1-un.tl0) * flashTile
+		}
 		return int(un.nt) * (r.acts[un.a].pos + int(un.t) + int(un.nt))
 	}
 	macs := 0
@@ -421,6 +464,9 @@ func (r *Runner) attention(l int) {
 		r.ensureSlots(1)
 		for _, un := range r.units {
 			r.attendTokens(un, 0)
+		}
+		for _, sp := range r.splitToks {
+			r.foldSplit(sp)
 		}
 		return
 	}
@@ -446,6 +492,15 @@ func (r *Runner) attention(l int) {
 		}
 		r.slots <- w
 	})
+	// The folds, once every tile's partial is in: each token's alone, in
+	// tile order, wherever its tiles ran.
+	if len(r.splitToks) > 0 {
+		r.par.For(len(r.splitToks), func(lo, hi int) {
+			for _, sp := range r.splitToks[lo:hi] {
+				r.foldSplit(sp)
+			}
+		})
+	}
 }
 
 // minUnitClaim is the least attention work (multiply-adds) of a unit worth
@@ -465,59 +520,14 @@ func (r *Runner) ensureSlots(n int) {
 	for len(r.wide) < n {
 		r.wide = append(r.wide, nil)
 	}
+	for len(r.sums) < n {
+		r.sums = append(r.sums, nil)
+	}
 	if cap(r.slots) < n {
 		r.slots = make(chan int, n)
 		for w := 0; w < n; w++ {
 			r.slots <- w
 		}
-	}
-}
-
-// attendUnit computes the attention output of one token's query heads that
-// share KV head un.kh, using slot w's scratch (grown as needed).
-//
-// One fused call per page computes the scores of every query head of the
-// group against the page's K rows, and one adds the page's V rows into
-// every head's output (kernels.MQADot / MQAAxpy, which read F16 rows in
-// place): every score is the canonical dot and every output element adds
-// the value rows in position order, so the bits do not depend on the
-// page split, the path, the batch or the thread count.
-func (r *Runner) attendUnit(un unit, w int) {
-	c := r.m.cfg
-	Q, KD, hd := c.QDim(), c.KVDim(), c.HeadDim
-	group := c.Heads / c.KVHeads
-	a := &r.acts[un.a]
-	t := a.off + int(un.t)
-	end := a.pos + int(un.t) + 1 // causal: positions start..end-1
-	start := 0
-	if r.window > 0 {
-		start = max(0, end-r.window) // llama.cpp masks p0 when p1-p0 >= n_swa
-	}
-	n := end - start
-	koff := int(un.kh) * hd
-	gw := group * hd // the group's query (and output) rows, contiguous
-	q := r.q[t*Q+koff*group:][:gw]
-	y := r.att[t*Q+koff*group:][:gw]
-	spans := r.spans[a.span:]
-	scores := grow(r.scores[w], group*n)
-	r.scores[w] = scores
-	// Pages in position order; without a window every page starts at
-	// its first row.
-	for j := start; j < end; {
-		off := j % a.ps
-		cnt := min(a.ps-off, end-j)
-		pageDot(scores[j-start:], n, q, group, hd, &spans[j/a.ps-a.blk0], koff+off*KD, KD, cnt, a.f16)
-		j += cnt
-	}
-	for g := 0; g < group; g++ {
-		kernels.ScaleSoftmax(scores[g*n:(g+1)*n], r.m.attnScale)
-	}
-	clear(y)
-	for j := start; j < end; {
-		off := j % a.ps
-		cnt := min(a.ps-off, end-j)
-		pageAxpy(y, scores[j-start:], n, group, hd, &spans[j/a.ps-a.blk0], koff+off*KD, KD, cnt, a.f16)
-		j += cnt
 	}
 }
 

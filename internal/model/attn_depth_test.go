@@ -1,0 +1,140 @@
+package model
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"sluice/internal/kernels"
+	"sluice/internal/quant"
+)
+
+// deepShape is small enough (head dim 8) that attention over 16k positions
+// costs milliseconds on the generic path.
+var deepShape = testShape{arch: "llama", vocab: 16, embd: 16, layers: 2, heads: 2, kvHeads: 1, ff: 16, wtype: quant.F32}
+
+// fillDeep writes seeded random K/V rows at positions [0, depth) of every
+// layer, as if a prompt of that length had been prefilled.
+func fillDeep(kv *memKV, depth int) *memKV {
+	r := rand.New(rand.NewPCG(uint64(depth), 77))
+	k, v := make([]float32, kv.kvd), make([]float32, kv.kvd)
+	for l := 0; l < kv.layers; l++ {
+		for p := 0; p < depth; p++ {
+			for i := range k {
+				k[i], v[i] = float32(r.NormFloat64()*2), float32(r.NormFloat64())
+			}
+			if err := kv.Put(l, p, k, v); err != nil {
+				panic(err)
+			}
+		}
+	}
+	return kv
+}
+
+// TestFlashAttentionInvariantAtDepth: at depths up to 16k (many flash
+// tiles, not a multiple of the tile or the page), a few tokens prefilled
+// in one chunk, in chunks or decoded one by one, alone or beside another
+// sequence, on 1, 2 and 3 threads, with the decode tokens' tiles split
+// across units (flash-decoding, forced even on one thread) or not, with
+// pages of 16 or 5 positions, on every kernel path, give the generic
+// path's one-thread token-by-token logits and K/V bit for bit, F32 and
+// F16 pages. A merge order that followed the threads, a tile cut by page
+// instead of position, or a fold of split partials in another order than
+// the unsplit one fails it.
+func TestFlashAttentionInvariantAtDepth(t *testing.T) {
+	src := newMemModel(deepShape, 41)
+	src.meta["llama.context_length"] = 16384
+	m := mustBuild(src)
+	kvd := m.cfg.KVDim()
+	toks := randTokens(rand.New(rand.NewPCG(42, 42)), 9, deepShape.vocab)
+	comp := randTokens(rand.New(rand.NewPCG(43, 43)), 40, deepShape.vocab)
+	prev := kernels.CurrentPath()
+	defer kernels.SetPath(prev)
+	type variant struct {
+		threads, splitMin, ps int
+		chunk                 []int
+		companion             bool
+	}
+	// One fill per depth, page size and KV type, copied for each run.
+	cache := map[[3]int]*memKV{}
+	filled := func(depth, ps int, newKV func(ps, layers, kvd int) *memKV) *memKV {
+		key := [3]int{depth, ps, 0}
+		if newKV(1, 1, 1).f16 {
+			key[2] = 1
+		}
+		if cache[key] == nil {
+			cache[key] = fillDeep(newKV(ps, deepShape.layers, kvd), depth)
+		}
+		c := *cache[key]
+		c.k, c.v, c.k16, c.v16 = cloneRows(c.k), cloneRows(c.v), cloneRows(c.k16), cloneRows(c.v16)
+		return &c
+	}
+	run := func(depth int, newKV func(ps, layers, kvd int) *memKV, v variant) ([]float32, *memKV) {
+		r := m.NewRunner(kernels.NewParallel(v.threads))
+		r.splitMin = v.splitMin
+		kv := filled(depth, v.ps, newKV)
+		ckv := newKV(8, deepShape.layers, kvd)
+		var logits []float32
+		for pos, ci, cp := 0, 0, 0; pos < len(toks); ci++ {
+			n := min(v.chunk[ci%len(v.chunk)], len(toks)-pos)
+			seqs := []Seq{{Tokens: toks[pos : pos+n], Pos: depth + pos, KV: kv, AllLogits: true}}
+			if v.companion && cp < len(comp) {
+				k := min(1+ci%5, len(comp)-cp)
+				seqs = append([]Seq{{Tokens: comp[cp : cp+k], Pos: cp, KV: ckv}}, seqs...)
+				cp += k
+			}
+			res := r.Forward(seqs)
+			mine := res[len(res)-1]
+			if mine.Err != nil {
+				t.Fatal(mine.Err)
+			}
+			logits = append(logits, mine.Logits...)
+			pos += n
+		}
+		return logits, kv
+	}
+	depths := []int{16000 + 5, 1000, 3*flashTile - 1}
+	if testing.Short() {
+		depths = depths[1:]
+	}
+	for _, kt := range kvTypes {
+		for _, depth := range depths {
+			if err := kernels.SetPath(kernels.Generic); err != nil {
+				t.Fatal(err)
+			}
+			base, baseKV := run(depth, kt.new, variant{threads: 1, ps: 16, chunk: []int{1}})
+			for _, p := range kernels.Paths() {
+				if err := kernels.SetPath(p); err != nil {
+					t.Fatal(err)
+				}
+				for _, v := range []variant{
+					{threads: 1, ps: 16, chunk: []int{1}},
+					{threads: 1, ps: 16, chunk: []int{1}, splitMin: 1},
+					{threads: 2, ps: 16, chunk: []int{1}},
+					{threads: 3, ps: 5, chunk: []int{1}, companion: true},
+					{threads: 2, ps: 16, chunk: []int{9}},
+					{threads: 3, ps: 16, chunk: []int{4, 1, 4}, companion: true},
+					{threads: 1, ps: 5, chunk: []int{2, 7}, splitMin: 2},
+				} {
+					got, kv := run(depth, kt.new, v)
+					if !bitsEqual(got, base) {
+						t.Errorf("%s depth %d %v %+v: logits differ from generic one-thread decode (first at %d)", kt.name, depth, p, v, firstDiff(got, base))
+					}
+					if !sameKV(kv, baseKV) {
+						t.Errorf("%s depth %d %v %+v: K/V differ from generic one-thread decode", kt.name, depth, p, v)
+					}
+				}
+			}
+		}
+	}
+}
+
+func cloneRows[T any](rows [][]T) [][]T {
+	if rows == nil {
+		return nil
+	}
+	out := make([][]T, len(rows))
+	for i, r := range rows {
+		out[i] = append([]T(nil), r...)
+	}
+	return out
+}
