@@ -38,6 +38,13 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 	case []float32:
 		switch CurrentPath() {
 		case AVX512:
+			if p4 := p &^ 3; m < 4 && p4 > 0 {
+				mqaDotP4F32AVX512(&out[0], os, &q[0], m, hd, &kk[0], ks, p4)
+				if p4 < p {
+					mqaDotF32AVX512(&out[p4], os, &q[0], m, hd, &kk[p4*ks], ks, p-p4)
+				}
+				return
+			}
 			mqaDotF32AVX512(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
 			return
 		case AVX2:
@@ -53,6 +60,15 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 	case []uint16:
 		switch {
 		case CurrentPath() == AVX512:
+			if p4 := p &^ 3; m < 4 && p4 > 0 {
+				// Fewer than four rows (a decode token with a small
+				// group): four positions' trees at once.
+				mqaDotP4F16AVX512(&out[0], os, &q[0], m, hd, &kk[0], ks, p4)
+				if p4 < p {
+					mqaDotF16AVX512(&out[p4], os, &q[0], m, hd, &kk[p4*ks], ks, p-p4)
+				}
+				return
+			}
 			mqaDotF16AVX512(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
 			return
 		case CurrentPath() == AVX2 && hd%8 == 0:

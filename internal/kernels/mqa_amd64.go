@@ -42,3 +42,12 @@ func mqaDotP16F32AVX2(out *float32, os int, q *float32, m, hd int, k *float32, k
 
 //go:noescape
 func mqaDotP16F16AVX2(out *float32, os int, q *float32, m, hd int, k *uint16, ks, p int)
+
+// mqaDotP4 kernels (mqap4_amd64.s): fewer than four query rows, four
+// positions at a time; p % 4 == 0.
+
+//go:noescape
+func mqaDotP4F32AVX512(out *float32, os int, q *float32, m, hd int, k *float32, ks, p int)
+
+//go:noescape
+func mqaDotP4F16AVX512(out *float32, os int, q *float32, m, hd int, k *uint16, ks, p int)

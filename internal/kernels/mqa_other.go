@@ -41,3 +41,9 @@ func mqaDotP16F32AVX2(out *float32, os int, q *float32, m, hd int, k *float32, k
 func mqaDotP16F16AVX2(out *float32, os int, q *float32, m, hd int, k *uint16, ks, p int) {
 	panic("unreachable")
 }
+func mqaDotP4F32AVX512(out *float32, os int, q *float32, m, hd int, k *float32, ks, p int) {
+	panic("unreachable")
+}
+func mqaDotP4F16AVX512(out *float32, os int, q *float32, m, hd int, k *uint16, ks, p int) {
+	panic("unreachable")
+}
