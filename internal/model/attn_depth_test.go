@@ -37,13 +37,18 @@ func fillDeep(kv *memKV, depth int) *memKV {
 // across units (flash-decoding, forced even on one thread) or not, with
 // pages of 16 or 5 positions, on every kernel path, give the generic
 // path's one-thread token-by-token logits and K/V bit for bit, F32 and
-// F16 pages. A merge order that followed the threads, a tile cut by page
+// F16 pages; and with a sliding-window layer. A merge order that followed the threads, a tile cut by page
 // instead of position, or a fold of split partials in another order than
 // the unsplit one fails it.
 func TestFlashAttentionInvariantAtDepth(t *testing.T) {
 	src := newMemModel(deepShape, 41)
 	src.meta["llama.context_length"] = 16384
-	m := mustBuild(src)
+	global := mustBuild(src)
+	// The same weights with layer 0 sliding over 300 positions (gemma3's
+	// pattern): its tokens start their first tile mid-tile.
+	sliding := mustBuild(src)
+	sliding.blocks[0].(*preNormBlock).attn.window = 300
+	m := global
 	kvd := m.cfg.KVDim()
 	toks := randTokens(rand.New(rand.NewPCG(42, 42)), 9, deepShape.vocab)
 	comp := randTokens(rand.New(rand.NewPCG(43, 43)), 40, deepShape.vocab)
@@ -70,6 +75,9 @@ func TestFlashAttentionInvariantAtDepth(t *testing.T) {
 	}
 	run := func(depth int, newKV func(ps, layers, kvd int) *memKV, v variant) ([]float32, *memKV) {
 		r := m.NewRunner(kernels.NewParallel(v.threads))
+		if m == sliding && r.m.blocks[0].(*preNormBlock).attn.window != 300 {
+			t.Fatal("the sliding model lost its window")
+		}
 		r.splitMin = v.splitMin
 		kv := filled(depth, v.ps, newKV)
 		ckv := newKV(8, deepShape.layers, kvd)
@@ -96,31 +104,34 @@ func TestFlashAttentionInvariantAtDepth(t *testing.T) {
 	if testing.Short() {
 		depths = depths[1:]
 	}
-	for _, kt := range kvTypes {
-		for _, depth := range depths {
-			if err := kernels.SetPath(kernels.Generic); err != nil {
-				t.Fatal(err)
-			}
-			base, baseKV := run(depth, kt.new, variant{threads: 1, ps: 16, chunk: []int{1}})
-			for _, p := range kernels.Paths() {
-				if err := kernels.SetPath(p); err != nil {
+	for _, mm := range []*Model{global, sliding} {
+		m = mm
+		for _, kt := range kvTypes {
+			for _, depth := range depths {
+				if err := kernels.SetPath(kernels.Generic); err != nil {
 					t.Fatal(err)
 				}
-				for _, v := range []variant{
-					{threads: 1, ps: 16, chunk: []int{1}},
-					{threads: 1, ps: 16, chunk: []int{1}, splitMin: 1},
-					{threads: 2, ps: 16, chunk: []int{1}},
-					{threads: 3, ps: 5, chunk: []int{1}, companion: true},
-					{threads: 2, ps: 16, chunk: []int{9}},
-					{threads: 3, ps: 16, chunk: []int{4, 1, 4}, companion: true},
-					{threads: 1, ps: 5, chunk: []int{2, 7}, splitMin: 2},
-				} {
-					got, kv := run(depth, kt.new, v)
-					if !bitsEqual(got, base) {
-						t.Errorf("%s depth %d %v %+v: logits differ from generic one-thread decode (first at %d)", kt.name, depth, p, v, firstDiff(got, base))
+				base, baseKV := run(depth, kt.new, variant{threads: 1, ps: 16, chunk: []int{1}})
+				for _, p := range kernels.Paths() {
+					if err := kernels.SetPath(p); err != nil {
+						t.Fatal(err)
 					}
-					if !sameKV(kv, baseKV) {
-						t.Errorf("%s depth %d %v %+v: K/V differ from generic one-thread decode", kt.name, depth, p, v)
+					for _, v := range []variant{
+						{threads: 1, ps: 16, chunk: []int{1}},
+						{threads: 1, ps: 16, chunk: []int{1}, splitMin: 1},
+						{threads: 2, ps: 16, chunk: []int{1}},
+						{threads: 3, ps: 5, chunk: []int{1}, companion: true},
+						{threads: 2, ps: 16, chunk: []int{9}},
+						{threads: 3, ps: 16, chunk: []int{4, 1, 4}, companion: true},
+						{threads: 1, ps: 5, chunk: []int{2, 7}, splitMin: 2},
+					} {
+						got, kv := run(depth, kt.new, v)
+						if !bitsEqual(got, base) {
+							t.Errorf("window %v %s depth %d %v %+v: logits differ from generic one-thread decode (first at %d)", m == sliding, kt.name, depth, p, v, firstDiff(got, base))
+						}
+						if !sameKV(kv, baseKV) {
+							t.Errorf("%s depth %d %v %+v: K/V differ from generic one-thread decode", kt.name, depth, p, v)
+						}
 					}
 				}
 			}
