@@ -72,11 +72,11 @@ func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
 // serveWorkerMetrics serves /metrics, /health (liveness: the process
 // answers) and /ready (readiness: ready returns nil; nil ready means
 // always) for a worker process.
-func serveWorkerMetrics(log *slog.Logger, addr string, stats func() router.EngineStats, ready func(context.Context) error) (func(), error) {
+func serveWorkerMetrics(log *slog.Logger, addr, model string, stats func() router.EngineStats, ready func(context.Context) error) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
 	}
-	h, err := router.MetricsHandler(stats)
+	h, err := router.MetricsHandler(stats, model)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +259,7 @@ Example:
 		return 1
 	}
 	defer dw.Close()
-	stopMetrics, err := serveWorkerMetrics(log, o.metrics, func() router.EngineStats {
+	stopMetrics, err := serveWorkerMetrics(log, o.metrics, m.Name, func() router.EngineStats {
 		return node.Stats(map[string]*kv.Pool{preflight.RoleDecode: dw.Pool()}, dw)
 	}, o.readiness(nil))
 	if err != nil {

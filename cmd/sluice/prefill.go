@@ -126,7 +126,7 @@ Example:
 		return 1
 	}
 	defer pw.Close()
-	stopMetrics, err := serveWorkerMetrics(log, o.metrics, func() router.EngineStats {
+	stopMetrics, err := serveWorkerMetrics(log, o.metrics, m.Name, func() router.EngineStats {
 		return node.Stats(map[string]*kv.Pool{preflight.RolePrefill: pw.Pool()}, nil)
 	}, o.readiness(func(ctx context.Context) error { return node.CheckAnyPeer(ctx, peers) }))
 	if err != nil {

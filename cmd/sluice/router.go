@@ -268,7 +268,7 @@ Example:
 		return router.EngineStats{Queue: &qs}
 	}
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{cl, router.LoadCollector(stats)} {
+	for _, c := range []prometheus.Collector{cl, router.LoadCollector(stats, func() string { return eng.Info().Model })} {
 		if err := reg.Register(c); err != nil {
 			log.Error("metrics", "err", err)
 			return 1

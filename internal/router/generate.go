@@ -222,9 +222,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			now := time.Now()
 			if first {
 				s.metrics.ttft.Observe(now.Sub(g.start).Seconds())
+				s.metrics.vTTFT.WithLabelValues(g.model).Observe(now.Sub(g.start).Seconds())
 				first = false
 			} else if !c.last.IsZero() {
 				s.metrics.itl.Observe(now.Sub(c.last).Seconds())
+				s.metrics.vITL.WithLabelValues(g.model).Observe(now.Sub(c.last).Seconds())
 			}
 			c.last = now
 			if c.stopped || c.cancel {

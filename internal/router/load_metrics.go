@@ -55,14 +55,32 @@ func collectLoad(ch chan<- prometheus.Metric, st EngineStats) {
 // (`sluice router`) queues requests but holds no KV pool and does no
 // handoff itself, so it must not export the workers' handoff counters as
 // zeros.
-func LoadCollector(stats func() EngineStats) prometheus.Collector { return loadCollector{stats} }
+// With model set, the gateway names (vllm:num_requests_waiting, ...) come
+// from the same snapshot.
+func LoadCollector(stats func() EngineStats, model func() string) prometheus.Collector {
+	return loadCollector{stats, model}
+}
 
-type loadCollector struct{ stats func() EngineStats }
+type loadCollector struct {
+	stats func() EngineStats
+	model func() string
+}
 
 func (c loadCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range loadDescs {
 		ch <- d
 	}
+	if c.model != nil {
+		for _, d := range gatewayDescs {
+			ch <- d
+		}
+	}
 }
 
-func (c loadCollector) Collect(ch chan<- prometheus.Metric) { collectLoad(ch, c.stats()) }
+func (c loadCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.stats()
+	collectLoad(ch, st)
+	if c.model != nil {
+		collectGateway(ch, st, c.model())
+	}
+}

@@ -56,6 +56,8 @@ type PoolStats struct {
 	Role  string
 	Pages map[string]int
 	Cache CacheStats
+	// PageSize is token slots per page (the gateway metrics' block size).
+	PageSize int
 }
 
 // CacheStats is one pool's prefix cache (kv/cache.go). Tokens count whole
@@ -87,7 +89,18 @@ type metrics struct {
 	// refused counts requests refused by back-pressure (concurrency limits,
 	// no free KV pages, draining), by code: load, not integrity (I8).
 	refused *prometheus.CounterVec
+	// e2e: arrival to the last byte of every generation request that
+	// reached the engine, whatever its end.
+	e2e prometheus.Histogram
+	// vLLM's names of the same request figures, labelled model_name as
+	// vLLM labels them (dashboards and gateways built for vLLM read them).
+	vE2E, vTTFT, vITL *prometheus.HistogramVec
+	vPrompt, vGen     *prometheus.CounterVec
 }
+
+// e2eBuckets are vLLM's for vllm:e2e_request_latency_seconds (a request
+// lasts seconds to minutes, where TTFT lasts milliseconds).
+var e2eBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
 
 // refusalCodes are the error codes that mean "not now" (retryable
 // back-pressure) rather than "wrong": each has its own series in
@@ -98,7 +111,7 @@ var refusalCodes = map[string]bool{
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
-func newMetrics(reg *prometheus.Registry, stats func() EngineStats, tenantLabels bool) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, stats func() EngineStats, model func() string, tenantLabels bool) (*metrics, error) {
 	var tenant []string
 	if tenantLabels {
 		tenant = []string{"tenant"}
@@ -122,17 +135,35 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats, tenantLabels
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_requests_in_flight", Help: "Generation requests being served.",
 		}),
+		e2e: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_e2e_request_latency_seconds", Help: "Time from a generation request's arrival to its end (last token sent, error or client gone), every request that reached the engine.", Buckets: e2eBuckets,
+		}),
+		vE2E: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "vllm:e2e_request_latency_seconds", Help: "vLLM's name of sluice_e2e_request_latency_seconds, by served model.", Buckets: e2eBuckets,
+		}, []string{"model_name"}),
+		vTTFT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "vllm:time_to_first_token_seconds", Help: "vLLM's name of sluice_time_to_first_token_seconds, by served model.", Buckets: latencyBuckets,
+		}, []string{"model_name"}),
+		vITL: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "vllm:inter_token_latency_seconds", Help: "vLLM's name of sluice_inter_token_latency_seconds, by served model.", Buckets: latencyBuckets,
+		}, []string{"model_name"}),
+		vPrompt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vllm:prompt_tokens_total", Help: "vLLM's name of sluice_prompt_tokens_total (never by tenant), by served model.",
+		}, []string{"model_name"}),
+		vGen: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vllm:generation_tokens_total", Help: "vLLM's name of sluice_completion_tokens_total (never by tenant), by served model.",
+		}, []string{"model_name"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_requests_refused_total", Help: "Requests refused by back-pressure, by reason: overloaded and tenant_concurrency_limit (429, concurrency or a full queue), kv_capacity_exhausted (503, no free KV pages), queue_timeout (503, waited --queue-timeout in the queue), shutting_down (503). Load, not integrity.",
 		}, []string{"reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.itl, m.promptTokens, m.completionTokens, m.inflight, m.refused} {
+	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.itl, m.promptTokens, m.completionTokens, m.inflight, m.refused, m.e2e, m.vE2E, m.vTTFT, m.vITL, m.vPrompt, m.vGen} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	if stats != nil {
-		if err := reg.Register(&statsCollector{stats: stats}); err != nil {
+		if err := reg.Register(&statsCollector{stats: stats, model: model}); err != nil {
 			return nil, err
 		}
 	}
@@ -170,8 +201,13 @@ var (
 )
 
 // statsCollector turns an EngineStats snapshot into metrics at scrape time,
-// so the counts are the workers' own, never a copy that can drift.
-type statsCollector struct{ stats func() EngineStats }
+// so the counts are the workers' own, never a copy that can drift. With
+// model set it also exports the gateway names (gateway_metrics.go) from
+// the same snapshot, so one scrape's vllm:* and sluice_* figures agree.
+type statsCollector struct {
+	stats func() EngineStats
+	model func() string
+}
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPages
@@ -191,6 +227,11 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descCacheRead
 	ch <- descCachePub
 	ch <- descVerified
+	if c.model != nil {
+		for _, d := range gatewayDescs {
+			ch <- d
+		}
+	}
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -222,13 +263,17 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descAborted, prometheus.CounterValue, float64(st.HandoffsAborted))
 	collectLoad(ch, st)
+	if c.model != nil {
+		collectGateway(ch, st, c.model())
+	}
 }
 
 // MetricsHandler serves /metrics for a process without the HTTP API (a
-// prefill or decode worker): the snapshot that stats returns at each scrape.
-func MetricsHandler(stats func() EngineStats) (http.Handler, error) {
+// prefill or decode worker): the snapshot that stats returns at each
+// scrape, under sluice's names and the gateway names (model_name model).
+func MetricsHandler(stats func() EngineStats, model string) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(&statsCollector{stats: stats}); err != nil {
+	if err := reg.Register(&statsCollector{stats: stats, model: func() string { return model }}); err != nil {
 		return nil, err
 	}
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil

@@ -156,7 +156,7 @@ func New(cfg Config) (*Server, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	s.idPrefix = hex.EncodeToString(b[:])
-	m, err := newMetrics(cfg.Registry, cfg.Stats, cfg.MetricsTenantLabels)
+	m, err := newMetrics(cfg.Registry, cfg.Stats, func() string { return cfg.Engine.Info().Model }, cfg.MetricsTenantLabels)
 	if err != nil {
 		return nil, err
 	}
@@ -639,6 +639,11 @@ func (s *Server) finishMetrics(g *generation, out outcome) {
 	}
 	s.metrics.promptTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.prefilled))
 	s.metrics.completionTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.usage.CompletionTokens))
+	s.metrics.vPrompt.WithLabelValues(g.model).Add(float64(out.prefilled))
+	s.metrics.vGen.WithLabelValues(g.model).Add(float64(out.usage.CompletionTokens))
+	e2e := time.Since(g.start).Seconds()
+	s.metrics.e2e.Observe(e2e)
+	s.metrics.vE2E.WithLabelValues(g.model).Observe(e2e)
 	if out.err != nil && out.err.Code == engine.CodeIntegrity {
 		s.log.Error("integrity failure", "id", g.id, "tenant", g.tenant, "message", out.err.Message)
 	}

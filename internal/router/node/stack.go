@@ -144,7 +144,7 @@ func Stats(pools map[string]*kv.Pool, dw *engine.DecodeWorker) router.EngineStat
 	for role, p := range pools {
 		ps := p.Stats()
 		pageSize := uint64(p.Geometry().PageSize)
-		st.Pools = append(st.Pools, router.PoolStats{Role: role, Pages: map[string]int{
+		st.Pools = append(st.Pools, router.PoolStats{Role: role, PageSize: int(pageSize), Pages: map[string]int{
 			"free": ps.Free, "reserved": ps.Reserved, "filling": ps.Filling, "sealed": ps.Sealed, "quarantined": ps.Quarantined,
 		}, Cache: router.CacheStats{
 			HitTokens: ps.CacheHits * pageSize, MissTokens: ps.CacheMisses * pageSize, Evictions: ps.CacheEvictions,
@@ -158,6 +158,9 @@ func Stats(pools map[string]*kv.Pool, dw *engine.DecodeWorker) router.EngineStat
 	}
 	if dw != nil {
 		addReceiverStats(&st, dw.ReceiverStats())
+		// A decode worker process has no queue: its scheduler's sequences
+		// are its load (the gateway metrics; Stack.Stats replaces this).
+		st.Sched = map[string]engine.SchedStats{"decode": dw.SchedStats()}
 	}
 	return st
 }
