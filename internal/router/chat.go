@@ -54,7 +54,7 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 	}
 	// A memory loader holding only this template: a template from a model
 	// file must not be able to {% include %} files from the server's disk.
-	loader, err := loaders.NewMemoryLoader(map[string]string{"/chat": ct.source})
+	loader, err := loaders.NewMemoryLoader(map[string]string{"/chat": rewriteParenConditionals(ct.source)})
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +69,7 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 		},
 		// Llama 3.1+ templates date their system prompt with it.
 		"strftime_now": func(format string) string { return strftime(time.Now(), format) },
+		ifElseFunc:     ifElse,
 	}))
 	t, err := exec.NewTemplate("/chat", cfg, loader, &env)
 	if err != nil {
