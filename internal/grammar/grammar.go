@@ -71,6 +71,10 @@ type Grammar struct {
 	rules   [][]int32 // rule -> start index (in elems) of each alternative
 	classes []byteSet
 	root    int32
+	// nullAt[p]: the alternative can end from element p without a byte;
+	// firstAt[p]: the bytes that can come first from p within it.
+	nullAt  []bool
+	firstAt []byteSet
 }
 
 // Size is the number of grammar elements, the measure the compile limits
@@ -223,7 +227,54 @@ func (b *builder) finish(root int32) (*Grammar, error) {
 	if err := checkLeftRecursion(b.g); err != nil {
 		return nil, err
 	}
+	b.g.firsts()
 	return b.g, nil
+}
+
+// firsts computes nullAt and firstAt by iterating to a fixed point.
+func (g *Grammar) firsts() {
+	null := nullable(g)
+	g.nullAt = make([]bool, len(g.elems))
+	g.firstAt = make([]byteSet, len(g.elems))
+	ruleFirst := make([]byteSet, len(g.rules))
+	for changed := true; changed; {
+		changed = false
+		for r, alts := range g.rules {
+			for _, s := range alts {
+				end := s
+				for g.elems[end].kind != kEnd {
+					end++
+				}
+				g.nullAt[end] = true
+				for i := end - 1; i >= s; i-- {
+					e := g.elems[i]
+					var f byteSet
+					var n bool
+					if e.kind == kClass {
+						f = g.classes[e.arg]
+					} else {
+						f = ruleFirst[e.arg]
+						if null[e.arg] {
+							n = g.nullAt[i+1]
+							for k := range f {
+								f[k] |= g.firstAt[i+1][k]
+							}
+						}
+					}
+					g.nullAt[i] = n
+					g.firstAt[i] = f
+				}
+				rf := ruleFirst[r]
+				for k := range rf {
+					rf[k] |= g.firstAt[s][k]
+				}
+				if rf != ruleFirst[r] {
+					ruleFirst[r] = rf
+					changed = true
+				}
+			}
+		}
+	}
 }
 
 // nullable computes which rules can match the empty string.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -204,5 +205,38 @@ func TestHostileSchemas(t *testing.T) {
 		if d := time.Since(start); d > time.Second {
 			t.Errorf("%.60s: refused after %v", c.schema, d)
 		}
+	}
+}
+
+// The compiled-grammar cache is keyed by tenant (a shared one would tell
+// tenant B, by a fast first request, that A sent the same schema): B's
+// first use of A's schema is a miss; A's second use is a hit; one
+// tenant's many schemas evict its own entries, not another's.
+func TestCacheKeyedByTenant(t *testing.T) {
+	c := NewCache(testVocab())
+	schema := `{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}`
+	a1, hit, err := c.Get("A", false, schema)
+	if err != nil || hit {
+		t.Fatalf("A first: hit %v err %v", hit, err)
+	}
+	if _, hit, _ := c.Get("B", false, schema); hit {
+		t.Fatal("B's first use of A's schema hit the cache: a cross-tenant timing channel")
+	}
+	if a2, hit, _ := c.Get("A", false, schema); !hit || a2 != a1 {
+		t.Fatal("A's second use missed")
+	}
+	if _, hit, _ := c.Get("A", true, schema); hit {
+		t.Fatal("json_object shares the schema's entry")
+	}
+	for i := range DefaultPerTenant + 5 {
+		if _, _, err := c.Get("flood", false, fmt.Sprintf(`{"const":%d}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, hit, _ := c.Get("A", false, schema); !hit {
+		t.Fatal("another tenant's schemas evicted A's entry")
+	}
+	if n := c.count["flood"]; n != DefaultPerTenant {
+		t.Fatalf("flood holds %d entries, want its cap %d", n, DefaultPerTenant)
 	}
 }

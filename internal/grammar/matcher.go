@@ -28,10 +28,13 @@ func sameStack(a, b *frame) bool {
 }
 
 // stackSet is a set of stacks; nil is the empty stack (the grammar is
-// complete). over records that MaxStacks was exceeded.
+// complete). over records that MaxStacks was exceeded; escaped that a
+// byte could only be consumed after popping the bottom frame (computePos
+// uses it: what follows then depends on the stack below).
 type stackSet struct {
-	s    []*frame
-	over bool
+	s       []*frame
+	over    bool
+	escaped bool
 }
 
 func (ss *stackSet) add(f *frame) {
@@ -47,21 +50,39 @@ func (ss *stackSet) add(f *frame) {
 	ss.s = append(ss.s, f)
 }
 
-// resolve adds the stacks reached from position pos with below under it,
-// expanding rule references until each stack's top is a byte class (or the
-// stack is empty). The grammar has no left recursion (checked at compile),
-// so this terminates.
+// resolve adds the stack at position pos with below under it. Stacks are
+// lazy: a top that is a rule reference is expanded only when a byte comes
+// (step), and only into the alternatives that byte can start, so a rule of
+// many alternatives (a JSON string's character: ASCII, escapes, each UTF-8
+// length) costs one stack, not one per alternative. An alternative that
+// ends pops to the frame below.
 func (g *Grammar) resolve(pos int32, below *frame, out *stackSet) {
-	e := g.elems[pos]
-	switch e.kind {
-	case kClass:
-		out.add(&frame{pos, below})
-	case kEnd:
+	for g.elems[pos].kind == kEnd {
 		if below == nil {
 			out.add(nil)
 			return
 		}
-		g.resolve(below.pos, below.next, out)
+		pos, below = below.pos, below.next
+	}
+	out.add(&frame{pos, below})
+}
+
+// stepFrom consumes byte c at position pos with below under it, adding
+// the stacks after it to out. The grammar has no left recursion (checked
+// at compile), so the expansion terminates.
+func (g *Grammar) stepFrom(pos int32, below *frame, c byte, out *stackSet) {
+	e := g.elems[pos]
+	switch e.kind {
+	case kClass:
+		if g.classes[e.arg].has(c) {
+			g.resolve(pos+1, below, out)
+		}
+	case kEnd:
+		if below == nil {
+			out.escaped = true
+			return
+		}
+		g.stepFrom(below.pos, below.next, c, out)
 	case kRef:
 		ret := below
 		if g.elems[pos+1].kind != kEnd {
@@ -70,7 +91,9 @@ func (g *Grammar) resolve(pos int32, below *frame, out *stackSet) {
 			ret = &frame{pos + 1, below}
 		}
 		for _, s := range g.rules[e.arg] {
-			g.resolve(s, ret, out)
+			if g.nullAt[s] || g.firstAt[s].has(c) {
+				g.stepFrom(s, ret, c, out)
+			}
 		}
 	}
 }
@@ -78,13 +101,20 @@ func (g *Grammar) resolve(pos int32, below *frame, out *stackSet) {
 // step advances every stack of in by byte c into out.
 func (g *Grammar) step(in []*frame, c byte, out *stackSet) {
 	for _, f := range in {
-		if f == nil {
-			continue
-		}
-		if g.classes[g.elems[f.pos].arg].has(c) {
-			g.resolve(f.pos+1, f.next, out)
+		if f != nil {
+			g.stepFrom(f.pos, f.next, c, out)
 		}
 	}
+}
+
+// canEnd reports whether stack f can finish without another byte.
+func (g *Grammar) canEnd(f *frame) bool {
+	for ; f != nil; f = f.next {
+		if !g.nullAt[f.pos] {
+			return false
+		}
+	}
+	return true
 }
 
 // start is the initial stack set of the root rule.
@@ -138,7 +168,7 @@ func (m *Matcher) CanEnd() bool {
 		return false
 	}
 	for _, f := range m.stacks {
-		if f == nil {
+		if m.c.g.canEnd(f) {
 			return true
 		}
 	}
@@ -205,10 +235,12 @@ func (m *Matcher) Mask(dst []uint64) {
 	}
 	v := m.c.v
 	for _, f := range m.stacks {
-		if f == nil {
+		if m.c.g.canEnd(f) {
 			for _, id := range v.eog {
 				dst[id>>6] |= 1 << (id & 63)
 			}
+		}
+		if f == nil {
 			continue
 		}
 		pm := m.c.posMask(f.pos)
@@ -216,6 +248,14 @@ func (m *Matcher) Mask(dst []uint64) {
 			dst[i] |= w
 		}
 		one := []*frame{f}
+		if len(pm.uncertain) > maxUncertain {
+			// Near the end of a rule most tokens leave it, and what they
+			// may continue with depends on the stack below: one walk of
+			// the trie from the whole stack, which prunes each subtree at
+			// its first refused byte, is cheaper than checking each.
+			m.c.walkExact(one, dst)
+			continue
+		}
 		for _, id := range pm.uncertain {
 			if dst[id>>6]&(1<<(id&63)) != 0 {
 				continue
@@ -225,6 +265,45 @@ func (m *Matcher) Mask(dst []uint64) {
 			}
 		}
 	}
+}
+
+// maxUncertain is the uncertain-token count above which Mask walks the
+// trie from the stack instead of checking those tokens one by one.
+const maxUncertain = 512
+
+// walkExact sets in dst every token accepted from the stacks: a trie walk
+// whose state at each node is the stack set after that node's bytes.
+func (c *Compiled) walkExact(stacks []*frame, dst []uint64) {
+	v := c.v
+	var bufs []stackSet
+	var walk func(n int32, cur []*frame, depth int)
+	walk = func(n int32, cur []*frame, depth int) {
+		if depth >= len(bufs) {
+			bufs = append(bufs, stackSet{})
+		}
+		for ch := n + 1; ch < v.nodes[n].sub; ch = v.nodes[ch].sub {
+			nd := v.nodes[ch]
+			t := &bufs[depth]
+			t.s, t.over = t.s[:0], false
+			c.g.step(cur, nd.b, t)
+			if len(t.s) == 0 {
+				continue
+			}
+			for _, id := range v.toks[nd.t0:nd.t1] {
+				dst[id>>6] |= 1 << (id & 63)
+			}
+			live := make([]*frame, 0, len(t.s))
+			for _, f := range t.s {
+				if f != nil {
+					live = append(live, f)
+				}
+			}
+			if len(live) > 0 && nd.sub > ch+1 {
+				walk(ch, live, depth+1)
+			}
+		}
+	}
+	walk(0, stacks, 0)
 }
 
 // Clone returns an independent copy of m's state.

@@ -177,8 +177,9 @@ func (c *Compiled) computePos(p int32) *posMask {
 			nd := v.nodes[ch]
 			t := &bufs[depth]
 			t.s, t.over = t.s[:0], false
+			t.escaped = false
 			c.g.step(cur, nd.b, t)
-			esc := escaped || t.over
+			esc := escaped || t.over || t.escaped
 			live := t.s[:0]
 			for _, f := range t.s {
 				if f == nil {

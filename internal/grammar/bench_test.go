@@ -1,0 +1,108 @@
+package grammar
+
+import (
+	"encoding/json"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"sluice/internal/testenv"
+	"sluice/internal/tokenizer"
+)
+
+// benchVocab is Qwen2's 151,646-token byte-level BPE vocabulary (the
+// large-vocabulary case) or GPT-2's 50,257.
+func benchVocab(b *testing.B, file string) *Vocab {
+	tok, err := tokenizer.Load(testenv.Shared(b, "vocab/"+file))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pieces := make([]string, tok.Size())
+	for i := range pieces {
+		if !tok.IsControl(int32(i)) {
+			pieces[i] = tok.TokenText(int32(i))
+		}
+	}
+	return NewVocab(pieces, tok.IsEOG)
+}
+
+// BenchmarkMask measures one full vocabulary mask per generated token
+// along random valid outputs of corpus schemas (what a step costs when the
+// drawn token is refused; an accepted one costs one Allowed check):
+// p50/p99 per mask over the outputs after the first two (the
+// per-position cache warm), the cold first two, compile time, and one
+// Allowed check (the common step: the drawn token is accepted). Wall
+// times on a shared machine: the p99 includes the scheduler's pauses.
+func BenchmarkMask(b *testing.B) {
+	for _, vf := range []string{"ggml-vocab-gpt-2.gguf", "ggml-vocab-qwen2.gguf"} {
+		v := benchVocab(b, vf)
+		b.Run(vf, func(b *testing.B) {
+			var corpus []corpusEntry
+			for _, e := range loadCorpus(b) {
+				switch e.Name {
+				case "openai_ui_recursive", "nested", "openai_weather", "format_datetime", "unbounded_strings":
+					corpus = append(corpus, e)
+				}
+			}
+			var warm, cold, compile, allowed []time.Duration
+			rng := rand.New(rand.NewPCG(1, 2))
+			mask := make([]uint64, v.Words())
+			for range b.N {
+				for _, e := range corpus {
+					t0 := time.Now()
+					g, err := CompileSchema(e.Schema)
+					if err != nil {
+						b.Fatal(err)
+					}
+					c := Bind(g, v)
+					compile = append(compile, time.Since(t0))
+					for run := range 4 {
+						m := c.NewMatcher()
+						for range 40 {
+							t1 := time.Now()
+							m.Mask(mask)
+							d := time.Since(t1)
+							if run < 2 {
+								cold = append(cold, d)
+							} else {
+								warm = append(warm, d)
+							}
+							var ids []int32
+							for w, x := range mask {
+								for x != 0 {
+									i := int32(w*64) + int32(bits.TrailingZeros64(x))
+									x &= x - 1
+									ids = append(ids, i)
+								}
+							}
+							id := ids[rng.IntN(len(ids))]
+							t2 := time.Now()
+							ok := m.Allowed(id)
+							allowed = append(allowed, time.Since(t2))
+							if !ok {
+								b.Fatalf("masked token %d refused", id)
+							}
+							if m.Accept(id) != nil || m.Ended() {
+								break
+							}
+						}
+					}
+				}
+			}
+			q := func(ds []time.Duration, p float64) float64 {
+				slices.Sort(ds)
+				return float64(ds[int(p*float64(len(ds)-1))].Microseconds())
+			}
+			b.ReportMetric(q(warm, 0.5), "mask-p50-us")
+			b.ReportMetric(q(warm, 0.99), "mask-p99-us")
+			b.ReportMetric(q(cold, 0.5), "cold-p50-us")
+			b.ReportMetric(q(cold, 0.99), "cold-p99-us")
+			b.ReportMetric(q(compile, 0.5), "compile-p50-us")
+			b.ReportMetric(float64(q(allowed, 0.5)), "allowed-p50-us")
+			_ = json.Valid
+		})
+	}
+}
+
