@@ -105,4 +105,3 @@ func BenchmarkMask(b *testing.B) {
 		})
 	}
 }
-
