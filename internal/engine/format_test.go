@@ -9,10 +9,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"sluice/internal/grammar"
+	"sluice/internal/handoff"
 	"sluice/internal/sample"
 )
 
@@ -182,4 +184,74 @@ func TestConstrainedStories(t *testing.T) {
 			t.Logf("%s: %d requests, %d decode preemptions", transport, len(reqs), dw.SchedStats().Preemptions)
 		})
 	}
+}
+
+// TestDecodeReplaysGrammar: the decode worker derives a constrained
+// request's grammar state from the tokens it is told were generated (I14),
+// never from a peer's claim: a first token (or an earlier generated one)
+// the schema cannot produce fails the stream before any token is emitted,
+// and a valid one decodes on. The commit's own checks are switched off
+// here so that only the grammar stands between the forged token and the
+// client.
+func TestDecodeReplaysGrammar(t *testing.T) {
+	rt := storiesRuntime(t)
+	v := rt.GrammarVocab()
+	find := func(s string) int32 {
+		for id := range int32(v.Size()) {
+			if v.Piece(id) == s {
+				return id
+			}
+		}
+		t.Fatalf("no token %q", s)
+		return -1
+	}
+	brace, letter := find("{"), find("x")
+	cfg := storiesConfig(rt, 16)
+	cfg.Unsafe = Unsafe{NoCountCheck: true, NoDigest: true}
+	dw, err := NewDecodeWorker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	ctx := context.Background()
+	f := sample.Format{Kind: sample.FormatJSONSchema, Schema: `{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}`}
+	for _, c := range []struct {
+		name      string
+		generated []int32
+		first     int32
+		ok        bool
+	}{
+		{"valid first", nil, brace, true},
+		{"forged first", nil, letter, false},
+		{"forged generated", []int32{letter}, brace, false},
+		{"valid generated", []int32{brace}, find(`"`), true},
+	} {
+		id := newID()
+		if _, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 3, MaxTokens: 20, Model: FingerprintOf(rt)}); err != nil {
+			t.Fatal(err)
+		}
+		ts, err := dw.Stream(ctx, id, handoff.StreamParams{Sampling: sample.Params{Temperature: 1, Seed: 1, Format: f}, Generated: c.generated})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dw.Commit(ctx, &handoff.Commit{Handoff: id, Tokens: 3, Digest: []byte{1}, FirstToken: c.first}); err != nil {
+			t.Fatalf("%s: commit: %v", c.name, err)
+		}
+		tok, err := ts.Recv()
+		switch {
+		case err != nil:
+			t.Fatalf("%s: %v", c.name, err)
+		case c.ok && (tok.Err != nil || tok.ID != c.first):
+			t.Fatalf("%s: first item %+v", c.name, tok)
+		case !c.ok && tok.Err == nil:
+			t.Fatalf("%s: the forged token was emitted: %+v", c.name, tok)
+		}
+		for !tok.Done && tok.Err == nil {
+			if tok, err = ts.Recv(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dw.Tick(time.Now().Add(time.Hour))
+	waitDrained(t, dw.Pool())
 }
