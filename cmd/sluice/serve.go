@@ -309,7 +309,7 @@ func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
 	fs.StringVar(&o.apiKey, "api-key", "", "one API `key` every request must send (Authorization: Bearer KEY), all of them the single tenant \""+router.SingleTenant+"\" (vLLM's and llama-server's flag; like --api-keys it moves /metrics off --listen). A key on the command line shows in the process list: --api-keys FILE keeps it in a file")
 	fs.StringVar(&o.apiKeys, "api-keys", "", "file of \"KEY TENANT [weight=N]\" lines (# comments, several keys per tenant; weight: the tenant's share of the fair queue, default 1); without it the server is single-tenant and needs no key")
 	fs.StringVar(&o.maxBody, "max-body", "1MiB", "largest request body; larger gets 413")
-	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish")
+	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish while /ready answers 503 and new requests 503 draining; what still runs then is cut (a stream ends with a drain_timeout error event and [DONE]) and the process exits 1")
 	fs.IntVar(&o.maxQueue, "max-queue", 256, "requests that may wait for their turn and for KV pages (per-tenant fair queue); beyond it 429 with Retry-After")
 	fs.DurationVar(&o.queueWait, "queue-timeout", 30*time.Second, "how long a request may wait in the queue; then 503 queue_timeout")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "address of the admin listener serving /metrics, /health and /ready apart from the API. Default: with --api-keys "+defaultAdminListen+" (metrics are then never on --listen, which every tenant reaches); without --api-keys /metrics stays on --listen")
@@ -578,16 +578,45 @@ func serveHTTP(log *slog.Logger, addr string, tlsSrv *tlsload.Server, srv *route
 		log.Error("HTTP server failed", "err", err)
 		code = 1
 	}
+	// The listener stays open while requests finish: /ready answers 503
+	// (the load balancer takes the instance out), a new generation request
+	// 503 draining, a probe gets an answer rather than a refused
+	// connection. What still runs at the drain timeout is cut, each with
+	// an error the client can act on, and the exit code says so.
 	srv.Drain()
-	dctx, cancel := context.WithTimeout(context.Background(), drain)
+	waitIdle(srv, time.Now().Add(drain))
+	if n := srv.InFlight(); n > 0 {
+		log.Warn("drain timeout reached: cutting the requests still running", "sequences", n, "timeout", drain)
+		srv.CutStreams()
+		waitIdle(srv, time.Now().Add(cutGrace))
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cutGrace)
 	defer cancel()
-	if err := hs.Shutdown(dctx); err != nil {
-		log.Warn("drain timed out; closing remaining connections", "err", err)
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("connections still open after the drain; closing them", "err", err)
 		hs.Close()
 	}
-	if err := closeRoles(dctx); err != nil {
-		log.Warn("roles did not drain cleanly", "err", err)
+	if cut := srv.DrainCuts(); cut > 0 {
+		log.Error("requests were cut by the drain timeout", "cut", cut, "timeout", drain)
+		code = 1
 	}
-	log.Info("stopped")
+	if err := closeRoles(sctx); err != nil {
+		log.Error("roles did not drain cleanly", "err", err)
+		code = 1
+	}
+	log.Info("stopped", "exit_code", code)
 	return code
+}
+
+// cutGrace bounds each step after the drain timeout: the cut requests'
+// ends (a cancelled request ends within a decode step once its handoff
+// committed), closing connections, stopping the roles.
+const cutGrace = 10 * time.Second
+
+// waitIdle returns once srv has no generation request in flight, or at
+// deadline.
+func waitIdle(srv *router.Server, deadline time.Time) {
+	for srv.InFlight() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
 }

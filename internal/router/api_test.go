@@ -750,7 +750,7 @@ func TestModelsHealthMetrics(t *testing.T) {
 		t.Fatalf("draining ready %d", resp.StatusCode)
 	}
 	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(2)})
-	apiErr(t, err, 503, CodeShuttingDown)
+	apiErr(t, err, 503, CodeDraining)
 }
 
 // panicky is a test double whose Submit panics on a marker.

@@ -40,8 +40,14 @@ const (
 	CodeRateLimited = "rate_limited"
 	// CodeRateTooSmall (400): the request alone needs more tokens than
 	// the tenant's whole per-minute limit; no wait would admit it.
-	CodeRateTooSmall    = "rate_limit_too_small"
-	CodeShuttingDown    = "shutting_down"
+	CodeRateTooSmall = "rate_limit_too_small"
+	CodeShuttingDown = "shutting_down"
+	// CodeDraining (503): the server got SIGTERM and takes no new
+	// generation request; retry on another instance.
+	CodeDraining = "draining"
+	// CodeDrainTimeout (503): the request was still running when
+	// --drain-timeout ran out and the server cut it.
+	CodeDrainTimeout    = "drain_timeout"
 	CodeInternal        = "internal_error"
 	CodeNotFound        = "not_found"
 	CodeTemplate        = "chat_template_error"

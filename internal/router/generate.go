@@ -29,6 +29,9 @@ type outcome struct {
 	prefilled  int
 	err        *apiError
 	clientGone bool
+	// drainCut: the server cut the request at --drain-timeout (err is
+	// then drain_timeout).
+	drainCut bool
 }
 
 // genPrompt is one prompt of a request: its tokens and, for echo, its text.
@@ -84,6 +87,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		stuck   <-chan time.Time
 		timer   *time.Timer
 		ctxDone = r.Context().Done()
+		cutDone = (<-chan struct{})(s.cut)
 		first   = true
 		live    = len(streams)
 	)
@@ -164,8 +168,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		}
 		send(c, t, nil)
 	}
-	// Cases: 0 the client's context, 1 the stuck timer, 2.. the choices.
-	cases := make([]reflect.SelectCase, 2+len(chs))
+	// Cases: 0 the client's context, 1 the stuck timer, 2 the drain's
+	// cut, 3.. the choices.
+	const firstChoice = 3
+	cases := make([]reflect.SelectCase, firstChoice+len(chs))
 	for {
 		if live == 0 {
 			break
@@ -178,10 +184,14 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		if stuck != nil {
 			cases[1].Chan = reflect.ValueOf(stuck)
 		}
+		cases[2] = reflect.SelectCase{Dir: reflect.SelectRecv}
+		if cutDone != nil {
+			cases[2].Chan = reflect.ValueOf(cutDone)
+		}
 		for i, c := range chs {
-			cases[2+i] = reflect.SelectCase{Dir: reflect.SelectRecv}
+			cases[firstChoice+i] = reflect.SelectCase{Dir: reflect.SelectRecv}
 			if c.events != nil {
-				cases[2+i].Chan = reflect.ValueOf(c.events)
+				cases[firstChoice+i].Chan = reflect.ValueOf(c.events)
 			}
 		}
 		k, v, ok := reflect.Select(cases)
@@ -205,7 +215,20 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			}
 			break
 		}
-		c := chs[k-2]
+		if k == 2 {
+			// --drain-timeout ran out: end the request as the server's
+			// decision, with an error the client can act on (retry
+			// elsewhere); the choices are cancelled and drained as on a
+			// disconnect (I10).
+			cutDone = nil
+			if !out.clientGone {
+				out.drainCut = true
+				out.err = newErr(http.StatusServiceUnavailable, CodeDrainTimeout, "", "the server is shutting down and its drain timeout ended this request before it finished; retry on another instance")
+			}
+			cancelAll()
+			continue
+		}
+		c := chs[k-firstChoice]
 		if !ok {
 			// The engine contract promises a terminal event; a stream
 			// that closes without one must not look like success (I8).
@@ -362,8 +385,13 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 	var err error
 	if out.err != nil {
 		// A failure after streaming started ends the stream with an error
-		// event and no [DONE], never a clean finish_reason.
+		// event and no [DONE], never a clean finish_reason. A drain cut
+		// is no failure of the request: [DONE] follows its error event,
+		// so a client reading to [DONE] ends cleanly.
 		err = sse.event(out.err.body())
+		if err == nil && out.drainCut {
+			err = sse.raw("[DONE]")
+		}
 	} else {
 		if g.p.includeUsage {
 			err = sse.usage(u)

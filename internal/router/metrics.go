@@ -96,6 +96,9 @@ type metrics struct {
 	// vLLM labels them (dashboards and gateways built for vLLM read them).
 	vE2E, vTTFT, vITL *prometheus.HistogramVec
 	vPrompt, vGen     *prometheus.CounterVec
+	// drainCut counts requests still running when --drain-timeout ran out,
+	// ended by the server (apart from client disconnects).
+	drainCut prometheus.Counter
 }
 
 // e2eBuckets are vLLM's for vllm:e2e_request_latency_seconds (a request
@@ -107,6 +110,7 @@ var e2eBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 2
 // sluice_requests_refused_total, and none is an integrity violation.
 var refusalCodes = map[string]bool{
 	CodeOverloaded: true, CodeTenantLimit: true, CodeShuttingDown: true, CodeKVCapacity: true, CodeQueueTimeout: true, CodeRateLimited: true,
+	CodeDraining: true,
 }
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
@@ -154,10 +158,13 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats, model func()
 			Name: "vllm:generation_tokens_total", Help: "vLLM's name of sluice_completion_tokens_total (never by tenant), by served model.",
 		}, []string{"model_name"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_requests_refused_total", Help: "Requests refused by back-pressure, by reason: overloaded and tenant_concurrency_limit (429, concurrency or a full queue), kv_capacity_exhausted (503, no free KV pages), queue_timeout (503, waited --queue-timeout in the queue), shutting_down (503). Load, not integrity.",
+			Name: "sluice_requests_refused_total", Help: "Requests refused by back-pressure, by reason: overloaded and tenant_concurrency_limit (429, concurrency or a full queue), kv_capacity_exhausted (503, no free KV pages), queue_timeout (503, waited --queue-timeout in the queue), draining (503, SIGTERM received), shutting_down (503). Load, not integrity.",
 		}, []string{"reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.itl, m.promptTokens, m.completionTokens, m.inflight, m.refused, m.e2e, m.vE2E, m.vTTFT, m.vITL, m.vPrompt, m.vGen} {
+	m.drainCut = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_requests_cut_by_drain_total", Help: "Requests still running when --drain-timeout ran out after SIGTERM, ended by the server with a drain_timeout error (not client disconnects).",
+	})
+	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.itl, m.promptTokens, m.completionTokens, m.inflight, m.refused, m.e2e, m.vE2E, m.vTTFT, m.vITL, m.vPrompt, m.vGen, m.drainCut} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -106,8 +106,13 @@ type Server struct {
 	metrics  *metrics
 	mux      *http.ServeMux
 	draining atomic.Bool
-	seq      atomic.Uint64
-	idPrefix string
+	// cut is closed by CutStreams: every request still running ends with
+	// drain_timeout. cutOnce guards the close; drainCuts counts them.
+	cut       chan struct{}
+	cutOnce   sync.Once
+	drainCuts atomic.Int64
+	seq       atomic.Uint64
+	idPrefix  string
 
 	tmu      sync.Mutex
 	inflight map[string]int // per tenant
@@ -142,7 +147,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, chat: cfg.Chat, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConcurrency), inflight: map[string]int{}, started: time.Now()}
+	s := &Server{cfg: cfg, chat: cfg.Chat, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConcurrency), cut: make(chan struct{}), inflight: map[string]int{}, started: time.Now()}
 	if s.chat == nil {
 		ct, err := NewChatTemplate("", "", "")
 		if err != nil {
@@ -217,9 +222,25 @@ func (s *Server) Handler() http.Handler {
 }
 
 // Drain makes /ready answer 503 and refuses new generation requests with
-// 503, for graceful shutdown; in-flight requests continue and /health (the
-// liveness probe) stays 200, so the process is not restarted mid-drain.
+// 503 draining, for graceful shutdown; in-flight requests continue and
+// /health (the liveness probe) stays 200, so the process is not restarted
+// mid-drain. The listener stays open meanwhile (the caller's part), so
+// probes and late clients get an answer, not a refused connection.
 func (s *Server) Drain() { s.draining.Store(true) }
+
+// InFlight is the number of generation slots held (a request of n choices
+// holds n): queued, prefilling or streaming. 0: nothing left to drain.
+func (s *Server) InFlight() int { return len(s.slots) }
+
+// CutStreams ends every request still in flight, when the drain timeout
+// ran out: a stream gets an error event (code drain_timeout) then
+// "data: [DONE]", a request that has sent nothing gets 503 drain_timeout.
+// Each is logged and counted as cut by drain, never as a client
+// disconnect. Requests that arrive later are refused by Drain.
+func (s *Server) CutStreams() { s.cutOnce.Do(func() { close(s.cut) }) }
+
+// DrainCuts is the number of requests CutStreams ended.
+func (s *Server) DrainCuts() int64 { return s.drainCuts.Load() }
 
 // trackingWriter remembers whether headers went out, so recovery knows if
 // an error body can still be sent.
@@ -383,7 +404,7 @@ func (s *Server) countRefusal(e *apiError) {
 // a hang).
 func (s *Server) acquire(tenant string) (func(), *apiError) {
 	if s.draining.Load() {
-		return nil, newErr(http.StatusServiceUnavailable, CodeShuttingDown, "", "the server is shutting down; retry on another instance")
+		return nil, newErr(http.StatusServiceUnavailable, CodeDraining, "", "the server is shutting down (draining) and takes no new requests; retry on another instance")
 	}
 	if lim := s.cfg.TenantConcurrency; lim > 0 {
 		s.tmu.Lock()
@@ -630,11 +651,20 @@ func (s *Server) finishMetrics(g *generation, out outcome) {
 	if out.err != nil {
 		status, code = fmt.Sprint(out.err.Status), out.err.Code
 	}
-	if out.clientGone {
+	switch {
+	case out.drainCut:
+		// Cut by the server at --drain-timeout, whatever became of the
+		// connection after the error event.
+		status, code = fmt.Sprint(http.StatusServiceUnavailable), CodeDrainTimeout
+		s.drainCuts.Add(1)
+		s.metrics.drainCut.Inc()
+		s.log.Warn("request cut by drain: still running when --drain-timeout ran out", "id", g.id, "tenant", g.tenant,
+			"completion_tokens", out.usage.CompletionTokens)
+	case out.clientGone:
 		status, code = "499", "client_disconnected"
 	}
 	s.metrics.requests.WithLabelValues(g.route, status, code).Inc()
-	if !out.clientGone {
+	if !out.clientGone && !out.drainCut {
 		s.countRefusal(out.err)
 	}
 	s.metrics.promptTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.prefilled))

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// SIGTERM with a stream that outlasts --drain-timeout: the API port keeps
+// answering meanwhile (/ready 503, a new request 503 draining, not a
+// refused connection); at the timeout the stream ends with a drain_timeout
+// error event and data: [DONE]; the log says it was cut by the drain (not
+// a client disconnect); the process exits 1.
+func TestDrainTimeoutCutsStreamAndExitsNonZero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts a process")
+	}
+	p := startProc(t, "serve", "--listen", "127.0.0.1:0", "--kv-memory", "8MiB", "--threads", "1", "--drain-timeout", "1s")
+	addr := p.waitAddr(t)
+	// 8 choices of 2000 tokens: seconds of decoding on one thread.
+	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt":"hello","max_tokens":2000,"ignore_eos":true,"n":8,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: {") {
+		t.Fatalf("first event %q %v", line, err)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if !p.waitLog("shutting down") {
+		t.Fatalf("no drain in the log:\n%s", p.log())
+	}
+	ready, err := http.Get("http://" + addr + "/ready")
+	if err != nil {
+		t.Fatalf("/ready while draining: %v (the API port must stay open)", err)
+	}
+	ready.Body.Close()
+	late, err := http.Post("http://"+addr+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"hi","max_tokens":2}`))
+	if err != nil {
+		t.Fatalf("new request while draining: %v", err)
+	}
+	lateBody, _ := io.ReadAll(late.Body)
+	late.Body.Close()
+	if ready.StatusCode != 503 || late.StatusCode != 503 || !strings.Contains(string(lateBody), `"code":"draining"`) {
+		t.Fatalf("while draining: /ready %d, new request %d %s", ready.StatusCode, late.StatusCode, lateBody)
+	}
+	rest, err := io.ReadAll(rd)
+	if err != nil {
+		t.Fatalf("reading the stream: %v", err)
+	}
+	events := strings.Split(strings.TrimSpace(string(rest)), "\n\n")
+	n := len(events)
+	if n < 2 || !strings.Contains(events[n-2], `"code":"drain_timeout"`) || events[n-1] != "data: [DONE]" {
+		t.Fatalf("cut stream ends %q, want a drain_timeout error event then data: [DONE]", tail(string(rest)))
+	}
+	if code := p.wait(t); code != 1 {
+		t.Fatalf("exit %d after cutting a stream, want 1:\n%s", code, p.log())
+	}
+	l := p.log()
+	if !strings.Contains(l, "request cut by drain") || !strings.Contains(l, "requests were cut by the drain timeout") || strings.Contains(l, "client_disconnected") {
+		t.Fatalf("the log does not say the stream was cut by the drain:\n%s", l)
+	}
+}
+
+func tail(s string) string {
+	if len(s) > 400 {
+		return "..." + s[len(s)-400:]
+	}
+	return s
+}
