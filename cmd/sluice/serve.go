@@ -472,7 +472,9 @@ Example:
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
 		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log,
 		ChunkTokens: o.chunk, StepTokens: o.stepTokens, ShareThreads: true,
-		PrefixCache: o.prefix == "on", PublicPrefix: public, PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers})
+		PrefixCache: o.prefix == "on", PublicPrefix: public, PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers,
+		// The cache's per-tenant shares follow the key file's weights.
+		Engine: func(_ string, ec *engine.Config) { ec.CacheWeight = keys.Weight }})
 	if pe, ok := node.IsPreflight(err); ok {
 		logPreflight(log, pe.Report)
 		return 1

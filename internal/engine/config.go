@@ -88,6 +88,9 @@ type Config struct {
 	// it are cached in a public scope every tenant reads. Empty: no page
 	// is ever shared across tenants.
 	PublicPrefix []int32
+	// CacheWeight is a tenant's weight in the prefix cache's per-tenant
+	// shares (kv.Config.CacheWeight); nil: every tenant weighs 1.
+	CacheWeight func(tenant string) int
 	// Verify says when sealed KV pages are re-hashed against their seal
 	// digest (--kv-verify; zero: kv.VerifyHit); under kv.VerifySample every
 	// scheduler step re-hashes VerifyPages of them (0: kv's default).
@@ -244,6 +247,7 @@ func (c Config) newPool() (pagePool, error) {
 		SharedFile:  c.SharedFile,
 		Verify:      c.Verify,
 		VerifyPages: c.VerifyPages,
+		CacheWeight: c.CacheWeight,
 		Unsafe: kv.Unsafe{NoOwnerCheck: c.Unsafe.NoOwnerCheck, NoExtentCheck: c.Unsafe.NoExtentCheck,
 			CacheIgnoresTenant: c.Unsafe.TenantBlindCache},
 	})

@@ -325,6 +325,12 @@ type Config struct {
 	// VerifyPages is the sealed pages one VerifyStep re-hashes under
 	// VerifySample (0: DefaultVerifyPages).
 	VerifyPages int
+	// CacheWeight is a tenant's weight in the prefix cache's shares
+	// (cache.go, Quotas); nil or a value below 1 means 1.
+	CacheWeight func(tenant string) int
+	// PublicCachePages is the public scope's budget of cached pages
+	// (0: a quarter of the pool).
+	PublicCachePages int
 	// Unsafe: test and demo hook only, see the type.
 	Unsafe Unsafe
 }

@@ -21,13 +21,27 @@ import (
 //   - a cached page is full and sealed: every write into it is a
 //     sealed_write violation (the page is quarantined: it may have been
 //     changed, and its readers fail closed);
-//   - an entry nobody reads is idle, on an LRU list; allocation under
-//     pressure evicts idle entries oldest first, never one with a reader.
+//   - an entry nobody reads is idle, on its scope's LRU list (a scope is a
+//     tenant, or the operator's public scope); allocation under pressure
+//     evicts idle entries, never one with a reader, taking first from the
+//     tenant that holds the most cached pages for its weight (quotas below).
 //     Eviction bumps the generation (a stale ref fails as stale_generation)
 //     and scrubs the page (I7) on its way to the free list;
 //   - a cached page is never a transfer target (only sealed, fully written,
 //     non-fenced pages are inserted, I6), and a quarantined one leaves only
 //     after its last reader and then a lease, like any quarantined page.
+//
+// Quotas (tenants cannot crowd each other out). Each tenant's cached pages
+// are bounded by its share of the pool: pages not held by the public scope,
+// times its weight (Config.CacheWeight), over the weights of the tenants
+// that hold cached pages now, itself included. A tenant at its share that
+// inserts again evicts its own oldest idle entry first, and if it has none
+// the page is simply not cached. When a reservation needs pages, the victim
+// is the oldest idle entry of the tenant most over its share (cached pages
+// per weight; ties go to the oldest entry), so a tenant flooding unique
+// prompts evicts its own pages before anyone else's. The public scope has
+// its own fixed budget (Config.PublicCachePages) and is evicted only when no
+// tenant has an idle entry. With one tenant every rule above is plain LRU.
 //
 // Life of a cached page:
 //
@@ -98,24 +112,37 @@ type cacheState struct {
 	shares  map[shareKey]struct{}
 	tenants map[string]uint32 // interned tenant ids, from 1 (the view's per-read check)
 
-	lruHead, lruTail int32 // idle entries, oldest at head
-	idle             int
-	cached           int
-	hits, misses     uint64 // pages
-	inserts          uint64
-	evictions        uint64
+	// scopes are the tenants that hold cached pages, public the
+	// operator's public scope: each with its idle entries' LRU list.
+	scopes       map[string]*scopeCache
+	public       scopeCache
+	idleSeq      uint64 // stamps entries as they become idle (age across scopes)
+	idle         int
+	cached       int
+	hits, misses uint64 // pages
+	inserts      uint64
+	evictions    uint64
 }
 
 // cmeta is the cache side of one page.
 type cmeta struct {
+	idleAt  uint64   // cacheState.idleSeq when it last became idle
 	cached  bool     // owned by a cache entry (not by a sequence)
 	public  bool     // in the operator's public scope: every tenant may read it
 	indexed bool     // findable by Lookup; false once invalidated or quarantined
 	key     BlockKey // the entry's key while cached
 	readers int32    // shares held
 	onLRU   bool
-	// LRU links (page indices, -1 = none).
+	// LRU links within its scope's list (page indices, -1 = none).
 	prev, next int32
+}
+
+// scopeCache is one scope's cached entries: how many (read or idle) and
+// the idle ones, oldest at head.
+type scopeCache struct {
+	cached     int
+	idle       int
+	head, tail int32
 }
 
 type entryKey struct {
@@ -168,7 +195,108 @@ func (c *cacheState) init(pages int) {
 	c.index = make(map[entryKey]uint32)
 	c.shares = make(map[shareKey]struct{})
 	c.tenants = make(map[string]uint32)
-	c.lruHead, c.lruTail = -1, -1
+	c.scopes = make(map[string]*scopeCache)
+	c.public = scopeCache{head: -1, tail: -1}
+}
+
+// scopeLocked is the scope of a private tenant's entries, made on first
+// use; public selects the public scope.
+func (c *cacheState) scopeLocked(tenant string, public bool) *scopeCache {
+	if public {
+		return &c.public
+	}
+	s := c.scopes[tenant]
+	if s == nil {
+		s = &scopeCache{head: -1, tail: -1}
+		c.scopes[tenant] = s
+	}
+	return s
+}
+
+// pageScopeLocked is the scope of cached page pg.
+func (p *Pool) pageScopeLocked(pg uint32) *scopeCache {
+	return p.cache.scopeLocked(p.pages[pg].owner.Tenant, p.cache.meta[pg].public)
+}
+
+// cacheWeight is tenant's weight in the cache's shares (1 by default).
+func (p *Pool) cacheWeight(tenant string) int64 {
+	if p.cfg.CacheWeight != nil {
+		if w := p.cfg.CacheWeight(tenant); w > 0 {
+			return int64(w)
+		}
+	}
+	return 1
+}
+
+// publicBudget is the most pages the public scope may cache.
+func (p *Pool) publicBudget() int {
+	if b := p.cfg.PublicCachePages; b > 0 {
+		return b
+	}
+	return max(1, len(p.pages)/4)
+}
+
+// shareLocked is the most pages tenant may cache now: its weight's part
+// of the pages the public scope does not hold, among the tenants that
+// hold cached pages (itself included). At least one.
+func (p *Pool) shareLocked(tenant string) int {
+	c := &p.cache
+	w := p.cacheWeight(tenant)
+	sum := w
+	for t, s := range c.scopes {
+		if t != tenant && s.cached > 0 {
+			sum += p.cacheWeight(t)
+		}
+	}
+	room := int64(len(p.pages) - c.public.cached)
+	return int(max(1, room*w/sum))
+}
+
+// roomForInsertLocked makes room in a scope at its quota for one more
+// entry by evicting the scope's own oldest idle entry; false if the scope
+// is at its quota with nothing idle (the page is then not cached).
+func (p *Pool) roomForInsertLocked(tenant string, public bool) bool {
+	s := p.cache.scopeLocked(tenant, public)
+	limit := p.publicBudget()
+	if !public {
+		limit = p.shareLocked(tenant)
+	}
+	if s.cached < limit {
+		return true
+	}
+	if s.head == -1 {
+		return false
+	}
+	p.evictLocked(uint32(s.head))
+	return true
+}
+
+// victimLocked is the idle entry to evict next: the oldest of the tenant
+// with the most cached pages for its weight (ties: the oldest entry); the
+// public scope's oldest only when no tenant has one; -1 when none is idle.
+func (p *Pool) victimLocked() int32 {
+	c := &p.cache
+	var best *scopeCache
+	var bestW int64
+	for t, s := range c.scopes {
+		if s.idle == 0 {
+			continue
+		}
+		w := p.cacheWeight(t)
+		if best == nil {
+			best, bestW = s, w
+			continue
+		}
+		// s.cached/w against best.cached/bestW, without division.
+		a, b := int64(s.cached)*bestW, int64(best.cached)*w
+		if a > b || (a == b && c.meta[s.head].idleAt < c.meta[best.head].idleAt) {
+			best, bestW = s, w
+		}
+	}
+	if best != nil {
+		return best.head
+	}
+	return c.public.head
 }
 
 // internLocked is the tenant's small id, the same for the pool's life.
@@ -275,10 +403,14 @@ func (p *Pool) insert(o Owner, ref PageRef, key BlockKey, public bool) (bool, er
 	if _, ok := c.index[ek]; ok {
 		return false, nil
 	}
+	if !p.roomForInsertLocked(o.Tenant, public) {
+		return false, nil
+	}
 	cm := &c.meta[ref.Page]
 	cm.cached, cm.indexed, cm.key, cm.public = true, true, key, public
 	c.index[ek] = ref.Page
 	c.cached++
+	c.scopeLocked(o.Tenant, public).cached++
 	c.inserts++
 	// The entry owns the page now; the ID is the key's, which no sequence
 	// holds, so no sequence-owner check can pass on it.
@@ -293,8 +425,9 @@ func (p *Pool) insert(o Owner, ref PageRef, key BlockKey, public bool) (bool, er
 	return true, nil
 }
 
-// EvictIdle evicts up to n idle cache entries, oldest first (all of them
-// when n < 0), and returns how many it evicted.
+// EvictIdle evicts up to n idle cache entries in eviction order (the tenant
+// most over its share first, see Quotas; all of them when n < 0), and
+// returns how many it evicted.
 func (p *Pool) EvictIdle(n int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -302,8 +435,8 @@ func (p *Pool) EvictIdle(n int) int {
 		return 0
 	}
 	done := 0
-	for p.cache.lruHead != -1 && (n < 0 || done < n) {
-		p.evictLocked(uint32(p.cache.lruHead))
+	for pg := p.victimLocked(); pg != -1 && (n < 0 || done < n); pg = p.victimLocked() {
+		p.evictLocked(uint32(pg))
 		done++
 	}
 	return done
@@ -335,14 +468,14 @@ func (p *Pool) InvalidateTenant(tenant string) int {
 }
 
 // evictForLocked makes room for a reservation of n pages by evicting idle
-// entries, oldest first, but only when that is enough: a reservation that
-// cannot fit anyway takes nothing, not even the cache.
+// entries in eviction order (victimLocked), but only when that is enough: a
+// reservation that cannot fit anyway takes nothing, not even the cache.
 func (p *Pool) evictForLocked(n int) {
 	if n <= p.nfree || n > p.nfree+p.cache.idle {
 		return
 	}
 	for n > p.nfree {
-		p.evictLocked(uint32(p.cache.lruHead))
+		p.evictLocked(uint32(p.victimLocked()))
 	}
 }
 
@@ -378,6 +511,10 @@ func (p *Pool) uncacheLocked(pg uint32) {
 		p.lruRemoveLocked(pg)
 	}
 	c.cached--
+	s := p.pageScopeLocked(pg)
+	if s.cached--; s.cached == 0 && !cm.public {
+		delete(c.scopes, p.pages[pg].owner.Tenant) // no longer holds a share
+	}
 	*cm = cmeta{prev: -1, next: -1}
 }
 
@@ -474,32 +611,38 @@ func (p *Pool) checkCachedLocked(o Owner, ref PageRef, op op) *Violation {
 
 func (p *Pool) lruPushLocked(pg uint32) {
 	c := &p.cache
+	s := p.pageScopeLocked(pg)
 	cm := &c.meta[pg]
 	cm.onLRU = true
-	cm.prev, cm.next = c.lruTail, -1
-	if c.lruTail != -1 {
-		c.meta[c.lruTail].next = int32(pg)
+	c.idleSeq++
+	cm.idleAt = c.idleSeq
+	cm.prev, cm.next = s.tail, -1
+	if s.tail != -1 {
+		c.meta[s.tail].next = int32(pg)
 	} else {
-		c.lruHead = int32(pg)
+		s.head = int32(pg)
 	}
-	c.lruTail = int32(pg)
+	s.tail = int32(pg)
+	s.idle++
 	c.idle++
 }
 
 func (p *Pool) lruRemoveLocked(pg uint32) {
 	c := &p.cache
+	s := p.pageScopeLocked(pg)
 	cm := &c.meta[pg]
 	if cm.prev != -1 {
 		c.meta[cm.prev].next = cm.next
 	} else {
-		c.lruHead = cm.next
+		s.head = cm.next
 	}
 	if cm.next != -1 {
 		c.meta[cm.next].prev = cm.prev
 	} else {
-		c.lruTail = cm.prev
+		s.tail = cm.prev
 	}
 	cm.prev, cm.next, cm.onLRU = -1, -1, false
+	s.idle--
 	c.idle--
 }
 
@@ -513,20 +656,33 @@ func (p *Pool) auditCacheLocked() error {
 		return &Error{Code: CodeCorrupt, Msg: "prefix cache: " + fmt.Sprintf(format, args...)}
 	}
 	n := 0
-	prev := int32(-1)
-	for i := c.lruHead; i != -1; i = c.meta[i].next {
-		cm := &c.meta[i]
-		if !cm.onLRU || cm.prev != prev || !cm.cached || !cm.indexed || cm.readers != 0 {
-			return bad("LRU corrupt at page %d", i)
-		}
-		prev = i
-		if n++; n > len(c.meta) {
-			return bad("LRU has a cycle")
-		}
+	scopes := map[*scopeCache]bool{&c.public: true}
+	for _, s := range c.scopes {
+		scopes[s] = true
 	}
-	if prev != c.lruTail || n != c.idle {
-		return bad("LRU holds %d pages, counter says %d", n, c.idle)
+	for s := range scopes {
+		k := 0
+		prev := int32(-1)
+		for i := s.head; i != -1; i = c.meta[i].next {
+			cm := &c.meta[i]
+			if !cm.onLRU || cm.prev != prev || !cm.cached || !cm.indexed || cm.readers != 0 || p.pageScopeLocked(uint32(i)) != s ||
+				(prev != -1 && c.meta[prev].idleAt >= cm.idleAt) {
+				return bad("LRU corrupt at page %d", i)
+			}
+			prev = i
+			if k++; k > len(c.meta) {
+				return bad("LRU has a cycle")
+			}
+		}
+		if prev != s.tail || k != s.idle {
+			return bad("a scope's LRU holds %d pages, its counter says %d", k, s.idle)
+		}
+		n += k
 	}
+	if n != c.idle {
+		return bad("LRUs hold %d pages, counter says %d", n, c.idle)
+	}
+	perScope := map[*scopeCache]int{}
 	for ek, pg := range c.index {
 		cm := &c.meta[pg]
 		if !cm.cached || !cm.indexed || cm.key != ek.key || p.indexKeyLocked(pg) != ek ||
@@ -554,6 +710,7 @@ func (p *Pool) auditCacheLocked() error {
 			continue
 		}
 		cached++
+		perScope[p.pageScopeLocked(uint32(i))]++
 		if cm.indexed {
 			indexed++
 		}
@@ -570,6 +727,11 @@ func (p *Pool) auditCacheLocked() error {
 	}
 	if cached != c.cached || indexed != len(c.index) {
 		return bad("%d cached pages (%d indexed) but counters say %d (%d)", cached, indexed, c.cached, len(c.index))
+	}
+	for s := range scopes {
+		if perScope[s] != s.cached || (s != &c.public && s.cached == 0) {
+			return bad("a scope counts %d cached pages, %d are", s.cached, perScope[s])
+		}
 	}
 	return nil
 }

@@ -99,12 +99,66 @@ func (m *csModel) lruDrop(pg uint32) {
 	}
 }
 
-// evictOldest models evictLocked on the LRU head.
-func (m *csModel) evictOldest() {
-	pg := m.lru[0]
-	m.lru = m.lru[1:]
+// cachedBy is how many cached pages tenant holds (read or idle).
+func (m *csModel) cachedBy(tenant string) int {
+	n := 0
+	for i := range m.pages {
+		if m.pages[i].cached && m.pages[i].tenant == tenant {
+			n++
+		}
+	}
+	return n
+}
+
+// oldestIdle is tenant's oldest idle entry, if any.
+func (m *csModel) oldestIdle(tenant string) (uint32, bool) {
+	for _, pg := range m.lru {
+		if m.pages[pg].tenant == tenant {
+			return pg, true
+		}
+	}
+	return 0, false
+}
+
+// share models shareLocked with every weight 1 and no public scope: the
+// pool's pages over the tenants holding cached pages, tenant included.
+func (m *csModel) share(tenant string) int {
+	ts := map[string]bool{tenant: true}
+	for i := range m.pages {
+		if m.pages[i].cached {
+			ts[m.pages[i].tenant] = true
+		}
+	}
+	return max(1, csmPages/len(ts))
+}
+
+// victim models victimLocked: the oldest idle entry of the tenant with the
+// most cached pages; ties go to the tenant whose oldest idle entry is
+// older (m.lru is in idle order).
+func (m *csModel) victim() uint32 {
+	best, bestN := uint32(0), -1
+	seen := map[string]bool{}
+	for _, pg := range m.lru {
+		t := m.pages[pg].tenant
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		if n := m.cachedBy(t); n > bestN {
+			best, bestN = pg, n
+		}
+	}
+	return best
+}
+
+// evictPage models evictLocked of an idle entry.
+func (m *csModel) evictPage(pg uint32) {
+	m.lruDrop(pg)
 	m.pages[pg] = csPage{gen: m.pages[pg].gen}
 }
+
+// evictOldest models the pool's next eviction (victimLocked).
+func (m *csModel) evictOldest() { m.evictPage(m.victim()) }
 
 // quarantine models quarantineLocked of a cached page.
 func (m *csModel) quarantine(pg uint32) {
@@ -249,9 +303,19 @@ func TestCacheStateMachine(t *testing.T) {
 					mp.writer, mp.wgen, mp.written = s.o, r.Gen, true
 					k := keys[s.hits+i]
 					_, dup := m.indexed(s.o.Tenant, k)
+					// At its share, a tenant's own oldest idle entry makes
+					// room; with none idle the page stays private.
+					want := !dup
+					if want && m.cachedBy(s.o.Tenant) >= m.share(s.o.Tenant) {
+						if own, ok := m.oldestIdle(s.o.Tenant); ok {
+							m.evictPage(own)
+						} else {
+							want = false
+						}
+					}
 					ok, err := p.Insert(s.o, r, k)
-					if err != nil || ok == dup {
-						t.Fatalf("insert (model duplicate %v): %v %v", dup, ok, err)
+					if err != nil || ok != want {
+						t.Fatalf("insert (model duplicate %v, %d cached of a share of %d): %v %v, want %v", dup, m.cachedBy(s.o.Tenant), m.share(s.o.Tenant), ok, err, want)
 					}
 					if ok {
 						mp.holder, mp.cached, mp.indexed, mp.tenant, mp.key = nil, true, true, s.o.Tenant, k
@@ -467,9 +531,13 @@ func (m *csModel) check(t *rapid.T) {
 	if st.CacheReaders != shares || st.Cached != cached || st.CacheIdle != len(m.lru) {
 		t.Fatalf("cache stats %d readers %d cached %d idle, model %d %d %d", st.CacheReaders, st.Cached, st.CacheIdle, shares, cached, len(m.lru))
 	}
-	for i, pg := range m.lru {
-		if i == 0 && m.p.cache.lruHead != int32(pg) {
-			t.Fatalf("LRU head is page %d, model %d", m.p.cache.lruHead, pg)
+	for tn, sc := range m.p.cache.scopes {
+		pg, ok := m.oldestIdle(tn)
+		if (sc.head != -1) != ok || (ok && sc.head != int32(pg)) {
+			t.Fatalf("tenant %s's LRU head is page %d, model %d (%v)", tn, sc.head, pg, ok)
+		}
+		if sc.cached != m.cachedBy(tn) {
+			t.Fatalf("tenant %s caches %d pages, model %d", tn, sc.cached, m.cachedBy(tn))
 		}
 	}
 }

@@ -800,9 +800,11 @@ func (p *Pool) checkIdleSeals() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c := &p.cache
-	for i := c.lruHead; i != -1; i = c.meta[i].next {
-		pg := uint32(i)
-		if tagState(p.pages[pg].tag.Load()) != Sealed || p.pageDigest(pg, p.geo.PageSize) != p.digests[pg] {
+	for pg := range c.meta {
+		if !c.meta[pg].onLRU {
+			continue
+		}
+		if tagState(p.pages[pg].tag.Load()) != Sealed || p.pageDigest(uint32(pg), p.geo.PageSize) != p.digests[pg] {
 			return &Error{Code: CodeCorrupt, Msg: fmt.Sprintf("idle prefix-cache page %d no longer matches its seal digest", pg)}
 		}
 	}

@@ -1,0 +1,149 @@
+package kv
+
+import (
+	"testing"
+)
+
+// insertAll seals o's private refs and offers each to the cache; it
+// returns how many were cached.
+func insertAll(t *testing.T, p *Pool, o Owner, toks []int32) ([]PageRef, []BlockKey, int) {
+	t.Helper()
+	keys := PrefixKeys(testFP, saltOf(o.Tenant), tg.PageSize, toks)
+	refs, err := p.Reserve(o, len(keys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, p.View(o, refs), refs, 0, len(toks))
+	if err := p.Seal(o, refs); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i, r := range refs {
+		ok, err := p.Insert(o, r, keys[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			n++
+		}
+	}
+	return refs, keys, n
+}
+
+// A tenant flooding the cache with unique prompts evicts its own entries,
+// never another tenant's within that tenant's share: B's cached prefix
+// survives 200 of A's unique prompts, and A never holds more than its
+// share (half the pool: two tenants of weight 1) at any moment.
+func TestCacheFloodEvictsOwnPagesFirst(t *testing.T) {
+	p := newPool(t, 16)
+	b := owner("b", 1)
+	refsB, keysB := cachedSeq(t, p, b, prompt(7, 4))
+	if err := p.Release(b, refsB); err != nil { // idle: evictable
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		a := owner("a", byte(2+i%200))
+		refs, _, _ := insertAll(t, p, a, prompt(int32(100+i), 3))
+		if err := p.Release(a, refs); err != nil {
+			t.Fatal(err)
+		}
+		p.mu.Lock()
+		got, share := p.cache.scopes["a"].cached, p.shareLocked("a")
+		p.mu.Unlock()
+		if got > share || share != 8 {
+			t.Fatalf("round %d: tenant a caches %d pages, its share is %d (want 8)", i, got, share)
+		}
+		if err := p.Audit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h, err := p.Lookup(owner("b", 250), keysB); err != nil || len(h) != 4 {
+		t.Fatalf("B's prefix after A's flood: %d of 4 pages hit (%v)", len(h), err)
+	}
+}
+
+// Allocation under pressure takes from the tenant most over its weighted
+// share: with weights a=1, b=3, a tenant b holding 6 pages (under its share
+// of 12) keeps them while a's 5 (over its 4) go first.
+func TestCacheEvictionTakesFromTheMostOverShare(t *testing.T) {
+	p := newPool(t, 16, func(c *Config) {
+		c.CacheWeight = func(t string) int {
+			if t == "b" {
+				return 3
+			}
+			return 1
+		}
+	})
+	refsB, keysB := cachedSeq(t, p, owner("b", 1), prompt(1, 6))
+	refsA, keysA := cachedSeq(t, p, owner("a", 2), prompt(2, 4))
+	if err := p.Release(owner("b", 1), refsB); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(owner("a", 2), refsA); err != nil {
+		t.Fatal(err)
+	}
+	// 6 free pages: a reservation of 8 evicts 2, both a's (a: 4 cached
+	// for weight 1 against b's 6 for weight 3; then 3 against 2).
+	x := owner("x", 3)
+	r, err := p.Reserve(x, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := p.Lookup(owner("b", 4), keysB); len(h) != 6 {
+		t.Fatalf("b kept %d of 6 pages; a's should have gone first", len(h))
+	}
+	if h, _ := p.Lookup(owner("a", 5), keysA); len(h) != 2 {
+		t.Fatalf("a kept %d of 4 pages, want its chain's first 2", len(h))
+	}
+	if err := p.Release(x, r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The public scope has its own budget: beyond it a public insert evicts
+// the scope's own oldest idle entry, or is refused when none is idle; a
+// tenant's flood never evicts public entries while any tenant entry is
+// idle.
+func TestCachePublicBudget(t *testing.T) {
+	p := newPool(t, 16, func(c *Config) { c.PublicCachePages = 2 })
+	op := owner("t", 1)
+	toks := prompt(9, 3)
+	keys := PrefixKeys(testFP, Salt{}, tg.PageSize, toks)
+	refs, err := p.Reserve(op, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, p.View(op, refs), refs, 0, len(toks))
+	if err := p.Seal(op, refs); err != nil {
+		t.Fatal(err)
+	}
+	var okN int
+	for i, r := range refs {
+		if ok, err := p.InsertPublic(op, r, keys[i]); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			okN++
+		}
+	}
+	if okN != 2 {
+		t.Fatalf("%d public pages cached with a budget of 2 and none idle", okN)
+	}
+	if err := p.Release(op, refs); err != nil {
+		t.Fatal(err)
+	}
+	// A flood by tenant a: the two public pages stay as long as a has idle
+	// entries of its own to give.
+	for i := range 50 {
+		a := owner("a", byte(10+i))
+		r, _, _ := insertAll(t, p, a, prompt(int32(300+i), 4))
+		if err := p.Release(a, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h, _ := p.LookupPublic(owner("c", 99), keys[:2], 2); len(h) != 2 {
+		t.Fatalf("public entries after a tenant's flood: %d of 2", len(h))
+	}
+	if err := p.Audit(); err != nil {
+		t.Fatal(err)
+	}
+}
