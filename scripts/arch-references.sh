@@ -33,8 +33,9 @@ models=(
   "qwen3-hd24-q8_0|--arch qwen3 --layers 3 --embd 64 --heads 4 --kv-heads 2 --head-dim 24 --ff 128 --type q8_0 --seed 3102 --output-scale 12"
   "gemma3-w16-f16|--arch gemma3 --layers 7 --embd 64 --heads 2 --kv-heads 1 --head-dim 48 --ff 128 --sliding-window 16 --type f16 --seed 3201 --output-scale 12"
   "gemma3-w16-q8_0|--arch gemma3 --layers 7 --embd 64 --heads 4 --kv-heads 2 --head-dim 32 --ff 192 --sliding-window 16 --type q8_0 --seed 3202 --output-scale 12"
+  "gemma3-spm-q8_0|--arch gemma3 --layers 6 --embd 64 --heads 2 --kv-heads 1 --head-dim 32 --ff 128 --sliding-window 16 --type q8_0 --seed 3203 --output-scale 12 --spm-vocab"
 )
-prompts='["Once upon a time", "The quick brown fox jumps over the lazy dog, and then the dog chases the fox across the field until nightfall.", "In 2026, KV caches are paged: each page belongs to one tenant and one generation.", "a b c d e f g h i j k l m n o p q r s t u v w x y z 0 1 2 3 4 5 6 7 8 9"]'
+prompts='["Once upon a time", "The quick brown fox jumps over the lazy dog, and then the dog chases the fox across the field until nightfall.", "In 2026, KV caches are paged: each page belongs to one tenant and one generation.", "a b c d e f g h i j k l m n o p q r s t u v w x y z 0 1 2 3 4 5 6 7 8 9", " Café  naïve\\tthe   über-fast 東京 😀 <start_of_turn>user"]'
 
 results=()
 for m in "${models[@]}"; do
@@ -57,17 +58,24 @@ for p in prompts:
     ids = post("/tokenize", {"content": p, "add_special": True})["tokens"]
     r = post("/completion", {"prompt": ids, "n_predict": ngen, "temperature": 0, "top_k": 1, "n_probs": 2,
                              "cache_prompt": False, "ignore_eos": True, "return_tokens": True, "samplers": ["top_k"]})
+    # r["tokens"] are the generated ids. The server folds a token that
+    # ends inside a UTF-8 character (a byte-fallback token) into the next
+    # one's completion_probabilities entry, so its own top-2 are not
+    # reported: the ids are cut there too (margin unknown).
     gen, margins = [], []
-    for step in r["completion_probabilities"]:
-        top = step["top_logprobs"]
+    probs = r["completion_probabilities"]
+    for i, tok in enumerate(r["tokens"]):
+        if i >= len(probs) or probs[i]["id"] != tok:
+            break
+        top = probs[i]["top_logprobs"]
         margin = top[0]["logprob"] - top[1]["logprob"]
         if margin < cut:
             break
-        assert step["id"] == top[0]["id"]
-        gen.append(step["id"])
+        assert tok == top[0]["id"]
+        gen.append(tok)
         margins.append(round(margin, 4))
     cases.append({"prompt": p, "prompt_token_ids": ids, "generated_token_ids": gen, "top2_margins": margins,
-                  "steps_run": len(r["completion_probabilities"])})
+                  "steps_run": len(r["tokens"])})
 print(json.dumps({"file": f"models/arch/{name}.gguf", "cases": cases}))
 EOF
   kill "$pid"; wait "$pid" 2>/dev/null || true

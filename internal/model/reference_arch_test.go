@@ -53,7 +53,7 @@ func TestArchReferences(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, c := range mr.Cases {
-				if got := tok.Encode(c.Prompt, true, false); !slices.Equal(got, c.PromptIDs) {
+				if got := tok.Encode(c.Prompt, true, true); !slices.Equal(got, c.PromptIDs) {
 					t.Errorf("%q: prompt ids %v, llama.cpp %v", c.Prompt, got, c.PromptIDs)
 				}
 				if len(c.Generated) == 0 {

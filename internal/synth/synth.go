@@ -86,6 +86,10 @@ type Spec struct {
 	// SlidingWindow is gemma3's attention.sliding_window (0: 512, as
 	// Gemma 3 1B has); every sixth layer is global, the others slide.
 	SlidingWindow int
+	// SPMVocab writes the built-in SentencePiece-style vocabulary (byte
+	// fallback, Gemma's special-token layout, no space prefix) instead of
+	// the byte-level BPE one; VocabFrom must be empty.
+	SPMVocab bool
 	// OutputScale multiplies the spread of output.weight (0: 1). Random
 	// models have nearly flat logits (top two within a few tenths); a
 	// scale of ~10 makes greedy choices decisive, as reference tests
@@ -177,6 +181,9 @@ func (s *Spec) validate() error {
 	}
 	if s.SlidingWindow != 0 && s.Arch != "gemma3" {
 		return specErr("a sliding window is only written for gemma3")
+	}
+	if s.SPMVocab && s.VocabFrom != "" {
+		return specErr("the built-in SentencePiece vocabulary and --vocab-from exclude each other")
 	}
 	if s.OutputScale < 0 || s.OutputScale > 1000 {
 		return specErr("output scale %g is out of range [0, 1000]", s.OutputScale)
@@ -356,7 +363,7 @@ func build(spec Spec) (*gguf.Writer, error) {
 			scale = 1
 		}
 		fill := randn(inE * scale)
-		if s.VocabFrom == "" {
+		if s.VocabFrom == "" && !s.SPMVocab {
 			fill = quietRows(fill, s.Embd, vocab)
 		}
 		steps = append(steps, func() error { return add("output.weight", s.Type, []uint64{E, V}, fill) })
@@ -448,6 +455,25 @@ func baseName(p string) string {
 // tokenizerMeta returns a function writing the tokenizer metadata for a
 // vocabulary of n >= the source's token count, and that count.
 func tokenizerMeta(s Spec) (func(w *gguf.Writer, n int), int, error) {
+	if s.SPMVocab {
+		v := spmVocab()
+		return func(w *gguf.Writer, n int) {
+			toks, types := padVocab(v.tokens, v.types, n)
+			scores := append(append([]float32(nil), v.scores...), make([]float32, n-len(v.scores))...)
+			w.SetString("tokenizer.ggml.model", "llama")
+			w.SetString("tokenizer.ggml.pre", "default")
+			w.SetStrings("tokenizer.ggml.tokens", toks)
+			w.SetFloat32s("tokenizer.ggml.scores", scores)
+			w.SetInt32s("tokenizer.ggml.token_type", types)
+			w.SetUint32("tokenizer.ggml.bos_token_id", 2)
+			w.SetUint32("tokenizer.ggml.eos_token_id", 1)
+			w.SetUint32("tokenizer.ggml.unknown_token_id", 3)
+			w.SetUint32("tokenizer.ggml.padding_token_id", 0)
+			w.SetBool("tokenizer.ggml.add_bos_token", true)
+			w.SetBool("tokenizer.ggml.add_eos_token", false)
+			w.SetBool("tokenizer.ggml.add_space_prefix", false)
+		}, len(v.tokens), nil
+	}
 	if s.VocabFrom == "" {
 		v := builtinVocab()
 		return func(w *gguf.Writer, n int) {

@@ -1,9 +1,11 @@
 package synth
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // byteToUnicode is GPT-2's reversible byte -> rune map: printable Latin-1
@@ -191,3 +193,66 @@ var trainingText = strings.Join([]string{
 	"Numbers like 1, 2, 3, 10, 100 and 2048 appear in text as well, and so do words such as information, international, understanding, government and development.",
 	"This is the end of the story. Thank you for reading, and have a good day.",
 }, " ")
+
+// spmVocab is the built-in SentencePiece-style vocabulary (Spec.SPMVocab),
+// laid out as Gemma's: 0 "<pad>", 1 "<eos>", 2 "<bos>", 3 "<unk>", 4
+// "<start_of_turn>", 5 "<end_of_turn>" (control; <unk> unknown), then the
+// 256 byte-fallback tokens "<0x00>".."<0xFF>" (type byte), "▁" and the
+// printable ASCII characters, then the pieces the built-in BPE vocabulary
+// learned (spaces spelled U+2581 "▁"), scored by merge order, so merging
+// by highest score reproduces them. Written without a space prefix
+// (add_space_prefix false), as Gemma's files are.
+type spmVocabT struct {
+	tokens []string
+	scores []float32
+	types  []int32
+}
+
+// Token types llama.cpp uses beyond normal and control.
+const (
+	tokUnknown = 2
+	tokByte    = 6
+)
+
+func spmVocab() spmVocabT {
+	var v spmVocabT
+	add := func(tok string, score float32, typ int32) {
+		v.tokens = append(v.tokens, tok)
+		v.scores = append(v.scores, score)
+		v.types = append(v.types, typ)
+	}
+	for i, s := range []string{"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"} {
+		typ := int32(tokControl)
+		if i == 3 {
+			typ = tokUnknown
+		}
+		add(s, 0, typ)
+	}
+	for b := 0; b < 256; b++ {
+		add(fmt.Sprintf("<0x%02X>", b), 0, tokByte)
+	}
+	have := map[string]bool{}
+	add("▁", -1, tokNormal)
+	have["▁"] = true
+	for c := '!'; c <= '~'; c++ {
+		add(string(c), -1, tokNormal)
+		have[string(c)] = true
+	}
+	u2b := map[rune]byte{}
+	for b, r := range byteToUnicode() {
+		u2b[r] = byte(b)
+	}
+	for i, m := range learnMerges(trainingText, defaultMerges) {
+		var raw []byte
+		for _, r := range m[0] + m[1] {
+			raw = append(raw, u2b[r])
+		}
+		piece := strings.ReplaceAll(string(raw), " ", "▁")
+		if !utf8.ValidString(piece) || have[piece] {
+			continue
+		}
+		have[piece] = true
+		add(piece, -2-float32(i), tokNormal)
+	}
+	return v
+}
