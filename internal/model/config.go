@@ -104,8 +104,17 @@ func (c Config) Sliding(l int) bool {
 func (c Config) String() string {
 	s := fmt.Sprintf("%s: vocab %d, n_embd %d, layers %d, heads %d (kv %d, dim %d), ff %d, rope %s base %g dims %d, eps %g, ctx %d",
 		c.Arch, c.Vocab, c.Embd, c.Layers, c.Heads, c.KVHeads, c.HeadDim, c.FF, c.Rope, c.RopeBase, c.RopeDim, c.RMSEps, c.Context)
+	if c.RopeScaling != 1 && c.RopeScaling != 0 {
+		s += fmt.Sprintf(", rope linear scaling x%g", c.RopeScaling)
+	}
+	if c.QKVBias {
+		s += ", q/k/v bias"
+	}
 	if c.QKNorm {
 		s += ", q/k norm"
+	}
+	if c.TiedOutput {
+		s += ", output tied to token_embd"
 	}
 	if c.SlidingWindow > 0 {
 		s += fmt.Sprintf(", sliding window %d (every %dth layer global, sliding rope base %g)", c.SlidingWindow, c.SlidingPattern, c.RopeBaseSWA)
