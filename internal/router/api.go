@@ -42,6 +42,9 @@ type chatRequest struct {
 	FunctionCall        json.RawMessage `json:"function_call"`
 	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
 	ResponseFormat      json.RawMessage `json:"response_format"`
+	// ChatTemplateKwargs (vLLM's) are extra chat template variables
+	// (parseTemplateKwargs).
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
 	commonParams
 }
 
@@ -109,6 +112,8 @@ func jsonKeys(t reflect.Type, into map[string]bool) map[string]bool {
 var (
 	completionKeys = jsonKeys(reflect.TypeOf(completionRequest{}), nil)
 	chatKeys       = jsonKeys(reflect.TypeOf(chatRequest{}), nil)
+	tokenizeKeys   = jsonKeys(reflect.TypeOf(tokenizeRequest{}), nil)
+	detokenizeKeys = jsonKeys(reflect.TypeOf(detokenizeRequest{}), nil)
 )
 
 // decodeBody reads a JSON object into v, mapping every failure onto the
@@ -150,6 +155,10 @@ func decodeBody(r io.Reader, v any) *apiError {
 		known, common = completionKeys, &r.commonParams
 	case *chatRequest:
 		known, common = chatKeys, &r.commonParams
+	case *tokenizeRequest:
+		known = tokenizeKeys
+	case *detokenizeRequest:
+		known = detokenizeKeys
 	}
 	if known != nil {
 		var keys map[string]json.RawMessage
@@ -166,7 +175,9 @@ func decodeBody(r io.Reader, v any) *apiError {
 			sort.Strings(unknown)
 			return unsupported(unknown[0], "%q is not a parameter this server supports; remove it (docs/api.md lists the parameters)", unknown[0])
 		}
-		common.RawStreamOptions = keys["stream_options"]
+		if common != nil {
+			common.RawStreamOptions = keys["stream_options"]
+		}
 	}
 	return nil
 }

@@ -84,16 +84,45 @@ func (c *ChatTemplate) IsFallback() bool { return c.fallback }
 
 // Render applies the template with add_generation_prompt set.
 func (c *ChatTemplate) Render(msgs []ChatMessage) (string, error) {
+	return c.RenderWith(msgs, RenderOptions{})
+}
+
+// RenderOptions are a request's inputs to the template beside the
+// messages.
+type RenderOptions struct {
+	// Kwargs are chat_template_kwargs: extra template variables (e.g.
+	// Qwen3's enable_thinking), already bounded and checked against
+	// ReservedTemplateVars (parseTemplateKwargs).
+	Kwargs map[string]any
+	// NoGenerationPrompt renders add_generation_prompt false (/tokenize's
+	// add_generation_prompt).
+	NoGenerationPrompt bool
+}
+
+// ReservedTemplateVars are the variables the server sets itself: a
+// request's chat_template_kwargs may not replace them (a kwarg named
+// messages would change what the model sees behind the checks on
+// messages).
+var ReservedTemplateVars = map[string]bool{"messages": true, "add_generation_prompt": true, "bos_token": true, "eos_token": true,
+	"raise_exception": true, "strftime_now": true, "tools": true, "documents": true, "continue_final_message": true}
+
+// RenderWith applies the template with the request's options.
+func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, error) {
 	list := make([]any, len(msgs))
 	for i, m := range msgs {
 		list[i] = map[string]any{"role": m.Role, "content": m.Content}
 	}
-	ctx := exec.NewContext(map[string]any{
-		"messages":              list,
-		"add_generation_prompt": true,
-		"bos_token":             c.bos,
-		"eos_token":             c.eos,
-	})
+	vars := make(map[string]any, 4+len(o.Kwargs))
+	for k, v := range o.Kwargs {
+		if !ReservedTemplateVars[k] {
+			vars[k] = v
+		}
+	}
+	vars["messages"] = list
+	vars["add_generation_prompt"] = !o.NoGenerationPrompt
+	vars["bos_token"] = c.bos
+	vars["eos_token"] = c.eos
+	ctx := exec.NewContext(vars)
 	out, err := c.tmpl.ExecuteToString(ctx)
 	if err != nil {
 		// gonja flattens error chains into text, so the template's own

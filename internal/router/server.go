@@ -172,10 +172,12 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
+	mux.HandleFunc("POST /tokenize", s.handleTokenize)
+	mux.HandleFunc("POST /detokenize", s.handleDetokenize)
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("GET /ready", s.handleReady)
 	mux.HandleFunc("GET "+preflight.InfoPath, s.handleInfo)
-	s.endpoints = []string{"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ready"}
+	s.endpoints = []string{"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/ready"}
 	if !cfg.MetricsOffAPI {
 		mux.Handle("GET /metrics", m.handler(cfg.Registry))
 		s.endpoints = append(s.endpoints, "/metrics")
@@ -258,7 +260,7 @@ func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter 
 
 func routeLabel(r *http.Request) string {
 	switch r.URL.Path {
-	case "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ready", "/metrics", preflight.InfoPath:
+	case "/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/ready", "/metrics", preflight.InfoPath:
 		return r.URL.Path
 	}
 	if strings.HasPrefix(r.URL.Path, "/v1/models/") {
@@ -563,14 +565,14 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
-	text, err := s.chat.Render(msgs)
-	if err != nil {
-		if errors.Is(err, errTemplateRaised) {
-			s.fail(w, r, newErr(http.StatusBadRequest, CodeTemplate, "messages", "the model's chat template rejected the messages: %s", strings.TrimPrefix(err.Error(), errTemplateRaised.Error()+": ")))
-			return
-		}
-		s.log.Error("chat template failed", "err", err)
-		s.fail(w, r, newErr(http.StatusInternalServerError, CodeTemplate, "", "the model's chat template failed to render"))
+	kwargs, e := parseTemplateKwargs(req.ChatTemplateKwargs)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	text, e := s.renderChat(msgs, RenderOptions{Kwargs: kwargs})
+	if e != nil {
+		s.fail(w, r, e)
 		return
 	}
 	// The template usually writes BOS itself; add it only when it did not,

@@ -1,0 +1,151 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Bounds of chat_template_kwargs, documented in docs/api.md: like every
+// input, what a request may hand the template is bounded, so a template
+// cannot be made to loop or allocate without limit by what it is given.
+const (
+	maxKwargsBytes  = 16 << 10 // the JSON object as sent
+	maxKwargsKeys   = 32       // top-level variables
+	maxKwargsValues = 256      // every value, nested ones included
+	maxKwargsDepth  = 4        // nesting of objects and arrays
+	maxKwargsNumber = 1 << 20  // |n| of any number (range(n) in a template)
+)
+
+var kwargName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// parseTemplateKwargs reads chat_template_kwargs (vLLM's parameter: extra
+// variables for the chat template, e.g. {"enable_thinking": false} for
+// Qwen3): a JSON object of bounded size whose keys are template variable
+// names other than those the server sets (ReservedTemplateVars). Numbers
+// become int when whole, float64 otherwise; null, absent.
+func parseTemplateKwargs(raw json.RawMessage) (map[string]any, *apiError) {
+	const param = "chat_template_kwargs"
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	if len(raw) > maxKwargsBytes {
+		return nil, badParam(param, "%s is %d bytes; at most %d are allowed", param, len(raw), maxKwargsBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, badParam(param, "%s is not valid JSON: %v", param, err)
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, badParam(param, "%s must be a JSON object of template variables, e.g. {\"enable_thinking\": false}", param)
+	}
+	if len(obj) > maxKwargsKeys {
+		return nil, badParam(param, "%s has %d keys; at most %d are allowed", param, len(obj), maxKwargsKeys)
+	}
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	count := 0
+	out := make(map[string]any, len(obj))
+	for _, k := range keys {
+		if !kwargName.MatchString(k) {
+			return nil, badParam(param, "%s key %q is not a template variable name (letters, digits and _, not starting with a digit, at most 64)", param, k)
+		}
+		if ReservedTemplateVars[k] {
+			return nil, badParam(param, "%s key %q is set by the server and cannot be replaced", param, k)
+		}
+		cv, e := convertKwarg(obj[k], param+"."+k, 1, &count)
+		if e != nil {
+			return nil, e
+		}
+		out[k] = cv
+	}
+	return out, nil
+}
+
+// convertKwarg turns decoded JSON into template values, counting and
+// bounding as it goes.
+func convertKwarg(v any, path string, depth int, count *int) (any, *apiError) {
+	const param = "chat_template_kwargs"
+	*count++
+	if *count > maxKwargsValues {
+		return nil, badParam(param, "%s holds more than %d values", param, maxKwargsValues)
+	}
+	switch x := v.(type) {
+	case nil, bool, string:
+		return x, nil
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			if i > maxKwargsNumber || i < -maxKwargsNumber {
+				return nil, badParam(param, "%s is %d; numbers are bounded to ±%d", path, i, maxKwargsNumber)
+			}
+			return int(i), nil
+		}
+		f, err := x.Float64()
+		if err != nil || math.IsNaN(f) || math.Abs(f) > maxKwargsNumber {
+			return nil, badParam(param, "%s is %s; numbers are bounded to ±%d", path, x, maxKwargsNumber)
+		}
+		return f, nil
+	case []any, map[string]any:
+		if depth >= maxKwargsDepth {
+			return nil, badParam(param, "%s nests deeper than %d levels", path, maxKwargsDepth)
+		}
+		if a, ok := x.([]any); ok {
+			out := make([]any, len(a))
+			for i, e := range a {
+				c, err := convertKwarg(e, fmt.Sprintf("%s[%d]", path, i), depth+1, count)
+				if err != nil {
+					return nil, err
+				}
+				out[i] = c
+			}
+			return out, nil
+		}
+		m := x.(map[string]any)
+		out := make(map[string]any, len(m))
+		for k, e := range m {
+			c, err := convertKwarg(e, path+"."+k, depth+1, count)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = c
+		}
+		return out, nil
+	}
+	return nil, badParam(param, "%s has a value of an unknown type", path)
+}
+
+func isTemplateRaise(err error) bool { return errors.Is(err, errTemplateRaised) }
+
+// renderChat renders msgs with the request's template options, sorting
+// the failure: the template's own raise_exception is the client's (400);
+// a failure that happens only with the request's kwargs is the kwargs'
+// (400, naming them); any other is the template's (500, logged).
+func (s *Server) renderChat(msgs []ChatMessage, o RenderOptions) (string, *apiError) {
+	text, err := s.chat.RenderWith(msgs, o)
+	if err == nil {
+		return text, nil
+	}
+	if isTemplateRaise(err) {
+		return "", newErr(http.StatusBadRequest, CodeTemplate, "messages", "the model's chat template rejected the messages: %s", strings.TrimPrefix(err.Error(), errTemplateRaised.Error()+": "))
+	}
+	if len(o.Kwargs) > 0 {
+		if _, plain := s.chat.RenderWith(msgs, RenderOptions{NoGenerationPrompt: o.NoGenerationPrompt}); plain == nil {
+			return "", newErr(http.StatusBadRequest, CodeTemplate, "chat_template_kwargs", "the model's chat template cannot render with these chat_template_kwargs (it renders without them): %v", err)
+		}
+	}
+	s.log.Error("chat template failed", "err", err)
+	return "", newErr(http.StatusInternalServerError, CodeTemplate, "", "the model's chat template failed to render")
+}
