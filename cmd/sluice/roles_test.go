@@ -190,6 +190,10 @@ func TestRolesAsProcesses(t *testing.T) {
 		"--prefill", paddr, "--decode", daddr, "--api-keys", keys, "--metrics-listen", "127.0.0.1:0")
 	raddr := rt.waitAddr(t)
 	radmin := rt.field("metrics listening", "addr")
+	// The scorer weights read as the flags name them, not as a Go struct.
+	if l := rt.log(); !strings.Contains(l, `"weights":{"decode_free_pages":2,"decode_queue":1,"prefill_queue":1,"prefix_affinity":2}`) || strings.Contains(l, "DecodeFreePages") {
+		t.Errorf("router ready line does not log the weights readably:\n%s", l)
+	}
 	// Every role's first line says which build it is.
 	for _, p := range []*proc{dec, pre, rt} {
 		if p.field("starting", "version") == "" || p.field("starting", "revision") == "" || p.field("starting", "role") != p.name {

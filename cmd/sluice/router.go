@@ -297,7 +297,7 @@ Example:
 	}
 	defer stopAdmin()
 	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddrs, "decode", decodeAddrs,
-		"encrypt_decode", decodes[0].Encrypt(), "encrypt_prefill", prefills[0].Encrypt(), "weights", fmt.Sprintf("%+v", weights))
+		"encrypt_decode", decodes[0].Encrypt(), "encrypt_prefill", prefills[0].Encrypt(), "weights", weights)
 	loadCtx, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()
 	if o.loadEvery > 0 {

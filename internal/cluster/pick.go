@@ -91,6 +91,19 @@ type Rejection struct {
 	Name, Filter string
 }
 
+// String is the worker and why it was dropped, for the router's log
+// ("10.0.0.7:9002 not answering"): the filter's name alone read as the
+// worker's state ("{10.0.0.7:9002 up}" for a dead worker).
+func (r Rejection) String() string {
+	switch r.Filter {
+	case Up{}.Name():
+		return r.Name + " not answering"
+	case SameModel{}.Name():
+		return r.Name + " runs another model"
+	}
+	return r.Name + " dropped by the " + r.Filter + " filter"
+}
+
 // Pick runs the profile over ws. Ties go to the first candidate at or
 // after rotate (mod len(ws)) in input order, so equal workers share
 // traffic when the caller rotates (round robin) instead of all going to

@@ -24,9 +24,14 @@ func TestFiltersDropDownAndForeignModel(t *testing.T) {
 			t.Fatalf("rejections %+v", rej)
 		}
 	}
-	_, _, err := p.Pick(ws[:2], 0)
+	_, rej, err := p.Pick(ws[:2], 0)
 	if !errors.Is(err, ErrNoWorker) {
 		t.Fatalf("all filtered: %v", err)
+	}
+	// As the router logs them: why each was dropped, never a dead worker
+	// printed beside the word "up".
+	if got := fmt.Sprint(rej); got != "[down not answering foreign runs another model]" {
+		t.Errorf("rejections print as %q", got)
 	}
 }
 

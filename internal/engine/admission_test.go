@@ -228,3 +228,33 @@ func TestAbsurdMaxTokensIsRejectedCheaply(t *testing.T) {
 		t.Fatalf("want context_length_exceeded, got %v", err)
 	}
 }
+
+// noPair is a Pairer with no usable worker, refusing as router/node's
+// cluster does: naming the worker's address and the filter that dropped it.
+type noPair struct{}
+
+func (noPair) Pair(*Request, *Pair) (*Pair, error) {
+	return nil, errors.New("decode: no usable worker: all 1 filtered out ([10.1.2.3:9002 not answering])")
+}
+
+// With no worker to take a request, the tenant gets 503 overloaded with a
+// sentence it can act on and no internal address; the log (the error's
+// cause) keeps the address.
+func TestNoPairRefusalNamesNoWorker(t *testing.T) {
+	eng, err := NewDisaggregatedPairs(DisaggConfig{Model: "toy", Vocab: 64, Context: 128}, noPair{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close(context.Background())
+	_, err = eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 10), MaxTokens: 4})
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeOverloaded || e.Status != http.StatusServiceUnavailable {
+		t.Fatalf("want overloaded 503, got %v", err)
+	}
+	if strings.Contains(e.Message, "10.1.2.3") || strings.Contains(e.Message, "9002") || !strings.Contains(e.Message, "retry") {
+		t.Errorf("the tenant's message names an internal worker or no action: %q", e.Message)
+	}
+	if !strings.Contains(e.Error(), "10.1.2.3:9002 not answering") {
+		t.Errorf("the log line lost the worker: %q", e.Error())
+	}
+}

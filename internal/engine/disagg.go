@@ -200,7 +200,9 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 	p, perr := d.pairs.Pair(r, nil)
 	if perr != nil {
 		tk.leave()
-		e := errf(CodeOverloaded, http.StatusServiceUnavailable, perr, "no prefill/decode pair can take this request now (%v); retry later", perr)
+		// perr names workers by address and why each was dropped: the
+		// router logs it (the cause); the tenant gets no internal address.
+		e := errf(CodeOverloaded, http.StatusServiceUnavailable, perr, "no prefill and decode workers can take this request now (a worker is not answering or cannot serve this model); retry later")
 		lc.queueEnd(e)
 		return nil, e
 	}

@@ -57,6 +57,13 @@ type Weights struct {
 	PrefixAffinity float64
 }
 
+// LogValue logs the weights under their flags' names (--score-...),
+// "decode_free_pages=2", not a Go struct dump.
+func (w Weights) LogValue() slog.Value {
+	return slog.GroupValue(slog.Float64("decode_free_pages", w.DecodeFreePages), slog.Float64("decode_queue", w.DecodeQueue),
+		slog.Float64("prefill_queue", w.PrefillQueue), slog.Float64("prefix_affinity", w.PrefixAffinity))
+}
+
 // AffinityPages bounds the router's memory of where it sent each prompt
 // page, per pool (LRU): about 150 bytes a page, so 64k pages (1M tokens
 // of distinct prefixes at 16 tokens a page) cost about 10 MB.
