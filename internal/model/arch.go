@@ -26,6 +26,11 @@ type archDef struct {
 	// m.embdScale) from the loader. The token embedding, output norm and
 	// output projection are loaded already.
 	build func(ld *loader, m *Model)
+	// strict refuses a file with a tensor build did not read: llama.cpp
+	// refuses such a file too ("wrong number of tensors"), and a tensor
+	// left out (a bias, an extra norm) is output run approximately. llama
+	// and qwen2 keep their old leniency.
+	strict bool
 }
 
 var archs = map[string]*archDef{}
@@ -159,6 +164,9 @@ func build(c Config, s source) (*Model, error) {
 		m.cfg.TiedOutput = true
 	}
 	a.build(ld, m)
+	if ld.err == nil && a.strict {
+		ld.checkAllRead()
+	}
 	if ld.err != nil {
 		return nil, ld.err
 	}
@@ -174,6 +182,34 @@ type loader struct {
 	c     Config
 	err   error
 	total int64
+	read  map[string]bool // tensors mat and vec returned
+}
+
+// tensorLister is a source that can list its tensors (a GGUF file).
+type tensorLister interface {
+	tensorNames() []string
+}
+
+// checkAllRead fails the load if the file has a tensor the build did not
+// read, naming it.
+func (ld *loader) checkAllRead() {
+	l, ok := ld.s.(tensorLister)
+	if !ok {
+		return
+	}
+	for _, name := range l.tensorNames() {
+		if !ld.read[name] {
+			ld.fail(errf(CodeBadShape, "tensor %s is not used by %s as llama.cpp runs it (llama.cpp refuses the file too); refusing to run without it", name, ld.c.Arch))
+			return
+		}
+	}
+}
+
+func (ld *loader) markRead(name string) {
+	if ld.read == nil {
+		ld.read = map[string]bool{}
+	}
+	ld.read[name] = true
 }
 
 func (ld *loader) fail(err error) {
@@ -194,6 +230,7 @@ func (ld *loader) mat(name string, rows, cols int) kernels.Matrix {
 	}
 	w, err := matrixOf(ld.s, name, rows, cols)
 	ld.fail(err)
+	ld.markRead(name)
 	ld.total += int64(len(w.Data))
 	return w
 }
@@ -205,6 +242,7 @@ func (ld *loader) vec(name string, n int) []float32 {
 	}
 	v, err := vectorOf(ld.s, name, n)
 	ld.fail(err)
+	ld.markRead(name)
 	ld.total += int64(n * 4)
 	return v
 }

@@ -28,7 +28,7 @@ import "math"
 // by layer.
 
 func init() {
-	register("gemma3", &archDef{rope: RopeNeox, config: configGemma3, build: buildGemma3})
+	register("gemma3", &archDef{rope: RopeNeox, config: configGemma3, build: buildGemma3, strict: true})
 }
 
 // gemma3Pattern is llama.cpp's set_swa_pattern(6) for gemma3.

@@ -8,7 +8,7 @@ package model
 // llama.cpp's LLM_ARCH_QWEN3 (llm_build_qwen3).
 
 func init() {
-	register("qwen3", &archDef{rope: RopeNeox, config: configQwen3, build: func(ld *loader, m *Model) {
+	register("qwen3", &archDef{rope: RopeNeox, config: configQwen3, strict: true, build: func(ld *loader, m *Model) {
 		ld.refuse("rope_freqs.weight", "llama.cpp's qwen3 graph has no per-pair RoPE frequency factors")
 		buildPreNorm(false, true)(ld, m)
 	}})

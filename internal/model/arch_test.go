@@ -64,6 +64,21 @@ func (e *editSource) tensor(name string) (quant.Type, []uint64, []byte, bool) {
 	return t, dims, data, ok
 }
 
+func (e *editSource) tensorNames() []string {
+	var names []string
+	if l, ok := e.source.(tensorLister); ok {
+		for _, n := range l.tensorNames() {
+			if !e.drop[n] {
+				names = append(names, n)
+			}
+		}
+	}
+	for n := range e.extra {
+		names = append(names, n)
+	}
+	return names
+}
+
 func openArchFile(t *testing.T, name string) *gguf.File {
 	t.Helper()
 	f, err := gguf.Open(testenv.Shared(t, "models/arch/"+name))
@@ -102,6 +117,8 @@ func TestArchRefusals(t *testing.T) {
 		{"qwen3-hd32-f16.gguf", "rope_freqs on qwen3", editSource{extra: map[string]*memTensor{"rope_freqs.weight": f32(16)}}, CodeBadShape, "rope_freqs.weight"},
 		{"qwen3-hd32-f16.gguf", "missing q norm", editSource{drop: map[string]bool{"blk.1.attn_q_norm.weight": true}}, CodeMissingTensor, "blk.1.attn_q_norm.weight"},
 		{"qwen3-hd32-f16.gguf", "unsupported weight type", editSource{retype: map[string]quant.Type{"blk.0.attn_k.weight": quant.IQ2_XS}}, CodeUnsupportedType, "iq2_xs"},
+		{"qwen3-hd32-f16.gguf", "q/k/v bias on qwen3", editSource{extra: map[string]*memTensor{"blk.1.attn_q.bias": f32(128)}}, CodeBadShape, "blk.1.attn_q.bias"},
+		{"gemma3-w16-q8_0.gguf", "a tensor gemma3 does not have", editSource{extra: map[string]*memTensor{"blk.0.layer_output_scale.weight": f32(1)}}, CodeBadShape, "blk.0.layer_output_scale.weight"},
 		{"qwen3-hd32-f16.gguf", "q norm of n_embd/n_head", editSource{extra: map[string]*memTensor{"blk.0.attn_k_norm.weight": f32(16)}}, CodeBadShape, "blk.0.attn_k_norm.weight"},
 		{"gemma3-w16-q8_0.gguf", "final logit soft-cap", editSource{meta: map[string]any{"gemma3.final_logit_softcapping": 30.0}}, CodeBadMetadata, "gemma3.final_logit_softcapping"},
 		{"gemma3-w16-q8_0.gguf", "attention soft-cap", editSource{meta: map[string]any{"gemma3.attn_logit_softcapping": 50.0}}, CodeBadMetadata, "gemma3.attn_logit_softcapping"},

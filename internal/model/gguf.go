@@ -19,6 +19,14 @@ func Load(f *gguf.File) (*Model, error) {
 
 type ggufSource struct{ f *gguf.File }
 
+func (s ggufSource) tensorNames() []string {
+	names := make([]string, len(s.f.Tensors))
+	for i, t := range s.f.Tensors {
+		names[i] = t.Name
+	}
+	return names
+}
+
 func (s ggufSource) str(k string) (string, bool)    { return s.f.String(k) }
 func (s ggufSource) uint(k string) (uint64, bool)   { return s.f.Uint(k) }
 func (s ggufSource) float(k string) (float64, bool) { return s.f.Float(k) }
