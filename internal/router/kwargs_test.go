@@ -7,11 +7,14 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"sluice/internal/testenv"
 )
 
 // qwen3Like is the part of Qwen3's chat template that chat_template_kwargs
@@ -147,5 +150,31 @@ func TestTokenizeDetokenize(t *testing.T) {
 		if code < 400 || e == nil || e["param"] != c.param {
 			t.Errorf("%s %s: %d %v, want an error on %s", c.url, c.body, code, m, c.param)
 		}
+	}
+}
+
+// Qwen3's own template (testdata/templates) with enable_thinking false
+// renders what Hugging Face's apply_chat_template(..., enable_thinking=
+// False) renders: the generation prompt followed by an empty think block.
+func TestQwen3EnableThinkingKwarg(t *testing.T) {
+	b, err := os.ReadFile(testenv.Shared(t, "templates/Qwen-Qwen3-0.6B.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, err := NewChatTemplate(string(b), "", "<|im_end|>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kw, e := parseTemplateKwargs([]byte(`{"enable_thinking": false}`))
+	if e != nil {
+		t.Fatal(e)
+	}
+	got, err := ct.RenderWith([]ChatMessage{{"user", "Hi there"}}, RenderOptions{Kwargs: kw})
+	if want := "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"; err != nil || got != want {
+		t.Errorf("enable_thinking false:\ngot  %q (%v)\nwant %q", got, err, want)
+	}
+	kw, _ = parseTemplateKwargs([]byte(`{"enable_thinking": true}`))
+	if got, err := ct.RenderWith([]ChatMessage{{"user", "Hi there"}}, RenderOptions{Kwargs: kw}); err != nil || strings.Contains(got, "<think>") {
+		t.Errorf("enable_thinking true: %q %v", got, err)
 	}
 }
