@@ -313,6 +313,27 @@ func hostileCorpus() []hostile {
 		comp(b)
 		chat(b)
 	}
+	// Hostile output formats: each either refused with the limit named or,
+	// when accepted, bounded by max_tokens; none may slow tenant B's canary
+	// or change it.
+	rf := func(schema string) string {
+		return `{` + baseMsgs + `,"max_tokens":8,"temperature":1,"response_format":{"type":"json_schema","json_schema":{"name":"h","schema":` + schema + `}}}`
+	}
+	for _, schema := range []string{
+		strings.Repeat(`{"type":"array","items":`, 70) + `{}` + strings.Repeat(`}`, 70), // too deep
+		`{"enum":[` + strings.TrimSuffix(strings.Repeat(`"x",`, 5000), ",") + `]}`,      // too many values
+		`{"type":"string","pattern":"^((a{1000}){1000}){1000}$"}`,                       // exponential repeats
+		`{"type":"string","pattern":"^(a|a)*(a|aa)*(a*)*b$"}`,                           // catastrophic for backtrackers
+		`{"type":"array","minItems":90000,"items":{"type":"array","minItems":90000}}`,   // product of bounds
+		`{"$ref":"#"}`, `{"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`, // recursion with no output
+		`{"anyOf":[` + strings.TrimSuffix(strings.Repeat(`{"type":"string"},`, 64), ",") + `]}`, // ambiguous branches
+		`{"anyOf":[{"$ref":"#"},{"type":"string"}]}`, `{"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]}`,
+		`{"type":"string","minLength":99999}`, `{"not":{}}`, `{"$ref":"http://169.254.169.254/"}`, `"x"`, `[]`, `{"type":7}`,
+	} {
+		chat(rf(schema))
+	}
+	chat(`{` + baseMsgs + `,"max_tokens":8,"response_format":{"type":"json_object"},"ignore_eos":true}`)
+	chat(`{` + baseMsgs + `,"max_tokens":64,"temperature":2,"response_format":{"type":"json_object"}}`)
 
 	// Seeded random mixtures: several fields at once, each set to a random
 	// extreme, on a random endpoint, streamed or not.
