@@ -254,6 +254,7 @@ type params struct {
 	ignoreEOS    bool
 	echo         bool
 	cacheScope   string
+	tools        toolSpec // chat: the tools and how the answer is read
 }
 
 // limits are what validation checks against: the served vocabulary and
@@ -464,33 +465,38 @@ func (c *chatRequest) validate(lim limits) (params, *apiError) {
 		t := string(bytes.TrimSpace(raw))
 		return t == "" || t == "null" || t == "[]"
 	}
-	switch {
-	case !empty(c.Tools):
-		return params{}, unsupported("tools", "tools are not supported by this server")
-	case !empty(c.Functions):
-		return params{}, unsupported("functions", "functions are not supported by this server")
+	if !empty(c.Functions) {
+		return params{}, unsupported("functions", "functions (the legacy form of tools) are not supported; use tools")
 	}
-	for _, f := range []struct {
-		name string
-		raw  json.RawMessage
-	}{{"tool_choice", c.ToolChoice}, {"function_call", c.FunctionCall}} {
-		if isNull(f.raw) {
-			continue
-		}
+	if !isNull(c.FunctionCall) {
 		var s string
-		if json.Unmarshal(f.raw, &s) != nil || s != "none" {
-			return params{}, unsupported(f.name, "%s other than \"none\" is not supported (no tools)", f.name)
+		if json.Unmarshal(c.FunctionCall, &s) != nil || s != "none" {
+			return params{}, unsupported("function_call", "function_call (the legacy form of tool_choice) is not supported; use tool_choice")
 		}
+	}
+	tools, toolFormat, e := parseTools(c.Tools, c.ToolChoice)
+	if e != nil {
+		return params{}, e
 	}
 	format, e := parseResponseFormat(c.ResponseFormat)
 	if e != nil {
 		return params{}, e
+	}
+	if toolFormat.Constrained() {
+		if format.Constrained() {
+			return params{}, unsupported("response_format", "response_format together with tool_choice %q is not supported: the tool call's arguments are the constrained output", tools.mode)
+		}
+		format = toolFormat
 	}
 	p, e := c.commonParams.validate("max_completion_tokens", c.MaxCompletionTokens, lim)
 	if e != nil {
 		return p, e
 	}
 	p.sampling.Format = format
+	p.tools = tools
+	if tools.mode != toolModeNone && (p.n > 1 || len(p.stop) > 0) {
+		return p, unsupported("tools", "tools with n > 1 or stop strings are not supported")
+	}
 	if format.Constrained() && p.ignoreEOS {
 		return p, unsupported("ignore_eos", "ignore_eos together with response_format is not supported: a complete JSON value can only be followed by the end of the output")
 	}
@@ -694,8 +700,10 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 		return nil, newErr(http.StatusBadRequest, CodeMissingParam, "messages", "messages is required")
 	}
 	var msgs []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
+		Role       string          `json:"role"`
+		Content    json.RawMessage `json:"content"`
+		ToolCalls  []toolCallJSON  `json:"tool_calls"`
+		ToolCallID *string         `json:"tool_call_id"`
 	}
 	if err := json.Unmarshal(raw, &msgs); err != nil {
 		return nil, badParam("messages", "messages must be an array of {role, content} objects")
@@ -705,7 +713,7 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 	for i, m := range rawMsgs {
 		// name, tool_calls and the like would change what the model sees;
 		// they are refused unless empty, never dropped.
-		if e := onlyKeysLenient(m, fmt.Sprintf("messages[%d]", i), []string{"name", "tool_calls", "refusal"}, "role", "content"); e != nil {
+		if e := onlyKeysLenient(m, fmt.Sprintf("messages[%d]", i), []string{"name", "refusal"}, "role", "content", "tool_calls", "tool_call_id"); e != nil {
 			return nil, e
 		}
 	}
@@ -715,11 +723,20 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 	out := make([]ChatMessage, len(msgs))
 	for i, m := range msgs {
 		switch m.Role {
-		case "system", "developer", "user", "assistant":
+		case "system", "developer", "user", "assistant", "tool":
 		case "":
 			return nil, badParam(fmt.Sprintf("messages[%d].role", i), "messages[%d].role is required", i)
 		default:
-			return nil, badParam(fmt.Sprintf("messages[%d].role", i), "messages[%d].role %q is not supported; use system, developer, user or assistant", i, m.Role)
+			return nil, badParam(fmt.Sprintf("messages[%d].role", i), "messages[%d].role %q is not supported; use system, developer, user, assistant or tool", i, m.Role)
+		}
+		if len(m.ToolCalls) > 0 && m.Role != "assistant" {
+			return nil, badParam(fmt.Sprintf("messages[%d].tool_calls", i), "only assistant messages carry tool_calls")
+		}
+		if m.ToolCallID != nil && m.Role != "tool" {
+			return nil, badParam(fmt.Sprintf("messages[%d].tool_call_id", i), "only tool messages carry a tool_call_id")
+		}
+		if len(m.ToolCalls) > maxTools {
+			return nil, badParam(fmt.Sprintf("messages[%d].tool_calls", i), "%d tool calls; at most %d", len(m.ToolCalls), maxTools)
 		}
 		role := m.Role
 		if role == "developer" {
@@ -731,6 +748,23 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 			return nil, e
 		}
 		out[i] = ChatMessage{Role: role, Content: content}
+		if m.ToolCallID != nil {
+			out[i].ToolCallID = *m.ToolCallID
+		}
+		for _, tc := range m.ToolCalls {
+			if tc.Type != "" && tc.Type != "function" || tc.Function.Name == "" {
+				return nil, badParam(fmt.Sprintf("messages[%d].tool_calls", i), "a tool call needs type \"function\" and a function name")
+			}
+			// Templates read the arguments as an object (Hugging Face's
+			// convention); a string that is not JSON stays a string.
+			var args any = tc.Function.Arguments
+			var obj map[string]any
+			if json.Unmarshal([]byte(tc.Function.Arguments), &obj) == nil {
+				args = obj
+			}
+			out[i].ToolCalls = append(out[i].ToolCalls, map[string]any{"id": tc.ID, "type": "function",
+				"function": map[string]any{"name": tc.Function.Name, "arguments": args}})
+		}
 	}
 	return out, nil
 }
@@ -804,8 +838,9 @@ type completionResponse struct {
 }
 
 type chatMessageJSON struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string         `json:"role"`
+	Content   *string        `json:"content"`
+	ToolCalls []toolCallJSON `json:"tool_calls,omitempty"`
 }
 
 // chatTopLogprob and chatTokenLogprob are chat's logprobs.content items.
@@ -845,8 +880,9 @@ type chatResponse struct {
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string         `json:"role,omitempty"`
+	Content   *string        `json:"content,omitempty"`
+	ToolCalls []toolCallJSON `json:"tool_calls,omitempty"`
 }
 
 type chatChunkChoice struct {

@@ -370,7 +370,7 @@ func TestInvalidRequests(t *testing.T) {
 		{chat, `{"messages":[{"role":"wizard","content":"x"}]}`, 400, CodeInvalidParam, "messages[0].role"},
 		{chat, `{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, 400, CodeUnsupported, "messages[0].content"},
 		{chat, `{"messages":[{"role":"user","content":"x"}],"max_completion_tokens":-3}`, 400, CodeInvalidParam, "max_completion_tokens"},
-		{chat, `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}`, 400, CodeUnsupported, "tools"},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}`, 400, CodeInvalidParam, "tools[0].function.name"},
 		{url, `{"prompt":"` + strings.Repeat("x", 5000) + `"}`, 413, CodeBodyTooLarge, ""},
 	}
 	for _, c := range cases {

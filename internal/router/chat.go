@@ -28,6 +28,11 @@ const FallbackChatTemplate = `{% for message in messages %}` +
 type ChatMessage struct {
 	Role    string
 	Content string
+	// ToolCalls are an assistant message's calls, as templates read them
+	// ({id, type, function: {name, arguments}}); ToolCallID is a tool
+	// message's answer to one.
+	ToolCalls  []any
+	ToolCallID string
 }
 
 // ChatTemplate renders chat messages into a prompt with a Jinja template, as
@@ -97,6 +102,10 @@ type RenderOptions struct {
 	// NoGenerationPrompt renders add_generation_prompt false (/tokenize's
 	// add_generation_prompt).
 	NoGenerationPrompt bool
+	// Tools are the request's tools ({type, function: {name,
+	// description, parameters}}), given to the template as `tools` as
+	// Hugging Face's apply_chat_template does; nil leaves it undefined.
+	Tools []any
 }
 
 // ReservedTemplateVars are the variables the server sets itself: a
@@ -106,11 +115,23 @@ type RenderOptions struct {
 var ReservedTemplateVars = map[string]bool{"messages": true, "add_generation_prompt": true, "bos_token": true, "eos_token": true,
 	"raise_exception": true, "strftime_now": true, "tools": true, "documents": true, "continue_final_message": true}
 
+// RenderTools is Render with the request's tools.
+func (c *ChatTemplate) RenderTools(msgs []ChatMessage, tools []any) (string, error) {
+	return c.RenderWith(msgs, RenderOptions{Tools: tools})
+}
+
 // RenderWith applies the template with the request's options.
 func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, error) {
 	list := make([]any, len(msgs))
 	for i, m := range msgs {
-		list[i] = map[string]any{"role": m.Role, "content": m.Content}
+		mm := map[string]any{"role": m.Role, "content": m.Content}
+		if len(m.ToolCalls) > 0 {
+			mm["tool_calls"] = m.ToolCalls
+		}
+		if m.Role == "tool" {
+			mm["tool_call_id"] = m.ToolCallID
+		}
+		list[i] = mm
 	}
 	vars := make(map[string]any, 4+len(o.Kwargs))
 	for k, v := range o.Kwargs {
@@ -122,6 +143,9 @@ func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, 
 	vars["add_generation_prompt"] = !o.NoGenerationPrompt
 	vars["bos_token"] = c.bos
 	vars["eos_token"] = c.eos
+	if len(o.Tools) > 0 {
+		vars["tools"] = o.Tools
+	}
 	ctx := exec.NewContext(vars)
 	out, err := c.tmpl.ExecuteToString(ctx)
 	if err != nil {

@@ -27,17 +27,17 @@ func TestChatTemplateQwen3AndGemma3(t *testing.T) {
 		want           string
 		raised         bool
 	}{
-		{"Qwen-Qwen3-0.6B.jinja", "", "<|im_end|>", []ChatMessage{{"user", "Hi there"}},
+		{"Qwen-Qwen3-0.6B.jinja", "", "<|im_end|>", []ChatMessage{{Role: "user", Content: "Hi there"}},
 			"<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n", false},
 		// An earlier assistant turn loses its reasoning: only the text
 		// after </think> is kept, left-stripped of newlines.
-		{"Qwen-Qwen3-0.6B.jinja", "", "<|im_end|>", []ChatMessage{{"system", "Be brief."}, {"user", "a"}, {"assistant", "<think>\nmull\n</think>\n\nb"}, {"user", "c"}},
+		{"Qwen-Qwen3-0.6B.jinja", "", "<|im_end|>", []ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "a"}, {Role: "assistant", Content: "<think>\nmull\n</think>\n\nb"}, {Role: "user", Content: "c"}},
 			"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nb<|im_end|>\n<|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\n", false},
-		{"google-gemma-3-it.jinja", "<bos>", "<eos>", []ChatMessage{{"user", "Hi there "}},
+		{"google-gemma-3-it.jinja", "<bos>", "<eos>", []ChatMessage{{Role: "user", Content: "Hi there "}},
 			"<bos><start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n", false},
-		{"google-gemma-3-it.jinja", "<bos>", "<eos>", []ChatMessage{{"system", "Be brief."}, {"user", "a"}, {"assistant", "b"}, {"user", "c"}},
+		{"google-gemma-3-it.jinja", "<bos>", "<eos>", []ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}, {Role: "user", Content: "c"}},
 			"<bos><start_of_turn>user\nBe brief.\n\na<end_of_turn>\n<start_of_turn>model\nb<end_of_turn>\n<start_of_turn>user\nc<end_of_turn>\n<start_of_turn>model\n", false},
-		{"google-gemma-3-it.jinja", "<bos>", "<eos>", []ChatMessage{{"user", "a"}, {"user", "b"}}, "", true},
+		{"google-gemma-3-it.jinja", "<bos>", "<eos>", []ChatMessage{{Role: "user", Content: "a"}, {Role: "user", Content: "b"}}, "", true},
 	}
 	for _, c := range cases {
 		ct, err := NewChatTemplate(read(c.file), c.bos, c.eos)

@@ -19,20 +19,20 @@ func TestChatTemplatesOfKnownModels(t *testing.T) {
 			name: "llama-3-instruct",
 			tmpl: "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}",
 			bos:  "<|begin_of_text|>",
-			msgs: []ChatMessage{{"system", "Be brief. "}, {"user", " Hi"}},
+			msgs: []ChatMessage{{Role: "system", Content: "Be brief. "}, {Role: "user", Content: " Hi"}},
 			want: "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
 		},
 		{
 			name: "gemma",
 			tmpl: "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}",
 			bos:  "<bos>",
-			msgs: []ChatMessage{{"user", "Hi "}, {"assistant", "Yo"}, {"user", "Bye"}},
+			msgs: []ChatMessage{{Role: "user", Content: "Hi "}, {Role: "assistant", Content: "Yo"}, {Role: "user", Content: "Bye"}},
 			want: "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nYo<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n",
 		},
 		{
 			name: "zephyr",
 			tmpl: "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}",
-			msgs: []ChatMessage{{"system", "S"}, {"user", "U"}},
+			msgs: []ChatMessage{{Role: "system", Content: "S"}, {Role: "user", Content: "U"}},
 			// trim_blocks drops the newline after each block tag; the
 			// newline after each {{ }} line stays.
 			want: "<|system|>\nS</s>\n<|user|>\nU</s>\n<|assistant|>\n",
@@ -53,7 +53,7 @@ func TestChatTemplatesOfKnownModels(t *testing.T) {
 		}
 	}
 	ct, _ := NewChatTemplate(cases[1].tmpl, "<bos>", "")
-	if _, err := ct.Render([]ChatMessage{{"system", "x"}, {"user", "y"}}); !errors.Is(err, errTemplateRaised) {
+	if _, err := ct.Render([]ChatMessage{{Role: "system", Content: "x"}, {Role: "user", Content: "y"}}); !errors.Is(err, errTemplateRaised) {
 		t.Fatalf("gemma's system-role exception: %v", err)
 	}
 }

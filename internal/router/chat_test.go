@@ -14,7 +14,7 @@ func TestChatTemplateQwen2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ct.Render([]ChatMessage{{"user", "Hi there"}})
+	got, err := ct.Render([]ChatMessage{{Role: "user", Content: "Hi there"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func TestChatTemplateQwen2(t *testing.T) {
 	if got != want {
 		t.Fatalf("got  %q\nwant %q", got, want)
 	}
-	got, err = ct.Render([]ChatMessage{{"system", "Be brief."}, {"user", "a"}, {"assistant", "b"}, {"user", "c"}})
+	got, err = ct.Render([]ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}, {Role: "user", Content: "c"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestChatTemplateTrimBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ct.Render([]ChatMessage{{"user", "a"}, {"assistant", "b"}})
+	got, err := ct.Render([]ChatMessage{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestChatTemplateLlama2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ct.Render([]ChatMessage{{"system", "S"}, {"user", " hi "}, {"assistant", "yo"}, {"user", "more"}})
+	got, err := ct.Render([]ChatMessage{{Role: "system", Content: "S"}, {Role: "user", Content: " hi "}, {Role: "assistant", Content: "yo"}, {Role: "user", Content: "more"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestChatTemplateLlama2(t *testing.T) {
 	if got != want {
 		t.Fatalf("got  %q\nwant %q", got, want)
 	}
-	_, err = ct.Render([]ChatMessage{{"user", "a"}, {"user", "b"}})
+	_, err = ct.Render([]ChatMessage{{Role: "user", Content: "a"}, {Role: "user", Content: "b"}})
 	if !errors.Is(err, errTemplateRaised) || !strings.Contains(err.Error(), "alternate") {
 		t.Fatalf("raise_exception: got %v", err)
 	}
@@ -81,7 +81,7 @@ func TestChatTemplateFallback(t *testing.T) {
 	if !ct.IsFallback() {
 		t.Fatal("empty template must select the fallback")
 	}
-	got, err := ct.Render([]ChatMessage{{"system", "Tell stories."}, {"user", "Once"}, {"assistant", "upon"}, {"user", "a time"}})
+	got, err := ct.Render([]ChatMessage{{Role: "system", Content: "Tell stories."}, {Role: "user", Content: "Once"}, {Role: "assistant", Content: "upon"}, {Role: "user", Content: "a time"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestChatTemplateFallback(t *testing.T) {
 func TestChatTemplateCannotInclude(t *testing.T) {
 	ct, err := NewChatTemplate(`{% include '/etc/passwd' %}`, "", "")
 	if err == nil {
-		_, err = ct.Render([]ChatMessage{{"user", "x"}})
+		_, err = ct.Render([]ChatMessage{{Role: "user", Content: "x"}})
 	}
 	if err == nil {
 		t.Fatal("a template must not read files from disk")

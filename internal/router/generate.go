@@ -61,6 +61,10 @@ type choice struct {
 	deadline time.Time
 	last     time.Time
 	usage    engine.Usage
+	// calls and content are a finished tool-calling choice's answer
+	// (toolSpec.toolCalls); text holds its whole output until then.
+	calls   []toolCallJSON
+	content *string
 }
 
 // tokenLogprob is one reported token: its id, logprobs and text offset.
@@ -158,11 +162,14 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			gone()
 		}
 	}
+	// A tool-calling answer is held whole until its choice ends: only then
+	// is it known to be calls or content.
+	holdTools := g.chat && g.p.tools.mode != toolModeNone
 	emit := func(c *choice, t string) {
 		if t == "" || out.clientGone {
 			return
 		}
-		if !g.p.stream {
+		if !g.p.stream || holdTools {
 			c.text.WriteString(t)
 			return
 		}
@@ -323,7 +330,13 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 				emit(c, c.stops.Flush())
 			}
 		}
+		if holdTools {
+			s.readTools(g, c)
+		}
 		if g.p.stream {
+			if holdTools {
+				s.sendTools(sse0(&sse, func() *sseWriter { return s.startSSE(w, r, g) }), c, &out, gone)
+			}
 			f := c.finish
 			send(c, "", &f)
 		}
@@ -355,7 +368,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		if g.chat {
 			resp := chatResponse{ID: g.id, Object: "chat.completion", Created: g.created, Model: g.model, Usage: u}
 			for _, c := range chs {
-				resp.Choices = append(resp.Choices, chatChoice{Index: c.index, Message: chatMessageJSON{Role: "assistant", Content: c.text.String()},
+				text := c.text.String()
+				msg := chatMessageJSON{Role: "assistant", Content: &text}
+				if holdTools && len(c.calls) > 0 {
+					msg.Content, msg.ToolCalls = c.content, c.calls
+				}
+				resp.Choices = append(resp.Choices, chatChoice{Index: c.index, Message: msg,
 					Logprobs: s.chatLogprobs(g, c.lps), FinishReason: c.finish})
 			}
 			writeJSON(w, http.StatusOK, resp)
@@ -676,4 +694,62 @@ func (s *Server) acquireMore(tenant string, k int, param string) (func(), *apiEr
 		releases = append(releases, r)
 	}
 	return release, nil
+}
+
+// sse0 returns the stream's writer, starting it on first use.
+func sse0(sw **sseWriter, start func() *sseWriter) func() *sseWriter {
+	return func() *sseWriter {
+		if *sw == nil {
+			*sw = start()
+		}
+		return *sw
+	}
+}
+
+// readTools reads a finished choice's held text as tool calls (or plain
+// content). A choice that ended by the grammar with calls finishes
+// "tool_calls", as OpenAI's do.
+func (s *Server) readTools(g *generation, c *choice) {
+	calls, content, ok := g.p.tools.toolCalls(c.text.String())
+	if !ok {
+		return
+	}
+	c.calls, c.content = calls, content
+	if c.finish == "stop" {
+		c.finish = "tool_calls"
+	}
+}
+
+// sendTools streams a finished tool-calling choice: its content, if any,
+// then each call as OpenAI's clients assemble it: a first chunk with the
+// index, id, type and name (arguments ""), then the arguments.
+func (s *Server) sendTools(sw func() *sseWriter, c *choice, out *outcome, gone func()) {
+	if out.clientGone || out.err != nil {
+		return
+	}
+	var deltas []chatDelta
+	text := c.text.String()
+	switch {
+	case len(c.calls) == 0 && text != "":
+		deltas = append(deltas, chatDelta{Content: &text})
+	case len(c.calls) > 0:
+		if c.content != nil {
+			deltas = append(deltas, chatDelta{Content: c.content})
+		}
+		for i, tc := range c.calls {
+			head := tc
+			head.Index = &i
+			head.Function.Arguments = ""
+			args := toolCallJSON{Index: &i}
+			args.Function.Arguments = tc.Function.Arguments
+			deltas = append(deltas, chatDelta{ToolCalls: []toolCallJSON{head}}, chatDelta{ToolCalls: []toolCallJSON{args}})
+		}
+	}
+	for _, d := range deltas {
+		w := sw()
+		if err := w.event(w.chatChunk(c.index, d, nil, nil)); err != nil {
+			gone()
+			return
+		}
+	}
 }

@@ -570,7 +570,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
-	text, e := s.renderChat(msgs, RenderOptions{Kwargs: kwargs})
+	text, e := s.renderChat(msgs, RenderOptions{Kwargs: kwargs, Tools: p.tools.render})
 	if e != nil {
 		s.fail(w, r, e)
 		return

@@ -1,0 +1,290 @@
+package router
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"sluice/internal/grammar"
+	"sluice/internal/sample"
+)
+
+// Tool calling (OpenAI's tools / tool_choice).
+//
+// The tools are rendered by the model's chat template (its `tools`
+// variable). How the answer becomes tool_calls depends on tool_choice:
+//   - "none": the model answers in text; nothing is parsed.
+//   - "auto" (the default with tools): the model answers freely, and its
+//     own tool-call format is parsed from the text: Hermes/Qwen
+//     `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks, or
+//     a Llama-3.1 JSON object `{"name": ..., "parameters": {...}}`.
+//   - "required", or a named function: the output is grammar-constrained
+//     (a JSON Schema built from the tools' parameters), so it is always one
+//     valid call whose arguments validate. Named: the output is the
+//     arguments object itself; required: {"name": ..., "arguments": ...}
+//     with one anyOf branch per tool.
+//
+// Tool-call responses are never streamed token by token: the text is held
+// until the choice ends, then sent as delta.tool_calls chunks (index, id,
+// type and name first, then the arguments), or as content if auto found no
+// call.
+
+const (
+	maxTools        = 64
+	maxToolNameLen  = 64
+	toolModeNone    = ""
+	toolModeAuto    = "auto"
+	toolModeReq     = "required"
+	toolModeNamed   = "named"
+	toolCallIDBytes = 12
+)
+
+var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+type toolDef struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description,omitempty"`
+		Parameters  json.RawMessage `json:"parameters,omitempty"`
+		Strict      *bool           `json:"strict,omitempty"`
+	} `json:"function"`
+}
+
+// toolSpec is a request's validated tools.
+type toolSpec struct {
+	mode  string
+	tools []toolDef
+	named string
+	// render is the tools as the chat template sees them.
+	render []any
+}
+
+// parseTools validates tools and tool_choice and, for required and named
+// choices, returns the output format that constrains the answer.
+func parseTools(toolsRaw, choiceRaw json.RawMessage) (toolSpec, sample.Format, *apiError) {
+	var spec toolSpec
+	var f sample.Format
+	t := strings.TrimSpace(string(toolsRaw))
+	if t != "" && t != "null" {
+		if err := json.Unmarshal(toolsRaw, &spec.tools); err != nil {
+			return spec, f, badParam("tools", "tools must be an array of {type: \"function\", function: {name, description, parameters}}")
+		}
+	}
+	if len(spec.tools) > maxTools {
+		return spec, f, badParam("tools", "%d tools; at most %d are allowed", len(spec.tools), maxTools)
+	}
+	seen := map[string]bool{}
+	for i, td := range spec.tools {
+		p := fmt.Sprintf("tools[%d]", i)
+		if td.Type != "function" {
+			return spec, f, unsupported(p+".type", "tool type %q is not supported; only \"function\" is", td.Type)
+		}
+		if !toolNameRE.MatchString(td.Function.Name) {
+			return spec, f, badParam(p+".function.name", "a function name must be 1 to %d letters, digits, '_' or '-'", maxToolNameLen)
+		}
+		if seen[td.Function.Name] {
+			return spec, f, badParam(p+".function.name", "the function name %q is used twice", td.Function.Name)
+		}
+		seen[td.Function.Name] = true
+		if isNull(td.Function.Parameters) {
+			spec.tools[i].Function.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
+		}
+		var b bytes.Buffer
+		if err := json.Compact(&b, spec.tools[i].Function.Parameters); err != nil {
+			return spec, f, badParam(p+".function.parameters", "parameters must be a JSON Schema object")
+		}
+		spec.tools[i].Function.Parameters = b.Bytes()
+		if _, err := grammar.CompileSchema(b.Bytes()); err != nil {
+			return spec, f, schemaError(p+".function.parameters", err)
+		}
+		var r any
+		raw, _ := json.Marshal(spec.tools[i])
+		_ = json.Unmarshal(raw, &r)
+		spec.render = append(spec.render, r)
+	}
+	spec.mode = toolModeNone
+	if len(spec.tools) > 0 {
+		spec.mode = toolModeAuto
+	}
+	if !isNull(choiceRaw) {
+		var s string
+		if json.Unmarshal(choiceRaw, &s) == nil {
+			switch s {
+			case "none":
+				spec.mode = toolModeNone
+			case "auto", "required":
+				if len(spec.tools) == 0 {
+					return spec, f, badParam("tool_choice", "tool_choice %q needs tools", s)
+				}
+				spec.mode = s
+			default:
+				return spec, f, badParam("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}")
+			}
+		} else {
+			var named struct {
+				Type     string `json:"type"`
+				Function struct {
+					Name string `json:"name"`
+				} `json:"function"`
+			}
+			if json.Unmarshal(choiceRaw, &named) != nil || named.Type != "function" {
+				return spec, f, badParam("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}")
+			}
+			if !seen[named.Function.Name] {
+				return spec, f, badParam("tool_choice.function.name", "tool_choice names %q, which is not among the tools", named.Function.Name)
+			}
+			spec.mode, spec.named = toolModeNamed, named.Function.Name
+		}
+	}
+	if spec.mode == toolModeReq && len(spec.tools) == 1 {
+		spec.mode, spec.named = toolModeNamed, spec.tools[0].Function.Name
+	}
+	switch spec.mode {
+	case toolModeNamed:
+		for _, td := range spec.tools {
+			if td.Function.Name == spec.named {
+				f = sample.Format{Kind: sample.FormatJSONSchema, Schema: string(td.Function.Parameters)}
+			}
+		}
+	case toolModeReq:
+		var b strings.Builder
+		b.WriteString(`{"anyOf":[`)
+		for i, td := range spec.tools {
+			if bytes.Contains(td.Function.Parameters, []byte(`"$ref"`)) {
+				return spec, f, unsupported(fmt.Sprintf("tools[%d].function.parameters", i), "$ref in a function's parameters is not supported with tool_choice \"required\" and several tools; name the function in tool_choice")
+			}
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			name, _ := json.Marshal(td.Function.Name)
+			fmt.Fprintf(&b, `{"type":"object","properties":{"name":{"const":%s},"arguments":%s},"required":["name","arguments"],"additionalProperties":false}`, name, td.Function.Parameters)
+		}
+		b.WriteString(`]}`)
+		if _, err := grammar.CompileSchema([]byte(b.String())); err != nil {
+			return spec, f, schemaError("tools", err)
+		}
+		f = sample.Format{Kind: sample.FormatJSONSchema, Schema: b.String()}
+	}
+	return spec, f, nil
+}
+
+// schemaError is the 400 for a schema the grammar compiler refuses: its
+// code names the limit or the problem.
+func schemaError(param string, err error) *apiError {
+	code := "invalid_schema"
+	var ge *grammar.Error
+	if errors.As(err, &ge) {
+		code = ge.Code
+	}
+	return newErr(http.StatusBadRequest, code, param, "%v", err)
+}
+
+// toolCallJSON is OpenAI's message.tool_calls[] item.
+type toolCallJSON struct {
+	Index    *int   `json:"index,omitempty"`
+	ID       string `json:"id,omitempty"`
+	Type     string `json:"type,omitempty"`
+	Function struct {
+		Name      string `json:"name,omitempty"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+func newToolCallID() string {
+	var b [toolCallIDBytes]byte
+	_, _ = rand.Read(b[:])
+	return "call_" + hex.EncodeToString(b[:])
+}
+
+var hermesRE = regexp.MustCompile(`(?s)<tool_call>\s*(\{.*?\})\s*</tool_call>`)
+
+// toolCalls turns a finished choice's text into tool calls for spec's
+// mode, with the content that is left (nil: none). ok is false when the
+// text holds no call (auto: the answer is plain content).
+func (spec *toolSpec) toolCalls(text string) (calls []toolCallJSON, content *string, ok bool) {
+	call := func(name string, args json.RawMessage) toolCallJSON {
+		var tc toolCallJSON
+		tc.ID, tc.Type = newToolCallID(), "function"
+		tc.Function.Name = name
+		var b bytes.Buffer
+		if json.Compact(&b, args) == nil {
+			tc.Function.Arguments = b.String()
+		} else {
+			tc.Function.Arguments = string(args)
+		}
+		return tc
+	}
+	type nameArgs struct {
+		Name       string          `json:"name"`
+		Arguments  json.RawMessage `json:"arguments"`
+		Parameters json.RawMessage `json:"parameters"`
+	}
+	known := func(n string) bool {
+		for _, td := range spec.tools {
+			if td.Function.Name == n {
+				return true
+			}
+		}
+		return false
+	}
+	parse := func(s string) (toolCallJSON, bool) {
+		var na nameArgs
+		if json.Unmarshal([]byte(s), &na) != nil || !known(na.Name) {
+			return toolCallJSON{}, false
+		}
+		args := na.Arguments
+		if isNull(args) {
+			args = na.Parameters
+		}
+		if isNull(args) {
+			args = json.RawMessage(`{}`)
+		}
+		// Some models write the arguments as a JSON string.
+		var str string
+		if json.Unmarshal(args, &str) == nil {
+			args = json.RawMessage(str)
+		}
+		return call(na.Name, args), true
+	}
+	switch spec.mode {
+	case toolModeNamed:
+		if !json.Valid([]byte(text)) {
+			return nil, nil, false
+		}
+		return []toolCallJSON{call(spec.named, json.RawMessage(text))}, nil, true
+	case toolModeReq:
+		if tc, ok := parse(text); ok {
+			return []toolCallJSON{tc}, nil, true
+		}
+		return nil, nil, false
+	case toolModeAuto:
+		if m := hermesRE.FindAllStringSubmatchIndex(text, -1); len(m) > 0 {
+			for _, x := range m {
+				if tc, ok := parse(text[x[2]:x[3]]); ok {
+					calls = append(calls, tc)
+				}
+			}
+			if len(calls) > 0 {
+				if pre := strings.TrimSpace(text[:m[0][0]]); pre != "" {
+					content = &pre
+				}
+				return calls, content, true
+			}
+		}
+		trimmed := strings.TrimSpace(text)
+		trimmed = strings.TrimPrefix(trimmed, "<|python_tag|>")
+		if strings.HasPrefix(trimmed, "{") {
+			if tc, ok := parse(trimmed); ok {
+				return []toolCallJSON{tc}, nil, true
+			}
+		}
+	}
+	return nil, nil, false
+}
