@@ -17,10 +17,13 @@ import (
 // a system message as a plain paragraph, then "User: ..." / "Assistant: ..."
 // lines, ending with "Assistant:" for the model to continue. It is plain
 // text on purpose: a model without a template has no special tokens for
-// turns, and plain text is what a base model continues best.
-const FallbackChatTemplate = `{% for message in messages %}` +
+// turns, and plain text is what a base model continues best. Tools are
+// listed by name, tool results as "Tool result:" lines.
+const FallbackChatTemplate = `{% if tools %}{% for tool in tools %}{{ 'Tool ' + tool['function']['name'] + '\n' }}{% endfor %}{{ '\n' }}{% endif %}` +
+	`{% for message in messages %}` +
 	`{% if message['role'] == 'system' %}{{ message['content'] }}{{ '\n\n' }}` +
 	`{% elif message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\n' }}` +
+	`{% elif message['role'] == 'tool' %}{{ 'Tool result: ' + message['content'] + '\n' }}` +
 	`{% else %}{{ 'Assistant: ' + message['content'] + '\n' }}{% endif %}` +
 	`{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}`
 

@@ -1,0 +1,111 @@
+package router
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"sluice/internal/sample"
+	"sluice/internal/testenv"
+)
+
+const weatherTools = `[{"type":"function","function":{"name":"get_weather","description":"Weather in a city","parameters":{"type":"object","properties":{"city":{"type":"string"},"unit":{"enum":["c","f"]}},"required":["city","unit"],"additionalProperties":false}}},
+{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{"tz":{"type":"string"}},"required":["tz"]}}}]`
+
+// Qwen3's own template renders the tools (its <tools> system block), an
+// assistant turn's tool calls as <tool_call> JSON and a tool message as a
+// <tool_response>: the multi-turn exchange reaches the model as its
+// template writes it.
+func TestToolsRenderThroughQwen3Template(t *testing.T) {
+	b, err := os.ReadFile(testenv.Shared(t, "templates/Qwen-Qwen3-0.6B.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, err := NewChatTemplate(string(b), "", "<|im_end|>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _, e := parseTools(json.RawMessage(weatherTools), nil)
+	if e != nil {
+		t.Fatal(e)
+	}
+	msgs, e := parseMessages(json.RawMessage(`[{"role":"user","content":"Weather in Paris?"},
+		{"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"unit\":\"c\"}"}}]},
+		{"role":"tool","tool_call_id":"call_1","content":"18 C, sunny"}]`))
+	if e != nil {
+		t.Fatal(e)
+	}
+	out, err := ct.RenderTools(msgs, spec.render)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		// gonja's tojson writes compact JSON with sorted keys where
+		// Hugging Face's writes ", " and ": " in insertion order: the
+		// same values.
+		"<tools>", `"name":"get_weather"`, `"description":"Weather in a city"`, `"name":"get_time"`, "</tools>",
+		"<|im_start|>user\nWeather in Paris?<|im_end|>",
+		"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\",\"unit\":\"c\"}}\n</tool_call>",
+		"<tool_response>\n18 C, sunny\n</tool_response>",
+		"<|im_start|>assistant\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rendered prompt lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// The model's own formats are read back as calls (auto), constrained
+// output as the one call it must be (required, named), and anything else
+// stays content.
+func TestToolCallsParsed(t *testing.T) {
+	auto, _, e := parseTools(json.RawMessage(weatherTools), nil)
+	if e != nil || auto.mode != toolModeAuto {
+		t.Fatal(e, auto.mode)
+	}
+	req, f, e := parseTools(json.RawMessage(weatherTools), json.RawMessage(`"required"`))
+	if e != nil || req.mode != toolModeReq || f.Kind != sample.FormatJSONSchema || !strings.Contains(f.Schema, `"anyOf"`) {
+		t.Fatal(e, req.mode, f)
+	}
+	named, f, e := parseTools(json.RawMessage(weatherTools), json.RawMessage(`{"type":"function","function":{"name":"get_time"}}`))
+	if e != nil || named.mode != toolModeNamed || f.Schema != `{"type":"object","properties":{"tz":{"type":"string"}},"required":["tz"]}` {
+		t.Fatal(e, named.mode, f)
+	}
+	cases := []struct {
+		spec    *toolSpec
+		text    string
+		names   []string
+		args    []string
+		content string
+	}{
+		{&auto, "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>\n<tool_call>{\"name\":\"get_time\",\"arguments\":{\"tz\":\"CET\"}}</tool_call>",
+			[]string{"get_weather", "get_time"}, []string{`{"city":"Paris","unit":"c"}`, `{"tz":"CET"}`}, "Let me check."},
+		{&auto, `<|python_tag|>{"name": "get_time", "parameters": {"tz": "UTC"}}`, []string{"get_time"}, []string{`{"tz":"UTC"}`}, ""},
+		{&auto, `{"name": "get_time", "arguments": "{\"tz\": \"UTC\"}"}`, []string{"get_time"}, []string{`{"tz":"UTC"}`}, ""},
+		{&auto, "It is sunny.", nil, nil, ""},
+		{&auto, `<tool_call>{"name":"rm_rf","arguments":{}}</tool_call>`, nil, nil, ""}, // not a declared tool
+		{&req, `{"name":"get_weather","arguments":{"city":"Oslo","unit":"f"}}`, []string{"get_weather"}, []string{`{"city":"Oslo","unit":"f"}`}, ""},
+		{&named, `{"tz": "PST"}`, []string{"get_time"}, []string{`{"tz":"PST"}`}, ""},
+		{&named, `{"tz": "PS`, nil, nil, ""}, // cut by max_tokens: content, finish length
+	}
+	for i, c := range cases {
+		calls, content, ok := c.spec.toolCalls(c.text)
+		if ok != (len(c.names) > 0) || len(calls) != len(c.names) {
+			t.Fatalf("case %d: %d calls (ok %v), want %v", i, len(calls), ok, c.names)
+		}
+		for j, tc := range calls {
+			if tc.Type != "function" || !strings.HasPrefix(tc.ID, "call_") || tc.Function.Name != c.names[j] || tc.Function.Arguments != c.args[j] {
+				t.Errorf("case %d call %d: %+v", i, j, tc)
+			}
+		}
+		if got := ""; content != nil {
+			got = *content
+			if got != c.content {
+				t.Errorf("case %d: content %q, want %q", i, got, c.content)
+			}
+		} else if c.content != "" {
+			t.Errorf("case %d: no content, want %q", i, c.content)
+		}
+	}
+}
