@@ -169,12 +169,12 @@ func TestQwen3EnableThinkingKwarg(t *testing.T) {
 	if e != nil {
 		t.Fatal(e)
 	}
-	got, err := ct.RenderWith([]ChatMessage{{"user", "Hi there"}}, RenderOptions{Kwargs: kw})
+	got, err := ct.RenderWith([]ChatMessage{{Role: "user", Content: "Hi there"}}, RenderOptions{Kwargs: kw})
 	if want := "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"; err != nil || got != want {
 		t.Errorf("enable_thinking false:\ngot  %q (%v)\nwant %q", got, err, want)
 	}
 	kw, _ = parseTemplateKwargs([]byte(`{"enable_thinking": true}`))
-	if got, err := ct.RenderWith([]ChatMessage{{"user", "Hi there"}}, RenderOptions{Kwargs: kw}); err != nil || strings.Contains(got, "<think>") {
+	if got, err := ct.RenderWith([]ChatMessage{{Role: "user", Content: "Hi there"}}, RenderOptions{Kwargs: kw}); err != nil || strings.Contains(got, "<think>") {
 		t.Errorf("enable_thinking true: %q %v", got, err)
 	}
 }
