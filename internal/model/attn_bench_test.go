@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"sluice/internal/kernels"
@@ -51,6 +52,56 @@ func BenchmarkAttentionDepth(b *testing.B) {
 				}
 				// CPU time: the machine may be shared, wall time is not ours.
 				b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/step")
+			})
+		}
+	}
+}
+
+// BenchmarkAttentionPrefillDepth: a 512-token prefill step (pp512) and one
+// decode step of a one-layer model with bench-110M's attention shape (12
+// heads of 64, MHA) after a context of depth positions on F16 pages (K/V
+// rows written straight into the pool, seeded, instead of prefilled: the
+// fill would cost more than the steps measured): at depth 8192 the step is
+// almost all attention. Read cpu-ms/step.
+func BenchmarkAttentionPrefillDepth(b *testing.B) {
+	sh := testShape{arch: "llama", vocab: 64, embd: 768, layers: 1, heads: 12, kvHeads: 12, ff: 64, wtype: quant.F32}
+	src := newMemModel(sh, 5)
+	src.meta["llama.context_length"] = 16384
+	m := mustBuild(src)
+	for _, depth := range []int{0, 8192} {
+		for _, n := range []int{512, 1} {
+			b.Run(fmt.Sprintf("depth=%d/tokens=%d", depth, n), func(b *testing.B) {
+				pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: 1, KVDim: m.cfg.KVDim(), PageSize: 16, Type: kv.F16}, Pages: kv.PagesFor(depth+n, 16)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer pool.Close()
+				o := kv.Owner{Tenant: "bench"}
+				refs, _ := pool.Reserve(o, kv.PagesFor(depth+n, 16))
+				v := pool.View(o, refs)
+				rng := rand.New(rand.NewPCG(1, 2))
+				kr, vr := make([]float32, m.cfg.KVDim()), make([]float32, m.cfg.KVDim())
+				for pos := 0; pos < depth; pos++ {
+					for i := range kr {
+						kr[i], vr[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+					}
+					if err := v.Put(0, pos, kr, vr); err != nil {
+						b.Fatal(err)
+					}
+				}
+				toks := make([]int32, n)
+				for i := range toks {
+					toks[i] = int32(1 + i%63)
+				}
+				r := m.NewRunner(kernels.NewParallel(1))
+				b.ResetTimer()
+				cpu0 := cpuTime()
+				for i := 0; i < b.N; i++ {
+					if res := r.Forward([]Seq{{Tokens: toks, Pos: depth, KV: v}}); res[0].Err != nil {
+						b.Fatal(res[0].Err)
+					}
+				}
+				b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/step")
 			})
 		}
 	}

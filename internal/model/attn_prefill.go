@@ -2,13 +2,21 @@ package model
 
 import "sluice/internal/kernels"
 
-// queryBlock is how many consecutive tokens of one sequence (prefill) one
-// attention unit takes. They attend over the same K/V tiles, so a tile's
-// rows of the KV head are read from memory once per block of queries and
-// reused from L1 by the others, instead of once per token: at pp512 on
-// bench-110M q4_K (1 thread, AVX-512) attention was 32% of prefill, most
-// of it streaming the same K/V rows for every token.
-const queryBlock = 8
+// queryRows is how many query rows (tokens x the group's heads) of one
+// sequence (prefill) one attention unit takes, as whole tokens: the
+// block's tokens attend over the same K/V tiles, so a tile's rows of the
+// KV head are read from memory once per block of queries and reused from
+// L1/L2 by the others, instead of once per token. With flash tiles the
+// scratch is one tile per row, so blocks can be long: bench-110M's
+// attention shape (MHA, head dim 64), pp512 after 8192 positions, one
+// layer, 1 thread, Zen 5 under load: 1006-1067 cpu-ms a step with 8
+// tokens a block, 514-532 with 32, 437-438 with 64; at depth 0 43-44
+// either way (BenchmarkAttentionPrefillDepth).
+const queryRows = 64
+
+// queryBlock is the tokens of a prefill unit for a group of group query
+// heads per KV head.
+func queryBlock(group int) int { return max(1, queryRows/group) }
 
 // flashTile is the positions of one flash-attention tile: tile k holds
 // positions [k*flashTile, (k+1)*flashTile) of the context, cut by

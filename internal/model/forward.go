@@ -423,7 +423,7 @@ func (r *Runner) attention(l int) {
 		// A sliding layer's tokens see different first positions, so
 		// each token is its own unit; the block grouping of attendTokens
 		// assumes one shared start.
-		qb := queryBlock
+		qb := queryBlock(c.Heads / c.KVHeads)
 		if r.window > 0 {
 			qb = 1
 		}
