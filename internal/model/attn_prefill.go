@@ -36,19 +36,21 @@ const flashTile = 128
 const flashSplitTiles = 8
 
 // attendTokens is flash attention for the un.nt tokens un.t, un.t+1, ...
-// of one sequence (one token when un.nt <= 1) and KV head un.kh, with slot
-// w's scratch: tile by tile, the scores of all the block's query rows
-// (tokens x the group's heads, packed) against the tile's K rows (one
-// fused call per page piece), each row's tile softmax (kernels.FlashTile),
-// the numerators' sum of the tile's V rows (one fused call per page piece
-// for the tokens that see the whole tile, one per token on the diagonal),
-// and the fold into the running partial. Every score is the canonical dot
-// and every output element adds the same value rows in position order
-// within its tile, and the tiles are fixed by position: the result is
-// bitwise the same whatever the block, the page size, the kernel path,
-// the batch or the thread count (batch invariance). The block's earlier
-// tokens also get scores for positions of its later tokens in the
-// diagonal tile; those are never read.
+// of one sequence (one token when un.nt <= 1) and the un.nh KV heads from
+// un.kh (one when un.nh <= 1; several only for one token), with slot w's
+// scratch: tile by tile, the scores of all the unit's query rows (tokens
+// x heads x the group's heads, packed) against the tile's K rows (one
+// fused call per page piece and KV head), each row's tile softmax
+// (kernels.FlashTile), the numerators' sum of the tile's V rows (one fused
+// call per page piece and KV head for the tokens that see the whole tile,
+// one per token on the diagonal), and the fold into the running partial.
+// Every score is the canonical dot and every output element adds the same
+// value rows in position order within its tile, and the tiles are fixed
+// by position: the result is bitwise the same whatever the block, the
+// heads taken together, the page size, the kernel path, the batch or the
+// thread count (batch invariance). The block's earlier tokens also get
+// scores for positions of its later tokens in the diagonal tile; those
+// are never read.
 //
 // With un.split set (a decode unit of a split token, flash-decoding),
 // only the tiles [un.tl0, un.tl1) run, and their partials go to the
@@ -58,11 +60,16 @@ func (r *Runner) attendTokens(un unit, w int) {
 	Q, KD, hd := c.QDim(), c.KVDim(), c.HeadDim
 	group := c.Heads / c.KVHeads
 	a := &r.acts[un.a]
-	nt := max(1, int(un.nt))
+	nt, nh := max(1, int(un.nt)), max(1, int(un.nh))
+	if nt > 1 && nh > 1 {
+		panic("model: an attention unit of several tokens and several KV heads")
+	}
 	first := a.pos + int(un.t) + 1 // positions the block's first token sees
 	last := first + nt - 1         // and its last
-	koff := int(un.kh) * hd
-	M, gw := nt*group, group*hd // rows of the block; one token's rows
+	kh0 := int(un.kh)
+	gw := group * hd // one KV head's query rows
+	tw := nh * group // one token's rows
+	M := nt * tw     // rows of the unit: row (i*nh+h)*group+g
 	t0 := a.off + int(un.t)
 	const T = flashTile
 	buf := grow(r.wide[w], 3*M*hd+2*M)
@@ -73,7 +80,7 @@ func (r *Runner) attendTokens(un unit, w int) {
 	r.sums[w] = sums
 	ls, lj := sums[:M], sums[M:]
 	for i := 0; i < nt; i++ {
-		copy(qp[i*gw:(i+1)*gw], r.q[(t0+i)*Q+koff*group:][:gw])
+		copy(qp[i*tw*hd:(i+1)*tw*hd], r.q[(t0+i)*Q+kh0*gw:][:tw*hd])
 	}
 	spans := r.spans[a.span:]
 	scores := grow(r.scores[w], M*T)
@@ -90,40 +97,48 @@ func (r *Runner) attendTokens(un unit, w int) {
 		j1 := min(k*T+T, last)    // the positions of the tile any token sees
 		i0 := max(0, j0+1-first)  // the first token that sees position j0
 		full := max(i0, j1-first) // tokens from here see all of [j0, j1)
+		// Page pieces outside, KV heads inside: a page's K (then V) rows
+		// of every head the unit takes are read together.
 		for j := j0; j < j1; {
 			bi, off := j/a.ps-a.blk0, j%a.ps
 			cnt := min(a.ps-off, j1-j)
-			pageDot(scores[i0*group*T+j-j0:], T, qp[i0*gw:], (nt-i0)*group, hd, &spans[bi], koff+off*KD, KD, cnt, a.f16)
+			for h := 0; h < nh; h++ {
+				m0 := (i0*nh + h) * group
+				pageDot(scores[m0*T+j-j0:], T, qp[m0*hd:], (nt-i0)*group, hd, &spans[bi], (kh0+h)*hd+off*KD, KD, cnt, a.f16)
+			}
 			j += cnt
 		}
-		for i := i0; i < nt; i++ {
-			n := min(j1, first+i) - j0
-			for m := i * group; m < (i+1)*group; m++ {
-				mj[m], lj[m] = kernels.FlashTile(scores[m*T:m*T+n], r.m.attnScale)
-			}
+		for m := i0 * tw; m < M; m++ {
+			n := min(j1, first+m/tw) - j0
+			mj[m], lj[m] = kernels.FlashTile(scores[m*T:m*T+n], r.m.attnScale)
 		}
-		clear(oj[i0*gw:])
+		clear(oj[i0*tw*hd:])
 		for j := j0; j < j1; {
 			bi, off := j/a.ps-a.blk0, j%a.ps
 			cnt := min(a.ps-off, j1-j)
-			for i := i0; i < full; i++ {
-				if seen := first + i - j; seen > 0 {
-					pageAxpy(oj[i*gw:], scores[i*group*T+j-j0:], T, group, hd, &spans[bi], koff+off*KD, KD, min(cnt, seen), a.f16)
+			for h := 0; h < nh; h++ {
+				col := (kh0+h)*hd + off*KD
+				for i := i0; i < full; i++ {
+					if seen := first + i - j; seen > 0 {
+						m0 := (i*nh + h) * group
+						pageAxpy(oj[m0*hd:], scores[m0*T+j-j0:], T, group, hd, &spans[bi], col, KD, min(cnt, seen), a.f16)
+					}
 				}
-			}
-			if full < nt {
-				pageAxpy(oj[full*gw:], scores[full*group*T+j-j0:], T, (nt-full)*group, hd, &spans[bi], koff+off*KD, KD, cnt, a.f16)
+				if full < nt {
+					m0 := (full*nh + h) * group
+					pageAxpy(oj[m0*hd:], scores[m0*T+j-j0:], T, (nt-full)*group, hd, &spans[bi], col, KD, cnt, a.f16)
+				}
 			}
 			j += cnt
 		}
 		if un.split {
-			p := (int(un.part) + k - kf) * group
-			copy(r.partO[p*hd:(p+group)*hd], oj[:gw])
-			copy(r.partM[p:p+group], mj[:group])
-			copy(r.partL[p:p+group], lj[:group])
+			p := (int(un.part) + k - kf) * tw
+			copy(r.partO[p*hd:(p+tw)*hd], oj[:tw*hd])
+			copy(r.partM[p:p+tw], mj[:tw])
+			copy(r.partL[p:p+tw], lj[:tw])
 			continue
 		}
-		for m := i0 * group; m < M; m++ {
+		for m := i0 * tw; m < M; m++ {
 			if k == kf { // every token sees the first tile's first position
 				copy(o[m*hd:(m+1)*hd], oj[m*hd:(m+1)*hd])
 				ms[m], ls[m] = mj[m], lj[m]
@@ -139,7 +154,7 @@ func (r *Runner) attendTokens(un unit, w int) {
 		kernels.Scale(o[m*hd:(m+1)*hd], float32(1/ls[m]))
 	}
 	for i := 0; i < nt; i++ {
-		copy(r.att[(t0+i)*Q+koff*group:][:gw], o[i*gw:(i+1)*gw])
+		copy(r.att[(t0+i)*Q+kh0*gw:][:tw*hd], o[i*tw*hd:(i+1)*tw*hd])
 	}
 }
 
@@ -168,27 +183,28 @@ func (r *Runner) foldSplit(sp splitTok) {
 	Q, hd := c.QDim(), c.HeadDim
 	group := c.Heads / c.KVHeads
 	a := &r.acts[sp.a]
-	gw := group * hd
+	tw := int(sp.nh) * group
 	t := a.off + int(sp.t)
-	y := r.att[t*Q+int(sp.kh)*hd*group:][:gw]
-	p0 := int(sp.part) * group
-	copy(y, r.partO[p0*hd:(p0+group)*hd])
-	for g := 0; g < group; g++ {
+	y := r.att[t*Q+int(sp.kh)*hd*group:][:tw*hd]
+	p0 := int(sp.part) * tw
+	copy(y, r.partO[p0*hd:(p0+tw)*hd])
+	for g := 0; g < tw; g++ {
 		m, l := r.partM[p0+g], r.partL[p0+g]
 		yg := y[g*hd : (g+1)*hd]
 		for k := 1; k < int(sp.tiles); k++ {
-			p := (int(sp.part)+k)*group + g
+			p := (int(sp.part)+k)*tw + g
 			kernels.FlashMerge(yg, &m, &l, r.partO[p*hd:(p+1)*hd], r.partM[p], r.partL[p])
 		}
 		kernels.Scale(yg, float32(1/l))
 	}
 }
 
-// splitTok is one decode token's KV head whose tiles were split across
-// units: its partials are at part, part+1, ... (tiles of them).
+// splitTok is one decode token whose tiles were split across units, for
+// its nh KV heads from kh: its partials are at part, part+1, ... (tiles
+// of them), nh x group rows each.
 type splitTok struct {
-	a, t, kh    int32
-	part, tiles int32
+	a, t, kh, nh int32
+	part, tiles  int32
 }
 
 func growF64(b []float64, n int) []float64 {

@@ -198,6 +198,7 @@ type unit struct {
 	t        int32 // token index within the sequence
 	kh       int32
 	nt       int32 // tokens from t
+	nh       int32 // KV heads from kh (0: one)
 	split    bool
 	tl0, tl1 int32
 	part     int32
@@ -404,19 +405,19 @@ func (r *Runner) attention(l int) {
 			r.spans = r.spans[:a.span]
 			continue
 		}
-		if a.n == 1 && (r.par.Threads() > 1 || r.splitMin > 0) {
+		if a.n == 1 {
 			lo, hi := r.tileRange(a.pos+1, a.pos+1)
 			if tiles := hi - lo; tiles >= splitMin {
 				// One token over a long context: its tiles are spread
 				// over units (flash-decoding), folded after they ran.
-				for kh := 0; kh < c.KVHeads; kh++ {
-					part := int32(nPart)
-					r.splitToks = append(r.splitToks, splitTok{int32(ai), 0, int32(kh), part, int32(tiles)})
-					for k := lo; k < hi; k += flashSplitTiles {
-						r.units = append(r.units, unit{a: int32(ai), kh: int32(kh), nt: 1, split: true, tl0: int32(k), tl1: int32(min(hi, k+flashSplitTiles)), part: part})
-					}
-					nPart += tiles
+				// Each unit takes every KV head, so a page's K and V
+				// rows are read whole, not one head's slice at a time.
+				part := int32(nPart)
+				r.splitToks = append(r.splitToks, splitTok{a: int32(ai), nh: int32(c.KVHeads), part: part, tiles: int32(tiles)})
+				for k := lo; k < hi; k += flashSplitTiles {
+					r.units = append(r.units, unit{a: int32(ai), nt: 1, nh: int32(c.KVHeads), split: true, tl0: int32(k), tl1: int32(min(hi, k+flashSplitTiles)), part: part})
 				}
+				nPart += tiles
 				continue
 			}
 		}
@@ -434,10 +435,9 @@ func (r *Runner) attention(l int) {
 		}
 	}
 	if nPart > 0 {
-		group := c.Heads / c.KVHeads
-		r.partO = grow(r.partO, nPart*group*c.HeadDim)
-		r.partM = grow(r.partM, nPart*group)
-		r.partL = growF64(r.partL, nPart*group)
+		r.partO = grow(r.partO, nPart*c.Heads*c.HeadDim)
+		r.partM = grow(r.partM, nPart*c.Heads)
+		r.partL = growF64(r.partL, nPart*c.Heads)
 	}
 	// A unit's result depends only on its queries and the K/V rows of
 	// positions <= its own, summed in position order, so neither the split
@@ -449,7 +449,7 @@ func (r *Runner) attention(l int) {
 	// other.
 	cost := func(un unit) int {
 		if un.split {
-			return int(un.tl1-un.tl0) * flashTile
+			return int(un.tl1-un.tl0) * flashTile * int(un.nh)
 		}
 		return int(un.nt) * (r.acts[un.a].pos + int(un.t) + int(un.nt))
 	}
