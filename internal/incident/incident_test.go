@@ -1,6 +1,14 @@
 package incident
 
-import "testing"
+import (
+	"bytes"
+	"testing"
+
+	"sluice/internal/engine"
+	"sluice/internal/gguf"
+	"sluice/internal/quant"
+	"sluice/internal/synth"
+)
 
 // TestIncidentMatrix replays the incident and its relatives against the
 // real decode worker: with every safeguard on each case ends in an error;
@@ -60,6 +68,46 @@ func TestIncidentMatrix(t *testing.T) {
 			if got := at[[2]string{k, s}]; got.Outcome != o {
 				t.Errorf("(%s) with %s alone: %s (%s), want %s", k, s, got.Outcome, got.Detail, o)
 			}
+		}
+	}
+}
+
+// TestIncidentMatrixMoE replays the incident on a mixture-of-experts model
+// (the glm4moe reference file: the incident model's family): every
+// safeguard on stops every case, none on leaks in every case.
+func TestIncidentMatrixMoE(t *testing.T) {
+	var spec synth.Spec
+	for _, r := range synth.MoEReferences() {
+		if r.Spec.Arch == "glm4moe" && r.Spec.Type == quant.F16 {
+			spec = r.Spec
+		}
+	}
+	var b bytes.Buffer
+	if err := synth.Write(&b, spec); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, _, err := engine.LoadRuntime("glm4moe", f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells, err := Run(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", Format(cells))
+	if v := Verdict(cells); v != "" {
+		t.Error(v)
+	}
+	for _, c := range cells {
+		if c.Setting == SettingAll && c.Outcome != OutcomeError {
+			t.Errorf("(%s) with every safeguard on: %s (%s), want error", c.Case, c.Outcome, c.Detail)
+		}
+		if c.Setting == SettingNone && c.Outcome != OutcomeLeak {
+			t.Errorf("(%s) with no safeguard: %s (%s), want LEAK", c.Case, c.Outcome, c.Detail)
 		}
 	}
 }

@@ -49,6 +49,9 @@ type Config struct {
 	// RopeBaseSWA is the RoPE base of the sliding layers (gemma3: 10000,
 	// unscaled); the global layers use RopeBase and RopeScaling.
 	RopeBaseSWA float32
+	// MoE is the mixture-of-experts routing (qwen3moe, glm4moe); zero
+	// for dense models.
+	MoE         MoEConfig
 	TiedOutput  bool // no output.weight: logits use token_embd
 	ModelName   string
 	FileType    string
@@ -116,6 +119,7 @@ func (c Config) String() string {
 	if c.TiedOutput {
 		s += ", output tied to token_embd"
 	}
+	s += c.MoE.String()
 	if c.SlidingWindow > 0 {
 		s += fmt.Sprintf(", sliding window %d (every %dth layer global, sliding rope base %g)", c.SlidingWindow, c.SlidingPattern, c.RopeBaseSWA)
 	}

@@ -108,6 +108,8 @@ type Runner struct {
 	// window is the current attention layer's sliding window in
 	// positions (0: the whole context).
 	window int
+	// moe is the mixture-of-experts blocks' scratch (moe.go).
+	moe moeScratch
 }
 
 // NewRunner returns a runner whose matmuls and attention run on par (nil:

@@ -30,6 +30,7 @@ func (s ggufSource) tensorNames() []string {
 func (s ggufSource) str(k string) (string, bool)    { return s.f.String(k) }
 func (s ggufSource) uint(k string) (uint64, bool)   { return s.f.Uint(k) }
 func (s ggufSource) float(k string) (float64, bool) { return s.f.Float(k) }
+func (s ggufSource) boolean(k string) (bool, bool)  { return s.f.Bool(k) }
 func (s ggufSource) tensor(name string) (quant.Type, []uint64, []byte, bool) {
 	t, ok := s.f.Tensor(name)
 	if !ok {

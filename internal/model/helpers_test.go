@@ -29,6 +29,7 @@ func (s *memSource) uint(k string) (uint64, bool) {
 	return uint64(v), ok
 }
 func (s *memSource) float(k string) (float64, bool) { v, ok := s.meta[k].(float64); return v, ok }
+func (s *memSource) boolean(k string) (bool, bool)  { v, ok := s.meta[k].(bool); return v, ok }
 func (s *memSource) tensor(name string) (quant.Type, []uint64, []byte, bool) {
 	t, ok := s.tensors[name]
 	if !ok {

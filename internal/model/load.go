@@ -14,6 +14,7 @@ type source interface {
 	str(key string) (string, bool)
 	uint(key string) (uint64, bool)
 	float(key string) (float64, bool)
+	boolean(key string) (bool, bool)
 	// tensor returns a tensor's type, dims (dims[0] = row length) and bytes.
 	tensor(name string) (t quant.Type, dims []uint64, data []byte, ok bool)
 }

@@ -204,3 +204,41 @@ func (s *Spec) moeLayer(l int, w weights) []func() error {
 	}
 	return steps
 }
+
+// MoEReference is a small MoE file whose llama.cpp outputs are committed
+// in testdata/reference/moe.json (written by scripts/moeref).
+type MoEReference struct {
+	Name string // the file's name in the reference, without .gguf
+	Spec Spec
+}
+
+// MoEReferences are the reference files: per architecture one Q8_0 and
+// one F32 or F16, 8 experts with top-2, head_dim != n_embd/n_head;
+// glm4moe with partial RoPE, a dense first layer, a shared expert,
+// renormalised weights scaled by 2.5 and a nextn layer (llama.cpp skips
+// it), one with Q/K norms, the other with expert groups instead.
+func MoEReferences() []MoEReference {
+	q := Spec{Arch: "qwen3moe", Layers: 3, Embd: 128, Heads: 4, KVHeads: 2, FF: 192, Context: 512, Seed: 2401,
+		MoE: MoESpec{HeadDim: 48, Experts: 8, ExpertsUsed: 2, ExpertFF: 96}}
+	g := Spec{Arch: "glm4moe", Layers: 3, Embd: 128, Heads: 4, KVHeads: 2, FF: 256, Context: 512, Seed: 2402,
+		MoE: MoESpec{HeadDim: 48, RopeDim: 24, Experts: 8, ExpertsUsed: 2, ExpertFF: 96, SharedExperts: 1, DenseLayers: 1,
+			WeightsScale: 2.5, WeightsNorm: true, NextN: 1, QKNorm: true}}
+	var out []MoEReference
+	for _, c := range []struct {
+		s      Spec
+		t      quant.Type
+		groups bool
+	}{{q, quant.Q8_0, false}, {q, quant.F32, false}, {g, quant.F16, false}, {g, quant.Q8_0, true}} {
+		s := c.s
+		s.Type = c.t
+		name := fmt.Sprintf("moe-%s-%s", s.Arch, c.t)
+		if c.groups {
+			// GLM-4.5-Air style: no Q/K norms; plus expert groups.
+			s.MoE.Groups, s.MoE.GroupsUsed, s.MoE.QKNorm = 4, 2, false
+			name += "-groups"
+		}
+		s.Name = name
+		out = append(out, MoEReference{name, s})
+	}
+	return out
+}
