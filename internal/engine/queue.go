@@ -140,6 +140,9 @@ func (a *admission) rejection(r sched.Reason) *Error {
 	case sched.ReasonQueueFull:
 		return errf(CodeOverloaded, http.StatusTooManyRequests, nil,
 			"the server's queue is full (%d requests waiting); retry later", cfg.MaxQueue)
+	case sched.ReasonDisplaced:
+		return errf(CodeOverloaded, http.StatusTooManyRequests, nil,
+			"the server's queue is full and your tenant holds more than its share of it; another tenant's request took this one's place; retry later")
 	case sched.ReasonTimeout:
 		return errf(CodeQueueTimeout, http.StatusServiceUnavailable, nil,
 			"the request waited %s in the queue without room in the KV cache; retry later", cfg.QueueTimeout)

@@ -12,7 +12,7 @@ var (
 	descQueueWaiting = prometheus.NewDesc("sluice_queue_waiting", "Requests waiting in the engine's queue for their turn and KV pages.", nil, nil)
 	descQueueRunning = prometheus.NewDesc("sluice_queue_running", "Requests admitted from the queue and not yet finished.", nil, nil)
 	descQueueWait    = prometheus.NewDesc("sluice_queue_wait_seconds", "Time from a request's arrival in the queue to its reserved KV pages, per admission (a preempted request admitted again counts again).", nil, nil)
-	descQueueRefused = prometheus.NewDesc("sluice_queue_rejected_total", "Requests the queue refused, by reason (queue_full: 429; queue_timeout, draining, shutdown: 503).", []string{"reason"}, nil)
+	descQueueRefused = prometheus.NewDesc("sluice_queue_rejected_total", "Requests the queue refused, by reason (queue_full, queue_displaced: 429; queue_timeout, draining, shutdown: 503).", []string{"reason"}, nil)
 	descPreemptions  = prometheus.NewDesc("sluice_preemptions_total", "Sequences preempted because the KV pool could not grow them, by role.", []string{"role"}, nil)
 	descRecomputed   = prometheus.NewDesc("sluice_recomputed_tokens_total", "Positions whose KV a preemption threw away and that were computed again, by role (not in usage).", []string{"role"}, nil)
 	descKVUsage      = prometheus.NewDesc("sluice_kv_usage_ratio", "Share of each role's KV pool pages not free (0..1).", []string{"role"}, nil)

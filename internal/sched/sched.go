@@ -33,6 +33,18 @@
 //     RetryInterval passes. A small request never overtakes a large one, so
 //     large requests cannot starve.
 //
+// The queue is shared by weight (see overShare): a tenant of weight w,
+// among tenants with waiting requests of total weight W (its own
+// included), always finds room for floor(MaxQueue' * w / W) waiting
+// requests, MaxQueue' being MaxQueue less the preempted and refused-for-
+// room requests waiting outside the tenants' sub-queues. When the queue
+// is full, an arrival of a tenant under its share displaces the newest
+// waiting request of the tenant furthest over its share (ReasonDisplaced,
+// 429); an arrival of a tenant at or over its share is refused
+// (ReasonQueueFull, 429). So a flooding tenant cannot keep another
+// tenant's first request out of the queue, and what it loses is its own
+// most recent request, the one that has waited least.
+//
 // A running request the engine preempted (EvPreempted: its pages are
 // gone, its KV will be rebuilt) is admitted again before any waiting
 // request, oldest preemption first, and never times out: it has already
@@ -55,8 +67,10 @@ type ID uint64
 
 // Config bounds the queue. Zero values pick the defaults noted.
 type Config struct {
-	// MaxQueue bounds waiting requests (default 256); an arrival beyond it
-	// is refused with ReasonQueueFull.
+	// MaxQueue bounds waiting requests (default 256), shared by weight
+	// between the tenants that wait (see overShare): beyond it an arrival
+	// is refused (ReasonQueueFull) or, when its tenant is under its
+	// share, displaces the newest request of the tenant most over its own.
 	MaxQueue int
 	// QueueTimeout bounds how long one request may wait (default 30s).
 	QueueTimeout time.Duration
@@ -158,11 +172,12 @@ const (
 type Reason string
 
 const (
-	ReasonQueueFull Reason = "queue_full"    // arrival with MaxQueue already waiting: 429
-	ReasonTimeout   Reason = "queue_timeout" // waited QueueTimeout: 503
-	ReasonDraining  Reason = "draining"      // arrival after EvDrain: 503
-	ReasonShutdown  Reason = "shutdown"      // waiting at EvShutdown: 503
-	ReasonInvalid   Reason = "invalid"       // malformed arrival (duplicate id, cost < 1)
+	ReasonQueueFull Reason = "queue_full"      // arrival with MaxQueue already waiting: 429
+	ReasonTimeout   Reason = "queue_timeout"   // waited QueueTimeout: 503
+	ReasonDraining  Reason = "draining"        // arrival after EvDrain: 503
+	ReasonShutdown  Reason = "shutdown"        // waiting at EvShutdown: 503
+	ReasonInvalid   Reason = "invalid"         // malformed arrival (duplicate id, cost < 1)
+	ReasonDisplaced Reason = "queue_displaced" // waiting, pushed out by a tenant under its share: 429
 )
 
 // Action is one output of Step.
@@ -361,12 +376,19 @@ func (c *Core) arrive(ev Event) []Action {
 		return []Action{c.reject(ev.ID, ReasonInvalid)}
 	case c.draining:
 		return []Action{c.reject(ev.ID, ReasonDraining)}
-	case len(c.waiting) >= c.cfg.MaxQueue:
-		return []Action{c.reject(ev.ID, ReasonQueueFull)}
 	}
 	w := ev.Weight
 	if w < 1 {
 		w = 1
+	}
+	var out []Action
+	if len(c.waiting) >= c.cfg.MaxQueue {
+		victim := c.overShare(ev.Tenant, w)
+		if victim == nil {
+			return []Action{c.reject(ev.ID, ReasonQueueFull)}
+		}
+		c.remove(victim)
+		out = append(out, c.reject(victim.id, ReasonDisplaced))
 	}
 	t := c.tenants[ev.Tenant]
 	if t == nil {
@@ -378,7 +400,58 @@ func (c *Core) arrive(ev Event) []Action {
 	c.waiting[e.id] = e
 	t.q = append(t.q, e)
 	c.join(t)
-	return nil
+	return out
+}
+
+// overShare decides a full queue's arrival for tenant name of weight w:
+// when the tenant holds fewer waiting requests than its share, it returns
+// the request to displace (the newest of the tenant furthest over its
+// share); nil refuses the arrival.
+//
+// A tenant's share is floor((MaxQueue - R) * w / W): W the total weight
+// of the tenants with requests in the queue, the arriving one included; R
+// the requests waiting outside the tenants' sub-queues (preempted ones
+// waiting to resume, the one refused for room waiting first in line),
+// which count against MaxQueue but are nobody's to displace. The shares
+// sum to at most MaxQueue - R, so when the queue is full and the arriving
+// tenant is under its share some other tenant is over its own: a victim
+// always exists.
+func (c *Core) overShare(name string, w int) *entry {
+	total, mine, queued := w, 0, 0
+	for _, t := range c.ring {
+		queued += len(t.q)
+		if t.name == name {
+			mine = len(t.q)
+		} else {
+			total += t.weight
+		}
+	}
+	// Room the sub-queues may hold: MaxQueue less what waits outside them.
+	room := c.cfg.MaxQueue - (len(c.waiting) - queued)
+	share := func(weight int) int { return room * weight / total }
+	if mine+1 > share(w) {
+		return nil
+	}
+	var worst *tenant
+	for _, t := range c.ring {
+		if t.name == name || len(t.q) <= share(t.weight) {
+			continue
+		}
+		// Furthest over: the largest waiting/weight; ties go to the
+		// larger backlog, then the smaller name (deterministic).
+		if worst == nil {
+			worst = t
+			continue
+		}
+		a, b := len(t.q)*worst.weight, len(worst.q)*t.weight
+		if a > b || (a == b && (len(t.q) > len(worst.q) || (len(t.q) == len(worst.q) && t.name < worst.name))) {
+			worst = t
+		}
+	}
+	if worst == nil {
+		return nil
+	}
+	return worst.q[len(worst.q)-1]
 }
 
 // join puts a tenant with waiting requests into the ring just behind the

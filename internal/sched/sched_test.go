@@ -345,6 +345,24 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 				nextID++
 				reqs[id] = &req{tenant: ti, cost: rapid.IntRange(1, maxCost).Draw(rt, "cost"), state: "new", headAt: -1}
 				acts := c.Step(Event{Kind: EvArrive, Now: now, ID: id, Tenant: fmt.Sprint(ti), Weight: weights[ti], Cost: reqs[id].cost})
+				if len(acts) > 0 && acts[0].ID == id && acts[0].Reason == ReasonQueueFull {
+					// The queue's share bound: a tenant under its share
+					// of the queue is never refused for a full queue.
+					total, outside := weights[ti], 0
+					for _, r := range reqs {
+						if r.state == "retry" || r.state == "preempted" {
+							outside++
+						}
+					}
+					for j, q := range queues {
+						if j != ti && len(q) > 0 {
+							total += weights[j]
+						}
+					}
+					if share := (cfg.MaxQueue - outside) * weights[ti] / total; len(queues[ti]) < share {
+						rt.Fatalf("tenant %d refused with %d waiting, under its share %d", ti, len(queues[ti]), share)
+					}
+				}
 				if len(acts) == 0 || acts[0].ID != id || acts[0].Kind != ActReject {
 					reqs[id].state = "waiting"
 					queues[ti] = append(queues[ti], id)
@@ -445,4 +463,45 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Issue 30 item 2: one tenant's backlog fills the queue; another tenant's
+// first request still gets in (it is under its share), displacing the
+// flooding tenant's NEWEST waiting request, which gets queue_full.
+func TestQueueShareDisplacesTheOverShareTenantsNewest(t *testing.T) {
+	c := New(Config{MaxQueue: 4, MaxRunning: 1, Quantum: 100})
+	want(t, c.Step(arrive(1, "a", 10, at(0))), Action{Kind: ActAdmit, ID: 1})
+	c.Step(Event{Kind: EvReserved, ID: 1, Now: at(0)})
+	for id := ID(2); id <= 5; id++ {
+		want(t, c.Step(arrive(id, "a", 10, at(int(id)))))
+	}
+	// Full, and every waiting request is a's.
+	want(t, c.Step(arrive(6, "a", 10, at(6))), Action{Kind: ActReject, ID: 6, Reason: ReasonQueueFull})
+	// b's first request: b's share of 4 with a (equal weights) is 2.
+	want(t, c.Step(arrive(7, "b", 10, at(7))), Action{Kind: ActReject, ID: 5, Reason: ReasonDisplaced})
+	want(t, c.Step(arrive(8, "b", 10, at(8))), Action{Kind: ActReject, ID: 4, Reason: ReasonDisplaced})
+	// b now holds its share (2 of 4): its third is refused, a keeps 2.
+	want(t, c.Step(arrive(9, "b", 10, at(9))), Action{Kind: ActReject, ID: 9, Reason: ReasonQueueFull})
+	if s := c.Stats(); s.WaitingByTenant["a"] != 2 || s.WaitingByTenant["b"] != 2 || s.Waiting != 4 {
+		t.Fatalf("stats %+v", s)
+	}
+	// A third tenant c of weight 2: share floor(4*2/4) = 2; a and b are
+	// both over theirs (1 each); the victim is the most over (a tie
+	// here: the larger count, then the earlier tenant name).
+	ev := arrive(10, "c", 10, at(10))
+	ev.Weight = 2
+	want(t, c.Step(ev), Action{Kind: ActReject, ID: 3, Reason: ReasonDisplaced})
+	// What was displaced never runs; the rest all do.
+	var got []ID
+	pending := admits(c.Step(Event{Kind: EvDone, ID: 1, Now: at(11)}))
+	for len(pending) > 0 {
+		id := pending[0]
+		got = append(got, id)
+		c.Step(Event{Kind: EvReserved, ID: id, Now: at(12)})
+		pending = append(pending[1:], admits(c.Step(Event{Kind: EvDone, ID: id, Now: at(12)}))...)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []ID{2, 7, 8, 10}) {
+		t.Fatalf("admitted %v, want [2 7 8 10]", got)
+	}
 }
