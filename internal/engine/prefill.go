@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/sample"
+	"sluice/internal/sched"
 )
 
 // PrefillWorker implements handoff.Prefill: it runs prompts (batched with
@@ -26,11 +28,14 @@ type PrefillWorker struct {
 	ctx    int
 	cache  *prefixCache // nil: no prefix cache
 
-	// freed is closed and replaced whenever pages go back to the pool, so
-	// a prompt waiting for room wakes up (a bounded wait: the router bounds
-	// concurrency, and every prompt fits the pool, I2).
-	fmu   sync.Mutex
-	freed chan struct{}
+	// adm is the prompts' queue for prefill pages: the same pure core
+	// (internal/sched) and discipline as the router's admission, FIFO per
+	// tenant, DRR across tenants, head of line. A prompt that does not fit
+	// now waits at the head and nothing overtakes it until pages come
+	// back, so a stream of small prompts cannot keep a large one out
+	// (every prompt fits the empty pool, I2; the wait is bounded by
+	// QueueTimeout).
+	adm *admission
 
 	stats struct {
 		committed, failed, tokens, bytes, pushNanos atomic.Int64
@@ -84,49 +89,64 @@ func NewPrefillWorker(cfg Config, decode handoff.Decode) (*PrefillWorker, error)
 	if err != nil {
 		return nil, err
 	}
+	ctx := cfg.configuredContext()
 	w := &PrefillWorker{cfg: cfg, pool: pool, sched: newScheduler(cfg, pool), decode: decode,
-		ctx: cfg.configuredContext(), freed: make(chan struct{}), cache: newPrefixCache(cfg, pool), quit: make(chan struct{})}
-	// A prompt waiting for room (reserve) wakes when quarantined pages
-	// come back, not only when another prompt releases its own.
+		ctx: ctx, cache: newPrefixCache(cfg, pool), quit: make(chan struct{}),
+		// Pages bound the prompts in flight, not a count; Quantum is the
+		// largest prompt, so every DRR turn admits at least one.
+		adm: newAdmission(sched.Config{MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout, MaxRunning: math.MaxInt32, Quantum: ctx})}
+	// A prompt waiting for room wakes when quarantined pages come back,
+	// not only when another prompt releases its own.
 	go expireLeases(pool, cfg.Lease, w.quit, w.signalFreed)
 	return w, nil
 }
 
-func (w *PrefillWorker) signalFreed() {
-	w.fmu.Lock()
-	close(w.freed)
-	w.freed = make(chan struct{})
-	w.fmu.Unlock()
-}
+// signalFreed tells the queue pages came back outside a prompt's end.
+func (w *PrefillWorker) signalFreed() { w.adm.step(sched.Event{Kind: sched.EvFreed}) }
 
-// reserve waits for room in the prefill pool: its pages live only from the
-// prompt's first chunk to the commit, so room comes back quickly. The wait
-// is bounded by QueueTimeout: a stuck pool refuses rather than hangs.
-// With the prefix cache, hits are the prompt's cached leading pages (o
-// reads them) and n pages are reserved after them.
-func (w *PrefillWorker) reserve(ctx context.Context, o kv.Owner, hits []kv.PageRef, n int) ([]kv.PageRef, error) {
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.QueueTimeout)
-	defer cancel()
-	for {
-		w.fmu.Lock()
-		ch := w.freed
-		w.fmu.Unlock()
-		var t []kv.PageRef
+// admit waits for the prompt's turn in the prefill queue, then for its
+// pages: its pages live only from the prompt's first chunk to the commit,
+// so room comes back quickly. The wait is bounded by QueueTimeout: a stuck
+// pool refuses rather than hangs. With the prefix cache, the prompt's
+// cached leading pages (hits, which o then reads) are looked up only once
+// it is its turn, so no waiting prompt pins pages the head of the queue
+// needs. The ticket must be ended (done) once the pages are released.
+func (w *PrefillWorker) admit(ctx context.Context, o kv.Owner, tenant string, keys []kv.BlockKey, tokens int) (tk *ticket, hits, table []kv.PageRef, err error) {
+	pages := kv.PagesFor(tokens, w.cfg.PageSize)
+	tk, e := w.adm.arrive(tenant, 1, pages*w.cfg.PageSize)
+	if e != nil {
+		return nil, nil, nil, e
+	}
+	var hard error
+	if e := tk.wait(ctx, func() (bool, *Error) {
+		hits = nil
+		if keys != nil {
+			hits = w.cache.lookup(o, keys, tokens)
+		}
 		var err error
 		if len(hits) == 0 {
-			t, err = w.pool.Reserve(o, n)
+			table, err = w.pool.Reserve(o, pages)
 		} else {
-			t, err = w.pool.Extend(o, hits, n)
+			table, err = w.pool.Extend(o, hits, pages-len(hits))
 		}
-		if err == nil || !errors.Is(err, kv.ErrNoCapacity) {
-			return t, err
+		if err == nil {
+			return false, nil
 		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, err
+		if len(hits) > 0 {
+			releasePages(w.pool, o, hits)
 		}
+		if errors.Is(err, kv.ErrNoCapacity) {
+			return true, nil
+		}
+		hard = err
+		return false, asEngineError(err, CodeInternal, http.StatusInternalServerError, "reserving prefill pages")
+	}); e != nil {
+		if hard != nil {
+			return nil, nil, nil, hard
+		}
+		return nil, nil, nil, e
 	}
+	return tk, hits, table, nil
 }
 
 // Idle reports that the worker has no prompt to compute (a neighbour
@@ -142,6 +162,7 @@ func (w *PrefillWorker) Context() int { return w.ctx }
 // Close stops the scheduler; prompts in flight fail.
 func (w *PrefillWorker) Close() {
 	w.closed.Do(func() { close(w.quit) })
+	w.adm.shutdown() // prompts still waiting for pages are refused
 	w.sched.stop()
 	if p := rawPool(w.pool); p != nil {
 		_ = p.Close()
@@ -200,19 +221,17 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	// the scope only narrows within it. Cached pages are sent like the
 	// others and covered by the digest, so decode verifies them too (I5).
 	var keys []kv.BlockKey
-	var hits []kv.PageRef
 	if w.cache != nil {
 		keys = w.cache.keys(&Request{Tenant: r.Tenant, Prompt: r.Tokens, CacheScope: r.CacheScope})
-		hits = w.cache.lookup(owner, keys, len(r.Tokens))
 	}
-	cached := len(hits) * w.cfg.PageSize
-	table, err := w.reserve(ctx, owner, hits, kv.PagesFor(len(r.Tokens), w.cfg.PageSize)-len(hits))
+	tk, hits, table, err := w.admit(ctx, owner, r.Tenant, keys, len(r.Tokens))
 	if err != nil {
-		if len(hits) > 0 {
-			releasePages(w.pool, owner, hits)
-		}
 		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("prefill pool: %v", err))
 	}
+	// After the pages are released (deferred below, or by the scheduler
+	// on a failure): the next prompt in the queue may take them.
+	defer tk.done()
+	cached := len(hits) * w.cfg.PageSize
 
 	type done struct {
 		first   int32

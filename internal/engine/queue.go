@@ -254,6 +254,16 @@ func (a *admission) close(ctx context.Context) error {
 	return err
 }
 
+// shutdown refuses every waiting and later request at once (no drain).
+func (a *admission) shutdown() {
+	a.mu.Lock()
+	a.stepLocked(sched.Event{Kind: sched.EvShutdown})
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	a.mu.Unlock()
+}
+
 // QueueStats are an engine's queue figures, for metrics.
 type QueueStats struct {
 	sched.Stats

@@ -135,9 +135,13 @@ const (
 	// oldest preemption first, with no timeout (it has sent tokens). ID,
 	// Tenant.
 	EvPreempted
+	// EvFreed: pages came back without a running request ending (a
+	// quarantine lease expired): admission paused after a NoRoom tries
+	// again now rather than at the end of RetryInterval.
+	EvFreed
 )
 
-var eventNames = [...]string{"arrive", "cancel", "reserved", "no_room", "dropped", "done", "tick", "drain", "shutdown", "preempted"}
+var eventNames = [...]string{"arrive", "cancel", "reserved", "no_room", "dropped", "done", "tick", "drain", "shutdown", "preempted", "freed"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -297,6 +301,8 @@ func (c *Core) Step(ev Event) []Action {
 			c.waiting[e.id] = e
 			c.blocked = false // its pages came back
 		}
+	case EvFreed:
+		c.blocked = false
 	case EvTick:
 	case EvDrain:
 		c.draining = true
