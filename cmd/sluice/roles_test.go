@@ -475,3 +475,53 @@ func TestServeBuiltInAndDrain(t *testing.T) {
 		t.Fatalf("no drain in the log:\n%s", p.log())
 	}
 }
+
+// Issue 30 item 3: I2 on every role. A prefill worker whose context (64)
+// is below decode's (256): the router vets prefill workers as it vets
+// decode workers. With --context auto it lowers its context to 64 and
+// says which role set it, so /v1/models advertises 64 and a 171-token
+// prompt gets 400 context_length_exceeded (before: 256 advertised, and a
+// 502 handoff_failed blamed on decode after decode's pages were
+// reserved); with --context 256 it refuses to start, naming the prefill
+// worker.
+func TestRouterVetsPrefillContext(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts processes")
+	}
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	dec := startProc(t, "decode", "--model", model, "--context", "256", "--kv-pool-tokens", "256", "--listen", "127.0.0.1:0")
+	daddr := dec.waitAddr(t)
+	pre := startProc(t, "prefill", "--model", model, "--context", "64", "--kv-pool-tokens", "64", "--listen", "127.0.0.1:0", "--decode", daddr)
+	paddr := pre.waitAddr(t)
+
+	rt := startProc(t, "router", "--model", model, "--context", "256", "--listen", "127.0.0.1:0", "--prefill", paddr, "--decode", daddr, "--connect-timeout", "5s")
+	if code := rt.wait(t); code == 0 {
+		t.Fatalf("router started with a context the prefill worker does not admit:\n%s", rt.log())
+	}
+	if l := rt.log(); !strings.Contains(l, "refusing to start") || !strings.Contains(l, "prefill worker at "+paddr) || !strings.Contains(l, "context of 64 tokens") {
+		t.Fatalf("router log does not name the prefill worker's context:\n%s", l)
+	}
+
+	rt = startProc(t, "router", "--model", model, "--context", "auto", "--listen", "127.0.0.1:0", "--prefill", paddr, "--decode", daddr, "--connect-timeout", "5s")
+	raddr := rt.waitAddr(t)
+	if l := rt.log(); !strings.Contains(l, "to 64 tokens, the most the prefill worker "+paddr+" admits") {
+		t.Fatalf("router log:\n%s", l)
+	}
+	resp, err := http.Get("http://" + raddr + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `"context_length":64`) {
+		t.Fatalf("/v1/models: %s", body)
+	}
+	cl := openai.NewClient(option.WithBaseURL("http://"+raddr+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0))
+	_, err = cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stories260K",
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(strings.Repeat("Once upon a time. ", 34))}, MaxTokens: openai.Int(4)})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "context_length_exceeded" {
+		t.Fatalf("a prompt longer than the prefill context: %v, want 400 context_length_exceeded\nrouter log:\n%s", err, rt.log())
+	}
+	rt.stop(t)
+}

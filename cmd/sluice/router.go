@@ -73,8 +73,11 @@ reserves on decode, prefills on prefill and streams tokens back.
 asks the decode worker, through its ordinary admission path, to admit a
 request of that length: an explicit --context that decode would refuse
 makes the router refuse to start; "auto" starts from the model's training
-context and lowers it to the most decode admits, and logs that (I2). The
-prefill worker checks its own context; give every role the same --context.
+context and lowers it to the most decode admits, and logs that (I2). Each
+prefill worker reports its context in its load report and is vetted the
+same way (refused, or with auto the context lowered to it): the effective
+context is the smallest over every role. A worker that joins later is
+vetted before its first request and refused if it does not admit it.
 
 Example:
   SLUICE_SECRET=$(cat secret) sluice router --model m.gguf --context 512 --prefill 127.0.0.1:9001 --decode 127.0.0.1:9002
@@ -206,9 +209,41 @@ Example:
 	if code != 0 {
 		return code
 	}
-	var pw, dw []node.Worker
+	// I2 on the prefill role too: every reachable prefill worker's context
+	// (from its load report) must hold the router's; with auto the
+	// context is lowered to the smallest. One not reachable yet, or one
+	// that joins later, is vetted by the cluster before its first request.
+	pchecked := make([]bool, len(prefills))
 	for i, pc := range prefills {
-		pw = append(pw, node.Worker{Name: prefillAddrs[i], Prefill: pc, Conn: pc, Load: node.LoadOf(pc)})
+		if pc.Check(cctx) != nil {
+			continue
+		}
+		n, err := node.PrefillContext(cctx, node.LoadOf(pc))
+		if err != nil {
+			continue
+		}
+		pchecked[i] = true
+		if n <= 0 || n >= ctxLen {
+			continue
+		}
+		if !auto {
+			log.Error(fmt.Sprintf("refusing to start: the prefill worker at %s admits a context of %d tokens, below the router's %d; start prefill with --context (and a pool) that holds it, or lower the router's --context", prefillAddrs[i], n, ctxLen),
+				"code", preflight.Code)
+			return 1
+		}
+		log.Info(fmt.Sprintf("--context auto: lowered the context from %d to %d tokens, the most the prefill worker %s admits (I2)", ctxLen, n, prefillAddrs[i]))
+		ctxLen = n
+	}
+	var pw, dw []node.Worker
+	pvet := func(l func(context.Context) (*handoff.Load, error)) func(context.Context) error {
+		return func(ctx context.Context) error { return node.ProbePrefillContext(ctx, l, ctxLen) }
+	}
+	for i, pc := range prefills {
+		w := node.Worker{Name: prefillAddrs[i], Prefill: pc, Conn: pc, Load: node.LoadOf(pc)}
+		if !pchecked[i] {
+			w.Vet = pvet(w.Load)
+		}
+		pw = append(pw, w)
 	}
 	vet := func(d handoff.Decode) func(context.Context) error {
 		return func(ctx context.Context) error { return node.ProbeDecodeContext(ctx, d, ctxLen, m.Fingerprint()) }
@@ -232,7 +267,7 @@ Example:
 		defer stopDiscovery()
 		pd := &node.Discovery{Specs: prefillSpecs, Resolver: node.DNS{}, Log: log, Remove: func(a string) { cl.Remove("prefill", a) }, Add: func(a string) {
 			r := tcp.NewRedialer(a, tc)
-			cl.Add("prefill", node.Worker{Name: a, Prefill: r, Conn: r, Load: node.LoadOf(r), Close: func() { r.Close() }})
+			cl.Add("prefill", node.Worker{Name: a, Prefill: r, Conn: r, Load: node.LoadOf(r), Close: func() { r.Close() }, Vet: pvet(node.LoadOf(r))})
 		}}
 		dd := &node.Discovery{Specs: decodeSpecs, Resolver: node.DNS{}, Log: log, Remove: func(a string) { cl.Remove("decode", a) }, Add: func(a string) {
 			r := tcp.NewRedialer(a, tc)

@@ -366,6 +366,10 @@ func handoffFailure(cause error) *Error {
 		return errf(CodeIntegrity, http.StatusInternalServerError, cause,
 			"the KV handoff failed verification; the request was stopped and its pages quarantined")
 	}
+	if errors.Is(cause, handoff.ErrPrefillRefused) {
+		// Named as the prefill worker's: never blamed on decode.
+		return errf(CodeHandoff, http.StatusBadGateway, cause, "the prefill worker refused the prompt (%v)", cause)
+	}
 	return asEngineError(cause, CodeHandoff, http.StatusBadGateway, "the disaggregated request")
 }
 

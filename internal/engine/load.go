@@ -17,7 +17,7 @@ func (w *DecodeWorker) Load(context.Context) (*handoff.Load, error) {
 	w.mu.Lock()
 	n := len(w.handoffs)
 	w.mu.Unlock()
-	return &handoff.Load{FreePages: ps.Free + ps.CacheIdle, TotalPages: ps.Pages, Running: n, CachedPages: ps.Cached}, nil
+	return &handoff.Load{FreePages: ps.Free + ps.CacheIdle, TotalPages: ps.Pages, Running: n, CachedPages: ps.Cached, Context: w.Context()}, nil
 }
 
 // Load implements handoff.Loader for a prefill worker: its pool and the
@@ -25,7 +25,7 @@ func (w *DecodeWorker) Load(context.Context) (*handoff.Load, error) {
 // the router's prefill-queue scorer adds to its own count.
 func (w *PrefillWorker) Load(context.Context) (*handoff.Load, error) {
 	ps := w.Pool().Stats()
-	return &handoff.Load{FreePages: ps.Free, TotalPages: ps.Pages, Running: int(w.running.Load())}, nil
+	return &handoff.Load{FreePages: ps.Free, TotalPages: ps.Pages, Running: int(w.running.Load()), Context: w.ctx}, nil
 }
 
 var (

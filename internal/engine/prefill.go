@@ -201,16 +201,16 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		// when it is not whole pages strictly inside the prompt.
 		return nil, w.abort(r.Handoff, res.CheckPrefix())
 	case len(r.Tokens) > w.ctx:
-		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("prompt of %d tokens exceeds the prefill context %d", len(r.Tokens), w.ctx))
+		return nil, w.abort(r.Handoff, handoff.ErrPrefillRefused.With("prompt of %d tokens exceeds the prefill context %d", len(r.Tokens), w.ctx))
 	case r.SampleOffset < 0 || r.SampleOffset >= len(r.Tokens):
 		// The draws already used are the tokens generated before, all
 		// part of this prompt; a larger offset (each draw is work) is
 		// refused rather than spun through.
-		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("sampler offset %d with a prompt of %d tokens", r.SampleOffset, len(r.Tokens)))
+		return nil, w.abort(r.Handoff, handoff.ErrPrefillRefused.With("sampler offset %d with a prompt of %d tokens", r.SampleOffset, len(r.Tokens)))
 	}
 	if err := r.Sampling.Validate(w.cfg.Model.Vocab()); err != nil {
 		// A peer is not trusted with the sampler's domain either.
-		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("sampling settings: %v", err))
+		return nil, w.abort(r.Handoff, handoff.ErrPrefillRefused.With("sampling settings: %v", err))
 	}
 	samp, err := prefillSampler(w.cfg.formats, r.Tenant, r.Sampling, r.Tokens, r.SampleOffset)
 	if err != nil {
@@ -226,7 +226,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	}
 	tk, hits, table, err := w.admit(ctx, owner, r.Tenant, keys, len(r.Tokens))
 	if err != nil {
-		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("prefill pool: %v", err))
+		return nil, w.abort(r.Handoff, handoff.ErrPrefillRefused.With("prefill pool: %v", err))
 	}
 	// After the pages are released (deferred below, or by the scheduler
 	// on a failure): the next prompt in the queue may take them.

@@ -65,6 +65,11 @@ var (
 	ErrAborted = &Error{"aborted", "the handoff was aborted"}
 	// ErrRefused: the decode worker refused the reservation (capacity, limits).
 	ErrRefused = &Error{"refused", "the decode worker refused the reservation"}
+	// ErrPrefillRefused: the prefill worker refused the prompt (longer
+	// than its context, its queue full or timed out, settings it does
+	// not accept). Distinct from ErrRefused so that every refusal names
+	// the role that refused.
+	ErrPrefillRefused = &Error{"prefill_refused", "the prefill worker refused the prompt"}
 	// ErrNoRoom: the decode worker refused the reservation because its KV
 	// pool has no free pages for it now, though it could hold it when
 	// empty (back-pressure: the router's queue waits and tries again; never

@@ -80,6 +80,11 @@ type Load struct {
 	// CachedPages are the pool's prefix-cache pages (idle or read), at
 	// most TotalPages: how much of the pool holds prefixes, not which.
 	CachedPages int
+	// Context is the longest prompt plus generation, in tokens, the
+	// worker admits (its effective context, I2; 0: not reported). A
+	// router vets every role with it: its own context is at most the
+	// smallest of its workers'.
+	Context int
 }
 
 // Loader is a worker (or a transport to one) that reports its load.

@@ -646,12 +646,13 @@ func encLoad(m *handoff.Load) ([]byte, error) {
 	e.int(m.TotalPages, "total_pages")
 	e.int(m.Running, "running")
 	e.int(m.CachedPages, "cached_pages")
+	e.int(m.Context, "context")
 	return e.b, e.err
 }
 
 func decLoad(p []byte) (*handoff.Load, error) {
 	d := dec{b: p}
-	m := &handoff.Load{FreePages: d.int(maxLoad), TotalPages: d.int(maxLoad), Running: d.int(maxLoad), CachedPages: d.int(maxLoad)}
+	m := &handoff.Load{FreePages: d.int(maxLoad), TotalPages: d.int(maxLoad), Running: d.int(maxLoad), CachedPages: d.int(maxLoad), Context: d.int(maxLoad)}
 	if d.err == nil && (m.FreePages > m.TotalPages || m.CachedPages > m.TotalPages) {
 		d.err = msgErr("load report: %d free and %d cached pages of %d", m.FreePages, m.CachedPages, m.TotalPages)
 	}

@@ -59,11 +59,13 @@ const headerLen = 16
 // added each role's KV page type to Hello and HelloAck (kv_type_mismatch).
 // Version 8 added the ephemeral X25519 keys to Hello and HelloAck and
 // replaced the per-frame MAC with per-frame encryption (seal.go, I15): a
-// version-7 peer is refused at the handshake (ErrVersion).
+// version-7 peer is refused at the handshake (ErrVersion). Version 9
+// added the worker's context to the Load reply (the router vets prefill
+// workers' context as it does decode workers', I2).
 // Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 8
-	maxVersion = 8
+	minVersion = 9
+	maxVersion = 9
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the

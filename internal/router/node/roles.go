@@ -60,3 +60,31 @@ func ProbeDecodeContext(ctx context.Context, d handoff.Decode, ctxLen int, fp mo
 	}
 	return err
 }
+
+// PrefillContext is a prefill worker's context from its load report (0
+// when it reports none): the longest prompt it prefills. A router vets
+// every prefill worker with it as it vets decode workers (I2).
+func PrefillContext(ctx context.Context, load func(context.Context) (*handoff.Load, error)) (int, error) {
+	if load == nil {
+		return 0, nil
+	}
+	l, err := load(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return l.Context, nil
+}
+
+// ProbePrefillContext refuses a prefill worker whose context is below the
+// router's ctxLen: a prompt the router admits must be one every prefill
+// worker prefills (I2). The error names the prefill worker's refusal.
+func ProbePrefillContext(ctx context.Context, load func(context.Context) (*handoff.Load, error), ctxLen int) error {
+	n, err := PrefillContext(ctx, load)
+	if err != nil {
+		return err
+	}
+	if n > 0 && n < ctxLen {
+		return handoff.ErrPrefillRefused.With("the prefill worker admits a context of %d tokens, below the router's %d", n, ctxLen)
+	}
+	return nil
+}
