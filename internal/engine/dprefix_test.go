@@ -232,6 +232,28 @@ func TestDecodePrefixOutOfBoundsRefused(t *testing.T) {
 			t.Errorf("%s: %d pages sent before the refusal", bad.name, n)
 		}
 	}
+	// The whole prompt, page aligned (8 tokens, 2 pages of 4, both listed):
+	// only the whole-prompt check refuses it, before any work; it must be
+	// that refusal (bad_message), not a later count mismatch.
+	p8 := prompt(12, 8)
+	r.tp.mu.Lock()
+	r.tp.onReserve = func(_ *handoff.Reserve, res *handoff.Reservation) {
+		if res != nil {
+			res.PrefixTokens = 8
+		}
+	}
+	r.tp.mu.Unlock()
+	r.pagesSent()
+	before := r.dw.ReceiverStats().Failed[handoff.ErrCountMismatch.Code]
+	if res := r.submit(t, "a", p8, 4); !errors.Is(res.final.Err, handoff.ErrBadMessage) || len(res.tokens) != 0 {
+		t.Errorf("a page-aligned decode prefix covering the whole prompt: %v %v, want bad_message", res.tokens, res.final.Err)
+	}
+	if n := r.pagesSent(); n != 0 {
+		t.Errorf("the whole prompt as prefix: %d pages sent before the refusal", n)
+	}
+	if f := r.dw.ReceiverStats().Failed[handoff.ErrCountMismatch.Code]; f != before {
+		t.Errorf("the whole prompt as prefix reached the commit (count mismatches %d -> %d)", before, f)
+	}
 	// Well formed but more than decode holds (nothing, here): prefill
 	// skips blocks decode waits for, and the commit fails closed (count).
 	r.tp.mu.Lock()

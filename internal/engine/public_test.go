@@ -90,4 +90,15 @@ func testPublicPrefix(t *testing.T, mode string) {
 			t.Errorf("%s: output %v differs from the cold run %v", tc.name, r.tokens, want[tc.prompt])
 		}
 	}
+	// Only the public prefix's 3 pages are in the public scope: the
+	// private prompts' pages (d's partial prefix, e's narrowed scope, every
+	// continuation) were inserted under their tenant, never as public (the
+	// read-time tenant check stays on for them, I11).
+	pool := map[string]func() *kv.Pool{
+		"colocated":     func() *kv.Pool { return withPub.(*Colocated).Pool() },
+		"disaggregated": func() *kv.Pool { return withPub.(*Local).Prefill.Pool() },
+	}[mode]()
+	if s := pool.Stats(); s.CachePublic != 3 {
+		t.Errorf("%d pages in the public scope, want the public prefix's 3 (cached %d)", s.CachePublic, s.Cached)
+	}
 }

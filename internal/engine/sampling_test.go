@@ -232,7 +232,7 @@ func TestWorkersRefuseForeignSamplingInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = pw.Prefill(ctx, &handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: prompt(1, 4), Reservation: res, Sampling: sample.Params{MinP: 2}})
-	if !errors.Is(err, handoff.ErrRefused) {
+	if !errors.Is(err, handoff.ErrPrefillRefused) {
 		t.Fatalf("prefill with min_p 2: %v", err)
 	}
 	dw.Tick(time.Now().Add(time.Hour))

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -553,5 +554,51 @@ func TestLogprobsContract(t *testing.T) {
 			t.Errorf("%s without logprobs: %v", fault, err)
 		}
 		waitFor(t, func() bool { return h.eng.Active() == 0 })
+	}
+}
+
+// Issue 30 item 4: every choice of a running request holds a tenant slot
+// and a server slot (acquireMore), not only the first: while a request of
+// n=3 runs, the tenant (limit 3) and the server (limit 3) are full, so
+// one more request is refused with 429; once it ends, both are free.
+func TestRunningChoicesHoldTheirSlots(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		code string
+	}{
+		{"tenant", func(c *Config) { c.TenantConcurrency = 3 }, CodeTenantLimit},
+		{"server", func(c *Config) { c.MaxConcurrency = 3 }, CodeOverloaded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, 64, tc.mod)
+			// Opened on every way out, so a failure cannot leave the HOLD
+			// request (and the server's Close) waiting for ever.
+			var open sync.Once
+			release := func() { open.Do(func() { close(h.eng.gate) }) }
+			t.Cleanup(release)
+			c := h.client("")
+			ctx := context.Background()
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("HOLD"), N: openai.Int(3), MaxTokens: openai.Int(2)})
+				done <- err
+			}()
+			waitFor(t, func() bool { return h.eng.Active() == 3 })
+			_, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(2)})
+			apiErr(t, err, 429, tc.code)
+			release()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the n=3 request did not end within 30s of its gate opening")
+			}
+			if _, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), N: openai.Int(3), MaxTokens: openai.Int(2)}); err != nil {
+				t.Fatalf("the slots did not come back: %v", err)
+			}
+		})
 	}
 }
