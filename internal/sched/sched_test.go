@@ -505,3 +505,27 @@ func TestQueueShareDisplacesTheOverShareTenantsNewest(t *testing.T) {
 		t.Fatalf("admitted %v, want [2 7 8 10]", got)
 	}
 }
+
+// Issue 30 item 8: preempted requests resume oldest preemption first
+// (the one preempted earliest has waited longest with a stream open).
+func TestPreemptedResumeOldestPreemptionFirst(t *testing.T) {
+	c := New(Config{MaxRunning: 4, Quantum: 100})
+	for id := ID(1); id <= 3; id++ {
+		want(t, c.Step(arrive(id, "a", 10, at(0))), Action{Kind: ActAdmit, ID: id})
+		c.Step(Event{Kind: EvReserved, ID: id, Now: at(0)})
+	}
+	want(t, c.Step(arrive(4, "b", 10, at(1))), Action{Kind: ActAdmit, ID: 4})
+	// 4's admission is outstanding, so the preempted ones wait: 2, 3, 1.
+	for _, id := range []ID{2, 3, 1} {
+		want(t, c.Step(Event{Kind: EvPreempted, ID: id, Tenant: "a", Now: at(2)}))
+	}
+	var order []ID
+	next := admits(c.Step(Event{Kind: EvReserved, ID: 4, Now: at(3)}))
+	for len(next) > 0 {
+		order = append(order, next...)
+		next = admits(c.Step(Event{Kind: EvReserved, ID: next[0], Now: at(3)}))
+	}
+	if !slices.Equal(order, []ID{2, 3, 1}) {
+		t.Fatalf("resumed in order %v, want the preemption order [2 3 1]", order)
+	}
+}
