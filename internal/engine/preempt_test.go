@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -73,7 +74,7 @@ func TestPreemptionOracleStories(t *testing.T) {
 	rt := storiesRuntime(t)
 	reqs, _ := storiesRequests(t, 36)
 	lengthenAndMixSampling(reqs)
-	want := aloneOutputs(t, rt, reqs)
+	want := aloneResults(t, rt, reqs)
 	cfg := storiesConfig(rt, 16) // 256 tokens: the context, a fraction of the demand
 	// Without the free-page watermark admission fills the pool, so growth
 	// must preempt; with it the count depends on how arrivals interleave
@@ -104,7 +105,7 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 	rt := storiesRuntime(t)
 	reqs, _ := storiesRequests(t, 36)
 	lengthenAndMixSampling(reqs)
-	want := aloneOutputs(t, rt, reqs)
+	want := aloneResults(t, rt, reqs)
 	// "+cache": the prefill worker's prefix cache on (the prompts repeat
 	// reference prompts, and a resumed prompt extends its own): hits skip
 	// prefill work and change no token. "+dcache": both workers' caches:
@@ -178,6 +179,11 @@ func lengthenAndMixSampling(reqs []*Request) {
 			// request's earlier tokens must count as generated ones.
 			r.Sampling = sample.Params{Temperature: 0.7, Seed: uint64(200 + i), PresencePenalty: 0.8, FrequencyPenalty: 0.5, RepetitionPenalty: 1.3}
 		}
+		if i%2 == 0 {
+			// Logprobs too: a resumed sequence's must be the ones it
+			// would have had unpreempted, bit for bit.
+			r.Sampling.Logprobs, r.Sampling.TopLogprobs = true, 2
+		}
 	}
 }
 
@@ -185,36 +191,54 @@ func lengthenAndMixSampling(reqs []*Request) {
 // a time on a colocated engine whose pool (1024 tokens) never preempts.
 func aloneOutputs(t *testing.T, rt Runtime, reqs []*Request) [][]int32 {
 	t.Helper()
+	var want [][]int32
+	for _, r := range aloneResults(t, rt, reqs) {
+		want = append(want, r.tokens)
+	}
+	return want
+}
+
+// aloneResults is aloneOutputs with each request's logprobs and usage.
+func aloneResults(t *testing.T, rt Runtime, reqs []*Request) []result {
+	t.Helper()
 	solo, err := NewColocated(storiesConfig(rt, 64))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer solo.Close(context.Background())
-	want := make([][]int32, len(reqs))
+	want := make([]result, len(reqs))
 	for i, r := range reqs {
 		s, err := solo.Submit(context.Background(), r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want[i] = collect(t, s).tokens
+		want[i] = collect(t, s)
 	}
 	return want
 }
 
 // requireAlone fails the test unless every request succeeded with the
-// tokens it gave alone (want) and its usage counts its prompt once and
-// exactly those tokens, however often it was preempted and resumed.
-func requireAlone(t *testing.T, label string, reqs []*Request, got []result, want [][]int32) {
+// tokens and logprobs it gave alone (want) and its usage counts its prompt
+// once, exactly those tokens, and no more cached tokens than prompt
+// tokens, however often it was preempted and resumed.
+func requireAlone(t *testing.T, label string, reqs []*Request, got []result, want []result) {
 	t.Helper()
 	for i := range reqs {
 		if got[i].final.Err != nil {
 			t.Fatalf("%s: request %d: %v", label, i, got[i].final.Err)
 		}
-		if !slices.Equal(got[i].tokens, want[i]) {
-			t.Fatalf("%s: request %d (preempted or not): %v, alone %v", label, i, got[i].tokens, want[i])
+		if !slices.Equal(got[i].tokens, want[i].tokens) {
+			t.Fatalf("%s: request %d (preempted or not): %v, alone %v", label, i, got[i].tokens, want[i].tokens)
 		}
-		if u := got[i].final.Usage; u.PromptTokens != len(reqs[i].Prompt) || u.CompletionTokens != len(want[i]) {
-			t.Fatalf("%s: request %d: usage %+v, want %d prompt tokens once and %d completion", label, i, u, len(reqs[i].Prompt), len(want[i]))
+		if !reflect.DeepEqual(got[i].lps, want[i].lps) {
+			t.Fatalf("%s: request %d (preempted or not): its logprobs differ from its logprobs alone", label, i)
+		}
+		u := got[i].final.Usage
+		if u.PromptTokens != len(reqs[i].Prompt) || u.CompletionTokens != len(want[i].tokens) {
+			t.Fatalf("%s: request %d: usage %+v, want %d prompt tokens once and %d completion", label, i, u, len(reqs[i].Prompt), len(want[i].tokens))
+		}
+		if u.CachedTokens > u.PromptTokens || u.CachedTokens < 0 {
+			t.Fatalf("%s: request %d: %d cached tokens of a %d-token prompt", label, i, u.CachedTokens, u.PromptTokens)
 		}
 	}
 }

@@ -516,3 +516,30 @@ func TestCachePublicScope(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Issue 30 item 8: an owner that already reads a cached page gets no
+// second share of it (a second lookup of the same keys is a miss): one
+// release then ends its reading, and once every reader released, the
+// pages are idle (evictable), not pinned by a share counted twice.
+func TestCacheNoDuplicateReaderShare(t *testing.T) {
+	p := newPool(t, 8)
+	a := owner("t1", 1)
+	refsA, keys := cachedSeq(t, p, a, prompt(7, 2))
+	b := owner("t1", 2)
+	hit, err := p.Lookup(b, keys)
+	if err != nil || len(hit) != 2 {
+		t.Fatalf("first lookup: %v %v", hit, err)
+	}
+	if again, err := p.Lookup(b, keys); err != nil || len(again) != 0 {
+		t.Fatalf("a second lookup by the same owner took %d more shares (%v)", len(again), err)
+	}
+	if err := p.Release(b, hit); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(a, refsA); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.CacheReaders != 0 || st.CacheIdle != 2 {
+		t.Fatalf("after every reader released: %d readers, %d idle pages, want 0 and 2", st.CacheReaders, st.CacheIdle)
+	}
+}
