@@ -27,9 +27,10 @@ const (
 	KVShared = "shared"
 	// KVPerSlot: each slot owns a buffer of the per-request context.
 	KVPerSlot = "per-slot"
-	// KVReserved: one pool, but a request is admitted only once its whole
-	// context is reserved in it (sluice), so an admitted request cannot run out.
-	KVReserved = "shared pool, reserved per request at admission"
+	// KVOnDemand: one pool whose pages a request takes as it grows, where a
+	// sequence that cannot grow is preempted and resumed, never failed
+	// (sluice): requests that each fit do not fail together.
+	KVOnDemand = "shared pool, pages on demand with preemption"
 	// KVCannotSee: the server does not expose it.
 	KVCannotSee = "cannot see"
 )
@@ -55,7 +56,7 @@ type Discovery struct {
 	Advertised RemoteFigure `json:"advertised_context"` // what /v1/models tells clients
 	Slots      RemoteFigure `json:"slots"`
 	PoolTokens RemoteFigure `json:"pool_tokens"`
-	// KVBuffer is KVShared, KVPerSlot, KVReserved or KVCannotSee;
+	// KVBuffer is KVShared, KVPerSlot, KVOnDemand or KVCannotSee;
 	// KVBufferSource says how that was found (or inferred).
 	KVBuffer       string `json:"kv_buffer"`
 	KVBufferSource string `json:"kv_buffer_source"`
@@ -272,7 +273,7 @@ func (p *Prober) Discover(ctx context.Context, endpoint string) (*Discovery, err
 		if minPool > 0 {
 			d.PoolTokens = RemoteFigure{Name: "pool tokens", Value: minPool, Known: true, Source: InfoPath + " smallest roles[].pool_tokens"}
 		}
-		d.KVBuffer, d.KVBufferSource = KVReserved, "sluice reserves a request's whole context in the pool before admitting it, and refuses (503 kv_capacity_exhausted) when it cannot"
+		d.KVBuffer, d.KVBufferSource = KVOnDemand, "sluice admits a request that fits the context with its prompt's pages and grows it page by page; when the pool runs dry the newest sequence is preempted and later resumed exactly, and a request that finds no room waits in the queue (503 queue_timeout after --queue-timeout) instead of failing"
 		d.checkAdvertised(si.Context, "the context sluice admits against")
 		return d, nil
 	}

@@ -164,6 +164,25 @@ func TestRemoteShapes(t *testing.T) {
 	}
 }
 
+// The report says what sluice does with its pool today: pages on demand,
+// preemption and the queue, not the whole context reserved at admission
+// with a 503 when it cannot be (what it did before pages grew on demand).
+func TestDiscoverSluiceKVBufferSaysWhatItDoes(t *testing.T) {
+	url := fakeEndpoints(t, map[string]string{
+		"/v1/models":   `{"object":"list","data":[{"id":"m","object":"model","context_length":2048}]}`,
+		"/sluice/info": `{"server":"sluice","model":"m","context":2048,"roles":[{"role":"decode","pool_tokens":8192,"page_size":16,"context":2048}]}`,
+	})
+	r, err := Remote(context.Background(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := r.KVBufferSource
+	if r.KVBuffer != KVOnDemand || !strings.Contains(src, "page by page") || !strings.Contains(src, "preempted") ||
+		strings.Contains(src, "whole context") || strings.Contains(src, "kv_capacity_exhausted") {
+		t.Errorf("KV buffer %q (%s)", r.KVBuffer, src)
+	}
+}
+
 // The n_ctx llama-server publishes must be the context discovered, from
 // /props or from /v1/models meta.
 func TestDiscoverLlamaContext(t *testing.T) {
