@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"sluice/internal/quant"
 	"sluice/internal/synth"
@@ -13,11 +14,15 @@ func init() {
 	register(command{name: "synth", summary: "write a seeded synthetic (random-weight) GGUF model", run: runSynth})
 }
 
+// presetFlags are the flags a --preset honours: where to write, the
+// weight type, the context (metadata only), the seed and the name.
+var presetFlags = map[string]bool{"out": true, "preset": true, "vocab-from": true, "type": true, "context": true, "seed": true, "name": true}
+
 func runSynth(args []string) int {
 	fs := flag.NewFlagSet("synth", flag.ContinueOnError)
 	d := synth.DefaultSpec
 	out := fs.String("out", "", "output GGUF path (required)")
-	preset := fs.String("preset", "", "llama.cpp benchmark shape: bench-15M or bench-110M (needs --vocab-from, e.g. shared/vocab/ggml-vocab-llama-spm.gguf); shape flags other than --context and --seed are ignored")
+	preset := fs.String("preset", "", "llama.cpp benchmark shape: bench-15M or bench-110M (needs --vocab-from, e.g. shared/vocab/ggml-vocab-llama-spm.gguf); it fixes the shape: of the other flags only --context, --seed, --type and --name apply, and any other is refused")
 	arch := fs.String("arch", d.Arch, "architecture: llama, qwen2, qwen3, gemma3, qwen3moe or glm4moe")
 	layers := fs.Int("layers", d.Layers, "number of transformer blocks")
 	embd := fs.Int("embd", d.Embd, "embedding length (n_embd)")
@@ -98,6 +103,19 @@ Flags:
 		}
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		// A flag the preset would not honour is refused, never dropped:
+		// a file of another shape than asked for would be measured as if
+		// it were the asked one.
+		var ignored []string
+		fs.Visit(func(f *flag.Flag) {
+			if !presetFlags[f.Name] {
+				ignored = append(ignored, "--"+f.Name)
+			}
+		})
+		if len(ignored) > 0 {
+			fmt.Fprintf(os.Stderr, "sluice synth: --preset %s fixes the shape, so %s would be ignored: drop it, or give the whole shape with flags and no --preset\n", *preset, strings.Join(ignored, ", "))
+			return 2
+		}
 		if set["seed"] {
 			spec.Seed = *seed
 		}

@@ -1,14 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"sluice/internal/gguf"
+	"sluice/internal/synth"
 )
 
 // TestSynthThenInspect writes a small model with the synth command and
@@ -75,6 +79,75 @@ func TestSynthPresetContext(t *testing.T) {
 	if n, ok := f.Uint("llama.context_length"); !ok || n != 16384 {
 		t.Errorf("llama.context_length = %d, %v; want 16384", n, ok)
 	}
+}
+
+// Every flag of sluice synth (read from its help, so a new flag is
+// covered) that a preset would not honour is refused with every preset,
+// exit 2 naming it, and no file is written: never a flag silently dropped.
+func TestSynthPresetRefusesFlagsItIgnores(t *testing.T) {
+	vocab := filepath.Join("..", "..", "testdata", "vocab", "ggml-vocab-llama-spm.gguf")
+	var help bytes.Buffer
+	defer func(w io.Writer) { helpOut = w }(helpOut)
+	helpOut = &help
+	if rc := runSynth([]string{"--help"}); rc != 0 {
+		t.Fatalf("--help exit %d", rc)
+	}
+	type fl struct {
+		name string
+		bool bool
+	}
+	var flags []fl
+	for _, l := range strings.Split(help.String(), "\n") {
+		if f := strings.Fields(l); strings.HasPrefix(l, "  -") && len(f) > 0 {
+			flags = append(flags, fl{strings.TrimPrefix(f[0], "-"), len(f) == 1})
+		}
+	}
+	if len(flags) < 20 {
+		t.Fatalf("read %d flags from the help", len(flags))
+	}
+	presets := slices.Sorted(maps.Keys(synth.Presets))
+	refused := 0
+	for _, pr := range presets {
+		for _, f := range flags {
+			if presetFlags[f.name] {
+				continue
+			}
+			out := filepath.Join(t.TempDir(), "m.gguf")
+			args := []string{"--out", out, "--preset", pr, "--vocab-from", vocab, "--" + f.name}
+			if !f.bool {
+				args = append(args, "2")
+			}
+			var errb bytes.Buffer
+			rc := withStderr(&errb, func() int { return runSynth(args) })
+			if rc != 2 || !strings.Contains(errb.String(), "--"+f.name+" would be ignored") {
+				t.Errorf("%v: exit %d, stderr %q", args, rc, errb.String())
+			}
+			if _, err := os.Stat(out); err == nil {
+				t.Errorf("%v wrote a file", args)
+			}
+			refused++
+		}
+	}
+	if refused < 20*len(presets) {
+		t.Errorf("only %d refusals checked", refused)
+	}
+}
+
+// withStderr runs f with os.Stderr going to w.
+func withStderr(w io.Writer, f func() int) int {
+	r, pw, err := os.Pipe()
+	if err != nil {
+		panic(err)
+	}
+	old := os.Stderr
+	os.Stderr = pw
+	done := make(chan struct{})
+	go func() { io.Copy(w, r); close(done) }()
+	rc := f()
+	pw.Close()
+	os.Stderr = old
+	<-done
+	return rc
 }
 
 // TestSynthDenseArchsThenInspect: synth writes qwen3 (head dim 32 against
