@@ -69,6 +69,7 @@ func NewClient(nc net.Conn, cfg Config) (*Client, error) {
 	}
 	cl := &Client{c: c, pending: map[uint32]*call{}, done: make(chan struct{})}
 	go cl.readLoop()
+	go c.heartbeat(cl.done)
 	return cl, nil
 }
 
@@ -114,7 +115,9 @@ func (cl *Client) readLoop() {
 }
 
 func (cl *Client) fail(err error) {
-	if isClosed(err) || err == io.EOF {
+	if d := cl.c.deadErr(); d != nil {
+		err = d // the heartbeat watchdog closed it: say why
+	} else if isClosed(err) || err == io.EOF {
 		err = handoff.ErrTransport.With("connection closed")
 	}
 	err = transportErr(err)

@@ -62,6 +62,11 @@ type Config struct {
 	// MaxStreams bounds the token streams open at once per connection
 	// (default 4096); one more is refused with ErrRefused.
 	MaxStreams int
+	// DeadAfter is how long a peer may send nothing at all before it is
+	// declared dead and the connection closed (heartbeat.go; default
+	// DefaultDeadAfter, 2s; negative: no heartbeat). Both sides ping every
+	// DeadAfter/8 when otherwise quiet.
+	DeadAfter time.Duration
 	// Model is the fingerprint of the model this role loaded (I13). Both
 	// sides send theirs in the handshake (covered by the HMAC proofs); a
 	// connection between roles whose fingerprints differ is refused with
@@ -137,6 +142,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxStreams <= 0 {
 		c.MaxStreams = 4096
 	}
+	if c.DeadAfter == 0 {
+		c.DeadAfter = DefaultDeadAfter
+	}
 	return c, nil
 }
 
@@ -173,11 +181,15 @@ func proof(secret []byte, label string, parts ...[]byte) []byte {
 
 // conn is one authenticated connection, used by both client and server.
 type conn struct {
-	nc  net.Conn
-	cfg Config
-	fr  framer
-	wmu sync.Mutex
+	nc   net.Conn
+	cfg  Config
+	fr   framer
+	wmu  sync.Mutex
+	beat beat
 }
+
+// rd is the connection's reader: every byte read is a sign of life.
+func (c *conn) rd() beatReader { return beatReader{c} }
 
 func (c *conn) send(typ byte, stream uint32, parts ...[]byte) error {
 	return c.sendData(typ, stream, parts, nil)
@@ -208,6 +220,7 @@ func (c *conn) sendData(typ byte, stream uint32, parts [][]byte, isData []bool) 
 	}
 	nb := net.Buffers(bufs)
 	_, err = nb.WriteTo(c.nc)
+	c.beat.touchSend()
 	if cap(sealed) >= 64<<10 {
 		putBuf(sealed)
 	}
@@ -218,7 +231,7 @@ func (c *conn) sendData(typ byte, stream uint32, parts [][]byte, isData []bool) 
 // but once a header is in, its body must arrive within ReadTimeout.
 func (c *conn) read() (*frame, error) {
 	_ = c.nc.SetReadDeadline(time.Time{})
-	return c.fr.readFrame(c.nc, func() {
+	return c.fr.readFrame(c.rd(), func() {
 		_ = c.nc.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
 	})
 }

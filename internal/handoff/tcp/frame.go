@@ -61,11 +61,12 @@ const headerLen = 16
 // replaced the per-frame MAC with per-frame encryption (seal.go, I15): a
 // version-7 peer is refused at the handshake (ErrVersion). Version 9
 // added the worker's context to the Load reply (the router vets prefill
-// workers' context as it does decode workers', I2).
+// workers' context as it does decode workers', I2). Version 10 added the
+// heartbeat frame (Ping, heartbeat.go).
 // Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 9
-	maxVersion = 9
+	minVersion = 10
+	maxVersion = 10
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the
@@ -93,14 +94,15 @@ const (
 	tPrefillRes  = 21
 	tLoad        = 22
 	tLoadRes     = 23
-	tOK          = 30
-	tError       = 31
+	// tPing = 24: heartbeat.go
+	tOK    = 30
+	tError = 31
 )
 
 func knownType(t byte) bool {
 	switch t {
 	case tHello, tHelloAck, tAuth, tAuthOK, tReserve, tReservation, tWrite, tCommit, tAbort,
-		tDrained, tCancel, tStreamOpen, tToken, tStreamClose, tPrefill, tPrefillRes, tLoad, tLoadRes, tOK, tError:
+		tDrained, tCancel, tStreamOpen, tToken, tStreamClose, tPrefill, tPrefillRes, tLoad, tLoadRes, tOK, tError, tPing:
 		return true
 	}
 	return false
@@ -216,6 +218,15 @@ func (f *framer) encode(version, typ byte, stream uint32, parts [][]byte, data .
 // onHeader runs once the header is in (to arm the body read deadline).
 func (f *framer) readFrame(r io.Reader, onHeader func()) (*frame, error) {
 	fr, n, err := f.readHeader(r)
+	for err == nil && fr.typ == tPing && f.version != 0 {
+		// A heartbeat (heartbeat.go): its life sign is the read itself.
+		if n != 0 {
+			return nil, protoErr("ping frame of %d bytes", n)
+		}
+		if err = f.readBody(r, fr, 0); err == nil {
+			fr, n, err = f.readHeader(r)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -123,6 +123,9 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 		s.report(nc, err)
 		return
 	}
+	stopBeat := make(chan struct{})
+	defer close(stopBeat)
+	go c.heartbeat(stopBeat)
 	ctx, cancel := context.WithCancel(context.Background())
 	sc := &sconn{conn: c, s: s, ctx: ctx, sem: make(chan struct{}, s.cfg.MaxInflight),
 		ssem: make(chan struct{}, s.cfg.MaxStreams), streams: map[uint32]context.CancelFunc{}}
@@ -133,6 +136,10 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 	for {
 		f, err := sc.next()
 		if err != nil {
+			if d := c.deadErr(); d != nil {
+				s.report(nc, d)
+				return
+			}
 			if err != io.EOF && !isClosed(err) {
 				// Tell the peer why, then close: after a bad frame nothing
 				// on this connection can be trusted to be aligned.

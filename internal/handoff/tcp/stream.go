@@ -17,7 +17,17 @@ func (sc *sconn) next() (*frame, error) {
 	// An idle connection may wait forever for a header, but once a header
 	// is in, its body must arrive within ReadTimeout.
 	_ = c.nc.SetReadDeadline(time.Time{})
-	f, n, err := c.fr.readHeader(c.nc)
+	f, n, err := c.fr.readHeader(c.rd())
+	for err == nil && f.typ == tPing {
+		// A heartbeat (heartbeat.go): read (and on an encrypted
+		// connection open) its empty body, then wait for the next frame.
+		if n != 0 {
+			return nil, protoErr("ping frame of %d bytes", n)
+		}
+		if err = c.fr.readBody(c.rd(), f, 0); err == nil {
+			f, n, err = c.fr.readHeader(c.rd())
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -27,7 +37,7 @@ func (sc *sconn) next() (*frame, error) {
 	}
 	// Encrypted, nothing of a frame may be used before its tag verifies
 	// over all of it (I12, I15): the whole frame is read first.
-	if err := c.fr.readBody(c.nc, f, n); err != nil {
+	if err := c.fr.readBody(c.rd(), f, n); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -57,7 +67,7 @@ func (sc *sconn) streamWrites(f *frame, n int) error {
 	if d := sc.s.decode; d != nil {
 		apply = func(ws []handoff.PageWrite) error { return d.Write(sc.ctx, ws) }
 	}
-	werr, err := readWrites(sc.nc, f, n, &sc.page, apply)
+	werr, err := readWrites(sc.rd(), f, n, &sc.page, apply)
 	if err != nil {
 		return err
 	}
