@@ -48,3 +48,25 @@ func TestFlashMergeMatchesDefinition(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefetchChangesNothing: prefetching any slice (empty, one element,
+// unaligned starts, across lines) leaves every value as it was.
+func TestPrefetchChangesNothing(t *testing.T) {
+	f := randVec(rand.New(rand.NewPCG(5, 6)), 300, 1)
+	h := make([]uint16, 300)
+	for i := range h {
+		h[i] = uint16(i * 77)
+	}
+	f0, h0 := append([]float32(nil), f...), append([]uint16(nil), h...)
+	for lo := 0; lo < 40; lo++ {
+		for _, n := range []int{0, 1, 15, 16, 17, 100, 260} {
+			Prefetch(f[lo : lo+n])
+			Prefetch(h[lo : lo+n])
+		}
+	}
+	for i := range f {
+		if math.Float32bits(f[i]) != math.Float32bits(f0[i]) || h[i] != h0[i] {
+			t.Fatalf("element %d changed", i)
+		}
+	}
+}

@@ -92,6 +92,27 @@ func (r *Runner) attendTokens(un unit, w int) {
 	if un.split {
 		k0, k1 = int(un.tl0), int(un.tl1)
 	}
+	// A unit of every KV head reads each page's K and V rows whole: it
+	// asks for the next rows while it computes (pages lie anywhere in the
+	// pool, so the hardware prefetchers lose the stream at each page).
+	lim := min(k1*T, last)
+	prefetch := func(j int, v bool) {
+		if nh != c.KVHeads || j >= lim {
+			return
+		}
+		off := j % a.ps
+		s, n := &spans[j/a.ps-a.blk0], min(a.ps-off, lim-j)*KD
+		switch {
+		case a.f16 && v:
+			kernels.Prefetch(s.v16[off*KD:][:n])
+		case a.f16:
+			kernels.Prefetch(s.k16[off*KD:][:n])
+		case v:
+			kernels.Prefetch(s.v[off*KD:][:n])
+		default:
+			kernels.Prefetch(s.k[off*KD:][:n])
+		}
+	}
 	for k := k0; k < k1; k++ {
 		j0 := max(k*T, lo)
 		j1 := min(k*T+T, last)    // the positions of the tile any token sees
@@ -102,6 +123,8 @@ func (r *Runner) attendTokens(un unit, w int) {
 		for j := j0; j < j1; {
 			bi, off := j/a.ps-a.blk0, j%a.ps
 			cnt := min(a.ps-off, j1-j)
+			prefetch(j+cnt, false)
+			prefetch(j, true)
 			for h := 0; h < nh; h++ {
 				m0 := (i0*nh + h) * group
 				pageDot(scores[m0*T+j-j0:], T, qp[m0*hd:], (nt-i0)*group, hd, &spans[bi], (kh0+h)*hd+off*KD, KD, cnt, a.f16)
@@ -116,6 +139,7 @@ func (r *Runner) attendTokens(un unit, w int) {
 		for j := j0; j < j1; {
 			bi, off := j/a.ps-a.blk0, j%a.ps
 			cnt := min(a.ps-off, j1-j)
+			prefetch(j+T, false) // the next tile's K rows
 			for h := 0; h < nh; h++ {
 				col := (kh0+h)*hd + off*KD
 				for i := i0; i < full; i++ {
