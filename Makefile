@@ -84,6 +84,15 @@ bench-chat:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench chat $$(test -x $(LLAMA_SELECT) && echo --llama-server $$($(LLAMA_SELECT) llama-server)) $(BENCH_CHAT_FLAGS)
 
+# Targeted mutations of the isolation safeguards (scripts/mutate/mutations.txt):
+# each one patched into a copy of the module, its package's tests run, the
+# survivors listed (exit 1 if any). Not part of `make test`: tens of minutes
+# on a 2-core machine. MUTATE_FLAGS="-only sched-" runs a subset.
+MUTATE_FLAGS ?=
+.PHONY: mutate
+mutate:
+	$(GO) run ./scripts/mutate $(MUTATE_FLAGS)
+
 sim:
 	SLUICE_SIM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 0 -run 'TestSim' -v ./internal/sim/
 
