@@ -210,7 +210,7 @@ func newAbortRigCfg(t *testing.T, transport string, prefillModel, decodeModel Ru
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		eng.Close(context.Background())
+		closeWithin(t, eng)
 		pw.Close()
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()

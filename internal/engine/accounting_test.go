@@ -31,7 +31,7 @@ func TestPrefillOverReportingFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close(context.Background())
+	defer closeWithin(t, d)
 	s, err := d.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 9), MaxTokens: 3})
 	if err != nil {
 		t.Fatal(err)

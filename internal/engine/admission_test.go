@@ -61,7 +61,7 @@ func TestRejectedForLengthNeverReachesTheWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer eng.Close(context.Background())
+	defer closeWithin(t, eng)
 	if got := eng.Info().Context; got != 128 {
 		t.Fatalf("effective context %d, want 128 (32 pages of 4)", got)
 	}
@@ -179,7 +179,7 @@ func TestLatePrefillFailureEndsInError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer eng.Close(context.Background())
+	defer closeWithin(t, eng)
 	s, err := eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 9), MaxTokens: 5})
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +221,7 @@ func TestAbsurdMaxTokensIsRejectedCheaply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(context.Background())
+	defer closeWithin(t, e)
 	_, err = e.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 3), MaxTokens: 1 << 40})
 	var ee *Error
 	if !errors.As(err, &ee) || ee.Code != CodeContextLength {

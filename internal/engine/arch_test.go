@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -79,7 +78,7 @@ func TestOracleArchTransports(t *testing.T) {
 				t.Fatal(err)
 			}
 			ref := runMany(t, col, reqs)
-			col.Close(context.Background())
+			closeWithin(t, col)
 			for i := range reqs {
 				if ref[i].final.Err != nil || !slices.Equal(ref[i].tokens, want[i]) {
 					t.Fatalf("colocated request %d: %v (err %v), llama.cpp %v", i, ref[i].tokens, ref[i].final.Err, want[i])

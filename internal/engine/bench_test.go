@@ -29,8 +29,8 @@ func BenchmarkDecodeSafeguards(b *testing.B) {
 	}
 	on := mk(Unsafe{})
 	off := mk(Unsafe{NoCountCheck: true, NoDigest: true, NoOwnerCheck: true, NoExtentCheck: true, NoScrub: true})
-	defer on.Close(context.Background())
-	defer off.Close(context.Background())
+	defer closeWithin(b, on)
+	defer closeWithin(b, off)
 	run := func(e Engine) time.Duration {
 		start := time.Now()
 		var streams []Stream

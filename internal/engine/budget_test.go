@@ -77,7 +77,7 @@ func TestStepBudgetInterleavesPrefillWithDecode(t *testing.T) {
 		}
 		rs, rl := collect(t, ss), collect(t, ls)
 		rs.tokens = append([]int32{first.Token}, rs.tokens...)
-		e.Close(context.Background())
+		closeWithin(t, e)
 		if want := toyReference(rec.Runtime.(*toy), short.Prompt, 40, false); !slices.Equal(rs.tokens, want) {
 			t.Fatalf("chunk %d step %d: short request %v, want %v", c.chunk, c.step, rs.tokens, want)
 		}
@@ -123,7 +123,7 @@ func TestStepBudgetBounds(t *testing.T) {
 		cfg := toyConfig(newToy(), 64)
 		cfg.ChunkTokens, cfg.StepTokens = c.chunk, c.step
 		if e, err := NewColocated(cfg); err == nil {
-			e.Close(context.Background())
+			closeWithin(t, e)
 			t.Errorf("chunk %d step %d: accepted", c.chunk, c.step)
 		}
 	}
@@ -136,7 +136,7 @@ func TestStepBudgetBounds(t *testing.T) {
 			t.Errorf("chunk %d step %d: %v", c.chunk, c.step, err)
 			continue
 		}
-		e.Close(context.Background())
+		closeWithin(t, e)
 	}
 }
 
@@ -167,7 +167,7 @@ func TestBurstThreadsWhileNeighbourIdle(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := collect(t, s)
-		e.Close(context.Background())
+		closeWithin(t, e)
 		if want := toyReference(rec.Runtime.(*toy), r.Prompt, 6, false); !slices.Equal(got.tokens, want) {
 			t.Fatalf("burst %d: %v, want %v", c.burst, got.tokens, want)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"sluice/internal/handoff"
 )
@@ -55,12 +56,18 @@ func TestAbortOvertakingReserveLeavesNothingReserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer eng.Close(context.Background())
+	defer closeWithin(t, eng)
 	if _, err := eng.Submit(ctx, &Request{Tenant: "acme", Prompt: prompt(3, 9), MaxTokens: 4}); err == nil {
 		t.Fatal("submit with a context cancelled during Reserve succeeded")
 	}
-	if err := <-link.reserveErr; !errors.Is(err, handoff.ErrAborted) {
-		t.Fatalf("the Reserve that arrived after its Abort: %v, want ErrAborted", err)
+	select {
+	case err := <-link.reserveErr:
+		if !errors.Is(err, handoff.ErrAborted) {
+			t.Fatalf("the Reserve that arrived after its Abort: %v, want ErrAborted", err)
+		}
+	case <-time.After(30 * time.Second):
+		// The late Reserve is sent only after the engine's Abort.
+		t.Fatal("the engine sent no Abort within 30s of its client leaving during Reserve")
 	}
 	// No timer has run: what is reserved now stays reserved for minutes.
 	if err := dw.Pool().CheckDrained(); err != nil {

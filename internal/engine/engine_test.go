@@ -54,12 +54,12 @@ func colocatedAndLocal(t *testing.T, col, prefill, decode Config) (*Colocated, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close(context.Background()) })
+	t.Cleanup(func() { closeWithin(t, c) })
 	l, err := NewLocal(prefill, decode)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close(context.Background()) })
+	t.Cleanup(func() { closeWithin(t, l) })
 	return c, l
 }
 
@@ -94,7 +94,7 @@ func TestColocatedMatchesReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(context.Background())
+	defer closeWithin(t, e)
 	for _, n := range []int{1, 3, 4, 5, 9, 17} {
 		p := prompt(n, n)
 		s, err := e.Submit(context.Background(), &Request{Tenant: "a", Prompt: p, MaxTokens: 7})
@@ -221,5 +221,16 @@ func TestSeededSamplingReplaysDisaggregated(t *testing.T) {
 	}
 	if distinct == 0 {
 		t.Fatal("sampling at temperature 8 never left the greedy path: the test shows nothing")
+	}
+}
+
+// closeWithin closes an engine, failing the test instead of hanging it
+// when requests still in flight keep the drain from ending within 30s.
+func closeWithin(t testing.TB, e interface{ Close(context.Context) error }) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.Close(ctx); err != nil && ctx.Err() != nil {
+		t.Errorf("closing the engine: requests still in flight after 30s (%v)", err)
 	}
 }

@@ -149,7 +149,7 @@ func TestConstrainedStories(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := runMany(t, col, reqs)
-	col.Close(context.Background())
+	closeWithin(t, col)
 	requireValid(t, "colocated", v, reqs, schemas, got)
 	for i := range reqs {
 		if !slices.Equal(got[i].tokens, want[i]) {
@@ -167,7 +167,7 @@ func TestConstrainedStories(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer loc.Close(context.Background())
+				defer closeWithin(t, loc)
 				eng, dw = loc, loc.Decode
 			} else {
 				r := newRemoteRig(t, transport, pcfg, dcfg)

@@ -74,7 +74,7 @@ func TestModelMismatchInProcess(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer eng.Close(context.Background())
+				defer closeWithin(t, eng)
 				p := prompt(3, 9)
 				var r result
 				s, err := eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: p, MaxTokens: 5})
@@ -98,7 +98,7 @@ func TestModelMismatchInProcess(t *testing.T) {
 						t.Fatalf("%d page writes reached decode from a mismatched model", n)
 					}
 				}
-				eng.Close(context.Background())
+				closeWithin(t, eng)
 				dw.Tick(time.Now().Add(time.Hour)) // past any quarantine lease (shm)
 				for name, pool := range map[string]*kv.Pool{"prefill": pw.Pool(), "decode": dw.Pool()} {
 					if err := pool.CheckDrained(); err != nil {

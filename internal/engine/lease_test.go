@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -31,7 +30,7 @@ func TestQuarantineLeasesExpireOnEveryRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close(context.Background()) })
+	t.Cleanup(func() { closeWithin(t, c) })
 
 	for name, p := range map[string]*kv.Pool{"prefill": pw.Pool(), "colocated": c.Pool()} {
 		o := kv.Owner{Tenant: "t", ID: kv.ID{1}}

@@ -25,7 +25,7 @@ func TestAdmissionDoesNotWrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer col.Close(context.Background())
+	defer closeWithin(t, col)
 	dw, err := NewDecodeWorker(toyConfig(m, 16))
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +42,7 @@ func TestAdmissionDoesNotWrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dis.Close(context.Background())
+	defer closeWithin(t, dis)
 	p := prompt(1, 5)
 	for name, eng := range map[string]Engine{"colocated": col, "disaggregated": dis} {
 		for _, mt := range wrappingMaxTokens(len(p)) {

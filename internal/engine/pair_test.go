@@ -96,7 +96,7 @@ func TestRetryBeforeFirstTokenOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { l.Close(context.Background()) })
+		t.Cleanup(func() { closeWithin(t, l) })
 		return l
 	}
 	la, lb := mk(), mk()
@@ -121,7 +121,7 @@ func TestRetryBeforeFirstTokenOnly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer d.Close(context.Background())
+			defer closeWithin(t, d)
 			st, err := d.Submit(context.Background(), r)
 			if err != nil {
 				t.Fatal(err)

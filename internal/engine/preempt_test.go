@@ -28,7 +28,7 @@ func TestPreemptedOutputEqualsUnpreempted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(context.Background())
+	defer closeWithin(t, e)
 	reqs := []*Request{
 		{Tenant: "a", Prompt: prompt(1, 4), MaxTokens: 20, IgnoreEOS: true},
 		{Tenant: "b", Prompt: prompt(2, 4), MaxTokens: 20, IgnoreEOS: true},
@@ -84,7 +84,7 @@ func TestPreemptionOracleStories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer small.Close(context.Background())
+	defer closeWithin(t, small)
 	requireAlone(t, "colocated", reqs, submitAll(t, small, reqs), want)
 	if n := small.sched.preemptions.Load(); n < 3 {
 		t.Fatalf("only %d preemptions: the pool did not force them", n)
@@ -133,7 +133,7 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer loc.Close(context.Background())
+				defer closeWithin(t, loc)
 				eng, dw, pw = loc, loc.Decode, loc.Prefill
 			} else {
 				r := newRemoteRig(t, transport, pcfg, dcfg)
@@ -205,7 +205,7 @@ func aloneResults(t *testing.T, rt Runtime, reqs []*Request) []result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer solo.Close(context.Background())
+	defer closeWithin(t, solo)
 	want := make([]result, len(reqs))
 	for i, r := range reqs {
 		s, err := solo.Submit(context.Background(), r)

@@ -46,7 +46,7 @@ func TestPrefillPoolServesALargePromptUnderSmallPromptFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer loc.Close(context.Background())
+	defer closeWithin(t, loc)
 
 	stop := make(chan struct{})
 	var ok, failed atomic.Int64

@@ -25,8 +25,8 @@ func BenchmarkPrefixCacheChat(b *testing.B) {
 		return e
 	}
 	on, off := mk(true), mk(false)
-	defer on.Close(context.Background())
-	defer off.Close(context.Background())
+	defer closeWithin(b, on)
+	defer closeWithin(b, off)
 	chatTTFT(b, on, off)
 }
 
@@ -49,8 +49,8 @@ func BenchmarkDecodePrefixCacheChat(b *testing.B) {
 		return e
 	}
 	on, off := mk(true), mk(false)
-	defer on.Close(context.Background())
-	defer off.Close(context.Background())
+	defer closeWithin(b, on)
+	defer closeWithin(b, off)
 	n := chatTTFT(b, on, off)
 	b.ReportMetric(float64(on.Decode.ReceiverStats().PagesTransferred)/float64(n), "pages_sent_on")
 	b.ReportMetric(float64(off.Decode.ReceiverStats().PagesTransferred)/float64(n), "pages_sent_off")

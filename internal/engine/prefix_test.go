@@ -94,7 +94,7 @@ func testPrefixCacheHitMiss(t *testing.T, mode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cold.Close(context.Background())
+	defer closeWithin(t, cold)
 	cfg.PrefixCache = true
 	var e Engine
 	var pool *kv.Pool
@@ -114,7 +114,7 @@ func testPrefixCacheHitMiss(t *testing.T, mode string) {
 		}
 		e, pool, decodeFed = loc, loc.Prefill.Pool(), 0
 	}
-	defer e.Close(context.Background())
+	defer closeWithin(t, e)
 
 	vocab := rt.Vocab()
 	mk := func(seed, n int) []int32 {
@@ -221,7 +221,7 @@ func TestPrefixCacheUnderPressureMatchesReference(t *testing.T) {
 	if uint64(cached) > st.CacheHits*uint64(cfg.PageSize) {
 		t.Fatalf("usage says %d cached tokens, the pool only %d hit pages", cached, st.CacheHits)
 	}
-	e.Close(context.Background())
+	closeWithin(t, e)
 	if err := e.Pool().CheckDrained(); err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestPrefixCacheReleaseOfSharerKeepsEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(context.Background())
+	defer closeWithin(t, e)
 	p := prompt(9, 13) // 3 full pages + 1
 	run1(t, e, &Request{ID: "warm", Tenant: "a", Prompt: p, MaxTokens: 2})
 	cachedBefore := e.Pool().Stats().Cached
@@ -347,7 +347,7 @@ func TestPrefixCachePreemptionOfSharers(t *testing.T) {
 	if ss.Preemptions == 0 || cached == 0 {
 		t.Fatalf("no preemption (%+v) or no hit (%d cached tokens): the test did not exercise sharers being preempted", ss, cached)
 	}
-	e.Close(context.Background())
+	closeWithin(t, e)
 	if err := e.Pool().CheckDrained(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"slices"
 	"testing"
 
@@ -36,7 +35,7 @@ func testPublicPrefix(t *testing.T, mode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cold.Close(context.Background())
+	defer closeWithin(t, cold)
 	build := func(pub []int32) Engine {
 		c := cfg
 		c.PrefixCache, c.PublicPrefix = true, pub
@@ -56,8 +55,8 @@ func testPublicPrefix(t *testing.T, mode string) {
 		return e
 	}
 	withPub, without := build(public), build(nil)
-	defer withPub.Close(context.Background())
-	defer without.Close(context.Background())
+	defer closeWithin(t, withPub)
+	defer closeWithin(t, without)
 
 	cont := append(slices.Clone(public), mk(7, 40)...)                       // 92 tokens: 5 full pages
 	partial := append(slices.Clone(public[:40]), mk(8, 52)...)               // starts with 2.5 pages of it

@@ -112,7 +112,7 @@ func TestQueueFullCancelAndTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(context.Background())
+	defer closeWithin(t, e)
 	raw := e.Pool()
 	cp := &countingPool{pagePool: e.pool}
 	e.pool = cp
@@ -184,7 +184,7 @@ func TestQueueTimeoutIs503(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(context.Background())
+	defer closeWithin(t, e)
 	s1, err := e.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 5), MaxTokens: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +220,7 @@ func TestDisaggCancelWhileQueuedNeverReserves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer eng.Close(context.Background())
+	defer closeWithin(t, eng)
 	s1, err := eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 5), MaxTokens: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +268,7 @@ func TestFairnessHeavyTenantCannotStarveLightOnes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(context.Background())
+	defer closeWithin(t, e)
 	var order []string
 	e.adm.onAdmit = func(tenant string) { order = append(order, tenant) }
 	s0, err := e.Submit(context.Background(), &Request{Tenant: "warm", Prompt: prompt(0, 5), MaxTokens: 3})

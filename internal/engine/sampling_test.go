@@ -61,14 +61,14 @@ func TestSamplerOptionsBatchInvariant(t *testing.T) {
 	}
 	ref := alone(col)
 	runs := map[string][]result{"colocated batched": runMany(t, col, reqs)}
-	col.Close(context.Background())
+	closeWithin(t, col)
 	loc, err := NewLocal(cfg(64), cfg(64))
 	if err != nil {
 		t.Fatal(err)
 	}
 	runs["disaggregated alone"] = alone(loc)
 	runs["disaggregated batched"] = runMany(t, loc, reqs)
-	loc.Close(context.Background())
+	closeWithin(t, loc)
 	for _, tr := range []string{"tcp", "shm"} {
 		r := newRemoteRig(t, tr, cfg(64), cfg(64))
 		runs[tr+" batched"] = runMany(t, r.eng, reqs)
@@ -109,7 +109,7 @@ func TestSamplerOptionsBatchInvariant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer col2.Close(context.Background())
+	defer closeWithin(t, col2)
 	differ := 0
 	for i, r := range runMany(t, col2, plain) {
 		if !slices.Equal(r.tokens, ref[i].tokens) {
@@ -134,7 +134,7 @@ func TestLogprobsMatchModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer loc.Close(context.Background())
+	defer closeWithin(t, loc)
 	sp := allOptions(vocab, 7, false)
 	sp.TopLogprobs = sample.MaxTopLogprobs
 	got := runMany(t, loc, []*Request{{Tenant: "a", Prompt: prompt, MaxTokens: 10, IgnoreEOS: true, Sampling: sp}})[0]

@@ -1,16 +1,18 @@
 package engine
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"sluice/internal/gguf"
 	"sluice/internal/kv"
+	"sluice/internal/model"
 	"sluice/internal/testenv"
 )
 
@@ -98,19 +100,34 @@ func storiesRequests(t testing.TB, n int) ([]*Request, [][]int32) {
 // small LIFO pools (every release is reused at once). Disaggregated output
 // equals colocated output token for token, both equal llama.cpp's, and
 // every pool is entirely free afterwards.
+//
+// Batching is made to happen, not hoped for: each engine's first forward
+// step is held (stepGate) until every request has arrived, so the next
+// step batches the ones that queued meanwhile whatever the machine's load
+// (on a busy machine each request used to finish before the next arrived).
 func TestOracleStories(t *testing.T) {
 	rt := storiesRuntime(t)
 	reqs, want := storiesRequests(t, 36)
 
-	col, err := NewColocated(storiesConfig(rt, 24))
+	cg, pg, dg := newStepGate(t, rt), newStepGate(t, rt), newStepGate(t, rt)
+	col, err := NewColocated(storiesConfig(cg, 24))
 	if err != nil {
 		t.Fatal(err)
 	}
-	loc, err := NewLocal(storiesConfig(rt, 16), storiesConfig(rt, 24))
+	loc, err := NewLocal(storiesConfig(pg, 16), storiesConfig(dg, 24))
 	if err != nil {
 		t.Fatal(err)
 	}
+	allArrived := func(a *admission) func() bool {
+		return func() bool { s := a.stats(); return s.Waiting+s.Running == len(reqs) }
+	}
+	go cg.openWhen(t, "every request queued or running on the colocated engine", allArrived(col.adm))
 	a := runMany(t, col, reqs)
+	go func() {
+		pg.openWhen(t, "every request queued or running on the router", allArrived(loc.adm))
+		// Decode's first step is held until two handoffs committed.
+		dg.openWhen(t, "two handoffs committed", func() bool { return loc.Prefill.Stats().Committed >= 2 })
+	}()
 	b := runMany(t, loc, reqs)
 	for i := range reqs {
 		if a[i].final.Err != nil || b[i].final.Err != nil {
@@ -137,11 +154,61 @@ func TestOracleStories(t *testing.T) {
 	if st := loc.Decode.Pool().Stats(); st.Scrubbed <= uint64(st.Pages) {
 		t.Errorf("decode pool scrubbed %d pages of %d: the pool was not small enough to force reuse", st.Scrubbed, st.Pages)
 	}
-	col.Close(context.Background())
-	loc.Close(context.Background())
+	closeWithin(t, col)
+	closeWithin(t, loc)
 	for name, p := range map[string]*kv.Pool{"colocated": col.Pool(), "prefill": loc.Prefill.Pool(), "decode": loc.Decode.Pool()} {
 		if err := p.CheckDrained(); err != nil {
 			t.Errorf("%s pool not drained: %v", name, err)
 		}
 	}
+}
+
+// stepGate is a model whose first forward step waits until open: requests
+// arriving meanwhile queue up, so the step after it batches them.
+type stepGate struct {
+	Runtime
+	steps  atomic.Int64
+	opened chan struct{}
+	once   sync.Once
+}
+
+// newStepGate wraps rt; the gate opens at the latest when the test ends,
+// so a failure never leaves a step waiting.
+func newStepGate(t *testing.T, rt Runtime) *stepGate {
+	g := &stepGate{Runtime: rt, opened: make(chan struct{})}
+	t.Cleanup(g.open)
+	return g
+}
+
+func (g *stepGate) open() { g.once.Do(func() { close(g.opened) }) }
+
+// openWhen opens the gate once cond holds, polling for at most a minute;
+// past that it reports what it waited for and opens anyway.
+func (g *stepGate) openWhen(t *testing.T, what string, cond func() bool) {
+	defer g.open()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Errorf("step gate: waited a minute for %s", what)
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Fingerprint passes the model's through (I13: the roles must agree).
+func (g *stepGate) Fingerprint() model.Fingerprint { return FingerprintOf(g.Runtime) }
+
+func (g *stepGate) NewForwarder(n int) Forwarder { return gateFwd{g, g.Runtime.NewForwarder(n)} }
+
+type gateFwd struct {
+	g *stepGate
+	f Forwarder
+}
+
+func (f gateFwd) Forward(s []Step) []StepResult {
+	if f.g.steps.Add(1) == 1 {
+		<-f.g.opened
+	}
+	return f.f.Forward(s)
 }

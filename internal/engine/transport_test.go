@@ -99,7 +99,7 @@ func newRemoteRig(t *testing.T, transport string, pcfg, dcfg Config) *remoteRig 
 		t.Fatal(err)
 	}
 	r.eng = eng
-	r.closers = append(r.closers, func() { eng.Close(context.Background()) })
+	r.closers = append(r.closers, func() { closeWithin(t, eng) })
 	return r
 }
 
@@ -118,7 +118,7 @@ func TestOracleStoriesTransports(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := runMany(t, col, reqs)
-	col.Close(context.Background())
+	closeWithin(t, col)
 	for _, transport := range []string{"tcp", "shm"} {
 		t.Run(transport, func(t *testing.T) {
 			r := newRemoteRig(t, transport, storiesConfig(rt, 16), storiesConfig(rt, 24))

@@ -40,8 +40,8 @@ func benchVerifySample(b *testing.B, rt Runtime, conc int) {
 		return e
 	}
 	hit, sample := mk(kv.VerifyHit), mk(kv.VerifySample)
-	defer hit.Close(context.Background())
-	defer sample.Close(context.Background())
+	defer closeWithin(b, hit)
+	defer closeWithin(b, sample)
 	vocab := rt.Vocab()
 	system := make([]int32, sys)
 	for i := range system {

@@ -28,7 +28,7 @@ func TestVerifySampleFailsReaderOfCorruptCachedPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer col.Close(context.Background())
+	defer closeWithin(t, col)
 	pool := col.Pool()
 	base := make([]int32, 83)
 	for i := range base {
