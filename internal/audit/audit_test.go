@@ -318,7 +318,11 @@ func TestHonestServerPasses(t *testing.T) {
 // The incident's whole fingerprint: over-capacity prompt answered 200 with
 // the long prompt's token count, quickly, carrying other tenants' text.
 func TestIncidentFingerprintCaught(t *testing.T) {
-	rep := runAudit(t, &fakeServer{acceptOver: true, leak: true})
+	// Prefill at 400us a token: the short reference (128 tokens) takes
+	// about 51ms, so the over-capacity reply (no prefill at all) is below
+	// half of it whatever an HTTP round trip costs under -race on a busy
+	// machine (at 40us, 5ms, it often was not: the finding went missing).
+	rep := runAudit(t, &fakeServer{acceptOver: true, leak: true, perToken: 400 * time.Microsecond})
 	if rep.Verdict != Fail || rep.ExitCode() != 1 {
 		t.Fatalf("the incident's fingerprint got %s", rep.Verdict)
 	}
@@ -389,7 +393,7 @@ func TestSingleSignalVariants(t *testing.T) {
 		{"over-capacity 200 only", &fakeServer{acceptOver: true}, High, "over-capacity prompt not refused"},
 		{"limit 10% above the context", &fakeServer{slack: 0.10}, High, "a request over the context was answered"},
 		{"dishonest prompt_tokens only", &fakeServer{lieTokens: true}, High, "usage.prompt_tokens disagrees"},
-		{"too fast only", &fakeServer{fastLong: true}, High, "too fast"},
+		{"too fast only", &fakeServer{fastLong: true, perToken: 400 * time.Microsecond}, High, "too fast"},
 		{"cross-tenant prefix cache", &fakeServer{sharedPfx: true}, High, "cached_tokens and the timing"},
 		{"cached_tokens only (no timing difference)", &fakeServer{cacheCounts: true}, High, "prefix cache shared across tenants: cached_tokens reveal"},
 		{"nondeterministic under load", &fakeServer{nondetEvery: 1}, Warning, "changes with another tenant's load"},
