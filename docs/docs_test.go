@@ -274,6 +274,27 @@ func TestTablesEndWithABlankLine(t *testing.T) {
 	}
 }
 
+// conflictMarker matches the lines git leaves in a file whose merge
+// conflict was not resolved.
+var conflictMarker = regexp.MustCompile(`^(<{7} |={7}$|>{7} )`)
+
+// TestNoConflictMarkers: several people edit these files at once; a
+// rebase that left git's markers in a document must not land.
+func TestNoConflictMarkers(t *testing.T) {
+	root := repoRoot(t)
+	for _, rel := range markdownFiles(t, root) {
+		b, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if conflictMarker.MatchString(line) {
+				t.Errorf("%s:%d: an unresolved merge conflict marker", rel, i+1)
+			}
+		}
+	}
+}
+
 // TestReadmeIsShort: the top-level README is the newcomer's page.
 func TestReadmeIsShort(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
