@@ -43,6 +43,15 @@ func (o *roleOpts) sizeAutoKV(log *slog.Logger, m *node.Model, p node.Pools, poo
 	return p
 }
 
+// capForShm lowers an auto-sized pool to half the space free where the
+// shm transport's sparse pool file lives (room; -1 unknown, no cap).
+func capForShm(perPool, room int64) (int64, bool) {
+	if room >= 0 && perPool > room/2 {
+		return room / 2, true
+	}
+	return perPool, false
+}
+
 // logKVBanner is the start-up line vLLM users look for: each pool's
 // tokens, the context, and how many sequences of the full context fit.
 func logKVBanner(log *slog.Logger, rep preflight.Report) {

@@ -469,6 +469,14 @@ Example:
 		nPools = max(o.prefillWorkers, 1) + max(o.decodeWorkers, 1)
 	}
 	pools = o.sizeAutoKV(log, m, pools, nPools)
+	if pools.Auto != nil && !o.colocated && o.transport == node.TransportSHM {
+		// The decode pool is a sparse file in /dev/shm: auto must not
+		// size it past the space there (a write past it is a SIGBUS).
+		if b, lowered := capForShm(pools.KVMemory, shmRoom()); lowered {
+			log.Warn("--kv-memory auto: lowered each pool to half the space free for the shm transport's pool file", "kv_memory_per_pool", b, "was", pools.KVMemory)
+			pools.KVMemory = b
+		}
+	}
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
 		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log,
 		ChunkTokens: o.chunk, StepTokens: o.stepTokens, ShareThreads: true,
