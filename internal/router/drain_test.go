@@ -2,33 +2,15 @@ package router
 
 import (
 	"bufio"
-	"bytes"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"sluice/internal/testenv"
 )
-
-// syncBuffer is a log sink safe for the handlers' goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Drain, then the drain timeout: /ready is 503 and a new request 503
 // draining while a stream is in flight; CutStreams ends that stream with
@@ -36,7 +18,7 @@ func (s *syncBuffer) String() string {
 // sent nothing yet with 503 drain_timeout, and logs and counts both as cut
 // by drain, never as client disconnects.
 func TestDrainCutsStreamsWithErrorThenDone(t *testing.T) {
-	var logs syncBuffer
+	var logs testenv.Buffer
 	h := newHarness(t, 64, func(c *Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	})

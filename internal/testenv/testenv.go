@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -159,4 +160,23 @@ func RemoveSluiceBinary() {
 	if sluiceBin.dir != "" {
 		os.RemoveAll(sluiceBin.dir)
 	}
+}
+
+// Buffer is a text buffer safe for concurrent writers: a log sink that
+// handlers on other goroutines write to while the test reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

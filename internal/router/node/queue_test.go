@@ -12,6 +12,7 @@ import (
 	"sluice/internal/engine"
 	"sluice/internal/kv"
 	"sluice/internal/router"
+	"sluice/internal/testenv"
 )
 
 // A burst of 24 requests from 3 tenants, each reserving up to ~170 tokens,
@@ -133,19 +134,5 @@ func TestLoadLogLine(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// syncBuffer is a log sink the server's goroutines write to.
+type syncBuffer = testenv.Buffer
