@@ -211,3 +211,53 @@ func randTokensN(n, vocab int) []int32 {
 	}
 	return out
 }
+
+// TestArchBatchInvariance: on every qwen3 and gemma3 reference file, a
+// sequence's logits at every position are bitwise the same prefilled
+// whole, in chunks of 3 and 7 (crossing the 16-token window and the
+// pages), with a second sequence sharing each step, and on pages of 4 or
+// 16 positions (batch invariance, DESIGN.md).
+func TestArchBatchInvariance(t *testing.T) {
+	for _, name := range []string{"qwen3-hd32-f16.gguf", "qwen3-hd24-q8_0.gguf", "gemma3-w16-f16.gguf", "gemma3-w16-q8_0.gguf", "gemma3-spm-q8_0.gguf"} {
+		t.Run(name, func(t *testing.T) {
+			m, err := Load(openArchFile(t, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := m.Config()
+			toks := randTokensN(45, c.Vocab)
+			other := randTokensN(60, c.Vocab)[7:]
+			run := func(chunk, ps int, mate bool) []float32 {
+				r := m.NewRunner(nil)
+				kv := newMemKV(ps, c.Layers, c.KVDim())
+				kv2 := newMemKV(ps, c.Layers, c.KVDim())
+				var out []float32
+				for p := 0; p < len(toks); p += chunk {
+					seqs := []Seq{{Tokens: toks[p:min(p+chunk, len(toks))], Pos: p, KV: kv, AllLogits: true}}
+					if mate {
+						q := min(p, len(other)-chunk)
+						seqs = append(seqs, Seq{Tokens: other[q : q+chunk], Pos: q, KV: kv2})
+						if q != p {
+							seqs = seqs[:1]
+						}
+					}
+					res := r.Forward(seqs)
+					if res[0].Err != nil {
+						t.Fatal(res[0].Err)
+					}
+					out = append(out, res[0].Logits...)
+				}
+				return out
+			}
+			base := run(len(toks), 16, false)
+			for _, v := range []struct {
+				chunk, ps int
+				mate      bool
+			}{{3, 4, false}, {7, 16, true}, {1, 4, true}, {45, 4, false}} {
+				if got := run(v.chunk, v.ps, v.mate); !bitsEqual(got, base) {
+					t.Errorf("chunk %d, page %d, mate %v: logits differ from one whole prefill (first at %d)", v.chunk, v.ps, v.mate, firstDiff(got, base))
+				}
+			}
+		})
+	}
+}
