@@ -174,11 +174,30 @@ func readBuffer(n uint64) (buf []byte, free func()) {
 // decodeWeightBytes is what one decode step reads of the weights: every
 // tensor but the token embedding (one row of it is read), which counts
 // only when the output projection is tied to it.
+//
+// In a mixture-of-experts file a token reads only the experts it chose:
+// each stacked expert tensor (ffn_{gate,up,down}_exps) counts
+// expert_used_count / expert_count of its bytes, and the nextn
+// (multi-token-prediction) layers at the end of a glm4moe file, which
+// decoding never runs, count nothing.
 func decodeWeightBytes(f *gguf.File) uint64 {
 	var n uint64
 	_, hasOutput := f.Tensor("output.weight")
+	arch := f.Architecture()
+	experts, _ := f.Uint(arch + ".expert_count")
+	used, _ := f.Uint(arch + ".expert_used_count")
+	blocks, _ := f.Uint(arch + ".block_count")
+	nextn, _ := f.Uint(arch + ".nextn_predict_layers")
 	for _, t := range f.Tensors {
 		if t.Name == "token_embd.weight" && hasOutput {
+			continue
+		}
+		var l uint64
+		if _, err := fmt.Sscanf(t.Name, "blk.%d.", &l); err == nil && nextn > 0 && l >= blocks-nextn {
+			continue
+		}
+		if experts > 0 && used <= experts && strings.HasSuffix(t.Name, "_exps.weight") {
+			n += t.Size / experts * used
 			continue
 		}
 		n += t.Size

@@ -10,6 +10,8 @@ import (
 
 	"sluice/internal/gguf"
 	"sluice/internal/kernels"
+	"sluice/internal/quant"
+	"sluice/internal/synth"
 	"sluice/internal/testenv"
 )
 
@@ -214,5 +216,31 @@ func TestReadBufferPagesWritten(t *testing.T) {
 		if zero {
 			t.Fatalf("page at %d never written", p)
 		}
+	}
+}
+
+// TestDecodeWeightBytesMoE: in a glm4moe file a decode step reads
+// expert_used_count/expert_count of each stacked expert tensor and nothing
+// of the nextn layer: computed here from the shape (F32, so 4 bytes a
+// parameter), not from the file's tensor sizes.
+func TestDecodeWeightBytesMoE(t *testing.T) {
+	const embd, heads, kv, hd, ff, experts, used, eff, layers, vocab = 64, 4, 2, 32, 128, 8, 2, 64, 3, 514
+	var b bytes.Buffer
+	err := synth.Write(&b, synth.Spec{Arch: "glm4moe", Layers: layers, Embd: embd, Heads: heads, KVHeads: kv, FF: ff, Context: 256, Type: quant.F32, Seed: 1,
+		MoE: synth.MoESpec{HeadDim: hd, RopeDim: 16, Experts: experts, ExpertsUsed: used, ExpertFF: eff, SharedExperts: 1, DenseLayers: 1, NextN: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, k := heads*hd, kv*hd
+	attn := embd*q*2 + embd*k*2 + q + 2*k + 2*embd // q, o, k, v, biases, two norms
+	dense := 3 * embd * ff
+	moe := embd*experts + experts + used*3*embd*eff + 3*embd*eff // router, bias, routed, shared
+	want := uint64(4 * (layers*attn + dense + (layers-1)*moe + embd + embd*vocab))
+	if got := decodeWeightBytes(f); got != want {
+		t.Errorf("decode weight bytes %d, want %d", got, want)
 	}
 }
