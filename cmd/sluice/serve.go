@@ -530,12 +530,9 @@ Example:
 	return serveHTTP(log, o.listen, apiTLS, srv, o.drain, func(ctx context.Context) error { stopLoad(); return st.Close(ctx) })
 }
 
-// flagSet reports whether name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
+// flagSet reports whether name was given on the command line, under
+// its name or an alias (cli.IsSet).
+func flagSet(fs *flag.FlagSet, name string) bool { return cli.IsSet(fs, name) }
 
 // checkChatTemplate renders a one-message conversation at start so that a
 // template this Jinja implementation cannot run shows up in the log, not

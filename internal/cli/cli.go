@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 )
 
@@ -118,6 +119,20 @@ func Alias(fs *flag.FlagSet, name, target string) {
 		panic("cli.Alias: no flag " + target)
 	}
 	fs.Var(t.Value, name, "same as "+dashes(target))
+}
+
+// IsSet reports whether the flag name was given on the command line,
+// under its own name or an alias of it (Alias shares the Value, so -c
+// counts as --context).
+func IsSet(fs *flag.FlagSet, name string) bool {
+	t := fs.Lookup(name)
+	set := false
+	same := func(v flag.Value) bool {
+		// flag.Func's values are funcs, which == would panic on.
+		return t != nil && reflect.TypeOf(v).Comparable() && reflect.TypeOf(t.Value).Comparable() && v == t.Value
+	}
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name || same(f.Value) })
+	return set
 }
 
 // List is a repeatable string flag: each use adds one value.

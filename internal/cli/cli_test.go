@@ -78,6 +78,18 @@ func TestAlias(t *testing.T) {
 	}
 }
 
+// A flag given through its alias counts as given.
+func TestIsSetSeesAliases(t *testing.T) {
+	fs, _, _, _ := testFlags()
+	fs.Func("hook", "a func flag (not comparable)", func(string) error { return nil })
+	if _, ok := ParseFlags(fs, []string{"--max-model-len", "4096", "--hook", "x"}, &bytes.Buffer{}); !ok {
+		t.Fatal("parse failed")
+	}
+	if !IsSet(fs, "context") || IsSet(fs, "model") || IsSet(fs, "threads") || !IsSet(fs, "max-model-len") || !IsSet(fs, "hook") {
+		t.Errorf("IsSet: context %v model %v threads %v", IsSet(fs, "context"), IsSet(fs, "model"), IsSet(fs, "threads"))
+	}
+}
+
 func TestEditDistance(t *testing.T) {
 	for _, c := range []struct {
 		a, b string
