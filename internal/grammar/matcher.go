@@ -35,11 +35,30 @@ type stackSet struct {
 	s       []*frame
 	over    bool
 	escaped bool
+	// in, when set, interns the frames made into it, so equal stacks
+	// are the same pointer (trie walks memoise steps by it).
+	in *interner
+}
+
+// interner hash-conses frames for one trie walk.
+type interner map[frame]*frame
+
+func (ss *stackSet) frame(pos int32, next *frame) *frame {
+	if ss.in == nil {
+		return &frame{pos, next}
+	}
+	k := frame{pos, next}
+	if f, ok := (*ss.in)[k]; ok {
+		return f
+	}
+	f := &frame{pos, next}
+	(*ss.in)[k] = f
+	return f
 }
 
 func (ss *stackSet) add(f *frame) {
 	for _, x := range ss.s {
-		if sameStack(x, f) {
+		if x == f || sameStack(x, f) {
 			return
 		}
 	}
@@ -64,7 +83,7 @@ func (g *Grammar) resolve(pos int32, below *frame, out *stackSet) {
 		}
 		pos, below = below.pos, below.next
 	}
-	out.add(&frame{pos, below})
+	out.add(out.frame(pos, below))
 }
 
 // stepFrom consumes byte c at position pos with below under it, adding
@@ -88,7 +107,7 @@ func (g *Grammar) stepFrom(pos int32, below *frame, c byte, out *stackSet) {
 		if g.elems[pos+1].kind != kEnd {
 			// A reference last in its alternative is a tail call: it
 			// pushes nothing, so right recursion does not grow the stack.
-			ret = &frame{pos + 1, below}
+			ret = out.frame(pos+1, below)
 		}
 		for _, s := range g.rules[e.arg] {
 			if g.nullAt[s] || g.firstAt[s].has(c) {
@@ -275,6 +294,12 @@ const maxUncertain = 512
 // whose state at each node is the stack set after that node's bytes.
 func (c *Compiled) walkExact(stacks []*frame, dst []uint64) {
 	v := c.v
+	ws := newWalkStep(c.g)
+	in := make([]*frame, len(stacks))
+	for i, f := range stacks {
+		in[i] = ws.intern(f)
+	}
+	stacks = in
 	var bufs []stackSet
 	var walk func(n int32, cur []*frame, depth int)
 	walk = func(n int32, cur []*frame, depth int) {
@@ -284,8 +309,7 @@ func (c *Compiled) walkExact(stacks []*frame, dst []uint64) {
 		for ch := n + 1; ch < v.nodes[n].sub; ch = v.nodes[ch].sub {
 			nd := v.nodes[ch]
 			t := &bufs[depth]
-			t.s, t.over = t.s[:0], false
-			c.g.step(cur, nd.b, t)
+			ws.step(cur, nd.b, t)
 			if len(t.s) == 0 {
 				continue
 			}

@@ -160,6 +160,61 @@ func (c *Compiled) posMask(p int32) *posMask {
 	return pm
 }
 
+// walkStep is a trie walk's step: frames are interned, and a step from
+// a one-stack set is memoised by (stack, byte), so a walk through a JSON
+// string, where every byte leads back to the same stack, costs a map
+// lookup per trie node instead of an expansion.
+type walkStep struct {
+	g    *Grammar
+	in   interner
+	memo map[memoKey]memoVal
+}
+
+type memoKey struct {
+	f *frame
+	b byte
+}
+
+type memoVal struct {
+	s            []*frame
+	over, escape bool
+}
+
+func newWalkStep(g *Grammar) *walkStep {
+	return &walkStep{g: g, in: interner{}, memo: map[memoKey]memoVal{}}
+}
+
+// intern returns the interned copy of stack f (built bottom up).
+func (w *walkStep) intern(f *frame) *frame {
+	if f == nil {
+		return nil
+	}
+	next := w.intern(f.next)
+	k := frame{f.pos, next}
+	if x, ok := w.in[k]; ok {
+		return x
+	}
+	x := &frame{f.pos, next}
+	w.in[k] = x
+	return x
+}
+
+func (w *walkStep) step(cur []*frame, b byte, t *stackSet) {
+	t.s, t.over, t.escaped, t.in = t.s[:0], false, false, &w.in
+	if len(cur) != 1 {
+		w.g.step(cur, b, t)
+		return
+	}
+	k := memoKey{cur[0], b}
+	if v, ok := w.memo[k]; ok {
+		t.s = append(t.s, v.s...)
+		t.over, t.escaped = v.over, v.escape
+		return
+	}
+	w.g.step(cur, b, t)
+	w.memo[k] = memoVal{append([]*frame(nil), t.s...), t.over, t.escaped}
+}
+
 // computePos walks the token trie from the one-frame stack [p]. A path
 // that pops that frame has left p's rule: what follows depends on the
 // stack below, so the tokens on it that the rule alone does not accept
@@ -167,6 +222,7 @@ func (c *Compiled) posMask(p int32) *posMask {
 func (c *Compiled) computePos(p int32) *posMask {
 	v := c.v
 	pm := &posMask{accept: make([]uint64, v.Words())}
+	ws := newWalkStep(c.g)
 	var bufs []stackSet
 	var walk func(n int32, cur []*frame, escaped bool, depth int)
 	walk = func(n int32, cur []*frame, escaped bool, depth int) {
@@ -176,9 +232,7 @@ func (c *Compiled) computePos(p int32) *posMask {
 		for ch := n + 1; ch < v.nodes[n].sub; ch = v.nodes[ch].sub {
 			nd := v.nodes[ch]
 			t := &bufs[depth]
-			t.s, t.over = t.s[:0], false
-			t.escaped = false
-			c.g.step(cur, nd.b, t)
+			ws.step(cur, nd.b, t)
 			esc := escaped || t.over || t.escaped
 			live := t.s[:0]
 			for _, f := range t.s {
@@ -202,7 +256,7 @@ func (c *Compiled) computePos(p int32) *posMask {
 			walk(ch, append([]*frame(nil), live...), esc, depth+1)
 		}
 	}
-	walk(0, []*frame{{pos: p}}, false, 0)
+	walk(0, []*frame{ws.intern(&frame{pos: p})}, false, 0)
 	return pm
 }
 
