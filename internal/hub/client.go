@@ -172,6 +172,11 @@ func (c *Client) fetch(ctx context.Context, ref Ref) (Result, error) {
 	} else if _, ok := tree[file]; !ok {
 		return fail(ErrNotFound, nil, "the repository has no file %s at revision %s", file, ref.Revision)
 	}
+	// The name comes from the Hub's listing and becomes a path under
+	// snapshots/: a name that climbs out (or is absolute) is refused.
+	if err := checkFile(file); err != nil {
+		return fail(ErrProtocol, err, "the Hub listed a file name sluice will not write")
+	}
 	m, err := c.head(ctx, ref, file)
 	if err != nil {
 		return Result{}, err

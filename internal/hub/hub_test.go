@@ -333,6 +333,24 @@ func TestOffline(t *testing.T) {
 	}
 }
 
+// A listing whose file name climbs out of the snapshot folder is refused
+// before anything is asked or written.
+func TestHostileFileName(t *testing.T) {
+	h := hubtest.New(map[string]*hubtest.Repo{"org/evil": {Commit: commit, Files: map[string][]byte{"../../../escape-Q4_K_M.gguf": []byte("x")}}})
+	t.Cleanup(h.Close)
+	base := t.TempDir()
+	c := &Client{Env: Env{Endpoint: h.URL, Cache: filepath.Join(base, "cache")}}
+	if _, err := c.Fetch(context.Background(), mustParse(t, "hf://org/evil")); codeOf(err) != ErrProtocol {
+		t.Fatalf("hostile name: %v", err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(base, "*")); len(m) != 0 {
+		t.Errorf("wrote %v", m)
+	}
+	if h.Downloads.Load() != 0 {
+		t.Error("downloaded")
+	}
+}
+
 func TestToken(t *testing.T) {
 	h, c, _ := fixture(t)
 	ref := mustParse(t, "hf://org/private:Q8_0")
