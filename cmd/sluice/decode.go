@@ -201,7 +201,10 @@ func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p
 			time.Sleep(20 * time.Millisecond)
 		}
 		if n := pool.Stats().Held(); n > 0 {
-			log.Warn("drain timed out; closing with pages in use", "pages_in_use", n, "prefix_cache_idle", pool.Stats().CacheIdle)
+			// Closing now cuts the sequences still holding pages: the
+			// exit code says so, as serve's and the router's do.
+			log.Error("drain timed out; closing with pages in use", "pages_in_use", n, "prefix_cache_idle", pool.Stats().CacheIdle)
+			code = 1
 		}
 	case err := <-errc:
 		log.Error("handoff service failed", "err", err)

@@ -73,3 +73,36 @@ func tail(s string) string {
 	}
 	return s
 }
+
+// A decode worker told to stop while a sequence still holds its pages
+// waits --drain-timeout, then closes and exits 1 (it cut the sequence),
+// not 0.
+func TestWorkerDrainTimeoutExitsNonZero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts three processes")
+	}
+	dec := startProc(t, "decode", "--listen", "127.0.0.1:0", "--kv-memory", "8MiB", "--threads", "1", "--drain-timeout", "300ms")
+	daddr := dec.waitAddr(t)
+	pre := startProc(t, "prefill", "--listen", "127.0.0.1:0", "--kv-memory", "8MiB", "--threads", "1", "--decode", daddr)
+	paddr := pre.waitAddr(t)
+	rt := startProc(t, "router", "--listen", "127.0.0.1:0", "--prefill", paddr, "--decode", daddr)
+	raddr := rt.waitAddr(t)
+	waitStatus(t, "http://"+raddr+"/ready", 200, "router ready")
+	// 8 choices of 2000 tokens: seconds of decoding on one thread.
+	resp, err := http.Post("http://"+raddr+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt":"hello","max_tokens":2000,"ignore_eos":true,"n":8,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: {") {
+		t.Fatalf("first event %q %v\n%s", line, err, rt.log())
+	}
+	dec.cmd.Process.Signal(syscall.SIGTERM)
+	if code := dec.wait(t); code != 1 {
+		t.Fatalf("decode exited %d after cutting sequences at its drain timeout, want 1:\n%s", code, dec.log())
+	}
+	if !strings.Contains(dec.log(), "drain timed out; closing with pages in use") {
+		t.Fatalf("decode log:\n%s", dec.log())
+	}
+}
