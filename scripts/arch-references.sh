@@ -34,6 +34,7 @@ models=(
   "gemma3-w16-f16|--arch gemma3 --layers 7 --embd 64 --heads 2 --kv-heads 1 --head-dim 48 --ff 128 --sliding-window 16 --type f16 --seed 3201 --output-scale 12"
   "gemma3-w16-q8_0|--arch gemma3 --layers 7 --embd 64 --heads 4 --kv-heads 2 --head-dim 32 --ff 192 --sliding-window 16 --type q8_0 --seed 3202 --output-scale 12"
   "gemma3-spm-q8_0|--arch gemma3 --layers 6 --embd 64 --heads 2 --kv-heads 1 --head-dim 32 --ff 128 --sliding-window 16 --type q8_0 --seed 3203 --output-scale 12 --spm-vocab"
+  "gemma3-rope8-q8_0|--arch gemma3 --layers 6 --embd 64 --heads 2 --kv-heads 1 --head-dim 32 --ff 128 --sliding-window 16 --type q8_0 --seed 3204 --output-scale 12 --rope-scaling 8 --rope-base 10000"
 )
 prompts='["Once upon a time", "The quick brown fox jumps over the lazy dog, and then the dog chases the fox across the field until nightfall.", "In 2026, KV caches are paged: each page belongs to one tenant and one generation.", "a b c d e f g h i j k l m n o p q r s t u v w x y z 0 1 2 3 4 5 6 7 8 9", " Café  naïve\\tthe   über-fast 東京 😀 <start_of_turn>user"]'
 

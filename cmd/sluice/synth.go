@@ -40,6 +40,7 @@ func runSynth(args []string) int {
 	var moe synth.MoESpec
 	fs.IntVar(&moe.HeadDim, "head-dim", 0, "qwen3, gemma3, qwen3moe, glm4moe: attention head dimension (key_length = value_length; 0 = embd/heads)")
 	window := fs.Int("sliding-window", 0, "gemma3: attention.sliding_window in tokens (0 = 512); every sixth layer is global")
+	ropeScaling := fs.Float64("rope-scaling", 0, "linear RoPE scaling factor, written as rope.scaling.type linear (0 = none; gemma3 applies it to its global layers)")
 	spmVocab := fs.Bool("spm-vocab", false, "write the built-in SentencePiece-style vocabulary (byte fallback, Gemma's special-token layout, no space prefix) instead of the byte-level BPE one")
 	outScale := fs.Float64("output-scale", 0, "multiply output.weight's spread (0 = 1); ~10 gives decisive greedy choices for reference tests")
 	fs.IntVar(&moe.RopeDim, "rope-dim", 0, "qwen3moe, glm4moe: rotated dimensions per head (0 = the head dimension; glm4moe uses half)")
@@ -130,7 +131,7 @@ Flags:
 			Arch: *arch, Layers: *layers, Embd: *embd, Heads: *heads, KVHeads: *kvHeads, FF: *ff,
 			Vocab: *vocab, Context: *ctx, Type: t, RopeBase: *ropeBase, Seed: *seed,
 			VocabFrom: *vocabFrom, TieOutput: *tie, MoE: moe,
-			SlidingWindow: *window, OutputScale: *outScale, SPMVocab: *spmVocab,
+			SlidingWindow: *window, OutputScale: *outScale, SPMVocab: *spmVocab, RopeScaling: *ropeScaling,
 		}
 		if *arch == "qwen3" || *arch == "gemma3" {
 			// --head-dim is one flag; the dense architectures keep it

@@ -86,6 +86,10 @@ type Spec struct {
 	// SlidingWindow is gemma3's attention.sliding_window (0: 512, as
 	// Gemma 3 1B has); every sixth layer is global, the others slide.
 	SlidingWindow int
+	// RopeScaling is a linear RoPE scaling factor written as
+	// rope.scaling.type "linear" and rope.scaling.factor (0: none). gemma3
+	// applies it to its global layers only, as Gemma 3 4B and larger do.
+	RopeScaling float64
 	// SPMVocab writes the built-in SentencePiece-style vocabulary (byte
 	// fallback, Gemma's special-token layout, no space prefix) instead of
 	// the byte-level BPE one; VocabFrom must be empty.
@@ -181,6 +185,9 @@ func (s *Spec) validate() error {
 	}
 	if s.SlidingWindow != 0 && s.Arch != "gemma3" {
 		return specErr("a sliding window is only written for gemma3")
+	}
+	if s.RopeScaling < 0 || s.RopeScaling > 1024 {
+		return specErr("rope scaling factor %g is out of range", s.RopeScaling)
 	}
 	if s.SPMVocab && s.VocabFrom != "" {
 		return specErr("the built-in SentencePiece vocabulary and --vocab-from exclude each other")
@@ -297,6 +304,10 @@ func build(spec Spec) (*gguf.Writer, error) {
 		gw.SetUint32(a+".attention.sliding_window", uint32(w))
 	}
 	gw.SetFloat32(a+".rope.freq_base", float32(s.RopeBase))
+	if s.RopeScaling != 0 {
+		gw.SetString(a+".rope.scaling.type", "linear")
+		gw.SetFloat32(a+".rope.scaling.factor", float32(s.RopeScaling))
+	}
 	gw.SetFloat32(a+".attention.layer_norm_rms_epsilon", eps)
 	if s.Type != quant.F32 && s.Type != quant.F16 && s.Type != quant.BF16 {
 		gw.SetUint32("general.quantization_version", 2)
