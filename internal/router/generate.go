@@ -65,6 +65,13 @@ type choice struct {
 	// (toolSpec.toolCalls); text holds its whole output until then.
 	calls   []toolCallJSON
 	content *string
+	// A streamed tool-calling choice: sent is how many bytes of text went
+	// out as content; held marks that the rest is (maybe) a call and
+	// waits for the end; callID is a named call already opened on the
+	// stream (its arguments follow as they come).
+	sent   int
+	held   bool
+	callID string
 }
 
 // tokenLogprob is one reported token: its id, logprobs and text offset.
@@ -162,18 +169,51 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			gone()
 		}
 	}
-	// A tool-calling answer is held whole until its choice ends: only then
-	// is it known to be calls or content.
+	// A tool-calling answer is read when its choice ends (toolCalls). On
+	// a stream, a named call's arguments go out as they come (the output
+	// is the arguments object); auto content goes out until the text may
+	// be a call (streamAuto); a required call waits for the end.
 	holdTools := g.chat && g.p.tools.mode != toolModeNone
 	emit := func(c *choice, t string) {
 		if t == "" || out.clientGone {
 			return
 		}
-		if !g.p.stream || holdTools {
+		if !g.p.stream {
 			c.text.WriteString(t)
 			return
 		}
-		send(c, t, nil)
+		if !holdTools {
+			send(c, t, nil)
+			return
+		}
+		c.text.WriteString(t)
+		switch g.p.tools.mode {
+		case toolModeNamed:
+			sw := sse0(&sse, func() *sseWriter { return s.startSSE(w, r, g) })()
+			var d chatDelta
+			i := 0
+			if c.callID == "" {
+				c.callID = newToolCallID()
+				head := toolCallJSON{Index: &i, ID: c.callID, Type: "function"}
+				head.Function.Name = g.p.tools.named
+				if err := sw.event(sw.chatChunk(c.index, chatDelta{ToolCalls: []toolCallJSON{head}}, nil, nil)); err != nil {
+					gone()
+					return
+				}
+			}
+			frag := toolCallJSON{Index: &i}
+			frag.Function.Arguments = t
+			d.ToolCalls = []toolCallJSON{frag}
+			if err := sw.event(sw.chatChunk(c.index, d, nil, nil)); err != nil {
+				gone()
+			}
+			c.sent = c.text.Len()
+		case toolModeAuto:
+			if n := streamAuto(c); n > 0 {
+				send(c, c.text.String()[c.sent:c.sent+n], nil)
+				c.sent += n
+			}
+		}
 	}
 	// Cases: 0 the client's context, 1 the stuck timer, 2 the drain's
 	// cut, 3.. the choices.
@@ -706,6 +746,44 @@ func sse0(sw **sseWriter, start func() *sseWriter) func() *sseWriter {
 	}
 }
 
+// toolMarkers start a call in a model's own format (Hermes/Qwen, Llama
+// 3.1 with its python tag, Llama 3.1 bare JSON).
+const hermesOpen = "<tool_call>"
+
+// streamAuto says how many more bytes of an auto choice's text may go out
+// as content now: none once the text may be a call (it starts with "{" or
+// "<|python_tag|>", or holds "<tool_call>"); up to a possible start of
+// "<tool_call>" otherwise.
+func streamAuto(c *choice) int {
+	if c.held {
+		return 0
+	}
+	text := c.text.String()
+	if c.sent == 0 {
+		lead := strings.TrimLeft(text, " \t\r\n")
+		if lead == "" || strings.HasPrefix("<|python_tag|>", lead) || strings.HasPrefix(hermesOpen, lead) {
+			return 0 // undecided
+		}
+		if strings.HasPrefix(lead, "{") || strings.HasPrefix(lead, "<|python_tag|>") {
+			c.held = true
+			return 0
+		}
+	}
+	rest := text[c.sent:]
+	if i := strings.Index(rest, hermesOpen); i >= 0 {
+		c.held = true
+		return i
+	}
+	hold := 0
+	for n := min(len(hermesOpen)-1, len(rest)); n > 0; n-- {
+		if strings.HasSuffix(rest, hermesOpen[:n]) {
+			hold = n
+			break
+		}
+	}
+	return len(rest) - hold
+}
+
 // readTools reads a finished choice's held text as tool calls (or plain
 // content). A choice that ended by the grammar with calls finishes
 // "tool_calls", as OpenAI's do.
@@ -730,11 +808,18 @@ func (s *Server) sendTools(sw func() *sseWriter, c *choice, out *outcome, gone f
 	var deltas []chatDelta
 	text := c.text.String()
 	switch {
-	case len(c.calls) == 0 && text != "":
-		deltas = append(deltas, chatDelta{Content: &text})
+	case c.callID != "":
+		// A named call, streamed as it came.
+	case len(c.calls) == 0 && len(text) > c.sent:
+		rest := text[c.sent:]
+		deltas = append(deltas, chatDelta{Content: &rest})
 	case len(c.calls) > 0:
-		if c.content != nil {
-			deltas = append(deltas, chatDelta{Content: c.content})
+		// Content before the first call that was not streamed yet.
+		if c.content != nil && c.sent < len(*c.content) {
+			if i := strings.Index(text, *c.content); i >= 0 && i+len(*c.content) > c.sent {
+				rest := text[max(c.sent, i) : i+len(*c.content)]
+				deltas = append(deltas, chatDelta{Content: &rest})
+			}
 		}
 		for i, tc := range c.calls {
 			head := tc

@@ -213,12 +213,9 @@ func (spec *toolSpec) toolCalls(text string) (calls []toolCallJSON, content *str
 		var tc toolCallJSON
 		tc.ID, tc.Type = newToolCallID(), "function"
 		tc.Function.Name = name
-		var b bytes.Buffer
-		if json.Compact(&b, args) == nil {
-			tc.Function.Arguments = b.String()
-		} else {
-			tc.Function.Arguments = string(args)
-		}
+		// The model's own text, as OpenAI returns it (and as a stream
+		// sends it, fragment by fragment).
+		tc.Function.Arguments = strings.TrimSpace(string(args))
 		return tc
 	}
 	type nameArgs struct {
@@ -272,7 +269,8 @@ func (spec *toolSpec) toolCalls(text string) (calls []toolCallJSON, content *str
 				}
 			}
 			if len(calls) > 0 {
-				if pre := strings.TrimSpace(text[:m[0][0]]); pre != "" {
+				// The text before the first call, as a stream sends it.
+				if pre := text[:m[0][0]]; strings.TrimSpace(pre) != "" {
 					content = &pre
 				}
 				return calls, content, true

@@ -1,10 +1,14 @@
 package router
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/openai/openai-go/v3"
 
 	"sluice/internal/sample"
 	"sluice/internal/testenv"
@@ -80,13 +84,13 @@ func TestToolCallsParsed(t *testing.T) {
 		content string
 	}{
 		{&auto, "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>\n<tool_call>{\"name\":\"get_time\",\"arguments\":{\"tz\":\"CET\"}}</tool_call>",
-			[]string{"get_weather", "get_time"}, []string{`{"city":"Paris","unit":"c"}`, `{"tz":"CET"}`}, "Let me check."},
-		{&auto, `<|python_tag|>{"name": "get_time", "parameters": {"tz": "UTC"}}`, []string{"get_time"}, []string{`{"tz":"UTC"}`}, ""},
-		{&auto, `{"name": "get_time", "arguments": "{\"tz\": \"UTC\"}"}`, []string{"get_time"}, []string{`{"tz":"UTC"}`}, ""},
+			[]string{"get_weather", "get_time"}, []string{`{"city": "Paris", "unit": "c"}`, `{"tz":"CET"}`}, "Let me check.\n"},
+		{&auto, `<|python_tag|>{"name": "get_time", "parameters": {"tz": "UTC"}}`, []string{"get_time"}, []string{`{"tz": "UTC"}`}, ""},
+		{&auto, `{"name": "get_time", "arguments": "{\"tz\": \"UTC\"}"}`, []string{"get_time"}, []string{`{"tz": "UTC"}`}, ""},
 		{&auto, "It is sunny.", nil, nil, ""},
 		{&auto, `<tool_call>{"name":"rm_rf","arguments":{}}</tool_call>`, nil, nil, ""}, // not a declared tool
 		{&req, `{"name":"get_weather","arguments":{"city":"Oslo","unit":"f"}}`, []string{"get_weather"}, []string{`{"city":"Oslo","unit":"f"}`}, ""},
-		{&named, `{"tz": "PST"}`, []string{"get_time"}, []string{`{"tz":"PST"}`}, ""},
+		{&named, `{"tz": "PST"}`, []string{"get_time"}, []string{`{"tz": "PST"}`}, ""},
 		{&named, `{"tz": "PS`, nil, nil, ""}, // cut by max_tokens: content, finish length
 	}
 	for i, c := range cases {
@@ -106,6 +110,67 @@ func TestToolCallsParsed(t *testing.T) {
 			}
 		} else if c.content != "" {
 			t.Errorf("case %d: no content, want %q", i, c.content)
+		}
+	}
+}
+
+// A streamed auto answer sends its content as it comes and its calls as
+// delta.tool_calls once they are complete, which the official client
+// assembles: the echo engine answers with the rendered prompt, so a
+// <tool_call> block in the user's message comes back as the model's call.
+func TestAutoToolCallsStreamed(t *testing.T) {
+	h := newHarness(t, 1024, func(c *Config) { c.MaxBodyBytes = 1 << 16 })
+	var tools []openai.ChatCompletionToolUnionParam
+	if err := json.Unmarshal([]byte(weatherTools), &tools); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		user  string
+		calls int
+	}{
+		{`Weather? <tool_call>{"name": "get_time", "arguments": {"tz": "UTC"}}</tool_call>`, 1},
+		{`No call <tool_ here, only <tool text.`, 0},
+	} {
+		p := openai.ChatCompletionNewParams{Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(c.user)}, Tools: tools, MaxCompletionTokens: openai.Int(600)}
+		st := h.client("").Chat.Completions.NewStreaming(ctx, p)
+		var acc openai.ChatCompletionAccumulator
+		contentChunks := 0
+		for st.Next() {
+			ch := st.Current()
+			acc.AddChunk(ch)
+			if len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
+				contentChunks++
+			}
+		}
+		if err := st.Err(); err != nil {
+			var ae *openai.Error
+			if errors.As(err, &ae) {
+				t.Fatal(ae.RawJSON())
+			}
+			t.Fatal(err)
+		}
+		full, err := h.client("").Chat.Completions.New(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, want := acc.Choices[0], full.Choices[0]
+		if len(got.Message.ToolCalls) != c.calls || len(want.Message.ToolCalls) != c.calls || got.Message.Content != want.Message.Content {
+			t.Fatalf("%q: streamed %d calls, content %q; whole %d calls, content %q", c.user, len(got.Message.ToolCalls), got.Message.Content, len(want.Message.ToolCalls), want.Message.Content)
+		}
+		if c.calls == 1 {
+			tc := got.Message.ToolCalls[0]
+			if got.FinishReason != "tool_calls" || tc.Function.Name != "get_time" || tc.Function.Arguments != `{"tz": "UTC"}` || tc.ID == "" || tc.ID != got.Message.ToolCalls[0].ID {
+				t.Fatalf("streamed call %+v finish %q", tc, got.FinishReason)
+			}
+			if !strings.HasSuffix(got.Message.Content, "Weather? ") || strings.Contains(got.Message.Content, "<tool") {
+				t.Fatalf("content %q", got.Message.Content)
+			}
+		} else if got.FinishReason != "stop" || !strings.Contains(got.Message.Content, "only <tool text.") {
+			t.Fatalf("no call: finish %q content %q", got.FinishReason, got.Message.Content)
+		}
+		if contentChunks < 10 {
+			t.Fatalf("%q: content came in %d chunks: it was held, not streamed", c.user, contentChunks)
 		}
 	}
 }
