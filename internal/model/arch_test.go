@@ -1,12 +1,14 @@
 package model
 
 import (
+	"bytes"
 	"errors"
 	"slices"
 	"testing"
 
 	"sluice/internal/gguf"
 	"sluice/internal/quant"
+	"sluice/internal/synth"
 	"sluice/internal/testenv"
 )
 
@@ -260,4 +262,44 @@ func TestArchBatchInvariance(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzLoadArch is FuzzLoad's contract for qwen3 and gemma3 files: any
+// GGUF the reader accepts either fails Load with a coded error or loads
+// into a model that runs a step; nothing panics (seeds: tiny files from
+// internal/synth, head dim unlike embd/heads, a 4-token window).
+func FuzzLoadArch(f *testing.F) {
+	for _, spec := range []synth.Spec{
+		{Arch: "qwen3", Layers: 1, Embd: 32, Heads: 4, KVHeads: 2, HeadDim: 16, FF: 32, Context: 64, Type: quant.F16, Seed: 1},
+		{Arch: "gemma3", Layers: 2, Embd: 32, Heads: 2, KVHeads: 1, HeadDim: 32, FF: 32, Context: 64, Type: quant.Q8_0, SlidingWindow: 4, TieOutput: true, Seed: 2},
+	} {
+		var b bytes.Buffer
+		if err := synth.Write(&b, spec); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b.Bytes())
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		gf, err := gguf.Parse(data)
+		if err != nil {
+			return
+		}
+		m, err := Load(gf)
+		if err != nil {
+			if _, ok := err.(*Error); !ok {
+				t.Fatalf("Load error %T has no code: %v", err, err)
+			}
+			return
+		}
+		c := m.Config()
+		if c.Layers*c.Embd*c.FF > 1<<24 || c.Context < 8 {
+			return
+		}
+		kv := newMemKV(4, c.Layers, c.KVDim())
+		toks := []int32{0, int32(c.Vocab - 1), 1, 2, 3, 4, 5}
+		res := m.NewRunner(nil).Forward([]Seq{{Tokens: toks, KV: kv}})
+		if res[0].Err == nil && len(res[0].Logits) != c.Vocab {
+			t.Fatalf("%d logits for a vocabulary of %d", len(res[0].Logits), c.Vocab)
+		}
+	})
 }
