@@ -240,3 +240,46 @@ func TestCacheKeyedByTenant(t *testing.T) {
 		t.Fatalf("flood holds %d entries, want its cap %d", n, DefaultPerTenant)
 	}
 }
+
+// Wide schemas stay within MaxStacks: a 1000-value enum whose values share
+// long prefixes (a trie, one parse), an object of 200 optional properties
+// (every key starts with a quote) and 60 anyOf object branches.
+func TestWideSchemas(t *testing.T) {
+	var enum, props, branches []string
+	for i := range MaxEnum {
+		enum = append(enum, fmt.Sprintf(`"value-%d"`, i))
+	}
+	for i := range 200 {
+		props = append(props, fmt.Sprintf(`"p%d":{"type":"integer","minimum":0,"maximum":9}`, i))
+	}
+	for i := range 60 {
+		branches = append(branches, fmt.Sprintf(`{"type":"object","properties":{"k%d":{"type":"boolean"}},"required":["k%d"],"additionalProperties":false}`, i, i))
+	}
+	v := testVocab()
+	for _, schema := range []string{
+		`{"enum":[` + strings.Join(enum, ",") + `]}`,
+		`{"type":"object","properties":{` + strings.Join(props, ",") + `},"additionalProperties":false}`,
+		`{"anyOf":[` + strings.Join(branches, ",") + `]}`,
+	} {
+		g, err := CompileSchema([]byte(schema))
+		if err != nil {
+			t.Fatalf("%.50s: %v", schema, err)
+		}
+		c := Bind(g, v)
+		val := validator(t, json.RawMessage(schema))
+		rng := rand.New(rand.NewPCG(3, 4))
+		for range 5 {
+			out, ok := walk(t, c, rng, 2000)
+			if !ok {
+				t.Fatalf("%.50s: no end", schema)
+			}
+			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
+			if err != nil {
+				t.Fatalf("%q: %v", out, err)
+			}
+			if err := val.Validate(inst); err != nil {
+				t.Fatalf("%q: %v", out, err)
+			}
+		}
+	}
+}

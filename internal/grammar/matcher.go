@@ -15,7 +15,7 @@ type frame struct {
 // ambiguous schema (overlapping anyOf branches nested in each other) could
 // multiply them, and past this bound the request fails rather than let one
 // request's masks slow the batch everyone shares.
-const MaxStacks = 64
+const MaxStacks = 256
 
 func sameStack(a, b *frame) bool {
 	for a != b {

@@ -391,7 +391,7 @@ func (c *compiler) types(s *node, path string) ([]string, []item) {
 
 // literals is one of the given JSON values, those of the allowed types.
 func (c *compiler) literals(vals []*node, types []string, path string) []item {
-	var alts [][]item
+	var lits []string
 	seen := map[string]bool{}
 	for _, v := range vals {
 		if !valueHasType(v, types) {
@@ -403,15 +403,64 @@ func (c *compiler) literals(vals []*node, types []string, path string) []item {
 			continue
 		}
 		seen[b.String()] = true
-		alts = append(alts, c.b.lit(b.String()))
+		lits = append(lits, b.String())
 	}
-	if len(alts) == 0 {
+	if len(lits) == 0 {
 		return c.bad(path, "no value is of the schema's type")
 	}
-	if len(alts) == 1 {
-		return alts[0]
+	return c.literalTrie(lits)
+}
+
+// litNode is a node of a trie of literals.
+type litNode struct {
+	kids  map[byte]*litNode
+	order []byte
+	end   bool
+}
+
+// literalTrie matches any of lits, built as a trie: alternatives that
+// share a prefix share its elements, so the matcher follows one stack
+// through "value-1" | "value-2" | ... instead of one per value (a
+// 1000-value enum would otherwise be 1000 parses at its first byte).
+func (c *compiler) literalTrie(lits []string) []item {
+	root := &litNode{}
+	for _, l := range lits {
+		n := root
+		for i := 0; i < len(l); i++ {
+			if n.kids == nil {
+				n.kids = map[byte]*litNode{}
+			}
+			k := n.kids[l[i]]
+			if k == nil {
+				k = &litNode{}
+				n.kids[l[i]] = k
+				n.order = append(n.order, l[i])
+			}
+			n = k
+		}
+		n.end = true
 	}
-	return []item{ref(c.b.rule(alts...))}
+	var emit func(n *litNode) []item
+	emit = func(n *litNode) []item {
+		var out []item
+		for !n.end && len(n.order) == 1 { // a chain: inline
+			b := n.order[0]
+			out = append(out, c.b.byteItem(b))
+			n = n.kids[b]
+		}
+		if len(n.order) == 0 {
+			return out
+		}
+		var alts [][]item
+		for _, b := range n.order {
+			alts = append(alts, append([]item{c.b.byteItem(b)}, emit(n.kids[b])...))
+		}
+		if n.end {
+			alts = append(alts, nil)
+		}
+		return append(out, ref(c.b.rule(alts...)))
+	}
+	return emit(root)
 }
 
 func valueHasType(v *node, types []string) bool {
