@@ -37,6 +37,7 @@ type workerOpts struct {
 	listen     string
 	secretFile string
 	frameMAC   bool
+	deadAfter  time.Duration
 	metrics    string
 	drain      time.Duration
 	// draining is set once SIGTERM/SIGINT starts the drain: /ready is 503
@@ -65,6 +66,7 @@ func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
 	fs.StringVar(&o.secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret, at least 16 bytes; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
 	fs.BoolVar(&o.frameMAC, "encrypt", false, "encrypt every frame between roles (AES-256-GCM under keys from an ephemeral X25519 exchange; I15); always on when listening on or dialling an address that is not loopback, so this turns it on for loopback too")
 	fs.BoolVar(&o.frameMAC, "frame-mac", false, "the same as --encrypt (its former name: every frame is now encrypted, which also authenticates it)")
+	fs.DurationVar(&o.deadAfter, "peer-timeout", tcp.DefaultDeadAfter, "how long a peer (worker or router) may send nothing, not even a heartbeat, before it is declared dead and its connection closed: its requests fail over or end with an error. Both sides ping every eighth of it when idle; a slow or CPU-starved peer keeps sending and stays up. 0: off")
 	fs.DurationVar(&o.drain, "drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long sequences in flight may finish before connections close")
 	fs.StringVar(&o.metrics, "metrics-listen", "", "when set, serve Prometheus /metrics (this role's KV pages by state, integrity violations, refusals, late writes), /health (liveness) and /ready (readiness) on this HTTP address")
 }
@@ -144,7 +146,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	raiseProcs(log, o.threads)
 	// A worker holds KV: a peer worker of another --kv-type is refused at
 	// the handshake (kv_type_mismatch).
-	return log, m, ec, tcp.Config{Secret: secret, Encrypt: o.frameMAC, Model: m.Fingerprint(), HoldsKV: true, KVType: ec.KVType}, -1
+	return log, m, ec, tcp.Config{Secret: secret, Encrypt: o.frameMAC, DeadAfter: deadAfter(o.deadAfter), Model: m.Fingerprint(), HoldsKV: true, KVType: ec.KVType}, -1
 }
 
 // connectFailure is the log message of a role that could not connect to

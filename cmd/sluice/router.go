@@ -41,6 +41,8 @@ func runRouter(args []string) int {
 		decodeAddr     string
 		secretFile     string
 		frameMAC       bool
+		peerTimeout    time.Duration
+		maxMigrations  int
 		connectTimeout time.Duration
 		weights        = node.DefaultWeights
 		probe          time.Duration
@@ -61,6 +63,8 @@ func runRouter(args []string) int {
 	fs.StringVar(&secretFile, "secret-file", "", "file (mode 600) holding the roles' shared secret; without it $"+node.SecretEnv+" is used. Never given on the command line (I12)")
 	fs.BoolVar(&frameMAC, "encrypt", false, "encrypt every frame between roles (AES-256-GCM under keys from an ephemeral X25519 exchange; I15); always on when listening on or dialling an address that is not loopback, so this turns it on for loopback too")
 	fs.BoolVar(&frameMAC, "frame-mac", false, "the same as --encrypt (its former name: every frame is now encrypted, which also authenticates it)")
+	fs.IntVar(&maxMigrations, "max-migrations", 3, "how many times one streaming request may move to another prefill/decode pair after its decode worker (or the link to it) fails mid-stream: the new pair resumes from the prompt and the tokens already sent, bit for bit the same stream. 0: never (the stream ends with an error)")
+	fs.DurationVar(&peerTimeout, "peer-timeout", tcp.DefaultDeadAfter, "how long a peer (worker or router) may send nothing, not even a heartbeat, before it is declared dead and its connection closed: its requests fail over or end with an error. Both sides ping every eighth of it when idle; a slow or CPU-starved peer keeps sending and stays up. 0: off")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the workers at start")
 	usageFor(fs, `Usage: sluice router [flags]
 
@@ -143,7 +147,7 @@ Example:
 	log.Info("model loaded", "model", m.Describe(), "fingerprint", m.Fingerprint().String())
 	// I13: the handshake with each worker compares model fingerprints, so
 	// a router never tokenizes for a model its workers do not run.
-	tc := tcp.Config{Secret: secret, Encrypt: frameMAC, Model: m.Fingerprint()}
+	tc := tcp.Config{Secret: secret, Encrypt: frameMAC, DeadAfter: deadAfter(peerTimeout), Model: m.Fingerprint()}
 	prefillSpecs, decodeSpecs := splitList(prefillAddr), splitList(decodeAddr)
 	if workersFile != "" {
 		if flagSet(fs, "prefill") || flagSet(fs, "decode") {
@@ -284,7 +288,7 @@ Example:
 		}
 	}
 	eng, err := engine.NewDisaggregatedPairs(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(), Context: ctxLen,
-		MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait}, cl)
+		MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, MaxMigrations: migrationsFlag(maxMigrations)}, cl)
 	if err != nil {
 		log.Error("engine", "err", err)
 		return 1

@@ -37,6 +37,11 @@ type DisaggConfig struct {
 	// QueueTimeout how long one may wait (default 30s; then 503).
 	MaxQueue     int
 	QueueTimeout time.Duration
+	// MaxMigrations bounds how many times one request's stream may move
+	// to another pair after its first token because its decode worker or
+	// the link to it failed (run; default 3; negative: never, the stream
+	// ends with the error as before).
+	MaxMigrations int
 	// Unsafe: TEST AND DEMO HOOK ONLY (see Unsafe).
 	Unsafe Unsafe
 }
@@ -66,6 +71,7 @@ type Disaggregated struct {
 	// prefill's context and tear a transfer (I10). Close cancels it last.
 	bg       context.Context
 	bgCancel context.CancelFunc
+	migrated atomic.Int64
 }
 
 var _ Engine = (*Disaggregated)(nil)
@@ -388,12 +394,22 @@ func handoffFailure(cause error) *Error {
 // A handoff that fails before its commit (no token reached the client) is
 // retried once, when the request has not been retried yet, on another pair
 // the Pairer gives: the failed handoff is aborted (I6) and the request
-// reserves again with a new id. After the first token a failure ends the
-// stream with its error: never a silent switch.
+// reserves again with a new id.
+//
+// After the first token, a failure of the decode worker or of the link to
+// it (a transport failure: the worker died, hung past the heartbeat or was
+// cut off; never an integrity failure, a refusal or a prefill error)
+// migrates the stream: exactly a preemption's resume, on a new pair that
+// avoids the failed decode worker. The new handoff carries the prompt plus
+// every token already sent, the sampler continues at the same offset, and
+// batch-invariant kernels rebuild the same KV, so the client's stream goes
+// on bit for bit as if nothing had happened. At most MaxMigrations times
+// per request; then, or with no other pair, the stream ends with the error.
 func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, tk *ticket, gone context.Context, retried bool) {
 	defer tk.done()
 	var gen []int32 // tokens generated so far, over every handoff
 	var dr driveResult
+	migrations := 0
 	defer func() { cur.pair().done(dr.perr, dr.derr) }()
 	for {
 		dr = d.drive(r, cur.get(), cur.pair(), res, ts, lc, &gen, &cur.cached)
@@ -412,6 +428,26 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 				return // the request ended meanwhile (a cancel took effect)
 			}
 			retried = true
+			cur.pair().done(dr.perr, dr.derr)
+			dr = driveResult{}
+			tk.requeue(r.Tenant)
+			cur.setPair(newID(), p2)
+		} else if dr.migrate != nil {
+			var p2 *Pair
+			var err error
+			if migrations < d.maxMigrations() && gone.Err() == nil {
+				p2, err = d.pairs.Pair(r, cur.pair())
+			}
+			if p2 == nil || err != nil {
+				lc.fail(dr.migrate)
+				return
+			}
+			if _, ok := lc.step(request.Event{Kind: request.EvPreempted}, nil); !ok {
+				return // the request ended meanwhile (a cancel took effect)
+			}
+			migrations++
+			d.migrated.Add(1)
+			d.abort(cur.pair().Decode, cur.get(), "migrated after its decode stream failed: "+dr.migrate.Message)
 			cur.pair().done(dr.perr, dr.derr)
 			dr = driveResult{}
 			tk.requeue(r.Tenant)
@@ -506,7 +542,7 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 	for {
 		tok, err := ts.Recv()
 		if err == io.EOF {
-			err = errors.New("the decode stream ended without a terminal item")
+			err = errStreamEnded
 		}
 		if err == nil && tok.Err != nil {
 			err = tok.Err
@@ -538,6 +574,10 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 			e := handoffFailure(cause)
 			if canRetry() && e.Code != CodeIntegrity {
 				dr.retry = e
+				return dr
+			}
+			if dr.derr != nil && migratable(dr.derr) && (!first || offset > 0) && lc.live() {
+				dr.migrate = e
 				return dr
 			}
 			lc.fail(e)
@@ -596,10 +636,38 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 
 // driveResult is how one handoff ended (see drive).
 type driveResult struct {
-	preempted  bool
-	retry      *Error
+	preempted bool
+	retry     *Error
+	// migrate: decode's stream broke after tokens reached the client, by
+	// a transport failure: the request may move to another pair (run).
+	migrate    *Error
 	perr, derr error
 }
+
+// migratable says whether a decode stream's failure is the worker's or
+// the link's (it died, hung past the heartbeat, was cut off), after which
+// the stream may continue elsewhere; anything a live peer answered
+// (refusals, integrity failures) is not.
+func migratable(err error) bool {
+	return errors.Is(err, handoff.ErrTransport) || errors.Is(err, errStreamEnded)
+}
+
+// errStreamEnded: decode's stream ended without its terminal item.
+var errStreamEnded = errors.New("the decode stream ended without a terminal item")
+
+func (d *Disaggregated) maxMigrations() int {
+	switch m := d.cfg.MaxMigrations; {
+	case m < 0:
+		return 0
+	case m == 0:
+		return 3
+	default:
+		return m
+	}
+}
+
+// Migrated is how many streams moved to another pair after a failure.
+func (d *Disaggregated) Migrated() int64 { return d.migrated.Load() }
 
 // Local is a disaggregated engine whose two workers live in this process,
 // the prefill worker calling the decode worker directly (the decode side

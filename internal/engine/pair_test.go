@@ -87,8 +87,10 @@ func waitFreePool(t *testing.T, p *kv.Pool) {
 // unreachable, or decode's reserve unreachable) is retried once on the
 // other pair and completes with the reference output; the first pair's
 // reservation is aborted (its pool whole again) and it was told why.
-// After the first token a failure ends the stream with its error and no
-// second pair is asked for.
+// After the first token a transport failure of decode's stream migrates
+// the request to the other pair, which continues it bit for bit (the
+// reference output, no error); with migration off (MaxMigrations < 0) it
+// ends the stream with its error and no second pair is asked for.
 func TestRetryBeforeFirstTokenOnly(t *testing.T) {
 	m := newToy()
 	mk := func() *Local {
@@ -108,15 +110,21 @@ func TestRetryBeforeFirstTokenOnly(t *testing.T) {
 		name  string
 		a     Pair
 		retry bool
+		noMig bool
 	}{
-		{"prefill unreachable", Pair{Prefill: failPrefill{handoff.ErrTransport.With("dial refused")}, Decode: la.Decode}, true},
-		{"reserve unreachable", Pair{Prefill: la.Prefill, Decode: failReserve{la.Decode, handoff.ErrTransport.With("dial refused")}}, true},
-		{"decode no room", Pair{Prefill: la.Prefill, Decode: failReserve{la.Decode, handoff.ErrNoRoom}}, true},
-		{"stream lost after the first token", Pair{Prefill: la.Prefill, Decode: breakAfterFirst{la.Decode}}, false},
+		{"prefill unreachable", Pair{Prefill: failPrefill{handoff.ErrTransport.With("dial refused")}, Decode: la.Decode}, true, false},
+		{"reserve unreachable", Pair{Prefill: la.Prefill, Decode: failReserve{la.Decode, handoff.ErrTransport.With("dial refused")}}, true, false},
+		{"decode no room", Pair{Prefill: la.Prefill, Decode: failReserve{la.Decode, handoff.ErrNoRoom}}, true, false},
+		{"stream lost after the first token: migrated", Pair{Prefill: la.Prefill, Decode: breakAfterFirst{la.Decode}}, true, false},
+		{"stream lost after the first token, migration off", Pair{Prefill: la.Prefill, Decode: breakAfterFirst{la.Decode}}, false, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			tp := &twoPairs{a: c.a, b: Pair{Prefill: lb.Prefill, Decode: lb.Decode}, done: map[string][2]error{}}
+			cfg := cfg
+			if c.noMig {
+				cfg.MaxMigrations = -1
+			}
 			d, err := NewDisaggregatedPairs(cfg, tp)
 			if err != nil {
 				t.Fatal(err)

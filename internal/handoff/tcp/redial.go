@@ -124,10 +124,26 @@ func (r *Redialer) client(ctx context.Context) (*Client, error) {
 		go r.redial(dctx, d)
 	}
 	r.mu.Unlock()
+	// A caller waits for the dial no longer than a peer may stay silent
+	// (DeadAfter): a hung peer's kernel still completes the TCP connect,
+	// and its handshake would otherwise hold the caller (the router's one
+	// admission in progress, say) for the whole dial timeout.
+	wait := ctx
+	if da := r.cfg.DeadAfter; da >= 0 {
+		if da == 0 {
+			da = DefaultDeadAfter
+		}
+		var cancel context.CancelFunc
+		wait, cancel = context.WithTimeout(ctx, da)
+		defer cancel()
+	}
 	select {
 	case <-d.done:
 		return d.c, d.err
-	case <-ctx.Done():
+	case <-wait.Done():
+		if ctx.Err() == nil {
+			return nil, handoff.ErrTransport.With("no connection to the worker at %s within %v (dialling again in the background)", r.addr, r.cfg.DeadAfter)
+		}
 		return nil, transportErr(ctx.Err())
 	}
 }
