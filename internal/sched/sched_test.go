@@ -324,6 +324,7 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 			markHeads()
 		}
 
+		reserved := uint64(0)
 		steps := rapid.IntRange(1, 200).Draw(rt, "steps")
 		for range steps {
 			now = now.Add(time.Duration(rapid.IntRange(0, 4).Draw(rt, "dt")) * time.Millisecond)
@@ -345,6 +346,34 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 				nextID++
 				reqs[id] = &req{tenant: ti, cost: rapid.IntRange(1, maxCost).Draw(rt, "cost"), state: "new", headAt: -1}
 				acts := c.Step(Event{Kind: EvArrive, Now: now, ID: id, Tenant: fmt.Sprint(ti), Weight: weights[ti], Cost: reqs[id].cost})
+				shares := func() (map[int]int, int) {
+					total, outside := weights[ti], 0
+					for _, r := range reqs {
+						if r.state == "retry" || r.state == "preempted" {
+							outside++
+						}
+					}
+					for j, q := range queues {
+						if j != ti && len(q) > 0 {
+							total += weights[j]
+						}
+					}
+					sh := map[int]int{}
+					for j := range weights {
+						sh[j] = (cfg.MaxQueue - outside) * weights[j] / total
+					}
+					return sh, outside
+				}
+				if len(acts) > 0 && acts[0].Reason == ReasonDisplaced {
+					// Displacement: the arriving tenant was under its share,
+					// the victim is the newest of a tenant over its own.
+					v := reqs[acts[0].ID]
+					sh, _ := shares()
+					if v == nil || len(queues[ti])+1 > sh[ti] || len(queues[v.tenant]) <= sh[v.tenant] ||
+						queues[v.tenant][len(queues[v.tenant])-1] != acts[0].ID {
+						rt.Fatalf("displacement of %v for tenant %d: queues %v, shares %v", acts[0], ti, queues, sh)
+					}
+				}
 				if len(acts) > 0 && acts[0].ID == id && acts[0].Reason == ReasonQueueFull {
 					// The queue's share bound: a tenant under its share
 					// of the queue is never refused for a full queue.
@@ -379,6 +408,7 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 				case 0:
 					reqs[id].state = "running"
 					running[id] = true
+					reserved++
 					apply(c.Step(Event{Kind: EvReserved, ID: id, Now: now}))
 				case 1:
 					if reqs[id].state != "preempted" {
@@ -422,6 +452,16 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 				if r.state == "waiting" || r.state == "retry" || r.state == "admitting" || r.state == "preempted" {
 					nWaiting++
 				}
+			}
+			if s.Admitted != reserved {
+				rt.Fatalf("core counts %d admitted, model %d", s.Admitted, reserved)
+			}
+			byTenant := 0
+			for _, n := range s.WaitingByTenant {
+				byTenant += n
+			}
+			if byTenant != s.Waiting {
+				rt.Fatalf("waiting by tenant sums to %d, waiting %d", byTenant, s.Waiting)
 			}
 			if s.Waiting != nWaiting || s.Running != len(running) {
 				rt.Fatalf("core says %d waiting, %d running; model %d, %d", s.Waiting, s.Running, nWaiting, len(running))
@@ -528,4 +568,14 @@ func TestPreemptedResumeOldestPreemptionFirst(t *testing.T) {
 	if !slices.Equal(order, []ID{2, 3, 1}) {
 		t.Fatalf("resumed in order %v, want the preemption order [2 3 1]", order)
 	}
+}
+
+// The zero Config gets its documented defaults, and they admit.
+func TestConfigDefaults(t *testing.T) {
+	c := New(Config{})
+	if got := c.Config(); got.MaxQueue != 256 || got.MaxRunning != 64 || got.Quantum != 4096 ||
+		got.QueueTimeout != 30*time.Second || got.RetryInterval != 20*time.Millisecond {
+		t.Fatalf("defaults %+v", got)
+	}
+	want(t, c.Step(arrive(1, "a", 10, at(0))), Action{Kind: ActAdmit, ID: 1})
 }
