@@ -22,6 +22,7 @@ func FuzzRequestBody(f *testing.F) {
 		`{"prompt":["ab","cd"],"n":2,"logprobs":3,"stream":true,"seed":9223372036854775807}`,
 		`{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":20,"n":3,"logit_bias":{"104":100}}`,
 		`{"prompt":"x","echo":true,"stop_token_ids":[104],"presence_penalty":2,"repetition_penalty":1.5,"min_p":0.1}`, `null`, `"x"`, `{"prompt":"\u0000\ud800"}`,
+		`{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":false,"a":[1,{"b":null}],"n":1.5}}`,
 	} {
 		f.Add(s, false)
 		f.Add(s, true)
