@@ -3,9 +3,11 @@ package node
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"sluice/internal/engine"
+	"sluice/internal/handoff"
 )
 
 // Issue 30 item 8: a retry must move to another decode worker. With the
@@ -31,6 +33,44 @@ func TestRetryNeverPairsTheFailedDecodeWorker(t *testing.T) {
 			t.Fatalf("the retry was paired with %s although d1 failed and d2 is refused", p.DecodeName)
 		case d2ok && (err != nil || p.DecodeName != "d2"):
 			t.Fatalf("the retry with d2 usable: %v %v, want d2", p, err)
+		}
+	}
+}
+
+// Issue 30 item 3: a prefill worker that joins (or was unreachable at
+// start) is vetted before its first request: one whose load report gives
+// a context below the router's is refused for good, naming both numbers;
+// one at the router's context is used.
+func TestJoiningPrefillWorkerContextVetted(t *testing.T) {
+	report := func(ctxLen int) func(context.Context) (*handoff.Load, error) {
+		return func(context.Context) (*handoff.Load, error) {
+			return &handoff.Load{TotalPages: 16, FreePages: 16, Context: ctxLen}, nil
+		}
+	}
+	err := ProbePrefillContext(context.Background(), report(64), 256)
+	if !errors.Is(err, handoff.ErrPrefillRefused) || !strings.Contains(err.Error(), "64") || !strings.Contains(err.Error(), "256") {
+		t.Fatalf("a 64-token prefill worker for a 256-token router: %v", err)
+	}
+	if err := ProbePrefillContext(context.Background(), report(256), 256); err != nil {
+		t.Fatalf("a prefill worker at the router's context refused: %v", err)
+	}
+	vet := func(l func(context.Context) (*handoff.Load, error)) func(context.Context) error {
+		return func(ctx context.Context) error { return ProbePrefillContext(ctx, l, 256) }
+	}
+	c, err := NewCluster([]Worker{{Name: "small", Prefill: stubPrefill{"small"}, Load: report(64), Vet: vet(report(64))},
+		{Name: "whole", Prefill: stubPrefill{"whole"}, Load: report(256), Vet: vet(report(256))}},
+		[]Worker{{Name: "d", Decode: stubDecode{}}}, DefaultWeights, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Probe(context.Background())
+	for range 6 {
+		p, err := c.Pair(&engine.Request{Prompt: []int32{1}, MaxTokens: 1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name := p.Prefill.(stubPrefill).name; name != "whole" {
+			t.Fatalf("a request was paired with the prefill worker %q whose context is below the router's", name)
 		}
 	}
 }
