@@ -26,20 +26,9 @@ func prompt(seed int32, pages int) []int32 {
 // reads every page) and the keys.
 func cachedSeq(t *testing.T, p *Pool, o Owner, toks []int32) ([]PageRef, []BlockKey) {
 	t.Helper()
-	keys := PrefixKeys(testFP, saltOf(o.Tenant), tg.PageSize, toks)
-	refs, err := p.Reserve(o, len(keys))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fill(t, p.View(o, refs), refs, 0, len(toks))
-	if err := p.Seal(o, refs); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range refs {
-		ok, err := p.Insert(o, r, keys[i])
-		if err != nil || !ok {
-			t.Fatalf("insert page %d: %v %v", i, ok, err)
-		}
+	refs, keys, n := insertAll(t, p, o, toks)
+	if n != len(refs) {
+		t.Fatalf("cached %d of %d pages", n, len(refs))
 	}
 	return refs, keys
 }
