@@ -89,10 +89,15 @@ func TestPreemptionOracleStories(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeWithin(t, small)
-	go gate.openWhen(t, "every request queued or running", func() bool { s := small.adm.stats(); return s.Waiting+s.Running == len(reqs) })
+	go gate.openWhen(t, "the pool full (admission paused for room), every request queued or running", func() bool {
+		s := small.adm.stats()
+		return s.Waiting+s.Running == len(reqs) && s.Running > 0 && s.Paused
+	})
 	requireAlone(t, "colocated", reqs, submitAll(t, small, reqs), want)
-	if n := small.sched.preemptions.Load(); n < 3 {
-		t.Fatalf("only %d preemptions: the pool did not force them", n)
+	// The gate opens on a full pool, so growth must preempt at least
+	// once; how often after that depends on the interleaving.
+	if n := small.sched.preemptions.Load(); n < 1 {
+		t.Fatalf("no preemption: the pool did not force one")
 	}
 	t.Logf("%d preemptions, %d positions recomputed", small.sched.preemptions.Load(), small.sched.recomputed.Load())
 	if err := small.Pool().CheckDrained(); err != nil {
@@ -151,11 +156,11 @@ func TestPreemptionOracleDisaggregated(t *testing.T) {
 				eng, dw, pw, adm = r.eng, r.dw, r.pw, r.eng.adm
 			}
 			// Open once the decode pool is full: every request arrived, the
-			// admitted ones committed, at most one page free (a reservation
-			// takes at least two: a prompt page and one of headroom).
+			// admitted ones committed, and the router's admission paused
+			// because decode refused the next one for room.
 			go gate.openWhen(t, "the decode pool full of committed handoffs, the other requests queued", func() bool {
 				s := adm.stats()
-				return s.Waiting+s.Running == len(reqs) && s.Running > 0 && pw.Stats().Committed >= int64(s.Running) && dw.Pool().Stats().Free <= 1
+				return s.Waiting+s.Running == len(reqs) && s.Running > 0 && s.Paused && pw.Stats().Committed >= int64(s.Running)
 			})
 			requireAlone(t, transport, reqs, submitAll(t, eng, reqs), want)
 			st := dw.SchedStats()

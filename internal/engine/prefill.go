@@ -93,8 +93,9 @@ func NewPrefillWorker(cfg Config, decode handoff.Decode) (*PrefillWorker, error)
 	w := &PrefillWorker{cfg: cfg, pool: pool, sched: newScheduler(cfg, pool), decode: decode,
 		ctx: ctx, cache: newPrefixCache(cfg, pool), quit: make(chan struct{}),
 		// Pages bound the prompts in flight, not a count; Quantum is the
-		// largest prompt, so every DRR turn admits at least one.
-		adm: newAdmission(sched.Config{MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout, MaxRunning: math.MaxInt32, Quantum: ctx})}
+		// largest prompt's pages in tokens (its cost), so every DRR turn
+		// admits at least one.
+		adm: newAdmission(sched.Config{MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout, MaxRunning: math.MaxInt32, Quantum: kv.PagesFor(ctx, cfg.PageSize) * cfg.PageSize})}
 	// A prompt waiting for room wakes when quarantined pages come back,
 	// not only when another prompt releases its own.
 	go expireLeases(pool, cfg.Lease, w.quit, w.signalFreed)

@@ -197,6 +197,9 @@ type Stats struct {
 	Waiting, Running int
 	// WaitingByTenant is each tenant's waiting requests.
 	WaitingByTenant map[string]int
+	// Paused: admission waits for pages after the pool refused the
+	// request at the head of the queue (head of line).
+	Paused bool
 	// Admitted and Rejected count requests by outcome of their wait.
 	Admitted uint64
 	Rejected map[Reason]uint64
@@ -355,7 +358,7 @@ func (c *Core) Deadline() (t time.Time, ok bool) {
 
 // Stats returns a snapshot.
 func (c *Core) Stats() Stats {
-	s := Stats{Waiting: len(c.waiting), Running: len(c.running), WaitingByTenant: map[string]int{},
+	s := Stats{Waiting: len(c.waiting), Running: len(c.running), WaitingByTenant: map[string]int{}, Paused: c.blocked,
 		Admitted: c.admitted, Rejected: map[Reason]uint64{}}
 	if c.admit != nil {
 		s.Waiting++ // still waiting for its pages
@@ -377,15 +380,22 @@ func (c *Core) reject(id ID, r Reason) Action {
 
 func (c *Core) arrive(ev Event) []Action {
 	_, dup := c.waiting[ev.ID]
-	switch {
-	case dup || c.running[ev.ID] || (c.admit != nil && c.admit.id == ev.ID) || ev.Cost < 1:
-		return []Action{c.reject(ev.ID, ReasonInvalid)}
-	case c.draining:
-		return []Action{c.reject(ev.ID, ReasonDraining)}
-	}
 	w := ev.Weight
 	if w < 1 {
 		w = 1
+	}
+	switch {
+	case dup || c.running[ev.ID] || (c.admit != nil && c.admit.id == ev.ID) || ev.Cost < 1:
+		return []Action{c.reject(ev.ID, ReasonInvalid)}
+	case ev.Cost > c.cfg.Quantum*w:
+		// More than one turn's credit: DRR would go round the ring once
+		// per Quantum of it before admitting anything (2^28 turns, under
+		// the engine's lock, for a cost of 2^40). The engines never send
+		// one (Quantum is the context and I2 bounds every cost by it), so
+		// this is defence in depth, not a queue rule.
+		return []Action{c.reject(ev.ID, ReasonInvalid)}
+	case c.draining:
+		return []Action{c.reject(ev.ID, ReasonDraining)}
 	}
 	var out []Action
 	if len(c.waiting) >= c.cfg.MaxQueue {

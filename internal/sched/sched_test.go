@@ -579,3 +579,14 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	want(t, c.Step(arrive(1, "a", 10, at(0))), Action{Kind: ActAdmit, ID: 1})
 }
+
+// An arrival costing more than a turn's credit is refused as invalid at
+// once: DRR would otherwise go round the ring once per Quantum of it
+// (the engines' I2 check keeps every cost within the context, Quantum).
+func TestCostAboveOneTurnRefused(t *testing.T) {
+	c := New(Config{Quantum: 100})
+	want(t, c.Step(arrive(1, "a", 1<<40, at(0))), Action{Kind: ActReject, ID: 1, Reason: ReasonInvalid})
+	ev := arrive(2, "b", 150, at(0))
+	ev.Weight = 2
+	want(t, c.Step(ev), Action{Kind: ActAdmit, ID: 2})
+}
