@@ -317,9 +317,21 @@ func TestCancelDuringPreemptionChurn(t *testing.T) {
 	// The churn is the point: without the free-page watermark admission
 	// fills the pools and growth preempts (with it, decode sometimes
 	// waited instead and preempted nothing: a failed run in CI).
-	ccfg, dcfg := storiesConfig(rt, 16), storiesConfig(rt, 16)
+	// Each engine's first (decode) step is held until its pool is full
+	// and admission paused for room, so the churn happens whatever the
+	// machine's load (pinned to one CPU it sometimes preempted nothing).
+	cg, dg := newStepGate(t, rt), newStepGate(t, rt)
+	ccfg, dcfg := storiesConfig(cg, 16), storiesConfig(dg, 16)
 	ccfg.NoWatermark, dcfg.NoWatermark = true, true
 	col, loc := colocatedAndLocal(t, ccfg, storiesConfig(rt, 24), dcfg)
+	full := func(a *admission, committed func(running int) bool) func() bool {
+		return func() bool {
+			s := a.stats()
+			return s.Waiting+s.Running == len(reqs) && s.Running > 0 && s.Paused && committed(s.Running)
+		}
+	}
+	go cg.openWhen(t, "the colocated pool full", full(col.adm, func(int) bool { return true }))
+	go dg.openWhen(t, "the decode pool full of committed handoffs", full(loc.adm, func(n int) bool { return loc.Prefill.Stats().Committed >= int64(n) }))
 	for name, e := range map[string]Engine{"colocated": col, "disaggregated": loc} {
 		var wg sync.WaitGroup
 		got := make([]result, len(reqs))
