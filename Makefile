@@ -55,6 +55,13 @@ bench-model:
 bench-table:
 	scripts/bench-table.sh bench-out $(BENCH_TABLE_CONFIGS)
 
+.PHONY: bench-moe
+# The mixture-of-experts rows of docs/benchmarks.md: writes the qwen3moe and
+# glm4moe bench shapes (2-4 GB each) into ../bench and runs sluice bench
+# --llama-bench on them; over an hour on a 2-vCPU machine.
+bench-moe:
+	scripts/bench-moe.sh
+
 .PHONY: bench-models
 # Writes the synthetic models of the speed table into ../bench (the real
 # ones are linked from ../shared/models): about 8 minutes.
