@@ -129,6 +129,26 @@ func convertKwarg(v any, path string, depth int, count *int) (any, *apiError) {
 
 func isTemplateRaise(err error) bool { return errors.Is(err, errTemplateRaised) }
 
+// chatText turns a request's raw messages and chat_template_kwargs into the
+// prompt text through the chat template (o.Kwargs is set here), and says
+// whether BOS must still be added: the template usually writes BOS itself,
+// and the prompt must never carry two. Chat completions and /tokenize both
+// use it, so /tokenize's count is the chat request's prompt_tokens.
+func (s *Server) chatText(rawMsgs, rawKwargs json.RawMessage, o RenderOptions) (string, bool, *apiError) {
+	msgs, e := parseMessages(rawMsgs)
+	if e != nil {
+		return "", false, e
+	}
+	if o.Kwargs, e = parseTemplateKwargs(rawKwargs); e != nil {
+		return "", false, e
+	}
+	text, e := s.renderChat(msgs, o)
+	if e != nil {
+		return "", false, e
+	}
+	return text, s.cfg.BOSText == "" || !strings.HasPrefix(text, s.cfg.BOSText), nil
+}
+
 // renderChat renders msgs with the request's template options, sorting
 // the failure: the template's own raise_exception is the client's (400);
 // a failure that happens only with the request's kwargs is the kwargs'

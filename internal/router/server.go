@@ -560,24 +560,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
-	msgs, e := parseMessages(req.Messages)
+	text, addSpecial, e := s.chatText(req.Messages, req.ChatTemplateKwargs, RenderOptions{Tools: p.tools.render})
 	if e != nil {
 		s.fail(w, r, e)
 		return
 	}
-	kwargs, e := parseTemplateKwargs(req.ChatTemplateKwargs)
-	if e != nil {
-		s.fail(w, r, e)
-		return
-	}
-	text, e := s.renderChat(msgs, RenderOptions{Kwargs: kwargs, Tools: p.tools.render})
-	if e != nil {
-		s.fail(w, r, e)
-		return
-	}
-	// The template usually writes BOS itself; add it only when it did not,
-	// so the prompt never carries two.
-	addSpecial := s.cfg.BOSText == "" || !strings.HasPrefix(text, s.cfg.BOSText)
 	prompt, err := s.cfg.Tokenizer.Encode(text, addSpecial, true)
 	if err != nil {
 		s.fail(w, r, newErr(http.StatusBadRequest, CodeTokenize, "messages", "the messages could not be tokenized: %v", err))

@@ -66,22 +66,11 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		}
 		ids, err = s.cfg.Tokenizer.Encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens, true)
 	case hasMsgs:
-		msgs, e := parseMessages(req.Messages)
+		text, add, e := s.chatText(req.Messages, req.ChatTemplateKwargs, RenderOptions{NoGenerationPrompt: req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt})
 		if e != nil {
 			s.fail(w, r, e)
 			return
 		}
-		kwargs, e := parseTemplateKwargs(req.ChatTemplateKwargs)
-		if e != nil {
-			s.fail(w, r, e)
-			return
-		}
-		text, e := s.renderChat(msgs, RenderOptions{Kwargs: kwargs, NoGenerationPrompt: req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt})
-		if e != nil {
-			s.fail(w, r, e)
-			return
-		}
-		add := s.cfg.BOSText == "" || !strings.HasPrefix(text, s.cfg.BOSText)
 		if req.AddSpecialTokens != nil {
 			add = *req.AddSpecialTokens
 		}
