@@ -62,6 +62,17 @@ bench-table:
 bench-moe:
 	scripts/bench-moe.sh
 
+# The container image, FROM scratch with the static binary (deploy/Containerfile):
+# podman, no registry. `make image-check` runs it with podman (sluice serve,
+# the built-in model) and asks it a question on loopback.
+IMAGE ?= localhost/sluice:dev
+.PHONY: image image-check
+image:
+	IMAGE=$(IMAGE) LDFLAGS="$(LDFLAGS)" scripts/image.sh build
+
+image-check: image
+	IMAGE=$(IMAGE) scripts/image.sh check
+
 .PHONY: bench-models
 # Writes the synthetic models of the speed table into ../bench (the real
 # ones are linked from ../shared/models): about 8 minutes.

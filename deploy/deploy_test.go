@@ -836,3 +836,42 @@ func TestChartRouterTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestContainerfile checks the registry-free image `make image` builds
+// (the real check is `make image-check`, which runs it with podman): one
+// stage FROM scratch that copies the host-built binary, runs as the same
+// non-root user as deploy/Dockerfile's image (the uid the chart's
+// podSecurityContext names) and starts the binary it copied.
+func TestContainerfile(t *testing.T) {
+	ins := func(file string) map[string]string {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for _, l := range strings.Split(string(b), "\n") {
+			l = strings.TrimSpace(l)
+			if l == "" || strings.HasPrefix(l, "#") {
+				continue
+			}
+			k, v, _ := strings.Cut(l, " ")
+			k = strings.ToUpper(k)
+			if _, dup := m[k]; dup && k == "FROM" && file == "Containerfile" {
+				t.Errorf("%s: more than one FROM: a stage pulling a base image needs a registry", file)
+			}
+			m[k] = strings.TrimSpace(v)
+		}
+		return m
+	}
+	c, d := ins("Containerfile"), ins("Dockerfile")
+	if c["FROM"] != "scratch" {
+		t.Errorf("Containerfile FROM %q, want scratch (no registry)", c["FROM"])
+	}
+	if u := strings.Split(c["USER"], ":")[0]; u == "" || u == "0" || u == "root" || c["USER"] != d["USER"] {
+		t.Errorf("Containerfile USER %q: want Dockerfile's non-root %q", c["USER"], d["USER"])
+	}
+	f := strings.Fields(c["COPY"])
+	if len(f) != 2 || f[0] != "sluice" || !strings.Contains(c["ENTRYPOINT"], `"`+f[1]+`"`) {
+		t.Errorf("Containerfile COPY %q / ENTRYPOINT %q: want the context's sluice binary copied and run", c["COPY"], c["ENTRYPOINT"])
+	}
+}
