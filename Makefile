@@ -127,7 +127,7 @@ sim:
 	SLUICE_SIM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 0 -run 'TestSim' -v ./internal/sim/
 
 spec:
-	$(GO) test -count=1 -run 'TestSpin' -v ./spec/
+	SLUICE_SPEC_FULL=1 $(GO) test -count=1 -timeout 20m -run 'TestSpin' -v ./spec/
 
 soak:
 	SLUICE_SOAK=1 $(GO) test -count=1 -timeout 0 -run 'Soak' -v ./...
