@@ -77,6 +77,9 @@ type seq struct {
 	all []int32
 	// arrival orders sequences for the victim policy (set by add).
 	arrival uint64
+	// weight is the tenant's weight (the key file's weight=) for the KV
+	// quota (quota.go); 0 means 1.
+	weight int
 	// recompute: the prompt being run rebuilds the KV of a preempted
 	// sequence; when it is done the sequence continues with next, which
 	// was already emitted, instead of sampling again.
@@ -136,6 +139,17 @@ type batch struct {
 	recomputed          atomic.Int64 // positions computed again after a preemption
 	generated           atomic.Int64 // tokens emitted
 	running             atomic.Int64 // sequences in the batch (not preempted)
+
+	// The KV quota (quota.go): requests waiting outside the batch for
+	// pages (the colocated admission's, by owner), set from other
+	// goroutines; nResumable is how many preempted sequences may take
+	// pages now (admission lets them go first).
+	wantMu     sync.Mutex
+	wanting    map[kv.ID]want
+	nResumable atomic.Int64
+	// freed, when set, learns that a quota preemption gave pages back
+	// (the colocated admission tries its waiting request again).
+	freed func()
 }
 
 // scheduler is the goroutine layer around a batch for the servers: it
@@ -310,6 +324,7 @@ func (s *scheduler) loop() {
 func (s *batch) join(qs []*seq) {
 	joined := len(s.active)
 	s.active = append(s.active, qs...)
+	defer s.yieldJoined(s.active[joined:])
 	for _, q := range s.active[joined:] {
 		if q.startErr != nil {
 			s.fail(q, handoff.ErrRefused.With("%v", q.startErr))
@@ -361,12 +376,14 @@ func (s *batch) cycle() bool {
 	clear(s.active[len(live):])
 	s.active = live
 	s.endCancelledPreempted()
+	s.reclaim()
 	s.resume()
 	s.running.Store(int64(len(s.active)))
 	if len(s.active) == 0 {
 		return false
 	}
 	s.step()
+	s.countResumable()
 	return true
 }
 
@@ -493,13 +510,24 @@ func (s *batch) growAll() {
 	if !slices.IsSortedFunc(s.active, byArrival) {
 		slices.SortFunc(s.active, byArrival)
 	}
+	oldest := s.oldest()
 	for _, q := range s.active {
 		for q.emit != nil && !s.isPreempted(q) {
+			if more := kv.PagesFor(s.need(q), s.cfg.PageSize) - len(q.table); more > 0 && q != oldest &&
+				!s.pages().MayTake(q.owner.Tenant, more) {
+				// Over its share while another tenant waits: the tenant
+				// yields its own latest sequence (maybe q) instead of
+				// growing.
+				if v := s.latestOf(q.owner.Tenant, oldest); v != nil {
+					s.preempt(v)
+					continue
+				}
+			}
 			err := s.grow(q, s.need(q))
 			if err == nil {
 				break
 			}
-			v := s.victim()
+			v := s.victim(oldest)
 			if !errors.Is(err, kv.ErrNoCapacity) || v == nil {
 				s.fail(q, err)
 				break
@@ -521,12 +549,29 @@ func (s *batch) isPreempted(q *seq) bool { return q.parked }
 
 func byArrival(a, b *seq) int { return cmp.Compare(a.arrival, b.arrival) }
 
-// victim is the preemptible active sequence of latest arrival that holds
-// pages, or nil.
-func (s *batch) victim() *seq {
+// victim is the sequence to preempt when the pool is dry: the latest
+// arrival of the tenant furthest over its KV share (sched.Pages.Victim),
+// never the oldest sequence while another one can go; with one tenant,
+// the preemptible sequence of latest arrival. nil when nothing holding
+// pages can be preempted.
+func (s *batch) victim(oldest *seq) *seq {
+	if t := s.pages().Victim(func(t string) bool { return s.latestOf(t, oldest) != nil }); t != "" {
+		return s.latestOf(t, oldest)
+	}
+	return s.latestOf("", nil)
+}
+
+// preemptible: q holds pages and its KV can be rebuilt (or evicted).
+func (s *batch) preemptible(q *seq) bool {
+	return q.emit != nil && (q.all != nil || q.evict) && len(q.table) > 0 && !s.isPreempted(q)
+}
+
+// latestOf is the preemptible active sequence of latest arrival of tenant
+// ("" any tenant) other than except, or nil.
+func (s *batch) latestOf(tenant string, except *seq) *seq {
 	var v *seq
 	for _, q := range s.active {
-		if q.emit == nil || (q.all == nil && !q.evict) || len(q.table) == 0 || s.isPreempted(q) {
+		if q == except || !s.preemptible(q) || (tenant != "" && q.owner.Tenant != tenant) {
 			continue
 		}
 		if v == nil || q.arrival > v.arrival {
@@ -579,17 +624,26 @@ func (s *batch) preempt(q *seq) {
 
 // resume gives preempted sequences, oldest first, the pages to rebuild
 // their KV, while the pool has room; the first that does not fit waits
-// (head of line, so the oldest is never overtaken).
+// (head of line, so the oldest is never overtaken). A sequence whose
+// tenant may not take the pages now (over its KV share while another
+// tenant waits, sched.Pages.MayTake) is passed over: it waits for the
+// others, not they for it.
 func (s *batch) resume() {
-	for len(s.preempted) > 0 {
-		q := s.preempted[0]
-		table, err := s.pool.Reserve(q.owner, kv.PagesFor(len(q.prompt)+1, s.cfg.PageSize))
+	defer s.countResumable()
+	for i := 0; i < len(s.preempted); {
+		q := s.preempted[i]
+		n := kv.PagesFor(len(q.prompt)+1, s.cfg.PageSize)
+		if !s.pages().MayTake(q.owner.Tenant, n) {
+			i++
+			continue
+		}
+		table, err := s.pool.Reserve(q.owner, n)
 		if err != nil {
 			return
 		}
 		q.table, q.parked = table, false
 		q.view = s.pool.View(q.owner, q.table)
-		s.preempted = s.preempted[1:]
+		s.preempted = slices.Delete(s.preempted, i, i+1)
 		s.nPreempted.Store(int64(len(s.preempted)))
 		s.active = append(s.active, q)
 	}

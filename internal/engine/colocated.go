@@ -11,6 +11,7 @@ import (
 	"sluice/internal/kv"
 	"sluice/internal/request"
 	"sluice/internal/sample"
+	"sluice/internal/sched"
 )
 
 // Colocated runs prefill and decode in one scheduler with no transfer:
@@ -50,7 +51,9 @@ func NewColocated(cfg Config) (*Colocated, error) {
 		quit:  make(chan struct{}),
 	}
 	// A request paused for room retries on the queue's own pause, so an
-	// expired lease needs no wake-up here.
+	// expired lease needs no wake-up here; pages a KV-quota preemption
+	// gave back wake it at once (they were taken for a waiting tenant).
+	c.sched.freed = func() { c.adm.step(sched.Event{Kind: sched.EvFreed}) }
 	go expireLeases(pool, cfg.Lease, c.quit, nil)
 	return c, nil
 }
@@ -95,6 +98,7 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 			reserve = true
 		case request.ActPrefill:
 			q = colocatedSeq(owner, table, r.Prompt, cached, r.MaxTokens, r.IgnoreEOS, samp)
+			q.weight = r.Weight
 			q.ended = tk.done
 			q.emit = func(o outcome) { lc.scheduled(o, len(r.Prompt)) }
 			if keys != nil {
@@ -139,13 +143,19 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 		var e *Error
 		table, cached, keys, e = c.reserve(owner, r)
 		if e != nil && e.Code == CodeKVCapacity {
+			// Waiting for pages: the tenant contends for the pool, which
+			// caps the others at their KV shares (quota.go).
+			c.sched.setWant(owner, r.Weight, kv.PagesFor(len(r.Prompt)+min(r.MaxTokens, c.cfg.PageSize), c.cfg.PageSize))
+			c.sched.poke()
 			return true, nil
 		}
 		return false, e
 	}); e != nil {
+		c.sched.dropWant(owner)
 		lc.queueEnd(e)
 		return nil, e
 	}
+	c.sched.dropWant(owner)
 	st.cancelFn = func() { lc.step(request.Event{Kind: request.EvCancel}, nil) }
 	stopWatch := context.AfterFunc(ctx, st.Cancel)
 	st.onClose = func() { stopWatch() }
@@ -160,11 +170,12 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 // produced, and a sequence that cannot grow preempts the latest arrival
 // (see scheduler.growAll), so max_tokens is a bound, not a reservation.
 // While preempted sequences wait for room, new requests wait too: room
-// that comes back goes to them first. With the prefix cache, the table
+// that comes back goes to them first (but not to those the KV quota holds
+// back: their tenant is over its share while another waits). With the prefix cache, the table
 // starts with the prompt's cached pages (cached tokens, read-only, shared)
 // and the rest is reserved after them; keys are the prompt's full-page keys.
 func (c *Colocated) reserve(owner kv.Owner, r *Request) (table []kv.PageRef, cached int, keys []kv.BlockKey, e *Error) {
-	if c.sched.nPreempted.Load() > 0 {
+	if c.sched.nResumable.Load() > 0 {
 		return nil, 0, nil, errf(CodeKVCapacity, http.StatusServiceUnavailable, kv.ErrNoCapacity, "preempted requests wait for the KV cache first")
 	}
 	need := len(r.Prompt) + min(r.MaxTokens, c.cfg.PageSize)

@@ -1,0 +1,183 @@
+package engine
+
+import (
+	"slices"
+
+	"sluice/internal/kv"
+	"sluice/internal/sched"
+)
+
+// The KV quota's edge in the batch: the decisions are sched.Pages's (pure);
+// this file builds its snapshot from the batch and carries them out.
+//
+//   - Admission into the batch (join), growth (growAll) and resumption
+//     (resume) are growths: a tenant over its share while another tenant
+//     waits does not grow; the newest of its sequences yields instead.
+//   - When the pool is dry the victim is the tenant furthest over its
+//     share (victim).
+//   - A waiting tenant owed pages within its share reclaims them from the
+//     tenant furthest over its own (reclaim).
+//   - The oldest running sequence is exempt from all of it: it may always
+//     grow and is never another tenant's victim, so it always progresses.
+
+// want is a request waiting outside the batch for pages (the colocated
+// admission's, refused for room).
+type want struct {
+	tenant string
+	weight int
+	pages  int
+}
+
+// setWant records that owner's request waits for pages (its tenant then
+// contends for the pool); called from the admission's goroutines.
+func (s *batch) setWant(o kv.Owner, weight, pages int) {
+	s.wantMu.Lock()
+	if s.wanting == nil {
+		s.wanting = map[kv.ID]want{}
+	}
+	s.wanting[o.ID] = want{tenant: o.Tenant, weight: weight, pages: pages}
+	s.wantMu.Unlock()
+}
+
+// dropWant: owner's request no longer waits (it got its pages or left).
+func (s *batch) dropWant(o kv.Owner) {
+	s.wantMu.Lock()
+	delete(s.wanting, o.ID)
+	s.wantMu.Unlock()
+}
+
+// pages is the quota's snapshot of the pool: pages held by each tenant's
+// running sequences, and what its waiting requests need (the first
+// preempted sequence's rebuild, else its smallest waiting request).
+func (s *batch) pages() sched.Pages {
+	p := sched.Pages{Pool: s.pool.CapacityTokens() / s.cfg.PageSize}
+	at := func(tenant string, weight int) *sched.Holder {
+		for i := range p.Holders {
+			if p.Holders[i].Tenant == tenant {
+				return &p.Holders[i]
+			}
+		}
+		p.Holders = append(p.Holders, sched.Holder{Tenant: tenant, Weight: weight})
+		return &p.Holders[len(p.Holders)-1]
+	}
+	for _, q := range s.active {
+		if q.emit == nil || s.isPreempted(q) || len(q.table) == 0 {
+			continue
+		}
+		at(q.owner.Tenant, q.weight).Held += len(q.table)
+	}
+	for _, q := range s.preempted {
+		if h := at(q.owner.Tenant, q.weight); h.Wants == 0 {
+			h.Wants = kv.PagesFor(len(q.prompt)+1, s.cfg.PageSize)
+		}
+	}
+	s.wantMu.Lock()
+	for _, w := range s.wanting {
+		if h := at(w.tenant, w.weight); h.Wants == 0 || w.pages < h.Wants {
+			h.Wants = max(w.pages, 1)
+		}
+	}
+	s.wantMu.Unlock()
+	return p
+}
+
+// oldest is the running sequence of earliest arrival, exempt from the
+// quota (the batch's progress guarantee); nil when none runs.
+func (s *batch) oldest() *seq {
+	var o *seq
+	for _, q := range s.active {
+		if q.emit == nil || s.isPreempted(q) {
+			continue
+		}
+		if o == nil || q.arrival < o.arrival {
+			o = q
+		}
+	}
+	return o
+}
+
+// yieldJoined parks the sequences that just joined whose tenant is over
+// its share while another tenant waits: their reservation was a growth
+// the quota does not allow now (the admission reserved them before the
+// batch could see who waits). They resume when their tenant may grow.
+func (s *batch) yieldJoined(joined []*seq) {
+	if len(joined) == 0 {
+		return
+	}
+	oldest := s.oldest()
+	freed := false
+	for _, q := range slices.Backward(joined) {
+		if q == oldest || !s.preemptible(q) || q.evict {
+			continue
+		}
+		p := s.pages()
+		if !p.Contended(q.owner.Tenant) || p.MayTake(q.owner.Tenant, 0) {
+			continue
+		}
+		s.preempt(q)
+		freed = true
+	}
+	if freed {
+		s.dropParked()
+		s.notifyFreed()
+	}
+}
+
+// reclaim preempts, newest first, sequences of the tenant furthest over
+// its share while a waiting tenant is owed pages within its own
+// (sched.Pages.Reclaim). Without a real pool (no free-page count) it
+// does nothing.
+func (s *batch) reclaim() {
+	raw := rawPool(s.pool)
+	if raw == nil {
+		return
+	}
+	oldest := s.oldest()
+	freed := false
+	for range len(s.active) {
+		t := s.pages().Reclaim(raw.AvailablePages(), func(t string) bool { return s.latestOf(t, oldest) != nil })
+		if t == "" {
+			break
+		}
+		s.preempt(s.latestOf(t, oldest))
+		freed = true
+	}
+	if freed {
+		s.dropParked()
+		s.notifyFreed()
+	}
+}
+
+// dropParked takes preempted and ended sequences out of the active list.
+func (s *batch) dropParked() {
+	live := s.active[:0]
+	for _, q := range s.active {
+		if q.emit != nil && !s.isPreempted(q) {
+			live = append(live, q)
+		}
+	}
+	clear(s.active[len(live):])
+	s.active = live
+}
+
+func (s *batch) notifyFreed() {
+	if s.freed != nil {
+		s.freed()
+	}
+}
+
+// countResumable publishes how many preempted sequences may take pages
+// now: new requests wait behind those, not behind sequences the quota
+// holds back.
+func (s *batch) countResumable() {
+	n := 0
+	if len(s.preempted) > 0 {
+		p := s.pages()
+		for _, q := range s.preempted {
+			if p.MayTake(q.owner.Tenant, kv.PagesFor(len(q.prompt)+1, s.cfg.PageSize)) {
+				n++
+			}
+		}
+	}
+	s.nResumable.Store(int64(n))
+}

@@ -1,0 +1,187 @@
+package engine
+
+import (
+	"testing"
+
+	"sluice/internal/kv"
+	"sluice/internal/sample"
+)
+
+// quotaRig drives the batch directly (no goroutine, no admission): the
+// test adds sequences with their reservations, registers waiting
+// requests, and turns the batch one step at a time, so every assertion
+// is about one step of the real code.
+type quotaRig struct {
+	t      *testing.T
+	cfg    Config
+	pool   pagePool
+	s      *scheduler
+	seed   int
+	victim []string // tenants of the preempted sequences, in order
+}
+
+func newQuotaRig(t *testing.T, pages int) *quotaRig {
+	cfg := toyConfig(newToy(), pages).withDefaults()
+	cfg.NoWatermark = true
+	pool, err := cfg.newPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &quotaRig{t: t, cfg: cfg, pool: pool}
+	r.s = newDrivenScheduler(cfg, pool, func() {})
+	t.Cleanup(r.s.stop)
+	return r
+}
+
+// add joins a sequence of tenant with a reservation of its prompt plus
+// min(maxTokens, a page), as Colocated.reserve takes.
+func (r *quotaRig) add(tenant string, promptLen, maxTokens int) *seq {
+	r.t.Helper()
+	r.seed++
+	owner := kv.Owner{Tenant: tenant, ID: newID()}
+	p := prompt(r.seed, promptLen)
+	table, err := r.pool.Reserve(owner, kv.PagesFor(promptLen+min(maxTokens, r.cfg.PageSize), r.cfg.PageSize))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	samp, err := r.cfg.formats.sampler(tenant, sample.Params{}, p)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	q := colocatedSeq(owner, table, p, 0, maxTokens, true, samp)
+	q.weight = 1
+	q.emit = func(outcome) {}
+	q.onPreempt = func(string) { r.victim = append(r.victim, tenant) }
+	r.s.add(q)
+	return q
+}
+
+func (r *quotaRig) held(tenant string) int {
+	for _, h := range r.s.pages().Holders {
+		if h.Tenant == tenant {
+			return h.Held
+		}
+	}
+	return 0
+}
+
+func (r *quotaRig) free() int { return rawPool(r.pool).AvailablePages() }
+
+// When the pool is dry, the victim is the tenant holding the most per
+// weight, not the latest arrival: a's three sequences against b's one,
+// b's the latest.
+func TestKVQuotaVictimIsTenantOverShare(t *testing.T) {
+	r := newQuotaRig(t, 16)
+	for range 3 {
+		r.add("a", 4, 100)
+	}
+	r.add("b", 4, 100)
+	for i := 0; len(r.victim) == 0; i++ {
+		if i > 100 {
+			t.Fatal("the pool never ran dry")
+		}
+		r.s.turn()
+	}
+	if r.victim[0] != "a" {
+		t.Fatalf("first victim of tenant %s, want a (12 of 16 pages against b's 4)", r.victim[0])
+	}
+}
+
+// Work-conserving, then capped: tenant a alone takes the whole pool; once
+// b waits, a's sequences (but the oldest, the batch's progress guarantee)
+// never take another page, however many steps pass.
+func TestKVQuotaCapsGrowthWhileOthersWait(t *testing.T) {
+	r := newQuotaRig(t, 16)
+	var as []*seq
+	for range 4 {
+		as = append(as, r.add("a", 4, 200))
+	}
+	for i := 0; r.held("a") < 16; i++ {
+		if i > 100 {
+			t.Fatalf("a alone holds %d of 16 pages: the quota is not work-conserving", r.held("a"))
+		}
+		r.s.turn()
+	}
+	b := kv.Owner{Tenant: "b", ID: newID()}
+	r.s.setWant(b, 1, 1)
+	for step := range 40 {
+		oldest := r.s.oldest()
+		before := map[*seq]int{}
+		for _, q := range as {
+			before[q] = len(q.table)
+		}
+		r.s.turn()
+		for i, q := range as {
+			if q != oldest && len(q.table) > before[q] {
+				t.Fatalf("step %d: a's sequence %d grew from %d to %d pages while b waits (a holds %d, share %d)",
+					step, i, before[q], len(q.table), r.held("a"), r.s.pages().Share("a"))
+			}
+		}
+	}
+	if r.free() < 1 {
+		t.Fatalf("b still finds no page after 40 steps")
+	}
+	// b got its pages and left the queue: a takes the pool again.
+	r.s.dropWant(b)
+	for i := 0; r.free() > 0; i++ {
+		if i > 100 {
+			t.Fatalf("%d pages stay free with nobody waiting", r.free())
+		}
+		r.s.turn()
+	}
+}
+
+// A waiting tenant owed pages within its share reclaims them at the next
+// step, from the tenant over its share, even when nothing grows: a's
+// three sequences hold 15 of 16 pages, fully reserved (prompt 16 +
+// 4 tokens), and b waits for 3.
+func TestKVQuotaReclaimsForWaitingTenant(t *testing.T) {
+	r := newQuotaRig(t, 16)
+	for range 3 {
+		r.add("a", 16, 4)
+	}
+	r.s.turn()
+	if r.free() != 1 {
+		t.Fatalf("%d pages free, want 1", r.free())
+	}
+	b := kv.Owner{Tenant: "b", ID: newID()}
+	r.s.setWant(b, 1, 3)
+	r.s.turn()
+	if r.free() < 3 {
+		t.Fatalf("%d pages free a step after b waited for 3 (a holds %d, share %d)", r.free(), r.held("a"), r.s.pages().Share("a"))
+	}
+	if len(r.victim) != 1 || r.victim[0] != "a" {
+		t.Fatalf("preempted %v, want one of a's sequences", r.victim)
+	}
+	// a, still over its share, does not take the pages back while b waits.
+	for step := range 3 {
+		r.s.turn()
+		if r.free() < 3 {
+			t.Fatalf("step %d: a took back the pages b waits for (%d free)", step, r.free())
+		}
+	}
+}
+
+// A sequence admitted (its pages reserved) for a tenant over its share
+// while another waits yields at once when it joins the batch: the
+// admission reserved it before the batch could see who waits.
+func TestKVQuotaJoinOverShareYields(t *testing.T) {
+	r := newQuotaRig(t, 16)
+	for range 2 {
+		r.add("a", 16, 4) // 10 pages
+	}
+	r.s.turn()
+	b := kv.Owner{Tenant: "b", ID: newID()}
+	r.s.setWant(b, 1, 4) // fits: 6 free
+	q := r.add("a", 4, 4)
+	r.s.turn()
+	if !q.parked || r.free() < 4 {
+		t.Fatalf("a's new sequence joined over a's share while b waits: parked %v, %d pages free", q.parked, r.free())
+	}
+	// Nobody waits: it resumes.
+	r.s.dropWant(b)
+	r.s.turn()
+	if q.parked {
+		t.Fatal("a's sequence stays parked with nobody waiting")
+	}
+}
