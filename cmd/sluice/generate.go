@@ -268,7 +268,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Threads, "threads", runtime.NumCPU(), "compute `threads`; by default the machine's cores")
 	fs.IntVar(&o.PageSize, "page-size", kv.DefaultPageSize, "KV page size in `tokens`")
 	fs.IntVar(&o.Batch, "batch", 512, "prefill chunk size in `tokens`")
-	kvType := fs.String("kv-type", "f16", "element type of KV pages: f16 (llama.cpp's default) or f32")
+	kvType := fs.String("kv-type", "f16", "element type of KV pages: f16 (llama.cpp's default), f32 or q8_0 (llama.cpp's -ctk q8_0 -ctv q8_0)")
 	weights := fs.String("weights", gguf.MemoryAuto.String(), gguf.MemoryUsage)
 	fs.BoolVar(&o.ParseSpecial, "special", false, "parse control tokens (e.g. <|im_start|>) written in the prompt")
 	fs.BoolVar(&o.IgnoreEOS, "ignore-eos", false, "keep generating past end-of-generation tokens")

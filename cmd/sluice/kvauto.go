@@ -53,13 +53,15 @@ func capForShm(perPool, room int64) (int64, bool) {
 }
 
 // logKVBanner is the start-up line vLLM users look for: each pool's
-// tokens, the context, and how many sequences of the full context fit.
+// tokens, the context, and how many sequences of the full context fit;
+// with the page type and its tokens per GiB, what --kv-type changes.
 func logKVBanner(log *slog.Logger, rep preflight.Report) {
 	if !rep.OK {
 		return
 	}
 	for _, r := range rep.Roles {
 		log.Info(fmt.Sprintf("KV cache: %d tokens, context %d, max concurrency %.2fx at full context", r.PoolTokens, r.EffectiveContext, r.MaxConcurrency),
-			"role", r.Role, "pool_bytes", r.PoolBytes, "kv_bytes_per_token", r.KVBytesPerToken, "sizing", r.Sizing)
+			"role", r.Role, "pool_bytes", r.PoolBytes, "kv_type", r.KVType, "kv_bytes_per_token", r.KVBytesPerToken,
+			"tokens_per_gib", (int64(1)<<30)/max(1, r.KVBytesPerToken), "sizing", r.Sizing)
 	}
 }

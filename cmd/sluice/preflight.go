@@ -44,7 +44,7 @@ func runPreflight(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, kvMemoryUsage+"; the same default as sluice serve and the workers (auto here counts every --role checked as a pool of one process, as sluice serve runs them)")
 	fs.IntVar(&o.poolTokens, "kv-pool-tokens", 0, "KV pool size per role in token slots (rounded up to whole pages); overrides --kv-memory")
 	fs.IntVar(&o.pageSize, "page-size", preflight.DefaultPageSize, "token slots per KV page")
-	fs.StringVar(&o.kvType, "kv-type", preflight.KVF16, "element type of KV pages the roles will be started with: f16 (2 bytes an element) or f32 (4)")
+	fs.StringVar(&o.kvType, "kv-type", preflight.KVF16, "element type of KV pages the roles will be started with: f16 (2 bytes an element), f32 (4) or q8_0 (34 bytes per 32)")
 	fs.StringVar(&role, "role", "both", "which role(s) to check: prefill, decode, both (prefill and decode) or colocated")
 	fs.BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	fs.StringVar(&endpoint, "endpoint", "", "remote mode: URL of a running OpenAI-compatible server to read its own figures from")

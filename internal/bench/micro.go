@@ -235,9 +235,8 @@ type llamaTest struct {
 // runLlamaBench runs llama-bench once (-r 1) for one test, pp<prompt>
 // (gen 0) or tg<gen> (prompt 0) at depth (-d), and returns tokens/s by
 // test name (testName).
-func runLlamaBench(path, modelPath string, threads, prompt, gen, depth int) (map[string]float64, error) {
-	cmd := exec.Command(path, "-m", modelPath, "-p", strconv.Itoa(prompt), "-n", strconv.Itoa(gen),
-		"-d", strconv.Itoa(depth), "-t", strconv.Itoa(threads), "-r", "1", "-o", "json")
+func runLlamaBench(path, modelPath string, threads, prompt, gen, depth int, kvType kv.Type) (map[string]float64, error) {
+	cmd := exec.Command(path, llamaBenchArgs(modelPath, threads, prompt, gen, depth, kvType)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -245,6 +244,22 @@ func runLlamaBench(path, modelPath string, threads, prompt, gen, depth int) (map
 		return nil, fmt.Errorf("%s: %v: %s", path, err, lastLine(stderr.String()))
 	}
 	return parseLlamaBench(out, threads)
+}
+
+// llamaBenchArgs is runLlamaBench's command line: the same KV cache type
+// as sluice's pages (-ctk/-ctv: llama-bench's default f16 is sluice's),
+// and for a quantized V cache flash attention forced on, which llama.cpp
+// requires for one (its default, auto, picks it on CPU anyway).
+func llamaBenchArgs(modelPath string, threads, prompt, gen, depth int, kvType kv.Type) []string {
+	args := []string{"-m", modelPath, "-p", strconv.Itoa(prompt), "-n", strconv.Itoa(gen),
+		"-d", strconv.Itoa(depth), "-t", strconv.Itoa(threads), "-r", "1", "-o", "json"}
+	if kvType != kv.F16 {
+		args = append(args, "-ctk", kvType.String(), "-ctv", kvType.String())
+	}
+	if kvType == kv.Q8_0 {
+		args = append(args, "-fa", "on")
+	}
+	return args
 }
 
 func parseLlamaBench(out []byte, threads int) (map[string]float64, error) {
@@ -387,7 +402,7 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen in
 			if tt.prompt > 0 {
 				p, g = tt.prompt, 0
 			}
-			res, err := runLlamaBench(llamaBench, path, threads, p, g, tt.depth)
+			res, err := runLlamaBench(llamaBench, path, threads, p, g, tt.depth, typ)
 			if err != nil {
 				return nil, err
 			}
@@ -476,7 +491,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	promptFlag := fs.String("prompt", "128", "comma-separated prompt `tokens` for the prefill tests (llama-bench -p)")
 	gen := fs.Int("gen", 128, "generated `tokens` for the decode test (llama-bench -n)")
 	depthFlag := fs.String("depth", "0", "comma-separated context `depths`: every test runs after a prefilled context of this many tokens (llama-bench -d), e.g. 0,1024,4096 for decode at long contexts")
-	kvTypeFlag := fs.String("kv-type", "f16", "element type of the KV pages: f16 (llama.cpp's and llama-bench's default) or f32")
+	kvTypeFlag := fs.String("kv-type", "f16", "element type of the KV pages: f16 (llama.cpp's and llama-bench's default), f32 or q8_0; with --llama-bench, llama-bench gets the same as -ctk/-ctv")
 	weightsFlag := fs.String("weights", gguf.MemoryAuto.String(), gguf.MemoryUsage)
 	reps := fs.Int("reps", 5, "`repetitions`; the median is reported")
 	llamaBench := fs.String("llama-bench", "", "llama-bench `binary` to run on the same file with the same threads, interleaved with sluice's runs; prints both figures and their ratio")

@@ -10,6 +10,7 @@ import (
 
 	"sluice/internal/gguf"
 	"sluice/internal/kernels"
+	"sluice/internal/kv"
 	"sluice/internal/quant"
 	"sluice/internal/synth"
 	"sluice/internal/testenv"
@@ -242,5 +243,23 @@ func TestDecodeWeightBytesMoE(t *testing.T) {
 	want := uint64(4 * (layers*attn + dense + (layers-1)*moe + embd + embd*vocab))
 	if got := decodeWeightBytes(f); got != want {
 		t.Errorf("decode weight bytes %d, want %d", got, want)
+	}
+}
+
+// TestLlamaBenchArgsCacheType: llama-bench gets sluice's KV type as
+// -ctk/-ctv (nothing for f16, its default) and flash attention on for a
+// quantized cache, which llama.cpp needs for a q8_0 V cache.
+func TestLlamaBenchArgsCacheType(t *testing.T) {
+	for _, c := range []struct {
+		typ  kv.Type
+		want string
+	}{
+		{kv.F16, "-m m.gguf -p 0 -n 32 -d 8192 -t 2 -r 1 -o json"},
+		{kv.F32, "-m m.gguf -p 0 -n 32 -d 8192 -t 2 -r 1 -o json -ctk f32 -ctv f32"},
+		{kv.Q8_0, "-m m.gguf -p 0 -n 32 -d 8192 -t 2 -r 1 -o json -ctk q8_0 -ctv q8_0 -fa on"},
+	} {
+		if got := strings.Join(llamaBenchArgs("m.gguf", 2, 0, 32, 8192, c.typ), " "); got != c.want {
+			t.Errorf("%v: %q, want %q", c.typ, got, c.want)
+		}
 	}
 }

@@ -49,7 +49,7 @@ func TestOnePassChecksumCatchesCorruption(t *testing.T) {
 							Data: append([]byte(nil), data...), Checksum: handoff.Checksum(data)}
 						if b == bad {
 							// Slot 0 of the last layer's V rows: valid in every block.
-							pw.Data[(2*r.Geo.Layers-1)*r.Geo.PageSize*r.Geo.KVDim*r.Geo.Type.ElemBytes()+1] ^= 0x40
+							pw.Data[(2*r.Geo.Layers-1)*r.Geo.PageSize*r.Geo.RowBytes()+1] ^= 0x40
 						}
 						if oneSided {
 							w.PlaceRaw(pw.Page.Page, pw.Data)

@@ -7,7 +7,7 @@ import "unsafe"
 // changes no value. Flash-decoding reads each page's K and V rows once,
 // whole, in page order through pages that lie anywhere in the pool: the
 // next page's rows are requested while the current one is computed.
-func Prefetch[T float32 | uint16](x []T) {
+func Prefetch[T float32 | uint16 | byte](x []T) {
 	if len(x) == 0 {
 		return
 	}

@@ -62,18 +62,35 @@ const (
 	F16 Type = iota
 	// F32 rows are the model's float32 rows unrounded.
 	F32
+	// Q8_0 rows are ggml's block_q8_0, llama.cpp's -ctk/-ctv q8_0: each
+	// run of 32 elements is a binary16 scale d then 32 int8s q, element
+	// = q*d, quantized from the model's float32 row exactly as llama.cpp's
+	// CPU backend writes a q8_0 cache (quant.QuantizeRowQ8_0: d =
+	// amax/127, q = x*(127/amax) rounded half to even). 34 bytes per 32
+	// elements: 1.88x the tokens of F16 in the same memory. KVDim must be
+	// a multiple of 32 (a head dim that is one, as llama.cpp requires).
+	Q8_0
 	numTypes
 )
 
-// ParseType reads the --kv-type flag value: f16 or f32.
+// Q8Block is the elements of one Q8_0 block; Q8BlockBytes its size.
+const (
+	Q8Block      = 32
+	Q8BlockBytes = 34
+)
+
+// ParseType reads the --kv-type flag value: f16, f32 or q8_0 (also q8,
+// llama.cpp's spelling of -ctk being q8_0).
 func ParseType(s string) (Type, error) {
 	switch s {
 	case "f16", "":
 		return F16, nil
 	case "f32":
 		return F32, nil
+	case "q8_0", "q8":
+		return Q8_0, nil
 	}
-	return 0, &Error{Code: CodeBadConfig, Msg: "--kv-type must be f16 or f32, not " + quote(s)}
+	return 0, &Error{Code: CodeBadConfig, Msg: "--kv-type must be f16, f32 or q8_0, not " + quote(s)}
 }
 
 func (t Type) String() string {
@@ -82,6 +99,8 @@ func (t Type) String() string {
 		return "f16"
 	case F32:
 		return "f32"
+	case Q8_0:
+		return "q8_0"
 	}
 	return "invalid"
 }
@@ -90,25 +109,42 @@ func (t Type) String() string {
 // any byte).
 func (t Type) Valid() bool { return t < numTypes }
 
-// ElemBytes is the size of one element of a row: 2 (F16) or 4 (F32).
-func (t Type) ElemBytes() int {
-	if t == F32 {
-		return 4
+// RowBytes is the size of one row of kvDim elements: 2 bytes an element
+// (F16), 4 (F32), 34 per 32 (Q8_0).
+func (t Type) RowBytes(kvDim int) int {
+	switch t {
+	case F32:
+		return 4 * kvDim
+	case Q8_0:
+		return kvDim / Q8Block * Q8BlockBytes
 	}
-	return 2
+	return 2 * kvDim
+}
+
+// RowBytes is the size of one K (or V) row of one layer and position.
+func (g Geometry) RowBytes() int { return g.Type.RowBytes(g.KVDim) }
+
+// rowUnits is a row's length in the units of the pool's typed slice
+// (Pool.f32, Pool.f16 or, for Q8_0, Pool.mem): the element offsets of
+// View.Put and View.block.
+func (g Geometry) rowUnits() int {
+	if g.Type == Q8_0 {
+		return g.RowBytes()
+	}
+	return g.KVDim
 }
 
 // DefaultPageSize is the page size used when Geometry.PageSize is zero.
 const DefaultPageSize = 16
 
-// BytesPerToken is layers x KV dim x 2 (K and V) x the element size.
-func (g Geometry) BytesPerToken() int { return g.Layers * g.KVDim * 2 * g.Type.ElemBytes() }
+// BytesPerToken is layers x 2 (K and V) x the row size.
+func (g Geometry) BytesPerToken() int { return g.Layers * 2 * g.RowBytes() }
 
 // PageBytes is the size of one page.
 func (g Geometry) PageBytes() int { return g.BytesPerToken() * g.PageSize }
 
-// pageElems is the number of elements (K and V, every layer) in one page.
-func (g Geometry) pageElems() int { return g.Layers * g.KVDim * 2 * g.PageSize }
+// pageElems is the number of rowUnits (K and V, every layer) in one page.
+func (g Geometry) pageElems() int { return g.Layers * g.rowUnits() * 2 * g.PageSize }
 
 // ScrubMode says what a released page is overwritten with before reuse (I7).
 type ScrubMode int
@@ -125,7 +161,9 @@ const (
 const PoisonBits uint32 = 0x7FC0DEAD
 
 // PoisonBits16 is the binary16 pattern ScrubPoison fills F16 pages with:
-// a quiet NaN with payload AD, for the same reasons.
+// a quiet NaN with payload AD, for the same reasons. Q8_0 pages get it
+// too: a row is a whole number of 16-bit words (34-byte blocks), so every
+// block's scale is this NaN and every element it scales reads as NaN.
 const PoisonBits16 uint16 = 0x7EAD
 
 // ParseScrub reads the --kv-scrub flag value: zero, poison or off.

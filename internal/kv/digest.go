@@ -18,8 +18,8 @@ import (
 // Definition (both sides of a handoff compute it, over different pages):
 //
 //	blockHash(b) = XXH3-128 of block b's first n slots: for each layer, the
-//	               K rows then the V rows of those slots (f32 or f16 as
-//	               the pool's Type, little endian)
+//	               K rows then the V rows of those slots (f32, f16 or
+//	               q8_0 blocks as the pool's Type, little endian)
 //	Digest       = XXH3-128 of tokens, layers, KV dim, page size (u64 LE
 //	               each) followed by blockHash(0), blockHash(1), ... for the
 //	               blocks that hold the first tokens positions
@@ -99,8 +99,8 @@ func (p *Pool) pageDigest(pg uint32, n int) [16]byte {
 		return xxh3.Hash128(p.mem[base : base+p.pageBytes]).Bytes()
 	}
 	h := xxh3.New()
-	run := n * g.KVDim * g.Type.ElemBytes()
-	stride := g.PageSize * g.KVDim * g.Type.ElemBytes()
+	run := n * g.RowBytes()
+	stride := g.PageSize * g.RowBytes()
 	for half := range 2 * g.Layers {
 		off := base + half*stride
 		h.Write(p.mem[off : off+run])

@@ -31,7 +31,7 @@ func TestFlags(t *testing.T) {
 		{"--kv-memory", "100"},
 		{"--kv-pool-tokens", "16", "--kv-scrub", "maybe"},
 		{"--kv-pool-tokens", "16", "--kv-verify", "never"},
-		{"--kv-pool-tokens", "16", "--kv-type", "q8_0"},
+		{"--kv-pool-tokens", "16", "--kv-type", "q4_0"},
 	} {
 		_, err := parse(args...)
 		var e *Error
@@ -57,6 +57,8 @@ func TestF16DoublesCapacityPerByte(t *testing.T) {
 		{nil, F16, 2 * elems}, // the default
 		{[]string{"--kv-type", "f16"}, F16, 2 * elems},
 		{[]string{"--kv-type", "f32"}, F32, 4 * elems},
+		{[]string{"--kv-type", "q8_0"}, Q8_0, elems / 32 * 34},
+		{[]string{"--kv-type", "q8"}, Q8_0, elems / 32 * 34},
 	} {
 		var f Flags
 		fs := flag.NewFlagSet("x", flag.ContinueOnError)
@@ -75,7 +77,9 @@ func TestF16DoublesCapacityPerByte(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := 8 * ps * 4 / c.typ.ElemBytes() // 8 F32 pages' tokens, twice that in F16
+		// 8 F32 pages' tokens, twice that in F16, whole Q8_0 pages in
+		// 8*4*elems bytes (Q8_0: 3.76x F32's tokens, rounded down to pages).
+		want := 8 * 4 * elems / c.bytes * ps
 		if p.CapacityTokens() != want {
 			t.Errorf("%v: %d tokens in %s bytes, want %d", c.args, p.CapacityTokens(), budget, want)
 		}

@@ -76,7 +76,7 @@ type Pool struct {
 
 	mem   []byte    // all pages, contiguous; page i at i*pageBytes
 	f32   []float32 // the same memory as float32s (F32 pools; nil for F16)
-	f16   []uint16  // the same memory as binary16s (F16 pools; nil for F32)
+	f16   []uint16  // the same memory as binary16s (F16 pools; else nil)
 	u32   []uint32  // the same memory as 32-bit words (scrub)
 	unmap func() error
 	inc   uint64 // incarnation of a shared pool (shm.go); 0 on the heap
@@ -137,6 +137,8 @@ func New(cfg Config) (*Pool, error) {
 		return nil, badConfig("negative quarantine lease %v", cfg.Lease)
 	case !g.Type.Valid():
 		return nil, badConfig("unknown KV type %d", g.Type)
+	case g.Type == Q8_0 && g.KVDim%Q8Block != 0:
+		return nil, badConfig("q8_0 KV pages need a KV dim that is a multiple of %d, the model's is %d; use --kv-type f16", Q8Block, g.KVDim)
 	}
 	size := int64(cfg.Pages) * int64(g.PageBytes())
 	if size/int64(cfg.Pages) != int64(g.PageBytes()) || size > math.MaxInt {
@@ -170,9 +172,10 @@ func New(cfg Config) (*Pool, error) {
 		p.u32 = make([]uint32, int(size/4))
 		p.mem = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(p.u32))), len(p.u32)*4)
 	}
-	if g.Type == F32 {
+	switch g.Type {
+	case F32:
 		p.f32 = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(p.u32))), len(p.u32))
-	} else {
+	case F16:
 		p.f16 = unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(p.u32))), 2*len(p.u32))
 	}
 	if cfg.Scrub == ScrubPoison {
@@ -599,8 +602,8 @@ func (p *Pool) writePage(o Owner, ref PageRef, slots int, data []byte, sum bool)
 	}
 	g := p.geo
 	base := int(ref.Page) * p.pageBytes
-	run := slots * g.KVDim * g.Type.ElemBytes()
-	stride := g.PageSize * g.KVDim * g.Type.ElemBytes()
+	run := slots * g.RowBytes()
+	stride := g.PageSize * g.RowBytes()
 	if slots == g.PageSize {
 		copy(p.mem[base:base+p.pageBytes], data) // one run: the whole page
 	} else {
@@ -1019,7 +1022,7 @@ func (p *Pool) scrubPage(pg uint32) bool {
 }
 
 // poisonWord is a 32-bit word of the pool's poison: PoisonBits, or two
-// PoisonBits16 for F16 pages, so every element reads as the NaN.
+// PoisonBits16 for F16 and Q8_0 pages, so every element reads as the NaN.
 func (p *Pool) poisonWord() uint32 {
 	if p.geo.Type == F32 {
 		return PoisonBits

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"sluice/internal/kernels"
+	"sluice/internal/quant"
 )
 
 // View is one sequence's paged, owner-checking window on the pool: the
@@ -112,14 +113,22 @@ func (v *View) Put(layer, pos int, k, val []float32) error {
 		// digest or seal re-reads the page (sum.go).
 		m.summed.Store(false)
 	}
-	base := int(ref.Page)*p.pageElems + layer*2*g.PageSize*g.KVDim + slot*g.KVDim
-	vb := base + g.PageSize*g.KVDim
-	if g.Type == F32 {
-		copy(p.f32[base:base+g.KVDim], k)
-		copy(p.f32[vb:vb+g.KVDim], val)
-	} else {
-		kernels.FP32ToFP16Row(p.f16[base:base+g.KVDim], k)
-		kernels.FP32ToFP16Row(p.f16[vb:vb+g.KVDim], val)
+	ru := g.rowUnits()
+	base := int(ref.Page)*p.pageElems + layer*2*g.PageSize*ru + slot*ru
+	vb := base + g.PageSize*ru
+	switch g.Type {
+	case F32:
+		copy(p.f32[base:base+ru], k)
+		copy(p.f32[vb:vb+ru], val)
+	case F16:
+		kernels.FP32ToFP16Row(p.f16[base:base+ru], k)
+		kernels.FP32ToFP16Row(p.f16[vb:vb+ru], val)
+	case Q8_0:
+		// As llama.cpp's CPU backend quantizes a row it copies into a
+		// q8_0 cache (ggml_cpy -> quantize_row_q8_0), so the same K/V
+		// land in the same bits.
+		quant.QuantizeRowQ8_0(k, p.mem[base:base+ru])
+		quant.QuantizeRowQ8_0(val, p.mem[vb:vb+ru])
 	}
 	if slot >= n {
 		w.Store(int32(slot + 1))
@@ -140,7 +149,8 @@ func (v *View) F16() bool { return v.p.geo.Type == F16 }
 // Block returns the K and V rows of block blk written in layer: n rows of
 // KVDim each, aliasing the pool until the sequence's next Put or release.
 // A block with no written slot in this layer is an unwritten read (I4).
-// Only an F32 pool's views serve float32 rows; an F16 view refuses (Block16).
+// Only an F32 pool's views serve float32 rows; an F16 view refuses
+// (Block16), as does a Q8_0 one (BlockQ8).
 func (v *View) Block(layer, blk int) (k, val []float32, n int, err error) {
 	if v.p.geo.Type != F32 {
 		return nil, nil, 0, v.p.badArg("float32 read of a pool of %v pages", v.p.geo.Type)
@@ -165,6 +175,25 @@ func (v *View) Block16(layer, blk int) (k, val []uint16, n int, err error) {
 	}
 	f := v.p.f16
 	return f[kb : kb+n*v.p.geo.KVDim : kb+n*v.p.geo.KVDim], f[vb : vb+n*v.p.geo.KVDim : vb+n*v.p.geo.KVDim], n, nil
+}
+
+// Q8 reports whether the view's pages hold Q8_0 rows (BlockQ8 serves
+// them).
+func (v *View) Q8() bool { return v.p.geo.Type == Q8_0 }
+
+// BlockQ8 is Block for a Q8_0 pool: n rows of RowBytes bytes each, every
+// row KVDim/32 blocks of a binary16 scale and 32 int8s. Other views refuse.
+func (v *View) BlockQ8(layer, blk int) (k, val []byte, n int, err error) {
+	if v.p.geo.Type != Q8_0 {
+		return nil, nil, 0, v.p.badArg("q8_0 read of a pool of %v pages", v.p.geo.Type)
+	}
+	kb, vb, n, err := v.block(layer, blk)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	rb := v.p.geo.RowBytes()
+	f := v.p.mem
+	return f[kb : kb+n*rb : kb+n*rb], f[vb : vb+n*rb : vb+n*rb], n, nil
 }
 
 // block checks a read of block blk in layer (I3, I4) and returns the
@@ -199,8 +228,9 @@ func (v *View) block(layer, blk int) (kb, vb, n int, err error) {
 				"block %d of layer %d has no written slot", blk, layer)
 		}
 	}
-	kb = int(ref.Page)*p.pageElems + layer*2*g.PageSize*g.KVDim
-	return kb, kb + g.PageSize*g.KVDim, n, nil
+	ru := g.rowUnits()
+	kb = int(ref.Page)*p.pageElems + layer*2*g.PageSize*ru
+	return kb, kb + g.PageSize*ru, n, nil
 }
 
 // slow is the locked check of a table entry: owner, generation, liveness,

@@ -41,7 +41,26 @@ func fillDeep(kv *memKV, depth int) *memKV {
 // instead of position, or a fold of split partials in another order than
 // the unsplit one fails it.
 func TestFlashAttentionInvariantAtDepth(t *testing.T) {
-	src := newMemModel(deepShape, 41)
+	flashInvariantAtDepth(t, deepShape, kvTypes)
+}
+
+// deepShapeQ8 has whole Q8_0 blocks per KV row: two KV heads of 16, so a
+// block holds both heads' columns and each head dequantizes the block it
+// shares (attn_q8.go), over GQA groups of 2.
+var deepShapeQ8 = testShape{arch: "llama", vocab: 16, embd: 64, layers: 2, heads: 4, kvHeads: 2, ff: 16, wtype: quant.F32}
+
+// TestFlashAttentionInvariantAtDepthQ8 is TestFlashAttentionInvariantAtDepth
+// on Q8_0 pages (dequantized per page piece and head, then the F32
+// kernels): bitwise equal across paths, threads 1-3, chunks, batch mates,
+// page sizes 16 and 5, split decode, sliding windows, at depths to 16k.
+// A dequantization that differed between paths, or a piece cut at the
+// wrong block or row, fails it.
+func TestFlashAttentionInvariantAtDepthQ8(t *testing.T) {
+	flashInvariantAtDepth(t, deepShapeQ8, []kvType{{name: "q8_0", new: newMemKVQ8}})
+}
+
+func flashInvariantAtDepth(t *testing.T, shape testShape, kvTypes []kvType) {
+	src := newMemModel(shape, 41)
 	src.meta["llama.context_length"] = 16384
 	global := mustBuild(src)
 	// The same weights with layer 0 sliding over 300 positions (gemma3's
@@ -50,8 +69,8 @@ func TestFlashAttentionInvariantAtDepth(t *testing.T) {
 	sliding.blocks[0].(*preNormBlock).attn.window = 300
 	m := global
 	kvd := m.cfg.KVDim()
-	toks := randTokens(rand.New(rand.NewPCG(42, 42)), 9, deepShape.vocab)
-	comp := randTokens(rand.New(rand.NewPCG(43, 43)), 40, deepShape.vocab)
+	toks := randTokens(rand.New(rand.NewPCG(42, 42)), 9, shape.vocab)
+	comp := randTokens(rand.New(rand.NewPCG(43, 43)), 40, shape.vocab)
 	prev := kernels.CurrentPath()
 	defer kernels.SetPath(prev)
 	type variant struct {
@@ -63,14 +82,18 @@ func TestFlashAttentionInvariantAtDepth(t *testing.T) {
 	cache := map[[3]int]*memKV{}
 	filled := func(depth, ps int, newKV func(ps, layers, kvd int) *memKV) *memKV {
 		key := [3]int{depth, ps, 0}
-		if newKV(1, 1, 1).f16 {
+		switch probe := newKV(1, 1, 32); {
+		case probe.f16:
 			key[2] = 1
+		case probe.q8:
+			key[2] = 2
 		}
 		if cache[key] == nil {
-			cache[key] = fillDeep(newKV(ps, deepShape.layers, kvd), depth)
+			cache[key] = fillDeep(newKV(ps, shape.layers, kvd), depth)
 		}
 		c := *cache[key]
 		c.k, c.v, c.k16, c.v16 = cloneRows(c.k), cloneRows(c.v), cloneRows(c.k16), cloneRows(c.v16)
+		c.k8, c.v8 = cloneRows(c.k8), cloneRows(c.v8)
 		return &c
 	}
 	run := func(depth int, newKV func(ps, layers, kvd int) *memKV, v variant) ([]float32, *memKV) {
@@ -80,7 +103,7 @@ func TestFlashAttentionInvariantAtDepth(t *testing.T) {
 		}
 		r.splitMin = v.splitMin
 		kv := filled(depth, v.ps, newKV)
-		ckv := newKV(8, deepShape.layers, kvd)
+		ckv := newKV(8, shape.layers, kvd)
 		var logits []float32
 		for pos, ci, cp := 0, 0, 0; pos < len(toks); ci++ {
 			n := min(v.chunk[ci%len(v.chunk)], len(toks)-pos)

@@ -102,7 +102,11 @@ func (r *Runner) attendTokens(un unit, w int) {
 		}
 		off := j % a.ps
 		s, n := &spans[j/a.ps-a.blk0], min(a.ps-off, lim-j)*KD
-		switch {
+		switch rb := q8Row(KD); {
+		case a.q8 && v:
+			kernels.Prefetch(s.v8[off*rb:][:n/KD*rb])
+		case a.q8:
+			kernels.Prefetch(s.k8[off*rb:][:n/KD*rb])
 		case a.f16 && v:
 			kernels.Prefetch(s.v16[off*KD:][:n])
 		case a.f16:
@@ -127,7 +131,11 @@ func (r *Runner) attendTokens(un unit, w int) {
 			prefetch(j, true)
 			for h := 0; h < nh; h++ {
 				m0 := (i0*nh + h) * group
-				pageDot(scores[m0*T+j-j0:], T, qp[m0*hd:], (nt-i0)*group, hd, &spans[bi], (kh0+h)*hd+off*KD, KD, cnt, a.f16)
+				s, koff, kd := &spans[bi], (kh0+h)*hd+off*KD, KD
+				if a.q8 {
+					s, koff, kd = r.q8Piece(w, s, false, (kh0+h)*hd, off, cnt, hd, KD)
+				}
+				pageDot(scores[m0*T+j-j0:], T, qp[m0*hd:], (nt-i0)*group, hd, s, koff, kd, cnt, a.f16)
 			}
 			j += cnt
 		}
@@ -141,16 +149,20 @@ func (r *Runner) attendTokens(un unit, w int) {
 			cnt := min(a.ps-off, j1-j)
 			prefetch(j+T, false) // the next tile's K rows
 			for h := 0; h < nh; h++ {
-				col := (kh0+h)*hd + off*KD
+				s, col, kd := &spans[bi], (kh0+h)*hd+off*KD, KD
+				if a.q8 {
+					// Dequantized once for every token of the unit.
+					s, col, kd = r.q8Piece(w, s, true, (kh0+h)*hd, off, cnt, hd, KD)
+				}
 				for i := i0; i < full; i++ {
 					if seen := first + i - j; seen > 0 {
 						m0 := (i*nh + h) * group
-						pageAxpy(oj[m0*hd:], scores[m0*T+j-j0:], T, group, hd, &spans[bi], col, KD, min(cnt, seen), a.f16)
+						pageAxpy(oj[m0*hd:], scores[m0*T+j-j0:], T, group, hd, s, col, kd, min(cnt, seen), a.f16)
 					}
 				}
 				if full < nt {
 					m0 := (full*nh + h) * group
-					pageAxpy(oj[m0*hd:], scores[m0*T+j-j0:], T, (nt-full)*group, hd, &spans[bi], col, KD, cnt, a.f16)
+					pageAxpy(oj[m0*hd:], scores[m0*T+j-j0:], T, (nt-full)*group, hd, s, col, kd, cnt, a.f16)
 				}
 			}
 			j += cnt

@@ -46,7 +46,7 @@ func TestSharpAttentionInvariant(t *testing.T) {
 	toks := randTokens(rand.New(rand.NewPCG(22, 22)), 70, sh.vocab)
 	prev := kernels.CurrentPath()
 	defer kernels.SetPath(prev)
-	for _, kt := range kvTypes {
+	for _, kt := range kvTypesQ8 {
 		t.Run(kt.name, func(t *testing.T) {
 			if err := kernels.SetPath(kernels.Generic); err != nil {
 				t.Fatal(err)

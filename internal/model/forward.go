@@ -96,6 +96,8 @@ type Runner struct {
 	scores                       [][]float32 // one per attention slot
 	wide                         [][]float32 // one per attention slot: a block's queries, outputs and tile partials, packed
 	sums                         [][]float64 // one per attention slot: the block's rows' softmax sums
+	deq                          [][]float32 // one per attention slot: a Q8_0 page piece's rows dequantized (attn_q8.go)
+	q8s                          []span      // one per attention slot: the F32 span over deq
 	splitToks                    []splitTok  // decode tokens whose tiles are split across units
 	partO, partM                 []float32   // their per-tile partials: outputs, maxes
 	partL                        []float64   // and sums
@@ -134,16 +136,19 @@ type active struct {
 	kv   KV
 	ps   int // the view's page size
 	f16  bool
+	q8   bool
 	span int // first of its blocks in Runner.spans
 	blk0 int // the block index of Runner.spans[span]: blocks before it are outside the layer's window, never read
 	dead bool
 }
 
 // span is one block of a sequence's past K/V as its view served it: float32
-// rows, or binary16 rows (k16, v16) from an F16 view.
+// rows, binary16 rows (k16, v16) from an F16 view, or Q8_0 rows (k8, v8)
+// from a Q8_0 view.
 type span struct {
 	k, v     []float32
 	k16, v16 []uint16
+	k8, v8   []byte
 }
 
 // elementwise runs fn over [0, n) split across the pool when n is large
@@ -224,7 +229,7 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 			res[i].Err = err
 			continue
 		}
-		r.acts = append(r.acts, active{idx: i, off: total, n: len(s.Tokens), pos: s.Pos, kv: s.KV, ps: s.KV.PageSize(), f16: isF16(s.KV)})
+		r.acts = append(r.acts, active{idx: i, off: total, n: len(s.Tokens), pos: s.Pos, kv: s.KV, ps: s.KV.PageSize(), f16: isF16(s.KV), q8: isQ8(s.KV)})
 		total += len(s.Tokens)
 	}
 	if total == 0 {
@@ -380,12 +385,19 @@ func (r *Runner) attention(l int) {
 		for b := a.blk0; b < nb && !a.dead; b++ {
 			var k, v []float32
 			var k16, v16 []uint16
+			var k8, v8 []byte
 			var n, nk, nv int
 			var err error
-			if a.f16 {
+			switch {
+			case a.f16:
 				k16, v16, n, err = a.kv.(KV16).Block16(l, b)
 				nk, nv = len(k16), len(v16)
-			} else {
+			case a.q8:
+				// Rows of KD/32 blocks: counted in elements for the
+				// length check below.
+				k8, v8, n, err = a.kv.(KVQ8).BlockQ8(l, b)
+				nk, nv = len(k8)/q8Row(KD)*KD, len(v8)/q8Row(KD)*KD
+			default:
 				k, v, n, err = a.kv.Block(l, b)
 				nk, nv = len(k), len(v)
 			}
@@ -399,6 +411,8 @@ func (r *Runner) attention(l int) {
 				res[a.idx].Err = &Error{Code: CodeKV, Msg: fmt.Sprintf("block %d of layer %d has %d positions, the step needs %d", b, l, n, need), Err: errBlockShort}
 			case a.f16:
 				r.spans = append(r.spans, span{k16: k16[:need*KD], v16: v16[:need*KD]})
+			case a.q8:
+				r.spans = append(r.spans, span{k8: k8[:need*q8Row(KD)], v8: v8[:need*q8Row(KD)]})
 			default:
 				r.spans = append(r.spans, span{k: k[:need*KD], v: v[:need*KD]})
 			}
@@ -524,6 +538,10 @@ func (r *Runner) ensureSlots(n int) {
 	}
 	for len(r.sums) < n {
 		r.sums = append(r.sums, nil)
+	}
+	for len(r.deq) < n {
+		r.deq = append(r.deq, nil)
+		r.q8s = append(r.q8s, span{})
 	}
 	if cap(r.slots) < n {
 		r.slots = make(chan int, n)

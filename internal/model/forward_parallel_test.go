@@ -15,7 +15,7 @@ import (
 // fails it. F16 pages too, and on every kernel path: the widened F16 rows
 // go through the canonical F32 orders, so each path gives Generic's bits.
 func TestParallelAttentionInvariant(t *testing.T) {
-	for _, kt := range kvTypes {
+	for _, kt := range kvTypesQ8 {
 		t.Run(kt.name, func(t *testing.T) { parallelAttentionInvariant(t, kt.new) })
 	}
 }

@@ -166,6 +166,9 @@ func sameKV(a, b *memKV) bool {
 		if a.f16 && (!slices.Equal(a.k16[l], b.k16[l]) || !slices.Equal(a.v16[l], b.v16[l])) {
 			return false
 		}
+		if a.q8 && (!slices.Equal(a.k8[l], b.k8[l]) || !slices.Equal(a.v8[l], b.v8[l])) {
+			return false
+		}
 	}
 	return true
 }

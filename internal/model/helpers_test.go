@@ -177,6 +177,33 @@ type memKV struct {
 	// an F16 kv pool does.
 	f16      bool
 	k16, v16 [][]uint16
+	// q8 stores rows as Q8_0 blocks (quant.QuantizeRowQ8_0, as llama.cpp
+	// writes a q8_0 cache) and serves them through BlockQ8, as a Q8_0 kv
+	// pool does.
+	q8     bool
+	k8, v8 [][]byte
+}
+
+// newMemKVQ8 is newMemKV with Q8_0 pages (kvd a multiple of 32).
+func newMemKVQ8(ps, layers, kvd int) *memKV {
+	m := newMemKV(ps, layers, kvd)
+	m.q8, m.k8, m.v8 = true, make([][]byte, layers), make([][]byte, layers)
+	return m
+}
+
+func (m *memKV) Q8() bool { return m.q8 }
+
+func (m *memKV) BlockQ8(layer, blk int) ([]byte, []byte, int, error) {
+	if !m.q8 {
+		return nil, nil, 0, errors.New("memKV: q8_0 read of other rows")
+	}
+	k, v, n, err := m.block(layer, blk)
+	if err != nil || n == 0 {
+		return nil, nil, n, err
+	}
+	rb := m.kvd / 32 * 34
+	k, v = k/m.kvd*rb, v/m.kvd*rb
+	return m.k8[layer][k : k+n*rb], m.v8[layer][v : v+n*rb], n, nil
 }
 
 // newMemKV16 is newMemKV with F16 pages.
@@ -223,11 +250,19 @@ func (m *memKV) Put(layer, pos int, k, v []float32) error {
 			m.v16[layer] = append(m.v16[layer], quant.FP32ToFP16(v[i]))
 		}
 	}
+	if m.q8 {
+		rb := m.kvd / 32 * 34
+		n := len(m.k8[layer])
+		m.k8[layer] = append(m.k8[layer], make([]byte, rb)...)
+		m.v8[layer] = append(m.v8[layer], make([]byte, rb)...)
+		quant.QuantizeRowQ8_0(k, m.k8[layer][n:])
+		quant.QuantizeRowQ8_0(v, m.v8[layer][n:])
+	}
 	return nil
 }
 
 func (m *memKV) Block(layer, blk int) ([]float32, []float32, int, error) {
-	if m.f16 {
+	if m.f16 || m.q8 {
 		return nil, nil, 0, errors.New("memKV: float32 read of F16 rows")
 	}
 	k, v, n, err := m.block(layer, blk)

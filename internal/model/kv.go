@@ -50,3 +50,21 @@ func isF16(kv KV) bool {
 	k16, ok := kv.(KV16)
 	return ok && k16.F16()
 }
+
+// KVQ8 is a KV whose pages may hold Q8_0 rows (kv.Q8_0 pools, as
+// llama.cpp's -ctk q8_0 -ctv q8_0 cache). When Q8 reports true, Put
+// quantizes each row as ggml's CPU backend writes a q8_0 cache and the
+// forward pass reads through BlockQ8, which is Block's contract with each
+// row as KVDim/32 blocks of 34 bytes (a binary16 scale, 32 int8s); Block
+// is then refused.
+type KVQ8 interface {
+	KV
+	Q8() bool
+	BlockQ8(layer, blk int) (k, v []byte, n int, err error)
+}
+
+// isQ8 reports whether attention reads kv through BlockQ8.
+func isQ8(kv KV) bool {
+	q8, ok := kv.(KVQ8)
+	return ok && q8.Q8()
+}

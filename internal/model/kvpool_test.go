@@ -38,13 +38,14 @@ func reserve(t *testing.T, p *kv.Pool, o kv.Owner, tokens int) ([]kv.PageRef, *k
 // TestRealPoolMatchesTestKV: through kv.Pool views (pages scattered by the
 // free list, a second sequence batched alongside, two threads, chunks of
 // 5) the logits are bitwise those of the plain test view in one pass, for
-// F32 pages and for F16 pages (rounded by the pool's SIMD conversion, the
-// test view's by the scalar quant.FP32ToFP16).
+// F32 pages, F16 pages (rounded by the pool's SIMD conversion, the test
+// view's by the scalar quant.FP32ToFP16) and Q8_0 pages (the pool's byte
+// offsets of 34-byte blocks against the test view's packed rows).
 func TestRealPoolMatchesTestKV(t *testing.T) {
 	for _, c := range []struct {
 		typ   kv.Type
 		plain func(ps, layers, kvd int) *memKV
-	}{{kv.F32, newMemKV}, {kv.F16, newMemKV16}} {
+	}{{kv.F32, newMemKV}, {kv.F16, newMemKV16}, {kv.Q8_0, newMemKVQ8}} {
 		t.Run(c.typ.String(), func(t *testing.T) { realPoolMatchesTestKV(t, c.typ, c.plain) })
 	}
 }

@@ -74,7 +74,7 @@ func openModel(t *testing.T, rel string) *Model {
 // every step. At later steps (teacher forced) the README gives no figure;
 // there F16 pages may be twice that far from the F32 reference: as far as
 // llama.cpp's F16 cache moves from it, and as far again from that.
-var kvTypes = []struct {
+type kvType struct {
 	name string
 	new  func(ps, layers, kvd int) *memKV
 	// stories: first-step logits; qwen: first-step logits; qwenSteps:
@@ -82,7 +82,14 @@ var kvTypes = []struct {
 	// ranking must agree (else only the greedy choice).
 	stories, qwen, qwenSteps float64
 	top5                     bool
-}{{"f32", newMemKV, 1e-3, 2e-2, 2e-2, true}, {"f16", newMemKV16, 0.012, 0.021, 2 * 0.021, false}}
+}
+
+// kvTypesQ8 adds Q8_0 pages to kvTypes for the invariance tests (shapes
+// whose KV rows are whole Q8_0 blocks); the llama.cpp reference tests
+// keep F32 and F16, whose references were made with those caches.
+var kvTypesQ8 = append(append([]kvType(nil), kvTypes...), kvType{name: "q8_0", new: newMemKVQ8})
+
+var kvTypes = []kvType{{"f32", newMemKV, 1e-3, 2e-2, 2e-2, true}, {"f16", newMemKV16, 0.012, 0.021, 2 * 0.021, false}}
 
 // greedyRun prefills prompt in one step, then decodes n tokens one per
 // step, returning generated ids and the first step's logits.

@@ -16,17 +16,27 @@ import (
 // KV types (--kv-type): the element a pool stores each K and V value as
 // (kv.Type). F16 is the default, as in llama.cpp.
 const (
-	KVF16 = "f16"
-	KVF32 = "f32"
+	KVF16  = "f16"
+	KVF32  = "f32"
+	KVQ8_0 = "q8_0"
 )
 
-// ElemSize is the byte size of one stored K or V element of a KV type: 2
-// for f16 (and the empty default), 4 for f32 (kv.Type.ElemBytes).
-func ElemSize(kvType string) int64 {
-	if kvType == KVF32 {
-		return 4
+// ValidKVType reports whether t is a --kv-type value (empty: the default).
+func ValidKVType(t string) bool {
+	return t == "" || t == KVF16 || t == KVF32 || t == KVQ8_0
+}
+
+// KVTypeBytes is the byte size of n stored K or V elements of a KV type
+// (n a multiple of 32 for q8_0): 2 each for f16 (and the empty default),
+// 4 for f32, 34 per 32 for q8_0 (kv.Type.RowBytes).
+func KVTypeBytes(kvType string, n int64) int64 {
+	switch kvType {
+	case KVF32:
+		return 4 * n
+	case KVQ8_0:
+		return n / 32 * 34
 	}
-	return 2
+	return 2 * n
 }
 
 // DefaultPageSize is the page size when none is configured.
@@ -44,14 +54,16 @@ type Model struct {
 	// TrainContext is the context the model was trained with (0 = unknown);
 	// with --context auto it is the starting point before pools lower it.
 	TrainContext int
-	// KVType is the pools' element type, KVF16 (also when empty) or KVF32:
-	// F16 pages hold twice the tokens of F32 pages in the same bytes.
+	// KVType is the pools' element type, KVF16 (also when empty), KVF32
+	// or KVQ8_0: F16 pages hold twice the tokens of F32 pages in the same
+	// bytes, Q8_0 pages 1.88x those of F16.
 	KVType string
 }
 
 // KVBytesPerToken is layers x KV heads x head dim x 2 (K and V) x element size.
 func (m Model) KVBytesPerToken() int64 {
-	return int64(m.Layers) * int64(m.KVHeads) * int64(m.HeadDim) * 2 * ElemSize(m.KVType)
+	// Per layer: the K (and V) row of KV heads x head dim elements.
+	return int64(m.Layers) * 2 * KVTypeBytes(m.KVType, int64(m.KVHeads)*int64(m.HeadDim))
 }
 
 func (m Model) kvType() string {
@@ -99,7 +111,7 @@ type RoleReport struct {
 	Role            string `json:"role"`
 	WeightBytes     int64  `json:"weight_bytes"`
 	KVBytesPerToken int64  `json:"kv_bytes_per_token"`
-	// KVType is the element type the pool stores (f16 or f32).
+	// KVType is the element type the pool stores (f16, f32 or q8_0).
 	KVType   string `json:"kv_type"`
 	PageSize int    `json:"page_size"`
 	// Pages is how many pages the role's pool must be built with.
@@ -168,8 +180,10 @@ func Local(in Input) Report {
 	if bpt <= 0 {
 		rep.Problems = append(rep.Problems, fmt.Sprintf("model %s has no KV shape (layers %d, KV heads %d, head dim %d); cannot size a KV pool", in.Model.Name, in.Model.Layers, in.Model.KVHeads, in.Model.HeadDim))
 	}
-	if t := in.Model.KVType; t != "" && t != KVF16 && t != KVF32 {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("--kv-type %q: use f16 or f32", t))
+	if t := in.Model.KVType; !ValidKVType(t) {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("--kv-type %q: use f16, f32 or q8_0", t))
+	} else if t == KVQ8_0 && int64(in.Model.KVHeads)*int64(in.Model.HeadDim)%32 != 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("--kv-type q8_0 needs a KV row (KV heads x head dim = %d) that is whole blocks of 32; use f16", in.Model.KVHeads*in.Model.HeadDim))
 	}
 	if len(in.Pools) == 0 {
 		rep.Problems = append(rep.Problems, "no role pools configured; give --kv-memory or --kv-pool-tokens")

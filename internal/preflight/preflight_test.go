@@ -26,7 +26,7 @@ func TestF16PoolHoldsTwiceTheContext(t *testing.T) {
 		typ    string
 		tokens int
 		ok     bool
-	}{{KVF32, 128, false}, {KVF16, 256, true}, {"", 256, true}} {
+	}{{KVF32, 128, false}, {KVF16, 256, true}, {"", 256, true}, {KVQ8_0, 480, true}} { // q8_0: 5*2*34 = 340 bytes a token, 30 pages of 5440
 		m := stories
 		m.KVType = c.typ
 		rep := Local(Input{Model: m, Context: 256, Pools: []Pool{{Role: RoleDecode, KVMemory: 8 * 20480}}})
@@ -37,6 +37,9 @@ func TestF16PoolHoldsTwiceTheContext(t *testing.T) {
 	}
 	if rep := Local(Input{Model: Model{Name: "x", Layers: 1, KVHeads: 1, HeadDim: 1, KVType: "q8"}, Pools: []Pool{{Role: RoleDecode, PoolTokens: 16}}}); rep.OK {
 		t.Error("unknown KV type accepted")
+	}
+	if rep := Local(Input{Model: Model{Name: "x", Layers: 1, KVHeads: 1, HeadDim: 8, KVType: KVQ8_0}, Pools: []Pool{{Role: RoleDecode, PoolTokens: 16}}}); rep.OK {
+		t.Error("q8_0 pages of an 8-wide KV row (not whole blocks) accepted")
 	}
 }
 

@@ -288,8 +288,8 @@ func (e *Env) ref(pi, ps, si int) *reference {
 // sameKV compares the first n positions of KV in two pages: only written
 // slots carry data.
 func sameKV(geo kv.Geometry, got, want []byte, n int) bool {
-	run := n * geo.KVDim * geo.Type.ElemBytes()
-	stride := geo.PageSize * geo.KVDim * geo.Type.ElemBytes()
+	run := n * geo.RowBytes()
+	stride := geo.PageSize * geo.RowBytes()
 	for half := range 2 * geo.Layers {
 		off := half * stride
 		if string(got[off:off+run]) != string(want[off:off+run]) {

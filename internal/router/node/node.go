@@ -132,7 +132,7 @@ type Pools struct {
 	PageSize   int
 	// Verify says when sealed pages are re-hashed (--kv-verify).
 	Verify kv.Verify
-	// KVType is --kv-type: preflight.KVF16 (also when empty) or KVF32.
+	// KVType is --kv-type: preflight.KVF16 (also when empty), KVF32 or KVQ8_0.
 	KVType string
 	// Auto, when set, says KVMemory was sized by --kv-memory auto
 	// (AutoPools); preflight's report and refusals say so.
