@@ -142,7 +142,10 @@ func TestQ8PutQuantizesAndBlockQ8Reads(t *testing.T) {
 
 // TestQ8RowRounding pins the quantizer on hand-computed rows: ties round
 // to even (x*127/amax = 2.5 -> 2, 3.5 -> 4, -2.5 -> -2), the element of
-// largest magnitude maps to +-127, and an all-zero block has scale 0.
+// largest magnitude maps to +-127, the multiplier is 127/amax as on x86
+// (block 1: amax 0x4025c290, x 0x3cfa9909 gives x*(127/amax) =
+// 1.4999999 -> 1, where the portable 1/d would give 1.5 -> 2), and an
+// all-zero row has scale 0.
 func TestQ8RowRounding(t *testing.T) {
 	p := newPoolQ8(t, 1)
 	a := owner("a", 1)
@@ -151,9 +154,13 @@ func TestQ8RowRounding(t *testing.T) {
 	k := make([]float32, tq.KVDim)
 	k[0], k[1], k[2], k[3] = 127, 2.5, 3.5, -2.5 // block 0: amax 127, id 1
 	k[31] = -127
-	// block 1 stays zero
+	k[32], k[33] = math.Float32frombits(0x4025c290), math.Float32frombits(0x3cfa9909)
+	zero := make([]float32, tq.KVDim)
 	for l := range tq.Layers {
 		if err := v.Put(l, 0, k, k); err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Put(l, 1, zero, zero); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -164,12 +171,12 @@ func TestQ8RowRounding(t *testing.T) {
 	if d := binary.LittleEndian.Uint16(kb); d != 0x3c00 { // 1.0
 		t.Fatalf("scale %#04x, want 0x3c00", d)
 	}
-	if got := []int8{int8(kb[2]), int8(kb[3]), int8(kb[4]), int8(kb[5]), int8(kb[33])}; got[0] != 127 || got[1] != 2 || got[2] != 4 || got[3] != -2 || got[4] != -127 {
-		t.Fatalf("quants %v, want [127 2 4 -2 -127]", got)
+	if got := []int8{int8(kb[2]), int8(kb[3]), int8(kb[4]), int8(kb[5]), int8(kb[33]), int8(kb[36]), int8(kb[37])}; got[0] != 127 || got[1] != 2 || got[2] != 4 || got[3] != -2 || got[4] != -127 || got[5] != 127 || got[6] != 1 {
+		t.Fatalf("quants %v, want [127 2 4 -2 -127 127 1]", got)
 	}
-	for i, b := range kb[34:68] {
+	for i, b := range kb[68:136] {
 		if b != 0 {
-			t.Fatalf("zero block byte %d = %#x", i, b)
+			t.Fatalf("zero row byte %d = %#x", i, b)
 		}
 	}
 }
