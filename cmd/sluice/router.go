@@ -307,7 +307,13 @@ Example:
 		return router.EngineStats{Queue: &qs}
 	}
 	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{cl, router.LoadCollector(stats, func() string { return eng.Info().Model })} {
+	// Streams moved to another pair after their decode worker (or the
+	// link to it) failed mid-stream (--max-migrations); each one went on
+	// bit for bit, so this counts failures survived, not failures seen.
+	migrated := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_cluster_migrations_total",
+		Help: "Streams that moved to another prefill/decode pair after a transport failure past their first token (they resume exactly)."},
+		func() float64 { return float64(eng.Migrated()) })
+	for _, c := range []prometheus.Collector{cl, migrated, router.LoadCollector(stats, func() string { return eng.Info().Model })} {
 		if err := reg.Register(c); err != nil {
 			log.Error("metrics", "err", err)
 			return 1

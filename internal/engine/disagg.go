@@ -398,8 +398,9 @@ func handoffFailure(cause error) *Error {
 //
 // After the first token, a failure of the decode worker or of the link to
 // it (a transport failure: the worker died, hung past the heartbeat or was
-// cut off; never an integrity failure, a refusal or a prefill error)
-// migrates the stream: exactly a preemption's resume, on a new pair that
+// cut off; never an integrity failure or a refusal), or a transport
+// failure of a resumed handoff before its commit (the new decode worker
+// died too, or the prefill worker did), migrates the stream: exactly a preemption's resume, on a new pair that
 // avoids the failed decode worker. The new handoff carries the prompt plus
 // every token already sent, the sampler continues at the same offset, and
 // batch-invariant kernels rebuild the same KV, so the client's stream goes
@@ -442,7 +443,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 				lc.fail(dr.migrate)
 				return
 			}
-			if _, ok := lc.step(request.Event{Kind: request.EvPreempted}, nil); !ok {
+			if _, ok := lc.step(request.Event{Kind: request.EvPreempted}, nil); !ok || !lc.live() {
 				return // the request ended meanwhile (a cancel took effect)
 			}
 			migrations++
@@ -555,12 +556,15 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 			default:
 			}
 		}
-		if got != nil && got.err != nil && lc.live() && !canRetry() {
+		if got != nil && got.err != nil && lc.live() && !canRetry() && !migratable(got.err) {
 			// Prefill failed after decode started: the request fails now
 			// (decode is told to stop); the loop still reads decode's
 			// stream to its end so nothing of it outlives the request.
 			// (Before any token, the abort above ends decode's stream and
-			// the failure below may be retried.)
+			// the failure below may be retried.) A transport failure of
+			// the prefill worker or its link is not the request's: the
+			// abort sent above ends decode's stream, and the stream
+			// migrates below (or decode finished first, see tok.Done).
 			lc.fail(asEngineError(got.err, CodeHandoff, http.StatusBadGateway, "prefill"))
 		}
 		if err != nil {
@@ -576,7 +580,14 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 				dr.retry = e
 				return dr
 			}
-			if dr.derr != nil && migratable(dr.derr) && (!first || offset > 0) && lc.live() {
+			// After tokens reached the client, a transport failure of
+			// either worker or its link migrates the stream: decode's
+			// (it died, hung, was cut off), or, in a resumed handoff not
+			// yet committed, prefill's (its push to the new decode worker
+			// failed because that one died too, or prefill itself did).
+			// Never when either side reported an integrity failure.
+			if (!first || offset > 0) && lc.live() && (migratable(err) || migratable(cause)) &&
+				e.Code != CodeIntegrity && handoffFailure(err).Code != CodeIntegrity {
 				dr.migrate = e
 				return dr
 			}
@@ -592,19 +603,26 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 			// Success needs both roles: a late prefill failure still fails
 			// the request.
 			p := waitPrefill()
-			if p.err != nil {
+			if p.err != nil && !(migratable(p.err) && !first) {
 				lc.fail(asEngineError(p.err, CodeHandoff, http.StatusBadGateway, "prefill"))
 				return dr
 			}
+			// A transport failure of prefill after the commit (decode's
+			// first token) lost only prefill's answer: decode verified the
+			// commit's digest and token count (I5, I9) and finished.
+			prefilled := len(prompt)
+			if p.err == nil {
+				prefilled = p.r.Tokens
+			}
 			// I9: prompt_tokens is what prefill ran and transferred and
 			// decode verified; all three must be the prompt.
-			if p.r.Tokens != len(prompt) || tok.PromptTokens != len(prompt) {
+			if prefilled != len(prompt) || tok.PromptTokens != len(prompt) {
 				lc.fail(errf(CodeIntegrity, http.StatusInternalServerError, nil,
 					"accounting mismatch: the prompt has %d tokens, prefill reports %d, decode verified %d",
-					len(prompt), p.r.Tokens, tok.PromptTokens))
+					len(prompt), prefilled, tok.PromptTokens))
 				return dr
 			}
-			if c := p.r.CachedTokens; offset == 0 && c >= 0 && c < len(prompt) {
+			if c := cachedTokens(p.r); p.err == nil && offset == 0 && c >= 0 && c < len(prompt) {
 				// A peer's figure, taken only if it is possible (the last
 				// prompt token is always computed); a resumed handoff's
 				// prompt holds generated tokens, so only the first counts.
@@ -650,6 +668,15 @@ type driveResult struct {
 // (refusals, integrity failures) is not.
 func migratable(err error) bool {
 	return errors.Is(err, handoff.ErrTransport) || errors.Is(err, errStreamEnded)
+}
+
+// cachedTokens is prefill's figure of prompt tokens it found cached, -1
+// without an answer from prefill.
+func cachedTokens(r *handoff.PrefillResult) int {
+	if r == nil {
+		return -1
+	}
+	return r.CachedTokens
 }
 
 // errStreamEnded: decode's stream ended without its terminal item.

@@ -158,3 +158,95 @@ func TestRetryBeforeFirstTokenOnly(t *testing.T) {
 		})
 	}
 }
+
+// seqPairs hands out its pairs in order, one per Pair call.
+type seqPairs struct {
+	mu    sync.Mutex
+	pairs []Pair
+	calls int
+}
+
+func (p *seqPairs) Pair(*Request, *Pair) (*Pair, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.calls >= len(p.pairs) {
+		return nil, handoff.ErrTransport.With("no pair left")
+	}
+	c := p.pairs[p.calls]
+	p.calls++
+	return &c, nil
+}
+
+// loseAnswer runs the prefill, then loses its answer (the link to the
+// prefill worker died after the commit).
+type loseAnswer struct{ p handoff.Prefill }
+
+func (l loseAnswer) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	if _, err := l.p.Prefill(ctx, r); err != nil {
+		return nil, err
+	}
+	return nil, handoff.ErrTransport.With("the prefill worker's answer was lost")
+}
+
+// Transport failures around a migration: a resumed handoff whose new
+// decode worker dies before its commit (its prefill's push fails by
+// transport, decode's stream ends with the abort) migrates again, to a
+// third pair, and the stream is still bit for bit the reference; a
+// prefill worker whose answer is lost after the commit costs nothing
+// (decode verified the commit) or at most a migration, never the stream.
+// Pools whole after.
+func TestMigrationTransportFailures(t *testing.T) {
+	m := newToy()
+	mk := func() *Local {
+		l, err := NewLocal(toyConfig(m, 40), toyConfig(m, 40))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { closeWithin(t, l) })
+		return l
+	}
+	la, lb, lc := mk(), mk(), mk()
+	r := &Request{Tenant: "t", Prompt: prompt(3, 9), MaxTokens: 12}
+	want := toyReference(m, r.Prompt, r.MaxTokens, false)
+	cfg := DisaggConfig{Model: "toy", Vocab: m.Vocab(), Fingerprint: FingerprintOf(m), Context: 160}
+	cases := []struct {
+		name      string
+		pairs     []Pair
+		minPaired int
+		migrated  int64
+	}{
+		{"resumed handoff's decode dies before its commit", []Pair{
+			{Prefill: la.Prefill, Decode: breakAfterFirst{la.Decode}},
+			{Prefill: failPrefill{handoff.ErrTransport.With("pushing to the decode worker: connection lost")}, Decode: lb.Decode},
+			{Prefill: lc.Prefill, Decode: lc.Decode},
+		}, 3, 2},
+		{"prefill's answer lost after the commit", []Pair{
+			{Prefill: loseAnswer{la.Prefill}, Decode: la.Decode},
+			{Prefill: lb.Prefill, Decode: lb.Decode},
+		}, 1, -1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sp := &seqPairs{pairs: c.pairs}
+			d, err := NewDisaggregatedPairs(cfg, sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeWithin(t, d)
+			st, err := d.Submit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := collect(t, st)
+			if got.final.Err != nil || !slices.Equal(got.tokens, want) || sp.calls < c.minPaired {
+				t.Fatalf("got %v %v after %d pairings, want %v after at least %d", got.tokens, got.final.Err, sp.calls, want, c.minPaired)
+			}
+			if c.migrated >= 0 && d.Migrated() != c.migrated {
+				t.Fatalf("%d migrations, want %d", d.Migrated(), c.migrated)
+			}
+			for _, l := range []*Local{la, lb, lc} {
+				waitFreePool(t, l.Decode.Pool())
+			}
+		})
+	}
+}

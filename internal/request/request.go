@@ -242,7 +242,10 @@ func (r *Machine) finish(reason Reason, msg string) []Action {
 //	preempted: Committed, Decoding -> Admitted [reserve] (decode released
 //	         the pages; the request waits for a new reservation, which
 //	         rebuilds its KV from prompt + generated tokens; its next commit
-//	         emits a new token but leaves the prompt count as it was).
+//	         emits a new token but leaves the prompt count as it was);
+//	         a resumed request's Reserved..Transferring -> [abort_handoff]
+//	         Admitted [reserve] (its new handoff failed before the commit:
+//	         it migrates again).
 func (r *Machine) Step(ev Event) ([]Action, error) {
 	s := r.state
 	if s == Finished {
@@ -347,8 +350,21 @@ func (r *Machine) Step(ev Event) ([]Action, error) {
 		}
 
 	case EvPreempted:
+		if r.resumed && (s == Reserved || s == Prefilling || s == Transferring) {
+			// A resumed request (it already sent tokens) whose new handoff
+			// failed before its commit by transport (its new worker died
+			// too) moves once more: that handoff is aborted (I6) and it
+			// waits for another reservation, as after a preemption. The
+			// engine bounds how often (--max-migrations). A disconnect
+			// recorded meanwhile (I10) ends it instead.
+			if r.cancel {
+				return append([]Action{{Kind: ActAbortHandoff}}, r.finish(Cancelled, "the client disconnected")...), nil
+			}
+			r.state = Admitted
+			return []Action{{Kind: ActAbortHandoff}, {Kind: ActReserve}}, nil
+		}
 		if s != Committed && s != Decoding {
-			return nil, r.illegal(ev, "only a decoding request can be preempted")
+			return nil, r.illegal(ev, "only a decoding request, or a resumed one whose handoff has not committed, can be preempted")
 		}
 		r.resumed = true
 		r.state = Admitted

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -339,6 +340,29 @@ func TestPreemptedResumes(t *testing.T) {
 	}
 	if p, c := m.Usage(); p != 5 || c != 3 {
 		t.Fatalf("usage %d prompt %d completion, want 5 and 3", p, c)
+	}
+	// A resumed request's new handoff that fails before its commit
+	// (its new decode worker died) moves again: abort, then reserve.
+	m.Step(Event{Kind: EvPreempted})
+	for _, ev := range []Event{{Kind: EvReserved}, {Kind: EvPrefillStarted}} {
+		if _, err := m.Step(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acts, err = m.Step(Event{Kind: EvPreempted})
+	if err != nil || !slices.Equal(kinds(acts), []ActionKind{ActAbortHandoff, ActReserve}) || m.State() != Admitted {
+		t.Fatalf("resumed handoff failed before its commit: %v %v in %s", acts, err, m.State())
+	}
+	// ... but not with a disconnect recorded meanwhile (I10): it ends.
+	m.Step(Event{Kind: EvReserved})
+	m.Step(Event{Kind: EvCancel})
+	acts, err = m.Step(Event{Kind: EvPreempted})
+	if err != nil || !slices.Equal(kinds(acts), []ActionKind{ActAbortHandoff, ActEnd}) || m.Reason() != Cancelled {
+		t.Fatalf("resumed handoff failed with a cancel recorded: %v %v, %s", acts, err, m.Reason())
+	}
+	m = New(Disaggregated)
+	for _, ev := range []Event{{Kind: EvAdmit}, {Kind: EvReserved}, {Kind: EvPrefillStarted}, {Kind: EvCommitted, Token: 1, Tokens: 5}} {
+		m.Step(ev)
 	}
 	m.Step(Event{Kind: EvPreempted})
 	acts, _ = m.Step(Event{Kind: EvCancel})

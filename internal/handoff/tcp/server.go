@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"sluice/internal/handoff"
+	"sluice/internal/kv"
 )
 
 // Server serves handoff.Decode and/or handoff.Prefill to authenticated
@@ -95,8 +96,11 @@ type sconn struct {
 	ssem    chan struct{} // open token streams (MaxStreams)
 	mu      sync.Mutex
 	streams map[uint32]context.CancelFunc
-	calls   sync.WaitGroup
-	page    []byte // streamWrites' page buffer; the reading goroutine's alone
+	// reserved: handoffs this connection reserved whose stream has not
+	// ended on it; aborted when the connection ends (see serveConn).
+	reserved map[kv.ID]struct{}
+	calls    sync.WaitGroup
+	page     []byte // streamWrites' page buffer; the reading goroutine's alone
 }
 
 // serveConn serves one connection; mac turns frame encryption on for it
@@ -128,10 +132,23 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 	go c.heartbeat(stopBeat)
 	ctx, cancel := context.WithCancel(context.Background())
 	sc := &sconn{conn: c, s: s, ctx: ctx, sem: make(chan struct{}, s.cfg.MaxInflight),
-		ssem: make(chan struct{}, s.cfg.MaxStreams), streams: map[uint32]context.CancelFunc{}}
+		ssem: make(chan struct{}, s.cfg.MaxStreams), streams: map[uint32]context.CancelFunc{}, reserved: map[kv.ID]struct{}{}}
 	defer func() {
 		cancel()
 		sc.calls.Wait()
+		// The router that reserved these handoffs is gone from this
+		// connection (it closed, died, or was declared dead): its abort,
+		// if it sends one, may never arrive, and a handoff it cannot
+		// stream on this connection is one it has given up (it retries or
+		// migrates the request elsewhere). Abort them here, so their pages
+		// are not reserved forever. Abort keeps the page rules: pages a
+		// one-sided writer may still be writing stay quarantined until its
+		// drain or the lease (I6); nothing is released early.
+		if d := s.decode; d != nil {
+			for id := range sc.reserved {
+				_ = d.Abort(context.Background(), &handoff.Abort{Handoff: id, Reason: "the connection that reserved it ended"})
+			}
+		}
 	}()
 	for {
 		f, err := sc.next()
@@ -274,6 +291,9 @@ func (sc *sconn) handle(f *frame) error {
 		if err != nil {
 			return replyErr(err)
 		}
+		sc.mu.Lock()
+		sc.reserved[m.Handoff] = struct{}{}
+		sc.mu.Unlock()
 		var e enc
 		encReservation(&e, res)
 		if e.err != nil {
@@ -309,6 +329,7 @@ func (sc *sconn) handle(f *frame) error {
 		if err != nil {
 			return replyErr(err)
 		}
+		sc.forget(m.Handoff)
 		return ok(d.Abort(ctx, m))
 	case tDrained:
 		id, err := decID(f.payload)
@@ -381,9 +402,19 @@ func (sc *sconn) handle(f *frame) error {
 				return nil
 			}
 			if t.Done || t.Err != nil {
+				// Ended and told: the handoff is no longer this
+				// connection's to abort.
+				sc.forget(id)
 				return nil
 			}
 		}
 	}
 	return nil
+}
+
+// forget drops id from the handoffs the connection would abort on its end.
+func (sc *sconn) forget(id kv.ID) {
+	sc.mu.Lock()
+	delete(sc.reserved, id)
+	sc.mu.Unlock()
 }

@@ -546,3 +546,34 @@ func TestSecretFrom(t *testing.T) {
 		t.Fatal("NewSecret is not 32 fresh random bytes")
 	}
 }
+
+// A reservation whose connection ends before its stream did (the router
+// died, or was cut off and declared dead, and its abort can never arrive)
+// is aborted by the server, so its pages do not stay reserved forever;
+// one the router aborted itself, or streamed to its end, is left alone.
+func TestConnEndAbortsItsReservations(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	addr, _ := serve(t, Config{Secret: secret}, r.Server, nil)
+	ctx := context.Background()
+	c := dial(t, addr, Config{Secret: secret})
+	for i := range 3 {
+		if _, err := c.Reserve(ctx, &handoff.Reserve{Handoff: handofftest.ID(2000 + i), Tenant: "acme", PromptTokens: 9, MaxTokens: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Abort(ctx, &handoff.Abort{Handoff: handofftest.ID(2000), Reason: "the router's own"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.Decode.Stats(); s.Free == s.Pages {
+		t.Fatalf("nothing reserved: %+v", s)
+	}
+	c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for s := r.Decode.Stats(); s.Free != s.Pages; s = r.Decode.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the closed connection's reservations are still held: %+v", s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.CheckDrained(t)
+}
