@@ -38,6 +38,13 @@ type proc struct {
 
 func startProc(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startProcWith(t, (*exec.Cmd).Start, name, args...)
+}
+
+// startProcWith starts the role with start (e.g. inside a network
+// namespace: testnet.Node.Start).
+func startProcWith(t *testing.T, start func(*exec.Cmd) error, name string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, addr: make(chan string, 1), done: make(chan struct{})}
 	p.cmd = exec.Command(sluiceBinary(t), append([]string{name, "--log-format", "json"}, args...)...)
 	p.cmd.Env = append(os.Environ(), "SLUICE_SECRET=roles-test-shared-secret-0123456789")
@@ -45,7 +52,7 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
+	if err := start(p.cmd); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
