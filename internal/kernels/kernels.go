@@ -72,9 +72,9 @@
 //	Q5_K        Q8_K  matvec (4 rows), 4 tokens; 8 rows x 2    VNNI matvec (4 rows), 4 tokens
 //	                  tokens (repacked, 8+ tokens)             (AVX2); 16 rows x 4 tokens VNNI
 //	                                                           (repacked, 8+ tokens)
-//	Q4_0, Q5_0  Q8_0  matvec (4 rows); tiles: row tile as      as AVX2 (Q5_0 matvec: qh by mask
-//	                  Q8_0, then the Q8_0 tile                 registers), with the Q8_0 4x4 tile
-//	                  (legacytile_amd64.go)
+//	Q4_0, Q5_0  Q8_0  matvec (4 rows; Q5_0: q50_amd64.s);       as AVX2 (Q5_0 matvec: qh by mask
+//	                  tiles: row tile as Q8_0, then the Q8_0   registers, VNNI), with the Q8_0 4x4
+//	                  tile (legacytile_amd64.go)               tile
 //	Q4_1, Q5_1  Q8_1  matvec (4 rows), 4 tokens                as AVX2 (Q5_1 matvec: qh by mask
 //	                                                           registers)
 //	BF16        BF16  matvec (cols%16 == 0)                    matvec (no FMA: products may overflow)

@@ -6,16 +6,10 @@ package kernels
 func rowsQ4_0AVX2x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
 
 //go:noescape
-func rowsQ5_0AVX2x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
-
-//go:noescape
 func rowsQ4_1AVX2x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
 
 //go:noescape
 func rowsQ5_1AVX2x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
-
-//go:noescape
-func rowsQ5_0AVX512x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
 
 //go:noescape
 func rowsQ5_1AVX512x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
@@ -56,3 +50,9 @@ func init() {
 		q5_1Kernels[p].tiles = legacyTiles4(24, rowsQ5_1AVX2x4)
 	}
 }
+
+//go:noescape
+func rowsQ5_0AVX2x4s(out *float32, w, x *byte, dx *float32, nGroups, nb int)
+
+//go:noescape
+func rowsQ5_0AVX512x4s(out *float32, w, x *byte, dx *float32, nGroups, nb int)
