@@ -55,6 +55,17 @@ bench-model:
 bench-table:
 	scripts/bench-table.sh bench-out $(BENCH_TABLE_CONFIGS)
 
+.PHONY: bench-kernels
+# The kernel-goal and depth tables of docs/benchmarks.md (issue 31 item 5,
+# issue 24's dense rows): scripts/bench-kernels.sh runs sluice bench
+# --llama-bench per part and configuration and rewrites the tables between
+# the bench-kernels markers. Default parts item5 dense depth-quick: about 15
+# minutes on an idle 2-vCPU machine; PARTS=depth is the full depth table
+# (over an hour).
+BENCH_KERNELS_PARTS ?= item5 dense depth-quick
+bench-kernels:
+	scripts/bench-kernels.sh $(BENCH_KERNELS_PARTS)
+
 .PHONY: bench-moe
 # The mixture-of-experts rows of docs/benchmarks.md: writes the qwen3moe and
 # glm4moe bench shapes (2-4 GB each) into ../bench and runs sluice bench

@@ -8,6 +8,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ type row struct {
 	CPUTokS       float64 `json:"tokens_per_cpu_s"`
 	LlamaTokS     float64 `json:"llama_cpp_tokens_per_s"`
 	Ratio         float64 `json:"ratio"`
+	WeightBytes   float64 `json:"decode_weight_bytes"`
 	BWFraction    float64 `json:"bandwidth_fraction"`
 	CPUBWFraction float64 `json:"cpu_bandwidth_fraction"`
 }
@@ -34,12 +36,32 @@ type report struct {
 }
 
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtable FILE.json ...")
+	kernelsMode := flag.Bool("kernels", false, "print scripts/bench-kernels.sh's tables (files named PART-CONFIG.json)")
+	cpu := flag.String("cpu", "", "CPU name for the captions (-kernels)")
+	commit := flag.String("commit", "", "commit measured, for the captions (-kernels)")
+	splice := flag.String("splice", "", "replace the text between FILE's <!-- MARKER:begin --> and <!-- MARKER:end --> lines with standard input")
+	marker := flag.String("marker", "bench-kernels", "marker name for -splice")
+	flag.Parse()
+	if *splice != "" {
+		if err := spliceFile(*splice, *marker, os.Stdin); err != nil {
+			fmt.Fprintln(os.Stderr, "benchtable:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if flag.NArg() < 1 {
+		fmt.Fprintln(os.Stderr, "usage: benchtable [-kernels -cpu NAME -commit REV] FILE.json ... | benchtable -splice FILE [-marker NAME] <TEXT")
 		os.Exit(2)
 	}
+	if *kernelsMode {
+		if err := kernelTables(os.Stdout, flag.Args(), *cpu, *commit); err != nil {
+			fmt.Fprintln(os.Stderr, "benchtable:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	worst := map[string]float64{} // test -> lowest ratio over every table
-	for _, f := range os.Args[1:] {
+	for _, f := range flag.Args() {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "benchtable:", err)

@@ -1,0 +1,321 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The targets of issue 31 item 5 (prefill, decode bandwidth) and of its
+// depth table (every ratio).
+const (
+	prefillTarget = 1.5
+	bwTarget      = 0.9
+	depthTarget   = 1.0
+	// inCache: decode weights this small stay in the caches, where the
+	// bandwidth fraction means nothing.
+	inCache = 64 << 20
+)
+
+// run is one JSON file of scripts/bench-kernels.sh: PART-CONFIG.json, with
+// PART-CONFIG.meta holding "DATE LOAD0 LOAD1".
+type run struct {
+	part, config string
+	date, load   string
+	rows         []row
+}
+
+var configOrder = []string{"avx512-t1", "avx512-t2", "avx2-t1", "avx2-t2", "avx2novnni-t1", "avx2novnni-t2"}
+
+var partTitles = map[string]string{
+	"item5":       "Kernel goals (issue 31 item 5): prefill ratio >= 1.5x, decode >= 90% of the read bandwidth",
+	"dense":       "Dense qwen3 and gemma3 shapes (issue 24)",
+	"depth-quick": "At depth, bench-110M shape (36k context), quick subset",
+	"depth-b110":  "At depth, bench-110M shape (36k context)",
+	"depth-tl":    "At depth, TinyLlama-q4_K shape (20k context)",
+}
+
+var partOrder = []string{"item5", "dense", "depth-quick", "depth-b110", "depth-tl"}
+
+func configLabel(c string) string {
+	path, th, _ := strings.Cut(c, "-t")
+	p := map[string]string{"avx512": "AVX-512", "avx2": "AVX2 (AVX-VNNI)", "avx2novnni": "AVX2"}[path]
+	if th == "1" {
+		return p + " | 1 pinned"
+	}
+	return p + " | " + th
+}
+
+func loadRuns(files []string) ([]*run, error) {
+	var runs []*run
+	for _, f := range files {
+		base := strings.TrimSuffix(filepath.Base(f), ".json")
+		i := -1
+		for _, c := range configOrder {
+			if strings.HasSuffix(base, "-"+c) {
+				i = len(base) - len(c) - 1
+				break
+			}
+		}
+		if i < 0 {
+			continue // not a bench-kernels file
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var r report
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("%s: %v", f, err)
+		}
+		x := &run{part: base[:i], config: base[i+1:], rows: r.Rows}
+		if m, err := os.ReadFile(strings.TrimSuffix(f, ".json") + ".meta"); err == nil {
+			if fs := strings.Fields(string(m)); len(fs) == 3 {
+				x.date, x.load = fs[0], fs[1]+"-"+fs[2]
+			}
+		}
+		runs = append(runs, x)
+	}
+	slices.SortStableFunc(runs, func(a, b *run) int {
+		return slices.Index(configOrder, a.config) - slices.Index(configOrder, b.config)
+	})
+	return runs, nil
+}
+
+// kernelTables prints one markdown table per part found among files.
+func kernelTables(w io.Writer, files []string, cpu, commit string) error {
+	runs, err := loadRuns(files)
+	if err != nil {
+		return err
+	}
+	for _, part := range partOrder {
+		var rs []*run
+		for _, r := range runs {
+			if r.part == part {
+				rs = append(rs, r)
+			}
+		}
+		if len(rs) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "#### %s\n\n", partTitles[part])
+		var dates, loads []string
+		for _, r := range rs {
+			if r.date != "" && !slices.Contains(dates, r.date) {
+				dates = append(dates, r.date)
+			}
+			if r.load != "" {
+				loads = append(loads, configLabel(r.config)+" "+r.load)
+			}
+		}
+		fmt.Fprintf(w, "%s, %s, commit %s, `scripts/bench-kernels.sh %s`; load average at the start-end of each configuration: %s.\n\n",
+			cpu, strings.Join(dates, ", "), commit, partArg(part),
+			strings.ReplaceAll(strings.Join(loads, "; "), " | ", " "))
+		if strings.HasPrefix(part, "depth") {
+			depthTable(w, rs)
+		} else {
+			speedTable(w, rs, part == "item5")
+		}
+	}
+	return nil
+}
+
+// partArg is the scripts/bench-kernels.sh argument that makes part.
+func partArg(part string) string {
+	if part == "depth-b110" || part == "depth-tl" {
+		return "depth"
+	}
+	return part
+}
+
+func speedTable(w io.Writer, rs []*run, targets bool) {
+	var tests []string
+	for _, r := range rs {
+		for _, x := range r.rows {
+			if !slices.Contains(tests, x.Test) {
+				tests = append(tests, x.Test)
+			}
+		}
+	}
+	fmt.Fprint(w, "| model | path | threads |")
+	for _, t := range tests {
+		fmt.Fprintf(w, " %s sluice / llama.cpp / ratio |", t)
+	}
+	fmt.Fprintln(w, " decode bw fraction wall · per CPU-s |")
+	fmt.Fprint(w, "|---|---|---:|")
+	for range tests {
+		fmt.Fprint(w, "---:|")
+	}
+	fmt.Fprintln(w, "---:|")
+	var below []string
+	for _, r := range rs {
+		var models []string
+		for _, x := range r.rows {
+			if !slices.Contains(models, x.Model) {
+				models = append(models, x.Model)
+			}
+		}
+		for _, m := range models {
+			line, bw := "", "—"
+			for _, t := range tests {
+				i := slices.IndexFunc(r.rows, func(x row) bool { return x.Model == m && x.Test == t })
+				if i < 0 {
+					line += " — |"
+					continue
+				}
+				x := r.rows[i]
+				line += fmt.Sprintf(" %s / %s / **%.2fx** |", num(x.TokS), num(x.LlamaTokS), x.Ratio)
+				if x.BWFraction > 0 {
+					bw = fmt.Sprintf("%.0f%% · %.0f%%", 100*x.BWFraction, 100*x.CPUBWFraction)
+					if x.WeightBytes < inCache {
+						bw += " (in cache)"
+					} else if targets && x.BWFraction < bwTarget {
+						below = append(below, fmt.Sprintf("%s %s %s bw %.0f%%", m, configLabel(r.config), t, 100*x.BWFraction))
+					}
+				}
+				if targets && strings.HasPrefix(t, "pp") && x.Ratio < prefillTarget {
+					below = append(below, fmt.Sprintf("%s %s %s %.2fx", m, configLabel(r.config), t, x.Ratio))
+				}
+				if !targets && x.Ratio < depthTarget {
+					below = append(below, fmt.Sprintf("%s %s %s %.2fx", m, configLabel(r.config), t, x.Ratio))
+				}
+			}
+			fmt.Fprintf(w, "| %s | %s |%s %s |\n", m, configLabel(r.config), line, bw)
+		}
+	}
+	fmt.Fprintln(w)
+	if targets {
+		fmt.Fprintf(w, "Below the targets (prefill %.1fx, decode %.0f%% of the read bandwidth for models larger than the caches): ", prefillTarget, 100*bwTarget)
+	} else {
+		fmt.Fprint(w, "Ratios below 1.0: ")
+	}
+	if len(below) == 0 {
+		fmt.Fprintln(w, "none.")
+	} else {
+		fmt.Fprintln(w, strings.ReplaceAll(strings.Join(below, "; "), " | ", " ")+".")
+	}
+	fmt.Fprintln(w)
+}
+
+// depthTable: one row per (model, configuration), one column per depth,
+// each cell the pp and tg ratios.
+func depthTable(w io.Writer, rs []*run) {
+	var depths []int
+	depthOf := func(t string) int {
+		_, d, ok := strings.Cut(t, "@d")
+		if !ok {
+			return 0
+		}
+		n, _ := strconv.Atoi(d)
+		return n
+	}
+	var pp, tg string
+	for _, r := range rs {
+		for _, x := range r.rows {
+			if d := depthOf(x.Test); !slices.Contains(depths, d) {
+				depths = append(depths, d)
+			}
+			name, _, _ := strings.Cut(x.Test, "@")
+			if strings.HasPrefix(name, "pp") {
+				pp = name
+			} else {
+				tg = name
+			}
+		}
+	}
+	slices.Sort(depths)
+	fmt.Fprint(w, "| model | path | threads |")
+	for _, d := range depths {
+		fmt.Fprintf(w, " depth %d: %s / %s ratio |", d, pp, tg)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprint(w, "|---|---|---:|")
+	for range depths {
+		fmt.Fprint(w, "---:|")
+	}
+	fmt.Fprintln(w)
+	var below []string
+	for _, r := range rs {
+		var models []string
+		for _, x := range r.rows {
+			if !slices.Contains(models, x.Model) {
+				models = append(models, x.Model)
+			}
+		}
+		for _, m := range models {
+			line := ""
+			for _, d := range depths {
+				cell := []string{"—", "—"}
+				for _, x := range r.rows {
+					if x.Model != m || depthOf(x.Test) != d {
+						continue
+					}
+					k := 1
+					if strings.HasPrefix(x.Test, "pp") {
+						k = 0
+					}
+					cell[k] = fmt.Sprintf("%.2fx", x.Ratio)
+					if x.Ratio < depthTarget {
+						cell[k] = "**" + cell[k] + "**"
+						below = append(below, fmt.Sprintf("%s %s %s %.2fx (%s / %s tok/s)", m, configLabel(r.config), x.Test, x.Ratio, num(x.TokS), num(x.LlamaTokS)))
+					}
+				}
+				line += " " + cell[0] + " / " + cell[1] + " |"
+			}
+			fmt.Fprintf(w, "| %s | %s |%s\n", m, configLabel(r.config), line)
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprint(w, "Ratios below 1.0 (bold): ")
+	if len(below) == 0 {
+		fmt.Fprintln(w, "none.")
+	} else {
+		fmt.Fprintln(w, strings.ReplaceAll(strings.Join(below, "; "), " | ", " ")+".")
+	}
+	fmt.Fprintln(w)
+}
+
+// spliceFile replaces the lines strictly between "<!-- MARKER:begin -->"
+// and "<!-- MARKER:end -->" in file with text.
+func spliceFile(file, marker string, text io.Reader) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	repl, err := io.ReadAll(text)
+	if err != nil {
+		return err
+	}
+	begin, end := "<!-- "+marker+":begin -->", "<!-- "+marker+":end -->"
+	var out bytes.Buffer
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	state := 0 // 0 before, 1 inside, 2 after
+	for sc.Scan() {
+		l := sc.Text()
+		switch {
+		case state == 0 && strings.TrimSpace(l) == begin:
+			out.WriteString(l + "\n")
+			out.Write(bytes.TrimRight(repl, "\n"))
+			out.WriteString("\n")
+			state = 1
+			continue
+		case state == 1 && strings.TrimSpace(l) == end:
+			state = 2
+		case state == 1:
+			continue
+		}
+		out.WriteString(l + "\n")
+	}
+	if state != 2 {
+		return fmt.Errorf("%s has no %s ... %s lines", file, begin, end)
+	}
+	return os.WriteFile(file, out.Bytes(), 0o644)
+}
