@@ -96,6 +96,15 @@ type seq struct {
 	// preemption struck: "prompt", "decode" or "rebuild".
 	onPreempt func(phase string)
 
+	// held is the logits of a constrained sequence whose token is not
+	// drawn yet: its grammar's mask did not fit in a step's grammar
+	// budget (stepBudget). It sits out the forward steps until the
+	// token is drawn from held, with the mask work done in later steps'
+	// budgets (batch.grammarWork).
+	held []float32
+	// queued: q is in batch.deferred.
+	queued bool
+
 	cancel atomic.Bool
 	// aborted turns a cancel into a failure: the handoff was aborted by a
 	// peer after decoding started.
@@ -150,6 +159,14 @@ type batch struct {
 	// freed, when set, learns that a quota preemption gave pages back
 	// (the colocated admission tries its waiting request again).
 	freed func()
+
+	// deferred are the sequences holding logits (seq.held), in the order
+	// their mask work is served (round robin by slices); deferrals counts
+	// the draws that did not fit in their step's budget.
+	deferred  []*seq
+	deferrals atomic.Int64
+	// gb is the grammar budget of the step under way.
+	gb stepBudget
 }
 
 // scheduler is the goroutine layer around a batch for the servers: it
@@ -398,7 +415,7 @@ func (s *batch) step() {
 	// prefill chunks take what is left of the step's token budget.
 	for pass := 0; pass < 2; pass++ {
 		for _, q := range s.active {
-			if q.decoded != (pass == 0) {
+			if q.decoded != (pass == 0) || q.held != nil {
 				continue
 			}
 			var toks []int32
@@ -435,14 +452,23 @@ func (s *batch) step() {
 			t0 = s.clock()
 		}
 		res := fwd.Forward(steps)
+		var took time.Duration
 		if s.clock != nil {
-			s.fwdTime.Add(int64(s.clock().Sub(t0)))
+			took = s.clock().Sub(t0)
+			s.fwdTime.Add(int64(took))
 		}
+		s.gb.start(s.clock, took, true, s.cfg.GrammarUnits)
 		for i, q := range members {
 			s.advance(q, sizes[i], res[i])
 		}
 		s.verify()
+	} else if len(s.deferred) > 0 {
+		// Only sequences waiting for their masks: no one else's step is
+		// held up, but new arrivals join between cycles, so still in
+		// bounded slices.
+		s.gb.start(s.clock, 0, false, s.cfg.GrammarUnits)
 	}
+	s.grammarWork()
 	live := s.active[:0]
 	for _, q := range s.active {
 		if q.emit != nil {
@@ -606,6 +632,10 @@ func (s *batch) preempt(q *seq) {
 	}
 	releasePages(s.pool, q.owner, q.table)
 	q.table, q.view = nil, nil
+	// A deferred draw is dropped: the rebuild computes the same logits
+	// again (batch invariance), and the mask work done so far is kept by
+	// the sampler.
+	q.held = nil
 	q.recomputed += q.fed
 	s.recomputed.Add(int64(q.fed))
 	if q.decoded || q.recompute {
@@ -710,14 +740,74 @@ func (s *batch) advance(q *seq, n int, r StepResult) {
 			return
 		}
 	}
-	tok, err := q.samp.Sample(r.Logits)
+	s.draw(q, r.Logits)
+}
+
+// draw samples q's next token from logits and emits it. A constrained
+// sequence's draw may need its grammar's mask over the whole vocabulary,
+// which on a cold position of a large vocabulary is a long trie walk:
+// that work is bounded by the step's grammar budget (I: no tenant's
+// request may stall another's), and a draw that does not fit is
+// deferred: q keeps a copy of its logits, sits out the forward steps,
+// and is drawn in a later step (grammarWork) with the same result.
+func (s *batch) draw(q *seq, logits []float32) {
+	var tok int32
+	var err error
+	if q.samp.Constrained() {
+		var pending bool
+		tok, pending, err = q.samp.SampleWithin(logits, &s.gb)
+		if pending {
+			if q.held == nil {
+				q.held = append([]float32(nil), logits...)
+				s.deferrals.Add(1)
+			}
+			if !q.queued {
+				q.queued = true
+				s.deferred = append(s.deferred, q)
+			}
+			return
+		}
+	} else {
+		tok, err = q.samp.Sample(logits)
+	}
+	q.held = nil
 	if err != nil {
 		s.fail(q, errf(CodeInternal, http.StatusInternalServerError, err, "sampling failed"))
 		return
 	}
 	// Logprobs are computed here, where the token is sampled, from the
 	// same logits, and travel with it.
-	s.emitToken(q, tok, q.samp.Logprobs(r.Logits, tok))
+	s.emitToken(q, tok, q.samp.Logprobs(logits, tok))
+}
+
+// grammarWork spends what is left of the step's grammar budget on the
+// deferred sequences' masks, round robin, and draws those whose mask is
+// done. The first of them always gets a slice, so each makes progress
+// even when the step's sampling used the budget up.
+func (s *batch) grammarWork() {
+	live := s.deferred[:0]
+	for _, q := range s.deferred {
+		if q.emit != nil && q.held != nil {
+			live = append(live, q)
+		} else {
+			q.queued = false
+		}
+	}
+	clear(s.deferred[len(live):])
+	s.deferred = live
+	if len(live) == 0 {
+		return
+	}
+	s.gb.least()
+	served := 0
+	for served < len(s.deferred) && (served == 0 || s.gb.open()) {
+		q := s.deferred[0]
+		s.deferred = append(s.deferred[1:], q)
+		served++
+		if q.emit != nil && q.held != nil && q.samp.Work(&s.gb) {
+			s.draw(q, q.held)
+		}
+	}
 }
 
 // emitToken sends a generated token and ends the sequence when it is the

@@ -100,6 +100,10 @@ type Config struct {
 	// spent in forward steps (0: DefaultVerifyShare; 1 or more: a sweep
 	// every step, for tests that count steps).
 	VerifyShare float64
+	// GrammarUnits, when set, bounds each step's constrained-decoding
+	// work by this many grammar work units instead of by time
+	// (GrammarShare of the forward pass): deterministic, for tests.
+	GrammarUnits int
 	// ModelFingerprint names the weights in cache keys (I13). Empty: the
 	// model's name and shape.
 	ModelFingerprint []byte

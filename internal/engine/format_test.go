@@ -326,3 +326,68 @@ func TestDecodeReplaysGrammar(t *testing.T) {
 	dw.Tick(time.Now().Add(time.Hour))
 	waitDrained(t, dw.Pool())
 }
+
+// A constrained draw whose mask does not fit in its step's grammar budget
+// is deferred to later steps (batch.draw): the output must not change.
+// With a budget of a few dozen work units per step nearly every mask on
+// stories260K is cut across steps; the corpus is served colocated
+// (batched, with preemptions) and disaggregated in process (the prefill
+// worker's first token deferred too), and each output is bitwise the
+// one an unbounded worker serves alone.
+func TestConstrainedDeferredIsExact(t *testing.T) {
+	rt := storiesRuntime(t)
+	reqs, schemas := constrainedRequests(t, 1, 200, [][]int32{{1, 365, 117, 263}, {1, 90, 250}}, 3)
+	want := make([][]int32, len(reqs))
+	solo, err := NewColocated(storiesConfig(rt, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range reqs {
+		s, err := solo.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = collect(t, s).tokens
+	}
+	closeWithin(t, solo)
+	tight := func(pages int) Config {
+		c := storiesConfig(rt, pages)
+		c.GrammarUnits = 40
+		return c
+	}
+	col, err := NewColocated(tight(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := runMany(t, col, reqs)
+	deferrals, preemptions := col.sched.deferrals.Load(), col.sched.preemptions.Load()
+	closeWithin(t, col)
+	requireValid(t, "colocated", rt.GrammarVocab(), reqs, schemas, got)
+	for i := range reqs {
+		if !slices.Equal(got[i].tokens, want[i]) {
+			t.Fatalf("colocated with deferred masks %s: %v, unbounded alone %v", reqs[i].ID, got[i].tokens, want[i])
+		}
+	}
+	if deferrals == 0 {
+		t.Fatal("no draw was deferred: the test does not exercise the budget")
+	}
+	dcfg := tight(16)
+	dcfg.NoWatermark = true
+	loc, err := NewLocal(tight(24), dcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = submitAll(t, loc, reqs)
+	pd, dd := loc.Prefill.sched.deferrals.Load(), loc.Decode.sched.deferrals.Load()
+	dp := loc.Decode.SchedStats().Preemptions
+	closeWithin(t, loc)
+	for i := range reqs {
+		if !slices.Equal(got[i].tokens, want[i]) {
+			t.Fatalf("disaggregated with deferred masks %s: %v, unbounded alone %v", reqs[i].ID, got[i].tokens, want[i])
+		}
+	}
+	if pd == 0 || dd == 0 {
+		t.Fatalf("deferrals: prefill %d, decode %d; both should defer", pd, dd)
+	}
+	t.Logf("%d requests; colocated %d deferrals, %d preemptions; prefill %d and decode %d deferrals, %d decode preemptions", len(reqs), deferrals, preemptions, pd, dd, dp)
+}

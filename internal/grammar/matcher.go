@@ -246,89 +246,15 @@ func (m *Matcher) Accept(id int32) error {
 }
 
 // Mask sets in dst (one bit per token id, len >= (vocab+63)/64 words) the
-// tokens that may come next, clearing the others.
+// tokens that may come next, clearing the others. It runs a MaskJob to
+// the end: a caller that must bound its time runs the job itself.
 func (m *Matcher) Mask(dst []uint64) {
-	clear(dst)
-	if m.ended {
-		return
-	}
-	v := m.c.v
-	for _, f := range m.stacks {
-		if m.c.g.canEnd(f) {
-			for _, id := range v.eog {
-				dst[id>>6] |= 1 << (id & 63)
-			}
-		}
-		if f == nil {
-			continue
-		}
-		pm := m.c.posMask(f.pos)
-		for i, w := range pm.accept {
-			dst[i] |= w
-		}
-		one := []*frame{f}
-		if len(pm.uncertain) > maxUncertain {
-			// Near the end of a rule most tokens leave it, and what they
-			// may continue with depends on the stack below: one walk of
-			// the trie from the whole stack, which prunes each subtree at
-			// its first refused byte, is cheaper than checking each.
-			m.c.walkExact(one, dst)
-			continue
-		}
-		for _, id := range pm.uncertain {
-			if dst[id>>6]&(1<<(id&63)) != 0 {
-				continue
-			}
-			if out, _ := m.feed(one, v.pieces[id]); len(out) > 0 {
-				dst[id>>6] |= 1 << (id & 63)
-			}
-		}
-	}
+	m.MaskJob(dst).Run(int(^uint(0) >> 1))
 }
 
-// maxUncertain is the uncertain-token count above which Mask walks the
+// maxUncertain is the uncertain-token count above which a mask walks the
 // trie from the stack instead of checking those tokens one by one.
 const maxUncertain = 512
-
-// walkExact sets in dst every token accepted from the stacks: a trie walk
-// whose state at each node is the stack set after that node's bytes.
-func (c *Compiled) walkExact(stacks []*frame, dst []uint64) {
-	v := c.v
-	ws := newWalkStep(c.g)
-	in := make([]*frame, len(stacks))
-	for i, f := range stacks {
-		in[i] = ws.intern(f)
-	}
-	stacks = in
-	var bufs []stackSet
-	var walk func(n int32, cur []*frame, depth int)
-	walk = func(n int32, cur []*frame, depth int) {
-		if depth >= len(bufs) {
-			bufs = append(bufs, stackSet{})
-		}
-		for ch := n + 1; ch < v.nodes[n].sub; ch = v.nodes[ch].sub {
-			nd := v.nodes[ch]
-			t := &bufs[depth]
-			ws.step(cur, nd.b, t)
-			if len(t.s) == 0 {
-				continue
-			}
-			for _, id := range v.toks[nd.t0:nd.t1] {
-				dst[id>>6] |= 1 << (id & 63)
-			}
-			live := make([]*frame, 0, len(t.s))
-			for _, f := range t.s {
-				if f != nil {
-					live = append(live, f)
-				}
-			}
-			if len(live) > 0 && nd.sub > ch+1 {
-				walk(ch, live, depth+1)
-			}
-		}
-	}
-	walk(0, stacks, 0)
-}
 
 // Clone returns an independent copy of m's state.
 func (m *Matcher) Clone() *Matcher {

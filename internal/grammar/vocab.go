@@ -140,23 +140,26 @@ func (c *Compiled) MaskBytes() int64 {
 	return c.mem
 }
 
-func (c *Compiled) posMask(p int32) *posMask {
+// cachedPos is position p's mask if it is cached.
+func (c *Compiled) cachedPos(p int32) *posMask {
 	c.mu.Lock()
-	pm := c.pos[p]
-	c.mu.Unlock()
-	if pm != nil {
-		return pm
-	}
-	pm = c.computePos(p)
+	defer c.mu.Unlock()
+	return c.pos[p]
+}
+
+// storePos caches pm as position p's mask while the cache has room and
+// returns the cached mask (another matcher's, when it got there first).
+func (c *Compiled) storePos(p int32, pm *posMask) *posMask {
 	size := int64(len(pm.accept)*8 + len(pm.uncertain)*4)
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if old := c.pos[p]; old != nil {
-		pm = old
-	} else if c.mem+size <= c.maxM {
+		return old
+	}
+	if c.mem+size <= c.maxM {
 		c.pos[p] = pm
 		c.mem += size
 	}
-	c.mu.Unlock()
 	return pm
 }
 
@@ -213,51 +216,6 @@ func (w *walkStep) step(cur []*frame, b byte, t *stackSet) {
 	}
 	w.g.step(cur, b, t)
 	w.memo[k] = memoVal{append([]*frame(nil), t.s...), t.over, t.escaped}
-}
-
-// computePos walks the token trie from the one-frame stack [p]. A path
-// that pops that frame has left p's rule: what follows depends on the
-// stack below, so the tokens on it that the rule alone does not accept
-// are uncertain.
-func (c *Compiled) computePos(p int32) *posMask {
-	v := c.v
-	pm := &posMask{accept: make([]uint64, v.Words())}
-	ws := newWalkStep(c.g)
-	var bufs []stackSet
-	var walk func(n int32, cur []*frame, escaped bool, depth int)
-	walk = func(n int32, cur []*frame, escaped bool, depth int) {
-		if depth >= len(bufs) {
-			bufs = append(bufs, stackSet{})
-		}
-		for ch := n + 1; ch < v.nodes[n].sub; ch = v.nodes[ch].sub {
-			nd := v.nodes[ch]
-			t := &bufs[depth]
-			ws.step(cur, nd.b, t)
-			esc := escaped || t.over || t.escaped
-			live := t.s[:0]
-			for _, f := range t.s {
-				if f == nil {
-					esc = true
-				} else {
-					live = append(live, f)
-				}
-			}
-			if len(live) == 0 {
-				if esc {
-					pm.uncertain = append(pm.uncertain, v.toks[nd.t0:v.toks2(ch)]...)
-				}
-				continue
-			}
-			for _, id := range v.toks[nd.t0:nd.t1] {
-				pm.accept[id>>6] |= 1 << (id & 63)
-			}
-			// The set at this depth is reused by the siblings: hand the
-			// children a copy.
-			walk(ch, append([]*frame(nil), live...), esc, depth+1)
-		}
-	}
-	walk(0, []*frame{ws.intern(&frame{pos: p})}, false, 0)
-	return pm
 }
 
 // toks2 is the end in toks of the tokens of node n's whole subtree: the

@@ -35,6 +35,7 @@ import (
 type Sampler struct {
 	p    Params
 	rng  *rand.Rand
+	src  *rand.PCG // rng's state, saved and restored by SampleWithin
 	cand []cand
 
 	// work holds the processed logits when a bias or penalty is on.
@@ -51,12 +52,38 @@ type Sampler struct {
 	mask []uint64
 	n    uint64
 	bad  error
+	// job computes mask for m's current state, maskOK says it is done;
+	// both are reset when m accepts a token. budget bounds the mask work
+	// of the SampleWithin call under way (nil: none).
+	job    *grammar.MaskJob
+	maskOK bool
+	budget Budget
 }
+
+// Budget bounds the grammar work a SampleWithin call may do. A worker
+// samples every request on one shared step, so a mask that costs a walk
+// of a large vocabulary's trie must not run there unbounded.
+type Budget interface {
+	// Left reports whether more work may be done now.
+	Left() bool
+	// Spend records units of grammar work done (grammar.MaskJob's units).
+	Spend(units int)
+}
+
+// sliceUnits is the grammar work done between two checks of a Budget
+// (about 25-75 us).
+const sliceUnits = 256
+
+// errPending stops a draw whose mask the budget did not leave room for.
+var errPending = &Error{"pending", "the output format's mask is not computed yet"}
 
 // Constrain restricts s to the tokens m allows; m's state must already
 // cover the tokens generated so far (the caller replays them, I14). Each
 // token s draws or observes afterwards advances m.
 func (s *Sampler) Constrain(m *grammar.Matcher) { s.m = m }
+
+// Constrained reports whether s follows a grammar.
+func (s *Sampler) Constrained() bool { return s.m != nil }
 
 // Err is the error of the first observed token the grammar refused (a
 // peer's first token or resumed tokens that this grammar cannot have
@@ -76,7 +103,8 @@ const pcgStream = 0x736c75696365 // "sluice"
 // New returns a sampler for p. It does not validate p; call p.Validate at
 // the API boundary.
 func New(p Params) *Sampler {
-	return &Sampler{p: p, rng: rand.New(rand.NewPCG(p.Seed, pcgStream))}
+	src := rand.NewPCG(p.Seed, pcgStream)
+	return &Sampler{p: p, rng: rand.New(src), src: src}
 }
 
 // SetPrompt gives the sampler the prompt's token ids, which the repetition
@@ -97,6 +125,7 @@ func (s *Sampler) SetPrompt(ids []int32) {
 // penalties see it as the single sampler running the whole request would.
 func (s *Sampler) Observe(id int32) {
 	if s.m != nil && s.bad == nil {
+		s.job, s.maskOK = nil, false
 		if err := s.m.Accept(id); err != nil {
 			s.bad = &Error{"grammar_refused", fmt.Sprintf("the output format refuses token %d: %v", id, err)}
 		}
@@ -184,11 +213,40 @@ func (s *Sampler) Sample(logits []float32) (int32, error) {
 	return id, err
 }
 
+// SampleWithin is Sample with the grammar's mask work bounded by b. When
+// the draw needs a mask that b leaves no room to finish, it reports
+// pending and leaves the sampler as it was, except that the mask work
+// done so far is kept: call it again with the same logits (at a later
+// step, with a new budget) to go on. The token it finally draws is the
+// one Sample would have drawn. Work that is not a mask (checking the
+// drawn token, a handful of candidates) is not bounded: it costs one
+// token's bytes each.
+func (s *Sampler) SampleWithin(logits []float32, b Budget) (id int32, pending bool, err error) {
+	if s.bad != nil {
+		return -1, false, s.bad
+	}
+	src, n := *s.src, s.n
+	s.budget = b
+	id, err = s.draw(s.process(logits))
+	s.budget = nil
+	if err == errPending {
+		*s.src, s.n = src, n
+		return -1, true, nil
+	}
+	if err == nil {
+		s.Observe(id)
+	}
+	return id, false, err
+}
+
 func (s *Sampler) draw(logits []float32) (int32, error) {
 	if s.p.Greedy() {
 		id := Greedy(logits)
 		if s.m != nil && (id < 0 || !s.m.Allowed(id)) {
-			id = s.greedyAllowed(logits)
+			var err error
+			if id, err = s.greedyAllowed(logits); err != nil {
+				return -1, err
+			}
 			if id < 0 {
 				return -1, &Error{"no_candidates", "the output format allows no token with a usable logit here"}
 			}
@@ -227,15 +285,48 @@ func pick(c []cand, total, u float64) int32 {
 	return c[len(c)-1].id
 }
 
-// allowedMask fills s.mask with the grammar's allowed set.
-func (s *Sampler) allowedMask(vocab int) []uint64 {
-	w := (vocab + 63) / 64
-	if cap(s.mask) < w {
-		s.mask = make([]uint64, w)
+// Work goes on with the mask a pending SampleWithin stopped in, within b,
+// and reports whether it is done (or none was pending): only then is
+// calling SampleWithin again worth its cost, which repeats the draw
+// (bias, penalties, truncation over the vocabulary).
+func (s *Sampler) Work(b Budget) bool {
+	if s.job == nil {
+		return true
 	}
-	s.mask = s.mask[:w]
-	s.m.Mask(s.mask)
-	return s.mask
+	s.budget = b
+	_, err := s.allowedMask(len(s.mask) * 64)
+	s.budget = nil
+	return err == nil
+}
+
+// allowedMask is the grammar's allowed set, computed into s.mask as far
+// as the budget lets it; it fails with errPending when the budget runs
+// out first.
+func (s *Sampler) allowedMask(vocab int) ([]uint64, error) {
+	if s.maskOK {
+		return s.mask, nil
+	}
+	if s.job == nil {
+		w := (vocab + 63) / 64
+		if cap(s.mask) < w {
+			s.mask = make([]uint64, w)
+		}
+		s.mask = s.mask[:w]
+		s.job = s.m.MaskJob(s.mask)
+	}
+	for {
+		if s.budget != nil && !s.budget.Left() {
+			return nil, errPending
+		}
+		used, done := s.job.Run(sliceUnits)
+		if s.budget != nil {
+			s.budget.Spend(used)
+		}
+		if done {
+			s.job, s.maskOK = nil, true
+			return s.mask, nil
+		}
+	}
 }
 
 func has(mask []uint64, id int32) bool { return mask[id>>6]&(1<<(id&63)) != 0 }
@@ -250,7 +341,10 @@ func (s *Sampler) redraw(logits []float32, c []cand) (int32, error) {
 	var mask []uint64
 	ok := func(id int32) bool { return s.m.Allowed(id) }
 	if len(c) > smallCheck {
-		mask = s.allowedMask(len(logits))
+		var err error
+		if mask, err = s.allowedMask(len(logits)); err != nil {
+			return -1, err
+		}
 		ok = func(id int32) bool { return has(mask, id) }
 	}
 	kept := c[:0]
@@ -263,7 +357,10 @@ func (s *Sampler) redraw(logits []float32, c []cand) (int32, error) {
 	}
 	if len(kept) == 0 {
 		if mask == nil {
-			mask = s.allowedMask(len(logits))
+			var err error
+			if mask, err = s.allowedMask(len(logits)); err != nil {
+				return -1, err
+			}
 		}
 		maxv := float32(math.Inf(-1))
 		for i, v := range logits {
@@ -298,8 +395,11 @@ func (s *Sampler) redrawUniform() float64 {
 
 // greedyAllowed is the allowed token with the largest logit (ties to the
 // lowest id), or -1.
-func (s *Sampler) greedyAllowed(logits []float32) int32 {
-	mask := s.allowedMask(len(logits))
+func (s *Sampler) greedyAllowed(logits []float32) (int32, error) {
+	mask, err := s.allowedMask(len(logits))
+	if err != nil {
+		return -1, err
+	}
 	best := int32(-1)
 	var bv float32
 	for w, bitsW := range mask {
@@ -319,7 +419,7 @@ func (s *Sampler) greedyAllowed(logits []float32) int32 {
 			}
 		}
 	}
-	return best
+	return best, nil
 }
 
 // Candidates returns the tokens s may draw from for logits, with their

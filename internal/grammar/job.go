@@ -1,0 +1,275 @@
+package grammar
+
+// A mask over a large vocabulary can cost a walk of the whole token trie
+// (a cold position of a wide byte class: 40-100 ms at 151k tokens). On a
+// worker that runs every request's sampling on one shared step, such a
+// walk would stall every other tenant's next token. So the mask is a job
+// that runs in slices of bounded work (MaskJob.Run): the caller decides
+// how much of a step it may take and resumes it at the next one. The
+// result does not depend on how the work was sliced.
+
+// trieWalk is a depth-first walk of the token trie that can stop after
+// any node and resume: the recursion of the walk is an explicit stack.
+// At each node, visit is given the stack set after the node's byte and
+// returns the stacks the node's children continue from (nil: skip the
+// subtree) and the escape flag they inherit.
+type trieWalk struct {
+	v     *Vocab
+	ws    *walkStep
+	st    []walkFrame
+	bufs  []stackSet
+	visit func(ch int32, t *stackSet, esc bool) (child []*frame, childEsc bool)
+}
+
+type walkFrame struct {
+	n, ch int32 // the node whose children are walked, the next child
+	cur   []*frame
+	esc   bool
+}
+
+func newTrieWalk(v *Vocab, ws *walkStep, from []*frame, esc bool) *trieWalk {
+	return &trieWalk{v: v, ws: ws, st: []walkFrame{{n: 0, ch: 1, cur: from, esc: esc}}}
+}
+
+// run steps up to budget trie nodes; done when the walk is complete.
+func (w *trieWalk) run(budget int) (used int, done bool) {
+	for len(w.st) > 0 {
+		if used >= budget {
+			return used, false
+		}
+		d := len(w.st) - 1
+		top := &w.st[d]
+		if top.ch >= w.v.nodes[top.n].sub {
+			w.st[d] = walkFrame{}
+			w.st = w.st[:d]
+			continue
+		}
+		ch := top.ch
+		nd := w.v.nodes[ch]
+		top.ch = nd.sub // the next sibling
+		if d >= len(w.bufs) {
+			w.bufs = append(w.bufs, stackSet{})
+		}
+		t := &w.bufs[d]
+		w.ws.step(top.cur, nd.b, t)
+		used++
+		child, esc := w.visit(ch, t, top.esc)
+		if len(child) > 0 && nd.sub > ch+1 {
+			w.st = append(w.st, walkFrame{n: ch, ch: ch + 1, cur: child, esc: esc})
+		}
+	}
+	return used, true
+}
+
+// posWalk is computePos as a resumable walk: the trie from the one-frame
+// stack [p]. A path that pops that frame has left p's rule: what follows
+// depends on the stack below, so the tokens on it that the rule alone
+// does not accept are uncertain.
+func (c *Compiled) posWalk(p int32) (*trieWalk, *posMask) {
+	v := c.v
+	pm := &posMask{accept: make([]uint64, v.Words())}
+	ws := newWalkStep(c.g)
+	w := newTrieWalk(v, ws, []*frame{ws.intern(&frame{pos: p})}, false)
+	w.visit = func(ch int32, t *stackSet, escaped bool) ([]*frame, bool) {
+		nd := v.nodes[ch]
+		esc := escaped || t.over || t.escaped
+		live := t.s[:0]
+		for _, f := range t.s {
+			if f == nil {
+				esc = true
+			} else {
+				live = append(live, f)
+			}
+		}
+		if len(live) == 0 {
+			if esc {
+				pm.uncertain = append(pm.uncertain, v.toks[nd.t0:v.toks2(ch)]...)
+			}
+			return nil, esc
+		}
+		for _, id := range v.toks[nd.t0:nd.t1] {
+			pm.accept[id>>6] |= 1 << (id & 63)
+		}
+		// The set at this depth is reused by the siblings: hand the
+		// children a copy.
+		return append([]*frame(nil), live...), esc
+	}
+	return w, pm
+}
+
+// computePos is posWalk run to the end.
+func (c *Compiled) computePos(p int32) *posMask {
+	w, pm := c.posWalk(p)
+	w.run(int(^uint(0) >> 1))
+	return pm
+}
+
+// exactWalk sets in dst every token accepted from the stacks: a trie walk
+// whose state at each node is the stack set after that node's bytes.
+func (c *Compiled) exactWalk(stacks []*frame, dst []uint64) *trieWalk {
+	v := c.v
+	ws := newWalkStep(c.g)
+	in := make([]*frame, len(stacks))
+	for i, f := range stacks {
+		in[i] = ws.intern(f)
+	}
+	w := newTrieWalk(v, ws, in, false)
+	w.visit = func(ch int32, t *stackSet, _ bool) ([]*frame, bool) {
+		if len(t.s) == 0 {
+			return nil, false
+		}
+		nd := v.nodes[ch]
+		for _, id := range v.toks[nd.t0:nd.t1] {
+			dst[id>>6] |= 1 << (id & 63)
+		}
+		live := make([]*frame, 0, len(t.s))
+		for _, f := range t.s {
+			if f != nil {
+				live = append(live, f)
+			}
+		}
+		return live, false
+	}
+	return w
+}
+
+// MaskJob computes a matcher's mask (what Mask computes) in slices of
+// bounded work. The matcher must not accept a token while a job for it
+// is unfinished. Its work unit is one trie node stepped or one byte of an
+// uncertain token checked (about 0.1-0.3 us each).
+type MaskJob struct {
+	m   *Matcher
+	dst []uint64
+	i   int // the stack being masked
+	ph  phase
+	// For stack i: pm is its position's mask once known; pw computes it
+	// into pmNew when it was not cached; u is the next uncertain token to
+	// check; xw walks the trie from the whole stack instead.
+	pm    *posMask
+	pw    *trieWalk
+	pmNew *posMask
+	u     int
+	xw    *trieWalk
+}
+
+type phase uint8
+
+const (
+	phStart     phase = iota // stack i not looked at yet
+	phPos                    // computing its position's mask (pw)
+	phAccept                 // its position's mask is known (pm)
+	phUncertain              // checking pm's uncertain tokens one by one
+	phExact                  // walking the trie from the whole stack (xw)
+	phDone                   // the mask is complete
+)
+
+// MaskJob starts computing the tokens that may come next into dst (one
+// bit per token id, len >= (vocab+63)/64 words); dst is cleared now and
+// complete when Run reports done.
+func (m *Matcher) MaskJob(dst []uint64) *MaskJob {
+	clear(dst)
+	j := &MaskJob{m: m, dst: dst}
+	if m.ended {
+		j.ph = phDone
+	}
+	return j
+}
+
+// Done reports whether the mask is complete.
+func (j *MaskJob) Done() bool { return j.ph == phDone }
+
+// Run does up to about budget units of work (it may pass it by one
+// token's check) and reports the units used and whether the mask is
+// complete.
+func (j *MaskJob) Run(budget int) (used int, done bool) {
+	m := j.m
+	v := m.c.v
+	for {
+		switch j.ph {
+		case phDone:
+			return used, true
+		case phStart:
+			if j.i >= len(m.stacks) {
+				j.ph = phDone
+				continue
+			}
+			f := m.stacks[j.i]
+			if m.c.g.canEnd(f) {
+				for _, id := range v.eog {
+					j.dst[id>>6] |= 1 << (id & 63)
+				}
+			}
+			if f == nil {
+				j.i++
+				continue
+			}
+			if j.pm = m.c.cachedPos(f.pos); j.pm != nil {
+				j.ph = phAccept
+			} else {
+				j.pw, j.pmNew = m.c.posWalk(f.pos)
+				j.ph = phPos
+			}
+		case phPos:
+			n, ok := j.pw.run(budget - used)
+			used += n
+			if !ok {
+				return used, false
+			}
+			j.pm = m.c.storePos(m.stacks[j.i].pos, j.pmNew)
+			j.pw, j.pmNew = nil, nil
+			j.ph = phAccept
+		case phAccept:
+			for i, w := range j.pm.accept {
+				j.dst[i] |= w
+			}
+			used += len(j.pm.accept) / 64
+			if len(j.pm.uncertain) > maxUncertain {
+				// Near the end of a rule most tokens leave it, and what
+				// they may continue with depends on the stack below: one
+				// walk of the trie from the whole stack, which prunes
+				// each subtree at its first refused byte, is cheaper than
+				// checking each.
+				j.xw = m.c.exactWalk(m.stacks[j.i:j.i+1], j.dst)
+				j.ph = phExact
+			} else {
+				j.u = 0
+				j.ph = phUncertain
+			}
+		case phExact:
+			n, ok := j.xw.run(budget - used)
+			used += n
+			if !ok {
+				return used, false
+			}
+			j.next()
+		case phUncertain:
+			one := m.stacks[j.i : j.i+1]
+			for j.u < len(j.pm.uncertain) {
+				if used >= budget {
+					return used, false
+				}
+				id := j.pm.uncertain[j.u]
+				j.u++
+				if j.dst[id>>6]&(1<<(id&63)) != 0 {
+					continue
+				}
+				p := v.pieces[id]
+				used += 1 + len(p)
+				if out, _ := m.feed(one, p); len(out) > 0 {
+					j.dst[id>>6] |= 1 << (id & 63)
+				}
+			}
+			j.next()
+		}
+		if used >= budget && j.ph != phDone {
+			return used, false
+		}
+	}
+}
+
+// next moves the job to the next stack.
+func (j *MaskJob) next() {
+	j.i++
+	j.pm, j.pw, j.pmNew, j.xw, j.u = nil, nil, nil, nil, 0
+	j.ph = phStart
+}
