@@ -344,7 +344,11 @@ func (s *batch) join(qs []*seq) {
 	defer s.yieldJoined(s.active[joined:])
 	for _, q := range s.active[joined:] {
 		if q.startErr != nil {
-			s.fail(q, handoff.ErrRefused.With("%v", q.startErr))
+			if rf := requestFault(q.startErr); rf != nil {
+				s.fail(q, rf) // the schema's fault, found replaying its tokens
+			} else {
+				s.fail(q, handoff.ErrRefused.With("%v", q.startErr))
+			}
 			continue
 		}
 		if q.hasFirst {
@@ -772,7 +776,7 @@ func (s *batch) draw(q *seq, logits []float32) {
 	}
 	q.held = nil
 	if err != nil {
-		s.fail(q, errf(CodeInternal, http.StatusInternalServerError, err, "sampling failed"))
+		s.fail(q, samplingFailure(err))
 		return
 	}
 	// Logprobs are computed here, where the token is sampled, from the

@@ -530,7 +530,7 @@ func (h *dhandoff) fail(err error) {
 func (o outcome) token2() handoff.Token {
 	switch {
 	case o.err != nil:
-		return handoff.Token{Err: o.err, PromptTokens: o.prompt, CompletionTokens: o.completion}
+		return handoff.Token{Err: wireError(o.err), PromptTokens: o.prompt, CompletionTokens: o.completion}
 	case o.done:
 		return handoff.Token{Done: true, Finish: o.finish, PromptTokens: o.prompt, CompletionTokens: o.completion}
 	default:

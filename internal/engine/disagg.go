@@ -366,6 +366,9 @@ func (d *Disaggregated) abort(dec handoff.Decode, id kv.ID, reason string) {
 // handoffFailure classifies a failed handoff: verification failures are
 // integrity errors (I8), the rest a failed handoff.
 func handoffFailure(cause error) *Error {
+	if rf := requestFault(cause); rf != nil {
+		return rf
+	}
 	if errors.Is(cause, handoff.ErrCountMismatch) || errors.Is(cause, handoff.ErrCoverage) ||
 		errors.Is(cause, handoff.ErrDigestMismatch) || errors.Is(cause, handoff.ErrDigestMissing) ||
 		errors.Is(cause, handoff.ErrBadWrite) || errors.Is(cause, handoff.ErrChecksum) {
@@ -576,7 +579,9 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 				dr.derr = err
 			}
 			e := handoffFailure(cause)
-			if canRetry() && e.Code != CodeIntegrity {
+			// A failure the request caused (4xx) would fail the same way
+			// on any pair: never retried.
+			if canRetry() && e.Code != CodeIntegrity && e.Status >= 500 {
 				dr.retry = e
 				return dr
 			}

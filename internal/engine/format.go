@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"net/http"
 	"sync"
 
@@ -53,11 +54,18 @@ func (f *formats) sampler(tenant string, p sample.Params, prompt []int32) (*samp
 		cache = f.get()
 	}
 	if cache == nil {
-		return nil, errf(CodeInvalid, http.StatusBadRequest, nil, "this model has no vocabulary to constrain output with; drop response_format")
+		return nil, errf(CodeUnsupported, http.StatusBadRequest, nil, "this model has no vocabulary to constrain output with; drop response_format and tool_choice \"required\" or a named tool")
 	}
 	c, _, err := cache.Get(tenant, p.Format.Kind == sample.FormatJSONObject, p.Format.Schema)
 	if err != nil {
-		return nil, errf(CodeInvalid, http.StatusBadRequest, err, "the response format's schema is refused: %v", err)
+		// The router compiled the same text before admitting it; a worker
+		// that disagrees still answers with the compiler's code.
+		code := "invalid_schema"
+		var ge *grammar.Error
+		if errors.As(err, &ge) {
+			code = ge.Code
+		}
+		return nil, errf(code, http.StatusBadRequest, err, "the response format's schema is refused: %v", err)
 	}
 	if c.Vocab().Size() != f.rt.Vocab() {
 		return nil, errf(CodeInternal, http.StatusInternalServerError, nil, "grammar vocabulary of %d tokens for a model of %d", c.Vocab().Size(), f.rt.Vocab())

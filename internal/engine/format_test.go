@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -390,4 +392,123 @@ func TestConstrainedDeferredIsExact(t *testing.T) {
 		t.Fatalf("deferrals: prefill %d, decode %d; both should defer", pd, dd)
 	}
 	t.Logf("%d requests; colocated %d deferrals, %d preemptions; prefill %d and decode %d deferrals, %d decode preemptions", len(reqs), deferrals, preemptions, pd, dd, dp)
+}
+
+// ambiguousSchema compiles (every bound is met) but 300 anyOf branches
+// that all begin with the same bytes keep more than grammar.MaxStacks
+// parses alive at the first token.
+func ambiguousSchema() string {
+	var br []string
+	for i := 1; i <= 300; i++ {
+		br = append(br, fmt.Sprintf(`{"type":"object","properties":{"a":{"const":%d}},"required":["a"]}`, i))
+	}
+	return `{"anyOf":[` + strings.Join(br, ",") + `]}`
+}
+
+// A schema the grammar gives up on while generating (grammar_ambiguous)
+// is the request's fault: a 400 with that code and a sentence naming the
+// schema, never a 500 or a handoff failure, colocated, in process and
+// over TCP (where it crosses the wire with its code), and it is not
+// retried on another pair. A following request is served.
+func TestGrammarFaultIs400(t *testing.T) {
+	rt := storiesRuntime(t)
+	if _, err := grammar.CompileSchema([]byte(ambiguousSchema())); err != nil {
+		t.Fatalf("the ambiguous schema must compile: %v", err)
+	}
+	bad := &Request{ID: "amb", Tenant: "a", Prompt: []int32{1, 365}, MaxTokens: 20,
+		Sampling: sample.Params{Temperature: 1, Seed: 3, Format: sample.Format{Kind: sample.FormatJSONSchema, Schema: ambiguousSchema()}}}
+	good := &Request{ID: "ok", Tenant: "b", Prompt: []int32{1, 365}, MaxTokens: 5}
+	check := func(label string, e Engine, pw *PrefillWorker) {
+		t.Helper()
+		arrivals := func() uint64 {
+			if pw == nil {
+				return 0
+			}
+			pw.sched.mu.Lock()
+			defer pw.sched.mu.Unlock()
+			return pw.sched.nextArrival
+		}
+		a0 := arrivals()
+		s, err := e.Submit(context.Background(), bad)
+		if err == nil {
+			err = collect(t, s).final.Err
+		}
+		if pw != nil && arrivals()-a0 != 1 {
+			t.Fatalf("%s: the request's own fault was prefilled %d times: retried on another pair", label, arrivals()-a0)
+		}
+		var ee *Error
+		if !errors.As(err, &ee) || ee.Code != CodeGrammarAmbiguous || ee.Status != http.StatusBadRequest {
+			t.Fatalf("%s: got %v, want a 400 %s", label, err, CodeGrammarAmbiguous)
+		}
+		if !strings.Contains(ee.Message, "anyOf") {
+			t.Fatalf("%s: message %q does not say what to change", label, ee.Message)
+		}
+		s, err = e.Submit(context.Background(), good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := collect(t, s); r.final.Err != nil || len(r.tokens) != 5 {
+			t.Fatalf("%s: the next request got %d tokens, %v", label, len(r.tokens), r.final.Err)
+		}
+	}
+	col, err := NewColocated(storiesConfig(rt, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("colocated", col, nil)
+	closeWithin(t, col)
+	loc, err := NewLocal(storiesConfig(rt, 32), storiesConfig(rt, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("in process", loc, loc.Prefill)
+	// A pairer that would retry (on the same pair again): the fault is
+	// still not retried.
+	again, err := NewDisaggregatedPairs(DisaggConfig{Model: rt.Name(), Vocab: rt.Vocab(), Fingerprint: FingerprintOf(rt),
+		Context: EffectiveContext(loc.Prefill.Context(), loc.Decode.Context())}, retryPair{Pair{Prefill: loc.Prefill, Decode: loc.Decode}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("with a retrying pairer", again, loc.Prefill)
+	closeWithin(t, again)
+	closeWithin(t, loc)
+	r := newRemoteRig(t, "tcp", storiesConfig(rt, 32), storiesConfig(rt, 32))
+	defer r.close()
+	check("tcp", r.eng, r.pw)
+}
+
+// retryPair offers its one pair again when asked to avoid it.
+type retryPair struct{ p Pair }
+
+func (r retryPair) Pair(*Request, *Pair) (*Pair, error) {
+	p := r.p
+	return &p, nil
+}
+
+// A worker that cannot serve an output format (a model with no
+// vocabulary for it) answers 400 unsupported_parameter, also when the
+// refusal comes from the prefill worker across the handoff.
+func TestFormatWithoutVocabIs400(t *testing.T) {
+	m := newToy()
+	r := &Request{Tenant: "a", Prompt: prompt(1, 3), MaxTokens: 3, Sampling: sample.Params{Format: sample.Format{Kind: sample.FormatJSONObject}}}
+	col, err := NewColocated(toyConfig(m, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeWithin(t, col)
+	loc, err := NewLocal(toyConfig(m, 64), toyConfig(m, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeWithin(t, loc)
+	for _, e := range []Engine{col, loc} {
+		s, err := e.Submit(context.Background(), r)
+		if err == nil {
+			err = collect(t, s).final.Err
+		}
+		var ee *Error
+		if !errors.As(err, &ee) || ee.Code != CodeUnsupported || ee.Status != http.StatusBadRequest {
+			t.Fatalf("%T: %v, want a 400 %s", e, err, CodeUnsupported)
+		}
+	}
 }

@@ -215,6 +215,9 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	}
 	samp, err := prefillSampler(w.cfg.formats, r.Tenant, r.Sampling, r.Tokens, r.SampleOffset)
 	if err != nil {
+		if rf := requestFault(err); rf != nil {
+			return nil, w.abort(r.Handoff, wireError(rf))
+		}
 		return nil, w.abort(r.Handoff, handoff.ErrRefused.With("output format: %v", err))
 	}
 	owner := kv.Owner{Tenant: r.Tenant, ID: r.Handoff}
@@ -266,7 +269,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		case !o.done && o.err == nil:
 			first, firstLP = o.token, o.logprobs
 		case o.err != nil:
-			ch <- done{err: o.err}
+			ch <- done{err: wireError(o.err)}
 		case o.finish == "cancelled":
 			ch <- done{err: errors.New("prefill cancelled")}
 		default:

@@ -109,7 +109,8 @@ type Error struct {
 	// Code is machine-readable: "invalid_temperature", "invalid_top_k",
 	// "invalid_top_p", "invalid_min_p", "invalid_penalty",
 	// "invalid_logit_bias", "invalid_logprobs", "invalid_format",
-	// "no_candidates", "grammar_refused".
+	// "no_candidates", "grammar_refused"; and the output format's faults
+	// at run time: "grammar_ambiguous", "grammar_dead_end".
 	Code string
 	// Msg is a sentence the user can act on.
 	Msg string

@@ -1,6 +1,7 @@
 package sample
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -127,7 +128,13 @@ func (s *Sampler) Observe(id int32) {
 	if s.m != nil && s.bad == nil {
 		s.job, s.maskOK = nil, false
 		if err := s.m.Accept(id); err != nil {
-			s.bad = &Error{"grammar_refused", fmt.Sprintf("the output format refuses token %d: %v", id, err)}
+			var ge *grammar.Error
+			if errors.As(err, &ge) {
+				// The schema's own fault (too ambiguous), not the token's.
+				s.bad = &Error{ge.Code, ge.Msg}
+			} else {
+				s.bad = &Error{"grammar_refused", fmt.Sprintf("the output format refuses token %d: %v", id, err)}
+			}
 		}
 	}
 	if !s.p.processes() {
@@ -209,6 +216,11 @@ func (s *Sampler) Sample(logits []float32) (int32, error) {
 	id, err := s.draw(s.process(logits))
 	if err == nil {
 		s.Observe(id)
+		if s.bad != nil {
+			// The grammar failed on its own token (grammar_ambiguous):
+			// the token is not emitted.
+			return -1, s.bad
+		}
 	}
 	return id, err
 }
@@ -235,6 +247,9 @@ func (s *Sampler) SampleWithin(logits []float32, b Budget) (id int32, pending bo
 	}
 	if err == nil {
 		s.Observe(id)
+		if s.bad != nil {
+			return -1, false, s.bad
+		}
 	}
 	return id, false, err
 }
@@ -248,7 +263,7 @@ func (s *Sampler) draw(logits []float32) (int32, error) {
 				return -1, err
 			}
 			if id < 0 {
-				return -1, &Error{"no_candidates", "the output format allows no token with a usable logit here"}
+				return -1, s.noneAllowed()
 			}
 		}
 		if id < 0 {
@@ -377,9 +392,29 @@ func (s *Sampler) redraw(logits []float32, c []cand) (int32, error) {
 		s.cand = kept
 	}
 	if len(kept) == 0 {
-		return -1, &Error{"no_candidates", "the output format allows no token with a usable logit here"}
+		return -1, s.noneAllowed()
 	}
 	return pick(kept, total, s.redrawUniform()), nil
+}
+
+// noneAllowed is the error of a constrained draw that found no token to
+// draw: the grammar allows none of the vocabulary here (the schema asks
+// for text this model cannot spell: the request's fault), or allows only
+// tokens whose logits are unusable (the model's).
+func (s *Sampler) noneAllowed() error {
+	if s.maskOK {
+		empty := true
+		for _, w := range s.mask {
+			if w != 0 {
+				empty = false
+				break
+			}
+		}
+		if empty {
+			return &Error{"grammar_dead_end", "the output format allows no token of this model's vocabulary here: the schema asks for text the model cannot spell (a pattern, const or enum value); simplify that part of the schema"}
+		}
+	}
+	return &Error{"no_candidates", "the output format allows no token with a usable logit here"}
 }
 
 // redrawUniform is a uniform in [0,1) that depends only on the seed and
