@@ -155,3 +155,17 @@ test-interop:
 # The version the build targets stamp (for docker build --build-arg VERSION=...).
 print-version:
 	@echo $(VERSION)
+
+.PHONY: chaos
+# The chaos soak (docs/testing.md): 3 tenants against 2 routers, 2 prefill
+# and 2 decode workers as processes, each in its own network namespace
+# (needs root and /dev/net/tun), with random kill -9 and restarts,
+# SIGSTOP/SIGCONT and packet faults (loss, delay, jitter, reordering,
+# duplication, partitions) one at a time for CHAOS_DURATION; the report
+# counts requests exact / migrated / failed cleanly / wrong and leaked
+# pages, and the run fails on any wrong output or leaked page.
+# CHAOS_SEED=n replays a schedule.
+CHAOS_DURATION ?= 5m
+CHAOS_SEED ?=
+chaos:
+	SLUICE_CHAOS=$(CHAOS_DURATION) SLUICE_CHAOS_SEED=$(CHAOS_SEED) $(GO) test -count=1 -timeout 90m -run '^TestChaos$$' -v ./cmd/sluice
