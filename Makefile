@@ -66,6 +66,13 @@ BENCH_KERNELS_PARTS ?= item5 dense depth-quick
 bench-kernels:
 	scripts/bench-kernels.sh $(BENCH_KERNELS_PARTS)
 
+.PHONY: bench-kvq8
+# The Q8_0 KV page rows of docs/benchmarks.md: bench-110M (16k context) at
+# depth 8192 with F16 and Q8_0 pages, against llama-bench with the same
+# -ctk/-ctv, alternated REPS times; about 5 minutes a rep on 2 vCPUs.
+bench-kvq8:
+	scripts/bench-kvq8.sh
+
 .PHONY: bench-moe
 # The mixture-of-experts rows of docs/benchmarks.md: writes the qwen3moe and
 # glm4moe bench shapes (2-4 GB each) into ../bench and runs sluice bench

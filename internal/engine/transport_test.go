@@ -73,7 +73,7 @@ func newRemoteRig(t *testing.T, transport string, pcfg, dcfg Config) *remoteRig 
 	r.closers = append(r.closers, func() { dc.Close() })
 	var toDecode handoff.Decode = dc
 	if transport == "shm" {
-		w, err := shm.Open(dcfg.SharedFile, kv.Geometry{Layers: dcfg.Model.Layers(), KVDim: dcfg.Model.KVDim(), PageSize: dcfg.PageSize}, dc)
+		w, err := shm.Open(dcfg.SharedFile, kv.Geometry{Layers: dcfg.Model.Layers(), KVDim: dcfg.Model.KVDim(), PageSize: dcfg.PageSize, Type: dcfg.KVType}, dc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,6 +140,49 @@ func TestOracleStoriesTransports(t *testing.T) {
 				}
 			}
 			r.close()
+		})
+	}
+}
+
+// TestQ8PagesOverTransports: with Q8_0 pages on both roles (stories260K's
+// KV row is one block), prefill -> decode over TCP and over one-sided
+// shared memory gives the colocated Q8_0 tokens (the page images, their
+// digests and the decode side's reads agree), and both pools drain.
+func TestQ8PagesOverTransports(t *testing.T) {
+	rt := storiesRuntime(t)
+	reqs, _ := storiesRequests(t, 8)
+	q8 := func(ps int) Config {
+		c := storiesConfig(rt, ps)
+		c.KVType = kv.Q8_0
+		return c
+	}
+	col, err := NewColocated(q8(24))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := runMany(t, col, reqs)
+	closeWithin(t, col)
+	for _, transport := range []string{"tcp", "shm"} {
+		t.Run(transport, func(t *testing.T) {
+			r := newRemoteRig(t, transport, q8(16), q8(24))
+			defer r.close()
+			if g := r.dw.Pool().Geometry(); g.Type != kv.Q8_0 {
+				t.Fatalf("decode pool of %v pages", g.Type)
+			}
+			got := runMany(t, r.eng, reqs)
+			for i := range reqs {
+				if got[i].final.Err != nil {
+					t.Fatalf("request %d: %v", i, got[i].final.Err)
+				}
+				if len(ref[i].tokens) == 0 || !slices.Equal(got[i].tokens, ref[i].tokens) {
+					t.Errorf("request %d: %s %v, colocated %v", i, transport, got[i].tokens, ref[i].tokens)
+				}
+			}
+			for name, p := range map[string]*kv.Pool{"prefill": r.pw.Pool(), "decode": r.dw.Pool()} {
+				if err := p.CheckDrained(); err != nil {
+					t.Errorf("%s pool over %s not drained: %v", name, transport, err)
+				}
+			}
 		})
 	}
 }
