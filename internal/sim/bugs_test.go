@@ -50,8 +50,10 @@ var mustFind = []injected{
 	// deterministic, so they fail if the word stops working).
 	{"release-before-drain", "I6", "an ended one-sided handoff's pages released at once, not quarantined",
 		Bugs{NoQuarantine: true, NoGenFence: true}, 100, ""},
+	// (Also found as an idle prefix-cache page that a late copy changed
+	// after its seal, caught only by the drain's re-hash.)
 	{"early-drain", "I6", "the writer acknowledges its drain with one-sided writes in flight",
-		Bugs{EarlyDrain: true, NoGenFence: true}, 600, ""},
+		Bugs{EarlyDrain: true, NoGenFence: true}, 600, "integrity violation|streamed|no longer matches its seal digest"},
 	{"short-lease", "I6", "quarantine lease shorter than the transport's worst in-flight time",
 		Bugs{ShortLease: true, NoGenFence: true}, 400, ""},
 	{"foreign-placement", "I3", "the one-sided writer's reservation fence off: a peer places bytes in another handoff's page",
@@ -75,6 +77,19 @@ var mustFind = []injected{
 		Bugs{KV: kv.Unsafe{NoCacheTenantCheck: true}}, 50, "crossed tenants on a shared read"},
 	{"resume-no-offset", "exact resume", "a resumed request's new handoff carries neither the generated tokens to decode's sampler nor the prefill sampler offset",
 		Bugs{ResumeNoOffset: true}, 50, ""},
+	// Migration after a decode worker's death or hang (issue 27).
+	{"migrate-no-exclude", "exact migration", "a migrated request is paired again without avoiding the decode worker declared dead",
+		Bugs{MigrateNoExclude: true}, 50, "did not exclude the failed worker"},
+	{"migrate-wrong-offset", "exact migration", "a migrated request's prefill samples at an offset one short of the tokens already sent",
+		Bugs{MigrateWrongOffset: true}, 50, ""},
+	// Against a CRASHED incarnation's posted writes the commit digest,
+	// re-read from memory, backs the new file up; against a STOPPED one
+	// continued after its replacement started (hang_decode) nothing does:
+	// its own decode steps write the file the replacement maps in place.
+	{"restart-same-file", "I6", "a decode worker replacing a stopped or crashed one maps its shared file in place, not a new file",
+		Bugs{RestartSameFile: true}, 200, "integrity violation|streamed|no longer matches its seal digest"},
+	{"heartbeat-release", "I6", "a prefill worker declared dead by the heartbeat is taken as drained: its handoffs' pages are freed at once, not after the lease",
+		Bugs{HeartbeatRelease: true, NoGenFence: true}, 600, ""},
 }
 
 // holdsAlone are safeguards another layer backs up: with only this one
@@ -94,8 +109,8 @@ var holdsAlone = []injected{
 		Bugs{EarlyDrain: true}, 500, ""},
 	{"short-lease-gen-word", "I6", "lease shorter than the in-flight time (the generation word stops late copies)",
 		Bugs{ShortLease: true}, 250, ""},
-	{"restart-same-file", "I6", "a restarted decode maps the crashed one's shared file in place (the commit digest, re-read from memory, still catches old-incarnation writes before a commit)",
-		Bugs{RestartSameFile: true}, 250, ""},
+	{"heartbeat-release-gen-word", "I6", "pages freed when the prefill's heartbeat stops (the generation word, closed at the release, stops the stopped writer's copies)",
+		Bugs{HeartbeatRelease: true}, 500, ""},
 }
 
 func allInjected() []injected {

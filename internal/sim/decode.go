@@ -33,6 +33,9 @@ type decode struct {
 	streams []*dstream
 	busy    bool // a step is scheduled
 	closed  bool
+	// stopped: this incarnation was stopped (SIGSTOP), declared dead and
+	// replaced, then continued: it runs on, unused.
+	stopped bool
 }
 
 // dstream is one handoff's token stream, as the transport's stream pump

@@ -68,6 +68,31 @@
 // fails, the page is quarantined). This fault draws from its own random
 // stream, so it left every other choice of a seed as it was.
 //
+// Death, hangs and migration (issue 27), on a stream of their own too: in
+// most runs the router's connections carry heartbeats (--peer-timeout,
+// 2-12 ms of virtual time). A crashed decode worker is then noticed at
+// once (its connection resets), a stopped one (hang_decode, SIGSTOP: it
+// neither receives nor sends, its state stays) after the timeout of
+// silence. Every request whose handoff was on it fails by transport, and
+// one that already streamed tokens migrates instead (migrate), as
+// engine.Disaggregated does: its handoff aborted, its stream closed, then
+// resumed exactly as a preempted request (a new handoff of the prompt and
+// the tokens sent, the sampler at the same offset), paired avoiding the
+// dead worker, at most --max-migrations (1-3) times. A decode slot has one
+// worker at a time, so the "other worker" is the replacement the
+// supervisor starts a few ms after the death; a migrated request waits at
+// the head of the queue until it is up. The stopped worker is continued
+// (SIGCONT) after its replacement started and runs on unused: its
+// sequences decode to their end, their stream items reach the router and
+// must be dropped (the stream moved), and its pool must drain like any
+// other. A stopped prefill worker (hang_prefill, mostly with a one-sided
+// copy under way) is declared dead the same way: its calls fail by
+// transport, its handoffs are aborted (decode quarantines their pages),
+// and its stalled copy completes only when it is continued, after its
+// replacement started and possibly past the lease: the writer the shared
+// file's generation word fences. Runs without heartbeats keep the old
+// behaviour: a dead worker's streams end at their deadline.
+//
 // The page-lifetime paths of queueing and preemption: tight decode pools
 // (pressure runs: honest peers, one request's worth of pages, arrivals at
 // once) where growth runs the pool dry and decode preempts; tight queue
@@ -105,12 +130,14 @@
 // every other request. The default run also
 // asserts that one-sided writes of a crashed decode incarnation landed (in
 // its old file) and that foreign one-sided writes reached the writer's
-// fence, so both hazards are exercised. goleak checks that no
+// fence, so both hazards are exercised, and that decode workers were
+// declared dead, streams migrated, migrated requests ended exact and a
+// continued worker's stale items were dropped. goleak checks that no
 // goroutine outlives the tests.
 //
 // # Running
 //
-//	go test ./internal/sim/                       # 1000 seeds + injected bugs, ~85 s of CPU, under a minute on 2 idle cores
+//	go test ./internal/sim/                       # 1000 seeds + injected bugs, ~110 s of CPU, about a minute on 2 idle cores
 //	make sim SEEDS=100000                          # SLUICE_SIM_SEEDS=100000, TestSim only
 //	SLUICE_SIM_FROM=50001 SLUICE_SIM_SEEDS=1000 go test -run 'TestSim$' ./internal/sim/
 //	SLUICE_SIM_SEED=12345 go test -count=1 -run 'TestSim/seed' -v ./internal/sim/   # replay one seed with its trace
@@ -145,7 +172,10 @@
 // early drain acknowledgement, a lease shorter than the in-flight time; and
 // the router's and prefill wrapper's: a request cancelled while queued left
 // in the admission core, a resume without the sampler offset, the cache
-// salt without the tenant). TestInjectedBugs asserts that each safeguard no
+// salt without the tenant; and migration's: a migration paired with the
+// worker it left, a migration's prefill one sampler draw short, a dead
+// prefill worker's handoffs taken as drained when its heartbeat stops).
+// TestInjectedBugs asserts that each safeguard no
 // other layer backs up is found within a bounded number of seeds, and that
 // each backed-up layer alone finds nothing. The prefix cache's tenant
 // layers are each found alone (first seed today; bound):
@@ -155,4 +185,21 @@
 //	                       page (kv.Unsafe.NoCacheTenantCheck)        the tenant of every read
 //	cache-tenant-blind     salt, index and read check at once         a cross-tenant hit, read     4; 50
 //	                       (engine.Unsafe.TenantBlindCache)
+//
+// Death, hangs and migration (first seed today; bound):
+//
+//	migrate-no-exclude     migration paired again with the worker      the pairing itself           1; 50
+//	                       declared dead (no avoid)
+//	migrate-wrong-offset   a migration's prefill samples one draw      the output differs from      1; 50
+//	                       short of the tokens sent                    the reference
+//	heartbeat-release      a prefill worker declared dead taken as     a stopped writer's copy in   90; 600
+//	                       drained: pages freed without the lease      a re-used page (gen word off)
+//	                       (with the generation word on: holds, 500 seeds)
+//	restart-same-file      a replacement decode maps the dead one's    a continued worker's writes  11; 200
+//	                       file in place                               in the replacement's pages
+//
+// restart-same-file was a backed-up layer before hangs existed: against a
+// crashed incarnation's posted writes the commit digest, re-read from
+// memory, catches them; against a stopped incarnation continued after its
+// replacement started, nothing but the new file does.
 package sim

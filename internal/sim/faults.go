@@ -25,13 +25,16 @@ const (
 	FaultForeign                   // misbehaving prefill: writes into another handoff's page
 	FaultAfterPreempt              // a disconnect or router abort strikes a preempted request while it resumes
 	FaultWrongTenant               // prefill's cache lookup made under another tenant (an index bug): the shares are the reader's
+	FaultHangDecode                // the decode worker stops (SIGSTOP): silent until the heartbeat declares it dead; continued later
+	FaultMigrate                   // a stream cut after its first token by its decode worker's death or hang, moved to another worker
+	FaultHangPrefill               // the prefill worker stops mid-transfer (its posted one-sided writes still land): the heartbeat declares it dead
 	numFaults
 )
 
 var faultNames = [numFaults]string{"delay", "dup", "loss", "crash_prefill", "crash_decode",
 	"disconnect", "abort_router", "abort_prefill", "late_write", "slow_transfer", "burst",
 	"short_transfer", "wrong_digest", "no_digest", "stale_data", "stale_writer", "foreign_pages", "after_preempt",
-	"wrong_tenant_lookup"}
+	"wrong_tenant_lookup", "hang_decode", "migrate", "hang_prefill"}
 
 func (f Fault) String() string { return faultNames[f] }
 
@@ -51,6 +54,16 @@ type plan struct {
 	// request's worth of decode pages, arriving at once: most requests
 	// reach decoding together and grow into each other (preemption).
 	pressure bool
+	// heartbeat: the router's connections to decode carry heartbeats
+	// (--peer-timeout peerTimeout): a crashed decode worker is noticed at
+	// once (its connection resets), a stopped one after peerTimeout of
+	// silence, and a stream cut after its first token migrates, at most
+	// maxMigrations times (--max-migrations). Off, a worker's death is
+	// noticed by no one and its streams end at their deadline, as before
+	// heartbeats existed.
+	heartbeat     bool
+	peerTimeout   time.Duration
+	maxMigrations int
 }
 
 func newPlan(s *sched) plan {
@@ -93,6 +106,18 @@ func newPlan(s *sched) plan {
 	// other bugs) as it was.
 	if s.cchance(0.5) {
 		pl.p[FaultWrongTenant] = 0.2 + 0.4*s.crng.Float64()
+	}
+	// Heartbeats, hangs and migration: their own stream too.
+	if s.mchance(0.6) {
+		pl.heartbeat = true
+		pl.peerTimeout = s.mbetween(2*msec, 12*msec)
+		pl.maxMigrations = 1 + s.mrng.IntN(3)
+		if !pl.pressure && s.mchance(0.25) {
+			pl.p[FaultHangDecode] = 1
+		}
+		if !pl.pressure && s.mchance(0.25) {
+			pl.p[FaultHangPrefill] = 1
+		}
 	}
 	return pl
 }

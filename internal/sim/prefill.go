@@ -28,6 +28,9 @@ type prefill struct {
 	// they waited the queue timeout (the engine's prefill worker waits
 	// for freed pages the same way).
 	waiting []*pwait
+	// stoppedUntil: the worker is stopped (SIGSTOP) until then; a
+	// one-sided copy it had under way completes only then (hangPrefill).
+	stoppedUntil time.Duration
 	// cachedBy is, for each page this simulator saw handed to the prefix
 	// cache, the tenant whose request computed it: the oracle of I11 (a
 	// hit must be the reader's own tenant's KV), kept outside the system.
@@ -510,7 +513,14 @@ func (j *pjob) postOneSided(seq int, ws []handoff.PageWrite) {
 		}
 		land, page := lands[i], ws[i].Page.Page
 		j.posted++
-		w.after(fly, "one-sided land", func() {
+		var landing func()
+		landing = func() {
+			if p.stoppedUntil > w.now {
+				// The writer is stopped (SIGSTOP) in the middle of its
+				// copy: the copy completes when it is continued.
+				w.after(p.stoppedUntil-w.now, "one-sided land (the stopped writer continued)", landing)
+				return
+			}
 			if j.over || j.drain {
 				w.res.LateLandings++
 				w.logf("one-sided write %s page %d lands in decode#%d memory AFTER its handoff ended%s", short(j.id), page, d.gen, w.router.holder(j.id, page))
@@ -530,7 +540,11 @@ func (j *pjob) postOneSided(seq int, ws []handoff.PageWrite) {
 				j.call(seq, notices)
 			}
 			j.maybeDrained()
-		})
+		}
+		w.after(fly, "one-sided land", landing)
+	}
+	if w.hangArmed && p == w.pre {
+		w.stopPrefill() // stopped with this batch's copies under way
 	}
 }
 

@@ -31,6 +31,10 @@ type router struct {
 	core      *admission.Core
 	nextSID   admission.ID
 	retries   int
+	// dead are the decode incarnations declared dead (by generation);
+	// migrated the handoffs a stream moved away from.
+	dead     map[int]bool
+	migrated map[kv.ID]bool
 }
 
 const maxRetries = 8
@@ -84,9 +88,19 @@ type rreq struct {
 	kvBad    string // the oracle saw wrong KV behind this request's decode
 	finished bool
 
-	queuedAt    time.Duration
-	preempts    int
-	handoffs    int
+	queuedAt time.Duration
+	preempts int
+	handoffs int
+	// dec is the decode incarnation of the current handoff; avoid the
+	// incarnations a migration moved the stream away from (the pairer's
+	// avoid argument); migrations how many times it moved.
+	dec        *decode
+	avoid      []int
+	migrations int
+	// pre and pclaim are the prefill worker of the current handoff's
+	// Prefill call and the call's claim (prefillDead answers it).
+	pre         *prefill
+	pclaim      func() bool
 	endedQueued bool     // ended while waiting in the queue: may never reserve
 	strike      strikeAt // an after-preemption fault waits for this phase
 	// colo: served by the colocated engine (owner, its reserved table
@@ -295,6 +309,18 @@ func (r *router) admitted(q *rreq) {
 		r.coreStep(admission.Event{Kind: admission.EvDropped, ID: q.sid})
 		return
 	}
+	d := w.dec
+	if slices.Contains(q.avoid, d.gen) {
+		if !w.cfg.Bugs.MigrateNoExclude {
+			// The pairer avoids the worker the stream moved away from: no
+			// pair yet (the only decode slot is still that worker); the
+			// request waits at the head of the queue for its replacement.
+			q.queue = qWaiting
+			r.coreStep(admission.Event{Kind: admission.EvNoRoom, ID: q.sid})
+			return
+		}
+		w.violate("%v migrated away from decode#%d (declared dead) and was paired with it again (the migration did not exclude the failed worker)", q, d.gen)
+	}
 	wait := w.now - q.queuedAt
 	w.res.QueueWaits = append(w.res.QueueWaits, wait)
 	for k := range q.hid {
@@ -305,7 +331,7 @@ func (r *router) admitted(q *rreq) {
 	q.hprompt = len(q.toks) + len(q.out)
 	q.res, q.committed, q.nextIdx = nil, false, 0
 	clear(q.pending)
-	d := w.dec
+	q.dec = d
 	hid := q.hid
 	// The tokens let decode look its own prefix cache up.
 	m := &handoff.Reserve{Handoff: hid, Tenant: q.tenant, PromptTokens: q.hprompt, MaxTokens: q.max - len(q.out),
@@ -379,7 +405,11 @@ func (r *router) prefill(q *rreq) {
 	if w.cfg.Bugs.ResumeNoOffset {
 		pr.SampleOffset = 0
 	}
+	if w.cfg.Bugs.MigrateWrongOffset && q.migrations > 0 && len(q.out) > 0 {
+		pr.SampleOffset = len(q.out) - 1
+	}
 	var claim func() bool
+	defer func() { q.pre, q.pclaim = p, claim }()
 	claim = w.rpc(fmt.Sprintf("router->prefill#%d prefill %v", p.gen, q), r.alive, p.alive, w.prefillTimeout,
 		func() func() {
 			// The answer comes when the transfer is over, as its own message.
@@ -431,6 +461,12 @@ func (r *router) prefilled(q *rreq, hid kv.ID, res *handoff.PrefillResult, err e
 // runs on (before a resume) are stale.
 func (r *router) onStream(it item) {
 	q := r.byHandoff[it.hid]
+	if r.migrated[it.hid] {
+		// A continued worker's item for a handoff its stream moved away
+		// from: that stream is closed (engine.Disaggregated closes it
+		// before the migration's new handoff).
+		r.w.res.StaleItems++
+	}
 	if q == nil || !q.m.Live() || it.hid != q.hid {
 		return
 	}
@@ -492,6 +528,79 @@ func (r *router) drainStream(q *rreq) {
 			}
 		default:
 			r.step(q, request.Event{Kind: request.EvToken, Token: tok.ID})
+		}
+	}
+}
+
+// decodeDead is the router's verdict that decode incarnation d is dead: its
+// connection reset (a crash) or the heartbeat heard nothing from it for
+// peerTimeout (a stopped worker; handoff/tcp heartbeat.go). Each request
+// whose current handoff is on d fails by transport; one that already
+// streamed tokens migrates instead, as engine.Disaggregated does: its
+// handoff is aborted (the message is lost on a dead worker), its stream
+// closed, and it resumes exactly as a preempted request does (a new
+// handoff of the prompt plus the tokens sent, the sampler at the same
+// offset), paired avoiding d, at most maxMigrations times.
+func (r *router) decodeDead(d *decode, why string) {
+	w := r.w
+	if r.dead[d.gen] {
+		return
+	}
+	r.dead[d.gen] = true
+	w.res.DeclaredDead++
+	w.logf("decode#%d declared dead: %s", d.gen, why)
+	for _, q := range r.reqs {
+		if q.colo || q.dec != d || !q.m.Live() || q.queue != qRunning {
+			continue
+		}
+		st := q.m.State()
+		if (st == request.Committed || st == request.Decoding) && len(q.out) > 0 && q.migrations < w.pl.maxMigrations {
+			w.count(FaultMigrate)
+			w.res.Migrations++
+			q.migrations++
+			q.avoid = append(q.avoid, d.gen)
+			old := q.hid
+			r.migrated[old] = true
+			w.send(fmt.Sprintf("router->decode#%d abort %v (migrated)", d.gen, q), d.alive, func() {
+				d.abort(&handoff.Abort{Handoff: old, Reason: "migrated after its decode worker was declared dead"})
+			})
+			q.hid = kv.ID{} // the old stream is closed: its items are dropped
+			q.committed = false
+			clear(q.pending)
+			w.logf("%v MIGRATES after %d tokens (migration %d of at most %d), avoiding decode#%d", q, len(q.out), q.migrations, w.pl.maxMigrations, d.gen)
+			r.step(q, request.Event{Kind: request.EvPreempted})
+			continue
+		}
+		r.step(q, request.Event{Kind: request.EvFail, Code: string(handoff.ErrTransport.Code),
+			Msg: fmt.Sprintf("the decode worker was declared dead (%s)", why)})
+	}
+}
+
+// prefillDead is the router's verdict that prefill worker p is dead (its
+// heartbeat stopped): every open Prefill call on it fails by transport,
+// as engine.Disaggregated's drive sees it, and the request fails (it has
+// sent nothing yet), aborting its handoff: decode then quarantines the
+// pages until the lease (handoff.Receiver.end), since a stopped writer's
+// posted writes may still land. Nothing is released because a heartbeat
+// stopped (Bugs.HeartbeatRelease breaks exactly that).
+func (r *router) prefillDead(p *prefill, why string) {
+	w := r.w
+	w.logf("prefill#%d declared dead: %s", p.gen, why)
+	for _, q := range r.reqs {
+		if q.colo || q.pre != p || q.pclaim == nil || !q.m.Live() {
+			continue
+		}
+		hid := q.hid
+		if !q.pclaim() {
+			continue // answered already
+		}
+		r.prefilled(q, hid, nil, handoff.ErrTransport.With("the prefill worker was declared dead (%s)", why))
+		if w.cfg.Bugs.HeartbeatRelease {
+			d := w.dec
+			w.send(fmt.Sprintf("router->decode#%d abort+drained %s (heartbeat lost)", d.gen, short(hid)), d.alive, func() {
+				d.abort(&handoff.Abort{Handoff: hid, Reason: "prefill worker declared dead"})
+				d.drained(hid)
+			})
 		}
 	}
 }

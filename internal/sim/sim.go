@@ -90,6 +90,20 @@ type Bugs struct {
 	// tokens generated before (decode's sampler does not continue after
 	// them) nor the prefill sampler offset.
 	ResumeNoOffset bool
+	// MigrateNoExclude: a migrated request is paired again without
+	// avoiding the decode worker whose death or hang cut its stream
+	// (engine.Disaggregated's Pair(r, avoid) with avoid left out).
+	MigrateNoExclude bool
+	// HeartbeatRelease: when the heartbeat declares a prefill worker dead,
+	// the router tells decode the dead writer's handoffs are drained, so
+	// their quarantined pages are freed at once instead of after the
+	// lease (releasing on heartbeat loss: a stopped writer is not a
+	// drained one).
+	HeartbeatRelease bool
+	// MigrateWrongOffset: a migrated request's new handoff gives prefill
+	// a sampler offset one short of the tokens already sent (the prompt
+	// is right; the random stream restarts one draw early).
+	MigrateWrongOffset bool
 }
 
 // Config is one run.
@@ -151,6 +165,14 @@ type Result struct {
 	// DecodeCacheHits counts prompt pages decode's own prefix cache held
 	// at a Reserve (prefill skipped sending them).
 	DecodeCacheHits int
+	// DeclaredDead counts decode incarnations the router declared dead
+	// (a reset connection, or heartbeat silence); Migrations the streams
+	// that moved after it; MigratedOK and MigratedFailed the requests
+	// migrated at least once that then ended exact, or failed.
+	// StaleItems counts stream items of a migrated handoff that reached
+	// the router afterwards (from a stopped worker continued) and were
+	// dropped.
+	DeclaredDead, Migrations, MigratedOK, MigratedFailed, StaleItems int
 }
 
 // Failed reports whether the run broke an invariant.
@@ -333,6 +355,9 @@ type world struct {
 	keyTenant      map[kv.BlockKey]string
 	prefillTimeout time.Duration
 	doneAt         time.Duration
+	// hangArmed: the next one-sided batch posted stops the prefill worker
+	// (hangPrefill).
+	hangArmed bool
 }
 
 func (w *world) count(f Fault) { w.res.Faults[f]++ }
@@ -545,7 +570,8 @@ func Run(env *Env, cfg Config) *Result {
 	}
 	w.res.Setup += fmt.Sprintf(", queue %d, running %d, queue timeout %v", qc.MaxQueue, qc.MaxRunning, qc.QueueTimeout)
 	w.queueTimeout = qc.QueueTimeout
-	w.router = &router{w: w, byHandoff: map[kv.ID]*rreq{}, bySID: map[admission.ID]*rreq{}, core: admission.New(qc)}
+	w.router = &router{w: w, byHandoff: map[kv.ID]*rreq{}, bySID: map[admission.ID]*rreq{}, core: admission.New(qc),
+		dead: map[int]bool{}, migrated: map[kv.ID]bool{}}
 	// Some runs serve part of their requests with a colocated engine: the
 	// batch core's own preemption (during a prompt, a decode or a rebuild)
 	// and resume.
@@ -577,6 +603,7 @@ func Run(env *Env, cfg Config) *Result {
 		w.after(at, "arrival", func() { w.router.submit(q) })
 	}
 	w.crashes()
+	w.hangs()
 	w.after(tickEvery, "tick", w.tick)
 	w.run(runLimit)
 	w.check()
@@ -611,6 +638,11 @@ func (w *world) crashes() {
 			w.count(FaultCrashDecode)
 			old := w.dec
 			old.crash()
+			if w.pl.heartbeat {
+				// kill -9: the kernel resets the connection, so the
+				// router knows at once.
+				w.after(netBase, "decode connection reset", func() { w.router.decodeDead(old, "its connection reset") })
+			}
 			w.after(w.between(msec, 20*msec), "restart decode", func() {
 				d, err := w.newDecode(old.gen + 1)
 				if err != nil {
@@ -625,9 +657,111 @@ func (w *world) crashes() {
 	}
 }
 
+// hangs schedules the run's decode hang: the incarnation stops (SIGSTOP:
+// it neither receives nor sends, its memory and state stay), the router's
+// heartbeat declares it dead after peerTimeout of silence, a replacement
+// starts (the supervisor's answer to a dead worker), and the stopped one
+// is continued later (SIGCONT) and runs on unused: its streams of
+// migrated handoffs reach the router, which must drop them.
+func (w *world) hangs() {
+	if w.pl.p[FaultHangPrefill] > 0 {
+		w.hangPrefill()
+	}
+	if w.pl.p[FaultHangDecode] == 0 {
+		return
+	}
+	at := w.mbetween(0, 40*msec)
+	w.after(at, "hang decode", func() {
+		d := w.dec
+		if !d.up {
+			return // crashed meanwhile
+		}
+		w.count(FaultHangDecode)
+		d.up = false
+		w.logf("decode#%d STOPPED (SIGSTOP)", d.gen)
+		w.after(w.pl.peerTimeout, "heartbeat silence", func() {
+			w.router.decodeDead(d, fmt.Sprintf("no heartbeat for %v", w.pl.peerTimeout))
+			w.after(w.mbetween(msec, 20*msec), "replace decode", func() {
+				if w.dec != d {
+					return // already replaced (it crashed)
+				}
+				nd, err := w.newDecode(d.gen + 1)
+				if err != nil {
+					w.violate("replace decode: %v", err)
+					return
+				}
+				w.dec = nd
+				w.decs = append(w.decs, nd)
+				w.logf("decode#%d up (replacing the stopped decode#%d)", nd.gen, d.gen)
+				w.after(w.mbetween(0, 30*msec), "continue decode", func() {
+					d.up = true
+					d.stopped = true
+					w.logf("decode#%d CONTINUED (SIGCONT), no longer used", d.gen)
+					d.tick()
+					d.kick()
+				})
+			})
+		})
+	})
+}
+
+// hangPrefill stops the prefill worker (SIGSTOP) at a random moment: it
+// computes and sends nothing more, and a one-sided copy it had under way
+// stalls until it is continued (SIGCONT), after its replacement started,
+// possibly past the quarantine lease: the stalled writer the generation
+// word exists for. The router's heartbeat declares it dead after
+// peerTimeout: its calls fail by transport, the requests fail before
+// their first token, and their handoffs are aborted, so decode holds the
+// pages in quarantine until the lease. The stopped one is never used
+// again.
+func (w *world) hangPrefill() {
+	if w.pl.oneSided && w.mchance(0.7) {
+		// Mostly in the middle of a copy: the first one-sided batch
+		// posted after a random moment stops the writer (postOneSided).
+		w.after(w.mbetween(0, 30*msec), "arm prefill hang", func() { w.hangArmed = true })
+		return
+	}
+	w.after(w.mbetween(0, 40*msec), "hang prefill", w.stopPrefill)
+}
+
+// stopPrefill is hangPrefill's stop, now.
+func (w *world) stopPrefill() {
+	w.hangArmed = false
+	p := w.pre
+	if !p.up || w.res.Faults[FaultHangPrefill] > 0 {
+		return // crashed meanwhile, or stopped already
+	}
+	w.count(FaultHangPrefill)
+	p.up = false
+	replaceIn, contIn := w.mbetween(msec, 20*msec), w.mbetween(0, 30*msec)
+	p.stoppedUntil = w.now + w.pl.peerTimeout + replaceIn + contIn
+	w.logf("prefill#%d STOPPED (SIGSTOP, %d jobs); continued at %v", p.gen, len(p.jobs), p.stoppedUntil)
+	w.after(w.pl.peerTimeout, "prefill heartbeat silence", func() {
+		w.router.prefillDead(p, fmt.Sprintf("no heartbeat for %v", w.pl.peerTimeout))
+		w.after(replaceIn, "replace prefill", func() {
+			if w.pre != p {
+				return
+			}
+			np, err := w.newPrefill(p.gen + 1)
+			if err != nil {
+				w.violate("replace prefill: %v", err)
+				return
+			}
+			w.pre = np
+			w.pres = append(w.pres, np)
+			w.logf("prefill#%d up (replacing the stopped prefill#%d)", np.gen, p.gen)
+		})
+	})
+}
+
 // tick drives the decode worker's clock until every request has ended and
 // the drain time (leases, reservation timeouts) has passed.
 func (w *world) tick() {
+	for _, d := range w.decs {
+		if d != w.dec && d.stopped {
+			d.tick() // a continued incarnation runs on
+		}
+	}
 	w.dec.tick()
 	w.router.coreStep(admission.Event{Kind: admission.EvTick})
 	if w.pre.up {
@@ -704,6 +838,9 @@ func (w *world) check() {
 			if q.preempts > 0 {
 				w.res.ResumedOK++
 			}
+			if q.migrations > 0 {
+				w.res.MigratedOK++
+			}
 			if !slices.Equal(q.out, ref[:q.max]) {
 				w.violate("%v reported success with output %v, reference %v (undetected integrity violation)", q, q.out, ref[:q.max])
 			}
@@ -726,23 +863,31 @@ func (w *world) check() {
 			if q.preempts > 0 {
 				w.res.ResumedFailed++
 			}
+			if q.migrations > 0 {
+				w.res.MigratedFailed++
+			}
 		}
 		if len(q.out) > len(ref) || !slices.Equal(q.out, ref[:len(q.out)]) {
 			w.violate("%v streamed %v before ending %s; reference %v", q, q.out, q.end, ref)
 		}
 	}
 	// After the drain nothing may hold a page: not a leak, not a
-	// quarantine, not a forgotten reservation.
-	if w.dec.up {
-		w.dec.wk.Tick(w.clock())
-		if err := w.dec.pool.CheckDrained(); err != nil {
-			w.violate("decode#%d pool after drain: %v", w.dec.gen, err)
+	// quarantine, not a forgotten reservation; on the running decode
+	// worker and on a stopped one that was continued (its migrated
+	// handoffs ended there too).
+	for _, d := range w.decs {
+		if !d.up || (d != w.dec && !d.stopped) {
+			continue
 		}
-		if s := w.dec.wk.ReceiverStats(); s.Live != 0 {
-			w.violate("decode#%d receiver still has %d live handoffs", w.dec.gen, s.Live)
+		d.wk.Tick(w.clock())
+		if err := d.pool.CheckDrained(); err != nil {
+			w.violate("decode#%d pool after drain: %v", d.gen, err)
 		}
-		if st := w.dec.wk.SchedStats(); st.Running != 0 || st.Preempted != 0 || len(w.dec.streams) != 0 {
-			w.violate("decode#%d still has %d sequences, %d preempted and %d open streams", w.dec.gen, st.Running, st.Preempted, len(w.dec.streams))
+		if s := d.wk.ReceiverStats(); s.Live != 0 {
+			w.violate("decode#%d receiver still has %d live handoffs", d.gen, s.Live)
+		}
+		if st := d.wk.SchedStats(); st.Running != 0 || st.Preempted != 0 || len(d.streams) != 0 {
+			w.violate("decode#%d still has %d sequences, %d preempted and %d open streams", d.gen, st.Running, st.Preempted, len(d.streams))
 		}
 	}
 	if c := w.colo; c != nil {

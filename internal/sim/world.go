@@ -50,15 +50,19 @@ type sched struct {
 	q   eventHeap
 	seq uint64
 	rng *rand.Rand
-	// crng is the prefix-cache faults' own stream (faults.go).
+	// crng is the prefix-cache faults' own stream (faults.go); mrng the
+	// heartbeat, hang and migration choices' (so adding either left every
+	// other choice of a seed as it was).
 	crng   *rand.Rand
+	mrng   *rand.Rand
 	trace  []string
 	events int
 }
 
 func newSched(seed uint64) *sched {
 	return &sched{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		crng: rand.New(rand.NewPCG(seed^0xc2b2ae3d27d4eb4f, seed))}
+		crng: rand.New(rand.NewPCG(seed^0xc2b2ae3d27d4eb4f, seed)),
+		mrng: rand.New(rand.NewPCG(seed^0x165667b19e3779f9, seed^0x27d4eb2f165667c5))}
 }
 
 // clock is the virtual wall time handed to the real components.
@@ -95,6 +99,17 @@ func (s *sched) chance(p float64) bool { return p > 0 && s.rng.Float64() < p }
 
 // cchance is chance on the prefix-cache faults' stream.
 func (s *sched) cchance(p float64) bool { return p > 0 && s.crng.Float64() < p }
+
+// mchance is chance on the heartbeat and migration stream.
+func (s *sched) mchance(p float64) bool { return p > 0 && s.mrng.Float64() < p }
+
+// mbetween is between on the heartbeat and migration stream.
+func (s *sched) mbetween(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(s.mrng.Int64N(int64(hi-lo)+1))
+}
 
 // between is a uniform duration in [lo, hi].
 func (s *sched) between(lo, hi time.Duration) time.Duration {
