@@ -67,11 +67,13 @@ type choice struct {
 	content *string
 	// A streamed tool-calling choice: sent is how many bytes of text went
 	// out as content; held marks that the rest is (maybe) a call and
-	// waits for the end; callID is a named call already opened on the
-	// stream (its arguments follow as they come).
-	sent   int
-	held   bool
-	callID string
+	// waits for the end; callID is a named or required call already
+	// opened on the stream (its arguments follow as they come), argSent
+	// the end in text of the arguments sent of a required call.
+	sent    int
+	held    bool
+	callID  string
+	argSent int
 }
 
 // tokenLogprob is one reported token: its id, logprobs and text offset.
@@ -171,8 +173,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 	}
 	// A tool-calling answer is read when its choice ends (toolCalls). On
 	// a stream, a named call's arguments go out as they come (the output
-	// is the arguments object); auto content goes out until the text may
-	// be a call (streamAuto); a required call waits for the end.
+	// is the arguments object); a required call's too, once its name is
+	// complete (streamRequired); auto content goes out until the text may
+	// be a call (streamAuto), and a call then waits for the end.
 	holdTools := g.chat && g.p.tools.mode != toolModeNone
 	emit := func(c *choice, t string) {
 		if t == "" || out.clientGone {
@@ -208,6 +211,35 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 				gone()
 			}
 			c.sent = c.text.Len()
+		case toolModeReq:
+			text := c.text.String()
+			name, start, end := scanRequired(text)
+			if name == "" || start < 0 {
+				return // the name is not complete yet
+			}
+			sw := sse0(&sse, func() *sseWriter { return s.startSSE(w, r, g) })()
+			i := 0
+			if c.callID == "" {
+				c.callID, c.argSent = newToolCallID(), start
+				head := toolCallJSON{Index: &i, ID: c.callID, Type: "function"}
+				head.Function.Name = name
+				if err := sw.event(sw.chatChunk(c.index, chatDelta{ToolCalls: []toolCallJSON{head}}, nil, nil)); err != nil {
+					gone()
+					return
+				}
+			}
+			if end < 0 {
+				end = len(text)
+			}
+			if end > c.argSent {
+				frag := toolCallJSON{Index: &i}
+				frag.Function.Arguments = text[c.argSent:end]
+				c.argSent = end
+				if err := sw.event(sw.chatChunk(c.index, chatDelta{ToolCalls: []toolCallJSON{frag}}, nil, nil)); err != nil {
+					gone()
+				}
+			}
+			c.sent = len(text)
 		case toolModeAuto:
 			if n := streamAuto(c); n > 0 {
 				send(c, c.text.String()[c.sent:c.sent+n], nil)
@@ -784,6 +816,114 @@ func streamAuto(c *choice) int {
 	return len(rest) - hold
 }
 
+// scanRequired reads the start of a required call's text, the object
+// {"name": ..., "arguments": ...} the grammar constrains it to: the name
+// once its string is complete ("" before), where the arguments value
+// starts in text (-1: not yet) and where it ends (-1: not yet). Its bytes
+// text[start:end] are the call's arguments exactly as toolCalls reads
+// them from the finished text (the value's raw JSON), so a stream sends
+// them fragment by fragment as they are generated.
+func scanRequired(text string) (name string, start, end int) {
+	start, end = -1, -1
+	i := skipWS(text, 0)
+	if i >= len(text) || text[i] != '{' {
+		return "", -1, -1
+	}
+	i++
+	for {
+		i = skipWS(text, i)
+		if i >= len(text) || text[i] != '"' {
+			return name, start, end
+		}
+		k, ok := jsonEnd(text, i)
+		if !ok {
+			return name, start, end
+		}
+		key := text[i:k]
+		i = skipWS(text, k)
+		if i >= len(text) || text[i] != ':' {
+			return name, start, end
+		}
+		i = skipWS(text, i+1)
+		if i >= len(text) {
+			return name, start, end
+		}
+		v, ok := jsonEnd(text, i)
+		switch key {
+		case `"arguments"`:
+			start = i
+			if !ok {
+				return name, start, end
+			}
+			end = v
+		case `"name"`:
+			if !ok {
+				return name, start, end
+			}
+			var n string
+			if json.Unmarshal([]byte(text[i:v]), &n) == nil {
+				name = n
+			}
+		}
+		if !ok {
+			return name, start, end
+		}
+		i = skipWS(text, v)
+		if i >= len(text) || text[i] != ',' {
+			return name, start, end
+		}
+		i++
+	}
+}
+
+func skipWS(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// jsonEnd is the end of the JSON value that starts at s[i], and whether
+// it is complete within s. A number or literal is complete only when a
+// byte after it shows it ended.
+func jsonEnd(s string, i int) (int, bool) {
+	depth, inStr := 0, false
+	for j := i; j < len(s); j++ {
+		c := s[j]
+		if inStr {
+			switch c {
+			case '\\':
+				j++
+			case '"':
+				inStr = false
+				if depth == 0 {
+					return j + 1, true
+				}
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inStr = true
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return j + 1, true
+			}
+			if depth < 0 {
+				return j, true // the end of a literal inside its parent
+			}
+		case ',', ' ', '\t', '\n', '\r', ':':
+			if depth == 0 {
+				return j, true
+			}
+		}
+	}
+	return len(s), false
+}
+
 // readTools reads a finished choice's held text as tool calls (or plain
 // content). A choice that ended by the grammar with calls finishes
 // "tool_calls", as OpenAI's do.
@@ -809,7 +949,7 @@ func (s *Server) sendTools(sw func() *sseWriter, c *choice, out *outcome, gone f
 	text := c.text.String()
 	switch {
 	case c.callID != "":
-		// A named call, streamed as it came.
+		// A named or required call, streamed as it came.
 	case len(c.calls) == 0 && len(text) > c.sent:
 		rest := text[c.sent:]
 		deltas = append(deltas, chatDelta{Content: &rest})

@@ -30,10 +30,12 @@ import (
 //     arguments object itself; required: {"name": ..., "arguments": ...}
 //     with one anyOf branch per tool.
 //
-// Tool-call responses are never streamed token by token: the text is held
-// until the choice ends, then sent as delta.tool_calls chunks (index, id,
-// type and name first, then the arguments), or as content if auto found no
-// call.
+// Streamed, a named or required call goes out as it is generated, in
+// OpenAI's chunk shape: a first delta.tool_calls chunk with the index, id,
+// type and name, then the arguments in fragments (a required call's once
+// its name is complete, scanRequired). An auto answer's text is held from
+// where it may be a call until the choice ends, then sent the same way, or
+// as content if it held no call.
 
 const (
 	maxTools        = 64

@@ -174,3 +174,44 @@ func TestAutoToolCallsStreamed(t *testing.T) {
 		}
 	}
 }
+
+// A required call streamed byte by byte (the worst split of tokens): the
+// name is known only once its string is complete, the arguments go out
+// as they come, and what went out is exactly the arguments toolCalls
+// reads from the whole text; nothing after the arguments value is sent.
+func TestScanRequiredStreamsArguments(t *testing.T) {
+	spec, _, e := parseTools(json.RawMessage(weatherTools), json.RawMessage(`"required"`))
+	if e != nil {
+		t.Fatal(e)
+	}
+	for _, text := range []string{
+		`{"name": "get_weather", "arguments": {"city": "Pa\"ris}", "unit": "c"}}`,
+		`{"name":"get_time","arguments":{"tz":"UTC"}}`,
+		` {"name" : "get_time" , "arguments" : { "tz" : "CET" } } `,
+	} {
+		calls, _, ok := spec.toolCalls(text)
+		if !ok {
+			t.Fatalf("%s: not a call", text)
+		}
+		var sent strings.Builder
+		from, opened := -1, ""
+		for n := 0; n <= len(text); n++ {
+			name, start, end := scanRequired(text[:n])
+			if name != "" && start >= 0 {
+				if opened == "" {
+					opened, from = name, start
+				}
+				if end < 0 {
+					end = n
+				}
+				if end > from {
+					sent.WriteString(text[from:end])
+					from = end
+				}
+			}
+		}
+		if opened != calls[0].Function.Name || sent.String() != calls[0].Function.Arguments {
+			t.Fatalf("%s: streamed %q(%s), whole %q(%s)", text, opened, sent.String(), calls[0].Function.Name, calls[0].Function.Arguments)
+		}
+	}
+}

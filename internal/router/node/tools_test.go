@@ -14,7 +14,8 @@ import (
 // TestToolCallsOfficialClient: the official OpenAI Go client, streaming and
 // not, colocated and over TCP, gets well-formed tool_calls for tool_choice
 // "required" and a named function (grammar-constrained: the arguments
-// always validate), the same call both ways; "auto" answers (this random
+// always validate), the same call both ways, streamed token by token in
+// OpenAI's chunk shape (its accumulator assembles them); "auto" answers (this random
 // model never writes a call of its own) parse as content; and a
 // multi-turn exchange with the assistant's tool call and the tool's answer
 // in the history renders and runs.
@@ -78,11 +79,30 @@ func TestToolCallsOfficialClient(t *testing.T) {
 
 				st := s.client.Chat.Completions.NewStreaming(ctx, p)
 				var acc openai.ChatCompletionAccumulator
-				finished := 0
+				finished, heads, frags := 0, 0, 0
 				for st.Next() {
-					acc.AddChunk(st.Current())
+					ch := st.Current()
+					acc.AddChunk(ch)
 					if _, ok := acc.JustFinishedToolCall(); ok {
 						finished++
+					}
+					// OpenAI's shape: one chunk opens the call with its id,
+					// type and name (and no arguments), the arguments
+					// follow in fragments that carry neither.
+					for _, c := range ch.Choices {
+						for _, d := range c.Delta.ToolCalls {
+							switch {
+							case d.ID != "":
+								heads++
+								if d.Type != "function" || d.Function.Name == "" || d.Function.Arguments != "" || frags > 0 {
+									t.Fatalf("%s seed %d: call opened with %+v after %d fragments", name, seed, d, frags)
+								}
+							case d.Function.Name != "" || d.Type != "":
+								t.Fatalf("%s seed %d: an arguments fragment %+v names the call again", name, seed, d)
+							default:
+								frags++
+							}
+						}
 					}
 				}
 				if err := st.Err(); err != nil {
@@ -91,6 +111,11 @@ func TestToolCallsOfficialClient(t *testing.T) {
 				sc := acc.Choices[0]
 				if sc.FinishReason != "tool_calls" || len(sc.Message.ToolCalls) != 1 || finished != 1 {
 					t.Fatalf("%s seed %d streamed: finish %q, %d calls, %d finished", name, seed, sc.FinishReason, len(sc.Message.ToolCalls), finished)
+				}
+				// Token by token: several fragments, not the whole
+				// arguments in one chunk at the end.
+				if heads != 1 || frags < 3 {
+					t.Fatalf("%s seed %d streamed: %d opening chunks, %d argument fragments; want 1 and one per generated token", name, seed, heads, frags)
 				}
 				stc := sc.Message.ToolCalls[0]
 				if stc.ID == "" || !validArgs(stc.Function.Name, stc.Function.Arguments) {
