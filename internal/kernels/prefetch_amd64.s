@@ -8,7 +8,7 @@ TEXT ·prefetchLines(SB), NOSPLIT, $0-16
 	ANDQ $-64, AX
 
 pf_loop:
-	PREFETCHT0 (AX)
+	PREFETCHT1 (AX)
 	ADDQ $64, AX
 	CMPQ AX, DX
 	JB   pf_loop
