@@ -28,9 +28,10 @@
  *   - A peer declared dead by the heartbeat (handoff/tcp/heartbeat.go:
  *     nothing arrived for --peer-timeout) has its connection closed, so
  *     its calls fail with ErrTransport and the router aborts the handoff
- *     (engine/disagg.go drive: d.abort after a prefill error): the same
- *     quarantine, and no drain acknowledgement can come over the closed
- *     connection. Declared dead is not dead: a stopped writer can wake up
+ *     (engine/disagg.go drive: d.abort after a prefill error), and decode
+ *     aborts the handoffs a closed connection reserved (handoff/tcp
+ *     server.go serveConn): the same quarantine either way, and no drain
+ *     acknowledgement can come over the closed connection. Declared dead is not dead: a stopped writer can wake up
  *     and copy later (SIGCONT), which this model lets it do.
  *   - Preemption (decode releases a decoding sequence's pages) and
  *     migration resume the request as a NEW handoff (engine/disagg.go run:

@@ -87,7 +87,7 @@ var mustFind = []injected{
 	// continued after its replacement started (hang_decode) nothing does:
 	// its own decode steps write the file the replacement maps in place.
 	{"restart-same-file", "I6", "a decode worker replacing a stopped or crashed one maps its shared file in place, not a new file",
-		Bugs{RestartSameFile: true}, 200, "integrity violation|streamed|no longer matches its seal digest"},
+		Bugs{RestartSameFile: true}, 250, "integrity violation|streamed|no longer matches its seal digest"},
 	{"heartbeat-release", "I6", "a prefill worker declared dead by the heartbeat is taken as drained: its handoffs' pages are freed at once, not after the lease",
 		Bugs{HeartbeatRelease: true, NoGenFence: true}, 600, ""},
 }

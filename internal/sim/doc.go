@@ -78,7 +78,9 @@
 // engine.Disaggregated does: its handoff aborted, its stream closed, then
 // resumed exactly as a preempted request (a new handoff of the prompt and
 // the tokens sent, the sampler at the same offset), paired avoiding the
-// dead worker, at most --max-migrations (1-3) times. A decode slot has one
+// dead worker, at most --max-migrations (1-3) times; so does a resumed
+// request whose new handoff had not committed yet (the hang is often armed
+// to strike just then, while a preempted request rebuilds its KV). A decode slot has one
 // worker at a time, so the "other worker" is the replacement the
 // supervisor starts a few ms after the death; a migrated request waits at
 // the head of the queue until it is up. The stopped worker is continued
@@ -188,14 +190,14 @@
 //
 // Death, hangs and migration (first seed today; bound):
 //
-//	migrate-no-exclude     migration paired again with the worker      the pairing itself           1; 50
+//	migrate-no-exclude     migration paired again with the worker      the pairing itself           2; 50
 //	                       declared dead (no avoid)
-//	migrate-wrong-offset   a migration's prefill samples one draw      the output differs from      1; 50
+//	migrate-wrong-offset   a migration's prefill samples one draw      the output differs from      2; 50
 //	                       short of the tokens sent                    the reference
 //	heartbeat-release      a prefill worker declared dead taken as     a stopped writer's copy in   90; 600
 //	                       drained: pages freed without the lease      a re-used page (gen word off)
 //	                       (with the generation word on: holds, 500 seeds)
-//	restart-same-file      a replacement decode maps the dead one's    a continued worker's writes  11; 200
+//	restart-same-file      a replacement decode maps the dead one's    a continued worker's writes  44; 250
 //	                       file in place                               in the replacement's pages
 //
 // restart-same-file was a backed-up layer before hangs existed: against a

@@ -112,7 +112,10 @@ func newPlan(s *sched) plan {
 		pl.heartbeat = true
 		pl.peerTimeout = s.mbetween(2*msec, 12*msec)
 		pl.maxMigrations = 1 + s.mrng.IntN(3)
-		if !pl.pressure && s.mchance(0.25) {
+		// Pressure runs too: a preempted request rebuilding its KV on a
+		// worker that stops is the resumed handoff that migrates before
+		// its commit.
+		if s.mchance(0.25) {
 			pl.p[FaultHangDecode] = 1
 		}
 		if !pl.pressure && s.mchance(0.25) {

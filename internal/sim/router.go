@@ -211,6 +211,9 @@ func (r *router) act(q *rreq, a request.Action) {
 	case request.ActEmit:
 		q.out = append(q.out, a.Token)
 	case request.ActAbortHandoff:
+		if q.hid == (kv.ID{}) {
+			return // a migration closed the handoff and aborted it already
+		}
 		r.abort(q, "request failed: "+string(q.m.Reason()))
 	case request.ActStopDecode:
 		// The machine has already set the reason: a cancel stops decoding
@@ -391,6 +394,9 @@ func (r *router) reserved(q *rreq, hid kv.ID, res *handoff.Reservation, err erro
 	q.queue = qRunning
 	r.coreStep(admission.Event{Kind: admission.EvReserved, ID: q.sid})
 	r.step(q, request.Event{Kind: request.EvReserved})
+	if w.decHangArmed && len(q.out) > 0 && q.dec == w.dec {
+		w.after(w.mbetween(0, 2*msec), "hang decode (a resumed handoff rebuilds)", w.stopDecode)
+	}
 }
 
 func (r *router) prefill(q *rreq) {
@@ -554,9 +560,18 @@ func (r *router) decodeDead(d *decode, why string) {
 			continue
 		}
 		st := q.m.State()
-		if (st == request.Committed || st == request.Decoding) && len(q.out) > 0 && q.migrations < w.pl.maxMigrations {
+		// A resumed request (it already streamed tokens) whose new
+		// handoff had not committed yet migrates too: the engine takes a
+		// transport failure there as the new worker's death, not the
+		// request's (request.Machine: a resumed request's preemption
+		// before its commit aborts that handoff and reserves again).
+		beforeCommit := st == request.Reserved || st == request.Prefilling || st == request.Transferring
+		if (st == request.Committed || st == request.Decoding || beforeCommit) && len(q.out) > 0 && q.migrations < w.pl.maxMigrations {
 			w.count(FaultMigrate)
 			w.res.Migrations++
+			if beforeCommit {
+				w.res.MigratedBeforeCommit++
+			}
 			q.migrations++
 			q.avoid = append(q.avoid, d.gen)
 			old := q.hid
@@ -564,6 +579,14 @@ func (r *router) decodeDead(d *decode, why string) {
 			w.send(fmt.Sprintf("router->decode#%d abort %v (migrated)", d.gen, q), d.alive, func() {
 				d.abort(&handoff.Abort{Handoff: old, Reason: "migrated after its decode worker was declared dead"})
 			})
+			if p := q.pre; beforeCommit && p != nil {
+				// Its prefill may still be pushing to the dead worker.
+				w.send(fmt.Sprintf("router->prefill#%d abort %s (migrated)", p.gen, short(old)), p.alive, func() {
+					if j := p.job(old); j != nil {
+						j.stop(handoff.ErrAborted.With("migrated after its decode worker was declared dead"))
+					}
+				})
+			}
 			q.hid = kv.ID{} // the old stream is closed: its items are dropped
 			q.committed = false
 			clear(q.pending)

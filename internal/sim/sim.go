@@ -173,6 +173,9 @@ type Result struct {
 	// the router afterwards (from a stopped worker continued) and were
 	// dropped.
 	DeclaredDead, Migrations, MigratedOK, MigratedFailed, StaleItems int
+	// MigratedBeforeCommit counts migrations of resumed requests whose
+	// new handoff had not committed when its decode worker died.
+	MigratedBeforeCommit int
 }
 
 // Failed reports whether the run broke an invariant.
@@ -356,8 +359,9 @@ type world struct {
 	prefillTimeout time.Duration
 	doneAt         time.Duration
 	// hangArmed: the next one-sided batch posted stops the prefill worker
-	// (hangPrefill).
-	hangArmed bool
+	// (hangPrefill); decHangArmed: the next resumed request's reservation
+	// stops the decode worker (hangs).
+	hangArmed, decHangArmed bool
 }
 
 func (w *world) count(f Fault) { w.res.Faults[f]++ }
@@ -670,36 +674,47 @@ func (w *world) hangs() {
 	if w.pl.p[FaultHangDecode] == 0 {
 		return
 	}
-	at := w.mbetween(0, 40*msec)
-	w.after(at, "hang decode", func() {
-		d := w.dec
-		if !d.up {
-			return // crashed meanwhile
-		}
-		w.count(FaultHangDecode)
-		d.up = false
-		w.logf("decode#%d STOPPED (SIGSTOP)", d.gen)
-		w.after(w.pl.peerTimeout, "heartbeat silence", func() {
-			w.router.decodeDead(d, fmt.Sprintf("no heartbeat for %v", w.pl.peerTimeout))
-			w.after(w.mbetween(msec, 20*msec), "replace decode", func() {
-				if w.dec != d {
-					return // already replaced (it crashed)
-				}
-				nd, err := w.newDecode(d.gen + 1)
-				if err != nil {
-					w.violate("replace decode: %v", err)
-					return
-				}
-				w.dec = nd
-				w.decs = append(w.decs, nd)
-				w.logf("decode#%d up (replacing the stopped decode#%d)", nd.gen, d.gen)
-				w.after(w.mbetween(0, 30*msec), "continue decode", func() {
-					d.up = true
-					d.stopped = true
-					w.logf("decode#%d CONTINUED (SIGCONT), no longer used", d.gen)
-					d.tick()
-					d.kick()
-				})
+	if w.mchance(0.4) {
+		// Armed: the decode worker stops shortly after the next resumed
+		// request (it already streamed tokens) reserves on it, while its
+		// KV is rebuilt: a resumed handoff that migrates before its
+		// commit (router.reserved).
+		w.after(w.mbetween(0, 30*msec), "arm decode hang", func() { w.decHangArmed = true })
+		return
+	}
+	w.after(w.mbetween(0, 40*msec), "hang decode", w.stopDecode)
+}
+
+// stopDecode is hangs' stop of the running decode worker, now.
+func (w *world) stopDecode() {
+	w.decHangArmed = false
+	d := w.dec
+	if !d.up || w.res.Faults[FaultHangDecode] > 0 {
+		return // crashed meanwhile, or stopped already
+	}
+	w.count(FaultHangDecode)
+	d.up = false
+	w.logf("decode#%d STOPPED (SIGSTOP)", d.gen)
+	w.after(w.pl.peerTimeout, "heartbeat silence", func() {
+		w.router.decodeDead(d, fmt.Sprintf("no heartbeat for %v", w.pl.peerTimeout))
+		w.after(w.mbetween(msec, 20*msec), "replace decode", func() {
+			if w.dec != d {
+				return // already replaced (it crashed)
+			}
+			nd, err := w.newDecode(d.gen + 1)
+			if err != nil {
+				w.violate("replace decode: %v", err)
+				return
+			}
+			w.dec = nd
+			w.decs = append(w.decs, nd)
+			w.logf("decode#%d up (replacing the stopped decode#%d)", nd.gen, d.gen)
+			w.after(w.mbetween(0, 30*msec), "continue decode", func() {
+				d.up = true
+				d.stopped = true
+				w.logf("decode#%d CONTINUED (SIGCONT), no longer used", d.gen)
+				d.tick()
+				d.kick()
 			})
 		})
 	})

@@ -131,7 +131,7 @@ func TestSim(t *testing.T) {
 		ends, phases := map[string]int{}, map[string]int{}
 		late, oldInc, fenced := 0, 0, 0
 		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad, hits, evicted, pwaits, dhits int
-		var dead, migr, migrOK, migrBad, stale int
+		var dead, migr, migrOK, migrBad, stale, migrPre int
 		rejects, coloPre := map[string]int{}, map[string]int{}
 		var waits []time.Duration
 		var ok, failed, cancelled, rejected, events, ran int
@@ -161,6 +161,7 @@ func TestSim(t *testing.T) {
 			resumedOK += r.ResumedOK
 			resumedBad += r.ResumedFailed
 			dead, migr, migrOK, migrBad, stale = dead+r.DeclaredDead, migr+r.Migrations, migrOK+r.MigratedOK, migrBad+r.MigratedFailed, stale+r.StaleItems
+			migrPre += r.MigratedBeforeCommit
 			waits = append(waits, r.QueueWaits...)
 			for k, v := range r.QueueRejects {
 				rejects[k] += v
@@ -197,8 +198,8 @@ func TestSim(t *testing.T) {
 		t.Logf("preemptions per run: mean %.2f, max %d (%d in all); resumed requests %d exact, %d failed; page-by-page growths %.1f per run; decode no-room answers %d",
 			float64(pre)/float64(ran), preMax, pre, resumedOK, resumedBad, float64(grow)/float64(ran), noRoom)
 		t.Logf("colocated batch preemptions by the phase they struck: %s", countsText(coloPre))
-		t.Logf("decode workers declared dead (reset or heartbeat): %d; streams migrated: %d; migrated requests %d exact, %d failed; stale items of migrated handoffs dropped: %d",
-			dead, migr, migrOK, migrBad, stale)
+		t.Logf("decode workers declared dead (reset or heartbeat): %d; streams migrated: %d (%d of them resumed handoffs not yet committed); migrated requests %d exact, %d failed; stale items of migrated handoffs dropped: %d",
+			dead, migr, migrPre, migrOK, migrBad, stale)
 		t.Logf("queue: %d admissions, wait p50 %v, p99 %v, max %v; refused %s; %d requests ended while queued",
 			len(waits), pct(0.5), pct(0.99), pct(1), countsText(rejects), endedQ)
 		t.Logf("prefix cache: prefill %d prompt pages hit, %d idle entries evicted; decode %d prompt pages hit (not transferred); %d prefill calls waited for pages", hits, evicted, dhits, pwaits)
@@ -224,8 +225,9 @@ func TestSim(t *testing.T) {
 			if pre == 0 || resumedOK == 0 || resumedBad == 0 {
 				t.Errorf("%d preemptions, %d resumed requests exact, %d failed: a resume path never ran", pre, resumedOK, resumedBad)
 			}
-			if dead == 0 || migr == 0 || migrOK == 0 || stale == 0 {
-				t.Errorf("%d workers declared dead, %d migrations, %d migrated requests exact, %d stale items: a migration path never ran", dead, migr, migrOK, stale)
+			if dead == 0 || migr == 0 || migrOK == 0 || stale == 0 || migrPre == 0 {
+				t.Errorf("%d workers declared dead, %d migrations (%d before a resumed commit), %d migrated requests exact, %d stale items: a migration path never ran",
+					dead, migr, migrPre, migrOK, stale)
 			}
 			struck := 0
 			for k, v := range phases {
