@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -43,6 +45,7 @@ type objects struct {
 	services    []*corev1.Service
 	secrets     map[string]*corev1.Secret
 	pdbs        []*policyv1.PodDisruptionBudget
+	netpols     []*networkingv1.NetworkPolicy
 }
 
 // strict decodes YAML into the registered k8s.io/api types with
@@ -81,6 +84,8 @@ func render(t *testing.T, vals map[string]any) objects {
 			o.secrets[x.Name] = x
 		case *policyv1.PodDisruptionBudget:
 			o.pdbs = append(o.pdbs, x)
+		case *networkingv1.NetworkPolicy:
+			o.netpols = append(o.netpols, x)
 		default:
 			t.Fatalf("%s: unexpected kind %T", name, obj)
 		}
@@ -319,6 +324,8 @@ func check(t *testing.T, o objects, w want) {
 	for role, d := range o.deployments {
 		checkDeployment(t, role, d, w, flags, listen)
 	}
+
+	checkNetworkPolicies(t, o)
 
 	// Services: every selector picks exactly one role's pods, targetPorts
 	// resolve to that role's container ports.
@@ -873,5 +880,82 @@ func TestContainerfile(t *testing.T) {
 	f := strings.Fields(c["COPY"])
 	if len(f) != 2 || f[0] != "sluice" || !strings.Contains(c["ENTRYPOINT"], `"`+f[1]+`"`) {
 		t.Errorf("Containerfile COPY %q / ENTRYPOINT %q: want the context's sluice binary copied and run", c["COPY"], c["ENTRYPOINT"])
+	}
+}
+
+// checkNetworkPolicies: one policy per role, selecting exactly that role's
+// pods; its ingress rules name only that role's container ports; a worker's
+// handoff port admits exactly the roles that dial it (prefill: the router;
+// decode: the router and prefill), the router's API and every admin port
+// admit any source (the values' apiFrom and adminFrom are empty).
+func checkNetworkPolicies(t *testing.T, o objects) {
+	t.Helper()
+	if len(o.netpols) != len(o.deployments) {
+		t.Errorf("%d NetworkPolicies, want one per role (%d)", len(o.netpols), len(o.deployments))
+	}
+	dialers := map[string][]string{"router": nil, "prefill": {"router"}, "decode": {"prefill", "router"}}
+	for _, np := range o.netpols {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var role string
+		for r, d := range o.deployments {
+			if sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				if role != "" {
+					t.Errorf("NetworkPolicy %s selects the pods of %s and %s", np.Name, role, r)
+				}
+				role = r
+			}
+		}
+		if role == "" {
+			t.Errorf("NetworkPolicy %s selects no pod of the chart", np.Name)
+			continue
+		}
+		c := o.deployments[role].Spec.Template.Spec.Containers[0]
+		port := map[int32]string{}
+		for _, p := range c.Ports {
+			port[p.ContainerPort] = p.Name
+		}
+		if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+			t.Errorf("NetworkPolicy %s: policyTypes %v, want [Ingress]", np.Name, np.Spec.PolicyTypes)
+		}
+		seen := map[string]bool{}
+		for _, rule := range np.Spec.Ingress {
+			for _, p := range rule.Ports {
+				name := port[p.Port.IntVal]
+				if name == "" {
+					t.Errorf("NetworkPolicy %s admits port %v, not a port of the %s container", np.Name, p.Port, role)
+					continue
+				}
+				seen[name] = true
+				var from []string
+				for _, peer := range rule.From {
+					ps, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+					if err != nil || peer.NamespaceSelector != nil || peer.IPBlock != nil {
+						t.Errorf("NetworkPolicy %s port %s: peer %+v is not a pod selector of this release", np.Name, name, peer)
+						continue
+					}
+					for r, d := range o.deployments {
+						if ps.Matches(labels.Set(d.Spec.Template.Labels)) {
+							from = append(from, r)
+						}
+					}
+				}
+				slices.Sort(from)
+				want := []string(nil)
+				if name == "handoff" {
+					want = dialers[role]
+				}
+				if !slices.Equal(from, want) {
+					t.Errorf("NetworkPolicy %s port %s admits pods of %v, want %v (none: any source)", np.Name, name, from, want)
+				}
+			}
+		}
+		for _, p := range c.Ports {
+			if !seen[p.Name] {
+				t.Errorf("NetworkPolicy %s leaves the %s container's port %s closed", np.Name, role, p.Name)
+			}
+		}
 	}
 }
