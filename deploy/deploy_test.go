@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	serjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/util/validation"
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"sluice/internal/router"
@@ -957,5 +959,47 @@ func checkNetworkPolicies(t *testing.T, o objects) {
 				t.Errorf("NetworkPolicy %s leaves the %s container's port %s closed", np.Name, role, p.Name)
 			}
 		}
+	}
+}
+
+// TestInferencePoolExample: deploy/inferencepool selects exactly the chart's
+// router pods of a release named "llm" and targets the router's API port
+// (`make test-k8s` applies it to a real API server with the CRD).
+func TestInferencePoolExample(t *testing.T) {
+	f, err := os.Open("inferencepool/inferencepool.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var pool struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Spec       struct {
+			Selector    struct{ MatchLabels map[string]string } `json:"selector"`
+			TargetPorts []struct{ Number int32 }                `json:"targetPorts"`
+		} `json:"spec"`
+	}
+	if err := k8syaml.NewYAMLOrJSONDecoder(f, 4096).Decode(&pool); err != nil {
+		t.Fatal(err)
+	}
+	if pool.APIVersion != "inference.networking.k8s.io/v1" || pool.Kind != "InferencePool" {
+		t.Fatalf("%s %s, want inference.networking.k8s.io/v1 InferencePool", pool.APIVersion, pool.Kind)
+	}
+	o := render(t, nil)
+	sel := maps.Clone(pool.Spec.Selector.MatchLabels)
+	if sel["app.kubernetes.io/instance"] != "llm" {
+		t.Errorf("selector %v: want release llm's pods", sel)
+	}
+	sel["app.kubernetes.io/instance"] = release // render's release name
+	for role, d := range o.deployments {
+		if m := labels.SelectorFromSet(sel).Matches(labels.Set(d.Spec.Template.Labels)); m != (role == "router") {
+			t.Errorf("the pool's selector matches %s pods: %v", role, m)
+		}
+	}
+	c := o.deployments["router"].Spec.Template.Spec.Containers[0]
+	if len(pool.Spec.TargetPorts) != 1 || !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+		return p.ContainerPort == pool.Spec.TargetPorts[0].Number && p.Name != "admin"
+	}) {
+		t.Errorf("targetPorts %v: want the router's API port (container ports %v)", pool.Spec.TargetPorts, c.Ports)
 	}
 }
