@@ -91,6 +91,17 @@ image:
 image-check: image
 	IMAGE=$(IMAGE) scripts/image.sh check
 
+# The Helm chart on a real single-node Kubernetes (v1.33, built from the Go
+# module proxy and cached under ~/.cache/sluice/k8s; Debian's containerd,
+# runc, etcd and CNI plugins; podman images, no registry): install, a decode
+# pod deleted under load, a rolling model upgrade, decode scaled 2->3->1,
+# server-side validation, the pods' uid and read-only root, /metrics from
+# inside the cluster. Root only; about 30 minutes cold, a few minutes warm.
+# Not in `make test` (docs/testing.md).
+.PHONY: test-k8s
+test-k8s:
+	LDFLAGS="$(LDFLAGS)" scripts/k8s/test.sh
+
 .PHONY: bench-models
 # Writes the synthetic models of the speed table into ../bench (the real
 # ones are linked from ../shared/models): about 8 minutes.
