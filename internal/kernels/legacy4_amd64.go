@@ -55,4 +55,4 @@ func init() {
 func rowsQ5_0AVX2x4s(out *float32, w, x *byte, dx *float32, nGroups, nb int)
 
 //go:noescape
-func rowsQ5_0AVX512x4s(out *float32, w, x *byte, dx *float32, nGroups, nb int)
+func rowsQ5_0AVX512x4z(out *float32, w, x *byte, dx *float32, nGroups, nb int)
