@@ -8,6 +8,10 @@
 #
 #   scripts/bench-moe.sh [DIR]
 #
+# ONLY="TAG ..." runs only those configurations (TAG as the JSON file names:
+# MODEL-PATH-tTHREADS, e.g. ONLY="q3moe-q8_0-avx2-t2 glm-q4_K-avx2-t2", the
+# two cells the 2026-12-06 table lacks).
+#
 # Shapes (24 layers, n_embd 1024, 64 experts, top-8, expert FFN 768, head dim
 # 128, built-in vocabulary):
 #   q3moe-*  qwen3moe, Qwen3-30B-A3B scaled: 16 heads (2 KV)
@@ -33,6 +37,7 @@ done
 [ -e "$dir/glm-q4_K.gguf" ] || "$s" synth "${g[@]}" --type q4_K --out "$dir/glm-q4_K.gguf"
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 run() { # tag model threads path
+	case " ${ONLY:-$1} " in *" $1 "*) ;; *) return ;; esac
 	local pin=() env=(SLUICE_KERNELS=$4) build=$4
 	[ "$3" = 1 ] && pin=(taskset -c 1)
 	[ "$4" = avx2 ] && env+=(SLUICE_AVXVNNI=off)
