@@ -168,6 +168,7 @@ COUNT ?= 1
 .PHONY: test-interop
 test-interop:
 	$(GO) test -count=$(COUNT) -timeout 30m -v -run '^TestInterop' ./cmd/sluice/
+	$(GO) test -tags interop -count=$(COUNT) -timeout 10m -v -run '^TestInteropOpenAIJSClient$$' ./internal/router/node/
 
 .PHONY: print-version
 # The version the build targets stamp (for docker build --build-arg VERSION=...).
