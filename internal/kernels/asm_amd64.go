@@ -276,7 +276,7 @@ func init() {
 	q6_KKernels[AVX2].tiles = kTilesLanes(q6KLanes, false)
 	q5_KKernels[AVX2].rows = q5_KRowsAsm
 	q5_KKernels[AVX512].rows = q5_KRowsAsm
-	setLegacy(&q4_0Kernels, 18, 34, rowsQ4_0AVX2, rowsQ4_0AVX2x4r, nil)
+	setLegacy(&q4_0Kernels, 18, 34, rowsQ4_0AVX2, rowsQ4_0AVX2x4s, rowsQ4_0AVX512x4z)
 	setLegacy(&q5_0Kernels, 22, 34, rowsQ5_0AVX2, rowsQ5_0AVX2x4s, rowsQ5_0AVX512x4z)
 	setLegacy(&q4_1Kernels, 20, 36, rowsQ4_1AVX2, rowsQ4_1AVX2x4r, nil)
 	setLegacy(&q5_1Kernels, 24, 36, rowsQ5_1AVX2, rowsQ5_1AVX2x4r, rowsQ5_1AVX512x4r)

@@ -72,7 +72,7 @@
 //	Q5_K        Q8_K  matvec (4 rows), 4 tokens; 8 rows x 2    VNNI matvec (4 rows), 4 tokens
 //	                  tokens (repacked, 8+ tokens)             (AVX2); 16 rows x 4 tokens VNNI
 //	                                                           (repacked, 8+ tokens)
-//	Q4_0, Q5_0  Q8_0  matvec (4 rows; Q5_0: q50_amd64.s);       as AVX2 (Q5_0 matvec: qh by mask
+//	Q4_0, Q5_0  Q8_0  matvec (4 rows, q50_amd64.s);           matvec 2 blocks a ZMM (Q5_0: qh by mask
 //	                  tiles: row tile as Q8_0, then the Q8_0   registers, VNNI), with the Q8_0 4x4
 //	                  tile (legacytile_amd64.go)               tile
 //	Q4_1, Q5_1  Q8_1  matvec (4 rows), 4 tokens                as AVX2 (Q5_1 matvec: qh by mask

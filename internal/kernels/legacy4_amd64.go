@@ -3,9 +3,6 @@ package kernels
 // One-token kernels, four rows per pass (asm_amd64.s).
 
 //go:noescape
-func rowsQ4_0AVX2x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
-
-//go:noescape
 func rowsQ4_1AVX2x4r(out *float32, w, x *byte, dx *float32, nGroups, nb int)
 
 //go:noescape
@@ -56,3 +53,9 @@ func rowsQ5_0AVX2x4s(out *float32, w, x *byte, dx *float32, nGroups, nb int)
 
 //go:noescape
 func rowsQ5_0AVX512x4z(out *float32, w, x *byte, dx *float32, nGroups, nb int)
+
+//go:noescape
+func rowsQ4_0AVX2x4s(out *float32, w, x *byte, dx *float32, nGroups, nb int)
+
+//go:noescape
+func rowsQ4_0AVX512x4z(out *float32, w, x *byte, dx *float32, nGroups, nb int)
