@@ -73,6 +73,15 @@ bench-kernels:
 bench-kvq8:
 	scripts/bench-kvq8.sh
 
+.PHONY: bench-grammar
+# Structured outputs against llama-server (issue 25): decode tok/s with a
+# json_schema response format / without one, for both servers on the same
+# file and threads, interleaved rounds (ROUNDS, default 7), medians and the
+# load average; MODELS="15m qwen2vocab" adds the bench-15M shape with
+# Qwen2's 151k vocabulary (written by sluice synth into ../bench).
+bench-grammar:
+	scripts/bench-grammar.sh
+
 .PHONY: bench-moe
 # The mixture-of-experts rows of docs/benchmarks.md: writes the qwen3moe and
 # glm4moe bench shapes (2-4 GB each) into ../bench and runs sluice bench
