@@ -60,11 +60,38 @@ func (s *batch) pages() sched.Pages {
 		p.Holders = append(p.Holders, sched.Holder{Tenant: tenant, Weight: weight})
 		return &p.Holders[len(p.Holders)-1]
 	}
+	// Held counts pages of the pool, not page-table entries: a prefix-cache
+	// page read by several of a tenant's sequences (a shared system
+	// prompt) is one page of the pool, counted once for that tenant;
+	// counted per sequence, the tenant would look several times over its
+	// share and yield or be preempted while it holds less.
+	type held struct {
+		tenant string
+		page   uint32
+	}
+	var seen map[held]struct{}
 	for _, q := range s.active {
 		if q.emit == nil || s.isPreempted(q) || len(q.table) == 0 {
 			continue
 		}
-		at(q.owner.Tenant, q.weight).Held += len(q.table)
+		h := at(q.owner.Tenant, q.weight)
+		// Only full prompt pages can be shared (the cache keys nothing
+		// else); the pages after them are the sequence's own.
+		n := min(len(q.table), q.promptTokens/s.cfg.PageSize)
+		h.Held += len(q.table) - n
+		if n == 0 {
+			continue
+		}
+		if seen == nil {
+			seen = map[held]struct{}{}
+		}
+		for _, ref := range q.table[:n] {
+			k := held{q.owner.Tenant, ref.Page}
+			if _, dup := seen[k]; !dup {
+				seen[k] = struct{}{}
+				h.Held++
+			}
+		}
 	}
 	for _, q := range s.preempted {
 		if h := at(q.owner.Tenant, q.weight); h.Wants == 0 {

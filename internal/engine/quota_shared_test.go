@@ -1,0 +1,93 @@
+package engine
+
+import (
+	"testing"
+
+	"sluice/internal/kv"
+	"sluice/internal/sample"
+)
+
+// addCached joins a sequence of tenant whose prompt p reads its leading
+// full pages from the prefix cache pc (as Colocated.reserve does) and
+// seals its own when its prompt is computed.
+func (r *quotaRig) addCached(pc *prefixCache, tenant string, p []int32, maxTokens int) *seq {
+	r.t.Helper()
+	owner := kv.Owner{Tenant: tenant, ID: newID()}
+	req := &Request{Tenant: tenant, Prompt: p}
+	keys := pc.keys(req)
+	hits := pc.lookup(owner, keys, len(p))
+	n := kv.PagesFor(len(p)+min(maxTokens, r.cfg.PageSize), r.cfg.PageSize)
+	table, err := r.pool.Extend(owner, hits, n-len(hits))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	samp, err := r.cfg.formats.sampler(tenant, sample.Params{}, p)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cached := len(hits) * r.cfg.PageSize
+	q := colocatedSeq(owner, table, p, cached, maxTokens, true, samp)
+	q.weight = 1
+	q.emit = func(outcome) {}
+	q.onPreempt = func(string) { r.victim = append(r.victim, tenant) }
+	from := len(hits)
+	q.prefilled = func(q *seq) { pc.insert(owner, q.table, keys, from) }
+	r.s.add(q)
+	return q
+}
+
+// The quota counts the pages a tenant holds in the pool, not the entries
+// of its sequences' page tables: prefix-cache pages shared by several of
+// a tenant's sequences are one page each. Counted per sequence, a tenant
+// whose requests share a system prompt (the cache working as meant) looks
+// several times over its share, yields its sequences and is preempted
+// for another tenant while it holds less than its share of the pool.
+//
+// Tenant a runs three requests with the same 12-token prompt (3 pages of
+// 4, the first 2 shared from the cache by the second and third): 3 + 2 +
+// 2 distinct pages of 16, while b waits for 2. a is within its share (8)
+// and b's pages are free: the sequences that join while b waits do not
+// yield, and nobody is preempted.
+func TestKVQuotaCountsSharedPrefixPagesOnce(t *testing.T) {
+	r := newQuotaRig(t, 16)
+	r.cfg.PrefixCache = true
+	pc := newPrefixCache(r.cfg, r.pool)
+	if pc == nil {
+		t.Fatal("no prefix cache on the rig's pool")
+	}
+	p := prompt(7, 12)
+	first := r.addCached(pc, "a", p, 4)
+	for i := 0; first.fed < len(p); i++ {
+		if i > 20 {
+			t.Fatal("the first prompt was never computed")
+		}
+		r.s.turn()
+	}
+	// b waits for 2 pages: a's share is now 8 of the 16.
+	b := kv.Owner{Tenant: "b", ID: newID()}
+	r.s.setWant(b, 1, 2)
+	var qs []*seq
+	for range 2 {
+		q := r.addCached(pc, "a", p, 4)
+		if q.fed != 8 {
+			t.Fatalf("a later request read %d cached tokens, want 8", q.fed)
+		}
+		qs = append(qs, q)
+	}
+	for range 3 {
+		r.s.turn()
+		if len(r.victim) != 0 {
+			t.Fatalf("preempted %v: a's sequences share a cached prefix, hold 8 distinct pages, within a's share %d, and %d are free for b's 2 (the quota counts %d)",
+				r.victim, r.s.pages().Share("a"), r.free(), r.held("a"))
+		}
+	}
+	distinct := map[uint32]bool{}
+	for _, q := range append([]*seq{first}, qs...) {
+		for _, ref := range q.table {
+			distinct[ref.Page] = true
+		}
+	}
+	if got := r.held("a"); got != len(distinct) {
+		t.Fatalf("the quota counts %d pages held by a, which holds %d distinct pages of the pool", got, len(distinct))
+	}
+}
