@@ -25,6 +25,12 @@ type Server struct {
 	closed bool
 	wg     sync.WaitGroup
 
+	// owners is, for each handoff a connection would abort when it ends
+	// (sconn.reserved), that connection: the one that reserved it or,
+	// later, the one that streams it (takeOver).
+	omu    sync.Mutex
+	owners map[kv.ID]*sconn
+
 	// OnError, when set, is told about every connection that ended in an
 	// error (failed handshake, bad frame), for logs and metrics.
 	OnError func(remote net.Addr, err error)
@@ -96,8 +102,10 @@ type sconn struct {
 	ssem    chan struct{} // open token streams (MaxStreams)
 	mu      sync.Mutex
 	streams map[uint32]context.CancelFunc
-	// reserved: handoffs this connection reserved whose stream has not
-	// ended on it; aborted when the connection ends (see serveConn).
+	// reserved: handoffs this connection reserved (or streams) whose
+	// stream has not ended; aborted when the connection ends (see
+	// serveConn). Guarded by s.omu: another connection takes a handoff
+	// over when it streams it (takeOver).
 	reserved map[kv.ID]struct{}
 	calls    sync.WaitGroup
 	page     []byte // streamWrites' page buffer; the reading goroutine's alone
@@ -144,8 +152,18 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 		// are not reserved forever. Abort keeps the page rules: pages a
 		// one-sided writer may still be writing stay quarantined until its
 		// drain or the lease (I6); nothing is released early.
+		// A handoff another connection streams now is that one's
+		// (takeOver), not this one's.
 		if d := s.decode; d != nil {
+			s.omu.Lock()
+			ids := make([]kv.ID, 0, len(sc.reserved))
 			for id := range sc.reserved {
+				ids = append(ids, id)
+				delete(s.owners, id)
+			}
+			clear(sc.reserved)
+			s.omu.Unlock()
+			for _, id := range ids {
 				_ = d.Abort(context.Background(), &handoff.Abort{Handoff: id, Reason: "the connection that reserved it ended"})
 			}
 		}
@@ -291,9 +309,7 @@ func (sc *sconn) handle(f *frame) error {
 		if err != nil {
 			return replyErr(err)
 		}
-		sc.mu.Lock()
-		sc.reserved[m.Handoff] = struct{}{}
-		sc.mu.Unlock()
+		sc.claim(m.Handoff)
 		var e enc
 		encReservation(&e, res)
 		if e.err != nil {
@@ -329,7 +345,7 @@ func (sc *sconn) handle(f *frame) error {
 		if err != nil {
 			return replyErr(err)
 		}
-		sc.forget(m.Handoff)
+		sc.s.forget(m.Handoff)
 		return ok(d.Abort(ctx, m))
 	case tDrained:
 		id, err := decID(f.payload)
@@ -377,6 +393,7 @@ func (sc *sconn) handle(f *frame) error {
 			return replyErr(err)
 		}
 		defer ts.Close()
+		sc.takeOver(id)
 		if err := reply(tOK, nil); err != nil {
 			return nil // connection gone
 		}
@@ -404,7 +421,7 @@ func (sc *sconn) handle(f *frame) error {
 			if t.Done || t.Err != nil {
 				// Ended and told: the handoff is no longer this
 				// connection's to abort.
-				sc.forget(id)
+				sc.s.forget(id)
 				return nil
 			}
 		}
@@ -412,9 +429,45 @@ func (sc *sconn) handle(f *frame) error {
 	return nil
 }
 
-// forget drops id from the handoffs the connection would abort on its end.
-func (sc *sconn) forget(id kv.ID) {
-	sc.mu.Lock()
-	delete(sc.reserved, id)
-	sc.mu.Unlock()
+// claim makes id, which this connection just reserved, one it aborts
+// when it ends.
+func (sc *sconn) claim(id kv.ID) {
+	s := sc.s
+	s.omu.Lock()
+	if prev := s.owners[id]; prev != nil && prev != sc {
+		delete(prev.reserved, id)
+	}
+	if s.owners == nil {
+		s.owners = map[kv.ID]*sconn{}
+	}
+	s.owners[id] = sc
+	sc.reserved[id] = struct{}{}
+	s.omu.Unlock()
+}
+
+// takeOver moves id, when another connection would abort it on its end,
+// to this one, which streams it: the router dialled again between its
+// Reserve and its Stream, and the old connection's end, which the server
+// may notice only a heartbeat's dead-after later, is not the router
+// giving the handoff up.
+func (sc *sconn) takeOver(id kv.ID) {
+	s := sc.s
+	s.omu.Lock()
+	if prev := s.owners[id]; prev != nil && prev != sc {
+		delete(prev.reserved, id)
+		s.owners[id] = sc
+		sc.reserved[id] = struct{}{}
+	}
+	s.omu.Unlock()
+}
+
+// forget drops id from the handoffs any connection would abort on its end
+// (it was aborted, or its stream ended and was told).
+func (s *Server) forget(id kv.ID) {
+	s.omu.Lock()
+	if c := s.owners[id]; c != nil {
+		delete(c.reserved, id)
+		delete(s.owners, id)
+	}
+	s.omu.Unlock()
 }
