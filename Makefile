@@ -128,11 +128,12 @@ bench-cluster:
 # loopback, interleaved; BENCH_SERVE_FLAGS="--requests 64 --repeats 3" etc.
 # bench-serve-interference: short requests' ITL while ~2k-token prompts keep
 # arriving, colocated vs disaggregated; bench-serve-kv: a pool of a quarter
-# of the in-flight demand, every output checked against its solo run.
+# of the in-flight demand, every output checked against its solo run;
+# bench-serve-crowding: see below.
 LLAMA_SELECT ?= ../shared/tools/llama.cpp/select
 LLAMA_SERVER_FLAG = $$(test -x $(LLAMA_SELECT) && echo --llama-server $$($(LLAMA_SELECT) llama-server))
 BENCH_SERVE_FLAGS ?=
-.PHONY: bench-serve bench-serve-interference bench-serve-kv
+.PHONY: bench-serve bench-serve-interference bench-serve-kv bench-serve-crowding
 bench-serve:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench serve $(LLAMA_SERVER_FLAG) $(BENCH_SERVE_FLAGS)
@@ -143,6 +144,13 @@ bench-serve-kv:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench serve --workload kv-pressure --concurrency 16,64 --requests 64 $(BENCH_SERVE_FLAGS)
 	./bin/sluice bench serve --workload kv-pressure --concurrency 16,64 --requests 64 --colocated $(BENCH_SERVE_FLAGS)
+# bench-serve-crowding: tenant b repeating its own prompts alone, then while
+# tenant a floods unique 1k-token prompts (fresh server each, alternating):
+# b's cache hit rate and TTFT p50/p99 side by side (issue 28).
+bench-serve-crowding:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
+	./bin/sluice bench serve --workload crowding --colocated --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 32 --repeats 3 $(BENCH_SERVE_FLAGS)
+	./bin/sluice bench serve --workload crowding --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 32 --repeats 3 $(BENCH_SERVE_FLAGS)
 
 # the prefix cache's multi-turn chat benchmark: sluice cache on / off and
 # llama-server's prompt cache, interleaved; BENCH_CHAT_FLAGS="--rounds 3" etc.

@@ -44,6 +44,9 @@ type streamSample struct {
 	tokens int    // completion tokens (usage when the server sent it, else chunks)
 	status int    // HTTP status; 0 when the request never got one
 	err    error
+	// prompt and cached are usage's prompt_tokens and
+	// prompt_tokens_details.cached_tokens (-1: not sent).
+	prompt, cached int
 }
 
 // ttft is the time to the first chunk; ok is false without one.
@@ -161,18 +164,26 @@ func streamOne(ctx context.Context, client *http.Client, base string, l serveLoa
 // streamPrompt sends one streaming completion of prompt (token ids) and
 // times its chunks (bench chat's turns too).
 func streamPrompt(ctx context.Context, client *http.Client, base, model string, prompt []int, gen int) streamSample {
+	return streamPromptKey(ctx, client, base, "", model, prompt, gen)
+}
+
+// streamPromptKey is streamPrompt with an API key ("" sends none).
+func streamPromptKey(ctx context.Context, client *http.Client, base, key, model string, prompt []int, gen int) streamSample {
 	body, _ := json.Marshal(map[string]any{
 		"model": model, "prompt": prompt, "max_tokens": gen,
 		"temperature": 0, "stream": true, "ignore_eos": true,
 		"stream_options": map[string]any{"include_usage": true},
 	})
-	s := streamSample{start: time.Now()}
+	s := streamSample{start: time.Now(), prompt: -1, cached: -1}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", bytes.NewReader(body))
 	if err != nil {
 		s.err = err
 		return s
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		s.err = err
@@ -203,7 +214,11 @@ func streamPrompt(ctx context.Context, client *http.Client, base, model string, 
 				Text string `json:"text"`
 			} `json:"choices"`
 			Usage *struct {
-				CompletionTokens int `json:"completion_tokens"`
+				CompletionTokens    int `json:"completion_tokens"`
+				PromptTokens        int `json:"prompt_tokens"`
+				PromptTokensDetails struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
 			} `json:"usage"`
 			Error json.RawMessage `json:"error"`
 		}
@@ -223,6 +238,7 @@ func streamPrompt(ctx context.Context, client *http.Client, base, model string, 
 		}
 		if ev.Usage != nil {
 			usage = ev.Usage.CompletionTokens
+			s.prompt, s.cached = ev.Usage.PromptTokens, ev.Usage.PromptTokensDetails.CachedTokens
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -541,6 +557,7 @@ type workload struct {
 var workloads = []workload{
 	{"mix", "the issue's mix: --concurrency levels of --prompt/--gen requests, sluice and llama-server interleaved; tok/s, TTFT, ITL and the ratios", runMix},
 	{"interference", "short requests' ITL while --long-prompt prompts keep arriving, colocated vs disaggregated (and llama-server), interleaved", runInterference},
+	{"crowding", "tenant b repeats its own --prompt prompts alone, then while tenant a floods unique --long-prompt prompts, fresh server each, interleaved: b's cache hit rate and TTFT", runCrowding},
 	{"kv-pressure", "a KV pool holding a quarter of the in-flight demand: every request must succeed (no 5xx/429 while the queue has room) and equal its solo run", runKVPressure},
 }
 

@@ -189,3 +189,28 @@ func TestBenchServeInterference(t *testing.T) {
 		t.Errorf("%d rows, want 4", len(rep.Rows))
 	}
 }
+
+// The crowding workload end to end on stories260K (colocated): b's
+// requests all succeed alone and flooded, b's warmed prompts hit the
+// prefix cache alone, and a's flood ran; timings are reported, not
+// asserted (the share bound itself is internal/engine's TestKVQuota*).
+func TestBenchServeCrowding(t *testing.T) {
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	var out, errOut bytes.Buffer
+	code := Run([]string{"serve", "--workload", "crowding", "--colocated", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
+		"--concurrency", "2", "--requests", "8", "--repeats", "1", "--prompt", "64", "--gen", "4",
+		"--long-prompt", "300", "--long-gen", "2", "--timeout", "3m", "--json"}, &out, &errOut)
+	var rep crowdReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v: %s\n%s", code, err, out.String(), errOut.String())
+	}
+	if rep.Alone.Stats.OK != 8 || rep.Flooded.Stats.OK != 8 {
+		t.Errorf("b's requests: alone %+v, flooded %+v, want 8 OK each", rep.Alone.Stats, rep.Flooded.Stats)
+	}
+	if rep.Alone.HitRate < 0.5 {
+		t.Errorf("b's hit rate alone %.2f: its warmed prompts did not hit the cache", rep.Alone.HitRate)
+	}
+	if rep.Flooded.FloodOK == 0 {
+		t.Errorf("a's flood completed nothing: %+v", rep.Flooded)
+	}
+}

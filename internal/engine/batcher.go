@@ -13,6 +13,7 @@ import (
 	"sluice/internal/kv"
 	"sluice/internal/model"
 	"sluice/internal/sample"
+	"sluice/internal/sched"
 )
 
 // outcome is one item a sequence emits: a token, or the terminal item.
@@ -156,6 +157,8 @@ type batch struct {
 	wantMu     sync.Mutex
 	wanting    map[kv.ID]want
 	nResumable atomic.Int64
+	// held is the quota's snapshot after the last cycle, for admission.
+	held atomic.Pointer[sched.Pages]
 	// freed, when set, learns that a quota preemption gave pages back
 	// (the colocated admission tries its waiting request again).
 	freed func()
@@ -401,10 +404,12 @@ func (s *batch) cycle() bool {
 	s.resume()
 	s.running.Store(int64(len(s.active)))
 	if len(s.active) == 0 {
+		s.publishPages()
 		return false
 	}
 	s.step()
 	s.countResumable()
+	s.publishPages()
 	return true
 }
 
@@ -416,9 +421,14 @@ func (s *batch) step() {
 	var members []*seq
 	var sizes []int
 	// Decode tokens first: they are one token each and keep latency flat;
-	// prefill chunks take what is left of the step's token budget.
+	// prefill chunks take what is left of the step's token budget, one
+	// chunk per tenant in turn (prefillOrder).
 	for pass := 0; pass < 2; pass++ {
-		for _, q := range s.active {
+		order := s.active
+		if pass == 1 {
+			order = s.prefillOrder()
+		}
+		for _, q := range order {
 			if q.decoded != (pass == 0) || q.held != nil {
 				continue
 			}
@@ -481,6 +491,51 @@ func (s *batch) step() {
 	}
 	clear(s.active[len(live):])
 	s.active = live
+}
+
+// prefillOrder is the order in which prompt chunks take the step's token
+// budget: each tenant's sequences oldest first, the tenants taking turns
+// (first sequence of every tenant, then second, ...), the tenants in the
+// order of their oldest sequence. So one tenant's burst of long prompts
+// does not hold another tenant's prompt back for the whole burst's
+// prefill (issue 28's crowding-out: TTFT), and the globally oldest prompt
+// still comes first (progress). Outputs do not depend on it (batch
+// invariance). s.active is sorted by arrival (growAll).
+func (s *batch) prefillOrder() []*seq {
+	var tenants []string
+	rank := map[string]int{} // a sequence's place within its tenant
+	type slot struct {
+		round, tenant int
+		q             *seq
+	}
+	var slots []slot
+	idx := map[string]int{}
+	for _, q := range s.active {
+		if q.decoded || q.emit == nil {
+			continue
+		}
+		t := q.owner.Tenant
+		if _, ok := idx[t]; !ok {
+			idx[t] = len(tenants)
+			tenants = append(tenants, t)
+		}
+		slots = append(slots, slot{round: rank[t], tenant: idx[t], q: q})
+		rank[t]++
+	}
+	if len(tenants) < 2 {
+		return s.active
+	}
+	slices.SortStableFunc(slots, func(a, b slot) int {
+		if a.round != b.round {
+			return a.round - b.round
+		}
+		return a.tenant - b.tenant
+	})
+	out := make([]*seq, len(slots))
+	for i, sl := range slots {
+		out[i] = sl.q
+	}
+	return out
 }
 
 // verify is the step's share of --kv-verify sample (kv.Pool.VerifyStep):

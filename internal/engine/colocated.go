@@ -143,9 +143,16 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 		var e *Error
 		table, cached, keys, e = c.reserve(owner, r)
 		if e != nil && e.Code == CodeKVCapacity {
+			n := kv.PagesFor(len(r.Prompt)+min(r.MaxTokens, c.cfg.PageSize), c.cfg.PageSize)
+			if c.sched.overShare(owner.Tenant, n, c.adm.waitingTenants()) {
+				// Over its KV share while others hold pages: only this
+				// tenant waits; it does not contend (quota.go).
+				tk.overShare = true
+				return true, nil
+			}
 			// Waiting for pages: the tenant contends for the pool, which
 			// caps the others at their KV shares (quota.go).
-			c.sched.setWant(owner, r.Weight, kv.PagesFor(len(r.Prompt)+min(r.MaxTokens, c.cfg.PageSize), c.cfg.PageSize))
+			c.sched.setWant(owner, r.Weight, n)
 			c.sched.poke()
 			return true, nil
 		}
@@ -184,7 +191,7 @@ func (c *Colocated) reserve(owner kv.Owner, r *Request) (table []kv.PageRef, cac
 		keys = c.cache.keys(r)
 		hits = c.cache.lookup(owner, keys, len(r.Prompt))
 	}
-	if p := rawPool(c.pool); p != nil && !c.cfg.NoWatermark {
+	if p := rawPool(c.pool); p != nil && !c.cfg.NoWatermark && !c.sched.withinShare(owner.Tenant, kv.PagesFor(need, c.cfg.PageSize)) {
 		// The free-page watermark (see watermarkOK), over the new pages
 		// only: the cached ones are shared, and now read (not available).
 		if n := kv.PagesFor(need, c.cfg.PageSize) - len(hits); !watermarkOK(p.AvailablePages(), n, p.Pages(), int(c.sched.running.Load())) {

@@ -70,6 +70,10 @@ type ticket struct {
 	id   sched.ID
 	ch   chan sched.Action
 	once sync.Once
+	// overShare, set by try with noRoom: the pool refused because the
+	// tenant is over its KV share (sched.EvOverShare: only this tenant
+	// waits for pages, the others are admitted meanwhile).
+	overShare bool
 }
 
 // step feeds the core under the lock and delivers its actions.
@@ -174,7 +178,11 @@ func (t *ticket) wait(ctx context.Context, try func() (noRoom bool, err *Error))
 				t.end(sched.EvDropped)
 				return err
 			case noRoom:
-				t.a.step(sched.Event{Kind: sched.EvNoRoom, ID: t.id})
+				kind := sched.EvNoRoom
+				if t.overShare {
+					kind, t.overShare = sched.EvOverShare, false
+				}
+				t.a.step(sched.Event{Kind: kind, ID: t.id})
 			default:
 				t.a.mu.Lock()
 				t.a.wait.observe(t.a.now().Sub(t.a.arrived[t.id]))
@@ -188,6 +196,18 @@ func (t *ticket) wait(ctx context.Context, try func() (noRoom bool, err *Error))
 			return errf(CodeCancelled, StatusClientClosed, nil, "the client disconnected while the request was queued")
 		}
 	}
+}
+
+// waitingTenants is the tenants with requests in the queue now.
+func (a *admission) waitingTenants() []string {
+	a.mu.Lock()
+	st := a.core.Stats()
+	a.mu.Unlock()
+	out := make([]string, 0, len(st.WaitingByTenant))
+	for t := range st.WaitingByTenant {
+		out = append(out, t)
+	}
+	return out
 }
 
 // leave takes a ticket that is not running out of the core at once.

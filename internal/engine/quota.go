@@ -208,3 +208,62 @@ func (s *batch) countResumable() {
 	}
 	s.nResumable.Store(int64(n))
 }
+
+// publishPages stores the quota's snapshot for admission (withinShare).
+func (s *batch) publishPages() {
+	p := s.pages()
+	s.held.Store(&p)
+}
+
+// overShare reports, from the last cycle's snapshot, whether tenant taking
+// n more pages would hold more than its share while another tenant holds
+// pages or waits for them (waiting: the tenants with queued requests, each
+// counted with weight 1 when it holds nothing yet).
+func (s *batch) overShare(tenant string, n int, waiting []string) bool {
+	p := s.held.Load()
+	if p == nil {
+		return false
+	}
+	q := sched.Pages{Pool: p.Pool, Holders: slices.Clone(p.Holders)}
+	for _, w := range waiting {
+		if w == tenant {
+			continue
+		}
+		i := slices.IndexFunc(q.Holders, func(h sched.Holder) bool { return h.Tenant == w })
+		if i < 0 {
+			q.Holders = append(q.Holders, sched.Holder{Tenant: w, Weight: 1, Wants: 1})
+		} else if q.Holders[i].Wants == 0 {
+			q.Holders[i].Wants = 1
+		}
+	}
+	held, others := 0, false
+	for _, h := range q.Holders {
+		if h.Tenant == tenant {
+			held = h.Held
+		} else if h.Held > 0 || h.Wants > 0 {
+			others = true
+		}
+	}
+	return others && held+n > q.Share(tenant)
+}
+
+// withinShare reports, from the last cycle's snapshot, whether tenant
+// taking n more pages stays within its share of the pool while another
+// tenant holds pages: such a reservation skips the free-page watermark
+// (which keeps room for the running sequences to grow, and would make a
+// tenant under its share wait for a flooding one's sequences to end).
+func (s *batch) withinShare(tenant string, n int) bool {
+	p := s.held.Load()
+	if p == nil {
+		return false
+	}
+	held, others := 0, false
+	for _, h := range p.Holders {
+		if h.Tenant == tenant {
+			held = h.Held
+		} else if h.Held > 0 {
+			others = true
+		}
+	}
+	return others && held+n <= p.Share(tenant)
+}

@@ -185,3 +185,22 @@ func TestKVQuotaJoinOverShareYields(t *testing.T) {
 		t.Fatal("a's sequence stays parked with nobody waiting")
 	}
 }
+
+// Prompt chunks take the step's budget one tenant at a time: b's prompt,
+// arriving after five of a's, gets a chunk in the first step (the budget
+// holds about four chunks), and a's oldest prompt still goes first.
+func TestPrefillBudgetTakesTenantsInTurn(t *testing.T) {
+	r := newQuotaRig(t, 64)
+	var as []*seq
+	for range 5 {
+		as = append(as, r.add("a", 20, 4))
+	}
+	b := r.add("b", 20, 4)
+	r.s.turn()
+	if b.fed == 0 {
+		t.Fatal("b's prompt got no chunk of the first step behind a's five")
+	}
+	if as[0].fed == 0 {
+		t.Fatal("the oldest prompt got no chunk")
+	}
+}

@@ -274,12 +274,16 @@ func (p *Pool) roomForInsertLocked(tenant string, public bool) bool {
 // victimLocked is the idle entry to evict next: the oldest of the tenant
 // with the most cached pages for its weight (ties: the oldest entry); the
 // public scope's oldest only when no tenant has one; -1 when none is idle.
-func (p *Pool) victimLocked() int32 {
+func (p *Pool) victimLocked() int32 { return p.victimForLocked(nil) }
+
+// victimForLocked is victimLocked among the tenants' scopes ok accepts
+// (nil: all).
+func (p *Pool) victimForLocked(ok func(tenant string, s *scopeCache) bool) int32 {
 	c := &p.cache
 	var best *scopeCache
 	var bestW int64
 	for t, s := range c.scopes {
-		if s.idle == 0 {
+		if s.idle == 0 || (ok != nil && !ok(t, s)) {
 			continue
 		}
 		w := p.cacheWeight(t)
@@ -467,16 +471,79 @@ func (p *Pool) InvalidateTenant(tenant string) int {
 	return n
 }
 
-// evictForLocked makes room for a reservation of n pages by evicting idle
-// entries in eviction order (victimLocked), but only when that is enough: a
-// reservation that cannot fit anyway takes nothing, not even the cache.
-func (p *Pool) evictForLocked(n int) {
+// evictForLocked makes room for tenant's reservation of n pages by
+// evicting idle entries in eviction order (victimLocked), but only when
+// that is enough: a reservation that cannot fit anyway takes nothing, not
+// even the cache.
+//
+// A tenant that would hold more than its share of the pool's pages in use
+// (holdShareLocked) evicts only its own entries, the public scope's and
+// those of tenants over their cache share: another tenant's cached pages
+// within its share are that tenant's hold on the pool, which a flood of
+// unique prompts must not take (issue 28's crowding-out; the KV quota in
+// the engine caps the flooder's running sequences the same way). Within
+// its share a tenant evicts anyone's, in eviction order.
+func (p *Pool) evictForLocked(tenant string, n int) {
 	if n <= p.nfree || n > p.nfree+p.cache.idle {
+		return
+	}
+	var ok func(string, *scopeCache) bool
+	if !p.holdShareLocked(tenant, n) {
+		// What each scope may lose, fixed before the first eviction: its
+		// own idle entries, another tenant's excess over its cache share.
+		budget := map[string]int{}
+		room := p.cache.public.idle
+		for t, s := range p.cache.scopes {
+			b := s.idle
+			if t != tenant {
+				b = min(b, max(0, s.cached-p.shareLocked(t)))
+			}
+			budget[t] = b
+			room += b
+		}
+		if n > p.nfree+room {
+			return
+		}
+		ok = func(t string, _ *scopeCache) bool { return budget[t] > 0 }
+		for n > p.nfree {
+			pg := uint32(p.victimForLocked(ok))
+			if !p.cache.meta[pg].public {
+				budget[p.pages[pg].owner.Tenant]--
+			}
+			p.evictLocked(pg)
+		}
 		return
 	}
 	for n > p.nfree {
 		p.evictLocked(uint32(p.victimLocked()))
 	}
+}
+
+// holdShareLocked reports whether tenant, taking n more pages, stays within
+// its share of the pool: pages times its weight over the weights of the
+// tenants holding pages (in use or cached), itself included. One pass over
+// the pages, only when a reservation must evict.
+func (p *Pool) holdShareLocked(tenant string, n int) bool {
+	held := map[string]int{}
+	for pg := range p.pages {
+		m := &p.pages[pg]
+		if st := tagState(m.tag.Load()); st != Free && st != Quarantined && !p.cache.meta[pg].cached {
+			held[m.owner.Tenant]++
+		}
+	}
+	for t, s := range p.cache.scopes {
+		if s.cached > 0 {
+			held[t] += 0
+		}
+	}
+	w := p.cacheWeight(tenant)
+	sum := w
+	for t := range held {
+		if t != tenant {
+			sum += p.cacheWeight(t)
+		}
+	}
+	return int64(held[tenant]+n) <= int64(len(p.pages))*w/sum
 }
 
 // evictLocked ends an entry nobody reads: out of the index and the LRU, a

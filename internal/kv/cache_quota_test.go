@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"errors"
 	"testing"
 )
 
@@ -64,12 +65,17 @@ func TestCacheFloodEvictsOwnPagesFirst(t *testing.T) {
 
 // Allocation under pressure takes from the tenant most over its weighted
 // share: with weights a=1, b=3, a tenant b holding 6 pages (under its share
-// of 12) keeps them while a's 5 (over its 4) go first.
+// of 12) keeps them while a's 5 (over its 4) go first. The reserving
+// tenant x (weight 10) stays within its share of the pool, so it may evict
+// any tenant's entries (see TestCacheHeldWithinShareSurvivesOverShareTenant).
 func TestCacheEvictionTakesFromTheMostOverShare(t *testing.T) {
 	p := newPool(t, 16, func(c *Config) {
 		c.CacheWeight = func(t string) int {
-			if t == "b" {
+			switch t {
+			case "b":
 				return 3
+			case "x":
+				return 10
 			}
 			return 1
 		}
@@ -143,6 +149,61 @@ func TestCachePublicBudget(t *testing.T) {
 	if h, _ := p.LookupPublic(owner("c", 99), keys[:2], 2); len(h) != 2 {
 		t.Fatalf("public entries after a tenant's flood: %d of 2", len(h))
 	}
+	if err := p.Audit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A tenant that would hold more than its share of the pool in use cannot
+// evict another tenant's cached pages within that tenant's cache share
+// (issue 28's crowding-out): a floods reservations, b's 4 cached pages
+// survive, a's reservation beyond what it may take fails instead; b itself
+// (within its share) may still evict a's idle entries.
+func TestCacheHeldWithinShareSurvivesOverShareTenant(t *testing.T) {
+	p := newPool(t, 16)
+	refsB, keysB := cachedSeq(t, p, owner("b", 1), prompt(1, 4))
+	if err := p.Release(owner("b", 1), refsB); err != nil {
+		t.Fatal(err)
+	}
+	// a takes the 12 free pages: within nothing's way.
+	a := owner("a", 2)
+	held, err := p.Reserve(a, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a holds 12 of 16 (its share is 8): b's idle pages are not a's to take.
+	if r, err := p.Reserve(owner("a", 3), 1); !errors.Is(err, ErrNoCapacity) {
+		t.Fatalf("a over its share evicted b's cached page: %v %v", r, err)
+	}
+	if h, _ := p.Lookup(owner("b", 4), keysB); len(h) != 4 {
+		t.Fatalf("b kept %d of its 4 cached pages", len(h))
+	} else if err := p.Release(owner("b", 4), h); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Audit(); err != nil {
+		t.Fatal(err)
+	}
+	// A tenant within its share may evict anyone's idle pages (work-
+	// conserving): with a's pages back and c holding 9 in use, c's share
+	// 5 of 16, x's reservation of 5 (its share) evicts 2 of b's.
+	if err := p.Release(a, held); err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.Reserve(owner("c", 5), 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := p.Reserve(owner("x", 6), 5)
+	if err != nil {
+		t.Fatalf("x within its share could not evict idle pages: %v", err)
+	}
+	if h, _ := p.Lookup(owner("b", 7), keysB); len(h) != 2 {
+		t.Fatalf("b kept %d of its 4 cached pages, want 2", len(h))
+	} else {
+		_ = p.Release(owner("b", 7), h)
+	}
+	_ = p.Release(owner("c", 5), c)
+	_ = p.Release(owner("x", 6), x)
 	if err := p.Audit(); err != nil {
 		t.Fatal(err)
 	}

@@ -132,15 +132,64 @@ func (m *csModel) share(tenant string) int {
 	return max(1, csmPages/len(ts))
 }
 
+// inUse is the private pages tenant's sequences hold (not quarantined).
+func (m *csModel) inUse(tenant string) int {
+	n := 0
+	for i := range m.pages {
+		if h := m.pages[i].holder; h != nil && !m.pages[i].quar && h.o.Tenant == tenant {
+			n++
+		}
+	}
+	return n
+}
+
+// poolShare models holdShareLocked's share with every weight 1: the pool's
+// pages over the tenants holding pages in use or cached, tenant included.
+func (m *csModel) poolShare(tenant string) int {
+	ts := map[string]bool{tenant: true}
+	for i := range m.pages {
+		mp := &m.pages[i]
+		if mp.holder != nil && !mp.quar {
+			ts[mp.holder.o.Tenant] = true
+		}
+		if mp.cached {
+			ts[mp.tenant] = true
+		}
+	}
+	return csmPages / len(ts)
+}
+
+// evictBudget models evictForLocked's limit for a reservation of n pages
+// by tenant: nil when it may evict any idle entry (it stays within its
+// pool share), else what each tenant's idle entries may lose (its own
+// all, another's its excess over its cache share); room is their sum.
+func (m *csModel) evictBudget(tenant string, n int) (budget map[string]int, room int) {
+	if m.inUse(tenant)+n <= m.poolShare(tenant) {
+		return nil, len(m.lru)
+	}
+	budget = map[string]int{}
+	for _, pg := range m.lru {
+		budget[m.pages[pg].tenant]++
+	}
+	for t, b := range budget {
+		if t != tenant {
+			budget[t] = min(b, max(0, m.cachedBy(t)-m.share(t)))
+		}
+		room += budget[t]
+	}
+	return budget, room
+}
+
 // victim models victimLocked: the oldest idle entry of the tenant with the
 // most cached pages; ties go to the tenant whose oldest idle entry is
-// older (m.lru is in idle order).
-func (m *csModel) victim() uint32 {
+// older (m.lru is in idle order). With a budget, only among the tenants
+// with budget left.
+func (m *csModel) victim(budget map[string]int) uint32 {
 	best, bestN := uint32(0), -1
 	seen := map[string]bool{}
 	for _, pg := range m.lru {
 		t := m.pages[pg].tenant
-		if seen[t] {
+		if seen[t] || (budget != nil && budget[t] <= 0) {
 			continue
 		}
 		seen[t] = true
@@ -158,7 +207,7 @@ func (m *csModel) evictPage(pg uint32) {
 }
 
 // evictOldest models the pool's next eviction (victimLocked).
-func (m *csModel) evictOldest() { m.evictPage(m.victim()) }
+func (m *csModel) evictOldest() { m.evictPage(m.victim(nil)) }
 
 // quarantine models quarantineLocked of a cached page.
 func (m *csModel) quarantine(pg uint32) {
@@ -249,10 +298,14 @@ func TestCacheStateMachine(t *testing.T) {
 				}
 				s.hits = len(hit)
 				rest := len(keys) - len(hit)
+				budget, room := map[string]int(nil), len(m.lru)
+				if rest > m.free() && rest <= m.free()+len(m.lru) {
+					budget, room = m.evictBudget(s.o.Tenant, rest)
+				}
 				tbl, err := p.Extend(s.o, hit, rest)
-				if rest > m.free()+len(m.lru) {
+				if rest > m.free()+room {
 					if !errors.Is(err, ErrNoCapacity) {
-						t.Fatalf("extend by %d with %d free + %d idle: %v", rest, m.free(), len(m.lru), err)
+						t.Fatalf("extend by %d with %d free + %d idle it may evict: %v", rest, m.free(), room, err)
 					}
 					s.refs = hit
 					m.live = append(m.live, s)
@@ -263,7 +316,11 @@ func TestCacheStateMachine(t *testing.T) {
 					t.Fatal(err)
 				}
 				for rest > m.free() {
-					m.evictOldest()
+					pg := m.victim(budget)
+					if budget != nil {
+						budget[m.pages[pg].tenant]--
+					}
+					m.evictPage(pg)
 				}
 				for _, r := range tbl[len(hit):] {
 					mp := &m.pages[r.Page]

@@ -271,7 +271,7 @@ func (p *Pool) Reserve(o Owner, n int) ([]PageRef, error) {
 }
 
 func (p *Pool) reserveLocked(o Owner, n int, table []PageRef) ([]PageRef, error) {
-	p.evictForLocked(n) // idle prefix-cache pages are the first to go
+	p.evictForLocked(o.Tenant, n) // idle prefix-cache pages are the first to go
 	if n > p.nfree {
 		return nil, fmt.Errorf("%w: %d pages (%d tokens) requested, %d of %d pages free",
 			ErrNoCapacity, n, n*p.geo.PageSize, p.nfree, len(p.pages))

@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 )
@@ -185,4 +186,31 @@ func TestPagesProperties(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A request refused for its tenant's page share (EvOverShare) blocks only
+// its tenant: the other tenant's requests are admitted meanwhile; the
+// refused one is tried again, first of its tenant, when pages come back
+// (Done) or RetryInterval passes.
+func TestOverShareBlocksOnlyItsTenant(t *testing.T) {
+	c := New(Config{Quantum: 100, RetryInterval: 20 * time.Millisecond})
+	want(t, c.Step(arrive(1, "a", 10, at(0))), Action{Kind: ActAdmit, ID: 1})
+	c.Step(arrive(2, "a", 10, at(0)))
+	c.Step(arrive(3, "b", 10, at(0)))
+	c.Step(arrive(4, "b", 10, at(0)))
+	// 1 is over a's share: b's requests go, a's wait.
+	want(t, c.Step(Event{Kind: EvOverShare, ID: 1, Now: at(1)}), Action{Kind: ActAdmit, ID: 3})
+	want(t, c.Step(Event{Kind: EvReserved, ID: 3, Now: at(2)}), Action{Kind: ActAdmit, ID: 4})
+	want(t, c.Step(Event{Kind: EvReserved, ID: 4, Now: at(3)}))
+	// Pages come back: a's refused request first, then its next.
+	want(t, c.Step(Event{Kind: EvDone, ID: 3, Now: at(4)}), Action{Kind: ActAdmit, ID: 1})
+	want(t, c.Step(Event{Kind: EvOverShare, ID: 1, Now: at(5)}))
+	if d, ok := c.Deadline(); !ok || !d.Equal(at(25)) {
+		t.Fatalf("deadline %v %v, want the retry at 25ms", d, ok)
+	}
+	want(t, c.Step(Event{Kind: EvTick, Now: at(25)}), Action{Kind: ActAdmit, ID: 1})
+	want(t, c.Step(Event{Kind: EvReserved, ID: 1, Now: at(26)}), Action{Kind: ActAdmit, ID: 2})
+	if s := c.Stats(); s.Waiting != 1 || s.Running != 2 { // 2 admitting; 1 and 4 running
+		t.Fatalf("stats %+v", s)
+	}
 }

@@ -139,9 +139,18 @@ const (
 	// quarantine lease expired): admission paused after a NoRoom tries
 	// again now rather than at the end of RetryInterval.
 	EvFreed
+	// EvOverShare: the admitted request did not fit because its tenant
+	// holds more than its share of the pool's pages while others hold
+	// some (the KV quota, pages.go). Unlike NoRoom it blocks only its own
+	// tenant: it goes back to the head of its tenant's sub-queue, the
+	// tenant is passed over until pages come back (Done, Freed) or
+	// RetryInterval passes, and admission goes on with the other tenants.
+	// So a tenant over its page share never holds the queue's head of
+	// line against a tenant under it.
+	EvOverShare
 )
 
-var eventNames = [...]string{"arrive", "cancel", "reserved", "no_room", "dropped", "done", "tick", "drain", "shutdown", "preempted", "freed"}
+var eventNames = [...]string{"arrive", "cancel", "reserved", "no_room", "dropped", "done", "tick", "drain", "shutdown", "preempted", "freed", "over_share"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -221,26 +230,32 @@ type tenant struct {
 	credited bool
 	q        []*entry
 	inRing   bool
+	// held: refused for its page share (EvOverShare); passed over by
+	// the DRR until pages come back or heldUntil.
+	held bool
 }
 
 // Core is the scheduler. Not safe for concurrent use; the engine
 // serialises its events.
 type Core struct {
-	cfg      Config
-	tenants  map[string]*tenant
-	ring     []*tenant
-	cur      int
-	waiting  map[ID]*entry
-	running  map[ID]bool
-	admit    *entry   // the admission in progress
-	retry    *entry   // refused for room; admitted before new requests
-	resume   []*entry // preempted requests; admitted before anything else
-	blocked  bool
-	retryAt  time.Time
-	draining bool
-	closed   bool
-	admitted uint64
-	rejected map[Reason]uint64
+	cfg     Config
+	tenants map[string]*tenant
+	ring    []*tenant
+	cur     int
+	waiting map[ID]*entry
+	running map[ID]bool
+	admit   *entry   // the admission in progress
+	retry   *entry   // refused for room; admitted before new requests
+	resume  []*entry // preempted requests; admitted before anything else
+	blocked bool
+	retryAt time.Time
+	// heldUntil ends the pass-over of held tenants (RetryInterval after
+	// the last EvOverShare).
+	heldUntil time.Time
+	draining  bool
+	closed    bool
+	admitted  uint64
+	rejected  map[Reason]uint64
 }
 
 // New returns an empty core.
@@ -287,6 +302,28 @@ func (c *Core) Step(ev Event) []Action {
 			c.blocked = true
 			c.retryAt = ev.Now.Add(c.cfg.RetryInterval)
 		}
+	case EvOverShare:
+		if c.admit != nil && c.admit.id == ev.ID {
+			e := c.admit
+			c.admit = nil
+			c.waiting[e.id] = e
+			if e.resumed {
+				c.resume = append([]*entry{e}, c.resume...)
+				c.blocked = true
+				c.retryAt = ev.Now.Add(c.cfg.RetryInterval)
+				break
+			}
+			t := c.tenants[e.t.name]
+			if t == nil {
+				t = e.t
+				c.tenants[t.name] = t
+			}
+			e.t = t
+			t.q = append([]*entry{e}, t.q...)
+			c.join(t)
+			t.held = true
+			c.heldUntil = ev.Now.Add(c.cfg.RetryInterval)
+		}
 	case EvDropped:
 		if c.admit != nil && c.admit.id == ev.ID {
 			c.admit = nil
@@ -295,6 +332,7 @@ func (c *Core) Step(ev Event) []Action {
 		if c.running[ev.ID] {
 			delete(c.running, ev.ID)
 			c.blocked = false // pages came back: try again
+			c.release()
 		}
 	case EvPreempted:
 		if c.running[ev.ID] {
@@ -306,6 +344,7 @@ func (c *Core) Step(ev Event) []Action {
 		}
 	case EvFreed:
 		c.blocked = false
+		c.release()
 	case EvTick:
 	case EvDrain:
 		c.draining = true
@@ -336,7 +375,18 @@ func (c *Core) Step(ev Event) []Action {
 	if c.blocked && !ev.Now.Before(c.retryAt) {
 		c.blocked = false
 	}
+	if !c.heldUntil.IsZero() && !ev.Now.Before(c.heldUntil) {
+		c.release()
+	}
 	return append(out, c.pump()...)
+}
+
+// release ends the pass-over of the tenants refused for their page share.
+func (c *Core) release() {
+	for _, t := range c.ring {
+		t.held = false
+	}
+	c.heldUntil = time.Time{}
 }
 
 // Deadline is the earliest time a Tick would change something (a timeout
@@ -352,6 +402,9 @@ func (c *Core) Deadline() (t time.Time, ok bool) {
 	}
 	if c.blocked && (!ok || c.retryAt.Before(t)) {
 		t, ok = c.retryAt, true
+	}
+	if !c.heldUntil.IsZero() && (!ok || c.heldUntil.Before(t)) {
+		t, ok = c.heldUntil, true
 	}
 	return t, ok
 }
@@ -508,7 +561,7 @@ func (c *Core) leave(t *tenant) {
 }
 
 func (c *Core) drop(t *tenant) {
-	t.inRing, t.deficit, t.credited, t.q = false, 0, false, nil
+	t.inRing, t.deficit, t.credited, t.q, t.held = false, 0, false, nil, false
 	delete(c.tenants, t.name)
 }
 
@@ -578,7 +631,22 @@ func (c *Core) pump() []Action {
 		return nil
 	}
 	t := c.ring[c.cur]
+	for skipped := 0; t.held; skipped++ {
+		// Refused for its page share: the other tenants go first.
+		if skipped == len(c.ring) {
+			return nil
+		}
+		t.credited = false
+		c.cur = (c.cur + 1) % len(c.ring)
+		t = c.ring[c.cur]
+	}
 	for {
+		if t.held {
+			t.credited = false
+			c.cur = (c.cur + 1) % len(c.ring)
+			t = c.ring[c.cur]
+			continue
+		}
 		if !t.credited {
 			t.deficit += c.cfg.Quantum * t.weight
 			t.credited = true

@@ -1,0 +1,276 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+)
+
+// The crowding-out workload (issue 28): tenant b sends --requests
+// requests cycling over crowdPrompts prompts of its own (--prompt tokens,
+// --gen generated), the first level of --concurrency in flight, once alone
+// and once while tenant a floods unique --long-prompt prompts (--long-gen
+// generated) with crowdFlood in flight. Each phase runs on a fresh server
+// whose cache b warms first (each of its prompts once, unmeasured), so b's
+// hit rate and TTFT compare like for like; phases alternate for --repeats
+// (alone, flooded, alone, ...), every figure pooled over the repeats.
+// The pool holds crowdPoolContexts contexts: a's flood alone asks for
+// several times that.
+
+const (
+	crowdPrompts      = 4
+	crowdFlood        = 8
+	crowdPoolContexts = 4
+)
+
+type crowdSide struct {
+	Stats sideStats `json:"b"`
+	// HitRate is b's cached prompt tokens over its prompt tokens.
+	HitRate float64 `json:"b_hit_rate"`
+	// FloodOK and FloodNon200 count a's requests that finished during the
+	// phase, by outcome (429s are a's queue share at work).
+	FloodOK     int `json:"a_ok"`
+	FloodNon200 int `json:"a_non_200"`
+	FloodErrors int `json:"a_errors"`
+	// Preemptions during b's measured run.
+	Preemptions int64 `json:"preemptions"`
+}
+
+type crowdReport struct {
+	Model       string    `json:"model"`
+	Threads     int       `json:"threads_total"`
+	Colocated   bool      `json:"colocated"`
+	BPrompt     int       `json:"b_prompt_tokens"`
+	BGen        int       `json:"b_generated_tokens"`
+	BDistinct   int       `json:"b_distinct_prompts"`
+	BInFlight   int       `json:"b_in_flight"`
+	BRequests   int       `json:"b_requests_per_phase"`
+	APrompt     int       `json:"a_prompt_tokens"`
+	AGen        int       `json:"a_generated_tokens"`
+	AInFlight   int       `json:"a_in_flight"`
+	PoolTokens  int       `json:"pool_tokens"`
+	Repeats     int       `json:"repeats"`
+	NProc       int       `json:"nproc"`
+	CPU         string    `json:"cpu_model"`
+	LoadBefore  string    `json:"loadavg_before"`
+	LoadAfter   string    `json:"loadavg_after"`
+	Args        []string  `json:"sluice_args"`
+	Alone       crowdSide `json:"alone"`
+	Flooded     crowdSide `json:"flooded"`
+	TTFTP50x    float64   `json:"ttft_p50_flooded_over_alone"`
+	TTFTP99x    float64   `json:"ttft_p99_flooded_over_alone"`
+	HitRateDrop float64   `json:"hit_rate_alone_minus_flooded"`
+}
+
+// crowdPrompt is b's i-th prompt (of crowdPrompts) or a's unique i-th.
+func crowdPrompt(l serveLoad, tenant byte, i int) []int {
+	seed := i
+	if tenant == 'a' {
+		seed = 1_000_000 + i
+	}
+	return l.promptTokens(seed)
+}
+
+func runCrowding(ctx context.Context, b *benchServe) int {
+	ctxLen := max(b.longPrompt+b.longGen, b.prompt+b.gen) + 1
+	if ctxLen > b.ctxLen {
+		return b.fail(2, "--long-prompt + --long-gen = %d exceed the model's context of %d", ctxLen-1, b.ctxLen)
+	}
+	bIn := b.levels[0]
+	rep := crowdReport{Model: b.name, Threads: b.threads, Colocated: b.colocated, BPrompt: b.prompt, BGen: b.gen,
+		BDistinct: crowdPrompts, BInFlight: bIn, BRequests: b.requests, APrompt: b.longPrompt, AGen: b.longGen,
+		AInFlight: crowdFlood, PoolTokens: crowdPoolContexts * ctxLen, Repeats: b.repeats,
+		NProc: runtime.NumCPU(), CPU: cpuModel(), LoadBefore: loadAvg()}
+	dir, err := os.MkdirTemp("", "sluice-crowding-")
+	if err != nil {
+		return b.fail(1, "%v", err)
+	}
+	defer os.RemoveAll(dir)
+	keys := filepath.Join(dir, "keys")
+	if err := os.WriteFile(keys, []byte("key-a a\nkey-b b\n"), 0o600); err != nil {
+		return b.fail(1, "%v", err)
+	}
+	args := append(b.sluiceArgs(b.colocated, ctxLen, rep.PoolTokens, 64), "--api-keys", keys,
+		"--max-queue", strconv.Itoa(4*(crowdFlood+bIn)))
+	rep.Args = args
+	l := serveLoad{model: b.name, prompt: b.prompt, gen: b.gen, vocab: b.vocab}
+	la := serveLoad{model: b.name, prompt: b.longPrompt, gen: b.longGen, vocab: b.vocab}
+	var alone, flooded []streamSample
+	var wallAlone, wallFlooded time.Duration
+	floodNext := 0
+	for r := range b.repeats {
+		for _, flood := range []bool{false, true} {
+			sl, err := startSluice(ctx, b.sluiceBin, args)
+			if err != nil {
+				return b.fail(1, "%v", err)
+			}
+			name := "alone"
+			if flood {
+				name = "flooded"
+			}
+			fmt.Fprintf(b.stderr, "crowding repeat %d: b %s\n", r+1, name)
+			for i := range crowdPrompts { // warm b's cache
+				streamPromptKey(ctx, b.client, sl.base, "key-b", l.model, crowdPrompt(l, 'b', i), l.gen)
+			}
+			side := &rep.Alone
+			var stopFlood func() []streamSample
+			if flood {
+				side = &rep.Flooded
+				stopFlood = startFlood(ctx, b, sl.base, la, &floodNext)
+				// Let the flood fill the pool before b measures.
+				time.Sleep(500 * time.Millisecond)
+			}
+			before, err1 := scrapeCounter(ctx, b.client, sl.base, "sluice_preemptions_total")
+			got, wall := runTenant(ctx, b, sl.base, "key-b", l, bIn, b.requests)
+			after, err2 := scrapeCounter(ctx, b.client, sl.base, "sluice_preemptions_total")
+			if err1 == nil && err2 == nil {
+				side.Preemptions += after - before
+			}
+			if flood {
+				for _, s := range stopFlood() {
+					switch {
+					case s.status != 0 && s.status != 200:
+						side.FloodNon200++
+					case s.err != nil:
+						if ctx.Err() == nil && s.status == 200 {
+							side.FloodErrors++
+						}
+					default:
+						side.FloodOK++
+					}
+				}
+				flooded, wallFlooded = append(flooded, got...), wallFlooded+wall
+			} else {
+				alone, wallAlone = append(alone, got...), wallAlone+wall
+			}
+			sl.stop()
+			if ctx.Err() != nil {
+				return b.fail(1, "the benchmark ran out of time (--timeout)")
+			}
+		}
+	}
+	rep.Alone.Stats, rep.Alone.HitRate = summarize(alone, wallAlone), hitRate(alone)
+	rep.Flooded.Stats, rep.Flooded.HitRate = summarize(flooded, wallFlooded), hitRate(flooded)
+	rep.TTFTP50x = ratio(rep.Flooded.Stats.TTFTP50, rep.Alone.Stats.TTFTP50)
+	rep.TTFTP99x = ratio(rep.Flooded.Stats.TTFTP99, rep.Alone.Stats.TTFTP99)
+	rep.HitRateDrop = rep.Alone.HitRate - rep.Flooded.HitRate
+	rep.LoadAfter = loadAvg()
+	if code := b.report(rep, func() { printCrowding(b.stdout, rep) }); code != 0 {
+		return code
+	}
+	if rep.Alone.Stats.OK != rep.Alone.Stats.Requests || rep.Flooded.Stats.OK != rep.Flooded.Stats.Requests {
+		return 1 // b must never be refused or fail
+	}
+	return 0
+}
+
+// runTenant sends n requests of tenant key cycling over b's prompts, c in
+// flight.
+func runTenant(ctx context.Context, b *benchServe, base, key string, l serveLoad, c, n int) ([]streamSample, time.Duration) {
+	out := make([]streamSample, n)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range min(c, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				out[i] = streamPromptKey(ctx, b.client, base, key, l.model, crowdPrompt(l, 'b', i%crowdPrompts), l.gen)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out, time.Since(t0)
+}
+
+// startFlood keeps crowdFlood of tenant a's unique prompts in flight until
+// the returned stop is called; stop cancels what is in flight and returns
+// the samples of the requests that ended.
+func startFlood(ctx context.Context, b *benchServe, base string, l serveLoad, next *int) func() []streamSample {
+	fctx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex
+	var out []streamSample
+	var wg sync.WaitGroup
+	var seq atomic.Int64
+	seq.Store(int64(*next))
+	for range crowdFlood {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for fctx.Err() == nil {
+				i := int(seq.Add(1))
+				s := streamPromptKey(fctx, b.client, base, "key-a", l.model, crowdPrompt(l, 'a', i), l.gen)
+				if fctx.Err() != nil {
+					return // cut by stop: neither a success nor a failure
+				}
+				mu.Lock()
+				out = append(out, s)
+				mu.Unlock()
+				if s.status == 429 {
+					time.Sleep(10 * time.Millisecond) // its queue share is full
+				}
+			}
+		}()
+	}
+	return func() []streamSample {
+		cancel()
+		wg.Wait()
+		*next = int(seq.Load()) + 1
+		return out
+	}
+}
+
+func hitRate(ss []streamSample) float64 {
+	var p, c int
+	for _, s := range ss {
+		if s.err == nil && s.prompt > 0 && s.cached >= 0 {
+			p += s.prompt
+			c += s.cached
+		}
+	}
+	if p == 0 {
+		return 0
+	}
+	return float64(c) / float64(p)
+}
+
+func printCrowding(w io.Writer, rep crowdReport) {
+	topo := "disaggregated"
+	if rep.Colocated {
+		topo = "colocated"
+	}
+	fmt.Fprintf(w, "model %s, sluice %s, %d threads, pool %d tokens, %d repeats (alone and flooded alternating, fresh server each)\n",
+		rep.Model, topo, rep.Threads, rep.PoolTokens, rep.Repeats)
+	fmt.Fprintf(w, "b: %d requests per phase over %d prompts of %d tokens, %d generated, %d in flight; a: unique %d-token prompts, %d generated, %d in flight\n",
+		rep.BRequests, rep.BDistinct, rep.BPrompt, rep.BGen, rep.BInFlight, rep.APrompt, rep.AGen, rep.AInFlight)
+	fmt.Fprintf(w, "nproc %d, cpu %s, loadavg before %s, after %s\n", rep.NProc, rep.CPU, rep.LoadBefore, rep.LoadAfter)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "b\tok\thit rate\tTTFT p50 ms\tTTFT p99 ms\tITL p50 ms\tpreemptions\ta ok\ta 429/5xx\ta errors\t\n")
+	for _, r := range []struct {
+		name string
+		s    crowdSide
+	}{{"alone", rep.Alone}, {"a flooding", rep.Flooded}} {
+		fmt.Fprintf(tw, "%s\t%d/%d\t%.3f\t%.1f\t%.1f\t%.2f\t%d\t%d\t%d\t%d\t\n", r.name, r.s.Stats.OK, r.s.Stats.Requests, r.s.HitRate,
+			r.s.Stats.TTFTP50, r.s.Stats.TTFTP99, r.s.Stats.ITLP50, r.s.Preemptions, r.s.FloodOK, r.s.FloodNon200, r.s.FloodErrors)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "flooded / alone: TTFT p50 %.2fx, p99 %.2fx; hit rate %.3f -> %.3f\n", rep.TTFTP50x, rep.TTFTP99x, rep.Alone.HitRate, rep.Flooded.HitRate)
+	for _, r := range []crowdSide{rep.Alone, rep.Flooded} {
+		if r.Stats.FirstError != "" {
+			fmt.Fprintf(w, "first error of b: %s\n", r.Stats.FirstError)
+		}
+	}
+}
