@@ -719,10 +719,11 @@ func (s *batch) preempt(q *seq) {
 // others, not they for it.
 func (s *batch) resume() {
 	defer s.countResumable()
+	oldest := s.oldest()
 	for i := 0; i < len(s.preempted); {
 		q := s.preempted[i]
 		n := kv.PagesFor(len(q.prompt)+1, s.cfg.PageSize)
-		if !s.pages().MayTake(q.owner.Tenant, n) {
+		if q != oldest && !s.pages().MayTake(q.owner.Tenant, n) {
 			i++
 			continue
 		}

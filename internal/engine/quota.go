@@ -17,8 +17,10 @@ import (
 //     share (victim).
 //   - A waiting tenant owed pages within its share reclaims them from the
 //     tenant furthest over its own (reclaim).
-//   - The oldest running sequence is exempt from all of it: it may always
-//     grow and is never another tenant's victim, so it always progresses.
+//   - The oldest sequence (running or preempted) is exempt from all of it:
+//     it may always grow or resume and is never another tenant's victim,
+//     so it always progresses (and a request larger than its tenant's
+//     share runs when it is the oldest).
 
 // want is a request waiting outside the batch for pages (the colocated
 // admission's, refused for room).
@@ -108,16 +110,19 @@ func (s *batch) pages() sched.Pages {
 	return p
 }
 
-// oldest is the running sequence of earliest arrival, exempt from the
-// quota (the batch's progress guarantee); nil when none runs.
+// oldest is the sequence of earliest arrival, running or preempted,
+// exempt from the quota (the batch's progress guarantee: a request larger
+// than its tenant's share runs when it is the oldest); nil when none.
 func (s *batch) oldest() *seq {
 	var o *seq
-	for _, q := range s.active {
-		if q.emit == nil || s.isPreempted(q) {
-			continue
-		}
-		if o == nil || q.arrival < o.arrival {
-			o = q
+	for _, qs := range [][]*seq{s.active, s.preempted} {
+		for _, q := range qs {
+			if q.emit == nil {
+				continue
+			}
+			if o == nil || q.arrival < o.arrival {
+				o = q
+			}
 		}
 	}
 	return o
@@ -199,9 +204,9 @@ func (s *batch) notifyFreed() {
 func (s *batch) countResumable() {
 	n := 0
 	if len(s.preempted) > 0 {
-		p := s.pages()
+		p, oldest := s.pages(), s.oldest()
 		for _, q := range s.preempted {
-			if p.MayTake(q.owner.Tenant, kv.PagesFor(len(q.prompt)+1, s.cfg.PageSize)) {
+			if q == oldest || p.MayTake(q.owner.Tenant, kv.PagesFor(len(q.prompt)+1, s.cfg.PageSize)) {
 				n++
 			}
 		}
@@ -244,7 +249,10 @@ func (s *batch) overShare(tenant string, n int, waiting []string) bool {
 			others = true
 		}
 	}
-	return others && held+n > q.Share(tenant)
+	// A tenant holding nothing is never over: its first request may
+	// always be admitted (one larger than its share runs when it is the
+	// oldest sequence).
+	return others && held > 0 && held+n > q.Share(tenant)
 }
 
 // withinShare reports, from the last cycle's snapshot, whether tenant

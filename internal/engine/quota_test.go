@@ -204,3 +204,19 @@ func TestPrefillBudgetTakesTenantsInTurn(t *testing.T) {
 		t.Fatal("the oldest prompt got no chunk")
 	}
 }
+
+// The oldest sequence is exempt even while preempted: a's only sequence
+// needs 11 of 16 pages, more than a's share of 8 while b waits, and still
+// resumes (else nothing would ever run it while b keeps waiting).
+func TestKVQuotaOldestResumesOverShare(t *testing.T) {
+	r := newQuotaRig(t, 16)
+	a := r.add("a", 40, 4)
+	r.s.turn()
+	r.s.setWant(kv.Owner{Tenant: "b", ID: newID()}, 1, 2)
+	r.s.preempt(a)
+	r.s.dropParked()
+	r.s.turn()
+	if a.parked {
+		t.Fatal("the oldest sequence stays parked over its share: nothing runs it")
+	}
+}
