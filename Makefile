@@ -105,7 +105,8 @@ image-check: image
 # runc, etcd and CNI plugins; podman images, no registry): install, a decode
 # pod deleted under load, a rolling model upgrade, decode scaled 2->3->1,
 # server-side validation, the pods' uid and read-only root, /metrics from
-# inside the cluster. Root only; about 30 minutes cold, a few minutes warm.
+# inside the cluster, the InferencePool example against its CRD. Root only;
+# 30-70 minutes cold (the build), about 3 minutes with the binaries cached.
 # Not in `make test` (docs/testing.md).
 .PHONY: test-k8s
 test-k8s:

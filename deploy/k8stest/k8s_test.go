@@ -409,6 +409,7 @@ type result struct {
 	first              bool // a stream received at least one token of text
 	done               bool // the response ended normally
 	err                string
+	at                 time.Time // when it ended
 }
 
 func (e *env) complete(base, key, prompt string, stream bool) result {
@@ -508,6 +509,7 @@ func (e *env) startLoad(n int) *load {
 				default:
 				}
 				r := e.complete(e.svc, e.keys[(i+j)%len(e.keys)], prompts[(i*7+j)%len(prompts)], (i+j)%2 == 0)
+				r.at = time.Now()
 				l.mu.Lock()
 				l.rs = append(l.rs, r)
 				l.mu.Unlock()
@@ -564,6 +566,32 @@ func (e *env) verdict(rs []result, files ...string) (ok, failed int, by map[stri
 	return ok, failed, by, nil
 }
 
+// failures groups the requests that failed before their first token by
+// status and error code: "12x 503 draining, 2x 502 handoff_failed".
+func failures(rs []result) string {
+	n := map[string]int{}
+	for _, r := range rs {
+		if r.done || r.first {
+			continue
+		}
+		var body struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		json.Unmarshal([]byte(r.err), &body)
+		k := fmt.Sprintf("%d %s", r.status, body.Error.Code)
+		if r.status == 0 || body.Error.Code == "" {
+			k = fmt.Sprintf("%d %.60s", r.status, r.err)
+		}
+		n[k]++
+	}
+	var s []string
+	for k, c := range n {
+		s = append(s, fmt.Sprintf("%dx %s", c, k))
+	}
+	sort.Strings(s)
+	return strings.Join(s, ", ")
+}
+
 func firstErrs(rs []result, n int) string {
 	var s []string
 	for _, r := range rs {
@@ -584,7 +612,7 @@ func (e *env) checkInstall() (string, error) {
 		return "", err
 	}
 	took := time.Since(start).Round(time.Second)
-	out, err := e.kubectl("get", "svc", "-n", ns, full, "-o", "jsonpath={.spec.clusterIP}")
+	out, err := e.kubectl("get", "svc", "-n", ns, full+"-router", "-o", "jsonpath={.spec.clusterIP}")
 	if err != nil {
 		return "", err
 	}
@@ -698,7 +726,7 @@ func (e *env) checkDeleteDecode() (string, error) {
 	detail := fmt.Sprintf("%d requests under load: %d exact, 0 wrong, 0 streams cut after their first token, %d failed before their first token; the replacement %s joined and was picked %v times",
 		len(rs), ok, failed, newIP, picks)
 	if failed > 0 {
-		detail += " (failures: " + firstErrs(rs, 2) + ")"
+		detail += " (" + failures(rs) + ")"
 	}
 	return detail, nil
 }
@@ -778,8 +806,8 @@ func (e *env) checkUpgrade() (string, error) {
 	if aok, afailed, _, err := e.verdict(after, modelB); err != nil || afailed > 0 || aok != len(after) {
 		return "", fmt.Errorf("after the upgrade: %v (%s)", err, firstErrs(after, 2))
 	}
-	return fmt.Sprintf("helm upgrade --wait to %s took %s; %d requests during it: %d exact (%d by %s, %d by %s), 0 wrong, %d failed before their first token; %d samples of every router's workers: none counted a worker of another model as up",
-		modelB, took, len(rs), ok, by[modelA], modelA, by[modelB], modelB, failed, samples), nil
+	return fmt.Sprintf("helm upgrade --wait to %s took %s; %d requests during it: %d exact (%d by %s, %d by %s), 0 wrong, 0 streams cut, %d failed before their first token (%s); %d samples of every router's workers: none counted a worker of another model as up",
+		modelB, took, len(rs), ok, by[modelA], modelA, by[modelB], modelB, failed, failures(rs), samples), nil
 }
 
 // servedModel: the model the ready routers run (after a failed upgrade
@@ -831,6 +859,7 @@ func (e *env) checkScale() (string, error) {
 		l.finish()
 		return "", perr
 	}
+	downAt := time.Now()
 	if _, err := e.kubectl("scale", "-n", ns, "deployment/"+full+"-decode", "--replicas=1"); err != nil {
 		l.finish()
 		return "", err
@@ -858,7 +887,15 @@ func (e *env) checkScale() (string, error) {
 		return "", verr
 	}
 	if failed > 0 {
-		return "", fmt.Errorf("%d of %d requests lost while scaling (%s)", failed, len(rs), firstErrs(rs, 3))
+		var up, down []result
+		for _, r := range rs {
+			if r.at.Before(downAt) {
+				up = append(up, r)
+			} else {
+				down = append(down, r)
+			}
+		}
+		return "", fmt.Errorf("%d of %d requests lost while scaling 2 -> 3 -> 1 (up: [%s], down: [%s]); %d exact, 0 wrong, 0 streams cut", failed, len(rs), failures(up), failures(down), ok)
 	}
 	return fmt.Sprintf("decode 2 -> 3: the new pod %s passed the routers' checks (up on every router) and was picked %v times; 3 -> 1: the two leaving pods drained; %d requests under load, all %d exact, none lost",
 		joined, picks, len(rs), ok), nil
@@ -873,7 +910,16 @@ func (e *env) checkValidation() (string, error) {
 	if _, err := e.kubectl("label", "namespace", vns, "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/warn=restricted"); err != nil {
 		return "", err
 	}
-	manifest, err := e.helm("template", release, filepath.Join(e.root, "deploy", "helm", "sluice"), "-n", vns, "-f", filepath.Join(e.dir, "values.json"))
+	ver, err := e.kubectl("version", "-o", "json")
+	if err != nil {
+		return "", err
+	}
+	var v struct {
+		Server struct{ GitVersion string } `json:"serverVersion"`
+	}
+	json.Unmarshal([]byte(ver), &v)
+	manifest, err := e.helm("template", release, filepath.Join(e.root, "deploy", "helm", "sluice"), "-n", vns,
+		"--kube-version", v.Server.GitVersion, "-f", filepath.Join(e.dir, "values.json"))
 	if err != nil {
 		return "", err
 	}
