@@ -277,7 +277,7 @@ func (j *pjob) chunk() {
 			j.chunk()
 			return
 		}
-		first, err := prefillSampler(j.req).Sample(res[0].Logits)
+		first, err := prefillSampler(w.env, j.req).Sample(res[0].Logits)
 		if err != nil {
 			j.fail(err)
 			return
@@ -366,9 +366,9 @@ func (j *pjob) insert() {
 // request's last SampleOffset prompt tokens are ones it generated before
 // (they used the earlier draws and count for the penalties as generated
 // tokens).
-func prefillSampler(r *handoff.PrefillRequest) *sample.Sampler {
+func prefillSampler(e *Env, r *handoff.PrefillRequest) *sample.Sampler {
 	off := r.SampleOffset
-	s := sample.New(r.Sampling)
+	s := e.sampler(r.Sampling)
 	s.SetPrompt(r.Tokens[:len(r.Tokens)-off])
 	for _, t := range r.Tokens[len(r.Tokens)-off:] {
 		s.Observe(t)

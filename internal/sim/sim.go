@@ -9,6 +9,7 @@ import (
 
 	"sluice/internal/engine"
 	"sluice/internal/gguf"
+	"sluice/internal/grammar"
 	"sluice/internal/handoff"
 	"sluice/internal/handoff/shm"
 	"sluice/internal/kv"
@@ -17,6 +18,7 @@ import (
 	"sluice/internal/sample"
 	admission "sluice/internal/sched"
 	"sluice/internal/synth"
+	"sluice/internal/tokenizer"
 )
 
 const (
@@ -149,6 +151,10 @@ type Result struct {
 	// ResumedOK and ResumedFailed count requests preempted at least once
 	// that then ended exact, or failed.
 	ResumedOK, ResumedFailed int
+	// ConstrainedOK counts successful constrained (response_format)
+	// requests, exact like every success; ConstrainedMovedOK those of
+	// them preempted or migrated at least once (grammar state replayed).
+	ConstrainedOK, ConstrainedMovedOK int
 	// QueueWaits are the admission core's waits, one per admission
 	// (first admissions and resumes).
 	QueueWaits []time.Duration
@@ -191,6 +197,8 @@ type Env struct {
 
 	mu   sync.Mutex
 	refs map[[3]int]*reference
+	// grammars compiles constrained samplings' schemas (sampler).
+	grammars *grammar.Cache
 }
 
 // samplings are the requests' sampling settings: greedy, seeded, and
@@ -201,6 +209,25 @@ var samplings = []sample.Params{
 	{},
 	{Temperature: 0.9, Seed: 11},
 	{Temperature: 0.7, TopK: 20, Seed: 12, FrequencyPenalty: 0.5, RepetitionPenalty: 1.1},
+	// Constrained (response_format): the grammar's state crosses the
+	// handoff, preemption and migration by replay (I14). A string of at
+	// least 400 characters cannot end within maxGen tokens, so the
+	// request runs to its max_tokens as the others do.
+	{Temperature: 1, Seed: 13, Format: sample.Format{Kind: sample.FormatJSONSchema, Schema: `{"type":"string","minLength":400}`}},
+}
+
+// sampler is a sampler for p as the engine's workers build one: a
+// constrained one follows p's grammar over the built-in vocabulary.
+func (e *Env) sampler(p sample.Params) *sample.Sampler {
+	s := sample.New(p)
+	if p.Format.Constrained() {
+		c, _, err := e.grammars.Get("sim", p.Format.Kind == sample.FormatJSONObject, p.Format.Schema)
+		if err != nil {
+			panic(err)
+		}
+		s.Constrain(c.NewMatcher())
+	}
+	return s
 }
 
 // NewEnv loads the built-in default model (synth.Default, tiny random
@@ -225,7 +252,12 @@ func NewEnv(dir string) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{model: m, rt: engine.NewModelRuntime("sim", m, nil), dir: own, refs: map[[3]int]*reference{}}
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		return nil, err
+	}
+	rt := engine.NewModelRuntime("sim", m, nil).WithVocab(tok)
+	e := &Env{model: m, rt: rt, dir: own, refs: map[[3]int]*reference{}, grammars: grammar.NewCache(rt.GrammarVocab())}
 	vocab := m.Config().Vocab
 	x := uint64(0x243f6a8885a308d3)
 	for _, n := range []int{1, 2, 3, 5, 7, 8, 11, 16, 19, 24, 31, 40, 52} {
@@ -280,7 +312,7 @@ func (e *Env) ref(pi, ps, si int) *reference {
 		panic(res[0].Err)
 	}
 	r := &reference{geo: geo}
-	smp := sample.New(samplings[si])
+	smp := e.sampler(samplings[si])
 	smp.SetPrompt(p)
 	draw := func(logits []float32) int32 {
 		t, err := smp.Sample(logits)
@@ -855,6 +887,12 @@ func (w *world) check() {
 			}
 			if q.migrations > 0 {
 				w.res.MigratedOK++
+			}
+			if samplings[q.si].Format.Constrained() {
+				w.res.ConstrainedOK++
+				if q.preempts > 0 || q.migrations > 0 {
+					w.res.ConstrainedMovedOK++
+				}
 			}
 			if !slices.Equal(q.out, ref[:q.max]) {
 				w.violate("%v reported success with output %v, reference %v (undetected integrity violation)", q, q.out, ref[:q.max])

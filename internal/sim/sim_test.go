@@ -130,7 +130,7 @@ func TestSim(t *testing.T) {
 		var faults [numFaults]int
 		ends, phases := map[string]int{}, map[string]int{}
 		late, oldInc, fenced := 0, 0, 0
-		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad, hits, evicted, pwaits, dhits int
+		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad, hits, evicted, pwaits, dhits, consOK, consMoved int
 		var dead, migr, migrOK, migrBad, stale, migrPre int
 		rejects, coloPre := map[string]int{}, map[string]int{}
 		var waits []time.Duration
@@ -159,6 +159,7 @@ func TestSim(t *testing.T) {
 			noRoom += r.NoRoom
 			endedQ += r.EndedQueued
 			resumedOK += r.ResumedOK
+			consOK, consMoved = consOK+r.ConstrainedOK, consMoved+r.ConstrainedMovedOK
 			resumedBad += r.ResumedFailed
 			dead, migr, migrOK, migrBad, stale = dead+r.DeclaredDead, migr+r.Migrations, migrOK+r.MigratedOK, migrBad+r.MigratedFailed, stale+r.StaleItems
 			migrPre += r.MigratedBeforeCommit
@@ -198,6 +199,10 @@ func TestSim(t *testing.T) {
 		t.Logf("preemptions per run: mean %.2f, max %d (%d in all); resumed requests %d exact, %d failed; page-by-page growths %.1f per run; decode no-room answers %d",
 			float64(pre)/float64(ran), preMax, pre, resumedOK, resumedBad, float64(grow)/float64(ran), noRoom)
 		t.Logf("colocated batch preemptions by the phase they struck: %s", countsText(coloPre))
+		t.Logf("constrained (response_format) requests exact: %d, of them preempted or migrated: %d", consOK, consMoved)
+		if ran >= 50 && consOK == 0 {
+			t.Errorf("no constrained request succeeded in %d seeds: the simulator's mix lost them", ran)
+		}
 		t.Logf("decode workers declared dead (reset or heartbeat): %d; streams migrated: %d (%d of them resumed handoffs not yet committed); migrated requests %d exact, %d failed; stale items of migrated handoffs dropped: %d",
 			dead, migr, migrPre, migrOK, migrBad, stale)
 		t.Logf("queue: %d admissions, wait p50 %v, p99 %v, max %v; refused %s; %d requests ended while queued",
