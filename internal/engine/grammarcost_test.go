@@ -244,8 +244,11 @@ func TestConstrainedTenantDoesNotSlowCoTenant(t *testing.T) {
 	}
 	t.Logf("constrained / unconstrained adversary: mean %.2f p50 %.2f p90 %.2f; adversary tokens %d unconstrained, %d constrained, %d draws deferred",
 		rMean, r50, r90, advTokens[0].Load(), advTokens[1].Load(), deferred)
-	if rMean > 1.5 || r50 > 1.5 || r90 > 2 {
-		t.Fatalf("the constrained tenant slowed its co-tenant: ITL ratio mean %.2f, p50 %.2f, p90 %.2f (bounds 1.5, 1.5, 2)", rMean, r50, r90)
+	// Bounds with room for a loaded machine's noise (seen up to mean
+	// 1.19, p90 1.41 at load average 15-25); masks on the shared step
+	// measured mean 10-12, p90 33-38.
+	if rMean > 2 || r50 > 1.5 || r90 > 3 {
+		t.Fatalf("the constrained tenant slowed its co-tenant: ITL ratio mean %.2f, p50 %.2f, p90 %.2f (bounds 2, 1.5, 3)", rMean, r50, r90)
 	}
 	if deferred == 0 {
 		t.Fatal("no adversary draw was deferred: the test did not reach the cold masks")
