@@ -9,18 +9,16 @@
 // the -16 offset enters exactly as 16 times the activation's 4-element sums
 // (Y2, once per block for the four rows).
 //
-// What makes them faster than the first 4-row kernels (+10% AVX2, +15%
-// AVX-512 CPU time at 2048x768 on a Zen 5; llvm-mca -mcpu=znver3 on the
-// AVX2 loop: 39.6 cycles per 2 blocks x 4 rows against 45.8):
-//   - the nibbles come from one VBROADCASTI128 and a per-dword shift
-//     (VPSRLVD 0 / 4 for the low / high 16 elements) instead of a load,
-//     a shift and VINSERTI128 (a single-port shuffle on Zen 3);
-//   - the 8 weight scales of a pass (4 rows x 2 blocks) are gathered as
-//     f16 in two general registers, widened by one VCVTPH2PS and multiplied
-//     by the activation scales in one VMULPS, then broadcast per row-block
-//     from the stack: 3 vector ops per row-block become 1 (each product is
-//     the same float32 rounding of dw*dx, so the order is unchanged);
-//   - the constants used per row-block live in registers (Y5-Y7).
+// What makes the AVX2 one faster than the first 4-row kernel (+10% CPU
+// time in cache at 1024-3456 x 1152 on a Zen 5; equal when the weights
+// come from memory): the nibbles come from one VBROADCASTI128 and a
+// per-dword shift (VPSRLVD 0 / 4 for the low / high 16 elements) instead
+// of a load, a shift and VINSERTI128 (a single-port shuffle on Zen 3), and
+// the constants used per row-block live in registers (Y5-Y7). Gathering a
+// pass's 8 weight scales in general registers and widening them with one
+// VCVTPH2PS (then broadcast from the stack) measured the same in cache and
+// tied every row's FMAs to the slowest row's scale load, so each
+// row-block widens its own scale.
 // The AVX-512 form (rowsQ5_0AVX512x4z) takes two blocks of a row per ZMM:
 // lanes 0-7 the even block, 8-15 the odd one, so one accumulator per row
 // holds the canonical 16 lanes. The 64 high bits of the two blocks go to a
@@ -69,7 +67,7 @@ DATA q50shift<>+24(SB)/8, $0x0000000400000004
 GLOBL q50shift<>(SB), RODATA|NOPTR, $32
 
 // func rowsQ5_0AVX2x4s(out *float32, w, x *byte, dx *float32, nGroups, nb int)
-TEXT ·rowsQ5_0AVX2x4s(SB), NOSPLIT, $32-48
+TEXT ·rowsQ5_0AVX2x4s(SB), NOSPLIT, $0-48
 	MOVQ out+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ x+16(FP), DX
@@ -105,40 +103,12 @@ rowsq5_0avx2x4s_pair:
 	PREFETCHT0 (AX)(R13*1)
 	PREFETCHT0 (AX)(R13*2)
 	PREFETCHT0 (BX)(R13*8)
-	MOVWQZX 0(SI), AX
-	MOVWQZX 0(SI)(R13*1), R14
-	SHLQ $16, R14
-	ORQ R14, AX
-	MOVWQZX 0(SI)(R13*2), R14
-	SHLQ $32, R14
-	ORQ R14, AX
-	MOVWQZX 0(BX), R14
-	SHLQ $48, R14
-	ORQ R14, AX
-	MOVWQZX 22(SI), R15
-	MOVWQZX 22(SI)(R13*1), R14
-	SHLQ $16, R14
-	ORQ R14, R15
-	MOVWQZX 22(SI)(R13*2), R14
-	SHLQ $32, R14
-	ORQ R14, R15
-	MOVWQZX 22(BX), R14
-	SHLQ $48, R14
-	ORQ R14, R15
-	VMOVQ AX, X1
-	VMOVQ R15, X3
-	VPUNPCKLQDQ X3, X1, X1
-	VCVTPH2PS X1, Y1
-	VBROADCASTSS 0(R12), X3
-	VBROADCASTSS 4(R12), X4
-	VINSERTF128 $1, X4, Y3, Y3
-	VMULPS Y3, Y1, Y1
-	VMOVUPS Y1, 0(SP)
 	VMOVDQU 2(CX), Y0
 	VMOVDQU q50ones8<>(SB), Y2
 	VPMADDUBSW Y0, Y2, Y2
 	VPMADDWD Y6, Y2, Y2
 	VPSLLD $4, Y2, Y2
+	VBROADCASTSS 0(R12), Y1
 	VBROADCASTI128 6(SI), Y3
 	VPSRLVD q50shift<>(SB), Y3, Y3
 	VPAND Y7, Y3, Y3
@@ -152,8 +122,10 @@ rowsq5_0avx2x4s_pair:
 	VPMADDWD Y6, Y3, Y3
 	VPSUBD Y2, Y3, Y3
 	VCVTDQ2PS Y3, Y3
-	VBROADCASTSS 0(SP), Y1
-	VFMADD231PS Y1, Y3, Y8
+	VPBROADCASTW 0(SI), X4
+	VCVTPH2PS X4, Y4
+	VMULPS Y1, Y4, Y4
+	VFMADD231PS Y4, Y3, Y8
 	VBROADCASTI128 6(SI)(R13*1), Y3
 	VPSRLVD q50shift<>(SB), Y3, Y3
 	VPAND Y7, Y3, Y3
@@ -167,8 +139,10 @@ rowsq5_0avx2x4s_pair:
 	VPMADDWD Y6, Y3, Y3
 	VPSUBD Y2, Y3, Y3
 	VCVTDQ2PS Y3, Y3
-	VBROADCASTSS 4(SP), Y1
-	VFMADD231PS Y1, Y3, Y9
+	VPBROADCASTW 0(SI)(R13*1), X4
+	VCVTPH2PS X4, Y4
+	VMULPS Y1, Y4, Y4
+	VFMADD231PS Y4, Y3, Y9
 	VBROADCASTI128 6(SI)(R13*2), Y3
 	VPSRLVD q50shift<>(SB), Y3, Y3
 	VPAND Y7, Y3, Y3
@@ -182,8 +156,10 @@ rowsq5_0avx2x4s_pair:
 	VPMADDWD Y6, Y3, Y3
 	VPSUBD Y2, Y3, Y3
 	VCVTDQ2PS Y3, Y3
-	VBROADCASTSS 8(SP), Y1
-	VFMADD231PS Y1, Y3, Y10
+	VPBROADCASTW 0(SI)(R13*2), X4
+	VCVTPH2PS X4, Y4
+	VMULPS Y1, Y4, Y4
+	VFMADD231PS Y4, Y3, Y10
 	VBROADCASTI128 6(BX), Y3
 	VPSRLVD q50shift<>(SB), Y3, Y3
 	VPAND Y7, Y3, Y3
@@ -197,13 +173,16 @@ rowsq5_0avx2x4s_pair:
 	VPMADDWD Y6, Y3, Y3
 	VPSUBD Y2, Y3, Y3
 	VCVTDQ2PS Y3, Y3
-	VBROADCASTSS 12(SP), Y1
-	VFMADD231PS Y1, Y3, Y11
+	VPBROADCASTW 0(BX), X4
+	VCVTPH2PS X4, Y4
+	VMULPS Y1, Y4, Y4
+	VFMADD231PS Y4, Y3, Y11
 	VMOVDQU 36(CX), Y0
 	VMOVDQU q50ones8<>(SB), Y2
 	VPMADDUBSW Y0, Y2, Y2
 	VPMADDWD Y6, Y2, Y2
 	VPSLLD $4, Y2, Y2
+	VBROADCASTSS 4(R12), Y1
 	VBROADCASTI128 28(SI), Y3
 	VPSRLVD q50shift<>(SB), Y3, Y3
 	VPAND Y7, Y3, Y3
@@ -217,8 +196,10 @@ rowsq5_0avx2x4s_pair:
 	VPMADDWD Y6, Y3, Y3
 	VPSUBD Y2, Y3, Y3
 	VCVTDQ2PS Y3, Y3
-	VBROADCASTSS 16(SP), Y1
-	VFMADD231PS Y1, Y3, Y12
+	VPBROADCASTW 22(SI), X4
+	VCVTPH2PS X4, Y4
+	VMULPS Y1, Y4, Y4
+	VFMADD231PS Y4, Y3, Y12
 	VBROADCASTI128 28(SI)(R13*1), Y3
 	VPSRLVD q50shift<>(SB), Y3, Y3
 	VPAND Y7, Y3, Y3
@@ -232,8 +213,10 @@ rowsq5_0avx2x4s_pair:
 	VPMADDWD Y6, Y3, Y3
 	VPSUBD Y2, Y3, Y3
 	VCVTDQ2PS Y3, Y3
-	VBROADCASTSS 20(SP), Y1
-	VFMADD231PS Y1, Y3, Y13
+	VPBROADCASTW 22(SI)(R13*1), X4
+	VCVTPH2PS X4, Y4
+	VMULPS Y1, Y4, Y4
+	VFMADD231PS Y4, Y3, Y13
 	VBROADCASTI128 28(SI)(R13*2), Y3
 	VPSRLVD q50shift<>(SB), Y3, Y3
 	VPAND Y7, Y3, Y3
@@ -247,8 +230,10 @@ rowsq5_0avx2x4s_pair:
 	VPMADDWD Y6, Y3, Y3
 	VPSUBD Y2, Y3, Y3
 	VCVTDQ2PS Y3, Y3
-	VBROADCASTSS 24(SP), Y1
-	VFMADD231PS Y1, Y3, Y14
+	VPBROADCASTW 22(SI)(R13*2), X4
+	VCVTPH2PS X4, Y4
+	VMULPS Y1, Y4, Y4
+	VFMADD231PS Y4, Y3, Y14
 	VBROADCASTI128 28(BX), Y3
 	VPSRLVD q50shift<>(SB), Y3, Y3
 	VPAND Y7, Y3, Y3
@@ -262,8 +247,10 @@ rowsq5_0avx2x4s_pair:
 	VPMADDWD Y6, Y3, Y3
 	VPSUBD Y2, Y3, Y3
 	VCVTDQ2PS Y3, Y3
-	VBROADCASTSS 28(SP), Y1
-	VFMADD231PS Y1, Y3, Y15
+	VPBROADCASTW 22(BX), X4
+	VCVTPH2PS X4, Y4
+	VMULPS Y1, Y4, Y4
+	VFMADD231PS Y4, Y3, Y15
 	ADDQ $44, SI
 	ADDQ $44, BX
 	ADDQ $68, CX
@@ -273,26 +260,12 @@ rowsq5_0avx2x4s_pair:
 rowsq5_0avx2x4s_single:
 	TESTQ R10, R10
 	JZ   rowsq5_0avx2x4s_red
-	MOVWQZX 0(SI), AX
-	MOVWQZX 0(SI)(R13*1), R14
-	SHLQ $16, R14
-	ORQ R14, AX
-	MOVWQZX 0(SI)(R13*2), R14
-	SHLQ $32, R14
-	ORQ R14, AX
-	MOVWQZX 0(BX), R14
-	SHLQ $48, R14
-	ORQ R14, AX
-	VMOVQ AX, X1
-	VCVTPH2PS X1, Y1
-	VBROADCASTSS 0(R12), X3
-	VMULPS Y3, Y1, Y1
-	VMOVUPS Y1, 0(SP)
 	VMOVDQU 2(CX), Y0
 	VMOVDQU q50ones8<>(SB), Y2
 	VPMADDUBSW Y0, Y2, Y2
 	VPMADDWD Y6, Y2, Y2
 	VPSLLD $4, Y2, Y2
+	VBROADCASTSS 0(R12), Y1
 	VBROADCASTI128 6(SI), Y3
 	VPSRLVD q50shift<>(SB), Y3, Y3
 	VPAND Y7, Y3, Y3
@@ -306,8 +279,10 @@ rowsq5_0avx2x4s_single:
 	VPMADDWD Y6, Y3, Y3
 	VPSUBD Y2, Y3, Y3
 	VCVTDQ2PS Y3, Y3
-	VBROADCASTSS 0(SP), Y1
-	VFMADD231PS Y1, Y3, Y8
+	VPBROADCASTW 0(SI), X4
+	VCVTPH2PS X4, Y4
+	VMULPS Y1, Y4, Y4
+	VFMADD231PS Y4, Y3, Y8
 	VBROADCASTI128 6(SI)(R13*1), Y3
 	VPSRLVD q50shift<>(SB), Y3, Y3
 	VPAND Y7, Y3, Y3
@@ -321,8 +296,10 @@ rowsq5_0avx2x4s_single:
 	VPMADDWD Y6, Y3, Y3
 	VPSUBD Y2, Y3, Y3
 	VCVTDQ2PS Y3, Y3
-	VBROADCASTSS 4(SP), Y1
-	VFMADD231PS Y1, Y3, Y9
+	VPBROADCASTW 0(SI)(R13*1), X4
+	VCVTPH2PS X4, Y4
+	VMULPS Y1, Y4, Y4
+	VFMADD231PS Y4, Y3, Y9
 	VBROADCASTI128 6(SI)(R13*2), Y3
 	VPSRLVD q50shift<>(SB), Y3, Y3
 	VPAND Y7, Y3, Y3
@@ -336,8 +313,10 @@ rowsq5_0avx2x4s_single:
 	VPMADDWD Y6, Y3, Y3
 	VPSUBD Y2, Y3, Y3
 	VCVTDQ2PS Y3, Y3
-	VBROADCASTSS 8(SP), Y1
-	VFMADD231PS Y1, Y3, Y10
+	VPBROADCASTW 0(SI)(R13*2), X4
+	VCVTPH2PS X4, Y4
+	VMULPS Y1, Y4, Y4
+	VFMADD231PS Y4, Y3, Y10
 	VBROADCASTI128 6(BX), Y3
 	VPSRLVD q50shift<>(SB), Y3, Y3
 	VPAND Y7, Y3, Y3
@@ -351,8 +330,10 @@ rowsq5_0avx2x4s_single:
 	VPMADDWD Y6, Y3, Y3
 	VPSUBD Y2, Y3, Y3
 	VCVTDQ2PS Y3, Y3
-	VBROADCASTSS 12(SP), Y1
-	VFMADD231PS Y1, Y3, Y11
+	VPBROADCASTW 0(BX), X4
+	VCVTPH2PS X4, Y4
+	VMULPS Y1, Y4, Y4
+	VFMADD231PS Y4, Y3, Y11
 	ADDQ $22, BX
 rowsq5_0avx2x4s_red:
 	VADDPS Y12, Y8, Y0
