@@ -14,11 +14,13 @@
 # PART (default: item5 dense depth-quick):
 #   item5        pp128, pp512, tg128 on bench-15M-q8_0, bench-110M-q8_0 and
 #                TinyLlama-q4_K shapes; 4 configurations (AVX-512 / AVX2,
-#                1 thread pinned / 2 threads). About 8 minutes idle.
+#                1 thread pinned / 2 threads). About 6 minutes on an idle
+#                2-vCPU machine with REPS=1, 15 with REPS=3.
 #   dense        the same tests on the qwen3 / gemma3 dense shapes (issue 24),
-#                4 configurations. About 3 minutes idle.
+#                4 configurations. About 2 minutes idle (REPS=1), 4 (3).
 #   depth-quick  decode and prefill at depth 8192 on the bench-110M shape
-#                (16k+ context), 4 configurations. About 4 minutes idle.
+#                (36k context), 4 configurations. About 8 minutes idle
+#                (llama-bench refills the 8192 positions before each test).
 #   depth        issue 31's table: --depth 0,2048,8192,16384,32768 on the
 #                bench-110M shape (36k context) and 0,2048,8192,16384 on the
 #                TinyLlama-q4_K shape (20k context), 4 configurations. Long:
