@@ -135,7 +135,7 @@ bench-cluster:
 LLAMA_SELECT ?= ../shared/tools/llama.cpp/select
 LLAMA_SERVER_FLAG = $$(test -x $(LLAMA_SELECT) && echo --llama-server $$($(LLAMA_SELECT) llama-server))
 BENCH_SERVE_FLAGS ?=
-.PHONY: bench-serve bench-serve-interference bench-serve-kv bench-serve-crowding
+.PHONY: bench-serve bench-serve-interference bench-serve-kv bench-serve-crowding bench-serve-encrypt
 bench-serve:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench serve $(LLAMA_SERVER_FLAG) $(BENCH_SERVE_FLAGS)
@@ -149,6 +149,13 @@ bench-serve-kv:
 # bench-serve-crowding: tenant b repeating its own prompts alone, then while
 # tenant a floods unique 1k-token prompts (fresh server each, alternating):
 # b's cache hit rate and TTFT p50/p99 side by side (issue 28).
+# bench-serve-encrypt: serving tok/s with the roles' frames encrypted vs
+# plain, both servers up, driven in turn (issue 28), and the handoff
+# benchmark's encrypted vs CRC-only transfer.
+bench-serve-encrypt:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
+	./bin/sluice bench serve --workload encrypt --prompt 512 --gen 32 --concurrency 4 --requests 16 --repeats 5 $(BENCH_SERVE_FLAGS)
+	$(GO) test -run '^$$' -bench HandoffTCP -benchtime 5x -count 3 ./internal/handoff/handoffbench
 bench-serve-crowding:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench serve --workload crowding --colocated --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 32 --repeats 3 $(BENCH_SERVE_FLAGS)

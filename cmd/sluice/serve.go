@@ -282,6 +282,7 @@ type serveOpts struct {
 	// apiKey: --api-key KEY, one key for the single tenant.
 	apiKey    string
 	transport string
+	encrypt   bool
 	colocated bool
 	prefix    string
 	sharedPre string
@@ -367,6 +368,7 @@ func runServe(args []string) int {
 	var o serveOpts
 	o.register(fs, true)
 	o.registerHTTP(fs)
+	fs.BoolVar(&o.encrypt, "encrypt", false, "encrypt the frames between the in-process prefill and decode roles (--transport tcp or shm's control) as between hosts (AES-256-GCM, I15): to measure what encryption costs; loopback stays unencrypted without it")
 	fs.StringVar(&o.transport, "transport", node.TransportTCP, "prefill->decode transport: tcp (authenticated loopback TCP), shm (one-sided writes into the decode pool's shared memory, control over TCP) or inproc (direct calls, copied)")
 	fs.BoolVar(&o.colocated, "colocated", false, "run prefill and decode in one scheduler without a handoff (the reference path)")
 	fs.IntVar(&o.prefillWorkers, "prefill-workers", 1, "prefill workers in this process (above 1, or with --decode-workers above 1: a cluster behind the router, each link its own authenticated TCP connection)")
@@ -480,7 +482,7 @@ Example:
 			pools.KVMemory = b
 		}
 	}
-	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport,
+	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport, Encrypt: o.encrypt,
 		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log,
 		ChunkTokens: o.chunk, StepTokens: o.stepTokens, ShareThreads: true,
 		PrefixCache: o.prefix == "on", PublicPrefix: public, PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers,

@@ -214,3 +214,22 @@ func TestBenchServeCrowding(t *testing.T) {
 		t.Errorf("a's flood completed nothing: %+v", rep.Flooded)
 	}
 }
+
+// The encryption workload end to end on stories260K: both servers (plain
+// and --encrypt) answer every request; the ratio is reported, not asserted.
+func TestBenchServeEncrypt(t *testing.T) {
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	var out, errOut bytes.Buffer
+	code := Run([]string{"serve", "--workload", "encrypt", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
+		"--concurrency", "2", "--requests", "4", "--repeats", "1", "--prompt", "32", "--gen", "8", "--timeout", "3m", "--json"}, &out, &errOut)
+	var rep encReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v: %s\n%s", code, err, out.String(), errOut.String())
+	}
+	if len(rep.Rows) != 2 || rep.Rows[0].Stats.OK != 4 || rep.Rows[1].Stats.OK != 4 || !rep.Rows[1].Encrypted {
+		t.Fatalf("rows %+v, want plain and encrypted with 4 OK each", rep.Rows)
+	}
+	if rep.TokSRatio <= 0 {
+		t.Fatalf("ratio %v", rep.TokSRatio)
+	}
+}

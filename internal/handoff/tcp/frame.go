@@ -123,6 +123,10 @@ type frame struct {
 	// sealed: the payload was decrypted and its tag verified (an
 	// encrypted connection); the header carries no CRC to check.
 	sealed bool
+	// open, when set, decrypts and verifies the payload (a Write frame
+	// whose opening was deferred to its call's goroutine, framer.deferOpen);
+	// the payload is ciphertext until it returns nil.
+	open func() error
 }
 
 // bufPool recycles the large payload buffers of Write frames: allocating
@@ -154,6 +158,9 @@ type framer struct {
 	tx, rx    *dirKey
 	isClient  bool
 	hdr       [headerLen]byte
+	// deferOpen: Write frames are opened by their call's goroutine
+	// (frame.open), not by the reader (the server's connections).
+	deferOpen bool
 }
 
 // encrypted reports whether frames are sealed (after the handshake).
@@ -166,6 +173,35 @@ func (f *framer) enableSeal(c2s, s2c []byte) {
 	} else {
 		f.tx, f.rx = newDirKey(s2c, 'S'), newDirKey(c2s, 'C')
 	}
+}
+
+// sealBuf copies a frame's header and n payload bytes (parts) into one
+// buffer with room for the tag (returned by conn.sendData).
+func sealBuf(hdr []byte, parts [][]byte, n int) []byte {
+	buf, _ := getBuf(headerLen + n + tagLen)
+	buf = append(buf[:0], hdr...)
+	for _, p := range parts {
+		buf = append(buf, p...)
+	}
+	return buf
+}
+
+// header builds a frame header (the CRC left zero) after checking the
+// payload of n bytes against the peer's limit.
+func (f *framer) header(version, typ byte, stream uint32, n int) ([]byte, error) {
+	limit := f.maxFrame
+	if f.peerFrame > 0 {
+		limit = f.peerFrame
+	}
+	if n > limit {
+		// Refused before a byte is sent: the connection stays usable.
+		return nil, protoErr("frame of %d bytes exceeds the peer's limit of %d; lower the batch size", n, limit)
+	}
+	hdr := make([]byte, headerLen)
+	hdr[0], hdr[1] = version, typ
+	binary.BigEndian.PutUint32(hdr[4:], stream)
+	binary.BigEndian.PutUint32(hdr[8:], uint32(n))
+	return hdr, nil
 }
 
 // encode fills the header and returns the buffers to write: header and
@@ -191,13 +227,9 @@ func (f *framer) encode(version, typ byte, stream uint32, parts [][]byte, data .
 	binary.BigEndian.PutUint32(hdr[8:], uint32(n))
 	if f.encrypted() {
 		// One copy into a contiguous buffer, sealed in place.
-		buf, _ := getBuf(headerLen + n + tagLen) // returned by conn.sendData
-		buf = append(buf[:0], hdr...)
-		for _, p := range parts {
-			buf = append(buf, p...)
-		}
-		nonce := f.tx.next(n)
-		f.tx.aead.Seal(buf[headerLen:headerLen], nonce[:], buf[headerLen:], buf[:headerLen])
+		buf := sealBuf(hdr, parts, n)
+		nonce, aead := f.tx.next(n)
+		aead.Seal(buf[headerLen:headerLen], nonce[:], buf[headerLen:], buf[:headerLen])
 		return [][]byte{buf[:headerLen+n+tagLen]}, nil
 	}
 	c := crc32.Update(0, castagnoli, hdr[:12])
@@ -313,8 +345,25 @@ func (f *framer) readSealed(r io.Reader, fr *frame, n int) error {
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return protoErr("truncated frame: %v", err)
 	}
-	nonce := f.rx.next(n)
-	pt, err := f.rx.aead.Open(buf[:0], nonce[:], buf, f.hdr[:])
+	nonce, aead := f.rx.next(n)
+	if fr.typ == tWrite && f.deferOpen {
+		// A Write frame is opened by the call's goroutine (open), so the
+		// reader goes on to the next frame while this one decrypts: the
+		// nonce and the key are this frame's, fixed here in read order.
+		// Nothing of it is used before open succeeds (I15).
+		hdr := f.hdr
+		fr.payload = buf
+		fr.open = func() error {
+			pt, err := aead.Open(buf[:0], nonce[:], buf, hdr[:])
+			if err != nil {
+				return handoff.ErrAuth.With("frame does not decrypt under the session key (altered, replayed or injected)")
+			}
+			fr.payload, fr.sealed, fr.open = pt, true, nil
+			return nil
+		}
+		return nil
+	}
+	pt, err := aead.Open(buf[:0], nonce[:], buf, f.hdr[:])
 	if err != nil {
 		return handoff.ErrAuth.With("frame does not decrypt under the session key (altered, replayed or injected)")
 	}

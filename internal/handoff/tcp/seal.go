@@ -81,11 +81,13 @@ func (d *dirKey) setKey(key []byte) {
 	d.key, d.aead, d.bytes = key, g, 0
 }
 
-// next returns the nonce for a frame of n payload bytes and advances the
-// sequence, ratcheting the key first when this frame would take it past
-// rekeyBytes. Sender and receiver call it in the same order with the same
-// n, so they stay in step.
-func (d *dirKey) next(n int) [12]byte {
+// next returns the nonce for a frame of n payload bytes and the AEAD of
+// the key it is sealed under, and advances the sequence, ratcheting the
+// key first when this frame would take it past rekeyBytes. Sender and
+// receiver call it in the same order with the same n, so they stay in
+// step; the seal or open itself may then run on another goroutine (the
+// AEAD is safe for concurrent use, and each frame has its own nonce).
+func (d *dirKey) next(n int) ([12]byte, cipher.AEAD) {
 	if d.bytes > 0 && d.bytes+uint64(n) > rekeyBytes {
 		k, err := hkdf.Expand(sha256.New, d.key, "sluice/v8 rekey", 32)
 		if err != nil {
@@ -99,7 +101,7 @@ func (d *dirKey) next(n int) [12]byte {
 	nonce[0] = d.dir
 	binary.BigEndian.PutUint64(nonce[4:], d.seq)
 	d.seq++
-	return nonce
+	return nonce, d.aead
 }
 
 // newX25519 makes a handshake's ephemeral key pair.

@@ -193,9 +193,9 @@ func TestRekeyReplacesTheKey(t *testing.T) {
 	t.Cleanup(func() { rekeyBytes = old })
 	k := make([]byte, 32)
 	d := newDirKey(k, 'C')
-	n1 := d.next(60)
+	n1, _ := d.next(60)
 	k1 := d.key
-	n2 := d.next(60) // 120 > 100: rekeyed first
+	n2, _ := d.next(60) // 120 > 100: rekeyed first
 	if bytes.Equal(d.key, k1) || d.keyNo != 1 {
 		t.Fatalf("no new key after %d bytes (limit %d)", 120, rekeyBytes)
 	}

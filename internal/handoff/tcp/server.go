@@ -126,7 +126,7 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 	}
 	cfg := s.cfg
 	cfg.Encrypt = mac
-	c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: s.cfg.MaxFrame}}
+	c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: s.cfg.MaxFrame, deferOpen: true}}
 	if err := c.serverHandshake(); err != nil {
 		var he *handoff.Error
 		if errors.As(err, &he) && (he.Code == handoff.ErrProtocol.Code || he.Code == handoff.ErrVersion.Code) {
@@ -320,6 +320,14 @@ func (sc *sconn) handle(f *frame) error {
 		}
 		return reply(tReservation, e.b)
 	case tWrite:
+		if f.open != nil {
+			// Deferred from the reader (framer.deferOpen): nothing of the
+			// frame is used before its tag verifies (I15); a frame that
+			// does not open closes the connection.
+			if err := f.open(); err != nil {
+				return err
+			}
+		}
 		ws, err := decWritesChecked(f)
 		if errors.Is(err, handoff.ErrProtocol) {
 			return err // the framing itself is damaged

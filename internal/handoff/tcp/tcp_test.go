@@ -326,6 +326,37 @@ func TestBadFrames(t *testing.T) {
 	}
 }
 
+// A Write frame, which the server opens on the call's goroutine rather
+// than the reader's (framer.deferOpen), altered in flight: ErrAuth, the
+// connection closes, and no page byte reaches the pool (I15).
+func TestEncryptRejectsTamperedWriteFrame(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	addr, _ := serve(t, Config{Secret: secret, Encrypt: true}, r.Server, nil)
+	cl := dial(t, addr, Config{Secret: secret, Encrypt: true})
+	res, err := cl.Reserve(context.Background(), &handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "acme", PromptTokens: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := bytes.Repeat([]byte{0x5a}, r.Geo.PageBytes())
+	parts, _, err := encWrites([]handoff.PageWrite{{Handoff: handofftest.ID(1), Block: 0, Page: res.Pages[0], Slots: 4, Data: page, Checksum: handoff.Checksum(page)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, nc := rawAuthed(t, addr, true)
+	bufs, _ := c.fr.encode(maxVersion, tWrite, 1, parts)
+	b := bytes.Join(bufs, nil)
+	b[len(b)-tagLen-5] ^= 1 // inside the page bytes
+	nc.Write(b)
+	f, err := c.fr.readFrame(nc, nil)
+	if err != nil || f.typ != tError || !errors.Is(decError(f.payload), handoff.ErrAuth) {
+		t.Fatalf("tampered write frame: %v %+v", err, f)
+	}
+	requireClosed(t, nc)
+	if _, n, err := r.Decode.PageData(kv.Owner{Tenant: "acme", ID: handofftest.ID(1)}, res.Pages[0]); err != nil || n != 0 {
+		t.Fatalf("the tampered frame wrote %d slots (%v)", n, err)
+	}
+}
+
 // On an encrypted connection a frame altered in flight, in its payload or
 // in its header (the additional data), fails to decrypt: the server
 // answers ErrAuth and nothing is reserved.

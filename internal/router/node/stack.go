@@ -33,7 +33,10 @@ type LocalConfig struct {
 	// Colocated runs one scheduler without a handoff (the reference path).
 	Colocated bool
 	// Transport between prefill and decode when not colocated.
-	Transport      string
+	Transport string
+	// Encrypt seals the in-process roles' loopback TCP frames as between
+	// hosts (I15; `sluice serve --encrypt`): what encryption costs.
+	Encrypt        bool
 	Threads        int
 	MaxConcurrency int
 	// ShareThreads lets the in-process prefill and decode workers (one
@@ -311,7 +314,7 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 			return err
 		}
 		// Every role of this process holds pages of the one --kv-type.
-		tc = tcp.Config{Secret: secret, Model: m.Fingerprint(), DialContext: c.Dial, HoldsKV: true, KVType: dcfg.KVType}
+		tc = tcp.Config{Secret: secret, Model: m.Fingerprint(), DialContext: c.Dial, HoldsKV: true, KVType: dcfg.KVType, Encrypt: c.Encrypt}
 		daddr, err := s.serveTCP(c, tc, dw, nil)
 		if err != nil {
 			return err
