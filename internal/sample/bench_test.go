@@ -1,6 +1,7 @@
 package sample
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -39,6 +40,27 @@ func BenchmarkSample(b *testing.B) {
 					b.Fatal(err)
 				}
 				_ = s.Logprobs(logits, id)
+			}
+		})
+	}
+}
+
+// BenchmarkSampleChatDefault is one draw with the settings a chat request
+// gets when it sets none (temperature 1, nothing else) over Qwen2's 151,936
+// vocabulary: the sampling cost of an unconstrained decode step on a large
+// vocabulary (make bench-grammar's qwen2vocab row).
+func BenchmarkSampleChatDefault(b *testing.B) {
+	for _, n := range []int{32000, 151936} {
+		b.Run(fmt.Sprintf("vocab=%d", n), func(b *testing.B) {
+			logits := make([]float32, n)
+			for i := range logits {
+				logits[i] = float32(math.Sin(float64(i)*0.37)) * 6
+			}
+			s := New(Params{Temperature: 1, Seed: 1})
+			for b.Loop() {
+				if _, err := s.Sample(logits); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

@@ -38,6 +38,8 @@ type Sampler struct {
 	rng  *rand.Rand
 	src  *rand.PCG // rng's state, saved and restored by SampleWithin
 	cand []cand
+	// probs is drawAll's scratch, one probability per vocabulary id.
+	probs []float64
 
 	// work holds the processed logits when a bias or penalty is on.
 	work []float32
@@ -271,9 +273,22 @@ func (s *Sampler) draw(logits []float32) (int32, error) {
 		}
 		return id, nil
 	}
+	if !s.truncates(len(logits)) {
+		id, ok := s.drawAll(logits)
+		if !ok {
+			return -1, errNoFinite
+		}
+		s.n++
+		if s.m == nil || s.m.Allowed(id) {
+			return id, nil
+		}
+		// Refused: the redraw needs the candidate set, which is the
+		// whole finite vocabulary in id order (truncate with no limit).
+		return s.redraw(logits, s.truncate(logits))
+	}
 	c := s.truncate(logits)
 	if len(c) == 0 {
-		return -1, &Error{"no_candidates", "no logit is a finite number; the model produced no usable distribution"}
+		return -1, errNoFinite
 	}
 	var total float64
 	for _, x := range c {
@@ -285,6 +300,76 @@ func (s *Sampler) draw(logits []float32) (int32, error) {
 		return id, nil
 	}
 	return s.redraw(logits, c)
+}
+
+var errNoFinite = &Error{"no_candidates", "no logit is a finite number; the model produced no usable distribution"}
+
+// truncates reports whether min-p, top-k or top-p can drop a candidate
+// from a vocabulary of n.
+func (s *Sampler) truncates(n int) bool {
+	return s.p.MinP > 0 || (s.p.TopK > 0 && s.p.TopK < n) || (s.p.TopP > 0 && s.p.TopP < 1)
+}
+
+// drawAll is truncate, the sum and pick for an untruncated draw (the
+// default of a request that sets only a temperature), without building
+// the candidate list: on a 151k vocabulary the 16-byte candidates, their
+// appends and the float64 infinity checks cost as much as the exps. It
+// does the same float operations in the same order, so it draws the same
+// token with the same uniform (TestDrawAllMatchesTruncate): a non-finite
+// logit gets probability 0, and subtracting 0 in the walk, or adding it
+// to the total, changes neither. ok is false when no logit is finite.
+func (s *Sampler) drawAll(logits []float32) (id int32, ok bool) {
+	total, last := s.weighAll(logits)
+	if last < 0 {
+		return -1, false
+	}
+	return walkAll(s.probs, total, s.rng.Float64(), last), true
+}
+
+// weighAll fills s.probs with exp((logit-max)/T), 0 for a non-finite
+// logit, and returns their sum and the last finite id (-1: none).
+func (s *Sampler) weighAll(logits []float32) (total float64, last int) {
+	maxv := float32(math.Inf(-1))
+	for _, v := range logits {
+		// v > maxv skips NaN and -Inf, v <= MaxFloat32 skips +Inf.
+		if v > maxv && v <= math.MaxFloat32 {
+			maxv = v
+		}
+	}
+	if maxv < -math.MaxFloat32 {
+		return 0, -1
+	}
+	if cap(s.probs) < len(logits) {
+		s.probs = make([]float64, len(logits))
+	}
+	probs := s.probs[:len(logits)]
+	s.probs = probs
+	invT := 1 / float64(s.p.Temperature)
+	last = -1
+	for i, v := range logits {
+		if !(v >= -math.MaxFloat32 && v <= math.MaxFloat32) {
+			probs[i] = 0
+			continue
+		}
+		p := math.Exp(float64(v-maxv) * invT)
+		probs[i] = p
+		total += p
+		last = i
+	}
+	return total, last
+}
+
+// walkAll is pick over probs, falling back to the last finite id.
+func walkAll(probs []float64, total, u float64, last int) int32 {
+	r := u * total
+	for i, p := range probs {
+		r -= p
+		if r < 0 {
+			return int32(i)
+		}
+	}
+	// Rounding can leave r at exactly 0 after the last subtraction.
+	return int32(last)
 }
 
 // pick walks c to the candidate where u (in [0,1)) of the mass falls.
