@@ -13,8 +13,8 @@ import (
 // BenchmarkAttentionDepth: one decode step of a one-layer model with
 // TinyLlama-1.1B's attention shape (32 query heads of 64, 4 KV heads) and a
 // token-sized rest (FF 64, vocab 64), after a context of depth tokens, with
-// F32 and F16 pages: the step is almost all attention at depth 4096, so
-// the F16/F32 time ratio is attention's, and the step at depth 128 against
+// F32, F16 and Q8_0 pages: the step is almost all attention at depth 4096,
+// so the F16/F32 (Q8_0/F16) time ratio is attention's, and the step at depth 128 against
 // depth 4096 is what a long context costs. Run with -benchtime 20x; read
 // cpu-µs/step on a shared machine.
 func BenchmarkAttentionDepth(b *testing.B) {
@@ -23,7 +23,7 @@ func BenchmarkAttentionDepth(b *testing.B) {
 	src.meta["llama.context_length"] = 8192
 	m := mustBuild(src)
 	for _, depth := range []int{128, 1024, 4096} {
-		for _, typ := range []kv.Type{kv.F32, kv.F16} {
+		for _, typ := range []kv.Type{kv.F32, kv.F16, kv.Q8_0} {
 			b.Run(fmt.Sprintf("depth=%d/%v", depth, typ), func(b *testing.B) {
 				pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: 1, KVDim: m.cfg.KVDim(), PageSize: 16, Type: typ}, Pages: kv.PagesFor(depth+1, 16)})
 				if err != nil {
@@ -59,7 +59,7 @@ func BenchmarkAttentionDepth(b *testing.B) {
 
 // BenchmarkAttentionPrefillDepth: a 512-token prefill step (pp512) and one
 // decode step of a one-layer model with bench-110M's attention shape (12
-// heads of 64, MHA) after a context of depth positions on F16 pages (K/V
+// heads of 64, MHA) after a context of depth positions on F16 and Q8_0 pages (K/V
 // rows written straight into the pool, seeded, instead of prefilled: the
 // fill would cost more than the steps measured): at depth 8192 the step is
 // almost all attention. Read cpu-ms/step.
@@ -70,39 +70,41 @@ func BenchmarkAttentionPrefillDepth(b *testing.B) {
 	m := mustBuild(src)
 	for _, depth := range []int{0, 8192} {
 		for _, n := range []int{512, 1} {
-			b.Run(fmt.Sprintf("depth=%d/tokens=%d", depth, n), func(b *testing.B) {
-				pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: 1, KVDim: m.cfg.KVDim(), PageSize: 16, Type: kv.F16}, Pages: kv.PagesFor(depth+n, 16)})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer pool.Close()
-				o := kv.Owner{Tenant: "bench"}
-				refs, _ := pool.Reserve(o, kv.PagesFor(depth+n, 16))
-				v := pool.View(o, refs)
-				rng := rand.New(rand.NewPCG(1, 2))
-				kr, vr := make([]float32, m.cfg.KVDim()), make([]float32, m.cfg.KVDim())
-				for pos := 0; pos < depth; pos++ {
-					for i := range kr {
-						kr[i], vr[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
-					}
-					if err := v.Put(0, pos, kr, vr); err != nil {
+			for _, typ := range []kv.Type{kv.F16, kv.Q8_0} {
+				b.Run(fmt.Sprintf("depth=%d/tokens=%d/%v", depth, n, typ), func(b *testing.B) {
+					pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: 1, KVDim: m.cfg.KVDim(), PageSize: 16, Type: typ}, Pages: kv.PagesFor(depth+n, 16)})
+					if err != nil {
 						b.Fatal(err)
 					}
-				}
-				toks := make([]int32, n)
-				for i := range toks {
-					toks[i] = int32(1 + i%63)
-				}
-				r := m.NewRunner(kernels.NewParallel(1))
-				b.ResetTimer()
-				cpu0 := cpuTime()
-				for i := 0; i < b.N; i++ {
-					if res := r.Forward([]Seq{{Tokens: toks, Pos: depth, KV: v}}); res[0].Err != nil {
-						b.Fatal(res[0].Err)
+					defer pool.Close()
+					o := kv.Owner{Tenant: "bench"}
+					refs, _ := pool.Reserve(o, kv.PagesFor(depth+n, 16))
+					v := pool.View(o, refs)
+					rng := rand.New(rand.NewPCG(1, 2))
+					kr, vr := make([]float32, m.cfg.KVDim()), make([]float32, m.cfg.KVDim())
+					for pos := 0; pos < depth; pos++ {
+						for i := range kr {
+							kr[i], vr[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+						}
+						if err := v.Put(0, pos, kr, vr); err != nil {
+							b.Fatal(err)
+						}
 					}
-				}
-				b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/step")
-			})
+					toks := make([]int32, n)
+					for i := range toks {
+						toks[i] = int32(1 + i%63)
+					}
+					r := m.NewRunner(kernels.NewParallel(1))
+					b.ResetTimer()
+					cpu0 := cpuTime()
+					for i := 0; i < b.N; i++ {
+						if res := r.Forward([]Seq{{Tokens: toks, Pos: depth, KV: v}}); res[0].Err != nil {
+							b.Fatal(res[0].Err)
+						}
+					}
+					b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/step")
+				})
+			}
 		}
 	}
 }
