@@ -58,7 +58,7 @@ func refDraw(p Params, rng *rand.Rand, logits []float32) int32 {
 }
 
 // TestDrawAllMatchesTruncate runs the sampler and the pre-drawAll
-// algorithm side by side, draw for draw, over random logits (NaN, ±Inf,
+// algorithm (exp of every candidate, then min-p, top-k, top-p) side by side, draw for draw, over random logits (NaN, ±Inf,
 // logits far enough below the maximum to underflow, ties) and random
 // settings, untruncated ones most often since drawAll serves those: every
 // token and the random stream after it must be the same.
@@ -72,7 +72,7 @@ func TestDrawAllMatchesTruncate(t *testing.T) {
 		}
 		p := Params{Temperature: []float32{1, 1, 0.7, 1.3, 0.05, 2, 100}[g.IntN(7)], Seed: g.Uint64()}
 		if g.IntN(3) == 0 {
-			switch g.IntN(4) {
+			switch g.IntN(5) {
 			case 0:
 				p.MinP = g.Float32() * 0.3
 			case 1:
@@ -81,6 +81,8 @@ func TestDrawAllMatchesTruncate(t *testing.T) {
 				p.TopP = g.Float32()
 			case 3:
 				p.MinP, p.TopK, p.TopP = 0.01, 50, 0.9
+			case 4:
+				p.TopK, p.TopP = 1+g.IntN(100), g.Float32()
 			}
 		}
 		if g.IntN(3) == 0 {

@@ -599,6 +599,19 @@ func (s *Sampler) truncate(logits []float32) []cand {
 		return c
 	}
 	invT := 1 / float64(s.p.Temperature)
+	if k := s.p.TopK; k > 0 && k < len(c) && s.p.MinP == 0 {
+		// top-k orders by logit, so without min-p (which needs every
+		// probability) it can run first and only the k kept need an exp:
+		// the same values, since the max is among them.
+		c = topK(c, k)
+		for i := range c {
+			c[i].prob = math.Exp(float64(c[i].logit-maxv) * invT)
+		}
+		if p := float64(s.p.TopP); p > 0 && p < 1 {
+			c = topP(c, p)
+		}
+		return c
+	}
 	for i := range c {
 		c[i].prob = math.Exp(float64(c[i].logit-maxv) * invT)
 	}
