@@ -72,7 +72,11 @@ def run(srv, port, constrained, seed):
             body["response_format"] = {"type": "json_schema", "json_schema": {"name": "codes", "schema": schema}}
     else:
         url = f"http://127.0.0.1:{port}/completion"
-        body = {"prompt": "List twelve short codes as JSON.", "n_predict": mx, "temperature": 1, "seed": seed, "stream": True}
+        # llama-server's own defaults truncate (top_k 40, top_p 0.95,
+        # min_p 0.05) where sluice's draw covers the whole vocabulary:
+        # turn them off so both servers sample the same distribution.
+        body = {"prompt": "List twelve short codes as JSON.", "n_predict": mx, "temperature": 1, "seed": seed, "stream": True,
+                "top_k": 0, "top_p": 1.0, "min_p": 0.0}
         if constrained:
             body["json_schema"] = schema
     if not constrained:
