@@ -59,6 +59,14 @@ type seq struct {
 	// handover, when set, takes the pages of a sequence that ended well
 	// instead of releasing them: the prefill worker transfers them next.
 	handover func(table []kv.PageRef)
+	// holdPages makes handover take the pages however the sequence ends:
+	// a streaming handoff may still be reading them (its writes in flight
+	// alias the pool), so its owner releases them once the push returned.
+	holdPages bool
+	// chunked, when set, runs after each prompt chunk but the last, with
+	// the positions computed so far: they are never written again (a
+	// streaming handoff sends the pages they fill). It must not block.
+	chunked func(fed int)
 	// first is a token generated elsewhere (the prefill worker's first
 	// token, carried by the commit); it is emitted when the sequence joins.
 	first    int32
@@ -788,6 +796,9 @@ func (s *batch) advance(q *seq, n int, r StepResult) {
 	if !q.decoded {
 		q.prompt = q.prompt[n:]
 		if len(q.prompt) > 0 {
+			if q.chunked != nil {
+				q.chunked(q.fed)
+			}
 			return
 		}
 		if q.prefilled != nil {
@@ -901,7 +912,7 @@ func (s *batch) finish(q *seq, o outcome) {
 	if q.emit == nil {
 		return
 	}
-	if q.handover != nil && o.done && o.finish != "cancelled" {
+	if q.handover != nil && (q.holdPages || o.done && o.finish != "cancelled") {
 		q.handover(q.table)
 	} else if len(q.table) > 0 {
 		releasePages(s.pool, q.owner, q.table)

@@ -59,6 +59,12 @@ type Config struct {
 	StepTokens int
 	// BatchBytes bounds the page bytes of one transfer batch (default 1 MiB).
 	BatchBytes int
+	// HandoffAfterPrefill makes the prefill worker send a prompt's pages
+	// only once the whole prompt is prefilled, as before the streaming
+	// handoff (for comparisons). By default each chunk's completed pages
+	// go to decode while the next chunk computes, so a long prompt's
+	// transfer hides under its compute; the commit comes last either way.
+	HandoffAfterPrefill bool
 	// HandoffTimeout bounds how long a decode reservation may wait for its
 	// commit and its stream before it is aborted (default 2 minutes): a
 	// router or prefill worker that died must not hold pages forever.

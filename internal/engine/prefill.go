@@ -39,7 +39,7 @@ type PrefillWorker struct {
 
 	stats struct {
 		committed, failed, tokens, bytes, pushNanos atomic.Int64
-		sent, skipped                               atomic.Int64
+		sent, skipped, streamed                     atomic.Int64
 	}
 	// running is the Prefill calls in progress (its load report).
 	running atomic.Int64
@@ -55,13 +55,19 @@ type PrefillStats struct {
 	Tokens int64
 	// Bytes is the page bytes pushed by committed handoffs.
 	Bytes int64
-	// Push is the total time from the first page write to the accepted
-	// commit, over committed handoffs.
+	// Push is the time from the end of the prompt's prefill (its first
+	// token sampled) to the accepted commit, over committed handoffs: the
+	// part of the transfer the prefill did not hide (the streaming
+	// handoff sends most pages while later chunks compute).
 	Push time.Duration
 	// PagesSent and PagesSkipped count the prompt pages of committed
 	// handoffs that were transferred, and that were not because the
 	// decode worker already held them (Reservation.PrefixTokens).
 	PagesSent, PagesSkipped int64
+	// PagesStreamed is the pages of committed handoffs sent while their
+	// prompt was still being prefilled (the streaming handoff): of
+	// PagesSent, the transfer hidden under the prefill's compute.
+	PagesStreamed int64
 }
 
 // Stats returns the counters.
@@ -70,6 +76,7 @@ func (w *PrefillWorker) Stats() PrefillStats {
 		Committed: w.stats.committed.Load(), Failed: w.stats.failed.Load(), Tokens: w.stats.tokens.Load(),
 		Bytes: w.stats.bytes.Load(), Push: time.Duration(w.stats.pushNanos.Load()),
 		PagesSent: w.stats.sent.Load(), PagesSkipped: w.stats.skipped.Load(),
+		PagesStreamed: w.stats.streamed.Load(),
 	}
 }
 
@@ -237,12 +244,6 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	defer tk.done()
 	cached := len(hits) * w.cfg.PageSize
 
-	type done struct {
-		first   int32
-		firstLP *sample.Logprobs
-		table   []kv.PageRef
-		err     error
-	}
 	ch := make(chan done, 1)
 	var first int32
 	var firstLP *sample.Logprobs
@@ -269,13 +270,23 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		case !o.done && o.err == nil:
 			first, firstLP = o.token, o.logprobs
 		case o.err != nil:
-			ch <- done{err: wireError(o.err)}
+			ch <- done{err: wireError(o.err), table: kept} // kept: with holdPages only
 		case o.finish == "cancelled":
-			ch <- done{err: errors.New("prefill cancelled")}
+			ch <- done{err: errors.New("prefill cancelled"), table: kept}
 		default:
 			ch <- done{first: first, firstLP: firstLP, table: kept}
 		}
 	}
+	if w.cfg.HandoffAfterPrefill {
+		return w.pushAfter(ctx, r, q, ch, owner, cached)
+	}
+	return w.pushStreaming(ctx, r, q, ch, owner, table, cached)
+}
+
+// pushAfter prefills the whole prompt, then pushes its pages
+// (Config.HandoffAfterPrefill).
+func (w *PrefillWorker) pushAfter(ctx context.Context, r *handoff.PrefillRequest, q *seq, ch chan done, owner kv.Owner, cached int) (*handoff.PrefillResult, error) {
+	res := r.Reservation
 	w.sched.add(q)
 	d := <-ch
 	if d.err != nil {
@@ -288,14 +299,94 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		w.stats.failed.Add(1)
 		return nil, w.abort(r.Handoff, err)
 	}
+	return w.committed(r, len(d.table), cached, d.first, start), nil
+}
+
+// pushStreaming prefills the prompt while its pages travel: after each
+// chunk the pages it completed are sent (bounded batches, each
+// acknowledged as applied), and once the last chunk is computed and the
+// first token sampled the remaining pages go, then the commit, last, over
+// the whole prompt (I5 as with pushAfter: decode reads nothing before it
+// verifies the commit). The prompt's pages stay this worker's until the
+// push returned, however the prompt ends (seq.holdPages): a write in
+// flight reads them. A prefill that fails mid-prompt aborts the handoff
+// through the push, which waits for its writes in flight before the drain
+// acknowledgement, exactly as a failed transfer does (I6); a push that
+// fails mid-prompt (decode aborted, the link broke) cancels the prompt.
+func (w *PrefillWorker) pushStreaming(ctx context.Context, r *handoff.PrefillRequest, q *seq, ch chan done, owner kv.Owner, table []kv.PageRef, cached int) (*handoff.PrefillResult, error) {
+	res := r.Reservation
+	tokens := len(r.Tokens)
+	src := &poolSource{pool: w.pool, owner: owner, table: table, tokens: tokens}
+	snd, err := handoff.NewStreamingSender(handoff.SenderConfig{MaxBatchBytes: w.cfg.BatchBytes}, res, tokens, src)
+	if err != nil {
+		releasePages(w.pool, owner, table)
+		w.signalFreed()
+		return nil, w.abort(r.Handoff, err)
+	}
+	prog := handoff.NewProgress()
+	// Prefix-cache hits are computed pages already.
+	prog.Prefilled(cached)
+	q.chunked = prog.Prefilled
+	q.holdPages = true
+	pushed := make(chan error, 1)
+	go func() { pushed <- handoff.PushStreaming(ctx, snd, w.decode, prog) }()
+	w.sched.add(q)
+	var d done
+	var perr error
+	gotPush := false
+	select {
+	case d = <-ch:
+	case perr = <-pushed:
+		// The push ended before the prompt did: it failed (it commits
+		// only after Finish). Stop computing what nobody will read.
+		gotPush = true
+		q.cancel.Store(true)
+		w.sched.poke()
+		d = <-ch
+	}
+	start := time.Now() // the push time counted is what the prefill did not hide
+	if d.err != nil {
+		prog.Fail(d.err)
+	} else {
+		prog.Finish(d.first, d.firstLP)
+	}
+	if !gotPush {
+		perr = <-pushed
+	}
+	// Every write of the push has returned: the pages are ours again.
+	releasePages(w.pool, owner, d.table)
+	w.signalFreed()
+	if d.err != nil && perr == nil {
+		perr = d.err
+	}
+	if perr != nil {
+		w.stats.failed.Add(1)
+		return nil, w.abort(r.Handoff, perr)
+	}
+	w.stats.streamed.Add(int64(snd.Streamed()))
+	return w.committed(r, len(d.table), cached, d.first, start), nil
+}
+
+// committed counts a committed handoff of pages pages, the push having
+// started at start, and returns its result.
+func (w *PrefillWorker) committed(r *handoff.PrefillRequest, pages, cached int, first int32, start time.Time) *handoff.PrefillResult {
+	res := r.Reservation
 	w.stats.committed.Add(1)
 	skipped := res.PrefixBlocks()
-	w.stats.sent.Add(int64(len(d.table) - skipped))
+	w.stats.sent.Add(int64(pages - skipped))
 	w.stats.skipped.Add(int64(skipped))
-	w.stats.bytes.Add(int64(len(d.table)-skipped) * int64(w.cfg.geometry().PageBytes()))
+	w.stats.bytes.Add(int64(pages-skipped) * int64(w.cfg.geometry().PageBytes()))
 	w.stats.pushNanos.Add(int64(time.Since(start)))
 	w.stats.tokens.Add(int64(len(r.Tokens)))
-	return &handoff.PrefillResult{FirstToken: d.first, Tokens: len(r.Tokens), CachedTokens: cached}, nil
+	return &handoff.PrefillResult{FirstToken: first, Tokens: len(r.Tokens), CachedTokens: cached}
+}
+
+// done is how a prompt's prefill ended: its first token and pages, or why not.
+type done struct {
+	first   int32
+	firstLP *sample.Logprobs
+	table   []kv.PageRef
+	err     error
 }
 
 // prefillSampler draws the first token as draw offset of the request's

@@ -54,6 +54,13 @@ func dialTCP(t *testing.T, cfg tcp.Config, addr string) *tcp.Client {
 
 func newRemoteRig(t *testing.T, transport string, pcfg, dcfg Config) *remoteRig {
 	t.Helper()
+	return newRemoteRigWrap(t, transport, pcfg, dcfg, nil)
+}
+
+// newRemoteRigWrap is newRemoteRig with the prefill worker's link to
+// decode (TCP, or the shm writer over it) passed through wrap when set.
+func newRemoteRigWrap(t *testing.T, transport string, pcfg, dcfg Config, wrap func(handoff.Decode) handoff.Decode) *remoteRig {
+	t.Helper()
 	tc := tcp.Config{Secret: []byte("engine-test-shared-secret-0123456789"), Model: FingerprintOf(dcfg.Model)}
 	r := &remoteRig{}
 	if transport == "shm" {
@@ -79,6 +86,9 @@ func newRemoteRig(t *testing.T, transport string, pcfg, dcfg Config) *remoteRig 
 		}
 		r.closers = append(r.closers, func() { w.Close() })
 		toDecode = w
+	}
+	if wrap != nil {
+		toDecode = wrap(toDecode)
 	}
 	pw, err := NewPrefillWorker(pcfg, toDecode)
 	if err != nil {

@@ -64,15 +64,25 @@ type SenderAction struct {
 // of the handoff has been acknowledged as applied (Ack with a nil error).
 // An acknowledgement means Decode.Write returned nil, i.e. the decode
 // worker applied the batch, not merely that it was sent. Any failed
-// acknowledgement makes the Sender abort and never emit the Commit.
+// acknowledgement makes the Sender abort and never emit the Commit. A
+// streaming Sender also emits it only after Finish: never before the
+// prompt's last chunk is computed and its pages applied.
 type Sender struct {
-	cfg      SenderConfig
-	res      *Reservation
-	tokens   int
-	first    int32
-	firstLP  *sample.Logprobs
-	src      Source
-	next     int // next block to put in a batch
+	cfg     SenderConfig
+	res     *Reservation
+	tokens  int
+	first   int32
+	firstLP *sample.Logprobs
+	src     Source
+	next    int // next block to put in a batch
+	// ready bounds the blocks that may be sent: [0, ready) are computed
+	// and will not change. final: the whole prompt is computed and the
+	// first token known, so the last block and then the commit may go.
+	// A Sender of a prefilled prompt (NewSender) starts with both; a
+	// streaming one (NewStreamingSender) is told by Prefilled and Finish.
+	ready    int
+	final    bool
+	early    int // blocks batched before Finish: sent while the prompt computed
 	seq      int
 	inflight map[int]bool
 	state    ActionKind // ActWait while transferring; then ActCommit, ActDone, ActAbort, ActFailed
@@ -105,7 +115,46 @@ func NewSender(cfg SenderConfig, res *Reservation, tokens int, firstToken int32,
 	// The blocks decode already holds are never sent (a write there is
 	// refused as sealed_write); the commit's digest still covers them.
 	return &Sender{cfg: cfg, res: res, tokens: tokens, first: firstToken, src: src, inflight: map[int]bool{},
-		next: res.PrefixBlocks()}, nil
+		next: res.PrefixBlocks(), ready: len(res.Pages), final: true}, nil
+}
+
+// NewStreamingSender is a Sender for a prompt that is still being
+// prefilled (chunked prefill): it sends nothing until Prefilled says which
+// blocks are computed, sends each such block as soon as it may (bounded
+// batches, Window as usual), and emits the commit only after Finish, once
+// every block, the last included, was acknowledged as applied. The commit
+// and its digest cover the whole prompt exactly as NewSender's do, so the
+// decode side cannot tell the two apart and verifies the same way (I5).
+func NewStreamingSender(cfg SenderConfig, res *Reservation, tokens int, src Source) (*Sender, error) {
+	s, err := NewSender(cfg, res, tokens, 0, src)
+	if err != nil {
+		return nil, err
+	}
+	s.ready, s.final = s.next, false
+	return s, nil
+}
+
+// Prefilled reports that the prompt's first n positions are computed and
+// will never be written again: every block they fill whole may be sent.
+// A block they fill only in part waits (its later slots are still to be
+// computed); the last block goes with Finish.
+func (s *Sender) Prefilled(n int) {
+	if s.final {
+		return
+	}
+	if b := min(n/s.res.PageSize, len(s.res.Pages)); b > s.ready {
+		s.ready = b
+	}
+}
+
+// Finish reports that the whole prompt is prefilled and its first token
+// sampled: the remaining blocks may go, then the commit carrying first.
+func (s *Sender) Finish(first int32, lp *sample.Logprobs) {
+	if s.final {
+		return
+	}
+	s.first, s.firstLP = first, lp
+	s.ready, s.final = len(s.res.Pages), true
 }
 
 // Skipped is the number of prompt blocks not sent because the decode
@@ -129,11 +178,12 @@ func (s *Sender) Next() SenderAction {
 	case ActCommit:
 		return SenderAction{Kind: ActWait} // commit handed out, awaiting Committed
 	}
-	if s.next < len(s.res.Pages) && len(s.inflight) < s.cfg.Window {
+	if s.next < s.ready && len(s.inflight) < s.cfg.Window {
 		return s.batch()
 	}
-	if s.next == len(s.res.Pages) && len(s.inflight) == 0 {
-		// Every write acknowledged as applied: only now may the commit go.
+	if s.final && s.next == len(s.res.Pages) && len(s.inflight) == 0 {
+		// The whole prompt computed and every write acknowledged as
+		// applied: only now may the commit go.
 		d, err := s.src.Digest()
 		if err != nil {
 			return s.failNow(fmt.Errorf("digest: %w", err))
@@ -149,7 +199,7 @@ func (s *Sender) batch() SenderAction {
 	var ws []PageWrite
 	bytes := 0
 	summer, _ := s.src.(PageSummer)
-	for s.next < len(s.res.Pages) {
+	for s.next < s.ready {
 		// Pages are all one size: stop before reading (and hashing) a page
 		// that will not fit, rather than after.
 		if len(ws) > 0 && bytes+bytes/len(ws) > s.cfg.MaxBatchBytes {
@@ -181,6 +231,9 @@ func (s *Sender) batch() SenderAction {
 			Slots: slots, Data: data, Checksum: sum})
 		bytes += len(data)
 		s.next++
+		if !s.final {
+			s.early++
+		}
 	}
 	s.seq++
 	s.inflight[s.seq] = true
@@ -234,6 +287,10 @@ func (s *Sender) Fail(err error) {
 		s.state = ActAbort
 	}
 }
+
+// Streamed is the blocks sent before Finish, while the prompt was still
+// being prefilled: the part of the transfer a streaming handoff hid.
+func (s *Sender) Streamed() int { return s.early }
 
 // Err is why the handoff failed, nil otherwise.
 func (s *Sender) Err() error { return s.err }
