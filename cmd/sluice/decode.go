@@ -143,6 +143,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	}
 	ec.Verify = pools.Verify
 	ec.ChunkTokens, ec.StepTokens = o.chunk, o.stepTokens
+	ec.HandoffAfterPrefill = o.afterPrefill
 	raiseProcs(log, o.threads)
 	// A worker holds KV: a peer worker of another --kv-type is refused at
 	// the handshake (kv_type_mismatch).

@@ -53,8 +53,10 @@ type roleOpts struct {
 	// chunk and stepTokens: the scheduler's prefill chunk and step token
 	// budget (--prefill-chunk, --max-num-batched-tokens).
 	chunk, stepTokens int
-	logFormat         string
-	logLevel          string
+	// afterPrefill: --handoff-after-prefill (the handoff before it streamed).
+	afterPrefill bool
+	logFormat    string
+	logLevel     string
 	// servedName, when set, is the model id clients see and send.
 	servedName string
 	// worker: the flags are a prefill or decode worker's (no HTTP API of
@@ -104,6 +106,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		}
 		fs.IntVar(&o.stepTokens, "max-num-batched-tokens", engine.DefaultStepTokens, fmt.Sprintf("token budget of one forward step of each role, every sequence together (vLLM's name): decoding sequences come first, one token each (always run, counted against the budget), prompt chunks (oldest first) share the rest. Larger: long prompts finish sooner; smaller: decode's inter-token latency stays lower while prompts arrive. %d to %d, and at least --prefill-chunk", 1, engine.MaxStepTokens))
 		fs.IntVar(&o.chunk, "prefill-chunk", engine.DefaultChunkTokens, fmt.Sprintf("prompt tokens one sequence may run per step (chunked prefill): a longer prompt runs as several chunks interleaved with decode steps. 1 to %d", engine.MaxChunkTokens))
+		fs.BoolVar(&o.afterPrefill, "handoff-after-prefill", false, "prefill: send a prompt's KV pages to decode only once the whole prompt is computed, instead of each chunk's pages while the next chunk computes (the default, which hides a long prompt's transfer under its compute); for comparisons")
 	}
 	if o.worker {
 		fs.IntVar(&o.maxConc, "max-concurrency", 64, "sequences in flight at once; more are refused at once (the router passes the refusal on to its client), never queued without bound")
@@ -484,7 +487,7 @@ Example:
 	}
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport, Encrypt: o.encrypt,
 		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log,
-		ChunkTokens: o.chunk, StepTokens: o.stepTokens, ShareThreads: true,
+		ChunkTokens: o.chunk, StepTokens: o.stepTokens, ShareThreads: true, HandoffAfterPrefill: o.afterPrefill,
 		PrefixCache: o.prefix == "on", PublicPrefix: public, PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers,
 		// The cache's per-tenant shares follow the key file's weights.
 		Engine: func(_ string, ec *engine.Config) { ec.CacheWeight = keys.Weight }})

@@ -46,6 +46,9 @@ type LocalConfig struct {
 	// ChunkTokens and StepTokens are each role's prefill chunk and step
 	// token budget (engine.Config; 0: the engine's defaults).
 	ChunkTokens, StepTokens int
+	// HandoffAfterPrefill: the prefill worker sends a prompt's pages only
+	// once it is whole (engine.Config.HandoffAfterPrefill; comparisons).
+	HandoffAfterPrefill bool
 	// MaxQueue and QueueTimeout bound the engine's waiting queue (0: defaults).
 	MaxQueue     int
 	QueueTimeout time.Duration
@@ -230,6 +233,7 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 		}
 		ec.MaxQueue, ec.QueueTimeout = c.MaxQueue, c.QueueTimeout
 		ec.ChunkTokens, ec.StepTokens = c.ChunkTokens, c.StepTokens
+		ec.HandoffAfterPrefill = c.HandoffAfterPrefill
 		ec.PrefixCache, ec.Verify = c.PrefixCache, c.Pools.Verify
 		if r != preflight.RoleDecode {
 			// The public scope is prefill's and the colocated engine's:
