@@ -119,6 +119,15 @@ test-k8s:
 bench-models:
 	scripts/bench-models.sh
 
+.PHONY: bench-longctx
+# Issue 31's long-context serving run: TTFT of a 32k-token prompt PD over TCP,
+# PD over shm, colocated and llama-server side by side, and short requests'
+# ITL while such prompts prefill, on a synthetic 64k-context model it writes
+# into bench-out/ (docs/testing.md; about 15 minutes on an idle 2-vCPU
+# machine). LONGCTX_PROMPT, LONGCTX_REPEATS, LONGCTX_THREADS, LONGCTX_FLAGS.
+bench-longctx:
+	GO=$(GO) scripts/bench-longctx.sh
+
 .PHONY: bench-cluster
 # The router's CPU per request and its balance over 1, 2, 3 decode workers,
 # every role its own process on loopback (docs/benchmarks.md).

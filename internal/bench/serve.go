@@ -458,7 +458,10 @@ type benchServe struct {
 	json           bool
 	// longPrompt and longGen: the interference workload's long requests.
 	longPrompt, longGen int
-	client              *http.Client
+	// interfere: longctx also measures short requests' ITL while a long
+	// prompt prefills (--interference).
+	interfere bool
+	client    *http.Client
 }
 
 func (b *benchServe) fail(code int, f string, a ...any) int {
@@ -559,8 +562,12 @@ var workloads = []workload{
 	{"interference", "short requests' ITL while --long-prompt prompts keep arriving, colocated vs disaggregated (and llama-server), interleaved", runInterference},
 	{"crowding", "tenant b repeats its own --prompt prompts alone, then while tenant a floods unique --long-prompt prompts, fresh server each, interleaved: b's cache hit rate and TTFT", runCrowding},
 	{"encrypt", "sluice disaggregated over loopback TCP without and with --encrypt, in turn: tok/s and the ratio encrypted / plain", runEncrypt},
+	{"longctx", "TTFT of one --long-prompt prompt at a time: colocated, disaggregated over TCP and shm (streaming handoff), TCP with --handoff-after-prefill, and llama-server, interleaved; every sluice output must equal colocated's", runLongctx},
 	{"kv-pressure", "a KV pool holding a quarter of the in-flight demand: every request must succeed (no 5xx/429 while the queue has room) and equal its solo run", runKVPressure},
 }
+
+// maxLongTokens bounds --long-prompt + --long-gen (interference, longctx).
+const maxLongTokens = 1 << 17
 
 func runBenchServe(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench serve", flag.ContinueOnError)
@@ -582,8 +589,9 @@ func runBenchServe(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&b.repeats, "repeats", 2, "interleaved `runs` per server and level (sluice, llama-server, sluice, ...)")
 	fs.BoolVar(&b.colocated, "colocated", false, "run sluice serve --colocated (one scheduler, no handoff); mix and kv-pressure")
 	extra := fs.String("sluice-flags", "", "more `flags` for sluice serve, space-separated (e.g. \"--max-num-batched-tokens 512\"); they come after the benchmark's own, so they override them")
-	fs.IntVar(&b.longPrompt, "long-prompt", 1900, "interference: prompt `tokens` of each long request (at most the model's context minus --long-gen)")
-	fs.IntVar(&b.longGen, "long-gen", 8, "interference: generated `tokens` of each long request")
+	fs.IntVar(&b.longPrompt, "long-prompt", 1900, "interference, longctx: prompt `tokens` of each long request (at most the model's context minus --long-gen)")
+	fs.IntVar(&b.longGen, "long-gen", 8, "interference, longctx: generated `tokens` of each long request")
+	fs.BoolVar(&b.interfere, "interference", false, "longctx: also measure short requests' ITL (--prompt, --gen, the first --concurrency level in flight, --requests for the quiet baseline) while a long prompt prefills on the same server")
 	fs.BoolVar(&b.noCache, "no-cache-prompt", false, "pass --no-cache-prompt to llama-server (its prompt cache off; the benchmark never repeats a prompt anyway)")
 	fs.BoolVar(&b.ompPassive, "omp-passive", false, "run llama-server with OMP_WAIT_POLICY=passive: its OpenMP threads sleep instead of spinning at barriers. On a machine shared with other load, spinning threads that lose their core stall every step (measured: 26 vs 285 tok/s with one request in flight at load 6-15 on 2 cores); on an idle machine spinning is llama.cpp's fastest")
 	fs.DurationVar(&b.timeout, "timeout", 20*time.Minute, "bound on the whole benchmark; runs not done by then are cut and reported as errors")
@@ -631,9 +639,10 @@ Flags:
 	if b.threads < 1 || b.prompt < 1 || b.gen < 1 || b.requests < 1 || b.repeats < 1 || b.timeout <= 0 || b.longPrompt < 1 || b.longGen < 1 {
 		return b.fail(2, "--threads, --prompt, --gen, --long-prompt, --long-gen, --requests, --repeats and --timeout must be positive")
 	}
-	// Bounded: at most 8192 tokens a request and 10,000 requests a run.
-	if b.prompt+b.gen > 8192 || b.longPrompt+b.longGen > 8192 || b.requests > 10000 || b.repeats > 100 || slices.Max(b.levels) > 1024 {
-		return b.fail(2, "--prompt+--gen and --long-prompt+--long-gen at most 8192, --requests at most 10000, --repeats at most 100, --concurrency at most 1024")
+	// Bounded: at most 8192 tokens a short request, 131072 a long one,
+	// and 10,000 requests a run.
+	if b.prompt+b.gen > 8192 || b.longPrompt+b.longGen > maxLongTokens || b.requests > 10000 || b.repeats > 100 || slices.Max(b.levels) > 1024 {
+		return b.fail(2, "--prompt+--gen at most 8192, --long-prompt+--long-gen at most %d, --requests at most 10000, --repeats at most 100, --concurrency at most 1024", maxLongTokens)
 	}
 	if b.model == "" {
 		for _, n := range []string{"bench-15M-q8_0.gguf", "stories260K.gguf"} {

@@ -233,3 +233,27 @@ func TestBenchServeEncrypt(t *testing.T) {
 		t.Fatalf("ratio %v", rep.TokSRatio)
 	}
 }
+
+// The long-context workload end to end on a short "long" prompt: every
+// sluice topology answers, each exactly as colocated does; timings are
+// reported, not asserted.
+func TestBenchServeLongctx(t *testing.T) {
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	var out, errOut bytes.Buffer
+	code := Run([]string{"serve", "--workload", "longctx", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
+		"--repeats", "2", "--long-prompt", "200", "--long-gen", "4", "--timeout", "3m", "--json"}, &out, &errOut)
+	var rep longReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v: %s\n%s", code, err, out.String(), errOut.String())
+	}
+	var names []string
+	for _, r := range rep.Rows {
+		names = append(names, r.Server)
+		if r.Errors != 0 || len(r.TTFTms) != 2 || r.SameAsColocated != 2 || r.Median <= 0 {
+			t.Errorf("%+v: want 2 runs, each answered as colocated did", r)
+		}
+	}
+	if want := []string{"sluice-colocated", "sluice-pd-tcp", "sluice-pd-shm", "sluice-pd-tcp-after-prefill"}; !slices.Equal(names, want) {
+		t.Errorf("rows %v, want %v", names, want)
+	}
+}
