@@ -160,36 +160,58 @@ func TestAbandonedReservationIsReclaimed(t *testing.T) {
 }
 
 // lateFailPrefill runs the real prefill (the commit is accepted and decode
-// starts) and then reports a failure, as a reply lost on the way back would.
-type lateFailPrefill struct{ p handoff.Prefill }
+// starts) and then reports err, as a reply lost or garbled on the way
+// back would.
+type lateFailPrefill struct {
+	p   handoff.Prefill
+	err error
+}
 
 func (l lateFailPrefill) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
 	if _, err := l.p.Prefill(ctx, r); err != nil {
 		return nil, err
 	}
-	return nil, handoff.ErrTransport.With("reply lost")
+	return nil, l.err
 }
 
 // TestLatePrefillFailureEndsInError: success needs both roles; decode's
-// output alone is not a 200.
+// output alone is not a 200. A prefill failure after the commit that is
+// not the transport's fails the request. A transport one lost only
+// prefill's answer (decode verified the commit, I5, I9): the request
+// fails with it when the router learns it first, and completes whole when
+// decode finished first (disagg.go, tok.Done); never anything in between.
 func TestLatePrefillFailureEndsInError(t *testing.T) {
-	m := newToy()
-	dw, pw := toyWorkers(t, m, 32)
-	eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: 128}, lateFailPrefill{pw}, dw)
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name        string
+		err         error
+		mayComplete bool
+	}{
+		{"protocol", handoff.ErrProtocol.With("reply garbled"), false},
+		{"transport", handoff.ErrTransport.With("reply lost"), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newToy()
+			dw, pw := toyWorkers(t, m, 32)
+			eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: 128}, lateFailPrefill{pw, c.err}, dw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeWithin(t, eng)
+			s, err := eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 9), MaxTokens: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := collect(t, s)
+			var e *Error
+			switch {
+			case c.mayComplete && r.final.Done && r.final.Err == nil && len(r.tokens) == 5:
+			case !r.final.Done && errors.As(r.final.Err, &e) && errors.Is(r.final.Err, c.err):
+			default:
+				t.Fatalf("a late prefill failure must end the stream in its error (or, for a lost reply, complete), got %+v after %v", r.final, r.tokens)
+			}
+			waitDrained(t, dw.Pool())
+		})
 	}
-	defer closeWithin(t, eng)
-	s, err := eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(1, 9), MaxTokens: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := collect(t, s)
-	var e *Error
-	if r.final.Done || !errors.As(r.final.Err, &e) || !errors.Is(r.final.Err, handoff.ErrTransport) {
-		t.Fatalf("a late prefill failure must end the stream in an error, got %+v after %v", r.final, r.tokens)
-	}
-	waitDrained(t, dw.Pool())
 }
 
 // TestCommitWithForeignFirstTokenFails: the commit's first token reaches
