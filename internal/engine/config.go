@@ -66,8 +66,11 @@ type Config struct {
 	// transfer hides under its compute; the commit comes last either way.
 	HandoffAfterPrefill bool
 	// HandoffTimeout bounds how long a decode reservation may wait for its
-	// commit and its stream before it is aborted (default 2 minutes): a
-	// router or prefill worker that died must not hold pages forever.
+	// commit and its stream without progress before it is aborted
+	// (default 2 minutes): a router or prefill worker that died must not
+	// hold pages forever. Each applied page write is progress: a long
+	// prompt streams its pages while it prefills, so its prefill may take
+	// longer than the timeout as long as pages keep coming.
 	HandoffTimeout time.Duration
 	// QueueTimeout bounds how long a request waits in the engine's queue
 	// (and a prompt for room in the prefill pool) before it is refused

@@ -68,7 +68,10 @@ type dhandoff struct {
 	started   bool
 	q         *seq
 	failed    error
-	since     time.Time // reserved at
+	// since is when the handoff last made progress: its reservation, or
+	// its last page write applied (a long prompt streams its pages while
+	// it prefills, so a slow prefill that keeps writing is not stale).
+	since time.Time
 }
 
 // NewDecodeWorker builds a decode worker with its own pool. It refuses a
@@ -224,8 +227,9 @@ func (w *DecodeWorker) Tick(now time.Time) {
 	w.rmu.Lock()
 	w.recv.Tick(now)
 	w.rmu.Unlock()
-	// A handoff that never started decoding within HandoffTimeout lost its
-	// router or its prefill worker: abort it so its pages come back
+	// A handoff that made no progress (reservation, page write) for
+	// HandoffTimeout and never started decoding lost its router or its
+	// prefill worker: abort it so its pages come back
 	// (through quarantine when a one-sided writer may still write, I6).
 	var stale []kv.ID
 	w.mu.Lock()
@@ -319,13 +323,20 @@ func (w *DecodeWorker) Write(ctx context.Context, ws []handoff.PageWrite) error 
 			return handoff.ErrProtocol.With("one Write call carries writes of two handoffs")
 		}
 	}
+	now := w.now()
 	w.rmu.Lock()
-	err := w.recv.Write(w.now(), ws)
+	err := w.recv.Write(now, ws)
 	w.rmu.Unlock()
 	if err != nil {
 		w.end(ws[0].Handoff, err)
+		return err
 	}
-	return err
+	w.mu.Lock()
+	if h := w.handoffs[ws[0].Handoff]; h != nil && now.After(h.since) {
+		h.since = now
+	}
+	w.mu.Unlock()
+	return nil
 }
 
 // Commit implements handoff.Decode: verified, then the sequence joins the

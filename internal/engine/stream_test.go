@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -181,5 +182,40 @@ func TestStreamingHandoffFailsMidPrompt(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A long prompt's prefill may outlast HandoffTimeout while its pages keep
+// arriving: each applied page write is progress. Silence for the timeout
+// still reclaims the reservation.
+func TestHandoffTimeoutCountsFromLastWrite(t *testing.T) {
+	cfg := toyConfig(newToy(), 32)
+	cfg.HandoffTimeout = time.Minute
+	dw, err := NewDecodeWorker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	t0 := time.Now()
+	clock := t0
+	dw.now = func() time.Time { return clock }
+	res, err := dw.Reserve(context.Background(), &handoff.Reserve{Handoff: newID(), Tenant: "a", PromptTokens: 9, MaxTokens: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, cfg.geometry().PageBytes())
+	clock = t0.Add(50 * time.Second)
+	if err := dw.Write(context.Background(), []handoff.PageWrite{{Handoff: res.Handoff, Block: 0, Page: res.Pages[0],
+		Slots: cfg.PageSize, Data: data, Checksum: handoff.Checksum(data)}}); err != nil {
+		t.Fatal(err)
+	}
+	dw.Tick(t0.Add(100 * time.Second)) // 100s since the reservation, 50s since the write
+	if dw.Pool().CheckDrained() == nil {
+		t.Fatal("a handoff whose pages were still arriving was reclaimed")
+	}
+	dw.Tick(t0.Add(111 * time.Second)) // 61s of silence
+	waitFreePool(t, dw.Pool())
+	if st := dw.ReceiverStats(); st.Aborted != 1 {
+		t.Fatalf("stats %+v", st)
 	}
 }
