@@ -80,14 +80,17 @@ type Sender struct {
 	// first token known, so the last block and then the commit may go.
 	// A Sender of a prefilled prompt (NewSender) starts with both; a
 	// streaming one (NewStreamingSender) is told by Prefilled and Finish.
-	ready    int
-	final    bool
-	early    int // blocks batched before Finish: sent while the prompt computed
-	seq      int
-	inflight map[int]bool
-	state    ActionKind // ActWait while transferring; then ActCommit, ActDone, ActAbort, ActFailed
-	commitOK bool       // the commit was handed out and awaits Committed
-	err      error
+	ready int
+	final bool
+	early int // blocks batched before Finish: sent while the prompt computed
+	// pageBytes is a page's size, learnt from the first page read (0
+	// before): how many ready blocks fill a batch.
+	pageBytes int
+	seq       int
+	inflight  map[int]bool
+	state     ActionKind // ActWait while transferring; then ActCommit, ActDone, ActAbort, ActFailed
+	commitOK  bool       // the commit was handed out and awaits Committed
+	err       error
 }
 
 // NewSender checks that the prefilled sequence fits the reservation exactly
@@ -178,7 +181,7 @@ func (s *Sender) Next() SenderAction {
 	case ActCommit:
 		return SenderAction{Kind: ActWait} // commit handed out, awaiting Committed
 	}
-	if s.next < s.ready && len(s.inflight) < s.cfg.Window {
+	if s.next < s.ready && len(s.inflight) < s.cfg.Window && s.sendNow() {
 		return s.batch()
 	}
 	if s.final && s.next == len(s.res.Pages) && len(s.inflight) == 0 {
@@ -193,6 +196,15 @@ func (s *Sender) Next() SenderAction {
 			Digest: append([]byte(nil), d...), FirstToken: s.first, FirstLogprobs: s.firstLP}}
 	}
 	return SenderAction{Kind: ActWait}
+}
+
+// sendNow says whether the ready blocks should go now. While the prompt
+// computes, a batch that is not full goes only when none is in flight:
+// chunks are often a page or two, and one round trip per chunk would cost
+// more than it hides; the pages that complete meanwhile join the next
+// batch. Full batches, and everything after Finish, go at once (Window).
+func (s *Sender) sendNow() bool {
+	return s.final || len(s.inflight) == 0 || s.pageBytes > 0 && (s.ready-s.next)*s.pageBytes >= s.cfg.MaxBatchBytes
 }
 
 func (s *Sender) batch() SenderAction {
@@ -227,6 +239,7 @@ func (s *Sender) batch() SenderAction {
 		if len(ws) > 0 && bytes+len(data) > s.cfg.MaxBatchBytes {
 			break
 		}
+		s.pageBytes = len(data)
 		ws = append(ws, PageWrite{Handoff: s.res.Handoff, Block: s.next, Page: s.res.Pages[s.next],
 			Slots: slots, Data: data, Checksum: sum})
 		bytes += len(data)

@@ -202,3 +202,52 @@ func (d *gateDecode) Stream(context.Context, kv.ID, StreamParams) (TokenStream, 
 }
 
 func (d *gateDecode) Cancel(context.Context, kv.ID) error { return nil }
+
+// While the prompt computes, a batch that is not full goes only when none
+// is in flight (the pages completed meanwhile join the next one); a full
+// batch goes at once, within the window; after Finish everything goes.
+func TestStreamingSenderCoalescesWhileInFlight(t *testing.T) {
+	g := newRig(t, ReceiverConfig{}, 37) // 10 pages
+	s, err := NewStreamingSender(SenderConfig{MaxBatchBytes: 3 * tPS * tBPS, Window: 2}, g.res, 37, g.src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Prefilled(4) // block 0
+	a := s.Next()
+	if a.Kind != ActWrite || len(a.Batch) != 1 {
+		t.Fatalf("first chunk: %+v, want block 0 at once", a)
+	}
+	first := a.Seq
+	s.Prefilled(12) // blocks 1, 2: less than a batch
+	if a := s.Next(); a.Kind != ActWait {
+		t.Fatalf("a partial batch with one in flight: %+v, want to wait", a)
+	}
+	s.Prefilled(16) // blocks 1..3: a full batch
+	a = s.Next()
+	if a.Kind != ActWrite || len(a.Batch) != 3 || a.Batch[0].Block != 1 {
+		t.Fatalf("a full batch ready: %+v, want blocks 1..3", a)
+	}
+	second := a.Seq
+	s.Prefilled(20) // block 4: partial, two in flight
+	if a := s.Next(); a.Kind != ActWait {
+		t.Fatalf("%+v, want to wait", a)
+	}
+	s.Ack(first, nil)
+	if a := s.Next(); a.Kind != ActWait {
+		t.Fatalf("a partial batch with one still in flight: %+v, want to wait", a)
+	}
+	s.Ack(second, nil)
+	a = s.Next()
+	if a.Kind != ActWrite || len(a.Batch) != 1 || a.Batch[0].Block != 4 {
+		t.Fatalf("none in flight, a partial batch ready: %+v, want block 4", a)
+	}
+	s.Prefilled(28) // blocks 5, 6: partial, one in flight
+	if a := s.Next(); a.Kind != ActWait {
+		t.Fatalf("%+v, want to wait", a)
+	}
+	s.Finish(1, nil)
+	a = s.Next()
+	if a.Kind != ActWrite || len(a.Batch) != 3 || a.Batch[0].Block != 5 {
+		t.Fatalf("after Finish: %+v, want blocks 5..7 at once", a)
+	}
+}
