@@ -7,7 +7,9 @@
 //	router  -> decode : Reserve      (decode stamps pages with the handoff as owner)
 //	decode  -> router : Reservation  (pages with generations, expected tokens)
 //	router  -> prefill: PrefillRequest (tokens + the Reservation)
-//	prefill -> decode : PageWrite ... (bounded batches, each acknowledged)
+//	prefill -> decode : PageWrite ... (bounded batches, each acknowledged;
+//	                                   streamed: each chunk's pages while
+//	                                   the next chunk computes)
 //	prefill -> decode : Commit       (LAST: tokens, digest, first token)
 //	router  -> decode : Stream       (tokens after the commit)
 //
