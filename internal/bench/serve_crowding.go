@@ -98,7 +98,9 @@ func runCrowding(ctx context.Context, b *benchServe) int {
 	if err := os.WriteFile(keys, []byte("key-a a\nkey-b b\n"), 0o600); err != nil {
 		return b.fail(1, "%v", err)
 	}
-	args := append(b.sluiceArgs(b.colocated, ctxLen, rep.PoolTokens, 64), "--api-keys", keys,
+	// --metrics-listen: with --api-keys the admin listener defaults to
+	// 127.0.0.1:9090, which another process on the machine may hold.
+	args := append(b.sluiceArgs(b.colocated, ctxLen, rep.PoolTokens, 64), "--api-keys", keys, "--metrics-listen", "127.0.0.1:0",
 		"--max-queue", strconv.Itoa(4*(crowdFlood+bIn)))
 	rep.Args = args
 	l := serveLoad{model: b.name, prompt: b.prompt, gen: b.gen, vocab: b.vocab}
