@@ -282,9 +282,10 @@ func (s *Sampler) draw(logits []float32) (int32, error) {
 		if s.m == nil || s.m.Allowed(id) {
 			return id, nil
 		}
-		// Refused: the redraw needs the candidate set, which is the
-		// whole finite vocabulary in id order (truncate with no limit).
-		return s.redraw(logits, s.truncate(logits))
+		// Refused: the redraw is over the allowed finite ids in id order
+		// (truncate with no limit, then redraw's filter), drawn from the
+		// weights drawAll just left in s.probs.
+		return s.redrawAll(logits)
 	}
 	c := s.truncate(logits)
 	if len(c) == 0 {
@@ -480,6 +481,56 @@ func (s *Sampler) redraw(logits []float32, c []cand) (int32, error) {
 		return -1, s.noneAllowed()
 	}
 	return pick(kept, total, s.redrawUniform()), nil
+}
+
+// redrawAll is redraw(logits, truncate(logits)) for an untruncated draw,
+// without the candidate list: the allowed finite ids in id order are the
+// mask's set bits whose logits are finite, and their weights are the ones
+// weighAll computed (truncate's, bit for bit: TestWeighAllMatchesTruncate).
+// Summing and walking them in that order is pick over redraw's kept list,
+// so it draws the same token (TestRedrawAllMatchesRedraw). On a 151k
+// vocabulary this saves building 151k candidates on every refused draw,
+// which with a narrow grammar is nearly every draw.
+func (s *Sampler) redrawAll(logits []float32) (int32, error) {
+	mask, err := s.allowedMask(len(logits))
+	if err != nil {
+		return -1, err
+	}
+	probs := s.probs[:len(logits)]
+	var total float64
+	last := -1
+	for w, word := range mask {
+		for b := word; b != 0; b &= b - 1 {
+			i := w*64 + tz(b)
+			if i >= len(logits) {
+				break
+			}
+			if v := logits[i]; v == v && !math.IsInf(float64(v), 0) {
+				total += probs[i]
+				last = i
+			}
+		}
+	}
+	if last < 0 {
+		return -1, s.noneAllowed()
+	}
+	r := s.redrawUniform() * total
+	for w, word := range mask {
+		for b := word; b != 0; b &= b - 1 {
+			i := w*64 + tz(b)
+			if i >= len(logits) {
+				break
+			}
+			if v := logits[i]; v == v && !math.IsInf(float64(v), 0) {
+				r -= probs[i]
+				if r < 0 {
+					return int32(i), nil
+				}
+			}
+		}
+	}
+	// Rounding can leave r at exactly 0 after the last subtraction.
+	return int32(last), nil
 }
 
 // noneAllowed is the error of a constrained draw that found no token to
