@@ -128,7 +128,7 @@ done
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 md=$out/tables.md
-go run ./scripts/benchtable -kernels -cpu "$cpu (family $(grep -m1 'cpu family' /proc/cpuinfo | sed 's/.*: //'), $(nproc) vCPUs)" \
+go run ./scripts/benchtable -kernels -cpu "$cpu (family $(grep -m1 'cpu family' /proc/cpuinfo | sed 's/.*: //') model $(grep -m1 '^model[[:space:]]' /proc/cpuinfo | sed 's/.*: //'), $(nproc) vCPUs)" \
 	-commit "$(git rev-parse --short HEAD)" "$out"/*.json >"$md"
 cat "$md"
 if [ -n "$doc" ]; then
