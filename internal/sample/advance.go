@@ -7,6 +7,7 @@ package sample
 // (so a seeded request replays identically, disaggregated or colocated).
 // Each successful Sample of a non-greedy sampler makes exactly one draw.
 func (s *Sampler) Advance(n int) {
+	s.weighed = false
 	if s.p.Greedy() {
 		return
 	}

@@ -38,8 +38,16 @@ type Sampler struct {
 	rng  *rand.Rand
 	src  *rand.PCG // rng's state, saved and restored by SampleWithin
 	cand []cand
-	// probs is drawAll's scratch, one probability per vocabulary id.
-	probs []float64
+	// probs is drawAll's scratch, one probability per vocabulary id;
+	// total and last are their sum and last finite id. weighed says they
+	// are still those of the logits a pending SampleWithin was given, so
+	// the call that completes it (with the same logits) skips weighAll,
+	// an exp per vocabulary id: a deferred draw costs its mask, not a
+	// second pass over a 151k vocabulary.
+	probs   []float64
+	total   float64
+	last    int
+	weighed bool
 
 	// work holds the processed logits when a bias or penalty is on.
 	work []float32
@@ -127,6 +135,7 @@ func (s *Sampler) SetPrompt(ids []int32) {
 // with the same Params (the prefill worker's first token), so the
 // penalties see it as the single sampler running the whole request would.
 func (s *Sampler) Observe(id int32) {
+	s.weighed = false // a new position: new logits
 	if s.m != nil && s.bad == nil {
 		s.job, s.maskOK = nil, false
 		if err := s.m.Accept(id); err != nil {
@@ -215,6 +224,7 @@ func (s *Sampler) Sample(logits []float32) (int32, error) {
 	if s.bad != nil {
 		return -1, s.bad
 	}
+	s.weighed = false
 	id, err := s.draw(s.process(logits))
 	if err == nil {
 		s.Observe(id)
@@ -245,8 +255,10 @@ func (s *Sampler) SampleWithin(logits []float32, b Budget) (id int32, pending bo
 	s.budget = nil
 	if err == errPending {
 		*s.src, s.n = src, n
+		s.weighed = true
 		return -1, true, nil
 	}
+	s.weighed = false
 	if err == nil {
 		s.Observe(id)
 		if s.bad != nil {
@@ -320,7 +332,10 @@ func (s *Sampler) truncates(n int) bool {
 // logit gets probability 0, and subtracting 0 in the walk, or adding it
 // to the total, changes neither. ok is false when no logit is finite.
 func (s *Sampler) drawAll(logits []float32) (id int32, ok bool) {
-	total, last := s.weighAll(logits)
+	if !s.weighed {
+		s.total, s.last = s.weighAll(logits)
+	}
+	total, last := s.total, s.last
 	if last < 0 {
 		return -1, false
 	}
