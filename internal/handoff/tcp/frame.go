@@ -213,18 +213,10 @@ func (f *framer) encode(version, typ byte, stream uint32, parts [][]byte, data .
 	for _, p := range parts {
 		n += len(p)
 	}
-	limit := f.maxFrame
-	if f.peerFrame > 0 {
-		limit = f.peerFrame
+	hdr, err := f.header(version, typ, stream, n)
+	if err != nil {
+		return nil, err
 	}
-	if n > limit {
-		// Refused before a byte is sent: the connection stays usable.
-		return nil, protoErr("frame of %d bytes exceeds the peer's limit of %d; lower the batch size", n, limit)
-	}
-	hdr := make([]byte, headerLen)
-	hdr[0], hdr[1] = version, typ
-	binary.BigEndian.PutUint32(hdr[4:], stream)
-	binary.BigEndian.PutUint32(hdr[8:], uint32(n))
 	if f.encrypted() {
 		// One copy into a contiguous buffer, sealed in place.
 		buf := sealBuf(hdr, parts, n)
