@@ -14,21 +14,13 @@
 package main
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"sluice/internal/synth"
+	"sluice/scripts/llamaref"
 )
 
 // Prompts: a short one, and a long one that puts ~600 positions in the
@@ -41,29 +33,12 @@ var prompts = []string{
 
 const nPredict = 32
 
-type step struct {
-	ID   int32      `json:"id"`
-	Top2 [2]logprob `json:"top2"`
-}
-
-type logprob struct {
-	ID      int32   `json:"id"`
-	Logprob float64 `json:"logprob"`
-}
-
-type refCase struct {
-	Prompt    string  `json:"prompt"`
-	PromptIDs []int32 `json:"prompt_token_ids"`
-	Generated []int32 `json:"generated_token_ids"`
-	Steps     []step  `json:"steps"`
-}
-
 type refModel struct {
 	Name   string `json:"name"`
 	SHA256 string `json:"sha256"`
 	Bytes  int    `json:"bytes"`
 	// Cases by llama.cpp KV cache type: "q8_0" and "f16".
-	Cases map[string][]refCase `json:"cases"`
+	Cases map[string][]llamaref.Case `json:"cases"`
 }
 
 func main() {
@@ -76,18 +51,14 @@ func main() {
 		os.Exit(2)
 	}
 	dir, err := os.MkdirTemp("", "kvq8ref")
-	check(err)
+	llamaref.Check(err)
 	defer os.RemoveAll(dir)
 	var models []refModel
 	for _, r := range synth.KVQ8References() {
-		var b bytes.Buffer
-		check(synth.Write(&b, r.Spec))
-		path := filepath.Join(dir, r.Name+".gguf")
-		check(os.WriteFile(path, b.Bytes(), 0o644))
-		sum := sha256.Sum256(b.Bytes())
-		m := refModel{Name: r.Name, SHA256: hex.EncodeToString(sum[:]), Bytes: b.Len(), Cases: map[string][]refCase{}}
+		f := llamaref.WriteFile(dir, r)
+		m := refModel{Name: r.Name, SHA256: f.SHA256, Bytes: f.Bytes, Cases: map[string][]llamaref.Case{}}
 		for _, typ := range []string{"q8_0", "f16"} {
-			m.Cases[typ] = run(*server, path, *port, typ)
+			m.Cases[typ] = llamaref.Run(*server, f.Path, *port, prompts, nPredict, "-ctk", typ, "-ctv", typ, "-fa", "on")
 		}
 		models = append(models, m)
 		fmt.Fprintf(os.Stderr, "%s: done\n", r.Name)
@@ -96,69 +67,5 @@ func main() {
 		"producer": "scripts/kvq8ref: llama.cpp llama-server (../shared/tools/llama.cpp), 1 thread, -fa on, -ctk/-ctv q8_0 and f16, greedy, n_probs 2",
 		"models":   models,
 	}
-	j, err := json.Marshal(doc)
-	check(err)
-	check(os.WriteFile(*out, append(j, '\n'), 0o644))
-}
-
-func run(server, model string, port int, kvType string) []refCase {
-	cmd := exec.Command(server, "-m", model, "--host", "127.0.0.1", "--port", fmt.Sprint(port),
-		"-t", "1", "-tb", "1", "-c", "1024", "-np", "1", "--no-warmup", "-ctk", kvType, "-ctv", kvType, "-fa", "on")
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	check(cmd.Start())
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	for i := 0; ; i++ {
-		if r, err := http.Get(base + "/health"); err == nil && r.StatusCode == 200 {
-			r.Body.Close()
-			break
-		}
-		if i > 600 {
-			panic("llama-server did not come up")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	var cases []refCase
-	for _, p := range prompts {
-		var tok struct {
-			Tokens []int32 `json:"tokens"`
-		}
-		post(base+"/tokenize", map[string]any{"content": p, "add_special": true}, &tok)
-		var comp struct {
-			Tokens []int32 `json:"tokens"`
-			Probs  []struct {
-				ID  int32     `json:"id"`
-				Top []logprob `json:"top_logprobs"`
-			} `json:"completion_probabilities"`
-		}
-		post(base+"/completion", map[string]any{"prompt": tok.Tokens, "n_predict": nPredict, "temperature": 0,
-			"n_probs": 2, "cache_prompt": false, "return_tokens": true, "ignore_eos": true}, &comp)
-		c := refCase{Prompt: p, PromptIDs: tok.Tokens, Generated: comp.Tokens}
-		for _, s := range comp.Probs {
-			if len(s.Top) != 2 {
-				panic("expected 2 top log-probabilities")
-			}
-			c.Steps = append(c.Steps, step{ID: s.ID, Top2: [2]logprob{s.Top[0], s.Top[1]}})
-		}
-		cases = append(cases, c)
-	}
-	return cases
-}
-
-func post(url string, body, out any) {
-	j, _ := json.Marshal(body)
-	r, err := http.Post(url, "application/json", bytes.NewReader(j))
-	check(err)
-	defer r.Body.Close()
-	b, _ := io.ReadAll(r.Body)
-	if r.StatusCode != 200 {
-		panic(fmt.Sprintf("%s: %d %s", url, r.StatusCode, b))
-	}
-	check(json.Unmarshal(b, out))
-}
-
-func check(err error) {
-	if err != nil {
-		panic(err)
-	}
+	llamaref.WriteJSON(*out, doc)
 }
