@@ -197,12 +197,12 @@ soak:
 	SLUICE_SOAK=1 $(GO) test -count=1 -timeout 0 -run 'Soak' -v ./...
 
 # sluice audit and sluice preflight against a real llama-server (from
-# ../shared/tools/llama.cpp) on loopback; COUNT=10 runs it ten times.
-# `make test` runs the same tests inside go test ./... when ../shared exists.
+# ../shared/tools/llama.cpp) on loopback, then the official JS client; build
+# tag interop, so `make test` never needs them. COUNT=10 runs them ten times.
 COUNT ?= 1
 .PHONY: test-interop
 test-interop:
-	$(GO) test -count=$(COUNT) -timeout 30m -v -run '^TestInterop' ./cmd/sluice/
+	SLUICE_REQUIRE_SHARED=1 $(GO) test -tags interop -count=$(COUNT) -timeout 30m -v -run '^TestInterop' ./cmd/sluice/
 	$(GO) test -tags interop -count=$(COUNT) -timeout 10m -v -run '^TestInteropOpenAIJSClient$$' ./internal/router/node/
 
 .PHONY: print-version

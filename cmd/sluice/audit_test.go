@@ -114,3 +114,23 @@ func TestPreflightRemoteExitCodes(t *testing.T) {
 		t.Errorf("/v1 suffix: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// cliRun is one in-process run of a subcommand: exit code and both streams.
+type cliRun struct {
+	code           int
+	stdout, stderr string
+}
+
+func runCLI(f func([]string, *strings.Builder, *strings.Builder) int, args ...string) cliRun {
+	var out, errb strings.Builder
+	code := f(args, &out, &errb)
+	return cliRun{code, out.String(), errb.String()}
+}
+
+func auditCLI(args ...string) cliRun {
+	return runCLI(func(a []string, o, e *strings.Builder) int { return runAudit(a, o, e) }, args...)
+}
+
+func preflightCLI(args ...string) cliRun {
+	return runCLI(func(a []string, o, e *strings.Builder) int { return runPreflight(a, o, e) }, args...)
+}
