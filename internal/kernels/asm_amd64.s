@@ -717,22 +717,26 @@ q8z_done:
 	VPBROADCASTW DA, DX_ \
 	VCVTPH2PS DX_, DY
 
-// Q8TP accumulates one (row, token) pair from the token's tile pair.
-#define Q8TP(XQ, CORR, DXV, WZ, DZ, ACC) \
-	VMOVDQU32 CORR, Z8 \
-	VPDPBUSD XQ, WZ, Z8 \
-	VCVTDQ2PS Z8, Z8 \
-	VMULPS DXV, DZ, Z9 \
-	VFMADD231PS Z9, Z8, ACC
+// Q8TR accumulates one (row, token) pair of the tile from registers: the
+// token's tile pair in Z10 (qs), Z11 (correction) and Z12 (scales), the
+// row's in WZ and DZ; T8 and T9 are scratch. Each token's 192 bytes are
+// loaded once per 4 rows and each row's once per 4 tokens: with memory
+// operands a pair step made 56 ZMM loads for 16 multiply chains,
+// and Zen 4 loads one ZMM a cycle.
+#define Q8TR(WZ, DZ, ACC, T8, T9) \
+	VMOVDQA32 Z11, T8 \
+	VPDPBUSD Z10, WZ, T8 \
+	VCVTDQ2PS T8, T8 \
+	VMULPS Z12, DZ, T9 \
+	VFMADD231PS T9, T8, ACC
 
-// Q8TP1 is Q8TP for a lone last block: only lanes 0-7 (mask K2) change.
-#define Q8TP1(XQ, CORR, DXV, WZ, DZ, ACC) \
-	VMOVDQU32 CORR, Z8 \
-	VPDPBUSD XQ, WZ, Z8 \
-	VCVTDQ2PS Z8, Z8 \
-	VMULPS DXV, DZ, Z9 \
-	VFMADD231PS Z9, Z8, K2, ACC
-
+// Q8TR1 is Q8TR for a lone last block: only lanes 0-7 (mask K2) change.
+#define Q8TR1(WZ, DZ, ACC, T8, T9) \
+	VMOVDQA32 Z11, T8 \
+	VPDPBUSD Z10, WZ, T8 \
+	VCVTDQ2PS T8, T8 \
+	VMULPS Z12, DZ, T9 \
+	VFMADD231PS T9, T8, K2, ACC
 
 // func repackQ8_0AVX512(dst *byte, w *byte, nGroups, nb int)
 // Rewrites nGroups groups of 4 rows for the tile kernel: per group, per
@@ -855,22 +859,34 @@ q8t_pair:
 	VMOVUPS 320(SI), Z6
 	VMOVDQU64 384(SI), Z3
 	VMOVUPS 448(SI), Z7
-	Q8TP((DX), 64(DX), 128(DX), Z0, Z4, Z16)
-	Q8TP((DX), 64(DX), 128(DX), Z1, Z5, Z17)
-	Q8TP((DX), 64(DX), 128(DX), Z2, Z6, Z18)
-	Q8TP((DX), 64(DX), 128(DX), Z3, Z7, Z19)
-	Q8TP((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z0, Z4, Z20)
-	Q8TP((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z1, Z5, Z21)
-	Q8TP((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z2, Z6, Z22)
-	Q8TP((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z3, Z7, Z23)
-	Q8TP((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z0, Z4, Z24)
-	Q8TP((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z1, Z5, Z25)
-	Q8TP((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z2, Z6, Z26)
-	Q8TP((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z3, Z7, Z27)
-	Q8TP((CX), 64(CX), 128(CX), Z0, Z4, Z28)
-	Q8TP((CX), 64(CX), 128(CX), Z1, Z5, Z29)
-	Q8TP((CX), 64(CX), 128(CX), Z2, Z6, Z30)
-	Q8TP((CX), 64(CX), 128(CX), Z3, Z7, Z31)
+	VMOVDQU64 (DX), Z10
+	VMOVDQU64 64(DX), Z11
+	VMOVUPS 128(DX), Z12
+	Q8TR(Z0, Z4, Z16, Z8, Z9)
+	Q8TR(Z1, Z5, Z17, Z14, Z15)
+	Q8TR(Z2, Z6, Z18, Z8, Z9)
+	Q8TR(Z3, Z7, Z19, Z14, Z15)
+	VMOVDQU64 (DX)(R11*1), Z10
+	VMOVDQU64 64(DX)(R11*1), Z11
+	VMOVUPS 128(DX)(R11*1), Z12
+	Q8TR(Z0, Z4, Z20, Z8, Z9)
+	Q8TR(Z1, Z5, Z21, Z14, Z15)
+	Q8TR(Z2, Z6, Z22, Z8, Z9)
+	Q8TR(Z3, Z7, Z23, Z14, Z15)
+	VMOVDQU64 (DX)(R11*2), Z10
+	VMOVDQU64 64(DX)(R11*2), Z11
+	VMOVUPS 128(DX)(R11*2), Z12
+	Q8TR(Z0, Z4, Z24, Z8, Z9)
+	Q8TR(Z1, Z5, Z25, Z14, Z15)
+	Q8TR(Z2, Z6, Z26, Z8, Z9)
+	Q8TR(Z3, Z7, Z27, Z14, Z15)
+	VMOVDQU64 (CX), Z10
+	VMOVDQU64 64(CX), Z11
+	VMOVUPS 128(CX), Z12
+	Q8TR(Z0, Z4, Z28, Z8, Z9)
+	Q8TR(Z1, Z5, Z29, Z14, Z15)
+	Q8TR(Z2, Z6, Z30, Z8, Z9)
+	Q8TR(Z3, Z7, Z31, Z14, Z15)
 	ADDQ $512, SI
 	ADDQ $192, DX
 	ADDQ $192, CX
@@ -888,22 +904,34 @@ q8t_single:
 	VMOVUPS 320(SI), Z6
 	VMOVDQU64 384(SI), Z3
 	VMOVUPS 448(SI), Z7
-	Q8TP1((DX), 64(DX), 128(DX), Z0, Z4, Z16)
-	Q8TP1((DX), 64(DX), 128(DX), Z1, Z5, Z17)
-	Q8TP1((DX), 64(DX), 128(DX), Z2, Z6, Z18)
-	Q8TP1((DX), 64(DX), 128(DX), Z3, Z7, Z19)
-	Q8TP1((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z0, Z4, Z20)
-	Q8TP1((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z1, Z5, Z21)
-	Q8TP1((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z2, Z6, Z22)
-	Q8TP1((DX)(R11*1), 64(DX)(R11*1), 128(DX)(R11*1), Z3, Z7, Z23)
-	Q8TP1((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z0, Z4, Z24)
-	Q8TP1((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z1, Z5, Z25)
-	Q8TP1((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z2, Z6, Z26)
-	Q8TP1((DX)(R11*2), 64(DX)(R11*2), 128(DX)(R11*2), Z3, Z7, Z27)
-	Q8TP1((CX), 64(CX), 128(CX), Z0, Z4, Z28)
-	Q8TP1((CX), 64(CX), 128(CX), Z1, Z5, Z29)
-	Q8TP1((CX), 64(CX), 128(CX), Z2, Z6, Z30)
-	Q8TP1((CX), 64(CX), 128(CX), Z3, Z7, Z31)
+	VMOVDQU64 (DX), Z10
+	VMOVDQU64 64(DX), Z11
+	VMOVUPS 128(DX), Z12
+	Q8TR1(Z0, Z4, Z16, Z8, Z9)
+	Q8TR1(Z1, Z5, Z17, Z14, Z15)
+	Q8TR1(Z2, Z6, Z18, Z8, Z9)
+	Q8TR1(Z3, Z7, Z19, Z14, Z15)
+	VMOVDQU64 (DX)(R11*1), Z10
+	VMOVDQU64 64(DX)(R11*1), Z11
+	VMOVUPS 128(DX)(R11*1), Z12
+	Q8TR1(Z0, Z4, Z20, Z8, Z9)
+	Q8TR1(Z1, Z5, Z21, Z14, Z15)
+	Q8TR1(Z2, Z6, Z22, Z8, Z9)
+	Q8TR1(Z3, Z7, Z23, Z14, Z15)
+	VMOVDQU64 (DX)(R11*2), Z10
+	VMOVDQU64 64(DX)(R11*2), Z11
+	VMOVUPS 128(DX)(R11*2), Z12
+	Q8TR1(Z0, Z4, Z24, Z8, Z9)
+	Q8TR1(Z1, Z5, Z25, Z14, Z15)
+	Q8TR1(Z2, Z6, Z26, Z8, Z9)
+	Q8TR1(Z3, Z7, Z27, Z14, Z15)
+	VMOVDQU64 (CX), Z10
+	VMOVDQU64 64(CX), Z11
+	VMOVUPS 128(CX), Z12
+	Q8TR1(Z0, Z4, Z28, Z8, Z9)
+	Q8TR1(Z1, Z5, Z29, Z14, Z15)
+	Q8TR1(Z2, Z6, Z30, Z8, Z9)
+	Q8TR1(Z3, Z7, Z31, Z14, Z15)
 	ADDQ $512, SI
 
 q8t_red:
