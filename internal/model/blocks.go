@@ -117,7 +117,7 @@ func (f *denseFFN) forward(r *Runner, in, out []float32) {
 	kernels.MatMulMany(r.par, in, n, kernels.Product{Out: r.g, W: &f.gate}, kernels.Product{Out: r.u, W: &f.up})
 	switch f.act {
 	case actGELUTan:
-		r.elementwise(n*F, func(lo, hi int) { geluMul(r.g[lo:hi], r.u[lo:hi]) })
+		r.elementwise(n*F, func(lo, hi int) { kernels.GELUMul(r.g[lo:hi], r.u[lo:hi]) })
 	default:
 		r.elementwise(n*F, func(lo, hi int) { kernels.SiLUMul(r.g[lo:hi], r.u[lo:hi]) })
 	}

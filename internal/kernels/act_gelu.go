@@ -1,4 +1,4 @@
-package model
+package kernels
 
 import (
 	"math"
@@ -14,7 +14,9 @@ import (
 // and inputs >= 10 pass through. The rounding is coarse (11 bits), so
 // computing GELU in full precision would move logits enough to flip close
 // greedy choices against llama.cpp. Each element depends only on itself,
-// so the split across threads cannot change a bit.
+// so the split across threads cannot change a bit, and the SIMD paths
+// (F16C rounding, which is round-to-nearest-even as quant.FP32ToFP16, and
+// a gather from the same table) give the Go code's bits.
 
 var (
 	geluOnce  sync.Once
@@ -44,9 +46,16 @@ func gelus() *[1 << 16]float32 {
 	return geluTable
 }
 
-// geluMul sets g[i] = gelu_tanh(g[i]) * u[i], ggml's geglu.
-func geluMul(g, u []float32) {
+// GELUMul sets g[i] = gelu_tanh(g[i]) * u[i], ggml's geglu (gemma's FFN).
+// len(u) >= len(g).
+func GELUMul(g, u []float32) {
 	t := gelus()
+	u = u[:len(g)]
+	i := geluMulSIMD(g, u, t)
+	geluMulGo(g[i:], u[i:], t)
+}
+
+func geluMulGo(g, u []float32, t *[1 << 16]float32) {
 	u = u[:len(g)]
 	for i, x := range g {
 		switch {
