@@ -12,13 +12,22 @@ package grammar
 // any node and resume: the recursion of the walk is an explicit stack.
 // At each node, visit is given the stack set after the node's byte and
 // returns the stacks the node's children continue from (nil: skip the
-// subtree) and the escape flag they inherit.
+// subtree) and the escape flag they inherit. The children may be handed
+// r.live itself: a depth's scratch is rewritten only by the next sibling's
+// step, after the walk has left the children's subtree.
 type trieWalk struct {
 	v     *Vocab
 	ws    *walkStep
 	st    []walkFrame
 	bufs  []stackSet
-	visit func(ch int32, t *stackSet, esc bool) (child []*frame, childEsc bool)
+	res   []stepRes
+	visit func(ch int32, r *stepRes, esc bool) (child []*frame, childEsc bool)
+	// only, when set, restricts the walk to the subtrees holding one of
+	// these tokens (trie-order indexes, ascending); at is the first of
+	// them not behind the walk. The walk visits nodes in trie order, so
+	// at only moves forward.
+	only []int32
+	at   int
 }
 
 type walkFrame struct {
@@ -47,13 +56,25 @@ func (w *trieWalk) run(budget int) (used int, done bool) {
 		ch := top.ch
 		nd := w.v.nodes[ch]
 		top.ch = nd.sub // the next sibling
-		if d >= len(w.bufs) {
-			w.bufs = append(w.bufs, stackSet{})
+		if w.only != nil {
+			for w.at < len(w.only) && w.only[w.at] < nd.t0 {
+				w.at++
+			}
+			if w.at == len(w.only) {
+				w.st = w.st[:0] // nothing left to look at
+				return used, true
+			}
+			if w.only[w.at] >= w.v.toks2(ch) {
+				continue // no token of interest below ch
+			}
 		}
-		t := &w.bufs[d]
-		w.ws.step(top.cur, nd.b, t)
+		for d >= len(w.bufs) {
+			w.bufs = append(w.bufs, stackSet{})
+			w.res = append(w.res, stepRes{})
+		}
+		r := w.ws.step(top.cur, nd.b, &w.bufs[d], &w.res[d])
 		used++
-		child, esc := w.visit(ch, t, top.esc)
+		child, esc := w.visit(ch, r, top.esc)
 		if len(child) > 0 && nd.sub > ch+1 {
 			w.st = append(w.st, walkFrame{n: ch, ch: ch + 1, cur: child, esc: esc})
 		}
@@ -70,29 +91,22 @@ func (c *Compiled) posWalk(p int32) (*trieWalk, *posMask) {
 	pm := &posMask{accept: make([]uint64, v.Words())}
 	ws := newWalkStep(c.g)
 	w := newTrieWalk(v, ws, []*frame{ws.intern(&frame{pos: p})}, false)
-	w.visit = func(ch int32, t *stackSet, escaped bool) ([]*frame, bool) {
+	w.visit = func(ch int32, r *stepRes, escaped bool) ([]*frame, bool) {
 		nd := v.nodes[ch]
-		esc := escaped || t.over || t.escaped
-		live := t.s[:0]
-		for _, f := range t.s {
-			if f == nil {
-				esc = true
-			} else {
-				live = append(live, f)
-			}
-		}
+		esc := escaped || r.over || r.escaped || r.ended
+		live := r.live
 		if len(live) == 0 {
 			if esc {
-				pm.uncertain = append(pm.uncertain, v.toks[nd.t0:v.toks2(ch)]...)
+				for k := nd.t0; k < v.toks2(ch); k++ {
+					pm.uncertain = append(pm.uncertain, k)
+				}
 			}
 			return nil, esc
 		}
 		for _, id := range v.toks[nd.t0:nd.t1] {
 			pm.accept[id>>6] |= 1 << (id & 63)
 		}
-		// The set at this depth is reused by the siblings: hand the
-		// children a copy.
-		return append([]*frame(nil), live...), esc
+		return live, esc
 	}
 	return w, pm
 }
@@ -106,7 +120,11 @@ func (c *Compiled) computePos(p int32) *posMask {
 
 // exactWalk sets in dst every token accepted from the stacks: a trie walk
 // whose state at each node is the stack set after that node's bytes.
-func (c *Compiled) exactWalk(stacks []*frame, dst []uint64) *trieWalk {
+// With only set, it looks at those tokens (trie-order indexes, ascending)
+// and does not walk the subtrees that hold none: what a position's own
+// rule decides is in its posMask already, and only the uncertain tokens
+// need the whole stack.
+func (c *Compiled) exactWalk(stacks []*frame, dst []uint64, only []int32) *trieWalk {
 	v := c.v
 	ws := newWalkStep(c.g)
 	in := make([]*frame, len(stacks))
@@ -114,21 +132,16 @@ func (c *Compiled) exactWalk(stacks []*frame, dst []uint64) *trieWalk {
 		in[i] = ws.intern(f)
 	}
 	w := newTrieWalk(v, ws, in, false)
-	w.visit = func(ch int32, t *stackSet, _ bool) ([]*frame, bool) {
-		if len(t.s) == 0 {
+	w.only = only
+	w.visit = func(ch int32, r *stepRes, _ bool) ([]*frame, bool) {
+		if len(r.s) == 0 {
 			return nil, false
 		}
 		nd := v.nodes[ch]
 		for _, id := range v.toks[nd.t0:nd.t1] {
 			dst[id>>6] |= 1 << (id & 63)
 		}
-		live := make([]*frame, 0, len(t.s))
-		for _, f := range t.s {
-			if f != nil {
-				live = append(live, f)
-			}
-		}
-		return live, false
+		return r.live, false
 	}
 	return w
 }
@@ -229,7 +242,7 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 				// walk of the trie from the whole stack, which prunes
 				// each subtree at its first refused byte, is cheaper than
 				// checking each.
-				j.xw = m.c.exactWalk(m.stacks[j.i:j.i+1], j.dst)
+				j.xw = m.c.exactWalk(m.stacks[j.i:j.i+1], j.dst, j.pm.uncertain)
 				j.ph = phExact
 			} else {
 				j.u = 0
@@ -248,7 +261,7 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 				if used >= budget {
 					return used, false
 				}
-				id := j.pm.uncertain[j.u]
+				id := v.toks[j.pm.uncertain[j.u]]
 				j.u++
 				if j.dst[id>>6]&(1<<(id&63)) != 0 {
 					continue

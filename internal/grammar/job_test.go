@@ -134,3 +134,65 @@ func TestMaskJobStopsAtBudget(t *testing.T) {
 	}
 	t.Logf("cold string mask: %d units in %d runs, %d tokens allowed", total, runs, n)
 }
+
+// On a large vocabulary the mask is exact at every step: each token's bit
+// is what Allowed (the matcher fed the token's bytes, no trie, no cache)
+// says, including at the positions whose many uncertain tokens are
+// settled by a trie walk from the whole stack restricted to them (near
+// the end of a fixed-length string, where most tokens may close it).
+// GPT-2's 50k vocabulary, outputs of bench-grammar's schema and a nested
+// corpus schema.
+func TestMaskExactOnLargeVocab(t *testing.T) {
+	v := repoVocab(t, "ggml-vocab-gpt-2.gguf")
+	rng := rand.New(rand.NewPCG(5, 6))
+	mask := make([]uint64, v.Words())
+	schemas := []string{`{"type":"object","additionalProperties":false,"required":["items"],"properties":{"items":{"type":"array","minItems":3,"maxItems":3,"items":{"type":"string","minLength":24,"maxLength":24}}}}`}
+	for _, e := range loadCorpus(t) {
+		if e.Name == "nested" {
+			schemas = append(schemas, string(e.Schema))
+		}
+	}
+	exact := 0
+	for _, schema := range schemas {
+		g, err := CompileSchema([]byte(schema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := Bind(g, v)
+		m := c.NewMatcher()
+		for step := 0; step < 40 && !m.Ended(); step++ {
+			m.Mask(mask)
+			for _, f := range m.stacks {
+				if f != nil {
+					if pm := c.cachedPos(f.pos); pm != nil && len(pm.uncertain) > maxUncertain {
+						exact++
+					}
+				}
+			}
+			var ids []int32
+			for id := int32(0); id < int32(v.Size()); id++ {
+				in := mask[id>>6]&(1<<(id&63)) != 0
+				if in != m.Allowed(id) {
+					t.Fatalf("step %d: mask says %v for token %d (%q), Allowed the opposite", step, in, id, v.Piece(id))
+				}
+				if in {
+					ids = append(ids, id)
+				}
+			}
+			// Favour long tokens so strings reach their last characters.
+			id := ids[rng.IntN(len(ids))]
+			for range 3 {
+				if x := ids[rng.IntN(len(ids))]; len(v.Piece(x)) > len(v.Piece(id)) {
+					id = x
+				}
+			}
+			if err := m.Accept(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if exact == 0 {
+		t.Fatal("no step settled its uncertain tokens by a walk from the whole stack; the test does not reach that path")
+	}
+	t.Logf("%d steps walked the trie from the whole stack", exact)
+}

@@ -6,7 +6,10 @@ import "fmt"
 // class element; the frames below hold return positions (the element
 // after a rule reference). Frames are immutable and shared between stacks.
 type frame struct {
-	pos  int32
+	pos int32
+	// id numbers the frames interned by one trie walk (1, 2, ...; 0:
+	// not interned), so the walk's memo is an array, not a map.
+	id   int32
 	next *frame
 }
 
@@ -40,20 +43,33 @@ type stackSet struct {
 	in *interner
 }
 
-// interner hash-conses frames for one trie walk.
-type interner map[frame]*frame
+// interner hash-conses frames for one trie walk and numbers them.
+type interner struct {
+	m map[frameKey]*frame
+	n int32
+}
+
+type frameKey struct {
+	pos  int32
+	next *frame
+}
+
+func (in *interner) get(pos int32, next *frame) *frame {
+	k := frameKey{pos, next}
+	if f, ok := in.m[k]; ok {
+		return f
+	}
+	in.n++
+	f := &frame{pos: pos, id: in.n, next: next}
+	in.m[k] = f
+	return f
+}
 
 func (ss *stackSet) frame(pos int32, next *frame) *frame {
 	if ss.in == nil {
-		return &frame{pos, next}
+		return &frame{pos: pos, next: next}
 	}
-	k := frame{pos, next}
-	if f, ok := (*ss.in)[k]; ok {
-		return f
-	}
-	f := &frame{pos, next}
-	(*ss.in)[k] = f
-	return f
+	return ss.in.get(pos, next)
 }
 
 func (ss *stackSet) add(f *frame) {
