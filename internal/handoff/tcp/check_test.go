@@ -174,3 +174,56 @@ func TestCheckRefusesPeerOfAnotherModel(t *testing.T) {
 		t.Fatalf("peer of another model: %v, want model_mismatch", err)
 	}
 }
+
+// A hung peer (its kernel completes the TCP connect, its handshake never
+// answers) costs one caller DeadAfter, not every caller: once a caller has
+// waited DeadAfter for the dial under way in vain, later callers fail at
+// once with a transport error (the router reserves one request at a time,
+// so a queue of requests paired with the hung worker would otherwise wait
+// DeadAfter each, one after another). When the dial finally succeeds, the
+// connection serves again.
+func TestRedialerHungPeerCostsOneWait(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	srv, err := NewServer(Config{Secret: secret}, r.Server, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	defer srv.Close()
+	const deadAfter = 2 * time.Second
+	rd := NewRedialer(l.Addr().String(), Config{Secret: secret, DeadAfter: deadAfter})
+	defer rd.Close()
+	release := make(chan struct{})
+	var dials atomic.Int32
+	rd.dial = func(ctx context.Context, addr string, cfg Config) (*Client, error) {
+		dials.Add(1)
+		<-release
+		return Dial(ctx, addr, cfg)
+	}
+	ctx := context.Background()
+	began := time.Now()
+	if _, err := rd.client(ctx); !errors.Is(err, handoff.ErrTransport) {
+		t.Fatalf("first caller on a hung dial: %v, want a transport error", err)
+	}
+	if took := time.Since(began); took < deadAfter {
+		t.Fatalf("first caller gave up after %v, before DeadAfter %v", took, deadAfter)
+	}
+	for i := range 5 {
+		began = time.Now()
+		if _, err := rd.client(ctx); !errors.Is(err, handoff.ErrTransport) {
+			t.Fatalf("caller %d after an overdue dial: %v, want a transport error", i, err)
+		}
+		if took := time.Since(began); took > deadAfter/2 {
+			t.Fatalf("caller %d after an overdue dial waited %v: each caller pays DeadAfter again", i, took)
+		}
+	}
+	close(release)
+	waitFor(t, "the dial completes and serves", func() bool { return rd.Check(ctx) == nil })
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d dials, want the one under way shared", n)
+	}
+}

@@ -48,6 +48,13 @@ type dialing struct {
 	c      *Client
 	err    error
 	cancel context.CancelFunc
+	// overdue: a caller already waited DeadAfter for this dial in vain (a
+	// hung peer: its kernel completed the TCP connect, the handshake
+	// gets no answer). Later callers fail at once instead of each waiting
+	// DeadAfter again: the router makes its reservations one at a time,
+	// and requests paired with the hung worker before it was marked down
+	// would otherwise hold that line for DeadAfter each, one after another.
+	overdue bool
 }
 
 // redialTimeout bounds one dial made on behalf of a call.
@@ -116,12 +123,19 @@ func (r *Redialer) client(ctx context.Context) (*Client, error) {
 		r.c.Close()
 		r.c = nil
 	}
+	da := r.cfg.DeadAfter
+	if da == 0 {
+		da = DefaultDeadAfter
+	}
 	d := r.pending
 	if d == nil {
 		dctx, cancel := context.WithTimeout(context.Background(), redialTimeout)
 		d = &dialing{done: make(chan struct{}), cancel: cancel}
 		r.pending = d
 		go r.redial(dctx, d)
+	} else if d.overdue {
+		r.mu.Unlock()
+		return nil, handoff.ErrTransport.With("the worker at %s is not answering: no connection within %v (dialling again in the background)", r.addr, da)
 	}
 	r.mu.Unlock()
 	// A caller waits for the dial no longer than a peer may stay silent
@@ -129,10 +143,7 @@ func (r *Redialer) client(ctx context.Context) (*Client, error) {
 	// and its handshake would otherwise hold the caller (the router's one
 	// admission in progress, say) for the whole dial timeout.
 	wait := ctx
-	if da := r.cfg.DeadAfter; da >= 0 {
-		if da == 0 {
-			da = DefaultDeadAfter
-		}
+	if da > 0 {
 		var cancel context.CancelFunc
 		wait, cancel = context.WithTimeout(ctx, da)
 		defer cancel()
@@ -142,7 +153,10 @@ func (r *Redialer) client(ctx context.Context) (*Client, error) {
 		return d.c, d.err
 	case <-wait.Done():
 		if ctx.Err() == nil {
-			return nil, handoff.ErrTransport.With("no connection to the worker at %s within %v (dialling again in the background)", r.addr, r.cfg.DeadAfter)
+			r.mu.Lock()
+			d.overdue = true
+			r.mu.Unlock()
+			return nil, handoff.ErrTransport.With("no connection to the worker at %s within %v (dialling again in the background)", r.addr, da)
 		}
 		return nil, transportErr(ctx.Err())
 	}
