@@ -36,10 +36,10 @@ func quantQ8_0AVX512(x *float32, nb int, blocks *byte, dx *float32, tile *byte)
 func quantQ8_0AVX2(x *float32, nb int, blocks *byte, dx *float32)
 
 //go:noescape
-func repackQ8_0AVX512(dst *byte, w *byte, nGroups, nb int)
+func repackQ8_0Z(dst *byte, w *byte, nGroups, nb int)
 
 //go:noescape
-func tileQ8_0AVX512(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int)
+func tileQ8_0Z(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int, dx *float32, dxStride int)
 
 //go:noescape
 func tileF32AVX512(out *float32, outStride int, w *float32, nGroups int, x *float32, n int)
@@ -208,7 +208,7 @@ func quantRowQ8_0AVX2(x []float32, blocks []byte, dx []float32, tile []byte) {
 
 // prepareQ8_0AVX2 is prepareQ8_0 with the AVX2 quantizer.
 func prepareQ8_0AVX2(x []float32, nTok, cols int) actBuf {
-	return prepareQ8_0With(x, nTok, cols, false, quantRowQ8_0AVX2)
+	return prepareQ8_0With(x, nTok, cols, 0, quantRowQ8_0AVX2)
 }
 
 func quantRowQ8_0AVX512(x []float32, blocks []byte, dx []float32, tile []byte) {
@@ -218,11 +218,11 @@ func quantRowQ8_0AVX512(x []float32, blocks []byte, dx []float32, tile []byte) {
 	}
 	var tp *byte
 	if tile != nil {
-		if len(tile) != (nb+1)/2*q8TilePair {
+		if len(tile) != (nb+1)/2*q8TilePairZ {
 			panic("kernels: bad Q8_0 tile length")
 		}
 		if nb%2 == 1 {
-			clear(tile[len(tile)-q8TilePair:])
+			clear(tile[len(tile)-q8TilePairZ:])
 		}
 		tp = &tile[0]
 	}
@@ -266,7 +266,11 @@ func init() {
 	q8_0Kernels[AVX2].rows = q8_0RowsAsm(false)
 	q8_0Kernels[AVX512].rows = q8_0RowsAsm(true)
 	q8_0Kernels[AVX512].prepare = func(x []float32, nTok, cols int) actBuf {
-		return prepareQ8_0With(x, nTok, cols, nTok >= tileTok, quantRowQ8_0AVX512)
+		tiled := 0
+		if nTok >= tileTok {
+			tiled = q8TilePairZ
+		}
+		return prepareQ8_0With(x, nTok, cols, tiled, quantRowQ8_0AVX512)
 	}
 	q8_0Kernels[AVX512].tiles = q8_0TilesAVX512
 	q8_0Kernels[AVX2].tiles = q8_0TilesAVX2
@@ -479,8 +483,9 @@ func q8TilesPlain(out []float32, outStride int, wp []byte, nGroups int, act actB
 
 var accPool = sync.Pool{New: func() any { b := make([]float32, 0, 1<<12); return &b }}
 
-// q8_0TilesAVX512 repacks the row tile once (asm, 128 B per row and block
-// pair) and runs the 4x4 register tile over every group of 4 tokens.
+// q8_0TilesAVX512 repacks the row tile once (asm, repackQ8_0Z: 288 B
+// per 4 rows and block pair) and runs the 4x4 register tile over every
+// group of 4 tokens (q8z_amd64.s).
 func q8_0TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {
 	nb := act.nb
 	nGroups := nRows / tileRows
@@ -488,11 +493,11 @@ func q8_0TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actB
 	if nGroups == 0 || nTiles == 0 || act.tile == nil {
 		return 0
 	}
-	if len(w) < 34*nb*nRows || len(act.tile) < nTiles*tileTok*act.tstr ||
-		len(out) < (nTiles*tileTok-1)*outStride+nRows {
+	if len(w) < 34*nb*nRows || len(act.tile) < nTiles*tileTok*act.tstr || act.tstr != (nb+1)/2*q8TilePairZ ||
+		len(act.dx) < nTiles*tileTok*nb || len(out) < (nTiles*tileTok-1)*outStride+nRows {
 		panic("kernels: bad Q8_0 tile")
 	}
-	need := nGroups*(nb+1)/2*512 + 64
+	need := nGroups*(nb+1)/2*288 + 64
 	bp := packPool.Get().(*[]byte)
 	if cap(*bp) < need {
 		*bp = make([]byte, need)
@@ -500,10 +505,10 @@ func q8_0TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actB
 	buf := (*bp)[:need]
 	off := int(-uintptr(unsafe.Pointer(&buf[0])) & 63)
 	wp := buf[off:]
-	repackQ8_0AVX512(&wp[0], &w[0], nGroups, nb)
+	repackQ8_0Z(&wp[0], &w[0], nGroups, nb)
 	for g := 0; g < nTiles; g++ {
 		t0 := g * tileTok
-		tileQ8_0AVX512(&out[t0*outStride], outStride, &wp[0], nGroups, &act.tile[t0*act.tstr], act.tstr, nb)
+		tileQ8_0Z(&out[t0*outStride], outStride, &wp[0], nGroups, &act.tile[t0*act.tstr], act.tstr, nb, &act.dx[t0*nb], nb)
 	}
 	packPool.Put(bp)
 	return nTiles * tileTok
@@ -572,7 +577,7 @@ func setLegacy(k *[3]typeKernel, wb, xb int, fn, fn4, fn4z func(out *float32, w,
 	if xb == 34 {
 		k[AVX2].prepare = prepareQ8_0AVX2
 		k[AVX512].prepare = func(x []float32, nTok, cols int) actBuf {
-			return prepareQ8_0With(x, nTok, cols, false, quantRowQ8_0AVX512)
+			return prepareQ8_0With(x, nTok, cols, 0, quantRowQ8_0AVX512)
 		}
 	}
 }

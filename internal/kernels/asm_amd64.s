@@ -698,261 +698,6 @@ q8z_done:
 	VZEROUPPER
 	RET
 
-// Q8TW loads two consecutive weight blocks of one row (P = block pair
-// start) as unsigned w+128 into WZ and their scales widened into DZ
-// (block 2p in lanes 0-7, 2p+1 in 8-15). Uses X12.
-#define Q8TW(QA, QB, DA, DB, WY, WZ, DX_, DY, DZ) \
-	VMOVDQU QA, WY \
-	VINSERTI64X4 $1, QB, WZ, WZ \
-	VPXORD Z13, WZ, WZ \
-	VPBROADCASTW DA, DX_ \
-	VPBROADCASTW DB, X12 \
-	VINSERTI128 $1, X12, DY, DY \
-	VCVTPH2PS DY, DZ
-
-// Q8TW1 is Q8TW for a lone last block (lanes 8-15 unused).
-#define Q8TW1(QA, DA, WY, WZ, DX_, DY, DZ) \
-	VMOVDQU QA, WY \
-	VPXORD Z13, WZ, WZ \
-	VPBROADCASTW DA, DX_ \
-	VCVTPH2PS DX_, DY
-
-// Q8TR accumulates one (row, token) pair of the tile from registers: the
-// token's tile pair in Z10 (qs), Z11 (correction) and Z12 (scales), the
-// row's in WZ and DZ; T8 and T9 are scratch. Each token's 192 bytes are
-// loaded once per 4 rows and each row's once per 4 tokens: with memory
-// operands a pair step made 56 ZMM loads for 16 multiply chains,
-// and Zen 4 loads one ZMM a cycle.
-#define Q8TR(WZ, DZ, ACC, T8, T9) \
-	VMOVDQA32 Z11, T8 \
-	VPDPBUSD Z10, WZ, T8 \
-	VCVTDQ2PS T8, T8 \
-	VMULPS Z12, DZ, T9 \
-	VFMADD231PS T9, T8, ACC
-
-// Q8TR1 is Q8TR for a lone last block: only lanes 0-7 (mask K2) change.
-#define Q8TR1(WZ, DZ, ACC, T8, T9) \
-	VMOVDQA32 Z11, T8 \
-	VPDPBUSD Z10, WZ, T8 \
-	VCVTDQ2PS T8, T8 \
-	VMULPS Z12, DZ, T9 \
-	VFMADD231PS T9, T8, K2, ACC
-
-// func repackQ8_0AVX512(dst *byte, w *byte, nGroups, nb int)
-// Rewrites nGroups groups of 4 rows for the tile kernel: per group, per
-// block pair, per row, 128 bytes: qs as unsigned w+128 (64 B; a lone last
-// block has 0x80 past it) then the two widened scales x8 each (16 float32;
-// zeros past a lone last block).
-TEXT ·repackQ8_0AVX512(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ w+8(FP), SI
-	MOVQ nGroups+16(FP), R9
-	MOVQ nb+24(FP), R12
-	MOVQ R12, R10
-	IMULQ $34, R10
-	MOVL $0x80, AX
-	VPBROADCASTB AX, Z13
-
-q8r_group:
-	TESTQ R9, R9
-	JZ   q8r_done
-	MOVQ SI, AX
-	LEAQ (SI)(R10*2), BX
-	ADDQ R10, BX
-	MOVQ R12, R13
-
-q8r_pair:
-	CMPQ R13, $2
-	JLT  q8r_single
-	Q8TW(2(AX), 36(AX), (AX), 34(AX), Y0, Z0, X4, Y4, Z4)
-	Q8TW(2(AX)(R10*1), 36(AX)(R10*1), (AX)(R10*1), 34(AX)(R10*1), Y1, Z1, X5, Y5, Z5)
-	Q8TW(2(AX)(R10*2), 36(AX)(R10*2), (AX)(R10*2), 34(AX)(R10*2), Y2, Z2, X6, Y6, Z6)
-	Q8TW(2(BX), 36(BX), (BX), 34(BX), Y3, Z3, X7, Y7, Z7)
-	VMOVDQU64 Z0, (DI)
-	VMOVUPS Z4, 64(DI)
-	VMOVDQU64 Z1, 128(DI)
-	VMOVUPS Z5, 192(DI)
-	VMOVDQU64 Z2, 256(DI)
-	VMOVUPS Z6, 320(DI)
-	VMOVDQU64 Z3, 384(DI)
-	VMOVUPS Z7, 448(DI)
-	ADDQ $68, AX
-	ADDQ $68, BX
-	ADDQ $512, DI
-	SUBQ $2, R13
-	JMP  q8r_pair
-
-q8r_single:
-	TESTQ R13, R13
-	JZ   q8r_next
-	Q8TW1(2(AX), (AX), Y0, Z0, X4, Y4, Z4)
-	Q8TW1(2(AX)(R10*1), (AX)(R10*1), Y1, Z1, X5, Y5, Z5)
-	Q8TW1(2(AX)(R10*2), (AX)(R10*2), Y2, Z2, X6, Y6, Z6)
-	Q8TW1(2(BX), (BX), Y3, Z3, X7, Y7, Z7)
-	VMOVDQU64 Z0, (DI)
-	VMOVUPS Z4, 64(DI)
-	VMOVDQU64 Z1, 128(DI)
-	VMOVUPS Z5, 192(DI)
-	VMOVDQU64 Z2, 256(DI)
-	VMOVUPS Z6, 320(DI)
-	VMOVDQU64 Z3, 384(DI)
-	VMOVUPS Z7, 448(DI)
-	ADDQ $34, BX
-	ADDQ $512, DI
-
-q8r_next:
-	MOVQ BX, SI
-	DECQ R9
-	JMP  q8r_group
-
-q8r_done:
-	VZEROUPPER
-	RET
-
-// func tileQ8_0AVX512(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int)
-// out[t*outStride + r] for 4 tokens t (tile rows of xt, xtStride apart) and
-// 4*nGroups rows r of repacked weights wp. Accumulator of (row r, token t)
-// is Z(16+4t+r).
-TEXT ·tileQ8_0AVX512(SB), NOSPLIT, $0-56
-	MOVQ out+0(FP), DI
-	MOVQ outStride+8(FP), R8
-	SHLQ $2, R8
-	MOVQ wp+16(FP), SI
-	MOVQ nGroups+24(FP), R9
-	MOVQ xtStride+40(FP), R11
-	MOVQ nb+48(FP), R12
-	MOVL $0xff, AX
-	KMOVW AX, K2
-
-q8t_group:
-	TESTQ R9, R9
-	JZ   q8t_done
-	MOVQ xt+32(FP), DX
-	LEAQ (DX)(R11*2), CX
-	ADDQ R11, CX          // token 3
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
-	VPXORD Z24, Z24, Z24
-	VPXORD Z25, Z25, Z25
-	VPXORD Z26, Z26, Z26
-	VPXORD Z27, Z27, Z27
-	VPXORD Z28, Z28, Z28
-	VPXORD Z29, Z29, Z29
-	VPXORD Z30, Z30, Z30
-	VPXORD Z31, Z31, Z31
-	MOVQ R12, R13
-
-q8t_pair:
-	CMPQ R13, $2
-	JLT  q8t_single
-	VMOVDQU64 (SI), Z0
-	VMOVUPS 64(SI), Z4
-	VMOVDQU64 128(SI), Z1
-	VMOVUPS 192(SI), Z5
-	VMOVDQU64 256(SI), Z2
-	VMOVUPS 320(SI), Z6
-	VMOVDQU64 384(SI), Z3
-	VMOVUPS 448(SI), Z7
-	VMOVDQU64 (DX), Z10
-	VMOVDQU64 64(DX), Z11
-	VMOVUPS 128(DX), Z12
-	Q8TR(Z0, Z4, Z16, Z8, Z9)
-	Q8TR(Z1, Z5, Z17, Z14, Z15)
-	Q8TR(Z2, Z6, Z18, Z8, Z9)
-	Q8TR(Z3, Z7, Z19, Z14, Z15)
-	VMOVDQU64 (DX)(R11*1), Z10
-	VMOVDQU64 64(DX)(R11*1), Z11
-	VMOVUPS 128(DX)(R11*1), Z12
-	Q8TR(Z0, Z4, Z20, Z8, Z9)
-	Q8TR(Z1, Z5, Z21, Z14, Z15)
-	Q8TR(Z2, Z6, Z22, Z8, Z9)
-	Q8TR(Z3, Z7, Z23, Z14, Z15)
-	VMOVDQU64 (DX)(R11*2), Z10
-	VMOVDQU64 64(DX)(R11*2), Z11
-	VMOVUPS 128(DX)(R11*2), Z12
-	Q8TR(Z0, Z4, Z24, Z8, Z9)
-	Q8TR(Z1, Z5, Z25, Z14, Z15)
-	Q8TR(Z2, Z6, Z26, Z8, Z9)
-	Q8TR(Z3, Z7, Z27, Z14, Z15)
-	VMOVDQU64 (CX), Z10
-	VMOVDQU64 64(CX), Z11
-	VMOVUPS 128(CX), Z12
-	Q8TR(Z0, Z4, Z28, Z8, Z9)
-	Q8TR(Z1, Z5, Z29, Z14, Z15)
-	Q8TR(Z2, Z6, Z30, Z8, Z9)
-	Q8TR(Z3, Z7, Z31, Z14, Z15)
-	ADDQ $512, SI
-	ADDQ $192, DX
-	ADDQ $192, CX
-	SUBQ $2, R13
-	JMP  q8t_pair
-
-q8t_single:
-	TESTQ R13, R13
-	JZ   q8t_red
-	VMOVDQU64 (SI), Z0
-	VMOVUPS 64(SI), Z4
-	VMOVDQU64 128(SI), Z1
-	VMOVUPS 192(SI), Z5
-	VMOVDQU64 256(SI), Z2
-	VMOVUPS 320(SI), Z6
-	VMOVDQU64 384(SI), Z3
-	VMOVUPS 448(SI), Z7
-	VMOVDQU64 (DX), Z10
-	VMOVDQU64 64(DX), Z11
-	VMOVUPS 128(DX), Z12
-	Q8TR1(Z0, Z4, Z16, Z8, Z9)
-	Q8TR1(Z1, Z5, Z17, Z14, Z15)
-	Q8TR1(Z2, Z6, Z18, Z8, Z9)
-	Q8TR1(Z3, Z7, Z19, Z14, Z15)
-	VMOVDQU64 (DX)(R11*1), Z10
-	VMOVDQU64 64(DX)(R11*1), Z11
-	VMOVUPS 128(DX)(R11*1), Z12
-	Q8TR1(Z0, Z4, Z20, Z8, Z9)
-	Q8TR1(Z1, Z5, Z21, Z14, Z15)
-	Q8TR1(Z2, Z6, Z22, Z8, Z9)
-	Q8TR1(Z3, Z7, Z23, Z14, Z15)
-	VMOVDQU64 (DX)(R11*2), Z10
-	VMOVDQU64 64(DX)(R11*2), Z11
-	VMOVUPS 128(DX)(R11*2), Z12
-	Q8TR1(Z0, Z4, Z24, Z8, Z9)
-	Q8TR1(Z1, Z5, Z25, Z14, Z15)
-	Q8TR1(Z2, Z6, Z26, Z8, Z9)
-	Q8TR1(Z3, Z7, Z27, Z14, Z15)
-	VMOVDQU64 (CX), Z10
-	VMOVDQU64 64(CX), Z11
-	VMOVUPS 128(CX), Z12
-	Q8TR1(Z0, Z4, Z28, Z8, Z9)
-	Q8TR1(Z1, Z5, Z29, Z14, Z15)
-	Q8TR1(Z2, Z6, Z30, Z8, Z9)
-	Q8TR1(Z3, Z7, Z31, Z14, Z15)
-	ADDQ $512, SI
-
-q8t_red:
-	MOVL $0x1111, AX
-	KMOVW AX, K3
-	MOVQ DI, AX
-	RED4(Z16, Z17, Z18, Z19, (AX))
-	ADDQ R8, AX
-	RED4(Z20, Z21, Z22, Z23, (AX))
-	ADDQ R8, AX
-	RED4(Z24, Z25, Z26, Z27, (AX))
-	ADDQ R8, AX
-	RED4(Z28, Z29, Z30, Z31, (AX))
-	ADDQ $16, DI
-	DECQ R9
-	JMP  q8t_group
-
-q8t_done:
-	VZEROUPPER
-	RET
-
 // func axpyAVX2(y *float32, a float32, x *float32, n int)   n % 8 == 0
 TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
 	MOVQ y+0(FP), DI
@@ -1014,7 +759,8 @@ TEXT ·quantQ8_0AVX512(SB), NOSPLIT, $0-40
 	VMOVSS q8consts<>+0(SB), X14          // 127
 	VPBROADCASTD q8consts<>+8(SB), Y13   // u8 ones
 	VPXORD Y12, Y12, Y12                 // zero
-	XORQ R10, R10                         // tile byte offset of block b
+	XORQ R10, R10                         // tile byte offset of block pair b/2
+	MOVL $0x5555, R11                     // its lanes in the pair (even blocks)
 
 q8q_block:
 	TESTQ CX, CX
@@ -1053,26 +799,27 @@ q8q_block:
 	VMOVDQU X1, 18(DI)
 	TESTQ R9, R9
 	JZ   q8q_next
+	// Tile layout (q8TileRowZ): block 2p+h's group l at 4-byte group 2l+h
+	// of the pair's 64 bytes of qs and of its 64 bytes of corrections.
+	KMOVW R11, K4
 	VINSERTI128 $1, X1, Y0, Y9
-	VMOVDQU Y9, (R9)(R10*1)
+	VPEXPANDD Z9, K4, Z16
+	VMOVDQU32 Z16, K4, (R9)(R10*1)
 	VPXORD Y10, Y10, Y10
 	VPDPBUSD Y9, Y13, Y10                 // lane sums of 4 qs
 	VPSLLD $7, Y10, Y10
 	VPSUBD Y10, Y12, Y10                  // -128 * sum
-	VMOVDQU Y10, 64(R9)(R10*1)
-	VBROADCASTSS X6, Y11
-	VMOVUPS Y11, 128(R9)(R10*1)
+	VPEXPANDD Z10, K4, Z17
+	VMOVDQU32 Z17, K4, 64(R9)(R10*1)
 
 q8q_next:
 	ADDQ $128, SI
 	ADDQ $34, DI
 	ADDQ $4, R8
-	// tile offset: +32 after an even block, +160 after an odd one
-	ADDQ $32, R10
-	MOVQ CX, AX
-	SUBQ nb+8(FP), AX
-	TESTQ $1, AX                          // AX = -b
-	JZ   q8q_even
+	// the next pair's tile bytes after an odd block
+	XORL $0xffff, R11
+	CMPL R11, $0x5555
+	JNE  q8q_even
 	ADDQ $128, R10
 
 q8q_even:

@@ -146,7 +146,7 @@ func prepareBF16(x []float32, nTok, cols int) actBuf {
 }
 
 func prepareQ8_0(x []float32, nTok, cols int) actBuf {
-	return prepareQ8_0With(x, nTok, cols, false, quantRowQ8_0)
+	return prepareQ8_0With(x, nTok, cols, 0, quantRowQ8_0)
 }
 
 // quantRowQ8_0 quantizes one activation row (blocks, widened scales and,
@@ -163,14 +163,14 @@ var quantRowQ8_0 = func(x []float32, blocks []byte, dx []float32, tile []byte) {
 }
 
 // prepareQ8_0With quantizes to Q8_0 blocks with quantRow, which also widens
-// their scales into dx and, with tiled, writes the tile layout (q8tile.go).
-func prepareQ8_0With(x []float32, nTok, cols int, tiled bool, quantRow func(x []float32, blocks []byte, dx []float32, tile []byte)) actBuf {
+// their scales into dx and, when tilePair is not 0, writes a tile layout
+// of tilePair bytes per block pair (q8tile.go: q8TilePair for the AVX2
+// tiles, q8TilePairZ for the AVX-512 one).
+func prepareQ8_0With(x []float32, nTok, cols, tilePair int, quantRow func(x []float32, blocks []byte, dx []float32, tile []byte)) actBuf {
 	nb := cols / 32
 	rb := nb * 34
-	tstr := 0
-	if tiled {
-		tstr = (nb + 1) / 2 * q8TilePair
-	}
+	tstr := (nb + 1) / 2 * tilePair
+	tiled := tstr > 0
 	// One pooled buffer: [tile, 64-aligned][dx][blocks].
 	a := newActBytes(64 + nTok*tstr + 4*nTok*nb + nTok*rb)
 	off := int(-uintptr(unsafe.Pointer(&a.bytes[0])) & 63)

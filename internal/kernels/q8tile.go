@@ -39,3 +39,31 @@ func q8TileRow(dst, blocks []byte, nb int) {
 		}
 	}
 }
+
+// Tile layout of one Q8_0 activation row for the AVX-512 kernel
+// (q8z_amd64.s), per pair of blocks (2p, 2p+1), q8TilePairZ bytes:
+//
+//	0..63     qs, 4-byte group l of block 2p+h at bytes 8l+4h (zeros
+//	          past the last block)
+//	64..127   16 int32: -128 * (sum of the 4 qs of group 2l+h), as qs
+//
+// The scales come from the widened ones (actBuf.dx). Lane 2l+h is the
+// canonical lane 8h+l (package doc).
+const q8TilePairZ = 128
+
+func q8TileRowZ(dst, blocks []byte, nb int) {
+	clear(dst)
+	for b := 0; b < nb; b++ {
+		p := dst[(b/2)*q8TilePairZ:]
+		h := b & 1
+		qs := blocks[34*b+2 : 34*b+34]
+		for l := 0; l < 8; l++ {
+			copy(p[8*l+4*h:8*l+4*h+4], qs[4*l:4*l+4])
+			s := int32(0)
+			for k := 0; k < 4; k++ {
+				s += int32(int8(qs[4*l+k]))
+			}
+			binary.LittleEndian.PutUint32(p[64+8*l+4*h:], uint32(-128*s))
+		}
+	}
+}

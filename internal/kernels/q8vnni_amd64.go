@@ -89,7 +89,11 @@ func setAVX2VNNI(on bool) {
 	}
 	// Both Q8_0 tile forms read the tile layout, written in assembly.
 	q8_0Kernels[AVX2].prepare = func(x []float32, nTok, cols int) actBuf {
-		return prepareQ8_0With(x, nTok, cols, nTok >= 2, quantRowQ8_0AVX2Tile)
+		tiled := 0
+		if nTok >= 2 {
+			tiled = q8TilePair
+		}
+		return prepareQ8_0With(x, nTok, cols, tiled, quantRowQ8_0AVX2Tile)
 	}
 }
 
