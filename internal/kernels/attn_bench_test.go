@@ -107,9 +107,17 @@ func BenchmarkAttendDecode(b *testing.B) {
 // the head dims of bench-15M (48) and TinyLlama/bench-110M (64).
 // cpu-ns/row-pos is CPU time per query row and position.
 func BenchmarkMQAPrefill(b *testing.B) {
-	const m, p = 16, 16
+	const p = 16
+	for _, m := range []int{1, 8, 16, 64} {
+		for _, hd := range []int{48, 64, 128} {
+			benchMQA(b, m, p, hd)
+		}
+	}
+}
+
+func benchMQA(b *testing.B, m, p, hd int) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, hd := range []int{48, 64} {
+	{
 		k16, v16 := make([]uint16, p*hd), make([]uint16, p*hd)
 		for i := range k16 {
 			k16[i] = quant.FP32ToFP16(float32(rng.NormFloat64()))
@@ -119,8 +127,11 @@ func BenchmarkMQAPrefill(b *testing.B) {
 		w := randVec(rng, m*p, 1)
 		y := make([]float32, m*hd)
 		scores := make([]float32, m*p)
-		for _, op := range []string{"dot", "axpy", "axpy1"} {
-			b.Run(fmt.Sprintf("hd=%d/%s", hd, op), func(b *testing.B) {
+		k32, v32 := make([]float32, p*hd), make([]float32, p*hd)
+		FP16ToFP32Row(k32, k16)
+		FP16ToFP32Row(v32, v16)
+		for _, op := range []string{"dot", "axpy", "axpy1", "widen+dot32", "widen+axpy32"} {
+			b.Run(fmt.Sprintf("m=%d/hd=%d/%s", m, hd, op), func(b *testing.B) {
 				cpu0 := cpuNow()
 				for it := 0; it < b.N; it++ {
 					switch op {
@@ -128,6 +139,12 @@ func BenchmarkMQAPrefill(b *testing.B) {
 						MQADot(scores, p, q, m, hd, k16, hd, p)
 					case "axpy":
 						MQAAxpy(y, w, p, m, hd, v16, hd, p)
+					case "widen+dot32": // F16 widened once, then the F32 kernel
+						WidenRows(k32, k16, p, hd)
+						MQADot(scores, p, q, m, hd, k32, hd, p)
+					case "widen+axpy32":
+						WidenRows(v32, v16, p, hd)
+						MQAAxpy(y, w, p, m, hd, v32, hd, p)
 					case "axpy1": // the block's diagonal: one row a call
 						for r := 0; r < m; r++ {
 							MQAAxpy(y[r*hd:], w[r*p:], p, 1, hd, v16, hd, p)

@@ -1,6 +1,9 @@
 package kernels
 
-import "math"
+import (
+	"math"
+	"os"
+)
 
 // Fused multi-query attention: the query rows sharing one KV head (a GQA
 // group's heads, and in a prefill block several tokens' groups) go through
@@ -69,6 +72,10 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 				}
 				return
 			}
+			if f16YMM && m >= 16 && hd%16 == 0 && hd <= 64 {
+				mqaDotAVX2(mqaDot8F16AVX2, mqaDotP16F16AVX2, mqaDotF16AVX2, false, out, os, q, m, hd, kk, ks, p)
+				return
+			}
 			mqaDotF16AVX512(&out[0], os, &q[0], m, hd, &kk[0], ks, p)
 			return
 		case CurrentPath() == AVX2 && hd%8 == 0:
@@ -84,6 +91,18 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 		}
 	}
 }
+
+// f16YMM sends the AVX-512 path's F16 attention of prefill blocks (16 or
+// more query rows a call; head dims up to 64 for the scores) through the
+// AVX2 kernels: on Zen 4, whose 512-bit operations are two 256-bit
+// halves, the YMM forms widen and multiply F16 rows faster
+// (BenchmarkAttentionPrefillDepth, bench-110M attention, pp512 after 8192
+// positions, one layer, 1 thread, interleaved x2 under load: 442-444 ->
+// 319-331 cpu-ms a step). Decode's few rows a call keep the ZMM kernels
+// (no difference measured there). The bits are the same: every kernel
+// computes the canonical order. SLUICE_ATTN_ZMM=1 turns it off, for A/B
+// runs.
+var f16YMM = os.Getenv("SLUICE_ATTN_ZMM") == ""
 
 // mqaDotKernel is the signature of the AVX2 score kernels (mqa_amd64.s).
 type mqaDotKernel[T float32 | uint16] func(out *float32, os int, q *float32, m, hd int, k *T, ks, p int)
@@ -154,10 +173,10 @@ func MQAAxpy[T float32 | uint16](y, w []float32, ws, m, hd int, v []T, vs, p int
 		}
 	case []uint16:
 		switch {
-		case CurrentPath() == AVX512:
+		case CurrentPath() == AVX512 && !(f16YMM && m >= 16 && hd%8 == 0):
 			mqaAxpyF16AVX512(&y[0], &w[0], ws, m, hd, &vv[0], vs, p)
 			return
-		case CurrentPath() == AVX2 && hd%8 == 0:
+		case CurrentPath() != Generic && hd%8 == 0:
 			mqaAxpyF16AVX2(&y[0], &w[0], ws, m, hd, &vv[0], vs, p)
 			return
 		}
