@@ -28,11 +28,14 @@
  *     ErrTransport. A live worker, however slow, pings and is never
  *     declared dead. A stopped worker can be continued (SIGCONT) after it
  *     was declared dead and go on sending for its old handoff.
- *   - The failure before any token reached the client is retried once on
- *     another pair; after the first token it migrates (migratable): paired
- *     again AVOIDING the failed decode worker (Pair(r, cur.pair()): the
- *     avoid argument, not the lagging health view), at most MaxMigrations
- *     times; then, or with no pair, the request ends with an error.
+ *   - The failure before any token reached the client is retried on
+ *     another pair that avoids every pair that failed the request
+ *     (nextPair), at most MaxRetries times (MAXR here: with two workers
+ *     and one fault, one retry is all the model can use); after the first
+ *     token it migrates (migratable): paired again AVOIDING the failed
+ *     decode worker (Pair(r, []*Pair{cur.pair()}): the avoid argument, not
+ *     the lagging health view), at most MaxMigrations times; then, or with
+ *     no pair, the request ends with an error.
  *
  * Tokens are abstract: the i-th draw of the request's sampler is token i,
  * so the reference output is 0, 1, ..., N-1.
@@ -61,6 +64,9 @@
 #endif
 #ifndef MAXM
 #define MAXM 1          /* --max-migrations */
+#endif
+#ifndef MAXR
+#define MAXR 1          /* DisaggConfig.MaxRetries (the budget before the first token) */
 #endif
 #ifndef NPRE
 #define NPRE 1          /* preemptions the workers may make */
@@ -125,7 +131,7 @@ inline resumeOffset() {
 
 proctype Router() {
 	byte w = 0, h = 1, migrations = 0, kv, soff;
-	bool retried = false;
+	byte retries = 0;
 	mtype kind;
 	byte kh;
 
@@ -152,9 +158,9 @@ proctype Router() {
 	:: atomic { stopped[w] && !finished -> declared[w] = true };
 		/* the heartbeat: the stream fails with ErrTransport */
 		if
-		:: delivered == 0 && !retried ->
-			/* nothing reached the client: retried once elsewhere */
-			retried = true; h++; w = 1 - w;
+		:: delivered == 0 && retries < MAXR ->
+			/* nothing reached the client: retried elsewhere */
+			retries++; h++; w = 1 - w;
 			start[w]!h,0,0
 		:: delivered > 0 && migrations < MAXM ->
 			migrations++; h++; migrateTo(); resumeOffset();

@@ -192,6 +192,7 @@ var models = []struct {
 			{"-DACCEPT_STALE", "a continued worker's items for its migrated handoff reach the client", "kv==delivered"},
 			{"-DNO_EXCLUDE", "a migration that does not avoid the failed worker goes back to it and runs out of migrations", "finished"},
 			{"-DMAXM=0", "without migration a stream whose worker stops after its first token ends with an error", "finished"},
+			{"-DMAXR=0", "without retries a request whose worker stops before its first token ends with an error", "finished"},
 		},
 	},
 }

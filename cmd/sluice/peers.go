@@ -11,8 +11,8 @@ func deadAfter(d time.Duration) time.Duration {
 	return d
 }
 
-// migrationsFlag is --max-migrations as engine.DisaggConfig.MaxMigrations:
-// 0 turns migration off (negative there).
+// migrationsFlag is --max-migrations as engine.DisaggConfig.MaxMigrations
+// (and --max-retries as MaxRetries): 0 turns it off (negative there).
 func migrationsFlag(n int) int {
 	if n <= 0 {
 		return -1

@@ -43,6 +43,7 @@ func runRouter(args []string) int {
 		frameMAC       bool
 		peerTimeout    time.Duration
 		maxMigrations  int
+		maxRetries     int
 		connectTimeout time.Duration
 		weights        = node.DefaultWeights
 		probe          time.Duration
@@ -64,6 +65,7 @@ func runRouter(args []string) int {
 	fs.BoolVar(&frameMAC, "encrypt", false, "encrypt every frame between roles (AES-256-GCM under keys from an ephemeral X25519 exchange; I15); always on when listening on or dialling an address that is not loopback, so this turns it on for loopback too")
 	fs.BoolVar(&frameMAC, "frame-mac", false, "the same as --encrypt (its former name: every frame is now encrypted, which also authenticates it)")
 	fs.IntVar(&maxMigrations, "max-migrations", 3, "how many times one streaming request may move to another prefill/decode pair after its decode worker (or the link to it) fails mid-stream: the new pair resumes from the prompt and the tokens already sent, bit for bit the same stream. 0: never (the stream ends with an error)")
+	fs.IntVar(&maxRetries, "max-retries", engine.DefaultMaxRetries, "how many times one request may move to another prefill/decode pair after an attempt failed before any token reached the client (a decode worker that is draining, left or died between the pick and the reserve; a prefill worker that could not push); each retry avoids every worker that already failed it. Failures the request caused (4xx) are never retried. 0: never (the first failure stands)")
 	fs.DurationVar(&peerTimeout, "peer-timeout", tcp.DefaultDeadAfter, "how long a peer (worker or router) may send nothing, not even a heartbeat, before it is declared dead and its connection closed: its requests fail over or end with an error. Both sides ping every eighth of it when idle; a slow or CPU-starved peer keeps sending and stays up. 0: off")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the workers at start")
 	usageFor(fs, `Usage: sluice router [flags]
@@ -288,7 +290,7 @@ Example:
 		}
 	}
 	eng, err := engine.NewDisaggregatedPairs(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(), Context: ctxLen,
-		MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, MaxMigrations: migrationsFlag(maxMigrations)}, cl)
+		MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, MaxMigrations: migrationsFlag(maxMigrations), MaxRetries: migrationsFlag(maxRetries)}, cl)
 	if err != nil {
 		log.Error("engine", "err", err)
 		return 1

@@ -255,7 +255,7 @@ func TestAbsurdMaxTokensIsRejectedCheaply(t *testing.T) {
 // cluster does: naming the worker's address and the filter that dropped it.
 type noPair struct{}
 
-func (noPair) Pair(*Request, *Pair) (*Pair, error) {
+func (noPair) Pair(*Request, []*Pair) (*Pair, error) {
 	return nil, errors.New("decode: no usable worker: all 1 filtered out ([10.1.2.3:9002 not answering])")
 }
 

@@ -42,6 +42,13 @@ type DisaggConfig struct {
 	// the link to it failed (run; default 3; negative: never, the stream
 	// ends with the error as before).
 	MaxMigrations int
+	// MaxRetries bounds how many times one request moves to another pair
+	// after an attempt failed before any token reached the client (a
+	// decode worker that refused, left or died between the pick and the
+	// reserve, a prefill worker that could not push): each retry avoids
+	// every pair that already failed the request. Default
+	// DefaultMaxRetries; negative: never (the first failure stands).
+	MaxRetries int
 	// Unsafe: TEST AND DEMO HOOK ONLY (see Unsafe).
 	Unsafe Unsafe
 }
@@ -95,19 +102,25 @@ func (p *Pair) done(prefillErr, decodeErr error) {
 	}
 }
 
-// Pairer chooses the workers of each attempt of a request. avoid is the
-// failed first attempt's pair when the engine retries (nil otherwise); an
-// error means no pair can take the request (with avoid: no other pair, so
-// the first failure stands). router/node implements it over many workers
-// (internal/cluster decides); one fixed pair is NewDisaggregated's.
+// Pairer chooses the workers of each attempt of a request. avoid is, when
+// the engine retries or migrates, every pair that failed this request so
+// far, the latest last (nil otherwise); an error means no pair can take
+// the request (with avoid: no other pair, so the last failure stands).
+// router/node implements it over many workers (internal/cluster
+// decides); one fixed pair is NewDisaggregated's.
 type Pairer interface {
-	Pair(r *Request, avoid *Pair) (*Pair, error)
+	Pair(r *Request, avoid []*Pair) (*Pair, error)
 }
+
+// DefaultMaxRetries is DisaggConfig.MaxRetries's default: enough for a
+// request to get past two decode workers leaving at once (a scale-down
+// by two, which the Kubernetes check does) and one more failure.
+const DefaultMaxRetries = 3
 
 type fixedPair struct{ p Pair }
 
-func (f fixedPair) Pair(_ *Request, avoid *Pair) (*Pair, error) {
-	if avoid != nil {
+func (f fixedPair) Pair(_ *Request, avoid []*Pair) (*Pair, error) {
+	if len(avoid) > 0 {
 		return nil, errors.New("one prefill and one decode worker: no other pair to retry on")
 	}
 	p := f.p
@@ -125,8 +138,9 @@ func NewDisaggregated(cfg DisaggConfig, prefill handoff.Prefill, decode handoff.
 
 // NewDisaggregatedPairs builds the orchestrator over a Pairer: each
 // request runs on the pair it returns, and a request whose handoff fails
-// before any token reached the client is retried once on another pair
-// (new handoff id, new reservation; the first is aborted, I6).
+// before any token reached the client is retried on another pair, at
+// most MaxRetries times (new handoff id, new reservation; the failed one
+// is aborted, I6).
 func NewDisaggregatedPairs(cfg DisaggConfig, pairs Pairer) (*Disaggregated, error) {
 	if pairs == nil {
 		return nil, errf(CodeInvalid, 500, nil, "a disaggregated engine needs a pairer")
@@ -213,28 +227,44 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		return nil, e
 	}
 	cur.setPair(cur.get(), p)
-	retried := false
-	if e := tk.wait(ctx, func() (bool, *Error) {
-		var e *Error
-		var noRoom bool
-		res, noRoom, e = d.reserve(ctx, r, cur.pair().Decode, cur.get())
-		if (e != nil || noRoom) && !retried && ctx.Err() == nil {
-			// Refused, unreachable or full: once, another pair, with a new
-			// handoff id (the failed reserve was aborted if its outcome
-			// was unknown); a full one kept nothing.
-			if p2, err := d.pairs.Pair(r, cur.pair()); err == nil {
-				retried = true
-				var cause error = handoff.ErrNoRoom
-				if e != nil {
-					cause = e.Err
-				}
-				cur.pair().done(nil, cause)
-				cur.setPair(newID(), p2)
-				res, noRoom, e = d.reserve(ctx, r, p2.Decode, cur.get())
+	at := &attempts{max: d.maxRetries()}
+	// full: the request already moved once off a decode worker with no
+	// room; it then waits in the queue for pages (that move is not a
+	// failure and spends nothing of the retry budget).
+	full := false
+	tryReserve := func() (bool, *Error) {
+		for {
+			var e *Error
+			var noRoom bool
+			res, noRoom, e = d.reserve(ctx, r, cur.pair().Decode, cur.get())
+			if (e == nil && !noRoom) || ctx.Err() != nil {
+				return noRoom, e
 			}
+			var cause error = handoff.ErrNoRoom
+			if e != nil {
+				// Refused, unreachable or gone: another pair, with a new
+				// handoff id (the failed reserve was aborted if its
+				// outcome was unknown), while the budget lasts. A full one
+				// kept nothing: once, another pair, then the queue.
+				if !retryable(e) {
+					return noRoom, e
+				}
+				cause = e.Err
+			} else if full {
+				return noRoom, e
+			}
+			p2 := d.nextPair(r, cur, at, e == nil)
+			if p2 == nil {
+				return noRoom, e
+			}
+			if e == nil {
+				full = true
+			}
+			cur.pair().done(nil, cause)
+			cur.setPair(newID(), p2)
 		}
-		return noRoom, e
-	}); e != nil {
+	}
+	if e := tk.wait(ctx, tryReserve); e != nil {
 		cur.pair().done(nil, e.Err)
 		lc.queueEnd(e)
 		return nil, e
@@ -246,30 +276,29 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		sp.Prompt = r.Prompt
 	}
 	ts, err := cur.pair().Decode.Stream(d.bg, id, sp)
-	if err != nil && !retried && ctx.Err() == nil {
-		// Nothing reached the client: once, another pair (the machine's
-		// retry aborts this handoff, I6) and a new reservation.
-		if p2, perr := d.pairs.Pair(r, cur.pair()); perr == nil {
-			if _, ok := lc.step(request.Event{Kind: request.EvRetry, Code: CodeHandoff, Msg: err.Error()}, nil); ok && lc.live() {
-				retried = true
-				cur.pair().done(nil, err)
-				tk.requeue(r.Tenant)
-				cur.setPair(newID(), p2)
-				if e := tk.wait(ctx, func() (bool, *Error) {
-					var e *Error
-					var noRoom bool
-					res, noRoom, e = d.reserve(ctx, r, p2.Decode, cur.get())
-					return noRoom, e
-				}); e != nil {
-					p2.done(nil, e.Err)
-					lc.queueEnd(e)
-					return nil, e
-				}
-				lc.step(request.Event{Kind: request.EvReserved}, nil)
-				id = cur.get()
-				ts, err = p2.Decode.Stream(d.bg, id, sp)
-			}
+	for err != nil && ctx.Err() == nil && retryable(asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")) {
+		// Nothing reached the client: another pair while the budget
+		// lasts (the machine's retry aborts this handoff, I6) and a new
+		// reservation.
+		p2 := d.nextPair(r, cur, at, false)
+		if p2 == nil {
+			break
 		}
+		if _, ok := lc.step(request.Event{Kind: request.EvRetry, Code: CodeHandoff, Msg: err.Error()}, nil); !ok || !lc.live() {
+			p2.done(nil, nil) // never used
+			break
+		}
+		cur.pair().done(nil, err)
+		tk.requeue(r.Tenant)
+		cur.setPair(newID(), p2)
+		if e := tk.wait(ctx, tryReserve); e != nil {
+			cur.pair().done(nil, e.Err)
+			lc.queueEnd(e)
+			return nil, e
+		}
+		lc.step(request.Event{Kind: request.EvReserved}, nil)
+		id = cur.get()
+		ts, err = cur.pair().Decode.Stream(d.bg, id, sp)
 	}
 	if err != nil {
 		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
@@ -287,7 +316,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 	}
 	stopWatch := context.AfterFunc(ctx, st.Cancel)
 	st.onClose = func() { stopWatch(); leave() }
-	go d.run(r, cur, res, ts, lc, tk, gone, retried)
+	go d.run(r, cur, res, ts, lc, tk, gone, at)
 	return st, nil
 }
 
@@ -395,9 +424,10 @@ func handoffFailure(cause error) *Error {
 // un-preempted one). Usage still counts the prompt once (I9).
 //
 // A handoff that fails before its commit (no token reached the client) is
-// retried once, when the request has not been retried yet, on another pair
-// the Pairer gives: the failed handoff is aborted (I6) and the request
-// reserves again with a new id.
+// retried on another pair the Pairer gives, avoiding every pair that
+// failed the request, while the request's retry budget (MaxRetries) lasts:
+// the failed handoff is aborted (I6) and the request reserves again with a
+// new id.
 //
 // After the first token, a failure of the decode worker or of the link to
 // it (a transport failure: the worker died, hung past the heartbeat or was
@@ -409,7 +439,7 @@ func handoffFailure(cause error) *Error {
 // batch-invariant kernels rebuild the same KV, so the client's stream goes
 // on bit for bit as if nothing had happened. At most MaxMigrations times
 // per request; then, or with no other pair, the stream ends with the error.
-func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, tk *ticket, gone context.Context, retried bool) {
+func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, tk *ticket, gone context.Context, at *attempts) {
 	defer tk.done()
 	var gen []int32 // tokens generated so far, over every handoff
 	var dr driveResult
@@ -420,18 +450,17 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 		ts.Close()
 		if dr.retry != nil {
 			var p2 *Pair
-			var err error
-			if !retried && gone.Err() == nil {
-				p2, err = d.pairs.Pair(r, cur.pair())
+			if gone.Err() == nil {
+				p2 = d.nextPair(r, cur, at, false)
 			}
-			if p2 == nil || err != nil {
+			if p2 == nil {
 				lc.fail(dr.retry)
 				return
 			}
 			if _, ok := lc.step(request.Event{Kind: request.EvRetry, Code: dr.retry.Code, Msg: dr.retry.Message}, nil); !ok || !lc.live() {
-				return // the request ended meanwhile (a cancel took effect)
+				p2.done(nil, nil) // never used
+				return            // the request ended meanwhile (a cancel took effect)
 			}
-			retried = true
 			cur.pair().done(dr.perr, dr.derr)
 			dr = driveResult{}
 			tk.requeue(r.Tenant)
@@ -440,7 +469,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 			var p2 *Pair
 			var err error
 			if migrations < d.maxMigrations() && gone.Err() == nil {
-				p2, err = d.pairs.Pair(r, cur.pair())
+				p2, err = d.pairs.Pair(r, []*Pair{cur.pair()})
 			}
 			if p2 == nil || err != nil {
 				lc.fail(dr.migrate)
@@ -580,8 +609,8 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 			}
 			e := handoffFailure(cause)
 			// A failure the request caused (4xx) would fail the same way
-			// on any pair: never retried.
-			if canRetry() && e.Code != CodeIntegrity && e.Status >= 500 {
+			// on any pair: never retried (retryable).
+			if canRetry() && retryable(e) {
 				dr.retry = e
 				return dr
 			}
@@ -686,6 +715,53 @@ func cachedTokens(r *handoff.PrefillResult) int {
 
 // errStreamEnded: decode's stream ended without its terminal item.
 var errStreamEnded = errors.New("the decode stream ended without a terminal item")
+
+// attempts is a request's retry budget before its first token: how many
+// retries it may still make and the pairs that already failed it, which
+// the pairer is asked to avoid.
+type attempts struct {
+	n, max int
+	failed []*Pair
+}
+
+// nextPair pairs r again after its current attempt (cur) failed before
+// any token reached the client: nil when the budget is spent or no other
+// pair exists (the failure then stands). A move off a full decode worker
+// (full) is not a failure: it spends nothing and is not remembered.
+func (d *Disaggregated) nextPair(r *Request, cur *currentHandoff, at *attempts, full bool) *Pair {
+	if !full && at.n >= at.max {
+		return nil
+	}
+	avoid := append(slices.Clip(at.failed), cur.pair())
+	p2, err := d.pairs.Pair(r, avoid)
+	if err != nil || p2 == nil {
+		return nil
+	}
+	if !full {
+		at.n++
+		at.failed = avoid
+	}
+	return p2
+}
+
+// retryable: a failure another pair may not repeat. A failure the request
+// caused (4xx: a grammar, a parameter) would fail the same way anywhere,
+// an integrity failure is never hidden; a refusal (429: the worker's
+// limits, or it is draining) and a failed worker or link (5xx) are retried.
+func retryable(e *Error) bool {
+	return e.Code != CodeIntegrity && (e.Status >= 500 || e.Status == http.StatusTooManyRequests)
+}
+
+func (d *Disaggregated) maxRetries() int {
+	switch m := d.cfg.MaxRetries; {
+	case m < 0:
+		return 0
+	case m == 0:
+		return DefaultMaxRetries
+	default:
+		return m
+	}
+}
 
 func (d *Disaggregated) maxMigrations() int {
 	switch m := d.cfg.MaxMigrations; {

@@ -480,7 +480,7 @@ func TestGrammarFaultIs400(t *testing.T) {
 // retryPair offers its one pair again when asked to avoid it.
 type retryPair struct{ p Pair }
 
-func (r retryPair) Pair(*Request, *Pair) (*Pair, error) {
+func (r retryPair) Pair(*Request, []*Pair) (*Pair, error) {
 	p := r.p
 	return &p, nil
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -20,7 +21,7 @@ type twoPairs struct {
 	done  map[string][2]error
 }
 
-func (p *twoPairs) Pair(_ *Request, avoid *Pair) (*Pair, error) {
+func (p *twoPairs) Pair(_ *Request, avoid []*Pair) (*Pair, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls++
@@ -166,7 +167,7 @@ type seqPairs struct {
 	calls int
 }
 
-func (p *seqPairs) Pair(*Request, *Pair) (*Pair, error) {
+func (p *seqPairs) Pair(*Request, []*Pair) (*Pair, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.calls >= len(p.pairs) {
@@ -243,6 +244,121 @@ func TestMigrationTransportFailures(t *testing.T) {
 			}
 			if c.migrated >= 0 && d.Migrated() != c.migrated {
 				t.Fatalf("%d migrations, want %d", d.Migrated(), c.migrated)
+			}
+			for _, l := range []*Local{la, lb, lc} {
+				waitFreePool(t, l.Decode.Pool())
+			}
+		})
+	}
+}
+
+// namedPairs hands out its pairs in order, one per Pair call, and records
+// the decode workers each call was asked to avoid.
+type namedPairs struct {
+	mu     sync.Mutex
+	pairs  []Pair
+	avoids [][]string
+}
+
+func (p *namedPairs) Pair(_ *Request, avoid []*Pair) (*Pair, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var names []string
+	for _, a := range avoid {
+		names = append(names, a.DecodeName)
+	}
+	p.avoids = append(p.avoids, names)
+	if len(p.avoids) > len(p.pairs) {
+		return nil, errors.New("no pair left")
+	}
+	c := p.pairs[len(p.avoids)-1]
+	return &c, nil
+}
+
+// Issue 29 (decode scaled 3 -> 1 under load): a request may meet two
+// decode workers that are leaving, one after the other, before a third
+// takes it. Each failure before the first token (the reserve of a worker
+// gone between the pick and the reserve; a prefill worker that no longer
+// pushes to a leaving worker: unknown_handoff) is retried on another pair
+// that avoids EVERY pair that failed so far, while the budget
+// (MaxRetries, default DefaultMaxRetries) lasts; the request then ends
+// with the reference output. A smaller budget lets the last failure
+// stand (502, no token), and a failure the request caused (400) is never
+// retried. Pools whole after each.
+func TestRetriesBeforeFirstTokenBounded(t *testing.T) {
+	m := newToy()
+	mk := func() *Local {
+		l, err := NewLocal(toyConfig(m, 40), toyConfig(m, 40))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { closeWithin(t, l) })
+		return l
+	}
+	la, lb, lc := mk(), mk(), mk()
+	r := &Request{Tenant: "t", Prompt: prompt(3, 9), MaxTokens: 12}
+	want := toyReference(m, r.Prompt, r.MaxTokens, false)
+	gone := handoff.ErrTransport.With("dial tcp 10.244.0.12:9002: connection refused")
+	leaving := handoff.ErrUnknownHandoff.With("pushed to another decode worker")
+	reserveGone := []Pair{
+		{Prefill: la.Prefill, Decode: failReserve{la.Decode, gone}, DecodeName: "a"},
+		{Prefill: lb.Prefill, Decode: failReserve{lb.Decode, gone}, DecodeName: "b"},
+		{Prefill: lc.Prefill, Decode: lc.Decode, DecodeName: "c"},
+	}
+	prefillLeaving := []Pair{
+		{Prefill: failPrefill{leaving}, Decode: la.Decode, DecodeName: "a"},
+		{Prefill: failPrefill{leaving}, Decode: lb.Decode, DecodeName: "b"},
+		{Prefill: lc.Prefill, Decode: lc.Decode, DecodeName: "c"},
+	}
+	fault := handoff.FromWire(CodeUnsupported, "this worker cannot serve that output format")
+	cases := []struct {
+		name       string
+		pairs      []Pair
+		maxRetries int
+		wantCode   string // "" : the reference output
+		wantAvoids [][]string
+	}{
+		{"two leaving decode workers at reserve", reserveGone, 0, "", [][]string{nil, {"a"}, {"a", "b"}}},
+		{"two prefill pushes to leaving decode workers", prefillLeaving, 0, "", [][]string{nil, {"a"}, {"a", "b"}}},
+		{"budget of one", reserveGone, 1, CodeHandoff, [][]string{nil, {"a"}}},
+		{"budget of one, prefill", prefillLeaving, 1, CodeHandoff, [][]string{nil, {"a"}}},
+		{"retries off", reserveGone, -1, CodeHandoff, [][]string{nil}},
+		{"a fault of the request is never retried", []Pair{
+			{Prefill: failPrefill{fault}, Decode: la.Decode, DecodeName: "a"},
+			{Prefill: lc.Prefill, Decode: lc.Decode, DecodeName: "c"},
+		}, 0, CodeUnsupported, [][]string{nil}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			np := &namedPairs{pairs: c.pairs}
+			cfg := DisaggConfig{Model: "toy", Vocab: m.Vocab(), Fingerprint: FingerprintOf(m), Context: 160, MaxRetries: c.maxRetries}
+			d, err := NewDisaggregatedPairs(cfg, np)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeWithin(t, d)
+			var got result
+			st, err := d.Submit(context.Background(), r)
+			if err != nil {
+				got.final.Err = err
+			} else {
+				got = collect(t, st)
+			}
+			np.mu.Lock()
+			avoids := np.avoids
+			np.mu.Unlock()
+			if c.wantCode == "" {
+				if got.final.Err != nil || !slices.Equal(got.tokens, want) {
+					t.Fatalf("got %v %v, want %v", got.tokens, got.final.Err, want)
+				}
+			} else {
+				e, ok := got.final.Err.(*Error)
+				if !ok || e.Code != c.wantCode || len(got.tokens) != 0 {
+					t.Fatalf("got %v %v, want no token and %s", got.tokens, got.final.Err, c.wantCode)
+				}
+			}
+			if !slices.EqualFunc(avoids, c.wantAvoids, slices.Equal) {
+				t.Fatalf("pairings avoided %q, want %q", avoids, c.wantAvoids)
 			}
 			for _, l := range []*Local{la, lb, lc} {
 				waitFreePool(t, l.Decode.Pool())

@@ -89,7 +89,7 @@ const (
 	EvCancel                           // the client went away
 	EvFail                             // an error; Code says which
 	EvPreempted                        // decode ran out of pages and released them; the request resumes with a new reservation
-	EvRetry                            // the handoff failed before its commit (no token sent); the request tries once more on other workers
+	EvRetry                            // the handoff failed before its commit (no token sent); the request tries again on other workers (as often as the engine's budget allows)
 	numEventKinds
 )
 

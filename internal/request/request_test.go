@@ -370,3 +370,38 @@ func TestPreemptedResumes(t *testing.T) {
 		t.Fatalf("cancel while requeued: %v, %s %s", acts, m.State(), m.Reason())
 	}
 }
+
+// The engine retries a request whose handoff failed before its commit as
+// often as its budget allows (engine.DisaggConfig.MaxRetries; the machine
+// sets no count): each retry aborts the failed handoff and reserves again,
+// from any pre-commit state; the request then commits with its prompt
+// counted once, and, once retried, can fail but never be rejected.
+func TestRetriedRepeatedly(t *testing.T) {
+	m := New(Disaggregated)
+	m.Step(Event{Kind: EvAdmit})
+	for i, last := range []Event{{Kind: EvReserved}, {Kind: EvPrefillStarted}, {Kind: EvTransferStarted}} {
+		for _, ev := range []Event{{Kind: EvReserved}, {Kind: EvPrefillStarted}, {Kind: EvTransferStarted}} {
+			if _, err := m.Step(ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.Kind == last.Kind {
+				break
+			}
+		}
+		acts, err := m.Step(Event{Kind: EvRetry, Code: "handoff_failed"})
+		if err != nil || !slices.Equal(kinds(acts), []ActionKind{ActAbortHandoff, ActReserve}) || m.State() != Admitted {
+			t.Fatalf("retry %d (after %s): %v %v in %s", i+1, last.Kind, acts, err, m.State())
+		}
+	}
+	if _, err := m.Step(Event{Kind: EvReject, Reason: RejectedOverloaded}); err == nil {
+		t.Fatal("a retried request was rejected after its prefill had started")
+	}
+	for _, ev := range []Event{{Kind: EvReserved}, {Kind: EvPrefillStarted}, {Kind: EvCommitted, Token: 4, Tokens: 6}, {Kind: EvFinish, Reason: FinishedLength}} {
+		if _, err := m.Step(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, c := m.Usage(); m.Reason() != FinishedLength || p != 6 || c != 1 {
+		t.Fatalf("after three retries: %s, usage %d prompt %d completion, want finished_length, 6 and 1", m.Reason(), p, c)
+	}
+}

@@ -316,16 +316,16 @@ func states(ms []*member) []cluster.State {
 	return out
 }
 
-// pick chooses in one pool, excluding the named worker when another is
+// pick chooses in one pool, excluding the avoided workers when another is
 // usable; with affinity on, by the request's prompt (its tenant's memory
 // only) and recording the choice.
-func (c *Cluster) pick(ms []*member, prof cluster.Profile, avoid string, aff *cluster.Affinity, pr cluster.Prompt) (*member, cluster.Choice, error) {
+func (c *Cluster) pick(ms []*member, prof cluster.Profile, avoid map[string]bool, aff *cluster.Affinity, pr cluster.Prompt) (*member, cluster.Choice, error) {
 	st := states(ms)
-	if avoid != "" {
+	if len(avoid) > 0 {
 		var rest []cluster.State
 		var idx []int
 		for i, s := range st {
-			if s.Name != avoid {
+			if !avoid[s.Name] {
 				rest = append(rest, s)
 				idx = append(idx, i)
 			}
@@ -354,23 +354,24 @@ func (c *Cluster) picked(m *member, ch cluster.Choice, aff *cluster.Affinity, pr
 	return m
 }
 
-// Pair implements engine.Pairer. A retry (avoid set) moves off the failed
-// attempt's decode worker, and off its prefill worker when another exists;
-// with no other decode worker it refuses, so the first failure stands.
-func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, error) {
+// Pair implements engine.Pairer. A retry or migration (avoid set) moves
+// off every decode worker that failed the request, and off their prefill
+// workers when another exists; with no other decode worker it refuses, so
+// the last failure stands.
+func (c *Cluster) Pair(r *engine.Request, avoid []*engine.Pair) (*engine.Pair, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rot++
-	var avoidP, avoidD string
-	if avoid != nil {
-		avoidD = avoid.DecodeName
-		for _, m := range c.prefill {
-			if m.w.Prefill == avoid.Prefill {
-				avoidP = m.w.Name
+	var avoidP, avoidD map[string]bool
+	if len(avoid) > 0 {
+		avoidP, avoidD = map[string]bool{}, map[string]bool{}
+		for _, a := range avoid {
+			avoidD[a.DecodeName] = true
+			for _, m := range c.prefill {
+				if m.w.Prefill == a.Prefill {
+					avoidP[m.w.Name] = true
+				}
 			}
-		}
-		if len(c.decode) < 2 {
-			return nil, errors.New("no other decode worker to retry on")
 		}
 	}
 	var pr cluster.Prompt
@@ -384,7 +385,7 @@ func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, err
 		c.noPair++
 		return nil, fmt.Errorf("decode: %w", err)
 	}
-	if avoid != nil && d.w.Name == avoidD {
+	if avoidD[d.w.Name] {
 		c.noPair++
 		return nil, errors.New("no other usable decode worker to retry on")
 	}
@@ -393,7 +394,7 @@ func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, err
 		c.noPair++
 		return nil, fmt.Errorf("prefill: %w", err)
 	}
-	if avoid != nil {
+	if len(avoid) > 0 {
 		c.retries++
 	}
 	d.inFlight++
@@ -409,7 +410,7 @@ func (c *Cluster) Pair(r *engine.Request, avoid *engine.Pair) (*engine.Pair, err
 	}
 	c.log.Debug("pair", "decode", d.w.Name, "decode_score", dch.Total, "decode_scores", dch.Scores, "decode_parts", dch.Parts,
 		"decode_prefix_pages", dch.PrefixPages, "prefill", p.w.Name, "prefill_score", pch.Total, "prefill_scores", pch.Scores,
-		"prefill_prefix_pages", pch.PrefixPages, "prompt_pages", len(pr.Keys), "retry", avoid != nil)
+		"prefill_prefix_pages", pch.PrefixPages, "prompt_pages", len(pr.Keys), "retry", len(avoid))
 	once := sync.Once{}
 	return &engine.Pair{Prefill: p.w.Prefill, Decode: d.w.Decode, DecodeName: d.w.Name,
 		Done: func(perr, derr error) {

@@ -27,13 +27,55 @@ func TestRetryNeverPairsTheFailedDecodeWorker(t *testing.T) {
 		}
 		c.Probe(context.Background())
 		first := &engine.Pair{Prefill: stubPrefill{"p"}, Decode: stubDecode{}, DecodeName: "d1"}
-		p, err := c.Pair(&engine.Request{Prompt: []int32{1, 2, 3}, MaxTokens: 1}, first)
+		p, err := c.Pair(&engine.Request{Prompt: []int32{1, 2, 3}, MaxTokens: 1}, []*engine.Pair{first})
 		switch {
 		case !d2ok && err == nil:
 			t.Fatalf("the retry was paired with %s although d1 failed and d2 is refused", p.DecodeName)
 		case d2ok && (err != nil || p.DecodeName != "d2"):
 			t.Fatalf("the retry with d2 usable: %v %v, want d2", p, err)
 		}
+	}
+}
+
+// Issue 29 (decode scaled 3 -> 1): a request whose attempts failed on two
+// decode workers (both leaving, neither yet marked down) is paired with
+// the third on its next retry, never with either failed one, however the
+// scores fall; with the third one also failed it gets no pair.
+func TestRetryAvoidsEveryFailedDecodeWorker(t *testing.T) {
+	c, err := NewCluster([]Worker{{Name: "p", Prefill: stubPrefill{"p"}}},
+		[]Worker{{Name: "d1", Decode: stubDecode{}}, {Name: "d2", Decode: stubDecode{}}, {Name: "d3", Decode: stubDecode{}}}, DefaultWeights, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Probe(context.Background())
+	failed := func(names ...string) []*engine.Pair {
+		var ps []*engine.Pair
+		for _, n := range names {
+			ps = append(ps, &engine.Pair{Prefill: stubPrefill{"p"}, Decode: stubDecode{}, DecodeName: n})
+		}
+		return ps
+	}
+	for i := range 12 {
+		// Alternate the order, and vary the rotation between picks.
+		avoid := failed("d1", "d3")
+		if i%2 == 1 {
+			avoid = failed("d3", "d1")
+		}
+		p, err := c.Pair(&engine.Request{Prompt: []int32{1, 2, 3}, MaxTokens: 1}, avoid)
+		if err != nil || p.DecodeName != "d2" {
+			t.Fatalf("retry %d after d1 and d3 failed: %v %v, want d2", i, p, err)
+		}
+		p.Done(nil, nil)
+	}
+	if p, err := c.Pair(&engine.Request{Prompt: []int32{1}, MaxTokens: 1}, failed("d1", "d2", "d3")); err == nil {
+		t.Fatalf("every decode worker failed the request, yet it was paired with %s", p.DecodeName)
+	}
+	// A failed worker that already left the pool does not stand in the
+	// way of the one that remains.
+	c.Remove("decode", "d1")
+	c.Remove("decode", "d3")
+	if p, err := c.Pair(&engine.Request{Prompt: []int32{1}, MaxTokens: 1}, failed("d1", "d3")); err != nil || p.DecodeName != "d2" {
+		t.Fatalf("d1 and d3 failed and left: %v %v, want d2", p, err)
 	}
 }
 
