@@ -160,11 +160,17 @@ bench-serve-kv:
 # b's cache hit rate and TTFT p50/p99 side by side (issue 28).
 # bench-serve-encrypt: serving tok/s with the roles' frames encrypted vs
 # plain, both servers up, driven in turn (issue 28), and the handoff
-# benchmark's encrypted vs CRC-only transfer.
+# benchmark's encrypted vs plain-frame vs raw TCP transfer, interleaved.
 bench-serve-encrypt:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench serve --workload encrypt --prompt 512 --gen 32 --concurrency 4 --requests 16 --repeats 5 $(BENCH_SERVE_FLAGS)
-	$(GO) test -run '^$$' -bench HandoffTCP -benchtime 5x -count 3 ./internal/handoff/handoffbench
+	$(MAKE) bench-handoff-encrypt
+# bench-handoff-encrypt: BenchmarkHandoffEncrypt (raw TCP, plain frames and
+# encrypted frames in turn, each iteration): enc/crc and enc/raw medians.
+.PHONY: bench-handoff-encrypt
+bench-handoff-encrypt:
+	uptime
+	$(GO) test -timeout 20m -run '^$$' -bench HandoffEncrypt -benchtime 10x -count 3 ./internal/handoff/handoffbench
 bench-serve-crowding:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench serve --workload crowding --colocated --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 32 --repeats 3 $(BENCH_SERVE_FLAGS)

@@ -74,6 +74,11 @@ func (c *commitClock) Commit(ctx context.Context, m *handoff.Commit) error {
 // decode pages; it returns the time from Reserve to the accepted Commit
 // and the time from Reserve to the commit being sent (transfer only).
 func handoffOnce(b *testing.B, r *handofftest.Rig, dec handoff.Decode, src *handoff.PoolSource, n int) (time.Duration, time.Duration) {
+	return handoffBatch(b, r, dec, src, n, batch)
+}
+
+// handoffBatch is handoffOnce with write batches of at most batchBytes.
+func handoffBatch(b *testing.B, r *handofftest.Rig, dec handoff.Decode, src *handoff.PoolSource, n, batchBytes int) (time.Duration, time.Duration) {
 	ctx := context.Background()
 	id := handofftest.ID(n)
 	d := &commitClock{Decode: dec}
@@ -82,7 +87,7 @@ func handoffOnce(b *testing.B, r *handofftest.Rig, dec handoff.Decode, src *hand
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: batch, Window: window}, res, tokens, 1, handoff.PrefetchDigest(src))
+	s, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: batchBytes, Window: window}, res, tokens, 1, handoff.PrefetchDigest(src))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -227,6 +232,89 @@ func benchTCP(b *testing.B, mac bool) {
 func BenchmarkHandoffTCP(b *testing.B) {
 	b.Run("crc", func(b *testing.B) { benchTCP(b, false) })
 	b.Run("encrypted", func(b *testing.B) { benchTCP(b, true) })
+}
+
+// tcpSide is one decode rig behind a TCP server and the client dialled to
+// it, encrypted or not (BenchmarkHandoffEncrypt).
+type tcpSide struct {
+	r   *handofftest.Rig
+	c   *tcp.Client
+	src *handoff.PoolSource
+}
+
+func newTCPSide(b *testing.B, encrypt bool) tcpSide {
+	r := handofftest.New(b, handofftest.Options{Geometry: geo, Pages: tokens/geo.PageSize + 1})
+	s, err := tcp.NewServer(tcp.Config{Secret: secret, Encrypt: encrypt}, r.Server, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go s.Serve(l)
+	b.Cleanup(func() { s.Close() })
+	c, err := tcp.Dial(context.Background(), l.Addr().String(), tcp.Config{Secret: secret, Encrypt: encrypt})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	if c.Encrypt() != encrypt {
+		b.Fatalf("connection encrypted %v, want %v", c.Encrypt(), encrypt)
+	}
+	return tcpSide{r, c, r.Sequence(b, handofftest.ID(-1), "bench", tokens, 9)}
+}
+
+// prodBatch is the write batch a prefill worker sends in production
+// (engine.Config.BatchBytes' default), with the Sender's default window.
+const prodBatch = 1 << 20
+
+// BenchmarkHandoffEncrypt: issue 28's figure. Each iteration moves the same
+// 64 MiB prompt three ways, back to back in a rotating order so no path
+// always runs first: a raw loopback TCP copy of the bytes (4 MiB writes
+// into one buffer: no framing, no checksum, no pool), the handoff over
+// plain frames (crc) and over encrypted ones (AES-256-GCM), both through
+// the real client, server, Receiver and kv pool with production's 1 MiB
+// batches (SLUICE_BENCH_BATCH overrides). enc/crc and enc/raw are medians
+// of per-iteration ratios of throughput (a load spike on the shared machine
+// skews one iteration, not the figure); crc/raw says how honest the crc
+// baseline is.
+func BenchmarkHandoffEncrypt(b *testing.B) {
+	bb := prodBatch
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_BATCH")); err == nil && v > 0 {
+		bb = v
+	}
+	plain, sealed := newTCPSide(b, false), newTCPSide(b, true)
+	raw, stop := rawTCP(b)
+	defer stop()
+	// Warm up every path (buffers, pools, the sockets' windows).
+	for i := 0; i < 2; i++ {
+		raw()
+		handoffBatch(b, plain.r, plain.c, plain.src, -2-i, bb)
+		handoffBatch(b, sealed.r, sealed.c, sealed.src, -2-i, bb)
+	}
+	var tr, tp, te []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var r, p, e time.Duration
+		steps := []func(){
+			func() { r = raw() },
+			func() { p, _ = handoffBatch(b, plain.r, plain.c, plain.src, i, bb) },
+			func() { e, _ = handoffBatch(b, sealed.r, sealed.c, sealed.src, i, bb) },
+		}
+		for k := range steps {
+			steps[(i+k)%len(steps)]()
+		}
+		tr, tp, te = append(tr, r), append(tp, p), append(te, e)
+	}
+	gb := float64(totalBytes()) * float64(b.N) / 1e9
+	b.ReportMetric(gb/sum(tr).Seconds(), "raw-GB/s")
+	b.ReportMetric(gb/sum(tp).Seconds(), "crc-GB/s")
+	b.ReportMetric(gb/sum(te).Seconds(), "enc-GB/s")
+	b.ReportMetric(medianRatio(tp, te), "enc/crc")
+	b.ReportMetric(medianRatio(tr, te), "enc/raw")
+	b.ReportMetric(medianRatio(tr, tp), "crc/raw")
+	b.ReportMetric(0, "ns/op")
 }
 
 // BenchmarkHandoffShm: the same prompt written one-sidedly into the decode
