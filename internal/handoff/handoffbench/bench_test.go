@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -294,6 +295,7 @@ func BenchmarkHandoffEncrypt(b *testing.B) {
 		handoffBatch(b, sealed.r, sealed.c, sealed.src, -2-i, bb)
 	}
 	var tr, tp, te []time.Duration
+	var cpu [3]time.Duration // the process's CPU time (both sides) per path
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		var r, p, e time.Duration
@@ -303,7 +305,10 @@ func BenchmarkHandoffEncrypt(b *testing.B) {
 			func() { e, _ = handoffBatch(b, sealed.r, sealed.c, sealed.src, i, bb) },
 		}
 		for k := range steps {
-			steps[(i+k)%len(steps)]()
+			j := (i + k) % len(steps)
+			c0 := cpuTime()
+			steps[j]()
+			cpu[j] += cpuTime() - c0
 		}
 		tr, tp, te = append(tr, r), append(tp, p), append(te, e)
 	}
@@ -314,7 +319,23 @@ func BenchmarkHandoffEncrypt(b *testing.B) {
 	b.ReportMetric(medianRatio(tp, te), "enc/crc")
 	b.ReportMetric(medianRatio(tr, te), "enc/raw")
 	b.ReportMetric(medianRatio(tr, tp), "crc/raw")
+	// CPU seconds per byte moved, both ends together: what the path costs
+	// whatever else the machine runs. On a loaded machine throughput
+	// tends to the inverse of it; on an idle one it is the bound when
+	// both cores are busy.
+	for j, name := range []string{"raw", "crc", "enc"} {
+		b.ReportMetric(cpu[j].Seconds()*1e9/(gb*1e9), name+"-cpu-ns/B")
+	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkHandoffShm: the same prompt written one-sidedly into the decode
