@@ -320,6 +320,43 @@ func writeCount(b []byte, n int) (int, int, error) {
 	return int(count), int(meta), nil
 }
 
+// decWriteRecs decodes an encrypted Write frame from its opened records
+// (frame.go): the metadata, then exactly one record per write that carries
+// data, of exactly its length. Anything else is a protocol error, as is
+// damaged framing on a plain connection.
+func decWriteRecs(recs [][]byte) ([]handoff.PageWrite, error) {
+	m := recs[0]
+	if len(m) < 4 {
+		return nil, protoErr("write frame metadata record of %d bytes", len(m))
+	}
+	count, meta, err := writeCount(m, len(m))
+	if err != nil {
+		return nil, err
+	}
+	if meta != len(m) {
+		return nil, protoErr("write frame metadata record of %d bytes for %d writes", len(m), count)
+	}
+	ws, lens, derr := decWriteRecords(count, m[4:])
+	k := 1
+	for i := range ws {
+		if lens[i] == 0 {
+			continue
+		}
+		if k == len(recs) || len(recs[k]) != lens[i] {
+			return nil, protoErr("write %d announces %d bytes of data, its record does not match", i, lens[i])
+		}
+		ws[i].Data = recs[k]
+		k++
+	}
+	if k != len(recs) {
+		return nil, protoErr("write frame of %d records for %d", len(recs), k)
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	return ws, nil
+}
+
 // decWritesChecked decodes a Write frame read whole (the encrypted path,
 // where the AEAD tag has verified every byte and the header carries no
 // CRC; or a connection-level frame) and checks its CRC, when it has one,
@@ -327,6 +364,9 @@ func writeCount(b []byte, n int) (int, int, error) {
 // (count beyond the frame, checksum, lengths that do not add up) is a
 // protocol error; a record whose fields do not decode is a bad message.
 func decWritesChecked(f *frame) ([]handoff.PageWrite, error) {
+	if f.recs != nil {
+		return decWriteRecs(f.recs)
+	}
 	p := f.payload
 	if len(p) < 4 {
 		return nil, protoErr("write frame of %d bytes", len(p))

@@ -223,25 +223,20 @@ func (c *conn) sendData(typ byte, stream uint32, parts [][]byte, isData []bool) 
 		return &unsentError{err}
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
-	var sealed []byte
-	if c.fr.encrypted() {
-		sealed = bufs[0] // the contiguous sealed frame; free once written
-	}
 	nb := net.Buffers(bufs)
 	_, err = nb.WriteTo(c.nc)
 	c.beat.touchSend()
-	if cap(sealed) >= 64<<10 {
-		putBuf(sealed)
-	}
 	return err
 }
 
-// sendSealed sends an encrypted frame. The frame takes its nonce and its
+// sendSealed sends an encrypted frame. The frame takes its nonces and its
 // write turn together (smu), so frames go on the wire in nonce order, as
-// the receiver opens them; the copy and the seal run outside any lock, so
-// one frame is sealed while the one before it is written (a Write batch
-// of megabytes: AES-GCM and the socket each use a core). Each frame's
-// nonce is still used once under its key (seal.go).
+// the receiver opens them; the seal runs outside any lock, so one frame is
+// sealed while the one before it is written (a Write batch of a megabyte:
+// AES-GCM and the socket each use a core). Each nonce is still used once
+// under its key (seal.go). A Write frame is sealed record by record
+// straight from the pages (sealFrame): the cipher's read is the only pass
+// over the page bytes before the socket's.
 func (c *conn) sendSealed(typ byte, stream uint32, parts [][]byte) error {
 	n := 0
 	for _, p := range parts {
@@ -251,13 +246,12 @@ func (c *conn) sendSealed(typ byte, stream uint32, parts [][]byte) error {
 	if err != nil {
 		return &unsentError{err}
 	}
-	buf := sealBuf(hdr, parts, n)
 	c.smu.Lock()
-	nonce, aead := c.fr.tx.next(n)
+	ks := c.fr.sealKeys(typ, parts, n)
 	turn := c.stake
 	c.stake++
 	c.smu.Unlock()
-	aead.Seal(buf[headerLen:headerLen], nonce[:], buf[headerLen:], buf[:headerLen])
+	buf := sealFrame(hdr, typ, parts, n, ks)
 
 	c.wmu.Lock()
 	if c.wcond == nil {
@@ -267,7 +261,7 @@ func (c *conn) sendSealed(typ byte, stream uint32, parts [][]byte) error {
 		c.wcond.Wait()
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
-	_, err = c.nc.Write(buf[:headerLen+n+tagLen])
+	_, err = c.nc.Write(buf)
 	c.beat.touchSend()
 	c.wturn++
 	c.wcond.Broadcast()

@@ -1,9 +1,11 @@
 package tcp
 
 import (
+	"crypto/cipher"
 	"encoding/binary"
 	"hash/crc32"
 	"io"
+	"slices"
 	"sync"
 
 	"sluice/internal/handoff"
@@ -34,6 +36,20 @@ import (
 //	                  of the plaintext in clear would leak 32 bits of it, and
 //	                  the tag is the stronger check.
 //
+// An encrypted Write frame (version 11) is sealed in records instead of
+// whole, so neither side makes a pass over the page bytes that the plain
+// path does not (seal.go, "Records"): after the header come
+//
+//	len      u32   the record's plaintext length, >= 1, in clear
+//	record   len B ciphertext, then its 16-byte tag; additional data:
+//	               the frame header and this len
+//
+// repeated: the first record is the metadata prefix (count and records,
+// codec.go), then one record per write that carries page data, exactly its
+// bytes, in record order. The lengths add up to the header's length, which
+// still counts plaintext payload bytes (so MaxFrame means the same thing
+// encrypted or not); the body on the wire is 20 bytes longer per record.
+//
 // A frame failing any check (truncated, oversized, unknown type or
 // version, bad checksum or MAC) is a protocol error: the reader reports it,
 // the peer is told when possible, and the connection is closed, since
@@ -62,11 +78,14 @@ const headerLen = 16
 // version-7 peer is refused at the handshake (ErrVersion). Version 9
 // added the worker's context to the Load reply (the router vets prefill
 // workers' context as it does decode workers', I2). Version 10 added the
-// heartbeat frame (Ping, heartbeat.go).
+// heartbeat frame (Ping, heartbeat.go). Version 11 seals an encrypted
+// Write frame in records (one for the metadata, one per page) instead of
+// whole: a version-10 peer would fail to open it, so the two refuse each
+// other at the handshake.
 // Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 10
-	maxVersion = 10
+	minVersion = 11
+	maxVersion = 11
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the
@@ -127,6 +146,10 @@ type frame struct {
 	// whose opening was deferred to its call's goroutine, framer.deferOpen);
 	// the payload is ciphertext until it returns nil.
 	open func() error
+	// recs: an encrypted Write frame's records (the wire format above),
+	// each its plaintext once open returned nil; payload is then only the
+	// buffer they live in (for putBuf).
+	recs [][]byte
 }
 
 // bufPool recycles the large payload buffers of Write frames: allocating
@@ -175,15 +198,70 @@ func (f *framer) enableSeal(c2s, s2c []byte) {
 	}
 }
 
-// sealBuf copies a frame's header and n payload bytes (parts) into one
-// buffer with room for the tag (returned by conn.sendData).
-func sealBuf(hdr []byte, parts [][]byte, n int) []byte {
-	buf, _ := getBuf(headerLen + n + tagLen)
-	buf = append(buf[:0], hdr...)
+// sealKey is the nonce and key one record is sealed or opened under.
+type sealKey struct {
+	nonce [12]byte
+	aead  cipher.AEAD
+}
+
+// sealKeys takes from the sending direction the nonces (and keys) of a
+// frame of type typ with payload parts of n bytes: one for the whole
+// payload, or for a Write frame one per non-empty part (its records). The
+// caller holds whatever orders frames on the wire (conn.smu); sealFrame
+// may then run anywhere.
+func (f *framer) sealKeys(typ byte, parts [][]byte, n int) []sealKey {
+	if typ != tWrite {
+		nonce, aead := f.tx.next(n)
+		return []sealKey{{nonce, aead}}
+	}
+	ks := make([]sealKey, 0, len(parts))
 	for _, p := range parts {
-		buf = append(buf, p...)
+		if len(p) > 0 {
+			nonce, aead := f.tx.next(len(p))
+			ks = append(ks, sealKey{nonce, aead})
+		}
+	}
+	return ks
+}
+
+// sealFrame returns one buffer holding the header hdr and the sealed
+// payload (parts, n bytes) under ks (sealKeys). A frame other than Write
+// is copied in and sealed in place (these are small); a Write frame's
+// records are sealed straight from its parts, the pool's pages, into the
+// buffer, so page bytes are read once, by the cipher. The buffer comes
+// from getBuf (conn.sendSealed returns it once written).
+func sealFrame(hdr []byte, typ byte, parts [][]byte, n int, ks []sealKey) []byte {
+	if typ != tWrite {
+		buf, _ := getBuf(headerLen + n + tagLen)
+		buf = append(buf[:0], hdr...)
+		for _, p := range parts {
+			buf = append(buf, p...)
+		}
+		return ks[0].aead.Seal(buf[:headerLen], ks[0].nonce[:], buf[headerLen:], hdr)
+	}
+	buf, _ := getBuf(headerLen + n + len(ks)*recordOverhead)
+	buf = append(buf[:0], hdr...)
+	var ad [headerLen + 4]byte
+	copy(ad[:], hdr)
+	k := 0
+	for _, p := range parts {
+		if len(p) == 0 {
+			continue
+		}
+		binary.BigEndian.PutUint32(ad[headerLen:], uint32(len(p)))
+		buf = append(buf, ad[headerLen:]...)
+		buf = ks[k].aead.Seal(buf, ks[k].nonce[:], p, ad[:])
+		k++
 	}
 	return buf
+}
+
+// recordOverhead is what sealing in records adds per record: its length
+// and its tag.
+const recordOverhead = 4 + tagLen
+
+func errNoOpen() error {
+	return handoff.ErrAuth.With("frame does not decrypt under the session key (altered, replayed or injected)")
 }
 
 // header builds a frame header (the CRC left zero) after checking the
@@ -218,11 +296,7 @@ func (f *framer) encode(version, typ byte, stream uint32, parts [][]byte, data .
 		return nil, err
 	}
 	if f.encrypted() {
-		// One copy into a contiguous buffer, sealed in place.
-		buf := sealBuf(hdr, parts, n)
-		nonce, aead := f.tx.next(n)
-		aead.Seal(buf[headerLen:headerLen], nonce[:], buf[headerLen:], buf[:headerLen])
-		return [][]byte{buf[:headerLen+n+tagLen]}, nil
+		return [][]byte{sealFrame(hdr, typ, parts, n, f.sealKeys(typ, parts, n))}, nil
 	}
 	c := crc32.Update(0, castagnoli, hdr[:12])
 	for i, p := range parts {
@@ -323,42 +397,87 @@ func (f *framer) readBody(r io.Reader, fr *frame, n int) error {
 
 // readSealed reads an encrypted frame's ciphertext and tag and opens it
 // with the header as additional data: nothing of a frame is used before
-// its tag verifies over all of it (I12, I15).
+// its tag verifies over all of it (I12, I15). A Write frame is read in
+// records (readSealedWrite).
 func (f *framer) readSealed(r io.Reader, fr *frame, n int) error {
 	if fr.crc != 0 {
 		return protoErr("encrypted frame with a checksum field of %08x", fr.crc)
 	}
-	var buf []byte
 	if fr.typ == tWrite {
-		buf, fr.pooled = getBuf(n + tagLen)
-	} else {
-		buf = make([]byte, n+tagLen)
+		return f.readSealedWrite(r, fr, n)
 	}
+	buf := make([]byte, n+tagLen)
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return protoErr("truncated frame: %v", err)
 	}
 	nonce, aead := f.rx.next(n)
-	if fr.typ == tWrite && f.deferOpen {
-		// A Write frame is opened by the call's goroutine (open), so the
-		// reader goes on to the next frame while this one decrypts: the
-		// nonce and the key are this frame's, fixed here in read order.
-		// Nothing of it is used before open succeeds (I15).
-		hdr := f.hdr
-		fr.payload = buf
-		fr.open = func() error {
-			pt, err := aead.Open(buf[:0], nonce[:], buf, hdr[:])
-			if err != nil {
-				return handoff.ErrAuth.With("frame does not decrypt under the session key (altered, replayed or injected)")
-			}
-			fr.payload, fr.sealed, fr.open = pt, true, nil
-			return nil
-		}
-		return nil
-	}
 	pt, err := aead.Open(buf[:0], nonce[:], buf, f.hdr[:])
 	if err != nil {
-		return handoff.ErrAuth.With("frame does not decrypt under the session key (altered, replayed or injected)")
+		return errNoOpen()
 	}
 	fr.payload, fr.sealed = pt, true
+	return nil
+}
+
+// readSealedWrite reads the records of an encrypted Write frame of n
+// plaintext bytes (the wire format above) into one buffer and takes their
+// nonces, in read order. They are opened by fr.open: on the call's
+// goroutine when the framer defers it (so the reader goes on to the next
+// frame while this one decrypts), else at once. Nothing of a record is
+// used before its tag verifies (I15): the call decodes the frame only
+// once every record opened.
+func (f *framer) readSealedWrite(r io.Reader, fr *frame, n int) error {
+	if n < 4 {
+		return protoErr("write frame of %d bytes", n)
+	}
+	// A frame carries at most one record per write plus the metadata's,
+	// and the metadata of c writes takes 4 + c*writeRecLen bytes: a bound
+	// on what a peer can make this side buffer beyond the frame limit.
+	maxRecs := 1 + (n-4)/writeRecLen
+	buf, _ := getBuf(n + min(maxRecs, 64)*tagLen)
+	buf = buf[:0]
+	var offs, lens []int
+	for left := n; left > 0; {
+		var lb [4]byte
+		if _, err := io.ReadFull(r, lb[:]); err != nil {
+			return protoErr("truncated frame: %v", err)
+		}
+		l := binary.BigEndian.Uint32(lb[:])
+		if l == 0 || int64(l) > int64(left) || len(lens) == maxRecs {
+			return protoErr("write frame record %d of %d bytes with %d of %d left", len(lens), l, left, n)
+		}
+		off := len(buf)
+		buf = slices.Grow(buf, int(l)+tagLen)[:off+int(l)+tagLen]
+		if _, err := io.ReadFull(r, buf[off:]); err != nil {
+			return protoErr("truncated frame: %v", err)
+		}
+		offs, lens = append(offs, off), append(lens, int(l))
+		left -= int(l)
+	}
+	ks := make([]sealKey, len(lens))
+	for i, l := range lens {
+		ks[i].nonce, ks[i].aead = f.rx.next(l)
+	}
+	hdr := f.hdr
+	fr.payload, fr.pooled = buf, cap(buf) >= 64<<10
+	fr.open = func() error {
+		var ad [headerLen + 4]byte
+		copy(ad[:], hdr[:])
+		recs := make([][]byte, len(lens))
+		for i, l := range lens {
+			binary.BigEndian.PutUint32(ad[headerLen:], uint32(l))
+			rec := buf[offs[i] : offs[i]+l+tagLen]
+			pt, err := ks[i].aead.Open(rec[:0], ks[i].nonce[:], rec, ad[:])
+			if err != nil {
+				return errNoOpen()
+			}
+			recs[i] = pt[:l:l]
+		}
+		fr.recs, fr.sealed, fr.open = recs, true, nil
+		return nil
+	}
+	if !f.deferOpen {
+		return fr.open()
+	}
 	return nil
 }

@@ -34,13 +34,26 @@ import (
 // primitive of our own.
 //
 // Nonces. A key is used by one direction only, and its nonce is the
-// frame's sequence number in that direction (12 bytes: a direction byte,
-// three zero bytes, the 64-bit count), which only ever increases, so a
-// (key, nonce) pair is never used twice. Both sides ratchet a direction's
-// key (k' = HKDF-Expand(k, "sluice/v8 rekey")) once it has sealed
-// rekeyBytes of payload, before AES-GCM's data limit comes near: at the
-// same frame on both sides, since both know every frame's length, with no
-// message exchanged. The sequence number keeps counting across a rekey.
+// sealed unit's sequence number in that direction (12 bytes: a direction
+// byte, three zero bytes, the 64-bit count), which only ever increases, so
+// a (key, nonce) pair is never used twice. A sealed unit is a whole frame,
+// or one record of a Write frame (frame.go: its metadata, then each page),
+// so a Write frame of k pages takes k+1 numbers; the sender takes them
+// with the frame's write turn (conn.sendSealed) and the reader in read
+// order, so both count the same. Both sides ratchet a direction's key
+// (k' = HKDF-Expand(k, "sluice/v8 rekey")) once it has sealed rekeyBytes
+// of payload, before AES-GCM's data limit comes near: at the same unit on
+// both sides, since both know every unit's length, with no message
+// exchanged. The sequence number keeps counting across a rekey.
+//
+// Records. A Write frame is sealed per page rather than whole so that the
+// sender seals each page straight from the pool into the frame buffer (a
+// whole-frame seal needs the frame's plaintext contiguous: a copy of every
+// page first), each record carrying the frame header and its own length as
+// additional data. A record is bound to its frame (header), its place
+// (nonce) and its length; the reader opens every record of a frame before
+// the call uses any of it (I15), and a frame whose records do not follow
+// the layout is a protocol error. The tags cost 16 bytes per page.
 //
 // When the shared-memory transport is used instead (same host), pages never
 // leave the machine's memory and are not encrypted.
