@@ -96,25 +96,35 @@ func (r *Runner) attendTokens(un unit, w int) {
 	// asks for the next rows while it computes (pages lie anywhere in the
 	// pool, so the hardware prefetchers lose the stream at each page).
 	lim := min(k1*T, last)
-	prefetch := func(j int, v bool) {
+	prefetch := func(j int, v bool, part, parts int) {
 		if nh != c.KVHeads || j >= lim {
 			return
 		}
 		off := j % a.ps
 		s, n := &spans[j/a.ps-a.blk0], min(a.ps-off, lim-j)*KD
+		// The piece's lines in parts slices, one before each KV head's
+		// call: a burst of hundreds of prefetches stalls the core once the
+		// miss buffers are full; spread, they overlap the arithmetic.
+		cut := func(m int) (int, int) { return m * part / parts, m * (part + 1) / parts }
 		switch rb := q8Row(KD); {
 		case a.q8 && v:
-			kernels.Prefetch(s.v8[off*rb:][:n/KD*rb])
+			lo, hi := cut(n / KD * rb)
+			kernels.Prefetch(s.v8[off*rb:][lo:hi])
 		case a.q8:
-			kernels.Prefetch(s.k8[off*rb:][:n/KD*rb])
+			lo, hi := cut(n / KD * rb)
+			kernels.Prefetch(s.k8[off*rb:][lo:hi])
 		case a.f16 && v:
-			kernels.Prefetch(s.v16[off*KD:][:n])
+			lo, hi := cut(n)
+			kernels.Prefetch(s.v16[off*KD:][lo:hi])
 		case a.f16:
-			kernels.Prefetch(s.k16[off*KD:][:n])
+			lo, hi := cut(n)
+			kernels.Prefetch(s.k16[off*KD:][lo:hi])
 		case v:
-			kernels.Prefetch(s.v[off*KD:][:n])
+			lo, hi := cut(n)
+			kernels.Prefetch(s.v[off*KD:][lo:hi])
 		default:
-			kernels.Prefetch(s.k[off*KD:][:n])
+			lo, hi := cut(n)
+			kernels.Prefetch(s.k[off*KD:][lo:hi])
 		}
 	}
 	for k := k0; k < k1; k++ {
@@ -127,9 +137,9 @@ func (r *Runner) attendTokens(un unit, w int) {
 		for j := j0; j < j1; {
 			bi, off := j/a.ps-a.blk0, j%a.ps
 			cnt := min(a.ps-off, j1-j)
-			prefetch(j+cnt, false)
-			prefetch(j, true)
 			for h := 0; h < nh; h++ {
+				prefetch(j+cnt, false, h, nh)
+				prefetch(j, true, h, nh)
 				m0 := (i0*nh + h) * group
 				s, koff, kd := &spans[bi], (kh0+h)*hd+off*KD, KD
 				if a.q8 {
@@ -147,8 +157,8 @@ func (r *Runner) attendTokens(un unit, w int) {
 		for j := j0; j < j1; {
 			bi, off := j/a.ps-a.blk0, j%a.ps
 			cnt := min(a.ps-off, j1-j)
-			prefetch(j+T, false) // the next tile's K rows
 			for h := 0; h < nh; h++ {
+				prefetch(j+T, false, h, nh) // the next tile's K rows
 				s, col, kd := &spans[bi], (kh0+h)*hd+off*KD, KD
 				if a.q8 {
 					// Dequantized once for every token of the unit.
