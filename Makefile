@@ -84,9 +84,11 @@ bench-grammar:
 	scripts/bench-grammar.sh
 
 .PHONY: bench-moe
-# The mixture-of-experts rows of docs/benchmarks.md: writes the qwen3moe and
-# glm4moe bench shapes (2-4 GB each) into ../bench and runs sluice bench
-# --llama-bench on them; over an hour on a 2-vCPU machine.
+# The mixture-of-experts table of docs/benchmarks.md: writes the qwen3moe and
+# glm4moe bench shapes (2-4 GB each) into ../bench when missing, runs sluice
+# bench --llama-bench on them (4 configurations) and rewrites the table
+# between the bench-moe markers. REPS=1 about 15 minutes on an idle 2-vCPU
+# machine, the default REPS=3 about 40 (scripts/bench-moe.sh for ONLY=...).
 bench-moe:
 	scripts/bench-moe.sh
 

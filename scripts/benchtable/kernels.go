@@ -28,6 +28,7 @@ const (
 // PART-CONFIG.meta holding "DATE LOAD0 LOAD1".
 type run struct {
 	part, config string
+	model        string // moe: the file's one model
 	date, load   string
 	rows         []row
 }
@@ -40,9 +41,10 @@ var partTitles = map[string]string{
 	"depth-quick": "At depth, bench-110M shape (36k context), quick subset",
 	"depth-b110":  "At depth, bench-110M shape (36k context)",
 	"depth-tl":    "At depth, TinyLlama-q4_K shape (20k context)",
+	"moe":         "Mixture of experts (issue 24): q3moe and glm shapes",
 }
 
-var partOrder = []string{"item5", "dense", "depth-quick", "depth-b110", "depth-tl"}
+var partOrder = []string{"item5", "dense", "depth-quick", "depth-b110", "depth-tl", "moe"}
 
 func configLabel(c string) string {
 	path, th, _ := strings.Cut(c, "-t")
@@ -76,6 +78,11 @@ func loadRuns(files []string) ([]*run, error) {
 			return nil, fmt.Errorf("%s: %v", f, err)
 		}
 		x := &run{part: base[:i], config: base[i+1:], rows: r.Rows}
+		if strings.HasPrefix(x.part, "moe-") {
+			// scripts/bench-moe.sh: one file per model and configuration
+			// (moe-MODEL-CONFIG.json), one table.
+			x.model, x.part = strings.TrimPrefix(x.part, "moe-"), "moe"
+		}
 		if m, err := os.ReadFile(strings.TrimSuffix(f, ".json") + ".meta"); err == nil {
 			if fs := strings.Fields(string(m)); len(fs) == 3 {
 				x.date, x.load = fs[0], fs[1]+"-"+fs[2]
@@ -112,16 +119,24 @@ func kernelTables(w io.Writer, files []string, cpu, commit string) error {
 				dates = append(dates, r.date)
 			}
 			if r.load != "" {
-				loads = append(loads, configLabel(r.config)+" "+r.load)
+				label := configLabel(r.config)
+				if r.model != "" {
+					label = r.model + " " + label
+				}
+				loads = append(loads, label+" "+r.load)
 			}
 		}
-		fmt.Fprintf(w, "%s, %s, commit %s, `scripts/bench-kernels.sh %s`; load average at the start-end of each configuration: %s.\n\n",
-			cpu, strings.Join(dates, ", "), commit, partArg(part),
+		script := "scripts/bench-kernels.sh " + partArg(part)
+		if part == "moe" {
+			script = "scripts/bench-moe.sh"
+		}
+		fmt.Fprintf(w, "%s, %s, commit %s, `%s`; load average at the start-end of each configuration: %s.\n\n",
+			cpu, strings.Join(dates, ", "), commit, script,
 			strings.ReplaceAll(strings.Join(loads, "; "), " | ", " "))
 		if strings.HasPrefix(part, "depth") {
 			depthTable(w, rs)
 		} else {
-			speedTable(w, rs, part == "item5")
+			speedTable(w, rs, part == "item5", part == "moe")
 		}
 	}
 	return nil
@@ -135,7 +150,12 @@ func partArg(part string) string {
 	return part
 }
 
-func speedTable(w io.Writer, rs []*run, targets bool) {
+// speedTable: one row per (model, configuration), one column per test,
+// then the decode bandwidth fraction. targets: issue 31's goals, else
+// ratios below 1.0. moe: the decode weight bytes are the routed ones (a
+// token's chosen experts), and llama.cpp's fraction (its tg rate over the
+// same read bandwidth) is a column of its own.
+func speedTable(w io.Writer, rs []*run, targets, moe bool) {
 	var tests []string
 	for _, r := range rs {
 		for _, x := range r.rows {
@@ -148,10 +168,17 @@ func speedTable(w io.Writer, rs []*run, targets bool) {
 	for _, t := range tests {
 		fmt.Fprintf(w, " %s sluice / llama.cpp / ratio |", t)
 	}
-	fmt.Fprintln(w, " decode bw fraction wall · per CPU-s |")
+	if moe {
+		fmt.Fprintln(w, " routed bytes / token | decode bw fraction sluice wall · per CPU-s | llama.cpp |")
+	} else {
+		fmt.Fprintln(w, " decode bw fraction wall · per CPU-s |")
+	}
 	fmt.Fprint(w, "|---|---|---:|")
 	for range tests {
 		fmt.Fprint(w, "---:|")
+	}
+	if moe {
+		fmt.Fprint(w, "---:|---:|")
 	}
 	fmt.Fprintln(w, "---:|")
 	var below []string
@@ -163,7 +190,7 @@ func speedTable(w io.Writer, rs []*run, targets bool) {
 			}
 		}
 		for _, m := range models {
-			line, bw := "", "—"
+			line, bw, routed, lbw := "", "—", "—", "—"
 			for _, t := range tests {
 				i := slices.IndexFunc(r.rows, func(x row) bool { return x.Model == m && x.Test == t })
 				if i < 0 {
@@ -174,6 +201,10 @@ func speedTable(w io.Writer, rs []*run, targets bool) {
 				line += fmt.Sprintf(" %s / %s / **%.2fx** |", num(x.TokS), num(x.LlamaTokS), x.Ratio)
 				if x.BWFraction > 0 {
 					bw = fmt.Sprintf("%.0f%% · %.0f%%", 100*x.BWFraction, 100*x.CPUBWFraction)
+					routed = fmt.Sprintf("%.0f MB", x.WeightBytes/1e6)
+					if x.ReadGBps > 0 && x.LlamaTokS > 0 {
+						lbw = fmt.Sprintf("%.0f%%", 100*x.WeightBytes*x.LlamaTokS/(x.ReadGBps*1e9))
+					}
 					if x.WeightBytes < inCache {
 						bw += " (in cache)"
 					} else if targets && x.BWFraction < bwTarget {
@@ -187,7 +218,11 @@ func speedTable(w io.Writer, rs []*run, targets bool) {
 					below = append(below, fmt.Sprintf("%s %s %s %.2fx", m, configLabel(r.config), t, x.Ratio))
 				}
 			}
-			fmt.Fprintf(w, "| %s | %s |%s %s |\n", m, configLabel(r.config), line, bw)
+			if moe {
+				fmt.Fprintf(w, "| %s | %s |%s %s | %s | %s |\n", m, configLabel(r.config), line, routed, bw, lbw)
+			} else {
+				fmt.Fprintf(w, "| %s | %s |%s %s |\n", m, configLabel(r.config), line, bw)
+			}
 		}
 	}
 	fmt.Fprintln(w)
