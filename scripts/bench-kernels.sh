@@ -26,6 +26,12 @@
 #                TinyLlama-q4_K shape (20k context), 4 configurations. Long:
 #                llama-bench refills the context before every test, so this
 #                is over an hour even idle.
+#   depth-b110, depth-tl  one model of the depth part. B110_DEPTHS and
+#                TL_DEPTHS (comma lists) choose the depths, CONFIGS the
+#                configurations: one cell group at a time, e.g.
+#                CONFIGS=avx512-t1 B110_DEPTHS=16384 scripts/bench-kernels.sh depth-b110
+#                (each run rewrites OUT/PART-CONFIG.json: give each
+#                subset its own OUT, or run them in the order of the table).
 #
 # Environment: MODELS (default ../bench; missing models are written with
 # sluice synth, seeded), LLAMA (llama.cpp builds; default
@@ -115,12 +121,14 @@ for p in "${parts[@]}"; do
 		for c in "${configs[@]}"; do
 			run depth-quick "$c" --model "$models/bench-110M-q8_0-36k.gguf" --prompt 512 --gen 32 --depth 0,8192 --reps "${REPS:-1}"
 		done ;;
-	depth)
-		model bench-110M-q8_0-36k
-		model tinyllama-q4_K-20k
+	depth | depth-b110 | depth-tl)
+		[ "$p" = depth-tl ] || model bench-110M-q8_0-36k
+		[ "$p" = depth-b110 ] || model tinyllama-q4_K-20k
 		for c in "${configs[@]}"; do
-			run depth-b110 "$c" --model "$models/bench-110M-q8_0-36k.gguf" --prompt 512 --gen 32 --depth 0,2048,8192,16384,32768 --reps "${REPS:-1}"
-			run depth-tl "$c" --model "$models/tinyllama-q4_K-20k.gguf" --prompt 512 --gen 32 --depth 0,2048,8192,16384 --reps "${REPS:-1}"
+			[ "$p" = depth-tl ] || run depth-b110 "$c" --model "$models/bench-110M-q8_0-36k.gguf" --prompt 512 --gen 32 \
+				--depth "${B110_DEPTHS:-0,2048,8192,16384,32768}" --reps "${REPS:-1}"
+			[ "$p" = depth-b110 ] || run depth-tl "$c" --model "$models/tinyllama-q4_K-20k.gguf" --prompt 512 --gen 32 \
+				--depth "${TL_DEPTHS:-0,2048,8192,16384}" --reps "${REPS:-1}"
 		done ;;
 	*) echo "bench-kernels: unknown part $p" >&2; exit 2 ;;
 	esac

@@ -50,6 +50,9 @@ func TestMQAMatchesRowForms(t *testing.T) {
 	for _, m := range []int{1, 2, 3, 4, 5, 8, 16, 64} {
 		shapes = append(shapes, shape{8, m, 16}, shape{48, m, 13}, shape{64, m, 16}, shape{128, m, 7})
 	}
+	// Many rows over several 16-position groups and a rest: the
+	// transposed-K form on the AVX-512 path.
+	shapes = append(shapes, shape{16, 16, 40}, shape{32, 20, 17}, shape{64, 64, 48}, shape{128, 33, 35}, shape{144, 16, 16})
 	// One and two positions through the pipelined AVX2 form (hd % 16 == 0,
 	// four rows at a time): only a first position, or a first and one more.
 	for _, hd := range []int{16, 48, 64} {
