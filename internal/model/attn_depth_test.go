@@ -172,3 +172,62 @@ func cloneRows[T any](rows [][]T) [][]T {
 	}
 	return out
 }
+
+// TestFlashAttentionInvariantWideHeads: head dim 64 (bench-110M's and
+// TinyLlama's), where a prefill unit's 16 or more rows take other kernels
+// than a decode token's few (on the AVX-512 path, the YMM kernels for F16
+// rows; kernels.MQADot and MQAAxpy): a 40-token prompt after 300
+// positions, prefilled in one chunk, in uneven chunks or token by token,
+// on 1 and 2 threads, MHA and GQA, on every path and page type, gives the
+// generic path's one-thread token-by-token logits bit for bit.
+func TestFlashAttentionInvariantWideHeads(t *testing.T) {
+	prev := kernels.CurrentPath()
+	defer kernels.SetPath(prev)
+	for _, shape := range []testShape{
+		{arch: "llama", vocab: 16, embd: 128, layers: 1, heads: 2, kvHeads: 2, ff: 16, wtype: quant.F32},
+		{arch: "llama", vocab: 16, embd: 256, layers: 1, heads: 4, kvHeads: 1, ff: 16, wtype: quant.F32},
+	} {
+		src := newMemModel(shape, 51)
+		src.meta["llama.context_length"] = 1024
+		m := mustBuild(src)
+		toks := randTokens(rand.New(rand.NewPCG(52, 52)), 40, shape.vocab)
+		const depth = 300
+		for _, kt := range kvTypesQ8 {
+			fill := fillDeep(kt.new(16, shape.layers, m.cfg.KVDim()), depth)
+			run := func(threads int, chunks []int) []float32 {
+				kv := *fill
+				kv.k, kv.v, kv.k16, kv.v16 = cloneRows(kv.k), cloneRows(kv.v), cloneRows(kv.k16), cloneRows(kv.v16)
+				kv.k8, kv.v8 = cloneRows(kv.k8), cloneRows(kv.v8)
+				r := m.NewRunner(kernels.NewParallel(threads))
+				var logits []float32
+				for pos, ci := 0, 0; pos < len(toks); ci++ {
+					n := min(chunks[ci%len(chunks)], len(toks)-pos)
+					res := r.Forward([]Seq{{Tokens: toks[pos : pos+n], Pos: depth + pos, KV: &kv, AllLogits: true}})
+					if res[0].Err != nil {
+						t.Fatal(res[0].Err)
+					}
+					logits = append(logits, res[0].Logits...)
+					pos += n
+				}
+				return logits
+			}
+			if err := kernels.SetPath(kernels.Generic); err != nil {
+				t.Fatal(err)
+			}
+			base := run(1, []int{1})
+			for _, p := range kernels.Paths() {
+				if err := kernels.SetPath(p); err != nil {
+					t.Fatal(err)
+				}
+				for _, v := range []struct {
+					threads int
+					chunks  []int
+				}{{1, []int{40}}, {2, []int{40}}, {2, []int{17, 3, 20}}, {1, []int{1}}} {
+					if got := run(v.threads, v.chunks); !bitsEqual(got, base) {
+						t.Errorf("heads %d/%d %s %v %+v: logits differ from generic one-thread decode (first at %d)", shape.heads, shape.kvHeads, kt.name, p, v, firstDiff(got, base))
+					}
+				}
+			}
+		}
+	}
+}
