@@ -68,6 +68,7 @@ type gemma3Block struct {
 func (b *gemma3Block) forward(r *Runner, l int) {
 	r.norm(r.xn, r.x, b.attnNorm)
 	b.attn.forward(r, l)
+	r.keepOutputRows(l)
 	r.norm(r.o, r.o, b.attnPostNorm)
 	r.addNorm(b.ffnNorm)
 	b.ffn.forward(r, r.xn, r.o)

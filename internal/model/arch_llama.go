@@ -24,6 +24,7 @@ type preNormBlock struct {
 func (b *preNormBlock) forward(r *Runner, l int) {
 	r.norm(r.xn, r.x, b.attnNorm)
 	b.attn.forward(r, l)
+	r.keepOutputRows(l)
 	r.addNorm(b.ffnNorm)
 	b.ffn.forward(r, r.xn, r.o)
 	r.addResidual()

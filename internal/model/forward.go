@@ -78,8 +78,10 @@ type Runner struct {
 	par *kernels.Parallel
 
 	// n is the number of token rows in the current step; every
-	// activation below holds n rows.
-	n int
+	// activation below holds n rows. In the last layer it may shrink to
+	// the rows whose logits the step returns (keepOutputRows; compacted).
+	n         int
+	compacted bool
 	// res is the current step's results: a block that fails a sequence
 	// (its KV view refused a read) records the error there.
 	res []Result
@@ -140,6 +142,7 @@ type active struct {
 	span int // first of its blocks in Runner.spans
 	blk0 int // the block index of Runner.spans[span]: blocks before it are outside the layer's window, never read
 	dead bool
+	all  bool // the sequence asked for every token's logits (Seq.AllLogits)
 }
 
 // span is one block of a sequence's past K/V as its view served it: float32
@@ -229,7 +232,7 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 			res[i].Err = err
 			continue
 		}
-		r.acts = append(r.acts, active{idx: i, off: total, n: len(s.Tokens), pos: s.Pos, kv: s.KV, ps: s.KV.PageSize(), f16: isF16(s.KV), q8: isQ8(s.KV)})
+		r.acts = append(r.acts, active{idx: i, off: total, n: len(s.Tokens), pos: s.Pos, kv: s.KV, ps: s.KV.PageSize(), f16: isF16(s.KV), q8: isQ8(s.KV), all: s.AllLogits})
 		total += len(s.Tokens)
 	}
 	if total == 0 {
@@ -237,7 +240,7 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 	}
 	acts := r.acts
 	E, Q, KD := c.Embd, c.QDim(), c.KVDim()
-	r.n, r.res = total, res
+	r.n, r.res, r.compacted = total, res, false
 	r.x, r.xn = grow(r.x, total*E), grow(r.xn, total*E)
 	r.q, r.att = grow(r.q, total*Q), grow(r.att, total*Q)
 	r.k, r.v = grow(r.k, total*KD), grow(r.v, total*KD)
@@ -271,21 +274,18 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 	}
 
 	// Only the rows whose logits are wanted go through the output matmul:
-	// for decode and prefill that is one row per sequence.
-	rows := r.rows[:0]
-	for _, a := range acts {
-		if a.dead {
-			continue
+	// for decode and prefill that is one row per sequence. The last block
+	// may have kept only those rows already (keepOutputRows).
+	var rows []int
+	if r.compacted {
+		rows = r.rows[:0]
+		for i := 0; i < r.n; i++ {
+			rows = append(rows, i)
 		}
-		if seqs[a.idx].AllLogits {
-			for j := 0; j < a.n; j++ {
-				rows = append(rows, a.off+j)
-			}
-		} else {
-			rows = append(rows, a.off+a.n-1)
-		}
+		r.rows = rows
+	} else {
+		rows = r.outputRows()
 	}
-	r.rows = rows
 	if len(rows) == 0 {
 		return res
 	}
@@ -302,13 +302,59 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 			continue
 		}
 		n := 1
-		if seqs[a.idx].AllLogits {
+		if a.all {
 			n = a.n
 		}
 		res[a.idx].Logits = logits[i*c.Vocab : (i+n)*c.Vocab : (i+n)*c.Vocab]
 		i += n
 	}
 	return res
+}
+
+// outputRows lists the step's rows whose logits it returns, in order:
+// each live sequence's last token, or all its tokens with AllLogits.
+func (r *Runner) outputRows() []int {
+	rows := r.rows[:0]
+	for _, a := range r.acts {
+		if a.dead {
+			continue
+		}
+		if a.all {
+			for j := 0; j < a.n; j++ {
+				rows = append(rows, a.off+j)
+			}
+		} else {
+			rows = append(rows, a.off+a.n-1)
+		}
+	}
+	r.rows = rows
+	return rows
+}
+
+// keepOutputRows is called by every block right after its attention.
+// In the last layer the rest of the block feeds only the logits, so only
+// the rows whose logits the step returns go on (llama.cpp's graphs do the
+// same with inp_out_ids): the residual stream r.x and the attention
+// output r.o are compacted to those rows and r.n shrinks. A prefill of N
+// tokens then runs the last layer's FFN on one row instead of N. Every
+// block computes each row alone, so the rows kept get the same bits
+// either way; the layer's K/V were written by the attention before.
+func (r *Runner) keepOutputRows(l int) {
+	if l != len(r.m.blocks)-1 {
+		return
+	}
+	rows := r.outputRows()
+	if len(rows) == r.n {
+		return // every row (rows ascend, so this is the identity)
+	}
+	E := r.m.cfg.Embd
+	for i, t := range rows { // i <= t: copying forward in place is safe
+		if i != t {
+			copy(r.x[i*E:(i+1)*E], r.x[t*E:(t+1)*E])
+			copy(r.o[i*E:(i+1)*E], r.o[t*E:(t+1)*E])
+		}
+	}
+	r.n, r.compacted = len(rows), true
 }
 
 func (m *Model) checkSeq(s Seq) error {
