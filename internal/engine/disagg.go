@@ -476,7 +476,8 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 				return
 			}
 			if _, ok := lc.step(request.Event{Kind: request.EvPreempted}, nil); !ok || !lc.live() {
-				return // the request ended meanwhile (a cancel took effect)
+				p2.done(nil, nil) // never used
+				return            // the request ended meanwhile (a cancel took effect)
 			}
 			migrations++
 			d.migrated.Add(1)
