@@ -2,9 +2,14 @@ package engine
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/kv"
 )
 
 // cancelOnMove hands out pair a, then, to the request's next pairing (its
@@ -93,4 +98,110 @@ func TestMigrationCancelledTellsNewPair(t *testing.T) {
 	}
 	waitFreePool(t, la.Decode.Pool())
 	waitFreePool(t, lb.Decode.Pool())
+}
+
+// failStream reserves for real, then cannot open the decode stream.
+type failStream struct{ handoff.Decode }
+
+func (f failStream) Stream(context.Context, kv.ID, handoff.StreamParams) (handoff.TokenStream, error) {
+	return nil, handoff.ErrTransport.With("connection lost")
+}
+
+// countPairs hands out pairs in order (the last again when they run
+// out) and counts the Done calls each got.
+type countPairs struct {
+	pairs  []Pair
+	mu     sync.Mutex
+	out    int
+	doneBy map[int]int
+}
+
+func (p *countPairs) Pair(*Request, []*Pair) (*Pair, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.pairs[min(p.out, len(p.pairs)-1)]
+	n := p.out
+	p.out++
+	c.Done = func(error, error) {
+		p.mu.Lock()
+		p.doneBy[n]++
+		p.mu.Unlock()
+	}
+	return &c, nil
+}
+
+// A decode stream that cannot be opened after a good reservation is
+// retried on the next pair while the budget lasts: each failed attempt's
+// reservation is aborted (its pool whole again), every pair handed out is
+// told Done once, and the request ends with the reference output when a
+// good pair comes within the budget, or with the error after the budget
+// (1 + MaxRetries attempts, no more).
+func TestStreamOpenRetriesAbortEachReservation(t *testing.T) {
+	m := newToy()
+	mk := func() *Local {
+		l, err := NewLocal(toyConfig(m, 40), toyConfig(m, 40))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { closeWithin(t, l) })
+		return l
+	}
+	la, lb, lc := mk(), mk(), mk()
+	r := &Request{Tenant: "t", Prompt: prompt(3, 9), MaxTokens: 12}
+	want := toyReference(m, r.Prompt, r.MaxTokens, false)
+	for _, c := range []struct {
+		name    string
+		retries int
+		ok      bool
+		out     int
+	}{
+		{"third pair good", 2, true, 3},
+		{"budget spent first", 1, false, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cp := &countPairs{pairs: []Pair{
+				{Prefill: la.Prefill, Decode: failStream{la.Decode}},
+				{Prefill: lb.Prefill, Decode: failStream{lb.Decode}},
+				{Prefill: lc.Prefill, Decode: lc.Decode},
+			}, doneBy: map[int]int{}}
+			d, err := NewDisaggregatedPairs(DisaggConfig{Model: "toy", Vocab: m.Vocab(), Fingerprint: FingerprintOf(m), Context: 160, MaxRetries: c.retries}, cp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeWithin(t, d)
+			st, err := d.Submit(context.Background(), r)
+			if c.ok {
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := collect(t, st)
+				if got.final.Err != nil || !slices.Equal(got.tokens, want) {
+					t.Fatalf("got %v %v, want %v", got.tokens, got.final.Err, want)
+				}
+			} else if err == nil {
+				got := collect(t, st)
+				t.Fatalf("got %v %v, want an error after %d attempts", got.tokens, got.final.Err, c.out)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				cp.mu.Lock()
+				out, by := cp.out, maps.Clone(cp.doneBy)
+				cp.mu.Unlock()
+				ok := out == c.out
+				for i := 0; i < out; i++ {
+					ok = ok && by[i] == 1
+				}
+				if ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d pairs handed out (want %d), Done calls %v; want each told once", out, c.out, by)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			for _, l := range []*Local{la, lb, lc} {
+				waitFreePool(t, l.Decode.Pool())
+			}
+		})
+	}
 }
