@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
 	"sluice/internal/sample"
+	"sluice/internal/sched"
 )
 
 // DecodeWorker implements handoff.Decode over its own KV pool: it reserves
@@ -35,6 +37,15 @@ type DecodeWorker struct {
 	mu       sync.Mutex
 	handoffs map[kv.ID]*dhandoff
 	closed   bool
+	// wanting is the tenants whose last Reserve was refused for room, and
+	// until when that counts (the KV quota, decodeQuota): the router's
+	// waiting requests, which this worker learns of only by refusing
+	// them. Under mu.
+	wanting map[string]dwant
+	// reserving is the quota snapshot of the Reserve in progress and its
+	// tenant, for admit (called from it, under mu).
+	reserving       *sched.Pages
+	reservingTenant string
 
 	// sharedPreempted counts sequences preempted while reading pages
 	// their reservation found in the prefix cache (tests: preemption of
@@ -55,6 +66,10 @@ type dhandoff struct {
 	maxTokens int
 	keys      []kv.BlockKey // the prompt's full pages' cache keys (nil: no cache)
 	hitBlocks int           // leading prompt blocks found in the cache at Reserve
+
+	// pages is what the reservation took: the tenant's hold on the pool
+	// until the sequence joins the batch (the batch counts it then).
+	pages int
 
 	committed bool
 	owner     kv.Owner
@@ -290,13 +305,38 @@ func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handof
 	if _, dup := w.handoffs[r.Handoff]; dup {
 		return nil, handoff.ErrDuplicate
 	}
+	// The KV quota (decodeQuota): a tenant that would go over its share
+	// while another tenant's request waits for pages is held back before
+	// anything is reserved; a tenant within its share skips the free-page
+	// watermark (admit).
+	now := w.now()
+	n := kv.PagesFor(r.PromptTokens+min(r.MaxTokens, w.cfg.PageSize), w.cfg.PageSize)
+	quota := w.quotaLocked(now)
+	if !quota.MayTake(r.Tenant, n) && quota.OverShare(r.Tenant, n) {
+		return nil, handoff.ErrOverShare.With("%d pages for %d+%d tokens: not now", n, r.PromptTokens, r.MaxTokens)
+	}
+	w.reserving, w.reservingTenant = &quota, r.Tenant
 	w.rmu.Lock()
-	res, err := w.recv.ReservePrefix(w.now(), r, keys)
+	res, err := w.recv.ReservePrefix(now, r, keys)
 	w.rmu.Unlock()
+	w.reserving, w.reservingTenant = nil, ""
 	if err != nil {
+		if errors.Is(err, handoff.ErrNoRoom) {
+			if quota.OverShare(r.Tenant, n) {
+				// Its own share is what it waits for: only it waits.
+				return nil, handoff.ErrOverShare.With("%d pages for %d+%d tokens: not now", n, r.PromptTokens, r.MaxTokens)
+			}
+			// Waiting within its share: it contends for the pool now,
+			// which holds the others at their shares (decodeQuota).
+			if w.wanting == nil {
+				w.wanting = map[string]dwant{}
+			}
+			w.wanting[r.Tenant] = dwant{pages: n, until: now.Add(wantFor)}
+		}
 		return nil, err
 	}
-	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: w.now(), keys: keys}
+	delete(w.wanting, r.Tenant)
+	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: now, keys: keys, pages: n}
 	return res, nil
 }
 
@@ -306,6 +346,11 @@ func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handof
 func (w *DecodeWorker) admit(pages int) bool {
 	p := rawPool(w.pool)
 	if p == nil || w.cfg.NoWatermark {
+		return true
+	}
+	if w.reserving != nil && w.reserving.WithinShare(w.reservingTenant, pages) {
+		// Within its share while others hold pages: the watermark is the
+		// over-share tenants' to keep, not this one's to wait on.
 		return true
 	}
 	return watermarkOK(p.AvailablePages(), pages, p.Pages(), len(w.handoffs))
@@ -679,4 +724,58 @@ func (w *DecodeWorker) SchedStats() SchedStats { return w.sched.stats() }
 // Stats returns the counters.
 func (w *DecodeWorker) Stats() DecodeStats {
 	return DecodeStats{Steps: w.sched.steps.Load(), MaxBatch: w.sched.maxSeqs.Load()}
+}
+
+// The decode worker's KV quota (docs/isolation.md, "KV quotas"): the same
+// pure rules as the colocated engine's (sched.Pages), over this pool. The
+// requests waiting for its pages are the router's, which it learns of only
+// by refusing them for room: a tenant refused within its share "wants"
+// pages for wantFor (the router tries again well within that: at every
+// request's end, at the latest after its retry interval), and while it
+// does, a tenant over its share is refused with ErrOverShare, which the
+// router's queue turns into a pass-over of that tenant alone. Pages held
+// are the reservations of handoffs not yet decoding plus what the batch's
+// sequences hold (its last cycle's snapshot). Tenants count with weight 1
+// here: the Reserve message carries no weight.
+
+// dwant is a tenant's request refused for room: the pages it needs, and
+// until when it counts as waiting.
+type dwant struct {
+	pages int
+	until time.Time
+}
+
+// wantFor is how long a refusal for room keeps its tenant contending.
+const wantFor = time.Second
+
+// quotaLocked is the quota's snapshot of the pool now. Under mu.
+func (w *DecodeWorker) quotaLocked(now time.Time) sched.Pages {
+	p := sched.Pages{Pool: w.pool.CapacityTokens() / w.cfg.PageSize}
+	at := func(tenant string) *sched.Holder {
+		for i := range p.Holders {
+			if p.Holders[i].Tenant == tenant {
+				return &p.Holders[i]
+			}
+		}
+		p.Holders = append(p.Holders, sched.Holder{Tenant: tenant, Weight: 1})
+		return &p.Holders[len(p.Holders)-1]
+	}
+	if b := w.sched.held.Load(); b != nil {
+		for _, h := range b.Holders {
+			at(h.Tenant).Held += h.Held
+		}
+	}
+	for _, h := range w.handoffs {
+		if !h.started {
+			at(h.tenant).Held += h.pages
+		}
+	}
+	for t, x := range w.wanting {
+		if now.After(x.until) {
+			delete(w.wanting, t)
+			continue
+		}
+		at(t).Wants = x.pages
+	}
+	return p
 }

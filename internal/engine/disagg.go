@@ -236,7 +236,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		for {
 			var e *Error
 			var noRoom bool
-			res, noRoom, e = d.reserve(ctx, r, cur.pair().Decode, cur.get())
+			res, noRoom, e = d.reserve(ctx, tk, r, cur.pair().Decode, cur.get())
 			if (e == nil && !noRoom) || ctx.Err() != nil {
 				return noRoom, e
 			}
@@ -361,7 +361,10 @@ func (c *currentHandoff) set(id kv.ID) {
 // transport failure leaves the outcome unknown, so the handoff is aborted.
 // A client leaving during the call (ctx) makes its outcome unknown too:
 // the Abort then overtakes the Reserve, which decode refuses (I6).
-func (d *Disaggregated) reserve(ctx context.Context, r *Request, dec handoff.Decode, id kv.ID) (*handoff.Reservation, bool, *Error) {
+func (d *Disaggregated) reserve(ctx context.Context, tk *ticket, r *Request, dec handoff.Decode, id kv.ID) (*handoff.Reservation, bool, *Error) {
+	if tk != nil {
+		tk.overShare = false // this attempt's answer only
+	}
 	// The prompt's ids let decode look up its own prefix cache (salted
 	// there with the authenticated tenant, I11); a decode worker without
 	// a cache ignores them.
@@ -376,7 +379,12 @@ func (d *Disaggregated) reserve(ctx context.Context, r *Request, dec handoff.Dec
 		d.abort(dec, id, err.Error())
 	}
 	if errors.Is(err, handoff.ErrNoRoom) && ctx.Err() == nil {
-		// Nothing was kept on decode: wait in the queue, first in line.
+		// Nothing was kept on decode: wait in the queue, first in line;
+		// or, refused for its tenant's KV share, behind the other
+		// tenants (the queue passes over this tenant alone).
+		if tk != nil && errors.Is(err, handoff.ErrOverShare) {
+			tk.overShare = true
+		}
 		return nil, true, nil
 	}
 	if errors.Is(err, handoff.ErrTransport) || ctx.Err() != nil {
@@ -512,7 +520,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 		if e := tk.wait(gone, func() (bool, *Error) {
 			var e *Error
 			var noRoom bool
-			res, noRoom, e = d.reserve(gone, &again, cur.pair().Decode, id)
+			res, noRoom, e = d.reserve(gone, tk, &again, cur.pair().Decode, id)
 			return noRoom, e
 		}); e != nil {
 			lc.queueEnd(e)

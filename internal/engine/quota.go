@@ -241,18 +241,7 @@ func (s *batch) overShare(tenant string, n int, waiting []string) bool {
 			q.Holders[i].Wants = 1
 		}
 	}
-	held, others := 0, false
-	for _, h := range q.Holders {
-		if h.Tenant == tenant {
-			held = h.Held
-		} else if h.Held > 0 || h.Wants > 0 {
-			others = true
-		}
-	}
-	// A tenant holding nothing is never over: its first request may
-	// always be admitted (one larger than its share runs when it is the
-	// oldest sequence).
-	return others && held > 0 && held+n > q.Share(tenant)
+	return q.OverShare(tenant, n)
 }
 
 // withinShare reports, from the last cycle's snapshot, whether tenant
@@ -265,13 +254,5 @@ func (s *batch) withinShare(tenant string, n int) bool {
 	if p == nil {
 		return false
 	}
-	held, others := 0, false
-	for _, h := range p.Holders {
-		if h.Tenant == tenant {
-			held = h.Held
-		} else if h.Held > 0 {
-			others = true
-		}
-	}
-	return others && held+n <= p.Share(tenant)
+	return p.WithinShare(tenant, n)
 }

@@ -38,7 +38,8 @@ func TestWatermark(t *testing.T) {
 // The decode worker keeps the watermark: with one handoff holding pages, a
 // reservation that would leave fewer than two pages free is "no room now"
 // (the router's queue waits) though the pool could hold it; once the
-// holder is gone the same reservation succeeds.
+// holder is gone the same reservation succeeds. (One tenant: another
+// tenant within its KV share skips the watermark, quota_decode_test.go.)
 func TestDecodeReserveKeepsWatermark(t *testing.T) {
 	dw, err := NewDecodeWorker(toyConfig(newToy(), 16)) // 16 pages of 4 tokens
 	if err != nil {
@@ -51,7 +52,7 @@ func TestDecodeReserveKeepsWatermark(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 12 + 4: 4 pages would leave 1 free, under the watermark of 2.
-	r := &handoff.Reserve{Handoff: newID(), Tenant: "b", PromptTokens: 12, MaxTokens: 8}
+	r := &handoff.Reserve{Handoff: newID(), Tenant: "a", PromptTokens: 12, MaxTokens: 8}
 	if _, err := dw.Reserve(context.Background(), r); !errors.Is(err, handoff.ErrNoRoom) {
 		t.Fatalf("under the watermark: %v, want no room", err)
 	}
@@ -59,7 +60,7 @@ func TestDecodeReserveKeepsWatermark(t *testing.T) {
 		t.Fatalf("%d free pages: the refused reservation took some", free)
 	}
 	// 8 + 4: 3 pages leave 2, the watermark.
-	if _, err := dw.Reserve(context.Background(), &handoff.Reserve{Handoff: newID(), Tenant: "c", PromptTokens: 8, MaxTokens: 8}); err != nil {
+	if _, err := dw.Reserve(context.Background(), &handoff.Reserve{Handoff: newID(), Tenant: "a", PromptTokens: 8, MaxTokens: 8}); err != nil {
 		t.Fatalf("at the watermark: %v", err)
 	}
 	if err := dw.Abort(context.Background(), &handoff.Abort{Handoff: first, Reason: "test"}); err != nil {

@@ -23,10 +23,17 @@ type Error struct {
 func (e *Error) Error() string { return "handoff " + string(e.Code) + ": " + e.Msg }
 
 // Is matches any *Error with the same Code; ErrNoRoom also matches
-// ErrRefused, since having no free pages is one reason to refuse.
+// ErrRefused, since having no free pages is one reason to refuse, and
+// ErrOverShare matches both (it is a "not now" for one tenant).
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && (t.Code == e.Code || (t.Code == ErrRefused.Code && e.Code == ErrNoRoom.Code))
+	if !ok {
+		return false
+	}
+	if e.Code == ErrOverShare.Code && (t.Code == ErrNoRoom.Code || t.Code == ErrRefused.Code) {
+		return true
+	}
+	return t.Code == e.Code || (t.Code == ErrRefused.Code && e.Code == ErrNoRoom.Code)
 }
 
 // With returns a copy of the sentinel with a more specific message.
@@ -75,6 +82,14 @@ var (
 	// empty (back-pressure: the router's queue waits and tries again; never
 	// an integrity failure). errors.Is(err, ErrRefused) holds for it too.
 	ErrNoRoom = &Error{"no_room", "the decode worker has no free KV pages for the reservation"}
+	// ErrOverShare: a reservation refused for now because its tenant
+	// would hold more than its share of the decode worker's KV pages
+	// while another tenant holds pages or waits for some (the KV quota,
+	// docs/isolation.md). Unlike ErrNoRoom it holds back only that
+	// tenant: the router's queue passes over it and admits the others.
+	// errors.Is(err, ErrNoRoom) and errors.Is(err, ErrRefused) hold for
+	// it too, so a router that does not know it waits as for no room.
+	ErrOverShare = &Error{"over_share", "the tenant holds its share of the decode worker's KV pages while another tenant waits"}
 	// ErrDuplicate: a handoff with this id already exists.
 	ErrDuplicate = &Error{"duplicate_handoff", "a handoff with this id already exists"}
 	// ErrProtocol: a malformed frame on a transport (framing, checksum,

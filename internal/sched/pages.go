@@ -174,3 +174,38 @@ func (p Pages) Reclaim(free int, ok func(tenant string) bool) string {
 	}
 	return p.Holders[best].Tenant
 }
+
+// OverShare reports whether tenant, taking n more pages, would hold more
+// than its share while another tenant holds pages or waits for some: the
+// admission's refusal that holds back only this tenant (Core's
+// EvOverShare). A tenant holding nothing is never over: its first request
+// may always start (one larger than its share runs when it is the
+// oldest).
+func (p Pages) OverShare(tenant string, n int) bool {
+	held, others := 0, false
+	for _, h := range p.Holders {
+		if h.Tenant == tenant {
+			held = h.Held
+		} else if h.Held > 0 || h.Wants > 0 {
+			others = true
+		}
+	}
+	return others && held > 0 && held+n > p.Share(tenant)
+}
+
+// WithinShare reports whether tenant taking n more pages stays within its
+// share while another tenant holds pages: such a reservation skips the
+// free-page watermark (which keeps room for the running sequences to
+// grow, and would make a tenant under its share wait for an over-share
+// tenant's sequences to end).
+func (p Pages) WithinShare(tenant string, n int) bool {
+	held, others := 0, false
+	for _, h := range p.Holders {
+		if h.Tenant == tenant {
+			held = h.Held
+		} else if h.Held > 0 {
+			others = true
+		}
+	}
+	return others && held+n <= p.Share(tenant)
+}

@@ -692,7 +692,7 @@ func (r *router) otherPages(id kv.ID) []kv.PageRef {
 // as opposed to a refusal.
 func isNoRoom(err error) bool {
 	var he *handoff.Error
-	return errors.As(err, &he) && he.Code == handoff.ErrNoRoom.Code
+	return errors.As(err, &he) && (he.Code == handoff.ErrNoRoom.Code || he.Code == handoff.ErrOverShare.Code)
 }
 
 // codeOf is an error's stable code for the request's terminal reason.
