@@ -178,6 +178,9 @@ type batch struct {
 	deferrals atomic.Int64
 	// gb is the grammar budget of the step under way.
 	gb stepBudget
+	// shares is the tenants' service in this batch, which decides the
+	// prompt chunks of each step (prefillPlan).
+	shares sched.Shares
 }
 
 // scheduler is the goroutine layer around a batch for the servers: it
@@ -219,7 +222,10 @@ func (s *batch) stats() SchedStats {
 }
 
 func newBatch(cfg Config, pool pagePool) *batch {
-	return &batch{cfg: cfg, pool: pool, fwd: cfg.Model.NewForwarder(cfg.Threads)}
+	b := &batch{cfg: cfg, pool: pool, fwd: cfg.Model.NewForwarder(cfg.Threads)}
+	// Slack: a chunk's worth of service; Lag: a few steps' worth.
+	b.shares.Slack, b.shares.Lag = int64(max(cfg.ChunkTokens, 1)), int64(4*max(cfg.StepTokens, 1))
+	return b
 }
 
 func newScheduler(cfg Config, pool pagePool) *scheduler {
@@ -429,22 +435,23 @@ func (s *batch) step() {
 	var members []*seq
 	var sizes []int
 	// Decode tokens first: they are one token each and keep latency flat;
-	// prefill chunks take what is left of the step's token budget, one
-	// chunk per tenant in turn (prefillOrder).
+	// prefill chunks take what is left of the step's token budget, as
+	// the tenants' step shares say (prefillPlan).
 	for pass := 0; pass < 2; pass++ {
 		order := s.active
+		var take map[*seq]int
 		if pass == 1 {
-			order = s.prefillOrder()
+			order, take = s.prefillPlan(budget)
 		}
 		for _, q := range order {
-			if q.decoded != (pass == 0) || q.held != nil {
+			if q.decoded != (pass == 0) || q.held != nil || q.emit == nil {
 				continue
 			}
 			var toks []int32
 			if q.decoded {
 				toks = []int32{q.next}
 			} else {
-				n := min(len(q.prompt), s.cfg.ChunkTokens, budget)
+				n := min(take[q], budget)
 				if n <= 0 {
 					continue
 				}
@@ -481,6 +488,7 @@ func (s *batch) step() {
 		}
 		s.gb.start(s.clock, took, true, s.cfg.GrammarUnits)
 		for i, q := range members {
+			s.shares.Charge(q.owner.Tenant, q.weight, sizes[i])
 			s.advance(q, sizes[i], res[i])
 		}
 		s.verify()
@@ -501,49 +509,37 @@ func (s *batch) step() {
 	s.active = live
 }
 
-// prefillOrder is the order in which prompt chunks take the step's token
-// budget: each tenant's sequences oldest first, the tenants taking turns
-// (first sequence of every tenant, then second, ...), the tenants in the
-// order of their oldest sequence. So one tenant's burst of long prompts
-// does not hold another tenant's prompt back for the whole burst's
-// prefill (issue 28's crowding-out: TTFT), and the globally oldest prompt
-// still comes first (progress). Outputs do not depend on it (batch
-// invariance). s.active is sorted by arrival (growAll).
-func (s *batch) prefillOrder() []*seq {
-	var tenants []string
-	rank := map[string]int{} // a sequence's place within its tenant
-	type slot struct {
-		round, tenant int
-		q             *seq
-	}
-	var slots []slot
-	idx := map[string]int{}
+// prefillPlan is the order in which prompt chunks take the step's token
+// budget and the tokens each may run, by the tenants' step shares
+// (sched.Shares: the least served tenants' chunks first and alone, each
+// tenant within its weighted part of the step while others are in the
+// batch; with one tenant, every chunk oldest first, as much as fits).
+// s.active is sorted by arrival (growAll). Outputs do not depend on it
+// (batch invariance).
+func (s *batch) prefillPlan(budget int) ([]*seq, map[*seq]int) {
+	var ms []sched.Member
+	var chunks []sched.Chunk
+	var qs []*seq
 	for _, q := range s.active {
-		if q.decoded || q.emit == nil {
+		if q.emit == nil {
 			continue
 		}
-		t := q.owner.Tenant
-		if _, ok := idx[t]; !ok {
-			idx[t] = len(tenants)
-			tenants = append(tenants, t)
+		ms = append(ms, sched.Member{Tenant: q.owner.Tenant, Weight: q.weight})
+		if q.decoded || q.held != nil || len(q.prompt) == 0 {
+			continue
 		}
-		slots = append(slots, slot{round: rank[t], tenant: idx[t], q: q})
-		rank[t]++
+		chunks = append(chunks, sched.Chunk{Tenant: q.owner.Tenant, Weight: q.weight, Tokens: min(len(q.prompt), s.cfg.ChunkTokens)})
+		qs = append(qs, q)
 	}
-	if len(tenants) < 2 {
-		return s.active
+	s.shares.Sync(ms)
+	order, take := s.shares.Plan(budget, s.cfg.ChunkTokens, ms, chunks)
+	out := make([]*seq, len(order))
+	n := make(map[*seq]int, len(order))
+	for i, k := range order {
+		out[i] = qs[k]
+		n[qs[k]] = take[k]
 	}
-	slices.SortStableFunc(slots, func(a, b slot) int {
-		if a.round != b.round {
-			return a.round - b.round
-		}
-		return a.tenant - b.tenant
-	})
-	out := make([]*seq, len(slots))
-	for i, sl := range slots {
-		out[i] = sl.q
-	}
-	return out
+	return out, n
 }
 
 // verify is the step's share of --kv-verify sample (kv.Pool.VerifyStep):

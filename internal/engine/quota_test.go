@@ -220,3 +220,83 @@ func TestKVQuotaOldestResumesOverShare(t *testing.T) {
 		t.Fatal("the oldest sequence stays parked over its share: nothing runs it")
 	}
 }
+
+// Step shares (sched.Shares) in the batch: a's five long prompts have
+// been running alone; b's short prompt then runs in a step of its own
+// (none of a's chunks lengthen it), and while b decodes, a's chunks take
+// at most its half of each step's budget. Alone again, a takes it all.
+func TestPrefillLightTenantRunsAlone(t *testing.T) {
+	r := newQuotaRig(t, 64)
+	var as []*seq
+	for range 5 {
+		as = append(as, r.add("a", 40, 4))
+	}
+	fed := func() int {
+		n := 0
+		for _, q := range as {
+			n += q.fed
+		}
+		return n
+	}
+	for range 3 {
+		before := fed()
+		r.s.turn()
+		if got := fed() - before; got != r.cfg.StepTokens {
+			t.Fatalf("a alone ran %d prompt tokens in a step, budget %d", got, r.cfg.StepTokens)
+		}
+	}
+	b := r.add("b", 8, 40)
+	before := fed()
+	r.s.turn()
+	if b.fed == 0 || fed() != before {
+		t.Fatalf("b's prompt ran %d tokens and a's %d in the same step: want b's alone", b.fed, fed()-before)
+	}
+	for !b.decoded {
+		r.s.turn()
+	}
+	for range 3 {
+		before := fed()
+		r.s.turn()
+		if got, part := fed()-before, (r.cfg.StepTokens-1)/2; got > part || got == 0 {
+			t.Fatalf("a ran %d prompt tokens in a step b decodes in, want 1 to %d (its part)", got, part)
+		}
+	}
+}
+
+// Priority for the less served tenant is bounded: when b floods too, its
+// counter catches up with a's and both tenants' prompts advance; a is
+// never passed over for long.
+func TestPrefillSharesNoStarvation(t *testing.T) {
+	r := newQuotaRig(t, 320)
+	var as, bs []*seq
+	for range 3 {
+		as = append(as, r.add("a", 60, 2))
+	}
+	r.s.turn()
+	for range 3 {
+		bs = append(bs, r.add("b", 300, 2))
+	}
+	fed := func(qs []*seq) int {
+		n := 0
+		for _, q := range qs {
+			n += q.fed
+		}
+		return n
+	}
+	idle := 0
+	for step := range 30 {
+		before := fed(as)
+		r.s.turn()
+		if fed(as) == before && fed(as) < 180 {
+			idle++
+		} else {
+			idle = 0
+		}
+		if limit := int(r.s.shares.Lag+r.s.shares.Slack)/r.cfg.ChunkTokens + 2; idle > limit {
+			t.Fatalf("step %d: a's prompts passed over %d steps in a row while b floods (bound %d)", step, idle, limit)
+		}
+	}
+	if fed(bs) == 0 {
+		t.Fatal("b's prompts never ran")
+	}
+}

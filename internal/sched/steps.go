@@ -1,0 +1,231 @@
+package sched
+
+import "slices"
+
+// Step shares: which prompt chunks one forward step carries when several
+// tenants have sequences in the batch. Pure like Core and Pages: the
+// batch describes the step's candidates, Plan says how many tokens each
+// runs, the batch reports what ran (Charge); the simulator drives the same
+// batch.
+//
+// Every decoding sequence runs its token every step (decode first, as
+// before); the rules are about the prompt chunks, which are what make a
+// step long:
+//
+//   - Service. Each tenant with sequences in the batch has a counter of
+//     the tokens the batch ran for it (prompt and decode), compared per
+//     unit of weight (the key file's weight=). No counter lags the
+//     greatest by more than Lag, and a tenant new to the batch starts Lag
+//     behind: a light or returning tenant gets priority for at most Lag
+//     tokens, and nobody banks more credit by being idle or light for a
+//     long while (after the virtual token counter of Sheng et al.,
+//     "Fairness in Serving Large Language Models", OSDI 2024, applied
+//     per step).
+//   - Least served first. Among the tenants with a prompt chunk waiting,
+//     those within Slack tokens (per weight) of the least served one run
+//     their chunks this step, taking turns (each one's oldest chunk, then
+//     each one's next); the others' chunks wait for a later step. So a
+//     light tenant's short prompt runs in a step a flooding tenant's
+//     1k-token prompts do not lengthen, and a flooding tenant's chunks run
+//     in every step where no lighter tenant has one. Two tenants both
+//     flooding stay within Slack of each other and share steps as before.
+//   - Part. While more than one tenant has sequences in the batch, one
+//     tenant's prompt chunks take at most its weighted part of the step's
+//     budget (budget x w / W, W over the tenants in the batch, at least
+//     one chunk): a step another tenant is decoding in is at most that
+//     much longer for a flood. Alone, a tenant takes the whole budget
+//     (work-conserving: one tenant's throughput does not change).
+//
+// The bound: a tenant's prompt chunk waits at most until it is the least
+// served within Slack, and every step that passes it over runs only chunks
+// of tenants less served than it, whose counters grow by what they run,
+// and which start within Lag of the most served; so it waits at most for
+// the others to run about Lag + Slack tokens per unit of weight. Outputs do
+// not depend on any of it (batch-invariant kernels: a chunk's size and
+// its step's company change no result).
+
+// Chunk is one prompt chunk a step could run: its tenant, the tenant's
+// weight, and the tokens it would run (its sequence's prompt left, at most
+// the chunk size). Candidates come in the batch's order (oldest first).
+type Chunk struct {
+	Tenant string
+	Weight int // >= 1; 0 means 1
+	Tokens int
+}
+
+// Member is a tenant with sequences in the batch and its weight.
+type Member struct {
+	Tenant string
+	Weight int
+}
+
+// Shares is the per-tenant service state of one batch.
+type Shares struct {
+	// Slack is how far (tokens per unit of weight) a tenant's counter may
+	// be over the least served one's for its chunks to share the step.
+	Slack int64
+	// Lag bounds how far (tokens per unit of weight) a counter may lag
+	// the greatest.
+	Lag    int64
+	served map[string]int64 // tokens run, per unit of weight
+}
+
+// Sync records the tenants in the batch now. Every counter is lifted to
+// within Lag of the greatest; a tenant the batch has no counter for
+// starts there (Lag behind), and one that left is forgotten once it is
+// there (it would start there again anyway). So a tenant that was light
+// or away has at most Lag tokens per unit of weight of priority, never
+// more, however long it was away.
+func (s *Shares) Sync(members []Member) {
+	if s.served == nil {
+		s.served = map[string]int64{}
+	}
+	most, any := int64(0), false
+	for _, v := range s.served {
+		if !any || v > most {
+			most = v
+		}
+		any = true
+	}
+	floor := most - s.Lag
+	in := make(map[string]bool, len(members))
+	for _, m := range members {
+		in[m.Tenant] = true
+		if _, ok := s.served[m.Tenant]; !ok {
+			s.served[m.Tenant] = floor
+		}
+	}
+	for t, v := range s.served {
+		switch {
+		case v <= floor && !in[t]:
+			delete(s.served, t)
+		case v < floor:
+			s.served[t] = floor
+		}
+	}
+}
+
+// Charge records that the step ran tokens for tenant (of weight).
+func (s *Shares) Charge(tenant string, weight, tokens int) {
+	if s.served == nil {
+		s.served = map[string]int64{}
+	}
+	s.served[tenant] += int64(tokens) / int64(max(weight, 1))
+	if r := int64(tokens) % int64(max(weight, 1)); r > 0 {
+		s.served[tenant]++ // round up: a light charge still counts
+	}
+}
+
+// Served is tenant's counter (tokens per unit of weight), for tests.
+func (s *Shares) Served(tenant string) int64 { return s.served[tenant] }
+
+// Plan decides the step's prompt chunks: the order they take the budget
+// (indexes into chunks) and the tokens each runs (0: not this step).
+// budget is the step's token budget left after the decode tokens; members
+// the tenants with sequences in the batch; minChunk the least part a
+// tenant may take (one chunk).
+func (s *Shares) Plan(budget, minChunk int, members []Member, chunks []Chunk) (order []int, take []int) {
+	take = make([]int, len(chunks))
+	order = make([]int, 0, len(chunks))
+	tenants := map[string]bool{}
+	for _, m := range members {
+		tenants[m.Tenant] = true
+	}
+	for _, c := range chunks {
+		tenants[c.Tenant] = true
+	}
+	if len(tenants) < 2 {
+		// One tenant: every chunk in order, the whole budget.
+		for i, c := range chunks {
+			n := min(c.Tokens, budget)
+			if n > 0 {
+				take[i], budget = n, budget-n
+			}
+			order = append(order, i)
+		}
+		return order, take
+	}
+	// The tenants with chunks, in the order of their first chunk.
+	var names []string
+	weight := map[string]int{}
+	for _, c := range chunks {
+		if _, ok := weight[c.Tenant]; !ok {
+			names = append(names, c.Tenant)
+		}
+		weight[c.Tenant] = max(c.Weight, 1)
+	}
+	if len(names) == 0 {
+		return order, take
+	}
+	least := s.served[names[0]]
+	for _, t := range names[1:] {
+		least = min(least, s.served[t])
+	}
+	runs := map[string]bool{}
+	for _, t := range names {
+		runs[t] = s.served[t]-least <= s.Slack
+	}
+	// Parts: budget x w / W over the tenants in the batch.
+	total := 0
+	seen := map[string]bool{}
+	for _, m := range members {
+		if !seen[m.Tenant] {
+			seen[m.Tenant] = true
+			total += max(m.Weight, 1)
+		}
+	}
+	for _, t := range names {
+		if !seen[t] {
+			seen[t] = true
+			total += weight[t]
+		}
+	}
+	part := map[string]int{}
+	for _, t := range names {
+		part[t] = max(budget*weight[t]/total, min(minChunk, budget))
+	}
+	// Turns: round r takes the r-th chunk of each running tenant, the
+	// tenants least served first (ties: first chunk first).
+	byService := slices.Clone(names)
+	slices.SortStableFunc(byService, func(a, b string) int {
+		switch x, y := s.served[a], s.served[b]; {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+		return 0
+	})
+	rank := map[string]int{}
+	for i, t := range byService {
+		rank[t] = i
+	}
+	type slot struct{ round, tenant, i int }
+	var slots []slot
+	nth := map[string]int{}
+	for i, c := range chunks {
+		if !runs[c.Tenant] {
+			continue
+		}
+		slots = append(slots, slot{nth[c.Tenant], rank[c.Tenant], i})
+		nth[c.Tenant]++
+	}
+	slices.SortStableFunc(slots, func(a, b slot) int {
+		if a.round != b.round {
+			return a.round - b.round
+		}
+		return a.tenant - b.tenant
+	})
+	used := map[string]int{}
+	for _, sl := range slots {
+		c := chunks[sl.i]
+		n := min(c.Tokens, budget, part[c.Tenant]-used[c.Tenant])
+		if n > 0 {
+			take[sl.i] = n
+			budget -= n
+			used[c.Tenant] += n
+		}
+		order = append(order, sl.i)
+	}
+	return order, take
+}
