@@ -42,6 +42,10 @@ type crowdSide struct {
 	FloodErrors int `json:"a_errors"`
 	// Preemptions during b's measured run.
 	Preemptions int64 `json:"preemptions"`
+	// FloodTokS is a's prompt and generated tokens of the requests that
+	// finished during the phase, over b's measured time: what the flood
+	// still gets while b is protected.
+	FloodTokS float64 `json:"a_tok_s"`
 }
 
 type crowdReport struct {
@@ -161,6 +165,9 @@ func runCrowding(ctx context.Context, b *benchServe) int {
 	}
 	rep.Alone.Stats, rep.Alone.HitRate = summarize(alone, wallAlone), hitRate(alone)
 	rep.Flooded.Stats, rep.Flooded.HitRate = summarize(flooded, wallFlooded), hitRate(flooded)
+	if wallFlooded > 0 {
+		rep.Flooded.FloodTokS = float64(rep.Flooded.FloodOK*(b.longPrompt+b.longGen)) / wallFlooded.Seconds()
+	}
 	rep.TTFTP50x = ratio(rep.Flooded.Stats.TTFTP50, rep.Alone.Stats.TTFTP50)
 	rep.TTFTP99x = ratio(rep.Flooded.Stats.TTFTP99, rep.Alone.Stats.TTFTP99)
 	rep.HitRateDrop = rep.Alone.HitRate - rep.Flooded.HitRate
@@ -260,13 +267,13 @@ func printCrowding(w io.Writer, rep crowdReport) {
 		rep.BRequests, rep.BDistinct, rep.BPrompt, rep.BGen, rep.BInFlight, rep.APrompt, rep.AGen, rep.AInFlight)
 	fmt.Fprintf(w, "nproc %d, cpu %s, loadavg before %s, after %s\n", rep.NProc, rep.CPU, rep.LoadBefore, rep.LoadAfter)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "b\tok\thit rate\tTTFT p50 ms\tTTFT p99 ms\tITL p50 ms\tpreemptions\ta ok\ta 429/5xx\ta errors\t\n")
+	fmt.Fprint(tw, "b\tok\thit rate\tTTFT p50 ms\tTTFT p99 ms\tITL p50 ms\tpreemptions\ta ok\ta 429/5xx\ta errors\ta tok/s\t\n")
 	for _, r := range []struct {
 		name string
 		s    crowdSide
 	}{{"alone", rep.Alone}, {"a flooding", rep.Flooded}} {
-		fmt.Fprintf(tw, "%s\t%d/%d\t%.3f\t%.1f\t%.1f\t%.2f\t%d\t%d\t%d\t%d\t\n", r.name, r.s.Stats.OK, r.s.Stats.Requests, r.s.HitRate,
-			r.s.Stats.TTFTP50, r.s.Stats.TTFTP99, r.s.Stats.ITLP50, r.s.Preemptions, r.s.FloodOK, r.s.FloodNon200, r.s.FloodErrors)
+		fmt.Fprintf(tw, "%s\t%d/%d\t%.3f\t%.1f\t%.1f\t%.2f\t%d\t%d\t%d\t%d\t%.0f\t\n", r.name, r.s.Stats.OK, r.s.Stats.Requests, r.s.HitRate,
+			r.s.Stats.TTFTP50, r.s.Stats.TTFTP99, r.s.Stats.ITLP50, r.s.Preemptions, r.s.FloodOK, r.s.FloodNon200, r.s.FloodErrors, r.s.FloodTokS)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "flooded / alone: TTFT p50 %.2fx, p99 %.2fx; hit rate %.3f -> %.3f\n", rep.TTFTP50x, rep.TTFTP99x, rep.Alone.HitRate, rep.Flooded.HitRate)

@@ -43,6 +43,10 @@ type seq struct {
 
 	promptTokens int // for usage (I9)
 	cachedTokens int // of those, read from the prefix cache
+	// public is the leading pages of table read from the public prefix
+	// scope (--shared-prefix-file): held under the public scope's own
+	// budget, counted in no tenant's KV share (quota.go).
+	public int
 	// prefilled, when set, runs once when the prompt's last token has been
 	// computed (the prefix cache inserts the new full pages).
 	prefilled func(q *seq)
@@ -694,7 +698,7 @@ func (s *batch) preempt(q *seq) {
 		}
 	}
 	releasePages(s.pool, q.owner, q.table)
-	q.table, q.view = nil, nil
+	q.table, q.view, q.public = nil, nil, 0
 	// A deferred draw is dropped: the rebuild computes the same logits
 	// again (batch invariance), and the mask work done so far is kept by
 	// the sampler.

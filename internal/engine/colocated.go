@@ -102,6 +102,9 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 			q.ended = tk.done
 			q.emit = func(o outcome) { lc.scheduled(o, len(r.Prompt)) }
 			if keys != nil {
+				// The public prefix's pages read from the cache count in
+				// no tenant's share (quota.go).
+				q.public = min(c.cache.publicCount(keys), cached/c.cfg.PageSize)
 				// Runs when the prompt is computed, also after a preemption
 				// rebuilt it (the new pages are then all private).
 				from := cached / c.cfg.PageSize

@@ -78,16 +78,20 @@ func (s *batch) pages() sched.Pages {
 		}
 		h := at(q.owner.Tenant, q.weight)
 		// Only full prompt pages can be shared (the cache keys nothing
-		// else); the pages after them are the sequence's own.
+		// else); the pages after them are the sequence's own. The public
+		// prefix's pages, first, are nobody's: the public scope has its
+		// own budget, and counted per tenant they would put every tenant
+		// that uses the prefix over its share by the same pages.
 		n := min(len(q.table), q.promptTokens/s.cfg.PageSize)
 		h.Held += len(q.table) - n
-		if n == 0 {
+		pub := min(q.public, n)
+		if n == pub {
 			continue
 		}
 		if seen == nil {
 			seen = map[held]struct{}{}
 		}
-		for _, ref := range q.table[:n] {
+		for _, ref := range q.table[pub:n] {
 			k := held{q.owner.Tenant, ref.Page}
 			if _, dup := seen[k]; !dup {
 				seen[k] = struct{}{}

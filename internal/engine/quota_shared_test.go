@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"testing"
 
 	"sluice/internal/kv"
@@ -30,10 +31,45 @@ func (r *quotaRig) addCached(pc *prefixCache, tenant string, p []int32, maxToken
 	q.weight = 1
 	q.emit = func(outcome) {}
 	q.onPreempt = func(string) { r.victim = append(r.victim, tenant) }
+	q.public = min(pc.publicCount(keys), len(hits)) // as Colocated.Submit
 	from := len(hits)
 	q.prefilled = func(q *seq) { pc.insert(owner, q.table, keys, from) }
 	r.s.add(q)
 	return q
+}
+
+// The public prefix's pages (--shared-prefix-file) count in no tenant's
+// share: b's request reads the 2 public pages a computed and holds 3 of
+// its own; counted as b's, every tenant using the prefix would look over
+// its share by the same pages. After a preemption its rebuilt pages are
+// all its own, and all count.
+func TestKVQuotaPublicPrefixInNoShare(t *testing.T) {
+	r := newQuotaRig(t, 32)
+	r.cfg.PrefixCache = true
+	pub := prompt(3, 8)
+	r.cfg.PublicPrefix = pub
+	pc := newPrefixCache(r.cfg, r.pool)
+	mk := func(seed int) []int32 { return append(slices.Clone(pub), prompt(seed, 8)...) }
+	a := r.addCached(pc, "a", mk(11), 4)
+	for i := 0; a.fed < 16; i++ {
+		if i > 20 {
+			t.Fatal("a's prompt was never computed")
+		}
+		r.s.turn()
+	}
+	b := r.addCached(pc, "b", mk(12), 4)
+	if b.public != 2 {
+		t.Fatalf("b read %d public pages, want 2", b.public)
+	}
+	r.s.turn()
+	if got := r.held("b"); got != 3 {
+		t.Fatalf("b holds %d pages by the quota, want 3 (5 in its table, 2 of them the public prefix's)", got)
+	}
+	r.s.preempt(b)
+	r.s.dropParked()
+	if b.public != 0 {
+		t.Fatalf("a preempted sequence keeps %d public pages", b.public)
+	}
 }
 
 // The quota counts the pages a tenant holds in the pool, not the entries

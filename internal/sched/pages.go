@@ -12,8 +12,10 @@ package sched
 //     some. A contender of weight w among contenders of total weight W has
 //     a share of floor(Pool * w / W) pages.
 //   - Work-conserving: a tenant may take any free page while no other
-//     tenant waits. When another tenant waits, it may take pages only up
-//     to its share (MayTake); beyond it, its own latest sequence yields.
+//     tenant waits. When another tenant waits for pages within its share,
+//     it may take pages only up to its share (MayTake); beyond it, its own
+//     latest sequence yields. (A request larger than its tenant's share
+//     caps nobody: the cap would never give it room.)
 //   - When the pool is dry, the preemption victim is a sequence of the
 //     tenant furthest over its share (the largest Held/Weight, Victim), so
 //     a tenant within its share is never preempted while another is over.
@@ -88,10 +90,14 @@ func (p Pages) Share(tenant string) int {
 	return p.Pool * w / total
 }
 
-// Contended reports whether a tenant other than tenant waits for pages.
+// Contended reports whether a tenant other than tenant waits for pages
+// within its share (Held + Wants <= Share). A request larger than what
+// its tenant's share leaves it would never be given room by the cap: it
+// caps nobody (it waits at the queue's head instead, where nothing
+// overtakes it, and gets its pages as other requests end).
 func (p Pages) Contended(tenant string) bool {
 	for _, h := range p.Holders {
-		if h.Tenant != tenant && h.Wants > 0 {
+		if h.Tenant != tenant && h.Wants > 0 && h.Held+h.Wants <= p.Share(h.Tenant) {
 			return true
 		}
 	}

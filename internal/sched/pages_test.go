@@ -29,7 +29,14 @@ func TestPagesShareAndWorkConserving(t *testing.T) {
 	if !p.MayTake("b", 100) {
 		t.Fatal("b may not take free pages nobody else waits for")
 	}
+	// a, holding 90 of its share of 25, waits for 1 more: the cap would
+	// never give it room, so it caps nobody.
 	p.Holders[0].Wants = 1
+	if !p.MayTake("b", 100) {
+		t.Fatal("a's request larger than its share caps b")
+	}
+	// Within its share, a's wait caps b at b's share.
+	p.Holders[0].Held = 20
 	if !p.MayTake("b", 75) || p.MayTake("b", 76) {
 		t.Fatal("b's cap is not its share while a waits")
 	}
@@ -134,6 +141,16 @@ func TestPagesProperties(t *testing.T) {
 			t.Fatalf("shares sum to %d > pool %d", sum, pool)
 		}
 		for _, h := range p.Holders {
+			// Contended: another tenant waits for pages within its share
+			// (a request larger than that would never be given room by
+			// capping the others, so it caps nobody).
+			owed := false
+			for _, o := range p.Holders {
+				owed = owed || (o.Tenant != h.Tenant && o.Wants > 0 && o.Held+o.Wants <= p.Share(o.Tenant))
+			}
+			if p.Contended(h.Tenant) != owed {
+				t.Fatalf("%s: Contended = %v, but another tenant owed pages within its share: %v", h.Tenant, p.Contended(h.Tenant), owed)
+			}
 			n := rapid.IntRange(0, pool).Draw(t, "take")
 			ok := p.MayTake(h.Tenant, n)
 			switch {
