@@ -39,6 +39,12 @@ func quantQ8_0AVX2(x *float32, nb int, blocks *byte, dx *float32)
 func repackQ8_0Z(dst *byte, w *byte, nGroups, nb int)
 
 //go:noescape
+func repackQ8_0R16(dst *byte, w *byte, nb int)
+
+//go:noescape
+func tileQ8_0R16(out *float32, outStride int, wp *byte, nb int, xb *byte, xStride int, xt *byte, xtStride int, dx *float32, nTok int)
+
+//go:noescape
 func tileQ8_0Z(out *float32, outStride int, wp *byte, nGroups int, xt *byte, xtStride int, nb int, dx *float32, dxStride int)
 
 //go:noescape
@@ -497,6 +503,9 @@ func q8_0TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actB
 		len(act.dx) < nTiles*tileTok*nb || len(out) < (nTiles*tileTok-1)*outStride+nRows {
 		panic("kernels: bad Q8_0 tile")
 	}
+	if nRows == rowTile && nb <= q8R16Blocks {
+		return q8_0TilesR16(out, outStride, w, act, nTok)
+	}
 	need := nGroups*(nb+1)/2*288 + 64
 	bp := packPool.Get().(*[]byte)
 	if cap(*bp) < need {
@@ -512,6 +521,43 @@ func q8_0TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actB
 	}
 	packPool.Put(bp)
 	return nTiles * tileTok
+}
+
+// q8R16Blocks is the longest row (in blocks) that takes the 16-row kernel
+// for whole row tiles. It reloads the 16 rows' repacked blocks (576 bytes
+// each) for every token, so it wins while they stay near L1. Zen 4, 1
+// thread pinned, tokens per CPU-second, interleaved, under load:
+// bench-15M-q8_0 (288 and 768 columns) pp128 / pp512 6,650-6,830 /
+// 5,320-5,430 with the 4x4 tile only, 9,010-9,420 / 7,740-7,890 with the
+// 16-row kernel; bench-110M-q8_0 (768 and 2048 columns) 753-761 / 626-637
+// with the 4x4 tile only, 813-837 / 712-785 up to 24 blocks (768
+// columns), 739-825 / 706-708 up to 64 (2048 columns too). In the matmul
+// benchmark at 64 tokens (tok64 t1 cpuGFLOP/s, 4x4 / 16-row) 768x288
+// gains (98-101 / 114-130), 2048x768 is even (105-110 / 98-102) and
+// 768x2048 loses (118-140 / 108-109). Tests set it to 0 and to a large
+// value to cover both kernels.
+var q8R16Blocks = 24
+
+// q8_0TilesR16 runs the 16-row kernel (q8t16_amd64.s) over every token
+// of act (tile rows present: nTok >= tileTok).
+func q8_0TilesR16(out []float32, outStride int, w []byte, act actBuf, nTok int) int {
+	nb := act.nb
+	if len(w) < 34*nb*rowTile || len(act.bytes) < nTok*act.stride || len(act.tile) < nTok*act.tstr ||
+		len(act.dx) < nTok*nb || len(out) < (nTok-1)*outStride+rowTile {
+		panic("kernels: bad Q8_0 16-row tile")
+	}
+	need := nb*576 + 64
+	bp := packPool.Get().(*[]byte)
+	if cap(*bp) < need {
+		*bp = make([]byte, need)
+	}
+	buf := (*bp)[:need]
+	off := int(-uintptr(unsafe.Pointer(&buf[0])) & 63)
+	wp := buf[off:]
+	repackQ8_0R16(&wp[0], &w[0], nb)
+	tileQ8_0R16(&out[0], outStride, &wp[0], nb, &act.bytes[0], act.stride, &act.tile[0], act.tstr, &act.dx[0], nTok)
+	packPool.Put(bp)
+	return nTok
 }
 
 func f32TilesAVX512(out []float32, outStride int, w []byte, nRows int, act actBuf, nTok int) int {

@@ -761,6 +761,7 @@ TEXT ·quantQ8_0AVX512(SB), NOSPLIT, $0-40
 	VPXORD Y12, Y12, Y12                 // zero
 	XORQ R10, R10                         // tile byte offset of block pair b/2
 	MOVL $0x5555, R11                     // its lanes in the pair (even blocks)
+	XORQ BX, BX                           // 32 * (b%2)
 
 q8q_block:
 	TESTQ CX, CX
@@ -811,6 +812,9 @@ q8q_block:
 	VPSUBD Y10, Y12, Y10                  // -128 * sum
 	VPEXPANDD Z10, K4, Z17
 	VMOVDQU32 Z17, K4, 64(R9)(R10*1)
+	VCVTDQ2PS Y10, Y18                    // the same as float32, at 128+32h
+	LEAQ (R9)(R10*1), AX
+	VMOVUPS Y18, 128(AX)(BX*1)
 
 q8q_next:
 	ADDQ $128, SI
@@ -818,9 +822,10 @@ q8q_next:
 	ADDQ $4, R8
 	// the next pair's tile bytes after an odd block
 	XORL $0xffff, R11
+	XORQ $32, BX
 	CMPL R11, $0x5555
 	JNE  q8q_even
-	ADDQ $128, R10
+	ADDQ $192, R10
 
 q8q_even:
 	DECQ CX

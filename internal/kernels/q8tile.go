@@ -46,10 +46,12 @@ func q8TileRow(dst, blocks []byte, nb int) {
 //	0..63     qs, 4-byte group l of block 2p+h at bytes 8l+4h (zeros
 //	          past the last block)
 //	64..127   16 int32: -128 * (sum of the 4 qs of group 2l+h), as qs
+//	128..191  the same 16 sums as float32, block 2p's 8 then 2p+1's (the
+//	          16-row kernel, q8t16_amd64.s)
 //
 // The scales come from the widened ones (actBuf.dx). Lane 2l+h is the
 // canonical lane 8h+l (package doc).
-const q8TilePairZ = 128
+const q8TilePairZ = 192
 
 func q8TileRowZ(dst, blocks []byte, nb int) {
 	clear(dst)
@@ -64,6 +66,7 @@ func q8TileRowZ(dst, blocks []byte, nb int) {
 				s += int32(int8(qs[4*l+k]))
 			}
 			binary.LittleEndian.PutUint32(p[64+8*l+4*h:], uint32(-128*s))
+			binary.LittleEndian.PutUint32(p[128+32*h+4*l:], math.Float32bits(float32(-128*s)))
 		}
 	}
 }

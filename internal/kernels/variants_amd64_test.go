@@ -3,8 +3,18 @@ package kernels
 // forVariants runs f once per kernel variant a path has on this CPU: on
 // AVX2, the plain AVX2 tiles (what an AVX2-only CPU such as Zen 3 runs) in
 // both their forms (sign mask, VPSIGNB), then with AVX-VNNI the VNNI
-// tiles.
+// tiles; on AVX-512, the Q8_0 4x4 tile and the 16-row kernel, each for
+// every row length.
 func forVariants(p Path, f func(variant string)) {
+	if p == AVX512 {
+		old := q8R16Blocks
+		defer func() { q8R16Blocks = old }()
+		q8R16Blocks = 0
+		f("/q8-4x4")
+		q8R16Blocks = 1 << 30
+		f("/q8-16rows")
+		return
+	}
 	if p != AVX2 {
 		f("")
 		return
