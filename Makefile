@@ -87,8 +87,10 @@ bench-grammar:
 # The mixture-of-experts table of docs/benchmarks.md: writes the qwen3moe and
 # glm4moe bench shapes (2-4 GB each) into ../bench when missing, runs sluice
 # bench --llama-bench on them (4 configurations) and rewrites the table
-# between the bench-moe markers. REPS=1 about 15 minutes on an idle 2-vCPU
-# machine, the default REPS=3 about 40 (scripts/bench-moe.sh for ONLY=...).
+# between the bench-moe markers. REPS=1 roughly 15-20 minutes on an idle
+# 2-vCPU machine, the default REPS=3 roughly 45 (estimated from the tests'
+# rates); each missing model adds 10-30 minutes of sluice synth
+# (scripts/bench-moe.sh for ONLY=...).
 bench-moe:
 	scripts/bench-moe.sh
 

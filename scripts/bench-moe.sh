@@ -13,7 +13,8 @@
 #   scripts/bench-moe.sh [DIR]       (make bench-moe)
 #
 # DIR: the models (default $MODELS or ../bench). Environment: REPS (default
-# 3; 1 is about 15 minutes on an idle 2-vCPU machine, 3 about 40), OUT
+# 3; 1 is roughly 15-20 minutes on an idle 2-vCPU machine, 3 roughly 45,
+# estimated from the tests' rates; each missing model adds 10-30), OUT
 # (default bench-moe-out; earlier files there stay in the table), LLAMA
 # (llama.cpp builds; default ../shared/tools/llama.cpp), DOC (file to
 # update, default docs/benchmarks.md; DOC= to only print), SLUICE (the
