@@ -42,6 +42,12 @@ func repackQ8_0Z(dst *byte, w *byte, nGroups, nb int)
 func repackQ8_0R16(dst *byte, w *byte, nb int)
 
 //go:noescape
+func repackQ8_0R8(dst *byte, w *byte, nb int)
+
+//go:noescape
+func tileQ8_0R8AVX2(out *float32, outStride int, wp *byte, nb int, xb *byte, xStride int, dx *float32, nTok int)
+
+//go:noescape
 func tileQ8_0R16(out *float32, outStride int, wp *byte, nb int, xb *byte, xStride int, xt *byte, xtStride int, dx *float32, nTok int)
 
 //go:noescape
@@ -393,10 +399,13 @@ func q8_0TilesAVX2(out []float32, outStride int, w []byte, nRows int, act actBuf
 		len(out) < (nt-1)*outStride+nGroups*tileRows {
 		panic("kernels: bad Q8_0 tile")
 	}
+	vnni, sign := avx2VNNI, avx2Sign
+	if nRows == rowTile && nb <= q8R8Blocks && sign && !vnni {
+		return q8_0TilesR8(out, outStride, w, act, nTok)
+	}
 	// The row tile is repacked once for all token pairs (w+128, or the
 	// sign mask of w (or w) and |w|, and the widened scales, in the
 	// kernel's pass order).
-	vnni, sign := avx2VNNI, avx2Sign
 	need := nGroups * nb * q8PackBytes(vnni)
 	bp := packPool.Get().(*[]byte)
 	if cap(*bp) < need {
@@ -556,6 +565,35 @@ func q8_0TilesR16(out []float32, outStride int, w []byte, act actBuf, nTok int) 
 	wp := buf[off:]
 	repackQ8_0R16(&wp[0], &w[0], nb)
 	tileQ8_0R16(&out[0], outStride, &wp[0], nb, &act.bytes[0], act.stride, &act.tile[0], act.tstr, &act.dx[0], nTok)
+	packPool.Put(bp)
+	return nTok
+}
+
+// q8R8Blocks is the longest row (in blocks) that the plain AVX2 path
+// (VPSIGNB form) runs through the 8-row kernel for whole row tiles; as
+// the AVX-512 16-row kernel, it reloads the rows' repacked blocks (544
+// bytes) for every token. Tests set it to 0 and to a large value to cover
+// both kernels.
+var q8R8Blocks = 24
+
+// q8_0TilesR8 runs the 8-row kernel (q8r8_amd64.s) over every token of
+// act, the row tile's two halves in turn.
+func q8_0TilesR8(out []float32, outStride int, w []byte, act actBuf, nTok int) int {
+	nb := act.nb
+	if len(w) < 34*nb*rowTile || len(act.bytes) < nTok*act.stride || len(act.dx) < nTok*nb ||
+		len(out) < (nTok-1)*outStride+rowTile {
+		panic("kernels: bad Q8_0 8-row tile")
+	}
+	need := nb * 544
+	bp := packPool.Get().(*[]byte)
+	if cap(*bp) < need {
+		*bp = make([]byte, need)
+	}
+	wp := (*bp)[:need]
+	for h := 0; h < rowTile; h += 8 {
+		repackQ8_0R8(&wp[0], &w[h*34*nb], nb)
+		tileQ8_0R8AVX2(&out[h], outStride, &wp[0], nb, &act.bytes[0], act.stride, &act.dx[0], nTok)
+	}
 	packPool.Put(bp)
 	return nTok
 }

@@ -61,10 +61,9 @@
 //	F16         F16   matvec, 4x3 tile (cols%16 == 0)          matvec, 4x4 tile
 //	Q8_0        Q8_0  matvec (4 rows), 4x2 tile (even and     matvec (4 rows, 2 blocks a ZMM),
 //	                  odd blocks as two passes, rows          4x4 VNNI tile (block pairs
-//	                                                          interleaved, q8z_amd64.s); 16 rows
-//	                                                          in the lanes x 1 token for rows up
-//	                                                          to 24 blocks (q8t16_amd64.s); quantizer
-//	                  repacked; AVX-VNNI form where present),
+//	                  repacked; AVX-VNNI form where present;  interleaved, q8z_amd64.s); 16 rows
+//	                  VPSIGNB form: 8 rows in the lanes x 1   in the lanes x 1 token for rows up
+//	                  token up to 24 blocks, q8r8_amd64.s),   to 24 blocks (q8t16_amd64.s); quantizer
 //	                  quantizer
 //	Q4_K        Q8_K  matvec (4 rows), 4 tokens; 8 rows x 2    VNNI matvec (4 rows), 4-token VNNI
 //	                  tokens (repacked, 8+ tokens; AVX-VNNI    kernel; 16 rows x 4 tokens VNNI

@@ -25,7 +25,13 @@ func forVariants(p Path, f func(variant string)) {
 	avx2Sign = false
 	f("/no-avxvnni/mask")
 	avx2Sign = true
+	oldR8 := q8R8Blocks
+	defer func() { q8R8Blocks = oldR8 }()
+	q8R8Blocks = 0
 	f("/no-avxvnni/vpsignb")
+	q8R8Blocks = 1 << 30
+	f("/no-avxvnni/vpsignb-8rows")
+	q8R8Blocks = oldR8
 	if hasAVXVNNI {
 		setAVX2VNNI(true)
 		f("/avxvnni")
