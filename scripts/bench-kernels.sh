@@ -28,10 +28,14 @@
 #                is over an hour even idle.
 #   depth-b110, depth-tl  one model of the depth part. B110_DEPTHS and
 #                TL_DEPTHS (comma lists) choose the depths, CONFIGS the
-#                configurations: one cell group at a time, e.g.
-#                CONFIGS=avx512-t1 B110_DEPTHS=16384 scripts/bench-kernels.sh depth-b110
-#                (each run rewrites OUT/PART-CONFIG.json: give each
-#                subset its own OUT, or run them in the order of the table).
+#                configurations. Pieces split by CONFIGS and by part share
+#                OUT and build up the table (each writes OUT/PART-CONFIG.json
+#                and the splice takes every file in OUT), e.g.
+#                CONFIGS=avx512-t1 scripts/bench-kernels.sh depth-b110
+#                A depth subset rewrites its configuration's file: give it
+#                its own OUT and DOC= to print it without touching the doc,
+#                e.g. OUT=d16k DOC= CONFIGS=avx512-t1 B110_DEPTHS=16384 \
+#                scripts/bench-kernels.sh depth-b110
 #
 # Environment: MODELS (default ../bench; missing models are written with
 # sluice synth, seeded), LLAMA (llama.cpp builds; default
