@@ -182,12 +182,20 @@ func TestConstrainedQwen2(t *testing.T) {
 	constrainedOracle(t, rt, cfg, [][]int32{{464, 3290, 318}, {40, 588}, {15496, 11, 995, 0}}, 250, every)
 }
 
-func constrainedOracle(t *testing.T, rt *ModelRuntime, cfg func(pages int) Config, prompts [][]int32, maxTokens, every int) {
+func constrainedOracle(t *testing.T, rt *ModelRuntime, base func(pages int) Config, prompts [][]int32, maxTokens, every int) {
 	seeds := grammarSeeds(t)
 	if every > 1 && os.Getenv("SLUICE_GRAMMAR_SEEDS") == "" {
 		seeds = 1
 	}
 	reqs, schemas := constrainedRequests(t, seeds, maxTokens, prompts, every)
+	// Every request is submitted at once: the queue holds them all and
+	// waits as long as they take (make test-grammar's 448 requests on a
+	// loaded machine overflowed the default 256 and could outwait 30s).
+	cfg := func(pages int) Config {
+		c := base(pages)
+		c.MaxQueue, c.QueueTimeout = max(256, len(reqs)), 30*time.Minute
+		return c
+	}
 	v := rt.GrammarVocab()
 	want := make([][]int32, len(reqs))
 	{

@@ -104,7 +104,10 @@ func newRemoteRigWrap(t *testing.T, transport string, pcfg, dcfg Config, wrap fu
 	rd := dialTCP(t, tc, daddr)
 	r.closers = append(r.closers, func() { rp.Close(); rd.Close() })
 	eng, err := NewDisaggregated(DisaggConfig{Model: dcfg.Model.Name(), Vocab: dcfg.Model.Vocab(), Fingerprint: FingerprintOf(dcfg.Model),
-		Context: EffectiveContext(pw.Context(), dw.Context())}, rp, rd)
+		Context: EffectiveContext(pw.Context(), dw.Context()),
+		// The router's queue takes the prefill config's bounds (zero:
+		// the defaults).
+		MaxQueue: pcfg.MaxQueue, QueueTimeout: pcfg.QueueTimeout}, rp, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
