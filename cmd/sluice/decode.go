@@ -141,7 +141,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 		m.Close()
 		return fail(1, "%v", err)
 	}
-	ec.Verify = pools.Verify
+	ec.Verify, ec.GrammarMaskBytes = pools.Verify, pools.GrammarMaskBytes
 	ec.ChunkTokens, ec.StepTokens = o.chunk, o.stepTokens
 	ec.HandoffAfterPrefill = o.afterPrefill
 	raiseProcs(log, o.threads)

@@ -48,8 +48,10 @@ type roleOpts struct {
 	weights  string
 	pageSize int
 	kvVerify string
-	threads  int
-	maxConc  int
+	// maskCache is --grammar-mask-cache.
+	maskCache string
+	threads   int
+	maxConc   int
 	// chunk and stepTokens: the scheduler's prefill chunk and step token
 	// budget (--prefill-chunk, --max-num-batched-tokens).
 	chunk, stepTokens int
@@ -72,6 +74,9 @@ const defaultKVMemory = kvAuto
 // defaultKVVerify is --kv-verify's default (see docs/operations.md, "Prefix cache",
 // section for the measured cost of sample).
 const defaultKVVerify = "sample"
+
+// defaultMaskCache is --grammar-mask-cache's default (grammar.DefaultMaskBytes).
+const defaultMaskCache = "512MiB"
 
 // roleThreads is the default --threads: a worker process (prefill or
 // decode, normally on its own host) uses every core; `sluice serve` runs
@@ -106,6 +111,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		}
 		fs.IntVar(&o.stepTokens, "max-num-batched-tokens", engine.DefaultStepTokens, fmt.Sprintf("token budget of one forward step of each role, every sequence together (vLLM's name): decoding sequences come first, one token each (always run, counted against the budget), prompt chunks (oldest first) share the rest. Larger: long prompts finish sooner; smaller: decode's inter-token latency stays lower while prompts arrive. %d to %d, and at least --prefill-chunk", 1, engine.MaxStepTokens))
 		fs.IntVar(&o.chunk, "prefill-chunk", engine.DefaultChunkTokens, fmt.Sprintf("prompt tokens one sequence may run per step (chunked prefill): a longer prompt runs as several chunks interleaved with decode steps. 1 to %d", engine.MaxChunkTokens))
+		fs.StringVar(&o.maskCache, "grammar-mask-cache", defaultMaskCache, "memory each role may hold in cached token masks of structured outputs (response_format, tools), every tenant's compiled grammars together, e.g. 512MiB: a position's mask is a bit per vocabulary token (19 KB at 151k tokens). Past it, the masks of the least recently used grammar of the tenant holding the most are dropped (a dropped mask costs a trie walk again)")
 		fs.BoolVar(&o.afterPrefill, "handoff-after-prefill", false, "prefill: send a prompt's KV pages to decode only once the whole prompt is computed, instead of each chunk's pages while the next chunk computes (the default, which hides a long prompt's transfer under its compute); for comparisons")
 	}
 	if o.worker {
@@ -149,6 +155,13 @@ func (o *roleOpts) pools() (node.Pools, error) {
 		return p, err
 	}
 	p.Verify = v
+	if o.maskCache != "" {
+		b, err := preflight.ParseBytes(o.maskCache)
+		if err != nil || b <= 0 {
+			return p, fmt.Errorf("--grammar-mask-cache %q: give a size such as 512MiB", o.maskCache)
+		}
+		p.GrammarMaskBytes = b
+	}
 	if o.kvType == "q8" {
 		o.kvType = preflight.KVQ8_0 // llama.cpp's spelling is q8_0; accept the short one as kv.ParseType does
 	}

@@ -218,11 +218,20 @@ type SchedStats struct {
 	// Preemptions and RecomputedTokens count preemptions and the positions
 	// whose KV they made computed again; Generated the tokens emitted.
 	Preemptions, RecomputedTokens, Generated int64
+	// GrammarDeferrals counts constrained draws that waited for their
+	// mask beyond their step (GrammarShare); GrammarMaskBytes is what
+	// the worker's compiled grammars' cached masks hold, and
+	// GrammarMaskDrops the grammars whose masks were dropped to keep
+	// within --grammar-mask-cache.
+	GrammarDeferrals, GrammarMaskBytes, GrammarMaskDrops int64
 }
 
 func (s *batch) stats() SchedStats {
-	return SchedStats{Running: int(s.running.Load()), Preempted: int(s.nPreempted.Load()),
-		Preemptions: s.preemptions.Load(), RecomputedTokens: s.recomputed.Load(), Generated: s.generated.Load()}
+	st := SchedStats{Running: int(s.running.Load()), Preempted: int(s.nPreempted.Load()),
+		Preemptions: s.preemptions.Load(), RecomputedTokens: s.recomputed.Load(), Generated: s.generated.Load(),
+		GrammarDeferrals: s.deferrals.Load()}
+	st.GrammarMaskBytes, st.GrammarMaskDrops = s.cfg.formats.maskStats()
+	return st
 }
 
 func newBatch(cfg Config, pool pagePool) *batch {

@@ -113,6 +113,10 @@ type Config struct {
 	// work by this many grammar work units instead of by time
 	// (GrammarShare of the forward pass): deterministic, for tests.
 	GrammarUnits int
+	// GrammarMaskBytes bounds the token masks this worker's compiled
+	// grammars cache, all tenants' together (--grammar-mask-cache; <= 0:
+	// grammar.DefaultMaskBytes).
+	GrammarMaskBytes int64
 	// ModelFingerprint names the weights in cache keys (I13). Empty: the
 	// model's name and shape.
 	ModelFingerprint []byte
@@ -172,7 +176,7 @@ func (c Config) withDefaults() Config {
 		c.Lease = 2 * time.Second
 	}
 	if c.formats == nil {
-		c.formats = newFormats(c.Model)
+		c.formats = newFormats(c.Model, c.GrammarMaskBytes)
 	}
 	if c.Unsafe.NoScrub {
 		c.Scrub = kv.ScrubOff

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"sluice/internal/grammar"
 	"sluice/internal/sample"
@@ -21,22 +22,40 @@ type VocabRuntime interface {
 // draw the rest after replaying the tokens it is told were generated.
 // Compiled grammars are cached per tenant (grammar.Cache).
 type formats struct {
-	rt    Runtime
-	once  sync.Once
-	cache *grammar.Cache
+	rt        Runtime
+	maskBytes int64
+	once      sync.Once
+	cache     *grammar.Cache
+	// made is cache once made, for the metrics' reads.
+	made atomic.Pointer[grammar.Cache]
 }
 
-func newFormats(rt Runtime) *formats { return &formats{rt: rt} }
+func newFormats(rt Runtime, maskBytes int64) *formats {
+	return &formats{rt: rt, maskBytes: maskBytes}
+}
 
 func (f *formats) get() *grammar.Cache {
 	f.once.Do(func() {
 		if vr, ok := f.rt.(VocabRuntime); ok {
 			if v := vr.GrammarVocab(); v != nil {
-				f.cache = grammar.NewCache(v)
+				f.cache = grammar.NewCache(v, f.maskBytes)
+				f.made.Store(f.cache)
 			}
 		}
 	})
 	return f.cache
+}
+
+// maskStats is the grammar cache's mask bytes and drops (zeros before
+// any constrained request made the cache).
+func (f *formats) maskStats() (bytes, dropped int64) {
+	if f == nil {
+		return 0, 0
+	}
+	if c := f.made.Load(); c != nil {
+		return c.MaskStats()
+	}
+	return 0, 0
 }
 
 // sampler is a request's sampler with the prompt it penalises and, for a

@@ -520,3 +520,50 @@ func TestFormatWithoutVocabIs400(t *testing.T) {
 		}
 	}
 }
+
+// The worker's grammar mask cache is bounded by Config.GrammarMaskBytes
+// (--grammar-mask-cache) and reported in SchedStats (the metrics): with a
+// budget of a few masks, constrained requests of several schemas keep the
+// cached bytes within it, masks get dropped, and outputs stay those of a
+// worker with the default budget.
+func TestGrammarMaskBudgetInStats(t *testing.T) {
+	rt := storiesRuntime(t)
+	reqs, _ := constrainedRequests(t, 1, 40, [][]int32{{1, 365, 117, 263}}, 7)
+	run := func(budget int64) ([][]int32, SchedStats) {
+		cfg := storiesConfig(rt, 64)
+		cfg.GrammarMaskBytes = budget
+		col, err := NewColocated(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeWithin(t, col)
+		var out [][]int32
+		for _, r := range reqs {
+			s, err := col.Submit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := collect(t, s)
+			if res.final.Err != nil {
+				t.Fatalf("%s: %v", r.ID, res.final.Err)
+			}
+			out = append(out, res.tokens)
+		}
+		return out, col.SchedStats()
+	}
+	want, wide := run(0)
+	if wide.GrammarMaskBytes == 0 || wide.GrammarMaskDrops != 0 {
+		t.Fatalf("default budget: %d mask bytes cached, %d drops", wide.GrammarMaskBytes, wide.GrammarMaskDrops)
+	}
+	budget := wide.GrammarMaskBytes / 4
+	got, small := run(budget)
+	if small.GrammarMaskBytes > budget || small.GrammarMaskBytes == 0 || small.GrammarMaskDrops == 0 {
+		t.Fatalf("budget %d: %d mask bytes cached, %d drops", budget, small.GrammarMaskBytes, small.GrammarMaskDrops)
+	}
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("%s: %v with a small mask budget, %v with the default", reqs[i].ID, got[i], want[i])
+		}
+	}
+	t.Logf("%d requests: %d mask bytes cached by default; %d (%d drops) within %d", len(reqs), wide.GrammarMaskBytes, small.GrammarMaskBytes, small.GrammarMaskDrops, budget)
+}

@@ -12,10 +12,21 @@ import (
 // first request telling tenant B that someone already sent that schema.
 // Each tenant holds at most PerTenant entries, so one tenant sending many
 // schemas evicts its own entries, not other tenants'.
+//
+// The token masks the entries cache (per position, a bit per vocabulary
+// token: 19 KB each at 151k tokens) are bounded together by a byte budget:
+// without it, 256 entries of up to MaxMaskBytes each could hold 16 GiB.
+// A mask that does not fit first takes room from the tenant holding the
+// most mask bytes, dropping the masks of its least recently used grammar;
+// when that tenant is the one asking and it has no other grammar's masks
+// to give, the mask is used and not kept. So a tenant filling the budget
+// with many schemas drops its own masks, not another tenant's within a
+// fair share, and a dropped mask only costs a walk again.
 type Cache struct {
 	v         *Vocab
 	max       int
 	perTenant int
+	maxBytes  int64
 
 	mu      sync.Mutex
 	entries map[[32]byte]*list.Element
@@ -23,6 +34,9 @@ type Cache struct {
 	count   map[string]int
 	// hits and misses count lookups (tests, metrics).
 	hits, misses int64
+	// maskBytes is what the entries' masks hold (reserved by storePos);
+	// dropped counts grammars whose masks were dropped for room.
+	maskBytes, dropped int64
 }
 
 type cacheEntry struct {
@@ -35,11 +49,18 @@ type cacheEntry struct {
 const (
 	DefaultCacheEntries = 256
 	DefaultPerTenant    = 32
+	// DefaultMaskBytes is the mask budget of a cache: about 27,000
+	// positions at a 151k vocabulary, 8 grammars at MaxMaskBytes.
+	DefaultMaskBytes = 512 << 20
 )
 
-// NewCache returns a cache of grammars bound to v.
-func NewCache(v *Vocab) *Cache {
-	return &Cache{v: v, max: DefaultCacheEntries, perTenant: DefaultPerTenant,
+// NewCache returns a cache of grammars bound to v whose masks hold at
+// most maskBytes together (<= 0: DefaultMaskBytes).
+func NewCache(v *Vocab, maskBytes int64) *Cache {
+	if maskBytes <= 0 {
+		maskBytes = DefaultMaskBytes
+	}
+	return &Cache{v: v, max: DefaultCacheEntries, perTenant: DefaultPerTenant, maxBytes: maskBytes,
 		entries: map[[32]byte]*list.Element{}, lru: list.New(), count: map[string]int{}}
 }
 
@@ -91,6 +112,8 @@ func (c *Cache) Get(tenant string, jsonObject bool, schema string) (comp *Compil
 		return nil, false, err
 	}
 	comp = Bind(g, c.v)
+	comp.owner, comp.tenant = c, tenant
+	comp.maxM = min(comp.maxM, c.maxBytes)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[k]; ok { // compiled concurrently
@@ -119,6 +142,57 @@ func (c *Cache) remove(e *list.Element) {
 	if c.count[ce.tenant]--; c.count[ce.tenant] == 0 {
 		delete(c.count, ce.tenant)
 	}
+	c.maskBytes -= ce.c.dropMasks(true)
+}
+
+// reserve takes size bytes of the mask budget for comp, making room as
+// Cache's doc says; false: comp is not to keep the mask.
+func (c *Cache) reserve(comp *Compiled, size int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.maskBytes+size > c.maxBytes {
+		if !c.makeRoom(comp) {
+			return false
+		}
+	}
+	c.maskBytes += size
+	return true
+}
+
+// release returns bytes reserve took that were not kept.
+func (c *Cache) release(size int64) {
+	c.mu.Lock()
+	c.maskBytes -= size
+	c.mu.Unlock()
+}
+
+// makeRoom drops the masks of the least recently used grammar of the
+// tenant holding the most mask bytes, not comp's own; false when there
+// is nothing it may drop.
+func (c *Cache) makeRoom(comp *Compiled) bool {
+	held := map[string]int64{}
+	for e := c.lru.Front(); e != nil; e = e.Next() {
+		ce := e.Value.(*cacheEntry)
+		held[ce.tenant] += ce.c.MaskBytes()
+	}
+	heavy, most := "", int64(0)
+	for t, n := range held {
+		if n > most || (n == most && n > 0 && t < heavy) {
+			heavy, most = t, n
+		}
+	}
+	if most == 0 {
+		return false
+	}
+	for e := c.lru.Back(); e != nil; e = e.Prev() {
+		ce := e.Value.(*cacheEntry)
+		if ce.tenant == heavy && ce.c != comp && ce.c.MaskBytes() > 0 {
+			c.maskBytes -= ce.c.dropMasks(false)
+			c.dropped++
+			return true
+		}
+	}
+	return false
 }
 
 // Stats returns the lookups that hit and missed.
@@ -126,4 +200,12 @@ func (c *Cache) Stats() (hits, misses int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.hits, c.misses
+}
+
+// MaskStats returns the bytes the cached grammars' masks hold and how
+// many grammars had their masks dropped to stay within the budget.
+func (c *Cache) MaskStats() (bytes, dropped int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.maskBytes, c.dropped
 }

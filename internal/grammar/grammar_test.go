@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,7 +214,7 @@ func TestHostileSchemas(t *testing.T) {
 // first use of A's schema is a miss; A's second use is a hit; one
 // tenant's many schemas evict its own entries, not another's.
 func TestCacheKeyedByTenant(t *testing.T) {
-	c := NewCache(testVocab())
+	c := NewCache(testVocab(), 0)
 	schema := `{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}`
 	a1, hit, err := c.Get("A", false, schema)
 	if err != nil || hit {
@@ -282,4 +283,123 @@ func TestWideSchemas(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkMaskBytes fails unless the cache's count of mask bytes is what its
+// grammars hold and within its budget.
+func checkMaskBytes(t *testing.T, c *Cache) int64 {
+	t.Helper()
+	var sum int64
+	c.mu.Lock()
+	for e := c.lru.Front(); e != nil; e = e.Next() {
+		sum += e.Value.(*cacheEntry).c.MaskBytes()
+	}
+	c.mu.Unlock()
+	held, _ := c.MaskStats()
+	if held != sum || held > c.maxBytes {
+		t.Fatalf("the cache counts %d mask bytes, its grammars hold %d, the budget is %d", held, sum, c.maxBytes)
+	}
+	return held
+}
+
+// The masks of all cached grammars stay within the cache's byte budget: a
+// tenant sending many schemas drops its own grammars' masks, not those of
+// a tenant holding less; a grammar whose tenant holds the most and has
+// nothing else to drop computes masks without keeping them; masks stay
+// exact through it all (walk checks each against Allowed), and an entry
+// the cache lets go returns its bytes.
+func TestMaskBudget(t *testing.T) {
+	v := testVocab()
+	c := NewCache(v, 0)
+	rng := rand.New(rand.NewPCG(11, 12))
+	b, _, err := c.Get("B", false, `{"type":"object","properties":{"b":{"type":"string","maxLength":6}},"required":["b"],"additionalProperties":false}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		walk(t, b, rng, 60)
+	}
+	bHeld := b.MaskBytes()
+	if bHeld == 0 {
+		t.Fatal("B's grammar holds no mask")
+	}
+	c.maxBytes = 3 * bHeld // B holds a third of the budget
+	for i := range DefaultPerTenant + 8 {
+		a, _, err := c.Get("A", false, fmt.Sprintf(`{"type":"object","properties":{"k%d":{"type":"array","items":{"type":"string","maxLength":%d},"maxItems":3}},"required":["k%d"],"additionalProperties":false}`, i, 3+i%5, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			walk(t, a, rng, 80)
+		}
+		checkMaskBytes(t, c)
+		if got := b.MaskBytes(); got != bHeld {
+			t.Fatalf("after A's schema %d, B's grammar holds %d mask bytes, not %d: A's schemas took B's masks", i, got, bHeld)
+		}
+	}
+	if _, dropped := c.MaskStats(); dropped == 0 {
+		t.Fatal("no grammar's masks were dropped: the test did not fill the budget")
+	}
+	// One grammar alone bigger than the budget: it keeps what fits.
+	big := NewCache(v, bHeld/4)
+	g, _, err := big.Get("A", true, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		walk(t, g, rng, 80)
+	}
+	if held := checkMaskBytes(t, big); held == 0 {
+		t.Fatal("a grammar over the budget kept no mask at all")
+	}
+	// Entries the cache lets go (a tenant's cap of entries) return their
+	// bytes: checkMaskBytes sums only the entries still cached.
+	wide := NewCache(v, 0)
+	for i := range DefaultPerTenant + 4 {
+		a, _, err := wide.Get("A", false, fmt.Sprintf(`{"type":"array","items":{"type":"string","maxLength":%d}}`, 2+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		walk(t, a, rng, 20)
+		checkMaskBytes(t, wide)
+	}
+}
+
+// Many requests masking at once through one cache, while a tenant's
+// schemas come and go and the budget is small, keep the byte count right
+// (run with -race).
+func TestMaskBudgetConcurrent(t *testing.T) {
+	v := testVocab()
+	c := NewCache(v, 4096)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 13))
+			mask := make([]uint64, v.Words())
+			for i := range 60 {
+				comp, _, err := c.Get(fmt.Sprint("T", w%2), false, fmt.Sprintf(`{"type":"array","items":{"type":"string","maxLength":%d},"maxItems":4}`, 1+(i*7+w)%40))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				m := comp.NewMatcher()
+				for range 30 {
+					m.Mask(mask)
+					var ids []int32
+					for id := int32(0); id < int32(v.n); id++ {
+						if mask[id>>6]&(1<<(id&63)) != 0 {
+							ids = append(ids, id)
+						}
+					}
+					if len(ids) == 0 || m.Accept(ids[rng.IntN(len(ids))]) != nil || m.Ended() {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	checkMaskBytes(t, c)
 }

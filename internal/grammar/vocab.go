@@ -99,15 +99,24 @@ func (v *Vocab) Words() int { return (v.n + 63) / 64 }
 
 // Compiled binds a grammar to a vocabulary and caches the per-position
 // token masks. It is safe for concurrent use by many matchers; the cache
-// is bounded (MaxMaskBytes), past which masks are computed and not kept.
+// is bounded (MaxMaskBytes, and the owning Cache's byte budget), past
+// which masks are computed and not kept.
 type Compiled struct {
 	g *Grammar
 	v *Vocab
+	// owner is the Cache that holds c and accounts its masks' bytes
+	// against the worker's budget (nil: bound directly, MaxMaskBytes
+	// only); tenant is whose schema it is (the Cache's eviction order).
+	owner  *Cache
+	tenant string
 
 	mu   sync.Mutex
 	pos  map[int32]*posMask
 	mem  int64
 	maxM int64
+	// retired: the Cache let c go; requests still using it compute
+	// their masks without keeping them.
+	retired bool
 }
 
 // posMask is what the token trie says from a stack whose top is one
@@ -151,18 +160,50 @@ func (c *Compiled) cachedPos(p int32) *posMask {
 
 // storePos caches pm as position p's mask while the cache has room and
 // returns the cached mask (another matcher's, when it got there first).
+// The owning Cache's budget is asked first, without c's lock held (the
+// Cache locks grammars to evict them, never the other way round).
 func (c *Compiled) storePos(p int32, pm *posMask) *posMask {
-	size := int64(len(pm.accept)*8 + len(pm.uncertain)*4)
+	size := pm.bytes()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if old := c.pos[p]; old != nil {
+		c.mu.Unlock()
 		return old
 	}
-	if c.mem+size <= c.maxM {
+	fits := !c.retired && c.mem+size <= c.maxM
+	c.mu.Unlock()
+	if !fits || (c.owner != nil && !c.owner.reserve(c, size)) {
+		return pm
+	}
+	c.mu.Lock()
+	old := c.pos[p]
+	kept := old == nil && !c.retired && c.mem+size <= c.maxM
+	if kept {
 		c.pos[p] = pm
 		c.mem += size
 	}
+	c.mu.Unlock()
+	if !kept && c.owner != nil {
+		c.owner.release(size)
+	}
+	if old != nil {
+		return old
+	}
 	return pm
+}
+
+// bytes is what pm holds in memory, as the budgets count it.
+func (pm *posMask) bytes() int64 { return int64(len(pm.accept)*8 + len(pm.uncertain)*4) }
+
+// dropMasks empties c's mask cache and returns the bytes it held; with
+// retire, c keeps no mask from now on.
+func (c *Compiled) dropMasks(retire bool) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	freed := c.mem
+	clear(c.pos)
+	c.mem = 0
+	c.retired = c.retired || retire
+	return freed
 }
 
 // walkStep is a trie walk's step: frames are interned, and a step from

@@ -16,9 +16,13 @@ var (
 	descPreemptions  = prometheus.NewDesc("sluice_preemptions_total", "Sequences preempted because the KV pool could not grow them, by role.", []string{"role"}, nil)
 	descRecomputed   = prometheus.NewDesc("sluice_recomputed_tokens_total", "Positions whose KV a preemption threw away and that were computed again, by role (not in usage).", []string{"role"}, nil)
 	descKVUsage      = prometheus.NewDesc("sluice_kv_usage_ratio", "Share of each role's KV pool pages not free (0..1).", []string{"role"}, nil)
+	descGrammarDefer = prometheus.NewDesc("sluice_grammar_deferrals_total", "Constrained draws that waited beyond their step for their token mask (the mask work a step may do is bounded), by role.", []string{"role"}, nil)
+	descGrammarBytes = prometheus.NewDesc("sluice_grammar_mask_cache_bytes", "Bytes of token masks the role's compiled grammars cache, all tenants together (bounded by --grammar-mask-cache).", []string{"role"}, nil)
+	descGrammarDrops = prometheus.NewDesc("sluice_grammar_mask_drops_total", "Compiled grammars whose cached masks were dropped to stay within --grammar-mask-cache, by role.", []string{"role"}, nil)
 )
 
-var loadDescs = []*prometheus.Desc{descQueueWaiting, descQueueRunning, descQueueWait, descQueueRefused, descPreemptions, descRecomputed, descKVUsage}
+var loadDescs = []*prometheus.Desc{descQueueWaiting, descQueueRunning, descQueueWait, descQueueRefused, descPreemptions, descRecomputed, descKVUsage,
+	descGrammarDefer, descGrammarBytes, descGrammarDrops}
 
 func collectLoad(ch chan<- prometheus.Metric, st EngineStats) {
 	if q := st.Queue; q != nil {
@@ -38,6 +42,9 @@ func collectLoad(ch chan<- prometheus.Metric, st EngineStats) {
 	for role, s := range st.Sched {
 		ch <- prometheus.MustNewConstMetric(descPreemptions, prometheus.CounterValue, float64(s.Preemptions), role)
 		ch <- prometheus.MustNewConstMetric(descRecomputed, prometheus.CounterValue, float64(s.RecomputedTokens), role)
+		ch <- prometheus.MustNewConstMetric(descGrammarDefer, prometheus.CounterValue, float64(s.GrammarDeferrals), role)
+		ch <- prometheus.MustNewConstMetric(descGrammarBytes, prometheus.GaugeValue, float64(s.GrammarMaskBytes), role)
+		ch <- prometheus.MustNewConstMetric(descGrammarDrops, prometheus.CounterValue, float64(s.GrammarMaskDrops), role)
 	}
 	for _, p := range st.Pools {
 		total := 0

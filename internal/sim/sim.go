@@ -257,7 +257,7 @@ func NewEnv(dir string) (*Env, error) {
 		return nil, err
 	}
 	rt := engine.NewModelRuntime("sim", m, nil).WithVocab(tok)
-	e := &Env{model: m, rt: rt, dir: own, refs: map[[3]int]*reference{}, grammars: grammar.NewCache(rt.GrammarVocab())}
+	e := &Env{model: m, rt: rt, dir: own, refs: map[[3]int]*reference{}, grammars: grammar.NewCache(rt.GrammarVocab(), 0)}
 	vocab := m.Config().Vocab
 	x := uint64(0x243f6a8885a308d3)
 	for _, n := range []int{1, 2, 3, 5, 7, 8, 11, 16, 19, 24, 31, 40, 52} {

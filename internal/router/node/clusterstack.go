@@ -164,7 +164,7 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 		// Every worker's prefix-cache salts are keyed with the cluster's
 		// shared secret, as separate processes key them with the key file.
 		ec.PrefixCache, ec.CacheSecret = c.PrefixCache, secret
-		ec.Verify = c.Pools.Verify
+		ec.Verify, ec.GrammarMaskBytes = c.Pools.Verify, c.Pools.GrammarMaskBytes
 		if r == preflight.RolePrefill {
 			ec.PublicPrefix = c.PublicPrefix // prefill's public scope; decode stays per tenant
 		}

@@ -134,6 +134,9 @@ type Pools struct {
 	Verify kv.Verify
 	// KVType is --kv-type: preflight.KVF16 (also when empty), KVF32 or KVQ8_0.
 	KVType string
+	// GrammarMaskBytes is --grammar-mask-cache: each role's bound on the
+	// token masks its compiled grammars cache (0: the default).
+	GrammarMaskBytes int64
 	// Auto, when set, says KVMemory was sized by --kv-memory auto
 	// (AutoPools); preflight's report and refusals say so.
 	Auto *preflight.Auto

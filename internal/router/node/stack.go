@@ -235,6 +235,7 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 		ec.ChunkTokens, ec.StepTokens = c.ChunkTokens, c.StepTokens
 		ec.HandoffAfterPrefill = c.HandoffAfterPrefill
 		ec.PrefixCache, ec.Verify = c.PrefixCache, c.Pools.Verify
+		ec.GrammarMaskBytes = c.Pools.GrammarMaskBytes
 		if r != preflight.RoleDecode {
 			// The public scope is prefill's and the colocated engine's:
 			// decode keeps its own cache per tenant (its lookup is the
