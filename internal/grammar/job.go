@@ -11,17 +11,13 @@ package grammar
 // trieWalk is a depth-first walk of the token trie that can stop after
 // any node and resume: the recursion of the walk is an explicit stack.
 // At each node, visit is given the stack set after the node's byte and
-// returns the stacks the node's children continue from (nil: skip the
-// subtree) and the escape flag they inherit. The children may be handed
-// r.live itself: a depth's scratch is rewritten only by the next sibling's
-// step, after the walk has left the children's subtree.
+// reports whether the node's children are walked (from r's live stacks)
+// and the escape flag they inherit.
 type trieWalk struct {
 	v     *Vocab
 	ws    *walkStep
 	st    []walkFrame
-	bufs  []stackSet
-	res   []stepRes
-	visit func(ch int32, r *stepRes, esc bool) (child []*frame, childEsc bool)
+	visit func(ch int32, r *stepRes, esc bool) (descend, childEsc bool)
 	// only, when set, restricts the walk to the subtrees holding one of
 	// these tokens (trie-order indexes, ascending); at is the first of
 	// them not behind the walk. The walk visits nodes in trie order, so
@@ -32,12 +28,12 @@ type trieWalk struct {
 
 type walkFrame struct {
 	n, ch int32 // the node whose children are walked, the next child
-	cur   []*frame
+	cur   *stepRes
 	esc   bool
 }
 
 func newTrieWalk(v *Vocab, ws *walkStep, from []*frame, esc bool) *trieWalk {
-	return &trieWalk{v: v, ws: ws, st: []walkFrame{{n: 0, ch: 1, cur: from, esc: esc}}}
+	return &trieWalk{v: v, ws: ws, st: []walkFrame{{n: 0, ch: 1, cur: ws.state(from), esc: esc}}}
 }
 
 // run steps up to budget trie nodes; done when the walk is complete.
@@ -68,15 +64,11 @@ func (w *trieWalk) run(budget int) (used int, done bool) {
 				continue // no token of interest below ch
 			}
 		}
-		for d >= len(w.bufs) {
-			w.bufs = append(w.bufs, stackSet{})
-			w.res = append(w.res, stepRes{})
-		}
-		r := w.ws.step(top.cur, nd.b, &w.bufs[d], &w.res[d])
+		r := w.ws.step(top.cur, nd.b)
 		used++
-		child, esc := w.visit(ch, r, top.esc)
-		if len(child) > 0 && nd.sub > ch+1 {
-			w.st = append(w.st, walkFrame{n: ch, ch: ch + 1, cur: child, esc: esc})
+		descend, esc := w.visit(ch, r, top.esc)
+		if descend && len(r.live) > 0 && nd.sub > ch+1 {
+			w.st = append(w.st, walkFrame{n: ch, ch: ch + 1, cur: r, esc: esc})
 		}
 	}
 	return used, true
@@ -91,22 +83,21 @@ func (c *Compiled) posWalk(p int32) (*trieWalk, *posMask) {
 	pm := &posMask{accept: make([]uint64, v.Words())}
 	ws := newWalkStep(c.g)
 	w := newTrieWalk(v, ws, []*frame{ws.intern(&frame{pos: p})}, false)
-	w.visit = func(ch int32, r *stepRes, escaped bool) ([]*frame, bool) {
+	w.visit = func(ch int32, r *stepRes, escaped bool) (bool, bool) {
 		nd := v.nodes[ch]
 		esc := escaped || r.over || r.escaped || r.ended
-		live := r.live
-		if len(live) == 0 {
+		if len(r.live) == 0 {
 			if esc {
 				for k := nd.t0; k < v.toks2(ch); k++ {
 					pm.uncertain = append(pm.uncertain, k)
 				}
 			}
-			return nil, esc
+			return false, esc
 		}
 		for _, id := range v.toks[nd.t0:nd.t1] {
 			pm.accept[id>>6] |= 1 << (id & 63)
 		}
-		return live, esc
+		return true, esc
 	}
 	return w, pm
 }
@@ -133,15 +124,15 @@ func (c *Compiled) exactWalk(stacks []*frame, dst []uint64, only []int32) *trieW
 	}
 	w := newTrieWalk(v, ws, in, false)
 	w.only = only
-	w.visit = func(ch int32, r *stepRes, _ bool) ([]*frame, bool) {
+	w.visit = func(ch int32, r *stepRes, _ bool) (bool, bool) {
 		if len(r.s) == 0 {
-			return nil, false
+			return false, false
 		}
 		nd := v.nodes[ch]
 		for _, id := range v.toks[nd.t0:nd.t1] {
 			dst[id>>6] |= 1 << (id & 63)
 		}
-		return r.live, false
+		return true, false
 	}
 	return w
 }

@@ -140,13 +140,16 @@ func TestMaskJobStopsAtBudget(t *testing.T) {
 // says, including at the positions whose many uncertain tokens are
 // settled by a trie walk from the whole stack restricted to them (near
 // the end of a fixed-length string, where most tokens may close it).
-// GPT-2's 50k vocabulary, outputs of bench-grammar's schema and a nested
-// corpus schema.
+// GPT-2's 50k vocabulary, outputs of bench-grammar's schema, overlapping
+// anyOf strings and a nested corpus schema.
 func TestMaskExactOnLargeVocab(t *testing.T) {
 	v := repoVocab(t, "ggml-vocab-gpt-2.gguf")
 	rng := rand.New(rand.NewPCG(5, 6))
 	mask := make([]uint64, v.Words())
-	schemas := []string{`{"type":"object","additionalProperties":false,"required":["items"],"properties":{"items":{"type":"array","minItems":3,"maxItems":3,"items":{"type":"string","minLength":24,"maxLength":24}}}}`}
+	schemas := []string{`{"type":"object","additionalProperties":false,"required":["items"],"properties":{"items":{"type":"array","minItems":3,"maxItems":3,"items":{"type":"string","minLength":24,"maxLength":24}}}}`,
+		// Overlapping branches: several stacks alive at once inside the
+		// string, so walks step sets of many stacks.
+		`{"type":"array","items":{"anyOf":[{"type":"string","maxLength":12},{"type":"string","format":"email"},{"type":"string","pattern":"^[a-z ]+$"},{"type":"string","format":"hostname"}]},"maxItems":3}`}
 	for _, e := range loadCorpus(t) {
 		if e.Name == "nested" {
 			schemas = append(schemas, string(e.Schema))
@@ -195,4 +198,54 @@ func TestMaskExactOnLargeVocab(t *testing.T) {
 		t.Fatal("no step settled its uncertain tokens by a walk from the whole stack; the test does not reach that path")
 	}
 	t.Logf("%d steps walked the trie from the whole stack", exact)
+}
+
+// A walk whose state is a set of several stacks (overlapping anyOf
+// branches, alive together inside one token) memoises its steps by the
+// whole set: every token of a vocabulary of all 1-4 byte strings over a
+// small alphabet gets the bit Allowed gives it, along random outputs.
+func TestMaskManyStacks(t *testing.T) {
+	alpha := []string{`"`, "a", "b", ".", "@", "]", ","}
+	pieces := []string{"", "["}
+	var grow func(p string, n int)
+	grow = func(p string, n int) {
+		if n == 0 {
+			return
+		}
+		for _, c := range alpha {
+			pieces = append(pieces, p+c)
+			grow(p+c, n-1)
+		}
+	}
+	grow("", 4)
+	v := NewVocab(pieces, func(id int32) bool { return id == 0 })
+	g, err := CompileSchema([]byte(`{"type":"array","items":{"anyOf":[{"type":"string","maxLength":1},{"type":"string","format":"email"},{"type":"string","pattern":"^[ab.]+$"},{"type":"string","format":"hostname"}]},"maxItems":4}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	mask := make([]uint64, v.Words())
+	for run := range 30 {
+		c := Bind(g, v) // cold each run: every mask is walked
+		m := c.NewMatcher()
+		for step := 0; step < 30 && !m.Ended(); step++ {
+			m.Mask(mask)
+			var ids []int32
+			for id := int32(0); id < int32(v.Size()); id++ {
+				in := mask[id>>6]&(1<<(id&63)) != 0
+				if in != m.Allowed(id) {
+					t.Fatalf("run %d step %d: mask says %v for %q, Allowed the opposite", run, step, in, v.Piece(id))
+				}
+				if in {
+					ids = append(ids, id)
+				}
+			}
+			if len(ids) == 0 {
+				t.Fatalf("run %d step %d: nothing allowed", run, step)
+			}
+			if err := m.Accept(ids[rng.IntN(len(ids))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }

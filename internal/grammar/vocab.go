@@ -206,31 +206,49 @@ func (c *Compiled) dropMasks(retire bool) int64 {
 	return freed
 }
 
-// walkStep is a trie walk's step: frames are interned, and a step from
-// a one-stack set is memoised by (stack, byte), so a walk through a JSON
-// string, where every byte leads back to the same stack, costs two array
-// indexes per trie node instead of an expansion. (A map keyed by (frame,
-// byte) cost 80 ns a node, most of a cold 151k-token walk.)
+// walkStep is a trie walk's step. Frames are interned, each stack set a
+// walk reaches is interned too (an id), and the step from a set by a byte
+// is memoised by (set id, byte): a walk through a JSON string, where every
+// byte leads back to the same set, costs two array indexes per trie node
+// instead of an expansion. (A map keyed by (frame, byte), for one-stack
+// sets only, cost 80 ns a node, most of a cold 151k-token walk; a
+// many-stack set, as in a string with a maxLength, was expanded at every
+// node, ~470 ns.)
 type walkStep struct {
 	g  *Grammar
 	in interner
-	// memo[f.id][b] is the step from the one stack f by byte b
-	// (nil: not computed yet).
-	memo [][]*stepRes
+	t  stackSet // scratch of the expansions
+	// sets interns live stack sets by their frames' ids; memo[id][b] is
+	// the step from set id by byte b (nil: not computed yet), for the
+	// first maxDenseSets sets; sparse holds the rest's, so a walk's memo
+	// grows with the steps it memoises, not 2 KB a set.
+	sets   map[string]int32
+	memo   [][]*stepRes
+	sparse map[memoKey]*stepRes
+	key    []byte
 }
 
+type memoKey struct {
+	set int32
+	b   byte
+}
+
+// maxDenseSets bounds the 2 KB memo rows of one walk (4 MB).
+const maxDenseSets = 2048
+
 // stepRes is the stack set after one byte: s as stepped (nil stands for
-// the empty stack, the grammar complete), live the non-nil stacks of s.
-// A memoised one is shared by every trie node it is reached at and is
-// never written to.
+// the empty stack, the grammar complete), live the non-nil stacks of s,
+// id the interned id of live. It is memoised, shared by every trie node it
+// is reached at, and never written to.
 type stepRes struct {
 	s, live       []*frame
+	id            int32
 	ended         bool // s holds the empty stack
 	over, escaped bool
 }
 
 func newWalkStep(g *Grammar) *walkStep {
-	return &walkStep{g: g, in: interner{m: map[frameKey]*frame{}}, memo: [][]*stepRes{nil}}
+	return &walkStep{g: g, in: interner{m: map[frameKey]*frame{}}, sets: map[string]int32{}, sparse: map[memoKey]*stepRes{}}
 }
 
 // intern returns the interned copy of stack f (built bottom up).
@@ -241,55 +259,64 @@ func (w *walkStep) intern(f *frame) *frame {
 	return w.in.get(f.pos, w.intern(f.next))
 }
 
-// step returns the stack set after byte b from cur. t and r are the
-// caller's scratch, used when the step is not memoised; the result is
-// either r or a memoised result, and is valid until the caller's next
-// step with the same scratch.
-func (w *walkStep) step(cur []*frame, b byte, t *stackSet, r *stepRes) *stepRes {
-	if len(cur) != 1 || cur[0] == nil || cur[0].id == 0 {
-		w.stepInto(cur, b, t, r)
-		r.live = r.live[:0]
-		for _, f := range r.s {
-			if f != nil {
-				r.live = append(r.live, f)
-			}
+// state is the walk state of interned stacks live (all non-nil).
+func (w *walkStep) state(live []*frame) *stepRes {
+	return &stepRes{s: live, live: live, id: w.setID(live)}
+}
+
+// setID interns the set of interned stacks live, in its order (the same
+// set in another order gets another id: less sharing, same results).
+func (w *walkStep) setID(live []*frame) int32 {
+	k := w.key[:0]
+	for _, f := range live {
+		k = append(k, byte(f.id), byte(f.id>>8), byte(f.id>>16), byte(f.id>>24))
+	}
+	w.key = k
+	if id, ok := w.sets[string(k)]; ok {
+		return id
+	}
+	id := int32(len(w.sets))
+	w.sets[string(k)] = id
+	return id
+}
+
+// step returns the stack set after byte b from cur.
+func (w *walkStep) step(cur *stepRes, b byte) *stepRes {
+	var row []*stepRes
+	if cur.id < maxDenseSets {
+		for int(cur.id) >= len(w.memo) {
+			w.memo = append(w.memo, nil)
 		}
-		return r
-	}
-	id := cur[0].id
-	for int(id) >= len(w.memo) {
-		w.memo = append(w.memo, nil)
-	}
-	row := w.memo[id]
-	if row == nil {
-		row = make([]*stepRes, 256)
-		w.memo[id] = row
-	}
-	if m := row[b]; m != nil {
+		if row = w.memo[cur.id]; row == nil {
+			row = make([]*stepRes, 256)
+			w.memo[cur.id] = row
+		}
+		if m := row[b]; m != nil {
+			return m
+		}
+	} else if m := w.sparse[memoKey{cur.id, b}]; m != nil {
 		return m
 	}
-	m := &stepRes{}
-	w.stepInto(cur, b, t, m)
-	m.s = append([]*frame(nil), m.s...)
+	t := &w.t
+	t.s, t.over, t.escaped, t.in = t.s[:0], false, false, &w.in
+	w.g.step(cur.live, b, t)
+	m := &stepRes{s: append([]*frame(nil), t.s...), over: t.over, escaped: t.escaped}
 	for _, f := range m.s {
-		if f != nil {
+		if f == nil {
+			m.ended = true
+		} else {
 			m.live = append(m.live, f)
 		}
 	}
-	row[b] = m
-	return m
-}
-
-// stepInto steps cur by b through scratch t into r (r.s aliases t.s).
-func (w *walkStep) stepInto(cur []*frame, b byte, t *stackSet, r *stepRes) {
-	t.s, t.over, t.escaped, t.in = t.s[:0], false, false, &w.in
-	w.g.step(cur, b, t)
-	r.s, r.over, r.escaped, r.ended = t.s, t.over, t.escaped, false
-	for _, f := range t.s {
-		if f == nil {
-			r.ended = true
-		}
+	if len(m.live) > 0 {
+		m.id = w.setID(m.live)
 	}
+	if row != nil {
+		row[b] = m
+	} else {
+		w.sparse[memoKey{cur.id, b}] = m
+	}
+	return m
 }
 
 // toks2 is the end in toks of the tokens of node n's whole subtree: the
