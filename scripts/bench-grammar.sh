@@ -8,7 +8,8 @@
 # close to it). Decode speed is (completion tokens - 1) / (time from the
 # first to the last streamed token), so prompt processing is left out on
 # both sides. Rounds alternate the order; the medians of ROUNDS rounds
-# (default 7) and the load average go to stdout as a markdown table.
+# (default 7) and the load average go to stdout as a markdown table, with
+# the median of each server's per-round ratio.
 #
 #   scripts/bench-grammar.sh [DIR]
 #
@@ -126,6 +127,11 @@ for srv in ("llama-server", "sluice"):
     f, c = med[(srv, False)], med[(srv, True)]
     print(f"| {srv} | {f:.1f} | {c:.1f} | {c / f:.2f} |")
 print(f"| sluice / llama-server | {med[('sluice', False)] / med[('llama-server', False)]:.2f} | {med[('sluice', True)] / med[('llama-server', True)]:.2f} | |")
+# Each round measures a server's two requests back to back, so the ratio
+# of a round's pair sees the same load: its median is steadier than the
+# ratio of the medians on a loaded machine.
+pair = {srv: statistics.median(c / f for f, c in zip(rates[(srv, False)], rates[(srv, True)])) for srv in ("llama-server", "sluice")}
+print(f"\nmedian of the per-round json_schema / free ratios: llama-server {pair['llama-server']:.2f}, sluice {pair['sluice']:.2f}")
 PY
 	cleanup
 	pids=()
