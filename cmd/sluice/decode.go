@@ -274,5 +274,9 @@ Example:
 	}
 	defer stopMetrics()
 	log.Info("decode worker ready", "context", dw.Context())
-	return serveRole(log, o.listen, tc, dw, nil, dw.Pool(), o.drain, &o.draining)
+	// Draining (SIGTERM), new reservations are refused with a retryable
+	// "draining" (the router moves the request to another decode worker
+	// at once and stops picking this one), so the drain ends when the
+	// sequences in flight do.
+	return serveRole(log, o.listen, tc, node.DrainingDecode{Decode: dw, Draining: &o.draining}, nil, dw.Pool(), o.drain, &o.draining)
 }

@@ -323,6 +323,10 @@ func TestRetriesBeforeFirstTokenBounded(t *testing.T) {
 		{"budget of one", reserveGone, 1, CodeHandoff, [][]string{nil, {"a"}}},
 		{"budget of one, prefill", prefillLeaving, 1, CodeHandoff, [][]string{nil, {"a"}}},
 		{"retries off", reserveGone, -1, CodeHandoff, [][]string{nil}},
+		{"a draining decode worker refuses", []Pair{
+			{Prefill: la.Prefill, Decode: failReserve{la.Decode, handoff.ErrDraining}, DecodeName: "a"},
+			{Prefill: lc.Prefill, Decode: lc.Decode, DecodeName: "c"},
+		}, 0, "", [][]string{nil, {"a"}}},
 		{"a fault of the request is never retried", []Pair{
 			{Prefill: failPrefill{fault}, Decode: la.Decode, DecodeName: "a"},
 			{Prefill: lc.Prefill, Decode: lc.Decode, DecodeName: "c"},

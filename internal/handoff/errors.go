@@ -22,9 +22,10 @@ type Error struct {
 
 func (e *Error) Error() string { return "handoff " + string(e.Code) + ": " + e.Msg }
 
-// Is matches any *Error with the same Code; ErrNoRoom also matches
-// ErrRefused, since having no free pages is one reason to refuse, and
-// ErrOverShare matches both (it is a "not now" for one tenant).
+// Is matches any *Error with the same Code; ErrNoRoom and ErrDraining
+// also match ErrRefused, since having no free pages and shutting down are
+// reasons to refuse, and ErrOverShare matches both ErrNoRoom and
+// ErrRefused (it is a "not now" for one tenant).
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
 	if !ok {
@@ -33,7 +34,7 @@ func (e *Error) Is(target error) bool {
 	if e.Code == ErrOverShare.Code && (t.Code == ErrNoRoom.Code || t.Code == ErrRefused.Code) {
 		return true
 	}
-	return t.Code == e.Code || (t.Code == ErrRefused.Code && e.Code == ErrNoRoom.Code)
+	return t.Code == e.Code || (t.Code == ErrRefused.Code && (e.Code == ErrNoRoom.Code || e.Code == ErrDraining.Code))
 }
 
 // With returns a copy of the sentinel with a more specific message.
@@ -90,6 +91,12 @@ var (
 	// errors.Is(err, ErrNoRoom) and errors.Is(err, ErrRefused) hold for
 	// it too, so a router that does not know it waits as for no room.
 	ErrOverShare = &Error{"over_share", "the tenant holds its share of the decode worker's KV pages while another tenant waits"}
+	// ErrDraining: the worker got SIGTERM and takes no new reservation
+	// while the ones it holds finish; nothing was reserved, so another
+	// worker can take the request at once. Its load report answers the
+	// same, so routers stop picking it. errors.Is(err, ErrRefused) holds
+	// for it too.
+	ErrDraining = &Error{"draining", "the worker is shutting down and takes no new request; another worker can"}
 	// ErrDuplicate: a handoff with this id already exists.
 	ErrDuplicate = &Error{"duplicate_handoff", "a handoff with this id already exists"}
 	// ErrProtocol: a malformed frame on a transport (framing, checksum,

@@ -88,6 +88,10 @@ type member struct {
 	picks          uint64
 	downs          uint64
 	removed        bool
+	// draining: the worker refused a reservation or its load report with
+	// handoff.ErrDraining (it got SIGTERM); not picked until a report
+	// comes back without it (a worker restarted at the same address).
+	draining bool
 	// vetted: Vet passed (or there is none); refused: Vet failed.
 	vetted  bool
 	refused error
@@ -239,8 +243,8 @@ func (c *Cluster) probeOne(ctx context.Context, m *member) {
 	var verr error
 	if err == nil && vet {
 		verr = m.w.Vet(ctx)
-		if errors.Is(verr, handoff.ErrTransport) {
-			err = verr // not answering after all: down, vetted later
+		if errors.Is(verr, handoff.ErrTransport) || errors.Is(verr, handoff.ErrDraining) {
+			err = verr // not answering after all, or leaving: vetted later
 		}
 	}
 	var load *handoff.Load
@@ -255,6 +259,8 @@ func (c *Cluster) probeOne(ctx context.Context, m *member) {
 			c.log.Error("refusing a worker of another model (I13)", "role", m.role, "worker", m.w.Name, "err", err)
 		}
 		m.modelOK = false
+	case errors.Is(err, handoff.ErrDraining):
+		c.markDraining(m)
 	case err != nil:
 		c.markDown(m, err)
 	default:
@@ -278,6 +284,12 @@ func (c *Cluster) probeOne(ctx context.Context, m *member) {
 			m.free, m.total, m.cached = load.FreePages, load.TotalPages, load.CachedPages
 			m.running, m.ownAt, m.reported = load.Running, m.inFlight, true
 		}
+		if errors.Is(lerr, handoff.ErrDraining) {
+			c.markDraining(m)
+		} else if m.draining && lerr == nil {
+			c.log.Info("worker takes requests again", "role", m.role, "worker", m.w.Name)
+			m.draining = false
+		}
 	}
 	c.mu.Unlock()
 }
@@ -290,6 +302,16 @@ func (c *Cluster) markDown(m *member, err error) {
 		c.forget(m)
 	}
 	m.up = false
+}
+
+// markDraining stops picking m: it refused with handoff.ErrDraining.
+func (c *Cluster) markDraining(m *member) {
+	if !m.draining {
+		c.log.Info("worker draining: no new requests sent to it", "role", m.role, "worker", m.w.Name)
+		// It leaves, or comes back restarted with its cache empty.
+		c.forget(m)
+	}
+	m.draining = true
 }
 
 // forget drops what the affinity memory believes m holds.
@@ -311,7 +333,7 @@ func states(ms []*member) []cluster.State {
 	for i, m := range ms {
 		// Not yet vetted counts as not answering yet; refused by the
 		// vetting as unusable for good, like another model.
-		out[i] = cluster.State{Name: m.w.Name, Up: m.up && m.vetted, ModelOK: m.modelOK && m.refused == nil, InFlight: m.inFlight, Queue: m.queue(), FreePages: m.free, TotalPages: m.total}
+		out[i] = cluster.State{Name: m.w.Name, Up: m.up && m.vetted && !m.draining, ModelOK: m.modelOK && m.refused == nil, InFlight: m.inFlight, Queue: m.queue(), FreePages: m.free, TotalPages: m.total}
 	}
 	return out
 }
@@ -424,6 +446,9 @@ func (c *Cluster) Pair(r *engine.Request, avoid []*engine.Pair) (*engine.Pair, e
 				if errors.Is(derr, handoff.ErrTransport) {
 					c.markDown(d, derr)
 				}
+				if errors.Is(derr, handoff.ErrDraining) {
+					c.markDraining(d)
+				}
 				// A prefill error may be the prefill worker's own push to a
 				// dead decode worker, carried back with a transport code:
 				// prefill workers are marked down by the probe only.
@@ -479,8 +504,10 @@ type WorkerStats struct {
 	Up, ModelOK bool
 	// Refused is why the router's checks (Worker.Vet) refused the worker;
 	// Vetted is false until they ran.
-	Refused      error
-	Vetted       bool
+	Refused error
+	Vetted  bool
+	// Draining: the worker refused with handoff.ErrDraining (SIGTERM).
+	Draining     bool
 	InFlight     int
 	Picks, Downs uint64
 	Free, Total  int
@@ -493,7 +520,7 @@ func (c *Cluster) Stats() (ws []WorkerStats, retries, noPair uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range append(append([]*member(nil), c.prefill...), c.decode...) {
-		ws = append(ws, WorkerStats{Role: m.role, Name: m.w.Name, Up: m.up, ModelOK: m.modelOK, Refused: m.refused, Vetted: m.vetted, InFlight: m.inFlight,
+		ws = append(ws, WorkerStats{Role: m.role, Name: m.w.Name, Up: m.up, ModelOK: m.modelOK, Refused: m.refused, Vetted: m.vetted, Draining: m.draining, InFlight: m.inFlight,
 			Picks: m.picks, Downs: m.downs, Free: m.free, Total: m.total, Cached: m.cached})
 	}
 	return ws, c.retries, c.noPair
@@ -514,7 +541,7 @@ func (c *Cluster) Ready(context.Context) error {
 				foreign++
 			case w.Refused != nil:
 				refused++
-			case w.Up && w.Vetted:
+			case w.Up && w.Vetted && !w.Draining:
 				usable++
 			}
 		}
@@ -537,7 +564,7 @@ func (c *Cluster) Ready(context.Context) error {
 
 var (
 	descPicks   = prometheus.NewDesc("sluice_cluster_picks_total", "Requests (attempts) sent to each worker by this router.", []string{"role", "worker"}, nil)
-	descUp      = prometheus.NewDesc("sluice_cluster_worker_up", "1 while the worker answers, runs the router's model and passed the router's checks (context), else 0.", []string{"role", "worker"}, nil)
+	descUp      = prometheus.NewDesc("sluice_cluster_worker_up", "1 while the worker answers, runs the router's model, passed the router's checks (context) and is not draining (SIGTERM), else 0.", []string{"role", "worker"}, nil)
 	descDowns   = prometheus.NewDesc("sluice_cluster_worker_down_total", "Times the worker was marked down.", []string{"role", "worker"}, nil)
 	descFlight  = prometheus.NewDesc("sluice_cluster_in_flight", "Requests this router has on the worker now.", []string{"role", "worker"}, nil)
 	descRetries = prometheus.NewDesc("sluice_cluster_retries_total", "Requests retried on another pair after failing before their first token.", nil, nil)
@@ -559,7 +586,7 @@ func (c *Cluster) Collect(ch chan<- prometheus.Metric) {
 	ws, retries, noPair := c.Stats()
 	for _, w := range ws {
 		up := 0.0
-		if w.Up && w.ModelOK && w.Vetted && w.Refused == nil {
+		if w.Up && w.ModelOK && w.Vetted && w.Refused == nil && !w.Draining {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descPicks, prometheus.CounterValue, float64(w.Picks), w.Role, w.Name)
