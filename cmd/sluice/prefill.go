@@ -135,5 +135,5 @@ Example:
 	}
 	defer stopMetrics()
 	log.Info("prefill worker ready", "context", pw.Context(), "decode", addrs, "encrypt_decode", dcs[0].Encrypt())
-	return serveRole(log, o.listen, tc, nil, node.Routed{Inner: pw, Set: ds}, pw.Pool(), o.drain, &o.draining)
+	return serveRole(log, o.listen, tc, nil, node.Routed{Inner: pw, Set: ds, Draining: &o.draining}, pw.Pool(), o.drain, &o.draining)
 }

@@ -518,10 +518,26 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 		again.Prompt = append(slices.Clone(r.Prompt), gen...)
 		again.MaxTokens = r.MaxTokens - len(gen)
 		if e := tk.wait(gone, func() (bool, *Error) {
-			var e *Error
-			var noRoom bool
-			res, noRoom, e = d.reserve(gone, tk, &again, cur.pair().Decode, id)
-			return noRoom, e
+			for {
+				var e *Error
+				var noRoom bool
+				res, noRoom, e = d.reserve(gone, tk, &again, cur.pair().Decode, id)
+				if e == nil || !retryable(e) || migrations >= d.maxMigrations() || gone.Err() != nil {
+					return noRoom, e
+				}
+				// The new decode worker refused (it is draining) or is
+				// gone: the stream moves on once more, avoiding it, as a
+				// migration (nothing of this handoff exists anywhere).
+				p2, err := d.pairs.Pair(r, []*Pair{cur.pair()})
+				if err != nil {
+					return noRoom, e
+				}
+				migrations++
+				d.migrated.Add(1)
+				cur.pair().done(nil, e.Err)
+				id = newID()
+				cur.setPair(id, p2)
+			}
 		}); e != nil {
 			lc.queueEnd(e)
 			return
@@ -706,11 +722,12 @@ type driveResult struct {
 }
 
 // migratable says whether a decode stream's failure is the worker's or
-// the link's (it died, hung past the heartbeat, was cut off), after which
-// the stream may continue elsewhere; anything a live peer answered
-// (refusals, integrity failures) is not.
+// the link's (it died, hung past the heartbeat, was cut off), or a
+// worker's refusal because it is shutting down (handoff.ErrDraining: it
+// did nothing), after which the stream may continue elsewhere; anything
+// else a live peer answered (refusals, integrity failures) is not.
 func migratable(err error) bool {
-	return errors.Is(err, handoff.ErrTransport) || errors.Is(err, errStreamEnded)
+	return errors.Is(err, handoff.ErrTransport) || errors.Is(err, errStreamEnded) || errors.Is(err, handoff.ErrDraining)
 }
 
 // cachedTokens is prefill's figure of prompt tokens it found cached, -1

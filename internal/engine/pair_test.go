@@ -221,6 +221,16 @@ func TestMigrationTransportFailures(t *testing.T) {
 			{Prefill: failPrefill{handoff.ErrTransport.With("pushing to the decode worker: connection lost")}, Decode: lb.Decode},
 			{Prefill: lc.Prefill, Decode: lc.Decode},
 		}, 3, 2},
+		{"resumed handoff's decode worker is draining (refuses the reserve)", []Pair{
+			{Prefill: la.Prefill, Decode: breakAfterFirst{la.Decode}},
+			{Prefill: lb.Prefill, Decode: failReserve{lb.Decode, handoff.ErrDraining}},
+			{Prefill: lc.Prefill, Decode: lc.Decode},
+		}, 3, 2},
+		{"resumed handoff's prefill worker is draining (refuses the prompt)", []Pair{
+			{Prefill: la.Prefill, Decode: breakAfterFirst{la.Decode}},
+			{Prefill: failPrefill{handoff.ErrDraining}, Decode: lb.Decode},
+			{Prefill: lc.Prefill, Decode: lc.Decode},
+		}, 3, 2},
 		{"prefill's answer lost after the commit", []Pair{
 			{Prefill: loseAnswer{la.Prefill}, Decode: la.Decode},
 			{Prefill: lb.Prefill, Decode: lb.Decode},

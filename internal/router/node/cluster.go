@@ -449,6 +449,9 @@ func (c *Cluster) Pair(r *engine.Request, avoid []*engine.Pair) (*engine.Pair, e
 				if errors.Is(derr, handoff.ErrDraining) {
 					c.markDraining(d)
 				}
+				if errors.Is(perr, handoff.ErrDraining) {
+					c.markDraining(p)
+				}
 				// A prefill error may be the prefill worker's own push to a
 				// dead decode worker, carried back with a transport code:
 				// prefill workers are marked down by the probe only.

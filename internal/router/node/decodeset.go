@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -157,10 +158,18 @@ func (s *DecodeSet) Drained(ctx context.Context, id kv.ID) error {
 type Routed struct {
 	Inner handoff.Prefill
 	Set   *DecodeSet
+	// Draining, when set and true (SIGTERM), refuses every new prefill and
+	// the load report with handoff.ErrDraining, as DrainingDecode does for
+	// decode: the router moves the request to another pair at once and
+	// stops picking this worker; prefills under way finish.
+	Draining *atomic.Bool
 }
 
 // Prefill implements handoff.Prefill.
 func (r Routed) Prefill(ctx context.Context, req *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	if r.Draining != nil && r.Draining.Load() {
+		return nil, handoff.ErrDraining
+	}
 	if err := r.Set.bind(req.Handoff, req.Decode); err != nil {
 		return nil, err
 	}
@@ -170,6 +179,9 @@ func (r Routed) Prefill(ctx context.Context, req *handoff.PrefillRequest) (*hand
 
 // Load passes the prefill worker's load report on (handoff.Loader).
 func (r Routed) Load(ctx context.Context) (*handoff.Load, error) {
+	if r.Draining != nil && r.Draining.Load() {
+		return nil, handoff.ErrDraining
+	}
 	l, ok := r.Inner.(handoff.Loader)
 	if !ok {
 		return nil, handoff.ErrState.With("this worker does not report its load")

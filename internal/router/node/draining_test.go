@@ -149,3 +149,58 @@ func TestClusterStopsPickingDrainingDecode(t *testing.T) {
 		t.Fatalf("d1's probe said draining, yet picked: %v", n)
 	}
 }
+
+// countPrefill counts the prefills that reached the worker.
+type countPrefill struct{ n int }
+
+func (c *countPrefill) Prefill(context.Context, *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	c.n++
+	return &handoff.PrefillResult{}, nil
+}
+
+func (c *countPrefill) Load(context.Context) (*handoff.Load, error) {
+	return &handoff.Load{TotalPages: 4, FreePages: 4}, nil
+}
+
+// The same for a prefill worker: draining, it refuses every new prompt and
+// its load report with ErrDraining (the prompt never reaches the worker),
+// and the router, told through the pair's Done, stops picking it.
+func TestDrainingPrefillRefusesNewPrompts(t *testing.T) {
+	var draining atomic.Bool
+	inner := &countPrefill{}
+	r := Routed{Inner: inner, Set: NewDecodeSet(map[string]handoff.Decode{"d": stubDecode{}}), Draining: &draining}
+	ctx := context.Background()
+	if _, err := r.Prefill(ctx, &handoff.PrefillRequest{Handoff: kv.ID{1}, Decode: "d"}); err != nil || inner.n != 1 {
+		t.Fatalf("before the drain: %v, %d prefills", err, inner.n)
+	}
+	draining.Store(true)
+	if _, err := r.Prefill(ctx, &handoff.PrefillRequest{Handoff: kv.ID{2}, Decode: "d"}); !errors.Is(err, handoff.ErrDraining) || inner.n != 1 {
+		t.Fatalf("while draining: %v, %d prefills; want %s and none more", err, inner.n, handoff.ErrDraining.Code)
+	}
+	if _, err := r.Load(ctx); !errors.Is(err, handoff.ErrDraining) {
+		t.Fatalf("load report while draining: %v", err)
+	}
+
+	c, err := NewCluster([]Worker{{Name: "p1", Prefill: stubPrefill{"p1"}}, {Name: "p2", Prefill: stubPrefill{"p2"}}},
+		[]Worker{{Name: "d", Decode: stubDecode{}}}, DefaultWeights, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Probe(ctx)
+	p, err := c.Pair(&engine.Request{Prompt: []int32{1}, MaxTokens: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaving := p.Prefill.(stubPrefill).name
+	p.Done(handoff.ErrDraining, nil)
+	for range 6 {
+		p, err := c.Pair(&engine.Request{Prompt: []int32{1}, MaxTokens: 1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name := p.Prefill.(stubPrefill).name; name == leaving {
+			t.Fatalf("prefill worker %s refused as draining, yet picked", name)
+		}
+		p.Done(nil, nil)
+	}
+}
