@@ -98,11 +98,9 @@ Example:
 		return code
 	}
 	set := map[string]handoff.Decode{}
-	var peers []node.Peer
 	for i, dc := range dcs {
 		defer dc.Close()
 		set[addrs[i]] = dc
-		peers = append(peers, node.Peer{Role: "decode", Conn: dc})
 	}
 	ds := node.NewDecodeSet(set)
 	if resolveEvery > 0 || workersFile != "" {
@@ -128,7 +126,7 @@ Example:
 	defer pw.Close()
 	stopMetrics, err := serveWorkerMetrics(log, o.metrics, m.Name, func() router.EngineStats {
 		return node.Stats(map[string]*kv.Pool{preflight.RolePrefill: pw.Pool()}, nil)
-	}, o.readiness(func(ctx context.Context) error { return node.CheckAnyPeer(ctx, peers) }))
+	}, o.readiness(ds.Check))
 	if err != nil {
 		log.Error("cannot serve metrics", "err", err)
 		return 1

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"errors"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -60,6 +62,31 @@ func (s *DecodeSet) Remove(name string) handoff.Decode {
 		}
 	}
 	return d
+}
+
+// Check is a prefill worker's readiness: nil while at least one decode
+// worker the set holds NOW is reachable. The set follows discovery, so a
+// prefill worker whose decode workers at start all left (a pod deleted
+// and replaced at a new address) is ready again once a new one answers;
+// the connections made at start alone would keep it unready for good.
+func (s *DecodeSet) Check(ctx context.Context) error {
+	s.mu.Lock()
+	names := make([]string, 0, len(s.byName))
+	for n := range s.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var peers []Peer
+	for _, n := range names {
+		if c, ok := s.byName[n].(Checker); ok {
+			peers = append(peers, Peer{Role: "decode", Conn: c})
+		}
+	}
+	s.mu.Unlock()
+	if len(peers) == 0 {
+		return errors.New("the decode worker is not ready (none known)")
+	}
+	return CheckAnyPeer(ctx, peers)
 }
 
 func (s *DecodeSet) bind(id kv.ID, name string) error {

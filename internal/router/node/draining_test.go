@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -202,5 +203,43 @@ func TestDrainingPrefillRefusesNewPrompts(t *testing.T) {
 			t.Fatalf("prefill worker %s refused as draining, yet picked", name)
 		}
 		p.Done(nil, nil)
+	}
+}
+
+// checkDecode is a decode connection whose peer is up or not.
+type checkDecode struct {
+	handoff.Decode
+	up *atomic.Bool
+}
+
+func (c checkDecode) Check(context.Context) error {
+	if c.up.Load() {
+		return nil
+	}
+	return handoff.ErrTransport.With("dial refused")
+}
+
+// Issue 29 (a decode pod deleted under load): a prefill worker's
+// readiness follows its decode set, not the connections it made at start.
+// Its only decode worker at start leaves (the pod is gone for good) and a
+// replacement joins at a new address: ready again; with none reachable,
+// not ready, naming only the role and the code.
+func TestPrefillReadinessFollowsDecodeSet(t *testing.T) {
+	var first, second atomic.Bool
+	first.Store(true)
+	ds := NewDecodeSet(map[string]handoff.Decode{"10.0.0.1:9002": checkDecode{up: &first}})
+	ctx := context.Background()
+	if err := ds.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first.Store(false) // the pod was deleted
+	if err := ds.Check(ctx); err == nil || strings.Contains(err.Error(), "10.0.0") {
+		t.Fatalf("no decode worker reachable: %v, want an error without the address", err)
+	}
+	ds.Remove("10.0.0.1:9002")
+	second.Store(true)
+	ds.Add("10.0.0.2:9002", checkDecode{up: &second}) // the replacement
+	if err := ds.Check(ctx); err != nil {
+		t.Fatalf("the replacement answers, yet not ready: %v", err)
 	}
 }
