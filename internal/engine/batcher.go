@@ -43,6 +43,10 @@ type seq struct {
 
 	promptTokens int // for usage (I9)
 	cachedTokens int // of those, read from the prefix cache
+	// relookup, when set (a colocated sequence with the prefix cache),
+	// takes the cached leading pages of its prompt (shares held) for its
+	// rebuild after a preemption; it also sets public for them.
+	relookup func() []kv.PageRef
 	// public is the leading pages of table read from the public prefix
 	// scope (--shared-prefix-file): held under the public scope's own
 	// budget, counted in no tenant's KV share (quota.go).
@@ -744,9 +748,29 @@ func (s *batch) resume() {
 			i++
 			continue
 		}
-		table, err := s.pool.Reserve(q.owner, n)
+		var hits []kv.PageRef
+		if q.relookup != nil {
+			hits = q.relookup()
+		}
+		var table []kv.PageRef
+		var err error
+		if len(hits) == 0 {
+			table, err = s.pool.Reserve(q.owner, n)
+		} else {
+			table, err = s.pool.Extend(q.owner, hits, n-len(hits))
+		}
 		if err != nil {
+			if len(hits) > 0 {
+				releasePages(s.pool, q.owner, hits)
+			}
 			return
+		}
+		if c := len(hits) * s.cfg.PageSize; c > 0 {
+			// The rebuild starts after the prefix cache's pages: the same
+			// KV (batch invariance), not computed again.
+			q.fed, q.prompt = c, q.prompt[c:]
+			q.recomputed -= c
+			s.recomputed.Add(-int64(c))
 		}
 		q.table, q.parked = table, false
 		q.view = s.pool.View(q.owner, q.table)

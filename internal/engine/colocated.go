@@ -106,9 +106,17 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 				// no tenant's share (quota.go).
 				q.public = min(c.cache.publicCount(keys), cached/c.cfg.PageSize)
 				// Runs when the prompt is computed, also after a preemption
-				// rebuilt it (the new pages are then all private).
+				// rebuilt it (from the pages the cache then held).
 				from := cached / c.cfg.PageSize
 				q.prefilled = func(q *seq) { c.cache.insert(owner, q.table, keys, from) }
+				// A rebuild after a preemption starts from the cached
+				// prefix too (the same KV, batch invariance).
+				q.relookup = func() []kv.PageRef {
+					hits := c.cache.lookup(owner, keys, len(r.Prompt))
+					from = max(from, len(hits))
+					q.public = min(c.cache.publicCount(keys), len(hits))
+					return hits
+				}
 			}
 		case request.ActEmit:
 			st.push(outcome{token: a.Token, logprobs: lc.lp})

@@ -34,8 +34,66 @@ func (r *quotaRig) addCached(pc *prefixCache, tenant string, p []int32, maxToken
 	q.public = min(pc.publicCount(keys), len(hits)) // as Colocated.Submit
 	from := len(hits)
 	q.prefilled = func(q *seq) { pc.insert(owner, q.table, keys, from) }
+	q.relookup = func() []kv.PageRef {
+		hits := pc.lookup(owner, keys, len(p))
+		from = max(from, len(hits))
+		q.public = min(pc.publicCount(keys), len(hits))
+		return hits
+	}
 	r.s.add(q)
 	return q
+}
+
+// A preempted sequence's rebuild starts from the prefix cache's pages of
+// its prompt (red team: resume ignored the cache and recomputed them),
+// and its tokens are those of the run that was never preempted.
+func TestResumeReadsThePrefixCache(t *testing.T) {
+	r := newQuotaRig(t, 32)
+	r.cfg.PrefixCache = true
+	pc := newPrefixCache(r.cfg, r.pool)
+	p := prompt(5, 17) // 4 full pages, the last token alone
+	collect := func(q *seq, out *[]int32) {
+		q.emit = func(o outcome) {
+			if !o.done && o.err == nil {
+				*out = append(*out, o.token)
+			}
+		}
+	}
+	var ref, got []int32
+	first := r.addCached(pc, "a", p, 6)
+	collect(first, &ref)
+	for i := 0; first.emit != nil; i++ {
+		if i > 50 {
+			t.Fatal("the reference never ended")
+		}
+		r.s.turn()
+	}
+	q := r.addCached(pc, "a", p, 6)
+	collect(q, &got)
+	for q.generated < 2 {
+		r.s.turn()
+	}
+	r.s.preempt(q)
+	r.s.dropParked()
+	if q.fed != 0 {
+		t.Fatalf("preempted with %d positions fed", q.fed)
+	}
+	r.s.turn() // resumes
+	if q.parked {
+		t.Fatal("not resumed")
+	}
+	if q.recomputed != 17+1-16 {
+		t.Fatalf("%d positions recomputed, want 2: the 16 cached ones are read, not computed", q.recomputed)
+	}
+	for i := 0; q.emit != nil; i++ {
+		if i > 50 {
+			t.Fatal("the resumed sequence never ended")
+		}
+		r.s.turn()
+	}
+	if !slices.Equal(got, ref) {
+		t.Fatalf("resumed from the cache %v, never preempted %v", got, ref)
+	}
 }
 
 // The public prefix's pages (--shared-prefix-file) count in no tenant's
