@@ -456,6 +456,9 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 	for {
 		dr = d.drive(r, cur.get(), cur.pair(), res, ts, lc, &gen, &cur.cached)
 		ts.Close()
+		// retrying: this attempt failed before any token reached the
+		// client; its new reservation below spends the retry budget.
+		retrying := dr.retry != nil
 		if dr.retry != nil {
 			var p2 *Pair
 			if gone.Err() == nil {
@@ -522,7 +525,23 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 				var e *Error
 				var noRoom bool
 				res, noRoom, e = d.reserve(gone, tk, &again, cur.pair().Decode, id)
-				if e == nil || !retryable(e) || migrations >= d.maxMigrations() || gone.Err() != nil {
+				if e == nil || !retryable(e) || gone.Err() != nil {
+					return noRoom, e
+				}
+				if retrying {
+					// Still no token sent: a retry, as at the first
+					// attempt's reserve (Submit), within --max-retries
+					// and avoiding every pair that failed the request.
+					p2 := d.nextPair(r, cur, at, false)
+					if p2 == nil {
+						return noRoom, e
+					}
+					cur.pair().done(nil, e.Err)
+					id = newID()
+					cur.setPair(id, p2)
+					continue
+				}
+				if migrations >= d.maxMigrations() {
 					return noRoom, e
 				}
 				// The new decode worker refused (it is draining) or is

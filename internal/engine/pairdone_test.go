@@ -114,11 +114,17 @@ type countPairs struct {
 	mu     sync.Mutex
 	out    int
 	doneBy map[int]int
+	avoids [][]string // the decode names each pairing was asked to avoid
 }
 
-func (p *countPairs) Pair(*Request, []*Pair) (*Pair, error) {
+func (p *countPairs) Pair(_ *Request, avoid []*Pair) (*Pair, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var names []string
+	for _, a := range avoid {
+		names = append(names, a.DecodeName)
+	}
+	p.avoids = append(p.avoids, names)
 	c := p.pairs[min(p.out, len(p.pairs)-1)]
 	n := p.out
 	p.out++
@@ -198,6 +204,91 @@ func TestStreamOpenRetriesAbortEachReservation(t *testing.T) {
 					t.Fatalf("%d pairs handed out (want %d), Done calls %v; want each told once", out, c.out, by)
 				}
 				time.Sleep(5 * time.Millisecond)
+			}
+			for _, l := range []*Local{la, lb, lc} {
+				waitFreePool(t, l.Decode.Pool())
+			}
+		})
+	}
+}
+
+// A scale-down by two hands a request a prefill push refused by the
+// first leaving decode worker, then the second leaving one at the retry's
+// reserve. No token has reached the client, so that reserve's failure is
+// a retry like the first attempt's (Submit), not a migration: within
+// --max-retries (budget 2: the third pair serves the reference output;
+// budget 1: the second failure stands, whatever --max-migrations says),
+// each pairing avoiding every pair that failed the request; every pair
+// is told Done once, pools whole.
+func TestRetryReserveAfterPushFailureRetried(t *testing.T) {
+	m := newToy()
+	mk := func() *Local {
+		l, err := NewLocal(toyConfig(m, 40), toyConfig(m, 40))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { closeWithin(t, l) })
+		return l
+	}
+	la, lb, lc := mk(), mk(), mk()
+	r := &Request{Tenant: "t", Prompt: prompt(3, 9), MaxTokens: 12}
+	want := toyReference(m, r.Prompt, r.MaxTokens, false)
+	leaving := handoff.ErrUnknownHandoff.With("pushed to another decode worker")
+	gone := handoff.ErrTransport.With("connection refused")
+	for _, c := range []struct {
+		name    string
+		retries int
+		ok      bool
+		out     int
+		avoids  [][]string
+	}{
+		{"budget 2", 2, true, 3, [][]string{nil, {"a"}, {"a", "b"}}},
+		{"budget 1", 1, false, 2, [][]string{nil, {"a"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cp := &countPairs{pairs: []Pair{
+				{Prefill: failPrefill{leaving}, Decode: la.Decode, DecodeName: "a"},
+				{Prefill: lb.Prefill, Decode: failReserve{lb.Decode, gone}, DecodeName: "b"},
+				{Prefill: lc.Prefill, Decode: lc.Decode, DecodeName: "c"},
+			}, doneBy: map[int]int{}}
+			d, err := NewDisaggregatedPairs(DisaggConfig{Model: "toy", Vocab: m.Vocab(), Fingerprint: FingerprintOf(m), Context: 160, MaxRetries: c.retries}, cp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeWithin(t, d)
+			st, err := d.Submit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := collect(t, st)
+			if c.ok && (got.final.Err != nil || !slices.Equal(got.tokens, want)) {
+				t.Fatalf("got %v %v, want %v", got.tokens, got.final.Err, want)
+			}
+			if !c.ok && (got.final.Err == nil || len(got.tokens) != 0) {
+				t.Fatalf("got %v %v, want no token and an error", got.tokens, got.final.Err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				cp.mu.Lock()
+				out, by := cp.out, maps.Clone(cp.doneBy)
+				cp.mu.Unlock()
+				ok := out == c.out
+				for i := 0; i < out; i++ {
+					ok = ok && by[i] == 1
+				}
+				if ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d pairs handed out (want %d), Done calls %v; want each told once", out, c.out, by)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			cp.mu.Lock()
+			avoids := cp.avoids
+			cp.mu.Unlock()
+			if !slices.EqualFunc(avoids, c.avoids, slices.Equal) {
+				t.Fatalf("pairings avoided %q, want %q", avoids, c.avoids)
 			}
 			for _, l := range []*Local{la, lb, lc} {
 				waitFreePool(t, l.Decode.Pool())
