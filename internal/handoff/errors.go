@@ -89,7 +89,9 @@ var (
 	// docs/isolation.md). Unlike ErrNoRoom it holds back only that
 	// tenant: the router's queue passes over it and admits the others.
 	// errors.Is(err, ErrNoRoom) and errors.Is(err, ErrRefused) hold for
-	// it too, so a router that does not know it waits as for no room.
+	// it too (in this build: matching happens in the receiver's code, so
+	// a router of an older build, which does not know the code, fails
+	// the request instead of waiting: upgrade routers first).
 	ErrOverShare = &Error{"over_share", "the tenant holds its share of the decode worker's KV pages while another tenant waits"}
 	// ErrDraining: the worker got SIGTERM and takes no new reservation
 	// while the ones it holds finish; nothing was reserved, so another
