@@ -40,7 +40,14 @@ import "slices"
 // served within Slack, and every step that passes it over runs only chunks
 // of tenants less served than it, whose counters grow by what they run,
 // and which start within Lag of the most served; so it waits at most for
-// the others to run about Lag + Slack tokens per unit of weight. Outputs do
+// the others to run about Lag + Slack tokens per unit of weight, as long as
+// its counter grows slower than theirs meanwhile. Its own decoding
+// sequences grow it too: a tenant decoding many sequences at once can be
+// served more per step by its decodes alone than the others by their
+// chunks, and its new prompt then waits until enough of its own decodes
+// end (a tenant's prompts never wait on another tenant's service beyond
+// that bound, but may wait on its own; after Sheng et al.'s counters,
+// where decode tokens are service too). Outputs do
 // not depend on any of it (batch-invariant kernels: a chunk's size and
 // its step's company change no result).
 
