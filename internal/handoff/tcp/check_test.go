@@ -68,17 +68,8 @@ func TestCheckFollowsThePeer(t *testing.T) {
 // dial per probe.
 func TestRedialerProbesShareOneDial(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{})
-	srv, err := NewServer(Config{Secret: secret}, r.Server, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(l)
-	defer srv.Close()
-	rd := NewRedialer(l.Addr().String(), Config{Secret: secret})
+	addr, _ := serve(t, Config{Secret: secret}, r.Server, nil)
+	rd := NewRedialer(addr, Config{Secret: secret})
 	defer rd.Close()
 	entered := make(chan struct{}, 1000)
 	release := make(chan struct{})
@@ -184,18 +175,9 @@ func TestCheckRefusesPeerOfAnotherModel(t *testing.T) {
 // connection serves again.
 func TestRedialerHungPeerCostsOneWait(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{})
-	srv, err := NewServer(Config{Secret: secret}, r.Server, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(l)
-	defer srv.Close()
+	addr, _ := serve(t, Config{Secret: secret}, r.Server, nil)
 	const deadAfter = 2 * time.Second
-	rd := NewRedialer(l.Addr().String(), Config{Secret: secret, DeadAfter: deadAfter})
+	rd := NewRedialer(addr, Config{Secret: secret, DeadAfter: deadAfter})
 	defer rd.Close()
 	release := make(chan struct{})
 	var dials atomic.Int32
