@@ -94,14 +94,7 @@ func waitFreePool(t *testing.T, p *kv.Pool) {
 // ends the stream with its error and no second pair is asked for.
 func TestRetryBeforeFirstTokenOnly(t *testing.T) {
 	m := newToy()
-	mk := func() *Local {
-		l, err := NewLocal(toyConfig(m, 40), toyConfig(m, 40))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { closeWithin(t, l) })
-		return l
-	}
+	mk := func() *Local { return toyLocal(t, m) }
 	la, lb := mk(), mk()
 	r := &Request{Tenant: "t", Prompt: prompt(3, 9), MaxTokens: 12}
 	want := toyReference(m, r.Prompt, r.MaxTokens, false)
@@ -198,14 +191,7 @@ func (l loseAnswer) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*ha
 // Pools whole after.
 func TestMigrationTransportFailures(t *testing.T) {
 	m := newToy()
-	mk := func() *Local {
-		l, err := NewLocal(toyConfig(m, 40), toyConfig(m, 40))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { closeWithin(t, l) })
-		return l
-	}
+	mk := func() *Local { return toyLocal(t, m) }
 	la, lb, lc := mk(), mk(), mk()
 	r := &Request{Tenant: "t", Prompt: prompt(3, 9), MaxTokens: 12}
 	want := toyReference(m, r.Prompt, r.MaxTokens, false)
@@ -297,14 +283,7 @@ func (p *namedPairs) Pair(_ *Request, avoid []*Pair) (*Pair, error) {
 // retried. Pools whole after each.
 func TestRetriesBeforeFirstTokenBounded(t *testing.T) {
 	m := newToy()
-	mk := func() *Local {
-		l, err := NewLocal(toyConfig(m, 40), toyConfig(m, 40))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { closeWithin(t, l) })
-		return l
-	}
+	mk := func() *Local { return toyLocal(t, m) }
 	la, lb, lc := mk(), mk(), mk()
 	r := &Request{Tenant: "t", Prompt: prompt(3, 9), MaxTokens: 12}
 	want := toyReference(m, r.Prompt, r.MaxTokens, false)
@@ -379,4 +358,16 @@ func TestRetriesBeforeFirstTokenBounded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// toyLocal is a prefill and decode worker pair on the toy model (pools of
+// 40 pages each), closed when the test ends.
+func toyLocal(t *testing.T, m *toy) *Local {
+	t.Helper()
+	l, err := NewLocal(toyConfig(m, 40), toyConfig(m, 40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeWithin(t, l) })
+	return l
 }

@@ -49,14 +49,7 @@ func (p *cancelOnMove) Pair(_ *Request, avoid []*Pair) (*Pair, error) {
 // count for good.
 func TestMigrationCancelledTellsNewPair(t *testing.T) {
 	m := newToy()
-	mk := func() *Local {
-		l, err := NewLocal(toyConfig(m, 40), toyConfig(m, 40))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { closeWithin(t, l) })
-		return l
-	}
+	mk := func() *Local { return toyLocal(t, m) }
 	la, lb := mk(), mk()
 	cp := &cancelOnMove{a: Pair{Prefill: la.Prefill, Decode: breakAfterFirst{la.Decode}}, b: Pair{Prefill: lb.Prefill, Decode: lb.Decode},
 		st: make(chan Stream, 1), doneBy: map[int]int{}}
@@ -144,14 +137,7 @@ func (p *countPairs) Pair(_ *Request, avoid []*Pair) (*Pair, error) {
 // (1 + MaxRetries attempts, no more).
 func TestStreamOpenRetriesAbortEachReservation(t *testing.T) {
 	m := newToy()
-	mk := func() *Local {
-		l, err := NewLocal(toyConfig(m, 40), toyConfig(m, 40))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { closeWithin(t, l) })
-		return l
-	}
+	mk := func() *Local { return toyLocal(t, m) }
 	la, lb, lc := mk(), mk(), mk()
 	r := &Request{Tenant: "t", Prompt: prompt(3, 9), MaxTokens: 12}
 	want := toyReference(m, r.Prompt, r.MaxTokens, false)
@@ -222,14 +208,7 @@ func TestStreamOpenRetriesAbortEachReservation(t *testing.T) {
 // is told Done once, pools whole.
 func TestRetryReserveAfterPushFailureRetried(t *testing.T) {
 	m := newToy()
-	mk := func() *Local {
-		l, err := NewLocal(toyConfig(m, 40), toyConfig(m, 40))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { closeWithin(t, l) })
-		return l
-	}
+	mk := func() *Local { return toyLocal(t, m) }
 	la, lb, lc := mk(), mk(), mk()
 	r := &Request{Tenant: "t", Prompt: prompt(3, 9), MaxTokens: 12}
 	want := toyReference(m, r.Prompt, r.MaxTokens, false)
