@@ -43,7 +43,8 @@
 # parts), OUT (JSON directory; default bench-kernels-out), CONFIGS (default
 # "avx512-t1 avx512-t2 avx2novnni-t1 avx2novnni-t2"), DOC (file to update;
 # default docs/benchmarks.md; DOC= to only print), SLUICE (the binary;
-# default: built from this checkout).
+# default: built from this checkout), PIN_CPU (the CPU 1-thread runs are
+# pinned to; default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 parts=("$@")
@@ -92,7 +93,7 @@ run() {
 	*) echo "bench-kernels: unknown configuration $c" >&2; exit 2 ;;
 	esac
 	if [ "$path" = avx512 ] && ! grep -q avx512_vnni /proc/cpuinfo; then echo "bench-kernels: $c skipped: no AVX-512 VNNI" >&2; return; fi
-	[ "$threads" = 1 ] && pin=(taskset -c 1)
+	[ "$threads" = 1 ] && pin=(taskset -c "${PIN_CPU:-1}")
 	echo "== $part $c: $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 	local l0
 	l0=$(cut -d' ' -f1 /proc/loadavg)

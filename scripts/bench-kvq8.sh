@@ -28,7 +28,7 @@ for path in ${PATHS:-avx512}; do
 	env=(SLUICE_KERNELS=$path)
 	[ "$path" = avx2 ] && env+=(SLUICE_AVXVNNI=off)
 	pin=()
-	[ "$threads" = 1 ] && pin=(taskset -c 1)
+	[ "$threads" = 1 ] && pin=(taskset -c "${PIN_CPU:-1}")
 	for r in $(seq 1 "$reps"); do
 		for kv in f16 q8_0; do
 			out=$dir/kvq8-out/$path-t$threads-$kv-$r

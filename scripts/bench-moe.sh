@@ -69,7 +69,7 @@ for c in "${configs[@]}"; do
 	*) echo "bench-moe: unknown configuration $c" >&2; exit 2 ;;
 	esac
 	if [ "$path" = avx512 ] && ! grep -q avx512_vnni /proc/cpuinfo; then echo "bench-moe: $c skipped: no AVX-512 VNNI" >&2; continue; fi
-	[ "$threads" = 1 ] && pin=(taskset -c 1)
+	[ "$threads" = 1 ] && pin=(taskset -c "${PIN_CPU:-1}")
 	for m in "${models[@]}"; do
 		case " ${ONLY:-$m-$c} " in *" $m-$c "*) ;; *) continue ;; esac
 		l0=$(cut -d' ' -f1 /proc/loadavg)

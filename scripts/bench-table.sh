@@ -50,7 +50,7 @@ for c in "${configs[@]}"; do
 	esac
 	if [ "$path" = avx512 ] && ! grep -q avx512_vnni /proc/cpuinfo; then echo "bench-table: $c skipped: no AVX-512 VNNI" >&2; continue; fi
 	pin=()
-	[ "$threads" = 1 ] && pin=(taskset -c 1)
+	[ "$threads" = 1 ] && pin=(taskset -c "${PIN_CPU:-1}")
 	echo "== $c: $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 	SLUICE_KERNELS=$path SLUICE_AVXVNNI=$vnni "${pin[@]}" "$SLUICE" bench "${margs[@]}" --threads "$threads" \
 		--prompt "$prompts" --gen "$gen" --reps "$reps" --llama-bench "$llama/$build/llama-bench" --json >"$out/$c.json"
