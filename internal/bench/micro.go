@@ -205,6 +205,28 @@ func decodeWeightBytes(f *gguf.File) uint64 {
 	return n
 }
 
+// decodeKVBytes is what one decode step of a gen-token run after depth
+// positions reads of the K/V pages on average: step i attends over
+// depth+i+1 positions, a sliding-window layer over at most its window,
+// each position a K and a V row of the pool's type in every layer.
+func decodeKVBytes(c model.Config, typ kv.Type, depth, gen int) uint64 {
+	if gen < 1 {
+		return 0
+	}
+	row := uint64(typ.RowBytes(c.KVDim()))
+	var n uint64
+	for l := 0; l < c.Layers; l++ {
+		for i := 0; i < gen; i++ {
+			pos := depth + i + 1
+			if c.Sliding(l) {
+				pos = min(pos, c.SlidingWindow)
+			}
+			n += 2 * row * uint64(pos)
+		}
+	}
+	return n / uint64(gen)
+}
+
 func median(x []float64) float64 {
 	s := slices.Clone(x)
 	slices.Sort(s)
@@ -312,8 +334,14 @@ type benchRow struct {
 	LlamaTokS   float64 `json:"llama_cpp_tokens_per_s,omitempty"`
 	Ratio       float64 `json:"ratio,omitempty"`
 	WeightBytes uint64  `json:"decode_weight_bytes,omitempty"`
-	ReadGBps    float64 `json:"read_gb_per_s,omitempty"`
-	BWFraction  float64 `json:"bandwidth_fraction,omitempty"`
+	// KVBytes: the K/V bytes a decode step reads on average over the
+	// test's tokens (see decodeKVBytes); at depth they outweigh the
+	// weights.
+	KVBytes  uint64  `json:"decode_kv_bytes,omitempty"`
+	ReadGBps float64 `json:"read_gb_per_s,omitempty"`
+	// BWFraction: (weights + K/V) bytes per step x tokens per second
+	// over the measured read bandwidth.
+	BWFraction float64 `json:"bandwidth_fraction,omitempty"`
 	// Per CPU-second: tokens_per_cpu_s scaled by the threads (each thread
 	// reads its share of the weights) against the read rate per thread
 	// CPU-second, so both sides exclude the time other processes held
@@ -356,12 +384,14 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen in
 	}
 	var tests []test
 	decodeRow := map[string]bool{}
+	kvb := map[string]uint64{} // per decode test
 	for _, d := range depths {
 		for _, p := range prompts {
 			tests = append(tests, test{testName("pp", p, d), p, d})
 		}
 		tests = append(tests, test{testName("tg", gen, d), 0, d})
 		decodeRow[tests[len(tests)-1].name] = true
+		kvb[tests[len(tests)-1].name] = decodeKVBytes(lm.model.Config(), typ, d, gen)
 	}
 	wall, cpu, llama := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	var bw, cbw []float64
@@ -418,11 +448,12 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen in
 		bw, cbw = append(bw, w), append(cbw, c)
 		for t := range decodeRow {
 			tw, tc := wall[t], cpu[t]
-			frac[t] = append(frac[t], float64(wb)*tw[len(tw)-1]/1e9/w)
+			step := float64(wb + kvb[t])
+			frac[t] = append(frac[t], step*tw[len(tw)-1]/1e9/w)
 			if c > 0 {
 				// Per CPU-second all threads together read the step's
 				// bytes: tokens per process CPU-second times the threads.
-				cfrac[t] = append(cfrac[t], float64(wb)*tc[len(tc)-1]*float64(threads)/1e9/c)
+				cfrac[t] = append(cfrac[t], step*tc[len(tc)-1]*float64(threads)/1e9/c)
 			}
 		}
 	}
@@ -437,7 +468,7 @@ func benchModel(lm *loadedModel, path string, threads int, prompts []int, gen in
 		if decodeRow[t] {
 			// Medians of the per-rep fractions (each rep's decode against
 			// the read bandwidth measured right after it).
-			r.WeightBytes, r.ReadGBps, r.BWFraction = wb, median(bw), median(frac[t])
+			r.WeightBytes, r.KVBytes, r.ReadGBps, r.BWFraction = wb, kvb[t], median(bw), median(frac[t])
 			r.CPUReadGBps, r.CPUBWFraction = median(cbw), median(cfrac[t])
 		}
 		rows[i] = r
@@ -513,8 +544,9 @@ the ratio is sluice / llama.cpp of the medians. Every timed test of either
 engine follows an untimed warmup of the same test (the whole prompt; one
 decode step), as llama-bench's default is.
 
-The decode row also gives the decode weight bytes times tg tokens/s as a
-fraction of the read bandwidth of a buffer of the same size, measured
+The decode row also gives the bytes a decode step reads (the weights, and
+the K/V of the positions it attends over, which dominate at depth) times tg
+tokens/s as a fraction of the read bandwidth of a weight-sized buffer, measured
 right after each decode rep with the same threads (median of the reps'
 fractions): how close decode is to the memory limit. The "cpu" figures
 divide by process CPU time instead of wall time, which on a shared machine
@@ -640,20 +672,20 @@ func printBench(w io.Writer, rep benchReport) {
 		fmt.Fprintf(w, "weights: %s: %s\n", wt.Model, wt.Placement)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "model\tthreads\ttest\tsluice tok/s\tcpu\tllama.cpp\tratio\tweights GB\tread GB/s\tbw fraction\tcpu read GB/s\tcpu bw fraction\t\n")
+	fmt.Fprint(tw, "model\tthreads\ttest\tsluice tok/s\tcpu\tllama.cpp\tratio\tweights GB\tkv GB\tread GB/s\tbw fraction\tcpu read GB/s\tcpu bw fraction\t\n")
 	for _, r := range rep.Rows {
 		ll, ratio := "—", "—"
 		if r.LlamaTokS > 0 {
 			ll, ratio = fmt.Sprintf("%.1f", r.LlamaTokS), fmt.Sprintf("%.2fx", r.Ratio)
 		}
-		wb, rb, fr, crb, cfr := "", "", "", "", ""
+		wb, kb, rb, fr, crb, cfr := "", "", "", "", "", ""
 		if r.ReadGBps > 0 {
-			wb, rb, fr = fmt.Sprintf("%.3f", float64(r.WeightBytes)/1e9), fmt.Sprintf("%.1f", r.ReadGBps), fmt.Sprintf("%.0f%%", 100*r.BWFraction)
+			wb, kb, rb, fr = fmt.Sprintf("%.3f", float64(r.WeightBytes)/1e9), fmt.Sprintf("%.3f", float64(r.KVBytes)/1e9), fmt.Sprintf("%.1f", r.ReadGBps), fmt.Sprintf("%.0f%%", 100*r.BWFraction)
 		}
 		if r.CPUReadGBps > 0 {
 			crb, cfr = fmt.Sprintf("%.1f", r.CPUReadGBps), fmt.Sprintf("%.0f%%", 100*r.CPUBWFraction)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Model, r.Threads, r.Test, r.TokS, r.CPUTokS, ll, ratio, wb, rb, fr, crb, cfr)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Model, r.Threads, r.Test, r.TokS, r.CPUTokS, ll, ratio, wb, kb, rb, fr, crb, cfr)
 	}
 	tw.Flush()
 }

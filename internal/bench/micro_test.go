@@ -30,14 +30,15 @@ func TestBenchCommandPrintsTable(t *testing.T) {
 		t.Fatalf("table:\n%s", out.String())
 	}
 	// Without --llama-bench there is no llama.cpp figure and no ratio;
-	// the decode rows carry the bandwidth fraction.
+	// the decode rows carry the K/V bytes they read and the bandwidth
+	// fraction.
 	for i, l := range lines[4:] {
 		f := strings.Fields(l)
 		test := []string{"pp16", "tg4"}[i%2]
 		if f[0] != "stories260K" || f[2] != test || f[5] != "—" || f[6] != "—" {
 			t.Errorf("row %q", l)
 		}
-		if test == "tg4" && (len(f) != 12 || !strings.HasSuffix(f[9], "%") || !strings.HasSuffix(f[11], "%")) {
+		if test == "tg4" && (len(f) != 13 || !strings.HasSuffix(f[10], "%") || !strings.HasSuffix(f[12], "%")) {
 			t.Errorf("decode row without the bandwidth fraction: %q", l)
 		}
 	}
