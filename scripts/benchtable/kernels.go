@@ -88,12 +88,35 @@ func loadRuns(files []string) ([]*run, error) {
 				x.date, x.load = fs[0], fs[1]+"-"+fs[2]
 			}
 		}
+		// Pieces of one part and configuration measured separately (depth
+		// subsets in their own OUT directories) make one run: a later
+		// file's rows replace an earlier one's of the same model and test.
+		if i := slices.IndexFunc(runs, func(r *run) bool { return r.part == x.part && r.config == x.config && r.model == x.model }); i >= 0 {
+			runs[i].merge(x)
+			continue
+		}
 		runs = append(runs, x)
 	}
 	slices.SortStableFunc(runs, func(a, b *run) int {
 		return slices.Index(configOrder, a.config) - slices.Index(configOrder, b.config)
 	})
 	return runs, nil
+}
+
+func (r *run) merge(x *run) {
+	for _, y := range x.rows {
+		if i := slices.IndexFunc(r.rows, func(z row) bool { return z.Model == y.Model && z.Test == y.Test }); i >= 0 {
+			r.rows[i] = y
+		} else {
+			r.rows = append(r.rows, y)
+		}
+	}
+	if x.date != "" && !strings.Contains(r.date, x.date) {
+		r.date = strings.TrimPrefix(r.date+", "+x.date, ", ")
+	}
+	if x.load != "" {
+		r.load = strings.TrimPrefix(r.load+", "+x.load, ", ")
+	}
 }
 
 // kernelTables prints one markdown table per part found among files.
@@ -115,8 +138,10 @@ func kernelTables(w io.Writer, files []string, cpu, commit string) error {
 		fmt.Fprintf(w, "#### %s\n\n", partTitles[part])
 		var dates, loads []string
 		for _, r := range rs {
-			if r.date != "" && !slices.Contains(dates, r.date) {
-				dates = append(dates, r.date)
+			for _, d := range strings.Split(r.date, ", ") {
+				if d != "" && !slices.Contains(dates, d) {
+					dates = append(dates, d)
+				}
 			}
 			if r.load != "" {
 				label := configLabel(r.config)
@@ -266,16 +291,22 @@ func depthTable(w io.Writer, rs []*run) {
 		}
 	}
 	slices.Sort(depths)
+	// The decode bandwidth column: at depth 16384 (issue 31's), else the
+	// deepest measured.
+	bwDepth := depths[len(depths)-1]
+	if slices.Contains(depths, 16384) {
+		bwDepth = 16384
+	}
 	fmt.Fprint(w, "| model | path | threads |")
 	for _, d := range depths {
 		fmt.Fprintf(w, " depth %d: %s / %s ratio |", d, pp, tg)
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, " %s@d%d read-bandwidth fraction: sluice / llama.cpp |\n", tg, bwDepth)
 	fmt.Fprint(w, "|---|---|---:|")
 	for range depths {
 		fmt.Fprint(w, "---:|")
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintln(w, "---:|")
 	var below []string
 	for _, r := range rs {
 		var models []string
@@ -304,7 +335,17 @@ func depthTable(w io.Writer, rs []*run) {
 				}
 				line += " " + cell[0] + " / " + cell[1] + " |"
 			}
-			fmt.Fprintf(w, "| %s | %s |%s\n", m, configLabel(r.config), line)
+			bw := "—"
+			for _, x := range r.rows {
+				if x.Model == m && depthOf(x.Test) == bwDepth && !strings.HasPrefix(x.Test, "pp") && x.KVBytes > 0 && x.ReadGBps > 0 {
+					// (weights + K/V) per token x tok/s over the read
+					// bandwidth sluice measured beside it; llama.cpp reads
+					// the same F16 K/V and weights per token.
+					step := (x.WeightBytes + x.KVBytes) / (x.ReadGBps * 1e9)
+					bw = fmt.Sprintf("%.0f%% / %.0f%%", 100*step*x.TokS, 100*step*x.LlamaTokS)
+				}
+			}
+			fmt.Fprintf(w, "| %s | %s |%s %s |\n", m, configLabel(r.config), line, bw)
 		}
 	}
 	fmt.Fprintln(w)

@@ -25,6 +25,7 @@ type row struct {
 	LlamaTokS     float64 `json:"llama_cpp_tokens_per_s"`
 	Ratio         float64 `json:"ratio"`
 	WeightBytes   float64 `json:"decode_weight_bytes"`
+	KVBytes       float64 `json:"decode_kv_bytes"`
 	ReadGBps      float64 `json:"read_gb_per_s"`
 	BWFraction    float64 `json:"bandwidth_fraction"`
 	CPUBWFraction float64 `json:"cpu_bandwidth_fraction"`
