@@ -98,24 +98,61 @@ func TestRateLimitTokens(t *testing.T) {
 
 // The official client's retry: it reads retry-after-ms, waits, and the
 // retried request passes (rpm=60: one request a second refills).
+//
+// Robust to a slow machine: the bucket is drained until the server
+// refuses (a request at a time, no retries), and the middleware sees
+// every attempt of the retried call, so the test knows whether the
+// server said 429 to it; if a token refilled in between (the call passed
+// at once), it drains and tries again.
 func TestRateLimitOfficialClientRetries(t *testing.T) {
 	h := limitedHarness(t, "ka alice rpm=60\n")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := h.client("ka")
-	for i := range 60 {
-		if _, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(1)}); err != nil {
-			t.Fatalf("request %d of the burst: %v", i, err)
+	params := openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(1)}
+	for try := 0; try < 5; try++ {
+		for i := 0; ; i++ {
+			_, err := c.Completions.New(ctx, params, option.WithMaxRetries(0))
+			if err != nil {
+				apiErr(t, err, http.StatusTooManyRequests, CodeRateLimited)
+				break
+			}
+			if i > 200 {
+				t.Fatal("200 requests passed at rpm=60: the limit does not hold")
+			}
 		}
+		var statuses []int
+		var retryAfter time.Duration
+		seen := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			resp, err := next(r)
+			if err == nil {
+				statuses = append(statuses, resp.StatusCode)
+				if ms, _ := strconv.Atoi(resp.Header.Get("retry-after-ms")); ms > 0 && retryAfter == 0 {
+					retryAfter = time.Duration(ms) * time.Millisecond
+				}
+			}
+			return resp, err
+		})
+		start := time.Now()
+		_, err := c.Completions.New(ctx, params, option.WithMaxRetries(2), seen)
+		waited := time.Since(start)
+		if err != nil {
+			t.Fatalf("the retried request: %v (attempts %v)", err, statuses)
+		}
+		if len(statuses) == 1 && statuses[0] == http.StatusOK {
+			continue // a token refilled between the drain and this call
+		}
+		if len(statuses) < 2 || statuses[0] != http.StatusTooManyRequests || statuses[len(statuses)-1] != http.StatusOK {
+			t.Fatalf("attempts %v: want 429s, then 200", statuses)
+		}
+		// The client waited what the server asked (at most a second here)
+		// before the attempt that passed.
+		if retryAfter <= 0 || retryAfter > time.Second || waited < retryAfter/2 {
+			t.Fatalf("passed after %v with retry-after-ms %v: the client did not wait", waited, retryAfter)
+		}
+		return
 	}
-	start := time.Now()
-	_, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(1)}, option.WithMaxRetries(2))
-	if err != nil {
-		t.Fatalf("the retried request: %v", err)
-	}
-	if waited := time.Since(start); waited < 500*time.Millisecond {
-		t.Fatalf("passed after %v: the bucket was not empty, or the client did not wait", waited)
-	}
+	t.Fatal("5 times a token refilled between draining the bucket and the retried call")
 }
 
 func TestParseKeysLimits(t *testing.T) {
