@@ -131,28 +131,39 @@ func TestBenchServePromptsNeverRepeat(t *testing.T) {
 func TestBenchServeKVPressure(t *testing.T) {
 	model := testenv.Shared(t, "models/stories260K.gguf")
 	for _, topo := range [][]string{nil, {"--colocated"}} {
-		var out, errOut bytes.Buffer
-		args := append([]string{"serve", "--workload", "kv-pressure", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
-			"--concurrency", "8", "--requests", "16", "--prompt", "8", "--gen", "40", "--timeout", "3m", "--json"}, topo...)
-		code := Run(args, &out, &errOut)
-		var rep kvReport
-		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-			t.Fatalf("%v %v: exit %d: %s\n%s", topo, err, code, out.String(), errOut.String())
-		}
-		if code != 0 || len(rep.Rows) != 1 {
-			t.Fatalf("%v: exit %d, report %+v\n%s", topo, code, rep, errOut.String())
-		}
-		r := rep.Rows[0]
-		// 8 x 49 tokens of demand; a quarter is 98, below one context of
-		// 49 x 2: the pool is 98 tokens (7 pages of 16 rounded up).
-		if r.PoolTokens != 98 || r.Demand != 8*48 {
-			t.Errorf("%v: pool %d demand %d, want 98 and 384", topo, r.PoolTokens, r.Demand)
-		}
-		if r.Equal != 16 || r.Mismatch != 0 || r.Status5xx != 0 || r.Status429 != 0 || r.Loaded.OK != 16 {
-			t.Errorf("%v: %+v, want 16 requests equal to their solo runs", topo, r)
-		}
-		if r.Preemptions <= 0 {
-			t.Errorf("%v: %d preemptions: the pool did not run dry, the run shows nothing", topo, r.Preemptions)
+		// The pool runs dry only while several of the 8 clients' requests
+		// are in flight at once; a loaded machine can spread their arrival
+		// (a request of stories260K lasts a few ms) so that none is
+		// preempted. Such a run shows nothing: run again, up to 3 times.
+		for attempt := 1; ; attempt++ {
+			var out, errOut bytes.Buffer
+			args := append([]string{"serve", "--workload", "kv-pressure", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
+				"--concurrency", "8", "--requests", "16", "--prompt", "8", "--gen", "40", "--timeout", "3m", "--json"}, topo...)
+			code := Run(args, &out, &errOut)
+			var rep kvReport
+			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+				t.Fatalf("%v %v: exit %d: %s\n%s", topo, err, code, out.String(), errOut.String())
+			}
+			if code != 0 || len(rep.Rows) != 1 {
+				t.Fatalf("%v: exit %d, report %+v\n%s", topo, code, rep, errOut.String())
+			}
+			r := rep.Rows[0]
+			// 8 x 49 tokens of demand; a quarter is 98, below one context of
+			// 49 x 2: the pool is 98 tokens (7 pages of 16 rounded up).
+			if r.PoolTokens != 98 || r.Demand != 8*48 {
+				t.Errorf("%v: pool %d demand %d, want 98 and 384", topo, r.PoolTokens, r.Demand)
+			}
+			if r.Equal != 16 || r.Mismatch != 0 || r.Status5xx != 0 || r.Status429 != 0 || r.Loaded.OK != 16 {
+				t.Errorf("%v: %+v, want 16 requests equal to their solo runs", topo, r)
+			}
+			if r.Preemptions > 0 {
+				break
+			}
+			if attempt == 3 {
+				t.Errorf("%v: no preemption in 3 runs: the pool did not run dry, the run shows nothing", topo)
+				break
+			}
+			t.Logf("%v: run %d had no preemption (requests did not overlap); again", topo, attempt)
 		}
 	}
 }
