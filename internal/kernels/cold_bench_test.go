@@ -25,6 +25,15 @@ func BenchmarkMatMulCold(b *testing.B) {
 			}
 		}
 	}
+	// Gemma 3 1B-like decode: n_embd 1152 sends Q4_K tensors to Q5_0, so
+	// nearly every decode matvec is Q5_0 on short (36-block) rows.
+	for _, sh := range [][2]int{{3456, 1152}, {1152, 3456}, {32000, 1152}} {
+		for _, threads := range []int{1, 2} {
+			rows, cols := sh[0], sh[1]
+			name := fmt.Sprintf("%s/%dx%d/tok1/t%d", quant.Q5_0, rows, cols, threads)
+			b.Run(name, func(b *testing.B) { benchMatMulCold(b, quant.Q5_0, rows, cols, 1, threads) })
+		}
+	}
 }
 
 func benchMatMulCold(b *testing.B, typ quant.Type, rows, cols, nTok, threads int) {

@@ -29,6 +29,17 @@
 // CPU-time GFLOP/s at 1024x1152 / 3456x1152 / 32000x1152 (1 thread, Zen 5,
 // loaded, x3 interleaved): 57.1-59.5 / 53.5-57.7 / 25.7-27.3 against
 // 55.1-57.5 / 47.9-55.1 / 24.0-25.8 for the same steps on YMM.
+//
+// The prefetches of the rows 8 ahead are PREFETCHT1 (to L2), not T0:
+// decode reads these weights from memory, and four row streams of short
+// rows keep the hardware prefetcher from running ahead, so the software
+// prefetches carry the stream. T0 fills hold L1 miss buffers until the
+// line arrives, which capped a core at ~9 GB/s; T1 fills do not. Cold
+// weights (BenchmarkMatMulCold/q5_0, 1 thread pinned, Zen 4, interleaved
+// x2) went from 26-29 to 39-46 CPU-time GFLOP/s on AVX-512 and 26-28 to
+// 30-34 on AVX2 at 3456x1152 and 32000x1152; T2 measured the same as
+// T1, NTA the same as T0, no prefetch 13-16, twice the distance the same.
+// The Q4_0 kernels below gained alike (33-39 to 48-59).
 
 DATA q50bits<>+0(SB)/8, $0x8040201008040201
 DATA q50bits<>+8(SB)/8, $0x8040201008040201
@@ -99,10 +110,10 @@ rowsq5_0avx2x4s_pair:
 	CMPQ R10, $2
 	JLT  rowsq5_0avx2x4s_single
 	LEAQ (SI)(R13*8), AX
-	PREFETCHT0 (AX)
-	PREFETCHT0 (AX)(R13*1)
-	PREFETCHT0 (AX)(R13*2)
-	PREFETCHT0 (BX)(R13*8)
+	PREFETCHT1 (AX)
+	PREFETCHT1 (AX)(R13*1)
+	PREFETCHT1 (AX)(R13*2)
+	PREFETCHT1 (BX)(R13*8)
 	VMOVDQU 2(CX), Y0
 	VMOVDQU q50ones8<>(SB), Y2
 	VPMADDUBSW Y0, Y2, Y2
@@ -435,10 +446,10 @@ q50z_pair:
 	CMPQ R10, $2
 	JLT  q50z_single
 	LEAQ (SI)(R13*8), AX
-	PREFETCHT0 (AX)
-	PREFETCHT0 (AX)(R13*1)
-	PREFETCHT0 (AX)(R13*2)
-	PREFETCHT0 (BX)(R13*8)
+	PREFETCHT1 (AX)
+	PREFETCHT1 (AX)(R13*1)
+	PREFETCHT1 (AX)(R13*2)
+	PREFETCHT1 (BX)(R13*8)
 	MOVWQZX 0(SI), AX
 	MOVWQZX 0(SI)(R13*1), R14
 	SHLQ $16, R14
@@ -660,10 +671,10 @@ rowsq4_0avx2x4s_pair:
 	CMPQ R10, $2
 	JLT  rowsq4_0avx2x4s_single
 	LEAQ (SI)(R13*8), AX
-	PREFETCHT0 (AX)
-	PREFETCHT0 (AX)(R13*1)
-	PREFETCHT0 (AX)(R13*2)
-	PREFETCHT0 (BX)(R13*8)
+	PREFETCHT1 (AX)
+	PREFETCHT1 (AX)(R13*1)
+	PREFETCHT1 (AX)(R13*2)
+	PREFETCHT1 (BX)(R13*8)
 	MOVWQZX 0(SI), AX
 	MOVWQZX 0(SI)(R13*1), R14
 	SHLQ $16, R14
@@ -897,10 +908,10 @@ q40z_pair:
 	CMPQ R10, $2
 	JLT  q40z_single
 	LEAQ (SI)(R13*8), AX
-	PREFETCHT0 (AX)
-	PREFETCHT0 (AX)(R13*1)
-	PREFETCHT0 (AX)(R13*2)
-	PREFETCHT0 (BX)(R13*8)
+	PREFETCHT1 (AX)
+	PREFETCHT1 (AX)(R13*1)
+	PREFETCHT1 (AX)(R13*2)
+	PREFETCHT1 (BX)(R13*8)
 	MOVWQZX 0(SI), AX
 	MOVWQZX 0(SI)(R13*1), R14
 	SHLQ $16, R14
