@@ -351,8 +351,13 @@ GLOBL q4kmv2c<>(SB), RODATA|NOPTR, $96
 // two YMM registers (a row a 128-bit lane), the scales stored once as
 // (sc_j, sc_j) word pairs so that each sub-block's scale vector is a
 // VPBROADCASTD from memory (a load alone, where VPBROADCASTW needs
-// port 5 too), the mins' products with the block sums in two VPMADDWD,
-// a prefetch of each row pf bytes ahead. The products go chunk by chunk
+// port 5 too), the mins' products with the block sums in two VPMADDWD.
+// No software prefetch (pf is not used): on a Zen 4 with the AVX2 path
+// forced, TinyLlama's matrices from DRAM (1 thread, per CPU-second) ran
+// 17-20 GB/s with 12 PREFETCHT2 a super-block 2 rows ahead, 19-24 GB/s
+// without (the hardware prefetchers follow the four streams; the
+// prefetches took load slots from a loop bound by its operations, and
+// further ahead, 4-8 rows, was slower still). The products go chunk by chunk
 // (32 qs bytes: sub-blocks 2c, 2c+1) with the four rows side by side:
 // the chunk's two activation vectors are read once for the four rows
 // instead of as a memory operand of each row's VPMADDUBSW (8 loads a
@@ -369,7 +374,6 @@ TEXT ·rowsQ4_KAVX2x4s(SB), NOSPLIT, $128-48
 	MOVQ out+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ nGroups+24(FP), R9
-	MOVQ pf+40(FP), R8
 	MOVL $0x0f0f0f0f, AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
@@ -394,18 +398,6 @@ q4kmv2s_group:
 	VXORPS X14, X14, X14
 
 q4kmv2s_sb:
-	PREFETCHT2 0(SI)(R8*1)
-	PREFETCHT2 64(SI)(R8*1)
-	PREFETCHT2 128(SI)(R8*1)
-	PREFETCHT2 0(R11)(R8*1)
-	PREFETCHT2 64(R11)(R8*1)
-	PREFETCHT2 128(R11)(R8*1)
-	PREFETCHT2 0(R12)(R8*1)
-	PREFETCHT2 64(R12)(R8*1)
-	PREFETCHT2 128(R12)(R8*1)
-	PREFETCHT2 0(R13)(R8*1)
-	PREFETCHT2 64(R13)(R8*1)
-	PREFETCHT2 128(R13)(R8*1)
 	VMOVDQU 4(SI), X0
 	VINSERTI128 $1, 4(R11), Y0, Y0
 	VMOVDQU 4(R12), X3
