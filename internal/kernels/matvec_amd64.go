@@ -6,26 +6,28 @@ import "unsafe"
 // pass against one activation row, in each type's canonical order.
 
 //go:noescape
-func rowsQ4_KAVX512x4s(out *float32, w, x *byte, nGroups, nsb, pf int)
+func rowsQ4_KAVX512x4s(out *float32, w, x *byte, nGroups, nsb int)
 
 //go:noescape
-func rowsQ4_KAVX2x4s(out *float32, w, x *byte, nGroups, nsb, pf int)
+func rowsQ4_KAVX2x4s(out *float32, w, x *byte, nGroups, nsb int)
 
-// q4kPrefetchRows is how many rows ahead in its stream the one-token
-// Q4_K kernels prefetch each of the four rows of a pass (into L2).
-// TinyLlama's matrices streamed from DRAM (620 MB, 1 thread, CPU time,
-// AVX-512, K=2048 / K=5632; read reference 18.0-18.3 GB/s): the four rows
-// of a pass adjacent (rows 4i..4i+3), prefetched 8 rows ahead, 13.9 /
-// 15.1 GB/s; one row from each quarter (rows i, Q+i, 2Q+i, 3Q+i: four
-// long front-to-back streams, like the read reference), 1-8 rows ahead,
-// 15.9-16.5 / 15.9-16.1. Before that: one 4 KiB-ahead stream over the
-// adjacent rows 10-11 GB/s; T2 0-10% above T0, T1 and NTA.
-const q4kPrefetchRows = 2
+// The one-token Q4_K and Q8_0 kernels read their four rows as four long
+// front-to-back streams (rows i, Q+i, 2Q+i, 3Q+i of a pass) and leave the
+// prefetching to the hardware. TinyLlama's matrices streamed from DRAM
+// (620 MB, 1 thread, CPU time, AVX-512, K=2048 / K=5632; read reference
+// 18.0-18.3 GB/s, a Zen 5): the four rows of a pass adjacent (rows
+// 4i..4i+3), prefetched 8 rows ahead, 13.9 / 15.1 GB/s; the four streams,
+// prefetched 1-8 rows ahead, 15.9-16.5 / 15.9-16.1. On a Zen 4
+// (BenchmarkMatMulCold tok1 t1, per CPU-second, old and new binaries
+// alternated) the software prefetch cost more than it gave: Q4_K AVX2
+// 17.0-20.9 -> 18.5-24.0 GB/s and AVX-512 18.4-21.3 -> 18.9-23.1 without
+// it (4 or 8 rows ahead was slower than 2), Q8_0 AVX2 14.5-18.3 ->
+// 16.4-23.7 and AVX-512 15.0-19.1 -> 17.3-23.1.
 
 // q4_KRows4 is the Q4_K matvec on a SIMD path: groups of four rows
 // through kernel4 (pass i computes rows i, g+i, 2g+i and 3g+i of the
 // first 4g), the last len(out)%4 rows through the one-row AVX2 kernel.
-func q4_KRows4(kernel4 func(out *float32, w, x *byte, nGroups, nsb, pf int)) func(out []float32, w []byte, act actBuf, t int) {
+func q4_KRows4(kernel4 func(out *float32, w, x *byte, nGroups, nsb int)) func(out []float32, w []byte, act actBuf, t int) {
 	return func(out []float32, w []byte, act actBuf, t int) {
 		x := act.row(t)
 		nsb := len(x) / 292
@@ -34,7 +36,7 @@ func q4_KRows4(kernel4 func(out *float32, w, x *byte, nGroups, nsb, pf int)) fun
 		}
 		g := len(out) / 4
 		if g > 0 {
-			kernel4(&out[0], &w[0], &x[0], g, nsb, q4kPrefetchRows*144*nsb)
+			kernel4(&out[0], &w[0], &x[0], g, nsb)
 		}
 		if r := 4 * g; r < len(out) {
 			rowsQ4_KAVX2(&out[r], &w[r*144*nsb], &x[0], len(out)-r, nsb)

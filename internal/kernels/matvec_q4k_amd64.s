@@ -134,20 +134,19 @@ GLOBL q4kmvlane0<>(SB), RODATA|NOPTR, $32
 	VPDPWSSD Z6, Z22, AZ \
 	VPDPWSSD Z7, Z23, AZ
 
-// func rowsQ4_KAVX512x4s(out *float32, w, x *byte, nGroups, nsb, pf int)
+// func rowsQ4_KAVX512x4s(out *float32, w, x *byte, nGroups, nsb int)
 // out[r] for the 4*nGroups rows of nsb Q4_K super-blocks each at w
 // (stored back to back) against one Q8_K activation row. Pass i computes
 // rows i, nGroups+i, 2*nGroups+i and 3*nGroups+i: four streams that each
 // read a quarter of the matrix front to back (adjacent rows read 10-15%
-// slower from DRAM), each prefetched pf bytes ahead into L2. The four
+// slower from DRAM; no software prefetch: see matvec_amd64.go). The four
 // rows' 6-bit scales and mins are unpacked together in vector registers
 // (one 128-bit lane a row) and the mins' products with the Q8_K block
 // sums done for the four rows in one VPMADDWD.
-TEXT ·rowsQ4_KAVX512x4s(SB), NOSPLIT, $0-48
+TEXT ·rowsQ4_KAVX512x4s(SB), NOSPLIT, $0-40
 	MOVQ out+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ nGroups+24(FP), R9
-	MOVQ pf+40(FP), R8
 	MOVL $0x0f, AX
 	VPBROADCASTB AX, Z28
 	MOVL $0x30, AX
@@ -182,18 +181,6 @@ q4kmvs_group:
 	VPXORD X29, X29, X29
 
 q4kmvs_sb:
-	PREFETCHT2 0(SI)(R8*1)
-	PREFETCHT2 64(SI)(R8*1)
-	PREFETCHT2 128(SI)(R8*1)
-	PREFETCHT2 0(R11)(R8*1)
-	PREFETCHT2 64(R11)(R8*1)
-	PREFETCHT2 128(R11)(R8*1)
-	PREFETCHT2 0(R12)(R8*1)
-	PREFETCHT2 64(R12)(R8*1)
-	PREFETCHT2 128(R12)(R8*1)
-	PREFETCHT2 0(R13)(R8*1)
-	PREFETCHT2 64(R13)(R8*1)
-	PREFETCHT2 128(R13)(R8*1)
 	// Scales and mins of the four rows, row r in 128-bit lane r: dwords
 	// A = s[0:4], B = s[4:8], C = s[8:12] (and 4 qs bytes, unused).
 	// sc0-3 = A&63, m0-3 = B&63, sc4-7 = C&15 | (A>>6)<<4,
@@ -345,19 +332,14 @@ GLOBL q4kmv2c<>(SB), RODATA|NOPTR, $96
 	VPMADDWD Y3, T1, T1 \
 	VPADDD T1, ACC, ACC
 
-// func rowsQ4_KAVX2x4s(out *float32, w, x *byte, nGroups, nsb, pf int)
+// func rowsQ4_KAVX2x4s(out *float32, w, x *byte, nGroups, nsb int)
 // rowsQ4_KAVX512x4s on AVX2 (the same rows a pass and streams): the four
 // rows' scales and mins unpacked in
 // two YMM registers (a row a 128-bit lane), the scales stored once as
 // (sc_j, sc_j) word pairs so that each sub-block's scale vector is a
 // VPBROADCASTD from memory (a load alone, where VPBROADCASTW needs
-// port 5 too), the mins' products with the block sums in two VPMADDWD.
-// No software prefetch (pf is not used): on a Zen 4 with the AVX2 path
-// forced, TinyLlama's matrices from DRAM (1 thread, per CPU-second) ran
-// 17-20 GB/s with 12 PREFETCHT2 a super-block 2 rows ahead, 19-24 GB/s
-// without (the hardware prefetchers follow the four streams; the
-// prefetches took load slots from a loop bound by its operations, and
-// further ahead, 4-8 rows, was slower still). The products go chunk by chunk
+// port 5 too), the mins' products with the block sums in two VPMADDWD,
+// no software prefetch (matvec_amd64.go). The products go chunk by chunk
 // (32 qs bytes: sub-blocks 2c, 2c+1) with the four rows side by side:
 // the chunk's two activation vectors are read once for the four rows
 // instead of as a memory operand of each row's VPMADDUBSW (8 loads a
@@ -370,7 +352,7 @@ GLOBL q4kmv2c<>(SB), RODATA|NOPTR, $96
 // instructions, though VPHADDD issues once per 2 cycles); the next
 // super-block's scale unpack, or the previous one's float part, moved a
 // loop iteration away (through stack slots).
-TEXT ·rowsQ4_KAVX2x4s(SB), NOSPLIT, $128-48
+TEXT ·rowsQ4_KAVX2x4s(SB), NOSPLIT, $128-40
 	MOVQ out+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ nGroups+24(FP), R9

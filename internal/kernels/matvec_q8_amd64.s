@@ -28,7 +28,7 @@ GLOBL q8mvones<>(SB), RODATA|NOPTR, $32
 // rowsQ8_0AVX2 four rows at a time: each activation block and its scale
 // are loaded once for the four rows; pass i computes rows i, Q+i, 2Q+i
 // and 3Q+i (Q = nGroups), four streams each read front to back and
-// prefetched two rows ahead (rowsQ4_KAVX512x4s measures why). Even blocks go to Y8-Y11, odd blocks to Y12-Y15 (the
+// no software prefetch (matvec_amd64.go measures why). Even blocks go to Y8-Y11, odd blocks to Y12-Y15 (the
 // canonical lanes 0-7 and 8-15), reduced as rowsQ8_0AVX2 does.
 TEXT ·rowsQ8_0AVX2x4(SB), NOSPLIT, $0-48
 	MOVQ out+0(FP), DI
@@ -67,11 +67,6 @@ q8mv_group:
 q8mv_pair:
 	CMPQ R10, $2
 	JLT  q8mv_single
-	LEAQ (SI)(R14*2), AX  // two rows ahead in each stream
-	PREFETCHT0 (AX)
-	PREFETCHT0 (AX)(R13*1)
-	PREFETCHT0 (AX)(R13*2)
-	PREFETCHT0 (BX)(R14*2)
 	VMOVDQU 2(CX), Y0
 	VBROADCASTSS (R12), Y1
 	Q8MV(2(SI), (SI), Y8)
@@ -166,7 +161,7 @@ q8mv_done:
 // func rowsQ8_0AVX512x4(out *float32, w, x *byte, dx *float32, nGroups, nb int)
 // The AVX-512 Q8_0 matvec, four rows a pass in the streams of
 // rowsQ8_0AVX2x4 (rows i, Q+i, 2Q+i, 3Q+i, each read front to back and
-// prefetched two rows ahead), two blocks a step in one ZMM per row (the
+// no software prefetch), two blocks a step in one ZMM per row (the
 // even block in lanes 0-7, the odd one in 8-15: the canonical lanes).
 TEXT ·rowsQ8_0AVX512x4(SB), NOSPLIT, $0-48
 	MOVQ out+0(FP), DI
@@ -204,11 +199,6 @@ q8zmv_group:
 q8zmv_pair:
 	CMPQ R10, $2
 	JLT  q8zmv_single
-	LEAQ (SI)(R14*2), AX  // two rows ahead in each stream
-	PREFETCHT0 (AX)
-	PREFETCHT0 (AX)(R13*1)
-	PREFETCHT0 (AX)(R13*2)
-	PREFETCHT0 (BX)(R14*2)
 	VMOVDQU 2(CX), Y0
 	VINSERTI64X4 $1, 36(CX), Z0, Z0
 	VBROADCASTSS (R12), Y1
