@@ -12,9 +12,10 @@ import (
 // weights come from memory, not the caches. Each iteration multiplies the
 // next of enough matrices (TinyLlama's shapes) that together they exceed
 // the L3, so every call starts with its weights cold.
-// Select with e.g. -bench 'MatMulCold/q8_0/2048x2048/tok128/t1'.
+// Select with e.g. -bench 'MatMulCold/q8_0/2048x2048/tok128/t1'; decode
+// (one token, the one-token kernels) with 'MatMulCold/q6_K/.*/tok1$/t1'.
 func BenchmarkMatMulCold(b *testing.B) {
-	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_K} {
+	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_K, quant.Q6_K, quant.Q5_K} {
 		for _, sh := range [][2]int{{2048, 2048}, {5632, 2048}, {2048, 5632}} {
 			for _, nTok := range []int{1, 128, 512} {
 				for _, threads := range []int{1, 2} {

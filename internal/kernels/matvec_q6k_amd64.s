@@ -134,22 +134,28 @@ GLOBL q6kc30<>(SB), RODATA|NOPTR, $32
 
 // Q6KMVPF prefetches the 4*210 bytes the group's rows advance per
 // super-block, q6kmvPF ahead (the matrix is one contiguous run of rows;
-// prefetches past its end do not fault).
+// prefetches past its end do not fault), into L2 (PREFETCHT1): a T0
+// prefetch holds one of the core's few L1 miss buffers until its line
+// arrives (docs/kernels.md). Zen 4, BenchmarkMatMulCold q6_K tok1 t1
+// (TinyLlama's shapes, per CPU-second, alternated): AVX-512 9.2-11.4 ->
+// 10.2-15.7 GB/s, AVX2 10.6-18.9 -> 12.6-21.5 GB/s; without any prefetch
+// 4-9 GB/s (the four adjacent rows are too short a stream each for the
+// hardware prefetchers).
 #define Q6KMVPF \
-	PREFETCHT0 0(R8) \
-	PREFETCHT0 64(R8) \
-	PREFETCHT0 128(R8) \
-	PREFETCHT0 192(R8) \
-	PREFETCHT0 256(R8) \
-	PREFETCHT0 320(R8) \
-	PREFETCHT0 384(R8) \
-	PREFETCHT0 448(R8) \
-	PREFETCHT0 512(R8) \
-	PREFETCHT0 576(R8) \
-	PREFETCHT0 640(R8) \
-	PREFETCHT0 704(R8) \
-	PREFETCHT0 768(R8) \
-	PREFETCHT0 832(R8) \
+	PREFETCHT1 0(R8) \
+	PREFETCHT1 64(R8) \
+	PREFETCHT1 128(R8) \
+	PREFETCHT1 192(R8) \
+	PREFETCHT1 256(R8) \
+	PREFETCHT1 320(R8) \
+	PREFETCHT1 384(R8) \
+	PREFETCHT1 448(R8) \
+	PREFETCHT1 512(R8) \
+	PREFETCHT1 576(R8) \
+	PREFETCHT1 640(R8) \
+	PREFETCHT1 704(R8) \
+	PREFETCHT1 768(R8) \
+	PREFETCHT1 832(R8) \
 	ADDQ $840, R8
 
 // func rowsQ6_KAVX512x4(out *float32, w, x *byte, nGroups, nsb int)
