@@ -26,6 +26,8 @@
 #                TinyLlama-q4_K shape (20k context), 4 configurations. Long:
 #                llama-bench refills the context before every test, so this
 #                is over an hour even idle.
+#   table        measures nothing: writes the tables from the JSON files of
+#                OUT and MERGE, e.g. MERGE="d1 d2" OUT=d3 scripts/bench-kernels.sh table
 #   depth-b110, depth-tl  one model of the depth part. B110_DEPTHS and
 #                TL_DEPTHS (comma lists) choose the depths, CONFIGS the
 #                configurations. Pieces split by CONFIGS and by part share
@@ -42,9 +44,13 @@
 # ../shared/tools/llama.cpp), REPS (default 3 for item5/dense, 1 for depth
 # parts), OUT (JSON directory; default bench-kernels-out), CONFIGS (default
 # "avx512-t1 avx512-t2 avx2novnni-t1 avx2novnni-t2"), DOC (file to update;
-# default docs/benchmarks.md; DOC= to only print), SLUICE (the binary;
+# default docs/benchmarks.md; DOC= to only print), COMMIT (the commit(s)
+# the captions name; default HEAD), SLUICE (the binary;
 # default: built from this checkout), PIN_CPU (the CPU 1-thread runs are
-# pinned to; default 1).
+# pinned to; default 1), MERGE (more OUT directories whose JSON files the
+# tables take too, before OUT's own: pieces measured into separate
+# directories make one table, a later file's cells replacing an earlier
+# one's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 parts=("$@")
@@ -135,6 +141,7 @@ for p in "${parts[@]}"; do
 			[ "$p" = depth-b110 ] || run depth-tl "$c" --model "$models/tinyllama-q4_K-20k.gguf" --prompt 512 --gen 32 \
 				--depth "${TL_DEPTHS:-0,2048,8192,16384}" --reps "${REPS:-1}"
 		done ;;
+	table) ;; # measure nothing: only write the tables from OUT (and MERGE)
 	*) echo "bench-kernels: unknown part $p" >&2; exit 2 ;;
 	esac
 done
@@ -142,7 +149,7 @@ done
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 md=$out/tables.md
 go run ./scripts/benchtable -kernels -cpu "$cpu (family $(grep -m1 'cpu family' /proc/cpuinfo | sed 's/.*: //') model $(grep -m1 '^model[[:space:]]' /proc/cpuinfo | sed 's/.*: //'), $(nproc) vCPUs)" \
-	-commit "$(git rev-parse --short HEAD)" "$out"/*.json >"$md"
+	-commit "${COMMIT:-$(git rev-parse --short HEAD)}" $(for d in ${MERGE:-}; do ls "$d"/*.json; done) "$out"/*.json >"$md"
 cat "$md"
 if [ -n "$doc" ]; then
 	go run ./scripts/benchtable -splice "$doc" -marker bench-kernels <"$md"
