@@ -402,15 +402,16 @@ func TestConstrainedDeferredIsExact(t *testing.T) {
 	t.Logf("%d requests; colocated %d deferrals, %d preemptions; prefill %d and decode %d deferrals, %d decode preemptions", len(reqs), deferrals, preemptions, pd, dd, dp)
 }
 
-// ambiguousSchema compiles (every bound is met) but 300 anyOf branches
-// that all begin with the same bytes keep more than grammar.MaxStacks
-// parses alive at the first token.
+// ambiguousSchema compiles (every bound is met) but its two anyOf of 600
+// const arrays keep more than grammar.MaxStacks parses alive at the first
+// "[": no token can start it. (A 300-way anyOf is served: the grammar
+// follows up to MaxStacks parses.)
 func ambiguousSchema() string {
-	var br []string
-	for i := 1; i <= 300; i++ {
-		br = append(br, fmt.Sprintf(`{"type":"object","properties":{"a":{"const":%d}},"required":["a"]}`, i))
+	var br [2][]string
+	for i := range 1200 {
+		br[i/600] = append(br[i/600], fmt.Sprintf(`{"const":[%d]}`, i))
 	}
-	return `{"anyOf":[` + strings.Join(br, ",") + `]}`
+	return `{"anyOf":[{"anyOf":[` + strings.Join(br[0], ",") + `]},{"anyOf":[` + strings.Join(br[1], ",") + `]}]}`
 }
 
 // A schema the grammar gives up on while generating (grammar_ambiguous)

@@ -11,20 +11,25 @@ package grammar
 
 // trieWalk is a depth-first walk of the token trie that can stop after
 // any node and resume: the recursion of the walk is an explicit stack.
-// At each node, visit is given the stack set after the node's byte and
+// At each node, visit is given the stack set after the node's byte (and
+// the set before it, the parent's) and
 // reports whether the node's children are walked (from r's live stacks)
 // and the escape flag they inherit.
 type trieWalk struct {
 	v     *Vocab
 	ws    *walkStep
 	st    []walkFrame
-	visit func(ch int32, r *stepRes, esc bool) (descend, childEsc bool)
+	visit func(ch int32, parent, r *stepRes, esc bool) (descend, childEsc bool)
 	// only, when set, restricts the walk to the subtrees holding one of
 	// these tokens (trie-order indexes, ascending); at is the first of
 	// them not behind the walk. The walk visits nodes in trie order, so
 	// at only moves forward.
 	only []int32
 	at   int
+	// weigh counts into the units used the stacks each memo miss steps
+	// (walkStep.work), not only the nodes: a walk from a set of many
+	// stacks costs up to MaxStacks expansions a node.
+	weigh bool
 }
 
 type walkFrame struct {
@@ -39,6 +44,7 @@ func newTrieWalk(v *Vocab, ws *walkStep, from []*frame, esc bool) *trieWalk {
 
 // run steps up to budget trie nodes; done when the walk is complete.
 func (w *trieWalk) run(budget int) (used int, done bool) {
+	work0 := w.ws.work
 	for len(w.st) > 0 {
 		if used >= budget {
 			return used, false
@@ -67,7 +73,11 @@ func (w *trieWalk) run(budget int) (used int, done bool) {
 		}
 		r := w.ws.step(top.cur, nd.b)
 		used++
-		descend, esc := w.visit(ch, r, top.esc)
+		if w.weigh {
+			used += w.ws.work - work0
+			work0 = w.ws.work
+		}
+		descend, esc := w.visit(ch, top.cur, r, top.esc)
 		if descend && len(r.live) > 0 && nd.sub > ch+1 {
 			w.st = append(w.st, walkFrame{n: ch, ch: ch + 1, cur: r, esc: esc})
 		}
@@ -84,9 +94,15 @@ func (c *Compiled) posWalk(p int32) (*trieWalk, *posMask) {
 	pm := &posMask{accept: make([]uint64, v.Words())}
 	ws := newWalkStep(c.g)
 	w := newTrieWalk(v, ws, []*frame{ws.intern(&frame{pos: p})}, false)
-	w.visit = func(ch int32, r *stepRes, escaped bool) (bool, bool) {
+	pm.fan = 1
+	w.visit = func(ch int32, parent, r *stepRes, escaped bool) (bool, bool) {
 		nd := v.nodes[ch]
 		esc := escaped || r.over || r.escaped || r.ended
+		if r.over {
+			pm.fan = int32(maxStacks + 1)
+		} else {
+			pm.fan = max(pm.fan, int32(len(r.s)))
+		}
 		if len(r.live) == 0 {
 			if esc {
 				for k := nd.t0; k < v.toks2(ch); k++ {
@@ -94,6 +110,14 @@ func (c *Compiled) posWalk(p int32) (*trieWalk, *posMask) {
 				}
 			}
 			return false, esc
+		}
+		if r.escaped || parent.ended {
+			// A token accepted here left p's rule at byte nd.b on one
+			// parse and stayed in it on another: on the real stack, the
+			// frames below step that byte too, adding stacks that fan
+			// does not count unless they refuse it (escLive).
+			pm.escLive = true
+			pm.escBytes.add(nd.b)
 		}
 		for _, id := range v.toks[nd.t0:nd.t1] {
 			pm.accept[id>>6] |= 1 << (id & 63)
@@ -115,8 +139,15 @@ func (c *Compiled) computePos(p int32) *posMask {
 // With only set, it looks at those tokens (trie-order indexes, ascending)
 // and does not walk the subtrees that hold none: what a position's own
 // rule decides is in its posMask already, and only the uncertain tokens
-// need the whole stack.
-func (c *Compiled) exactWalk(stacks []*frame, dst []uint64, only []int32) *trieWalk {
+// need the whole stack. A node whose set passes MaxStacks is refused with
+// its subtree, as Accept refuses it; peak records the largest set met
+// (MaxStacks+1 past the bound) and over that the bound refused a node.
+//
+// From a set of many stacks (the union walk), the walk carries the whole
+// set, so a token is refused exactly when the union of all stacks
+// refuses it or passes the bound, and each (set, byte) step is memoised
+// once for every trie node that reaches it.
+func (c *Compiled) exactWalk(stacks []*frame, dst []uint64, only []int32, peak *int, over *bool) *trieWalk {
 	v := c.v
 	ws := newWalkStep(c.g)
 	in := make([]*frame, len(stacks))
@@ -125,10 +156,15 @@ func (c *Compiled) exactWalk(stacks []*frame, dst []uint64, only []int32) *trieW
 	}
 	w := newTrieWalk(v, ws, in, false)
 	w.only = only
-	w.visit = func(ch int32, r *stepRes, _ bool) (bool, bool) {
+	w.visit = func(ch int32, _, r *stepRes, _ bool) (bool, bool) {
+		if r.over {
+			*peak, *over = maxStacks+1, true
+			return false, false
+		}
 		if len(r.s) == 0 {
 			return false, false
 		}
+		*peak = max(*peak, len(r.s))
 		nd := v.nodes[ch]
 		for _, id := range v.toks[nd.t0:nd.t1] {
 			dst[id>>6] |= 1 << (id & 63)
@@ -140,8 +176,18 @@ func (c *Compiled) exactWalk(stacks []*frame, dst []uint64, only []int32) *trieW
 
 // MaskJob computes a matcher's mask (what Mask computes) in slices of
 // bounded work. The matcher must not accept a token while a job for it
-// is unfinished. Its work unit is one trie node stepped or one byte of an
-// uncertain token checked (about 0.1-0.3 us each).
+// is unfinished. Its work unit is one trie node stepped, one byte of an
+// uncertain token checked, or one stack stepped by the union walk (about
+// 0.1-0.3 us each).
+//
+// A mask is computed one stack at a time (each from its position's
+// cached mask) while that is exact: the union of the stacks' masks is
+// the mask of their union as long as no token can keep more than
+// MaxStacks stacks alive, where Accept refuses it. The job sums a bound
+// on what each stack can become within one token (fan); a set of more
+// than unionAt stacks, or a sum past MaxStacks, is masked by one walk of
+// the trie carrying the whole set instead (the union walk), which refuses
+// exactly the tokens Accept refuses, the bound included.
 type MaskJob struct {
 	m   *Matcher
 	dst []uint64
@@ -155,7 +201,25 @@ type MaskJob struct {
 	pmNew *posMask
 	u     int
 	xw    *trieWalk
+	// fan sums the bounds of the stacks done; peak is stack i's.
+	fan, peak int
+	// uw is the union walk; over says it refused a token for MaxStacks
+	// alone; work is the units it used.
+	uw   *trieWalk
+	over bool
+	work int
 }
+
+// unionAt is the stack count above which a mask is the union walk: per
+// stack, each stack costs a pass over its position's mask (a word per 64
+// tokens) and a cold position a walk of the trie.
+const unionAt = 32
+
+// MaxMaskWork bounds the work of one union walk (about 2-6 s of CPU,
+// spread over steps by the grammar budget): a schema whose mask needs
+// more gets no token (its request fails with grammar_ambiguous) rather
+// than hold a share of the worker's steps for minutes.
+const MaxMaskWork = 1 << 24
 
 type phase uint8
 
@@ -165,6 +229,7 @@ const (
 	phAccept                 // its position's mask is known (pm)
 	phUncertain              // checking pm's uncertain tokens one by one
 	phExact                  // walking the trie from the whole stack (xw)
+	phUnion                  // walking the trie from the whole set (uw)
 	phDone                   // the mask is complete
 )
 
@@ -174,8 +239,13 @@ const (
 func (m *Matcher) MaskJob(dst []uint64) *MaskJob {
 	clear(dst)
 	j := &MaskJob{m: m, dst: dst}
-	if m.ended {
+	switch {
+	case m.ended:
 		j.ph = phDone
+	case m.wide:
+		j.ph, j.over = phDone, true
+	case len(m.stacks) > unionAt:
+		j.union()
 	}
 	return j
 }
@@ -183,9 +253,41 @@ func (m *Matcher) MaskJob(dst []uint64) *MaskJob {
 // Done reports whether the mask is complete.
 func (j *MaskJob) Done() bool { return j.ph == phDone }
 
+// Over reports whether the mask refused a token only because it would
+// keep more than MaxStacks parses alive (or the union walk passed
+// MaxMaskWork): a request left with no token then fails with
+// grammar_ambiguous, not as a dead end of the schema.
+func (j *MaskJob) Over() bool { return j.over }
+
+// union restarts the job as the union walk.
+func (j *MaskJob) union() {
+	m := j.m
+	clear(j.dst)
+	var live []*frame
+	for _, f := range m.stacks {
+		if f == nil {
+			continue
+		}
+		live = append(live, f)
+	}
+	if m.CanEnd() {
+		for _, id := range m.c.v.eog {
+			j.dst[id>>6] |= 1 << (id & 63)
+		}
+	}
+	j.pm, j.pw, j.pmNew, j.xw, j.u = nil, nil, nil, nil, 0
+	j.ph = phDone
+	if len(live) > 0 {
+		var peak int
+		j.uw = m.c.exactWalk(live, j.dst, nil, &peak, &j.over)
+		j.uw.weigh = true
+		j.ph = phUnion
+	}
+}
+
 // Run does up to about budget units of work (it may pass it by one
-// token's check) and reports the units used and whether the mask is
-// complete.
+// token's check or one step of a set of stacks) and reports the units
+// used and whether the mask is complete.
 func (j *MaskJob) Run(budget int) (used int, done bool) {
 	m := j.m
 	v := m.c.v
@@ -224,6 +326,11 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 			j.pw, j.pmNew = nil, nil
 			j.ph = phAccept
 		case phAccept:
+			if j.fan+int(j.pm.fan) > maxStacks || (j.pm.escLive && m.c.g.takesAny(m.stacks[j.i].next, &j.pm.escBytes)) {
+				j.union()
+				continue
+			}
+			j.peak = int(j.pm.fan)
 			for i, w := range j.pm.accept {
 				j.dst[i] |= w
 			}
@@ -234,7 +341,8 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 				// walk of the trie from the whole stack, which prunes
 				// each subtree at its first refused byte, is cheaper than
 				// checking each.
-				j.xw = m.c.exactWalk(m.stacks[j.i:j.i+1], j.dst, j.pm.uncertain)
+				var over bool
+				j.xw = m.c.exactWalk(m.stacks[j.i:j.i+1], j.dst, j.pm.uncertain, &j.peak, &over)
 				j.ph = phExact
 			} else {
 				j.u = 0
@@ -243,6 +351,10 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 		case phExact:
 			n, ok := j.xw.run(budget - used)
 			used += n
+			if j.fan+j.peak > maxStacks {
+				j.union()
+				continue
+			}
 			if !ok {
 				return used, false
 			}
@@ -255,16 +367,36 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 				}
 				id := v.toks[j.pm.uncertain[j.u]]
 				j.u++
-				if j.dst[id>>6]&(1<<(id&63)) != 0 {
-					continue
-				}
+				// Each token is fed even when another stack allowed it
+				// already: its stacks count towards fan.
 				p := v.pieces[id]
 				used += 1 + len(p)
-				if out, _ := m.feed(one, p); len(out) > 0 {
+				out, _, peak := m.feedPeak(one, p)
+				if len(out) > 0 {
 					j.dst[id>>6] |= 1 << (id & 63)
 				}
+				if j.peak = max(j.peak, peak); j.fan+j.peak > maxStacks {
+					break
+				}
+			}
+			if j.fan+j.peak > maxStacks {
+				j.union()
+				continue
 			}
 			j.next()
+		case phUnion:
+			n, ok := j.uw.run(min(budget-used, MaxMaskWork-j.work+1))
+			used += n
+			j.work += n
+			if j.work > MaxMaskWork {
+				clear(j.dst)
+				j.over, j.uw, j.ph = true, nil, phDone
+				continue
+			}
+			if !ok {
+				return used, false
+			}
+			j.uw, j.ph = nil, phDone
 		}
 		if used >= budget && j.ph != phDone {
 			return used, false
@@ -275,6 +407,7 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 // next moves the job to the next stack.
 func (j *MaskJob) next() {
 	j.i++
-	j.pm, j.pw, j.pmNew, j.xw, j.u = nil, nil, nil, nil, 0
+	j.fan += j.peak
+	j.pm, j.pw, j.pmNew, j.xw, j.u, j.peak = nil, nil, nil, nil, 0, 0
 	j.ph = phStart
 }

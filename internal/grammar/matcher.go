@@ -11,18 +11,47 @@ type frame struct {
 	// not interned), so the walk's memo is an array, not a map.
 	id   int32
 	next *frame
+	// h hashes the whole stack from this frame down (equal stacks, equal
+	// h), so a set of many stacks finds a duplicate by one probe instead
+	// of comparing it with every member.
+	h uint64
+}
+
+func newFrame(pos int32, next *frame) *frame {
+	var h uint64
+	if next != nil {
+		h = next.h
+	}
+	h = (h ^ uint64(uint32(pos))) * 0x9E3779B97F4A7C15
+	h ^= h >> 29
+	return &frame{pos: pos, next: next, h: h | 1} // nonzero: 0 is the empty stack's
+}
+
+func (f *frame) hash() uint64 {
+	if f == nil {
+		return 0
+	}
+	return f.h
 }
 
 // MaxStacks bounds the stacks a matcher follows at once. The grammars the
 // schema compiler emits are nearly deterministic (one or two stacks); an
-// ambiguous schema (overlapping anyOf branches nested in each other) could
-// multiply them, and past this bound the request fails rather than let one
-// request's masks slow the batch everyone shares.
-const MaxStacks = 256
+// ambiguous schema (anyOf branches that begin alike: a 300-way anyOf of
+// objects is 300 stacks after its "{") multiplies them. The bound is what
+// a token's check may cost (one expansion per stack and byte, outside the
+// step's grammar budget) and what a mask's walk steps at once: a token
+// that would keep more parses alive is refused (Allowed, the mask), and a
+// request left with no other token fails with grammar_ambiguous rather
+// than let one request's masks slow the batch everyone shares.
+const MaxStacks = 1024
+
+// maxStacks is the bound in force: MaxStacks, lowered by tests to reach
+// it with small schemas.
+var maxStacks = MaxStacks
 
 func sameStack(a, b *frame) bool {
 	for a != b {
-		if a == nil || b == nil || a.pos != b.pos {
+		if a == nil || b == nil || a.pos != b.pos || a.h != b.h {
 			return false
 		}
 		a, b = a.next, b.next
@@ -41,6 +70,44 @@ type stackSet struct {
 	// in, when set, interns the frames made into it, so equal stacks
 	// are the same pointer (trie walks memoise steps by it).
 	in *interner
+	// tab indexes s by stack hash (open addressing, index+1; 0 empty)
+	// once s holds hashAt stacks; below that a scan is cheaper.
+	tab []int32
+}
+
+// hashAt is the set size from which add finds duplicates through tab.
+const hashAt = 16
+
+// reset empties ss for another step (keeping its memory).
+func (ss *stackSet) reset() {
+	ss.s, ss.over, ss.escaped = ss.s[:0], false, false
+	if len(ss.tab) > 0 {
+		clear(ss.tab)
+		ss.tab = ss.tab[:0]
+	}
+}
+
+// index puts s[i] in tab, which has room.
+func (ss *stackSet) index(i int) {
+	mask := uint64(len(ss.tab) - 1)
+	for k := ss.s[i].hash() & mask; ; k = (k + 1) & mask {
+		if ss.tab[k] == 0 {
+			ss.tab[k] = int32(i + 1)
+			return
+		}
+	}
+}
+
+// has reports whether stack f is in ss (through tab).
+func (ss *stackSet) has(f *frame) bool {
+	h := f.hash()
+	mask := uint64(len(ss.tab) - 1)
+	for k := h & mask; ss.tab[k] != 0; k = (k + 1) & mask {
+		if x := ss.s[ss.tab[k]-1]; x == f || (x.hash() == h && sameStack(x, f)) {
+			return true
+		}
+	}
+	return false
 }
 
 // interner hash-conses frames for one trie walk and numbers them.
@@ -60,29 +127,57 @@ func (in *interner) get(pos int32, next *frame) *frame {
 		return f
 	}
 	in.n++
-	f := &frame{pos: pos, id: in.n, next: next}
+	f := newFrame(pos, next)
+	f.id = in.n
 	in.m[k] = f
 	return f
 }
 
 func (ss *stackSet) frame(pos int32, next *frame) *frame {
 	if ss.in == nil {
-		return &frame{pos: pos, next: next}
+		return newFrame(pos, next)
 	}
 	return ss.in.get(pos, next)
 }
 
+// add puts stack f in ss unless it is there already. The set keeps its
+// order of first addition, whichever way duplicates are found.
 func (ss *stackSet) add(f *frame) {
-	for _, x := range ss.s {
-		if x == f || sameStack(x, f) {
+	if len(ss.s) < hashAt {
+		for _, x := range ss.s {
+			if x == f || sameStack(x, f) {
+				return
+			}
+		}
+	} else {
+		if len(ss.tab) < 2*(len(ss.s)+1) {
+			// (Re)build the index at twice the room it needs.
+			n := 4 * hashAt
+			for n < 2*(len(ss.s)+1) {
+				n *= 2
+			}
+			if cap(ss.tab) >= n {
+				ss.tab = ss.tab[:n]
+				clear(ss.tab)
+			} else {
+				ss.tab = make([]int32, n)
+			}
+			for i := range ss.s {
+				ss.index(i)
+			}
+		}
+		if ss.has(f) {
 			return
 		}
 	}
-	if len(ss.s) >= MaxStacks {
+	if len(ss.s) >= maxStacks {
 		ss.over = true
 		return
 	}
 	ss.s = append(ss.s, f)
+	if len(ss.tab) > 0 {
+		ss.index(len(ss.s) - 1)
+	}
 }
 
 // resolve adds the stack at position pos with below under it. Stacks are
@@ -152,6 +247,22 @@ func (g *Grammar) canEnd(f *frame) bool {
 	return true
 }
 
+// takesAny reports whether stack f may consume one of the bytes of set
+// (an upper bound: first sets, through the frames an empty match pops).
+func (g *Grammar) takesAny(f *frame, set *byteSet) bool {
+	for ; f != nil; f = f.next {
+		for k := range set {
+			if set[k]&g.firstAt[f.pos][k] != 0 {
+				return true
+			}
+		}
+		if !g.nullAt[f.pos] {
+			return false
+		}
+	}
+	return false
+}
+
 // start is the initial stack set of the root rule.
 func (g *Grammar) start() stackSet {
 	var ss stackSet
@@ -167,6 +278,9 @@ type Matcher struct {
 	c      *Compiled
 	stacks []*frame
 	ended  bool // an end-of-generation token was accepted
+	// wide: the grammar's start alone is more than MaxStacks parses; no
+	// token is allowed and the mask reports it (MaskJob.Over).
+	wide bool
 	// tmp are scratch sets for feeding a token's bytes.
 	tmp [2]stackSet
 }
@@ -174,26 +288,44 @@ type Matcher struct {
 // NewMatcher starts a matcher at the beginning of the grammar.
 func (c *Compiled) NewMatcher() *Matcher {
 	ss := c.g.start()
+	if ss.over {
+		return &Matcher{c: c, wide: true}
+	}
 	return &Matcher{c: c, stacks: ss.s}
 }
 
 // feed returns the stack set after the bytes of piece from stacks, or
 // nil when a byte is refused. over reports MaxStacks was exceeded.
 func (m *Matcher) feed(stacks []*frame, piece string) (out []*frame, over bool) {
+	out, over, _ = m.feedPeak(stacks, piece)
+	return out, over
+}
+
+// feedPeak is feed that also reports the largest set it stepped through
+// (MaxStacks+1 when over).
+func (m *Matcher) feedPeak(stacks []*frame, piece string) (out []*frame, over bool, peak int) {
 	cur := stacks
 	for i := 0; i < len(piece); i++ {
 		t := &m.tmp[i&1]
-		t.s, t.over = t.s[:0], false
+		t.reset()
 		m.c.g.step(cur, piece[i], t)
 		if t.over {
-			return nil, true
+			return nil, true, maxStacks + 1
 		}
+		peak = max(peak, len(t.s))
 		if len(t.s) == 0 {
-			return nil, false
+			return nil, false, peak
 		}
 		cur = t.s
 	}
-	return cur, false
+	return cur, false, peak
+}
+
+// ErrAmbiguous is the error of a request whose schema keeps more than
+// MaxStacks parses alive at once where it must go on (or whose mask
+// needs more than MaxMaskWork): the schema's fault, a 400.
+func ErrAmbiguous() *Error {
+	return &Error{Code: "grammar_ambiguous", Msg: fmt.Sprintf("the schema is too ambiguous: more than %d parses would be alive at once; make anyOf branches distinguishable by their first bytes (a different key or type), or split the anyOf", MaxStacks)}
 }
 
 // CanEnd reports whether the output so far is a complete match: only then
@@ -241,6 +373,9 @@ func (m *Matcher) Accept(id int32) error {
 	if m.ended {
 		return fmt.Errorf("token %d after the end of the constrained output", id)
 	}
+	if m.wide {
+		return ErrAmbiguous()
+	}
 	if v.isEOG(id) {
 		if !m.CanEnd() {
 			return fmt.Errorf("end-of-generation token %d before the constrained output is complete", id)
@@ -251,7 +386,7 @@ func (m *Matcher) Accept(id int32) error {
 	p := v.pieces[id]
 	out, over := m.feed(m.stacks, p)
 	if over {
-		return &Error{Code: "grammar_ambiguous", Msg: fmt.Sprintf("the schema is too ambiguous: more than %d parses are alive at once; make anyOf branches distinguishable", MaxStacks)}
+		return ErrAmbiguous()
 	}
 	if p == "" || len(out) == 0 {
 		return fmt.Errorf("token %d (%q) is not allowed by the grammar here", id, p)
@@ -274,5 +409,5 @@ const maxUncertain = 512
 
 // Clone returns an independent copy of m's state.
 func (m *Matcher) Clone() *Matcher {
-	return &Matcher{c: m.c, stacks: append([]*frame(nil), m.stacks...), ended: m.ended}
+	return &Matcher{c: m.c, stacks: append([]*frame(nil), m.stacks...), ended: m.ended, wide: m.wide}
 }

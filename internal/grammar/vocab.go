@@ -128,6 +128,15 @@ type Compiled struct {
 type posMask struct {
 	accept    []uint64
 	uncertain []int32
+	// fan is the largest stack set the walk from [p] met (MaxStacks+1 if
+	// past the bound): on a real stack, a token settled by accept or
+	// refused by p's rule keeps at most that many stacks alive at any
+	// byte, unless escLive: at a node whose tokens are accepted, a parse
+	// left p's rule by one of escBytes while another stayed in it, and
+	// the frames below may take that byte too (Grammar.takesAny).
+	fan      int32
+	escLive  bool
+	escBytes byteSet
 }
 
 // MaxMaskBytes bounds the memory of one compiled grammar's mask cache.
@@ -226,6 +235,9 @@ type walkStep struct {
 	memo   [][]*stepRes
 	sparse map[memoKey]*stepRes
 	key    []byte
+	// work counts the stacks stepped by memo misses: what a walk from a
+	// set of many stacks costs beyond its trie nodes.
+	work int
 }
 
 type memoKey struct {
@@ -298,8 +310,10 @@ func (w *walkStep) step(cur *stepRes, b byte) *stepRes {
 		return m
 	}
 	t := &w.t
-	t.s, t.over, t.escaped, t.in = t.s[:0], false, false, &w.in
+	t.reset()
+	t.in = &w.in
 	w.g.step(cur.live, b, t)
+	w.work += len(cur.live)
 	m := &stepRes{s: append([]*frame(nil), t.s...), over: t.over, escaped: t.escaped}
 	for _, f := range m.s {
 		if f == nil {

@@ -69,6 +69,9 @@ type Sampler struct {
 	job    *grammar.MaskJob
 	maskOK bool
 	budget Budget
+	// maskOver: the mask refused tokens only because they would keep
+	// too many parses alive (grammar.MaskJob.Over).
+	maskOver bool
 }
 
 // Budget bounds the grammar work a SampleWithin call may do. A worker
@@ -439,6 +442,7 @@ func (s *Sampler) allowedMask(vocab int) ([]uint64, error) {
 			s.budget.Spend(used)
 		}
 		if done {
+			s.maskOver = s.job.Over()
 			s.job, s.maskOK = nil, true
 			return s.mask, nil
 		}
@@ -560,6 +564,12 @@ func (s *Sampler) noneAllowed() error {
 				empty = false
 				break
 			}
+		}
+		if empty && s.maskOver {
+			// Not a dead end of the schema: every way on is more
+			// parses than the grammar follows.
+			ge := grammar.ErrAmbiguous()
+			return &Error{ge.Code, ge.Msg}
 		}
 		if empty {
 			return &Error{"grammar_dead_end", "the output format allows no token of this model's vocabulary here: the schema asks for text the model cannot spell (a pattern, const or enum value); simplify that part of the schema"}

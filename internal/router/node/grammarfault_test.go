@@ -24,10 +24,13 @@ func TestGrammarFaultReachesClientAs400(t *testing.T) {
 	}
 	defer m.Close()
 	pools := Pools{Context: 128, PoolTokens: 1024}
-	var branches []any
-	for i := 1; i <= 300; i++ {
-		branches = append(branches, map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"const": i}}, "required": []string{"a"}})
+	// Two anyOf of 600 const arrays: more parses than the grammar
+	// follows (grammar.MaxStacks) after the first "[".
+	var halves [2][]any
+	for i := range 1200 {
+		halves[i/600] = append(halves[i/600], map[string]any{"const": []any{i}})
 	}
+	branches := []any{map[string]any{"anyOf": halves[0]}, map[string]any{"anyOf": halves[1]}}
 	params := openai.ChatCompletionNewParams{
 		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
 		MaxTokens: openai.Int(20), Temperature: openai.Float(1), Seed: openai.Int(1),
