@@ -215,11 +215,16 @@ type MaskJob struct {
 // tokens) and a cold position a walk of the trie.
 const unionAt = 32
 
-// MaxMaskWork bounds the work of one union walk (about 2-6 s of CPU,
-// spread over steps by the grammar budget): a schema whose mask needs
-// more gets no token (its request fails with grammar_ambiguous) rather
-// than hold a share of the worker's steps for minutes.
+// MaxMaskWork bounds the work of one union walk (a tenth of a second to
+// a second of CPU, spread over steps by the grammar budget; a 300-way
+// anyOf of objects takes about 100,000 units a token on Qwen2's 151k
+// vocabulary): a schema whose mask needs more gets no token (its request
+// fails with grammar_ambiguous) rather than hold a share of the worker's
+// steps for long.
 const MaxMaskWork = 1 << 24
+
+// maxMaskWork is the bound in force (tests lower it).
+var maxMaskWork = MaxMaskWork
 
 type phase uint8
 
@@ -385,10 +390,10 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 			}
 			j.next()
 		case phUnion:
-			n, ok := j.uw.run(min(budget-used, MaxMaskWork-j.work+1))
+			n, ok := j.uw.run(min(budget-used, maxMaskWork-j.work+1))
 			used += n
 			j.work += n
-			if j.work > MaxMaskWork {
+			if j.work > maxMaskWork {
 				clear(j.dst)
 				j.over, j.uw, j.ph = true, nil, phDone
 				continue

@@ -342,6 +342,13 @@ func (m *Matcher) CanEnd() bool {
 	return false
 }
 
+// Costly reports whether checking one token (Allowed) costs like a
+// slice of a mask: the matcher follows more stacks than a mask takes one
+// at a time, each stepped by every byte. A sampler then checks several
+// candidates against the mask, whose work the step's budget bounds,
+// rather than one by one outside it.
+func (m *Matcher) Costly() bool { return len(m.stacks) > unionAt }
+
 // Ended reports whether an end-of-generation token was accepted.
 func (m *Matcher) Ended() bool { return m.ended }
 

@@ -298,3 +298,55 @@ func TestMaskExactBelowEscapes(t *testing.T) {
 	}
 	t.Logf("%d union walks, %d masks refused tokens for the bound, %d outputs ended", unions, overs, ended)
 }
+
+// A union walk that would pass its work bound stops there: its mask is
+// empty and says the schema is at fault (Over), whether it runs at once
+// or in slices; within the bound the same walk is the exact mask.
+func TestMaskWorkBound(t *testing.T) {
+	g, err := CompileSchema([]byte(wideAnyOf(300, true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := testVocab()
+	var open int32 = -1
+	for id := range int32(v.Size()) {
+		if v.Piece(id) == "{" {
+			open = id
+		}
+	}
+	// After "{" the 300 branches are 300 stacks: a union walk.
+	after := func() *Matcher {
+		m := Bind(g, v).NewMatcher()
+		if err := m.Accept(open); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m := after()
+	mask := make([]uint64, v.Words())
+	j := m.MaskJob(mask)
+	total := 0
+	for done := false; !done; {
+		u, d := j.Run(97)
+		total, done = total+u, d
+	}
+	if j.Over() || j.work == 0 {
+		t.Fatalf("the 300-way anyOf's first mask: over %v after %d units of union walk", j.Over(), j.work)
+	}
+	defer func(n int) { maxMaskWork = n }(maxMaskWork)
+	maxMaskWork = j.work - 1
+	for _, budget := range []int{1 << 30, 97} {
+		j := after().MaskJob(mask)
+		for done := false; !done; {
+			_, done = j.Run(budget)
+		}
+		for _, w := range mask {
+			if w != 0 {
+				t.Fatalf("budget %d: a union walk past its work bound left tokens in the mask", budget)
+			}
+		}
+		if !j.Over() {
+			t.Fatalf("budget %d: a union walk past its work bound does not say so", budget)
+		}
+	}
+}

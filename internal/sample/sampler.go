@@ -452,7 +452,8 @@ func (s *Sampler) allowedMask(vocab int) ([]uint64, error) {
 func has(mask []uint64, id int32) bool { return mask[id>>6]&(1<<(id&63)) != 0 }
 
 // smallCheck is the candidate count below which each is checked alone
-// rather than masking the whole vocabulary.
+// rather than masking the whole vocabulary (unless the matcher is Costly:
+// then one check costs as much as a slice of the mask).
 const smallCheck = 32
 
 // redraw draws again after the grammar refused the drawn token; see
@@ -460,7 +461,7 @@ const smallCheck = 32
 func (s *Sampler) redraw(logits []float32, c []cand) (int32, error) {
 	var mask []uint64
 	ok := func(id int32) bool { return s.m.Allowed(id) }
-	if len(c) > smallCheck {
+	if len(c) > smallCheck || s.m.Costly() {
 		var err error
 		if mask, err = s.allowedMask(len(logits)); err != nil {
 			return -1, err
