@@ -171,6 +171,7 @@ func New(cfg Config) (*Pool, error) {
 		// and word-aligned memory serves every element type.
 		p.u32 = make([]uint32, int(size/4))
 		p.mem = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(p.u32))), len(p.u32)*4)
+		adviseHuge(p.mem)
 	}
 	switch g.Type {
 	case F32:

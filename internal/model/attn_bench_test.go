@@ -108,3 +108,50 @@ func BenchmarkAttentionPrefillDepth(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAttentionDecodeDeep: one decode step of a 12-layer model with
+// bench-110M's attention shape (12 heads of 64, MHA, F16 pages) and a
+// token-sized rest after 16384 positions: 604 MB of K/V, far beyond the
+// caches, so the step streams from DRAM as the real model's tg@d16384
+// does (BenchmarkAttentionPrefillDepth's one layer stays in L3). The K/V
+// rows are written straight into the pool. Read cpu-ms/step and MB/s
+// (K/V bytes read per CPU-second).
+func BenchmarkAttentionDecodeDeep(b *testing.B) {
+	const layers, depth = 12, 16384
+	sh := testShape{arch: "llama", vocab: 64, embd: 768, layers: layers, heads: 12, kvHeads: 12, ff: 64, wtype: quant.F32}
+	src := newMemModel(sh, 5)
+	src.meta["llama.context_length"] = depth + 16
+	m := mustBuild(src)
+	kvd := m.cfg.KVDim()
+	pool, err := kv.New(kv.Config{Geometry: kv.Geometry{Layers: layers, KVDim: kvd, PageSize: 16, Type: kv.F16}, Pages: kv.PagesFor(depth+1, 16)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	o := kv.Owner{Tenant: "bench"}
+	refs, _ := pool.Reserve(o, kv.PagesFor(depth+1, 16))
+	v := pool.View(o, refs)
+	rng := rand.New(rand.NewPCG(1, 2))
+	kr, vr := make([]float32, kvd), make([]float32, kvd)
+	for pos := 0; pos < depth; pos++ {
+		for i := range kr {
+			kr[i], vr[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+		}
+		for l := 0; l < layers; l++ {
+			if err := v.Put(l, pos, kr, vr); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	r := m.NewRunner(kernels.NewParallel(1))
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for i := 0; i < b.N; i++ {
+		if res := r.Forward([]Seq{{Tokens: []int32{7}, Pos: depth, KV: v}}); res[0].Err != nil {
+			b.Fatal(res[0].Err)
+		}
+	}
+	cpu := cpuTime() - cpu0
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/step")
+	b.ReportMetric(float64(layers*depth*kvd*2*2)*float64(b.N)/cpu.Seconds()/1e6, "kvMB/cpu-s")
+}
