@@ -273,8 +273,10 @@ q4kmvs_done:
 	VZEROUPPER
 	RET
 
-// 32-byte constants of rowsQ4_KAVX2x4s: 0x30 bytes, 0x3f bytes, and the
-// VPSRLVD counts (0, 4) of q4kmvsrld in both 128-bit lanes.
+// 32-byte constants of rowsQ4_KAVX2x4s: 0x30 bytes, 0x3f bytes, the
+// VPSRLVD counts (0, 0, 4, 4) of each 128-bit lane, and two VPSHUFB
+// controls that spread bytes 0-3 (4-7) of each lane into the (b, b) word
+// pairs of four dwords.
 DATA q4kmv2c<>+0(SB)/8, $0x3030303030303030
 DATA q4kmv2c<>+8(SB)/8, $0x3030303030303030
 DATA q4kmv2c<>+16(SB)/8, $0x3030303030303030
@@ -283,25 +285,25 @@ DATA q4kmv2c<>+32(SB)/8, $0x3f3f3f3f3f3f3f3f
 DATA q4kmv2c<>+40(SB)/8, $0x3f3f3f3f3f3f3f3f
 DATA q4kmv2c<>+48(SB)/8, $0x3f3f3f3f3f3f3f3f
 DATA q4kmv2c<>+56(SB)/8, $0x3f3f3f3f3f3f3f3f
-DATA q4kmv2c<>+64(SB)/8, $0x0000000400000000
-DATA q4kmv2c<>+72(SB)/8, $0x0000000400000000
-DATA q4kmv2c<>+80(SB)/8, $0x0000000400000000
-DATA q4kmv2c<>+88(SB)/8, $0x0000000400000000
-GLOBL q4kmv2c<>(SB), RODATA|NOPTR, $96
+DATA q4kmv2c<>+64(SB)/8, $0x0000000000000000
+DATA q4kmv2c<>+72(SB)/8, $0x0000000400000004
+DATA q4kmv2c<>+80(SB)/8, $0x0000000000000000
+DATA q4kmv2c<>+88(SB)/8, $0x0000000400000004
+DATA q4kmv2c<>+96(SB)/8, $0x8001800180008000
+DATA q4kmv2c<>+104(SB)/8, $0x8003800380028002
+DATA q4kmv2c<>+112(SB)/8, $0x8001800180008000
+DATA q4kmv2c<>+120(SB)/8, $0x8003800380028002
+DATA q4kmv2c<>+128(SB)/8, $0x8005800580048004
+DATA q4kmv2c<>+136(SB)/8, $0x8007800780068006
+DATA q4kmv2c<>+144(SB)/8, $0x8005800580048004
+DATA q4kmv2c<>+152(SB)/8, $0x8007800780068006
+GLOBL q4kmv2c<>(SB), RODATA|NOPTR, $160
 
-// Q4KMV2SCM unpacks the scales and mins of two rows, one a 128-bit lane
-// of V (dwords A = s[0:4], B = s[4:8], C = s[8:12]), into V: bytes
-// sc0-7, m0-7 a lane (q4KScaleMin's formulas, bytewise; see
-// rowsQ4_KAVX512x4s). Y15 holds 0x0f bytes; clobbers T1, T2.
-#define Q4KMV2SCM(V, T1, T2) \
-	VPSRLD $2, V, T1 \
-	VPAND q4kmv2c<>+0(SB), T1, T1 \
-	VPSHUFD $0xaa, V, T2 \
-	VPSRLVD q4kmv2c<>+64(SB), T2, T2 \
-	VPAND Y15, T2, T2 \
-	VPOR T1, T2, T2 \
-	VPAND q4kmv2c<>+32(SB), V, V \
-	VPUNPCKLDQ T2, V, V
+// Byte shuffle of four (d, dmin) fp16 pairs into d0, d1, dmin0, dmin1,
+// d2, d3, dmin2, dmin3 (rowsQ4_KAVX2x4s's float lanes).
+DATA q4kmv2dm<>+0(SB)/8, $0x0706030205040100
+DATA q4kmv2dm<>+8(SB)/8, $0x0f0e0b0a0d0c0908
+GLOBL q4kmv2dm<>(SB), RODATA|NOPTR, $16
 
 // Q4KMV2PROD: one row's products for chunk W (32 qs bytes: low nibbles
 // sub-block 2c, high nibbles 2c+1) against the chunk's activations in
@@ -334,12 +336,24 @@ GLOBL q4kmv2c<>(SB), RODATA|NOPTR, $96
 
 // func rowsQ4_KAVX2x4s(out *float32, w, x *byte, nGroups, nsb int)
 // rowsQ4_KAVX512x4s on AVX2 (the same rows a pass and streams): the four
-// rows' scales and mins unpacked in
-// two YMM registers (a row a 128-bit lane), the scales stored once as
-// (sc_j, sc_j) word pairs so that each sub-block's scale vector is a
-// VPBROADCASTD from memory (a load alone, where VPBROADCASTW needs
-// port 5 too), the mins' products with the block sums in two VPMADDWD,
-// no software prefetch (matvec_amd64.go). The products go chunk by chunk
+// rows' 12 scale bytes transposed (dwords A, B of rows 0, 1 in 128-bit
+// lane 0, of rows 2, 3 in lane 1) so that one set of operations unpacks
+// the four rows' scales and mins, the scales stored once as
+// (sc_j, sc_j) word pairs (four VPSHUFB) so that each sub-block's scale
+// vector is a VPBROADCASTD from memory (a load alone, where VPBROADCASTW
+// needs port 5 too), the mins' products with the block sums in two
+// VPMADDWD, laid out (rows 0 0 1 1 | 2 2 3 3) as the isum partials are
+// after two VPHADDD and a lane fold, so that one more VPHADDD gives isum
+// and imin of the four rows side by side and the float part runs on
+// (dd, dm) pairs; no software prefetch (matvec_amd64.go). That layout
+// took the per-super-block work outside the products from about 66 to
+// about 52 vector operations: Zen 4, AVX2 forced, rows in L2
+// (BenchmarkMatMul q4_K 768x2048 tok1 t1, per CPU-second, alternated)
+// 26.2-26.3 -> 26.7-28.6 GB/s. (On this machine removing the
+// instructions outside the products altogether gives 43 GB/s, removing
+// shifts or scale multiplies from the products nothing: the loop is
+// bound by its count of vector operations, not by one port.) The
+// products go chunk by chunk
 // (32 qs bytes: sub-blocks 2c, 2c+1) with the four rows side by side:
 // the chunk's two activation vectors are read once for the four rows
 // instead of as a memory operand of each row's VPMADDUBSW (8 loads a
@@ -377,83 +391,98 @@ q4kmv2s_group:
 	JZ   q4kmv2s_done
 	MOVQ x+16(FP), BX
 	MOVQ nsb+32(FP), R10
-	VXORPS X14, X14, X14
+	VXORPS Y14, Y14, Y14
 
 q4kmv2s_sb:
+	// Scales and mins of the four rows (dwords A = s[0:4], B = s[4:8],
+	// C = s[8:12] of each), transposed so that rows 0, 1 share 128-bit
+	// lane 0 and rows 2, 3 lane 1: lo = (A0 A1 B0 B1)&63 = sc0-3 and m0-3
+	// of the lane's two rows, hi = sc4-7 and m4-7 (q4KScaleMin's
+	// formulas, bytewise; see rowsQ4_KAVX512x4s).
 	VMOVDQU 4(SI), X0
-	VINSERTI128 $1, 4(R11), Y0, Y0
-	VMOVDQU 4(R12), X3
-	VINSERTI128 $1, 4(R13), Y3, Y3
-	Q4KMV2SCM(Y0, Y1, Y2)
-	Q4KMV2SCM(Y3, Y4, Y5)
+	VINSERTI128 $1, 4(R12), Y0, Y0  // A0 B0 C0 . | A2 B2 C2 .
+	VMOVDQU 4(R11), X3
+	VINSERTI128 $1, 4(R13), Y3, Y3  // A1 B1 C1 . | A3 B3 C3 .
+	VPUNPCKLDQ Y3, Y0, Y1     // A0 A1 B0 B1 | A2 A3 B2 B3
+	VPUNPCKHDQ Y3, Y0, Y2     // C0 C1 . . | C2 C3 . .
+	VPSHUFD $0x44, Y2, Y2     // C0 C1 C0 C1 | C2 C3 C2 C3
+	VPSRLVD q4kmv2c<>+64(SB), Y2, Y2 // C, C, C>>4, C>>4
+	VPAND Y15, Y2, Y2
+	VPSRLD $2, Y1, Y3
+	VPAND q4kmv2c<>+0(SB), Y3, Y3 // (A>>6)<<4, (B>>6)<<4 bytewise
+	VPOR Y3, Y2, Y2           // hi: sc4-7 r0, r1, m4-7 r0, r1 | r2, r3
+	VPAND q4kmv2c<>+32(SB), Y1, Y1 // lo: sc0-3 r0, r1, m0-3 r0, r1 | r2, r3
+	// The scales as (sc_j, sc_j) word pairs, row r's j = 0..3 (4..7) at
+	// sc-128 (sc-64) + 16r for r = 0, 1 and sc-112 (sc-48) + 16(r-2)
+	// for r = 2, 3; see the per-chunk operands below.
+	VPSHUFB q4kmv2c<>+96(SB), Y1, Y3
+	VMOVDQU Y3, sc-128(SP)    // j 0-3: row 0 | row 2
+	VPSHUFB q4kmv2c<>+128(SB), Y1, Y3
+	VMOVDQU Y3, sc-96(SP)     // j 0-3: row 1 | row 3
+	VPSHUFB q4kmv2c<>+96(SB), Y2, Y3
+	VMOVDQU Y3, sc-64(SP)     // j 4-7: row 0 | row 2
+	VPSHUFB q4kmv2c<>+128(SB), Y2, Y3
+	VMOVDQU Y3, sc-32(SP)     // j 4-7: row 1 | row 3
+	// The mins' products with the Q8_K sums of the 8 sub-blocks:
+	// Y12 = partial imin of rows 0 0 1 1 | 2 2 3 3.
 	VPXOR Y7, Y7, Y7
-	VPUNPCKLBW Y7, Y0, Y1     // scale words, rows 0 and 1
-	VPUNPCKLWD Y1, Y1, Y2     // (sc_j, sc_j) pairs, j = 0..3
-	VMOVDQU Y2, sc-128(SP)
-	VPUNPCKHWD Y1, Y1, Y2     // j = 4..7
-	VMOVDQU Y2, sc-96(SP)
-	VPUNPCKHBW Y7, Y0, Y12    // min words, rows 0 and 1
-	VPUNPCKLBW Y7, Y3, Y1     // rows 2 and 3
-	VPUNPCKLWD Y1, Y1, Y2
-	VMOVDQU Y2, sc-64(SP)
-	VPUNPCKHWD Y1, Y1, Y2
-	VMOVDQU Y2, sc-32(SP)
-	VPUNPCKHBW Y7, Y3, Y13    // rows 2 and 3
-	VMOVDQU 260(BX), Y1
-	VEXTRACTI128 $1, Y1, X2
-	VPHADDW X2, X1, X1        // Q8_K sums of the 8 sub-blocks
-	VINSERTI128 $1, X1, Y1, Y1
-	VPMADDWD Y1, Y12, Y12
-	VPMADDWD Y1, Y13, Y13
+	VPUNPCKHBW Y7, Y1, Y12    // m0-3 words: row 0, row 1 | row 2, row 3
+	VPUNPCKHBW Y7, Y2, Y13    // m4-7
+	VMOVDQU 260(BX), Y3
+	VEXTRACTI128 $1, Y3, X4
+	VPHADDW X4, X3, X3        // sums b0..b7 of the 8 sub-blocks
+	VPERMQ $0x00, Y3, Y4      // b0-3 in every quarter
+	VPERMQ $0x55, Y3, Y3      // b4-7
+	VPMADDWD Y4, Y12, Y12
+	VPMADDWD Y3, Y13, Y13
+	VPADDD Y13, Y12, Y12
 	// Chunk c (qs bytes 32c..32c+31: sub-blocks 2c, 2c+1) of the four
 	// rows side by side, against its activations read once.
 	VMOVDQU 4(BX), Y6
 	VMOVDQU 36(BX), Y7
 	Q4KMV2FIRST(16(SI), sc-128(SP), sc-124(SP), Y8, Y0, Y1)
-	Q4KMV2FIRST(16(R11), sc-112(SP), sc-108(SP), Y9, Y4, Y5)
-	Q4KMV2FIRST(16(R12), sc-64(SP), sc-60(SP), Y10, Y0, Y1)
-	Q4KMV2FIRST(16(R13), sc-48(SP), sc-44(SP), Y11, Y4, Y5)
+	Q4KMV2FIRST(16(R11), sc-96(SP), sc-92(SP), Y9, Y4, Y5)
+	Q4KMV2FIRST(16(R12), sc-112(SP), sc-108(SP), Y10, Y0, Y1)
+	Q4KMV2FIRST(16(R13), sc-80(SP), sc-76(SP), Y11, Y4, Y5)
 	VMOVDQU 68(BX), Y6
 	VMOVDQU 100(BX), Y7
 	Q4KMV2NEXT(48(SI), sc-120(SP), sc-116(SP), Y8, Y0, Y1)
-	Q4KMV2NEXT(48(R11), sc-104(SP), sc-100(SP), Y9, Y4, Y5)
-	Q4KMV2NEXT(48(R12), sc-56(SP), sc-52(SP), Y10, Y0, Y1)
-	Q4KMV2NEXT(48(R13), sc-40(SP), sc-36(SP), Y11, Y4, Y5)
+	Q4KMV2NEXT(48(R11), sc-88(SP), sc-84(SP), Y9, Y4, Y5)
+	Q4KMV2NEXT(48(R12), sc-104(SP), sc-100(SP), Y10, Y0, Y1)
+	Q4KMV2NEXT(48(R13), sc-72(SP), sc-68(SP), Y11, Y4, Y5)
 	VMOVDQU 132(BX), Y6
 	VMOVDQU 164(BX), Y7
-	Q4KMV2NEXT(80(SI), sc-96(SP), sc-92(SP), Y8, Y0, Y1)
-	Q4KMV2NEXT(80(R11), sc-80(SP), sc-76(SP), Y9, Y4, Y5)
-	Q4KMV2NEXT(80(R12), sc-32(SP), sc-28(SP), Y10, Y0, Y1)
+	Q4KMV2NEXT(80(SI), sc-64(SP), sc-60(SP), Y8, Y0, Y1)
+	Q4KMV2NEXT(80(R11), sc-32(SP), sc-28(SP), Y9, Y4, Y5)
+	Q4KMV2NEXT(80(R12), sc-48(SP), sc-44(SP), Y10, Y0, Y1)
 	Q4KMV2NEXT(80(R13), sc-16(SP), sc-12(SP), Y11, Y4, Y5)
 	VMOVDQU 196(BX), Y6
 	VMOVDQU 228(BX), Y7
-	Q4KMV2NEXT(112(SI), sc-88(SP), sc-84(SP), Y8, Y0, Y1)
-	Q4KMV2NEXT(112(R11), sc-72(SP), sc-68(SP), Y9, Y4, Y5)
-	Q4KMV2NEXT(112(R12), sc-24(SP), sc-20(SP), Y10, Y0, Y1)
+	Q4KMV2NEXT(112(SI), sc-56(SP), sc-52(SP), Y8, Y0, Y1)
+	Q4KMV2NEXT(112(R11), sc-24(SP), sc-20(SP), Y9, Y4, Y5)
+	Q4KMV2NEXT(112(R12), sc-40(SP), sc-36(SP), Y10, Y0, Y1)
 	Q4KMV2NEXT(112(R13), sc-8(SP), sc-4(SP), Y11, Y4, Y5)
-	VPHADDD Y9, Y8, Y8
-	VPHADDD Y11, Y10, Y10
-	VPHADDD Y10, Y8, Y8
-	VEXTRACTI128 $1, Y8, X9
-	VPADDD X9, X8, X8         // isum0..3
-	VPHADDD Y13, Y12, Y12
-	VPHADDD Y12, Y12, Y12     // lane 0: imin0, imin2; lane 1: imin1, imin3
-	VEXTRACTI128 $1, Y12, X13
-	VPUNPCKLDQ X13, X12, X12  // imin0..3
-	VINSERTI128 $1, X12, Y8, Y8
-	VCVTDQ2PS Y8, Y8          // isum0..3, imin0..3
+	// isum and imin of the four rows (exact integer sums) as
+	// isum0 isum1 imin0 imin1 | isum2 isum3 imin2 imin3.
+	VPHADDD Y9, Y8, Y8        // rows 0 0 1 1 | 0 0 1 1
+	VPHADDD Y11, Y10, Y10     // rows 2 2 3 3 | 2 2 3 3
+	VPERM2I128 $0x20, Y10, Y8, Y9
+	VPERM2I128 $0x31, Y10, Y8, Y11
+	VPADDD Y11, Y9, Y9        // rows 0 0 1 1 | 2 2 3 3
+	VPHADDD Y12, Y9, Y9
+	VCVTDQ2PS Y9, Y9
 	VMOVD (SI), X0
 	VPINSRD $1, (R11), X0, X0
 	VPINSRD $2, (R12), X0, X0
 	VPINSRD $3, (R13), X0, X0
-	VPSHUFB q4kmvdm<>(SB), X0, X0
-	VCVTPH2PS X0, Y0
+	VPSHUFB q4kmv2dm<>(SB), X0, X0
+	VCVTPH2PS X0, Y0          // d0 d1 dmin0 dmin1 | d2 d3 dmin2 dmin3
 	VBROADCASTSS (BX), Y2
-	VMULPS Y2, Y0, Y0         // dd0..3, dm0..3
-	VMULPS Y8, Y0, Y0
-	VEXTRACTF128 $1, Y0, X2
-	VSUBPS X2, X0, X0
-	VADDPS X0, X14, X14
+	VMULPS Y2, Y0, Y0         // dd, dm
+	VMULPS Y9, Y0, Y0         // dd*isum, dm*imin
+	VPERMILPS $0x4e, Y0, Y1
+	VSUBPS Y1, Y0, Y0         // row r's term in lanes 0, 1 | 4, 5
+	VADDPS Y0, Y14, Y14
 	ADDQ $144, SI
 	ADDQ $144, R11
 	ADDQ $144, R12
@@ -464,8 +493,9 @@ q4kmv2s_sb:
 
 	VMOVSS X14, (DI)
 	VEXTRACTPS $1, X14, (DI)(R15*1)
-	VEXTRACTPS $2, X14, (DI)(R15*2)
-	VEXTRACTPS $3, X14, (DI)(R14*1)
+	VEXTRACTF128 $1, Y14, X0
+	VMOVSS X0, (DI)(R15*2)
+	VEXTRACTPS $1, X0, (DI)(R14*1)
 	ADDQ $4, DI               // each row ended where its next one starts
 	DECQ R9
 	JMP  q4kmv2s_group
