@@ -119,6 +119,12 @@ type seq struct {
 	// token is drawn from held, with the mask work done in later steps'
 	// budgets (batch.grammarWork).
 	held []float32
+	// heldBuf is held's memory, kept from one deferred token of q to
+	// the next: a request deferred at many tokens copies its logits (a
+	// float per vocabulary id, ~600 KB at 151k) into one buffer instead
+	// of a new one each time. It is q's alone (a seq serves one request
+	// and is never reused), so no request reads another's logits.
+	heldBuf []float32
 	// queued: q is in batch.deferred.
 	queued bool
 
@@ -862,7 +868,8 @@ func (s *batch) draw(q *seq, logits []float32) {
 		tok, pending, err = q.samp.SampleWithin(logits, &s.gb)
 		if pending {
 			if q.held == nil {
-				q.held = append([]float32(nil), logits...)
+				q.held = append(q.heldBuf[:0], logits...)
+				q.heldBuf = q.held
 				s.deferrals.Add(1)
 			}
 			if !q.queued {

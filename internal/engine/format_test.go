@@ -343,10 +343,19 @@ func TestDecodeReplaysGrammar(t *testing.T) {
 // stories260K is cut across steps; the corpus is served colocated
 // (batched, with preemptions) and disaggregated in process (the prefill
 // worker's first token deferred too), and each output is bitwise the
-// one an unbounded worker serves alone.
+// one an unbounded worker serves alone. Each sequence holds its deferred
+// logits in a buffer of its own, reused across its deferred tokens.
 func TestConstrainedDeferredIsExact(t *testing.T) {
 	rt := storiesRuntime(t)
 	reqs, schemas := constrainedRequests(t, 1, 200, [][]int32{{1, 365, 117, 263}, {1, 90, 250}}, 3)
+	// Half truncate and penalise: their deferred draws read the held
+	// logits again (an untruncated draw reuses the weights it computed),
+	// so a held buffer shared between requests would change them.
+	for i, r := range reqs {
+		if i%2 == 1 {
+			r.Sampling.TopK, r.Sampling.TopP, r.Sampling.PresencePenalty = 20, 0.9, 0.5
+		}
+	}
 	want := make([][]int32, len(reqs))
 	solo, err := NewColocated(storiesConfig(rt, 64))
 	if err != nil {
