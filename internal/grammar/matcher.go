@@ -283,6 +283,16 @@ type Matcher struct {
 	wide bool
 	// tmp are scratch sets for feeding a token's bytes.
 	tmp [2]stackSet
+	// checked is the stack set Allowed found after token checkedID (a
+	// copy; valid while checkedOK): the Accept of the token a sampler
+	// just drew and checked takes it instead of stepping every stack
+	// through the token's bytes again. Both run outside the step's
+	// grammar budget at stacks x bytes each (BenchmarkCheckWideStacks).
+	checked   []*frame
+	checkedID int32
+	checkedOK bool
+	// fed counts feeds of a token's bytes (tests).
+	fed int
 }
 
 // NewMatcher starts a matcher at the beginning of the grammar.
@@ -304,6 +314,7 @@ func (m *Matcher) feed(stacks []*frame, piece string) (out []*frame, over bool) 
 // feedPeak is feed that also reports the largest set it stepped through
 // (MaxStacks+1 when over).
 func (m *Matcher) feedPeak(stacks []*frame, piece string) (out []*frame, over bool, peak int) {
+	m.fed++
 	cur := stacks
 	for i := 0; i < len(piece); i++ {
 		t := &m.tmp[i&1]
@@ -366,13 +377,21 @@ func (m *Matcher) Allowed(id int32) bool {
 		return false
 	}
 	out, _ := m.feed(m.stacks, p)
-	return len(out) > 0
+	if len(out) == 0 {
+		return false
+	}
+	// out aliases scratch: copy it for the Accept that may follow.
+	m.checked = append(m.checked[:0], out...)
+	m.checkedID, m.checkedOK = id, true
+	return true
 }
 
 // Accept consumes token id. A refused token is an error and leaves the
 // state unchanged: the sampler never draws one, so on a worker it means a
 // peer sent tokens this grammar cannot have produced (I14).
 func (m *Matcher) Accept(id int32) error {
+	checked, reuse := m.checked, m.checkedOK && m.checkedID == id
+	m.checkedOK = false
 	v := m.c.v
 	if id < 0 || int(id) >= v.n {
 		return fmt.Errorf("token %d is outside the vocabulary", id)
@@ -388,6 +407,12 @@ func (m *Matcher) Accept(id int32) error {
 			return fmt.Errorf("end-of-generation token %d before the constrained output is complete", id)
 		}
 		m.ended, m.stacks = true, nil
+		return nil
+	}
+	if reuse {
+		// Allowed fed this token from these stacks already; the set is
+		// the matcher's now (Allowed copies into a new one next time).
+		m.stacks, m.checked = checked, nil
 		return nil
 	}
 	p := v.pieces[id]
