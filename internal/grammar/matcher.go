@@ -43,7 +43,7 @@ func (f *frame) hash() uint64 {
 // that would keep more parses alive is refused (Allowed, the mask), and a
 // request left with no other token fails with grammar_ambiguous rather
 // than let one request's masks slow the batch everyone shares.
-const MaxStacks = 1024
+const MaxStacks = 512
 
 // maxStacks is the bound in force: MaxStacks, lowered by tests to reach
 // it with small schemas.
