@@ -127,6 +127,16 @@ proctype Handoff(byte h) {
 		wire!h,g; goto abort
 	:: /* abort with a one-sided write in flight */
 		atomic { inflight[h]++; run Land(h, g) }; goto abortOneSided
+	:: /* revoked by decode before the commit (the KV quota,
+	    * engine/decode.go revokeLocked -> Receiver.Abort): the writer is
+	    * not told and sends another write after the pages were scrubbed
+	    * and freed (and maybe reserved by the next handoff). Both writes
+	    * are late: fenced by generation. Its commit finds a tombstone and
+	    * is refused without touching the page (Receiver.lookup). */
+		wire!h,g;
+		atomic { scrubAndFree() };
+		wire!h,g;
+		goto done
 	fi;
 
 commit:

@@ -17,7 +17,10 @@
  *     before a batch, a writer can stall for any time (SIGSTOP, a starved
  *     CPU): nothing bounds that stall.
  *   - An abort or failure before the commit, whoever asked (the router
- *     after a prefill call failed, decode's handoff timeout), ends the
+ *     after a prefill call failed, decode's handoff timeout, decode's
+ *     revocation of an over-share tenant's reservation for the KV quota:
+ *     engine/decode.go revokeLocked; the writer is not told and may
+ *     copy on), ends the
  *     handoff through handoff.Receiver.end, which in one-sided mode
  *     QUARANTINES the pages (kv Pool.Quarantine) until the writer's drain
  *     acknowledgement (Receiver.Drained -> Pool.DrainAck; shm.Writer.Drained
@@ -167,7 +170,9 @@ proctype Handoff(byte h) {
 			goto done
 		:: else -> goto abort	/* fail closed */
 		fi
-	:: /* aborted by the router (a prefill error, a cancel) */
+	:: /* aborted by the router (a prefill error, a cancel), or revoked
+	    * by decode (the KV quota): either way at any moment before the
+	    * commit, the writer copying on until it learns of it */
 		goto abort
 	:: /* the prefill peer declared dead by the heartbeat: the router's
 	    * prefill call fails with ErrTransport and it aborts the handoff */

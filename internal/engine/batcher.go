@@ -234,6 +234,11 @@ type SchedStats struct {
 	// GrammarMaskDrops the grammars whose masks were dropped to keep
 	// within --grammar-mask-cache.
 	GrammarDeferrals, GrammarMaskBytes, GrammarMaskDrops int64
+	// Revoked counts a decode worker's reservations taken back before
+	// their commit for a tenant waiting within its KV share;
+	// RefusedOverShare its Reserves refused with over_share (the tenant
+	// would go over its share while another waits). Zero elsewhere.
+	Revoked, RefusedOverShare int64
 }
 
 func (s *batch) stats() SchedStats {

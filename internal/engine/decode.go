@@ -51,6 +51,13 @@ type DecodeWorker struct {
 	// their reservation found in the prefix cache (tests: preemption of
 	// sharers is exercised, not assumed).
 	sharedPreempted atomic.Int64
+	// revoked counts reservations taken back before their commit for a
+	// tenant waiting within its share (revokeLocked); overShare counts
+	// Reserves refused with ErrOverShare. Metrics.
+	revoked, overShare atomic.Int64
+	// nres orders the reservations (dhandoff.order): the newest is
+	// revoked first. Under mu.
+	nres uint64
 
 	// now is the clock of every protocol call: time.Now, or a driver's.
 	now func() time.Time
@@ -70,6 +77,13 @@ type dhandoff struct {
 	// pages is what the reservation took: the tenant's hold on the pool
 	// until the sequence joins the batch (the batch counts it then).
 	pages int
+	// weight is the tenant's weight in the KV quota (Reserve.Weight);
+	// order is when it was reserved among this worker's reservations
+	// (revokeLocked takes the newest first); noRevoke: the router asked
+	// that it never be revoked (Reserve.NoRevoke).
+	weight   int
+	order    uint64
+	noRevoke bool
 
 	committed bool
 	owner     kv.Owner
@@ -311,33 +325,125 @@ func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handof
 	// watermark (admit).
 	now := w.now()
 	n := kv.PagesFor(r.PromptTokens+min(r.MaxTokens, w.cfg.PageSize), w.cfg.PageSize)
-	quota := w.quotaLocked(now)
+	weight := min(max(r.Weight, 1), handoff.MaxWeight)
+	quota := w.quotaLocked(now, r.Tenant, weight)
 	if !quota.MayTake(r.Tenant, n) && quota.OverShare(r.Tenant, n) {
+		w.overShare.Add(1)
 		return nil, handoff.ErrOverShare.With("%d pages for %d+%d tokens: not now", n, r.PromptTokens, r.MaxTokens)
 	}
-	w.reserving, w.reservingTenant = &quota, r.Tenant
-	w.rmu.Lock()
-	res, err := w.recv.ReservePrefix(now, r, keys)
-	w.rmu.Unlock()
-	w.reserving, w.reservingTenant = nil, ""
+	reserve := func() (*handoff.Reservation, error) {
+		w.reserving, w.reservingTenant = &quota, r.Tenant
+		w.rmu.Lock()
+		defer w.rmu.Unlock()
+		defer func() { w.reserving, w.reservingTenant = nil, "" }()
+		return w.recv.ReservePrefix(now, r, keys)
+	}
+	res, err := reserve()
+	if err != nil && errors.Is(err, handoff.ErrNoRoom) && !quota.OverShare(r.Tenant, n) {
+		// Waiting within its share: it contends for the pool now, which
+		// holds the others at their shares (decodeQuota), and takes back
+		// what an over-share tenant holds in reservations whose prefill
+		// is still running (revokeLocked). Then it tries once more: over
+		// a two-sided transport the pages are free at once; a one-sided
+		// writer's stay quarantined until its drain or lease (I6), and
+		// the router tries again later.
+		if w.wanting == nil {
+			w.wanting = map[string]dwant{}
+		}
+		w.wanting[r.Tenant] = dwant{pages: n, weight: weight, until: now.Add(wantFor)}
+		if w.revokeLocked(now, r.Tenant, weight) {
+			quota = w.quotaLocked(now, r.Tenant, weight)
+			res, err = reserve()
+		}
+	}
 	if err != nil {
-		if errors.Is(err, handoff.ErrNoRoom) {
-			if quota.OverShare(r.Tenant, n) {
-				// Its own share is what it waits for: only it waits.
-				return nil, handoff.ErrOverShare.With("%d pages for %d+%d tokens: not now", n, r.PromptTokens, r.MaxTokens)
-			}
-			// Waiting within its share: it contends for the pool now,
-			// which holds the others at their shares (decodeQuota).
-			if w.wanting == nil {
-				w.wanting = map[string]dwant{}
-			}
-			w.wanting[r.Tenant] = dwant{pages: n, until: now.Add(wantFor)}
+		if errors.Is(err, handoff.ErrNoRoom) && quota.OverShare(r.Tenant, n) {
+			// Its own share is what it waits for: only it waits.
+			w.overShare.Add(1)
+			return nil, handoff.ErrOverShare.With("%d pages for %d+%d tokens: not now", n, r.PromptTokens, r.MaxTokens)
 		}
 		return nil, err
 	}
 	delete(w.wanting, r.Tenant)
-	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: now, keys: keys, pages: n}
+	w.nres++
+	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: now, keys: keys, pages: n,
+		weight: weight, order: w.nres, noRevoke: r.NoRevoke}
 	return res, nil
+}
+
+// revokeLocked takes back, newest first, reservations whose prefill has
+// not committed yet from the tenant furthest over its share of the pool,
+// while a tenant waits for pages that fit within its own share but not in
+// the free pages (sched.Pages.Reclaim decides; the reservations are
+// counted in the holders' pages). A revoked reservation goes through the
+// abort path (Receiver.Abort: fenced by generation, released and
+// scrubbed, or quarantined while a one-sided writer may still write, I6)
+// and its stream ends with ErrRevoked, which the router turns into a wait
+// for another reservation, not a failure. A reservation whose Reserve
+// said NoRevoke is never taken. It reports whether any was revoked. The
+// waiting tenant is in w.wanting already. Under mu.
+func (w *DecodeWorker) revokeLocked(now time.Time, tenant string, weight int) bool {
+	raw := rawPool(w.pool)
+	if raw == nil {
+		return false
+	}
+	// pending: pages revoked in this call that are not free yet
+	// (quarantined for a one-sided writer): counted as free, or every
+	// reservation of the tenant over its share would be taken for them.
+	pending := 0
+	skip := map[kv.ID]bool{}
+	newest := func(t string) (kv.ID, *dhandoff) {
+		var id kv.ID
+		var best *dhandoff
+		for hid, h := range w.handoffs {
+			if h.tenant != t || h.started || h.committed || h.failed != nil || h.noRevoke || skip[hid] {
+				continue
+			}
+			if best == nil || h.order > best.order {
+				id, best = hid, h
+			}
+		}
+		return id, best
+	}
+	any := false
+	for range len(w.handoffs) {
+		q := w.quotaLocked(now, tenant, weight)
+		t := q.Reclaim(raw.AvailablePages()+pending, func(t string) bool { _, h := newest(t); return h != nil })
+		if t == "" {
+			break
+		}
+		id, h := newest(t)
+		before := raw.AvailablePages()
+		if !w.revokeOneLocked(now, id, h) {
+			skip[id] = true
+			continue
+		}
+		pending += max(h.pages-(raw.AvailablePages()-before), 0)
+		any = true
+	}
+	return any
+}
+
+// revokeOneLocked revokes the reservation h (id): the receiver's abort
+// path, then its stream ends with ErrRevoked. False when its commit was
+// accepted meanwhile (Commit takes mu after the receiver): the pages are
+// the decoder's then, and nothing is revoked. Under mu.
+func (w *DecodeWorker) revokeOneLocked(now time.Time, id kv.ID, h *dhandoff) bool {
+	w.rmu.Lock()
+	ok := w.recv.Abort(now, id, "revoked for a tenant waiting within its KV share")
+	w.rmu.Unlock()
+	if !ok {
+		return false
+	}
+	w.revoked.Add(1)
+	err := handoff.ErrRevoked.With("%d pages of tenant %q's newest reservation, for another tenant's request within its share", h.pages, h.tenant)
+	if h.stream == nil {
+		h.failed = err
+		return true
+	}
+	delete(w.handoffs, id)
+	h.fail(err)
+	return true
 }
 
 // admit is the receiver's Admit: the free-page watermark (watermarkOK)
@@ -529,6 +635,7 @@ func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) {
 		fed:          h.prompt,
 		promptTokens: h.prompt,
 		maxTokens:    h.maxTokens,
+		weight:       h.weight,
 		ignoreEOS:    h.params.IgnoreEOS,
 		samp:         samp,
 		startErr:     serr,
@@ -568,7 +675,11 @@ func (w *DecodeWorker) end(id kv.ID, err error) {
 		return
 	}
 	if h.stream == nil {
-		h.failed = err
+		if h.failed == nil {
+			// The first failure says why (a revocation stays one when
+			// the prefill's refused write ends the handoff again).
+			h.failed = err
+		}
 		w.mu.Unlock()
 		return
 	}
@@ -718,8 +829,13 @@ type DecodeStats struct {
 	MaxBatch int64
 }
 
-// SchedStats are the decode scheduler's counters.
-func (w *DecodeWorker) SchedStats() SchedStats { return w.sched.stats() }
+// SchedStats are the decode scheduler's counters, with the worker's KV
+// quota counters.
+func (w *DecodeWorker) SchedStats() SchedStats {
+	st := w.sched.stats()
+	st.Revoked, st.RefusedOverShare = w.revoked.Load(), w.overShare.Load()
+	return st
+}
 
 // Stats returns the counters.
 func (w *DecodeWorker) Stats() DecodeStats {
@@ -735,39 +851,52 @@ func (w *DecodeWorker) Stats() DecodeStats {
 // does, a tenant over its share is refused with ErrOverShare, which the
 // router's queue turns into a pass-over of that tenant alone. Pages held
 // are the reservations of handoffs not yet decoding plus what the batch's
-// sequences hold (its last cycle's snapshot). Tenants count with weight 1
-// here: the Reserve message carries no weight.
+// sequences hold (its last cycle's snapshot). Tenants count with the
+// weight their Reserve carried (the router's --api-keys weight).
+//
+// A tenant waiting within its share also takes back reservations still in
+// prefill from the tenant furthest over its own (revokeLocked): without
+// that, a pool full of a flooding tenant's reservations whose prompts
+// still wait in the prefill queue holds everyone else off until those
+// prompts have run.
 
 // dwant is a tenant's request refused for room: the pages it needs, and
 // until when it counts as waiting.
 type dwant struct {
-	pages int
-	until time.Time
+	pages, weight int
+	until         time.Time
 }
 
 // wantFor is how long a refusal for room keeps its tenant contending.
 const wantFor = time.Second
 
-// quotaLocked is the quota's snapshot of the pool now. Under mu.
-func (w *DecodeWorker) quotaLocked(now time.Time) sched.Pages {
+// quotaLocked is the quota's snapshot of the pool now, tenant (the
+// Reserve in progress) among its holders with its weight. Under mu.
+func (w *DecodeWorker) quotaLocked(now time.Time, tenant string, weight int) sched.Pages {
 	p := sched.Pages{Pool: w.pool.CapacityTokens() / w.cfg.PageSize}
-	at := func(tenant string) *sched.Holder {
+	at := func(tenant string, weight int) *sched.Holder {
 		for i := range p.Holders {
 			if p.Holders[i].Tenant == tenant {
+				// The latest word on a tenant's weight is its Reserve's;
+				// of those held, the largest (a reload may change it).
+				p.Holders[i].Weight = max(p.Holders[i].Weight, weight)
 				return &p.Holders[i]
 			}
 		}
-		p.Holders = append(p.Holders, sched.Holder{Tenant: tenant, Weight: 1})
+		p.Holders = append(p.Holders, sched.Holder{Tenant: tenant, Weight: max(weight, 1)})
 		return &p.Holders[len(p.Holders)-1]
 	}
+	at(tenant, weight)
 	if b := w.sched.held.Load(); b != nil {
 		for _, h := range b.Holders {
-			at(h.Tenant).Held += h.Held
+			at(h.Tenant, h.Weight).Held += h.Held
 		}
 	}
 	for _, h := range w.handoffs {
-		if !h.started {
-			at(h.tenant).Held += h.pages
+		if !h.started && h.failed == nil {
+			// A handoff that failed (aborted, revoked) before its stream
+			// opened holds no pages any more.
+			at(h.tenant, h.weight).Held += h.pages
 		}
 	}
 	for t, x := range w.wanting {
@@ -775,7 +904,7 @@ func (w *DecodeWorker) quotaLocked(now time.Time) sched.Pages {
 			delete(w.wanting, t)
 			continue
 		}
-		at(t).Wants = x.pages
+		at(t, x.weight).Wants = x.pages
 	}
 	return p
 }

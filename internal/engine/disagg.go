@@ -79,6 +79,7 @@ type Disaggregated struct {
 	bg       context.Context
 	bgCancel context.CancelFunc
 	migrated atomic.Int64
+	revoked  atomic.Int64
 }
 
 var _ Engine = (*Disaggregated)(nil)
@@ -236,7 +237,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		for {
 			var e *Error
 			var noRoom bool
-			res, noRoom, e = d.reserve(ctx, tk, r, cur.pair().Decode, cur.get())
+			res, noRoom, e = d.reserve(ctx, tk, at, r, cur.pair().Decode, cur.get())
 			if (e == nil && !noRoom) || ctx.Err() != nil {
 				return noRoom, e
 			}
@@ -361,7 +362,11 @@ func (c *currentHandoff) set(id kv.ID) {
 // transport failure leaves the outcome unknown, so the handoff is aborted.
 // A client leaving during the call (ctx) makes its outcome unknown too:
 // the Abort then overtakes the Reserve, which decode refuses (I6).
-func (d *Disaggregated) reserve(ctx context.Context, tk *ticket, r *Request, dec handoff.Decode, id kv.ID) (*handoff.Reservation, bool, *Error) {
+//
+// The Reserve carries the tenant's weight for decode's KV quota, and asks
+// for a reservation decode may not revoke once the request's were revoked
+// handoff.MaxRevocations times (at.revoked).
+func (d *Disaggregated) reserve(ctx context.Context, tk *ticket, at *attempts, r *Request, dec handoff.Decode, id kv.ID) (*handoff.Reservation, bool, *Error) {
 	if tk != nil {
 		tk.overShare = false // this attempt's answer only
 	}
@@ -369,7 +374,7 @@ func (d *Disaggregated) reserve(ctx context.Context, tk *ticket, r *Request, dec
 	// there with the authenticated tenant, I11); a decode worker without
 	// a cache ignores them.
 	res, err := dec.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: r.Tenant, PromptTokens: len(r.Prompt), MaxTokens: r.MaxTokens, Model: d.cfg.Fingerprint,
-		Tokens: r.Prompt, CacheScope: r.CacheScope})
+		Tokens: r.Prompt, CacheScope: r.CacheScope, Weight: min(max(r.Weight, 1), handoff.MaxWeight), NoRevoke: at != nil && at.revoked >= handoff.MaxRevocations})
 	if err == nil {
 		if err = handoff.CheckModel(d.cfg.Fingerprint, res.Model, "the decode worker"); err == nil {
 			return res, false, nil
@@ -458,8 +463,30 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 		ts.Close()
 		// retrying: this attempt failed before any token reached the
 		// client; its new reservation below spends the retry budget.
-		retrying := dr.retry != nil
-		if dr.retry != nil {
+		// A revoked reservation of a request that sent nothing yet is
+		// in the same place.
+		retrying := dr.retry != nil || (dr.revoked && len(gen) == 0)
+		if dr.revoked {
+			// Decode took the reservation back before its commit for a
+			// tenant waiting within its KV share: back to the queue, as a
+			// preemption (no failure, nothing of --max-retries spent; at
+			// most handoff.MaxRevocations times, then its Reserve asks for
+			// a reservation decode keeps). Paired afresh like a
+			// preemption's resume.
+			if _, ok := lc.step(request.Event{Kind: request.EvRevoked}, nil); !ok || !lc.live() {
+				return // the request ended meanwhile (a cancel took effect)
+			}
+			at.revoked++
+			d.revoked.Add(1)
+			tk.requeue(r.Tenant)
+			if p2, err := d.pairs.Pair(r, nil); err == nil {
+				cur.pair().done(dr.perr, dr.derr)
+				dr = driveResult{}
+				cur.setPair(newID(), p2)
+			} else {
+				cur.set(newID())
+			}
+		} else if dr.retry != nil {
 			var p2 *Pair
 			if gone.Err() == nil {
 				p2 = d.nextPair(r, cur, at, false)
@@ -524,7 +551,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 			for {
 				var e *Error
 				var noRoom bool
-				res, noRoom, e = d.reserve(gone, tk, &again, cur.pair().Decode, id)
+				res, noRoom, e = d.reserve(gone, tk, at, &again, cur.pair().Decode, id)
 				if e == nil || !retryable(e) || gone.Err() != nil {
 					return noRoom, e
 				}
@@ -623,6 +650,16 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 		}
 		if err == nil && tok.Err != nil {
 			err = tok.Err
+		}
+		if err != nil && first && lc.live() && errors.Is(err, handoff.ErrRevoked) {
+			// Decode revoked the reservation before the commit (its
+			// tenant held more than its KV share while another waited):
+			// the prefill, whose next write decode refuses, ends with an
+			// abort (waited for, so the pair's accounting stays right);
+			// the request goes back to the queue (run).
+			waitPrefill()
+			dr.revoked = true
+			return dr
 		}
 		if got == nil {
 			select {
@@ -733,7 +770,10 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 // driveResult is how one handoff ended (see drive).
 type driveResult struct {
 	preempted bool
-	retry     *Error
+	// revoked: decode took the reservation back before the commit
+	// (handoff.ErrRevoked); the request waits for another (run).
+	revoked bool
+	retry   *Error
 	// migrate: decode's stream broke after tokens reached the client, by
 	// a transport failure: the request may move to another pair (run).
 	migrate    *Error
@@ -767,6 +807,9 @@ var errStreamEnded = errors.New("the decode stream ended without a terminal item
 type attempts struct {
 	n, max int
 	failed []*Pair
+	// revoked counts the request's reservations decode revoked (not
+	// retries: they spend nothing of n).
+	revoked int
 }
 
 // nextPair pairs r again after its current attempt (cur) failed before
@@ -821,6 +864,10 @@ func (d *Disaggregated) maxMigrations() int {
 
 // Migrated is how many streams moved to another pair after a failure.
 func (d *Disaggregated) Migrated() int64 { return d.migrated.Load() }
+
+// Revoked is how many times a request went back to the queue because
+// decode revoked its reservation before the commit (handoff.ErrRevoked).
+func (d *Disaggregated) Revoked() int64 { return d.revoked.Load() }
 
 // Local is a disaggregated engine whose two workers live in this process,
 // the prefill worker calling the decode worker directly (the decode side

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 
 	"sluice/internal/handoff"
@@ -23,9 +25,11 @@ func TestDecodeQuotaHoldsOverShareTenantWhileAnotherWaits(t *testing.T) {
 	}
 	defer dw.Close()
 	ctx := context.Background()
+	// a's reservations may not be revoked (Reserve.NoRevoke): this test
+	// is the quota without revocation (TestDecodeQuotaRevokes... has it).
 	reserve := func(tenant string) (kv.ID, error) {
 		id := newID()
-		_, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: tenant, PromptTokens: 12, MaxTokens: 2, Model: FingerprintOf(m)})
+		_, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: tenant, PromptTokens: 12, MaxTokens: 2, Model: FingerprintOf(m), NoRevoke: tenant == "a"})
 		return id, err
 	}
 	var as []kv.ID
@@ -62,16 +66,17 @@ func TestDecodeQuotaHoldsOverShareTenantWhileAnotherWaits(t *testing.T) {
 	if 4*(len(bs)+1) > share {
 		t.Fatalf("b holds %d pages and waits for more: not within its share of %d", 4*len(bs), share)
 	}
-	// Pages come back (three of a's handoffs end, more than the
-	// watermark keeps): a may not take them while b waits.
-	for _, id := range as[:3] {
+	// Pages come back (two of a's handoffs and one of b's end: a still
+	// holds its share, and the free pages are more than the watermark
+	// keeps): a may not take them while b waits.
+	for _, id := range append(as[:2:2], bs[0]) {
 		if err := dw.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "test"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	as = as[3:]
+	as, bs = as[2:], bs[1:]
 	if _, err := reserve("a"); !errors.Is(err, handoff.ErrOverShare) {
-		t.Fatalf("a over its share took pages while b waits: %v", err)
+		t.Fatalf("a over its share took pages while b waits: %v (a %d, b %d reservations)", err, len(as), len(bs))
 	}
 	// b, within its share, skips the watermark and gets them.
 	bid, err := reserve("b")
@@ -89,6 +94,169 @@ func TestDecodeQuotaHoldsOverShareTenantWhileAnotherWaits(t *testing.T) {
 		}
 	}
 	waitDrained(t, dw.Pool())
+	if st := dw.SchedStats(); st.Revoked != 0 || st.RefusedOverShare != 2 {
+		t.Fatalf("%d revoked (NoRevoke reservations), %d refused over_share; want 0 and 2", st.Revoked, st.RefusedOverShare)
+	}
+}
+
+// A decode pool full of a's reservations whose prefill has not committed
+// (issue 28's p99: a flood's prompts still queued at prefill) is taken
+// back for b, who waits within its share: b's refused Reserve revokes a's
+// newest reservations, one at a time, until b's request fits, and gets its
+// pages in the same call. a keeps its share; b stops at its own (then
+// over_share). A revoked reservation's stream ends with ErrRevoked (the
+// router's cue to requeue), its writes are refused (the abort path, I6),
+// and its pages come back scrubbed.
+func TestDecodeQuotaRevokesOverShareReservations(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	ctx := context.Background()
+	reserve := func(tenant string) (kv.ID, error) {
+		id := newID()
+		_, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: tenant, PromptTokens: 12, MaxTokens: 2, Model: FingerprintOf(m)})
+		return id, err
+	}
+	var as []kv.ID
+	for {
+		id, err := reserve("a")
+		if err != nil {
+			if !errors.Is(err, handoff.ErrNoRoom) || errors.Is(err, handoff.ErrOverShare) {
+				t.Fatalf("a alone refused with %v, want no_room", err)
+			}
+			break
+		}
+		as = append(as, id)
+	}
+	const per, share = 4, 32 / 2
+	if per*len(as) <= share+per {
+		t.Fatalf("a alone holds %d pages of 32: too few for the test", per*len(as))
+	}
+	newest, err := dw.Stream(ctx, as[len(as)-1], handoff.StreamParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bs []kv.ID
+	for {
+		id, err := reserve("b")
+		if err != nil {
+			if !errors.Is(err, handoff.ErrOverShare) {
+				t.Fatalf("b refused with %v after %d reservations, want over_share", err, len(bs))
+			}
+			break
+		}
+		bs = append(bs, id)
+	}
+	if per*len(bs) != share {
+		t.Fatalf("b got %d pages, want its share of %d", per*len(bs), share)
+	}
+	revoked := int(dw.SchedStats().Revoked)
+	if revoked == 0 || per*(len(as)-revoked) < share || per*(len(as)-revoked) > share+per {
+		t.Fatalf("%d of a's %d reservations revoked: a holds %d pages, its share is %d", revoked, len(as), per*(len(as)-revoked), share)
+	}
+	tok, err := newest.Recv()
+	if err != nil || !errors.Is(tok.Err, handoff.ErrRevoked) {
+		t.Fatalf("the newest reservation's stream: %+v %v, want revoked", tok, err)
+	}
+	for i, id := range as {
+		werr := dw.Write(ctx, []handoff.PageWrite{{Handoff: id}})
+		if gone := i >= len(as)-revoked; gone != errors.Is(werr, handoff.ErrAborted) {
+			t.Fatalf("a's reservation %d of %d (revoked: %v): write gave %v", i, len(as), gone, werr)
+		}
+		if i == len(as)-2 {
+			// Revoked before its stream opened: the stream says so.
+			ts, err := dw.Stream(ctx, id, handoff.StreamParams{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tok, err := ts.Recv(); err != nil || !errors.Is(tok.Err, handoff.ErrRevoked) {
+				t.Fatalf("a revoked reservation's late stream: %+v %v", tok, err)
+			}
+		}
+	}
+	for _, id := range append(as, bs...) {
+		if err := dw.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDrained(t, dw.Pool())
+}
+
+// revokeOnStream revokes each reservation as its stream opens (before its
+// prefill runs), through the worker's own revocation, unless its Reserve
+// said NoRevoke; it records each Reserve's NoRevoke.
+type revokeOnStream struct {
+	*DecodeWorker
+	mu       sync.Mutex
+	noRevoke []bool
+	weights  []int
+}
+
+func (d *revokeOnStream) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Reservation, error) {
+	d.mu.Lock()
+	d.noRevoke = append(d.noRevoke, r.NoRevoke)
+	d.weights = append(d.weights, r.Weight)
+	d.mu.Unlock()
+	return d.DecodeWorker.Reserve(ctx, r)
+}
+
+func (d *revokeOnStream) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams) (handoff.TokenStream, error) {
+	ts, err := d.DecodeWorker.Stream(ctx, id, p)
+	w := d.DecodeWorker
+	w.mu.Lock()
+	if h := w.handoffs[id]; h != nil && !h.noRevoke && !h.committed && w.revoked.Load() < 5 {
+		w.revokeOneLocked(w.now(), id, h)
+	}
+	w.mu.Unlock()
+	return ts, err
+}
+
+// A revoked reservation is a preemption before the first token, not a
+// failure: the router requeues the request, which completes with the
+// reference output although retries are off (--max-retries spends nothing
+// on it); after handoff.MaxRevocations its Reserve asks for a reservation
+// decode keeps (NoRevoke), which bounds how often one request is sent
+// back. The prefill of each revoked handoff is refused and its pages come
+// back.
+func TestRevokedReservationRequeues(t *testing.T) {
+	m := newToy()
+	l := toyLocal(t, m)
+	dec := &revokeOnStream{DecodeWorker: l.Decode}
+	d, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.Vocab(), Fingerprint: FingerprintOf(m), Context: 160, MaxRetries: -1}, l.Prefill, dec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeWithin(t, d)
+	r := &Request{Tenant: "t", Weight: 5, Prompt: prompt(3, 9), MaxTokens: 12}
+	st, err := d.Submit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, st)
+	if got.final.Err != nil || !slices.Equal(got.tokens, toyReference(m, r.Prompt, r.MaxTokens, false)) {
+		t.Fatalf("got %v (%v), want the reference", got.tokens, got.final.Err)
+	}
+	dec.mu.Lock()
+	seen := slices.Clone(dec.noRevoke)
+	weights := slices.Clone(dec.weights)
+	dec.mu.Unlock()
+	for _, w := range weights {
+		if w != 5 {
+			t.Fatalf("Reserves carried weights %v, want the tenant's 5", weights)
+		}
+	}
+	want := make([]bool, handoff.MaxRevocations+1)
+	want[handoff.MaxRevocations] = true
+	if !slices.Equal(seen, want) {
+		t.Fatalf("Reserves' NoRevoke %v, want %v", seen, want)
+	}
+	if d.Revoked() != handoff.MaxRevocations || l.Decode.SchedStats().Revoked != handoff.MaxRevocations {
+		t.Fatalf("router counted %d revocations, decode %d; want %d", d.Revoked(), l.Decode.SchedStats().Revoked, handoff.MaxRevocations)
+	}
+	waitDrained(t, l.Decode.Pool(), l.Prefill.Pool())
 }
 
 // over_share crosses the wire as itself and still reads as "no room" (and
@@ -102,4 +270,73 @@ func TestOverShareIsNoRoomOnTheWire(t *testing.T) {
 	if errors.Is(handoff.ErrNoRoom, handoff.ErrOverShare) {
 		t.Fatal("no_room reads as over_share")
 	}
+}
+
+// A reservation that ended before its stream opened (aborted, revoked)
+// holds no pages: the quota does not count it for its tenant (counted,
+// the tenant would look over its share and be refused or revoked for
+// pages it no longer holds).
+func TestDecodeQuotaForgetsEndedReservations(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	ctx := context.Background()
+	var ids []kv.ID
+	for range 2 {
+		id := newID()
+		if _, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 12, MaxTokens: 2, Model: FingerprintOf(m)}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := dw.Abort(ctx, &handoff.Abort{Handoff: ids[0], Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	dw.mu.Lock()
+	q := dw.quotaLocked(dw.now(), "b", 1)
+	dw.mu.Unlock()
+	for _, h := range q.Holders {
+		if h.Tenant == "a" && h.Held != 4 {
+			t.Fatalf("a holds %d pages in the quota, want 4 (one live reservation)", h.Held)
+		}
+	}
+	_ = dw.Abort(ctx, &handoff.Abort{Handoff: ids[1], Reason: "test"})
+	waitDrained(t, dw.Pool())
+}
+
+// The decode worker's shares use the weight each Reserve carries (the
+// router's --api-keys weight), not 1: a tenant of weight 3 beside one of
+// weight 1 has three quarters of the pool.
+func TestDecodeQuotaUsesReserveWeight(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	ctx := context.Background()
+	var ids []kv.ID
+	for _, x := range []struct {
+		tenant string
+		weight int
+	}{{"a", 3}, {"b", 1}} {
+		id := newID()
+		if _, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: x.tenant, Weight: x.weight, PromptTokens: 12, MaxTokens: 2, Model: FingerprintOf(m)}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	dw.mu.Lock()
+	q := dw.quotaLocked(dw.now(), "b", 1)
+	dw.mu.Unlock()
+	if a, b := q.Share("a"), q.Share("b"); a != 24 || b != 8 {
+		t.Fatalf("shares a %d, b %d of 32 pages; want 24 and 8 (weights 3 and 1)", a, b)
+	}
+	for _, id := range ids {
+		_ = dw.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "test"})
+	}
+	waitDrained(t, dw.Pool())
 }

@@ -93,6 +93,15 @@ var (
 	// a router of an older build, which does not know the code, fails
 	// the request instead of waiting: upgrade routers first).
 	ErrOverShare = &Error{"over_share", "the tenant holds its share of the decode worker's KV pages while another tenant waits"}
+	// ErrRevoked: the decode worker took a reservation back before its
+	// commit because its tenant held more than its share of the pool's
+	// pages while another tenant waited within its own (the KV quota,
+	// docs/isolation.md). The pages go through the abort path (fenced by
+	// generation, released or quarantined, I6). Not a failure of the
+	// request: the router puts it back in the queue as a preemption
+	// before its first token (at most MaxRevocations times, then its
+	// Reserve says NoRevoke).
+	ErrRevoked = &Error{"revoked", "the decode worker took the reservation back before its commit, for a tenant waiting within its KV share; the request waits for another"}
 	// ErrDraining: the worker got SIGTERM and takes no new reservation
 	// while the ones it holds finish; nothing was reserved, so another
 	// worker can take the request at once. Its load report answers the

@@ -40,7 +40,26 @@ type Reserve struct {
 	// (prompt_cache_key / cache_salt), as PrefillRequest.CacheScope does
 	// prefill's; it never widens it. At most MaxCacheScope bytes.
 	CacheScope string
+	// Weight is the tenant's weight (the router's --api-keys) in the
+	// decode worker's KV quota: among the tenants holding or waiting for
+	// its pages, a tenant's share is in proportion to its weight. 0
+	// counts as 1; at most MaxWeight.
+	Weight int
+	// NoRevoke: the decode worker must not revoke this reservation before
+	// its commit for the KV quota (ErrRevoked). The router sets it once
+	// the request was revoked MaxRevocations times: that bounds how often
+	// one request goes back to the queue this way.
+	NoRevoke bool
 }
+
+// MaxWeight bounds Reserve.Weight (the router's bound on --api-keys
+// weights).
+const MaxWeight = 1000
+
+// MaxRevocations is how many times a router lets one request's
+// reservations be revoked (ErrRevoked) before it asks for one that is
+// not (Reserve.NoRevoke).
+const MaxRevocations = 2
 
 // Reservation is the decode worker's answer to Reserve.
 type Reservation struct {

@@ -90,11 +90,12 @@ const (
 	EvFail                             // an error; Code says which
 	EvPreempted                        // decode ran out of pages and released them; the request resumes with a new reservation
 	EvRetry                            // the handoff failed before its commit (no token sent); the request tries again on other workers (as often as the engine's budget allows)
+	EvRevoked                          // decode took the reservation back before its commit (the KV quota); the request waits for a new one, as after a preemption
 	numEventKinds
 )
 
 var eventNames = [...]string{"admit", "reject", "reserved", "prefill_started", "transfer_started",
-	"committed", "token", "finish", "cancel", "fail", "preempted", "retry"}
+	"committed", "token", "finish", "cancel", "fail", "preempted", "retry", "revoked"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -378,6 +379,25 @@ func (r *Machine) Step(ev Event) ([]Action, error) {
 		}
 		if r.resumed {
 			return nil, r.illegal(ev, "a resumed request already sent tokens: it can only fail")
+		}
+		if r.cancel {
+			return append([]Action{{Kind: ActAbortHandoff}}, r.finish(Cancelled, "the client disconnected")...), nil
+		}
+		r.state = Admitted
+		r.retried = true
+		return []Action{{Kind: ActAbortHandoff}, {Kind: ActReserve}}, nil
+
+	case EvRevoked:
+		// Decode took the reservation back before the commit for its
+		// tenant's KV share (handoff.ErrRevoked): not a failure, and no
+		// retry of the engine's budget, but a preemption before the
+		// commit (the engine bounds how often, handoff.MaxRevocations).
+		// The handoff is aborted (I6: decode already fenced it; the
+		// abort is the router's side of it) and the request waits for a
+		// new reservation; a resumed request keeps its tokens. A
+		// disconnect recorded meanwhile (I10) ends it instead.
+		if s != Reserved && s != Prefilling && s != Transferring {
+			return nil, r.illegal(ev, "only a request whose handoff has not committed can have its reservation revoked")
 		}
 		if r.cancel {
 			return append([]Action{{Kind: ActAbortHandoff}}, r.finish(Cancelled, "the client disconnected")...), nil

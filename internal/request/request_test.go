@@ -36,6 +36,7 @@ var sample = map[EventKind]Event{
 	EvFail:            {Kind: EvFail, Code: "digest_mismatch", Msg: "bad digest"},
 	EvPreempted:       {Kind: EvPreempted},
 	EvRetry:           {Kind: EvRetry},
+	EvRevoked:         {Kind: EvRevoked},
 }
 
 type want struct {
@@ -64,12 +65,14 @@ var table = map[State]map[EventKind]want{
 	},
 	Reserved: {
 		EvRetry:          {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
+		EvRevoked:        {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
 		EvPrefillStarted: {Prefilling, nil, ""},
 		EvCancel:         {Reserved, nil, ""}, // recorded (I10)
 		EvFail:           {Finished, []ActionKind{ActAbortHandoff, ActEnd}, "failed_digest_mismatch"},
 	},
 	Prefilling: {
 		EvRetry:           {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
+		EvRevoked:         {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
 		EvTransferStarted: {Transferring, nil, ""},
 		EvCommitted:       {Committed, []ActionKind{ActEmit}, ""},
 		EvCancel:          {Prefilling, nil, ""},
@@ -77,6 +80,7 @@ var table = map[State]map[EventKind]want{
 	},
 	Transferring: {
 		EvRetry:     {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
+		EvRevoked:   {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
 		EvCommitted: {Committed, []ActionKind{ActEmit}, ""},
 		EvCancel:    {Transferring, nil, ""},
 		EvFail:      {Finished, []ActionKind{ActAbortHandoff, ActEnd}, "failed_digest_mismatch"},
@@ -276,7 +280,7 @@ func TestRandomSequences(t *testing.T) {
 			if err != nil && acts != nil {
 				t.Fatal("actions with an error")
 			}
-			if err == nil && (ev.Kind == EvPreempted || ev.Kind == EvRetry) {
+			if err == nil && (ev.Kind == EvPreempted || ev.Kind == EvRetry || ev.Kind == EvRevoked) {
 				preempts++
 			}
 			for _, a := range acts {

@@ -16,12 +16,14 @@ var (
 	descPreemptions  = prometheus.NewDesc("sluice_preemptions_total", "Sequences preempted because the KV pool could not grow them, by role.", []string{"role"}, nil)
 	descRecomputed   = prometheus.NewDesc("sluice_recomputed_tokens_total", "Positions whose KV a preemption threw away and that were computed again, by role (not in usage).", []string{"role"}, nil)
 	descKVUsage      = prometheus.NewDesc("sluice_kv_usage_ratio", "Share of each role's KV pool pages not free (0..1).", []string{"role"}, nil)
+	descRevoked      = prometheus.NewDesc("sluice_kv_reservations_revoked_total", "Decode KV reservations taken back before their commit because their tenant held more than its share of the decode pool while another tenant waited within its own; each request went back to the queue (not a failure).", []string{"role"}, nil)
+	descOverShare    = prometheus.NewDesc("sluice_kv_reservations_refused_over_share_total", "Decode KV reservations refused with over_share: the tenant would have held more than its share of the decode pool while another tenant waited; the request waited in the queue.", []string{"role"}, nil)
 	descGrammarDefer = prometheus.NewDesc("sluice_grammar_deferrals_total", "Constrained draws that waited beyond their step for their token mask (the mask work a step may do is bounded), by role.", []string{"role"}, nil)
 	descGrammarBytes = prometheus.NewDesc("sluice_grammar_mask_cache_bytes", "Bytes of token masks the role's compiled grammars cache, all tenants together (bounded by --grammar-mask-cache).", []string{"role"}, nil)
 	descGrammarDrops = prometheus.NewDesc("sluice_grammar_mask_drops_total", "Compiled grammars whose cached masks were dropped to stay within --grammar-mask-cache, by role.", []string{"role"}, nil)
 )
 
-var loadDescs = []*prometheus.Desc{descQueueWaiting, descQueueRunning, descQueueWait, descQueueRefused, descPreemptions, descRecomputed, descKVUsage,
+var loadDescs = []*prometheus.Desc{descQueueWaiting, descQueueRunning, descQueueWait, descQueueRefused, descPreemptions, descRecomputed, descKVUsage, descRevoked, descOverShare,
 	descGrammarDefer, descGrammarBytes, descGrammarDrops}
 
 func collectLoad(ch chan<- prometheus.Metric, st EngineStats) {
@@ -42,6 +44,11 @@ func collectLoad(ch chan<- prometheus.Metric, st EngineStats) {
 	for role, s := range st.Sched {
 		ch <- prometheus.MustNewConstMetric(descPreemptions, prometheus.CounterValue, float64(s.Preemptions), role)
 		ch <- prometheus.MustNewConstMetric(descRecomputed, prometheus.CounterValue, float64(s.RecomputedTokens), role)
+		if role == "decode" {
+			// The decode worker's KV quota at reservation.
+			ch <- prometheus.MustNewConstMetric(descRevoked, prometheus.CounterValue, float64(s.Revoked), role)
+			ch <- prometheus.MustNewConstMetric(descOverShare, prometheus.CounterValue, float64(s.RefusedOverShare), role)
+		}
 		ch <- prometheus.MustNewConstMetric(descGrammarDefer, prometheus.CounterValue, float64(s.GrammarDeferrals), role)
 		ch <- prometheus.MustNewConstMetric(descGrammarBytes, prometheus.GaugeValue, float64(s.GrammarMaskBytes), role)
 		ch <- prometheus.MustNewConstMetric(descGrammarDrops, prometheus.CounterValue, float64(s.GrammarMaskDrops), role)

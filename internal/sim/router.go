@@ -90,6 +90,10 @@ type rreq struct {
 
 	queuedAt time.Duration
 	preempts int
+	// revoked counts the reservations decode took back before their
+	// commit (handoff.ErrRevoked); from handoff.MaxRevocations on, its
+	// Reserves say NoRevoke, as engine.Disaggregated's do.
+	revoked  int
 	handoffs int
 	// dec is the decode incarnation of the current handoff; avoid the
 	// incarnations a migration moved the stream away from (the pairer's
@@ -338,7 +342,7 @@ func (r *router) admitted(q *rreq) {
 	hid := q.hid
 	// The tokens let decode look its own prefix cache up.
 	m := &handoff.Reserve{Handoff: hid, Tenant: q.tenant, PromptTokens: q.hprompt, MaxTokens: q.max - len(q.out),
-		Tokens: append(slices.Clone(q.toks), q.out...)}
+		Tokens: append(slices.Clone(q.toks), q.out...), NoRevoke: q.revoked >= handoff.MaxRevocations}
 	// The stream continues the request's sampler after the tokens it
 	// already has (a resumed request's offset).
 	sp := handoff.StreamParams{Sampling: samplings[q.si], IgnoreEOS: true, Generated: slices.Clone(q.out)}
@@ -480,6 +484,15 @@ func (r *router) onStream(it item) {
 		return
 	}
 	q.pending[it.idx] = it.tok
+	if it.tok.Err != nil && errors.Is(it.tok.Err, handoff.ErrRevoked) && !q.committed {
+		// Decode took the reservation back before the commit (the KV
+		// quota): as engine.Disaggregated, the request goes back to the
+		// queue (its handoff aborted on both sides), not a failure.
+		q.revoked++
+		r.w.logf("%v REVOKED by decode before its commit (%d)", q, q.revoked)
+		r.step(q, request.Event{Kind: request.EvRevoked})
+		return
+	}
 	// A failure ends the request at once, committed or not.
 	if it.tok.Err != nil {
 		r.step(q, request.Event{Kind: request.EvFail, Code: codeOf(it.tok.Err), Msg: it.tok.Err.Error()})

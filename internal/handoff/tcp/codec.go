@@ -190,6 +190,8 @@ func encReserve(m *handoff.Reserve) ([]byte, error) {
 	e.model(m.Model)
 	encIDs(&e, m.Tokens)
 	e.str(m.CacheScope)
+	e.int(m.Weight, "weight")
+	e.bool(m.NoRevoke)
 	return e.b, e.err
 }
 
@@ -199,6 +201,8 @@ func decReserve(p []byte) (*handoff.Reserve, error) {
 	m.Model = d.model()
 	m.Tokens = decIDs(&d)
 	m.CacheScope = d.str()
+	m.Weight = d.int(handoff.MaxWeight)
+	m.NoRevoke = d.bool()
 	if d.err == nil && len(m.Tokens) != 0 && len(m.Tokens) != m.PromptTokens {
 		d.err = msgErr("reserve: %d prompt ids for a prompt of %d tokens", len(m.Tokens), m.PromptTokens)
 	}

@@ -81,11 +81,12 @@ const headerLen = 16
 // heartbeat frame (Ping, heartbeat.go). Version 11 seals an encrypted
 // Write frame in records (one for the metadata, one per page) instead of
 // whole: a version-10 peer would fail to open it, so the two refuse each
-// other at the handshake.
+// other at the handshake. Version 12 added the tenant's weight and the
+// no-revoke flag to Reserve (the decode worker's KV quota).
 // Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 11
-	maxVersion = 11
+	minVersion = 12
+	maxVersion = 12
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the

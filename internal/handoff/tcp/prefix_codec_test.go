@@ -14,10 +14,12 @@ import (
 // peer's out-of-range values are refused as bad messages at the wire: a
 // decode_prefix_len that is not whole pages, covers the whole prompt or
 // more pages than listed; prompt ids that do not match the prompt length;
-// an oversized cache scope.
+// an oversized cache scope. The KV quota's fields (Weight, NoRevoke)
+// cross it too, and a weight above handoff.MaxWeight is refused.
 func TestCodecDecodePrefixFields(t *testing.T) {
 	id := handofftest.ID(3)
-	rs := &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 3, MaxTokens: 2, Tokens: []int32{7, 8, 9}, CacheScope: "prompt_cache_key:1:k;"}
+	rs := &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 3, MaxTokens: 2, Tokens: []int32{7, 8, 9}, CacheScope: "prompt_cache_key:1:k;",
+		Weight: 7, NoRevoke: true}
 	got, err := decReserve(mustEnc(encReserve(rs)))
 	if err != nil || !reflect.DeepEqual(got, rs) {
 		t.Fatalf("reserve: %+v %v", got, err)
@@ -53,6 +55,7 @@ func TestCodecDecodePrefixFields(t *testing.T) {
 	for _, bad := range []*handoff.Reserve{
 		{Handoff: id, PromptTokens: 4, MaxTokens: 1, Tokens: []int32{1, 2, 3}},
 		{Handoff: id, PromptTokens: 1, MaxTokens: 1, Tokens: []int32{1}, CacheScope: string(make([]byte, handoff.MaxCacheScope+1))},
+		{Handoff: id, PromptTokens: 1, MaxTokens: 1, Weight: handoff.MaxWeight + 1},
 	} {
 		if _, err := decReserve(mustEnc(encReserve(bad))); !errors.Is(err, handoff.ErrBadMessage) {
 			t.Errorf("reserve with %d ids for %d tokens, %d-byte scope: %v", len(bad.Tokens), bad.PromptTokens, len(bad.CacheScope), err)
