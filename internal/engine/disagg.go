@@ -458,6 +458,20 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 	var dr driveResult
 	migrations := 0
 	defer func() { cur.pair().done(dr.perr, dr.derr) }()
+	// repairAfresh: a preempted or revoked request's next handoff is an
+	// ordinary new one, so it may go to any pair: paired afresh, it
+	// leaves the decode worker that just ran out of pages for one with
+	// more free (the pairer's scores); with no pair to be had it stays on
+	// its own.
+	repairAfresh := func() {
+		if p2, err := d.pairs.Pair(r, nil); err == nil {
+			cur.pair().done(dr.perr, dr.derr)
+			dr = driveResult{}
+			cur.setPair(newID(), p2)
+		} else {
+			cur.set(newID())
+		}
+	}
 	for {
 		dr = d.drive(r, cur.get(), cur.pair(), res, ts, lc, &gen, &cur.cached)
 		ts.Close()
@@ -479,13 +493,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 			at.revoked++
 			d.revoked.Add(1)
 			tk.requeue(r.Tenant)
-			if p2, err := d.pairs.Pair(r, nil); err == nil {
-				cur.pair().done(dr.perr, dr.derr)
-				dr = driveResult{}
-				cur.setPair(newID(), p2)
-			} else {
-				cur.set(newID())
-			}
+			repairAfresh()
 		} else if dr.retry != nil {
 			var p2 *Pair
 			if gone.Err() == nil {
@@ -531,17 +539,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 				return // the request ended meanwhile (a cancel took effect)
 			}
 			tk.requeue(r.Tenant)
-			// The resume is an ordinary new handoff, so it may go to any
-			// pair: paired afresh, it leaves the decode worker that just
-			// ran out of pages for one with more free (the pairer's
-			// scores); with no pair to be had it stays on its own.
-			if p2, err := d.pairs.Pair(r, nil); err == nil {
-				cur.pair().done(dr.perr, dr.derr)
-				dr = driveResult{}
-				cur.setPair(newID(), p2)
-			} else {
-				cur.set(newID())
-			}
+			repairAfresh() // the resume is an ordinary new handoff
 		}
 		id := cur.get()
 		again := *r
