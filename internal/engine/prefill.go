@@ -30,11 +30,13 @@ type PrefillWorker struct {
 
 	// adm is the prompts' queue for prefill pages: the same pure core
 	// (internal/sched) and discipline as the router's admission, FIFO per
-	// tenant, DRR across tenants, head of line. A prompt that does not fit
-	// now waits at the head and nothing overtakes it until pages come
-	// back, so a stream of small prompts cannot keep a large one out
-	// (every prompt fits the empty pool, I2; the wait is bounded by
-	// QueueTimeout).
+	// tenant, DRR across tenants, head of line per tenant. A prompt that
+	// does not fit now waits at its tenant's head and nothing of its
+	// tenant overtakes it until pages come back, when it is tried first,
+	// so a stream of small prompts cannot keep a large one out (every
+	// prompt fits the empty pool, I2; the wait is bounded by
+	// QueueTimeout); another tenant's prompt that fits still goes, so a
+	// flood's prompt waiting for room never holds it.
 	adm *admission
 
 	stats struct {

@@ -28,10 +28,22 @@
 //     sum over the other tenants j of (Quantum*w_j + C - 1) tokens of their
 //     requests: a flooding tenant delays another tenant's request by one
 //     turn's worth of its own tokens, whatever its backlog.
-//   - Admission is head of line: when the pool refuses the chosen request
-//     (NoRoom), nothing else is admitted until pages come back (Done) or
-//     RetryInterval passes. A small request never overtakes a large one, so
-//     large requests cannot starve.
+//   - Admission is head of line per tenant: when the pool refuses the
+//     chosen request (NoRoom), nothing more of its tenant is admitted until
+//     pages come back (Done, Freed) or RetryInterval passes, and then the
+//     refused requests are tried first, oldest refusal first, before any
+//     other waiting request: within a tenant a small request never
+//     overtakes a large one, and every refused request has the first claim
+//     on the pages that come back. Other tenants' requests are still
+//     admitted meanwhile: one tenant's request that does not fit a pool its
+//     own running requests fill never holds another tenant's request, which
+//     may fit (or, refused within its KV share, makes the pool take the
+//     first tenant's over-share pages back), out of the pool. A request
+//     refused for room of each tenant may wait at once; when every tenant
+//     with waiting requests has one, nothing is admitted until pages come
+//     back, as with a single tenant. How far a tenant can starve
+//     another's large request is bounded by the KV quota (pages.go): a
+//     tenant refused within its share holds the others at their shares.
 //
 // The queue is shared by weight (see overShare): a tenant of weight w,
 // among tenants with waiting requests of total weight W (its own
@@ -220,6 +232,7 @@ type entry struct {
 	cost     int
 	deadline time.Time
 	resumed  bool // preempted: in the resume list, never times out
+	refused  bool // refused for room: in retries
 }
 
 type tenant struct {
@@ -233,6 +246,9 @@ type tenant struct {
 	// held: refused for its page share (EvOverShare); passed over by
 	// the DRR until pages come back or heldUntil.
 	held bool
+	// waits: a request of the tenant was refused for room and waits in
+	// retries; set by pump.
+	waits bool
 }
 
 // Core is the scheduler. Not safe for concurrent use; the engine
@@ -244,9 +260,15 @@ type Core struct {
 	cur     int
 	waiting map[ID]*entry
 	running map[ID]bool
-	admit   *entry   // the admission in progress
-	retry   *entry   // refused for room; admitted before new requests
+	admit   *entry // the admission in progress
+	// retries are the requests refused for room (NoRoom), at most one per
+	// tenant (its oldest: its sub-queue waits behind it), oldest refusal
+	// first; admitted before new requests once pages come back.
+	retries []*entry
 	resume  []*entry // preempted requests; admitted before anything else
+	// blocked: the pool refused the last admission for room; the
+	// refused requests (and preempted ones) wait until pages come back
+	// or retryAt, the other tenants' requests do not.
 	blocked bool
 	retryAt time.Time
 	// heldUntil ends the pass-over of held tenants (RetryInterval after
@@ -291,12 +313,18 @@ func (c *Core) Step(ev Event) []Action {
 			// (its tenant was charged once, when it was picked).
 			e := c.admit
 			c.admit = nil
-			if e.resumed {
-				// First of the resume list again (a refused new request
-				// may be waiting in retry: it stays behind).
+			switch {
+			case e.resumed:
+				// First of the resume list again (refused new requests
+				// stay behind).
 				c.resume = append([]*entry{e}, c.resume...)
-			} else {
-				c.retry = e
+			case e.refused:
+				// Tried again first: it keeps its place among the
+				// refused.
+				c.retries = append([]*entry{e}, c.retries...)
+			default:
+				e.refused = true
+				c.retries = append(c.retries, e)
 			}
 			c.waiting[e.id] = e
 			c.blocked = true
@@ -313,6 +341,7 @@ func (c *Core) Step(ev Event) []Action {
 				c.retryAt = ev.Now.Add(c.cfg.RetryInterval)
 				break
 			}
+			e.refused = false // back in its tenant's sub-queue
 			t := c.tenants[e.t.name]
 			if t == nil {
 				t = e.t
@@ -355,10 +384,10 @@ func (c *Core) Step(ev Event) []Action {
 			out = append(out, c.reject(e.id, ReasonShutdown))
 		}
 		c.resume = nil
-		if c.retry != nil {
-			out = append(out, c.reject(c.retry.id, ReasonShutdown))
-			c.retry = nil
+		for _, e := range c.retries {
+			out = append(out, c.reject(e.id, ReasonShutdown))
 		}
+		c.retries = nil
 		for _, t := range c.ring {
 			for _, e := range t.q {
 				out = append(out, c.reject(e.id, ReasonShutdown))
@@ -568,8 +597,8 @@ func (c *Core) drop(t *tenant) {
 // remove takes a waiting entry out (cancel, timeout).
 func (c *Core) remove(e *entry) {
 	delete(c.waiting, e.id)
-	if c.retry == e {
-		c.retry = nil
+	if e.refused {
+		c.retries = slices.DeleteFunc(c.retries, func(x *entry) bool { return x == e })
 		return
 	}
 	if e.resumed {
@@ -611,18 +640,22 @@ func (c *Core) expire(now time.Time) []Action {
 
 // pump admits the next request when nothing stops it.
 func (c *Core) pump() []Action {
-	if c.closed || c.blocked || c.admit != nil || len(c.running) >= c.cfg.MaxRunning {
+	if c.closed || c.admit != nil || len(c.running) >= c.cfg.MaxRunning {
 		return nil
 	}
 	if len(c.resume) > 0 {
+		if c.blocked {
+			return nil // nothing overtakes a preempted request
+		}
 		e := c.resume[0]
 		c.resume = c.resume[1:]
 		delete(c.waiting, e.id)
 		c.admit = e
 		return []Action{{Kind: ActAdmit, ID: e.id}}
 	}
-	if e := c.retry; e != nil {
-		c.retry = nil
+	if len(c.retries) > 0 && !c.blocked {
+		e := c.retries[0]
+		c.retries = c.retries[1:]
 		delete(c.waiting, e.id)
 		c.admit = e
 		return []Action{{Kind: ActAdmit, ID: e.id}}
@@ -630,19 +663,32 @@ func (c *Core) pump() []Action {
 	if len(c.ring) == 0 {
 		return nil
 	}
+	// A tenant with a request refused for room waits behind it (head of
+	// line within the tenant); while the pool is refusing, the others go.
+	for _, t := range c.ring {
+		t.waits = false
+	}
+	for _, e := range c.retries {
+		if t := c.tenants[e.t.name]; t != nil {
+			t.waits = true
+		}
+	}
 	t := c.ring[c.cur]
-	for skipped := 0; t.held; skipped++ {
-		// Refused for its page share: the other tenants go first.
+	for skipped := 0; t.held || t.waits; skipped++ {
+		// Refused for its page share, or waiting for room: the other
+		// tenants go first. It forfeits what was left of its turn: a
+		// turn it resumes later would otherwise add a new quantum to
+		// the old one's rest, past the DRR bound.
 		if skipped == len(c.ring) {
 			return nil
 		}
-		t.credited = false
+		t.credited, t.deficit = false, 0
 		c.cur = (c.cur + 1) % len(c.ring)
 		t = c.ring[c.cur]
 	}
 	for {
-		if t.held {
-			t.credited = false
+		if t.held || t.waits {
+			t.credited, t.deficit = false, 0
 			c.cur = (c.cur + 1) % len(c.ring)
 			t = c.ring[c.cur]
 			continue

@@ -96,11 +96,11 @@ func TestNoRoomRetriesTheSameRequestFirst(t *testing.T) {
 	c.Step(arrive(1, "a", 10, at(0)))
 	c.Step(Event{Kind: EvReserved, ID: 1, Now: at(0)})
 	want(t, c.Step(arrive(2, "a", 90, at(1))), Action{Kind: ActAdmit, ID: 2})
-	c.Step(arrive(3, "b", 5, at(1)))
-	// The pool cannot hold 2 now: admission pauses; 3 (small, other
+	c.Step(arrive(3, "a", 5, at(1)))
+	// The pool cannot hold 2 now: its tenant pauses; 3 (small, same
 	// tenant) does not overtake it.
 	want(t, c.Step(Event{Kind: EvNoRoom, ID: 2, Now: at(2)}))
-	want(t, c.Step(arrive(4, "c", 5, at(3))))
+	want(t, c.Step(Event{Kind: EvTick, Now: at(3)}))
 	want(t, c.Step(Event{Kind: EvDone, ID: 1, Now: at(4)}), Action{Kind: ActAdmit, ID: 2})
 	// Refused again with nothing running: the retry pause wakes it.
 	c.Step(Event{Kind: EvNoRoom, ID: 2, Now: at(5)})
@@ -112,6 +112,51 @@ func TestNoRoomRetriesTheSameRequestFirst(t *testing.T) {
 	want(t, c.Step(Event{Kind: EvReserved, ID: 2, Now: at(56)}), Action{Kind: ActAdmit, ID: 3})
 }
 
+// Issue 28: head of line per tenant. A request of one tenant refused for
+// room holds back that tenant's later requests, never another tenant's:
+// they are admitted while it waits (the pool may hold them, or take back
+// the first tenant's over-share pages for them). When pages come back,
+// the refused requests are tried first, oldest refusal first; with every
+// waiting tenant refused, nothing is admitted until then.
+func TestNoRoomHoldsOnlyItsTenant(t *testing.T) {
+	c := New(Config{MaxRunning: 8, Quantum: 100, RetryInterval: 50 * time.Millisecond})
+	c.Step(arrive(1, "a", 10, at(0)))
+	c.Step(Event{Kind: EvReserved, ID: 1, Now: at(0)})
+	want(t, c.Step(arrive(2, "a", 90, at(1))), Action{Kind: ActAdmit, ID: 2})
+	c.Step(arrive(3, "a", 5, at(1)))
+	c.Step(arrive(4, "b", 5, at(1)))
+	// 2 is refused: b's 4 goes (a's 3 waits behind 2).
+	want(t, c.Step(Event{Kind: EvNoRoom, ID: 2, Now: at(2)}), Action{Kind: ActAdmit, ID: 4})
+	c.Step(arrive(5, "b", 5, at(3)))
+	c.Step(arrive(6, "c", 5, at(3)))
+	// 4 is refused too: c's 6 goes; b's 5 waits behind 4.
+	want(t, c.Step(Event{Kind: EvNoRoom, ID: 4, Now: at(4)}), Action{Kind: ActAdmit, ID: 6})
+	// 6 is refused: every waiting tenant waits for pages.
+	want(t, c.Step(Event{Kind: EvNoRoom, ID: 6, Now: at(5)}))
+	c.Step(arrive(7, "b", 5, at(6)))
+	want(t, c.Step(Event{Kind: EvTick, Now: at(6)}))
+	if s := c.Stats(); !s.Paused || s.Waiting != 6 {
+		t.Fatalf("stats %+v", s)
+	}
+	// Pages come back: the refused first, oldest refusal first.
+	want(t, c.Step(Event{Kind: EvDone, ID: 1, Now: at(7)}), Action{Kind: ActAdmit, ID: 2})
+	want(t, c.Step(Event{Kind: EvReserved, ID: 2, Now: at(8)}), Action{Kind: ActAdmit, ID: 4})
+	// Refused again: it keeps its place ahead of 6, and 6 ahead of the
+	// tenants' queues, once pages come back.
+	want(t, c.Step(Event{Kind: EvNoRoom, ID: 4, Now: at(9)}), Action{Kind: ActAdmit, ID: 3})
+	want(t, c.Step(Event{Kind: EvReserved, ID: 3, Now: at(10)}))
+	want(t, c.Step(Event{Kind: EvDone, ID: 2, Now: at(11)}), Action{Kind: ActAdmit, ID: 4})
+	want(t, c.Step(Event{Kind: EvReserved, ID: 4, Now: at(12)}), Action{Kind: ActAdmit, ID: 6})
+	want(t, c.Step(Event{Kind: EvReserved, ID: 6, Now: at(13)}), Action{Kind: ActAdmit, ID: 5})
+	want(t, c.Step(Event{Kind: EvReserved, ID: 5, Now: at(14)}), Action{Kind: ActAdmit, ID: 7})
+	// A refused request whose client leaves is out of the retries.
+	want(t, c.Step(Event{Kind: EvNoRoom, ID: 7, Now: at(15)}))
+	want(t, c.Step(Event{Kind: EvCancel, ID: 7, Now: at(16)}))
+	if s := c.Stats(); s.Waiting != 0 || s.Running != 4 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
 // A preempted request is admitted again before anything that waits, even
 // a request refused for room, and never times out; its client can still
 // leave.
@@ -121,7 +166,7 @@ func TestPreemptedGoesFirstAndDoesNotTimeOut(t *testing.T) {
 	c.Step(Event{Kind: EvReserved, ID: 1, Now: at(0)})
 	c.Step(arrive(2, "b", 10, at(0)))
 	c.Step(Event{Kind: EvNoRoom, ID: 2, Now: at(0)}) // 2 waits first in line
-	c.Step(arrive(3, "c", 10, at(0)))
+	c.Step(arrive(3, "b", 10, at(0)))                // behind 2, its tenant's oldest
 	want(t, c.Step(Event{Kind: EvPreempted, ID: 1, Tenant: "a", Now: at(1)}), Action{Kind: ActAdmit, ID: 1})
 	want(t, c.Step(Event{Kind: EvNoRoom, ID: 1, Now: at(2)}))
 	// 2 and 3 time out; the preempted request does not.
@@ -247,6 +292,26 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 		nextID := ID(1)
 		paused := false
 		var retryAt time.Time
+		// retries: the requests refused for room, oldest refusal first
+		// (head of line per tenant: each holds back its own tenant).
+		var retries []ID
+		wasRetry := map[ID]bool{}
+		waitsBehind := func(ti int) bool {
+			for _, id := range retries {
+				if reqs[id].tenant == ti {
+					return true
+				}
+			}
+			return false
+		}
+		preemptedWaiting := func() bool {
+			for _, r := range reqs {
+				if r.state == "preempted" {
+					return true
+				}
+			}
+			return false
+		}
 
 		markHeads := func() {
 			for ti, q := range queues {
@@ -256,6 +321,7 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 			}
 		}
 		dequeue := func(id ID) {
+			retries = slices.DeleteFunc(retries, func(x ID) bool { return x == id })
 			r := reqs[id]
 			q := queues[r.tenant]
 			i := slices.Index(q, id)
@@ -284,8 +350,16 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 					if admitting != 0 {
 						rt.Fatalf("second admission %d while %d is outstanding", a.ID, admitting)
 					}
-					if paused {
-						rt.Fatalf("admission of %d while paused after NoRoom", a.ID)
+					switch {
+					case paused && preemptedWaiting():
+						rt.Fatalf("admission of %d while a preempted request waits for room", a.ID)
+					case paused && (r.state == "retry" || waitsBehind(r.tenant)):
+						rt.Fatalf("admission of %d of tenant %d while its tenant waits for room", a.ID, r.tenant)
+					case r.state != "preempted" && !paused && len(retries) > 0 && a.ID != retries[0]:
+						rt.Fatalf("admission of %d before the request refused first (%d) once pages came back", a.ID, retries[0])
+					}
+					if r.state == "retry" {
+						retries = slices.DeleteFunc(retries, func(x ID) bool { return x == a.ID })
 					}
 					if len(running) >= cfg.MaxRunning {
 						rt.Fatalf("admission beyond MaxRunning")
@@ -308,7 +382,10 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 							rt.Fatalf("request %d of tenant %d waited for %d tokens of others, bound %d", a.ID, r.tenant, waited, bound)
 						}
 						for j := range othersChosen {
-							if j != r.tenant {
+							// A tenant waiting behind its request refused
+							// for room is not served meanwhile: the bound
+							// is on the DRR, not on the pool.
+							if j != r.tenant && !waitsBehind(j) {
 								othersChosen[j] += r.cost
 							}
 						}
@@ -411,7 +488,15 @@ func TestPropertyDRRBoundAndConservation(t *testing.T) {
 					reserved++
 					apply(c.Step(Event{Kind: EvReserved, ID: id, Now: now}))
 				case 1:
-					if reqs[id].state != "preempted" {
+					switch {
+					case reqs[id].resumed:
+						reqs[id].state = "preempted" // first of the resume list again
+					case wasRetry[id]:
+						retries = append([]ID{id}, retries...) // keeps its place
+						reqs[id].state = "retry"
+					default:
+						wasRetry[id] = true
+						retries = append(retries, id)
 						reqs[id].state = "retry"
 					}
 					paused, retryAt = true, now.Add(cfg.RetryInterval)

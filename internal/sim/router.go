@@ -16,7 +16,7 @@ import (
 
 // router owns every request's life cycle: the real request.Machine (I1,
 // I10) and the real admission core (admission.Core: bounded queue, per-tenant
-// DRR, queue timeout, head-of-line pause on no room, resume of preempted
+// DRR, queue timeout, per-tenant head-of-line pause on no room, resume of preempted
 // requests first), driven by this simulator's single-threaded
 // orchestration of the handoffs, following engine.Disaggregated's rules:
 // the core's admit action sends the Reserve; no room puts the request back
