@@ -26,10 +26,6 @@ type trieWalk struct {
 	// at only moves forward.
 	only []int32
 	at   int
-	// weigh counts into the units used the stacks each memo miss steps
-	// (walkStep.work), not only the nodes: a walk from a set of many
-	// stacks costs up to MaxStacks expansions a node.
-	weigh bool
 }
 
 type walkFrame struct {
@@ -72,11 +68,12 @@ func (w *trieWalk) run(budget int) (used int, done bool) {
 			}
 		}
 		r := w.ws.step(top.cur, nd.b)
-		used++
-		if w.weigh {
-			used += w.ws.work - work0
-			work0 = w.ws.work
-		}
+		// A node costs one unit and the stacks its memo miss stepped
+		// (walkStep.work): a walk from a set of many stacks costs up to
+		// MaxStacks expansions a node, and a walk from one stack fans
+		// out too (before a wide anyOf, hundreds after the first byte).
+		used += 1 + w.ws.work - work0
+		work0 = w.ws.work
 		descend, esc := w.visit(ch, top.cur, r, top.esc)
 		if descend && len(r.live) > 0 && nd.sub > ch+1 {
 			w.st = append(w.st, walkFrame{n: ch, ch: ch + 1, cur: r, esc: esc})
@@ -285,7 +282,6 @@ func (j *MaskJob) union() {
 	if len(live) > 0 {
 		var peak int
 		j.uw = m.c.exactWalk(live, j.dst, nil, &peak, &j.over)
-		j.uw.weigh = true
 		j.ph = phUnion
 	}
 }
@@ -374,9 +370,10 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 				j.u++
 				// Each token is fed even when another stack allowed it
 				// already: its stacks count towards fan.
-				p := v.pieces[id]
-				used += 1 + len(p)
-				out, _, peak := m.feedPeak(one, p)
+				// One stack can fan out to many within the token: the
+				// work is the stacks stepped, not the token's bytes.
+				out, _, peak, units := m.feedPeak(one, v.pieces[id])
+				used += 1 + units
 				if len(out) > 0 {
 					j.dst[id>>6] |= 1 << (id & 63)
 				}

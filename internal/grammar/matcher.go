@@ -38,8 +38,9 @@ func (f *frame) hash() uint64 {
 // schema compiler emits are nearly deterministic (one or two stacks); an
 // ambiguous schema (anyOf branches that begin alike: a 300-way anyOf of
 // objects is 300 stacks after its "{") multiplies them. The bound is what
-// a token's check may cost (one expansion per stack and byte, outside the
-// step's grammar budget) and what a mask's walk steps at once: a token
+// one byte of a token's check may cost (an expansion per stack; a check
+// runs within the step's grammar budget a byte at a time, CheckWithin)
+// and what a mask's walk steps at once: a token
 // that would keep more parses alive is refused (Allowed, the mask), and a
 // request left with no other token fails with grammar_ambiguous rather
 // than let one request's masks slow the batch everyone shares.
@@ -73,6 +74,10 @@ type stackSet struct {
 	// tab indexes s by stack hash (open addressing, index+1; 0 empty)
 	// once s holds hashAt stacks; below that a scan is cheaper.
 	tab []int32
+	// n counts the work of the steps into s since reset: one unit per
+	// stack stepped and per alternative a reference looks at (a
+	// reference of 1,000 alternatives costs 1,000 whichever the byte).
+	n int
 }
 
 // hashAt is the set size from which add finds duplicates through tab.
@@ -80,7 +85,7 @@ const hashAt = 16
 
 // reset empties ss for another step (keeping its memory).
 func (ss *stackSet) reset() {
-	ss.s, ss.over, ss.escaped = ss.s[:0], false, false
+	ss.s, ss.over, ss.escaped, ss.n = ss.s[:0], false, false, 0
 	if len(ss.tab) > 0 {
 		clear(ss.tab)
 		ss.tab = ss.tab[:0]
@@ -202,6 +207,7 @@ func (g *Grammar) resolve(pos int32, below *frame, out *stackSet) {
 // at compile), so the expansion terminates.
 func (g *Grammar) stepFrom(pos int32, below *frame, c byte, out *stackSet) {
 	e := g.elems[pos]
+	out.n++
 	switch e.kind {
 	case kClass:
 		if g.classes[e.arg].has(c) {
@@ -220,6 +226,7 @@ func (g *Grammar) stepFrom(pos int32, below *frame, c byte, out *stackSet) {
 			// pushes nothing, so right recursion does not grow the stack.
 			ret = out.frame(pos+1, below)
 		}
+		out.n += len(g.rules[e.arg])
 		for _, s := range g.rules[e.arg] {
 			if g.nullAt[s] || g.firstAt[s].has(c) {
 				g.stepFrom(s, ret, c, out)
@@ -283,16 +290,38 @@ type Matcher struct {
 	wide bool
 	// tmp are scratch sets for feeding a token's bytes.
 	tmp [2]stackSet
-	// checked is the stack set Allowed found after token checkedID (a
-	// copy; valid while checkedOK): the Accept of the token a sampler
-	// just drew and checked takes it instead of stepping every stack
-	// through the token's bytes again. Both run outside the step's
-	// grammar budget at stacks x bytes each (BenchmarkCheckWideStacks).
-	checked   []*frame
-	checkedID int32
-	checkedOK bool
-	// fed counts feeds of a token's bytes (tests).
-	fed int
+	// Checking a token costs a step of every stack the matcher follows
+	// by every byte of the token: up to MaxStacks x the token's bytes
+	// (a 128-space token at 500 stacks is about 10^5 units, tens of
+	// milliseconds), so a check is resumable (CheckWithin) and a worker
+	// runs it within the step's grammar budget like a mask. chk is the
+	// check under way; seen are the checks done at this position, so
+	// a draw repeated after a deferral does not check again, and the
+	// Accept of a checked token takes its stack set instead of feeding
+	// the token a second time (TestAcceptTakesTheCheck).
+	chk  tokenCheck
+	seen []checked
+	// fed counts feeds of a token's bytes begun (tests); work counts the
+	// units of every check and feed (CheckWork).
+	fed  int
+	work int
+}
+
+// tokenCheck is a check of token id cut short after i bytes; the stacks
+// after them are in sets[(i-1)&1] (i > 0).
+type tokenCheck struct {
+	id     int32
+	i      int
+	active bool
+	sets   [2]stackSet
+}
+
+// checked is a finished check: ok with the stack set after the token
+// (owned), or refused (over: only for passing MaxStacks).
+type checked struct {
+	id       int32
+	ok, over bool
+	out      []*frame
 }
 
 // NewMatcher starts a matcher at the beginning of the grammar.
@@ -307,29 +336,31 @@ func (c *Compiled) NewMatcher() *Matcher {
 // feed returns the stack set after the bytes of piece from stacks, or
 // nil when a byte is refused. over reports MaxStacks was exceeded.
 func (m *Matcher) feed(stacks []*frame, piece string) (out []*frame, over bool) {
-	out, over, _ = m.feedPeak(stacks, piece)
+	out, over, _, _ = m.feedPeak(stacks, piece)
 	return out, over
 }
 
 // feedPeak is feed that also reports the largest set it stepped through
-// (MaxStacks+1 when over).
-func (m *Matcher) feedPeak(stacks []*frame, piece string) (out []*frame, over bool, peak int) {
+// (MaxStacks+1 when over) and the units of work it did.
+func (m *Matcher) feedPeak(stacks []*frame, piece string) (out []*frame, over bool, peak, units int) {
 	m.fed++
+	defer func() { m.work += units }()
 	cur := stacks
 	for i := 0; i < len(piece); i++ {
 		t := &m.tmp[i&1]
 		t.reset()
 		m.c.g.step(cur, piece[i], t)
+		units += t.n
 		if t.over {
-			return nil, true, maxStacks + 1
+			return nil, true, maxStacks + 1, units
 		}
 		peak = max(peak, len(t.s))
 		if len(t.s) == 0 {
-			return nil, false, peak
+			return nil, false, peak, units
 		}
 		cur = t.s
 	}
-	return cur, false, peak
+	return cur, false, peak, units
 }
 
 // ErrAmbiguous is the error of a request whose schema keeps more than
@@ -365,33 +396,103 @@ func (m *Matcher) Ended() bool { return m.ended }
 
 // Allowed reports whether token id may come next.
 func (m *Matcher) Allowed(id int32) bool {
+	ok, _, _ := m.CheckWithin(id, int(^uint(0)>>1))
+	return ok
+}
+
+// CheckWithin is Allowed in slices: it goes on checking token id for
+// about budget units of work (it may pass it by one byte's step of every
+// stack) and reports whether the check is done and, when it is, its
+// answer. A check cut short resumes where it stopped when the same token
+// is asked again before the matcher moves on (another token's check
+// drops it); a finished one is answered again without work. The unit is
+// MaskJob's (one stack stepped by one byte, one alternative looked at).
+func (m *Matcher) CheckWithin(id int32, budget int) (ok, done bool, used int) {
 	v := m.c.v
 	if id < 0 || int(id) >= v.n || m.ended {
-		return false
+		return false, true, 0
 	}
 	if v.isEOG(id) {
-		return m.CanEnd()
+		return m.CanEnd(), true, 0
 	}
 	p := v.pieces[id]
-	if p == "" {
-		return false
+	if p == "" || m.wide {
+		return false, true, 0
 	}
-	out, _ := m.feed(m.stacks, p)
-	if len(out) == 0 {
-		return false
+	if r := m.result(id); r != nil {
+		return r.ok, true, 0
 	}
-	// out aliases scratch: copy it for the Accept that may follow.
-	m.checked = append(m.checked[:0], out...)
-	m.checkedID, m.checkedOK = id, true
-	return true
+	c := &m.chk
+	if !c.active || c.id != id {
+		c.id, c.i, c.active = id, 0, true
+		m.fed++
+	}
+	defer func() { m.work += used }()
+	for c.i < len(p) {
+		if used >= budget {
+			return false, false, used
+		}
+		cur := m.stacks
+		if c.i > 0 {
+			cur = c.sets[(c.i-1)&1].s
+		}
+		t := &c.sets[c.i&1]
+		t.reset()
+		m.c.g.step(cur, p[c.i], t)
+		used += t.n
+		c.i++
+		if t.over || len(t.s) == 0 {
+			c.active = false
+			if len(m.seen) < maxSeen {
+				m.seen = append(m.seen, checked{id: id, over: t.over})
+			}
+			return false, true, used
+		}
+	}
+	c.active = false
+	if len(m.seen) < maxSeen {
+		out := append([]*frame(nil), c.sets[(len(p)-1)&1].s...)
+		m.seen = append(m.seen, checked{id: id, ok: true, out: out})
+	}
+	return true, true, used
+}
+
+// maxSeen bounds the checks a position remembers: a sampler checks the
+// drawn token and at most a few dozen candidates (more are masked), and a
+// caller that checks the whole vocabulary (tests) should not grow a list
+// it scans.
+const maxSeen = 64
+
+// CheckPending is the token whose check CheckWithin cut short, if any.
+func (m *Matcher) CheckPending() (id int32, ok bool) { return m.chk.id, m.chk.active }
+
+// CheckWork is the work units the matcher spent checking and feeding
+// tokens since it was made (masks are MaskJob's, counted by their Run).
+func (m *Matcher) CheckWork() int { return m.work }
+
+// result is the finished check of token id at this position, or nil.
+func (m *Matcher) result(id int32) *checked {
+	for i := range m.seen {
+		if m.seen[i].id == id {
+			return &m.seen[i]
+		}
+	}
+	return nil
+}
+
+// moved forgets the checks of the position the matcher left.
+func (m *Matcher) moved() {
+	clear(m.seen)
+	m.seen = m.seen[:0]
+	m.chk.active = false
 }
 
 // Accept consumes token id. A refused token is an error and leaves the
 // state unchanged: the sampler never draws one, so on a worker it means a
-// peer sent tokens this grammar cannot have produced (I14).
+// peer sent tokens this grammar cannot have produced (I14). A token
+// checked at this position costs no work: Accept takes the check's
+// result.
 func (m *Matcher) Accept(id int32) error {
-	checked, reuse := m.checked, m.checkedOK && m.checkedID == id
-	m.checkedOK = false
 	v := m.c.v
 	if id < 0 || int(id) >= v.n {
 		return fmt.Errorf("token %d is outside the vocabulary", id)
@@ -407,24 +508,27 @@ func (m *Matcher) Accept(id int32) error {
 			return fmt.Errorf("end-of-generation token %d before the constrained output is complete", id)
 		}
 		m.ended, m.stacks = true, nil
-		return nil
-	}
-	if reuse {
-		// Allowed fed this token from these stacks already; the set is
-		// the matcher's now (Allowed copies into a new one next time).
-		m.stacks, m.checked = checked, nil
+		m.moved()
 		return nil
 	}
 	p := v.pieces[id]
-	out, over := m.feed(m.stacks, p)
+	var out []*frame
+	var over bool
+	if r := m.result(id); r != nil {
+		out, over = r.out, r.over
+	} else if p != "" {
+		out, over = m.feed(m.stacks, p)
+		// out aliases scratch: copy it before the next feed reuses it.
+		out = append([]*frame(nil), out...)
+	}
 	if over {
 		return ErrAmbiguous()
 	}
 	if p == "" || len(out) == 0 {
 		return fmt.Errorf("token %d (%q) is not allowed by the grammar here", id, p)
 	}
-	// out aliases scratch: copy it before the next feed reuses it.
-	m.stacks = append(m.stacks[:0:0], out...)
+	m.stacks = out
+	m.moved()
 	return nil
 }
 

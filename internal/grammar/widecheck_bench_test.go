@@ -6,13 +6,15 @@ import (
 	"testing"
 )
 
-// BenchmarkCheckWideStacks measures the one piece of constrained-decoding
-// work the step's grammar budget does not bound: checking the drawn token
-// (Allowed) and feeding it (Accept). Both step every stack the matcher
-// follows through every byte of the token, so they cost stacks x bytes,
-// not a token's bytes (the Accept of the token just checked takes the
-// check's result, TestAcceptTakesTheCheck; a clone's, measured here, does
-// not). The schema is an anyOf of as many string patterns
+// BenchmarkCheckWideStacks measures checking a token (Allowed) and feeding
+// it (Accept) at many stacks. Both step every stack the matcher follows
+// through every byte of the token, so they cost stacks x bytes, not a
+// token's bytes (the Accept of the token just checked takes the check's
+// result, TestAcceptTakesTheCheck; a clone's, measured here, does not).
+// A worker runs the check within the step's grammar budget
+// (CheckWithin, TestCheckWithinSlices, and in the sampler
+// TestSampleWithinBoundsTheTokenCheck); this is what one unbounded check
+// would cost. The schema is an anyOf of as many string patterns
 // as the stack bound allows (each "^[a-z ]*NNNN$": all alive through any
 // run of letters and spaces), and the token is 128 spaces (Qwen2's
 // vocabulary has one; a request's logit_bias can make it the draw every
@@ -70,11 +72,11 @@ func BenchmarkCheckWideStacks(b *testing.B) {
 	})
 }
 
-// The Accept of the token a sampler just checked with Allowed takes the
-// check's stack set instead of feeding the token again (one stacks x bytes
-// pass a drawn token, not two), and only that: another token, a second
-// Accept, or a refused token feed as before, and every state equals a
-// matcher that never called Allowed.
+// The Accept of a token checked at this position (Allowed) takes the
+// check's stack set, or its refusal, instead of feeding the token again
+// (one stacks x bytes pass a drawn token, not two), and only that: a
+// token not checked here, or checked before the matcher moved on, feeds
+// as before, and every state equals a matcher that never called Allowed.
 func TestAcceptTakesTheCheck(t *testing.T) {
 	var br []string
 	for i := range 40 {
@@ -143,9 +145,129 @@ func TestAcceptTakesTheCheck(t *testing.T) {
 	if err := m.Accept(id("{")); err == nil {
 		t.Fatal("{ accepted")
 	}
-	if m.fed-before != 2 {
-		t.Fatalf("a refused check and its Accept: %d feeds, want 2", m.fed-before)
+	if m.fed-before != 1 {
+		t.Fatalf("a refused check and its Accept: %d feeds, want 1", m.fed-before)
 	}
 	same("after a refused token")
 	accept("digits", "00", "00", 1)
+}
+
+// wideMatcher is a matcher of an anyOf of n string patterns (all alive
+// through any run of letters and spaces) after the opening quote, over
+// testVocab plus a 128-space token (returned): n stacks, and a check of
+// that token steps each of them by 128 bytes.
+func wideMatcher(t testing.TB, n int) (*Matcher, int32) {
+	t.Helper()
+	var br []string
+	for i := range n {
+		br = append(br, fmt.Sprintf(`{"type":"string","pattern":"^[a-z ]*%04d$"}`, i))
+	}
+	g, err := CompileSchema([]byte(`{"anyOf":[` + strings.Join(br, ",") + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := testVocab()
+	pieces := make([]string, base.Size())
+	for i := range pieces {
+		pieces[i] = base.Piece(int32(i))
+	}
+	long := int32(len(pieces))
+	pieces = append(pieces, strings.Repeat(" ", 128))
+	v := NewVocab(pieces, func(id int32) bool { return id == 0 })
+	m := Bind(g, v).NewMatcher()
+	for i := range int32(v.Size()) {
+		if v.Piece(i) == `"` {
+			if err := m.Accept(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(m.stacks) != n {
+		t.Fatalf("%d stacks after the opening quote, want %d", len(m.stacks), n)
+	}
+	return m, long
+}
+
+// A token's check runs in slices of bounded work (CheckWithin): each
+// slice does at most its budget plus one byte's step of every stack, the
+// slices together do the work of one whole check, a slice cut short
+// resumes where it stopped (another token's check in between drops it),
+// the answers are Allowed's, and the Accept of the checked
+// token does no work. Here a check is 500 stacks x 128 bytes, about
+// 128,000 units; unsliced, it held every tenant's step for 100-250 ms.
+func TestCheckWithinSlices(t *testing.T) {
+	const n = 500
+	m, long := wideMatcher(t, n)
+	ref := m.Clone()
+	w0 := ref.work
+	if !ref.Allowed(long) {
+		t.Fatal("128 spaces refused")
+	}
+	whole := ref.work - w0
+	if whole < n*128 {
+		t.Fatalf("a whole check did %d units, want at least stacks x bytes = %d", whole, n*128)
+	}
+	// One byte's step of every stack: the most a slice passes its budget by.
+	step := whole / 128 * 2
+	const budget = 1000
+	var calls, sum int
+	for {
+		ok, done, used := m.CheckWithin(long, budget)
+		calls++
+		sum += used
+		if used > budget+step {
+			t.Fatalf("slice %d did %d units, budget %d (+ one byte's step %d)", calls, used, budget, step)
+		}
+		if done {
+			if !ok {
+				t.Fatal("128 spaces refused in slices")
+			}
+			break
+		}
+		if id, ok := m.CheckPending(); !ok || id != long {
+			t.Fatalf("pending check %d %v, want %d", id, ok, long)
+		}
+	}
+	if calls < whole/(budget+step) {
+		t.Fatalf("%d slices for %d units at %d a slice", calls, whole, budget)
+	}
+	if sum != whole {
+		t.Fatalf("slices did %d units in all, one whole check %d", sum, whole)
+	}
+	if _, done, used := m.CheckWithin(long, 0); !done || used != 0 {
+		t.Fatalf("a finished check asked again: done %v, %d units", done, used)
+	}
+	// Cut short, then another token checked: the long check starts over.
+	x := ref.Clone()
+	if _, done, _ := x.CheckWithin(long, budget); done {
+		t.Fatal("a check of 128,000 units done within 1,000")
+	}
+	if x.Allowed(long-1) != ref.Clone().Allowed(long-1) {
+		t.Fatal("the other token's answer differs")
+	}
+	if _, ok := x.CheckPending(); ok {
+		t.Fatal("the long check still pending after another token's check")
+	}
+	if ok, _, used := x.CheckWithin(long, 1<<30); !ok || used != whole {
+		t.Fatalf("the long check again: %v, %d units, want a whole check's %d", ok, used, whole)
+	}
+	w := m.work
+	if err := m.Accept(long); err != nil {
+		t.Fatal(err)
+	}
+	if m.work != w {
+		t.Fatalf("the Accept of the checked token did %d units", m.work-w)
+	}
+	if err := ref.Accept(long); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.stacks) != len(ref.stacks) {
+		t.Fatalf("%d stacks after the sliced check, %d after a whole one", len(m.stacks), len(ref.stacks))
+	}
+	for i := range m.stacks {
+		if !sameStack(m.stacks[i], ref.stacks[i]) {
+			t.Fatalf("stack %d differs after a sliced check", i)
+		}
+	}
+	t.Logf("%d units a whole check; %d slices of %d", whole, calls, budget)
 }

@@ -64,11 +64,13 @@ type Sampler struct {
 	n    uint64
 	bad  error
 	// job computes mask for m's current state, maskOK says it is done;
-	// both are reset when m accepts a token. budget bounds the mask work
-	// of the SampleWithin call under way (nil: none).
+	// both are reset when m accepts a token. budget bounds the grammar
+	// work of the SampleWithin call under way (nil: none); free is the
+	// token-check work that call may still do without asking it.
 	job    *grammar.MaskJob
 	maskOK bool
 	budget Budget
+	free   int
 	// maskOver: the mask refused tokens only because they would keep
 	// too many parses alive (grammar.MaskJob.Over).
 	maskOver bool
@@ -87,6 +89,14 @@ type Budget interface {
 // sliceUnits is the grammar work done between two checks of a Budget
 // (about 25-75 us).
 const sliceUnits = 256
+
+// freeCheckUnits is the token-check work a SampleWithin call does without
+// asking its Budget: an ordinary schema's check is a few units (one or
+// two stacks, a token's bytes), and a budget spent by other sequences'
+// masks must not defer a draw that costs nothing (a deferral copies the
+// logits). Past it, checks take the budget in slices like a mask: a
+// wide schema's check of a long token is up to MaxStacks x its bytes.
+const freeCheckUnits = sliceUnits
 
 // errPending stops a draw whose mask the budget did not leave room for.
 var errPending = &Error{"pending", "the output format's mask is not computed yet"}
@@ -240,20 +250,23 @@ func (s *Sampler) Sample(logits []float32) (int32, error) {
 	return id, err
 }
 
-// SampleWithin is Sample with the grammar's mask work bounded by b. When
-// the draw needs a mask that b leaves no room to finish, it reports
-// pending and leaves the sampler as it was, except that the mask work
-// done so far is kept: call it again with the same logits (at a later
-// step, with a new budget) to go on. The token it finally draws is the
-// one Sample would have drawn. Work that is not a mask (checking the
-// drawn token, a handful of candidates) is not bounded: it costs one
-// token's bytes each.
+// SampleWithin is Sample with the grammar's work bounded by b. When the
+// draw needs a mask (or a token check) that b leaves no room to finish,
+// it reports pending and leaves the sampler as it was, except that the
+// grammar work done so far is kept: call it again with the same logits
+// (at a later step, with a new budget) to go on. The token it finally
+// draws is the one Sample would have drawn. Checking the drawn token (and
+// a handful of candidates) is grammar work too: a few units each for an
+// ordinary schema, which the call does without asking b
+// (freeCheckUnits), but up to MaxStacks stacks stepped by each of the
+// token's bytes for a wide one, which takes b in slices like a mask. The
+// returned token was checked, so its Accept (Observe) does no work.
 func (s *Sampler) SampleWithin(logits []float32, b Budget) (id int32, pending bool, err error) {
 	if s.bad != nil {
 		return -1, false, s.bad
 	}
 	src, n := *s.src, s.n
-	s.budget = b
+	s.budget, s.free = b, freeCheckUnits
 	id, err = s.draw(s.process(logits))
 	s.budget = nil
 	if err == errPending {
@@ -272,9 +285,59 @@ func (s *Sampler) SampleWithin(logits []float32, b Budget) (id int32, pending bo
 }
 
 func (s *Sampler) draw(logits []float32) (int32, error) {
+	id, err := s.drawOne(logits)
+	if err != nil || s.m == nil || s.budget == nil {
+		return id, err
+	}
+	// A token drawn from the mask was not checked: check it now, within
+	// the budget, so that its Accept (Observe) takes the check's result
+	// instead of stepping every stack through its bytes on the shared
+	// step. (A token checked already costs nothing here.)
+	if _, err := s.allowed(id); err != nil {
+		return -1, err
+	}
+	return id, nil
+}
+
+// allowed is the grammar's check of the drawn token id: Allowed, with the
+// work past s.free taken from s.budget in slices; errPending when the
+// budget runs out first (the check resumes at the next call).
+func (s *Sampler) allowed(id int32) (bool, error) {
+	if s.budget == nil {
+		return s.m.Allowed(id), nil
+	}
+	if s.free > 0 {
+		ok, done, used := s.m.CheckWithin(id, s.free)
+		s.free -= used
+		if done {
+			return ok, nil
+		}
+	}
+	for {
+		if !s.budget.Left() {
+			return false, errPending
+		}
+		ok, done, used := s.m.CheckWithin(id, sliceUnits)
+		s.budget.Spend(used)
+		if done {
+			return ok, nil
+		}
+	}
+}
+
+func (s *Sampler) drawOne(logits []float32) (int32, error) {
 	if s.p.Greedy() {
 		id := Greedy(logits)
-		if s.m != nil && (id < 0 || !s.m.Allowed(id)) {
+		if s.m != nil && id >= 0 {
+			ok, err := s.allowed(id)
+			if err != nil {
+				return -1, err
+			}
+			if !ok {
+				id = -1
+			}
+		}
+		if s.m != nil && id < 0 {
 			var err error
 			if id, err = s.greedyAllowed(logits); err != nil {
 				return -1, err
@@ -294,8 +357,11 @@ func (s *Sampler) draw(logits []float32) (int32, error) {
 			return -1, errNoFinite
 		}
 		s.n++
-		if s.m == nil || s.m.Allowed(id) {
+		if s.m == nil {
 			return id, nil
+		}
+		if ok, err := s.allowed(id); err != nil || ok {
+			return id, err
 		}
 		// Refused: the redraw is over the allowed finite ids in id order
 		// (truncate with no limit, then redraw's filter), drawn from the
@@ -312,8 +378,11 @@ func (s *Sampler) draw(logits []float32) (int32, error) {
 	}
 	id := pick(c, total, s.rng.Float64())
 	s.n++
-	if s.m == nil || s.m.Allowed(id) {
+	if s.m == nil {
 		return id, nil
+	}
+	if ok, err := s.allowed(id); err != nil || ok {
+		return id, err
 	}
 	return s.redraw(logits, c)
 }
@@ -404,17 +473,26 @@ func pick(c []cand, total, u float64) int32 {
 	return c[len(c)-1].id
 }
 
-// Work goes on with the mask a pending SampleWithin stopped in, within b,
-// and reports whether it is done (or none was pending): only then is
+// Work goes on with the token check or the mask a pending SampleWithin
+// stopped in, within b, and reports whether it is done (or none was
+// pending): only then is
 // calling SampleWithin again worth its cost, which repeats the draw
 // (bias, penalties, truncation over the vocabulary).
 func (s *Sampler) Work(b Budget) bool {
+	if s.m == nil {
+		return true
+	}
+	s.budget, s.free = b, 0
+	defer func() { s.budget = nil }()
+	if id, ok := s.m.CheckPending(); ok {
+		if _, err := s.allowed(id); err != nil {
+			return false
+		}
+	}
 	if s.job == nil {
 		return true
 	}
-	s.budget = b
 	_, err := s.allowedMask(len(s.mask) * 64)
-	s.budget = nil
 	return err == nil
 }
 
@@ -460,18 +538,24 @@ const smallCheck = 32
 // Sampler's doc for the distribution.
 func (s *Sampler) redraw(logits []float32, c []cand) (int32, error) {
 	var mask []uint64
-	ok := func(id int32) bool { return s.m.Allowed(id) }
+	ok := s.allowed
 	if len(c) > smallCheck || s.m.Costly() {
 		var err error
 		if mask, err = s.allowedMask(len(logits)); err != nil {
 			return -1, err
 		}
-		ok = func(id int32) bool { return has(mask, id) }
+		ok = func(id int32) (bool, error) { return has(mask, id), nil }
 	}
+	// A check cut short by the budget leaves c half filtered: the
+	// repeated draw truncates the logits into it afresh.
 	kept := c[:0]
 	var total float64
 	for _, x := range c {
-		if ok(x.id) {
+		in, err := ok(x.id)
+		if err != nil {
+			return -1, err
+		}
+		if in {
 			kept = append(kept, x)
 			total += x.prob
 		}

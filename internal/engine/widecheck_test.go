@@ -1,0 +1,155 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/internal/sample"
+)
+
+// A hostile schema must not hold up a co-tenant through the check of its
+// drawn token. Tenant "evil" asks for an anyOf of 500 string patterns
+// (500 parses alive inside the string) and biases Qwen2's 128-space token
+// so that it is the draw at every step: checking it steps every parse by
+// every byte, ~384,000 grammar units a token (100-250 ms of CPU), which
+// ran on the shared step outside the grammar budget. With a budget of
+// 4,096 units a step (driven, so the test counts steps, not time), each
+// of evil's tokens now takes about a hundred steps, deferred like a mask,
+// while tenant "b" decodes a token every step: b's 40 tokens are all out
+// before evil's third (before the fix evil's four tokens took four steps,
+// each holding b up), every one of evil's checked draws was deferred, and
+// evil's output is what it is alone with the default budget.
+func TestWideCheckDoesNotHoldUpCoTenant(t *testing.T) {
+	m := newWide(t, time.Millisecond)
+	long := int32(-1)
+	for i := range int32(m.v.Size()) {
+		if m.v.Piece(i) == strings.Repeat(" ", 128) {
+			long = i
+		}
+	}
+	if long < 0 {
+		t.Fatal("no 128-space token in the Qwen2 vocabulary")
+	}
+	var br []string
+	for i := range 500 {
+		br = append(br, fmt.Sprintf(`{"type":"string","pattern":"^[a-z ]*%04d$"}`, i))
+	}
+	evil := func(n int) *Request {
+		return &Request{Tenant: "evil", Prompt: prompt(1, 3), MaxTokens: n, Sampling: sample.Params{
+			LogitBias: []sample.Bias{{ID: long, Bias: 100}},
+			Format:    sample.Format{Kind: sample.FormatJSONSchema, Schema: `{"anyOf":[` + strings.Join(br, ",") + `]}`}}}
+	}
+	const evilTokens, bTokens = 4, 40
+	t0 := time.Now()
+	// Alone, with a budget no check passes: the draws are the unbounded ones.
+	acfg := toyConfig(m, 512)
+	acfg.GrammarUnits = 1 << 30
+	alone, err := NewColocated(acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := alone.Submit(context.Background(), evil(evilTokens))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := collect(t, s)
+	closeWithin(t, alone)
+	if want.final.Err != nil || len(want.tokens) != evilTokens {
+		t.Fatalf("evil alone: %d tokens, %v", len(want.tokens), want.final.Err)
+	}
+	if i := slices.Index(want.tokens, long); i < 0 || i > 1 {
+		t.Fatalf("evil alone drew %v: the 128-space token is not the draw", want.tokens)
+	}
+
+	t.Logf("alone %v", time.Since(t0))
+	cfg := toyConfig(m, 512)
+	cfg.GrammarUnits = 4096
+	col, err := NewColocated(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeWithin(t, col)
+	// Warm the first position's mask (cached for the tenant's schema),
+	// so that only the checks inside the string are costly.
+	if s, err = col.Submit(context.Background(), evil(1)); err != nil {
+		t.Fatal(err)
+	}
+	collect(t, s)
+	t.Logf("warm %v", time.Since(t0))
+	d0 := col.sched.deferrals.Load()
+	var mu sync.Mutex
+	var order []string // "evil" or "b", one per token in arrival order
+	var wg sync.WaitGroup
+	var got [2]result
+	for i, r := range []*Request{evil(evilTokens), {Tenant: "b", Prompt: prompt(7, 3), MaxTokens: bTokens, IgnoreEOS: true}} {
+		s, err := col.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			timeout := time.After(120 * time.Second)
+			for {
+				select {
+				case ev, ok := <-s.Events():
+					if !ok {
+						return
+					}
+					if ev.Done || ev.Err != nil {
+						got[i].final = ev
+						continue
+					}
+					got[i].tokens = append(got[i].tokens, ev.Token)
+					mu.Lock()
+					order = append(order, r.Tenant)
+					mu.Unlock()
+				case <-timeout:
+					t.Errorf("%s: stream did not end", r.Tenant)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	deferred := col.sched.deferrals.Load() - d0
+	if got[0].final.Err != nil || got[1].final.Err != nil {
+		t.Fatalf("evil %v, b %v", got[0].final.Err, got[1].final.Err)
+	}
+	if !slices.Equal(got[0].tokens, want.tokens) {
+		t.Fatalf("evil with its checks deferred drew %v, alone %v", got[0].tokens, want.tokens)
+	}
+	if len(got[1].tokens) != bTokens {
+		t.Fatalf("b got %d tokens, want %d", len(got[1].tokens), bTokens)
+	}
+	lastB := slices.Index(order, "b")
+	for i, who := range order {
+		if who == "b" {
+			lastB = i
+		}
+	}
+	evilBefore := 0
+	for _, who := range order[:lastB] {
+		if who == "evil" {
+			evilBefore++
+		}
+	}
+	checked := 0
+	for _, id := range want.tokens {
+		if id == long {
+			checked++
+		}
+	}
+	t.Logf("evil: %d tokens (%d of 128 spaces), %d draws deferred; %d of them out before b's %d", evilTokens, checked, deferred, evilBefore, bTokens)
+	if evilBefore > 2 {
+		t.Fatalf("evil emitted %d tokens before b's %d were out: its checks ran on the shared step", evilBefore, bTokens)
+	}
+	if deferred < int64(checked) {
+		t.Fatalf("%d of evil's draws deferred, want every checked 128-space draw (%d)", deferred, checked)
+	}
+}
