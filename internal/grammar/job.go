@@ -173,9 +173,10 @@ func (c *Compiled) exactWalk(stacks []*frame, dst []uint64, only []int32, peak *
 
 // MaskJob computes a matcher's mask (what Mask computes) in slices of
 // bounded work. The matcher must not accept a token while a job for it
-// is unfinished. Its work unit is one trie node stepped, one byte of an
-// uncertain token checked, or one stack stepped by the union walk (about
-// 0.1-0.3 us each).
+// is unfinished. Its work unit is one trie node stepped or one stack
+// stepped by a byte (in a trie walk or an uncertain token's check; a
+// token check, Matcher.CheckWithin, counts the same): 35-55 ns each on a
+// Zen 4, several times that on a loaded machine (MaxMaskWork).
 //
 // A mask is computed one stack at a time (each from its position's
 // cached mask) while that is exact: the union of the stacks' masks is
@@ -212,12 +213,17 @@ type MaskJob struct {
 // tokens) and a cold position a walk of the trie.
 const unionAt = 32
 
-// MaxMaskWork bounds the work of one union walk (a tenth of a second to
-// a second of CPU, spread over steps by the grammar budget; a 300-way
-// anyOf of objects takes about 100,000 units a token on Qwen2's 151k
-// vocabulary): a schema whose mask needs more gets no token (its request
-// fails with grammar_ambiguous) rather than hold a share of the worker's
-// steps for long.
+// MaxMaskWork bounds the work of one union walk: a schema whose mask
+// needs more gets no token (its request fails with grammar_ambiguous)
+// rather than hold a share of the worker's steps for long. What the bound
+// costs: a unit of the union walk is 35-55 ns of CPU on an AMD EPYC Zen 4
+// (BenchmarkUnionWalk, Qwen2's 151k vocabulary, 2 vCPUs at load 7-13),
+// so a walk at the bound is 0.6-0.9 s of CPU, and 1.7-5 s on a machine
+// loaded 13-30 (0.1-0.3 us a unit measured there). It is spread over
+// steps by the grammar budget, so that time is the constrained request's
+// wait, not its co-tenants'. For scale: the first mask inside a 300-way
+// anyOf of objects is about 100,000 units, inside a 500-way anyOf of
+// string patterns about 270,000.
 const MaxMaskWork = 1 << 24
 
 // maxMaskWork is the bound in force (tests lower it).

@@ -54,7 +54,8 @@ func BenchmarkCheckWideStacks(b *testing.B) {
 	work := float64(n * 128)
 	b.Run("Allowed", func(b *testing.B) {
 		for b.Loop() {
-			if !m.Allowed(long) {
+			// A clone: the matcher remembers the checks at its position.
+			if !m.Clone().Allowed(long) {
 				b.Fatal("128 spaces refused")
 			}
 		}
@@ -270,4 +271,54 @@ func TestCheckWithinSlices(t *testing.T) {
 		}
 	}
 	t.Logf("%d units a whole check; %d slices of %d", whole, calls, budget)
+}
+
+// BenchmarkUnionWalk is the time of a grammar work unit in the costliest
+// mask, the union walk (MaxMaskWork's unit), on Qwen2's 151k vocabulary:
+// the first mask inside a 300-way anyOf of objects (after "{") and inside
+// a 500-way anyOf of string patterns (after the opening quote), each a
+// whole walk, from a cold matcher every time. Reported: units a walk and
+// ns a unit.
+func BenchmarkUnionWalk(b *testing.B) {
+	v := repoVocab(b, "ggml-vocab-qwen2.gguf")
+	var br []string
+	for i := range 500 {
+		br = append(br, fmt.Sprintf(`{"type":"string","pattern":"^[a-z ]*%04d$"}`, i))
+	}
+	for _, c := range []struct{ name, schema, open string }{
+		{"anyOf300objects", wideAnyOf(300, true), "{"},
+		{"anyOf500patterns", `{"anyOf":[` + strings.Join(br, ",") + `]}`, `"`},
+	} {
+		g, err := CompileSchema([]byte(c.schema))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var open int32 = -1
+		for id := range int32(v.Size()) {
+			if v.Piece(id) == c.open {
+				open = id
+			}
+		}
+		b.Run(c.name, func(b *testing.B) {
+			mask := make([]uint64, v.Words())
+			units := 0
+			for b.Loop() {
+				m := Bind(g, v).NewMatcher()
+				if err := m.Accept(open); err != nil {
+					b.Fatal(err)
+				}
+				j := m.MaskJob(mask)
+				for done := false; !done; {
+					var u int
+					u, done = j.Run(1 << 30)
+					units += u
+				}
+				if j.Over() {
+					b.Fatal("the walk passed MaxMaskWork")
+				}
+			}
+			b.ReportMetric(float64(units)/float64(b.N), "units")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(units), "ns/unit")
+		})
+	}
 }
