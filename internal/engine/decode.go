@@ -94,9 +94,12 @@ type dhandoff struct {
 	stream    *tokenStream
 	params    handoff.StreamParams
 	cancelled bool
-	started   bool
-	q         *seq
-	failed    error
+	// aborted: an Abort came while the started handoff's sampler was
+	// being made (startLocked), before its sequence existed.
+	aborted bool
+	started bool
+	q       *seq
+	failed  error
 	// since is when the handoff last made progress: its reservation, or
 	// its last page write applied (a long prompt streams its pages while
 	// it prefills, so a slow prefill that keeps writing is not stale).
@@ -530,8 +533,11 @@ func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
 		// prompt, never into a full prompt page.
 		w.cache.insert(acc.Owner, acc.Pages, h.keys, acc.CachedBlocks)
 	}
-	w.startLocked(c.Handoff, h)
+	start := w.startLocked(c.Handoff, h)
 	w.mu.Unlock()
+	if start != nil {
+		start()
+	}
 	return nil
 }
 
@@ -542,6 +548,13 @@ func (w *DecodeWorker) Abort(ctx context.Context, a *handoff.Abort) error {
 	if h != nil && h.started {
 		// Already decoding: the protocol is over, the sequence owns its
 		// pages; stop it like a cancel but report the failure.
+		if h.q == nil {
+			// Its sampler is still being made: the sequence takes
+			// these when it joins.
+			h.cancelled, h.aborted = true, true
+			w.mu.Unlock()
+			return nil
+		}
 		h.q.aborted.Store(true)
 		h.q.cancel.Store(true)
 		w.mu.Unlock()
@@ -572,6 +585,12 @@ func (w *DecodeWorker) Drained(ctx context.Context, id kv.ID) error {
 
 // Stream implements handoff.Decode.
 func (w *DecodeWorker) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams) (handoff.TokenStream, error) {
+	var start func()
+	defer func() {
+		if start != nil {
+			start() // once w.mu is released (the next defer)
+		}
+	}()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	h := w.handoffs[id]
@@ -595,7 +614,7 @@ func (w *DecodeWorker) Stream(ctx context.Context, id kv.ID, p handoff.StreamPar
 		h.stream.push(handoff.Token{Err: h.failed})
 		delete(w.handoffs, id)
 	} else {
-		w.startLocked(id, h)
+		start = w.startLocked(id, h)
 	}
 	return h.stream, nil
 }
@@ -619,12 +638,25 @@ func (w *DecodeWorker) Cancel(ctx context.Context, id kv.ID) error {
 	return nil
 }
 
-// startLocked joins a committed handoff whose stream is open to the batch.
-func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) {
+// startLocked marks a committed handoff whose stream is open as started
+// and returns what joins it to the batch (nil: not ready yet), to run
+// once w.mu is released: making its sampler replays the tokens generated
+// before through the request's grammar (I14), which for a wide schema and
+// a long output is seconds of work, and w.mu is what every handoff and
+// the scheduler (a sequence's end) take.
+func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) func() {
 	if !h.committed || h.stream == nil || h.started {
-		return
+		return nil
 	}
 	h.started = true
+	// h's fields read below no longer change: a started handoff is only
+	// cancelled or aborted (through h.q, or the flags read under w.mu).
+	return func() { w.start(id, h) }
+}
+
+// start makes a started handoff's sampler and joins its sequence to the
+// batch (startLocked), holding w.mu only to publish the sequence.
+func (w *DecodeWorker) start(id kv.ID, h *dhandoff) {
 	samp, serr := decodeSampler(w.cfg.formats, h.owner.Tenant, h.params, h.first)
 	if serr == nil {
 		serr = samp.Err()
@@ -660,8 +692,11 @@ func (w *DecodeWorker) startLocked(id kv.ID, h *dhandoff) {
 		delete(w.handoffs, id)
 		w.mu.Unlock()
 	}
+	w.mu.Lock()
 	q.cancel.Store(h.cancelled)
+	q.aborted.Store(h.aborted)
 	h.q = q
+	w.mu.Unlock()
 	w.sched.add(q)
 }
 
@@ -893,9 +928,10 @@ func (w *DecodeWorker) quotaLocked(now time.Time, tenant string, weight int) sch
 		}
 	}
 	for _, h := range w.handoffs {
-		if !h.started && h.failed == nil {
+		if (!h.started || h.q == nil) && h.failed == nil {
 			// A handoff that failed (aborted, revoked) before its stream
-			// opened holds no pages any more.
+			// opened holds no pages any more; one started but still
+			// making its sampler (start) is not in the batch's count yet.
 			at(h.tenant, h.weight).Held += h.pages
 		}
 	}

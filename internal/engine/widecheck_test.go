@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/grammar"
+	"sluice/internal/handoff"
 	"sluice/internal/sample"
 )
 
@@ -152,4 +154,93 @@ func TestWideCheckDoesNotHoldUpCoTenant(t *testing.T) {
 	if deferred < int64(checked) {
 		t.Fatalf("%d of evil's draws deferred, want every checked 128-space draw (%d)", deferred, checked)
 	}
+}
+
+// probeWide is the wide toy whose GrammarVocab, asked for when a worker
+// makes its first constrained sampler, calls probe first.
+type probeWide struct {
+	*wide
+	probe func()
+}
+
+func (p probeWide) GrammarVocab() *grammar.Vocab {
+	p.probe()
+	return p.wide.GrammarVocab()
+}
+
+// A decode worker makes a resumed request's sampler, which replays the
+// tokens generated before through the request's grammar (I14), without
+// its handoff lock held: for the 500-way anyOf each 128-space token
+// replayed is an unbudgeted check of ~384,000 units, and a long output
+// replayed under the lock held up every other tenant's Reserve, Commit
+// and Stream and the scheduler (a sequence's end takes the lock). The
+// model's GrammarVocab, asked for inside the sampler's making, tries the
+// lock; the replayed request's first token comes out as usual.
+func TestDecodeReplaysOutsideTheLock(t *testing.T) {
+	m := newWide(t, 0)
+	long := int32(-1)
+	quote := int32(-1)
+	for i := range int32(m.v.Size()) {
+		switch m.v.Piece(i) {
+		case strings.Repeat(" ", 128):
+			long = i
+		case `"`:
+			quote = i
+		}
+	}
+	var dw *DecodeWorker
+	probed, held := 0, 0
+	pm := probeWide{m, func() {
+		if dw == nil {
+			return
+		}
+		probed++
+		if dw.mu.TryLock() {
+			dw.mu.Unlock()
+		} else {
+			held++
+		}
+	}}
+	cfg := toyConfig(pm, 64)
+	cfg.Unsafe = Unsafe{NoCountCheck: true, NoDigest: true}
+	var err error
+	if dw, err = NewDecodeWorker(cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	var br []string
+	for i := range 500 {
+		br = append(br, fmt.Sprintf(`{"type":"string","pattern":"^[a-z ]*%04d$"}`, i))
+	}
+	ctx := context.Background()
+	id := newID()
+	if _, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "evil", PromptTokens: 12, MaxTokens: 3, Model: FingerprintOf(pm)}); err != nil {
+		t.Fatal(err)
+	}
+	p := sample.Params{LogitBias: []sample.Bias{{ID: long, Bias: 100}},
+		Format: sample.Format{Kind: sample.FormatJSONSchema, Schema: `{"anyOf":[` + strings.Join(br, ",") + `]}`}}
+	ts, err := dw.Stream(ctx, id, handoff.StreamParams{Sampling: p, Generated: []int32{quote, long, long, long}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dw.Commit(ctx, &handoff.Commit{Handoff: id, Tokens: 12, Digest: []byte{1}, FirstToken: long}); err != nil {
+		t.Fatal(err)
+	}
+	// The first token is emitted as the sequence joins; no page was
+	// written here (the checks that would refuse that are off), so the
+	// steps after it may fail: only the first is the replay's.
+	tok, err := ts.Recv()
+	if err != nil || tok.Err != nil || tok.ID != long {
+		t.Fatalf("the resumed request's first item %+v, %v; want the 128-space token", tok, err)
+	}
+	for !tok.Done && tok.Err == nil {
+		if tok, err = ts.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if probed != 1 || held != 0 {
+		t.Fatalf("the sampler was made %d times, %d of them with the handoff lock held", probed, held)
+	}
+	dw.Tick(time.Now().Add(time.Hour))
+	waitDrained(t, dw.Pool())
 }
