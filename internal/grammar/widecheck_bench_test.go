@@ -228,6 +228,9 @@ func TestCheckWithinSlices(t *testing.T) {
 		if id, ok := m.CheckPending(); !ok || id != long {
 			t.Fatalf("pending check %d %v, want %d", id, ok, long)
 		}
+		if calls > 128 {
+			t.Fatalf("%d slices for a 128-byte token: the check does not resume", calls)
+		}
 	}
 	if calls < whole/(budget+step) {
 		t.Fatalf("%d slices for %d units at %d a slice", calls, whole, budget)
