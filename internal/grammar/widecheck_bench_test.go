@@ -325,3 +325,43 @@ func BenchmarkUnionWalk(b *testing.B) {
 		})
 	}
 }
+
+// A mask's work units count the stacks its trie walks step, not only the
+// trie nodes: from the position before a 500-way anyOf of string
+// patterns, the opening quote's node is 500 stacks, and every node below
+// it steps them all. The units a MaskJob reports, slice by slice, are at
+// least the stacks its walks stepped (walkStep.work), so the step's
+// grammar budget sees what the walk costs.
+func TestMaskUnitsCountFanOut(t *testing.T) {
+	m, _ := wideMatcher(t, 500)
+	start := Bind(m.c.g, m.c.v).NewMatcher() // cold: no cached position masks
+	if len(start.stacks) != 1 {
+		t.Fatalf("%d stacks at the start, want 1", len(start.stacks))
+	}
+	mask := make([]uint64, m.c.v.Words())
+	j := start.MaskJob(mask)
+	walks := func() []*trieWalk { return []*trieWalk{j.pw, j.xw, j.uw} }
+	seen := map[*walkStep]int{} // the work each walk's stepper did
+	units := 0
+	for done := false; !done; {
+		var u int
+		u, done = j.Run(50)
+		units += u
+		for _, w := range walks() {
+			if w != nil {
+				seen[w.ws] = w.ws.work
+			}
+		}
+	}
+	stepped := 0
+	for _, n := range seen {
+		stepped += n
+	}
+	if stepped < 500 {
+		t.Fatalf("the walks stepped %d stacks: the case does not fan out", stepped)
+	}
+	if units < stepped {
+		t.Fatalf("the mask reported %d units for walks that stepped %d stacks", units, stepped)
+	}
+	t.Logf("%d units reported, %d stacks stepped by %d walks", units, stepped, len(seen))
+}
