@@ -17,7 +17,10 @@ import (
 // connections (and, for shm, one-sided writes into the decode pool's
 // shared mapping), as separate processes would be.
 type remoteRig struct {
-	eng     *Disaggregated
+	eng *Disaggregated
+	// rp and rd are the router's links to the two workers.
+	rp      handoff.Prefill
+	rd      handoff.Decode
 	pw      *PrefillWorker
 	dw      *DecodeWorker
 	closers []func()
@@ -102,6 +105,7 @@ func newRemoteRigWrap(t *testing.T, transport string, pcfg, dcfg Config, wrap fu
 	// The router's links to both.
 	rp := dialTCP(t, tc, paddr)
 	rd := dialTCP(t, tc, daddr)
+	r.rp, r.rd = rp, rd
 	r.closers = append(r.closers, func() { rp.Close(); rd.Close() })
 	eng, err := NewDisaggregated(DisaggConfig{Model: dcfg.Model.Name(), Vocab: dcfg.Model.Vocab(), Fingerprint: FingerprintOf(dcfg.Model),
 		Context: EffectiveContext(pw.Context(), dw.Context()),
