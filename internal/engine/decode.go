@@ -61,6 +61,21 @@ type DecodeWorker struct {
 
 	// now is the clock of every protocol call: time.Now, or a driver's.
 	now func() time.Time
+
+	// hooks: TEST HOOK ONLY, nil in production. Called where another
+	// call may interleave, so a test can force that interleaving.
+	hooks *decodeHooks
+}
+
+// decodeHooks are the points of a decode worker where a test may stop
+// one call and run another (abort_race_test.go).
+type decodeHooks struct {
+	// abortChecked: in Abort, after the worker's own look at the handoff
+	// and before the receiver's abort.
+	abortChecked func(kv.ID)
+	// commitAccepted: in Commit, after the receiver accepted the commit
+	// and before the worker takes its pages.
+	commitAccepted func(kv.ID)
 }
 
 var _ handoff.Decode = (*DecodeWorker)(nil)
@@ -513,11 +528,18 @@ func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
 		w.end(c.Handoff, err)
 		return err
 	}
+	if w.hooks != nil && w.hooks.commitAccepted != nil {
+		w.hooks.commitAccepted(c.Handoff)
+	}
 	w.mu.Lock()
 	h := w.handoffs[c.Handoff]
-	if h == nil {
-		// Ended meanwhile (an abort raced the commit): the pages are ours
-		// now and nobody will read them.
+	if h == nil || h.failed != nil {
+		// Ended meanwhile (an abort raced the commit: Abort ends the
+		// worker's side before the receiver's, which then found the
+		// commit accepted and did nothing): the pages are ours now and
+		// nobody will read them. A handoff whose stream is not open yet
+		// keeps its failure for that stream (and Tick forgets it); it
+		// holds no pages.
 		w.mu.Unlock()
 		releasePages(w.pool, acc.Owner, acc.Pages)
 		return handoff.ErrAborted.With("the handoff ended while it was committing")
@@ -542,10 +564,46 @@ func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
 }
 
 // Abort implements handoff.Decode.
+//
+// The worker's side ends first, then the receiver's, then the worker
+// looks again. A commit the receiver accepts in between (Commit runs the
+// receiver, then takes mu) either finds the handoff ended here and
+// releases the pages it was handed, or took them before the second look,
+// which stops or releases them. Either way no committed page outlives
+// the abort: the receiver's abort does nothing to an accepted handoff, so
+// its answer alone cannot be relied on for that.
 func (w *DecodeWorker) Abort(ctx context.Context, a *handoff.Abort) error {
+	err := handoff.ErrAborted.With("%s", a.Reason)
+	if w.abortLocal(a.Handoff, err) {
+		return nil // committed: the receiver holds nothing of it
+	}
+	if w.hooks != nil && w.hooks.abortChecked != nil {
+		w.hooks.abortChecked(a.Handoff)
+	}
+	w.rmu.Lock()
+	w.recv.Abort(w.now(), a.Handoff, a.Reason)
+	w.rmu.Unlock()
+	// The second look: a commit the worker took meanwhile, or a Reserve
+	// of this id that landed meanwhile (an abort overtaking its Reserve,
+	// which the receiver ended just now).
+	w.abortLocal(a.Handoff, err)
+	return nil
+}
+
+// abortLocal ends the worker's side of handoff id for an abort, under mu
+// in one piece: a sequence already decoding is stopped and reported as
+// failed; a committed one not decoding yet gives its pages back; one not
+// committed is ended (its stream, or the one opened later, gets err),
+// which a racing Commit then sees. It reports whether the handoff was
+// committed.
+func (w *DecodeWorker) abortLocal(id kv.ID, err error) bool {
 	w.mu.Lock()
-	h := w.handoffs[a.Handoff]
-	if h != nil && h.started {
+	h := w.handoffs[id]
+	switch {
+	case h == nil:
+		w.mu.Unlock()
+		return false
+	case h.started:
 		// Already decoding: the protocol is over, the sequence owns its
 		// pages; stop it like a cancel but report the failure.
 		if h.q == nil {
@@ -553,27 +611,23 @@ func (w *DecodeWorker) Abort(ctx context.Context, a *handoff.Abort) error {
 			// these when it joins.
 			h.cancelled, h.aborted = true, true
 			w.mu.Unlock()
-			return nil
+			return true
 		}
 		h.q.aborted.Store(true)
 		h.q.cancel.Store(true)
 		w.mu.Unlock()
 		w.sched.poke()
-		return nil
-	}
-	if h != nil && h.committed {
-		delete(w.handoffs, a.Handoff)
+		return true
+	case h.committed:
+		delete(w.handoffs, id)
 		w.mu.Unlock()
 		releasePages(w.pool, h.owner, h.table)
-		h.fail(handoff.ErrAborted.With("%s", a.Reason))
-		return nil
+		h.fail(err)
+		return true
+	default:
+		w.endLocked(id, h, err) // unlocks mu
+		return false
 	}
-	w.mu.Unlock()
-	w.rmu.Lock()
-	w.recv.Abort(w.now(), a.Handoff, a.Reason)
-	w.rmu.Unlock()
-	w.end(a.Handoff, handoff.ErrAborted.With("%s", a.Reason))
-	return nil
 }
 
 // Drained implements handoff.Decode.
@@ -700,15 +754,25 @@ func (w *DecodeWorker) start(id kv.ID, h *dhandoff) {
 	w.sched.add(q)
 }
 
-// end forgets a handoff that failed or was aborted before decoding and
+// end forgets a handoff that failed or was aborted before its commit and
 // ends its stream with the error (or keeps it for a stream opened later).
+// A committed handoff is not ended here (a late write or a repeated commit
+// after it changes nothing the commit verified): only an abort or a cancel
+// ends it, and gives its pages back.
 func (w *DecodeWorker) end(id kv.ID, err error) {
 	w.mu.Lock()
 	h := w.handoffs[id]
-	if h == nil || h.started {
+	if h == nil || h.started || h.committed {
 		w.mu.Unlock()
 		return
 	}
+	w.endLocked(id, h, err)
+}
+
+// endLocked is end's work on h, not committed, under mu, which it
+// unlocks. A handoff with its failure recorded holds no pages: Commit
+// and Tick rely on it.
+func (w *DecodeWorker) endLocked(id kv.ID, h *dhandoff, err error) {
 	if h.stream == nil {
 		if h.failed == nil {
 			// The first failure says why (a revocation stays one when
