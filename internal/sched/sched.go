@@ -42,8 +42,13 @@
 //     refused for room of each tenant may wait at once; when every tenant
 //     with waiting requests has one, nothing is admitted until pages come
 //     back, as with a single tenant. How far a tenant can starve
-//     another's large request is bounded by the KV quota (pages.go): a
-//     tenant refused within its share holds the others at their shares.
+//     another's large request is bounded twice: by the KV quota
+//     (pages.go), a tenant refused within its share holding the others
+//     at their shares; and, for a request the quota does not cover
+//     (larger than its tenant's share), by overtaking ending once every
+//     request it waits for (running at its refusal, or admitted ahead of
+//     it since; with none running, the first to overtake it) has ended: from then on the queue's head of line is
+//     whole until it starts (see overtaken).
 //
 // The queue is shared by weight (see overShare): a tenant of weight w,
 // among tenants with waiting requests of total weight W (its own
@@ -233,6 +238,16 @@ type entry struct {
 	deadline time.Time
 	resumed  bool // preempted: in the resume list, never times out
 	refused  bool // refused for room: in retries
+	// ahead, while refused: the running requests it waits for, those
+	// running at its first refusal and those admitted ahead of it since
+	// (refused earlier, preempted). When none is left and it still waits,
+	// the pages they gave back went to requests that overtook it (see
+	// overtaken). Refused with nothing running here (the pages are held
+	// by what this core does not see: another router's requests,
+	// quarantine leases), it waits for the first request that overtakes
+	// it instead (none until then).
+	ahead map[ID]struct{}
+	none  bool
 }
 
 type tenant struct {
@@ -303,6 +318,15 @@ func (c *Core) Step(ev Event) []Action {
 		}
 	case EvReserved:
 		if c.admit != nil && c.admit.id == ev.ID {
+			for _, r := range c.retries {
+				if c.admit.refused || c.admit.resumed || r.none {
+					// Ahead of the requests still refused (or the
+					// first to overtake one refused with nothing
+					// running): they wait for it.
+					r.ahead[ev.ID] = struct{}{}
+					r.none = false
+				}
+			}
 			c.admit = nil
 			c.running[ev.ID] = true
 			c.admitted++
@@ -324,6 +348,11 @@ func (c *Core) Step(ev Event) []Action {
 				c.retries = append([]*entry{e}, c.retries...)
 			default:
 				e.refused = true
+				e.ahead = make(map[ID]struct{}, len(c.running))
+				e.none = len(c.running) == 0
+				for id := range c.running {
+					e.ahead[id] = struct{}{}
+				}
 				c.retries = append(c.retries, e)
 			}
 			c.waiting[e.id] = e
@@ -341,7 +370,7 @@ func (c *Core) Step(ev Event) []Action {
 				c.retryAt = ev.Now.Add(c.cfg.RetryInterval)
 				break
 			}
-			e.refused = false // back in its tenant's sub-queue
+			e.refused, e.ahead = false, nil // back in its tenant's sub-queue
 			t := c.tenants[e.t.name]
 			if t == nil {
 				t = e.t
@@ -359,12 +388,14 @@ func (c *Core) Step(ev Event) []Action {
 		}
 	case EvDone:
 		if c.running[ev.ID] {
+			c.ended(ev.ID)
 			delete(c.running, ev.ID)
 			c.blocked = false // pages came back: try again
 			c.release()
 		}
 	case EvPreempted:
 		if c.running[ev.ID] {
+			c.ended(ev.ID)
 			delete(c.running, ev.ID)
 			e := &entry{id: ev.ID, t: &tenant{name: ev.Tenant}, cost: 1, resumed: true}
 			c.resume = append(c.resume, e)
@@ -408,6 +439,38 @@ func (c *Core) Step(ev Event) []Action {
 		c.release()
 	}
 	return append(out, c.pump()...)
+}
+
+// ended: a running request ended (or lost its pages); the refused
+// requests no longer wait for it.
+func (c *Core) ended(id ID) {
+	for _, e := range c.retries {
+		delete(e.ahead, id)
+	}
+	if c.admit != nil && c.admit.refused {
+		// Tried again now; refused again, it keeps its place and its count.
+		delete(c.admit.ahead, id)
+	}
+}
+
+// overtaken reports whether a request refused for room has seen every
+// request it waits for (running at its refusal, admitted ahead of it
+// since) end and still waits: the pages they gave back went to other
+// tenants' requests that overtook it. From then on nothing overtakes the
+// refused requests (head of line for the whole queue, as with a single
+// tenant) until they start, so such a request waits at most for those
+// requests and the ones that overtook it meanwhile. Without it a tenant
+// whose requests fit the pages one of its own requests gives back (a
+// client with a few requests in flight) keeps another tenant's larger
+// request (larger than its KV share, so the quota caps nobody for it)
+// out until its queue timeout.
+func (c *Core) overtaken() bool {
+	for _, e := range c.retries {
+		if len(e.ahead) == 0 && !e.none {
+			return true
+		}
+	}
+	return false
 }
 
 // release ends the pass-over of the tenants refused for their page share.
@@ -660,7 +723,7 @@ func (c *Core) pump() []Action {
 		c.admit = e
 		return []Action{{Kind: ActAdmit, ID: e.id}}
 	}
-	if len(c.ring) == 0 {
+	if len(c.ring) == 0 || (c.blocked && c.overtaken()) {
 		return nil
 	}
 	// A tenant with a request refused for room waits behind it (head of
