@@ -184,6 +184,16 @@ var models = []struct {
 		},
 	},
 	{
+		file:  "abortcommit.pml",
+		small: nil, // one handoff, two aborts, its commit and its stream
+		full:  nil,
+		variants: []variant{
+			{"-DOLD_ABORT", "an abort that ignores what the core's abort found strands committed pages or leaves the sequence decoding", "(releases==1)&&( !(started)||stopped)"},
+			{"-DCOMMIT_IGNORES_FAILED", "a commit that takes the pages of a handoff the worker already ended strands them", "(releases==1)&&( !(started)||stopped)"},
+			{"-DNO_SECOND_LOOK", "the first look and Commit's check cover the commit race without the look after the core's abort", ""},
+		},
+	},
+	{
 		file:  "migrate.pml",
 		small: nil, // N=3 tokens, 1 preemption, --max-migrations 1
 		full:  []string{"-DN=5", "-DNPRE=2", "-DMAXM=2"},
