@@ -296,6 +296,9 @@ type server struct {
 	log    bytes.Buffer
 	part   []byte
 	onLine func(line []byte)
+	// metrics receives the admin listener's /metrics URL (sluice serve
+	// with --metrics-listen logs it).
+	metrics chan string
 }
 
 // Write is the child's stderr.
@@ -773,18 +776,29 @@ func ratio(a, b float64) float64 {
 // "listening" log line, then waits for /ready.
 func startSluice(ctx context.Context, bin string, args []string) (*server, error) {
 	addr := make(chan string, 1)
+	metrics := make(chan string, 1)
 	s, err := startServer("sluice serve", bin, append(args, "--log-format", "json"), nil, func(line []byte) {
 		var m struct{ Msg, Addr string }
-		if json.Unmarshal(line, &m) == nil && m.Msg == "listening" {
-			select {
-			case addr <- m.Addr:
-			default:
-			}
+		if json.Unmarshal(line, &m) != nil {
+			return
+		}
+		ch := addr
+		switch m.Msg {
+		case "listening":
+		case "metrics listening":
+			ch = metrics
+		default:
+			return
+		}
+		select {
+		case ch <- m.Addr:
+		default:
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.metrics = metrics
 	select {
 	case s.base = <-addr:
 	case <-s.exited:
@@ -839,5 +853,20 @@ func printBenchServe(w io.Writer, rep serveReport) {
 	}
 	if rep.Interrupted != "" {
 		fmt.Fprintf(w, "interrupted: %s\n", rep.Interrupted)
+	}
+}
+
+// metricsBase is the base URL of the admin listener's /metrics (sluice
+// serve with --metrics-listen), waiting for its log line a few seconds.
+func (s *server) metricsBase() (string, error) {
+	if s.metrics == nil {
+		return "", fmt.Errorf("%s has no metrics listener", s.name)
+	}
+	select {
+	case u := <-s.metrics:
+		s.metrics <- u // the next caller reads it too
+		return strings.TrimSuffix(u, "/metrics"), nil
+	case <-time.After(10 * time.Second):
+		return "", fmt.Errorf("%s did not log its metrics listener", s.name)
 	}
 }

@@ -1,13 +1,16 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -46,6 +49,24 @@ type crowdSide struct {
 	// finished during the phase, over b's measured time: what the flood
 	// still gets while b is protected.
 	FloodTokS float64 `json:"a_tok_s"`
+	// Phases are b's first-token phases over its measured runs (the
+	// server's sluice_first_token_phase_seconds for tenant b), by
+	// "role/phase": where b's TTFT went.
+	Phases map[string]phaseSum `json:"b_first_token_phases,omitempty"`
+}
+
+// phaseSum is one phase's requests and seconds.
+type phaseSum struct {
+	Count float64 `json:"count"`
+	Sum   float64 `json:"sum_s"`
+}
+
+// meanMS is the mean in milliseconds (0 without requests).
+func (p phaseSum) meanMS() float64 {
+	if p.Count == 0 {
+		return 0
+	}
+	return 1000 * p.Sum / p.Count
 }
 
 type crowdReport struct {
@@ -104,8 +125,9 @@ func runCrowding(ctx context.Context, b *benchServe) int {
 	}
 	// --metrics-listen: with --api-keys the admin listener defaults to
 	// 127.0.0.1:9090, which another process on the machine may hold.
+	// --metrics-tenant-labels: b's first-token phases apart from a's.
 	args := append(b.sluiceArgs(b.colocated, ctxLen, rep.PoolTokens, 64), "--api-keys", keys, "--metrics-listen", "127.0.0.1:0",
-		"--max-queue", strconv.Itoa(4*(crowdFlood+bIn)))
+		"--metrics-tenant-labels", "--max-queue", strconv.Itoa(4*(crowdFlood+bIn)))
 	rep.Args = args
 	l := serveLoad{model: b.name, prompt: b.prompt, gen: b.gen, vocab: b.vocab}
 	la := serveLoad{model: b.name, prompt: b.longPrompt, gen: b.longGen, vocab: b.vocab}
@@ -134,11 +156,30 @@ func runCrowding(ctx context.Context, b *benchServe) int {
 				// Let the flood fill the pool before b measures.
 				time.Sleep(500 * time.Millisecond)
 			}
-			before, err1 := scrapeCounter(ctx, b.client, sl.base, "sluice_preemptions_total")
+			// The metrics are on the admin listener (--metrics-listen).
+			mbase, err := sl.metricsBase()
+			if err != nil {
+				sl.stop()
+				return b.fail(1, "%v", err)
+			}
+			before, err1 := scrapeCounter(ctx, b.client, mbase, "sluice_preemptions_total")
+			pBefore, err3 := scrapePhases(ctx, b.client, mbase, "b")
 			got, wall := runTenant(ctx, b, sl.base, "key-b", l, bIn, b.requests)
-			after, err2 := scrapeCounter(ctx, b.client, sl.base, "sluice_preemptions_total")
+			after, err2 := scrapeCounter(ctx, b.client, mbase, "sluice_preemptions_total")
+			pAfter, err4 := scrapePhases(ctx, b.client, mbase, "b")
 			if err1 == nil && err2 == nil {
 				side.Preemptions += after - before
+			}
+			if err3 == nil && err4 == nil {
+				if side.Phases == nil {
+					side.Phases = map[string]phaseSum{}
+				}
+				for k, a := range pAfter {
+					p := side.Phases[k]
+					p.Count += a.Count - pBefore[k].Count
+					p.Sum += a.Sum - pBefore[k].Sum
+					side.Phases[k] = p
+				}
 			}
 			if flood {
 				for _, s := range stopFlood() {
@@ -277,9 +318,111 @@ func printCrowding(w io.Writer, rep crowdReport) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "flooded / alone: TTFT p50 %.2fx, p99 %.2fx; hit rate %.3f -> %.3f\n", rep.TTFTP50x, rep.TTFTP99x, rep.Alone.HitRate, rep.Flooded.HitRate)
+	printPhases(w, rep)
 	for _, r := range []crowdSide{rep.Alone, rep.Flooded} {
 		if r.Stats.FirstError != "" {
 			fmt.Fprintf(w, "first error of b: %s\n", r.Stats.FirstError)
 		}
 	}
+}
+
+// crowdPhases are the first-token phases the crowding report shows, in
+// the order a request goes through them (engine/phases.go).
+var crowdPhases = []struct{ key, what string }{
+	{"router/queue", "router queue and decode reservation"},
+	{"router/handoff", "reservation to first token, of which:"},
+	{"prefill/prefill_queue", "  prefill worker: waiting for prefill pages"},
+	{"prefill/prefill_wait", "  prefill worker: waiting for a step to run the prompt"},
+	{"prefill/prefill_compute", "  prefill worker: the prompt's steps"},
+	{"prefill/prefill_push", "  prefill worker: last chunk to the accepted commit"},
+	{"colocated/queue", "queue and KV pages"},
+	{"colocated/prefill_wait", "waiting for a step to run the prompt"},
+	{"colocated/prefill_compute", "the prompt's steps to the first token"},
+}
+
+// printPhases prints where b's TTFT went, mean ms per request alone and
+// while a floods, and the rest of the handoff the prefill worker does not
+// see (the decode stream, the commit's check, the first token's emit).
+func printPhases(w io.Writer, rep crowdReport) {
+	if len(rep.Alone.Phases) == 0 && len(rep.Flooded.Phases) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "b's time to first token by phase, mean ms per request (sluice_first_token_phase_seconds):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "  phase\talone\ta flooding\t\n")
+	for _, p := range crowdPhases {
+		a, okA := rep.Alone.Phases[p.key]
+		f, okF := rep.Flooded.Phases[p.key]
+		if !okA && !okF {
+			continue
+		}
+		fmt.Fprintf(tw, "  %s\t%.1f\t%.1f\t\n", p.what, a.meanMS(), f.meanMS())
+	}
+	rest := func(s crowdSide) float64 {
+		r := s.Phases["router/handoff"].meanMS()
+		for _, k := range []string{"prefill/prefill_queue", "prefill/prefill_wait", "prefill/prefill_compute", "prefill/prefill_push"} {
+			r -= s.Phases[k].meanMS()
+		}
+		return r
+	}
+	if _, ok := rep.Alone.Phases["prefill/prefill_queue"]; ok {
+		fmt.Fprintf(tw, "  %s\t%.1f\t%.1f\t\n", "  the rest (the router's calls, decode's stream and first token)", rest(rep.Alone), rest(rep.Flooded))
+	}
+	tw.Flush()
+}
+
+// scrapePhases reads the first-token phase histograms of tenant from a
+// server's /metrics: count and sum by "role/phase".
+func scrapePhases(ctx context.Context, client *http.Client, base, tenant string) (map[string]phaseSum, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/metrics: HTTP %d", resp.StatusCode)
+	}
+	out := map[string]phaseSum{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		rest, ok := strings.CutPrefix(l, "sluice_first_token_phase_seconds_")
+		if !ok {
+			continue
+		}
+		kind, labels, ok := strings.Cut(rest, "{")
+		if !ok || (kind != "sum" && kind != "count") {
+			continue
+		}
+		labels, value, ok := strings.Cut(labels, "} ")
+		if !ok {
+			continue
+		}
+		lv := map[string]string{}
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			lv[k] = strings.Trim(v, `"`)
+		}
+		if lv["tenant"] != tenant {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		k := lv["role"] + "/" + lv["phase"]
+		p := out[k]
+		if kind == "sum" {
+			p.Sum = v
+		} else {
+			p.Count = v
+		}
+		out[k] = p
+	}
+	return out, sc.Err()
 }

@@ -224,6 +224,15 @@ func TestBenchServeCrowding(t *testing.T) {
 	if rep.Flooded.FloodOK == 0 {
 		t.Errorf("a's flood completed nothing: %+v", rep.Flooded)
 	}
+	// b's first-token phases, scraped from the admin listener: each of
+	// b's measured requests once per phase (a's are not b's).
+	for _, side := range []crowdSide{rep.Alone, rep.Flooded} {
+		for _, k := range []string{"colocated/queue", "colocated/prefill_wait", "colocated/prefill_compute"} {
+			if p := side.Phases[k]; p.Count != 8 || p.Sum < 0 {
+				t.Errorf("b's phase %s: %+v, want 8 requests (phases %v)", k, p, side.Phases)
+			}
+		}
+	}
 }
 
 // The encryption workload end to end on stories260K: both servers (plain

@@ -54,6 +54,9 @@ type seq struct {
 	// prefilled, when set, runs once when the prompt's last token has been
 	// computed (the prefix cache inserts the new full pages).
 	prefilled func(q *seq)
+	// started, when set, runs once when a step first carries a chunk of
+	// the prompt (the first-token phases, phases.go). It must not block.
+	started   func()
 	generated int
 	maxTokens int
 	ignoreEOS bool
@@ -488,6 +491,10 @@ func (s *batch) step() {
 			if err := s.grow(q, q.fed+len(toks)); err != nil {
 				s.fail(q, err)
 				continue
+			}
+			if !q.decoded && q.started != nil {
+				q.started()
+				q.started = nil
 			}
 			budget -= len(toks)
 			steps = append(steps, Step{Tokens: toks, Pos: q.fed, KV: q.view})

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"sluice/internal/kv"
 	"sluice/internal/request"
@@ -26,6 +27,8 @@ type Colocated struct {
 	adm   *admission
 	cache *prefixCache  // nil: no prefix cache
 	quit  chan struct{} // ends the lease ticker (expireLeases)
+	// phases are the requests' first-token phases (phases.go).
+	phases phases
 }
 
 var _ Engine = (*Colocated)(nil)
@@ -80,6 +83,9 @@ func (c *Colocated) Info() Info {
 func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	st := newStream(min(max(r.MaxTokens, 0), c.ctx))
 	owner := kv.Owner{Tenant: r.Tenant, ID: newID()}
+	arrived := time.Now()
+	var admitted, started time.Time
+	firstSeen := false
 	var (
 		lc      *lifecycle
 		table   []kv.PageRef
@@ -100,7 +106,18 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 			q = colocatedSeq(owner, table, r.Prompt, cached, r.MaxTokens, r.IgnoreEOS, samp)
 			q.weight = r.Weight
 			q.ended = tk.done
-			q.emit = func(o outcome) { lc.scheduled(o, len(r.Prompt)) }
+			q.started = func() {
+				started = time.Now()
+				c.phases.observe(r.Tenant, PhasePrefillWait, started.Sub(admitted))
+			}
+			q.emit = func(o outcome) {
+				if !firstSeen && !o.done && o.err == nil && !started.IsZero() {
+					// The scheduler goroutine: started was set on it.
+					firstSeen = true
+					c.phases.observe(r.Tenant, PhasePrefillCompute, time.Since(started))
+				}
+				lc.scheduled(o, len(r.Prompt))
+			}
 			if keys != nil {
 				// The public prefix's pages read from the cache count in
 				// no tenant's share (quota.go).
@@ -174,6 +191,8 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 		return nil, e
 	}
 	c.sched.dropWant(owner)
+	admitted = time.Now()
+	c.phases.observe(r.Tenant, PhaseQueue, admitted.Sub(arrived))
 	st.cancelFn = func() { lc.step(request.Event{Kind: request.EvCancel}, nil) }
 	stopWatch := context.AfterFunc(ctx, st.Cancel)
 	st.onClose = func() { stopWatch() }

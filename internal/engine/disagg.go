@@ -80,6 +80,8 @@ type Disaggregated struct {
 	bgCancel context.CancelFunc
 	migrated atomic.Int64
 	revoked  atomic.Int64
+	// phases are the requests' first-token phases seen here (phases.go).
+	phases phases
 }
 
 var _ Engine = (*Disaggregated)(nil)
@@ -176,7 +178,7 @@ func (d *Disaggregated) Close(ctx context.Context) error {
 // prefill action, tokens reach the client only as its emit actions (I1).
 func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	st := newStream(min(max(r.MaxTokens, 0), d.cfg.Context))
-	cur := &currentHandoff{id: newID()}
+	cur := &currentHandoff{id: newID(), arrived: time.Now()}
 	var (
 		lc      *lifecycle
 		res     *handoff.Reservation
@@ -271,6 +273,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		return nil, e
 	}
 	id := cur.get()
+	cur.reserved()
 	lc.step(request.Event{Kind: request.EvReserved}, nil)
 	sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS}
 	if r.Sampling.UsesPrompt() {
@@ -331,6 +334,16 @@ type currentHandoff struct {
 	// prefix cache (usage cached_tokens).
 	cached atomic.Int64
 	p      *Pair // the workers of the current handoff
+	// arrived is the request's arrival and reservedAt its latest
+	// reservation's time (the first-token phases, phases.go).
+	arrived, reservedAt time.Time
+}
+
+// reserved notes the time of a new reservation.
+func (c *currentHandoff) reserved() {
+	c.mu.Lock()
+	c.reservedAt = time.Now()
+	c.mu.Unlock()
 }
 
 func (c *currentHandoff) pair() *Pair {
@@ -473,7 +486,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 		}
 	}
 	for {
-		dr = d.drive(r, cur.get(), cur.pair(), res, ts, lc, &gen, &cur.cached)
+		dr = d.drive(r, cur.get(), cur.pair(), res, ts, lc, &gen, cur)
 		ts.Close()
 		// retrying: this attempt failed before any token reached the
 		// client; its new reservation below spends the retry budget.
@@ -586,6 +599,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 			lc.queueEnd(e)
 			return
 		}
+		cur.reserved()
 		lc.step(request.Event{Kind: request.EvReserved}, nil)
 		var err error
 		sp := handoff.StreamParams{Sampling: r.Sampling, IgnoreEOS: r.IgnoreEOS, Generated: slices.Clone(gen)}
@@ -606,7 +620,8 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 // It reports whether decode preempted the sequence, or, for a failure
 // before any token of the request reached the client (and not an
 // integrity failure), the error to retry on (the request is still live).
-func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, gen *[]int32, cached *atomic.Int64) (dr driveResult) {
+func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reservation, ts handoff.TokenStream, lc *lifecycle, gen *[]int32, cur *currentHandoff) (dr driveResult) {
+	cached := &cur.cached
 	prompt := append(slices.Clone(r.Prompt), (*gen)...)
 	offset := len(*gen)
 	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
@@ -753,6 +768,14 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 			return dr
 		case first:
 			first = false
+			if offset == 0 {
+				// The request's first token: where its wait went.
+				cur.mu.Lock()
+				arrived, reservedAt := cur.arrived, cur.reservedAt
+				cur.mu.Unlock()
+				d.phases.observe(r.Tenant, PhaseQueue, reservedAt.Sub(arrived))
+				d.phases.observe(r.Tenant, PhaseHandoff, time.Since(reservedAt))
+			}
 			*gen = append(*gen, tok.ID)
 			// Decode's first token is the commit's: the handoff was verified
 			// (I5) and its prompt tokens are the reserved count (I9).

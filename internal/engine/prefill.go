@@ -45,8 +45,10 @@ type PrefillWorker struct {
 	}
 	// running is the Prefill calls in progress (its load report).
 	running atomic.Int64
-	quit    chan struct{} // ends the lease ticker (expireLeases)
-	closed  sync.Once
+	// phases are the prompts' first-token phases seen here (phases.go).
+	phases phases
+	quit   chan struct{} // ends the lease ticker (expireLeases)
+	closed sync.Once
 }
 
 // PrefillStats are the worker's counters, for metrics.
@@ -237,10 +239,19 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	if w.cache != nil {
 		keys = w.cache.keys(&Request{Tenant: r.Tenant, Prompt: r.Tokens, CacheScope: r.CacheScope})
 	}
+	arrived := time.Now()
 	tk, hits, table, err := w.admit(ctx, owner, r.Tenant, keys, len(r.Tokens))
 	if err != nil {
 		return nil, w.abort(r.Handoff, handoff.ErrPrefillRefused.With("prefill pool: %v", err))
 	}
+	// The first-token phases (phases.go) of a request's first handoff
+	// (a resumed one carries generated tokens: SampleOffset > 0).
+	observe := func(string, time.Duration) {}
+	if r.SampleOffset == 0 {
+		observe = func(phase string, d time.Duration) { w.phases.observe(r.Tenant, phase, d) }
+	}
+	admitted := time.Now()
+	observe(PhasePrefillQueue, admitted.Sub(arrived))
 	// After the pages are released (deferred below, or by the scheduler
 	// on a failure): the next prompt in the queue may take them.
 	defer tk.done()
@@ -261,9 +272,27 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		samp:         samp,
 		ended:        w.signalFreed,
 	}
-	if keys != nil {
-		from := len(hits)
-		q.prefilled = func(q *seq) { w.cache.insert(owner, q.table, keys, from) }
+	// Both run on the scheduler goroutine, in this order; computed is
+	// read after the prompt's end is received from it (ch).
+	var started, computed time.Time
+	q.started = func() {
+		started = time.Now()
+		observe(PhasePrefillWait, started.Sub(admitted))
+	}
+	from := len(hits)
+	q.prefilled = func(q *seq) {
+		computed = time.Now()
+		if !started.IsZero() {
+			observe(PhasePrefillCompute, computed.Sub(started))
+		}
+		if keys != nil {
+			w.cache.insert(owner, q.table, keys, from)
+		}
+	}
+	pushed := func() {
+		if !computed.IsZero() {
+			observe(PhasePrefillPush, time.Since(computed))
+		}
 	}
 	var kept []kv.PageRef
 	q.handover = func(t []kv.PageRef) { kept = t }
@@ -279,10 +308,16 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 			ch <- done{first: first, firstLP: firstLP, table: kept}
 		}
 	}
+	var out *handoff.PrefillResult
 	if w.cfg.HandoffAfterPrefill {
-		return w.pushAfter(ctx, r, q, ch, owner, cached)
+		out, err = w.pushAfter(ctx, r, q, ch, owner, cached)
+	} else {
+		out, err = w.pushStreaming(ctx, r, q, ch, owner, table, cached)
 	}
-	return w.pushStreaming(ctx, r, q, ch, owner, table, cached)
+	if err == nil {
+		pushed()
+	}
+	return out, err
 }
 
 // pushAfter prefills the whole prompt, then pushes its pages

@@ -42,6 +42,10 @@ type EngineStats struct {
 	// schedulers' counters by role (see load_metrics.go).
 	Queue *engine.QueueStats
 	Sched map[string]engine.SchedStats
+	// Phases are the first-token phases each role of this process
+	// recorded (engine/phases.go), by role ("router", "prefill",
+	// "colocated"), per tenant.
+	Phases map[string][]engine.PhaseStat
 }
 
 // Reasons of EngineStats.ReservationsRefused.
@@ -170,7 +174,7 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats, model func()
 		}
 	}
 	if stats != nil {
-		if err := reg.Register(&statsCollector{stats: stats, model: model}); err != nil {
+		if err := reg.Register(&statsCollector{stats: stats, model: model, tenantLabels: tenantLabels}); err != nil {
 			return nil, err
 		}
 	}
@@ -214,6 +218,57 @@ var (
 type statsCollector struct {
 	stats func() EngineStats
 	model func() string
+	// tenantLabels: the first-token phases by tenant too.
+	tenantLabels bool
+}
+
+// The first-token phases (engine/phases.go): where requests' time to
+// first token went, by role and phase; by tenant only with
+// --metrics-tenant-labels.
+var (
+	phaseHelp    = "Parts of the time to first token of requests (their first handoff), by role and phase: queue (router or colocated queue until the pages are reserved), handoff (router: reservation to first token), prefill_queue (prefill worker: waiting for prefill pages), prefill_wait (pages to the first step running a chunk of the prompt), prefill_compute (that step to the prompt computed; colocated: to the first token), prefill_push (prefill worker: last chunk to the accepted commit)."
+	descPhase    = prometheus.NewDesc("sluice_first_token_phase_seconds", phaseHelp, []string{"role", "phase"}, nil)
+	descPhaseTen = prometheus.NewDesc("sluice_first_token_phase_seconds", phaseHelp+" By tenant (--metrics-tenant-labels).", []string{"role", "phase", "tenant"}, nil)
+)
+
+// collectPhases exports st.Phases, summed over tenants unless byTenant.
+func collectPhases(ch chan<- prometheus.Metric, st EngineStats, byTenant bool) {
+	for role, ps := range st.Phases {
+		type key struct{ phase, tenant string }
+		sum := map[key]*engine.PhaseStat{}
+		var order []key
+		for _, p := range ps {
+			k := key{phase: p.Phase}
+			if byTenant {
+				k.tenant = p.Tenant
+			}
+			a := sum[k]
+			if a == nil {
+				a = &engine.PhaseStat{Buckets: make([]uint64, len(engine.QueueWaitBuckets))}
+				sum[k] = a
+				order = append(order, k)
+			}
+			a.Count += p.Count
+			a.Sum += p.Sum
+			for i := range a.Buckets {
+				if i < len(p.Buckets) {
+					a.Buckets[i] += p.Buckets[i]
+				}
+			}
+		}
+		for _, k := range order {
+			a := sum[k]
+			buckets := map[float64]uint64{}
+			for i, b := range engine.QueueWaitBuckets {
+				buckets[b] = a.Buckets[i]
+			}
+			if byTenant {
+				ch <- prometheus.MustNewConstHistogram(descPhaseTen, a.Count, a.Sum, buckets, role, k.phase, k.tenant)
+			} else {
+				ch <- prometheus.MustNewConstHistogram(descPhase, a.Count, a.Sum, buckets, role, k.phase)
+			}
+		}
+	}
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -234,6 +289,11 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descCacheRead
 	ch <- descCachePub
 	ch <- descVerified
+	if c.tenantLabels {
+		ch <- descPhaseTen
+	} else {
+		ch <- descPhase
+	}
 	if c.model != nil {
 		for _, d := range gatewayDescs {
 			ch <- d
@@ -270,6 +330,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descAborted, prometheus.CounterValue, float64(st.HandoffsAborted))
 	collectLoad(ch, st)
+	collectPhases(ch, st, c.tenantLabels)
 	if c.model != nil {
 		collectGateway(ch, st, c.model())
 	}

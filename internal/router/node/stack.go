@@ -82,8 +82,10 @@ type Stack struct {
 	Engine engine.Engine
 	Report preflight.Report
 	// Pools is every role's KV pool, for metrics and drain checks.
-	Pools   map[string]*kv.Pool
-	decode  *engine.DecodeWorker
+	Pools  map[string]*kv.Pool
+	decode *engine.DecodeWorker
+	// prefill is the in-process prefill worker (its first-token phases).
+	prefill *engine.PrefillWorker
 	meter   *meter
 	closers []func()
 	// peers are the connections between the roles, for Ready.
@@ -139,6 +141,16 @@ func (s *Stack) Stats() router.EngineStats {
 	}
 	if s.decode != nil {
 		st.Sched["decode"] = s.decode.SchedStats()
+	}
+	st.Phases = map[string][]engine.PhaseStat{}
+	switch e := s.Engine.(type) {
+	case *engine.Colocated:
+		st.Phases["colocated"] = e.FirstTokenPhases()
+	case engine.FirstTokenPhases:
+		st.Phases["router"] = e.FirstTokenPhases()
+	}
+	if s.prefill != nil {
+		st.Phases["prefill"] = s.prefill.FirstTokenPhases()
 	}
 	return st
 }
@@ -356,6 +368,7 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 		return err
 	}
 	s.Pools[preflight.RolePrefill] = pw.Pool()
+	s.prefill = pw
 	s.closers = append(s.closers, pw.Close)
 	if transport == TransportInproc {
 		routerPrefill = inproc.Prefill(pw)

@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// The phases of a request's time to first token, so an operator (and the
+// crowding benchmark) can see where a tenant's wait goes: in the queue,
+// at the prefill worker's pool, behind other prompts' steps, computing,
+// or in the handoff. Each role records the phases it sees, per tenant
+// (the metrics name tenants only with --metrics-tenant-labels), for the
+// first handoff of a request only (a resumed request's prompt is not a
+// first token).
+const (
+	// PhaseQueue: from arrival to the pages the request's first token is
+	// computed in (the router's or colocated engine's queue, the decode
+	// reservation; a reservation revoked before the first token counts
+	// here too).
+	PhaseQueue = "queue"
+	// PhaseHandoff (router): from the decode reservation to the first
+	// token; the prefill worker's phases below are its parts, the rest
+	// is the decode side (the stream, the commit's verification, the
+	// first token's emit).
+	PhaseHandoff = "handoff"
+	// PhasePrefillQueue (prefill worker): waiting for prefill pages.
+	PhasePrefillQueue = "prefill_queue"
+	// PhasePrefillWait: from the pages to the first step that runs a
+	// chunk of the prompt (steps of other prompts in progress or
+	// preferred).
+	PhasePrefillWait = "prefill_wait"
+	// PhasePrefillCompute: from that step to the prompt's last chunk
+	// computed (steps that passed the prompt over included); colocated,
+	// to the first token.
+	PhasePrefillCompute = "prefill_compute"
+	// PhasePrefillPush (prefill worker): from the last chunk to the
+	// accepted commit (the pages the streaming handoff did not hide).
+	PhasePrefillPush = "prefill_push"
+)
+
+// PhaseStat is one tenant's histogram of one phase: Buckets[i] counts
+// the observations of at most QueueWaitBuckets[i] seconds (cumulative).
+type PhaseStat struct {
+	Tenant, Phase string
+	Count         uint64
+	Sum           float64
+	Buckets       []uint64
+}
+
+// phases records the first-token phases of one role.
+type phases struct {
+	mu sync.Mutex
+	m  map[[2]string]*waitHistogram
+}
+
+func (p *phases) observe(tenant, phase string, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[[2]string]*waitHistogram{}
+	}
+	k := [2]string{tenant, phase}
+	h := p.m[k]
+	if h == nil {
+		h = &waitHistogram{}
+		p.m[k] = h
+	}
+	h.observe(max(d, 0))
+}
+
+// snapshot returns the histograms, sorted by tenant and phase.
+func (p *phases) snapshot() []PhaseStat {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]PhaseStat, 0, len(p.m))
+	for k, h := range p.m {
+		s := PhaseStat{Tenant: k[0], Phase: k[1], Count: h.n, Sum: h.sum, Buckets: make([]uint64, len(QueueWaitBuckets))}
+		var cum uint64
+		for i := range QueueWaitBuckets {
+			cum += h.counts[i]
+			s.Buckets[i] = cum
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b PhaseStat) int {
+		if a.Tenant != b.Tenant {
+			if a.Tenant < b.Tenant {
+				return -1
+			}
+			return 1
+		}
+		if a.Phase < b.Phase {
+			return -1
+		}
+		if a.Phase > b.Phase {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// FirstTokenPhases is implemented by the engines and workers that record
+// first-token phases.
+type FirstTokenPhases interface {
+	FirstTokenPhases() []PhaseStat
+}
+
+// FirstTokenPhases implements FirstTokenPhases.
+func (d *Disaggregated) FirstTokenPhases() []PhaseStat { return d.phases.snapshot() }
+
+// FirstTokenPhases implements FirstTokenPhases.
+func (w *PrefillWorker) FirstTokenPhases() []PhaseStat { return w.phases.snapshot() }
+
+// FirstTokenPhases implements FirstTokenPhases.
+func (c *Colocated) FirstTokenPhases() []PhaseStat { return c.phases.snapshot() }
