@@ -245,12 +245,17 @@ func (g *gateDecode) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.
 		c.NoRevoke = true
 		r = &c
 	}
+	// Under g.mu across the worker's Reserve: the pages it takes and the
+	// record of them change together for checkBooking, which reads the
+	// pool under g.mu (recorded after the call, a reservation in flight
+	// made the pool look over-booked until its record landed, and on a
+	// starved machine the checker could run out of time waiting for a
+	// moment with none in flight).
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	res, err := g.Decode.Reserve(ctx, r)
 	if err == nil {
-		ps := res.PageSize
-		g.mu.Lock()
-		g.live[r.Handoff] = gated{tenant: r.Tenant, pages: res.Pages, all: kv.PagesFor(r.PromptTokens+min(r.MaxTokens, g.headroom), ps)}
-		g.mu.Unlock()
+		g.live[r.Handoff] = gated{tenant: r.Tenant, pages: res.Pages, all: kv.PagesFor(r.PromptTokens+min(r.MaxTokens, g.headroom), res.PageSize)}
 	}
 	return res, err
 }
@@ -268,9 +273,10 @@ func (g *gateDecode) Stream(ctx context.Context, id kv.ID, p handoff.StreamParam
 }
 
 func (g *gateDecode) Abort(ctx context.Context, a *handoff.Abort) error {
+	// Under g.mu across the worker's Abort, as Reserve.
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	delete(g.live, a.Handoff)
-	g.mu.Unlock()
 	return g.Decode.Abort(ctx, a)
 }
 
@@ -279,8 +285,9 @@ func (g *gateDecode) Abort(ctx context.Context, a *handoff.Abort) error {
 // lists) is in two reservations of either router, and the pool's pages in
 // use are exactly what the reservations took with their headroom pages
 // (pool accounting: a page handed out twice, listed or not, would make the
-// pool count fewer). It returns the reservations seen, or why not yet
-// consistent (a Reserve reply still on its way).
+// pool count fewer). It returns the reservations seen, or why not
+// consistent. The gate records a reservation and takes its pages under
+// g.mu, so one check sees them together whatever the machine's load.
 func checkBooking(gs []*gateDecode, pools []*kv.Pool) (int, error) {
 	n := 0
 	for i, g := range gs {
@@ -360,9 +367,10 @@ func TestTwoRoutersNeverDoubleBook(t *testing.T) {
 	for noRoom() == 0 && held()+int(done.Load()) < len(rs) {
 		time.Sleep(2 * time.Millisecond)
 	}
-	var booked int
+	var booked, checks int
 	var berr error
 	for deadline := time.Now().Add(10 * time.Second); ; {
+		checks++
 		if booked, berr = checkBooking(gs, pools); berr == nil || time.Now().After(deadline) {
 			break
 		}
@@ -374,7 +382,7 @@ func TestTwoRoutersNeverDoubleBook(t *testing.T) {
 	if berr != nil {
 		t.Fatalf("double booking: %v", berr)
 	}
-	t.Logf("while held: %d reservations granted, %d streams held, %d no_room refusals; %d in all", booked, heldAtCheck, refusedWhileHeld, noRoom())
+	t.Logf("while held: %d reservations granted, %d streams held, %d no_room refusals; %d in all; booking consistent at check %d", booked, heldAtCheck, refusedWhileHeld, noRoom(), checks)
 	if refusedWhileHeld == 0 {
 		t.Fatalf("no reservation was refused for lack of room: the two routers' %d requests did not contend for the decode pools", len(rs))
 	}
