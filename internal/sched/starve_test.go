@@ -31,7 +31,10 @@ func newPool(t *testing.T, cfg Config, pages int) *pool {
 func (p *pool) step(ev Event) {
 	ev.Now = p.now
 	acts := p.c.Step(ev)
-	for len(acts) > 0 {
+	for n := 0; len(acts) > 0; n++ {
+		if n > 10000 {
+			p.t.Fatalf("the core keeps asking for admissions the pool refuses (%v)", ev.Kind)
+		}
 		a := acts[0]
 		acts = acts[1:]
 		if a.Kind != ActAdmit {
