@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -63,10 +64,20 @@ func TestStreamingHandoffEqualsColocated(t *testing.T) {
 				}
 			}
 			st := r.pw.Stats()
+			if st.Committed != int64(len(reqs)) || st.PagesSent != int64(pages) {
+				t.Errorf("prefill stats %+v: want %d committed, %d pages sent", st, len(reqs), pages)
+			}
 			// Every page but the last few of each prompt can go before the
-			// prompt ends; at least half of them must have.
-			if st.Committed != int64(len(reqs)) || st.PagesSent != int64(pages) || 2*st.PagesStreamed < st.PagesSent {
-				t.Errorf("prefill stats %+v: want %d committed, %d pages sent, most of them streamed", st, len(reqs), pages)
+			// prompt ends; at least half of them must have. That overlap
+			// needs a second CPU: with one P the compute goroutine runs a
+			// prompt's chunks (microseconds each on this model) before the
+			// pusher is scheduled (0 of 62 streamed in most runs under
+			// taskset -c 0). The sender's streaming itself is checked
+			// without timing in handoff's TestStreamingSenderSendsEachChunksPages.
+			if runtime.GOMAXPROCS(0) < 2 {
+				t.Logf("one P: %d of %d pages streamed, not checked", st.PagesStreamed, st.PagesSent)
+			} else if 2*st.PagesStreamed < st.PagesSent {
+				t.Errorf("prefill stats %+v: want most of the %d pages streamed", st, pages)
 			}
 			for name, p := range map[string]*kv.Pool{"prefill": r.pw.Pool(), "decode": r.dw.Pool()} {
 				waitFreePool(t, p)
