@@ -24,33 +24,7 @@ import (
 // ns per stack-byte.
 func BenchmarkCheckWideStacks(b *testing.B) {
 	n := min(MaxStacks-6, 1000) // 1000: the schema compiler's anyOf bound
-	var br []string
-	for i := range n {
-		br = append(br, fmt.Sprintf(`{"type":"string","pattern":"^[a-z ]*%04d$"}`, i))
-	}
-	g, err := CompileSchema([]byte(`{"anyOf":[` + strings.Join(br, ",") + `]}`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	base := testVocab()
-	pieces := make([]string, base.Size())
-	for i := range pieces {
-		pieces[i] = base.Piece(int32(i))
-	}
-	long := int32(len(pieces))
-	pieces = append(pieces, strings.Repeat(" ", 128))
-	v := NewVocab(pieces, func(id int32) bool { return id == 0 })
-	m := Bind(g, v).NewMatcher()
-	for i := range int32(v.Size()) {
-		if v.Piece(i) == `"` {
-			if err := m.Accept(i); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	if len(m.stacks) != n {
-		b.Fatalf("%d stacks after the opening quote, want %d", len(m.stacks), n)
-	}
+	m, long := wideMatcher(b, n)
 	work := float64(n * 128)
 	b.Run("Allowed", func(b *testing.B) {
 		for b.Loop() {
