@@ -246,18 +246,34 @@ func TestPreemptedOrRevokedRepairsAfresh(t *testing.T) {
 					if res[0].id == res[1].id {
 						t.Fatalf("the new handoff reuses the old id %x: an id names one handoff on every worker (the old one's late abort or prefill would be taken for the new one)", res[0].id)
 					}
-					rp.mu.Lock()
-					avoids, told := slices.Clone(rp.avoids), rp.told
-					rp.mu.Unlock()
-					if len(avoids) != 2 || avoids[0] != nil || avoids[1] != nil {
-						t.Fatalf("the pairer was asked %d times avoiding %v: want twice, avoiding nothing (not a failure)", len(avoids), avoids)
-					}
 					// Each pair is told once that its attempt ended, with no
 					// failure of decode (a revoked handoff's prefill ends
 					// with the abort, which is no failure of the worker).
 					wantTold := map[string]int{"a": 1}
 					if other {
 						wantTold["b"] = 1
+					}
+					// The last attempt's Done runs on the request's goroutine
+					// after the stream's final result: wait for it (a copy
+					// taken under the lock, not the live map).
+					var avoids [][]*Pair
+					told := map[string][][2]error{}
+					for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+						rp.mu.Lock()
+						n := 0
+						avoids = slices.Clone(rp.avoids)
+						clear(told)
+						for name, errs := range rp.told {
+							told[name] = slices.Clone(errs)
+							n += len(errs)
+						}
+						rp.mu.Unlock()
+						if n >= len(wantTold) || time.Now().After(deadline) {
+							break
+						}
+					}
+					if len(avoids) != 2 || avoids[0] != nil || avoids[1] != nil {
+						t.Fatalf("the pairer was asked %d times avoiding %v: want twice, avoiding nothing (not a failure)", len(avoids), avoids)
 					}
 					for name, errs := range told {
 						for _, e := range errs {
