@@ -22,6 +22,25 @@ type heldCommit struct {
 	commit  *handoff.Commit
 }
 
+// heldCommitRig is a decode worker of 40 pages and a prefill worker whose
+// link to it is a heldCommit with room for answers Commit answers; both
+// close when the test ends (the prefill worker first).
+func heldCommitRig(t *testing.T, m *toy, answers int) (*DecodeWorker, *PrefillWorker, *heldCommit) {
+	t.Helper()
+	dw, err := NewDecodeWorker(toyConfig(m, 40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dw.Close)
+	g := &heldCommit{Decode: dw, at: make(chan struct{}), release: make(chan struct{}), done: make(chan error, answers)}
+	pw, err := NewPrefillWorker(toyConfig(m, 40), g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pw.Close)
+	return dw, pw, g
+}
+
 func (g *heldCommit) Commit(ctx context.Context, c *handoff.Commit) error {
 	g.commit = c
 	close(g.at)
@@ -58,17 +77,7 @@ func TestAbortRacingCommitLeaksNothing(t *testing.T) {
 				name = sched + "/stream before"
 			}
 			t.Run(name, func(t *testing.T) {
-				dw, err := NewDecodeWorker(toyConfig(m, 40))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer dw.Close()
-				g := &heldCommit{Decode: dw, at: make(chan struct{}), release: make(chan struct{}), done: make(chan error, 2)}
-				pw, err := NewPrefillWorker(toyConfig(m, 40), g)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer pw.Close()
+				dw, pw, g := heldCommitRig(t, m, 2)
 				ctx := context.Background()
 				p := prompt(5, 9)
 				id := newID()
@@ -170,18 +179,8 @@ func TestAbortRacingCommitLeaksNothing(t *testing.T) {
 // stream or the stale sweep would forget it without releasing them.)
 func TestRepeatedCommitBeforeStreamLeaksNothing(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 40))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
-	g := &heldCommit{Decode: dw, at: make(chan struct{}), release: make(chan struct{}), done: make(chan error, 1)}
+	dw, pw, g := heldCommitRig(t, m, 1)
 	close(g.release)
-	pw, err := NewPrefillWorker(toyConfig(m, 40), g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pw.Close()
 	ctx := context.Background()
 	p := prompt(5, 9)
 	id := newID()
