@@ -256,8 +256,21 @@ func newBatch(cfg Config, pool pagePool) *batch {
 	b := &batch{cfg: cfg, pool: pool, fwd: cfg.Model.NewForwarder(cfg.Threads)}
 	// Slack: a chunk's worth of service; Lag: a few steps' worth.
 	b.shares.Slack, b.shares.Lag = int64(max(cfg.ChunkTokens, 1)), int64(4*max(cfg.StepTokens, 1))
+	// Shared steps carry SharedStepTokens of prompt tokens (one chunk by
+	// default), for sharedRecent steps after another tenant was last in
+	// the batch.
+	b.shares.Short, b.shares.Recent = cfg.SharedStepTokens, sharedRecent
 	return b
 }
+
+// sharedRecent is how many steps a batch counts as shared after a
+// second tenant was last in it (sched.Shares.Recent): a tenant that
+// repeats requests is out of a prefill worker's batch between its
+// prompts, ~150 ms in the crowding benchmark, where a flood's one-chunk
+// steps take ~10-25 ms; 64 steps cover such gaps several times over, and
+// bound what a tenant left alone pays (64 short steps) once the other
+// stops.
+const sharedRecent = 64
 
 func newScheduler(cfg Config, pool pagePool) *scheduler {
 	b := newBatch(cfg, pool)

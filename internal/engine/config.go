@@ -57,6 +57,14 @@ type Config struct {
 	// when they alone exceed it); prompt chunks, oldest arrival first,
 	// take what is left.
 	StepTokens int
+	// SharedStepTokens bounds the prompt tokens of one step while the
+	// batch is shared: another tenant than the step's has been in it
+	// within the last sharedRecent steps (sched.Shares.Short). A prompt
+	// that arrives waits for the step in progress, so this is what a
+	// co-tenant's prompt waits behind while another tenant floods.
+	// Default (0) ChunkTokens; 1 to StepTokens (StepTokens: shared steps
+	// are as long as any, the tenants' parts still apply).
+	SharedStepTokens int
 	// BatchBytes bounds the page bytes of one transfer batch (default 1 MiB).
 	BatchBytes int
 	// HandoffAfterPrefill makes the prefill worker send a prompt's pages
@@ -160,6 +168,9 @@ func (c Config) withDefaults() Config {
 		// An explicit chunk above the default budget keeps whole chunks.
 		c.StepTokens = max(DefaultStepTokens, c.ChunkTokens)
 	}
+	if c.SharedStepTokens == 0 {
+		c.SharedStepTokens = min(c.ChunkTokens, c.StepTokens)
+	}
 	if c.BatchBytes <= 0 {
 		c.BatchBytes = 1 << 20
 	}
@@ -240,6 +251,9 @@ func (c Config) validate(role string) error {
 	}
 	if err := CheckBatch(c.ChunkTokens, c.StepTokens); err != nil {
 		return errf(CodeInvalid, 500, err, "%s: %v", role, err)
+	}
+	if c.SharedStepTokens < 1 || c.SharedStepTokens > c.StepTokens {
+		return errf(CodeInvalid, 500, nil, "%s: the shared step's prompt tokens must be 1 to the step budget of %d, not %d", role, c.StepTokens, c.SharedStepTokens)
 	}
 	ctx := c.configuredContext()
 	capTokens := c.PoolPages * c.PageSize

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"sluice/internal/kv"
@@ -20,8 +22,12 @@ type quotaRig struct {
 	victim []string // tenants of the preempted sequences, in order
 }
 
-func newQuotaRig(t *testing.T, pages int) *quotaRig {
-	cfg := toyConfig(newToy(), pages).withDefaults()
+func newQuotaRig(t *testing.T, pages int, set ...func(*Config)) *quotaRig {
+	cfg := toyConfig(newToy(), pages)
+	for _, f := range set {
+		f(&cfg)
+	}
+	cfg = cfg.withDefaults()
 	cfg.NoWatermark = true
 	pool, err := cfg.newPool()
 	if err != nil {
@@ -186,9 +192,10 @@ func TestKVQuotaJoinOverShareYields(t *testing.T) {
 	}
 }
 
-// Prompt chunks take the step's budget one tenant at a time: b's prompt,
-// arriving after five of a's, gets a chunk in the first step (the budget
-// holds about four chunks), and a's oldest prompt still goes first.
+// Prompt chunks take the steps one tenant at a time: b's prompt,
+// arriving after five of a's, gets a chunk in the second step, not after
+// a's five, and a's oldest prompt goes first. The batch is shared, so
+// each step carries one chunk (sched.Shares.Short).
 func TestPrefillBudgetTakesTenantsInTurn(t *testing.T) {
 	r := newQuotaRig(t, 64)
 	var as []*seq
@@ -197,11 +204,12 @@ func TestPrefillBudgetTakesTenantsInTurn(t *testing.T) {
 	}
 	b := r.add("b", 20, 4)
 	r.s.turn()
-	if b.fed == 0 {
-		t.Fatal("b's prompt got no chunk of the first step behind a's five")
-	}
 	if as[0].fed == 0 {
 		t.Fatal("the oldest prompt got no chunk")
+	}
+	r.s.turn()
+	if b.fed == 0 {
+		t.Fatal("b's prompt got no chunk of the first two steps behind a's five")
 	}
 }
 
@@ -224,9 +232,20 @@ func TestKVQuotaOldestResumesOverShare(t *testing.T) {
 // Step shares (sched.Shares) in the batch: a's five long prompts have
 // been running alone; b's short prompt then runs in a step of its own
 // (none of a's chunks lengthen it), and while b decodes, a's chunks take
-// at most its half of each step's budget. Alone again, a takes it all.
+// at most one chunk of each step (a shared step); with shared steps as
+// long as any (SharedStepTokens = StepTokens), at most a's half.
 func TestPrefillLightTenantRunsAlone(t *testing.T) {
-	r := newQuotaRig(t, 64)
+	for _, long := range []bool{false, true} {
+		t.Run(fmt.Sprintf("long=%v", long), func(t *testing.T) { testPrefillLightTenantRunsAlone(t, long) })
+	}
+}
+
+func testPrefillLightTenantRunsAlone(t *testing.T, long bool) {
+	r := newQuotaRig(t, 64, func(c *Config) {
+		if long {
+			c.SharedStepTokens = c.StepTokens
+		}
+	})
 	var as []*seq
 	for range 5 {
 		as = append(as, r.add("a", 40, 4))
@@ -254,12 +273,70 @@ func TestPrefillLightTenantRunsAlone(t *testing.T) {
 	for !b.decoded {
 		r.s.turn()
 	}
+	most := r.cfg.ChunkTokens
+	if long {
+		most = (r.cfg.StepTokens - 1) / 2 // a's part, b's decode token taken
+	}
 	for range 3 {
 		before := fed()
 		r.s.turn()
-		if got, part := fed()-before, (r.cfg.StepTokens-1)/2; got > part || got == 0 {
-			t.Fatalf("a ran %d prompt tokens in a step b decodes in, want 1 to %d (its part)", got, part)
+		if got := fed() - before; got > most || got == 0 {
+			t.Fatalf("a ran %d prompt tokens in a step b decodes in, want 1 to %d", got, most)
 		}
+	}
+}
+
+// Short steps while shared: a tenant's flood, alone, runs whole-budget
+// steps; from the step another tenant joins the batch until sharedRecent
+// steps after it left, every step carries at most one chunk of prompt
+// tokens, so the next prompt of a tenant that comes and goes waits
+// behind a step of one chunk, not the whole budget; then a, alone
+// again, has the whole budget back. Decode tokens are not bounded by it.
+func TestPrefillShortStepsWhileShared(t *testing.T) {
+	r := newQuotaRig(t, 1024)
+	var as []*seq
+	for range 6 {
+		as = append(as, r.add("a", 600, 2))
+	}
+	fed := func() int {
+		n := 0
+		for _, q := range as {
+			n += q.fed
+		}
+		return n
+	}
+	step := func() int {
+		before := fed()
+		r.s.turn()
+		return fed() - before
+	}
+	for i := range 3 {
+		if got := step(); got != r.cfg.StepTokens {
+			t.Fatalf("step %d: a alone ran %d prompt tokens, want the whole budget %d", i, got, r.cfg.StepTokens)
+		}
+	}
+	b := r.add("b", 3, 2)
+	for !b.decoded && b.emit != nil {
+		if got := step(); got > r.cfg.ChunkTokens {
+			t.Fatalf("a ran %d prompt tokens in a step b is in, want at most one chunk (%d)", got, r.cfg.ChunkTokens)
+		}
+	}
+	for b.emit != nil {
+		r.s.turn()
+	}
+	// b is gone: a's steps stay short for sharedRecent steps (counted
+	// from b's last step), then take the whole budget.
+	short := 0
+	for got := step(); got != r.cfg.StepTokens; got = step() {
+		if got > r.cfg.ChunkTokens {
+			t.Fatalf("a ran %d prompt tokens, between one chunk (%d) and the budget", got, r.cfg.ChunkTokens)
+		}
+		if short++; short > sharedRecent {
+			t.Fatalf("a's steps still short %d steps after b left (sharedRecent %d)", short, sharedRecent)
+		}
+	}
+	if short < sharedRecent-2 {
+		t.Fatalf("a's steps short only %d steps after b left, want about sharedRecent (%d)", short, sharedRecent)
 	}
 }
 
@@ -299,4 +376,23 @@ func TestPrefillSharesNoStarvation(t *testing.T) {
 	if fed(bs) == 0 {
 		t.Fatal("b's prompts never ran")
 	}
+}
+
+// SharedStepTokens out of its bounds (1 to the step budget) is refused
+// with a sentence naming the budget.
+func TestSharedStepTokensBounds(t *testing.T) {
+	for _, n := range []int{-1, 25} {
+		cfg := toyConfig(newToy(), 64)
+		cfg.SharedStepTokens = n
+		if _, err := NewColocated(cfg); err == nil || !strings.Contains(err.Error(), "step budget of 24") {
+			t.Fatalf("SharedStepTokens %d: %v, want refused", n, err)
+		}
+	}
+	cfg := toyConfig(newToy(), 64)
+	cfg.SharedStepTokens = 24
+	c, err := NewColocated(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeWithin(t, c)
 }

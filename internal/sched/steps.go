@@ -35,6 +35,17 @@ import "slices"
 //     one chunk): a step another tenant is decoding in is at most that
 //     much longer for a flood. Alone, a tenant takes the whole budget
 //     (work-conserving: one tenant's throughput does not change).
+//   - Short steps while shared. A prompt that arrives waits for the step
+//     in progress, and a flood alone takes the whole budget (four chunks
+//     by default): that step is what a co-tenant's next prompt waits for.
+//     So while another tenant is in the batch, or was within the last
+//     Recent steps (its next prompt is likely soon: a tenant repeating
+//     requests leaves the prompt batch between them), a step's prompt
+//     chunks take at most Short tokens together (one chunk by default).
+//     A tenant alone for Recent steps has the whole budget again; one
+//     that never shared the batch never loses it. The cost is the
+//     flood's per-step overhead over more, shorter steps, paid only
+//     while another tenant is around.
 //
 // The bound: a tenant's prompt chunk waits at most until it is the least
 // served within Slack, and every step that passes it over runs only chunks
@@ -73,8 +84,17 @@ type Shares struct {
 	Slack int64
 	// Lag bounds how far (tokens per unit of weight) a counter may lag
 	// the greatest.
-	Lag    int64
+	Lag int64
+	// Short, when > 0, bounds a step's prompt tokens (every tenant's
+	// together) while the batch is shared: another tenant than the
+	// step's was in it within the last Recent steps (Syncs).
+	Short  int
+	Recent int
 	served map[string]int64 // tokens run, per unit of weight
+	// steps counts Syncs; seen is the step each tenant was last in the
+	// batch, kept Recent steps.
+	steps uint64
+	seen  map[string]uint64
 }
 
 // Sync records the tenants in the batch now. Every counter is lifted to
@@ -96,8 +116,18 @@ func (s *Shares) Sync(members []Member) {
 	}
 	floor := most - s.Lag
 	in := make(map[string]bool, len(members))
+	s.steps++
+	if s.seen == nil {
+		s.seen = map[string]uint64{}
+	}
+	for t, at := range s.seen {
+		if s.steps-at > uint64(max(s.Recent, 0)) {
+			delete(s.seen, t)
+		}
+	}
 	for _, m := range members {
 		in[m.Tenant] = true
+		s.seen[m.Tenant] = s.steps
 		if _, ok := s.served[m.Tenant]; !ok {
 			s.served[m.Tenant] = floor
 		}
@@ -126,9 +156,26 @@ func (s *Shares) Charge(tenant string, weight, tokens int) {
 // Served is tenant's counter (tokens per unit of weight), for tests.
 func (s *Shares) Served(tenant string) int64 { return s.served[tenant] }
 
+// Shared reports whether the step Plan decides is a shared one: Short
+// is set and the batch has held more than one tenant (tenants, with the
+// members of the last Sync) within the last Recent steps.
+func (s *Shares) Shared(tenants map[string]bool) bool {
+	if s.Short <= 0 {
+		return false
+	}
+	n := 0
+	for t := range s.seen {
+		if !tenants[t] {
+			n++
+		}
+	}
+	return n+len(tenants) > 1
+}
+
 // Plan decides the step's prompt chunks: the order they take the budget
 // (indexes into chunks) and the tokens each runs (0: not this step).
-// budget is the step's token budget left after the decode tokens; members
+// budget is the step's token budget left after the decode tokens (at
+// most Short of it is used while the batch is shared, Shared); members
 // the tenants with sequences in the batch; minChunk the least part a
 // tenant may take (one chunk).
 func (s *Shares) Plan(budget, minChunk int, members []Member, chunks []Chunk) (order []int, take []int) {
@@ -141,8 +188,12 @@ func (s *Shares) Plan(budget, minChunk int, members []Member, chunks []Chunk) (o
 	for _, c := range chunks {
 		tenants[c.Tenant] = true
 	}
+	if s.Shared(tenants) {
+		budget = min(budget, s.Short)
+	}
 	if len(tenants) < 2 {
-		// One tenant: every chunk in order, the whole budget.
+		// One tenant: every chunk in order, the whole budget (Short
+		// while another tenant was recently in the batch).
 		for i, c := range chunks {
 			n := min(c.Tokens, budget)
 			if n > 0 {

@@ -45,6 +45,52 @@ func TestSharesLightTenantRunsAlone(t *testing.T) {
 	}
 }
 
+// Short steps while shared: a tenant alone has the whole budget; while
+// another tenant is in the batch, and for Recent steps after it left, a
+// step's prompt chunks take at most Short tokens together; then the
+// whole budget again. A tenant that never shared keeps it throughout.
+func TestSharesShortWhileShared(t *testing.T) {
+	s := Shares{Slack: 64, Lag: 1024, Short: 64, Recent: 3}
+	a := []Member{{"a", 1}}
+	ab := []Member{{"a", 1}, {"b", 1}}
+	flood := []Chunk{{"a", 1, 64}, {"a", 1, 64}, {"a", 1, 64}, {"a", 1, 64}}
+	plan := func(members []Member, chunks []Chunk) string {
+		s.Sync(members)
+		_, take := s.Plan(256, 64, members, chunks)
+		for i, c := range chunks {
+			s.Charge(c.Tenant, c.Weight, take[i])
+		}
+		return fmt.Sprint(take)
+	}
+	if got := plan(a, flood); got != "[64 64 64 64]" {
+		t.Fatalf("a alone takes %v, want the whole budget", got)
+	}
+	// b decoding (a member, no chunk): one chunk of a's.
+	if got := plan(ab, flood); got != "[64 0 0 0]" {
+		t.Fatalf("a takes %v while b is in the batch, want Short", got)
+	}
+	// b's prompt: b is the least served, its chunk runs alone.
+	if got := plan(ab, append([]Chunk{{"b", 1, 16}}, flood...)); got != "[16 0 0 0 0]" {
+		t.Fatalf("takes %v, want b's chunk alone", got)
+	}
+	for i := range 3 {
+		if got := plan(a, flood); got != "[64 0 0 0]" {
+			t.Fatalf("%d steps after b left a takes %v, want Short for Recent (3) steps", i+1, got)
+		}
+	}
+	if got := plan(a, flood); got != "[64 64 64 64]" {
+		t.Fatalf("a alone Recent steps after b left takes %v, want the whole budget", got)
+	}
+	// Short above the budget, or 0, changes nothing.
+	for _, short := range []int{0, 300} {
+		o := Shares{Slack: 64, Lag: 1024, Short: short, Recent: 3}
+		o.Sync(ab)
+		if _, take := o.Plan(256, 64, ab, flood); fmt.Sprint(take) != "[64 64 0 0]" {
+			t.Fatalf("Short %d: a takes %v while b is in, want its part (half)", short, take)
+		}
+	}
+}
+
 // A tenant away or light for long has at most Lag of priority: its
 // counter is lifted to Lag behind the most served, and one forgotten
 // comes back there.
@@ -87,13 +133,31 @@ func TestSharesProperties(t *testing.T) {
 		// a tenant whose chunks always come later can be passed over for
 		// good when the budget holds one chunk (the bound below fails).
 		slack, lag := int64(rapid.IntRange(0, 64).Draw(t, "slack")), int64(rapid.IntRange(1, 512).Draw(t, "lag"))
-		s := Shares{Slack: slack, Lag: lag}
+		// Short 0: off; Recent 0: only the tenants in the batch now.
+		short, recent := rapid.IntRange(0, 96).Draw(t, "short"), rapid.IntRange(0, 8).Draw(t, "recent")
+		s := Shares{Slack: slack, Lag: lag, Short: short, Recent: recent}
 		budget := rapid.IntRange(1, 256).Draw(t, "budget")
 		minChunk := rapid.IntRange(1, 64).Draw(t, "chunk")
 		passed := map[string]int{}
+		last := map[string]int{} // step each tenant was last in the batch
 		for step := range 60 {
 			members := ms[:rapid.IntRange(1, nt).Draw(t, "in")]
 			s.Sync(members)
+			for _, m := range members {
+				last[m.Tenant] = step
+			}
+			// Shared: another tenant in the batch now or within the last
+			// recent steps; then the step's prompt tokens are at most
+			// Short, else (one tenant) the whole budget as before.
+			stepBudget, around := budget, 0
+			for _, at := range last {
+				if step-at <= recent {
+					around++
+				}
+			}
+			if short > 0 && around > 1 {
+				stepBudget = min(budget, short)
+			}
 			most := int64(0)
 			for i, m := range members {
 				if v := s.Served(m.Tenant); i == 0 || v > most {
@@ -119,14 +183,14 @@ func TestSharesProperties(t *testing.T) {
 				sum += take[i]
 				per[c.Tenant] += take[i]
 			}
-			if sum > budget {
-				t.Fatalf("step takes %d tokens, budget %d", sum, budget)
+			if sum > stepBudget {
+				t.Fatalf("step takes %d tokens, budget %d (Short %d, %d tenants within %d steps)", sum, stepBudget, short, around, recent)
 			}
 			if len(order) > len(chunks) {
 				t.Fatalf("order %v longer than the chunks", order)
 			}
 			if len(members) == 1 {
-				want, left := 0, budget
+				want, left := 0, stepBudget
 				for _, c := range chunks {
 					want += min(c.Tokens, left)
 					left -= min(c.Tokens, left)
