@@ -69,11 +69,14 @@ func TestStreamingHandoffEqualsColocated(t *testing.T) {
 			}
 			// Every page but the last few of each prompt can go before the
 			// prompt ends; at least half of them must have. That overlap
-			// needs a second CPU: with one P the compute goroutine runs a
-			// prompt's chunks (microseconds each on this model) before the
+			// needs a second CPU here: with one P the compute goroutine runs
+			// a prompt's chunks (microseconds each on this model) before the
 			// pusher is scheduled (0 of 62 streamed in most runs under
-			// taskset -c 0). The sender's streaming itself is checked
-			// without timing in handoff's TestStreamingSenderSendsEachChunksPages.
+			// taskset -c 0); on a model whose chunks take milliseconds Go's
+			// preemption (every ~10 ms) lets the pusher run and pages stream
+			// with one P too (docs/operations.md). The sender's streaming
+			// itself is checked without timing in handoff's
+			// TestStreamingSenderSendsEachChunksPages.
 			if runtime.GOMAXPROCS(0) < 2 {
 				t.Logf("one P: %d of %d pages streamed, not checked", st.PagesStreamed, st.PagesSent)
 			} else if 2*st.PagesStreamed < st.PagesSent {
