@@ -123,7 +123,9 @@ proctype Handoff(byte h) {
 		wire!h,g;
 		(pwriter == h || powner != h);
 		claimed = NH; goto commit
-	:: /* abort with a two-sided write in flight */
+	:: /* abort with a two-sided write in flight (also the prefill
+	    * worker dropping a prompt the router gave up between two steps:
+	    * it stops writing and aborts, nothing new on the wire) */
 		wire!h,g; goto abort
 	:: /* abort with a one-sided write in flight */
 		atomic { inflight[h]++; run Land(h, g) }; goto abortOneSided

@@ -132,9 +132,27 @@ type seq struct {
 	queued bool
 
 	cancel atomic.Bool
+	// stop, when set, ends like cancel once closed: a prefill worker's
+	// prompt the router gave up (its call's ctx.Done). Read at the step
+	// boundary itself, so the prompt runs no step after the boundary
+	// that follows the router's word reaching the worker.
+	stop <-chan struct{}
 	// aborted turns a cancel into a failure: the handoff was aborted by a
 	// peer after decoding started.
 	aborted atomic.Bool
+}
+
+// cancelled reports a cancel recorded for q (cancel, or stop closed).
+func (q *seq) cancelled() bool {
+	if q.cancel.Load() {
+		return true
+	}
+	select {
+	case <-q.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // batch is the continuous-batching core shared by the decode worker, the
@@ -445,7 +463,7 @@ func (s *batch) cycle() bool {
 		if q.emit == nil {
 			continue
 		}
-		if q.cancel.Load() {
+		if q.cancelled() {
 			if q.aborted.Load() {
 				s.finish(q, outcome{err: errf(CodeHandoff, http.StatusBadGateway, nil, "the handoff was aborted while decoding")})
 			} else {
@@ -816,7 +834,7 @@ func (s *batch) resume() {
 func (s *batch) endCancelledPreempted() {
 	keep := s.preempted[:0]
 	for _, q := range s.preempted {
-		if q.cancel.Load() {
+		if q.cancelled() {
 			s.finish(q, outcome{done: true, finish: "cancelled"})
 			continue
 		}

@@ -630,10 +630,17 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 		err error
 	}
 	pch := make(chan pres, 1)
+	// pctx is this attempt's prefill, ended when the router gives the
+	// prompt up before its commit (decode revoked the reservation): the
+	// prefill worker, in process or remote, stops the prompt at its next
+	// step boundary instead of computing it to the end. Derived from
+	// d.bg, not the client's context: a disconnect never tears the
+	// transfer (I10). drive returns only once the prefill has (every
+	// return path waits for it), so stopPrefill then only releases pctx.
+	pctx, stopPrefill := context.WithCancel(d.bg)
+	defer stopPrefill()
 	go func() {
-		// d.bg, not the client's context: a disconnect never tears the
-		// transfer (I10).
-		pr, err := p.Prefill.Prefill(d.bg, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: prompt, Reservation: res,
+		pr, err := p.Prefill.Prefill(pctx, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: prompt, Reservation: res,
 			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint, Decode: p.DecodeName, CacheScope: r.CacheScope})
 		if err != nil {
 			// The handoff did not commit. Abort it on decode now (the
@@ -669,7 +676,12 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 			// tenant held more than its KV share while another waited):
 			// the prefill, whose next write decode refuses, ends with an
 			// abort (waited for, so the pair's accounting stays right);
-			// the request goes back to the queue (run).
+			// the request goes back to the queue (run). The prefill
+			// worker is told at once (stopPrefill): a remote one would
+			// otherwise compute on until its next write is refused, or to
+			// the end of a prompt that writes nothing before (a prompt
+			// still in its queue, HandoffAfterPrefill).
+			stopPrefill()
 			waitPrefill()
 			dr.revoked = true
 			return dr

@@ -242,6 +242,12 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	arrived := time.Now()
 	tk, hits, table, err := w.admit(ctx, owner, r.Tenant, keys, len(r.Tokens))
 	if err != nil {
+		if ctx.Err() != nil {
+			// Given up while it waited for prefill pages: a handoff that
+			// failed, as one given up mid-prompt.
+			w.stats.failed.Add(1)
+			return nil, w.abort(r.Handoff, handoff.ErrAborted.With("the router gave the prompt up while it waited for prefill pages"))
+		}
 		return nil, w.abort(r.Handoff, handoff.ErrPrefillRefused.With("prefill pool: %v", err))
 	}
 	// The first-token phases (phases.go) of a request's first handoff
@@ -308,6 +314,15 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 			ch <- done{first: first, firstLP: firstLP, table: kept}
 		}
 	}
+	// The router gave the prompt up (its request was cancelled or its
+	// reservation revoked; over TCP, a close frame on the call ends ctx):
+	// the prompt stops at its next step boundary (q.stop) and ends
+	// "cancelled", which aborts the handoff (pushStreaming's push sees
+	// ctx as well) and frees its pages, instead of computing what nobody
+	// will read. The poke wakes a scheduler with nothing else to do.
+	q.stop = ctx.Done()
+	stopWatch := context.AfterFunc(ctx, w.sched.poke)
+	defer stopWatch()
 	var out *handoff.PrefillResult
 	if w.cfg.HandoffAfterPrefill {
 		out, err = w.pushAfter(ctx, r, q, ch, owner, cached)
@@ -316,8 +331,23 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	}
 	if err == nil {
 		pushed()
+	} else if ctx.Err() != nil {
+		// However the prompt's end noticed it (its cancelled end, the
+		// push's context), the cause is the router's giving it up.
+		err = withdrawn(err)
 	}
 	return out, err
+}
+
+// withdrawn is a prefill's outcome once the router gave its prompt up
+// (the Prefill call's context ended): the handoff was aborted, by the
+// router's word, not for a fault of either worker.
+func withdrawn(err error) error {
+	var he *handoff.Error
+	if errors.As(err, &he) && he.Code == handoff.ErrAborted.Code {
+		return err
+	}
+	return handoff.ErrAborted.With("the router gave the prompt up before its commit (its request ended or decode revoked its reservation): %v", err)
 }
 
 // pushAfter prefills the whole prompt, then pushes its pages

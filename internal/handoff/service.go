@@ -100,5 +100,12 @@ type Prefill interface {
 	// error means the handoff did not commit; the prefill worker has already
 	// aborted it on the decode side where it could, but the router must
 	// Abort too (an abort of an ended handoff is harmless).
+	//
+	// ctx ending is the router giving the prompt up (its request was
+	// cancelled, its reservation revoked): the worker stops the prompt at
+	// its next step boundary, aborts the handoff and frees its pages, and
+	// the call returns that outcome. A transport carries the cancel to a
+	// remote worker and still waits for its answer, so a returned call
+	// means the worker is done with the prompt.
 	Prefill(ctx context.Context, r *PrefillRequest) (*PrefillResult, error)
 }

@@ -210,6 +210,51 @@ func (cl *Client) roundTripData(ctx context.Context, typ byte, want byte, parts 
 	}
 }
 
+// roundTripCancel is roundTrip for a call the server can stop (Prefill):
+// when ctx ends first, the server is told to stop the call (a close
+// frame on its id) and the reply is still waited for, so the caller
+// learns how the call really ended and that the server is done with it
+// (a prefill worker then no longer computes the prompt). Only the
+// connection's end (its heartbeat declares a silent peer dead) ends the
+// wait otherwise.
+func (cl *Client) roundTripCancel(ctx context.Context, typ byte, want byte, payload []byte) (*frame, error) {
+	k := &call{reply: make(chan *frame, 1)}
+	id, err := cl.register(k)
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.c.sendData(typ, id, [][]byte{payload}, nil); err != nil {
+		cl.unregister(id)
+		if cause, ok := notSent(err); ok {
+			return nil, cause
+		}
+		cl.fail(err)
+		return nil, transportErr(err)
+	}
+	var f *frame
+	var ok bool
+	select {
+	case f, ok = <-k.reply:
+	case <-ctx.Done():
+		// Best effort: a close that cannot be sent means the connection
+		// failed, which ends the wait below too.
+		_ = cl.c.send(tStreamClose, id)
+		f, ok = <-k.reply
+	}
+	if !ok {
+		return nil, cl.Err()
+	}
+	if f.typ == tError {
+		return nil, decError(f.payload)
+	}
+	if f.typ != want {
+		err := protoErr("reply frame type %d, want %d", f.typ, want)
+		cl.fail(err)
+		return nil, err
+	}
+	return f, nil
+}
+
 // A message the wire cannot carry (a field out of range) fails its call
 // before a byte is sent (bad_message), and a reply whose body does not
 // decode inside intact framing fails only its call: the connection, shared
@@ -284,7 +329,7 @@ func (cl *Client) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*hand
 	if err != nil {
 		return nil, err
 	}
-	f, err := cl.roundTrip(ctx, tPrefill, tPrefillRes, b)
+	f, err := cl.roundTripCancel(ctx, tPrefill, tPrefillRes, b)
 	if err != nil {
 		return nil, err
 	}

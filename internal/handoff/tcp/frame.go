@@ -83,6 +83,10 @@ const headerLen = 16
 // whole: a version-10 peer would fail to open it, so the two refuse each
 // other at the handshake. Version 12 added the tenant's weight and the
 // no-revoke flag to Reserve (the decode worker's KV quota).
+// A close frame (StreamClose) on a Prefill call's id stops that call (the
+// router gave the prompt up): no frame's layout changed, and a worker
+// built before ignores it (the prompt then runs on until decode refuses
+// its next write), so the version stayed.
 // Bump maxVersion whenever a frame's layout changes.
 const (
 	minVersion = 12

@@ -196,6 +196,8 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 			return
 		}
 		if f.typ == tStreamClose {
+			// The client stops a token stream, or gives up a Prefill
+			// call (the worker stops the prompt).
 			sc.mu.Lock()
 			if cancel := sc.streams[f.stream]; cancel != nil {
 				cancel()
@@ -222,11 +224,31 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 				return
 			}
 		}
+		// A Prefill call can be stopped by the router (Client.Prefill
+		// sends a close frame on its id when it gives the prompt up):
+		// its context is registered here, before the next frame is
+		// read, so a close right behind the call always finds it.
+		cctx, stop := ctx, func() {}
+		if f.typ == tPrefill {
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithCancel(ctx)
+			id := f.stream
+			sc.mu.Lock()
+			sc.streams[id] = cancel
+			sc.mu.Unlock()
+			stop = func() {
+				sc.mu.Lock()
+				delete(sc.streams, id)
+				sc.mu.Unlock()
+				cancel()
+			}
+		}
 		sc.calls.Add(1)
 		go func() {
 			defer sc.calls.Done()
 			defer func() { <-sem }()
-			if err := sc.handle(f); err != nil {
+			defer stop()
+			if err := sc.handle(cctx, f); err != nil {
 				_ = c.send(tError, 0, encError(err))
 				s.report(nc, err)
 				nc.Close()
@@ -241,13 +263,14 @@ func (s *Server) report(nc net.Conn, err error) {
 	}
 }
 
-// handle runs one call. A returned error closes the connection (a frame
+// handle runs one call; cctx is a Prefill call's context (the
+// connection's, ended early by the router's close frame). A returned error closes the connection (a frame
 // that is not a request, or a reply the connection failed to carry).
 // Everything that concerns this call alone is replied on the call, and the
 // connection, which other tenants' calls share, stays up: service errors, a
 // body that does not decode inside intact framing, and a reply that cannot
 // be encoded or is refused before sending (all bad_message).
-func (sc *sconn) handle(f *frame) error {
+func (sc *sconn) handle(cctx context.Context, f *frame) error {
 	replyErr := func(err error) error { return sc.send(tError, f.stream, encError(err)) }
 	reply := func(typ byte, payload []byte) error {
 		err := sc.send(typ, f.stream, payload)
@@ -372,7 +395,7 @@ func (sc *sconn) handle(f *frame) error {
 		if err != nil {
 			return replyErr(err)
 		}
-		res, err := p.Prefill(ctx, m)
+		res, err := p.Prefill(cctx, m)
 		if err != nil {
 			return replyErr(err)
 		}

@@ -220,3 +220,52 @@ func TestRedialer(t *testing.T) {
 		t.Fatalf("after redial: %v", err)
 	}
 }
+
+// stoppablePrefill runs until its call's context ends (the router gave the
+// prompt up), then answers as a worker that dropped the prompt does.
+type stoppablePrefill struct{ started, stopped chan struct{} }
+
+func (p stoppablePrefill) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	if r.Tenant == "quick" {
+		return &handoff.PrefillResult{FirstToken: 1, Tokens: len(r.Tokens)}, nil
+	}
+	close(p.started)
+	<-ctx.Done()
+	close(p.stopped)
+	return nil, handoff.ErrAborted.With("the router gave the prompt up")
+}
+
+// A Prefill call whose context ends reaches the worker (a close frame on
+// the call's id ends the call's context there), and the call returns the
+// worker's own answer, not a transport error: the router learns the
+// prompt was dropped, and that the worker is done with it. The connection
+// and its other calls carry on.
+func TestPrefillCancelReachesWorker(t *testing.T) {
+	sp := stoppablePrefill{started: make(chan struct{}), stopped: make(chan struct{})}
+	addr, _ := serve(t, Config{Secret: secret}, nil, sp)
+	c := dial(t, addr, Config{Secret: secret})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Prefill(ctx, &handoff.PrefillRequest{Handoff: handofftest.ID(4), Tenant: "long", Tokens: []int32{1, 2}})
+		errc <- err
+	}()
+	<-sp.started
+	cancel()
+	select {
+	case <-sp.stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cancelled Prefill call never reached the worker")
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, handoff.ErrAborted) {
+			t.Fatalf("a cancelled Prefill call returned %v, want the worker's aborted", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cancelled Prefill call never returned")
+	}
+	if res, err := c.Prefill(context.Background(), &handoff.PrefillRequest{Handoff: handofftest.ID(5), Tenant: "quick", Tokens: []int32{1}}); err != nil || res.Tokens != 1 {
+		t.Fatalf("the next call on the connection: %+v %v", res, err)
+	}
+}
