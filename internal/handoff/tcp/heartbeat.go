@@ -37,6 +37,18 @@ type beat struct {
 	lastSend atomic.Int64 // unix ns of the last frame written
 	// dead is why the watchdog closed the connection, if it did.
 	dead atomic.Pointer[handoff.Error]
+	// held counts the reader's waits that stop it reading (a server's
+	// call waiting for a slot): the peer's silence is not measured then.
+	held atomic.Int32
+}
+
+// holdOff marks the reader as not reading on purpose; resume ends that,
+// and the peer's silence is counted from then.
+func (b *beat) holdOff() { b.held.Add(1) }
+
+func (b *beat) resume() {
+	b.touchRecv()
+	b.held.Add(-1)
 }
 
 func (b *beat) touchRecv() { b.lastRecv.Store(time.Now().UnixNano()) }
@@ -73,7 +85,12 @@ func (c *conn) heartbeat(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case now := <-t.C:
-			if silent := now.Sub(time.Unix(0, c.beat.lastRecv.Load())); silent > dead {
+			// A reader that holds off reading (a full connection) sees no
+			// bytes however alive the peer is: not counted as silence.
+			// held is loaded before lastRecv: resume touches lastRecv
+			// before it lowers held.
+			held := c.beat.held.Load() > 0
+			if silent := now.Sub(time.Unix(0, c.beat.lastRecv.Load())); !held && silent > dead {
 				err := handoff.ErrTransport.With("the peer at %s sent nothing for %v (heartbeat limit %v): declared dead", c.nc.RemoteAddr(), silent.Round(time.Millisecond), dead)
 				c.beat.dead.Store(err)
 				c.nc.Close()

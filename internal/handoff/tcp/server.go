@@ -220,8 +220,22 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 		} else {
 			select {
 			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return
+			default:
+				// MaxInflight calls run: this one waits for a slot, and
+				// nothing more is read meanwhile (the bound on a
+				// connection's memory). The peer's bytes wait in the
+				// socket, so its silence is not measured while the
+				// reader holds off (heartbeat.go): a full connection,
+				// which every tenant's calls share, is never declared
+				// dead for the reader's own wait.
+				c.beat.holdOff()
+				select {
+				case sem <- struct{}{}:
+					c.beat.resume()
+				case <-ctx.Done():
+					c.beat.resume()
+					return
+				}
 			}
 		}
 		// A Prefill call can be stopped by the router (Client.Prefill

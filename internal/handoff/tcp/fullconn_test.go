@@ -1,0 +1,65 @@
+package tcp
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/handoff/handofftest"
+)
+
+// gatedPrefill holds every call until release closes (or the call's
+// context ends: the router's close frame).
+type gatedPrefill struct {
+	started chan struct{}
+	release chan struct{}
+	n       atomic.Int32
+}
+
+func (p *gatedPrefill) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	p.n.Add(1)
+	p.started <- struct{}{}
+	select {
+	case <-p.release:
+		return &handoff.PrefillResult{FirstToken: 1, Tokens: len(r.Tokens)}, nil
+	case <-ctx.Done():
+		return nil, handoff.ErrAborted.With("the router gave the prompt up")
+	}
+}
+
+// More Prefill calls than MaxInflight on one connection (a router whose
+// --max-concurrency is above the worker's 64, one tenant's burst), each
+// slower than the heartbeat's dead-after: the calls past the bound wait
+// for a slot, and the connection, which every tenant's calls share, stays
+// up. The server's reader, waiting for a slot, reads nothing meanwhile;
+// its watchdog used to count that as the router's silence, declare it
+// dead after DeadAfter and tear every call on the connection.
+func TestFullConnectionStaysAlive(t *testing.T) {
+	p := &gatedPrefill{started: make(chan struct{}, 8), release: make(chan struct{})}
+	cfg := Config{Secret: secret, MaxInflight: 2, DeadAfter: 200 * time.Millisecond}
+	addr, _ := serve(t, cfg, nil, p)
+	c := dial(t, addr, cfg)
+	errc := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			_, err := c.Prefill(context.Background(), &handoff.PrefillRequest{Handoff: handofftest.ID(i), Tenant: "t", Tokens: []int32{1}})
+			errc <- err
+		}()
+	}
+	<-p.started
+	<-p.started
+	time.Sleep(5 * cfg.DeadAfter)
+	close(p.release)
+	for range 3 {
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Fatalf("a Prefill call on a connection with more calls than MaxInflight: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a Prefill call never returned")
+		}
+	}
+}
