@@ -155,9 +155,16 @@ func (cl *Client) register(k *call) (uint32, error) {
 	if cl.err != nil {
 		return 0, cl.err
 	}
-	cl.next++
-	if cl.next == 0 {
-		cl.next = 1
+	// Call ids wrap after 2^32 calls on one connection: an id still
+	// pending (a token stream open since) is skipped, never reused, or
+	// its frames would answer the new call, another tenant's perhaps.
+	// Pending calls are bounded (MaxInflight, MaxStreams), so a free id
+	// is always near.
+	for {
+		cl.next++
+		if _, busy := cl.pending[cl.next]; cl.next != 0 && !busy {
+			break
+		}
 	}
 	cl.pending[cl.next] = k
 	return cl.next, nil

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,5 +62,32 @@ func TestFullConnectionStaysAlive(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("a Prefill call never returned")
 		}
+	}
+}
+
+// Call ids wrap after 2^32 calls on a connection; an id still pending (a
+// token stream opened 2^32 calls ago) is skipped, so a reply to one call
+// never answers another.
+func TestCallIDWrapSkipsPending(t *testing.T) {
+	cl := &Client{pending: map[uint32]*call{}}
+	old := &call{reply: make(chan *frame, 1)}
+	id, err := cl.register(old)
+	if err != nil || id != 1 {
+		t.Fatalf("first id %d %v, want 1", id, err)
+	}
+	cl.next = ^uint32(0) - 1
+	var got []uint32
+	for range 3 {
+		id, err := cl.register(&call{reply: make(chan *frame, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, id)
+	}
+	if want := []uint32{^uint32(0), 2, 3}; !slices.Equal(got, want) {
+		t.Fatalf("ids after the wrap %v, want %v (0 is the connection's, 1 still pending)", got, want)
+	}
+	if cl.pending[1] != old {
+		t.Fatal("the pending call's id was given to another call")
 	}
 }
