@@ -103,28 +103,49 @@ func adversarialSchema(n int) string {
 	return `{"type":"object","properties":{` + strings.Join(props, ",") + `},"required":[` + strings.Join(req, ",") + `],"additionalProperties":false}`
 }
 
-// budgetProbe records, at each forward pass (on the scheduler's
-// goroutine, where the step's grammar budget lives, so no lock of the
-// scheduler's is needed), what the step before it did: the grammar work
-// units it took from its budget, whether tenant b decoded in it and
-// whether one of tenant evil's draws was waiting for its mask.
+// probedWide is the wide toy whose forward passes first call probe with
+// the worker's scheduler (once set) and the step, on the scheduler's
+// goroutine: probe reads the batch's state (its sequences, the step's
+// grammar budget) there without a lock, and sees it as the step sees it,
+// whatever the goroutines reading the streams are doing.
+type probedWide struct {
+	*wide
+	sched *atomic.Pointer[scheduler]
+	probe func(s *scheduler, steps []Step)
+}
+
+func (m probedWide) NewForwarder(n int) Forwarder {
+	return probedFwd{m.wide.NewForwarder(n), m}
+}
+
+type probedFwd struct {
+	f Forwarder
+	m probedWide
+}
+
+func (f probedFwd) Forward(s []Step) []StepResult {
+	if sc := f.m.sched.Load(); sc != nil {
+		f.m.probe(sc, s)
+	}
+	return f.f.Forward(s)
+}
+
+// budgetProbe records, at each forward pass, what the step before it did:
+// the grammar work units it took from its budget, whether tenant b
+// decoded in it and whether one of tenant evil's draws was waiting for
+// its mask.
 type budgetProbe struct {
-	sched atomic.Pointer[scheduler] // set before the first request
-	units int                       // the step's budget (Config.GrammarUnits)
+	units int // the step's budget (Config.GrammarUnits)
 
 	mu        sync.Mutex
 	bPrev     bool
 	spent     []int // units spent in each step b decoded in, when b decoded in the next too
 	bSteps    int   // forward passes b decoded in
-	bOut      int   // forward passes while b was active that b sat out
+	bOut      int   // forward passes while b was decoding that b sat out
 	contended int   // forward passes b decoded in while an evil draw was pending
 }
 
-func (p *budgetProbe) observe(steps []Step) {
-	s := p.sched.Load()
-	if s == nil {
-		return
-	}
+func (p *budgetProbe) observe(s *scheduler, steps []Step) {
 	bIn, bActive, evilHeld := false, false, false
 	for _, q := range s.active {
 		if q.emit == nil {
@@ -159,25 +180,6 @@ func (p *budgetProbe) observe(steps []Step) {
 	p.bPrev = bIn
 }
 
-type probedWide struct {
-	*wide
-	p *budgetProbe
-}
-
-func (m probedWide) NewForwarder(n int) Forwarder {
-	return probedFwd{m.wide.NewForwarder(n), m.p}
-}
-
-type probedFwd struct {
-	f Forwarder
-	p *budgetProbe
-}
-
-func (f probedFwd) Forward(s []Step) []StepResult {
-	f.p.observe(s)
-	return f.f.Forward(s)
-}
-
 // Tenant isolation of cost: one tenant's constrained requests must not
 // slow another tenant's decode. Tenant "evil" keeps 3 requests running,
 // each with a schema never seen before and wide string classes, greedy
@@ -203,7 +205,8 @@ func (f probedFwd) Forward(s []Step) []StepResult {
 func TestConstrainedTenantDoesNotSlowCoTenant(t *testing.T) {
 	const units, bTokens = 4096, 80
 	probe := &budgetProbe{units: units}
-	m := probedWide{newWide(t, time.Millisecond), probe}
+	var sched atomic.Pointer[scheduler]
+	m := probedWide{newWide(t, time.Millisecond), &sched, probe.observe}
 	cfg := toyConfig(m, 512)
 	cfg.Context = 256
 	cfg.GrammarUnits = units
@@ -212,7 +215,7 @@ func TestConstrainedTenantDoesNotSlowCoTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeWithin(t, col)
-	probe.sched.Store(col.sched)
+	sched.Store(col.sched)
 	var schemaN int
 	var mu sync.Mutex
 	var evilTokens atomic.Int64

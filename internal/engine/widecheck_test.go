@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,7 +70,28 @@ func TestWideCheckDoesNotHoldUpCoTenant(t *testing.T) {
 	}
 
 	t.Logf("alone %v", time.Since(t0))
-	cfg := toyConfig(m, 512)
+	// evil's tokens out before b's last step, counted where the tokens
+	// are made (the scheduler's goroutine), not where the two streams
+	// are read: a reader goroutine that lags on a loaded machine must
+	// not reorder them.
+	var sched atomic.Pointer[scheduler]
+	var pmu sync.Mutex
+	evilMax, evilBefore := 0, -1
+	probed := probedWide{wide: m, sched: &sched, probe: func(s *scheduler, _ []Step) {
+		pmu.Lock()
+		defer pmu.Unlock()
+		for _, q := range s.active {
+			if q.emit != nil && q.owner.Tenant == "evil" {
+				evilMax = max(evilMax, q.generated)
+			}
+		}
+		for _, q := range s.active {
+			if q.emit != nil && q.owner.Tenant == "b" && q.generated == bTokens-1 {
+				evilBefore = evilMax // b's last token comes out of this step
+			}
+		}
+	}}
+	cfg := toyConfig(probed, 512)
 	cfg.GrammarUnits = 4096
 	col, err := NewColocated(cfg)
 	if err != nil {
@@ -84,8 +106,7 @@ func TestWideCheckDoesNotHoldUpCoTenant(t *testing.T) {
 	collect(t, s)
 	t.Logf("warm %v", time.Since(t0))
 	d0 := col.sched.deferrals.Load()
-	var mu sync.Mutex
-	var order []string // "evil" or "b", one per token in arrival order
+	sched.Store(col.sched) // after the warm-up: its evil request is not counted
 	var wg sync.WaitGroup
 	var got [2]result
 	for i, r := range []*Request{evil(evilTokens), {Tenant: "b", Prompt: prompt(7, 3), MaxTokens: bTokens, IgnoreEOS: true}} {
@@ -108,9 +129,6 @@ func TestWideCheckDoesNotHoldUpCoTenant(t *testing.T) {
 						continue
 					}
 					got[i].tokens = append(got[i].tokens, ev.Token)
-					mu.Lock()
-					order = append(order, r.Tenant)
-					mu.Unlock()
 				case <-timeout:
 					t.Errorf("%s: stream did not end", r.Tenant)
 					return
@@ -129,26 +147,16 @@ func TestWideCheckDoesNotHoldUpCoTenant(t *testing.T) {
 	if len(got[1].tokens) != bTokens {
 		t.Fatalf("b got %d tokens, want %d", len(got[1].tokens), bTokens)
 	}
-	lastB := slices.Index(order, "b")
-	for i, who := range order {
-		if who == "b" {
-			lastB = i
-		}
-	}
-	evilBefore := 0
-	for _, who := range order[:lastB] {
-		if who == "evil" {
-			evilBefore++
-		}
-	}
+	pmu.Lock()
+	defer pmu.Unlock()
 	checked := 0
 	for _, id := range want.tokens {
 		if id == long {
 			checked++
 		}
 	}
-	t.Logf("evil: %d tokens (%d of 128 spaces), %d draws deferred; %d of them out before b's %d", evilTokens, checked, deferred, evilBefore, bTokens)
-	if evilBefore > 2 {
+	t.Logf("evil: %d tokens (%d of 128 spaces), %d draws deferred; %d of them out before b's last step (b: %d tokens)", evilTokens, checked, deferred, evilBefore, bTokens)
+	if evilBefore < 0 || evilBefore > 2 {
 		t.Fatalf("evil emitted %d tokens before b's %d were out: its checks ran on the shared step", evilBefore, bTokens)
 	}
 	if deferred < int64(checked) {
