@@ -199,7 +199,7 @@ func TestServedModelNameAndContextWarning(t *testing.T) {
 	}
 }
 
-// --prefill-chunk and --max-num-batched-tokens: every role that runs a
+// --prefill-chunk, --max-num-batched-tokens and --shared-step-tokens: every role that runs a
 // scheduler takes them, --help explains them, and a value out of bounds
 // (or a budget smaller than the chunk) is a usage error naming the flag,
 // before any model loads.
@@ -221,7 +221,7 @@ func TestWeightsFlagRefusesNonsense(t *testing.T) {
 func TestBatchFlagsRefuseNonsense(t *testing.T) {
 	for _, role := range []string{"serve", "prefill", "decode"} {
 		_, out, _ := runBin(t, role, "--help")
-		if !strings.Contains(out, "-max-num-batched-tokens") || !strings.Contains(out, "-prefill-chunk") {
+		if !strings.Contains(out, "-max-num-batched-tokens") || !strings.Contains(out, "-prefill-chunk") || !strings.Contains(out, "-shared-step-tokens") {
 			t.Errorf("%s --help lacks the batch flags", role)
 		}
 		for _, c := range []struct {
@@ -234,6 +234,8 @@ func TestBatchFlagsRefuseNonsense(t *testing.T) {
 			{[]string{"--max-num-batched-tokens", "65537"}, "--max-num-batched-tokens 65537"},
 			{[]string{"--prefill-chunk", "128", "--max-num-batched-tokens", "64"}, "--max-num-batched-tokens 64 is smaller than --prefill-chunk 128"},
 			{[]string{"--prefill-chunk", "512"}, "--max-num-batched-tokens 256 is smaller than --prefill-chunk 512"},
+			{[]string{"--shared-step-tokens", "-1"}, "--shared-step-tokens -1: give 0 (the prefill chunk) or 1 to --max-num-batched-tokens (256)"},
+			{[]string{"--shared-step-tokens", "257"}, "--shared-step-tokens 257"},
 		} {
 			code, _, errb := runBin(t, append([]string{role}, c.args...)...)
 			if code != 2 || !strings.Contains(errb, c.want) {

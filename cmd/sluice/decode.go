@@ -142,7 +142,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 		return fail(1, "%v", err)
 	}
 	ec.Verify, ec.GrammarMaskBytes = pools.Verify, pools.GrammarMaskBytes
-	ec.ChunkTokens, ec.StepTokens = o.chunk, o.stepTokens
+	ec.ChunkTokens, ec.StepTokens, ec.SharedStepTokens = o.chunk, o.stepTokens, o.sharedStep
 	ec.HandoffAfterPrefill = o.afterPrefill
 	raiseProcs(log, o.threads)
 	// A worker holds KV: a peer worker of another --kv-type is refused at

@@ -53,8 +53,10 @@ type roleOpts struct {
 	threads   int
 	maxConc   int
 	// chunk and stepTokens: the scheduler's prefill chunk and step token
-	// budget (--prefill-chunk, --max-num-batched-tokens).
-	chunk, stepTokens int
+	// budget (--prefill-chunk, --max-num-batched-tokens); sharedStep the
+	// prompt tokens of a step tenants share (--shared-step-tokens, 0: the
+	// chunk).
+	chunk, stepTokens, sharedStep int
 	// afterPrefill: --handoff-after-prefill (the handoff before it streamed).
 	afterPrefill bool
 	logFormat    string
@@ -111,6 +113,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		}
 		fs.IntVar(&o.stepTokens, "max-num-batched-tokens", engine.DefaultStepTokens, fmt.Sprintf("token budget of one forward step of each role, every sequence together (vLLM's name): decoding sequences come first, one token each (always run, counted against the budget), prompt chunks share the rest, the least served tenant's first (docs/isolation.md, step shares). Larger: long prompts finish sooner; smaller: decode's inter-token latency stays lower while prompts arrive. %d to %d, and at least --prefill-chunk", 1, engine.MaxStepTokens))
 		fs.IntVar(&o.chunk, "prefill-chunk", engine.DefaultChunkTokens, fmt.Sprintf("prompt tokens one sequence may run per step (chunked prefill): a longer prompt runs as several chunks interleaved with decode steps. 1 to %d", engine.MaxChunkTokens))
+		fs.IntVar(&o.sharedStep, "shared-step-tokens", 0, "prompt tokens of one step, every tenant's together, while tenants share a role's batch (another tenant in it within the last 64 steps): a tenant's prompt that arrives waits for the step in progress, so this bounds what a co-tenant's flood makes it wait for (docs/isolation.md, step shares). 0: --prefill-chunk; up to --max-num-batched-tokens (shared steps as long as any). Smaller: a co-tenant's time to first token is lower while another floods; larger: the flood's prompts run in fewer, longer steps")
 		fs.StringVar(&o.maskCache, "grammar-mask-cache", defaultMaskCache, "memory each role may hold in cached token masks of structured outputs (response_format, tools), every tenant's compiled grammars together, e.g. 512MiB: a position's mask is a bit per vocabulary token (19 KB at 151k tokens). Past it, the masks of the least recently used grammar of the tenant holding the most are dropped (a dropped mask costs a trie walk again)")
 		fs.BoolVar(&o.afterPrefill, "handoff-after-prefill", false, "prefill: send a prompt's KV pages to decode only once the whole prompt is computed, instead of each chunk's pages while the next chunk computes (the default, which hides a long prompt's transfer under its compute); for comparisons")
 	}
@@ -191,6 +194,9 @@ func (o *roleOpts) pools() (node.Pools, error) {
 // the flags.
 func (o *roleOpts) checkBatch() error {
 	if engine.CheckBatch(o.chunk, o.stepTokens) == nil {
+		if o.sharedStep < 0 || o.sharedStep > o.stepTokens {
+			return fmt.Errorf("--shared-step-tokens %d: give 0 (the prefill chunk) or 1 to --max-num-batched-tokens (%d)", o.sharedStep, o.stepTokens)
+		}
 		return nil
 	}
 	switch {
@@ -500,7 +506,7 @@ Example:
 	}
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport, Encrypt: o.encrypt,
 		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log,
-		ChunkTokens: o.chunk, StepTokens: o.stepTokens, ShareThreads: true, HandoffAfterPrefill: o.afterPrefill,
+		ChunkTokens: o.chunk, StepTokens: o.stepTokens, SharedStepTokens: o.sharedStep, ShareThreads: true, HandoffAfterPrefill: o.afterPrefill,
 		PrefixCache: o.prefix == "on", PublicPrefix: public, PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers,
 		// The cache's per-tenant shares follow the key file's weights.
 		Engine: func(_ string, ec *engine.Config) { ec.CacheWeight = keys.Weight }})

@@ -7,7 +7,7 @@ import (
 	"sluice/internal/engine"
 )
 
-// The prefill chunk and the step budget of LocalConfig reach every role's
+// The prefill chunk, the step budget and the shared step of LocalConfig reach every role's
 // engine, in every topology `sluice serve` builds (colocated, one pair,
 // a cluster).
 func TestBatchSettingsReachEveryRole(t *testing.T) {
@@ -19,7 +19,7 @@ func TestBatchSettingsReachEveryRole(t *testing.T) {
 	} {
 		seen := map[string]engine.Config{}
 		c.Pools = Pools{Context: 256, PoolTokens: 512}
-		c.ChunkTokens, c.StepTokens = 24, 40
+		c.ChunkTokens, c.StepTokens, c.SharedStepTokens = 24, 40, 12
 		c.Engine = func(role string, ec *engine.Config) { seen[role] = *ec }
 		st, err := BuildLocal(m, c)
 		if err != nil {
@@ -30,8 +30,8 @@ func TestBatchSettingsReachEveryRole(t *testing.T) {
 			t.Fatalf("%+v: no role built", c)
 		}
 		for role, ec := range seen {
-			if ec.ChunkTokens != 24 || ec.StepTokens != 40 {
-				t.Errorf("colocated=%v workers=%d/%d: %s runs chunk %d, budget %d; want 24, 40", c.Colocated, c.PrefillWorkers, c.DecodeWorkers, role, ec.ChunkTokens, ec.StepTokens)
+			if ec.ChunkTokens != 24 || ec.StepTokens != 40 || ec.SharedStepTokens != 12 {
+				t.Errorf("colocated=%v workers=%d/%d: %s runs chunk %d, budget %d, shared step %d; want 24, 40, 12", c.Colocated, c.PrefillWorkers, c.DecodeWorkers, role, ec.ChunkTokens, ec.StepTokens, ec.SharedStepTokens)
 			}
 		}
 	}

@@ -160,7 +160,7 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 		if err != nil {
 			return nil, err
 		}
-		ec.ChunkTokens, ec.StepTokens = c.ChunkTokens, c.StepTokens
+		ec.ChunkTokens, ec.StepTokens, ec.SharedStepTokens = c.ChunkTokens, c.StepTokens, c.SharedStepTokens
 		// Every worker's prefix-cache salts are keyed with the cluster's
 		// shared secret, as separate processes key them with the key file.
 		ec.PrefixCache, ec.CacheSecret = c.PrefixCache, secret

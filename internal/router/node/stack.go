@@ -43,9 +43,10 @@ type LocalConfig struct {
 	// pair, not a cluster) each borrow the other's threads while the other
 	// is idle (engine.Config.BurstThreads): `sluice serve` sets it.
 	ShareThreads bool
-	// ChunkTokens and StepTokens are each role's prefill chunk and step
-	// token budget (engine.Config; 0: the engine's defaults).
-	ChunkTokens, StepTokens int
+	// ChunkTokens, StepTokens and SharedStepTokens are each role's
+	// prefill chunk, step token budget and shared step's prompt tokens
+	// (engine.Config; 0: the engine's defaults).
+	ChunkTokens, StepTokens, SharedStepTokens int
 	// HandoffAfterPrefill: the prefill worker sends a prompt's pages only
 	// once it is whole (engine.Config.HandoffAfterPrefill; comparisons).
 	HandoffAfterPrefill bool
@@ -244,7 +245,7 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 			return nil, err
 		}
 		ec.MaxQueue, ec.QueueTimeout = c.MaxQueue, c.QueueTimeout
-		ec.ChunkTokens, ec.StepTokens = c.ChunkTokens, c.StepTokens
+		ec.ChunkTokens, ec.StepTokens, ec.SharedStepTokens = c.ChunkTokens, c.StepTokens, c.SharedStepTokens
 		ec.HandoffAfterPrefill = c.HandoffAfterPrefill
 		ec.PrefixCache, ec.Verify = c.PrefixCache, c.Pools.Verify
 		ec.GrammarMaskBytes = c.Pools.GrammarMaskBytes
