@@ -272,12 +272,18 @@ func (s *batch) stats() SchedStats {
 
 func newBatch(cfg Config, pool pagePool) *batch {
 	b := &batch{cfg: cfg, pool: pool, fwd: cfg.Model.NewForwarder(cfg.Threads)}
-	// Slack: a chunk's worth of service; Lag: a few steps' worth.
-	b.shares.Slack, b.shares.Lag = int64(max(cfg.ChunkTokens, 1)), int64(4*max(cfg.StepTokens, 1))
 	// Shared steps carry SharedStepTokens of prompt tokens (one chunk by
 	// default), for sharedRecent steps after another tenant was last in
 	// the batch.
 	b.shares.Short, b.shares.Recent = cfg.SharedStepTokens, sharedRecent
+	// Slack: a chunk's worth of service; Lag: a few shared steps' worth.
+	// Lag is the priority a tenant new to the batch has over the others,
+	// which then wait for it to run that much: counted in shared steps,
+	// not whole budgets, or a co-tenant's prompt would wait out 4x as
+	// many short steps each time a flood starts (the crowding bench saw
+	// b's prompts wait 16-64 of a's one-chunk steps, 0.5-1 s under load,
+	// when a's flood began right after b's own prompts).
+	b.shares.Slack, b.shares.Lag = int64(max(cfg.ChunkTokens, 1)), int64(4*max(cfg.SharedStepTokens, 1))
 	return b
 }
 

@@ -396,3 +396,32 @@ func TestSharedStepTokensBounds(t *testing.T) {
 	}
 	closeWithin(t, c)
 }
+
+// A flood that starts right after another tenant's prompts has priority
+// for a few shared steps, not a few whole budgets: b ran 600 prompt
+// tokens, then a's flood arrives (new to the batch, so Lag behind b) and
+// b's next short prompt waits at most for a to catch up, which is
+// counted in one-chunk steps: Lag is 4 shared steps' worth, so b's
+// prompt runs within 4 + 1 (Slack) + 1 steps. With Lag a whole budget's
+// worth (4 x 24 tokens) it waits ~19 steps of 5 tokens.
+func TestPrefillFloodPriorityIsAFewSharedSteps(t *testing.T) {
+	r := newQuotaRig(t, 1024)
+	var bs []*seq
+	for range 3 {
+		bs = append(bs, r.add("b", 200, 1))
+	}
+	for bs[2].emit != nil {
+		r.s.turn()
+	}
+	for range 6 {
+		r.add("a", 200, 2)
+	}
+	r.s.turn()
+	b := r.add("b", 3, 2)
+	for waited := 0; b.fed == 0; waited++ {
+		if bound := 4 + 1 + 1; waited > bound {
+			t.Fatalf("b's prompt waited %d steps for a's new flood to catch up, want at most %d (Lag of 4 one-chunk steps, Slack, the step in progress)", waited, bound)
+		}
+		r.s.turn()
+	}
+}
