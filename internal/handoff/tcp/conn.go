@@ -44,7 +44,8 @@ type Config struct {
 	Encrypt bool
 	// MaxFrame bounds a frame's payload (default 16 MiB). Write batches
 	// (handoff.SenderConfig.MaxBatchBytes) must stay below it; a server
-	// holds at most MaxInflight x MaxFrame bytes of a connection's calls.
+	// holds at most 2 x MaxInflight x MaxFrame bytes of a connection's
+	// calls (Prefill calls and the others each bounded by MaxInflight).
 	MaxFrame int
 	// HandshakeTimeout bounds the whole handshake (default 5 s).
 	HandshakeTimeout time.Duration
@@ -57,7 +58,9 @@ type Config struct {
 	ReadTimeout time.Duration
 	// WriteTimeout bounds writing one frame (default 10 s).
 	WriteTimeout time.Duration
-	// MaxInflight bounds the calls a server runs at once per connection (default 64).
+	// MaxInflight bounds the calls a server runs at once per connection
+	// (default 64), Prefill calls apart from the others: a prompt's call
+	// lasts as long as its prefill, and short calls do not wait for it.
 	MaxInflight int
 	// MaxStreams bounds the token streams open at once per connection
 	// (default 4096); one more is refused with ErrRefused.

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -39,7 +40,9 @@ func (p *gatedPrefill) Prefill(ctx context.Context, r *handoff.PrefillRequest) (
 // dead after DeadAfter and tear every call on the connection.
 func TestFullConnectionStaysAlive(t *testing.T) {
 	p := &gatedPrefill{started: make(chan struct{}, 8), release: make(chan struct{})}
-	cfg := Config{Secret: secret, MaxInflight: 2, DeadAfter: 200 * time.Millisecond}
+	// DeadAfter well above a loaded machine's scheduling stalls (the
+	// client's watchdog must not fire), the hold well above DeadAfter.
+	cfg := Config{Secret: secret, MaxInflight: 2, DeadAfter: 500 * time.Millisecond}
 	addr, _ := serve(t, cfg, nil, p)
 	c := dial(t, addr, cfg)
 	errc := make(chan error, 3)
@@ -51,7 +54,7 @@ func TestFullConnectionStaysAlive(t *testing.T) {
 	}
 	<-p.started
 	<-p.started
-	time.Sleep(5 * cfg.DeadAfter)
+	time.Sleep(4 * cfg.DeadAfter)
 	close(p.release)
 	for range 3 {
 		select {
@@ -89,5 +92,53 @@ func TestCallIDWrapSkipsPending(t *testing.T) {
 	}
 	if cl.pending[1] != old {
 		t.Fatal("the pending call's id was given to another call")
+	}
+}
+
+// MaxInflight Prefill calls hold a connection (prompts queued and
+// computing at the worker): a short call behind them (the router's Load
+// probe) is answered while they run, and the router's close frame giving
+// one prompt up reaches it. Both used to wait for a slot behind the very
+// prompts: the reader, stopped on the short call, read no close frame
+// until some prompt ended by itself.
+func TestShortCallsAndClosesNotBehindPrefills(t *testing.T) {
+	p := &gatedPrefill{started: make(chan struct{}, 8), release: make(chan struct{})}
+	defer close(p.release)
+	cfg := Config{Secret: secret, MaxInflight: 2, DeadAfter: -1}
+	addr, _ := serve(t, cfg, nil, p)
+	c := dial(t, addr, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Prefill(ctx, &handoff.PrefillRequest{Handoff: handofftest.ID(1), Tenant: "t", Tokens: []int32{1}})
+		first <- err
+	}()
+	<-p.started
+	go func() {
+		_, _ = c.Prefill(context.Background(), &handoff.PrefillRequest{Handoff: handofftest.ID(2), Tenant: "t", Tokens: []int32{1}})
+	}()
+	<-p.started
+	load := make(chan error, 1)
+	go func() {
+		_, err := c.Load(context.Background())
+		load <- err
+	}()
+	select {
+	case err := <-load:
+		// gatedPrefill reports no load: any answer is the call's own.
+		if !errors.Is(err, handoff.ErrState) {
+			t.Fatalf("Load beside the prompts: %v, want the worker's answer", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a Load call waited behind MaxInflight prompts")
+	}
+	cancel()
+	select {
+	case err := <-first:
+		if !errors.Is(err, handoff.ErrAborted) {
+			t.Fatalf("the given-up prompt answered %v, want the worker's aborted", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the close frame never reached its call")
 	}
 }

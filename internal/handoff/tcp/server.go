@@ -96,9 +96,16 @@ func (s *Server) Close() error {
 
 type sconn struct {
 	*conn
-	s       *Server
-	ctx     context.Context
-	sem     chan struct{} // calls in flight (MaxInflight)
+	s   *Server
+	ctx context.Context
+	sem chan struct{} // calls in flight (MaxInflight)
+	// psem bounds Prefill calls apart (MaxInflight): a prompt's call
+	// lasts its queue, compute and push, so short calls (Load, and the
+	// decode side's) never wait behind prompts, and with no more
+	// prompts in flight than the bound (a router's default
+	// --max-concurrency) the reader never stops: the router's close
+	// frame giving a prompt up is read at once.
+	psem    chan struct{}
 	ssem    chan struct{} // open token streams (MaxStreams)
 	mu      sync.Mutex
 	streams map[uint32]context.CancelFunc
@@ -139,7 +146,7 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 	defer close(stopBeat)
 	go c.heartbeat(stopBeat)
 	ctx, cancel := context.WithCancel(context.Background())
-	sc := &sconn{conn: c, s: s, ctx: ctx, sem: make(chan struct{}, s.cfg.MaxInflight),
+	sc := &sconn{conn: c, s: s, ctx: ctx, sem: make(chan struct{}, s.cfg.MaxInflight), psem: make(chan struct{}, s.cfg.MaxInflight),
 		ssem: make(chan struct{}, s.cfg.MaxStreams), streams: map[uint32]context.CancelFunc{}, reserved: map[kv.ID]struct{}{}}
 	defer func() {
 		cancel()
@@ -218,6 +225,9 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 				continue
 			}
 		} else {
+			if f.typ == tPrefill {
+				sem = sc.psem
+			}
 			select {
 			case sem <- struct{}{}:
 			default:
