@@ -200,7 +200,8 @@ func (r *router) act(q *rreq, a request.Action) {
 		case request.ActPrefill:
 			w.colo.start(q)
 			return
-		case request.ActStopDecode:
+		case request.ActStopDecode, request.ActAbortHandoff:
+			// abort_handoff: ended before its first token (a cancel, I10).
 			if q.stopColo != nil {
 				q.stopColo()
 			}
