@@ -125,7 +125,12 @@ Example:
 	}
 	defer pw.Close()
 	stopMetrics, err := serveWorkerMetrics(log, o.metrics, m.Name, func() router.EngineStats {
-		return node.Stats(map[string]*kv.Pool{preflight.RolePrefill: pw.Pool()}, nil)
+		st := node.Stats(map[string]*kv.Pool{preflight.RolePrefill: pw.Pool()}, nil)
+		// The prompts' first-token phases as this worker saw them (its
+		// queue, step wait, steps, push): the router process exports its
+		// own (queue, handoff), so a remote worker's are here.
+		st.Phases = map[string][]engine.PhaseStat{"prefill": pw.FirstTokenPhases()}
+		return st
 	}, o.readiness(ds.Check))
 	if err != nil {
 		log.Error("cannot serve metrics", "err", err)

@@ -189,8 +189,9 @@ func TestRolesAsProcesses(t *testing.T) {
 	dec := startProc(t, "decode", append(pool, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")...)
 	daddr := dec.waitAddr(t)
 	maddr := dec.field("metrics listening", "addr")
-	pre := startProc(t, "prefill", append(pool, "--listen", "127.0.0.1:0", "--decode", daddr)...)
+	pre := startProc(t, "prefill", append(pool, "--listen", "127.0.0.1:0", "--decode", daddr, "--metrics-listen", "127.0.0.1:0")...)
 	paddr := pre.waitAddr(t)
+	pmaddr := pre.field("metrics listening", "addr")
 	keys := filepath.Join(t.TempDir(), "keys")
 	os.WriteFile(keys, []byte("key-a tenant-a\nkey-b tenant-b\n"), 0o600)
 	rt := startProc(t, "router", "--model", model, "--context", "256", "--listen", "127.0.0.1:0",
@@ -246,6 +247,20 @@ func TestRolesAsProcesses(t *testing.T) {
 	resp.Body.Close()
 	if want := `sluice_kv_pages{role="decode",state="free"} 32`; !strings.Contains(string(body), want) {
 		t.Fatalf("decode metrics lack %s:\n%s", want, body)
+	}
+	// The prefill process exports the prompt's first-token phases as it
+	// saw them (the router's process has no prefill worker to record
+	// them): one request, each phase counted once.
+	resp, err = http.Get(pmaddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, phase := range []string{"prefill_queue", "prefill_wait", "prefill_compute", "prefill_push"} {
+		if want := `sluice_first_token_phase_seconds_count{phase="` + phase + `",role="prefill"} 1`; !strings.Contains(string(body), want) {
+			t.Fatalf("prefill metrics lack %s:\n%s", want, body)
+		}
 	}
 	// Graceful shutdown: SIGTERM, exit 0.
 	for _, p := range []*proc{rt, pre, dec} {
