@@ -432,6 +432,12 @@ func (d *Disaggregated) reserve(ctx context.Context, tk *ticket, at *attempts, r
 	if errors.Is(err, handoff.ErrTransport) || ctx.Err() != nil {
 		d.abort(dec, id, "reserve outcome unknown")
 	}
+	if ctx.Err() != nil {
+		// The client left during the call (the Abort above overtakes
+		// the Reserve, I6): its own doing, not a failed handoff (which
+		// the router logs as an error and counts as handoff_failed).
+		return nil, false, errf(CodeCancelled, StatusClientClosed, nil, "the client disconnected while its decode pages were being reserved")
+	}
 	if errors.Is(err, handoff.ErrRefused) {
 		return nil, false, errf(CodeOverloaded, http.StatusTooManyRequests, err, "the decode worker refused this request now (%v); retry later", err)
 	}
