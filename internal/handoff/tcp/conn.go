@@ -61,6 +61,10 @@ type Config struct {
 	// MaxInflight bounds the calls a server runs at once per connection
 	// (default 64), Prefill calls apart from the others: a prompt's call
 	// lasts as long as its prefill, and short calls do not wait for it.
+	// One call past a bound stops the connection's reader until a slot
+	// frees, and every frame behind it waits too, a router's close frame
+	// giving a prompt up included: a router keeps its prompts in flight
+	// to one worker within it (its --max-concurrency, default 64).
 	MaxInflight int
 	// MaxStreams bounds the token streams open at once per connection
 	// (default 4096); one more is refused with ErrRefused.
