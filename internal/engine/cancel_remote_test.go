@@ -248,3 +248,50 @@ func testGivenUpPrefillStops(t *testing.T, how string) {
 		})
 	}
 }
+
+// cancelOnStream is a decode link that ends the client's context while
+// the router opens the decode stream: the client is gone by the time
+// Submit watches its context, so the watch cancels at once, on another
+// goroutine, while Submit is still returning.
+type cancelOnStream struct {
+	handoff.Decode
+	cancel func()
+}
+
+func (c *cancelOnStream) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams) (handoff.TokenStream, error) {
+	ts, err := c.Decode.Stream(ctx, id, p)
+	c.cancel()
+	return ts, err
+}
+
+// A client that leaves as Submit returns (after its reservation, before
+// its prompt was sent) ends its request cancelled (I10: the handoff
+// aborted whole) unless it finished first, race-free against Submit's own
+// end (-race caught the stream's end reading its close hook while Submit
+// wrote it, in TestDisconnectAtEveryPhase), and nothing is left reserved.
+func TestCancelAsSubmitReturns(t *testing.T) {
+	m := newToy()
+	dw, pw := toyWorkers(t, m, 32)
+	for i := range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		link := &cancelOnStream{Decode: dw, cancel: cancel}
+		eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: 128}, pw, link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := eng.Submit(ctx, &Request{Tenant: "acme", Prompt: prompt(i, 9), MaxTokens: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The cancel runs on its own goroutine: the request may also
+		// have finished before it.
+		res := collect(t, s)
+		var e *Error
+		cancelled := errors.As(res.final.Err, &e) && e.Code == CodeCancelled && len(res.tokens) == 0
+		if !cancelled && !(res.final.Done && slices.Equal(res.tokens, toyReference(m, prompt(i, 9), 4, false))) {
+			t.Fatalf("a client gone as Submit returned: %v %v, want a cancelled end and no token, or the whole output", res.tokens, res.final.Err)
+		}
+		closeWithin(t, eng)
+	}
+	waitDrained(t, pw.Pool(), dw.Pool())
+}

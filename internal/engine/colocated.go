@@ -198,11 +198,13 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	admitted = time.Now()
 	c.phases.observe(r.Tenant, PhaseQueue, admitted.Sub(arrived))
 	st.cancelFn = func() { lc.step(request.Event{Kind: request.EvCancel}, nil) }
-	stopWatch := context.AfterFunc(ctx, st.Cancel)
-	st.onClose = func() { stopWatch() }
 	lc.step(request.Event{Kind: request.EvReserved}, nil)
 	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
 	c.sched.add(q)
+	// Watched only now: a client already gone cancels at once (AfterFunc),
+	// and that cancel must find the sequence (it stops it at its next
+	// step), not end the request before its pages had an owner.
+	st.watch(ctx, nil)
 	return st, nil
 }
 
@@ -340,6 +342,29 @@ func newStream(maxTokens int) *stream {
 }
 
 func (s *stream) Events() <-chan Event { return s.events }
+
+// watch cancels s when ctx ends (the client left) and stops watching once
+// s has ended; onEnd, if set, runs when s ends. A ctx already done cancels
+// at once, on another goroutine, which may end s before watch returns:
+// onClose is only ever set under mu, which push holds when it runs it.
+func (s *stream) watch(ctx context.Context, onEnd func()) {
+	s.mu.Lock()
+	s.onClose = onEnd
+	s.mu.Unlock()
+	stop := context.AfterFunc(ctx, s.Cancel)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended.Load() {
+		stop() // ended meanwhile: onEnd ran with it
+		return
+	}
+	s.onClose = func() {
+		stop()
+		if onEnd != nil {
+			onEnd()
+		}
+	}
+}
 
 func (s *stream) Cancel() {
 	s.once.Do(func() {

@@ -323,8 +323,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		leave()
 		lc.step(request.Event{Kind: request.EvCancel}, nil)
 	}
-	stopWatch := context.AfterFunc(ctx, st.Cancel)
-	st.onClose = func() { stopWatch(); leave() }
+	st.watch(ctx, leave)
 	go d.run(r, cur, res, ts, lc, tk, gone, at)
 	return st, nil
 }
