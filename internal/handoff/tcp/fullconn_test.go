@@ -142,3 +142,53 @@ func TestShortCallsAndClosesNotBehindPrefills(t *testing.T) {
 		t.Fatal("the close frame never reached its call")
 	}
 }
+
+// Close frames for ids that are not a live call's (one never used, a
+// call that already ended, thousands of them) are ignored: they end no
+// other call, and the connection carries on.
+func TestStrayClosesEndNoCall(t *testing.T) {
+	p := &gatedPrefill{started: make(chan struct{}, 8), release: make(chan struct{})}
+	cfg := Config{Secret: secret}
+	addr, _ := serve(t, cfg, nil, fakePrefill{got: make(chan *handoff.PrefillRequest, 4)})
+	c := dial(t, addr, cfg)
+	if _, err := c.Prefill(context.Background(), &handoff.PrefillRequest{Handoff: handofftest.ID(1), Tenant: "t", Tokens: []int32{1}}); err != nil {
+		t.Fatal(err)
+	}
+	ended := lastID(c) // the call that just ended
+	addr2, _ := serve(t, cfg, nil, p)
+	c2 := dial(t, addr2, cfg)
+	res := make(chan error, 1)
+	go func() {
+		_, err := c2.Prefill(context.Background(), &handoff.PrefillRequest{Handoff: handofftest.ID(2), Tenant: "t", Tokens: []int32{1}})
+		res <- err
+	}()
+	<-p.started
+	live := lastID(c2)
+	for id := uint32(1); id <= 5000; id++ {
+		if id == live {
+			continue
+		}
+		if err := c2.c.send(tStreamClose, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.c.send(tStreamClose, ended); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(p.release)
+	if err := <-res; err != nil {
+		t.Fatalf("a live call beside stray closes: %v", err)
+	}
+	for _, cl := range []*Client{c, c2} {
+		if _, err := cl.Prefill(context.Background(), &handoff.PrefillRequest{Handoff: handofftest.ID(3), Tenant: "t", Tokens: []int32{1}}); err != nil {
+			t.Fatalf("a call after the stray closes: %v", err)
+		}
+	}
+}
+
+// lastID is the id cl gave its latest call.
+func lastID(cl *Client) uint32 {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.next
+}
