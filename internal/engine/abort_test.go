@@ -355,12 +355,11 @@ func TestAbortDecoding(t *testing.T) {
 	})
 }
 
-// TestCancelDuringTransferAbortsWhole is I10: a client disconnect in the
-// middle of the transfer aborts the handoff whole: the prefill stops, its
-// writes after the abort are refused (fenced, I6), decode accepts no
-// commit, the request ends cancelled with no prompt token counted (none
-// was verified, I9), and every page comes back.
-func TestCancelDuringTransferAbortsWhole(t *testing.T) {
+// TestCancelDuringTransferRunsToCommit is I10: a client disconnect in the
+// middle of the transfer does not tear it; the commit happens, decode
+// reaches its first token, then the request ends as cancelled and every
+// page goes back by the normal path.
+func TestCancelDuringTransferRunsToCommit(t *testing.T) {
 	forTransports(t, func(t *testing.T, transport string) {
 		r := newAbortRig(t, transport, nil)
 		var s Stream
@@ -382,12 +381,17 @@ func TestCancelDuringTransferAbortsWhole(t *testing.T) {
 		if !errors.As(res.final.Err, &e) || e.Code != CodeCancelled {
 			t.Fatalf("want a cancelled end, got %+v", res.final)
 		}
-		if len(res.tokens) != 0 || res.final.Usage.PromptTokens != 0 {
-			t.Fatalf("a request cancelled before its commit: tokens %v, usage %+v", res.tokens, res.final.Usage)
-		}
 		st := r.dw.ReceiverStats()
-		if st.Accepted != 0 || st.Aborted == 0 {
-			t.Fatalf("the cancelled handoff was not aborted whole: %+v", st)
+		if st.Accepted != 1 || st.Aborted != 0 || st.LateWrites != 0 {
+			t.Fatalf("the transfer was torn: %+v", st)
+		}
+		if res.final.Usage.PromptTokens != 13 {
+			t.Fatalf("usage after a cancel: %+v", res.final.Usage)
+		}
+		// Decode may finish its step after the cancel: wait for its release.
+		deadline := time.Now().Add(5 * time.Second)
+		for r.dw.Pool().CheckDrained() != nil && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
 		}
 		r.after(t)
 	})

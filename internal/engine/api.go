@@ -71,11 +71,10 @@ type Stream interface {
 	// Events delivers tokens then exactly one terminal event, then closes.
 	Events() <-chan Event
 	// Cancel asks the engine to stop the request (client disconnect or a stop
-	// sequence matched). Before the commit the handoff is aborted whole
-	// (I10): the prefill stops at its next step boundary and nothing of it
-	// is committed; after it decoding stops at its next step. Events ends
-	// with a terminal event either way. Cancel is idempotent and safe from
-	// any goroutine.
+	// sequence matched). It never tears a KV transfer (I10): the handoff runs
+	// to its commit and decode to its first token, then the request ends and
+	// its pages are released the normal way. Events ends with a terminal
+	// event either way. Cancel is idempotent and safe from any goroutine.
 	Cancel()
 }
 

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -93,28 +92,18 @@ func (t *idTap) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Reser
 	return t.Decode.Reserve(ctx, r)
 }
 
-// A prompt the router gives up while it is being prefilled stops at the
-// prefill worker at once, also when that worker is remote: the router
-// ends the Prefill call (over TCP a close frame on its id), and the worker
-// drops the prompt at its next step boundary, aborts the handoff and
-// frees its pages. Counted in steps, not time: the prompt caught in step
-// `at` runs that step and no other (with the streaming handoff, and after
-// the prefill, when decode's refusal of a write cannot stop it).
-//
-// Given up how: decode revokes the reservation (the KV quota): the
-// request re-pairs and finishes with the reference output (nothing of the
-// revoked handoff was committed: decode accepted one commit); or the
-// client leaves (I10): the request ends cancelled and decode accepted no
-// commit. Either way both pools drain, and another tenant's prompt runs.
+// A reservation decode revokes while its prompt is being prefilled (the
+// KV quota) stops the prompt at the prefill worker at once, also when
+// that worker is remote: the router ends the Prefill call (over TCP a
+// close frame on its id), and the worker drops the prompt at its next step
+// boundary, aborts the handoff and frees its pages. Counted in steps, not
+// time: the prompt caught in step `at` runs that step and no other (with
+// the streaming handoff, and after the prefill, when decode's refusal of
+// a write cannot stop it). The
+// request then re-pairs and finishes with the reference output (nothing
+// of the revoked handoff was committed: decode accepted one commit), both
+// pools drain, and another tenant's prompt runs.
 func TestRevokedPrefillStopsAtRemoteWorker(t *testing.T) {
-	testGivenUpPrefillStops(t, "revoked")
-}
-
-func TestCancelledPrefillStopsAtRemoteWorker(t *testing.T) {
-	testGivenUpPrefillStops(t, "cancelled")
-}
-
-func testGivenUpPrefillStops(t *testing.T, how string) {
 	for _, c := range []struct {
 		transport string
 		after     bool // HandoffAfterPrefill: nothing is written before the prompt's end
@@ -183,57 +172,43 @@ func testGivenUpPrefillStops(t *testing.T, how string) {
 			case <-time.After(60 * time.Second):
 				t.Fatal("the prompt never reached its gated step")
 			}
-			if how == "cancelled" {
-				s.Cancel()
-			} else {
-				tp.mu.Lock()
-				id := tp.id
-				tp.mu.Unlock()
-				dw.mu.Lock()
-				revoked := false
-				if h := dw.handoffs[id]; h != nil && !h.committed {
-					revoked = dw.revokeOneLocked(dw.now(), id, h)
-				}
-				dw.mu.Unlock()
-				if !revoked {
-					t.Fatal("the reservation could not be revoked mid-prefill")
-				}
+			tp.mu.Lock()
+			id := tp.id
+			tp.mu.Unlock()
+			dw.mu.Lock()
+			revoked := false
+			if h := dw.handoffs[id]; h != nil && !h.committed {
+				revoked = dw.revokeOneLocked(dw.now(), id, h)
+			}
+			dw.mu.Unlock()
+			if !revoked {
+				t.Fatal("the reservation could not be revoked mid-prefill")
 			}
 			select {
 			case <-wp.stopped:
 			case <-time.After(30 * time.Second):
 				close(sm.release)
-				t.Fatalf("the router's giving the %s prompt up never reached the prefill worker", how)
+				t.Fatal("the router's giving the revoked prompt up never reached the prefill worker")
 			}
 			close(sm.release)
 			var steps int
 			select {
 			case steps = <-wp.returned:
 			case <-time.After(60 * time.Second):
-				t.Fatalf("the %s prompt's Prefill call never returned", how)
+				t.Fatal("the revoked prompt's Prefill call never returned")
 			}
 			if steps != at+1 {
-				t.Fatalf("the %s prompt ran %d forward steps, want %d: it went on past the step boundary after the router gave it up (40 when whole)", how, steps, at+1)
+				t.Fatalf("the revoked prompt ran %d forward steps, want %d: it went on past the step boundary after the router gave it up (40 when whole)", steps, at+1)
 			}
 			res := collect(t, s)
-			if how == "cancelled" {
-				var e *Error
-				if !errors.As(res.final.Err, &e) || e.Code != CodeCancelled || len(res.tokens) != 0 {
-					t.Fatalf("the cancelled request: %v %v, want a cancelled end and no token", res.tokens, res.final.Err)
-				}
-				if st := dw.ReceiverStats(); st.Accepted != 0 {
-					t.Fatalf("decode accepted %d commits of a cancelled prompt: %+v", st.Accepted, st)
-				}
-			} else {
-				if want := toyReference(m, p, 4, false); !slices.Equal(res.tokens, want) || !res.final.Done {
-					t.Fatalf("the re-paired request: %v %v, want %v", res.tokens, res.final.Err, want)
-				}
-				if n := eng.Revoked(); n != 1 {
-					t.Fatalf("revoked %d times, want 1", n)
-				}
-				if st := dw.ReceiverStats(); st.Accepted != 1 {
-					t.Fatalf("decode accepted %d commits, want 1 (the re-paired handoff's; nothing of the revoked one): %+v", st.Accepted, st)
-				}
+			if want := toyReference(m, p, 4, false); !slices.Equal(res.tokens, want) || !res.final.Done {
+				t.Fatalf("the re-paired request: %v %v, want %v", res.tokens, res.final.Err, want)
+			}
+			if n := eng.Revoked(); n != 1 {
+				t.Fatalf("revoked %d times, want 1", n)
+			}
+			if st := dw.ReceiverStats(); st.Accepted != 1 {
+				t.Fatalf("decode accepted %d commits, want 1 (the re-paired handoff's; nothing of the revoked one): %+v", st.Accepted, st)
 			}
 			waitDrained(t, pw.Pool(), dw.Pool())
 			q := prompt(8, 30)

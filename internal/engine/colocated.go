@@ -137,13 +137,9 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 			}
 		case request.ActEmit:
 			st.push(outcome{token: a.Token, logprobs: lc.lp})
-		case request.ActStopDecode, request.ActAbortHandoff:
-			// abort_handoff: the client left before the first token; the
-			// prompt stops at the next step boundary (I10).
-			if q != nil {
-				q.cancel.Store(true)
-				c.sched.poke()
-			}
+		case request.ActStopDecode:
+			q.cancel.Store(true)
+			c.sched.poke()
 		case request.ActEnd:
 			o := terminal(a, e, prompt, completion)
 			o.cached = cached

@@ -674,8 +674,7 @@ func (w *DecodeWorker) Stream(ctx context.Context, id kv.ID, p handoff.StreamPar
 }
 
 // Cancel implements handoff.Decode. Before the commit it is only recorded
-// and takes effect after decode's first token (the router aborts a
-// handoff it gives up before the commit instead, I10).
+// (I10): the transfer runs to its commit and decode to its first token.
 func (w *DecodeWorker) Cancel(ctx context.Context, id kv.ID) error {
 	w.mu.Lock()
 	h := w.handoffs[id]

@@ -74,9 +74,8 @@ type Disaggregated struct {
 	pairs Pairer
 	adm   *admission
 
-	// bg outlives client requests: the calls to the workers are ended by
-	// the request's machine (a disconnect aborts the handoff whole, I10),
-	// never by the client's context. Close cancels it last.
+	// bg outlives client requests: a client disconnect must not cancel the
+	// prefill's context and tear a transfer (I10). Close cancels it last.
 	bg       context.Context
 	bgCancel context.CancelFunc
 	migrated atomic.Int64
@@ -197,10 +196,6 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		case request.ActEmit:
 			st.push(outcome{token: a.Token, logprobs: lc.lp})
 		case request.ActAbortHandoff:
-			// A prompt still being prefilled is given up too (a client
-			// that left before the commit, I10): the prefill worker,
-			// even a remote one, drops it at its next step boundary.
-			cur.stopPrefill()
 			d.abort(cur.pair().Decode, cur.get(), string(a.Reason)+": "+a.Msg)
 		case request.ActStopDecode:
 			_ = cur.pair().Decode.Cancel(d.bg, cur.get())
@@ -341,25 +336,6 @@ type currentHandoff struct {
 	// arrived is the request's arrival and reservedAt its latest
 	// reservation's time (the first-token phases, phases.go).
 	arrived, reservedAt time.Time
-	// stop ends the current attempt's Prefill call (drive), nil before.
-	stop context.CancelFunc
-}
-
-// setStop records how to end the current attempt's Prefill call.
-func (c *currentHandoff) setStop(f context.CancelFunc) {
-	c.mu.Lock()
-	c.stop = f
-	c.mu.Unlock()
-}
-
-// stopPrefill ends the current attempt's Prefill call, if it started.
-func (c *currentHandoff) stopPrefill() {
-	c.mu.Lock()
-	f := c.stop
-	c.mu.Unlock()
-	if f != nil {
-		f()
-	}
 }
 
 // reserved notes the time of a new reservation.
@@ -653,28 +629,21 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 	cached := &cur.cached
 	prompt := append(slices.Clone(r.Prompt), (*gen)...)
 	offset := len(*gen)
+	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
 	type pres struct {
 		r   *handoff.PrefillResult
 		err error
 	}
 	pch := make(chan pres, 1)
 	// pctx is this attempt's prefill, ended when the router gives the
-	// prompt up before its commit (decode revoked the reservation, the
-	// client left: the machine's abort_handoff, cur.stopPrefill): the
+	// prompt up before its commit (decode revoked the reservation): the
 	// prefill worker, in process or remote, stops the prompt at its next
 	// step boundary instead of computing it to the end. Derived from
-	// d.bg, not the client's context: only the machine decides (I10).
-	// drive returns only once the prefill has (every return path waits
-	// for it), so stopPrefill then only releases pctx.
+	// d.bg, not the client's context: a disconnect never tears the
+	// transfer (I10). drive returns only once the prefill has (every
+	// return path waits for it), so stopPrefill then only releases pctx.
 	pctx, stopPrefill := context.WithCancel(d.bg)
 	defer stopPrefill()
-	cur.setStop(stopPrefill)
-	lc.step(request.Event{Kind: request.EvPrefillStarted}, nil)
-	if !lc.live() {
-		// The request ended before its prompt was sent (the client left
-		// after the reservation): its handoff was aborted, no prefill.
-		return dr
-	}
 	go func() {
 		pr, err := p.Prefill.Prefill(pctx, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: prompt, Reservation: res,
 			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint, Decode: p.DecodeName, CacheScope: r.CacheScope})

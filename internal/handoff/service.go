@@ -51,11 +51,10 @@ type Decode interface {
 	// aborted before that, the stream ends with that error.
 	Stream(ctx context.Context, id kv.ID, p StreamParams) (TokenStream, error)
 
-	// Cancel reports a client disconnect after the commit: decoding stops
-	// between steps (a router gives up a handoff before its commit with
-	// Abort, I10). One that arrives before the commit is recorded and
-	// takes effect once the commit is accepted. The stream then ends with
-	// Done and Finish "cancelled". Returns once recorded.
+	// Cancel reports a client disconnect. It never tears a transfer (I10):
+	// before the commit it is recorded and takes effect once the commit is
+	// accepted; after it decoding stops between steps. The stream then ends
+	// with Done and Finish "cancelled". Returns once recorded.
 	Cancel(ctx context.Context, id kv.ID) error
 }
 

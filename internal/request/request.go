@@ -174,8 +174,9 @@ type Machine struct {
 	state   State
 	reason  Reason
 	msg     string
-	prompt  int // verified prompt tokens (I9)
-	emitted int // completion tokens produced
+	cancel  bool // client left during Reserved..Transferring; applied after the commit (I10)
+	prompt  int  // verified prompt tokens (I9)
+	emitted int  // completion tokens produced
 	// resumed: preempted once at least; later commits rebuild KV of
 	// tokens already counted, so they do not change prompt (I9).
 	resumed bool
@@ -197,6 +198,9 @@ func (r *Machine) Reason() Reason { return r.reason }
 // Message is the sentence that came with a rejection or failure.
 func (r *Machine) Message() string { return r.msg }
 
+// CancelPending reports a recorded disconnect not yet applied (I10).
+func (r *Machine) CancelPending() bool { return r.cancel }
+
 // Usage is the honest accounting (I9): prompt tokens that were prefilled
 // and verified (0 if the request never got that far) and completion tokens
 // produced.
@@ -216,6 +220,7 @@ func (r *Machine) finish(reason Reason, msg string) []Action {
 	r.state = Finished
 	r.reason = reason
 	r.msg = msg
+	r.cancel = false
 	return []Action{{Kind: ActEnd, Reason: reason, Msg: msg}}
 }
 
@@ -229,8 +234,8 @@ func (r *Machine) finish(reason Reason, msg string) []Action {
 //	Prefilling, Transferring   committed -> Committed [emit first]
 //	Committed, Decoding        token -> Decoding [emit]; finish -> Finished
 //	cancel:  before Reserved -> Finished (nothing reserved);
-//	         Reserved..Transferring -> [abort_handoff] Finished (I10:
-//	         the handoff ends whole, nothing of it is committed);
+//	         Reserved..Transferring -> recorded, state unchanged (I10),
+//	         applied on committed: [stop_decode, end cancelled];
 //	         Committed, Decoding -> [stop_decode] Finished;
 //	         Finished -> no-op (a disconnect may race the end).
 //	fail:    before Reserved -> Finished; Reserved..Transferring ->
@@ -308,6 +313,11 @@ func (r *Machine) Step(ev Event) ([]Action, error) {
 			r.prompt = ev.Tokens
 		}
 		r.state = Committed
+		if r.cancel {
+			// I10: the transfer ran to its commit; only now does the
+			// recorded disconnect take effect, through the normal release.
+			return append([]Action{{Kind: ActStopDecode}}, r.finish(Cancelled, "the client disconnected")...), nil
+		}
 		r.emitted++
 		return []Action{{Kind: ActEmit, Token: ev.Token}}, nil
 
@@ -333,11 +343,9 @@ func (r *Machine) Step(ev Event) ([]Action, error) {
 		case Received, Admitted:
 			return r.finish(Cancelled, "the client disconnected"), nil
 		case Reserved, Prefilling, Transferring:
-			// I10: the handoff is aborted whole before its commit: the
-			// prefill worker drops the prompt at its next step boundary
-			// and its writes are fenced (I6), so no compute is spent on
-			// a prompt nobody reads and nothing of it is committed.
-			return append([]Action{{Kind: ActAbortHandoff}}, r.finish(Cancelled, "the client disconnected")...), nil
+			// I10: never tear a transfer; record and apply after the commit.
+			r.cancel = true
+			return nil, nil
 		default: // Committed, Decoding
 			return append([]Action{{Kind: ActStopDecode}}, r.finish(Cancelled, "the client disconnected")...), nil
 		}
@@ -348,7 +356,11 @@ func (r *Machine) Step(ev Event) ([]Action, error) {
 			// failed before its commit by transport (its new worker died
 			// too) moves once more: that handoff is aborted (I6) and it
 			// waits for another reservation, as after a preemption. The
-			// engine bounds how often (--max-migrations).
+			// engine bounds how often (--max-migrations). A disconnect
+			// recorded meanwhile (I10) ends it instead.
+			if r.cancel {
+				return append([]Action{{Kind: ActAbortHandoff}}, r.finish(Cancelled, "the client disconnected")...), nil
+			}
 			r.state = Admitted
 			return []Action{{Kind: ActAbortHandoff}, {Kind: ActReserve}}, nil
 		}
@@ -368,6 +380,9 @@ func (r *Machine) Step(ev Event) ([]Action, error) {
 		if r.resumed {
 			return nil, r.illegal(ev, "a resumed request already sent tokens: it can only fail")
 		}
+		if r.cancel {
+			return append([]Action{{Kind: ActAbortHandoff}}, r.finish(Cancelled, "the client disconnected")...), nil
+		}
 		r.state = Admitted
 		r.retried = true
 		return []Action{{Kind: ActAbortHandoff}, {Kind: ActReserve}}, nil
@@ -379,9 +394,13 @@ func (r *Machine) Step(ev Event) ([]Action, error) {
 		// commit (the engine bounds how often, handoff.MaxRevocations).
 		// The handoff is aborted (I6: decode already fenced it; the
 		// abort is the router's side of it) and the request waits for a
-		// new reservation; a resumed request keeps its tokens.
+		// new reservation; a resumed request keeps its tokens. A
+		// disconnect recorded meanwhile (I10) ends it instead.
 		if s != Reserved && s != Prefilling && s != Transferring {
 			return nil, r.illegal(ev, "only a request whose handoff has not committed can have its reservation revoked")
+		}
+		if r.cancel {
+			return append([]Action{{Kind: ActAbortHandoff}}, r.finish(Cancelled, "the client disconnected")...), nil
 		}
 		r.state = Admitted
 		r.retried = true

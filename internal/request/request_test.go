@@ -67,7 +67,7 @@ var table = map[State]map[EventKind]want{
 		EvRetry:          {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
 		EvRevoked:        {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
 		EvPrefillStarted: {Prefilling, nil, ""},
-		EvCancel:         {Finished, []ActionKind{ActAbortHandoff, ActEnd}, Cancelled}, // aborted whole (I10)
+		EvCancel:         {Reserved, nil, ""}, // recorded (I10)
 		EvFail:           {Finished, []ActionKind{ActAbortHandoff, ActEnd}, "failed_digest_mismatch"},
 	},
 	Prefilling: {
@@ -75,14 +75,14 @@ var table = map[State]map[EventKind]want{
 		EvRevoked:         {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
 		EvTransferStarted: {Transferring, nil, ""},
 		EvCommitted:       {Committed, []ActionKind{ActEmit}, ""},
-		EvCancel:          {Finished, []ActionKind{ActAbortHandoff, ActEnd}, Cancelled},
+		EvCancel:          {Prefilling, nil, ""},
 		EvFail:            {Finished, []ActionKind{ActAbortHandoff, ActEnd}, "failed_digest_mismatch"},
 	},
 	Transferring: {
 		EvRetry:     {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
 		EvRevoked:   {Admitted, []ActionKind{ActAbortHandoff, ActReserve}, ""},
 		EvCommitted: {Committed, []ActionKind{ActEmit}, ""},
-		EvCancel:    {Finished, []ActionKind{ActAbortHandoff, ActEnd}, Cancelled},
+		EvCancel:    {Transferring, nil, ""},
 		EvFail:      {Finished, []ActionKind{ActAbortHandoff, ActEnd}, "failed_digest_mismatch"},
 	},
 	Committed: {
@@ -164,7 +164,7 @@ func TestTerminalReasonSetOnce(t *testing.T) {
 				continue
 			}
 			if m.State() != Finished {
-				t.Fatalf("%s in %s did not end the request", end.Kind, s)
+				continue // cancel recorded (I10)
 			}
 			r := m.Reason()
 			for k := EventKind(0); k < numEventKinds; k++ {
@@ -202,26 +202,29 @@ func TestIncidentRejectedNeverReachesKV(t *testing.T) {
 	}
 }
 
-// I10: a disconnect before the commit aborts the handoff whole (the
-// prefill worker drops the prompt, nothing of it is committed); the
-// commit that may still arrive changes nothing, the usage counts no
-// prompt token (none was verified, I9), and a second disconnect is a
-// no-op.
-func TestCancelBeforeCommitAbortsHandoff(t *testing.T) {
+// I10: a disconnect during the transfer is applied only after the commit,
+// through the normal stop path, never as an abort of the handoff.
+func TestCancelDuringTransferWaitsForCommit(t *testing.T) {
 	for _, s := range []State{Reserved, Prefilling, Transferring} {
 		m := reach(t, Disaggregated, s)
-		acts, err := m.Step(Event{Kind: EvCancel})
-		if err != nil || !reflect.DeepEqual(kinds(acts), []ActionKind{ActAbortHandoff, ActEnd}) || m.Reason() != Cancelled {
-			t.Fatalf("%s: cancel gave %v %v %q", s, kinds(acts), err, m.Reason())
+		if acts, err := m.Step(Event{Kind: EvCancel}); err != nil || acts != nil || !m.CancelPending() {
+			t.Fatalf("%s: cancel gave %v %v", s, acts, err)
 		}
-		if acts, err := m.Step(Event{Kind: EvCancel}); err != nil || acts != nil {
-			t.Fatalf("%s: a second cancel gave %v %v", s, acts, err)
+		m.Step(Event{Kind: EvCancel}) // idempotent
+		for m.State() != Prefilling && m.State() != Transferring {
+			m.Step(Event{Kind: EvPrefillStarted})
 		}
-		if acts, err := m.Step(Event{Kind: EvCommitted, Token: 3, Tokens: 40}); err == nil || acts != nil {
-			t.Fatalf("%s: a commit after the cancel was taken: %v", s, acts)
+		acts, err := m.Step(Event{Kind: EvCommitted, Token: 3, Tokens: 40})
+		if err != nil || !reflect.DeepEqual(kinds(acts), []ActionKind{ActStopDecode, ActEnd}) || m.Reason() != Cancelled {
+			t.Fatalf("%s: commit after cancel gave %v %v %q", s, kinds(acts), err, m.Reason())
 		}
-		if p, c := m.Usage(); p != 0 || c != 0 {
-			t.Fatalf("usage %d/%d after a cancel before the commit, want 0/0 (I9)", p, c)
+		for _, a := range acts {
+			if a.Kind == ActAbortHandoff {
+				t.Fatal("a disconnect tore the handoff")
+			}
+		}
+		if p, _ := m.Usage(); p != 40 {
+			t.Fatalf("prompt usage %d, want 40 (I9)", p)
 		}
 	}
 }
@@ -354,11 +357,12 @@ func TestPreemptedResumes(t *testing.T) {
 	if err != nil || !slices.Equal(kinds(acts), []ActionKind{ActAbortHandoff, ActReserve}) || m.State() != Admitted {
 		t.Fatalf("resumed handoff failed before its commit: %v %v in %s", acts, err, m.State())
 	}
-	// A disconnect then ends it, aborting that handoff (I10).
+	// ... but not with a disconnect recorded meanwhile (I10): it ends.
 	m.Step(Event{Kind: EvReserved})
-	acts, err = m.Step(Event{Kind: EvCancel})
+	m.Step(Event{Kind: EvCancel})
+	acts, err = m.Step(Event{Kind: EvPreempted})
 	if err != nil || !slices.Equal(kinds(acts), []ActionKind{ActAbortHandoff, ActEnd}) || m.Reason() != Cancelled {
-		t.Fatalf("a resumed request's handoff cancelled before its commit: %v %v, %s", acts, err, m.Reason())
+		t.Fatalf("resumed handoff failed with a cancel recorded: %v %v, %s", acts, err, m.Reason())
 	}
 	m = New(Disaggregated)
 	for _, ev := range []Event{{Kind: EvAdmit}, {Kind: EvReserved}, {Kind: EvPrefillStarted}, {Kind: EvCommitted, Token: 1, Tokens: 5}} {

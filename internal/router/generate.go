@@ -14,10 +14,9 @@ import (
 )
 
 // cancelGrace bounds the wait for a cancelled stream's terminal event. The
-// engine ends a cancelled request within a step (I10: before the commit
-// the prefill stops at its next step boundary, after it decode does); a
-// minute covers a worker that is slow to answer. A variable only so tests
-// can shorten it.
+// engine ends a cancelled request within a decode step once its handoff has
+// committed (I10); a minute covers a long prefill and transfer. A
+// variable only so tests can shorten it.
 var cancelGrace = time.Minute
 
 // outcome is how one generation ended, for the response and the metrics.
@@ -89,8 +88,8 @@ type tokenLogprob struct {
 // request leaves the engine behind.
 //
 // Disconnect policy (I10): when the client goes away run calls Cancel on
-// every choice and keeps draining; the engine ends each whole (a handoff
-// before its commit is aborted, the prefill stopped). run never writes to a client known to be
+// every choice and keeps draining; the engine decides when each can stop
+// without tearing a transfer. run never writes to a client known to be
 // gone, and every write carries a deadline, so a dead client cannot block
 // it. A failure of one choice fails the request (I8: fail closed); the
 // other choices are cancelled.
@@ -705,7 +704,7 @@ func (s *Server) submit(r *http.Request, g *generation) ([]engine.Stream, error)
 			// leaving while its request waits in the engine's queue
 			// leaves the queue at once and never reserves. Once admitted,
 			// a disconnect is reported by run through Stream.Cancel and
-			// the handoff ends whole (I10); one during the
+			// the handoff ends by the normal path (I10); one during the
 			// Reserve call is aborted by the engine, and decode refuses
 			// the Reserve the Abort overtook (I6).
 			st, err := s.cfg.Engine.Submit(r.Context(), req)

@@ -200,8 +200,7 @@ func (r *router) act(q *rreq, a request.Action) {
 		case request.ActPrefill:
 			w.colo.start(q)
 			return
-		case request.ActStopDecode, request.ActAbortHandoff:
-			// abort_handoff: ended before its first token (a cancel, I10).
+		case request.ActStopDecode:
 			if q.stopColo != nil {
 				q.stopColo()
 			}
