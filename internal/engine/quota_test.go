@@ -250,13 +250,7 @@ func testPrefillLightTenantRunsAlone(t *testing.T, long bool) {
 	for range 5 {
 		as = append(as, r.add("a", 40, 4))
 	}
-	fed := func() int {
-		n := 0
-		for _, q := range as {
-			n += q.fed
-		}
-		return n
-	}
+	fed := func() int { return fedTokens(as) }
 	for range 3 {
 		before := fed()
 		r.s.turn()
@@ -298,13 +292,7 @@ func TestPrefillShortStepsWhileShared(t *testing.T) {
 	for range 6 {
 		as = append(as, r.add("a", 600, 2))
 	}
-	fed := func() int {
-		n := 0
-		for _, q := range as {
-			n += q.fed
-		}
-		return n
-	}
+	fed := func() int { return fedTokens(as) }
 	step := func() int {
 		before := fed()
 		r.s.turn()
@@ -424,4 +412,13 @@ func TestPrefillFloodPriorityIsAFewSharedSteps(t *testing.T) {
 		}
 		r.s.turn()
 	}
+}
+
+// fedTokens is the prompt tokens the sequences have run so far.
+func fedTokens(qs []*seq) int {
+	n := 0
+	for _, q := range qs {
+		n += q.fed
+	}
+	return n
 }

@@ -199,18 +199,7 @@ func (cl *Client) roundTripData(ctx context.Context, typ byte, want byte, parts 
 	}
 	select {
 	case f, ok := <-k.reply:
-		if !ok {
-			return nil, cl.Err()
-		}
-		if f.typ == tError {
-			return nil, decError(f.payload)
-		}
-		if f.typ != want {
-			err := protoErr("reply frame type %d, want %d", f.typ, want)
-			cl.fail(err)
-			return nil, err
-		}
-		return f, nil
+		return cl.answer(f, ok, want)
 	case <-ctx.Done():
 		cl.unregister(id)
 		return nil, handoff.ErrTransport.With("no reply before the deadline: %v", ctx.Err())
@@ -248,6 +237,13 @@ func (cl *Client) roundTripCancel(ctx context.Context, typ byte, want byte, payl
 		_ = cl.c.send(tStreamClose, id)
 		f, ok = <-k.reply
 	}
+	return cl.answer(f, ok, want)
+}
+
+// answer reads a call's reply: the connection's end (!ok), the server's
+// error, or the frame of the type the call wants (any other type is a
+// protocol violation that fails the connection).
+func (cl *Client) answer(f *frame, ok bool, want byte) (*frame, error) {
 	if !ok {
 		return nil, cl.Err()
 	}
