@@ -114,6 +114,8 @@ type Runner struct {
 	window int
 	// moe is the mixture-of-experts blocks' scratch (moe.go).
 	moe moeScratch
+	// inStep: a step is under way on this runner (ForwardBetween).
+	inStep bool
 }
 
 // NewRunner returns a runner whose matmuls and attention run on par (nil:
@@ -222,7 +224,25 @@ type unit struct {
 //
 // The Logits slices point into the runner's scratch and are valid until its
 // next Forward; callers that keep them must copy.
-func (r *Runner) Forward(seqs []Seq) []Result {
+func (r *Runner) Forward(seqs []Seq) []Result { return r.ForwardBetween(seqs, nil) }
+
+// ForwardBetween is Forward that calls between(l) after layer l has run
+// for every layer but the last: a point where the step can pause while
+// the caller runs a nested step of other sequences on ANOTHER runner (its
+// own scratch; the same thread pool is fine, no kernel of this step is
+// running then). The paused step resumes at layer l+1 with its rows as
+// they were; the nested step must not carry a sequence of this step (this
+// step's rows of layers <= l are written to its views, the rest not yet).
+// Every row is computed alone and reads only its own sequence's K/V, so
+// both steps' outputs are bitwise what they would be unpaused
+// (TestForwardBetweenIsBitwise). A runner refuses to be re-entered from
+// its own between: that would overwrite the paused step's rows.
+func (r *Runner) ForwardBetween(seqs []Seq, between func(layer int)) []Result {
+	if r.inStep {
+		panic("model: a Runner's step was re-entered (a nested step needs a runner of its own)")
+	}
+	r.inStep = true
+	defer func() { r.inStep = false }()
 	m, c := r.m, r.m.cfg
 	res := make([]Result, len(seqs))
 	r.acts = r.acts[:0]
@@ -271,6 +291,9 @@ func (r *Runner) Forward(seqs []Seq) []Result {
 	})
 	for l, b := range m.blocks {
 		b.forward(r, l)
+		if between != nil && l < len(m.blocks)-1 {
+			between(l)
+		}
 	}
 
 	// Only the rows whose logits are wanted go through the output matmul:

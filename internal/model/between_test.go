@@ -1,0 +1,166 @@
+package model
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"sluice/internal/kernels"
+)
+
+// chunked is one sequence prefilled chunk by chunk in the yield tests:
+// its tokens, chunk size, next position, view and the logits of every
+// token so far.
+type chunked struct {
+	toks   []int32
+	chunk  int
+	pos    int
+	kv     *memKV
+	logits []float32
+}
+
+func (c *chunked) next() (Seq, bool) {
+	if c.pos >= len(c.toks) {
+		return Seq{}, false
+	}
+	n := min(c.chunk, len(c.toks)-c.pos)
+	return Seq{Tokens: c.toks[c.pos : c.pos+n], Pos: c.pos, KV: c.kv, AllLogits: true}, true
+}
+
+func (c *chunked) took(s Seq, r Result, t *testing.T) {
+	t.Helper()
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	c.logits = append(c.logits, r.Logits...)
+	c.pos += len(s.Tokens)
+}
+
+// runYielding prefills the paused sequences (several per step) on one
+// runner; with nest, at every layer boundary of their steps the nested
+// sequences' next chunks run as a whole step on a second runner over the
+// same thread pool. Without nest every sequence runs its steps alone.
+func runYielding(t *testing.T, m *Model, threads int, paused, nested []*chunked, nest bool) {
+	t.Helper()
+	par := kernels.NewParallel(threads)
+	defer par.Close()
+	outer, inner := m.NewRunner(par), m.NewRunner(par)
+	step := func(r *Runner, cs []*chunked, between func(int)) {
+		var seqs []Seq
+		var who []*chunked
+		for _, c := range cs {
+			if s, ok := c.next(); ok {
+				seqs, who = append(seqs, s), append(who, c)
+			}
+		}
+		if len(seqs) == 0 {
+			return
+		}
+		res := r.ForwardBetween(seqs, between)
+		for i, c := range who {
+			c.took(seqs[i], res[i], t)
+		}
+	}
+	yields := 0
+	var between func(int)
+	if nest {
+		between = func(l int) {
+			yields++
+			step(inner, nested, nil)
+		}
+	}
+	for done := false; !done; {
+		step(outer, paused, between)
+		done = true
+		for _, c := range paused {
+			done = done && c.pos >= len(c.toks)
+		}
+	}
+	for done := false; !done; {
+		step(inner, nested, nil)
+		done = true
+		for _, c := range nested {
+			done = done && c.pos >= len(c.toks)
+		}
+	}
+	if nest && yields == 0 && m.cfg.Layers > 1 {
+		t.Fatal("no step yielded")
+	}
+}
+
+// TestForwardBetweenIsBitwise: a step paused at every layer boundary
+// while other sequences' whole steps run on a second runner over the
+// same thread pool gives every sequence, paused or nested, bitwise the
+// logits and K/V it gets with no pause at all (batch invariance across
+// interleavings: the basis of a prompt's step yielding to a co-tenant's).
+func TestForwardBetweenIsBitwise(t *testing.T) {
+	type model struct {
+		name string
+		m    *Model
+	}
+	var ms []model
+	for name, sh := range shapes {
+		if sh.layers > 1 {
+			ms = append(ms, model{name, mustBuild(newMemModel(sh, 5))})
+		}
+	}
+	for _, name := range []string{"qwen3-hd24-q8_0.gguf", "gemma3-w16-f16.gguf"} {
+		m, err := Load(openArchFile(t, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, model{name, m})
+	}
+	for _, mm := range ms {
+		kts := kvTypes
+		if mm.m.Config().KVDim()%32 == 0 {
+			kts = kvTypesQ8 // Q8_0 rows need whole blocks
+		}
+		for _, kt := range kts {
+			t.Run(mm.name+"/"+kt.name, func(t *testing.T) {
+				m, c := mm.m, mm.m.Config()
+				rng := rand.New(rand.NewPCG(7, 7))
+				mk := func(n, chunk, ps int) *chunked {
+					return &chunked{toks: randTokens(rng, n, c.Vocab), chunk: chunk, kv: kt.new(ps, c.Layers, c.KVDim())}
+				}
+				// Two paused sequences (one long, one decoding token by
+				// token after a short prompt) and two nested ones.
+				a, a2, b, b2 := mk(37, 9, 4), mk(11, 1, 8), mk(29, 5, 4), mk(6, 2, 16)
+				runYielding(t, m, 2, []*chunked{a, a2}, []*chunked{b, b2}, true)
+				for _, x := range []*chunked{a, a2, b, b2} {
+					alone := &chunked{toks: x.toks, chunk: x.chunk, kv: kt.new(x.kv.ps, c.Layers, c.KVDim())}
+					runYielding(t, m, 1, []*chunked{alone}, nil, false)
+					if !bitsEqual(x.logits, alone.logits) {
+						t.Errorf("logits differ from the unpaused run (first at %d)", firstDiff(x.logits, alone.logits))
+					}
+					if !sameKV(x.kv, alone.kv) {
+						t.Error("K/V differ from the unpaused run")
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestForwardBetweenRefusesReentry: a nested step on the paused step's
+// own runner would overwrite its rows; it panics instead, and the runner
+// works again after.
+func TestForwardBetweenRefusesReentry(t *testing.T) {
+	sh := shapes["llama-gqa"]
+	m := mustBuild(newMemModel(sh, 5))
+	r := m.NewRunner(nil)
+	kv := newMemKV(4, sh.layers, m.cfg.KVDim())
+	other := newMemKV(4, sh.layers, m.cfg.KVDim())
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("a step re-entered its own runner")
+			}
+		}()
+		r.ForwardBetween([]Seq{{Tokens: []int32{1, 2}, KV: kv}}, func(int) {
+			r.Forward([]Seq{{Tokens: []int32{3}, KV: other}})
+		})
+	}()
+	if res := r.Forward([]Seq{{Tokens: []int32{1, 2}, KV: newMemKV(4, sh.layers, m.cfg.KVDim())}}); res[0].Err != nil {
+		t.Fatal(res[0].Err)
+	}
+}
