@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -324,11 +325,21 @@ func TestDecodePrefixEvictionDuringTransfer(t *testing.T) {
 }
 
 // A decode sequence that reads cached pages is preempted: the decode pool
-// (8 pages) holds the sharer (2 cached pages + 2 of its own) and another
-// sequence (4 pages); neither can grow, and the sharer, the later
-// arrival, is the victim. It gives its shares back, the router resumes it
-// with a new handoff (whose Reserve may hit the same pages again), and
-// both outputs equal the un-preempted reference.
+// (8 pages) holds the sharer (2 cached pages + 1 of its own) and another
+// sequence (3 pages); both grow, and the sharer, the later arrival, is
+// the victim (the oldest sequence is never preempted while another can
+// go). It gives its shares back, the router resumes it with a new
+// handoff (whose Reserve may hit the same pages again), and both outputs
+// equal the un-preempted reference.
+//
+// Both sequences must be in the batch when the gate opens: the sharer's
+// commit being accepted (Accepted) comes before its sequence is handed
+// to the scheduler (making its sampler, then add), and on a loaded
+// machine the other sequence, decoding alone, once ran dry first and was
+// preempted itself before the sharer joined. In process, a hook holds
+// the sharer's commit 50 ms after its acceptance, as such a machine did,
+// so the test waits for the join, not the acceptance (over TCP the
+// worker's connection goroutine predates the hook, which would race).
 func TestDecodePrefixPreemptedSharer(t *testing.T) {
 	forTransports(t, func(t *testing.T, transport string) {
 		g := &stepGated{Runtime: newToy()}
@@ -339,6 +350,14 @@ func TestDecodePrefixPreemptedSharer(t *testing.T) {
 			// the sharer into its pool's last pages.
 			d.NoWatermark = true
 		})
+		var lateJoin atomic.Bool
+		if transport == "inproc" {
+			r.dw.hooks = &decodeHooks{commitAccepted: func(kv.ID) {
+				if lateJoin.Load() {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}}
+		}
 		p, q := prompt(15, 9), prompt(16, 9)
 		r.want(t, "warm", r.submit(t, "a", p, 2), p, 2)
 		gate := make(chan struct{})
@@ -347,7 +366,10 @@ func TestDecodePrefixPreemptedSharer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the other sequence's commit", func() bool { return r.dw.ReceiverStats().Accepted == 2 })
+		// The other sequence is in the batch (its first decode step waits
+		// at the gate): it arrived first, so it is the oldest.
+		waitFor(t, "the other sequence's first step", func() bool { return g.gated.Load() == 1 })
+		lateJoin.Store(true)
 		sharer, err := r.eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: p, MaxTokens: 16, IgnoreEOS: true})
 		if err != nil {
 			t.Fatal(err)
@@ -356,6 +378,8 @@ func TestDecodePrefixPreemptedSharer(t *testing.T) {
 		if rs := r.dw.ReceiverStats(); rs.PagesSkipped != 2 {
 			t.Fatalf("the sharer's reservation did not hit: %+v", rs)
 		}
+		// Handed to the scheduler, it joins the batch at the next step.
+		waitFor(t, "the sharer's sequence handed to the batch", func() bool { return r.dw.sched.pending() == 1 })
 		close(gate)
 		r.want(t, "other", collect(t, other), q, 16)
 		r.want(t, "sharer", collect(t, sharer), p, 16)

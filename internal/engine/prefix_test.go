@@ -39,10 +39,12 @@ func (f *countingFwd) Close() {
 }
 
 // stepGated runs a forward step only when a value arrives on its gate
-// (no gate: at once; a closed gate: at once from then on).
+// (no gate: at once; a closed gate: at once from then on). gated counts
+// the steps that found a gate: a test waits for a step to be held there.
 type stepGated struct {
 	Runtime
-	gate atomic.Pointer[chan struct{}]
+	gate  atomic.Pointer[chan struct{}]
+	gated atomic.Int32
 }
 
 func (g *stepGated) NewForwarder(threads int) Forwarder {
@@ -56,6 +58,7 @@ type stepGatedFwd struct {
 
 func (f *stepGatedFwd) Forward(steps []Step) []StepResult {
 	if c := f.g.gate.Load(); c != nil {
+		f.g.gated.Add(1)
 		<-*c
 	}
 	return f.Forwarder.Forward(steps)
