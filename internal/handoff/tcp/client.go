@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -23,11 +24,34 @@ type Client struct {
 	pending map[uint32]*call
 	err     error // set once the connection is dead
 	done    chan struct{}
+	// sem and psem are the server's call slots (Config.MaxInflight each,
+	// Prefill calls apart), taken here before a call is sent and given
+	// back when its reply arrives: a client never has more calls at the
+	// server than the server runs at once, so the server's reader never
+	// stops on a call waiting for a slot, and every frame behind it (a
+	// close frame giving a prompt up, a token stream's close, a
+	// heartbeat) is read at once however many prompts a router keeps in
+	// flight (--max-concurrency above 64). A call past the bound waits
+	// here instead, still unsent, and a caller that gives it up meanwhile
+	// just leaves.
+	sem, psem chan struct{}
 }
 
 type call struct {
 	reply  chan *frame // one reply (non-stream calls)
 	stream *tokenStream
+	// slot is the call slot it holds (sem or psem; nil for a token
+	// stream) until it leaves pending: its reply arrived (even after its
+	// caller left: the server ran it until then) or the connection ended.
+	slot chan struct{}
+}
+
+// free gives the call's slot back; called once, by whoever removed the
+// call from pending.
+func (k *call) free() {
+	if k.slot != nil {
+		<-k.slot
+	}
 }
 
 // Dial connects and authenticates (I12). A server that cannot prove it
@@ -67,7 +91,8 @@ func NewClient(nc net.Conn, cfg Config) (*Client, error) {
 		nc.Close()
 		return nil, err
 	}
-	cl := &Client{c: c, pending: map[uint32]*call{}, done: make(chan struct{})}
+	cl := &Client{c: c, pending: map[uint32]*call{}, done: make(chan struct{}),
+		sem: make(chan struct{}, cfg.MaxInflight), psem: make(chan struct{}, cfg.MaxInflight)}
 	go cl.readLoop()
 	go c.heartbeat(cl.done)
 	return cl, nil
@@ -110,6 +135,9 @@ func (cl *Client) readLoop() {
 			k.stream.deliver(f)
 			continue
 		}
+		// The server gave the slot back before it sent this reply
+		// (server.go), so the call this frees is never one too many there.
+		k.free()
 		k.reply <- f
 	}
 }
@@ -133,6 +161,7 @@ func (cl *Client) fail(err error) {
 		if k.stream != nil {
 			k.stream.deliverErr(err)
 		} else {
+			k.free()
 			close(k.reply)
 		}
 	}
@@ -170,11 +199,71 @@ func (cl *Client) register(k *call) (uint32, error) {
 	return cl.next, nil
 }
 
+// unregister removes the call id from pending and gives its slot back,
+// if it is still there (the reader or the connection's end may have
+// removed it first).
 func (cl *Client) unregister(id uint32) {
 	cl.mu.Lock()
+	k := cl.pending[id]
 	delete(cl.pending, id)
 	cl.mu.Unlock()
+	if k != nil {
+		k.free()
+	}
 }
+
+// acquire takes a call slot of sem, waiting (bounded by ctx and the
+// connection's life) while the server runs as many calls as it allows.
+func (cl *Client) acquire(ctx context.Context, sem chan struct{}) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-cl.done:
+		return cl.Err()
+	}
+}
+
+// start registers a call holding a slot of sem and sends its request.
+// The call is not sent when ctx ends while it waits for a slot (errSlot
+// says so) or when its frame is refused before any byte is written.
+func (cl *Client) start(ctx context.Context, sem chan struct{}, typ byte, parts [][]byte, isData []bool) (*call, uint32, error) {
+	if err := cl.acquire(ctx, sem); err != nil {
+		if ctx.Err() != nil {
+			return nil, 0, &slotError{ctx.Err()}
+		}
+		return nil, 0, err
+	}
+	k := &call{reply: make(chan *frame, 1), slot: sem}
+	id, err := cl.register(k)
+	if err != nil {
+		k.free()
+		return nil, 0, err
+	}
+	if err := cl.c.sendData(typ, id, parts, isData); err != nil {
+		cl.unregister(id)
+		// A frame too big is refused before any byte is sent; anything else
+		// leaves the stream in an unknown state, so the connection goes.
+		if cause, ok := notSent(err); ok {
+			return nil, 0, cause
+		}
+		cl.fail(err)
+		return nil, 0, transportErr(err)
+	}
+	return k, id, nil
+}
+
+// slotError: the caller gave a call up while it waited for a slot, before
+// any byte of it was sent.
+type slotError struct{ err error }
+
+func (e *slotError) Error() string { return e.err.Error() }
 
 // roundTrip sends one request and waits for its reply frame.
 func (cl *Client) roundTrip(ctx context.Context, typ byte, want byte, parts ...[]byte) (*frame, error) {
@@ -182,26 +271,20 @@ func (cl *Client) roundTrip(ctx context.Context, typ byte, want byte, parts ...[
 }
 
 func (cl *Client) roundTripData(ctx context.Context, typ byte, want byte, parts [][]byte, isData []bool) (*frame, error) {
-	k := &call{reply: make(chan *frame, 1)}
-	id, err := cl.register(k)
+	k, _, err := cl.start(ctx, cl.sem, typ, parts, isData)
 	if err != nil {
-		return nil, err
-	}
-	if err := cl.c.sendData(typ, id, parts, isData); err != nil {
-		cl.unregister(id)
-		// A frame too big is refused before any byte is sent; anything else
-		// leaves the stream in an unknown state, so the connection goes.
-		if cause, ok := notSent(err); ok {
-			return nil, cause
+		if se, ok := err.(*slotError); ok {
+			return nil, handoff.ErrTransport.With("no call slot free on the connection before the deadline: %v", se.err)
 		}
-		cl.fail(err)
-		return nil, transportErr(err)
+		return nil, err
 	}
 	select {
 	case f, ok := <-k.reply:
 		return cl.answer(f, ok, want)
 	case <-ctx.Done():
-		cl.unregister(id)
+		// The call stays pending, holding its slot, until its reply
+		// arrives (dropped then) or the connection ends: the server runs
+		// it until then.
 		return nil, handoff.ErrTransport.With("no reply before the deadline: %v", ctx.Err())
 	}
 }
@@ -210,22 +293,24 @@ func (cl *Client) roundTripData(ctx context.Context, typ byte, want byte, parts 
 // when ctx ends first, the server is told to stop the call (a close
 // frame on its id) and the reply is still waited for, so the caller
 // learns how the call really ended and that the server is done with it
-// (a prefill worker then no longer computes the prompt). Only the
-// connection's end (its heartbeat declares a silent peer dead) ends the
-// wait otherwise.
+// (a prefill worker then no longer computes the prompt), but for at most
+// Config.CancelWait: a worker answers a close at its next step boundary,
+// so one that has not within CancelWait is gone (a half-open connection,
+// with no heartbeat to notice it: --peer-timeout 0) or stuck, and so is
+// every call on the connection. The connection is then closed (every
+// call on it fails with ErrTransport, the Redialer dials afresh) and the
+// caller gets ErrTransport: the outcome is unknown, and what the prompt
+// may still write is fenced on the decode side by the abort the caller
+// sends and the reservation's lease (I6), as for any failed connection.
+// A call given up while it waits for a slot was never sent: it ends at
+// once with ErrAborted.
 func (cl *Client) roundTripCancel(ctx context.Context, typ byte, want byte, payload []byte) (*frame, error) {
-	k := &call{reply: make(chan *frame, 1)}
-	id, err := cl.register(k)
+	k, id, err := cl.start(ctx, cl.psem, typ, [][]byte{payload}, nil)
 	if err != nil {
-		return nil, err
-	}
-	if err := cl.c.sendData(typ, id, [][]byte{payload}, nil); err != nil {
-		cl.unregister(id)
-		if cause, ok := notSent(err); ok {
-			return nil, cause
+		if _, ok := err.(*slotError); ok {
+			return nil, handoff.ErrAborted.With("given up before it was sent: the connection carried %d prompts already", cap(cl.psem))
 		}
-		cl.fail(err)
-		return nil, transportErr(err)
+		return nil, err
 	}
 	var f *frame
 	var ok bool
@@ -235,7 +320,15 @@ func (cl *Client) roundTripCancel(ctx context.Context, typ byte, want byte, payl
 		// Best effort: a close that cannot be sent means the connection
 		// failed, which ends the wait below too.
 		_ = cl.c.send(tStreamClose, id)
-		f, ok = <-k.reply
+		t := time.NewTimer(cl.c.cfg.CancelWait)
+		defer t.Stop()
+		select {
+		case f, ok = <-k.reply:
+		case <-t.C:
+			err := handoff.ErrTransport.With("the worker at %s did not confirm giving the call up within %v: connection closed", cl.c.nc.RemoteAddr(), cl.c.cfg.CancelWait)
+			cl.fail(err)
+			return nil, err
+		}
 	}
 	return cl.answer(f, ok, want)
 }

@@ -61,11 +61,21 @@ type Config struct {
 	// MaxInflight bounds the calls a server runs at once per connection
 	// (default 64), Prefill calls apart from the others: a prompt's call
 	// lasts as long as its prefill, and short calls do not wait for it.
-	// One call past a bound stops the connection's reader until a slot
-	// frees, and every frame behind it waits too, a router's close frame
-	// giving a prompt up included: a router keeps its prompts in flight
-	// to one worker within it (its --max-concurrency, default 64).
+	// A client keeps its calls within the same bound (Client.sem): the
+	// calls past it wait at the client, unsent, so the server's reader
+	// never stops and control frames (a router's close frame giving a
+	// prompt up, a stream's close, a heartbeat) are never behind a call
+	// waiting for a slot. Both ends must use the same bound (every sluice
+	// role uses the default): a call past a server's bound stops its
+	// reader until a slot frees, the memory bound against a peer that
+	// does not keep to it.
 	MaxInflight int
+	// CancelWait bounds how long a caller that gave a Prefill call up
+	// waits for the worker to confirm it stopped (default 10 s); past it
+	// the connection is closed (Client.roundTripCancel), so a given-up
+	// prompt ends for its caller whatever the peer does, heartbeat or
+	// not.
+	CancelWait time.Duration
 	// MaxStreams bounds the token streams open at once per connection
 	// (default 4096); one more is refused with ErrRefused.
 	MaxStreams int
@@ -145,6 +155,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxInflight <= 0 {
 		c.MaxInflight = 64
+	}
+	if c.CancelWait <= 0 {
+		c.CancelWait = 10 * time.Second
 	}
 	if c.MaxStreams <= 0 {
 		c.MaxStreams = 4096

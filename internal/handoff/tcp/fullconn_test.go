@@ -31,20 +31,24 @@ func (p *gatedPrefill) Prefill(ctx context.Context, r *handoff.PrefillRequest) (
 	}
 }
 
-// More Prefill calls than MaxInflight on one connection (a router whose
-// --max-concurrency is above the worker's 64, one tenant's burst), each
+// More Prefill calls than the server's MaxInflight on one connection
+// from a client with a larger bound (a peer that does not keep to the
+// server's; same-bound clients wait at their end, Client.sem), each
 // slower than the heartbeat's dead-after: the calls past the bound wait
-// for a slot, and the connection, which every tenant's calls share, stays
-// up. The server's reader, waiting for a slot, reads nothing meanwhile;
-// its watchdog used to count that as the router's silence, declare it
-// dead after DeadAfter and tear every call on the connection.
+// for a slot at the server, and the connection, which every tenant's
+// calls share, stays up. The server's reader, waiting for a slot, reads
+// nothing meanwhile; its watchdog used to count that as the router's
+// silence, declare it dead after DeadAfter and tear every call on the
+// connection.
 func TestFullConnectionStaysAlive(t *testing.T) {
 	p := &gatedPrefill{started: make(chan struct{}, 8), release: make(chan struct{})}
 	// DeadAfter well above a loaded machine's scheduling stalls (the
 	// client's watchdog must not fire), the hold well above DeadAfter.
 	cfg := Config{Secret: secret, MaxInflight: 2, DeadAfter: 500 * time.Millisecond}
-	addr, _ := serve(t, cfg, nil, p)
-	c := dial(t, addr, cfg)
+	addr, s := serve(t, cfg, nil, p)
+	ccfg := cfg
+	ccfg.MaxInflight = 8
+	c := dial(t, addr, ccfg)
 	errc := make(chan error, 3)
 	for i := range 3 {
 		go func() {
@@ -55,6 +59,9 @@ func TestFullConnectionStaysAlive(t *testing.T) {
 	<-p.started
 	<-p.started
 	time.Sleep(4 * cfg.DeadAfter)
+	if s.slotWaits.Load() == 0 {
+		t.Fatal("the server's reader never waited for a slot: the test tests nothing")
+	}
 	close(p.release)
 	for range 3 {
 		select {

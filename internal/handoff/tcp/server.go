@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
@@ -34,6 +35,12 @@ type Server struct {
 	// OnError, when set, is told about every connection that ended in an
 	// error (failed handshake, bad frame), for logs and metrics.
 	OnError func(remote net.Addr, err error)
+
+	// slotWaits counts the times a connection's reader stopped for a call
+	// slot (a client past the bound); afterReply, set by tests before
+	// Serve, runs right after a call's reply is sent.
+	slotWaits  atomic.Int64
+	afterReply func()
 }
 
 // NewServer serves d and p (either may be nil: its calls are refused).
@@ -238,6 +245,7 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 				// reader holds off (heartbeat.go): a full connection,
 				// which every tenant's calls share, is never declared
 				// dead for the reader's own wait.
+				s.slotWaits.Add(1)
 				c.beat.holdOff()
 				select {
 				case sem <- struct{}{}:
@@ -267,12 +275,22 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 				cancel()
 			}
 		}
+		// A call's slot is given back before its reply is sent (handle):
+		// the client takes the slot again for its next call only once the
+		// reply arrived (Client.sem), so that call always finds one here.
+		// A token stream keeps its slot (ssem) to its end.
+		var once sync.Once
+		release := func() { once.Do(func() { <-sem }) }
+		free := release
+		if f.typ == tStreamOpen {
+			free = func() {}
+		}
 		sc.calls.Add(1)
 		go func() {
 			defer sc.calls.Done()
-			defer func() { <-sem }()
+			defer release()
 			defer stop()
-			if err := sc.handle(cctx, f); err != nil {
+			if err := sc.handle(cctx, f, free); err != nil {
 				_ = c.send(tError, 0, encError(err))
 				s.report(nc, err)
 				nc.Close()
@@ -288,15 +306,27 @@ func (s *Server) report(nc net.Conn, err error) {
 }
 
 // handle runs one call; cctx is a Prefill call's context (the
-// connection's, ended early by the router's close frame). A returned error closes the connection (a frame
+// connection's, ended early by the router's close frame); free gives the
+// call's slot back, right before its reply is sent. A returned error closes the connection (a frame
 // that is not a request, or a reply the connection failed to carry).
 // Everything that concerns this call alone is replied on the call, and the
 // connection, which other tenants' calls share, stays up: service errors, a
 // body that does not decode inside intact framing, and a reply that cannot
 // be encoded or is refused before sending (all bad_message).
-func (sc *sconn) handle(cctx context.Context, f *frame) error {
-	replyErr := func(err error) error { return sc.send(tError, f.stream, encError(err)) }
+func (sc *sconn) handle(cctx context.Context, f *frame, free func()) error {
+	after := func() {
+		if sc.s.afterReply != nil {
+			sc.s.afterReply()
+		}
+	}
+	replyErr := func(err error) error {
+		free()
+		defer after()
+		return sc.send(tError, f.stream, encError(err))
+	}
 	reply := func(typ byte, payload []byte) error {
+		free()
+		defer after()
 		err := sc.send(typ, f.stream, payload)
 		if cause, ok := notSent(err); ok {
 			return replyErr(handoff.ErrBadMessage.With("the reply cannot be sent: %v", cause))

@@ -1,0 +1,190 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/handoff/handofftest"
+)
+
+// More prompts than MaxInflight on one connection (a router whose
+// --max-concurrency is above 64), client and worker with the same bound:
+// the calls past it wait at the client, unsent, so the worker's reader
+// never stops and a close frame giving a running prompt up reaches it at
+// once. A prompt given up while it waits was never sent: it ends at once
+// and the worker never sees it. Both closes used to queue behind the
+// call past the bound, which stopped the worker's reader until some
+// prompt ended by itself.
+func TestCloseNotBehindCallPastBound(t *testing.T) {
+	p := &gatedPrefill{started: make(chan struct{}, 8), release: make(chan struct{})}
+	defer close(p.release)
+	cfg := Config{Secret: secret, MaxInflight: 2, DeadAfter: -1}
+	addr, _ := serve(t, cfg, nil, p)
+	c := dial(t, addr, cfg)
+	prefill := func(ctx context.Context, i int) <-chan error {
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.Prefill(ctx, &handoff.PrefillRequest{Handoff: handofftest.ID(i), Tenant: "t", Tokens: []int32{1}})
+			errc <- err
+		}()
+		return errc
+	}
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	first := prefill(ctx1, 1)
+	<-p.started
+	prefill(context.Background(), 2)
+	<-p.started
+	ctx3, cancel3 := context.WithCancel(context.Background())
+	third := prefill(ctx3, 3)
+	// The third call is past the bound: nothing tells the test when it
+	// is waiting for its slot, and any moment is fine (before it waits,
+	// it finds ctx3 ended).
+	time.Sleep(50 * time.Millisecond)
+	cancel3()
+	select {
+	case err := <-third:
+		if !errors.Is(err, handoff.ErrAborted) {
+			t.Fatalf("a prompt given up while it waited for a slot: %v, want aborted", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a prompt given up while past the bound did not end")
+	}
+	cancel1()
+	select {
+	case err := <-first:
+		if !errors.Is(err, handoff.ErrAborted) {
+			t.Fatalf("the given-up running prompt: %v, want the worker's aborted", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the close frame of a running prompt waited behind a call past the bound")
+	}
+	if n := p.n.Load(); n != 2 {
+		t.Fatalf("the worker saw %d prompts, want 2 (the third was given up unsent)", n)
+	}
+	// Its slot is free again: a new prompt runs.
+	fourth := prefill(context.Background(), 4)
+	select {
+	case <-p.started:
+	case err := <-fourth:
+		t.Fatalf("a prompt after the closes: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a prompt after the closes never started")
+	}
+}
+
+// A worker that never answers the close frame of a prompt the router
+// gave up (it stopped reading: half-open, or stuck) cannot hold the
+// router's call: within CancelWait the call ends with ErrTransport and
+// the connection is closed, freeing every call slot and the client's
+// goroutines. With no heartbeat (--peer-timeout 0) nothing else would
+// end the wait; a peer that keeps sending heartbeats is not declared dead
+// by them either.
+func TestUnconfirmedCancelEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		dead  time.Duration
+		pings bool
+	}{
+		{"no-heartbeat", -1, false},
+		{"pinging-peer", 400 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := make(chan struct{})
+			addr := fakeServer(t, func(nc net.Conn) {
+				c := fakeServerConn(nc)
+				if c == nil {
+					return
+				}
+				if f, err := c.read(); err != nil || f.typ != tPrefill {
+					return
+				}
+				close(got)
+				// Reads nothing more (the close frame stays in the
+				// socket) and answers nothing; alive, when pinging.
+				for {
+					time.Sleep(20 * time.Millisecond)
+					if tc.pings {
+						if c.send(tPing, 0) != nil {
+							return
+						}
+					} else if _, err := nc.Write(nil); err != nil {
+						return
+					}
+				}
+			})
+			cfg := Config{Secret: secret, DeadAfter: tc.dead, CancelWait: 300 * time.Millisecond}
+			c := dial(t, addr, cfg)
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				_, err := c.Prefill(ctx, &handoff.PrefillRequest{Handoff: handofftest.ID(1), Tenant: "t", Tokens: []int32{1}})
+				errc <- err
+			}()
+			<-got
+			// Well past the heartbeat's limit: a pinging peer is alive.
+			time.Sleep(2 * cfg.CancelWait)
+			cancel()
+			select {
+			case err := <-errc:
+				if !errors.Is(err, handoff.ErrTransport) {
+					t.Fatalf("a given-up prompt the worker never confirmed: %v, want transport", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("a given-up prompt waited for a worker that never answers")
+			}
+			select {
+			case <-c.done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the client's reader outlived the closed connection")
+			}
+			c.mu.Lock()
+			n := len(c.pending)
+			c.mu.Unlock()
+			if n != 0 || len(c.psem) != 0 || len(c.sem) != 0 {
+				t.Fatalf("after the connection closed: %d calls pending, %d+%d slots held", n, len(c.psem), len(c.sem))
+			}
+			if c.Err() == nil {
+				t.Fatal("the connection is still up")
+			}
+		})
+	}
+}
+
+// The server gives a call's slot back before it sends the reply, so the
+// client, which takes the slot again for its next call once the reply
+// arrived, never sends a call past the server's bound: the server's
+// reader never stops for a slot (and never holds a close frame back),
+// however slowly the call's goroutine finishes after its reply.
+func TestSlotFreedBeforeReply(t *testing.T) {
+	cfg := Config{Secret: secret, MaxInflight: 1, DeadAfter: -1}
+	s, err := NewServer(cfg, nil, fakePrefill{got: make(chan *handoff.PrefillRequest, 16)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The call's goroutine lingers after its reply: long enough that the
+	// client's next call arrives meanwhile.
+	s.afterReply = func() { time.Sleep(20 * time.Millisecond) }
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(l)
+	t.Cleanup(func() { s.Close() })
+	c := dial(t, l.Addr().String(), cfg)
+	for i := range 5 {
+		if _, err := c.Prefill(context.Background(), &handoff.PrefillRequest{Handoff: handofftest.ID(i), Tenant: "t", Tokens: []int32{1}}); err != nil {
+			t.Fatal(err)
+		}
+		// A short call too (the other bound).
+		if _, err := c.Load(context.Background()); !errors.Is(err, handoff.ErrState) {
+			t.Fatalf("Load: %v, want the worker's answer", err)
+		}
+	}
+	if n := s.slotWaits.Load(); n != 0 {
+		t.Fatalf("the server's reader waited %d times for a slot behind a client within the bound", n)
+	}
+}
