@@ -216,6 +216,17 @@ type batch struct {
 	// shares is the tenants' service in this batch, which decides the
 	// prompt chunks of each step (prefillPlan).
 	shares sched.Shares
+
+	// arrivals, when set, takes the sequences that arrived during a
+	// step (the scheduler's joiners) so the step can yield to them at a
+	// layer boundary (yield.go); nil in driven mode, where nothing
+	// arrives during a step. during is the step's arrivals whose first
+	// chunk has not run; paused the time the step spent in nested steps;
+	// nestedSteps counts those.
+	arrivals    func() []*seq
+	during      []*seq
+	paused      time.Duration
+	nestedSteps atomic.Int64
 }
 
 // scheduler is the goroutine layer around a batch for the servers: it
@@ -229,8 +240,11 @@ type batch struct {
 type scheduler struct {
 	*batch
 
-	mu          sync.Mutex
-	joining     []*seq
+	mu      sync.Mutex
+	joining []*seq
+	// arrived: joining is not empty; read without the lock at a step's
+	// layer boundaries (arrived, yield.go).
+	arrived     atomic.Bool
 	closed      bool
 	nextArrival uint64
 	wake        chan struct{}
@@ -308,6 +322,7 @@ func newScheduler(cfg Config, pool pagePool) *scheduler {
 	if cfg.BurstThreads > cfg.Threads && cfg.Idle != nil {
 		s.burst = cfg.Model.NewForwarder(cfg.BurstThreads)
 	}
+	b.arrivals = s.takeJoining
 	go s.loop()
 	return s
 }
@@ -330,6 +345,7 @@ func (s *scheduler) add(q *seq) {
 	s.nextArrival++
 	q.arrival = s.nextArrival
 	s.joining = append(s.joining, q)
+	s.arrived.Store(true)
 	s.mu.Unlock()
 	s.poke()
 }
@@ -376,11 +392,21 @@ func (s *scheduler) stop() {
 
 // take moves the sequences that joined since the last turn into the batch.
 func (s *scheduler) take() {
+	s.join(s.takeJoining())
+}
+
+// takeJoining empties the joiners; cheap (one atomic load) when there
+// are none, so a step can look at every layer boundary.
+func (s *scheduler) takeJoining() []*seq {
+	if !s.arrived.Load() {
+		return nil
+	}
 	s.mu.Lock()
 	j := s.joining
 	s.joining = nil
+	s.arrived.Store(false)
 	s.mu.Unlock()
-	s.join(j)
+	return j
 }
 
 // turn is one driven iteration: joiners in, then one cycle. It reports
@@ -548,21 +574,7 @@ func (s *batch) step() {
 		if s.burst != nil && s.cfg.Idle() {
 			fwd = s.burst
 		}
-		var t0 time.Time
-		if s.clock != nil {
-			t0 = s.clock()
-		}
-		res := fwd.Forward(steps)
-		var took time.Duration
-		if s.clock != nil {
-			took = s.clock().Sub(t0)
-			s.fwdTime.Add(int64(took))
-		}
-		s.gb.start(s.clock, took, true, s.cfg.GrammarUnits)
-		for i, q := range members {
-			s.shares.Charge(q.owner.Tenant, q.weight, sizes[i])
-			s.advance(q, sizes[i], res[i])
-		}
+		s.run(fwd, steps, members, sizes, false)
 		s.verify()
 	} else if len(s.deferred) > 0 {
 		// Only sequences waiting for their masks: no one else's step is
@@ -579,6 +591,41 @@ func (s *batch) step() {
 	}
 	clear(s.active[len(live):])
 	s.active = live
+}
+
+// run runs one forward step (a step with prompt chunks may yield to
+// prompts arriving meanwhile, yield.go) and applies its results: the
+// tenants' shares charged, each sequence advanced, with the step's
+// grammar budget.
+// A nested step (nested) runs whole: it never yields.
+func (s *batch) run(fwd Forwarder, steps []Step, members []*seq, sizes []int, nested bool) {
+	var t0 time.Time
+	if s.clock != nil {
+		t0 = s.clock()
+	}
+	var res []StepResult
+	if nested {
+		res = fwd.Forward(steps)
+	} else {
+		s.paused = 0
+		res = s.forward(fwd, steps, members)
+	}
+	var took time.Duration
+	if s.clock != nil {
+		// The paused step's own time: the nested steps' is theirs.
+		took = s.clock().Sub(t0)
+		if nested {
+			s.paused += took
+		} else {
+			took -= s.paused
+		}
+		s.fwdTime.Add(int64(took))
+	}
+	s.gb.start(s.clock, took, true, s.cfg.GrammarUnits)
+	for i, q := range members {
+		s.shares.Charge(q.owner.Tenant, q.weight, sizes[i])
+		s.advance(q, sizes[i], res[i])
+	}
 }
 
 // prefillPlan is the order in which prompt chunks take the step's token

@@ -104,21 +104,32 @@ func (r *ModelRuntime) EOG(tok int32) bool { return r.eog(tok) }
 // NewForwarder returns a runner with its own scratch and thread pool.
 func (r *ModelRuntime) NewForwarder(threads int) Forwarder {
 	par := kernels.NewParallel(threads)
-	return &modelForwarder{run: r.m.NewRunner(par), par: par}
+	return &modelForwarder{m: r.m, run: r.m.NewRunner(par), par: par}
 }
 
 type modelForwarder struct {
+	m    *model.Model
 	run  *model.Runner
 	par  *kernels.Parallel
 	seqs []model.Seq
+	// nested is the runner for steps run while one of this forwarder's
+	// steps is paused (Nested), made on first use; shared: this is a
+	// nested forwarder, whose thread pool is its parent's.
+	nested *modelForwarder
+	shared bool
 }
 
-func (f *modelForwarder) Forward(steps []Step) []StepResult {
+func (f *modelForwarder) Forward(steps []Step) []StepResult { return f.ForwardBetween(steps, nil) }
+
+// ForwardBetween implements YieldForwarder.
+func (f *modelForwarder) ForwardBetween(steps []Step, between func(layer int)) []StepResult {
+	// The paused step's seqs stay in f.seqs while a nested step runs on
+	// another forwarder (its own seqs).
 	f.seqs = f.seqs[:0]
 	for _, s := range steps {
 		f.seqs = append(f.seqs, model.Seq{Tokens: s.Tokens, Pos: s.Pos, KV: s.KV})
 	}
-	res := f.run.Forward(f.seqs)
+	res := f.run.ForwardBetween(f.seqs, between)
 	out := make([]StepResult, len(res))
 	for i, r := range res {
 		out[i] = StepResult{Logits: r.Logits, Err: r.Err}
@@ -126,8 +137,24 @@ func (f *modelForwarder) Forward(steps []Step) []StepResult {
 	return out
 }
 
-// Close stops the forwarder's thread pool.
-func (f *modelForwarder) Close() { f.par.Close() }
+// Nested implements YieldForwarder: a runner of its own (its scratch
+// holds the nested step's rows while the paused step keeps its own) on
+// the same thread pool, which the paused step does not use between
+// layers.
+func (f *modelForwarder) Nested() Forwarder {
+	if f.nested == nil {
+		f.nested = &modelForwarder{m: f.m, run: f.m.NewRunner(f.par), par: f.par, shared: true}
+	}
+	return f.nested
+}
+
+// Close stops the forwarder's thread pool (a nested forwarder's is its
+// parent's).
+func (f *modelForwarder) Close() {
+	if !f.shared {
+		f.par.Close()
+	}
+}
 
 // WithName is the same runtime shown to clients under another name (the
 // served model name); everything else, the model itself included, is

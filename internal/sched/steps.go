@@ -287,3 +287,72 @@ func (s *Shares) Plan(budget, minChunk int, members []Member, chunks []Chunk) (o
 	}
 	return order, take
 }
+
+// Yield decides, at a layer boundary of a step in progress, which
+// prompts that arrived during the step run their first chunk now, as a
+// nested step of their own, instead of waiting for the step to end (the
+// engine pauses the step between two layers; outputs do not change,
+// batch invariance). step is the tenants with prompt chunks in the
+// paused step; waiting the first chunks that arrived, in the batch's
+// order; chunk the most tokens one tenant's nested chunk runs.
+//
+// A waiting tenant's first chunk runs when its tenant has no chunk in
+// the paused step and is under its share: its counter (a tenant new to
+// the batch starts Lag behind the most served, as Sync would start it)
+// within Slack of the least served tenant of the step, so Plan would
+// have run its chunk beside theirs had it come before the step. Every
+// such tenant's first waiting chunk runs (one each): a tenant waits at
+// most one layer of another tenant's step, counted in layers, not time.
+// A paused step with no prompt chunk (decode tokens only) is short and
+// never yields. take[i] is the tokens chunk i runs (0: it waits for the
+// step boundary); the tenants that run enter the batch's counters (Charge
+// them after the nested step) and count as seen for Shared.
+func (s *Shares) Yield(step []string, waiting []Chunk, chunk int) (take []int) {
+	take = make([]int, len(waiting))
+	if len(step) == 0 || chunk <= 0 {
+		return take
+	}
+	in := make(map[string]bool, len(step))
+	least, any := int64(0), false
+	for _, t := range step {
+		in[t] = true
+		if v := s.served[t]; !any || v < least {
+			least, any = v, true
+		}
+	}
+	done := map[string]int64{}
+	for i, c := range waiting {
+		if _, ran := done[c.Tenant]; ran || in[c.Tenant] || c.Tokens <= 0 {
+			continue
+		}
+		if v := s.counter(c.Tenant); v <= least+s.Slack {
+			done[c.Tenant] = v
+			take[i] = min(c.Tokens, chunk)
+		}
+	}
+	if s.served == nil {
+		s.served = map[string]int64{}
+	}
+	if s.seen == nil {
+		s.seen = map[string]uint64{}
+	}
+	for t, v := range done {
+		s.served[t], s.seen[t] = v, s.steps
+	}
+	return take
+}
+
+// counter is tenant's service counter, or where Sync would start a
+// tenant the batch has none for: Lag behind the most served.
+func (s *Shares) counter(tenant string) int64 {
+	if v, ok := s.served[tenant]; ok {
+		return v
+	}
+	most, any := int64(0), false
+	for _, v := range s.served {
+		if !any || v > most {
+			most, any = v, true
+		}
+	}
+	return most - s.Lag
+}

@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"slices"
+
+	"sluice/internal/kv"
+	"sluice/internal/sched"
+)
+
+// A step yields at a layer boundary to a co-tenant's prompt. A prompt
+// that arrives while another tenant's prompt chunk is being computed
+// would wait for that whole step (a chunk step of a 1k-token flood is
+// the biggest part of a light tenant's wait at the prefill worker). So
+// a step that carries prompt chunks pauses between two layers when
+// prompts arrived meanwhile: the batch takes them in, the pure core
+// (sched.Shares.Yield) says whose first chunk runs now, and those chunks
+// run as a complete step of their own on a second runner (Nested: its
+// own scratch, the same thread pool, never at the same time as the
+// paused step). Then the paused step goes on at its next layer.
+//
+// Nothing changes in any output: every row of a step is computed alone,
+// the paused step's sequences are not in the nested one, and the K/V
+// the paused step wrote so far (its layers up to the pause) belong to
+// its own sequences' pages, which nothing else reads: those pages are
+// shared through the prefix cache only once the prompt is complete
+// (prefilled runs after its last chunk's step), and streamed to decode
+// only up to positions whose step finished (chunked). The nested step
+// follows the batch's rules: pages grow through the pool (a sequence
+// that cannot grow now waits for the step boundary, where growAll can
+// preempt for it), the KV quota (a tenant over its share while another
+// waits waits for the boundary), the tenants' shares are charged, the
+// grammar budget is the nested step's own; cancels are seen at step
+// boundaries only, as before. One level only: a nested step never
+// yields.
+
+// YieldForwarder is a Forwarder whose steps can pause between layers.
+type YieldForwarder interface {
+	Forwarder
+	// ForwardBetween is Forward calling between(l) after every layer
+	// l but the last.
+	ForwardBetween(steps []Step, between func(layer int)) []StepResult
+	// Nested is a forwarder with scratch of its own on the same threads,
+	// for the steps run inside between.
+	Nested() Forwarder
+}
+
+// forward runs one step on fwd; a step with prompt chunks may yield to
+// prompts that arrive during it (yieldTo).
+func (s *batch) forward(fwd Forwarder, steps []Step, members []*seq) []StepResult {
+	yf, ok := fwd.(YieldForwarder)
+	if !ok || s.arrivals == nil {
+		return fwd.Forward(steps)
+	}
+	var tenants []string
+	for _, q := range members {
+		if !q.decoded && !slices.Contains(tenants, q.owner.Tenant) {
+			tenants = append(tenants, q.owner.Tenant)
+		}
+	}
+	if len(tenants) == 0 {
+		// Decode tokens only: a short step, never paused.
+		return fwd.Forward(steps)
+	}
+	s.during = s.during[:0]
+	defer func() { clear(s.during); s.during = s.during[:0] }()
+	return yf.ForwardBetween(steps, func(int) { s.yieldTo(yf, tenants) })
+}
+
+// yieldTo is the pause between two layers of a step carrying prompt
+// chunks of the tenants step: prompts that arrived since the step began
+// join the batch, and the first chunks sched.Shares.Yield picks run now
+// as one nested step.
+func (s *batch) yieldTo(yf YieldForwarder, step []string) {
+	if qs := s.arrivals(); len(qs) > 0 {
+		s.join(qs)
+		s.during = append(s.during, qs...)
+	}
+	var cands []*seq
+	var waiting []sched.Chunk
+	for _, q := range s.during {
+		if q.emit == nil || q.parked || q.decoded || q.recompute || q.held != nil || len(q.prompt) == 0 || q.cancelled() {
+			continue
+		}
+		cands = append(cands, q)
+		waiting = append(waiting, sched.Chunk{Tenant: q.owner.Tenant, Weight: q.weight, Tokens: min(len(q.prompt), s.cfg.ChunkTokens)})
+	}
+	if len(cands) == 0 {
+		return
+	}
+	take := s.shares.Yield(step, waiting, min(s.cfg.SharedStepTokens, s.cfg.ChunkTokens))
+	var steps []Step
+	var members []*seq
+	var sizes []int
+	for i, q := range cands {
+		n := take[i]
+		if n == 0 {
+			continue
+		}
+		if more := kv.PagesFor(q.fed+n, s.cfg.PageSize) - len(q.table); more > 0 && !s.pages().MayTake(q.owner.Tenant, more) {
+			continue // over its KV share while another tenant waits
+		}
+		if s.grow(q, q.fed+n) != nil {
+			continue // the step boundary grows it, preempting if it must
+		}
+		if q.started != nil {
+			q.started()
+			q.started = nil
+		}
+		steps = append(steps, Step{Tokens: q.prompt[:n], Pos: q.fed, KV: q.view})
+		members = append(members, q)
+		sizes = append(sizes, n)
+	}
+	if len(steps) == 0 {
+		return
+	}
+	// Only a prompt's first chunk runs nested: the rest take their turns
+	// in the batch's steps.
+	s.during = slices.DeleteFunc(s.during, func(q *seq) bool { return slices.Contains(members, q) })
+	s.nestedSteps.Add(1)
+	s.run(yf.Nested(), steps, members, sizes, true)
+}

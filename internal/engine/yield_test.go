@@ -1,0 +1,250 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"sluice/internal/kv"
+	"sluice/internal/sample"
+)
+
+// yieldProbe wraps a runtime's forwarders: each paused step's layer
+// boundaries are numbered, onLayer runs at each (before the batch's
+// hook), and the nested steps record the layer they ran at.
+type yieldProbe struct {
+	Runtime
+	step    int               // steps begun (paused or not)
+	onLayer func(step, l int) // nil: nothing
+	nested  []string          // "step/layer: tokens@pos ..." per nested step
+	at      [2]int            // the paused step and layer now
+}
+
+func (p *yieldProbe) NewForwarder(n int) Forwarder {
+	return &probeFwd{p: p, f: p.Runtime.NewForwarder(n).(YieldForwarder)}
+}
+
+type probeFwd struct {
+	p *yieldProbe
+	f YieldForwarder
+}
+
+func (f *probeFwd) Forward(s []Step) []StepResult { return f.ForwardBetween(s, nil) }
+
+func (f *probeFwd) ForwardBetween(s []Step, between func(int)) []StepResult {
+	f.p.step++
+	step := f.p.step
+	return f.f.ForwardBetween(s, func(l int) {
+		if f.p.onLayer != nil {
+			f.p.onLayer(step, l)
+		}
+		f.p.at = [2]int{step, l}
+		if between != nil {
+			between(l)
+		}
+	})
+}
+
+func (f *probeFwd) Nested() Forwarder { return nestedProbe{f.p, f.f.Nested()} }
+
+type nestedProbe struct {
+	p *yieldProbe
+	f Forwarder
+}
+
+// ForwardBetween and Nested make a nested step able to pause: it must
+// not (one level only).
+func (n nestedProbe) ForwardBetween(s []Step, between func(int)) []StepResult {
+	if between != nil {
+		n.p.nested = append(n.p.nested, "a nested step paused")
+	}
+	return n.Forward(s)
+}
+
+func (n nestedProbe) Nested() Forwarder { return n }
+
+func (n nestedProbe) Forward(s []Step) []StepResult {
+	var b []string
+	for _, st := range s {
+		b = append(b, fmt.Sprintf("%d@%d", len(st.Tokens), st.Pos))
+	}
+	n.p.nested = append(n.p.nested, fmt.Sprintf("%d/%d: %v", n.p.at[0], n.p.at[1], b))
+	return n.f.Forward(s)
+}
+
+// yieldRig is a driven batch over stories260K whose steps yield to
+// sequences added during them (as the server's scheduler does).
+type yieldRig struct {
+	t     *testing.T
+	cfg   Config
+	pool  pagePool
+	s     *scheduler
+	probe *yieldProbe
+	out   map[string][]string // per name: tokens and logprob bits, then the end
+}
+
+func newYieldRig(t *testing.T, pages int) *yieldRig {
+	probe := &yieldProbe{Runtime: storiesRuntime(t)}
+	cfg := storiesConfig(probe, pages)
+	cfg.ChunkTokens, cfg.StepTokens = 16, 64
+	cfg = cfg.withDefaults()
+	cfg.NoWatermark = true
+	pool, err := cfg.newPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &yieldRig{t: t, cfg: cfg, pool: pool, probe: probe, out: map[string][]string{}}
+	r.s = newDrivenScheduler(cfg, pool, func() {})
+	r.s.arrivals = r.s.takeJoining
+	t.Cleanup(r.s.stop)
+	return r
+}
+
+// add reserves a sequence's prompt and output pages and hands it to the
+// scheduler (from a step's layer boundary: it arrives during the step).
+func (r *yieldRig) add(name, tenant string, p []int32, maxTokens int) *seq {
+	return r.addWith(name, tenant, p, maxTokens, kv.PagesFor(len(p)+maxTokens, r.cfg.PageSize))
+}
+
+// addWith is add with pages reserved up front (0: none, the batch grows
+// them).
+func (r *yieldRig) addWith(name, tenant string, p []int32, maxTokens, pages int) *seq {
+	owner := kv.Owner{Tenant: tenant, ID: newID()}
+	var table []kv.PageRef
+	if pages > 0 {
+		var err error
+		if table, err = r.pool.Reserve(owner, pages); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	samp, err := r.cfg.formats.sampler(tenant, sample.Params{Logprobs: true, TopLogprobs: 3}, p)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	q := colocatedSeq(owner, table, p, 0, maxTokens, true, samp)
+	q.weight = 1
+	q.emit = func(o outcome) {
+		switch {
+		case o.err != nil:
+			r.out[name] = append(r.out[name], "error "+o.err.Error())
+		case o.done:
+			r.out[name] = append(r.out[name], "end "+o.finish)
+		default:
+			s := fmt.Sprintf("%d:%x", o.token, math.Float32bits(o.logprobs.Logprob))
+			for _, tp := range o.logprobs.Top {
+				s += fmt.Sprintf(",%d:%x", tp.ID, math.Float32bits(tp.Logprob))
+			}
+			r.out[name] = append(r.out[name], s)
+		}
+	}
+	r.s.add(q)
+	return q
+}
+
+func (r *yieldRig) drain() {
+	for i := 0; r.s.turn(); i++ {
+		if i > 500 {
+			r.t.Fatal("the batch never emptied")
+		}
+	}
+	if err := r.pool.CheckDrained(); err != nil {
+		r.t.Errorf("pool not drained: %v", err)
+	}
+}
+
+// A prompt that arrives during another tenant's prompt step runs its
+// first chunk at the step's next layer boundary, as a step of its own,
+// and then takes its turns; every sequence's tokens and logprobs are
+// bitwise those of running alone. A prompt of a tenant already in the
+// step (a's), one cancelled, or one over its share waits for the step
+// boundary; a decode-only step does not pause.
+func TestStepYieldsToArrivingPrompt(t *testing.T) {
+	flood, light, light2 := prompt(3, 60), prompt(4, 12), prompt(5, 40)
+	alone := map[string][]string{}
+	for name, p := range map[string][]int32{"a": flood, "b": light, "b2": light2, "a2": prompt(6, 20)} {
+		r := newYieldRig(t, 64)
+		r.add(name, "x", p, 6)
+		r.drain()
+		if len(r.probe.nested) != 0 {
+			t.Fatalf("%s alone: nested steps %v", name, r.probe.nested)
+		}
+		alone[name] = r.out[name]
+	}
+	check := func(r *yieldRig, names ...string) {
+		t.Helper()
+		for _, n := range names {
+			if !slices.Equal(r.out[n], alone[n]) {
+				t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
+			}
+		}
+	}
+
+	t.Run("light tenant at the next layer", func(t *testing.T) {
+		r := newYieldRig(t, 64)
+		r.add("a", "a", flood, 6)
+		r.s.turn() // a's first step: its chunks alone
+		var cancelled *seq
+		r.probe.onLayer = func(step, l int) {
+			if step == 2 && l == 0 {
+				r.add("b", "b", light, 6)          // one chunk: its first token is drawn nested
+				r.add("a2", "a", prompt(6, 20), 6) // a is in the step: waits
+				cancelled = r.add("c", "c", prompt(7, 20), 6)
+				cancelled.cancel.Store(true) // seen at the step boundary
+			}
+			if step == 2 && l == 1 {
+				r.add("b2", "b", light2, 6) // b ran 12 tokens: still within Slack
+			}
+		}
+		r.s.turn()
+		if want := []string{"2/0: [12@0]", "2/1: [16@0]"}; !slices.Equal(r.probe.nested, want) {
+			t.Fatalf("nested steps %v, want %v", r.probe.nested, want)
+		}
+		if got := len(r.out["b"]); got != 1 {
+			t.Fatalf("b emitted %d items during a's step, want its first token", got)
+		}
+		r.probe.onLayer = nil
+		r.drain()
+		check(r, "a", "b", "b2", "a2")
+		if got := r.out["c"]; !slices.Equal(got, []string{"end cancelled"}) {
+			t.Errorf("cancelled arrival: %v", got)
+		}
+		if n := r.s.nestedSteps.Load(); n != 2 {
+			t.Errorf("%d nested steps counted, want 2", n)
+		}
+	})
+
+	t.Run("decode-only step does not pause", func(t *testing.T) {
+		r := newYieldRig(t, 64)
+		r.add("a", "a", prompt(3, 10), 6)
+		r.s.turn() // a's prompt whole; then a decodes
+		r.probe.onLayer = func(step, l int) {
+			if step == 2 && l == 0 {
+				r.add("b", "b", light, 6)
+			}
+		}
+		r.s.turn()
+		if len(r.probe.nested) != 0 || r.probe.step != 2 {
+			t.Fatalf("nested %v in a decode step", r.probe.nested)
+		}
+	})
+
+	t.Run("no pages: waits for the boundary", func(t *testing.T) {
+		r := newYieldRig(t, 5) // a's reservation takes them all
+		r.add("a", "a", flood, 6)
+		r.s.turn()
+		var b *seq
+		r.probe.onLayer = func(step, l int) {
+			if step == 2 && l == 0 {
+				b = r.addWith("b", "b", light, 6, 0) // grows at its first step
+			}
+		}
+		r.s.turn()
+		if len(r.probe.nested) != 0 {
+			t.Fatalf("nested %v without pages", r.probe.nested)
+		}
+		if b.emit == nil || len(r.out["b"]) != 0 {
+			t.Fatalf("b ended at the pause (%v); it waits for the step boundary", r.out["b"])
+		}
+	})
+}

@@ -1,0 +1,120 @@
+package sched
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// A light tenant's prompt that arrives during a flood's step runs its
+// first chunk at the next layer boundary; the flood's own next prompt,
+// a tenant already in the step, and a tenant well over its share wait
+// for the step boundary.
+func TestYieldLightTenant(t *testing.T) {
+	s := Shares{Slack: 64, Lag: 256, Short: 64}
+	s.Sync([]Member{{"a", 1}, {"c", 1}})
+	for range 10 {
+		s.Charge("a", 1, 64)
+	}
+	s.Charge("c", 1, 640+65) // c: over a by more than Slack
+	waiting := []Chunk{{"a", 1, 64}, {"b", 1, 200}, {"b", 1, 64}, {"c", 1, 64}}
+	take := s.Yield([]string{"a"}, waiting, 64)
+	if fmt.Sprint(take) != "[0 64 0 0]" {
+		t.Fatalf("takes %v, want b's first chunk alone (one chunk)", take)
+	}
+	if got, want := s.Served("b"), s.Served("a")+65-256; got != want {
+		t.Fatalf("b enters at %d, want %d (Lag behind the most served, as Sync starts it)", got, want)
+	}
+	if take := s.Yield(nil, waiting, 64); slices.Max(take) != 0 {
+		t.Fatalf("a decode-only step yields: %v", take)
+	}
+	if !s.Shared(map[string]bool{"a": true}) {
+		t.Fatal("the tenant that ran nested does not count as recently in the batch")
+	}
+}
+
+// Yield's invariants over random service histories: a nested step never
+// runs a chunk of a tenant in the paused step, at most one chunk per
+// tenant, each within the chunk size and its tokens; it runs only
+// tenants within Slack of the step's least served (Plan would have run
+// them beside the step's), and EVERY such waiting tenant's first chunk
+// (the wait is one layer); counters change only by entering tenants
+// where Sync would start them.
+func TestYieldProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := Shares{Slack: int64(rapid.IntRange(0, 64).Draw(t, "slack")), Lag: int64(rapid.IntRange(1, 512).Draw(t, "lag")),
+			Short: rapid.IntRange(0, 96).Draw(t, "short"), Recent: rapid.IntRange(0, 8).Draw(t, "recent")}
+		names := []string{"t0", "t1", "t2", "t3", "t4"}
+		for range rapid.IntRange(0, 20).Draw(t, "history") {
+			var ms []Member
+			for _, n := range names[:rapid.IntRange(1, 4).Draw(t, "in")] {
+				ms = append(ms, Member{n, rapid.IntRange(1, 3).Draw(t, "w")})
+			}
+			s.Sync(ms)
+			for _, m := range ms {
+				s.Charge(m.Tenant, m.Weight, rapid.IntRange(0, 300).Draw(t, "ran"))
+			}
+		}
+		var step []string
+		for _, n := range names {
+			if rapid.Bool().Draw(t, "in step "+n) {
+				step = append(step, n)
+			}
+		}
+		var waiting []Chunk
+		for range rapid.IntRange(0, 8).Draw(t, "waiting") {
+			waiting = append(waiting, Chunk{rapid.SampledFrom(names).Draw(t, "of"), 1, rapid.IntRange(0, 300).Draw(t, "tokens")})
+		}
+		chunk := rapid.IntRange(0, 128).Draw(t, "chunk")
+		before := map[string]int64{}
+		known := map[string]bool{}
+		for _, n := range names {
+			_, known[n] = s.served[n]
+			before[n] = s.counter(n)
+		}
+		least := int64(0)
+		for i, n := range step {
+			if v := s.served[n]; i == 0 || v < least {
+				least = v
+			}
+		}
+		take := s.Yield(step, waiting, chunk)
+		ran := map[string]bool{}
+		first := map[string]int{}
+		for i, c := range waiting {
+			if _, ok := first[c.Tenant]; !ok && c.Tokens > 0 {
+				first[c.Tenant] = i
+			}
+			if take[i] == 0 {
+				continue
+			}
+			switch {
+			case slices.Contains(step, c.Tenant):
+				t.Fatalf("chunk %d of %s runs nested; %s has a chunk in the paused step", i, c.Tenant, c.Tenant)
+			case ran[c.Tenant]:
+				t.Fatalf("a second chunk of %s runs nested", c.Tenant)
+			case take[i] < 0 || take[i] > min(c.Tokens, chunk):
+				t.Fatalf("chunk %d runs %d tokens of %d (chunk %d)", i, take[i], c.Tokens, chunk)
+			case before[c.Tenant] > least+s.Slack:
+				t.Fatalf("%s runs nested at %d, over the step's least served %d + Slack %d", c.Tenant, before[c.Tenant], least, s.Slack)
+			}
+			ran[c.Tenant] = true
+		}
+		for tn, i := range first {
+			if len(step) > 0 && chunk > 0 && !slices.Contains(step, tn) && before[tn] <= least+s.Slack && take[i] == 0 {
+				t.Fatalf("%s is under its share (%d <= %d + %d) and its first chunk waits", tn, before[tn], least, s.Slack)
+			}
+		}
+		for _, n := range names {
+			_, has := s.served[n]
+			switch {
+			case ran[n] && s.served[n] != before[n]:
+				t.Fatalf("%s entered at %d, want %d", n, s.served[n], before[n])
+			case !ran[n] && (has != known[n] || has && s.served[n] != before[n]):
+				t.Fatalf("%s's counter changed without running", n)
+			}
+		}
+	})
+}
