@@ -183,12 +183,13 @@ type auditor struct {
 	perWord  float64 // prompt tokens per pseudo-word, measured
 	hasUsage bool
 	chatOK   bool // the chat endpoint answers
-	// baseLatency and prefillRate (from the key check and calibration)
-	// estimate how long the plan takes.
+	// baseLatency and prefillRate (the fastest of the key checks' and
+	// calibration's samples) estimate how long the plan takes.
 	baseLatency time.Duration
 	prefillRate float64
-	calTokens   int // the calibration prompt's tokens and latency: the sweep's short reference
-	calLatency  time.Duration
+	// short is the calibration prompts' replies: the capacity sweep's
+	// short reference.
+	short shortRef
 	// deterministic is set by the determinism probe: every trial matched.
 	deterministic bool
 
@@ -373,34 +374,70 @@ func (a *auditor) setup(ctx context.Context) error {
 	return a.calibrate(ctx)
 }
 
+// calRounds is how many times the calibration measures a 1-token
+// request and a 64-word prompt, side by side. A loaded machine (the
+// server's or the auditor's) only ever adds time to a reply, so the
+// fastest of several samples is the closest to the server's own speed:
+// from one sample, a single stall made a fast server look slow (a plan of
+// seconds refused as needing minutes) and a short prompt look slow (a
+// long one then "too fast" for its prefill).
+const calRounds = 3
+
+// calWords is the calibration prompt's length in pseudo-words.
+const calWords = 64
+
 // calibrate measures prompt tokens per pseudo-word, so prompts can aim at
-// token lengths without knowing the server's tokenizer, and whether the chat
-// endpoint answers.
+// token lengths without knowing the server's tokenizer, the server's
+// speed (for the plan's time check and the capacity sweep's short
+// reference), and whether the chat endpoint answers.
 func (a *auditor) calibrate(ctx context.Context) error {
 	a.perWord = 3 // a guess until measured
-	const words = 64
-	r, err := a.sendRaw(ctx, call{key: a.cfg.KeyB, path: pathCompletions, prompt: strings.Join(a.pseudoWords(words), " "), maxTokens: 1})
-	if err != nil {
-		return &SetupError{"unreachable", "calibration: " + err.Error()}
+	const words = calWords
+	usage, tokens := true, 0
+	var lats []time.Duration
+	var toks []int
+	for i := 0; i < calRounds; i++ {
+		b, err := a.sendRaw(ctx, call{key: a.cfg.KeyB, path: pathCompletions, prompt: "Hello", maxTokens: 1})
+		if err != nil {
+			return &SetupError{"unreachable", "calibration: " + err.Error()}
+		}
+		if b.Status != http.StatusOK {
+			return &SetupError{"unreachable", fmt.Sprintf("calibration: a 1-token request got HTTP %d (%s %s)", b.Status, b.ErrCode, clip(b.ErrMessage, 200))}
+		}
+		if a.baseLatency == 0 || b.Latency < a.baseLatency {
+			a.baseLatency = b.Latency
+		}
+		r, err := a.sendRaw(ctx, call{key: a.cfg.KeyB, path: pathCompletions, prompt: strings.Join(a.pseudoWords(words), " "), maxTokens: 1})
+		if err != nil {
+			return &SetupError{"unreachable", "calibration: " + err.Error()}
+		}
+		if r.Status != http.StatusOK {
+			return &SetupError{"unreachable", fmt.Sprintf("calibration: a 64-word prompt got HTTP %d (%s %s)", r.Status, r.ErrCode, clip(r.ErrMessage, 200))}
+		}
+		usage = usage && r.HasUsage && r.PromptTokens > 0
+		tokens += r.PromptTokens
+		lats, toks = append(lats, r.Latency), append(toks, r.PromptTokens)
 	}
-	if r.Status != http.StatusOK {
-		return &SetupError{"unreachable", fmt.Sprintf("calibration: a 64-word prompt got HTTP %d (%s %s)", r.Status, r.ErrCode, clip(r.ErrMessage, 200))}
-	}
-	if r.HasUsage && r.PromptTokens > 0 {
+	if usage {
 		a.hasUsage = true
-		a.perWord = float64(r.PromptTokens) / words
+		a.perWord = float64(tokens) / (calRounds * words)
 		// A six-letter pseudo-word is one to a few tokens on any real
 		// tokenizer; a count far outside that is the server's to explain
 		// (the capacity probe checks it), not a length to build prompts from.
 		if a.perWord < 0.5 || a.perWord > 16 {
-			a.note(fmt.Sprintf("calibration: the server counted %d prompt tokens for %d words; prompt lengths are aimed at 3 tokens per word instead", r.PromptTokens, words))
+			a.note(fmt.Sprintf("calibration: the server counted %d prompt tokens for %d words; prompt lengths are aimed at 3 tokens per word instead", tokens, calRounds*words))
 			a.perWord = 3
 		}
-		a.calTokens, a.calLatency = r.PromptTokens, r.Latency
-		if d := r.Latency - a.baseLatency; d > 0 {
-			a.prefillRate = float64(r.PromptTokens) / d.Seconds()
+		for i := range lats {
+			a.short.add(toks[i], lats[i])
 		}
-		a.pass(fmt.Sprintf("calibrate: %.2f prompt tokens per word", a.perWord))
+		// The most tokens over the fastest time: the highest rate the
+		// samples allow, so the plan's estimate stays a lower bound.
+		if d := a.short.latency - a.baseLatency; d > 0 {
+			a.prefillRate = float64(a.short.tokens) / d.Seconds()
+		}
+		a.pass(fmt.Sprintf("calibrate: %.2f prompt tokens per word; fastest of %d: %v for a 1-token request, %v for a %d-token prompt", a.perWord, calRounds,
+			a.baseLatency.Round(time.Microsecond), a.short.latency.Round(time.Microsecond), a.short.tokens))
 	} else {
 		a.note("the server reports no usage.prompt_tokens: token accounting cannot be checked and prompt lengths are estimated at 3 tokens per word")
 	}
@@ -442,7 +479,7 @@ func (a *auditor) plan() ([]plannedProbe, error) {
 	sc := a.sideChannelTokens()
 	plan := []plannedProbe{
 		{"canary", 4, 4 * 60, a.canaryPlant},
-		{"capacity", len(pts), capTokens, a.capacitySweep},
+		{"capacity", len(pts) + capConfirm, capTokens, a.capacitySweep},
 		{"determinism", 1 + a.cfg.Trials*a.cfg.Concurrency, (1 + a.cfg.Trials*a.cfg.Concurrency) * 60, a.determinism},
 		{"concurrent-capacity", 2 * m, 2 * m * cw, a.concurrentCapacity},
 		{"canary-check", 6, 6 * 12, a.canaryObserve},
@@ -475,9 +512,10 @@ func (a *auditor) plan() ([]plannedProbe, error) {
 		return nil, &PlanError{"budget_too_small", fmt.Sprintf("--max-requests %d is too small for the plan: %d requests (%d for the key check and calibration; %s); raise it to %d or lower --samples/--trials",
 			a.cfg.MaxRequests, a.sent+total, a.sent, strings.Join(parts, ", "), a.sent+total)}
 	}
-	// A lower bound on the time the plan takes, from what the key check and
-	// calibration measured; half of it, so only a clearly short timeout is
-	// refused (a run that still runs out is INCONCLUSIVE, never PASS).
+	// A lower bound on the time the plan takes, from the fastest of what the
+	// key check and calibration measured; half of it, so only a clearly
+	// short timeout is refused (a run that still runs out is INCONCLUSIVE,
+	// never PASS).
 	est := time.Duration(total) * a.baseLatency
 	if a.prefillRate > 0 {
 		est += time.Duration(float64(tokens) / a.prefillRate * float64(time.Second))
@@ -489,8 +527,8 @@ func (a *auditor) plan() ([]plannedProbe, error) {
 		}
 	}
 	if left := time.Until(a.deadln); left < est {
-		return nil, &PlanError{"timeout_too_small", fmt.Sprintf("--timeout %v is too small for the plan: %d requests (%d prompt tokens) take at least ~%v here (measured: %v per request, %.0f prompt tokens/s); raise --timeout or lower --samples/--trials",
-			a.cfg.Timeout, total, tokens, est.Round(time.Millisecond), a.baseLatency.Round(time.Microsecond), a.prefillRate)}
+		return nil, &PlanError{"timeout_too_small", fmt.Sprintf("--timeout %v is too small for the plan: %d requests (%d prompt tokens) take at least ~%v here (the fastest of %d calibration samples: %v per request, %.0f prompt tokens/s); raise --timeout or lower --samples/--trials",
+			a.cfg.Timeout, total, tokens, est.Round(time.Millisecond), calRounds, a.baseLatency.Round(time.Microsecond), a.prefillRate)}
 	}
 	a.progress("plan: %d requests (budget %d), %d prompt tokens, at least ~%v", total, a.cfg.MaxRequests, tokens, est.Round(time.Millisecond))
 	return plan, nil

@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,9 @@ type fakeServer struct {
 	failAfter   int // after this many POSTs, every POST is dropped
 	slowAfter   int // after this many POSTs, every POST takes slowBy more
 	slowBy      time.Duration
+	// stall(n) holds the n-th POST (from 1) that long before answering: a
+	// busy moment of a loaded machine, placed by count, not by clock.
+	stall func(n int) time.Duration
 
 	mu        sync.Mutex
 	history   []struct{ key, prompt string }
@@ -111,6 +115,9 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, chat bool)
 	}
 	if f.slowAfter > 0 && n > f.slowAfter {
 		time.Sleep(f.slowBy)
+	}
+	if f.stall != nil {
+		time.Sleep(f.stall(n))
 	}
 	if !f.authOK(w, r) {
 		return
@@ -556,7 +563,7 @@ func TestKeysChecked(t *testing.T) {
 // A 401 in the middle of the run is not a capacity refusal: the probe did
 // not complete.
 func TestMidRunAuthIsNotRefusal(t *testing.T) {
-	rep := runAudit(t, &fakeServer{keys: map[string]bool{"key-a": true, "key-b": true}, authAfter: 8})
+	rep := runAudit(t, &fakeServer{keys: map[string]bool{"key-a": true, "key-b": true}, authAfter: setupRequests + 4})
 	if rep.Verdict == Pass {
 		t.Fatal("PASS although tenant B's requests were refused with 401")
 	}
@@ -611,10 +618,106 @@ func TestPlanTooBigForBudget(t *testing.T) {
 			if setupCode(err) != c.code {
 				t.Fatalf("err = %v, want %s", err, c.code)
 			}
-			if n := c.f.posts.Load(); n > 4 {
-				t.Errorf("%d requests sent; want only the setup (key check, calibration)", n)
+			// On a machine so loaded that the setup itself outlasts the
+			// 150 ms, the timeout stops the setup sooner (same code).
+			if n := c.f.posts.Load(); n > setupRequests || (c.name == "max-requests" && n != setupRequests) {
+				t.Errorf("%d requests sent; want only the setup's %d (key check, calibration)", n, setupRequests)
 			}
 		})
+	}
+}
+
+// setupRequests is what the key check and the calibration send before the
+// plan with two keys: one 1-token request per key, calRounds pairs (a
+// 1-token request and a 64-word prompt), one chat check.
+const setupRequests = 2 + 2*calRounds + 1
+
+// One stalled calibration sample (a busy moment of a loaded machine) does
+// not make the plan look long: the estimate rests on the fastest of
+// several. From the stalled sample alone (3 s for 64 tokens: ~21 prompt
+// tokens/s) the plan's ~27k prompt tokens were refused a 60 s --timeout
+// for a run of seconds.
+func TestCalibrationStallDoesNotRefusePlan(t *testing.T) {
+	f := &fakeServer{stall: func(n int) time.Duration {
+		if n == 4 { // the first 64-word calibration prompt (after 2 key checks and a 1-token request)
+			return 3 * time.Second
+		}
+		return 0
+	}}
+	rep, err := runWith(t, f, func(c *Config) { c.Timeout = time.Minute })
+	if err != nil {
+		t.Fatalf("the plan was refused after one stalled calibration sample: %v", err)
+	}
+	if rep.Verdict != Pass {
+		t.Fatalf("verdict %s: %+v %+v", rep.Verdict, rep.Findings, rep.Probes)
+	}
+	if !slices.ContainsFunc(rep.Checks, func(c string) bool { return strings.Contains(c, "fastest of 3") }) {
+		t.Errorf("the calibration check does not say what it measured: %q", rep.Checks)
+	}
+}
+
+// A busy moment over the whole calibration and the sweep's smallest point
+// (every short reference 150 ms slower) must not make the sweep's long
+// prompts "too fast for their prefill": the suspicion is checked against
+// fresh short prompts, which are fast again, and the honest server passes.
+// (With the short references alone, each long reply, 20-38 ms of real
+// prefill, was under half of 150 ms.) The capacity probe sent its
+// confirmation prompts: the suspicion did arise.
+func TestLoadBurstIsNoTooFastFinding(t *testing.T) {
+	burst := setupRequests + 4 + 1 // the setup, the canary probe's 4, the sweep's first (smallest) point
+	f := &fakeServer{stall: func(n int) time.Duration {
+		if n <= burst {
+			return 150 * time.Millisecond
+		}
+		return 0
+	}}
+	rep := runAudit(t, f)
+	if fs := findings(rep, High, "too fast"); len(fs) > 0 || rep.Verdict != Pass {
+		t.Fatalf("verdict %s; an honest server slow only while the short references were measured: %+v", rep.Verdict, rep.Findings)
+	}
+	for _, p := range rep.Probes {
+		if p.Name == "capacity" && p.Sent != p.Planned {
+			t.Errorf("capacity sent %d of %d planned: the confirmation prompts were not sent, so the burst did not test them", p.Sent, p.Planned)
+		}
+	}
+}
+
+// The judgement itself, with no clock: a prompt 4x the short samples'
+// largest count answered in under half the fastest sample's time is too
+// fast; 3.9x, or just over half, is not; a slow sample changes nothing,
+// and more samples only lower the bar a long reply must beat.
+func TestTooFastJudgement(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	var none shortRef
+	if none.tooFast(1000, 0) {
+		t.Fatal("no short sample: nothing can be judged too fast")
+	}
+	var s shortRef
+	s.add(100, ms(40))
+	s.add(124, ms(50)) // the largest count counts, with the fastest time
+	s.add(64, ms(900)) // a stalled sample: ignored by the fastest time
+	s.add(0, ms(1))    // no usage: not a sample
+	if s.n != 3 || s.tokens != 124 || s.latency != ms(40) {
+		t.Fatalf("shortRef %+v, want 3 samples, 124 tokens, 40ms", s)
+	}
+	for _, c := range []struct {
+		tokens int
+		lat    float64
+		want   bool
+	}{
+		{496, 19.9, true},   // 4x, under half
+		{496, 20, false},    // exactly half: not under it
+		{495, 1, false},     // under 4x, however fast
+		{100000, 19, true},  // the incident: an over-capacity prompt answered at once
+		{100000, 21, false}, // as long, but just over half the fastest short reply
+	} {
+		if got := s.tooFast(c.tokens, ms(c.lat)); got != c.want {
+			t.Errorf("tooFast(%d tokens, %vms) = %v, want %v (reference %+v)", c.tokens, c.lat, got, c.want, s)
+		}
+	}
+	s.add(124, ms(30)) // a faster short sample lowers the bar
+	if s.tooFast(496, ms(19.9)) || !s.tooFast(496, ms(14.9)) {
+		t.Errorf("after a 30ms sample: %+v", s)
 	}
 }
 

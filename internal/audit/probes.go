@@ -268,12 +268,9 @@ func (a *auditor) capacitySweep(ctx context.Context) error {
 		}
 		results = append(results, result{pt, c, r})
 	}
-	// The short reference: the fastest of the calibration prompt and the
-	// sweep's smallest point. A prompt at least 4x as long (by the server's
-	// own count) answered in less than half that time never ran its prefill.
-	// (Prefill time grows with length on every real server; taking the
-	// fastest short reply keeps one slow outlier from making others look fast.)
-	shortTok, shortLat := a.calTokens, a.calLatency
+	// The short reference: the calibration prompts and the sweep's smallest
+	// point (shortRef.tooFast says what is too fast).
+	short := a.short
 	var rates []float64
 	for _, x := range results {
 		if x.r.Status != http.StatusOK || x.r.PromptTokens <= 0 || x.pt.class != classFits {
@@ -281,10 +278,33 @@ func (a *auditor) capacitySweep(ctx context.Context) error {
 		}
 		rates = append(rates, float64(x.r.PromptTokens)/x.r.Latency.Seconds())
 		if x.pt.frac == 0.125 {
-			shortTok = max(shortTok, x.r.PromptTokens)
-			if shortLat == 0 || x.r.Latency < shortLat {
-				shortLat = x.r.Latency
+			short.add(x.r.PromptTokens, x.r.Latency)
+		}
+	}
+	// A reply that looks too fast is checked against capConfirm fresh
+	// short prompts sent now: the short samples so far may all have met a
+	// busy moment (a burst of load during the calibration made every long
+	// prompt after it look fast), and a finding must not rest on that. A
+	// server that skips the prefill of long prompts is as fast as before
+	// and is still caught; its short prompts only get faster.
+	suspect := false
+	for _, x := range results {
+		suspect = suspect || (x.r.Status == http.StatusOK && x.r.HasUsage && short.tooFast(x.r.PromptTokens, x.r.Latency))
+	}
+	if suspect {
+		for i := 0; i < capConfirm; i++ {
+			// The calibration's length: a shorter prompt than the sweep's
+			// smallest point can only lower the fastest time.
+			c := call{key: a.cfg.KeyB, path: pathCompletions, prompt: strings.Join(a.pseudoWords(calWords), " "), maxTokens: capMaxTokens}
+			r, err := a.send(ctx, c)
+			if err != nil {
+				return err
 			}
+			if r.Status != http.StatusOK || !r.HasUsage || r.PromptTokens <= 0 {
+				return statusErr("a short reference prompt (to confirm a reply too fast for its prefill)", r)
+			}
+			a.checkLeak("capacity", c, r)
+			short.add(r.PromptTokens, r.Latency)
 		}
 	}
 	for _, x := range results {
@@ -335,14 +355,50 @@ func (a *auditor) capacitySweep(ctx context.Context) error {
 				Reproduce: repro})
 		}
 		// A reply far faster than the prefill it claims never prefilled it.
-		if shortTok > 0 && shortLat > 0 && r.PromptTokens >= 4*shortTok && r.Latency < shortLat/2 {
+		if short.tooFast(r.PromptTokens, r.Latency) {
 			a.add(Finding{Probe: "capacity", Severity: High, Title: "reply too fast for the prefill it claims",
-				Evidence:  fmt.Sprintf("prompt_tokens=%d answered in %v, while a %d-token prompt took at least %v: a prefill 4x as long cannot take less than half the time", r.PromptTokens, r.Latency.Round(time.Microsecond), shortTok, shortLat.Round(time.Microsecond)),
+				Evidence: fmt.Sprintf("prompt_tokens=%d answered in %v, while the fastest of %d prompts of at most %d tokens took %v: a prefill 4x as long cannot take less than half the time",
+					r.PromptTokens, r.Latency.Round(time.Microsecond), short.n, short.tokens, short.latency.Round(time.Microsecond)),
 				Reproduce: repro})
 		}
 	}
 	a.rep.PrefillTS = median(rates)
 	return nil
+}
+
+// capConfirm is how many fresh short prompts confirm a reply that looks
+// too fast for its prefill before it is a finding.
+const capConfirm = 3
+
+// shortRef is the capacity sweep's short reference: short prompts'
+// replies (the calibration's and the sweep's smallest point).
+type shortRef struct {
+	n       int           // samples
+	tokens  int           // the most prompt tokens of any sample (server's count)
+	latency time.Duration // the fastest sample's latency
+}
+
+func (s *shortRef) add(tokens int, latency time.Duration) {
+	if tokens <= 0 || latency <= 0 {
+		return
+	}
+	s.n++
+	s.tokens = max(s.tokens, tokens)
+	if s.latency == 0 || latency < s.latency {
+		s.latency = latency
+	}
+}
+
+// tooFast: a prompt at least 4x as long as every short sample (by the
+// server's own count), answered in less than half the fastest one's time,
+// never ran its prefill (the incident's tell: an over-capacity prompt
+// answered at once because a one-token placeholder was prefilled in its
+// place). Prefill time grows with length on every real server, and a
+// loaded machine only ever adds time to a reply, so the fastest short
+// sample and the largest short count are the conservative reference:
+// more samples can only lower the bar a long reply must beat.
+func (s shortRef) tooFast(tokens int, latency time.Duration) bool {
+	return s.n > 0 && tokens >= 4*s.tokens && latency < s.latency/2
 }
 
 // concurrentWidth is how many prompts the concurrent probe sends at once:
