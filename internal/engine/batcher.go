@@ -79,10 +79,13 @@ type seq struct {
 	// streaming handoff sends the pages they fill). It must not block.
 	chunked func(fed int)
 	// first is a token generated elsewhere (the prefill worker's first
-	// token, carried by the commit); it is emitted when the sequence joins.
-	first    int32
-	firstLP  *sample.Logprobs
-	hasFirst bool
+	// token, carried by the commit); it is emitted when the sequence joins,
+	// unless firstSent: its owner sent it already (the decode worker, as
+	// the commit is accepted), and joining only counts it.
+	first     int32
+	firstLP   *sample.Logprobs
+	hasFirst  bool
+	firstSent bool
 	// startErr fails the sequence when it joins, before its first token
 	// is emitted: the decode worker could not build its sampler (the
 	// output format is refused, or its grammar refuses the tokens it was
@@ -1025,7 +1028,11 @@ func (s *batch) emitToken(q *seq, tok int32, lp *sample.Logprobs) {
 	if q.all != nil {
 		q.all = append(q.all, tok)
 	}
-	q.emit(outcome{token: tok, logprobs: lp})
+	if q.firstSent {
+		q.firstSent = false // on its stream already: counted, not sent twice
+	} else {
+		q.emit(outcome{token: tok, logprobs: lp})
+	}
 	switch {
 	case !q.ignoreEOS && s.cfg.Model.EOG(tok):
 		s.finish(q, outcome{done: true, finish: "stop"})

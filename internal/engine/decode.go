@@ -746,6 +746,20 @@ func (w *DecodeWorker) start(id kv.ID, h *dhandoff) {
 		delete(w.handoffs, id)
 		w.mu.Unlock()
 	}
+	if serr == nil {
+		// The first token is the commit's, verified with it (I5): it goes
+		// to the stream now, before the sequence joins the batch, rather
+		// than when the batch next takes joiners, after the step in
+		// progress (other tenants' decode tokens: a few ms under load).
+		// Sent from this goroutine, which returns right after, the
+		// stream's reader runs on this thread next instead of waiting for
+		// the batch's goroutine to finish its next step. Joining counts
+		// it (and ends the sequence there if it is the last); a cancel
+		// or abort recorded meanwhile is applied after it, as before
+		// (I10: decode reaches its first token).
+		q.emit(outcome{token: h.first, logprobs: h.firstLP})
+		q.firstSent = true
+	}
 	w.mu.Lock()
 	q.cancel.Store(h.cancelled)
 	q.aborted.Store(h.aborted)
