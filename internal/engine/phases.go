@@ -21,8 +21,9 @@ const (
 	PhaseQueue = "queue"
 	// PhaseHandoff (router): from the decode reservation to the first
 	// token; the prefill worker's phases below are its parts, the rest
-	// is the decode side (the stream, the commit's verification, the
-	// first token's emit).
+	// is the router's calls and the first token's way from decode (which
+	// sends it as it accepts the commit, before the prefill worker hears
+	// of it: the rest can be about zero).
 	PhaseHandoff = "handoff"
 	// PhasePrefillQueue (prefill worker): waiting for prefill pages.
 	PhasePrefillQueue = "prefill_queue"
