@@ -315,7 +315,12 @@ Example:
 	migrated := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_cluster_migrations_total",
 		Help: "Streams that moved to another prefill/decode pair after a transport failure past their first token (they resume exactly)."},
 		func() float64 { return float64(eng.Migrated()) })
-	for _, c := range []prometheus.Collector{cl, migrated, router.LoadCollector(stats, func() string { return eng.Info().Model })} {
+	// Requests retried on the pair that had just failed them: a lost
+	// connection before the first token with no other pair left.
+	sameRetried := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_cluster_same_pair_retries_total",
+		Help: "Requests retried on the prefill/decode pair that had just failed them (a connection lost before the first token, no other pair left)."},
+		func() float64 { return float64(eng.SameRetried()) })
+	for _, c := range []prometheus.Collector{cl, migrated, sameRetried, router.LoadCollector(stats, func() string { return eng.Info().Model })} {
 		if err := reg.Register(c); err != nil {
 			log.Error("metrics", "err", err)
 			return 1

@@ -80,6 +80,8 @@ type Disaggregated struct {
 	bgCancel context.CancelFunc
 	migrated atomic.Int64
 	revoked  atomic.Int64
+	// sameRetried counts retries on the pair that just failed (SamePairer).
+	sameRetried atomic.Int64
 	// phases are the requests' first-token phases seen here (phases.go).
 	phases phases
 }
@@ -120,12 +122,30 @@ type Pairer interface {
 // by two, which the Kubernetes check does) and one more failure.
 const DefaultMaxRetries = 3
 
+// SamePairer is a Pairer that can give a request one more attempt on the
+// workers of the pair that just failed it (Again): the engine asks when a
+// failure before the first token was the link's (connFailure) and no
+// other pair is left, so that a lone pair (one prefill and one decode
+// worker) survives a connection lost under load as a pool of pairs does.
+// The attempt is a new one (a new handoff id and reservation; the failed
+// handoff was aborted, I6), on a fresh connection when the old one died
+// (tcp.Redialer dials again). Again may refuse (the worker left).
+type SamePairer interface {
+	Again(r *Request, failed *Pair) (*Pair, error)
+}
+
 type fixedPair struct{ p Pair }
 
 func (f fixedPair) Pair(_ *Request, avoid []*Pair) (*Pair, error) {
 	if len(avoid) > 0 {
 		return nil, errors.New("one prefill and one decode worker: no other pair to retry on")
 	}
+	p := f.p
+	return &p, nil
+}
+
+// Again gives the one pair again (SamePairer).
+func (f fixedPair) Again(*Request, *Pair) (*Pair, error) {
 	p := f.p
 	return &p, nil
 }
@@ -256,7 +276,12 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 			} else if full {
 				return noRoom, e
 			}
-			p2 := d.nextPair(r, cur, at, e == nil)
+			var p2 *Pair
+			if e == nil {
+				p2 = d.nextPair(r, cur, at, true)
+			} else {
+				p2 = d.retryPair(r, cur, at, connFailure(e.Err))
+			}
 			if p2 == nil {
 				return noRoom, e
 			}
@@ -284,7 +309,7 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		// Nothing reached the client: another pair while the budget
 		// lasts (the machine's retry aborts this handoff, I6) and a new
 		// reservation.
-		p2 := d.nextPair(r, cur, at, false)
+		p2 := d.retryPair(r, cur, at, connFailure(err))
 		if p2 == nil {
 			break
 		}
@@ -515,7 +540,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 		} else if dr.retry != nil {
 			var p2 *Pair
 			if gone.Err() == nil {
-				p2 = d.nextPair(r, cur, at, false)
+				p2 = d.retryPair(r, cur, at, dr.conn)
 			}
 			if p2 == nil {
 				lc.fail(dr.retry)
@@ -575,7 +600,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 					// Still no token sent: a retry, as at the first
 					// attempt's reserve (Submit), within --max-retries
 					// and avoiding every pair that failed the request.
-					p2 := d.nextPair(r, cur, at, false)
+					p2 := d.retryPair(r, cur, at, connFailure(e.Err))
 					if p2 == nil {
 						return noRoom, e
 					}
@@ -723,6 +748,10 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 			// on any pair: never retried (retryable).
 			if canRetry() && retryable(e) {
 				dr.retry = e
+				// The link's failure on either side: a prefill error
+				// may be the consequence (decode aborted the handoff
+				// when the router's connection to it ended).
+				dr.conn = connFailure(err) || connFailure(cause)
 				return dr
 			}
 			// After tokens reached the client, a transport failure of
@@ -812,6 +841,9 @@ type driveResult struct {
 	// (handoff.ErrRevoked); the request waits for another (run).
 	revoked bool
 	retry   *Error
+	// conn: retry's failure was the link's (connFailure), not a worker's
+	// answer.
+	conn bool
 	// migrate: decode's stream broke after tokens reached the client, by
 	// a transport failure: the request may move to another pair (run).
 	migrate    *Error
@@ -848,6 +880,9 @@ type attempts struct {
 	// revoked counts the request's reservations decode revoked (not
 	// retries: they spend nothing of n).
 	revoked int
+	// same: the request was retried once on the pair that failed it
+	// (retryPair).
+	same bool
 }
 
 // nextPair pairs r again after its current attempt (cur) failed before
@@ -869,6 +904,42 @@ func (d *Disaggregated) nextPair(r *Request, cur *currentHandoff, at *attempts, 
 	}
 	return p2
 }
+
+// retryPair is nextPair for a failure before the first token, and, when
+// no other pair is left and the failure was the link's (conn:
+// connFailure), once per request the failed pair again (SamePairer),
+// within the same retry budget: with one pair, a connection lost under
+// load would otherwise fail the request (502 handoff_failed) although
+// both workers are fine. Never after a worker's own answer (a refusal, a
+// verification failure): that one would only come again.
+func (d *Disaggregated) retryPair(r *Request, cur *currentHandoff, at *attempts, conn bool) *Pair {
+	if p2 := d.nextPair(r, cur, at, false); p2 != nil {
+		return p2
+	}
+	sp, ok := d.pairs.(SamePairer)
+	if !ok || at.same || at.n >= at.max || !conn {
+		return nil
+	}
+	p2, err := sp.Again(r, cur.pair())
+	if err != nil || p2 == nil {
+		return nil
+	}
+	at.n++
+	at.same = true
+	d.sameRetried.Add(1)
+	return p2
+}
+
+// connFailure: the failure was the link's (the connection died or was
+// declared dead, a call got no answer: ErrTransport, or decode's stream
+// ended without its terminal item), not an answer of a live worker.
+func connFailure(err error) bool {
+	return errors.Is(err, handoff.ErrTransport) || errors.Is(err, errStreamEnded)
+}
+
+// SameRetried is how many requests were retried on the pair that had just
+// failed them (no other pair left, a connection-level failure).
+func (d *Disaggregated) SameRetried() int64 { return d.sameRetried.Load() }
 
 // retryable: a failure another pair may not repeat. A failure the request
 // caused (4xx: a grammar, a parameter) would fail the same way anywhere,

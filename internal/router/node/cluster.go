@@ -419,6 +419,44 @@ func (c *Cluster) Pair(r *engine.Request, avoid []*engine.Pair) (*engine.Pair, e
 	if len(avoid) > 0 {
 		c.retries++
 	}
+	c.log.Debug("pair", "decode", d.w.Name, "decode_score", dch.Total, "decode_scores", dch.Scores, "decode_parts", dch.Parts,
+		"decode_prefix_pages", dch.PrefixPages, "prefill", p.w.Name, "prefill_score", pch.Total, "prefill_scores", pch.Scores,
+		"prefill_prefix_pages", pch.PrefixPages, "prompt_pages", len(pr.Keys), "retry", len(avoid))
+	return c.attempt(r, d, p), nil
+}
+
+// Again gives r one more attempt on the workers of the pair that just
+// failed it by a connection-level failure, when no other pair is left
+// (engine.SamePairer). A worker marked down by that very failure is
+// taken all the same: its connection is dialled afresh for the attempt
+// (tcp.Redialer), and a worker that is really gone fails it at once. Not
+// one that left the pool, drains, or failed the router's checks.
+func (c *Cluster) Again(r *engine.Request, failed *engine.Pair) (*engine.Pair, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var d, p *member
+	for _, m := range c.decode {
+		if m.w.Name == failed.DecodeName {
+			d = m
+		}
+	}
+	for _, m := range c.prefill {
+		if m.w.Prefill == failed.Prefill {
+			p = m
+		}
+	}
+	for _, m := range []*member{d, p} {
+		if m == nil || m.removed || m.draining || !m.modelOK || m.refused != nil {
+			return nil, errors.New("the failed pair's workers cannot take the request again")
+		}
+	}
+	c.log.Debug("pair again", "decode", d.w.Name, "prefill", p.w.Name)
+	return c.attempt(r, d, p), nil
+}
+
+// attempt is one attempt of r on d and p, counted in flight until its
+// Done.
+func (c *Cluster) attempt(r *engine.Request, d, p *member) *engine.Pair {
 	d.inFlight++
 	p.inFlight++
 	d.picks++
@@ -430,9 +468,6 @@ func (c *Cluster) Pair(r *engine.Request, avoid []*engine.Pair) (*engine.Pair, e
 		need := (len(r.Prompt) + max(r.MaxTokens, 0) + ps - 1) / ps
 		d.free = max(d.free-need, 0)
 	}
-	c.log.Debug("pair", "decode", d.w.Name, "decode_score", dch.Total, "decode_scores", dch.Scores, "decode_parts", dch.Parts,
-		"decode_prefix_pages", dch.PrefixPages, "prefill", p.w.Name, "prefill_score", pch.Total, "prefill_scores", pch.Scores,
-		"prefill_prefix_pages", pch.PrefixPages, "prompt_pages", len(pr.Keys), "retry", len(avoid))
 	once := sync.Once{}
 	return &engine.Pair{Prefill: p.w.Prefill, Decode: d.w.Decode, DecodeName: d.w.Name,
 		Done: func(perr, derr error) {
@@ -456,7 +491,7 @@ func (c *Cluster) Pair(r *engine.Request, avoid []*engine.Pair) (*engine.Pair, e
 				// dead decode worker, carried back with a transport code:
 				// prefill workers are marked down by the probe only.
 			})
-		}}, nil
+		}}
 }
 
 // Add joins a worker to a role's pool ("prefill" or "decode"), up until a

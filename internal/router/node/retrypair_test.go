@@ -116,3 +116,51 @@ func TestJoiningPrefillWorkerContextVetted(t *testing.T) {
 		}
 	}
 }
+
+// Issue 28: with one pair, a request whose connection to a worker was lost
+// before its first token is given the same pair again (Again), although
+// that failure marked the decode worker down: its connection is dialled
+// afresh. Never a worker that left the pool or drains. The attempt counts
+// in flight until its Done.
+func TestAgainGivesTheFailedPairBack(t *testing.T) {
+	c, err := NewCluster([]Worker{{Name: "p", Prefill: stubPrefill{"p"}}}, []Worker{{Name: "d", Decode: stubDecode{}}}, DefaultWeights, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Probe(context.Background())
+	r := &engine.Request{Prompt: []int32{1, 2, 3}, MaxTokens: 1}
+	first, err := c.Pair(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Done(nil, handoff.ErrTransport.With("connection closed"))
+	if p, err := c.Pair(r, []*engine.Pair{first}); err == nil {
+		t.Fatalf("no other pair, yet the retry was paired with %s", p.DecodeName)
+	}
+	again, err := c.Again(r, first)
+	if err != nil || again.DecodeName != "d" || again.Prefill != first.Prefill {
+		t.Fatalf("the same pair again after its decode link failed: %v %v", again, err)
+	}
+	ws, _, _ := c.Stats()
+	for _, w := range ws {
+		if w.InFlight != 1 {
+			t.Fatalf("%s %s: %d in flight during the attempt, want 1", w.Role, w.Name, w.InFlight)
+		}
+	}
+	// The attempt ends with the decode worker draining (SIGTERM): it is
+	// not given again.
+	again.Done(nil, handoff.ErrDraining.With("shutting down"))
+	ws, _, _ = c.Stats()
+	for _, w := range ws {
+		if w.InFlight != 0 {
+			t.Fatalf("%s %s: %d in flight after the attempt, want 0", w.Role, w.Name, w.InFlight)
+		}
+	}
+	if p, err := c.Again(r, first); err == nil {
+		t.Fatalf("a draining decode worker was given again: %s", p.DecodeName)
+	}
+	c.Remove("decode", "d")
+	if p, err := c.Again(r, first); err == nil {
+		t.Fatalf("a decode worker that left the pool was given again: %s", p.DecodeName)
+	}
+}

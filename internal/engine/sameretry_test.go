@@ -1,0 +1,224 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"sluice/internal/handoff"
+	"sluice/internal/handoff/tcp"
+	"sluice/internal/kv"
+)
+
+// dialTap dials for a Redialer and keeps the latest connection, so a
+// test can cut it as a failing network would.
+type dialTap struct {
+	mu    sync.Mutex
+	last  net.Conn
+	dials int
+}
+
+func (d *dialTap) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err == nil {
+		d.mu.Lock()
+		d.last, d.dials = c, d.dials+1
+		d.mu.Unlock()
+	}
+	return c, err
+}
+
+func (d *dialTap) cut() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.last.Close()
+}
+
+func (d *dialTap) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.dials
+}
+
+// cutPrefill is the prefill worker behind its server: while cuts last,
+// a call cuts the router's connection to it before the worker sees the
+// prompt.
+type cutPrefill struct {
+	w    handoff.Prefill
+	cuts atomic.Int32
+	tap  *dialTap
+}
+
+func (c *cutPrefill) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	if c.cuts.Add(-1) >= 0 {
+		c.tap.cut()
+	}
+	return c.w.Prefill(ctx, r)
+}
+
+// cutDecode is the decode worker behind its server: while cuts last, a
+// stream the router opens cuts the router's connection to it.
+type cutDecode struct {
+	handoff.Decode
+	cuts atomic.Int32
+	tap  *dialTap
+}
+
+func (c *cutDecode) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams) (handoff.TokenStream, error) {
+	if c.cuts.Add(-1) >= 0 {
+		c.tap.cut()
+	}
+	return c.Decode.Stream(ctx, id, p)
+}
+
+// One prefill and one decode worker (no other pair to retry on), and the
+// router's connection to one of them lost before the request's first
+// token (a connection declared dead under load): the request is retried
+// once on the same pair, with a new handoff and reservation over a fresh
+// connection, and ends with the reference output. It used to end 502
+// handoff_failed. The lost handoff is aborted (decode accepts one
+// commit) and both pools drain. The same failure once more fails the
+// request (a retry on the same pair happens once).
+func TestLonePairRetriesAfterLostConnection(t *testing.T) {
+	for _, side := range []string{"prefill", "decode"} {
+		t.Run(side, func(t *testing.T) {
+			m := newToy()
+			tc := tcp.Config{Secret: []byte("engine-test-shared-secret-0123456789")}
+			var closers []func()
+			defer func() {
+				for i := len(closers) - 1; i >= 0; i-- {
+					closers[i]()
+				}
+			}()
+			dw, err := NewDecodeWorker(toyConfig(m, 64))
+			if err != nil {
+				t.Fatal(err)
+			}
+			closers = append(closers, dw.Close)
+			var tapP, tapD dialTap
+			cd := &cutDecode{Decode: dw, tap: &tapD}
+			daddr, stop := serveTCP(t, tc, cd, nil)
+			closers = append(closers, stop)
+			pd := dialTCP(t, tc, daddr)
+			closers = append(closers, func() { pd.Close() })
+			pw, err := NewPrefillWorker(toyConfig(m, 64), pd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closers = append(closers, pw.Close)
+			cp := &cutPrefill{w: pw, tap: &tapP}
+			cuts := &cp.cuts
+			if side == "decode" {
+				cuts = &cd.cuts
+			}
+			cuts.Store(1)
+			paddr, stop2 := serveTCP(t, tc, nil, cp)
+			closers = append(closers, stop2)
+			pc, dc := tc, tc
+			pc.DialContext, dc.DialContext = tapP.dial, tapD.dial
+			rp, rd := tcp.NewRedialer(paddr, pc), tcp.NewRedialer(daddr, dc)
+			closers = append(closers, func() { rp.Close(); rd.Close() })
+			eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: EffectiveContext(pw.Context(), dw.Context())}, rp, rd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closers = append(closers, func() { closeWithin(t, eng) })
+
+			p := prompt(3, 40)
+			s, err := eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: p, MaxTokens: 5})
+			if err != nil {
+				t.Fatalf("submit: %v", err)
+			}
+			res := collect(t, s)
+			if want := toyReference(m, p, 5, false); !slices.Equal(res.tokens, want) || !res.final.Done {
+				t.Fatalf("the request after its connection was lost: %v %v, want %v", res.tokens, res.final.Err, want)
+			}
+			if n := eng.SameRetried(); n != 1 {
+				t.Fatalf("retried on the same pair %d times, want 1", n)
+			}
+			tap := &tapP
+			if side == "decode" {
+				tap = &tapD
+			}
+			if n := tap.count(); n != 2 {
+				t.Fatalf("the router dialled the %s worker %d times, want 2 (the retry on a fresh connection)", side, n)
+			}
+			if st := dw.ReceiverStats(); st.Accepted != 1 {
+				t.Fatalf("decode accepted %d commits, want 1: %+v", st.Accepted, st)
+			}
+			waitDrained(t, pw.Pool(), dw.Pool())
+
+			// Lost twice: the request fails with the link's error; it
+			// is never retried on the same pair a second time.
+			cuts.Store(2)
+			s, err = eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: p, MaxTokens: 5})
+			if err == nil {
+				res = collect(t, s)
+				err = res.final.Err
+				if res.final.Done || len(res.tokens) != 0 {
+					t.Fatalf("a request whose connection was lost twice: %v %+v", res.tokens, res.final)
+				}
+			}
+			if !errors.Is(err, handoff.ErrTransport) {
+				t.Fatalf("a request whose connection was lost twice: %v, want the transport error", err)
+			}
+			if n := eng.SameRetried(); n != 2 {
+				t.Fatalf("retried on the same pair %d times over two requests, want 2", n)
+			}
+			waitDrained(t, pw.Pool(), dw.Pool())
+		})
+	}
+}
+
+// refuseOnce is a decode worker that refuses its first reservation with
+// an answer of its own (not a link failure).
+type refuseOnce struct {
+	handoff.Decode
+	n atomic.Int32
+}
+
+func (d *refuseOnce) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Reservation, error) {
+	if d.n.Add(1) == 1 {
+		return nil, handoff.ErrDraining.With("the worker is shutting down")
+	}
+	return d.Decode.Reserve(ctx, r)
+}
+
+// A lone pair whose worker answered (a refusal) is not asked again: only
+// a failure of the link is retried on the same pair; the worker's word
+// would only come again.
+func TestLonePairNotRetriedAfterRefusal(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	pw, err := NewPrefillWorker(toyConfig(m, 64), dw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: EffectiveContext(pw.Context(), dw.Context())}, pw, &refuseOnce{Decode: dw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeWithin(t, eng)
+	s, err := eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(3, 20), MaxTokens: 3})
+	if err == nil {
+		res := collect(t, s)
+		err = res.final.Err
+	}
+	if !errors.Is(err, handoff.ErrDraining) {
+		t.Fatalf("a lone pair's refusal: %v, want the refusal", err)
+	}
+	if n := eng.SameRetried(); n != 0 {
+		t.Fatalf("retried on the same pair %d times after a refusal, want 0", n)
+	}
+	waitDrained(t, pw.Pool(), dw.Pool())
+}
