@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"slices"
@@ -124,12 +125,21 @@ func TestSamplerOptionsBatchInvariant(t *testing.T) {
 // TestLogprobsMatchModel: the logprobs a disaggregated request reports are
 // log_softmax of the logits the model itself gives for the same positions
 // (run here with the model package directly, one private pool, no engine),
-// for the sampled token and the top alternatives, greedy and penalised.
+// for the sampled token and the top alternatives, greedy and penalised;
+// the first token's (the prefill worker's, carried by the commit) with
+// the pages streamed and with them sent after the prompt
+// (HandoffAfterPrefill), whose commit is built apart.
 func TestLogprobsMatchModel(t *testing.T) {
+	for _, after := range []bool{false, true} {
+		t.Run(fmt.Sprintf("handoff after prefill %v", after), func(t *testing.T) { testLogprobsMatchModel(t, after) })
+	}
+}
+
+func testLogprobsMatchModel(t *testing.T, after bool) {
 	rt := defaultRuntime(t).(*ModelRuntime)
 	vocab := rt.Vocab()
 	prompt := []int32{3, 17, 99 % int32(vocab), 5, 42 % int32(vocab), 8}
-	loc, err := NewLocal(Config{Model: rt, Context: 64, PoolPages: 8, PageSize: 16, Order: kv.LIFO},
+	loc, err := NewLocal(Config{Model: rt, Context: 64, PoolPages: 8, PageSize: 16, Order: kv.LIFO, HandoffAfterPrefill: after},
 		Config{Model: rt, Context: 64, PoolPages: 8, PageSize: 16, Order: kv.LIFO})
 	if err != nil {
 		t.Fatal(err)
@@ -163,6 +173,9 @@ func TestLogprobsMatchModel(t *testing.T) {
 		}
 		ref := sampletest.LogSoftmax(res[0].Logits)
 		lp := got.lps[k]
+		if lp == nil {
+			t.Fatalf("token %d (%d) came without its logprobs", k, tok)
+		}
 		if math.Abs(float64(lp.Logprob)-ref[tok]) > 1e-5 {
 			t.Fatalf("token %d (%d): logprob %v, model says %v", k, tok, lp.Logprob, ref[tok])
 		}
