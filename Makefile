@@ -179,6 +179,13 @@ bench-serve-crowding:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench serve --workload crowding --colocated --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 32 --repeats 3 $(BENCH_SERVE_FLAGS)
 	./bin/sluice bench serve --workload crowding --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 32 --repeats 3 $(BENCH_SERVE_FLAGS)
+# bench-crowding-ab: the crowding workload (disaggregated) on two sluice
+# builds interleaved, OLD=binary NEW=binary (ROUNDS, default 6;
+# CROWDING_FLAGS): medians of b's TTFT ratios, push and rest phases, a's
+# tok/s per build, into bench-out/ (docs/benchmarks.md).
+.PHONY: bench-crowding-ab
+bench-crowding-ab:
+	scripts/bench-crowding-ab.sh "$(OLD)" "$(NEW)"
 
 # the prefix cache's multi-turn chat benchmark: sluice cache on / off and
 # llama-server's prompt cache, interleaved; BENCH_CHAT_FLAGS="--rounds 3" etc.

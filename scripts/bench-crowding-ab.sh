@@ -1,0 +1,78 @@
+#!/bin/sh
+# make bench-crowding-ab OLD=bin1 NEW=bin2: issue 28's crowding workload
+# (disaggregated; tenant b's TTFT alone and while tenant a floods) on two
+# sluice builds interleaved, ROUNDS rounds (default 6) with the order
+# alternating, so the machine's load falls on both alike. Each round is one
+# `sluice bench serve --workload crowding --repeats 1` per build (its own
+# binary drives it); per build it prints the medians over the rounds of
+# b's TTFT p50 and p99 flooded / alone, the push to the commit and the rest
+# of the handoff (b's mean ms per request, alone and flooded) and a's
+# tok/s, then every round's figures. CROWDING_FLAGS adds flags to every run
+# (e.g. --colocated, "--sluice-flags=--handoff-after-prefill"). The report,
+# with the command, CPU, dates and load averages, goes to
+# $BENCH_OUT/crowding-ab-<date>.txt.
+set -eu
+if [ $# -ne 2 ] || [ ! -x "$1" ] || [ ! -x "$2" ]; then
+	echo "usage: $0 OLD-SLUICE-BINARY NEW-SLUICE-BINARY (ROUNDS, CROWDING_FLAGS, BENCH_OUT in the environment)" >&2
+	exit 2
+fi
+OLD=$1
+NEW=$2
+ROUNDS=${ROUNDS:-6}
+FLAGS=${CROWDING_FLAGS:-}
+OUT=${BENCH_OUT:-bench-out}
+mkdir -p "$OUT"
+REPORT=$OUT/crowding-ab-$(date -u +%Y%m%dT%H%MZ).txt
+ROWS=$(mktemp)
+RUN=$(mktemp)
+trap 'rm -f "$ROWS" "$RUN"' EXIT
+CMD="bench serve --workload crowding --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 32 --repeats 1 $FLAGS"
+{
+	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') ($(nproc) CPUs)"
+	echo "loadavg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "old: $OLD"
+	echo "new: $NEW"
+	echo "command: BINARY $CMD --sluice BINARY, $ROUNDS rounds, the order alternating"
+} | tee "$REPORT"
+r=1
+while [ "$r" -le "$ROUNDS" ]; do
+	order="old new"
+	if [ $((r % 2)) -eq 0 ]; then
+		order="new old"
+	fi
+	for which in $order; do
+		bin=$OLD
+		if [ "$which" = new ]; then
+			bin=$NEW
+		fi
+		# shellcheck disable=SC2086
+		if ! "$bin" $CMD --sluice "$bin" >"$RUN" 2>&1; then
+			echo "round $r $which: the run failed (its output follows)" >&2
+			cat "$RUN" >&2
+			exit 1
+		fi
+		ratios=$(sed -n 's/^flooded \/ alone: TTFT p50 \([0-9.]*\)x, p99 \([0-9.]*\)x.*/\1 \2/p' "$RUN")
+		push=$(awk '/last chunk to the accepted commit/ {print $(NF-1), $NF}' "$RUN")
+		rest=$(awk '/the rest \(/ {print $(NF-1), $NF}' "$RUN")
+		atok=$(awk '$1 == "a" && $2 == "flooding" {print $NF}' "$RUN")
+		echo "$which $r ${ratios:-- -} ${push:-- -} ${rest:-- -} ${atok:--} $(cut -d' ' -f1 /proc/loadavg)" >>"$ROWS"
+	done
+	r=$((r + 1))
+done
+med() {
+	sort -n | awk '{a[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'
+}
+{
+	echo
+	echo "medians over the rounds (b's phases: mean ms per request, alone / flooded):"
+	printf '%-5s %10s %10s %14s %14s %10s\n' build "p50 x" "p99 x" "push a/f" "rest a/f" "a tok/s"
+	for which in old new; do
+		col() { awk -v w="$which" -v c="$1" '$1 == w {print $c}' "$ROWS" | grep -v '^-$' | med; }
+		printf '%-5s %10s %10s %14s %14s %10s\n' "$which" "$(col 3)x" "$(col 4)x" "$(col 5) / $(col 6)" "$(col 7) / $(col 8)" "$(col 9)"
+	done
+	echo
+	echo "rounds: build round p50x p99x push_alone push_flooded rest_alone rest_flooded a_tok_s loadavg"
+	cat "$ROWS"
+	echo "loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+} | tee -a "$REPORT"
