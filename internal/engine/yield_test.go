@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 
 	"sluice/internal/kv"
 	"sluice/internal/sample"
@@ -82,6 +83,7 @@ type yieldRig struct {
 	s     *scheduler
 	probe *yieldProbe
 	out   map[string][]string // per name: tokens and logprob bits, then the end
+	ended chan string         // when set, learns each sequence's name as it ends
 }
 
 func newYieldRig(t *testing.T, pages int) *yieldRig {
@@ -136,6 +138,9 @@ func (r *yieldRig) addWith(name, tenant string, p []int32, maxTokens, pages int)
 				s += fmt.Sprintf(",%d:%x", tp.ID, math.Float32bits(tp.Logprob))
 			}
 			r.out[name] = append(r.out[name], s)
+		}
+		if r.ended != nil && (o.done || o.err != nil) {
+			r.ended <- name
 		}
 	}
 	r.s.add(q)
@@ -247,4 +252,46 @@ func TestStepYieldsToArrivingPrompt(t *testing.T) {
 			t.Fatalf("b ended at the pause (%v); it waits for the step boundary", r.out["b"])
 		}
 	})
+}
+
+// The server's scheduler (its own goroutine) takes a prompt that arrives
+// during a step at the step's next layer boundary: the arrival here is
+// handed to it from inside the step's first pause, and its first chunk
+// runs nested there, with the same tokens as alone.
+func TestSchedulerYieldsToArrival(t *testing.T) {
+	probe := &yieldProbe{Runtime: storiesRuntime(t)}
+	cfg := storiesConfig(probe, 64)
+	cfg.ChunkTokens, cfg.StepTokens = 16, 64
+	cfg = cfg.withDefaults()
+	cfg.NoWatermark = true
+	pool, err := cfg.newPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &yieldRig{t: t, cfg: cfg, pool: pool, probe: probe, out: map[string][]string{}, ended: make(chan string, 2)}
+	// The probe's fields and r.out are the scheduler goroutine's from
+	// here on; the test reads them after both sequences ended.
+	probe.onLayer = func(step, l int) {
+		if step == 1 && l == 0 {
+			r.add("b", "b", prompt(4, 12), 4)
+		}
+	}
+	r.s = newScheduler(cfg, pool)
+	defer r.s.stop()
+	r.add("a", "a", prompt(3, 60), 4)
+	for range 2 {
+		select {
+		case <-r.ended:
+		case <-time.After(time.Minute):
+			t.Fatal("the sequences did not end")
+		}
+	}
+	if want := []string{"1/0: [12@0]"}; !slices.Equal(probe.nested, want) {
+		t.Fatalf("nested steps %v, want %v", probe.nested, want)
+	}
+	for _, n := range []string{"a", "b"} {
+		if len(r.out[n]) != 5 || r.out[n][4] != "end length" {
+			t.Errorf("%s: %v", n, r.out[n])
+		}
+	}
 }
