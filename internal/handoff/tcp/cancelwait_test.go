@@ -82,15 +82,19 @@ func TestCloseNotBehindCallPastBound(t *testing.T) {
 // the connection is closed, freeing every call slot and the client's
 // goroutines. With no heartbeat (--peer-timeout 0) nothing else would
 // end the wait; a peer that keeps sending heartbeats is not declared dead
-// by them either.
+// by them either; and when the socket is full (a large frame ahead of the
+// close, which the peer does not read), the close's own send, blocked for
+// WriteTimeout, is inside the bound too.
 func TestUnconfirmedCancelEnds(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		dead  time.Duration
 		pings bool
+		full  bool
 	}{
-		{"no-heartbeat", -1, false},
-		{"pinging-peer", 400 * time.Millisecond, true},
+		{"no-heartbeat", -1, false, false},
+		{"pinging-peer", 400 * time.Millisecond, true, false},
+		{"full-socket", -1, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := make(chan struct{})
@@ -116,7 +120,7 @@ func TestUnconfirmedCancelEnds(t *testing.T) {
 					}
 				}
 			})
-			cfg := Config{Secret: secret, DeadAfter: tc.dead, CancelWait: 300 * time.Millisecond}
+			cfg := Config{Secret: secret, DeadAfter: tc.dead, CancelWait: 300 * time.Millisecond, WriteTimeout: time.Minute}
 			c := dial(t, addr, cfg)
 			ctx, cancel := context.WithCancel(context.Background())
 			errc := make(chan error, 1)
@@ -125,15 +129,26 @@ func TestUnconfirmedCancelEnds(t *testing.T) {
 				errc <- err
 			}()
 			<-got
+			if tc.full {
+				// A frame larger than the loopback socket's buffers
+				// (the peer reads none of it): its send holds the
+				// connection's writer for WriteTimeout.
+				go c.c.send(tLoad, 1<<20, make([]byte, 15<<20))
+			}
 			// Well past the heartbeat's limit: a pinging peer is alive.
 			time.Sleep(2 * cfg.CancelWait)
+			start := time.Now()
 			cancel()
 			select {
 			case err := <-errc:
 				if !errors.Is(err, handoff.ErrTransport) {
 					t.Fatalf("a given-up prompt the worker never confirmed: %v, want transport", err)
 				}
-			case <-time.After(10 * time.Second):
+				// Generous for a loaded machine, far below WriteTimeout.
+				if d := time.Since(start); d > 10*time.Second {
+					t.Fatalf("a given-up prompt took %v to end (CancelWait %v)", d, cfg.CancelWait)
+				}
+			case <-time.After(20 * time.Second):
 				t.Fatal("a given-up prompt waited for a worker that never answers")
 			}
 			select {

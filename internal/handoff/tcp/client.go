@@ -317,17 +317,30 @@ func (cl *Client) roundTripCancel(ctx context.Context, typ byte, want byte, payl
 	select {
 	case f, ok = <-k.reply:
 	case <-ctx.Done():
-		// Best effort: a close that cannot be sent means the connection
-		// failed, which ends the wait below too.
-		_ = cl.c.send(tStreamClose, id)
+		// CancelWait counts from here, the close's own send included: a
+		// peer that stopped reading fills the socket, and the send (or
+		// another frame's, ahead of it) then blocks for WriteTimeout.
+		// Sent on its own goroutine, which closing the connection ends.
 		t := time.NewTimer(cl.c.cfg.CancelWait)
 		defer t.Stop()
-		select {
-		case f, ok = <-k.reply:
-		case <-t.C:
-			err := handoff.ErrTransport.With("the worker at %s did not confirm giving the call up within %v: connection closed", cl.c.nc.RemoteAddr(), cl.c.cfg.CancelWait)
-			cl.fail(err)
-			return nil, err
+		sent := make(chan error, 1)
+		go func() { sent <- cl.c.send(tStreamClose, id) }()
+		for wait := true; wait; {
+			select {
+			case f, ok = <-k.reply:
+				wait = false
+			case err := <-sent:
+				sent = nil
+				if _, unsent := notSent(err); err != nil && !unsent {
+					// The connection failed (its frames may be cut):
+					// every call on it ends, this one's reply included.
+					cl.fail(err)
+				}
+			case <-t.C:
+				err := handoff.ErrTransport.With("the worker at %s did not confirm giving the call up within %v: connection closed", cl.c.nc.RemoteAddr(), cl.c.cfg.CancelWait)
+				cl.fail(err)
+				return nil, err
+			}
 		}
 	}
 	return cl.answer(f, ok, want)
