@@ -226,7 +226,9 @@ func (c *Colocated) reserve(owner kv.Owner, r *Request) (table []kv.PageRef, cac
 	if p := rawPool(c.pool); p != nil && !c.cfg.NoWatermark && !c.sched.withinShare(owner.Tenant, kv.PagesFor(need, c.cfg.PageSize)) {
 		// The free-page watermark (see watermarkOK), over the new pages
 		// only: the cached ones are shared, and now read (not available).
-		if n := kv.PagesFor(need, c.cfg.PageSize) - len(hits); !watermarkOK(p.AvailablePages(), n, p.Pages(), int(c.sched.running.Load())) {
+		// Available: what this tenant's reservation may use, not other
+		// tenants' cached prefixes it may not evict (kv.Pool.AvailableFor).
+		if n := kv.PagesFor(need, c.cfg.PageSize) - len(hits); !watermarkOK(p.AvailableFor(owner.Tenant, n), n, p.Pages(), int(c.sched.running.Load())) {
 			if len(hits) > 0 {
 				releasePages(c.pool, owner, hits)
 			}

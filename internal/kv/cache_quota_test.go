@@ -208,3 +208,40 @@ func TestCacheHeldWithinShareSurvivesOverShareTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A running sequence's prompt pages are cache entries from the prompt's
+// end (read by it): they count in its tenant's hold of the pool. Tenant a
+// reads its 6 cached prompt pages and asks for 7 more of a 16-page pool
+// (its share 8): over its share, it may not evict b's 4 idle pages within
+// b's cache share, so the reservation fails and b's prefix stays whole;
+// AvailableFor counts only the 6 free pages as a's. (Counting pages in use
+// alone, a held "0 + 7 <= 8" and evicted one of b's pages.)
+func TestCachedPagesCountInHold(t *testing.T) {
+	p := newPool(t, 16)
+	refsB, keysB := cachedSeq(t, p, owner("b", 1), prompt(1, 4))
+	if err := p.Release(owner("b", 1), refsB); err != nil {
+		t.Fatal(err)
+	}
+	a := owner("a", 2)
+	refsA, _ := cachedSeq(t, p, a, prompt(2, 6)) // read by a: not idle
+	if got := p.AvailableFor("a", 7); got != 6 {
+		t.Errorf("AvailableFor(a, 7) = %d, want the 6 free pages", got)
+	}
+	if got := p.AvailableFor("b", 2); got != 10 {
+		t.Errorf("AvailableFor(b, 2) = %d, want 6 free + its own 4 idle", got)
+	}
+	if r, err := p.Reserve(owner("a", 3), 7); !errors.Is(err, ErrNoCapacity) {
+		t.Fatalf("a over its share (6 cached + 7) evicted b's cached page: %v %v", r, err)
+	}
+	if h, _ := p.Lookup(owner("b", 4), keysB); len(h) != 4 {
+		t.Fatalf("b kept %d of its 4 cached pages", len(h))
+	} else if err := p.Release(owner("b", 4), h); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(a, refsA); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Audit(); err != nil {
+		t.Fatal(err)
+	}
+}

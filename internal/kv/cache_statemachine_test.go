@@ -161,10 +161,11 @@ func (m *csModel) poolShare(tenant string) int {
 
 // evictBudget models evictForLocked's limit for a reservation of n pages
 // by tenant: nil when it may evict any idle entry (it stays within its
-// pool share), else what each tenant's idle entries may lose (its own
-// all, another's its excess over its cache share); room is their sum.
+// pool share, counting its pages in use and its cached ones, read or
+// idle), else what each tenant's idle entries may lose (its own all,
+// another's its excess over its cache share); room is their sum.
 func (m *csModel) evictBudget(tenant string, n int) (budget map[string]int, room int) {
-	if m.inUse(tenant)+n <= m.poolShare(tenant) {
+	if m.inUse(tenant)+m.cachedBy(tenant)+n <= m.poolShare(tenant) {
 		return nil, len(m.lru)
 	}
 	budget = map[string]int{}
@@ -298,6 +299,13 @@ func TestCacheStateMachine(t *testing.T) {
 				}
 				s.hits = len(hit)
 				rest := len(keys) - len(hit)
+				// What the reservation may use (the colocated engine's
+				// free-page watermark weighs it): the free pages and the
+				// idle entries it may evict, never another tenant's
+				// within that tenant's cache share while it is over its own.
+				if _, mroom := m.evictBudget(s.o.Tenant, rest); p.AvailableFor(s.o.Tenant, rest) != m.free()+mroom {
+					t.Fatalf("AvailableFor(%s, %d) = %d, model %d free + %d it may evict", s.o.Tenant, rest, p.AvailableFor(s.o.Tenant, rest), m.free(), mroom)
+				}
 				budget, room := map[string]int(nil), len(m.lru)
 				if rest > m.free() && rest <= m.free()+len(m.lru) {
 					budget, room = m.evictBudget(s.o.Tenant, rest)
