@@ -744,6 +744,13 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 				dr.derr = err
 			}
 			e := handoffFailure(cause)
+			if de := handoffFailure(err); de.Code == CodeIntegrity {
+				// Decode refused the handoff's verification (I5): that
+				// is the failure, whatever the prefill side says (its
+				// answer lost to the link is no link failure to retry):
+				// it fails closed (I8), never retried.
+				e = de
+			}
 			// A failure the request caused (4xx) would fail the same way
 			// on any pair: never retried (retryable).
 			if canRetry() && retryable(e) {

@@ -222,3 +222,72 @@ func TestLonePairNotRetriedAfterRefusal(t *testing.T) {
 	}
 	waitDrained(t, pw.Pool(), dw.Pool())
 }
+
+// forgedDigestOnce is the decode worker as the prefill worker sees it: the
+// first commit carries a wrong digest (a corrupted prefill), which decode
+// refuses (I5), ending its stream with the integrity failure.
+type forgedDigestOnce struct {
+	handoff.Decode
+	n atomic.Int32
+}
+
+func (d *forgedDigestOnce) Commit(ctx context.Context, c *handoff.Commit) error {
+	if d.n.Add(1) == 1 && len(c.Digest) > 0 {
+		forged := *c
+		forged.Digest = slices.Clone(c.Digest)
+		forged.Digest[0] ^= 1
+		return d.Decode.Commit(ctx, &forged)
+	}
+	return d.Decode.Commit(ctx, c)
+}
+
+// answerLost is the router's link to the prefill worker losing the
+// worker's answer to a failed prompt (the connection ended as the reply
+// was on its way): the router sees a transport error, not the worker's.
+type answerLost struct{ w handoff.Prefill }
+
+func (p answerLost) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	res, err := p.w.Prefill(ctx, r)
+	if err != nil {
+		return nil, handoff.ErrTransport.With("connection closed")
+	}
+	return res, nil
+}
+
+// A handoff decode refused as failing verification (its stream ends with
+// the integrity error) fails the request closed (I8), even when the
+// prefill side's answer was lost to the link: the verification failure
+// is not retried, on this pair or another, as a link failure would be.
+func TestIntegrityFailureNotRetriedWhenPrefillAnswerLost(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	pw, err := NewPrefillWorker(toyConfig(m, 64), &forgedDigestOnce{Decode: dw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: EffectiveContext(pw.Context(), dw.Context())}, answerLost{pw}, dw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeWithin(t, eng)
+	s, err := eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(3, 20), MaxTokens: 3})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	res := collect(t, s)
+	if res.final.Done || len(res.tokens) != 0 || errorCode(res.final.Err) != CodeIntegrity {
+		t.Fatalf("a handoff decode refused for its digest: tokens %v, final %+v, want the integrity failure", res.tokens, res.final)
+	}
+	if n := eng.SameRetried(); n != 0 {
+		t.Fatalf("retried on the same pair %d times after a verification failure, want 0", n)
+	}
+	if st := dw.ReceiverStats(); st.Accepted != 0 {
+		t.Fatalf("decode accepted %d commits after the verification failure, want 0: %+v", st.Accepted, st)
+	}
+	waitDrained(t, pw.Pool(), dw.Pool())
+}
