@@ -7,11 +7,12 @@ import (
 	"sluice/internal/sched"
 )
 
-// A step yields at a layer boundary to a co-tenant's prompt. A prompt
+// A step yields at a pause point to a co-tenant's prompt. A prompt
 // that arrives while another tenant's prompt chunk is being computed
 // would wait for that whole step (a chunk step of a 1k-token flood is
 // the biggest part of a light tenant's wait at the prefill worker). So
-// a step that carries prompt chunks pauses between two layers when
+// a step that carries prompt chunks pauses at its next pause point
+// (after a layer's attention, or between two layers) when
 // prompts arrived meanwhile: the batch takes them in, the pure core
 // (sched.Shares.Yield) says whose first chunk runs now, and those chunks
 // run as a complete step of their own on a second runner (Nested: its
@@ -33,11 +34,12 @@ import (
 // boundaries only, as before. One level only: a nested step never
 // yields.
 
-// YieldForwarder is a Forwarder whose steps can pause between layers.
+// YieldForwarder is a Forwarder whose steps can pause inside.
 type YieldForwarder interface {
 	Forwarder
-	// ForwardBetween is Forward calling between(l) after every layer
-	// l but the last.
+	// ForwardBetween is Forward calling between(l) at the step's
+	// pause points: after layer l's attention, and after layer l for
+	// every layer but the last.
 	ForwardBetween(steps []Step, between func(layer int)) []StepResult
 	// Nested is a forwarder with scratch of its own on the same threads,
 	// for the steps run inside between.
@@ -66,7 +68,7 @@ func (s *batch) forward(fwd Forwarder, steps []Step, members []*seq) []StepResul
 	return yf.ForwardBetween(steps, func(int) { s.yieldTo(yf, tenants) })
 }
 
-// yieldTo is the pause between two layers of a step carrying prompt
+// yieldTo is a pause point of a step carrying prompt
 // chunks of the tenants step: prompts that arrived since the step began
 // join the batch, and the first chunks sched.Shares.Yield picks run now
 // as one nested step.

@@ -11,15 +11,16 @@ import (
 	"sluice/internal/sample"
 )
 
-// yieldProbe wraps a runtime's forwarders: each paused step's layer
-// boundaries are numbered, onLayer runs at each (before the batch's
-// hook), and the nested steps record the layer they ran at.
+// yieldProbe wraps a runtime's forwarders: each step's pause points
+// (two a layer: after its attention, after the layer) are numbered from
+// 0, onPause runs at each (before the batch's hook), and the nested
+// steps record the point they ran at.
 type yieldProbe struct {
 	Runtime
-	step    int               // steps begun (paused or not)
-	onLayer func(step, l int) // nil: nothing
-	nested  []string          // "step/layer: tokens@pos ..." per nested step
-	at      [2]int            // the paused step and layer now
+	step    int                   // steps begun (paused or not)
+	onPause func(step, point int) // nil: nothing
+	nested  []string              // "step/point: tokens@pos ..." per nested step
+	at      [2]int                // the paused step and point now
 }
 
 func (p *yieldProbe) NewForwarder(n int) Forwarder {
@@ -35,12 +36,13 @@ func (f *probeFwd) Forward(s []Step) []StepResult { return f.ForwardBetween(s, n
 
 func (f *probeFwd) ForwardBetween(s []Step, between func(int)) []StepResult {
 	f.p.step++
-	step := f.p.step
+	step, point := f.p.step, 0
 	return f.f.ForwardBetween(s, func(l int) {
-		if f.p.onLayer != nil {
-			f.p.onLayer(step, l)
+		if f.p.onPause != nil {
+			f.p.onPause(step, point)
 		}
-		f.p.at = [2]int{step, l}
+		f.p.at = [2]int{step, point}
+		point++
 		if between != nil {
 			between(l)
 		}
@@ -104,7 +106,7 @@ func newYieldRig(t *testing.T, pages int) *yieldRig {
 }
 
 // add reserves a sequence's prompt and output pages and hands it to the
-// scheduler (from a step's layer boundary: it arrives during the step).
+// scheduler (from a pause point of a step: it arrives during the step).
 func (r *yieldRig) add(name, tenant string, p []int32, maxTokens int) *seq {
 	return r.addWith(name, tenant, p, maxTokens, kv.PagesFor(len(p)+maxTokens, r.cfg.PageSize))
 }
@@ -159,7 +161,7 @@ func (r *yieldRig) drain() {
 }
 
 // A prompt that arrives during another tenant's prompt step runs its
-// first chunk at the step's next layer boundary, as a step of its own,
+// first chunk at the step's next pause point, as a step of its own,
 // and then takes its turns; every sequence's tokens and logprobs are
 // bitwise those of running alone. A prompt of a tenant already in the
 // step (a's), one cancelled, or one over its share waits for the step
@@ -185,19 +187,19 @@ func TestStepYieldsToArrivingPrompt(t *testing.T) {
 		}
 	}
 
-	t.Run("light tenant at the next layer", func(t *testing.T) {
+	t.Run("light tenant at the next pause point", func(t *testing.T) {
 		r := newYieldRig(t, 64)
 		r.add("a", "a", flood, 6)
 		r.s.turn() // a's first step: its chunks alone
 		var cancelled *seq
-		r.probe.onLayer = func(step, l int) {
-			if step == 2 && l == 0 {
+		r.probe.onPause = func(step, p int) {
+			if step == 2 && p == 0 {
 				r.add("b", "b", light, 6)          // one chunk: its first token is drawn nested
 				r.add("a2", "a", prompt(6, 20), 6) // a is in the step: waits
 				cancelled = r.add("c", "c", prompt(7, 20), 6)
 				cancelled.cancel.Store(true) // seen at the step boundary
 			}
-			if step == 2 && l == 1 {
+			if step == 2 && p == 1 {
 				r.add("b2", "b", light2, 6) // b ran 12 tokens: still within Slack
 			}
 		}
@@ -208,7 +210,7 @@ func TestStepYieldsToArrivingPrompt(t *testing.T) {
 		if got := len(r.out["b"]); got != 1 {
 			t.Fatalf("b emitted %d items during a's step, want its first token", got)
 		}
-		r.probe.onLayer = nil
+		r.probe.onPause = nil
 		r.drain()
 		check(r, "a", "b", "b2", "a2")
 		if got := r.out["c"]; !slices.Equal(got, []string{"end cancelled"}) {
@@ -223,8 +225,8 @@ func TestStepYieldsToArrivingPrompt(t *testing.T) {
 		r := newYieldRig(t, 64)
 		r.add("a", "a", prompt(3, 10), 6)
 		r.s.turn() // a's prompt whole; then a decodes
-		r.probe.onLayer = func(step, l int) {
-			if step == 2 && l == 0 {
+		r.probe.onPause = func(step, p int) {
+			if step == 2 && p == 0 {
 				r.add("b", "b", light, 6)
 			}
 		}
@@ -239,8 +241,8 @@ func TestStepYieldsToArrivingPrompt(t *testing.T) {
 		r.add("a", "a", flood, 6)
 		r.s.turn()
 		var b *seq
-		r.probe.onLayer = func(step, l int) {
-			if step == 2 && l == 0 {
+		r.probe.onPause = func(step, p int) {
+			if step == 2 && p == 0 {
 				b = r.addWith("b", "b", light, 6, 0) // grows at its first step
 			}
 		}
@@ -255,7 +257,7 @@ func TestStepYieldsToArrivingPrompt(t *testing.T) {
 }
 
 // The server's scheduler (its own goroutine) takes a prompt that arrives
-// during a step at the step's next layer boundary: the arrival here is
+// during a step at its next pause point: the arrival here is
 // handed to it from inside the step's first pause, and its first chunk
 // runs nested there, with the same tokens as alone.
 func TestSchedulerYieldsToArrival(t *testing.T) {
@@ -271,8 +273,8 @@ func TestSchedulerYieldsToArrival(t *testing.T) {
 	r := &yieldRig{t: t, cfg: cfg, pool: pool, probe: probe, out: map[string][]string{}, ended: make(chan string, 2)}
 	// The probe's fields and r.out are the scheduler goroutine's from
 	// here on; the test reads them after both sequences ended.
-	probe.onLayer = func(step, l int) {
-		if step == 1 && l == 0 {
+	probe.onPause = func(step, p int) {
+		if step == 1 && p == 0 {
 			r.add("b", "b", prompt(4, 12), 4)
 		}
 	}

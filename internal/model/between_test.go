@@ -60,7 +60,7 @@ func runYielding(t *testing.T, m *Model, threads int, paused, nested []*chunked,
 			c.took(seqs[i], res[i], t)
 		}
 	}
-	yields := 0
+	yields, steps := 0, 0
 	var between func(int)
 	if nest {
 		between = func(l int) {
@@ -69,6 +69,7 @@ func runYielding(t *testing.T, m *Model, threads int, paused, nested []*chunked,
 		}
 	}
 	for done := false; !done; {
+		steps++
 		step(outer, paused, between)
 		done = true
 		for _, c := range paused {
@@ -82,13 +83,15 @@ func runYielding(t *testing.T, m *Model, threads int, paused, nested []*chunked,
 			done = done && c.pos >= len(c.toks)
 		}
 	}
-	if nest && yields == 0 && m.cfg.Layers > 1 {
-		t.Fatal("no step yielded")
+	// Two pause points a layer, none after the last.
+	if want := steps * (2*m.cfg.Layers - 1); nest && yields != want {
+		t.Fatalf("%d pauses in %d steps of %d layers, want %d", yields, steps, m.cfg.Layers, want)
 	}
 }
 
-// TestForwardBetweenIsBitwise: a step paused at every layer boundary
-// while other sequences' whole steps run on a second runner over the
+// TestForwardBetweenIsBitwise: a step paused at every pause point (after
+// each layer's attention, between layers) while other sequences' whole
+// steps run on a second runner over the
 // same thread pool gives every sequence, paused or nested, bitwise the
 // logits and K/V it gets with no pause at all (batch invariance across
 // interleavings: the basis of a prompt's step yielding to a co-tenant's).
@@ -99,9 +102,7 @@ func TestForwardBetweenIsBitwise(t *testing.T) {
 	}
 	var ms []model
 	for name, sh := range shapes {
-		if sh.layers > 1 {
-			ms = append(ms, model{name, mustBuild(newMemModel(sh, 5))})
-		}
+		ms = append(ms, model{name, mustBuild(newMemModel(sh, 5))})
 	}
 	for _, name := range []string{"qwen3-hd24-q8_0.gguf", "gemma3-w16-f16.gguf"} {
 		m, err := Load(openArchFile(t, name))

@@ -114,8 +114,17 @@ type Runner struct {
 	window int
 	// moe is the mixture-of-experts blocks' scratch (moe.go).
 	moe moeScratch
-	// inStep: a step is under way on this runner (ForwardBetween).
-	inStep bool
+	// inStep: a step is under way on this runner (ForwardBetween);
+	// between is its hook at the pause points, or nil.
+	inStep  bool
+	between func(layer int)
+}
+
+// pause is a pause point of the step in layer l (ForwardBetween).
+func (r *Runner) pause(l int) {
+	if r.between != nil {
+		r.between(l)
+	}
 }
 
 // NewRunner returns a runner whose matmuls and attention run on par (nil:
@@ -226,8 +235,10 @@ type unit struct {
 // next Forward; callers that keep them must copy.
 func (r *Runner) Forward(seqs []Seq) []Result { return r.ForwardBetween(seqs, nil) }
 
-// ForwardBetween is Forward that calls between(l) after layer l has run
-// for every layer but the last: a point where the step can pause while
+// ForwardBetween is Forward that calls between(l) at the step's pause
+// points: after layer l's attention, and after layer l for every layer
+// but the last (two a layer: a step carrying a long chunk spends about
+// as long in its attention as in its FFN). At each the step can pause while
 // the caller runs a nested step of other sequences on ANOTHER runner (its
 // own scratch; the same thread pool is fine, no kernel of this step is
 // running then). The paused step resumes at layer l+1 with its rows as
@@ -241,8 +252,8 @@ func (r *Runner) ForwardBetween(seqs []Seq, between func(layer int)) []Result {
 	if r.inStep {
 		panic("model: a Runner's step was re-entered (a nested step needs a runner of its own)")
 	}
-	r.inStep = true
-	defer func() { r.inStep = false }()
+	r.inStep, r.between = true, between
+	defer func() { r.inStep, r.between = false, nil }()
 	m, c := r.m, r.m.cfg
 	res := make([]Result, len(seqs))
 	r.acts = r.acts[:0]
@@ -291,8 +302,8 @@ func (r *Runner) ForwardBetween(seqs []Seq, between func(layer int)) []Result {
 	})
 	for l, b := range m.blocks {
 		b.forward(r, l)
-		if between != nil && l < len(m.blocks)-1 {
-			between(l)
+		if l < len(m.blocks)-1 {
+			r.pause(l)
 		}
 	}
 
@@ -362,7 +373,11 @@ func (r *Runner) outputRows() []int {
 // tokens then runs the last layer's FFN on one row instead of N. Every
 // block computes each row alone, so the rows kept get the same bits
 // either way; the layer's K/V were written by the attention before.
+//
+// It is also the step's pause point inside layer l (ForwardBetween): the
+// attention's K/V are written and the rest of the block is to come.
 func (r *Runner) keepOutputRows(l int) {
+	r.pause(l)
 	if l != len(r.m.blocks)-1 {
 		return
 	}

@@ -288,10 +288,11 @@ func (s *Shares) Plan(budget, minChunk int, members []Member, chunks []Chunk) (o
 	return order, take
 }
 
-// Yield decides, at a layer boundary of a step in progress, which
+// Yield decides, at a pause point of a step in progress, which
 // prompts that arrived during the step run their first chunk now, as a
 // nested step of their own, instead of waiting for the step to end (the
-// engine pauses the step between two layers; outputs do not change,
+// engine pauses the step after a layer's attention or between two
+// layers; outputs do not change,
 // batch invariance). step is the tenants with prompt chunks in the
 // paused step; waiting the first chunks that arrived, in the batch's
 // order; chunk the most tokens one tenant's nested chunk runs.
@@ -302,7 +303,8 @@ func (s *Shares) Plan(budget, minChunk int, members []Member, chunks []Chunk) (o
 // within Slack of the least served tenant of the step, so Plan would
 // have run its chunk beside theirs had it come before the step. Every
 // such tenant's first waiting chunk runs (one each): a tenant waits at
-// most one layer of another tenant's step, counted in layers, not time.
+// most until the next pause point of another tenant's step (half a
+// layer), counted in the step's structure, not in time.
 // A paused step with no prompt chunk (decode tokens only) is short and
 // never yields. take[i] is the tokens chunk i runs (0: it waits for the
 // step boundary); the tenants that run enter the batch's counters (Charge
