@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net"
 	"time"
 
 	"sluice/internal/engine"
@@ -44,6 +45,9 @@ type ClusterStack struct {
 	Sets      []*DecodeSet
 	tc        tcp.Config
 	decodeCfg engine.Config
+	// listen is LocalConfig.Listen: the workers' listeners (tests track
+	// the connections they accept).
+	listen func() (net.Listener, error)
 }
 
 // StartDecode starts one more decode worker that no router or prefill
@@ -130,7 +134,7 @@ func (s *ClusterStack) Close(ctx context.Context) error {
 
 func (s *ClusterStack) serve(tc tcp.Config, d handoff.Decode, p handoff.Prefill) (string, *tcp.Server, error) {
 	var st Stack
-	addr, err := st.serveTCP(LocalConfig{}, tc, d, p)
+	addr, err := st.serveTCP(LocalConfig{Listen: s.listen}, tc, d, p)
 	s.closers = append(s.closers, st.closers...)
 	return addr, st.decodeSrv, err
 }
@@ -174,7 +178,7 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 		cfgs[r] = ec
 	}
 	tc := tcp.Config{Secret: secret, Model: m.Fingerprint(), HoldsKV: true, KVType: cfgs[preflight.RoleDecode].KVType}
-	s := &ClusterStack{Report: rep, tc: tc, decodeCfg: cfgs[preflight.RoleDecode]}
+	s := &ClusterStack{Report: rep, tc: tc, decodeCfg: cfgs[preflight.RoleDecode], listen: c.Listen}
 	fail := func(err error) (*ClusterStack, error) {
 		s.Close(context.Background())
 		return nil, err

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"sluice/internal/engine"
 	"sluice/internal/handoff"
+	"sluice/internal/kv"
 )
 
 // Issue 30 item 8: a retry must move to another decode worker. With the
@@ -163,4 +166,68 @@ func TestAgainGivesTheFailedPairBack(t *testing.T) {
 	if p, err := c.Again(r, first); err == nil {
 		t.Fatalf("a decode worker that left the pool was given again: %s", p.DecodeName)
 	}
+}
+
+// cutFirstStream is a decode worker behind its server whose first stream
+// open cuts the connection it came on (the router's), before decode
+// answers: the router's link lost before the request's first token.
+type cutFirstStream struct {
+	handoff.Decode
+	n   atomic.Int32
+	cut func()
+}
+
+func (c *cutFirstStream) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams) (handoff.TokenStream, error) {
+	if c.n.Add(1) == 1 {
+		c.cut()
+	}
+	return c.Decode.Stream(ctx, id, p)
+}
+
+// Issue 28, as `sluice router` runs it: one prefill and one decode
+// worker, and the router's connection to decode lost before the first
+// token. The failure marks the decode worker down, yet the request is
+// retried on it once (Cluster.Again) over a fresh connection and ends
+// with the reference output; before, it ended 502 handoff_failed.
+func TestLonePairClusterRetriesLostConnection(t *testing.T) {
+	m := loadBuiltIn(t)
+	rs := clusterJobs(m, 1)
+	want := clusterReferences(t, m, rs)
+	ct := &connTracker{}
+	wrap := func(_ int, d handoff.Decode) handoff.Decode {
+		// The connections are accepted in the order BuildCluster dials
+		// them, each after the last one's handshake: prefill->decode,
+		// router->prefill, router->decode.
+		return &cutFirstStream{Decode: d, cut: func() {
+			ct.mu.Lock()
+			defer ct.mu.Unlock()
+			ct.conns[2].Close()
+		}}
+	}
+	cs, err := BuildCluster(m, ClusterConfig{LocalConfig: LocalConfig{Pools: Pools{Context: 256, PoolTokens: 512}, Listen: ct.listen},
+		PrefillWorkers: 1, DecodeWorkers: 1, Routers: 1, Probe: time.Hour, WrapDecode: wrap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(context.Background())
+	ct.mu.Lock()
+	n := len(ct.conns)
+	ct.mu.Unlock()
+	if n != 3 {
+		t.Fatalf("%d connections accepted, want 3 (prefill->decode, router->prefill, router->decode)", n)
+	}
+	got := runReq(cs.Routers[0], rs[0])
+	if got.err != nil || !same(got.toks, want[0].toks) {
+		t.Fatalf("the request whose decode link was lost: %v %v, want %v", got.toks, got.err, want[0].toks)
+	}
+	if n := cs.Routers[0].SameRetried(); n != 1 {
+		t.Fatalf("retried on the same pair %d times, want 1", n)
+	}
+	ws, _, _ := cs.Clusters[0].Stats()
+	for _, w := range ws {
+		if w.Role == "decode" && w.Downs != 1 {
+			t.Fatalf("the decode worker went down %d times, want 1 (the lost link marked it down; the retry took it all the same)", w.Downs)
+		}
+	}
+	waitFree(t, cs.Pools(), "")
 }
