@@ -483,7 +483,9 @@ func (a *auditor) plan() ([]plannedProbe, error) {
 		{"determinism", 1 + a.cfg.Trials*a.cfg.Concurrency, (1 + a.cfg.Trials*a.cfg.Concurrency) * 60, a.determinism},
 		{"concurrent-capacity", 2 * m, 2 * m * cw, a.concurrentCapacity},
 		{"canary-check", 6, 6 * 12, a.canaryObserve},
-		{"side-channel", 4 * a.cfg.Samples, 4 * a.cfg.Samples * sc, a.sideChannel},
+		// 4 requests a sample, and 3 more for a timing-only finding's
+		// confirmation round (sideChannel).
+		{"side-channel", 7 * a.cfg.Samples, 4 * a.cfg.Samples * sc, a.sideChannel},
 	}
 	if C <= 0 {
 		// Nothing to aim at: both capacity probes cannot run, and the

@@ -34,7 +34,8 @@ type fakeServer struct {
 	sharedPfx   bool    // a prompt seen before (from any tenant) skips prefill: a cross-tenant prefix cache
 	cacheCounts bool    // cached_tokens counts prompts seen before (from any tenant); timing unaffected
 	tenantCache bool    // an honest per-tenant prefix cache: a prompt THIS key sent before skips prefill and counts as cached
-	nondetEvery int     // under load, every nondetEvery-th answer differs (1: always)
+	hideCached  bool    // usage carries no prompt_tokens_details (timing is the only side channel)
+	nondetEvery int     // under load, every nondetEvery-th answer of the same prompt differs (1: always)
 	llamaShape  bool    // discovery as llama-server publishes it: /v1/models meta.n_ctx, /props
 	sharedBuf   int     // tokens of one KV buffer shared by all in-flight requests (0: none)
 	overMode    string  // when sharedBuf runs out: "refuse" (500), "foreign" (another request's text), "stale" (wrong text)
@@ -47,12 +48,18 @@ type fakeServer struct {
 	// stall(n) holds the n-th POST (from 1) that long before answering: a
 	// busy moment of a loaded machine, placed by count, not by clock.
 	stall func(n int) time.Duration
+	// stallFresh holds tenant B's first stallFresh streamed 1-token
+	// requests for prompts never seen before (the side-channel probe's
+	// fresh controls) stallFreshBy each: a busy moment that falls on one
+	// side of a timing comparison.
+	stallFresh   int
+	stallFreshBy time.Duration
 
 	mu        sync.Mutex
 	history   []struct{ key, prompt string }
 	seen      map[string]bool
 	bufUsed   int
-	loaded    int // answers given under load
+	loaded    map[string]int // answers given under load, by prompt
 	inflight  atomic.Int32
 	maxFlight atomic.Int32
 	posts     atomic.Int32
@@ -182,7 +189,13 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, chat bool)
 		}
 	}
 	underLoad := f.inflight.Load() > 1
+	var stallBy time.Duration
+	if f.stallFresh > 0 && key == "key-b" && req.Stream && req.MaxTokens == 1 && !cached {
+		f.stallFresh--
+		stallBy = f.stallFreshBy
+	}
 	f.mu.Unlock()
+	time.Sleep(stallBy)
 
 	if short && f.overMode == "refuse" {
 		w.WriteHeader(500)
@@ -205,11 +218,20 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, chat bool)
 	// request, sent by a goroutine already running, often reached the
 	// server before the load it waits for and saw none in all 8 trials.
 	underLoad = underLoad || f.inflight.Load() > 1
+	// Counted by prompt: every nondetEvery-th answer of the same prompt
+	// under load differs. (Counted over all answers, which answer was the
+	// nondetEvery-th depended on the order the load and the probe's
+	// request finished in, which repeats from trial to trial: on a busy
+	// machine the probe's answer fell on the same residue in all 8 trials
+	// and no trial differed, 2 runs of 3.)
 	f.mu.Lock()
-	if underLoad {
-		f.loaded++
+	if f.loaded == nil {
+		f.loaded = map[string]int{}
 	}
-	loadedN := f.loaded
+	if underLoad {
+		f.loaded[req.Prompt]++
+	}
+	loadedN := f.loaded[req.Prompt]
 	f.mu.Unlock()
 
 	h := fnv.New32a()
@@ -237,6 +259,9 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, chat bool)
 		ct = n - 1
 	}
 	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}`, pt, pt+1, ct)
+	if f.hideCached {
+		usage = fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d}`, pt, pt+1)
+	}
 	if !req.Stream {
 		if chat {
 			fmt.Fprintf(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"length"}],"usage":%s}`, text, usage)
@@ -408,6 +433,8 @@ func TestSingleSignalVariants(t *testing.T) {
 		{"dishonest prompt_tokens only", &fakeServer{lieTokens: true}, High, "usage.prompt_tokens disagrees"},
 		{"too fast only", &fakeServer{fastLong: true, perToken: 400 * time.Microsecond}, High, "too fast"},
 		{"cross-tenant prefix cache", &fakeServer{sharedPfx: true}, High, "cached_tokens and the timing"},
+		// Timing alone: confirmed by a second round (a shared cache shows every time).
+		{"cross-tenant prefix cache, timing only", &fakeServer{sharedPfx: true, hideCached: true}, High, "prefix cache shared across tenants: the timing reveal"},
 		{"cached_tokens only (no timing difference)", &fakeServer{cacheCounts: true}, High, "prefix cache shared across tenants: cached_tokens reveal"},
 		{"nondeterministic under load", &fakeServer{nondetEvery: 1}, Warning, "changes with another tenant's load"},
 		{"shared KV buffer hands out another request's text", &fakeServer{sharedBuf: 1100, overMode: "foreign", perToken: 200 * time.Microsecond}, Critical, "another tenant's data"},
@@ -451,9 +478,11 @@ func TestConcurrentRefusalsAcceptable(t *testing.T) {
 // differs in one trial of three under load is caught (one trial would not).
 func TestDeterminismTrials(t *testing.T) {
 	// Requests that take a while (300µs a token) overlap the load even on a
-	// busy machine, and every 3rd loaded answer differs, so some of the 8
-	// trials see a difference whatever the scheduling (1 in 7 with 40µs
-	// tokens missed under load).
+	// busy machine, and every 3rd answer of the same prompt under load
+	// differs: the probe's request is the same in every trial, so the
+	// trials in which it met load for the 3rd and 6th time differ,
+	// whatever order the answers finish in (1 in 7 with 40µs tokens missed
+	// under load).
 	rep, err := runWith(t, &fakeServer{nondetEvery: 3, perToken: 300 * time.Microsecond}, func(c *Config) { c.Trials = 8 })
 	if err != nil {
 		t.Fatal(err)
@@ -678,6 +707,26 @@ func TestLoadBurstIsNoTooFastFinding(t *testing.T) {
 	for _, p := range rep.Probes {
 		if p.Name == "capacity" && p.Sent != p.Planned {
 			t.Errorf("capacity sent %d of %d planned: the confirmation prompts were not sent, so the burst did not test them", p.Sent, p.Planned)
+		}
+	}
+}
+
+// A busy moment that falls on one side of the side-channel comparison
+// (tenant B's 10 fresh control prompts of the first round each 40 ms
+// slower) makes the timing test fire on a server with no cache at all;
+// the confirmation round of fresh prompts shows nothing, so there is no
+// finding, and the side-channel probe sent that round. (With the first
+// round alone the honest server failed: "prefix cache shared across
+// tenants: the timing reveal another tenant's prompt".)
+func TestSideChannelTimingConfirmed(t *testing.T) {
+	f := &fakeServer{stallFresh: 10, stallFreshBy: 40 * time.Millisecond}
+	rep := runAudit(t, f)
+	if rep.Verdict != Pass {
+		t.Fatalf("verdict %s; a server without a cache, slow only on one side of the first round: %+v", rep.Verdict, rep.Findings)
+	}
+	for _, p := range rep.Probes {
+		if p.Name == "side-channel" && p.Sent != 7*10 {
+			t.Errorf("side-channel sent %d requests, want 70 (40 and the 30 of the confirmation round): the stall did not make the first round fire", p.Sent)
 		}
 	}
 }
