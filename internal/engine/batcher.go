@@ -230,6 +230,8 @@ type batch struct {
 	during      []*seq
 	paused      time.Duration
 	nestedSteps atomic.Int64
+	// nestedRan: the step under way ran its nested step (one per step).
+	nestedRan bool
 }
 
 // scheduler is the goroutine layer around a batch for the servers: it

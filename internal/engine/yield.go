@@ -64,6 +64,7 @@ func (s *batch) forward(fwd Forwarder, steps []Step, members []*seq) []StepResul
 		return fwd.Forward(steps)
 	}
 	s.during = s.during[:0]
+	s.nestedRan = false
 	defer func() { clear(s.during); s.during = s.during[:0] }()
 	return yf.ForwardBetween(steps, func(int) { s.yieldTo(yf, tenants) })
 }
@@ -72,7 +73,18 @@ func (s *batch) forward(fwd Forwarder, steps []Step, members []*seq) []StepResul
 // chunks of the tenants step: prompts that arrived since the step began
 // join the batch, and the first chunks sched.Shares.Yield picks run now
 // as one nested step.
+//
+// One nested step per paused step: a nested step is a whole forward pass,
+// whose cost does not shrink with its tokens as the shares count them
+// (every layer's weights are read for one token as for a chunk: a
+// 1-token forward is ~1/25 of a 64-token chunk's on bench-110M-q8_0, ~1/3
+// on bench-15M-f32). Without the bound a tenant's burst of tiny prompts
+// made every pause point of another tenant's step (two a layer) run one,
+// charged a token or two each. Prompts arriving after it join at the step boundary.
 func (s *batch) yieldTo(yf YieldForwarder, step []string) {
+	if s.nestedRan {
+		return
+	}
 	if qs := s.arrivals(); len(qs) > 0 {
 		s.join(qs)
 		s.during = append(s.during, qs...)
@@ -115,9 +127,9 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 	if len(steps) == 0 {
 		return
 	}
-	// Only a prompt's first chunk runs nested: the rest take their turns
-	// in the batch's steps.
-	s.during = slices.DeleteFunc(s.during, func(q *seq) bool { return slices.Contains(members, q) })
+	// The step's one nested step (nestedRan): so only a prompt's first
+	// chunk runs nested, the rest take their turns in the batch's steps.
 	s.nestedSteps.Add(1)
+	s.nestedRan = true
 	s.run(yf.Nested(), steps, members, sizes, true)
 }

@@ -164,8 +164,9 @@ func (r *yieldRig) drain() {
 // first chunk at the step's next pause point, as a step of its own,
 // and then takes its turns; every sequence's tokens and logprobs are
 // bitwise those of running alone. A prompt of a tenant already in the
-// step (a's), one cancelled, or one over its share waits for the step
-// boundary; a decode-only step does not pause.
+// step (a's), one cancelled, one over its share, or one arriving after
+// the step's nested step waits for the step boundary; a decode-only step
+// does not pause.
 func TestStepYieldsToArrivingPrompt(t *testing.T) {
 	flood, light, light2 := prompt(3, 60), prompt(4, 12), prompt(5, 40)
 	alone := map[string][]string{}
@@ -200,11 +201,11 @@ func TestStepYieldsToArrivingPrompt(t *testing.T) {
 				cancelled.cancel.Store(true) // seen at the step boundary
 			}
 			if step == 2 && p == 1 {
-				r.add("b2", "b", light2, 6) // b ran 12 tokens: still within Slack
+				r.add("b2", "b", light2, 6) // the step ran its nested one: waits for the boundary
 			}
 		}
 		r.s.turn()
-		if want := []string{"2/0: [12@0]", "2/1: [16@0]"}; !slices.Equal(r.probe.nested, want) {
+		if want := []string{"2/0: [12@0]"}; !slices.Equal(r.probe.nested, want) {
 			t.Fatalf("nested steps %v, want %v", r.probe.nested, want)
 		}
 		if got := len(r.out["b"]); got != 1 {
@@ -216,8 +217,8 @@ func TestStepYieldsToArrivingPrompt(t *testing.T) {
 		if got := r.out["c"]; !slices.Equal(got, []string{"end cancelled"}) {
 			t.Errorf("cancelled arrival: %v", got)
 		}
-		if n := r.s.nestedSteps.Load(); n != 2 {
-			t.Errorf("%d nested steps counted, want 2", n)
+		if n := r.s.nestedSteps.Load(); n != 1 {
+			t.Errorf("%d nested steps counted, want 1", n)
 		}
 	})
 
@@ -294,6 +295,54 @@ func TestSchedulerYieldsToArrival(t *testing.T) {
 	for _, n := range []string{"a", "b"} {
 		if len(r.out[n]) != 5 || r.out[n][4] != "end length" {
 			t.Errorf("%s: %v", n, r.out[n])
+		}
+	}
+}
+
+// A nested step is a whole forward pass: its cost does not shrink with
+// its tokens as the tenants' shares count them (every layer's weights
+// are read for one token as for a chunk). A tenant sending a burst of
+// tiny prompts as another tenant's prompt step begins would otherwise
+// run one nested step at every pause point of it (two a layer), each
+// charged a token or two: the other tenant's step paid a whole forward
+// per half layer.
+// One nested step per paused step bounds what the yield adds to it; the
+// rest of the burst takes its turns in the batch's steps, every output
+// bitwise as alone.
+func TestYieldBurstNestsOncePerStep(t *testing.T) {
+	flood := prompt(3, 60)
+	tiny := [][]int32{prompt(11, 2), prompt(12, 2), prompt(13, 2), prompt(14, 2)}
+	names := []string{"b0", "b1", "b2", "b3"}
+	alone := map[string][]string{}
+	for i, p := range append(tiny, flood) {
+		name := "a"
+		if i < len(tiny) {
+			name = names[i]
+		}
+		r := newYieldRig(t, 64)
+		r.add(name, "x", p, 4)
+		r.drain()
+		alone[name] = r.out[name]
+	}
+	r := newYieldRig(t, 64)
+	r.add("a", "a", flood, 4)
+	r.s.turn() // a's first step
+	r.probe.onPause = func(step, point int) {
+		if step == 2 && point == 0 {
+			for i, p := range tiny {
+				r.add(names[i], "b", p, 4)
+			}
+		}
+	}
+	r.s.turn()
+	if want := []string{"2/0: [2@0]"}; !slices.Equal(r.probe.nested, want) {
+		t.Fatalf("nested steps %v during a's step, want %v (one per paused step)", r.probe.nested, want)
+	}
+	r.probe.onPause = nil
+	r.drain()
+	for _, n := range append(names, "a") {
+		if !slices.Equal(r.out[n], alone[n]) {
+			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
 		}
 	}
 }
