@@ -303,8 +303,10 @@ func (s *Shares) Plan(budget, minChunk int, members []Member, chunks []Chunk) (o
 // within Slack of the least served tenant of the step, so Plan would
 // have run its chunk beside theirs had it come before the step. Every
 // such tenant's first waiting chunk runs (one each): a tenant waits at
-// most until the next pause point of another tenant's step (half a
-// layer), counted in the step's structure, not in time.
+// most until the next pause point of another tenant's step (a layer's
+// attention or its FFN), counted in the step's structure, not in time,
+// unless the step paused for others already (the engine pauses a step
+// once: a nested step's cost does not shrink with its tokens).
 // A paused step with no prompt chunk (decode tokens only) is short and
 // never yields. take[i] is the tokens chunk i runs (0: it waits for the
 // step boundary); the tenants that run enter the batch's counters (Charge
