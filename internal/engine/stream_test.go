@@ -52,44 +52,68 @@ func TestStreamingHandoffEqualsColocated(t *testing.T) {
 	}
 	for _, transport := range []string{"tcp", "shm"} {
 		t.Run(transport, func(t *testing.T) {
-			r := newRemoteRig(t, transport, storiesConfig(rt, 96), storiesConfig(rt, 96))
-			defer r.close()
-			got := runMany(t, r.eng, reqs)
-			for i := range reqs {
-				if got[i].final.Err != nil {
-					t.Fatalf("request %d: %v", i, got[i].final.Err)
-				}
-				if !slices.Equal(got[i].tokens, ref[i].tokens) {
-					t.Errorf("request %d (prompt %d): %s %v, colocated %v", i, len(reqs[i].Prompt), transport, got[i].tokens, ref[i].tokens)
-				}
-			}
-			st := r.pw.Stats()
-			if st.Committed != int64(len(reqs)) || st.PagesSent != int64(pages) {
-				t.Errorf("prefill stats %+v: want %d committed, %d pages sent", st, len(reqs), pages)
-			}
 			// Every page but the last few of each prompt can go before the
-			// prompt ends; at least half of them must have. That overlap
-			// needs a second CPU here: with one P the compute goroutine runs
-			// a prompt's chunks (microseconds each on this model) before the
-			// pusher is scheduled (0 of 62 streamed in most runs under
-			// taskset -c 0); on a model whose chunks take milliseconds Go's
-			// preemption (every ~10 ms) lets the pusher run and pages stream
-			// with one P too (docs/operations.md). The sender's streaming
-			// itself is checked without timing in handoff's
+			// prompt ends; at least half of them must have, in one of three
+			// runs. That overlap needs a second CPU here: with one P the
+			// compute goroutine runs a prompt's chunks (microseconds each on
+			// this model) before the pusher is scheduled (0 of 62 streamed
+			// in most runs under taskset -c 0); on a model whose chunks take
+			// milliseconds Go's preemption (every ~10 ms) lets the pusher run
+			// and pages stream with one P too (docs/operations.md). Two Ps
+			// are not two CPUs on a loaded machine either (4 of 62 streamed
+			// once in a -count=3 run beside two CPU hogs): the code promises
+			// the overlap when the pusher gets a CPU, not that it gets one,
+			// so a run that streamed too few is tried again. The sender's
+			// streaming itself is checked without timing in handoff's
 			// TestStreamingSenderSendsEachChunksPages.
-			if runtime.GOMAXPROCS(0) < 2 {
-				t.Logf("one P: %d of %d pages streamed, not checked", st.PagesStreamed, st.PagesSent)
-			} else if 2*st.PagesStreamed < st.PagesSent {
-				t.Errorf("prefill stats %+v: want most of the %d pages streamed", st, pages)
-			}
-			for name, p := range map[string]*kv.Pool{"prefill": r.pw.Pool(), "decode": r.dw.Pool()} {
-				waitFreePool(t, p)
-				if err := p.CheckDrained(); err != nil {
-					t.Errorf("%s pool over %s not drained: %v", name, transport, err)
+			for attempt := 1; ; attempt++ {
+				st := streamingRun(t, transport, rt, reqs, ref, pages)
+				if t.Failed() {
+					return
 				}
+				switch {
+				case runtime.GOMAXPROCS(0) < 2:
+					t.Logf("one P: %d of %d pages streamed, not checked", st.PagesStreamed, st.PagesSent)
+				case 2*st.PagesStreamed >= st.PagesSent:
+				case attempt < 3:
+					t.Logf("run %d: %d of %d pages streamed (the pusher did not get a CPU while the prompts computed); again", attempt, st.PagesStreamed, st.PagesSent)
+					continue
+				default:
+					t.Errorf("prefill stats %+v: want most of the %d pages streamed in one of 3 runs", st, pages)
+				}
+				return
 			}
 		})
 	}
+}
+
+// streamingRun sends reqs through a fresh disaggregated rig over
+// transport, checks each output against ref and the pools, and returns the
+// prefill worker's stats.
+func streamingRun(t *testing.T, transport string, rt Runtime, reqs []*Request, ref []result, pages int) PrefillStats {
+	t.Helper()
+	r := newRemoteRig(t, transport, storiesConfig(rt, 96), storiesConfig(rt, 96))
+	defer r.close()
+	got := runMany(t, r.eng, reqs)
+	for i := range reqs {
+		if got[i].final.Err != nil {
+			t.Fatalf("request %d: %v", i, got[i].final.Err)
+		}
+		if !slices.Equal(got[i].tokens, ref[i].tokens) {
+			t.Errorf("request %d (prompt %d): %s %v, colocated %v", i, len(reqs[i].Prompt), transport, got[i].tokens, ref[i].tokens)
+		}
+	}
+	st := r.pw.Stats()
+	if st.Committed != int64(len(reqs)) || st.PagesSent != int64(pages) {
+		t.Errorf("prefill stats %+v: want %d committed, %d pages sent", st, len(reqs), pages)
+	}
+	for name, p := range map[string]*kv.Pool{"prefill": r.pw.Pool(), "decode": r.dw.Pool()} {
+		waitFreePool(t, p)
+		if err := p.CheckDrained(); err != nil {
+			t.Errorf("%s pool over %s not drained: %v", name, transport, err)
+		}
+	}
+	return st
 }
 
 // faultyLink is the prefill worker's link to decode with a fault put into
