@@ -279,12 +279,16 @@ type SchedStats struct {
 	// RefusedOverShare its Reserves refused with over_share (the tenant
 	// would go over its share while another waits). Zero elsewhere.
 	Revoked, RefusedOverShare int64
+	// NestedSteps counts steps of newly arrived prompts run while a step
+	// carrying another tenant's prompt chunks was paused at a layer
+	// boundary (yield.go): how often a step yielded.
+	NestedSteps int64
 }
 
 func (s *batch) stats() SchedStats {
 	st := SchedStats{Running: int(s.running.Load()), Preempted: int(s.nPreempted.Load()),
 		Preemptions: s.preemptions.Load(), RecomputedTokens: s.recomputed.Load(), Generated: s.generated.Load(),
-		GrammarDeferrals: s.deferrals.Load()}
+		GrammarDeferrals: s.deferrals.Load(), NestedSteps: s.nestedSteps.Load()}
 	st.GrammarMaskBytes, st.GrammarMaskDrops = s.cfg.formats.maskStats()
 	return st
 }

@@ -217,7 +217,7 @@ func TestStepYieldsToArrivingPrompt(t *testing.T) {
 		if got := r.out["c"]; !slices.Equal(got, []string{"end cancelled"}) {
 			t.Errorf("cancelled arrival: %v", got)
 		}
-		if n := r.s.nestedSteps.Load(); n != 1 {
+		if n := r.s.stats().NestedSteps; n != 1 {
 			t.Errorf("%d nested steps counted, want 1", n)
 		}
 	})

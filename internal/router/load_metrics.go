@@ -20,11 +20,12 @@ var (
 	descOverShare    = prometheus.NewDesc("sluice_kv_reservations_refused_over_share_total", "Decode KV reservations refused with over_share: the tenant would have held more than its share of the decode pool while another tenant waited; the request waited in the queue.", []string{"role"}, nil)
 	descGrammarDefer = prometheus.NewDesc("sluice_grammar_deferrals_total", "Constrained draws that waited beyond their step for their token mask (the mask work a step may do is bounded), by role.", []string{"role"}, nil)
 	descGrammarBytes = prometheus.NewDesc("sluice_grammar_mask_cache_bytes", "Bytes of token masks the role's compiled grammars cache, all tenants together (bounded by --grammar-mask-cache).", []string{"role"}, nil)
+	descNestedSteps  = prometheus.NewDesc("sluice_nested_steps_total", "Steps of prompts that arrived while another tenant's prompt step ran, run at one of its layer boundaries while it paused (a co-tenant's prompt not waiting for the whole step), by role.", []string{"role"}, nil)
 	descGrammarDrops = prometheus.NewDesc("sluice_grammar_mask_drops_total", "Compiled grammars whose cached masks were dropped to stay within --grammar-mask-cache, by role.", []string{"role"}, nil)
 )
 
 var loadDescs = []*prometheus.Desc{descQueueWaiting, descQueueRunning, descQueueWait, descQueueRefused, descPreemptions, descRecomputed, descKVUsage, descRevoked, descOverShare,
-	descGrammarDefer, descGrammarBytes, descGrammarDrops}
+	descGrammarDefer, descGrammarBytes, descGrammarDrops, descNestedSteps}
 
 func collectLoad(ch chan<- prometheus.Metric, st EngineStats) {
 	if q := st.Queue; q != nil {
@@ -52,6 +53,7 @@ func collectLoad(ch chan<- prometheus.Metric, st EngineStats) {
 		ch <- prometheus.MustNewConstMetric(descGrammarDefer, prometheus.CounterValue, float64(s.GrammarDeferrals), role)
 		ch <- prometheus.MustNewConstMetric(descGrammarBytes, prometheus.GaugeValue, float64(s.GrammarMaskBytes), role)
 		ch <- prometheus.MustNewConstMetric(descGrammarDrops, prometheus.CounterValue, float64(s.GrammarMaskDrops), role)
+		ch <- prometheus.MustNewConstMetric(descNestedSteps, prometheus.CounterValue, float64(s.NestedSteps), role)
 	}
 	for _, p := range st.Pools {
 		total := 0

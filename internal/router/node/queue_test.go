@@ -98,7 +98,8 @@ func TestBurstLargerThanPoolZero503(t *testing.T) {
 				t.Errorf("queue waits observed: %d (%v), want at least 24", waits, err)
 			}
 			for _, want := range []string{"sluice_queue_waiting 0\n", "sluice_queue_running 0\n",
-				`sluice_kv_usage_ratio{role="` + role + `"} 0` + "\n", `sluice_preemptions_total{role="` + role + `"} `} {
+				`sluice_kv_usage_ratio{role="` + role + `"} 0` + "\n", `sluice_preemptions_total{role="` + role + `"} `,
+				`sluice_nested_steps_total{role="` + role + `"} `} {
 				if !strings.Contains(body, want) {
 					t.Errorf("metrics lack %q:\n%s", want, grepLines(body, "sluice_queue"))
 				}
