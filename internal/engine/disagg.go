@@ -669,14 +669,21 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 	// return path waits for it), so stopPrefill then only releases pctx.
 	pctx, stopPrefill := context.WithCancel(d.bg)
 	defer stopPrefill()
+	// committed: decode's first token of this handoff reached the loop
+	// below; it is the commit's, so decode verified the handoff (I5).
+	var committed atomic.Bool
 	go func() {
 		pr, err := p.Prefill.Prefill(pctx, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: prompt, Reservation: res,
 			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint, Decode: p.DecodeName, CacheScope: r.CacheScope})
-		if err != nil {
-			// The handoff did not commit. Abort it on decode now (the
-			// Prefill contract asks the router to): an unreachable prefill
-			// worker aborted nothing, and decode's stream, which the loop
-			// below waits on, ends only with the abort.
+		// The handoff did not commit, or its outcome is unknown: abort
+		// it on decode now (the Prefill contract asks the router to): an
+		// unreachable prefill worker aborted nothing, and decode's
+		// stream, which the loop below waits on, ends only with the
+		// abort. Not when the link lost the answer after decode's first
+		// token arrived: the commit was verified, and an abort would
+		// stop a sequence that decodes as it should (decode refuses any
+		// late write of a committed handoff).
+		if err != nil && !(committed.Load() && errors.Is(err, handoff.ErrTransport)) {
 			d.abort(p.Decode, id, "prefill failed: "+err.Error())
 		}
 		pch <- pres{pr, err}
@@ -821,6 +828,7 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 			return dr
 		case first:
 			first = false
+			committed.Store(true)
 			if offset == 0 {
 				// The request's first token: where its wait went.
 				cur.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"sluice/internal/handoff"
 	"sluice/internal/handoff/tcp"
@@ -288,6 +289,105 @@ func TestIntegrityFailureNotRetriedWhenPrefillAnswerLost(t *testing.T) {
 	}
 	if st := dw.ReceiverStats(); st.Accepted != 0 {
 		t.Fatalf("decode accepted %d commits after the verification failure, want 0: %+v", st.Accepted, st)
+	}
+	waitDrained(t, pw.Pool(), dw.Pool())
+}
+
+// answerLostAfterFirst is the router's link to the prefill worker lost
+// after the commit: the worker committed (decode verified the handoff and
+// sent its first token), and its answer, held until the router saw that
+// token (release), never arrives: the router gets a transport error.
+type answerLostAfterFirst struct {
+	w       handoff.Prefill
+	release chan struct{}
+}
+
+func (p answerLostAfterFirst) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	if _, err := p.w.Prefill(ctx, r); err != nil {
+		return nil, err
+	}
+	<-p.release
+	return nil, handoff.ErrTransport.With("connection closed")
+}
+
+// abortSeen is decode as the router sees it, noting an abort.
+type abortSeen struct {
+	handoff.Decode
+	once    sync.Once
+	aborted chan struct{}
+}
+
+func (d *abortSeen) Abort(ctx context.Context, a *handoff.Abort) error {
+	d.once.Do(func() { close(d.aborted) })
+	return d.Decode.Abort(ctx, a)
+}
+
+// A prefill answer lost after decode's first token reached the router
+// loses only the answer: decode verified the commit (I5) and decodes on,
+// so the router does not abort the handoff (which stopped the decoding
+// sequence: with no other pair to migrate to, the request failed 502
+// after its first token although both workers were fine). The request
+// ends with the reference output and honest usage.
+func TestPrefillAnswerLostAfterFirstTokenKeepsDecoding(t *testing.T) {
+	m := newToy()
+	g := &gated{toy: m, after: 0, entered: make(chan struct{}), release: make(chan struct{})}
+	dw, err := NewDecodeWorker(toyConfig(g, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	pw, err := NewPrefillWorker(toyConfig(m, 64), dw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	lost := answerLostAfterFirst{w: pw, release: make(chan struct{})}
+	ad := &abortSeen{Decode: dw, aborted: make(chan struct{})}
+	eng, err := NewDisaggregated(DisaggConfig{Model: "toy", Vocab: m.vocab, Context: EffectiveContext(pw.Context(), dw.Context())}, lost, ad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeWithin(t, eng)
+	defer func() {
+		select {
+		case <-g.release:
+		default:
+			close(g.release)
+		}
+	}()
+	p := prompt(3, 20)
+	s, err := eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: p, MaxTokens: 8, IgnoreEOS: true})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	want := toyReference(m, p, 8, true)
+	var got []int32
+	select {
+	case ev := <-s.Events():
+		if ev.Err != nil || ev.Done {
+			t.Fatalf("first event %+v, want the first token", ev)
+		}
+		got = append(got, ev.Token)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no first token within 60s")
+	}
+	// Decode's first step is held: the prefill answer is lost now, and
+	// an abort, if the router sends one, lands while the sequence is
+	// still decoding.
+	g.wait(t)
+	close(lost.release)
+	select {
+	case <-ad.aborted:
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(g.release)
+	res := collect(t, s)
+	got = append(got, res.tokens...)
+	if !slices.Equal(got, want) || !res.final.Done || res.final.Err != nil {
+		t.Fatalf("after the prefill answer was lost past the first token: %v %+v, want %v", got, res.final, want)
+	}
+	if res.final.Usage.PromptTokens != len(p) || res.final.Usage.CompletionTokens != 8 {
+		t.Fatalf("usage %+v, want %d prompt and 8 completion tokens", res.final.Usage, len(p))
 	}
 	waitDrained(t, pw.Pool(), dw.Pool())
 }
