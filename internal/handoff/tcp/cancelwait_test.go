@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -201,5 +202,76 @@ func TestSlotFreedBeforeReply(t *testing.T) {
 	}
 	if n := s.slotWaits.Load(); n != 0 {
 		t.Fatalf("the server's reader waited %d times for a slot behind a client within the bound", n)
+	}
+}
+
+// stubbornPrefill runs every prompt until release, its context ended or
+// not: a worker whose step runs long after the router's close frame.
+type stubbornPrefill struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func (p *stubbornPrefill) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	p.started <- struct{}{}
+	<-p.release
+	return nil, handoff.ErrAborted.With("stopped at the step boundary")
+}
+
+// A worker that reads the close frame of a given-up prompt but answers
+// only at its step boundary, long after: it acknowledges the close at
+// once, so the router keeps the connection (its other calls go on), the
+// caller leaves within CancelWait after the acknowledgement, and the
+// call keeps its slot until the worker's answer arrives. Without the
+// acknowledgement the connection, which every tenant's calls share, was
+// closed as the connection of a worker that is gone.
+func TestAckedCancelKeepsConnection(t *testing.T) {
+	p := &stubbornPrefill{started: make(chan struct{}, 1), release: make(chan struct{})}
+	var once sync.Once
+	release := func() { once.Do(func() { close(p.release) }) }
+	cfg := Config{Secret: secret, DeadAfter: -1, CancelWait: 200 * time.Millisecond}
+	addr, _ := serve(t, cfg, nil, p)
+	// Registered after serve's: runs before the server's Close, which
+	// waits for the prompt.
+	t.Cleanup(release)
+	c := dial(t, addr, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Prefill(ctx, &handoff.PrefillRequest{Handoff: handofftest.ID(1), Tenant: "t", Tokens: []int32{1}})
+		errc <- err
+	}()
+	<-p.started
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, handoff.ErrTransport) {
+			t.Fatalf("a given-up prompt whose worker answers late: %v, want transport", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a given-up prompt waited for a worker that answers late")
+	}
+	if err := c.Err(); err != nil {
+		t.Fatalf("the connection of a worker that acknowledged the close was closed: %v", err)
+	}
+	if len(c.psem) != 1 {
+		t.Fatalf("%d prompt slots held while the worker still runs the prompt, want 1", len(c.psem))
+	}
+	if _, err := c.Load(context.Background()); !errors.Is(err, handoff.ErrState) {
+		t.Fatalf("a call beside the late prompt: %v, want the worker's answer", err)
+	}
+	release()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(c.psem) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the late answer never gave the prompt's slot back")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.mu.Lock()
+	n := len(c.pending)
+	c.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d calls pending after the late answer", n)
 	}
 }

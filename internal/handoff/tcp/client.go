@@ -44,6 +44,9 @@ type call struct {
 	// stream) until it leaves pending: its reply arrived (even after its
 	// caller left: the server ran it until then) or the connection ended.
 	slot chan struct{}
+	// acked is signalled when the server acknowledges the call's close
+	// frame (tCloseAck; Prefill calls only).
+	acked chan struct{}
 }
 
 // free gives the call's slot back; called once, by whoever removed the
@@ -121,6 +124,19 @@ func (cl *Client) readLoop() {
 				cl.fail(protoErr("unexpected connection-level frame type %d", f.typ))
 			}
 			return
+		}
+		if f.typ == tCloseAck {
+			// Not the call's reply: it stays pending.
+			cl.mu.Lock()
+			k := cl.pending[f.stream]
+			cl.mu.Unlock()
+			if k != nil && k.acked != nil {
+				select {
+				case k.acked <- struct{}{}:
+				default:
+				}
+			}
+			continue
 		}
 		cl.mu.Lock()
 		k := cl.pending[f.stream]
@@ -241,6 +257,9 @@ func (cl *Client) start(ctx context.Context, sem chan struct{}, typ byte, parts 
 		return nil, 0, err
 	}
 	k := &call{reply: make(chan *frame, 1), slot: sem}
+	if sem == cl.psem {
+		k.acked = make(chan struct{}, 1)
+	}
 	id, err := cl.register(k)
 	if err != nil {
 		k.free()
@@ -293,17 +312,23 @@ func (cl *Client) roundTripData(ctx context.Context, typ byte, want byte, parts 
 // when ctx ends first, the server is told to stop the call (a close
 // frame on its id) and the reply is still waited for, so the caller
 // learns how the call really ended and that the server is done with it
-// (a prefill worker then no longer computes the prompt), but for at most
-// Config.CancelWait: a worker answers a close at its next step boundary,
-// so one that has not within CancelWait is gone (a half-open connection,
-// with no heartbeat to notice it: --peer-timeout 0) or stuck, and so is
-// every call on the connection. The connection is then closed (every
-// call on it fails with ErrTransport, the Redialer dials afresh) and the
-// caller gets ErrTransport: the outcome is unknown, and what the prompt
-// may still write is fenced on the decode side by the abort the caller
-// sends and the reservation's lease (I6), as for any failed connection.
-// A call given up while it waits for a slot was never sent: it ends at
-// once with ErrAborted.
+// (a prefill worker then no longer computes the prompt), but for a
+// bounded time whatever the peer does. The worker acknowledges the close
+// at once (tCloseAck, read by its reader whatever it computes) and
+// answers at its next step boundary. With no acknowledgement within
+// Config.CancelWait the worker is not reading: gone (a half-open
+// connection, with no heartbeat to notice it: --peer-timeout 0) or stuck,
+// and so is every call on the connection. The connection is then closed
+// (every call on it fails with ErrTransport, the Redialer dials afresh).
+// Acknowledged, the worker is alive and the connection stays; its answer
+// is waited for CancelWait more (a step that runs long), then the caller
+// leaves with ErrTransport and the call keeps its slot until the answer
+// arrives (the worker holds its own until then too). Either way the
+// outcome is unknown to the caller, and what the prompt may still write
+// is fenced on the decode side by the abort the caller sends and the
+// reservation's lease (I6), as for any failed connection. A call given up
+// while it waits for a slot was never sent: it ends at once with
+// ErrAborted.
 func (cl *Client) roundTripCancel(ctx context.Context, typ byte, want byte, payload []byte) (*frame, error) {
 	k, id, err := cl.start(ctx, cl.psem, typ, [][]byte{payload}, nil)
 	if err != nil {
@@ -325,10 +350,15 @@ func (cl *Client) roundTripCancel(ctx context.Context, typ byte, want byte, payl
 		defer t.Stop()
 		sent := make(chan error, 1)
 		go func() { sent <- cl.c.send(tStreamClose, id) }()
+		acked, gotAck := k.acked, false
 		for wait := true; wait; {
 			select {
 			case f, ok = <-k.reply:
 				wait = false
+			case <-acked:
+				// Alive and stopping the prompt: its step may run long.
+				acked, gotAck = nil, true
+				t.Reset(cl.c.cfg.CancelWait)
 			case err := <-sent:
 				sent = nil
 				if _, unsent := notSent(err); err != nil && !unsent {
@@ -337,6 +367,9 @@ func (cl *Client) roundTripCancel(ctx context.Context, typ byte, want byte, payl
 					cl.fail(err)
 				}
 			case <-t.C:
+				if gotAck {
+					return nil, handoff.ErrTransport.With("the worker at %s is stopping the given-up call but did not answer within %v", cl.c.nc.RemoteAddr(), cl.c.cfg.CancelWait)
+				}
 				err := handoff.ErrTransport.With("the worker at %s did not confirm giving the call up within %v: connection closed", cl.c.nc.RemoteAddr(), cl.c.cfg.CancelWait)
 				cl.fail(err)
 				return nil, err

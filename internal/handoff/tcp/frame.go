@@ -86,11 +86,17 @@ const headerLen = 16
 // A close frame (StreamClose) on a Prefill call's id stops that call (the
 // router gave the prompt up): no frame's layout changed, and a worker
 // built before ignores it (the prompt then runs on until decode refuses
-// its next write), so the version stayed.
+// its next write), so the version stayed. Version 13 added the close
+// frame's acknowledgement (CloseAck): the worker answers a close frame on
+// a live Prefill call at once, from its reader, so the router tells a
+// worker that stopped reading (no acknowledgement: the connection is
+// closed) from one whose step runs long (acknowledged: the connection
+// stays; Client.roundTripCancel). A version-12 router would take the
+// acknowledgement for the call's reply, so the two refuse each other.
 // Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 12
-	maxVersion = 12
+	minVersion = 13
+	maxVersion = 13
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the
@@ -119,14 +125,17 @@ const (
 	tLoad        = 22
 	tLoadRes     = 23
 	// tPing = 24: heartbeat.go
-	tOK    = 30
-	tError = 31
+	// tCloseAck: the server read a close frame on a live Prefill call
+	// and is stopping it (empty; version 13).
+	tCloseAck = 25
+	tOK       = 30
+	tError    = 31
 )
 
 func knownType(t byte) bool {
 	switch t {
 	case tHello, tHelloAck, tAuth, tAuthOK, tReserve, tReservation, tWrite, tCommit, tAbort,
-		tDrained, tCancel, tStreamOpen, tToken, tStreamClose, tPrefill, tPrefillRes, tLoad, tLoadRes, tOK, tError, tPing:
+		tDrained, tCancel, tStreamOpen, tToken, tStreamClose, tPrefill, tPrefillRes, tLoad, tLoadRes, tOK, tError, tPing, tCloseAck:
 		return true
 	}
 	return false

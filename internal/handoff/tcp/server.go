@@ -116,6 +116,9 @@ type sconn struct {
 	ssem    chan struct{} // open token streams (MaxStreams)
 	mu      sync.Mutex
 	streams map[uint32]context.CancelFunc
+	// prefills: the live Prefill calls whose close frame is not yet
+	// acknowledged (tCloseAck, once per call).
+	prefills map[uint32]struct{}
 	// reserved: handoffs this connection reserved (or streams) whose
 	// stream has not ended; aborted when the connection ends (see
 	// serveConn). Guarded by s.omu: another connection takes a handoff
@@ -154,7 +157,8 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 	go c.heartbeat(stopBeat)
 	ctx, cancel := context.WithCancel(context.Background())
 	sc := &sconn{conn: c, s: s, ctx: ctx, sem: make(chan struct{}, s.cfg.MaxInflight), psem: make(chan struct{}, s.cfg.MaxInflight),
-		ssem: make(chan struct{}, s.cfg.MaxStreams), streams: map[uint32]context.CancelFunc{}, reserved: map[kv.ID]struct{}{}}
+		ssem: make(chan struct{}, s.cfg.MaxStreams), streams: map[uint32]context.CancelFunc{}, prefills: map[uint32]struct{}{},
+		reserved: map[kv.ID]struct{}{}}
 	defer func() {
 		cancel()
 		sc.calls.Wait()
@@ -216,7 +220,17 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 			if cancel := sc.streams[f.stream]; cancel != nil {
 				cancel()
 			}
+			_, ack := sc.prefills[f.stream]
+			delete(sc.prefills, f.stream)
 			sc.mu.Unlock()
+			if ack {
+				// Read at once, whatever the worker computes: the router
+				// learns this worker reads and stops the prompt at its
+				// next step boundary (its answer follows then). Once
+				// per call, so closes cannot make the reader write
+				// more than the calls did.
+				_ = c.send(tCloseAck, f.stream)
+			}
 			continue
 		}
 		// Token streams live as long as a generation: they get their own
@@ -267,10 +281,12 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 			id := f.stream
 			sc.mu.Lock()
 			sc.streams[id] = cancel
+			sc.prefills[id] = struct{}{}
 			sc.mu.Unlock()
 			stop = func() {
 				sc.mu.Lock()
 				delete(sc.streams, id)
+				delete(sc.prefills, id)
 				sc.mu.Unlock()
 				cancel()
 			}
