@@ -46,23 +46,9 @@ func TestCloseNotBehindCallPastBound(t *testing.T) {
 	// it finds ctx3 ended).
 	time.Sleep(50 * time.Millisecond)
 	cancel3()
-	select {
-	case err := <-third:
-		if !errors.Is(err, handoff.ErrAborted) {
-			t.Fatalf("a prompt given up while it waited for a slot: %v, want aborted", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a prompt given up while past the bound did not end")
-	}
+	endsWith(t, third, handoff.ErrAborted, "a prompt given up while it waited for a slot")
 	cancel1()
-	select {
-	case err := <-first:
-		if !errors.Is(err, handoff.ErrAborted) {
-			t.Fatalf("the given-up running prompt: %v, want the worker's aborted", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the close frame of a running prompt waited behind a call past the bound")
-	}
+	endsWith(t, first, handoff.ErrAborted, "the given-up running prompt (its close frame must not wait behind a call past the bound)")
 	if n := p.n.Load(); n != 2 {
 		t.Fatalf("the worker saw %d prompts, want 2 (the third was given up unsent)", n)
 	}
@@ -140,17 +126,10 @@ func TestUnconfirmedCancelEnds(t *testing.T) {
 			time.Sleep(2 * cfg.CancelWait)
 			start := time.Now()
 			cancel()
-			select {
-			case err := <-errc:
-				if !errors.Is(err, handoff.ErrTransport) {
-					t.Fatalf("a given-up prompt the worker never confirmed: %v, want transport", err)
-				}
-				// Generous for a loaded machine, far below WriteTimeout.
-				if d := time.Since(start); d > 10*time.Second {
-					t.Fatalf("a given-up prompt took %v to end (CancelWait %v)", d, cfg.CancelWait)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("a given-up prompt waited for a worker that never answers")
+			endsWith(t, errc, handoff.ErrTransport, "a given-up prompt the worker never confirmed")
+			// Generous for a loaded machine, far below WriteTimeout.
+			if d := time.Since(start); d > 10*time.Second {
+				t.Fatalf("a given-up prompt took %v to end (CancelWait %v)", d, cfg.CancelWait)
 			}
 			select {
 			case <-c.done:
@@ -243,14 +222,7 @@ func TestAckedCancelKeepsConnection(t *testing.T) {
 	}()
 	<-p.started
 	cancel()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, handoff.ErrTransport) {
-			t.Fatalf("a given-up prompt whose worker answers late: %v, want transport", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("a given-up prompt waited for a worker that answers late")
-	}
+	endsWith(t, errc, handoff.ErrTransport, "a given-up prompt whose worker answers late")
 	if err := c.Err(); err != nil {
 		t.Fatalf("the connection of a worker that acknowledged the close was closed: %v", err)
 	}
@@ -273,5 +245,19 @@ func TestAckedCancelKeepsConnection(t *testing.T) {
 	c.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("%d calls pending after the late answer", n)
+	}
+}
+
+// endsWith waits for a call's end on errc (20 s: a loaded machine) and
+// requires it to be want.
+func endsWith(t *testing.T, errc <-chan error, want error, what string) {
+	t.Helper()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, want) {
+			t.Fatalf("%s: %v, want %v", what, err, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s: did not end", what)
 	}
 }
