@@ -157,13 +157,9 @@ func TestLonePairRetriesAfterLostConnection(t *testing.T) {
 			// Lost twice: the request fails with the link's error; it
 			// is never retried on the same pair a second time.
 			cuts.Store(2)
-			s, err = eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: p, MaxTokens: 5})
-			if err == nil {
-				res = collect(t, s)
-				err = res.final.Err
-				if res.final.Done || len(res.tokens) != 0 {
-					t.Fatalf("a request whose connection was lost twice: %v %+v", res.tokens, res.final)
-				}
+			res, err = submitEnd(t, eng, &Request{Tenant: "a", Prompt: p, MaxTokens: 5})
+			if res.final.Done || len(res.tokens) != 0 {
+				t.Fatalf("a request whose connection was lost twice: %v %+v", res.tokens, res.final)
 			}
 			if !errors.Is(err, handoff.ErrTransport) {
 				t.Fatalf("a request whose connection was lost twice: %v, want the transport error", err)
@@ -210,12 +206,7 @@ func TestLonePairNotRetriedAfterRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeWithin(t, eng)
-	s, err := eng.Submit(context.Background(), &Request{Tenant: "a", Prompt: prompt(3, 20), MaxTokens: 3})
-	if err == nil {
-		res := collect(t, s)
-		err = res.final.Err
-	}
-	if !errors.Is(err, handoff.ErrDraining) {
+	if _, err := submitEnd(t, eng, &Request{Tenant: "a", Prompt: prompt(3, 20), MaxTokens: 3}); !errors.Is(err, handoff.ErrDraining) {
 		t.Fatalf("a lone pair's refusal: %v, want the refusal", err)
 	}
 	if n := eng.SameRetried(); n != 0 {
@@ -390,4 +381,16 @@ func TestPrefillAnswerLostAfterFirstTokenKeepsDecoding(t *testing.T) {
 		t.Fatalf("usage %+v, want %d prompt and 8 completion tokens", res.final.Usage, len(p))
 	}
 	waitDrained(t, pw.Pool(), dw.Pool())
+}
+
+// submitEnd runs r to its end: the error Submit or the stream ended with
+// (nil when it finished), and what the stream carried.
+func submitEnd(t *testing.T, eng *Disaggregated, r *Request) (result, error) {
+	t.Helper()
+	s, err := eng.Submit(context.Background(), r)
+	if err != nil {
+		return result{}, err
+	}
+	res := collect(t, s)
+	return res, res.final.Err
 }
