@@ -139,8 +139,8 @@ func TestUnconfirmedCancelEnds(t *testing.T) {
 			c.mu.Lock()
 			n := len(c.pending)
 			c.mu.Unlock()
-			if n != 0 || len(c.psem) != 0 || len(c.sem) != 0 {
-				t.Fatalf("after the connection closed: %d calls pending, %d+%d slots held", n, len(c.psem), len(c.sem))
+			if n != 0 || c.psem.inUse() != 0 || len(c.sem) != 0 {
+				t.Fatalf("after the connection closed: %d calls pending, %d+%d slots held", n, c.psem.inUse(), len(c.sem))
 			}
 			if c.Err() == nil {
 				t.Fatal("the connection is still up")
@@ -226,15 +226,15 @@ func TestAckedCancelKeepsConnection(t *testing.T) {
 	if err := c.Err(); err != nil {
 		t.Fatalf("the connection of a worker that acknowledged the close was closed: %v", err)
 	}
-	if len(c.psem) != 1 {
-		t.Fatalf("%d prompt slots held while the worker still runs the prompt, want 1", len(c.psem))
+	if c.psem.inUse() != 1 {
+		t.Fatalf("%d prompt slots held while the worker still runs the prompt, want 1", c.psem.inUse())
 	}
 	if _, err := c.Load(context.Background()); !errors.Is(err, handoff.ErrState) {
 		t.Fatalf("a call beside the late prompt: %v, want the worker's answer", err)
 	}
 	release()
 	deadline := time.Now().Add(20 * time.Second)
-	for len(c.psem) != 0 {
+	for c.psem.inUse() != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the late answer never gave the prompt's slot back")
 		}

@@ -33,17 +33,20 @@ type Client struct {
 	// heartbeat) is read at once however many prompts a router keeps in
 	// flight (--max-concurrency above 64). A call past the bound waits
 	// here instead, still unsent, and a caller that gives it up meanwhile
-	// just leaves.
-	sem, psem chan struct{}
+	// just leaves. Prompts waiting here are outside the worker's fair
+	// queue, so psem hands its slots out fairly across tenants (slots.go).
+	sem  chan struct{}
+	psem *fairSlots
 }
 
 type call struct {
 	reply  chan *frame // one reply (non-stream calls)
 	stream *tokenStream
-	// slot is the call slot it holds (sem or psem; nil for a token
-	// stream) until it leaves pending: its reply arrived (even after its
-	// caller left: the server ran it until then) or the connection ended.
-	slot chan struct{}
+	// release gives back the call slot it holds (of sem or psem; nil for
+	// a token stream) once it leaves pending: its reply arrived (even
+	// after its caller left: the server ran it until then) or the
+	// connection ended.
+	release func()
 	// acked is signalled when the server acknowledges the call's close
 	// frame (tCloseAck; Prefill calls only).
 	acked chan struct{}
@@ -52,8 +55,8 @@ type call struct {
 // free gives the call's slot back; called once, by whoever removed the
 // call from pending.
 func (k *call) free() {
-	if k.slot != nil {
-		<-k.slot
+	if k.release != nil {
+		k.release()
 	}
 }
 
@@ -95,7 +98,7 @@ func NewClient(nc net.Conn, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	cl := &Client{c: c, pending: map[uint32]*call{}, done: make(chan struct{}),
-		sem: make(chan struct{}, cfg.MaxInflight), psem: make(chan struct{}, cfg.MaxInflight)}
+		sem: make(chan struct{}, cfg.MaxInflight), psem: newFairSlots(cfg.MaxInflight)}
 	go cl.readLoop()
 	go c.heartbeat(cl.done)
 	return cl, nil
@@ -246,19 +249,26 @@ func (cl *Client) acquire(ctx context.Context, sem chan struct{}) error {
 	}
 }
 
-// start registers a call holding a slot of sem and sends its request.
-// The call is not sent when ctx ends while it waits for a slot (errSlot
+// start registers a call holding a slot and sends its request: a slot of
+// sem, or, for a Prefill call (prefill), one of psem taken for tenant.
+// The call is not sent when ctx ends while it waits for a slot (slotError
 // says so) or when its frame is refused before any byte is written.
-func (cl *Client) start(ctx context.Context, sem chan struct{}, typ byte, parts [][]byte, isData []bool) (*call, uint32, error) {
-	if err := cl.acquire(ctx, sem); err != nil {
+func (cl *Client) start(ctx context.Context, prefill bool, tenant string, typ byte, parts [][]byte, isData []bool) (*call, uint32, error) {
+	var err error
+	k := &call{reply: make(chan *frame, 1)}
+	if prefill {
+		err = cl.psem.acquire(ctx, cl.done, tenant, cl.Err)
+		k.release = func() { cl.psem.release(tenant) }
+		k.acked = make(chan struct{}, 1)
+	} else {
+		err = cl.acquire(ctx, cl.sem)
+		k.release = func() { <-cl.sem }
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil, 0, &slotError{ctx.Err()}
 		}
 		return nil, 0, err
-	}
-	k := &call{reply: make(chan *frame, 1), slot: sem}
-	if sem == cl.psem {
-		k.acked = make(chan struct{}, 1)
 	}
 	id, err := cl.register(k)
 	if err != nil {
@@ -290,7 +300,7 @@ func (cl *Client) roundTrip(ctx context.Context, typ byte, want byte, parts ...[
 }
 
 func (cl *Client) roundTripData(ctx context.Context, typ byte, want byte, parts [][]byte, isData []bool) (*frame, error) {
-	k, _, err := cl.start(ctx, cl.sem, typ, parts, isData)
+	k, _, err := cl.start(ctx, false, "", typ, parts, isData)
 	if err != nil {
 		if se, ok := err.(*slotError); ok {
 			return nil, handoff.ErrTransport.With("no call slot free on the connection before the deadline: %v", se.err)
@@ -308,7 +318,8 @@ func (cl *Client) roundTripData(ctx context.Context, typ byte, want byte, parts 
 	}
 }
 
-// roundTripCancel is roundTrip for a call the server can stop (Prefill):
+// roundTripCancel is roundTrip for a call the server can stop (Prefill
+// of tenant, whose slot it takes fairly among tenants: psem):
 // when ctx ends first, the server is told to stop the call (a close
 // frame on its id) and the reply is still waited for, so the caller
 // learns how the call really ended and that the server is done with it
@@ -329,11 +340,11 @@ func (cl *Client) roundTripData(ctx context.Context, typ byte, want byte, parts 
 // reservation's lease (I6), as for any failed connection. A call given up
 // while it waits for a slot was never sent: it ends at once with
 // ErrAborted.
-func (cl *Client) roundTripCancel(ctx context.Context, typ byte, want byte, payload []byte) (*frame, error) {
-	k, id, err := cl.start(ctx, cl.psem, typ, [][]byte{payload}, nil)
+func (cl *Client) roundTripCancel(ctx context.Context, tenant string, typ byte, want byte, payload []byte) (*frame, error) {
+	k, id, err := cl.start(ctx, true, tenant, typ, [][]byte{payload}, nil)
 	if err != nil {
 		if _, ok := err.(*slotError); ok {
-			return nil, handoff.ErrAborted.With("given up before it was sent: the connection carried %d prompts already", cap(cl.psem))
+			return nil, handoff.ErrAborted.With("given up before it was sent: the connection carried %d prompts already", cl.psem.limit())
 		}
 		return nil, err
 	}
@@ -471,7 +482,7 @@ func (cl *Client) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*hand
 	if err != nil {
 		return nil, err
 	}
-	f, err := cl.roundTripCancel(ctx, tPrefill, tPrefillRes, b)
+	f, err := cl.roundTripCancel(ctx, r.Tenant, tPrefill, tPrefillRes, b)
 	if err != nil {
 		return nil, err
 	}
