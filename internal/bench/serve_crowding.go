@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -367,6 +368,34 @@ func printPhases(w io.Writer, rep crowdReport) {
 	}
 	if _, ok := rep.Alone.Phases["prefill/prefill_queue"]; ok {
 		fmt.Fprintf(tw, "  %s\t%.1f\t%.1f\t\n", "  the rest (the router's calls, decode's stream and first token)", rest(rep.Alone), rest(rep.Flooded))
+	}
+	tw.Flush()
+	printStarts(w, rep)
+}
+
+// printStarts prints b's wait for a step split by how its prompts'
+// first chunks started (the phases prefill_wait/<how>: nested at a pause
+// point of a's step, or at a step boundary and why not earlier):
+// requests and mean ms, alone and while a floods.
+func printStarts(w io.Writer, rep crowdReport) {
+	var keys []string
+	for _, s := range []crowdSide{rep.Alone, rep.Flooded} {
+		for k := range s.Phases {
+			if strings.Contains(k, "prefill_wait/") && !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	slices.Sort(keys)
+	fmt.Fprintln(w, "b's wait for a step by how its first chunk started (prefill_wait/<how>), requests and mean ms:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "  how\talone\t\ta flooding\t\t\n")
+	for _, k := range keys {
+		a, f := rep.Alone.Phases[k], rep.Flooded.Phases[k]
+		fmt.Fprintf(tw, "  %s\t%.0f\t%.1f\t%.0f\t%.1f\t\n", k, a.Count, a.meanMS(), f.Count, f.meanMS())
 	}
 	tw.Flush()
 }

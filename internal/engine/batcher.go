@@ -55,12 +55,19 @@ type seq struct {
 	// computed (the prefix cache inserts the new full pages).
 	prefilled func(q *seq)
 	// started, when set, runs once when a step first carries a chunk of
-	// the prompt (the first-token phases, phases.go). It must not block.
-	started   func()
-	generated int
-	maxTokens int
-	ignoreEOS bool
-	samp      *sample.Sampler
+	// the prompt, with how it started (a StartHow: the first-token
+	// phases, phases.go). It must not block.
+	started func(how string)
+	// waited is why the prompt's first chunk did not run at the last
+	// pause point that saw it (a StartHow; "": none saw it).
+	waited string
+	// joinedStep is the batch's step count when q joined: a prompt that
+	// joined before a step that did not carry it waited for the plan.
+	joinedStep int64
+	generated  int
+	maxTokens  int
+	ignoreEOS  bool
+	samp       *sample.Sampler
 
 	// emit must not block: the scheduler serves every sequence from one
 	// goroutine, and a slow client must not stall the others.
@@ -232,6 +239,15 @@ type batch struct {
 	nestedSteps atomic.Int64
 	// nestedRan: the step under way ran its nested step (one per step).
 	nestedRan bool
+	// arrivalMark is the arrival number of the latest sequence handed
+	// to the scheduler (nil in driven mode); yielded is whether the last
+	// step could yield (it carried prompt chunks), and endMark the
+	// arrival number when its forward pass returned: a joiner the step
+	// saw at no pause point and that arrived by then came after the
+	// step's last pause point (StartAfterLastPause).
+	arrivalMark func() uint64
+	yielded     bool
+	endMark     uint64
 }
 
 // scheduler is the goroutine layer around a batch for the servers: it
@@ -252,6 +268,9 @@ type scheduler struct {
 	arrived     atomic.Bool
 	closed      bool
 	nextArrival uint64
+	// lastArrival is nextArrival, for the step's pause-point accounting
+	// (batch.arrivalMark) without the lock.
+	lastArrival atomic.Uint64
 	wake        chan struct{}
 	quit        chan struct{}
 	stopped     chan struct{}
@@ -332,6 +351,7 @@ func newScheduler(cfg Config, pool pagePool) *scheduler {
 		s.burst = cfg.Model.NewForwarder(cfg.BurstThreads)
 	}
 	b.arrivals = s.takeJoining
+	b.arrivalMark = s.lastArrival.Load
 	go s.loop()
 	return s
 }
@@ -353,6 +373,7 @@ func (s *scheduler) add(q *seq) {
 	}
 	s.nextArrival++
 	q.arrival = s.nextArrival
+	s.lastArrival.Store(s.nextArrival)
 	s.joining = append(s.joining, q)
 	s.arrived.Store(true)
 	s.mu.Unlock()
@@ -401,7 +422,18 @@ func (s *scheduler) stop() {
 
 // take moves the sequences that joined since the last turn into the batch.
 func (s *scheduler) take() {
-	s.join(s.takeJoining())
+	qs := s.takeJoining()
+	for _, q := range qs {
+		if q.waited == "" {
+			// No pause point saw it: it came after the last step's last
+			// pause point, or while no step that could yield ran.
+			q.waited = StartNextStep
+			if s.yielded && q.arrival <= s.endMark {
+				q.waited = StartAfterLastPause
+			}
+		}
+	}
+	s.join(qs)
 }
 
 // takeJoining empties the joiners; cheap (one atomic load) when there
@@ -461,6 +493,9 @@ func (s *scheduler) loop() {
 func (s *batch) join(qs []*seq) {
 	joined := len(s.active)
 	s.active = append(s.active, qs...)
+	for _, q := range qs {
+		q.joinedStep = s.steps.Load()
+	}
 	defer s.yieldJoined(s.active[joined:])
 	for _, q := range s.active[joined:] {
 		if q.startErr != nil {
@@ -565,7 +600,7 @@ func (s *batch) step() {
 				continue
 			}
 			if !q.decoded && q.started != nil {
-				q.started()
+				q.started(q.startHow(s.steps.Load()))
 				q.started = nil
 			}
 			budget -= len(toks)

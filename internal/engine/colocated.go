@@ -106,9 +106,10 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 			q = colocatedSeq(owner, table, r.Prompt, cached, r.MaxTokens, r.IgnoreEOS, samp)
 			q.weight = r.Weight
 			q.ended = tk.done
-			q.started = func() {
+			q.started = func(how string) {
 				started = time.Now()
 				c.phases.observe(r.Tenant, PhasePrefillWait, started.Sub(admitted))
+				c.phases.observe(r.Tenant, PhasePrefillWait+"/"+how, started.Sub(admitted))
 			}
 			q.emit = func(o outcome) {
 				if !firstSeen && !o.done && o.err == nil && !started.IsZero() {

@@ -281,9 +281,10 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	// Both run on the scheduler goroutine, in this order; computed is
 	// read after the prompt's end is received from it (ch).
 	var started, computed time.Time
-	q.started = func() {
+	q.started = func(how string) {
 		started = time.Now()
 		observe(PhasePrefillWait, started.Sub(admitted))
+		observe(PhasePrefillWait+"/"+how, started.Sub(admitted))
 	}
 	from := len(hits)
 	q.prefilled = func(q *seq) {

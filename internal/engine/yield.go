@@ -49,6 +49,7 @@ type YieldForwarder interface {
 // forward runs one step on fwd; a step with prompt chunks may yield to
 // prompts that arrive during it (yieldTo).
 func (s *batch) forward(fwd Forwarder, steps []Step, members []*seq) []StepResult {
+	s.yielded = false
 	yf, ok := fwd.(YieldForwarder)
 	if !ok || s.arrivals == nil {
 		return fwd.Forward(steps)
@@ -66,7 +67,12 @@ func (s *batch) forward(fwd Forwarder, steps []Step, members []*seq) []StepResul
 	s.during = s.during[:0]
 	s.nestedRan = false
 	defer func() { clear(s.during); s.during = s.during[:0] }()
-	return yf.ForwardBetween(steps, func(int) { s.yieldTo(yf, tenants) })
+	res := yf.ForwardBetween(steps, func(int) { s.yieldTo(yf, tenants) })
+	s.yielded = true
+	if s.arrivalMark != nil {
+		s.endMark = s.arrivalMark()
+	}
+	return res
 }
 
 // yieldTo is a pause point of a step carrying prompt
@@ -82,9 +88,6 @@ func (s *batch) forward(fwd Forwarder, steps []Step, members []*seq) []StepResul
 // made every pause point of another tenant's step (two a layer) run one,
 // charged a token or two each. Prompts arriving after it join at the step boundary.
 func (s *batch) yieldTo(yf YieldForwarder, step []string) {
-	if s.nestedRan {
-		return
-	}
 	if qs := s.arrivals(); len(qs) > 0 {
 		s.join(qs)
 		s.during = append(s.during, qs...)
@@ -93,6 +96,13 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 	var waiting []sched.Chunk
 	for _, q := range s.during {
 		if q.emit == nil || q.parked || q.decoded || q.recompute || q.held != nil || len(q.prompt) == 0 || q.cancelled() {
+			continue
+		}
+		if s.nestedRan {
+			q.waited = StartCap
+			if slices.Contains(step, q.owner.Tenant) {
+				q.waited = StartInStep // the reason without the cap too
+			}
 			continue
 		}
 		cands = append(cands, q)
@@ -108,16 +118,24 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 	for i, q := range cands {
 		n := take[i]
 		if n == 0 {
+			q.waited = StartShare
+			if slices.Contains(step, q.owner.Tenant) {
+				q.waited = StartInStep
+			} else if slices.ContainsFunc(members, func(o *seq) bool { return o.owner.Tenant == q.owner.Tenant }) {
+				q.waited = StartSameTenant
+			}
 			continue
 		}
 		if more := kv.PagesFor(q.fed+n, s.cfg.PageSize) - len(q.table); more > 0 && !s.pages().MayTake(q.owner.Tenant, more) {
+			q.waited = StartQuota
 			continue // over its KV share while another tenant waits
 		}
 		if s.grow(q, q.fed+n) != nil {
+			q.waited = StartGrow
 			continue // the step boundary grows it, preempting if it must
 		}
 		if q.started != nil {
-			q.started()
+			q.started(StartNested)
 			q.started = nil
 		}
 		steps = append(steps, Step{Tokens: q.prompt[:n], Pos: q.fed, KV: q.view})
@@ -132,4 +150,56 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 	s.nestedSteps.Add(1)
 	s.nestedRan = true
 	s.run(yf.Nested(), steps, members, sizes, true)
+}
+
+// How a prompt's first chunk started (the first-token phase
+// prefill_wait split by it, prefill_wait/<how>): what the prompt met
+// while it waited, so an operator sees why a tenant's prompt waited for
+// another's step. The last pause point that saw the prompt decides; a
+// prompt no pause point saw is next_step or after_last_pause.
+const (
+	// StartNested: at a pause point of another tenant's step, as a
+	// nested step (yield.go).
+	StartNested = "nested"
+	// StartNextStep: it arrived while no step that can pause ran (the
+	// batch idle, between two steps, or a step with no prompt chunk)
+	// and ran in the next step.
+	StartNextStep = "next_step"
+	// StartAfterLastPause: it arrived during a step that can pause,
+	// after the step's last pause point (the last layer's FFN and the
+	// output projection have none after them).
+	StartAfterLastPause = "after_last_pause"
+	// StartCap: a pause point saw it after the step had run its nested
+	// step.
+	StartCap = "cap"
+	// StartInStep: its tenant had a chunk in the paused step.
+	StartInStep = "in_step"
+	// StartSameTenant: another prompt of its tenant ran at that pause
+	// point (one chunk per tenant).
+	StartSameTenant = "same_tenant"
+	// StartShare: its tenant was not within Slack of the step's least
+	// served tenant (sched.Shares.Yield).
+	StartShare = "share"
+	// StartQuota: its pages would take its tenant over its KV share
+	// while another tenant waits.
+	StartQuota = "quota"
+	// StartGrow: the pool had no pages for its chunk without preempting.
+	StartGrow = "grow"
+	// StartPlan: it was in the batch at a step boundary and that step
+	// did not carry it (the tenants' step shares, sched.Shares.Plan, or
+	// the step's token budget).
+	StartPlan = "plan"
+)
+
+// startHow is how q's first chunk started when a step (not a pause
+// point) carries it, steps being the batch's step count before that
+// step: why it waited for that step.
+func (q *seq) startHow(steps int64) string {
+	switch {
+	case steps > q.joinedStep:
+		return StartPlan
+	case q.waited == "":
+		return StartNextStep
+	}
+	return q.waited
 }

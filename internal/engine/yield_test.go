@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"testing"
@@ -19,6 +20,7 @@ type yieldProbe struct {
 	Runtime
 	step    int                   // steps begun (paused or not)
 	onPause func(step, point int) // nil: nothing
+	onEnd   func(step int)        // nil: nothing; after a step's last pause point
 	nested  []string              // "step/point: tokens@pos ..." per nested step
 	at      [2]int                // the paused step and point now
 }
@@ -37,7 +39,7 @@ func (f *probeFwd) Forward(s []Step) []StepResult { return f.ForwardBetween(s, n
 func (f *probeFwd) ForwardBetween(s []Step, between func(int)) []StepResult {
 	f.p.step++
 	step, point := f.p.step, 0
-	return f.f.ForwardBetween(s, func(l int) {
+	res := f.f.ForwardBetween(s, func(l int) {
 		if f.p.onPause != nil {
 			f.p.onPause(step, point)
 		}
@@ -47,6 +49,10 @@ func (f *probeFwd) ForwardBetween(s []Step, between func(int)) []StepResult {
 			between(l)
 		}
 	})
+	if f.p.onEnd != nil {
+		f.p.onEnd(step)
+	}
+	return res
 }
 
 func (f *probeFwd) Nested() Forwarder { return nestedProbe{f.p, f.f.Nested()} }
@@ -86,6 +92,7 @@ type yieldRig struct {
 	probe *yieldProbe
 	out   map[string][]string // per name: tokens and logprob bits, then the end
 	ended chan string         // when set, learns each sequence's name as it ends
+	hows  map[string]string   // per name: how its first chunk started (StartNested...)
 }
 
 func newYieldRig(t *testing.T, pages int) *yieldRig {
@@ -98,9 +105,9 @@ func newYieldRig(t *testing.T, pages int) *yieldRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &yieldRig{t: t, cfg: cfg, pool: pool, probe: probe, out: map[string][]string{}}
+	r := &yieldRig{t: t, cfg: cfg, pool: pool, probe: probe, out: map[string][]string{}, hows: map[string]string{}}
 	r.s = newDrivenScheduler(cfg, pool, func() {})
-	r.s.arrivals = r.s.takeJoining
+	r.s.arrivals, r.s.arrivalMark = r.s.takeJoining, r.s.lastArrival.Load
 	t.Cleanup(r.s.stop)
 	return r
 }
@@ -128,6 +135,9 @@ func (r *yieldRig) addWith(name, tenant string, p []int32, maxTokens, pages int)
 	}
 	q := colocatedSeq(owner, table, p, 0, maxTokens, true, samp)
 	q.weight = 1
+	if r.hows != nil {
+		q.started = func(how string) { r.hows[name] = how }
+	}
 	q.emit = func(o outcome) {
 		switch {
 		case o.err != nil:
@@ -344,5 +354,55 @@ func TestYieldBurstNestsOncePerStep(t *testing.T) {
 		if !slices.Equal(r.out[n], alone[n]) {
 			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
 		}
+	}
+}
+
+// How each prompt's first chunk started (prefill_wait/<how>) is what it
+// met: a prompt in an idle batch runs in the next step; at a pause point
+// of another tenant's step it runs nested, unless its tenant is in the
+// step, the step ran its nested step already, or it arrived after the
+// step's last pause point; one the step after its arrival passed over
+// waited for the plan.
+func TestFirstChunkStartReasons(t *testing.T) {
+	r := newYieldRig(t, 64)
+	r.add("a", "a", prompt(3, 60), 4)
+	r.s.turn() // a's first step
+	var a2, c *seq
+	r.probe.onPause = func(step, point int) {
+		if step == 2 && point == 0 {
+			r.add("b", "b", prompt(4, 12), 4)
+			a2 = r.add("a2", "a", prompt(6, 20), 4)
+		}
+		if step == 2 && point == 1 {
+			r.add("b2", "b", prompt(5, 40), 4)
+		}
+	}
+	r.probe.onEnd = func(step int) {
+		if step == 2 {
+			c = r.add("c", "c", prompt(7, 12), 4)
+		}
+	}
+	r.s.turn()
+	r.probe.onPause, r.probe.onEnd = nil, nil
+	r.s.take() // c joins at the boundary
+	if a2.waited != StartInStep || c.waited != StartAfterLastPause {
+		t.Fatalf("at the boundary a2 waited for %q, c for %q; want %q, %q", a2.waited, c.waited, StartInStep, StartAfterLastPause)
+	}
+	r.drain()
+	for name, want := range map[string]string{"a": StartNextStep, "b": StartNested, "b2": StartCap} {
+		if r.hows[name] != want {
+			t.Errorf("%s's first chunk started %q, want %q (all: %v)", name, r.hows[name], want, r.hows)
+		}
+	}
+	// Steps of 16 tokens, one tenant: a's second prompt, there at the
+	// first boundary, waits for a's first prompt's chunks (the oldest
+	// first).
+	r = newYieldRig(t, 64)
+	r.s.cfg.StepTokens = 16
+	r.add("a", "a", prompt(3, 40), 4)
+	r.add("a2", "a", prompt(6, 20), 4)
+	r.drain()
+	if want := map[string]string{"a": StartNextStep, "a2": StartPlan}; !maps.Equal(r.hows, want) {
+		t.Fatalf("first chunks started %v, want %v", r.hows, want)
 	}
 }

@@ -226,7 +226,7 @@ type statsCollector struct {
 // first token went, by role and phase; by tenant only with
 // --metrics-tenant-labels.
 var (
-	phaseHelp    = "Parts of the time to first token of requests (their first handoff), by role (router, prefill: each prefill worker in the process that runs it, colocated) and phase: queue (router or colocated queue until the pages are reserved), handoff (router: reservation to first token), prefill_queue (prefill worker: waiting for prefill pages), prefill_wait (pages to the first step running a chunk of the prompt), prefill_compute (that step to the prompt computed; colocated: to the first token), prefill_push (prefill worker: last chunk to the accepted commit)."
+	phaseHelp    = "Parts of the time to first token of requests (their first handoff), by role (router, prefill: each prefill worker in the process that runs it, colocated) and phase: queue (router or colocated queue until the pages are reserved), handoff (router: reservation to first token), prefill_queue (prefill worker: waiting for prefill pages), prefill_wait (pages to the first step running a chunk of the prompt), prefill_compute (that step to the prompt computed; colocated: to the first token), prefill_push (prefill worker: last chunk to the accepted commit); prefill_wait/<how> is prefill_wait again by how the prompt's first chunk started (nested, next_step, after_last_pause, cap, in_step, same_tenant, share, quota, grow, plan: docs/operations.md)."
 	descPhase    = prometheus.NewDesc("sluice_first_token_phase_seconds", phaseHelp, []string{"role", "phase"}, nil)
 	descPhaseTen = prometheus.NewDesc("sluice_first_token_phase_seconds", phaseHelp+" By tenant (--metrics-tenant-labels).", []string{"role", "phase", "tenant"}, nil)
 )
