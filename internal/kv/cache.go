@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"maps"
 )
 
 // The prefix cache (I11). A full, sealed page of a sequence's prompt can be
@@ -147,6 +146,9 @@ type scopeCache struct {
 	cached     int
 	idle       int
 	head, tail int32
+	// budget is what evictForLocked's reservation may still evict of
+	// the scope's idle entries (evictBudgetLocked sets it).
+	budget int
 }
 
 type entryKey struct {
@@ -307,26 +309,13 @@ func (p *Pool) victimForLocked(ok func(tenant string, s *scopeCache) bool) int32
 	return c.public.head
 }
 
-// inUseLocked counts each tenant's pages in use: neither free,
-// quarantined nor cached. One pass over the pages, only when entries must
-// be evicted.
-func (p *Pool) inUseLocked() map[string]int {
-	inUse := map[string]int{}
-	for pg := range p.pages {
-		m := &p.pages[pg]
-		if st := tagState(m.tag.Load()); st != Free && st != Quarantined && !p.cache.meta[pg].cached {
-			inUse[m.owner.Tenant]++
-		}
-	}
-	return inUse
-}
-
 // internLocked is the tenant's small id, the same for the pool's life.
 func (p *Pool) internLocked(tenant string) uint32 {
 	id, ok := p.cache.tenants[tenant]
 	if !ok {
 		id = uint32(len(p.cache.tenants) + 1)
 		p.cache.tenants[tenant] = id
+		p.holds = append(p.holds, tenantHold{name: tenant, at: -1})
 	}
 	return id
 }
@@ -428,6 +417,8 @@ func (p *Pool) insert(o Owner, ref PageRef, key BlockKey, public bool) (bool, er
 	if !p.roomForInsertLocked(o.Tenant, public) {
 		return false, nil
 	}
+	p.holdLocked(ref.Page, -1) // in use until here; cached (or public) from here
+	defer p.holdLocked(ref.Page, +1)
 	cm := &c.meta[ref.Page]
 	cm.cached, cm.indexed, cm.key, cm.public = true, true, key, public
 	c.index[ek] = ref.Page
@@ -441,6 +432,7 @@ func (p *Pool) insert(o Owner, ref PageRef, key BlockKey, public bool) (bool, er
 	m.owner = Owner{Tenant: o.Tenant, ID: eid}
 	if public {
 		m.owner.Tenant = ""
+		m.holder = 0
 		m.tenant.Store(PublicTenant)
 	}
 	p.addShareLocked(shareKey{ref.Page, ref.Gen, o.ID})
@@ -505,9 +497,8 @@ func (p *Pool) evictForLocked(tenant string, n int) {
 	if n <= p.nfree || n > p.nfree+p.cache.idle {
 		return
 	}
-	inUse := p.inUseLocked()
-	budget, room := p.evictBudgetLocked(inUse, tenant, n)
-	if budget == nil {
+	all, room := p.evictBudgetLocked(tenant, n)
+	if all {
 		for n > p.nfree {
 			p.evictLocked(uint32(p.victimLocked()))
 		}
@@ -516,37 +507,46 @@ func (p *Pool) evictForLocked(tenant string, n int) {
 	if n > p.nfree+room {
 		return
 	}
-	ok := func(t string, _ *scopeCache) bool { return budget[t] > 0 }
+	ok := func(_ string, s *scopeCache) bool { return s.budget > 0 }
 	for n > p.nfree {
 		pg := uint32(p.victimForLocked(ok))
 		if !p.cache.meta[pg].public {
-			budget[p.pages[pg].owner.Tenant]--
+			p.pageScopeLocked(pg).budget--
 		}
 		p.evictLocked(pg)
 	}
 }
 
 // evictBudgetLocked is what a reservation of n pages by tenant may evict:
-// a nil budget when it may evict any idle entry (it stays within its share
-// of the pool, holdShareLocked), else what each scope may lose, fixed
-// before the first eviction: its own idle entries, another tenant's excess
-// over its cache share; room is what the budget allows in all, the public
-// scope's idle entries included. inUse is inUseLocked's count.
-func (p *Pool) evictBudgetLocked(inUse map[string]int, tenant string, n int) (budget map[string]int, room int) {
-	if p.holdShareLocked(inUse, tenant, n) {
-		return nil, p.cache.idle
+// any idle entry (all) when it stays within its share of the pool
+// (holdShareLocked), else what each tenant's scope may lose, fixed before
+// the first eviction and left in its budget: its own idle entries,
+// another tenant's excess over its cache share. room is what it may
+// evict in all, the public scope's idle entries included. O(tenants), no
+// allocation: AvailableFor calls it on every colocated admission check.
+func (p *Pool) evictBudgetLocked(tenant string, n int) (all bool, room int) {
+	c := &p.cache
+	if p.holdShareLocked(tenant, n) {
+		return true, c.idle
 	}
-	budget = map[string]int{}
-	room = p.cache.public.idle
-	for t, s := range p.cache.scopes {
+	// shareLocked for every scope at once: the weights of the scopes
+	// (each holds cached pages, audit) summed once.
+	var total int64
+	for t := range c.scopes {
+		total += p.cacheWeight(t)
+	}
+	pages := int64(len(p.pages) - c.public.cached)
+	room = c.public.idle
+	for t, s := range c.scopes {
 		b := s.idle
 		if t != tenant {
-			b = min(b, max(0, s.cached-p.shareLocked(t)))
+			share := int(max(1, pages*p.cacheWeight(t)/total))
+			b = min(b, max(0, s.cached-share))
 		}
-		budget[t] = b
+		s.budget = b
 		room += b
 	}
-	return budget, room
+	return false, room
 }
 
 // AvailableFor is the pages a reservation of n pages by tenant could have
@@ -556,14 +556,14 @@ func (p *Pool) evictBudgetLocked(inUse map[string]int, tenant string, n int) (bu
 // colocated engine's free-page watermark over it let a flood of long
 // prompts take the last free pages, and a co-tenant's next reservation
 // then had only its own prefixes to evict (the crowding bench: b's hit
-// rate 0.90 flooded vs 0.94 alone).
+// rate 0.90 flooded vs 0.94 alone). O(tenants), no allocation.
 func (p *Pool) AvailableFor(tenant string, n int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return 0
 	}
-	_, room := p.evictBudgetLocked(p.inUseLocked(), tenant, n)
+	_, room := p.evictBudgetLocked(tenant, n)
 	return p.nfree + room
 }
 
@@ -575,22 +575,19 @@ func (p *Pool) AvailableFor(tenant string, n int) int {
 // counting pages in use alone left a flood of long prompts "within its
 // share" while its cached prompts filled the pool, and its reservations
 // then evicted another tenant's prefixes within that tenant's share.
-// inUse is inUseLocked's count.
-func (p *Pool) holdShareLocked(inUse map[string]int, tenant string, n int) bool {
-	held := maps.Clone(inUse)
-	for t, s := range p.cache.scopes {
-		if s.cached > 0 {
-			held[t] += s.cached
-		}
-	}
+// The counts are hold.go's, kept as pages change.
+func (p *Pool) holdShareLocked(tenant string, n int) bool {
 	w := p.cacheWeight(tenant)
-	sum := w
-	for t := range held {
-		if t != tenant {
-			sum += p.cacheWeight(t)
+	sum, held := w, 0
+	for _, id := range p.holding {
+		h := &p.holds[id]
+		if h.name == tenant {
+			held = h.held
+			continue
 		}
+		sum += p.cacheWeight(h.name)
 	}
-	return int64(held[tenant]+n) <= int64(len(p.pages))*w/sum
+	return int64(held+n) <= int64(len(p.pages))*w/sum
 }
 
 // evictLocked ends an entry nobody reads: out of the index and the LRU, a
@@ -618,6 +615,8 @@ func (p *Pool) evictLocked(pg uint32) {
 func (p *Pool) uncacheLocked(pg uint32) {
 	c := &p.cache
 	cm := &c.meta[pg]
+	p.holdLocked(pg, -1)
+	defer p.holdLocked(pg, +1)
 	if cm.indexed {
 		delete(c.index, p.indexKeyLocked(pg))
 	}

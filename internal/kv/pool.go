@@ -47,6 +47,10 @@ type page struct {
 	// owner is the allocation's owner; kept after release so a late
 	// operation can be classified (foreign vs released).
 	owner Owner
+	// holder is the interned id of owner.Tenant, the tenant whose count
+	// the page is in while it counts (hold.go); 0 for a public entry.
+	// Apart from tenant, the data path's word, which a test corrupts.
+	holder uint32
 	// live: the allocation's owner still holds the page and may release it.
 	// Quarantine() clears it (the owner gives the page up to the lease).
 	live bool
@@ -106,6 +110,10 @@ type Pool struct {
 	closed     bool
 	scrubbers  sync.WaitGroup // Releases scrubbing without the lock
 	cache      cacheState     // prefix cache (cache.go)
+	// holds is each interned tenant's count of the pages it holds, by
+	// interned id (0 unused); holding lists the ids holding any (hold.go).
+	holds   []tenantHold
+	holding []uint32
 }
 
 // New builds a pool: heap-backed, or a MAP_SHARED mapping of cfg.SharedFile.
@@ -157,6 +165,7 @@ func New(cfg Config) (*Pool, error) {
 		violations: make(map[Kind]uint64),
 		head:       -1,
 		tail:       -1,
+		holds:      []tenantHold{{at: -1}},
 	}
 	p.cache.init(cfg.Pages)
 	if cfg.SharedFile != "" {
@@ -290,6 +299,7 @@ func (p *Pool) reserveLocked(o Owner, n int, table []PageRef) ([]PageRef, error)
 			panic("kv: generation counter exhausted")
 		}
 		m.owner = o
+		m.holder = tid
 		m.live = true
 		m.qTransfer = false
 		m.sealed.Store(0)
@@ -305,6 +315,9 @@ func (p *Pool) reserveLocked(o Owner, n int, table []PageRef) ([]PageRef, error)
 			p.gens[pg].Store(p.gen)
 		}
 		out = append(out, PageRef{Page: uint32(pg), Gen: p.gen})
+	}
+	if n > 0 {
+		p.addHeldLocked(tid, n) // in use now (a free page is never a cache entry)
 	}
 	return out, nil
 }
@@ -859,6 +872,9 @@ func (p *Pool) audit() error {
 	if free != n {
 		return &Error{Code: CodeCorrupt, Msg: fmt.Sprintf("%d free pages but %d on the free list", free, n)}
 	}
+	if err := p.auditHoldsLocked(); err != nil {
+		return err
+	}
 	return p.auditCacheLocked()
 }
 
@@ -971,7 +987,17 @@ func (p *Pool) setStateLocked(pg uint32, s State) {
 		// state, no one-sided writer can start a copy into it (shm.go).
 		p.closeGen(pg)
 	}
-	m.tag.Store(mkTag(tagGen(m.tag.Load()), s))
+	t := m.tag.Load()
+	m.tag.Store(mkTag(tagGen(t), s))
+	// A page that is not a cache entry counts for its tenant while in use
+	// (hold.go); a cache entry counts whatever its state.
+	if was, is := inUseState(tagState(t)), inUseState(s); was != is && m.holder != 0 && !p.cache.meta[pg].cached {
+		if is {
+			p.addHeldLocked(m.holder, +1)
+		} else {
+			p.addHeldLocked(m.holder, -1)
+		}
+	}
 }
 
 // closeGen closes a shared page's generation word: no one-sided writer
