@@ -244,3 +244,45 @@ func TestBatchFlagsRefuseNonsense(t *testing.T) {
 		}
 	}
 }
+
+// What a user coming from llama-server or vLLM types first gets an answer
+// that says what to do: --version prints the version; a flag given before
+// any command says where flags go; a command missing its required flag
+// says which; the help of every command that takes a key file names every
+// option of its lines; generate's help does not claim fewer architectures
+// than the loader runs.
+func TestFirstCommandsAnswer(t *testing.T) {
+	_, want, _ := runBin(t, "version")
+	for _, v := range []string{"--version", "-v"} {
+		if code, out, errb := runBin(t, v); code != 0 || out != want || errb != "" {
+			t.Errorf("sluice %s: exit %d, stdout %q, stderr %q; want sluice version's %q", v, code, out, errb, want)
+		}
+	}
+	code, out, errb := runBin(t, "-m", "model.gguf")
+	if code != 2 || out != "" || strings.Count(errb, "\n") != 1 || !strings.Contains(errb, "'sluice serve -m model.gguf'") {
+		t.Errorf("sluice -m model.gguf: exit %d, stdout %q, stderr %q", code, out, errb)
+	}
+	if code, _, errb := runBin(t, "tokenize", "--text", "hi"); code != 2 || !strings.HasPrefix(errb, "sluice tokenize: --model is required") {
+		t.Errorf("sluice tokenize without --model: exit %d, stderr %q", code, head(errb))
+	}
+	for _, n := range []string{"serve", "router"} {
+		_, help, _ := runBin(t, n, "--help")
+		var line string
+		for l := range strings.Lines(help) {
+			if strings.HasPrefix(l, "  -api-keys") {
+				line = l
+			}
+		}
+		i := strings.Index(help, line)
+		usage := help[i+len(line):]
+		usage, _, _ = strings.Cut(usage, "\n")
+		for _, opt := range []string{"weight=N", "rpm=N", "tpm=N"} {
+			if !strings.Contains(usage, opt) {
+				t.Errorf("sluice %s --help: --api-keys does not name %s: %q", n, opt, usage)
+			}
+		}
+	}
+	if _, help, _ := runBin(t, "generate", "--help"); strings.Contains(help, "llama or qwen2") {
+		t.Errorf("sluice generate --help names two architectures; it runs every one sluice serves")
+	}
+}

@@ -22,7 +22,10 @@ func TestServeTakesVLLMFlags(t *testing.T) {
 	}
 	model := testenv.Shared(t, "models/stories260K.gguf")
 	p := startProc(t, "serve", "-m", model, "--max-model-len", "200", "--kv-pool-tokens", "512",
-		"--host", "127.0.0.1", "--port", "0", "--api-key", "sk-test-key")
+		"--host", "127.0.0.1", "--port", "0", "--api-key", "sk-test-key",
+		// --api-key moves /metrics to 127.0.0.1:9090 by default, which
+		// another server on the machine may hold.
+		"--metrics-listen", "127.0.0.1:0")
 	addr := p.waitAddr(t)
 	if !strings.HasPrefix(addr, "127.0.0.1:") || strings.HasSuffix(addr, ":0") {
 		t.Fatalf("listening on %q, want 127.0.0.1 and a port", addr)

@@ -278,8 +278,9 @@ func runGenerate(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: sluice generate [flags]
 
-Runs one prompt through a GGUF model (llama or qwen2 architecture) on the CPU,
-through a real KV page pool, and prints the generated text as it comes.
+Runs one prompt through a GGUF model (any architecture sluice serves, see
+docs/models.md) on the CPU, through a real KV page pool, and prints the
+generated text as it comes.
 With --json it prints one object instead:
   {"prompt_token_ids":[...], "token_ids":[...], "text":"...",
    "timings":{"prefill_tokens_per_second":..., "decode_tokens_per_second":..., ...}}

@@ -62,6 +62,9 @@ func run(args []string) int {
 	case "-h", "-help", "--help":
 		usage(os.Stdout)
 		return 0
+	case "-v", "-version", "--version":
+		// llama-server's and vLLM's spelling of `sluice version`.
+		return commands["version"].run(nil)
 	case "help":
 		if len(args) == 1 {
 			usage(os.Stdout)
@@ -77,6 +80,13 @@ func run(args []string) int {
 		return c.run([]string{"--help"})
 	}
 	c, ok := commands[args[0]]
+	if !ok && strings.HasPrefix(args[0], "-") {
+		// `sluice -m model.gguf`, as llama-server is run: say where the
+		// flags go instead of listing every command under an error about
+		// a "command" the user never meant to give.
+		fmt.Fprintf(os.Stderr, "sluice: %s is a flag, and flags come after a command: 'sluice serve %s'. Run 'sluice --help' for the commands\n", args[0], strings.Join(args, " "))
+		return 2
+	}
 	if !ok {
 		fmt.Fprintf(os.Stderr, "sluice: unknown command %q\n\n", args[0])
 		usage(os.Stderr)

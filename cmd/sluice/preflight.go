@@ -52,11 +52,12 @@ func runPreflight(args []string, stdout, stderr io.Writer) int {
 	if remotePreflightFlags != nil {
 		remotePreflightFlags(fs)
 	}
-	usageFor(fs, `Usage: sluice preflight --model PATH --context N [--kv-memory BYTES | --kv-pool-tokens N] [--page-size P] [--kv-type f16|f32] [--role prefill|decode|both] [--json]
+	usageFor(fs, `Usage: sluice preflight --model PATH --context N [--kv-memory BYTES | --kv-pool-tokens N] [--page-size P] [--kv-type f16|f32|q8_0] [--role prefill|decode|both|colocated] [--json]
 
 Prints, per role: weight bytes, KV bytes per token and type (layers x KV
-heads x head dim x 2 x 2 bytes for f16, the default, or 4 for f32), page size, pool capacity in tokens, configured and
-effective context, and a verdict. Exits 0 when every role's pool holds the
+heads x head dim x 2 x 2 bytes for f16, the default, 4 for f32, 34/32 for
+q8_0), page size, pool capacity in tokens, configured and effective context,
+and a verdict. Exits 0 when every role's pool holds the
 context; otherwise exits 1 with a sentence naming the role, both numbers
 and what to change. The servers run exactly this check at start (I2).
 `)

@@ -40,8 +40,12 @@ Flags:
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if *model == "" || fs.NArg() > 0 {
-		fs.Usage()
+	if *model == "" {
+		fmt.Fprintln(os.Stderr, "sluice tokenize: --model is required (a GGUF model or vocab-only file)")
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "sluice tokenize: unexpected argument %q (the text goes in --text, or on standard input with --stdin)\n", fs.Arg(0))
 		return 2
 	}
 	if *stdin {

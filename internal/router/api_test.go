@@ -437,6 +437,44 @@ func TestTenantsFromKeys(t *testing.T) {
 	if status != 401 || e.Code != CodeMissingKey || e.Type != "authentication_error" {
 		t.Fatalf("missing key: %d %+v", status, e)
 	}
+	// The scheme is case-insensitive; a header of another shape is told
+	// so (never "no API key given", which misleads the one who sent it),
+	// without repeating what it held.
+	for _, c := range []struct {
+		header string
+		status int
+		code   string
+		says   string
+	}{
+		{"bearer kb", 200, "", ""},
+		{"BEARER   kb ", 200, "", ""},
+		{"kb", 401, CodeMissingKey, "not of the form"},
+		{"Basic a2I6", 401, CodeMissingKey, "not of the form"},
+		{"Bearer", 401, CodeMissingKey, "not of the form"},
+		{"", 401, CodeMissingKey, "no API key given"},
+		{"bearer nope", 401, CodeInvalidKey, "not known"},
+	} {
+		req, _ := http.NewRequest("POST", h.ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"x","max_tokens":1}`))
+		if c.header != "" {
+			req.Header.Set("Authorization", c.header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var eb struct {
+			Error errorFields `json:"error"`
+		}
+		_ = json.Unmarshal(body, &eb)
+		if resp.StatusCode != c.status || eb.Error.Code != c.code || !strings.Contains(eb.Error.Message, c.says) {
+			t.Errorf("Authorization %q: %d %s, want %d %s saying %q", c.header, resp.StatusCode, body, c.status, c.code, c.says)
+		}
+		if c.status == 401 && len(c.header) > len("Bearer") && strings.Contains(string(body), c.header) {
+			t.Errorf("Authorization %q: the answer repeats the header: %s", c.header, body)
+		}
+	}
 	if _, err := h.client("nope").Models.List(ctx); err == nil {
 		t.Fatal("/v1/models must require a key in multi-tenant mode")
 	}
@@ -461,7 +499,7 @@ func TestTenantsFromKeys(t *testing.T) {
 	if resp.StatusCode != 401 || resp2.StatusCode != 200 || info.Server != "sluice" || info.Context != 64 {
 		t.Fatalf("/sluice/info: %d without key, %d with; %+v", resp.StatusCode, resp2.StatusCode, info)
 	}
-	if h.eng.submitted.Load() != 3 {
+	if h.eng.submitted.Load() != 5 {
 		t.Fatal("unauthenticated requests reached the engine")
 	}
 }

@@ -31,6 +31,10 @@ type keyEntry struct {
 	tenant string
 }
 
+// KeyLineFormat is one line of a key file, as the flags' help and the
+// parser's errors spell it.
+const KeyLineFormat = "KEY TENANT [weight=N] [rpm=N] [tpm=N]"
+
 // LoadKeys reads a key file: one "KEY TENANT" pair per line, blank lines and
 // lines starting with '#' ignored, several keys per tenant allowed. A line
 // may go on with options, in any order:
@@ -70,7 +74,7 @@ func ParseKeys(r io.Reader) (*Keys, error) {
 		}
 		f := strings.Fields(s)
 		if len(f) < 2 {
-			return nil, fmt.Errorf("line %d: want \"KEY TENANT [weight=N] [rpm=N] [tpm=N]\", got %d field(s)", line, len(f))
+			return nil, fmt.Errorf("line %d: want \"%s\", got %d field(s)", line, KeyLineFormat, len(f))
 		}
 		if err := k.options(f[1], f[2:]); err != nil {
 			return nil, fmt.Errorf("line %d: %v", line, err)

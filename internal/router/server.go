@@ -274,11 +274,19 @@ func (s *Server) authenticate(r *http.Request) (string, *apiError) {
 	if s.cfg.Keys == nil {
 		return SingleTenant, nil
 	}
-	h := r.Header.Get("Authorization")
-	key, ok := strings.CutPrefix(h, "Bearer ")
-	key = strings.TrimSpace(key)
-	if !ok || key == "" {
+	h := strings.TrimSpace(r.Header.Get("Authorization"))
+	if h == "" {
 		return "", newErr(http.StatusUnauthorized, CodeMissingKey, "", "no API key given; send the header \"Authorization: Bearer YOUR_KEY\"")
+	}
+	// The scheme is case-insensitive (RFC 9110, 11.1): "bearer KEY" is
+	// what some clients send. A header in another shape is named as
+	// such: "no API key given" would send its sender looking for a key
+	// they did give. The message never repeats the header (it may hold a
+	// key).
+	scheme, key, _ := strings.Cut(h, " ")
+	key = strings.TrimSpace(key)
+	if !strings.EqualFold(scheme, "Bearer") || key == "" {
+		return "", newErr(http.StatusUnauthorized, CodeMissingKey, "", "the Authorization header is not of the form \"Bearer YOUR_KEY\"; send the key as \"Authorization: Bearer YOUR_KEY\"")
 	}
 	tenant, ok := s.cfg.Keys.Lookup(key)
 	if !ok {
