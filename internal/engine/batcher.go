@@ -237,8 +237,8 @@ type batch struct {
 	during      []*seq
 	paused      time.Duration
 	nestedSteps atomic.Int64
-	// nestedRan: the step under way ran its nested step (one per step).
-	nestedRan bool
+	// nest is the nested work the step under way may still take.
+	nest sched.Nest
 	// arrivalMark is the arrival number of the latest sequence handed
 	// to the scheduler (nil in driven mode); yielded is whether the last
 	// step could yield (it carried prompt chunks), and endMark the

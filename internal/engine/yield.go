@@ -65,7 +65,11 @@ func (s *batch) forward(fwd Forwarder, steps []Step, members []*seq) []StepResul
 		return fwd.Forward(steps)
 	}
 	s.during = s.during[:0]
-	s.nestedRan = false
+	total := 0
+	for _, st := range steps {
+		total += len(st.Tokens)
+	}
+	s.nest = sched.NestFor(total, s.cfg.nestForward())
 	defer func() { clear(s.during); s.during = s.during[:0] }()
 	res := yf.ForwardBetween(steps, func(int) { s.yieldTo(yf, tenants) })
 	s.yielded = true
@@ -77,16 +81,23 @@ func (s *batch) forward(fwd Forwarder, steps []Step, members []*seq) []StepResul
 
 // yieldTo is a pause point of a step carrying prompt
 // chunks of the tenants step: prompts that arrived since the step began
-// join the batch, and the first chunks sched.Shares.Yield picks run now
-// as one nested step.
+// join the batch, and the first chunks sched.Shares.YieldWithin picks
+// run now as one nested step.
 //
-// One nested step per paused step: a nested step is a whole forward pass,
-// whose cost does not shrink with its tokens as the shares count them
-// (every layer's weights are read for one token as for a chunk: a
-// 1-token forward is ~1/25 of a 64-token chunk's on bench-110M-q8_0, ~1/3
-// on bench-15M-f32). Without the bound a tenant's burst of tiny prompts
-// made every pause point of another tenant's step (two a layer) run one,
-// charged a token or two each. Prompts arriving after it join at the step boundary.
+// The step's nested budget (s.nest, sched.Nest): a nested step is a
+// whole forward pass, whose cost does not shrink with its tokens as the
+// shares count them (every layer's weights are read for one token as for
+// a chunk: a 1-token forward is ~1/25 of a 64-token chunk's on
+// bench-110M-q8_0, ~1/3 on bench-15M-f32). So each costs a fixed
+// nestForward tokens plus its own, charged to its tenants, and the
+// nested steps of one paused step together cost at most the step
+// itself: a tenant's burst of tiny prompts runs a few forward passes in
+// another tenant's step, not one at every pause point (two a layer),
+// and a light tenant's second prompt still goes at the next pause point
+// (a bound of one nested step per paused step made it wait for the step
+// boundary: in the crowding bench, 22-31% of the light tenant's prompts,
+// the p99 of its TTFT). Prompts the budget leaves out wait for the step
+// boundary.
 func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 	if qs := s.arrivals(); len(qs) > 0 {
 		s.join(qs)
@@ -94,14 +105,15 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 	}
 	var cands []*seq
 	var waiting []sched.Chunk
+	spent := s.nest.Left < s.nest.Forward+1
 	for _, q := range s.during {
 		if q.emit == nil || q.parked || q.decoded || q.recompute || q.held != nil || len(q.prompt) == 0 || q.cancelled() {
 			continue
 		}
-		if s.nestedRan {
-			q.waited = StartCap
+		if spent {
+			q.waited = StartBudget
 			if slices.Contains(step, q.owner.Tenant) {
-				q.waited = StartInStep // the reason without the cap too
+				q.waited = StartInStep // the reason with budget left too
 			}
 			continue
 		}
@@ -111,18 +123,25 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 	if len(cands) == 0 {
 		return
 	}
-	take := s.shares.Yield(step, waiting, min(s.cfg.SharedStepTokens, s.cfg.ChunkTokens))
+	take, _ := s.shares.YieldWithin(step, waiting, min(s.cfg.SharedStepTokens, s.cfg.ChunkTokens), s.nest)
 	var steps []Step
 	var members []*seq
 	var sizes []int
+	chosen := map[string]bool{} // tenants with a chunk taken so far
 	for i, q := range cands {
 		n := take[i]
-		if n == 0 {
-			q.waited = StartShare
-			if slices.Contains(step, q.owner.Tenant) {
+		if n > 0 {
+			chosen[q.owner.Tenant] = true
+		} else {
+			switch {
+			case slices.Contains(step, q.owner.Tenant):
 				q.waited = StartInStep
-			} else if slices.ContainsFunc(members, func(o *seq) bool { return o.owner.Tenant == q.owner.Tenant }) {
+			case chosen[q.owner.Tenant]:
 				q.waited = StartSameTenant
+			case s.shares.Ahead(step, q.owner.Tenant):
+				q.waited = StartShare
+			default:
+				q.waited = StartBudget
 			}
 			continue
 		}
@@ -145,12 +164,28 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 	if len(steps) == 0 {
 		return
 	}
-	// The step's one nested step (nestedRan): so only a prompt's first
-	// chunk runs nested, the rest take their turns in the batch's steps.
+	// The budget pays for what runs (a chunk left out for its pages
+	// costs nothing), and the forward pass's fixed cost is charged to
+	// the nested step's tenants (one chunk each), beside their tokens.
+	s.nest.Left -= s.nest.Forward
+	for i, q := range members {
+		s.nest.Left -= sizes[i]
+		s.shares.Charge(q.owner.Tenant, q.weight, sched.ForwardPart(s.nest.Forward, len(members), i))
+	}
+	// Only a prompt's first chunk runs nested: the rest take their turns
+	// in the batch's steps.
+	s.during = slices.DeleteFunc(s.during, func(q *seq) bool { return slices.Contains(members, q) })
 	s.nestedSteps.Add(1)
-	s.nestedRan = true
 	s.run(yf.Nested(), steps, members, sizes, true)
 }
+
+// nestForward is a forward pass's fixed cost in prompt tokens, for the
+// nested budget and charges (sched.Nest): a quarter of a chunk. Measured
+// (BenchmarkPrefillStepSize), a 1-token pass costs what ~3 tokens of a
+// 64-token chunk do on bench-110M-q8_0 and ~21 on bench-15M-f32; a
+// quarter chunk (16 at the default 64) sits between and bounds a burst of
+// 1-token prompts to a handful of passes a paused step.
+func (c Config) nestForward() int { return max(c.ChunkTokens/4, 1) }
 
 // How a prompt's first chunk started (the first-token phase
 // prefill_wait split by it, prefill_wait/<how>): what the prompt met
@@ -169,9 +204,9 @@ const (
 	// after the step's last pause point (the last layer's FFN and the
 	// output projection have none after them).
 	StartAfterLastPause = "after_last_pause"
-	// StartCap: a pause point saw it after the step had run its nested
-	// step.
-	StartCap = "cap"
+	// StartBudget: a pause point saw it when the step's nested budget
+	// (sched.Nest) could not pay for its chunk.
+	StartBudget = "budget"
 	// StartInStep: its tenant had a chunk in the paused step.
 	StartInStep = "in_step"
 	// StartSameTenant: another prompt of its tenant ran at that pause

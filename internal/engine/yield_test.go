@@ -205,10 +205,10 @@ func TestStepYieldsToArrivingPrompt(t *testing.T) {
 		var cancelled *seq
 		r.probe.onPause = func(step, p int) {
 			if step == 2 && p == 0 {
-				r.add("b", "b", light, 6)          // one chunk: its first token is drawn nested
-				r.add("a2", "a", prompt(6, 20), 6) // a is in the step: waits
-				cancelled = r.add("c", "c", prompt(7, 20), 6)
-				cancelled.cancel.Store(true) // seen at the step boundary
+				r.add("b", "b", light, 6)                    // one chunk: its first token is drawn nested
+				r.add("a2", "a", prompt(6, 20), 6)           // a is in the step: waits
+				cancelled = r.add("c", "c", prompt(7, 2), 6) // fits in the nested budget beside b
+				cancelled.cancel.Store(true)                 // seen at the step boundary
 			}
 			if step == 2 && p == 1 {
 				r.add("b2", "b", light2, 6) // the step ran its nested one: waits for the boundary
@@ -315,11 +315,13 @@ func TestSchedulerYieldsToArrival(t *testing.T) {
 // tiny prompts as another tenant's prompt step begins would otherwise
 // run one nested step at every pause point of it (two a layer), each
 // charged a token or two: the other tenant's step paid a whole forward
-// per half layer.
-// One nested step per paused step bounds what the yield adds to it; the
-// rest of the burst takes its turns in the batch's steps, every output
-// bitwise as alone.
-func TestYieldBurstNestsOncePerStep(t *testing.T) {
+// per half layer (red team F2). The step's nested budget bounds it: each
+// nested pass costs nestForward (4 at chunks of 16) plus its tokens, all
+// of them together at most the paused step's own 4 + 16, so three of
+// the four 2-token prompts run nested (at the first three pause points)
+// and the fourth waits for the boundary; the tenant is charged each
+// pass's fixed cost beside its tokens; every output is bitwise as alone.
+func TestYieldBurstBoundedByNestBudget(t *testing.T) {
 	flood := prompt(3, 60)
 	tiny := [][]int32{prompt(11, 2), prompt(12, 2), prompt(13, 2), prompt(14, 2)}
 	names := []string{"b0", "b1", "b2", "b3"}
@@ -335,8 +337,12 @@ func TestYieldBurstNestsOncePerStep(t *testing.T) {
 		alone[name] = r.out[name]
 	}
 	r := newYieldRig(t, 64)
+	if f := r.cfg.nestForward(); f != 4 {
+		t.Fatalf("nestForward %d at chunks of %d, the test counts 4", f, r.cfg.ChunkTokens)
+	}
 	r.add("a", "a", flood, 4)
 	r.s.turn() // a's first step
+	entry := r.s.shares.Served("a") - r.s.shares.Lag
 	r.probe.onPause = func(step, point int) {
 		if step == 2 && point == 0 {
 			for i, p := range tiny {
@@ -345,11 +351,20 @@ func TestYieldBurstNestsOncePerStep(t *testing.T) {
 		}
 	}
 	r.s.turn()
-	if want := []string{"2/0: [2@0]"}; !slices.Equal(r.probe.nested, want) {
-		t.Fatalf("nested steps %v during a's step, want %v (one per paused step)", r.probe.nested, want)
+	if want := []string{"2/0: [2@0]", "2/1: [2@0]", "2/2: [2@0]"}; !slices.Equal(r.probe.nested, want) {
+		t.Fatalf("nested steps %v during a's step, want %v (three of 4 + 2 in a budget of 4 + 16)", r.probe.nested, want)
+	}
+	if got, want := r.s.shares.Served("b"), entry+3*(4+2); got != want {
+		t.Fatalf("b served %d after three nested passes, want %d (entry %d + 3 x (4 + 2))", got, want, entry)
+	}
+	if r.hows["b3"] != "" || r.out["b3"] != nil {
+		t.Fatalf("b3 started (%q) in a's step", r.hows["b3"])
 	}
 	r.probe.onPause = nil
 	r.drain()
+	if r.hows["b3"] != StartBudget {
+		t.Errorf("b3 started %q, want %q", r.hows["b3"], StartBudget)
+	}
 	for _, n := range append(names, "a") {
 		if !slices.Equal(r.out[n], alone[n]) {
 			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
@@ -357,10 +372,71 @@ func TestYieldBurstNestsOncePerStep(t *testing.T) {
 	}
 }
 
+// A light tenant's second prompt arriving later in the same step of a
+// flood still runs at its next pause point when the budget pays for both
+// (4 + 4 twice in 4 + 16), where one nested step per paused step made it
+// wait for the boundary (the crowding bench: 22-31% of b's prompts);
+// both prompts' outputs are bitwise as alone.
+func TestYieldSecondLightPromptNested(t *testing.T) {
+	flood, b0, b1 := prompt(3, 60), prompt(4, 4), prompt(5, 4)
+	alone := map[string][]string{}
+	for name, p := range map[string][]int32{"a": flood, "b0": b0, "b1": b1} {
+		r := newYieldRig(t, 64)
+		r.add(name, "x", p, 4)
+		r.drain()
+		alone[name] = r.out[name]
+	}
+	r := newYieldRig(t, 64)
+	r.add("a", "a", flood, 4)
+	r.s.turn()
+	r.probe.onPause = func(step, point int) {
+		if step == 2 && point == 0 {
+			r.add("b0", "b", b0, 4)
+		}
+		if step == 2 && point == 3 {
+			r.add("b1", "b", b1, 4)
+		}
+	}
+	r.s.turn()
+	if want := []string{"2/0: [4@0]", "2/3: [4@0]"}; !slices.Equal(r.probe.nested, want) {
+		t.Fatalf("nested steps %v, want %v", r.probe.nested, want)
+	}
+	r.probe.onPause = nil
+	r.drain()
+	if want := map[string]string{"a": StartNextStep, "b0": StartNested, "b1": StartNested}; !maps.Equal(r.hows, want) {
+		t.Errorf("first chunks started %v, want %v", r.hows, want)
+	}
+	for _, n := range []string{"a", "b0", "b1"} {
+		if !slices.Equal(r.out[n], alone[n]) {
+			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
+		}
+	}
+
+	// Only a prompt's first chunk runs nested, budget left or not: with
+	// nested chunks of 4, b's 8-token prompt runs 4 at the pause point
+	// and the rest in the batch's steps.
+	r = newYieldRig(t, 64)
+	r.s.cfg.SharedStepTokens = 4
+	r.add("a", "a", flood, 4)
+	r.s.turn()
+	r.probe.onPause = func(step, point int) {
+		if step == 2 && point == 0 {
+			r.add("b", "b", prompt(4, 8), 4)
+		}
+	}
+	r.s.turn()
+	if want := []string{"2/0: [4@0]"}; !slices.Equal(r.probe.nested, want) {
+		t.Fatalf("nested steps %v, want %v (the first chunk only)", r.probe.nested, want)
+	}
+	r.probe.onPause = nil
+	r.drain()
+}
+
 // How each prompt's first chunk started (prefill_wait/<how>) is what it
 // met: a prompt in an idle batch runs in the next step; at a pause point
 // of another tenant's step it runs nested, unless its tenant is in the
-// step, the step ran its nested step already, or it arrived after the
+// step, the step's nested budget cannot pay for it (b2: a's step of 16
+// tokens pays 4 + 16, b took 4 + 12), or it arrived after the
 // step's last pause point; one the step after its arrival passed over
 // waited for the plan.
 func TestFirstChunkStartReasons(t *testing.T) {
@@ -389,7 +465,7 @@ func TestFirstChunkStartReasons(t *testing.T) {
 		t.Fatalf("at the boundary a2 waited for %q, c for %q; want %q, %q", a2.waited, c.waited, StartInStep, StartAfterLastPause)
 	}
 	r.drain()
-	for name, want := range map[string]string{"a": StartNextStep, "b": StartNested, "b2": StartCap} {
+	for name, want := range map[string]string{"a": StartNextStep, "b": StartNested, "b2": StartBudget} {
 		if r.hows[name] != want {
 			t.Errorf("%s's first chunk started %q, want %q (all: %v)", name, r.hows[name], want, r.hows)
 		}

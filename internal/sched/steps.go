@@ -1,6 +1,9 @@
 package sched
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // Step shares: which prompt chunks one forward step carries when several
 // tenants have sequences in the batch. Pure like Core and Pages: the
@@ -305,16 +308,47 @@ func (s *Shares) Plan(budget, minChunk int, members []Member, chunks []Chunk) (o
 // such tenant's first waiting chunk runs (one each): a tenant waits at
 // most until the next pause point of another tenant's step (a layer's
 // attention or its FFN), counted in the step's structure, not in time,
-// unless the step paused for others already (the engine pauses a step
-// once: a nested step's cost does not shrink with its tokens).
+// while the step's nested budget lasts (YieldWithin).
 // A paused step with no prompt chunk (decode tokens only) is short and
 // never yields. take[i] is the tokens chunk i runs (0: it waits for the
 // step boundary); the tenants that run enter the batch's counters (Charge
 // them after the nested step) and count as seen for Shared.
 func (s *Shares) Yield(step []string, waiting []Chunk, chunk int) (take []int) {
+	take, _ = s.YieldWithin(step, waiting, chunk, Nest{Left: math.MaxInt / 2})
+	return take
+}
+
+// Nest is the nested work a paused step may still take, in tokens, with
+// a forward pass's fixed cost counted: a nested step is a whole forward
+// pass, whose cost does not shrink with its tokens (every layer's
+// weights are read for one token as for a chunk), so it costs Forward
+// plus its tokens. A paused step of T tokens starts with Left = Forward
+// + T (NestFor): its nested steps together cost at most the step
+// itself, however many tenants arrive and however small their prompts.
+// Without a budget a burst of 1-token prompts made every pause point of
+// another tenant's step (two a layer) run a forward pass charged a token
+// each; now it runs at most Left / (Forward + 1) of them.
+type Nest struct {
+	Left    int
+	Forward int
+}
+
+// NestFor is the budget of a paused step of tokens tokens, a forward
+// pass's fixed cost being forward tokens.
+func NestFor(tokens, forward int) Nest {
+	return Nest{Left: max(forward, 0) + max(tokens, 0), Forward: max(forward, 0)}
+}
+
+// YieldWithin is Yield within the paused step's nested budget: the
+// chunks Yield would run, in the waiting order, while Forward plus their
+// tokens fit in n.Left; a chunk that does not fit waits for the step
+// boundary (and takes no turn here: a later, smaller one may still fit).
+// cost is what the nested step takes from the budget (0 when nothing
+// runs); only the tenants that run enter the counters.
+func (s *Shares) YieldWithin(step []string, waiting []Chunk, chunk int, n Nest) (take []int, cost int) {
 	take = make([]int, len(waiting))
 	if len(step) == 0 || chunk <= 0 {
-		return take
+		return take, 0
 	}
 	in := make(map[string]bool, len(step))
 	least, any := int64(0), false
@@ -324,15 +358,24 @@ func (s *Shares) Yield(step []string, waiting []Chunk, chunk int) (take []int) {
 			least, any = v, true
 		}
 	}
+	cost = max(n.Forward, 0)
 	done := map[string]int64{}
 	for i, c := range waiting {
 		if _, ran := done[c.Tenant]; ran || in[c.Tenant] || c.Tokens <= 0 {
 			continue
 		}
 		if v := s.counter(c.Tenant); v <= least+s.Slack {
+			k := min(c.Tokens, chunk)
+			if cost+k > n.Left {
+				continue
+			}
 			done[c.Tenant] = v
-			take[i] = min(c.Tokens, chunk)
+			take[i] = k
+			cost += k
 		}
+	}
+	if len(done) == 0 {
+		return take, 0
 	}
 	if s.served == nil {
 		s.served = map[string]int64{}
@@ -343,7 +386,36 @@ func (s *Shares) Yield(step []string, waiting []Chunk, chunk int) (take []int) {
 	for t, v := range done {
 		s.served[t], s.seen[t] = v, s.steps
 	}
-	return take
+	return take, cost
+}
+
+// Ahead reports that tenant's counter is beyond Slack of the least
+// served tenant of step (Yield does not run its chunk for that reason).
+func (s *Shares) Ahead(step []string, tenant string) bool {
+	least, any := int64(0), false
+	for _, t := range step {
+		if v := s.served[t]; !any || v < least {
+			least, any = v, true
+		}
+	}
+	return any && s.counter(tenant) > least+s.Slack
+}
+
+// ForwardPart is chunk i's part of a nested forward pass's fixed cost
+// forward, split over the pass's n chunks (one per tenant, Yield): the
+// parts add up to forward, the first forward % n take one more. The
+// batch charges each chunk's tenant its tokens and its part, so the
+// tenants whose prompts pause another tenant's step pay for the extra
+// pass, not only for their tokens.
+func ForwardPart(forward, n, i int) int {
+	if n <= 0 || forward <= 0 {
+		return 0
+	}
+	p := forward / n
+	if i < forward%n {
+		p++
+	}
+	return p
 }
 
 // counter is tenant's service counter, or where Sync would start a

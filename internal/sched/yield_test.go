@@ -118,3 +118,92 @@ func TestYieldProperties(t *testing.T) {
 		}
 	})
 }
+
+// The nested budget over a paused step's pause points (counts of
+// forward passes and tokens, never time): whatever arrives, the nested
+// passes of one paused step of T tokens cost at most Forward + T
+// together (each Forward plus its tokens), so there are at most
+// (Forward + T) / (Forward + 1) of them; a pass never runs empty; a
+// waiting tenant under its share is left out only when its chunk does
+// not fit beside what ran; Yield is YieldWithin with no bound.
+func TestYieldWithinNestBudget(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := Shares{Slack: int64(rapid.IntRange(0, 64).Draw(t, "slack")), Lag: int64(rapid.IntRange(1, 512).Draw(t, "lag"))}
+		names := []string{"a", "b", "c", "d"}
+		s.Sync([]Member{{"a", 1}})
+		s.Charge("a", 1, rapid.IntRange(0, 500).Draw(t, "a ran"))
+		step := []string{"a"}
+		tokens, forward := rapid.IntRange(0, 256).Draw(t, "step tokens"), rapid.IntRange(0, 32).Draw(t, "forward")
+		chunk := rapid.IntRange(1, 64).Draw(t, "chunk")
+		n := NestFor(tokens, forward)
+		passes, spent := 0, 0
+		for range rapid.IntRange(1, 24).Draw(t, "pause points") {
+			var waiting []Chunk
+			for range rapid.IntRange(0, 4).Draw(t, "arrivals") {
+				waiting = append(waiting, Chunk{rapid.SampledFrom(names).Draw(t, "of"), rapid.IntRange(1, 3).Draw(t, "w"), rapid.IntRange(1, 80).Draw(t, "tokens")})
+			}
+			before := map[string]int64{}
+			for _, c := range waiting {
+				before[c.Tenant] = s.counter(c.Tenant)
+			}
+			take, cost := s.YieldWithin(step, waiting, chunk, n)
+			sum := 0
+			for _, k := range take {
+				sum += k
+			}
+			switch {
+			case sum == 0 && cost != 0:
+				t.Fatalf("no chunk runs and the pass costs %d", cost)
+			case sum > 0 && cost != forward+sum:
+				t.Fatalf("a pass of %d tokens costs %d, want %d + %d", sum, cost, forward, sum)
+			case cost > n.Left:
+				t.Fatalf("a pass costs %d with %d left", cost, n.Left)
+			}
+			seen := map[string]bool{}
+			for i, c := range waiting {
+				if seen[c.Tenant] {
+					continue
+				}
+				seen[c.Tenant] = true
+				base := cost // what ran, or the pass's fixed cost alone
+				if sum == 0 {
+					base = forward
+				}
+				if c.Tenant != "a" && before[c.Tenant] <= s.served["a"]+s.Slack && take[i] == 0 && base+min(c.Tokens, chunk) <= n.Left {
+					t.Fatalf("%s's chunk of %d waits though it fits (cost %d of %d)", c.Tenant, c.Tokens, cost, n.Left)
+				}
+			}
+			if sum > 0 {
+				passes++
+				spent += cost
+				n.Left -= cost
+				for i, c := range waiting {
+					s.Charge(c.Tenant, c.Weight, take[i])
+				}
+			}
+		}
+		if spent > forward+tokens || passes*(forward+1) > forward+tokens {
+			t.Fatalf("%d nested passes cost %d in a step of %d tokens (forward %d)", passes, spent, tokens, forward)
+		}
+	})
+}
+
+// A nested pass's fixed cost is charged in full over its chunks, each
+// within one token of the others.
+func TestForwardPart(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		f, n := rapid.IntRange(0, 100).Draw(t, "forward"), rapid.IntRange(1, 9).Draw(t, "chunks")
+		sum, lo, hi := 0, f, 0
+		for i := range n {
+			p := ForwardPart(f, n, i)
+			sum += p
+			lo, hi = min(lo, p), max(hi, p)
+		}
+		if sum != f || hi-lo > 1 {
+			t.Fatalf("parts of %d over %d chunks sum to %d, spread %d..%d", f, n, sum, lo, hi)
+		}
+	})
+	if ForwardPart(5, 0, 0) != 0 {
+		t.Fatal("a pass with no chunks charges")
+	}
+}
