@@ -24,8 +24,8 @@ type Client struct {
 	pending map[uint32]*call
 	err     error // set once the connection is dead
 	done    chan struct{}
-	// sem and psem are the server's call slots (Config.MaxInflight each,
-	// Prefill calls apart), taken here before a call is sent and given
+	// sem and psem are the server's call slots (the smaller of the two
+	// ends' Config.MaxInflight each, Prefill calls apart), taken here before a call is sent and given
 	// back when its reply arrives: a client never has more calls at the
 	// server than the server runs at once, so the server's reader never
 	// stops on a call waiting for a slot, and every frame behind it (a
@@ -97,8 +97,12 @@ func NewClient(nc net.Conn, cfg Config) (*Client, error) {
 		nc.Close()
 		return nil, err
 	}
+	n := c.calls
+	if cfg.overBound > 0 {
+		n = cfg.overBound // tests: a peer that does not keep to the bound
+	}
 	cl := &Client{c: c, pending: map[uint32]*call{}, done: make(chan struct{}),
-		sem: make(chan struct{}, cfg.MaxInflight), psem: newFairSlots(cfg.MaxInflight)}
+		sem: make(chan struct{}, n), psem: newFairSlots(n)}
 	go cl.readLoop()
 	go c.heartbeat(cl.done)
 	return cl, nil

@@ -65,10 +65,12 @@ type Config struct {
 	// calls past it wait at the client, unsent, so the server's reader
 	// never stops and control frames (a router's close frame giving a
 	// prompt up, a stream's close, a heartbeat) are never behind a call
-	// waiting for a slot. Both ends must use the same bound (every sluice
-	// role uses the default): a call past a server's bound stops its
-	// reader until a slot frees, the memory bound against a peer that
-	// does not keep to it.
+	// waiting for a slot. Each end announces its bound in the handshake
+	// and a client keeps to the smaller of the two (a peer announcing 0,
+	// or more than MaxCallBound, is refused); a call past a server's
+	// bound, from a peer that does not keep to it, stops the server's
+	// reader until a slot frees: the memory bound against such a peer.
+	// At most MaxCallBound.
 	MaxInflight int
 	// CancelWait bounds how long a caller that gave a Prefill call up
 	// waits for the worker to confirm it stopped (default 10 s); past it
@@ -96,6 +98,10 @@ type Config struct {
 	// page image of one is not a page of the other.
 	HoldsKV bool
 	KVType  kv.Type
+
+	// overBound, in tests, makes a client keep this many calls in flight
+	// whatever the server announced (a peer that does not keep to it).
+	overBound int
 }
 
 // kvByte is the handshake's KV field: 0 for a role without KV, else the
@@ -137,6 +143,21 @@ func Loopback(a net.Addr) bool {
 // MinSecret is the shortest secret accepted.
 const MinSecret = 16
 
+// MaxCallBound is the largest call bound (Config.MaxInflight) an end may
+// use or announce: a server holds up to 2 x bound x MaxFrame bytes of a
+// connection's calls, so an announcement above it is a broken or hostile
+// peer, refused at the handshake.
+const MaxCallBound = 4096
+
+// checkCallBound vets the call bound a peer announced in the handshake
+// (version 14): 1..MaxCallBound.
+func checkCallBound(n uint32, who string) error {
+	if n == 0 || n > MaxCallBound {
+		return protoErr("handshake: %s announces a call bound of %d; a sluice peer announces 1..%d (a broken or foreign peer)", who, n, MaxCallBound)
+	}
+	return nil
+}
+
 func (c Config) withDefaults() (Config, error) {
 	if len(c.Secret) < MinSecret {
 		return c, handoff.ErrAuth.With("a shared secret of at least %d bytes is required (I12)", MinSecret)
@@ -155,6 +176,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxInflight <= 0 {
 		c.MaxInflight = 64
+	}
+	if c.MaxInflight > MaxCallBound {
+		return c, handoff.ErrRefused.With("a connection's call bound of %d is above the most a peer accepts (%d)", c.MaxInflight, MaxCallBound)
 	}
 	if c.CancelWait <= 0 {
 		c.CancelWait = 10 * time.Second
@@ -201,11 +225,14 @@ func proof(secret []byte, label string, parts ...[]byte) []byte {
 
 // conn is one authenticated connection, used by both client and server.
 type conn struct {
-	nc   net.Conn
-	cfg  Config
-	fr   framer
-	wmu  sync.Mutex
-	beat beat
+	nc  net.Conn
+	cfg Config
+	// calls is the call bound a client keeps to: the smaller of its own
+	// and the one the server announced (clientHandshake).
+	calls int
+	fr    framer
+	wmu   sync.Mutex
+	beat  beat
 	// Encrypted sends (sendSealed): smu orders the frames (nonce and
 	// write turn taken together), the seal runs outside any lock, and the
 	// writes happen in turn order (wturn, under wmu, wcond).
@@ -321,14 +348,15 @@ func (c *conn) readHandshake(want byte) (*frame, error) {
 // then fixes version and encryption.
 //
 //	Hello    = min version, max version, encryption wanted (u8 each), nonce [32],
-//	           X25519 key [32], model, kv
+//	           X25519 key [32], model, kv, calls
 //	HelloAck = version, encryption (u8 each), max frame u32, nonce [32], X25519 key [32],
-//	           model, kv, then
+//	           model, kv, calls, then
 //	           the server's proof [32] = HMAC(secret, "sluice/server" || Hello || HelloAck)
 //	Auth     = the client's proof [32] = HMAC(secret, "sluice/client" || Hello || HelloAck)
 //
-// where model is the role's fingerprint (codec.go: sum [16], name) and kv
-// its KV page type (u8: 0 none, else kv.Type+1; version 7). The X25519
+// where model is the role's fingerprint (codec.go: sum [16], name), kv
+// its KV page type (u8: 0 none, else kv.Type+1; version 7) and calls its
+// call bound (u32, Config.MaxInflight; version 14). The X25519
 // keys are ephemeral (version 8): both proofs cover them, and an encrypted
 // connection derives its frame keys from them (seal.go). Each side
 // compares fingerprints and KV types only after its peer proved the
@@ -346,6 +374,7 @@ func (c *conn) clientHandshake() error {
 	e := enc{b: append(append([]byte{minVersion, maxVersion, mac}, cn[:]...), eph.PublicKey().Bytes()...)}
 	e.model(c.cfg.Model)
 	e.u8(c.cfg.kvByte())
+	e.u32(uint32(c.cfg.MaxInflight))
 	hello := e.b
 	if err := c.send(tHello, 0, hello); err != nil {
 		return err
@@ -387,9 +416,15 @@ func (c *conn) clientHandshake() error {
 	d := dec{b: ack[6+32+32:]}
 	peer := d.model()
 	peerKV := d.kvField()
+	peerCalls := d.u32()
 	if err := d.end(); err != nil {
 		// Handshake frames are the connection's, not a call's.
 		return protoErr("handshake: %v", err)
+	}
+	if err := checkCallBound(peerCalls, "the server at "+c.nc.RemoteAddr().String()); err != nil {
+		// The peer proved the secret: tell it why, then leave.
+		_ = c.send(tError, 0, encError(err))
+		return err
 	}
 	if err := handoff.CheckModel(c.cfg.Model, peer, "the server at "+c.nc.RemoteAddr().String()); err != nil {
 		// I13: the peer is authenticated, so tell it why, then leave.
@@ -408,6 +443,7 @@ func (c *conn) clientHandshake() error {
 	}
 	c.fr.version = v
 	c.fr.peerFrame = min(peerMax, c.cfg.MaxFrame)
+	c.calls = min(int(peerCalls), c.cfg.MaxInflight)
 	if smac == 1 {
 		c2s, s2c, err := sessionKeys(eph, spub, proof(c.cfg.Secret, "sluice/session", hello, ack))
 		if err != nil {
@@ -420,8 +456,8 @@ func (c *conn) clientHandshake() error {
 
 // The shortest Hello and HelloAck: an empty model name.
 const (
-	helloMin    = 3 + 32 + 32 + 16 + 4 + 1
-	helloAckMin = 2 + 4 + 32 + 32 + 16 + 4 + 1 + 32
+	helloMin    = 3 + 32 + 32 + 16 + 4 + 1 + 4
+	helloAckMin = 2 + 4 + 32 + 32 + 16 + 4 + 1 + 4 + 32
 )
 
 func (c *conn) serverHandshake() error {
@@ -450,9 +486,14 @@ func (c *conn) serverHandshake() error {
 	d := dec{b: hello[3+32+32:]}
 	peer := d.model()
 	peerKV := d.kvField()
+	peerCalls := d.u32()
 	if err := d.end(); err != nil {
 		// Handshake frames are the connection's, not a call's.
 		return protoErr("handshake: %v", err)
+	}
+	// Vetted only: the server keeps to its own bound whatever the client's.
+	if err := checkCallBound(peerCalls, "the client at "+c.nc.RemoteAddr().String()); err != nil {
+		return err
 	}
 	mac := cmac
 	if c.cfg.Encrypt {
@@ -466,6 +507,7 @@ func (c *conn) serverHandshake() error {
 	e := enc{b: append(append(binary.BigEndian.AppendUint32([]byte{v, mac}, uint32(c.cfg.MaxFrame)), sn[:]...), eph.PublicKey().Bytes()...)}
 	e.model(c.cfg.Model)
 	e.u8(c.cfg.kvByte())
+	e.u32(uint32(c.cfg.MaxInflight))
 	ack := e.b
 	if err := c.send(tHelloAck, 0, ack, proof(c.cfg.Secret, "sluice/server", hello, ack)); err != nil {
 		return err

@@ -93,10 +93,12 @@ const headerLen = 16
 // closed) from one whose step runs long (acknowledged: the connection
 // stays; Client.roundTripCancel). A version-12 router would take the
 // acknowledgement for the call's reply, so the two refuse each other.
+// Version 14 added each end's call bound to Hello and HelloAck (a client
+// keeps to the smaller; both used to assume 64), refusing version 13.
 // Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 13
-	maxVersion = 13
+	minVersion = 14
+	maxVersion = 14
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the

@@ -47,7 +47,7 @@ func TestFullConnectionStaysAlive(t *testing.T) {
 	cfg := Config{Secret: secret, MaxInflight: 2, DeadAfter: 500 * time.Millisecond}
 	addr, s := serve(t, cfg, nil, p)
 	ccfg := cfg
-	ccfg.MaxInflight = 8
+	ccfg.overBound = 8
 	c := dial(t, addr, ccfg)
 	errc := make(chan error, 3)
 	for i := range 3 {

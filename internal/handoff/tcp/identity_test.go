@@ -26,7 +26,8 @@ func rawHello(t *testing.T, nc net.Conn, fr *framer, m model.Fingerprint) (hello
 	t.Helper()
 	e := enc{b: append([]byte{minVersion, maxVersion, 0}, make([]byte, 64)...)} // nonce, X25519 key (unused: no encryption)
 	e.model(m)
-	e.u8(0) // no KV (a router)
+	e.u8(0)   // no KV (a router)
+	e.u32(64) // call bound
 	bufs, _ := fr.encode(helloVersion, tHello, 0, [][]byte{e.b})
 	nb := net.Buffers(bufs)
 	if _, err := nb.WriteTo(nc); err != nil {
@@ -277,6 +278,7 @@ func TestClientRefusesServerOfAnotherModel(t *testing.T) {
 		e := enc{b: append([]byte{minVersion, 0, 0, 0x10, 0, 0}, make([]byte, 64)...)} // version, no encryption, 1 MiB frames, nonce, X25519 key
 		e.model(modelB)
 		e.u8(0)
+		e.u32(64)
 		ack := e.b
 		bufs, _ := fr.encode(helloVersion, tHelloAck, 0, [][]byte{ack, proof(secret, "sluice/server", hello, ack)})
 		nb := net.Buffers(bufs)
