@@ -477,7 +477,13 @@ func (w *DecodeWorker) admit(pages int) bool {
 		// over-share tenants' to keep, not this one's to wait on.
 		return true
 	}
-	return watermarkOK(p.AvailablePages(), pages, p.Pages(), len(w.handoffs))
+	// What this tenant may evict, not every idle page: counted against
+	// another tenant's cached prefixes (which a tenant over its share
+	// may not evict), a flood took the free pages down to the watermark
+	// and a co-tenant's next reservation then had only its own prefixes
+	// to evict (TestDecodeFloodLeavesCoTenantPrefixCached; colocated.go
+	// does the same).
+	return watermarkOK(p.AvailableFor(w.reservingTenant, pages), pages, p.Pages(), len(w.handoffs))
 }
 
 // Write implements handoff.Decode.

@@ -340,3 +340,66 @@ func TestDecodeQuotaUsesReserveWeight(t *testing.T) {
 	}
 	waitDrained(t, dw.Pool())
 }
+
+// A flood at the decode pool does not take the free pages a co-tenant's
+// reservation needs and leave it its own cached prefixes to evict (the
+// disaggregated shape of the hole ec9e97b closed colocated). b has two
+// prompts cached on decode (4 idle pages); a reserves 4 pages at a time
+// until refused. Counted against every idle page (AvailablePages), a's
+// watermark saw b's 4 idle pages as room: a took 24 of the 28 free
+// pages, and b's next reservation (6 pages, within its share) then had 4
+// free pages and evicted 2 of its own cached pages. Counted against what
+// a may evict (AvailableFor: over its pool share, not b's prefixes
+// within b's cache share), a stops with 8 pages free, and b's
+// reservation takes them and evicts nothing.
+func TestDecodeFloodLeavesCoTenantPrefixCached(t *testing.T) {
+	r := cacheRig(t, "inproc", nil)
+	pb1, pb2 := prompt(60, 9), prompt(61, 9) // 2 full pages cached each
+	for _, p := range [][]int32{pb1, pb2} {
+		r.want(t, "b", r.submit(t, "b", p, 2), p, 2)
+	}
+	dp := r.dw.Pool()
+	if rep := r.settle(t); rep.CacheIdle != 4 {
+		t.Fatalf("decode pool before the flood: %+v, want b's 4 idle pages", rep)
+	}
+	ctx := context.Background()
+	reserve := func(tenant string, prompt, maxTokens int) (kv.ID, error) {
+		id := newID()
+		_, err := r.dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: tenant, PromptTokens: prompt, MaxTokens: maxTokens, Model: FingerprintOf(r.m), NoRevoke: true})
+		return id, err
+	}
+	var ids []kv.ID
+	for {
+		id, err := reserve("a", 12, 2) // 4 pages
+		if err != nil {
+			if !errors.Is(err, handoff.ErrNoRoom) {
+				t.Fatalf("a refused with %v, want no_room", err)
+			}
+			break
+		}
+		ids = append(ids, id)
+	}
+	before := dp.Stats()
+	id, err := reserve("b", 20, 4) // 6 pages
+	if err != nil {
+		t.Fatalf("b within its share refused: %v (a holds %d reservations)", err, len(ids))
+	}
+	ids = append(ids, id)
+	if st := dp.Stats(); st.CacheEvictions != before.CacheEvictions || st.CacheIdle != 4 {
+		t.Errorf("a's flood (%d reservations of 4 pages) left %d pages free: b's reservation of 6 evicted %d of its own cached pages",
+			len(ids)-1, before.Free, st.CacheEvictions-before.CacheEvictions)
+	}
+	for _, id := range ids {
+		if err := r.dw.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDrained(t, dp)
+	r.pagesSent()
+	for _, p := range [][]int32{pb1, pb2} {
+		r.want(t, "b, again", r.submit(t, "b", p, 2), p, 2)
+	}
+	if n := r.pagesSent(); n != 2 {
+		t.Errorf("b's two repeats sent %d pages, want 1 each (2 cached on decode)", n)
+	}
+}
