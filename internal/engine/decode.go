@@ -426,7 +426,10 @@ func (w *DecodeWorker) revokeLocked(now time.Time, tenant string, weight int) bo
 	any := false
 	for range len(w.handoffs) {
 		q := w.quotaLocked(now, tenant, weight)
-		t := q.Reclaim(raw.AvailablePages()+pending, func(t string) bool { _, h := newest(t); return h != nil })
+		// Owed what its reservation could not get: the idle entries it
+		// may not evict are no room for it (TestDecodeReclaimCountsWhatTheWaiterMayEvict).
+		avail := func(h sched.Holder) int { return raw.AvailableFor(h.Tenant, h.Wants) + pending }
+		t := q.ReclaimBy(avail, func(t string) bool { _, h := newest(t); return h != nil })
 		if t == "" {
 			break
 		}

@@ -403,3 +403,63 @@ func TestDecodeFloodLeavesCoTenantPrefixCached(t *testing.T) {
 		t.Errorf("b's two repeats sent %d pages, want 1 each (2 cached on decode)", n)
 	}
 }
+
+// A tenant waiting within its share is owed the pages its request could
+// not get, counted as its reservation counts them: the free pages and
+// the idle cache entries it may evict, not every idle entry. b caches 6
+// pages on a 32-page decode pool and a 2; a's revocable reservations
+// fill the rest (24 pages, 8 over its share: no watermark here, the way
+// growth takes a tenant past its share). b asks for 12 pages, within its
+// share of 16: with its 6 cached it would hold 18, over its pool share,
+// so it may evict only its own idle entries, not a's 2 within a's cache
+// share. Counted against every idle page, b was owed only until one
+// revocation left 4 + 8 idle "available", and its retry, able to use
+// 4 + 6, was refused while a still held 20 pages; now a's reservations
+// are revoked until b's request fits (two), and b gets its pages.
+func TestDecodeReclaimCountsWhatTheWaiterMayEvict(t *testing.T) {
+	r := cacheRig(t, "inproc", func(_, d *Config) { d.NoWatermark = true })
+	for i, tenant := range []string{"b", "b", "a"} {
+		p := prompt(70+i, 13) // 3 full pages cached
+		if tenant == "a" {
+			p = prompt(70+i, 9) // 2
+		}
+		r.want(t, tenant, r.submit(t, tenant, p, 2), p, 2)
+	}
+	dp := r.dw.Pool()
+	if rep := r.settle(t); rep.CacheIdle != 8 {
+		t.Fatalf("decode pool before the flood: %+v, want 8 idle pages", rep)
+	}
+	ctx := context.Background()
+	reserve := func(tenant string, prompt, maxTokens int) (kv.ID, error) {
+		id := newID()
+		_, err := r.dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: tenant, PromptTokens: prompt, MaxTokens: maxTokens, Model: FingerprintOf(r.m)})
+		return id, err
+	}
+	var ids []kv.ID
+	for {
+		id, err := reserve("a", 12, 2) // 4 pages
+		if err != nil {
+			if !errors.Is(err, handoff.ErrNoRoom) {
+				t.Fatalf("a refused with %v, want no_room", err)
+			}
+			break
+		}
+		ids = append(ids, id)
+	}
+	if st := dp.Stats(); len(ids) != 6 || st.Free != 0 || st.CacheIdle != 8 {
+		t.Fatalf("a holds %d reservations, %d pages free, %d idle; want 6, 0, 8", len(ids), st.Free, st.CacheIdle)
+	}
+	id, err := reserve("b", 44, 4) // 12 pages
+	if err != nil {
+		t.Fatalf("b, within its share while a is over its own, refused: %v (%d of a's reservations revoked)", err, r.dw.SchedStats().Revoked)
+	}
+	if n := r.dw.SchedStats().Revoked; n != 2 {
+		t.Errorf("%d of a's reservations revoked for b, want 2", n)
+	}
+	for _, id := range append(ids, id) {
+		if err := r.dw.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDrained(t, dp)
+}

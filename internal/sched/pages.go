@@ -156,9 +156,19 @@ func (p Pages) Victim(ok func(tenant string) bool) string {
 // over its share among those with a preemptible sequence (ok). "" when no
 // waiting tenant is owed pages or nobody is over its share.
 func (p Pages) Reclaim(free int, ok func(tenant string) bool) string {
+	return p.ReclaimBy(func(Holder) int { return free }, ok)
+}
+
+// ReclaimBy is Reclaim where what a waiting tenant could have now depends
+// on the tenant: free(h) is what h's request of h.Wants pages could get
+// (the free pages and the idle cache entries its reservation may evict,
+// kv.Pool.AvailableFor). Counted as one number for everyone, another
+// tenant's cached prefixes it may not evict looked like room, and it was
+// owed nothing while the tenant over its share kept the pages.
+func (p Pages) ReclaimBy(free func(h Holder) int, ok func(tenant string) bool) string {
 	owed := false
 	for _, h := range p.Holders {
-		if h.Wants > free && h.Held+h.Wants <= p.Share(h.Tenant) {
+		if h.Wants > 0 && h.Held+h.Wants <= p.Share(h.Tenant) && h.Wants > free(h) {
 			owed = true
 			break
 		}

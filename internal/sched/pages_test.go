@@ -72,6 +72,21 @@ func TestPagesVictimIsFurthestOverShare(t *testing.T) {
 	if v := p.Reclaim(4, all); v != "" {
 		t.Fatalf("reclaim %q with c's pages free", v)
 	}
+	// What a waiter could have is its own: 4 pages count as room for
+	// another tenant (idle cache entries it may evict), not for c (they
+	// are within their owner's cache share): c is still owed.
+	free := func(h Holder) int {
+		if h.Tenant == "c" {
+			return 0
+		}
+		return 4
+	}
+	if v := p.ReclaimBy(free, all); v != "a" {
+		t.Fatalf("reclaim %q, want a: c's request finds no room it may take", v)
+	}
+	if v := p.ReclaimBy(func(Holder) int { return 4 }, all); v != "" {
+		t.Fatalf("reclaim %q with room for c", v)
+	}
 }
 
 // holdings draws a pool and tenants' claims on it: sequences of pages per
