@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"sluice/internal/handoff"
 )
@@ -110,5 +112,49 @@ func TestFirstTokenOnStreamAtCommit(t *testing.T) {
 			}
 			waitDrained(t, dw.Pool(), pw.Pool())
 		})
+	}
+}
+
+// commitSeen is a decode client that closes seen at the first Commit.
+type commitSeen struct {
+	handoff.Decode
+	once sync.Once
+	seen chan struct{}
+}
+
+func (d *commitSeen) Commit(ctx context.Context, c *handoff.Commit) error {
+	d.once.Do(func() { close(d.seen) })
+	return d.Decode.Commit(ctx, c)
+}
+
+// A streamed prompt's end tells the push itself, from the scheduler's
+// goroutine: the last pages and the commit go without waiting for the
+// Prefill call's goroutine to learn that the prompt ended (one thread
+// crossing less before the first token). Here that goroutine is held as
+// it learns it until decode has the commit: the commit comes anyway, and
+// the request completes as before.
+func TestPrefillCommitsBeforeItsCallerWakes(t *testing.T) {
+	m := newToy()
+	l := toyLocal(t, m)
+	cs := &commitSeen{Decode: l.Prefill.decode, seen: make(chan struct{})}
+	l.Prefill.decode = cs
+	held := make(chan bool, 1)
+	l.Prefill.promptEnded = func() {
+		select {
+		case <-cs.seen:
+			held <- true
+		case <-time.After(10 * time.Second):
+			held <- false
+		}
+	}
+	st, err := l.Submit(context.Background(), &Request{Tenant: "t1", Prompt: prompt(4, 21), MaxTokens: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := collect(t, st); got.final.Err != nil || len(got.tokens) != 3 {
+		t.Fatalf("request ended %+v with %d tokens", got.final, len(got.tokens))
+	}
+	if !<-held {
+		t.Fatal("the commit waited for the Prefill call's goroutine to learn the prompt ended")
 	}
 }

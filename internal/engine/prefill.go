@@ -49,6 +49,9 @@ type PrefillWorker struct {
 	phases phases
 	quit   chan struct{} // ends the lease ticker (expireLeases)
 	closed sync.Once
+	// promptEnded, when set (tests), runs on the Prefill call's
+	// goroutine as it learns that a streamed prompt ended.
+	promptEnded func()
 }
 
 // PrefillStats are the worker's counters, for metrics.
@@ -398,12 +401,33 @@ func (w *PrefillWorker) pushStreaming(ctx context.Context, r *handoff.PrefillReq
 	q.holdPages = true
 	pushed := make(chan error, 1)
 	go func() { pushed <- handoff.PushStreaming(ctx, snd, w.decode, prog) }()
+	// The prompt's end tells the push itself, from the scheduler's
+	// goroutine (Finish does not block, like chunked), so the last pages
+	// and the commit go without first waking this goroutine: one thread
+	// crossing less between the last chunk and the first token, which on
+	// cores the flood's steps keep busy is a wait for a core each. This
+	// goroutine's Finish below is then a no-op (a Progress ends once).
+	emit := q.emit
+	var first int32
+	var firstLP *sample.Logprobs
+	q.emit = func(o outcome) {
+		switch {
+		case !o.done && o.err == nil:
+			first, firstLP = o.token, o.logprobs
+		case o.done && o.err == nil && o.finish != "cancelled":
+			prog.Finish(first, firstLP) // the pages are handed over (holdPages): complete
+		}
+		emit(o)
+	}
 	w.sched.add(q)
 	var d done
 	var perr error
 	gotPush := false
 	select {
 	case d = <-ch:
+		if w.promptEnded != nil {
+			w.promptEnded()
+		}
 	case perr = <-pushed:
 		// The push ended before the prompt did: it failed (it commits
 		// only after Finish). Stop computing what nobody will read.
