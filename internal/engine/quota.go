@@ -161,7 +161,7 @@ func (s *batch) yieldJoined(joined []*seq) {
 
 // reclaim preempts, newest first, sequences of the tenant furthest over
 // its share while a waiting tenant is owed pages within its own
-// (sched.Pages.Reclaim). Without a real pool (no free-page count) it
+// (sched.Pages.ReclaimBy). Without a real pool (no free-page count) it
 // does nothing.
 func (s *batch) reclaim() {
 	raw := rawPool(s.pool)
@@ -170,8 +170,12 @@ func (s *batch) reclaim() {
 	}
 	oldest := s.oldest()
 	freed := false
+	// A waiter is owed what its reservation could not get: another
+	// tenant's cached prefixes it may not evict are no room for it
+	// (TestKVQuotaReclaimCountsWhatTheWaiterMayEvict).
+	avail := func(h sched.Holder) int { return raw.AvailableFor(h.Tenant, h.Wants) }
 	for range len(s.active) {
-		t := s.pages().Reclaim(raw.AvailablePages(), func(t string) bool { return s.latestOf(t, oldest) != nil })
+		t := s.pages().ReclaimBy(avail, func(t string) bool { return s.latestOf(t, oldest) != nil })
 		if t == "" {
 			break
 		}

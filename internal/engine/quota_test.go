@@ -422,3 +422,68 @@ func fedTokens(qs []*seq) int {
 	}
 	return n
 }
+
+// cacheIdle leaves n idle prefix-cache pages of tenant in the rig's pool:
+// reserved, written, sealed, cached, released.
+func (r *quotaRig) cacheIdle(tenant string, n int) {
+	r.t.Helper()
+	p := rawPool(r.pool)
+	o := kv.Owner{Tenant: tenant, ID: newID()}
+	refs, err := p.Reserve(o, n)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	img := make([]byte, p.Geometry().PageBytes())
+	for i, ref := range refs {
+		if err := p.WritePage(o, ref, r.cfg.PageSize, img); err != nil {
+			r.t.Fatal(err)
+		}
+		if err := p.Seal(o, refs[i:i+1]); err != nil {
+			r.t.Fatal(err)
+		}
+		if ok, err := p.Insert(o, ref, kv.BlockKey{byte(i), tenant[0]}); !ok || err != nil {
+			r.t.Fatalf("insert: %v %v", ok, err)
+		}
+	}
+	if err := p.Release(o, refs); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// A waiting tenant is owed what its request could not get, counted as its
+// reservation counts it: the free pages and the idle cache entries it may
+// evict. b caches 6 pages of 32 and a 2; a's twelve sequences hold the
+// other 24 (8 over its share). b waits for 12 pages, within its share of
+// 16; with its 6 cached it would hold 18, over its pool share, so it may
+// evict only its own idle entries, not a's within a's cache share.
+// Counted against every idle page, b was owed only until two preemptions
+// left 4 + 8 idle "available", and its reservation (4 free + its own 6)
+// still did not fit while a held 20 pages; now a is preempted until b's
+// request fits (three: 6 free + 6).
+func TestKVQuotaReclaimCountsWhatTheWaiterMayEvict(t *testing.T) {
+	r := newQuotaRig(t, 32)
+	r.cacheIdle("b", 6)
+	r.cacheIdle("a", 2)
+	for range 12 {
+		r.add("a", 4, 4) // 2 pages
+	}
+	r.s.turn()
+	p := rawPool(r.pool)
+	if st := p.Stats(); st.Free != 0 || st.CacheIdle != 8 {
+		t.Fatalf("%d pages free, %d idle cached; want 0 and 8", st.Free, st.CacheIdle)
+	}
+	b := kv.Owner{Tenant: "b", ID: newID()}
+	r.s.setWant(b, 1, 12)
+	r.s.turn()
+	if got := p.AvailableFor("b", 12); got < 12 || len(r.victim) != 3 {
+		t.Fatalf("a step after b waited for 12 pages: %d it may take, %d of a's sequences preempted (a holds %d, share %d); want 12 and 3",
+			got, len(r.victim), r.held("a"), r.s.pages().Share("a"))
+	}
+	refs, err := p.Reserve(b, 12)
+	if err != nil {
+		t.Fatalf("b's reservation after the reclaim: %v", err)
+	}
+	if err := p.Release(b, refs); err != nil {
+		t.Fatal(err)
+	}
+}
