@@ -6,8 +6,9 @@
 # `sluice bench serve --workload crowding --repeats 1` per build (its own
 # binary drives it); per build it prints the medians over the rounds of
 # b's TTFT p50 and p99 flooded / alone, the push to the commit and the rest
-# of the handoff (b's mean ms per request, alone and flooded) and a's
-# tok/s, then every round's figures. CROWDING_FLAGS adds flags to every run
+# of the handoff (b's mean ms per request, alone and flooded), a's tok/s
+# and how b's prompts started while a floods (nested at a pause point of
+# a's step, or at a step boundary), then every round's figures. CROWDING_FLAGS adds flags to every run
 # (e.g. --colocated, "--sluice-flags=--handoff-after-prefill"). The report,
 # with the command, CPU, dates and load averages, goes to
 # $BENCH_OUT/crowding-ab-<date>.txt.
@@ -56,7 +57,11 @@ while [ "$r" -le "$ROUNDS" ]; do
 		push=$(awk '/last chunk to the accepted commit/ {print $(NF-1), $NF}' "$RUN")
 		rest=$(awk '/the rest \(/ {print $(NF-1), $NF}' "$RUN")
 		atok=$(awk '$1 == "a" && $2 == "flooding" {print $NF}' "$RUN")
-		echo "$which $r ${ratios:-- -} ${push:-- -} ${rest:-- -} ${atok:--} $(cut -d' ' -f1 /proc/loadavg)" >>"$ROWS"
+		# b's prompts while a floods by how their first chunk started
+		# (prefill_wait/<how>, builds that export it): at a pause point of
+		# a's step (nested) or at a step boundary for another reason.
+		starts=$(awk '$1 ~ /prefill_wait\// && NF >= 5 {n = $(NF-1); if ($1 ~ /\/nested$/) nested += n; else if ($1 !~ /\/next_step$/) other += n; seen = 1} END {if (seen) print nested + 0, other + 0}' "$RUN")
+		echo "$which $r ${ratios:-- -} ${push:-- -} ${rest:-- -} ${atok:--} $(cut -d' ' -f1 /proc/loadavg) ${starts:-- -}" >>"$ROWS"
 	done
 	r=$((r + 1))
 done
@@ -66,13 +71,14 @@ med() {
 {
 	echo
 	echo "medians over the rounds (b's phases: mean ms per request, alone / flooded):"
-	printf '%-5s %10s %10s %14s %14s %10s\n' build "p50 x" "p99 x" "push a/f" "rest a/f" "a tok/s"
+	printf '%-5s %10s %10s %14s %14s %10s %16s\n' build "p50 x" "p99 x" "push a/f" "rest a/f" "a tok/s" "nested/boundary"
 	for which in old new; do
 		col() { awk -v w="$which" -v c="$1" '$1 == w {print $c}' "$ROWS" | grep -v '^-$' | med; }
-		printf '%-5s %10s %10s %14s %14s %10s\n' "$which" "$(col 3)x" "$(col 4)x" "$(col 5) / $(col 6)" "$(col 7) / $(col 8)" "$(col 9)"
+		printf '%-5s %10s %10s %14s %14s %10s %16s\n' "$which" "$(col 3)x" "$(col 4)x" "$(col 5) / $(col 6)" "$(col 7) / $(col 8)" "$(col 9)" "$(col 11) / $(col 12)"
 	done
+	echo "(nested/boundary: b's prompts while a floods whose first chunk ran at a pause point of a's step, and that waited for a step boundary for another reason than an idle batch; '-' for builds without prefill_wait/<how>)"
 	echo
-	echo "rounds: build round p50x p99x push_alone push_flooded rest_alone rest_flooded a_tok_s loadavg"
+	echo "rounds: build round p50x p99x push_alone push_flooded rest_alone rest_flooded a_tok_s loadavg nested_flooded boundary_flooded"
 	cat "$ROWS"
 	echo "loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee -a "$REPORT"
