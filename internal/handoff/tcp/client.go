@@ -89,6 +89,7 @@ func NewClient(nc net.Conn, cfg Config) (*Client, error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	tuneSocket(nc, cfg.AckTimeout)
 	if !cfg.Encrypt && !Loopback(nc.RemoteAddr()) {
 		cfg.Encrypt = true // off the host, every frame is encrypted (I15)
 	}

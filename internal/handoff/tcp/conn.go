@@ -86,6 +86,13 @@ type Config struct {
 	// DefaultDeadAfter, 2s; negative: no heartbeat). Both sides ping every
 	// DeadAfter/8 when otherwise quiet.
 	DeadAfter time.Duration
+	// AckTimeout bounds how long the kernel keeps a connection whose peer
+	// stopped acknowledging (a half-open connection: the peer's host gone
+	// or cut off), heartbeat or not (keepalive.go): keep-alive probes on
+	// an idle connection, TCP_USER_TIMEOUT for unacknowledged data, on
+	// both ends' sockets. Default DefaultAckTimeout (20 s); negative: the
+	// system's defaults (minutes).
+	AckTimeout time.Duration
 	// Model is the fingerprint of the model this role loaded (I13). Both
 	// sides send theirs in the handshake (covered by the HMAC proofs); a
 	// connection between roles whose fingerprints differ is refused with
@@ -188,6 +195,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DeadAfter == 0 {
 		c.DeadAfter = DefaultDeadAfter
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = DefaultAckTimeout
 	}
 	return c, nil
 }

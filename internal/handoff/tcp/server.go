@@ -141,6 +141,7 @@ func (s *Server) serveConn(nc net.Conn, mac bool) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	tuneSocket(nc, s.cfg.AckTimeout)
 	cfg := s.cfg
 	cfg.Encrypt = mac
 	c := &conn{nc: nc, cfg: cfg, fr: framer{maxFrame: s.cfg.MaxFrame, deferOpen: true}}
