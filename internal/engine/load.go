@@ -13,7 +13,7 @@ import (
 // needs them, so a worker whose cache holds many prefixes is not thereby
 // loaded (and prefix affinity is not fought by the free-pages scorer).
 func (w *DecodeWorker) Load(context.Context) (*handoff.Load, error) {
-	ps := w.Pool().Stats()
+	ps := w.Pool().Counts()
 	w.mu.Lock()
 	n := len(w.handoffs)
 	w.mu.Unlock()
@@ -24,7 +24,7 @@ func (w *DecodeWorker) Load(context.Context) (*handoff.Load, error) {
 // prompts it is prefilling or waiting to prefill (every router's), which
 // the router's prefill-queue scorer adds to its own count.
 func (w *PrefillWorker) Load(context.Context) (*handoff.Load, error) {
-	ps := w.Pool().Stats()
+	ps := w.Pool().Counts()
 	return &handoff.Load{FreePages: ps.Free, TotalPages: ps.Pages, Running: int(w.running.Load()), Context: w.ctx}, nil
 }
 

@@ -19,6 +19,7 @@ import (
 //   - the pool's audit holds, which compares every tenant's count with
 //     recountHeldLocked (a pass over every page) and the holding list
 //     with the counts;
+//   - Counts (the load report's O(1) counters) equal Stats' recount;
 //   - AvailableFor equals availableForByRecount, the O(pages) formula it
 //     replaced (holdShareLocked over a recount, each scope's cache share
 //     computed on its own), for every tenant and several sizes.
@@ -163,6 +164,9 @@ func TestHoldCountsEqualRecount(t *testing.T) {
 			"": func(rt *rapid.T) {
 				if err := p.audit(); err != nil {
 					rt.Fatal(err)
+				}
+				if c, st := p.Counts(), p.Stats(); c != (Counts{Pages: st.Pages, Free: st.Free, CacheIdle: st.CacheIdle, Cached: st.Cached}) {
+					rt.Fatalf("counts %+v, a recount %+v", c, st)
 				}
 				for _, tn := range tenants {
 					for n := 0; n <= pages+1; n += 2 {

@@ -249,6 +249,22 @@ func (p *Pool) AvailablePages() int {
 	return p.nfree + p.cache.idle
 }
 
+// Counts are a pool's page counts that need no pass over the pages.
+type Counts struct {
+	Pages, Free int
+	// CacheIdle are idle prefix-cache entries (evictable), Cached all
+	// cache entries (read or idle).
+	CacheIdle, Cached int
+}
+
+// Counts reads the counters Stats would recount: O(1) under the lock, for
+// a load report a router polls (Stats walks every page).
+func (p *Pool) Counts() Counts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return Counts{Pages: len(p.pages), Free: p.nfree, CacheIdle: p.cache.idle, Cached: p.cache.cached}
+}
+
 // SetChecks turns the owner/generation checks of the data path on or off.
 // TEST AND BENCHMARK HOOK ONLY: benchmarks measure what the checks cost and
 // the incident demo shows each other safeguard holding alone.
