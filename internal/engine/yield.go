@@ -87,8 +87,7 @@ func (s *batch) forward(fwd Forwarder, steps []Step, members []*seq) []StepResul
 // The step's nested budget (s.nest, sched.Nest): a nested step is a
 // whole forward pass, whose cost does not shrink with its tokens as the
 // shares count them (every layer's weights are read for one token as for
-// a chunk: a 1-token forward is ~1/25 of a 64-token chunk's on
-// bench-110M-q8_0, ~1/3 on bench-15M-f32). So each costs a fixed
+// a chunk). So each costs a fixed
 // nestForward tokens plus its own, charged to its tenants, and the
 // nested steps of one paused step together cost at most the step
 // itself: a tenant's burst of tiny prompts runs a few forward passes in
@@ -180,11 +179,12 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 }
 
 // nestForward is a forward pass's fixed cost in prompt tokens, for the
-// nested budget and charges (sched.Nest): a quarter of a chunk. Measured
-// (BenchmarkPrefillStepSize), a 1-token pass costs what ~3 tokens of a
-// 64-token chunk do on bench-110M-q8_0 and ~21 on bench-15M-f32; a
-// quarter chunk (16 at the default 64) sits between and bounds a burst of
-// 1-token prompts to a handful of passes a paused step.
+// nested budget and charges (sched.Nest): a quarter of a chunk.
+// Measured (model.BenchmarkForwardFixedCost), a pass costs beyond its
+// tokens what 3-7 tokens of a 64-token chunk do on the q8_0 bench models
+// and 17-19 on bench-15M-f32; a quarter chunk (16 at the default 64) is
+// about the f32 cost, more than q8_0's, and bounds a burst of 1-token
+// prompts to a handful of passes a paused step.
 func (c Config) nestForward() int { return max(c.ChunkTokens/4, 1) }
 
 // How a prompt's first chunk started (the first-token phase
