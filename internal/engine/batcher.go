@@ -1103,6 +1103,15 @@ func (s *batch) finish(q *seq, o outcome) {
 	}
 	q.table = nil
 	q.view = nil
+	if q.hasFirst && q.firstSent {
+		// Its first token went to the stream at the commit (DecodeWorker.
+		// start) and it ends before joining, where that token is counted
+		// (a shutdown): counted here, so usage says what the stream
+		// carried.
+		q.hasFirst, q.firstSent = false, false
+		q.generated++
+		s.generated.Add(1)
+	}
 	o.prompt = q.promptTokens
 	o.cached = q.cachedTokens
 	o.completion = q.generated

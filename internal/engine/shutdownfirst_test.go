@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/internal/handoff"
+)
+
+// A decode worker shut down between accepting a commit and the batch's
+// join has sent the commit's first token to the stream already (at the
+// commit, TestFirstTokenOnStreamAtCommit); the shutdown error that ends
+// the stream then counts it: one completion token, the one the client got.
+// It used to say 0 (the token was counted only at the join), so usage
+// disagreed with the stream. The worker is driven (never stepped), so the
+// sequence is certainly still waiting to join when Close comes.
+func TestShutdownBeforeJoinCountsFirstToken(t *testing.T) {
+	m := newToy()
+	cfg := toyConfig(m, 40).withDefaults()
+	pool, err := cfg.newPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dw, err := NewDrivenDecodeWorker(toyConfig(m, 40), Driven{Pool: pool, Now: time.Now, Wake: func() {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			dw.Close()
+		}
+	}()
+	pw, err := NewPrefillWorker(toyConfig(m, 40), dw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	ctx := context.Background()
+	p := prompt(5, 9)
+	id := newID()
+	res, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "t", PromptTokens: len(p), MaxTokens: 6, Model: FingerprintOf(m)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := dw.Stream(ctx, id, handoff.StreamParams{IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := pw.Prefill(ctx, &handoff.PrefillRequest{Handoff: id, Tenant: "t", Tokens: p, Reservation: res, Model: FingerprintOf(m)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := ts.Recv()
+	if err != nil || first.Err != nil || first.Done || first.ID != pr.FirstToken {
+		t.Fatalf("the stream's first item %+v (%v), want the first token %d", first, err, pr.FirstToken)
+	}
+	dw.Close()
+	closed = true
+	end, err := ts.Recv()
+	if err != nil || end.Err == nil {
+		t.Fatalf("after the shutdown the stream has %+v (%v), want the shutdown error", end, err)
+	}
+	if !strings.Contains(end.Err.Error(), "shut down") {
+		t.Fatalf("the stream ended with %v, want the shutdown error", end.Err)
+	}
+	if end.CompletionTokens != 1 || end.PromptTokens != len(p) {
+		t.Fatalf("the shutdown error counts %d completion and %d prompt tokens; the stream carried 1 token of a %d-token prompt", end.CompletionTokens, end.PromptTokens, len(p))
+	}
+}
