@@ -175,7 +175,7 @@ func TestSlotsTiesAlternate(t *testing.T) {
 // instead of waiting behind a's hundred. Before the fair slots (a FIFO
 // channel) it reached the worker after a's queued prompts.
 func TestFloodingTenantLeavesNextSlotToOther(t *testing.T) {
-	const bound, queued = 8, 100
+	const bound, queued = 64, 100
 	p := &orderPrefill{arrived: make(chan string, bound+queued+1), release: make(chan struct{}, bound+queued+1)}
 	cfg := Config{Secret: secret, MaxInflight: bound, DeadAfter: -1}
 	addr, _ := serve(t, cfg, nil, p)
