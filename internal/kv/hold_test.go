@@ -238,3 +238,50 @@ func TestAvailableForAllocatesNothing(t *testing.T) {
 		t.Errorf("AvailableFor allocates %.0f times per call", a)
 	}
 }
+
+// Another tenant's cache share, in the eviction budget, is its weight's
+// part: b (weight 2) caching 7 of 12 pages beside a (weight 1) caching 1
+// is within its share of 8, so a, over its pool share, may evict none of
+// b's entries: only its own idle page. (Its count's part, 4, would give a
+// 3 of b's.)
+func TestAvailableForWeightsCacheShares(t *testing.T) {
+	p := newPool(t, 12, func(c *Config) {
+		c.CacheWeight = func(t string) int { return map[string]int{"a": 1, "b": 2}[t] }
+	})
+	cache := func(o Owner, n int) {
+		refs, err := p.Reserve(o, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, ref := range refs {
+			if err := p.WritePage(o, ref, tg.PageSize, pageImage(o, ref.Gen, i, tg.PageSize)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.Seal(o, refs); err != nil {
+			t.Fatal(err)
+		}
+		for i, ref := range refs {
+			if ok, err := p.Insert(o, ref, BlockKey{byte(i), o.Tenant[0]}); !ok || err != nil {
+				t.Fatalf("insert: %v %v", ok, err)
+			}
+		}
+		if err := p.Release(o, refs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache(owner("b", 1), 7)
+	cache(owner("a", 2), 1)
+	if _, err := p.Reserve(owner("a", 3), 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.AvailableFor("a", 1); got != 2 {
+		t.Errorf("AvailableFor(a, 1) = %d, want 1 free + a's own idle page", got)
+	}
+	if _, err := p.Reserve(owner("a", 4), 3); !errors.Is(err, ErrNoCapacity) {
+		t.Fatalf("a over its pool share evicted b's entries within b's weighted cache share: %v", err)
+	}
+	if st := p.Stats(); st.CacheIdle != 8 {
+		t.Fatalf("%d idle cache pages left, want all 8", st.CacheIdle)
+	}
+}
