@@ -482,3 +482,57 @@ func TestFirstChunkStartReasons(t *testing.T) {
 		t.Fatalf("first chunks started %v, want %v", r.hows, want)
 	}
 }
+
+// A paused step's nested budget goes to the least served waiting tenant
+// first: b, new to the batch, gets its chunk at the pause point where a
+// third tenant c, served as much as the flood a, has a tiny prompt that
+// arrived a moment earlier. In arrival order, c's 2 tokens took the
+// budget (4 + 2 of 4 + 17) and what they left never fit b's chunk of 16,
+// so b waited for a's step boundary (sched.TestYieldWithinLeastServedFirst
+// for the rule). Every output is bitwise as alone.
+func TestYieldBudgetGoesToLeastServed(t *testing.T) {
+	flood, c0, c1, b := prompt(3, 60), prompt(6, 16), prompt(7, 2), prompt(8, 16)
+	alone := map[string][]string{}
+	for name, p := range map[string][]int32{"a": flood, "c0": c0, "c1": c1, "b": b} {
+		r := newYieldRig(t, 64)
+		r.add(name, "x", p, 4)
+		r.drain()
+		alone[name] = r.out[name]
+	}
+	r := newYieldRig(t, 64)
+	r.add("a", "a", flood, 4)
+	r.add("c0", "c", c0, 4)
+	// Until c0's prompt is done and it decodes (c is in the batch, not
+	// in a's prompt steps), a still prefilling.
+	for len(r.out["c0"]) == 0 {
+		if r.probe.step > 8 {
+			t.Fatal("c0 never started decoding")
+		}
+		r.s.turn()
+	}
+	next := r.probe.step + 1
+	bEntry := r.s.shares.Served("a") - r.s.shares.Lag // where b enters
+	if c := r.s.shares.Served("c"); c <= bEntry || c > r.s.shares.Served("a")+r.s.shares.Slack {
+		t.Fatalf("c is served %d, b enters at %d, a at %d: the test wants b the least served and c within Slack of a", c, bEntry, r.s.shares.Served("a"))
+	}
+	r.probe.onPause = func(step, point int) {
+		if step == next && point == 0 {
+			r.add("c1", "c", c1, 4)
+			r.add("b", "b", b, 4)
+		}
+	}
+	r.s.turn()
+	if want := []string{fmt.Sprintf("%d/0: [16@0]", next)}; !slices.Equal(r.probe.nested, want) {
+		t.Fatalf("nested steps %v during a's step, want %v (b's chunk, the least served, in a budget of 4 + 17)", r.probe.nested, want)
+	}
+	r.probe.onPause = nil
+	r.drain()
+	if r.hows["b"] != StartNested || r.hows["c1"] != StartBudget {
+		t.Errorf("b started %q, c1 %q; want %q and %q", r.hows["b"], r.hows["c1"], StartNested, StartBudget)
+	}
+	for _, n := range []string{"a", "c0", "c1", "b"} {
+		if !slices.Equal(r.out[n], alone[n]) {
+			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
+		}
+	}
+}

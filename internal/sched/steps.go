@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"cmp"
 	"math"
 	"slices"
 )
@@ -340,8 +341,8 @@ func NestFor(tokens, forward int) Nest {
 }
 
 // YieldWithin is Yield within the paused step's nested budget: the
-// chunks Yield would run, in the waiting order, while Forward plus their
-// tokens fit in n.Left; a chunk that does not fit waits for the step
+// chunks Yield would run, least served first (then in the waiting
+// order), while Forward plus their tokens fit in n.Left; a chunk that does not fit waits for the step
 // boundary (and takes no turn here: a later, smaller one may still fit).
 // cost is what the nested step takes from the budget (0 when nothing
 // runs); only the tenants that run enter the counters.
@@ -359,12 +360,26 @@ func (s *Shares) YieldWithin(step []string, waiting []Chunk, chunk int, n Nest) 
 		}
 	}
 	cost = max(n.Forward, 0)
-	done := map[string]int64{}
+	// Least served first, as in Plan: when the budget cannot pay for
+	// every waiting tenant's chunk, the tenants furthest behind get it,
+	// whatever the order their prompts arrived in (ties, and a tenant's
+	// own chunks, in that order). In arrival order, a third tenant's
+	// 1-token prompt a moment ahead of a light tenant's chunk took the
+	// budget the chunk needed, and what it left never fit the chunk
+	// again in that step (TestYieldWithinLeastServedFirst).
+	counters := make([]int64, len(waiting))
+	order := make([]int, len(waiting))
 	for i, c := range waiting {
+		counters[i], order[i] = s.counter(c.Tenant), i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return cmp.Compare(counters[i], counters[j]) })
+	done := map[string]int64{}
+	for _, i := range order {
+		c := waiting[i]
 		if _, ran := done[c.Tenant]; ran || in[c.Tenant] || c.Tokens <= 0 {
 			continue
 		}
-		if v := s.counter(c.Tenant); v <= least+s.Slack {
+		if v := counters[i]; v <= least+s.Slack {
 			k := min(c.Tokens, chunk)
 			if cost+k > n.Left {
 				continue

@@ -207,3 +207,32 @@ func TestForwardPart(t *testing.T) {
 		t.Fatal("a pass with no chunks charges")
 	}
 }
+
+// When the paused step's nested budget cannot pay for every waiting
+// tenant's chunk, the least served goes first, as in Plan, whatever the
+// order the prompts arrived in: a third tenant's 1-token prompt that
+// arrived a moment earlier does not take the budget from a light
+// tenant's chunk (the budget left after it would never again fit the
+// chunk, so the light tenant waited for the flood's step boundary).
+func TestYieldWithinLeastServedFirst(t *testing.T) {
+	s := Shares{Slack: 64, Lag: 256}
+	s.Sync([]Member{{"a", 1}, {"c", 1}})
+	for range 10 {
+		s.Charge("a", 1, 64)
+	}
+	s.Charge("c", 1, 640) // c: served as much as the flood a, within Slack
+	// b is new to the batch: Lag behind, the least served.
+	waiting := []Chunk{{"c", 1, 1}, {"b", 1, 64}}
+	take, cost := s.YieldWithin([]string{"a"}, waiting, 64, NestFor(64, 16))
+	if fmt.Sprint(take) != "[0 64]" || cost != 16+64 {
+		t.Fatalf("takes %v (cost %d), want b's chunk, the least served (cost 80)", take, cost)
+	}
+	// Arrival order decides between tenants equally served (the first
+	// that fits); a tenant's own chunks stay in their order.
+	s2 := Shares{Slack: 64, Lag: 256}
+	s2.Sync([]Member{{"a", 1}})
+	waiting = []Chunk{{"c", 1, 64}, {"b", 1, 8}, {"b", 1, 1}, {"c", 1, 1}}
+	if take, _ := s2.YieldWithin([]string{"a"}, waiting, 64, NestFor(64, 16)); fmt.Sprint(take) != "[64 0 0 0]" {
+		t.Fatalf("equally served: takes %v, want the first that arrived (c's 64)", take)
+	}
+}
