@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"sluice/internal/tlsload"
@@ -38,10 +41,21 @@ func serveAdmin(log *slog.Logger, addr string, h http.Handler, tlsSrv *tlsload.S
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, listenError(err, "--metrics-listen")
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go tlsload.Serve(hs, l, tlsSrv)
 	log.Info("metrics listening", "addr", tlsload.Scheme(tlsSrv)+"://"+l.Addr().String()+"/metrics")
 	return func() { hs.Close() }, nil
+}
+
+// listenError is err from binding an address, with what to change when
+// another process holds the address: the bare "bind: address already in
+// use" does not say which of a role's listeners (API, admin, handoff) it
+// was, nor which flag moves it. flags names the flags that set it.
+func listenError(err error, flags string) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%w: another process holds this address; stop it or give another with %s", err, flags)
+	}
+	return fmt.Errorf("%w (set with %s)", err, flags)
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"io"
+	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"runtime/debug"
@@ -113,6 +116,80 @@ func TestVersionWithoutVCSStamps(t *testing.T) {
 		m := regexp.MustCompile(`(?m)^` + target + `:\n\t(.*)$`).FindSubmatch(mk)
 		if m == nil || !strings.Contains(string(m[1]), "$(LDFLAGS)") {
 			t.Errorf("make %s does not link with $(LDFLAGS): %q", target, m)
+		}
+	}
+}
+
+// `sluice serve MODEL` is `sluice serve --model MODEL`, as `vllm serve
+// MODEL` takes it, with flags before and after; the model given twice is
+// refused, never one of the two dropped; a stray second argument is named.
+func TestServeTakesModelArgument(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts a process")
+	}
+	model, err := filepath.Abs("../../testdata/models/stories260K.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// --ctx-size: llama-server's long name of -c.
+	p := startProc(t, "serve", model, "--ctx-size", "200", "--kv-pool-tokens", "512", "--host", "127.0.0.1", "--port", "0")
+	addr := p.waitAddr(t)
+	if got := p.field("model loaded", "model"); got != "stories260K" {
+		t.Errorf("model loaded %q, want stories260K:\n%s", got, p.log())
+	}
+	if !strings.Contains(p.log(), `"context":200`) {
+		t.Errorf("--context after the model was not taken:\n%s", p.log())
+	}
+	resp, err := http.Get("http://" + addr + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"id":"stories260K"`) {
+		t.Errorf("/v1/models: %s", b)
+	}
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		// Each also carries a flag value refused later, so that a server
+		// that wrongly started exits at once instead of serving.
+		{[]string{"serve", model, "--model", model, "--port", "none"}, "the model is given twice"},
+		{[]string{"serve", "--port", "none", "--model", model, model}, "the model is given twice"},
+		{[]string{"router", model, "-hf", "a/b", "--port", "none"}, "the model is given twice"},
+		{[]string{"decode", "--kv-memory", "none", model, "extra", "--listen", "127.0.0.1:0"}, `unexpected arguments ["extra" "--listen" "127.0.0.1:0"]: the model is`},
+	} {
+		code, out, errb := runBin(t, c.args...)
+		if code != 2 || out != "" || strings.Count(errb, "\n") != 1 || !strings.Contains(errb, c.says) {
+			t.Errorf("sluice %s: exit %d, stdout %q, stderr %q; want exit 2 and one line saying %q", strings.Join(c.args, " "), code, head(out), errb, c.says)
+		}
+	}
+}
+
+// A listener whose address another process holds names the flag that
+// moves it: the API's --port, the admin listener's --metrics-listen (whose
+// default with a key, 127.0.0.1:9090, is also Prometheus's own port).
+func TestListenConflictNamesTheFlag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts a process")
+	}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	_, port, _ := net.SplitHostPort(held.Addr().String())
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"serve", "--host", "127.0.0.1", "--port", port, "--kv-pool-tokens", "4096"}, "--port"},
+		{[]string{"serve", "--port", "0", "--api-key", "sk-x", "--metrics-listen", held.Addr().String(), "--kv-pool-tokens", "4096"}, "--metrics-listen"},
+	} {
+		code, _, errb := runBin(t, c.args...)
+		if code != 1 || !strings.Contains(errb, "another process holds this address") || !strings.Contains(errb, c.flag) {
+			t.Errorf("sluice %s: exit %d, stderr %s; want exit 1 naming %s", strings.Join(c.args, " "), code, errb, c.flag)
 		}
 	}
 }

@@ -91,15 +91,12 @@ func serveWorkerMetrics(log *slog.Logger, addr, model string, stats func() route
 
 // startWorker parses flags, loads the model and runs preflight for role.
 func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []string) (*slog.Logger, *node.Model, engine.Config, tcp.Config, int) {
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseModelArg(fs, args); !ok {
 		return nil, nil, engine.Config{}, tcp.Config{}, code
 	}
 	fail := func(code int, format string, a ...any) (*slog.Logger, *node.Model, engine.Config, tcp.Config, int) {
 		fmt.Fprintf(os.Stderr, name+": "+format+"\n", a...)
 		return nil, nil, engine.Config{}, tcp.Config{}, code
-	}
-	if fs.NArg() > 0 {
-		return fail(2, "unexpected arguments %q", fs.Args())
 	}
 	log, err := o.logger()
 	if err != nil {
@@ -184,7 +181,7 @@ func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		log.Error("cannot listen", "addr", addr, "err", err)
+		log.Error("cannot listen", "addr", addr, "err", listenError(err, "--listen"))
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -241,7 +238,7 @@ func runDecode(args []string) int {
 	var o workerOpts
 	o.registerWorker(fs, "127.0.0.1:9002")
 	prefix := prefixCacheFlag(fs, "keep the verified full prompt pages of the SAME tenant's earlier handoffs and tell prefill not to send them again (decode_prefix_len)")
-	usageFor(fs, `Usage: sluice decode [flags]
+	usageFor(fs, `Usage: sluice decode [MODEL] [flags]
 
 Runs a decode worker as its own process. It owns the destination KV pages:
 it reserves them for a router, applies a prefill worker's page writes,

@@ -35,7 +35,7 @@ func runPrefill(args []string) int {
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the decode worker at start")
 	prefix := prefixCacheFlag(fs, "reuse the full prompt pages of earlier prompts of the SAME tenant")
 	sharedPre := fs.String("shared-prefix-file", "", sharedPrefixFlag)
-	usageFor(fs, `Usage: sluice prefill [flags]
+	usageFor(fs, `Usage: sluice prefill [MODEL] [flags]
 
 Runs a prefill worker as its own process. For each handoff it runs the
 prompt, writes the KV pages into the decode worker's reservation in bounded

@@ -68,7 +68,7 @@ func runRouter(args []string) int {
 	fs.IntVar(&maxRetries, "max-retries", engine.DefaultMaxRetries, "how many times one request may move to another prefill/decode pair after an attempt failed before any token reached the client (a decode worker that is draining, left or died between the pick and the reserve; a prefill worker that could not push); each retry avoids every worker that already failed it. Failures the request caused (4xx) are never retried. 0: never (the first failure stands)")
 	fs.DurationVar(&peerTimeout, "peer-timeout", tcp.DefaultDeadAfter, "how long a peer (worker or router) may send nothing, not even a heartbeat, before it is declared dead and its connection closed: its requests fail over or end with an error. Both sides ping every eighth of it when idle; a slow or CPU-starved peer keeps sending and stays up. 0: no heartbeat (a peer whose process hangs then holds its calls until it resumes, though a prompt the router gives up still ends within 20 s: the connection is closed if the worker does not acknowledge it within 10 s; a peer cut off by the network or whose host froze is noticed by TCP within 20 s either way)")
 	fs.DurationVar(&connectTimeout, "connect-timeout", 30*time.Second, "how long to keep trying to reach the workers at start")
-	usageFor(fs, `Usage: sluice router [flags]
+	usageFor(fs, `Usage: sluice router [MODEL] [flags]
 
 Runs the router as its own process: authenticates API keys into tenants,
 tokenizes (the tokenizer and chat template come from --model, which must be
@@ -88,12 +88,8 @@ vetted before its first request and refused if it does not admit it.
 Example:
   SLUICE_SECRET=$(cat secret) sluice router --model m.gguf --context 512 --prefill 127.0.0.1:9001 --decode 127.0.0.1:9002
 `)
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseModelArg(fs, args); !ok {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "router: unexpected arguments %q\n", fs.Args())
-		return 2
 	}
 	if err := o.resolveHTTP(); err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)

@@ -98,6 +98,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 	// The spellings vLLM and llama-server users type, same meaning.
 	cli.Alias(fs, "m", "model")
 	cli.Alias(fs, "c", "context")
+	cli.Alias(fs, "ctx-size", "context") // llama-server's long name of -c
 	cli.Alias(fs, "max-model-len", "context")
 	if pool {
 		fs.StringVar(&o.kvMemory, "kv-memory", defaultKVMemory, kvMemoryUsage)
@@ -397,7 +398,7 @@ func runServe(args []string) int {
 	fs.IntVar(&o.decodeWorkers, "decode-workers", 1, "decode workers in this process, each with its own KV pool of --kv-memory")
 	fs.StringVar(&o.prefix, "prefix-cache", "on", "on or off: reuse the full prompt pages of earlier requests of the SAME tenant (keys salted with an HMAC of the authenticated tenant; never shared across tenants). The colocated engine and the prefill worker use it")
 	fs.StringVar(&o.sharedPre, "shared-prefix-file", "", sharedPrefixFlag)
-	usageFor(fs, `Usage: sluice serve [flags]
+	usageFor(fs, `Usage: sluice serve [MODEL] [flags]
 
 Runs the router, a prefill worker and a decode worker in one process. The
 roles stay disaggregated over a real transport (loopback TCP by default),
@@ -406,15 +407,12 @@ at start and refuses a context larger than its KV pool (I2).
 
 Example:
   sluice serve                                   # built-in model on 127.0.0.1:8080
+  sluice serve model.gguf --port 8000            # MODEL is --model (vLLM's form)
   sluice serve --model stories260K.gguf --context 512 --kv-memory 64MiB
   curl -s localhost:8080/v1/completions -d '{"prompt":"Once upon a time","max_tokens":32}'
 `)
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseModelArg(fs, args); !ok {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "serve: unexpected arguments %q\n", fs.Args())
-		return 2
 	}
 	if err := o.resolveHTTP(); err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)
@@ -592,7 +590,7 @@ func loadKeysFlag(path string, log *slog.Logger) (*router.Keys, error) {
 func serveHTTP(log *slog.Logger, addr string, tlsSrv *tlsload.Server, srv *router.Server, drain time.Duration, closeRoles func(context.Context) error) int {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		log.Error("cannot listen", "addr", addr, "err", err)
+		log.Error("cannot listen", "addr", addr, "err", listenError(err, "--port, --host or --listen"))
 		closeRoles(context.Background())
 		return 1
 	}
