@@ -70,3 +70,21 @@ func TestShutdownBeforeJoinCountsFirstToken(t *testing.T) {
 		t.Fatalf("the shutdown error counts %d completion and %d prompt tokens; the stream carried 1 token of a %d-token prompt", end.CompletionTokens, end.PromptTokens, len(p))
 	}
 }
+
+// The other way a sequence ends before it joins: its start reaches a
+// scheduler already shut down (add). Its first token, sent, is counted.
+func TestAddAfterShutdownCountsFirstToken(t *testing.T) {
+	cfg := toyConfig(newToy(), 8).withDefaults()
+	pool, err := cfg.newPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newDrivenScheduler(cfg, pool, func() {})
+	s.stop()
+	var got []outcome
+	q := &seq{promptTokens: 3, maxTokens: 4, first: 1, hasFirst: true, firstSent: true, emit: func(o outcome) { got = append(got, o) }}
+	s.add(q)
+	if len(got) != 1 || got[0].err == nil || got[0].completion != 1 || got[0].prompt != 3 {
+		t.Fatalf("a sequence added after the shutdown ended with %+v, want the shutdown error counting its sent first token", got)
+	}
+}
