@@ -386,13 +386,26 @@ const calRounds = 3
 // calWords is the calibration prompt's length in pseudo-words.
 const calWords = 64
 
+// calWordCount is the calibration prompt's length for this server:
+// calWords, or fewer when the context is small, so that the prompt fits
+// at the most tokens per word calibrate accepts (16) with room to spare.
+// A 64-word prompt is 350 tokens on a 512-token vocabulary, more than a
+// 256-token context: the audit of such a server stopped at calibration,
+// called "unreachable".
+func (a *auditor) calWordCount() int {
+	if c := a.cfg.Context; c > 0 {
+		return max(4, min(calWords, c/32))
+	}
+	return calWords
+}
+
 // calibrate measures prompt tokens per pseudo-word, so prompts can aim at
 // token lengths without knowing the server's tokenizer, the server's
 // speed (for the plan's time check and the capacity sweep's short
 // reference), and whether the chat endpoint answers.
 func (a *auditor) calibrate(ctx context.Context) error {
 	a.perWord = 3 // a guess until measured
-	const words = calWords
+	words := a.calWordCount()
 	usage, tokens := true, 0
 	var lats []time.Duration
 	var toks []int
@@ -412,7 +425,7 @@ func (a *auditor) calibrate(ctx context.Context) error {
 			return &SetupError{"unreachable", "calibration: " + err.Error()}
 		}
 		if r.Status != http.StatusOK {
-			return &SetupError{"unreachable", fmt.Sprintf("calibration: a 64-word prompt got HTTP %d (%s %s)", r.Status, r.ErrCode, clip(r.ErrMessage, 200))}
+			return &SetupError{"unreachable", fmt.Sprintf("calibration: a %d-word prompt got HTTP %d (%s %s)", words, r.Status, r.ErrCode, clip(r.ErrMessage, 200))}
 		}
 		usage = usage && r.HasUsage && r.PromptTokens > 0
 		tokens += r.PromptTokens
@@ -420,7 +433,7 @@ func (a *auditor) calibrate(ctx context.Context) error {
 	}
 	if usage {
 		a.hasUsage = true
-		a.perWord = float64(tokens) / (calRounds * words)
+		a.perWord = float64(tokens) / float64(calRounds*words)
 		// A six-letter pseudo-word is one to a few tokens on any real
 		// tokenizer; a count far outside that is the server's to explain
 		// (the capacity probe checks it), not a length to build prompts from.

@@ -24,6 +24,9 @@ import (
 type fakeServer struct {
 	context  int
 	perToken time.Duration
+	// tokensPerWord: each word is this many tokens (0: one), as a small
+	// vocabulary spells a word in several.
+	tokensPerWord int
 
 	acceptOver  bool    // over-capacity prompts get 200 instead of 400
 	slack       float64 // admits up to context*(1+slack) (a lenient limit)
@@ -154,7 +157,7 @@ func (f *fakeServer) complete(w http.ResponseWriter, r *http.Request, chat bool)
 		req.Prompt = req.Messages[0].Content
 	}
 	words := strings.Fields(req.Prompt)
-	n = len(words)
+	n = len(words) * max(1, f.tokensPerWord)
 	limit := float64(f.context) * (1 + f.slack)
 	over := float64(n+req.MaxTokens) > limit
 	if over && !f.acceptOver {
@@ -918,5 +921,17 @@ func TestHugeClaimedContext(t *testing.T) {
 		if (p.Name == "capacity" || p.Name == "concurrent-capacity") && (p.Complete || !strings.Contains(p.Reason, "max-prompt-bytes")) {
 			t.Errorf("probe %+v: want incomplete over --max-prompt-bytes", p)
 		}
+	}
+}
+
+// A server with a small context and a tokenizer that spells a word in
+// several tokens (sluice serving stories260K at --context 256: 5.4 tokens a
+// word) is audited: the calibration prompt is sized from the context. It
+// was a fixed 64 words, 320 tokens here, refused with a 400, and the audit
+// ended "unreachable" before any probe.
+func TestSmallContextCalibrates(t *testing.T) {
+	rep := runAudit(t, &fakeServer{context: 256, tokensPerWord: 5})
+	if rep.Verdict != Pass || rep.ExitCode() != 0 {
+		t.Fatalf("an honest server with a 256-token context got %s: %+v %+v", rep.Verdict, rep.Findings, rep.Probes)
 	}
 }

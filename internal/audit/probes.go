@@ -295,7 +295,7 @@ func (a *auditor) capacitySweep(ctx context.Context) error {
 		for i := 0; i < capConfirm; i++ {
 			// The calibration's length: a shorter prompt than the sweep's
 			// smallest point can only lower the fastest time.
-			c := call{key: a.cfg.KeyB, path: pathCompletions, prompt: strings.Join(a.pseudoWords(calWords), " "), maxTokens: capMaxTokens}
+			c := call{key: a.cfg.KeyB, path: pathCompletions, prompt: strings.Join(a.pseudoWords(a.calWordCount()), " "), maxTokens: capMaxTokens}
 			r, err := a.send(ctx, c)
 			if err != nil {
 				return err
