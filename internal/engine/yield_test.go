@@ -23,6 +23,7 @@ type yieldProbe struct {
 	onEnd   func(step int)        // nil: nothing; after a step's last pause point
 	nested  []string              // "step/point: tokens@pos ..." per nested step
 	at      [2]int                // the paused step and point now
+	tokens  map[int]int           // per step begun: its tokens
 }
 
 func (p *yieldProbe) NewForwarder(n int) Forwarder {
@@ -39,6 +40,12 @@ func (f *probeFwd) Forward(s []Step) []StepResult { return f.ForwardBetween(s, n
 func (f *probeFwd) ForwardBetween(s []Step, between func(int)) []StepResult {
 	f.p.step++
 	step, point := f.p.step, 0
+	if f.p.tokens == nil {
+		f.p.tokens = map[int]int{}
+	}
+	for _, st := range s {
+		f.p.tokens[step] += len(st.Tokens)
+	}
 	res := f.f.ForwardBetween(s, func(l int) {
 		if f.p.onPause != nil {
 			f.p.onPause(step, point)
