@@ -32,6 +32,11 @@ func TestHoldCountsEqualRecount(t *testing.T) {
 		if rapid.Bool().Draw(rt, "publicBudget") {
 			cfg.PublicCachePages = 2
 		}
+		if rapid.Bool().Draw(rt, "verify") {
+			// Seal digests checked at lookup and by sweeps: a page whose
+			// bytes changed is quarantined, cached or in use, read or not.
+			cfg.Verify = VerifyAll
+		}
 		p, err := New(cfg)
 		if err != nil {
 			rt.Fatal(err)
@@ -78,7 +83,8 @@ func TestHoldCountsEqualRecount(t *testing.T) {
 					}
 					var err error
 					if refs, err = p.LookupPublic(o, keys, pub); err != nil {
-						rt.Fatal(err)
+						okViolation(rt, err) // a corrupted entry, quarantined
+						return
 					}
 				}
 				n := rapid.IntRange(0, 4).Draw(rt, "pages")
@@ -156,6 +162,18 @@ func TestHoldCountsEqualRecount(t *testing.T) {
 			},
 			"invalidate": func(rt *rapid.T) {
 				p.InvalidateTenant(rapid.SampledFrom(tenants).Draw(rt, "tenant"))
+			},
+			"corrupt": func(rt *rapid.T) {
+				// A page's bytes change under its seal (a stray write, a
+				// bad DIMM): the next lookup or sweep quarantines it.
+				pg := rapid.IntRange(0, pages-1).Draw(rt, "page")
+				w := p.pageBytes / 4
+				p.u32[pg*w+rapid.IntRange(0, w-1).Draw(rt, "word")] ^= 0x40000000
+			},
+			"sweep": func(rt *rapid.T) {
+				if err := p.VerifyStep(); err != nil {
+					okViolation(rt, err)
+				}
 			},
 			"tick": func(rt *rapid.T) {
 				now += rapid.IntRange(0, 2).Draw(rt, "seconds")
