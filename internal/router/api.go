@@ -141,6 +141,16 @@ func decodeBody(r io.Reader, v any) *apiError {
 			if param == "" {
 				return newErr(http.StatusBadRequest, CodeInvalidJSON, "", "the request body must be a JSON object, not a JSON %s", te.Value)
 			}
+			// An integer too large for the field is of the right type:
+			// "must be of type integer, not a JSON number 1e20-ish"
+			// read as a contradiction. Name the range instead.
+			if num, ok := strings.CutPrefix(te.Value, "number "); ok && jsonType(te.Type.String()) == "integer" && !strings.ContainsAny(num, ".eE") {
+				if k := te.Type.Kind(); k >= reflect.Int && k <= reflect.Int64 {
+					lim := uint64(1)<<(te.Type.Bits()-1) - 1
+					return badParam(param, "%s %s is out of range: an integer from -%d to %d", param, num, lim+1, lim)
+				}
+				return badParam(param, "%s %s is out of range: an integer from 0 to %d", param, num, uint64(1)<<(te.Type.Bits()-1)*2-1)
+			}
 			return badParam(param, "%s must be of type %s, not a JSON %s", param, jsonType(te.Type.String()), te.Value)
 		}
 		return newErr(http.StatusBadRequest, CodeInvalidJSON, "", "the request body is not valid JSON: %v", err)
@@ -173,7 +183,22 @@ func decodeBody(r io.Reader, v any) *apiError {
 		}
 		if len(unknown) > 0 {
 			sort.Strings(unknown)
-			return unsupported(unknown[0], "%q is not a parameter this server supports; remove it (docs/api.md lists the parameters)", unknown[0])
+			k := unknown[0]
+			// A key of the other generation route is named as such:
+			// "not a parameter this server supports" for a
+			// response_format sent to /v1/completions told the user
+			// the server had no structured outputs at all.
+			switch v.(type) {
+			case *completionRequest:
+				if chatKeys[k] {
+					return unsupported(k, "%q is a parameter of /v1/chat/completions, not of /v1/completions; send the request there or remove it", k)
+				}
+			case *chatRequest:
+				if completionKeys[k] {
+					return unsupported(k, "%q is a parameter of /v1/completions, not of /v1/chat/completions; send the request there or remove it", k)
+				}
+			}
+			return unsupported(k, "%q is not a parameter this server supports; remove it (docs/api.md lists the parameters)", k)
 		}
 		if common != nil {
 			common.RawStreamOptions = keys["stream_options"]

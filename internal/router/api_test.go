@@ -815,3 +815,48 @@ func TestPanicFailsOneRequestOnly(t *testing.T) {
 		t.Fatalf("server did not survive: %d", status)
 	}
 }
+
+// A parameter of the other generation route is refused naming the route
+// that takes it, so that a response_format sent to /v1/completions does not
+// read as "this server has no structured outputs".
+func TestOtherRouteParameterNamed(t *testing.T) {
+	h := newHarness(t, 64, nil)
+	comp, chat := h.ts.URL+"/v1/completions", h.ts.URL+"/v1/chat/completions"
+	for _, c := range []struct{ url, body, param, says string }{
+		{comp, `{"prompt":"hi","response_format":{"type":"json_object"}}`, "response_format", "a parameter of /v1/chat/completions, not of /v1/completions"},
+		{comp, `{"prompt":"hi","tools":[]}`, "tools", "a parameter of /v1/chat/completions"},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"echo":true}`, "echo", "a parameter of /v1/completions, not of /v1/chat/completions"},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"prompt":"x"}`, "prompt", "a parameter of /v1/completions"},
+		{comp, `{"prompt":"hi","frobnicate":1}`, "frobnicate", "not a parameter this server supports"},
+	} {
+		status, e := post(t, c.url, "", c.body)
+		if status != 400 || e.Code != CodeUnsupported || e.Param == nil || *e.Param != c.param || !strings.Contains(e.Message, c.says) {
+			t.Errorf("%s: %d %+v, want 400 %s param %s saying %q", c.body, status, e, CodeUnsupported, c.param, c.says)
+		}
+	}
+	if n := h.eng.submitted.Load(); n != 0 {
+		t.Fatalf("refused requests reached the engine %d times", n)
+	}
+}
+
+// An integer beyond its field's range is told so, with the range; a
+// fraction is still the wrong type.
+func TestIntegerOutOfRangeNamed(t *testing.T) {
+	h := newHarness(t, 64, nil)
+	comp := h.ts.URL + "/v1/completions"
+	for _, c := range []struct{ body, param, says string }{
+		{`{"prompt":"hi","seed":99999999999999999999}`, "seed", "seed 99999999999999999999 is out of range: an integer from -9223372036854775808 to 9223372036854775807"},
+		{`{"prompt":"hi","seed":-9223372036854775809}`, "seed", "is out of range"},
+		{`{"prompt":"hi","seed":1.5}`, "seed", "must be of type integer, not a JSON number 1.5"},
+		{`{"prompt":"hi","max_tokens":1e30}`, "max_tokens", "must be of type integer"},
+	} {
+		status, e := post(t, comp, "", c.body)
+		if status != 400 || e.Code != CodeInvalidParam || e.Param == nil || *e.Param != c.param || !strings.Contains(e.Message, c.says) {
+			t.Errorf("%s: %d %+v, want 400 %s param %s saying %q", c.body, status, e, CodeInvalidParam, c.param, c.says)
+		}
+	}
+	// The bound itself is accepted.
+	if status, e := post(t, comp, "", `{"prompt":"hi","max_tokens":2,"seed":9223372036854775807}`); status != 200 {
+		t.Errorf("seed 2^63-1: %d %+v", status, e)
+	}
+}
