@@ -193,3 +193,28 @@ func TestListenConflictNamesTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// A numeric flag below its least value is refused at once, in one line
+// naming it, by every role: it was replaced by a default without a word
+// (--max-concurrency 0 ran 64 sequences) or, for --probe-interval 0, made
+// the router panic once its workers answered.
+func TestRoleFlagsBelowBoundsRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		// Each also carries a value refused later, so that a role that
+		// wrongly started exits at once instead of serving.
+		{[]string{"serve", "--max-concurrency", "0", "--port", "none"}, "--max-concurrency 0: give at least 1"},
+		{[]string{"serve", "--threads", "0", "--port", "none"}, "--threads 0: give at least 1"},
+		{[]string{"serve", "--queue-timeout", "0s", "--port", "none"}, "--queue-timeout 0s: give at least 1ms"},
+		{[]string{"router", "--probe-interval", "0s", "--port", "none"}, "--probe-interval 0s: give at least 1ms"},
+		{[]string{"decode", "--peer-timeout", "-1s", "--kv-memory", "none"}, "--peer-timeout -1s: give at least 0s"},
+		{[]string{"prefill", "--max-concurrency", "-5", "--kv-memory", "none"}, "--max-concurrency -5: give at least 1"},
+	} {
+		code, out, errb := runBin(t, c.args...)
+		if code != 2 || out != "" || strings.Count(errb, "\n") != 1 || !strings.Contains(errb, c.says) {
+			t.Errorf("sluice %s: exit %d, stdout %q, stderr %q; want exit 2 and one line saying %q", strings.Join(c.args, " "), code, head(out), errb, c.says)
+		}
+	}
+}

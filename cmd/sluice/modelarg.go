@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"time"
 
 	"sluice/internal/cli"
 )
@@ -15,7 +16,48 @@ import (
 // reported as an "unexpected argument" and the user learned nothing. The
 // model given twice (the argument and --model or -hf) is refused, never
 // one of them silently dropped.
+//
+// It then checks the numeric flags against roleBounds (exit 2, one line).
 func parseModelArg(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if code, ok := parseModelArgOnly(fs, args); !ok {
+		return code, false
+	}
+	if err := cli.CheckBounds(fs, roleBounds); err != nil {
+		fmt.Fprintf(fs.Output(), "sluice %s: %v\n", fs.Name(), err)
+		return 2, false
+	}
+	return 0, true
+}
+
+// roleBounds are the least values of the roles' numeric flags whose
+// default lies above them. Below them a value was replaced by a default
+// with no word (--max-concurrency 0 ran 64 sequences, --queue-timeout 0
+// waited 30 s, --threads 0 ran one thread) or crashed the process
+// (--probe-interval 0: a panic in time.NewTicker).
+var roleBounds = []cli.Bound{
+	{Flag: "threads", Min: 1, Why: "threads per forward step"},
+	{Flag: "max-concurrency", Min: 1, Why: "sequences or requests at once"},
+	{Flag: "max-queue", Min: 0, Why: "requests that may wait for their turn"},
+	{Flag: "tenant-max-concurrency", Min: 0, Why: "0: no per-tenant limit"},
+	{Flag: "max-migrations", Min: 0, Why: "0: never"},
+	{Flag: "max-retries", Min: 0, Why: "0: never"},
+	{Flag: "prefill-workers", Min: 1, Why: "workers in this process"},
+	{Flag: "decode-workers", Min: 1, Why: "workers in this process"},
+	{Flag: "queue-timeout", Min: float64(time.Millisecond), Why: "how long a request may wait in the queue"},
+	{Flag: "probe-interval", Min: float64(time.Millisecond), Why: "how often workers are probed"},
+	{Flag: "drain-timeout", Min: 0, Why: "0: cut at once"},
+	{Flag: "peer-timeout", Min: 0, Why: "0: no heartbeat"},
+	{Flag: "resolve-interval", Min: 0, Why: "0: resolve only at start"},
+	{Flag: "connect-timeout", Min: 0, Why: "how long to keep trying at start"},
+	{Flag: "load-log-interval", Min: 0, Why: "0: no load line"},
+	{Flag: "score-decode-free-pages", Min: 0, Why: "a scorer weight; 0 turns it off"},
+	{Flag: "score-decode-queue", Min: 0, Why: "a scorer weight; 0 turns it off"},
+	{Flag: "score-prefill-queue", Min: 0, Why: "a scorer weight; 0 turns it off"},
+	{Flag: "score-prefix-affinity", Min: 0, Why: "a scorer weight; 0 turns it off"},
+}
+
+// parseModelArgOnly is parseModelArg without the bounds.
+func parseModelArgOnly(fs *flag.FlagSet, args []string) (code int, ok bool) {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code, false
 	}

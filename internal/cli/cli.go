@@ -11,6 +11,7 @@ import (
 	"io"
 	"reflect"
 	"strings"
+	"time"
 )
 
 // ParseFlags parses args into fs. When it returns ok false the command must
@@ -140,3 +141,50 @@ type List []string
 
 func (l *List) String() string     { return strings.Join(*l, ",") }
 func (l *List) Set(s string) error { *l = append(*l, s); return nil }
+
+// Bound is the least value a numeric flag (int, float or duration) takes;
+// Why says what the value means, for the error.
+type Bound struct {
+	Flag string
+	Min  float64
+	Why  string
+}
+
+// CheckBounds refuses a flag of fs set below its bound, naming the flag,
+// its value and what to give instead. Flags fs does not define are
+// skipped, so one table serves every role. Without it a value out of
+// range was silently replaced by a default further down (--max-concurrency
+// 0 ran with 64) or crashed the process (--probe-interval 0 panicked in
+// time.NewTicker).
+func CheckBounds(fs *flag.FlagSet, bounds []Bound) error {
+	for _, b := range bounds {
+		f := fs.Lookup(b.Flag)
+		if f == nil {
+			continue
+		}
+		g, ok := f.Value.(flag.Getter)
+		if !ok {
+			continue
+		}
+		var v float64
+		var shown, least string
+		switch x := g.Get().(type) {
+		case int:
+			v, shown, least = float64(x), fmt.Sprint(x), fmt.Sprint(int64(b.Min))
+		case int64:
+			v, shown, least = float64(x), fmt.Sprint(x), fmt.Sprint(int64(b.Min))
+		case uint:
+			v, shown, least = float64(x), fmt.Sprint(x), fmt.Sprint(int64(b.Min))
+		case float64:
+			v, shown, least = x, fmt.Sprint(x), fmt.Sprint(b.Min)
+		case time.Duration:
+			v, shown, least = float64(x), x.String(), time.Duration(b.Min).String()
+		default:
+			continue
+		}
+		if v < b.Min {
+			return fmt.Errorf("%s %s: give at least %s (%s)", dashes(b.Flag), shown, least, b.Why)
+		}
+	}
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"strings"
 	"testing"
+	"time"
 )
 
 func testFlags() (*flag.FlagSet, *bytes.Buffer, *string, *string) {
@@ -97,6 +98,44 @@ func TestEditDistance(t *testing.T) {
 	}{{"", "", 0}, {"listen", "listen", 0}, {"lisen", "listen", 1}, {"modle", "model", 1}, {"ab", "ba", 1}, {"kitten", "sitting", 3}, {"", "abc", 3}} {
 		if got := editDistance(c.a, c.b); got != c.d {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.d)
+		}
+	}
+}
+
+// A numeric flag below its bound is refused with its name, value and the
+// least value; one at the bound passes; a flag the set lacks is skipped.
+func TestCheckBounds(t *testing.T) {
+	bounds := []Bound{
+		{"threads", 1, "threads per step"},
+		{"probe-interval", float64(time.Millisecond), "a ticker period"},
+		{"weight", 0, "a scorer weight"},
+		{"not-defined", 5, "skipped"},
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--threads", "1", "--probe-interval", "1ms", "--weight", "0"}, ""},
+		{[]string{"--threads", "0"}, "--threads 0: give at least 1 (threads per step)"},
+		{[]string{"--threads", "-3"}, "--threads -3: give at least 1"},
+		{[]string{"--probe-interval", "0s"}, "--probe-interval 0s: give at least 1ms (a ticker period)"},
+		{[]string{"--weight", "-0.5"}, "--weight -0.5: give at least 0 (a scorer weight)"},
+	} {
+		fs := flag.NewFlagSet("router", flag.ContinueOnError)
+		fs.Int("threads", 2, "")
+		fs.Duration("probe-interval", time.Second, "")
+		fs.Float64("weight", 1, "")
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		err := CheckBounds(fs, bounds)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%v: %q, want %q", c.args, got, c.want)
 		}
 	}
 }
