@@ -156,7 +156,7 @@ func TestServeTakesModelArgument(t *testing.T) {
 		// Each also carries a flag value refused later, so that a server
 		// that wrongly started exits at once instead of serving.
 		{[]string{"serve", model, "--model", model, "--port", "none"}, "the model is given twice"},
-		{[]string{"serve", "--port", "none", "--model", model, model}, "the model is given twice"},
+		{[]string{"serve", "--port", "none", "--model", model, model}, "the model is given with --model or -hf and everything else must be a flag"},
 		{[]string{"router", model, "-hf", "a/b", "--port", "none"}, "the model is given twice"},
 		{[]string{"decode", "--kv-memory", "none", model, "extra", "--listen", "127.0.0.1:0"}, `unexpected arguments ["extra" "--listen" "127.0.0.1:0"]: the model is`},
 	} {

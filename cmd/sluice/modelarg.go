@@ -66,6 +66,12 @@ func parseModelArgOnly(fs *flag.FlagSet, args []string) (code int, ok bool) {
 	}
 	model, rest := fs.Arg(0), fs.Args()[1:]
 	name := "sluice " + fs.Name()
+	if cli.IsSet(fs, "hf") || cli.IsSet(fs, "model") {
+		// The model came first, as a flag: this argument is a stray
+		// word (often an unquoted value with a space), not a model.
+		fmt.Fprintf(fs.Output(), "%s: unexpected arguments %q: the model is given with --model or -hf and everything else must be a flag (quote a value that holds spaces). Run '%s --help' for all flags\n", name, fs.Args(), name)
+		return 2, false
+	}
 	// The flags after the model first, so that a --model among them is
 	// seen before the argument is taken.
 	if code, ok := parseFlags(fs, rest); !ok {

@@ -178,3 +178,38 @@ func TestQwen3EnableThinkingKwarg(t *testing.T) {
 		t.Errorf("enable_thinking true: %q %v", got, err)
 	}
 }
+
+// /tokenize takes a chat request's tools, rendered by the template as
+// /v1/chat/completions renders them: its count is that request's
+// prompt_tokens (it counted the messages alone, fewer tokens than the
+// request prefills). A prompt with tools is refused.
+func TestTokenizeWithTools(t *testing.T) {
+	ct, err := NewChatTemplate("{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor %}{% if tools %}{% for t in tools %}<tool {{ t['function']['name'] }}>{% endfor %}{% endif %}", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, 256, func(c *Config) { c.Chat = ct })
+	tools := `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`
+	status, resp := postJSON(t, h.ts.URL+"/v1/chat/completions", "", `{"messages":[{"role":"user","content":"x"}],"max_tokens":1,"tools":`+tools+`}`)
+	usage, _ := resp["usage"].(map[string]any)
+	if status != 200 || usage == nil {
+		t.Fatalf("chat with tools: %d %v", status, resp)
+	}
+	want, _ := usage["prompt_tokens"].(float64)
+	code, m := postJSON(t, h.ts.URL+"/tokenize", "", `{"messages":[{"role":"user","content":"x"}],"tools":`+tools+`}`)
+	_, plain := postJSON(t, h.ts.URL+"/tokenize", "", `{"messages":[{"role":"user","content":"x"}]}`)
+	without, _ := plain["count"].(float64)
+	if got, _ := m["count"].(float64); code != 200 || got != want || int(got-without) != len("<tool get_weather>") {
+		t.Errorf("tokenize with tools: %d %v (without tools %v); the chat request prefilled %v", code, m, without, want)
+	}
+	for _, c := range []struct{ body, param string }{
+		{`{"prompt":"x","tools":` + tools + `}`, "tools"},
+		{`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"bad name"}}]}`, "tools[0].function.name"},
+	} {
+		code, m := postJSON(t, h.ts.URL+"/tokenize", "", c.body)
+		e, _ := m["error"].(map[string]any)
+		if code != 400 || e == nil || e["param"] != c.param {
+			t.Errorf("%s: %d %v, want 400 on %s", c.body, code, m, c.param)
+		}
+	}
+}

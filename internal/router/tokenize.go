@@ -22,7 +22,11 @@ type tokenizeRequest struct {
 	AddSpecialTokens    *bool           `json:"add_special_tokens"`
 	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
 	ChatTemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
-	ReturnTokenStrs     bool            `json:"return_token_strs"`
+	// Tools: the chat request's tools, rendered by the template as
+	// /v1/chat/completions renders them (vLLM's /tokenize takes them), so
+	// count is a chat-with-tools request's prompt_tokens too.
+	Tools           json.RawMessage `json:"tools"`
+	ReturnTokenStrs bool            `json:"return_token_strs"`
 }
 
 type tokenizeResponse struct {
@@ -64,9 +68,18 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, badParam("add_generation_prompt", "add_generation_prompt and chat_template_kwargs apply to messages, not to a prompt"))
 			return
 		}
+		if !isNull(req.Tools) {
+			s.fail(w, r, badParam("tools", "tools apply to messages, not to a prompt"))
+			return
+		}
 		ids, err = s.cfg.Tokenizer.Encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens, true)
 	case hasMsgs:
-		text, add, e := s.chatText(req.Messages, req.ChatTemplateKwargs, RenderOptions{NoGenerationPrompt: req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt})
+		tools, _, e := parseTools(req.Tools, nil)
+		if e != nil {
+			s.fail(w, r, e)
+			return
+		}
+		text, add, e := s.chatText(req.Messages, req.ChatTemplateKwargs, RenderOptions{Tools: tools.render, NoGenerationPrompt: req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt})
 		if e != nil {
 			s.fail(w, r, e)
 			return
