@@ -96,3 +96,93 @@ func (b *DrivenBatch) Stats() SchedStats { return b.s.stats() }
 
 // Close ends every sequence with a shutdown error.
 func (b *DrivenBatch) Close() { b.s.stop() }
+
+// DrivenPrefill is the prefill worker's batch (PrefillWorker's
+// scheduler) for a deterministic driver (internal/sim): prompt-only
+// sequences, chunked within the step budget by the tenants' step shares,
+// and the pause points at which a step carrying prompt chunks yields to
+// prompts that arrived during it (yield.go: the nested step within the
+// paused step's budget, sched.Shares.YieldWithin). The driver reserves
+// the prompt's pages (as PrefillWorker.admit does), adds the sequence,
+// and calls Step after its wake. Its clock is the driver's: a step is
+// one call, so the driver says what arrived by each pause point (pause,
+// called at every pause point before the step looks for arrivals, Adds
+// the prompts that arrived by then in its time).
+type DrivenPrefill struct{ s *scheduler }
+
+// NewDrivenPrefill builds a driven prefill batch over pool. wake is
+// called (synchronously) whenever a sequence joins or a cancel is
+// recorded; pause at each pause point of a step that carries prompt
+// chunks.
+func NewDrivenPrefill(cfg Config, pool PagePool, wake, pause func()) (*DrivenPrefill, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate("prefill"); err != nil {
+		return nil, err
+	}
+	if pool == nil || wake == nil || pause == nil {
+		return nil, fmt.Errorf("engine: a driven prefill needs a pool, a wake and a pause function")
+	}
+	s := newDrivenScheduler(cfg, pool, wake)
+	// As newScheduler wires them for the server's loop: the joiners are
+	// the arrivals a pause point takes in; the driver adds them first.
+	s.arrivals = func() []*seq {
+		pause()
+		return s.takeJoining()
+	}
+	s.arrivalMark = s.lastArrival.Load
+	return &DrivenPrefill{s: s}, nil
+}
+
+// Add joins a prompt as the prefill worker's Prefill does: its table
+// holds all of the prompt's pages (the first cached tokens of which came
+// from the prefix cache), its first token is drawn as draw offset of the
+// request's random stream (prefillSampler). emit receives the first token
+// and then the end (Finish "length"; "cancelled"; or Err). The pages are
+// the driver's however the prompt ends (handed over, as a streaming
+// handoff's are: seq.holdPages): the batch never releases them. started,
+// when set, learns how the prompt's first chunk started (a StartHow:
+// StartNested at a pause point of another tenant's step). The returned
+// cancel takes effect at the next step boundary.
+func (b *DrivenPrefill) Add(owner kv.Owner, table []kv.PageRef, prompt []int32, cached int, sp sample.Params, offset int, emit func(DrivenItem), started func(how string)) (cancel func()) {
+	samp, err := prefillSampler(b.s.cfg.formats, owner.Tenant, sp, prompt, offset)
+	if err != nil {
+		emit(DrivenItem{Done: true, Err: err})
+		return func() {}
+	}
+	q := &seq{
+		owner:        owner,
+		table:        table,
+		prompt:       prompt[cached:],
+		fed:          cached,
+		promptTokens: len(prompt),
+		cachedTokens: cached,
+		maxTokens:    1,
+		ignoreEOS:    true,
+		samp:         samp,
+		started:      started,
+		handover:     func([]kv.PageRef) {},
+		holdPages:    true,
+	}
+	q.emit = func(o outcome) {
+		it := DrivenItem{Token: o.token, Done: o.done, Finish: o.finish, Prompt: o.prompt, Completion: o.completion}
+		if o.err != nil {
+			it.Err = o.err
+		}
+		emit(it)
+	}
+	b.s.add(q)
+	return func() {
+		q.cancel.Store(true)
+		b.s.poke()
+	}
+}
+
+// Step runs one turn (joiners, cancels, one forward step that may pause
+// for nested steps); it reports whether prompts remain in the batch.
+func (b *DrivenPrefill) Step() bool { return b.s.turn() }
+
+// Stats are the batch's counters (NestedSteps: steps run at pause points).
+func (b *DrivenPrefill) Stats() SchedStats { return b.s.stats() }
+
+// Close ends every prompt with a shutdown error.
+func (b *DrivenPrefill) Close() { b.s.stop() }

@@ -81,3 +81,100 @@ func TestDrivenBatchPreemptsAndMatches(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A driven prefill batch (the prefill worker's scheduler for the
+// simulator): a prompt the driver adds at a pause point of another
+// tenant's prompt step (pause) runs its first chunk there, as a nested
+// step; every first token is the one drawn alone; the pages stay the
+// driver's however a prompt ends (a cancelled one's too), and the pool
+// is whole once the driver releases them.
+func TestDrivenPrefillYieldsAtPausePoints(t *testing.T) {
+	flood, light, third := prompt(3, 60), prompt(4, 12), prompt(5, 9)
+	type run struct {
+		b     *DrivenPrefill
+		pool  pagePool
+		probe *yieldProbe
+		out   map[string][]DrivenItem
+		hows  map[string]string
+		held  map[string][]kv.PageRef
+		owner map[string]kv.Owner
+	}
+	newRun := func(pause func(r *run)) *run {
+		r := &run{probe: &yieldProbe{Runtime: storiesRuntime(t)}, out: map[string][]DrivenItem{}, hows: map[string]string{},
+			held: map[string][]kv.PageRef{}, owner: map[string]kv.Owner{}}
+		cfg := storiesConfig(r.probe, 32)
+		cfg.ChunkTokens, cfg.StepTokens = 16, 64
+		pool, err := cfg.withDefaults().newPool()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.pool = pool
+		b, err := NewDrivenPrefill(cfg, pool, func() {}, func() { pause(r) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.b = b
+		t.Cleanup(b.Close)
+		return r
+	}
+	add := func(r *run, name, tenant string, p []int32) (cancel func()) {
+		o := kv.Owner{Tenant: tenant, ID: newID()}
+		table, err := r.pool.Reserve(o, kv.PagesFor(len(p), 16))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.held[name], r.owner[name] = table, o
+		return r.b.Add(o, table, p, 0, sample.Params{}, 0, func(it DrivenItem) { r.out[name] = append(r.out[name], it) },
+			func(how string) { r.hows[name] = how })
+	}
+	drain := func(r *run) {
+		for i := 0; r.b.Step(); i++ {
+			if i > 100 {
+				t.Fatal("the batch never emptied")
+			}
+		}
+		for name, table := range r.held {
+			if err := r.pool.Release(r.owner[name], table); err != nil {
+				t.Errorf("%s: the driver's pages: %v", name, err)
+			}
+		}
+		if err := rawPool(r.pool).CheckDrained(); err != nil {
+			t.Errorf("pool not drained: %v", err)
+		}
+	}
+	alone := map[string]int32{}
+	for name, p := range map[string][]int32{"a": flood, "b": light} {
+		r := newRun(func(*run) {})
+		add(r, name, "x", p)
+		drain(r)
+		if len(r.out[name]) != 2 || r.out[name][1].Finish != "length" {
+			t.Fatalf("%s alone: %+v", name, r.out[name])
+		}
+		alone[name] = r.out[name][0].Token
+	}
+
+	var cancelC func()
+	pauses := 0
+	r := newRun(func(r *run) {
+		pauses++
+		if pauses == 1 {
+			add(r, "b", "b", light) // arrives during a's first step
+			cancelC = add(r, "c", "c", third)
+			cancelC() // seen at the step boundary: it never runs
+		}
+	})
+	add(r, "a", "a", flood)
+	drain(r)
+	if r.hows["b"] != StartNested || len(r.probe.nested) != 1 || r.b.Stats().NestedSteps != 1 {
+		t.Fatalf("b started %q; nested steps %v (%d counted), want one at a's first pause point", r.hows["b"], r.probe.nested, r.b.Stats().NestedSteps)
+	}
+	for _, name := range []string{"a", "b"} {
+		it := r.out[name]
+		if len(it) != 2 || it[0].Done || it[0].Token != alone[name] || !it[1].Done || it[1].Finish != "length" || it[1].Prompt != len(map[string][]int32{"a": flood, "b": light}[name]) {
+			t.Errorf("%s: %+v, want first token %d then the end", name, it, alone[name])
+		}
+	}
+	if it := r.out["c"]; len(it) != 1 || it[0].Finish != "cancelled" || r.hows["c"] != "" {
+		t.Errorf("cancelled arrival: %+v, started %q", it, r.hows["c"])
+	}
+}

@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"sluice/internal/engine"
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
-	"sluice/internal/model"
-	"sluice/internal/sample"
 )
 
 // prefill is one incarnation of the prefill worker: the real model forward
@@ -21,8 +20,25 @@ type prefill struct {
 	gen  int
 	up   bool
 	pool *kv.Pool
-	run  *model.Runner
-	jobs []*pjob
+	// b is the engine's prefill batch (the scheduler PrefillWorker
+	// computes prompts with): the prompts' chunks, the tenants' step
+	// shares, the steps' pause points and their nested steps. A step
+	// runs stepDur after it was asked for (kick) and is one call at its
+	// end: the prompts that arrived meanwhile (pending, by arrival) join
+	// at the pause point that falls after their arrival, the pause
+	// points spread evenly over the step's time (two a layer).
+	b         *engine.DrivenPrefill
+	busy      bool
+	stepAt    time.Duration
+	stepDur   time.Duration
+	pauses    int
+	pending   []*pjob
+	computing int // prompt tokens of the jobs in the batch (the step's time)
+	// items are the batch's outputs of the step under way, handled
+	// once it returned (the simulator's world is not re-entered from
+	// inside a step).
+	items []func()
+	jobs  []*pjob
 	// waiting are Prefill calls whose pages the pool could not give yet,
 	// oldest first: retried whenever a job gives pages back, refused once
 	// they waited the queue timeout (the engine's prefill worker waits
@@ -81,7 +97,11 @@ type pjob struct {
 	// the tenant whose pages it was handed). read: the hits were read.
 	sharesAs kv.Owner
 	crossed  string
-	read     bool
+	// The batch (engine.DrivenPrefill): arrived is when the prompt
+	// reached the worker (it joins at the first pause point after that,
+	// or the step boundary); cancel stops it there.
+	arrived time.Duration
+	cancel  func()
 }
 
 func (w *world) newPrefill(gen int) (*prefill, error) {
@@ -89,7 +109,156 @@ func (w *world) newPrefill(gen int) (*prefill, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &prefill{w: w, gen: gen, up: true, pool: p, run: w.env.model.NewRunner(nil), cachedBy: map[uint32]string{}}, nil
+	pr := &prefill{w: w, gen: gen, up: true, pool: p, cachedBy: map[uint32]string{}}
+	chunk := 1 + w.prng.IntN(chunkMax)
+	// The pass's fixed cost is a quarter chunk (engine.Config.nestForward).
+	rt := &nestRuntime{ModelRuntime: w.env.rt, p: pr, forward: max(chunk/4, 1)}
+	pr.b, err = engine.NewDrivenPrefill(engine.Config{Model: rt, Context: w.ctx, PoolPages: w.prePages, PageSize: w.geo.PageSize,
+		ChunkTokens: chunk, StepTokens: chunk * (1 + w.prng.IntN(3))}, engine.KVPool(p), pr.kick, pr.pause)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	return pr, nil
+}
+
+// compute hands a job's prompt to the batch: now, or, while a step is
+// under way, at that step's first pause point after now.
+func (p *prefill) compute(j *pjob) {
+	j.arrived = p.w.now
+	if p.busy {
+		p.pending = append(p.pending, j)
+		return
+	}
+	p.add(j)
+	p.flush()
+}
+
+// add joins j to the batch (from a pause point inside a step, or
+// between steps).
+func (p *prefill) add(j *pjob) {
+	w := p.w
+	if j.over || !p.up {
+		return
+	}
+	if j.stopped != nil {
+		j.fail(j.stopped)
+		return
+	}
+	if p.busy && w.now != j.arrived {
+		w.logf("prefill#%d %s joins at a pause point (%v into the step)", p.gen, short(j.id), p.pauseAt()-p.stepAt)
+	}
+	n := len(j.req.Tokens) - j.fed
+	p.computing += n
+	j.cancel = p.b.Add(j.owner, j.table, j.req.Tokens, j.fed, j.req.Sampling, j.req.SampleOffset,
+		func(it engine.DrivenItem) {
+			p.items = append(p.items, func() {
+				if it.Done || it.Err != nil {
+					p.computing -= n
+				}
+				j.item(it)
+			})
+		},
+		func(how string) { j.started(how) })
+}
+
+// flush handles the batch's items, in order.
+func (p *prefill) flush() {
+	for len(p.items) > 0 {
+		f := p.items[0]
+		p.items = p.items[1:]
+		f()
+	}
+}
+
+// kick is the batch's wake: a step runs stepDur later, its time the
+// prompt tokens it may carry.
+func (p *prefill) kick() {
+	if p.busy || !p.up {
+		return
+	}
+	w := p.w
+	p.busy = true
+	p.stepAt = w.now
+	p.stepDur = tokenCost * timeDur(min(max(p.computing, 1), chunkMax*3)+w.prng.IntN(4))
+	w.after(p.stepDur, "prefill step", p.step)
+}
+
+// step runs the batch's step (it ends now); the prompts that arrived
+// after its last pause point join for the next one.
+func (p *prefill) step() {
+	if !p.up {
+		return // crashed or stopped: its batch is gone with it
+	}
+	p.pauses = 0
+	before := p.b.Stats().NestedSteps
+	more := p.b.Step()
+	if n := p.b.Stats().NestedSteps - before; n > 0 {
+		p.w.res.NestedSteps += int(n)
+		p.w.logf("prefill#%d step paused for %d nested steps", p.gen, n)
+	}
+	p.busy = false
+	for len(p.pending) > 0 {
+		j := p.pending[0]
+		p.pending = p.pending[1:]
+		p.add(j)
+	}
+	p.flush()
+	if more {
+		p.kick()
+	}
+}
+
+// pauseAt is the virtual time of the step's current pause point.
+func (p *prefill) pauseAt() time.Duration {
+	return p.stepAt + p.stepDur*timeDur(p.pauses)/timeDur(2*p.w.env.model.Config().Layers)
+}
+
+// pause is a pause point of the step under way: the prompts that
+// arrived by its time join now.
+func (p *prefill) pause() {
+	p.pauses++
+	at := p.pauseAt()
+	for len(p.pending) > 0 && p.pending[0].arrived <= at {
+		j := p.pending[0]
+		p.pending = p.pending[1:]
+		p.add(j)
+	}
+}
+
+// started: a step (or a nested step at a pause point) carries the
+// prompt's first chunk, which reads its cached pages.
+func (j *pjob) started(how string) {
+	p, w := j.p, j.p.w
+	if how == engine.StartNested {
+		w.logf("prefill#%d %s: its first chunk runs nested, at a pause point of another tenant's step", p.gen, short(j.id))
+	}
+	// Every cached page this job reads was computed for its own tenant
+	// (I11), whatever handed it the page.
+	for _, h := range j.table[:j.hits] {
+		if by := p.cachedBy[h.Page]; by != j.req.Tenant {
+			w.violate("%s of %s read cached page %d computed for %s (I11: the prefix cache crossed tenants on a shared read)", short(j.id), j.req.Tenant, h.Page, by)
+		}
+	}
+}
+
+// item is the batch's output for j: its first token, then the end.
+func (j *pjob) item(it engine.DrivenItem) {
+	if j.over || !j.p.up {
+		return
+	}
+	switch {
+	case it.Err != nil:
+		j.fail(it.Err)
+	case it.Done && it.Finish != "length":
+		err := j.stopped
+		if err == nil {
+			err = handoff.ErrAborted.With("prefill ended %s", it.Finish)
+		}
+		j.fail(err)
+	case !it.Done:
+		j.computed(it.Token)
+	}
 }
 
 func (p *prefill) alive() bool { return p.up }
@@ -241,71 +410,38 @@ func (p *prefill) startAt(r *handoff.PrefillRequest, reply func(*handoff.Prefill
 	}
 	p.jobs = append(p.jobs, j)
 	w.logf("prefill#%d %s: %d tokens into %d pages (%v, slow %v, late %v)", p.gen, short(j.id), len(r.Tokens), len(table), j.bad, j.slow, j.late)
-	j.chunk()
+	p.compute(j)
 }
 
-// chunk runs the next prompt chunk through the model, then the transfer.
-func (j *pjob) chunk() {
+// computed continues a job whose prompt the batch computed: its first
+// token was drawn; the prompt's new full pages go to the prefix cache,
+// then the transfer starts.
+func (j *pjob) computed(first int32) {
 	p, w := j.p, j.p.w
-	n := min(len(j.req.Tokens)-j.fed, 1+w.pick(chunkMax))
-	w.after(tokenCost*timeDur(n), "prefill chunk", func() {
-		if !p.up || j.over {
-			return
-		}
-		if j.stopped != nil {
-			j.fail(j.stopped)
-			return
-		}
-		view := p.pool.View(j.owner, j.table)
-		res := p.run.Forward([]model.Seq{{Tokens: j.req.Tokens[j.fed : j.fed+n], Pos: j.fed, KV: view}})
-		if res[0].Err != nil {
-			j.fail(res[0].Err)
-			return
-		}
-		if !j.read {
-			// Every cached page this job read was computed for its own
-			// tenant (I11), whatever handed it the page.
-			j.read = true
-			for _, h := range j.table[:j.hits] {
-				if by := p.cachedBy[h.Page]; by != j.req.Tenant {
-					w.violate("%s of %s read cached page %d computed for %s (I11: the prefix cache crossed tenants on a shared read)", short(j.id), j.req.Tenant, h.Page, by)
-				}
-			}
-		}
-		j.fed += n
-		if j.fed < len(j.req.Tokens) {
-			j.chunk()
-			return
-		}
-		first, err := prefillSampler(w.env, j.req).Sample(res[0].Logits)
-		if err != nil {
+	j.fed = len(j.req.Tokens)
+	j.insert()
+	j.first = first
+	src := &handoff.PoolSource{Pool: p.pool, Owner: j.owner, Pages: j.table, Tokens: j.fed}
+	snd, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: w.batchBytes, Window: w.window}, j.req.Reservation, j.fed, j.first, src)
+	if err != nil {
+		j.fail(err)
+		return
+	}
+	j.snd = snd
+	if w.pl.oneSided {
+		// The writer places bytes only inside this reservation (I3),
+		// in the pool incarnation that made it (I6).
+		if err := w.wr.Register(j.req.Reservation); err != nil {
+			w.logf("prefill#%d %s: the one-sided writer refuses the reservation: %v", p.gen, short(j.id), err)
 			j.fail(err)
 			return
 		}
-		j.insert()
-		j.first = first
-		src := &handoff.PoolSource{Pool: p.pool, Owner: j.owner, Pages: j.table, Tokens: j.fed}
-		snd, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: w.batchBytes, Window: w.window}, j.req.Reservation, j.fed, j.first, src)
-		if err != nil {
-			j.fail(err)
-			return
-		}
-		j.snd = snd
-		if w.pl.oneSided {
-			// The writer places bytes only inside this reservation (I3),
-			// in the pool incarnation that made it (I6).
-			if err := w.wr.Register(j.req.Reservation); err != nil {
-				w.logf("prefill#%d %s: the one-sided writer refuses the reservation: %v", p.gen, short(j.id), err)
-				j.fail(err)
-				return
-			}
-		}
-		if j.bad == mShort {
-			j.short()
-			return
-		}
-		j.drive()
-	})
+	}
+	if j.bad == mShort {
+		j.short()
+		return
+	}
+	j.drive()
 }
 
 // prefillKeys are the chain keys of tokens' full pages for tenant, as the
@@ -361,29 +497,19 @@ func (j *pjob) insert() {
 	}
 }
 
-// prefillSampler draws the first token as draw SampleOffset of the
-// request's random stream, as the engine's prefill worker does: a resumed
-// request's last SampleOffset prompt tokens are ones it generated before
-// (they used the earlier draws and count for the penalties as generated
-// tokens).
-func prefillSampler(e *Env, r *handoff.PrefillRequest) *sample.Sampler {
-	off := r.SampleOffset
-	s := e.sampler(r.Sampling)
-	s.SetPrompt(r.Tokens[:len(r.Tokens)-off])
-	for _, t := range r.Tokens[len(r.Tokens)-off:] {
-		s.Observe(t)
-	}
-	s.Advance(off)
-	return s
-}
-
 // Fail gives the handoff up from the prefill side (shutdown, abort).
 func (j *pjob) stop(err error) {
 	if j.over {
 		return
 	}
 	if j.snd == nil {
+		// Computing (or waiting to join the batch): the prompt stops at
+		// the batch's next step boundary, as the engine's prefill worker
+		// stops one the router gave up.
 		j.stopped = err
+		if j.cancel != nil {
+			j.cancel()
+		}
 		return
 	}
 	j.snd.Fail(err)

@@ -182,6 +182,10 @@ type Result struct {
 	// MigratedBeforeCommit counts migrations of resumed requests whose
 	// new handoff had not committed when its decode worker died.
 	MigratedBeforeCommit int
+	// NestedSteps counts the prefill batch's nested steps: prompts that
+	// arrived during another tenant's step and ran their first chunk at
+	// one of its pause points (engine/yield.go).
+	NestedSteps int
 }
 
 // Failed reports whether the run broke an invariant.
@@ -588,6 +592,7 @@ func Run(env *Env, cfg Config) *Result {
 			os.Remove(w.sharedFile())
 		}
 		for _, p := range w.pres {
+			p.b.Close()
 			p.pool.Close()
 		}
 	}()

@@ -131,7 +131,7 @@ func TestSim(t *testing.T) {
 		ends, phases := map[string]int{}, map[string]int{}
 		late, oldInc, fenced := 0, 0, 0
 		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad, hits, evicted, pwaits, dhits, consOK, consMoved int
-		var dead, migr, migrOK, migrBad, stale, migrPre int
+		var dead, migr, migrOK, migrBad, stale, migrPre, nested, nestedRuns int
 		rejects, coloPre := map[string]int{}, map[string]int{}
 		var waits []time.Duration
 		var ok, failed, cancelled, rejected, events, ran int
@@ -163,6 +163,10 @@ func TestSim(t *testing.T) {
 			resumedBad += r.ResumedFailed
 			dead, migr, migrOK, migrBad, stale = dead+r.DeclaredDead, migr+r.Migrations, migrOK+r.MigratedOK, migrBad+r.MigratedFailed, stale+r.StaleItems
 			migrPre += r.MigratedBeforeCommit
+			nested += r.NestedSteps
+			if r.NestedSteps > 0 {
+				nestedRuns++
+			}
 			waits = append(waits, r.QueueWaits...)
 			for k, v := range r.QueueRejects {
 				rejects[k] += v
@@ -208,6 +212,10 @@ func TestSim(t *testing.T) {
 		t.Logf("queue: %d admissions, wait p50 %v, p99 %v, max %v; refused %s; %d requests ended while queued",
 			len(waits), pct(0.5), pct(0.99), pct(1), countsText(rejects), endedQ)
 		t.Logf("prefix cache: prefill %d prompt pages hit, %d idle entries evicted; decode %d prompt pages hit (not transferred); %d prefill calls waited for pages", hits, evicted, dhits, pwaits)
+		t.Logf("prefill batch: %d nested steps (prompts run at a pause point of another tenant's step) in %d of %d runs", nested, nestedRuns, ran)
+		if nested == 0 && ran >= 100 {
+			t.Errorf("no prefill step yielded to a prompt arriving during it in %d seeds: the simulator no longer reaches the pause points", ran)
+		}
 		t.Logf("request ends: %s", countsText(ends))
 		t.Logf("disconnects and aborts by the phase they struck: %s", countsText(phases))
 		// The run must exercise what it claims to: every outcome, every
@@ -313,6 +321,17 @@ func TestDeterministic(t *testing.T) {
 			break
 		}
 	}
+	// And one whose prefill steps paused for nested steps (prompts
+	// joining at pause points by their virtual arrival times).
+	for s := uint64(300); s < 400; s++ {
+		if r := Run(env, Config{Seed: s}); r.NestedSteps >= 2 {
+			cases = append(cases, struct {
+				seed uint64
+				bugs Bugs
+			}{s, Bugs{}})
+			break
+		}
+	}
 	for _, c := range cases {
 		seed := c.seed
 		a := Run(env, Config{Seed: seed, Trace: true, Bugs: c.bugs})
@@ -326,10 +345,10 @@ func TestDeterministic(t *testing.T) {
 		if len(a.Trace) < 20 {
 			t.Fatalf("seed %d: trace of %d lines is too short to mean anything", seed, len(a.Trace))
 		}
-		t.Logf("seed %d (%d preemptions, bad %v): %d trace lines, identical twice", seed, a.Preemptions, a.Bad(), len(a.Trace))
+		t.Logf("seed %d (%d preemptions, %d nested prefill steps, bad %v): %d trace lines, identical twice", seed, a.Preemptions, a.NestedSteps, a.Bad(), len(a.Trace))
 	}
-	if len(cases) < 5 {
-		t.Errorf("no seed in [100, 300) preempts 3 times")
+	if len(cases) < 6 {
+		t.Errorf("no seed in [100, 300) preempts 3 times, or none in [300, 400) runs 2 nested prefill steps")
 	}
 }
 

@@ -52,9 +52,11 @@ type sched struct {
 	rng *rand.Rand
 	// crng is the prefix-cache faults' own stream (faults.go); mrng the
 	// heartbeat, hang and migration choices' (so adding either left every
-	// other choice of a seed as it was).
+	// other choice of a seed as it was); prng the prefill batch's (its
+	// chunk, step budget and step times, prefill.go).
 	crng   *rand.Rand
 	mrng   *rand.Rand
+	prng   *rand.Rand
 	trace  []string
 	events int
 }
@@ -62,7 +64,8 @@ type sched struct {
 func newSched(seed uint64) *sched {
 	return &sched{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		crng: rand.New(rand.NewPCG(seed^0xc2b2ae3d27d4eb4f, seed)),
-		mrng: rand.New(rand.NewPCG(seed^0x165667b19e3779f9, seed^0x27d4eb2f165667c5))}
+		mrng: rand.New(rand.NewPCG(seed^0x165667b19e3779f9, seed^0x27d4eb2f165667c5)),
+		prng: rand.New(rand.NewPCG(seed^0x85ebca6b0c2b2ae3, seed^0x5bd1e9955bd1e995))}
 }
 
 // clock is the virtual wall time handed to the real components.
