@@ -218,3 +218,58 @@ func TestRoleFlagsBelowBoundsRefused(t *testing.T) {
 		}
 	}
 }
+
+// --chat-template (vLLM's flag; --chat-template-file, llama-server's)
+// replaces the model's template: a file, or the template itself. A path
+// that does not exist exits 2 before the model loads; a template that does
+// not parse exits 1; neither is served with the model's template instead.
+func TestChatTemplateFlag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts a process")
+	}
+	model, err := filepath.Abs("../../testdata/models/stories260K.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "t.jinja")
+	if err := os.WriteFile(file, []byte("{% for m in messages %}<<{{ m['content'] }}>>{% endfor %}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, flagName := range []string{"--chat-template", "--chat-template-file"} {
+		p := startProc(t, "serve", model, flagName, file, "--kv-pool-tokens", "1024", "--host", "127.0.0.1", "--port", "0")
+		addr := p.waitAddr(t)
+		tokens := func(body string) string {
+			resp, err := http.Post("http://"+addr+"/tokenize", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			_, after, _ := strings.Cut(string(b), `"tokens":`)
+			list, _, _ := strings.Cut(after, "]")
+			return list
+		}
+		chat, plain := tokens(`{"messages":[{"role":"user","content":"hi"}]}`), tokens(`{"prompt":"<<hi>>"}`)
+		if chat == "" || chat != plain {
+			t.Errorf("%s: messages tokenize to %s, the template's text <<hi>> to %s", flagName, chat, plain)
+		}
+	}
+	// --port none: refused after the template, so that a path wrongly
+	// taken as a template ends at once instead of serving.
+	code, _, errb := runBin(t, "serve", model, "--chat-template", "/no/such/template.jinja", "--port", "none")
+	if code != 2 || !strings.Contains(errb, `--chat-template "/no/such/template.jinja"`) || !strings.Contains(errb, "no such file") {
+		t.Errorf("missing template file: exit %d, stderr %s", code, errb)
+	}
+	// A port held here: a template wrongly accepted ends at the listen
+	// instead of serving.
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	_, port, _ := net.SplitHostPort(held.Addr().String())
+	code, _, errb = runBin(t, "serve", model, "--chat-template", "{% for %}", "--host", "127.0.0.1", "--port", port, "--kv-pool-tokens", "1024")
+	if code != 1 || !strings.Contains(errb, "--chat-template: the inline template does not parse") {
+		t.Errorf("template that does not parse: exit %d, stderr %s", code, errb)
+	}
+}

@@ -291,9 +291,9 @@ Example:
 		log.Error("engine", "err", err)
 		return 1
 	}
-	ct, err := m.ChatTemplate()
+	ct, err := o.loadChatTemplate(log, m)
 	if err != nil {
-		log.Error("the model's chat template does not parse", "err", err)
+		log.Error(err.Error())
 		return 1
 	}
 	checkChatTemplate(log, ct)

@@ -320,6 +320,10 @@ type serveOpts struct {
 	// loadEvery is the load line's interval (0: none).
 	loadEvery time.Duration
 	tls       tlsOpts
+	// chatTemplate: --chat-template, a file or an inline template in place
+	// of the model's; chatSource and chatFrom: its text and where it came
+	// from (readChatTemplate).
+	chatTemplate, chatSource, chatFrom string
 
 	// prefillWorkers, decodeWorkers: serve's in-process cluster.
 	prefillWorkers, decodeWorkers int
@@ -343,14 +347,20 @@ func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
 	fs.BoolVar(&o.metricsTenantLabels, "metrics-tenant-labels", false, "label the token counters with tenant names (off by default: a scraper then learns every tenant's name and usage; turn on only for a trusted scraper)")
 	fs.DurationVar(&o.loadEvery, "load-log-interval", 10*time.Second, "how often the load line is logged (requests running and waiting; in sluice serve also preempted sequences, KV usage and generation throughput); 0 turns it off")
 	o.tls.register(fs)
+	fs.StringVar(&o.chatTemplate, "chat-template", "", "Jinja chat template for /v1/chat/completions and /tokenize in place of the model file's (vLLM's flag): a file, or the template itself; for a model without one, or one this server cannot render")
+	cli.Alias(fs, "chat-template-file", "chat-template") // llama-server's spelling
 	fs.IntVar(&o.tenantMax, "tenant-max-concurrency", 0, "requests one tenant may have in flight (0: only --max-concurrency applies); more get 429, so one busy tenant cannot take every slot")
 }
 
-// resolveHTTP folds --host and --port into --listen and refuses
-// --api-key with --api-keys (two answers to who the tenants are).
+// resolveHTTP folds --host and --port into --listen, refuses --api-key
+// with --api-keys (two answers to who the tenants are) and reads
+// --chat-template (before the model loads: a wrong path fails at once).
 func (o *serveOpts) resolveHTTP() error {
 	if o.apiKey != "" && o.apiKeys != "" {
 		return errors.New("--api-key and --api-keys both given: use --api-key KEY for one tenant, or --api-keys FILE for several")
+	}
+	if err := o.readChatTemplate(); err != nil {
+		return err
 	}
 	if o.host == "" && o.port == "" {
 		return nil
@@ -517,9 +527,9 @@ Example:
 		return 1
 	}
 	logPreflight(log, st.Report)
-	ct, err := m.ChatTemplate()
+	ct, err := o.loadChatTemplate(log, m)
 	if err != nil {
-		log.Error("the model's chat template does not parse", "err", err)
+		log.Error(err.Error())
 		st.Close(context.Background())
 		return 1
 	}
@@ -651,4 +661,42 @@ func waitIdle(srv *router.Server, deadline time.Time) {
 	for srv.InFlight() > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// readChatTemplate reads --chat-template: a file when one exists at that
+// path, else the template itself when it reads as Jinja ({{ or {%);
+// anything else is a path that does not exist, refused with the flag's
+// name, never served with the model's template in its place.
+func (o *serveOpts) readChatTemplate() error {
+	if o.chatTemplate == "" {
+		return nil
+	}
+	o.chatSource, o.chatFrom = o.chatTemplate, "the inline template"
+	if b, err := os.ReadFile(o.chatTemplate); err == nil {
+		o.chatSource, o.chatFrom = string(b), o.chatTemplate
+	} else if !strings.Contains(o.chatTemplate, "{{") && !strings.Contains(o.chatTemplate, "{%") {
+		return fmt.Errorf("--chat-template %q: %v (give a Jinja template file, or the template itself)", o.chatTemplate, err)
+	}
+	if strings.TrimSpace(o.chatSource) == "" {
+		return fmt.Errorf("--chat-template %q is empty", o.chatTemplate)
+	}
+	return nil
+}
+
+// loadChatTemplate is --chat-template's template (readChatTemplate), or
+// the model's own.
+func (o *serveOpts) loadChatTemplate(log *slog.Logger, m *node.Model) (*router.ChatTemplate, error) {
+	if o.chatSource == "" {
+		ct, err := m.ChatTemplate()
+		if err != nil {
+			return nil, fmt.Errorf("the model's chat template does not parse (give one with --chat-template FILE): %v", err)
+		}
+		return ct, nil
+	}
+	ct, err := m.ChatTemplateFrom(o.chatSource)
+	if err != nil {
+		return nil, fmt.Errorf("--chat-template: %s does not parse: %v", o.chatFrom, err)
+	}
+	log.Info("chat template from --chat-template, in place of the model's", "template", o.chatFrom)
+	return ct, nil
 }

@@ -200,6 +200,12 @@ func (m *Model) ChatTemplate() (*router.ChatTemplate, error) {
 	return router.NewChatTemplate(m.Tok.ChatTemplate(), m.specialText(m.Tok.BOS()), m.specialText(m.Tok.EOS()))
 }
 
+// ChatTemplateFrom is source as the chat template (--chat-template), with
+// the model's BOS and EOS texts.
+func (m *Model) ChatTemplateFrom(source string) (*router.ChatTemplate, error) {
+	return router.NewChatTemplate(source, m.specialText(m.Tok.BOS()), m.specialText(m.Tok.EOS()))
+}
+
 // BOSText is the BOS token's text ("" when the model has none).
 func (m *Model) BOSText() string { return m.specialText(m.Tok.BOS()) }
 
