@@ -90,33 +90,7 @@ func TestYieldRandomArrivalsBitwise(t *testing.T) {
 				t.Errorf("seed %d (pool %d, %d nested passes): %s (%d tokens): %v, alone %v", seed, pages, nested, name, len(p), got, ref)
 			}
 		}
-		// The nested budget (sched.Nest): the nested passes of one paused
-		// step cost, a forward pass's fixed cost each plus their tokens,
-		// at most the paused step's own (its fixed cost plus its tokens).
-		cost := map[int]int{}
-		for _, s := range r.probe.nested {
-			if s == "a nested step paused" {
-				t.Fatalf("seed %d: a nested step paused", seed)
-			}
-			var step, point int
-			var rest string
-			if _, err := fmt.Sscanf(s, "%d/%d: %s", &step, &point, &rest); err != nil {
-				t.Fatalf("nested %q: %v", s, err)
-			}
-			cost[step] += r.cfg.nestForward()
-			for _, f := range strings.Fields(strings.Trim(s[strings.Index(s, "["):], "[]")) {
-				var k, pos int
-				if _, err := fmt.Sscanf(f, "%d@%d", &k, &pos); err != nil {
-					t.Fatalf("nested %q: %v", s, err)
-				}
-				cost[step] += k
-			}
-		}
-		for step, c := range cost {
-			if c > r.cfg.nestForward()+r.probe.tokens[step] {
-				t.Errorf("seed %d: step %d of %d tokens ran nested passes costing %d (forward %d)", seed, step, r.probe.tokens[step], c, r.cfg.nestForward())
-			}
-		}
+		checkNestBudget(t, r.probe, r.cfg.nestForward(), fmt.Sprintf("seed %d", seed))
 	}
 }
 
@@ -126,4 +100,36 @@ func hist(m map[string]string) map[string]int {
 		h[v]++
 	}
 	return h
+}
+
+// checkNestBudget checks the probe's record against the nested budget
+// (sched.Nest): no nested step paused, and the nested passes of one
+// paused step cost, a forward pass's fixed cost each plus their tokens,
+// at most the paused step's own (its fixed cost plus its tokens).
+func checkNestBudget(t *testing.T, probe *yieldProbe, forward int, what string) {
+	t.Helper()
+	cost := map[int]int{}
+	for _, s := range probe.nested {
+		if s == "a nested step paused" {
+			t.Fatalf("%s: a nested step paused", what)
+		}
+		var step, point int
+		var rest string
+		if _, err := fmt.Sscanf(s, "%d/%d: %s", &step, &point, &rest); err != nil {
+			t.Fatalf("nested %q: %v", s, err)
+		}
+		cost[step] += forward
+		for _, f := range strings.Fields(strings.Trim(s[strings.Index(s, "["):], "[]")) {
+			var k, pos int
+			if _, err := fmt.Sscanf(f, "%d@%d", &k, &pos); err != nil {
+				t.Fatalf("nested %q: %v", s, err)
+			}
+			cost[step] += k
+		}
+	}
+	for step, c := range cost {
+		if c > forward+probe.tokens[step] {
+			t.Errorf("%s: step %d of %d tokens ran nested passes costing %d (forward %d)", what, step, probe.tokens[step], c, forward)
+		}
+	}
 }
