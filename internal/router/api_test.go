@@ -860,3 +860,41 @@ func TestIntegerOutOfRangeNamed(t *testing.T) {
 		t.Errorf("seed 2^63-1: %d %+v", status, e)
 	}
 }
+
+// A route asked with another method is a 405 naming the method it takes
+// (with Allow), in OpenAI's error shape; an unknown path stays a 404.
+func TestWrongMethodIs405(t *testing.T) {
+	h := newHarness(t, 64, nil)
+	for _, c := range []struct {
+		method, path string
+		status       int
+		allow, code  string
+	}{
+		{"GET", "/v1/chat/completions", 405, "POST", CodeMethodNotAllow},
+		{"GET", "/v1/completions", 405, "POST", CodeMethodNotAllow},
+		{"PUT", "/tokenize", 405, "POST", CodeMethodNotAllow},
+		{"POST", "/v1/models", 405, "GET", CodeMethodNotAllow},
+		{"DELETE", "/v1/models/echo-test-double", 405, "GET", CodeMethodNotAllow},
+		{"POST", "/health", 405, "GET", CodeMethodNotAllow},
+		{"GET", "/v1/embeddings", 404, "", CodeNotFound},
+		{"POST", "/v1/chat", 404, "", CodeNotFound},
+	} {
+		req, _ := http.NewRequest(c.method, h.ts.URL+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var eb struct {
+			Error errorFields `json:"error"`
+		}
+		_ = json.Unmarshal(body, &eb)
+		if resp.StatusCode != c.status || resp.Header.Get("Allow") != c.allow || eb.Error.Code != c.code {
+			t.Errorf("%s %s: %d Allow %q %s, want %d Allow %q %s", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), body, c.status, c.allow, c.code)
+		}
+		if c.status == 405 && !strings.Contains(eb.Error.Message, "takes "+c.allow) {
+			t.Errorf("%s %s: %q does not name the method", c.method, c.path, eb.Error.Message)
+		}
+	}
+}

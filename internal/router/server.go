@@ -183,7 +183,26 @@ func New(cfg Config) (*Server, error) {
 		s.endpoints = append(s.endpoints, "/metrics")
 	}
 	routes := strings.Join(s.endpoints, ", ")
+	// The method each route takes: a route asked with another method is a
+	// 405 naming the one it takes (curl without -d sends GET to
+	// /v1/chat/completions), not a 404 whose list holds that very route.
+	methods := map[string]string{
+		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/tokenize": "POST", "/detokenize": "POST",
+		"/v1/models": "GET", "/health": "GET", "/ready": "GET", preflight.InfoPath: "GET",
+	}
+	if !cfg.MetricsOffAPI {
+		methods["/metrics"] = "GET"
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.Path
+		if strings.HasPrefix(path, "/v1/models/") {
+			path = "/v1/models"
+		}
+		if m, ok := methods[path]; ok && m != r.Method {
+			w.Header().Set("Allow", m)
+			writeError(w, newErr(http.StatusMethodNotAllowed, CodeMethodNotAllow, "", "%s takes %s, not %s", r.URL.Path, m, r.Method))
+			return
+		}
 		writeError(w, newErr(http.StatusNotFound, CodeNotFound, "", "no route %s %s; see %s", r.Method, r.URL.Path, routes))
 	})
 	s.mux = mux
