@@ -106,3 +106,46 @@ func TestWorkerDrainTimeoutExitsNonZero(t *testing.T) {
 		t.Fatalf("decode log:\n%s", dec.log())
 	}
 }
+
+// A second SIGINT during the drain cuts what still runs at once, as
+// llama-server's second Ctrl-C does, each stream with its error event and
+// [DONE], and the process exits 1; before, it was swallowed and the drain
+// ran to --drain-timeout.
+func TestSecondSignalCutsDrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts a process")
+	}
+	p := startProc(t, "serve", "--listen", "127.0.0.1:0", "--kv-memory", "8MiB", "--threads", "1", "--drain-timeout", "10m")
+	addr := p.waitAddr(t)
+	// 8 choices of 2000 tokens: seconds of decoding on one thread.
+	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt":"hello","max_tokens":2000,"ignore_eos":true,"n":8,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: {") {
+		t.Fatalf("first event %q %v", line, err)
+	}
+	p.cmd.Process.Signal(syscall.SIGINT)
+	if !p.waitLog("shutting down") {
+		t.Fatalf("no drain in the log:\n%s", p.log())
+	}
+	p.cmd.Process.Signal(syscall.SIGINT)
+	rest, err := io.ReadAll(rd)
+	if err != nil {
+		t.Fatalf("reading the stream: %v", err)
+	}
+	events := strings.Split(strings.TrimSpace(string(rest)), "\n\n")
+	n := len(events)
+	if n < 2 || !strings.Contains(events[n-2], `"code":"drain_timeout"`) || events[n-1] != "data: [DONE]" {
+		t.Fatalf("cut stream ends %q, want an error event then data: [DONE]", tail(string(rest)))
+	}
+	if code := p.wait(t); code != 1 {
+		t.Fatalf("exit %d after cutting a stream, want 1:\n%s", code, p.log())
+	}
+	if !strings.Contains(p.log(), "second signal: cutting the requests still running now") {
+		t.Fatalf("the log does not say the second signal cut the drain:\n%s", p.log())
+	}
+}

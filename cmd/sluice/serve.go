@@ -613,9 +613,15 @@ func serveHTTP(log *slog.Logger, addr string, tlsSrv *tlsload.Server, srv *route
 	go func() { errc <- tlsload.Serve(hs, l, tlsSrv) }()
 	log.Info("listening", "addr", tlsload.Scheme(tlsSrv)+"://"+l.Addr().String(), "endpoints", strings.Join(srv.Endpoints(), " "))
 	code := 0
+	// A second SIGINT/SIGTERM during the drain cuts what still runs at
+	// once, as llama-server's second Ctrl-C does: before, it was swallowed
+	// and an operator at a terminal waited out --drain-timeout (30 s).
+	again := make(chan os.Signal, 1)
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", "timeout", drain)
+		signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
+		defer signal.Stop(again)
+		log.Info("shutting down: draining in-flight requests (a second signal cuts them at once)", "timeout", drain)
 	case err := <-errc:
 		log.Error("HTTP server failed", "err", err)
 		code = 1
@@ -626,11 +632,15 @@ func serveHTTP(log *slog.Logger, addr string, tlsSrv *tlsload.Server, srv *route
 	// connection. What still runs at the drain timeout is cut, each with
 	// an error the client can act on, and the exit code says so.
 	srv.Drain()
-	waitIdle(srv, time.Now().Add(drain))
-	if n := srv.InFlight(); n > 0 {
+	now := waitIdle(srv, time.Now().Add(drain), again)
+	if n := srv.InFlight(); n > 0 && now {
+		log.Warn("second signal: cutting the requests still running now", "sequences", n)
+	} else if n > 0 {
 		log.Warn("drain timeout reached: cutting the requests still running", "sequences", n, "timeout", drain)
+	}
+	if n := srv.InFlight(); n > 0 {
 		srv.CutStreams()
-		waitIdle(srv, time.Now().Add(cutGrace))
+		waitIdle(srv, time.Now().Add(cutGrace), nil)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), cutGrace)
 	defer cancel()
@@ -655,12 +665,17 @@ func serveHTTP(log *slog.Logger, addr string, tlsSrv *tlsload.Server, srv *route
 // committed), closing connections, stopping the roles.
 const cutGrace = 10 * time.Second
 
-// waitIdle returns once srv has no generation request in flight, or at
-// deadline.
-func waitIdle(srv *router.Server, deadline time.Time) {
+// waitIdle returns once srv has no generation request in flight, at
+// deadline, or when a signal arrives on stop (then true).
+func waitIdle(srv *router.Server, deadline time.Time, stop <-chan os.Signal) bool {
 	for srv.InFlight() > 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-stop:
+			return true
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
+	return false
 }
 
 // readChatTemplate reads --chat-template: a file when one exists at that
