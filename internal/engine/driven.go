@@ -141,9 +141,12 @@ func NewDrivenPrefill(cfg Config, pool PagePool, wake, pause func()) (*DrivenPre
 // the driver's however the prompt ends (handed over, as a streaming
 // handoff's are: seq.holdPages): the batch never releases them. started,
 // when set, learns how the prompt's first chunk started (a StartHow:
-// StartNested at a pause point of another tenant's step). The returned
-// cancel takes effect at the next step boundary.
-func (b *DrivenPrefill) Add(owner kv.Owner, table []kv.PageRef, prompt []int32, cached int, sp sample.Params, offset int, emit func(DrivenItem), started func(how string)) (cancel func()) {
+// StartNested at a pause point of another tenant's step); chunked, when
+// set, the positions computed for good after each chunk but the last (a
+// streaming handoff sends the pages they fill, handoff.Sender.Prefilled).
+// Neither may block. The returned cancel takes effect at the next step
+// boundary.
+func (b *DrivenPrefill) Add(owner kv.Owner, table []kv.PageRef, prompt []int32, cached int, sp sample.Params, offset int, emit func(DrivenItem), started func(how string), chunked func(fed int)) (cancel func()) {
 	samp, err := prefillSampler(b.s.cfg.formats, owner.Tenant, sp, prompt, offset)
 	if err != nil {
 		emit(DrivenItem{Done: true, Err: err})
@@ -160,6 +163,7 @@ func (b *DrivenPrefill) Add(owner kv.Owner, table []kv.PageRef, prompt []int32, 
 		ignoreEOS:    true,
 		samp:         samp,
 		started:      started,
+		chunked:      chunked,
 		handover:     func([]kv.PageRef) {},
 		holdPages:    true,
 	}

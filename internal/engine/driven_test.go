@@ -98,10 +98,11 @@ func TestDrivenPrefillYieldsAtPausePoints(t *testing.T) {
 		hows  map[string]string
 		held  map[string][]kv.PageRef
 		owner map[string]kv.Owner
+		fed   map[string][]int // chunked's reports
 	}
 	newRun := func(pause func(r *run)) *run {
 		r := &run{probe: &yieldProbe{Runtime: storiesRuntime(t)}, out: map[string][]DrivenItem{}, hows: map[string]string{},
-			held: map[string][]kv.PageRef{}, owner: map[string]kv.Owner{}}
+			held: map[string][]kv.PageRef{}, owner: map[string]kv.Owner{}, fed: map[string][]int{}}
 		cfg := storiesConfig(r.probe, 32)
 		cfg.ChunkTokens, cfg.StepTokens = 16, 64
 		pool, err := cfg.withDefaults().newPool()
@@ -125,7 +126,7 @@ func TestDrivenPrefillYieldsAtPausePoints(t *testing.T) {
 		}
 		r.held[name], r.owner[name] = table, o
 		return r.b.Add(o, table, p, 0, sample.Params{}, 0, func(it DrivenItem) { r.out[name] = append(r.out[name], it) },
-			func(how string) { r.hows[name] = how })
+			func(how string) { r.hows[name] = how }, func(fed int) { r.fed[name] = append(r.fed[name], fed) })
 	}
 	drain := func(r *run) {
 		for i := 0; r.b.Step(); i++ {
@@ -173,6 +174,11 @@ func TestDrivenPrefillYieldsAtPausePoints(t *testing.T) {
 		if len(it) != 2 || it[0].Done || it[0].Token != alone[name] || !it[1].Done || it[1].Finish != "length" || it[1].Prompt != len(map[string][]int32{"a": flood, "b": light}[name]) {
 			t.Errorf("%s: %+v, want first token %d then the end", name, it, alone[name])
 		}
+	}
+	// a's chunks but the last are reported, in order, within its prompt
+	// (16-token chunks: 60 tokens take four).
+	if f := r.fed["a"]; len(f) != 3 || !slices.IsSorted(f) || f[0] <= 0 || f[2] >= len(flood) {
+		t.Errorf("a's chunks reported computed: %v", f)
 	}
 	if it := r.out["c"]; len(it) != 1 || it[0].Finish != "cancelled" || r.hows["c"] != "" {
 		t.Errorf("cancelled arrival: %+v, started %q", it, r.hows["c"])

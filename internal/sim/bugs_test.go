@@ -30,8 +30,8 @@ type injected struct {
 // Bounds are five to twenty times the seed that finds it today, at least
 // 50 (runs are deterministic, so the count is exact, not a probability;
 // the room is for the seed stream shifting when the simulator draws more):
-// no-digest, count-only and incident seed 11, no-generation 18,
-// release-before-drain 49, early-drain 72, short-lease 14,
+// no-digest, count-only and incident seed 11, no-generation 17,
+// release-before-drain 14, early-drain 14, short-lease 23,
 // foreign-placement 4, cancel-queued-reserves 2, cache-tenant-blind 4,
 // cache-no-salt 4, cache-no-tenant-check 5, resume-no-offset 2 (since
 // the prefill batch computes the prompts, engine.DrivenPrefill).
@@ -51,7 +51,7 @@ var mustFind = []injected{
 	// the seed that finds the bug with the word off: runs are
 	// deterministic, so they fail if the word stops working).
 	{"release-before-drain", "I6", "an ended one-sided handoff's pages released at once, not quarantined",
-		Bugs{NoQuarantine: true, NoGenFence: true}, 250, ""},
+		Bugs{NoQuarantine: true, NoGenFence: true}, 100, ""},
 	// (Also found as an idle prefix-cache page that a late copy changed
 	// after its seal, caught only by the drain's re-hash.)
 	{"early-drain", "I6", "the writer acknowledges its drain with one-sided writes in flight",

@@ -54,11 +54,18 @@
 //     follows their rules (a call waits for prefill pages until the queue
 //     timeout; the router's abort stops the prompt at the batch's next step
 //     boundary; handoff.Push's contract: Drained only once none of our
-//     writes is in flight). What remains the wrapper's and not the
-//     engine's: the prefill queue (PrefillWorker.admit: the wrapper retries
-//     waiting calls oldest first, not per-tenant DRR), the push after the
-//     whole prompt (not the streaming handoff: no pages travel while later
-//     chunks compute), and the sampler's validation of a peer's settings.
+//     writes is in flight). Most runs push as the engine's prefill worker
+//     does by default (pushStreaming: a handoff.NewStreamingSender made
+//     before the first chunk sends each block the chunks completed, the
+//     commit only after the last chunk; a push that fails first stops the
+//     prompt at the next step boundary, and the pages go back and the
+//     router is answered only once the prompt ended); the others push
+//     after the whole prompt (HandoffAfterPrefill), as do the peers that
+//     send a short transfer. What remains the wrapper's and not the
+//     engine's: the prefill queue (PrefillWorker.admit: the wrapper
+//     retries waiting calls oldest first, not per-tenant DRR) and the
+//     checks of a peer's request before admission (model fingerprints,
+//     sampler settings).
 //     The batch's step code itself is the engine's, and its runtime is
 //     watched (nest.go): every nested step must run inside a paused step,
 //     never pause itself, carry no sequence of the paused step, run only a
@@ -156,8 +163,9 @@
 // asserts that one-sided writes of a crashed decode incarnation landed (in
 // its old file) and that foreign one-sided writes reached the writer's
 // fence, so both hazards are exercised, that some prefill step yielded to
-// a prompt that arrived during it (930 nested steps in 529 of the default
-// 1000 seeds today), and that decode workers were
+// a prompt that arrived during it (916 nested steps in 524 of the default
+// 1000 seeds today) and that streaming handoffs sent pages while their
+// prompt computed, and that decode workers were
 // declared dead, streams migrated, migrated requests ended exact and a
 // continued worker's stale items were dropped. goleak checks that no
 // goroutine outlives the tests.
@@ -222,7 +230,7 @@
 //	heartbeat-release      a prefill worker declared dead taken as     a stopped writer's copy in   90; 600
 //	                       drained: pages freed without the lease      a re-used page (gen word off)
 //	                       (with the generation word on: holds, 500 seeds)
-//	restart-same-file      a replacement decode maps the dead one's    a continued worker's writes  44; 250
+//	restart-same-file      a replacement decode maps the dead one's    a continued worker's writes  10; 250
 //	                       file in place                               in the replacement's pages
 //
 // restart-same-file was a backed-up layer before hangs existed: against a

@@ -102,6 +102,18 @@ type pjob struct {
 	// or the step boundary); cancel stops it there.
 	arrived time.Duration
 	cancel  func()
+	// computing: the batch holds the prompt (added, its end not seen):
+	// its pages are the batch's until then, so an end of the push waits
+	// for it (ending, with the outcome in endRes and endErr), as the
+	// engine's pushStreaming waits for the prompt's end before it
+	// releases the pages and answers.
+	computing bool
+	ending    bool
+	endRes    *handoff.PrefillResult
+	endErr    error
+	// streaming: the Sender was made before the prompt computed
+	// (handoff.NewStreamingSender) and sends each chunk's full pages.
+	streaming bool
 }
 
 func (w *world) newPrefill(gen int) (*prefill, error) {
@@ -150,6 +162,11 @@ func (p *prefill) add(j *pjob) {
 	}
 	n := len(j.req.Tokens) - j.fed
 	p.computing += n
+	j.computing = true
+	var chunked func(int)
+	if j.streaming {
+		chunked = func(fed int) { p.items = append(p.items, func() { j.chunked(fed) }) }
+	}
 	j.cancel = p.b.Add(j.owner, j.table, j.req.Tokens, j.fed, j.req.Sampling, j.req.SampleOffset,
 		func(it engine.DrivenItem) {
 			p.items = append(p.items, func() {
@@ -159,7 +176,7 @@ func (p *prefill) add(j *pjob) {
 				j.item(it)
 			})
 		},
-		func(how string) { j.started(how) })
+		func(how string) { j.started(how) }, chunked)
 }
 
 // flush handles the batch's items, in order.
@@ -247,18 +264,39 @@ func (j *pjob) item(it engine.DrivenItem) {
 	if j.over || !j.p.up {
 		return
 	}
+	end := it.Done || it.Err != nil
+	if end {
+		j.computing = false
+	}
+	if j.ending {
+		if end {
+			j.ending = false
+			j.finish(j.endRes, j.endErr)
+		}
+		return
+	}
+	var err error
 	switch {
 	case it.Err != nil:
-		j.fail(it.Err)
+		err = it.Err
 	case it.Done && it.Finish != "length":
-		err := j.stopped
+		err = j.stopped
 		if err == nil {
 			err = handoff.ErrAborted.With("prefill ended %s", it.Finish)
 		}
-		j.fail(err)
 	case !it.Done:
 		j.computed(it.Token)
+		return
+	default:
+		return
 	}
+	if j.streaming {
+		// The push aborts the handoff (its writes in flight first).
+		j.snd.Fail(err)
+		j.drive()
+		return
+	}
+	j.fail(err)
 }
 
 func (p *prefill) alive() bool { return p.up }
@@ -410,7 +448,45 @@ func (p *prefill) startAt(r *handoff.PrefillRequest, reply func(*handoff.Prefill
 	}
 	p.jobs = append(p.jobs, j)
 	w.logf("prefill#%d %s: %d tokens into %d pages (%v, slow %v, late %v)", p.gen, short(j.id), len(r.Tokens), len(table), j.bad, j.slow, j.late)
+	if w.streaming && j.bad != mShort && !j.stream() {
+		return
+	}
 	p.compute(j)
+}
+
+// stream starts the streaming handoff, as the engine's pushStreaming
+// does before the prompt's first chunk: the Sender sends each block once
+// the chunks computed it (the prefix cache's blocks at once), the commit
+// only after the last chunk and the first token. It reports whether the
+// job goes on.
+func (j *pjob) stream() bool {
+	p, w := j.p, j.p.w
+	src := &handoff.PoolSource{Pool: p.pool, Owner: j.owner, Pages: j.table, Tokens: len(j.req.Tokens)}
+	snd, err := handoff.NewStreamingSender(handoff.SenderConfig{MaxBatchBytes: w.batchBytes, Window: w.window}, j.req.Reservation, len(j.req.Tokens), src)
+	if err != nil {
+		j.fail(err)
+		return false
+	}
+	if w.pl.oneSided {
+		if err := w.wr.Register(j.req.Reservation); err != nil {
+			w.logf("prefill#%d %s: the one-sided writer refuses the reservation: %v", p.gen, short(j.id), err)
+			j.fail(err)
+			return false
+		}
+	}
+	j.snd, j.streaming = snd, true
+	snd.Prefilled(j.fed)
+	j.drive()
+	return !j.over && !j.ending
+}
+
+// chunked: the batch computed the prompt's first fed positions for good.
+func (j *pjob) chunked(fed int) {
+	if j.over || j.ending || !j.p.up {
+		return
+	}
+	j.snd.Prefilled(fed)
+	j.drive()
 }
 
 // computed continues a job whose prompt the batch computed: its first
@@ -421,6 +497,11 @@ func (j *pjob) computed(first int32) {
 	j.fed = len(j.req.Tokens)
 	j.insert()
 	j.first = first
+	if j.streaming {
+		j.snd.Finish(first, nil)
+		j.drive()
+		return
+	}
 	src := &handoff.PoolSource{Pool: p.pool, Owner: j.owner, Pages: j.table, Tokens: j.fed}
 	snd, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: w.batchBytes, Window: w.window}, j.req.Reservation, j.fed, j.first, src)
 	if err != nil {
@@ -784,10 +865,25 @@ func (j *pjob) fail(err error) {
 
 // finish answers the router and releases the prefill pages.
 func (j *pjob) finish(res *handoff.PrefillResult, err error) {
-	if j.over {
+	if j.over || j.ending {
+		return
+	}
+	if j.computing {
+		// The push ended before the prompt did (it failed: it commits
+		// only after the last chunk): stop computing what nobody will
+		// read; the pages go back and the router is answered once the
+		// batch ended the prompt (item).
+		j.ending, j.endRes, j.endErr = true, res, err
+		j.p.w.logf("prefill#%d %s: the push ended before the prompt (%v): the prompt stops at the next step boundary", j.p.gen, short(j.id), err)
+		if j.cancel != nil {
+			j.cancel()
+		}
 		return
 	}
 	j.over = true
+	if res != nil && j.streaming {
+		j.p.w.res.StreamedPages += j.snd.Streamed()
+	}
 	p := j.p
 	j.endWriter()
 	if j.table != nil {

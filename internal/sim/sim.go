@@ -186,6 +186,9 @@ type Result struct {
 	// arrived during another tenant's step and ran their first chunk at
 	// one of its pause points (engine/yield.go).
 	NestedSteps int
+	// StreamedPages counts the pages of committed streaming handoffs sent
+	// while their prompt was still computing.
+	StreamedPages int
 }
 
 // Failed reports whether the run broke an invariant.
@@ -379,6 +382,10 @@ type world struct {
 
 	geo                kv.Geometry
 	decPages, prePages int
+	// streaming: prefill pushes as the engine's prefill worker does by
+	// default (pages sent as the prompt's chunks complete, the commit
+	// after the last); else after the whole prompt (HandoffAfterPrefill).
+	streaming          bool
 	ctx                int
 	scrub              kv.ScrubMode
 	recvLease          time.Duration
@@ -561,8 +568,9 @@ func Run(env *Env, cfg Config) *Result {
 	w.cacheSecret = []byte(fmt.Sprintf("sim secret %d", w.rng.Uint64()))
 	w.cacheFP = []byte("sim model")
 	w.window = 1 + w.pick(3)
-	w.res.Setup = fmt.Sprintf("pressure %v, page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, prefix cache %v/%v, batch %d pages, window %d, handoff timeout %v, prefill timeout %v",
-		w.pl.pressure, ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.cacheOn, w.dcacheOn, w.batchBytes/w.geo.PageBytes(), w.window, w.handoffTimeout, w.prefillTimeout)
+	w.streaming = w.prng.Float64() < 0.7
+	w.res.Setup = fmt.Sprintf("pressure %v, page %d, decode %d pages, prefill %d pages, context %d, one-sided %v, scrub %v, prefix cache %v/%v, batch %d pages, window %d, handoff timeout %v, prefill timeout %v, streaming %v",
+		w.pl.pressure, ps, w.decPages, w.prePages, w.ctx, w.pl.oneSided, w.scrub, w.cacheOn, w.dcacheOn, w.batchBytes/w.geo.PageBytes(), w.window, w.handoffTimeout, w.prefillTimeout, w.streaming)
 	w.logf("seed %d: %s", cfg.Seed, w.res.Setup)
 	var ps2 []string
 	for f := Fault(0); f < numFaults; f++ {

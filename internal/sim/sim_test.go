@@ -131,7 +131,7 @@ func TestSim(t *testing.T) {
 		ends, phases := map[string]int{}, map[string]int{}
 		late, oldInc, fenced := 0, 0, 0
 		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad, hits, evicted, pwaits, dhits, consOK, consMoved int
-		var dead, migr, migrOK, migrBad, stale, migrPre, nested, nestedRuns int
+		var dead, migr, migrOK, migrBad, stale, migrPre, nested, nestedRuns, streamed int
 		rejects, coloPre := map[string]int{}, map[string]int{}
 		var waits []time.Duration
 		var ok, failed, cancelled, rejected, events, ran int
@@ -164,6 +164,7 @@ func TestSim(t *testing.T) {
 			dead, migr, migrOK, migrBad, stale = dead+r.DeclaredDead, migr+r.Migrations, migrOK+r.MigratedOK, migrBad+r.MigratedFailed, stale+r.StaleItems
 			migrPre += r.MigratedBeforeCommit
 			nested += r.NestedSteps
+			streamed += r.StreamedPages
 			if r.NestedSteps > 0 {
 				nestedRuns++
 			}
@@ -212,9 +213,12 @@ func TestSim(t *testing.T) {
 		t.Logf("queue: %d admissions, wait p50 %v, p99 %v, max %v; refused %s; %d requests ended while queued",
 			len(waits), pct(0.5), pct(0.99), pct(1), countsText(rejects), endedQ)
 		t.Logf("prefix cache: prefill %d prompt pages hit, %d idle entries evicted; decode %d prompt pages hit (not transferred); %d prefill calls waited for pages", hits, evicted, dhits, pwaits)
-		t.Logf("prefill batch: %d nested steps (prompts run at a pause point of another tenant's step) in %d of %d runs", nested, nestedRuns, ran)
+		t.Logf("prefill batch: %d nested steps (prompts run at a pause point of another tenant's step) in %d of %d runs; %d pages of committed handoffs streamed while their prompt computed", nested, nestedRuns, ran, streamed)
 		if nested == 0 && ran >= 100 {
 			t.Errorf("no prefill step yielded to a prompt arriving during it in %d seeds: the simulator no longer reaches the pause points", ran)
+		}
+		if streamed == 0 && ran >= 100 {
+			t.Errorf("no committed handoff streamed a page while its prompt computed in %d seeds", ran)
 		}
 		t.Logf("request ends: %s", countsText(ends))
 		t.Logf("disconnects and aborts by the phase they struck: %s", countsText(phases))
