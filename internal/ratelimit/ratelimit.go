@@ -188,6 +188,40 @@ func (l *Limiter) Admit(tenant string, now time.Time, tokens int64) Decision {
 	return d
 }
 
+// Over reports, without taking anything, whether tenant is refused any
+// request at now: its request bucket cannot give one request, or its
+// token bucket cannot give one token. The router asks it before it
+// decodes, renders or tokenizes a body, so a tenant over its limit costs
+// the router no more than this check per request; Admit still decides
+// what a request costs once its tokens are known. When Over refuses,
+// Admit at the same now would refuse any request of the tenant (every
+// request costs one request and at least one token), so the early answer
+// never refuses what the late one would admit. OK and Limited are as in
+// Admit; TooLarge is never set.
+func (l *Limiter) Over(tenant string, now time.Time) Decision {
+	if l == nil {
+		return Decision{OK: true}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.buckets[tenant]
+	if p == nil {
+		return Decision{OK: true}
+	}
+	d := Decision{Limited: true, OK: true}
+	for _, b := range []*Bucket{p.req, p.tok} {
+		if b == nil {
+			continue
+		}
+		if ok, wait := b.check(now, 1); !ok {
+			d.OK = false
+			d.RetryAfter = max(d.RetryAfter, wait)
+		}
+	}
+	d.State = p.state(now)
+	return d
+}
+
 // Refund gives back tokens a request was charged for and did not use
 // (it is charged prompt plus max_tokens up front).
 func (l *Limiter) Refund(tenant string, now time.Time, tokens int64) {

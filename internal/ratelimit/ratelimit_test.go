@@ -131,3 +131,50 @@ func TestLimiterAdmit(t *testing.T) {
 		t.Fatalf("at its RetryAfter: %+v", d)
 	}
 }
+
+// Over is Admit's early answer: it never refuses what Admit would admit
+// (a request of one token, the least any request costs), refuses whenever
+// Admit would refuse even that, takes nothing, and its RetryAfter is the
+// same as Admit's for that least request.
+func TestOverAgreesWithLeastAdmit(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		lim := Limits{RPM: rapid.Int64Range(0, 20).Draw(t, "rpm"), TPM: rapid.Int64Range(0, 200).Draw(t, "tpm")}
+		l := New(map[string]Limits{"a": lim})
+		now := t0
+		for range rapid.IntRange(1, 200).Draw(t, "steps") {
+			now = now.Add(time.Duration(rapid.Int64Range(0, int64(5*time.Second)).Draw(t, "dt")))
+			before := l.buckets["a"].stateAt(now)
+			over := l.Over("a", now)
+			if after := l.buckets["a"].stateAt(now); after != before {
+				t.Fatalf("Over took from the buckets: %+v -> %+v", before, after)
+			}
+			// What Admit would say for the least request, on a copy.
+			cp := &Limiter{limits: l.limits, buckets: map[string]*pair{"a": l.buckets["a"].clone()}}
+			least := cp.Admit("a", now, 1)
+			if over.OK != least.OK || over.RetryAfter != least.RetryAfter || over.Limited != least.Limited {
+				t.Fatalf("Over %+v, Admit(1) %+v (limits %+v)", over, least, lim)
+			}
+			if rapid.Bool().Draw(t, "admit") {
+				l.Admit("a", now, rapid.Int64Range(1, 50).Draw(t, "n"))
+			}
+		}
+	})
+	if d := New(nil).Over("nobody", t0); !d.OK || d.Limited {
+		t.Fatalf("an unlimited tenant: %+v", d)
+	}
+}
+
+func (p *pair) stateAt(now time.Time) State { return p.state(now) }
+
+func (p *pair) clone() *pair {
+	c := &pair{}
+	if p.req != nil {
+		r := *p.req
+		c.req = &r
+	}
+	if p.tok != nil {
+		t := *p.tok
+		c.tok = &t
+	}
+	return c
+}

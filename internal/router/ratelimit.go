@@ -20,8 +20,32 @@ func (s *Server) admitRate(w http.ResponseWriter, g *generation) (int64, *apiErr
 		cost += int64(max(g.p.n, 1)) * int64(len(gp.tokens)+max(g.p.maxTokens, 0))
 	}
 	d := s.limiter.Admit(g.tenant, time.Now(), cost)
+	if e := rateAnswer(w, d, cost); e != nil {
+		return 0, e
+	}
 	if !d.Limited {
 		return 0, nil
+	}
+	return cost, nil
+}
+
+// overRate refuses tenant's request before its body is decoded, rendered
+// or tokenized when the tenant is over its rate limit now (no request of
+// any size would pass admitRate), so a tenant past its limit costs the
+// router one check per request rather than a template render and a
+// tokenization; a tenant within its limit pays nothing here. The refusal
+// is the same 429 admitRate gives, headers included.
+func (s *Server) overRate(w http.ResponseWriter, tenant string) *apiError {
+	return rateAnswer(w, s.limiter.Over(tenant, time.Now()), 0)
+}
+
+// rateAnswer sets OpenAI's x-ratelimit-* headers for a limited tenant and
+// turns a refusal into its error: 400 when the request alone exceeds the
+// tenant's whole per-minute tokens (cost is what it would use), 429 with
+// Retry-After otherwise.
+func rateAnswer(w http.ResponseWriter, d ratelimit.Decision, cost int64) *apiError {
+	if !d.Limited {
+		return nil
 	}
 	h := w.Header()
 	st := d.State
@@ -37,17 +61,17 @@ func (s *Server) admitRate(w http.ResponseWriter, g *generation) (int64, *apiErr
 	}
 	switch {
 	case d.TooLarge:
-		return 0, newErr(http.StatusBadRequest, CodeRateTooSmall, "max_tokens",
+		return newErr(http.StatusBadRequest, CodeRateTooSmall, "max_tokens",
 			"this request may use %d tokens (prompt plus max_tokens for every choice), more than your API key's whole limit of %d tokens per minute; lower max_tokens or split the request", cost, st.LimitTokens)
 	case !d.OK:
 		// Whole seconds, rounded up, and the exact figure in
 		// milliseconds (the header the official clients read first).
 		h.Set("Retry-After", strconv.FormatInt(int64((d.RetryAfter+time.Second-1)/time.Second), 10))
 		h.Set("retry-after-ms", strconv.FormatInt(int64((d.RetryAfter+time.Millisecond-1)/time.Millisecond), 10))
-		return 0, newErr(http.StatusTooManyRequests, CodeRateLimited, "",
+		return newErr(http.StatusTooManyRequests, CodeRateLimited, "",
 			"your API key's tenant is over its rate limit (%s); retry after %s", limitsText(st), d.RetryAfter.Round(time.Millisecond))
 	}
-	return cost, nil
+	return nil
 }
 
 // settleRate gives back the tokens charged and not used: a request that

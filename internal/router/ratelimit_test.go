@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,5 +168,62 @@ func TestParseKeysLimits(t *testing.T) {
 		if _, err := ParseKeys(strings.NewReader(bad)); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
+	}
+}
+
+// countingTok counts the encodings the router asks for.
+type countingTok struct {
+	byteTok
+	n *atomic.Int64
+}
+
+func (c countingTok) Encode(text string, addSpecial, parse bool) ([]int32, error) {
+	c.n.Add(1)
+	return c.byteTok.Encode(text, addSpecial, parse)
+}
+
+// A tenant over its rate limit is refused before the router reads, renders
+// or tokenizes its body (red team: an over-limit tenant still cost the
+// router a tokenization per request, and /tokenize none at all): the 429
+// comes even for a body that does not parse, no route tokenizes for it,
+// and another tenant is served as before. Within the limit, /tokenize is
+// not charged.
+func TestOverLimitRefusedBeforeTokenizing(t *testing.T) {
+	var enc atomic.Int64
+	keys, err := ParseKeys(strings.NewReader("ka alice rpm=2\nkb bob\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, 256, func(c *Config) { c.Keys = keys; c.Tokenizer = countingTok{n: &enc} })
+	ctx := context.Background()
+	for i := range 3 {
+		if code, body := postJSON(t, h.ts.URL+"/tokenize", "ka", `{"prompt":"hi"}`); code != http.StatusOK {
+			t.Fatalf("tokenize %d within the limit: %d %v", i, code, body)
+		}
+	}
+	for i := range 2 {
+		if _, err := h.client("ka").Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hi"), MaxTokens: openai.Int(2)}); err != nil {
+			t.Fatalf("request %d of 2 (tokenize must not have been charged): %v", i, err)
+		}
+	}
+	before := enc.Load()
+	for _, c := range []struct{ route, body string }{
+		{"/v1/completions", `{"prompt":"hi","max_tokens":2}`},
+		{"/v1/completions", `{"prompt":`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`},
+		{"/tokenize", `{"prompt":"hi"}`},
+		{"/detokenize", `{"tokens":[104,105]}`},
+	} {
+		code, body := postJSON(t, h.ts.URL+c.route, "ka", c.body)
+		e, _ := body["error"].(map[string]any)
+		if code != http.StatusTooManyRequests || e == nil || e["code"] != CodeRateLimited {
+			t.Fatalf("%s %s over the limit: %d %v, want 429 %s", c.route, c.body, code, body, CodeRateLimited)
+		}
+	}
+	if got := enc.Load(); got != before {
+		t.Fatalf("the router tokenized %d times for a tenant over its limit", got-before)
+	}
+	if code, body := postJSON(t, h.ts.URL+"/v1/completions", "kb", `{"prompt":"hi","max_tokens":2}`); code != http.StatusOK {
+		t.Fatalf("bob: %d %v", code, body)
 	}
 }

@@ -487,6 +487,10 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
+	if e := s.overRate(w, tenant); e != nil {
+		s.fail(w, r, e)
+		return
+	}
 	// The body is read before a concurrency slot is taken, so slow
 	// uploads cannot hold the slots (the HTTP server's read timeout bounds
 	// them).
@@ -563,6 +567,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	tenant, e := s.authenticate(r)
 	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	if e := s.overRate(w, tenant); e != nil {
 		s.fail(w, r, e)
 		return
 	}

@@ -42,7 +42,12 @@ type detokenizeRequest struct {
 }
 
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
-	if _, e := s.authenticate(r); e != nil {
+	tenant, e := s.authenticate(r)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	if e := s.overRate(w, tenant); e != nil {
 		s.fail(w, r, e)
 		return
 	}
@@ -116,7 +121,12 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
-	if _, e := s.authenticate(r); e != nil {
+	tenant, e := s.authenticate(r)
+	if e != nil {
+		s.fail(w, r, e)
+		return
+	}
+	if e := s.overRate(w, tenant); e != nil {
 		s.fail(w, r, e)
 		return
 	}
