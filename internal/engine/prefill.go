@@ -425,16 +425,20 @@ func (w *PrefillWorker) pushStreaming(ctx context.Context, r *handoff.PrefillReq
 	gotPush := false
 	select {
 	case d = <-ch:
-		if w.promptEnded != nil {
-			w.promptEnded()
-		}
 	case perr = <-pushed:
-		// The push ended before the prompt did: it failed (it commits
-		// only after Finish). Stop computing what nobody will read.
+		// The push ended before this goroutine saw the prompt's end: it
+		// failed (stop computing what nobody will read), or the prompt
+		// ended well, the scheduler's Finish came first and the commit
+		// is accepted already (the prompt's end is on its way in ch).
 		gotPush = true
-		q.cancel.Store(true)
-		w.sched.poke()
+		if perr != nil {
+			q.cancel.Store(true)
+			w.sched.poke()
+		}
 		d = <-ch
+	}
+	if w.promptEnded != nil {
+		w.promptEnded()
 	}
 	start := time.Now() // the push time counted is what the prefill did not hide
 	if d.err != nil {
