@@ -122,20 +122,21 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 	if len(cands) == 0 {
 		return
 	}
-	take, _ := s.shares.YieldWithin(step, waiting, min(s.cfg.SharedStepTokens, s.cfg.ChunkTokens), s.nest)
+	chunk := min(s.cfg.SharedStepTokens, s.cfg.ChunkTokens)
+	take, _ := s.shares.YieldWithin(step, waiting, chunk, s.nest)
 	var steps []Step
 	var members []*seq
 	var sizes []int
-	chosen := map[string]bool{} // tenants with a chunk taken so far
+	taken := map[string]int{} // each tenant's nested tokens so far
 	for i, q := range cands {
 		n := take[i]
 		if n > 0 {
-			chosen[q.owner.Tenant] = true
+			taken[q.owner.Tenant] += n
 		} else {
 			switch {
 			case slices.Contains(step, q.owner.Tenant):
 				q.waited = StartInStep
-			case chosen[q.owner.Tenant]:
+			case taken[q.owner.Tenant] >= chunk:
 				q.waited = StartSameTenant
 			case s.shares.Ahead(step, q.owner.Tenant):
 				q.waited = StartShare
@@ -209,8 +210,8 @@ const (
 	StartBudget = "budget"
 	// StartInStep: its tenant had a chunk in the paused step.
 	StartInStep = "in_step"
-	// StartSameTenant: another prompt of its tenant ran at that pause
-	// point (one chunk per tenant).
+	// StartSameTenant: its tenant's other prompts took the tenant's
+	// nested tokens at that pause point (a chunk's worth per tenant).
 	StartSameTenant = "same_tenant"
 	// StartShare: its tenant was not within Slack of the step's least
 	// served tenant (sched.Shares.Yield).

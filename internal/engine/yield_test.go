@@ -319,14 +319,14 @@ func TestSchedulerYieldsToArrival(t *testing.T) {
 // A nested step is a whole forward pass: its cost does not shrink with
 // its tokens as the tenants' shares count them (every layer's weights
 // are read for one token as for a chunk). A tenant sending a burst of
-// tiny prompts as another tenant's prompt step begins would otherwise
-// run one nested step at every pause point of it (two a layer), each
-// charged a token or two: the other tenant's step paid a whole forward
-// per half layer (red team F2). The step's nested budget bounds it: each
-// nested pass costs nestForward (4 at chunks of 16) plus its tokens, all
-// of them together at most the paused step's own 4 + 16, so three of
-// the four 2-token prompts run nested (at the first three pause points)
-// and the fourth waits for the boundary; the tenant is charged each
+// tiny prompts, one at each pause point of another tenant's prompt step,
+// would otherwise run one nested step at every pause point of it (two a
+// layer), each charged a token or two: the other tenant's step paid a
+// whole forward per half layer (red team F2). The step's nested budget
+// bounds it: each nested pass costs nestForward (4 at chunks of 16) plus
+// its tokens, all of them together at most the paused step's own 4 + 16,
+// so three of the four 2-token prompts run nested (at the first three
+// pause points) and the fourth waits for the boundary; the tenant is charged each
 // pass's fixed cost beside its tokens; every output is bitwise as alone.
 func TestYieldBurstBoundedByNestBudget(t *testing.T) {
 	flood := prompt(3, 60)
@@ -351,10 +351,8 @@ func TestYieldBurstBoundedByNestBudget(t *testing.T) {
 	r.s.turn() // a's first step
 	entry := r.s.shares.Served("a") - r.s.shares.Lag
 	r.probe.onPause = func(step, point int) {
-		if step == 2 && point == 0 {
-			for i, p := range tiny {
-				r.add(names[i], "b", p, 4)
-			}
+		if step == 2 && point < len(tiny) {
+			r.add(names[point], "b", tiny[point], 4) // one a pause point: a pass each
 		}
 	}
 	r.s.turn()
@@ -407,6 +405,32 @@ func TestYieldSecondLightPromptNested(t *testing.T) {
 	r.s.turn()
 	if want := []string{"2/0: [4@0]", "2/3: [4@0]"}; !slices.Equal(r.probe.nested, want) {
 		t.Fatalf("nested steps %v, want %v", r.probe.nested, want)
+	}
+	r.probe.onPause = nil
+	r.drain()
+	if want := map[string]string{"a": StartNextStep, "b0": StartNested, "b1": StartNested}; !maps.Equal(r.hows, want) {
+		t.Errorf("first chunks started %v, want %v", r.hows, want)
+	}
+	for _, n := range []string{"a", "b0", "b1"} {
+		if !slices.Equal(r.out[n], alone[n]) {
+			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
+		}
+	}
+
+	// Two prompts of b at the same pause point: one pass for both (b's
+	// 8 tokens within its chunk of 16), 4 + 8 of the budget.
+	r = newYieldRig(t, 64)
+	r.add("a", "a", flood, 4)
+	r.s.turn()
+	r.probe.onPause = func(step, point int) {
+		if step == 2 && point == 0 {
+			r.add("b0", "b", b0, 4)
+			r.add("b1", "b", b1, 4)
+		}
+	}
+	r.s.turn()
+	if want := []string{"2/0: [4@0 4@0]"}; !slices.Equal(r.probe.nested, want) {
+		t.Fatalf("nested steps %v, want %v (one pass)", r.probe.nested, want)
 	}
 	r.probe.onPause = nil
 	r.drain()

@@ -306,10 +306,12 @@ func (s *Shares) Plan(budget, minChunk int, members []Member, chunks []Chunk) (o
 // the batch starts Lag behind the most served, as Sync would start it)
 // within Slack of the least served tenant of the step, so Plan would
 // have run its chunk beside theirs had it come before the step. Every
-// such tenant's first waiting chunk runs (one each): a tenant waits at
-// most until the next pause point of another tenant's step (a layer's
-// attention or its FFN), counted in the step's structure, not in time,
-// while the step's nested budget lasts (YieldWithin).
+// such tenant's waiting chunks run, in order, chunk tokens of each tenant
+// at most (its second prompt too when its first is short: one pass for
+// both, not two): a tenant waits at most until the next pause point of
+// another tenant's step (a layer's attention or its FFN), counted in the
+// step's structure, not in time, while the step's nested budget lasts
+// (YieldWithin).
 // A paused step with no prompt chunk (decode tokens only) is short and
 // never yields. take[i] is the tokens chunk i runs (0: it waits for the
 // step boundary); the tenants that run enter the batch's counters (Charge
@@ -373,21 +375,25 @@ func (s *Shares) YieldWithin(step []string, waiting []Chunk, chunk int, n Nest) 
 		counters[i], order[i] = s.counter(c.Tenant), i
 	}
 	slices.SortStableFunc(order, func(i, j int) int { return cmp.Compare(counters[i], counters[j]) })
-	done := map[string]int64{}
+	done := map[string]int64{} // the tenants that run: where they enter
+	used := map[string]int{}   // their tokens in the pass
 	for _, i := range order {
 		c := waiting[i]
-		if _, ran := done[c.Tenant]; ran || in[c.Tenant] || c.Tokens <= 0 {
+		if in[c.Tenant] || c.Tokens <= 0 {
 			continue
 		}
-		if v := counters[i]; v <= least+s.Slack {
-			k := min(c.Tokens, chunk)
-			if cost+k > n.Left {
-				continue
-			}
-			done[c.Tenant] = v
-			take[i] = k
-			cost += k
+		v := counters[i]
+		if v > least+s.Slack {
+			continue
 		}
+		k := min(c.Tokens, chunk-used[c.Tenant])
+		if k <= 0 || cost+k > n.Left {
+			continue
+		}
+		done[c.Tenant] = v
+		used[c.Tenant] += k
+		take[i] = k
+		cost += k
 	}
 	if len(done) == 0 {
 		return take, 0
