@@ -267,7 +267,10 @@ func isNull(raw json.RawMessage) bool {
 
 // params is a validated set of generation parameters.
 type params struct {
-	maxTokens    int           // 0 = not given
+	maxTokens int // 0 = not given
+	// maxDefaulted: maxTokens is the route's default, not the client's
+	// (a refusal that names max_tokens must say so).
+	maxDefaulted bool
 	sampling     sample.Params // Seed is set per choice (seed, seedGiven)
 	seed         uint64
 	seedGiven    bool

@@ -20,7 +20,7 @@ func (s *Server) admitRate(w http.ResponseWriter, g *generation) (int64, *apiErr
 		cost += int64(max(g.p.n, 1)) * int64(len(gp.tokens)+max(g.p.maxTokens, 0))
 	}
 	d := s.limiter.Admit(g.tenant, time.Now(), cost)
-	if e := rateAnswer(w, d, cost); e != nil {
+	if e := rateAnswer(w, d, cost, g); e != nil {
 		return 0, e
 	}
 	if !d.Limited {
@@ -36,14 +36,15 @@ func (s *Server) admitRate(w http.ResponseWriter, g *generation) (int64, *apiErr
 // tokenization; a tenant within its limit pays nothing here. The refusal
 // is the same 429 admitRate gives, headers included.
 func (s *Server) overRate(w http.ResponseWriter, tenant string) *apiError {
-	return rateAnswer(w, s.limiter.Over(tenant, time.Now()), 0)
+	return rateAnswer(w, s.limiter.Over(tenant, time.Now()), 0, nil)
 }
 
 // rateAnswer sets OpenAI's x-ratelimit-* headers for a limited tenant and
 // turns a refusal into its error: 400 when the request alone exceeds the
 // tenant's whole per-minute tokens (cost is what it would use), 429 with
-// Retry-After otherwise.
-func rateAnswer(w http.ResponseWriter, d ratelimit.Decision, cost int64) *apiError {
+// Retry-After otherwise. g is the request when it is known (admitRate),
+// so that a 400 can say what would fit.
+func rateAnswer(w http.ResponseWriter, d ratelimit.Decision, cost int64, g *generation) *apiError {
 	if !d.Limited {
 		return nil
 	}
@@ -61,8 +62,11 @@ func rateAnswer(w http.ResponseWriter, d ratelimit.Decision, cost int64) *apiErr
 	}
 	switch {
 	case d.TooLarge:
-		return newErr(http.StatusBadRequest, CodeRateTooSmall, "max_tokens",
-			"this request may use %d tokens (prompt plus max_tokens for every choice), more than your API key's whole limit of %d tokens per minute; lower max_tokens or split the request", cost, st.LimitTokens)
+		if g == nil {
+			return newErr(http.StatusBadRequest, CodeRateTooSmall, "max_tokens",
+				"this request may use %d tokens (prompt plus max_tokens for every choice), more than your API key's whole limit of %d tokens per minute; lower max_tokens or split the request", cost, st.LimitTokens)
+		}
+		return tooLargeForRate(g, cost, st.LimitTokens)
 	case !d.OK:
 		// Whole seconds, rounded up, and the exact figure in
 		// milliseconds (the header the official clients read first).
@@ -100,4 +104,34 @@ func limitsText(st ratelimit.State) string {
 		return fmt.Sprintf("%d requests per minute", st.LimitRequests)
 	}
 	return fmt.Sprintf("%d tokens per minute", st.LimitTokens)
+}
+
+// tooLargeForRate is the refusal of a request that alone needs more tokens
+// than its tenant's whole tpm: it names the largest max_tokens that fits,
+// and says when max_tokens was the route's default (a chat request without
+// it may generate the rest of the context): "lower max_tokens" sent a
+// client that never set it looking for a value to lower.
+func tooLargeForRate(g *generation, cost, limit int64) *apiError {
+	n := int64(max(g.p.n, 1))
+	var promptTokens int64
+	for _, gp := range g.prompts {
+		promptTokens += n * int64(len(gp.tokens))
+	}
+	choices := n * int64(len(g.prompts))
+	fit := (limit - promptTokens) / max(choices, 1)
+	msg := fmt.Sprintf("this request may use %d tokens (prompt plus max_tokens for every choice), more than your API key's whole limit of %d tokens per minute", cost, limit)
+	if g.p.maxDefaulted {
+		msg += fmt.Sprintf("; max_tokens was not given, so it defaults to %d (", g.p.maxTokens)
+		if g.chat {
+			msg += "the rest of the context)"
+		} else {
+			msg += "the completions default)"
+		}
+	}
+	if fit >= 1 {
+		msg += fmt.Sprintf(": set max_tokens to at most %d, or split the request", fit)
+	} else {
+		msg += fmt.Sprintf(": the prompts alone are %d tokens; shorten them or split the request", promptTokens)
+	}
+	return newErr(http.StatusBadRequest, CodeRateTooSmall, "max_tokens", "%s", msg)
 }

@@ -227,3 +227,34 @@ func TestOverLimitRefusedBeforeTokenizing(t *testing.T) {
 		t.Fatalf("bob: %d %v", code, body)
 	}
 }
+
+// A request too large for the tenant's whole tpm is told the largest
+// max_tokens that fits; a chat request that gave no max_tokens is told it
+// defaulted to the rest of the context ("lower max_tokens" sent a client
+// that never set it looking for a value to lower); a prompt that alone
+// does not fit is told to shorten.
+func TestRateTooSmallSaysWhatFits(t *testing.T) {
+	h := limitedHarness(t, "ka alice tpm=100\n")
+	chat := h.ts.URL + "/v1/chat/completions"
+	comp := h.ts.URL + "/v1/completions"
+	long := strings.Repeat("x", 150)
+	for _, c := range []struct{ url, body, says, not string }{
+		// The context is 256: a chat request without max_tokens may use all of it.
+		{chat, `{"messages":[{"role":"user","content":"hi"}]}`, "max_tokens was not given, so it defaults to", ""},
+		{chat, `{"messages":[{"role":"user","content":"hi"}]}`, "(the rest of the context): set max_tokens to at most", ""},
+		// BOS + 5 prompt tokens: 100 - 6 = 94 fit.
+		{comp, `{"prompt":"hello","max_tokens":95}`, "set max_tokens to at most 94", "was not given"},
+		// 4 choices: (100 - 4 x 6) / 4 = 19.
+		{comp, `{"prompt":"hello","max_tokens":20,"n":4}`, "set max_tokens to at most 19", ""},
+		{comp, `{"prompt":"` + long + `","max_tokens":1}`, "the prompts alone are 151 tokens; shorten them", "at most"},
+	} {
+		status, e := post(t, c.url, "ka", c.body)
+		if status != 400 || e.Code != CodeRateTooSmall || !strings.Contains(e.Message, c.says) || (c.not != "" && strings.Contains(e.Message, c.not)) {
+			t.Errorf("%s: %d %s %q, want 400 %s saying %q", c.body, status, e.Code, e.Message, CodeRateTooSmall, c.says)
+		}
+	}
+	// The largest that fits is admitted.
+	if status, e := post(t, comp, "ka", `{"prompt":"hello","max_tokens":94}`); status != 200 {
+		t.Errorf("max_tokens 94: %d %+v", status, e)
+	}
+}

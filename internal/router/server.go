@@ -547,7 +547,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.maxTokens == 0 {
 		// OpenAI's default for legacy completions.
-		p.maxTokens = min(16, info.Context)
+		p.maxTokens, p.maxDefaulted = min(16, info.Context), true
 	}
 	param := "prompt"
 	if p.n > 1 {
@@ -607,7 +607,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.maxTokens == 0 {
 		// Chat's default is "as many as fit".
-		p.maxTokens = max(info.Context-len(prompt), 1)
+		p.maxTokens, p.maxDefaulted = max(info.Context-len(prompt), 1), true
 	}
 	more, e := s.acquireMore(tenant, p.n-1, "n")
 	if e != nil {
