@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"sort"
@@ -284,5 +286,31 @@ func TestFirstCommandsAnswer(t *testing.T) {
 	}
 	if _, help, _ := runBin(t, "generate", "--help"); strings.Contains(help, "llama or qwen2") {
 		t.Errorf("sluice generate --help names two architectures; it runs every one sluice serves")
+	}
+}
+
+// An --api-keys file others on the host can read is warned about (every
+// tenant's key is in it); one of mode 600 is not.
+func TestAPIKeysFileModeWarned(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o644, true}, {0o640, true}, {0o600, false}, {0o400, false}} {
+		p := filepath.Join(dir, fmt.Sprintf("keys-%o", c.mode))
+		if err := os.WriteFile(p, []byte("sk-1 alice\n"), c.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, c.mode); err != nil { // past the umask
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		keys, err := loadKeysFlag(p, slog.New(slog.NewTextHandler(&buf, nil)))
+		if err != nil || keys == nil {
+			t.Fatalf("mode %o: %v", c.mode, err)
+		}
+		if got := strings.Contains(buf.String(), "readable by other users"); got != c.warn {
+			t.Errorf("mode %o: warned %v, want %v:\n%s", c.mode, got, c.warn, buf.String())
+		}
 	}
 }

@@ -591,6 +591,12 @@ func loadKeysFlag(path string, log *slog.Logger) (*router.Keys, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every tenant's key is in this file: one that other users of the host
+	// can read gives them every tenant. A warning, not a refusal (as the
+	// roles' --secret-file is): a key file that worked must keep working.
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+		log.Warn(fmt.Sprintf("--api-keys %s is readable by other users of this host (mode %v): anyone of them can read every tenant's key; chmod 600 it", path, st.Mode().Perm()))
+	}
 	log.Info("multi-tenant mode", "api_keys", path, "tenants", keys.Tenants())
 	return keys, nil
 }
