@@ -273,3 +273,22 @@ func TestChatTemplateFlag(t *testing.T) {
 		t.Errorf("template that does not parse: exit %d, stderr %s", code, errb)
 	}
 }
+
+// A role that refuses its context logs each preflight line with the
+// context its verdict speaks of, not "context":0 beside "pool holds N
+// tokens < context C".
+func TestRefusedPreflightLogsTheContext(t *testing.T) {
+	model, err := filepath.Abs("../../testdata/models/stories260K.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, errb := runBin(t, "serve", model, "--context", "100000", "--kv-memory", "1MiB", "--log-format", "json", "--port", "0")
+	if code != 1 || !strings.Contains(errb, `"msg":"preflight"`) {
+		t.Fatalf("exit %d, want 1 with preflight lines:\n%s", code, errb)
+	}
+	for l := range strings.Lines(errb) {
+		if strings.Contains(l, `"msg":"preflight"`) && !strings.Contains(l, `"context":100000`) {
+			t.Errorf("preflight line without the refused context: %s", l)
+		}
+	}
+}

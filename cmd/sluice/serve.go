@@ -269,10 +269,17 @@ func (o *roleOpts) setup(log *slog.Logger, m *node.Model, ctx int) {
 }
 
 // logPreflight reports every role's verdict, and the refusal sentence.
+// "context" is the effective context, or on a refusal (no effective
+// context) the configured one the verdict speaks of: "context=0" beside
+// "pool holds 1632 tokens < context 100000" read as a second fault.
 func logPreflight(log *slog.Logger, rep preflight.Report) {
+	ctx := rep.EffectiveContext
+	if ctx == 0 {
+		ctx = rep.ConfiguredContext
+	}
 	for _, r := range rep.Roles {
 		log.Info("preflight", "role", r.Role, "weight_bytes", r.WeightBytes, "kv_bytes_per_token", r.KVBytesPerToken,
-			"page_size", r.PageSize, "pages", r.Pages, "pool_tokens", r.PoolTokens, "context", rep.EffectiveContext, "verdict", r.Verdict)
+			"page_size", r.PageSize, "pages", r.Pages, "pool_tokens", r.PoolTokens, "context", ctx, "verdict", r.Verdict)
 	}
 	for _, n := range rep.Notes {
 		log.Info(n)
