@@ -258,7 +258,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) int {
 	var temp, topP float64
 	var seed uint64
 	var asJSON bool
-	fs.StringVar(&o.ModelPath, "model", "", "GGUF model `file` (default: the built-in synthetic model)")
+	fs.StringVar(&o.ModelPath, "model", "", "GGUF model `file`, or hf://ORG/REPO[:QUANT] as sluice serve takes it (default: the built-in synthetic model)")
 	fs.StringVar(&o.Prompt, "prompt", "", "prompt `text`")
 	fs.IntVar(&o.MaxTokens, "max-tokens", 64, "generate at most `n` tokens")
 	fs.Float64Var(&temp, "temperature", 0, "sampling temperature; 0 is greedy")
@@ -314,6 +314,10 @@ Flags:
 	o.Sampling.Temperature = float32(temp)
 	o.Sampling.TopP = float32(topP)
 	o.Sampling.Seed = seed
+	if o.ModelPath, err = localModel(o.ModelPath); err != nil {
+		fmt.Fprintf(stderr, "sluice generate: %v\n", err)
+		return 1
+	}
 	lm, err := openModel(o.ModelPath, mem)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice generate: %v\n", err)

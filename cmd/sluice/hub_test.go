@@ -87,3 +87,34 @@ func TestMissingModelSaysHowToFetch(t *testing.T) {
 		t.Errorf("--model and -hf: exit %d, stderr:\n%s", code, errOut)
 	}
 }
+
+// The tools that read a model file take hf:// as serve does: inspect,
+// tokenize and generate on a model from a fake Hub (HF_ENDPOINT) answer as
+// on the file; they said "no such file" before.
+func TestToolsTakeHubModels(t *testing.T) {
+	b, err := os.ReadFile("../../testdata/models/stories260K.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hubtest.New(map[string]*hubtest.Repo{"test-org/stories260K-GGUF": {Commit: "89abcdef0123456789abcdef0123456789abcdef",
+		Files: map[string][]byte{"stories260K-F32.gguf": b}}})
+	defer h.Close()
+	t.Setenv("HF_ENDPOINT", h.URL)
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HF_HUB_OFFLINE", "")
+	spec := "hf://test-org/stories260K-GGUF"
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"inspect", "--model", spec}, `general.architecture                          string  "llama"`},
+		{[]string{"tokenize", "--model", spec, "--text", "Once upon", "--json"}, `{"token_ids":[1,403,407]}`},
+		{[]string{"generate", "--model", spec, "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0"}, ", there was a little girl"},
+	} {
+		code, out, errb := runBin(t, c.args...)
+		if code != 0 || !strings.Contains(out, c.says) {
+			t.Errorf("sluice %s: exit %d, stdout %q, stderr %q; want it to print %q", strings.Join(c.args, " "), code, head(out), head(errb), c.says)
+		}
+	}
+}

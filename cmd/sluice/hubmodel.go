@@ -69,6 +69,18 @@ func loadModel(log *slog.Logger, model, hf string, mem gguf.Memory) (*node.Model
 	return node.LoadModel(spec, mem)
 }
 
+// localModel is the file a --model value names: a hf:// spec resolved
+// through the Hugging Face cache (fetched and verified when missing, as
+// sluice serve does), a path as it is. The tools that read a model file
+// (generate, inspect, tokenize) take what serve takes: a model fetched
+// with serve -hf was "no such file" to them.
+func localModel(model string) (string, error) {
+	if !hub.IsSpec(model) {
+		return model, nil
+	}
+	return hubFetch(nil, model, os.Stderr)
+}
+
 // moduleVersion is the main module's version for the User-Agent.
 func moduleVersion() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {

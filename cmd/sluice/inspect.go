@@ -33,7 +33,7 @@ const arrayPreview = 8
 
 func runInspect(args []string) int {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	model := fs.String("model", "", "path of the GGUF file to inspect (required)")
+	model := fs.String("model", "", "path of the GGUF file to inspect, or hf://ORG/REPO[:QUANT] as sluice serve takes it (required)")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: sluice inspect --model PATH [--json]
@@ -56,7 +56,12 @@ Flags:
 		fs.Usage()
 		return 2
 	}
-	f, err := gguf.Open(*model)
+	path, err := localModel(*model)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sluice inspect: %v\n", err)
+		return 1
+	}
+	f, err := gguf.Open(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sluice inspect:", err)
 		return 1

@@ -31,7 +31,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	model := fs.String("model", "", "GGUF file to take the tokenizer from (required)")
+	model := fs.String("model", "", "GGUF file to take the tokenizer from, or hf://ORG/REPO[:QUANT] as sluice serve takes it (required)")
 	text := fs.String("text", "", "text to tokenize")
 	stdin := fs.Bool("stdin", false, "read the text from standard input instead of --text")
 	asJSON := fs.Bool("json", false, `print {"token_ids":[...]}`)
@@ -56,7 +56,12 @@ Flags:
 		}
 		*text = string(b)
 	}
-	tk, err := tokenizer.Load(*model)
+	path, err := localModel(*model)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sluice tokenize: %v\n", err)
+		return 1
+	}
+	tk, err := tokenizer.Load(path)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sluice tokenize: %s: %v\n", *model, err)
 		return 1
