@@ -36,6 +36,11 @@ type decode struct {
 	// stopped: this incarnation was stopped (SIGSTOP), declared dead and
 	// replaced, then continued: it runs on, unused.
 	stopped bool
+	// committed are the handoffs whose commit this incarnation accepted:
+	// the ones that became decode sequences, whose KV the oracle checks
+	// at their release (an uncommitted reservation's pages, released at
+	// its abort or timeout, hold whatever a peer wrote and nobody reads).
+	committed map[kv.ID]bool
 }
 
 // dstream is one handoff's token stream, as the transport's stream pump
@@ -49,7 +54,7 @@ type dstream struct {
 }
 
 func (w *world) newDecode(gen int) (*decode, error) {
-	d := &decode{w: w, gen: gen, up: true}
+	d := &decode{w: w, gen: gen, up: true, committed: map[kv.ID]bool{}}
 	cfg := kv.Config{Geometry: w.geo, Pages: w.decPages, Order: kv.LIFO, Scrub: w.scrub, Lease: lease, Unsafe: w.cfg.Bugs.KV}
 	if w.pl.oneSided {
 		// Every incarnation on the same path, as a deployment's
@@ -153,6 +158,9 @@ func (d *decode) write(ws []handoff.PageWrite) error {
 
 func (d *decode) commit(c *handoff.Commit) error {
 	err := d.wk.Commit(bg, c)
+	if err == nil {
+		d.committed[c.Handoff] = true
+	}
 	d.pump()
 	return err
 }
@@ -282,7 +290,7 @@ func (p *watchPool) Lookup(o kv.Owner, keys []kv.BlockKey) ([]kv.PageRef, error)
 
 func (p *watchPool) Release(o kv.Owner, refs []kv.PageRef) error {
 	w := p.d.w
-	if !p.d.closed {
+	if !p.d.closed && p.d.committed[o.ID] {
 		w.oracleReleased(p.d, o, refs)
 	}
 	err := p.PagePool.Release(o, refs)

@@ -51,10 +51,16 @@
 //     is also where misbehaving peers are injected: the engine's prefill
 //     worker blocks its caller for the whole prefill and push, so its
 //     admission and push cannot be stepped from one thread; the wrapper
-//     follows their rules (a call waits for prefill pages until the queue
-//     timeout; the router's abort stops the prompt at the batch's next step
-//     boundary; handoff.Push's contract: Drained only once none of our
-//     writes is in flight). Most runs push as the engine's prefill worker
+//     follows their rules (the router's abort stops the prompt at the
+//     batch's next step boundary; handoff.Push's contract: Drained only
+//     once none of our writes is in flight). A call waits for its prefill
+//     pages in the engine's prefill queue: the pure admission core
+//     (sched.Core) configured as PrefillWorker configures it (a prompt's
+//     cost its pages, FIFO per tenant, DRR across tenants, head of line
+//     per tenant, the queue timeout, pages coming back at a job's end or
+//     a quarantine's expiry), its actions carried out as the engine's
+//     admission edge does (try the prefix cache and a reservation: no
+//     room, reserved, or dropped). Most runs push as the engine's prefill worker
 //     does by default (pushStreaming: a handoff.NewStreamingSender made
 //     before the first chunk sends each block the chunks completed, the
 //     commit only after the last chunk; a push that fails first stops the
@@ -62,10 +68,9 @@
 //     router is answered only once the prompt ended); the others push
 //     after the whole prompt (HandoffAfterPrefill), as do the peers that
 //     send a short transfer. What remains the wrapper's and not the
-//     engine's: the prefill queue (PrefillWorker.admit: the wrapper
-//     retries waiting calls oldest first, not per-tenant DRR) and the
-//     checks of a peer's request before admission (model fingerprints,
-//     sampler settings).
+//     engine's: the checks of a peer's request before admission (model
+//     fingerprints, sampler settings). A call the router gives up while
+//     it is queued leaves the queue at once, its handoff aborted.
 //     The batch's step code itself is the engine's, and its runtime is
 //     watched (nest.go): every nested step must run inside a paused step,
 //     never pause itself, carry no sequence of the paused step, run only a
@@ -143,8 +148,9 @@
 // turn, computed once per prompt, page size and sampling) or an error; tokens streamed before an error or a
 // cancel are a prefix of the reference; no request reports success over KV
 // that differs from the reference's (compared page by page, every written
-// slot, when decode releases a sequence's pages: the "undetected integrity
-// violation" leak); usage is what was verified
+// slot, when decode releases the pages of a handoff whose commit it
+// accepted: the "undetected integrity violation" leak; an uncommitted
+// reservation's pages hold whatever a peer wrote and nobody reads them); usage is what was verified
 // (I9); a rejected request never holds a reservation (I1); a request whose
 // client left while it was queued never gets a decode page; a page granted
 // again never carries its previous holder's generation (so a preempted

@@ -3,11 +3,13 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"sluice/internal/engine"
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
+	admission "sluice/internal/sched"
 )
 
 // prefill is one incarnation of the prefill worker: the real model forward
@@ -39,11 +41,17 @@ type prefill struct {
 	// inside a step).
 	items []func()
 	jobs  []*pjob
-	// waiting are Prefill calls whose pages the pool could not give yet,
-	// oldest first: retried whenever a job gives pages back, refused once
-	// they waited the queue timeout (the engine's prefill worker waits
-	// for freed pages the same way).
-	waiting []*pwait
+	// queue is the prompts' queue for prefill pages, as the engine's
+	// prefill worker's (PrefillWorker.adm): the pure admission core with
+	// its config (FIFO per tenant, DRR across tenants, head of line per
+	// tenant, a prompt's cost its pages, the queue timeout), the wrapper
+	// carrying out its actions (acts, drained by coreStep) as the
+	// engine's admission edge does; calls are the calls in it by ticket.
+	queue    *admission.Core
+	calls    map[admission.ID]*pwait
+	nextCall admission.ID
+	acts     []admission.Action
+	stepping bool
 	// stoppedUntil: the worker is stopped (SIGSTOP) until then; a
 	// one-sided copy it had under way completes only then (hangPrefill).
 	stoppedUntil time.Duration
@@ -102,6 +110,9 @@ type pjob struct {
 	// or the step boundary); cancel stops it there.
 	arrived time.Duration
 	cancel  func()
+	// ticket is the job's place in the queue's core, running from its
+	// reservation to its end (0: none).
+	ticket admission.ID
 	// computing: the batch holds the prompt (added, its end not seen):
 	// its pages are the batch's until then, so an end of the push waits
 	// for it (ending, with the outcome in endRes and endErr), as the
@@ -121,7 +132,7 @@ func (w *world) newPrefill(gen int) (*prefill, error) {
 	if err != nil {
 		return nil, err
 	}
-	pr := &prefill{w: w, gen: gen, up: true, pool: p, cachedBy: map[uint32]string{}}
+	pr := &prefill{w: w, gen: gen, up: true, pool: p, cachedBy: map[uint32]string{}, calls: map[admission.ID]*pwait{}}
 	chunk := 1 + w.prng.IntN(chunkMax)
 	// The pass's fixed cost is a quarter chunk (engine.Config.nestForward).
 	rt := &nestRuntime{ModelRuntime: w.env.rt, p: pr, forward: max(chunk/4, 1)}
@@ -307,66 +318,122 @@ func (p *prefill) crash() {
 }
 
 // start handles a Prefill call; reply is called once with the outcome.
+// A call that fits the reservation waits its turn in the queue, then for
+// its pages (PrefillWorker.admit).
 func (p *prefill) start(r *handoff.PrefillRequest, reply func(*handoff.PrefillResult, error)) {
-	for _, x := range p.waiting {
+	w := p.w
+	for _, x := range p.calls {
 		if x.r.Handoff == r.Handoff {
 			reply(nil, handoff.ErrDuplicate)
 			return
 		}
 	}
-	p.startAt(r, reply, p.w.now)
-}
-
-// pwait is a Prefill call waiting for pages.
-type pwait struct {
-	r     *handoff.PrefillRequest
-	reply func(*handoff.PrefillResult, error)
-	since time.Duration
-}
-
-// retryWaiting starts the waiting calls again, oldest first (pages came
-// back); those that still do not fit wait on.
-func (p *prefill) retryWaiting() {
-	ws := p.waiting
-	p.waiting = nil
-	for _, x := range ws {
-		if !p.up {
-			return
-		}
-		p.startAt(x.r, x.reply, x.since)
+	if p.job(r.Handoff) != nil {
+		reply(nil, handoff.ErrDuplicate)
+		return
 	}
-}
-
-// expireWaiting refuses the calls that waited the queue timeout.
-func (p *prefill) expireWaiting() {
-	w := p.w
-	keep := p.waiting[:0]
-	for _, x := range p.waiting {
-		if p.up && w.now-x.since >= w.queueTimeout {
-			j := &pjob{p: p, id: x.r.Handoff, req: x.r, reply: x.reply}
-			j.fail(handoff.ErrRefused.With("prefill pool: no room for %d tokens within the queue timeout", len(x.r.Tokens)))
-			continue
-		}
-		keep = append(keep, x)
-	}
-	clear(p.waiting[len(keep):])
-	p.waiting = keep
-}
-
-func (p *prefill) startAt(r *handoff.PrefillRequest, reply func(*handoff.PrefillResult, error), since time.Duration) {
-	w := p.w
-	j := &pjob{p: p, id: r.Handoff, req: r, owner: kv.Owner{Tenant: r.Tenant, ID: r.Handoff}, reply: reply}
-	for _, o := range p.jobs {
-		if o.id == r.Handoff {
-			reply(nil, handoff.ErrDuplicate)
-			return
-		}
-	}
-	res := r.Reservation
-	if res == nil || res.ExpectTokens != len(r.Tokens) || res.PageSize != w.geo.PageSize {
+	if res := r.Reservation; res == nil || res.ExpectTokens != len(r.Tokens) || res.PageSize != w.geo.PageSize {
+		j := &pjob{p: p, id: r.Handoff, req: r, reply: reply}
 		j.fail(handoff.ErrState.With("reservation does not fit the prompt"))
 		return
 	}
+	p.nextCall++
+	x := &pwait{r: r, reply: reply, id: p.nextCall}
+	p.calls[x.id] = x
+	p.coreStep(admission.Event{Kind: admission.EvArrive, ID: x.id, Tenant: r.Tenant, Weight: 1,
+		Cost: kv.PagesFor(len(r.Tokens), w.geo.PageSize) * w.geo.PageSize})
+}
+
+// withdraw is the router giving handoff id up (its call's context ends):
+// a job stops, a call still queued leaves the queue at once and its
+// handoff is aborted, as PrefillWorker.admit's wait does.
+func (p *prefill) withdraw(id kv.ID, err error) {
+	if j := p.job(id); j != nil {
+		j.stop(err)
+		return
+	}
+	for cid, x := range p.calls {
+		if x.r.Handoff != id {
+			continue
+		}
+		delete(p.calls, cid)
+		p.coreStep(admission.Event{Kind: admission.EvCancel, ID: cid})
+		p.w.logf("prefill#%d %s leaves the queue (the router gave it up)", p.gen, short(id))
+		j := &pjob{p: p, id: id, req: x.r, reply: x.reply}
+		j.fail(handoff.ErrAborted.With("the router gave the prompt up while it waited for prefill pages: %v", err))
+		return
+	}
+}
+
+// pwait is a Prefill call in the queue.
+type pwait struct {
+	r      *handoff.PrefillRequest
+	reply  func(*handoff.PrefillResult, error)
+	id     admission.ID
+	waited bool // the pool had no room for it once
+}
+
+// coreStep feeds the queue's core and carries out its actions, in order
+// (an action's outcome, fed back, queues the core's next ones).
+func (p *prefill) coreStep(ev admission.Event) {
+	w := p.w
+	if !p.up {
+		return // crashed or stopped: its queue is gone with it
+	}
+	if p.queue == nil {
+		// As NewPrefillWorker configures it: pages bound the prompts in
+		// flight, not a count; Quantum is the largest prompt's pages;
+		// the run's queue timeout (set after the first incarnation).
+		p.queue = admission.New(admission.Config{QueueTimeout: w.queueTimeout, MaxRunning: math.MaxInt32, Quantum: kv.PagesFor(w.ctx, w.geo.PageSize) * w.geo.PageSize})
+	}
+	ev.Now = w.clock()
+	p.acts = append(p.acts, p.queue.Step(ev)...)
+	if p.stepping {
+		return
+	}
+	p.stepping = true
+	defer func() { p.stepping = false }()
+	for len(p.acts) > 0 && p.up {
+		a := p.acts[0]
+		p.acts = p.acts[1:]
+		x := p.calls[a.ID]
+		switch a.Kind {
+		case admission.ActAdmit:
+			switch p.startAt(x) {
+			case noRoom:
+				p.acts = append(p.acts, p.queue.Step(admission.Event{Kind: admission.EvNoRoom, ID: x.id, Now: w.clock()})...)
+			case started: // reported EvReserved itself, before the job could end
+				delete(p.calls, x.id)
+			case failed:
+				delete(p.calls, x.id)
+				p.acts = append(p.acts, p.queue.Step(admission.Event{Kind: admission.EvDropped, ID: x.id, Now: w.clock()})...)
+			}
+		case admission.ActReject:
+			delete(p.calls, x.id)
+			j := &pjob{p: p, id: x.r.Handoff, req: x.r, reply: x.reply}
+			if a.Reason == admission.ReasonTimeout {
+				w.count(FaultBurst)
+				j.fail(handoff.ErrRefused.With("prefill pool: no room for %d tokens within the queue timeout", len(x.r.Tokens)))
+			} else {
+				j.fail(handoff.ErrRefused.With("prefill queue: %s", a.Reason))
+			}
+		}
+	}
+}
+
+// An admission's outcome.
+const (
+	started = iota
+	noRoom
+	failed
+)
+
+// startAt is the admitted call's try for pages: the prefix cache's hits
+// and a reservation for the rest, then the job.
+func (p *prefill) startAt(x *pwait) int {
+	w := p.w
+	r := x.r
+	j := &pjob{p: p, id: r.Handoff, req: r, owner: kv.Owner{Tenant: r.Tenant, ID: r.Handoff}, reply: x.reply, ticket: x.id}
 	// The prefix cache, as the engine's prefill worker uses it: the salt
 	// is the authenticated tenant's; the cached leading full pages are not
 	// computed again (the last prompt token always is); the pool evicts
@@ -413,21 +480,25 @@ func (p *prefill) startAt(r *handoff.PrefillRequest, reply func(*handoff.Prefill
 			// read-time check): the request fails, the page is
 			// quarantined, nothing was read.
 			w.logf("prefill#%d %s: the pool refused %s's cached pages: %v", p.gen, short(j.id), j.crossed, err)
+			j.ticket = 0
 			j.fail(err)
-			return
+			return failed
 		}
-		if errors.Is(err, kv.ErrNoCapacity) && w.now-since < w.queueTimeout {
-			if since == w.now {
+		if errors.Is(err, kv.ErrNoCapacity) {
+			if !x.waited {
+				x.waited = true
 				w.res.PrefillWaits++
 				w.logf("prefill#%d %s waits for %d pages", p.gen, short(j.id), need)
 			}
-			p.waiting = append(p.waiting, &pwait{r: r, reply: reply, since: since})
-			return
+			return noRoom
 		}
 		w.count(FaultBurst)
+		j.ticket = 0
 		j.fail(handoff.ErrRefused.With("prefill pool: %v", err))
-		return
+		return failed
 	}
+	// Reserved: the core counts it running until the job ends (finish).
+	p.acts = append(p.acts, p.queue.Step(admission.Event{Kind: admission.EvReserved, ID: x.id, Now: w.clock()})...)
 	j.table = table
 	j.hits = len(hits)
 	j.fed = len(hits) * w.geo.PageSize
@@ -448,10 +519,10 @@ func (p *prefill) startAt(r *handoff.PrefillRequest, reply func(*handoff.Prefill
 	}
 	p.jobs = append(p.jobs, j)
 	w.logf("prefill#%d %s: %d tokens into %d pages (%v, slow %v, late %v)", p.gen, short(j.id), len(r.Tokens), len(table), j.bad, j.slow, j.late)
-	if w.streaming && j.bad != mShort && !j.stream() {
-		return
+	if !w.streaming || j.bad == mShort || j.stream() {
+		p.compute(j)
 	}
-	p.compute(j)
+	return started
 }
 
 // stream starts the streaming handoff, as the engine's pushStreaming
@@ -898,7 +969,11 @@ func (j *pjob) finish(res *handoff.PrefillResult, err error) {
 	}
 	j.reply(res, err)
 	j.maybeDrained()
-	p.retryWaiting()
+	if t := j.ticket; t != 0 {
+		// Its pages are back: the queue's next prompt may take them.
+		j.ticket = 0
+		p.coreStep(admission.Event{Kind: admission.EvDone, ID: t})
+	}
 }
 
 func (p *prefill) job(id kv.ID) *pjob {

@@ -595,9 +595,7 @@ func (r *router) decodeDead(d *decode, why string) {
 			if p := q.pre; beforeCommit && p != nil {
 				// Its prefill may still be pushing to the dead worker.
 				w.send(fmt.Sprintf("router->prefill#%d abort %s (migrated)", p.gen, short(old)), p.alive, func() {
-					if j := p.job(old); j != nil {
-						j.stop(handoff.ErrAborted.With("migrated after its decode worker was declared dead"))
-					}
+					p.withdraw(old, handoff.ErrAborted.With("migrated after its decode worker was declared dead"))
 				})
 			}
 			q.hid = kv.ID{} // the old stream is closed: its items are dropped
@@ -676,9 +674,7 @@ func (r *router) abort(q *rreq, reason string) {
 	p := w.pre
 	id := q.hid
 	w.send(fmt.Sprintf("router->prefill#%d abort %v", p.gen, q), p.alive, func() {
-		if j := p.job(id); j != nil {
-			j.stop(handoff.ErrAborted.With("%s", reason))
-		}
+		p.withdraw(id, handoff.ErrAborted.With("%s", reason))
 	})
 }
 

@@ -825,10 +825,13 @@ func (w *world) tick() {
 	w.dec.tick()
 	w.router.coreStep(admission.Event{Kind: admission.EvTick})
 	if w.pre.up {
-		w.pre.expireWaiting()
+		w.pre.coreStep(admission.Event{Kind: admission.EvTick}) // the queue timeout
 		// The prefill pool's quarantine leases (a cached page refused
-		// on a read, wrong_tenant_lookup) run out on this clock too.
-		w.pre.pool.Expire(w.clock())
+		// on a read, wrong_tenant_lookup) run out on this clock too,
+		// and the queue learns pages came back (signalFreed).
+		if w.pre.pool.Expire(w.clock()) > 0 {
+			w.pre.coreStep(admission.Event{Kind: admission.EvFreed})
+		}
 	}
 	if w.colo != nil {
 		w.colo.coreStep(admission.Event{Kind: admission.EvTick})
@@ -977,8 +980,12 @@ func (w *world) check() {
 		if err := w.pre.pool.CheckDrained(); err != nil {
 			w.violate("prefill#%d pool after drain: %v", w.pre.gen, err)
 		}
-		if len(w.pre.jobs) != 0 || len(w.pre.waiting) != 0 {
-			w.violate("prefill#%d still has %d jobs and %d calls waiting for pages", w.pre.gen, len(w.pre.jobs), len(w.pre.waiting))
+		var st admission.Stats
+		if w.pre.queue != nil {
+			st = w.pre.queue.Stats()
+		}
+		if len(w.pre.jobs) != 0 || len(w.pre.calls) != 0 || st.Waiting != 0 || st.Running != 0 {
+			w.violate("prefill#%d still has %d jobs and %d calls queued; its queue's core %d waiting and %d running", w.pre.gen, len(w.pre.jobs), len(w.pre.calls), st.Waiting, st.Running)
 		}
 	}
 }
