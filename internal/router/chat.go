@@ -46,6 +46,8 @@ type ChatTemplate struct {
 	source   string
 	fallback bool
 	bos, eos string
+	// maxBytes bounds one rendering (MaxRenderBytes; tests lower it).
+	maxBytes int
 }
 
 // errTemplateRaised marks a template's own raise_exception: the template
@@ -56,7 +58,7 @@ var errTemplateRaised = errors.New("chat template rejected the messages")
 // FallbackChatTemplate. bos and eos are the texts of the model's BOS and EOS
 // tokens, visible to the template as bos_token and eos_token.
 func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
-	ct := &ChatTemplate{source: source, bos: bos, eos: eos}
+	ct := &ChatTemplate{source: source, bos: bos, eos: eos, maxBytes: MaxRenderBytes}
 	if strings.TrimSpace(source) == "" {
 		ct.source, ct.fallback = FallbackChatTemplate, true
 	}
@@ -78,6 +80,12 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 		// Llama 3.1+ templates date their system prompt with it.
 		"strftime_now": func(format string) string { return strftime(time.Now(), format) },
 		ifElseFunc:     ifElse,
+		// gonja's own range feeds its numbers from a goroutine that
+		// stays blocked forever when the template does not read them all
+		// (range(n)|length, a range in a condition): one goroutine per
+		// request leaked. And range(10**12) in a loop built a list of that
+		// length. This one is a list, bounded.
+		"range": templateRange,
 	}))
 	t, err := exec.NewTemplate("/chat", cfg, loader, &env)
 	if err != nil {
@@ -150,8 +158,12 @@ func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, 
 		vars["tools"] = o.Tools
 	}
 	ctx := exec.NewContext(vars)
-	out, err := c.tmpl.ExecuteToString(ctx)
+	out := cappedWriter{max: c.maxBytes}
+	err := c.tmpl.Execute(&out, ctx)
 	if err != nil {
+		if out.over {
+			return "", fmt.Errorf("%w (%d bytes)", ErrRenderTooLarge, c.maxBytes)
+		}
 		// gonja flattens error chains into text, so the template's own
 		// raise_exception is recognised by its marker.
 		msg := err.Error()
@@ -159,6 +171,77 @@ func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, 
 			return "", fmt.Errorf("%w: %s", errTemplateRaised, msg[i+len(errTemplateRaised.Error())+2:])
 		}
 		return "", err
+	}
+	return out.b.String(), nil
+}
+
+// MaxRenderBytes bounds a rendered chat prompt: far beyond what any
+// context holds (16M tokens at 4 bytes each), so only a template that
+// multiplies its input (a loop over the messages inside a loop over the
+// messages) reaches it, and the render stops there instead of taking the
+// router's memory.
+const MaxRenderBytes = 64 << 20
+
+// ErrRenderTooLarge: the template's output passed MaxRenderBytes.
+var ErrRenderTooLarge = errors.New("the chat template's rendering of these messages is larger than any context holds")
+
+// cappedWriter is a template's output, refusing to grow past max.
+type cappedWriter struct {
+	b    strings.Builder
+	max  int
+	over bool
+}
+
+func (w *cappedWriter) Write(p []byte) (int, error) { return w.WriteString(string(p)) }
+
+func (w *cappedWriter) WriteString(s string) (int, error) {
+	if w.over || len(s) > w.max-w.b.Len() {
+		w.over = true
+		return 0, ErrRenderTooLarge
+	}
+	return w.b.WriteString(s)
+}
+
+// maxTemplateRange bounds the numbers one range() in a chat template
+// yields: a template's loops count messages or tools (both bounded by the
+// request body), never millions.
+const maxTemplateRange = 1 << 20
+
+// templateRange is Jinja's range([start,] stop[, step]) as a list.
+func templateRange(_ *exec.Evaluator, params *exec.VarArgs) ([]int, error) {
+	start, stop, step := 0, 0, 1
+	for _, a := range params.Args {
+		if !a.IsInteger() {
+			return nil, errors.New("range: expected signature is [start, ]stop[, step] where all arguments are integers")
+		}
+	}
+	switch len(params.Args) {
+	case 1:
+		stop = params.Args[0].Integer()
+	case 2:
+		start, stop = params.Args[0].Integer(), params.Args[1].Integer()
+	case 3:
+		start, stop, step = params.Args[0].Integer(), params.Args[1].Integer(), params.Args[2].Integer()
+	default:
+		return nil, errors.New("range: expected signature is [start, ]stop[, step] where all arguments are integers")
+	}
+	if step == 0 {
+		return nil, errors.New("range: step cannot be 0")
+	}
+	// The count in unsigned arithmetic: stop-start may not fit an int.
+	var n uint64
+	switch {
+	case step > 0 && start < stop:
+		n = (uint64(stop)-uint64(start)-1)/uint64(step) + 1
+	case step < 0 && start > stop:
+		n = (uint64(start)-uint64(stop)-1)/(uint64(-(step+1))+1) + 1
+	}
+	if n > maxTemplateRange {
+		return nil, fmt.Errorf("range: %d numbers; a chat template may count at most %d", n, maxTemplateRange)
+	}
+	out := make([]int, n)
+	for i := range out {
+		out[i] = start + i*step
 	}
 	return out, nil
 }

@@ -152,7 +152,8 @@ func (s *Server) chatText(rawMsgs, rawKwargs json.RawMessage, o RenderOptions) (
 // renderChat renders msgs with the request's template options, sorting
 // the failure: the template's own raise_exception is the client's (400);
 // a failure that happens only with the request's kwargs is the kwargs'
-// (400, naming them); any other is the template's (500, logged).
+// (400, naming them); a rendering past MaxRenderBytes is the input's
+// (400: no context holds it); any other is the template's (500, logged).
 func (s *Server) renderChat(msgs []ChatMessage, o RenderOptions) (string, *apiError) {
 	text, err := s.chat.RenderWith(msgs, o)
 	if err == nil {
@@ -160,6 +161,9 @@ func (s *Server) renderChat(msgs []ChatMessage, o RenderOptions) (string, *apiEr
 	}
 	if isTemplateRaise(err) {
 		return "", newErr(http.StatusBadRequest, CodeTemplate, "messages", "the model's chat template rejected the messages: %s", strings.TrimPrefix(err.Error(), errTemplateRaised.Error()+": "))
+	}
+	if errors.Is(err, ErrRenderTooLarge) {
+		return "", newErr(http.StatusBadRequest, CodeContextLength, "messages", "%v: shorten the messages or tools", err)
 	}
 	if len(o.Kwargs) > 0 {
 		if _, plain := s.chat.RenderWith(msgs, RenderOptions{NoGenerationPrompt: o.NoGenerationPrompt}); plain == nil {
