@@ -162,7 +162,10 @@
 // equals a key computed for another tenant (I11 at the key layer: a
 // collision means a missing salt, even where the tenant-keyed index still
 // keeps the entries apart); the prefill batch's nested steps keep the
-// pause points' contract (above); after the drain every pool is entirely free, no handoff is live,
+// pause points' contract (above); in a run without misbehaving peers, no
+// honest prefill's handoff is refused for its counts or coverage (a
+// liveness check: a block streamed before its chunks filled it fails
+// there); after the drain every pool is entirely free, no handoff is live,
 // the decode batch holds no sequence and the admission core none. A
 // preempted request's output must equal its reference: the same oracle as
 // every other request. The default run also

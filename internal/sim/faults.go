@@ -134,3 +134,14 @@ func (w *world) faultTime() time.Duration {
 	}
 	return w.between(0, 40*time.Millisecond)
 }
+
+// misbehaving reports whether the run has misbehaving prefill peers,
+// whose writes may land in an honest handoff's pages.
+func (pl *plan) misbehaving() bool {
+	for _, f := range []Fault{FaultShort, FaultWrongDigest, FaultNoDigest, FaultStaleData, FaultStaleWriter, FaultForeign} {
+		if pl.p[f] > 0 {
+			return true
+		}
+	}
+	return false
+}

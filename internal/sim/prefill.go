@@ -952,6 +952,21 @@ func (j *pjob) finish(res *handoff.PrefillResult, err error) {
 		return
 	}
 	j.over = true
+	if err != nil && j.bad == honest && j.table != nil {
+		w := j.p.w
+		code := codeOf(err)
+		if w.res.HonestFails == nil {
+			w.res.HonestFails = map[string]int{}
+		}
+		w.res.HonestFails[code]++
+		// An honest push in a run with no misbehaving peer is refused
+		// for its counts or coverage only if prefill or decode mis-steps
+		// (a block sent before the chunks filled it, a miscounted
+		// commit): a liveness bug, not a leak, but one no fault excuses.
+		if (code == string(handoff.ErrCountMismatch.Code) || code == string(handoff.ErrCoverage.Code)) && !w.pl.misbehaving() {
+			w.violate("%s: an honest prefill's handoff failed with %s in a run without misbehaving peers: %v", short(j.id), code, err)
+		}
+	}
 	if res != nil && j.streaming {
 		j.p.w.res.StreamedPages += j.snd.Streamed()
 	}

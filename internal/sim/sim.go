@@ -189,6 +189,7 @@ type Result struct {
 	// StreamedPages counts the pages of committed streaming handoffs sent
 	// while their prompt was still computing.
 	StreamedPages int
+	HonestFails   map[string]int
 }
 
 // Failed reports whether the run broke an invariant.

@@ -132,7 +132,7 @@ func TestSim(t *testing.T) {
 		late, oldInc, fenced := 0, 0, 0
 		var pre, preMax, grow, noRoom, endedQ, resumedOK, resumedBad, hits, evicted, pwaits, dhits, consOK, consMoved int
 		var dead, migr, migrOK, migrBad, stale, migrPre, nested, nestedRuns, streamed int
-		rejects, coloPre := map[string]int{}, map[string]int{}
+		rejects, coloPre, honest := map[string]int{}, map[string]int{}, map[string]int{}
 		var waits []time.Duration
 		var ok, failed, cancelled, rejected, events, ran int
 		for _, r := range rs {
@@ -164,6 +164,9 @@ func TestSim(t *testing.T) {
 			dead, migr, migrOK, migrBad, stale = dead+r.DeclaredDead, migr+r.Migrations, migrOK+r.MigratedOK, migrBad+r.MigratedFailed, stale+r.StaleItems
 			migrPre += r.MigratedBeforeCommit
 			nested += r.NestedSteps
+			for k, v := range r.HonestFails {
+				honest[k] += v
+			}
 			streamed += r.StreamedPages
 			if r.NestedSteps > 0 {
 				nestedRuns++
@@ -220,6 +223,7 @@ func TestSim(t *testing.T) {
 		if streamed == 0 && ran >= 100 {
 			t.Errorf("no committed handoff streamed a page while its prompt computed in %d seeds", ran)
 		}
+		t.Logf("honest prefill handoffs failed by: %s", countsText(honest))
 		t.Logf("request ends: %s", countsText(ends))
 		t.Logf("disconnects and aborts by the phase they struck: %s", countsText(phases))
 		// The run must exercise what it claims to: every outcome, every
