@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"sluice/internal/grammar"
 	"sluice/internal/sample"
@@ -732,6 +733,7 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 		Content    json.RawMessage `json:"content"`
 		ToolCalls  []toolCallJSON  `json:"tool_calls"`
 		ToolCallID *string         `json:"tool_call_id"`
+		Name       *string         `json:"name"`
 	}
 	if err := json.Unmarshal(raw, &msgs); err != nil {
 		return nil, badParam("messages", "messages must be an array of {role, content} objects")
@@ -739,9 +741,12 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 	var rawMsgs []json.RawMessage
 	_ = json.Unmarshal(raw, &rawMsgs)
 	for i, m := range rawMsgs {
-		// name, tool_calls and the like would change what the model sees;
-		// they are refused unless empty, never dropped.
-		if e := onlyKeysLenient(m, fmt.Sprintf("messages[%d]", i), []string{"name", "refusal"}, "role", "content", "tool_calls", "tool_call_id"); e != nil {
+		// A key we do not know would change what the model sees if we
+		// honoured it: refused unless empty, never dropped. name goes to
+		// the template as message.name (as vLLM and Hugging Face pass it;
+		// agent frameworks set it on every message); a template that does
+		// not read it renders the message without it.
+		if e := onlyKeysLenient(m, fmt.Sprintf("messages[%d]", i), []string{"refusal"}, "role", "content", "tool_calls", "tool_call_id", "name"); e != nil {
 			return nil, e
 		}
 	}
@@ -776,6 +781,12 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 			return nil, e
 		}
 		out[i] = ChatMessage{Role: role, Content: content}
+		if m.Name != nil {
+			if e := checkMessageName(*m.Name, i); e != nil {
+				return nil, e
+			}
+			out[i].Name = *m.Name
+		}
 		if m.ToolCallID != nil {
 			out[i].ToolCallID = *m.ToolCallID
 		}
@@ -795,6 +806,27 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 		}
 	}
 	return out, nil
+}
+
+// maxNameBytes bounds a message's name, as OpenAI does (64 characters).
+const maxNameBytes = 64
+
+// checkMessageName takes OpenAI's rule for a message's name: 1 to 64
+// characters, none of them white space or one of <|\/>. The rule also keeps
+// a name from spelling a chat template's markers (<|im_start|>, <start_of_turn>)
+// into the rendered prompt.
+func checkMessageName(name string, i int) *apiError {
+	param := fmt.Sprintf("messages[%d].name", i)
+	if name == "" {
+		return nil
+	}
+	if len(name) > maxNameBytes {
+		return badParam(param, "%s is %d bytes long; at most %d are allowed", param, len(name), maxNameBytes)
+	}
+	if j := strings.IndexFunc(name, func(r rune) bool { return unicode.IsSpace(r) || strings.ContainsRune("<|\\/>", r) }); j >= 0 {
+		return badParam(param, "%s may not hold white space or any of < | \\ / > (found at byte %d)", param, j)
+	}
+	return nil
 }
 
 func parseContent(raw json.RawMessage, i int) (string, *apiError) {

@@ -36,6 +36,9 @@ type ChatMessage struct {
 	// message's answer to one.
 	ToolCalls  []any
 	ToolCallID string
+	// Name is the message's optional name (OpenAI's messages[].name),
+	// given to the template as message.name when set.
+	Name string
 }
 
 // ChatTemplate renders chat messages into a prompt with a Jinja template, as
@@ -141,6 +144,9 @@ func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, 
 		}
 		if m.Role == "tool" {
 			mm["tool_call_id"] = m.ToolCallID
+		}
+		if m.Name != "" {
+			mm["name"] = m.Name
 		}
 		list[i] = mm
 	}

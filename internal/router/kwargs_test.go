@@ -213,3 +213,25 @@ func TestTokenizeWithTools(t *testing.T) {
 		}
 	}
 }
+
+// A message's name reaches the template as message.name (agent frameworks
+// set it on every message; vLLM passes it the same way), and a message
+// without one renders as before.
+func TestMessageNameReachesTemplate(t *testing.T) {
+	ct, err := NewChatTemplate("{% for m in messages %}[{{ m['role'] }}{% if m['name'] is defined %}:{{ m['name'] }}{% endif %}]{{ m['content'] }}{% endfor %}", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, 128, func(c *Config) { c.Chat = ct })
+	code, body := postJSON(t, h.ts.URL+"/tokenize", "", `{"messages":[{"role":"user","content":"hi","name":"bob"},{"role":"assistant","content":"yo"}]}`)
+	if code != http.StatusOK {
+		t.Fatalf("%d %v", code, body)
+	}
+	var text []byte
+	for _, id := range body["tokens"].([]any) {
+		text = append(text, byte(id.(float64)))
+	}
+	if got, want := strings.TrimPrefix(string(text), "\x00"), "[user:bob]hi[assistant]yo"; got != want { // after byteTok's BOS
+		t.Fatalf("rendered %q, want %q", got, want)
+	}
+}

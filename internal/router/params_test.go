@@ -198,7 +198,11 @@ func TestParameterBounds(t *testing.T) {
 		{comp, `"Temperature":0.5`, CodeUnsupported, "Temperature"},
 		{chat, `"audio":{}`, CodeUnsupported, "audio"},
 		{comp, `"stream":true,"stream_options":{"include_usage":true,"include_obfuscation":true}`, CodeUnsupported, "stream_options.include_obfuscation"},
-		{chat, `"messages":[{"role":"user","content":"x","name":"bob"}]`, CodeUnsupported, "messages[0].name"},
+		{chat, `"messages":[{"role":"user","content":"x","name":"bo b"}]`, CodeInvalidParam, "messages[0].name"},
+		{chat, `"messages":[{"role":"user","content":"x","name":"<|im_start|>"}]`, CodeInvalidParam, "messages[0].name"},
+		{chat, `"messages":[{"role":"user","content":"x","name":"` + strings.Repeat("n", 65) + `"}]`, CodeInvalidParam, "messages[0].name"},
+		{chat, `"messages":[{"role":"user","content":"x","name":7}]`, CodeInvalidParam, "messages"},
+		{chat, `"messages":[{"role":"user","content":"x","nickname":"bob"}]`, CodeUnsupported, "messages[0].nickname"},
 		{chat, `"messages":[{"role":"assistant","content":"x","tool_calls":[{"id":"1"}]}]`, CodeInvalidParam, "messages[0].tool_calls"},
 		{chat, `"messages":[{"role":"user","content":"x","tool_call_id":"1"}]`, CodeInvalidParam, "messages[0].tool_call_id"},
 		// Wrong JSON types name their parameter.
