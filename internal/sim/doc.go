@@ -172,7 +172,7 @@
 // asserts that one-sided writes of a crashed decode incarnation landed (in
 // its old file) and that foreign one-sided writes reached the writer's
 // fence, so both hazards are exercised, that some prefill step yielded to
-// a prompt that arrived during it (916 nested steps in 524 of the default
+// a prompt that arrived during it (885 nested steps in 523 of the default
 // 1000 seeds today) and that streaming handoffs sent pages while their
 // prompt computed, and that decode workers were
 // declared dead, streams migrated, migrated requests ended exact and a
@@ -181,7 +181,7 @@
 //
 // # Running
 //
-//	go test ./internal/sim/                       # 1000 seeds + injected bugs, ~50 s of CPU, about 40 s on 2 shared cores
+//	go test ./internal/sim/                       # 1000 seeds + injected bugs, ~45 s of CPU, about a minute on 2 shared cores
 //	make sim SEEDS=100000                          # SLUICE_SIM_SEEDS=100000, TestSim only
 //	SLUICE_SIM_FROM=50001 SLUICE_SIM_SEEDS=1000 go test -run 'TestSim$' ./internal/sim/
 //	SLUICE_SIM_SEED=12345 go test -count=1 -run 'TestSim/seed' -v ./internal/sim/   # replay one seed with its trace
