@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"strings"
 	"time"
@@ -176,6 +177,13 @@ func CheckBounds(fs *flag.FlagSet, bounds []Bound) error {
 		case uint:
 			v, shown, least = float64(x), fmt.Sprint(x), fmt.Sprint(int64(b.Min))
 		case float64:
+			// NaN passes every comparison below (NaN < min is false) and
+			// an infinite weight times a score of 0 is NaN: the router's
+			// weighted sums were then all NaN and it picked by rotation,
+			// every scorer silently off ('--score-decode-queue nan').
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return fmt.Errorf("%s %v: give a finite number, at least %v (%s)", dashes(b.Flag), x, b.Min, b.Why)
+			}
 			v, shown, least = x, fmt.Sprint(x), fmt.Sprint(b.Min)
 		case time.Duration:
 			v, shown, least = float64(x), x.String(), time.Duration(b.Min).String()

@@ -103,7 +103,8 @@ func TestEditDistance(t *testing.T) {
 }
 
 // A numeric flag below its bound is refused with its name, value and the
-// least value; one at the bound passes; a flag the set lacks is skipped.
+// least value; one at the bound passes; a flag the set lacks is skipped;
+// a float that is not a finite number (NaN, Inf) is refused too.
 func TestCheckBounds(t *testing.T) {
 	bounds := []Bound{
 		{"threads", 1, "threads per step"},
@@ -121,6 +122,13 @@ func TestCheckBounds(t *testing.T) {
 		{[]string{"--threads", "-3"}, "--threads -3: give at least 1"},
 		{[]string{"--probe-interval", "0s"}, "--probe-interval 0s: give at least 1ms (a ticker period)"},
 		{[]string{"--weight", "-0.5"}, "--weight -0.5: give at least 0 (a scorer weight)"},
+		// strconv.ParseFloat takes these spellings; none is a weight.
+		{[]string{"--weight", "NaN"}, "--weight NaN: give a finite number, at least 0 (a scorer weight)"},
+		{[]string{"--weight", "nan"}, "give a finite number"},
+		{[]string{"--weight", "+Inf"}, "--weight +Inf: give a finite number"},
+		{[]string{"--weight", "inf"}, "give a finite number"},
+		{[]string{"--weight", "-Inf"}, "--weight -Inf: give a finite number"},
+		{[]string{"--weight", "1e308"}, ""},
 	} {
 		fs := flag.NewFlagSet("router", flag.ContinueOnError)
 		fs.Int("threads", 2, "")
