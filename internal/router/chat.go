@@ -7,9 +7,13 @@ import (
 	"time"
 
 	"github.com/nikolalohinski/gonja/v2"
+	"github.com/nikolalohinski/gonja/v2/builtins"
+	controlStructures "github.com/nikolalohinski/gonja/v2/builtins/control_structures"
 	"github.com/nikolalohinski/gonja/v2/config"
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/loaders"
+	"github.com/nikolalohinski/gonja/v2/nodes"
+	"github.com/nikolalohinski/gonja/v2/parser"
 )
 
 // FallbackChatTemplate is used when a model carries no
@@ -76,6 +80,7 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 	cfg.LeftStripBlocks = true
 	cfg.KeepTrailingNewline = false
 	env := *gonja.DefaultEnvironment
+	env.ControlStructures = chatControlStructures
 	env.Context = gonja.DefaultContext.Inherit().Update(exec.NewContext(map[string]any{
 		"raise_exception": func(msg string) (string, error) {
 			return "", fmt.Errorf("%w: %s", errTemplateRaised, msg)
@@ -127,7 +132,8 @@ type RenderOptions struct {
 // messages would change what the model sees behind the checks on
 // messages).
 var ReservedTemplateVars = map[string]bool{"messages": true, "add_generation_prompt": true, "bos_token": true, "eos_token": true,
-	"raise_exception": true, "strftime_now": true, "tools": true, "documents": true, "continue_final_message": true}
+	"raise_exception": true, "strftime_now": true, "tools": true, "documents": true, "continue_final_message": true,
+	renderStateVar: true}
 
 // RenderTools is Render with the request's tools.
 func (c *ChatTemplate) RenderTools(msgs []ChatMessage, tools []any) (string, error) {
@@ -156,6 +162,7 @@ func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, 
 			vars[k] = v
 		}
 	}
+	vars[renderStateVar] = &renderState{}
 	vars["messages"] = list
 	vars["add_generation_prompt"] = !o.NoGenerationPrompt
 	vars["bos_token"] = c.bos
@@ -206,6 +213,72 @@ func (w *cappedWriter) WriteString(s string) (int, error) {
 		return 0, ErrRenderTooLarge
 	}
 	return w.b.WriteString(s)
+}
+
+// chatControlStructures are gonja's tags for a chat template: no
+// include, import, from or extends (Hugging Face's apply_chat_template
+// has no loader either; a template that included itself recursed until
+// the process died of a stack overflow), and macros whose calls nest at
+// most maxMacroDepth deep.
+var chatControlStructures = func() *exec.ControlStructureSet {
+	set := exec.NewControlStructureSet(map[string]parser.ControlStructureParser{}).Update(builtins.ControlStructures)
+	for _, tag := range []string{"include", "import", "from", "extends"} {
+		_ = set.Replace(tag, func(_ *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
+			return nil, args.Error(tag+" is not available in a chat template (it has no other templates to read)", nil)
+		})
+	}
+	macro, _ := set.Get("macro")
+	_ = set.Replace("macro", func(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
+		cs, err := macro(p, args)
+		if m, ok := cs.(*controlStructures.MacroControlStructure); ok && err == nil {
+			return boundedMacro{m}, nil
+		}
+		return cs, err
+	})
+	return set
+}()
+
+// maxMacroDepth bounds how deep a chat template's macro calls nest. A
+// Go stack overflow is not an error a render can return: it kills the
+// process, every tenant's requests with it, so a macro that recursed
+// without end (or as deep as a request's nested JSON) is stopped here.
+// Real templates recurse over a tool's schema (at most
+// grammar.MaxSchemaDepth, 64, levels); Jinja itself stops near Python's
+// recursion limit.
+const maxMacroDepth = 256
+
+// renderStateVar holds one rendering's renderState in its variables.
+const renderStateVar = "__sluice_render"
+
+// renderState is one rendering's own: its macro call depth.
+type renderState struct{ depth int }
+
+// boundedMacro is a macro definition whose calls count their depth.
+type boundedMacro struct {
+	*controlStructures.MacroControlStructure
+}
+
+func (m boundedMacro) Execute(r *exec.Renderer, tag *nodes.ControlStructureBlock) error {
+	if err := m.MacroControlStructure.Execute(r, tag); err != nil {
+		return err
+	}
+	v, _ := r.Environment.Context.Get(m.Name)
+	fn, ok := v.(exec.Macro)
+	if !ok {
+		return fmt.Errorf("macro %s: not defined", m.Name)
+	}
+	sv, _ := r.Environment.Context.Get(renderStateVar)
+	st, _ := sv.(*renderState)
+	name := m.Name
+	r.Environment.Context.Set(name, exec.Macro(func(params *exec.VarArgs) *exec.Value {
+		if st == nil || st.depth >= maxMacroDepth {
+			return exec.AsValue(fmt.Errorf("macro %s: calls nested deeper than %d", name, maxMacroDepth))
+		}
+		st.depth++
+		defer func() { st.depth-- }()
+		return fn(params)
+	}))
+	return nil
 }
 
 // maxTemplateRange bounds the numbers one range() in a chat template

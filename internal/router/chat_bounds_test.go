@@ -140,3 +140,51 @@ func TestChatTemplateRendersShareNothing(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A macro that recurses without end is an error the rendering returns
+// (a Go stack overflow killed the process, every tenant's requests with
+// it); one that recurses within maxMacroDepth renders as Jinja does, each
+// rendering with its own depth count; a template cannot include (itself,
+// to the same end) or import.
+func TestChatTemplateMacroRecursionBounded(t *testing.T) {
+	ct, err := NewChatTemplate("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{% if messages|length > 1 %}{{ f(0) }}{% endif %}x", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := ct.Render([]ChatMessage{{Role: "user", Content: "a"}}); err != nil || out != "x" {
+		t.Fatalf("without the recursion: %q %v", out, err)
+	}
+	if _, err := ct.Render([]ChatMessage{{Role: "user", Content: "a"}, {Role: "user", Content: "b"}}); err == nil || !strings.Contains(err.Error(), "nested deeper than") {
+		t.Fatalf("endless recursion: %v, want the depth error", err)
+	}
+	down, err := NewChatTemplate("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{{ n }},{% endmacro %}{{ f(messages|length) }}", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := func(n int) []ChatMessage { return make([]ChatMessage, n) }
+	for range 3 { // the depth is each rendering's own
+		out, err := down.Render(msgs(maxMacroDepth - 1)) // maxMacroDepth calls deep
+		if err != nil || !strings.HasPrefix(out, "0,1,2,") || !strings.HasSuffix(out, ",254,255,") {
+			t.Fatalf("%d calls deep: %.40q... %v", maxMacroDepth, out, err)
+		}
+	}
+	if _, err := down.Render(msgs(maxMacroDepth)); err == nil {
+		t.Fatalf("%d calls deep rendered", maxMacroDepth+1)
+	}
+	// Calls one after another do not add up: depth, not count.
+	seq, err := NewChatTemplate("{% macro g() %}y{% endmacro %}{% for i in range(1000) %}{{ g() }}{% endfor %}", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := seq.Render(nil); err != nil || out != strings.Repeat("y", 1000) {
+		t.Fatalf("1000 calls in a row: %d bytes, %v", len(out), err)
+	}
+	for _, src := range []string{
+		`{% if messages|length > 1 %}{% include "/chat" %}{% endif %}x`,
+		`{% import "/chat" as c %}x`, `{% from "/chat" import f %}x`, `{% extends "/chat" %}x`,
+	} {
+		if _, err := NewChatTemplate(src, "", ""); err == nil {
+			t.Errorf("%s: parsed", src)
+		}
+	}
+}
