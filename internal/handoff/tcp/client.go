@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -171,6 +172,8 @@ func (cl *Client) fail(err error) {
 		err = d // the heartbeat watchdog closed it: say why
 	} else if isClosed(err) || err == io.EOF {
 		err = handoff.ErrTransport.With("connection closed")
+	} else if errors.Is(err, errCutShort) {
+		err = handoff.ErrTransport.With("%v", err) // the link broke mid-frame (errCutShort)
 	}
 	err = transportErr(err)
 	cl.c.nc.Close()

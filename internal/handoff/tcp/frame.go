@@ -3,6 +3,8 @@ package tcp
 import (
 	"crypto/cipher"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"slices"
@@ -188,6 +190,23 @@ func protoErr(format string, args ...any) error {
 	return handoff.ErrProtocol.With(format, args...)
 }
 
+// errCutShort marks a frame whose connection failed in the middle of it:
+// a read of its header or body that ended (EOF, reset, timeout, closed)
+// after the frame began. The peer sent nothing malformed; the link broke.
+// A server still answers it as a protocol error (its framing is lost), but
+// a client's calls and streams fail with ErrTransport (Client.fail), as for
+// a connection lost between frames: a decode worker killed while a frame
+// was half out (its kernel resets the connection and drops the rest) is
+// a transport failure, after which a stream migrates and a Reserve's
+// outcome is unknown, not a peer's protocol violation.
+var errCutShort = errors.New("the connection ended in the middle of a frame")
+
+// truncated is the error of a frame's read that failed after the frame
+// began: a protocol error that errors.Is errCutShort.
+func truncated(what string, err error) error {
+	return fmt.Errorf("%w (%w)", protoErr("%s: %v", what, err), errCutShort)
+}
+
 // framer reads and writes frames on one connection direction pair. The
 // sealing state (seal.go) is set after the handshake.
 type framer struct {
@@ -359,7 +378,7 @@ func (f *framer) readHeader(r io.Reader) (*frame, int, error) {
 	hdr := f.hdr[:]
 	if _, err := io.ReadFull(r, hdr); err != nil {
 		if err == io.ErrUnexpectedEOF {
-			return nil, 0, protoErr("truncated frame header")
+			return nil, 0, truncated("truncated frame header", err)
 		}
 		return nil, 0, err
 	}
@@ -399,7 +418,7 @@ func (f *framer) readBody(r io.Reader, fr *frame, n int) error {
 	}
 	fr.payload = buf
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return protoErr("truncated frame: %v", err)
+		return truncated("truncated frame", err)
 	}
 	if fr.typ != tWrite {
 		c := crc32.Update(0, castagnoli, fr.hdr12[:])
@@ -424,7 +443,7 @@ func (f *framer) readSealed(r io.Reader, fr *frame, n int) error {
 	}
 	buf := make([]byte, n+tagLen)
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return protoErr("truncated frame: %v", err)
+		return truncated("truncated frame", err)
 	}
 	nonce, aead := f.rx.next(n)
 	pt, err := aead.Open(buf[:0], nonce[:], buf, f.hdr[:])
@@ -456,7 +475,7 @@ func (f *framer) readSealedWrite(r io.Reader, fr *frame, n int) error {
 	for left := n; left > 0; {
 		var lb [4]byte
 		if _, err := io.ReadFull(r, lb[:]); err != nil {
-			return protoErr("truncated frame: %v", err)
+			return truncated("truncated frame", err)
 		}
 		l := binary.BigEndian.Uint32(lb[:])
 		if l == 0 || int64(l) > int64(left) || len(lens) == maxRecs {
@@ -465,7 +484,7 @@ func (f *framer) readSealedWrite(r io.Reader, fr *frame, n int) error {
 		off := len(buf)
 		buf = slices.Grow(buf, int(l)+tagLen)[:off+int(l)+tagLen]
 		if _, err := io.ReadFull(r, buf[off:]); err != nil {
-			return protoErr("truncated frame: %v", err)
+			return truncated("truncated frame", err)
 		}
 		offs, lens = append(offs, off), append(lens, int(l))
 		left -= int(l)

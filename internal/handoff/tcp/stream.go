@@ -90,7 +90,7 @@ func readWrites(r io.Reader, f *frame, n int, page *[]byte, apply func([]handoff
 		return nil, protoErr("message truncated")
 	}
 	if _, err := io.ReadFull(r, head[:]); err != nil {
-		return nil, protoErr("truncated frame: %v", err)
+		return nil, truncated("truncated frame", err)
 	}
 	count, meta, err := writeCount(head[:], n)
 	if err != nil {
@@ -98,7 +98,7 @@ func readWrites(r io.Reader, f *frame, n int, page *[]byte, apply func([]handoff
 	}
 	recs := make([]byte, meta-len(head)) // bounded by the frame limit
 	if _, err := io.ReadFull(r, recs); err != nil {
-		return nil, protoErr("truncated frame: %v", err)
+		return nil, truncated("truncated frame", err)
 	}
 	c := crc32.Update(0, castagnoli, f.hdr12[:])
 	c = crc32.Update(c, castagnoli, head[:])
@@ -144,7 +144,7 @@ func readWrites(r io.Reader, f *frame, n int, page *[]byte, apply func([]handoff
 		}
 		buf := (*page)[:lens[i]]
 		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, protoErr("truncated frame: %v", err)
+			return nil, truncated("truncated frame", err)
 		}
 		if werr == nil {
 			// Decode.Write has applied (copied) the page when it returns;
