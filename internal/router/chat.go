@@ -53,8 +53,9 @@ type ChatTemplate struct {
 	source   string
 	fallback bool
 	bos, eos string
-	// maxBytes bounds one rendering (MaxRenderBytes; tests lower it).
-	maxBytes int
+	// maxBytes bounds one rendering (MaxRenderBytes), maxCalls its macro
+	// calls (maxMacroCalls); tests lower them.
+	maxBytes, maxCalls int
 }
 
 // errTemplateRaised marks a template's own raise_exception: the template
@@ -65,7 +66,7 @@ var errTemplateRaised = errors.New("chat template rejected the messages")
 // FallbackChatTemplate. bos and eos are the texts of the model's BOS and EOS
 // tokens, visible to the template as bos_token and eos_token.
 func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
-	ct := &ChatTemplate{source: source, bos: bos, eos: eos, maxBytes: MaxRenderBytes}
+	ct := &ChatTemplate{source: source, bos: bos, eos: eos, maxBytes: MaxRenderBytes, maxCalls: maxMacroCalls}
 	if strings.TrimSpace(source) == "" {
 		ct.source, ct.fallback = FallbackChatTemplate, true
 	}
@@ -162,7 +163,7 @@ func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, 
 			vars[k] = v
 		}
 	}
-	vars[renderStateVar] = &renderState{}
+	vars[renderStateVar] = &renderState{maxCalls: c.maxCalls}
 	vars["messages"] = list
 	vars["add_generation_prompt"] = !o.NoGenerationPrompt
 	vars["bos_token"] = c.bos
@@ -247,11 +248,16 @@ var chatControlStructures = func() *exec.ControlStructureSet {
 // recursion limit.
 const maxMacroDepth = 256
 
+// maxMacroCalls bounds a rendering's macro calls: a macro that calls
+// itself twice is 2^depth calls within the depth bound, a rendering that
+// would not end. A real template calls one per message or tool part.
+const maxMacroCalls = 1 << 20
+
 // renderStateVar holds one rendering's renderState in its variables.
 const renderStateVar = "__sluice_render"
 
-// renderState is one rendering's own: its macro call depth.
-type renderState struct{ depth int }
+// renderState is one rendering's own: its macro call depth and count.
+type renderState struct{ depth, calls, maxCalls int }
 
 // boundedMacro is a macro definition whose calls count their depth.
 type boundedMacro struct {
@@ -274,6 +280,10 @@ func (m boundedMacro) Execute(r *exec.Renderer, tag *nodes.ControlStructureBlock
 		if st == nil || st.depth >= maxMacroDepth {
 			return exec.AsValue(fmt.Errorf("macro %s: calls nested deeper than %d", name, maxMacroDepth))
 		}
+		if st.calls >= st.maxCalls {
+			return exec.AsValue(fmt.Errorf("macro %s: more than %d macro calls in one rendering", name, st.maxCalls))
+		}
+		st.calls++
 		st.depth++
 		defer func() { st.depth-- }()
 		return fn(params)

@@ -179,6 +179,17 @@ func TestChatTemplateMacroRecursionBounded(t *testing.T) {
 	if out, err := seq.Render(nil); err != nil || out != strings.Repeat("y", 1000) {
 		t.Fatalf("1000 calls in a row: %d bytes, %v", len(out), err)
 	}
+	// A macro calling itself twice: 2^40 calls within the depth bound,
+	// stopped by the count (lowered here from maxMacroCalls).
+	tree, err := NewChatTemplate("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(40) }}", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree.maxCalls = 1 << 12
+	start := time.Now()
+	if _, err := tree.Render(nil); err == nil || !strings.Contains(err.Error(), "macro calls in one rendering") || time.Since(start) > time.Minute {
+		t.Fatalf("2^40 calls: %v after %v, want the count's error", err, time.Since(start))
+	}
 	for _, src := range []string{
 		`{% if messages|length > 1 %}{% include "/chat" %}{% endif %}x`,
 		`{% import "/chat" as c %}x`, `{% from "/chat" import f %}x`, `{% extends "/chat" %}x`,
