@@ -19,18 +19,7 @@ func TestDrainTimeoutCutsStreamAndExitsNonZero(t *testing.T) {
 		t.Skip("builds the binary and starts a process")
 	}
 	p := startProc(t, "serve", "--listen", "127.0.0.1:0", "--kv-memory", "8MiB", "--threads", "1", "--drain-timeout", "1s")
-	addr := p.waitAddr(t)
-	// 8 choices of 2000 tokens: seconds of decoding on one thread.
-	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
-		strings.NewReader(`{"prompt":"hello","max_tokens":2000,"ignore_eos":true,"n":8,"stream":true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	rd := bufio.NewReader(resp.Body)
-	if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: {") {
-		t.Fatalf("first event %q %v", line, err)
-	}
+	addr, rd := longStream(t, p)
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	if !p.waitLog("shutting down") {
 		t.Fatalf("no drain in the log:\n%s", p.log())
@@ -116,18 +105,7 @@ func TestSecondSignalCutsDrain(t *testing.T) {
 		t.Skip("builds the binary and starts a process")
 	}
 	p := startProc(t, "serve", "--listen", "127.0.0.1:0", "--kv-memory", "8MiB", "--threads", "1", "--drain-timeout", "10m")
-	addr := p.waitAddr(t)
-	// 8 choices of 2000 tokens: seconds of decoding on one thread.
-	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
-		strings.NewReader(`{"prompt":"hello","max_tokens":2000,"ignore_eos":true,"n":8,"stream":true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	rd := bufio.NewReader(resp.Body)
-	if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: {") {
-		t.Fatalf("first event %q %v", line, err)
-	}
+	_, rd := longStream(t, p)
 	p.cmd.Process.Signal(syscall.SIGINT)
 	if !p.waitLog("shutting down") {
 		t.Fatalf("no drain in the log:\n%s", p.log())
@@ -148,4 +126,25 @@ func TestSecondSignalCutsDrain(t *testing.T) {
 	if !strings.Contains(p.log(), "second signal: cutting the requests still running now") {
 		t.Fatalf("the log does not say the second signal cut the drain:\n%s", p.log())
 	}
+}
+
+// longStream waits for p's API address and starts a stream that outlasts
+// any drain the tests wait for (8 choices of 2000 tokens: seconds of
+// decoding on one thread), returning the address and the stream after its
+// first event.
+func longStream(t *testing.T, p *proc) (string, *bufio.Reader) {
+	t.Helper()
+	addr := p.waitAddr(t)
+	// 8 choices of 2000 tokens: seconds of decoding on one thread.
+	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt":"hello","max_tokens":2000,"ignore_eos":true,"n":8,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	rd := bufio.NewReader(resp.Body)
+	if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: {") {
+		t.Fatalf("first event %q %v", line, err)
+	}
+	return addr, rd
 }

@@ -73,18 +73,7 @@ func (b *DrivenBatch) Add(owner kv.Owner, table []kv.PageRef, prompt []int32, ca
 	}
 	q := colocatedSeq(owner, table, prompt, cached, maxTokens, ignoreEOS, samp)
 	q.onPreempt = preempted
-	q.emit = func(o outcome) {
-		it := DrivenItem{Token: o.token, Done: o.done, Finish: o.finish, Prompt: o.prompt, Completion: o.completion, Recomputed: o.recomputed}
-		if o.err != nil {
-			it.Err = o.err
-		}
-		emit(it)
-	}
-	b.s.add(q)
-	return func() {
-		q.cancel.Store(true)
-		b.s.poke()
-	}
+	return drive(b.s, q, emit)
 }
 
 // Step runs one turn (joiners, cancels, resumes, one forward step); it
@@ -167,18 +156,7 @@ func (b *DrivenPrefill) Add(owner kv.Owner, table []kv.PageRef, prompt []int32, 
 		handover:     func([]kv.PageRef) {},
 		holdPages:    true,
 	}
-	q.emit = func(o outcome) {
-		it := DrivenItem{Token: o.token, Done: o.done, Finish: o.finish, Prompt: o.prompt, Completion: o.completion}
-		if o.err != nil {
-			it.Err = o.err
-		}
-		emit(it)
-	}
-	b.s.add(q)
-	return func() {
-		q.cancel.Store(true)
-		b.s.poke()
-	}
+	return drive(b.s, q, emit)
 }
 
 // Step runs one turn (joiners, cancels, one forward step that may pause
@@ -190,3 +168,20 @@ func (b *DrivenPrefill) Stats() SchedStats { return b.s.stats() }
 
 // Close ends every prompt with a shutdown error.
 func (b *DrivenPrefill) Close() { b.s.stop() }
+
+// drive adds q to the driven scheduler s, its outcomes reaching emit as
+// DrivenItems, and returns its cancel (seen at s's next turn).
+func drive(s *scheduler, q *seq, emit func(DrivenItem)) (cancel func()) {
+	q.emit = func(o outcome) {
+		it := DrivenItem{Token: o.token, Done: o.done, Finish: o.finish, Prompt: o.prompt, Completion: o.completion, Recomputed: o.recomputed}
+		if o.err != nil {
+			it.Err = o.err
+		}
+		emit(it)
+	}
+	s.add(q)
+	return func() {
+		q.cancel.Store(true)
+		s.poke()
+	}
+}
