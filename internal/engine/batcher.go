@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"net/http"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -249,12 +248,6 @@ type batch struct {
 	arrivalMark func() uint64
 	yielded     bool
 	endMark     uint64
-
-	// emits counts the items handed to sequences' emit (tokens and
-	// terminal items). The scheduler loop yields its thread after a turn
-	// that emitted (loop). Atomic: add ends a sequence on its caller's
-	// goroutine once the scheduler is closed.
-	emits atomic.Int64
 }
 
 // scheduler is the goroutine layer around a batch for the servers: it
@@ -284,13 +277,6 @@ type scheduler struct {
 	// driven, when set, replaces the goroutine: it is called (under no
 	// lock of ours) whenever a sequence joins or a cancel is recorded.
 	driven func()
-	// yieldEmits: after a turn that emitted, the loop yields its thread
-	// to the goroutines the items woke (loop). The decode worker's: its
-	// streams' readers. Not the prefill worker's, where the reader woken
-	// is the push of the last pages and the commit: yielding to the push
-	// was tried and moved its wait to decode's side (benchmarks.md, "The
-	// first token at the commit").
-	yieldEmits bool
 }
 
 // SchedStats are a scheduler's counters, for metrics and the load log.
@@ -352,13 +338,7 @@ func newBatch(cfg Config, pool pagePool) *batch {
 // stops.
 const sharedRecent = 64
 
-func newScheduler(cfg Config, pool pagePool) *scheduler { return startScheduler(cfg, pool, false) }
-
-// newDecodeScheduler is the decode worker's scheduler: it yields its
-// thread after a turn that emitted (yieldEmits).
-func newDecodeScheduler(cfg Config, pool pagePool) *scheduler { return startScheduler(cfg, pool, true) }
-
-func startScheduler(cfg Config, pool pagePool, yieldEmits bool) *scheduler {
+func newScheduler(cfg Config, pool pagePool) *scheduler {
 	b := newBatch(cfg, pool)
 	b.clock = time.Now // the server's clock: the sweep's time budget (verify)
 	s := &scheduler{
@@ -366,8 +346,6 @@ func startScheduler(cfg Config, pool pagePool, yieldEmits bool) *scheduler {
 		wake:    make(chan struct{}, 1),
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
-
-		yieldEmits: yieldEmits,
 	}
 	if cfg.BurstThreads > cfg.Threads && cfg.Idle != nil {
 		s.burst = cfg.Model.NewForwarder(cfg.BurstThreads)
@@ -494,7 +472,6 @@ func (s *scheduler) loop() {
 		}
 	}
 	for {
-		emits := s.emits.Load()
 		s.take()
 		select {
 		case <-s.quit:
@@ -507,20 +484,6 @@ func (s *scheduler) loop() {
 			case <-s.wake:
 			case <-s.quit:
 			}
-		} else if s.yieldEmits && s.emits.Load() != emits {
-			// The turn's tokens woke their streams' readers (the handoff
-			// server's stream goroutines), readied on this goroutine's P.
-			// Going straight into the next step, which computes without
-			// blocking, leaves each of them to another thread, which on
-			// cores the steps of both roles keep busy waits for the
-			// kernel to give it one: in a crowding run's trace (1+1
-			// threads on 2 vCPUs, load ~9) the stream goroutine ran
-			// 116-305 us (median) and 2.5-4.4 ms (p90) after the push,
-			// about a step. Yielding once runs them here first (a channel
-			// receive and a socket write each), then the next step; the
-			// step's own work is unchanged (benchmarks.md, "b's tokens
-			// while a floods").
-			runtime.Gosched()
 		}
 	}
 }
@@ -1109,7 +1072,6 @@ func (s *batch) emitToken(q *seq, tok int32, lp *sample.Logprobs) {
 	if q.firstSent {
 		q.firstSent = false // on its stream already: counted, not sent twice
 	} else {
-		s.emits.Add(1)
 		q.emit(outcome{token: tok, logprobs: lp})
 	}
 	switch {
@@ -1162,7 +1124,6 @@ func (s *batch) finish(q *seq, o outcome) {
 	if q.ended != nil {
 		q.ended()
 	}
-	s.emits.Add(1)
 	emit(o)
 }
 

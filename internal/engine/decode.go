@@ -203,7 +203,7 @@ func buildDecodeWorker(cfg Config, pool pagePool, d *Driven) *DecodeWorker {
 			NoDigest: sg.NoDigest || x.NoDigest, NoReservationMatch: sg.NoReservationMatch || x.NoReservationMatch,
 			NoChecksum: sg.NoChecksum || x.NoChecksum}
 	} else {
-		w.sched = newDecodeScheduler(cfg, pool)
+		w.sched = newScheduler(cfg, pool)
 	}
 	w.recv = handoff.NewReceiver(handoff.ReceiverConfig{
 		PageSize: cfg.PageSize,
