@@ -44,6 +44,7 @@ func NewColocated(cfg Config) (*Colocated, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.nestOnce = true
 	c := &Colocated{
 		cfg:   cfg,
 		pool:  pool,

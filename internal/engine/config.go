@@ -129,6 +129,10 @@ type Config struct {
 	// model's name and shape.
 	ModelFingerprint []byte
 
+	// nestOnce: a paused step runs at most one nested step (the
+	// colocated engine, yield.go), its budget otherwise as sched.Nest.
+	nestOnce bool
+
 	// formats compiles constrained requests' grammars (set by withDefaults,
 	// shared by the copies of one worker's Config).
 	formats *formats

@@ -168,6 +168,14 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 	// costs nothing), and the forward pass's fixed cost is charged to
 	// the nested step's tenants (one chunk each), beside their tokens.
 	s.nest.Left -= s.nest.Forward
+	if s.cfg.nestOnce {
+		// Colocated, a's steps also carry b's later chunks and every
+		// decode token, so each nested pass lengthens them for b too:
+		// in the crowding bench the budget's several passes per step
+		// made b's TTFT p50 1.25-1.49x of alone against 1.15-1.21x with
+		// one pass (benchmarks.md). The prefill worker keeps the budget.
+		s.nest.Left = 0
+	}
 	for i, q := range members {
 		s.nest.Left -= sizes[i]
 		s.shares.Charge(q.owner.Tenant, q.weight, sched.ForwardPart(s.nest.Forward, len(members), i))

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"math"
@@ -565,5 +566,54 @@ func TestYieldBudgetGoesToLeastServed(t *testing.T) {
 		if !slices.Equal(r.out[n], alone[n]) {
 			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
 		}
+	}
+}
+
+// Colocated (nestOnce), a paused step runs one nested step: b's second
+// prompt, arriving at a later pause point of the same step, waits for the
+// boundary (the budget would have nested it too), and both still answer
+// bitwise as alone. NewColocated sets it; the prefill worker does not.
+func TestColocatedNestsOncePerStep(t *testing.T) {
+	flood, b0, b1 := prompt(3, 60), prompt(4, 4), prompt(5, 4)
+	alone := map[string][]string{}
+	for name, p := range map[string][]int32{"a": flood, "b0": b0, "b1": b1} {
+		r := newYieldRig(t, 64)
+		r.add(name, "x", p, 4)
+		r.drain()
+		alone[name] = r.out[name]
+	}
+	r := newYieldRig(t, 64)
+	r.s.cfg.nestOnce = true
+	r.add("a", "a", flood, 4)
+	r.s.turn()
+	r.probe.onPause = func(step, point int) {
+		if step == 2 && point == 0 {
+			r.add("b0", "b", b0, 4)
+		}
+		if step == 2 && point == 3 {
+			r.add("b1", "b", b1, 4)
+		}
+	}
+	r.s.turn()
+	if want := []string{"2/0: [4@0]"}; !slices.Equal(r.probe.nested, want) {
+		t.Fatalf("nested steps %v, want %v", r.probe.nested, want)
+	}
+	r.probe.onPause = nil
+	r.drain()
+	if want := map[string]string{"a": StartNextStep, "b0": StartNested, "b1": StartBudget}; !maps.Equal(r.hows, want) {
+		t.Errorf("first chunks started %v, want %v", r.hows, want)
+	}
+	for _, n := range []string{"a", "b0", "b1"} {
+		if !slices.Equal(r.out[n], alone[n]) {
+			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
+		}
+	}
+	c, err := NewColocated(r.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if !c.sched.cfg.nestOnce {
+		t.Error("the colocated engine's scheduler nests more than once per step")
 	}
 }
