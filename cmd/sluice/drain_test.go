@@ -38,18 +38,7 @@ func TestDrainTimeoutCutsStreamAndExitsNonZero(t *testing.T) {
 	if ready.StatusCode != 503 || late.StatusCode != 503 || !strings.Contains(string(lateBody), `"code":"draining"`) {
 		t.Fatalf("while draining: /ready %d, new request %d %s", ready.StatusCode, late.StatusCode, lateBody)
 	}
-	rest, err := io.ReadAll(rd)
-	if err != nil {
-		t.Fatalf("reading the stream: %v", err)
-	}
-	events := strings.Split(strings.TrimSpace(string(rest)), "\n\n")
-	n := len(events)
-	if n < 2 || !strings.Contains(events[n-2], `"code":"drain_timeout"`) || events[n-1] != "data: [DONE]" {
-		t.Fatalf("cut stream ends %q, want a drain_timeout error event then data: [DONE]", tail(string(rest)))
-	}
-	if code := p.wait(t); code != 1 {
-		t.Fatalf("exit %d after cutting a stream, want 1:\n%s", code, p.log())
-	}
+	wantCutAndExit1(t, p, rd)
 	l := p.log()
 	if !strings.Contains(l, "request cut by drain") || !strings.Contains(l, "requests were cut by the drain timeout") || strings.Contains(l, "client_disconnected") {
 		t.Fatalf("the log does not say the stream was cut by the drain:\n%s", l)
@@ -111,18 +100,7 @@ func TestSecondSignalCutsDrain(t *testing.T) {
 		t.Fatalf("no drain in the log:\n%s", p.log())
 	}
 	p.cmd.Process.Signal(syscall.SIGINT)
-	rest, err := io.ReadAll(rd)
-	if err != nil {
-		t.Fatalf("reading the stream: %v", err)
-	}
-	events := strings.Split(strings.TrimSpace(string(rest)), "\n\n")
-	n := len(events)
-	if n < 2 || !strings.Contains(events[n-2], `"code":"drain_timeout"`) || events[n-1] != "data: [DONE]" {
-		t.Fatalf("cut stream ends %q, want an error event then data: [DONE]", tail(string(rest)))
-	}
-	if code := p.wait(t); code != 1 {
-		t.Fatalf("exit %d after cutting a stream, want 1:\n%s", code, p.log())
-	}
+	wantCutAndExit1(t, p, rd)
 	if !strings.Contains(p.log(), "second signal: cutting the requests still running now") {
 		t.Fatalf("the log does not say the second signal cut the drain:\n%s", p.log())
 	}
@@ -147,4 +125,23 @@ func longStream(t *testing.T, p *proc) (string, *bufio.Reader) {
 		t.Fatalf("first event %q %v", line, err)
 	}
 	return addr, rd
+}
+
+// wantCutAndExit1 reads the rest of a stream the drain cut: it must end
+// with a drain_timeout error event then data: [DONE], and the process
+// must exit 1.
+func wantCutAndExit1(t *testing.T, p *proc, rd *bufio.Reader) {
+	t.Helper()
+	rest, err := io.ReadAll(rd)
+	if err != nil {
+		t.Fatalf("reading the stream: %v", err)
+	}
+	events := strings.Split(strings.TrimSpace(string(rest)), "\n\n")
+	n := len(events)
+	if n < 2 || !strings.Contains(events[n-2], `"code":"drain_timeout"`) || events[n-1] != "data: [DONE]" {
+		t.Fatalf("cut stream ends %q, want a drain_timeout error event then data: [DONE]", tail(string(rest)))
+	}
+	if code := p.wait(t); code != 1 {
+		t.Fatalf("exit %d after cutting a stream, want 1:\n%s", code, p.log())
+	}
 }

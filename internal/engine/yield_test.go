@@ -384,43 +384,12 @@ func TestYieldBurstBoundedByNestBudget(t *testing.T) {
 // wait for the boundary (the crowding bench: 22-31% of b's prompts);
 // both prompts' outputs are bitwise as alone.
 func TestYieldSecondLightPromptNested(t *testing.T) {
+	_, alone := floodWithTwoLight(t, false, []string{"2/0: [4@0]", "2/3: [4@0]"}, StartNested)
 	flood, b0, b1 := prompt(3, 60), prompt(4, 4), prompt(5, 4)
-	alone := map[string][]string{}
-	for name, p := range map[string][]int32{"a": flood, "b0": b0, "b1": b1} {
-		r := newYieldRig(t, 64)
-		r.add(name, "x", p, 4)
-		r.drain()
-		alone[name] = r.out[name]
-	}
-	r := newYieldRig(t, 64)
-	r.add("a", "a", flood, 4)
-	r.s.turn()
-	r.probe.onPause = func(step, point int) {
-		if step == 2 && point == 0 {
-			r.add("b0", "b", b0, 4)
-		}
-		if step == 2 && point == 3 {
-			r.add("b1", "b", b1, 4)
-		}
-	}
-	r.s.turn()
-	if want := []string{"2/0: [4@0]", "2/3: [4@0]"}; !slices.Equal(r.probe.nested, want) {
-		t.Fatalf("nested steps %v, want %v", r.probe.nested, want)
-	}
-	r.probe.onPause = nil
-	r.drain()
-	if want := map[string]string{"a": StartNextStep, "b0": StartNested, "b1": StartNested}; !maps.Equal(r.hows, want) {
-		t.Errorf("first chunks started %v, want %v", r.hows, want)
-	}
-	for _, n := range []string{"a", "b0", "b1"} {
-		if !slices.Equal(r.out[n], alone[n]) {
-			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
-		}
-	}
 
 	// Two prompts of b at the same pause point: one pass for both (b's
 	// 8 tokens within its chunk of 16), 4 + 8 of the budget.
-	r = newYieldRig(t, 64)
+	r := newYieldRig(t, 64)
 	r.add("a", "a", flood, 4)
 	r.s.turn()
 	r.probe.onPause = func(step, point int) {
@@ -574,6 +543,25 @@ func TestYieldBudgetGoesToLeastServed(t *testing.T) {
 // boundary (the budget would have nested it too), and both still answer
 // bitwise as alone. NewColocated sets it; the prefill worker does not.
 func TestColocatedNestsOncePerStep(t *testing.T) {
+	r, _ := floodWithTwoLight(t, true, []string{"2/0: [4@0]"}, StartBudget)
+	c, err := NewColocated(r.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if !c.sched.cfg.nestOnce {
+		t.Error("the colocated engine's scheduler nests more than once per step")
+	}
+}
+
+// floodWithTwoLight floods as tenant a (a 60-token prompt in 16-token
+// chunks) and sends b's two 4-token prompts at pause points 0 and 3 of
+// a's second step, with the paused step nesting once (nestOnce) or within
+// its budget; it wants the nested steps nested, b's second prompt started
+// as second, and every output bitwise as alone. It returns the rig and
+// each prompt's output alone.
+func floodWithTwoLight(t *testing.T, nestOnce bool, nested []string, second string) (*yieldRig, map[string][]string) {
+	t.Helper()
 	flood, b0, b1 := prompt(3, 60), prompt(4, 4), prompt(5, 4)
 	alone := map[string][]string{}
 	for name, p := range map[string][]int32{"a": flood, "b0": b0, "b1": b1} {
@@ -583,7 +571,7 @@ func TestColocatedNestsOncePerStep(t *testing.T) {
 		alone[name] = r.out[name]
 	}
 	r := newYieldRig(t, 64)
-	r.s.cfg.nestOnce = true
+	r.s.cfg.nestOnce = nestOnce
 	r.add("a", "a", flood, 4)
 	r.s.turn()
 	r.probe.onPause = func(step, point int) {
@@ -595,12 +583,12 @@ func TestColocatedNestsOncePerStep(t *testing.T) {
 		}
 	}
 	r.s.turn()
-	if want := []string{"2/0: [4@0]"}; !slices.Equal(r.probe.nested, want) {
-		t.Fatalf("nested steps %v, want %v", r.probe.nested, want)
+	if !slices.Equal(r.probe.nested, nested) {
+		t.Fatalf("nested steps %v, want %v", r.probe.nested, nested)
 	}
 	r.probe.onPause = nil
 	r.drain()
-	if want := map[string]string{"a": StartNextStep, "b0": StartNested, "b1": StartBudget}; !maps.Equal(r.hows, want) {
+	if want := map[string]string{"a": StartNextStep, "b0": StartNested, "b1": second}; !maps.Equal(r.hows, want) {
 		t.Errorf("first chunks started %v, want %v", r.hows, want)
 	}
 	for _, n := range []string{"a", "b0", "b1"} {
@@ -608,12 +596,5 @@ func TestColocatedNestsOncePerStep(t *testing.T) {
 			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
 		}
 	}
-	c, err := NewColocated(r.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
-	if !c.sched.cfg.nestOnce {
-		t.Error("the colocated engine's scheduler nests more than once per step")
-	}
+	return r, alone
 }
