@@ -60,7 +60,31 @@ func TestPrefixAffinityThroughTheCluster(t *testing.T) {
 			}
 			return out
 		}
+		// A request's stream ends before the router's Done for it runs
+		// (its in-flight count, its pages back): each next request waits
+		// for that, or the last worker can look busy and lose its turn,
+		// which the scorer rightly weighs against the prefix it holds.
+		settled := func() {
+			t.Helper()
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				ws, _, _ := cs.Clusters[0].Stats()
+				busy := 0
+				for _, w := range ws {
+					busy += w.InFlight
+				}
+				if busy == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d attempts still in flight at the router", busy)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			waitFree(t, cs.Pools(), "")
+		}
 		for range 6 {
+			settled()
 			if got := runReq(cs.Routers[0], req("alice")); got.err != nil || !same(got.toks, want.toks) {
 				t.Fatalf("affinity %v: %v %v, want %v", aw, got.toks, got.err, want.toks)
 			}
@@ -86,6 +110,7 @@ func TestPrefixAffinityThroughTheCluster(t *testing.T) {
 			t.Errorf("affinity hits after alice's six: %d, want 5", affHits())
 		}
 		for i := range 2 {
+			settled()
 			before, hits := skipped(), affHits()
 			if got := runReq(cs.Routers[0], req("bob")); got.err != nil || !same(got.toks, want.toks) {
 				t.Fatalf("bob: %v %v", got.toks, got.err)
