@@ -459,6 +459,11 @@ type benchServe struct {
 	ompPassive     bool
 	timeout        time.Duration
 	json           bool
+	// jsonOut: also write the JSON report to this file (--json-out).
+	jsonOut string
+	// blocks: the crowding workload's alone/flooded block pairs per
+	// server (0: a fresh server per phase).
+	blocks int
 	// longPrompt and longGen: the interference workload's long requests.
 	longPrompt, longGen int
 	// interfere: longctx also measures short requests' ITL while a long
@@ -531,6 +536,15 @@ func (b *benchServe) startLlama(ctx context.Context, slots, ctxPerSlot int) (*se
 // report prints a workload's result: v as JSON with --json, else the
 // workload's table (text).
 func (b *benchServe) report(v any, text func()) int {
+	if b.jsonOut != "" {
+		j, err := json.MarshalIndent(v, "", "  ")
+		if err == nil {
+			err = os.WriteFile(b.jsonOut, append(j, '\n'), 0o644)
+		}
+		if err != nil {
+			return b.fail(1, "--json-out: %v", err)
+		}
+	}
 	if b.json {
 		return b.printJSON(v)
 	}
@@ -599,6 +613,8 @@ func runBenchServe(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&b.ompPassive, "omp-passive", false, "run llama-server with OMP_WAIT_POLICY=passive: its OpenMP threads sleep instead of spinning at barriers. On a machine shared with other load, spinning threads that lose their core stall every step (measured: 26 vs 285 tok/s with one request in flight at load 6-15 on 2 cores); on an idle machine spinning is llama.cpp's fastest")
 	fs.DurationVar(&b.timeout, "timeout", 20*time.Minute, "bound on the whole benchmark; runs not done by then are cut and reported as errors")
 	fs.BoolVar(&b.json, "json", false, "print the results as JSON")
+	fs.StringVar(&b.jsonOut, "json-out", "", "also write the results as JSON to `file` (the text goes to stdout as without it)")
+	fs.IntVar(&b.blocks, "blocks", 0, "crowding: `pairs` of an alone and a flooded block of --requests each on one server per repeat, the order alternating and a's flood stopped before each alone block; 0 runs each phase on a fresh server")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: sluice bench serve [--workload NAME] [flags]
 
@@ -639,6 +655,9 @@ Flags:
 		return b.fail(2, "%v", err)
 	}
 	b.extra = strings.Fields(*extra)
+	if b.blocks < 0 || b.blocks > 100 {
+		return b.fail(2, "--blocks must be 0 to 100")
+	}
 	if b.threads < 1 || b.prompt < 1 || b.gen < 1 || b.requests < 1 || b.repeats < 1 || b.timeout <= 0 || b.longPrompt < 1 || b.longGen < 1 {
 		return b.fail(2, "--threads, --prompt, --gen, --long-prompt, --long-gen, --requests, --repeats and --timeout must be positive")
 	}

@@ -33,6 +33,12 @@ const (
 	crowdPrompts      = 4
 	crowdFlood        = 8
 	crowdPoolContexts = 4
+	// crowdBound is issue 28's bound: b's TTFT flooded within 10% of b
+	// alone.
+	crowdBound = 1.10
+	// crowdResamples: bootstrap resamples per interval (its ends move by
+	// about 0.01x between seeds at 2000).
+	crowdResamples = 2000
 )
 
 type crowdSide struct {
@@ -94,6 +100,71 @@ type crowdReport struct {
 	TTFTP50x    float64   `json:"ttft_p50_flooded_over_alone"`
 	TTFTP99x    float64   `json:"ttft_p99_flooded_over_alone"`
 	HitRateDrop float64   `json:"hit_rate_alone_minus_flooded"`
+	// Layout is "fresh" (a fresh server per phase) or "shared" (one
+	// server per repeat, BlocksPerServer alone/flooded block pairs).
+	Layout          string `json:"layout"`
+	BlocksPerServer int    `json:"blocks_per_server,omitempty"`
+	// Blocks are b's TTFTs per block pair, in the order measured: the
+	// bootstrap's units (crowding-ci pools them over runs).
+	Blocks []crowdBlock `json:"blocks"`
+	// The ratios' 95% intervals (bootstrapCI over Blocks) and whether
+	// each resolves "at most Bound".
+	Bound      float64  `json:"bound"`
+	Resamples  int      `json:"resamples"`
+	TTFTP50CI  ci       `json:"ttft_p50_ratio_ci95"`
+	TTFTP99CI  ci       `json:"ttft_p99_ratio_ci95"`
+	P50Verdict string   `json:"ttft_p50_verdict"`
+	P99Verdict string   `json:"ttft_p99_verdict"`
+	Coverage   coverage `json:"b_flooded_coverage"`
+}
+
+// crowdBlock is one alone block of b's requests and the flooded block
+// measured next to it.
+type crowdBlock struct {
+	Alone   []float64 `json:"alone_ttft_ms"`
+	Flooded []float64 `json:"flooded_ttft_ms"`
+	// Cover: did a flood during each of b's flooded requests.
+	Cover coverage `json:"flooded_coverage"`
+}
+
+func (k *crowdBlock) add(r blockResult) {
+	if r.flooded {
+		k.Flooded, k.Cover = r.ttft, r.cover
+	} else {
+		k.Alone = r.ttft
+	}
+}
+
+// crowdUnits are the bootstrap's units of blocks: groups alone, flooded.
+func crowdUnits(blocks []crowdBlock) []bootUnit {
+	var out []bootUnit
+	for _, k := range blocks {
+		if len(k.Alone) > 0 && len(k.Flooded) > 0 {
+			out = append(out, bootUnit{k.Alone, k.Flooded})
+		}
+	}
+	return out
+}
+
+// summarizeBlocks computes the intervals, verdicts and coverage from
+// rep.Blocks.
+func (rep *crowdReport) summarizeBlocks() {
+	units := crowdUnits(rep.Blocks)
+	rep.TTFTP50CI = bootstrapCI(units, quantileRatio(1, 0, 50), rep.Resamples, 1)
+	rep.TTFTP99CI = bootstrapCI(units, quantileRatio(1, 0, 99), rep.Resamples, 2)
+	rep.P50Verdict, rep.P99Verdict = verdict(rep.TTFTP50CI, rep.Bound), verdict(rep.TTFTP99CI, rep.Bound)
+	rep.Coverage = coverage{}
+	for _, k := range rep.Blocks {
+		c := k.Cover
+		if c.Requests == 0 {
+			continue
+		}
+		if rep.Coverage.Requests == 0 || c.Min < rep.Coverage.Min {
+			rep.Coverage.Min = c.Min
+		}
+		rep.Coverage.Requests += c.Requests
+		rep.Coverage.Covered += c.Covered
+	}
 }
 
 // crowdPrompt is b's i-th prompt (of crowdPrompts) or a's unique i-th.
@@ -113,8 +184,12 @@ func runCrowding(ctx context.Context, b *benchServe) int {
 	bIn := b.levels[0]
 	rep := crowdReport{Model: b.name, Threads: b.threads, Colocated: b.colocated, BPrompt: b.prompt, BGen: b.gen,
 		BDistinct: crowdPrompts, BInFlight: bIn, BRequests: b.requests, APrompt: b.longPrompt, AGen: b.longGen,
-		AInFlight: crowdFlood, PoolTokens: crowdPoolContexts * ctxLen, Repeats: b.repeats,
+		AInFlight: crowdFlood, PoolTokens: crowdPoolContexts * ctxLen, Repeats: b.repeats, Layout: "fresh",
+		Bound: crowdBound, Resamples: crowdResamples,
 		NProc: runtime.NumCPU(), CPU: cpuModel(), LoadBefore: loadAvg()}
+	if b.blocks > 0 {
+		rep.Layout, rep.BlocksPerServer = "shared", b.blocks
+	}
 	dir, err := os.MkdirTemp("", "sluice-crowding-")
 	if err != nil {
 		return b.fail(1, "%v", err)
@@ -130,89 +205,32 @@ func runCrowding(ctx context.Context, b *benchServe) int {
 	args := append(b.sluiceArgs(b.colocated, ctxLen, rep.PoolTokens, 64), "--api-keys", keys, "--metrics-listen", "127.0.0.1:0",
 		"--metrics-tenant-labels", "--max-queue", strconv.Itoa(4*(crowdFlood+bIn)))
 	rep.Args = args
-	l := serveLoad{model: b.name, prompt: b.prompt, gen: b.gen, vocab: b.vocab}
-	la := serveLoad{model: b.name, prompt: b.longPrompt, gen: b.longGen, vocab: b.vocab}
-	var alone, flooded []streamSample
-	var wallAlone, wallFlooded time.Duration
-	floodNext := 0
+	cr := &crowdRun{b: b, rep: &rep, args: args, bIn: bIn,
+		l:  serveLoad{model: b.name, prompt: b.prompt, gen: b.gen, vocab: b.vocab},
+		la: serveLoad{model: b.name, prompt: b.longPrompt, gen: b.longGen, vocab: b.vocab}}
 	for r := range b.repeats {
-		for _, flood := range []bool{false, true} {
-			sl, err := startSluice(ctx, b.sluiceBin, args)
-			if err != nil {
-				return b.fail(1, "%v", err)
-			}
-			name := "alone"
-			if flood {
-				name = "flooded"
-			}
-			fmt.Fprintf(b.stderr, "crowding repeat %d: b %s\n", r+1, name)
-			for i := range crowdPrompts { // warm b's cache
-				streamPromptKey(ctx, b.client, sl.base, "key-b", l.model, crowdPrompt(l, 'b', i), l.gen)
-			}
-			side := &rep.Alone
-			var stopFlood func() []streamSample
-			if flood {
-				side = &rep.Flooded
-				stopFlood = startFlood(ctx, b, sl.base, la, &floodNext)
-				// Let the flood fill the pool before b measures.
-				time.Sleep(500 * time.Millisecond)
-			}
-			// The metrics are on the admin listener (--metrics-listen).
-			mbase, err := sl.metricsBase()
-			if err != nil {
-				sl.stop()
-				return b.fail(1, "%v", err)
-			}
-			before, err1 := scrapeCounter(ctx, b.client, mbase, "sluice_preemptions_total")
-			pBefore, err3 := scrapePhases(ctx, b.client, mbase, "b")
-			got, wall := runTenant(ctx, b, sl.base, "key-b", l, bIn, b.requests)
-			after, err2 := scrapeCounter(ctx, b.client, mbase, "sluice_preemptions_total")
-			pAfter, err4 := scrapePhases(ctx, b.client, mbase, "b")
-			if err1 == nil && err2 == nil {
-				side.Preemptions += after - before
-			}
-			if err3 == nil && err4 == nil {
-				if side.Phases == nil {
-					side.Phases = map[string]phaseSum{}
-				}
-				for k, a := range pAfter {
-					p := side.Phases[k]
-					p.Count += a.Count - pBefore[k].Count
-					p.Sum += a.Sum - pBefore[k].Sum
-					side.Phases[k] = p
-				}
-			}
-			if flood {
-				for _, s := range stopFlood() {
-					switch {
-					case s.status != 0 && s.status != 200:
-						side.FloodNon200++
-					case s.err != nil:
-						if ctx.Err() == nil && s.status == 200 {
-							side.FloodErrors++
-						}
-					default:
-						side.FloodOK++
-					}
-				}
-				flooded, wallFlooded = append(flooded, got...), wallFlooded+wall
-			} else {
-				alone, wallAlone = append(alone, got...), wallAlone+wall
-			}
-			sl.stop()
-			if ctx.Err() != nil {
-				return b.fail(1, "the benchmark ran out of time (--timeout)")
-			}
+		var err error
+		if b.blocks == 0 {
+			err = cr.fresh(ctx, r)
+		} else {
+			err = cr.shared(ctx, r)
+		}
+		if err != nil {
+			return b.fail(1, "%v", err)
+		}
+		if ctx.Err() != nil {
+			return b.fail(1, "the benchmark ran out of time (--timeout)")
 		}
 	}
-	rep.Alone.Stats, rep.Alone.HitRate = summarize(alone, wallAlone), hitRate(alone)
-	rep.Flooded.Stats, rep.Flooded.HitRate = summarize(flooded, wallFlooded), hitRate(flooded)
-	if wallFlooded > 0 {
-		rep.Flooded.FloodTokS = float64(rep.Flooded.FloodOK*(b.longPrompt+b.longGen)) / wallFlooded.Seconds()
+	rep.Alone.Stats, rep.Alone.HitRate = summarize(cr.alone, cr.wallAlone), hitRate(cr.alone)
+	rep.Flooded.Stats, rep.Flooded.HitRate = summarize(cr.flooded, cr.wallFlooded), hitRate(cr.flooded)
+	if cr.wallFlooded > 0 {
+		rep.Flooded.FloodTokS = float64(cr.floodDone*(b.longPrompt+b.longGen)) / cr.wallFlooded.Seconds()
 	}
 	rep.TTFTP50x = ratio(rep.Flooded.Stats.TTFTP50, rep.Alone.Stats.TTFTP50)
 	rep.TTFTP99x = ratio(rep.Flooded.Stats.TTFTP99, rep.Alone.Stats.TTFTP99)
 	rep.HitRateDrop = rep.Alone.HitRate - rep.Flooded.HitRate
+	rep.summarizeBlocks()
 	rep.LoadAfter = loadAvg()
 	if code := b.report(rep, func() { printCrowding(b.stdout, rep) }); code != 0 {
 		return code
@@ -221,6 +239,217 @@ func runCrowding(ctx context.Context, b *benchServe) int {
 		return 1 // b must never be refused or fail
 	}
 	return 0
+}
+
+// crowdRun is one crowding benchmark's state while it runs.
+type crowdRun struct {
+	b         *benchServe
+	rep       *crowdReport
+	args      []string
+	bIn       int
+	l, la     serveLoad // b's requests, a's
+	floodNext int       // a's next unique prompt
+	// b's samples per side over every block, and b's measured time.
+	alone, flooded         []streamSample
+	wallAlone, wallFlooded time.Duration
+	// floodDone counts a's requests that ended (200, whole stream) while
+	// b measured a flooded block.
+	floodDone int
+}
+
+// fresh runs one repeat of the fresh layout: b alone on a fresh server,
+// then b while a floods on another fresh server, each after warming b's
+// cache: one block pair.
+func (cr *crowdRun) fresh(ctx context.Context, r int) error {
+	var blk crowdBlock
+	for _, flooded := range []bool{false, true} {
+		fmt.Fprintf(cr.b.stderr, "crowding repeat %d: b %s\n", r+1, phaseName(flooded))
+		sl, mbase, err := cr.start(ctx)
+		if err != nil {
+			return err
+		}
+		var f *flood
+		if flooded {
+			f = cr.startFlood(ctx, sl.base)
+		}
+		blk.add(cr.measure(ctx, sl.base, mbase, f))
+		if f != nil {
+			f.stop(cr.rep)
+		}
+		sl.stop()
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+	cr.rep.Blocks = append(cr.rep.Blocks, blk)
+	return nil
+}
+
+// shared runs one repeat of the shared layout: one fresh server, b's
+// cache warmed, then --blocks pairs of an alone and a flooded block,
+// the order alternating pair by pair (alone, flooded, flooded, alone,
+// alone, ...) so that a drift of the machine's load over the run falls on
+// both sides alike and a's flood starts and stops every other block.
+// Before an alone block the flood is stopped and the server's requests
+// in flight have ended.
+func (cr *crowdRun) shared(ctx context.Context, r int) error {
+	sl, mbase, err := cr.start(ctx)
+	if err != nil {
+		return err
+	}
+	defer sl.stop()
+	var f *flood
+	defer func() {
+		if f != nil {
+			f.stop(cr.rep)
+		}
+	}()
+	for k := range cr.b.blocks {
+		order := []bool{false, true}
+		if k%2 == 1 {
+			order = []bool{true, false}
+		}
+		var blk crowdBlock
+		for _, flooded := range order {
+			fmt.Fprintf(cr.b.stderr, "crowding repeat %d block %d: b %s\n", r+1, k+1, phaseName(flooded))
+			if flooded && f == nil {
+				f = cr.startFlood(ctx, sl.base)
+			}
+			if !flooded && f != nil {
+				f.stop(cr.rep)
+				f = nil
+				if err := waitIdle(ctx, cr.b.client, mbase); err != nil {
+					return err
+				}
+			}
+			blk.add(cr.measure(ctx, sl.base, mbase, f))
+			if ctx.Err() != nil {
+				return nil
+			}
+		}
+		cr.rep.Blocks = append(cr.rep.Blocks, blk)
+	}
+	return nil
+}
+
+func phaseName(flood bool) string {
+	if flood {
+		return "flooded"
+	}
+	return "alone"
+}
+
+// start starts a server and warms b's cache (each of b's prompts once,
+// unmeasured); it returns the server and its admin listener's base URL.
+func (cr *crowdRun) start(ctx context.Context) (*server, string, error) {
+	sl, err := startSluice(ctx, cr.b.sluiceBin, cr.args)
+	if err != nil {
+		return nil, "", err
+	}
+	for i := range crowdPrompts {
+		streamPromptKey(ctx, cr.b.client, sl.base, "key-b", cr.l.model, crowdPrompt(cr.l, 'b', i), cr.l.gen)
+	}
+	// The metrics are on the admin listener (--metrics-listen).
+	mbase, err := sl.metricsBase()
+	if err != nil {
+		sl.stop()
+		return nil, "", err
+	}
+	return sl, mbase, nil
+}
+
+// startFlood starts a's flood and lets it fill the pool before b
+// measures.
+func (cr *crowdRun) startFlood(ctx context.Context, base string) *flood {
+	f := startFlood(ctx, cr.b, base, cr.la, &cr.floodNext)
+	time.Sleep(500 * time.Millisecond)
+	return f
+}
+
+// blockResult is one measured block of b's requests.
+type blockResult struct {
+	flooded bool
+	got     []streamSample
+	// ttft is b's OK requests' TTFTs, ms, in the order sent.
+	ttft []float64
+	// cover: with a flooding, how many of a's requests were in flight
+	// during each of b's (crowdCoverage).
+	cover coverage
+}
+
+// measure runs one block of b's requests (a flooding when f is not nil)
+// and adds its samples, preemptions and phases to its side.
+func (cr *crowdRun) measure(ctx context.Context, base, mbase string, f *flood) blockResult {
+	side := &cr.rep.Alone
+	if f != nil {
+		side = &cr.rep.Flooded
+	}
+	before, err1 := scrapeCounter(ctx, cr.b.client, mbase, "sluice_preemptions_total")
+	pBefore, err3 := scrapePhases(ctx, cr.b.client, mbase, "b")
+	t0 := time.Now()
+	got, wall := runTenant(ctx, cr.b, base, "key-b", cr.l, cr.bIn, cr.b.requests)
+	after, err2 := scrapeCounter(ctx, cr.b.client, mbase, "sluice_preemptions_total")
+	pAfter, err4 := scrapePhases(ctx, cr.b.client, mbase, "b")
+	if err1 == nil && err2 == nil {
+		side.Preemptions += after - before
+	}
+	if err3 == nil && err4 == nil {
+		if side.Phases == nil {
+			side.Phases = map[string]phaseSum{}
+		}
+		for k, a := range pAfter {
+			p := side.Phases[k]
+			p.Count += a.Count - pBefore[k].Count
+			p.Sum += a.Sum - pBefore[k].Sum
+			side.Phases[k] = p
+		}
+	}
+	res := blockResult{flooded: f != nil, got: got, ttft: okTTFTs(got)}
+	if f != nil {
+		// a's requests in flight so far; those still running are open
+		// intervals to now.
+		res.cover = crowdCoverage(got, f.intervals(time.Now()))
+		cr.floodDone += f.doneWithin(t0, t0.Add(wall))
+		cr.flooded, cr.wallFlooded = append(cr.flooded, got...), cr.wallFlooded+wall
+	} else {
+		cr.alone, cr.wallAlone = append(cr.alone, got...), cr.wallAlone+wall
+	}
+	return res
+}
+
+// okTTFTs are the TTFTs (ms) of the OK samples, in order.
+func okTTFTs(ss []streamSample) []float64 {
+	var out []float64
+	for _, s := range ss {
+		if s.status == http.StatusOK && s.err == nil {
+			if d, ok := s.ttft(); ok {
+				out = append(out, ms(d))
+			}
+		}
+	}
+	return out
+}
+
+// waitIdle waits until the server serves no request (a's cut streams
+// have ended at the router), then a little more for the engine to let go
+// of their pages: the next alone block starts without a's work.
+func waitIdle(ctx context.Context, client *http.Client, mbase string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := scrapeCounter(ctx, client, mbase, "sluice_requests_in_flight")
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the server still served %d requests 30 s after a's flood stopped", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	return nil
 }
 
 // runTenant sends n requests of tenant key cycling over b's prompts, c in
@@ -247,41 +476,145 @@ func runTenant(ctx context.Context, b *benchServe, base, key string, l serveLoad
 	return out, time.Since(t0)
 }
 
-// startFlood keeps crowdFlood of tenant a's unique prompts in flight until
-// the returned stop is called; stop cancels what is in flight and returns
-// the samples of the requests that ended.
-func startFlood(ctx context.Context, b *benchServe, base string, l serveLoad, next *int) func() []streamSample {
+// flood is tenant a's flood: crowdFlood of a's unique prompts in flight
+// until stop.
+type flood struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	seq    atomic.Int64
+	next   *int
+	mu     sync.Mutex
+	ended  []floodReq        // a's requests that ended, any outcome
+	active map[int]time.Time // a's requests in flight by number: their start
+}
+
+// floodReq is one of a's requests that ended and when.
+type floodReq struct {
+	s   streamSample
+	end time.Time
+}
+
+// startFlood keeps crowdFlood of tenant a's unique prompts in flight
+// until stop is called.
+func startFlood(ctx context.Context, b *benchServe, base string, l serveLoad, next *int) *flood {
 	fctx, cancel := context.WithCancel(ctx)
-	var mu sync.Mutex
-	var out []streamSample
-	var wg sync.WaitGroup
-	var seq atomic.Int64
-	seq.Store(int64(*next))
+	f := &flood{cancel: cancel, next: next, active: map[int]time.Time{}}
+	f.seq.Store(int64(*next))
 	for range crowdFlood {
-		wg.Add(1)
+		f.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer f.wg.Done()
 			for fctx.Err() == nil {
-				i := int(seq.Add(1))
+				i := int(f.seq.Add(1))
+				f.mu.Lock()
+				f.active[i] = time.Now()
+				f.mu.Unlock()
 				s := streamPromptKey(fctx, b.client, base, "key-a", l.model, crowdPrompt(l, 'a', i), l.gen)
-				if fctx.Err() != nil {
-					return // cut by stop: neither a success nor a failure
+				end := time.Now()
+				f.mu.Lock()
+				delete(f.active, i)
+				if fctx.Err() == nil { // a request cut by stop is neither a success nor a failure
+					f.ended = append(f.ended, floodReq{s, end})
 				}
-				mu.Lock()
-				out = append(out, s)
-				mu.Unlock()
-				if s.status == 429 {
+				f.mu.Unlock()
+				if s.status == http.StatusTooManyRequests {
 					time.Sleep(10 * time.Millisecond) // its queue share is full
 				}
 			}
 		}()
 	}
-	return func() []streamSample {
-		cancel()
-		wg.Wait()
-		*next = int(seq.Load()) + 1
-		return out
+	return f
+}
+
+// stop cancels a's requests in flight, waits for them and counts those
+// that ended by outcome into rep's flooded side.
+func (f *flood) stop(rep *crowdReport) {
+	f.cancel()
+	f.wg.Wait()
+	*f.next = int(f.seq.Load()) + 1
+	side := &rep.Flooded
+	for _, r := range f.ended {
+		switch s := r.s; {
+		case s.status != 0 && s.status != http.StatusOK:
+			side.FloodNon200++
+		case s.err != nil:
+			side.FloodErrors++
+		default:
+			side.FloodOK++
+		}
 	}
+}
+
+// intervals are a's requests that were in flight at the server so far:
+// those that ended with a 200 (admitted), start to end, and those still
+// in flight, start to now.
+func (f *flood) intervals(now time.Time) []interval {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []interval
+	for _, r := range f.ended {
+		if r.s.status == http.StatusOK {
+			out = append(out, interval{r.s.start, r.end})
+		}
+	}
+	for _, t := range f.active {
+		out = append(out, interval{t, now})
+	}
+	return out
+}
+
+// doneWithin counts a's requests that ended whole (a 200 and a clean
+// stream) between t0 and t1.
+func (f *flood) doneWithin(t0, t1 time.Time) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, r := range f.ended {
+		if r.s.status == http.StatusOK && r.s.err == nil && !r.end.Before(t0) && !r.end.After(t1) {
+			n++
+		}
+	}
+	return n
+}
+
+type interval struct{ start, end time.Time }
+
+// coverage says whether b's flooded requests really ran while a flooded.
+type coverage struct {
+	// Requests counts b's OK requests; Covered those during which (from
+	// sending to the first token) at least one of a's requests was in
+	// flight; Min is the fewest of a's requests in flight during any one
+	// (0 without requests).
+	Requests int `json:"requests"`
+	Covered  int `json:"with_a_in_flight"`
+	Min      int `json:"a_in_flight_min"`
+}
+
+// crowdCoverage counts, for each of b's OK requests, a's requests in
+// flight at some moment between b's sending it and its first token.
+func crowdCoverage(b []streamSample, a []interval) coverage {
+	var c coverage
+	for _, s := range b {
+		first, ok := s.ttft()
+		if s.status != http.StatusOK || s.err != nil || !ok {
+			continue
+		}
+		t0, t1 := s.start, s.start.Add(first)
+		n := 0
+		for _, iv := range a {
+			if iv.start.Before(t1) && iv.end.After(t0) {
+				n++
+			}
+		}
+		if c.Requests == 0 || n < c.Min {
+			c.Min = n
+		}
+		c.Requests++
+		if n > 0 {
+			c.Covered++
+		}
+	}
+	return c
 }
 
 func hitRate(ss []streamSample) float64 {
@@ -303,9 +636,13 @@ func printCrowding(w io.Writer, rep crowdReport) {
 	if rep.Colocated {
 		topo = "colocated"
 	}
-	fmt.Fprintf(w, "model %s, sluice %s, %d threads, pool %d tokens, %d repeats (alone and flooded alternating, fresh server each)\n",
-		rep.Model, topo, rep.Threads, rep.PoolTokens, rep.Repeats)
-	fmt.Fprintf(w, "b: %d requests per phase over %d prompts of %d tokens, %d generated, %d in flight; a: unique %d-token prompts, %d generated, %d in flight\n",
+	layout := "alone and flooded alternating, fresh server each"
+	if rep.Layout == "shared" {
+		layout = fmt.Sprintf("one server each, %d alone/flooded block pairs, the order alternating", rep.BlocksPerServer)
+	}
+	fmt.Fprintf(w, "model %s, sluice %s, %d threads, pool %d tokens, %d repeats (%s)\n",
+		rep.Model, topo, rep.Threads, rep.PoolTokens, rep.Repeats, layout)
+	fmt.Fprintf(w, "b: %d requests per block over %d prompts of %d tokens, %d generated, %d in flight; a: unique %d-token prompts, %d generated, %d in flight\n",
 		rep.BRequests, rep.BDistinct, rep.BPrompt, rep.BGen, rep.BInFlight, rep.APrompt, rep.AGen, rep.AInFlight)
 	fmt.Fprintf(w, "nproc %d, cpu %s, loadavg before %s, after %s\n", rep.NProc, rep.CPU, rep.LoadBefore, rep.LoadAfter)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -319,11 +656,32 @@ func printCrowding(w io.Writer, rep crowdReport) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "flooded / alone: TTFT p50 %.2fx, p99 %.2fx; hit rate %.3f -> %.3f\n", rep.TTFTP50x, rep.TTFTP99x, rep.Alone.HitRate, rep.Flooded.HitRate)
+	printCrowdCI(w, rep)
 	printPhases(w, rep)
 	for _, r := range []crowdSide{rep.Alone, rep.Flooded} {
 		if r.Stats.FirstError != "" {
 			fmt.Fprintf(w, "first error of b: %s\n", r.Stats.FirstError)
 		}
+	}
+}
+
+// printCrowdCI prints the ratios' intervals and verdicts, one line each
+// ("b TTFT p50 flooded/alone 1.08x (95% CI 1.02-1.15x), bound 1.10x: not
+// resolved"; scripts read them), what the intervals cover, and whether
+// every one of b's flooded requests ran while a's were in flight.
+func printCrowdCI(w io.Writer, rep crowdReport) {
+	fmt.Fprintf(w, "b TTFT p50 flooded/alone %s, bound %.2fx: %s\n", fmtCI(rep.TTFTP50CI), rep.Bound, rep.P50Verdict)
+	fmt.Fprintf(w, "b TTFT p99 flooded/alone %s, bound %.2fx: %s\n", fmtCI(rep.TTFTP99CI), rep.Bound, rep.P99Verdict)
+	n := len(crowdUnits(rep.Blocks))
+	what := "over the requests of the one block pair only: it leaves out the spread from run to run (more --repeats or --blocks)"
+	if n > 1 {
+		what = fmt.Sprintf("over %d alone/flooded block pairs and the requests within each", n)
+	}
+	fmt.Fprintf(w, "(95%% intervals: bootstrap %s, %d resamples; met = the whole interval at or under the bound)\n", what, rep.Resamples)
+	c := rep.Coverage
+	fmt.Fprintf(w, "b's flooded requests with a's requests in flight from sending to first token: %d/%d (fewest of a's in flight: %d)\n", c.Covered, c.Requests, c.Min)
+	if c.Covered < c.Requests {
+		fmt.Fprintf(w, "warning: %d of b's flooded requests ran while none of a's was in flight: the flood did not cover them\n", c.Requests-c.Covered)
 	}
 }
 

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,37 +204,79 @@ func TestBenchServeInterference(t *testing.T) {
 	}
 }
 
-// The crowding workload end to end on stories260K (colocated): b's
-// requests all succeed alone and flooded, b's warmed prompts hit the
-// prefix cache alone, and a's flood ran; timings are reported, not
-// asserted (the share bound itself is internal/engine's TestKVQuota*).
+// The crowding workload end to end on stories260K (colocated), in both
+// layouts (a fresh server per phase; alone and flooded blocks on one
+// server): b's requests all succeed alone and flooded, b's warmed prompts
+// hit the prefix cache alone, and a's flood ran while b's flooded
+// requests did; the text report (stdout) carries the intervals' lines and
+// --json-out the blocks the intervals come from. Timings are reported,
+// not asserted (the share bound itself is internal/engine's TestKVQuota*).
 func TestBenchServeCrowding(t *testing.T) {
 	model := testenv.Shared(t, "models/stories260K.gguf")
-	var out, errOut bytes.Buffer
-	code := Run([]string{"serve", "--workload", "crowding", "--colocated", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
-		"--concurrency", "2", "--requests", "8", "--repeats", "1", "--prompt", "64", "--gen", "4",
-		"--long-prompt", "300", "--long-gen", "2", "--timeout", "3m", "--json"}, &out, &errOut)
-	var rep crowdReport
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || code != 0 {
-		t.Fatalf("exit %d, %v: %s\n%s", code, err, out.String(), errOut.String())
-	}
-	if rep.Alone.Stats.OK != 8 || rep.Flooded.Stats.OK != 8 {
-		t.Errorf("b's requests: alone %+v, flooded %+v, want 8 OK each", rep.Alone.Stats, rep.Flooded.Stats)
-	}
-	if rep.Alone.HitRate < 0.5 {
-		t.Errorf("b's hit rate alone %.2f: its warmed prompts did not hit the cache", rep.Alone.HitRate)
-	}
-	if rep.Flooded.FloodOK == 0 {
-		t.Errorf("a's flood completed nothing: %+v", rep.Flooded)
-	}
-	// b's first-token phases, scraped from the admin listener: each of
-	// b's measured requests once per phase (a's are not b's).
-	for _, side := range []crowdSide{rep.Alone, rep.Flooded} {
-		for _, k := range []string{"colocated/queue", "colocated/prefill_wait", "colocated/prefill_compute"} {
-			if p := side.Phases[k]; p.Count != 8 || p.Sum < 0 {
-				t.Errorf("b's phase %s: %+v, want 8 requests (phases %v)", k, p, side.Phases)
+	for _, c := range []struct {
+		name       string
+		flags      []string
+		blocks, rq int // block pairs in the report, b's requests per block
+	}{
+		{"fresh", []string{"--requests", "8"}, 1, 8},
+		{"shared", []string{"--requests", "4", "--blocks", "2"}, 2, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			jsonOut := filepath.Join(t.TempDir(), "crowding.json")
+			var out, errOut bytes.Buffer
+			args := append([]string{"serve", "--workload", "crowding", "--colocated", "--sluice", sluiceBinary(t), "--model", model, "--threads", "2",
+				"--concurrency", "2", "--repeats", "1", "--prompt", "64", "--gen", "4",
+				"--long-prompt", "300", "--long-gen", "2", "--timeout", "3m", "--json-out", jsonOut}, c.flags...)
+			code := Run(args, &out, &errOut)
+			raw, err := os.ReadFile(jsonOut)
+			var rep crowdReport
+			if err == nil {
+				err = json.Unmarshal(raw, &rep)
 			}
-		}
+			if err != nil || code != 0 {
+				t.Fatalf("exit %d, %v: %s\n%s", code, err, out.String(), errOut.String())
+			}
+			n := c.blocks * c.rq
+			if rep.Alone.Stats.OK != n || rep.Flooded.Stats.OK != n {
+				t.Errorf("b's requests: alone %+v, flooded %+v, want %d OK each", rep.Alone.Stats, rep.Flooded.Stats, n)
+			}
+			if rep.Alone.HitRate < 0.5 {
+				t.Errorf("b's hit rate alone %.2f: its warmed prompts did not hit the cache", rep.Alone.HitRate)
+			}
+			if rep.Flooded.FloodOK == 0 {
+				t.Errorf("a's flood completed nothing: %+v", rep.Flooded)
+			}
+			// b's first-token phases, scraped from the admin listener: each of
+			// b's measured requests once per phase (a's are not b's).
+			for _, side := range []crowdSide{rep.Alone, rep.Flooded} {
+				for _, k := range []string{"colocated/queue", "colocated/prefill_wait", "colocated/prefill_compute"} {
+					if p := side.Phases[k]; p.Count != float64(n) || p.Sum < 0 {
+						t.Errorf("b's phase %s: %+v, want %d requests (phases %v)", k, p, n, side.Phases)
+					}
+				}
+			}
+			if len(rep.Blocks) != c.blocks {
+				t.Fatalf("%d blocks, want %d", len(rep.Blocks), c.blocks)
+			}
+			for i, k := range rep.Blocks {
+				if len(k.Alone) != c.rq || len(k.Flooded) != c.rq || k.Cover.Requests != c.rq {
+					t.Errorf("block %d: %d alone, %d flooded TTFTs, coverage %+v; want %d each", i, len(k.Alone), len(k.Flooded), k.Cover, c.rq)
+				}
+			}
+			// a floods the whole time b's flooded blocks run (8 of a's in
+			// flight from 500 ms before): some of b's requests saw a's.
+			if rep.Coverage.Requests != n || rep.Coverage.Covered == 0 {
+				t.Errorf("coverage %+v: want %d of b's requests, some with a's in flight", rep.Coverage, n)
+			}
+			if p := rep.TTFTP50CI; p.Point != rep.TTFTP50x || p.Lo > p.Point || p.Hi < p.Point || rep.P50Verdict == "" || rep.P99Verdict == "" {
+				t.Errorf("p50 interval %+v (ratio %v), verdicts %q %q", p, rep.TTFTP50x, rep.P50Verdict, rep.P99Verdict)
+			}
+			for _, want := range []string{"b TTFT p50 flooded/alone ", "b TTFT p99 flooded/alone ", ", bound 1.10x: ", "b's flooded requests with a's requests in flight"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("the text report has no %q:\n%s", want, out.String())
+				}
+			}
+		})
 	}
 }
 
