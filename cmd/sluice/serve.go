@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -694,21 +695,75 @@ func waitIdle(srv *router.Server, deadline time.Time, stop <-chan os.Signal) boo
 // readChatTemplate reads --chat-template: a file when one exists at that
 // path, else the template itself when it reads as Jinja ({{ or {%);
 // anything else is a path that does not exist, refused with the flag's
-// name, never served with the model's template in its place.
+// name, never served with the model's template in its place. The file is
+// read bounded (router.MaxTemplateBytes) and only when it is a regular
+// file: /dev/zero grew start-up's memory without end, and a FIFO blocked
+// the open until some other process wrote to it.
 func (o *serveOpts) readChatTemplate() error {
 	if o.chatTemplate == "" {
 		return nil
 	}
 	o.chatSource, o.chatFrom = o.chatTemplate, "the inline template"
-	if b, err := os.ReadFile(o.chatTemplate); err == nil {
+	if st, err := os.Stat(o.chatTemplate); err == nil {
+		b, err := readTemplateFile(o.chatTemplate, st)
+		if err != nil {
+			return fmt.Errorf("--chat-template %q: %v", o.chatTemplate, err)
+		}
 		o.chatSource, o.chatFrom = string(b), o.chatTemplate
 	} else if !strings.Contains(o.chatTemplate, "{{") && !strings.Contains(o.chatTemplate, "{%") {
 		return fmt.Errorf("--chat-template %q: %v (give a Jinja template file, or the template itself)", o.chatTemplate, err)
+	} else if len(o.chatSource) > router.MaxTemplateBytes {
+		return fmt.Errorf("--chat-template: the inline template is %d bytes, more than the %d (1 MiB) a chat template may hold", len(o.chatSource), router.MaxTemplateBytes)
 	}
 	if strings.TrimSpace(o.chatSource) == "" {
 		return fmt.Errorf("--chat-template %q is empty", o.chatTemplate)
 	}
 	return nil
+}
+
+// notRegular says what a template path that is not a regular file is.
+func notRegular(m os.FileMode) error {
+	kind := "not a regular file"
+	switch {
+	case m.IsDir():
+		kind = "a directory"
+	case m&os.ModeNamedPipe != 0:
+		kind = "a named pipe (FIFO)"
+	case m&os.ModeDevice != 0:
+		kind = "a device"
+	case m&os.ModeSocket != 0:
+		kind = "a socket"
+	}
+	return fmt.Errorf("is %s, not a template file; give a regular Jinja file of at most 1 MiB", kind)
+}
+
+// readTemplateFile reads a template file st describes: a regular file of
+// at most router.MaxTemplateBytes (a real template is a few KiB).
+func readTemplateFile(path string, st os.FileInfo) ([]byte, error) {
+	if !st.Mode().IsRegular() {
+		return nil, notRegular(st.Mode())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// The size again from the open file (the path may have changed since
+	// the Stat), and the read bounded whatever the size says.
+	if st, err = f.Stat(); err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, notRegular(st.Mode())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, router.MaxTemplateBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > router.MaxTemplateBytes || st.Size() > router.MaxTemplateBytes {
+		return nil, fmt.Errorf("is %d bytes, more than the %d (1 MiB) a chat template may hold", max(st.Size(), int64(len(b))), router.MaxTemplateBytes)
+	}
+	return b, nil
 }
 
 // loadChatTemplate is --chat-template's template (readChatTemplate), or
@@ -717,7 +772,7 @@ func (o *serveOpts) loadChatTemplate(log *slog.Logger, m *node.Model) (*router.C
 	if o.chatSource == "" {
 		ct, err := m.ChatTemplate()
 		if err != nil {
-			return nil, fmt.Errorf("the model's chat template does not parse (give one with --chat-template FILE): %v", err)
+			return nil, fmt.Errorf("the model's chat template cannot be used (give one with --chat-template FILE): %v", err)
 		}
 		return ct, nil
 	}

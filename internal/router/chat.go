@@ -62,10 +62,18 @@ type ChatTemplate struct {
 // rejected the conversation (a 400), not a broken template (a 500).
 var errTemplateRaised = errors.New("chat template rejected the messages")
 
+// MaxTemplateBytes bounds a chat template's text, from a model file or
+// --chat-template: real templates are a few KiB (the longest known, with
+// tool-calling instructions, ~20 KiB), and parsing holds the whole text.
+const MaxTemplateBytes = 1 << 20
+
 // NewChatTemplate parses source; an empty source selects
 // FallbackChatTemplate. bos and eos are the texts of the model's BOS and EOS
 // tokens, visible to the template as bos_token and eos_token.
 func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
+	if len(source) > MaxTemplateBytes {
+		return nil, fmt.Errorf("the chat template is %d bytes, more than the %d (1 MiB) a chat template may hold", len(source), MaxTemplateBytes)
+	}
 	ct := &ChatTemplate{source: source, bos: bos, eos: eos, maxBytes: MaxRenderBytes, maxCalls: maxMacroCalls}
 	if strings.TrimSpace(source) == "" {
 		ct.source, ct.fallback = FallbackChatTemplate, true

@@ -199,3 +199,22 @@ func TestChatTemplateMacroRecursionBounded(t *testing.T) {
 		}
 	}
 }
+
+// A chat template's text is bounded (MaxTemplateBytes), wherever it came
+// from (a model file's metadata, --chat-template): at the bound it
+// parses, past it it is refused saying the size.
+func TestChatTemplateSourceBounded(t *testing.T) {
+	src := func(n int) string {
+		return "{{ messages|length }}" + strings.Repeat("x", n-len("{{ messages|length }}"))
+	}
+	ct, err := NewChatTemplate(src(MaxTemplateBytes), "", "")
+	if err != nil {
+		t.Fatalf("a template of %d bytes: %v", MaxTemplateBytes, err)
+	}
+	if out, err := ct.Render(nil); err != nil || out != "0"+strings.Repeat("x", MaxTemplateBytes-len("{{ messages|length }}")) {
+		t.Fatalf("a template of %d bytes renders %d bytes, %v", MaxTemplateBytes, len(out), err)
+	}
+	if _, err := NewChatTemplate(src(MaxTemplateBytes+1), "", ""); err == nil || !strings.Contains(err.Error(), "is 1048577 bytes, more than the 1048576 (1 MiB)") {
+		t.Fatalf("a template of %d bytes: %v, want refused with its size", MaxTemplateBytes+1, err)
+	}
+}
