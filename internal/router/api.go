@@ -636,6 +636,9 @@ func parseStop(raw json.RawMessage) ([]string, *apiError) {
 	var many []string
 	var one string
 	if err := json.Unmarshal(raw, &one); err == nil {
+		if one == "" {
+			return nil, badParam("stop", "stop is an empty string, which would match before the first token; remove stop or give a non-empty string")
+		}
 		many = []string{one}
 	} else if err := json.Unmarshal(raw, &many); err != nil {
 		return nil, badParam("stop", "stop must be a string or an array of strings")
@@ -643,16 +646,18 @@ func parseStop(raw json.RawMessage) ([]string, *apiError) {
 	if len(many) > maxStops {
 		return nil, badParam("stop", "stop holds %d strings; at most %d are allowed", len(many), maxStops)
 	}
-	out := many[:0]
 	for i, s := range many {
 		if len(s) > maxStopBytes {
 			return nil, badParam("stop", "stop[%d] is %d bytes long; at most %d are allowed", i, len(s), maxStopBytes)
 		}
-		if s != "" {
-			out = append(out, s)
+		// An empty stop string matches everywhere. Dropping it silently
+		// hid a client bug; honouring it ends every choice at once
+		// (llama-server). Refused as vLLM does.
+		if s == "" {
+			return nil, badParam("stop", "stop[%d] is an empty string, which would match before the first token; remove it", i)
 		}
 	}
-	return out, nil
+	return many, nil
 }
 
 // promptInput is a completions prompt: text, or token ids.
@@ -767,6 +772,12 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 		}
 		if m.ToolCallID != nil && m.Role != "tool" {
 			return nil, badParam(fmt.Sprintf("messages[%d].tool_call_id", i), "only tool messages carry a tool_call_id")
+		}
+		// A tool result answers one call: OpenAI refuses it without the
+		// call's id, every client sends it, and no template of
+		// testdata/templates reads a tool message without one.
+		if m.Role == "tool" && (m.ToolCallID == nil || *m.ToolCallID == "") {
+			return nil, newErr(http.StatusBadRequest, CodeMissingParam, fmt.Sprintf("messages[%d].tool_call_id", i), "messages[%d] is a tool message without tool_call_id; give the id of the assistant's tool call it answers", i)
 		}
 		if len(m.ToolCalls) > maxTools {
 			return nil, badParam(fmt.Sprintf("messages[%d].tool_calls", i), "%d tool calls; at most %d", len(m.ToolCalls), maxTools)

@@ -137,6 +137,10 @@ func TestParameterBounds(t *testing.T) {
 		{comp, `"seed":1.5`, CodeInvalidParam, "seed"},
 		{comp, `"stop":` + strs(maxStops+1, 1), CodeInvalidParam, "stop"},
 		{comp, `"stop":` + strs(1, maxStopBytes+1), CodeInvalidParam, "stop"},
+		// An empty stop string matches everywhere: refused as vLLM does,
+		// never dropped (llama-server ends every choice at once with it).
+		{comp, `"stop":""`, CodeInvalidParam, "stop"},
+		{chat, `"stop":["a",""]`, CodeInvalidParam, "stop"},
 		{comp, `"max_tokens":65`, CodeContextLength, "max_tokens"},
 		{comp, `"max_tokens":9223372036854775807`, CodeContextLength, "max_tokens"},
 		{comp, `"max_tokens":9223372036854775806`, CodeContextLength, "max_tokens"},
@@ -205,6 +209,10 @@ func TestParameterBounds(t *testing.T) {
 		{chat, `"messages":[{"role":"user","content":"x","nickname":"bob"}]`, CodeUnsupported, "messages[0].nickname"},
 		{chat, `"messages":[{"role":"assistant","content":"x","tool_calls":[{"id":"1"}]}]`, CodeInvalidParam, "messages[0].tool_calls"},
 		{chat, `"messages":[{"role":"user","content":"x","tool_call_id":"1"}]`, CodeInvalidParam, "messages[0].tool_call_id"},
+		// A tool result must say which call it answers (OpenAI 400s too).
+		{chat, `"messages":[{"role":"tool","content":"18 C"}]`, CodeMissingParam, "messages[0].tool_call_id"},
+		{chat, `"messages":[{"role":"tool","content":"18 C","tool_call_id":null}]`, CodeMissingParam, "messages[0].tool_call_id"},
+		{chat, `"messages":[{"role":"tool","content":"18 C","tool_call_id":""}]`, CodeMissingParam, "messages[0].tool_call_id"},
 		// Wrong JSON types name their parameter.
 		{comp, `"temperature":"hot"`, CodeInvalidParam, "temperature"},
 		{comp, `"top_p":true`, CodeInvalidParam, "top_p"},
