@@ -168,6 +168,16 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats, model func()
 	m.drainCut = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_requests_cut_by_drain_total", Help: "Requests still running when --drain-timeout ran out after SIGTERM, ended by the server with a drain_timeout error (not client disconnects).",
 	})
+	// Counters an alert or a dashboard queries exist from the start, at
+	// 0, so rate() and increase() see their first event and an absent()
+	// alert tells a silent target from a quiet one.
+	for code := range refusalCodes {
+		m.refused.WithLabelValues(code)
+	}
+	if !tenantLabels {
+		m.promptTokens.WithLabelValues()
+		m.completionTokens.WithLabelValues()
+	}
 	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.itl, m.promptTokens, m.completionTokens, m.inflight, m.refused, m.e2e, m.vE2E, m.vTTFT, m.vITL, m.vPrompt, m.vGen, m.drainCut} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

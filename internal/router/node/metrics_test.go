@@ -68,7 +68,7 @@ func TestCapacityRefusalIsNotIntegrity(t *testing.T) {
 					t.Errorf("metrics lack %s", want)
 				}
 			}
-			if strings.Contains(body, "sluice_integrity_violations_total{") {
+			if nonZero(body, "sluice_integrity_violations_total{") {
 				t.Errorf("a capacity refusal moved the integrity counter:\n%s", grepLines(body, "sluice_integrity_violations_total"))
 			}
 
@@ -86,6 +86,17 @@ func TestCapacityRefusalIsNotIntegrity(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nonZero reports a line of body that starts with prefix and whose value
+// is not 0.
+func nonZero(body, prefix string) bool {
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, prefix) && !strings.HasSuffix(l, " 0") {
+			return true
+		}
+	}
+	return false
 }
 
 func grepLines(body, prefix string) string {
@@ -113,5 +124,53 @@ func TestReceiverStatsClassified(t *testing.T) {
 	}
 	if st.ReservationsRefused[router.RefusedKVCapacity] != 5 || st.ReservationsRefused[router.RefusedOther] != 2 || st.HandoffsAborted != 3 || st.LateWritesDropped != 4 {
 		t.Errorf("refused %v, aborted %d, late %d", st.ReservationsRefused, st.HandoffsAborted, st.LateWritesDropped)
+	}
+}
+
+// Every counter an alert or a dashboard queries has its series from the
+// start, at 0: a series born at 1 with the first violation hides that
+// violation from increase() and rate(), and a missing series cannot be
+// told from a target that stopped exporting it. Checked before any
+// request, for the split roles (a decode worker: the handoff verification
+// kinds too) and colocated.
+func TestCountersStartAtZero(t *testing.T) {
+	m := loadStories(t)
+	for _, mode := range []LocalConfig{{Transport: TransportTCP}, {Colocated: true}} {
+		mode.Pools = Pools{Context: 128, PoolTokens: 256}
+		s := serve(t, m, mode, nil)
+		body := scrape(t, s.ts.URL)
+		var want []string
+		for _, k := range kv.Kinds {
+			want = append(want, `sluice_integrity_violations_total{kind="`+string(k)+`"} 0`)
+		}
+		if !mode.Colocated {
+			for _, c := range integrityHandoffCodes {
+				want = append(want, `sluice_integrity_violations_total{kind="handoff_`+string(c)+`"} 0`)
+			}
+			want = append(want, `sluice_handoff_reservations_refused_total{reason="kv_capacity_exhausted"} 0`,
+				`sluice_handoff_reservations_refused_total{reason="refused"} 0`)
+		}
+		for _, r := range []string{router.CodeOverloaded, router.CodeTenantLimit, router.CodeQueueTimeout, router.CodeKVCapacity,
+			router.CodeRateLimited, router.CodeDraining, router.CodeShuttingDown} {
+			want = append(want, `sluice_requests_refused_total{reason="`+r+`"} 0`)
+		}
+		want = append(want, "sluice_prompt_tokens_total 0", "sluice_completion_tokens_total 0")
+		for _, w := range want {
+			if !strings.Contains(body, w+"\n") {
+				t.Errorf("colocated %v: metrics lack %s", mode.Colocated, w)
+			}
+		}
+	}
+}
+
+// Each handoff code whose zero series is exported counts as integrity.
+func TestIntegrityHandoffCodesAreIntegrity(t *testing.T) {
+	for _, c := range integrityHandoffCodes {
+		var st router.EngineStats
+		st.Violations = map[string]uint64{}
+		addReceiverStats(&st, handoff.ReceiverStats{Failed: map[handoff.Code]uint64{c: 1}})
+		if st.Violations["handoff_"+string(c)] != 1 {
+			t.Errorf("handoff code %s has a zero integrity series but is not counted as integrity", c)
+		}
 	}
 }

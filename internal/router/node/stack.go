@@ -159,7 +159,21 @@ func (s *Stack) Stats() router.EngineStats {
 // Stats builds a metrics snapshot from pools and an optional decode worker.
 func Stats(pools map[string]*kv.Pool, dw *engine.DecodeWorker) router.EngineStats {
 	var st router.EngineStats
+	// Every kind an operator alerts on exists from the start, at 0: a
+	// series born at 1 with the first violation is invisible to
+	// increase() and rate() (docs/operations.md's alert).
 	st.Violations = map[string]uint64{}
+	if len(pools) > 0 {
+		for _, k := range kv.Kinds {
+			st.Violations[string(k)] = 0
+		}
+	}
+	if dw != nil {
+		for _, c := range integrityHandoffCodes {
+			st.Violations["handoff_"+string(c)] = 0
+		}
+		st.ReservationsRefused = map[string]uint64{router.RefusedKVCapacity: 0, router.RefusedOther: 0}
+	}
 	for role, p := range pools {
 		ps := p.Stats()
 		pageSize := uint64(p.Geometry().PageSize)
@@ -182,6 +196,14 @@ func Stats(pools map[string]*kv.Pool, dw *engine.DecodeWorker) router.EngineStat
 		st.Sched = map[string]engine.SchedStats{"decode": dw.SchedStats()}
 	}
 	return st
+}
+
+// integrityHandoffCodes are the decode side's handoff verification
+// failures (addReceiverStats counts them as integrity), exported at 0
+// from the start.
+var integrityHandoffCodes = []handoff.Code{
+	handoff.ErrCountMismatch.Code, handoff.ErrCoverage.Code, handoff.ErrDigestMismatch.Code, handoff.ErrDigestMissing.Code,
+	handoff.ErrBadWrite.Code, handoff.ErrSealedWrite.Code, handoff.ErrChecksum.Code, handoff.ErrState.Code,
 }
 
 // addReceiverStats sorts the decode side's failed handoffs into what the
