@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"sluice/internal/cli"
@@ -24,7 +25,7 @@ func init() {
 	register(command{
 		name:    "generate",
 		summary: "run one prompt through a model and print the generated text",
-		run:     func(args []string) int { return runGenerate(args, os.Stdout, os.Stderr) },
+		run:     func(args []string) int { return runGenerate(args, os.Stdin, os.Stdout, os.Stderr) },
 	})
 }
 
@@ -251,7 +252,40 @@ func genErr(code, format string, args ...any) error {
 
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 
-func runGenerate(args []string, stdout, stderr io.Writer) int {
+// maxStdinPrompt bounds a prompt read from stdin: far beyond any model's
+// context, so only a mistaken pipe (a device, a huge file) meets it.
+const maxStdinPrompt = 64 << 20
+
+// promptFromStdin reads the prompt from stdin when it is not a terminal
+// (nor /dev/null, also a character device): `echo text | sluice generate`,
+// as llama.cpp's tools take a prompt file. A nil stdin is a terminal. One
+// trailing newline is the shell's (echo, a file's last line), not the
+// prompt's.
+func promptFromStdin(stdin io.Reader) (string, error) {
+	const hint = "give the prompt with --prompt TEXT, or pipe it on stdin (echo 'Once upon a time' | sluice generate ...)"
+	if stdin == nil {
+		return "", fmt.Errorf("no prompt: %s", hint)
+	}
+	if f, ok := stdin.(*os.File); ok {
+		if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice != 0 {
+			return "", fmt.Errorf("no prompt: %s", hint)
+		}
+	}
+	b, err := io.ReadAll(io.LimitReader(stdin, maxStdinPrompt+1))
+	if err != nil {
+		return "", fmt.Errorf("reading the prompt from stdin: %v", err)
+	}
+	if len(b) > maxStdinPrompt {
+		return "", fmt.Errorf("the prompt on stdin is larger than %d MiB; is the right file piped in?", maxStdinPrompt>>20)
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return "", fmt.Errorf("stdin held no prompt: %s", hint)
+	}
+	return s, nil
+}
+
+func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o genOptions
@@ -259,7 +293,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) int {
 	var seed uint64
 	var asJSON bool
 	fs.StringVar(&o.ModelPath, "model", "", "GGUF model `file`, or hf://ORG/REPO[:QUANT] as sluice serve takes it (default: the built-in synthetic model)")
-	fs.StringVar(&o.Prompt, "prompt", "", "prompt `text`")
+	fs.StringVar(&o.Prompt, "prompt", "", "prompt `text`; without it, the prompt is read from stdin when stdin is not a terminal")
 	fs.IntVar(&o.MaxTokens, "max-tokens", 64, "generate at most `n` tokens")
 	fs.Float64Var(&temp, "temperature", 0, "sampling temperature; 0 is greedy")
 	fs.IntVar(&o.Sampling.TopK, "top-k", 0, "keep the `k` most likely tokens (0: all)")
@@ -298,6 +332,17 @@ Flags:
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sluice generate: unexpected argument %q (the prompt goes in --prompt)\n", fs.Arg(0))
 		return 2
+	}
+	// Without --prompt there used to be a run on an empty prompt, which
+	// looked like a model's output to a user who forgot the flag. An
+	// explicit --prompt "" still runs from BOS alone.
+	if !cli.IsSet(fs, "prompt") {
+		p, err := promptFromStdin(stdin)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice generate: %v\n", err)
+			return 2
+		}
+		o.Prompt = p
 	}
 	kt, err := kv.ParseType(*kvType)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -198,7 +199,7 @@ func topN(l []float32, n int) []int32 {
 func TestGenerateCommandJSON(t *testing.T) {
 	p := testenv.Shared(t, "models/stories260K.gguf")
 	var out, errb bytes.Buffer
-	code := runGenerate([]string{"--model", p, "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0", "--json"}, &out, &errb)
+	code := runGenerate([]string{"--model", p, "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0", "--json"}, nil, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -227,7 +228,7 @@ func TestGenerateCommandJSON(t *testing.T) {
 
 	// Streaming mode prints the same text.
 	out.Reset()
-	if code := runGenerate([]string{"--model", p, "--prompt", "Once upon a time", "--max-tokens", "8"}, &out, &errb); code != 0 {
+	if code := runGenerate([]string{"--model", p, "--prompt", "Once upon a time", "--max-tokens", "8"}, nil, &out, &errb); code != 0 {
 		t.Fatalf("streaming exit %d: %s", code, errb.String())
 	}
 	if strings.TrimSuffix(out.String(), "\n") != got.Text {
@@ -237,21 +238,21 @@ func TestGenerateCommandJSON(t *testing.T) {
 
 func TestGenerateCommandErrors(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := runGenerate([]string{"--model", "/nonexistent.gguf", "--prompt", "x"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "nonexistent") {
+	if code := runGenerate([]string{"--model", "/nonexistent.gguf", "--prompt", "x"}, nil, &out, &errb); code != 1 || !strings.Contains(errb.String(), "nonexistent") {
 		t.Errorf("missing model: exit %d, stderr %q", code, errb.String())
 	}
 	errb.Reset()
-	if code := runGenerate([]string{"--bogus"}, &out, &errb); code != 2 {
+	if code := runGenerate([]string{"--bogus"}, nil, &out, &errb); code != 2 {
 		t.Errorf("unknown flag: exit %d", code)
 	}
 	errb.Reset()
 	out.Reset()
-	if code := runGenerate([]string{"--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "--json") || errb.Len() != 0 {
+	if code := runGenerate([]string{"--help"}, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "--json") || errb.Len() != 0 {
 		t.Errorf("--help: exit %d, usage on stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 	p := testenv.Shared(t, "models/stories260K.gguf")
 	errb.Reset()
-	if code := runGenerate([]string{"--model", p, "--prompt", "x", "--temperature", "-1"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "invalid_temperature") {
+	if code := runGenerate([]string{"--model", p, "--prompt", "x", "--temperature", "-1"}, nil, &out, &errb); code != 1 || !strings.Contains(errb.String(), "invalid_temperature") {
 		t.Errorf("negative temperature: exit %d, stderr %q", code, errb.String())
 	}
 }
@@ -346,4 +347,66 @@ func TestGenerateRequestErrors(t *testing.T) {
 			t.Errorf("%+v: err %v, want code %s", c.o, err, c.code)
 		}
 	}
+}
+
+// Without --prompt, generate reads the prompt from stdin when stdin is
+// not a terminal (as llama.cpp's tools read a prompt file; one trailing
+// newline is the shell's, not the prompt's), and otherwise refuses with a
+// hint instead of running on an empty prompt.
+func TestGeneratePromptFromStdin(t *testing.T) {
+	p := testenv.Shared(t, "models/stories260K.gguf")
+	var out, errb bytes.Buffer
+	if code := runGenerate([]string{"--model", p, "--max-tokens", "4"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--prompt") || !strings.Contains(errb.String(), "stdin") || out.Len() != 0 {
+		t.Errorf("no prompt, stdin a terminal: exit %d, stdout %q, stderr %q; want 2 and a hint naming --prompt and stdin", code, out.String(), errb.String())
+	}
+	// /dev/null is a character device, as a terminal is: not read (a
+	// terminal would block the command waiting for input).
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	errb.Reset()
+	if code := runGenerate([]string{"--model", p, "--max-tokens", "4"}, devNull, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--prompt") || strings.Contains(errb.String(), "stdin held") {
+		t.Errorf("no prompt, stdin /dev/null: exit %d, stderr %q; want 2 and the hint", code, errb.String())
+	}
+	ids := func(stdin io.Reader, args ...string) []int32 {
+		t.Helper()
+		out.Reset()
+		errb.Reset()
+		if code := runGenerate(append([]string{"--model", p, "--max-tokens", "4", "--temperature", "0", "--json"}, args...), stdin, &out, &errb); code != 0 {
+			t.Fatalf("exit %d: %s", code, errb.String())
+		}
+		var got struct {
+			PromptIDs []int32 `json:"prompt_token_ids"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+		return got.PromptIDs
+	}
+	want := []int32{1, 403, 407, 261, 378} // "Once upon a time"
+	if got := ids(strings.NewReader("Once upon a time\n")); !slices.Equal(got, want) {
+		t.Errorf("prompt from stdin: ids %v, want %v", got, want)
+	}
+	if got := ids(strings.NewReader("ignored"), "--prompt", "Once upon a time"); !slices.Equal(got, want) {
+		t.Errorf("--prompt with stdin: ids %v, want %v (--prompt wins)", got, want)
+	}
+	for name, in := range map[string]io.Reader{"empty": strings.NewReader(""), "newline only": strings.NewReader("\n"),
+		"too large": io.LimitReader(zeros{}, maxStdinPrompt+1)} {
+		out.Reset()
+		errb.Reset()
+		if code := runGenerate([]string{"--model", p, "--max-tokens", "4"}, in, &out, &errb); code != 2 || !strings.Contains(errb.String(), "stdin") {
+			t.Errorf("stdin %s: exit %d, stderr %q; want 2 naming stdin", name, code, errb.String())
+		}
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	return len(p), nil
 }
