@@ -159,9 +159,10 @@ bench-serve-kv:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
 	./bin/sluice bench serve --workload kv-pressure --concurrency 16,64 --requests 64 $(BENCH_SERVE_FLAGS)
 	./bin/sluice bench serve --workload kv-pressure --concurrency 16,64 --requests 64 --colocated $(BENCH_SERVE_FLAGS)
-# bench-serve-crowding: tenant b repeating its own prompts alone, then while
-# tenant a floods unique 1k-token prompts (fresh server each, alternating):
-# b's cache hit rate and TTFT p50/p99 side by side (issue 28).
+# bench-serve-crowding: tenant b repeating its own prompts alone and while
+# tenant a floods unique 1k-token prompts (4 alone/flooded block pairs per
+# server, 2 servers): b's cache hit rate and TTFT p50/p99 side by side,
+# the ratios with 95% intervals against the 1.10x bound (issue 28).
 # bench-serve-encrypt: serving tok/s with the roles' frames encrypted vs
 # plain, both servers up, driven in turn (issue 28), and the handoff
 # benchmark's encrypted vs plain-frame vs raw TCP transfer, interleaved.
@@ -177,15 +178,22 @@ bench-handoff-encrypt:
 	$(GO) test -timeout 20m -run '^$$' -bench HandoffEncrypt -benchtime 10x -count 3 ./internal/handoff/handoffbench
 bench-serve-crowding:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
-	./bin/sluice bench serve --workload crowding --colocated --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 32 --repeats 3 $(BENCH_SERVE_FLAGS)
-	./bin/sluice bench serve --workload crowding --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 32 --repeats 3 $(BENCH_SERVE_FLAGS)
+	./bin/sluice bench serve --workload crowding --colocated --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 64 --blocks 4 --repeats 2 $(BENCH_SERVE_FLAGS)
+	./bin/sluice bench serve --workload crowding --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 64 --blocks 4 --repeats 2 $(BENCH_SERVE_FLAGS)
 # bench-crowding-ab: the crowding workload (disaggregated) on two sluice
-# builds interleaved, OLD=binary NEW=binary (ROUNDS, default 6;
-# CROWDING_FLAGS): medians of b's TTFT ratios, push and rest phases, a's
-# tok/s per build, into bench-out/ (docs/benchmarks.md).
-.PHONY: bench-crowding-ab
+# builds interleaved, OLD=binary NEW=binary (ROUNDS, default 6; REQUESTS,
+# BLOCKS, CROWDING_FLAGS), driven by this tree's build: medians of b's TTFT
+# ratios, push and rest phases, a's tok/s per build, then b's TTFT ratios
+# pooled over the rounds with 95% intervals and new/old, into bench-out/
+# (docs/benchmarks.md). bench-crowding-aa BIN=binary: the same binary on
+# both sides, so the new/old interval is the measurement's noise.
+.PHONY: bench-crowding-ab bench-crowding-aa
 bench-crowding-ab:
-	scripts/bench-crowding-ab.sh "$(OLD)" "$(NEW)"
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
+	DRIVER=bin/sluice scripts/bench-crowding-ab.sh "$(OLD)" "$(NEW)"
+bench-crowding-aa:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/sluice ./cmd/sluice
+	DRIVER=bin/sluice scripts/bench-crowding-ab.sh "$(BIN)" "$(BIN)"
 
 # the prefix cache's multi-turn chat benchmark: sluice cache on / off and
 # llama-server's prompt cache, interleaved; BENCH_CHAT_FLAGS="--rounds 3" etc.

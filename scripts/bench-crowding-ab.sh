@@ -1,17 +1,26 @@
 #!/bin/sh
 # make bench-crowding-ab OLD=bin1 NEW=bin2: issue 28's crowding workload
 # (disaggregated; tenant b's TTFT alone and while tenant a floods) on two
-# sluice builds interleaved, ROUNDS rounds (default 6) with the order
+# sluice builds interleaved, ROUNDS rounds (default 10) with the order
 # alternating, so the machine's load falls on both alike. Each round is one
-# `sluice bench serve --workload crowding --repeats 1` per build (its own
-# binary drives it); per build it prints the medians over the rounds of
-# b's TTFT p50 and p99 flooded / alone, the push to the commit and the rest
-# of the handoff (b's mean ms per request, alone and flooded), a's tok/s
-# and how b's prompts started while a floods (nested at a pause point of
-# a's step, or at a step boundary), then every round's figures. CROWDING_FLAGS adds flags to every run
-# (e.g. --colocated, "--sluice-flags=--handoff-after-prefill"). The report,
-# with the command, CPU, dates and load averages, goes to
-# $BENCH_OUT/crowding-ab-<date>.txt.
+# `sluice bench serve --workload crowding --repeats 1` per build, driven by
+# one binary, DRIVER (default NEW; `make bench-crowding-ab` builds this
+# tree's), with --sluice OLD or NEW as the server; REQUESTS (b's requests
+# per block) and BLOCKS (alone/flooded block pairs on the run's server; 0:
+# a fresh server per phase) set the run's size. Per build it prints the
+# medians over the rounds of b's TTFT p50 and p99 flooded / alone, the
+# push to the commit and the rest of the handoff (b's mean ms per request,
+# alone and flooded), a's tok/s and how b's prompts started while a floods
+# (nested at a pause point of a's step, or at a step boundary), then every
+# round's figures, then `sluice bench crowding-ci` over the runs' JSON
+# reports: per build b's TTFT ratios pooled over every round with 95%
+# intervals and the verdict against the 1.10x bound, and new/old with its
+# interval. OLD=NEW (the same binary) is an A/A run: the new/old interval
+# is the measurement's noise. CROWDING_FLAGS adds flags to every run (e.g.
+# --colocated, "--sluice-flags=--handoff-after-prefill"). The report, with
+# the command, CPU, dates and load averages, goes to
+# $BENCH_OUT/crowding-ab-<date>.txt, the runs' JSON to the directory of the
+# same name.
 set -eu
 if [ $# -ne 2 ] || [ ! -x "$1" ] || [ ! -x "$2" ]; then
 	echo "usage: $0 OLD-SLUICE-BINARY NEW-SLUICE-BINARY (ROUNDS, CROWDING_FLAGS, BENCH_OUT in the environment)" >&2
@@ -19,22 +28,33 @@ if [ $# -ne 2 ] || [ ! -x "$1" ] || [ ! -x "$2" ]; then
 fi
 OLD=$1
 NEW=$2
-ROUNDS=${ROUNDS:-6}
+DRIVER=${DRIVER:-$NEW}
+if [ ! -x "$DRIVER" ]; then
+	echo "$0: DRIVER $DRIVER is not an executable sluice binary" >&2
+	exit 2
+fi
+ROUNDS=${ROUNDS:-10}
+REQUESTS=${REQUESTS:-64}
+BLOCKS=${BLOCKS:-4}
 FLAGS=${CROWDING_FLAGS:-}
 OUT=${BENCH_OUT:-bench-out}
-mkdir -p "$OUT"
-REPORT=$OUT/crowding-ab-$(date -u +%Y%m%dT%H%MZ).txt
+STAMP=crowding-ab-$(date -u +%Y%m%dT%H%M%SZ)
+REPORT=$OUT/$STAMP.txt
+JSONDIR=$OUT/$STAMP
+mkdir -p "$OUT" "$JSONDIR"
 ROWS=$(mktemp)
 RUN=$(mktemp)
 trap 'rm -f "$ROWS" "$RUN"' EXIT
-CMD="bench serve --workload crowding --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 32 --repeats 1 $FLAGS"
+CMD="bench serve --workload crowding --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests $REQUESTS --blocks $BLOCKS --repeats 1 $FLAGS"
+T0=$(date +%s)
 {
 	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') ($(nproc) CPUs)"
 	echo "loadavg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "old: $OLD"
 	echo "new: $NEW"
-	echo "command: BINARY $CMD --sluice BINARY, $ROUNDS rounds, the order alternating"
+	echo "driver: $DRIVER"
+	echo "command: DRIVER $CMD --sluice BINARY --json-out $JSONDIR/{old,new}-ROUND.json, $ROUNDS rounds, the order alternating"
 } | tee "$REPORT"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
@@ -48,7 +68,7 @@ while [ "$r" -le "$ROUNDS" ]; do
 			bin=$NEW
 		fi
 		# shellcheck disable=SC2086
-		if ! "$bin" $CMD --sluice "$bin" >"$RUN" 2>&1; then
+		if ! "$DRIVER" $CMD --sluice "$bin" --json-out "$JSONDIR/$which-$(printf %03d "$r").json" >"$RUN" 2>&1; then
 			echo "round $r $which: the run failed (its output follows)" >&2
 			cat "$RUN" >&2
 			exit 1
@@ -81,4 +101,8 @@ med() {
 	echo "rounds: build round p50x p99x push_alone push_flooded rest_alone rest_flooded a_tok_s loadavg nested_flooded boundary_flooded"
 	cat "$ROWS"
 	echo "loadavg at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo
+	echo "pooled over the rounds (sluice bench crowding-ci):"
+	"$DRIVER" bench crowding-ci --old "$JSONDIR/old-*.json" --new "$JSONDIR/new-*.json"
+	echo "elapsed: $(($(date +%s) - T0)) s"
 } | tee -a "$REPORT"

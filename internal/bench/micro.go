@@ -514,6 +514,9 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "cluster" {
 		return runBenchCluster(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "crowding-ci" {
+		return runCrowdingCI(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var models cli.List
@@ -533,6 +536,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(fs.Output(), `Usage: sluice bench [flags]
        sluice bench serve [flags]   (the serving benchmark; see its --help)
        sluice bench cluster [flags] (router CPU per request and balance over 1, 2, 3 decode workers)
+       sluice bench crowding-ci --old GLOB [--new GLOB] (crowding reports pooled: intervals, new/old)
 
 Measures prefill (pp) and decode (tg) tokens/s the way llama-bench does:
 pp<N> is one prompt of N tokens from an empty context, tg<N> is N

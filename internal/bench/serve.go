@@ -577,7 +577,7 @@ type workload struct {
 var workloads = []workload{
 	{"mix", "the issue's mix: --concurrency levels of --prompt/--gen requests, sluice and llama-server interleaved; tok/s, TTFT, ITL and the ratios", runMix},
 	{"interference", "short requests' ITL while --long-prompt prompts keep arriving, colocated vs disaggregated (and llama-server), interleaved", runInterference},
-	{"crowding", "tenant b repeats its own --prompt prompts alone, then while tenant a floods unique --long-prompt prompts, fresh server each, interleaved: b's cache hit rate and TTFT", runCrowding},
+	{"crowding", "tenant b repeats its own --prompt prompts alone and while tenant a floods unique --long-prompt prompts (a fresh server per phase, or --blocks pairs of blocks per server): b's cache hit rate and TTFT, the ratios with 95% intervals against the 1.10x bound", runCrowding},
 	{"encrypt", "sluice disaggregated over loopback TCP without and with --encrypt, in turn: tok/s and the ratio encrypted / plain", runEncrypt},
 	{"longctx", "TTFT of one --long-prompt prompt at a time: colocated, disaggregated over TCP and shm (streaming handoff), TCP with --handoff-after-prefill, and llama-server, interleaved; every sluice output must equal colocated's", runLongctx},
 	{"kv-pressure", "a KV pool holding a quarter of the in-flight demand: every request must succeed (no 5xx/429 while the queue has room) and equal its solo run", runKVPressure},

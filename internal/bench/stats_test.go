@@ -197,15 +197,16 @@ func TestCrowdCoverage(t *testing.T) {
 		b(310, 390), // none: between a's second and third
 		b(300, 400), // touches both ends: none (open at the ends)
 		b(450, 460), // the third
+		b(280, 420), // a's second ends and third starts inside it: both
 		{start: at(320), status: http.StatusTooManyRequests}, // not OK: not counted
 		{start: at(330), status: http.StatusOK},              // no first token: not counted
 	}
 	got := crowdCoverage(bs, a)
-	if want := (coverage{Requests: 5, Covered: 3, Min: 0}); got != want {
+	if want := (coverage{Requests: 6, Covered: 4, Min: 0}); got != want {
 		t.Errorf("coverage %+v, want %+v", got, want)
 	}
-	got = crowdCoverage(bs[:2], a)
-	if want := (coverage{Requests: 2, Covered: 2, Min: 1}); got != want {
+	got = crowdCoverage(append(bs[:2:2], bs[5]), a)
+	if want := (coverage{Requests: 3, Covered: 3, Min: 1}); got != want {
 		t.Errorf("coverage %+v, want %+v", got, want)
 	}
 	if got := crowdCoverage(nil, a); got != (coverage{}) {
@@ -217,12 +218,12 @@ func TestCrowdCoverage(t *testing.T) {
 // pooled ratio, the coverage summed with the fewest kept.
 func TestCrowdSummarizeBlocks(t *testing.T) {
 	rep := crowdReport{Bound: 1.1, Resamples: 500, Blocks: []crowdBlock{
-		{Alone: []float64{10, 10, 10}, Flooded: []float64{10, 10, 10}, Cover: coverage{3, 3, 2}},
-		{Alone: []float64{10, 10}, Flooded: []float64{10, 10}, Cover: coverage{2, 1, 1}},
+		{Alone: []float64{10, 10, 10}, Flooded: []float64{20, 20, 20}, Cover: coverage{3, 3, 2}},
+		{Alone: []float64{10, 10}, Flooded: []float64{20, 20}, Cover: coverage{2, 1, 1}},
 		{Alone: []float64{10}}, // no flooded block: not a unit, no coverage
 	}}
 	rep.summarizeBlocks()
-	if rep.TTFTP50CI != (ci{1, 1, 1}) || rep.P50Verdict != "met" || rep.P99Verdict != "met" {
+	if rep.TTFTP50CI != (ci{2, 2, 2}) || rep.TTFTP99CI != (ci{2, 2, 2}) || rep.P50Verdict != "not met" || rep.P99Verdict != "not met" {
 		t.Errorf("intervals %+v %+v, verdicts %q %q", rep.TTFTP50CI, rep.TTFTP99CI, rep.P50Verdict, rep.P99Verdict)
 	}
 	if rep.Coverage != (coverage{5, 4, 1}) {
