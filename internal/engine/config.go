@@ -73,6 +73,12 @@ type Config struct {
 	// go to decode while the next chunk computes, so a long prompt's
 	// transfer hides under its compute; the commit comes last either way.
 	HandoffAfterPrefill bool
+	// CommitAside bounds how long the prefill worker's scheduler, once a
+	// streamed prompt ended while another tenant's prompt waits in its
+	// batch, waits for that prompt's handoff (the last pages and the
+	// commit) before computing further (aside.go): per forward pass, 0
+	// for DefaultCommitAside, negative never.
+	CommitAside time.Duration
 	// HandoffTimeout bounds how long a decode reservation may wait for its
 	// commit and its stream without progress before it is aborted
 	// (default 2 minutes): a router or prefill worker that died must not
@@ -177,6 +183,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BatchBytes <= 0 {
 		c.BatchBytes = 1 << 20
+	}
+	if c.CommitAside == 0 {
+		c.CommitAside = DefaultCommitAside
 	}
 	if c.MaxConcurrency <= 0 {
 		c.MaxConcurrency = 64

@@ -42,7 +42,11 @@ type PrefillWorker struct {
 	stats struct {
 		committed, failed, tokens, bytes, pushNanos atomic.Int64
 		sent, skipped, streamed                     atomic.Int64
+		asides, asideTimeouts                       atomic.Int64
 	}
+	// aside is the scheduler goroutine's state for stepping aside for a
+	// finished prompt's handoff (aside.go).
+	aside aside
 	// running is the Prefill calls in progress (its load report).
 	running atomic.Int64
 	// phases are the prompts' first-token phases seen here (phases.go).
@@ -75,6 +79,11 @@ type PrefillStats struct {
 	// prompt was still being prefilled (the streaming handoff): of
 	// PagesSent, the transfer hidden under the prefill's compute.
 	PagesStreamed int64
+	// Asides counts the times the scheduler waited for a finished
+	// prompt's handoff before computing another tenant's prompts
+	// (aside.go); AsideTimeouts those that ended at Config.CommitAside
+	// rather than with the push.
+	Asides, AsideTimeouts int64
 }
 
 // Stats returns the counters.
@@ -84,6 +93,7 @@ func (w *PrefillWorker) Stats() PrefillStats {
 		Bytes: w.stats.bytes.Load(), Push: time.Duration(w.stats.pushNanos.Load()),
 		PagesSent: w.stats.sent.Load(), PagesSkipped: w.stats.skipped.Load(),
 		PagesStreamed: w.stats.streamed.Load(),
+		Asides:        w.stats.asides.Load(), AsideTimeouts: w.stats.asideTimeouts.Load(),
 	}
 }
 
@@ -400,7 +410,12 @@ func (w *PrefillWorker) pushStreaming(ctx context.Context, r *handoff.PrefillReq
 	q.chunked = prog.Prefilled
 	q.holdPages = true
 	pushed := make(chan error, 1)
-	go func() { pushed <- handoff.PushStreaming(ctx, snd, w.decode, prog) }()
+	landed := make(chan struct{}) // closed as the push returns (stepAside)
+	go func() {
+		err := handoff.PushStreaming(ctx, snd, w.decode, prog)
+		close(landed)
+		pushed <- err
+	}()
 	// The prompt's end tells the push itself, from the scheduler's
 	// goroutine (Finish does not block, like chunked), so the last pages
 	// and the commit go without first waking this goroutine: one thread
@@ -416,6 +431,9 @@ func (w *PrefillWorker) pushStreaming(ctx context.Context, r *handoff.PrefillReq
 			first, firstLP = o.token, o.logprobs
 		case o.done && o.err == nil && o.finish != "cancelled":
 			prog.Finish(first, firstLP) // the pages are handed over (holdPages): complete
+			// Another tenant's prompts wait for this thread: they wait
+			// for this handoff (bounded), which then runs on it.
+			w.stepAside(r.Tenant, landed)
 		}
 		emit(o)
 	}
