@@ -160,6 +160,11 @@ Flags:
 		fmt.Fprintf(stdout, "%s: b TTFT p99 flooded/alone %s, bound %.2fx: %s\n", b.name, fmtCI(c.P99), *bound, verdict(c.P99, *bound))
 		fmt.Fprintf(stdout, "%s: b's flooded requests with a's requests in flight from sending to first token: %d/%d (fewest of a's in flight: %d)\n",
 			b.name, c.Cover.Covered, c.Cover.Requests, c.Cover.Min)
+		var ha, hf float64
+		for _, r := range b.runs {
+			ha, hf = ha+r.Alone.HitRate/float64(len(b.runs)), hf+r.Flooded.HitRate/float64(len(b.runs))
+		}
+		fmt.Fprintf(stdout, "%s: b hit rate flooded %.3f, alone %.3f (means over the runs)\n", b.name, hf, ha)
 	}
 	if len(builds) == 2 {
 		units := pairedUnits(builds[0], builds[1])

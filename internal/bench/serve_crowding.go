@@ -118,6 +118,7 @@ type crowdReport struct {
 	TTFTP99CI  ci       `json:"ttft_p99_ratio_ci95"`
 	P50Verdict string   `json:"ttft_p50_verdict"`
 	P99Verdict string   `json:"ttft_p99_verdict"`
+	HitVerdict string   `json:"hit_rate_verdict"`
 	Coverage   coverage `json:"b_flooded_coverage"`
 }
 
@@ -156,6 +157,13 @@ func (rep *crowdReport) summarizeBlocks() {
 	rep.TTFTP50CI = bootstrapCI(units, quantileRatio(1, 0, 50), rep.Resamples, 1)
 	rep.TTFTP99CI = bootstrapCI(units, quantileRatio(1, 0, 99), rep.Resamples, 2)
 	rep.P50Verdict, rep.P99Verdict = verdict(rep.TTFTP50CI, rep.Bound), verdict(rep.TTFTP99CI, rep.Bound)
+	// The hit rate is a count (b's cached over prompt tokens), the same
+	// in every run so far: no interval. Within 10% of alone means at
+	// least 0.90x of it.
+	rep.HitVerdict = "met"
+	if rep.Flooded.HitRate < (2-rep.Bound)*rep.Alone.HitRate {
+		rep.HitVerdict = "not met"
+	}
 	rep.Coverage = coverage{}
 	for _, k := range rep.Blocks {
 		c := k.Cover
@@ -689,6 +697,8 @@ func printCrowding(w io.Writer, rep crowdReport) {
 func printCrowdCI(w io.Writer, rep crowdReport) {
 	fmt.Fprintf(w, "b TTFT p50 flooded/alone %s, bound %.2fx: %s\n", fmtCI(rep.TTFTP50CI), rep.Bound, rep.P50Verdict)
 	fmt.Fprintf(w, "b TTFT p99 flooded/alone %s, bound %.2fx: %s\n", fmtCI(rep.TTFTP99CI), rep.Bound, rep.P99Verdict)
+	fmt.Fprintf(w, "b hit rate flooded %.3f, alone %.3f: %.2fx, bound %.2fx of alone: %s\n", rep.Flooded.HitRate, rep.Alone.HitRate,
+		ratio(rep.Flooded.HitRate, rep.Alone.HitRate), 2-rep.Bound, rep.HitVerdict)
 	n := len(crowdUnits(rep.Blocks))
 	what := "over the requests of the one block pair only: it leaves out the spread from run to run (more --repeats or --blocks)"
 	if n > 1 {

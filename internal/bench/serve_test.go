@@ -271,7 +271,7 @@ func TestBenchServeCrowding(t *testing.T) {
 			if p := rep.TTFTP50CI; p.Point != rep.TTFTP50x || p.Lo > p.Point || p.Hi < p.Point || rep.P50Verdict == "" || rep.P99Verdict == "" {
 				t.Errorf("p50 interval %+v (ratio %v), verdicts %q %q", p, rep.TTFTP50x, rep.P50Verdict, rep.P99Verdict)
 			}
-			for _, want := range []string{"b TTFT p50 flooded/alone ", "b TTFT p99 flooded/alone ", ", bound 1.10x: ", "b's flooded requests with a's requests in flight"} {
+			for _, want := range []string{"b TTFT p50 flooded/alone ", "b TTFT p99 flooded/alone ", ", bound 1.10x: ", "b hit rate flooded ", "b's flooded requests with a's requests in flight"} {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("the text report has no %q:\n%s", want, out.String())
 				}

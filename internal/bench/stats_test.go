@@ -229,4 +229,14 @@ func TestCrowdSummarizeBlocks(t *testing.T) {
 	if rep.Coverage != (coverage{5, 4, 1}) {
 		t.Errorf("coverage %+v, want 5 requests, 4 covered, min 1", rep.Coverage)
 	}
+	// The hit rate flooded must be at least 0.90x of alone's.
+	for _, c := range []struct {
+		alone, flooded float64
+		want           string
+	}{{0.938, 0.938, "met"}, {0.938, 0.85, "met"}, {0.938, 0.84, "not met"}, {0.5, 0.6, "met"}} {
+		rep.Alone.HitRate, rep.Flooded.HitRate = c.alone, c.flooded
+		if rep.summarizeBlocks(); rep.HitVerdict != c.want {
+			t.Errorf("hit rate %.3f flooded, %.3f alone: %q, want %q", c.flooded, c.alone, rep.HitVerdict, c.want)
+		}
+	}
 }
