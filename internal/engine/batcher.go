@@ -207,8 +207,12 @@ type batch struct {
 	// pages (the colocated admission's, by owner), set from other
 	// goroutines; nResumable is how many preempted sequences may take
 	// pages now (admission lets them go first).
-	wantMu     sync.Mutex
-	wanting    map[kv.ID]want
+	wantMu  sync.Mutex
+	wanting map[kv.ID]want
+	// idleBuf and waitBuf are the quota's scratch (addIdle,
+	// publishWaiting), used by the batch goroutine only.
+	idleBuf    []kv.TenantPages
+	waitBuf    []string
 	nResumable atomic.Int64
 	// held is the quota's snapshot after the last cycle, for admission.
 	held atomic.Pointer[sched.Pages]

@@ -42,6 +42,7 @@ type DecodeWorker struct {
 	// waiting requests, which this worker learns of only by refusing
 	// them. Under mu.
 	wanting map[string]dwant
+	waitBuf []string // quotaLocked's scratch, under mu
 	// reserving is the quota snapshot of the Reserve in progress and its
 	// tenant, for admit (called from it, under mu).
 	reserving       *sched.Pages
@@ -1011,7 +1012,11 @@ func (w *DecodeWorker) quotaLocked(now time.Time, tenant string, weight int) sch
 	at(tenant, weight)
 	if b := w.sched.held.Load(); b != nil {
 		for _, h := range b.Holders {
-			at(h.Tenant, h.Weight).Held += h.Held
+			x := at(h.Tenant, h.Weight)
+			x.Held += h.Held
+			// The pool's idle entries (addIdle), counted once: they
+			// make a tenant holding only cached pages a contender.
+			x.Cached = h.Cached
 		}
 	}
 	for _, h := range w.handoffs {
@@ -1022,12 +1027,19 @@ func (w *DecodeWorker) quotaLocked(now time.Time, tenant string, weight int) sch
 			at(h.tenant, h.weight).Held += h.pages
 		}
 	}
+	w.waitBuf = w.waitBuf[:0]
 	for t, x := range w.wanting {
 		if now.After(x.until) {
 			delete(w.wanting, t)
 			continue
 		}
 		at(t, x.weight).Wants = x.pages
+		w.waitBuf = append(w.waitBuf, t)
+	}
+	// The pool counts the same waiting tenants in its share (one idea of
+	// a share: kv's holdShareLocked).
+	if raw := rawPool(w.pool); raw != nil {
+		raw.SetWaiting(kv.WaitReserve, w.waitBuf)
 	}
 	return p
 }

@@ -111,7 +111,51 @@ func (s *batch) pages() sched.Pages {
 		}
 	}
 	s.wantMu.Unlock()
+	s.addIdle(&p, at)
 	return p
+}
+
+// addIdle counts each tenant's idle prefix-cache entries in p: a tenant
+// holding only cached pages contends for the pool, so that a tenant's
+// share here is the pool's (kv's holdShareLocked counts every tenant
+// holding pages, cached ones included): one idea of a share, not two
+// (TestShareEngineAndPoolAgree).
+func (s *batch) addIdle(p *sched.Pages, at func(string, int) *sched.Holder) {
+	raw := rawPool(s.pool)
+	if raw == nil {
+		return
+	}
+	s.idleBuf = raw.AppendIdle(s.idleBuf[:0])
+	for _, c := range s.idleBuf {
+		at(c.Tenant, cacheWeight(s.cfg, c.Tenant)).Cached += c.Pages
+	}
+}
+
+// cacheWeight is tenant's weight in the pool's shares, as the pool has it
+// (kv.Config.CacheWeight, from the same --api-keys weights).
+func cacheWeight(cfg Config, tenant string) int {
+	if cfg.CacheWeight != nil {
+		if w := cfg.CacheWeight(tenant); w > 0 {
+			return w
+		}
+	}
+	return 1
+}
+
+// publishWaiting tells the pool which tenants wait for its pages (p's
+// holders with Wants): contenders in the pool's share as in p's.
+func (s *batch) publishWaiting(p sched.Pages) {
+	raw := rawPool(s.pool)
+	if raw == nil {
+		return
+	}
+	s.waitBuf = s.waitBuf[:0]
+	for _, h := range p.Holders {
+		if h.Wants > 0 {
+			s.waitBuf = append(s.waitBuf, h.Tenant)
+		}
+	}
+	raw.SetWaiting(kv.WaitBatch, s.waitBuf)
 }
 
 // oldest is the sequence of earliest arrival, running or preempted,
@@ -226,6 +270,7 @@ func (s *batch) countResumable() {
 func (s *batch) publishPages() {
 	p := s.pages()
 	s.held.Store(&p)
+	s.publishWaiting(p)
 }
 
 // overShare reports, from the last cycle's snapshot, whether tenant taking
@@ -237,19 +282,30 @@ func (s *batch) overShare(tenant string, n int, waiting []string) bool {
 	if p == nil {
 		return false
 	}
-	q := sched.Pages{Pool: p.Pool, Holders: slices.Clone(p.Holders)}
+	q := s.withTenant(p, tenant)
 	for _, w := range waiting {
 		if w == tenant {
 			continue
 		}
 		i := slices.IndexFunc(q.Holders, func(h sched.Holder) bool { return h.Tenant == w })
 		if i < 0 {
-			q.Holders = append(q.Holders, sched.Holder{Tenant: w, Weight: 1, Wants: 1})
+			q.Holders = append(q.Holders, sched.Holder{Tenant: w, Weight: cacheWeight(s.cfg, w), Wants: 1})
 		} else if q.Holders[i].Wants == 0 {
 			q.Holders[i].Wants = 1
 		}
 	}
 	return q.OverShare(tenant, n)
+}
+
+// withTenant is a copy of p with tenant among its holders, at its weight:
+// a tenant the snapshot does not name would count with weight 1, and its
+// share would not be the pool's (one idea of a share).
+func (s *batch) withTenant(p *sched.Pages, tenant string) sched.Pages {
+	q := sched.Pages{Pool: p.Pool, Holders: slices.Clone(p.Holders)}
+	if !slices.ContainsFunc(q.Holders, func(h sched.Holder) bool { return h.Tenant == tenant }) {
+		q.Holders = append(q.Holders, sched.Holder{Tenant: tenant, Weight: cacheWeight(s.cfg, tenant)})
+	}
+	return q
 }
 
 // withinShare reports, from the last cycle's snapshot, whether tenant
@@ -262,5 +318,6 @@ func (s *batch) withinShare(tenant string, n int) bool {
 	if p == nil {
 		return false
 	}
-	return p.WithinShare(tenant, n)
+	q := s.withTenant(p, tenant)
+	return q.WithinShare(tenant, n)
 }

@@ -7,6 +7,7 @@ import (
 
 	"sluice/internal/kv"
 	"sluice/internal/sample"
+	"sluice/internal/sched"
 )
 
 // quotaRig drives the batch directly (no goroutine, no admission): the
@@ -485,5 +486,47 @@ func TestKVQuotaReclaimCountsWhatTheWaiterMayEvict(t *testing.T) {
 	}
 	if err := p.Release(b, refs); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The batch's quota and the pool's share check have one idea of a share
+// (TestShareEngineAndPoolAgree drives the rules on a pool; this checks
+// the batch's own snapshot): c holds only idle cached pages, b holds
+// nothing and waits, a runs. Every tenant's share is the same number in
+// the batch's snapshot and in the pool, and the pool's count of what a
+// tenant holds is its running pages plus its idle cached ones. Before,
+// the batch left c out of the contenders (a's share 16 of 32, the pool's
+// 10) and the pool left b out (its a share 16, the batch's 10).
+func TestKVQuotaShareIsThePools(t *testing.T) {
+	r := newQuotaRig(t, 32, func(c *Config) {
+		c.CacheWeight = func(t string) int { return map[string]int{"b": 2, "d": 2}[t] }
+	})
+	r.cacheIdle("c", 4)
+	for range 4 {
+		r.add("a", 4, 4) // 2 pages each
+	}
+	r.s.setWant(kv.Owner{Tenant: "b", ID: newID()}, 2, 12)
+	r.s.turn()
+	p, pool := r.s.pages(), rawPool(r.pool)
+	want := map[string][3]int{"a": {8, 0, 8}, "b": {0, 0, 16}, "c": {0, 4, 8}} // running, idle cached, share
+	for x, w := range want {
+		var h sched.Holder
+		for _, y := range p.Holders {
+			if y.Tenant == x {
+				h = y
+			}
+		}
+		held, share := pool.ShareOf(x)
+		if h.Held != w[0] || h.Cached != w[1] || p.Share(x) != w[2] || share != w[2] || held != w[0]+w[1] {
+			t.Errorf("tenant %s: the batch counts %d running + %d idle cached, share %d; the pool %d held, share %d; want %d + %d, share %d",
+				x, h.Held, h.Cached, p.Share(x), held, share, w[0], w[1], w[2])
+		}
+	}
+	// d (weight 2) holds nothing and is in no snapshot yet: the
+	// admission's checks count it at its weight, as the pool does (with
+	// weight 1 its share was 32/5 = 6).
+	if _, share := pool.ShareOf("d"); share != 10 || !r.s.withinShare("d", 10) || r.s.withinShare("d", 11) {
+		t.Errorf("d's share: the pool's %d, the admission's within 10 pages %v, within 11 %v; want 10, true, false",
+			share, r.s.withinShare("d", 10), r.s.withinShare("d", 11))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // The prefix cache (I11). A full, sealed page of a sequence's prompt can be
@@ -280,13 +281,18 @@ func (p *Pool) roomForInsertLocked(tenant string, public bool) bool {
 // victimLocked is the idle entry to evict next: the oldest of the tenant
 // with the most cached pages for its weight (ties: the oldest entry); the
 // public scope's oldest only when no tenant has one; -1 when none is idle.
-func (p *Pool) victimLocked() int32 { return p.victimForLocked(nil) }
+func (p *Pool) victimLocked() int32 { return p.victimForLocked(nil, "") }
 
 // victimForLocked is victimLocked among the tenants' scopes ok accepts
-// (nil: all).
-func (p *Pool) victimForLocked(ok func(tenant string, s *scopeCache) bool) int32 {
+// (nil: all), where a tie goes to the scope of tenant own (the tenant
+// reserving; "" none) before the oldest entry: a tenant flooding unique
+// prompts evicts its own entries before anyone else's caching as much for
+// its weight (TestShareEngineAndPoolAgree's (c): by age alone, a
+// co-tenant's older entry went first at every tie).
+func (p *Pool) victimForLocked(ok func(tenant string, s *scopeCache) bool, own string) int32 {
 	c := &p.cache
 	var best *scopeCache
+	var bestT string
 	var bestW int64
 	for t, s := range c.scopes {
 		if s.idle == 0 || (ok != nil && !ok(t, s)) {
@@ -294,13 +300,13 @@ func (p *Pool) victimForLocked(ok func(tenant string, s *scopeCache) bool) int32
 		}
 		w := p.cacheWeight(t)
 		if best == nil {
-			best, bestW = s, w
+			best, bestT, bestW = s, t, w
 			continue
 		}
 		// s.cached/w against best.cached/bestW, without division.
 		a, b := int64(s.cached)*bestW, int64(best.cached)*w
-		if a > b || (a == b && c.meta[s.head].idleAt < c.meta[best.head].idleAt) {
-			best, bestW = s, w
+		if a > b || (a == b && (t == own || bestT != own && c.meta[s.head].idleAt < c.meta[best.head].idleAt)) {
+			best, bestT, bestW = s, t, w
 		}
 	}
 	if best != nil {
@@ -500,7 +506,7 @@ func (p *Pool) evictForLocked(tenant string, n int) {
 	all, room := p.evictBudgetLocked(tenant, n)
 	if all {
 		for n > p.nfree {
-			p.evictLocked(uint32(p.victimLocked()))
+			p.evictLocked(uint32(p.victimForLocked(nil, tenant)))
 		}
 		return
 	}
@@ -509,7 +515,7 @@ func (p *Pool) evictForLocked(tenant string, n int) {
 	}
 	ok := func(_ string, s *scopeCache) bool { return s.budget > 0 }
 	for n > p.nfree {
-		pg := uint32(p.victimForLocked(ok))
+		pg := uint32(p.victimForLocked(ok, tenant))
 		if !p.cache.meta[pg].public {
 			p.pageScopeLocked(pg).budget--
 		}
@@ -577,8 +583,23 @@ func (p *Pool) AvailableFor(tenant string, n int) int {
 // then evicted another tenant's prefixes within that tenant's share.
 // The counts are hold.go's, kept as pages change.
 func (p *Pool) holdShareLocked(tenant string, n int) bool {
+	held, share := p.shareOfLocked(tenant)
+	return held+n <= share
+}
+
+// shareOfLocked is what tenant holds of the pool (pages in use and its
+// cached ones) and its share: the pool's pages times its weight over the
+// weights of the contenders, itself included. The contenders are the
+// tenants holding pages and those the engine names as waiting for some
+// (SetWaiting): the same set, and so the same share, as the engine's KV
+// quota (sched.Pages.Share), which counts a tenant holding only cached
+// pages as a contender too. Left out, a waiting tenant that holds nothing
+// gave every other tenant a larger share here than in the engine, and a
+// tenant the engine had over its share could still evict a third
+// tenant's prefixes within that tenant's cache share.
+func (p *Pool) shareOfLocked(tenant string) (held, share int) {
 	w := p.cacheWeight(tenant)
-	sum, held := w, 0
+	sum := w
 	for _, id := range p.holding {
 		h := &p.holds[id]
 		if h.name == tenant {
@@ -587,7 +608,86 @@ func (p *Pool) holdShareLocked(tenant string, n int) bool {
 		}
 		sum += p.cacheWeight(h.name)
 	}
-	return int64(held+n) <= int64(len(p.pages))*w/sum
+	for src, ts := range p.waiting {
+		for i, t := range ts {
+			if t == tenant || p.heldLocked(t) > 0 || slices.Contains(ts[:i], t) || waitsIn(p.waiting[:src], t) {
+				continue
+			}
+			sum += p.cacheWeight(t)
+		}
+	}
+	return held, int(int64(len(p.pages)) * w / sum)
+}
+
+// ShareOf is what tenant holds of the pool (pages in use and its cached
+// ones, not the public scope's) and its share of the pool's pages, as the
+// pool's share check counts them (holdShareLocked). O(tenants).
+func (p *Pool) ShareOf(tenant string) (held, share int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.shareOfLocked(tenant)
+}
+
+// heldLocked is the pages tenant holds (hold.go's count).
+func (p *Pool) heldLocked(tenant string) int {
+	if id, ok := p.cache.tenants[tenant]; ok {
+		return p.holds[id].held
+	}
+	return 0
+}
+
+func waitsIn(lists [][]string, t string) bool {
+	for _, l := range lists {
+		if slices.Contains(l, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// Who names tenants waiting for a pool's pages (SetWaiting): each source
+// keeps its own list, the pool counts their union.
+type Who int
+
+const (
+	// WaitBatch: the batch's preempted sequences and refused admissions.
+	WaitBatch Who = iota
+	// WaitReserve: a decode worker's reservations refused for room.
+	WaitReserve
+	waitSources
+)
+
+// SetWaiting names the tenants waiting for pages of the pool now, as seen
+// by src (requests refused for room, preempted sequences): contenders in
+// the pool share like the tenants holding pages, as in the engine's KV
+// quota. The engine calls it once per batch cycle (and a decode worker as
+// its refusals change); the list is copied.
+func (p *Pool) SetWaiting(src Who, tenants []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.waiting[src] = append(p.waiting[src][:0], tenants...)
+}
+
+// TenantPages is one tenant's count of some kind of pages.
+type TenantPages struct {
+	Tenant string
+	Pages  int
+}
+
+// AppendIdle appends, for each tenant with idle private cache entries,
+// how many it has, to dst. They are part of the tenant's hold on the pool
+// (holdShareLocked) but of no running sequence: the engine's KV quota
+// counts such a tenant as a contender for the share (sched.Holder.Cached)
+// so that its share and the pool's are one number. O(tenants caching).
+func (p *Pool) AppendIdle(dst []TenantPages) []TenantPages {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for t, s := range p.cache.scopes {
+		if s.idle > 0 {
+			dst = append(dst, TenantPages{t, s.idle})
+		}
+	}
+	return dst
 }
 
 // evictLocked ends an entry nobody reads: out of the index and the LRU, a

@@ -114,6 +114,10 @@ type Pool struct {
 	// interned id (0 unused); holding lists the ids holding any (hold.go).
 	holds   []tenantHold
 	holding []uint32
+	// waiting are the tenants the engine last named as waiting for pages
+	// of this pool (SetWaiting): contenders in the pool share
+	// (holdShareLocked) like the tenants holding pages.
+	waiting [waitSources][]string
 }
 
 // New builds a pool: heap-backed, or a MAP_SHARED mapping of cfg.SharedFile.

@@ -8,8 +8,8 @@ package sched
 //
 // The rules (docs/isolation.md, "KV quotas"):
 //
-//   - A contender is a tenant that holds pages of the pool or waits for
-//     some. A contender of weight w among contenders of total weight W has
+//   - A contender is a tenant that holds pages of the pool (its running
+//     sequences' or idle cached ones) or waits for some. A contender of weight w among contenders of total weight W has
 //     a share of floor(Pool * w / W) pages.
 //   - Work-conserving: a tenant may take any free page while no other
 //     tenant waits. When another tenant waits for pages within its share,
@@ -43,6 +43,14 @@ type Holder struct {
 	// Wants is the pages its waiting requests (queued, preempted) need to
 	// start, the first of them; 0 when nothing of it waits.
 	Wants int
+	// Cached is its idle prefix-cache entries in the pool
+	// (kv.Pool.AppendIdle): pages it holds that no running sequence
+	// reads. They make it a contender (its share is counted like the
+	// pool's, kv's holdShareLocked, so the two agree on every tenant's
+	// share) but not a holder of running pages: the quota caps and
+	// preempts running sequences only, and the cache gives its idle
+	// pages back by eviction.
+	Cached int
 }
 
 func (h Holder) weight() int { return max(h.Weight, 1) }
@@ -63,11 +71,14 @@ func (p Pages) find(tenant string) int {
 	return -1
 }
 
+// contends: h holds pages of the pool (running or cached) or waits.
+func (h Holder) contends() bool { return h.Held > 0 || h.Wants > 0 || h.Cached > 0 }
+
 // contenders is the total weight of the tenants holding or waiting.
 func (p Pages) contenders() int {
 	w := 0
 	for _, h := range p.Holders {
-		if h.Held > 0 || h.Wants > 0 {
+		if h.contends() {
 			w += h.weight()
 		}
 	}
@@ -81,7 +92,7 @@ func (p Pages) Share(tenant string) int {
 	w, total := 1, p.contenders()
 	if i >= 0 {
 		w = p.Holders[i].weight()
-		if p.Holders[i].Held == 0 && p.Holders[i].Wants == 0 {
+		if !p.Holders[i].contends() {
 			total += w
 		}
 	} else {
