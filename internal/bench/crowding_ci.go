@@ -165,6 +165,7 @@ Flags:
 			ha, hf = ha+r.Alone.HitRate/float64(len(b.runs)), hf+r.Flooded.HitRate/float64(len(b.runs))
 		}
 		fmt.Fprintf(stdout, "%s: b hit rate flooded %.3f, alone %.3f (means over the runs)\n", b.name, hf, ha)
+		fmt.Fprint(stdout, fewNote(c.Units, b.name+" block pairs"))
 	}
 	if len(builds) == 2 {
 		units := pairedUnits(builds[0], builds[1])
@@ -177,6 +178,7 @@ Flags:
 		fmt.Fprintf(stdout, "new/old: b TTFT p99 flooded/alone ratio %s: %s\n", fmtCI(p99), compareVerdict(p99))
 		fmt.Fprintf(stdout, "(95%% intervals, bootstrap with %d resamples: per build over its block pairs and their requests; new/old over %d rounds, old and new of a round together, and their requests)\n",
 			*resamples, len(units))
+		fmt.Fprint(stdout, fewNote(len(units), "rounds for new/old"))
 	}
 	return 0
 }

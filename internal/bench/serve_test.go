@@ -247,11 +247,12 @@ func TestBenchServeCrowding(t *testing.T) {
 				t.Errorf("a's flood completed nothing: %+v", rep.Flooded)
 			}
 			// b's first-token phases, scraped from the admin listener: each of
-			// b's measured requests once per phase (a's are not b's).
+			// b's requests of each block once per phase, its 2 unmeasured
+			// lead-in requests included (a's are not b's).
 			for _, side := range []crowdSide{rep.Alone, rep.Flooded} {
 				for _, k := range []string{"colocated/queue", "colocated/prefill_wait", "colocated/prefill_compute"} {
-					if p := side.Phases[k]; p.Count != float64(n) || p.Sum < 0 {
-						t.Errorf("b's phase %s: %+v, want %d requests (phases %v)", k, p, n, side.Phases)
+					if p := side.Phases[k]; p.Count != float64(n+2*c.blocks) || p.Sum < 0 {
+						t.Errorf("b's phase %s: %+v, want %d requests (phases %v)", k, p, n+2*c.blocks, side.Phases)
 					}
 				}
 			}

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -238,5 +240,45 @@ func TestCrowdSummarizeBlocks(t *testing.T) {
 		if rep.summarizeBlocks(); rep.HitVerdict != c.want {
 			t.Errorf("hit rate %.3f flooded, %.3f alone: %q, want %q", c.flooded, c.alone, rep.HitVerdict, c.want)
 		}
+	}
+}
+
+// waitSteady returns only once crowdFlood of a's requests started since
+// t0 have ended whole: refusals (429) and failed streams do not count.
+func TestFloodWaitSteady(t *testing.T) {
+	f := &flood{active: map[int]time.Time{}}
+	t0 := time.Now()
+	add := func(s streamSample) {
+		f.mu.Lock()
+		f.ended = append(f.ended, floodReq{s, time.Now()})
+		f.mu.Unlock()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 20 {
+			add(streamSample{status: http.StatusTooManyRequests})
+			add(streamSample{status: http.StatusOK, err: errors.New("cut")})
+		}
+		for range crowdFlood {
+			time.Sleep(80 * time.Millisecond)
+			add(streamSample{status: http.StatusOK})
+		}
+	}()
+	f.waitSteady(context.Background(), t0)
+	f.mu.Lock()
+	n := len(f.ended)
+	f.mu.Unlock()
+	if n < 40+crowdFlood {
+		t.Errorf("waitSteady returned with %d of a's requests ended, want the %d refused or failed and %d whole", n, 40, crowdFlood)
+	}
+	<-done
+	// Cut off by its context: it returns.
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	(&flood{active: map[int]time.Time{}}).waitSteady(ctx, start)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("waitSteady ran %v past its context", d)
 	}
 }
