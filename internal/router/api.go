@@ -46,7 +46,114 @@ type chatRequest struct {
 	// ChatTemplateKwargs (vLLM's) are extra chat template variables
 	// (parseTemplateKwargs).
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
+	// ReasoningEffort goes to a chat template that reads it
+	// (Server.chatText).
+	ReasoningEffort *string `json:"reasoning_effort"`
+	// Fields OpenAI clients send beside the sampling parameters
+	// (checkClientFields): accepted where they change nothing here,
+	// refused naming them where they would.
+	Store            *bool           `json:"store"`
+	Metadata         json.RawMessage `json:"metadata"`
+	ServiceTier      *string         `json:"service_tier"`
+	SafetyIdentifier *string         `json:"safety_identifier"`
+	Prediction       json.RawMessage `json:"prediction"`
+	Modalities       []string        `json:"modalities"`
+	Audio            json.RawMessage `json:"audio"`
+	WebSearchOptions json.RawMessage `json:"web_search_options"`
 	commonParams
+}
+
+// OpenAI's bounds of metadata.
+const (
+	maxMetadataKeys     = 16
+	maxMetadataKeyLen   = 64
+	maxMetadataValueLen = 512
+)
+
+// reasoningEfforts are OpenAI's values of reasoning_effort.
+var reasoningEfforts = []string{"none", "minimal", "low", "medium", "high", "xhigh"}
+
+// checkClientFields checks the chat fields that OpenAI clients and agent
+// frameworks send beside the sampling parameters. What changes nothing
+// here is accepted: store false (nothing is stored anyway), metadata (a
+// label of a stored completion), service_tier auto/default (there is one
+// tier), safety_identifier (like user), prediction (predicted outputs only
+// make OpenAI faster; the output is the model's either way), text-only
+// modalities, null audio and web_search_options. What would change what is
+// done or returned is refused naming the field, never dropped.
+func (c *chatRequest) checkClientFields() *apiError {
+	if c.Store != nil && *c.Store {
+		return unsupported("store", "store: true asks to keep the completion for later retrieval, which this server does not do; send store: false or leave it out")
+	}
+	if !isNull(c.Metadata) {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(c.Metadata, &m) != nil {
+			return badParam("metadata", "metadata must be an object of string values")
+		}
+		if len(m) > maxMetadataKeys {
+			return badParam("metadata", "metadata has %d keys; at most %d are allowed", len(m), maxMetadataKeys)
+		}
+		for k, raw := range m {
+			var v string
+			if isNull(raw) || json.Unmarshal(raw, &v) != nil {
+				return badParam("metadata", "metadata values must be strings; %q is not", k)
+			}
+			if len(k) > maxMetadataKeyLen || len(v) > maxMetadataValueLen {
+				return badParam("metadata", "metadata keys are at most %d characters and values at most %d", maxMetadataKeyLen, maxMetadataValueLen)
+			}
+		}
+	}
+	if c.ServiceTier != nil {
+		switch *c.ServiceTier {
+		case "auto", "default":
+		case "flex", "scale", "priority":
+			return unsupported("service_tier", "service_tier %q is not offered: this server has one tier; send \"auto\" or \"default\", or leave it out", *c.ServiceTier)
+		default:
+			return badParam("service_tier", "service_tier must be \"auto\" or \"default\", got %q", *c.ServiceTier)
+		}
+	}
+	if !isNull(c.Prediction) {
+		if e := onlyKeys(c.Prediction, "prediction", "type", "content"); e != nil {
+			return e
+		}
+		var pr struct {
+			Type    string          `json:"type"`
+			Content json.RawMessage `json:"content"`
+		}
+		if json.Unmarshal(c.Prediction, &pr) != nil || pr.Type != "content" || isNull(pr.Content) {
+			return badParam("prediction", "prediction must be {\"type\": \"content\", \"content\": TEXT or text parts}")
+		}
+		var text string
+		var parts []struct {
+			Type string  `json:"type"`
+			Text *string `json:"text"`
+		}
+		if json.Unmarshal(pr.Content, &text) != nil {
+			if json.Unmarshal(pr.Content, &parts) != nil {
+				return badParam("prediction", "prediction.content must be a string or an array of text parts")
+			}
+			for _, p := range parts {
+				if p.Type != "text" || p.Text == nil {
+					return badParam("prediction", "prediction.content parts must be {\"type\": \"text\", \"text\": ...}")
+				}
+			}
+		}
+	}
+	for _, m := range c.Modalities {
+		if m != "text" {
+			return unsupported("modalities", "modalities %q is not supported: this server answers text only; send [\"text\"] or leave it out", m)
+		}
+	}
+	if !isNull(c.Audio) {
+		return unsupported("audio", "audio output is not supported: this server answers text only; remove audio")
+	}
+	if !isNull(c.WebSearchOptions) {
+		return unsupported("web_search_options", "web search is not supported: the model answers from the prompt alone; remove web_search_options")
+	}
+	if c.ReasoningEffort != nil && !slices.Contains(reasoningEfforts, *c.ReasoningEffort) {
+		return badParam("reasoning_effort", "reasoning_effort must be one of %s, got %q", strings.Join(reasoningEfforts, ", "), *c.ReasoningEffort)
+	}
+	return nil
 }
 
 type commonParams struct {
@@ -72,7 +179,8 @@ type commonParams struct {
 	// IgnoreEOS (vLLM's extension) generates max_tokens tokens even past
 	// end-of-sequence; for benchmarks.
 	IgnoreEOS bool `json:"ignore_eos"`
-	// User is OpenAI's end-user id: accepted, it changes no output.
+	// User is OpenAI's end-user id: accepted, it changes no output
+	// (safety_identifier, its newer name, is chat's).
 	User *string `json:"user"`
 	// PromptCacheKey (OpenAI) and CacheSalt (vLLM) only narrow prefix-cache
 	// sharing within the caller's tenant (engine.Request.CacheScope); the
@@ -494,6 +602,9 @@ func (c *chatRequest) validate(lim limits) (params, *apiError) {
 		t := string(bytes.TrimSpace(raw))
 		return t == "" || t == "null" || t == "[]"
 	}
+	if e := c.checkClientFields(); e != nil {
+		return params{}, e
+	}
 	if !empty(c.Functions) {
 		return params{}, unsupported("functions", "functions (the legacy form of tools) are not supported; use tools")
 	}
@@ -507,6 +618,8 @@ func (c *chatRequest) validate(lim limits) (params, *apiError) {
 	if e != nil {
 		return params{}, e
 	}
+	// OpenAI's parallel_tool_calls false: at most one call per answer.
+	tools.single = c.ParallelToolCalls != nil && !*c.ParallelToolCalls
 	format, e := parseResponseFormat(c.ResponseFormat)
 	if e != nil {
 		return params{}, e

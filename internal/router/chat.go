@@ -112,6 +112,24 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 	return ct, nil
 }
 
+// Reads reports whether the template's text names the variable name as a
+// whole identifier: a request parameter that only a template can honour
+// (reasoning_effort) is refused when the template never reads it.
+func (c *ChatTemplate) Reads(name string) bool {
+	for i := 0; ; {
+		j := strings.Index(c.source[i:], name)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(name)
+		if (j == 0 || !isIdent(c.source[j-1])) && (end == len(c.source) || !isIdent(c.source[end])) {
+			return true
+		}
+		i = end
+	}
+}
+
 // IsFallback reports whether the model had no template of its own.
 func (c *ChatTemplate) IsFallback() bool { return c.fallback }
 

@@ -127,6 +127,37 @@ func convertKwarg(v any, path string, depth int, count *int) (any, *apiError) {
 	return nil, badParam(param, "%s has a value of an unknown type", path)
 }
 
+// reasoningEffort hands reasoning_effort (already one of OpenAI's values)
+// to the chat template in kwargs. Only a template can honour it: one that
+// reads reasoning_effort gets it as that variable (as SGLang passes it;
+// gpt-oss's template reads it); one that only switches thinking
+// (enable_thinking, Qwen3's) gets "none" as thinking off, the one effort it
+// can express; any other template, or effort, is refused naming the field,
+// since the output would not be what was asked for. chat_template_kwargs
+// may not say otherwise.
+func (s *Server) reasoningEffort(effort string, kwargs map[string]any) (map[string]any, *apiError) {
+	const param = "reasoning_effort"
+	set := func(name string, v any) (map[string]any, *apiError) {
+		if old, ok := kwargs[name]; ok && old != v {
+			return nil, badParam(param, "reasoning_effort %q and chat_template_kwargs.%s %v disagree; set only one", effort, name, old)
+		}
+		if kwargs == nil {
+			kwargs = map[string]any{}
+		}
+		kwargs[name] = v
+		return kwargs, nil
+	}
+	switch {
+	case s.chat.Reads("reasoning_effort"):
+		return set("reasoning_effort", effort)
+	case s.chat.Reads("enable_thinking") && effort == "none":
+		return set("enable_thinking", false)
+	case s.chat.Reads("enable_thinking"):
+		return nil, unsupported(param, "reasoning_effort %q cannot be honoured: this model's chat template only switches thinking on or off (enable_thinking); send reasoning_effort \"none\" or chat_template_kwargs {\"enable_thinking\": false} to turn it off, or leave it out", effort)
+	}
+	return nil, unsupported(param, "reasoning_effort cannot be honoured: this model's chat template has no reasoning effort or thinking switch; remove reasoning_effort")
+}
+
 func isTemplateRaise(err error) bool { return errors.Is(err, errTemplateRaised) }
 
 // chatText turns a request's raw messages and chat_template_kwargs into the
@@ -134,13 +165,18 @@ func isTemplateRaise(err error) bool { return errors.Is(err, errTemplateRaised) 
 // whether BOS must still be added: the template usually writes BOS itself,
 // and the prompt must never carry two. Chat completions and /tokenize both
 // use it, so /tokenize's count is the chat request's prompt_tokens.
-func (s *Server) chatText(rawMsgs, rawKwargs json.RawMessage, o RenderOptions) (string, bool, *apiError) {
+func (s *Server) chatText(rawMsgs, rawKwargs json.RawMessage, effort *string, o RenderOptions) (string, bool, *apiError) {
 	msgs, e := parseMessages(rawMsgs)
 	if e != nil {
 		return "", false, e
 	}
 	if o.Kwargs, e = parseTemplateKwargs(rawKwargs); e != nil {
 		return "", false, e
+	}
+	if effort != nil {
+		if o.Kwargs, e = s.reasoningEffort(*effort, o.Kwargs); e != nil {
+			return "", false, e
+		}
 	}
 	text, e := s.renderChat(msgs, o)
 	if e != nil {

@@ -595,7 +595,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
-	text, addSpecial, e := s.chatText(req.Messages, req.ChatTemplateKwargs, RenderOptions{Tools: p.tools.render})
+	text, addSpecial, e := s.chatText(req.Messages, req.ChatTemplateKwargs, req.ReasoningEffort, RenderOptions{Tools: p.tools.render})
 	if e != nil {
 		s.fail(w, r, e)
 		return

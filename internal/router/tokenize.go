@@ -84,7 +84,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, e)
 			return
 		}
-		text, add, e := s.chatText(req.Messages, req.ChatTemplateKwargs, RenderOptions{Tools: tools.render, NoGenerationPrompt: req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt})
+		text, add, e := s.chatText(req.Messages, req.ChatTemplateKwargs, nil, RenderOptions{Tools: tools.render, NoGenerationPrompt: req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt})
 		if e != nil {
 			s.fail(w, r, e)
 			return

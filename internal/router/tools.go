@@ -66,6 +66,9 @@ type toolSpec struct {
 	named string
 	// render is the tools as the chat template sees them.
 	render []any
+	// single: parallel_tool_calls false, so an auto answer carries at
+	// most its first call (required and named carry one anyway).
+	single bool
 }
 
 // parseTools validates tools and tool_choice and, for required and named
@@ -271,6 +274,9 @@ func (spec *toolSpec) toolCalls(text string) (calls []toolCallJSON, content *str
 				}
 			}
 			if len(calls) > 0 {
+				if spec.single {
+					calls = calls[:1]
+				}
 				// The text before the first call, as a stream sends it.
 				if pre := text[:m[0][0]]; strings.TrimSpace(pre) != "" {
 					content = &pre
