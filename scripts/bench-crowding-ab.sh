@@ -33,6 +33,12 @@ if [ ! -x "$DRIVER" ]; then
 	echo "$0: DRIVER $DRIVER is not an executable sluice binary" >&2
 	exit 2
 fi
+# The servers may be any build; the driver must know --blocks, --json-out
+# and crowding-ci (`make bench-crowding-ab` builds this tree's as DRIVER).
+if ! "$DRIVER" bench serve --help 2>&1 | grep -q -- '-json-out'; then
+	echo "$0: DRIVER $DRIVER is a sluice build without bench serve --json-out/--blocks; set DRIVER to a newer build (make bench-crowding-ab builds one)" >&2
+	exit 2
+fi
 ROUNDS=${ROUNDS:-10}
 REQUESTS=${REQUESTS:-64}
 BLOCKS=${BLOCKS:-4}
