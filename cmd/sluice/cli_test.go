@@ -247,6 +247,35 @@ func TestBatchFlagsRefuseNonsense(t *testing.T) {
 	}
 }
 
+// --nest-forward-cost: the roles whose steps pause (serve, prefill) take
+// it and --help explains it; a value out of 1..--max-num-batched-tokens
+// (or not auto) is a usage error before any model loads; decode, whose
+// steps never pause, does not take it.
+func TestNestForwardCostFlag(t *testing.T) {
+	for _, role := range []string{"serve", "prefill"} {
+		if _, out, _ := runBin(t, role, "--help"); !strings.Contains(out, "-nest-forward-cost") || !strings.Contains(out, "measured at start") {
+			t.Errorf("%s --help lacks --nest-forward-cost", role)
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--nest-forward-cost", "0"}, `--nest-forward-cost "0": give auto (measured at start) or 1 to --max-num-batched-tokens (256) tokens`},
+			{[]string{"--nest-forward-cost", "257"}, `--nest-forward-cost "257"`},
+			{[]string{"--nest-forward-cost", "17", "--max-num-batched-tokens", "16", "--prefill-chunk", "16"}, `--nest-forward-cost "17": give auto (measured at start) or 1 to --max-num-batched-tokens (16)`},
+			{[]string{"--nest-forward-cost", "fast"}, `--nest-forward-cost "fast"`},
+		} {
+			code, _, errb := runBin(t, append([]string{role}, c.args...)...)
+			if code != 2 || !strings.Contains(errb, c.want) {
+				t.Errorf("sluice %s %v: exit %d, stderr %q, want 2 and %q", role, c.args, code, head(errb), c.want)
+			}
+		}
+	}
+	if code, _, errb := runBin(t, "decode", "--nest-forward-cost", "4"); code != 2 || !strings.Contains(errb, "nest-forward-cost") {
+		t.Errorf("decode --nest-forward-cost: exit %d, stderr %q", code, head(errb))
+	}
+}
+
 // What a user coming from llama-server or vLLM types first gets an answer
 // that says what to do: --version prints the version; a flag given before
 // any command says where flags go; a command missing its required flag

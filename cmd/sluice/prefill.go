@@ -29,6 +29,7 @@ func runPrefill(args []string) int {
 	var connectTimeout, resolveEvery time.Duration
 	var workersFile string
 	o.registerWorker(fs, "127.0.0.1:9001")
+	o.registerNestCost(fs)
 	fs.StringVar(&decodeAddr, "decode", "127.0.0.1:9002", "addresses of the decode workers this prefill worker pushes KV pages to, comma-separated: the same strings as the router's --decode (the router names the decode worker of each request by them)")
 	fs.DurationVar(&resolveEvery, "resolve-interval", 10*time.Second, "how often the --decode names are resolved again (new decode workers join, vanished ones are dropped); 0 resolves only at start. Give the router the same value")
 	fs.StringVar(&workersFile, "workers-file", "", "the router's workers file, in place of --decode: its \"decode HOST:PORT\" lines are the decode workers (prefill lines are ignored); read again on SIGHUP. Reload the prefill workers before the routers, so a new decode worker is known here before a router sends it a request")
@@ -50,6 +51,11 @@ Example:
 		return code
 	}
 	defer m.Close()
+	nestGiven, nestMeasure, _ := o.nestForward() // checked with the flags
+	if err := node.SetNestForward(log, preflight.RolePrefill, &ec, nestGiven, nestMeasure); err != nil {
+		log.Error(err.Error())
+		return 1
+	}
 	if !setPrefixCache(log, *prefix, &ec, tc) {
 		return 2
 	}
@@ -130,6 +136,7 @@ Example:
 		// queue, step wait, steps, push): the router process exports its
 		// own (queue, handoff), so a remote worker's are here.
 		st.Phases = map[string][]engine.PhaseStat{"prefill": pw.FirstTokenPhases()}
+		st.NestForward = map[string]int{"prefill": pw.SchedStats().NestForward}
 		return st
 	}, o.readiness(ds.Check))
 	if err != nil {

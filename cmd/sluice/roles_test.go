@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -114,6 +115,21 @@ func (p *proc) field(msg, key string) string {
 		}
 	}
 	return ""
+}
+
+// number returns a numeric field of the first log line with message msg
+// (-1: none).
+func (p *proc) number(msg, key string) float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.lines {
+		if l["msg"] == msg {
+			if v, ok := l[key].(float64); ok {
+				return v
+			}
+		}
+	}
+	return -1
 }
 
 func (p *proc) log() string {
@@ -261,6 +277,16 @@ func TestRolesAsProcesses(t *testing.T) {
 		if want := `sluice_first_token_phase_seconds_count{phase="` + phase + `",role="prefill"} 1`; !strings.Contains(string(body), want) {
 			t.Fatalf("prefill metrics lack %s:\n%s", want, body)
 		}
+	}
+	// The prefill process measured its forward pass's fixed cost at
+	// start (--nest-forward-cost auto), logged it and exports what its
+	// nested budget counts.
+	nest := pre.number("nested budget: a forward pass's fixed cost, measured", "tokens")
+	if nest < 1 || nest > 256 {
+		t.Errorf("prefill measured a fixed cost of %v tokens:\n%s", nest, pre.log())
+	}
+	if want := fmt.Sprintf(`sluice_nested_forward_cost_tokens{role="prefill"} %v`+"\n", nest); !strings.Contains(string(body), want) {
+		t.Errorf("prefill metrics lack %s", want)
 	}
 	// Graceful shutdown: SIGTERM, exit 0.
 	for _, p := range []*proc{rt, pre, dec} {

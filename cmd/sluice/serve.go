@@ -60,8 +60,11 @@ type roleOpts struct {
 	chunk, stepTokens, sharedStep int
 	// afterPrefill: --handoff-after-prefill (the handoff before it streamed).
 	afterPrefill bool
-	logFormat    string
-	logLevel     string
+	// nestCost is --nest-forward-cost (the roles whose steps pause: serve,
+	// prefill): "auto" or a token count.
+	nestCost  string
+	logFormat string
+	logLevel  string
 	// servedName, when set, is the model id clients see and send.
 	servedName string
 	// worker: the flags are a prefill or decode worker's (no HTTP API of
@@ -199,6 +202,9 @@ func (o *roleOpts) checkBatch() error {
 		if o.sharedStep < 0 || o.sharedStep > o.stepTokens {
 			return fmt.Errorf("--shared-step-tokens %d: give 0 (the prefill chunk) or 1 to --max-num-batched-tokens (%d)", o.sharedStep, o.stepTokens)
 		}
+		if _, _, err := o.nestForward(); err != nil {
+			return err
+		}
 		return nil
 	}
 	switch {
@@ -208,6 +214,27 @@ func (o *roleOpts) checkBatch() error {
 		return fmt.Errorf("--max-num-batched-tokens %d: give 1 to %d tokens per step", o.stepTokens, engine.MaxStepTokens)
 	}
 	return fmt.Errorf("--max-num-batched-tokens %d is smaller than --prefill-chunk %d: a chunk could never run whole; raise the budget or lower the chunk", o.stepTokens, o.chunk)
+}
+
+// registerNestCost registers --nest-forward-cost (serve, prefill).
+func (o *roleOpts) registerNestCost(fs *flag.FlagSet) {
+	fs.StringVar(&o.nestCost, "nest-forward-cost", "auto", "the fixed cost of a forward pass in prompt tokens, for the nested budget: a prompt that arrives while another tenant's prompt step computes may run at one of the step's layer boundaries, each such nested pass counted as this many tokens plus its own, and a paused step of T tokens lets in passes costing at most this plus T (docs/isolation.md). auto: measured at start on the model and --threads (a few timed passes, logged, the metric sluice_nested_forward_cost_tokens); or 1 to --max-num-batched-tokens. Higher: fewer nested passes (the paused tenant's step lengthens less); lower: more light prompts start at once")
+}
+
+// nestForward is --nest-forward-cost: a given cost (n > 0), or measure
+// ("auto"; unset for roles without the flag: neither).
+func (o *roleOpts) nestForward() (n int, measure bool, err error) {
+	switch o.nestCost {
+	case "":
+		return 0, false, nil
+	case "auto":
+		return 0, true, nil
+	}
+	n, err = strconv.Atoi(o.nestCost)
+	if err != nil || n < 1 || n > o.stepTokens {
+		return 0, false, fmt.Errorf("--nest-forward-cost %q: give auto (measured at start) or 1 to --max-num-batched-tokens (%d) tokens", o.nestCost, o.stepTokens)
+	}
+	return n, false, nil
 }
 
 // ioProcs is how many Go Ps sluice keeps above its compute threads. A
@@ -408,6 +435,7 @@ func runServe(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var o serveOpts
 	o.register(fs, true)
+	o.registerNestCost(fs)
 	o.registerHTTP(fs)
 	fs.BoolVar(&o.encrypt, "encrypt", false, "encrypt the frames between the in-process prefill and decode roles (--transport tcp or shm's control) as between hosts (AES-256-GCM, I15): to measure what encryption costs; loopback stays unencrypted without it")
 	fs.StringVar(&o.transport, "transport", node.TransportTCP, "prefill->decode transport: tcp (authenticated loopback TCP), shm (one-sided writes into the decode pool's shared memory, control over TCP) or inproc (direct calls, copied)")
@@ -520,9 +548,11 @@ Example:
 			pools.KVMemory = b
 		}
 	}
+	nestGiven, nestMeasure, _ := o.nestForward() // checked with the flags
 	st, err := node.BuildLocal(m, node.LocalConfig{Pools: pools, Colocated: o.colocated, Transport: o.transport, Encrypt: o.encrypt,
 		Threads: o.threads, MaxConcurrency: o.maxConc, MaxQueue: o.maxQueue, QueueTimeout: o.queueWait, Logger: log,
 		ChunkTokens: o.chunk, StepTokens: o.stepTokens, SharedStepTokens: o.sharedStep, ShareThreads: true, HandoffAfterPrefill: o.afterPrefill,
+		NestForward: nestGiven, MeasureNestForward: nestMeasure,
 		PrefixCache: o.prefix == "on", PublicPrefix: public, PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers,
 		// The cache's per-tenant shares follow the key file's weights.
 		Engine: func(_ string, ec *engine.Config) { ec.CacheWeight = keys.Weight }})

@@ -306,6 +306,10 @@ type SchedStats struct {
 	// carrying another tenant's prompt chunks was paused at a layer
 	// boundary (yield.go): how often a step yielded.
 	NestedSteps int64
+	// NestForward is the fixed cost of a forward pass, in prompt tokens,
+	// that the nested budget counts (Config.NestForward, measured at
+	// start; 0 for a decode worker, whose steps never pause).
+	NestForward int
 }
 
 func (s *batch) stats() SchedStats {
@@ -313,6 +317,7 @@ func (s *batch) stats() SchedStats {
 		Preemptions: s.preemptions.Load(), RecomputedTokens: s.recomputed.Load(), Generated: s.generated.Load(),
 		GrammarDeferrals: s.deferrals.Load(), NestedSteps: s.nestedSteps.Load()}
 	st.GrammarMaskBytes, st.GrammarMaskDrops = s.cfg.formats.maskStats()
+	st.NestForward = s.cfg.nestForward()
 	return st
 }
 

@@ -65,6 +65,14 @@ type Config struct {
 	// Default (0) ChunkTokens; 1 to StepTokens (StepTokens: shared steps
 	// are as long as any, the tenants' parts still apply).
 	SharedStepTokens int
+	// NestForward is a forward pass's fixed cost in prompt tokens, for
+	// the nested budget and its charges (yield.go, sched.Nest): a paused
+	// step of T tokens spends at most NestForward + T on nested passes,
+	// each costing NestForward plus its tokens. The servers measure it
+	// at start (MeasureForwardCost, --nest-forward-cost). 0: a quarter
+	// of ChunkTokens (deterministic, for tests and callers that do not
+	// measure); 1 to StepTokens otherwise.
+	NestForward int
 	// BatchBytes bounds the page bytes of one transfer batch (default 1 MiB).
 	BatchBytes int
 	// HandoffAfterPrefill makes the prefill worker send a prompt's pages
@@ -267,6 +275,9 @@ func (c Config) validate(role string) error {
 	}
 	if c.SharedStepTokens < 1 || c.SharedStepTokens > c.StepTokens {
 		return errf(CodeInvalid, 500, nil, "%s: the shared step's prompt tokens must be 1 to the step budget of %d, not %d", role, c.StepTokens, c.SharedStepTokens)
+	}
+	if c.NestForward < 0 || c.NestForward > c.StepTokens {
+		return errf(CodeInvalid, 500, nil, "%s: a forward pass's fixed cost must be 1 to the step budget of %d tokens (0: a quarter chunk), not %d", role, c.StepTokens, c.NestForward)
 	}
 	ctx := c.configuredContext()
 	capTokens := c.PoolPages * c.PageSize

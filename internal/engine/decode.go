@@ -957,6 +957,7 @@ type DecodeStats struct {
 func (w *DecodeWorker) SchedStats() SchedStats {
 	st := w.sched.stats()
 	st.Revoked, st.RefusedOverShare = w.revoked.Load(), w.overShare.Load()
+	st.NestForward = 0 // decode steps never pause
 	return st
 }
 

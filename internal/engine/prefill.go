@@ -126,6 +126,10 @@ func NewPrefillWorker(cfg Config, decode handoff.Decode) (*PrefillWorker, error)
 	return w, nil
 }
 
+// SchedStats are the prefill scheduler's counters (nested steps, the
+// forward pass's fixed cost the nested budget counts, preemptions).
+func (w *PrefillWorker) SchedStats() SchedStats { return w.sched.stats() }
+
 // signalFreed tells the queue pages came back outside a prompt's end.
 func (w *PrefillWorker) signalFreed() { w.adm.step(sched.Event{Kind: sched.EvFreed}) }
 

@@ -188,13 +188,17 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 }
 
 // nestForward is a forward pass's fixed cost in prompt tokens, for the
-// nested budget and charges (sched.Nest): a quarter of a chunk.
-// Measured (model.BenchmarkForwardFixedCost), a pass costs beyond its
-// tokens what 3-7 tokens of a 64-token chunk do on the q8_0 bench models
-// and 17-19 on bench-15M-f32; a quarter chunk (16 at the default 64) is
-// about the f32 cost, more than q8_0's, and bounds a burst of 1-token
-// prompts to a handful of passes a paused step.
-func (c Config) nestForward() int { return max(c.ChunkTokens/4, 1) }
+// nested budget and charges (sched.Nest): NestForward, which the servers
+// measure at start (forwardcost.go: 5-6 on bench-15M-q8_0, 2-4 on
+// bench-110M-q8_0, 14-43 on bench-15M-f32 at 64-token chunks), else a
+// quarter of a chunk (tests: deterministic), which over-charged q8_0
+// models and under-charged f32 ones.
+func (c Config) nestForward() int {
+	if c.NestForward > 0 {
+		return c.NestForward
+	}
+	return max(c.ChunkTokens/4, 1)
+}
 
 // How a prompt's first chunk started (the first-token phase
 // prefill_wait split by it, prefill_wait/<how>): what the prompt met

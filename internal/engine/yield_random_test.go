@@ -33,7 +33,11 @@ func TestYieldRandomArrivalsBitwise(t *testing.T) {
 	for seed := range uint64(16) {
 		rng := rand.New(rand.NewPCG(seed, 28))
 		pages := []int{6, 9, 16, 64}[rng.IntN(4)]
-		r := newYieldRig(t, pages)
+		// The forward pass's fixed cost as a server measures it (any F
+		// from 1 to the step budget; forwardcost.go), drawn apart so the
+		// seeds' arrivals stay as they were.
+		forward := randomForward(rand.New(rand.NewPCG(seed, 29)), 64)
+		r := newYieldRigWith(t, pages, func(c *Config) { c.NestForward = forward })
 		prompts := map[string][]int32{}
 		refs := map[string][]string{}
 		cancelled := map[string]bool{}
@@ -77,7 +81,7 @@ func TestYieldRandomArrivalsBitwise(t *testing.T) {
 		}
 		nested := len(r.probe.nested)
 		st := r.s.stats()
-		t.Logf("seed %d: pool %d, %d prompts (%d cancelled), %d nested passes, %d preemptions, hows %v", seed, pages, n, len(cancelled), nested, st.Preemptions, hist(r.hows))
+		t.Logf("seed %d: pool %d, forward %d, %d prompts (%d cancelled), %d nested passes, %d preemptions, hows %v", seed, pages, forward, n, len(cancelled), nested, st.Preemptions, hist(r.hows))
 		for name, p := range prompts {
 			got, ref := r.out[name], refs[name]
 			if cancelled[name] {
@@ -90,8 +94,21 @@ func TestYieldRandomArrivalsBitwise(t *testing.T) {
 				t.Errorf("seed %d (pool %d, %d nested passes): %s (%d tokens): %v, alone %v", seed, pages, nested, name, len(p), got, ref)
 			}
 		}
-		checkNestBudget(t, r.probe, r.cfg.nestForward(), fmt.Sprintf("seed %d", seed))
+		if r.cfg.nestForward() != forward {
+			t.Fatalf("seed %d: the batch counts a pass as %d tokens, configured %d", seed, r.cfg.nestForward(), forward)
+		}
+		checkNestBudget(t, r.probe, forward, fmt.Sprintf("seed %d (forward %d)", seed, forward))
 	}
+}
+
+// randomForward is a forward pass's fixed cost from 1 to hi tokens, half
+// the time a small one (1-4: a q8_0 model's or a tiny one's), where the
+// budget lets the most nested passes in.
+func randomForward(rng *rand.Rand, hi int) int {
+	if rng.IntN(2) == 0 {
+		return 1 + rng.IntN(min(4, hi))
+	}
+	return 1 + rng.IntN(hi)
 }
 
 func hist(m map[string]string) map[string]int {
@@ -108,7 +125,7 @@ func hist(m map[string]string) map[string]int {
 // at most the paused step's own (its fixed cost plus its tokens).
 func checkNestBudget(t *testing.T, probe *yieldProbe, forward int, what string) {
 	t.Helper()
-	cost := map[int]int{}
+	cost, passes := map[int]int{}, map[int]int{}
 	for _, s := range probe.nested {
 		if s == "a nested step paused" {
 			t.Fatalf("%s: a nested step paused", what)
@@ -119,6 +136,7 @@ func checkNestBudget(t *testing.T, probe *yieldProbe, forward int, what string) 
 			t.Fatalf("nested %q: %v", s, err)
 		}
 		cost[step] += forward
+		passes[step]++
 		for _, f := range strings.Fields(strings.Trim(s[strings.Index(s, "["):], "[]")) {
 			var k, pos int
 			if _, err := fmt.Sscanf(f, "%d@%d", &k, &pos); err != nil {
@@ -130,6 +148,9 @@ func checkNestBudget(t *testing.T, probe *yieldProbe, forward int, what string) 
 	for step, c := range cost {
 		if c > forward+probe.tokens[step] {
 			t.Errorf("%s: step %d of %d tokens ran nested passes costing %d (forward %d)", what, step, probe.tokens[step], c, forward)
+		}
+		if n := passes[step]; n*(forward+1) > forward+probe.tokens[step] {
+			t.Errorf("%s: step %d of %d tokens ran %d nested passes, at most (%d + %d) / (%d + 1) fit", what, step, probe.tokens[step], n, forward, probe.tokens[step], forward)
 		}
 	}
 }

@@ -104,9 +104,17 @@ type yieldRig struct {
 }
 
 func newYieldRig(t *testing.T, pages int) *yieldRig {
+	return newYieldRigWith(t, pages, nil)
+}
+
+// newYieldRigWith is newYieldRig with set changing the configuration.
+func newYieldRigWith(t *testing.T, pages int, set func(*Config)) *yieldRig {
 	probe := &yieldProbe{Runtime: storiesRuntime(t)}
 	cfg := storiesConfig(probe, pages)
 	cfg.ChunkTokens, cfg.StepTokens = 16, 64
+	if set != nil {
+		set(&cfg)
+	}
 	cfg = cfg.withDefaults()
 	cfg.NoWatermark = true
 	pool, err := cfg.newPool()

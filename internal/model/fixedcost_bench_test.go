@@ -12,9 +12,11 @@ import (
 // (512 positions written) alternate, each timed alone, on one thread;
 // fixed-tokens is the 1-token pass's time over a token's share of the
 // chunk's (minus the token itself). The engine counts a nested step
-// (engine/yield.go, sched.Nest) as nestForward tokens plus its own: a
-// quarter chunk, 16 at the default 64. A ratio of two interleaved
-// timings: load hits both alike.
+// (engine/yield.go, sched.Nest) as a fixed cost plus its own tokens,
+// timed at start by engine.MeasureForwardCost: there a linear fit
+// (c (F + n)) at position 0, a nested step's first chunk's, so its F is
+// a little above this ratio's at equal context. A ratio of two
+// interleaved timings: load hits both alike.
 func BenchmarkForwardFixedCost(b *testing.B) {
 	const ctx, chunk = 512, 64
 	for name, m := range benchModels(b) {

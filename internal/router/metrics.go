@@ -46,6 +46,10 @@ type EngineStats struct {
 	// recorded (engine/phases.go), by role ("router", "prefill",
 	// "colocated"), per tenant.
 	Phases map[string][]engine.PhaseStat
+	// NestForward is the fixed cost of a forward pass, in prompt tokens,
+	// that each role's nested budget counts (engine.Config.NestForward),
+	// by role ("prefill", "colocated").
+	NestForward map[string]int
 }
 
 // Reasons of EngineStats.ReservationsRefused.

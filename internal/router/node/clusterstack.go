@@ -171,6 +171,9 @@ func BuildCluster(m *Model, c ClusterConfig) (*ClusterStack, error) {
 		ec.Verify, ec.GrammarMaskBytes = c.Pools.Verify, c.Pools.GrammarMaskBytes
 		if r == preflight.RolePrefill {
 			ec.PublicPrefix = c.PublicPrefix // prefill's public scope; decode stays per tenant
+			if err := SetNestForward(c.Logger, r, &ec, c.NestForward, c.MeasureNestForward); err != nil {
+				return nil, err
+			}
 		}
 		if c.Engine != nil {
 			c.Engine(r, &ec)

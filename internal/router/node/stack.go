@@ -50,6 +50,12 @@ type LocalConfig struct {
 	// HandoffAfterPrefill: the prefill worker sends a prompt's pages only
 	// once it is whole (engine.Config.HandoffAfterPrefill; comparisons).
 	HandoffAfterPrefill bool
+	// NestForward is the prefill and colocated roles' fixed cost of a
+	// forward pass (engine.Config.NestForward) when above 0; else, with
+	// MeasureNestForward (`sluice serve`), each role measures its own at
+	// start (SetNestForward); else the engine's default.
+	NestForward        int
+	MeasureNestForward bool
 	// MaxQueue and QueueTimeout bound the engine's waiting queue (0: defaults).
 	MaxQueue     int
 	QueueTimeout time.Duration
@@ -142,6 +148,15 @@ func (s *Stack) Stats() router.EngineStats {
 	}
 	if s.decode != nil {
 		st.Sched["decode"] = s.decode.SchedStats()
+	}
+	st.NestForward = map[string]int{}
+	if c, ok := s.Engine.(*engine.Colocated); ok {
+		st.NestForward["colocated"] = c.SchedStats().NestForward
+	}
+	if s.prefill != nil {
+		st.NestForward["prefill"] = s.prefill.SchedStats().NestForward
+	} else if s.cluster != nil && len(s.cluster.Prefills) > 0 {
+		st.NestForward["prefill"] = s.cluster.Prefills[0].SchedStats().NestForward // every one's config is the same
 	}
 	st.Phases = map[string][]engine.PhaseStat{}
 	switch e := s.Engine.(type) {
@@ -277,6 +292,11 @@ func BuildLocal(m *Model, c LocalConfig) (*Stack, error) {
 			// handoff receiver's, tenant-scoped), which prefill's public
 			// pages do not need.
 			ec.PublicPrefix = c.PublicPrefix
+		}
+		if r != preflight.RoleDecode {
+			if err := SetNestForward(c.Logger, r, &ec, c.NestForward, c.MeasureNestForward); err != nil {
+				return nil, err
+			}
 		}
 		if c.Engine != nil {
 			c.Engine(r, &ec)
