@@ -109,8 +109,10 @@ func (p *Pair) done(prefillErr, decodeErr error) {
 
 // Pairer chooses the workers of each attempt of a request. avoid is, when
 // the engine retries or migrates, every pair that failed this request so
-// far, the latest last (nil otherwise); an error means no pair can take
-// the request (with avoid: no other pair, so the last failure stands).
+// far (the latest maxFailedPairs), the latest last (nil otherwise); an
+// error means no pair can take the request (with avoid: no other pair, so
+// the last failure stands; a migration then asks once more avoiding only
+// the pair it leaves, moveAvoids).
 // router/node implements it over many workers (internal/cluster
 // decides); one fixed pair is NewDisaggregated's.
 type Pairer interface {
@@ -489,8 +491,11 @@ func handoffFailure(cause error) *Error {
 // it (a transport failure: the worker died, hung past the heartbeat or was
 // cut off; never an integrity failure or a refusal), or a transport
 // failure of a resumed handoff before its commit (the new decode worker
-// died too, or the prefill worker did), migrates the stream: exactly a preemption's resume, on a new pair that
-// avoids the failed decode worker. The new handoff carries the prompt plus
+// died too, or the prefill worker did), or its stream failing to open
+// right after the new reservation (openFailed), migrates the stream:
+// exactly a preemption's resume, on a new pair that avoids the failed
+// decode worker and every earlier one that failed the request while
+// another is left (movePair). The new handoff carries the prompt plus
 // every token already sent, the sampler continues at the same offset, and
 // batch-invariant kernels rebuild the same KV, so the client's stream goes
 // on bit for bit as if nothing had happened. At most MaxMigrations times
@@ -516,8 +521,13 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 		}
 	}
 	for {
-		dr = d.drive(r, cur.get(), cur.pair(), res, ts, lc, &gen, cur)
-		ts.Close()
+		if ts != nil {
+			dr = d.drive(r, cur.get(), cur.pair(), res, ts, lc, &gen, cur)
+			ts.Close()
+		}
+		// else the stream did not open after the latest reservation: dr
+		// says what that leads to (openFailed), as for a handoff that
+		// failed at once.
 		// retrying: this attempt failed before any token reached the
 		// client; its new reservation below spends the retry budget.
 		// A revoked reservation of a request that sent nothing yet is
@@ -556,11 +566,10 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 			cur.setPair(newID(), p2)
 		} else if dr.migrate != nil {
 			var p2 *Pair
-			var err error
 			if migrations < d.maxMigrations() && gone.Err() == nil {
-				p2, err = d.pairs.Pair(r, []*Pair{cur.pair()})
+				p2 = d.movePair(r, cur, at)
 			}
-			if p2 == nil || err != nil {
+			if p2 == nil {
 				lc.fail(dr.migrate)
 				return
 			}
@@ -613,10 +622,11 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 					return noRoom, e
 				}
 				// The new decode worker refused (it is draining) or is
-				// gone: the stream moves on once more, avoiding it, as a
-				// migration (nothing of this handoff exists anywhere).
-				p2, err := d.pairs.Pair(r, []*Pair{cur.pair()})
-				if err != nil {
+				// gone: the stream moves on once more, avoiding it and
+				// every worker that failed the request, as a migration
+				// (nothing of this handoff exists anywhere).
+				p2 := d.movePair(r, cur, at)
+				if p2 == nil {
 					return noRoom, e
 				}
 				migrations++
@@ -638,9 +648,16 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 		}
 		ts, err = cur.pair().Decode.Stream(d.bg, id, sp)
 		if err != nil {
-			dr.derr = err
-			lc.fail(asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream"))
-			return
+			// The link or the worker failed in the few milliseconds
+			// since the reservation: a move like any other (the loop
+			// above aborts the reservation, I6, and bounds the moves),
+			// unless openFailed says the failure stands.
+			ts = nil
+			var fail *Error
+			if dr, fail = openFailed(len(gen) > 0, err); fail != nil {
+				lc.fail(fail)
+				return
+			}
 		}
 	}
 }
@@ -908,7 +925,7 @@ func (d *Disaggregated) nextPair(r *Request, cur *currentHandoff, at *attempts, 
 	if !full && at.n >= at.max {
 		return nil
 	}
-	avoid := append(slices.Clip(at.failed), cur.pair())
+	avoid := rememberFailed(at.failed, cur.pair(), maxFailedPairs)
 	p2, err := d.pairs.Pair(r, avoid)
 	if err != nil || p2 == nil {
 		return nil
@@ -943,6 +960,20 @@ func (d *Disaggregated) retryPair(r *Request, cur *currentHandoff, at *attempts,
 	at.same = true
 	d.sameRetried.Add(1)
 	return p2
+}
+
+// movePair pairs r again for a migration off its current pair (cur),
+// avoiding every pair that failed the request so far (moveAvoids), and
+// remembers cur's as failed: nil when no pair is left.
+func (d *Disaggregated) movePair(r *Request, cur *currentHandoff, at *attempts) *Pair {
+	leaving := cur.pair()
+	for _, avoid := range moveAvoids(at.failed, leaving) {
+		if p2, err := d.pairs.Pair(r, avoid); err == nil && p2 != nil {
+			at.failed = rememberFailed(at.failed, leaving, maxFailedPairs)
+			return p2
+		}
+	}
+	return nil
 }
 
 // connFailure: the failure was the link's (the connection died or was
