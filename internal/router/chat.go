@@ -56,6 +56,8 @@ type ChatTemplate struct {
 	// maxBytes bounds one rendering (MaxRenderBytes), maxCalls its macro
 	// calls (maxMacroCalls); tests lower them.
 	maxBytes, maxCalls int
+	// maxSteps bounds its loops' steps (maxLoopSteps when 0).
+	maxSteps int
 }
 
 // errTemplateRaised marks a template's own raise_exception: the template
@@ -103,6 +105,8 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 		// request leaked. And range(10**12) in a loop built a list of that
 		// length. This one is a list, bounded.
 		"range": templateRange,
+		// Every {% for %} charges its items (chatloops.go).
+		loopStepsFunc: loopItems,
 	}))
 	t, err := exec.NewTemplate("/chat", cfg, loader, &env)
 	if err != nil {
@@ -189,7 +193,8 @@ func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, 
 			vars[k] = v
 		}
 	}
-	vars[renderStateVar] = &renderState{maxCalls: c.maxCalls}
+	st := &renderState{maxCalls: c.maxCalls, loops: loopSteps{max: c.loopSteps()}}
+	vars[renderStateVar] = st
 	vars["messages"] = list
 	vars["add_generation_prompt"] = !o.NoGenerationPrompt
 	vars["bos_token"] = c.bos
@@ -200,6 +205,11 @@ func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, 
 	ctx := exec.NewContext(vars)
 	out := cappedWriter{max: c.maxBytes}
 	err := c.tmpl.Execute(&out, ctx)
+	if st.loops.steps > st.loops.max {
+		// Checked whatever Execute returned: a macro's failure is a
+		// value a template can test away (is defined).
+		return "", fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, st.loops.max)
+	}
 	if err != nil {
 		if out.over {
 			return "", fmt.Errorf("%w (%d bytes)", ErrRenderTooLarge, c.maxBytes)
@@ -254,6 +264,8 @@ var chatControlStructures = func() *exec.ControlStructureSet {
 			return nil, args.Error(tag+" is not available in a chat template (it has no other templates to read)", nil)
 		})
 	}
+	forLoop, _ := set.Get("for")
+	_ = set.Replace("for", chatForLoops(forLoop))
 	macro, _ := set.Get("macro")
 	_ = set.Replace("macro", func(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
 		cs, err := macro(p, args)
@@ -282,8 +294,12 @@ const maxMacroCalls = 1 << 20
 // renderStateVar holds one rendering's renderState in its variables.
 const renderStateVar = "__sluice_render"
 
-// renderState is one rendering's own: its macro call depth and count.
-type renderState struct{ depth, calls, maxCalls int }
+// renderState is one rendering's own: its macro call depth and count,
+// its loops' steps (chatloops.go).
+type renderState struct {
+	depth, calls, maxCalls int
+	loops                  loopSteps
+}
 
 // boundedMacro is a macro definition whose calls count their depth.
 type boundedMacro struct {

@@ -189,7 +189,9 @@ func (s *Server) chatText(rawMsgs, rawKwargs json.RawMessage, effort *string, o 
 // the failure: the template's own raise_exception is the client's (400);
 // a failure that happens only with the request's kwargs is the kwargs'
 // (400, naming them); a rendering past MaxRenderBytes is the input's
-// (400: no context holds it); any other is the template's (500, logged).
+// (400: no context holds it), as is one whose loops go over more than
+// maxLoopSteps items (chatloops.go); any other is the template's (500,
+// logged).
 func (s *Server) renderChat(msgs []ChatMessage, o RenderOptions) (string, *apiError) {
 	text, err := s.chat.RenderWith(msgs, o)
 	if err == nil {
@@ -200,6 +202,9 @@ func (s *Server) renderChat(msgs []ChatMessage, o RenderOptions) (string, *apiEr
 	}
 	if errors.Is(err, ErrRenderTooLarge) {
 		return "", newErr(http.StatusBadRequest, CodeContextLength, "messages", "%v: shorten the messages or tools", err)
+	}
+	if errors.Is(err, ErrTemplateTooMuchWork) {
+		return "", newErr(http.StatusBadRequest, CodeTemplate, "messages", "%v: send fewer messages or tools", err)
 	}
 	if len(o.Kwargs) > 0 {
 		if _, plain := s.chat.RenderWith(msgs, RenderOptions{NoGenerationPrompt: o.NoGenerationPrompt}); plain == nil {

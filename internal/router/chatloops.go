@@ -1,0 +1,149 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+
+	controlStructures "github.com/nikolalohinski/gonja/v2/builtins/control_structures"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/nodes"
+	"github.com/nikolalohinski/gonja/v2/parser"
+	"github.com/nikolalohinski/gonja/v2/tokens"
+)
+
+// A chat template's {% for %} loops are the operator's, what they go over
+// (messages, tools, a message's text) is the tenant's. Two shapes wrote
+// little or nothing, so no output or build bound saw them:
+//
+//   - a loop over the messages inside a loop over the messages (a
+//     template looking for each message's tool answer, or the last user
+//     turn, per message) does n*n steps: 35,000 one-character messages
+//     fit a 1 MiB body, 1.2e9 steps, minutes of a core per request;
+//   - a recursive loop ({% for m in messages recursive %} calling
+//     loop(...)) that recursed without end behind a condition on the
+//     messages passed the start-up check and then killed the whole
+//     process on the first matching request (a Go stack overflow is
+//     fatal, not an error), like the unbounded macros before
+//     maxMacroDepth. gonja's loop(x) starts each level from the loop's
+//     own context, so no variable can count the depth: a recursive loop
+//     does not parse (no chat template we know has one; a macro, whose
+//     depth is bounded, does the same work).
+//
+// So every loop charges what it goes over to a per-rendering step budget
+// (maxLoopSteps) before it starts, filtered-out items included (the loop
+// evaluates its if-condition on each): past it the rendering ends with
+// ErrTemplateTooMuchWork (400).
+
+// maxLoopSteps bounds the items one rendering's loops go over. Real
+// templates go over the messages two or three times and over the tools
+// and their parameters: Qwen3's and Gemma 3's go over a 1 MiB body of
+// one-character messages (about 35,000) in under 100,000 steps.
+const maxLoopSteps = 1 << 20
+
+// ErrTemplateTooMuchWork: a rendering's loops went over more items than
+// maxLoopSteps.
+var ErrTemplateTooMuchWork = errors.New("the chat template does more work on these messages than a rendering may")
+
+// loopStepsFunc is the function every loop calls (chatForLoops), in
+// every template's context.
+const loopStepsFunc = "__sluice_loop_items"
+
+// loopSteps counts one rendering's loop steps (in renderState).
+type loopSteps struct{ steps, max int }
+
+// charge counts n steps; false past the bound.
+func (l *loopSteps) charge(n int) bool {
+	if n < 0 || n > l.max-l.steps {
+		l.steps = l.max + 1 // over for good
+		return false
+	}
+	l.steps += n
+	return true
+}
+
+// chatForLoops wraps gonja's {% for %} parser: the loop's expression
+// becomes loopStepsFunc(expression), which charges the items before the
+// loop goes over them; the node stays gonja's ForControlStructure. A
+// recursive loop is refused.
+func chatForLoops(parse parser.ControlStructureParser) parser.ControlStructureParser {
+	return func(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
+		cs, err := parse(p, args)
+		fcs, ok := cs.(*controlStructures.ForControlStructure)
+		if err != nil || !ok {
+			return cs, err
+		}
+		at := fcs.BodyWrapper.Location
+		if fcs.Recursive {
+			return nil, fmt.Errorf("line %d: a recursive {%% for %%} loop is not available in a chat template (its depth has no bound); write a macro", at.Line)
+		}
+		fcs.ObjectEvaluator = callNode(at, loopStepsFunc, fcs.ObjectEvaluator)
+		return fcs, nil
+	}
+}
+
+// callNode is the expression fn(args...) at a template position.
+func callNode(at *tokens.Token, fn string, args ...nodes.Expression) *nodes.Call {
+	name := &tokens.Token{Type: tokens.Name, Val: fn, Line: at.Line, Col: at.Col, Pos: at.Pos}
+	return &nodes.Call{Location: at, Func: &nodes.Name{Name: name}, Args: args, Kwargs: map[string]nodes.Expression{}}
+}
+
+// loopState is the rendering's step count, nil when the template
+// replaced the server's variable (then loops refuse: fail closed).
+func loopState(e *exec.Evaluator) *loopSteps {
+	v, _ := e.Environment.Context.Get(renderStateVar)
+	if st, ok := v.(*renderState); ok && st.loops.max > 0 {
+		return &st.loops
+	}
+	return nil
+}
+
+// loopItems is loopStepsFunc: x unchanged, once its items (and one for
+// the loop) are charged.
+func loopItems(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
+	if len(p.Args) != 1 {
+		return nil, errors.New("for: the loop's items are missing")
+	}
+	l := loopState(e)
+	if l == nil || !l.charge(1+itemCount(p.Args[0])) {
+		return nil, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps)
+	}
+	return p.Args[0], nil
+}
+
+// itemCount is how many items a loop over v goes over, at most: a
+// string's bytes (it goes over its characters), a list's or a map's
+// entries; 0 for what a loop does not go over.
+func itemCount(v *exec.Value) int {
+	if v == nil {
+		return 0
+	}
+	x := v.Val
+	for x.IsValid() && (x.Kind() == reflect.Interface || x.Kind() == reflect.Pointer) {
+		if x.IsNil() {
+			return 0
+		}
+		if x.CanInterface() {
+			switch w := x.Interface().(type) {
+			case *exec.Dict:
+				return len(w.Pairs)
+			case *exec.Value:
+				return itemCount(w)
+			}
+		}
+		x = x.Elem()
+	}
+	switch x.Kind() {
+	case reflect.String, reflect.Slice, reflect.Array, reflect.Map:
+		return x.Len()
+	}
+	return 0
+}
+
+// loopSteps is the rendering's loop step bound.
+func (c *ChatTemplate) loopSteps() int {
+	if c.maxSteps > 0 {
+		return c.maxSteps
+	}
+	return maxLoopSteps
+}

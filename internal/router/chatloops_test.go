@@ -1,0 +1,121 @@
+package router
+
+import (
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+)
+
+// Loops whose work grows with the tenant's messages stop at the step
+// bound (lowered here from maxLoopSteps), whatever they write: a loop
+// over the messages inside a loop over the messages wrote nothing, so no
+// output bound saw its n*n steps (35,000 messages fit a 1 MiB body).
+func TestChatTemplateLoopStepsBounded(t *testing.T) {
+	msgs := func(n int, content string) []ChatMessage {
+		m := make([]ChatMessage, n)
+		for i := range m {
+			m[i] = ChatMessage{Role: "user", Content: content}
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name, src string
+		ok, over  []ChatMessage
+	}{
+		// 40 messages: 41*41 steps; 120: 121*121 > 10,000.
+		{"nested loops", "{% for m in messages %}{% for n in messages %}{% if n.role == 'tool' %}t{% endif %}{% endfor %}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
+		// The inner loop's filter drops every item: they are gone over
+		// all the same.
+		{"filtered inner loop", "{% for m in messages %}{% for n in messages if n.role == 'tool' %}t{% endfor %}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
+		// A loop over a message's text goes over its characters.
+		{"loop over a string", "{% for m in messages %}{% for ch in m.content %}{% endfor %}{% endfor %}x", msgs(2, strings.Repeat("a", 4000)), msgs(2, strings.Repeat("a", 6000))},
+		// Inside a macro whose failure the template tests away.
+		{"in a macro tested away", "{% macro f() %}{% for m in messages %}{% for n in messages %}{% endfor %}{% endfor %}{% endmacro %}{% if f() is defined %}{% endif %}x", msgs(40, "a"), msgs(120, "a")},
+	} {
+		ct, err := NewChatTemplate(c.src, "", "")
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		ct.maxSteps = 10_000
+		for range 2 { // the count is each rendering's own
+			if out, err := ct.Render(c.ok); err != nil || out != "x" {
+				t.Fatalf("%s within the bound: %q %v", c.name, out, err)
+			}
+		}
+		if out, err := ct.Render(c.over); !errors.Is(err, ErrTemplateTooMuchWork) {
+			t.Errorf("%s past the bound: %q %v, want ErrTemplateTooMuchWork", c.name, out, err)
+		}
+	}
+}
+
+// A recursive loop does not parse: recursing without end behind a
+// condition on the messages, it passed the start-up rendering and then
+// killed the process (a fatal Go stack overflow) on the first matching
+// request.
+func TestChatTemplateRecursiveLoopRefused(t *testing.T) {
+	_, err := NewChatTemplate("{% for m in messages recursive %}{% if m.content == 'boom' %}{{ loop(messages) }}{% endif %}{{ m.content }}{% endfor %}", "", "")
+	if err == nil || !strings.Contains(err.Error(), "recursive") {
+		t.Fatalf("a recursive loop: %v, want refused at parse", err)
+	}
+	// The word is still a name.
+	ct, err := NewChatTemplate("{% set recursive = 'r' %}{% for m in messages %}{{ recursive }}{% endfor %}", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := ct.Render([]ChatMessage{{Role: "user", Content: "a"}}); err != nil || out != "r" {
+		t.Fatalf("recursive as a name: %q %v", out, err)
+	}
+}
+
+// Real templates go over each message a few times: Qwen3's (with a tool
+// exchange) and Gemma 3's stay within 3 steps a message, so a 1 MiB body
+// of one-character messages (about 35,000) is far inside maxLoopSteps.
+func TestChatTemplateRealLoopSteps(t *testing.T) {
+	const n = 600
+	m := make([]ChatMessage, 0, n)
+	for i := range n / 4 {
+		m = append(m, ChatMessage{Role: "user", Content: "q"},
+			ChatMessage{Role: "assistant", Content: "<think>r</think>a", ToolCalls: []any{map[string]any{"id": "c", "type": "function", "function": map[string]any{"name": "f", "arguments": "{}"}}}},
+			ChatMessage{Role: "tool", Content: "t", ToolCallID: "c"},
+			ChatMessage{Role: "assistant", Content: string(rune('a' + i%26))})
+	}
+	gemma := make([]ChatMessage, n)
+	for i := range gemma {
+		gemma[i] = ChatMessage{Role: []string{"user", "assistant"}[i%2], Content: "x"}
+	}
+	for _, c := range []struct {
+		file string
+		msgs []ChatMessage
+	}{{"Qwen-Qwen3-0.6B.jinja", m}, {"google-gemma-3-it.jinja", gemma}} {
+		src, err := os.ReadFile("../../testdata/templates/" + c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ct, err := NewChatTemplate(string(src), "<bos>", "<eos>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ct.maxSteps = 3 * n
+		if _, err := ct.Render(c.msgs); err != nil {
+			t.Errorf("%s, %d messages within %d steps: %v", c.file, n, 3*n, err)
+		}
+		if maxLoopSteps < 3*40_000 {
+			t.Fatalf("maxLoopSteps %d does not hold a 1 MiB body of small messages", maxLoopSteps)
+		}
+	}
+}
+
+// Past the bound the request is the client's 400, naming the messages.
+func TestChatTemplateTooMuchWorkIs400(t *testing.T) {
+	ct, err := NewChatTemplate("{% for m in messages %}{% for n in messages %}{% endfor %}{% endfor %}x", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct.maxSteps = 100
+	s := &Server{chat: ct}
+	if _, e := s.renderChat(make([]ChatMessage, 20), RenderOptions{}); e == nil || e.Status != http.StatusBadRequest || e.Code != CodeTemplate || e.Param != "messages" {
+		t.Fatalf("too much work: %+v, want 400 %s on messages", e, CodeTemplate)
+	}
+}
