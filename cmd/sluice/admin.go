@@ -32,6 +32,15 @@ func (o *serveOpts) adminAddr(multiTenant bool) string {
 	return ""
 }
 
+// adminFlags names what set the admin address, for a bind error: the
+// flag, or the default it fell back to.
+func (o *serveOpts) adminFlags() string {
+	if o.metricsListen != "" {
+		return "--metrics-listen"
+	}
+	return defaultAdminFlags
+}
+
 // serveAdmin serves h on addr (nothing when addr is ""), for metrics and
 // probes apart from the API, over TLS when tlsSrv is set. The returned
 // stop closes it.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -190,6 +191,40 @@ func TestListenConflictNamesTheFlag(t *testing.T) {
 		code, _, errb := runBin(t, c.args...)
 		if code != 1 || !strings.Contains(errb, "another process holds this address") || !strings.Contains(errb, c.flag) {
 			t.Errorf("sluice %s: exit %d, stderr %s; want exit 1 naming %s", strings.Join(c.args, " "), code, errb, c.flag)
+		}
+		// The ports are bound before the model loads: a conflict costs no
+		// load (a real model's takes a minute).
+		if strings.Contains(errb, "built-in default model") {
+			t.Errorf("sluice %s: the model was loaded before the bind failed:\n%s", strings.Join(c.args, " "), errb)
+		}
+	}
+}
+
+// The admin listener's default address is Prometheus's own port: a bind
+// conflict there says so and names the flag that moves it.
+func TestDefaultAdminConflictNamesPrometheus(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for flags, want := range map[string][]string{
+		defaultAdminFlags:  {"--metrics-listen", "Prometheus", "another process holds this address"},
+		"--metrics-listen": {"--metrics-listen", "another process holds this address"},
+	} {
+		e, err := bindEarly(log, "127.0.0.1:0", held.Addr().String(), flags, nil, nil)
+		if err == nil {
+			e.close()
+			t.Fatalf("%s: bound an address another listener holds", flags)
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q lacks %q", flags, err, w)
+			}
+		}
+		if flags == "--metrics-listen" && strings.Contains(err.Error(), "Prometheus") {
+			t.Errorf("an address the operator chose is not the default: %q", err)
 		}
 	}
 }

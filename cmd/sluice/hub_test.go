@@ -2,8 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -116,5 +123,83 @@ func TestToolsTakeHubModels(t *testing.T) {
 		if code != 0 || !strings.Contains(out, c.says) {
 			t.Errorf("sluice %s: exit %d, stdout %q, stderr %q; want it to print %q", strings.Join(c.args, " "), code, head(out), head(errb), c.says)
 		}
+	}
+}
+
+// While the model loads (here: its download from a Hub that holds the
+// file back) the ports are already bound and every request and probe gets
+// 503 model_loading with Retry-After, as llama-server answers "Loading
+// model"; once loaded the same listeners serve.
+func TestServeAnswersWhileLoading(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts a process")
+	}
+	b, err := os.ReadFile(testenv.Shared(t, "models/stories260K.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hubtest.New(map[string]*hubtest.Repo{"test-org/stories260K-GGUF": {Commit: "89abcdef0123456789abcdef0123456789abcdef",
+		Files: map[string][]byte{"stories260K-F32.gguf": b}}})
+	defer h.Close()
+	target, _ := url.Parse(h.URL)
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	defer open()
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	held := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/resolve/") {
+			<-release // the weights come when the test says so
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer held.Close()
+	t.Setenv("HF_ENDPOINT", held.URL)
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HF_HUB_OFFLINE", "")
+
+	p := startProc(t, "serve", "--model", "hf://test-org/stories260K-GGUF", "--context", "512", "--listen", "127.0.0.1:0",
+		"--api-key", "sk-k", "--metrics-listen", "127.0.0.1:0")
+	const bound = "bound; loading: requests get 503 model_loading until the server is ready"
+	if !p.waitLog(bound) {
+		t.Fatalf("no %q line:\n%s", bound, p.log())
+	}
+	api := strings.TrimPrefix(p.field(bound, "addr"), "http://")
+	admin := strings.TrimPrefix(p.field(bound, "admin"), "http://")
+	for _, u := range []string{"http://" + api + "/health", "http://" + api + "/ready", "http://" + admin + "/health", "http://" + admin + "/ready", "http://" + admin + "/metrics"} {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatalf("%s while loading: %v", u, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "model_loading") {
+			t.Errorf("%s while loading: %d Retry-After %q %s; want 503 model_loading with Retry-After", u, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	}
+	cl := openai.NewClient(option.WithBaseURL("http://"+api+"/v1/"), option.WithAPIKey("sk-k"), option.WithMaxRetries(0))
+	_, err = cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stories260K-F32",
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(4)})
+	var ae *openai.Error
+	if !errors.As(err, &ae) || ae.StatusCode != 503 || ae.Code != "model_loading" {
+		t.Fatalf("a completion while loading: %v; want 503 model_loading", err)
+	}
+
+	open()
+	if got := p.waitAddr(t); got != api {
+		t.Fatalf("serving on %s, bound %s", got, api)
+	}
+	r, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stories260K-F32",
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(4), Temperature: openai.Float(0)})
+	if err != nil || len(r.Choices) != 1 {
+		t.Fatalf("completion once loaded: %v\n%s", err, p.log())
+	}
+	for _, u := range []string{"http://" + api + "/health", "http://" + admin + "/health", "http://" + admin + "/ready"} {
+		resp, err := http.Get(u)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s once loaded: %v %v", u, resp, err)
+		}
+		resp.Body.Close()
 	}
 }

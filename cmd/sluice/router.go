@@ -117,6 +117,21 @@ Example:
 		log.Error(err.Error())
 		return 1
 	}
+	adminAddr := o.adminAddr(keys != nil)
+	apiTLS, adminTLS, stopTLS, err := o.tls.start(log, adminAddr != "")
+	if err != nil {
+		log.Error("TLS", "err", err)
+		return 1
+	}
+	defer stopTLS()
+	// Bound before the model loads and the workers are dialled (as sluice
+	// serve): a port in use fails now, and meanwhile 503 model_loading.
+	early, err := bindEarly(log, o.listen, adminAddr, o.adminFlags(), apiTLS, adminTLS)
+	if err != nil {
+		log.Error("cannot listen", "err", err)
+		return 1
+	}
+	defer early.close()
 	m, err := loadModel(log, o.model, o.hf, gguf.MemoryMap) // the router computes nothing with the weights
 	if err != nil {
 		log.Error("cannot load the model", "err", err)
@@ -297,7 +312,6 @@ Example:
 		return 1
 	}
 	checkChatTemplate(log, ct)
-	adminAddr := o.adminAddr(keys != nil)
 	// The router's own load: its queue (sluice_queue_*), in /metrics and
 	// the load line as `sluice serve` has them; the workers export theirs.
 	stats := func() router.EngineStats {
@@ -332,18 +346,7 @@ Example:
 		log.Error("router", "err", err)
 		return 1
 	}
-	apiTLS, adminTLS, stopTLS, err := o.tls.start(log, adminAddr != "")
-	if err != nil {
-		log.Error("TLS", "err", err)
-		return 1
-	}
-	defer stopTLS()
-	stopAdmin, err := serveAdmin(log, adminAddr, srv.AdminHandler(), adminTLS)
-	if err != nil {
-		log.Error("cannot serve metrics", "addr", adminAddr, "err", err)
-		return 1
-	}
-	defer stopAdmin()
+	defer early.readyAdmin(log, srv.AdminHandler(), adminTLS)()
 	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddrs, "decode", decodeAddrs,
 		"encrypt_decode", decodes[0].Encrypt(), "encrypt_prefill", prefills[0].Encrypt(), "weights", weights)
 	loadCtx, stopLoad := context.WithCancel(context.Background())
@@ -351,7 +354,7 @@ Example:
 	if o.loadEvery > 0 {
 		go node.LogLoad(loadCtx, log, o.loadEvery, stats) // running, waiting
 	}
-	return serveHTTP(log, o.listen, apiTLS, srv, o.drain, func(ctx context.Context) error { stopLoad(); return eng.Close(ctx) })
+	return serveHTTP(log, early, apiTLS, srv, o.drain, func(ctx context.Context) error { stopLoad(); return eng.Close(ctx) })
 }
 
 // reloadOnHUP re-reads the workers file on every SIGHUP until ctx ends.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -494,6 +493,22 @@ Example:
 		log.Error(err.Error())
 		return 1
 	}
+	adminAddr := o.adminAddr(keys != nil)
+	apiTLS, adminTLS, stopTLS, err := o.tls.start(log, adminAddr != "")
+	if err != nil {
+		log.Error("TLS", "err", err)
+		return 1
+	}
+	defer stopTLS()
+	// The ports are bound before the model loads: a port in use fails
+	// now, and until the server is ready every request and probe gets
+	// 503 model_loading (as llama-server), not a refused connection.
+	early, err := bindEarly(log, o.listen, adminAddr, o.adminFlags(), apiTLS, adminTLS)
+	if err != nil {
+		log.Error("cannot listen", "err", err)
+		return 1
+	}
+	defer early.close()
 
 	m, err := loadModel(log, o.model, o.hf, mem)
 	if err != nil {
@@ -572,7 +587,6 @@ Example:
 		return 1
 	}
 	checkChatTemplate(log, ct)
-	adminAddr := o.adminAddr(keys != nil)
 	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
 		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.routerSlots(), TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Ready: st.Ready, Logger: log,
 		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels})
@@ -581,26 +595,13 @@ Example:
 		st.Close(context.Background())
 		return 1
 	}
-	apiTLS, adminTLS, stopTLS, err := o.tls.start(log, adminAddr != "")
-	if err != nil {
-		log.Error("TLS", "err", err)
-		st.Close(context.Background())
-		return 1
-	}
-	defer stopTLS()
-	stopAdmin, err := serveAdmin(log, adminAddr, srv.AdminHandler(), adminTLS)
-	if err != nil {
-		log.Error("cannot serve metrics", "addr", adminAddr, "err", err)
-		st.Close(context.Background())
-		return 1
-	}
-	defer stopAdmin()
+	defer early.readyAdmin(log, srv.AdminHandler(), adminTLS)()
 	log.Info("roles started", "mode", mode, "context", st.Engine.Info().Context)
 	loadCtx, stopLoad := context.WithCancel(context.Background())
 	if o.loadEvery > 0 {
 		go st.LogLoad(loadCtx, log, o.loadEvery) // running, waiting, KV usage, throughput
 	}
-	return serveHTTP(log, o.listen, apiTLS, srv, o.drain, func(ctx context.Context) error { stopLoad(); return st.Close(ctx) })
+	return serveHTTP(log, early, apiTLS, srv, o.drain, func(ctx context.Context) error { stopLoad(); return st.Close(ctx) })
 }
 
 // flagSet reports whether name was given on the command line, under
@@ -641,21 +642,13 @@ func loadKeysFlag(path string, log *slog.Logger) (*router.Keys, error) {
 
 // serveHTTP serves the API until SIGTERM/SIGINT, then drains: new requests
 // get 503, in-flight ones finish (up to drain), then the roles stop.
-func serveHTTP(log *slog.Logger, addr string, tlsSrv *tlsload.Server, srv *router.Server, drain time.Duration, closeRoles func(context.Context) error) int {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		log.Error("cannot listen", "addr", addr, "err", listenError(err, "--port, --host or --listen"))
-		closeRoles(context.Background())
-		return 1
-	}
-	// ReadTimeout covers headers and body only (responses stream for as
-	// long as generation takes); IdleTimeout reaps idle keep-alives.
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
+// The listener was bound early (bindEarly); from here it serves srv.
+func serveHTTP(log *slog.Logger, early *earlyServer, tlsSrv *tlsload.Server, srv *router.Server, drain time.Duration, closeRoles func(context.Context) error) int {
+	hs, errc := early.apiHS, early.apiErr
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- tlsload.Serve(hs, l, tlsSrv) }()
-	log.Info("listening", "addr", tlsload.Scheme(tlsSrv)+"://"+l.Addr().String(), "endpoints", strings.Join(srv.Endpoints(), " "))
+	early.api.set(srv.Handler())
+	log.Info("listening", "addr", tlsload.Scheme(tlsSrv)+"://"+early.apiL.Addr().String(), "endpoints", strings.Join(srv.Endpoints(), " "))
 	code := 0
 	// A second SIGINT/SIGTERM during the drain cuts what still runs at
 	// once, as llama-server's second Ctrl-C does: before, it was swallowed
