@@ -295,17 +295,19 @@ func TestChatTemplateFlag(t *testing.T) {
 	if code != 2 || !strings.Contains(errb, `--chat-template "/no/such/template.jinja"`) || !strings.Contains(errb, "no such file") {
 		t.Errorf("missing template file: exit %d, stderr %s", code, errb)
 	}
-	// A port held here: a template wrongly accepted ends at the listen
-	// instead of serving.
-	held, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// A template that does not parse ends start-up; wrongly accepted, the
+	// server would reach "listening" (then it is stopped and the test
+	// fails). The port is bound before the template is read, so a held
+	// port cannot stand in for this.
+	p := startProc(t, "serve", model, "--chat-template", "{% for %}", "--host", "127.0.0.1", "--port", "0", "--kv-pool-tokens", "1024")
+	select {
+	case <-p.addr:
+		p.stop(t)
+		t.Fatalf("a template that does not parse was served:\n%s", p.log())
+	case <-p.done:
 	}
-	defer held.Close()
-	_, port, _ := net.SplitHostPort(held.Addr().String())
-	code, _, errb = runBin(t, "serve", model, "--chat-template", "{% for %}", "--host", "127.0.0.1", "--port", port, "--kv-pool-tokens", "1024")
-	if code != 1 || !strings.Contains(errb, "--chat-template: the inline template does not parse") {
-		t.Errorf("template that does not parse: exit %d, stderr %s", code, errb)
+	if code := p.wait(t); code != 1 || !strings.Contains(p.log(), "--chat-template: the inline template does not parse") {
+		t.Errorf("template that does not parse: exit %d, stderr %s", code, p.log())
 	}
 }
 

@@ -99,7 +99,7 @@ func (c *chatRequest) checkClientFields() *apiError {
 				return badParam("metadata", "metadata values must be strings; %q is not", k)
 			}
 			if len(k) > maxMetadataKeyLen || len(v) > maxMetadataValueLen {
-				return badParam("metadata", "metadata keys are at most %d characters and values at most %d", maxMetadataKeyLen, maxMetadataValueLen)
+				return badParam("metadata", "metadata keys are at most %d bytes and values at most %d bytes", maxMetadataKeyLen, maxMetadataValueLen)
 			}
 		}
 	}
