@@ -85,3 +85,38 @@ func TestPromptTokensMetricCountsEveryChoice(t *testing.T) {
 		t.Fatalf("the engine prefilled %d prompt tokens; metrics lack %q:\n%s", prefilled, want, body)
 	}
 }
+
+// The counters a dashboard or alert reads exist before the first request,
+// at 0: the refusal reasons, the token counters (per tenant of the key
+// file with tenant labels), and vLLM's names for the served model, as vLLM
+// registers them at start.
+func TestMetricsExistAtStart(t *testing.T) {
+	keys, err := ParseKeys(strings.NewReader("key-a acme-corp\nkey-b globex\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, labels := range []bool{false, true} {
+		h := newHarness(t, 64, func(c *Config) { c.Keys, c.MetricsTenantLabels = keys, labels })
+		admin := httptest.NewServer(h.srv.AdminHandler())
+		_, body := get(t, admin.URL+"/metrics")
+		admin.Close()
+		want := []string{
+			`sluice_requests_refused_total{reason="rate_limited"} 0`,
+			`sluice_requests_refused_total{reason="overloaded"} 0`,
+			`vllm:prompt_tokens_total{model_name="echo-test-double"} 0`,
+			`vllm:generation_tokens_total{model_name="echo-test-double"} 0`,
+			`vllm:e2e_request_latency_seconds_count{model_name="echo-test-double"} 0`,
+			`vllm:time_to_first_token_seconds_count{model_name="echo-test-double"} 0`,
+		}
+		if labels {
+			want = append(want, `sluice_prompt_tokens_total{tenant="acme-corp"} 0`, `sluice_completion_tokens_total{tenant="globex"} 0`)
+		} else {
+			want = append(want, "sluice_prompt_tokens_total 0", "sluice_completion_tokens_total 0")
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w+"\n") {
+				t.Errorf("tenant labels %v: no %s at start", labels, w)
+			}
+		}
+	}
+}

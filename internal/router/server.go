@@ -166,6 +166,21 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	// The served model's vLLM-named series, and each tenant's token
+	// counters with tenant labels, exist from the start at 0 (as vLLM
+	// registers its own), so rate() sees the first request.
+	model := cfg.Engine.Info().Model
+	for _, v := range []*prometheus.HistogramVec{m.vE2E, m.vTTFT, m.vITL} {
+		v.WithLabelValues(model)
+	}
+	m.vPrompt.WithLabelValues(model)
+	m.vGen.WithLabelValues(model)
+	if m.tenantLabels && cfg.Keys != nil {
+		for tenant := range cfg.Keys.tenants {
+			m.promptTokens.WithLabelValues(tenant)
+			m.completionTokens.WithLabelValues(tenant)
+		}
+	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
