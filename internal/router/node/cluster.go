@@ -340,8 +340,10 @@ func states(ms []*member) []cluster.State {
 
 // pick chooses in one pool, excluding the avoided workers when another is
 // usable; with affinity on, by the request's prompt (its tenant's memory
-// only) and recording the choice.
-func (c *Cluster) pick(ms []*member, prof cluster.Profile, avoid map[string]bool, aff *cluster.Affinity, pr cluster.Prompt) (*member, cluster.Choice, error) {
+// only) and recording the choice. strict: never an avoided worker (the
+// decode pool: the pick is refused instead, and neither the affinity
+// memory nor its metrics count a worker the request will not go to).
+func (c *Cluster) pick(ms []*member, prof cluster.Profile, avoid map[string]bool, strict bool, aff *cluster.Affinity, pr cluster.Prompt) (*member, cluster.Choice, error) {
 	st := states(ms)
 	if len(avoid) > 0 {
 		var rest []cluster.State
@@ -352,9 +354,13 @@ func (c *Cluster) pick(ms []*member, prof cluster.Profile, avoid map[string]bool
 				idx = append(idx, i)
 			}
 		}
-		if ch, _, err := prof.PickPrompt(rest, c.rot, aff, pr); err == nil {
+		ch, rej, err := prof.PickPrompt(rest, c.rot, aff, pr)
+		if err == nil {
 			ch.Index = idx[ch.Index]
 			return c.picked(ms[ch.Index], ch, aff, pr), ch, nil
+		}
+		if strict {
+			return nil, ch, fmt.Errorf("no other usable worker than the %d that failed the request (%v)", len(st)-len(rest), rej)
 		}
 	}
 	ch, rej, err := prof.PickPrompt(st, c.rot, aff, pr)
@@ -402,16 +408,17 @@ func (c *Cluster) Pair(r *engine.Request, avoid []*engine.Pair) (*engine.Pair, e
 		// memory is keyed by the authenticated tenant and the scope.
 		pr = cluster.Prompt{Tenant: r.Tenant, Scope: r.CacheScope, Keys: cluster.PageKeys(max(c.PageSize, 1), r.Prompt)}
 	}
-	d, dch, err := c.pick(c.decode, c.dProf, avoidD, c.dAff, pr)
+	d, dch, err := c.pick(c.decode, c.dProf, avoidD, true, c.dAff, pr)
 	if err != nil {
 		c.noPair++
 		return nil, fmt.Errorf("decode: %w", err)
 	}
 	if avoidD[d.w.Name] {
+		// Defence in depth: the strict pick never returns one.
 		c.noPair++
 		return nil, errors.New("no other usable decode worker to retry on")
 	}
-	p, pch, err := c.pick(c.prefill, c.pProf, avoidP, c.pAff, pr)
+	p, pch, err := c.pick(c.prefill, c.pProf, avoidP, false, c.pAff, pr)
 	if err != nil {
 		c.noPair++
 		return nil, fmt.Errorf("prefill: %w", err)

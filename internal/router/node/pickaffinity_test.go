@@ -102,3 +102,31 @@ func TestPickFollowsPrefixOverLoad(t *testing.T) {
 		}
 	}
 }
+
+// A pairing refused because every decode worker failed the request (a
+// retry or a migration's first ask, which then falls back to avoiding
+// only the pair it leaves) records nothing: neither the affinity memory
+// (alice's prompt is not believed held by a worker she was not sent to)
+// nor the affinity metrics count a pick that did not happen.
+func TestRefusedPickRecordsNoAffinity(t *testing.T) {
+	c, err := NewCluster([]Worker{{Name: "p", Prefill: stubPrefill{"p"}}},
+		[]Worker{{Name: "d1", Decode: stubDecode{}}, {Name: "d2", Decode: stubDecode{}}}, DefaultWeights, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Probe(context.Background())
+	r := &engine.Request{Tenant: "alice", Prompt: make([]int32, 3*16+1), MaxTokens: 4}
+	var avoid []*engine.Pair
+	for _, n := range []string{"d1", "d2"} {
+		avoid = append(avoid, &engine.Pair{Prefill: stubPrefill{"p"}, Decode: stubDecode{}, DecodeName: n})
+	}
+	if p, err := c.Pair(r, avoid); err == nil {
+		t.Fatalf("both decode workers failed the request, yet it was paired with %s", p.DecodeName)
+	}
+	c.mu.Lock()
+	remembered, picks := c.dAff.Len()+c.pAff.Len(), c.affPicks["decode"]+c.affPicks["prefill"]
+	c.mu.Unlock()
+	if remembered != 0 || picks != 0 {
+		t.Fatalf("a refused pairing left %d pages in the affinity memory and %d affinity picks counted", remembered, picks)
+	}
+}
