@@ -137,6 +137,7 @@ Example:
 		// own (queue, handoff), so a remote worker's are here.
 		st.Phases = map[string][]engine.PhaseStat{"prefill": pw.FirstTokenPhases()}
 		st.NestForward = map[string]int{"prefill": pw.SchedStats().NestForward}
+		st.CommitAsides = router.PrefillAsides(pw.Stats())
 		return st
 	}, o.readiness(ds.Check))
 	if err != nil {

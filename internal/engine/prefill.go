@@ -88,12 +88,15 @@ type PrefillStats struct {
 
 // Stats returns the counters.
 func (w *PrefillWorker) Stats() PrefillStats {
+	// A wait is counted before its timeout: read in the other order, the
+	// timeouts never exceed the waits.
+	timeouts := w.stats.asideTimeouts.Load()
 	return PrefillStats{
 		Committed: w.stats.committed.Load(), Failed: w.stats.failed.Load(), Tokens: w.stats.tokens.Load(),
 		Bytes: w.stats.bytes.Load(), Push: time.Duration(w.stats.pushNanos.Load()),
 		PagesSent: w.stats.sent.Load(), PagesSkipped: w.stats.skipped.Load(),
 		PagesStreamed: w.stats.streamed.Load(),
-		Asides:        w.stats.asides.Load(), AsideTimeouts: w.stats.asideTimeouts.Load(),
+		Asides:        w.stats.asides.Load(), AsideTimeouts: timeouts,
 	}
 }
 

@@ -50,6 +50,23 @@ type EngineStats struct {
 	// that each role's nested budget counts (engine.Config.NestForward),
 	// by role ("prefill", "colocated").
 	NestForward map[string]int
+	// CommitAsides counts the times the prefill worker's scheduler
+	// waited for a finished prompt's handoff before computing another
+	// tenant's prompts (engine/aside.go), by how the wait ended
+	// (AsideLanded, AsideBound); nil in a process without a prefill
+	// worker.
+	CommitAsides map[string]uint64
+}
+
+// Outcomes of EngineStats.CommitAsides.
+const (
+	AsideLanded = "landed" // the push returned (commit accepted or failed)
+	AsideBound  = "bound"  // the bound (CommitAside) passed first
+)
+
+// PrefillAsides is the CommitAsides of a prefill worker's stats.
+func PrefillAsides(ps engine.PrefillStats) map[string]uint64 {
+	return map[string]uint64{AsideLanded: uint64(ps.Asides - ps.AsideTimeouts), AsideBound: uint64(ps.AsideTimeouts)}
 }
 
 // Reasons of EngineStats.ReservationsRefused.
@@ -216,6 +233,7 @@ var (
 	descHLatency   = prometheus.NewDesc("sluice_handoff_seconds", "Handoff latency from reservation to verified commit.", nil, nil)
 	descLate       = prometheus.NewDesc("sluice_late_writes_dropped_total", "Page writes dropped because the page had moved to a new generation (I6).", nil, nil)
 	descRefused    = prometheus.NewDesc("sluice_handoff_reservations_refused_total", "Reservations the decode worker refused, by reason (kv_capacity_exhausted: no free pages; refused: any other). Back-pressure, not integrity.", []string{"reason"}, nil)
+	descAsides     = prometheus.NewDesc("sluice_prefill_commit_asides_total", "Times the prefill worker's scheduler waited for a finished prompt's handoff (its last pages and commit) before computing another tenant's prompts, by how the wait ended: landed (the push returned) or bound (1 ms passed first: a slow decode side).", []string{"outcome"}, nil)
 	descAborted    = prometheus.NewDesc("sluice_handoffs_aborted_total", "Handoffs that ended by an abort (client gone, router gave up, peer failure).", nil, nil)
 	descCacheTok   = prometheus.NewDesc("sluice_prefix_cache_tokens_total", "Full-page prompt tokens looked up in the prefix cache, by role and result (hit: found and handed to the request; miss: not found, or found corrupt, so computed). Counted per lookup: a request that waits for free KV pages looks up again at each attempt, and each attempt counts.", []string{"role", "result"}, nil)
 	descCacheEvict = prometheus.NewDesc("sluice_prefix_cache_evictions_total", "Idle prefix-cache pages evicted (pool pressure or invalidation), by role.", []string{"role"}, nil)
@@ -294,6 +312,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLate
 	ch <- descRefused
 	ch <- descAborted
+	ch <- descAsides
 	for _, d := range loadDescs {
 		ch <- d
 	}
@@ -343,6 +362,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), reason)
 	}
 	ch <- prometheus.MustNewConstMetric(descAborted, prometheus.CounterValue, float64(st.HandoffsAborted))
+	for outcome, n := range st.CommitAsides {
+		ch <- prometheus.MustNewConstMetric(descAsides, prometheus.CounterValue, float64(n), outcome)
+	}
 	collectLoad(ch, st)
 	collectPhases(ch, st, c.tenantLabels)
 	if c.model != nil {

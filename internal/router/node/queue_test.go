@@ -107,7 +107,16 @@ func TestBurstLargerThanPoolZero503(t *testing.T) {
 					t.Errorf("metrics lack %q:\n%s", want, grepLines(body, "sluice_queue"))
 				}
 			}
-			t.Logf("%s: %s, %d admissions", name, grepLines(body, "sluice_preemptions_total"), waits)
+			// The prefill worker's waits for a finished prompt's handoff
+			// (engine/aside.go), both outcomes from the start; none
+			// without a prefill worker.
+			for _, outcome := range []string{"landed", "bound"} {
+				series := `sluice_prefill_commit_asides_total{outcome="` + outcome + `"} `
+				if has := strings.Contains(body, series); has == cfg.Colocated {
+					t.Errorf("metrics have %q: %v, want %v:\n%s", series, has, !cfg.Colocated, grepLines(body, "sluice_prefill_commit_asides_total"))
+				}
+			}
+			t.Logf("%s: %s, %d admissions, %s", name, grepLines(body, "sluice_preemptions_total"), waits, grepLines(body, "sluice_prefill_commit_asides_total"))
 		})
 	}
 }

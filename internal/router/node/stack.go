@@ -167,6 +167,7 @@ func (s *Stack) Stats() router.EngineStats {
 	}
 	if s.prefill != nil {
 		st.Phases["prefill"] = s.prefill.FirstTokenPhases()
+		st.CommitAsides = router.PrefillAsides(s.prefill.Stats())
 	}
 	return st
 }
