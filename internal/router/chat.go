@@ -54,8 +54,10 @@ type ChatTemplate struct {
 	fallback bool
 	bos, eos string
 	// maxBytes bounds one rendering (MaxRenderBytes), maxCalls its macro
-	// calls (maxMacroCalls); tests lower them.
+	// calls (maxMacroCalls), maxBuilt what it builds (MaxBuildBytes);
+	// tests lower them.
 	maxBytes, maxCalls int
+	maxBuilt           int64
 	// maxSteps bounds its loops' steps (maxLoopSteps when 0).
 	maxSteps int
 }
@@ -76,7 +78,7 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 	if len(source) > MaxTemplateBytes {
 		return nil, fmt.Errorf("the chat template is %d bytes, more than the %d (1 MiB) a chat template may hold", len(source), MaxTemplateBytes)
 	}
-	ct := &ChatTemplate{source: source, bos: bos, eos: eos, maxBytes: MaxRenderBytes, maxCalls: maxMacroCalls}
+	ct := &ChatTemplate{source: source, bos: bos, eos: eos, maxBytes: MaxRenderBytes, maxCalls: maxMacroCalls, maxBuilt: MaxBuildBytes}
 	if strings.TrimSpace(source) == "" {
 		ct.source, ct.fallback = FallbackChatTemplate, true
 	}
@@ -92,7 +94,8 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 	cfg.KeepTrailingNewline = false
 	env := *gonja.DefaultEnvironment
 	env.ControlStructures = chatControlStructures
-	env.Context = gonja.DefaultContext.Inherit().Update(exec.NewContext(map[string]any{
+	env.Filters = chatFilters
+	env.Context = gonja.DefaultContext.Inherit().Update(exec.NewContext(budgetFuncs)).Update(exec.NewContext(map[string]any{
 		"raise_exception": func(msg string) (string, error) {
 			return "", fmt.Errorf("%w: %s", errTemplateRaised, msg)
 		},
@@ -110,6 +113,9 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 	}))
 	t, err := exec.NewTemplate("/chat", cfg, loader, &env)
 	if err != nil {
+		return nil, fmt.Errorf("chat template does not parse: %w", err)
+	}
+	if err := budgetTemplate(t.Root()); err != nil {
 		return nil, fmt.Errorf("chat template does not parse: %w", err)
 	}
 	ct.tmpl = t
@@ -164,7 +170,8 @@ type RenderOptions struct {
 // messages).
 var ReservedTemplateVars = map[string]bool{"messages": true, "add_generation_prompt": true, "bos_token": true, "eos_token": true,
 	"raise_exception": true, "strftime_now": true, "tools": true, "documents": true, "continue_final_message": true,
-	renderStateVar: true}
+	renderStateVar: true, ifElseFunc: true, budgetAddFunc: true, budgetCatFunc: true, budgetMulFunc: true,
+	budgetOutFunc: true, budgetMethodFunc: true, loopStepsFunc: true}
 
 // RenderTools is Render with the request's tools.
 func (c *ChatTemplate) RenderTools(msgs []ChatMessage, tools []any) (string, error) {
@@ -173,6 +180,12 @@ func (c *ChatTemplate) RenderTools(msgs []ChatMessage, tools []any) (string, err
 
 // RenderWith applies the template with the request's options.
 func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, error) {
+	out, _, err := c.render(msgs, o)
+	return out, err
+}
+
+// render is RenderWith, also saying how many bytes of values it built.
+func (c *ChatTemplate) render(msgs []ChatMessage, o RenderOptions) (string, int64, error) {
 	list := make([]any, len(msgs))
 	for i, m := range msgs {
 		mm := map[string]any{"role": m.Role, "content": m.Content}
@@ -193,7 +206,7 @@ func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, 
 			vars[k] = v
 		}
 	}
-	st := &renderState{maxCalls: c.maxCalls, loops: loopSteps{max: c.loopSteps()}}
+	st := &renderState{maxCalls: c.maxCalls, maxBuilt: c.maxBuilt, loops: loopSteps{max: c.loopSteps()}}
 	vars[renderStateVar] = st
 	vars["messages"] = list
 	vars["add_generation_prompt"] = !o.NoGenerationPrompt
@@ -208,21 +221,26 @@ func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, 
 	if st.loops.steps > st.loops.max {
 		// Checked whatever Execute returned: a macro's failure is a
 		// value a template can test away (is defined).
-		return "", fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, st.loops.max)
+		return "", st.built, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, st.loops.max)
+	}
+	if st.over {
+		// Whatever the template made of the refusal (a test can
+		// turn an error into false): the rendering is over.
+		return "", st.built, fmt.Errorf("%w: it builds more than %d bytes of strings and lists", ErrRenderTooLarge, c.maxBuilt)
 	}
 	if err != nil {
 		if out.over {
-			return "", fmt.Errorf("%w (%d bytes)", ErrRenderTooLarge, c.maxBytes)
+			return "", st.built, fmt.Errorf("%w (%d bytes)", ErrRenderTooLarge, c.maxBytes)
 		}
 		// gonja flattens error chains into text, so the template's own
 		// raise_exception is recognised by its marker.
 		msg := err.Error()
 		if i := strings.Index(msg, errTemplateRaised.Error()+": "); i >= 0 {
-			return "", fmt.Errorf("%w: %s", errTemplateRaised, msg[i+len(errTemplateRaised.Error())+2:])
+			return "", st.built, fmt.Errorf("%w: %s", errTemplateRaised, msg[i+len(errTemplateRaised.Error())+2:])
 		}
-		return "", err
+		return "", st.built, err
 	}
-	return out.b.String(), nil
+	return out.b.String(), st.built, nil
 }
 
 // MaxRenderBytes bounds a rendered chat prompt: far beyond what any
@@ -252,6 +270,9 @@ func (w *cappedWriter) WriteString(s string) (int, error) {
 	return w.b.WriteString(s)
 }
 
+// chatFilters are gonja's filters, counted (budgetFilters).
+var chatFilters = budgetFilters(gonja.DefaultEnvironment.Filters)
+
 // chatControlStructures are gonja's tags for a chat template: no
 // include, import, from or extends (Hugging Face's apply_chat_template
 // has no loader either; a template that included itself recursed until
@@ -266,6 +287,8 @@ var chatControlStructures = func() *exec.ControlStructureSet {
 	}
 	forLoop, _ := set.Get("for")
 	_ = set.Replace("for", chatForLoops(forLoop))
+	_ = set.Replace("set", parseChatSet)
+	_ = set.Replace("filter", parseChatFilterBlock)
 	macro, _ := set.Get("macro")
 	_ = set.Replace("macro", func(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
 		cs, err := macro(p, args)
@@ -295,10 +318,12 @@ const maxMacroCalls = 1 << 20
 const renderStateVar = "__sluice_render"
 
 // renderState is one rendering's own: its macro call depth and count,
-// its loops' steps (chatloops.go).
+// its loops' steps (chatloops.go) and what it built (chatbudget.go).
 type renderState struct {
 	depth, calls, maxCalls int
 	loops                  loopSteps
+	built, maxBuilt        int64
+	over                   bool
 }
 
 // boundedMacro is a macro definition whose calls count their depth.
