@@ -684,14 +684,17 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 	// d.bg, not the client's context: a disconnect never tears the
 	// transfer (I10). drive returns only once the prefill has (every
 	// return path waits for it), so stopPrefill then only releases pctx.
-	pctx, stopPrefill := context.WithCancel(d.bg)
+	// It names the tenant and its weight: a TCP client hands its call
+	// slots out by them (handoff.WithCaller).
+	pctx, stopPrefill := context.WithCancel(handoff.WithCaller(d.bg, r.Tenant, r.Weight))
 	defer stopPrefill()
 	// committed: decode's first token of this handoff reached the loop
 	// below; it is the commit's, so decode verified the handoff (I5).
 	var committed atomic.Bool
 	go func() {
 		pr, err := p.Prefill.Prefill(pctx, &handoff.PrefillRequest{Handoff: id, Tenant: r.Tenant, Tokens: prompt, Reservation: res,
-			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint, Decode: p.DecodeName, CacheScope: r.CacheScope})
+			Sampling: r.Sampling, SampleOffset: offset, Model: d.cfg.Fingerprint, Decode: p.DecodeName, CacheScope: r.CacheScope,
+			Weight: min(max(r.Weight, 1), handoff.MaxWeight)})
 		// The handoff did not commit, or its outcome is unknown: abort
 		// it on decode now (the Prefill contract asks the router to): an
 		// unreachable prefill worker aborted nothing, and decode's

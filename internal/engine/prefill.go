@@ -205,6 +205,9 @@ func (w *PrefillWorker) Close() {
 // the commit. On any failure it aborts the handoff on the decode side and
 // releases its own pages.
 func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*handoff.PrefillResult, error) {
+	// The calls to decode for this prompt (its page writes, its commit)
+	// take their connection's call slots as its tenant's, by its weight.
+	ctx = handoff.WithCaller(ctx, r.Tenant, r.Weight)
 	w.running.Add(1)
 	defer w.running.Add(-1)
 	res := r.Reservation

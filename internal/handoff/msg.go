@@ -230,6 +230,11 @@ type PrefillRequest struct {
 	// CacheScope narrows the prefill worker's prefix cache within Tenant
 	// (the client's prompt_cache_key / cache_salt); it never widens it.
 	CacheScope string
+	// Weight is the tenant's weight (the router's --api-keys), as in
+	// Reserve: the prefill worker's calls to decode for this prompt (its
+	// page writes, its commit) take their connection's call slots in
+	// proportion to it (tcp slots). 0 counts as 1; at most MaxWeight.
+	Weight int
 }
 
 // MaxCacheScope bounds Reserve.CacheScope: the router's scope joins two

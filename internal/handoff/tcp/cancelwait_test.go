@@ -139,8 +139,8 @@ func TestUnconfirmedCancelEnds(t *testing.T) {
 			c.mu.Lock()
 			n := len(c.pending)
 			c.mu.Unlock()
-			if n != 0 || c.psem.inUse() != 0 || len(c.sem) != 0 {
-				t.Fatalf("after the connection closed: %d calls pending, %d+%d slots held", n, c.psem.inUse(), len(c.sem))
+			if n != 0 || c.psem.inUse() != 0 || c.sem.inUse() != 0 {
+				t.Fatalf("after the connection closed: %d calls pending, %d+%d slots held", n, c.psem.inUse(), c.sem.inUse())
 			}
 			if c.Err() == nil {
 				t.Fatal("the connection is still up")

@@ -34,9 +34,11 @@ type Client struct {
 	// heartbeat) is read at once however many prompts a router keeps in
 	// flight (--max-concurrency above 64). A call past the bound waits
 	// here instead, still unsent, and a caller that gives it up meanwhile
-	// just leaves. Prompts waiting here are outside the worker's fair
-	// queue, so psem hands its slots out fairly across tenants (slots.go).
-	sem  chan struct{}
+	// just leaves. Calls waiting here are outside the worker's fair
+	// queue, so both hand their slots out fairly across tenants, weighted
+	// (slots.go): psem by the Prefill request's tenant, sem by the tenant
+	// the call's context names (handoff.WithCaller; a Reserve's own).
+	sem  *fairSlots
 	psem *fairSlots
 }
 
@@ -104,7 +106,7 @@ func NewClient(nc net.Conn, cfg Config) (*Client, error) {
 		n = cfg.overBound // tests: a peer that does not keep to the bound
 	}
 	cl := &Client{c: c, pending: map[uint32]*call{}, done: make(chan struct{}),
-		sem: make(chan struct{}, n), psem: newFairSlots(n)}
+		sem: newFairSlots(n), psem: newFairSlots(n)}
 	go cl.readLoop()
 	go c.heartbeat(cl.done)
 	return cl, nil
@@ -239,39 +241,28 @@ func (cl *Client) unregister(id uint32) {
 	}
 }
 
-// acquire takes a call slot of sem, waiting (bounded by ctx and the
-// connection's life) while the server runs as many calls as it allows.
-func (cl *Client) acquire(ctx context.Context, sem chan struct{}) error {
-	select {
-	case sem <- struct{}{}:
-		return nil
-	default:
-	}
-	select {
-	case sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-cl.done:
-		return cl.Err()
-	}
-}
-
 // start registers a call holding a slot and sends its request: a slot of
-// sem, or, for a Prefill call (prefill), one of psem taken for tenant.
-// The call is not sent when ctx ends while it waits for a slot (slotError
-// says so) or when its frame is refused before any byte is written.
+// sem taken for the tenant ctx names (handoff.CallerOf), or, for a Prefill
+// call (prefill), one of psem taken for tenant (at the weight ctx names
+// for it, else 1). The call is not sent when ctx ends while it waits for
+// a slot (slotError says so) or when its frame is refused before any
+// byte is written.
 func (cl *Client) start(ctx context.Context, prefill bool, tenant string, typ byte, parts [][]byte, isData []bool) (*call, uint32, error) {
 	var err error
 	k := &call{reply: make(chan *frame, 1)}
+	sem := cl.sem
+	t, weight := handoff.CallerOf(ctx)
 	if prefill {
-		err = cl.psem.acquire(ctx, cl.done, tenant, cl.Err)
-		k.release = func() { cl.psem.release(tenant) }
+		sem = cl.psem
+		if t != tenant {
+			weight = 1
+		}
 		k.acked = make(chan struct{}, 1)
 	} else {
-		err = cl.acquire(ctx, cl.sem)
-		k.release = func() { <-cl.sem }
+		tenant = t
 	}
+	err = sem.acquire(ctx, cl.done, tenant, weight, cl.Err)
+	k.release = func() { sem.release(tenant) }
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, 0, &slotError{ctx.Err()}
@@ -426,6 +417,8 @@ func (cl *Client) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.Res
 	if err != nil {
 		return nil, err
 	}
+	// Its call slot is its tenant's, at the weight it carries.
+	ctx = handoff.WithCaller(ctx, r.Tenant, r.Weight)
 	f, err := cl.roundTrip(ctx, tReserve, tReservation, b)
 	if err != nil {
 		return nil, err

@@ -653,6 +653,7 @@ func encPrefill(m *handoff.PrefillRequest) ([]byte, error) {
 	e.int(m.SampleOffset, "sample_offset")
 	e.str(m.CacheScope)
 	e.str(m.Decode)
+	e.int(m.Weight, "weight")
 	return e.b, e.err
 }
 
@@ -675,6 +676,7 @@ func decPrefill(p []byte) (*handoff.PrefillRequest, error) {
 	m.SampleOffset = d.int(maxInt)
 	m.CacheScope = d.str()
 	m.Decode = d.str()
+	m.Weight = d.int(handoff.MaxWeight)
 	if d.err == nil && len(m.Decode) > handoff.MaxWorkerName {
 		d.err = protoErr("decode worker name of %d bytes, at most %d", len(m.Decode), handoff.MaxWorkerName)
 	}

@@ -38,7 +38,7 @@ func TestCodecCarriesSamplingAndLogprobs(t *testing.T) {
 	if err != nil || gid != id || !reflect.DeepEqual(got, sp) {
 		t.Fatalf("stream open: %+v %v\nwant %+v", got, err, sp)
 	}
-	pr := &handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{5}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{Page: 1}}}, Sampling: fullSampling()}
+	pr := &handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{5}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{Page: 1}}}, Sampling: fullSampling(), Weight: 7}
 	gpr, err := decPrefill(mustEnc(encPrefill(pr)))
 	if err != nil || !reflect.DeepEqual(gpr, pr) {
 		t.Fatalf("prefill: %+v %v", gpr, err)

@@ -97,10 +97,12 @@ const headerLen = 16
 // acknowledgement for the call's reply, so the two refuse each other.
 // Version 14 added each end's call bound to Hello and HelloAck (a client
 // keeps to the smaller; both used to assume 64), refusing version 13.
+// Version 15 added the tenant's weight to PrefillRequest (the prefill
+// worker's calls to decode take call slots by it), refusing version 14.
 // Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 14
-	maxVersion = 14
+	minVersion = 15
+	maxVersion = 15
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the
