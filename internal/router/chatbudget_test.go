@@ -45,6 +45,7 @@ func TestChatTemplateBuildBounded(t *testing.T) {
 		refs + "{{ ('a' ~ l)|length }}",
 		refs + "{{ ('a' + l|string)|length }}",
 		// filters
+		refs + "{% if l > 'a' %}y{% endif %}",
 		refs + "{{ l|join|length }}",
 		refs + "{{ l|tojson|length }}",
 		refs + "{{ l|upper|length }}",
@@ -123,6 +124,7 @@ func TestChatTemplateBuildRefusedAs400(t *testing.T) {
 func TestChatTemplateBuildRendersAsJinja(t *testing.T) {
 	for _, c := range []struct{ src, want string }{
 		{`{{ 'ab' * 3 }}`, `ababab`},
+		{`{{ 'b' > 'a' }} {{ 2 >= 1.5 }} {{ 'a' <= messages[0].content }} {{ 'b' < 'a' }}`, `True True True False`},
 		{`{{ messages[0].content * 2 }}`, `abab`},
 		{`{{ 'x' * 0 }}|{{ 'x' * -2 }}`, `|`},
 		{`{{ [1, 2] + [3] }}`, `[1, 2, 3]`},

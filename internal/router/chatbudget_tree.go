@@ -186,6 +186,10 @@ func (t *budgetTree) rewrite(e nodes.Expression) nodes.Expression {
 			return call(budgetCatFunc, n.Operator.Token, n.Left, n.Right)
 		case tokens.Multiply:
 			return call(budgetMulFunc, n.Operator.Token, n.Left, n.Right)
+		case tokens.LowerThan, tokens.GreaterThan, tokens.LowerThanOrEqual, tokens.GreaterThanOrEqual:
+			// Against a string, gonja compares the other side's text:
+			// a list's, built first.
+			n.Left, n.Right = t.out(n.Left), t.out(n.Right)
 		}
 	case *nodes.UnaryExpression:
 		n.Term = t.expr(n.Term)
