@@ -463,3 +463,41 @@ func TestDecodeReclaimCountsWhatTheWaiterMayEvict(t *testing.T) {
 	}
 	waitDrained(t, dp)
 }
+
+// The decode worker's quota and its pool's share check count the same
+// contenders (one idea of a share): b, refused for room within its share
+// and holding nothing, is a contender for the pool too, so a's share
+// there is 16 of 32, as in the quota, not the whole pool (the pool left
+// waiting tenants out before; a third tenant's share is 32/3).
+func TestDecodeWaitingTenantCountsInThePoolsShare(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	ctx := context.Background()
+	var ids []kv.ID
+	for {
+		id := newID()
+		if _, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 12, MaxTokens: 2, Model: FingerprintOf(m), NoRevoke: true}); err != nil {
+			break
+		}
+		ids = append(ids, id)
+	}
+	_, err = dw.Reserve(ctx, &handoff.Reserve{Handoff: newID(), Tenant: "b", PromptTokens: 40, MaxTokens: 2, Model: FingerprintOf(m)})
+	if !errors.Is(err, handoff.ErrNoRoom) || errors.Is(err, handoff.ErrOverShare) {
+		t.Fatalf("b's 11 pages beside a's %d: %v, want no_room", 4*len(ids), err)
+	}
+	if held, share := dw.Pool().ShareOf("a"); held != 4*len(ids) || share != 16 {
+		t.Errorf("the pool counts a holding %d pages (want %d) with a share of %d, want 16 (b waits)", held, 4*len(ids), share)
+	}
+	if _, share := dw.Pool().ShareOf("c"); share != 10 {
+		t.Errorf("a third tenant's share in the pool is %d, want 32/3 = 10", share)
+	}
+	for _, id := range ids {
+		if err := dw.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
