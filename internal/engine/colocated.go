@@ -45,6 +45,7 @@ func NewColocated(cfg Config) (*Colocated, error) {
 		return nil, err
 	}
 	cfg.nestOnce = true
+	cfg.stepAside = true
 	c := &Colocated{
 		cfg:   cfg,
 		pool:  pool,
