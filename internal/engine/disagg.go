@@ -307,7 +307,10 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		sp.Prompt = r.Prompt
 	}
 	ts, err := cur.pair().Decode.Stream(d.bg, id, sp)
-	for err != nil && ctx.Err() == nil && retryable(asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")) {
+	for err != nil && ctx.Err() == nil {
+		if dr, _ := openFailed(false, err); dr.retry == nil {
+			break // another pair would fail the same way, or I8
+		}
 		// Nothing reached the client: another pair while the budget
 		// lasts (the machine's retry aborts this handoff, I6) and a new
 		// reservation.
@@ -332,7 +335,10 @@ func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) 
 		ts, err = cur.pair().Decode.Stream(d.bg, id, sp)
 	}
 	if err != nil {
-		e := asEngineError(err, CodeHandoff, http.StatusBadGateway, "opening the decode stream")
+		dr, e := openFailed(false, err)
+		if e == nil {
+			e = dr.retry // the retry budget ran out, or no other pair
+		}
 		lc.fail(e) // aborts the handoff: its pages are released
 		cur.pair().done(nil, err)
 		tk.done()

@@ -269,3 +269,59 @@ func TestSecondMoveAvoidsEveryFailedWorker(t *testing.T) {
 		})
 	}
 }
+
+// The first attempt's decode stream failing to open: a failure of the
+// link is retried on another pair (the reference output); a verification
+// failure is never retried, it fails closed (I8: 500
+// kv_integrity_violation, no second pairing). The reservation is
+// aborted either way (pools whole).
+func TestFirstStreamOpenFailure(t *testing.T) {
+	m := newToy()
+	r := &Request{Tenant: "t", Prompt: prompt(3, 9), MaxTokens: 12}
+	want := toyReference(m, r.Prompt, r.MaxTokens, false)
+	cases := []struct {
+		name       string
+		openErr    error
+		wantCode   string // "": the reference output
+		wantAvoids [][]string
+	}{
+		{"the link fails", handoff.ErrTransport.With("connection reset by peer (test)"), "", [][]string{nil, {"a"}}},
+		{"a verification failure", handoff.ErrDigestMismatch, CodeIntegrity, [][]string{nil}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pairs, pools := toyPairs(t, m, 2, func(i int, d handoff.Decode) handoff.Decode {
+				if i == 0 {
+					return &flakyDecode{Decode: d, failOpens: 1, openErr: c.openErr}
+				}
+				return d
+			})
+			rp := &repairPairs{pairs: pairs, names: []string{"a", "b"}, told: map[string][][2]error{}}
+			d, err := NewDisaggregatedPairs(DisaggConfig{Model: "toy", Vocab: m.Vocab(), Fingerprint: FingerprintOf(m), Context: 160}, rp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeWithin(t, d)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			st, err := d.Submit(ctx, r)
+			if c.wantCode == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := collect(t, st); got.final.Err != nil || !slices.Equal(got.tokens, want) {
+					t.Fatalf("got %v (%v), want %v", got.tokens, got.final.Err, want)
+				}
+			} else if e, ok := err.(*Error); !ok || e.Code != c.wantCode {
+				t.Fatalf("Submit: %v, want %s", err, c.wantCode)
+			}
+			rp.mu.Lock()
+			avoids := avoidNames(rp.avoids)
+			rp.mu.Unlock()
+			if !slices.EqualFunc(avoids, c.wantAvoids, slices.Equal) {
+				t.Fatalf("the pairer was asked to avoid %q, want %q", avoids, c.wantAvoids)
+			}
+			waitDrained(t, pools...)
+		})
+	}
+}
