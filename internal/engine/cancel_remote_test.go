@@ -242,7 +242,9 @@ func (c *cancelOnStream) Stream(ctx context.Context, id kv.ID, p handoff.StreamP
 
 // A client that leaves as Submit returns (after its reservation, before
 // its prompt was sent) ends its request cancelled (I10: after the handoff
-// ran to its commit, so at most its first token reached the stream) unless
+// ran to its commit; the tokens that reached the stream before the cancel
+// was seen are a prefix of the output: the watch runs on its own
+// goroutine, so how many is not fixed — once all 4 under -race) unless
 // it finished first, race-free against Submit's own
 // end (-race caught the stream's end reading its close hook while Submit
 // wrote it, in TestDisconnectAtEveryPhase), and nothing is left reserved.
@@ -265,9 +267,9 @@ func TestCancelAsSubmitReturns(t *testing.T) {
 		res := collect(t, s)
 		var e *Error
 		ref := toyReference(m, prompt(i, 9), 4, false)
-		cancelled := errors.As(res.final.Err, &e) && e.Code == CodeCancelled && len(res.tokens) <= 1 && slices.Equal(res.tokens, ref[:len(res.tokens)])
+		cancelled := errors.As(res.final.Err, &e) && e.Code == CodeCancelled && slices.Equal(res.tokens, ref[:len(res.tokens)])
 		if !cancelled && !(res.final.Done && slices.Equal(res.tokens, ref)) {
-			t.Fatalf("a client gone as Submit returned: %v %v, want a cancelled end after at most the first token, or the whole output", res.tokens, res.final.Err)
+			t.Fatalf("a client gone as Submit returned: %v %v, want a cancelled end after a prefix of the output, or the whole output", res.tokens, res.final.Err)
 		}
 		closeWithin(t, eng)
 	}
