@@ -3,13 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
 	"syscall"
-	"time"
-
-	"sluice/internal/tlsload"
 )
 
 // defaultAdminListen is where a multi-tenant server serves its metrics when
@@ -39,23 +33,6 @@ func (o *serveOpts) adminFlags() string {
 		return "--metrics-listen"
 	}
 	return defaultAdminFlags
-}
-
-// serveAdmin serves h on addr (nothing when addr is ""), for metrics and
-// probes apart from the API, over TLS when tlsSrv is set. The returned
-// stop closes it.
-func serveAdmin(log *slog.Logger, addr string, h http.Handler, tlsSrv *tlsload.Server) (func(), error) {
-	if addr == "" {
-		return func() {}, nil
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, listenError(err, "--metrics-listen")
-	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go tlsload.Serve(hs, l, tlsSrv)
-	log.Info("metrics listening", "addr", tlsload.Scheme(tlsSrv)+"://"+l.Addr().String()+"/metrics")
-	return func() { hs.Close() }, nil
 }
 
 // listenError is err from binding an address, with what to change when

@@ -43,6 +43,9 @@ type workerOpts struct {
 	// draining is set once SIGTERM/SIGINT starts the drain: /ready is 503
 	// from then on.
 	draining atomic.Bool
+	// early is the admin listener, bound before the model loads (nil
+	// without --metrics-listen).
+	early *earlyServer
 }
 
 // readiness is the worker's /ready check: not draining, and check (the
@@ -74,8 +77,8 @@ func (o *workerOpts) registerWorker(fs *flag.FlagSet, defListen string) {
 // serveWorkerMetrics serves /metrics, /health (liveness: the process
 // answers) and /ready (readiness: ready returns nil; nil ready means
 // always) for a worker process.
-func serveWorkerMetrics(log *slog.Logger, addr, model string, stats func() router.EngineStats, ready func(context.Context) error) (func(), error) {
-	if addr == "" {
+func serveWorkerMetrics(log *slog.Logger, early *earlyServer, model string, stats func() router.EngineStats, ready func(context.Context) error) (func(), error) {
+	if early == nil {
 		return func() {}, nil
 	}
 	h, err := router.MetricsHandler(stats, model)
@@ -86,7 +89,7 @@ func serveWorkerMetrics(log *slog.Logger, addr, model string, stats func() route
 	mux.Handle("GET /metrics", h)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(`{"status":"ok"}` + "\n")) })
 	mux.HandleFunc("GET /ready", router.ReadyHandler(ready))
-	return serveAdmin(log, addr, mux, nil)
+	return early.readyAdmin(log, mux, nil), nil
 }
 
 // startWorker parses flags, loads the model and runs preflight for role.
@@ -115,6 +118,14 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	secret, err := node.LoadSecret(o.secretFile)
 	if err != nil {
 		return fail(1, "%v", err)
+	}
+	// The admin listener is bound before the model loads (as sluice
+	// serve's): a port in use fails now, and meanwhile probes get 503
+	// model_loading. It lives until the process exits.
+	if o.metrics != "" {
+		if o.early, err = bindEarly(log, "", o.metrics, "--metrics-listen", nil, nil); err != nil {
+			return fail(1, "%v", err)
+		}
 	}
 	m, err := loadModel(log, o.model, o.hf, mem)
 	if err != nil {
@@ -262,7 +273,7 @@ Example:
 		return 1
 	}
 	defer dw.Close()
-	stopMetrics, err := serveWorkerMetrics(log, o.metrics, m.Name, func() router.EngineStats {
+	stopMetrics, err := serveWorkerMetrics(log, o.early, m.Name, func() router.EngineStats {
 		return node.Stats(map[string]*kv.Pool{preflight.RoleDecode: dw.Pool()}, dw)
 	}, o.readiness(nil))
 	if err != nil {

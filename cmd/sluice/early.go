@@ -43,19 +43,24 @@ type earlyServer struct {
 	apiErr         chan error
 }
 
-// bindEarly binds apiAddr and adminAddr ("" for none) and serves the
-// loading answer on them. adminFlags names what sets the admin address.
+// bindEarly binds apiAddr and adminAddr (either "" for none: a worker
+// has only the admin listener) and serves the loading answer on them. adminFlags names what sets the admin address.
 func bindEarly(log *slog.Logger, apiAddr, adminAddr, adminFlags string, apiTLS, adminTLS *tlsload.Server) (*earlyServer, error) {
 	e := &earlyServer{apiErr: make(chan error, 1)}
-	l, err := net.Listen("tcp", apiAddr)
-	if err != nil {
-		return nil, listenError(err, "--port, --host or --listen")
+	var l net.Listener
+	if apiAddr != "" {
+		var err error
+		if l, err = net.Listen("tcp", apiAddr); err != nil {
+			return nil, listenError(err, "--port, --host or --listen")
+		}
+		e.apiL = l
 	}
-	e.apiL = l
 	if adminAddr != "" {
 		al, err := net.Listen("tcp", adminAddr)
 		if err != nil {
-			l.Close()
+			if l != nil {
+				l.Close()
+			}
 			err = listenError(err, adminFlags)
 			if adminFlags == defaultAdminFlags && errors.Is(err, syscall.EADDRINUSE) {
 				err = fmt.Errorf("%w (%s is the admin listener's default with API keys, and also Prometheus's own default port: a Prometheus on this host holds it)", err, defaultAdminListen)
@@ -67,12 +72,15 @@ func bindEarly(log *slog.Logger, apiAddr, adminAddr, adminFlags string, apiTLS, 
 		e.adminHS = &http.Server{Handler: e.admin, ReadHeaderTimeout: 10 * time.Second}
 		go tlsload.Serve(e.adminHS, al, adminTLS)
 	}
-	// ReadTimeout covers headers and body only (responses stream for as
-	// long as generation takes); IdleTimeout reaps idle keep-alives.
-	e.api = newSwapHandler(router.LoadingHandler())
-	e.apiHS = &http.Server{Handler: e.api, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
-	go func() { e.apiErr <- tlsload.Serve(e.apiHS, l, apiTLS) }()
-	attrs := []any{"addr", tlsload.Scheme(apiTLS) + "://" + l.Addr().String()}
+	var attrs []any
+	if l != nil {
+		// ReadTimeout covers headers and body only (responses stream for
+		// as long as generation takes); IdleTimeout reaps idle keep-alives.
+		e.api = newSwapHandler(router.LoadingHandler())
+		e.apiHS = &http.Server{Handler: e.api, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
+		go func() { e.apiErr <- tlsload.Serve(e.apiHS, l, apiTLS) }()
+		attrs = append(attrs, "addr", tlsload.Scheme(apiTLS)+"://"+l.Addr().String())
+	}
 	if e.adminL != nil {
 		attrs = append(attrs, "admin", tlsload.Scheme(adminTLS)+"://"+e.adminL.Addr().String())
 	}
@@ -98,7 +106,9 @@ func (e *earlyServer) readyAdmin(log *slog.Logger, h http.Handler, tlsSrv *tlslo
 // close stops both listeners; for a start-up that failed after binding.
 // After serveHTTP's shutdown it does nothing more.
 func (e *earlyServer) close() {
-	e.apiHS.Close()
+	if e.apiHS != nil {
+		e.apiHS.Close()
+	}
 	if e.adminHS != nil {
 		e.adminHS.Close()
 	}

@@ -134,31 +134,7 @@ func TestServeAnswersWhileLoading(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and starts a process")
 	}
-	b, err := os.ReadFile(testenv.Shared(t, "models/stories260K.gguf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := hubtest.New(map[string]*hubtest.Repo{"test-org/stories260K-GGUF": {Commit: "89abcdef0123456789abcdef0123456789abcdef",
-		Files: map[string][]byte{"stories260K-F32.gguf": b}}})
-	defer h.Close()
-	target, _ := url.Parse(h.URL)
-	release := make(chan struct{})
-	var once sync.Once
-	open := func() { once.Do(func() { close(release) }) }
-	defer open()
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	held := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, "/resolve/") {
-			<-release // the weights come when the test says so
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	defer held.Close()
-	t.Setenv("HF_ENDPOINT", held.URL)
-	t.Setenv("HF_HUB_CACHE", t.TempDir())
-	t.Setenv("HF_TOKEN", "")
-	t.Setenv("HF_HUB_OFFLINE", "")
-
+	open := heldHub(t)
 	p := startProc(t, "serve", "--model", "hf://test-org/stories260K-GGUF", "--context", "512", "--listen", "127.0.0.1:0",
 		"--api-key", "sk-k", "--metrics-listen", "127.0.0.1:0")
 	const bound = "bound; loading: requests get 503 model_loading until the server is ready"
@@ -179,7 +155,7 @@ func TestServeAnswersWhileLoading(t *testing.T) {
 		}
 	}
 	cl := openai.NewClient(option.WithBaseURL("http://"+api+"/v1/"), option.WithAPIKey("sk-k"), option.WithMaxRetries(0))
-	_, err = cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stories260K-F32",
+	_, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stories260K-F32",
 		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")}, MaxTokens: openai.Int(4)})
 	var ae *openai.Error
 	if !errors.As(err, &ae) || ae.StatusCode != 503 || ae.Code != "model_loading" {
@@ -201,5 +177,82 @@ func TestServeAnswersWhileLoading(t *testing.T) {
 			t.Fatalf("%s once loaded: %v %v", u, resp, err)
 		}
 		resp.Body.Close()
+	}
+}
+
+// heldHub serves stories260K as hf://test-org/stories260K-GGUF from a fake
+// Hub (HF_ENDPOINT) that holds the weights back until open is called (or
+// the test ends).
+func heldHub(t *testing.T) (open func()) {
+	t.Helper()
+	b, err := os.ReadFile(testenv.Shared(t, "models/stories260K.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hubtest.New(map[string]*hubtest.Repo{"test-org/stories260K-GGUF": {Commit: "89abcdef0123456789abcdef0123456789abcdef",
+		Files: map[string][]byte{"stories260K-F32.gguf": b}}})
+	t.Cleanup(h.Close)
+	target, _ := url.Parse(h.URL)
+	release := make(chan struct{})
+	var once sync.Once
+	open = func() { once.Do(func() { close(release) }) }
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	held := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/resolve/") {
+			<-release // the weights come when the test says so
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(held.Close)
+	t.Cleanup(open) // before held.Close: a held download must end
+	t.Setenv("HF_ENDPOINT", held.URL)
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HF_HUB_OFFLINE", "")
+	return open
+}
+
+// A worker's admin listener (probes, /metrics) is bound before its model
+// loads too: 503 model_loading while loading, then served (decode: ready).
+func TestWorkerAdminAnswersWhileLoading(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts a process")
+	}
+	open := heldHub(t)
+	p := startProc(t, "decode", "--model", "hf://test-org/stories260K-GGUF", "--context", "512", "--kv-pool-tokens", "2048",
+		"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+	const bound = "bound; loading: requests get 503 model_loading until the server is ready"
+	if !p.waitLog(bound) {
+		t.Fatalf("no %q line:\n%s", bound, p.log())
+	}
+	admin := strings.TrimPrefix(p.field(bound, "admin"), "http://")
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + admin + path)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", path, err, p.log())
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(body)
+	}
+	for _, path := range []string{"/health", "/ready", "/metrics"} {
+		if code, body := get(path); code != 503 || !strings.Contains(body, "model_loading") {
+			t.Errorf("decode %s while loading: %d %s", path, code, body)
+		}
+	}
+	open()
+	if !p.waitLog(`"msg":"metrics listening"`) {
+		t.Fatalf("decode never served its metrics:\n%s", p.log())
+	}
+	if got := strings.TrimSuffix(strings.TrimPrefix(p.field("metrics listening", "addr"), "http://"), "/metrics"); got != admin {
+		t.Fatalf("metrics on %s, bound %s", got, admin)
+	}
+	for _, path := range []string{"/health", "/ready"} {
+		if code, body := get(path); code != 200 {
+			t.Errorf("decode %s once loaded: %d %s", path, code, body)
+		}
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, `sluice_integrity_violations_total{kind="digest_mismatch"} 0`) {
+		t.Errorf("decode /metrics once loaded: %d", code)
 	}
 }

@@ -130,7 +130,7 @@ Example:
 		return 1
 	}
 	defer pw.Close()
-	stopMetrics, err := serveWorkerMetrics(log, o.metrics, m.Name, func() router.EngineStats {
+	stopMetrics, err := serveWorkerMetrics(log, o.early, m.Name, func() router.EngineStats {
 		st := node.Stats(map[string]*kv.Pool{preflight.RolePrefill: pw.Pool()}, nil)
 		// The prompts' first-token phases as this worker saw them (its
 		// queue, step wait, steps, push): the router process exports its
