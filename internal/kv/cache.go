@@ -39,7 +39,7 @@ import (
 // inserts again evicts its own oldest idle entry first, and if it has none
 // the page is simply not cached. When a reservation needs pages, the victim
 // is the oldest idle entry of the tenant most over its share (cached pages
-// per weight; ties go to the oldest entry), so a tenant flooding unique
+// per weight; at a tie the reserving tenant's own, then the oldest entry), so a tenant flooding unique
 // prompts evicts its own pages before anyone else's; and a tenant that
 // would hold more than its share of the pool (pages in use and cached)
 // evicts no other tenant's entries within that tenant's cache share
