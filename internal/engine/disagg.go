@@ -546,7 +546,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 			// most handoff.MaxRevocations times, then its Reserve asks for
 			// a reservation decode keeps). Paired afresh like a
 			// preemption's resume.
-			if _, ok := lc.step(request.Event{Kind: request.EvRevoked}, nil); !ok || !lc.live() {
+			if !lc.move(request.Event{Kind: request.EvRevoked}) {
 				return // the request ended meanwhile (a cancel took effect)
 			}
 			at.revoked++
@@ -562,7 +562,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 				lc.fail(dr.retry)
 				return
 			}
-			if _, ok := lc.step(request.Event{Kind: request.EvRetry, Code: dr.retry.Code, Msg: dr.retry.Message}, nil); !ok || !lc.live() {
+			if !lc.move(request.Event{Kind: request.EvRetry, Code: dr.retry.Code, Msg: dr.retry.Message}) {
 				p2.done(nil, nil) // never used
 				return            // the request ended meanwhile (a cancel took effect)
 			}
@@ -579,7 +579,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 				lc.fail(dr.migrate)
 				return
 			}
-			if _, ok := lc.step(request.Event{Kind: request.EvPreempted}, nil); !ok || !lc.live() {
+			if !lc.move(request.Event{Kind: request.EvPreempted}) {
 				p2.done(nil, nil) // never used
 				return            // the request ended meanwhile (a cancel took effect)
 			}
@@ -593,7 +593,7 @@ func (d *Disaggregated) run(r *Request, cur *currentHandoff, res *handoff.Reserv
 		} else if !dr.preempted {
 			return
 		} else {
-			if _, ok := lc.step(request.Event{Kind: request.EvPreempted}, nil); !ok {
+			if !lc.move(request.Event{Kind: request.EvPreempted}) {
 				return // the request ended meanwhile (a cancel took effect)
 			}
 			tk.requeue(r.Tenant)

@@ -65,6 +65,22 @@ func (l *lifecycle) stepLocked(ev request.Event, failure *Error) ([]request.Acti
 	return acts, true
 }
 
+// move steps a move's event (revoked, retry, preempted) and says whether
+// the request goes on. A refused event after the request ended (a cancel
+// took effect) is the normal race; refused while the request lives would
+// be a bug in the move logic: the request then fails (500 internal_error)
+// instead of leaving its client waiting for a stream that never ends.
+func (l *lifecycle) move(ev request.Event) bool {
+	if _, ok := l.step(ev, nil); ok {
+		return l.live()
+	}
+	if l.live() {
+		l.fail(errf(CodeInternal, http.StatusInternalServerError, nil,
+			"the request could not be moved to another worker (%s refused); retry it", ev.Kind))
+	}
+	return false
+}
+
 func (l *lifecycle) live() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
