@@ -181,11 +181,11 @@ func (m *csModel) evictBudget(tenant string, n int) (budget map[string]int, room
 	return budget, room
 }
 
-// victim models victimLocked: the oldest idle entry of the tenant with the
-// most cached pages; ties go to the tenant whose oldest idle entry is
-// older (m.lru is in idle order). With a budget, only among the tenants
-// with budget left.
-func (m *csModel) victim(budget map[string]int) uint32 {
+// victim models victimForLocked: the oldest idle entry of the tenant with
+// the most cached pages; ties go to own (the tenant reserving, "" none),
+// then to the tenant whose oldest idle entry is older (m.lru is in idle
+// order). With a budget, only among the tenants with budget left.
+func (m *csModel) victim(budget map[string]int, own string) uint32 {
 	best, bestN := uint32(0), -1
 	seen := map[string]bool{}
 	for _, pg := range m.lru {
@@ -194,7 +194,9 @@ func (m *csModel) victim(budget map[string]int) uint32 {
 			continue
 		}
 		seen[t] = true
-		if n := m.cachedBy(t); n > bestN {
+		// A tie goes to the reserving tenant's own entries, then to the
+		// oldest (victimForLocked): a flood evicts its own first.
+		if n := m.cachedBy(t); n > bestN || (n == bestN && own != "" && t == own) {
 			best, bestN = pg, n
 		}
 	}
@@ -208,7 +210,7 @@ func (m *csModel) evictPage(pg uint32) {
 }
 
 // evictOldest models the pool's next eviction (victimLocked).
-func (m *csModel) evictOldest() { m.evictPage(m.victim(nil)) }
+func (m *csModel) evictOldest() { m.evictPage(m.victim(nil, "")) }
 
 // quarantine models quarantineLocked of a cached page.
 func (m *csModel) quarantine(pg uint32) {
@@ -324,7 +326,7 @@ func TestCacheStateMachine(t *testing.T) {
 					t.Fatal(err)
 				}
 				for rest > m.free() {
-					pg := m.victim(budget)
+					pg := m.victim(budget, s.o.Tenant)
 					if budget != nil {
 						budget[m.pages[pg].tenant]--
 					}
@@ -342,7 +344,7 @@ func TestCacheStateMachine(t *testing.T) {
 			},
 			"fill": func(t *rapid.T) {
 				if len(m.live) == 0 {
-					t.Skip()
+					nothingToDo(t)
 				}
 				_, s := pick(t, m.live, "seq")
 				if s.filled {
@@ -390,7 +392,7 @@ func TestCacheStateMachine(t *testing.T) {
 			},
 			"read": func(t *rapid.T) {
 				if len(m.live) == 0 {
-					t.Skip()
+					nothingToDo(t)
 				}
 				_, s := pick(t, m.live, "seq")
 				b := rapid.IntRange(0, len(s.refs)-1).Draw(t, "blk")
@@ -418,7 +420,7 @@ func TestCacheStateMachine(t *testing.T) {
 			},
 			"release": func(t *rapid.T) {
 				if len(m.live) == 0 {
-					t.Skip()
+					nothingToDo(t)
 				}
 				i, _ := pick(t, m.live, "seq")
 				m.release(t, i)
@@ -468,7 +470,7 @@ func TestCacheStateMachine(t *testing.T) {
 			},
 			"forgedForeignRead": func(t *rapid.T) {
 				if len(m.live) == 0 {
-					t.Skip()
+					nothingToDo(t)
 				}
 				_, s := pick(t, m.live, "seq")
 				b := rapid.IntRange(0, len(s.refs)-1).Draw(t, "blk")
@@ -493,7 +495,7 @@ func TestCacheStateMachine(t *testing.T) {
 			},
 			"forgedWrite": func(t *rapid.T) {
 				if len(m.live) == 0 {
-					t.Skip()
+					nothingToDo(t)
 				}
 				_, s := pick(t, m.live, "seq")
 				b := rapid.IntRange(0, len(s.refs)-1).Draw(t, "blk")
