@@ -129,6 +129,11 @@ func NewPrefillWorker(cfg Config, decode handoff.Decode) (*PrefillWorker, error)
 	return w, nil
 }
 
+// limits are what CheckPrefill checks a call against.
+func (w *PrefillWorker) limits() PrefillLimits {
+	return PrefillLimits{Model: FingerprintOf(w.cfg.Model), PageSize: w.cfg.PageSize, Context: w.ctx, Vocab: w.cfg.Model.Vocab()}
+}
+
 // SchedStats are the prefill scheduler's counters (nested steps, the
 // forward pass's fixed cost the nested budget counts, preemptions).
 func (w *PrefillWorker) SchedStats() SchedStats { return w.sched.stats() }
@@ -210,42 +215,11 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	ctx = handoff.WithCaller(ctx, r.Tenant, r.Weight)
 	w.running.Add(1)
 	defer w.running.Add(-1)
-	res := r.Reservation
-	if res != nil && res.Handoff == r.Handoff {
-		// I13: the prompt was tokenized for the router's model and the KV
-		// goes to the decode worker's; both must be this worker's model.
-		mine := FingerprintOf(w.cfg.Model)
-		if err := handoff.CheckModel(mine, r.Model, "the router"); err != nil {
+	if abort, err := CheckPrefill(w.limits(), r); err != nil {
+		if abort {
 			return nil, w.abort(r.Handoff, err)
 		}
-		if err := handoff.CheckModel(mine, res.Model, "the decode worker that reserved the pages"); err != nil {
-			return nil, w.abort(r.Handoff, err)
-		}
-	}
-	switch {
-	case res == nil:
-		return nil, handoff.ErrState.With("prefill without a reservation")
-	case res.Handoff != r.Handoff:
-		return nil, handoff.ErrState.With("reservation is for another handoff")
-	case res.PageSize != w.cfg.PageSize:
-		return nil, w.abort(r.Handoff, handoff.ErrState.With("decode page size %d differs from prefill page size %d", res.PageSize, w.cfg.PageSize))
-	case len(r.Tokens) == 0 || len(r.Tokens) != res.ExpectTokens:
-		return nil, w.abort(r.Handoff, handoff.ErrCountMismatch.With("prompt has %d tokens, reservation expects %d", len(r.Tokens), res.ExpectTokens))
-	case res.CheckPrefix() != nil:
-		// decode_prefix_len is a peer's claim: refused before any work
-		// when it is not whole pages strictly inside the prompt.
-		return nil, w.abort(r.Handoff, res.CheckPrefix())
-	case len(r.Tokens) > w.ctx:
-		return nil, w.abort(r.Handoff, handoff.ErrPrefillRefused.With("prompt of %d tokens exceeds the prefill context %d", len(r.Tokens), w.ctx))
-	case r.SampleOffset < 0 || r.SampleOffset >= len(r.Tokens):
-		// The draws already used are the tokens generated before, all
-		// part of this prompt; a larger offset (each draw is work) is
-		// refused rather than spun through.
-		return nil, w.abort(r.Handoff, handoff.ErrPrefillRefused.With("sampler offset %d with a prompt of %d tokens", r.SampleOffset, len(r.Tokens)))
-	}
-	if err := r.Sampling.Validate(w.cfg.Model.Vocab()); err != nil {
-		// A peer is not trusted with the sampler's domain either.
-		return nil, w.abort(r.Handoff, handoff.ErrPrefillRefused.With("sampling settings: %v", err))
+		return nil, err
 	}
 	samp, err := prefillSampler(w.cfg.formats, r.Tenant, r.Sampling, r.Tokens, r.SampleOffset)
 	if err != nil {

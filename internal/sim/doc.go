@@ -67,9 +67,11 @@
 //     prompt at the next step boundary, and the pages go back and the
 //     router is answered only once the prompt ended); the others push
 //     after the whole prompt (HandoffAfterPrefill), as do the peers that
-//     send a short transfer. What remains the wrapper's and not the
-//     engine's: the checks of a peer's request before admission (model
-//     fingerprints, sampler settings). A call the router gives up while
+//     send a short transfer. A call is checked before it queues by the
+//     engine's own checks (engine.CheckPrefill: model fingerprints, the
+//     reservation, the decode prefix claim, context, sampler offset and
+//     settings); the simulated router is honest, so a refusal there is a
+//     violation (a check that refuses honest work). A call the router gives up while
 //     it is queued leaves the queue at once, its handoff aborted.
 //     The batch's step code itself is the engine's, and its runtime is
 //     watched (nest.go): every nested step must run inside a paused step,

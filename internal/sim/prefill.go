@@ -332,9 +332,20 @@ func (p *prefill) start(r *handoff.PrefillRequest, reply func(*handoff.PrefillRe
 		reply(nil, handoff.ErrDuplicate)
 		return
 	}
-	if res := r.Reservation; res == nil || res.ExpectTokens != len(r.Tokens) || res.PageSize != w.geo.PageSize {
+	// The prefill worker's own checks before a call queues (I13, the
+	// reservation, the prefix claim, context, sampler offset and settings).
+	if abort, err := engine.CheckPrefill(p.limits(), r); err != nil {
+		// The simulated router is honest: its calls carry the models'
+		// fingerprints, a reservation of their handoff that fits the
+		// prompt, a prompt within the context (I2) and an offset within
+		// it. A refusal here is a check that refuses honest work.
+		w.violate("prefill#%d refused an honest call for %s: %v", p.gen, short(r.Handoff), err)
+		if !abort {
+			reply(nil, err)
+			return
+		}
 		j := &pjob{p: p, id: r.Handoff, req: r, reply: reply}
-		j.fail(handoff.ErrState.With("reservation does not fit the prompt"))
+		j.fail(err)
 		return
 	}
 	p.nextCall++
@@ -342,6 +353,12 @@ func (p *prefill) start(r *handoff.PrefillRequest, reply func(*handoff.PrefillRe
 	p.calls[x.id] = x
 	p.coreStep(admission.Event{Kind: admission.EvArrive, ID: x.id, Tenant: r.Tenant, Weight: 1,
 		Cost: kv.PagesFor(len(r.Tokens), w.geo.PageSize) * w.geo.PageSize})
+}
+
+// limits are what the prefill worker checks a call against
+// (engine.CheckPrefill): the worker's model, page size, context, vocabulary.
+func (p *prefill) limits() engine.PrefillLimits {
+	return engine.PrefillLimits{Model: engine.FingerprintOf(p.w.env.rt), PageSize: p.w.geo.PageSize, Context: p.w.ctx, Vocab: p.w.env.rt.Vocab()}
 }
 
 // withdraw is the router giving handoff id up (its call's context ends):

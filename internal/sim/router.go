@@ -411,7 +411,7 @@ func (r *router) prefill(q *rreq) {
 	hid := q.hid
 	toks := append(slices.Clone(q.toks), q.out...)
 	pr := &handoff.PrefillRequest{Handoff: hid, Tenant: q.tenant, Tokens: toks, Reservation: q.res,
-		Sampling: samplings[q.si], SampleOffset: len(q.out)}
+		Sampling: samplings[q.si], SampleOffset: len(q.out), Model: engine.FingerprintOf(w.env.rt)}
 	if w.cfg.Bugs.ResumeNoOffset {
 		pr.SampleOffset = 0
 	}
