@@ -26,7 +26,7 @@ const (
 // budgetFuncs are the rewritten tree's functions.
 var budgetFuncs = map[string]any{
 	budgetAddFunc: budgetAdd, budgetCatFunc: budgetCat, budgetMulFunc: budgetMul,
-	budgetOutFunc: budgetOut, budgetMethodFunc: budgetStrMethod,
+	budgetOutFunc: budgetOut, budgetMethodFunc: budgetStrMethod, budgetItemFunc: budgetItem,
 }
 
 // budgetTree rewrites a parsed template so that what it builds is
@@ -111,7 +111,12 @@ func (t *budgetTree) control(b *nodes.ControlStructureBlock) error {
 		return t.body(cs.Wrapper)
 	case *chatSet:
 		cs.expr, cs.cond, cs.alt = t.expr(cs.expr), t.expr(cs.cond), t.expr(cs.alt)
-		cs.target = t.expr(cs.target)
+		if it, ok := cs.target.(*nodes.GetItem); ok {
+			// The target stays an item to set, its parts rewritten.
+			t.itemParts(it)
+		} else {
+			cs.target = t.expr(cs.target)
+		}
 		return t.body(cs.body)
 	case *chatFilterBlock:
 		for _, fc := range cs.chain {
@@ -142,6 +147,16 @@ func (t *budgetTree) filterCall(fc *nodes.FilterCall) {
 	}
 	for k, v := range fc.Kwargs {
 		fc.Kwargs[k] = t.expr(v)
+	}
+}
+
+// itemParts rewrites an item access's object and key.
+func (t *budgetTree) itemParts(n *nodes.GetItem) {
+	if x, ok := n.Node.(nodes.Expression); ok {
+		n.Node = t.expr(x)
+	}
+	if x, ok := n.Arg.(nodes.Expression); ok {
+		n.Arg = t.expr(x)
 	}
 }
 
@@ -231,11 +246,12 @@ func (t *budgetTree) rewrite(e nodes.Expression) nodes.Expression {
 			n.Parent = t.expr(p)
 		}
 	case *nodes.GetItem:
-		if x, ok := n.Node.(nodes.Expression); ok {
-			n.Node = t.expr(x)
-		}
-		if x, ok := n.Arg.(nodes.Expression); ok {
-			n.Arg = t.expr(x)
+		t.itemParts(n)
+		x, ok1 := n.Node.(nodes.Expression)
+		k, ok2 := n.Arg.(nodes.Expression)
+		if ok1 && ok2 {
+			// Python's indexing (chatitem.go), not gonja's.
+			return call(budgetItemFunc, n.Location, x, k)
 		}
 	case *nodes.GetAttribute:
 		if x, ok := n.Node.(nodes.Expression); ok {
