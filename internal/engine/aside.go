@@ -27,16 +27,18 @@ import (
 //
 // It costs the other tenants' prompts the push's time on this thread
 // (about half a millisecond on an idle core, at most Config.CommitAside
-// per forward pass), once per prompt that ends while another tenant's
-// prompt is in the batch: a tenant alone never waits for its own
-// handoffs, so a single tenant's throughput is as before.
+// per step of the batch, its nested passes included), once per prompt
+// that ends while another tenant's prompt is in the batch: a tenant alone
+// never waits for its own handoffs, so a single tenant's throughput is as
+// before.
 
 // DefaultCommitAside is Config.CommitAside's default: the longest the
 // prefill worker's scheduler waits for the handoffs of the prompts that
-// ended in one forward pass before it computes another tenant's prompts.
+// ended in one step of the batch (its nested passes included) before it
+// computes another tenant's prompts.
 // About twice what a push takes on an idle core (fin to accepted commit,
 // median 0.45-0.48 ms, benchmarks.md), so a slow or failing decode worker
-// costs the other tenants at most a millisecond per pass.
+// costs the other tenants at most a millisecond per step.
 const DefaultCommitAside = time.Millisecond
 
 // asideFor reports whether the scheduler steps aside for the handoff of a
@@ -71,18 +73,22 @@ func (s *scheduler) promptTenants(buf []string) []string {
 // aside is the prefill worker's state for stepping aside, touched by the
 // scheduler's goroutine only.
 type aside struct {
-	// pass is the forward pass (steps, nested passes) the deadline is
-	// for: the prompts ending in one pass share one bound.
-	pass  [2]int64
+	// pass is the batch's step the deadline is for (its nested passes
+	// included): the prompts ending in one step share one bound.
+	pass  int64
 	until time.Time
 	buf   []string
 }
 
-// left is how long a prompt ending at now in forward pass pass may
-// still be waited for: the prompts ending in one pass share one bound,
-// counted from the first of them, so a pass ending many prompts holds the
+// left is how long a prompt ending at now in the batch's step pass may
+// still be waited for: the prompts ending in one step share one bound,
+// counted from the first of them, so a step ending many prompts holds the
 // other tenants' work for at most bound in all, not bound per prompt.
-func (a *aside) left(pass [2]int64, now time.Time, bound time.Duration) time.Duration {
+// The nested passes a step yields to (yield.go) are part of it: a tenant's
+// burst of tiny prompts, each ending in a nested pass of its own, would
+// otherwise hold the paused step a bound per pass (the nested budget
+// counts tokens, not these waits).
+func (a *aside) left(pass int64, now time.Time, bound time.Duration) time.Duration {
 	if pass != a.pass || a.until.IsZero() {
 		a.pass, a.until = pass, now.Add(bound)
 	}
@@ -103,7 +109,7 @@ func (w *PrefillWorker) stepAside(tenant string, landed <-chan struct{}) {
 	if !asideFor(tenant, a.buf) {
 		return
 	}
-	left := a.left([2]int64{w.sched.steps.Load(), w.sched.nestedSteps.Load()}, time.Now(), w.cfg.CommitAside)
+	left := a.left(w.sched.steps.Load(), time.Now(), w.cfg.CommitAside)
 	if left <= 0 {
 		return
 	}

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -218,25 +220,21 @@ func TestPrefillAsideIsBounded(t *testing.T) {
 	}
 }
 
-// The prompts ending in one forward pass share one bound, counted from
-// the first of them; each new pass starts a full one. So however many
-// prompts a pass ends, the other tenants' work waits at most the bound
-// for them all.
+// The prompts ending in one step of the batch share one bound, counted
+// from the first of them; each new step starts a full one. So however
+// many prompts a step ends (in itself or in the nested passes it yields
+// to), the other tenants' work waits at most the bound for them all.
 func TestAsideBoundPerPass(t *testing.T) {
 	rng := rand.New(rand.NewPCG(28, 12))
 	var a aside
 	bound := time.Millisecond
 	now := time.Unix(1000, 0)
-	var pass [2]int64
-	var first time.Time // the current pass's first prompt
+	var pass int64
+	var first time.Time // the current step's first prompt
 	for i := range 5000 {
 		fresh := i == 0
-		switch rng.IntN(3) {
-		case 0:
-			pass[0]++ // the next step
-			fresh = true
-		case 1:
-			pass[1]++ // a nested pass
+		if rng.IntN(3) == 0 {
+			pass++ // the next step (a nested pass is still this one)
 			fresh = true
 		}
 		now = now.Add(time.Duration(rng.IntN(700)) * time.Microsecond)
@@ -247,5 +245,111 @@ func TestAsideBoundPerPass(t *testing.T) {
 		if want := first.Add(bound).Sub(now); got != want {
 			t.Fatalf("call %d (pass %v, %v after its first prompt): left %v, want %v", i, pass, now.Sub(first), got, want)
 		}
+	}
+}
+
+// Red team (redteam8): the nested passes of one paused step share that
+// step's aside bound. A step of a's prompt that yields runs b's prompts
+// as nested passes (yield.go), each a forward pass of its own; when each
+// ends one of b's prompts and decode does not answer its commit, a bound
+// per pass held a's step CommitAside once per nested pass (4 here, the
+// nested budget's passes: the budget counts tokens, not the waits), so
+// b's burst of tiny prompts stretched a's step by several bounds. Now
+// the prompts ending in one step, its nested passes included, share one
+// bound: a's step waits at most CommitAside for them all.
+func TestAsideBoundSharedByNestedPasses(t *testing.T) {
+	const bound = 40 * time.Millisecond
+	rt := storiesRuntime(t)
+	probe := &yieldProbe{Runtime: rt}
+	pcfg, dcfg := storiesConfig(probeFP{probe}, 24), storiesConfig(rt, 32)
+	pcfg.NestForward = 1 // a's 7-token step pays for 4 nested 1-token prompts
+	pcfg.CommitAside = bound
+	loc, err := NewLocal(pcfg, dcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeWithin(t, loc) })
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	dw := loc.Decode
+	dw.hooks = &decodeHooks{commitAccepted: func(id kv.ID) {
+		dw.mu.Lock()
+		tenant := ""
+		if h := dw.handoffs[id]; h != nil {
+			tenant = h.tenant
+		}
+		dw.mu.Unlock()
+		if tenant == "b" {
+			select { // decode does not answer b's commits for a while
+			case <-release:
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}}
+	var wg sync.WaitGroup
+	run := func(r *Request) {
+		defer wg.Done()
+		s, err := loc.Submit(context.Background(), r)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if got := collect(t, s); got.final.Err != nil {
+			t.Error(got.final.Err)
+		}
+	}
+	sched := loc.Prefill.sched
+	var mu sync.Mutex
+	sent := 0
+	var stepOf []int // the probe's step at which each of b's prompts arrived
+	probe.onPause = func(step, point int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if step != 1 || sent >= 4 {
+			return
+		}
+		// One of b's one-token prompts per pause point of a's first
+		// step, waited for until it reached the worker: this pause
+		// point nests it.
+		before := sched.lastArrival.Load()
+		sent++
+		stepOf = append(stepOf, step)
+		wg.Add(1)
+		go run(&Request{ID: fmt.Sprint("b", sent), Tenant: "b", Prompt: prompt(sent, 1), MaxTokens: 2, IgnoreEOS: true})
+		for deadline := time.Now().Add(5 * time.Second); sched.lastArrival.Load() == before; time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Error("b's prompt did not reach the prefill worker within 5 s")
+				return
+			}
+		}
+	}
+	wg.Add(1)
+	go run(&Request{ID: "flood", Tenant: "a", Prompt: prompt(9, 60), MaxTokens: 2, IgnoreEOS: true})
+	// Every aside has ended by the time a's prompt ends; then decode
+	// may answer b's commits.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		done := sent >= 4
+		mu.Unlock()
+		if done && loc.Prefill.Stats().Committed >= 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	free()
+	wg.Wait()
+	nested := 0
+	for _, n := range probe.nested {
+		if strings.HasPrefix(n, "1/") {
+			nested++
+		}
+	}
+	if nested < 2 {
+		t.Fatalf("%d nested passes in a's first step (%q), want >= 2: the test proved nothing", nested, probe.nested)
+	}
+	st := loc.Prefill.Stats()
+	if st.AsideTimeouts != 1 {
+		t.Errorf("a's first step waited out the aside bound %d times over %d nested passes ending b's prompts (asides %d), want once: the nested passes share the step's bound", st.AsideTimeouts, nested, st.Asides)
 	}
 }
