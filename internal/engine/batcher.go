@@ -318,16 +318,12 @@ type SchedStats struct {
 	// that the nested budget counts (Config.NestForward, measured at
 	// start; 0 for a decode worker, whose steps never pause).
 	NestForward int
-	// AsideSteps counts the colocated steps that ran only whole short
-	// prompts (and decode tokens) while another tenant's prompt chunk
-	// waited one step (sched.Aside).
-	AsideSteps int64
 }
 
 func (s *batch) stats() SchedStats {
 	st := SchedStats{Running: int(s.running.Load()), Preempted: int(s.nPreempted.Load()),
 		Preemptions: s.preemptions.Load(), RecomputedTokens: s.recomputed.Load(), Generated: s.generated.Load(),
-		GrammarDeferrals: s.deferrals.Load(), NestedSteps: s.nestedSteps.Load(), AsideSteps: s.asides.Load()}
+		GrammarDeferrals: s.deferrals.Load(), NestedSteps: s.nestedSteps.Load()}
 	st.GrammarMaskBytes, st.GrammarMaskDrops = s.cfg.formats.maskStats()
 	st.NestForward = s.cfg.nestForward()
 	return st

@@ -22,12 +22,11 @@ var (
 	descGrammarBytes = prometheus.NewDesc("sluice_grammar_mask_cache_bytes", "Bytes of token masks the role's compiled grammars cache, all tenants together (bounded by --grammar-mask-cache).", []string{"role"}, nil)
 	descNestedSteps  = prometheus.NewDesc("sluice_nested_steps_total", "Steps of prompts that arrived while another tenant's prompt step ran, run at one of its layer boundaries while it paused (a co-tenant's prompt not waiting for the whole step), by role.", []string{"role"}, nil)
 	descNestForward  = prometheus.NewDesc("sluice_nested_forward_cost_tokens", "The fixed cost of a forward pass in prompt tokens, as the nested budget counts it (measured at start, --nest-forward-cost): a nested step costs this plus its tokens, and a paused step of T tokens lets in nested steps costing at most this plus T (docs/isolation.md), by role.", []string{"role"}, nil)
-	descAsideSteps   = prometheus.NewDesc("sluice_aside_steps_total", "Colocated steps that ran only short prompts whose first chunk was also their last (with the decode tokens) while another tenant's prompt chunk waited one step, by role.", []string{"role"}, nil)
 	descGrammarDrops = prometheus.NewDesc("sluice_grammar_mask_drops_total", "Compiled grammars whose cached masks were dropped to stay within --grammar-mask-cache, by role.", []string{"role"}, nil)
 )
 
 var loadDescs = []*prometheus.Desc{descQueueWaiting, descQueueRunning, descQueueWait, descQueueRefused, descPreemptions, descRecomputed, descKVUsage, descRevoked, descOverShare,
-	descGrammarDefer, descGrammarBytes, descGrammarDrops, descNestedSteps, descNestForward, descAsideSteps}
+	descGrammarDefer, descGrammarBytes, descGrammarDrops, descNestedSteps, descNestForward}
 
 func collectLoad(ch chan<- prometheus.Metric, st EngineStats) {
 	if q := st.Queue; q != nil {
@@ -56,7 +55,6 @@ func collectLoad(ch chan<- prometheus.Metric, st EngineStats) {
 		ch <- prometheus.MustNewConstMetric(descGrammarBytes, prometheus.GaugeValue, float64(s.GrammarMaskBytes), role)
 		ch <- prometheus.MustNewConstMetric(descGrammarDrops, prometheus.CounterValue, float64(s.GrammarMaskDrops), role)
 		ch <- prometheus.MustNewConstMetric(descNestedSteps, prometheus.CounterValue, float64(s.NestedSteps), role)
-		ch <- prometheus.MustNewConstMetric(descAsideSteps, prometheus.CounterValue, float64(s.AsideSteps), role)
 	}
 	for role, f := range st.NestForward {
 		ch <- prometheus.MustNewConstMetric(descNestForward, prometheus.GaugeValue, float64(f), role)

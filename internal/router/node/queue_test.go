@@ -100,7 +100,6 @@ func TestBurstLargerThanPoolZero503(t *testing.T) {
 			for _, want := range []string{"sluice_queue_waiting 0\n", "sluice_queue_running 0\n",
 				`sluice_kv_usage_ratio{role="` + role + `"} 0` + "\n", `sluice_preemptions_total{role="` + role + `"} `,
 				`sluice_nested_steps_total{role="` + role + `"} `,
-				`sluice_aside_steps_total{role="` + role + `"} `,
 				// Not measured here (LocalConfig.MeasureNestForward off): a
 				// quarter of the default chunk, by the role whose steps pause.
 				`sluice_nested_forward_cost_tokens{role="` + map[bool]string{true: "colocated", false: "prefill"}[cfg.Colocated] + `"} 16` + "\n"} {
