@@ -252,14 +252,6 @@ type batch struct {
 	arrivalMark func() uint64
 	yielded     bool
 	endMark     uint64
-
-	// Steps aside (Config.stepAside, sched.Aside): extra is whether the
-	// last step took an extra forward pass (it went aside, or a nested
-	// step ran in it); noPause keeps the step under way from pausing (a
-	// step aside never yields); asides counts the steps aside.
-	extra   bool
-	noPause bool
-	asides  atomic.Int64
 }
 
 // scheduler is the goroutine layer around a batch for the servers: it
@@ -589,7 +581,6 @@ func (s *batch) step() {
 	var steps []Step
 	var members []*seq
 	var sizes []int
-	var whole []*seq // the whole prompts of a step aside
 	// Decode tokens first: they are one token each and keep latency flat;
 	// prefill chunks take what is left of the step's token budget, as
 	// the tenants' step shares say (prefillPlan).
@@ -598,9 +589,6 @@ func (s *batch) step() {
 		var take map[*seq]int
 		if pass == 1 {
 			order, take = s.prefillPlan(budget)
-			if s.cfg.stepAside {
-				whole = s.aside(order, take)
-			}
 		}
 		for _, q := range order {
 			if q.decoded != (pass == 0) || q.held != nil || q.emit == nil {
@@ -639,17 +627,7 @@ func (s *batch) step() {
 		if s.burst != nil && s.cfg.Idle() {
 			fwd = s.burst
 		}
-		nested := s.nestedSteps.Load()
-		s.noPause = whole != nil
 		s.run(fwd, steps, members, sizes, false)
-		s.noPause = false
-		s.extra = whole != nil || s.nestedSteps.Load() != nested
-		// A step aside is a forward pass the other chunks' step would
-		// not have taken: its fixed cost is charged to the whole
-		// prompts' tenants, as a nested step's is (yield.go).
-		for i, q := range whole {
-			s.shares.Charge(q.owner.Tenant, q.weight, sched.ForwardPart(s.cfg.nestForward(), len(whole), i))
-		}
 		s.verify()
 	} else if len(s.deferred) > 0 {
 		// Only sequences waiting for their masks: no one else's step is
@@ -666,35 +644,6 @@ func (s *batch) step() {
 	}
 	clear(s.active[len(live):])
 	s.active = live
-}
-
-// aside decides whether the step goes aside (sched.Aside): then the plan
-// (order, take) keeps only the whole prompts, which it returns; nil: the
-// step runs as planned. A whole prompt is one whose first chunk, not yet
-// begun (started), is also its last.
-func (s *batch) aside(order []*seq, take map[*seq]int) []*seq {
-	var planned []sched.Planned
-	var whole []*seq
-	for _, q := range order {
-		if take[q] <= 0 {
-			continue
-		}
-		w := q.started != nil && !q.recompute && take[q] >= len(q.prompt)
-		planned = append(planned, sched.Planned{Tenant: q.owner.Tenant, Whole: w})
-		if w {
-			whole = append(whole, q)
-		}
-	}
-	if !sched.Aside(planned, s.extra) {
-		return nil
-	}
-	for _, q := range order {
-		if !slices.Contains(whole, q) {
-			take[q] = 0
-		}
-	}
-	s.asides.Add(1)
-	return whole
 }
 
 // run runs one forward step (a step with prompt chunks may yield to

@@ -45,7 +45,6 @@ func NewColocated(cfg Config) (*Colocated, error) {
 		return nil, err
 	}
 	cfg.nestOnce = true
-	cfg.stepAside = true
 	c := &Colocated{
 		cfg:   cfg,
 		pool:  pool,

@@ -147,10 +147,6 @@ type Config struct {
 	// nestOnce: a paused step runs at most one nested step (the
 	// colocated engine, yield.go), its budget otherwise as sched.Nest.
 	nestOnce bool
-	// stepAside: a step whose plan holds a whole short prompt beside
-	// another tenant's partial chunk runs the whole prompts alone first
-	// (the colocated engine, sched.Aside).
-	stepAside bool
 
 	// formats compiles constrained requests' grammars (set by withDefaults,
 	// shared by the copies of one worker's Config).

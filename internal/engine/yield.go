@@ -51,7 +51,7 @@ type YieldForwarder interface {
 func (s *batch) forward(fwd Forwarder, steps []Step, members []*seq) []StepResult {
 	s.yielded = false
 	yf, ok := fwd.(YieldForwarder)
-	if !ok || s.arrivals == nil || s.noPause {
+	if !ok || s.arrivals == nil {
 		return fwd.Forward(steps)
 	}
 	var tenants []string
