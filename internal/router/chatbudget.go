@@ -546,6 +546,13 @@ var keepFilters = map[string]bool{"abs": true, "attr": true, "default": true, "d
 	"int": true, "last": true, "length": true, "count": true, "max": true, "min": true, "random": true, "round": true,
 	"safe": true, "sum": true, "wordcount": true, "filesizeformat": true}
 
+// stepFilters go over all their input's items, charged as loop steps
+// (chatloops.go). length, first, last, attr and default do not (Qwen3
+// asks messages|length once a message).
+var stepFilters = map[string]bool{"selectattr": true, "rejectattr": true, "select": true, "reject": true,
+	"map": true, "unique": true, "sort": true, "dictsort": true, "max": true, "min": true, "sum": true,
+	"groupby": true, "list": true, "reverse": true}
+
 // listFilters take a list (or iterate a string) without making its text.
 var listFilters = map[string]bool{"attr": true, "batch": true, "default": true, "d": true, "dictsort": true,
 	"first": true, "groupby": true, "items": true, "join": true, "last": true, "length": true, "count": true,
@@ -561,6 +568,14 @@ func budgetFilter(name string, f exec.FilterFunction) exec.FilterFunction {
 		st, err := evalState(e)
 		if err != nil {
 			return exec.AsValue(err)
+		}
+		if stepFilters[name] {
+			// It goes over every item: the loop steps' budget, or
+			// messages|selectattr(..)|first in a loop over the messages
+			// is n*n steps with nothing built.
+			if l := loopState(e); l == nil || !l.charge(itemCount(in)) {
+				return exec.AsValue(fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps))
+			}
 		}
 		if cost, ok := filterCost(name, in, p, st.left()); ok {
 			if err := st.charge(cost); err != nil {

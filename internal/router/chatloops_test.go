@@ -31,6 +31,9 @@ func TestChatTemplateLoopStepsBounded(t *testing.T) {
 		{"filtered inner loop", "{% for m in messages %}{% for n in messages if n.role == 'tool' %}t{% endfor %}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
 		// A loop over a message's text goes over its characters.
 		{"loop over a string", "{% for m in messages %}{% for ch in m.content %}{% endfor %}{% endfor %}x", msgs(2, strings.Repeat("a", 4000)), msgs(2, strings.Repeat("a", 6000))},
+		// A filter going over the messages inside a loop over them.
+		{"selectattr in a loop", "{% for m in messages %}{{ messages|selectattr('role', 'equalto', 'tool')|first }}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
+		{"map in a loop", "{% for m in messages %}{% if messages|map(attribute='role')|list|length > 999 %}{% endif %}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
 		// Inside a macro whose failure the template tests away.
 		{"in a macro tested away", "{% macro f() %}{% for m in messages %}{% for n in messages %}{% endfor %}{% endfor %}{% endmacro %}{% if f() is defined %}{% endif %}x", msgs(40, "a"), msgs(120, "a")},
 	} {
