@@ -32,14 +32,15 @@ import (
 // never waits for its own handoffs, so a single tenant's throughput is as
 // before.
 
-// DefaultCommitAside is Config.CommitAside's default: the longest the
-// prefill worker's scheduler waits for the handoffs of the prompts that
-// ended in one step of the batch (its nested passes included) before it
-// computes another tenant's prompts.
-// About twice what a push takes on an idle core (fin to accepted commit,
-// median 0.45-0.48 ms, benchmarks.md), so a slow or failing decode worker
-// costs the other tenants at most a millisecond per step.
-const DefaultCommitAside = time.Millisecond
+// DefaultCommitAside is Config.CommitAside's default: off. Stepping
+// aside shortened the push hop by hop (benchmarks.md, "The push to the
+// commit, hop by hop") but a quiet-machine A/B of the build with it on
+// against off (6 rounds, 1,536 of b's requests a side) resolved no gain in
+// b's time to first token (p50 1.05x, 95% CI 0.99-1.12x) and cost the
+// flooding tenant about a tenth of its tokens per second (median of the
+// rounds 0.89x). A positive Config.CommitAside (1 ms is about twice a
+// push on an idle core) turns it on.
+const DefaultCommitAside = -1
 
 // asideFor reports whether the scheduler steps aside for the handoff of a
 // prompt of tenant that just ended: only when the prompts it would

@@ -85,8 +85,8 @@ type Config struct {
 	// streamed prompt ended while another tenant's prompt waits in its
 	// batch, waits for that prompt's handoff (the last pages and the
 	// commit) before computing further (aside.go): per step of the
-	// batch (its nested passes included), 0 for DefaultCommitAside,
-	// negative never.
+	// batch (its nested passes included), 0 for DefaultCommitAside
+	// (off), negative never.
 	CommitAside time.Duration
 	// HandoffTimeout bounds how long a decode reservation may wait for its
 	// commit and its stream without progress before it is aborted
