@@ -175,12 +175,8 @@ func TestPrefillAloneDoesNotStepAside(t *testing.T) {
 		if tenant != "a" || held.Add(1) != 1 {
 			return // the first of a's commits is the short prompt's
 		}
-		before := begun.Load()
-		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
-			if begun.Load() != before {
-				moved.Add(1)
-				return
-			}
+		if passBegins(begun, 10*time.Second) {
+			moved.Add(1)
 		}
 	})
 	floodAndLight(t, loc, begun, "a")
@@ -202,12 +198,8 @@ func TestPrefillAsideIsBounded(t *testing.T) {
 		if tenant != "b" {
 			return
 		}
-		before := begun.Load()
-		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
-			if begun.Load() != before {
-				moved.Add(1)
-				return
-			}
+		if passBegins(begun, 10*time.Second) {
+			moved.Add(1)
 		}
 	})
 	floodAndLight(t, loc, begun, "b")
@@ -362,4 +354,16 @@ func TestPrefillAsideOffByDefault(t *testing.T) {
 	if st := loc.Prefill.Stats(); st.Asides != 0 || st.AsideTimeouts != 0 {
 		t.Errorf("asides %d (timeouts %d) with the default Config, want 0: stepping aside is off by default", st.Asides, st.AsideTimeouts)
 	}
+}
+
+// passBegins reports whether a forward pass begins (begun moves) within
+// d, polled: called from a commit hook, while the commit is held.
+func passBegins(begun *atomic.Int64, d time.Duration) bool {
+	before := begun.Load()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if begun.Load() != before {
+			return true
+		}
+	}
+	return false
 }
