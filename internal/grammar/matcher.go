@@ -78,7 +78,35 @@ type stackSet struct {
 	// stack stepped and per alternative a reference looks at (a
 	// reference of 1,000 alternatives costs 1,000 whichever the byte).
 	n int
+	// visits are the (position, stack below) pairs stepFrom expanded
+	// since reset, kept while one stack's expansion has cost more than
+	// memoAt (n0 is n when it began): two ways to the same pair add the
+	// same stacks, so the second is skipped.
+	visits map[frameKey]struct{}
+	n0     int
 }
+
+// memoAt is the work of one stack's step by a byte from which stepFrom
+// remembers what it expanded. A schema can reach one rule by many ways
+// without a byte in between ($defs d_i = anyOf[d_i+1, d_i+1]: 2^n ways
+// to d_n, a regex's (a?|b?)(a?|b?)...): followed way by way, one byte
+// cost 2^n expansions (n = 24: 134 million, seconds of a worker's shared
+// step; n = 40: days), all adding the same stacks. A stack's step below
+// memoAt, the common case even at hundreds of stacks, is cheaper without
+// the map (with it from the step's first unit, a check at 500 stacks
+// took 4x as long).
+const memoAt = 256
+
+// MaxByteWork bounds the work of stepping the stacks by one byte: past
+// it the step counts as over (too many parses, as past MaxStacks: the
+// token is refused, grammar_ambiguous if nothing else is allowed). With
+// the memo no schema the tests know comes near it (a 512-stack step
+// over a 1,000-way anyOf is about 512,000); it stops what the memo does
+// not merge (ways that build different stacks below).
+const MaxByteWork = 1 << 21
+
+// maxByteWork is the bound in force: MaxByteWork, lowered by tests.
+var maxByteWork = MaxByteWork
 
 // hashAt is the set size from which add finds duplicates through tab.
 const hashAt = 16
@@ -86,6 +114,9 @@ const hashAt = 16
 // reset empties ss for another step (keeping its memory).
 func (ss *stackSet) reset() {
 	ss.s, ss.over, ss.escaped, ss.n = ss.s[:0], false, false, 0
+	if len(ss.visits) > 0 {
+		clear(ss.visits)
+	}
 	if len(ss.tab) > 0 {
 		clear(ss.tab)
 		ss.tab = ss.tab[:0]
@@ -208,6 +239,23 @@ func (g *Grammar) resolve(pos int32, below *frame, out *stackSet) {
 func (g *Grammar) stepFrom(pos int32, below *frame, c byte, out *stackSet) {
 	e := g.elems[pos]
 	out.n++
+	if out.n-out.n0 > memoAt {
+		// The same (pos, below) adds the same stacks: once is enough.
+		// (No way leads back to its own pair: that would be left
+		// recursion.)
+		if out.visits == nil {
+			out.visits = map[frameKey]struct{}{}
+		}
+		k := frameKey{pos, below}
+		if _, ok := out.visits[k]; ok {
+			return
+		}
+		out.visits[k] = struct{}{}
+		if out.n > maxByteWork {
+			out.over = true
+			return
+		}
+	}
 	switch e.kind {
 	case kClass:
 		if g.classes[e.arg].has(c) {
@@ -239,6 +287,7 @@ func (g *Grammar) stepFrom(pos int32, below *frame, c byte, out *stackSet) {
 func (g *Grammar) step(in []*frame, c byte, out *stackSet) {
 	for _, f := range in {
 		if f != nil {
+			out.n0 = out.n
 			g.stepFrom(f.pos, f.next, c, out)
 		}
 	}
