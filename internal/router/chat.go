@@ -95,6 +95,7 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 	env := *gonja.DefaultEnvironment
 	env.ControlStructures = chatControlStructures
 	env.Filters = chatFilters
+	env.Tests = chatTests
 	env.Context = gonja.DefaultContext.Inherit().Update(exec.NewContext(budgetFuncs)).Update(exec.NewContext(map[string]any{
 		"raise_exception": func(msg string) (string, error) {
 			return "", fmt.Errorf("%w: %s", errTemplateRaised, msg)

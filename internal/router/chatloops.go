@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/nikolalohinski/gonja/v2/builtins"
 	controlStructures "github.com/nikolalohinski/gonja/v2/builtins/control_structures"
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/nodes"
@@ -146,4 +147,47 @@ func (c *ChatTemplate) loopSteps() int {
 		return c.maxSteps
 	}
 	return maxLoopSteps
+}
+
+// inBytesPerStep is how many bytes of a string `in` looks through for
+// one loop step: a search through text is far cheaper than a loop's
+// step, and Qwen3's template asks '</think>' in each assistant message
+// (a 1 MiB reply is 65,536 steps, well inside maxLoopSteps).
+const inBytesPerStep = 16
+
+// chatTests are gonja's tests with `in` counted (inTest).
+var chatTests = func() *exec.TestSet {
+	set := exec.NewTestSet(map[string]exec.TestFunction{}).Update(builtins.Tests)
+	_ = set.Replace("in", inTest)
+	return set
+}()
+
+// inTest is Jinja's x in y (and x not in y, x is in y, select('in', y)):
+// it goes over y's items (a list's, compared one by one; a dict's keys)
+// or its text, so its cost is charged to the loop steps first ({% for m
+// in messages %}{% if m in messages %} is n*n steps with nothing built
+// and nothing written); a string costs a step per whole inBytesPerStep
+// bytes.
+// Past the bound the test is an error and the rendering refused
+// (ErrTemplateTooMuchWork), whatever the template makes of the error.
+func inTest(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) (bool, error) {
+	seq := p.First()
+	n := itemCount(seq)
+	if seq.IsString() {
+		n /= inBytesPerStep // shorter is less than a step: whatever repeats it (a loop, a filter, a macro) is charged
+		if !plain(in) {
+			// A list's text is built to be looked for.
+			st, err := evalState(e)
+			if err != nil {
+				return false, err
+			}
+			if _, err := textOf(st, in); err != nil {
+				return false, err
+			}
+		}
+	}
+	if l := loopState(e); l == nil || !l.charge(n) {
+		return false, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps)
+	}
+	return seq.Contains(in), nil
 }

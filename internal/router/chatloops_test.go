@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -34,6 +35,14 @@ func TestChatTemplateLoopStepsBounded(t *testing.T) {
 		// A filter going over the messages inside a loop over them.
 		{"selectattr in a loop", "{% for m in messages %}{{ messages|selectattr('role', 'equalto', 'tool')|first }}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
 		{"map in a loop", "{% for m in messages %}{% if messages|map(attribute='role')|list|length > 999 %}{% endif %}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
+		// in / not in go over the list: n*n steps with nothing built.
+		{"in a list in a loop", "{% for m in messages %}{% if m in messages %}{% endif %}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
+		{"not in a list in a loop", "{% for m in messages %}{% if m not in messages %}t{% endif %}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
+		{"is in, tested away", "{% for m in messages %}{% if (m is in messages) is defined %}{% endif %}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
+		{"select in", "{% for m in messages %}{% if messages|select('in', messages)|list|length > 999 %}{% endif %}{% endfor %}x", msgs(15, "a"), msgs(40, "a")},
+		// A string: a step per inBytesPerStep bytes; 1,001 steps of the
+		// loop, then 8 or 10 a step.
+		{"in a string in a loop", "{% for i in range(1000) %}{% if 'z' in messages[0].content %}{% endif %}{% endfor %}x", msgs(1, strings.Repeat("a", 8*inBytesPerStep)), msgs(1, strings.Repeat("a", 10*inBytesPerStep))},
 		// Inside a macro whose failure the template tests away.
 		{"in a macro tested away", "{% macro f() %}{% for m in messages %}{% for n in messages %}{% endfor %}{% endfor %}{% endmacro %}{% if f() is defined %}{% endif %}x", msgs(40, "a"), msgs(120, "a")},
 	} {
@@ -49,6 +58,45 @@ func TestChatTemplateLoopStepsBounded(t *testing.T) {
 		}
 		if out, err := ct.Render(c.over); !errors.Is(err, ErrTemplateTooMuchWork) {
 			t.Errorf("%s past the bound: %q %v, want ErrTemplateTooMuchWork", c.name, out, err)
+		}
+	}
+}
+
+// `in` on a dict goes over its keys: charged as its length.
+func TestChatTemplateInDictBounded(t *testing.T) {
+	ct, err := NewChatTemplate("{% for m in messages %}{% if 'k' in d %}{% endif %}{% endfor %}x", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct.maxSteps = 10_000
+	d := map[string]any{}
+	for i := range 300 {
+		d[strconv.Itoa(i)] = i
+	}
+	o := RenderOptions{Kwargs: map[string]any{"d": d}}
+	if out, err := ct.RenderWith(make([]ChatMessage, 20), o); err != nil || out != "x" {
+		t.Fatalf("20 messages x 300 keys: %q %v", out, err)
+	}
+	if out, err := ct.RenderWith(make([]ChatMessage, 40), o); !errors.Is(err, ErrTemplateTooMuchWork) {
+		t.Fatalf("40 messages x 300 keys: %q %v, want ErrTemplateTooMuchWork", out, err)
+	}
+}
+
+// in, not in and select('in') answer as jinja2 3.1.6 does (messages:
+// one user message "ab"; ImmutableSandboxedEnvironment(trim_blocks=True,
+// lstrip_blocks=True)).
+func TestChatTemplateInAsJinja(t *testing.T) {
+	for _, c := range []struct{ src, want string }{
+		{`{{ 'a' in messages }}{{ messages[0] in messages }}{{ 'x' in 'axb' }}{{ 'k' in {'k':1} }}{{ 'k' not in {'k':1} }}`, `FalseTrueTrueTrueFalse`},
+		{`{{ 'role' in messages[0] }}{{ 'b' in messages[0].content }}{{ 3 in [1, 2] }}{{ [1, 2, 3]|select('in', [2, 3])|list }}`, `TrueTrueFalse[2, 3]`},
+	} {
+		ct, err := NewChatTemplate(c.src, "", "")
+		if err != nil {
+			t.Fatalf("%s: %v", c.src, err)
+		}
+		out, err := ct.Render([]ChatMessage{{Role: "user", Content: "ab"}})
+		if err != nil || out != c.want {
+			t.Errorf("%s: %q, %v; jinja2 renders %q", c.src, out, err, c.want)
 		}
 	}
 }
