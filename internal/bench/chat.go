@@ -263,29 +263,18 @@ Flags:
 		rep.Args = append(rep.Args, a)
 	}
 	if *llamaServer != "" {
-		port, err := freeLoopbackPort()
-		if err != nil {
-			return fail(1, "%v", err)
-		}
-		a := []string{"-m", *modelPath, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "-a", name,
+		a := []string{"-m", *modelPath, "-a", name,
 			"-np", strconv.Itoa(*inflight), "-c", strconv.Itoa(*inflight * perSeq), "-cb",
 			"-t", strconv.Itoa(*threads), "-tb", strconv.Itoa(*threads)}
 		var env []string
 		if *ompPassive {
 			env = append(os.Environ(), "OMP_WAIT_POLICY=passive")
 		}
-		ll, err := startServer("llama-server", *llamaServer, a, env, nil)
+		ll, err := startLlamaServer(ctx, *llamaServer, a, env)
 		if err != nil {
 			return fail(1, "%v", err)
 		}
-		ll.base = "http://127.0.0.1:" + strconv.Itoa(port)
 		sides = append(sides, side{"llama-server", ll})
-		rctx, rc := context.WithTimeout(ctx, 2*time.Minute)
-		err = ll.waitReady(rctx, "/health")
-		rc()
-		if err != nil {
-			return fail(1, "%v", err)
-		}
 		rep.Args = append(rep.Args, append([]string{"llama-server"}, a...))
 	}
 

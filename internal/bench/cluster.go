@@ -167,34 +167,93 @@ func (c *clusterProcs) stop() {
 	}
 }
 
-// startRole starts one role on pre-chosen loopback ports and waits for its
-// /ready on the admin listener at admin (http://host:port).
-func startRole(ctx context.Context, bin, role string, env, args []string, admin string) (*server, error) {
-	s, err := startServer("sluice "+role, bin, append([]string{role, "--log-format", "json", "--log-level", "warn"}, args...), env, nil)
-	if err != nil {
-		return nil, err
+// boundMsg is the line every sluice role logs (at info) once it has
+// bound its listeners, before the model loads; "admin" is the admin
+// listener's base URL and, for the router, "addr" the API's.
+const boundMsg = "bound; loading: requests get 503 model_loading until the server is ready"
+
+// roleAddrs is what a role's process reported binding: admin, the admin
+// listener's base URL; api, the router's API base URL; listen, a worker's
+// handoff address ("listening").
+type roleAddrs struct{ admin, api, listen string }
+
+// roleLine reads one JSON log line of a role: the addresses it names, and
+// which line it is (bound or listening; neither: ok false).
+func roleLine(line []byte) (a roleAddrs, listening, ok bool) {
+	var m struct{ Msg, Addr, Admin string }
+	if json.Unmarshal(line, &m) != nil {
+		return a, false, false
 	}
-	s.base = admin
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := s.waitReady(rctx, "/ready"); err != nil {
-		s.stop()
-		return nil, err
+	switch m.Msg {
+	case boundMsg:
+		return roleAddrs{admin: m.Admin, api: m.Addr}, false, m.Admin != ""
+	case "listening":
+		return roleAddrs{listen: m.Addr}, true, m.Addr != ""
 	}
-	return s, nil
+	return a, false, false
 }
 
-// loopbackAddrs returns n "127.0.0.1:port" addresses free now.
-func loopbackAddrs(n int) ([]string, error) {
-	out := make([]string, n)
-	for i := range out {
-		p, err := freeLoopbackPort()
-		if err != nil {
-			return nil, err
+// startRole starts one role listening on loopback port 0 (each listener
+// bound by the child itself, so no other process can hold the port it
+// uses, as could happen between a port picked free here and the child's
+// bind: its /ready and /metrics were then another server's) and returns
+// once the child has logged its addresses and its own admin listener
+// answers /ready.
+func startRole(ctx context.Context, bin, role string, env, args []string) (*server, roleAddrs, error) {
+	bound, listening := make(chan roleAddrs, 1), make(chan string, 1)
+	s, err := startServer("sluice "+role, bin, append([]string{role, "--log-format", "json", "--log-level", "info",
+		"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}, args...), env, func(line []byte) {
+		a, l, ok := roleLine(line)
+		switch {
+		case !ok:
+		case l:
+			trySend(listening, a.listen)
+		default:
+			trySend(bound, a)
 		}
-		out[i] = "127.0.0.1:" + strconv.Itoa(p)
+	})
+	if err != nil {
+		return nil, roleAddrs{}, err
 	}
-	return out, nil
+	fail := func(err error) (*server, roleAddrs, error) { s.stop(); return nil, roleAddrs{}, err }
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	a, err := awaitLine(rctx, s, bound, "bind its listeners")
+	if err != nil {
+		return fail(err)
+	}
+	if role != "router" {
+		// A worker binds its handoff listener once the model is loaded.
+		if a.listen, err = awaitLine(rctx, s, listening, "listen"); err != nil {
+			return fail(err)
+		}
+	}
+	s.base = a.admin
+	if err := s.waitReady(rctx, "/ready"); err != nil {
+		return fail(err)
+	}
+	return s, a, nil
+}
+
+// trySend sends v unless ch is full (only the first of a kind is kept).
+func trySend[T any](ch chan T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
+}
+
+// awaitLine waits for the child s to log what ch receives.
+func awaitLine[T any](ctx context.Context, s *server, ch <-chan T, what string) (T, error) {
+	var zero T
+	select {
+	case v := <-ch:
+		return v, nil
+	case <-s.exited:
+		return zero, fmt.Errorf("%s exited before it could %s: %s", s.name, what, s.tail())
+	case <-ctx.Done():
+		return zero, fmt.Errorf("%s did not %s: %v: %s", s.name, what, ctx.Err(), s.tail())
+	}
 }
 
 // startCluster starts n decode workers, one prefill worker and a router.
@@ -205,33 +264,28 @@ func startCluster(ctx context.Context, bin, model string, n, threads, conc int) 
 	}
 	env := append(os.Environ(), "SLUICE_SECRET="+hex.EncodeToString(secret))
 	pool := []string{"--model", model, "--context", "256", "--kv-pool-tokens", strconv.Itoa(max(1024, 256*conc)), "--threads", strconv.Itoa(threads)}
-	addrs, err := loopbackAddrs(2*n + 5)
-	if err != nil {
-		return nil, err
-	}
-	c := &clusterProcs{decodes: addrs[:n]}
+	c := &clusterProcs{}
 	fail := func(err error) (*clusterProcs, error) { c.stop(); return nil, err }
-	for i := range n {
-		s, err := startRole(ctx, bin, "decode", env, append(pool, "--listen", addrs[i], "--metrics-listen", addrs[n+i]), "http://"+addrs[n+i])
+	for range n {
+		s, a, err := startRole(ctx, bin, "decode", env, pool)
 		if err != nil {
 			return fail(err)
 		}
 		c.workers = append(c.workers, s)
+		c.decodes = append(c.decodes, a.listen)
 	}
-	pre, preAdmin := addrs[2*n], addrs[2*n+1]
-	s, err := startRole(ctx, bin, "prefill", env, append(pool, "--listen", pre, "--metrics-listen", preAdmin, "--decode", strings.Join(c.decodes, ",")), "http://"+preAdmin)
+	s, pre, err := startRole(ctx, bin, "prefill", env, append(pool, "--decode", strings.Join(c.decodes, ",")))
 	if err != nil {
 		return fail(err)
 	}
 	c.workers = append(c.workers, s)
-	api, admin := addrs[2*n+2], addrs[2*n+3]
-	c.admin = "http://" + admin
-	c.router, err = startRole(ctx, bin, "router", env, []string{"--model", model, "--context", "256", "--listen", api, "--metrics-listen", admin,
-		"--prefill", pre, "--decode", strings.Join(c.decodes, ","), "--load-log-interval", "0"}, c.admin)
+	r, a, err := startRole(ctx, bin, "router", env, []string{"--model", model, "--context", "256",
+		"--prefill", pre.listen, "--decode", strings.Join(c.decodes, ","), "--load-log-interval", "0"})
 	if err != nil {
 		return fail(err)
 	}
-	c.router.base = "http://" + api
+	c.router, c.admin = r, a.admin
+	c.router.base = a.api
 	return c, nil
 }
 

@@ -2,8 +2,14 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,4 +102,110 @@ func TestBenchClusterEndToEnd(t *testing.T) {
 	if rep.Rows[0].MaxMin != 1 {
 		t.Errorf("one worker: max/min %v, want 1", rep.Rows[0].MaxMin)
 	}
+}
+
+func TestRoleLine(t *testing.T) {
+	for _, c := range []struct {
+		line      string
+		want      roleAddrs
+		listening bool
+		ok        bool
+	}{
+		{`{"msg":"` + boundMsg + `","process":"router","addr":"http://127.0.0.1:41000","admin":"http://127.0.0.1:41001"}`,
+			roleAddrs{api: "http://127.0.0.1:41000", admin: "http://127.0.0.1:41001"}, false, true},
+		{`{"msg":"` + boundMsg + `","process":"decode","admin":"http://127.0.0.1:41002"}`, roleAddrs{admin: "http://127.0.0.1:41002"}, false, true},
+		{`{"msg":"listening","process":"decode","addr":"127.0.0.1:41003","encrypt":false}`, roleAddrs{listen: "127.0.0.1:41003"}, true, true},
+		{`{"msg":"` + boundMsg + `","addr":"http://127.0.0.1:41000"}`, roleAddrs{}, false, false}, // no admin listener
+		{`{"msg":"request","addr":"x"}`, roleAddrs{}, false, false},
+		{`not json`, roleAddrs{}, false, false},
+	} {
+		a, l, ok := roleLine([]byte(c.line))
+		if ok != c.ok || (ok && (a != c.want || l != c.listening)) {
+			t.Errorf("%s: got %+v %v %v, want %+v %v %v", c.line, a, l, ok, c.want, c.listening, c.ok)
+		}
+	}
+}
+
+// The CI flake "no picks of decode worker": the router's admin port,
+// picked free by the harness and closed, was bound by another process
+// before the router (which then exited: address in use), and that
+// process answered /ready and /metrics. A 200 from the address is not
+// taken as the child's readiness once the child has exited.
+func TestWaitReadyRefusesAnswerAfterChildExited(t *testing.T) {
+	other := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer other.Close()
+	s, err := startServer("child", os.Args[0], []string{"-test.run", "^$"}, nil, nil) // exits at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-s.exited
+	s.base = other.URL
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.waitReady(ctx, "/ready"); err == nil || !strings.Contains(err.Error(), "exited") {
+		t.Fatalf("waitReady took another server's 200 for an exited child's: %v", err)
+	}
+}
+
+// Every address the cluster harness talks to is a listener the role's
+// own process holds (read from /proc): the child binds port 0 and logs
+// what it bound, so no port is picked free beforehand for another
+// process to take.
+func TestStartRoleAddressesAreTheChilds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sluice processes")
+	}
+	model := testenv.Shared(t, "models/stories260K.gguf")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := startCluster(ctx, sluiceBinary(t), model, 1, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.stop()
+	check := func(s *server, addrs ...string) {
+		for _, a := range addrs {
+			if pid := s.cmd.Process.Pid; !holdsListener(t, pid, strings.TrimPrefix(a, "http://")) {
+				t.Errorf("%s (pid %d) does not hold a listener on %s", s.name, pid, a)
+			}
+		}
+	}
+	check(c.router, c.router.base, c.admin)
+	check(c.workers[0], c.workers[0].base, c.decodes[0])
+	check(c.workers[1], c.workers[1].base)
+}
+
+// holdsListener reports whether process pid holds a TCP socket listening
+// on addr (127.0.0.1:port), from /proc/<pid>/net/tcp and its fds.
+func holdsListener(t *testing.T, pid int, addr string) bool {
+	t.Helper()
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		t.Fatalf("%q: %v", addr, err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	want := fmt.Sprintf("0100007F:%04X", ap.Port())
+	inode := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 9 && f[1] == want && f[3] == "0A" { // 0A: LISTEN
+			inode = f[9]
+		}
+	}
+	if inode == "" {
+		return false
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); l == "socket:["+inode+"]" {
+			return true
+		}
+	}
+	return false
 }

@@ -10,11 +10,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -369,6 +369,11 @@ func (s *server) waitReady(ctx context.Context, path string) error {
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				select {
+				case <-s.exited: // the answer was not the child's
+					return fmt.Errorf("%s exited: %s", s.name, s.tail())
+				default:
+				}
 				return nil
 			}
 		}
@@ -382,14 +387,34 @@ func (s *server) waitReady(ctx context.Context, path string) error {
 	}
 }
 
-// freeLoopbackPort asks the kernel for an unused loopback port.
-func freeLoopbackPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// llamaListening is llama-server's line naming the address it bound.
+var llamaListening = regexp.MustCompile(`listening on (http://[0-9.]+:[0-9]+)`)
+
+// startLlamaServer starts llama-server on loopback port 0 (it binds a
+// free port itself: a port picked free here could be taken by another
+// process before the child binds it, and that process would then answer
+// the benchmark) and returns once it has logged its address and /health
+// answers there. args are everything but --host and --port.
+func startLlamaServer(ctx context.Context, bin string, args, env []string) (*server, error) {
+	addr := make(chan string, 1)
+	ll, err := startServer("llama-server", bin, append(slices.Clip(args), "--host", "127.0.0.1", "--port", "0"), env, func(line []byte) {
+		if m := llamaListening.FindSubmatch(line); m != nil {
+			trySend(addr, string(m[1]))
+		}
+	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	rctx, rc := context.WithTimeout(ctx, 2*time.Minute)
+	defer rc()
+	if ll.base, err = awaitLine(rctx, ll, addr, "listen"); err == nil {
+		err = ll.waitReady(rctx, "/health")
+	}
+	if err != nil {
+		ll.stop()
+		return nil, err
+	}
+	return ll, nil
 }
 
 // serveRow is one concurrency level's figures for both servers.
@@ -503,12 +528,7 @@ func (b *benchServe) sluiceArgs(colocated bool, ctxLen, poolTokens, maxConc int)
 // startLlama starts llama-server with slots in parallel and ctxPerSlot
 // tokens each.
 func (b *benchServe) startLlama(ctx context.Context, slots, ctxPerSlot int) (*server, []string, string, error) {
-	port, err := freeLoopbackPort()
-	if err != nil {
-		return nil, nil, "", err
-	}
-	args := []string{"-m", b.model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
-		"-a", b.name, "-np", strconv.Itoa(slots), "-c", strconv.Itoa(slots * ctxPerSlot), "-cb",
+	args := []string{"-m", b.model, "-a", b.name, "-np", strconv.Itoa(slots), "-c", strconv.Itoa(slots * ctxPerSlot), "-cb",
 		"-t", strconv.Itoa(b.threads), "-tb", strconv.Itoa(b.threads)}
 	if b.noCache {
 		args = append(args, "--no-cache-prompt")
@@ -519,15 +539,8 @@ func (b *benchServe) startLlama(ctx context.Context, slots, ctxPerSlot int) (*se
 		env = append(os.Environ(), "OMP_WAIT_POLICY=passive")
 		envText = "OMP_WAIT_POLICY=passive"
 	}
-	ll, err := startServer("llama-server", b.llamaServer, args, env, nil)
+	ll, err := startLlamaServer(ctx, b.llamaServer, args, env)
 	if err != nil {
-		return nil, nil, "", err
-	}
-	ll.base = "http://127.0.0.1:" + strconv.Itoa(port)
-	rctx, rc := context.WithTimeout(ctx, 2*time.Minute)
-	defer rc()
-	if err := ll.waitReady(rctx, "/health"); err != nil {
-		ll.stop()
 		return nil, nil, "", err
 	}
 	return ll, args, envText, nil
