@@ -96,6 +96,7 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 	env.ControlStructures = chatControlStructures
 	env.Filters = chatFilters
 	env.Tests = chatTests
+	env.Methods = chatMethods
 	env.Context = gonja.DefaultContext.Inherit().Update(exec.NewContext(budgetFuncs)).Update(exec.NewContext(map[string]any{
 		"raise_exception": func(msg string) (string, error) {
 			return "", fmt.Errorf("%w: %s", errTemplateRaised, msg)

@@ -378,10 +378,13 @@ func kindOf(v *exec.Value) string {
 
 // budgetStrMethods are the string methods whose result can be larger than
 // the string and its arguments together: each is checked before it runs.
-// The others (upper, split, strip...) make at most their input's size.
+// The others (upper, strip...) make at most their input's size.
 var budgetStrMethods = map[string]bool{
 	"replace": true, "join": true, "center": true, "ljust": true, "rjust": true,
 	"zfill": true, "expandtabs": true, "format": true, "format_map": true,
+	// A list of up to len(s)/2+1 parts: a 1 MiB message split on
+	// every character is 16 MiB of list.
+	"split": true, "rsplit": true,
 }
 
 // budgetStrMethod is s.name(args...) for a name in budgetStrMethods: its
@@ -444,6 +447,8 @@ func budgetStrMethod(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 		n += int64(strings.Count(s, "\t")) * tab
 	case "format", "format_map":
 		n = formatSize(s, '{', args, st.left())
+	case "split", "rsplit":
+		n = splitParts(s, args) * elemBytes
 	}
 	if err := st.charge(n); err != nil {
 		return nil, err

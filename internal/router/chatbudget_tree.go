@@ -37,12 +37,28 @@ type budgetTree struct {
 	// done maps each expression node rewritten to its rewriting: gonja
 	// shares a method call's receiver between two fields of the call.
 	done map[nodes.Node]nodes.Expression
+	// err is the first construct refused (mutatingMethods).
+	err error
 }
 
 func budgetTemplate(root *nodes.Template) error {
 	t := budgetTree{done: map[nodes.Node]nodes.Expression{}}
-	return t.nodes(root.Nodes)
+	if err := t.nodes(root.Nodes); err != nil {
+		return err
+	}
+	return t.err
 }
+
+// mutatingMethods change a list or a dict in place (Python's list, dict
+// and set methods that do). Hugging Face renders templates in jinja2's
+// ImmutableSandboxedEnvironment, which refuses each of them
+// (SecurityError), and gonja did them for some values and silently not
+// for others (x.append(y) on a namespace's list or d.update(...) left
+// the value as it was: the template rendered as if the call never ran).
+// A template calling one is refused when it is read, naming the call.
+var mutatingMethods = map[string]bool{"append": true, "extend": true, "insert": true, "remove": true, "sort": true,
+	"reverse": true, "pop": true, "clear": true, "update": true, "setdefault": true, "popitem": true, "add": true,
+	"discard": true, "difference_update": true, "intersection_update": true, "symmetric_difference_update": true}
 
 func (t *budgetTree) nodes(list []nodes.Node) error {
 	for _, n := range list {
@@ -226,6 +242,15 @@ func (t *budgetTree) rewrite(e nodes.Expression) nodes.Expression {
 			}
 		}
 	case *nodes.Call:
+		if ga, ok := n.Func.(*nodes.GetAttribute); ok && mutatingMethods[ga.Attribute] && t.err == nil {
+			line := 0
+			if n.Location != nil {
+				line = n.Location.Line
+			}
+			t.err = fmt.Errorf("line %d: .%s() changes a list or dict in place, which a chat template cannot do "+
+				"(Hugging Face's renderer, jinja2's immutable sandbox, refuses it too); build a new value instead, "+
+				"as in {%% set ns.items = ns.items + [item] %%}", line, ga.Attribute)
+		}
 		for i := range n.Args {
 			n.Args[i] = t.expr(n.Args[i])
 		}

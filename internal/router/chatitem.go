@@ -15,7 +15,9 @@ const budgetItemFunc = "__sluice_item"
 // conversation and s.split(sep)[-1] of a string without sep were
 // undefined, and Qwen3's template failed on a reply holding </think>
 // without <think>), and a string's index counts characters, not bytes.
-// Out of range either way is undefined (nil), as in jinja2. Every other
+// Out of range either way is undefined (nil), as in jinja2; so is an
+// integer key a dict does not hold (a dict from JSON holds none: its
+// keys are strings) and an integer index of anything else. Every other
 // key goes to gonja as its evaluator does (an item, else an attribute
 // of that name, else undefined).
 func budgetItem(_ *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
@@ -36,11 +38,17 @@ func budgetItem(_ *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 		}
 		return exec.AsValue(nil), nil
 	case k.IsInteger():
-		item, _ := x.GetItem(k.Integer())
-		if item.IsError() {
-			return nil, item
+		// A dict's item of that key (jinja2: d[0] is the key 0 when
+		// present); anything else has no such item: undefined, as
+		// jinja2 answers (gonja refused the index on a dict).
+		if d, ok := x.Interface().(*exec.Dict); ok {
+			for _, p := range d.Pairs {
+				if p.Key.IsInteger() && p.Key.Integer() == k.Integer() {
+					return p.Value, nil
+				}
+			}
 		}
-		return item, nil
+		return exec.AsValue(nil), nil
 	case k.IsString():
 		item, found := x.GetItem(k.String())
 		if !found {
