@@ -236,7 +236,7 @@ func (spec *toolSpec) toolCalls(text string) (calls []toolCallJSON, content *str
 		}
 		return false
 	}
-	parse := func(s string) (toolCallJSON, bool) {
+	parse := func(s string, unwrap bool) (toolCallJSON, bool) {
 		var na nameArgs
 		if json.Unmarshal([]byte(s), &na) != nil || !known(na.Name) {
 			return toolCallJSON{}, false
@@ -248,9 +248,14 @@ func (spec *toolSpec) toolCalls(text string) (calls []toolCallJSON, content *str
 		if isNull(args) {
 			args = json.RawMessage(`{}`)
 		}
-		// Some models write the arguments as a JSON string.
+		// Some models write the arguments as a JSON string: an auto
+		// call's string that holds JSON is taken as that JSON. Not
+		// otherwise: arguments that are not JSON break every client
+		// (json.loads), and a required call's arguments are its
+		// parameters' value as the grammar wrote it (a string parameter
+		// stays a string, as its stream sent it).
 		var str string
-		if json.Unmarshal(args, &str) == nil {
+		if unwrap && json.Unmarshal(args, &str) == nil && json.Valid([]byte(str)) {
 			args = json.RawMessage(str)
 		}
 		return call(na.Name, args), true
@@ -262,14 +267,14 @@ func (spec *toolSpec) toolCalls(text string) (calls []toolCallJSON, content *str
 		}
 		return []toolCallJSON{call(spec.named, json.RawMessage(text))}, nil, true
 	case toolModeReq:
-		if tc, ok := parse(text); ok {
+		if tc, ok := parse(text, false); ok {
 			return []toolCallJSON{tc}, nil, true
 		}
 		return nil, nil, false
 	case toolModeAuto:
 		if m := hermesRE.FindAllStringSubmatchIndex(text, -1); len(m) > 0 {
 			for _, x := range m {
-				if tc, ok := parse(text[x[2]:x[3]]); ok {
+				if tc, ok := parse(text[x[2]:x[3]], true); ok {
 					calls = append(calls, tc)
 				}
 			}
@@ -287,7 +292,7 @@ func (spec *toolSpec) toolCalls(text string) (calls []toolCallJSON, content *str
 		trimmed := strings.TrimSpace(text)
 		trimmed = strings.TrimPrefix(trimmed, "<|python_tag|>")
 		if strings.HasPrefix(trimmed, "{") {
-			if tc, ok := parse(trimmed); ok {
+			if tc, ok := parse(trimmed, true); ok {
 				return []toolCallJSON{tc}, nil, true
 			}
 		}

@@ -215,3 +215,47 @@ func TestScanRequiredStreamsArguments(t *testing.T) {
 		}
 	}
 }
+
+// A call's arguments are always JSON, and a required call's are its
+// parameters' value as the grammar wrote it and its stream sent it: a
+// string the model wrote is unwrapped only in an auto call and only when
+// it holds JSON. (Unwrapped always, an auto call's "arguments": "hi"
+// came back as the arguments hi, which no client parses, and a required
+// call of a string parameter lost its quotes, or became an object when
+// the string held one, unlike its stream.)
+func TestToolCallArgumentsAreJSON(t *testing.T) {
+	auto, _, e := parseTools(json.RawMessage(weatherTools), nil)
+	if e != nil {
+		t.Fatal(e)
+	}
+	strTools := `[{"type":"function","function":{"name":"say","parameters":{"type":"string"}}},{"type":"function","function":{"name":"n","parameters":{"type":"integer"}}}]`
+	req, _, e := parseTools(json.RawMessage(strTools), json.RawMessage(`"required"`))
+	if e != nil || req.mode != toolModeReq {
+		t.Fatal(e, req.mode)
+	}
+	for _, c := range []struct {
+		spec       *toolSpec
+		text, args string
+	}{
+		{&auto, `{"name": "get_time", "arguments": "not json"}`, `"not json"`},
+		{&auto, `<tool_call>{"name": "get_time", "arguments": "{\"tz\": "}</tool_call>`, `"{\"tz\": "`},
+		{&auto, `{"name": "get_time", "arguments": "{\"tz\": \"UTC\"}"}`, `{"tz": "UTC"}`},
+		{&req, `{"name":"say","arguments":"hi"}`, `"hi"`},
+		{&req, `{"name":"say","arguments":"{\"a\":1}"}`, `"{\"a\":1}"`},
+	} {
+		calls, _, ok := c.spec.toolCalls(c.text)
+		if !ok || len(calls) != 1 {
+			t.Fatalf("%s: %d calls (ok %v)", c.text, len(calls), ok)
+		}
+		got := calls[0].Function.Arguments
+		if got != c.args || !json.Valid([]byte(got)) {
+			t.Errorf("%s: arguments %s, want %s", c.text, got, c.args)
+		}
+		if c.spec == &req {
+			_, start, end := scanRequired(c.text)
+			if c.text[start:end] != got {
+				t.Errorf("%s: streamed %s, answered %s", c.text, c.text[start:end], got)
+			}
+		}
+	}
+}
