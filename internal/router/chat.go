@@ -188,6 +188,21 @@ func (c *ChatTemplate) RenderWith(msgs []ChatMessage, o RenderOptions) (string, 
 
 // render is RenderWith, also saying how many bytes of values it built.
 func (c *ChatTemplate) render(msgs []ChatMessage, o RenderOptions) (string, int64, error) {
+	st := c.newRenderState()
+	out, err := c.renderIn(st, msgs, o)
+	return out, st.built, err
+}
+
+// newRenderState is one request's budgets: its renderings' macro calls,
+// loop steps, values built and text written.
+func (c *ChatTemplate) newRenderState() *renderState {
+	return &renderState{maxCalls: c.maxCalls, maxBuilt: c.maxBuilt, loops: loopSteps{max: c.loopSteps()}, maxOut: c.maxBytes}
+}
+
+// renderIn renders within what is left of st's budgets: a second
+// rendering with the same st (renderChat's look at whose failure it was)
+// gets what the first left, never a fresh set.
+func (c *ChatTemplate) renderIn(st *renderState, msgs []ChatMessage, o RenderOptions) (string, error) {
 	list := make([]any, len(msgs))
 	for i, m := range msgs {
 		mm := map[string]any{"role": m.Role, "content": m.Content}
@@ -208,7 +223,6 @@ func (c *ChatTemplate) render(msgs []ChatMessage, o RenderOptions) (string, int6
 			vars[k] = v
 		}
 	}
-	st := &renderState{maxCalls: c.maxCalls, maxBuilt: c.maxBuilt, loops: loopSteps{max: c.loopSteps()}}
 	vars[renderStateVar] = st
 	vars["messages"] = list
 	vars["add_generation_prompt"] = !o.NoGenerationPrompt
@@ -218,31 +232,32 @@ func (c *ChatTemplate) render(msgs []ChatMessage, o RenderOptions) (string, int6
 		vars["tools"] = o.Tools
 	}
 	ctx := exec.NewContext(vars)
-	out := cappedWriter{max: c.maxBytes}
+	out := cappedWriter{max: max(0, st.maxOut-st.written)}
 	err := c.tmpl.Execute(&out, ctx)
+	st.written += out.b.Len()
 	if st.loops.steps > st.loops.max {
 		// Checked whatever Execute returned: a macro's failure is a
 		// value a template can test away (is defined).
-		return "", st.built, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, st.loops.max)
+		return "", fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, st.loops.max)
 	}
 	if st.over {
 		// Whatever the template made of the refusal (a test can
 		// turn an error into false): the rendering is over.
-		return "", st.built, fmt.Errorf("%w: it builds more than %d bytes of strings and lists", ErrRenderTooLarge, c.maxBuilt)
+		return "", fmt.Errorf("%w: it builds more than %d bytes of strings and lists", ErrRenderTooLarge, c.maxBuilt)
 	}
 	if err != nil {
 		if out.over {
-			return "", st.built, fmt.Errorf("%w (%d bytes)", ErrRenderTooLarge, c.maxBytes)
+			return "", fmt.Errorf("%w (%d bytes)", ErrRenderTooLarge, c.maxBytes)
 		}
 		// gonja flattens error chains into text, so the template's own
 		// raise_exception is recognised by its marker.
 		msg := err.Error()
 		if i := strings.Index(msg, errTemplateRaised.Error()+": "); i >= 0 {
-			return "", st.built, fmt.Errorf("%w: %s", errTemplateRaised, msg[i+len(errTemplateRaised.Error())+2:])
+			return "", fmt.Errorf("%w: %s", errTemplateRaised, msg[i+len(errTemplateRaised.Error())+2:])
 		}
-		return "", st.built, err
+		return "", err
 	}
-	return out.b.String(), st.built, nil
+	return out.b.String(), nil
 }
 
 // MaxRenderBytes bounds a rendered chat prompt: far beyond what any
@@ -319,13 +334,16 @@ const maxMacroCalls = 1 << 20
 // renderStateVar holds one rendering's renderState in its variables.
 const renderStateVar = "__sluice_render"
 
-// renderState is one rendering's own: its macro call depth and count,
-// its loops' steps (chatloops.go) and what it built (chatbudget.go).
+// renderState is one request's renderings' own: their macro call depth
+// and count, their loops' steps (chatloops.go), what they built
+// (chatbudget.go) and wrote.
 type renderState struct {
 	depth, calls, maxCalls int
 	loops                  loopSteps
 	built, maxBuilt        int64
 	over                   bool
+	// written is the text the renderings wrote, at most maxOut.
+	written, maxOut int
 }
 
 // boundedMacro is a macro definition whose calls count their depth.

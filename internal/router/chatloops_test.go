@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
@@ -168,5 +169,57 @@ func TestChatTemplateTooMuchWorkIs400(t *testing.T) {
 	s := &Server{chat: ct}
 	if _, e := s.renderChat(make([]ChatMessage, 20), RenderOptions{}); e == nil || e.Status != http.StatusBadRequest || e.Code != CodeTemplate || e.Param != "messages" {
 		t.Fatalf("too much work: %+v, want 400 %s on messages", e, CodeTemplate)
+	}
+}
+
+// When a rendering with chat_template_kwargs fails, the look at whose
+// failure it is (the same rendering without them) runs within what the
+// first left of the request's budgets: a request cannot make the
+// template do one rendering's work twice.
+func TestChatTemplateKwargsRetrySharesBudget(t *testing.T) {
+	// n*n steps, then a failure that only the kwarg x brings.
+	ct, err := NewChatTemplate("{% for m in messages %}{% for n in messages %}{% endfor %}{% endfor %}{% if x is defined %}{{ x.nomethod() }}{% endif %}ok", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct.maxSteps = 2500 // one rendering of 40 messages (41*41 + 1), not two
+	s := &Server{chat: ct, log: slog.New(slog.DiscardHandler)}
+	o := RenderOptions{Kwargs: map[string]any{"x": "s"}}
+	if _, err := ct.RenderWith(make([]ChatMessage, 40), RenderOptions{}); err != nil {
+		t.Fatalf("one rendering of 40 messages: %v", err)
+	}
+	if _, e := s.renderChat(make([]ChatMessage, 10), o); e == nil || e.Status != http.StatusBadRequest || e.Param != "chat_template_kwargs" {
+		t.Fatalf("10 messages: %+v, want 400 on chat_template_kwargs (two renderings fit)", e)
+	}
+	if _, e := s.renderChat(make([]ChatMessage, 40), o); e == nil || e.Status != http.StatusBadRequest || e.Param != "messages" || !strings.Contains(e.Message, "more work") {
+		t.Fatalf("40 messages: %+v, want 400 on messages: the second look is past the request's steps", e)
+	}
+
+	// The text written counts across both too.
+	ct, err = NewChatTemplate("{{ messages[0].content }}{% if x is defined %}{{ x.nomethod() }}{% endif %}", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct.maxBytes = 1000
+	s.chat = ct
+	if _, e := s.renderChat([]ChatMessage{{Role: "user", Content: strings.Repeat("a", 400)}}, o); e == nil || e.Param != "chat_template_kwargs" {
+		t.Fatalf("400 bytes written twice: %+v, want 400 on chat_template_kwargs", e)
+	}
+	if _, e := s.renderChat([]ChatMessage{{Role: "user", Content: strings.Repeat("a", 600)}}, o); e == nil || e.Code != CodeContextLength {
+		t.Fatalf("600 bytes written twice: %+v, want 400 %s", e, CodeContextLength)
+	}
+}
+
+// The look without kwargs keeps the request's tools: a template that
+// fails on the tools is the template's failure (500), not the kwargs'.
+func TestChatTemplateKwargsRetryKeepsTools(t *testing.T) {
+	ct, err := NewChatTemplate("{% if tools %}{{ tools[0].nomethod() }}{% endif %}ok", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{chat: ct, log: slog.New(slog.DiscardHandler)}
+	o := RenderOptions{Kwargs: map[string]any{"x": 1}, Tools: []any{map[string]any{"type": "function"}}}
+	if _, e := s.renderChat([]ChatMessage{{Role: "user", Content: "a"}}, o); e == nil || e.Status != http.StatusInternalServerError {
+		t.Fatalf("a template failing on the tools, with kwargs: %+v, want 500", e)
 	}
 }

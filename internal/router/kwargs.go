@@ -192,25 +192,46 @@ func (s *Server) chatText(rawMsgs, rawKwargs json.RawMessage, effort *string, o 
 // (400: no context holds it), as is one whose loops go over more than
 // maxLoopSteps items (chatloops.go); any other is the template's (500,
 // logged).
+//
+// Whose failure it is when kwargs were given is found by rendering again
+// without them (tools and the rest unchanged), within what the first
+// rendering left of the request's budgets (one renderState): the look
+// costs no more than one rendering may, and past the budgets it is
+// answered as any rendering past them.
 func (s *Server) renderChat(msgs []ChatMessage, o RenderOptions) (string, *apiError) {
-	text, err := s.chat.RenderWith(msgs, o)
+	st := s.chat.newRenderState()
+	text, err := s.chat.renderIn(st, msgs, o)
 	if err == nil {
 		return text, nil
 	}
-	if isTemplateRaise(err) {
-		return "", newErr(http.StatusBadRequest, CodeTemplate, "messages", "the model's chat template rejected the messages: %s", strings.TrimPrefix(err.Error(), errTemplateRaised.Error()+": "))
-	}
-	if errors.Is(err, ErrRenderTooLarge) {
-		return "", newErr(http.StatusBadRequest, CodeContextLength, "messages", "%v: shorten the messages or tools", err)
-	}
-	if errors.Is(err, ErrTemplateTooMuchWork) {
-		return "", newErr(http.StatusBadRequest, CodeTemplate, "messages", "%v: send fewer messages or tools", err)
+	if e := renderRefusal(err); e != nil {
+		return "", e
 	}
 	if len(o.Kwargs) > 0 {
-		if _, plain := s.chat.RenderWith(msgs, RenderOptions{NoGenerationPrompt: o.NoGenerationPrompt}); plain == nil {
+		without := o
+		without.Kwargs = nil
+		_, plain := s.chat.renderIn(st, msgs, without)
+		if plain == nil {
 			return "", newErr(http.StatusBadRequest, CodeTemplate, "chat_template_kwargs", "the model's chat template cannot render with these chat_template_kwargs (it renders without them): %v", err)
+		}
+		if errors.Is(plain, ErrRenderTooLarge) || errors.Is(plain, ErrTemplateTooMuchWork) {
+			return "", renderRefusal(plain)
 		}
 	}
 	s.log.Error("chat template failed", "err", err)
 	return "", newErr(http.StatusInternalServerError, CodeTemplate, "", "the model's chat template failed to render")
+}
+
+// renderRefusal is the client's 400 for a rendering the template refused
+// (raise_exception) or the bounds stopped; nil for any other failure.
+func renderRefusal(err error) *apiError {
+	switch {
+	case isTemplateRaise(err):
+		return newErr(http.StatusBadRequest, CodeTemplate, "messages", "the model's chat template rejected the messages: %s", strings.TrimPrefix(err.Error(), errTemplateRaised.Error()+": "))
+	case errors.Is(err, ErrRenderTooLarge):
+		return newErr(http.StatusBadRequest, CodeContextLength, "messages", "%v: shorten the messages or tools", err)
+	case errors.Is(err, ErrTemplateTooMuchWork):
+		return newErr(http.StatusBadRequest, CodeTemplate, "messages", "%v: send fewer messages or tools", err)
+	}
+	return nil
 }
