@@ -558,9 +558,15 @@ func (c *compiler) object(s *node, path string) []item {
 			ps = append(ps, prop{k, props.vals[i], req[k]})
 		}
 	}
+	declared := map[string]bool{}
+	if props != nil {
+		for _, k := range props.keys {
+			declared[k] = true
+		}
+	}
 	var extra []string
 	for k := range req {
-		if props.get(k) == nil {
+		if !declared[k] {
 			if closed {
 				return c.bad(path+"/required", "%q is required but not among the properties and additionalProperties is false", k)
 			}
