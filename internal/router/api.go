@@ -150,8 +150,14 @@ func (c *chatRequest) checkClientFields() *apiError {
 	if !isNull(c.WebSearchOptions) {
 		return unsupported("web_search_options", "web search is not supported: the model answers from the prompt alone; remove web_search_options")
 	}
-	if c.ReasoningEffort != nil && !slices.Contains(reasoningEfforts, *c.ReasoningEffort) {
-		return badParam("reasoning_effort", "reasoning_effort must be one of %s, got %q", strings.Join(reasoningEfforts, ", "), *c.ReasoningEffort)
+	return checkReasoningEffort(c.ReasoningEffort)
+}
+
+// checkReasoningEffort accepts an absent reasoning_effort or one of
+// OpenAI's values (chat completions and /tokenize alike).
+func checkReasoningEffort(effort *string) *apiError {
+	if effort != nil && !slices.Contains(reasoningEfforts, *effort) {
+		return badParam("reasoning_effort", "reasoning_effort must be one of %s, got %q", strings.Join(reasoningEfforts, ", "), *effort)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -256,6 +257,65 @@ func TestTemplateReadsWholeIdentifier(t *testing.T) {
 		}
 		if got := ct.Reads("reasoning_effort"); got != want {
 			t.Errorf("%q reads reasoning_effort: %v, want %v", src, got, want)
+		}
+	}
+}
+
+// /tokenize renders messages as /v1/chat/completions does, reasoning_effort
+// included: its tokens are the chat request's prompt, for each effort, on
+// a template that reads it and on one that only switches thinking; what
+// chat refuses, /tokenize refuses alike.
+func TestTokenizeHonoursReasoningEffort(t *testing.T) {
+	const effortTmpl = "{%- for m in messages %}{{ m['content'] }}{%- endfor %}[effort={{ reasoning_effort | default('medium') }}]"
+	for _, c := range []struct {
+		src     string
+		efforts []string
+		refused []string
+	}{
+		{effortTmpl, []string{"", "none", "minimal", "low", "medium", "high", "xhigh"}, nil},
+		{qwen3Like, []string{"", "none"}, []string{"low", "high"}},
+	} {
+		ct, err := NewChatTemplate(c.src, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newHarness(t, 512, func(cfg *Config) { cfg.Chat = ct })
+		for _, eff := range c.efforts {
+			extra := ""
+			if eff != "" {
+				extra = `,"reasoning_effort":"` + eff + `"`
+			}
+			before := len(h.eng.Requests())
+			if status, e := post(t, h.ts.URL+"/v1/chat/completions", "", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":4`+extra+`}`); status != 200 {
+				t.Fatalf("chat %q: %d %s %s", eff, status, e.Code, e.Message)
+			}
+			want := h.eng.Requests()[before].Prompt
+			status, m := postJSON(t, h.ts.URL+"/tokenize", "", `{"messages":[{"role":"user","content":"hi"}]`+extra+`}`)
+			if status != 200 {
+				t.Fatalf("/tokenize %q: %d %v", eff, status, m)
+			}
+			got, _ := json.Marshal(m["tokens"])
+			wantJSON, _ := json.Marshal(want)
+			if string(got) != string(wantJSON) || int(m["count"].(float64)) != len(want) {
+				t.Errorf("/tokenize with reasoning_effort %q: %s (count %v), chat prefilled %s", eff, got, m["count"], wantJSON)
+			}
+		}
+		for _, eff := range c.refused {
+			body := `{"messages":[{"role":"user","content":"hi"}],"reasoning_effort":"` + eff + `"}`
+			cs, ce := post(t, h.ts.URL+"/v1/chat/completions", "", body)
+			ts, te := post(t, h.ts.URL+"/tokenize", "", body)
+			if cs != 400 || ts != cs || te.Code != ce.Code || te.Param == nil || *te.Param != "reasoning_effort" {
+				t.Errorf("reasoning_effort %q: chat %d %s, /tokenize %d %+v", eff, cs, ce.Code, ts, te)
+			}
+		}
+		// Not one of OpenAI's values; a prompt has no template.
+		for _, body := range []string{
+			`{"messages":[{"role":"user","content":"hi"}],"reasoning_effort":"max"}`,
+			`{"prompt":"hi","reasoning_effort":"low"}`,
+		} {
+			if status, e := post(t, h.ts.URL+"/tokenize", "", body); status != 400 || e.Code != CodeInvalidParam || e.Param == nil || *e.Param != "reasoning_effort" {
+				t.Errorf("%s: %d %+v, want 400 %s on reasoning_effort", body, status, e, CodeInvalidParam)
+			}
 		}
 	}
 }

@@ -25,8 +25,12 @@ type tokenizeRequest struct {
 	// Tools: the chat request's tools, rendered by the template as
 	// /v1/chat/completions renders them (vLLM's /tokenize takes them), so
 	// count is a chat-with-tools request's prompt_tokens too.
-	Tools           json.RawMessage `json:"tools"`
-	ReturnTokenStrs bool            `json:"return_token_strs"`
+	Tools json.RawMessage `json:"tools"`
+	// ReasoningEffort: the chat request's, given to the template as
+	// /v1/chat/completions gives it (Server.reasoningEffort), so count
+	// is that request's prompt_tokens.
+	ReasoningEffort *string `json:"reasoning_effort"`
+	ReturnTokenStrs bool    `json:"return_token_strs"`
 }
 
 type tokenizeResponse struct {
@@ -77,6 +81,10 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, badParam("tools", "tools apply to messages, not to a prompt"))
 			return
 		}
+		if req.ReasoningEffort != nil {
+			s.fail(w, r, badParam("reasoning_effort", "reasoning_effort applies to messages (through the chat template), not to a prompt"))
+			return
+		}
 		ids, err = s.cfg.Tokenizer.Encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens, true)
 	case hasMsgs:
 		tools, _, e := parseTools(req.Tools, nil)
@@ -84,7 +92,11 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, e)
 			return
 		}
-		text, add, e := s.chatText(req.Messages, req.ChatTemplateKwargs, nil, RenderOptions{Tools: tools.render, NoGenerationPrompt: req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt})
+		if e := checkReasoningEffort(req.ReasoningEffort); e != nil {
+			s.fail(w, r, e)
+			return
+		}
+		text, add, e := s.chatText(req.Messages, req.ChatTemplateKwargs, req.ReasoningEffort, RenderOptions{Tools: tools.render, NoGenerationPrompt: req.AddGenerationPrompt != nil && !*req.AddGenerationPrompt})
 		if e != nil {
 			s.fail(w, r, e)
 			return
