@@ -148,9 +148,9 @@ func (w *PrefillWorker) signalFreed() { w.adm.step(sched.Event{Kind: sched.EvFre
 // cached leading pages (hits, which o then reads) are looked up only once
 // it is its turn, so no waiting prompt pins pages the head of the queue
 // needs. The ticket must be ended (done) once the pages are released.
-func (w *PrefillWorker) admit(ctx context.Context, o kv.Owner, tenant string, keys []kv.BlockKey, tokens int) (tk *ticket, hits, table []kv.PageRef, err error) {
+func (w *PrefillWorker) admit(ctx context.Context, o kv.Owner, tenant string, weight int, keys []kv.BlockKey, tokens int) (tk *ticket, hits, table []kv.PageRef, err error) {
 	pages := kv.PagesFor(tokens, w.cfg.PageSize)
-	tk, e := w.adm.arrive(tenant, 1, pages*w.cfg.PageSize)
+	tk, e := w.adm.arrive(tenant, weight, pages*w.cfg.PageSize)
 	if e != nil {
 		return nil, nil, nil, e
 	}
@@ -236,8 +236,9 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	if w.cache != nil {
 		keys = w.cache.keys(&Request{Tenant: r.Tenant, Prompt: r.Tokens, CacheScope: r.CacheScope})
 	}
+	weight := prefillWeight(r.Weight)
 	arrived := time.Now()
-	tk, hits, table, err := w.admit(ctx, owner, r.Tenant, keys, len(r.Tokens))
+	tk, hits, table, err := w.admit(ctx, owner, r.Tenant, weight, keys, len(r.Tokens))
 	if err != nil {
 		if ctx.Err() != nil {
 			// Given up while it waited for prefill pages: a handoff that
@@ -263,18 +264,8 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	ch := make(chan done, 1)
 	var first int32
 	var firstLP *sample.Logprobs
-	q := &seq{
-		owner:        owner,
-		table:        table,
-		prompt:       r.Tokens[cached:],
-		fed:          cached,
-		promptTokens: len(r.Tokens),
-		cachedTokens: cached,
-		maxTokens:    1,
-		ignoreEOS:    true,
-		samp:         samp,
-		ended:        w.signalFreed,
-	}
+	q := prefillSeq(owner, table, r.Tokens, cached, weight, samp)
+	q.ended = w.signalFreed
 	// Both run on the scheduler goroutine, in this order; computed is
 	// read after the prompt's end is received from it (ch).
 	var started, computed time.Time
@@ -335,6 +326,38 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		err = withdrawn(err)
 	}
 	return out, err
+}
+
+// prefillWeight is a PrefillRequest's weight as this worker's queue and
+// step shares count it: the router's --api-keys weight, within 1 to
+// handoff.MaxWeight. The router is authenticated (I12) and sends its key
+// file's weight, already within those bounds, and the TCP codec refuses
+// one outside them; but an in-process caller passes the struct as it is,
+// and the queue's DRR credit per turn is the weight times the largest
+// prompt's tokens: a weight of 0 or less would give its tenant no credit
+// (its prompts never admitted while another tenant's wait), and an
+// unbounded one overflows the credit. At MaxWeight against 1 the light
+// tenant still runs: its step shares' part is at least a chunk, and it is
+// passed over only while the other runs MaxWeight times its lag bound.
+func prefillWeight(w int) int { return min(max(w, 1), handoff.MaxWeight) }
+
+// prefillSeq is the prefill worker's sequence for a prompt of tokens, the
+// first cached of them read from the prefix cache into table: it runs the
+// rest, samples the first token and ends (its pages handed to the push),
+// weighing weight in the batch's step shares and KV quota.
+func prefillSeq(owner kv.Owner, table []kv.PageRef, tokens []int32, cached, weight int, samp *sample.Sampler) *seq {
+	return &seq{
+		owner:        owner,
+		table:        table,
+		prompt:       tokens[cached:],
+		fed:          cached,
+		promptTokens: len(tokens),
+		cachedTokens: cached,
+		maxTokens:    1,
+		ignoreEOS:    true,
+		samp:         samp,
+		weight:       weight,
+	}
 }
 
 // withdrawn is a prefill's outcome once the router gave its prompt up

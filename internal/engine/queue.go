@@ -27,6 +27,9 @@ type admission struct {
 	// onAdmit, when set (tests), sees each request the core admits, in
 	// order, under the lock.
 	onAdmit func(tenant string)
+	// onEvent, when set (tests), sees each event fed to the core, under
+	// the lock.
+	onEvent func(ev sched.Event)
 	tenants map[sched.ID]string
 	// arrived is each ticket's arrival time; wait is the histogram of the
 	// time from arrival to reserved pages.
@@ -79,6 +82,9 @@ type ticket struct {
 // step feeds the core under the lock and delivers its actions.
 func (a *admission) stepLocked(ev sched.Event) []sched.Action {
 	ev.Now = a.now()
+	if a.onEvent != nil {
+		a.onEvent(ev)
+	}
 	acts := a.core.Step(ev)
 	for _, act := range acts {
 		if act.Kind == sched.ActAdmit && a.onAdmit != nil {
