@@ -59,10 +59,10 @@ bench-table:
 # The kernel-goal and depth tables of docs/benchmarks.md (issue 31 item 5,
 # issue 24's dense rows): scripts/bench-kernels.sh runs sluice bench
 # --llama-bench per part and configuration and rewrites the tables between
-# the bench-kernels markers. Default parts item5 dense depth-quick: about
-# 15-20 minutes on an idle 2-vCPU machine with REPS=1 (about 30 with the
-# default REPS=3); BENCH_KERNELS_PARTS=depth is the full depth table (over
-# an hour).
+# the bench-kernels markers (bench-kernels-intel on an Intel CPU). Default
+# parts item5 dense depth-quick: about 15-20 minutes on an idle 2-vCPU
+# machine with REPS=1 (about 30 with the default REPS=3);
+# BENCH_KERNELS_PARTS=depth is the full depth table (over an hour).
 BENCH_KERNELS_PARTS ?= item5 dense depth-quick
 bench-kernels:
 	scripts/bench-kernels.sh $(BENCH_KERNELS_PARTS)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench-kernels.sh: the kernel-goal tables of docs/benchmarks.md (issue 31
 # item 5 and its depth table, issue 24's dense rows) in one go, written into
-# docs/benchmarks.md between the "bench-kernels" markers. Every figure is a
+# docs/benchmarks.md between the "bench-kernels" markers (an Intel CPU's
+# between the "bench-kernels-intel" ones: see MARKER). Every figure is a
 # ratio measured side by side in one run: `sluice bench --llama-bench`
 # alternates sluice and llama-bench test by test on the same file, the same
 # threads (1-thread runs pinned to one vCPU), llama.cpp with
@@ -44,7 +45,10 @@
 # ../shared/tools/llama.cpp), REPS (default 3 for item5/dense, 1 for depth
 # parts), OUT (JSON directory; default bench-kernels-out), CONFIGS (default
 # "avx512-t1 avx512-t2 avx2novnni-t1 avx2novnni-t2"), DOC (file to update;
-# default docs/benchmarks.md; DOC= to only print), COMMIT (the commit(s)
+# default docs/benchmarks.md; DOC= to only print), MARKER (the markers
+# the tables go between; default bench-kernels on an AMD CPU,
+# bench-kernels-intel on an Intel one, so that each vendor's tables are
+# rewritten beside the other's, never over them), COMMIT (the commit(s)
 # the captions name; default HEAD), SLUICE (the binary;
 # default: built from this checkout), PIN_CPU (the CPU 1-thread runs are
 # pinned to; default 1), MERGE (more OUT directories whose JSON files the
@@ -59,6 +63,10 @@ models=${MODELS:-../bench}
 llama=${LLAMA:-../shared/tools/llama.cpp}
 out=${OUT:-bench-kernels-out}
 doc=${DOC-docs/benchmarks.md}
+case $(grep -m1 '^vendor_id' /proc/cpuinfo | sed 's/.*: //') in
+GenuineIntel) marker=${MARKER:-bench-kernels-intel} ;;
+*) marker=${MARKER:-bench-kernels} ;;
+esac
 read -r -a configs <<<"${CONFIGS:-avx512-t1 avx512-t2 avx2novnni-t1 avx2novnni-t2}"
 vocab=${VOCAB:-../shared/vocab/ggml-vocab-llama-spm.gguf}
 mkdir -p "$out" "$models"
@@ -152,6 +160,6 @@ go run ./scripts/benchtable -kernels -cpu "$cpu (family $(grep -m1 'cpu family' 
 	-commit "${COMMIT:-$(git rev-parse --short HEAD)}" $(for d in ${MERGE:-}; do ls "$d"/*.json; done) "$out"/*.json >"$md"
 cat "$md"
 if [ -n "$doc" ]; then
-	go run ./scripts/benchtable -splice "$doc" -marker bench-kernels <"$md"
-	echo "bench-kernels: updated $doc" >&2
+	go run ./scripts/benchtable -splice "$doc" -marker "$marker" <"$md"
+	echo "bench-kernels: updated $doc ($marker)" >&2
 fi
