@@ -27,6 +27,16 @@ type Cache struct {
 	max       int
 	perTenant int
 	maxBytes  int64
+	// The compiled grammars themselves are bounded by their memory too,
+	// not only by count: a 35-byte schema ({"type": "string",
+	// "maxLength": 24000}) compiles to 96,000 elements, about 5 MB, so 32
+	// entries a tenant were 160 MB and 256 a worker 1.3 GB, beside the
+	// mask budget. A tenant past tenantGram bytes drops its own least
+	// recently used grammars; past maxGram bytes in all, the least
+	// recently used go, whoever's.
+	tenantGram, maxGram int64
+	gramBytes           int64
+	gramHeld            map[string]int64
 
 	mu      sync.Mutex
 	entries map[[32]byte]*list.Element
@@ -43,6 +53,7 @@ type cacheEntry struct {
 	key    [32]byte
 	tenant string
 	c      *Compiled
+	size   int64 // the grammar's bytes (Grammar.Bytes)
 }
 
 // Default cache bounds.
@@ -52,6 +63,11 @@ const (
 	// DefaultMaskBytes is the mask budget of a cache: about 27,000
 	// positions at a 151k vocabulary, 8 grammars at MaxMaskBytes.
 	DefaultMaskBytes = 512 << 20
+	// DefaultTenantGrammarBytes and DefaultGrammarBytes bound the memory
+	// of the compiled grammars a cache holds for one tenant and for all:
+	// about 12 and 50 grammars of the largest size (MaxElements).
+	DefaultTenantGrammarBytes = 64 << 20
+	DefaultGrammarBytes       = 256 << 20
 )
 
 // NewCache returns a cache of grammars bound to v whose masks hold at
@@ -61,6 +77,7 @@ func NewCache(v *Vocab, maskBytes int64) *Cache {
 		maskBytes = DefaultMaskBytes
 	}
 	return &Cache{v: v, max: DefaultCacheEntries, perTenant: DefaultPerTenant, maxBytes: maskBytes,
+		tenantGram: DefaultTenantGrammarBytes, maxGram: DefaultGrammarBytes, gramHeld: map[string]int64{},
 		entries: map[[32]byte]*list.Element{}, lru: list.New(), count: map[string]int{}}
 }
 
@@ -127,11 +144,21 @@ func (c *Cache) Get(tenant string, jsonObject bool, schema string) (comp *Compil
 			}
 		}
 	}
-	for c.lru.Len() >= c.max {
+	size := g.Bytes()
+	for e := c.lru.Back(); e != nil && c.gramHeld[tenant]+size > c.tenantGram; {
+		prev := e.Prev()
+		if e.Value.(*cacheEntry).tenant == tenant {
+			c.remove(e)
+		}
+		e = prev
+	}
+	for c.lru.Len() > 0 && (c.lru.Len() >= c.max || c.gramBytes+size > c.maxGram) {
 		c.remove(c.lru.Back())
 	}
-	c.entries[k] = c.lru.PushFront(&cacheEntry{key: k, tenant: tenant, c: comp})
+	c.entries[k] = c.lru.PushFront(&cacheEntry{key: k, tenant: tenant, c: comp, size: size})
 	c.count[tenant]++
+	c.gramBytes += size
+	c.gramHeld[tenant] += size
 	return comp, false, nil
 }
 
@@ -141,6 +168,10 @@ func (c *Cache) remove(e *list.Element) {
 	delete(c.entries, ce.key)
 	if c.count[ce.tenant]--; c.count[ce.tenant] == 0 {
 		delete(c.count, ce.tenant)
+	}
+	c.gramBytes -= ce.size
+	if c.gramHeld[ce.tenant] -= ce.size; c.gramHeld[ce.tenant] == 0 {
+		delete(c.gramHeld, ce.tenant)
 	}
 	c.maskBytes -= ce.c.dropMasks(true)
 }

@@ -81,6 +81,16 @@ type Grammar struct {
 // bound.
 func (g *Grammar) Size() int { return len(g.elems) }
 
+// Bytes is about the memory g holds: its elements with their first sets
+// (41 bytes an element), its rules and its byte classes.
+func (g *Grammar) Bytes() int64 {
+	n := int64(len(g.elems))*8 + int64(len(g.nullAt)) + int64(len(g.firstAt))*32 + int64(len(g.classes))*32
+	for _, r := range g.rules {
+		n += 24 + int64(len(r))*4
+	}
+	return n
+}
+
 // item is one element of an alternative under construction.
 type item struct {
 	ref bool
