@@ -329,6 +329,8 @@ func hostileCorpus() []hostile {
 		`{"anyOf":[` + strings.TrimSuffix(strings.Repeat(`{"type":"string"},`, 64), ",") + `]}`, // ambiguous branches
 		`{"anyOf":[{"$ref":"#"},{"type":"string"}]}`, `{"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]}`,
 		`{"type":"string","minLength":99999}`, `{"not":{}}`, `{"$ref":"http://169.254.169.254/"}`, `"x"`, `[]`, `{"type":7}`,
+		refChain(40, `{"$ref":"#/$defs/d%d"},{"$ref":"#/$defs/d%d"}`, `{"const":1}`),                 // 2^40 ways to one rule, no output between
+		refChain(1000, `{"$ref":"#/$defs/d%d"},{"const":%d}`, `{"type":"string","maxLength":20000}`), // 1,000 rules each beginning with the next
 	} {
 		chat(rf(schema))
 	}
@@ -587,4 +589,16 @@ func waitNoLivePages(t *testing.T, st *Stack) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// refChain is a schema of n $defs, d_i an anyOf of branches (a format of
+// two %d verbs, both given i+1), the last d_n itself.
+func refChain(n int, branches, last string) string {
+	var b strings.Builder
+	b.WriteString(`{"$ref":"#/$defs/d0","$defs":{`)
+	for i := range n {
+		fmt.Fprintf(&b, `"d%d":{"anyOf":[`+branches+`]},`, i, i+1, i+1)
+	}
+	fmt.Fprintf(&b, `"d%d":%s}}`, n, last)
+	return b.String()
 }
