@@ -217,6 +217,15 @@ func (t *budgetTree) rewrite(e nodes.Expression) nodes.Expression {
 			return call(budgetCatFunc, n.Operator.Token, n.Left, n.Right)
 		case tokens.Multiply:
 			return call(budgetMulFunc, n.Operator.Token, n.Left, n.Right)
+		case tokens.Equals, tokens.Ne:
+			// a == b is the test a is == b: the same comparison, its
+			// work counted (eqTest).
+			name := "=="
+			if n.Operator.Token.Type == tokens.Ne {
+				name = "!="
+			}
+			return &nodes.TestExpression{Expression: n.Left, Test: &nodes.TestCall{Token: n.Operator.Token, Name: name,
+				Args: []nodes.Expression{n.Right}, Kwargs: map[string]nodes.Expression{}}}
 		case tokens.LowerThan, tokens.GreaterThan, tokens.LowerThanOrEqual, tokens.GreaterThanOrEqual:
 			// Against a string, gonja compares the other side's text:
 			// a list's, built first.

@@ -159,8 +159,51 @@ const inBytesPerStep = 16
 var chatTests = func() *exec.TestSet {
 	set := exec.NewTestSet(map[string]exec.TestFunction{}).Update(builtins.Tests)
 	_ = set.Replace("in", inTest)
+	for _, name := range []string{"==", "eq", "equalto"} {
+		_ = set.Replace(name, eqTest(false))
+	}
+	for _, name := range []string{"!=", "ne"} {
+		_ = set.Replace(name, eqTest(true))
+	}
 	return set
 }()
+
+// eqTest is Jinja's x == y (and !=, which the tree rewrites into these
+// tests: chatbudget_tree.go) and the eq/equalto/ne tests: two lists or
+// two dicts of one length are compared item by item, two strings of one
+// length byte by byte, so that is charged to the loop steps first ({%
+// for m in messages %}{% if messages == x %} is n*n; a loop of range(n)
+// comparing two long equal strings is n times their length). Other
+// pairs are told apart at once.
+func eqTest(negate bool) func(*exec.Evaluator, *exec.Value, *exec.VarArgs) (bool, error) {
+	return func(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) (bool, error) {
+		if in.IsError() {
+			return false, in // as the operator: a failed operand fails the comparison
+		}
+		other := p.First()
+		if l := loopState(e); l == nil || !l.charge(eqSteps(in, other)) {
+			return false, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps)
+		}
+		return in.EqualValueTo(other) != negate, nil
+	}
+}
+
+// eqSteps is what comparing a and b for equality goes over: the items
+// of two lists or two dicts of one length, the bytes (a step per
+// inBytesPerStep) of two strings of one length; else nothing.
+func eqSteps(a, b *exec.Value) int {
+	switch {
+	case a.IsString() && b.IsString():
+		if n := len(a.String()); n == len(b.String()) {
+			return n / inBytesPerStep
+		}
+	case a.IsList() && b.IsList(), a.IsDict() && b.IsDict():
+		if n := a.Len(); n == b.Len() {
+			return n
+		}
+	}
+	return 0
+}
 
 // inTest is Jinja's x in y (and x not in y, x is in y, select('in', y)):
 // it goes over y's items (a list's, compared one by one; a dict's keys)

@@ -44,6 +44,12 @@ func TestChatTemplateLoopStepsBounded(t *testing.T) {
 		// A string: a step per inBytesPerStep bytes; 1,001 steps of the
 		// loop, then 8 or 10 a step.
 		{"in a string in a loop", "{% for i in range(1000) %}{% if 'z' in messages[0].content %}{% endif %}{% endfor %}x", msgs(1, strings.Repeat("a", 8*inBytesPerStep)), msgs(1, strings.Repeat("a", 10*inBytesPerStep))},
+		// == and != compare two lists (or dicts) of one length item by
+		// item, two strings of one length byte by byte.
+		{"== on lists in a loop", "{% for m in messages %}{% if messages == messages %}{% endif %}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
+		{"!= on lists in a loop", "{% for m in messages %}{% if messages != messages %}t{% endif %}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
+		{"is equalto in a loop", "{% for m in messages %}{% if messages is equalto messages %}{% endif %}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
+		{"== on strings in a loop", "{% for i in range(1000) %}{% if messages[0].content == messages[1].content %}{% endif %}{% endfor %}x", msgs(2, strings.Repeat("a", 8*inBytesPerStep)), msgs(2, strings.Repeat("a", 10*inBytesPerStep))},
 		// Inside a macro whose failure the template tests away.
 		{"in a macro tested away", "{% macro f() %}{% for m in messages %}{% for n in messages %}{% endfor %}{% endfor %}{% endmacro %}{% if f() is defined %}{% endif %}x", msgs(40, "a"), msgs(120, "a")},
 	} {
