@@ -8,3 +8,5 @@ const (
 )
 
 func cpuFeatures() []string { return nil }
+
+func cpuVendorAMD() bool { return false }

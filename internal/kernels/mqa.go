@@ -100,9 +100,26 @@ func MQADot[T float32 | uint16](out []float32, os int, q []float32, m, hd int, k
 // positions, one layer, 1 thread, interleaved x2 under load: 442-444 ->
 // 319-331 cpu-ms a step). Decode's few rows a call keep the ZMM kernels
 // (no difference measured there). The bits are the same: every kernel
-// computes the canonical order. SLUICE_ATTN_ZMM=1 turns it off, for A/B
-// runs.
-var f16YMM = os.Getenv("SLUICE_ATTN_ZMM") == ""
+// computes the canonical order. On Intel CPUs, whose 512-bit operations
+// run at full width, the ZMM kernels are kept: an Intel Xeon (family 6
+// model 167), 1 thread pinned, interleaved x3, BenchmarkMQAPrefill
+// cpu-ns/row-pos m=64 hd=64 YMM / ZMM: axpy 2.04-2.05 / 1.90-1.92, dot
+// 1.94-2.03 / 1.96; BenchmarkAttentionPrefillDepth (pp512 after 8192) 370,
+// 374 / 354, 358 cpu-ms a step. SLUICE_ATTN_ZMM=1 (ZMM) or 0 (YMM)
+// overrides the choice, for A/B runs.
+var f16YMM = attnF16YMM(os.Getenv("SLUICE_ATTN_ZMM"), cpuVendorAMD())
+
+// attnF16YMM is f16YMM's choice: the YMM kernels on AMD CPUs, the ZMM ones
+// elsewhere, unless env ("1" ZMM, "0" YMM) says otherwise.
+func attnF16YMM(env string, amd bool) bool {
+	switch env {
+	case "1":
+		return false
+	case "0":
+		return true
+	}
+	return amd
+}
 
 // mqaDotKernel is the signature of the AVX2 score kernels (mqa_amd64.s).
 type mqaDotKernel[T float32 | uint16] func(out *float32, os int, q *float32, m, hd int, k *T, ks, p int)

@@ -104,8 +104,8 @@ func TestMQAMatchesRowForms(t *testing.T) {
 					}
 				}
 			}
-			withPath(t, func(path Path) {
-				name := fmt.Sprintf("%v hd=%d m=%d p=%d f16=%v", path, hd, m, p, f16)
+			withPathAttn(t, func(path Path, ymm bool) {
+				name := fmt.Sprintf("%v (f16YMM %v) hd=%d m=%d p=%d f16=%v", path, ymm, hd, m, p, f16)
 				got := make([]float32, len(wantS)+1)
 				for i := range got {
 					got[i] = 42
@@ -144,6 +144,23 @@ func TestMQAMatchesRowForms(t *testing.T) {
 			})
 		}
 	}
+}
+
+// withPathAttn runs f on every path, the AVX-512 path twice: with the F16
+// prefill attention on the YMM kernels (f16YMM, Zen 4's default) and on
+// the ZMM ones (the default elsewhere).
+func withPathAttn(t testing.TB, f func(p Path, ymm bool)) {
+	old := f16YMM
+	defer func() { f16YMM = old }()
+	withPath(t, func(p Path) {
+		for _, ymm := range []bool{true, false} {
+			if p != AVX512 && !ymm {
+				continue
+			}
+			f16YMM = ymm
+			f(p, ymm)
+		}
+	})
 }
 
 // sameBits32: equal bits, or both NaN.
@@ -279,6 +296,25 @@ func TestMQARefusesBadShapes(t *testing.T) {
 					MQADot(out, c.os, q, c.m, c.hd, k, c.ks, c.p)
 				}
 			}()
+		}
+	}
+}
+
+// TestAttnF16YMMChoice: the F16 prefill attention takes the YMM kernels on
+// AMD CPUs and the ZMM ones elsewhere; SLUICE_ATTN_ZMM=1 / 0 forces ZMM /
+// YMM on either.
+func TestAttnF16YMMChoice(t *testing.T) {
+	for _, c := range []struct {
+		env      string
+		amd, ymm bool
+	}{
+		{"", true, true}, {"", false, false},
+		{"1", true, false}, {"1", false, false},
+		{"0", true, true}, {"0", false, true},
+		{"yes", true, true}, {"yes", false, false},
+	} {
+		if got := attnF16YMM(c.env, c.amd); got != c.ymm {
+			t.Errorf("attnF16YMM(%q, amd %v) = %v, want %v", c.env, c.amd, got, c.ymm)
 		}
 	}
 }
