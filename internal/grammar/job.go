@@ -68,10 +68,12 @@ func (w *trieWalk) run(budget int) (used int, done bool) {
 			}
 		}
 		r := w.ws.step(top.cur, nd.b)
-		// A node costs one unit and the stacks its memo miss stepped
-		// (walkStep.work): a walk from a set of many stacks costs up to
-		// MaxStacks expansions a node, and a walk from one stack fans
-		// out too (before a wide anyOf, hundreds after the first byte).
+		// A node costs one unit and the work of its memo miss's step
+		// (walkStep.work, what a token's check charges for the same
+		// step): a walk from a set of many stacks costs up to MaxStacks
+		// expansions a node, and a walk from one stack fans out too
+		// (before a wide anyOf, hundreds after the first byte; in nested
+		// repetitions thousands of ways for one byte).
 		used += 1 + w.ws.work - work0
 		work0 = w.ws.work
 		descend, esc := w.visit(ch, top.cur, r, top.esc)
@@ -173,10 +175,11 @@ func (c *Compiled) exactWalk(stacks []*frame, dst []uint64, only []int32, peak *
 
 // MaskJob computes a matcher's mask (what Mask computes) in slices of
 // bounded work. The matcher must not accept a token while a job for it
-// is unfinished. Its work unit is one trie node stepped or one stack
-// stepped by a byte (in a trie walk or an uncertain token's check; a
-// token check, Matcher.CheckWithin, counts the same): 35-55 ns each on a
-// Zen 4, several times that on a loaded machine (MaxMaskWork).
+// is unfinished. Its work unit is one trie node stepped, one stack
+// stepped by a byte or one alternative a reference looks at (in a trie
+// walk or an uncertain token's check; a token check,
+// Matcher.CheckWithin, counts the same): tens of ns each, several times
+// that on a loaded machine (MaxMaskWork).
 //
 // A mask is computed one stack at a time (each from its position's
 // cached mask) while that is exact: the union of the stacks' masks is
@@ -222,8 +225,11 @@ const unionAt = 32
 // loaded 13-30 (0.1-0.3 us a unit measured there). It is spread over
 // steps by the grammar budget, so that time is the constrained request's
 // wait, not its co-tenants'. For scale: the first mask inside a 300-way
-// anyOf of objects is about 100,000 units, inside a 500-way anyOf of
-// string patterns about 270,000.
+// anyOf of objects is about 176,000 units, inside a 500-way anyOf of
+// string patterns about 1,050,000 (21-47 ns a unit on an Intel Xeon
+// family 6 model 167 at load 26: since walks count the alternatives
+// their steps look at, as checks do; counting stacks alone they were
+// 99,000 and 270,000 units of 130-180 ns).
 const MaxMaskWork = 1 << 24
 
 // maxMaskWork is the bound in force (tests lower it).

@@ -237,6 +237,11 @@ func (g *Grammar) resolve(pos int32, below *frame, out *stackSet) {
 // the stacks after it to out. The grammar has no left recursion (checked
 // at compile), so the expansion terminates.
 func (g *Grammar) stepFrom(pos int32, below *frame, c byte, out *stackSet) {
+	if out.over {
+		// Past MaxStacks the step is refused whatever else it adds:
+		// following the rest of the ways is work for nothing.
+		return
+	}
 	e := g.elems[pos]
 	out.n++
 	if out.n-out.n0 > memoAt {
