@@ -94,3 +94,24 @@ func TestChatTemplateSplitCounted(t *testing.T) {
 		t.Fatalf("80 splits: %q %v, want ErrRenderTooLarge", out, err)
 	}
 }
+
+// Every string method is charged what it goes over before it runs:
+// upper() copies its string, startswith() and find() read it; in a loop
+// of range(n) over a long message they were n times its length with
+// nothing counted (2,000 upper() of 256 KiB took 23 s).
+func TestChatTemplateStrMethodsCounted(t *testing.T) {
+	for _, call := range []string{"upper()", "startswith(messages[1].content)", "find('b')", "isspace()", "count('a')"} {
+		ct, err := NewChatTemplate("{% for i in range(n) %}{% set _ = messages[0].content."+call+" %}{% endfor %}x", "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ct.maxBuilt = 1 << 20
+		msgs := []ChatMessage{{Role: "user", Content: strings.Repeat("a", 16<<10)}, {Role: "user", Content: strings.Repeat("a", 16<<10)}}
+		if out, err := ct.RenderWith(msgs, RenderOptions{Kwargs: map[string]any{"n": 40}}); err != nil || out != "x" {
+			t.Fatalf("%s 40 times: %q %v", call, out, err)
+		}
+		if out, err := ct.RenderWith(msgs, RenderOptions{Kwargs: map[string]any{"n": 80}}); !errors.Is(err, ErrRenderTooLarge) {
+			t.Errorf("%s 80 times: %q %v, want ErrRenderTooLarge", call, out, err)
+		}
+	}
+}
