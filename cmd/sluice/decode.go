@@ -9,9 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"sluice/internal/engine"
@@ -46,6 +44,8 @@ type workerOpts struct {
 	// early is the admin listener, bound before the model loads (nil
 	// without --metrics-listen).
 	early *earlyServer
+	// sigs catches SIGTERM/SIGINT from the start (startWorker).
+	sigs *roleSignals
 }
 
 // readiness is the worker's /ready check: not draining, and check (the
@@ -107,6 +107,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	}
 	log = log.With("process", role)
 	logStart(log, role)
+	o.sigs = catchSignals(log)
 	pools, err := o.pools()
 	if err != nil {
 		return fail(2, "%v", err)
@@ -131,6 +132,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	if err != nil {
 		return fail(1, "%v", err)
 	}
+	o.sigs.loaded()
 	weights := m.Placement.String()
 	if m.BuiltIn {
 		weights = "built in (generated in memory)"
@@ -178,10 +180,10 @@ func connectFailure(peer string, err error) string {
 // wireCode is an error's stable code (handoff.ToWire), for log fields.
 func wireCode(err error) string { c, _ := handoff.ToWire(err); return c }
 
-// serveRole serves d/p over TCP until SIGTERM/SIGINT, then drains: it
-// waits (up to drain) until pool holds no page in use, so sequences in
-// flight finish, before closing the connections.
-func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p handoff.Prefill, pool *kv.Pool, drain time.Duration, draining *atomic.Bool) int {
+// serveRole serves d/p over TCP until SIGTERM/SIGINT (sigs), then
+// drains: it waits (up to drain) until pool holds no page in use, so
+// sequences in flight finish, before closing the connections.
+func serveRole(log *slog.Logger, sigs *roleSignals, addr string, tc tcp.Config, d handoff.Decode, p handoff.Prefill, pool *kv.Pool, drain time.Duration, draining *atomic.Bool) int {
 	srv, err := tcp.NewServer(tc, d, p)
 	if err != nil {
 		log.Error("handoff service", "err", err)
@@ -195,8 +197,8 @@ func serveRole(log *slog.Logger, addr string, tc tcp.Config, d handoff.Decode, p
 		log.Error("cannot listen", "addr", addr, "err", listenError(err, "--listen"))
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	sigs.serving()
+	ctx := sigs.Drain
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	log.Info("listening", "addr", l.Addr().String(), "encrypt", tc.Encrypt || !tcp.Loopback(l.Addr()))
@@ -260,6 +262,9 @@ Example:
   SLUICE_SECRET=$(cat secret) sluice decode --model m.gguf --context 512 --kv-memory 64MiB --listen 127.0.0.1:9002
 `)
 	log, m, ec, tc, code := startWorker("decode", preflight.RoleDecode, &o, fs, args)
+	if o.sigs != nil {
+		defer o.sigs.stop()
+	}
 	if code >= 0 {
 		return code
 	}
@@ -286,5 +291,5 @@ Example:
 	// "draining" (the router moves the request to another decode worker
 	// at once and stops picking this one), so the drain ends when the
 	// sequences in flight do.
-	return serveRole(log, o.listen, tc, node.DrainingDecode{Decode: dw, Draining: &o.draining}, nil, dw.Pool(), o.drain, &o.draining)
+	return serveRole(log, o.sigs, o.listen, tc, node.DrainingDecode{Decode: dw, Draining: &o.draining}, nil, dw.Pool(), o.drain, &o.draining)
 }

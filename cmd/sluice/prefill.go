@@ -47,6 +47,9 @@ Example:
   SLUICE_SECRET=$(cat secret) sluice prefill --model m.gguf --context 512 --kv-memory 64MiB --decode 127.0.0.1:9002 --listen 127.0.0.1:9001
 `)
 	log, m, ec, tc, code := startWorker("prefill", preflight.RolePrefill, &o, fs, args)
+	if o.sigs != nil {
+		defer o.sigs.stop()
+	}
 	if code >= 0 {
 		return code
 	}
@@ -146,5 +149,5 @@ Example:
 	}
 	defer stopMetrics()
 	log.Info("prefill worker ready", "context", pw.Context(), "decode", addrs, "encrypt_decode", dcs[0].Encrypt())
-	return serveRole(log, o.listen, tc, nil, node.Routed{Inner: pw, Set: ds, Draining: &o.draining}, pw.Pool(), o.drain, &o.draining)
+	return serveRole(log, o.sigs, o.listen, tc, nil, node.Routed{Inner: pw, Set: ds, Draining: &o.draining}, pw.Pool(), o.drain, &o.draining)
 }

@@ -102,6 +102,8 @@ Example:
 	}
 	log = log.With("process", "router")
 	logStart(log, "router")
+	sigs := catchSignals(log)
+	defer sigs.stop()
 	maxBody, err := preflight.ParseBytes(o.maxBody)
 	if err != nil || maxBody <= 0 {
 		fmt.Fprintln(os.Stderr, "router: --max-body must be a positive byte size")
@@ -138,6 +140,7 @@ Example:
 		return 1
 	}
 	defer m.Close()
+	sigs.loaded()
 	ctxLen := m.Shape.TrainContext
 	if o.context != "auto" && o.context != "" {
 		n, err := strconv.Atoi(o.context)
@@ -354,7 +357,7 @@ Example:
 	if o.loadEvery > 0 {
 		go node.LogLoad(loadCtx, log, o.loadEvery, stats) // running, waiting
 	}
-	return serveHTTP(log, early, apiTLS, srv, o.drain, func(ctx context.Context) error { stopLoad(); return eng.Close(ctx) })
+	return serveHTTP(log, sigs, early, apiTLS, srv, o.drain, func(ctx context.Context) error { stopLoad(); return eng.Close(ctx) })
 }
 
 // reloadOnHUP re-reads the workers file on every SIGHUP until ctx ends.

@@ -469,6 +469,8 @@ Example:
 		return 2
 	}
 	logStart(log, "serve")
+	sigs := catchSignals(log)
+	defer sigs.stop()
 	pools, err := o.pools()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)
@@ -516,6 +518,7 @@ Example:
 		return 1
 	}
 	defer m.Close()
+	sigs.loaded()
 	if m.BuiltIn {
 		log.Info("no --model given: serving the built-in default model (synthetic random weights: its text is gibberish, but deterministic)", "model", m.Name)
 	} else {
@@ -601,7 +604,7 @@ Example:
 	if o.loadEvery > 0 {
 		go st.LogLoad(loadCtx, log, o.loadEvery) // running, waiting, KV usage, throughput
 	}
-	return serveHTTP(log, early, apiTLS, srv, o.drain, func(ctx context.Context) error { stopLoad(); return st.Close(ctx) })
+	return serveHTTP(log, sigs, early, apiTLS, srv, o.drain, func(ctx context.Context) error { stopLoad(); return st.Close(ctx) })
 }
 
 // flagSet reports whether name was given on the command line, under
@@ -640,13 +643,13 @@ func loadKeysFlag(path string, log *slog.Logger) (*router.Keys, error) {
 	return keys, nil
 }
 
-// serveHTTP serves the API until SIGTERM/SIGINT, then drains: new requests
-// get 503, in-flight ones finish (up to drain), then the roles stop.
-// The listener was bound early (bindEarly); from here it serves srv.
-func serveHTTP(log *slog.Logger, early *earlyServer, tlsSrv *tlsload.Server, srv *router.Server, drain time.Duration, closeRoles func(context.Context) error) int {
+// serveHTTP serves the API until SIGTERM/SIGINT (sigs), then drains: new
+// requests get 503, in-flight ones finish (up to drain), then the roles
+// stop. The listener was bound early (bindEarly); from here it serves srv.
+func serveHTTP(log *slog.Logger, sigs *roleSignals, early *earlyServer, tlsSrv *tlsload.Server, srv *router.Server, drain time.Duration, closeRoles func(context.Context) error) int {
 	hs, errc := early.apiHS, early.apiErr
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	sigs.serving()
+	ctx := sigs.Drain
 	early.api.set(srv.Handler())
 	log.Info("listening", "addr", tlsload.Scheme(tlsSrv)+"://"+early.apiL.Addr().String(), "endpoints", strings.Join(srv.Endpoints(), " "))
 	code := 0
