@@ -179,8 +179,11 @@ type Prompt struct {
 
 // PickPrompt is Pick for one request with prefix affinity: each
 // candidate's PrefixPages comes from aff's memory of THIS tenant and scope
-// only, and the picked worker is recorded as holding the prompt's pages.
-// A nil aff is plain Pick.
+// only. It records nothing: the caller records the worker the request is
+// sent to (aff.Record) once that is settled, e.g. only when a prefill and
+// a decode worker were both found, so a pick that sent nothing anywhere
+// leaves no belief that the worker holds the prompt. A nil aff is plain
+// Pick.
 func (p Profile) PickPrompt(ws []State, rotate int, aff *Affinity, r Prompt) (Choice, []Rejection, error) {
 	if aff == nil || len(r.Keys) == 0 {
 		return p.Pick(ws, rotate)
@@ -194,7 +197,6 @@ func (p Profile) PickPrompt(ws []State, rotate int, aff *Affinity, r Prompt) (Ch
 	c, rej, err := p.Pick(st, rotate)
 	if err == nil {
 		c.PrefixPages = st[c.Index].PrefixPages
-		aff.Record(r.Tenant, r.Scope, r.Keys, c.Name)
 	}
 	return c, rej, err
 }

@@ -47,7 +47,7 @@ func TestPrefixAffinityTrafficProportion(t *testing.T) {
 		for round := range 6 {
 			reqs := [][]int32{p1, p1, p1, p1, p1half, p2, p2, p2, toks(100+2*round, 3), toks(101+2*round, 3)}
 			for i, r := range reqs {
-				c, _, err := prof.PickPrompt(ws, round*10+i, aff, promptOf("a", r))
+				c, _, err := pickRecord(prof, ws, round*10+i, aff, promptOf("a", r))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -81,19 +81,19 @@ func TestPrefixAffinityNeverCrossesTenants(t *testing.T) {
 	if m := aff.Match("b", "", PageKeys(affPage, p)); len(m) != 0 {
 		t.Fatalf("tenant b's lookup of a's prompt found %v", m)
 	}
-	c, _, _ := prof.PickPrompt(ws, 0, aff, promptOf("b", p))
+	c, _, _ := pickRecord(prof, ws, 0, aff, promptOf("b", p))
 	if c.Name != "d1" || c.Parts["prefix-affinity"] != 0 || c.PrefixPages != 0 || c.Scores["d0"] > 0.2 {
 		t.Fatalf("tenant b routed by tenant a's prefix: %+v", c)
 	}
 	scoped := Prompt{Tenant: "a", Scope: "conversation-2", Keys: PageKeys(affPage, p)}
-	if c, _, _ := prof.PickPrompt(ws, 0, aff, scoped); c.Name != "d1" || c.PrefixPages != 0 {
+	if c, _, _ := pickRecord(prof, ws, 0, aff, scoped); c.Name != "d1" || c.PrefixPages != 0 {
 		t.Fatalf("a narrower scope used the wider scope's memory: %+v", c)
 	}
 	for i := range 4 {
-		if c, _, _ := prof.PickPrompt(ws, i, aff, promptOf("a", p)); c.Name != "d0" || c.PrefixPages != 5 {
+		if c, _, _ := pickRecord(prof, ws, i, aff, promptOf("a", p)); c.Name != "d0" || c.PrefixPages != 5 {
 			t.Fatalf("tenant a after b's request: %+v", c)
 		}
-		if c, _, _ := prof.PickPrompt(ws, i, aff, promptOf("b", p)); c.Name != "d1" || c.PrefixPages != 5 {
+		if c, _, _ := pickRecord(prof, ws, i, aff, promptOf("b", p)); c.Name != "d1" || c.PrefixPages != 5 {
 			t.Fatalf("tenant b's own memory: %+v", c)
 		}
 	}
@@ -126,4 +126,14 @@ func TestAffinityBoundedLRU(t *testing.T) {
 	if m := aff.Match("t", "", a); m["w0"] != 0 || m["w3"] != 2 {
 		t.Fatalf("after Forget: %v", m)
 	}
+}
+
+// pickRecord picks for r and records the pick, as a caller that sends r
+// to the worker does.
+func pickRecord(prof Profile, ws []State, rotate int, aff *Affinity, r Prompt) (Choice, []Rejection, error) {
+	c, rej, err := prof.PickPrompt(ws, rotate, aff, r)
+	if err == nil {
+		aff.Record(r.Tenant, r.Scope, r.Keys, c.Name)
+	}
+	return c, rej, err
 }

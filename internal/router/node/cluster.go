@@ -357,7 +357,7 @@ func (c *Cluster) pick(ms []*member, prof cluster.Profile, avoid map[string]bool
 		ch, rej, err := prof.PickPrompt(rest, c.rot, aff, pr)
 		if err == nil {
 			ch.Index = idx[ch.Index]
-			return c.picked(ms[ch.Index], ch, aff, pr), ch, nil
+			return ms[ch.Index], ch, nil
 		}
 		if strict {
 			return nil, ch, fmt.Errorf("no other usable worker than the %d that failed the request (%v)", len(st)-len(rest), rej)
@@ -367,19 +367,22 @@ func (c *Cluster) pick(ms []*member, prof cluster.Profile, avoid map[string]bool
 	if err != nil {
 		return nil, ch, fmt.Errorf("%w (%v)", err, rej)
 	}
-	return c.picked(ms[ch.Index], ch, aff, pr), ch, nil
+	return ms[ch.Index], ch, nil
 }
 
-// picked counts an affinity pick for the metrics.
-func (c *Cluster) picked(m *member, ch cluster.Choice, aff *cluster.Affinity, pr cluster.Prompt) *member {
+// picked records that r goes to m: in the affinity memory (m is now
+// believed to hold the prompt's pages) and its metrics. Only for a
+// complete pair: a decode pick whose prefill pick then failed sent
+// nothing to the decode worker.
+func (c *Cluster) picked(m *member, ch cluster.Choice, aff *cluster.Affinity, pr cluster.Prompt) {
 	if aff != nil && len(pr.Keys) > 0 {
+		aff.Record(pr.Tenant, pr.Scope, pr.Keys, m.w.Name)
 		c.affPicks[m.role]++
 		if ch.PrefixPages > 0 {
 			c.affHits[m.role]++
 			c.affPages[m.role] += uint64(ch.PrefixPages)
 		}
 	}
-	return m
 }
 
 // Pair implements engine.Pairer. A retry or migration (avoid set) moves
@@ -426,6 +429,8 @@ func (c *Cluster) Pair(r *engine.Request, avoid []*engine.Pair) (*engine.Pair, e
 	if len(avoid) > 0 {
 		c.retries++
 	}
+	c.picked(d, dch, c.dAff, pr)
+	c.picked(p, pch, c.pAff, pr)
 	c.log.Debug("pair", "decode", d.w.Name, "decode_score", dch.Total, "decode_scores", dch.Scores, "decode_parts", dch.Parts,
 		"decode_prefix_pages", dch.PrefixPages, "prefill", p.w.Name, "prefill_score", pch.Total, "prefill_scores", pch.Scores,
 		"prefill_prefix_pages", pch.PrefixPages, "prompt_pages", len(pr.Keys), "retry", len(avoid))

@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"sluice/internal/engine"
@@ -128,5 +130,64 @@ func TestRefusedPickRecordsNoAffinity(t *testing.T) {
 	c.mu.Unlock()
 	if remembered != 0 || picks != 0 {
 		t.Fatalf("a refused pairing left %d pages in the affinity memory and %d affinity picks counted", remembered, picks)
+	}
+}
+
+// upSwitch is a worker connection a test takes down and up.
+type upSwitch struct{ down atomic.Bool }
+
+func (u *upSwitch) Check(context.Context) error {
+	if u.down.Load() {
+		return errors.New("connection refused")
+	}
+	return nil
+}
+
+// A pairing whose decode pick succeeded but whose prefill pick failed
+// (the only prefill worker down) sent alice's request nowhere: the decode
+// worker it picked is not believed to hold her prompt, and no affinity
+// pick is counted. With the fake load view of TestPickFollowsPrefixOverLoad:
+// d1 is the pick by load while the prefill worker is down; then d1 is made
+// the loaded one and the prefill worker comes back, and alice's same
+// prompt goes by load (d2 or d3). Had the failed pairing recorded d1, the
+// belief would outweigh the load and send her there (mutation
+// node-affinity-after-pair).
+func TestFailedPrefillPickRecordsNoDecodeAffinity(t *testing.T) {
+	v := &loadView{}
+	conn := &upSwitch{}
+	ps := []Worker{{Name: "p1", Prefill: stubPrefill{"p1"}, Conn: conn, Load: v.report("p1")}}
+	var ds []Worker
+	for _, n := range []string{"d1", "d2", "d3"} {
+		ds = append(ds, Worker{Name: n, Decode: stubDecode{}, Load: v.report(n)})
+	}
+	c, err := NewCluster(ps, ds, DefaultWeights, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := &engine.Request{Tenant: "alice", Prompt: make([]int32, 3*16+1), MaxTokens: 4}
+	c.Probe(ctx) // up and vetted
+	v.set(map[string]int{"d2": 60, "d3": 60}, nil)
+	conn.down.Store(true)
+	c.Probe(ctx)
+	if p, err := c.Pair(r, nil); err == nil {
+		t.Fatalf("paired with %s while the only prefill worker is down", p.DecodeName)
+	}
+	c.mu.Lock()
+	remembered, picks := c.dAff.Len()+c.pAff.Len(), c.affPicks["decode"]+c.affPicks["prefill"]
+	c.mu.Unlock()
+	if remembered != 0 || picks != 0 {
+		t.Errorf("a pairing that failed at prefill left %d pages in the affinity memory and %d affinity picks counted", remembered, picks)
+	}
+	v.set(map[string]int{"d1": 60}, nil)
+	conn.down.Store(false)
+	c.Probe(ctx)
+	got, err := c.Pair(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Done(nil, nil)
+	if got.DecodeName == "d1" {
+		t.Fatalf("alice's request went to d1, the loaded worker, by a belief from a pairing that sent it nothing")
 	}
 }
