@@ -88,6 +88,46 @@ func bindEarly(log *slog.Logger, apiAddr, adminAddr, adminFlags string, apiTLS, 
 	return e, nil
 }
 
+// httpFront is what serve and the router set up before the model loads:
+// the API keys, TLS, and the API and admin listeners (bindEarly).
+type httpFront struct {
+	keys             *router.Keys
+	adminAddr        string // "": no admin listener, /metrics on the API
+	apiTLS, adminTLS *tlsload.Server
+	early            *earlyServer
+	stopTLS          func()
+}
+
+// bindFront reads the API keys, starts TLS and binds the API listener
+// and the admin listener (if any) before the model loads: a port in use
+// fails start-up at once, and until the server is ready every request and
+// probe gets 503 model_loading (as llama-server), not a refused
+// connection. false: it logged why (exit code 1). close undoes it.
+func (o *serveOpts) bindFront(log *slog.Logger) (*httpFront, bool) {
+	keys, err := o.keys(log)
+	if err != nil {
+		log.Error(err.Error())
+		return nil, false
+	}
+	f := &httpFront{keys: keys, adminAddr: o.adminAddr(keys != nil)}
+	if f.apiTLS, f.adminTLS, f.stopTLS, err = o.tls.start(log, f.adminAddr != ""); err != nil {
+		log.Error("TLS", "err", err)
+		return nil, false
+	}
+	if f.early, err = bindEarly(log, o.listen, f.adminAddr, o.adminFlags(), f.apiTLS, f.adminTLS); err != nil {
+		f.stopTLS()
+		log.Error("cannot listen", "err", err)
+		return nil, false
+	}
+	return f, true
+}
+
+// close closes the listeners, then stops TLS.
+func (f *httpFront) close() {
+	f.early.close()
+	f.stopTLS()
+}
+
 // defaultAdminFlags is what adminFlags says when the admin address is
 // the default one, not given.
 const defaultAdminFlags = "--metrics-listen (default " + defaultAdminListen + " with --api-keys)"

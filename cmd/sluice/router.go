@@ -114,26 +114,14 @@ Example:
 		fmt.Fprintln(os.Stderr, "router:", err)
 		return 1
 	}
-	keys, err := o.keys(log)
-	if err != nil {
-		log.Error(err.Error())
-		return 1
-	}
-	adminAddr := o.adminAddr(keys != nil)
-	apiTLS, adminTLS, stopTLS, err := o.tls.start(log, adminAddr != "")
-	if err != nil {
-		log.Error("TLS", "err", err)
-		return 1
-	}
-	defer stopTLS()
 	// Bound before the model loads and the workers are dialled (as sluice
-	// serve): a port in use fails now, and meanwhile 503 model_loading.
-	early, err := bindEarly(log, o.listen, adminAddr, o.adminFlags(), apiTLS, adminTLS)
-	if err != nil {
-		log.Error("cannot listen", "err", err)
+	// serve).
+	front, ok := o.bindFront(log)
+	if !ok {
 		return 1
 	}
-	defer early.close()
+	defer front.close()
+	keys, adminAddr, apiTLS, adminTLS, early := front.keys, front.adminAddr, front.apiTLS, front.adminTLS, front.early
 	m, err := loadModel(log, o.model, o.hf, gguf.MemoryMap) // the router computes nothing with the weights
 	if err != nil {
 		log.Error("cannot load the model", "err", err)

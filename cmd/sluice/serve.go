@@ -490,27 +490,12 @@ Example:
 		fmt.Fprintf(os.Stderr, "serve: --prefix-cache must be on or off, not %q\n", o.prefix)
 		return 2
 	}
-	keys, err := o.keys(log)
-	if err != nil {
-		log.Error(err.Error())
+	front, ok := o.bindFront(log)
+	if !ok {
 		return 1
 	}
-	adminAddr := o.adminAddr(keys != nil)
-	apiTLS, adminTLS, stopTLS, err := o.tls.start(log, adminAddr != "")
-	if err != nil {
-		log.Error("TLS", "err", err)
-		return 1
-	}
-	defer stopTLS()
-	// The ports are bound before the model loads: a port in use fails
-	// now, and until the server is ready every request and probe gets
-	// 503 model_loading (as llama-server), not a refused connection.
-	early, err := bindEarly(log, o.listen, adminAddr, o.adminFlags(), apiTLS, adminTLS)
-	if err != nil {
-		log.Error("cannot listen", "err", err)
-		return 1
-	}
-	defer early.close()
+	defer front.close()
+	keys, adminAddr, apiTLS, adminTLS, early := front.keys, front.adminAddr, front.apiTLS, front.adminTLS, front.early
 
 	m, err := loadModel(log, o.model, o.hf, mem)
 	if err != nil {
