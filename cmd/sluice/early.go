@@ -103,14 +103,14 @@ type httpFront struct {
 // fails start-up at once, and until the server is ready every request and
 // probe gets 503 model_loading (as llama-server), not a refused
 // connection. false: it logged why (exit code 1). close undoes it.
-func (o *serveOpts) bindFront(log *slog.Logger) (*httpFront, bool) {
+func (o *serveOpts) bindFront(log *slog.Logger, sigs *roleSignals) (*httpFront, bool) {
 	keys, err := o.keys(log)
 	if err != nil {
 		log.Error(err.Error())
 		return nil, false
 	}
 	f := &httpFront{keys: keys, adminAddr: o.adminAddr(keys != nil)}
-	if f.apiTLS, f.adminTLS, f.stopTLS, err = o.tls.start(log, f.adminAddr != ""); err != nil {
+	if f.apiTLS, f.adminTLS, f.stopTLS, err = o.tls.start(log, sigs, f.adminAddr != ""); err != nil {
 		log.Error("TLS", "err", err)
 		return nil, false
 	}

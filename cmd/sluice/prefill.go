@@ -124,7 +124,7 @@ Example:
 			go d.Run(dctx, resolveEvery)
 		}
 		if workersFile != "" {
-			reloadOnHUP(dctx, log, workersFile, nil, d)
+			reloadOnHUP(dctx, log, o.sigs, workersFile, nil, d)
 		}
 	}
 	pw, err := engine.NewPrefillWorker(ec, ds)

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -116,7 +114,7 @@ Example:
 	}
 	// Bound before the model loads and the workers are dialled (as sluice
 	// serve).
-	front, ok := o.bindFront(log)
+	front, ok := o.bindFront(log, sigs)
 	if !ok {
 		return 1
 	}
@@ -288,7 +286,7 @@ Example:
 			}
 		}
 		if workersFile != "" {
-			reloadOnHUP(dctx, log, workersFile, pd, dd)
+			reloadOnHUP(dctx, log, sigs, workersFile, pd, dd)
 		}
 	}
 	eng, err := engine.NewDisaggregatedPairs(engine.DisaggConfig{Model: m.Name, Vocab: m.Runtime.Vocab(), Fingerprint: m.Fingerprint(), Context: ctxLen,
@@ -348,13 +346,11 @@ Example:
 	return serveHTTP(log, sigs, early, apiTLS, srv, o.drain, func(ctx context.Context) error { stopLoad(); return eng.Close(ctx) })
 }
 
-// reloadOnHUP re-reads the workers file on every SIGHUP until ctx ends.
-// The signal is caught from the moment it returns (by default SIGHUP
-// would end the process).
-func reloadOnHUP(ctx context.Context, log *slog.Logger, path string, prefill, decode *node.Discovery) {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGHUP)
-	context.AfterFunc(ctx, func() { signal.Stop(sig) })
+// reloadOnHUP re-reads the workers file on every SIGHUP (sigs) from the
+// moment it returns until ctx ends.
+func reloadOnHUP(ctx context.Context, log *slog.Logger, sigs *roleSignals, path string, prefill, decode *node.Discovery) {
+	sig, stop := sigs.notifyHUP()
+	context.AfterFunc(ctx, stop)
 	go node.OnSignal(ctx, sig, func() {
 		if err := node.Reload(ctx, path, prefill, decode); err != nil {
 			log.Error("SIGHUP: the workers file was not reloaded; keeping the current workers", "file", path, "err", err)

@@ -490,7 +490,7 @@ Example:
 		fmt.Fprintf(os.Stderr, "serve: --prefix-cache must be on or off, not %q\n", o.prefix)
 		return 2
 	}
-	front, ok := o.bindFront(log)
+	front, ok := o.bindFront(log, sigs)
 	if !ok {
 		return 1
 	}

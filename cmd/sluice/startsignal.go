@@ -9,8 +9,8 @@ import (
 	"syscall"
 )
 
-// roleSignals catches SIGTERM and SIGINT for a serving role's whole life,
-// from its first log line. Before the role serves, a signal ends the
+// roleSignals catches SIGTERM, SIGINT and SIGHUP for a serving role's
+// whole life, from its first log line. Before the role serves, a signal ends the
 // process at once: a model can take minutes to load (or download), and
 // nothing is in flight yet, so the log says which phase it cut
 // ("shutting down during model load", or "during start-up" once the
@@ -18,6 +18,12 @@ import (
 // nothing. Without this, Go's default action ended the process with no
 // log line at all. Once the role serves, a signal cancels Drain, which
 // the role's serving loop waits on to start its drain.
+//
+// SIGHUP reloads what the role was told to reload (--tls-cert and
+// --tls-key, --workers-file: each subscribes with notifyHUP); with nothing
+// to reload it is logged and ignored. It never ends the process: Go's
+// default action did, silently and without a drain, for a worker sent
+// SIGHUP with its router (docs/operations.md: "send the pods SIGHUP").
 type roleSignals struct {
 	// Drain is cancelled by the first SIGTERM/SIGINT after serving.
 	Drain context.Context
@@ -26,6 +32,10 @@ type roleSignals struct {
 	mu    sync.Mutex
 	// phase is what a signal cuts now; "" once serving.
 	phase string
+	hup   chan os.Signal
+	// hupSubs receive each SIGHUP (notifyHUP), by subscription number.
+	hupSubs map[int]chan os.Signal
+	hupNext int
 }
 
 // exitProcess ends the process (os.Exit).
@@ -33,9 +43,26 @@ var exitProcess = os.Exit
 
 // catchSignals starts catching SIGTERM and SIGINT; stop lets go of them.
 func catchSignals(log *slog.Logger) *roleSignals {
-	s := &roleSignals{sig: make(chan os.Signal, 1), phase: "model load"}
+	s := &roleSignals{sig: make(chan os.Signal, 1), phase: "model load", hup: make(chan os.Signal, 1), hupSubs: map[int]chan os.Signal{}}
 	s.Drain, s.drain = context.WithCancel(context.Background())
 	signal.Notify(s.sig, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(s.hup, syscall.SIGHUP)
+	go func() {
+		for got := range s.hup {
+			s.mu.Lock()
+			for _, ch := range s.hupSubs {
+				select {
+				case ch <- got:
+				default: // one still pending covers this one
+				}
+			}
+			n := len(s.hupSubs)
+			s.mu.Unlock()
+			if n == 0 {
+				log.Warn("SIGHUP: nothing to reload, ignored (a role reloads --tls-cert/--tls-key and --workers-file on SIGHUP once it has started); stop it with SIGTERM")
+			}
+		}
+	}()
 	go func() {
 		got, ok := <-s.sig
 		if !ok {
@@ -66,9 +93,27 @@ func (s *roleSignals) serving() {
 	s.phase = ""
 }
 
+// notifyHUP returns a channel that receives each SIGHUP from now on, as
+// signal.Notify's would (one pending at most), until stop is called.
+func (s *roleSignals) notifyHUP() (ch <-chan os.Signal, stop func()) {
+	c := make(chan os.Signal, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := s.hupNext
+	s.hupNext++
+	s.hupSubs[id] = c
+	return c, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.hupSubs, id)
+	}
+}
+
 // stop lets go of the signals (the role has returned).
 func (s *roleSignals) stop() {
 	signal.Stop(s.sig) // no delivery after it returns
+	signal.Stop(s.hup)
 	close(s.sig)
+	close(s.hup)
 	s.drain()
 }

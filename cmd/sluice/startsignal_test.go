@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -67,5 +68,53 @@ func TestSignalDuringStartup(t *testing.T) {
 				t.Log(p.log())
 			}
 		})
+	}
+}
+
+// SIGHUP to a role with nothing to reload (no --tls-cert, no
+// --workers-file), during its model load and once it serves: it logs
+// that it ignored it and keeps running; before, Go's default action ended
+// it at once, with no log line and no drain (operators send SIGHUP to
+// pods after renewing a certificate, docs/operations.md).
+func TestSIGHUPWithNothingToReload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts processes")
+	}
+	open := heldHub(t)
+	p := startProc(t, "decode", "--model", "hf://test-org/stories260K-GGUF", "--context", "256", "--kv-pool-tokens", "1024",
+		"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+	const bound = "bound; loading: requests get 503 model_loading until the server is ready"
+	const ignored = "SIGHUP: nothing to reload, ignored"
+	waitFor := func(text string, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); strings.Count(p.log(), text) < n; {
+			select {
+			case <-p.done:
+				t.Fatalf("exited before %d %q lines:\n%s", n, text, p.log())
+			case <-time.After(10 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %d %q lines:\n%s", n, text, p.log())
+			}
+		}
+	}
+	waitFor(bound, 1)
+	p.cmd.Process.Signal(syscall.SIGHUP) // while loading
+	waitFor(ignored, 1)
+	open()
+	p.waitAddr(t)
+	p.cmd.Process.Signal(syscall.SIGHUP) // while serving
+	waitFor(ignored, 2)
+	resp, err := http.Get(p.field(bound, "admin") + "/ready")
+	if err != nil {
+		t.Fatalf("not serving after SIGHUP: %v\n%s", err, p.log())
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("/ready %d after SIGHUP:\n%s", resp.StatusCode, p.log())
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.log())
 	}
 }

@@ -3,9 +3,6 @@ package main
 import (
 	"flag"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"sluice/internal/tlsload"
 )
@@ -22,8 +19,8 @@ func (o *tlsOpts) register(fs *flag.FlagSet) {
 }
 
 // start builds the listeners' TLS servers (nil, nil without --tls-cert)
-// and reloads their certificates on SIGHUP until stop is called.
-func (o *tlsOpts) start(log *slog.Logger, separateAdmin bool) (api, admin *tlsload.Server, stop func(), err error) {
+// and reloads their certificates on SIGHUP (sigs) until stop is called.
+func (o *tlsOpts) start(log *slog.Logger, sigs *roleSignals, separateAdmin bool) (api, admin *tlsload.Server, stop func(), err error) {
 	stop = func() {}
 	if o.cert == "" && o.key == "" && o.adminCA == "" {
 		return nil, nil, stop, nil
@@ -40,8 +37,7 @@ func (o *tlsOpts) start(log *slog.Logger, separateAdmin bool) (api, admin *tlslo
 			return nil, nil, stop, err
 		}
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+	hup, stopHUP := sigs.notifyHUP()
 	done := make(chan struct{})
 	go func() {
 		for {
@@ -59,7 +55,7 @@ func (o *tlsOpts) start(log *slog.Logger, separateAdmin bool) (api, admin *tlslo
 			}
 		}
 	}()
-	return api, admin, func() { signal.Stop(hup); close(done) }, nil
+	return api, admin, func() { stopHUP(); close(done) }, nil
 }
 
 func uniq(a, b *tlsload.Server) []*tlsload.Server {
