@@ -122,7 +122,9 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		fs.BoolVar(&o.afterPrefill, "handoff-after-prefill", false, "prefill: send a prompt's KV pages to decode only once the whole prompt is computed, instead of each chunk's pages while the next chunk computes (the default, which hides a long prompt's transfer under its compute); for comparisons")
 	}
 	if o.worker {
-		fs.IntVar(&o.maxConc, "max-concurrency", 64, "sequences in flight at once; more are refused at once (the router passes the refusal on to its client), never queued without bound")
+		// A worker counts no sequences: its engine takes what its pool's
+		// pages hold (engine.DecodeWorker, PrefillWorker).
+		fs.IntVar(&o.maxConc, "max-concurrency", 64, "with --kv-memory auto, the most sequences of the full context the pool is sized for (the log's \"max concurrency\"). It does not bound the sequences in flight: the pool's pages do, and the router's --max-concurrency bounds the requests")
 	} else {
 		fs.IntVar(&o.maxConc, "max-concurrency", 64, "requests holding KV pages at once; more wait in the queue (--max-queue)")
 		fs.StringVar(&o.servedName, "served-model-name", "", "the model id clients see in /v1/models and send as \"model\" (default: the model file's name)")

@@ -535,6 +535,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: sluice bench [flags]
        sluice bench serve [flags]   (the serving benchmark; see its --help)
+       sluice bench chat [flags]    (the prefix cache: multi-turn chats, cache on and off, against llama-server)
        sluice bench cluster [flags] (router CPU per request and balance over 1, 2, 3 decode workers)
        sluice bench crowding-ci --old GLOB [--new GLOB] (crowding reports pooled: intervals, new/old)
 
