@@ -12,11 +12,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -48,40 +48,18 @@ func llamaServerBin(t *testing.T) string {
 	return bin
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startLlamaServer starts llama-server on loopback with args and returns
 // its base URL once /health answers; it is stopped at the end of the test.
+// It binds port 0 itself and the URL is the one it logs, so no other
+// process can take the port between a pick here and its bind.
 func startLlamaServer(t *testing.T, bin, model string, args ...string) string {
 	t.Helper()
-	for attempt := 0; ; attempt++ {
-		url, log, ok := tryLlamaServer(t, bin, model, args...)
-		if ok {
-			return url
-		}
-		// The port can be taken between freePort and llama-server's bind.
-		if attempt >= 2 || !strings.Contains(log, "bind") {
-			t.Fatalf("llama-server did not start:\n%s", log)
-		}
-	}
-}
-
-func tryLlamaServer(t *testing.T, bin, model string, args ...string) (string, string, bool) {
-	port := freePort(t)
 	logf := filepath.Join(t.TempDir(), "llama-server.log")
 	lf, err := os.Create(logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append([]string{"-m", model, "--host", "127.0.0.1", "--port", fmt.Sprint(port), "-t", "1"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"-m", model, "--host", "127.0.0.1", "--port", "0", "-t", "1"}, args...)...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -93,25 +71,34 @@ func tryLlamaServer(t *testing.T, bin, model string, args ...string) (string, st
 		<-done
 		lf.Close()
 	})
-	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	listening := regexp.MustCompile(`listening on (http://[0-9.]+:[0-9]+)`)
+	url := ""
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
+		log, _ := os.ReadFile(logf)
 		select {
 		case <-done:
-			log, _ := os.ReadFile(logf)
-			return "", string(log), false
+			t.Fatalf("llama-server exited:\n%s", log)
 		default:
 		}
-		if resp, err := http.Get(url + "/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url, "", true
+		if url == "" {
+			if m := listening.FindSubmatch(log); m != nil {
+				url = string(m[1])
+			}
+		}
+		if url != "" {
+			if resp, err := http.Get(url + "/health"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return url
+				}
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	log, _ := os.ReadFile(logf)
-	return "", "not healthy after 30s:\n" + string(log), false
+	t.Fatalf("llama-server not healthy after 30s:\n%s", log)
+	return ""
 }
 
 // The audit's sample sizes here are the smallest the plan accepts, to keep

@@ -44,7 +44,7 @@ type refModel struct {
 func main() {
 	server := flag.String("server", "", "llama-server binary (../shared/tools/llama.cpp/select llama-server)")
 	out := flag.String("out", "testdata/reference/kvq8.json", "output JSON")
-	port := flag.Int("port", 18398, "loopback port for llama-server")
+	port := flag.Int("port", 0, "loopback port for llama-server (0: one it picks)")
 	flag.Parse()
 	if *server == "" {
 		fmt.Fprintln(os.Stderr, "kvq8ref: -server is required")

@@ -6,6 +6,7 @@
 package llamaref
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"time"
 
 	"sluice/internal/synth"
@@ -59,16 +61,44 @@ func WriteFile(dir string, r synth.MoEReference) File {
 	return File{Path: path, SHA256: hex.EncodeToString(sum[:]), Bytes: b.Len()}
 }
 
+// listening is llama-server's line naming the address it bound.
+var listening = regexp.MustCompile(`listening on (http://[0-9.]+:[0-9]+)`)
+
 // Run starts llama-server (1 thread, one slot, 1024 context, plus args) on
-// model at the loopback port and returns one Case per prompt, nPredict
-// greedy tokens each, without the prompt cache.
+// model at the loopback port (0: one llama-server picks) and returns one
+// Case per prompt, nPredict greedy tokens each, without the prompt cache.
+// It talks to the address the server it started logs: a server already
+// on a fixed port (a stale run, another model) is never asked, as the
+// child then fails to bind and exits.
 func Run(server, model string, port int, prompts []string, nPredict int, args ...string) []Case {
 	cmd := exec.Command(server, append([]string{"-m", model, "--host", "127.0.0.1", "--port", fmt.Sprint(port),
 		"-t", "1", "-tb", "1", "-c", "1024", "-np", "1", "--no-warmup"}, args...)...)
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	cmd.Stdout = io.Discard
+	stderr, err := cmd.StderrPipe()
+	Check(err)
 	Check(cmd.Start())
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	addr, exited := make(chan string, 1), make(chan struct{})
+	go func() { // drains stderr to the end, so the child never blocks on it
+		defer close(exited)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	var base string
+	select {
+	case base = <-addr:
+	case <-exited:
+		panic("llama-server exited before listening (is the port taken?)")
+	case <-time.After(2 * time.Minute):
+		panic("llama-server did not listen within 2 minutes")
+	}
 	for i := 0; ; i++ {
 		if r, err := http.Get(base + "/health"); err == nil && r.StatusCode == 200 {
 			r.Body.Close()

@@ -41,7 +41,7 @@ type refModel struct {
 func main() {
 	server := flag.String("server", "", "llama-server binary (../shared/tools/llama.cpp/select llama-server)")
 	out := flag.String("out", "testdata/reference/moe.json", "output JSON")
-	port := flag.Int("port", 18397, "loopback port for llama-server")
+	port := flag.Int("port", 0, "loopback port for llama-server (0: one it picks)")
 	flag.Parse()
 	if *server == "" {
 		fmt.Fprintln(os.Stderr, "moeref: -server is required")
