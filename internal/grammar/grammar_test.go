@@ -193,6 +193,10 @@ func TestHostileSchemas(t *testing.T) {
 		{`{"type":"number","minimum":0.5}`, "unsupported_schema"},
 		{`{"$ref":"http://example.com/s.json"}`, "unsupported_schema"},
 		{`{"type":"integer","minimum":5,"maximum":4}`, "invalid_schema"},
+		{`{"type":"integer","minimum":1e16}`, "unsupported_schema"}, // satisfiable, beyond 15 digits
+		{`{"type":"integer","exclusiveMaximum":-1e300}`, "unsupported_schema"},
+		{`{"type":"number","minimum":1e20}`, "unsupported_schema"},
+		{`{"type":"integer","minimum":1e16,"maximum":1e15}`, "invalid_schema"},
 		{`{"type":"strin"}`, "invalid_schema"},
 		{`{"type":`, "invalid_schema"},
 		{`false`, "invalid_schema"},

@@ -813,7 +813,7 @@ func (c *compiler) bound(s *node, k, path string) (float64, bool) {
 // intBounds is the integer range [lo, hi] of an integer schema, clamped
 // to the digits the grammar writes.
 func (c *compiler) intBounds(s *node, path string) (int64, int64) {
-	lo, hi := -float64(maxMagnitude), float64(maxMagnitude)
+	lo, hi := math.Inf(-1), math.Inf(1)
 	if f, ok := c.bound(s, "minimum", path); ok {
 		lo = max(lo, math.Ceil(f))
 	}
@@ -825,6 +825,10 @@ func (c *compiler) intBounds(s *node, path string) (int64, int64) {
 	}
 	if f, ok := c.bound(s, "exclusiveMaximum", path); ok {
 		hi = min(hi, math.Ceil(f)-1)
+	}
+	if lo <= hi && (lo > maxMagnitude || hi < -maxMagnitude) {
+		c.unsupported(path, "the bounds allow only integers beyond ±%d; the output's integers have at most %d digits", int64(maxMagnitude), MaxIntDigits)
+		return 0, 0
 	}
 	lo = max(lo, -maxMagnitude)
 	hi = min(hi, maxMagnitude)
@@ -864,7 +868,7 @@ func (c *compiler) number(s *node, path string) []item {
 	if s.get("exclusiveMinimum") != nil || s.get("exclusiveMaximum") != nil {
 		return c.unsupported(path, "exclusiveMinimum/exclusiveMaximum on a number are not supported; use minimum/maximum or type integer")
 	}
-	lo, hi := -float64(maxMagnitude), float64(maxMagnitude)
+	lo, hi := math.Inf(-1), math.Inf(1)
 	if f, ok := c.bound(s, "minimum", path); ok {
 		lo = f
 	}
@@ -876,6 +880,9 @@ func (c *compiler) number(s *node, path string) []item {
 	}
 	if lo != math.Trunc(lo) || hi != math.Trunc(hi) {
 		return c.unsupported(path, "non-integer minimum/maximum on a number are not supported")
+	}
+	if lo <= hi && (lo > maxMagnitude || hi < -maxMagnitude) {
+		return c.unsupported(path, "the bounds allow only numbers beyond ±%d; the output's numbers have at most %d integer digits", int64(maxMagnitude), MaxIntDigits)
 	}
 	lo, hi = max(lo, -maxMagnitude), min(hi, maxMagnitude)
 	if lo > hi {
