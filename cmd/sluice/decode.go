@@ -155,6 +155,7 @@ func startWorker(name, role string, o *workerOpts, fs *flag.FlagSet, args []stri
 	ec.ChunkTokens, ec.StepTokens, ec.SharedStepTokens = o.chunk, o.stepTokens, o.sharedStep
 	ec.HandoffAfterPrefill = o.afterPrefill
 	raiseProcs(log, o.threads)
+	o.lowerCompute(log, flagSet(fs, "compute-priority"))
 	// A worker holds KV: a peer worker of another --kv-type is refused at
 	// the handshake (kv_type_mismatch).
 	return log, m, ec, tcp.Config{Secret: secret, Encrypt: o.frameMAC, DeadAfter: deadAfter(o.deadAfter), Model: m.Fingerprint(), HoldsKV: true, KVType: ec.KVType}, -1

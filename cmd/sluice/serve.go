@@ -19,6 +19,7 @@ import (
 	"sluice/internal/cli"
 	"sluice/internal/engine"
 	"sluice/internal/gguf"
+	"sluice/internal/kernels"
 	"sluice/internal/kv"
 	"sluice/internal/preflight"
 	"sluice/internal/router"
@@ -51,7 +52,11 @@ type roleOpts struct {
 	// maskCache is --grammar-mask-cache.
 	maskCache string
 	threads   int
-	maxConc   int
+	// computePrio is --compute-priority, computeClass what it names
+	// (parsed with the log flags).
+	computePrio  string
+	computeClass kernels.ThreadClass
+	maxConc      int
 	// chunk and stepTokens: the scheduler's prefill chunk and step token
 	// budget (--prefill-chunk, --max-num-batched-tokens); sharedStep the
 	// prompt tokens of a step tenants share (--shared-step-tokens, 0: the
@@ -119,6 +124,7 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		fs.IntVar(&o.chunk, "prefill-chunk", engine.DefaultChunkTokens, fmt.Sprintf("prompt tokens one sequence may run per step (chunked prefill): a longer prompt runs as several chunks interleaved with decode steps. 1 to %d", engine.MaxChunkTokens))
 		fs.IntVar(&o.sharedStep, "shared-step-tokens", 0, "prompt tokens of one step, every tenant's together, while tenants share a role's batch (another tenant in it within the last 64 steps): a tenant's prompt that arrives waits for the step in progress, so this bounds what a co-tenant's flood makes it wait for (docs/isolation.md, step shares). 0: --prefill-chunk; up to --max-num-batched-tokens (shared steps as long as any). Smaller: a co-tenant's time to first token is lower while another floods; larger: the flood's prompts run in fewer, longer steps")
 		fs.StringVar(&o.maskCache, "grammar-mask-cache", defaultMaskCache, "memory each role may hold in cached token masks of structured outputs (response_format, tools), every tenant's compiled grammars together, e.g. 512MiB: a position's mask is a bit per vocabulary token (19 KB at 151k tokens). Past it, the masks of the least recently used grammar of the tenant holding the most are dropped (a dropped mask costs a trie walk again)")
+		fs.StringVar(&o.computePrio, "compute-priority", "yield", "how the OS schedules the threads that run forward passes (Linux): normal; yield (the default): compute keeps its share of the cores but with a long time slice (20 ms, Linux 6.12 or later), so the process's other threads (a handoff's push, a token's stream, a connection's reader) preempt it the moment they wake instead of waiting up to a slice (1.5-3 ms) for a core: lower time to first token for one tenant while another floods (docs/operations.md); low (nice +10) and idle (SCHED_IDLE) lower compute instead, which gives its share of the cores away to every other process on the host: on a shared machine throughput drops (idle: to almost nothing beside one busy process). When the OS refuses a class, compute stays normal and a warning says so")
 		fs.BoolVar(&o.afterPrefill, "handoff-after-prefill", false, "prefill: send a prompt's KV pages to decode only once the whole prompt is computed, instead of each chunk's pages while the next chunk computes (the default, which hides a long prompt's transfer under its compute); for comparisons")
 	}
 	if o.worker {
@@ -261,10 +267,33 @@ func raiseProcs(log *slog.Logger, compute int) {
 	}
 }
 
+// lowerCompute puts the compute threads started from now on in
+// --compute-priority's class; when the OS refuses it, compute stays
+// normal and the log says why (a warning when the flag was given).
+func (o *roleOpts) lowerCompute(log *slog.Logger, explicit bool) {
+	if err := kernels.SetComputeClass(o.computeClass); err != nil {
+		msg := "--compute-priority " + o.computeClass.String() + " not applied: compute threads run at normal priority"
+		if explicit {
+			log.Warn(msg, "err", err)
+		} else {
+			log.Info(msg, "err", err)
+		}
+		return
+	}
+	log.Info("compute threads", "priority", kernels.ComputeClass().String())
+}
+
 func (o *roleOpts) logger() (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", o.logLevel)
+	}
+	if o.computePrio != "" {
+		c, err := kernels.ParseThreadClass(o.computePrio)
+		if err != nil {
+			return nil, fmt.Errorf("--compute-priority %q: use normal, yield, low or idle", o.computePrio)
+		}
+		o.computeClass = c
 	}
 	ho := &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationsAsText}
 	switch o.logFormat {
@@ -526,6 +555,7 @@ Example:
 		compute = o.threads * (max(o.prefillWorkers, 1) + max(o.decodeWorkers, 1))
 	}
 	raiseProcs(log, compute)
+	o.lowerCompute(log, flagSet(fs, "compute-priority"))
 	if o.prefix == "on" {
 		log.Info("prefix cache on: full prompt pages are reused within a tenant only (salt = HMAC(process secret, tenant)); prompt_cache_key/cache_salt narrow it")
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"sluice/internal/handoff"
+	"sluice/internal/kernels"
 	"sluice/internal/kv"
 	"sluice/internal/model"
 	"sluice/internal/sample"
@@ -475,6 +476,12 @@ func (s *scheduler) turn() bool {
 
 func (s *scheduler) loop() {
 	defer close(s.stopped)
+	// The loop drives the forward passes: its thread runs kernels beside
+	// the pool's workers, in the process's compute class (normal unless
+	// the binary lowered it, kernels.SetComputeClass). Everything that
+	// waits on a step's result (pushes, streams) runs on other goroutines,
+	// which then preempt compute when they wake.
+	kernels.LockComputeThread()
 	for _, f := range []Forwarder{s.fwd, s.burst} {
 		if c, ok := f.(interface{ Close() }); ok {
 			defer c.Close()

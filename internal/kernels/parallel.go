@@ -53,15 +53,24 @@ type Parallel struct {
 	chunk  int
 	gen    uint32
 	closed bool
+
+	// locked: the workers run locked to threads of the compute class
+	// (ComputeClass at NewParallel, not normal). A locked goroutine
+	// readied can run only on its own thread, so the polls below do not
+	// yield their P to it: each Gosched of a locked goroutine would be a
+	// hand-off of the P between two OS threads.
+	locked bool
 }
 
 // NewParallel starts threads-1 workers (the caller of For is the last
 // thread). threads <= 0 means runtime.GOMAXPROCS(0), i.e. every core.
+// The workers run in the compute class (SetComputeClass) in effect now.
 func NewParallel(threads int) *Parallel {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	p := &Parallel{threads: threads, parked: make([]atomic.Bool, max(threads-1, 0)), finished: make(chan struct{}, 1)}
+	p := &Parallel{threads: threads, parked: make([]atomic.Bool, max(threads-1, 0)), finished: make(chan struct{}, 1),
+		locked: ComputeClass() != ClassNormal}
 	for i := 1; i < threads; i++ {
 		ch := make(chan struct{}, 1)
 		p.wake = append(p.wake, ch)
@@ -116,6 +125,9 @@ const spinCheck = 64
 
 func (p *Parallel) worker(ch chan struct{}, parked *atomic.Bool) {
 	defer p.exited.Done()
+	if p.locked {
+		LockComputeThread()
+	}
 	last := claimGen(p.claim.Load())
 	for {
 		// Poll for a newer loop than the last one this worker saw.
@@ -133,7 +145,9 @@ func (p *Parallel) worker(ch chan struct{}, parked *atomic.Bool) {
 			}
 			// The poll holds one of the process's Ps: let other runnable
 			// goroutines (another engine's pool, the HTTP server) have it.
-			runtime.Gosched()
+			if !p.locked {
+				runtime.Gosched()
+			}
 			now := time.Now()
 			if deadline.IsZero() {
 				deadline = now.Add(spinFor)
@@ -263,8 +277,11 @@ func (p *Parallel) wait(total int64, spin time.Duration) {
 			continue
 		}
 		// A worker woken by this For may still sit in this P's run
-		// queue: let it run here.
-		runtime.Gosched()
+		// queue: let it run here (a locked worker runs only on its own
+		// thread).
+		if !p.locked {
+			runtime.Gosched()
+		}
 		if i%64 != 0 {
 			continue
 		}
