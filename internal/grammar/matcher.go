@@ -99,11 +99,19 @@ const memoAt = 256
 
 // MaxByteWork bounds the work of stepping the stacks by one byte: past
 // it the step counts as over (too many parses, as past MaxStacks: the
-// token is refused, grammar_ambiguous if nothing else is allowed). With
-// the memo no schema the tests know comes near it (a 512-stack step
-// over a 1,000-way anyOf is about 512,000); it stops what the memo does
-// not merge (ways that build different stacks below).
-const MaxByteWork = 1 << 21
+// token is refused, grammar_ambiguous if nothing else is allowed). It
+// stops what the memo does not merge: ways that each build a different
+// stack below, as nested repetitions that may all be empty do (60
+// string patterns of nine nested {0,2} groups, 37 KB: a byte none of
+// them takes follows about 2 million ways). A byte's step cannot be cut
+// into slices, so the bound is what one byte may hold the worker's
+// shared step: a remembered unit costs about 1-2 us on a loaded machine
+// (map and frames), so 2^21 units were 4.1 s at load 25 (Intel Xeon
+// family 6 model 167) and 2^16 are 70 ms. No schema the tests know
+// comes near it (the hostile corpus, wide anyOf of objects and of
+// patterns); a 512-stack step into a 1,000-way anyOf (about 512,000)
+// is now refused.
+const MaxByteWork = 1 << 16
 
 // maxByteWork is the bound in force: MaxByteWork, lowered by tests.
 var maxByteWork = MaxByteWork

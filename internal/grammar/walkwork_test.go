@@ -88,3 +88,41 @@ func TestStepStopsPastMaxStacks(t *testing.T) {
 	}
 	t.Logf("%d units for 5 groups and 10", used[0])
 }
+
+// TestByteStepBoundedInTime: one byte's step cannot be cut into slices,
+// so MaxByteWork is what a byte may hold the shared step. Sixty string
+// patterns of nine nested {0,2} groups (37 KB) make a byte none of them
+// takes follow about 2 million ways, each a different stack below: at
+// 2^21 the check of "z" took 1,954,980 units, 4.1 s of CPU (Intel Xeon
+// family 6 model 167, load 25), and held 36 MB of memo while the
+// request lived. (A byte that ends one of the patterns, "1" after the
+// quote, is as costly and now refused too: the schema's fault, a 400.)
+func TestByteStepBoundedInTime(t *testing.T) {
+	group := nestedRepeat(9, "a")
+	var br []string
+	for i := range 60 {
+		br = append(br, fmt.Sprintf(`{"type":"string","pattern":%q}`, "^"+strings.Repeat(group, 9)+fmt.Sprintf("%d$", i)))
+	}
+	br = append(br, `{"type":"integer"}`)
+	g, err := CompileSchema([]byte(`{"anyOf":[` + strings.Join(br, ",") + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := testVocab()
+	m := Bind(g, v).NewMatcher()
+	if err := m.Accept(tokenOf(t, v, `"`)); err != nil {
+		t.Fatal(err)
+	}
+	ok, done, used := m.CheckWithin(tokenOf(t, v, "z"), 1)
+	if ok || !done {
+		t.Fatalf("%q: allowed %v done %v", "z", ok, done)
+	}
+	if used > 1<<17 {
+		t.Fatalf("one byte's step did %d units (MaxByteWork %d)", used, MaxByteWork)
+	}
+	// The schema's other branch is untouched: an integer goes on.
+	if ok, _, _ := Bind(g, v).NewMatcher().CheckWithin(tokenOf(t, v, "1"), 1<<30); !ok {
+		t.Fatalf("%q refused at the start", "1")
+	}
+	t.Logf("%d units", used)
+}
