@@ -163,7 +163,12 @@ func TestInteropLlamaServer(t *testing.T) {
 			t.Fatalf("side-channel finding with --no-cache-prompt: %+v", sc)
 		}
 		for _, p := range rep.Probes {
-			if p.Name == "side-channel" && (!p.Complete || p.Sent != p.Planned) {
+			// The plan counts the confirmation round (3 x --samples), which
+			// runs only when the first round's timing alone points at a
+			// shared cache (a105155): in full is the first round (4 x
+			// --samples, tenant A's prompt then B's copy and a fresh one,
+			// with A's repeat) or both.
+			if p.Name == "side-channel" && (!p.Complete || (p.Sent != 4*8 && p.Sent != p.Planned)) {
 				t.Fatalf("the side-channel probe did not run in full: %+v", p)
 			}
 		}
