@@ -21,12 +21,14 @@ const (
 	budgetMulFunc    = "__sluice_mul"
 	budgetOutFunc    = "__sluice_out"
 	budgetMethodFunc = "__sluice_str_method"
+	budgetCmpFunc    = "__sluice_cmp_side"
 )
 
 // budgetFuncs are the rewritten tree's functions.
 var budgetFuncs = map[string]any{
 	budgetAddFunc: budgetAdd, budgetCatFunc: budgetCat, budgetMulFunc: budgetMul,
 	budgetOutFunc: budgetOut, budgetMethodFunc: budgetStrMethod, budgetItemFunc: budgetItem,
+	budgetCmpFunc: budgetCmpSide,
 }
 
 // budgetTree rewrites a parsed template so that what it builds is
@@ -185,6 +187,15 @@ func call(fn string, at *tokens.Token, args ...nodes.Expression) *nodes.Call {
 	return callNode(at, fn, args...)
 }
 
+// cmpSide wraps a side of <, >, <=, >= in budgetCmpSide.
+func (t *budgetTree) cmpSide(e nodes.Expression) nodes.Expression {
+	switch e.(type) {
+	case nil, *nodes.String, *nodes.Integer, *nodes.Float, *nodes.Bool, *nodes.None:
+		return e
+	}
+	return call(budgetCmpFunc, e.Position(), e)
+}
+
 // out wraps an output's expression in budgetOut.
 func (t *budgetTree) out(e nodes.Expression) nodes.Expression {
 	switch e.(type) {
@@ -230,6 +241,9 @@ func (t *budgetTree) rewrite(e nodes.Expression) nodes.Expression {
 			// Against a string, gonja compares the other side's text:
 			// a list's, built first.
 			n.Left, n.Right = t.out(n.Left), t.out(n.Right)
+			// Two strings compare byte by byte: each side's length
+			// charged (budgetCmpSide).
+			n.Left, n.Right = t.cmpSide(n.Left), t.cmpSide(n.Right)
 		}
 	case *nodes.UnaryExpression:
 		n.Term = t.expr(n.Term)

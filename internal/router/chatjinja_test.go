@@ -115,3 +115,17 @@ func TestChatTemplateStrMethodsCounted(t *testing.T) {
 		}
 	}
 }
+
+// Every function the rewritten tree calls is a variable a request's
+// chat_template_kwargs may not replace (a kwarg named __sluice_item
+// replaced x[k] for the whole rendering).
+func TestTemplateFuncsReserved(t *testing.T) {
+	for name := range budgetFuncs {
+		if !ReservedTemplateVars[name] {
+			t.Errorf("%s is not in ReservedTemplateVars", name)
+		}
+		if _, e := parseTemplateKwargs([]byte(`{"` + name + `": 1}`)); e == nil {
+			t.Errorf("chat_template_kwargs may set %s", name)
+		}
+	}
+}

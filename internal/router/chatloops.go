@@ -188,6 +188,23 @@ func eqTest(negate bool) func(*exec.Evaluator, *exec.Value, *exec.VarArgs) (bool
 	}
 }
 
+// budgetCmpSide is a side of <, >, <= or >=, unchanged once a string's
+// bytes are charged to the loop steps (a step per inBytesPerStep): two
+// strings compare byte by byte, and a range(n) loop comparing two long
+// strings read n times their length uncounted.
+func budgetCmpSide(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
+	if len(p.Args) != 1 {
+		return nil, errors.New("budgetCmpSide: one argument")
+	}
+	v := p.Args[0]
+	if v.IsString() {
+		if l := loopState(e); l == nil || !l.charge(len(v.String())/inBytesPerStep) {
+			return nil, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps)
+		}
+	}
+	return v, nil
+}
+
 // eqSteps is what comparing a and b for equality goes over: the items
 // of two lists or two dicts of one length, the bytes (a step per
 // inBytesPerStep) of two strings of one length; else nothing.

@@ -50,6 +50,7 @@ func TestChatTemplateLoopStepsBounded(t *testing.T) {
 		{"!= on lists in a loop", "{% for m in messages %}{% if messages != messages %}t{% endif %}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
 		{"is equalto in a loop", "{% for m in messages %}{% if messages is equalto messages %}{% endif %}{% endfor %}x", msgs(40, "a"), msgs(120, "a")},
 		{"== on strings in a loop", "{% for i in range(1000) %}{% if messages[0].content == messages[1].content %}{% endif %}{% endfor %}x", msgs(2, strings.Repeat("a", 8*inBytesPerStep)), msgs(2, strings.Repeat("a", 10*inBytesPerStep))},
+		{"< on strings in a loop", "{% for i in range(1000) %}{% if messages[0].content < messages[1].content %}{% endif %}{% endfor %}x", msgs(2, strings.Repeat("a", 4*inBytesPerStep)), msgs(2, strings.Repeat("a", 5*inBytesPerStep))},
 		// Inside a macro whose failure the template tests away.
 		{"in a macro tested away", "{% macro f() %}{% for m in messages %}{% for n in messages %}{% endfor %}{% endfor %}{% endmacro %}{% if f() is defined %}{% endif %}x", msgs(40, "a"), msgs(120, "a")},
 	} {
