@@ -5,6 +5,8 @@ package gguf
 import (
 	"os"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // mapFile maps the file read-only: weights are paged in on use and shared
@@ -23,6 +25,7 @@ func unmapFile(b []byte) error { return syscall.Munmap(b) }
 // adviseRandom tells the kernel that b (a mapping) is about to be read at
 // scattered places, and returns the function that restores the default.
 func adviseRandom(b []byte) func() {
-	_ = syscall.Madvise(b, syscall.MADV_RANDOM)
-	return func() { _ = syscall.Madvise(b, syscall.MADV_NORMAL) }
+	// x/sys/unix, not syscall: syscall has no Madvise on darwin or the BSDs.
+	_ = unix.Madvise(b, unix.MADV_RANDOM)
+	return func() { _ = unix.Madvise(b, unix.MADV_NORMAL) }
 }
