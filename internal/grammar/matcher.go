@@ -97,6 +97,10 @@ type stackSet struct {
 // took 4x as long).
 const memoAt = 256
 
+// memoKeep is the most pairs a step's memo may hold and still be kept
+// for the next step (cleared) rather than dropped: about 100 KB.
+const memoKeep = 4096
+
 // MaxByteWork bounds the work of stepping the stacks by one byte: past
 // it the step counts as over (too many parses, as past MaxStacks: the
 // token is refused, grammar_ambiguous if nothing else is allowed). It
@@ -303,6 +307,14 @@ func (g *Grammar) step(in []*frame, c byte, out *stackSet) {
 			out.n0 = out.n
 			g.stepFrom(f.pos, f.next, c, out)
 		}
+	}
+	// The memo is this step's alone: a large one is not kept (up to
+	// MaxByteWork pairs and the frames they point to, in each of a
+	// matcher's four sets for its request's life); a small one is
+	// reused (a union walk over a 300-way anyOf of objects passes
+	// memoAt at most nodes: making the map anew each took 2x as long).
+	if len(out.visits) > memoKeep {
+		out.visits = nil
 	}
 }
 

@@ -120,6 +120,12 @@ func TestByteStepBoundedInTime(t *testing.T) {
 	if used > 1<<17 {
 		t.Fatalf("one byte's step did %d units (MaxByteWork %d)", used, MaxByteWork)
 	}
+	// The step's memo (27,745 pairs) is not kept while the request lives.
+	for _, ss := range []*stackSet{&m.tmp[0], &m.tmp[1], &m.chk.sets[0], &m.chk.sets[1]} {
+		if ss.visits != nil {
+			t.Fatalf("a set keeps the step's memo of %d pairs", len(ss.visits))
+		}
+	}
 	// The schema's other branch is untouched: an integer goes on.
 	if ok, _, _ := Bind(g, v).NewMatcher().CheckWithin(tokenOf(t, v, "1"), 1<<30); !ok {
 		t.Fatalf("%q refused at the start", "1")
