@@ -139,7 +139,11 @@ Example:
 		// queue, step wait, steps, push): the router process exports its
 		// own (queue, handoff), so a remote worker's are here.
 		st.Phases = map[string][]engine.PhaseStat{"prefill": pw.FirstTokenPhases()}
-		st.NestForward = map[string]int{"prefill": pw.SchedStats().NestForward}
+		// Its scheduler's counters (nested steps, preemptions, grammar
+		// deferrals), as the other roles export theirs.
+		sched := pw.SchedStats()
+		st.Sched = map[string]engine.SchedStats{"prefill": sched}
+		st.NestForward = map[string]int{"prefill": sched.NestForward}
 		st.CommitAsides = router.PrefillAsides(pw.Stats())
 		return st
 	}, o.readiness(ds.Check))

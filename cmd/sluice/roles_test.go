@@ -288,6 +288,17 @@ func TestRolesAsProcesses(t *testing.T) {
 	if want := fmt.Sprintf(`sluice_nested_forward_cost_tokens{role="prefill"} %v`+"\n", nest); !strings.Contains(string(body), want) {
 		t.Errorf("prefill metrics lack %s", want)
 	}
+	// Its scheduler's counters, as the other roles export theirs (one
+	// tenant's one prompt: nothing nested, nothing preempted), and no
+	// gateway request counts: its prompts are the router's requests.
+	for _, want := range []string{`sluice_nested_steps_total{role="prefill"} 0`, `sluice_preemptions_total{role="prefill"} 0`} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("prefill metrics lack %s", want)
+		}
+	}
+	if strings.Contains(string(body), "vllm:num_requests_running") {
+		t.Errorf("prefill metrics report gateway request counts:\n%s", body)
+	}
 	// Graceful shutdown: SIGTERM, exit 0.
 	for _, p := range []*proc{rt, pre, dec} {
 		if p.cmd.ProcessState != nil {

@@ -6,9 +6,11 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"sluice/internal/handoff"
 	"sluice/internal/kv"
+	"sluice/internal/sched"
 )
 
 // The disaggregated decode pool's KV quota (issue 28): the router's
@@ -499,5 +501,50 @@ func TestDecodeWaitingTenantCountsInThePoolsShare(t *testing.T) {
 		if err := dw.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "test"}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A tenant holding only cached pages on the decode pool (its prompts'
+// prefixes, idle) contends for the pool: the decode worker's quota
+// copies each tenant's idle cached pages from the batch's snapshot
+// (quotaLocked), so another tenant's share shrinks as the pool's does (one
+// idea of a share). c caches 8 of 32 pages and runs nothing: a's share is
+// 16, not the whole pool; with weights a 3, c 1, 24.
+func TestDecodeQuotaCountsCacheOnlyTenant(t *testing.T) {
+	m := newToy()
+	dw, err := NewDecodeWorker(toyConfig(m, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	dw.mu.Lock()
+	q := dw.quotaLocked(dw.now(), "a", 1)
+	dw.mu.Unlock()
+	if got := q.Share("a"); got != 32 {
+		t.Fatalf("a alone has a share of %d of 32 pages, want 32", got)
+	}
+	cacheIdleIn(t, dw.Pool(), dw.cfg.PageSize, "c", 8)
+	// The batch's next cycle publishes its snapshot, c's cached pages in it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		dw.sched.poke()
+		if p := dw.sched.held.Load(); p != nil && slices.ContainsFunc(p.Holders, func(h sched.Holder) bool { return h.Tenant == "c" && h.Cached == 8 }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the decode batch's snapshot never counted c's 8 cached pages")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, x := range []struct{ weight, share int }{{1, 16}, {3, 24}} {
+		dw.mu.Lock()
+		q := dw.quotaLocked(dw.now(), "a", x.weight)
+		dw.mu.Unlock()
+		if got := q.Share("a"); got != x.share {
+			t.Errorf("a (weight %d) beside c holding only cached pages: share %d of 32 pages, want %d (c contends)", x.weight, got, x.share)
+		}
+	}
+	if _, share := dw.Pool().ShareOf("a"); share != 16 {
+		t.Errorf("the pool gives a a share of %d, want 16: engine and pool disagree", share)
 	}
 }

@@ -428,26 +428,32 @@ func fedTokens(qs []*seq) int {
 // reserved, written, sealed, cached, released.
 func (r *quotaRig) cacheIdle(tenant string, n int) {
 	r.t.Helper()
-	p := rawPool(r.pool)
+	cacheIdleIn(r.t, rawPool(r.pool), r.cfg.PageSize, tenant, n)
+}
+
+// cacheIdleIn leaves n idle prefix-cache pages of tenant in p, pages of
+// pageSize tokens.
+func cacheIdleIn(t *testing.T, p *kv.Pool, pageSize int, tenant string, n int) {
+	t.Helper()
 	o := kv.Owner{Tenant: tenant, ID: newID()}
 	refs, err := p.Reserve(o, n)
 	if err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
 	}
 	img := make([]byte, p.Geometry().PageBytes())
 	for i, ref := range refs {
-		if err := p.WritePage(o, ref, r.cfg.PageSize, img); err != nil {
-			r.t.Fatal(err)
+		if err := p.WritePage(o, ref, pageSize, img); err != nil {
+			t.Fatal(err)
 		}
 		if err := p.Seal(o, refs[i:i+1]); err != nil {
-			r.t.Fatal(err)
+			t.Fatal(err)
 		}
 		if ok, err := p.Insert(o, ref, kv.BlockKey{byte(i), tenant[0]}); !ok || err != nil {
-			r.t.Fatalf("insert: %v %v", ok, err)
+			t.Fatalf("insert: %v %v", ok, err)
 		}
 	}
 	if err := p.Release(o, refs); err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
 	}
 }
 

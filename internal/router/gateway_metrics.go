@@ -57,12 +57,18 @@ func Gateway(st EngineStats) GatewayLoad {
 	switch {
 	case st.Queue != nil:
 		g.Waiting, g.Running, g.HaveRequests = st.Queue.Waiting, st.Queue.Running, true
-	case len(st.Sched) > 0:
-		for _, s := range st.Sched {
+	default:
+		// A prefill worker's prompts are not requests a gateway routes
+		// to it (the router sends them on): only decode and colocated
+		// schedulers count.
+		for role, s := range st.Sched {
+			if role == "prefill" {
+				continue
+			}
 			g.Running += s.Running
 			g.Waiting += s.Preempted
+			g.HaveRequests = true
 		}
-		g.HaveRequests = true
 	}
 	serving := func(role string) bool { return role == "decode" || role == "colocated" }
 	any := false

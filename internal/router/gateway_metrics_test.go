@@ -28,8 +28,9 @@ func TestGatewayFigures(t *testing.T) {
 	if g := Gateway(st); g.Waiting != 7 || g.Running != 4 {
 		t.Errorf("with a queue: %+v", g)
 	}
-	// A prefill worker: its own pool is the serving one; no request counts.
-	g = Gateway(EngineStats{Pools: st.Pools[:1]})
+	// A prefill worker: its own pool is the serving one; no request
+	// counts, its scheduler's prompts included.
+	g = Gateway(EngineStats{Pools: st.Pools[:1], Sched: map[string]engine.SchedStats{"prefill": {Running: 4, Preempted: 1}}})
 	if g.Pages != 100 || g.Usage != 0.85 || g.HaveRequests {
 		t.Errorf("prefill worker: %+v", g)
 	}

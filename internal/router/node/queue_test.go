@@ -107,6 +107,10 @@ func TestBurstLargerThanPoolZero503(t *testing.T) {
 					t.Errorf("metrics lack %q:\n%s", want, grepLines(body, "sluice_queue"))
 				}
 			}
+			// The in-process prefill worker's scheduler counters, by its role.
+			if want := `sluice_nested_steps_total{role="prefill"} `; strings.Contains(body, want) == cfg.Colocated {
+				t.Errorf("metrics have %q: %v, want %v:\n%s", want, !cfg.Colocated, !cfg.Colocated, grepLines(body, "sluice_nested_steps_total"))
+			}
 			// The prefill worker's waits for a finished prompt's handoff
 			// (engine/aside.go), both outcomes from the start; none
 			// without a prefill worker.

@@ -149,6 +149,9 @@ func (s *Stack) Stats() router.EngineStats {
 	if s.decode != nil {
 		st.Sched["decode"] = s.decode.SchedStats()
 	}
+	if s.prefill != nil {
+		st.Sched["prefill"] = s.prefill.SchedStats()
+	}
 	st.NestForward = map[string]int{}
 	if c, ok := s.Engine.(*engine.Colocated); ok {
 		st.NestForward["colocated"] = c.SchedStats().NestForward
