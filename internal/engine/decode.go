@@ -42,7 +42,7 @@ type DecodeWorker struct {
 	// waiting requests, which this worker learns of only by refusing
 	// them. Under mu.
 	wanting map[string]dwant
-	waitBuf []string // quotaLocked's scratch, under mu
+	waitBuf []string // publishWantingLocked's scratch, under mu
 	// reserving is the quota snapshot of the Reserve in progress and its
 	// tenant, for admit (called from it, under mu).
 	reserving       *sched.Pages
@@ -281,6 +281,14 @@ func (w *DecodeWorker) Tick(now time.Time) {
 	// (through quarantine when a one-sided writer may still write, I6).
 	var stale []kv.ID
 	w.mu.Lock()
+	for _, x := range w.wanting {
+		if now.After(x.until) {
+			// A refusal for room no longer counts: the pool hears it now,
+			// not at the next Reserve.
+			w.publishWantingLocked(now)
+			break
+		}
+	}
 	for id, h := range w.handoffs {
 		if h.started || now.Sub(h.since) <= w.cfg.HandoffTimeout {
 			continue
@@ -383,7 +391,10 @@ func (w *DecodeWorker) Reserve(ctx context.Context, r *handoff.Reserve) (*handof
 		}
 		return nil, err
 	}
-	delete(w.wanting, r.Tenant)
+	if _, waited := w.wanting[r.Tenant]; waited {
+		delete(w.wanting, r.Tenant)
+		w.publishWantingLocked(now)
+	}
 	w.nres++
 	w.handoffs[r.Handoff] = &dhandoff{tenant: r.Tenant, prompt: r.PromptTokens, maxTokens: r.MaxTokens, since: now, keys: keys, pages: n,
 		weight: weight, order: w.nres, noRevoke: r.NoRevoke}
@@ -1028,19 +1039,32 @@ func (w *DecodeWorker) quotaLocked(now time.Time, tenant string, weight int) sch
 			at(h.tenant, h.weight).Held += h.pages
 		}
 	}
+	w.publishWantingLocked(now)
+	for t, x := range w.wanting {
+		at(t, x.weight).Wants = x.pages
+	}
+	return p
+}
+
+// publishWantingLocked forgets the refusals for room that no longer
+// count (wantFor passed) and names the tenants still waiting to the pool,
+// which counts them in its share (one idea of a share: kv's
+// holdShareLocked). Called at each Reserve's quota, when a waiting
+// tenant's Reserve succeeds, and from Tick when a refusal expired:
+// between reservations the pool's list must not keep a tenant that
+// stopped waiting (its request cancelled, given up or served), which
+// would keep shrinking the others' shares of the pool, e.g. what a
+// decoding sequence's growth may evict. Under mu.
+func (w *DecodeWorker) publishWantingLocked(now time.Time) {
 	w.waitBuf = w.waitBuf[:0]
 	for t, x := range w.wanting {
 		if now.After(x.until) {
 			delete(w.wanting, t)
 			continue
 		}
-		at(t, x.weight).Wants = x.pages
 		w.waitBuf = append(w.waitBuf, t)
 	}
-	// The pool counts the same waiting tenants in its share (one idea of
-	// a share: kv's holdShareLocked).
 	if raw := rawPool(w.pool); raw != nil {
 		raw.SetWaiting(kv.WaitReserve, w.waitBuf)
 	}
-	return p
 }

@@ -548,3 +548,74 @@ func TestDecodeQuotaCountsCacheOnlyTenant(t *testing.T) {
 		t.Errorf("the pool gives a a share of %d, want 16: engine and pool disagree", share)
 	}
 }
+
+// The decode pool's list of waiting tenants (kv.Pool.SetWaiting) follows
+// the decode worker's, not only its next reservation: b, refused for room
+// within its share, waits (a's share of the pool 16 of 32); when b stops
+// waiting the pool's share for a is 32 again with no Reserve in between:
+// once b's refusal no longer counts (wantFor after it: the worker's Tick),
+// or as soon as b's next Reserve got its pages (here then given up).
+// Before, the pool kept b waiting until the next Reserve of anyone, and a
+// decoding tenant's growth meanwhile evicted as if b still waited.
+func TestDecodePoolForgetsTenantThatStoppedWaiting(t *testing.T) {
+	for _, how := range []string{"expired", "reserved"} {
+		t.Run(how, func(t *testing.T) {
+			m := newToy()
+			dw, err := NewDecodeWorker(toyConfig(m, 32))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dw.Close()
+			// The worker's protocol clock stands an hour ahead: its own
+			// ticker's Ticks (real time) expire nothing, only the test's.
+			t0 := time.Now().Add(time.Hour)
+			dw.now = func() time.Time { return t0 }
+			ctx := context.Background()
+			reserve := func(tenant string, prompt int) (kv.ID, error) {
+				id := newID()
+				_, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: tenant, PromptTokens: prompt, MaxTokens: 2, Model: FingerprintOf(m), NoRevoke: true})
+				return id, err
+			}
+			var as []kv.ID
+			for {
+				id, err := reserve("a", 12)
+				if err != nil {
+					break
+				}
+				as = append(as, id)
+			}
+			defer func() {
+				for _, id := range as {
+					_ = dw.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "test"})
+				}
+			}()
+			if _, err := reserve("b", 40); !errors.Is(err, handoff.ErrNoRoom) || errors.Is(err, handoff.ErrOverShare) {
+				t.Fatalf("b's 11 pages beside a's %d: %v, want no_room", 4*len(as), err)
+			}
+			if _, share := dw.Pool().ShareOf("a"); share != 16 {
+				t.Fatalf("the pool gives a a share of %d while b waits, want 16", share)
+			}
+			switch how {
+			case "expired":
+				dw.Tick(t0.Add(wantFor + time.Millisecond))
+			case "reserved":
+				for _, id := range as[:2] {
+					if err := dw.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "test"}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				as = as[2:]
+				id, err := reserve("b", 4)
+				if err != nil {
+					t.Fatalf("b's reservation with pages back: %v", err)
+				}
+				if err := dw.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "the client left"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if held, share := dw.Pool().ShareOf("a"); share != 32 {
+				t.Fatalf("b no longer waits (%s) and holds nothing, yet the pool gives a (holding %d) a share of %d, want 32", how, held, share)
+			}
+		})
+	}
+}
