@@ -86,7 +86,9 @@ type Config struct {
 	// batch, waits for that prompt's handoff (the last pages and the
 	// commit) before computing further (aside.go): per step of the
 	// batch (its nested passes included), 0 for DefaultCommitAside
-	// (off), negative never.
+	// (off), negative never. The wait is charged to no tenant's step
+	// service (docs/isolation.md): charge it before turning it on for
+	// tenants that do not trust each other.
 	CommitAside time.Duration
 	// HandoffTimeout bounds how long a decode reservation may wait for its
 	// commit and its stream without progress before it is aborted
