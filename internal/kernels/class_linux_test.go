@@ -50,20 +50,24 @@ func withClass(t *testing.T, c ThreadClass) {
 	t.Cleanup(func() { SetComputeClass(ClassNormal) })
 }
 
+// classCases are what each class sets on a thread: its policy, nice
+// value and EEVDF slice (sched_attr.sched_runtime).
+var classCases = []struct {
+	class        ThreadClass
+	policy, nice int
+	slice        uint64
+}{
+	{ClassIdle, unix.SCHED_IDLE, 0, 0},
+	{ClassLow, unix.SCHED_NORMAL, lowNice, 0},
+	{ClassYield, unix.SCHED_NORMAL, 0, yieldSlice},
+	{ClassNormal, unix.SCHED_NORMAL, 0, 0},
+}
+
 // A Parallel made under a compute class runs its workers' chunks on
 // threads of that class (SCHED_IDLE, nice +10, a 20 ms slice), and one made under the
 // normal class on normal threads; the caller's thread keeps its own.
 func TestParallelWorkersRunInComputeClass(t *testing.T) {
-	for _, tc := range []struct {
-		class        ThreadClass
-		policy, nice int
-		slice        uint64
-	}{
-		{ClassIdle, unix.SCHED_IDLE, 0, 0},
-		{ClassLow, unix.SCHED_NORMAL, lowNice, 0},
-		{ClassYield, unix.SCHED_NORMAL, 0, yieldSlice},
-		{ClassNormal, unix.SCHED_NORMAL, 0, 0},
-	} {
+	for _, tc := range classCases {
 		t.Run(tc.class.String(), func(t *testing.T) {
 			withClass(t, tc.class)
 			p := NewParallel(3)
@@ -116,16 +120,7 @@ func TestParallelWorkersRunInComputeClass(t *testing.T) {
 // LockComputeThread lowers the calling goroutine's thread to the class in
 // effect, and does nothing (no lock, normal thread) under the normal one.
 func TestLockComputeThread(t *testing.T) {
-	for _, tc := range []struct {
-		class        ThreadClass
-		policy, nice int
-		slice        uint64
-	}{
-		{ClassIdle, unix.SCHED_IDLE, 0, 0},
-		{ClassLow, unix.SCHED_NORMAL, lowNice, 0},
-		{ClassYield, unix.SCHED_NORMAL, 0, yieldSlice},
-		{ClassNormal, unix.SCHED_NORMAL, 0, 0},
-	} {
+	for _, tc := range classCases {
 		t.Run(tc.class.String(), func(t *testing.T) {
 			withClass(t, tc.class)
 			type got struct {
