@@ -274,6 +274,14 @@ func TestNestForwardCostFlag(t *testing.T) {
 	if code, _, errb := runBin(t, "decode", "--nest-forward-cost", "4"); code != 2 || !strings.Contains(errb, "nest-forward-cost") {
 		t.Errorf("decode --nest-forward-cost: exit %d, stderr %q", code, head(errb))
 	}
+	// A flag that would change nothing is refused, not taken and ignored:
+	// decode hands off no prompt, a colocated serve has no handoff.
+	if code, _, errb := runBin(t, "decode", "--handoff-after-prefill"); code != 2 || !strings.Contains(errb, "handoff-after-prefill") {
+		t.Errorf("decode --handoff-after-prefill: exit %d, stderr %q", code, head(errb))
+	}
+	if code, _, errb := runBin(t, "serve", "--colocated", "--handoff-after-prefill"); code != 2 || !strings.Contains(errb, "--colocated has no handoff") {
+		t.Errorf("serve --colocated --handoff-after-prefill: exit %d, stderr %q", code, head(errb))
+	}
 }
 
 // What a user coming from llama-server or vLLM types first gets an answer

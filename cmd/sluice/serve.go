@@ -125,7 +125,6 @@ func (o *roleOpts) register(fs *flag.FlagSet, pool bool) {
 		fs.IntVar(&o.sharedStep, "shared-step-tokens", 0, "prompt tokens of one step, every tenant's together, while tenants share a role's batch (another tenant in it within the last 64 steps): a tenant's prompt that arrives waits for the step in progress, so this bounds what a co-tenant's flood makes it wait for (docs/isolation.md, step shares). 0: --prefill-chunk; up to --max-num-batched-tokens (shared steps as long as any). Smaller: a co-tenant's time to first token is lower while another floods; larger: the flood's prompts run in fewer, longer steps")
 		fs.StringVar(&o.maskCache, "grammar-mask-cache", defaultMaskCache, "memory each role may hold in cached token masks of structured outputs (response_format, tools), every tenant's compiled grammars together, e.g. 512MiB: a position's mask is a bit per vocabulary token (19 KB at 151k tokens). Past it, the masks of the least recently used grammar of the tenant holding the most are dropped (a dropped mask costs a trie walk again)")
 		fs.StringVar(&o.computePrio, "compute-priority", "yield", "how the OS schedules the threads that run forward passes (Linux): normal; yield (the default): compute keeps its share of the cores but with a long time slice (20 ms, Linux 6.12 or later), so the process's other threads (a handoff's push, a token's stream, a connection's reader) preempt it the moment they wake instead of waiting up to a slice (1.5-3 ms) for a core: lower time to first token for one tenant while another floods (docs/operations.md); low (nice +10) and idle (SCHED_IDLE) lower compute instead, which gives its share of the cores away to every other process on the host: on a shared machine throughput drops (idle: to almost nothing beside one busy process). When the OS refuses a class, compute stays normal and a warning says so")
-		fs.BoolVar(&o.afterPrefill, "handoff-after-prefill", false, "prefill: send a prompt's KV pages to decode only once the whole prompt is computed, instead of each chunk's pages while the next chunk computes (the default, which hides a long prompt's transfer under its compute); for comparisons")
 	}
 	if o.worker {
 		// A worker counts no sequences: its engine takes what its pool's
@@ -223,8 +222,12 @@ func (o *roleOpts) checkBatch() error {
 	return fmt.Errorf("--max-num-batched-tokens %d is smaller than --prefill-chunk %d: a chunk could never run whole; raise the budget or lower the chunk", o.stepTokens, o.chunk)
 }
 
-// registerNestCost registers --nest-forward-cost (serve, prefill).
+// registerNestCost registers the flags of the roles whose steps pause and
+// whose prompts are handed off (serve, prefill): --nest-forward-cost and
+// --handoff-after-prefill. A decode worker has neither, so it refuses them
+// as unknown flags instead of taking and ignoring them.
 func (o *roleOpts) registerNestCost(fs *flag.FlagSet) {
+	fs.BoolVar(&o.afterPrefill, "handoff-after-prefill", false, "send a prompt's KV pages to decode only once the whole prompt is computed, instead of each chunk's pages while the next chunk computes (the default, which hides a long prompt's transfer under its compute); for comparisons. Not with serve --colocated (no handoff)")
 	fs.StringVar(&o.nestCost, "nest-forward-cost", "auto", "the fixed cost of a forward pass in prompt tokens, for the nested budget: a prompt that arrives while another tenant's prompt step computes may run at one of the step's layer boundaries, each such nested pass counted as this many tokens plus its own, and a paused step of T tokens lets in passes costing at most this plus T (docs/isolation.md). auto: measured at start on the model and --threads (a few timed passes, logged, the metric sluice_nested_forward_cost_tokens); or 1 to --max-num-batched-tokens. Higher: fewer nested passes (the paused tenant's step lengthens less); lower: more light prompts start at once")
 }
 
@@ -519,6 +522,10 @@ Example:
 	}
 	if o.prefix != "on" && o.prefix != "off" {
 		fmt.Fprintf(os.Stderr, "serve: --prefix-cache must be on or off, not %q\n", o.prefix)
+		return 2
+	}
+	if o.colocated && o.afterPrefill {
+		fmt.Fprintln(os.Stderr, "serve: --handoff-after-prefill changes how prefill hands a prompt to decode; --colocated has no handoff: drop one of them")
 		return 2
 	}
 	front, ok := o.bindFront(log, sigs)
