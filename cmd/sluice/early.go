@@ -84,7 +84,7 @@ func bindEarly(log *slog.Logger, apiAddr, adminAddr, adminFlags string, apiTLS, 
 	if e.adminL != nil {
 		attrs = append(attrs, "admin", tlsload.Scheme(adminTLS)+"://"+e.adminL.Addr().String())
 	}
-	log.Info("bound; loading: requests get 503 model_loading until the server is ready", attrs...)
+	log.Info(msgBoundLoading, attrs...)
 	return e, nil
 }
 
@@ -153,3 +153,8 @@ func (e *earlyServer) close() {
 		e.adminHS.Close()
 	}
 }
+
+// msgBoundLoading is the log line of a role whose listeners are bound
+// while its model loads. Harnesses read the bound addresses from it
+// (internal/bench's boundMsg is the same text), so it is one constant.
+const msgBoundLoading = "bound; loading: requests get 503 model_loading until the server is ready"

@@ -137,7 +137,7 @@ func TestServeAnswersWhileLoading(t *testing.T) {
 	open := heldHub(t)
 	p := startProc(t, "serve", "--model", "hf://test-org/stories260K-GGUF", "--context", "512", "--listen", "127.0.0.1:0",
 		"--api-key", "sk-k", "--metrics-listen", "127.0.0.1:0")
-	const bound = "bound; loading: requests get 503 model_loading until the server is ready"
+	const bound = msgBoundLoading
 	if !p.waitLog(bound) {
 		t.Fatalf("no %q line:\n%s", bound, p.log())
 	}
@@ -221,7 +221,7 @@ func TestWorkerAdminAnswersWhileLoading(t *testing.T) {
 	open := heldHub(t)
 	p := startProc(t, "decode", "--model", "hf://test-org/stories260K-GGUF", "--context", "512", "--kv-pool-tokens", "2048",
 		"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
-	const bound = "bound; loading: requests get 503 model_loading until the server is ready"
+	const bound = msgBoundLoading
 	if !p.waitLog(bound) {
 		t.Fatalf("no %q line:\n%s", bound, p.log())
 	}

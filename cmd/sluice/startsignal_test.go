@@ -22,7 +22,7 @@ func TestSignalDuringStartup(t *testing.T) {
 	model := testenv.Shared(t, "models/stories260K.gguf")
 	heldHub(t) // never opened: the weights never come
 	const hf = "hf://test-org/stories260K-GGUF"
-	const bound = "bound; loading: requests get 503 model_loading until the server is ready"
+	const bound = msgBoundLoading
 	for _, c := range []struct {
 		role, phase, after string
 		sig                syscall.Signal
@@ -83,7 +83,7 @@ func TestSIGHUPWithNothingToReload(t *testing.T) {
 	open := heldHub(t)
 	p := startProc(t, "decode", "--model", "hf://test-org/stories260K-GGUF", "--context", "256", "--kv-pool-tokens", "1024",
 		"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
-	const bound = "bound; loading: requests get 503 model_loading until the server is ready"
+	const bound = msgBoundLoading
 	const ignored = "SIGHUP: nothing to reload, ignored"
 	waitFor := func(text string, n int) {
 		t.Helper()

@@ -15,7 +15,7 @@ import (
 // user message "ab"), made with ImmutableSandboxedEnvironment(
 // trim_blocks=True, lstrip_blocks=True) as Hugging Face renders.
 func TestChatTemplateItemAsPython(t *testing.T) {
-	for _, c := range []struct{ src, want string }{
+	rendersAsJinja(t, []jinjaCase{
 		{`{{ [1,2,3][-3] }}`, `1`},
 		{`{{ 'héllo'[1] }}`, `é`},
 		{`{{ 'héllo'[-1] }}`, `o`},
@@ -30,16 +30,7 @@ func TestChatTemplateItemAsPython(t *testing.T) {
 		{`{% if [][-1] is defined %}d{% else %}u{% endif %}{% if [1][-2] is undefined %}U{% endif %}`, `uU`},
 		{`{% set d = {'k': 'v'} %}{{ d['k'] }}{{ d.k }}`, `vv`},
 		{`{% set ns = namespace(l=[1]) %}{% set ns.l = ns.l + [2] %}{{ ns.l[-2] }}{{ ns['l'][-1] }}`, `12`},
-	} {
-		ct, err := NewChatTemplate(c.src, "", "")
-		if err != nil {
-			t.Fatalf("%s: %v", c.src, err)
-		}
-		out, err := ct.Render([]ChatMessage{{Role: "user", Content: "ab"}})
-		if err != nil || out != c.want {
-			t.Errorf("%s: %q, %v; jinja2 renders %q", c.src, out, err, c.want)
-		}
-	}
+	})
 }
 
 // Qwen3's template reads an assistant message's answer as
@@ -63,5 +54,25 @@ func TestQwen3ThinkCloseWithoutOpen(t *testing.T) {
 	want := "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHi<|im_end|>\n<|im_start|>user\nMore<|im_end|>\n<|im_start|>assistant\n"
 	if err != nil || got != want {
 		t.Errorf("got  %q (%v)\nwant %q", got, err, want)
+	}
+}
+
+// jinjaCase is a template and jinja2 3.1.6's rendering of it.
+type jinjaCase struct{ src, want string }
+
+// rendersAsJinja renders each case over one user message "ab" and wants
+// jinja2's rendering (ImmutableSandboxedEnvironment(trim_blocks=True,
+// lstrip_blocks=True), as Hugging Face renders).
+func rendersAsJinja(t *testing.T, cases []jinjaCase) {
+	t.Helper()
+	for _, c := range cases {
+		ct, err := NewChatTemplate(c.src, "", "")
+		if err != nil {
+			t.Fatalf("%s: %v", c.src, err)
+		}
+		out, err := ct.Render([]ChatMessage{{Role: "user", Content: "ab"}})
+		if err != nil || out != c.want {
+			t.Errorf("%s: %q, %v; jinja2 renders %q", c.src, out, err, c.want)
+		}
 	}
 }

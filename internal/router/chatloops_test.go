@@ -94,19 +94,10 @@ func TestChatTemplateInDictBounded(t *testing.T) {
 // one user message "ab"; ImmutableSandboxedEnvironment(trim_blocks=True,
 // lstrip_blocks=True)).
 func TestChatTemplateInAsJinja(t *testing.T) {
-	for _, c := range []struct{ src, want string }{
+	rendersAsJinja(t, []jinjaCase{
 		{`{{ 'a' in messages }}{{ messages[0] in messages }}{{ 'x' in 'axb' }}{{ 'k' in {'k':1} }}{{ 'k' not in {'k':1} }}`, `FalseTrueTrueTrueFalse`},
 		{`{{ 'role' in messages[0] }}{{ 'b' in messages[0].content }}{{ 3 in [1, 2] }}{{ [1, 2, 3]|select('in', [2, 3])|list }}`, `TrueTrueFalse[2, 3]`},
-	} {
-		ct, err := NewChatTemplate(c.src, "", "")
-		if err != nil {
-			t.Fatalf("%s: %v", c.src, err)
-		}
-		out, err := ct.Render([]ChatMessage{{Role: "user", Content: "ab"}})
-		if err != nil || out != c.want {
-			t.Errorf("%s: %q, %v; jinja2 renders %q", c.src, out, err, c.want)
-		}
-	}
+	})
 }
 
 // A recursive loop does not parse: recursing without end behind a
