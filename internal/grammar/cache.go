@@ -1,7 +1,6 @@
 package grammar
 
 import (
-	"container/list"
 	"crypto/sha256"
 	"sync"
 )
@@ -10,8 +9,8 @@ import (
 // The tenant is part of the key (as it is of the prefix cache's, I11): a
 // cache shared across tenants would be a timing side channel, a fast
 // first request telling tenant B that someone already sent that schema.
-// Each tenant holds at most PerTenant entries, so one tenant sending many
-// schemas evicts its own entries, not other tenants'.
+// Each tenant holds at most DefaultPerTenant entries, so one tenant
+// sending many schemas evicts its own entries, not other tenants'.
 //
 // The token masks the entries cache (per position, a bit per vocabulary
 // token: 19 KB each at 151k tokens) are bounded together by a byte budget:
@@ -23,37 +22,25 @@ import (
 // with many schemas drops its own masks, not another tenant's within a
 // fair share, and a dropped mask only costs a walk again.
 type Cache struct {
-	v         *Vocab
-	max       int
-	perTenant int
-	maxBytes  int64
-	// The compiled grammars themselves are bounded by their memory too,
-	// not only by count: a 35-byte schema ({"type": "string",
-	// "maxLength": 24000}) compiles to 96,000 elements, about 5 MB, so 32
-	// entries a tenant were 160 MB and 256 a worker 1.3 GB, beside the
-	// mask budget. A tenant past tenantGram bytes drops its own least
-	// recently used grammars; past maxGram bytes in all, the least
-	// recently used go, whoever's.
-	tenantGram, maxGram int64
-	gramBytes           int64
-	gramHeld            map[string]int64
+	v        *Vocab
+	maxBytes int64
 
-	mu      sync.Mutex
-	entries map[[32]byte]*list.Element
-	lru     *list.List // front: most recent
-	count   map[string]int
+	mu sync.Mutex
+	// grams holds the compiled grammars, bounded by count and by their
+	// memory too: a 35-byte schema ({"type": "string", "maxLength":
+	// 24000}) compiles to 96,000 elements, about 5 MB, so 32 entries a
+	// tenant were 160 MB and 256 a worker 1.3 GB, beside the mask budget.
+	// A tenant past DefaultPerTenant grammars or DefaultTenantGrammarBytes
+	// drops its own least recently used ones; past DefaultCacheEntries or
+	// DefaultGrammarBytes in all, the least recently used of the tenant
+	// holding the most goes (tenantLRU), so heavy tenants at their own
+	// bounds cannot evict a lighter tenant's grammar.
+	grams tenantLRU[*Compiled]
 	// hits and misses count lookups (tests, metrics).
 	hits, misses int64
 	// maskBytes is what the entries' masks hold (reserved by storePos);
 	// dropped counts grammars whose masks were dropped for room.
 	maskBytes, dropped int64
-}
-
-type cacheEntry struct {
-	key    [32]byte
-	tenant string
-	c      *Compiled
-	size   int64 // the grammar's bytes (Grammar.Bytes)
 }
 
 // Default cache bounds.
@@ -76,9 +63,10 @@ func NewCache(v *Vocab, maskBytes int64) *Cache {
 	if maskBytes <= 0 {
 		maskBytes = DefaultMaskBytes
 	}
-	return &Cache{v: v, max: DefaultCacheEntries, perTenant: DefaultPerTenant, maxBytes: maskBytes,
-		tenantGram: DefaultTenantGrammarBytes, maxGram: DefaultGrammarBytes, gramHeld: map[string]int64{},
-		entries: map[[32]byte]*list.Element{}, lru: list.New(), count: map[string]int{}}
+	c := &Cache{v: v, maxBytes: maskBytes}
+	c.grams = newTenantLRU(DefaultPerTenant, DefaultCacheEntries, DefaultTenantGrammarBytes, DefaultGrammarBytes,
+		func(comp *Compiled) { c.maskBytes -= comp.dropMasks(true) })
+	return c
 }
 
 // Vocab is the vocabulary the cache binds grammars to.
@@ -113,10 +101,8 @@ func (c *Cache) Get(tenant string, jsonObject bool, schema string) (comp *Compil
 	}
 	k := cacheKey(tenant, jsonObject, schema)
 	c.mu.Lock()
-	if e, ok := c.entries[k]; ok {
-		c.lru.MoveToFront(e)
+	if comp, ok := c.grams.get(k); ok {
 		c.hits++
-		comp = e.Value.(*cacheEntry).c
 		c.mu.Unlock()
 		return comp, true, nil
 	}
@@ -133,47 +119,11 @@ func (c *Cache) Get(tenant string, jsonObject bool, schema string) (comp *Compil
 	comp.maxM = min(comp.maxM, c.maxBytes)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.entries[k]; ok { // compiled concurrently
-		return e.Value.(*cacheEntry).c, false, nil
+	if prev, ok := c.grams.get(k); ok { // compiled concurrently
+		return prev, false, nil
 	}
-	if c.count[tenant] >= c.perTenant {
-		for e := c.lru.Back(); e != nil; e = e.Prev() {
-			if e.Value.(*cacheEntry).tenant == tenant {
-				c.remove(e)
-				break
-			}
-		}
-	}
-	size := g.Bytes()
-	for e := c.lru.Back(); e != nil && c.gramHeld[tenant]+size > c.tenantGram; {
-		prev := e.Prev()
-		if e.Value.(*cacheEntry).tenant == tenant {
-			c.remove(e)
-		}
-		e = prev
-	}
-	for c.lru.Len() > 0 && (c.lru.Len() >= c.max || c.gramBytes+size > c.maxGram) {
-		c.remove(c.lru.Back())
-	}
-	c.entries[k] = c.lru.PushFront(&cacheEntry{key: k, tenant: tenant, c: comp, size: size})
-	c.count[tenant]++
-	c.gramBytes += size
-	c.gramHeld[tenant] += size
+	c.grams.put(k, tenant, g.Bytes(), comp)
 	return comp, false, nil
-}
-
-func (c *Cache) remove(e *list.Element) {
-	ce := e.Value.(*cacheEntry)
-	c.lru.Remove(e)
-	delete(c.entries, ce.key)
-	if c.count[ce.tenant]--; c.count[ce.tenant] == 0 {
-		delete(c.count, ce.tenant)
-	}
-	c.gramBytes -= ce.size
-	if c.gramHeld[ce.tenant] -= ce.size; c.gramHeld[ce.tenant] == 0 {
-		delete(c.gramHeld, ce.tenant)
-	}
-	c.maskBytes -= ce.c.dropMasks(true)
 }
 
 // reserve takes size bytes of the mask budget for comp, making room as
@@ -198,32 +148,18 @@ func (c *Cache) release(size int64) {
 }
 
 // makeRoom drops the masks of the least recently used grammar of the
-// tenant holding the most mask bytes, not comp's own; false when there
-// is nothing it may drop.
+// tenant holding the most mask bytes (tenantLRU.heaviest, the rule that
+// evicts grammars), not comp's own; false when there is nothing it may
+// drop.
 func (c *Cache) makeRoom(comp *Compiled) bool {
-	held := map[string]int64{}
-	for e := c.lru.Front(); e != nil; e = e.Next() {
-		ce := e.Value.(*cacheEntry)
-		held[ce.tenant] += ce.c.MaskBytes()
-	}
-	heavy, most := "", int64(0)
-	for t, n := range held {
-		if n > most || (n == most && n > 0 && t < heavy) {
-			heavy, most = t, n
-		}
-	}
-	if most == 0 {
+	heavy := c.grams.heaviest(func(e *lruEntry[*Compiled]) int64 { return e.v.MaskBytes() })
+	e := c.grams.oldestWhere(heavy, func(e *lruEntry[*Compiled]) bool { return e.v != comp && e.v.MaskBytes() > 0 })
+	if e == nil {
 		return false
 	}
-	for e := c.lru.Back(); e != nil; e = e.Prev() {
-		ce := e.Value.(*cacheEntry)
-		if ce.tenant == heavy && ce.c != comp && ce.c.MaskBytes() > 0 {
-			c.maskBytes -= ce.c.dropMasks(false)
-			c.dropped++
-			return true
-		}
-	}
-	return false
+	c.maskBytes -= e.Value.(*lruEntry[*Compiled]).v.dropMasks(false)
+	c.dropped++
+	return true
 }
 
 // Stats returns the lookups that hit and missed.

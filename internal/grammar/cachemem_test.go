@@ -21,7 +21,7 @@ func TestCacheBoundsGrammarMemory(t *testing.T) {
 		t.Fatalf("a %d-element grammar counted as %d bytes", g.Size(), one)
 	}
 	c := NewCache(testVocab(), 0)
-	c.tenantGram, c.maxGram = 3*one+one/2, 5*one+one/2
+	c.grams.tenantBytes, c.grams.maxBytes = 3*one+one/2, 5*one+one/2
 	if _, _, err := c.Get("B", false, big(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -29,12 +29,12 @@ func TestCacheBoundsGrammarMemory(t *testing.T) {
 		if _, _, err := c.Get("A", false, big(i)); err != nil {
 			t.Fatal(err)
 		}
-		if c.gramHeld["A"] > c.tenantGram || c.gramBytes > c.maxGram {
-			t.Fatalf("after %d of A's grammars: A holds %d bytes (bound %d), the cache %d (bound %d)", i+1, c.gramHeld["A"], c.tenantGram, c.gramBytes, c.maxGram)
+		if c.grams.held["A"] > c.grams.tenantBytes || c.grams.bytes > c.grams.maxBytes {
+			t.Fatalf("after %d of A's grammars: A holds %d bytes (bound %d), the cache %d (bound %d)", i+1, c.grams.held["A"], c.grams.tenantBytes, c.grams.bytes, c.grams.maxBytes)
 		}
 	}
-	if c.count["A"] != 3 {
-		t.Fatalf("A holds %d grammars, want 3", c.count["A"])
+	if c.grams.count["A"] != 3 {
+		t.Fatalf("A holds %d grammars, want 3", c.grams.count["A"])
 	}
 	if _, hit, _ := c.Get("B", false, big(0)); !hit {
 		t.Fatal("A's grammars evicted B's within the cache's bound")
@@ -47,15 +47,78 @@ func TestCacheBoundsGrammarMemory(t *testing.T) {
 		if _, _, err := c.Get(tn, false, big(0)); err != nil {
 			t.Fatal(err)
 		}
-		if c.gramBytes > c.maxGram {
-			t.Fatalf("the cache holds %d bytes, bound %d", c.gramBytes, c.maxGram)
+		if c.grams.bytes > c.grams.maxBytes {
+			t.Fatalf("the cache holds %d bytes, bound %d", c.grams.bytes, c.grams.maxBytes)
 		}
 	}
 	var sum int64
-	for e := c.lru.Front(); e != nil; e = e.Next() {
-		sum += e.Value.(*cacheEntry).size
+	for e := c.grams.lru.Front(); e != nil; e = e.Next() {
+		sum += e.Value.(*lruEntry[*Compiled]).size
 	}
-	if sum != c.gramBytes {
-		t.Fatalf("entries hold %d bytes, counted %d", sum, c.gramBytes)
+	if sum != c.grams.bytes {
+		t.Fatalf("entries hold %d bytes, counted %d", sum, c.grams.bytes)
+	}
+}
+
+// Past the cache's bounds (entries or bytes), the grammar that goes is the
+// least recently used one of the tenant holding the most, not the least
+// recently used of anyone: four heavy tenants each filling up to its own
+// bound push out each other's grammars, never the light tenant's, which
+// holds less than any of them (and whose name would win a tie).
+func TestCacheEvictsHeaviestTenant(t *testing.T) {
+	big := func(i int) string { return fmt.Sprintf(`{"type":"string","maxLength":%d}`, 20000+i) }
+	small := func(i int) string { return fmt.Sprintf(`{"const":%d}`, i) }
+	g, err := CompileSchema([]byte(big(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := g.Bytes()
+	for _, tc := range []struct {
+		name   string
+		schema func(int) string
+		bound  func(c *Cache)
+		within func(c *Cache) bool
+	}{
+		{"bytes", big, func(c *Cache) {
+			c.grams.tenantBytes, c.grams.maxBytes = 3*one+one/2, 8*one+one/2
+		}, func(c *Cache) bool { return c.grams.bytes <= c.grams.maxBytes }},
+		{"entries", small, func(c *Cache) {
+			c.grams.perTenant, c.grams.max = 3, 8
+		}, func(c *Cache) bool { return c.grams.lru.Len() <= c.grams.max }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCache(testVocab(), 0)
+			tc.bound(c)
+			light := tc.schema(999)
+			if _, _, err := c.Get("a-light", false, light); err != nil {
+				t.Fatal(err)
+			}
+			evicted := 0
+			for round := range 3 {
+				for _, h := range []string{"h1", "h2", "h3", "h4"} {
+					for i := range 3 {
+						before := c.grams.lru.Len()
+						if _, _, err := c.Get(h, false, tc.schema(100*round+10*i+len(h)+int(h[1]))); err != nil {
+							t.Fatal(err)
+						}
+						if !tc.within(c) {
+							t.Fatalf("%s's grammar %d: past the cache's bound", h, i)
+						}
+						if c.grams.lru.Len() <= before {
+							evicted++
+						}
+						if c.grams.count["a-light"] != 1 {
+							t.Fatalf("round %d, %s's grammar %d evicted the light tenant's (tenants hold %v entries)", round, h, i, c.grams.count)
+						}
+					}
+				}
+			}
+			if evicted == 0 {
+				t.Fatal("the heavy tenants never filled the cache: the test shows nothing")
+			}
+			if _, hit, _ := c.Get("a-light", false, light); !hit {
+				t.Fatal("the light tenant's grammar missed")
+			}
+		})
 	}
 }
