@@ -181,7 +181,7 @@ bench-serve-crowding:
 	./bin/sluice bench serve --workload crowding --colocated --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 64 --blocks 4 --repeats 2 $(BENCH_SERVE_FLAGS)
 	./bin/sluice bench serve --workload crowding --prompt 256 --gen 16 --long-prompt 1024 --long-gen 8 --concurrency 2 --requests 64 --blocks 4 --repeats 2 $(BENCH_SERVE_FLAGS)
 # bench-crowding-ab: the crowding workload (disaggregated) on two sluice
-# builds interleaved, OLD=binary NEW=binary (ROUNDS, default 6; REQUESTS,
+# builds interleaved, OLD=binary NEW=binary (ROUNDS, default 10; REQUESTS,
 # BLOCKS, CROWDING_FLAGS), driven by this tree's build: medians of b's TTFT
 # ratios, push and rest phases, a's tok/s per build, then b's TTFT ratios
 # pooled over the rounds with 95% intervals and new/old, into bench-out/
