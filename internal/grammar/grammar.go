@@ -75,7 +75,15 @@ type Grammar struct {
 	// firstAt[p]: the bytes that can come first from p within it.
 	nullAt  []bool
 	firstAt []byteSet
+	// usesRef: the schema followed a $ref (CompileSchema).
+	usesRef bool
 }
+
+// UsesRef reports whether compiling the schema followed a $ref (a "#"
+// pointer, resolved against the schema's own root). Only references the
+// compiler reached count: a key named "$ref" among properties, or a
+// "$ref" string in an enum, is no reference.
+func (g *Grammar) UsesRef() bool { return g.usesRef }
 
 // Size is the number of grammar elements, the measure the compile limits
 // bound.
@@ -103,6 +111,9 @@ type builder struct {
 	classID map[byteSet]int32
 	budget  int
 	err     error
+	// stars are the rules star made: a cycle through one without a byte
+	// is a repeat of something that can match empty, not a $ref cycle.
+	stars map[int32]bool
 }
 
 func newBuilder(budget int) *builder {
@@ -192,6 +203,10 @@ func (b *builder) opt(x []item) item { return ref(b.rule(x, nil)) }
 func (b *builder) star(x []item) item {
 	r := b.newRule()
 	b.define(r, seq(x, []item{ref(r)}), nil)
+	if b.stars == nil {
+		b.stars = map[int32]bool{}
+	}
+	b.stars[r] = true
 	return ref(r)
 }
 
@@ -235,7 +250,7 @@ func (b *builder) finish(root int32) (*Grammar, error) {
 	}
 	b.g.root = root
 	null := nullable(b.g)
-	if err := checkLeftRecursion(b.g, null); err != nil {
+	if err := checkLeftRecursion(b.g, null, b.stars); err != nil {
 		return nil, err
 	}
 	b.g.firsts(null)
@@ -365,16 +380,25 @@ func nullable(g *Grammar) []bool {
 	return n
 }
 
-func checkLeftRecursion(g *Grammar, null []bool) error {
+// checkLeftRecursion refuses a grammar in which a rule can reach itself
+// without a byte. stars are the unbounded repeats' rules: a cycle closed
+// at one is a repeat whose body can match empty (a pattern's (a?)*), and
+// the error says so; any other is a $ref or anyOf cycle.
+func checkLeftRecursion(g *Grammar, null []bool, stars map[int32]bool) error {
 	// edges r -> s when s can be the first thing r expands without a byte.
 	state := make([]uint8, len(g.rules)) // 0 new, 1 on path, 2 done
+	closed := int32(-1)                  // the rule the cycle found came back to
 	var visit func(r int32) bool
 	visit = func(r int32) bool {
 		state[r] = 1
 		for _, s := range g.rules[r] {
 			for i := s; g.elems[i].kind == kRef; i++ {
 				t := g.elems[i].arg
-				if state[t] == 1 || (state[t] == 0 && visit(t)) {
+				if state[t] == 1 {
+					closed = t
+					return true
+				}
+				if state[t] == 0 && visit(t) {
 					return true
 				}
 				if !null[t] {
@@ -387,6 +411,9 @@ func checkLeftRecursion(g *Grammar, null []bool) error {
 	}
 	for r := range g.rules {
 		if state[r] == 0 && visit(int32(r)) {
+			if stars[closed] {
+				return errLimit("unsupported_schema", "the pattern repeats without a bound (*, + or {n,}) a part that can match the empty string, as (a?)* does; make the repeated part match at least one character, e.g. (a)* for (a?)*")
+			}
 			return errLimit("schema_recursion", "the schema refers to itself without any output in between ($ref or anyOf cycle); such a schema matches nothing finite")
 		}
 	}

@@ -411,3 +411,24 @@ func TestMaskBudgetConcurrent(t *testing.T) {
 	wg.Wait()
 	checkMaskBytes(t, c)
 }
+
+// A pattern repeating without bound something that can match empty
+// ((a?)*) is refused for what it is, not as a $ref or anyOf cycle; a
+// bounded repeat of it compiles, and a real cycle keeps its own code.
+func TestEmptyRepeatRefusedAsSuch(t *testing.T) {
+	for _, p := range []string{`^(a?)*$`, `(a?)+`, `^x(a|)*y$`, `^(a*b?){2,}$`} {
+		_, err := CompileSchema([]byte(`{"type":"string","pattern":"` + p + `"}`))
+		var ge *Error
+		if !errors.As(err, &ge) || ge.Code != "unsupported_schema" || !strings.Contains(ge.Msg, "can match the empty string") || strings.Contains(ge.Msg, "$ref") {
+			t.Errorf("%s: got %v, want unsupported_schema saying the repeated part can match empty", p, err)
+		}
+	}
+	if _, err := CompileSchema([]byte(`{"type":"string","pattern":"^(a?){0,3}$"}`)); err != nil {
+		t.Errorf("a bounded repeat of an optional part: %v", err)
+	}
+	_, err := CompileSchema([]byte(`{"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/a"},{"type":"string","pattern":"^(a?){0,3}$"}]}},"$ref":"#/$defs/a"}`))
+	var ge *Error
+	if !errors.As(err, &ge) || ge.Code != "schema_recursion" {
+		t.Errorf("a $ref cycle beside a pattern: got %v, want schema_recursion", err)
+	}
+}

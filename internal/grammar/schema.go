@@ -69,7 +69,11 @@ func CompileSchema(schema []byte) (*Grammar, error) {
 		return nil, c.err
 	}
 	r := c.b.rule(items)
-	return c.b.finish(r)
+	g, err := c.b.finish(r)
+	if g != nil {
+		g.usesRef = len(c.refs) > 0
+	}
+	return g, err
 }
 
 type compiler struct {

@@ -632,7 +632,7 @@ func (c *chatRequest) validate(lim limits) (params, *apiError) {
 	}
 	if toolFormat.Constrained() {
 		if format.Constrained() {
-			return params{}, unsupported("response_format", "response_format together with tool_choice %q is not supported: the tool call's arguments are the constrained output", tools.mode)
+			return params{}, unsupported("response_format", "response_format together with %s is not supported: the tool call's arguments are the constrained output; drop response_format or set tool_choice to \"auto\"", tools.choice)
 		}
 		format = toolFormat
 	}

@@ -64,6 +64,10 @@ type toolSpec struct {
 	mode  string
 	tools []toolDef
 	named string
+	// choice is tool_choice in the request's words, for errors:
+	// tool_choice "required" with one tool is mode named, but the user
+	// named no function.
+	choice string
 	// render is the tools as the chat template sees them.
 	render []any
 	// single: parallel_tool_calls false, so an auto answer carries at
@@ -86,6 +90,9 @@ func parseTools(toolsRaw, choiceRaw json.RawMessage) (toolSpec, sample.Format, *
 		return spec, f, badParam("tools", "%d tools; at most %d are allowed", len(spec.tools), maxTools)
 	}
 	seen := map[string]bool{}
+	// usesRef[i]: tool i's parameters follow a $ref (the compiler's
+	// word, so a property named "$ref" is none).
+	var usesRef []bool
 	for i, td := range spec.tools {
 		p := fmt.Sprintf("tools[%d]", i)
 		if td.Type != "function" {
@@ -106,9 +113,11 @@ func parseTools(toolsRaw, choiceRaw json.RawMessage) (toolSpec, sample.Format, *
 			return spec, f, badParam(p+".function.parameters", "parameters must be a JSON Schema object")
 		}
 		spec.tools[i].Function.Parameters = b.Bytes()
-		if _, err := grammar.CompileSchema(b.Bytes()); err != nil {
+		g, err := grammar.CompileSchema(b.Bytes())
+		if err != nil {
 			return spec, f, schemaError(p+".function.parameters", err)
 		}
+		usesRef = append(usesRef, g.UsesRef())
 		var r any
 		raw, _ := json.Marshal(spec.tools[i])
 		_ = json.Unmarshal(raw, &r)
@@ -128,7 +137,7 @@ func parseTools(toolsRaw, choiceRaw json.RawMessage) (toolSpec, sample.Format, *
 				if len(spec.tools) == 0 {
 					return spec, f, badParam("tool_choice", "tool_choice %q needs tools", s)
 				}
-				spec.mode = s
+				spec.mode, spec.choice = s, fmt.Sprintf("tool_choice %q", s)
 			default:
 				return spec, f, badParam("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}")
 			}
@@ -146,6 +155,7 @@ func parseTools(toolsRaw, choiceRaw json.RawMessage) (toolSpec, sample.Format, *
 				return spec, f, badParam("tool_choice.function.name", "tool_choice names %q, which is not among the tools", named.Function.Name)
 			}
 			spec.mode, spec.named = toolModeNamed, named.Function.Name
+			spec.choice = fmt.Sprintf("a tool_choice naming the function %q", named.Function.Name)
 		}
 	}
 	if spec.mode == toolModeReq && len(spec.tools) == 1 {
@@ -162,7 +172,9 @@ func parseTools(toolsRaw, choiceRaw json.RawMessage) (toolSpec, sample.Format, *
 		var b strings.Builder
 		b.WriteString(`{"anyOf":[`)
 		for i, td := range spec.tools {
-			if bytes.Contains(td.Function.Parameters, []byte(`"$ref"`)) {
+			if usesRef[i] {
+				// Its "#" pointers would resolve against the anyOf built
+				// here, not against the parameters.
 				return spec, f, unsupported(fmt.Sprintf("tools[%d].function.parameters", i), "$ref in a function's parameters is not supported with tool_choice \"required\" and several tools; name the function in tool_choice")
 			}
 			if i > 0 {

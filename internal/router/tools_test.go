@@ -259,3 +259,42 @@ func TestToolCallArgumentsAreJSON(t *testing.T) {
 		}
 	}
 }
+
+// tool_choice "required" with several tools refuses a function whose
+// parameters follow a $ref (its pointer would resolve against the anyOf
+// built from all tools), and only that: a property named "$ref", or
+// "$ref" as an enum value, is no reference. With one tool (a named call)
+// a $ref is fine, and an error about it says "required", which the user
+// sent, not "named".
+func TestRequiredToolsRefChecked(t *testing.T) {
+	tools := func(params string) json.RawMessage {
+		return json.RawMessage(`[{"type":"function","function":{"name":"f","parameters":` + params + `}},{"type":"function","function":{"name":"g"}}]`)
+	}
+	for _, params := range []string{
+		`{"type":"object","properties":{"$ref":{"type":"string"}},"required":["$ref"]}`,
+		`{"type":"object","properties":{"kind":{"enum":["$ref","#"]}}}`,
+		`{"type":"object","properties":{"a":{"const":{"$ref":"#"}}}}`,
+	} {
+		spec, f, e := parseTools(tools(params), json.RawMessage(`"required"`))
+		if e != nil || spec.mode != toolModeReq || !f.Constrained() {
+			t.Errorf("%s: refused with required: %v", params, e)
+		}
+	}
+	ref := `{"$defs":{"c":{"type":"string"}},"type":"object","properties":{"city":{"$ref":"#/$defs/c"}}}`
+	if _, _, e := parseTools(tools(ref), json.RawMessage(`"required"`)); e == nil || e.Code != CodeUnsupported || e.Param != "tools[0].function.parameters" {
+		t.Errorf("a $ref with required and two tools: %v, want %s on tools[0].function.parameters", e, CodeUnsupported)
+	}
+	one := json.RawMessage(`[{"type":"function","function":{"name":"f","parameters":` + ref + `}}]`)
+	if spec, _, e := parseTools(one, json.RawMessage(`"required"`)); e != nil || spec.mode != toolModeNamed {
+		t.Errorf("a $ref with required and one tool: %v", e)
+	}
+
+	var req chatRequest
+	if err := json.Unmarshal([]byte(`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required","response_format":{"type":"json_object"}}`), &req); err != nil {
+		t.Fatal(err)
+	}
+	_, e := req.validate(limits{vocab: 300, context: 64})
+	if e == nil || !strings.Contains(e.Message, `tool_choice "required"`) || strings.Contains(e.Message, "named") {
+		t.Errorf("required with one tool and response_format: %v, want an error naming tool_choice \"required\"", e)
+	}
+}
