@@ -12,7 +12,8 @@ import (
 // would wait for that whole step (a chunk step of a 1k-token flood is
 // the biggest part of a light tenant's wait at the prefill worker). So
 // a step that carries prompt chunks pauses at its next pause point
-// (after a layer's attention, or between two layers) when
+// (after a layer's attention, or between two layers, or between two
+// pieces of a long attention) when
 // prompts arrived meanwhile: the batch takes them in, the pure core
 // (sched.Shares.Yield) says whose first chunk runs now, and those chunks
 // run as a complete step of their own on a second runner (Nested: its
@@ -39,7 +40,8 @@ type YieldForwarder interface {
 	Forwarder
 	// ForwardBetween is Forward calling between(l) at the step's
 	// pause points: after layer l's attention, and after layer l for
-	// every layer but the last.
+	// every layer but the last; a model may pause inside layer l too
+	// (model.Runner pauses between pieces of a long attention).
 	ForwardBetween(steps []Step, between func(layer int)) []StepResult
 	// Nested is a forwarder with scratch of its own on the same threads,
 	// for the steps run inside between.

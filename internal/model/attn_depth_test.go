@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -77,7 +78,13 @@ func flashInvariantAtDepth(t *testing.T, shape testShape, kvTypes []kvType) {
 		threads, splitMin, ps int
 		chunk                 []int
 		companion             bool
+		// pauseMACs > 0: steps run through ForwardBetween with a hook, in
+		// attention pieces of at most that many multiply-adds.
+		pauseMACs int
 	}
+	// The pause points inside the attention per variant with pauseMACs
+	// (a step of one attention unit has none).
+	inside := map[string]int{}
 	// One fill per depth, page size and KV type, copied for each run.
 	cache := map[[3]int]*memKV{}
 	filled := func(depth, ps int, newKV func(ps, layers, kvd int) *memKV) *memKV {
@@ -102,9 +109,20 @@ func flashInvariantAtDepth(t *testing.T, shape testShape, kvTypes []kvType) {
 			t.Fatal("the sliding model lost its window")
 		}
 		r.splitMin = v.splitMin
+		var between func(int)
+		pauses, steps := 0, 0
+		if v.pauseMACs > 0 {
+			r.pauseMACs = v.pauseMACs
+			between = func(int) { pauses++ }
+		}
 		kv := filled(depth, v.ps, newKV)
 		ckv := newKV(8, shape.layers, kvd)
 		var logits []float32
+		defer func() {
+			if between != nil {
+				inside[fmt.Sprint(v)] += pauses - steps*(2*shape.layers-1)
+			}
+		}()
 		for pos, ci, cp := 0, 0, 0; pos < len(toks); ci++ {
 			n := min(v.chunk[ci%len(v.chunk)], len(toks)-pos)
 			seqs := []Seq{{Tokens: toks[pos : pos+n], Pos: depth + pos, KV: kv, AllLogits: true}}
@@ -113,7 +131,8 @@ func flashInvariantAtDepth(t *testing.T, shape testShape, kvTypes []kvType) {
 				seqs = append([]Seq{{Tokens: comp[cp : cp+k], Pos: cp, KV: ckv}}, seqs...)
 				cp += k
 			}
-			res := r.Forward(seqs)
+			res := r.ForwardBetween(seqs, between)
+			steps++
 			mine := res[len(res)-1]
 			if mine.Err != nil {
 				t.Fatal(mine.Err)
@@ -147,6 +166,12 @@ func flashInvariantAtDepth(t *testing.T, shape testShape, kvTypes []kvType) {
 						{threads: 2, ps: 16, chunk: []int{9}},
 						{threads: 3, ps: 16, chunk: []int{4, 1, 4}, companion: true},
 						{threads: 1, ps: 5, chunk: []int{2, 7}, splitMin: 2},
+						// Pause points inside the attention, serial and
+						// parallel, split decode tiles folded after the
+						// last piece.
+						{threads: 1, ps: 16, chunk: []int{9, 1}, splitMin: 1, companion: true, pauseMACs: 1},
+						{threads: 2, ps: 16, chunk: []int{9}, companion: true, pauseMACs: 1 << 12},
+						{threads: 3, ps: 5, chunk: []int{4, 1, 4}, companion: true, pauseMACs: 1 << 10},
 					} {
 						got, kv := run(depth, kt.new, v)
 						if !bitsEqual(got, base) {
@@ -158,6 +183,11 @@ func flashInvariantAtDepth(t *testing.T, shape testShape, kvTypes []kvType) {
 					}
 				}
 			}
+		}
+	}
+	for v, n := range inside {
+		if n <= 0 {
+			t.Errorf("%s: no pause point inside the attention", v)
 		}
 	}
 }

@@ -39,11 +39,16 @@ func (c *chunked) took(s Seq, r Result, t *testing.T) {
 // runner; with nest, at every layer boundary of their steps the nested
 // sequences' next chunks run as a whole step on a second runner over the
 // same thread pool. Without nest every sequence runs its steps alone.
-func runYielding(t *testing.T, m *Model, threads int, paused, nested []*chunked, nest bool) {
+//
+// pauseMACs > 0 cuts the paused steps' attention into pieces of at most
+// that many multiply-adds, with a pause point between two (1: one a
+// unit).
+func runYielding(t *testing.T, m *Model, threads int, paused, nested []*chunked, nest bool, pauseMACs int) {
 	t.Helper()
 	par := kernels.NewParallel(threads)
 	defer par.Close()
 	outer, inner := m.NewRunner(par), m.NewRunner(par)
+	outer.pauseMACs = pauseMACs
 	step := func(r *Runner, cs []*chunked, between func(int)) {
 		var seqs []Seq
 		var who []*chunked
@@ -83,14 +88,19 @@ func runYielding(t *testing.T, m *Model, threads int, paused, nested []*chunked,
 			done = done && c.pos >= len(c.toks)
 		}
 	}
-	// Two pause points a layer, none after the last.
-	if want := steps * (2*m.cfg.Layers - 1); nest && yields != want {
+	// Two pause points a layer, none after the last; more inside the
+	// attention when it is cut.
+	switch want := steps * (2*m.cfg.Layers - 1); {
+	case nest && pauseMACs == 0 && yields != want:
 		t.Fatalf("%d pauses in %d steps of %d layers, want %d", yields, steps, m.cfg.Layers, want)
+	case nest && pauseMACs > 0 && yields <= want:
+		t.Fatalf("%d pauses in %d steps of %d layers with attention pieces of %d multiply-adds, want more than %d", yields, steps, m.cfg.Layers, pauseMACs, want)
 	}
 }
 
 // TestForwardBetweenIsBitwise: a step paused at every pause point (after
-// each layer's attention, between layers) while other sequences' whole
+// each layer's attention, between layers, and between every two units of
+// its attention when it is cut into pieces) while other sequences' whole
 // steps run on a second runner over the
 // same thread pool gives every sequence, paused or nested, bitwise the
 // logits and K/V it gets with no pause at all (batch invariance across
@@ -124,17 +134,21 @@ func TestForwardBetweenIsBitwise(t *testing.T) {
 					return &chunked{toks: randTokens(rng, n, c.Vocab), chunk: chunk, kv: kt.new(ps, c.Layers, c.KVDim())}
 				}
 				// Two paused sequences (one long, one decoding token by
-				// token after a short prompt) and two nested ones.
-				a, a2, b, b2 := mk(37, 9, 4), mk(11, 1, 8), mk(29, 5, 4), mk(6, 2, 16)
-				runYielding(t, m, 2, []*chunked{a, a2}, []*chunked{b, b2}, true)
-				for _, x := range []*chunked{a, a2, b, b2} {
-					alone := &chunked{toks: x.toks, chunk: x.chunk, kv: kt.new(x.kv.ps, c.Layers, c.KVDim())}
-					runYielding(t, m, 1, []*chunked{alone}, nil, false)
-					if !bitsEqual(x.logits, alone.logits) {
-						t.Errorf("logits differ from the unpaused run (first at %d)", firstDiff(x.logits, alone.logits))
-					}
-					if !sameKV(x.kv, alone.kv) {
-						t.Error("K/V differ from the unpaused run")
+				// token after a short prompt) and two nested ones; then
+				// again with a pause point between every two attention
+				// units of the paused steps.
+				for _, pauseMACs := range []int{0, 1} {
+					a, a2, b, b2 := mk(37, 9, 4), mk(11, 1, 8), mk(29, 5, 4), mk(6, 2, 16)
+					runYielding(t, m, 2, []*chunked{a, a2}, []*chunked{b, b2}, true, pauseMACs)
+					for _, x := range []*chunked{a, a2, b, b2} {
+						alone := &chunked{toks: x.toks, chunk: x.chunk, kv: kt.new(x.kv.ps, c.Layers, c.KVDim())}
+						runYielding(t, m, 1, []*chunked{alone}, nil, false, 0)
+						if !bitsEqual(x.logits, alone.logits) {
+							t.Errorf("pauseMACs %d: logits differ from the unpaused run (first at %d)", pauseMACs, firstDiff(x.logits, alone.logits))
+						}
+						if !sameKV(x.kv, alone.kv) {
+							t.Errorf("pauseMACs %d: K/V differ from the unpaused run", pauseMACs)
+						}
 					}
 				}
 			})

@@ -107,8 +107,11 @@ type Runner struct {
 	// to be split across units (flash-decoding); 0: flashSplitTiles+1.
 	// Tests lower it to split short contexts (the bits do not change).
 	splitMin int
-	slots    chan int // free attention slots (indices into scores, wide)
-	rows     []int
+	// pauseMACs is attnPauseMACs unless set (tests lower it to pause
+	// inside short attentions; the bits do not change).
+	pauseMACs int
+	slots     chan int // free attention slots (indices into scores, wide)
+	rows      []int
 	// window is the current attention layer's sliding window in
 	// positions (0: the whole context).
 	window int
@@ -238,7 +241,9 @@ func (r *Runner) Forward(seqs []Seq) []Result { return r.ForwardBetween(seqs, ni
 // ForwardBetween is Forward that calls between(l) at the step's pause
 // points: after layer l's attention, and after layer l for every layer
 // but the last (two a layer: a step carrying a long chunk spends about
-// as long in its attention as in its FFN). At each the step can pause while
+// as long in its attention as in its FFN), and inside layer l's
+// attention when it is long (attendPieces: a chunk deep into a long
+// prompt). At each the step can pause while
 // the caller runs a nested step of other sequences on ANOTHER runner (its
 // own scratch; the same thread pool is fine, no kernel of this step is
 // running then). The paused step resumes at layer l+1 with its rows as
@@ -557,14 +562,17 @@ func (r *Runner) attention(l int) {
 	for _, un := range r.units {
 		macs += cost(un)
 	}
-	macs *= 2 * c.HeadDim * (c.Heads / c.KVHeads)
+	perCost := 2 * c.HeadDim * (c.Heads / c.KVHeads) // multiply-adds per unit of cost
+	macs *= perCost
 	// Waking workers costs microseconds: below about that much arithmetic
 	// (multiply-adds over every unit's context) the caller runs it alone.
 	if macs < minParallelMACs || r.par.Threads() < 2 {
 		r.ensureSlots(1)
-		for _, un := range r.units {
-			r.attendTokens(un, 0)
-		}
+		r.attendPieces(l, macs, perCost, cost, func(units []unit) {
+			for _, un := range units {
+				r.attendTokens(un, 0)
+			}
+		})
 		for _, sp := range r.splitToks {
 			r.foldSplit(sp)
 		}
@@ -577,20 +585,22 @@ func (r *Runner) attention(l int) {
 	// the work.
 	T := r.par.Threads()
 	r.ensureSlots(T)
-	// The last chunks hold the cheapest units, so chunks of several units
-	// still end the loop evenly: 16 chunks per thread keep the claims
-	// (atomics on lines both cores write, and a slot each) well under 1%
-	// of the work.
-	grain := max(1, len(r.units)/(prefillChunks*T))
-	if macs/len(r.units) < minUnitClaim {
-		grain = max(1, len(r.units)/(attnSlots*T))
-	}
-	r.par.ForGrain(len(r.units), grain, func(lo, hi int) {
-		w := <-r.slots
-		for _, un := range r.units[lo:hi] {
-			r.attendTokens(un, w)
+	r.attendPieces(l, macs, perCost, cost, func(units []unit) {
+		// The last chunks hold the cheapest units, so chunks of several
+		// units still end the loop evenly: 16 chunks per thread keep the
+		// claims (atomics on lines both cores write, and a slot each)
+		// well under 1% of the work.
+		grain := max(1, len(units)/(prefillChunks*T))
+		if macs/len(r.units) < minUnitClaim {
+			grain = max(1, len(units)/(attnSlots*T))
 		}
-		r.slots <- w
+		r.par.ForGrain(len(units), grain, func(lo, hi int) {
+			w := <-r.slots
+			for _, un := range units[lo:hi] {
+				r.attendTokens(un, w)
+			}
+			r.slots <- w
+		})
 	})
 	// The folds, once every tile's partial is in: each token's alone, in
 	// tile order, wherever its tiles ran.
@@ -602,6 +612,54 @@ func (r *Runner) attention(l int) {
 		})
 	}
 }
+
+// attendPieces runs attend over r.units in one call, or, in a step that
+// can pause (ForwardBetween with a hook) whose attention is longer than
+// r.pauseMACs multiply-adds, over consecutive pieces of about equal
+// work with a pause point of layer l between two pieces. The attention
+// of a chunk deep into a long prompt was the longest stretch of a step
+// without a pause point (bench-15M-q8_0, one 64-token chunk at depth 960,
+// one thread: ~3 ms, against 0.8 for the layer's FFN;
+// BenchmarkPauseGaps), so a co-tenant's prompt arriving during it waited
+// for most of it. Every unit is computed alone whatever runs between
+// two pieces, and the split decode tokens' tiles are folded after the
+// last piece, so the bits cannot change (TestForwardBetweenIsBitwise);
+// a nested step at the pause runs on another runner, never on this
+// one's scratch.
+func (r *Runner) attendPieces(l, macs, perCost int, cost func(unit) int, attend func(units []unit)) {
+	limit := r.pauseMACs
+	if limit == 0 {
+		limit = attnPauseMACs
+	}
+	pieces := 1
+	if r.between != nil {
+		pieces = (macs + limit - 1) / limit
+	}
+	if pieces <= 1 || len(r.units) < 2 {
+		attend(r.units)
+		return
+	}
+	lo, done, cut := 0, 0, 1
+	for i, un := range r.units[:len(r.units)-1] {
+		done += cost(un) * perCost
+		if done*pieces >= cut*macs {
+			attend(r.units[lo : i+1])
+			r.pause(l)
+			lo = i + 1
+			for done*pieces >= cut*macs {
+				cut++
+			}
+		}
+	}
+	attend(r.units[lo:])
+}
+
+// attnPauseMACs bounds the attention work (multiply-adds) between two
+// pause points of a step that can pause: ~0.6 ms on one core of the
+// Intel Xeon (family 6 model 167) with F16 pages, about what a 64-row
+// FFN of bench-15M-q8_0 takes (BenchmarkPauseGaps). Decode steps and
+// steps with no hook never split.
+const attnPauseMACs = 1 << 23
 
 // minUnitClaim is the least attention work (multiply-adds) of a unit worth
 // claiming in a chunk of its own; prefillChunks is how many chunks per
