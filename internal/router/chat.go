@@ -173,7 +173,8 @@ type RenderOptions struct {
 var ReservedTemplateVars = map[string]bool{"messages": true, "add_generation_prompt": true, "bos_token": true, "eos_token": true,
 	"raise_exception": true, "strftime_now": true, "tools": true, "documents": true, "continue_final_message": true,
 	renderStateVar: true, ifElseFunc: true, budgetAddFunc: true, budgetCatFunc: true, budgetMulFunc: true,
-	budgetOutFunc: true, budgetMethodFunc: true, loopStepsFunc: true, budgetCmpFunc: true, budgetItemFunc: true}
+	budgetOutFunc: true, budgetMethodFunc: true, loopStepsFunc: true, budgetCmpFunc: true, budgetItemFunc: true,
+	budgetDictMethodFunc: true}
 
 // RenderTools is Render with the request's tools.
 func (c *ChatTemplate) RenderTools(msgs []ChatMessage, tools []any) (string, error) {

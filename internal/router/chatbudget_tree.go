@@ -28,7 +28,7 @@ const (
 var budgetFuncs = map[string]any{
 	budgetAddFunc: budgetAdd, budgetCatFunc: budgetCat, budgetMulFunc: budgetMul,
 	budgetOutFunc: budgetOut, budgetMethodFunc: budgetStrMethod, budgetItemFunc: budgetItem,
-	budgetCmpFunc: budgetCmpSide,
+	budgetCmpFunc: budgetCmpSide, budgetDictMethodFunc: budgetDictMethod,
 }
 
 // budgetTree rewrites a parsed template so that what it builds is
@@ -284,6 +284,13 @@ func (t *budgetTree) rewrite(e nodes.Expression) nodes.Expression {
 			// s.replace(a, b) -> __sluice_str_method('replace', s, a, b)
 			self := t.expr(ga.Node)
 			c := call(budgetMethodFunc, n.Location, append([]nodes.Expression{&nodes.String{Location: &tokens.Token{Type: tokens.String, Val: ga.Attribute}, Val: ga.Attribute}, self}, n.Args...)...)
+			c.Kwargs = n.Kwargs
+			return c
+		}
+		if ga, ok := n.Func.(*nodes.GetAttribute); ok && n.Parent != nil && budgetDictMethods[ga.Attribute] {
+			// d.items() -> __sluice_dict_method('items', d)
+			self := t.expr(ga.Node)
+			c := call(budgetDictMethodFunc, n.Location, append([]nodes.Expression{&nodes.String{Location: &tokens.Token{Type: tokens.String, Val: ga.Attribute}, Val: ga.Attribute}, self}, n.Args...)...)
 			c.Kwargs = n.Kwargs
 			return c
 		}

@@ -170,18 +170,20 @@ var chatTests = func() *exec.TestSet {
 
 // eqTest is Jinja's x == y (and !=, which the tree rewrites into these
 // tests: chatbudget_tree.go) and the eq/equalto/ne tests: two lists or
-// two dicts of one length are compared item by item, two strings of one
-// length byte by byte, so that is charged to the loop steps first ({%
-// for m in messages %}{% if messages == x %} is n*n; a loop of range(n)
-// comparing two long equal strings is n times their length). Other
-// pairs are told apart at once.
+// two dicts of one length are compared item by item, at every depth,
+// two strings of one length byte by byte, so that is charged to the
+// loop steps first ({% for m in messages %}{% if messages == x %} is
+// n*n; a loop of range(n) comparing two long equal strings is n times
+// their length; comparing a tool with itself goes over all its
+// parameters). Other pairs are told apart at once.
 func eqTest(negate bool) func(*exec.Evaluator, *exec.Value, *exec.VarArgs) (bool, error) {
 	return func(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) (bool, error) {
 		if in.IsError() {
 			return false, in // as the operator: a failed operand fails the comparison
 		}
 		other := p.First()
-		if l := loopState(e); l == nil || !l.charge(eqSteps(in, other)) {
+		l := loopState(e)
+		if l == nil || !l.charge(eqSteps(in, other, l.max-l.steps)) {
 			return false, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps)
 		}
 		return in.EqualValueTo(other) != negate, nil
@@ -205,35 +207,78 @@ func budgetCmpSide(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	return v, nil
 }
 
-// eqSteps is what comparing a and b for equality goes over: the items
-// of two lists or two dicts of one length, the bytes (a step per
-// inBytesPerStep) of two strings of one length; else nothing.
-func eqSteps(a, b *exec.Value) int {
+// eqSteps bounds what comparing a and b for equality goes over
+// (gonja's Value.EqualValueTo), or is more than limit: two lists or two
+// dicts of one length, their items, and what comparing each pair of
+// items goes over, at every depth (two dicts' keys are listed whatever
+// their lengths); two strings of one length, their
+// bytes (a step per inBytesPerStep); else nothing. It walks no further
+// than limit, so looking costs no more than what it charges.
+func eqSteps(a, b *exec.Value, limit int) int {
+	return eqWalk(a, b, limit, 0)
+}
+
+func eqWalk(a, b *exec.Value, limit, depth int) int {
+	if depth > maxSizeDepth {
+		return limit + 1
+	}
 	switch {
+	case a == nil || b == nil, a.IsNumber() && b.IsNumber(), a.IsNil() || b.IsNil():
+		return 0
 	case a.IsString() && b.IsString():
 		if n := len(a.String()); n == len(b.String()) {
 			return n / inBytesPerStep
 		}
-	case a.IsList() && b.IsList(), a.IsDict() && b.IsDict():
-		if n := a.Len(); n == b.Len() {
+	case a.IsList() && b.IsList():
+		items := a.Len()
+		if items != b.Len() {
+			return 0
+		}
+		n := items
+		for i := 0; i < items && n <= limit; i++ {
+			n += eqWalk(a.Index(i), b.Index(i), limit-n, depth+1)
+		}
+		return n
+	case a.IsDict() && b.IsDict():
+		// Both dicts' keys are listed (and sorted) first, whatever
+		// their lengths.
+		ka, kb := itemCount(a), itemCount(b)
+		n := ka + kb
+		if ka != kb || n > limit {
 			return n
 		}
+		for _, k := range a.Keys() {
+			if n > limit {
+				break
+			}
+			x, okA := a.GetItem(k.Interface())
+			y, okB := b.GetItem(k.Interface())
+			if okA && okB {
+				n += eqWalk(x, y, limit-n, depth+1)
+			}
+		}
+		return n
 	}
 	return 0
 }
 
 // inTest is Jinja's x in y (and x not in y, x is in y, select('in', y)):
-// it goes over y's items (a list's, compared one by one; a dict's keys)
-// or its text, so its cost is charged to the loop steps first ({% for m
-// in messages %}{% if m in messages %} is n*n steps with nothing built
-// and nothing written); a string costs a step per whole inBytesPerStep
-// bytes.
+// it goes over y's items (a list's, each compared with x as == compares,
+// at every depth; a dict's keys) or its text, so its cost is charged to
+// the loop steps first ({% for m in messages %}{% if m in messages %} is
+// n*n steps with nothing built and nothing written); a string costs a
+// step per whole inBytesPerStep bytes.
 // Past the bound the test is an error and the rendering refused
 // (ErrTemplateTooMuchWork), whatever the template makes of the error.
 func inTest(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) (bool, error) {
 	seq := p.First()
+	l := loopState(e)
+	if l == nil {
+		return false, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps)
+	}
 	n := itemCount(seq)
-	if seq.IsString() {
+	switch {
+	case seq.IsString():
 		n /= inBytesPerStep // shorter is less than a step: whatever repeats it (a loop, a filter, a macro) is charged
 		if !plain(in) {
 			// A list's text is built to be looked for.
@@ -245,8 +290,12 @@ func inTest(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) (bool, error) {
 				return false, err
 			}
 		}
+	case seq.IsList():
+		for i, limit := 0, l.max-l.steps; i < seq.Len() && n <= limit; i++ {
+			n += eqSteps(in, seq.Index(i), limit-n)
+		}
 	}
-	if l := loopState(e); l == nil || !l.charge(n) {
+	if !l.charge(n) {
 		return false, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps)
 	}
 	return seq.Contains(in), nil
