@@ -72,7 +72,7 @@ func NewCache(v *Vocab, maskBytes int64) *Cache {
 // Vocab is the vocabulary the cache binds grammars to.
 func (c *Cache) Vocab() *Vocab { return c.v }
 
-func cacheKey(tenant string, jsonObject bool, schema string) [32]byte {
+func cacheKey[S string | []byte](tenant string, jsonObject bool, schema S) [32]byte {
 	h := sha256.New()
 	var n [8]byte
 	for i, l := 0, uint64(len(tenant)); i < 8; i++ {
@@ -152,7 +152,9 @@ func (c *Cache) release(size int64) {
 // evicts grammars), not comp's own; false when there is nothing it may
 // drop.
 func (c *Cache) makeRoom(comp *Compiled) bool {
-	heavy := c.grams.heaviest(func(e *lruEntry[*Compiled]) int64 { return e.v.MaskBytes() })
+	held := map[string]int64{}
+	c.grams.each(func(e *lruEntry[*Compiled]) { held[e.tenant] += e.v.MaskBytes() })
+	heavy := heaviest(held)
 	e := c.grams.oldestWhere(heavy, func(e *lruEntry[*Compiled]) bool { return e.v != comp && e.v.MaskBytes() > 0 })
 	if e == nil {
 		return false

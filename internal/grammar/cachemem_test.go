@@ -33,8 +33,8 @@ func TestCacheBoundsGrammarMemory(t *testing.T) {
 			t.Fatalf("after %d of A's grammars: A holds %d bytes (bound %d), the cache %d (bound %d)", i+1, c.grams.held["A"], c.grams.tenantBytes, c.grams.bytes, c.grams.maxBytes)
 		}
 	}
-	if c.grams.count["A"] != 3 {
-		t.Fatalf("A holds %d grammars, want 3", c.grams.count["A"])
+	if c.grams.count("A") != 3 {
+		t.Fatalf("A holds %d grammars, want 3", c.grams.count("A"))
 	}
 	if _, hit, _ := c.Get("B", false, big(0)); !hit {
 		t.Fatal("A's grammars evicted B's within the cache's bound")
@@ -52,9 +52,7 @@ func TestCacheBoundsGrammarMemory(t *testing.T) {
 		}
 	}
 	var sum int64
-	for e := c.grams.lru.Front(); e != nil; e = e.Next() {
-		sum += e.Value.(*lruEntry[*Compiled]).size
-	}
+	c.grams.each(func(e *lruEntry[*Compiled]) { sum += e.size })
 	if sum != c.grams.bytes {
 		t.Fatalf("entries hold %d bytes, counted %d", sum, c.grams.bytes)
 	}
@@ -84,7 +82,7 @@ func TestCacheEvictsHeaviestTenant(t *testing.T) {
 		}, func(c *Cache) bool { return c.grams.bytes <= c.grams.maxBytes }},
 		{"entries", small, func(c *Cache) {
 			c.grams.perTenant, c.grams.max = 3, 8
-		}, func(c *Cache) bool { return c.grams.lru.Len() <= c.grams.max }},
+		}, func(c *Cache) bool { return c.grams.len() <= c.grams.max }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := NewCache(testVocab(), 0)
@@ -97,18 +95,18 @@ func TestCacheEvictsHeaviestTenant(t *testing.T) {
 			for round := range 3 {
 				for _, h := range []string{"h1", "h2", "h3", "h4"} {
 					for i := range 3 {
-						before := c.grams.lru.Len()
+						before := c.grams.len()
 						if _, _, err := c.Get(h, false, tc.schema(100*round+10*i+len(h)+int(h[1]))); err != nil {
 							t.Fatal(err)
 						}
 						if !tc.within(c) {
 							t.Fatalf("%s's grammar %d: past the cache's bound", h, i)
 						}
-						if c.grams.lru.Len() <= before {
+						if c.grams.len() <= before {
 							evicted++
 						}
-						if c.grams.count["a-light"] != 1 {
-							t.Fatalf("round %d, %s's grammar %d evicted the light tenant's (tenants hold %v entries)", round, h, i, c.grams.count)
+						if c.grams.count("a-light") != 1 {
+							t.Fatalf("round %d, %s's grammar %d evicted the light tenant's (tenants hold %v bytes)", round, h, i, c.grams.held)
 						}
 					}
 				}
@@ -121,4 +119,17 @@ func TestCacheEvictsHeaviestTenant(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lightest is heaviest's opposite (the tenant holding the least), the
+// rule the mutations gcache-evict-heaviest and gcache-mask-room-heaviest
+// put in its place (scripts/mutate).
+func lightest(weights map[string]int64) string {
+	light, least := "", int64(-1)
+	for t, n := range weights {
+		if n > 0 && (least < 0 || n < least || n == least && t < light) {
+			light, least = t, n
+		}
+	}
+	return light
 }

@@ -245,7 +245,7 @@ func TestCacheKeyedByTenant(t *testing.T) {
 	if _, hit, _ := c.Get("A", false, schema); !hit {
 		t.Fatal("another tenant's schemas evicted A's entry")
 	}
-	if n := c.grams.count["flood"]; n != DefaultPerTenant {
+	if n := c.grams.count("flood"); n != DefaultPerTenant {
 		t.Fatalf("flood holds %d entries, want its cap %d", n, DefaultPerTenant)
 	}
 }
@@ -299,9 +299,7 @@ func checkMaskBytes(t *testing.T, c *Cache) int64 {
 	t.Helper()
 	var sum int64
 	c.mu.Lock()
-	for e := c.grams.lru.Front(); e != nil; e = e.Next() {
-		sum += e.Value.(*lruEntry[*Compiled]).v.MaskBytes()
-	}
+	c.grams.each(func(e *lruEntry[*Compiled]) { sum += e.v.MaskBytes() })
 	c.mu.Unlock()
 	held, _ := c.MaskStats()
 	if held != sum || held > c.maxBytes {

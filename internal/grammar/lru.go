@@ -2,19 +2,20 @@ package grammar
 
 import "container/list"
 
-// tenantLRU is a least-recently-used list of values that each belong to a
-// tenant and weigh some bytes, bounded per tenant and in all, in entries
-// and in bytes. Both the workers' compiled grammars (Cache) and the
-// router's checked schemas (Checked) keep their entries in one, so they
-// evict by the same rule:
+// tenantLRU holds values that each belong to a tenant and weigh some
+// bytes, bounded per tenant and in all, in entries and in bytes, each
+// tenant's in least-recently-used order. Both the workers' compiled
+// grammars (Cache) and the router's checked schemas (Checks) keep their
+// entries in one, so they evict by the same rule:
 //
 //   - past its own bounds (perTenant entries, tenantBytes), a tenant drops
 //     its own least recently used entries, nobody else's;
 //   - past the bounds of the whole (max entries, maxBytes), the entry that
 //     goes is the least recently used one of the tenant holding the most
-//     (heaviest), not the least recently used of anyone: tenants filling
-//     the cache up to their own bounds cannot push out the entries of a
-//     tenant holding less than they do.
+//     (entries past max, bytes past maxBytes; heaviest), not the least
+//     recently used of anyone: tenants filling the cache up to their own
+//     bounds cannot push out the entries of a tenant holding less than
+//     they do.
 //
 // The masks of Cache's grammars are made room for by the same rule
 // (Cache.makeRoom). tenantLRU is not safe for concurrent use: its owner
@@ -24,8 +25,7 @@ type tenantLRU[V any] struct {
 	tenantBytes, maxBytes int64
 
 	entries map[[32]byte]*list.Element
-	lru     *list.List // front: most recent
-	count   map[string]int
+	lists   map[string]*list.List // by tenant; front: most recent
 	held    map[string]int64
 	bytes   int64
 	// gone is called with each entry's value as it leaves (nil: nothing).
@@ -41,56 +41,78 @@ type lruEntry[V any] struct {
 
 func newTenantLRU[V any](perTenant, max int, tenantBytes, maxBytes int64, gone func(V)) tenantLRU[V] {
 	return tenantLRU[V]{perTenant: perTenant, max: max, tenantBytes: tenantBytes, maxBytes: maxBytes,
-		entries: map[[32]byte]*list.Element{}, lru: list.New(), count: map[string]int{}, held: map[string]int64{}, gone: gone}
+		entries: map[[32]byte]*list.Element{}, lists: map[string]*list.List{}, held: map[string]int64{}, gone: gone}
 }
 
-// get returns k's value, now the most recently used.
+// len is how many entries l holds; count how many are tenant's.
+func (l *tenantLRU[V]) len() int { return len(l.entries) }
+
+func (l *tenantLRU[V]) count(tenant string) int {
+	if tl := l.lists[tenant]; tl != nil {
+		return tl.Len()
+	}
+	return 0
+}
+
+// each calls f with every entry, each tenant's most recent first.
+func (l *tenantLRU[V]) each(f func(*lruEntry[V])) {
+	for _, tl := range l.lists {
+		for e := tl.Front(); e != nil; e = e.Next() {
+			f(e.Value.(*lruEntry[V]))
+		}
+	}
+}
+
+// get returns k's value, now its tenant's most recently used.
 func (l *tenantLRU[V]) get(k [32]byte) (v V, ok bool) {
 	e, ok := l.entries[k]
 	if !ok {
 		return v, false
 	}
-	l.lru.MoveToFront(e)
-	return e.Value.(*lruEntry[V]).v, true
+	le := e.Value.(*lruEntry[V])
+	l.lists[le.tenant].MoveToFront(e)
+	return le.v, true
 }
 
 // put adds tenant's v of size bytes under k (which is not in l), first
 // making room as tenantLRU's doc says.
 func (l *tenantLRU[V]) put(k [32]byte, tenant string, size int64, v V) {
-	if l.count[tenant] >= l.perTenant {
+	if l.count(tenant) >= l.perTenant {
 		l.remove(l.oldest(tenant))
 	}
-	for l.count[tenant] > 0 && l.held[tenant]+size > l.tenantBytes {
+	for l.count(tenant) > 0 && l.held[tenant]+size > l.tenantBytes {
 		l.remove(l.oldest(tenant))
 	}
-	for l.lru.Len() >= l.max || l.bytes+size > l.maxBytes {
-		weight := func(e *lruEntry[V]) int64 { return e.size }
-		if l.lru.Len() >= l.max {
-			weight = func(*lruEntry[V]) int64 { return 1 }
+	for l.len() >= l.max || l.bytes+size > l.maxBytes {
+		weights := l.held
+		if l.len() >= l.max {
+			weights = map[string]int64{}
+			for t, tl := range l.lists {
+				weights[t] = int64(tl.Len())
+			}
 		}
-		e := l.oldest(l.heaviest(weight))
+		e := l.oldest(heaviest(weights))
 		if e == nil {
 			break
 		}
 		l.remove(e)
 	}
-	l.entries[k] = l.lru.PushFront(&lruEntry[V]{key: k, tenant: tenant, size: size, v: v})
-	l.count[tenant]++
+	tl := l.lists[tenant]
+	if tl == nil {
+		tl = list.New()
+		l.lists[tenant] = tl
+	}
+	l.entries[k] = tl.PushFront(&lruEntry[V]{key: k, tenant: tenant, size: size, v: v})
 	l.held[tenant] += size
 	l.bytes += size
 }
 
-// heaviest is the tenant whose entries weigh the most by weight (ties:
-// the first name in byte order); "" when none weighs anything. It is the
-// tenant that gives up room when the whole is full.
-func (l *tenantLRU[V]) heaviest(weight func(*lruEntry[V]) int64) string {
-	sum := map[string]int64{}
-	for e := l.lru.Front(); e != nil; e = e.Next() {
-		le := e.Value.(*lruEntry[V])
-		sum[le.tenant] += weight(le)
-	}
+// heaviest is the tenant of the largest weight (ties: the first name in
+// byte order); "" when none weighs anything. It is the tenant that gives
+// up room when the whole is full.
+func heaviest(weights map[string]int64) string {
 	heavy, most := "", int64(0)
-	for t, n := range sum {
+	for t, n := range weights {
 		if n > most || (n == most && n > 0 && t < heavy) {
 			heavy, most = t, n
 		}
@@ -105,8 +127,12 @@ func (l *tenantLRU[V]) oldest(tenant string) *list.Element {
 
 // oldestWhere is tenant's least recently used entry for which ok holds.
 func (l *tenantLRU[V]) oldestWhere(tenant string, ok func(*lruEntry[V]) bool) *list.Element {
-	for e := l.lru.Back(); e != nil; e = e.Prev() {
-		if le := e.Value.(*lruEntry[V]); le.tenant == tenant && ok(le) {
+	tl := l.lists[tenant]
+	if tl == nil {
+		return nil
+	}
+	for e := tl.Back(); e != nil; e = e.Prev() {
+		if ok(e.Value.(*lruEntry[V])) {
 			return e
 		}
 	}
@@ -115,11 +141,12 @@ func (l *tenantLRU[V]) oldestWhere(tenant string, ok func(*lruEntry[V]) bool) *l
 
 func (l *tenantLRU[V]) remove(e *list.Element) {
 	le := e.Value.(*lruEntry[V])
-	l.lru.Remove(e)
-	delete(l.entries, le.key)
-	if l.count[le.tenant]--; l.count[le.tenant] == 0 {
-		delete(l.count, le.tenant)
+	tl := l.lists[le.tenant]
+	tl.Remove(e)
+	if tl.Len() == 0 {
+		delete(l.lists, le.tenant)
 	}
+	delete(l.entries, le.key)
 	l.bytes -= le.size
 	if l.held[le.tenant] -= le.size; l.held[le.tenant] == 0 {
 		delete(l.held, le.tenant)

@@ -404,6 +404,8 @@ type params struct {
 // the effective context (I2).
 type limits struct {
 	vocab, context int
+	// schemas checks the request's schemas (its tenant's, cached).
+	schemas schemaCheck
 }
 
 func (c *commonParams) validate(maxTokensParam string, maxTokens *int, lim limits) (params, *apiError) {
@@ -620,13 +622,13 @@ func (c *chatRequest) validate(lim limits) (params, *apiError) {
 			return params{}, unsupported("function_call", "function_call (the legacy form of tool_choice) is not supported; use tool_choice")
 		}
 	}
-	tools, toolFormat, e := parseTools(c.Tools, c.ToolChoice)
+	tools, toolFormat, e := parseTools(c.Tools, c.ToolChoice, lim.schemas)
 	if e != nil {
 		return params{}, e
 	}
 	// OpenAI's parallel_tool_calls false: at most one call per answer.
 	tools.single = c.ParallelToolCalls != nil && !*c.ParallelToolCalls
-	format, e := parseResponseFormat(c.ResponseFormat)
+	format, e := parseResponseFormat(c.ResponseFormat, lim.schemas)
 	if e != nil {
 		return params{}, e
 	}
@@ -670,7 +672,7 @@ func (c *chatRequest) validate(lim limits) (params, *apiError) {
 // json_schema, whose schema is compiled here once to refuse what the
 // grammar compiler refuses (naming the limit) before any worker sees it.
 // The workers compile it again from the same text (I14).
-func parseResponseFormat(raw json.RawMessage) (sample.Format, *apiError) {
+func parseResponseFormat(raw json.RawMessage, schemas schemaCheck) (sample.Format, *apiError) {
 	var f sample.Format
 	if isNull(raw) {
 		return f, nil
@@ -714,7 +716,7 @@ func parseResponseFormat(raw json.RawMessage) (sample.Format, *apiError) {
 	if err := json.Compact(&b, js.Schema); err != nil {
 		return f, badParam("response_format.json_schema.schema", "the schema is not valid JSON")
 	}
-	if _, err := grammar.CompileSchema(b.Bytes()); err != nil {
+	if _, err := schemas.check(b.Bytes()); err != nil {
 		code := "invalid_schema"
 		var ge *grammar.Error
 		if errors.As(err, &ge) {

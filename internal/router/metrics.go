@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"sluice/internal/engine"
+	"sluice/internal/grammar"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -140,7 +141,7 @@ var refusalCodes = map[string]bool{
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
-func newMetrics(reg *prometheus.Registry, stats func() EngineStats, model func() string, tenantLabels bool) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, stats func() EngineStats, model func() string, tenantLabels bool, schemas *grammar.Checks) (*metrics, error) {
 	var tenant []string
 	if tenantLabels {
 		tenant = []string{"tenant"}
@@ -202,6 +203,19 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats, model func()
 	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.itl, m.promptTokens, m.completionTokens, m.inflight, m.refused, m.e2e, m.vE2E, m.vTTFT, m.vITL, m.vPrompt, m.vGen, m.drainCut} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
+		}
+	}
+	if schemas != nil {
+		hits := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_schema_check_cache_hits_total", Help: "Schemas (response_format's, tools' parameters) the router found already checked in its per-tenant cache, so did not compile.",
+		}, func() float64 { h, _ := schemas.Stats(); return float64(h) })
+		misses := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_schema_check_cache_misses_total", Help: "Schemas (response_format's, tools' parameters) the router did not find in its per-tenant cache and compiled to check them.",
+		}, func() float64 { _, m := schemas.Stats(); return float64(m) })
+		for _, c := range []prometheus.Collector{hits, misses} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if stats != nil {

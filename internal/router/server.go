@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sluice/internal/engine"
+	"sluice/internal/grammar"
 	"sluice/internal/kv"
 	"sluice/internal/preflight"
 	"sluice/internal/ratelimit"
@@ -118,6 +119,9 @@ type Server struct {
 	inflight map[string]int // per tenant
 	// limiter holds the tenants' rate limits (nil: none).
 	limiter *ratelimit.Limiter
+	// schemas caches the checks of the schemas tenants send
+	// (response_format, tools' parameters), per tenant.
+	schemas *grammar.Checks
 
 	// admin serves /metrics, /health and /ready apart from the API;
 	// endpoints are the API handler's routes (for logs and 404s).
@@ -161,7 +165,8 @@ func New(cfg Config) (*Server, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	s.idPrefix = hex.EncodeToString(b[:])
-	m, err := newMetrics(cfg.Registry, cfg.Stats, func() string { return cfg.Engine.Info().Model }, cfg.MetricsTenantLabels)
+	s.schemas = grammar.NewChecks(0, 0)
+	m, err := newMetrics(cfg.Registry, cfg.Stats, func() string { return cfg.Engine.Info().Model }, cfg.MetricsTenantLabels, s.schemas)
 	if err != nil {
 		return nil, err
 	}
@@ -521,7 +526,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	info := s.cfg.Engine.Info()
-	p, e := req.validate(limits{vocab: info.Vocab, context: info.Context})
+	p, e := req.validate(limits{vocab: info.Vocab, context: info.Context, schemas: schemaCheck{s.schemas, tenant}})
 	if e != nil {
 		s.fail(w, r, e)
 		return
@@ -601,7 +606,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	info := s.cfg.Engine.Info()
-	p, e := req.validate(limits{vocab: info.Vocab, context: info.Context})
+	p, e := req.validate(limits{vocab: info.Vocab, context: info.Context, schemas: schemaCheck{s.schemas, tenant}})
 	if e != nil {
 		s.fail(w, r, e)
 		return

@@ -77,7 +77,7 @@ type toolSpec struct {
 
 // parseTools validates tools and tool_choice and, for required and named
 // choices, returns the output format that constrains the answer.
-func parseTools(toolsRaw, choiceRaw json.RawMessage) (toolSpec, sample.Format, *apiError) {
+func parseTools(toolsRaw, choiceRaw json.RawMessage, schemas schemaCheck) (toolSpec, sample.Format, *apiError) {
 	var spec toolSpec
 	var f sample.Format
 	t := strings.TrimSpace(string(toolsRaw))
@@ -113,11 +113,11 @@ func parseTools(toolsRaw, choiceRaw json.RawMessage) (toolSpec, sample.Format, *
 			return spec, f, badParam(p+".function.parameters", "parameters must be a JSON Schema object")
 		}
 		spec.tools[i].Function.Parameters = b.Bytes()
-		g, err := grammar.CompileSchema(b.Bytes())
+		refs, err := schemas.check(b.Bytes())
 		if err != nil {
 			return spec, f, schemaError(p+".function.parameters", err)
 		}
-		usesRef = append(usesRef, g.UsesRef())
+		usesRef = append(usesRef, refs)
 		var r any
 		raw, _ := json.Marshal(spec.tools[i])
 		_ = json.Unmarshal(raw, &r)
@@ -184,12 +184,33 @@ func parseTools(toolsRaw, choiceRaw json.RawMessage) (toolSpec, sample.Format, *
 			fmt.Fprintf(&b, `{"type":"object","properties":{"name":{"const":%s},"arguments":%s},"required":["name","arguments"],"additionalProperties":false}`, name, td.Function.Parameters)
 		}
 		b.WriteString(`]}`)
-		if _, err := grammar.CompileSchema([]byte(b.String())); err != nil {
+		if _, err := schemas.check([]byte(b.String())); err != nil {
 			return spec, f, schemaError("tools", err)
 		}
 		f = sample.Format{Kind: sample.FormatJSONSchema, Schema: b.String()}
 	}
 	return spec, f, nil
+}
+
+// schemaCheck checks a request's schemas (response_format's, the tools'
+// parameters) for the tenant that sent them: through the server's cache
+// of checks (grammar.Checks, keyed by tenant and schema text), or, with
+// no cache (tests), by compiling each. usesRef: the schema follows a $ref.
+type schemaCheck struct {
+	cache  *grammar.Checks
+	tenant string
+}
+
+func (sc schemaCheck) check(schema []byte) (usesRef bool, err error) {
+	if sc.cache != nil {
+		usesRef, _, err = sc.cache.Check(sc.tenant, schema)
+		return usesRef, err
+	}
+	g, err := grammar.CompileSchema(schema)
+	if err != nil {
+		return false, err
+	}
+	return g.UsesRef(), nil
 }
 
 // schemaError is the 400 for a schema the grammar compiler refuses: its

@@ -30,7 +30,7 @@ func TestToolsRenderThroughQwen3Template(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, _, e := parseTools(json.RawMessage(weatherTools), nil)
+	spec, _, e := parseTools(json.RawMessage(weatherTools), nil, schemaCheck{})
 	if e != nil {
 		t.Fatal(e)
 	}
@@ -64,15 +64,15 @@ func TestToolsRenderThroughQwen3Template(t *testing.T) {
 // output as the one call it must be (required, named), and anything else
 // stays content.
 func TestToolCallsParsed(t *testing.T) {
-	auto, _, e := parseTools(json.RawMessage(weatherTools), nil)
+	auto, _, e := parseTools(json.RawMessage(weatherTools), nil, schemaCheck{})
 	if e != nil || auto.mode != toolModeAuto {
 		t.Fatal(e, auto.mode)
 	}
-	req, f, e := parseTools(json.RawMessage(weatherTools), json.RawMessage(`"required"`))
+	req, f, e := parseTools(json.RawMessage(weatherTools), json.RawMessage(`"required"`), schemaCheck{})
 	if e != nil || req.mode != toolModeReq || f.Kind != sample.FormatJSONSchema || !strings.Contains(f.Schema, `"anyOf"`) {
 		t.Fatal(e, req.mode, f)
 	}
-	named, f, e := parseTools(json.RawMessage(weatherTools), json.RawMessage(`{"type":"function","function":{"name":"get_time"}}`))
+	named, f, e := parseTools(json.RawMessage(weatherTools), json.RawMessage(`{"type":"function","function":{"name":"get_time"}}`), schemaCheck{})
 	if e != nil || named.mode != toolModeNamed || f.Schema != `{"type":"object","properties":{"tz":{"type":"string"}},"required":["tz"]}` {
 		t.Fatal(e, named.mode, f)
 	}
@@ -180,7 +180,7 @@ func TestAutoToolCallsStreamed(t *testing.T) {
 // as they come, and what went out is exactly the arguments toolCalls
 // reads from the whole text; nothing after the arguments value is sent.
 func TestScanRequiredStreamsArguments(t *testing.T) {
-	spec, _, e := parseTools(json.RawMessage(weatherTools), json.RawMessage(`"required"`))
+	spec, _, e := parseTools(json.RawMessage(weatherTools), json.RawMessage(`"required"`), schemaCheck{})
 	if e != nil {
 		t.Fatal(e)
 	}
@@ -224,12 +224,12 @@ func TestScanRequiredStreamsArguments(t *testing.T) {
 // call of a string parameter lost its quotes, or became an object when
 // the string held one, unlike its stream.)
 func TestToolCallArgumentsAreJSON(t *testing.T) {
-	auto, _, e := parseTools(json.RawMessage(weatherTools), nil)
+	auto, _, e := parseTools(json.RawMessage(weatherTools), nil, schemaCheck{})
 	if e != nil {
 		t.Fatal(e)
 	}
 	strTools := `[{"type":"function","function":{"name":"say","parameters":{"type":"string"}}},{"type":"function","function":{"name":"n","parameters":{"type":"integer"}}}]`
-	req, _, e := parseTools(json.RawMessage(strTools), json.RawMessage(`"required"`))
+	req, _, e := parseTools(json.RawMessage(strTools), json.RawMessage(`"required"`), schemaCheck{})
 	if e != nil || req.mode != toolModeReq {
 		t.Fatal(e, req.mode)
 	}
@@ -275,17 +275,17 @@ func TestRequiredToolsRefChecked(t *testing.T) {
 		`{"type":"object","properties":{"kind":{"enum":["$ref","#"]}}}`,
 		`{"type":"object","properties":{"a":{"const":{"$ref":"#"}}}}`,
 	} {
-		spec, f, e := parseTools(tools(params), json.RawMessage(`"required"`))
+		spec, f, e := parseTools(tools(params), json.RawMessage(`"required"`), schemaCheck{})
 		if e != nil || spec.mode != toolModeReq || !f.Constrained() {
 			t.Errorf("%s: refused with required: %v", params, e)
 		}
 	}
 	ref := `{"$defs":{"c":{"type":"string"}},"type":"object","properties":{"city":{"$ref":"#/$defs/c"}}}`
-	if _, _, e := parseTools(tools(ref), json.RawMessage(`"required"`)); e == nil || e.Code != CodeUnsupported || e.Param != "tools[0].function.parameters" {
+	if _, _, e := parseTools(tools(ref), json.RawMessage(`"required"`), schemaCheck{}); e == nil || e.Code != CodeUnsupported || e.Param != "tools[0].function.parameters" {
 		t.Errorf("a $ref with required and two tools: %v, want %s on tools[0].function.parameters", e, CodeUnsupported)
 	}
 	one := json.RawMessage(`[{"type":"function","function":{"name":"f","parameters":` + ref + `}}]`)
-	if spec, _, e := parseTools(one, json.RawMessage(`"required"`)); e != nil || spec.mode != toolModeNamed {
+	if spec, _, e := parseTools(one, json.RawMessage(`"required"`), schemaCheck{}); e != nil || spec.mode != toolModeNamed {
 		t.Errorf("a $ref with required and one tool: %v", e)
 	}
 
