@@ -81,7 +81,7 @@ func serveWorkerMetrics(log *slog.Logger, early *earlyServer, model string, stat
 	if early == nil {
 		return func() {}, nil
 	}
-	h, err := router.MetricsHandler(stats, model)
+	h, err := router.MetricsHandler(stats, model, computeClassFailures())
 	if err != nil {
 		return nil, err
 	}

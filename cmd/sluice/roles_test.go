@@ -254,6 +254,10 @@ func TestRolesAsProcesses(t *testing.T) {
 	if !strings.Contains(string(body), "sluice_prompt_tokens_total 5") || strings.Contains(string(body), "tenant-b") {
 		t.Fatalf("router admin metrics:\n%s", body)
 	}
+	// The router runs no forward pass: no compute threads to count.
+	if strings.Contains(string(body), "sluice_compute_class_failures_total") {
+		t.Errorf("router metrics count compute threads it does not have")
+	}
 	// The decode process exports its own pool: all 32 pages free again.
 	resp, err = http.Get(maddr)
 	if err != nil {
@@ -261,8 +265,12 @@ func TestRolesAsProcesses(t *testing.T) {
 	}
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if want := `sluice_kv_pages{role="decode",state="free"} 32`; !strings.Contains(string(body), want) {
-		t.Fatalf("decode metrics lack %s:\n%s", want, body)
+	// Each role that computes counts the compute threads the OS left
+	// out of --compute-priority's class (none here).
+	for _, want := range []string{`sluice_kv_pages{role="decode",state="free"} 32`, "\nsluice_compute_class_failures_total 0\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("decode metrics lack %s:\n%s", want, body)
+		}
 	}
 	// The prefill process exports the prompt's first-token phases as it
 	// saw them (the router's process has no prefill worker to record
@@ -291,7 +299,7 @@ func TestRolesAsProcesses(t *testing.T) {
 	// Its scheduler's counters, as the other roles export theirs (one
 	// tenant's one prompt: nothing nested, nothing preempted), and no
 	// gateway request counts: its prompts are the router's requests.
-	for _, want := range []string{`sluice_nested_steps_total{role="prefill"} 0`, `sluice_preemptions_total{role="prefill"} 0`} {
+	for _, want := range []string{`sluice_nested_steps_total{role="prefill"} 0`, `sluice_preemptions_total{role="prefill"} 0`, "\nsluice_compute_class_failures_total 0"} {
 		if !strings.Contains(string(body), want+"\n") {
 			t.Errorf("prefill metrics lack %s", want)
 		}
@@ -508,6 +516,17 @@ func TestServeBuiltInAndDrain(t *testing.T) {
 	}
 	if !strings.Contains(p.log(), "built-in default model") {
 		t.Fatalf("start-up log does not name the built-in model:\n%s", p.log())
+	}
+	// serve computes: its /metrics (on the API listener, no keys) counts
+	// the compute threads the OS left out of --compute-priority's class.
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "\nsluice_compute_class_failures_total 0\n") {
+		t.Errorf("serve metrics lack sluice_compute_class_failures_total:\n%s", body)
 	}
 	st := cl.Completions.NewStreaming(ctx, openai.CompletionNewParams{
 		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hello")}, MaxTokens: openai.Int(2000), Temperature: openai.Float(0)},

@@ -25,6 +25,8 @@ import (
 	"sluice/internal/router"
 	"sluice/internal/router/node"
 	"sluice/internal/tlsload"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func init() {
@@ -284,6 +286,18 @@ func (o *roleOpts) lowerCompute(log *slog.Logger, explicit bool) {
 		return
 	}
 	log.Info("compute threads", "priority", kernels.ComputeClass().String())
+}
+
+// computeClassFailures is sluice_compute_class_failures_total, for the
+// roles that run forward passes (serve, prefill, decode): the compute
+// threads (kernels.ClassFailures) left at normal priority because the OS
+// refused them --compute-priority's class after the start's own try on a
+// thread of its own succeeded. Above 0, the class the start line names
+// is not what every compute thread runs in.
+func computeClassFailures() prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_compute_class_failures_total",
+		Help: "Compute threads (forward-pass workers, scheduler loops) left at normal priority because the OS refused them --compute-priority's class after the start's own try succeeded."},
+		func() float64 { return float64(kernels.ClassFailures()) })
 }
 
 func (o *roleOpts) logger() (*slog.Logger, error) {
@@ -614,9 +628,11 @@ Example:
 		return 1
 	}
 	checkChatTemplate(log, ct)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(computeClassFailures())
 	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
 		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.routerSlots(), TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Ready: st.Ready, Logger: log,
-		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels})
+		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels, Registry: reg})
 	if err != nil {
 		log.Error("router", "err", err)
 		st.Close(context.Background())

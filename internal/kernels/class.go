@@ -103,6 +103,10 @@ func SetComputeClass(c ThreadClass) error {
 // ComputeClass is the class SetComputeClass put in effect.
 func ComputeClass() ThreadClass { return ThreadClass(computeClass.Load()) }
 
+// lockedThreadClass is how LockComputeThread applies the class
+// (setThreadClass; a test makes it fail).
+var lockedThreadClass = setThreadClass
+
 // ClassFailures counts compute threads that stayed normal because the OS
 // refused their class after SetComputeClass's own try succeeded.
 func ClassFailures() int64 { return failed.Load() }
@@ -118,7 +122,7 @@ func LockComputeThread() ThreadClass {
 		return ClassNormal
 	}
 	runtime.LockOSThread()
-	if err := setThreadClass(c); err != nil {
+	if err := lockedThreadClass(c); err != nil {
 		runtime.UnlockOSThread() // nothing changed: the thread may serve others
 		failed.Add(1)
 		return ClassNormal

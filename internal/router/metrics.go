@@ -388,11 +388,14 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 
 // MetricsHandler serves /metrics for a process without the HTTP API (a
 // prefill or decode worker): the snapshot that stats returns at each
-// scrape, under sluice's names and the gateway names (model_name model).
-func MetricsHandler(stats func() EngineStats, model string) (http.Handler, error) {
+// scrape, under sluice's names and the gateway names (model_name model),
+// and the process's own collectors (extra).
+func MetricsHandler(stats func() EngineStats, model string, extra ...prometheus.Collector) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(&statsCollector{stats: stats, model: func() string { return model }}); err != nil {
-		return nil, err
+	for _, c := range append([]prometheus.Collector{&statsCollector{stats: stats, model: func() string { return model }}}, extra...) {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
 	}
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
 }
