@@ -203,6 +203,39 @@ func (p *budgetProbe) observe(s *scheduler, steps []Step) {
 // replaced a wall-clock ratio of b's inter-token gaps with and without
 // evil's schemas, which failed at load average 13-15.)
 func TestConstrainedTenantDoesNotSlowCoTenant(t *testing.T) {
+	constrainedBeside(t, adversarialSchema)
+}
+
+// nestedPatternSchema is a schema no cache has seen whose strings are
+// patterns of six groups of nine nested {0,2} repetitions (red team 10):
+// every group may match nothing, so one byte's step inside a string
+// follows every way through them, about 22,000 grammar units for a byte
+// that none of them takes (5x a step's budget here). A byte's step could
+// not be cut into slices: a co-tenant's step did 44,526 units of evil's
+// grammar work against its budget of 4,096.
+func nestedPatternSchema(n int) string {
+	group := strings.Repeat("(", 9) + "a" + strings.Repeat("){0,2}", 9)
+	var props, req []string
+	for i := range 2 {
+		props = append(props, fmt.Sprintf(`"k%d_%d":{"type":"string","pattern":%q}`, n, i, "^"+strings.Repeat(group, 6)+"$"))
+		req = append(req, fmt.Sprintf(`"k%d_%d"`, n, i))
+	}
+	return `{"type":"object","properties":{` + strings.Join(props, ",") + `},"required":[` + strings.Join(req, ",") + `],"additionalProperties":false}`
+}
+
+// TestConstrainedTenantDoesNotSlowCoTenantNested is the test above with
+// evil's strings nested pattern groups: the step of one byte costs
+// several budgets, so the step is cut mid-byte and resumed at the next
+// step (the grammar's byte step is resumable), and b's steps stay within
+// the same bound.
+func TestConstrainedTenantDoesNotSlowCoTenantNested(t *testing.T) {
+	constrainedBeside(t, nestedPatternSchema)
+}
+
+// constrainedBeside runs tenant b's unconstrained request beside three of
+// evil's constrained ones, each with schema(n) for a fresh n, and checks
+// the bound TestConstrainedTenantDoesNotSlowCoTenant describes.
+func constrainedBeside(t *testing.T, schema func(n int) string) {
 	const units, bTokens = 4096, 80
 	probe := &budgetProbe{units: units}
 	var sched atomic.Pointer[scheduler]
@@ -231,7 +264,7 @@ func TestConstrainedTenantDoesNotSlowCoTenant(t *testing.T) {
 				mu.Lock()
 				schemaN++
 				// greedy: the argmax is refused at most positions, so most draws need a mask
-				p := sample.Params{Format: sample.Format{Kind: sample.FormatJSONSchema, Schema: adversarialSchema(schemaN)}}
+				p := sample.Params{Format: sample.Format{Kind: sample.FormatJSONSchema, Schema: schema(schemaN)}}
 				mu.Unlock()
 				s, err := col.Submit(ctx, &Request{Tenant: "evil", Prompt: prompt(i*100+n, 3), MaxTokens: 60, Sampling: p})
 				if err != nil {

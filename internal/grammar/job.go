@@ -54,7 +54,6 @@ func (w *trieWalk) run(budget int) (used int, done bool) {
 		}
 		ch := top.ch
 		nd := w.v.nodes[ch]
-		top.ch = nd.sub // the next sibling
 		if w.only != nil {
 			for w.at < len(w.only) && w.only[w.at] < nd.t0 {
 				w.at++
@@ -64,18 +63,26 @@ func (w *trieWalk) run(budget int) (used int, done bool) {
 				return used, true
 			}
 			if w.only[w.at] >= w.v.toks2(ch) {
+				top.ch = nd.sub
 				continue // no token of interest below ch
 			}
 		}
-		r := w.ws.step(top.cur, nd.b)
 		// A node costs one unit and the work of its memo miss's step
 		// (walkStep.work, what a token's check charges for the same
 		// step): a walk from a set of many stacks costs up to MaxStacks
 		// expansions a node, and a walk from one stack fans out too
 		// (before a wide anyOf, hundreds after the first byte; in nested
-		// repetitions thousands of ways for one byte).
-		used += 1 + w.ws.work - work0
+		// repetitions thousands of ways for one byte). A step that does
+		// not fit the budget stops inside and the walk resumes at the
+		// same node.
+		r := w.ws.step(top.cur, nd.b, budget-used)
+		used += w.ws.work - work0
 		work0 = w.ws.work
+		if r == nil {
+			return used, false
+		}
+		used++
+		top.ch = nd.sub // the next sibling
 		descend, esc := w.visit(ch, top.cur, r, top.esc)
 		if descend && len(r.live) > 0 && nd.sub > ch+1 {
 			w.st = append(w.st, walkFrame{n: ch, ch: ch + 1, cur: r, esc: esc})
@@ -202,6 +209,9 @@ type MaskJob struct {
 	pmNew *posMask
 	u     int
 	xw    *trieWalk
+	// uf feeds uncertain token u, cut short when feeding.
+	uf      *feedJob
+	feeding bool
 	// fan sums the bounds of the stacks done; peak is stack i's.
 	fan, peak int
 	// uw is the union walk; over says it refused a token for MaxStacks
@@ -289,7 +299,7 @@ func (j *MaskJob) union() {
 			j.dst[id>>6] |= 1 << (id & 63)
 		}
 	}
-	j.pm, j.pw, j.pmNew, j.xw, j.u = nil, nil, nil, nil, 0
+	j.pm, j.pw, j.pmNew, j.xw, j.u, j.feeding = nil, nil, nil, nil, 0, false
 	j.ph = phDone
 	if len(live) > 0 {
 		var peak int
@@ -299,8 +309,10 @@ func (j *MaskJob) union() {
 }
 
 // Run does up to about budget units of work (it may pass it by one
-// token's check or one step of a set of stacks) and reports the units
-// used and whether the mask is complete.
+// expansion, a reference's alternatives, and by the union of one
+// position's accepted set; the steps of its trie nodes and uncertain
+// tokens are cut inside a byte when they do not fit) and reports the
+// units used and whether the mask is complete.
 func (j *MaskJob) Run(budget int) (used int, done bool) {
 	m := j.m
 	v := m.c.v
@@ -373,23 +385,37 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 			}
 			j.next()
 		case phUncertain:
-			one := m.stacks[j.i : j.i+1]
 			for j.u < len(j.pm.uncertain) {
 				if used >= budget {
 					return used, false
 				}
 				id := v.toks[j.pm.uncertain[j.u]]
-				j.u++
-				// Each token is fed even when another stack allowed it
-				// already: its stacks count towards fan.
+				if !j.feeding {
+					// Each token is fed even when another stack allowed
+					// it already: its stacks count towards fan.
+					if j.uf == nil {
+						j.uf = &feedJob{}
+					}
+					j.uf.start(m.stacks[j.i:j.i+1], v.pieces[id])
+					j.feeding = true
+					m.fed++
+					used++
+				}
 				// One stack can fan out to many within the token: the
-				// work is the stacks stepped, not the token's bytes.
-				out, _, peak, units := m.feedPeak(one, v.pieces[id])
-				used += 1 + units
-				if len(out) > 0 {
+				// work is the stacks stepped, not the token's bytes; a
+				// byte's step is cut into slices like the walks' nodes.
+				units, done := j.uf.run(m.c.g, budget-used)
+				used += units
+				m.work += units
+				if !done {
+					return used, false
+				}
+				j.feeding = false
+				j.u++
+				if len(j.uf.out) > 0 {
 					j.dst[id>>6] |= 1 << (id & 63)
 				}
-				if j.peak = max(j.peak, peak); j.fan+j.peak > maxStacks {
+				if j.peak = max(j.peak, j.uf.peak); j.fan+j.peak > maxStacks {
 					break
 				}
 			}
@@ -422,6 +448,6 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 func (j *MaskJob) next() {
 	j.i++
 	j.fan += j.peak
-	j.pm, j.pw, j.pmNew, j.xw, j.u, j.peak = nil, nil, nil, nil, 0, 0
+	j.pm, j.pw, j.pmNew, j.xw, j.u, j.peak, j.feeding = nil, nil, nil, nil, 0, 0, false
 	j.ph = phStart
 }

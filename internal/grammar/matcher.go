@@ -37,9 +37,9 @@ func (f *frame) hash() uint64 {
 // MaxStacks bounds the stacks a matcher follows at once. The grammars the
 // schema compiler emits are nearly deterministic (one or two stacks); an
 // ambiguous schema (anyOf branches that begin alike: a 300-way anyOf of
-// objects is 300 stacks after its "{") multiplies them. The bound is what
-// one byte of a token's check may cost (an expansion per stack; a check
-// runs within the step's grammar budget a byte at a time, CheckWithin)
+// objects is 300 stacks after its "{") multiplies them. The bound is on
+// what one byte of a token's check may cost (an expansion per stack; a
+// check runs within the step's grammar budget in slices, CheckWithin)
 // and what a mask's walk steps at once: a token
 // that would keep more parses alive is refused (Allowed, the mask), and a
 // request left with no other token fails with grammar_ambiguous rather
@@ -84,6 +84,16 @@ type stackSet struct {
 	// same stacks, so the second is skipped.
 	visits map[frameKey]struct{}
 	n0     int
+	// The step under way (begin, run): the stacks from (from; from[i:]
+	// not begun yet), the byte, and the work list of the (position,
+	// stack below) pairs the stack being stepped has still to expand,
+	// last first. The step can stop between two pairs when its budget
+	// is spent and resume there (a byte of nested repetitions is tens of
+	// thousands of units, several steps' grammar budgets).
+	from []*frame
+	i    int
+	c    byte
+	todo []frameKey
 }
 
 // memoAt is the work of one stack's step by a byte from which stepFrom
@@ -107,11 +117,14 @@ const memoKeep = 4096
 // stops what the memo does not merge: ways that each build a different
 // stack below, as nested repetitions that may all be empty do (60
 // string patterns of nine nested {0,2} groups, 37 KB: a byte none of
-// them takes follows about 2 million ways). A byte's step cannot be cut
-// into slices, so the bound is what one byte may hold the worker's
-// shared step: a remembered unit costs about 1-2 us on a loaded machine
-// (map and frames), so 2^21 units were 4.1 s at load 25 (Intel Xeon
-// family 6 model 167) and 2^16 are 70 ms. No schema the tests know
+// them takes follows about 2 million ways). A byte's step is cut into
+// slices like the rest of a check or a mask (stackSet's work list: the
+// grammar budget of the worker's shared step bounds each slice), so the
+// bound no longer says what one byte may hold that step; it is a safety
+// limit on one byte's whole work and its memo, spread over the
+// constrained request's own steps: a remembered unit costs about 1-2 us
+// on a loaded machine (map and frames), so 2^21 units were 4.1 s at load
+// 25 (Intel Xeon family 6 model 167) and 2^16 are 70 ms. No schema the tests know
 // comes near it (the hostile corpus, wide anyOf of objects and of
 // patterns); a 512-stack step into a 1,000-way anyOf (about 512,000)
 // is now refused.
@@ -126,6 +139,7 @@ const hashAt = 16
 // reset empties ss for another step (keeping its memory).
 func (ss *stackSet) reset() {
 	ss.s, ss.over, ss.escaped, ss.n = ss.s[:0], false, false, 0
+	ss.from, ss.i, ss.todo = nil, 0, ss.todo[:0]
 	if len(ss.visits) > 0 {
 		clear(ss.visits)
 	}
@@ -245,15 +259,14 @@ func (g *Grammar) resolve(pos int32, below *frame, out *stackSet) {
 	out.add(out.frame(pos, below))
 }
 
-// stepFrom consumes byte c at position pos with below under it, adding
-// the stacks after it to out. The grammar has no left recursion (checked
-// at compile), so the expansion terminates.
-func (g *Grammar) stepFrom(pos int32, below *frame, c byte, out *stackSet) {
-	if out.over {
-		// Past MaxStacks the step is refused whatever else it adds:
-		// following the rest of the ways is work for nothing.
-		return
-	}
+// expand consumes byte c at position pos with below under it: a class
+// that takes c adds the stack after it to out; an alternative's end pops
+// to the frame below, and a reference to its alternatives that may take
+// c, which go on out's work list (first alternative on top, so the work
+// list expands the ways depth first in the grammar's order, as a
+// recursion would). The grammar has no left recursion (checked at
+// compile), so the expansion terminates.
+func (g *Grammar) expand(pos int32, below *frame, c byte, out *stackSet) {
 	e := g.elems[pos]
 	out.n++
 	if out.n-out.n0 > memoAt {
@@ -283,7 +296,7 @@ func (g *Grammar) stepFrom(pos int32, below *frame, c byte, out *stackSet) {
 			out.escaped = true
 			return
 		}
-		g.stepFrom(below.pos, below.next, c, out)
+		out.todo = append(out.todo, frameKey{below.pos, below.next})
 	case kRef:
 		ret := below
 		if g.elems[pos+1].kind != kEnd {
@@ -291,31 +304,64 @@ func (g *Grammar) stepFrom(pos int32, below *frame, c byte, out *stackSet) {
 			// pushes nothing, so right recursion does not grow the stack.
 			ret = out.frame(pos+1, below)
 		}
-		out.n += len(g.rules[e.arg])
-		for _, s := range g.rules[e.arg] {
-			if g.nullAt[s] || g.firstAt[s].has(c) {
-				g.stepFrom(s, ret, c, out)
+		alts := g.rules[e.arg]
+		out.n += len(alts)
+		for k := len(alts) - 1; k >= 0; k-- {
+			if s := alts[k]; g.nullAt[s] || g.firstAt[s].has(c) {
+				out.todo = append(out.todo, frameKey{s, ret})
 			}
 		}
 	}
 }
 
-// step advances every stack of in by byte c into out.
-func (g *Grammar) step(in []*frame, c byte, out *stackSet) {
-	for _, f := range in {
-		if f != nil {
-			out.n0 = out.n
-			g.stepFrom(f.pos, f.next, c, out)
+// begin starts the step of every stack of from by byte c into out (reset).
+// from must not change until the step is done.
+func (g *Grammar) begin(from []*frame, c byte, out *stackSet) {
+	out.from, out.i, out.c = from, 0, c
+}
+
+// run goes on with out's step for about budget units (it may pass it by
+// one pair's expansion: a reference's alternatives) and reports whether
+// the step is done. A step cut short resumes where it stopped at the next
+// run, with the same result as a step run at once.
+func (g *Grammar) run(out *stackSet, budget int) (done bool) {
+	n := out.n
+	for {
+		if out.over {
+			// Past MaxStacks (or MaxByteWork) the step is refused
+			// whatever else it adds: following the rest of the ways is
+			// work for nothing.
+			out.todo, out.i = out.todo[:0], len(out.from)
 		}
+		if len(out.todo) == 0 {
+			if out.i == len(out.from) {
+				break
+			}
+			f := out.from[out.i]
+			out.i++
+			if f != nil {
+				out.n0 = out.n
+				out.todo = append(out.todo, frameKey{f.pos, f.next})
+			}
+			continue
+		}
+		if out.n-n >= budget {
+			return false
+		}
+		k := out.todo[len(out.todo)-1]
+		out.todo = out.todo[:len(out.todo)-1]
+		g.expand(k.pos, k.next, out.c, out)
 	}
+	out.from = nil
 	// The memo is this step's alone: a large one is not kept (up to
 	// MaxByteWork pairs and the frames they point to, in each of a
-	// matcher's four sets for its request's life); a small one is
+	// matcher's sets for its request's life); a small one is
 	// reused (a union walk over a 300-way anyOf of objects passes
 	// memoAt at most nodes: making the map anew each took 2x as long).
 	if len(out.visits) > memoKeep {
 		out.visits = nil
 	}
+	return true
 }
 
 // canEnd reports whether stack f can finish without another byte.
@@ -362,8 +408,8 @@ type Matcher struct {
 	// wide: the grammar's start alone is more than MaxStacks parses; no
 	// token is allowed and the mask reports it (MaskJob.Over).
 	wide bool
-	// tmp are scratch sets for feeding a token's bytes.
-	tmp [2]stackSet
+	// tmp is the scratch of feeding a token's bytes at once (Accept).
+	tmp feedJob
 	// Checking a token costs a step of every stack the matcher follows
 	// by every byte of the token: up to MaxStacks x the token's bytes
 	// (a 128-space token at 500 stacks is about 10^5 units, tens of
@@ -381,13 +427,75 @@ type Matcher struct {
 	work int
 }
 
-// tokenCheck is a check of token id cut short after i bytes; the stacks
-// after them are in sets[(i-1)&1] (i > 0).
+// tokenCheck is a check of token id cut short: the feed of its bytes.
 type tokenCheck struct {
 	id     int32
-	i      int
 	active bool
-	sets   [2]stackSet
+	f      feedJob
+}
+
+// feedJob feeds a token's bytes to a set of stacks in slices of bounded
+// work, cut between two bytes or inside one byte's step (stackSet's work
+// list): the stacks after bytes [0, i) are in sets[(i-1)&1] (from, when
+// i is 0), and byte i's step is under way in sets[i&1] when mid. Done, out
+// is the stack set after the token (scratch: sets's), nil when a byte was
+// refused; over says a step passed MaxStacks (or MaxByteWork); peak is
+// the largest set stepped through (MaxStacks+1 when over).
+type feedJob struct {
+	from  []*frame
+	piece string
+	i     int
+	mid   bool
+	sets  [2]stackSet
+	out   []*frame
+	over  bool
+	peak  int
+}
+
+// start begins feeding piece to stacks from, which must not change until
+// the feed is done.
+func (f *feedJob) start(from []*frame, piece string) {
+	f.from, f.piece, f.i, f.mid, f.out, f.over, f.peak = from, piece, 0, false, nil, false, 0
+}
+
+// run goes on feeding for about budget units (it may pass it by one
+// expansion of a byte's step) and reports the units used and whether the
+// feed is done.
+func (f *feedJob) run(g *Grammar, budget int) (used int, done bool) {
+	cur := f.from
+	for f.i < len(f.piece) {
+		if used >= budget {
+			return used, false
+		}
+		t := &f.sets[f.i&1]
+		if !f.mid {
+			if f.i > 0 {
+				cur = f.sets[(f.i-1)&1].s
+			}
+			t.reset()
+			g.begin(cur, f.piece[f.i], t)
+			f.mid = true
+		}
+		n := t.n
+		ok := g.run(t, budget-used)
+		used += t.n - n
+		if !ok {
+			return used, false
+		}
+		f.mid = false
+		f.i++
+		if t.over {
+			f.over, f.peak = true, maxStacks+1
+			return used, true
+		}
+		f.peak = max(f.peak, len(t.s))
+		if len(t.s) == 0 {
+			return used, true
+		}
+		cur = t.s
+	}
+	f.out = cur
+	return used, true
 }
 
 // checked is a finished check: ok with the stack set after the token
@@ -408,33 +516,14 @@ func (c *Compiled) NewMatcher() *Matcher {
 }
 
 // feed returns the stack set after the bytes of piece from stacks, or
-// nil when a byte is refused. over reports MaxStacks was exceeded.
+// nil when a byte is refused, at once. over reports MaxStacks was
+// exceeded.
 func (m *Matcher) feed(stacks []*frame, piece string) (out []*frame, over bool) {
-	out, over, _, _ = m.feedPeak(stacks, piece)
-	return out, over
-}
-
-// feedPeak is feed that also reports the largest set it stepped through
-// (MaxStacks+1 when over) and the units of work it did.
-func (m *Matcher) feedPeak(stacks []*frame, piece string) (out []*frame, over bool, peak, units int) {
 	m.fed++
-	defer func() { m.work += units }()
-	cur := stacks
-	for i := 0; i < len(piece); i++ {
-		t := &m.tmp[i&1]
-		t.reset()
-		m.c.g.step(cur, piece[i], t)
-		units += t.n
-		if t.over {
-			return nil, true, maxStacks + 1, units
-		}
-		peak = max(peak, len(t.s))
-		if len(t.s) == 0 {
-			return nil, false, peak, units
-		}
-		cur = t.s
-	}
-	return cur, false, peak, units
+	m.tmp.start(stacks, piece)
+	units, _ := m.tmp.run(m.c.g, int(^uint(0)>>1))
+	m.work += units
+	return m.tmp.out, m.tmp.over
 }
 
 // ErrAmbiguous is the error of a request whose schema keeps more than
@@ -475,9 +564,11 @@ func (m *Matcher) Allowed(id int32) bool {
 }
 
 // CheckWithin is Allowed in slices: it goes on checking token id for
-// about budget units of work (it may pass it by one byte's step of every
-// stack) and reports whether the check is done and, when it is, its
-// answer. A check cut short resumes where it stopped when the same token
+// about budget units of work (it may pass it by one expansion: the
+// alternatives of one rule reference) and reports whether the check is
+// done and, when it is, its answer. A check is cut between two bytes or
+// inside one byte's step (a byte of nested repetitions can cost tens of
+// thousands of units). A check cut short resumes where it stopped when the same token
 // is asked again before the matcher moves on (another token's check
 // drops it); a finished one is answered again without work. The unit is
 // MaskJob's (one stack stepped by one byte, one alternative looked at).
@@ -498,34 +589,24 @@ func (m *Matcher) CheckWithin(id int32, budget int) (ok, done bool, used int) {
 	}
 	c := &m.chk
 	if !c.active || c.id != id {
-		c.id, c.i, c.active = id, 0, true
+		c.id, c.active = id, true
+		c.f.start(m.stacks, p)
 		m.fed++
 	}
-	defer func() { m.work += used }()
-	for c.i < len(p) {
-		if used >= budget {
-			return false, false, used
-		}
-		cur := m.stacks
-		if c.i > 0 {
-			cur = c.sets[(c.i-1)&1].s
-		}
-		t := &c.sets[c.i&1]
-		t.reset()
-		m.c.g.step(cur, p[c.i], t)
-		used += t.n
-		c.i++
-		if t.over || len(t.s) == 0 {
-			c.active = false
-			if len(m.seen) < maxSeen {
-				m.seen = append(m.seen, checked{id: id, over: t.over})
-			}
-			return false, true, used
-		}
+	used, done = c.f.run(m.c.g, budget)
+	m.work += used
+	if !done {
+		return false, false, used
 	}
 	c.active = false
+	if c.f.out == nil {
+		if len(m.seen) < maxSeen {
+			m.seen = append(m.seen, checked{id: id, over: c.f.over})
+		}
+		return false, true, used
+	}
 	if len(m.seen) < maxSeen {
-		out := append([]*frame(nil), c.sets[(len(p)-1)&1].s...)
+		out := append([]*frame(nil), c.f.out...)
 		m.seen = append(m.seen, checked{id: id, ok: true, out: out})
 	}
 	return true, true, used

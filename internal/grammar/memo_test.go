@@ -37,8 +37,10 @@ func TestRememberedChecksNeverChangeAnAnswer(t *testing.T) {
 					if calls > 10000 {
 						t.Fatalf("%s: check of %d never ends", e.Name, id)
 					}
-					if !done && rng.IntN(3) == 0 {
-						// Another token's check in between.
+					if !done && calls == 0 && rng.IntN(3) == 0 {
+						// Another token's check in between (once: the
+						// check cut short starts over, and a check cut
+						// every few units would never end).
 						o := rng.Int32N(n)
 						if got, want := m.Allowed(o), ref.Clone().Allowed(o); got != want {
 							t.Fatalf("%s pos %d: token %d (%q) %v, a fresh matcher %v", e.Name, pos, o, v.Piece(o), got, want)

@@ -241,6 +241,11 @@ type walkStep struct {
 	// MaxByteWork (a nested repetition's ways, a wide anyOf), so counting
 	// the stacks alone let a trie node of 80,000 units pass as 2.
 	work int
+	// pcur and pb are the step under way in t (pcur nil: none): a step
+	// that passes the walk's budget stops inside and resumes when the
+	// walk asks for it again.
+	pcur *stepRes
+	pb   byte
 }
 
 type memoKey struct {
@@ -295,8 +300,10 @@ func (w *walkStep) setID(live []*frame) int32 {
 	return id
 }
 
-// step returns the stack set after byte b from cur.
-func (w *walkStep) step(cur *stepRes, b byte) *stepRes {
+// step returns the stack set after byte b from cur, or nil when the step
+// is cut short after about budget units (walkStep.work counts them): it
+// resumes when asked again for the same cur and b.
+func (w *walkStep) step(cur *stepRes, b byte, budget int) *stepRes {
 	var row []*stepRes
 	if cur.id < maxDenseSets {
 		for int(cur.id) >= len(w.memo) {
@@ -313,10 +320,19 @@ func (w *walkStep) step(cur *stepRes, b byte) *stepRes {
 		return m
 	}
 	t := &w.t
-	t.reset()
-	t.in = &w.in
-	w.g.step(cur.live, b, t)
-	w.work += t.n
+	if w.pcur != cur || w.pb != b {
+		t.reset()
+		t.in = &w.in
+		w.g.begin(cur.live, b, t)
+		w.pcur, w.pb = cur, b
+	}
+	n := t.n
+	done := w.g.run(t, budget)
+	w.work += t.n - n
+	if !done {
+		return nil
+	}
+	w.pcur = nil
 	m := &stepRes{s: append([]*frame(nil), t.s...), over: t.over, escaped: t.escaped}
 	for _, f := range m.s {
 		if f == nil {

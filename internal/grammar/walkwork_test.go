@@ -16,7 +16,7 @@ func nestedRepeat(d int, inner string) string {
 
 // patternMatcher is a matcher of a string of pattern, after its opening
 // quote.
-func patternMatcher(t *testing.T, v *Vocab, pattern string) *Matcher {
+func patternMatcher(t testing.TB, v *Vocab, pattern string) *Matcher {
 	t.Helper()
 	g, err := CompileSchema([]byte(fmt.Sprintf(`{"type":"string","pattern":%q}`, pattern)))
 	if err != nil {
@@ -31,37 +31,47 @@ func patternMatcher(t *testing.T, v *Vocab, pattern string) *Matcher {
 
 // TestWalkChargesItsSteps: a trie walk's node costs what its step did
 // (stackSet.n: stacks stepped and alternatives looked at), the unit a
-// token's check charges for the same step. It charged the stacks alone:
-// in a pattern of nested repetitions a node's step of thousands of units
-// passed as 2, and a mask's Run(256) took 50-60 ms of the shared step
-// (Qwen2's vocabulary, 9 levels; the test vocabulary 30-55 ms at 8).
+// token's check charges for the same step, and a node's step that does
+// not fit the walk's budget stops inside and resumes. It charged the
+// stacks alone: in a pattern of nested repetitions a node's step of
+// thousands of units passed as 2, and a mask's Run(256) took 50-60 ms of
+// the shared step (Qwen2's vocabulary, 9 levels; the test vocabulary
+// 30-55 ms at 8); then it charged the step whole, after doing it (a
+// byte of 8 levels is thousands of units, one slice of a mask).
 func TestWalkChargesItsSteps(t *testing.T) {
 	v := testVocab()
 	m := patternMatcher(t, v, "^"+nestedRepeat(8, "a")+"$")
-	// The walk's first node is the root's first child; a check of a
-	// token beginning with its byte steps the same stack by that byte
-	// (CheckWithin with budget 1 steps one byte).
+	// The walk's first node is the root's first child: the stack stepped
+	// by its byte, as a check steps it.
+	// The position's walk (a cold mask's first work) is from the stack
+	// of its one frame.
+	p := m.stacks[0].pos
 	b := v.nodes[1].b
-	var id int32 = -1
-	for i := range int32(v.Size()) {
-		if p := v.Piece(i); p != "" && p[0] == b {
-			id = i
-			break
+	var first stackSet
+	m.c.g.begin([]*frame{newFrame(p, nil)}, b, &first)
+	m.c.g.run(&first, 1<<30)
+	if first.n < 1000 {
+		t.Fatalf("the step by %q cost %d units: the case does not fan out", b, first.n)
+	}
+	w, _ := m.c.posWalk(p)
+	units, runs := 0, 0
+	for done := false; !done; runs++ {
+		var used int
+		used, done = w.run(1)
+		// A slice passes its budget by at most one expansion: a
+		// reference's alternatives (here two) and a trie node.
+		if used > 8 {
+			t.Fatalf("run %d of budget 1 did %d units: a node's step was not cut", runs, used)
+		}
+		units += used
+		if runs > 1<<22 {
+			t.Fatalf("%d runs of budget 1 and the walk is not done: a cut step does not resume", runs)
 		}
 	}
-	if id < 0 {
-		t.Fatalf("no token begins with %q", b)
+	if units < first.n {
+		t.Fatalf("the walk charged %d units in all; its first node's step alone is %d", units, first.n)
 	}
-	_, _, check := m.Clone().CheckWithin(id, 1)
-	if check < 1000 {
-		t.Fatalf("the check of %q cost %d units: the case does not fan out", v.Piece(id), check)
-	}
-	j := m.MaskJob(make([]uint64, v.Words()))
-	used, _ := j.Run(1) // one node: the cold position's walk, its first child
-	if used < check/2 {
-		t.Fatalf("the walk charged %d units for a node whose step a check charges %d", used, check)
-	}
-	t.Logf("first node: %d units (a check of its byte: %d)", used, check)
+	t.Logf("first node's step: %d units; the walk %d units in %d runs of budget 1", first.n, units, runs)
 }
 
 // TestStepStopsPastMaxStacks: a step that has passed MaxStacks is refused
@@ -89,14 +99,15 @@ func TestStepStopsPastMaxStacks(t *testing.T) {
 	t.Logf("%d units for 5 groups and 10", used[0])
 }
 
-// TestByteStepBoundedInTime: one byte's step cannot be cut into slices,
-// so MaxByteWork is what a byte may hold the shared step. Sixty string
-// patterns of nine nested {0,2} groups (37 KB) make a byte none of them
-// takes follow about 2 million ways, each a different stack below: at
-// 2^21 the check of "z" took 1,954,980 units, 4.1 s of CPU (Intel Xeon
-// family 6 model 167, load 25), and held 36 MB of memo while the
-// request lived. (A byte that ends one of the patterns, "1" after the
-// quote, is as costly and now refused too: the schema's fault, a 400.)
+// TestByteStepBoundedInTime: one byte's step is cut into slices (the
+// work list of its pending ways), and MaxByteWork is what one byte's step
+// may cost in all, a safety bound. Sixty string patterns of nine nested
+// {0,2} groups (37 KB) make a byte none of them takes follow about 2
+// million ways, each a different stack below: at 2^21 the check of "z"
+// took 1,954,980 units, 4.1 s of CPU (Intel Xeon family 6 model 167,
+// load 25), and held 36 MB of memo while the request lived. (A byte that
+// ends one of the patterns, "1" after the quote, is as costly and now
+// refused too: the schema's fault, a 400.)
 func TestByteStepBoundedInTime(t *testing.T) {
 	group := nestedRepeat(9, "a")
 	var br []string
@@ -113,15 +124,27 @@ func TestByteStepBoundedInTime(t *testing.T) {
 	if err := m.Accept(tokenOf(t, v, `"`)); err != nil {
 		t.Fatal(err)
 	}
-	ok, done, used := m.CheckWithin(tokenOf(t, v, "z"), 1)
-	if ok || !done {
-		t.Fatalf("%q: allowed %v done %v", "z", ok, done)
+	z := tokenOf(t, v, "z")
+	used, slices := 0, 0
+	for {
+		ok, done, u := m.CheckWithin(z, 256)
+		used += u
+		slices++
+		if u > 256+64 {
+			t.Fatalf("slice %d of budget 256 did %d units", slices, u)
+		}
+		if done {
+			if ok {
+				t.Fatalf("%q allowed", "z")
+			}
+			break
+		}
 	}
 	if used > 1<<17 {
 		t.Fatalf("one byte's step did %d units (MaxByteWork %d)", used, MaxByteWork)
 	}
 	// The step's memo (27,745 pairs) is not kept while the request lives.
-	for _, ss := range []*stackSet{&m.tmp[0], &m.tmp[1], &m.chk.sets[0], &m.chk.sets[1]} {
+	for _, ss := range []*stackSet{&m.tmp.sets[0], &m.tmp.sets[1], &m.chk.f.sets[0], &m.chk.f.sets[1]} {
 		if ss.visits != nil {
 			t.Fatalf("a set keeps the step's memo of %d pairs", len(ss.visits))
 		}
@@ -130,5 +153,5 @@ func TestByteStepBoundedInTime(t *testing.T) {
 	if ok, _, _ := Bind(g, v).NewMatcher().CheckWithin(tokenOf(t, v, "1"), 1<<30); !ok {
 		t.Fatalf("%q refused at the start", "1")
 	}
-	t.Logf("%d units", used)
+	t.Logf("%d units in %d slices", used, slices)
 }

@@ -87,7 +87,7 @@ func TestByteWorkBounded(t *testing.T) {
 }
 
 // tokenOf is the id of the token whose piece is p.
-func tokenOf(t *testing.T, v *Vocab, p string) int32 {
+func tokenOf(t testing.TB, v *Vocab, p string) int32 {
 	t.Helper()
 	for id := range int32(v.Size()) {
 		if v.Piece(id) == p {

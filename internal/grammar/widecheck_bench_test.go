@@ -164,7 +164,8 @@ func wideMatcher(t testing.TB, n int) (*Matcher, int32) {
 }
 
 // A token's check runs in slices of bounded work (CheckWithin): each
-// slice does at most its budget plus one byte's step of every stack, the
+// slice does at most its budget plus one expansion (a reference's
+// alternatives; a byte's step is cut too), the
 // slices together do the work of one whole check, a slice cut short
 // resumes where it stopped (another token's check in between drops it),
 // the answers are Allowed's, and the Accept of the checked
@@ -182,8 +183,8 @@ func TestCheckWithinSlices(t *testing.T) {
 	if whole < n*128 {
 		t.Fatalf("a whole check did %d units, want at least stacks x bytes = %d", whole, n*128)
 	}
-	// One byte's step of every stack: the most a slice passes its budget by.
-	step := whole / 128 * 2
+	// One expansion: the most a slice passes its budget by.
+	step := 1 + maxAlts(m.c.g)
 	const budget = 1000
 	var calls, sum int
 	for {
@@ -191,7 +192,7 @@ func TestCheckWithinSlices(t *testing.T) {
 		calls++
 		sum += used
 		if used > budget+step {
-			t.Fatalf("slice %d did %d units, budget %d (+ one byte's step %d)", calls, used, budget, step)
+			t.Fatalf("slice %d did %d units, budget %d (+ one expansion %d)", calls, used, budget, step)
 		}
 		if done {
 			if !ok {
@@ -202,8 +203,8 @@ func TestCheckWithinSlices(t *testing.T) {
 		if id, ok := m.CheckPending(); !ok || id != long {
 			t.Fatalf("pending check %d %v, want %d", id, ok, long)
 		}
-		if calls > 128 {
-			t.Fatalf("%d slices for a 128-byte token: the check does not resume", calls)
+		if calls > whole/budget+2 {
+			t.Fatalf("%d slices for a check of %d units: the check does not resume", calls, whole)
 		}
 	}
 	if calls < whole/(budget+step) {
@@ -248,6 +249,17 @@ func TestCheckWithinSlices(t *testing.T) {
 		}
 	}
 	t.Logf("%d units a whole check; %d slices of %d", whole, calls, budget)
+}
+
+// maxAlts is the most alternatives a rule of g has: a reference's
+// expansion looks at each, the most work a step does between two looks
+// at its budget.
+func maxAlts(g *Grammar) int {
+	n := 0
+	for _, r := range g.rules {
+		n = max(n, len(r))
+	}
+	return n
 }
 
 // BenchmarkUnionWalk is the time of a grammar work unit in the costliest
@@ -338,4 +350,40 @@ func TestMaskUnitsCountFanOut(t *testing.T) {
 		t.Fatalf("the mask reported %d units for walks that stepped %d stacks", units, stepped)
 	}
 	t.Logf("%d units reported, %d stacks stepped by %d walks", units, stepped, len(seen))
+}
+
+// BenchmarkNestedByteStep is the time of a grammar work unit in one
+// byte's step through nested repetitions (red team 10's case: a string
+// pattern of six groups of nine nested {0,2} repetitions; "z", which none
+// of them takes, follows every way through them, about 22,000 units), at
+// once and cut into slices of 256 units (sample's slice) resumed until
+// done: what the work list that makes the step resumable costs. Reported:
+// units a check and ns a unit.
+func BenchmarkNestedByteStep(b *testing.B) {
+	v := testVocab()
+	m := patternMatcher(b, v, "^"+strings.Repeat(nestedRepeat(9, "a"), 6)+"$")
+	var z int32 = -1
+	for id := range int32(v.Size()) {
+		if v.Piece(id) == "z" {
+			z = id
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		budget int
+	}{{"whole", 1 << 30}, {"slices256", 256}} {
+		b.Run(c.name, func(b *testing.B) {
+			units := 0
+			for b.Loop() {
+				x := m.Clone() // no remembered check
+				for done := false; !done; {
+					var u int
+					_, done, u = x.CheckWithin(z, c.budget)
+					units += u
+				}
+			}
+			b.ReportMetric(float64(units)/float64(b.N), "units")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(units), "ns/unit")
+		})
+	}
 }
