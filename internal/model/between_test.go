@@ -179,3 +179,80 @@ func TestForwardBetweenRefusesReentry(t *testing.T) {
 		t.Fatal(res[0].Err)
 	}
 }
+
+// TestForwardBetweenPausePieces: a step whose attention is cut into
+// pieces (here one unit each) pauses exactly between every two pieces,
+// beside its two pause points a layer, and gives the logits and K/V of
+// the step run whole with no hook.
+func TestForwardBetweenPausePieces(t *testing.T) {
+	for name, sh := range shapes {
+		t.Run(name, func(t *testing.T) {
+			m := mustBuild(newMemModel(sh, 5))
+			c := m.Config()
+			toks := randTokens(rand.New(rand.NewPCG(3, 3)), 20, c.Vocab)
+			whole := m.NewRunner(nil)
+			want := whole.Forward([]Seq{{Tokens: toks, KV: newMemKV(4, c.Layers, c.KVDim()), AllLogits: true}})
+			wantKV := newMemKV(4, c.Layers, c.KVDim())
+			whole.Forward([]Seq{{Tokens: toks, KV: wantKV, AllLogits: true}})
+			r := m.NewRunner(nil)
+			r.pauseMACs = 1
+			kv := newMemKV(4, c.Layers, c.KVDim())
+			pauses := 0
+			got := r.ForwardBetween([]Seq{{Tokens: toks, KV: kv, AllLogits: true}}, func(int) { pauses++ })
+			if got[0].Err != nil || want[0].Err != nil {
+				t.Fatal(got[0].Err, want[0].Err)
+			}
+			// An attention unit per query block and KV head.
+			qb := queryBlock(c.Heads / c.KVHeads)
+			units := (len(toks) + qb - 1) / qb * c.KVHeads
+			if n := c.Layers*(units-1) + 2*c.Layers - 1; pauses != n {
+				t.Errorf("%d pause points, want %d (%d layers, %d attention units a layer)", pauses, n, c.Layers, units)
+			}
+			if !bitsEqual(got[0].Logits, want[0].Logits) {
+				t.Errorf("logits differ from the step run whole (first at %d)", firstDiff(got[0].Logits, want[0].Logits))
+			}
+			if !sameKV(kv, wantKV) {
+				t.Error("K/V differ from the step run whole")
+			}
+		})
+	}
+}
+
+// TestForwardBetweenPausePiecesThreads: on T threads an attention piece
+// holds at least T units, or the pool would run a piece of one unit on
+// one core while the others wait: a deep 20-token chunk of two KV heads
+// (two units a layer, enough work for the pool) is not cut on two
+// threads, is cut once a layer on one, and gives the same bits either way.
+func TestForwardBetweenPausePiecesThreads(t *testing.T) {
+	sh := shapes["llama-gqa"]
+	src := newMemModel(sh, 5)
+	src.meta["llama.context_length"] = 1024
+	m := mustBuild(src)
+	c := m.Config()
+	const depth = 600
+	toks := randTokens(rand.New(rand.NewPCG(4, 4)), 20, c.Vocab)
+	var want []float32
+	for _, threads := range []int{1, 2} {
+		par := kernels.NewParallel(threads)
+		r := m.NewRunner(par)
+		r.pauseMACs = 1
+		pauses := 0
+		res := r.ForwardBetween([]Seq{{Tokens: toks, Pos: depth, KV: fillDeep(newMemKV(16, c.Layers, c.KVDim()), depth)}}, func(int) { pauses++ })
+		par.Close()
+		if res[0].Err != nil {
+			t.Fatal(res[0].Err)
+		}
+		extra := 0
+		if threads == 1 {
+			extra = c.Layers // two units a layer, one piece each
+		}
+		if n := 2*c.Layers - 1 + extra; pauses != n {
+			t.Errorf("%d threads: %d pause points, want %d", threads, pauses, n)
+		}
+		if want == nil {
+			want = res[0].Logits
+		} else if !bitsEqual(res[0].Logits, want) {
+			t.Errorf("%d threads: logits differ from one thread's (first at %d)", threads, firstDiff(res[0].Logits, want))
+		}
+	}
+}

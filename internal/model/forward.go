@@ -568,7 +568,7 @@ func (r *Runner) attention(l int) {
 	// (multiply-adds over every unit's context) the caller runs it alone.
 	if macs < minParallelMACs || r.par.Threads() < 2 {
 		r.ensureSlots(1)
-		r.attendPieces(l, macs, perCost, cost, func(units []unit) {
+		r.attendPieces(l, macs, perCost, 1, cost, func(units []unit) {
 			for _, un := range units {
 				r.attendTokens(un, 0)
 			}
@@ -585,7 +585,7 @@ func (r *Runner) attention(l int) {
 	// the work.
 	T := r.par.Threads()
 	r.ensureSlots(T)
-	r.attendPieces(l, macs, perCost, cost, func(units []unit) {
+	r.attendPieces(l, macs, perCost, T, cost, func(units []unit) {
 		// The last chunks hold the cheapest units, so chunks of several
 		// units still end the loop evenly: 16 chunks per thread keep the
 		// claims (atomics on lines both cores write, and a slot each)
@@ -626,39 +626,41 @@ func (r *Runner) attention(l int) {
 // last piece, so the bits cannot change (TestForwardBetweenIsBitwise);
 // a nested step at the pause runs on another runner, never on this
 // one's scratch.
-func (r *Runner) attendPieces(l, macs, perCost int, cost func(unit) int, attend func(units []unit)) {
+func (r *Runner) attendPieces(l, macs, perCost, threads int, cost func(unit) int, attend func(units []unit)) {
 	limit := r.pauseMACs
 	if limit == 0 {
 		limit = attnPauseMACs
 	}
-	pieces := 1
-	if r.between != nil {
-		pieces = (macs + limit - 1) / limit
-	}
-	if pieces <= 1 || len(r.units) < 2 {
+	// The bound is on a piece's time: threads share its units.
+	limit = min(limit, math.MaxInt/threads) * threads
+	if r.between == nil || macs <= limit || len(r.units) < 2 {
 		attend(r.units)
 		return
 	}
-	lo, done, cut := 0, 0, 1
-	for i, un := range r.units[:len(r.units)-1] {
-		done += cost(un) * perCost
-		if done*pieces >= cut*macs {
-			attend(r.units[lo : i+1])
+	// A piece ends before the unit that would take it past the limit,
+	// once it has a unit for each thread (so a unit alone may be longer;
+	// fewer units than threads would leave a core idle): pieces of equal
+	// shares of the work cut six equal units (bench-15M-q8_0's 64-token
+	// chunk: one per head) into 2+1+1+1+1, the first twice as long as
+	// the rest.
+	lo, done := 0, 0
+	for i, un := range r.units {
+		c := cost(un) * perCost
+		if i-lo >= threads && done+c > limit {
+			attend(r.units[lo:i])
 			r.pause(l)
-			lo = i + 1
-			for done*pieces >= cut*macs {
-				cut++
-			}
+			lo, done = i, 0
 		}
+		done += c
 	}
 	attend(r.units[lo:])
 }
 
-// attnPauseMACs bounds the attention work (multiply-adds) between two
-// pause points of a step that can pause: ~0.6 ms on one core of the
-// Intel Xeon (family 6 model 167) with F16 pages, about what a 64-row
-// FFN of bench-15M-q8_0 takes (BenchmarkPauseGaps). Decode steps and
-// steps with no hook never split.
+// attnPauseMACs bounds the attention work (multiply-adds) per thread
+// between two pause points of a step that can pause: ~0.6 ms on one core
+// of the Intel Xeon (family 6 model 167) with F16 pages, about what a
+// 64-row FFN of bench-15M-q8_0 takes (BenchmarkPauseGaps). Decode steps
+// and steps with no hook never split.
 const attnPauseMACs = 1 << 23
 
 // minUnitClaim is the least attention work (multiply-adds) of a unit worth

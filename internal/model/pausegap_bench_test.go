@@ -24,9 +24,13 @@ import (
 // runners alternate prompt by prompt: "layers" pauses only after each
 // layer's attention and between layers (pauseMACs unbounded, the pause
 // points before the attention pieces), "pieces" also inside a long
-// attention (attnPauseMACs). Metrics: the mean wait of each (wait-ms),
-// its longest gap (max-gap-ms), and the step time pieces/layers (what the
-// pieces cost, step-ratio). -v logs each depth's segments.
+// attention (attnPauseMACs). Metrics: the
+// mean wait of each (wait-ms) and its longest gap (max-gap-ms) from the
+// medians of each segment over the passes, the step time pieces/layers
+// (what the pieces cost) from those medians (step-ratio) and from each
+// depth's fastest pass (best-step-ratio, the least disturbed by other
+// load), and the process's CPU time pieces/layers (cpu-ratio). -v logs
+// each depth's segments.
 func BenchmarkPauseGaps(b *testing.B) {
 	f, err := gguf.Open(testenv.Shared(b, "models/bench-15M-q8_0.gguf"))
 	if err != nil {
@@ -60,17 +64,21 @@ func BenchmarkPauseGaps(b *testing.B) {
 				name string
 				r    *Runner
 				segs [][][]time.Duration // per depth, per segment (the pause points', then the last), per pass
+				best []time.Duration     // per depth, the fastest pass's step
+				cpu  time.Duration       // the process's CPU time over its passes
 			}
 			vs := []*variant{{name: "layers", r: m.NewRunner(par)}, {name: "pieces", r: m.NewRunner(par)}}
 			vs[0].r.pauseMACs = math.MaxInt
 			for _, v := range vs {
 				v.segs = make([][][]time.Duration, prompt/step)
+				v.best = make([]time.Duration, prompt/step)
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				for k := range vs {
 					v := vs[(i+k)%len(vs)] // the order alternates
 					kvv := pool.View(o, refs)
+					cpu0 := cpuTime()
 					for pos := 0; pos < prompt; pos += step {
 						var marks []time.Time
 						t0 := time.Now()
@@ -78,6 +86,9 @@ func BenchmarkPauseGaps(b *testing.B) {
 						marks = append(marks, time.Now())
 						if res[0].Err != nil {
 							b.Fatal(res[0].Err)
+						}
+						if d := marks[len(marks)-1].Sub(t0); v.best[pos/step] == 0 || d < v.best[pos/step] {
+							v.best[pos/step] = d
 						}
 						row := v.segs[pos/step]
 						for len(row) < len(marks) {
@@ -90,14 +101,18 @@ func BenchmarkPauseGaps(b *testing.B) {
 							prev = t
 						}
 					}
+					v.cpu += cpuTime() - cpu0
 				}
 			}
 			b.StopTimer()
 			// Medians per segment over the passes: a pass that lost its
 			// core to another process (tens of ms on a loaded machine)
 			// would otherwise decide the mean wait.
-			var steps [2]float64
+			var steps, best [2]float64
 			for k, v := range vs {
+				for _, d := range v.best {
+					best[k] += float64(d)
+				}
 				var sq, tot, longest float64
 				for d, row := range v.segs {
 					var sb strings.Builder
@@ -116,6 +131,8 @@ func BenchmarkPauseGaps(b *testing.B) {
 				b.ReportMetric(longest, "max-gap-ms/"+v.name)
 			}
 			b.ReportMetric(steps[1]/steps[0], "step-ratio")
+			b.ReportMetric(best[1]/best[0], "best-step-ratio")
+			b.ReportMetric(float64(vs[1].cpu)/float64(vs[0].cpu), "cpu-ratio")
 		})
 	}
 }
