@@ -783,15 +783,24 @@ func printPhases(w io.Writer, rep crowdReport) {
 	printStarts(w, rep)
 }
 
-// printStarts prints b's wait for a step split by how its prompts'
-// first chunks started (the phases prefill_wait/<how>: nested at a pause
-// point of a's step, or at a step boundary and why not earlier):
-// requests and mean ms, alone and while a floods.
+// printStarts prints b's wait for a step and b's steps to the first
+// token split by how its prompts' first chunks started (the phases
+// prefill_wait/<how> and prefill_compute/<how>: nested at a pause point
+// of a's step, or at a step boundary and why not earlier): requests and
+// mean ms, alone and while a floods, one table each (servers older than
+// the compute split print the wait's only).
 func printStarts(w io.Writer, rep crowdReport) {
+	printSplit(w, rep, "prefill_wait/", "b's wait for a step by how its first chunk started (prefill_wait/<how>), requests and mean ms:")
+	printSplit(w, rep, "prefill_compute/", "b's steps to the first token by how its first chunk started (prefill_compute/<how>), requests and mean ms:")
+}
+
+// printSplit prints the phases whose name holds split as a table under
+// title (nothing when there are none).
+func printSplit(w io.Writer, rep crowdReport, split, title string) {
 	var keys []string
 	for _, s := range []crowdSide{rep.Alone, rep.Flooded} {
 		for k := range s.Phases {
-			if strings.Contains(k, "prefill_wait/") && !slices.Contains(keys, k) {
+			if strings.Contains(k, split) && !slices.Contains(keys, k) {
 				keys = append(keys, k)
 			}
 		}
@@ -800,7 +809,7 @@ func printStarts(w io.Writer, rep crowdReport) {
 		return
 	}
 	slices.Sort(keys)
-	fmt.Fprintln(w, "b's wait for a step by how its first chunk started (prefill_wait/<how>), requests and mean ms:")
+	fmt.Fprintln(w, title)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, "  how\talone\t\ta flooding\t\t\n")
 	for _, k := range keys {

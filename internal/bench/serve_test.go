@@ -255,6 +255,22 @@ func TestBenchServeCrowding(t *testing.T) {
 						t.Errorf("b's phase %s: %+v, want %d requests (phases %v)", k, p, n+2*c.blocks, side.Phases)
 					}
 				}
+				// prefill_wait and prefill_compute again, by how each
+				// prompt's first chunk started: the splits add up.
+				for _, k := range []string{"colocated/prefill_wait", "colocated/prefill_compute"} {
+					split := 0.0
+					for name, p := range side.Phases {
+						if strings.HasPrefix(name, k+"/") {
+							split += p.Count
+						}
+					}
+					if split != side.Phases[k].Count {
+						t.Errorf("b's %s/<how> count %v requests, %s %v (phases %v)", k, split, k, side.Phases[k].Count, side.Phases)
+					}
+				}
+			}
+			if !strings.Contains(out.String(), "(prefill_compute/<how>), requests and mean ms:\n  how") {
+				t.Errorf("the report prints no prefill_compute/<how> table:\n%s", out.String())
 			}
 			if len(rep.Blocks) != c.blocks {
 				t.Fatalf("%d blocks, want %d", len(rep.Blocks), c.blocks)

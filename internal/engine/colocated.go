@@ -86,6 +86,7 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	owner := kv.Owner{Tenant: r.Tenant, ID: newID()}
 	arrived := time.Now()
 	var admitted, started time.Time
+	var startedHow string
 	firstSeen := false
 	var (
 		lc      *lifecycle
@@ -108,7 +109,7 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 			q.weight = r.Weight
 			q.ended = tk.done
 			q.started = func(how string) {
-				started = time.Now()
+				started, startedHow = time.Now(), how
 				c.phases.observe(r.Tenant, PhasePrefillWait, started.Sub(admitted))
 				c.phases.observe(r.Tenant, PhasePrefillWait+"/"+how, started.Sub(admitted))
 			}
@@ -116,7 +117,9 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 				if !firstSeen && !o.done && o.err == nil && !started.IsZero() {
 					// The scheduler goroutine: started was set on it.
 					firstSeen = true
-					c.phases.observe(r.Tenant, PhasePrefillCompute, time.Since(started))
+					d := time.Since(started)
+					c.phases.observe(r.Tenant, PhasePrefillCompute, d)
+					c.phases.observe(r.Tenant, PhasePrefillCompute+"/"+startedHow, d)
 				}
 				lc.scheduled(o, len(r.Prompt))
 			}

@@ -33,7 +33,11 @@ const (
 	PhasePrefillWait = "prefill_wait"
 	// PhasePrefillCompute: from that step to the prompt's last chunk
 	// computed (steps that passed the prompt over included); colocated,
-	// to the first token.
+	// to the first token. Like PhasePrefillWait, it is recorded again
+	// as prefill_compute/<how>, by how the prompt's first chunk started
+	// (StartNested, StartNextStep, ...): a first chunk run nested is a
+	// forward pass of its own, one run at a step boundary shares its
+	// step, so the two can cost different times for the same rows.
 	PhasePrefillCompute = "prefill_compute"
 	// PhasePrefillPush (prefill worker): from the last chunk to the
 	// accepted commit (the pages the streaming handoff did not hide).

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -25,9 +26,9 @@ func TestFirstTokenPhasesRecorded(t *testing.T) {
 		want  map[string][]string
 	}{
 		{"disaggregated", l, map[string]FirstTokenPhases{"router": l.Disaggregated, "prefill": l.Prefill},
-			map[string][]string{"router": {PhaseHandoff, PhaseQueue}, "prefill": {PhasePrefillCompute, PhasePrefillPush, PhasePrefillQueue, PhasePrefillWait, PhasePrefillWait + "/" + StartNextStep}}},
+			map[string][]string{"router": {PhaseHandoff, PhaseQueue}, "prefill": {PhasePrefillCompute, PhasePrefillCompute + "/" + StartNextStep, PhasePrefillPush, PhasePrefillQueue, PhasePrefillWait, PhasePrefillWait + "/" + StartNextStep}}},
 		{"colocated", c, map[string]FirstTokenPhases{"colocated": c},
-			map[string][]string{"colocated": {PhasePrefillCompute, PhasePrefillWait, PhasePrefillWait + "/" + StartNextStep, PhaseQueue}}},
+			map[string][]string{"colocated": {PhasePrefillCompute, PhasePrefillCompute + "/" + StartNextStep, PhasePrefillWait, PhasePrefillWait + "/" + StartNextStep, PhaseQueue}}},
 	} {
 		t.Run(e.name, func(t *testing.T) {
 			start := time.Now()
@@ -63,10 +64,10 @@ func TestFirstTokenPhasesRecorded(t *testing.T) {
 					if p.Tenant != "t1" || p.Phase != e.want[role][i] || p.Count != 1 || p.Sum < 0 || p.Buckets[len(p.Buckets)-1] != 1 {
 						t.Fatalf("%s phase %d: %+v, want %s of t1 once", role, i, p, e.want[role][i])
 					}
-					if p.Phase == PhasePrefillWait+"/"+StartNextStep {
-						// prefill_wait again, by how the prompt's first
-						// chunk started: a lone prompt in an idle batch
-						// ran in the next step.
+					if p.Phase == PhasePrefillWait+"/"+StartNextStep || p.Phase == PhasePrefillCompute+"/"+StartNextStep {
+						// prefill_wait and prefill_compute again, by how
+						// the prompt's first chunk started: a lone prompt
+						// in an idle batch ran in the next step.
 						continue
 					}
 					if p.Phase == PhasePrefillPush {
@@ -92,6 +93,104 @@ func TestFirstTokenPhasesRecorded(t *testing.T) {
 				}
 				if sums["prefill"] > handoff {
 					t.Fatalf("the prefill worker's phases before the push add up to %.6fs, more than the handoff %.6fs", sums["prefill"], handoff)
+				}
+			}
+		})
+	}
+}
+
+// prefill_compute/<how> is prefill_compute again, split as prefill_wait
+// is, by how the prompt's first chunk started: b's prompt, submitted at
+// a pause point of a's first step, runs nested and is recorded under
+// nested; a's, in an idle batch, under next_step. Each split sums to
+// its tenant's prefill_compute. On the colocated engine and the prefill
+// worker alike.
+func TestPrefillComputeByHow(t *testing.T) {
+	rt := storiesRuntime(t)
+	for _, layout := range []string{"colocated", "prefill"} {
+		t.Run(layout, func(t *testing.T) {
+			probe := &yieldProbe{Runtime: rt}
+			cfg := storiesConfig(probeFP{probe}, 32)
+			var eng Engine
+			var roles FirstTokenPhases
+			var sched *scheduler
+			if layout == "colocated" {
+				c, err := NewColocated(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer closeWithin(t, c)
+				eng, roles, sched = c, c, c.sched
+			} else {
+				l, err := NewLocal(cfg, storiesConfig(rt, 32))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer closeWithin(t, l)
+				eng, roles, sched = l, l.Prefill, l.Prefill.sched
+			}
+			run := func(r *Request) <-chan error {
+				done := make(chan error, 1)
+				go func() {
+					s, err := eng.Submit(context.Background(), r)
+					if err == nil {
+						err = collect(t, s).final.Err
+					}
+					done <- err
+				}()
+				return done
+			}
+			// b's stream's outcome, once submitted (from the scheduler's
+			// goroutine).
+			bSent := make(chan (<-chan error), 1)
+			probe.onPause = func(step, point int) {
+				if len(bSent) > 0 || step > 1 {
+					return
+				}
+				before := sched.lastArrival.Load()
+				bSent <- run(&Request{Tenant: "b", Prompt: prompt(5, 6), MaxTokens: 2})
+				for deadline := time.Now().Add(10 * time.Second); sched.lastArrival.Load() == before; {
+					if time.Now().After(deadline) {
+						t.Error("b's prompt never reached the scheduler")
+						return
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
+			aDone := run(&Request{Tenant: "a", Prompt: prompt(3, 40), MaxTokens: 2})
+			if err := <-aDone; err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case bDone := <-bSent:
+				if err := <-bDone; err != nil {
+					t.Fatal(err)
+				}
+			default:
+				t.Fatal("a's first step never paused")
+			}
+			got := map[string]PhaseStat{}
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				for _, p := range roles.FirstTokenPhases() {
+					got[p.Tenant+" "+p.Phase] = p
+				}
+				if got["b "+PhasePrefillCompute].Count == 1 || time.Now().After(deadline) {
+					break
+				}
+			}
+			for tenant, how := range map[string]string{"a": StartNextStep, "b": StartNested} {
+				all, split := got[tenant+" "+PhasePrefillCompute], got[tenant+" "+PhasePrefillCompute+"/"+how]
+				if all.Count != 1 || split.Count != 1 || split.Sum != all.Sum {
+					t.Errorf("%s: prefill_compute %+v, prefill_compute/%s %+v; want one observation each, the same", tenant, all, how, split)
+				}
+				n := 0
+				for k := range got {
+					if strings.HasPrefix(k, tenant+" "+PhasePrefillCompute+"/") {
+						n++
+					}
+				}
+				if n != 1 {
+					t.Errorf("%s: %d splits of prefill_compute, want 1 (%v)", tenant, n, got)
 				}
 			}
 		})

@@ -269,8 +269,9 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	// Both run on the scheduler goroutine, in this order; computed is
 	// read after the prompt's end is received from it (ch).
 	var started, computed time.Time
+	var startedHow string
 	q.started = func(how string) {
-		started = time.Now()
+		started, startedHow = time.Now(), how
 		observe(PhasePrefillWait, started.Sub(admitted))
 		observe(PhasePrefillWait+"/"+how, started.Sub(admitted))
 	}
@@ -279,6 +280,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		computed = time.Now()
 		if !started.IsZero() {
 			observe(PhasePrefillCompute, computed.Sub(started))
+			observe(PhasePrefillCompute+"/"+startedHow, computed.Sub(started))
 		}
 		if keys != nil {
 			w.cache.insert(owner, q.table, keys, from)

@@ -202,10 +202,11 @@ func (c Config) nestForward() int {
 	return max(c.ChunkTokens/4, 1)
 }
 
-// How a prompt's first chunk started (the first-token phase
-// prefill_wait split by it, prefill_wait/<how>): what the prompt met
-// while it waited, so an operator sees why a tenant's prompt waited for
-// another's step. The last pause point that saw the prompt decides; a
+// How a prompt's first chunk started (the first-token phases
+// prefill_wait and prefill_compute split by it, prefill_wait/<how> and
+// prefill_compute/<how>): what the prompt met while it waited, so an
+// operator sees why a tenant's prompt waited for another's step, and
+// what its steps took after. The last pause point that saw the prompt decides; a
 // prompt no pause point saw is next_step or after_last_pause.
 const (
 	// StartNested: at a pause point of another tenant's step, as a
