@@ -69,38 +69,44 @@ func (f *floodPrefill) tokens() int {
 // The prefill worker's batch weighs each prompt by its request's weight
 // (PrefillRequest.Weight, the router's --api-keys weight), as the
 // colocated batch does: two tenants both flooding long prompts get prompt
-// tokens in proportion to their weights over a window (2:1 within 10%),
-// and 1:1 as before. Before, every prefill sequence weighed 1, so weights
-// 2:1 ran 1:1. Driven step by step: no clock, no goroutine.
+// tokens in proportion to their weights over a window, within 1%. Before,
+// every prefill sequence weighed 1, so weights 2:1 ran 1:1; and each
+// chunk's charge per unit of weight was rounded up, so a weight acted
+// smaller than it is wherever a chunk was not a multiple of it (3:1 ran
+// 2.3:1 at 7-token chunks, 5:1 ran 3.5:1; 2:1 ran 1.67:1 at 5): the
+// remainder is carried now (sched.Shares.Charge). Chunks of 5 and 7
+// tokens, a multiple of none of the weights but 5. Driven step by step:
+// no clock, no goroutine.
 func TestPrefillStepsByWeight(t *testing.T) {
-	for _, c := range []struct{ a, b, want float64 }{{2, 1, 2}, {1, 1, 1}, {1, 3, 1.0 / 3}} {
-		t.Run(fmt.Sprintf("%v:%v", c.a, c.b), func(t *testing.T) {
-			// Chunks of 6 tokens: a chunk's charge per unit of weight is
-			// rounded up (sched.Shares.Charge), exact at weights 1 to 3.
-			r := newQuotaRig(t, 512, func(c *Config) { c.ChunkTokens = 6 })
-			a := &floodPrefill{r: r, tenant: "a", weight: int(c.a), len: 60}
-			b := &floodPrefill{r: r, tenant: "b", weight: int(c.b), len: 60}
-			// A window well past the lag bound (a few shared steps),
-			// which a tenant new to the batch may be ahead by.
-			for range 40 {
-				a.fill(3)
-				b.fill(3)
-				r.s.turn()
-			}
-			a0, b0 := a.tokens(), b.tokens()
-			for range 600 {
-				a.fill(3)
-				b.fill(3)
-				r.s.turn()
-			}
-			ra, rb := a.tokens()-a0, b.tokens()-b0
-			if rb == 0 {
-				t.Fatalf("weights %v:%v: b ran nothing (a %d tokens)", c.a, c.b, ra)
-			}
-			if got := float64(ra) / float64(rb); math.Abs(got/c.want-1) > 0.1 {
-				t.Fatalf("weights %v:%v: a ran %d prompt tokens and b %d (%.2f:1), want %.2f:1 within 10%%", c.a, c.b, ra, rb, got, c.want)
-			}
-		})
+	for _, chunk := range []int{5, 7} {
+		for _, c := range []struct{ a, b int }{{2, 1}, {1, 1}, {1, 3}, {3, 1}, {3, 2}, {5, 1}} {
+			t.Run(fmt.Sprintf("chunk=%d/%d:%d", chunk, c.a, c.b), func(t *testing.T) {
+				r := newQuotaRig(t, 512, func(cf *Config) { cf.ChunkTokens = chunk })
+				a := &floodPrefill{r: r, tenant: "a", weight: c.a, len: 60}
+				b := &floodPrefill{r: r, tenant: "b", weight: c.b, len: 60}
+				// A window well past the lag bound (a few shared steps),
+				// which a tenant new to the batch may be ahead by.
+				for range 40 {
+					a.fill(3)
+					b.fill(3)
+					r.s.turn()
+				}
+				a0, b0 := a.tokens(), b.tokens()
+				for range 600 {
+					a.fill(3)
+					b.fill(3)
+					r.s.turn()
+				}
+				ra, rb := a.tokens()-a0, b.tokens()-b0
+				if rb == 0 {
+					t.Fatalf("b ran nothing (a %d tokens)", ra)
+				}
+				want := float64(c.a) / float64(c.b)
+				if got := float64(ra) / float64(rb); math.Abs(got/want-1) > 0.01 {
+					t.Fatalf("a ran %d prompt tokens and b %d (%.3f:1), want %.3f:1 within 1%%", ra, rb, got, want)
+				}
+			})
+		}
 	}
 }
 

@@ -95,6 +95,9 @@ type Shares struct {
 	Short  int
 	Recent int
 	served map[string]int64 // tokens run, per unit of weight
+	// rem is each tenant's tokens charged that do not make a whole unit
+	// of its weight yet (Charge carries them to the next charge).
+	rem map[string]int64
 	// steps counts Syncs; seen is the step each tenant was last in the
 	// batch, kept Recent steps.
 	steps uint64
@@ -140,20 +143,34 @@ func (s *Shares) Sync(members []Member) {
 		switch {
 		case v <= floor && !in[t]:
 			delete(s.served, t)
+			delete(s.rem, t)
 		case v < floor:
 			s.served[t] = floor
 		}
 	}
 }
 
-// Charge records that the step ran tokens for tenant (of weight).
+// Charge records that the step ran tokens for tenant (of weight): its
+// counter grows by tokens / weight, the remainder carried to its next
+// charge, so over any run of charges the counter grows by exactly the
+// whole units of the tokens' sum (a light charge counts once its
+// carried tokens make a unit). Rounding each charge up instead made a
+// weight act smaller than it is: weight 3 as 64/22 = 2.9 at 64-token
+// chunks, and as 1 for a decode step's one token a sequence.
 func (s *Shares) Charge(tenant string, weight, tokens int) {
 	if s.served == nil {
 		s.served = map[string]int64{}
 	}
-	s.served[tenant] += int64(tokens) / int64(max(weight, 1))
-	if r := int64(tokens) % int64(max(weight, 1)); r > 0 {
-		s.served[tenant]++ // round up: a light charge still counts
+	if s.rem == nil {
+		s.rem = map[string]int64{}
+	}
+	w := int64(max(weight, 1))
+	n := s.rem[tenant] + int64(max(tokens, 0))
+	s.served[tenant] += n / w
+	if n%w == 0 {
+		delete(s.rem, tenant)
+	} else {
+		s.rem[tenant] = n % w
 	}
 }
 

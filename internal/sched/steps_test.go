@@ -253,3 +253,47 @@ func TestSharesProperties(t *testing.T) {
 		}
 	})
 }
+
+// A tenant's counter grows by exactly the whole units of weight of the
+// tokens charged, however they were split: the remainder of a charge is
+// carried to the next. Rounding each charge up made weight 3 act as
+// 64/22 = 2.9 at 64-token chunks, and as 1 for decode's one token a
+// sequence a step; a tenant that leaves the batch leaves its remainder.
+func TestSharesChargeCarriesRemainder(t *testing.T) {
+	var s Shares
+	for range 30 {
+		s.Charge("a", 3, 64) // 1,920 tokens
+	}
+	for range 300 {
+		s.Charge("b", 3, 1) // decode: one token a step
+	}
+	s.Charge("c", 1000, 999)
+	if a, b, c := s.Served("a"), s.Served("b"), s.Served("c"); a != 640 || b != 100 || c != 0 {
+		t.Fatalf("served a %d, b %d, c %d; want 640 (1,920 / 3), 100 (300 / 3), 0 (999 / 1,000 so far)", a, b, c)
+	}
+	s.Charge("c", 1000, 1)
+	if c := s.Served("c"); c != 1 {
+		t.Fatalf("c's 1,000th token: served %d, want 1", c)
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		var s Shares
+		w := rapid.IntRange(1, 1000).Draw(t, "weight")
+		sum := 0
+		for _, n := range rapid.SliceOf(rapid.IntRange(0, 300)).Draw(t, "charges") {
+			s.Charge("a", w, n)
+			sum += n
+		}
+		if got := s.Served("a"); got != int64(sum/w) {
+			t.Fatalf("%d tokens at weight %d: served %d, want %d", sum, w, got, sum/w)
+		}
+	})
+	// Leaving: the counter and its remainder are forgotten together.
+	s.Charge("e", 3, 2)
+	if s.rem["e"] != 2 {
+		t.Fatalf("e's remainder %d, want 2", s.rem["e"])
+	}
+	s.Sync([]Member{{"d", 1}})
+	if _, ok := s.rem["e"]; ok {
+		t.Fatalf("e left the batch: remainder %d kept", s.rem["e"])
+	}
+}
