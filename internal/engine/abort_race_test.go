@@ -27,11 +27,7 @@ type heldCommit struct {
 // close when the test ends (the prefill worker first).
 func heldCommitRig(t *testing.T, m *toy, answers int) (*DecodeWorker, *PrefillWorker, *heldCommit) {
 	t.Helper()
-	dw, err := NewDecodeWorker(toyConfig(m, 40))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dw.Close)
+	dw := toyDecodeWorker(t, m, 40)
 	g := &heldCommit{Decode: dw, at: make(chan struct{}), release: make(chan struct{}), done: make(chan error, answers)}
 	pw, err := NewPrefillWorker(toyConfig(m, 40), g)
 	if err != nil {
@@ -213,11 +209,7 @@ func TestRepeatedCommitBeforeStreamLeaksNothing(t *testing.T) {
 // handoff timeout, and the pool is whole without any Tick.
 func TestAbortOvertakingReserveInTheGap(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 40))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 40)
 	ctx := context.Background()
 	id := newID()
 	var rerr error

@@ -45,11 +45,7 @@ func (c *countingDecode) Write(ctx context.Context, ws []handoff.PageWrite) erro
 // page write.
 func TestRejectedForLengthNeverReachesTheWorkers(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 32)
 	cd := &countingDecode{Decode: dw}
 	pw, err := NewPrefillWorker(toyConfig(m, 32), cd)
 	if err != nil {
@@ -218,16 +214,12 @@ func TestLatePrefillFailureEndsInError(t *testing.T) {
 // the client unmodified, so an id outside the vocabulary fails the handoff.
 func TestCommitWithForeignFirstTokenFails(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 32)
 	id := newID()
 	if _, err := dw.Reserve(context.Background(), &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 4, MaxTokens: 2}); err != nil {
 		t.Fatal(err)
 	}
-	err = dw.Commit(context.Background(), &handoff.Commit{Handoff: id, Tokens: 4, Digest: []byte{1}, FirstToken: int32(m.vocab)})
+	err := dw.Commit(context.Background(), &handoff.Commit{Handoff: id, Tokens: 4, Digest: []byte{1}, FirstToken: int32(m.vocab)})
 	if !errors.Is(err, handoff.ErrProtocol) {
 		t.Fatalf("want a protocol error, got %v", err)
 	}

@@ -17,11 +17,7 @@ import (
 // tenant's commit on a full connection.
 func TestCallsNameTheirTenant(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 32)
 	cd := &callerDecode{Decode: dw}
 	pw, err := NewPrefillWorker(toyConfig(m, 32), cd)
 	if err != nil {

@@ -37,11 +37,7 @@ func TestPrefillCancelAtEveryPoint(t *testing.T) {
 					}
 				}
 				defer release()
-				dw, err := NewDecodeWorker(toyConfig(m, 128))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer dw.Close()
+				dw := toyDecodeWorker(t, m, 128)
 				pcfg := toyConfig(m, 64) // 256 tokens: one 200-token prompt at a time
 				pcfg.Model = sm
 				pcfg.HandoffAfterPrefill = after

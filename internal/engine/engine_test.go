@@ -63,15 +63,23 @@ func colocatedAndLocal(t *testing.T, col, prefill, decode Config) (*Colocated, *
 	return c, l
 }
 
-// toyWorkers builds a decode worker and a prefill worker handing off to
-// it directly, both over pools of pages pages, closed when the test ends.
-func toyWorkers(t *testing.T, m Runtime, pages int) (*DecodeWorker, *PrefillWorker) {
+// toyDecodeWorker builds a decode worker over a pool of pages pages
+// (toyConfig), closed when the test ends.
+func toyDecodeWorker(t *testing.T, m Runtime, pages int) *DecodeWorker {
 	t.Helper()
 	dw, err := NewDecodeWorker(toyConfig(m, pages))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dw.Close() })
+	return dw
+}
+
+// toyWorkers builds a decode worker and a prefill worker handing off to
+// it directly, both over pools of pages pages, closed when the test ends.
+func toyWorkers(t *testing.T, m Runtime, pages int) (*DecodeWorker, *PrefillWorker) {
+	t.Helper()
+	dw := toyDecodeWorker(t, m, pages)
 	pw, err := NewPrefillWorker(toyConfig(m, pages), dw)
 	if err != nil {
 		t.Fatal(err)

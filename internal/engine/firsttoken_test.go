@@ -36,11 +36,7 @@ func TestFirstTokenOnStreamAtCommit(t *testing.T) {
 					close(g.release)
 				}
 			}
-			dw, err := NewDecodeWorker(toyConfig(g, 40))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer dw.Close()
+			dw := toyDecodeWorker(t, g, 40)
 			pw, err := NewPrefillWorker(toyConfig(m, 40), dw)
 			if err != nil {
 				t.Fatal(err)

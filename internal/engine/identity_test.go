@@ -118,11 +118,7 @@ func TestPrefillChecksBothModels(t *testing.T) {
 	a := model.Fingerprint{Name: "model-a", Sum: [16]byte{0xa}}
 	b := model.Fingerprint{Name: "model-b", Sum: [16]byte{0xb}}
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(fingerprinted{m, b}, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, fingerprinted{m, b}, 32)
 	cd := &countingDecode{Decode: inproc.Decode(dw)}
 	pw, err := NewPrefillWorker(toyConfig(fingerprinted{m, b}, 32), cd)
 	if err != nil {

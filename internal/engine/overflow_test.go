@@ -26,11 +26,7 @@ func TestAdmissionDoesNotWrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeWithin(t, col)
-	dw, err := NewDecodeWorker(toyConfig(m, 16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 16)
 	cd := &countingDecode{Decode: dw}
 	pw, err := NewPrefillWorker(toyConfig(m, 16), cd)
 	if err != nil {

@@ -15,11 +15,7 @@ import (
 // its context so a router can vet it (I2).
 func TestPrefillRefusalNamesPrefill(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 64)
 	pw, err := NewPrefillWorker(toyConfig(m, 8), dw)
 	if err != nil {
 		t.Fatal(err)

@@ -152,11 +152,7 @@ func TestPrefillQueueByWeight(t *testing.T) {
 
 func testPrefillQueueByWeight(t *testing.T, weight, queued int) {
 	m := &gated{toy: newToy(), after: 0, entered: make(chan struct{}), release: make(chan struct{})}
-	dw, err := NewDecodeWorker(toyConfig(m, 256))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 256)
 	pcfg := toyConfig(m, 4) // one 16-token prompt fills the pool
 	pcfg.MaxQueue = 12
 	pcfg.QueueTimeout = time.Minute

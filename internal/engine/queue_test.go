@@ -205,11 +205,7 @@ func TestQueueTimeoutIs503(t *testing.T) {
 // the decode pool never sends a Reserve.
 func TestDisaggCancelWhileQueuedNeverReserves(t *testing.T) {
 	g := &gated{toy: newToy(), after: 0, entered: make(chan struct{}), release: make(chan struct{})}
-	dw, err := NewDecodeWorker(toyConfig(g, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, g, 32)
 	cd := &countingDecode{Decode: dw}
 	pw, err := NewPrefillWorker(toyConfig(newToy(), 32), dw)
 	if err != nil {

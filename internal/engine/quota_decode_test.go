@@ -21,11 +21,7 @@ import (
 // room", which hold the router's whole queue as before.
 func TestDecodeQuotaHoldsOverShareTenantWhileAnotherWaits(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 32)
 	ctx := context.Background()
 	// a's reservations may not be revoked (Reserve.NoRevoke): this test
 	// is the quota without revocation (TestDecodeQuotaRevokes... has it).
@@ -111,11 +107,7 @@ func TestDecodeQuotaHoldsOverShareTenantWhileAnotherWaits(t *testing.T) {
 // and its pages come back scrubbed.
 func TestDecodeQuotaRevokesOverShareReservations(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 32)
 	ctx := context.Background()
 	reserve := func(tenant string) (kv.ID, error) {
 		id := newID()
@@ -280,11 +272,7 @@ func TestOverShareIsNoRoomOnTheWire(t *testing.T) {
 // pages it no longer holds).
 func TestDecodeQuotaForgetsEndedReservations(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 32)
 	ctx := context.Background()
 	var ids []kv.ID
 	for range 2 {
@@ -314,11 +302,7 @@ func TestDecodeQuotaForgetsEndedReservations(t *testing.T) {
 // weight 1 has three quarters of the pool.
 func TestDecodeQuotaUsesReserveWeight(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 32)
 	ctx := context.Background()
 	var ids []kv.ID
 	for _, x := range []struct {
@@ -473,11 +457,7 @@ func TestDecodeReclaimCountsWhatTheWaiterMayEvict(t *testing.T) {
 // waiting tenants out before; a third tenant's share is 32/3).
 func TestDecodeWaitingTenantCountsInThePoolsShare(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 32)
 	ctx := context.Background()
 	var ids []kv.ID
 	for {
@@ -487,7 +467,7 @@ func TestDecodeWaitingTenantCountsInThePoolsShare(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	_, err = dw.Reserve(ctx, &handoff.Reserve{Handoff: newID(), Tenant: "b", PromptTokens: 40, MaxTokens: 2, Model: FingerprintOf(m)})
+	_, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: newID(), Tenant: "b", PromptTokens: 40, MaxTokens: 2, Model: FingerprintOf(m)})
 	if !errors.Is(err, handoff.ErrNoRoom) || errors.Is(err, handoff.ErrOverShare) {
 		t.Fatalf("b's 11 pages beside a's %d: %v, want no_room", 4*len(ids), err)
 	}
@@ -512,11 +492,7 @@ func TestDecodeWaitingTenantCountsInThePoolsShare(t *testing.T) {
 // 16, not the whole pool; with weights a 3, c 1, 24.
 func TestDecodeQuotaCountsCacheOnlyTenant(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 32)
 	dw.mu.Lock()
 	q := dw.quotaLocked(dw.now(), "a", 1)
 	dw.mu.Unlock()
@@ -561,11 +537,7 @@ func TestDecodePoolForgetsTenantThatStoppedWaiting(t *testing.T) {
 	for _, how := range []string{"expired", "reserved"} {
 		t.Run(how, func(t *testing.T) {
 			m := newToy()
-			dw, err := NewDecodeWorker(toyConfig(m, 32))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer dw.Close()
+			dw := toyDecodeWorker(t, m, 32)
 			// The worker's protocol clock stands an hour ahead: its own
 			// ticker's Ticks (real time) expire nothing, only the test's.
 			t0 := time.Now().Add(time.Hour)

@@ -191,11 +191,7 @@ func (d *refuseOnce) Reserve(ctx context.Context, r *handoff.Reserve) (*handoff.
 // would only come again.
 func TestLonePairNotRetriedAfterRefusal(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 64)
 	pw, err := NewPrefillWorker(toyConfig(m, 64), dw)
 	if err != nil {
 		t.Fatal(err)
@@ -252,11 +248,7 @@ func (p answerLost) Prefill(ctx context.Context, r *handoff.PrefillRequest) (*ha
 // is not retried, on this pair or another, as a link failure would be.
 func TestIntegrityFailureNotRetriedWhenPrefillAnswerLost(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 64)
 	pw, err := NewPrefillWorker(toyConfig(m, 64), &forgedDigestOnce{Decode: dw})
 	if err != nil {
 		t.Fatal(err)
@@ -322,11 +314,7 @@ func (d *abortSeen) Abort(ctx context.Context, a *handoff.Abort) error {
 func TestPrefillAnswerLostAfterFirstTokenKeepsDecoding(t *testing.T) {
 	m := newToy()
 	g := &gated{toy: m, after: 0, entered: make(chan struct{}), release: make(chan struct{})}
-	dw, err := NewDecodeWorker(toyConfig(g, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, g, 64)
 	pw, err := NewPrefillWorker(toyConfig(m, 64), dw)
 	if err != nil {
 		t.Fatal(err)

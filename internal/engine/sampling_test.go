@@ -198,11 +198,7 @@ func testLogprobsMatchModel(t *testing.T, after bool) {
 // and nothing is left reserved.
 func TestWorkersRefuseForeignSamplingInput(t *testing.T) {
 	m := newToy()
-	dw, err := NewDecodeWorker(toyConfig(m, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, m, 32)
 	ctx := context.Background()
 	bad := []handoff.StreamParams{
 		{Sampling: sample.Params{Temperature: float32(math.NaN())}},

@@ -41,11 +41,7 @@ func TestWatermark(t *testing.T) {
 // holder is gone the same reservation succeeds. (One tenant: another
 // tenant within its KV share skips the watermark, quota_decode_test.go.)
 func TestDecodeReserveKeepsWatermark(t *testing.T) {
-	dw, err := NewDecodeWorker(toyConfig(newToy(), 16)) // 16 pages of 4 tokens
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dw.Close()
+	dw := toyDecodeWorker(t, newToy(), 16) // 16 pages of 4 tokens
 	first := newID()
 	// 40 prompt tokens + a page of headroom: 11 pages, 5 left.
 	if _, err := dw.Reserve(context.Background(), &handoff.Reserve{Handoff: first, Tenant: "a", PromptTokens: 40, MaxTokens: 8}); err != nil {
