@@ -14,6 +14,7 @@ import (
 	"github.com/nikolalohinski/gonja/v2/loaders"
 	"github.com/nikolalohinski/gonja/v2/nodes"
 	"github.com/nikolalohinski/gonja/v2/parser"
+	"github.com/nikolalohinski/gonja/v2/utils"
 )
 
 // FallbackChatTemplate is used when a model carries no
@@ -82,6 +83,15 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 	if strings.TrimSpace(source) == "" {
 		ct.source, ct.fallback = FallbackChatTemplate, true
 	}
+	// The rewritten tree calls the server's functions by name
+	// (budgetFuncs, loopStepsFunc, ifElseFunc) and finds its state
+	// there (renderStateVar): a template that set, bound or defined one
+	// of those names ({% set __sluice_loop_items = __sluice_cmp_side %})
+	// replaced the bound it enforces (its loops counted nothing). No
+	// template may name them.
+	if strings.Contains(ct.source, serverNames) {
+		return nil, fmt.Errorf("chat template does not parse: it names %s..., which the server keeps for its own functions", serverNames)
+	}
 	// A memory loader holding only this template: a template from a model
 	// file must not be able to {% include %} files from the server's disk.
 	loader, err := loaders.NewMemoryLoader(map[string]string{"/chat": rewriteParenConditionals(ct.source)})
@@ -110,6 +120,11 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 		// request leaked. And range(10**12) in a loop built a list of that
 		// length. This one is a list, bounded.
 		"range": templateRange,
+		// gonja's lipsum(n, html, min, max) wrote n paragraphs of
+		// max-min words, whatever n and max, before anything counted
+		// them (lipsum(1, false, 0, 10**9) is gigabytes). This one
+		// charges its text first.
+		"lipsum": templateLipsum,
 		// Every {% for %} charges its items (chatloops.go).
 		loopStepsFunc: loopItems,
 	}))
@@ -174,7 +189,7 @@ var ReservedTemplateVars = map[string]bool{"messages": true, "add_generation_pro
 	"raise_exception": true, "strftime_now": true, "tools": true, "documents": true, "continue_final_message": true,
 	renderStateVar: true, ifElseFunc: true, budgetAddFunc: true, budgetCatFunc: true, budgetMulFunc: true,
 	budgetOutFunc: true, budgetMethodFunc: true, loopStepsFunc: true, budgetCmpFunc: true, budgetItemFunc: true,
-	budgetDictMethodFunc: true}
+	budgetDictMethodFunc: true, budgetReadFunc: true}
 
 // RenderTools is Render with the request's tools.
 func (c *ChatTemplate) RenderTools(msgs []ChatMessage, tools []any) (string, error) {
@@ -335,6 +350,10 @@ const maxMacroCalls = 1 << 20
 // renderStateVar holds one rendering's renderState in its variables.
 const renderStateVar = "__sluice_render"
 
+// serverNames begins the name of every function and variable the server
+// puts in a template's context (budgetFuncs, renderStateVar...).
+const serverNames = "__sluice_"
+
 // renderState is one request's renderings' own: their macro call depth
 // and count, their loops' steps (chatloops.go), what they built
 // (chatbudget.go) and wrote.
@@ -384,8 +403,11 @@ func (m boundedMacro) Execute(r *exec.Renderer, tag *nodes.ControlStructureBlock
 // request body), never millions.
 const maxTemplateRange = 1 << 20
 
-// templateRange is Jinja's range([start,] stop[, step]) as a list.
-func templateRange(_ *exec.Evaluator, params *exec.VarArgs) ([]int, error) {
+// templateRange is Jinja's range([start,] stop[, step]) as a list,
+// charged to the values the rendering builds (elemBytes a number) before
+// it is made: range(1048576)|length once per message built 8 MiB a
+// message with nothing counted.
+func templateRange(e *exec.Evaluator, params *exec.VarArgs) ([]int, error) {
 	start, stop, step := 0, 0, 1
 	for _, a := range params.Args {
 		if !a.IsInteger() {
@@ -416,11 +438,79 @@ func templateRange(_ *exec.Evaluator, params *exec.VarArgs) ([]int, error) {
 	if n > maxTemplateRange {
 		return nil, fmt.Errorf("range: %d numbers; a chat template may count at most %d", n, maxTemplateRange)
 	}
+	st, err := evalState(e)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.charge(int64(n) * elemBytes); err != nil {
+		return nil, err
+	}
 	out := make([]int, n)
 	for i := range out {
 		out[i] = start + i*step
 	}
 	return out, nil
+}
+
+// lipsumWordBytes bounds what one word of lipsum costs: its slot in the
+// paragraph's list, its letters (the longest word of gonja's list), a
+// comma or full stop and a space.
+var lipsumWordBytes = func() int64 {
+	long := 0
+	for _, w := range utils.WORDS {
+		long = max(long, len(w))
+	}
+	return elemBytes + int64(long) + 2
+}()
+
+// lipsumParagraphBytes bounds what one paragraph costs beside its words:
+// its list and its slot in the result, the full stop, the <p> tags and
+// the separator.
+const lipsumParagraphBytes = 64
+
+// templateLipsum is Jinja's lipsum(n=5, html=True, min=20, max=100),
+// gonja's own once its words and paragraphs are charged to the loop
+// steps and its text (n paragraphs of max-min words each, as gonja
+// makes them) to the values the rendering builds.
+func templateLipsum(e *exec.Evaluator, params *exec.VarArgs) (*exec.Value, error) {
+	var n, lo, hi int
+	var html bool
+	if err := params.Take(
+		exec.KeywordArgument("n", exec.AsValue(5), exec.IntArgument(&n)),
+		exec.KeywordArgument("html", exec.AsValue(true), exec.BoolArgument(&html)),
+		exec.KeywordArgument("min", exec.AsValue(20), exec.IntArgument(&lo)),
+		exec.KeywordArgument("max", exec.AsValue(100), exec.IntArgument(&hi)),
+	); err != nil {
+		return nil, exec.ErrInvalidCall(err)
+	}
+	st, err := evalState(e)
+	if err != nil {
+		return nil, err
+	}
+	// max-min words a paragraph, in unsigned arithmetic: the
+	// difference of two ints may not fit one.
+	var words uint64
+	if hi > lo {
+		words = uint64(hi) - uint64(lo)
+	}
+	paras := uint64(max(0, n))
+	// Each word is a step of work (gonja picks it at random and
+	// title-cases it, about a microsecond), as a loop's item is, and
+	// each paragraph one: charged to the loop steps first, checked
+	// before they multiply. So both products below are small.
+	l := loopState(e)
+	if l == nil {
+		return nil, errNoRenderState
+	}
+	left := uint64(max(0, l.max-l.steps))
+	if words >= left || paras > left/(words+1) || !l.charge(int(paras*(words+1))) {
+		l.charge(l.max + 1)
+		return nil, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps)
+	}
+	if err := st.charge(int64(paras) * (lipsumParagraphBytes + int64(words)*lipsumWordBytes)); err != nil {
+		return nil, err
+	}
+	return exec.AsSafeValue(utils.Lipsum(n, html, lo, hi)), nil
 }
 
 // strftime formats t with the C directives chat templates use.

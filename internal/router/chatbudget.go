@@ -587,6 +587,12 @@ func budgetFilter(name string, f exec.FilterFunction) exec.FilterFunction {
 		if err != nil {
 			return exec.AsValue(err)
 		}
+		if readFilters[name] {
+			// It goes over a string's characters (chatread.go).
+			if err := chargeRead(e, in, readPasses); err != nil {
+				return exec.AsValue(err)
+			}
+		}
 		if stepFilters[name] {
 			// It goes over every item: the loop steps' budget, or
 			// messages|selectattr(..)|first in a loop over the messages

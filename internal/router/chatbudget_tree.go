@@ -28,7 +28,7 @@ const (
 var budgetFuncs = map[string]any{
 	budgetAddFunc: budgetAdd, budgetCatFunc: budgetCat, budgetMulFunc: budgetMul,
 	budgetOutFunc: budgetOut, budgetMethodFunc: budgetStrMethod, budgetItemFunc: budgetItem,
-	budgetCmpFunc: budgetCmpSide, budgetDictMethodFunc: budgetDictMethod,
+	budgetCmpFunc: budgetCmpSide, budgetDictMethodFunc: budgetDictMethod, budgetReadFunc: budgetRead,
 }
 
 // budgetTree rewrites a parsed template so that what it builds is
@@ -314,7 +314,7 @@ func (t *budgetTree) rewrite(e nodes.Expression) nodes.Expression {
 		}
 	case *nodes.GetSlice:
 		if x, ok := n.Node.(nodes.Expression); ok {
-			n.Node = t.expr(x)
+			n.Node = sliceRead(n, t.expr(x))
 		}
 		n.Start, n.End, n.Step = t.expr(n.Start), t.expr(n.End), t.expr(n.Step)
 	case *nodes.List:

@@ -20,13 +20,17 @@ const budgetItemFunc = "__sluice_item"
 // keys are strings) and an integer index of anything else. Every other
 // key goes to gonja as its evaluator does (an item, else an attribute
 // of that name, else undefined).
-func budgetItem(_ *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
+func budgetItem(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	if len(p.Args) != 2 {
 		return nil, fmt.Errorf("%s: two arguments", budgetItemFunc)
 	}
 	x, k := p.Args[0], p.Args[1]
 	switch {
 	case k.IsInteger() && x.IsString():
+		// Its runes, all of them: a read of the string (chatread.go).
+		if err := chargeRead(e, x, readPasses); err != nil {
+			return nil, err
+		}
 		r := []rune(x.String())
 		if i, ok := pyIndex(k.Integer(), len(r)); ok {
 			return exec.AsValue(string(r[i])), nil

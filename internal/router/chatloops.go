@@ -165,6 +165,8 @@ var chatTests = func() *exec.TestSet {
 	for _, name := range []string{"!=", "ne"} {
 		_ = set.Replace(name, eqTest(true))
 	}
+	_ = set.Replace("lower", caseTest(false))
+	_ = set.Replace("upper", caseTest(true))
 	return set
 }()
 
