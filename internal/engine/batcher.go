@@ -620,7 +620,9 @@ func (s *batch) step() {
 				q.started = nil
 			}
 			budget -= len(toks)
-			steps = append(steps, Step{Tokens: toks, Pos: q.fed, KV: q.view})
+			// advance reads a prompt chunk's logits only when it ends a
+			// prompt that is not being recomputed.
+			steps = append(steps, Step{Tokens: toks, Pos: q.fed, KV: q.view, NoLogits: !q.decoded && (len(toks) < len(q.prompt) || q.recompute)})
 			members = append(members, q)
 			sizes = append(sizes, len(toks))
 		}

@@ -127,7 +127,7 @@ func (f *modelForwarder) ForwardBetween(steps []Step, between func(layer int)) [
 	// another forwarder (its own seqs).
 	f.seqs = f.seqs[:0]
 	for _, s := range steps {
-		f.seqs = append(f.seqs, model.Seq{Tokens: s.Tokens, Pos: s.Pos, KV: s.KV})
+		f.seqs = append(f.seqs, model.Seq{Tokens: s.Tokens, Pos: s.Pos, KV: s.KV, NoLogits: s.NoLogits})
 	}
 	res := f.run.ForwardBetween(f.seqs, between)
 	out := make([]StepResult, len(res))

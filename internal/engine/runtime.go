@@ -11,6 +11,12 @@ type Step struct {
 	Tokens []int32
 	Pos    int
 	KV     model.KV
+	// NoLogits: the batch does not read this step's logits (a prompt
+	// chunk before the prompt's last, or the last of a prompt recomputed
+	// after a preemption), so the forwarder may skip them
+	// (StepResult.Logits nil): the model then runs no output projection
+	// for it (model.Seq.NoLogits).
+	NoLogits bool
 }
 
 // StepResult is the logits of the last token of a Step, or the error that

@@ -159,7 +159,7 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 			q.started(StartNested)
 			q.started = nil
 		}
-		steps = append(steps, Step{Tokens: q.prompt[:n], Pos: q.fed, KV: q.view})
+		steps = append(steps, Step{Tokens: q.prompt[:n], Pos: q.fed, KV: q.view, NoLogits: n < len(q.prompt)})
 		members = append(members, q)
 		sizes = append(sizes, n)
 	}
