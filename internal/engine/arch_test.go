@@ -51,7 +51,9 @@ func TestOracleArchTransports(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer f.Close()
+			// A cleanup, not a defer: it must run after the rigs' cleanups
+			// (newRemoteRig), which stop the workers reading the mapping.
+			t.Cleanup(func() { f.Close() })
 			rt, _, err := LoadRuntime(file, f)
 			if err != nil {
 				t.Fatal(err)

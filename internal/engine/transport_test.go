@@ -5,6 +5,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"sluice/internal/handoff"
@@ -24,12 +25,17 @@ type remoteRig struct {
 	pw      *PrefillWorker
 	dw      *DecodeWorker
 	closers []func()
+	once    sync.Once
 }
 
+// close stops the rig's roles and links, newest first; it runs once, also
+// as the test's cleanup when a t.Fatal skipped the test's own call.
 func (r *remoteRig) close() {
-	for i := len(r.closers) - 1; i >= 0; i-- {
-		r.closers[i]()
-	}
+	r.once.Do(func() {
+		for i := len(r.closers) - 1; i >= 0; i-- {
+			r.closers[i]()
+		}
+	})
 }
 
 func serveTCP(t *testing.T, cfg tcp.Config, d handoff.Decode, p handoff.Prefill) (string, func()) {
@@ -66,6 +72,10 @@ func newRemoteRigWrap(t *testing.T, transport string, pcfg, dcfg Config, wrap fu
 	t.Helper()
 	tc := tcp.Config{Secret: []byte("engine-test-shared-secret-0123456789"), Model: FingerprintOf(dcfg.Model)}
 	r := &remoteRig{}
+	// A t.Fatal between here and the test's r.close must still stop the
+	// workers before the test's earlier cleanups (a model file's mapping
+	// unmapped under a running forward pass is a SIGSEGV, not a failure).
+	t.Cleanup(r.close)
 	if transport == "shm" {
 		dcfg.SharedFile = filepath.Join(t.TempDir(), "decode.pool")
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"sluice/internal/engine"
@@ -105,6 +106,10 @@ type echoEngine struct {
 	refuse    *engine.Error
 	// refuseAfter > 0 refuses every Submit after that many (overloaded).
 	refuseAfter int64
+	// cancelDelay is how long a cancelled stream takes to end (a real
+	// engine runs a handoff under way to its commit first, I10): a caller
+	// that does not wait for the end sees the request still active.
+	cancelDelay time.Duration
 	reqs        []engine.Request // every request submitted
 	lpFault     string
 }
@@ -192,15 +197,21 @@ func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream
 		return b
 	}())
 	go func() {
-		defer func() {
+		defer close(s.ch)
+		// end sends the terminal event. The request leaves the engine
+		// (Active) before its terminal event goes out, so a caller that
+		// read every stream to its end (the router's run and drain) sees
+		// Active() == 0 at once; the other order made that a race
+		// (TestOneChoiceFailsTheRequest failed 2 runs in 200).
+		end := func(ev engine.Event) {
 			e.mu.Lock()
 			e.active--
 			e.mu.Unlock()
-			close(s.ch)
-		}()
+			s.ch <- ev
+		}
 		usage := engine.Usage{PromptTokens: len(r.Prompt)}
 		if strings.Contains(text, "FAIL_EARLY") {
-			s.ch <- engine.Event{Err: &engine.Error{Code: engine.CodeHandoff, Status: http.StatusBadGateway, Message: "the KV handoff failed verification"}, Usage: usage}
+			end(engine.Event{Err: &engine.Error{Code: engine.CodeHandoff, Status: http.StatusBadGateway, Message: "the KV handoff failed verification"}, Usage: usage})
 			return
 		}
 		out := append(append([]int32(nil), body...), fakeEOS)
@@ -213,12 +224,13 @@ func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream
 			}
 			select {
 			case <-s.cancel:
-				s.ch <- engine.Event{Err: &engine.Error{Code: engine.CodeCancelled, Status: engine.StatusClientClosed, Message: "cancelled"}, Usage: usage}
+				time.Sleep(e.cancelDelay)
+				end(engine.Event{Err: &engine.Error{Code: engine.CodeCancelled, Status: engine.StatusClientClosed, Message: "cancelled"}, Usage: usage})
 				return
 			default:
 			}
 			if i == 2 && strings.Contains(text, "FAIL_LATE") {
-				s.ch <- engine.Event{Err: &engine.Error{Code: engine.CodeIntegrity, Status: 500, Message: "a KV page failed its owner check"}, Usage: usage}
+				end(engine.Event{Err: &engine.Error{Code: engine.CodeIntegrity, Status: 500, Message: "a KV page failed its owner check"}, Usage: usage})
 				return
 			}
 			ev := engine.Event{Token: t}
@@ -235,11 +247,11 @@ func (e *echoEngine) Submit(_ context.Context, r *engine.Request) (engine.Stream
 			s.ch <- ev
 			usage.CompletionTokens++
 			if t == fakeEOS {
-				s.ch <- engine.Event{Done: true, Finish: "stop", Usage: usage}
+				end(engine.Event{Done: true, Finish: "stop", Usage: usage})
 				return
 			}
 			if usage.CompletionTokens == r.MaxTokens {
-				s.ch <- engine.Event{Done: true, Finish: "length", Usage: usage}
+				end(engine.Event{Done: true, Finish: "length", Usage: usage})
 				return
 			}
 		}

@@ -434,6 +434,9 @@ func TestOneChoiceFailsTheRequest(t *testing.T) {
 	waitFor(t, func() bool { return h.eng.Active() == 0 })
 
 	h.eng.refuseAfter = h.eng.submitted.Load() + 2
+	// The cancelled choices take a while to end: the answer must wait
+	// for them (drain), not only cancel them.
+	h.eng.cancelDelay = 50 * time.Millisecond
 	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("HOLD"), N: openai.Int(3), MaxTokens: openai.Int(20)})
 	apiErr(t, err, 503, engine.CodeOverloaded)
 	if h.eng.Active() != 0 {

@@ -24,6 +24,15 @@ import (
 // in DeadAfter/8 of wall time; a peer stopped by SIGSTOP, a frozen VM or a
 // hung kernel sends nothing, and is declared dead within DeadAfter plus
 // one ping interval.
+//
+// Silence is counted only while this side watches. When this process did
+// not run (a stall of its own: its CPU share starved on a loaded host, a
+// cgroup throttle, a long GC, a SIGSTOP of this process), the peer's bytes
+// may be sitting unread in the socket, and the watchdog may wake before
+// the reader that would read them: only two ping intervals of each late
+// wake's gap count as the peer's silence (watch). A stall of this side
+// alone never kills a live peer; a dead peer is still declared after
+// DeadAfter of watched silence (a few more wakes when every wake is late).
 
 // DefaultDeadAfter is the silence after which a peer is declared dead.
 const DefaultDeadAfter = 2 * time.Second
@@ -78,19 +87,23 @@ func (c *conn) heartbeat(stop <-chan struct{}) {
 	every := dead / 8
 	c.beat.touchRecv()
 	c.beat.touchSend()
+	w := newWatch(dead, time.Now())
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
-		case now := <-t.C:
+		case <-t.C:
+			// The wall time of this wake, not the tick's: after a stall
+			// of this process the tick may be the time it was due.
+			now := time.Now()
 			// A reader that holds off reading (a full connection) sees no
 			// bytes however alive the peer is: not counted as silence.
 			// held is loaded before lastRecv: resume touches lastRecv
 			// before it lowers held.
 			held := c.beat.held.Load() > 0
-			if silent := now.Sub(time.Unix(0, c.beat.lastRecv.Load())); !held && silent > dead {
+			if silent, isDead := w.wake(now, time.Unix(0, c.beat.lastRecv.Load()), held); isDead {
 				err := handoff.ErrTransport.With("the peer at %s sent nothing for %v (heartbeat limit %v): declared dead", c.nc.RemoteAddr(), silent.Round(time.Millisecond), dead)
 				c.beat.dead.Store(err)
 				c.nc.Close()
@@ -111,4 +124,51 @@ func (c *conn) deadErr() error {
 		return e
 	}
 	return nil
+}
+
+// watch is the watchdog's judgement apart from its clock and socket: fed
+// each wake's wall time, the time of the last byte read and whether the
+// reader holds off reading, it says how long the peer has been silent in
+// watched time and whether that makes it dead.
+//
+// A wake's gap beyond two ping intervals (DeadAfter/4) is time this side
+// did not run: it is not counted as the peer's silence, whoever was
+// silent, because a peer's bytes sent meanwhile wait unread in the socket
+// until this process runs again (TestHeartbeatSurvivesOwnStall). So a
+// stall of any length costs a live peer at most DeadAfter/4 of its
+// allowance, and a dead peer is declared once DeadAfter of silence was
+// watched: within DeadAfter plus a ping interval when this side runs on
+// time, after about 4 late wakes at worst.
+type watch struct {
+	dead time.Duration
+	// grace is the part of one wake's gap counted as silence.
+	grace time.Duration
+	prev  time.Time // the previous wake
+	// unwatched is the time since lastRecv this side did not run,
+	// beyond grace per wake; reset when a byte arrives.
+	unwatched time.Duration
+	lastRecv  time.Time
+}
+
+func newWatch(dead time.Duration, now time.Time) *watch {
+	return &watch{dead: dead, grace: dead / 4, prev: now}
+}
+
+// wake reports the peer's watched silence at now and whether it exceeds
+// the limit (never while held).
+func (w *watch) wake(now, lastRecv time.Time, held bool) (silent time.Duration, dead bool) {
+	if !lastRecv.Equal(w.lastRecv) {
+		w.lastRecv, w.unwatched = lastRecv, 0
+	}
+	// Only the part of the gap after the last byte is the peer's silence.
+	from := w.prev
+	if lastRecv.After(from) {
+		from = lastRecv
+	}
+	if gap := now.Sub(from); gap > w.grace {
+		w.unwatched += gap - w.grace
+	}
+	w.prev = now
+	silent = now.Sub(lastRecv) - w.unwatched
+	return silent, !held && silent > w.dead
 }
