@@ -600,6 +600,11 @@ func budgetFilter(name string, f exec.FilterFunction) exec.FilterFunction {
 			if l := loopState(e); l == nil || !l.charge(itemCount(in)) {
 				return exec.AsValue(fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps))
 			}
+			// The sorts, unique, max and min compare their items'
+			// text too (chatread.go).
+			if err := chargeCompare(e, name, in); err != nil {
+				return exec.AsValue(err)
+			}
 		}
 		if cost, ok := filterCost(name, in, p, st.left()); ok {
 			if err := st.charge(cost); err != nil {
