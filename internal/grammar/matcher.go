@@ -261,12 +261,13 @@ func (g *Grammar) resolve(pos int32, below *frame, out *stackSet) {
 
 // expand consumes byte c at position pos with below under it: a class
 // that takes c adds the stack after it to out; an alternative's end pops
-// to the frame below, and a reference to its alternatives that may take
-// c, which go on out's work list (first alternative on top, so the work
-// list expands the ways depth first in the grammar's order, as a
-// recursion would). The grammar has no left recursion (checked at
-// compile), so the expansion terminates.
-func (g *Grammar) expand(pos int32, below *frame, c byte, out *stackSet) {
+// to the frame below, and a reference expands into its alternatives that
+// may take c. It returns the pair to expand next, if any (the frame
+// below, the first such alternative), and puts the other alternatives on
+// out's work list, last first, so the work list expands the ways depth
+// first in the grammar's order, as a recursion would. The grammar has no
+// left recursion (checked at compile), so the expansion terminates.
+func (g *Grammar) expand(pos int32, below *frame, c byte, out *stackSet) (int32, *frame, bool) {
 	e := g.elems[pos]
 	out.n++
 	if out.n-out.n0 > memoAt {
@@ -278,12 +279,12 @@ func (g *Grammar) expand(pos int32, below *frame, c byte, out *stackSet) {
 		}
 		k := frameKey{pos, below}
 		if _, ok := out.visits[k]; ok {
-			return
+			return 0, nil, false
 		}
 		out.visits[k] = struct{}{}
 		if out.n > maxByteWork {
 			out.over = true
-			return
+			return 0, nil, false
 		}
 	}
 	switch e.kind {
@@ -294,9 +295,9 @@ func (g *Grammar) expand(pos int32, below *frame, c byte, out *stackSet) {
 	case kEnd:
 		if below == nil {
 			out.escaped = true
-			return
+			return 0, nil, false
 		}
-		out.todo = append(out.todo, frameKey{below.pos, below.next})
+		return below.pos, below.next, true
 	case kRef:
 		ret := below
 		if g.elems[pos+1].kind != kEnd {
@@ -306,12 +307,24 @@ func (g *Grammar) expand(pos int32, below *frame, c byte, out *stackSet) {
 		}
 		alts := g.rules[e.arg]
 		out.n += len(alts)
-		for k := len(alts) - 1; k >= 0; k-- {
+		first := -1
+		for k, s := range alts {
+			if g.nullAt[s] || g.firstAt[s].has(c) {
+				first = k
+				break
+			}
+		}
+		if first < 0 {
+			return 0, nil, false
+		}
+		for k := len(alts) - 1; k > first; k-- {
 			if s := alts[k]; g.nullAt[s] || g.firstAt[s].has(c) {
 				out.todo = append(out.todo, frameKey{s, ret})
 			}
 		}
+		return alts[first], ret, true
 	}
+	return 0, nil, false
 }
 
 // begin starts the step of every stack of from by byte c into out (reset).
@@ -325,32 +338,37 @@ func (g *Grammar) begin(from []*frame, c byte, out *stackSet) {
 // the step is done. A step cut short resumes where it stopped at the next
 // run, with the same result as a step run at once.
 func (g *Grammar) run(out *stackSet, budget int) (done bool) {
-	n := out.n
+	n, c := out.n, out.c
 	for {
 		if out.over {
 			// Past MaxStacks (or MaxByteWork) the step is refused
 			// whatever else it adds: following the rest of the ways is
-			// work for nothing.
+			// work for nothing. (expand hands back no pair once over.)
 			out.todo, out.i = out.todo[:0], len(out.from)
 		}
-		if len(out.todo) == 0 {
-			if out.i == len(out.from) {
-				break
-			}
+		var k frameKey
+		if l := len(out.todo); l > 0 {
+			k = out.todo[l-1]
+			out.todo = out.todo[:l-1]
+		} else if out.i < len(out.from) {
 			f := out.from[out.i]
 			out.i++
-			if f != nil {
-				out.n0 = out.n
-				out.todo = append(out.todo, frameKey{f.pos, f.next})
+			if f == nil {
+				continue
 			}
-			continue
+			out.n0 = out.n
+			k = frameKey{f.pos, f.next}
+		} else {
+			break
 		}
-		if out.n-n >= budget {
-			return false
+		// Depth first: the pair expand hands back is expanded next.
+		for more := true; more; {
+			if out.n-n >= budget {
+				out.todo = append(out.todo, k)
+				return false
+			}
+			k.pos, k.next, more = g.expand(k.pos, k.next, c, out)
 		}
-		k := out.todo[len(out.todo)-1]
-		out.todo = out.todo[:len(out.todo)-1]
-		g.expand(k.pos, k.next, out.c, out)
 	}
 	out.from = nil
 	// The memo is this step's alone: a large one is not kept (up to
