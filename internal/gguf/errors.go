@@ -19,6 +19,7 @@ const (
 	ErrIO              ErrorCode = "gguf_io"
 	ErrWriter          ErrorCode = "gguf_invalid_write"
 	ErrMissingMetadata ErrorCode = "gguf_missing_metadata"
+	ErrIsDirectory     ErrorCode = "gguf_is_directory"
 )
 
 // Error is every error this package returns. Offset is the byte position in
@@ -30,6 +31,8 @@ type Error struct {
 	Err    error // underlying I/O error, if any
 }
 
+// Error is the message with its stable code last, in brackets, as the
+// tokenizer's and the server's start-up errors give theirs.
 func (e *Error) Error() string {
 	s := "gguf: " + e.Msg
 	if e.Offset >= 0 {
@@ -38,7 +41,7 @@ func (e *Error) Error() string {
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
-	return s
+	return s + " [" + string(e.Code) + "]"
 }
 
 func (e *Error) Unwrap() error { return e.Err }

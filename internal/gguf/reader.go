@@ -81,6 +81,9 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		return nil, &Error{Code: ErrIO, Offset: -1, Msg: "cannot stat " + path, Err: err}
 	}
+	if st.IsDir() {
+		return nil, errf(ErrIsDirectory, -1, "%s", dirHint(path))
+	}
 	size := st.Size()
 	if size < 8 {
 		return nil, errf(ErrTruncated, 0, "%s is %d bytes, too short for a GGUF header", path, size)
@@ -94,10 +97,14 @@ func Open(path string) (*File, error) {
 	}
 	f, err := Parse(data)
 	if err != nil {
-		unmapFile(data)
 		if e, ok := err.(*Error); ok {
 			e.Msg = path + ": " + e.Msg
+			if e.Code == ErrBadMagic {
+				e.Msg += formatHint(path, data)
+				e.Offset = -1
+			}
 		}
+		unmapFile(data)
 		return nil, err
 	}
 	f.mmapped = true

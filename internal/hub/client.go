@@ -90,6 +90,10 @@ func (c *Client) Fetch(ctx context.Context, ref Ref) (Result, error) {
 			c.log().Warn("the Hub could not be reached; using the cached copy", "model", ref.String(), "err", he.Err, "path", r.Path)
 			return r, nil
 		}
+		// Neither the Hub nor the cache: HF_HUB_OFFLINE=1 cannot help
+		// (the cache was just tried); say what can.
+		return res, &Error{Code: ErrIO, Ref: he.Ref, Msg: fmt.Sprintf("cannot reach the Hub at %s (%v) and the cache (%s) holds no copy: "+
+			"give --model PATH to a GGUF file you have (fetched where the Hub is reachable), or set HF_ENDPOINT to a mirror", c.Endpoint, he.Err, c.Cache)}
 	}
 	return res, err
 }

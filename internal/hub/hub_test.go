@@ -328,7 +328,10 @@ func TestOffline(t *testing.T) {
 	if err != nil || !res.Offline {
 		t.Errorf("unreachable hub, cached file: %v", err)
 	}
-	if _, err := c.Fetch(context.Background(), mustParse(t, "hf://org/repo:Q4_K_M")); codeOf(err) != ErrIO {
+	// Neither: what helps (a local file, a mirror), not HF_HUB_OFFLINE,
+	// which the fallback has just tried.
+	_, err = c.Fetch(context.Background(), mustParse(t, "hf://org/repo:Q4_K_M"))
+	if codeOf(err) != ErrIO || !strings.Contains(err.Error(), "--model PATH") || !strings.Contains(err.Error(), c.Cache) || strings.Contains(err.Error(), "HF_HUB_OFFLINE") {
 		t.Errorf("unreachable hub, file not cached: %v", err)
 	}
 }

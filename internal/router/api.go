@@ -313,6 +313,9 @@ func decodeBody(r io.Reader, v any) *apiError {
 					return unsupported(k, "%q is a parameter of /v1/completions, not of /v1/chat/completions; send the request there or remove it", k)
 				}
 			}
+			if hint := llamaServerName(v, k); hint != "" {
+				return unsupported(k, "%q is llama-server's name; this server takes OpenAI's and vLLM's: %s", k, hint)
+			}
 			return unsupported(k, "%q is not a parameter this server supports; remove it (docs/api.md lists the parameters)", k)
 		}
 		if common != nil {
@@ -320,6 +323,41 @@ func decodeBody(r io.Reader, v any) *apiError {
 		}
 	}
 	return nil
+}
+
+// llamaServerName is what to send instead of a key llama-server takes
+// (its /completion and /tokenize names, which it also accepts on its /v1
+// routes), for the request type v; "" for any other key. A user coming
+// from llama-server gets the name to use, not only "remove it".
+func llamaServerName(v any, key string) string {
+	switch v.(type) {
+	case *tokenizeRequest:
+		switch key {
+		case "content":
+			return `send the text as "prompt" (or a chat as "messages")`
+		case "add_special":
+			return `send "add_special_tokens"`
+		case "with_pieces":
+			return `send "return_token_strs": true`
+		}
+	case *completionRequest, *chatRequest:
+		switch key {
+		case "n_predict":
+			return `send "max_tokens"`
+		case "repeat_penalty":
+			return `send "repetition_penalty"`
+		case "cache_prompt":
+			return "remove it: the prefix cache is on, within your tenant (prompt_cache_key narrows it)"
+		case "n_probs":
+			if _, chat := v.(*chatRequest); chat {
+				return `send "logprobs": true with "top_logprobs": N`
+			}
+			return `send "logprobs": N`
+		case "json_schema":
+			return `send "response_format": {"type": "json_schema", "json_schema": {"name": ..., "schema": ...}} to /v1/chat/completions`
+		}
+	}
+	return ""
 }
 
 func jsonType(goType string) string {

@@ -839,6 +839,33 @@ func TestOtherRouteParameterNamed(t *testing.T) {
 	}
 }
 
+// A key llama-server takes is refused with the name to send instead, so a
+// user coming from llama-server is not only told to remove it.
+func TestLlamaServerNamesAnswered(t *testing.T) {
+	h := newHarness(t, 64, nil)
+	comp, chat, tok := h.ts.URL+"/v1/completions", h.ts.URL+"/v1/chat/completions", h.ts.URL+"/tokenize"
+	for _, c := range []struct{ url, body, param, says string }{
+		{tok, `{"content":"hi"}`, "content", `send the text as "prompt"`},
+		{tok, `{"prompt":"hi","add_special":true}`, "add_special", `"add_special_tokens"`},
+		{tok, `{"prompt":"hi","with_pieces":true}`, "with_pieces", `"return_token_strs"`},
+		{comp, `{"prompt":"hi","n_predict":4}`, "n_predict", `send "max_tokens"`},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"repeat_penalty":1.1}`, "repeat_penalty", `send "repetition_penalty"`},
+		{comp, `{"prompt":"hi","n_probs":2}`, "n_probs", `send "logprobs": N`},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"n_probs":2}`, "n_probs", `"top_logprobs": N`},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"cache_prompt":true}`, "cache_prompt", "the prefix cache is on"},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"json_schema":{}}`, "json_schema", `"response_format": {"type": "json_schema"`},
+		{tok, `{"prompt":"hi","n_predict":4}`, "n_predict", "not a parameter this server supports"},
+	} {
+		status, e := post(t, c.url, "", c.body)
+		if status != 400 || e.Code != CodeUnsupported || e.Param == nil || *e.Param != c.param || !strings.Contains(e.Message, c.says) {
+			t.Errorf("%s: %d %+v, want 400 %s param %s saying %q", c.body, status, e, CodeUnsupported, c.param, c.says)
+		}
+	}
+	if n := h.eng.submitted.Load(); n != 0 {
+		t.Fatalf("refused requests reached the engine %d times", n)
+	}
+}
+
 // An integer beyond its field's range is told so, with the range; a
 // fraction is still the wrong type.
 func TestIntegerOutOfRangeNamed(t *testing.T) {

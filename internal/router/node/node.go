@@ -75,6 +75,12 @@ func LoadModel(path string, mem gguf.Memory) (*Model, error) {
 	rt, tok, err := engine.LoadRuntime(m.Name, f)
 	if err != nil {
 		f.Close()
+		var me *model.Error
+		if errors.As(err, &me) {
+			// The refusal's stable code (docs/models.md), as gguf's and
+			// the tokenizer's errors end with theirs.
+			return nil, fmt.Errorf("model %s: %w [%s]", m.describe(), err, me.Code)
+		}
 		return nil, fmt.Errorf("model %s: %w", m.describe(), err)
 	}
 	m.file, m.Runtime, m.Tok = f, rt, tok
