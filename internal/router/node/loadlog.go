@@ -11,7 +11,10 @@ import (
 // LogLoad logs one line every interval until ctx ends, as vLLM does:
 // requests running and waiting, preempted sequences, KV usage of each
 // pool, and the generation throughput over the interval. It reads the
-// same snapshot as /metrics.
+// same snapshot as /metrics. Like vLLM's, a line is logged at debug level
+// once the process has been idle (nothing running, waiting or generated)
+// for this interval and the one before: an idle server's log stays quiet,
+// and the first idle line after work still shows at info.
 func (s *Stack) LogLoad(ctx context.Context, log *slog.Logger, interval time.Duration) {
 	LogLoad(ctx, log, interval, s.Stats)
 }
@@ -25,6 +28,7 @@ func LogLoad(ctx context.Context, log *slog.Logger, interval time.Duration, stat
 	defer t.Stop()
 	var lastTokens int64
 	last := time.Now()
+	lastIdle := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -55,8 +59,17 @@ func LogLoad(ctx context.Context, log *slog.Logger, interval time.Duration, stat
 			if dt := now.Sub(last).Seconds(); dt > 0 && len(st.Sched) > 0 {
 				attrs = append(attrs, "gen_tok_per_s", float64(int(10*float64(tokens-lastTokens)/dt))/10)
 			}
+			idle := tokens == lastTokens
+			if q := st.Queue; q != nil {
+				idle = idle && q.Running == 0 && q.Waiting == 0
+			}
 			lastTokens, last = tokens, now
-			log.Info("load", attrs...)
+			level := slog.LevelInfo
+			if idle && lastIdle {
+				level = slog.LevelDebug
+			}
+			lastIdle = idle
+			log.Log(ctx, level, "load", attrs...)
 		}
 	}
 }

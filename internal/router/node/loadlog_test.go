@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,5 +36,42 @@ func TestLoadLineOfARouter(t *testing.T) {
 		if strings.Contains(line, absent) {
 			t.Fatalf("the router's load line has %s: %q", absent, line)
 		}
+	}
+}
+
+// An idle process's load line goes to debug from its second idle interval,
+// as vLLM's does: `make serve` left alone does not fill the console with
+// zeros, and the first idle line (work just ended) and every busy line
+// still show at info.
+func TestIdleLoadLineIsQuiet(t *testing.T) {
+	var buf syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var busy atomic.Bool
+	stats := func() router.EngineStats {
+		q := &engine.QueueStats{}
+		if busy.Load() {
+			q.Running = 1
+		}
+		return router.EngineStats{Queue: q}
+	}
+	go func() { LogLoad(ctx, slog.New(slog.NewTextHandler(&buf, nil)), time.Millisecond, stats); close(done) }()
+	lines := func() int { return strings.Count(buf.String(), "msg=load") }
+	wait := func(n int) {
+		for deadline := time.Now().Add(10 * time.Second); lines() < n && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	wait(1)
+	time.Sleep(50 * time.Millisecond) // some 50 idle intervals
+	if n := lines(); n != 1 {
+		t.Fatalf("idle: %d load lines at info, want 1 (the first):\n%s", n, buf.String())
+	}
+	busy.Store(true)
+	wait(3)
+	cancel()
+	<-done
+	if n := lines(); n < 3 || !strings.Contains(buf.String(), "running=1") {
+		t.Fatalf("busy: %d load lines at info, want every interval's:\n%s", n, buf.String())
 	}
 }
