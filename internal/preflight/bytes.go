@@ -50,3 +50,17 @@ func FormatBytes(n int64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
+
+// FlagBytes is n as a value to give --kv-memory: rounded up to a whole
+// unit (KiB below 1 MiB, MiB below 4 GiB, else GiB) so that ParseBytes of
+// it is at least n, and the sentence that suggests it can be pasted.
+func FlagBytes(n int64) string {
+	up := func(unit int64) int64 { return (n + unit - 1) / unit }
+	switch {
+	case n >= 4<<30:
+		return fmt.Sprintf("%dGiB", up(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%dMiB", up(1<<20))
+	}
+	return fmt.Sprintf("%dKiB", up(1<<10))
+}

@@ -206,8 +206,8 @@ func Local(in Input) Report {
 		rr := sizePool(in.Model, p, bpt)
 		rr.ConfiguredContext = in.Context
 		if rr.Pages <= 0 {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: the KV pool (%s) does not hold a single page of %d tokens (%d bytes); raise --kv-memory to at least %d bytes or --kv-pool-tokens to at least %d",
-				rr.Role, describePool(p), rr.PageSize, bpt*int64(rr.PageSize), bpt*int64(rr.PageSize), rr.PageSize))
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: the KV pool (%s) does not hold a single page of %d tokens (%d bytes); raise --kv-memory to at least %s or --kv-pool-tokens to at least %d",
+				rr.Role, describePool(p), rr.PageSize, bpt*int64(rr.PageSize), FlagBytes(bpt*int64(rr.PageSize)), rr.PageSize))
 		}
 		if effective == 0 || rr.PoolTokens < effective {
 			effective = rr.PoolTokens
@@ -231,12 +231,12 @@ func Local(in Input) Report {
 				// I2 with auto sizing: the machine decided the pool, the
 				// operator decided the context; they disagree, so refuse
 				// rather than serve a context the pool cannot hold.
-				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: --context %d is larger than the KV pool's capacity of %d tokens (%d pages of %d, %d bytes a token), sized by %s; give --kv-memory of at least %d bytes (or --kv-pool-tokens %d) if the machine has it, or lower --context to %d, or use --context auto",
-					rr.Role, in.Context, rr.PoolTokens, rr.Pages, rr.PageSize, bpt, a, need, in.Context, rr.PoolTokens))
+				rep.Problems = append(rep.Problems, fmt.Sprintf("%s: --context %d is larger than the KV pool's capacity of %d tokens (%d pages of %d, %d bytes a token), sized by %s; give --kv-memory of at least %s (%d bytes; or --kv-pool-tokens %d) if the machine has it, or lower --context to %d, or use --context auto",
+					rr.Role, in.Context, rr.PoolTokens, rr.Pages, rr.PageSize, bpt, a, FlagBytes(need), need, in.Context, rr.PoolTokens))
 				continue
 			}
-			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: --context %d is larger than the KV pool's capacity of %d tokens (%d pages of %d); raise --kv-memory to at least %d bytes (or --kv-pool-tokens to at least %d), or lower --context to %d, or use --context auto",
-				rr.Role, in.Context, rr.PoolTokens, rr.Pages, rr.PageSize, need, in.Context, rr.PoolTokens))
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s: --context %d is larger than the KV pool's capacity of %d tokens (%d pages of %d); raise --kv-memory to at least %s (%d bytes; or --kv-pool-tokens to at least %d), or lower --context to %d, or use --context auto",
+				rr.Role, in.Context, rr.PoolTokens, rr.Pages, rr.PageSize, FlagBytes(need), need, in.Context, rr.PoolTokens))
 			continue
 		}
 		rr.OK = true

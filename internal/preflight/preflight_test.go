@@ -1,6 +1,7 @@
 package preflight
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -135,6 +136,41 @@ func TestParseBytes(t *testing.T) {
 	for _, bad := range []string{"", "MiB", "-1", "1.5GiB", "12XB", "99999999999999999999"} {
 		if _, err := ParseBytes(bad); err == nil {
 			t.Errorf("ParseBytes(%q) accepted", bad)
+		}
+	}
+}
+
+// The --kv-memory a refusal suggests is a value the flag takes (a whole
+// KiB, MiB or GiB, not 64000000 bytes to count the digits of), and it is
+// enough: given back, the same context passes.
+func TestSuggestedKVMemoryFits(t *testing.T) {
+	sizes := []struct {
+		ctx int
+		mem int64
+	}{{129, 8 * 20480}, {100000, 1 << 20}, {4096, 3 << 20}, {1 << 20, 1 << 30}, {16, 100}}
+	for _, c := range sizes {
+		rep := Local(Input{Model: stories, Context: c.ctx, Pools: []Pool{{Role: RoleDecode, KVMemory: c.mem}}})
+		if rep.OK || len(rep.Problems) != 1 {
+			t.Fatalf("context %d in %d bytes: want one refusal, got %+v", c.ctx, c.mem, rep)
+		}
+		m := regexp.MustCompile(`--kv-memory to at least (\S+)`).FindStringSubmatch(rep.Problems[0])
+		if m == nil {
+			t.Fatalf("no --kv-memory value in %q", rep.Problems[0])
+		}
+		mem, err := ParseBytes(m[1])
+		if err != nil || !regexp.MustCompile(`^\d+[KMG]iB$`).MatchString(m[1]) {
+			t.Fatalf("suggested %q is not a whole-unit value the flag takes: %v", m[1], err)
+		}
+		if again := Local(Input{Model: stories, Context: c.ctx, Pools: []Pool{{Role: RoleDecode, KVMemory: mem}}}); !again.OK {
+			t.Errorf("context %d: the suggested --kv-memory %s is not enough: %q", c.ctx, m[1], again.Problems)
+		}
+	}
+	for _, c := range []struct {
+		n    int64
+		want string
+	}{{1, "1KiB"}, {1024, "1KiB"}, {1025, "2KiB"}, {64000000, "62MiB"}, {4 << 30, "4GiB"}, {4<<30 + 1, "5GiB"}} {
+		if got := FlagBytes(c.n); got != c.want {
+			t.Errorf("FlagBytes(%d) = %s, want %s", c.n, got, c.want)
 		}
 	}
 }
