@@ -866,6 +866,30 @@ func TestLlamaServerNamesAnswered(t *testing.T) {
 	}
 }
 
+// A route of llama-server, or one not served, is a 404 that says where to
+// go instead, not only the list of routes.
+func TestNotFoundSaysWhereToGo(t *testing.T) {
+	h := newHarness(t, 64, nil)
+	for _, c := range []struct{ method, path, says string }{
+		{"POST", "/completion", "POST /v1/completions"},
+		{"POST", "/v1/embeddings", "embeddings are not served"},
+		{"POST", "/v1/responses", "/v1/chat/completions"},
+		{"GET", "/props", "GET /v1/models"},
+		{"GET", "/v1/nothing", "see /v1/completions"},
+	} {
+		req, _ := http.NewRequest(c.method, h.ts.URL+c.path, strings.NewReader("{}"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 404 || !strings.Contains(string(body), CodeNotFound) || !strings.Contains(string(body), c.says) {
+			t.Errorf("%s %s: %d %s, want 404 %s saying %q", c.method, c.path, resp.StatusCode, body, CodeNotFound, c.says)
+		}
+	}
+}
+
 // An integer beyond its field's range is told so, with the range; a
 // fraction is still the wrong type.
 func TestIntegerOutOfRangeNamed(t *testing.T) {

@@ -38,8 +38,8 @@ func TestMetricsOffAPIAndWithoutTenantNames(t *testing.T) {
 		if _, err := h.client("key-a").Completions.New(context.Background(), openai.CompletionNewParams{Prompt: prompt("hey"), MaxTokens: openai.Int(3)}); err != nil {
 			t.Fatal(err)
 		}
-		if code, body := get(t, h.ts.URL+"/metrics"); code != 404 || strings.Contains(body, "sluice_") {
-			t.Fatalf("/metrics on the API listener: %d\n%s", code, body)
+		if code, body := get(t, h.ts.URL+"/metrics"); code != 404 || strings.Contains(body, "sluice_") || !strings.Contains(body, "--metrics-listen") {
+			t.Fatalf("/metrics on the API listener: %d (want 404 naming --metrics-listen)\n%s", code, body)
 		}
 		code, body := get(t, admin.URL+"/metrics")
 		if code != 200 || !strings.Contains(body, "sluice_requests_total") {

@@ -223,6 +223,10 @@ func New(cfg Config) (*Server, error) {
 			writeError(w, newErr(http.StatusMethodNotAllowed, CodeMethodNotAllow, "", "%s takes %s, not %s", r.URL.Path, m, r.Method))
 			return
 		}
+		if why := elsewhere(r.URL.Path, cfg.MetricsOffAPI); why != "" {
+			writeError(w, newErr(http.StatusNotFound, CodeNotFound, "", "no route %s %s: %s", r.Method, r.URL.Path, why))
+			return
+		}
 		writeError(w, newErr(http.StatusNotFound, CodeNotFound, "", "no route %s %s; see %s", r.Method, r.URL.Path, routes))
 	})
 	s.mux = mux
@@ -724,4 +728,27 @@ func (s *Server) finishMetrics(g *generation, out outcome) {
 	s.log.Info("request", "id", g.id, "tenant", g.tenant, "route", g.route, "status", status, "code", code,
 		"prompt_tokens", out.usage.PromptTokens, "completion_tokens", out.usage.CompletionTokens,
 		"finish", out.finish, "ms", time.Since(g.start).Milliseconds())
+}
+
+// elsewhere says where a path a user of llama-server, vLLM or OpenAI may
+// try is served instead ("" for any other path): /metrics moved to the
+// admin listener, llama-server's own routes, what is not served at all.
+func elsewhere(path string, metricsOffAPI bool) string {
+	switch path {
+	case "/metrics":
+		if metricsOffAPI {
+			return "with API keys, /metrics is served on the admin listener (--metrics-listen), not on the API listener every tenant reaches"
+		}
+	case "/completion", "/completions":
+		return "llama-server's completion route; this server's is POST /v1/completions (OpenAI's shape)"
+	case "/chat/completions":
+		return "this server's chat route is POST /v1/chat/completions"
+	case "/v1/embeddings", "/embedding", "/embeddings":
+		return "embeddings are not served; this server generates text (/v1/completions, /v1/chat/completions)"
+	case "/v1/responses":
+		return "the Responses API is not served; send the conversation to POST /v1/chat/completions"
+	case "/props", "/slots":
+		return "llama-server's route; this server's model and context are at GET /v1/models"
+	}
+	return ""
 }
