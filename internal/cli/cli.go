@@ -46,6 +46,9 @@ func parseError(fs *flag.FlagSet, err error) string {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, undefined); ok {
 		name = strings.TrimLeft(name, "-")
+		if hint := otherTool(fs, name); hint != "" {
+			return fmt.Sprintf("%s: %s. %s", cmd, hint, help)
+		}
 		if near := Closest(fs, name); near != "" {
 			return fmt.Sprintf("%s: unknown flag %s; did you mean %s? %s", cmd, dashes(name), dashes(near), help)
 		}

@@ -45,6 +45,41 @@ func TestUnknownFlagOneLineWithClosest(t *testing.T) {
 	}
 }
 
+// A flag of llama-server or vLLM gets sluice's flag for it, or why none is
+// needed, not a "did you mean" for the nearest name (-t was "did you mean
+// -c?"). A sluice flag the command lacks is not suggested.
+func TestOtherServersFlagsAnswered(t *testing.T) {
+	for _, c := range []struct{ arg, want string }{
+		{"-t", "sluice serve: -t is llama-server's flag; sluice's is --threads"},
+		{"-ngl", "-ngl is llama-server's flag: sluice runs on the CPU"},
+		{"--max-num-seqs", "--max-num-seqs is vLLM's flag; sluice's is --max-concurrency"},
+		{"--max-model-len", ""}, // a sluice alias: parsed, no error
+		{"--tensor-parallel-size", "vLLM's flag: sluice runs on the CPUs"},
+	} {
+		fs, errb, _, _ := testFlags()
+		fs.Int("max-concurrency", 64, "requests")
+		var out bytes.Buffer
+		_, ok := ParseFlags(fs, []string{c.arg, "1"}, &out)
+		got := errb.String()
+		if c.want == "" {
+			if !ok {
+				t.Errorf("%s: refused: %q", c.arg, got)
+			}
+			continue
+		}
+		if ok || strings.Count(got, "\n") != 1 || !strings.Contains(got, c.want) || strings.Contains(got, "did you mean") {
+			t.Errorf("%s: stderr %q, want one line with %q", c.arg, got, c.want)
+		}
+	}
+	// --gpu-memory-utilization maps to --kv-memory, which this set lacks:
+	// no suggestion of a flag that is not there.
+	fs, errb, _, _ := testFlags()
+	ParseFlags(fs, []string{"--gpu-memory-utilization", "0.9"}, &bytes.Buffer{})
+	if got := errb.String(); strings.Contains(got, "--kv-memory") || !strings.Contains(got, "unknown flag --gpu-memory-utilization") {
+		t.Errorf("a flag this command lacks suggested: %q", got)
+	}
+}
+
 func TestBadValueOneLine(t *testing.T) {
 	fs, errb, _, _ := testFlags()
 	code, _ := ParseFlags(fs, []string{"--threads", "many"}, &bytes.Buffer{})
