@@ -610,6 +610,7 @@ Example:
 		ChunkTokens: o.chunk, StepTokens: o.stepTokens, SharedStepTokens: o.sharedStep, ShareThreads: true, HandoffAfterPrefill: o.afterPrefill,
 		NestForward: nestGiven, MeasureNestForward: nestMeasure,
 		PrefixCache: o.prefix == "on", PublicPrefix: public, PrefillWorkers: o.prefillWorkers, DecodeWorkers: o.decodeWorkers,
+		GuardFile: sigs.guardFile, // a signal during start-up removes the shm pool file
 		// The cache's per-tenant shares follow the key file's weights.
 		Engine: func(_ string, ec *engine.Config) { ec.CacheWeight = keys.Weight }})
 	if pe, ok := node.IsPreflight(err); ok {

@@ -36,6 +36,20 @@ type roleSignals struct {
 	// hupSubs receive each SIGHUP (notifyHUP), by subscription number.
 	hupSubs map[int]chan os.Signal
 	hupNext int
+	// files are removed by an exit during start-up (guardFile): the
+	// defers that remove them on every other path do not run then.
+	files []string
+}
+
+// guardFile runs create, which creates the file at path, with a start-up
+// exit held off until it returns; such an exit then removes path (the shm
+// transport's decode pool, which would stay in /dev/shm). An exit before
+// create started leaves nothing to remove.
+func (s *roleSignals) guardFile(path string, create func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.files = append(s.files, path)
+	return create()
 }
 
 // exitProcess ends the process (os.Exit).
@@ -71,6 +85,11 @@ func catchSignals(log *slog.Logger) *roleSignals {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.phase != "" {
+			for _, f := range s.files {
+				if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+					log.Warn("cannot remove a file of this process", "path", f, "err", err)
+				}
+			}
 			log.Info("shutting down during "+s.phase+": nothing is in flight yet", "signal", got.String(), "exit_code", 0)
 			exitProcess(0)
 		}

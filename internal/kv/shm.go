@@ -169,7 +169,21 @@ func mapShared(path string, g Geometry, pages int, reuse bool) ([]byte, SharedGe
 	if err != nil {
 		return nil, nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot create the shared KV file %s: %v", path, err)}
 	}
-	defer f.Close() // the mapping outlives the descriptor
+	// The descriptor stays open with an exclusive flock for the pool's
+	// life, before the file has a size: RemoveStaleShared removes only a
+	// sized file whose lock it can take, so never a live pool's (the lock
+	// dies with its process, kill -9 included).
+	held := false
+	defer func() {
+		if !held {
+			f.Close()
+		}
+	}()
+	if !reuse {
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			return nil, nil, 0, nil, &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("cannot lock the shared KV file %s: %v", path, err)}
+		}
+	}
 	if err := f.Truncate(0); err == nil {
 		err = f.Truncate(int64(size))
 	}
@@ -191,5 +205,65 @@ func mapShared(path string, g Geometry, pages int, reuse bool) ([]byte, SharedGe
 		gens[i].Store(0) // a reused file (test hook) may hold old words
 	}
 	putSharedHeader(mem, h)
-	return mem[SharedHeaderBytes:SharedGenOffset(g, pages)], gens, inc, func() error { return syscall.Munmap(mem) }, nil
+	held = true
+	unmap := func() error {
+		err := syscall.Munmap(mem)
+		f.Close() // and the lock
+		return err
+	}
+	return mem[SharedHeaderBytes:SharedGenOffset(g, pages)], gens, inc, unmap, nil
+}
+
+// RemoveStaleShared removes the shared pool files in dir whose names
+// start with prefix and whose pools are gone: files a process left behind
+// when it ended without removing its pool's (kill -9, a crash). A file is
+// stale only when its exclusive lock can be taken (mapShared holds it for
+// the pool's life, so never another live process's, whatever its pid
+// namespace) and it has a size (a file of 0 bytes may be one whose creator
+// has not locked it yet). It returns the paths removed; an error names a
+// file it could not remove, after trying the others.
+func RemoveStaleShared(dir, prefix string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var first error
+	for _, e := range ents {
+		if !e.Type().IsRegular() || len(e.Name()) <= len(prefix) || e.Name()[:len(prefix)] != prefix {
+			continue
+		}
+		path := dir + string(os.PathSeparator) + e.Name()
+		gone, err := removeIfStale(path)
+		if gone {
+			removed = append(removed, path)
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return removed, first
+}
+
+func removeIfStale(path string) (bool, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return false, nil // gone meanwhile, or not ours to open
+	}
+	defer f.Close()
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return false, nil // a live pool holds it
+	}
+	st, err := f.Stat()
+	if err != nil || st.Size() == 0 {
+		return false, nil
+	}
+	// Remove the file this lock is on, not one created at the path since.
+	if at, err := os.Lstat(path); err != nil || !os.SameFile(st, at) {
+		return false, nil
+	}
+	if err := os.Remove(path); err != nil {
+		return false, fmt.Errorf("cannot remove the stale shared KV file %s: %w", path, err)
+	}
+	return true, nil
 }

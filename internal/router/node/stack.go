@@ -3,11 +3,13 @@ package node
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"sluice/internal/engine"
@@ -60,9 +62,16 @@ type LocalConfig struct {
 	MaxQueue     int
 	QueueTimeout time.Duration
 	// ShmDir holds the decode pool's shared file for the shm transport
-	// (default /dev/shm when present, else the temp dir).
+	// (default /dev/shm when present, else the temp dir). Files of pools
+	// no live process holds (left by a process killed before it removed
+	// its own) are removed there first (kv.RemoveStaleShared).
 	ShmDir string
-	Logger *slog.Logger
+	// GuardFile, when set, runs create, which creates the file at path
+	// (the shm transport's decode pool), so that an exit of the process
+	// that skips Close (a signal during start-up, cmd/sluice) waits for
+	// create to return and then removes path. Close removes it otherwise.
+	GuardFile func(path string, create func() error) error
+	Logger    *slog.Logger
 	// PrefixCache turns on the prefix cache of the colocated engine and the
 	// prefill worker (I11; the decode worker has none).
 	PrefixCache bool
@@ -337,13 +346,25 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 				dir = "/dev/shm"
 			}
 		}
-		f, err := os.CreateTemp(dir, "sluice-decode-pool-*")
-		if err != nil {
-			return fmt.Errorf("shm transport: %w", err)
+		log := c.Logger
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
 		}
-		f.Close()
-		dcfg.SharedFile = f.Name()
-		s.closers = append(s.closers, func() { os.Remove(f.Name()) })
+		removed, err := kv.RemoveStaleShared(dir, shmFilePrefix)
+		for _, p := range removed {
+			log.Info("removed the shm pool file of a process that is gone", "path", p)
+		}
+		if err != nil {
+			log.Warn("shm transport: a stale pool file stays", "err", err)
+		}
+		var id [8]byte
+		if _, err := rand.Read(id[:]); err != nil {
+			return err
+		}
+		// kv creates the file (O_EXCL, locked for the pool's life).
+		dcfg.SharedFile = filepath.Join(dir, shmFilePrefix+hex.EncodeToString(id[:]))
+		path := dcfg.SharedFile
+		s.closers = append(s.closers, func() { os.Remove(path) })
 	}
 	// The two roles share this process's cores: prefill borrows decode's
 	// threads while decode has nothing to compute (a lone prompt prefills
@@ -353,7 +374,18 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 	if c.ShareThreads {
 		pcfg.BurstThreads = pcfg.Threads + dcfg.Threads
 	}
-	dw, err := engine.NewDecodeWorker(dcfg)
+	var dw *engine.DecodeWorker
+	newDecode := func() error {
+		var err error
+		dw, err = engine.NewDecodeWorker(dcfg)
+		return err
+	}
+	var err error
+	if dcfg.SharedFile != "" && c.GuardFile != nil {
+		err = c.GuardFile(dcfg.SharedFile, newDecode)
+	} else {
+		err = newDecode()
+	}
 	if err != nil {
 		return err
 	}
@@ -445,6 +477,9 @@ func (s *Stack) buildDisagg(m *Model, c LocalConfig, pcfg, dcfg engine.Config) e
 	s.Engine = eng
 	return nil
 }
+
+// shmFilePrefix names the shm transport's decode pool files.
+const shmFilePrefix = "sluice-decode-pool-"
 
 // connectTimeout bounds the first dial of a role's own loopback listener.
 const connectTimeout = 10 * time.Second
