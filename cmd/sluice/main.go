@@ -88,6 +88,10 @@ func run(args []string) int {
 		return 2
 	}
 	if !ok {
+		if hint := unknownCommandHint(args); hint != "" {
+			fmt.Fprintf(os.Stderr, "sluice: unknown command %q: %s. Run 'sluice --help' for the commands\n", args[0], hint)
+			return 2
+		}
 		fmt.Fprintf(os.Stderr, "sluice: unknown command %q\n\n", args[0])
 		usage(os.Stderr)
 		return 2
@@ -108,4 +112,22 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
 // (tests pass a buffer): asked-for help goes there.
 func parseFlagsTo(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok bool) {
 	return cli.ParseFlags(fs, args, stdout)
+}
+
+// unknownCommandHint is the sentence for a first word that is not a
+// command but says what the user meant: a model where llama-server takes
+// one, or ollama's and vLLM's verbs ("" for anything else).
+func unknownCommandHint(args []string) string {
+	name := args[0]
+	switch {
+	case strings.HasSuffix(strings.ToLower(name), ".gguf") || strings.HasPrefix(name, "hf://"):
+		return fmt.Sprintf("%s is a model, and the command comes first: 'sluice serve %s'", name, strings.Join(args, " "))
+	}
+	switch name {
+	case "pull", "download", "fetch":
+		return "a model is fetched the first time a command loads it: 'sluice serve --model hf://ORG/REPO:QUANT' (or 'sluice inspect --model hf://ORG/REPO:QUANT' to fetch it and print its metadata)"
+	case "run", "chat", "complete", "infer":
+		return "'sluice generate --model FILE --prompt TEXT' runs one prompt; 'sluice serve --model FILE' serves the OpenAI API"
+	}
+	return ""
 }
