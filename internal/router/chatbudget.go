@@ -327,6 +327,10 @@ func budgetMul(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	case l.IsFloat() || r.IsFloat():
 		return exec.AsValue(l.Float() * r.Float()), nil
 	case l.IsString():
+		// A string count is parsed (ParseFloat reads every digit).
+		if err := chargeRead(e, r, readPasses); err != nil {
+			return nil, err
+		}
 		s, n := l.String(), r.Integer()
 		if n <= 0 || s == "" {
 			return exec.AsValue(""), nil

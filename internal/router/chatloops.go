@@ -167,6 +167,7 @@ var chatTests = func() *exec.TestSet {
 	}
 	_ = set.Replace("lower", caseTest(false))
 	_ = set.Replace("upper", caseTest(true))
+	_ = set.Replace("divisibleby", divisibleTest)
 	return set
 }()
 

@@ -141,3 +141,18 @@ func chargeCompare(e *exec.Evaluator, name string, in *exec.Value) error {
 	}
 	return nil
 }
+
+// divisibleTest is `is divisibleby(n)`: gonja's, with a string's read
+// charged first (its number is parsed: every digit read), either side.
+func divisibleTest(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) (bool, error) {
+	param := p.First()
+	for _, v := range []*exec.Value{in, param} {
+		if err := chargeRead(e, v, readPasses); err != nil {
+			return false, err
+		}
+	}
+	if param.Integer() == 0 {
+		return false, nil
+	}
+	return in.Integer()%param.Integer() == 0, nil
+}
