@@ -1,6 +1,8 @@
 package node
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,5 +20,18 @@ func TestLoadModelRefusalEndsWithCode(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.HasSuffix(msg, "[model_missing_tensor]") || !strings.Contains(msg, "token_embd.weight") {
 		t.Errorf("error %q: want the missing tensor named and [model_missing_tensor] last", msg)
+	}
+}
+
+// A file gguf refuses is named once: "model X: gguf: X: bad magic" said
+// the path twice.
+func TestLoadModelNamesTheFileOnce(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "model.safetensors")
+	if err := os.WriteFile(p, []byte("\x02\x00\x00\x00\x00\x00\x00\x00{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadModel(p, gguf.MemoryMap)
+	if err == nil || strings.Count(err.Error(), p) != 1 || !strings.HasSuffix(err.Error(), "[gguf_bad_magic]") {
+		t.Errorf("error %v: want the path once and [gguf_bad_magic] last", err)
 	}
 }

@@ -70,6 +70,10 @@ func LoadModel(path string, mem gguf.Memory) (*Model, error) {
 		}
 	}
 	if err != nil {
+		var ge *gguf.Error
+		if errors.As(err, &ge) && strings.Contains(ge.Msg, path) {
+			return nil, err // it names the file already ("model X: gguf: X: ..." said it twice)
+		}
 		return nil, fmt.Errorf("model %s: %w", m.describe(), err)
 	}
 	rt, tok, err := engine.LoadRuntime(m.Name, f)
