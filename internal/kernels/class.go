@@ -44,8 +44,9 @@ const (
 // 0.1-100 ms; the default is 0.75 ms times 1 + log2(CPUs)).
 const yieldSlice = 20_000_000 // ns
 
-// lowNice is ClassLow's nice value: a nice +10 thread weighs 110 to a
-// normal thread's 1024 in the kernel's fair share.
+// lowNice is what ClassLow adds to a thread's nice value (at most 19):
+// a nice +10 thread weighs 110 to a nice 0 thread's 1024 in the
+// kernel's fair share.
 const lowNice = 10
 
 var classNames = [...]string{ClassNormal: "normal", ClassLow: "low", ClassIdle: "idle", ClassYield: "yield"}

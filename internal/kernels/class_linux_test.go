@@ -38,6 +38,21 @@ func threadSched(t testing.TB, tid int) (policy, nice int, slice uint64) {
 	return policy, nice, a.Runtime
 }
 
+// baseNice is the nice value the test process runs at (`nice go test`):
+// every class keeps it, low adds to it. It is read from the caller's
+// thread, not the process's main one: a goroutine that lowered its
+// thread and ended locked may have been on the main thread, which Go
+// then parks for good rather than end.
+func baseNice(t testing.TB) int {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_, nice, _ := threadSched(t, unix.Gettid())
+	return nice
+}
+
+// wantNice is the nice value class tc gives a thread of a process at base.
+func wantNice(base, add int) int { return min(base+add, maxNice) }
+
 // withClass runs the test with compute class c, normal again after.
 func withClass(t *testing.T, c ThreadClass) {
 	t.Helper()
@@ -50,8 +65,9 @@ func withClass(t *testing.T, c ThreadClass) {
 	t.Cleanup(func() { SetComputeClass(ClassNormal) })
 }
 
-// classCases are what each class sets on a thread: its policy, nice
-// value and EEVDF slice (sched_attr.sched_runtime).
+// classCases are what each class sets on a thread: its policy, what it
+// adds to the thread's nice value and its EEVDF slice
+// (sched_attr.sched_runtime).
 var classCases = []struct {
 	class        ThreadClass
 	policy, nice int
@@ -69,6 +85,7 @@ var classCases = []struct {
 func TestParallelWorkersRunInComputeClass(t *testing.T) {
 	for _, tc := range classCases {
 		t.Run(tc.class.String(), func(t *testing.T) {
+			base := baseNice(t)
 			withClass(t, tc.class)
 			p := NewParallel(3)
 			defer p.Close()
@@ -100,14 +117,14 @@ func TestParallelWorkersRunInComputeClass(t *testing.T) {
 			for tid := range seen {
 				policy, nice, slice := threadSched(t, tid)
 				if tid == caller {
-					if policy != unix.SCHED_NORMAL || nice != 0 || slice != 0 {
-						t.Errorf("caller's thread: policy %d nice %d slice %d, want its own (0, 0, 0)", policy, nice, slice)
+					if policy != unix.SCHED_NORMAL || nice != base || slice != 0 {
+						t.Errorf("caller's thread: policy %d nice %d slice %d, want its own (0, %d, 0)", policy, nice, slice, base)
 					}
 					continue
 				}
 				workers++
-				if policy != tc.policy || nice != tc.nice || slice != tc.slice {
-					t.Errorf("worker thread %d: policy %d nice %d slice %d, want %d, %d, %d", tid, policy, nice, slice, tc.policy, tc.nice, tc.slice)
+				if want := wantNice(base, tc.nice); policy != tc.policy || nice != want || slice != tc.slice {
+					t.Errorf("worker thread %d: policy %d nice %d slice %d, want %d, %d, %d", tid, policy, nice, slice, tc.policy, want, tc.slice)
 				}
 			}
 			if workers == 0 {
@@ -122,6 +139,7 @@ func TestParallelWorkersRunInComputeClass(t *testing.T) {
 func TestLockComputeThread(t *testing.T) {
 	for _, tc := range classCases {
 		t.Run(tc.class.String(), func(t *testing.T) {
+			base := baseNice(t)
 			withClass(t, tc.class)
 			type got struct {
 				class, policy, nice int
@@ -134,9 +152,41 @@ func TestLockComputeThread(t *testing.T) {
 				ch <- got{int(c), policy, nice, slice}
 			}()
 			g := <-ch
-			if g.class != int(tc.class) || g.policy != tc.policy || g.nice != tc.nice || g.slice != tc.slice {
+			if want := wantNice(base, tc.nice); g.class != int(tc.class) || g.policy != tc.policy || g.nice != want || g.slice != tc.slice {
 				t.Errorf("LockComputeThread under %v: class %d, thread policy %d nice %d slice %d; want %d, %d, %d, %d",
-					tc.class, g.class, g.policy, g.nice, g.slice, tc.class, tc.policy, tc.nice, tc.slice)
+					tc.class, g.class, g.policy, g.nice, g.slice, tc.class, tc.policy, want, tc.slice)
+			}
+		})
+	}
+}
+
+// A class keeps the nice value the thread came with (an operator's
+// `nice sluice serve`) and low lowers from it: the thread here is niced
+// three more than the test process before it takes its class, so this
+// holds whatever nice the suite runs at.
+func TestComputeClassKeepsThreadNice(t *testing.T) {
+	for _, tc := range classCases {
+		if tc.class == ClassNormal {
+			continue
+		}
+		t.Run(tc.class.String(), func(t *testing.T) {
+			from := min(baseNice(t)+3, maxNice)
+			withClass(t, tc.class)
+			type got struct{ class, nice int }
+			ch := make(chan got)
+			go func() {
+				runtime.LockOSThread() // never unlocked: the niced thread ends with this goroutine
+				tid := unix.Gettid()
+				if err := unix.Setpriority(unix.PRIO_PROCESS, tid, from); err != nil {
+					t.Error(err)
+				}
+				c := LockComputeThread()
+				_, nice, _ := threadSched(t, tid)
+				ch <- got{int(c), nice}
+			}()
+			g := <-ch
+			if want := wantNice(from, tc.nice); g.class != int(tc.class) || g.nice != want {
+				t.Errorf("a thread at nice %d taking class %v: class %d, nice %d; want nice %d", from, tc.class, g.class, g.nice, want)
 			}
 		})
 	}
