@@ -98,6 +98,29 @@ func runYielding(t *testing.T, m *Model, threads int, paused, nested []*chunked,
 	}
 }
 
+// namedModel is a model a test runs, by the name its subtests carry.
+type namedModel struct {
+	name string
+	m    *Model
+}
+
+// stepModels are the models the step tests run: every test shape, and
+// a qwen3 (Q8_0 weights) and a gemma3 (sliding windows, post-norms) file.
+func stepModels(t *testing.T) []namedModel {
+	var ms []namedModel
+	for name, sh := range shapes {
+		ms = append(ms, namedModel{name, mustBuild(newMemModel(sh, 5))})
+	}
+	for _, name := range []string{"qwen3-hd24-q8_0.gguf", "gemma3-w16-f16.gguf"} {
+		m, err := Load(openArchFile(t, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, namedModel{name, m})
+	}
+	return ms
+}
+
 // TestForwardBetweenIsBitwise: a step paused at every pause point (after
 // each layer's attention, between layers, and between every two units of
 // its attention when it is cut into pieces) while other sequences' whole
@@ -106,22 +129,7 @@ func runYielding(t *testing.T, m *Model, threads int, paused, nested []*chunked,
 // logits and K/V it gets with no pause at all (batch invariance across
 // interleavings: the basis of a prompt's step yielding to a co-tenant's).
 func TestForwardBetweenIsBitwise(t *testing.T) {
-	type model struct {
-		name string
-		m    *Model
-	}
-	var ms []model
-	for name, sh := range shapes {
-		ms = append(ms, model{name, mustBuild(newMemModel(sh, 5))})
-	}
-	for _, name := range []string{"qwen3-hd24-q8_0.gguf", "gemma3-w16-f16.gguf"} {
-		m, err := Load(openArchFile(t, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms = append(ms, model{name, m})
-	}
-	for _, mm := range ms {
+	for _, mm := range stepModels(t) {
 		kts := kvTypes
 		if mm.m.Config().KVDim()%32 == 0 {
 			kts = kvTypesQ8 // Q8_0 rows need whole blocks

@@ -11,23 +11,9 @@ import (
 // its step or beside others, on every architecture (dense, MoE, gemma3's
 // post-norms): its rows stop after the last layer's attention.
 func TestForwardNoLogits(t *testing.T) {
-	type model struct {
-		name string
-		m    *Model
-	}
-	var ms []model
-	for name, sh := range shapes {
-		ms = append(ms, model{name, mustBuild(newMemModel(sh, 5))})
-	}
+	ms := stepModels(t)
 	for name, spec := range moeSpecs {
-		ms = append(ms, model{name, synthModel(t, spec)})
-	}
-	for _, name := range []string{"qwen3-hd24-q8_0.gguf", "gemma3-w16-f16.gguf"} {
-		m, err := Load(openArchFile(t, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms = append(ms, model{name, m})
+		ms = append(ms, namedModel{name, synthModel(t, spec)})
 	}
 	for _, mm := range ms {
 		t.Run(mm.name, func(t *testing.T) {

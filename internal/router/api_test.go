@@ -816,19 +816,15 @@ func TestPanicFailsOneRequestOnly(t *testing.T) {
 	}
 }
 
-// A parameter of the other generation route is refused naming the route
-// that takes it, so that a response_format sent to /v1/completions does not
-// read as "this server has no structured outputs".
-func TestOtherRouteParameterNamed(t *testing.T) {
-	h := newHarness(t, 64, nil)
-	comp, chat := h.ts.URL+"/v1/completions", h.ts.URL+"/v1/chat/completions"
-	for _, c := range []struct{ url, body, param, says string }{
-		{comp, `{"prompt":"hi","response_format":{"type":"json_object"}}`, "response_format", "a parameter of /v1/chat/completions, not of /v1/completions"},
-		{comp, `{"prompt":"hi","tools":[]}`, "tools", "a parameter of /v1/chat/completions"},
-		{chat, `{"messages":[{"role":"user","content":"x"}],"echo":true}`, "echo", "a parameter of /v1/completions, not of /v1/chat/completions"},
-		{chat, `{"messages":[{"role":"user","content":"x"}],"prompt":"x"}`, "prompt", "a parameter of /v1/completions"},
-		{comp, `{"prompt":"hi","frobnicate":1}`, "frobnicate", "not a parameter this server supports"},
-	} {
+// refusal is a request body sent to url, refused with 400
+// unsupported_parameter naming param, its message saying says.
+type refusal struct{ url, body, param, says string }
+
+// refusedNaming sends each refusal's body and checks its answer, and that
+// none reached the engine.
+func refusedNaming(t *testing.T, h *harness, cases []refusal) {
+	t.Helper()
+	for _, c := range cases {
 		status, e := post(t, c.url, "", c.body)
 		if status != 400 || e.Code != CodeUnsupported || e.Param == nil || *e.Param != c.param || !strings.Contains(e.Message, c.says) {
 			t.Errorf("%s: %d %+v, want 400 %s param %s saying %q", c.body, status, e, CodeUnsupported, c.param, c.says)
@@ -839,12 +835,27 @@ func TestOtherRouteParameterNamed(t *testing.T) {
 	}
 }
 
+// A parameter of the other generation route is refused naming the route
+// that takes it, so that a response_format sent to /v1/completions does not
+// read as "this server has no structured outputs".
+func TestOtherRouteParameterNamed(t *testing.T) {
+	h := newHarness(t, 64, nil)
+	comp, chat := h.ts.URL+"/v1/completions", h.ts.URL+"/v1/chat/completions"
+	refusedNaming(t, h, []refusal{
+		{comp, `{"prompt":"hi","response_format":{"type":"json_object"}}`, "response_format", "a parameter of /v1/chat/completions, not of /v1/completions"},
+		{comp, `{"prompt":"hi","tools":[]}`, "tools", "a parameter of /v1/chat/completions"},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"echo":true}`, "echo", "a parameter of /v1/completions, not of /v1/chat/completions"},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"prompt":"x"}`, "prompt", "a parameter of /v1/completions"},
+		{comp, `{"prompt":"hi","frobnicate":1}`, "frobnicate", "not a parameter this server supports"},
+	})
+}
+
 // A key llama-server takes is refused with the name to send instead, so a
 // user coming from llama-server is not only told to remove it.
 func TestLlamaServerNamesAnswered(t *testing.T) {
 	h := newHarness(t, 64, nil)
 	comp, chat, tok := h.ts.URL+"/v1/completions", h.ts.URL+"/v1/chat/completions", h.ts.URL+"/tokenize"
-	for _, c := range []struct{ url, body, param, says string }{
+	refusedNaming(t, h, []refusal{
 		{tok, `{"content":"hi"}`, "content", `send the text as "prompt"`},
 		{tok, `{"prompt":"hi","add_special":true}`, "add_special", `"add_special_tokens"`},
 		{tok, `{"prompt":"hi","with_pieces":true}`, "with_pieces", `"return_token_strs"`},
@@ -855,15 +866,7 @@ func TestLlamaServerNamesAnswered(t *testing.T) {
 		{chat, `{"messages":[{"role":"user","content":"x"}],"cache_prompt":true}`, "cache_prompt", "the prefix cache is on"},
 		{chat, `{"messages":[{"role":"user","content":"x"}],"json_schema":{}}`, "json_schema", `"response_format": {"type": "json_schema"`},
 		{tok, `{"prompt":"hi","n_predict":4}`, "n_predict", "not a parameter this server supports"},
-	} {
-		status, e := post(t, c.url, "", c.body)
-		if status != 400 || e.Code != CodeUnsupported || e.Param == nil || *e.Param != c.param || !strings.Contains(e.Message, c.says) {
-			t.Errorf("%s: %d %+v, want 400 %s param %s saying %q", c.body, status, e, CodeUnsupported, c.param, c.says)
-		}
-	}
-	if n := h.eng.submitted.Load(); n != 0 {
-		t.Fatalf("refused requests reached the engine %d times", n)
-	}
+	})
 }
 
 // A route of llama-server, or one not served, is a 404 that says where to
