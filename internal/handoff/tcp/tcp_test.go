@@ -562,17 +562,7 @@ func TestFrameLimitNegotiated(t *testing.T) {
 	}
 }
 
-func TestSecretFrom(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "s")
-	os.WriteFile(p, []byte("0123456789abcdef0123"), 0o600)
-	t.Setenv(SecretFileEnv, p)
-	if b, err := SecretFrom(""); err != nil || string(b) != "0123456789abcdef0123" {
-		t.Fatalf("from the environment: %q %v", b, err)
-	}
-	t.Setenv(SecretFileEnv, "")
-	if _, err := SecretFrom(""); err == nil || !strings.Contains(err.Error(), SecretFileEnv) {
-		t.Fatalf("no secret anywhere: %v", err)
-	}
+func TestNewSecret(t *testing.T) {
 	if a, b := NewSecret(), NewSecret(); len(a) != 32 || string(a) == string(b) {
 		t.Fatal("NewSecret is not 32 fresh random bytes")
 	}
