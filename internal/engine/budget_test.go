@@ -20,29 +20,21 @@ type recording struct {
 }
 
 func (r *recording) NewForwarder(threads int) Forwarder {
-	return &recordingFwd{r: r, f: r.Runtime.NewForwarder(threads), threads: threads}
-}
-
-type recordingFwd struct {
-	r       *recording
-	f       Forwarder
-	threads int
-}
-
-func (f *recordingFwd) Forward(steps []Step) []StepResult {
-	sizes := make([]int, len(steps))
-	for i, s := range steps {
-		sizes[i] = len(s.Tokens)
-	}
-	f.r.mu.Lock()
-	f.r.steps = append(f.r.steps, sizes)
-	f.r.threads = append(f.r.threads, f.threads)
-	hold := len(f.r.steps) == 2 && f.r.gate != nil
-	f.r.mu.Unlock()
-	if hold {
-		<-f.r.gate
-	}
-	return f.f.Forward(steps)
+	return hookForwarder(r.Runtime, threads, func(threads int, steps []Step, next func([]Step) []StepResult) []StepResult {
+		sizes := make([]int, len(steps))
+		for i, s := range steps {
+			sizes[i] = len(s.Tokens)
+		}
+		r.mu.Lock()
+		r.steps = append(r.steps, sizes)
+		r.threads = append(r.threads, threads)
+		hold := len(r.steps) == 2 && r.gate != nil
+		r.mu.Unlock()
+		if hold {
+			<-r.gate
+		}
+		return next(steps)
+	})
 }
 
 // The step budget and the chunk size reach the scheduler and bound every

@@ -22,27 +22,20 @@ type policies struct {
 }
 
 func (r *policies) NewForwarder(threads int) Forwarder {
-	return &policyFwd{r: r, f: r.Runtime.NewForwarder(threads)}
-}
-
-type policyFwd struct {
-	r *policies
-	f Forwarder
-}
-
-func (f *policyFwd) Forward(steps []Step) []StepResult {
-	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(unix.Gettid()) + "/stat")
-	policy := -1
-	if err == nil {
-		// Field 41 (policy), counted after the parenthesised name.
-		if fs := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:])); len(fs) > 41-3 {
-			policy, _ = strconv.Atoi(fs[41-3])
+	return hookForwarder(r.Runtime, threads, func(_ int, steps []Step, next func([]Step) []StepResult) []StepResult {
+		b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(unix.Gettid()) + "/stat")
+		policy := -1
+		if err == nil {
+			// Field 41 (policy), counted after the parenthesised name.
+			if fs := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:])); len(fs) > 41-3 {
+				policy, _ = strconv.Atoi(fs[41-3])
+			}
 		}
-	}
-	f.r.mu.Lock()
-	f.r.got[policy]++
-	f.r.mu.Unlock()
-	return f.f.Forward(steps)
+		r.mu.Lock()
+		r.got[policy]++
+		r.mu.Unlock()
+		return next(steps)
+	})
 }
 
 // Every scheduler loop (colocated, prefill, decode) drives its forward

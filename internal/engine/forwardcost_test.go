@@ -64,31 +64,22 @@ func (r *clockRuntime) clock() time.Time { return time.Unix(0, 0).Add(r.now) }
 
 func (r *clockRuntime) NewForwarder(threads int) Forwarder {
 	r.threads = threads
-	return clockFwd{r, r.Runtime.NewForwarder(threads)}
-}
-
-type clockFwd struct {
-	r *clockRuntime
-	f Forwarder
-}
-
-func (f clockFwd) Close() { f.f.(interface{ Close() }).Close() }
-
-func (f clockFwd) Forward(s []Step) []StepResult {
-	n := 0
-	for _, st := range s {
-		n += len(st.Tokens)
-		if st.Pos != 0 {
-			panic("the measurement's passes are at position 0")
+	return hookForwarder(r.Runtime, threads, func(_ int, s []Step, next func([]Step) []StepResult) []StepResult {
+		n := 0
+		for _, st := range s {
+			n += len(st.Tokens)
+			if st.Pos != 0 {
+				panic("the measurement's passes are at position 0")
+			}
 		}
-	}
-	f.r.passes++
-	f.r.tokens = append(f.r.tokens, n)
-	f.r.now += f.r.perTok * time.Duration(f.r.f+n)
-	if f.r.passes != 4 && f.r.passes != 5 {
-		f.r.now += time.Duration(1+f.r.passes%5) * time.Millisecond
-	}
-	return f.f.Forward(s) // the real model's pass: a KV it can write
+		r.passes++
+		r.tokens = append(r.tokens, n)
+		r.now += r.perTok * time.Duration(r.f+n)
+		if r.passes != 4 && r.passes != 5 {
+			r.now += time.Duration(1+r.passes%5) * time.Millisecond
+		}
+		return next(s) // the real model's pass: a KV it can write
+	})
 }
 
 func TestMeasureForwardCost(t *testing.T) {

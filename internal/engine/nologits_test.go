@@ -22,28 +22,15 @@ type loggedStep struct {
 }
 
 func (l *logitsRuntime) NewForwarder(threads int) Forwarder {
-	return &logitsFwd{Forwarder: l.Runtime.NewForwarder(threads), l: l}
-}
-
-type logitsFwd struct {
-	Forwarder
-	l *logitsRuntime
-}
-
-func (f *logitsFwd) Forward(steps []Step) []StepResult {
-	res := f.Forwarder.Forward(steps)
-	f.l.mu.Lock()
-	for i, s := range steps {
-		f.l.steps = append(f.l.steps, loggedStep{n: len(s.Tokens), pos: s.Pos, noLogits: s.NoLogits, got: res[i].Logits != nil})
-	}
-	f.l.mu.Unlock()
-	return res
-}
-
-func (f *logitsFwd) Close() {
-	if c, ok := f.Forwarder.(interface{ Close() }); ok {
-		c.Close()
-	}
+	return hookForwarder(l.Runtime, threads, func(_ int, steps []Step, next func([]Step) []StepResult) []StepResult {
+		res := next(steps)
+		l.mu.Lock()
+		for i, s := range steps {
+			l.steps = append(l.steps, loggedStep{n: len(s.Tokens), pos: s.Pos, noLogits: s.NoLogits, got: res[i].Logits != nil})
+		}
+		l.mu.Unlock()
+		return res
+	})
 }
 
 // TestPromptChunksSkipLogits: a prompt's chunks before its last ask the

@@ -17,25 +17,12 @@ type countingRuntime struct {
 }
 
 func (c *countingRuntime) NewForwarder(threads int) Forwarder {
-	return &countingFwd{Forwarder: c.Runtime.NewForwarder(threads), n: &c.tokens}
-}
-
-type countingFwd struct {
-	Forwarder
-	n *atomic.Int64
-}
-
-func (f *countingFwd) Forward(steps []Step) []StepResult {
-	for _, s := range steps {
-		f.n.Add(int64(len(s.Tokens)))
-	}
-	return f.Forwarder.Forward(steps)
-}
-
-func (f *countingFwd) Close() {
-	if c, ok := f.Forwarder.(interface{ Close() }); ok {
-		c.Close()
-	}
+	return hookForwarder(c.Runtime, threads, func(_ int, steps []Step, next func([]Step) []StepResult) []StepResult {
+		for _, s := range steps {
+			c.tokens.Add(int64(len(s.Tokens)))
+		}
+		return next(steps)
+	})
 }
 
 // stepGated runs a forward step only when a value arrives on its gate
@@ -48,20 +35,13 @@ type stepGated struct {
 }
 
 func (g *stepGated) NewForwarder(threads int) Forwarder {
-	return &stepGatedFwd{Forwarder: g.Runtime.NewForwarder(threads), g: g}
-}
-
-type stepGatedFwd struct {
-	Forwarder
-	g *stepGated
-}
-
-func (f *stepGatedFwd) Forward(steps []Step) []StepResult {
-	if c := f.g.gate.Load(); c != nil {
-		f.g.gated.Add(1)
-		<-*c
-	}
-	return f.Forwarder.Forward(steps)
+	return hookForwarder(g.Runtime, threads, func(_ int, steps []Step, next func([]Step) []StepResult) []StepResult {
+		if c := g.gate.Load(); c != nil {
+			g.gated.Add(1)
+			<-*c
+		}
+		return next(steps)
+	})
 }
 
 func run1(t *testing.T, e Engine, r *Request) result {
