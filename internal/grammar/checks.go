@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"context"
 	"math"
 	"sync"
 )
@@ -22,10 +23,30 @@ import (
 // Refusals are kept too: they are as deterministic as successes, and a
 // tenant resending a refused 64 KB schema would otherwise cost a compile
 // each time.
+//
+// Checks of one key that miss while its compile runs wait for that compile
+// instead of starting their own (a tenant sending the same large schema in
+// many concurrent requests compiles it once). The key holds the tenant, so
+// only a tenant's own requests ever wait on each other (I11).
 type Checks struct {
-	mu           sync.Mutex
-	l            tenantLRU[schemaAnswer]
+	mu    sync.Mutex
+	l     tenantLRU[schemaAnswer]
+	calls map[[32]byte]*checkCall // compiles running, by key
+	// waiting is how many checks wait for another's compile now.
+	waiting int
+	// hits counts the checks answered without a compile of their own
+	// (remembered, or waited for another check's); misses the compiles.
 	hits, misses int64
+	// compile is CompileSchema (tests count and hold compiles).
+	compile func([]byte) (*Grammar, error)
+}
+
+// checkCall is one compile running for a key. done is closed when it
+// ends; ok then says it returned (r is its answer) rather than panicked.
+type checkCall struct {
+	done chan struct{}
+	ok   bool
+	r    schemaAnswer
 }
 
 type schemaAnswer struct {
@@ -53,39 +74,78 @@ func NewChecks(tenantBytes, maxBytes int64) *Checks {
 	if maxBytes <= 0 {
 		maxBytes = DefaultCheckBytes
 	}
-	return &Checks{l: newTenantLRU[schemaAnswer](math.MaxInt, math.MaxInt, tenantBytes, maxBytes, nil)}
+	return &Checks{l: newTenantLRU[schemaAnswer](math.MaxInt, math.MaxInt, tenantBytes, maxBytes, nil),
+		calls: map[[32]byte]*checkCall{}, compile: CompileSchema}
 }
 
 // Check returns what CompileSchema answers for tenant's schema: its error
 // (nil: the schema compiles) and, when it compiles, whether it follows a
-// $ref (Grammar.UsesRef). hit reports that the answer was remembered.
-func (c *Checks) Check(tenant string, schema []byte) (usesRef, hit bool, err error) {
+// $ref (Grammar.UsesRef). hit reports that the answer came without a
+// compile of this call's own: remembered, or from the compile of a
+// concurrent check of the same key, which Check waits for until ctx ends
+// (then it returns ctx's error).
+func (c *Checks) Check(ctx context.Context, tenant string, schema []byte) (usesRef, hit bool, err error) {
 	k := cacheKey(tenant, false, schema)
-	c.mu.Lock()
-	if r, ok := c.l.get(k); ok {
-		c.hits++
+	for {
+		c.mu.Lock()
+		if r, ok := c.l.get(k); ok {
+			c.hits++
+			c.mu.Unlock()
+			return r.usesRef, true, r.err
+		}
+		call, ok := c.calls[k]
+		if !ok {
+			break // c.mu still held: this check compiles
+		}
+		c.waiting++
 		c.mu.Unlock()
-		return r.usesRef, true, r.err
+		var done bool
+		select {
+		case <-call.done:
+			done = true
+		case <-ctx.Done():
+		}
+		c.mu.Lock()
+		c.waiting--
+		if done && call.ok {
+			c.hits++
+			c.mu.Unlock()
+			return call.r.usesRef, true, call.r.err
+		}
+		c.mu.Unlock()
+		if !done {
+			return false, false, ctx.Err()
+		}
+		// The compile panicked: check again (and compile, as a check
+		// with no cache would).
 	}
+	call := &checkCall{done: make(chan struct{})}
+	c.calls[k] = call
 	c.misses++
 	c.mu.Unlock()
-	var r schemaAnswer
-	g, err := CompileSchema(schema)
+	// The waiters are released however the compile ends (a panic leaves
+	// call.ok false).
+	defer func() {
+		c.mu.Lock()
+		delete(c.calls, k)
+		if call.ok {
+			size := int64(checkEntryBytes)
+			if call.r.err != nil {
+				size += int64(len(call.r.err.Error()))
+			}
+			c.l.put(k, tenant, size, call.r)
+		}
+		c.mu.Unlock()
+		close(call.done)
+	}()
+	g, err := c.compile(schema)
 	if err != nil {
-		r.err = err
+		call.r.err = err
 	} else {
-		r.usesRef = g.UsesRef()
+		call.r.usesRef = g.UsesRef()
 	}
-	size := int64(checkEntryBytes)
-	if err != nil {
-		size += int64(len(err.Error()))
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.l.get(k); !ok { // not checked concurrently
-		c.l.put(k, tenant, size, r)
-	}
-	return r.usesRef, false, r.err
+	call.ok = true
+	return call.r.usesRef, false, call.r.err
 }
 
 // Stats returns the checks answered from memory (hits) and by compiling

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"unicode"
 
-	"sluice/internal/grammar"
 	"sluice/internal/sample"
 )
 
@@ -755,12 +754,7 @@ func parseResponseFormat(raw json.RawMessage, schemas schemaCheck) (sample.Forma
 		return f, badParam("response_format.json_schema.schema", "the schema is not valid JSON")
 	}
 	if _, err := schemas.check(b.Bytes()); err != nil {
-		code := "invalid_schema"
-		var ge *grammar.Error
-		if errors.As(err, &ge) {
-			code = ge.Code
-		}
-		return f, newErr(http.StatusBadRequest, code, "response_format.json_schema.schema", "%v", err)
+		return f, schemaError("response_format.json_schema.schema", err)
 	}
 	f.Kind, f.Schema = sample.FormatJSONSchema, b.String()
 	return f, nil

@@ -55,6 +55,9 @@ const (
 	CodeMethodNotAllow  = "method_not_allowed"
 	CodeUnknownModel    = "model_not_found"
 	CodeEngineCancelled = "cancelled"
+	// CodeClientGone (499, statusClientGone): the client went away
+	// before the answer; counted in metrics and logs, never sent.
+	CodeClientGone = "client_disconnected"
 	// CodeKVCapacity (503) is the engine's: no free KV pages for the
 	// request now. Distinct from CodeOverloaded (429, a concurrency limit).
 	CodeKVCapacity = engine.CodeKVCapacity
@@ -62,6 +65,10 @@ const (
 	// --queue-timeout in the queue without room.
 	CodeQueueTimeout = engine.CodeQueueTimeout
 )
+
+// statusClientGone is the status metrics and logs give a request whose
+// client went away (nginx's 499; nothing is sent).
+const statusClientGone = 499
 
 func typeForStatus(status int) string {
 	switch {

@@ -207,7 +207,7 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats, model func()
 	}
 	if schemas != nil {
 		hits := prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "sluice_schema_check_cache_hits_total", Help: "Schemas (response_format's, tools' parameters) the router found already checked in its per-tenant cache, so did not compile.",
+			Name: "sluice_schema_check_cache_hits_total", Help: "Schemas (response_format's, tools' parameters) the router found already checked in its per-tenant cache (or being checked by a concurrent request of the same tenant, whose compile it waited for), so did not compile.",
 		}, func() float64 { h, _ := schemas.Stats(); return float64(h) })
 		misses := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "sluice_schema_check_cache_misses_total", Help: "Schemas (response_format's, tools' parameters) the router did not find in its per-tenant cache and compiled to check them.",

@@ -1,11 +1,15 @@
 package router
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"sluice/internal/grammar"
 )
 
 // The router checks each schema a tenant sends (response_format's, each
@@ -67,5 +71,21 @@ func TestSchemaChecksCachedPerTenant(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// A schema check cut short by the end of its request (it waited for the
+// same tenant's concurrent compile, grammar.Checks) is the 499 of a client
+// that went away in metrics and logs, not a schema the server refused.
+func TestSchemaCheckCancelledIsClientGone(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, err := range []error{context.Canceled, fmt.Errorf("waiting: %w", context.DeadlineExceeded), ctx.Err()} {
+		if e := schemaError("tools", err); e.Status != statusClientGone || e.Code != CodeClientGone {
+			t.Fatalf("%v: %d %s, want %d %s", err, e.Status, e.Code, statusClientGone, CodeClientGone)
+		}
+	}
+	if e := schemaError("tools", &grammar.Error{Code: "schema_too_deep", Msg: "deep"}); e.Status != http.StatusBadRequest || e.Code != "schema_too_deep" {
+		t.Fatalf("a refused schema: %d %s", e.Status, e.Code)
 	}
 }

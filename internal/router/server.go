@@ -530,7 +530,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	info := s.cfg.Engine.Info()
-	p, e := req.validate(limits{vocab: info.Vocab, context: info.Context, schemas: schemaCheck{s.schemas, tenant}})
+	p, e := req.validate(limits{vocab: info.Vocab, context: info.Context, schemas: schemaCheck{s.schemas, tenant, r.Context()}})
 	if e != nil {
 		s.fail(w, r, e)
 		return
@@ -610,7 +610,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	info := s.cfg.Engine.Info()
-	p, e := req.validate(limits{vocab: info.Vocab, context: info.Context, schemas: schemaCheck{s.schemas, tenant}})
+	p, e := req.validate(limits{vocab: info.Vocab, context: info.Context, schemas: schemaCheck{s.schemas, tenant, r.Context()}})
 	if e != nil {
 		s.fail(w, r, e)
 		return
@@ -709,7 +709,7 @@ func (s *Server) finishMetrics(g *generation, out outcome) {
 		s.log.Warn("request cut by drain: still running when --drain-timeout ran out", "id", g.id, "tenant", g.tenant,
 			"completion_tokens", out.usage.CompletionTokens)
 	case out.clientGone:
-		status, code = "499", "client_disconnected"
+		status, code = fmt.Sprint(statusClientGone), CodeClientGone
 	}
 	s.metrics.requests.WithLabelValues(g.route, status, code).Inc()
 	if !out.clientGone && !out.drainCut {

@@ -87,7 +87,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		}
 		ids, err = s.cfg.Tokenizer.Encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens, true)
 	case hasMsgs:
-		tools, _, e := parseTools(req.Tools, nil, schemaCheck{s.schemas, tenant})
+		tools, _, e := parseTools(req.Tools, nil, schemaCheck{s.schemas, tenant, r.Context()})
 		if e != nil {
 			s.fail(w, r, e)
 			return

@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -196,14 +197,17 @@ func parseTools(toolsRaw, choiceRaw json.RawMessage, schemas schemaCheck) (toolS
 // parameters) for the tenant that sent them: through the server's cache
 // of checks (grammar.Checks, keyed by tenant and schema text), or, with
 // no cache (tests), by compiling each. usesRef: the schema follows a $ref.
+// ctx is the request's: a check waiting for a concurrent compile of the
+// same schema stops when the request ends (context.Canceled).
 type schemaCheck struct {
 	cache  *grammar.Checks
 	tenant string
+	ctx    context.Context
 }
 
 func (sc schemaCheck) check(schema []byte) (usesRef bool, err error) {
 	if sc.cache != nil {
-		usesRef, _, err = sc.cache.Check(sc.tenant, schema)
+		usesRef, _, err = sc.cache.Check(sc.ctx, sc.tenant, schema)
 		return usesRef, err
 	}
 	g, err := grammar.CompileSchema(schema)
@@ -214,8 +218,12 @@ func (sc schemaCheck) check(schema []byte) (usesRef bool, err error) {
 }
 
 // schemaError is the 400 for a schema the grammar compiler refuses: its
-// code names the limit or the problem.
+// code names the limit or the problem. A check cut short by the end of its
+// request is the 499 of a client that went away.
 func schemaError(param string, err error) *apiError {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return newErr(statusClientGone, CodeClientGone, param, "the request ended while its schema was being checked")
+	}
 	code := "invalid_schema"
 	var ge *grammar.Error
 	if errors.As(err, &ge) {
