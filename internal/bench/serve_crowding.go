@@ -740,6 +740,9 @@ func printCrowdCI(w io.Writer, rep crowdReport) {
 // crowdPhases are the first-token phases the crowding report shows, in
 // the order a request goes through them (engine/phases.go).
 var crowdPhases = []struct{ key, what string }{
+	{"router/http_read", "router: arrival to the body decoded"},
+	{"router/http_prompt", "router: to the prompt's tokens"},
+	{"router/http_admit", "router: to the engine's submit"},
 	{"router/queue", "router queue and decode reservation"},
 	{"router/handoff", "reservation to first token, of which:"},
 	{"prefill/prefill_queue", "  prefill worker: waiting for prefill pages"},
@@ -749,7 +752,14 @@ var crowdPhases = []struct{ key, what string }{
 	{"colocated/queue", "queue and KV pages"},
 	{"colocated/prefill_wait", "waiting for a step to run the prompt"},
 	{"colocated/prefill_compute", "the prompt's steps to the first token"},
+	{"router/first_token_deliver", "router: the engine's first token to the handler"},
+	{"router/first_token_write", "router: to its text written and flushed"},
 }
+
+// colocatedPath are the phases that follow each other from a colocated
+// request's arrival to its first token flushed (printPhases sums them).
+var colocatedPath = []string{"router/http_read", "router/http_prompt", "router/http_admit", "colocated/queue",
+	"colocated/prefill_wait", "colocated/prefill_compute", "router/first_token_deliver", "router/first_token_write"}
 
 // printPhases prints where b's TTFT went, mean ms per request alone and
 // while a floods, and the rest of the handoff the prefill worker does not
@@ -767,7 +777,7 @@ func printPhases(w io.Writer, rep crowdReport) {
 		if !okA && !okF {
 			continue
 		}
-		fmt.Fprintf(tw, "  %s\t%.1f\t%.1f\t\n", p.what, a.meanMS(), f.meanMS())
+		fmt.Fprintf(tw, "  %s\t%.2f\t%.2f\t\n", p.what, a.meanMS(), f.meanMS())
 	}
 	rest := func(s crowdSide) float64 {
 		r := s.Phases["router/handoff"].meanMS()
@@ -778,6 +788,16 @@ func printPhases(w io.Writer, rep crowdReport) {
 	}
 	if _, ok := rep.Alone.Phases["prefill/prefill_queue"]; ok {
 		fmt.Fprintf(tw, "  %s\t%.1f\t%.1f\t\n", "  the rest (the router's calls, decode's stream and first token)", rest(rep.Alone), rest(rep.Flooded))
+	}
+	if _, ok := rep.Alone.Phases["router/first_token_write"]; ok && rep.Colocated {
+		sum := func(s crowdSide) float64 {
+			var t float64
+			for _, k := range colocatedPath {
+				t += s.Phases[k].meanMS()
+			}
+			return t
+		}
+		fmt.Fprintf(tw, "  %s\t%.2f\t%.2f\t\n", "sum: arrival to the first token flushed", sum(rep.Alone), sum(rep.Flooded))
 	}
 	tw.Flush()
 	printStarts(w, rep)

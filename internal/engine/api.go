@@ -7,6 +7,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"sluice/internal/sample"
 )
@@ -64,6 +65,10 @@ type Event struct {
 	Err error
 	// Usage is set on the terminal event.
 	Usage Usage
+	// Sent is when the engine put the stream's first token on it (zero
+	// on every other event), so the router can time the token's way from
+	// the engine to the client (its first_token_deliver phase).
+	Sent time.Time
 }
 
 // Stream is a running request.

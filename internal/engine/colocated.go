@@ -334,6 +334,8 @@ type stream struct {
 	onClose  func()
 	once     sync.Once
 	ended    atomic.Bool
+	// sentFirst: the first token's event went out (Event.Sent).
+	sentFirst bool
 }
 
 func newStream(maxTokens int) *stream {
@@ -385,7 +387,11 @@ func (s *stream) push(o outcome) {
 		return
 	}
 	if !o.done && o.err == nil {
-		s.events <- Event{Token: o.token, Logprobs: o.logprobs}
+		ev := Event{Token: o.token, Logprobs: o.logprobs}
+		if !s.sentFirst {
+			s.sentFirst, ev.Sent = true, time.Now()
+		}
+		s.events <- ev
 		return
 	}
 	ev := Event{Usage: Usage{PromptTokens: o.prompt, CompletionTokens: o.completion, CachedTokens: o.cached}}

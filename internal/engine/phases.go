@@ -120,3 +120,14 @@ func (w *PrefillWorker) FirstTokenPhases() []PhaseStat { return w.phases.snapsho
 
 // FirstTokenPhases implements FirstTokenPhases.
 func (c *Colocated) FirstTokenPhases() []PhaseStat { return c.phases.snapshot() }
+
+// PhaseRecorder records first-token phases for a role outside the
+// engine: the router's HTTP path (its http_* and first_token_* phases).
+// The zero value is ready; it is safe from any goroutine.
+type PhaseRecorder struct{ p phases }
+
+// Observe adds one request's d to tenant's phase.
+func (r *PhaseRecorder) Observe(tenant, phase string, d time.Duration) { r.p.observe(tenant, phase, d) }
+
+// FirstTokenPhases implements FirstTokenPhases.
+func (r *PhaseRecorder) FirstTokenPhases() []PhaseStat { return r.p.snapshot() }

@@ -36,12 +36,23 @@ func TestFirstTokenPhasesRecorded(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ev := <-st.Events(); ev.Err != nil || ev.Done {
+			ev := <-st.Events()
+			if ev.Err != nil || ev.Done {
 				t.Fatalf("first event %+v, want a token", ev)
 			}
 			ttft := time.Since(start)
-			if got := collect(t, st); got.final.Err != nil {
-				t.Fatal(got.final.Err)
+			// Event.Sent: when the first token went on the stream (the
+			// router's first_token_deliver starts there), on it alone.
+			if ev.Sent.Before(start) || ev.Sent.After(start.Add(ttft)) {
+				t.Fatalf("first token sent at %v, want within the request's %v to its first token", ev.Sent.Sub(start), ttft)
+			}
+			for ev := range st.Events() {
+				if !ev.Sent.IsZero() {
+					t.Fatalf("event %+v after the first token has Sent set", ev)
+				}
+				if ev.Err != nil {
+					t.Fatal(ev.Err)
+				}
 			}
 			// sums leave out the prefill worker's push: it ends with
 			// decode's answer to the commit, which may come after decode

@@ -322,9 +322,13 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		ev := v.Interface().(engine.Event)
 		if ev.Err == nil && !ev.Done {
 			now := time.Now()
+			firstToken := first
 			if first {
 				s.metrics.ttft.Observe(now.Sub(g.start).Seconds())
 				s.metrics.vTTFT.WithLabelValues(g.model).Observe(now.Sub(g.start).Seconds())
+				if !ev.Sent.IsZero() {
+					s.metrics.phases.Observe(g.tenant, PhaseFirstTokenDeliver, now.Sub(ev.Sent))
+				}
 				first = false
 			} else if !c.last.IsZero() {
 				s.metrics.itl.Observe(now.Sub(c.last).Seconds())
@@ -361,6 +365,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			c.offset += len(piece)
 			piece, hit := c.stops.Push(piece)
 			emit(c, piece)
+			if firstToken && piece != "" && g.p.stream && !holdTools && !out.clientGone && out.err == nil {
+				// Its text went out at once (send), written and flushed.
+				s.metrics.phases.Observe(g.tenant, PhaseFirstTokenWrite, time.Since(now))
+			}
 			if hit {
 				c.stopped, c.finish = true, "stop"
 				cancel(c)

@@ -2,6 +2,7 @@ package router
 
 import (
 	"net/http"
+	"slices"
 
 	"sluice/internal/engine"
 	"sluice/internal/grammar"
@@ -125,6 +126,9 @@ type metrics struct {
 	// drainCut counts requests still running when --drain-timeout ran out,
 	// ended by the server (apart from client disconnects).
 	drainCut prometheus.Counter
+	// phases are the HTTP path's first-token phases (role "router",
+	// PhaseHTTPRead ...), exported with the engine's.
+	phases engine.PhaseRecorder
 }
 
 // e2eBuckets are vLLM's for vllm:e2e_request_latency_seconds (a request
@@ -218,10 +222,12 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats, model func()
 			}
 		}
 	}
-	if stats != nil {
-		if err := reg.Register(&statsCollector{stats: stats, model: model, tenantLabels: tenantLabels}); err != nil {
-			return nil, err
-		}
+	var c prometheus.Collector = &statsCollector{stats: stats, model: model, tenantLabels: tenantLabels, router: m.phases.FirstTokenPhases}
+	if stats == nil {
+		c = &phaseCollector{router: m.phases.FirstTokenPhases, tenantLabels: tenantLabels}
+	}
+	if err := reg.Register(c); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -266,13 +272,63 @@ type statsCollector struct {
 	model func() string
 	// tenantLabels: the first-token phases by tenant too.
 	tenantLabels bool
+	// router, if set, adds the HTTP path's first-token phases to role
+	// "router".
+	router func() []engine.PhaseStat
 }
 
-// The first-token phases (engine/phases.go): where requests' time to
-// first token went, by role and phase; by tenant only with
-// --metrics-tenant-labels.
+// phaseCollector exports the HTTP path's first-token phases of a server
+// without engine stats.
+type phaseCollector struct {
+	router       func() []engine.PhaseStat
+	tenantLabels bool
+}
+
+func (c *phaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	if c.tenantLabels {
+		ch <- descPhaseTen
+	} else {
+		ch <- descPhase
+	}
+}
+
+func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
+	collectPhases(ch, EngineStats{Phases: map[string][]engine.PhaseStat{"router": c.router()}}, c.tenantLabels)
+}
+
+// The router's first-token phases (role "router", beside the
+// disaggregated engine's queue and handoff): the HTTP path before the
+// engine's Submit and after its first token. A request's first three
+// and the engine's phases (queue ...) follow each other without a gap;
+// the first token's two follow the engine's last (handoff, or the
+// colocated prefill_compute).
+const (
+	// PhaseHTTPRead: from the handler's start (the request's headers
+	// read) to its body read and decoded; authentication and the
+	// tenant's request rate included.
+	PhaseHTTPRead = "http_read"
+	// PhaseHTTPPrompt: from the decoded body to the prompt's tokens: a
+	// concurrency slot, validation, the chat template, the tokenizer.
+	PhaseHTTPPrompt = "http_prompt"
+	// PhaseHTTPAdmit: from the tokens to the engine's Submit called (the
+	// context check, the tenant's token rate).
+	PhaseHTTPAdmit = "http_admit"
+	// PhaseFirstTokenDeliver: from the engine putting the request's
+	// first token on its stream to the handler receiving it (the
+	// handler's goroutine waking and running).
+	PhaseFirstTokenDeliver = "first_token_deliver"
+	// PhaseFirstTokenWrite: from the handler receiving the first token
+	// to its text written and flushed to the client; only streamed
+	// requests whose first token's text goes out at once (not held by a
+	// stop string, a partial character, a tool call or an end token).
+	PhaseFirstTokenWrite = "first_token_write"
+)
+
+// The first-token phases (engine/phases.go and the router's above):
+// where requests' time to first token went, by role and phase; by
+// tenant only with --metrics-tenant-labels.
 var (
-	phaseHelp    = "Parts of the time to first token of requests (their first handoff), by role (router, prefill: each prefill worker in the process that runs it, colocated) and phase: queue (router or colocated queue until the pages are reserved), handoff (router: reservation to first token), prefill_queue (prefill worker: waiting for prefill pages), prefill_wait (pages to the first step running a chunk of the prompt), prefill_compute (that step to the prompt computed; colocated: to the first token), prefill_push (prefill worker: last chunk to the accepted commit); prefill_wait/<how> and prefill_compute/<how> are prefill_wait and prefill_compute again by how the prompt's first chunk started (nested, next_step, after_last_pause, budget, in_step, same_tenant, share, quota, grow, plan: docs/operations.md)."
+	phaseHelp    = "Parts of the time to first token of requests (their first handoff), by role (router, prefill: each prefill worker in the process that runs it, colocated) and phase: queue (router or colocated queue until the pages are reserved), handoff (router: reservation to first token), prefill_queue (prefill worker: waiting for prefill pages), prefill_wait (pages to the first step running a chunk of the prompt), prefill_compute (that step to the prompt computed; colocated: to the first token), prefill_push (prefill worker: last chunk to the accepted commit); prefill_wait/<how> and prefill_compute/<how> are prefill_wait and prefill_compute again by how the prompt's first chunk started (nested, next_step, after_last_pause, budget, in_step, same_tenant, share, quota, grow, plan: docs/operations.md); the router's HTTP path: http_read (arrival to the body decoded), http_prompt (to the prompt's tokens: validation, template, tokenizer), http_admit (to the engine's submit), first_token_deliver (the engine's first token to the handler receiving it), first_token_write (to its text written and flushed, streamed requests)."
 	descPhase    = prometheus.NewDesc("sluice_first_token_phase_seconds", phaseHelp, []string{"role", "phase"}, nil)
 	descPhaseTen = prometheus.NewDesc("sluice_first_token_phase_seconds", phaseHelp+" By tenant (--metrics-tenant-labels).", []string{"role", "phase", "tenant"}, nil)
 )
@@ -380,6 +436,14 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAsides, prometheus.CounterValue, float64(n), outcome)
 	}
 	collectLoad(ch, st)
+	if c.router != nil {
+		ps := map[string][]engine.PhaseStat{}
+		for role, p := range st.Phases {
+			ps[role] = p
+		}
+		ps["router"] = append(slices.Clip(ps["router"]), c.router()...)
+		st.Phases = ps
+	}
 	collectPhases(ch, st, c.tenantLabels)
 	if c.model != nil {
 		collectGateway(ch, st, c.model())

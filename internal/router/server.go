@@ -502,6 +502,9 @@ type generation struct {
 	model   string
 	created int64
 	start   time.Time
+	// read and prompted: the body decoded, the prompt's tokens ready
+	// (the router's first-token phases: PhaseHTTPRead ...).
+	read, prompted time.Time
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
@@ -523,6 +526,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
+	read := time.Now()
 	release, e := s.acquire(tenant)
 	if e != nil {
 		s.fail(w, r, e)
@@ -583,7 +587,8 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer more()
-	g := &generation{id: s.newID("cmpl"), route: "/v1/completions", tenant: tenant, prompts: prompts, p: p, model: info.Model, created: start.Unix(), start: start}
+	g := &generation{id: s.newID("cmpl"), route: "/v1/completions", tenant: tenant, prompts: prompts, p: p, model: info.Model, created: start.Unix(),
+		start: start, read: read, prompted: time.Now()}
 	s.generate(w, r, g, info.Context, "prompt")
 }
 
@@ -603,6 +608,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
+	read := time.Now()
 	release, e := s.acquire(tenant)
 	if e != nil {
 		s.fail(w, r, e)
@@ -639,7 +645,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer more()
-	g := &generation{id: s.newID("chatcmpl"), route: "/v1/chat/completions", chat: true, tenant: tenant, prompts: []genPrompt{{tokens: prompt}}, p: p, model: info.Model, created: start.Unix(), start: start}
+	g := &generation{id: s.newID("chatcmpl"), route: "/v1/chat/completions", chat: true, tenant: tenant, prompts: []genPrompt{{tokens: prompt}}, p: p, model: info.Model, created: start.Unix(),
+		start: start, read: read, prompted: time.Now()}
 	s.generate(w, r, g, info.Context, "messages")
 }
 
@@ -679,6 +686,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation,
 		s.fail(w, r, e)
 		return
 	}
+	s.httpPhases(g, time.Now())
 	streams, err := s.submit(r, g)
 	if err != nil {
 		e := fromEngine(err)
@@ -692,6 +700,18 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation,
 	out := s.run(w, r, g, streams)
 	s.settleRate(g, charged, out)
 	s.finishMetrics(g, out)
+}
+
+// httpPhases records g's HTTP path to the engine's Submit (at submit): the
+// router's first-token phases PhaseHTTPRead, PhaseHTTPPrompt and
+// PhaseHTTPAdmit.
+func (s *Server) httpPhases(g *generation, submit time.Time) {
+	if g.read.IsZero() || g.prompted.IsZero() {
+		return
+	}
+	s.metrics.phases.Observe(g.tenant, PhaseHTTPRead, g.read.Sub(g.start))
+	s.metrics.phases.Observe(g.tenant, PhaseHTTPPrompt, g.prompted.Sub(g.read))
+	s.metrics.phases.Observe(g.tenant, PhaseHTTPAdmit, submit.Sub(g.prompted))
 }
 
 func (s *Server) finishMetrics(g *generation, out outcome) {

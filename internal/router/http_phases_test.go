@@ -1,0 +1,211 @@
+package router
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/internal/engine"
+)
+
+// The router's first-token phases mean what their names say: each is
+// timed from its own start. Every part of the HTTP path is made slow by
+// a known, distinct amount (the body's reading, the tokenizer, the
+// engine's claim of when it sent the first token, the client's flush),
+// so a phase timed from another phase's start (or not at all) lands
+// outside its bounds. Bounds: at least the part's delay, and less than
+// it plus the next smaller delay (every gap is >= 60 ms, which a loaded
+// machine has to add to one phase to fail it).
+func TestHTTPFirstTokenPhases(t *testing.T) {
+	const (
+		readDelay    = 60 * time.Millisecond  // the body's reader
+		promptDelay  = 120 * time.Millisecond // the tokenizer
+		deliverDelay = 300 * time.Millisecond // Event.Sent that long before the handler has it (more than the path before it)
+		writeDelay   = 240 * time.Millisecond // each flush to the client
+	)
+	eng := &sentEngine{echoEngine: newEcho(4096), ago: deliverDelay}
+	srv, err := New(Config{Engine: eng, Tokenizer: slowTok{d: promptDelay}, MaxBodyBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"stream":true}`
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", &slowReader{r: strings.NewReader(body), d: readDelay})
+	req.Header.Set("Content-Type", "application/json")
+	w := &slowFlusher{ResponseRecorder: httptest.NewRecorder(), d: writeDelay}
+	srv.Handler().ServeHTTP(w, req)
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "[DONE]") {
+		t.Fatalf("HTTP %d: %s", w.Code, w.Body.String())
+	}
+	got := map[string]engine.PhaseStat{}
+	for _, p := range srv.metrics.phases.FirstTokenPhases() {
+		if p.Tenant != SingleTenant {
+			t.Errorf("phase %s recorded for tenant %q, want %q", p.Phase, p.Tenant, SingleTenant)
+		}
+		got[p.Phase] = p
+	}
+	for _, c := range []struct {
+		phase  string
+		lo, hi time.Duration
+	}{
+		{PhaseHTTPRead, readDelay, readDelay + 60*time.Millisecond},
+		{PhaseHTTPPrompt, promptDelay, promptDelay + readDelay},
+		{PhaseHTTPAdmit, 0, readDelay},
+		{PhaseFirstTokenDeliver, deliverDelay, deliverDelay + readDelay},
+		// The chat stream opens with the assistant's role: two flushes.
+		{PhaseFirstTokenWrite, 2 * writeDelay, 2*writeDelay + readDelay},
+	} {
+		p, ok := got[c.phase]
+		if !ok || p.Count != 1 {
+			t.Errorf("%s: %d requests recorded, want 1 (phases %v)", c.phase, p.Count, got)
+			continue
+		}
+		if d := time.Duration(p.Sum * float64(time.Second)); d < c.lo || d >= c.hi {
+			t.Errorf("%s = %v, want in [%v, %v)", c.phase, d, c.lo, c.hi)
+		}
+	}
+	if len(got) != 5 {
+		t.Errorf("phases recorded: %v, want the five of the HTTP path", got)
+	}
+}
+
+// A first token whose text does not go out at once has no
+// first_token_write: an end token, the first byte of a character (the
+// detokenizer holds it), a request that is not streamed.
+func TestHTTPFirstTokenWriteOnlyWhenSent(t *testing.T) {
+	h := newHarness(t, 4096, nil)
+	bodies := []string{
+		`{"prompt":[257],"max_tokens":1,"stream":true}`,
+		`{"prompt":[226,130,172],"max_tokens":3,"stream":true}`, // "€"
+		`{"prompt":"ab","max_tokens":2}`,
+	}
+	for _, b := range bodies {
+		resp, err := http.Post(h.ts.URL+"/v1/completions", "application/json", strings.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: HTTP %d", b, resp.StatusCode)
+		}
+	}
+	got := map[string]uint64{}
+	for _, p := range h.srv.metrics.phases.FirstTokenPhases() {
+		got[p.Phase] += p.Count
+	}
+	n := uint64(len(bodies))
+	if got[PhaseHTTPRead] != n || got[PhaseHTTPPrompt] != n || got[PhaseHTTPAdmit] != n {
+		t.Errorf("HTTP phases %v, want %d requests each", got, n)
+	}
+	if got[PhaseFirstTokenWrite] != 0 {
+		t.Errorf("first_token_write recorded for a first token whose text never went out: %v", got)
+	}
+}
+
+// The HTTP phases are exported with the engine's under role "router",
+// with and without engine stats.
+func TestHTTPPhasesExported(t *testing.T) {
+	engineStats := func() EngineStats {
+		return EngineStats{Phases: map[string][]engine.PhaseStat{"router": {
+			{Tenant: SingleTenant, Phase: engine.PhaseQueue, Count: 7, Sum: 0.5, Buckets: make([]uint64, len(engine.QueueWaitBuckets))},
+		}}}
+	}
+	for _, stats := range []func() EngineStats{nil, engineStats} {
+		h := newHarness(t, 4096, func(c *Config) { c.Stats = stats })
+		resp, err := http.Post(h.ts.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"ab","max_tokens":2,"stream":true}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		_, metrics := get(t, h.ts.URL+"/metrics")
+		want := []string{
+			`sluice_first_token_phase_seconds_count{phase="http_read",role="router"} 1`,
+			`sluice_first_token_phase_seconds_count{phase="http_prompt",role="router"} 1`,
+			`sluice_first_token_phase_seconds_count{phase="http_admit",role="router"} 1`,
+			`sluice_first_token_phase_seconds_count{phase="first_token_write",role="router"} 1`,
+		}
+		if stats != nil {
+			want = append(want, `sluice_first_token_phase_seconds_count{phase="queue",role="router"} 7`)
+		}
+		for _, w := range want {
+			if !strings.Contains(metrics, w) {
+				t.Errorf("stats %v: no %s in\n%s", stats != nil, w, metrics)
+			}
+		}
+	}
+}
+
+// sentEngine is the echo engine whose first token claims it was sent ago
+// before it was.
+type sentEngine struct {
+	*echoEngine
+	ago time.Duration
+}
+
+type sentStream struct {
+	engine.Stream
+	ch chan engine.Event
+}
+
+func (s *sentStream) Events() <-chan engine.Event { return s.ch }
+
+func (e *sentEngine) Submit(ctx context.Context, r *engine.Request) (engine.Stream, error) {
+	st, err := e.echoEngine.Submit(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	out := &sentStream{Stream: st, ch: make(chan engine.Event, r.MaxTokens+2)}
+	go func() {
+		defer close(out.ch)
+		first := true
+		for ev := range st.Events() {
+			if first && ev.Err == nil && !ev.Done {
+				first, ev.Sent = false, time.Now().Add(-e.ago)
+			}
+			out.ch <- ev
+		}
+	}()
+	return out, nil
+}
+
+// slowTok is byteTok whose Encode takes d.
+type slowTok struct {
+	byteTok
+	d time.Duration
+}
+
+func (t slowTok) Encode(text string, addSpecial, parse bool) ([]int32, error) {
+	time.Sleep(t.d)
+	return t.byteTok.Encode(text, addSpecial, parse)
+}
+
+// slowReader waits d before its first read.
+type slowReader struct {
+	r    io.Reader
+	d    time.Duration
+	done bool
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	if !s.done {
+		s.done = true
+		time.Sleep(s.d)
+	}
+	return s.r.Read(p)
+}
+
+// slowFlusher is a response recorder whose every flush takes d.
+type slowFlusher struct {
+	*httptest.ResponseRecorder
+	d time.Duration
+}
+
+func (f *slowFlusher) Flush() {
+	time.Sleep(f.d)
+	f.ResponseRecorder.Flush()
+}
