@@ -959,14 +959,22 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 				return nil, badParam(fmt.Sprintf("messages[%d].tool_calls", i), "a tool call needs type \"function\" and a function name")
 			}
 			// Templates read the arguments as an object (Hugging Face's
-			// convention); a string that is not JSON stays a string.
+			// convention, vLLM's json.loads), its keys in the order the
+			// client wrote them (chatorder.go); a string that is not a
+			// JSON object stays a string.
 			var args any = tc.Function.Arguments
-			var obj map[string]any
-			if json.Unmarshal([]byte(tc.Function.Arguments), &obj) == nil {
-				args = obj
+			if obj, err := decodeOrdered([]byte(tc.Function.Arguments)); err == nil {
+				if _, ok := obj.(*jsonObject); ok {
+					args = obj
+				}
 			}
-			out[i].ToolCalls = append(out[i].ToolCalls, map[string]any{"id": tc.ID, "type": "function",
-				"function": map[string]any{"name": tc.Function.Name, "arguments": args}})
+			fn, call := &jsonObject{}, &jsonObject{}
+			fn.set("name", tc.Function.Name)
+			fn.set("arguments", args)
+			call.set("id", tc.ID)
+			call.set("type", "function")
+			call.set("function", fn)
+			out[i].ToolCalls = append(out[i].ToolCalls, call)
 		}
 	}
 	return out, nil

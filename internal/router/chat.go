@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/nikolalohinski/gonja/v2"
 	"github.com/nikolalohinski/gonja/v2/builtins"
@@ -223,7 +224,7 @@ func (c *ChatTemplate) renderIn(st *renderState, msgs []ChatMessage, o RenderOpt
 	for i, m := range msgs {
 		mm := map[string]any{"role": m.Role, "content": m.Content}
 		if len(m.ToolCalls) > 0 {
-			mm["tool_calls"] = m.ToolCalls
+			mm["tool_calls"] = st.plain(m.ToolCalls)
 		}
 		if m.Role == "tool" {
 			mm["tool_call_id"] = m.ToolCallID
@@ -236,7 +237,7 @@ func (c *ChatTemplate) renderIn(st *renderState, msgs []ChatMessage, o RenderOpt
 	vars := make(map[string]any, 4+len(o.Kwargs))
 	for k, v := range o.Kwargs {
 		if !ReservedTemplateVars[k] {
-			vars[k] = v
+			vars[k] = st.plain(v)
 		}
 	}
 	vars[renderStateVar] = st
@@ -245,7 +246,7 @@ func (c *ChatTemplate) renderIn(st *renderState, msgs []ChatMessage, o RenderOpt
 	vars["bos_token"] = c.bos
 	vars["eos_token"] = c.eos
 	if len(o.Tools) > 0 {
-		vars["tools"] = o.Tools
+		vars["tools"] = st.plain(o.Tools)
 	}
 	ctx := exec.NewContext(vars)
 	out := cappedWriter{max: max(0, st.maxOut-st.written)}
@@ -303,8 +304,13 @@ func (w *cappedWriter) WriteString(s string) (int, error) {
 	return w.b.WriteString(s)
 }
 
-// chatFilters are gonja's filters, counted (budgetFilters).
-var chatFilters = budgetFilters(gonja.DefaultEnvironment.Filters)
+// chatFilters are gonja's filters, counted (budgetFilters), with Hugging
+// Face's tojson (templateToJSON) for gonja's.
+var chatFilters = func() *exec.FilterSet {
+	base := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(gonja.DefaultEnvironment.Filters)
+	_ = base.Replace("tojson", templateToJSON)
+	return budgetFilters(base)
+}()
 
 // chatControlStructures are gonja's tags for a chat template: no
 // include, import, from or extends (Hugging Face's apply_chat_template
@@ -364,6 +370,9 @@ type renderState struct {
 	over                   bool
 	// written is the text the renderings wrote, at most maxOut.
 	written, maxOut int
+	// order is the key order of each map made of the request's JSON
+	// objects (plain, chatorder.go).
+	order map[unsafe.Pointer][]string
 }
 
 // boundedMacro is a macro definition whose calls count their depth.

@@ -713,12 +713,31 @@ func filterCost(name string, in *exec.Value, p *exec.VarArgs, limit int64) (int6
 		n := text()
 		return n + n*min(max(1, intParam(p, 0, "width", 79)), n)/2, true
 	case "tojson":
-		// Escapes (\u0027, \u00XX) make a byte at most six; an
-		// indent adds itself once per level per line.
+		// Escapes (\u00XX, ensure_ascii's \uXXXX\uXXXX for four
+		// bytes) make a byte at most six; an indent adds itself once
+		// per level per line, the separators themselves once per item
+		// (templateToJSON: Hugging Face's tojson(ensure_ascii, indent,
+		// separators, sort_keys)).
 		s := sizer{limit: limit}
 		s.walk(reflect.ValueOf(in), 0)
 		n := 6 * s.n
-		if ind := intParam(p, 0, "indent", 0); ind > 0 && s.nodes > 0 {
+		if s.nodes == 0 {
+			return n, true
+		}
+		if sep := param(p, 2, "separators"); sep != nil && !sep.IsNil() {
+			per := textSize(sep, limit)
+			if per > limit/s.nodes {
+				return limit + 1, true
+			}
+			n += s.nodes * per
+		}
+		ind := int64(0)
+		if v := param(p, 1, "indent"); v != nil && v.IsInteger() {
+			ind = max(0, int64(v.Integer()))
+		} else if v != nil && v.IsString() {
+			ind = int64(len(v.String()))
+		}
+		if ind > 0 {
 			if ind > limit/s.nodes/(s.deep+1) {
 				return limit + 1, true
 			}

@@ -57,6 +57,11 @@ func TestChatTemplateBuildBounded(t *testing.T) {
 		"{{ messages[0].content|indent(32768)|length }}",
 		"{{ messages[0].content|indent(messages[0].content)|length }}",
 		"{{ messages|tojson(indent=33554432)|length }}",
+		// Hugging Face's tojson writes its separators once per item
+		// and an indent given as text once per level per line.
+		"{{ range(1024)|list|tojson(separators=(messages[0].content, ': '))|length }}",
+		"{{ range(1024)|list|tojson(none, none, (',', messages[0].content))|length }}",
+		"{{ range(1024)|list|tojson(indent=messages[0].content)|length }}",
 		"{{ ('x ' * 8192)|wordwrap(100000)|length }}",
 		"{{ messages|batch(3, fill_with='x')|length }}{{ messages|batch(16777216, fill_with='x')|length }}",
 		"{{ messages|slice(16777216)|length }}",

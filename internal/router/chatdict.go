@@ -65,6 +65,13 @@ func budgetDictMethod(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	if l == nil || !l.charge(1+deepItems(self, l.max-l.steps)) {
 		return nil, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps)
 	}
+	if st, err := evalState(e); err == nil {
+		// A dict with an order (a request's object, a dict literal):
+		// in that order, on its own values (chatorder.go).
+		if out, ok, err := st.orderedDictMethod(name, self, args); ok {
+			return out, err
+		}
+	}
 	x := self.ToGoSimpleType(false)
 	if err, ok := x.(error); ok {
 		return nil, fmt.Errorf("%s(): %w", name, err)

@@ -109,6 +109,17 @@ func loopItems(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	if l == nil || !l.charge(1+itemCount(p.Args[0])) {
 		return nil, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps)
 	}
+	// A dict with an order goes over its keys in that order, as
+	// jinja2's does (chatorder.go); gonja sorts a map's.
+	if st, err := evalState(e); err == nil {
+		if pairs, ok := st.orderedPairs(p.Args[0]); ok {
+			keys := make([]any, len(pairs))
+			for i, entry := range pairs {
+				keys[i] = entry.k
+			}
+			return exec.AsValue(keys), nil
+		}
+	}
 	return p.Args[0], nil
 }
 

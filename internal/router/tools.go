@@ -60,6 +60,30 @@ type toolDef struct {
 	} `json:"function"`
 }
 
+// template is the tool as chat templates read it, {type, function:
+// {name, description, parameters, strict}} (description and strict when
+// given), parameters (compacted) with their keys in the client's order
+// (chatorder.go).
+func (td toolDef) template(params []byte) *jsonObject {
+	fn := &jsonObject{}
+	fn.set("name", td.Function.Name)
+	if td.Function.Description != "" {
+		fn.set("description", td.Function.Description)
+	}
+	p, err := decodeOrdered(params)
+	if err != nil {
+		p = map[string]any{}
+	}
+	fn.set("parameters", p)
+	if td.Function.Strict != nil {
+		fn.set("strict", *td.Function.Strict)
+	}
+	tool := &jsonObject{}
+	tool.set("type", td.Type)
+	tool.set("function", fn)
+	return tool
+}
+
 // toolSpec is a request's validated tools.
 type toolSpec struct {
 	mode  string
@@ -119,10 +143,7 @@ func parseTools(toolsRaw, choiceRaw json.RawMessage, schemas schemaCheck) (toolS
 			return spec, f, schemaError(p+".function.parameters", err)
 		}
 		usesRef = append(usesRef, refs)
-		var r any
-		raw, _ := json.Marshal(spec.tools[i])
-		_ = json.Unmarshal(raw, &r)
-		spec.render = append(spec.render, r)
+		spec.render = append(spec.render, td.template(b.Bytes()))
 	}
 	spec.mode = toolModeNone
 	if len(spec.tools) > 0 {

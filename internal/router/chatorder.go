@@ -1,0 +1,550 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/nikolalohinski/gonja/v2/exec"
+)
+
+// Key order. Hugging Face renders a chat template with jinja2, whose
+// dicts are Python's: their keys in the order they were written. A
+// client's tools reach the template as json.loads made them, so
+// {{ tool | tojson }} writes a function's parameters in the order the
+// client declared them ("type" before "properties", the properties in
+// their order), and a template walking properties.items() lists them so.
+// gonja sorts a Go map's keys wherever it goes over them, and a Go map
+// has no order to keep: the model saw a prompt it was not trained on.
+//
+// So a request's JSON objects (tools, tool call arguments) are decoded in
+// order (decodeOrdered, as *jsonObject), and each rendering turns them
+// into the maps gonja's budgets and lookups expect while recording every
+// map's key order (renderState.plain). What goes over a dict's keys in
+// order reads it there (orderedPairs): {% for %} (loopItems), the dict
+// methods (budgetDictMethod) and tojson (templateToJSON). A map the
+// request did not write (a message's fields) keeps gonja's sorted order.
+
+// jsonObject is a JSON object of a request, its keys in the order the
+// client wrote them.
+type jsonObject struct {
+	keys []string
+	vals map[string]any
+}
+
+// set puts k last unless o holds it (a repeated key keeps its place and
+// takes the new value, as in a Python dict).
+func (o *jsonObject) set(k string, v any) {
+	if o.vals == nil {
+		o.vals = map[string]any{}
+	}
+	if _, seen := o.vals[k]; !seen {
+		o.keys = append(o.keys, k)
+	}
+	o.vals[k] = v
+}
+
+// pyBigInt is an integer of a request's JSON that does not fit an int:
+// its digits. Python's json.loads keeps any integer exactly and tojson
+// writes it back digit for digit; a float64 would round it.
+type pyBigInt string
+
+// decodeOrdered decodes one JSON value as Python's json.loads does:
+// objects as *jsonObject in their order (a repeated key keeps its first
+// place and its last value), integers as int (pyBigInt past an int),
+// other numbers as float64 (1.0 stays a float, 1e400 is +Inf).
+func decodeOrdered(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := decodeOrderedValue(dec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON value")
+	}
+	return v, nil
+}
+
+func decodeOrderedValue(dec *json.Decoder) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		if t == '[' {
+			list := []any{}
+			for dec.More() {
+				v, err := decodeOrderedValue(dec)
+				if err != nil {
+					return nil, err
+				}
+				list = append(list, v)
+			}
+			_, err := dec.Token()
+			return list, err
+		}
+		o := &jsonObject{vals: map[string]any{}}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			k, _ := kt.(string)
+			v, err := decodeOrderedValue(dec)
+			if err != nil {
+				return nil, err
+			}
+			o.set(k, v)
+		}
+		_, err := dec.Token()
+		return o, err
+	case json.Number:
+		return pyNumber(string(t)), nil
+	}
+	return tok, nil
+}
+
+// pyNumber is a JSON number as Python's json.loads reads it: an int
+// when it has no fraction and no exponent, else a float.
+func pyNumber(s string) any {
+	if !strings.ContainsAny(s, ".eE") {
+		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return int(i)
+		}
+		return pyBigInt(s)
+	}
+	f, _ := strconv.ParseFloat(s, 64) // ±Inf past the range, as Python's float()
+	return f
+}
+
+// plain is v as the template sees it: each *jsonObject a map (gonja's
+// lookups and every budget of chatbudget*.go know maps), whose key order
+// st records. A copy per rendering, of what the request holds.
+func (st *renderState) plain(v any) any {
+	switch x := v.(type) {
+	case *jsonObject:
+		m := make(map[string]any, len(x.keys))
+		for _, k := range x.keys {
+			m[k] = st.plain(x.vals[k])
+		}
+		if st.order == nil {
+			st.order = map[unsafe.Pointer][]string{}
+		}
+		st.order[reflect.ValueOf(m).UnsafePointer()] = x.keys
+		return m
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = st.plain(e)
+		}
+		return out
+	}
+	return v
+}
+
+// dictEntry is one entry of a dict.
+type dictEntry struct{ k, v any }
+
+// orderedPairs is d's entries in the order a Python dict holds them: a
+// request's object in the client's order, a template's dict literal in
+// its own; ok false for any other value (a map the server built, whose
+// keys gonja sorts). A recorded map the template has since changed
+// ({% set d['k'] = v %}) lists its recorded keys first, the others after
+// in sorted order.
+func (st *renderState) orderedPairs(d *exec.Value) ([]dictEntry, bool) {
+	x := d.Val
+	for x.IsValid() && (x.Kind() == reflect.Interface || x.Kind() == reflect.Pointer) {
+		if x.IsNil() {
+			return nil, false
+		}
+		if x.CanInterface() {
+			switch w := x.Interface().(type) {
+			case *exec.Value:
+				return st.orderedPairs(w)
+			case *exec.Dict:
+				out := make([]dictEntry, len(w.Pairs))
+				for i, p := range w.Pairs {
+					out[i] = dictEntry{p.Key, p.Value}
+				}
+				return out, true
+			}
+		}
+		x = x.Elem()
+	}
+	if st == nil || !x.IsValid() || x.Kind() != reflect.Map || x.Type().Key().Kind() != reflect.String {
+		return nil, false
+	}
+	keys, ok := st.order[x.UnsafePointer()]
+	if !ok {
+		return nil, false
+	}
+	out := make([]dictEntry, 0, x.Len())
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if v := x.MapIndex(reflect.ValueOf(k).Convert(x.Type().Key())); v.IsValid() {
+			out = append(out, dictEntry{k, v.Interface()})
+			seen[k] = true
+		}
+	}
+	if len(out) < x.Len() {
+		var extra []string
+		for _, k := range x.MapKeys() {
+			if !seen[k.String()] {
+				extra = append(extra, k.String())
+			}
+		}
+		sort.Strings(extra)
+		for _, k := range extra {
+			out = append(out, dictEntry{k, x.MapIndex(reflect.ValueOf(k).Convert(x.Type().Key())).Interface()})
+		}
+	}
+	return out, true
+}
+
+// orderedDictMethod is d.name(args...) for the dict methods of
+// budgetDictMethods on a dict orderedPairs knows, in its order and on
+// its own values (gonja's copy of d is a Go map, sorted, and its nested
+// dicts copies without their order); ok false to leave the call to
+// gonja. Python's signatures: items(), keys(), values(), copy(),
+// get(key[, default]).
+func (st *renderState) orderedDictMethod(name string, self *exec.Value, args *exec.VarArgs) (*exec.Value, bool, error) {
+	pairs, ok := st.orderedPairs(self)
+	if !ok {
+		return nil, false, nil
+	}
+	n := len(args.Args)
+	if len(args.KwArgs) > 0 || (name == "get" && (n < 1 || n > 2)) || (name != "get" && n > 0) {
+		return nil, true, fmt.Errorf("%s(): wrong arguments (Python's dict.%s)", name, map[bool]string{true: "get(key[, default])", false: name + "()"}[name == "get"])
+	}
+	switch name {
+	case "items", "keys", "values":
+		out := make([]any, len(pairs))
+		for i, p := range pairs {
+			switch name {
+			case "items":
+				out[i] = []any{p.k, p.v}
+			case "keys":
+				out[i] = p.k
+			default:
+				out[i] = p.v
+			}
+		}
+		return exec.AsValue(out), true, nil
+	case "get":
+		k := args.Args[0]
+		for _, p := range pairs {
+			if exec.ToValue(p.k).EqualValueTo(k) {
+				return exec.ToValue(p.v), true, nil
+			}
+		}
+		if n == 2 {
+			return args.Args[1], true, nil
+		}
+		return exec.AsValue(nil), true, nil
+	case "copy":
+		if d, ok := self.Interface().(*exec.Dict); ok {
+			return exec.AsValue(&exec.Dict{Pairs: append([]*exec.Pair(nil), d.Pairs...)}), true, nil
+		}
+		m := make(map[string]any, len(pairs))
+		keys := make([]string, len(pairs))
+		for i, p := range pairs {
+			keys[i] = p.k.(string)
+			m[keys[i]] = p.v
+		}
+		st.order[reflect.ValueOf(m).UnsafePointer()] = keys
+		return exec.AsValue(m), true, nil
+	}
+	return nil, false, nil
+}
+
+// templateToJSON is Hugging Face's tojson filter, json.dumps(x,
+// ensure_ascii=False, indent=indent, separators=separators,
+// sort_keys=sort_keys): dicts in their order (orderedPairs; sorted when
+// sort_keys, and for the maps the server built), ", " and ": " between
+// items and after keys (",", ": " with an indent), non-ASCII text as it
+// is, Python's numbers (1.0, 1e+21, 1.5e-07). gonja's marshalled with Go's
+// encoding/json: sorted keys, no spaces, <, >, & and ' escaped, 1.0 as 1.
+// Its cost is charged before it runs (filterCost).
+func templateToJSON(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	st, err := evalState(e)
+	if err != nil {
+		return exec.AsValue(err)
+	}
+	w := pyJSON{st: st, itemSep: ", ", keySep: ": "}
+	// Hugging Face's signature: tojson(ensure_ascii=False, indent=None,
+	// separators=None, sort_keys=False), by position or by name.
+	if len(p.Args) > 4 {
+		return exec.AsValue(errors.New("tojson: at most 4 arguments (ensure_ascii, indent, separators, sort_keys)"))
+	}
+	for k := range p.KwArgs {
+		switch k {
+		case "ensure_ascii", "indent", "separators", "sort_keys":
+		default:
+			return exec.AsValue(fmt.Errorf("tojson: unexpected argument %s (it takes ensure_ascii, indent, separators, sort_keys)", k))
+		}
+	}
+	if v := param(p, 0, "ensure_ascii"); v != nil {
+		w.ascii = v.IsTrue()
+	}
+	if v := param(p, 3, "sort_keys"); v != nil {
+		w.sortKeys = v.IsTrue()
+	}
+	if v := param(p, 1, "indent"); v != nil {
+		switch {
+		case v.IsNil():
+		case v.IsInteger() && v.Integer() > MaxRenderBytes:
+			// Charged before (filterCost); never made.
+			return exec.AsValue(fmt.Errorf("%w: tojson(indent=%d)", ErrRenderTooLarge, v.Integer()))
+		case v.IsInteger():
+			w.indent, w.indented = strings.Repeat(" ", max(0, v.Integer())), true
+		case v.IsString():
+			w.indent, w.indented = v.String(), true
+		default:
+			return exec.AsValue(fmt.Errorf("tojson: indent must be a number or a string, not %s", kindOf(v)))
+		}
+	}
+	if w.indented {
+		w.itemSep = ","
+	}
+	if s := param(p, 2, "separators"); s != nil && !s.IsNil() {
+		if !s.IsList() || s.Len() != 2 || !s.Index(0).IsString() || !s.Index(1).IsString() {
+			return exec.AsValue(errors.New("tojson: separators must be two strings, as in (',', ': ')"))
+		}
+		w.itemSep, w.keySep = s.Index(0).String(), s.Index(1).String()
+	}
+	if err := w.value(reflect.ValueOf(in), 0); err != nil {
+		return exec.AsValue(fmt.Errorf("tojson: %w", err))
+	}
+	return exec.AsSafeValue(w.b.String())
+}
+
+// pyJSON writes a value as Python's json.dumps does.
+type pyJSON struct {
+	st                      *renderState
+	b                       strings.Builder
+	ascii, sortKeys         bool
+	indented                bool
+	indent, itemSep, keySep string
+}
+
+func (w *pyJSON) newline(depth int) {
+	if w.indented {
+		w.b.WriteByte('\n')
+		for range depth {
+			w.b.WriteString(w.indent)
+		}
+	}
+}
+
+func (w *pyJSON) value(v reflect.Value, depth int) error {
+	if depth > maxSizeDepth {
+		return errors.New("nested too deep")
+	}
+	for v.IsValid() && (v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer) {
+		if v.IsNil() {
+			w.b.WriteString("null")
+			return nil
+		}
+		if v.CanInterface() {
+			switch x := v.Interface().(type) {
+			case *exec.Value:
+				return w.value(x.Val, depth)
+			case *exec.Dict:
+				return w.dict(exec.AsValue(x), depth)
+			}
+		}
+		v = v.Elem()
+	}
+	if !v.IsValid() {
+		w.b.WriteString("null")
+		return nil
+	}
+	if v.CanInterface() {
+		switch x := v.Interface().(type) {
+		case pyBigInt:
+			w.b.WriteString(string(x))
+			return nil
+		case exec.Dict:
+			return w.dict(exec.AsValue(&x), depth)
+		}
+	}
+	switch v.Kind() {
+	case reflect.Bool:
+		if v.Bool() {
+			w.b.WriteString("true")
+		} else {
+			w.b.WriteString("false")
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		w.b.WriteString(strconv.FormatInt(v.Int(), 10))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		w.b.WriteString(strconv.FormatUint(v.Uint(), 10))
+	case reflect.Float32, reflect.Float64:
+		w.b.WriteString(pyFloat(v.Float()))
+	case reflect.String:
+		w.str(v.String())
+	case reflect.Slice, reflect.Array:
+		if v.Len() == 0 {
+			w.b.WriteString("[]")
+			return nil
+		}
+		w.b.WriteByte('[')
+		for i := range v.Len() {
+			if i > 0 {
+				w.b.WriteString(w.itemSep)
+			}
+			w.newline(depth + 1)
+			if err := w.value(v.Index(i), depth+1); err != nil {
+				return err
+			}
+		}
+		w.newline(depth)
+		w.b.WriteByte(']')
+	case reflect.Map:
+		return w.dict(exec.ToValue(v), depth)
+	default:
+		return fmt.Errorf("a %s is not JSON serializable", v.Kind())
+	}
+	return nil
+}
+
+func (w *pyJSON) dict(d *exec.Value, depth int) error {
+	pairs, ok := w.st.orderedPairs(d)
+	if !ok {
+		// A map the server built: its keys sorted, as gonja has them.
+		for _, k := range d.Keys() {
+			v, _ := d.GetItem(k.Interface())
+			pairs = append(pairs, dictEntry{k.Interface(), v})
+		}
+		sort.SliceStable(pairs, func(i, j int) bool { return jsonKey(pairs[i].k) < jsonKey(pairs[j].k) })
+	}
+	if w.sortKeys {
+		sort.SliceStable(pairs, func(i, j int) bool { return jsonKey(pairs[i].k) < jsonKey(pairs[j].k) })
+	}
+	if len(pairs) == 0 {
+		w.b.WriteString("{}")
+		return nil
+	}
+	w.b.WriteByte('{')
+	for i, p := range pairs {
+		if i > 0 {
+			w.b.WriteString(w.itemSep)
+		}
+		w.newline(depth + 1)
+		w.str(jsonKey(p.k))
+		w.b.WriteString(w.keySep)
+		if err := w.value(reflect.ValueOf(p.v), depth+1); err != nil {
+			return err
+		}
+	}
+	w.newline(depth)
+	w.b.WriteByte('}')
+	return nil
+}
+
+// jsonKey is a dict key as json.dumps writes it: a string as it is, a
+// number as its text, True/False/None as true/false/null.
+func jsonKey(k any) string {
+	v := exec.ToValue(k)
+	switch {
+	case v.IsNil():
+		return "null"
+	case v.IsBool():
+		return strconv.FormatBool(v.Bool())
+	case v.IsFloat():
+		return pyFloat(v.Float())
+	}
+	return v.String()
+}
+
+// str writes s as a JSON string, escaped as Python's json.dumps does:
+// ", \ and the control characters always (\n, \r, \t, \b, \f, else
+// \u00XX), and with ensure_ascii everything outside ASCII's printable
+// range as \uXXXX (UTF-16 surrogate pairs past U+FFFF).
+func (w *pyJSON) str(s string) {
+	const hex = "0123456789abcdef"
+	u := func(r rune) {
+		w.b.WriteString(`\u`)
+		for sh := 12; sh >= 0; sh -= 4 {
+			w.b.WriteByte(hex[(r>>sh)&0xf])
+		}
+	}
+	w.b.WriteByte('"')
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+		switch r {
+		case '"':
+			w.b.WriteString(`\"`)
+		case '\\':
+			w.b.WriteString(`\\`)
+		case '\n':
+			w.b.WriteString(`\n`)
+		case '\r':
+			w.b.WriteString(`\r`)
+		case '\t':
+			w.b.WriteString(`\t`)
+		case '\b':
+			w.b.WriteString(`\b`)
+		case '\f':
+			w.b.WriteString(`\f`)
+		default:
+			switch {
+			case r < 0x20:
+				u(r)
+			case !w.ascii || r < 0x7f:
+				w.b.WriteRune(r)
+			case r > 0xffff:
+				r -= 0x10000
+				u(0xd800 | (r>>10)&0x3ff)
+				u(0xdc00 | r&0x3ff)
+			default:
+				u(r)
+			}
+		}
+	}
+	w.b.WriteByte('"')
+}
+
+// pyFloat is Python's repr of a float, as json.dumps writes it: the
+// shortest digits that read back the same, in positional notation when
+// the exponent is from -4 to 15 (with at least one digit after the
+// point: 1.0), else as 1e+21 or 1.5e-07; NaN, Infinity and -Infinity.
+func pyFloat(f float64) string {
+	switch {
+	case f != f:
+		return "NaN"
+	case f > 1.7976931348623157e308:
+		return "Infinity"
+	case f < -1.7976931348623157e308:
+		return "-Infinity"
+	}
+	s := strconv.FormatFloat(f, 'e', -1, 64) // -d.ddde±XX
+	mant, exp, _ := strings.Cut(s, "e")
+	x, _ := strconv.Atoi(exp)
+	if x < -4 || x >= 16 {
+		sign := "+"
+		if x < 0 {
+			sign, x = "-", -x
+		}
+		return fmt.Sprintf("%se%s%02d", mant, sign, x)
+	}
+	out := strconv.FormatFloat(f, 'f', -1, 64)
+	if !strings.Contains(out, ".") {
+		out += ".0"
+	}
+	return out
+}
