@@ -22,9 +22,12 @@ type yieldProbe struct {
 	step    int                   // steps begun (paused or not)
 	onPause func(step, point int) // nil: nothing
 	onEnd   func(step int)        // nil: nothing; after a step's last pause point
-	nested  []string              // "step/point: tokens@pos ..." per nested step
-	at      [2]int                // the paused step and point now
-	tokens  map[int]int           // per step begun: its tokens
+	// onNested, when set, runs as a nested step begins (before it
+	// computes): what arrives then arrives during the nested step.
+	onNested func(step, point int)
+	nested   []string    // "step/point: tokens@pos ..." per nested step
+	at       [2]int      // the paused step and point now
+	tokens   map[int]int // per step begun: its tokens
 }
 
 func (p *yieldProbe) NewForwarder(n int) Forwarder {
@@ -87,6 +90,9 @@ func (n nestedProbe) Forward(s []Step) []StepResult {
 		b = append(b, fmt.Sprintf("%d@%d", len(st.Tokens), st.Pos))
 	}
 	n.p.nested = append(n.p.nested, fmt.Sprintf("%d/%d: %v", n.p.at[0], n.p.at[1], b))
+	if n.p.onNested != nil {
+		n.p.onNested(n.p.at[0], n.p.at[1])
+	}
 	return n.f.Forward(s)
 }
 
@@ -439,6 +445,57 @@ func TestYieldSecondLightPromptNested(t *testing.T) {
 	}
 	r.probe.onPause = nil
 	r.drain()
+}
+
+// A prompt that arrives while another prompt runs nested (b's second
+// while its first runs) runs its first chunk at the same pause point as
+// soon as that nested step returns, not at the paused step's next pause
+// point; outputs bitwise as alone. Without budget left for it (the
+// colocated engine nests once per step) it waits for the step boundary
+// as before.
+func TestYieldArrivalDuringNestedStep(t *testing.T) {
+	flood, b0, b1 := prompt(3, 60), prompt(4, 4), prompt(5, 4)
+	alone := map[string][]string{}
+	for name, p := range map[string][]int32{"a": flood, "b0": b0, "b1": b1} {
+		r := newYieldRig(t, 64)
+		r.add(name, "x", p, 4)
+		r.drain()
+		alone[name] = r.out[name]
+	}
+	for _, once := range []bool{false, true} {
+		r := newYieldRig(t, 64)
+		r.s.cfg.nestOnce = once
+		r.add("a", "a", flood, 4)
+		r.s.turn()
+		r.probe.onPause = func(step, point int) {
+			if step == 2 && point == 0 {
+				r.add("b0", "b", b0, 4)
+			}
+		}
+		r.probe.onNested = func(step, point int) {
+			if step == 2 && point == 0 && r.hows["b1"] == "" && len(r.probe.nested) == 1 {
+				r.add("b1", "b", b1, 4)
+			}
+		}
+		r.s.turn()
+		want, second := []string{"2/0: [4@0]", "2/0: [4@0]"}, StartNested
+		if once {
+			want, second = []string{"2/0: [4@0]"}, StartBudget
+		}
+		if !slices.Equal(r.probe.nested, want) {
+			t.Fatalf("nestOnce %v: nested steps %v, want %v (b1 right after b0's nested step)", once, r.probe.nested, want)
+		}
+		r.probe.onPause, r.probe.onNested = nil, nil
+		r.drain()
+		if w := map[string]string{"a": StartNextStep, "b0": StartNested, "b1": second}; !maps.Equal(r.hows, w) {
+			t.Errorf("nestOnce %v: first chunks started %v, want %v", once, r.hows, w)
+		}
+		for _, n := range []string{"a", "b0", "b1"} {
+			if !slices.Equal(r.out[n], alone[n]) {
+				t.Errorf("nestOnce %v: %s: %v, alone %v", once, n, r.out[n], alone[n])
+			}
+		}
+	}
 }
 
 // How each prompt's first chunk started (prefill_wait/<how>) is what it
