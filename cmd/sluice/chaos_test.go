@@ -47,15 +47,9 @@ func TestClusterNetworkFaultsAsProcesses(t *testing.T) {
 		// order, and nothing else (duration 0). A router kill is left to
 		// make chaos: it cuts its clients' streams by design.
 		script: []string{"loss", "delay", "reorder-dup", "isolate-decode", "kill-decode", "one-way-decode", "isolate-prefill", "stop-prefill", "cut-pair", "mixed"},
-		noCuts: true,
+		noCuts: true, probes: true,
 	})
 	t.Log(rep)
-	if rep.migrated == 0 {
-		// Seen under CPU starvation (GOMAXPROCS=1, 2 runs in 3): the
-		// faults found every request on a decode worker before its first
-		// token (retried, not migrated). Say so, for the next look.
-		t.Errorf("no stream migrated: the partitions of a decode worker cut none mid-stream (the test lost its bite); %d requests were retried before their first token", rep.retried)
-	}
 }
 
 // TestChaos is `make chaos`: SLUICE_CHAOS=duration (e.g. 5m) runs 3
@@ -98,6 +92,11 @@ type chaosConfig struct {
 	// noCuts: no stream may end with an error after its first token (no
 	// router is killed, so every such failure should have migrated).
 	noCuts bool
+	// probes: after the load, the two moves made exact (moveProbe): a
+	// held stream cut off after its first token migrates, one cut off
+	// before it is retried. Under load the random faults may catch no
+	// stream mid-way, so only these assert that either happens.
+	probes bool
 }
 
 // chaosReport counts what became of every request.
@@ -106,6 +105,7 @@ type chaosReport struct {
 	took                       time.Duration
 	requests, exact, migrated  int64
 	retried                    int64 // before their first token (the routers running at the end)
+	probes                     []string
 	failedClean, cut, wrong    int64
 	leaked                     int64
 	faults                     []string
@@ -123,11 +123,14 @@ func (r chaosReport) String() string {
 		codes = append(codes, fmt.Sprintf("%s %d", c, n))
 	}
 	sort.Strings(codes)
-	s := fmt.Sprintf("chaos seed %d, %v: %d requests: %d exact (of which %d migrated mid-stream), %d failed cleanly (%d of them after their first token, with a prefix of the reference; errors: %s), %d WRONG; %d pages leaked; slowest request %v\nfaults (%d): %s\nnetwork: %v",
-		r.seed, r.took.Round(time.Second), r.requests, r.exact, r.migrated, r.failedClean, r.cut, strings.Join(codes, ", "), r.wrong, r.leaked, r.slowest.Round(time.Millisecond),
+	s := fmt.Sprintf("chaos seed %d, %v: %d requests: %d exact (of which %d migrated mid-stream, %d retried before their first token), %d failed cleanly (%d of them after their first token, with a prefix of the reference; errors: %s), %d WRONG; %d pages leaked; slowest request %v\nfaults (%d): %s\nnetwork: %v",
+		r.seed, r.took.Round(time.Second), r.requests, r.exact, r.migrated, r.retried, r.failedClean, r.cut, strings.Join(codes, ", "), r.wrong, r.leaked, r.slowest.Round(time.Millisecond),
 		len(r.faults), strings.Join(r.faults, ", "), r.net)
 	if len(r.cuts) > 0 {
 		s += "\ncut after their first token:\n" + strings.Join(r.cuts, "\n")
+	}
+	if len(r.probes) > 0 {
+		s += "\nafter the load: " + strings.Join(r.probes, "; ")
 	}
 	return s
 }
@@ -184,7 +187,7 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosReport {
 	var ref genRefFile
 	readRefJSON(t, "reference/reference.json", &ref)
 	cases := ref.Models[0].Cases[:3] // one prompt per tenant
-	wants := colocatedReference(t, model, cases)
+	wants, wantTokens := colocatedReference(t, model, cases)
 	rng := rand.New(rand.NewPCG(cfg.seed, 27))
 
 	n := testnet.New(cfg.seed)
@@ -452,12 +455,16 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosReport {
 	time.Sleep(3 * time.Second)
 	close(stop)
 	wg.Wait()
-	rep.net = n.Stats()
 	for _, r := range rts {
 		rep.migrated += migrations(r)
 		rep.retried += counter(r, "sluice_cluster_retries_total")
 	}
 	rep.migrated += migBase.Load()
+	if cfg.probes {
+		m := &moveProbe{n: n, rt: rts[0], decs: decs, key: keyOf[0], prompt: cases[0].Prompt, want: wants[0], tokens: wantTokens[0]}
+		rep.probes = append(rep.probes, m.heldStreamMigrates(t), m.beforeFirstRetries(t, pres))
+	}
+	rep.net = n.Stats()
 
 	// Every worker's pool is whole once the leases of aborted handoffs
 	// ran out: nothing reserved, filling or quarantined, every sealed page
@@ -510,12 +517,12 @@ const chaosTokens = 160
 // colocatedReference is each case's greedy continuation of chaosTokens
 // tokens from `sluice serve` (colocated, on loopback), checked to begin
 // with llama.cpp's 32-token reference: what every disaggregated stream
-// must equal, since the kernels are batch-invariant.
-func colocatedReference(t *testing.T, model string, cases []genRefCase) []string {
+// must equal, since the kernels are batch-invariant; and each one's
+// token count.
+func colocatedReference(t *testing.T, model string, cases []genRefCase) (wants []string, tokens []int) {
 	t.Helper()
 	sv := startProc(t, "serve", "--model", model, "--context", "256", "--listen", "127.0.0.1:0")
 	cl := openai.NewClient(option.WithBaseURL("http://"+sv.waitAddr(t)+"/v1/"), option.WithMaxRetries(0))
-	var wants []string
 	for _, c := range cases {
 		r, err := cl.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stories260K",
 			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(c.Prompt)}, MaxTokens: openai.Int(chaosTokens), Temperature: openai.Float(0)})
@@ -526,9 +533,10 @@ func colocatedReference(t *testing.T, model string, cases []genRefCase) []string
 			t.Fatalf("colocated %q: %q (%d tokens) does not begin with llama.cpp's %q", c.Prompt, got, r.Usage.CompletionTokens, c.Text)
 		}
 		wants = append(wants, r.Choices[0].Text)
+		tokens = append(tokens, int(r.Usage.CompletionTokens))
 	}
 	sv.stop(t)
-	return wants
+	return wants, tokens
 }
 
 // poolLeak is how many pages of a worker's pool (from its /metrics) are

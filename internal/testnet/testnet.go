@@ -8,8 +8,9 @@
 // reads every IPv4 packet a namespace sends through its TUN and writes it
 // to the TUN of the namespace that owns the destination address, applying
 // the impairment set for that (source, destination) path: seeded loss,
-// duplication, delay with jitter, reordering, and full partitions that can
-// be healed at any time. The kernels' TCP stacks on either side see real
+// duplication, delay with jitter, reordering, full partitions that can
+// be healed at any time, and holding a path's packets for the test to
+// pass on one at a time. The kernels' TCP stacks on either side see real
 // loss, retransmits, duplicates and reordering; nothing in sluice knows.
 //
 // Why TUN and not veth + nftables: nftables can drop (loss, partitions)
@@ -28,6 +29,7 @@ package testnet
 import (
 	"container/heap"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -56,11 +58,21 @@ type Impair struct {
 	// Reorder is the probability a packet skips the delay altogether
 	// (netem's reorder: it overtakes the delayed ones).
 	Reorder float64
+	// Hold keeps every packet of the path, in order, until Release
+	// passes them on one at a time, so a test can step a connection
+	// packet by packet (e.g. let a stream's first token through and
+	// nothing after it). When the path's impairment changes, what is
+	// held is dropped if the new one is a Partition and delivered at
+	// once otherwise. Hold ignores the other fields.
+	Hold bool
 }
 
 func (i Impair) String() string {
 	if i.Partition {
 		return "partition"
+	}
+	if i.Hold {
+		return "hold"
 	}
 	return fmt.Sprintf("loss %.0f%% dup %.0f%% delay %v±%v reorder %.0f%%", i.Loss*100, i.Duplicate*100, i.Delay, i.Jitter, i.Reorder*100)
 }
@@ -82,6 +94,7 @@ type Net struct {
 	nodes  map[netip.Addr]*Node
 	paths  map[[2]netip.Addr]Impair
 	all    Impair // for paths with no entry of their own
+	held   map[[2]netip.Addr][]heldPacket
 	closed bool
 
 	line  delayLine
@@ -91,7 +104,8 @@ type Net struct {
 
 // New makes an empty network whose random choices follow seed.
 func New(seed uint64) *Net {
-	n := &Net{rng: rand.New(rand.NewPCG(seed, 0x5e1ce)), nodes: map[netip.Addr]*Node{}, paths: map[[2]netip.Addr]Impair{}}
+	n := &Net{rng: rand.New(rand.NewPCG(seed, 0x5e1ce)), nodes: map[netip.Addr]*Node{}, paths: map[[2]netip.Addr]Impair{},
+		held: map[[2]netip.Addr][]heldPacket{}}
 	n.line.init()
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.line.run() }()
@@ -173,8 +187,10 @@ func (nd *Node) HostPort(port int) string {
 // Set sets the impairment of the path from a to b (one direction).
 func (n *Net) Set(from, to *Node, i Impair) {
 	n.mu.Lock()
-	n.paths[[2]netip.Addr{from.Addr, to.Addr}] = i
-	n.mu.Unlock()
+	defer n.mu.Unlock()
+	k := [2]netip.Addr{from.Addr, to.Addr}
+	n.paths[k] = i
+	n.settleHeld(k)
 }
 
 // SetBoth sets the impairment of both directions between a and b.
@@ -189,8 +205,10 @@ func (n *Net) Isolate(nd *Node) {
 	defer n.mu.Unlock()
 	for a := range n.nodes {
 		if a != nd.Addr {
-			n.paths[[2]netip.Addr{a, nd.Addr}] = Impair{Partition: true}
-			n.paths[[2]netip.Addr{nd.Addr, a}] = Impair{Partition: true}
+			for _, k := range [][2]netip.Addr{{a, nd.Addr}, {nd.Addr, a}} {
+				n.paths[k] = Impair{Partition: true}
+				n.settleHeld(k)
+			}
 		}
 	}
 }
@@ -198,9 +216,108 @@ func (n *Net) Isolate(nd *Node) {
 // SetAll sets the impairment of every path and forgets per-path ones.
 func (n *Net) SetAll(i Impair) {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	n.all = i
 	clear(n.paths)
-	n.mu.Unlock()
+	for k := range n.held {
+		n.settleHeld(k)
+	}
+}
+
+// heldPacket is a packet a Hold path keeps, with where it goes.
+type heldPacket struct {
+	to  *os.File
+	pkt []byte
+}
+
+// impairOf is the impairment of path k. n.mu is held.
+func (n *Net) impairOf(k [2]netip.Addr) Impair {
+	if i, ok := n.paths[k]; ok {
+		return i
+	}
+	return n.all
+}
+
+// settleHeld applies path k's impairment, just changed, to the packets
+// it held: kept while it still holds, dropped by a partition, delivered
+// in order otherwise. n.mu is held (so the forwarder cannot pass a newer
+// packet of the path first).
+func (n *Net) settleHeld(k [2]netip.Addr) {
+	q := n.held[k]
+	imp := n.impairOf(k)
+	if len(q) == 0 || imp.Hold {
+		return
+	}
+	delete(n.held, k)
+	for _, p := range q {
+		if imp.Partition {
+			n.stats.drop.Add(1)
+			continue
+		}
+		n.stats.fwd.Add(1)
+		p.to.Write(p.pkt)
+	}
+}
+
+// Release passes on the oldest packet a Hold path from -> to keeps, and
+// says how many bytes of TCP payload it carried (0 for a bare ACK or a
+// packet that is not TCP) and whether there was one.
+func (n *Net) Release(from, to *Node) (payload int, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := [2]netip.Addr{from.Addr, to.Addr}
+	q := n.held[k]
+	if len(q) == 0 {
+		return 0, false
+	}
+	p := q[0]
+	if len(q) == 1 {
+		delete(n.held, k)
+	} else {
+		n.held[k] = q[1:]
+	}
+	n.stats.fwd.Add(1)
+	p.to.Write(p.pkt)
+	return tcpPayload(p.pkt), true
+}
+
+// Next says how many bytes of TCP payload the oldest packet a Hold path
+// from -> to keeps carries, without passing it on, and whether there is
+// one.
+func (n *Net) Next(from, to *Node) (payload int, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	q := n.held[[2]netip.Addr{from.Addr, to.Addr}]
+	if len(q) == 0 {
+		return 0, false
+	}
+	return tcpPayload(q[0].pkt), true
+}
+
+// Held is how many packets the path from -> to holds now, and their TCP
+// payload bytes.
+func (n *Net) Held(from, to *Node) (packets, payload int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range n.held[[2]netip.Addr{from.Addr, to.Addr}] {
+		packets++
+		payload += tcpPayload(p.pkt)
+	}
+	return packets, payload
+}
+
+// tcpPayload is the TCP payload length of an IPv4 packet (0 if it is not
+// TCP or is cut short).
+func tcpPayload(pkt []byte) int {
+	if len(pkt) < 20 || pkt[9] != 6 {
+		return 0
+	}
+	ihl := int(pkt[0]&0xf) * 4
+	if len(pkt) < ihl+20 {
+		return 0
+	}
+	total := int(binary.BigEndian.Uint16(pkt[2:4]))
+	return max(min(total, len(pkt))-ihl-int(pkt[ihl+12]>>4)*4, 0)
 }
 
 // Heal removes every impairment.
@@ -251,14 +368,14 @@ func (n *Net) forward(nd *Node) {
 		dst := netip.AddrFrom4([4]byte(pkt[16:20]))
 		n.mu.Lock()
 		to := n.nodes[dst]
-		imp, ok := n.paths[[2]netip.Addr{nd.Addr, dst}]
-		if !ok {
-			imp = n.all
-		}
+		path := [2]netip.Addr{nd.Addr, dst}
+		imp := n.impairOf(path)
 		var copies int
 		var delays [2]time.Duration
 		switch {
 		case to == nil:
+		case imp.Hold:
+			n.held[path] = append(n.held[path], heldPacket{to.tun, append([]byte(nil), pkt...)})
 		case imp.Partition || (imp.Loss > 0 && n.rng.Float64() < imp.Loss):
 			n.stats.drop.Add(1)
 		default:

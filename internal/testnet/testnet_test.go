@@ -155,3 +155,103 @@ func TestHelperDial(t *testing.T) {
 	}
 	os.Stdout.WriteString("reached " + ab[0] + "; not " + ab[1] + "\n")
 }
+
+// A held path passes nothing until the test releases it, then exactly
+// one packet per Release, in order; setting the path to anything else
+// delivers what it held, and a partition drops it (TCP then retransmits
+// once healed).
+func TestHoldReleasesOnePacketAtATime(t *testing.T) {
+	need(t)
+	n := New(2)
+	defer n.Close()
+	a, err := n.AddNode("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := n.AddNode("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := echo(t, b)
+	c, err := a.DialContext(context.Background(), "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	send := func(msg string) {
+		t.Helper()
+		if _, err := io.WriteString(c, msg+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(within time.Duration) (string, error) {
+		c.SetReadDeadline(time.Now().Add(within))
+		return r.ReadString('\n')
+	}
+	held := func(payload int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if _, p := n.Held(b, a); p >= payload {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the held path never kept %d payload bytes", payload)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	n.Set(b, a, Impair{Hold: true})
+	send("one")
+	held(4)
+	if got, err := read(300 * time.Millisecond); err == nil {
+		t.Fatalf("%q arrived through a held path", got)
+	}
+	// Released one at a time: the echo's packet (4 payload bytes) comes
+	// out of Release, and the line with it.
+	var payloads []int
+	for {
+		next, _ := n.Next(b, a)
+		p, ok := n.Release(b, a)
+		if p != next {
+			t.Fatalf("Next said %d payload bytes, Release passed on %d", next, p)
+		}
+		if !ok {
+			t.Fatalf("released %v and no echo of 4 bytes among them", payloads)
+		}
+		payloads = append(payloads, p)
+		if p == 4 {
+			break
+		}
+	}
+	if got, err := read(20 * time.Second); err != nil || got != "one\n" {
+		t.Fatalf("after the release: %q %v", got, err)
+	}
+
+	// Held, then set to nothing: delivered at once.
+	send("two")
+	held(4)
+	n.Set(b, a, Impair{})
+	if got, err := read(20 * time.Second); err != nil || got != "two\n" {
+		t.Fatalf("after the hold ended: %q %v", got, err)
+	}
+
+	// Held, then partitioned: dropped (nothing arrives, nothing held),
+	// and TCP sends it again once healed.
+	n.Set(b, a, Impair{Hold: true})
+	send("three")
+	held(6)
+	n.Isolate(b)
+	if k, _ := n.Held(b, a); k != 0 {
+		t.Fatalf("a partition kept %d held packets", k)
+	}
+	if got, err := read(300 * time.Millisecond); err == nil {
+		t.Fatalf("%q arrived through a partition", got)
+	}
+	n.Heal()
+	if got, err := read(20 * time.Second); err != nil || got != "three\n" {
+		t.Fatalf("after healing: %q %v", got, err)
+	}
+}
