@@ -406,6 +406,8 @@ type serveOpts struct {
 	// of the model's; chatSource and chatFrom: its text and where it came
 	// from (readChatTemplate).
 	chatTemplate, chatSource, chatFrom string
+	// reasoningFormat: --reasoning-format (router.ReasoningAuto/None).
+	reasoningFormat string
 
 	// prefillWorkers, decodeWorkers: serve's in-process cluster.
 	prefillWorkers, decodeWorkers int
@@ -431,6 +433,7 @@ func (o *serveOpts) registerHTTP(fs *flag.FlagSet) {
 	o.tls.register(fs)
 	fs.StringVar(&o.chatTemplate, "chat-template", "", "Jinja chat template for /v1/chat/completions and /tokenize in place of the model file's (vLLM's flag): a file, or the template itself; for a model without one, or one this server cannot render")
 	cli.Alias(fs, "chat-template-file", "chat-template") // llama-server's spelling
+	fs.StringVar(&o.reasoningFormat, "reasoning-format", router.ReasoningAuto, "a thinking model's reasoning (Qwen3's <think>...</think>) in chat answers: auto puts it in message.reasoning_content (streamed: delta.reasoning_content) apart from content, reads tool calls from the answer only and applies response_format and tool_choice required or named to the answer after </think> (llama-server's deepseek, vLLM's --reasoning-parser qwen3); none leaves it in content as the model wrote it, constrained from the first token")
 	fs.IntVar(&o.tenantMax, "tenant-max-concurrency", 0, "requests one tenant may have in flight (0: only --max-concurrency applies); more get 429, so one busy tenant cannot take every slot")
 }
 
@@ -443,6 +446,12 @@ func (o *serveOpts) resolveHTTP() error {
 	}
 	if err := o.readChatTemplate(); err != nil {
 		return err
+	}
+	if o.reasoningFormat == "deepseek" {
+		o.reasoningFormat = router.ReasoningAuto // llama-server's name for the same split
+	}
+	if o.reasoningFormat != router.ReasoningAuto && o.reasoningFormat != router.ReasoningNone {
+		return fmt.Errorf("--reasoning-format %q: use %s (split a thinking model's reasoning into reasoning_content) or %s (leave it in content)", o.reasoningFormat, router.ReasoningAuto, router.ReasoningNone)
 	}
 	if o.host == "" && o.port == "" {
 		return nil
@@ -631,7 +640,7 @@ Example:
 	checkChatTemplate(log, ct)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(computeClassFailures())
-	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(),
+	srv, err := router.New(router.Config{Engine: st.Engine, Tokenizer: m.Tokenizer(), Chat: ct, BOSText: m.BOSText(), ReasoningFormat: o.reasoningFormat,
 		Keys: keys, MaxBodyBytes: maxBody, MaxConcurrency: o.routerSlots(), TenantConcurrency: o.tenantMax, Stats: st.Stats, Info: st.Info, Ready: st.Ready, Logger: log,
 		MetricsOffAPI: adminAddr != "", MetricsTenantLabels: o.metricsTenantLabels, Registry: reg})
 	if err != nil {

@@ -51,7 +51,7 @@ var otherFlags = map[string]otherFlag{
 	"tokenizer":               {"vLLM", "", "the tokenizer comes from the GGUF file: drop it"},
 	"enable-auto-tool-choice": {"vLLM", "", "tool calls are always parsed (Hermes and Llama 3.1 formats; tool_choice required and named are grammar-constrained): drop it"},
 	"tool-call-parser":        {"vLLM", "", "tool calls are always parsed (Hermes and Llama 3.1 formats; tool_choice required and named are grammar-constrained): drop it"},
-	"reasoning-parser":        {"vLLM", "", "sluice does not split reasoning out: a model's <think> text stays in content (chat_template_kwargs {\"enable_thinking\": false} turns Qwen3's off): drop it"},
+	"reasoning-parser":        {"vLLM", "reasoning-format", "a thinking model's reasoning goes to reasoning_content by default, auto; none leaves it in content"},
 }
 
 // otherTool is the sentence for a flag another server takes that fs

@@ -89,6 +89,12 @@ func (f *formats) sampler(tenant string, p sample.Params, prompt []int32) (*samp
 	if c.Vocab().Size() != f.rt.Vocab() {
 		return nil, errf(CodeInternal, http.StatusInternalServerError, nil, "grammar vocabulary of %d tokens for a model of %d", c.Vocab().Size(), f.rt.Vocab())
 	}
-	s.Constrain(c.NewMatcher())
+	m := c.NewMatcher()
+	if p.Format.Think {
+		// The reasoning's phase from this worker's own prompt (I14).
+		s.ConstrainThinking(m, grammar.NewThink(p.Format.ThinkOpen, p.Format.ThinkClose, prompt, c.Vocab().Space))
+		return s, nil
+	}
+	s.Constrain(m)
 	return s, nil
 }

@@ -577,3 +577,75 @@ func TestGrammarMaskBudgetInStats(t *testing.T) {
 	}
 	t.Logf("%d requests: %d mask bytes cached by default; %d (%d drops) within %d", len(reqs), wide.GrammarMaskBytes, small.GrammarMaskBytes, small.GrammarMaskDrops, budget)
 }
+
+// A thinking model's format (sample.Format.Think) is free inside the
+// reasoning and constrains the answer after its close marker; the decode
+// worker derives where the reasoning stands from the prompt and the
+// tokens it replays (I14), so a forged answer token after the close is
+// refused as any forged token, and reasoning tokens the grammar would
+// refuse are taken.
+func TestDecodeReplaysGrammarAfterThinking(t *testing.T) {
+	rt := storiesRuntime(t)
+	v := rt.GrammarVocab()
+	find := func(s string) int32 {
+		for id := range int32(v.Size()) {
+			if v.Piece(id) == s {
+				return id
+			}
+		}
+		t.Fatalf("no token %q", s)
+		return -1
+	}
+	brace, letter, open, close := find("{"), find("x"), find("y"), find("z")
+	cfg := storiesConfig(rt, 16)
+	cfg.Unsafe = Unsafe{NoCountCheck: true, NoDigest: true}
+	dw, err := NewDecodeWorker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	ctx := context.Background()
+	f := sample.Format{Kind: sample.FormatJSONObject, Think: true, ThinkOpen: open, ThinkClose: close}
+	for _, c := range []struct {
+		name      string
+		prompt    []int32
+		generated []int32
+		first     int32
+		ok        bool
+	}{
+		{"reasoning", []int32{letter}, []int32{open, letter}, letter, true},
+		{"answer after the close", []int32{letter}, []int32{open, letter, close}, brace, true},
+		{"forged answer after the close", []int32{letter}, []int32{open, letter, close}, letter, false},
+		{"no reasoning: the answer at once", []int32{letter}, nil, letter, false},
+		{"the prompt opened the reasoning", []int32{letter, open}, []int32{letter}, letter, true},
+		{"the prompt closed it", []int32{open, close}, nil, letter, false},
+	} {
+		id := newID()
+		if _, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 8, MaxTokens: 20, Model: FingerprintOf(rt)}); err != nil {
+			t.Fatal(err)
+		}
+		ts, err := dw.Stream(ctx, id, handoff.StreamParams{Sampling: sample.Params{Temperature: 1, Seed: 1, Format: f}, Prompt: c.prompt, Generated: c.generated})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dw.Commit(ctx, &handoff.Commit{Handoff: id, Tokens: 8, Digest: []byte{1}, FirstToken: c.first}); err != nil {
+			t.Fatalf("%s: commit: %v", c.name, err)
+		}
+		tok, err := ts.Recv()
+		switch {
+		case err != nil:
+			t.Fatalf("%s: %v", c.name, err)
+		case c.ok && (tok.Err != nil || tok.ID != c.first):
+			t.Fatalf("%s: first item %+v", c.name, tok)
+		case !c.ok && tok.Err == nil:
+			t.Fatalf("%s: the forged token was emitted: %+v", c.name, tok)
+		}
+		for !tok.Done && tok.Err == nil {
+			if tok, err = ts.Recv(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dw.Tick(time.Now().Add(time.Hour))
+	waitDrained(t, dw.Pool())
+}

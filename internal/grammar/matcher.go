@@ -720,3 +720,6 @@ const maxUncertain = 512
 func (m *Matcher) Clone() *Matcher {
 	return &Matcher{c: m.c, stacks: append([]*frame(nil), m.stacks...), ended: m.ended, wide: m.wide}
 }
+
+// Vocab is the vocabulary the matcher's tokens come from.
+func (m *Matcher) Vocab() *Vocab { return m.c.v }

@@ -17,6 +17,9 @@ type Vocab struct {
 	// nodes[i : nodes[i].sub]; node 0 is the root (no byte).
 	nodes []tnode
 	toks  []int32
+	// spaces are the whitespace-only tokens, made on first use.
+	spaces     []int32
+	spacesOnce sync.Once
 }
 
 type tnode struct {
@@ -369,4 +372,38 @@ func (v *Vocab) Piece(id int32) string {
 		return ""
 	}
 	return v.pieces[id]
+}
+
+// Space reports whether token id's text is whitespace only (spaces,
+// tabs, newlines; not empty): what a thinking model writes between
+// </think> and its answer (Think's lead).
+func (v *Vocab) Space(id int32) bool {
+	if id < 0 || int(id) >= v.n {
+		return false
+	}
+	return IsSpace(v.pieces[id])
+}
+
+// Spaces are the whitespace-only tokens (Space), in id order.
+func (v *Vocab) Spaces() []int32 {
+	v.spacesOnce.Do(func() {
+		for id := range int32(v.n) {
+			if v.Space(id) {
+				v.spaces = append(v.spaces, id)
+			}
+		}
+	})
+	return v.spaces
+}
+
+// IsSpace reports whether s is non-empty JSON white space only.
+func IsSpace(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case ' ', '\t', '\n', '\r':
+		default:
+			return false
+		}
+	}
+	return s != ""
 }

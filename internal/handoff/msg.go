@@ -170,7 +170,8 @@ type StreamParams struct {
 	// IgnoreEOS keeps generating past end-of-sequence tokens (benchmarks).
 	IgnoreEOS bool
 	// Prompt is the prompt's token ids when the sampler needs them (the
-	// repetition penalty counts prompt tokens, Sampling.UsesPrompt), else
+	// repetition penalty counts prompt tokens, a format after thinking
+	// reads where the prompt left the reasoning: Sampling.UsesPrompt), else
 	// empty: decode has the prompt's KV, not its ids.
 	Prompt []int32
 	// Generated is what this request generated before this handoff (a

@@ -892,6 +892,9 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 		ToolCalls  []toolCallJSON  `json:"tool_calls"`
 		ToolCallID *string         `json:"tool_call_id"`
 		Name       *string         `json:"name"`
+		// ReasoningContent is an earlier answer's reasoning, as this
+		// server (and vLLM, llama-server) returned it.
+		ReasoningContent *string `json:"reasoning_content"`
 	}
 	if err := json.Unmarshal(raw, &msgs); err != nil {
 		return nil, badParam("messages", "messages must be an array of {role, content} objects")
@@ -904,7 +907,7 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 		// the template as message.name (as vLLM and Hugging Face pass it;
 		// agent frameworks set it on every message); a template that does
 		// not read it renders the message without it.
-		if e := onlyKeysLenient(m, fmt.Sprintf("messages[%d]", i), []string{"refusal"}, "role", "content", "tool_calls", "tool_call_id", "name"); e != nil {
+		if e := onlyKeysLenient(m, fmt.Sprintf("messages[%d]", i), []string{"refusal"}, "role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content"); e != nil {
 			return nil, e
 		}
 	}
@@ -922,6 +925,9 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 		}
 		if len(m.ToolCalls) > 0 && m.Role != "assistant" {
 			return nil, badParam(fmt.Sprintf("messages[%d].tool_calls", i), "only assistant messages carry tool_calls")
+		}
+		if m.ReasoningContent != nil && m.Role != "assistant" {
+			return nil, badParam(fmt.Sprintf("messages[%d].reasoning_content", i), "only assistant messages carry reasoning_content")
 		}
 		if m.ToolCallID != nil && m.Role != "tool" {
 			return nil, badParam(fmt.Sprintf("messages[%d].tool_call_id", i), "only tool messages carry a tool_call_id")
@@ -944,7 +950,7 @@ func parseMessages(raw json.RawMessage) ([]ChatMessage, *apiError) {
 		if e != nil {
 			return nil, e
 		}
-		out[i] = ChatMessage{Role: role, Content: content}
+		out[i] = ChatMessage{Role: role, Content: content, ReasoningContent: m.ReasoningContent}
 		if m.Name != nil {
 			if e := checkMessageName(*m.Name, i); e != nil {
 				return nil, e
@@ -1035,6 +1041,16 @@ type usageJSON struct {
 	CompletionTokens    int                `json:"completion_tokens"`
 	TotalTokens         int                `json:"total_tokens"`
 	PromptTokensDetails promptTokenDetails `json:"prompt_tokens_details"`
+	// CompletionTokensDetails is set on the chat answers of a thinking
+	// model whose reasoning is split out (think.go).
+	CompletionTokensDetails *completionTokenDetails `json:"completion_tokens_details,omitempty"`
+}
+
+// completionTokenDetails is OpenAI's usage.completion_tokens_details:
+// how many of completion_tokens were the reasoning's (its <think> and
+// </think> included).
+type completionTokenDetails struct {
+	ReasoningTokens int `json:"reasoning_tokens"`
 }
 
 // promptTokenDetails is OpenAI's usage.prompt_tokens_details: how many of
@@ -1070,9 +1086,11 @@ type completionResponse struct {
 }
 
 type chatMessageJSON struct {
-	Role      string         `json:"role"`
-	Content   *string        `json:"content"`
-	ToolCalls []toolCallJSON `json:"tool_calls,omitempty"`
+	Role    string  `json:"role"`
+	Content *string `json:"content"`
+	// ReasoningContent is a thinking model's reasoning (think.go).
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
 }
 
 // chatTopLogprob and chatTokenLogprob are chat's logprobs.content items.
@@ -1112,9 +1130,10 @@ type chatResponse struct {
 }
 
 type chatDelta struct {
-	Role      string         `json:"role,omitempty"`
-	Content   *string        `json:"content,omitempty"`
-	ToolCalls []toolCallJSON `json:"tool_calls,omitempty"`
+	Role             string         `json:"role,omitempty"`
+	Content          *string        `json:"content,omitempty"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
 }
 
 type chatChunkChoice struct {

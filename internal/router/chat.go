@@ -45,6 +45,10 @@ type ChatMessage struct {
 	// Name is the message's optional name (OpenAI's messages[].name),
 	// given to the template as message.name when set.
 	Name string
+	// ReasoningContent is an assistant message's reasoning (a thinking
+	// model's earlier answer), given to the template as
+	// message.reasoning_content when set (Qwen3's template reads it).
+	ReasoningContent *string
 }
 
 // ChatTemplate renders chat messages into a prompt with a Jinja template, as
@@ -231,6 +235,9 @@ func (c *ChatTemplate) renderIn(st *renderState, msgs []ChatMessage, o RenderOpt
 		}
 		if m.Name != "" {
 			mm["name"] = m.Name
+		}
+		if m.ReasoningContent != nil {
+			mm["reasoning_content"] = *m.ReasoningContent
 		}
 		list[i] = mm
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"sluice/internal/engine"
+	"sluice/internal/grammar"
 	"sluice/internal/sample"
 )
 
@@ -32,6 +33,8 @@ type outcome struct {
 	// drainCut: the server cut the request at --drain-timeout (err is
 	// then drain_timeout).
 	drainCut bool
+	// reasoningTokens are the choices' reasoning tokens (think.go).
+	reasoningTokens int
 }
 
 // genPrompt is one prompt of a request: its tokens and, for echo, its text.
@@ -74,6 +77,15 @@ type choice struct {
 	held    bool
 	callID  string
 	argSent int
+	// A thinking model's choice (think.go): think follows its output;
+	// reasoning is its reasoning so far (not streaming), rs what of it
+	// may be sent, reasonTokens its tokens;
+	// lead drops the white space between </think> and the answer.
+	think        *grammar.Think
+	reasoning    strings.Builder
+	rs           reasoningText
+	reasonTokens int
+	lead         bool
 }
 
 // tokenLogprob is one reported token: its id, logprobs and text offset.
@@ -110,6 +122,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			dec: s.cfg.Tokenizer.NewDecoder(), stops: sample.NewStopMatcher(g.p.stop)}
 		if g.p.echo {
 			chs[i].offset = len(g.prompts[chs[i].prompt].echo)
+		}
+		if th := s.newThink(g, g.prompts[chs[i].prompt].tokens); th != nil {
+			chs[i].think = th
+			chs[i].lead = th.Phase() == grammar.ThinkLead
 		}
 	}
 	// stuck fires at the earliest deadline of a cancelled choice still
@@ -247,6 +263,42 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			}
 		}
 	}
+	// A thinking model's text goes to the reasoning or the answer by
+	// where its output stands (think.go); reason sends the reasoning
+	// (streamed as delta.reasoning_content, with the logprobs so far).
+	reason := func(c *choice, t string) {
+		if t = c.rs.push(t); t == "" || out.clientGone {
+			return
+		}
+		if !g.p.stream {
+			c.reasoning.WriteString(t)
+			return
+		}
+		if out.err != nil {
+			return
+		}
+		if sse == nil {
+			sse = s.startSSE(w, r, g)
+		}
+		lps := c.lps
+		c.lps = nil
+		if err := sse.event(sse.chatChunk(c.index, chatDelta{ReasoningContent: &t}, s.chatLogprobs(g, lps), nil)); err != nil {
+			gone()
+		}
+	}
+	text := func(c *choice, t string) {
+		if c.think != nil && c.think.Phase() == grammar.ThinkIn {
+			reason(c, t)
+			return
+		}
+		if c.lead {
+			if t = strings.TrimLeft(t, " \t\r\n"); t == "" {
+				return
+			}
+			c.lead = false
+		}
+		emit(c, t)
+	}
 	// Cases: 0 the client's context, 1 the stuck timer, 2 the drain's
 	// cut, 3.. the choices.
 	const firstChoice = 3
@@ -358,13 +410,45 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 				}
 				continue
 			}
+			if c.think != nil {
+				in := c.think.Phase() == grammar.ThinkIn
+				if c.think.Step(ev.Token, s.spaceToken(ev.Token)) {
+					// <think> or </think>: its text is neither reasoning
+					// nor answer. What the decoder and the stop strings
+					// still hold is the reasoning's when it closes (and
+					// nothing when it opens).
+					c.reasonTokens++
+					if ev.Logprobs != nil {
+						c.lps = append(c.lps, tokenLogprob{id: ev.Token, lp: ev.Logprobs, offset: c.offset})
+					}
+					rest := c.dec.Flush()
+					c.offset += len(rest)
+					rest, hit := c.stops.Push(rest)
+					if !hit {
+						rest += c.stops.Flush()
+					}
+					if in {
+						reason(c, rest)
+					}
+					c.rs.held = ""
+					c.lead = c.think.Phase() == grammar.ThinkLead
+					if hit {
+						c.stopped, c.finish = true, "stop"
+						cancel(c)
+					}
+					continue
+				}
+				if in {
+					c.reasonTokens++
+				}
+			}
 			piece := c.dec.Push(ev.Token)
 			if ev.Logprobs != nil {
 				c.lps = append(c.lps, tokenLogprob{id: ev.Token, lp: ev.Logprobs, offset: c.offset})
 			}
 			c.offset += len(piece)
 			piece, hit := c.stops.Push(piece)
-			emit(c, piece)
+			text(c, piece)
 			if firstToken && piece != "" && g.p.stream && !holdTools && !out.clientGone && out.err == nil {
 				// Its text went out at once (send), written and flushed.
 				s.metrics.phases.Observe(g.tenant, PhaseFirstTokenWrite, time.Since(now))
@@ -403,11 +487,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		default:
 			c.finish = ev.Finish
 			if piece, hit := c.stops.Push(c.dec.Flush()); hit {
-				emit(c, piece)
+				text(c, piece)
 				c.finish = "stop"
 			} else {
-				emit(c, piece)
-				emit(c, c.stops.Flush())
+				text(c, piece)
+				text(c, c.stops.Flush())
 			}
 		}
 		if holdTools {
@@ -431,6 +515,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		}
 		out.prefilled += c.usage.PromptTokens
 		out.usage.CompletionTokens += c.usage.CompletionTokens
+		out.reasoningTokens += c.reasonTokens
 	}
 	out.finish = chs[0].finish
 	if out.clientGone {
@@ -439,6 +524,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 	u := usageJSON{PromptTokens: out.usage.PromptTokens, CompletionTokens: out.usage.CompletionTokens,
 		TotalTokens:         out.usage.PromptTokens + out.usage.CompletionTokens,
 		PromptTokensDetails: promptTokenDetails{CachedTokens: out.usage.CachedTokens}}
+	if g.chat && s.think != nil {
+		u.CompletionTokensDetails = &completionTokenDetails{ReasoningTokens: out.reasoningTokens}
+	}
 
 	if !g.p.stream {
 		if out.err != nil {
@@ -452,6 +540,16 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 				msg := chatMessageJSON{Role: "assistant", Content: &text}
 				if holdTools && len(c.calls) > 0 {
 					msg.Content, msg.ToolCalls = c.content, c.calls
+				}
+				if c.think != nil {
+					if r := c.reasoning.String(); r != "" {
+						msg.ReasoningContent = &r
+					}
+					if c.think.Phase() == grammar.ThinkIn && text == "" {
+						// Cut (max_tokens) or ended inside the reasoning:
+						// no answer at all.
+						msg.Content = nil
+					}
 				}
 				resp.Choices = append(resp.Choices, chatChoice{Index: c.index, Message: msg,
 					Logprobs: s.chatLogprobs(g, c.lps), FinishReason: c.finish})

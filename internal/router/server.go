@@ -93,6 +93,11 @@ type Config struct {
 	// counters. Off by default: tenant names are not for every scraper to
 	// read; turn it on only for a trusted one.
 	MetricsTenantLabels bool
+	// ReasoningFormat is auto (the default, ""): a thinking model's chat
+	// answers carry its reasoning in reasoning_content, apart from
+	// content, and constraints apply to the answer only (think.go); or
+	// none: the reasoning stays in content, as the model wrote it.
+	ReasoningFormat string
 	// Registry receives the metrics; nil creates a fresh one.
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
@@ -129,6 +134,9 @@ type Server struct {
 	endpoints []string
 	// started is when the server was built: the model's "created" time.
 	started time.Time
+	// think are the reasoning markers of a thinking model whose answers
+	// are split (think.go); nil: not split.
+	think *thinkMarkers
 }
 
 // New builds a server.
@@ -159,6 +167,10 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.chat = ct
 	}
+	if err := checkReasoningFormat(cfg.ReasoningFormat); err != nil {
+		return nil, err
+	}
+	s.think = detectThinking(cfg.ReasoningFormat, cfg.Tokenizer, s.chat)
 	if lim := cfg.Keys.Limits(); lim != nil {
 		s.limiter = ratelimit.New(lim)
 	}
@@ -634,6 +646,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.fail(w, r, newErr(http.StatusBadRequest, CodeTokenize, "messages", "the messages could not be tokenized: %v", err))
 		return
+	}
+	if f := &p.sampling.Format; s.think != nil && f.Constrained() {
+		// The grammar applies to the answer after the reasoning.
+		f.Think, f.ThinkOpen, f.ThinkClose = true, s.think.open, s.think.close
 	}
 	if p.maxTokens == 0 {
 		// Chat's default is "as many as fit".

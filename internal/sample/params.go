@@ -86,6 +86,13 @@ type Format struct {
 	// Schema is the JSON Schema text of FormatJSONSchema, at most
 	// grammar.MaxSchemaBytes; empty for the other kinds.
 	Schema string
+	// Think applies the constraint to a thinking model's answer only:
+	// free while it reasons between the tokens ThinkOpen (<think>) and
+	// ThinkClose (</think>), then the grammar, as grammar.Think follows
+	// it. Each worker derives where the reasoning stands from the prompt
+	// and the tokens (I14); only the two ids cross the wire.
+	Think                 bool
+	ThinkOpen, ThinkClose int32
 }
 
 // FormatKind names a constraint.
@@ -157,6 +164,10 @@ func (p Params) Validate(vocab int) error {
 	if f := p.Format; f.Kind >= formatKinds || (f.Kind == FormatJSONSchema) != (f.Schema != "") || len(f.Schema) > grammar.MaxSchemaBytes {
 		return &Error{"invalid_format", fmt.Sprintf("output format kind %d with a schema of %d bytes is not a valid constraint (at most %d bytes)", f.Kind, len(f.Schema), grammar.MaxSchemaBytes)}
 	}
+	if f := p.Format; f.Think && (!f.Constrained() || f.ThinkOpen < 0 || f.ThinkClose < 0 || f.ThinkOpen == f.ThinkClose ||
+		(vocab > 0 && (int(f.ThinkOpen) >= vocab || int(f.ThinkClose) >= vocab))) {
+		return &Error{"invalid_format", fmt.Sprintf("an output format after thinking needs a constraint and two distinct reasoning markers in the vocabulary of %d, got %d and %d", vocab, f.ThinkOpen, f.ThinkClose)}
+	}
 	if p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs || (!p.Logprobs && p.TopLogprobs != 0) {
 		return &Error{"invalid_logprobs", fmt.Sprintf("top logprobs %d must be within [0, %d], and only with logprobs", p.TopLogprobs, MaxTopLogprobs)}
 	}
@@ -169,9 +180,11 @@ func (p Params) Greedy() bool { return p.Temperature == 0 || p.TopK == 1 }
 // repetition reports whether the repetition penalty is on.
 func (p Params) repetition() bool { return p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1 }
 
-// UsesPrompt reports whether the sampler needs the prompt's token ids
-// (SetPrompt): only the repetition penalty looks at them.
-func (p Params) UsesPrompt() bool { return p.repetition() }
+// UsesPrompt reports whether the sampler needs the prompt's token ids:
+// the repetition penalty counts them (SetPrompt), and a format after
+// thinking reads where the prompt left the reasoning (grammar.NewThink),
+// so a decode worker is sent them.
+func (p Params) UsesPrompt() bool { return p.repetition() || p.Format.Think }
 
 // processes reports whether the raw logits are changed before the draw.
 func (p Params) processes() bool {

@@ -74,6 +74,11 @@ type Sampler struct {
 	// maskOver: the mask refused tokens only because they would keep
 	// too many parses alive (grammar.MaskJob.Over).
 	maskOver bool
+	// think follows a thinking model's reasoning (ConstrainThinking):
+	// gm is the grammar of its answer, m is gm outside the reasoning and
+	// nil inside it (every token free: no check, no mask).
+	think *grammar.Think
+	gm    *grammar.Matcher
 }
 
 // Budget bounds the grammar work a SampleWithin call may do. A worker
@@ -106,8 +111,48 @@ var errPending = &Error{"pending", "the output format's mask is not computed yet
 // token s draws or observes afterwards advances m.
 func (s *Sampler) Constrain(m *grammar.Matcher) { s.m = m }
 
-// Constrained reports whether s follows a grammar.
-func (s *Sampler) Constrained() bool { return s.m != nil }
+// ConstrainThinking restricts s's answer to the tokens m allows: the
+// tokens t finds free (the reasoning, its markers, the answer's leading
+// whitespace) are drawn and observed without m, so m sees the answer
+// alone. t starts where the prompt left the output (grammar.NewThink).
+func (s *Sampler) ConstrainThinking(m *grammar.Matcher, t *grammar.Think) {
+	s.gm, s.think = m, t
+	s.m = m
+	if t.Phase() == grammar.ThinkIn {
+		s.m = nil
+	}
+}
+
+// Constrained reports whether s follows a grammar (or will, after a
+// reasoning).
+func (s *Sampler) Constrained() bool { return s.m != nil || s.gm != nil }
+
+// outside reports whether token id is outside the grammar now (a
+// reasoning's, ConstrainThinking).
+func (s *Sampler) outside(id int32) bool {
+	return s.think != nil && s.think.Free(id, s.gm.Vocab().Space(id))
+}
+
+// freeBits adds to mask the tokens outside the grammar at this position:
+// the markers at the start, the whitespace of the answer's lead.
+func (s *Sampler) freeBits(mask []uint64) {
+	if s.think == nil {
+		return
+	}
+	open, close := s.think.Markers()
+	for _, id := range []int32{open, close} {
+		if s.outside(id) && int(id>>6) < len(mask) {
+			mask[id>>6] |= 1 << (id & 63)
+		}
+	}
+	if s.think.Phase() == grammar.ThinkLead && s.think.Free(-1, true) {
+		for _, id := range s.gm.Vocab().Spaces() {
+			if int(id>>6) < len(mask) {
+				mask[id>>6] |= 1 << (id & 63)
+			}
+		}
+	}
+}
 
 // Err is the error of the first observed token the grammar refused (a
 // peer's first token or resumed tokens that this grammar cannot have
@@ -149,7 +194,20 @@ func (s *Sampler) SetPrompt(ids []int32) {
 // penalties see it as the single sampler running the whole request would.
 func (s *Sampler) Observe(id int32) {
 	s.weighed = false // a new position: new logits
-	if s.m != nil && s.bad == nil {
+	free := false
+	if s.think != nil {
+		space := s.gm.Vocab().Space(id)
+		free = s.think.Free(id, space)
+		s.think.Step(id, space)
+		// The matcher did not move, but the mask held the free tokens
+		// of the position just left.
+		s.job, s.maskOK = nil, false
+		s.m = s.gm
+		if s.think.Phase() == grammar.ThinkIn {
+			s.m = nil
+		}
+	}
+	if s.m != nil && s.bad == nil && !free {
 		s.job, s.maskOK = nil, false
 		if err := s.m.Accept(id); err != nil {
 			var ge *grammar.Error
@@ -303,6 +361,9 @@ func (s *Sampler) draw(logits []float32) (int32, error) {
 // work past s.free taken from s.budget in slices; errPending when the
 // budget runs out first (the check resumes at the next call).
 func (s *Sampler) allowed(id int32) (bool, error) {
+	if s.outside(id) {
+		return true, nil
+	}
 	if s.budget == nil {
 		return s.m.Allowed(id), nil
 	}
@@ -522,6 +583,7 @@ func (s *Sampler) allowedMask(vocab int) ([]uint64, error) {
 		if done {
 			s.maskOver = s.job.Over()
 			s.job, s.maskOK = nil, true
+			s.freeBits(s.mask)
 			return s.mask, nil
 		}
 	}

@@ -233,7 +233,11 @@ func (e *Env) sampler(p sample.Params) *sample.Sampler {
 		if err != nil {
 			panic(err)
 		}
-		s.Constrain(c.NewMatcher())
+		if p.Format.Think {
+			s.ConstrainThinking(c.NewMatcher(), grammar.NewThink(p.Format.ThinkOpen, p.Format.ThinkClose, nil, c.Vocab().Space))
+		} else {
+			s.Constrain(c.NewMatcher())
+		}
 	}
 	return s
 }

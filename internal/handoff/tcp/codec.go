@@ -483,6 +483,9 @@ func encSampling(e *enc, s sample.Params) {
 	}
 	e.u8(byte(s.Format.Kind))
 	e.str(s.Format.Schema)
+	e.bool(s.Format.Think)
+	e.u32(uint32(s.Format.ThinkOpen))
+	e.u32(uint32(s.Format.ThinkClose))
 }
 
 // decSampling bounds what sizes allocations and loops: the bias list and
@@ -513,6 +516,9 @@ func decSampling(d *dec) sample.Params {
 	} else if d.err == nil {
 		s.Format.Schema = string(d.need(n))
 	}
+	// The markers' ids only; Validate checks them against the vocabulary.
+	s.Format.Think = d.bool()
+	s.Format.ThinkOpen, s.Format.ThinkClose = int32(d.u32()), int32(d.u32())
 	return s
 }
 

@@ -18,7 +18,7 @@ func fullSampling() sample.Params {
 		PresencePenalty: -1.5, FrequencyPenalty: 2, RepetitionPenalty: 1.3,
 		LogitBias: []sample.Bias{{ID: 3, Bias: -100}, {ID: 70000, Bias: 42.5}},
 		Logprobs:  true, TopLogprobs: 20,
-		Format: sample.Format{Kind: sample.FormatJSONSchema, Schema: `{"type":"object"}`}}
+		Format: sample.Format{Kind: sample.FormatJSONSchema, Schema: `{"type":"object"}`, Think: true, ThinkOpen: 151667, ThinkClose: 151668}}
 }
 
 func fullLogprobs() *sample.Logprobs {

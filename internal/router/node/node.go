@@ -234,6 +234,9 @@ func (a tokAdapter) Encode(text string, addSpecial, parseSpecial bool) ([]int32,
 func (a tokAdapter) NewDecoder() router.Decoder { return a.t.NewStreamDecoder() }
 func (a tokAdapter) IsEOG(id int32) bool        { return a.t.IsEOG(id) }
 
+// TokenID finds a token by its text (a thinking model's <think>).
+func (a tokAdapter) TokenID(text string) (int32, bool) { return a.t.ID(text) }
+
 // TokenText is one token's bytes, special tokens as their text (logprobs).
 func (a tokAdapter) TokenText(id int32) string { return a.t.TokenText(id) }
 
