@@ -104,6 +104,7 @@ func (c *Compiled) posWalk(p int32) (*trieWalk, *posMask) {
 	w.visit = func(ch int32, parent, r *stepRes, escaped bool) (bool, bool) {
 		nd := v.nodes[ch]
 		esc := escaped || r.over || r.escaped || r.ended
+		pm.work = max(pm.work, r.work)
 		if r.over {
 			pm.fan = int32(maxStacks + 1)
 		} else {
@@ -153,7 +154,7 @@ func (c *Compiled) computePos(p int32) *posMask {
 // set, so a token is refused exactly when the union of all stacks
 // refuses it or passes the bound, and each (set, byte) step is memoised
 // once for every trie node that reaches it.
-func (c *Compiled) exactWalk(stacks []*frame, dst []uint64, only []int32, peak *int, over *bool) *trieWalk {
+func (c *Compiled) exactWalk(stacks []*frame, dst []uint64, only []int32, peak, peakWork *int, over *bool) *trieWalk {
 	v := c.v
 	ws := newWalkStep(c.g)
 	in := make([]*frame, len(stacks))
@@ -163,6 +164,7 @@ func (c *Compiled) exactWalk(stacks []*frame, dst []uint64, only []int32, peak *
 	w := newTrieWalk(v, ws, in, false)
 	w.only = only
 	w.visit = func(ch int32, _, r *stepRes, _ bool) (bool, bool) {
+		*peakWork = max(*peakWork, int(r.work))
 		if r.over {
 			*peak, *over = maxStacks+1, true
 			return false, false
@@ -191,11 +193,14 @@ func (c *Compiled) exactWalk(stacks []*frame, dst []uint64, only []int32, peak *
 // A mask is computed one stack at a time (each from its position's
 // cached mask) while that is exact: the union of the stacks' masks is
 // the mask of their union as long as no token can keep more than
-// MaxStacks stacks alive, where Accept refuses it. The job sums a bound
-// on what each stack can become within one token (fan); a set of more
-// than unionAt stacks, or a sum past MaxStacks, is masked by one walk of
-// the trie carrying the whole set instead (the union walk), which refuses
-// exactly the tokens Accept refuses, the bound included.
+// MaxStacks stacks alive or cost more than MaxByteWork for one byte,
+// where Accept refuses it. The job sums bounds on what each stack can
+// become within one token (fan) and on what one byte's step of it costs
+// (posMask.work); a set of more than unionAt stacks, or a sum past
+// either bound, is masked by one walk of the trie carrying the whole set
+// instead (the union walk), which refuses exactly the tokens Accept
+// refuses, the bounds included (its steps are the check's, memo and
+// all).
 type MaskJob struct {
 	m   *Matcher
 	dst []uint64
@@ -212,8 +217,10 @@ type MaskJob struct {
 	// uf feeds uncertain token u, cut short when feeding.
 	uf      *feedJob
 	feeding bool
-	// fan sums the bounds of the stacks done; peak is stack i's.
-	fan, peak int
+	// fan sums the bounds of the stacks done; peak is stack i's. fanWork
+	// and peakWork are the same for one byte's step work (posMask.work).
+	fan, peak         int
+	fanWork, peakWork int
 	// uw is the union walk; over says it refused a token for MaxStacks
 	// alone; work is the units it used.
 	uw   *trieWalk
@@ -302,8 +309,8 @@ func (j *MaskJob) union() {
 	j.pm, j.pw, j.pmNew, j.xw, j.u, j.feeding = nil, nil, nil, nil, 0, false
 	j.ph = phDone
 	if len(live) > 0 {
-		var peak int
-		j.uw = m.c.exactWalk(live, j.dst, nil, &peak, &j.over)
+		var peak, peakWork int
+		j.uw = m.c.exactWalk(live, j.dst, nil, &peak, &peakWork, &j.over)
 		j.ph = phUnion
 	}
 }
@@ -351,11 +358,11 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 			j.pw, j.pmNew = nil, nil
 			j.ph = phAccept
 		case phAccept:
-			if j.fan+int(j.pm.fan) > maxStacks || (j.pm.escLive && m.c.g.takesAny(m.stacks[j.i].next, &j.pm.escBytes)) {
+			j.peak, j.peakWork = int(j.pm.fan), int(j.pm.work)
+			if j.past() || (j.pm.escLive && m.c.g.takesAny(m.stacks[j.i].next, &j.pm.escBytes)) {
 				j.union()
 				continue
 			}
-			j.peak = int(j.pm.fan)
 			for i, w := range j.pm.accept {
 				j.dst[i] |= w
 			}
@@ -367,7 +374,7 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 				// each subtree at its first refused byte, is cheaper than
 				// checking each.
 				var over bool
-				j.xw = m.c.exactWalk(m.stacks[j.i:j.i+1], j.dst, j.pm.uncertain, &j.peak, &over)
+				j.xw = m.c.exactWalk(m.stacks[j.i:j.i+1], j.dst, j.pm.uncertain, &j.peak, &j.peakWork, &over)
 				j.ph = phExact
 			} else {
 				j.u = 0
@@ -376,7 +383,7 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 		case phExact:
 			n, ok := j.xw.run(budget - used)
 			used += n
-			if j.fan+j.peak > maxStacks {
+			if j.past() {
 				j.union()
 				continue
 			}
@@ -415,11 +422,12 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 				if len(j.uf.out) > 0 {
 					j.dst[id>>6] |= 1 << (id & 63)
 				}
-				if j.peak = max(j.peak, j.uf.peak); j.fan+j.peak > maxStacks {
+				j.peak, j.peakWork = max(j.peak, j.uf.peak), max(j.peakWork, j.uf.peakWork)
+				if j.past() {
 					break
 				}
 			}
-			if j.fan+j.peak > maxStacks {
+			if j.past() {
 				j.union()
 				continue
 			}
@@ -444,10 +452,20 @@ func (j *MaskJob) Run(budget int) (used int, done bool) {
 	}
 }
 
+// past reports whether the stacks done and stack i could, on one token,
+// keep more than MaxStacks parses alive or take more than MaxByteWork for
+// one byte's step: then masking one stack at a time is not exact (a
+// token's check steps them all at once) and the job becomes the union
+// walk.
+func (j *MaskJob) past() bool {
+	return j.fan+j.peak > maxStacks || j.fanWork+j.peakWork > maxByteWork
+}
+
 // next moves the job to the next stack.
 func (j *MaskJob) next() {
 	j.i++
 	j.fan += j.peak
-	j.pm, j.pw, j.pmNew, j.xw, j.u, j.peak, j.feeding = nil, nil, nil, nil, 0, 0, false
+	j.fanWork += j.peakWork
+	j.pm, j.pw, j.pmNew, j.xw, j.u, j.peak, j.peakWork, j.feeding = nil, nil, nil, nil, 0, 0, 0, false
 	j.ph = phStart
 }

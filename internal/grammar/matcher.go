@@ -81,8 +81,14 @@ type stackSet struct {
 	// visits are the (position, stack below) pairs stepFrom expanded
 	// since reset, kept while one stack's expansion has cost more than
 	// memoAt (n0 is n when it began): two ways to the same pair add the
-	// same stacks, so the second is skipped.
-	visits map[frameKey]struct{}
+	// same stacks, so the second is skipped. A pair is known by its
+	// stack below's content (hash, then sameStack), not by the frame's
+	// address: a token's check builds its frames afresh where a mask's
+	// walk shares them (interner), and keyed by address the check merged
+	// fewer ways than the walk, so near MaxByteWork the mask allowed
+	// tokens whose check passed the bound (10,832 units against the
+	// walk's 8,498 for one byte of nested repetitions).
+	visits map[visitKey]*frame
 	n0     int
 	// The step under way (begin, run): the stacks from (from; from[i:]
 	// not begun yet), the byte, and the work list of the (position,
@@ -183,6 +189,12 @@ type frameKey struct {
 	next *frame
 }
 
+// visitKey is a (position, stack below) pair by the stack's hash.
+type visitKey struct {
+	pos int32
+	h   uint64
+}
+
 func (in *interner) get(pos int32, next *frame) *frame {
 	k := frameKey{pos, next}
 	if f, ok := in.m[k]; ok {
@@ -275,13 +287,15 @@ func (g *Grammar) expand(pos int32, below *frame, c byte, out *stackSet) (int32,
 		// (No way leads back to its own pair: that would be left
 		// recursion.)
 		if out.visits == nil {
-			out.visits = map[frameKey]struct{}{}
+			out.visits = map[visitKey]*frame{}
 		}
-		k := frameKey{pos, below}
-		if _, ok := out.visits[k]; ok {
+		k := visitKey{pos, below.hash()}
+		if seen, ok := out.visits[k]; !ok {
+			out.visits[k] = below
+		} else if sameStack(seen, below) {
 			return 0, nil, false
 		}
-		out.visits[k] = struct{}{}
+		// (Another stack of the same hash: expanded without the memo.)
 		if out.n > maxByteWork {
 			out.over = true
 			return 0, nil, false
@@ -468,12 +482,14 @@ type feedJob struct {
 	out   []*frame
 	over  bool
 	peak  int
+	// peakWork is the most units one byte's step took.
+	peakWork int
 }
 
 // start begins feeding piece to stacks from, which must not change until
 // the feed is done.
 func (f *feedJob) start(from []*frame, piece string) {
-	f.from, f.piece, f.i, f.mid, f.out, f.over, f.peak = from, piece, 0, false, nil, false, 0
+	f.from, f.piece, f.i, f.mid, f.out, f.over, f.peak, f.peakWork = from, piece, 0, false, nil, false, 0, 0
 }
 
 // run goes on feeding for about budget units (it may pass it by one
@@ -502,6 +518,7 @@ func (f *feedJob) run(g *Grammar, budget int) (used int, done bool) {
 		}
 		f.mid = false
 		f.i++
+		f.peakWork = max(f.peakWork, t.n)
 		if t.over {
 			f.over, f.peak = true, maxStacks+1
 			return used, true

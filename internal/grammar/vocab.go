@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"math"
 	"slices"
 	"sync"
 )
@@ -140,6 +141,13 @@ type posMask struct {
 	fan      int32
 	escLive  bool
 	escBytes byteSet
+	// work is the most units one byte's step took in the walk from [p]
+	// (stepRes.work): on a real stack, a token settled by accept or
+	// refused by p's rule costs at most that much a byte, unless
+	// escLive (the frames below step the byte too). A token's check
+	// steps every stack of the matcher at once, against MaxByteWork for
+	// their sum, so the job sums work as it sums fan.
+	work int32
 }
 
 // MaxMaskBytes bounds the memory of one compiled grammar's mask cache.
@@ -268,6 +276,7 @@ type stepRes struct {
 	id            int32
 	ended         bool // s holds the empty stack
 	over, escaped bool
+	work          int32 // the step's units (stackSet.n)
 }
 
 func newWalkStep(g *Grammar) *walkStep {
@@ -336,7 +345,7 @@ func (w *walkStep) step(cur *stepRes, b byte, budget int) *stepRes {
 		return nil
 	}
 	w.pcur = nil
-	m := &stepRes{s: append([]*frame(nil), t.s...), over: t.over, escaped: t.escaped}
+	m := &stepRes{s: append([]*frame(nil), t.s...), over: t.over, escaped: t.escaped, work: int32(min(t.n, math.MaxInt32))}
 	for _, f := range m.s {
 		if f == nil {
 			m.ended = true
