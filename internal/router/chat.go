@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 	"unsafe"
@@ -128,7 +129,8 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 		// gonja's lipsum(n, html, min, max) wrote n paragraphs of
 		// max-min words, whatever n and max, before anything counted
 		// them (lipsum(1, false, 0, 10**9) is gigabytes). This one
-		// charges its text first.
+		// charges its text first, and writes the same text every time
+		// (lipsumSeed).
 		"lipsum": templateLipsum,
 		// Every {% for %} charges its items (chatloops.go).
 		loopStepsFunc: loopItems,
@@ -526,7 +528,69 @@ func templateLipsum(e *exec.Evaluator, params *exec.VarArgs) (*exec.Value, error
 	if err := st.charge(int64(paras) * (lipsumParagraphBytes + int64(words)*lipsumWordBytes)); err != nil {
 		return nil, err
 	}
-	return exec.AsSafeValue(utils.Lipsum(n, html, lo, hi)), nil
+	return exec.AsSafeValue(lipsumText(n, html, lo, hi)), nil
+}
+
+// lipsumSeed seeds every lipsum() call: the same call writes the same
+// text in every rendering. jinja2's lipsum (and gonja's) draws from the
+// process's random source, so a template calling it rendered a new
+// prompt each time, which Hugging Face cannot reproduce either: no
+// rendering could be checked or replayed, and no prefix of the prompt
+// past the call was ever found in the prefix cache. Refusing such a
+// template at load would turn a call in a branch never taken (or a
+// template that only decorates a system prompt) into a model that cannot
+// chat; a fixed text keeps it working and reproducible.
+const lipsumSeed = 0x6c697073756d // "lipsum"
+
+// lipsumText is gonja's lipsum (n paragraphs of hi-lo words from its
+// word list, capitalised after a full stop, commas and full stops at its
+// random spacing; as text, or each paragraph in <p></p>, as jinja2 writes
+// it) drawn from a source seeded with lipsumSeed. templateLipsum charges
+// it before it is made.
+func lipsumText(n int, html bool, lo, hi int) string {
+	rng := rand.New(rand.NewPCG(lipsumSeed, 0))
+	paras := make([]string, 0, max(0, n))
+	for range n {
+		capital := true
+		lastComma, lastStop := 0, 0
+		last := ""
+		var words []string
+		for j := lo; j < hi; j++ {
+			w := utils.WORDS[rng.IntN(len(utils.WORDS))]
+			for w == last {
+				w = utils.WORDS[rng.IntN(len(utils.WORDS))]
+			}
+			last = w
+			if capital && w != "" {
+				w = strings.ToUpper(w[:1]) + w[1:]
+				capital = false
+			}
+			if j-(3+rng.IntN(5)) > lastComma {
+				lastComma = j
+				lastStop += 2
+				w += ","
+			} else if j-(10+rng.IntN(10)) > lastStop {
+				lastComma, lastStop = j, j
+				w += "."
+				capital = true
+			}
+			words = append(words, w)
+		}
+		p := strings.Join(words, " ")
+		if strings.HasSuffix(p, ",") {
+			p = p[:len(p)-1] + "."
+		} else if !strings.HasSuffix(p, ".") {
+			p += "."
+		}
+		if html {
+			p = "<p>" + p + "</p>"
+		}
+		paras = append(paras, p)
+	}
+	if html {
+		return strings.Join(paras, "\n")
+	}
+	return strings.Join(paras, "\n\n")
 }
 
 // strftime formats t with the C directives chat templates use.

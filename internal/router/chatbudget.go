@@ -725,11 +725,9 @@ func filterCost(name string, in *exec.Value, p *exec.VarArgs, limit int64) (int6
 			return n, true
 		}
 		if sep := param(p, 2, "separators"); sep != nil && !sep.IsNil() {
-			per := textSize(sep, limit)
-			if per > limit/s.nodes {
-				return limit + 1, true
-			}
-			n += s.nodes * per
+			// Both sizes stop just past limit (MaxBuildBytes at
+			// most): their product fits an int64.
+			n += s.nodes * textSize(sep, limit)
 		}
 		ind := int64(0)
 		if v := param(p, 1, "indent"); v != nil && v.IsInteger() {

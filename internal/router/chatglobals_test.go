@@ -69,6 +69,35 @@ func TestChatTemplateLipsumBounded(t *testing.T) {
 	}
 }
 
+// lipsum() writes the same text in every rendering (jinja2's and gonja's
+// drew from the process's random source: a template calling it made a
+// new prompt each time, which no replay or prefix cache could match):
+// the same call the same text, whatever the template around it.
+func TestChatTemplateLipsumDeterministic(t *testing.T) {
+	render := func(src string) string {
+		t.Helper()
+		ct, err := NewChatTemplate(src, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := ct.Render(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	a := render("{{ lipsum(3, false, 5, 40) }}")
+	if b := render("{{ lipsum(3, false, 5, 40) }}"); a != b || strings.Count(a, "\n\n") != 2 {
+		t.Errorf("two renderings of lipsum(3, false, 5, 40):\n%s\n%s", a, b)
+	}
+	if b := render("x{{ lipsum(n=3, html=false, min=5, max=40) }}"); b != "x"+a {
+		t.Errorf("by name: %q, want %q", b, "x"+a)
+	}
+	if h := render("{{ lipsum(2, true, 5, 40) }}"); !strings.HasPrefix(h, "<p>") || !strings.HasSuffix(h, "</p>") || strings.Count(h, "</p>\n<p>") != 1 {
+		t.Errorf("html: %q", h)
+	}
+}
+
 // A word of lipsum costs about a microsecond (gonja title-cases each), a
 // byte of the build budget far less: its words count as loop steps too,
 // so 1,200,000 of them end the rendering even with bytes to spare.

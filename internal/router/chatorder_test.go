@@ -173,3 +173,29 @@ func TestChatTemplateOrderedDictsBounded(t *testing.T) {
 		t.Errorf("tojson 20 times: %q %v, want ErrRenderTooLarge", out, err)
 	}
 }
+
+// decodeOrdered reads JSON as Python's json.loads does: keys in their
+// order (a repeated key keeps its first place and takes its last value),
+// integers as int, digits past int64 kept, other numbers as float64.
+func TestDecodeOrdered(t *testing.T) {
+	v, err := decodeOrdered([]byte(`{"b": 1, "a": [1.0, 1E2, 12345678901234567890, -0], "b": {"z": null, "y": true}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, ok := v.(*jsonObject)
+	if !ok || strings.Join(o.keys, ",") != "b,a" {
+		t.Fatalf("%#v", v)
+	}
+	if b, ok := o.vals["b"].(*jsonObject); !ok || strings.Join(b.keys, ",") != "z,y" {
+		t.Errorf("b = %#v, want the last value {z, y}", o.vals["b"])
+	}
+	want := []any{1.0, 100.0, pyBigInt("12345678901234567890"), 0}
+	if got := o.vals["a"].([]any); fmt.Sprintf("%#v", got) != fmt.Sprintf("%#v", want) {
+		t.Errorf("a = %#v, want %#v", got, want)
+	}
+	for _, bad := range []string{`{"a": 1`, `{"a": 1} x`, `[1,]`} {
+		if _, err := decodeOrdered([]byte(bad)); err == nil {
+			t.Errorf("%s: decoded", bad)
+		}
+	}
+}
