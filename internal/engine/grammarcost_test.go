@@ -302,10 +302,12 @@ func constrainedBeside(t *testing.T, schema func(n int) string) {
 	}
 	probe.mu.Lock()
 	defer probe.mu.Unlock()
-	// One slice is sample.sliceUnits (256) of trie work, but a mask job
-	// may pass its slice by one position's accepted set (a word per 64
-	// tokens of the vocabulary) and one token's check.
-	slice := 256 + (m.Vocab()+63)/64 + 256
+	// One slice is sample.sliceUnits (256) of work, which a mask job or a
+	// token's check may pass by one expansion (a rule reference's
+	// alternatives: a handful in these schemas, 256 allows for them) and
+	// a mask job by one position's accepted set (MaskJob counts a unit
+	// per 64 of its words, a word per 64 tokens).
+	slice := 256 + (m.Vocab()+63)/64/64 + 256
 	bound := units + 2*slice
 	worst := slices.Max(probe.spent)
 	t.Logf("b: %d tokens in %d forward passes (%d with an evil draw pending, %d sat out); grammar units per step b decoded in: max %d (budget %d, bound %d); evil: %d tokens, %d draws deferred",
