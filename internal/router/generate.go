@@ -428,9 +428,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 						rest += c.stops.Flush()
 					}
 					if in {
-						reason(c, rest)
+						reason(c, rest) // its trailing white space stays held: never sent
 					}
-					c.rs.held = ""
 					c.lead = c.think.Phase() == grammar.ThinkLead
 					if hit {
 						c.stopped, c.finish = true, "stop"

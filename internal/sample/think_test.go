@@ -50,6 +50,12 @@ func TestThinkingThenGrammar(t *testing.T) {
 		{thText, thEnd},
 		{thEOS, thEOS},
 	}
+	// The markers and the lead's whitespace cost the grammar nothing:
+	// no check, no mask.
+	if id, err := s.Sample(favour(thOpen, -1)); err != nil || id != thOpen || s.gm.CheckWork() != 0 {
+		t.Fatalf("<think>: %d, %v, %d units of grammar work", id, err, s.gm.CheckWork())
+	}
+	draws = draws[1:]
 	for i, d := range draws {
 		l := favour(d.favour, -1)
 		// Behind the favourite, the grammar's tokens in order of need.
@@ -57,6 +63,9 @@ func TestThinkingThenGrammar(t *testing.T) {
 		id, err := s.Sample(l)
 		if err != nil || id != d.want {
 			t.Fatalf("draw %d: %d, %v; want %d", i, id, err, d.want)
+		}
+		if i < 7 && s.gm.CheckWork() != 0 {
+			t.Fatalf("draw %d (reasoning, </think> or the lead's whitespace) cost %d units of grammar work", i, s.gm.CheckWork())
 		}
 	}
 }
