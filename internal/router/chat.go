@@ -100,7 +100,7 @@ func NewChatTemplate(source, bos, eos string) (*ChatTemplate, error) {
 	}
 	// A memory loader holding only this template: a template from a model
 	// file must not be able to {% include %} files from the server's disk.
-	loader, err := loaders.NewMemoryLoader(map[string]string{"/chat": rewriteParenConditionals(ct.source)})
+	loader, err := loaders.NewMemoryLoader(map[string]string{"/chat": rewriteParenConditionals(markInlineTags(ct.source))})
 	if err != nil {
 		return nil, err
 	}
