@@ -47,6 +47,11 @@ type streamSample struct {
 	// prompt and cached are usage's prompt_tokens and
 	// prompt_tokens_details.cached_tokens (-1: not sent).
 	prompt, cached int
+	// id is the response's id (its chunks'); first is where the server
+	// says its time to first token went (its request log line's
+	// first_token_ms, when the benchmark read it).
+	id    string
+	first map[string]float64
 }
 
 // ttft is the time to the first chunk; ok is false without one.
@@ -210,6 +215,7 @@ func streamPromptKey(ctx context.Context, client *http.Client, base, key, model 
 			break
 		}
 		var ev struct {
+			ID      string `json:"id"`
 			Choices []struct {
 				Text string `json:"text"`
 			} `json:"choices"`
@@ -235,6 +241,9 @@ func streamPromptKey(ctx context.Context, client *http.Client, base, key, model 
 		if len(ev.Choices) > 0 && ev.Choices[0].Text != "" {
 			s.chunks = append(s.chunks, time.Now())
 			text.WriteString(ev.Choices[0].Text)
+		}
+		if s.id == "" {
+			s.id = ev.ID
 		}
 		if ev.Usage != nil {
 			usage = ev.Usage.CompletionTokens
@@ -299,6 +308,37 @@ type server struct {
 	// metrics receives the admin listener's /metrics URL (sluice serve
 	// with --metrics-listen logs it).
 	metrics chan string
+	// firsts are the first_token_ms of sluice's request log lines.
+	firsts *firstLog
+}
+
+// firstLog holds the first_token_ms of sluice's request log lines by
+// response id (at most maxFirsts: past that it starts again).
+type firstLog struct {
+	mu sync.Mutex
+	m  map[string]map[string]float64
+}
+
+const maxFirsts = 1 << 16
+
+func (f *firstLog) add(id string, ms map[string]float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil || len(f.m) >= maxFirsts {
+		f.m = map[string]map[string]float64{}
+	}
+	f.m[id] = ms
+}
+
+// firstTiming is the first_token_ms of request id's log line, nil when
+// the server has not logged it (or is not sluice).
+func (s *server) firstTiming(id string) map[string]float64 {
+	if s.firsts == nil {
+		return nil
+	}
+	s.firsts.mu.Lock()
+	defer s.firsts.mu.Unlock()
+	return s.firsts.m[id]
 }
 
 // Write is the child's stderr.
@@ -809,8 +849,12 @@ func ratio(a, b float64) float64 {
 func startSluice(ctx context.Context, bin string, args []string) (*server, error) {
 	addr := make(chan string, 1)
 	metrics := make(chan string, 1)
+	firsts := &firstLog{}
 	s, err := startServer("sluice serve", bin, append(args, "--log-format", "json"), nil, func(line []byte) {
-		var m struct{ Msg, Addr string }
+		var m struct {
+			Msg, Addr, ID string
+			First         map[string]float64 `json:"first_token_ms"`
+		}
 		if json.Unmarshal(line, &m) != nil {
 			return
 		}
@@ -819,6 +863,11 @@ func startSluice(ctx context.Context, bin string, args []string) (*server, error
 		case "listening":
 		case "metrics listening":
 			ch = metrics
+		case "request":
+			if m.ID != "" && m.First != nil {
+				firsts.add(m.ID, m.First)
+			}
+			return
 		default:
 			return
 		}
@@ -830,7 +879,7 @@ func startSluice(ctx context.Context, bin string, args []string) (*server, error
 	if err != nil {
 		return nil, err
 	}
-	s.metrics = metrics
+	s.metrics, s.firsts = metrics, firsts
 	select {
 	case s.base = <-addr:
 	case <-s.exited:

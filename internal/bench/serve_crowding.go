@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -63,6 +64,68 @@ type crowdSide struct {
 	// server's sluice_first_token_phase_seconds for tenant b), by
 	// "role/phase": where b's TTFT went.
 	Phases map[string]phaseSum `json:"b_first_token_phases,omitempty"`
+	// All and Slowest are where the TTFT of b's requests went by the
+	// server's request log lines (first_token_ms), every OK request's
+	// and the slowest 5%'s at the client (crowdSlowest).
+	All     *firstTimes `json:"b_first_token_ms,omitempty"`
+	Slowest *firstTimes `json:"b_slowest_5pct_first_token_ms,omitempty"`
+}
+
+// firstTimes are requests' mean first_token_ms by phase, with their mean
+// TTFT at the client (client_ttft) and what the server's figures leave
+// of it (outside: client_ttft - ttft - first_token_write: the client, the
+// network and the HTTP server before the handler's start).
+type firstTimes struct {
+	Requests int                `json:"requests"`
+	Logged   int                `json:"logged"`
+	MeanMS   map[string]float64 `json:"mean_ms"`
+}
+
+// crowdSlowest are the first_token_ms means of the OK samples, of the
+// slowest frac of them by TTFT when frac < 1; nil without any logged.
+func crowdSlowest(ss []streamSample, frac float64) *firstTimes {
+	type st struct {
+		ttft  float64
+		first map[string]float64
+	}
+	var ok []st
+	for _, s := range ss {
+		if d, has := s.ttft(); has && s.err == nil {
+			ok = append(ok, st{float64(d.Microseconds()) / 1000, s.first})
+		}
+	}
+	slices.SortFunc(ok, func(a, b st) int {
+		switch {
+		case a.ttft > b.ttft:
+			return -1
+		case a.ttft < b.ttft:
+			return 1
+		}
+		return 0
+	})
+	n := len(ok)
+	if frac < 1 {
+		n = int(math.Ceil(frac * float64(len(ok))))
+	}
+	ft := &firstTimes{Requests: n, MeanMS: map[string]float64{}}
+	for _, s := range ok[:n] {
+		if s.first == nil {
+			continue
+		}
+		ft.Logged++
+		ft.MeanMS["client_ttft"] += s.ttft
+		ft.MeanMS["outside"] += s.ttft - s.first["ttft"] - s.first["first_token_write"]
+		for k, v := range s.first {
+			ft.MeanMS[k] += v
+		}
+	}
+	if ft.Logged == 0 {
+		return nil
+	}
+	for k := range ft.MeanMS {
+		ft.MeanMS[k] /= float64(ft.Logged)
+	}
+	return ft
 }
 
 // phaseSum is one phase's requests and seconds.
@@ -238,6 +301,8 @@ func runCrowding(ctx context.Context, b *benchServe) int {
 	if cr.wallFlooded > 0 {
 		rep.Flooded.FloodTokS = float64(cr.floodDone*(b.longPrompt+b.longGen)) / cr.wallFlooded.Seconds()
 	}
+	rep.Alone.All, rep.Alone.Slowest = crowdSlowest(cr.alone, 1), crowdSlowest(cr.alone, 0.05)
+	rep.Flooded.All, rep.Flooded.Slowest = crowdSlowest(cr.flooded, 1), crowdSlowest(cr.flooded, 0.05)
 	rep.TTFTP50x = ratio(rep.Flooded.Stats.TTFTP50, rep.Alone.Stats.TTFTP50)
 	rep.TTFTP99x = ratio(rep.Flooded.Stats.TTFTP99, rep.Alone.Stats.TTFTP99)
 	rep.HitRateDrop = rep.Alone.HitRate - rep.Flooded.HitRate
@@ -283,7 +348,7 @@ func (cr *crowdRun) fresh(ctx context.Context, r int) error {
 		if flooded {
 			f = cr.startFlood(ctx, sl.base)
 		}
-		blk.add(cr.measure(ctx, sl.base, mbase, f))
+		blk.add(cr.measure(ctx, sl, mbase, f))
 		if f != nil {
 			f.stop(cr.rep)
 		}
@@ -333,7 +398,7 @@ func (cr *crowdRun) shared(ctx context.Context, r int) error {
 					return err
 				}
 			}
-			blk.add(cr.measure(ctx, sl.base, mbase, f))
+			blk.add(cr.measure(ctx, sl, mbase, f))
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -419,7 +484,8 @@ type blockResult struct {
 
 // measure runs one block of b's requests (a flooding when f is not nil)
 // and adds its samples, preemptions and phases to its side.
-func (cr *crowdRun) measure(ctx context.Context, base, mbase string, f *flood) blockResult {
+func (cr *crowdRun) measure(ctx context.Context, sl *server, mbase string, f *flood) blockResult {
+	base := sl.base
 	side := &cr.rep.Alone
 	if f != nil {
 		side = &cr.rep.Flooded
@@ -439,6 +505,11 @@ func (cr *crowdRun) measure(ctx context.Context, base, mbase string, f *flood) b
 	pAfter, err4 := scrapePhases(ctx, cr.b.client, mbase, "b")
 	if err1 == nil && err2 == nil {
 		side.Preemptions += after - before
+	}
+	// The server logs a request after its last byte: by now (the
+	// scrapes) it has logged the block's.
+	for i := range got {
+		got[i].first = sl.firstTiming(got[i].id)
 	}
 	if err3 == nil && err4 == nil {
 		if side.Phases == nil {
@@ -801,6 +872,44 @@ func printPhases(w io.Writer, rep crowdReport) {
 	}
 	tw.Flush()
 	printStarts(w, rep)
+	printSlowest(w, rep)
+}
+
+// firstRows are the rows of printSlowest: first_token_ms's keys in a
+// request's order (the engine's own split indented under "engine").
+var firstRows = []struct{ key, what string }{
+	{"client_ttft", "TTFT at the client"},
+	{"http_read", "router: arrival to the body decoded"},
+	{"http_prompt", "router: to the prompt's tokens"},
+	{"http_admit", "router: to the engine's submit"},
+	{"engine", "engine: submit to the first token, of which:"},
+	{"queue", "  queue and KV pages"},
+	{"prefill_wait", "  waiting for a step to run the prompt"},
+	{"prefill_compute", "  the prompt's steps to the first token"},
+	{"first_token_deliver", "router: the engine's first token to the handler"},
+	{"first_token_write", "router: to its text written and flushed"},
+	{"outside", "outside the handler (client, network, HTTP server)"},
+}
+
+// printSlowest prints where b's TTFT went by the server's request log
+// lines, mean ms over every OK request and over the slowest 5% at the
+// client, alone and while a floods.
+func printSlowest(w io.Writer, rep crowdReport) {
+	cols := []*firstTimes{rep.Alone.All, rep.Flooded.All, rep.Alone.Slowest, rep.Flooded.Slowest}
+	if slices.Contains(cols, nil) {
+		return
+	}
+	fmt.Fprintf(w, "b's time to first token by its request log lines (first_token_ms), mean ms; every request (%d, %d logged alone; %d, %d flooded) and the slowest 5%% at the client (%d, %d; %d, %d):\n",
+		cols[0].Requests, cols[0].Logged, cols[1].Requests, cols[1].Logged, cols[2].Requests, cols[2].Logged, cols[3].Requests, cols[3].Logged)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "  phase\talone\ta flooding\tslowest 5% alone\ta flooding\t\n")
+	for _, r := range firstRows {
+		if _, ok := cols[0].MeanMS[r.key]; !ok {
+			continue
+		}
+		fmt.Fprintf(tw, "  %s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", r.what, cols[0].MeanMS[r.key], cols[1].MeanMS[r.key], cols[2].MeanMS[r.key], cols[3].MeanMS[r.key])
+	}
+	tw.Flush()
 }
 
 // printStarts prints b's wait for a step and b's steps to the first

@@ -250,7 +250,8 @@ func TestBenchServeCrowding(t *testing.T) {
 			// b's requests of each block once per phase, its 2 unmeasured
 			// lead-in requests included (a's are not b's).
 			for _, side := range []crowdSide{rep.Alone, rep.Flooded} {
-				for _, k := range []string{"colocated/queue", "colocated/prefill_wait", "colocated/prefill_compute"} {
+				for _, k := range []string{"colocated/queue", "colocated/prefill_wait", "colocated/prefill_compute",
+					"router/http_read", "router/http_prompt", "router/http_admit", "router/first_token_deliver", "router/first_token_write"} {
 					if p := side.Phases[k]; p.Count != float64(n+2*c.blocks) || p.Sum < 0 {
 						t.Errorf("b's phase %s: %+v, want %d requests (phases %v)", k, p, n+2*c.blocks, side.Phases)
 					}
@@ -268,6 +269,17 @@ func TestBenchServeCrowding(t *testing.T) {
 						t.Errorf("b's %s/<how> count %v requests, %s %v (phases %v)", k, split, k, side.Phases[k].Count, side.Phases)
 					}
 				}
+			}
+			// Every measured request's log line was read, by its id; the
+			// slowest 5% at the client is one request of these few.
+			for _, side := range []crowdSide{rep.Alone, rep.Flooded} {
+				if a, s := side.All, side.Slowest; a == nil || s == nil || a.Requests != n || a.Logged != n || s.Requests != 1 || s.Logged != 1 ||
+					s.MeanMS["client_ttft"] < a.MeanMS["client_ttft"] || a.MeanMS["engine"] <= 0 || a.MeanMS["prefill_compute"] <= 0 {
+					t.Errorf("b's first_token_ms: every request %+v, slowest %+v; want %d and 1 logged, the slowest no faster", a, s, n)
+				}
+			}
+			if !strings.Contains(out.String(), "slowest 5% at the client") {
+				t.Errorf("the report prints no slowest 5%% table:\n%s", out.String())
 			}
 			if !strings.Contains(out.String(), "(prefill_compute/<how>), requests and mean ms:\n  how") {
 				t.Errorf("the report prints no prefill_compute/<how> table:\n%s", out.String())

@@ -69,6 +69,11 @@ type Event struct {
 	// on every other event), so the router can time the token's way from
 	// the engine to the client (its first_token_deliver phase).
 	Sent time.Time
+	// Phases are this request's first-token phases as the engine timed
+	// them (the colocated engine: queue, prefill_wait, prefill_compute),
+	// on the first token's event only; nil where the engine does not
+	// time them per request.
+	Phases []PhaseTime
 }
 
 // Stream is a running request.

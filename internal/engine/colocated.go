@@ -120,6 +120,7 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 					d := time.Since(started)
 					c.phases.observe(r.Tenant, PhasePrefillCompute, d)
 					c.phases.observe(r.Tenant, PhasePrefillCompute+"/"+startedHow, d)
+					st.firstPhases([]PhaseTime{{PhaseQueue, admitted.Sub(arrived)}, {PhasePrefillWait, started.Sub(admitted)}, {PhasePrefillCompute, d}})
 				}
 				lc.scheduled(o, len(r.Prompt))
 			}
@@ -334,8 +335,18 @@ type stream struct {
 	onClose  func()
 	once     sync.Once
 	ended    atomic.Bool
-	// sentFirst: the first token's event went out (Event.Sent).
+	// sentFirst: the first token's event went out (Event.Sent); first
+	// are the phases it carries (Event.Phases).
 	sentFirst bool
+	first     []PhaseTime
+}
+
+// firstPhases sets the engine's first-token phases of the request, for
+// its first token's event (before that is pushed).
+func (s *stream) firstPhases(ps []PhaseTime) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.first = ps
 }
 
 func newStream(maxTokens int) *stream {
@@ -389,7 +400,7 @@ func (s *stream) push(o outcome) {
 	if !o.done && o.err == nil {
 		ev := Event{Token: o.token, Logprobs: o.logprobs}
 		if !s.sentFirst {
-			s.sentFirst, ev.Sent = true, time.Now()
+			s.sentFirst, ev.Sent, ev.Phases = true, time.Now(), s.first
 		}
 		s.events <- ev
 		return

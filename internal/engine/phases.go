@@ -44,6 +44,12 @@ const (
 	PhasePrefillPush = "prefill_push"
 )
 
+// PhaseTime is one request's time in one phase (Event.Phases).
+type PhaseTime struct {
+	Phase string
+	D     time.Duration
+}
+
 // PhaseStat is one tenant's histogram of one phase: Buckets[i] counts
 // the observations of at most QueueWaitBuckets[i] seconds (cumulative).
 type PhaseStat struct {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -46,8 +47,23 @@ func TestFirstTokenPhasesRecorded(t *testing.T) {
 			if ev.Sent.Before(start) || ev.Sent.After(start.Add(ttft)) {
 				t.Fatalf("first token sent at %v, want within the request's %v to its first token", ev.Sent.Sub(start), ttft)
 			}
+			// Event.Phases: the colocated engine's phases of this request
+			// (the same as it recorded), in order, within its wait.
+			var names []string
+			var sum time.Duration
+			for _, p := range ev.Phases {
+				names = append(names, p.Phase)
+				sum += p.D
+			}
+			if want := map[string]string{"colocated": "queue prefill_wait prefill_compute"}[e.name]; strings.Join(names, " ") != want || sum > ev.Sent.Sub(start) || (want != "" && sum <= 0) {
+				t.Fatalf("first token's phases %+v (sum %v), want %q within the %v to its sending", ev.Phases, sum, want, ev.Sent.Sub(start))
+			}
+			firstPhases := map[string]time.Duration{}
+			for _, p := range ev.Phases {
+				firstPhases[p.Phase] = p.D
+			}
 			for ev := range st.Events() {
-				if !ev.Sent.IsZero() {
+				if !ev.Sent.IsZero() || ev.Phases != nil {
 					t.Fatalf("event %+v after the first token has Sent set", ev)
 				}
 				if ev.Err != nil {
@@ -74,6 +90,9 @@ func TestFirstTokenPhasesRecorded(t *testing.T) {
 				for i, p := range ps {
 					if p.Tenant != "t1" || p.Phase != e.want[role][i] || p.Count != 1 || p.Sum < 0 || p.Buckets[len(p.Buckets)-1] != 1 {
 						t.Fatalf("%s phase %d: %+v, want %s of t1 once", role, i, p, e.want[role][i])
+					}
+					if d, ok := firstPhases[p.Phase]; ok && math.Abs(d.Seconds()-p.Sum) > 1e-9 {
+						t.Fatalf("%s: the first token carried %v, the engine recorded %.9fs", p.Phase, d, p.Sum)
 					}
 					if p.Phase == PhasePrefillWait+"/"+StartNextStep || p.Phase == PhasePrefillCompute+"/"+StartNextStep {
 						// prefill_wait and prefill_compute again, by how

@@ -35,6 +35,9 @@ type outcome struct {
 	drainCut bool
 	// reasoningTokens are the choices' reasoning tokens (think.go).
 	reasoningTokens int
+	// first is where the time to its first token went (firstTiming), for
+	// the request's log line; nil without a first token.
+	first []engine.PhaseTime
 }
 
 // genPrompt is one prompt of a request: its tokens and, for echo, its text.
@@ -381,6 +384,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 				if !ev.Sent.IsZero() {
 					s.metrics.phases.Observe(g.tenant, PhaseFirstTokenDeliver, now.Sub(ev.Sent))
 				}
+				out.first = firstTiming(g, ev, now)
 				first = false
 			} else if !c.last.IsZero() {
 				s.metrics.itl.Observe(now.Sub(c.last).Seconds())
@@ -450,7 +454,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			text(c, piece)
 			if firstToken && piece != "" && g.p.stream && !holdTools && !out.clientGone && out.err == nil {
 				// Its text went out at once (send), written and flushed.
-				s.metrics.phases.Observe(g.tenant, PhaseFirstTokenWrite, time.Since(now))
+				d := time.Since(now)
+				s.metrics.phases.Observe(g.tenant, PhaseFirstTokenWrite, d)
+				out.first = append(out.first, engine.PhaseTime{Phase: PhaseFirstTokenWrite, D: d})
 			}
 			if hit {
 				c.stopped, c.finish = true, "stop"

@@ -1,8 +1,12 @@
 package router
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
+	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -28,7 +32,8 @@ func TestHTTPFirstTokenPhases(t *testing.T) {
 		writeDelay   = 240 * time.Millisecond // each flush to the client
 	)
 	eng := &sentEngine{echoEngine: newEcho(4096), ago: deliverDelay}
-	srv, err := New(Config{Engine: eng, Tokenizer: slowTok{d: promptDelay}, MaxBodyBytes: 4096})
+	var logs bytes.Buffer
+	srv, err := New(Config{Engine: eng, Tokenizer: slowTok{d: promptDelay}, MaxBodyBytes: 4096, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +74,30 @@ func TestHTTPFirstTokenPhases(t *testing.T) {
 	}
 	if len(got) != 5 {
 		t.Errorf("phases recorded: %v, want the five of the HTTP path", got)
+	}
+	// The request's log line says the same, with the engine's part
+	// (Submit called to the first token sent) and the time to first
+	// token those before the write add up to.
+	var line struct {
+		Msg   string
+		First map[string]float64 `json:"first_token_ms"`
+	}
+	for l := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		if err := json.Unmarshal([]byte(l), &line); err == nil && line.Msg == "request" {
+			break
+		}
+	}
+	for phase, p := range got {
+		if ms := line.First[phase]; math.Abs(ms-1000*p.Sum) > 0.002 {
+			t.Errorf("log line's %s = %.3f ms, metrics %.3f ms (line %v)", phase, ms, 1000*p.Sum, line.First)
+		}
+	}
+	var path float64
+	for _, k := range []string{PhaseHTTPRead, PhaseHTTPPrompt, PhaseHTTPAdmit, "engine", PhaseFirstTokenDeliver} {
+		path += line.First[k]
+	}
+	if ttft, ok := line.First["ttft"]; !ok || math.Abs(ttft-path) > 0.01 || len(line.First) != 7 {
+		t.Errorf("log line's first_token_ms %v: want ttft (%.3f) = the phases before the write (%.3f), 7 entries", line.First, ttft, path)
 	}
 }
 

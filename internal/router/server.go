@@ -514,9 +514,10 @@ type generation struct {
 	model   string
 	created int64
 	start   time.Time
-	// read and prompted: the body decoded, the prompt's tokens ready
-	// (the router's first-token phases: PhaseHTTPRead ...).
-	read, prompted time.Time
+	// read, prompted and submitted: the body decoded, the prompt's
+	// tokens ready, the engine's Submit called (the router's first-token
+	// phases: PhaseHTTPRead ...).
+	read, prompted, submitted time.Time
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
@@ -702,7 +703,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation,
 		s.fail(w, r, e)
 		return
 	}
-	s.httpPhases(g, time.Now())
+	g.submitted = time.Now()
+	s.httpPhases(g)
 	streams, err := s.submit(r, g)
 	if err != nil {
 		e := fromEngine(err)
@@ -718,16 +720,39 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation,
 	s.finishMetrics(g, out)
 }
 
-// httpPhases records g's HTTP path to the engine's Submit (at submit): the
-// router's first-token phases PhaseHTTPRead, PhaseHTTPPrompt and
-// PhaseHTTPAdmit.
-func (s *Server) httpPhases(g *generation, submit time.Time) {
-	if g.read.IsZero() || g.prompted.IsZero() {
-		return
+// httpPhases records g's HTTP path to the engine's Submit: the router's
+// first-token phases PhaseHTTPRead, PhaseHTTPPrompt and PhaseHTTPAdmit.
+func (s *Server) httpPhases(g *generation) {
+	for _, p := range g.httpPath() {
+		s.metrics.phases.Observe(g.tenant, p.Phase, p.D)
 	}
-	s.metrics.phases.Observe(g.tenant, PhaseHTTPRead, g.read.Sub(g.start))
-	s.metrics.phases.Observe(g.tenant, PhaseHTTPPrompt, g.prompted.Sub(g.read))
-	s.metrics.phases.Observe(g.tenant, PhaseHTTPAdmit, submit.Sub(g.prompted))
+}
+
+// httpPath is g's HTTP path to the engine's Submit by phase (nil before
+// the Submit).
+func (g *generation) httpPath() []engine.PhaseTime {
+	if g.read.IsZero() || g.prompted.IsZero() || g.submitted.IsZero() {
+		return nil
+	}
+	return []engine.PhaseTime{{Phase: PhaseHTTPRead, D: g.read.Sub(g.start)}, {Phase: PhaseHTTPPrompt, D: g.prompted.Sub(g.read)},
+		{Phase: PhaseHTTPAdmit, D: g.submitted.Sub(g.prompted)}}
+}
+
+// firstTiming is where g's time to first token went, for its request log
+// line: the HTTP path, the engine's phases (as far as the engine times
+// them per request), "engine" (Submit called to the first token on the
+// stream), first_token_deliver, and "ttft" (arrival to the first token
+// at the handler, sluice_time_to_first_token_seconds); first_token_write
+// is added when the token's text went out.
+func firstTiming(g *generation, ev engine.Event, received time.Time) []engine.PhaseTime {
+	ps := append(g.httpPath(), ev.Phases...)
+	if !ev.Sent.IsZero() {
+		if !g.submitted.IsZero() {
+			ps = append(ps, engine.PhaseTime{Phase: "engine", D: ev.Sent.Sub(g.submitted)})
+		}
+		ps = append(ps, engine.PhaseTime{Phase: PhaseFirstTokenDeliver, D: received.Sub(ev.Sent)})
+	}
+	return append(ps, engine.PhaseTime{Phase: "ttft", D: received.Sub(g.start)})
 }
 
 func (s *Server) finishMetrics(g *generation, out outcome) {
@@ -761,9 +786,17 @@ func (s *Server) finishMetrics(g *generation, out outcome) {
 	if out.err != nil && out.err.Code == engine.CodeIntegrity {
 		s.log.Error("integrity failure", "id", g.id, "tenant", g.tenant, "message", out.err.Message)
 	}
-	s.log.Info("request", "id", g.id, "tenant", g.tenant, "route", g.route, "status", status, "code", code,
+	args := []any{"id", g.id, "tenant", g.tenant, "route", g.route, "status", status, "code", code,
 		"prompt_tokens", out.usage.PromptTokens, "completion_tokens", out.usage.CompletionTokens,
-		"finish", out.finish, "ms", time.Since(g.start).Milliseconds())
+		"finish", out.finish, "ms", time.Since(g.start).Milliseconds()}
+	if len(out.first) > 0 {
+		ms := make([]any, 0, 2*len(out.first))
+		for _, p := range out.first {
+			ms = append(ms, p.Phase, float64(p.D.Microseconds())/1000)
+		}
+		args = append(args, slog.Group("first_token_ms", ms...))
+	}
+	s.log.Info("request", args...)
 }
 
 // elsewhere says where a path a user of llama-server, vLLM or OpenAI may
