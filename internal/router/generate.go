@@ -177,6 +177,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		out.clientGone = true
 		cancelAll()
 	}
+	// textOut counts the chunks of token text (answer or reasoning)
+	// written and flushed: the router's first_token_write ends at the
+	// first token's.
+	textOut := 0
 	send := func(c *choice, t string, finish *string) {
 		if out.clientGone || out.err != nil {
 			return
@@ -188,6 +192,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		c.lps = nil
 		if err := sse.chunk(c.index, t, lps, finish); err != nil {
 			gone()
+		} else if t != "" {
+			textOut++
 		}
 	}
 	// A tool-calling answer is read when its choice ends (toolCalls). On
@@ -287,6 +293,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		c.lps = nil
 		if err := sse.event(sse.chatChunk(c.index, chatDelta{ReasoningContent: &t}, s.chatLogprobs(g, lps), nil)); err != nil {
 			gone()
+		} else {
+			textOut++
 		}
 	}
 	text := func(c *choice, t string) {
@@ -377,7 +385,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		ev := v.Interface().(engine.Event)
 		if ev.Err == nil && !ev.Done {
 			now := time.Now()
-			firstToken := first
+			firstToken, textBefore := first, textOut
 			if first {
 				s.metrics.ttft.Observe(now.Sub(g.start).Seconds())
 				s.metrics.vTTFT.WithLabelValues(g.model).Observe(now.Sub(g.start).Seconds())
@@ -452,8 +460,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			c.offset += len(piece)
 			piece, hit := c.stops.Push(piece)
 			text(c, piece)
-			if firstToken && piece != "" && g.p.stream && !holdTools && !out.clientGone && out.err == nil {
-				// Its text went out at once (send), written and flushed.
+			if firstToken && textOut > textBefore {
+				// Its text went out at once, written and flushed.
 				d := time.Since(now)
 				s.metrics.phases.Observe(g.tenant, PhaseFirstTokenWrite, d)
 				out.first = append(out.first, engine.PhaseTime{Phase: PhaseFirstTokenWrite, D: d})
