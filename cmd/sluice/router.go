@@ -335,6 +335,7 @@ Example:
 		log.Error("router", "err", err)
 		return 1
 	}
+	logThinking(log, srv)
 	defer early.readyAdmin(log, srv.AdminHandler(), adminTLS)()
 	log.Info("router ready", "model", m.Name, "context", ctxLen, "prefill", prefillAddrs, "decode", decodeAddrs,
 		"encrypt_decode", decodes[0].Encrypt(), "encrypt_prefill", prefills[0].Encrypt(), "weights", weights)

@@ -648,6 +648,7 @@ Example:
 		st.Close(context.Background())
 		return 1
 	}
+	logThinking(log, srv)
 	defer early.readyAdmin(log, srv.AdminHandler(), adminTLS)()
 	log.Info("roles started", "mode", mode, "context", st.Engine.Info().Context)
 	loadCtx, stopLoad := context.WithCancel(context.Background())
@@ -655,6 +656,14 @@ Example:
 		go st.LogLoad(loadCtx, log, o.loadEvery) // running, waiting, KV usage, throughput
 	}
 	return serveHTTP(log, sigs, early, apiTLS, srv, o.drain, func(ctx context.Context) error { stopLoad(); return st.Close(ctx) })
+}
+
+// logThinking says at start when chat answers are split into reasoning
+// and answer (a thinking model, --reasoning-format auto).
+func logThinking(log *slog.Logger, srv *router.Server) {
+	if srv.Thinking() {
+		log.Info("the model thinks (<think> and </think> tokens, a template that writes them): chat answers carry its reasoning in reasoning_content, and response_format and required tools apply to the answer after </think>; --reasoning-format none turns this off")
+	}
 }
 
 // flagSet reports whether name was given on the command line, under

@@ -310,3 +310,56 @@ func TestReasoningContentInput(t *testing.T) {
 		t.Fatalf("%d %s", code, raw)
 	}
 }
+
+// TestThinkingNamedToolStream: a named tool's call streams from the
+// answer after </think>: the reasoning goes out as reasoning chunks, the
+// call's head and arguments after it, never the reasoning as arguments.
+func TestThinkingNamedToolStream(t *testing.T) {
+	h := thinkHarness(t, "")
+	tools := `,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":{"type":"function","function":{"name":"f"}}`
+	out := "<think>\nI call f.\n</think>\n\n{\"a\": 1}"
+	code, a, raw := postThink(t, h, chatBody(out, tools))
+	m := a.Choices[0].Message
+	if code != 200 || len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Arguments != `{"a": 1}` || str(m.ReasoningContent) != "I call f." {
+		t.Fatalf("whole: %s", raw)
+	}
+	resp, err := http.Post(h.ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody(out, tools+`,"stream":true`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var reasoning, args strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || line == "[DONE]" {
+			continue
+		}
+		var ch struct {
+			Choices []struct {
+				Delta struct {
+					ReasoningContent *string `json:"reasoning_content"`
+					ToolCalls        []struct {
+						Function struct{ Arguments string } `json:"function"`
+					} `json:"tool_calls"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal([]byte(line), &ch) != nil || len(ch.Choices) == 0 {
+			continue
+		}
+		d := ch.Choices[0].Delta
+		if d.ReasoningContent != nil {
+			if args.Len() > 0 {
+				t.Fatal("reasoning after the call's arguments")
+			}
+			reasoning.WriteString(*d.ReasoningContent)
+		}
+		for _, tc := range d.ToolCalls {
+			args.WriteString(tc.Function.Arguments)
+		}
+	}
+	if reasoning.String() != "I call f." || args.String() != `{"a": 1}` {
+		t.Fatalf("streamed: reasoning %q arguments %q", reasoning.String(), args.String())
+	}
+}
