@@ -128,8 +128,20 @@ type PageWrite struct {
 	Page kv.PageRef
 	// Slots is the number of token slots written (PageSize except for the last block).
 	Slots int
-	// Data is the page bytes in kv layout. Empty when Placed.
+	// Data is the page bytes in kv layout. Empty when Placed or when Open
+	// is set.
 	Data []byte
+	// Open, when set, stands in for Data: the page's bytes arrived sealed
+	// (an encrypted transport's record, still ciphertext) and Open
+	// authenticates them and writes their plaintext, Size bytes, into dst
+	// (len(dst) == Size). The receiver opens a full page straight into
+	// the page it reserved for it (kv.Pool.FillPageSum: no copy). An error
+	// (the record does not verify) means dst may hold unverified bytes:
+	// the receiver scrubs them and fails the handoff closed (I8, I15).
+	// Open may be called once.
+	Open func(dst []byte) error
+	// Size is the page image's length when Open is set.
+	Size int
 	// Checksum is the page checksum (see Checksum) of the page bytes,
 	// computed by the writer before sending; the receiver recomputes it over
 	// what it got, before the bytes are used.
@@ -139,6 +151,32 @@ type PageWrite struct {
 	// RDMA write would); this message is only the notice. The receiver
 	// checks the checksum over its own memory before marking the page written.
 	Placed bool
+}
+
+// Len is the number of page bytes the write carries: Data's, or Size
+// when they are still sealed (Open).
+func (w *PageWrite) Len() int {
+	if w.Open != nil {
+		return w.Size
+	}
+	return len(w.Data)
+}
+
+// OpenData opens a sealed write's bytes (Open) into a buffer of their
+// own and sets Data, for a Decode that wants the bytes rather than a
+// destination. A write without Open is left as it is.
+func (w *PageWrite) OpenData() error {
+	if w.Open == nil {
+		return nil
+	}
+	buf := make([]byte, w.Size)
+	err := w.Open(buf)
+	w.Open = nil
+	if err != nil {
+		return err
+	}
+	w.Data = buf
+	return nil
 }
 
 // Commit is the last message of a handoff. The Sender emits it only after

@@ -421,6 +421,16 @@ func (r *Receiver) write(now time.Time, w *PageWrite) error {
 		// checksum layer: the bytes the notice vouches for cannot be there.
 		return r.fail(now, h, ErrBadWrite.With("block %d: a one-sided write notice, but this pool is not shared", w.Block))
 	}
+	if w.Open != nil && !w.Placed {
+		if _, ok := r.pool.(fillingPool); !ok || w.Slots != r.cfg.PageSize {
+			// A partial page has the pool's per-run layout (a pool that
+			// cannot fill: any page): its record is opened into a buffer
+			// of its own and applied as bytes.
+			if err := w.OpenData(); err != nil {
+				return r.fail(now, h, openFailed(w.Block, err))
+			}
+		}
+	}
 	if sp, ok := r.pool.(summingPool); ok {
 		if err := r.applySummed(sp, h, ref, w); err != nil {
 			return r.fail(now, h, err)
@@ -463,20 +473,53 @@ type summingPool interface {
 	MarkWrittenSum(o kv.Owner, ref kv.PageRef, slots int) (kv.PageSum, error)
 }
 
+// fillingPool is a summing pool that hands a sealed write its page to open
+// into (kv's FillPageSum): the plaintext is written once, into the page,
+// instead of into a frame buffer and then copied.
+type fillingPool interface {
+	summingPool
+	FillPageSum(o kv.Owner, ref kv.PageRef, slots, size int, fill func(dst []byte) error) (kv.PageSum, error)
+}
+
+// openFailed is the error of a sealed write whose record did not open:
+// the transport's own (auth: altered, replayed or injected) when it is a
+// handoff error.
+func openFailed(block int, err error) *Error {
+	var he *Error
+	if errors.As(err, &he) {
+		return he
+	}
+	return ErrAuth.With("block %d: the page's record does not open: %v", block, err)
+}
+
 // applySummed applies one checked write through a summing pool and checks
 // its checksum against the pool's own hash of the bytes it now holds. The
 // bytes land before the checksum is compared, but only in a page reserved
 // for exactly this handoff and generation (checked above and by the pool,
 // I3); a mismatch fails the handoff, whose pages are then released and
-// scrubbed, or quarantined when one-sided (I6, I7), never read.
+// scrubbed, or quarantined when one-sided (I6, I7), never read. A sealed
+// write (Open) is opened straight into the page the same way, before its
+// tag is known to verify: a record that does not verify leaves the page
+// scrubbed and unwritten (kv.FillPageSum) and fails the handoff (I15:
+// nothing unverified is used; the page is not even marked written).
 func (r *Receiver) applySummed(sp summingPool, h *rhandoff, ref kv.PageRef, w *PageWrite) *Error {
 	var sum kv.PageSum
 	var err error
 	what := "write"
-	if w.Placed {
+	switch {
+	case w.Placed:
 		sum, err = sp.MarkWrittenSum(h.owner, ref, w.Slots)
 		what = "notice"
-	} else {
+	case w.Open != nil:
+		var opened error
+		sum, err = sp.(fillingPool).FillPageSum(h.owner, ref, w.Slots, w.Size, func(dst []byte) error {
+			opened = w.Open(dst)
+			return opened
+		})
+		if opened != nil {
+			return openFailed(w.Block, opened)
+		}
+	default:
 		sum, err = sp.WritePageSum(h.owner, ref, w.Slots, w.Data)
 	}
 	if err != nil {
@@ -489,8 +532,9 @@ func (r *Receiver) applySummed(sp summingPool, h *rhandoff, ref kv.PageRef, w *P
 	switch {
 	case sum.ImageOK:
 		got = uint32(sum.Image) // the same pass as the digest's block hash
-	case w.Placed:
-		// A short last page (or a tiny one): its image is hashed apart.
+	case w.Placed || w.Data == nil:
+		// A short last page (or a tiny one, or one opened in place): its
+		// image is hashed apart.
 		data, _, err := r.pool.PageData(h.owner, ref)
 		if err != nil {
 			return ErrBadWrite.With("block %d: %v", w.Block, err)

@@ -329,36 +329,57 @@ func writeCount(b []byte, n int) (int, int, error) {
 // data, of exactly its length. Anything else is a protocol error, as is
 // damaged framing on a plain connection.
 func decWriteRecs(recs [][]byte) ([]handoff.PageWrite, error) {
-	m := recs[0]
-	if len(m) < 4 {
-		return nil, protoErr("write frame metadata record of %d bytes", len(m))
+	lens := make([]int, len(recs))
+	for i, r := range recs {
+		lens[i] = len(r)
 	}
-	count, meta, err := writeCount(m, len(m))
+	ws, rec, err := decWriteMeta(recs[0], lens)
 	if err != nil {
 		return nil, err
 	}
+	for i := range ws {
+		if k := rec[i]; k > 0 {
+			ws[i].Data = recs[k]
+		}
+	}
+	return ws, nil
+}
+
+// decWriteMeta decodes an encrypted Write frame's metadata record m
+// against its records' lengths (recLens[0] is m's own) and returns the
+// writes and, for each, the index of the record holding its data (0:
+// none). The layout is checked whole before any data record is used.
+func decWriteMeta(m []byte, recLens []int) ([]handoff.PageWrite, []int, error) {
+	if len(m) < 4 {
+		return nil, nil, protoErr("write frame metadata record of %d bytes", len(m))
+	}
+	count, meta, err := writeCount(m, len(m))
+	if err != nil {
+		return nil, nil, err
+	}
 	if meta != len(m) {
-		return nil, protoErr("write frame metadata record of %d bytes for %d writes", len(m), count)
+		return nil, nil, protoErr("write frame metadata record of %d bytes for %d writes", len(m), count)
 	}
 	ws, lens, derr := decWriteRecords(count, m[4:])
+	rec := make([]int, len(ws))
 	k := 1
 	for i := range ws {
 		if lens[i] == 0 {
 			continue
 		}
-		if k == len(recs) || len(recs[k]) != lens[i] {
-			return nil, protoErr("write %d announces %d bytes of data, its record does not match", i, lens[i])
+		if k == len(recLens) || recLens[k] != lens[i] {
+			return nil, nil, protoErr("write %d announces %d bytes of data, its record does not match", i, lens[i])
 		}
-		ws[i].Data = recs[k]
+		rec[i] = k
 		k++
 	}
-	if k != len(recs) {
-		return nil, protoErr("write frame of %d records for %d", len(recs), k)
+	if k != len(recLens) {
+		return nil, nil, protoErr("write frame of %d records for %d", len(recLens), k)
 	}
 	if derr != nil {
-		return nil, derr
+		return nil, nil, derr
 	}
-	return ws, nil
+	return ws, rec, nil
 }
 
 // decWritesChecked decodes a Write frame read whole (the encrypted path,

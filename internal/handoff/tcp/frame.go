@@ -170,6 +170,10 @@ type frame struct {
 	// each its plaintext once open returned nil; payload is then only the
 	// buffer they live in (for putBuf).
 	recs [][]byte
+	// sw: an encrypted Write frame whose opening was deferred, for a call
+	// that opens its page records straight into the pool
+	// (sealedWrite.writes); nil once open ran.
+	sw *sealedWrite
 }
 
 // bufPool recycles the large payload buffers of Write frames: allocating
@@ -495,26 +499,115 @@ func (f *framer) readSealedWrite(r io.Reader, fr *frame, n int) error {
 	for i, l := range lens {
 		ks[i].nonce, ks[i].aead = f.rx.next(l)
 	}
-	hdr := f.hdr
 	fr.payload, fr.pooled = buf, cap(buf) >= 64<<10
+	sw := &sealedWrite{buf: buf, offs: offs, lens: lens, ks: ks, hdr: f.hdr, opened: make([]bool, len(lens))}
 	fr.open = func() error {
-		var ad [headerLen + 4]byte
-		copy(ad[:], hdr[:])
 		recs := make([][]byte, len(lens))
-		for i, l := range lens {
-			binary.BigEndian.PutUint32(ad[headerLen:], uint32(l))
-			rec := buf[offs[i] : offs[i]+l+tagLen]
-			pt, err := ks[i].aead.Open(rec[:0], ks[i].nonce[:], rec, ad[:])
+		for i := range lens {
+			pt, err := sw.open(i, nil)
 			if err != nil {
-				return errNoOpen()
+				return err
 			}
-			recs[i] = pt[:l:l]
+			recs[i] = pt
 		}
-		fr.recs, fr.sealed, fr.open = recs, true, nil
+		fr.recs, fr.sealed, fr.open, fr.sw = recs, true, nil, nil
 		return nil
 	}
 	if !f.deferOpen {
 		return fr.open()
 	}
+	fr.sw = sw
 	return nil
+}
+
+// sealedWrite is an encrypted Write frame's records as read, still
+// ciphertext, with the nonces taken for them in read order. A record is
+// opened once: in place (the metadata; every record of a frame opened
+// whole) or straight into a destination, the decode pool's page
+// (handoff.PageWrite.Open, kv.Pool.FillPageSum), so a page's plaintext is
+// written once, where it stays.
+type sealedWrite struct {
+	buf        []byte
+	offs, lens []int
+	ks         []sealKey
+	hdr        [headerLen]byte
+	opened     []bool
+	// failed is the first record that did not open: the frame is bad and
+	// the connection must close (nothing after it can be trusted).
+	failed error
+}
+
+// open authenticates record i and writes its plaintext to dst (len(dst)
+// must be the record's length), or in place when dst is nil, and returns
+// it. On an error dst may hold unverified bytes: the caller scrubs them.
+func (sw *sealedWrite) open(i int, dst []byte) ([]byte, error) {
+	if sw.opened[i] {
+		return nil, protoErr("write frame record %d opened twice", i)
+	}
+	sw.opened[i] = true
+	l := sw.lens[i]
+	rec := sw.buf[sw.offs[i] : sw.offs[i]+l+tagLen]
+	out := rec[:0]
+	if dst != nil {
+		if len(dst) != l {
+			sw.failed = protoErr("write frame record %d of %d bytes for a destination of %d", i, l, len(dst))
+			return nil, sw.failed
+		}
+		out = dst[:0]
+	}
+	var ad [headerLen + 4]byte
+	copy(ad[:], sw.hdr[:])
+	binary.BigEndian.PutUint32(ad[headerLen:], uint32(l))
+	pt, err := sw.ks[i].aead.Open(out, sw.ks[i].nonce[:], rec, ad[:])
+	if err != nil {
+		sw.failed = errNoOpen()
+		return nil, sw.failed
+	}
+	return pt[:l:l], nil
+}
+
+// writes opens the metadata record and decodes the frame's writes, each
+// write that carries page data with Open set to open its record (nothing
+// of a record is used before its tag verifies, I15). A frame whose
+// records do not follow the layout is a protocol error; a record that
+// does not decode inside intact framing is a bad message.
+func (sw *sealedWrite) writes() ([]handoff.PageWrite, error) {
+	m, err := sw.open(0, nil)
+	if err != nil {
+		return nil, err
+	}
+	ws, rec, err := decWriteMeta(m, sw.lens)
+	if err != nil {
+		return nil, err
+	}
+	for i := range ws {
+		if k := rec[i]; k > 0 {
+			ws[i].Size = sw.lens[k]
+			ws[i].Open = func(dst []byte) error {
+				_, err := sw.open(k, dst)
+				return err
+			}
+		}
+	}
+	return ws, nil
+}
+
+// rest opens every record the call did not open into a page (a write the
+// decode side refused before its bytes, or one after it), in place, so a
+// frame is verified whole however its call went: a frame with a record
+// that does not open closes the connection, as it always did. It returns
+// the first record's failure, this call's or an earlier one's.
+func (sw *sealedWrite) rest() error {
+	for i := range sw.lens {
+		if sw.failed != nil {
+			break
+		}
+		if !sw.opened[i] {
+			// Verified only: the write was not applied, and its plaintext
+			// does not stay in a pooled buffer.
+			pt, _ := sw.open(i, nil)
+			clear(pt)
+		}
+	}
+	return sw.failed
 }

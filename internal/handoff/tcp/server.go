@@ -414,6 +414,9 @@ func (sc *sconn) handle(cctx context.Context, f *frame, free func()) error {
 		}
 		return reply(tReservation, e.b)
 	case tWrite:
+		if f.sw != nil {
+			return sc.sealedWrites(ctx, f, d, ok)
+		}
 		if f.open != nil {
 			// Deferred from the reader (framer.deferOpen): nothing of the
 			// frame is used before its tag verifies (I15); a frame that

@@ -1,6 +1,8 @@
 package tcp
 
 import (
+	"context"
+	"errors"
 	"hash/crc32"
 	"io"
 	"time"
@@ -157,4 +159,71 @@ func readWrites(r io.Reader, f *frame, n int, page *[]byte, apply func([]handoff
 	}
 	flush(len(ws))
 	return werr, nil
+}
+
+// sealedWrites applies an encrypted Write frame whose records the reader
+// left sealed (framer.deferOpen). The metadata record is opened first and
+// decoded; each page record is opened by the decode side straight into
+// the page it reserved (handoff.PageWrite.Open, kv.Pool.FillPageSum): no
+// frame-sized plaintext, no copy. Nothing of a record is used before its
+// tag verifies (I15): a page opened in place is marked written only after
+// its tag verified, and scrubbed when it did not. Whatever the call did,
+// every record it did not open is opened afterwards, so a frame with a
+// record that does not verify closes the connection (ErrAuth), as a frame
+// opened whole does; the handoff it wrote to has failed by then (I8).
+//
+// The writes are handed on page by page, as a plain frame's are
+// (readWrites): the open now runs inside the decode side's locks (its
+// receiver's, the pool's), so one call holds them for one page's open and
+// hash (~70 us for 256 KiB, BenchmarkApplySealedPage) rather than a whole
+// batch's, and another handoff's Reserve or Commit waits at most that.
+func (sc *sconn) sealedWrites(ctx context.Context, f *frame, d handoff.Decode, ok func(error) error) error {
+	sw := f.sw
+	f.sw, f.open = nil, nil
+	ws, werr := sw.writes()
+	if errors.Is(werr, handoff.ErrProtocol) || errors.Is(werr, handoff.ErrAuth) {
+		return werr // the framing itself is damaged, or the metadata forged
+	}
+	for i := range ws {
+		if werr == nil && ws[i].Handoff != ws[0].Handoff {
+			werr = handoff.ErrProtocol.With("one Write call carries writes of two handoffs")
+		}
+	}
+	if werr == nil {
+		werr = applyPaged(ws, func(ws []handoff.PageWrite) error { return d.Write(ctx, ws) })
+	}
+	if err := sw.rest(); err != nil {
+		return err
+	}
+	if f.pooled {
+		// Every record is opened and the decode side is done with the
+		// pages' records: nothing aliases the payload any more.
+		putBuf(f.payload)
+	}
+	return ok(werr)
+}
+
+// applyPaged hands ws to apply in order: each write that carries page
+// bytes alone, runs of writes without bytes (one-sided notices) together,
+// stopping at the first refusal, as readWrites does for a plain frame.
+func applyPaged(ws []handoff.PageWrite, apply func([]handoff.PageWrite) error) error {
+	pending := 0
+	for i := range ws {
+		if ws[i].Len() == 0 {
+			continue
+		}
+		if i > pending {
+			if err := apply(ws[pending:i]); err != nil {
+				return err
+			}
+		}
+		if err := apply(ws[i : i+1]); err != nil {
+			return err
+		}
+		pending = i + 1
+	}
+	if pending < len(ws) {
+		return apply(ws[pending:])
+	}
+	return nil
 }

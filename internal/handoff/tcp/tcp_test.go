@@ -328,7 +328,9 @@ func TestBadFrames(t *testing.T) {
 
 // A Write frame, which the server opens on the call's goroutine rather
 // than the reader's (framer.deferOpen), altered in flight: ErrAuth, the
-// connection closes, and no page byte reaches the pool (I15).
+// connection closes, and no page byte reaches the pool (I15): the page
+// record was opened straight into its page (kv.Pool.FillPageSum), and
+// what the failed open left there is gone and never marked written.
 func TestEncryptRejectsTamperedWriteFrame(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{})
 	addr, _ := serve(t, Config{Secret: secret, Encrypt: true}, r.Server, nil)
@@ -352,8 +354,55 @@ func TestEncryptRejectsTamperedWriteFrame(t *testing.T) {
 		t.Fatalf("tampered write frame: %v %+v", err, f)
 	}
 	requireClosed(t, nc)
-	if _, n, err := r.Decode.PageData(kv.Owner{Tenant: "acme", ID: handofftest.ID(1)}, res.Pages[0]); err != nil || n != 0 {
-		t.Fatalf("the tampered frame wrote %d slots (%v)", n, err)
+	o := kv.Owner{Tenant: "acme", ID: handofftest.ID(1)}
+	if _, n, err := r.Decode.PageData(o, res.Pages[0]); err == nil && n != 0 {
+		t.Fatalf("the tampered frame wrote %d slots", n)
+	}
+	if s := r.Decode.Stats(); s.Filling != 0 || s.Sealed != 0 {
+		t.Fatalf("a page of the tampered frame counts as written: %+v", s)
+	}
+	r.Decode.SetChecks(false) // read the page's memory whatever its state
+	mem, _, err := r.Decode.PageData(o, res.Pages[0])
+	if err != nil || bytes.Contains(mem, page[:64]) {
+		t.Fatalf("the tampered frame's plaintext is in the pool (%v)", err)
+	}
+}
+
+// A Write frame whose first write the decode side refuses before opening
+// its record (a page it did not reserve) and whose second record is
+// altered: the records the call never opened into the pool are still
+// verified, so the altered frame closes the connection (ErrAuth) as a frame
+// opened whole does, and nothing of it is written.
+func TestEncryptVerifiesRecordsTheCallSkipped(t *testing.T) {
+	r := handofftest.New(t, handofftest.Options{})
+	addr, _ := serve(t, Config{Secret: secret, Encrypt: true}, r.Server, nil)
+	cl := dial(t, addr, Config{Secret: secret, Encrypt: true})
+	res, err := cl.Reserve(context.Background(), &handoff.Reserve{Handoff: handofftest.ID(1), Tenant: "acme", PromptTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := bytes.Repeat([]byte{0x5a}, r.Geo.PageBytes())
+	wrong := res.Pages[0]
+	wrong.Gen++ // not the page decode reserved: refused before its bytes
+	parts, _, err := encWrites([]handoff.PageWrite{
+		{Handoff: handofftest.ID(1), Block: 0, Page: wrong, Slots: 4, Data: page, Checksum: handoff.Checksum(page)},
+		{Handoff: handofftest.ID(1), Block: 1, Page: res.Pages[1], Slots: 4, Data: page, Checksum: handoff.Checksum(page)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, nc := rawAuthed(t, addr, true)
+	bufs, _ := c.fr.encode(maxVersion, tWrite, 1, parts)
+	b := bytes.Join(bufs, nil)
+	b[len(b)-tagLen-5] ^= 1 // inside the second page's bytes
+	nc.Write(b)
+	f, err := c.fr.readFrame(nc, nil)
+	if err != nil || f.typ != tError || !errors.Is(decError(f.payload), handoff.ErrAuth) {
+		t.Fatalf("altered record after a refused write: %v %+v", err, f)
+	}
+	requireClosed(t, nc)
+	if s := r.Decode.Stats(); s.Filling != 0 {
+		t.Fatalf("a page of the altered frame counts as written: %+v", s)
 	}
 }
 

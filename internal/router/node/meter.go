@@ -55,7 +55,7 @@ func (d metered) Write(ctx context.Context, ws []handoff.PageWrite) error {
 	err := d.Decode.Write(ctx, ws)
 	n := 0
 	for i := range ws {
-		n += len(ws[i].Data)
+		n += ws[i].Len() // bytes still sealed (Open) count too
 	}
 	d.m.mu.Lock()
 	d.m.bytes += uint64(n)
