@@ -610,18 +610,21 @@ func budgetFilter(name string, f exec.FilterFunction) exec.FilterFunction {
 				return exec.AsValue(err)
 			}
 		}
+		// Charged on in; run on its keys (or items) in order when it
+		// is a dict (chatorder.go).
+		call := st.orderedFilterInput(name, in)
 		if cost, ok := filterCost(name, in, p, st.left()); ok {
 			if err := st.charge(cost); err != nil {
 				return exec.AsValue(err)
 			}
-			return f(e, in, p)
+			return f(e, call, p)
 		}
 		if !listFilters[name] && !plain(in) {
 			if _, err := textOf(st, in); err != nil {
 				return exec.AsValue(err)
 			}
 		}
-		out := f(e, in, p)
+		out := f(e, call, p)
 		if !keepFilters[name] && !out.IsError() {
 			if err := st.charge(madeSize(out)); err != nil {
 				return exec.AsValue(err)

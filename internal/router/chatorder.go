@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -265,6 +266,74 @@ func (st *renderState) orderedDictMethod(name string, self *exec.Value, args *ex
 		return exec.AsValue(m), true, nil
 	}
 	return nil, false, nil
+}
+
+// keyFilters go over a dict's keys, as jinja2's iterate a dict.
+var keyFilters = map[string]bool{"list": true, "join": true, "first": true, "last": true, "map": true, "select": true,
+	"reject": true, "selectattr": true, "rejectattr": true, "reverse": true, "batch": true, "slice": true, "unique": true}
+
+// orderedFilterInput is what filter name goes over when given in: a
+// dict's keys in order for keyFilters (gonja sorts a map's), its
+// [key, value] pairs in order for items (gonja's items went over a map
+// in Go's random order, and over a dict literal not at all), in itself
+// otherwise. A map the server built has no order: its keys sorted, as
+// gonja has them.
+func (st *renderState) orderedFilterInput(name string, in *exec.Value) *exec.Value {
+	if !keyFilters[name] && name != "items" || !in.IsDict() {
+		return in
+	}
+	pairs, ok := st.orderedPairs(in)
+	if !ok {
+		if name != "items" {
+			return in
+		}
+		for _, k := range in.Keys() {
+			v, _ := in.GetItem(k.Interface())
+			pairs = append(pairs, dictEntry{k.Interface(), v})
+		}
+		sort.SliceStable(pairs, func(i, j int) bool { return jsonKey(pairs[i].k) < jsonKey(pairs[j].k) })
+	}
+	out := make([]any, len(pairs))
+	for i, p := range pairs {
+		if name == "items" {
+			out[i] = []any{p.k, p.v}
+		} else {
+			out[i] = p.k
+		}
+	}
+	return exec.AsValue(out)
+}
+
+// templateReverse is jinja2's reverse: a string's characters backwards,
+// a list's items, a dict's keys (chatorder.go's order). gonja's sorted a
+// list as it reversed it ([3, 1, 2]|reverse was [3, 2, 1]).
+func templateReverse(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	if len(p.Args) > 0 || len(p.KwArgs) > 0 {
+		return exec.AsValue(errors.New("reverse takes no arguments"))
+	}
+	switch {
+	case in.IsString():
+		r := []rune(in.String())
+		slices.Reverse(r)
+		return exec.AsValue(string(r))
+	case in.IsList():
+		out := make([]any, in.Len())
+		for i := range out {
+			out[len(out)-1-i] = in.Index(i).Interface()
+		}
+		return exec.AsValue(out)
+	case in.IsDict():
+		keys := in.Keys() // sorted: orderedFilterInput gave a dict with an order as its keys
+		out := make([]any, len(keys))
+		for i, k := range keys {
+			out[len(out)-1-i] = k.Interface()
+		}
+		return exec.AsValue(out)
+	}
+	return exec.AsValue(fmt.Errorf("reverse: %s cannot be reversed", kindOf(in)))
 }
 
 // templateToJSON is Hugging Face's tojson filter, json.dumps(x,
