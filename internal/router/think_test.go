@@ -363,3 +363,14 @@ func TestThinkingNamedToolStream(t *testing.T) {
 		t.Fatalf("streamed: reasoning %q arguments %q", reasoning.String(), args.String())
 	}
 }
+
+// TestThinkingStopInReasoning: a stop string applies to the reasoning
+// too; matched there, the choice ends without an answer.
+func TestThinkingStopInReasoning(t *testing.T) {
+	h := thinkHarness(t, "")
+	code, a, raw := postThink(t, h, chatBody("<think>\nabc STOP def\n</think>\n\nanswer", `,"stop":["STOP"]`))
+	m := a.Choices[0].Message
+	if code != 200 || str(m.ReasoningContent) != "abc" || m.Content != nil || a.Choices[0].FinishReason != "stop" {
+		t.Fatalf("%s", raw)
+	}
+}
