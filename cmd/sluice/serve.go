@@ -447,8 +447,8 @@ func (o *serveOpts) resolveHTTP() error {
 	if err := o.readChatTemplate(); err != nil {
 		return err
 	}
-	if o.reasoningFormat == "deepseek" {
-		o.reasoningFormat = router.ReasoningAuto // llama-server's name for the same split
+	if o.reasoningFormat == "deepseek" || o.reasoningFormat == "" {
+		o.reasoningFormat = router.ReasoningAuto // llama-server's name for the same split; "" the default
 	}
 	if o.reasoningFormat != router.ReasoningAuto && o.reasoningFormat != router.ReasoningNone {
 		return fmt.Errorf("--reasoning-format %q: use %s (split a thinking model's reasoning into reasoning_content) or %s (leave it in content)", o.reasoningFormat, router.ReasoningAuto, router.ReasoningNone)
