@@ -94,7 +94,10 @@ func (s *Server) newThink(g *generation, prompt []int32) *grammar.Think {
 // more reasoning follows it, so a stream never sends what the end drops.
 type reasoningText struct {
 	started bool
-	held    string
+	// held is the trailing white space not sent yet. A Builder: a run
+	// of whitespace tokens (as long as max_tokens) is appended to, never
+	// copied whole per token (rt12).
+	held strings.Builder
 }
 
 // push returns what of t may go out now.
@@ -108,10 +111,14 @@ func (r *reasoningText) push(t string) string {
 	}
 	body := strings.TrimRight(t, " \t\r\n")
 	if body == "" {
-		r.held += t
+		r.held.WriteString(t)
 		return ""
 	}
-	out := r.held + body
-	r.held = t[len(body):]
+	out := r.held.String() + body
+	r.held.Reset()
+	r.held.WriteString(t[len(body):])
 	return out
 }
+
+// heldLen is how many bytes of white space are held.
+func (r *reasoningText) heldLen() int { return r.held.Len() }
