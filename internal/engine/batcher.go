@@ -153,6 +153,22 @@ type seq struct {
 	aborted atomic.Bool
 }
 
+// promptSeq is a sequence for a prompt of tokens, the first cached of
+// them read from the prefix cache into table: the batch runs the rest.
+// The colocated and the prefill worker's sequences (colocatedSeq,
+// prefillSeq) add what differs between them.
+func promptSeq(owner kv.Owner, table []kv.PageRef, tokens []int32, cached int, samp *sample.Sampler) *seq {
+	return &seq{
+		owner:        owner,
+		table:        table,
+		prompt:       tokens[cached:],
+		fed:          cached,
+		promptTokens: len(tokens),
+		cachedTokens: cached,
+		samp:         samp,
+	}
+}
+
 // cancelled reports a cancel recorded for q (cancel, or stop closed).
 func (q *seq) cancelled() bool {
 	if q.cancel.Load() {

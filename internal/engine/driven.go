@@ -13,18 +13,9 @@ import (
 // preempted: it keeps all its tokens, and its KV is rebuilt from them on
 // resume.
 func colocatedSeq(owner kv.Owner, table []kv.PageRef, prompt []int32, cached, maxTokens int, ignoreEOS bool, samp *sample.Sampler) *seq {
-	return &seq{
-		owner:        owner,
-		table:        table,
-		prompt:       prompt[cached:],
-		fed:          cached,
-		promptTokens: len(prompt),
-		cachedTokens: cached,
-		maxTokens:    maxTokens,
-		ignoreEOS:    ignoreEOS,
-		samp:         samp,
-		all:          slices.Clone(prompt),
-	}
+	q := promptSeq(owner, table, prompt, cached, samp)
+	q.maxTokens, q.ignoreEOS, q.all = maxTokens, ignoreEOS, slices.Clone(prompt)
+	return q
 }
 
 // DrivenBatch is the colocated engine's continuous-batching core for a

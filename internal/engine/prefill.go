@@ -348,18 +348,9 @@ func prefillWeight(w int) int { return min(max(w, 1), handoff.MaxWeight) }
 // rest, samples the first token and ends (its pages handed to the push),
 // weighing weight in the batch's step shares and KV quota.
 func prefillSeq(owner kv.Owner, table []kv.PageRef, tokens []int32, cached, weight int, samp *sample.Sampler) *seq {
-	return &seq{
-		owner:        owner,
-		table:        table,
-		prompt:       tokens[cached:],
-		fed:          cached,
-		promptTokens: len(tokens),
-		cachedTokens: cached,
-		maxTokens:    1,
-		ignoreEOS:    true,
-		samp:         samp,
-		weight:       weight,
-	}
+	q := promptSeq(owner, table, tokens, cached, samp)
+	q.maxTokens, q.ignoreEOS, q.weight = 1, true, weight
+	return q
 }
 
 // withdrawn is a prefill's outcome once the router gave its prompt up

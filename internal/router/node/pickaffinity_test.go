@@ -125,11 +125,19 @@ func TestRefusedPickRecordsNoAffinity(t *testing.T) {
 	if p, err := c.Pair(r, avoid); err == nil {
 		t.Fatalf("both decode workers failed the request, yet it was paired with %s", p.DecodeName)
 	}
+	noAffinity(t, c, "a refused pairing")
+}
+
+// noAffinity fails t when c's affinity memory holds a page or an
+// affinity pick was counted: what a pairing that sent nothing (what)
+// must leave.
+func noAffinity(t *testing.T, c *Cluster, what string) {
+	t.Helper()
 	c.mu.Lock()
 	remembered, picks := c.dAff.Len()+c.pAff.Len(), c.affPicks["decode"]+c.affPicks["prefill"]
 	c.mu.Unlock()
 	if remembered != 0 || picks != 0 {
-		t.Fatalf("a refused pairing left %d pages in the affinity memory and %d affinity picks counted", remembered, picks)
+		t.Fatalf("%s left %d pages in the affinity memory and %d affinity picks counted", what, remembered, picks)
 	}
 }
 
@@ -173,12 +181,7 @@ func TestFailedPrefillPickRecordsNoDecodeAffinity(t *testing.T) {
 	if p, err := c.Pair(r, nil); err == nil {
 		t.Fatalf("paired with %s while the only prefill worker is down", p.DecodeName)
 	}
-	c.mu.Lock()
-	remembered, picks := c.dAff.Len()+c.pAff.Len(), c.affPicks["decode"]+c.affPicks["prefill"]
-	c.mu.Unlock()
-	if remembered != 0 || picks != 0 {
-		t.Errorf("a pairing that failed at prefill left %d pages in the affinity memory and %d affinity picks counted", remembered, picks)
-	}
+	noAffinity(t, c, "a pairing that failed at prefill")
 	v.set(map[string]int{"d1": 60}, nil)
 	conn.down.Store(false)
 	c.Probe(ctx)
