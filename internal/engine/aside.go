@@ -23,22 +23,22 @@ import (
 // push has landed (the commit accepted or the handoff failed), so its
 // thread runs the push's goroutines at once and polls the network for the
 // replies, and only then computes the next step: the light tenant's first
-// token no longer queues behind the heavy tenant's compute.
+// token does not queue behind the heavy tenant's compute.
 //
 // It costs the other tenants' prompts the push's time on this thread
 // (about half a millisecond on an idle core, at most Config.CommitAside
 // per step of the batch, its nested passes included), once per prompt
 // that ends while another tenant's prompt is in the batch: a tenant alone
-// never waits for its own handoffs, so a single tenant's throughput is as
-// before.
+// never waits for its own handoffs, so stepping aside costs a single
+// tenant's throughput nothing.
 
 // DefaultCommitAside is Config.CommitAside's default: off. Stepping
-// aside shortened the push hop by hop (benchmarks.md, "The push to the
-// commit, hop by hop") but a quiet-machine A/B of the build with it on
-// against off (6 rounds, 1,536 of b's requests a side) resolved no gain in
-// b's time to first token (p50 1.05x, 95% CI 0.99-1.12x) and cost the
-// flooding tenant about a tenth of its tokens per second (median of the
-// rounds 0.89x). A positive Config.CommitAside (1 ms is about twice a
+// aside shortens the push hop by hop (benchmarks.md, "The push to the
+// commit, hop by hop"), but a quiet-machine A/B with it on against off
+// (6 rounds, 1,536 of b's requests a side) resolves no gain in b's time
+// to first token (p50 1.05x, 95% CI 0.99-1.12x) and costs the flooding
+// tenant about a tenth of its tokens per second (median of the rounds
+// 0.89x). A positive Config.CommitAside (1 ms is about twice a
 // push on an idle core) turns it on.
 const DefaultCommitAside = -1
 
@@ -47,7 +47,8 @@ const DefaultCommitAside = -1
 // compute meanwhile (work: the tenants of the batch's prompts with tokens
 // left, in any order, repeats allowed) include another tenant's. A step
 // of the same tenant's prompts does not wait for its own handoff: the
-// tenant is not crowded by itself, and its throughput stays as before.
+// tenant is not crowded by itself, and its throughput pays nothing for
+// stepping aside.
 func asideFor(tenant string, work []string) bool {
 	return slices.ContainsFunc(work, func(t string) bool { return t != tenant })
 }

@@ -347,10 +347,10 @@ func newBatch(cfg Config, pool pagePool) *batch {
 	// Slack: a chunk's worth of service; Lag: a few shared steps' worth.
 	// Lag is the priority a tenant new to the batch has over the others,
 	// which then wait for it to run that much: counted in shared steps,
-	// not whole budgets, or a co-tenant's prompt would wait out 4x as
-	// many short steps each time a flood starts (the crowding bench saw
-	// b's prompts wait 16-64 of a's one-chunk steps, 0.5-1 s under load,
-	// when a's flood began right after b's own prompts).
+	// not whole budgets, or a co-tenant's prompt waits out 4x as many
+	// short steps each time a flood starts (in whole budgets, b's prompts
+	// in the crowding bench wait 16-64 of a's one-chunk steps, 0.5-1 s
+	// under load, when a's flood begins right after b's own prompts).
 	b.shares.Slack, b.shares.Lag = int64(max(cfg.ChunkTokens, 1)), int64(4*max(cfg.SharedStepTokens, 1))
 	return b
 }

@@ -77,7 +77,8 @@ func TestPreemptionOracleStories(t *testing.T) {
 	want := aloneResults(t, rt, reqs)
 	// The first step is held until every request has arrived, so the pool
 	// fills and growth must preempt whatever the machine's load (pinned to
-	// one CPU, requests used to finish before the next arrived).
+	// one CPU, each request could otherwise finish before the next
+	// arrived).
 	gate := newStepGate(t, rt)
 	cfg := storiesConfig(gate, 16) // 256 tokens: the context, a fraction of the demand
 	// Without the free-page watermark admission fills the pool, so growth

@@ -81,8 +81,8 @@ func (c *cutDecode) Stream(ctx context.Context, id kv.ID, p handoff.StreamParams
 // router's connection to one of them lost before the request's first
 // token (a connection declared dead under load): the request is retried
 // once on the same pair, with a new handoff and reservation over a fresh
-// connection, and ends with the reference output. It used to end 502
-// handoff_failed. The lost handoff is aborted (decode accepts one
+// connection, and ends with the reference output (not 502
+// handoff_failed). The lost handoff is aborted (decode accepts one
 // commit) and both pools drain. The same failure once more fails the
 // request (a retry on the same pair happens once).
 func TestLonePairRetriesAfterLostConnection(t *testing.T) {

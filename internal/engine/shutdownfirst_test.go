@@ -13,8 +13,8 @@ import (
 // join has sent the commit's first token to the stream already (at the
 // commit, TestFirstTokenOnStreamAtCommit); the shutdown error that ends
 // the stream then counts it: one completion token, the one the client got.
-// It used to say 0 (the token was counted only at the join), so usage
-// disagreed with the stream. The worker is driven (never stepped), so the
+// Counted only at the join, it would say 0, and usage would disagree
+// with the stream. The worker is driven (never stepped), so the
 // sequence is certainly still waiting to join when Close comes.
 func TestShutdownBeforeJoinCountsFirstToken(t *testing.T) {
 	m := newToy()

@@ -104,7 +104,8 @@ func storiesRequests(t testing.TB, n int) ([]*Request, [][]int32) {
 // Batching is made to happen, not hoped for: each engine's first forward
 // step is held (stepGate) until every request has arrived, so the next
 // step batches the ones that queued meanwhile whatever the machine's load
-// (on a busy machine each request used to finish before the next arrived).
+// (on a busy machine each request could otherwise finish before the next
+// arrived).
 func TestOracleStories(t *testing.T) {
 	rt := storiesRuntime(t)
 	reqs, want := storiesRequests(t, 36)

@@ -126,7 +126,7 @@ const memoKeep = 4096
 // them takes follows about 2 million ways). A byte's step is cut into
 // slices like the rest of a check or a mask (stackSet's work list: the
 // grammar budget of the worker's shared step bounds each slice), so the
-// bound no longer says what one byte may hold that step; it is a safety
+// bound does not say what one byte may hold one step; it is a safety
 // limit on one byte's whole work and its memo, spread over the
 // constrained request's own steps: a remembered unit costs about 1-2 us
 // on a loaded machine (map and frames), so 2^21 units were 4.1 s at load

@@ -25,8 +25,8 @@ func wideAnyOf(n int, objects bool) string {
 	return `{"anyOf":[` + strings.Join(br, ",") + `]}`
 }
 
-// With more parses alive than MaxStacks used to allow (a 300-way anyOf
-// of arrays or objects: every branch starts with the same bytes), the
+// With hundreds of parses alive (a 300-way anyOf of arrays or objects:
+// every branch starts with the same bytes), the
 // mask is exact at every step (each token's bit is what Allowed says,
 // the union of all stacks fed the token's bytes), every drawn token is
 // accepted, and the outputs end and validate against the schema with an

@@ -4,15 +4,15 @@ import "github.com/zeebo/xxh3"
 
 // Hash once per page.
 //
-// A handoff used to read every page four times for integrity alone: the
-// sender's page checksum, the prefill digest, the receiver's checksum and
-// the decode digest after the last write (about 40% of a long handoff's
-// time, BenchmarkHandoff*). Here a page is hashed once on each side: when a
-// transfer write applies it (WritePageSum, hashed from the pool's copy just
-// made, while it is in cache), when a one-sided notice marks it
-// (MarkWrittenSum, hashed from this pool's own memory after the notice,
-// I5: never a hash the sender supplies), or when a sender reads it
-// (PageDataSum). The pool records that block hash (except a one-sided
+// Checked naively, a handoff reads every page four times for integrity
+// alone: the sender's page checksum, the prefill digest, the receiver's
+// checksum and the decode digest after the last write (about 40% of a
+// long handoff's time, BenchmarkHandoff*). Here a page is hashed once on
+// each side: when a transfer write applies it (WritePageSum, hashed from
+// the pool's copy just made, while it is in cache), when a one-sided
+// notice marks it (MarkWrittenSum, hashed from this pool's own memory
+// after the notice, I5: never a hash the sender supplies), or when a
+// sender reads it (PageDataSum). The pool records that block hash (except a one-sided
 // notice's, below); Digest and Seal then combine recorded hashes instead
 // of re-reading the pages.
 //

@@ -19,8 +19,8 @@ import (
 // to the smaller, whichever end has it: a router of the default 64 calls
 // facing a worker configured for 2 sends no third prompt while two run,
 // so the worker's reader never stops for a slot (and never holds a close
-// frame behind it). Both ends used to assume 64: the third prompt went
-// out and stopped the worker's reader.
+// frame behind it). Were both ends to assume 64, the third prompt would
+// go out and stop the worker's reader.
 func TestCallBoundIsTheSmaller(t *testing.T) {
 	for _, tc := range []struct{ server, client int }{{2, 0}, {2, 5}, {5, 2}} {
 		p := &gatedPrefill{started: make(chan struct{}, 8), release: make(chan struct{})}

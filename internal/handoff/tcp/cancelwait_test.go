@@ -17,9 +17,9 @@ import (
 // the calls past it wait at the client, unsent, so the worker's reader
 // never stops and a close frame giving a running prompt up reaches it at
 // once. A prompt given up while it waits was never sent: it ends at once
-// and the worker never sees it. Both closes used to queue behind the
-// call past the bound, which stopped the worker's reader until some
-// prompt ended by itself.
+// and the worker never sees it. Neither close may queue behind the call
+// past the bound: sent, that call would stop the worker's reader until
+// some prompt ended by itself.
 func TestCloseNotBehindCallPastBound(t *testing.T) {
 	p := &gatedPrefill{started: make(chan struct{}, 8), release: make(chan struct{})}
 	defer close(p.release)

@@ -96,7 +96,7 @@ const headerLen = 16
 // stays; Client.roundTripCancel). A version-12 router would take the
 // acknowledgement for the call's reply, so the two refuse each other.
 // Version 14 added each end's call bound to Hello and HelloAck (a client
-// keeps to the smaller; both used to assume 64), refusing version 13.
+// keeps to the smaller; a version-13 end assumes 64), refusing version 13.
 // Version 15 added the tenant's weight to PrefillRequest (the prefill
 // worker's calls to decode take call slots by it), refusing version 14.
 // Bump maxVersion whenever a frame's layout changes.

@@ -37,9 +37,9 @@ func (p *gatedPrefill) Prefill(ctx context.Context, r *handoff.PrefillRequest) (
 // slower than the heartbeat's dead-after: the calls past the bound wait
 // for a slot at the server, and the connection, which every tenant's
 // calls share, stays up. The server's reader, waiting for a slot, reads
-// nothing meanwhile; its watchdog used to count that as the router's
-// silence, declare it dead after DeadAfter and tear every call on the
-// connection.
+// nothing meanwhile; its watchdog must not count that as the router's
+// silence (it would declare the connection dead after DeadAfter and tear
+// every call on it).
 func TestFullConnectionStaysAlive(t *testing.T) {
 	p := &gatedPrefill{started: make(chan struct{}, 8), release: make(chan struct{})}
 	// DeadAfter well above a loaded machine's scheduling stalls (the
@@ -105,8 +105,8 @@ func TestCallIDWrapSkipsPending(t *testing.T) {
 // MaxInflight Prefill calls hold a connection (prompts queued and
 // computing at the worker): a short call behind them (the router's Load
 // probe) is answered while they run, and the router's close frame giving
-// one prompt up reaches it. Both used to wait for a slot behind the very
-// prompts: the reader, stopped on the short call, read no close frame
+// one prompt up reaches it. Neither may wait for a slot behind those
+// prompts: a reader stopped on the short call would read no close frame
 // until some prompt ended by itself.
 func TestShortCallsAndClosesNotBehindPrefills(t *testing.T) {
 	p := &gatedPrefill{started: make(chan struct{}, 8), release: make(chan struct{})}
