@@ -119,6 +119,24 @@ func (r *run) merge(x *run) {
 	}
 }
 
+// partHeading is part's heading for tables measured on cpu: its title
+// and the CPU's short name, so that one vendor's tables and another's in
+// the same document (between their own markers) have headings, and
+// anchors, of their own.
+func partHeading(part, cpu string) string {
+	name, _, _ := strings.Cut(cpu, " (")
+	for _, mark := range []string{"(R)", "(TM)", " Processor"} {
+		name = strings.ReplaceAll(name, mark, "")
+	}
+	if f := strings.Fields(name); len(f) > 2 {
+		name = strings.Join(f[:2], " ")
+	}
+	if name = strings.TrimSpace(name); name == "" {
+		return partTitles[part]
+	}
+	return partTitles[part] + ", on the " + name
+}
+
 // kernelTables prints one markdown table per part found among files.
 func kernelTables(w io.Writer, files []string, cpu, commit string) error {
 	runs, err := loadRuns(files)
@@ -135,7 +153,7 @@ func kernelTables(w io.Writer, files []string, cpu, commit string) error {
 		if len(rs) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "#### %s\n\n", partTitles[part])
+		fmt.Fprintf(w, "#### %s\n\n", partHeading(part, cpu))
 		var dates, loads []string
 		for _, r := range rs {
 			for _, d := range strings.Split(r.date, ", ") {
