@@ -85,8 +85,8 @@ while [ "$r" -le "$ROUNDS" ]; do
 		atok=$(awk '$1 == "a" && $2 == "flooding" {print $NF}' "$RUN")
 		# b's prompts while a floods by how their first chunk started
 		# (prefill_wait/<how>, builds that export it): at a pause point of
-		# a's step (nested) or at a step boundary for another reason.
-		starts=$(awk '$1 ~ /prefill_wait\// && NF >= 5 {n = $(NF-1); if ($1 ~ /\/nested$/) nested += n; else if ($1 !~ /\/next_step$/) other += n; seen = 1} END {if (seen) print nested + 0, other + 0}' "$RUN")
+		# a's step (nested, after_nested) or at a step boundary for another reason.
+		starts=$(awk '$1 ~ /prefill_wait\// && NF >= 5 {n = $(NF-1); if ($1 ~ /\/(after_)?nested$/) nested += n; else if ($1 !~ /\/next_step$/) other += n; seen = 1} END {if (seen) print nested + 0, other + 0}' "$RUN")
 		echo "$which $r ${ratios:-- -} ${push:-- -} ${rest:-- -} ${atok:--} $(cut -d' ' -f1 /proc/loadavg) ${starts:-- -}" >>"$ROWS"
 	done
 	r=$((r + 1))

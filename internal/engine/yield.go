@@ -122,16 +122,20 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 		} else if !first {
 			return // nothing arrived during the nested step
 		}
-		if !s.nestAt(yf, step) {
+		how := StartNested
+		if !first {
+			how = StartAfterNested
+		}
+		if !s.nestAt(yf, step, how) {
 			return
 		}
 	}
 }
 
 // nestAt is one nested step at a pause point: the first chunks of the
-// step's arrivals that sched.Shares.YieldWithin picks, run now. It
-// reports whether a nested step ran.
-func (s *batch) nestAt(yf YieldForwarder, step []string) bool {
+// step's arrivals that sched.Shares.YieldWithin picks, run now, each
+// started as how. It reports whether a nested step ran.
+func (s *batch) nestAt(yf YieldForwarder, step []string, how string) bool {
 	var cands []*seq
 	var waiting []sched.Chunk
 	spent := s.nest.Left < s.nest.Forward+1
@@ -184,7 +188,7 @@ func (s *batch) nestAt(yf YieldForwarder, step []string) bool {
 			continue // the step boundary grows it, preempting if it must
 		}
 		if q.started != nil {
-			q.started(StartNested)
+			q.started(how)
 			q.started = nil
 		}
 		steps = append(steps, Step{Tokens: q.prompt[:n], Pos: q.fed, KV: q.view, NoLogits: n < len(q.prompt)})
@@ -241,6 +245,11 @@ const (
 	// StartNested: at a pause point of another tenant's step, as a
 	// nested step (yield.go).
 	StartNested = "nested"
+	// StartAfterNested: nested too, at the pause point where another
+	// prompt's nested step had just returned: it arrived during that
+	// nested step (a tenant's second prompt while its first ran nested),
+	// so it waited for that step.
+	StartAfterNested = "after_nested"
 	// StartNextStep: it arrived while no step that can pause ran (the
 	// batch idle, between two steps, or a step with no prompt chunk)
 	// and ran in the next step.

@@ -478,7 +478,7 @@ func TestYieldArrivalDuringNestedStep(t *testing.T) {
 			}
 		}
 		r.s.turn()
-		want, second := []string{"2/0: [4@0]", "2/0: [4@0]"}, StartNested
+		want, second := []string{"2/0: [4@0]", "2/0: [4@0]"}, StartAfterNested
 		if once {
 			want, second = []string{"2/0: [4@0]"}, StartBudget
 		}

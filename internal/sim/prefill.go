@@ -258,7 +258,7 @@ func (p *prefill) pause() {
 // prompt's first chunk, which reads its cached pages.
 func (j *pjob) started(how string) {
 	p, w := j.p, j.p.w
-	if how == engine.StartNested {
+	if how == engine.StartNested || how == engine.StartAfterNested {
 		w.logf("prefill#%d %s: its first chunk runs nested, at a pause point of another tenant's step", p.gen, short(j.id))
 	}
 	// Every cached page this job reads was computed for its own tenant
