@@ -1,8 +1,9 @@
 // Command testsummary reads `go test -json` on stdin and prints what a
 // person wants from a suite run: each package's result line, the whole
 // output of every failed test, and at the end one line counting the skipped
-// tests, each listed with its reason. scripts/test.sh pipes the suite
-// through it.
+// tests, each listed with its reason, then the tests that took longest
+// (top-level tests over slowAfter, slowest first: where the suite's
+// minutes go). scripts/test.sh pipes the suite through it.
 //
 // Under CI (CI=true) a skipped test fails the run: a skip there means the
 // suite did not check what it claims to. Skips whose reason starts with
@@ -26,25 +27,40 @@ type event struct {
 	Package string
 	Test    string
 	Output  string
+	Elapsed float64 // seconds, on a test's pass and fail
 }
 
 type skip struct{ pkg, test, reason string }
 
+// timed is a top-level test that ran at least slowAfter.
+type timed struct {
+	pkg, test string
+	secs      float64
+}
+
+// slowAfter is how long a top-level test runs before it is listed among
+// the slowest.
+const slowAfter = 30
+
 func main() {
-	skips, err := summarize(os.Stdin, os.Stdout)
+	skips, slow, err := summarize(os.Stdin, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testsummary:", err)
 		os.Exit(1)
 	}
-	os.Exit(report(os.Stdout, skips, os.Getenv("CI") == "true"))
+	code := report(os.Stdout, skips, os.Getenv("CI") == "true")
+	reportSlow(os.Stdout, slow)
+	os.Exit(code)
 }
 
 // summarize copies package lines and failed tests' output to w and returns
-// the skipped tests in the order they ended.
-func summarize(r io.Reader, w io.Writer) ([]skip, error) {
+// the skipped tests in the order they ended, and the top-level tests that
+// ran at least slowAfter.
+func summarize(r io.Reader, w io.Writer) ([]skip, []timed, error) {
 	type key struct{ pkg, test string }
 	out := map[key][]string{}
 	var skips []skip
+	var slow []timed
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -56,6 +72,9 @@ func summarize(r io.Reader, w io.Writer) ([]skip, error) {
 			continue
 		}
 		k := key{e.Package, e.Test}
+		if (e.Action == "pass" || e.Action == "fail") && e.Test != "" && !strings.Contains(e.Test, "/") && e.Elapsed >= slowAfter {
+			slow = append(slow, timed{e.Package, e.Test, e.Elapsed})
+		}
 		switch {
 		case e.Action == "build-output":
 			fmt.Fprint(w, e.Output)
@@ -85,7 +104,16 @@ func summarize(r io.Reader, w io.Writer) ([]skip, error) {
 			delete(out, k)
 		}
 	}
-	return skips, sc.Err()
+	return skips, slow, sc.Err()
+}
+
+// reportSlow lists the slow tests, slowest first.
+func reportSlow(w io.Writer, slow []timed) {
+	sort.SliceStable(slow, func(i, j int) bool { return slow[i].secs > slow[j].secs })
+	fmt.Fprintf(w, "== slowest: %d tests took %d s or more\n", len(slow), slowAfter)
+	for _, s := range slow {
+		fmt.Fprintf(w, "   %6.1fs %s %s\n", s.secs, s.pkg, s.test)
+	}
 }
 
 // reason is the last line a skipped test logged before "--- SKIP" (its

@@ -11,7 +11,7 @@ const stream = `{"Action":"start","Package":"p"}
 {"Action":"run","Package":"p","Test":"TestA"}
 {"Action":"output","Package":"p","Test":"TestA","Output":"=== RUN   TestA\n"}
 {"Action":"output","Package":"p","Test":"TestA","Output":"--- PASS: TestA (0.00s)\n"}
-{"Action":"pass","Package":"p","Test":"TestA"}
+{"Action":"pass","Package":"p","Test":"TestA","Elapsed":31.5}
 {"Action":"run","Package":"p","Test":"TestB"}
 {"Action":"output","Package":"p","Test":"TestB","Output":"=== RUN   TestB\n"}
 {"Action":"output","Package":"p","Test":"TestB","Output":"    b_test.go:12: SKIPPED: test data models/x.gguf not found\n"}
@@ -23,16 +23,24 @@ const stream = `{"Action":"start","Package":"p"}
 {"Action":"run","Package":"p","Test":"TestD"}
 {"Action":"output","Package":"p","Test":"TestD","Output":"    d_test.go:9: got 2, want 3\n"}
 {"Action":"output","Package":"p","Test":"TestD","Output":"--- FAIL: TestD (0.00s)\n"}
-{"Action":"fail","Package":"p","Test":"TestD"}
+{"Action":"pass","Package":"p","Test":"TestD/sub","Elapsed":40}
+{"Action":"fail","Package":"p","Test":"TestD","Elapsed":45.25}
 {"Action":"output","Package":"p","Output":"FAIL\tp\t0.01s\n"}
 {"Action":"fail","Package":"p"}
 `
 
 func TestSummary(t *testing.T) {
 	var out strings.Builder
-	skips, err := summarize(strings.NewReader(stream), &out)
+	skips, slow, err := summarize(strings.NewReader(stream), &out)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var sl strings.Builder
+	reportSlow(&sl, slow)
+	// Top-level tests over 30 s, slowest first, failed or not; no
+	// subtests (their time is inside their parent's).
+	if want := "== slowest: 2 tests took 30 s or more\n     45.2s p TestD\n     31.5s p TestA\n"; sl.String() != want {
+		t.Errorf("slowest:\n%s\nwant:\n%s", sl.String(), want)
 	}
 	if !strings.Contains(out.String(), "d_test.go:9: got 2, want 3") || !strings.Contains(out.String(), "FAIL\tp\t0.01s") {
 		t.Errorf("failed test's output or package line missing:\n%s", out.String())
