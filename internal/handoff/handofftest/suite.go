@@ -3,6 +3,7 @@ package handofftest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"sluice/internal/handoff"
@@ -14,19 +15,30 @@ import (
 // that both pools drain afterwards.
 func Honest(t *testing.T, r *Rig, d handoff.Decode, n int, tokens int, cfg handoff.SenderConfig) {
 	t.Helper()
+	if err := HonestErr(t, r, d, n, tokens, cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// HonestErr is Honest returning the error of a call through d (reserve,
+// push, stream, a stream's end) instead of failing the test, for tests
+// that judge a transport's failure themselves; every other check still
+// fails the test. After an error the handoff is left as it was.
+func HonestErr(t *testing.T, r *Rig, d handoff.Decode, n int, tokens int, cfg handoff.SenderConfig) error {
+	t.Helper()
 	ctx := context.Background()
 	id := ID(n)
 	src := r.Sequence(t, id, "acme", tokens, byte(n))
 	res, err := d.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "acme", PromptTokens: tokens, MaxTokens: 5})
 	if err != nil {
-		t.Fatalf("reserve: %v", err)
+		return fmt.Errorf("reserve: %w", err)
 	}
 	s, err := handoff.NewSender(cfg, res, tokens, 77, handoff.PrefetchDigest(src))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := handoff.Push(ctx, s, d); err != nil {
-		t.Fatalf("push: %v", err)
+		return fmt.Errorf("push: %w", err)
 	}
 	a := r.Dec.Accepted(id)
 	if a == nil || a.Tokens != tokens || a.FirstToken != 77 {
@@ -38,16 +50,16 @@ func Honest(t *testing.T, r *Rig, d handoff.Decode, n int, tokens int, cfg hando
 	r.ReleaseSource(t, src)
 	ts, err := d.Stream(ctx, id, handoff.StreamParams{})
 	if err != nil {
-		t.Fatalf("stream: %v", err)
+		return fmt.Errorf("stream: %w", err)
 	}
 	var got []int32
 	for {
 		tok, err := ts.Recv()
 		if err != nil {
-			t.Fatalf("recv: %v", err)
+			return fmt.Errorf("recv: %w", err)
 		}
 		if tok.Err != nil {
-			t.Fatalf("stream ended with %v", tok.Err)
+			return fmt.Errorf("stream ended with %w", tok.Err)
 		}
 		if tok.Done {
 			if tok.PromptTokens != tokens {
@@ -64,6 +76,7 @@ func Honest(t *testing.T, r *Rig, d handoff.Decode, n int, tokens int, cfg hando
 	if len(got) == 0 || got[0] != 77 {
 		t.Fatalf("stream %v, want the first token 77 first", got)
 	}
+	return nil
 }
 
 // AbortEveryPhase aborts a handoff through d at each phase — reserved,
