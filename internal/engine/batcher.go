@@ -200,6 +200,8 @@ type batch struct {
 	burst Forwarder
 
 	active []*seq
+	// advanceOrder is run's scratch: the order a step's members advance.
+	advanceOrder []int
 	// preempted sequences hold no pages; they resume, oldest arrival
 	// first, when the pool has room for their KV again.
 	preempted  []*seq
@@ -700,10 +702,38 @@ func (s *batch) run(fwd Forwarder, steps []Step, members []*seq, sizes []int, ne
 		s.fwdTime.Add(int64(took))
 	}
 	s.gb.start(s.clock, took, true, s.cfg.GrammarUnits)
-	for i, q := range members {
+	// The sequences whose prompt this step ended are advanced first, so
+	// their first tokens go on their streams before the step's other
+	// tokens. Each token wakes its client's handler goroutine; the Go
+	// scheduler queues them on this goroutine's P, which goes on
+	// computing, and other Ps take them oldest first, except the last
+	// woken (the P's runnext), taken last. In batch order a prompt that
+	// ended in a step with 8 decoding sequences waited for their 8
+	// handlers (each a JSON encode and a write) before its own first
+	// token went out. Outputs do not depend on the order (each sequence
+	// samples alone; a deferred draw has the same result).
+	// The order is taken whole before any sequence advances (advancing
+	// one ends its prompt).
+	order := s.advanceOrder[:0]
+	for pass := range 2 {
+		for i, q := range members {
+			if endsPrompt(q, sizes[i]) == (pass == 0) {
+				order = append(order, i)
+			}
+		}
+	}
+	s.advanceOrder = order
+	for _, i := range order {
+		q := members[i]
 		s.shares.Charge(q.owner.Tenant, q.weight, sizes[i])
 		s.advance(q, sizes[i], res[i])
 	}
+}
+
+// endsPrompt: a step that runs n of q's tokens ends q's prompt and draws
+// its first token (not a recomputed prompt's, drawn before).
+func endsPrompt(q *seq, n int) bool {
+	return !q.decoded && !q.recompute && len(q.prompt) == n
 }
 
 // prefillPlan is the order in which prompt chunks take the step's token
