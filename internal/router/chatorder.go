@@ -65,7 +65,7 @@ type pyBigInt string
 func decodeOrdered(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	v, err := decodeOrderedValue(dec)
+	v, err := decodeOrderedValue(dec, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -75,17 +75,28 @@ func decodeOrdered(data []byte) (any, error) {
 	return v, nil
 }
 
-func decodeOrderedValue(dec *json.Decoder) (any, error) {
+// maxOrderedDepth bounds how deeply decodeOrdered nests, as
+// encoding/json's Unmarshal does (10,000): a tool call's arguments are a
+// string of the tenant's that no body decode has bounded, and each level
+// is a frame of decodeOrderedValue (and of every walk after it), so 1 MB
+// of "[" took 128 MB of goroutine stack and seconds of the router's CPU
+// (rt12). Deeper: an error (the arguments stay a string).
+const maxOrderedDepth = 10000
+
+func decodeOrderedValue(dec *json.Decoder, depth int) (any, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
 	}
 	switch t := tok.(type) {
 	case json.Delim:
+		if depth >= maxOrderedDepth {
+			return nil, fmt.Errorf("JSON nested deeper than %d", maxOrderedDepth)
+		}
 		if t == '[' {
 			list := []any{}
 			for dec.More() {
-				v, err := decodeOrderedValue(dec)
+				v, err := decodeOrderedValue(dec, depth+1)
 				if err != nil {
 					return nil, err
 				}
@@ -101,7 +112,7 @@ func decodeOrderedValue(dec *json.Decoder) (any, error) {
 				return nil, err
 			}
 			k, _ := kt.(string)
-			v, err := decodeOrderedValue(dec)
+			v, err := decodeOrderedValue(dec, depth+1)
 			if err != nil {
 				return nil, err
 			}
