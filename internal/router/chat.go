@@ -228,20 +228,24 @@ func (c *ChatTemplate) newRenderState() *renderState {
 func (c *ChatTemplate) renderIn(st *renderState, msgs []ChatMessage, o RenderOptions) (string, error) {
 	list := make([]any, len(msgs))
 	for i, m := range msgs {
-		mm := map[string]any{"role": m.Role, "content": m.Content}
+		// In the order vLLM builds a message for the template (role and
+		// content first), kept for tojson and .items() (chatorder.go).
+		mm := &jsonObject{}
+		mm.set("role", m.Role)
+		mm.set("content", m.Content)
 		if len(m.ToolCalls) > 0 {
-			mm["tool_calls"] = st.plain(m.ToolCalls)
+			mm.set("tool_calls", m.ToolCalls)
 		}
 		if m.Role == "tool" {
-			mm["tool_call_id"] = m.ToolCallID
+			mm.set("tool_call_id", m.ToolCallID)
 		}
 		if m.Name != "" {
-			mm["name"] = m.Name
+			mm.set("name", m.Name)
 		}
 		if m.ReasoningContent != nil {
-			mm["reasoning_content"] = *m.ReasoningContent
+			mm.set("reasoning_content", *m.ReasoningContent)
 		}
-		list[i] = mm
+		list[i] = st.plain(mm)
 	}
 	vars := make(map[string]any, 4+len(o.Kwargs))
 	for k, v := range o.Kwargs {
