@@ -39,16 +39,17 @@ func parseTemplateKwargs(raw json.RawMessage) (map[string]any, *apiError) {
 	if len(raw) > maxKwargsBytes {
 		return nil, badParam(param, "%s is %d bytes; at most %d are allowed", param, len(raw), maxKwargsBytes)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	// In the client's key order (chatorder.go): a variable's nested
+	// objects reach the template as json.loads gives them to jinja2.
+	v, err := decodeOrdered(raw)
+	if err != nil {
 		return nil, badParam(param, "%s is not valid JSON: %v", param, err)
 	}
-	obj, ok := v.(map[string]any)
+	o, ok := v.(*jsonObject)
 	if !ok {
 		return nil, badParam(param, "%s must be a JSON object of template variables, e.g. {\"enable_thinking\": false}", param)
 	}
+	obj := o.vals
 	if len(obj) > maxKwargsKeys {
 		return nil, badParam(param, "%s has %d keys; at most %d are allowed", param, len(obj), maxKwargsKeys)
 	}
@@ -86,19 +87,19 @@ func convertKwarg(v any, path string, depth int, count *int) (any, *apiError) {
 	switch x := v.(type) {
 	case nil, bool, string:
 		return x, nil
-	case json.Number:
-		if i, err := x.Int64(); err == nil {
-			if i > maxKwargsNumber || i < -maxKwargsNumber {
-				return nil, badParam(param, "%s is %d; numbers are bounded to ±%d", path, i, maxKwargsNumber)
-			}
-			return int(i), nil
+	case int:
+		if x > maxKwargsNumber || x < -maxKwargsNumber {
+			return nil, badParam(param, "%s is %d; numbers are bounded to ±%d", path, x, maxKwargsNumber)
 		}
-		f, err := x.Float64()
-		if err != nil || math.IsNaN(f) || math.Abs(f) > maxKwargsNumber {
-			return nil, badParam(param, "%s is %s; numbers are bounded to ±%d", path, x, maxKwargsNumber)
+		return x, nil
+	case pyBigInt:
+		return nil, badParam(param, "%s is %s; numbers are bounded to ±%d", path, x, maxKwargsNumber)
+	case float64:
+		if math.IsNaN(x) || math.Abs(x) > maxKwargsNumber {
+			return nil, badParam(param, "%s is %v; numbers are bounded to ±%d", path, x, maxKwargsNumber)
 		}
-		return f, nil
-	case []any, map[string]any:
+		return x, nil
+	case []any, *jsonObject:
 		if depth >= maxKwargsDepth {
 			return nil, badParam(param, "%s nests deeper than %d levels", path, maxKwargsDepth)
 		}
@@ -113,14 +114,14 @@ func convertKwarg(v any, path string, depth int, count *int) (any, *apiError) {
 			}
 			return out, nil
 		}
-		m := x.(map[string]any)
-		out := make(map[string]any, len(m))
-		for k, e := range m {
-			c, err := convertKwarg(e, path+"."+k, depth+1, count)
+		m := x.(*jsonObject)
+		out := &jsonObject{}
+		for _, k := range m.keys {
+			c, err := convertKwarg(m.vals[k], path+"."+k, depth+1, count)
 			if err != nil {
 				return nil, err
 			}
-			out[k] = c
+			out.set(k, c)
 		}
 		return out, nil
 	}
