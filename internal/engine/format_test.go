@@ -294,7 +294,6 @@ func TestDecodeReplaysGrammar(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dw.Close()
-	ctx := context.Background()
 	f := sample.Format{Kind: sample.FormatJSONSchema, Schema: `{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}`}
 	for _, c := range []struct {
 		name      string
@@ -307,34 +306,46 @@ func TestDecodeReplaysGrammar(t *testing.T) {
 		{"forged generated", []int32{letter}, brace, false},
 		{"valid generated", []int32{brace}, find(`"`), true},
 	} {
-		id := newID()
-		if _, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 3, MaxTokens: 20, Model: FingerprintOf(rt)}); err != nil {
-			t.Fatal(err)
-		}
-		ts, err := dw.Stream(ctx, id, handoff.StreamParams{Sampling: sample.Params{Temperature: 1, Seed: 1, Format: f}, Generated: c.generated})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := dw.Commit(ctx, &handoff.Commit{Handoff: id, Tokens: 3, Digest: []byte{1}, FirstToken: c.first}); err != nil {
-			t.Fatalf("%s: commit: %v", c.name, err)
-		}
-		tok, err := ts.Recv()
-		switch {
-		case err != nil:
-			t.Fatalf("%s: %v", c.name, err)
-		case c.ok && (tok.Err != nil || tok.ID != c.first):
-			t.Fatalf("%s: first item %+v", c.name, tok)
-		case !c.ok && tok.Err == nil:
-			t.Fatalf("%s: the forged token was emitted: %+v", c.name, tok)
-		}
-		for !tok.Done && tok.Err == nil {
-			if tok, err = ts.Recv(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		replayFirst(t, dw, rt, f, c.name, 3, nil, c.generated, c.first, c.ok)
 	}
 	dw.Tick(time.Now().Add(time.Hour))
 	waitDrained(t, dw.Pool())
+}
+
+// replayFirst hands dw a committed handoff of a prompt of n tokens (ids
+// prompt, when the format reads them) whose stream resumes after
+// generated with a peer's first token first, and checks that dw emits
+// that token when ok, and refuses it (an error, never the token) when
+// not: the decode side re-derives the grammar's state from the tokens
+// (I14). It drains the stream either way.
+func replayFirst(t *testing.T, dw *DecodeWorker, rt *ModelRuntime, f sample.Format, name string, n int, prompt, generated []int32, first int32, ok bool) {
+	t.Helper()
+	ctx := context.Background()
+	id := newID()
+	if _, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: n, MaxTokens: 20, Model: FingerprintOf(rt)}); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := dw.Stream(ctx, id, handoff.StreamParams{Sampling: sample.Params{Temperature: 1, Seed: 1, Format: f}, Prompt: prompt, Generated: generated})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dw.Commit(ctx, &handoff.Commit{Handoff: id, Tokens: n, Digest: []byte{1}, FirstToken: first}); err != nil {
+		t.Fatalf("%s: commit: %v", name, err)
+	}
+	tok, err := ts.Recv()
+	switch {
+	case err != nil:
+		t.Fatalf("%s: %v", name, err)
+	case ok && (tok.Err != nil || tok.ID != first):
+		t.Fatalf("%s: first item %+v", name, tok)
+	case !ok && tok.Err == nil:
+		t.Fatalf("%s: the forged token was emitted: %+v", name, tok)
+	}
+	for !tok.Done && tok.Err == nil {
+		if tok, err = ts.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // A constrained draw whose mask does not fit in its step's grammar budget
@@ -604,7 +615,6 @@ func TestDecodeReplaysGrammarAfterThinking(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dw.Close()
-	ctx := context.Background()
 	f := sample.Format{Kind: sample.FormatJSONObject, Think: true, ThinkOpen: open, ThinkClose: close}
 	for _, c := range []struct {
 		name      string
@@ -620,31 +630,7 @@ func TestDecodeReplaysGrammarAfterThinking(t *testing.T) {
 		{"the prompt opened the reasoning", []int32{letter, open}, []int32{letter}, letter, true},
 		{"the prompt closed it", []int32{open, close}, nil, letter, false},
 	} {
-		id := newID()
-		if _, err := dw.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "a", PromptTokens: 8, MaxTokens: 20, Model: FingerprintOf(rt)}); err != nil {
-			t.Fatal(err)
-		}
-		ts, err := dw.Stream(ctx, id, handoff.StreamParams{Sampling: sample.Params{Temperature: 1, Seed: 1, Format: f}, Prompt: c.prompt, Generated: c.generated})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := dw.Commit(ctx, &handoff.Commit{Handoff: id, Tokens: 8, Digest: []byte{1}, FirstToken: c.first}); err != nil {
-			t.Fatalf("%s: commit: %v", c.name, err)
-		}
-		tok, err := ts.Recv()
-		switch {
-		case err != nil:
-			t.Fatalf("%s: %v", c.name, err)
-		case c.ok && (tok.Err != nil || tok.ID != c.first):
-			t.Fatalf("%s: first item %+v", c.name, tok)
-		case !c.ok && tok.Err == nil:
-			t.Fatalf("%s: the forged token was emitted: %+v", c.name, tok)
-		}
-		for !tok.Done && tok.Err == nil {
-			if tok, err = ts.Recv(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		replayFirst(t, dw, rt, f, c.name, 8, c.prompt, c.generated, c.first, c.ok)
 	}
 	dw.Tick(time.Now().Add(time.Hour))
 	waitDrained(t, dw.Pool())
