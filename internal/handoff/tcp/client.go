@@ -326,9 +326,11 @@ func (cl *Client) roundTripData(ctx context.Context, typ byte, want byte, parts 
 // bounded time whatever the peer does. The worker acknowledges the close
 // at once (tCloseAck, read by its reader whatever it computes) and
 // answers at its next step boundary. With no acknowledgement within
-// Config.CancelWait the worker is not reading: gone (a half-open
-// connection, with no heartbeat to notice it: --peer-timeout 0) or stuck,
-// and so is every call on the connection. The connection is then closed
+// Config.CancelWait (of time this process ran: a stall of its own does
+// not count, the acknowledgement may be waiting unread in the socket)
+// the worker is not reading: gone (a half-open connection, with no
+// heartbeat to notice it: --peer-timeout 0) or stuck, and so is every
+// call on the connection. The connection is then closed
 // (every call on it fails with ErrTransport, the Redialer dials afresh).
 // Acknowledged, the worker is alive and the connection stays; its answer
 // is waited for CancelWait more (a step that runs long), then the caller
@@ -356,19 +358,33 @@ func (cl *Client) roundTripCancel(ctx context.Context, tenant string, typ byte, 
 		// peer that stopped reading fills the socket, and the send (or
 		// another frame's, ahead of it) then blocks for WriteTimeout.
 		// Sent on its own goroutine, which closing the connection ends.
-		t := time.NewTimer(cl.c.cfg.CancelWait)
+		//
+		// It counts watched time only, as the heartbeat does (watch): a
+		// stall of this process (a VM pause, a SIGSTOP, a starved CPU
+		// share) may leave the worker's acknowledgement or answer unread
+		// in the socket, and this wait may wake before the reader that
+		// would read it. Only two ticks of each late wake's gap count, so
+		// the router's own stall never closes a live worker's connection,
+		// which other tenants' calls share; a worker that really answers
+		// nothing is still given up after CancelWait of watched time
+		// (TestCancelWaitSurvivesOwnStall).
+		wait := cl.c.cfg.CancelWait
+		start := time.Now()
+		w := newWatch(wait, start)
+		t := time.NewTicker(max(wait/8, time.Millisecond))
 		defer t.Stop()
 		sent := make(chan error, 1)
 		go func() { sent <- cl.c.send(tStreamClose, id) }()
 		acked, gotAck := k.acked, false
-		for wait := true; wait; {
+		for waiting := true; waiting; {
 			select {
 			case f, ok = <-k.reply:
-				wait = false
+				waiting = false
 			case <-acked:
 				// Alive and stopping the prompt: its step may run long.
 				acked, gotAck = nil, true
-				t.Reset(cl.c.cfg.CancelWait)
+				start = time.Now()
+				w = newWatch(wait, start)
 			case err := <-sent:
 				sent = nil
 				if _, unsent := notSent(err); err != nil && !unsent {
@@ -377,6 +393,10 @@ func (cl *Client) roundTripCancel(ctx context.Context, tenant string, typ byte, 
 					cl.fail(err)
 				}
 			case <-t.C:
+				// The wall time of this wake, not the tick's.
+				if _, over := w.wake(time.Now(), start, false); !over {
+					continue
+				}
 				if gotAck {
 					return nil, handoff.ErrTransport.With("the worker at %s is stopping the given-up call but did not answer within %v", cl.c.nc.RemoteAddr(), cl.c.cfg.CancelWait)
 				}

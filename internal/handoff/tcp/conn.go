@@ -76,7 +76,8 @@ type Config struct {
 	// waits for the worker to confirm it stopped (default 10 s); past it
 	// the connection is closed (Client.roundTripCancel), so a given-up
 	// prompt ends for its caller whatever the peer does, heartbeat or
-	// not.
+	// not. Only time this process ran counts (as for DeadAfter): a stall
+	// of its own never closes a live worker's connection.
 	CancelWait time.Duration
 	// MaxStreams bounds the token streams open at once per connection
 	// (default 4096); one more is refused with ErrRefused.

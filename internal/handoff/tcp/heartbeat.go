@@ -138,7 +138,10 @@ func (c *conn) deadErr() error {
 // stall of any length costs a live peer at most DeadAfter/4 of its
 // allowance, and a dead peer is declared once DeadAfter of silence was
 // watched: within DeadAfter plus a ping interval when this side runs on
-// time, after about 4 late wakes at worst.
+// time, after about 4 late wakes at worst. A Prefill call's cancel wait
+// is judged the same way (Client.roundTripCancel: CancelWait in place of
+// DeadAfter, the moment the call was given up, or its close
+// acknowledged, in place of the last byte).
 type watch struct {
 	dead time.Duration
 	// grace is the part of one wake's gap counted as silence.

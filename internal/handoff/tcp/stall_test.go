@@ -2,6 +2,8 @@ package tcp
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/internal/handoff"
 	"sluice/internal/handoff/handofftest"
 )
 
@@ -161,4 +164,220 @@ func stallChild(t *testing.T, dead time.Duration) {
 		os.Exit(1)
 	}
 	fmt.Println("alive")
+}
+
+// cancelStallChildEnv gives the re-executed test binary (the stalled
+// router) the fake worker's address.
+const cancelStallChildEnv = "SLUICE_TCP_CANCEL_STALL_ADDR"
+
+// TestCancelWaitSurvivesOwnStall: a router that gives a prompt up and is
+// then stopped for longer than CancelWait (a VM pause, a starved CPU
+// share, here SIGSTOP) while the worker's acknowledgement of the close
+// waits unread in its socket must not close the connection when it runs
+// again: the worker is alive, and the connection carries other tenants'
+// calls. The router runs in a child process (CancelWait 1 s, no
+// heartbeat); the worker is a fake in this process that reads the close
+// frame, waits until every thread of the child is stopped, acknowledges
+// the close, and continues the child 2 s later. It then answers the
+// prompt and another tenant's call held through the stall; that call and
+// a new one after it must complete on the same connection. While the
+// cancel wait counted wall time, the child closed the connection ("did
+// not confirm giving the call up") as soon as it ran again.
+func TestCancelWaitSurvivesOwnStall(t *testing.T) {
+	const wait = time.Second
+	if addr := os.Getenv(cancelStallChildEnv); addr != "" {
+		cancelStallChild(t, addr, wait)
+		return
+	}
+	closed := make(chan struct{}, 1) // the worker read the close frame
+	ack := make(chan struct{})       // the child is stopped: acknowledge
+	answer := make(chan struct{})    // the child runs again: answer
+	werr := make(chan error, 1)
+	addr := fakeServer(t, func(nc net.Conn) {
+		werr <- cancelStallWorker(nc, closed, ack, answer)
+	})
+	// Whatever happens, the worker's waits end with the test.
+	var ackOnce, answerOnce sync.Once
+	doAck := func() { ackOnce.Do(func() { close(ack) }) }
+	doAnswer := func() { answerOnce.Do(func() { close(answer) }) }
+	defer doAnswer()
+	defer doAck()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestCancelWaitSurvivesOwnStall$", "-test.count=1")
+	cmd.Env = append(os.Environ(), cancelStallChildEnv+"="+addr)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-exited
+	}()
+	select {
+	case <-closed:
+	case err := <-werr:
+		t.Fatalf("the worker ended before the close frame: %v", err)
+	case err := <-exited:
+		t.Fatalf("the child ended before giving the prompt up: %v\n%s\nstderr: %s", err, stdout.String(), stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child never gave the prompt up")
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, cmd.Process.Pid)
+	doAck() // into the stopped child's socket
+	time.Sleep(2 * wait)
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	doAnswer()
+	select {
+	case err := <-exited:
+		exited <- err // for the deferred wait
+		if err != nil || !strings.Contains(stdout.String(), "alive") {
+			var worker error
+			select {
+			case worker = <-werr:
+			default:
+			}
+			t.Fatalf("after a stop of its own process longer than CancelWait, the router's connection: %s(exit %v, worker %v)\nstderr: %s", stdout.String(), err, worker, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the child did not end")
+	}
+}
+
+// cancelStallChild is the router: another tenant's call (a Load the
+// worker holds), then a prompt given up once sent; it waits for both and
+// makes one call more, and says "alive" when the connection stayed up and
+// both other calls completed.
+func cancelStallChild(t *testing.T, addr string, wait time.Duration) {
+	c := dial(t, addr, Config{Secret: secret, DeadAfter: -1, CancelWait: wait})
+	pending := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.pending)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 60*time.Second)
+	defer stop()
+	other := make(chan error, 1)
+	go func() {
+		_, err := c.Load(handoff.WithCaller(ctx, "other", 1))
+		other <- err
+	}()
+	for pending() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	given := make(chan error, 1)
+	go func() {
+		_, err := c.Prefill(pctx, &handoff.PrefillRequest{Handoff: handofftest.ID(1), Tenant: "t", Tokens: []int32{1}})
+		given <- err
+	}()
+	for pending() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	gerr, oerr := <-given, <-other
+	_, aerr := c.Load(ctx)
+	fmt.Printf("the given-up prompt: %v\nthe other tenant's call: %v\na call after: %v\nthe connection: %v\n", gerr, oerr, aerr, c.Err())
+	if c.Err() == nil && oerr == nil && aerr == nil {
+		fmt.Println("alive")
+	}
+}
+
+// cancelStallWorker is the worker: it reads the child's Load and Prefill
+// and the Prefill's close frame (closed), acknowledges the close on ack,
+// answers both on answer (the prompt aborted), then answers every Load
+// until the child leaves.
+func cancelStallWorker(nc net.Conn, closed chan<- struct{}, ack, answer <-chan struct{}) error {
+	c := fakeServerConn(nc)
+	if c == nil {
+		return errors.New("handshake failed")
+	}
+	load, err := encLoad(&handoff.Load{FreePages: 1, TotalPages: 2})
+	if err != nil {
+		return err
+	}
+	var held, prefill uint32
+	for closing := false; !closing || held == 0; {
+		f, err := c.read()
+		if err != nil {
+			return err
+		}
+		switch f.typ {
+		case tLoad:
+			held = f.stream
+		case tPrefill:
+			prefill = f.stream
+		case tStreamClose:
+			if f.stream != prefill {
+				return fmt.Errorf("a close frame on call %d, the Prefill is %d", f.stream, prefill)
+			}
+			closing = true
+		default:
+			return fmt.Errorf("frame type %d", f.typ)
+		}
+	}
+	closed <- struct{}{}
+	<-ack
+	if err := c.send(tCloseAck, prefill); err != nil {
+		return err
+	}
+	<-answer
+	// After the acknowledgement is read (the reply's arrival is not what
+	// the test is about).
+	time.Sleep(100 * time.Millisecond)
+	if err := c.send(tError, prefill, encError(handoff.ErrAborted.With("given up"))); err != nil {
+		return err
+	}
+	if err := c.send(tLoadRes, held, load); err != nil {
+		return err
+	}
+	for {
+		f, err := c.read()
+		if err != nil {
+			return nil // the child left
+		}
+		if f.typ == tLoad {
+			if err := c.send(tLoadRes, f.stream, load); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// waitStopped waits until every thread of process pid is stopped (Linux:
+// /proc tells; elsewhere a moment is left for the signal to land).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			time.Sleep(200 * time.Millisecond)
+			return
+		}
+		stopped := true
+		for _, e := range ents {
+			b, err := os.ReadFile(dir + "/" + e.Name() + "/stat")
+			if err != nil {
+				continue // a thread that ended
+			}
+			// The state follows the command name, in parentheses.
+			s := string(b)
+			if i := strings.LastIndexByte(s, ')'); i < 0 || i+2 >= len(s) || (s[i+2] != 'T' && s[i+2] != 't') {
+				stopped = false
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child did not stop")
+		}
+	}
 }
