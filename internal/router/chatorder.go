@@ -1,11 +1,8 @@
 package router
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"slices"
 	"sort"
@@ -58,73 +55,13 @@ func (o *jsonObject) set(k string, v any) {
 // writes it back digit for digit; a float64 would round it.
 type pyBigInt string
 
-// decodeOrdered decodes one JSON value as Python's json.loads does:
-// objects as *jsonObject in their order (a repeated key keeps its first
-// place and its last value), integers as int (pyBigInt past an int),
-// other numbers as float64 (1.0 stays a float, 1e400 is +Inf).
-func decodeOrdered(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeOrderedValue(dec, 0)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("data after the JSON value")
-	}
-	return v, nil
-}
-
 // maxOrderedDepth bounds how deeply decodeOrdered nests, as
 // encoding/json's Unmarshal does (10,000): a tool call's arguments are a
 // string of the tenant's that no body decode has bounded, and each level
-// is a frame of decodeOrderedValue (and of every walk after it), so 1 MB
+// is a frame of orderedScanner.value (and of every walk after it), so 1 MB
 // of "[" took 128 MB of goroutine stack and seconds of the router's CPU
 // (rt12). Deeper: an error (the arguments stay a string).
 const maxOrderedDepth = 10000
-
-func decodeOrderedValue(dec *json.Decoder, depth int) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		if depth >= maxOrderedDepth {
-			return nil, fmt.Errorf("JSON nested deeper than %d", maxOrderedDepth)
-		}
-		if t == '[' {
-			list := []any{}
-			for dec.More() {
-				v, err := decodeOrderedValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				list = append(list, v)
-			}
-			_, err := dec.Token()
-			return list, err
-		}
-		o := &jsonObject{vals: map[string]any{}}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return nil, err
-			}
-			k, _ := kt.(string)
-			v, err := decodeOrderedValue(dec, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			o.set(k, v)
-		}
-		_, err := dec.Token()
-		return o, err
-	case json.Number:
-		return pyNumber(string(t)), nil
-	}
-	return tok, nil
-}
 
 // pyNumber is a JSON number as Python's json.loads reads it: an int
 // when it has no fraction and no exponent, else a float.
