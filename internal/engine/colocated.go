@@ -157,10 +157,10 @@ func (c *Colocated) Submit(ctx context.Context, r *Request) (Stream, error) {
 		lc.reject(e)
 		return nil, e
 	}
-	samp, err := c.cfg.formats.sampler(r.Tenant, r.Sampling, r.Prompt)
+	samp, err := c.cfg.formats.sampler(ctx, r.Tenant, r.Sampling, r.Prompt)
 	if err != nil {
 		e := err.(*Error)
-		lc.reject(e)
+		lc.queueEnd(e) // cancelled: the client left while its grammar compiled
 		return nil, e
 	}
 	tk, e := c.adm.arrive(r.Tenant, r.Weight, requestCost(r))

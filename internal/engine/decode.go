@@ -905,9 +905,12 @@ func (t *tokenStream) Close() error { return nil }
 // schema and replays the generated tokens and the first token (I14): the
 // prefill worker's word for the state is never taken. A token the grammar
 // refuses shows in the sampler's Err, and the sequence fails before the
-// first token is emitted (batch.join).
+// first token is emitted (batch.join). The handoff is verified by then and
+// the sequence ends by its own path after its first token (I10), so a
+// compile of the same tenant's schema another sequence runs is waited for
+// whole (context.Background).
 func decodeSampler(f *formats, tenant string, p handoff.StreamParams, first int32) (*sample.Sampler, error) {
-	s, err := f.sampler(tenant, p.Sampling, p.Prompt)
+	s, err := f.sampler(context.Background(), tenant, p.Sampling, p.Prompt)
 	if err != nil {
 		return nil, err
 	}

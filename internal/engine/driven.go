@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
@@ -57,7 +58,7 @@ type DrivenItem struct {
 // preemption of the sequence struck ("prompt", "decode", "rebuild"); the
 // returned cancel takes effect between steps.
 func (b *DrivenBatch) Add(owner kv.Owner, table []kv.PageRef, prompt []int32, cached, maxTokens int, ignoreEOS bool, sp sample.Params, emit func(DrivenItem), preempted func(phase string)) (cancel func()) {
-	samp, err := b.s.cfg.formats.sampler(owner.Tenant, sp, prompt)
+	samp, err := b.s.cfg.formats.sampler(context.Background(), owner.Tenant, sp, prompt)
 	if err != nil {
 		emit(DrivenItem{Done: true, Err: err})
 		return func() {}
@@ -127,7 +128,7 @@ func NewDrivenPrefill(cfg Config, pool PagePool, wake, pause func()) (*DrivenPre
 // Neither may block. The returned cancel takes effect at the next step
 // boundary.
 func (b *DrivenPrefill) Add(owner kv.Owner, table []kv.PageRef, prompt []int32, cached int, sp sample.Params, offset int, emit func(DrivenItem), started func(how string), chunked func(fed int)) (cancel func()) {
-	samp, err := prefillSampler(b.s.cfg.formats, owner.Tenant, sp, prompt, offset)
+	samp, err := prefillSampler(context.Background(), b.s.cfg.formats, owner.Tenant, sp, prompt, offset)
 	if err != nil {
 		emit(DrivenItem{Done: true, Err: err})
 		return func() {}

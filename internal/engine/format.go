@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"sync"
@@ -61,8 +62,10 @@ func (f *formats) maskStats() (bytes, dropped int64) {
 // sampler is a request's sampler with the prompt it penalises and, for a
 // constrained request, its grammar at the start of the output: the caller
 // replays tokens generated before with Observe, and a replayed token the
-// grammar refuses shows in the sampler's Err.
-func (f *formats) sampler(tenant string, p sample.Params, prompt []int32) (*sample.Sampler, error) {
+// grammar refuses shows in the sampler's Err. A request whose schema the
+// same tenant's concurrent request is compiling waits for that compile
+// (grammar.Cache) until ctx ends: then the error is CodeCancelled.
+func (f *formats) sampler(ctx context.Context, tenant string, p sample.Params, prompt []int32) (*sample.Sampler, error) {
 	s := sample.New(p)
 	s.SetPrompt(prompt)
 	if !p.Format.Constrained() {
@@ -75,7 +78,10 @@ func (f *formats) sampler(tenant string, p sample.Params, prompt []int32) (*samp
 	if cache == nil {
 		return nil, errf(CodeUnsupported, http.StatusBadRequest, nil, "this model has no vocabulary to constrain output with; drop response_format and tool_choice \"required\" or a named tool")
 	}
-	c, _, err := cache.Get(tenant, p.Format.Kind == sample.FormatJSONObject, p.Format.Schema)
+	c, _, err := cache.Get(ctx, tenant, p.Format.Kind == sample.FormatJSONObject, p.Format.Schema)
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		return nil, errf(CodeCancelled, StatusClientClosed, nil, "the request ended while its response format's grammar was being compiled")
+	}
 	if err != nil {
 		// The router compiled the same text before admitting it; a worker
 		// that disagrees still answers with the compiler's code.

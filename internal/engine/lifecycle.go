@@ -109,8 +109,9 @@ func (l *lifecycle) reject(e *Error) {
 	}
 }
 
-// queueEnd ends a request that left the queue without pages: its client
-// left, it timed out, or its reservation failed. Nothing is reserved.
+// queueEnd ends a request that left the queue (or never reached it)
+// without pages: its client left, it timed out, or its reservation
+// failed. Nothing is reserved.
 func (l *lifecycle) queueEnd(e *Error) {
 	if e.Code == CodeCancelled {
 		l.step(request.Event{Kind: request.EvCancel}, nil)

@@ -221,8 +221,15 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		}
 		return nil, err
 	}
-	samp, err := prefillSampler(w.cfg.formats, r.Tenant, r.Sampling, r.Tokens, r.SampleOffset)
+	samp, err := prefillSampler(ctx, w.cfg.formats, r.Tenant, r.Sampling, r.Tokens, r.SampleOffset)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Given up while it waited for the same tenant's compile of
+			// the schema: a handoff that failed, as one given up while it
+			// waited for prefill pages.
+			w.stats.failed.Add(1)
+			return nil, w.abort(r.Handoff, handoff.ErrAborted.With("the router gave the prompt up while its response format's grammar was being compiled"))
+		}
 		if rf := requestFault(err); rf != nil {
 			return nil, w.abort(r.Handoff, wireError(rf))
 		}
@@ -510,9 +517,10 @@ type done struct {
 //
 // A constrained request's grammar replays those tokens too (I14: from the
 // tokens, never from a peer's claim of the state); one it refuses fails
-// the handoff.
-func prefillSampler(f *formats, tenant string, p sample.Params, tokens []int32, offset int) (*sample.Sampler, error) {
-	s, err := f.sampler(tenant, p, tokens[:len(tokens)-offset])
+// the handoff. ctx ends a wait for the same tenant's concurrent compile of
+// the schema (grammar.Cache).
+func prefillSampler(ctx context.Context, f *formats, tenant string, p sample.Params, tokens []int32, offset int) (*sample.Sampler, error) {
+	s, err := f.sampler(ctx, tenant, p, tokens[:len(tokens)-offset])
 	if err != nil {
 		return nil, err
 	}

@@ -46,7 +46,7 @@ func (f *floodPrefill) fill(n int) {
 		if err != nil {
 			f.r.t.Fatal(err)
 		}
-		samp, err := prefillSampler(f.r.cfg.formats, r.Tenant, r.Sampling, r.Tokens, 0)
+		samp, err := prefillSampler(f.r.t.Context(), f.r.cfg.formats, r.Tenant, r.Sampling, r.Tokens, 0)
 		if err != nil {
 			f.r.t.Fatal(err)
 		}

@@ -22,7 +22,7 @@ func (r *quotaRig) addCached(pc *prefixCache, tenant string, p []int32, maxToken
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	samp, err := r.cfg.formats.sampler(tenant, sample.Params{}, p)
+	samp, err := r.cfg.formats.sampler(r.t.Context(), tenant, sample.Params{}, p)
 	if err != nil {
 		r.t.Fatal(err)
 	}

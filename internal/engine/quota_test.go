@@ -51,7 +51,7 @@ func (r *quotaRig) add(tenant string, promptLen, maxTokens int) *seq {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	samp, err := r.cfg.formats.sampler(tenant, sample.Params{}, p)
+	samp, err := r.cfg.formats.sampler(r.t.Context(), tenant, sample.Params{}, p)
 	if err != nil {
 		r.t.Fatal(err)
 	}

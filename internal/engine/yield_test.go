@@ -151,7 +151,7 @@ func (r *yieldRig) addWith(name, tenant string, p []int32, maxTokens, pages int)
 			r.t.Fatal(err)
 		}
 	}
-	samp, err := r.cfg.formats.sampler(tenant, sample.Params{Logprobs: true, TopLogprobs: 3}, p)
+	samp, err := r.cfg.formats.sampler(r.t.Context(), tenant, sample.Params{Logprobs: true, TopLogprobs: 3}, p)
 	if err != nil {
 		r.t.Fatal(err)
 	}

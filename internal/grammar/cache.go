@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"context"
 	"crypto/sha256"
 	"sync"
 )
@@ -21,6 +22,12 @@ import (
 // to give, the mask is used and not kept. So a tenant filling the budget
 // with many schemas drops its own masks, not another tenant's within a
 // fair share, and a dropped mask only costs a walk again.
+//
+// Lookups of one key that miss while its compile runs wait for that
+// compile instead of starting their own (flights, as Checks does): a
+// tenant's identical first requests, arriving together, compile their
+// schema once. The key holds the tenant, so another tenant's identical
+// schema compiles on its own (I11).
 type Cache struct {
 	v        *Vocab
 	maxBytes int64
@@ -36,8 +43,12 @@ type Cache struct {
 	// holding the most goes (tenantLRU), so heavy tenants at their own
 	// bounds cannot evict a lighter tenant's grammar.
 	grams tenantLRU[*Compiled]
-	// hits and misses count lookups (tests, metrics).
-	hits, misses int64
+	// f holds the compiles running and the lookups' counts (tests): hits
+	// are lookups answered without a compile of their own (kept, or
+	// waited for another lookup's), misses the compiles.
+	f flights[compileAnswer]
+	// compile is CompileSchema (tests count and hold compiles).
+	compile func([]byte) (*Grammar, error)
 	// maskBytes is what the entries' masks hold (reserved by storePos);
 	// dropped counts grammars whose masks were dropped for room.
 	maskBytes, dropped int64
@@ -63,7 +74,7 @@ func NewCache(v *Vocab, maskBytes int64) *Cache {
 	if maskBytes <= 0 {
 		maskBytes = DefaultMaskBytes
 	}
-	c := &Cache{v: v, maxBytes: maskBytes}
+	c := &Cache{v: v, maxBytes: maskBytes, compile: CompileSchema}
 	c.grams = newTenantLRU(DefaultPerTenant, DefaultCacheEntries, DefaultTenantGrammarBytes, DefaultGrammarBytes,
 		func(comp *Compiled) { c.maskBytes -= comp.dropMasks(true) })
 	return c
@@ -91,39 +102,56 @@ func cacheKey[S string | []byte](tenant string, jsonObject bool, schema S) [32]b
 	return k
 }
 
+// compileAnswer is what one compile of a lookup's key answered: the
+// grammar bound to the cache's vocabulary and its size, or the error.
+type compileAnswer struct {
+	comp  *Compiled
+	bytes int64
+	err   error
+}
+
 // Get returns tenant's compiled grammar for a JSON Schema (jsonObject
 // false) or for any JSON object (jsonObject true, schema ignored),
-// compiling it on a miss. hit reports whether it was cached. Compile
-// errors are not cached.
-func (c *Cache) Get(tenant string, jsonObject bool, schema string) (comp *Compiled, hit bool, err error) {
+// compiling it on a miss. hit reports that it came without a compile of
+// this call's own: cached, or compiled by a concurrent Get of the same
+// tenant and schema, which Get waits for until ctx ends (then it returns
+// ctx's error). Compile errors are not cached (the Gets waiting for that
+// compile get its error).
+func (c *Cache) Get(ctx context.Context, tenant string, jsonObject bool, schema string) (comp *Compiled, hit bool, err error) {
 	if jsonObject {
 		schema = ""
 	}
 	k := cacheKey(tenant, jsonObject, schema)
-	c.mu.Lock()
-	if comp, ok := c.grams.get(k); ok {
-		c.hits++
-		c.mu.Unlock()
-		return comp, true, nil
-	}
-	c.misses++
-	c.mu.Unlock()
-	var g *Grammar
-	if jsonObject {
-		g = JSONObject()
-	} else if g, err = CompileSchema([]byte(schema)); err != nil {
+	a, hit, err := c.f.do(ctx, &c.mu, k,
+		func() (compileAnswer, bool) {
+			comp, ok := c.grams.get(k)
+			return compileAnswer{comp: comp}, ok
+		},
+		func() (a compileAnswer) {
+			var g *Grammar
+			if jsonObject {
+				g = JSONObject()
+			} else if g, a.err = c.compile([]byte(schema)); a.err != nil {
+				return a
+			}
+			a.comp = Bind(g, c.v)
+			a.comp.owner, a.comp.tenant = c, tenant
+			a.comp.maxM = min(a.comp.maxM, c.maxBytes)
+			a.bytes = g.Bytes()
+			return a
+		},
+		func(a compileAnswer) {
+			if a.err == nil {
+				c.grams.put(k, tenant, a.bytes, a.comp)
+			}
+		})
+	if err != nil {
 		return nil, false, err
 	}
-	comp = Bind(g, c.v)
-	comp.owner, comp.tenant = c, tenant
-	comp.maxM = min(comp.maxM, c.maxBytes)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if prev, ok := c.grams.get(k); ok { // compiled concurrently
-		return prev, false, nil
+	if a.err != nil {
+		return nil, hit, a.err
 	}
-	c.grams.put(k, tenant, g.Bytes(), comp)
-	return comp, false, nil
+	return a.comp, hit, nil
 }
 
 // reserve takes size bytes of the mask budget for comp, making room as
@@ -164,11 +192,12 @@ func (c *Cache) makeRoom(comp *Compiled) bool {
 	return true
 }
 
-// Stats returns the lookups that hit and missed.
+// Stats returns the lookups answered without a compile of their own
+// (hits) and the compiles (misses).
 func (c *Cache) Stats() (hits, misses int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.hits, c.misses
+	return c.f.hits, c.f.misses
 }
 
 // MaskStats returns the bytes the cached grammars' masks hold and how

@@ -22,11 +22,11 @@ func TestCacheBoundsGrammarMemory(t *testing.T) {
 	}
 	c := NewCache(testVocab(), 0)
 	c.grams.tenantBytes, c.grams.maxBytes = 3*one+one/2, 5*one+one/2
-	if _, _, err := c.Get("B", false, big(0)); err != nil {
+	if _, _, err := c.Get(t.Context(), "B", false, big(0)); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 10 {
-		if _, _, err := c.Get("A", false, big(i)); err != nil {
+		if _, _, err := c.Get(t.Context(), "A", false, big(i)); err != nil {
 			t.Fatal(err)
 		}
 		if c.grams.held["A"] > c.grams.tenantBytes || c.grams.bytes > c.grams.maxBytes {
@@ -36,15 +36,15 @@ func TestCacheBoundsGrammarMemory(t *testing.T) {
 	if c.grams.count("A") != 3 {
 		t.Fatalf("A holds %d grammars, want 3", c.grams.count("A"))
 	}
-	if _, hit, _ := c.Get("B", false, big(0)); !hit {
+	if _, hit, _ := c.Get(t.Context(), "B", false, big(0)); !hit {
 		t.Fatal("A's grammars evicted B's within the cache's bound")
 	}
-	if _, hit, _ := c.Get("A", false, big(9)); !hit {
+	if _, hit, _ := c.Get(t.Context(), "A", false, big(9)); !hit {
 		t.Fatal("A's newest grammar was evicted")
 	}
 	// Past the cache's bound, the least recently used go, whoever's.
 	for _, tn := range []string{"C", "D", "E"} {
-		if _, _, err := c.Get(tn, false, big(0)); err != nil {
+		if _, _, err := c.Get(t.Context(), tn, false, big(0)); err != nil {
 			t.Fatal(err)
 		}
 		if c.grams.bytes > c.grams.maxBytes {
@@ -88,7 +88,7 @@ func TestCacheEvictsHeaviestTenant(t *testing.T) {
 			c := NewCache(testVocab(), 0)
 			tc.bound(c)
 			light := tc.schema(999)
-			if _, _, err := c.Get("a-light", false, light); err != nil {
+			if _, _, err := c.Get(t.Context(), "a-light", false, light); err != nil {
 				t.Fatal(err)
 			}
 			evicted := 0
@@ -96,7 +96,7 @@ func TestCacheEvictsHeaviestTenant(t *testing.T) {
 				for _, h := range []string{"h1", "h2", "h3", "h4"} {
 					for i := range 3 {
 						before := c.grams.len()
-						if _, _, err := c.Get(h, false, tc.schema(100*round+10*i+len(h)+int(h[1]))); err != nil {
+						if _, _, err := c.Get(t.Context(), h, false, tc.schema(100*round+10*i+len(h)+int(h[1]))); err != nil {
 							t.Fatal(err)
 						}
 						if !tc.within(c) {
@@ -114,7 +114,7 @@ func TestCacheEvictsHeaviestTenant(t *testing.T) {
 			if evicted == 0 {
 				t.Fatal("the heavy tenants never filled the cache: the test shows nothing")
 			}
-			if _, hit, _ := c.Get("a-light", false, light); !hit {
+			if _, hit, _ := c.Get(t.Context(), "a-light", false, light); !hit {
 				t.Fatal("the light tenant's grammar missed")
 			}
 		})

@@ -29,24 +29,14 @@ import (
 // many concurrent requests compiles it once). The key holds the tenant, so
 // only a tenant's own requests ever wait on each other (I11).
 type Checks struct {
-	mu    sync.Mutex
-	l     tenantLRU[schemaAnswer]
-	calls map[[32]byte]*checkCall // compiles running, by key
-	// waiting is how many checks wait for another's compile now.
-	waiting int
-	// hits counts the checks answered without a compile of their own
-	// (remembered, or waited for another check's); misses the compiles.
-	hits, misses int64
+	mu sync.Mutex
+	l  tenantLRU[schemaAnswer]
+	// f holds the compiles running, the waiters and the counts: hits
+	// are checks answered without a compile of their own (remembered,
+	// or waited for another check's), misses the compiles.
+	f flights[schemaAnswer]
 	// compile is CompileSchema (tests count and hold compiles).
 	compile func([]byte) (*Grammar, error)
-}
-
-// checkCall is one compile running for a key. done is closed when it
-// ends; ok then says it returned (r is its answer) rather than panicked.
-type checkCall struct {
-	done chan struct{}
-	ok   bool
-	r    schemaAnswer
 }
 
 type schemaAnswer struct {
@@ -74,8 +64,7 @@ func NewChecks(tenantBytes, maxBytes int64) *Checks {
 	if maxBytes <= 0 {
 		maxBytes = DefaultCheckBytes
 	}
-	return &Checks{l: newTenantLRU[schemaAnswer](math.MaxInt, math.MaxInt, tenantBytes, maxBytes, nil),
-		calls: map[[32]byte]*checkCall{}, compile: CompileSchema}
+	return &Checks{l: newTenantLRU[schemaAnswer](math.MaxInt, math.MaxInt, tenantBytes, maxBytes, nil), compile: CompileSchema}
 }
 
 // Check returns what CompileSchema answers for tenant's schema: its error
@@ -86,66 +75,28 @@ func NewChecks(tenantBytes, maxBytes int64) *Checks {
 // (then it returns ctx's error).
 func (c *Checks) Check(ctx context.Context, tenant string, schema []byte) (usesRef, hit bool, err error) {
 	k := cacheKey(tenant, false, schema)
-	for {
-		c.mu.Lock()
-		if r, ok := c.l.get(k); ok {
-			c.hits++
-			c.mu.Unlock()
-			return r.usesRef, true, r.err
-		}
-		call, ok := c.calls[k]
-		if !ok {
-			break // c.mu still held: this check compiles
-		}
-		c.waiting++
-		c.mu.Unlock()
-		var done bool
-		select {
-		case <-call.done:
-			done = true
-		case <-ctx.Done():
-		}
-		c.mu.Lock()
-		c.waiting--
-		if done && call.ok {
-			c.hits++
-			c.mu.Unlock()
-			return call.r.usesRef, true, call.r.err
-		}
-		c.mu.Unlock()
-		if !done {
-			return false, false, ctx.Err()
-		}
-		// The compile panicked: check again (and compile, as a check
-		// with no cache would).
-	}
-	call := &checkCall{done: make(chan struct{})}
-	c.calls[k] = call
-	c.misses++
-	c.mu.Unlock()
-	// The waiters are released however the compile ends (a panic leaves
-	// call.ok false).
-	defer func() {
-		c.mu.Lock()
-		delete(c.calls, k)
-		if call.ok {
-			size := int64(checkEntryBytes)
-			if call.r.err != nil {
-				size += int64(len(call.r.err.Error()))
+	r, hit, err := c.f.do(ctx, &c.mu, k,
+		func() (schemaAnswer, bool) { return c.l.get(k) },
+		func() (r schemaAnswer) {
+			g, err := c.compile(schema)
+			if err != nil {
+				r.err = err
+			} else {
+				r.usesRef = g.UsesRef()
 			}
-			c.l.put(k, tenant, size, call.r)
-		}
-		c.mu.Unlock()
-		close(call.done)
-	}()
-	g, err := c.compile(schema)
+			return r
+		},
+		func(r schemaAnswer) {
+			size := int64(checkEntryBytes)
+			if r.err != nil {
+				size += int64(len(r.err.Error()))
+			}
+			c.l.put(k, tenant, size, r)
+		})
 	if err != nil {
-		call.r.err = err
-	} else {
-		call.r.usesRef = g.UsesRef()
+		return false, false, err
 	}
-	call.ok = true
-	return call.r.usesRef, false, call.r.err
+	return r.usesRef, hit, r.err
 }
 
 // Stats returns the checks answered from memory (hits) and by compiling
@@ -153,5 +104,5 @@ func (c *Checks) Check(ctx context.Context, tenant string, schema []byte) (usesR
 func (c *Checks) Stats() (hits, misses int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.hits, c.misses
+	return c.f.hits, c.f.misses
 }

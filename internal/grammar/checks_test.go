@@ -145,7 +145,7 @@ func TestChecksConcurrentMissesCompileOnce(t *testing.T) {
 	waiting := func() int {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return c.waiting
+		return c.f.waiting
 	}
 	type answer struct {
 		usesRef, hit bool

@@ -224,25 +224,25 @@ func TestHostileSchemas(t *testing.T) {
 func TestCacheKeyedByTenant(t *testing.T) {
 	c := NewCache(testVocab(), 0)
 	schema := `{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}`
-	a1, hit, err := c.Get("A", false, schema)
+	a1, hit, err := c.Get(t.Context(), "A", false, schema)
 	if err != nil || hit {
 		t.Fatalf("A first: hit %v err %v", hit, err)
 	}
-	if _, hit, _ := c.Get("B", false, schema); hit {
+	if _, hit, _ := c.Get(t.Context(), "B", false, schema); hit {
 		t.Fatal("B's first use of A's schema hit the cache: a cross-tenant timing channel")
 	}
-	if a2, hit, _ := c.Get("A", false, schema); !hit || a2 != a1 {
+	if a2, hit, _ := c.Get(t.Context(), "A", false, schema); !hit || a2 != a1 {
 		t.Fatal("A's second use missed")
 	}
-	if _, hit, _ := c.Get("A", true, schema); hit {
+	if _, hit, _ := c.Get(t.Context(), "A", true, schema); hit {
 		t.Fatal("json_object shares the schema's entry")
 	}
 	for i := range DefaultPerTenant + 5 {
-		if _, _, err := c.Get("flood", false, fmt.Sprintf(`{"const":%d}`, i)); err != nil {
+		if _, _, err := c.Get(t.Context(), "flood", false, fmt.Sprintf(`{"const":%d}`, i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, hit, _ := c.Get("A", false, schema); !hit {
+	if _, hit, _ := c.Get(t.Context(), "A", false, schema); !hit {
 		t.Fatal("another tenant's schemas evicted A's entry")
 	}
 	if n := c.grams.count("flood"); n != DefaultPerTenant {
@@ -318,7 +318,7 @@ func TestMaskBudget(t *testing.T) {
 	v := testVocab()
 	c := NewCache(v, 0)
 	rng := rand.New(rand.NewPCG(11, 12))
-	b, _, err := c.Get("B", false, `{"type":"object","properties":{"b":{"type":"string","maxLength":6}},"required":["b"],"additionalProperties":false}`)
+	b, _, err := c.Get(t.Context(), "B", false, `{"type":"object","properties":{"b":{"type":"string","maxLength":6}},"required":["b"],"additionalProperties":false}`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func TestMaskBudget(t *testing.T) {
 	}
 	c.maxBytes = 3 * bHeld // B holds a third of the budget
 	for i := range DefaultPerTenant + 8 {
-		a, _, err := c.Get("A", false, fmt.Sprintf(`{"type":"object","properties":{"k%d":{"type":"array","items":{"type":"string","maxLength":%d},"maxItems":3}},"required":["k%d"],"additionalProperties":false}`, i, 3+i%5, i))
+		a, _, err := c.Get(t.Context(), "A", false, fmt.Sprintf(`{"type":"object","properties":{"k%d":{"type":"array","items":{"type":"string","maxLength":%d},"maxItems":3}},"required":["k%d"],"additionalProperties":false}`, i, 3+i%5, i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -348,7 +348,7 @@ func TestMaskBudget(t *testing.T) {
 	}
 	// One grammar alone bigger than the budget: it keeps what fits.
 	big := NewCache(v, bHeld/4)
-	g, _, err := big.Get("A", true, "")
+	g, _, err := big.Get(t.Context(), "A", true, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestMaskBudget(t *testing.T) {
 	// bytes: checkMaskBytes sums only the entries still cached.
 	wide := NewCache(v, 0)
 	for i := range DefaultPerTenant + 4 {
-		a, _, err := wide.Get("A", false, fmt.Sprintf(`{"type":"array","items":{"type":"string","maxLength":%d}}`, 2+i))
+		a, _, err := wide.Get(t.Context(), "A", false, fmt.Sprintf(`{"type":"array","items":{"type":"string","maxLength":%d}}`, 2+i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -385,7 +385,7 @@ func TestMaskBudgetConcurrent(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(w), 13))
 			mask := make([]uint64, v.Words())
 			for i := range 60 {
-				comp, _, err := c.Get(fmt.Sprint("T", w%2), false, fmt.Sprintf(`{"type":"array","items":{"type":"string","maxLength":%d},"maxItems":4}`, 1+(i*7+w)%40))
+				comp, _, err := c.Get(t.Context(), fmt.Sprint("T", w%2), false, fmt.Sprintf(`{"type":"array","items":{"type":"string","maxLength":%d},"maxItems":4}`, 1+(i*7+w)%40))
 				if err != nil {
 					t.Error(err)
 					return

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -229,7 +230,7 @@ var samplings = []sample.Params{
 func (e *Env) sampler(p sample.Params) *sample.Sampler {
 	s := sample.New(p)
 	if p.Format.Constrained() {
-		c, _, err := e.grammars.Get("sim", p.Format.Kind == sample.FormatJSONObject, p.Format.Schema)
+		c, _, err := e.grammars.Get(context.Background(), "sim", p.Format.Kind == sample.FormatJSONObject, p.Format.Schema)
 		if err != nil {
 			panic(err)
 		}
