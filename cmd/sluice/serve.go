@@ -659,10 +659,13 @@ Example:
 }
 
 // logThinking says at start when chat answers are split into reasoning
-// and answer (a thinking model, --reasoning-format auto).
+// and answer (a thinking model, --reasoning-format auto), or when a
+// thinking model's reasoning stays in content (none).
 func logThinking(log *slog.Logger, srv *router.Server) {
 	if srv.Thinking() {
 		log.Info("the model thinks (<think> and </think> tokens, a template that writes them): chat answers carry its reasoning in reasoning_content, and response_format and required tools apply to the answer after </think>; --reasoning-format none turns this off")
+	} else if srv.ModelThinks() {
+		log.Info("the model thinks (<think> and </think> tokens, a template that writes them); --reasoning-format none leaves its reasoning in content, as the model writes it, and response_format and required tools constrain it from the first token")
 	}
 }
 

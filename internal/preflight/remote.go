@@ -14,6 +14,12 @@ type ServerInfo struct {
 	// Context is the context the server admits requests against.
 	Context int        `json:"context"`
 	Roles   []RoleInfo `json:"roles"`
+	// Thinking: the model thinks (Qwen3's <think>...</think>: its
+	// vocabulary has the markers as tokens and its chat template writes
+	// them). ReasoningFormat is where chat answers put the reasoning:
+	// auto, in reasoning_content; none, in content (--reasoning-format).
+	Thinking        bool   `json:"thinking"`
+	ReasoningFormat string `json:"reasoning_format,omitempty"`
 }
 
 // RoleInfo is one role's pool as it was built.

@@ -137,6 +137,11 @@ type Server struct {
 	// think are the reasoning markers of a thinking model whose answers
 	// are split (think.go); nil: not split.
 	think *thinkMarkers
+	// thinks: the model thinks, whatever the reasoning format (think is
+	// nil with none); reasoningFormat is the format in effect (auto or
+	// none). Both are published (/v1/models, /sluice/info).
+	thinks          bool
+	reasoningFormat string
 }
 
 // New builds a server.
@@ -170,7 +175,13 @@ func New(cfg Config) (*Server, error) {
 	if err := checkReasoningFormat(cfg.ReasoningFormat); err != nil {
 		return nil, err
 	}
-	s.think = detectThinking(cfg.ReasoningFormat, cfg.Tokenizer, s.chat)
+	markers := detectThinking(cfg.Tokenizer, s.chat)
+	s.thinks, s.reasoningFormat = markers != nil, ReasoningAuto
+	if cfg.ReasoningFormat == ReasoningNone {
+		s.reasoningFormat = ReasoningNone
+	} else {
+		s.think = markers
+	}
 	if lim := cfg.Keys.Limits(); lim != nil {
 		s.limiter = ratelimit.New(lim)
 	}
@@ -432,6 +443,11 @@ func (s *Server) modelObject() map[string]any {
 		// the effective context, already lowered to every pool (I2).
 		"context_length": info.Context,
 		"max_model_len":  info.Context,
+		// Whether the model thinks (Qwen3's <think>...</think>) and
+		// where its reasoning goes: auto, in reasoning_content; none,
+		// in content (--reasoning-format).
+		"thinking":         s.thinks,
+		"reasoning_format": s.reasoningFormat,
 	}
 }
 
@@ -448,6 +464,7 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	// The context admitted is the engine's, whatever Info says.
 	ei := s.cfg.Engine.Info()
 	info.Model, info.Context = ei.Model, ei.Context
+	info.Thinking, info.ReasoningFormat = s.thinks, s.reasoningFormat
 	writeJSON(w, http.StatusOK, info)
 }
 

@@ -54,10 +54,9 @@ func checkReasoningFormat(f string) error {
 
 // detectThinking finds the reasoning markers of a model that thinks: its
 // vocabulary has <think> and </think> as tokens of their own and its chat
-// template writes them. nil: the model does not think (or the format is
-// none).
-func detectThinking(format string, tok Tokenizer, ct *ChatTemplate) *thinkMarkers {
-	if format == ReasoningNone || ct == nil || ct.IsFallback() {
+// template writes them. nil: the model does not think.
+func detectThinking(tok Tokenizer, ct *ChatTemplate) *thinkMarkers {
+	if ct == nil || ct.IsFallback() {
 		return nil
 	}
 	ids, ok := tok.(tokenIDer)
@@ -75,6 +74,10 @@ func detectThinking(format string, tok Tokenizer, ct *ChatTemplate) *thinkMarker
 // Thinking reports whether chat answers are split into reasoning and
 // content (the model thinks and the reasoning format is auto).
 func (s *Server) Thinking() bool { return s.think != nil }
+
+// ModelThinks reports whether the model thinks, whatever the reasoning
+// format.
+func (s *Server) ModelThinks() bool { return s.thinks }
 
 // spaceToken reports whether token id's text is whitespace only.
 func (s *Server) spaceToken(id int32) bool { return grammar.IsSpace(s.tokenText(id)) }

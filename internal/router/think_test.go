@@ -3,10 +3,12 @@ package router
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
+	"sluice/internal/preflight"
 	"sluice/internal/sample"
 )
 
@@ -372,5 +374,54 @@ func TestThinkingStopInReasoning(t *testing.T) {
 	m := a.Choices[0].Message
 	if code != 200 || str(m.ReasoningContent) != "abc" || m.Content != nil || a.Choices[0].FinishReason != "stop" {
 		t.Fatalf("%s", raw)
+	}
+}
+
+// Whether the model thinks, and where its reasoning goes, are published
+// where clients and operators look, not only in the start-up log: each
+// /v1/models entry (beside OpenAI's fields, which the official client
+// still reads, the extras in its ExtraFields) and /sluice/info. A thinking
+// model served with --reasoning-format none still thinks: its reasoning
+// goes to content.
+func TestThinkingPublished(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		h        *harness
+		thinking bool
+		format   string
+	}{
+		{"auto", thinkHarness(t, ReasoningAuto), true, ReasoningAuto},
+		{"default", thinkHarness(t, ""), true, ReasoningAuto},
+		{"none", thinkHarness(t, ReasoningNone), true, ReasoningNone},
+		{"plain", newHarness(t, 64, nil), false, ReasoningAuto},
+	} {
+		if c.h.srv.ModelThinks() != c.thinking {
+			t.Fatalf("%s: ModelThinks %v, want %v", c.name, c.h.srv.ModelThinks(), c.thinking)
+		}
+		m, err := c.h.client("").Models.Get(t.Context(), "echo-test-double")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, err := c.h.client("").Models.List(t.Context())
+		if err != nil || len(page.Data) != 1 {
+			t.Fatalf("%s: list %v %+v", c.name, err, page)
+		}
+		for _, o := range []struct {
+			id, object, owner string
+			extra             map[string]string
+		}{
+			{m.ID, string(m.Object), m.OwnedBy, map[string]string{"thinking": m.JSON.ExtraFields["thinking"].Raw(), "reasoning_format": m.JSON.ExtraFields["reasoning_format"].Raw()}},
+			{page.Data[0].ID, string(page.Data[0].Object), page.Data[0].OwnedBy, map[string]string{"thinking": page.Data[0].JSON.ExtraFields["thinking"].Raw(), "reasoning_format": page.Data[0].JSON.ExtraFields["reasoning_format"].Raw()}},
+		} {
+			want := map[string]string{"thinking": fmt.Sprint(c.thinking), "reasoning_format": `"` + c.format + `"`}
+			if o.id != "echo-test-double" || o.object != "model" || o.owner != "sluice" || o.extra["thinking"] != want["thinking"] || o.extra["reasoning_format"] != want["reasoning_format"] {
+				t.Fatalf("%s: model %s %s %s %v, want thinking %v reasoning_format %s", c.name, o.id, o.object, o.owner, o.extra, c.thinking, c.format)
+			}
+		}
+		code, body := get(t, c.h.ts.URL+preflight.InfoPath)
+		var info preflight.ServerInfo
+		if err := json.Unmarshal([]byte(body), &info); code != 200 || err != nil || info.Thinking != c.thinking || info.ReasoningFormat != c.format || !strings.Contains(body, `"thinking":`) {
+			t.Fatalf("%s: %s: %d %s", c.name, preflight.InfoPath, code, body)
+		}
 	}
 }
