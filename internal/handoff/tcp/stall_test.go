@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -180,7 +181,10 @@ const cancelStallChildEnv = "SLUICE_TCP_CANCEL_STALL_ADDR"
 // frame, waits until every thread of the child is stopped, acknowledges
 // the close, and continues the child 2 s later. It then answers the
 // prompt and another tenant's call held through the stall; that call and
-// a new one after it must complete on the same connection. While the
+// a new one after it must complete on the same connection. The child's
+// reader hands the acknowledgement on a fifth of CancelWait after reading
+// it (a reader scheduled late after the stall): otherwise whether the
+// reader or the wait runs first after the stall is up to the scheduler. While the
 // cancel wait counted wall time, the child closed the connection ("did
 // not confirm giving the call up") as soon as it ran again.
 func TestCancelWaitSurvivesOwnStall(t *testing.T) {
@@ -255,7 +259,16 @@ func TestCancelWaitSurvivesOwnStall(t *testing.T) {
 // makes one call more, and says "alive" when the connection stayed up and
 // both other calls completed.
 func cancelStallChild(t *testing.T, addr string, wait time.Duration) {
-	c := dial(t, addr, Config{Secret: secret, DeadAfter: -1, CancelWait: wait})
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := &lateConn{Conn: nc}
+	c, err := NewClient(lc, Config{Secret: secret, DeadAfter: -1, CancelWait: wait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	pending := func() int {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -280,6 +293,7 @@ func cancelStallChild(t *testing.T, addr string, wait time.Duration) {
 	for pending() < 2 {
 		time.Sleep(time.Millisecond)
 	}
+	lc.late.Store(int64(wait / 5)) // the next bytes read: the acknowledgement
 	cancel()
 	gerr, oerr := <-given, <-other
 	_, aerr := c.Load(ctx)
@@ -287,6 +301,23 @@ func cancelStallChild(t *testing.T, addr string, wait time.Duration) {
 	if c.Err() == nil && oerr == nil && aerr == nil {
 		fmt.Println("alive")
 	}
+}
+
+// lateConn holds the bytes of its next read that returns any for late
+// (ns), once.
+type lateConn struct {
+	net.Conn
+	late atomic.Int64
+}
+
+func (c *lateConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		if d := c.late.Swap(0); d > 0 {
+			time.Sleep(time.Duration(d))
+		}
+	}
+	return n, err
 }
 
 // cancelStallWorker is the worker: it reads the child's Load and Prefill
