@@ -84,7 +84,11 @@ func TestCacheConcurrentMissesCompileOnce(t *testing.T) {
 	}
 	// B's Get of the same text compiles while A's compile still runs.
 	other := get(t.Context(), "B", schema)
-	<-entered
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("tenant B's Get did not compile on its own: it waits for tenant A's compile (I11)")
+	}
 	if got := count(schema); got != 2 {
 		t.Fatalf("another tenant's Get compiled %d times in all, want 2 (its own)", got)
 	}
