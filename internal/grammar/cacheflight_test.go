@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -19,33 +18,9 @@ import (
 // its waiters to compile themselves.
 func TestCacheConcurrentMissesCompileOnce(t *testing.T) {
 	c := NewCache(testVocab(), 0)
-	var (
-		mu       sync.Mutex
-		compiles = map[string]int{} // by schema text
-		entered  = make(chan string, 64)
-		gate     = make(chan struct{})
-	)
-	c.compile = func(schema []byte) (*Grammar, error) {
-		mu.Lock()
-		compiles[string(schema)]++
-		mu.Unlock()
-		entered <- string(schema)
-		<-gate
-		return CompileSchema(schema)
-	}
-	count := func(schema string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return compiles[schema]
-	}
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
+	g := newCompileGate()
+	c.compile = g.hook("")
+	count, entered := g.count, g.entered
 	waiting := func() int {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -78,7 +53,7 @@ func TestCacheConcurrentMissesCompileOnce(t *testing.T) {
 	for range n - 1 {
 		rest = append(rest, get(t.Context(), "A", schema))
 	}
-	waitFor("A's Gets to wait", func() bool { return waiting() == n-1 || count(schema) > 1 })
+	waitFor(t, "A's Gets to wait", func() bool { return waiting() == n-1 || count(schema) > 1 })
 	if got := count(schema); got != 1 {
 		t.Fatalf("%d concurrent Gets of one schema compiled it %d times, want once", n, got)
 	}
@@ -95,7 +70,7 @@ func TestCacheConcurrentMissesCompileOnce(t *testing.T) {
 	// A waiter whose request ends returns its context's error.
 	ctx, cancel := context.WithCancel(t.Context())
 	gone := get(ctx, "A", schema)
-	waitFor("the cancelled Get to wait", func() bool { return waiting() == n })
+	waitFor(t, "the cancelled Get to wait", func() bool { return waiting() == n })
 	cancel()
 	select {
 	case a := <-gone:
@@ -105,7 +80,7 @@ func TestCacheConcurrentMissesCompileOnce(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a waiter whose context ended kept waiting for the compile")
 	}
-	close(gate)
+	close(g.gate)
 	a0, b := <-first, <-other
 	if a0.err != nil || a0.hit || a0.comp == nil || b.err != nil || b.hit || b.comp == nil {
 		t.Fatalf("the compiles: A %+v, B %+v", a0, b)
@@ -128,23 +103,13 @@ func TestCacheConcurrentMissesCompileOnce(t *testing.T) {
 	// A refused schema: the waiters get the compile's error, which is not
 	// kept (the next Get compiles again).
 	bad := `{"type":"object","minProperties":1,"patternProperties":{"a":{}}}`
-	gate = make(chan struct{})
-	c.compile = func(schema []byte) (*Grammar, error) {
-		mu.Lock()
-		compiles[string(schema)]++
-		mu.Unlock()
-		entered <- string(schema)
-		<-gate
-		if string(schema) == bad {
-			return nil, &Error{Code: "unsupported_schema", Msg: "refused"}
-		}
-		return CompileSchema(schema)
-	}
+	g.reopen()
+	c.compile = g.hook(bad)
 	leader := get(t.Context(), "A", bad)
 	<-entered
 	waiter := get(t.Context(), "A", bad)
-	waitFor("the Get of a refused schema to wait", func() bool { return waiting() == 1 })
-	close(gate)
+	waitFor(t, "the Get of a refused schema to wait", func() bool { return waiting() == 1 })
+	close(g.gate)
 	for _, ch := range []chan answer{leader, waiter} {
 		var ge *Error
 		if a := <-ch; !errors.As(a.err, &ge) || ge.Code != "unsupported_schema" || a.comp != nil {
@@ -159,20 +124,10 @@ func TestCacheConcurrentMissesCompileOnce(t *testing.T) {
 	}
 
 	// A compile that panics: its waiter compiles the schema itself.
-	c.compile = func(schema []byte) (*Grammar, error) {
-		mu.Lock()
-		compiles[string(schema)]++
-		p := compiles[string(schema)] == 1
-		mu.Unlock()
-		if p {
-			waitFor("the Get to wait", func() bool { return waiting() == 1 })
-			panic("compile panicked")
-		}
-		return CompileSchema(schema)
-	}
+	c.compile = g.panicFirst(func() { waitFor(t, "the Get to wait", func() bool { return waiting() == 1 }) })
 	boom := `{"const":"boom"}`
 	first = get(t.Context(), "A", boom)
-	waitFor("the compile", func() bool { return count(boom) == 1 })
+	waitFor(t, "the compile", func() bool { return count(boom) == 1 })
 	second := get(t.Context(), "A", boom)
 	if a := <-first; a.err == nil || !strings.Contains(a.err.Error(), "panic") {
 		t.Fatalf("leader: %+v, want its panic", a)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -115,33 +114,10 @@ func BenchmarkSchemaCheck(b *testing.B) {
 // waiters to compile themselves rather than hang.
 func TestChecksConcurrentMissesCompileOnce(t *testing.T) {
 	c := NewChecks(0, 0)
-	var (
-		mu       sync.Mutex
-		compiles = map[string]int{} // by schema text
-		entered  = make(chan string, 64)
-		gate     = make(chan struct{})
-	)
-	c.compile = func(schema []byte) (*Grammar, error) {
-		mu.Lock()
-		compiles[string(schema)]++
-		mu.Unlock()
-		entered <- string(schema)
-		<-gate
-		return CompileSchema(schema)
-	}
-	count := func(schema []byte) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return compiles[string(schema)]
-	}
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
+	g := newCompileGate()
+	c.compile = g.hook("")
+	entered := g.entered
+	count := func(schema []byte) int { return g.count(string(schema)) }
 	waiting := func() int {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -173,7 +149,7 @@ func TestChecksConcurrentMissesCompileOnce(t *testing.T) {
 	for range n - 1 {
 		rest = append(rest, check(t.Context(), "A", schema))
 	}
-	waitFor("A's checks to wait", func() bool { return waiting() == n-1 || count(schema) > 1 })
+	waitFor(t, "A's checks to wait", func() bool { return waiting() == n-1 || count(schema) > 1 })
 	if got := count(schema); got != 1 {
 		t.Fatalf("%d concurrent checks of one schema compiled it %d times, want once", n, got)
 	}
@@ -187,7 +163,7 @@ func TestChecksConcurrentMissesCompileOnce(t *testing.T) {
 	// answer it no longer needs.
 	ctx, cancel := context.WithCancel(t.Context())
 	gone := check(ctx, "A", schema)
-	waitFor("the cancelled check to wait", func() bool { return waiting() == n })
+	waitFor(t, "the cancelled check to wait", func() bool { return waiting() == n })
 	cancel()
 	select {
 	case a := <-gone:
@@ -197,7 +173,7 @@ func TestChecksConcurrentMissesCompileOnce(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a waiter whose context ended kept waiting for the compile")
 	}
-	close(gate)
+	close(g.gate)
 	for i, ch := range append([]chan answer{first, other}, rest...) {
 		a := <-ch
 		if a.err != nil || !a.usesRef || a.hit != (i >= 2) {
@@ -209,21 +185,10 @@ func TestChecksConcurrentMissesCompileOnce(t *testing.T) {
 	}
 
 	// A compile that panics: its waiter compiles the schema itself.
-	c.compile = func(schema []byte) (*Grammar, error) {
-		mu.Lock()
-		compiles[string(schema)]++
-		p := compiles[string(schema)] == 1
-		mu.Unlock()
-		if p {
-			waitFor("the check to wait", func() bool { return waiting() == 1 })
-			panic("compile panicked")
-		}
-		return CompileSchema(schema)
-	}
-	clear(compiles)
+	c.compile = g.panicFirst(func() { waitFor(t, "the check to wait", func() bool { return waiting() == 1 }) })
 	boom := []byte(`{"const":"boom"}`)
 	leader := check(t.Context(), "A", boom)
-	waitFor("the compile", func() bool { return count(boom) == 1 })
+	waitFor(t, "the compile", func() bool { return count(boom) == 1 })
 	waiter := check(t.Context(), "A", boom)
 	if a := <-leader; a.err == nil || !strings.Contains(a.err.Error(), "panic") {
 		t.Fatalf("leader: %+v, want its panic", a)
