@@ -2,12 +2,10 @@ package kv
 
 // Filling a page in place.
 //
-// An encrypted transport used to open each page record into its frame
-// buffer and then hand the plaintext to WritePageSum, which copied it into
-// the page: a second pass over every byte (the copy was about a third of
-// the receiver's work, BenchmarkHandoffEncrypt). FillPageSum instead hands
-// the transport the reserved page itself, after the same checks as
-// WritePage, and the AEAD opens the record straight into it.
+// An encrypted transport opens each full page's record straight into the
+// page it reserved: FillPageSum hands it the page itself, after the same
+// checks as WritePage, so the plaintext is written once (opening into a
+// frame buffer and copying it in was a second pass over every byte).
 //
 // The plaintext then lands in the page before its tag is known to verify.
 // That keeps the isolation contract because nothing reads the page yet:
@@ -22,13 +20,13 @@ package kv
 // caller fails the handoff closed (I8), which releases (and scrubs again)
 // every page of it.
 //
-// Lock: fill runs under the pool lock, as WritePage's copy does. Opening a
-// page costs about what copying it did (AES-GCM open ~0.17 ns/B vs memmove
-// ~0.18 ns/B on the Intel Xeon model 167), so the lock is held about as
-// long as before (a 256 KiB page: ~45 us) and no longer across a release
-// (I6: a page cannot be released, scrubbed and reused while a fill writes
-// it, because Release takes the same lock). fill must not block on
-// anything but the CPU: never a socket read.
+// Lock: fill runs under the pool lock, as WritePage's copy does, and
+// holds it for one page's open and hash (a 256 KiB page: ~70 us on the
+// Intel Xeon model 167, where a copy and hash took ~33 us; the transport
+// applies writes page by page, so another handoff's Reserve or Commit
+// waits for at most one page). Release takes the same lock, so a page
+// cannot be released, scrubbed and reused while a fill writes it (I6).
+// fill must not block on anything but the CPU: never a socket read.
 
 // FillPageSum applies one transferred full page (slots == PageSize) of
 // size bytes (the sender's image: PageBytes, as WritePage checks) whose
