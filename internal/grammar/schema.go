@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Limits on what a client may ask the compiler for. A schema past any of
@@ -81,13 +83,18 @@ type compiler struct {
 	root *node
 	err  *Error
 	refs map[string]int32
+	// shapes and oneOfWork prove oneOf branches exclusive (oneof.go).
+	shapes    *shaper
+	oneOfWork int
+	// lits checks enum values against the keywords beside them.
+	lits litChecker
 	// shared rules, built on first use
 	ws, anyVal, anyObj, anyStr, strChar, anyNum, anyInt int32
 	haveAny                                             bool
 }
 
 func newCompiler(root *node) *compiler {
-	c := &compiler{b: newBuilder(MaxElements), root: root, refs: map[string]int32{},
+	c := &compiler{b: newBuilder(MaxElements), root: root, refs: map[string]int32{}, lits: litChecker{root: root},
 		ws: -1, anyVal: -1, anyObj: -1, anyStr: -1, strChar: -1, anyNum: -1, anyInt: -1}
 	return c
 }
@@ -229,7 +236,8 @@ var (
 	handled = map[string]bool{"type": true, "properties": true, "required": true, "additionalProperties": true,
 		"items": true, "prefixItems": true, "minItems": true, "maxItems": true, "enum": true, "const": true,
 		"pattern": true, "format": true, "minLength": true, "maxLength": true, "minimum": true, "maximum": true,
-		"exclusiveMinimum": true, "exclusiveMaximum": true, "anyOf": true, "allOf": true, "$ref": true}
+		"exclusiveMinimum": true, "exclusiveMaximum": true, "anyOf": true, "allOf": true, "$ref": true,
+		"oneOf": true, "minProperties": true, "maxProperties": true, "propertyNames": true, "multipleOf": true}
 	annotations = map[string]bool{"title": true, "description": true, "default": true, "examples": true,
 		"$schema": true, "$id": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true,
 		"$defs": true, "definitions": true, "contentMediaType": true, "contentEncoding": true, "discriminator": true,
@@ -258,6 +266,14 @@ func (c *compiler) value(s *node, path string) []item {
 			return c.unsupported(path, "the keyword %q is not supported", k)
 		}
 	}
+	if d := s.get("discriminator"); d != nil {
+		// OpenAPI's annotation (Pydantic writes it beside a oneOf): it
+		// constrains nothing the branches do not, but a malformed one is
+		// a mistake worth telling.
+		if pn := d.get("propertyName"); d.kind != 'o' || pn == nil || pn.kind != 's' {
+			return c.bad(path+"/discriminator", "discriminator must be an object whose propertyName is a string")
+		}
+	}
 	if r := s.get("$ref"); r != nil {
 		for _, k := range s.keys {
 			if handled[k] && k != "$ref" {
@@ -272,19 +288,32 @@ func (c *compiler) value(s *node, path string) []item {
 		}
 		return c.value(a.arr[0], path+"/allOf/0")
 	}
-	if a := s.get("anyOf"); a != nil {
+	for _, kw := range []string{"anyOf", "oneOf"} {
+		a := s.get(kw)
+		if a == nil {
+			continue
+		}
 		if countHandled(s) > 1 {
-			return c.unsupported(path, "keywords beside anyOf are not supported; move them into each branch")
+			return c.unsupported(path, "keywords beside %s are not supported; move them into each branch", kw)
 		}
 		if a.kind != 'a' || len(a.arr) == 0 {
-			return c.bad(path+"/anyOf", "anyOf must be a non-empty array")
+			return c.bad(path+"/"+kw, "%s must be a non-empty array", kw)
 		}
 		if len(a.arr) > MaxEnum {
-			return c.fail("enum_too_large", "%s/anyOf has %d branches; at most %d are allowed", path, len(a.arr), MaxEnum)
+			return c.fail("enum_too_large", "%s/%s has %d branches; at most %d are allowed", path, kw, len(a.arr), MaxEnum)
 		}
 		var alts [][]item
 		for i, sub := range a.arr {
-			alts = append(alts, c.value(sub, fmt.Sprintf("%s/anyOf/%d", path, i)))
+			alts = append(alts, c.value(sub, fmt.Sprintf("%s/%s/%d", path, kw, i)))
+		}
+		if c.failed() {
+			return nil
+		}
+		// oneOf is anyOf when no value matches two branches (oneof.go).
+		if kw == "oneOf" {
+			if why := c.exclusive(a.arr, path); why != "" {
+				return c.unsupported(path, "%s", why)
+			}
 		}
 		return []item{ref(c.b.rule(alts...))}
 	}
@@ -293,7 +322,7 @@ func (c *compiler) value(s *node, path string) []item {
 		return nil
 	}
 	if e := s.get("const"); e != nil {
-		return c.literals([]*node{e}, types, path+"/const")
+		return c.literals([]*node{e}, types, s, path+"/const")
 	}
 	if e := s.get("enum"); e != nil {
 		if e.kind != 'a' || len(e.arr) == 0 {
@@ -302,7 +331,7 @@ func (c *compiler) value(s *node, path string) []item {
 		if len(e.arr) > MaxEnum {
 			return c.fail("enum_too_large", "%s/enum has %d values; at most %d are allowed", path, len(e.arr), MaxEnum)
 		}
-		return c.literals(e.arr, types, path+"/enum")
+		return c.literals(e.arr, types, s, path+"/enum")
 	}
 	if items != nil {
 		return items
@@ -354,18 +383,7 @@ func (c *compiler) types(s *node, path string) ([]string, []item) {
 	t := s.get("type")
 	switch {
 	case t == nil:
-		switch {
-		case s.get("properties") != nil || s.get("additionalProperties") != nil || s.get("required") != nil:
-			types = []string{"object"}
-		case s.get("items") != nil || s.get("prefixItems") != nil || s.get("minItems") != nil || s.get("maxItems") != nil:
-			types = []string{"array"}
-		case s.get("pattern") != nil || s.get("format") != nil || s.get("minLength") != nil || s.get("maxLength") != nil:
-			types = []string{"string"}
-		case s.get("minimum") != nil || s.get("maximum") != nil || s.get("exclusiveMinimum") != nil || s.get("exclusiveMaximum") != nil:
-			types = []string{"number"}
-		case s.get("enum") != nil || s.get("const") != nil:
-			types = []string{"object", "array", "string", "integer", "number", "boolean", "null"}
-		default:
+		if types = impliedTypes(s); types == nil {
 			return nil, []item{c.anyValue()}
 		}
 	case t.kind == 's':
@@ -393,12 +411,53 @@ func (c *compiler) types(s *node, path string) ([]string, []item) {
 	return types, nil
 }
 
-// literals is one of the given JSON values, those of the allowed types.
-func (c *compiler) literals(vals []*node, types []string, path string) []item {
+// impliedTypes is the type the compiler writes for a schema without
+// "type", read from the keywords it has (nil: any value). The output is
+// of that type, which such a schema accepts: its keywords constrain
+// only values of their type.
+func impliedTypes(s *node) []string {
+	has := func(ks ...string) bool {
+		for _, k := range ks {
+			if s.get(k) != nil {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case has("properties", "additionalProperties", "required", "minProperties", "maxProperties", "propertyNames"):
+		return []string{"object"}
+	case has("items", "prefixItems", "minItems", "maxItems"):
+		return []string{"array"}
+	case has("pattern", "format", "minLength", "maxLength"):
+		return []string{"string"}
+	case has("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
+		return []string{"number"}
+	case has("enum", "const"):
+		return []string{"object", "array", "string", "integer", "number", "boolean", "null"}
+	}
+	return nil
+}
+
+// literals is one of the given JSON values, those of the allowed types
+// that satisfy the keywords of s beside enum/const (a maximum, a
+// pattern: litcheck.go).
+func (c *compiler) literals(vals []*node, types []string, s *node, path string) []item {
+	rest := &node{kind: 'o'}
+	for i, k := range s.keys {
+		if handled[k] && k != "enum" && k != "const" && k != "type" {
+			rest.keys, rest.vals = append(rest.keys, k), append(rest.vals, s.vals[i])
+		}
+	}
 	var lits []string
 	seen := map[string]bool{}
+	typed := 0
 	for _, v := range vals {
 		if !valueHasType(v, types) {
+			continue
+		}
+		typed++
+		if len(rest.keys) > 0 && !c.lits.satisfies(v, rest, 0) {
 			continue
 		}
 		var b bytes.Buffer
@@ -408,6 +467,9 @@ func (c *compiler) literals(vals []*node, types []string, path string) []item {
 		}
 		seen[b.String()] = true
 		lits = append(lits, b.String())
+	}
+	if len(lits) == 0 && typed > 0 {
+		return c.bad(path, "no value satisfies the schema's other keywords (%s)", strings.Join(rest.keys, ", "))
 	}
 	if len(lits) == 0 {
 		return c.bad(path, "no value is of the schema's type")
@@ -492,30 +554,12 @@ func (c *compiler) ref(r *node, path string) []item {
 	if id, ok := c.refs[r.str]; ok {
 		return []item{ref(id)}
 	}
-	target := c.root
-	if p := strings.TrimPrefix(r.str, "#"); p != "" {
-		if !strings.HasPrefix(p, "/") {
-			return c.unsupported(path+"/$ref", "reference %q is not a JSON pointer", r.str)
-		}
-		for _, part := range strings.Split(p[1:], "/") {
-			part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
-			switch {
-			case target != nil && target.kind == 'o':
-				target = target.get(part)
-			case target != nil && target.kind == 'a':
-				i, err := strconv.Atoi(part)
-				if err != nil || i < 0 || i >= len(target.arr) {
-					target = nil
-				} else {
-					target = target.arr[i]
-				}
-			default:
-				target = nil
-			}
-		}
-		if target == nil {
-			return c.bad(path+"/$ref", "reference %q points at nothing", r.str)
-		}
+	if p := strings.TrimPrefix(r.str, "#"); p != "" && !strings.HasPrefix(p, "/") {
+		return c.unsupported(path+"/$ref", "reference %q is not a JSON pointer", r.str)
+	}
+	target, ok := resolvePointer(c.root, r.str)
+	if !ok {
+		return c.bad(path+"/$ref", "reference %q points at nothing", r.str)
 	}
 	id := c.b.newRule()
 	c.refs[r.str] = id
@@ -523,16 +567,49 @@ func (c *compiler) ref(r *node, path string) []item {
 	return []item{ref(id)}
 }
 
+// resolvePointer is what a local reference ("#", "#/$defs/a") points at
+// within root.
+func resolvePointer(root *node, r string) (*node, bool) {
+	p, ok := strings.CutPrefix(r, "#")
+	if !ok || p != "" && !strings.HasPrefix(p, "/") {
+		return nil, false
+	}
+	target := root
+	if p == "" {
+		return target, true
+	}
+	for _, part := range strings.Split(p[1:], "/") {
+		part = strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")
+		switch {
+		case target != nil && target.kind == 'o':
+			target = target.get(part)
+		case target != nil && target.kind == 'a':
+			i, err := strconv.Atoi(part)
+			if err != nil || i < 0 || i >= len(target.arr) {
+				target = nil
+			} else {
+				target = target.arr[i]
+			}
+		default:
+			target = nil
+		}
+	}
+	return target, target != nil
+}
+
+// MaxPropertyCount bounds minProperties and maxProperties where they
+// constrain an object of declared properties: the grammar counts the
+// properties written, a rule per property and count.
+const MaxPropertyCount = 64
+
 // object compiles properties in their declared order. Required ones must
 // appear; optional ones may be skipped. Additional properties, when
 // allowed, are not generated (the output stays valid without them),
 // except for a map schema (additionalProperties a schema, no properties).
+// minProperties/maxProperties are counted as properties are written;
+// propertyNames drops the optional properties it refuses, adds the names
+// of its enum as optional properties, and is a map's key grammar.
 func (c *compiler) object(s *node, path string) []item {
-	for _, k := range []string{"minProperties", "maxProperties", "patternProperties", "propertyNames"} {
-		if s.get(k) != nil {
-			return c.unsupported(path, "the keyword %q is not supported", k)
-		}
-	}
 	props := s.get("properties")
 	if props != nil && props.kind != 'o' {
 		return c.bad(path+"/properties", "properties must be an object")
@@ -549,23 +626,38 @@ func (c *compiler) object(s *node, path string) []item {
 			req[x.str] = true
 		}
 	}
+	minP, maxP := c.count(s, "minProperties", path), c.count(s, "maxProperties", path)
+	names := c.propertyNames(s.get("propertyNames"), path+"/propertyNames")
+	if c.failed() {
+		return nil
+	}
+	minP = max(minP, 0)
+	if maxP >= 0 && maxP < minP {
+		return c.bad(path, "maxProperties %d is below minProperties %d", maxP, minP)
+	}
 	addl := s.get("additionalProperties")
 	closed := addl != nil && addl.kind == 'b' && !addl.b
+	var addlSchema *node
+	if addl != nil && addl.kind == 'o' {
+		addlSchema = addl
+	}
 	type prop struct {
 		name     string
 		schema   *node
 		required bool
 	}
 	var ps []prop
-	if props != nil {
-		for i, k := range props.keys {
-			ps = append(ps, prop{k, props.vals[i], req[k]})
-		}
-	}
 	declared := map[string]bool{}
 	if props != nil {
-		for _, k := range props.keys {
+		for i, k := range props.keys {
 			declared[k] = true
+			if !names.allows(k) {
+				if req[k] {
+					return c.bad(path+"/required", "%q is required but propertyNames does not allow it", k)
+				}
+				continue // never written
+			}
+			ps = append(ps, prop{k, props.vals[i], req[k]})
 		}
 	}
 	var extra []string
@@ -574,56 +666,250 @@ func (c *compiler) object(s *node, path string) []item {
 			if closed {
 				return c.bad(path+"/required", "%q is required but not among the properties and additionalProperties is false", k)
 			}
+			if !names.allows(k) {
+				return c.bad(path+"/required", "%q is required but propertyNames does not allow it", k)
+			}
 			extra = append(extra, k)
 		}
 	}
 	slices.Sort(extra)
 	for _, k := range extra {
-		var sch *node
-		if addl != nil && addl.kind == 'o' {
-			sch = addl
+		ps = append(ps, prop{k, addlSchema, true})
+	}
+	if names.enum != nil && !closed {
+		// The only other keys a value may have: optional properties of
+		// the additionalProperties schema, written in the enum's order.
+		for _, k := range names.enum {
+			if !declared[k] && !req[k] {
+				ps = append(ps, prop{k, addlSchema, false})
+			}
 		}
-		ps = append(ps, prop{k, sch, true})
 	}
 	if len(ps) == 0 {
 		switch {
-		case closed:
+		case closed || names.none:
+			if minP > 0 {
+				return c.bad(path, "minProperties %d: no property is allowed", minP)
+			}
 			return c.b.lit("{}")
-		case addl != nil && addl.kind == 'o':
-			v := c.value(addl, path+"/additionalProperties")
-			member := seq([]item{c.anyString()}, c.colon(), v)
-			return seq(c.b.lit("{"), []item{c.b.opt(seq(member, []item{c.b.star(seq(c.comma(), member))}))}, c.b.lit("}"))
-		default:
+		case minP > 1:
+			return c.unsupported(path, "minProperties %d without declared properties is not supported: the keys written could repeat, and a repeated key counts once; declare the properties (or list the allowed keys in propertyNames enum)", minP)
+		}
+		if maxP == 0 {
+			return c.b.lit("{}")
+		}
+		if addlSchema == nil && names.key == nil && minP == 0 && maxP < 0 {
 			return []item{c.anyObject()}
 		}
-	}
-	// first[i]: properties i.. with none written yet; next[i]: some
-	// written already, so each is preceded by a comma.
-	n := len(ps)
-	first := make([]int32, n+1)
-	next := make([]int32, n+1)
-	for i := range first {
-		first[i], next[i] = c.b.newRule(), c.b.newRule()
-	}
-	c.b.define(first[n], nil)
-	c.b.define(next[n], nil)
-	for i := n - 1; i >= 0; i-- {
-		var key bytes.Buffer
-		writeString(&key, ps[i].name)
-		kv := seq(c.b.lit(key.String()), c.colon(), c.value(ps[i].schema, path+"/properties/"+ps[i].name))
+		v := []item{c.anyValue()}
+		if addlSchema != nil {
+			v = c.value(addlSchema, path+"/additionalProperties")
+		}
+		key := []item{c.anyString()}
+		if names.key != nil {
+			key = names.key
+		}
 		if c.failed() {
 			return nil
 		}
-		fa := [][]item{seq(kv, []item{ref(next[i+1])})}
-		na := [][]item{seq(c.comma(), kv, []item{ref(next[i+1])})}
-		if !ps[i].required {
-			fa = append(fa, []item{ref(first[i+1])})
-			na = append(na, []item{ref(next[i+1])})
+		// Duplicate keys count once, so only the upper bound and a
+		// minimum of one can be counted by members written.
+		member := seq(key, c.colon(), v)
+		var more item
+		if maxP < 0 {
+			more = c.b.star(seq(c.comma(), member))
+		} else {
+			more = ref(c.b.rule(c.b.repeat(seq(c.comma(), member), 0, maxP-1)))
 		}
-		c.b.define(first[i], fa...)
-		c.b.define(next[i], na...)
+		members := seq(member, []item{more})
+		if minP == 0 {
+			members = []item{c.b.opt(members)}
+		}
+		return seq(c.b.lit("{"), members, c.b.lit("}"))
 	}
-	return seq(c.b.lit("{"), []item{ref(first[0])}, c.b.lit("}"))
+	n := len(ps)
+	nreq := 0
+	for _, p := range ps {
+		if p.required {
+			nreq++
+		}
+	}
+	if maxP >= 0 && nreq > maxP {
+		return c.bad(path, "the %d required properties are more than maxProperties %d", nreq, maxP)
+	}
+	if minP > n {
+		if closed || names.enum != nil {
+			return c.bad(path, "minProperties %d is more than the %d properties an object may have", minP, n)
+		}
+		return c.unsupported(path, "minProperties %d is more than the %d declared properties; sluice writes declared properties only: declare at least %d", minP, n, minP)
+	}
+	// A state (i, k): properties i.. remain, k written (k > 0: a comma
+	// comes first). With maxProperties below n, k counts up to it and a
+	// property past it is not offered; otherwise k saturates at
+	// max(1, minProperties), all the count needs to tell.
+	capped := maxP >= 0 && maxP < n
+	top := max(1, minP)
+	if capped {
+		top = maxP
+	}
+	if top > MaxPropertyCount {
+		return c.unsupported(path, "minProperties/maxProperties of %d are not supported on declared properties; at most %d", top, MaxPropertyCount)
+	}
+	reqFrom := make([]int, n+1) // required properties among i..
+	for i := n - 1; i >= 0; i-- {
+		reqFrom[i] = reqFrom[i+1]
+		if ps[i].required {
+			reqFrom[i]++
+		}
+	}
+	feasible := func(i, k int) bool {
+		return k+n-i >= minP && (!capped || k+reqFrom[i] <= maxP)
+	}
+	// Each property's key and value, compiled once (properties from
+	// the last, as rules are numbered).
+	kv := make([][]item, n)
+	for i := n - 1; i >= 0; i-- {
+		var key bytes.Buffer
+		writeString(&key, ps[i].name)
+		kv[i] = seq(c.b.lit(key.String()), c.colon(), c.value(ps[i].schema, path+"/properties/"+ps[i].name))
+		if c.failed() {
+			return nil
+		}
+		if top > 1 {
+			kv[i] = []item{ref(c.b.rule(kv[i]))}
+		}
+	}
+	rules := map[[2]int]int32{}
+	var state func(i, k int) int32
+	state = func(i, k int) int32 {
+		if r, ok := rules[[2]int{i, k}]; ok {
+			return r
+		}
+		r := c.b.newRule()
+		rules[[2]int{i, k}] = r
+		if i == n {
+			c.b.define(r, nil) // k >= minP: feasible
+			return r
+		}
+		var alts [][]item
+		if k2 := min(k+1, top); (!capped || k+1 <= top) && feasible(i+1, k2) {
+			var a []item
+			if k > 0 {
+				a = c.comma()
+			}
+			alts = append(alts, seq(a, kv[i], []item{ref(state(i+1, k2))}))
+		}
+		if !ps[i].required && feasible(i+1, k) {
+			alts = append(alts, []item{ref(state(i+1, k))})
+		}
+		c.b.define(r, alts...)
+		return r
+	}
+	root := state(0, 0)
+	if c.failed() {
+		return nil
+	}
+	return seq(c.b.lit("{"), []item{ref(root)}, c.b.lit("}"))
+}
+
+// keyNames is what propertyNames allows.
+type keyNames struct {
+	// none: no key at all (propertyNames false).
+	none bool
+	// enum: the only names allowed (in order), nil if not finite.
+	enum []string
+	// key: the grammar of a map's keys (nil: any string).
+	key []item
+	// ok checks a declared property's name (nil: any).
+	ok func(string) bool
+}
+
+func (k keyNames) allows(name string) bool {
+	switch {
+	case k.none:
+		return false
+	case k.ok != nil:
+		return k.ok(name)
+	}
+	return true
+}
+
+// propertyNames reads a propertyNames schema: a string schema of enum or
+// const, pattern, minLength, maxLength (nil: any name).
+func (c *compiler) propertyNames(pn *node, path string) keyNames {
+	switch {
+	case pn == nil:
+		return keyNames{}
+	case pn.kind == 'b':
+		return keyNames{none: !pn.b}
+	case pn.kind != 'o':
+		c.bad(path, "propertyNames must be a schema")
+		return keyNames{}
+	}
+	for _, k := range pn.keys {
+		switch {
+		case annotations[k]:
+		case k == "type":
+			if t := pn.get("type"); t.kind != 's' || t.str != "string" {
+				c.bad(path+"/type", `property names are strings: type must be "string"`)
+				return keyNames{}
+			}
+		case k == "enum", k == "const", k == "pattern", k == "minLength", k == "maxLength":
+		default:
+			c.unsupported(path, "the keyword %q is not supported in propertyNames (supported: enum, const, pattern, minLength, maxLength)", k)
+			return keyNames{}
+		}
+	}
+	lo, hi := c.count(pn, "minLength", path), c.count(pn, "maxLength", path)
+	var re *regexp.Regexp
+	if p := pn.get("pattern"); p != nil {
+		if p.kind != 's' {
+			c.bad(path+"/pattern", "pattern must be a string")
+			return keyNames{}
+		}
+		var err error
+		if re, err = regexp.Compile(p.str); err != nil {
+			c.bad(path+"/pattern", "the pattern %q is not a valid regular expression: %v", p.str, err)
+			return keyNames{}
+		}
+	}
+	ok := func(name string) bool {
+		n := utf8.RuneCountInString(name)
+		return n >= lo && (hi < 0 || n <= hi) && (re == nil || re.MatchString(name))
+	}
+	var vals []*node
+	if e := pn.get("const"); e != nil {
+		vals = []*node{e}
+	} else if e := pn.get("enum"); e != nil {
+		if e.kind != 'a' || len(e.arr) == 0 {
+			c.bad(path+"/enum", "enum must be a non-empty array")
+			return keyNames{}
+		}
+		vals = e.arr
+	}
+	if vals != nil {
+		set := map[string]bool{}
+		enum := []string{}
+		for _, v := range vals {
+			if v.kind == 's' && ok(v.str) && !set[v.str] {
+				set[v.str] = true
+				enum = append(enum, v.str)
+			}
+		}
+		if len(enum) > MaxEnum {
+			c.fail("enum_too_large", "%s/enum has %d values; at most %d are allowed", path, len(enum), MaxEnum)
+			return keyNames{}
+		}
+		return keyNames{enum: enum, none: len(enum) == 0, ok: func(name string) bool { return set[name] }}
+	}
+	if re == nil && lo <= 0 && hi < 0 {
+		return keyNames{}
+	}
+	key := c.str(pn, path)
+	if c.failed() {
+		return keyNames{}
+	}
+	return keyNames{key: key, ok: ok}
 }
 
 // count reads a non-negative integer keyword; -1 when absent.
@@ -840,15 +1126,16 @@ func (c *compiler) intBounds(s *node, path string) (int64, int64) {
 }
 
 func (c *compiler) integer(s *node, path string) []item {
-	if s.get("multipleOf") != nil {
-		return c.unsupported(path, "multipleOf is not supported")
-	}
+	d := c.divisor(s, path)
 	lo, hi := c.intBounds(s, path)
 	if c.failed() {
 		return nil
 	}
 	if lo > hi {
 		return c.bad(path, "no integer lies within the bounds")
+	}
+	if d > 1 {
+		return c.multiples(d, lo, hi, path)
 	}
 	if lo == -maxMagnitude && hi == maxMagnitude {
 		return []item{c.anyInteger()}
@@ -866,8 +1153,21 @@ func (c *compiler) integer(s *node, path string) []item {
 }
 
 func (c *compiler) number(s *node, path string) []item {
-	if s.get("multipleOf") != nil {
-		return c.unsupported(path, "multipleOf is not supported")
+	fracDigits := MaxFracDigits
+	if m := s.get("multipleOf"); m != nil {
+		r := c.ratio(m, path)
+		if c.failed() {
+			return nil
+		}
+		switch k, ok := decimalStep(r); {
+		case r.IsInt():
+			// Multiples of an integer are integers.
+			return c.integer(s, path)
+		case ok && k <= MaxFracDigits:
+			fracDigits = k
+		default:
+			return c.unsupported(path+"/multipleOf", "multipleOf %s on a number is not supported: use an integer (the output is then an integer) or a power of ten such as 0.01 (at most that many decimals), or type integer, where any multipleOf is", m.num)
+		}
 	}
 	if s.get("exclusiveMinimum") != nil || s.get("exclusiveMaximum") != nil {
 		return c.unsupported(path, "exclusiveMinimum/exclusiveMaximum on a number are not supported; use minimum/maximum or type integer")
@@ -892,8 +1192,17 @@ func (c *compiler) number(s *node, path string) []item {
 	if lo > hi {
 		return c.bad(path, "no number lies within the bounds")
 	}
-	if lo == -maxMagnitude && hi == maxMagnitude {
+	unbounded := lo == -maxMagnitude && hi == maxMagnitude
+	if unbounded && fracDigits == MaxFracDigits {
 		return []item{c.anyNumber()}
+	}
+	frac := c.frac()
+	if fracDigits < MaxFracDigits {
+		// multipleOf 10^-k: at most k decimals.
+		frac = c.b.opt(seq(c.b.lit("."), c.b.repeat([]item{c.b.class(digitClass('0', '9'))}, 1, fracDigits)))
+	}
+	if unbounded {
+		return seq([]item{c.b.opt(c.b.lit("-"))}, c.intPart(), []item{frac})
 	}
 	// A magnitude within [a, b] (integers): an integer part in [a, b-1]
 	// with any fraction, or b with a zero fraction.
@@ -902,7 +1211,7 @@ func (c *compiler) number(s *node, path string) []item {
 		var out [][]item
 		if a <= b-1 {
 			for _, x := range c.uintRange(uint64(a), uint64(b-1)) {
-				out = append(out, seq(x, []item{c.frac()}))
+				out = append(out, seq(x, []item{frac}))
 			}
 		}
 		return append(out, seq(c.b.lit(strconv.FormatInt(b, 10)), []item{zero}))

@@ -1,0 +1,568 @@
+package grammar
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"sluice/internal/testenv"
+)
+
+// byteVocab has one token per byte (id 1+b) and the end of generation
+// (id 0): a matcher over it accepts exactly the grammar's strings.
+var byteVocab = func() *Vocab {
+	pieces := []string{""}
+	for b := range 256 {
+		pieces = append(pieces, string([]byte{byte(b)}))
+	}
+	return NewVocab(pieces, func(id int32) bool { return id == 0 })
+}()
+
+// accepts reports whether g's language holds s.
+func accepts(g *Grammar, s string) bool {
+	m := Bind(g, byteVocab).NewMatcher()
+	for i := 0; i < len(s); i++ {
+		if m.Accept(1+int32(s[i])) != nil {
+			return false
+		}
+	}
+	return m.CanEnd()
+}
+
+func mustCompile(t *testing.T, schema string) *Grammar {
+	t.Helper()
+	g, err := CompileSchema([]byte(schema))
+	if err != nil {
+		t.Fatalf("%.200s: %v", schema, err)
+	}
+	return g
+}
+
+// refused fails unless schema is refused with code and a message holding
+// each of parts.
+func refused(t *testing.T, schema, code string, parts ...string) {
+	t.Helper()
+	cpu0 := testenv.CPUTime()
+	_, err := CompileSchema([]byte(schema))
+	var ge *Error
+	if !errors.As(err, &ge) || ge.Code != code {
+		t.Errorf("%.80s: got %v, want code %s", schema, err, code)
+		return
+	}
+	for _, p := range parts {
+		if !strings.Contains(ge.Msg, p) {
+			t.Errorf("%.80s: %q does not say %q", schema, ge.Msg, p)
+		}
+	}
+	if d := testenv.CPUTime() - cpu0; d > time.Second {
+		t.Errorf("%.80s: refused after %v of CPU", schema, d)
+	}
+}
+
+// walkValidates walks random outputs of schema and checks each with the
+// independent validator (oneOf included: exactly one branch matches).
+func walkValidates(t *testing.T, schema string, runs int) {
+	t.Helper()
+	g := mustCompile(t, schema)
+	val := validator(t, json.RawMessage(schema))
+	c := Bind(g, testVocab())
+	rng := rand.New(rand.NewPCG(uint64(len(schema)), 5))
+	done := 0
+	for range runs {
+		out, ok := walk(t, c, rng, 600)
+		if !ok {
+			continue
+		}
+		done++
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
+		if err != nil {
+			t.Fatalf("%.200s: output %q is not JSON: %v", schema, out, err)
+		}
+		if err := val.Validate(inst); err != nil {
+			t.Fatalf("%.200s: output %q does not validate: %v", schema, out, err)
+		}
+	}
+	if done == 0 {
+		t.Fatalf("%.200s: no output ended", schema)
+	}
+}
+
+// pydanticPets is what Pydantic 2 writes for a field
+// `pet: Cat | Dog = Field(discriminator="pet_type")`.
+const pydanticPets = `{"$defs":{"Cat":{"properties":{"pet_type":{"const":"cat","title":"Pet Type","type":"string"},"meows":{"title":"Meows","type":"integer"}},"required":["pet_type","meows"],"title":"Cat","type":"object"},"Dog":{"properties":{"pet_type":{"const":"dog","title":"Pet Type","type":"string"},"barks":{"title":"Barks","type":"number"}},"required":["pet_type","barks"],"title":"Dog","type":"object"}},"properties":{"pet":{"discriminator":{"mapping":{"cat":"#/$defs/Cat","dog":"#/$defs/Dog"},"propertyName":"pet_type"},"oneOf":[{"$ref":"#/$defs/Cat"},{"$ref":"#/$defs/Dog"}],"title":"Pet"},"n":{"title":"N","type":"integer"}},"required":["pet","n"],"title":"Model","type":"object"}`
+
+// oneOf whose branches exclude each other compiles, and every output
+// matches exactly one branch (the validator checks oneOf itself).
+func TestOneOfExclusive(t *testing.T) {
+	for _, s := range []string{
+		pydanticPets,
+		`{"oneOf":[{"type":"string"},{"type":"integer"},{"type":"null"},{"type":"array","items":{"type":"boolean"},"maxItems":2}]}`,
+		`{"oneOf":[{"enum":["a","b",1]},{"enum":["c",2.5]},{"const":{"x":1}}]}`,
+		`{"oneOf":[{"const":1.5},{"type":"string"},{"type":"integer","minimum":2,"maximum":3}]}`,
+		// a required key the other branch never has
+		`{"oneOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"type":"object","properties":{"b":{"type":"string","maxLength":3}},"required":["b"],"additionalProperties":false}]}`,
+		// a discriminator with enums, not first among the properties, nested
+		`{"oneOf":[{"type":"object","properties":{"v":{"oneOf":[{"type":"boolean"},{"type":"string","maxLength":2}]},"kind":{"enum":["x","y"]}},"required":["kind","v"]},{"type":"object","properties":{"v":{"type":"integer"},"kind":{"enum":["z"]}},"required":["kind","v"]}]}`,
+		// the compiler's implied type: properties alone write objects
+		`{"oneOf":[{"properties":{"t":{"const":"a"}},"required":["t"]},{"properties":{"t":{"const":"b"}},"required":["t"]}]}`,
+		`{"oneOf":[{"type":"integer"}]}`,
+	} {
+		walkValidates(t, s, 20)
+	}
+}
+
+// oneOf whose branches may both match one value is refused, naming two
+// such branches and saying what to write instead.
+func TestOneOfOverlapRefused(t *testing.T) {
+	for _, c := range []struct{ schema, branches string }{
+		{`{"oneOf":[{"type":"integer"},{"type":"number"}]}`, "#/oneOf/0 and #/oneOf/1"},
+		{`{"oneOf":[{"type":"integer"},{"minimum":2}]}`, "#/oneOf/0 and #/oneOf/1"},
+		{`{"oneOf":[{"type":"string"},{"enum":["a","b"]},{"enum":["b","c"]}]}`, "#/oneOf/0 and #/oneOf/1"},
+		{`{"oneOf":[{"enum":["a"]},{"enum":["b","c"]},{"enum":["c"]}]}`, "#/oneOf/1 and #/oneOf/2"},
+		{`{"oneOf":[{"const":1},{"const":1.0}]}`, "#/oneOf/0 and #/oneOf/1"},
+		{`{"oneOf":[{"const":{"a":1,"b":[2]}},{"const":{"b":[2.0],"a":1}}]}`, "#/oneOf/0 and #/oneOf/1"},
+		{`{"oneOf":[{},{}]}`, "#/oneOf/0 and #/oneOf/1"},
+		// a string matches the second branch, and the first (no type)
+		{`{"oneOf":[{"properties":{"a":{"const":1}}},{"type":"string"}]}`, "#/oneOf/0 and #/oneOf/1"},
+		// the same discriminator value twice
+		{`{"properties":{"p":{"oneOf":[{"type":"object","properties":{"t":{"const":"a"}},"required":["t"]},{"type":"object","properties":{"t":{"const":"b"}},"required":["t"]},{"type":"object","properties":{"t":{"enum":["c","a"]}},"required":["t"]}]}}}`, "#/properties/p/oneOf/0 and #/properties/p/oneOf/2"},
+		// a discriminator not required in one branch
+		{`{"oneOf":[{"type":"object","properties":{"t":{"const":"a"}},"required":["t"]},{"type":"object","properties":{"t":{"const":"b"}}}]}`, "#/oneOf/0 and #/oneOf/1"},
+	} {
+		refused(t, c.schema, "unsupported_schema", c.branches, "use anyOf")
+	}
+	refused(t, `{"oneOf":[{"type":"integer"},{"type":"string"}],"type":"string"}`, "unsupported_schema", "beside oneOf")
+	refused(t, `{"oneOf":[]}`, "invalid_schema")
+	refused(t, `{"discriminator":{"propertyName":1},"oneOf":[{"type":"integer"},{"type":"string"}]}`, "invalid_schema", "propertyName")
+	refused(t, `{"discriminator":"t","anyOf":[{"type":"integer"}]}`, "invalid_schema", "propertyName")
+}
+
+// Attacks on the oneOf proof stay within the compile bounds: 1,000
+// discriminated branches compile (the common case, answered without
+// comparing pairs); 1,000 branches that can only be compared pairwise,
+// each with a large enum, are refused for the work, quickly; nested
+// oneOf compiles.
+func TestOneOfHostile(t *testing.T) {
+	var disc, enums []string
+	for i := range MaxEnum {
+		disc = append(disc, fmt.Sprintf(`{"properties":{"k":{"const":"v%d"}},"required":["k"]}`, i))
+	}
+	for i := range 20 {
+		var vals []string
+		for j := range 500 {
+			vals = append(vals, strconv.Itoa(i*500+j))
+		}
+		enums = append(enums, `{"enum":[`+strings.Join(vals, ",")+`]}`)
+	}
+	cpu0 := testenv.CPUTime()
+	mustCompile(t, `{"oneOf":[`+strings.Join(disc, ",")+`]}`)
+	mustCompile(t, `{"oneOf":[`+strings.Join(enums, ",")+`]}`)
+	if d := testenv.CPUTime() - cpu0; d > 2*time.Second {
+		t.Errorf("two wide oneOfs compiled in %v of CPU", d)
+	}
+	var same []string
+	for range MaxEnum {
+		same = append(same, `{"required":["k"]}`)
+	}
+	refused(t, `{"oneOf":[`+strings.Join(same, ",")+`]}`, "unsupported_schema", "#/oneOf/0 and #/oneOf/1")
+	// Disjoint enums that must be compared pair by pair (one branch has
+	// no values to list): past the work bound, refused for that, quickly.
+	wide := []string{`{"type":"object"}`}
+	for i := range MaxEnum - 1 {
+		var vals []string
+		for j := range 6 {
+			vals = append(vals, fmt.Sprintf(`"%x.%d"`, i, j))
+		}
+		wide = append(wide, `{"enum":[`+strings.Join(vals, ",")+`]}`)
+	}
+	refused(t, `{"oneOf":[`+strings.Join(wide, ",")+`]}`, "unsupported_schema", "too many branches to prove in time")
+	// The same values without the object branch: one pass, accepted.
+	mustCompile(t, `{"oneOf":[`+strings.Join(wide[1:], ",")+`]}`)
+	nested := `{"type":"integer"}`
+	for i := range 30 {
+		nested = fmt.Sprintf(`{"oneOf":[%s,{"const":"s%d"}]}`, nested, i)
+	}
+	walkValidates(t, nested, 5)
+	// A $ref cycle through oneOf branches: shapes stop at the cycle.
+	walkValidates(t, `{"$defs":{"n":{"oneOf":[{"type":"null"},{"type":"object","properties":{"next":{"$ref":"#/$defs/n"},"v":{"type":"integer"}},"required":["next"]}]}},"$ref":"#/$defs/n"}`, 10)
+}
+
+// objectJSON writes {"k": 1, ...} for the given keys.
+func objectJSON(keys []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%q:1", k)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// minProperties/maxProperties on declared properties: every subset of
+// the properties (written in their order) is accepted exactly when its
+// size is within the bounds and it holds the required ones.
+func TestPropertyCounts(t *testing.T) {
+	names := []string{"a", "b", "c", "d", "e"}
+	for _, c := range []struct {
+		min, max int
+		required []string
+	}{
+		{2, 3, nil}, {0, 1, nil}, {1, -1, nil}, {5, 5, nil}, {0, 0, nil}, {3, -1, []string{"b"}},
+		{1, 2, []string{"e"}}, {-1, 4, []string{"a", "c"}}, {4, -1, []string{"a", "b", "c", "d"}},
+	} {
+		s := map[string]any{"type": "object", "properties": map[string]any{}}
+		props := s["properties"].(map[string]any)
+		for _, n := range names {
+			props[n] = map[string]any{"type": "integer"}
+		}
+		if c.min >= 0 {
+			s["minProperties"] = c.min
+		}
+		if c.max >= 0 {
+			s["maxProperties"] = c.max
+		}
+		if c.required != nil {
+			s["required"] = c.required
+		}
+		raw, _ := json.Marshal(s)
+		g := mustCompile(t, string(raw))
+		for set := range 1 << len(names) {
+			var keys []string
+			for i, n := range names {
+				if set&(1<<i) != 0 {
+					keys = append(keys, n)
+				}
+			}
+			want := len(keys) >= c.min && (c.max < 0 || len(keys) <= c.max)
+			for _, r := range c.required {
+				want = want && strings.Contains(strings.Join(keys, ""), r)
+			}
+			if got := accepts(g, objectJSON(keys)); got != want {
+				t.Errorf("%s: %s accepted %v, want %v", raw, objectJSON(keys), got, want)
+			}
+		}
+		walkValidates(t, string(raw), 10)
+	}
+	refused(t, `{"type":"object","properties":{"a":{},"b":{}},"minProperties":3,"additionalProperties":false}`, "invalid_schema", "minProperties 3")
+	refused(t, `{"type":"object","properties":{"a":{},"b":{}},"minProperties":3}`, "unsupported_schema", "declare at least 3")
+	refused(t, `{"type":"object","properties":{"a":{},"b":{}},"required":["a","b"],"maxProperties":1}`, "invalid_schema", "maxProperties 1")
+	refused(t, `{"type":"object","minProperties":3,"maxProperties":2}`, "invalid_schema", "below")
+	refused(t, `{"type":"object","minProperties":2}`, "unsupported_schema", "repeat")
+	refused(t, `{"type":"object","minProperties":-1}`, "invalid_schema")
+	var many []string
+	for i := range 200 {
+		many = append(many, fmt.Sprintf(`"p%d":{"type":"boolean"}`, i))
+	}
+	refused(t, `{"type":"object","properties":{`+strings.Join(many, ",")+`},"minProperties":100}`, "unsupported_schema", "at most 64")
+	refused(t, `{"type":"object","properties":{`+strings.Join(many, ",")+`},"minProperties":300,"additionalProperties":false}`, "invalid_schema")
+	mustCompile(t, `{"type":"object","properties":{`+strings.Join(many[:80], ",")+`},"minProperties":64,"maxProperties":64}`)
+	walkValidates(t, `{"type":"object","properties":{`+strings.Join(many[:30], ",")+`},"minProperties":20,"maxProperties":20}`, 2)
+	// A count over thousands of properties: the grammar budget, quickly.
+	for i := 200; i < 3000; i++ {
+		many = append(many, fmt.Sprintf(`"p%d":{}`, i))
+	}
+	refused(t, `{"type":"object","properties":{`+strings.Join(many, ",")+`},"minProperties":60}`, "grammar_too_large")
+	var g *Grammar
+	// Maps: members counted up to maxProperties; at least one when
+	// minProperties is 1.
+	g = mustCompile(t, `{"type":"object","additionalProperties":{"type":"integer"},"maxProperties":2,"minProperties":1}`)
+	for s, want := range map[string]bool{`{}`: false, `{"x":1}`: true, `{"x":1,"y":2}`: true, `{"x":1,"y":2,"z":3}`: false, `{"x":"s"}`: false} {
+		if accepts(g, s) != want {
+			t.Errorf("map of 1-2: %s accepted %v", s, !want)
+		}
+	}
+	g = mustCompile(t, `{"type":"object","maxProperties":0}`)
+	if !accepts(g, `{}`) || accepts(g, `{"a":1}`) {
+		t.Error("maxProperties 0")
+	}
+	walkValidates(t, `{"type":"object","maxProperties":3}`, 20)
+}
+
+// propertyNames: a map's keys follow its pattern or lengths; declared
+// optional properties it refuses are never written, required ones are a
+// refused schema; an enum of names is a set of optional properties.
+func TestPropertyNames(t *testing.T) {
+	g := mustCompile(t, `{"type":"object","additionalProperties":{"type":"integer"},"propertyNames":{"pattern":"^[a-z]{1,3}$"}}`)
+	for s, want := range map[string]bool{`{}`: true, `{"ab":1}`: true, `{"ab":1,"c":2}`: true, `{"A":1}`: false, `{"abcd":1}`: false, `{"":1}`: false} {
+		if accepts(g, s) != want {
+			t.Errorf("pattern keys: %s accepted %v", s, !want)
+		}
+	}
+	g = mustCompile(t, `{"type":"object","propertyNames":{"minLength":2,"maxLength":3},"maxProperties":2}`)
+	for s, want := range map[string]bool{`{"ab":1}`: true, `{"a":1}`: false, `{"abcd":1}`: false, `{"ab":1,"cd":[],"ef":2}`: false} {
+		if accepts(g, s) != want {
+			t.Errorf("length keys: %s accepted %v", s, !want)
+		}
+	}
+	g = mustCompile(t, `{"type":"object","properties":{"ok":{"type":"integer"},"Bad":{"type":"integer"}},"propertyNames":{"pattern":"^[a-z]+$"}}`)
+	if accepts(g, `{"ok":1,"Bad":2}`) || accepts(g, `{"Bad":2}`) || !accepts(g, `{"ok":1}`) {
+		t.Error("a declared property propertyNames refuses was offered")
+	}
+	g = mustCompile(t, `{"type":"object","additionalProperties":{"type":"boolean"},"propertyNames":{"enum":["x","y","z",1]},"minProperties":2}`)
+	for s, want := range map[string]bool{`{"x":true,"z":false}`: true, `{"x":true}`: false, `{"x":true,"y":true,"z":true}`: true, `{"w":true,"x":true}`: false} {
+		if accepts(g, s) != want {
+			t.Errorf("enum keys: %s accepted %v", s, !want)
+		}
+	}
+	for _, s := range []string{
+		`{"type":"object","additionalProperties":{"type":"integer"},"propertyNames":{"pattern":"^[a-z]{1,3}$"}}`,
+		`{"type":"object","propertyNames":{"maxLength":2},"maxProperties":3}`,
+		`{"type":"object","properties":{"ok":{"type":"integer"},"Bad":{"type":"integer"}},"propertyNames":{"pattern":"^[a-z]+$"}}`,
+		`{"type":"object","additionalProperties":{"type":"boolean"},"propertyNames":{"enum":["x","y","z"]},"minProperties":2}`,
+		`{"type":"object","propertyNames":{"const":"only"}}`,
+		`{"type":"object","propertyNames":false}`,
+	} {
+		walkValidates(t, s, 15)
+	}
+	refused(t, `{"type":"object","properties":{"Bad":{}},"required":["Bad"],"propertyNames":{"pattern":"^[a-z]+$"}}`, "invalid_schema", "propertyNames")
+	refused(t, `{"type":"object","propertyNames":{"format":"email"}}`, "unsupported_schema", "format")
+	refused(t, `{"type":"object","propertyNames":{"type":"integer"}}`, "invalid_schema")
+	refused(t, `{"type":"object","propertyNames":false,"minProperties":1}`, "invalid_schema")
+	refused(t, `{"type":"object","patternProperties":{"^a":{}}}`, "unsupported_schema", "patternProperties")
+}
+
+// multipleOf on integers: within a range, exactly the multiples are
+// accepted, for divisors prime to 10 and not, with and without bounds.
+func TestMultipleOfIntegers(t *testing.T) {
+	for _, d := range []int{2, 3, 7, 10, 12, 25, 60, 100, 1000} {
+		for _, b := range [][2]int{{-1 << 62, -1 << 62}, {-50, 50}, {13, 987}, {-1000, -3}, {0, 0}} {
+			s := fmt.Sprintf(`{"type":"integer","multipleOf":%d`, d)
+			lo, hi := -3000, 3000
+			if b[0] != -1<<62 {
+				s += fmt.Sprintf(`,"minimum":%d,"maximum":%d`, b[0], b[1])
+				lo, hi = b[0]-30, b[1]+30
+			}
+			s += "}"
+			g, err := CompileSchema([]byte(s))
+			if err != nil {
+				var ge *Error
+				if errors.As(err, &ge) && ge.Code == "invalid_schema" && strings.Contains(ge.Msg, "no multiple") {
+					continue
+				}
+				t.Fatalf("%s: %v", s, err)
+			}
+			for x := lo; x <= hi; x++ {
+				in := b[0] == -1<<62 || x >= b[0] && x <= b[1]
+				if want := in && x%d == 0; accepts(g, strconv.Itoa(x)) != want {
+					t.Fatalf("%s: %d accepted %v", s, x, !want)
+				}
+			}
+			if b[0] == -1<<62 {
+				top := (maxMagnitude / d) * d
+				if !accepts(g, strconv.Itoa(top)) || !accepts(g, "-"+strconv.Itoa(top)) || accepts(g, strconv.Itoa(top+d)) || accepts(g, strconv.Itoa(top-1)) {
+					t.Errorf("%s: wrong at 15 digits", s)
+				}
+			}
+		}
+	}
+	// Non-integer steps: an integer is a multiple of p/q when p divides it.
+	for s, mult := range map[string]int{`{"type":"integer","multipleOf":2.5}`: 5, `{"type":"integer","multipleOf":0.5}`: 1, `{"type":"integer","multipleOf":1e1}`: 10, `{"type":"integer","multipleOf":0.3}`: 3} {
+		g := mustCompile(t, s)
+		for x := -40; x <= 40; x++ {
+			if want := x%mult == 0; accepts(g, strconv.Itoa(x)) != want {
+				t.Errorf("%s: %d accepted %v", s, x, !want)
+			}
+		}
+		walkValidates(t, s, 10)
+	}
+	// Huge divisors leave 0 alone, quickly; a divisor prime to 10 needs
+	// a state per remainder and digit: too many unbounded, fine bounded.
+	for _, s := range []string{`{"type":"integer","multipleOf":1e15}`, `{"type":"integer","multipleOf":1e999999999}`, `{"type":"integer","multipleOf":999999999999989}`} {
+		cpu0 := testenv.CPUTime()
+		g := mustCompile(t, s)
+		if !accepts(g, "0") || accepts(g, "1") || accepts(g, "-0") {
+			t.Errorf("%s: not just 0", s)
+		}
+		if d := testenv.CPUTime() - cpu0; d > time.Second {
+			t.Errorf("%s: %v of CPU", s, d)
+		}
+	}
+	refused(t, `{"type":"integer","multipleOf":997}`, "grammar_too_large", "multipleOf 997", "minimum/maximum")
+	refused(t, `{"type":"integer","multipleOf":100000007}`, "grammar_too_large")
+	g := mustCompile(t, `{"type":"integer","multipleOf":997,"minimum":-99999,"maximum":99999}`)
+	for _, x := range []int{997, 99712, -99712, 0, 996, 99713} {
+		if want := x%997 == 0; accepts(g, strconv.Itoa(x)) != want {
+			t.Errorf("multiples of 997: %d accepted %v", x, !want)
+		}
+	}
+	refused(t, `{"type":"integer","multipleOf":7,"minimum":1,"maximum":6}`, "invalid_schema", "no multiple of 7")
+	refused(t, `{"type":"integer","multipleOf":0}`, "invalid_schema")
+	refused(t, `{"type":"integer","multipleOf":-2}`, "invalid_schema")
+	refused(t, `{"type":"integer","multipleOf":"2"}`, "invalid_schema")
+	refused(t, `{"type":"integer","multipleOf":1.0000000000000000000000000000001}`, "unsupported_schema", "significant digits")
+}
+
+// multipleOf on numbers: an integer step writes its integer multiples, a
+// power of ten bounds the decimals; other steps are refused.
+func TestMultipleOfNumbers(t *testing.T) {
+	g := mustCompile(t, `{"type":"number","multipleOf":0.01}`)
+	for s, want := range map[string]bool{"1.23": true, "-0.5": true, "7": true, "1.234": false, "0.001": false} {
+		if accepts(g, s) != want {
+			t.Errorf("0.01: %s accepted %v", s, !want)
+		}
+	}
+	g = mustCompile(t, `{"type":"number","multipleOf":0.1,"minimum":-2,"maximum":3}`)
+	for s, want := range map[string]bool{"2.9": true, "3": true, "3.0": true, "3.1": false, "-2.0": true, "0.25": false} {
+		if accepts(g, s) != want {
+			t.Errorf("0.1 in [-2, 3]: %s accepted %v", s, !want)
+		}
+	}
+	g = mustCompile(t, `{"type":"number","multipleOf":3,"exclusiveMaximum":10}`)
+	for s, want := range map[string]bool{"9": true, "12": false, "1.5": false, "-3": true, "10": false} {
+		if accepts(g, s) != want {
+			t.Errorf("3 below 10: %s accepted %v", s, !want)
+		}
+	}
+	for _, s := range []string{
+		`{"type":"number","multipleOf":0.01}`, `{"type":"number","multipleOf":0.1,"minimum":-2,"maximum":3}`,
+		`{"type":"number","multipleOf":3,"exclusiveMaximum":10}`, `{"multipleOf":5}`, `{"type":["number","string"],"multipleOf":1e-3}`,
+	} {
+		walkValidates(t, s, 15)
+	}
+	refused(t, `{"type":"number","multipleOf":0.25}`, "unsupported_schema", "0.25")
+	refused(t, `{"type":"number","multipleOf":1e-16}`, "unsupported_schema")
+}
+
+// randKeywordSchema is a random schema of the keywords this file adds
+// (oneOf of exclusive branches, property counts, propertyNames,
+// multipleOf) over randSchema's leaves.
+func randKeywordSchema(rng *rand.Rand, depth int) map[string]any {
+	if depth == 0 {
+		return randSchema(rng, 0)
+	}
+	switch rng.IntN(6) {
+	case 0: // discriminated objects
+		var br []any
+		for i := range 1 + rng.IntN(4) {
+			props := map[string]any{"kind": map[string]any{"const": fmt.Sprint("k", i)}, "v": randKeywordSchema(rng, depth-1)}
+			br = append(br, map[string]any{"type": "object", "properties": props, "required": []string{"kind"}})
+		}
+		return map[string]any{"oneOf": br, "discriminator": map[string]any{"propertyName": "kind"}}
+	case 1: // branches of different types
+		kinds := []map[string]any{
+			{"type": "string", "maxLength": 3}, {"type": "integer", "multipleOf": 1 + rng.IntN(12)},
+			{"type": "null"}, {"type": "boolean"}, {"type": "array", "items": randSchema(rng, 0), "maxItems": 2},
+			{"enum": []any{1.5, -2.5}},
+		}
+		rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+		var br []any
+		for _, k := range kinds[:1+rng.IntN(4)] {
+			br = append(br, k)
+		}
+		return map[string]any{"oneOf": br}
+	case 2: // counted properties
+		names := []string{"a", "b", "c", "d"}
+		props := map[string]any{}
+		for _, n := range names {
+			props[n] = randKeywordSchema(rng, depth-1)
+		}
+		lo := rng.IntN(4)
+		s := map[string]any{"type": "object", "properties": props, "minProperties": lo, "maxProperties": lo + rng.IntN(3)}
+		if rng.IntN(2) == 0 {
+			s["required"] = []string{names[rng.IntN(4)]}
+			s["maxProperties"] = max(1, lo) + rng.IntN(2)
+		}
+		return s
+	case 3: // a map
+		pn := []map[string]any{{"pattern": "^[a-c]{1,2}$"}, {"maxLength": 2}, {"enum": []string{"x", "yy", "z\"q"}}, {"minLength": 1, "maxLength": 2}}
+		lo := rng.IntN(2)
+		return map[string]any{"type": "object", "additionalProperties": randSchema(rng, 0), "propertyNames": pn[rng.IntN(len(pn))], "minProperties": lo, "maxProperties": lo + rng.IntN(3)}
+	case 4: // integer multiples
+		s := map[string]any{"type": "integer", "multipleOf": []any{2, 3, 7, 10, 12, 100, 2.5}[rng.IntN(7)]}
+		if rng.IntN(2) == 0 {
+			lo := rng.IntN(400) - 200
+			s["minimum"], s["maximum"] = lo, lo+100+rng.IntN(400)
+		}
+		return s
+	default: // decimal steps
+		return map[string]any{"type": "number", "multipleOf": []any{0.1, 0.01, 0.001, 1, 5}[rng.IntN(5)]}
+	}
+}
+
+// Random schemas of the new keywords: every completed output validates
+// with the independent validator, and the mask never refuses every
+// token (walk fails the test if it does) while the walk goes on.
+func TestKeywordSchemasRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(20, 26))
+	v := testVocab()
+	n := 150
+	if testing.Short() {
+		n = 40
+	}
+	done := 0
+	for range n {
+		raw, err := json.Marshal(randKeywordSchema(rng, 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := CompileSchema(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		val := validator(t, raw)
+		c := Bind(g, v)
+		for range 4 {
+			out, ok := walk(t, c, rng, 500)
+			if !ok {
+				continue
+			}
+			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
+			if err != nil {
+				t.Fatalf("%s: %q is not JSON: %v", raw, out, err)
+			}
+			if err := val.Validate(inst); err != nil {
+				t.Fatalf("%s: %q does not validate: %v", raw, out, err)
+			}
+			done++
+		}
+	}
+	if done < 2*n {
+		t.Fatalf("only %d of %d walks ended: the test checks too few outputs", done, 4*n)
+	}
+	t.Logf("%d outputs validated", done)
+}
+
+// Keywords beside enum/const are applied by dropping the values that
+// break them (the compiler writes the values as they are): a maximum, a
+// length, a pattern, a format, multipleOf, required, property counts.
+func TestEnumBesideKeywords(t *testing.T) {
+	for _, c := range []struct {
+		schema  string
+		in, out []string
+	}{
+		{`{"type":"integer","enum":[1,5,2.0],"maximum":3}`, []string{"1", "2.0"}, []string{"5"}},
+		{`{"enum":["ab","abc",3],"maxLength":2,"minimum":4}`, []string{`"ab"`}, []string{`"abc"`, "3"}},
+		{`{"enum":["a1","b2","c"],"pattern":"[0-9]$"}`, []string{`"a1"`, `"b2"`}, []string{`"c"`}},
+		{`{"enum":["2024-01-01","2024-13-01"],"format":"date"}`, []string{`"2024-01-01"`}, []string{`"2024-13-01"`}},
+		{`{"enum":[4,6,9,0.5],"multipleOf":2}`, []string{"4", "6"}, []string{"9", "0.5"}},
+		{`{"enum":[{"a":1},{"b":2},{"a":"x"}],"required":["a"],"properties":{"a":{"type":"integer"}}}`, []string{`{"a":1}`}, []string{`{"b":2}`, `{"a":"x"}`}},
+		{`{"enum":[{},{"a":1,"b":2}],"minProperties":1,"propertyNames":{"maxLength":1}}`, []string{`{"a":1,"b":2}`}, []string{`{}`}},
+		{`{"enum":[[1],[1,2],["x"]],"items":{"type":"integer"},"maxItems":1}`, []string{`[1]`}, []string{`[1,2]`, `["x"]`}},
+		{`{"const":7,"exclusiveMaximum":7.5}`, []string{"7"}, nil},
+	} {
+		g := mustCompile(t, c.schema)
+		for _, s := range c.in {
+			if !accepts(g, s) {
+				t.Errorf("%s: %s refused", c.schema, s)
+			}
+		}
+		for _, s := range c.out {
+			if accepts(g, s) {
+				t.Errorf("%s: %s accepted", c.schema, s)
+			}
+		}
+		walkValidates(t, c.schema, 10)
+	}
+	refused(t, `{"const":5,"multipleOf":2}`, "invalid_schema", "multipleOf")
+	refused(t, `{"type":"string","enum":["abc"],"maxLength":2}`, "invalid_schema", "maxLength")
+}

@@ -1,0 +1,308 @@
+package grammar
+
+import (
+	"math/big"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+)
+
+// A schema's enum or const is compiled as the list of its values, so the
+// keywords beside it (a maximum, a pattern, minProperties) are applied by
+// keeping only the values that satisfy them: satisfies is a validator of
+// the keywords the compiler supports, run on each value at compile time.
+// It errs towards "no" (a value it cannot decide is dropped, never
+// written): an output must always validate.
+
+// maxLitDepth bounds the $ref and nesting depth satisfies follows.
+const maxLitDepth = 32
+
+// litChecker holds the compiled patterns of one compile.
+type litChecker struct {
+	root *node
+	res  map[string]*regexp.Regexp
+}
+
+func (lc *litChecker) regexp(p string, anchored bool) *regexp.Regexp {
+	if anchored {
+		p = `^(?:` + p + `)$`
+	}
+	if re, ok := lc.res[p]; ok {
+		return re
+	}
+	re, err := regexp.Compile(p)
+	if err != nil {
+		re = nil
+	}
+	if lc.res == nil {
+		lc.res = map[string]*regexp.Regexp{}
+	}
+	lc.res[p] = re
+	return re
+}
+
+// satisfies reports whether value v is valid against schema s (false
+// when unsure).
+func (lc *litChecker) satisfies(v *node, s *node, depth int) bool {
+	switch {
+	case depth > maxLitDepth:
+		return false
+	case s == nil:
+		return true
+	case s.kind == 'b':
+		return s.b
+	case s.kind != 'o':
+		return false
+	}
+	for _, k := range s.keys {
+		if !handled[k] && !annotations[k] {
+			return false
+		}
+	}
+	if r := s.get("$ref"); r != nil {
+		t, ok := resolvePointer(lc.root, r.str)
+		if r.kind != 's' || !ok || !lc.satisfies(v, t, depth+1) {
+			return false
+		}
+	}
+	if a := s.get("allOf"); a != nil {
+		for _, x := range a.arr {
+			if !lc.satisfies(v, x, depth+1) {
+				return false
+			}
+		}
+	}
+	if a := s.get("anyOf"); a != nil {
+		ok := false
+		for _, x := range a.arr {
+			if ok = lc.satisfies(v, x, depth+1); ok {
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if a := s.get("oneOf"); a != nil {
+		// Exactly one: a branch satisfies can't decide counts as a
+		// match for "two match" too, so it says no unless sure.
+		n := 0
+		for _, x := range a.arr {
+			if lc.satisfies(v, x, depth+1) {
+				n++
+			}
+		}
+		if n != 1 {
+			return false
+		}
+	}
+	if t := s.get("type"); t != nil {
+		var names []string
+		switch t.kind {
+		case 's':
+			names = []string{t.str}
+		case 'a':
+			for _, x := range t.arr {
+				names = append(names, x.str)
+			}
+		}
+		ok := false
+		for _, n := range names {
+			if typeBits(n)&typeOf(v) != 0 {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	key := ""
+	if e := s.get("const"); e != nil {
+		key = canon(v)
+		if canon(e) != key {
+			return false
+		}
+	}
+	if e := s.get("enum"); e != nil {
+		if key == "" {
+			key = canon(v)
+		}
+		ok := false
+		for _, x := range e.arr {
+			if canon(x) == key {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	switch v.kind {
+	case 'n':
+		return lc.number(v, s)
+	case 's':
+		return lc.str(v.str, s)
+	case 'a':
+		return lc.array(v, s, depth)
+	case 'o':
+		return lc.object(v, s, depth)
+	}
+	return true
+}
+
+func litCount(s *node, k string) (int, bool) {
+	x := s.get(k)
+	if x == nil {
+		return -1, true
+	}
+	f, err := x.num.Float64()
+	if x.kind != 'n' || err != nil || f < 0 || f != float64(int(f)) {
+		return 0, false
+	}
+	return int(f), true
+}
+
+func (lc *litChecker) str(v string, s *node) bool {
+	n := utf8.RuneCountInString(v)
+	lo, ok1 := litCount(s, "minLength")
+	hi, ok2 := litCount(s, "maxLength")
+	if !ok1 || !ok2 || n < lo || hi >= 0 && n > hi {
+		return false
+	}
+	if p := s.get("pattern"); p != nil {
+		re := lc.regexp(p.str, false)
+		if p.kind != 's' || re == nil || !re.MatchString(v) {
+			return false
+		}
+	}
+	if f := s.get("format"); f != nil {
+		// The formats as the grammar writes them: a strict subset.
+		p, ok := formats[f.str]
+		re := lc.regexp(p, true)
+		if f.kind != 's' || !ok || re == nil || !re.MatchString(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// ratOf is a JSON number as a fraction; nil when its exponent is too far
+// from 0 to build (such a value is then not decided).
+func ratOf(num string) *big.Rat {
+	n, _ := normNum(num)
+	digits, exp, _ := strings.Cut(n, "e")
+	if len(exp) > 4 {
+		return nil
+	}
+	if exp == "" {
+		exp = "0"
+	}
+	r, ok := new(big.Rat).SetString(digits + "e" + exp)
+	if !ok {
+		return nil
+	}
+	return r
+}
+
+func (lc *litChecker) number(v *node, s *node) bool {
+	var x *big.Rat
+	for _, k := range []string{"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"} {
+		b := s.get(k)
+		if b == nil {
+			continue
+		}
+		if x == nil {
+			if x = ratOf(string(v.num)); x == nil {
+				return false
+			}
+		}
+		if b.kind != 'n' {
+			return false
+		}
+		y := ratOf(string(b.num))
+		if y == nil {
+			return false
+		}
+		c := x.Cmp(y)
+		switch k {
+		case "minimum":
+			if c < 0 {
+				return false
+			}
+		case "maximum":
+			if c > 0 {
+				return false
+			}
+		case "exclusiveMinimum":
+			if c <= 0 {
+				return false
+			}
+		case "exclusiveMaximum":
+			if c >= 0 {
+				return false
+			}
+		case "multipleOf":
+			if y.Sign() <= 0 || !new(big.Rat).Quo(x, y).IsInt() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (lc *litChecker) array(v *node, s *node, depth int) bool {
+	lo, ok1 := litCount(s, "minItems")
+	hi, ok2 := litCount(s, "maxItems")
+	if !ok1 || !ok2 || len(v.arr) < lo || hi >= 0 && len(v.arr) > hi {
+		return false
+	}
+	var prefix []*node
+	if p := s.get("prefixItems"); p != nil {
+		prefix = p.arr
+	}
+	for i, x := range v.arr {
+		sub := s.get("items")
+		if i < len(prefix) {
+			sub = prefix[i]
+		}
+		if !lc.satisfies(x, sub, depth+1) {
+			return false
+		}
+	}
+	return true
+}
+
+func (lc *litChecker) object(v *node, s *node, depth int) bool {
+	lo, ok1 := litCount(s, "minProperties")
+	hi, ok2 := litCount(s, "maxProperties")
+	if !ok1 || !ok2 || len(v.keys) < lo || hi >= 0 && len(v.keys) > hi {
+		return false
+	}
+	if r := s.get("required"); r != nil {
+		for _, x := range r.arr {
+			if x.kind != 's' || v.get(x.str) == nil {
+				return false
+			}
+		}
+	}
+	props := s.get("properties")
+	addl := s.get("additionalProperties")
+	pn := s.get("propertyNames")
+	for i, k := range v.keys {
+		if pn != nil && !lc.satisfies(&node{kind: 's', str: k}, pn, depth+1) {
+			return false
+		}
+		sub := props.get(k)
+		if sub == nil {
+			if addl == nil {
+				continue
+			}
+			sub = addl
+		}
+		if !lc.satisfies(v.vals[i], sub, depth+1) {
+			return false
+		}
+	}
+	return true
+}
