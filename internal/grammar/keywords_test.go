@@ -138,7 +138,6 @@ func TestOneOfOverlapRefused(t *testing.T) {
 	} {
 		refused(t, c.schema, "unsupported_schema", c.branches, "use anyOf")
 	}
-	refused(t, `{"oneOf":[{"type":"integer"},{"type":"string"}],"type":"string"}`, "unsupported_schema", "beside oneOf")
 	refused(t, `{"oneOf":[]}`, "invalid_schema")
 	refused(t, `{"discriminator":{"propertyName":1},"oneOf":[{"type":"integer"},{"type":"string"}]}`, "invalid_schema", "propertyName")
 	refused(t, `{"discriminator":"t","anyOf":[{"type":"integer"}]}`, "invalid_schema", "propertyName")
@@ -440,7 +439,15 @@ func randKeywordSchema(rng *rand.Rand, depth int) map[string]any {
 	if depth == 0 {
 		return randSchema(rng, 0)
 	}
-	switch rng.IntN(6) {
+	switch rng.IntN(7) {
+	case 6: // merged: allOf, keywords beside $ref
+		extra := []map[string]any{{"maxLength": 3}, {"minimum": 0}, {"maxProperties": 2}, {"maxItems": 1}, {"description": "x"}, {"minProperties": 1}}
+		x := extra[rng.IntN(len(extra))]
+		if depth == 2 && rng.IntN(2) == 0 { // the root: "#/$defs" resolve there
+			x["$ref"] = "#/$defs/d"
+			return map[string]any{"$defs": map[string]any{"d": randKeywordSchema(rng, depth-1)}, "allOf": []any{x}}
+		}
+		return map[string]any{"allOf": []any{randKeywordSchema(rng, depth-1), x}}
 	case 0: // discriminated objects
 		var br []any
 		for i := range 1 + rng.IntN(4) {
@@ -499,13 +506,18 @@ func TestKeywordSchemasRandom(t *testing.T) {
 	if testing.Short() {
 		n = 40
 	}
-	done := 0
+	done, merged := 0, 0
 	for range n {
 		raw, err := json.Marshal(randKeywordSchema(rng, 2))
 		if err != nil {
 			t.Fatal(err)
 		}
 		g, err := CompileSchema(raw)
+		var ge *Error
+		if errors.As(err, &ge) && ge.Code == "invalid_schema" && strings.Contains(string(raw), "allOf") {
+			merged++ // a merge left nothing to write: fine
+			continue
+		}
 		if err != nil {
 			t.Fatalf("%s: %v", raw, err)
 		}
@@ -529,7 +541,7 @@ func TestKeywordSchemasRandom(t *testing.T) {
 	if done < 2*n {
 		t.Fatalf("only %d of %d walks ended: the test checks too few outputs", done, 4*n)
 	}
-	t.Logf("%d outputs validated", done)
+	t.Logf("%d outputs validated; %d merged schemas accepted nothing", done, merged)
 }
 
 // Keywords beside enum/const are applied by dropping the values that
@@ -565,4 +577,60 @@ func TestEnumBesideKeywords(t *testing.T) {
 	}
 	refused(t, `{"const":5,"multipleOf":2}`, "invalid_schema", "multipleOf")
 	refused(t, `{"type":"string","enum":["abc"],"maxLength":2}`, "invalid_schema", "maxLength")
+}
+
+// allOf of several schemas and constraining keywords beside $ref, anyOf
+// and oneOf are merged into one schema accepting what all accept.
+func TestMergedSchemas(t *testing.T) {
+	for _, c := range []struct {
+		schema  string
+		in, out []string
+	}{
+		{`{"$defs":{"A":{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"string"}}}},"$ref":"#/$defs/A","required":["x"],"description":"d"}`,
+			[]string{`{"x":1}`, `{"x":1,"y":"a"}`}, []string{`{"y":"a"}`, `{}`}},
+		{`{"allOf":[{"type":"object","properties":{"a":{"type":"integer","minimum":0}},"required":["a"]},{"properties":{"a":{"maximum":5},"b":{"type":"boolean"}},"required":["b"]}]}`,
+			[]string{`{"a":5,"b":true}`}, []string{`{"a":6,"b":true}`, `{"a":1}`, `{"b":true}`}},
+		{`{"allOf":[{"type":"integer","minimum":0,"maximum":10},{"minimum":3,"maximum":20}]}`,
+			[]string{"3", "10"}, []string{"2", "11"}},
+		{`{"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":false},{"properties":{"b":{"type":"string"}}}]}`,
+			[]string{`{"a":1}`, `{}`}, []string{`{"a":1,"b":"x"}`, `{"b":"x"}`}},
+		{`{"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"string"}},{"properties":{"b":{}}}]}`,
+			[]string{`{"a":1,"b":"x"}`}, []string{`{"b":1}`}},
+		{`{"type":"object","properties":{"kind":{"type":"string"}},"required":["kind"],"oneOf":[{"properties":{"kind":{"const":"a"},"x":{"type":"integer"}},"required":["x"]},{"properties":{"kind":{"const":"b"}}}]}`,
+			[]string{`{"kind":"a","x":1}`, `{"kind":"b"}`}, []string{`{"kind":"c"}`, `{"kind":"a"}`}},
+		{`{"oneOf":[{"type":"integer"},{"type":"string","maxLength":2}],"type":"string"}`,
+			[]string{`"ab"`}, []string{"1", `"abc"`}},
+		{`{"type":"integer","anyOf":[{"minimum":10},{"maximum":-10}]}`,
+			[]string{"10", "-10"}, []string{"0", "9"}},
+		{`{"allOf":[{"enum":["a","b","c"]},{"enum":["b","c","d"]},{"type":"string"}]}`,
+			[]string{`"b"`, `"c"`}, []string{`"a"`, `"d"`}},
+		{`{"allOf":[{"type":["integer","string"]},{"type":["number","null"]}]}`,
+			[]string{"3"}, []string{"3.5", "null", `"s"`}},
+		{`{"$defs":{"n":{"type":"object","properties":{"v":{"type":"integer"},"next":{"$ref":"#/$defs/n","description":"the rest"}},"required":["v"]}},"$ref":"#/$defs/n","maxProperties":1}`,
+			[]string{`{"v":1}`}, []string{`{"v":1,"next":{"v":2}}`}},
+	} {
+		g := mustCompile(t, c.schema)
+		for _, s := range c.in {
+			if !accepts(g, s) {
+				t.Errorf("%s: %s refused", c.schema, s)
+			}
+		}
+		for _, s := range c.out {
+			if accepts(g, s) {
+				t.Errorf("%s: %s accepted", c.schema, s)
+			}
+		}
+		walkValidates(t, c.schema, 10)
+	}
+	refused(t, `{"$defs":{"a":{"type":"string","pattern":"^a"}},"$ref":"#/$defs/a","pattern":"b$"}`, "unsupported_schema", `"pattern"`, "keep one")
+	refused(t, `{"allOf":[{"type":"array","prefixItems":[{"type":"integer"}]},{"items":{"type":"string"}}]}`, "unsupported_schema", "prefixItems")
+	refused(t, `{"allOf":[{"type":"integer"},{"type":"string"}]}`, "invalid_schema", "accepts nothing")
+	refused(t, `{"$defs":{"a":{"allOf":[{"$ref":"#/$defs/a"}],"type":"string"}},"$ref":"#/$defs/a"}`, "unsupported_schema")
+	refused(t, `{"$ref":"#/$defs/x","type":"string"}`, "unsupported_schema", "points at nothing")
+	var a, b []string
+	for i := range 100 {
+		a = append(a, fmt.Sprintf(`{"const":"a%d"}`, i))
+		b = append(b, fmt.Sprintf(`{"maxLength":%d}`, i))
+	}
+	refused(t, `{"allOf":[{"anyOf":[`+strings.Join(a, ",")+`]},{"anyOf":[`+strings.Join(b, ",")+`]}]}`, "unsupported_schema", "merges")
 }

@@ -197,6 +197,7 @@ var top = &shape{types: tAll, open: tAll}
 // shaper computes the shapes of a schema's parts, each once per mode (a
 // schema's $defs are reached from many branches).
 type shaper struct {
+	c    *compiler
 	root *node
 	memo [2]map[*node]*shape
 	// busy marks the schemas being computed: a $ref cycle back to one
@@ -204,8 +205,8 @@ type shaper struct {
 	busy [2]map[*node]bool
 }
 
-func newShaper(root *node) *shaper {
-	return &shaper{root: root, memo: [2]map[*node]*shape{{}, {}}, busy: [2]map[*node]bool{{}, {}}}
+func newShaper(c *compiler) *shaper {
+	return &shaper{c: c, root: c.root, memo: [2]map[*node]*shape{{}, {}}, busy: [2]map[*node]bool{{}, {}}}
 }
 
 const (
@@ -239,6 +240,14 @@ func (sh *shaper) of(s *node, mode int) *shape {
 }
 
 func (sh *shaper) compute(s *node, mode int) *shape {
+	if needsMerge(s) {
+		// What the compiler compiles instead (merge.go).
+		m, why := sh.c.normalize(s, 0)
+		if why != "" || m == s {
+			return top
+		}
+		return sh.of(m, mode)
+	}
 	if r := s.get("$ref"); r != nil {
 		// Keywords beside the $ref only narrow the set: the target's
 		// shape over-approximates it.
@@ -538,7 +547,7 @@ const maxOneOfWork = 4 << 20
 // each other, else why not.
 func (c *compiler) exclusive(branches []*node, path string) string {
 	if c.shapes == nil {
-		c.shapes = newShaper(c.root)
+		c.shapes = newShaper(c)
 		c.oneOfWork = maxOneOfWork
 	}
 	sh := c.shapes

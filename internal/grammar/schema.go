@@ -88,13 +88,17 @@ type compiler struct {
 	oneOfWork int
 	// lits checks enum values against the keywords beside them.
 	lits litChecker
+	// merges and merged: allOf and keywords beside $ref/anyOf/oneOf
+	// (merge.go).
+	merges int
+	merged map[*node]mergedNode
 	// shared rules, built on first use
 	ws, anyVal, anyObj, anyStr, strChar, anyNum, anyInt int32
 	haveAny                                             bool
 }
 
 func newCompiler(root *node) *compiler {
-	c := &compiler{b: newBuilder(MaxElements), root: root, refs: map[string]int32{}, lits: litChecker{root: root},
+	c := &compiler{b: newBuilder(MaxElements), root: root, refs: map[string]int32{}, lits: litChecker{root: root}, merged: map[*node]mergedNode{},
 		ws: -1, anyVal: -1, anyObj: -1, anyStr: -1, strChar: -1, anyNum: -1, anyInt: -1}
 	return c
 }
@@ -274,18 +278,17 @@ func (c *compiler) value(s *node, path string) []item {
 			return c.bad(path+"/discriminator", "discriminator must be an object whose propertyName is a string")
 		}
 	}
-	if r := s.get("$ref"); r != nil {
-		for _, k := range s.keys {
-			if handled[k] && k != "$ref" {
-				return c.unsupported(path, "keywords beside $ref (%q) are not supported; move them into the referenced schema", k)
-			}
+	if needsMerge(s) {
+		m, why := c.normalize(s, 0)
+		if why != "" {
+			return c.unsupported(path, "%s", why)
 		}
+		return c.value(m, path)
+	}
+	if r := s.get("$ref"); r != nil {
 		return c.ref(r, path)
 	}
 	if a := s.get("allOf"); a != nil {
-		if a.kind != 'a' || len(a.arr) != 1 || len(s.keys) > 1 && countHandled(s) > 1 {
-			return c.unsupported(path+"/allOf", "allOf is supported only with a single schema and nothing beside it")
-		}
 		return c.value(a.arr[0], path+"/allOf/0")
 	}
 	for _, kw := range []string{"anyOf", "oneOf"} {
