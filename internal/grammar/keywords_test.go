@@ -576,6 +576,10 @@ func TestEnumBesideKeywords(t *testing.T) {
 		walkValidates(t, c.schema, 10)
 	}
 	refused(t, `{"const":5,"multipleOf":2}`, "invalid_schema", "multipleOf")
+	// Each value's check follows an anyOf of two $refs back to itself:
+	// 2^16 paths to the depth bound, a thousand values: cut at the step
+	// bound.
+	refused(t, `{"enum":[{"p":1},{"p":2},{"p":3},{"p":4},{"p":5},{"p":6},{"p":7},{"p":8},{"p":9},{"p":10}],"type":"object","properties":{"p":{"$ref":"#/$defs/a"}},"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/a"},{"$ref":"#/$defs/a"}]}}}`, "unsupported_schema", "steps")
 	refused(t, `{"type":"string","enum":["abc"],"maxLength":2}`, "invalid_schema", "maxLength")
 }
 

@@ -17,10 +17,18 @@ import (
 // maxLitDepth bounds the $ref and nesting depth satisfies follows.
 const maxLitDepth = 32
 
+// maxLitSteps bounds the schemas satisfies looks at in one compile: an
+// anyOf of two $refs back to itself is 2^depth of them.
+const maxLitSteps = 200_000
+
 // litChecker holds the compiled patterns of one compile.
 type litChecker struct {
 	root *node
 	res  map[string]*regexp.Regexp
+	// steps counts satisfies' calls; over: it passed maxLitSteps (every
+	// answer after is no).
+	steps int
+	over  bool
 }
 
 func (lc *litChecker) regexp(p string, anchored bool) *regexp.Regexp {
@@ -44,8 +52,11 @@ func (lc *litChecker) regexp(p string, anchored bool) *regexp.Regexp {
 // satisfies reports whether value v is valid against schema s (false
 // when unsure).
 func (lc *litChecker) satisfies(v *node, s *node, depth int) bool {
+	if lc.steps++; lc.steps > maxLitSteps {
+		lc.over = true
+	}
 	switch {
-	case depth > maxLitDepth:
+	case lc.over || depth > maxLitDepth:
 		return false
 	case s == nil:
 		return true

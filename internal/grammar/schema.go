@@ -471,6 +471,9 @@ func (c *compiler) literals(vals []*node, types []string, s *node, path string) 
 		seen[b.String()] = true
 		lits = append(lits, b.String())
 	}
+	if c.lits.over {
+		return c.unsupported(path, "checking the values against the keywords beside them took more than %d steps (an anyOf or $ref they reach branches too much); simplify those keywords", maxLitSteps)
+	}
 	if len(lits) == 0 && typed > 0 {
 		return c.bad(path, "no value satisfies the schema's other keywords (%s)", strings.Join(rest.keys, ", "))
 	}
