@@ -230,14 +230,31 @@ func MatMul(par *Parallel, out []float32, w *Matrix, x []float32, nTok int) {
 			job.run(0, w.Rows)
 			continue
 		}
-		jp := new(mmJob)
+		jp := mmJobs.Get().(*mmJob)
+		fn := jp.tiles
 		*jp = job
 		// Batch invariance (DESIGN.md "Determinism"): splitting only at
 		// row boundaries keeps each dot product whole on one goroutine.
-		par.ForGrain(ceilDiv(w.Rows, rowTile), tileGrain(par, ceilDiv(w.Rows, rowTile), w.Cols, n), jp.runTiles)
+		par.ForGrain(ceilDiv(w.Rows, rowTile), tileGrain(par, ceilDiv(w.Rows, rowTile), w.Cols, n), fn)
+		*jp = mmJob{tiles: fn} // holds no output, weights or activations while pooled
+		mmJobs.Put(jp)
 	}
 	act.release()
 }
+
+// mmJobs and multiJobs hold the jobs MatMul and MatMulMany hand to the
+// pool's workers, each with its loop function bound once (tiles, loop).
+// A job a worker reads lives on the heap, and a method value made per
+// call is a heap closure too: allocated per product and per step they
+// were a sixth of a serving process's allocations (the crowding bench,
+// colocated, beside batch.pages' 27%), so its GC cycles came that much
+// more often, each stopping every goroutine and taking cores from the
+// handlers. ForGrain returns once every chunk has run and clears its
+// reference to the function, so a job is free for the next call then.
+var (
+	mmJobs    = sync.Pool{New: func() any { j := new(mmJob); j.tiles = j.runTiles; return j }}
+	multiJobs = sync.Pool{New: func() any { j := new(multiJob); j.loop = j.run; return j }}
+)
 
 // tokenChunkBytes bounds the converted activations one pass over a
 // matrix's row tiles streams: every row tile reads all of its tokens' rows,
@@ -308,6 +325,8 @@ type mmJob struct {
 	w              *Matrix
 	act            actBuf
 	nTok, rowBytes int
+	// tiles is runTiles bound to this job, set once (mmJobs).
+	tiles func(lo, hi int)
 }
 
 func (j *mmJob) run(lo, hi int) {

@@ -73,9 +73,12 @@ func MatMulMany(par *Parallel, x []float32, nTok int, ps ...Product) {
 			cj.run(0, cj.tiles)
 			continue
 		}
-		jp := new(multiJob)
+		jp := multiJobs.Get().(*multiJob)
+		fn := jp.loop
 		*jp = cj
-		par.ForGrain(jp.tiles, tileGrain(par, jp.tiles, ps[0].W.Cols, n), jp.run)
+		par.ForGrain(jp.tiles, tileGrain(par, jp.tiles, ps[0].W.Cols, n), fn)
+		*jp = multiJob{loop: fn} // holds no outputs, weights or activations while pooled
+		multiJobs.Put(jp)
 	}
 	for i := 0; i < mj.n; i++ {
 		if !mj.shared[i] {
@@ -100,6 +103,8 @@ type multiJob struct {
 	end    [maxProducts]int
 	n      int
 	tiles  int
+	// loop is run bound to this job, set once (multiJobs).
+	loop func(lo, hi int)
 }
 
 func (m *multiJob) run(lo, hi int) {

@@ -110,3 +110,29 @@ func TestMatMulTokenChunksBitwise(t *testing.T) {
 		})
 	}
 }
+
+// TestMatMulAllocatesNothing: on the pool, MatMul and MatMulMany allocate
+// nothing once warm (their jobs and loop functions are pooled). A serving
+// process runs them for every layer of every step, so what they allocate
+// sets how often its GC stops every goroutine.
+func TestMatMulAllocatesNothing(t *testing.T) {
+	if raceDetector {
+		t.Skip("the race detector makes sync.Pool drop items")
+	}
+	par := NewParallel(2)
+	defer par.Close()
+	const cols, maxTok = 288, 64
+	m, _ := makeMatrix(t, quant.Q8_0, 288, cols, 1)
+	m2, _ := makeMatrix(t, quant.Q8_0, 97, cols, 2)
+	x := randVec(rand.New(rand.NewPCG(7, 8)), maxTok*cols, 1)
+	out := make([]float32, maxTok*m.Rows)
+	ps := []Product{{Out: make([]float32, maxTok*m.Rows), W: m}, {Out: make([]float32, maxTok*m2.Rows), W: m2}}
+	for _, nTok := range []int{2, 9, maxTok} { // each parallel (minParallelMACs)
+		if n := testing.AllocsPerRun(100, func() { MatMul(par, out, m, x, nTok) }); n != 0 {
+			t.Errorf("MatMul of %d tokens on 2 threads: %v allocations a call, want 0", nTok, n)
+		}
+		if n := testing.AllocsPerRun(100, func() { MatMulMany(par, x, nTok, ps...) }); n != 0 {
+			t.Errorf("MatMulMany of %d tokens on 2 threads: %v allocations a call, want 0", nTok, n)
+		}
+	}
+}
