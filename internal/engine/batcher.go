@@ -228,10 +228,13 @@ type batch struct {
 	// pages now (admission lets them go first).
 	wantMu  sync.Mutex
 	wanting map[kv.ID]want
-	// idleBuf and waitBuf are the quota's scratch (addIdle,
-	// publishWaiting), used by the batch goroutine only.
+	// idleBuf, waitBuf, holdersBuf and sharedBuf are the quota's
+	// scratch (addIdle, publishWaiting, pages), used by the batch
+	// goroutine only.
 	idleBuf    []kv.TenantPages
 	waitBuf    []string
+	holdersBuf []sched.Holder
+	sharedBuf  []uint64
 	nResumable atomic.Int64
 	// held is the quota's snapshot after the last cycle, for admission.
 	held atomic.Pointer[sched.Pages]

@@ -51,68 +51,75 @@ func (s *batch) dropWant(o kv.Owner) {
 // pages is the quota's snapshot of the pool: pages held by each tenant's
 // running sequences, and what its waiting requests need (the first
 // preempted sequence's rebuild, else its smallest waiting request).
+//
+// It runs a few times a step (growAll asks it for each sequence that
+// crosses a page), so it allocates nothing once its scratch has grown:
+// the snapshot's Holders are the batch's scratch (holdersBuf), valid
+// until the next call; publishPages keeps a copy.
 func (s *batch) pages() sched.Pages {
-	p := sched.Pages{Pool: s.pool.CapacityTokens() / s.cfg.PageSize}
-	at := func(tenant string, weight int) *sched.Holder {
-		for i := range p.Holders {
-			if p.Holders[i].Tenant == tenant {
-				return &p.Holders[i]
-			}
-		}
-		p.Holders = append(p.Holders, sched.Holder{Tenant: tenant, Weight: weight})
-		return &p.Holders[len(p.Holders)-1]
-	}
+	p := sched.Pages{Pool: s.pool.CapacityTokens() / s.cfg.PageSize, Holders: s.holdersBuf[:0]}
 	// Held counts pages of the pool, not page-table entries: a prefix-cache
 	// page read by several of a tenant's sequences (a shared system
 	// prompt) is one page of the pool, counted once for that tenant;
 	// counted per sequence, the tenant would look several times over its
-	// share and yield or be preempted while it holds less.
-	type held struct {
-		tenant string
-		page   uint32
-	}
-	var seen map[held]struct{}
+	// share and yield or be preempted while it holds less. The shared
+	// candidates go into sharedBuf as (holder, page) and are counted
+	// once each after a sort.
+	shared := s.sharedBuf[:0]
 	for _, q := range s.active {
 		if q.emit == nil || s.isPreempted(q) || len(q.table) == 0 {
 			continue
 		}
-		h := at(q.owner.Tenant, q.weight)
+		i := holderOf(&p, q.owner.Tenant, q.weight)
 		// Only full prompt pages can be shared (the cache keys nothing
 		// else); the pages after them are the sequence's own. The public
 		// prefix's pages, first, are nobody's: the public scope has its
 		// own budget, and counted per tenant they would put every tenant
 		// that uses the prefix over its share by the same pages.
 		n := min(len(q.table), q.promptTokens/s.cfg.PageSize)
-		h.Held += len(q.table) - n
-		pub := min(q.public, n)
-		if n == pub {
-			continue
-		}
-		if seen == nil {
-			seen = map[held]struct{}{}
-		}
-		for _, ref := range q.table[pub:n] {
-			k := held{q.owner.Tenant, ref.Page}
-			if _, dup := seen[k]; !dup {
-				seen[k] = struct{}{}
-				h.Held++
-			}
+		p.Holders[i].Held += len(q.table) - n
+		for _, ref := range q.table[min(q.public, n):n] {
+			shared = append(shared, uint64(i)<<32|uint64(ref.Page))
 		}
 	}
+	slices.Sort(shared)
+	for j, k := range shared {
+		if j == 0 || k != shared[j-1] {
+			p.Holders[k>>32].Held++
+		}
+	}
+	s.sharedBuf = shared
+	// (holderOf may grow p.Holders: its index is taken before the
+	// slice is read.)
 	for _, q := range s.preempted {
-		if h := at(q.owner.Tenant, q.weight); h.Wants == 0 {
+		i := holderOf(&p, q.owner.Tenant, q.weight)
+		if h := &p.Holders[i]; h.Wants == 0 {
 			h.Wants = kv.PagesFor(len(q.prompt)+1, s.cfg.PageSize)
 		}
 	}
 	s.wantMu.Lock()
 	for _, w := range s.wanting {
-		if h := at(w.tenant, w.weight); h.Wants == 0 || w.pages < h.Wants {
+		i := holderOf(&p, w.tenant, w.weight)
+		if h := &p.Holders[i]; h.Wants == 0 || w.pages < h.Wants {
 			h.Wants = max(w.pages, 1)
 		}
 	}
 	s.wantMu.Unlock()
-	s.addIdle(&p, at)
+	s.addIdle(&p)
+	s.holdersBuf = p.Holders
 	return p
+}
+
+// holderOf is the index of tenant's holder in p, added with weight when
+// p has none.
+func holderOf(p *sched.Pages, tenant string, weight int) int {
+	for i := range p.Holders {
+		if p.Holders[i].Tenant == tenant {
+			return i
+		}
+	}
+	p.Holders = append(p.Holders, sched.Holder{Tenant: tenant, Weight: weight})
+	return len(p.Holders) - 1
 }
 
 // addIdle counts each tenant's idle prefix-cache entries in p: a tenant
@@ -120,14 +127,15 @@ func (s *batch) pages() sched.Pages {
 // share here is the pool's (kv's holdShareLocked counts every tenant
 // holding pages, cached ones included): one idea of a share, not two
 // (TestShareEngineAndPoolAgree).
-func (s *batch) addIdle(p *sched.Pages, at func(string, int) *sched.Holder) {
+func (s *batch) addIdle(p *sched.Pages) {
 	raw := rawPool(s.pool)
 	if raw == nil {
 		return
 	}
 	s.idleBuf = raw.AppendIdle(s.idleBuf[:0])
 	for _, c := range s.idleBuf {
-		at(c.Tenant, cacheWeight(s.cfg, c.Tenant)).Cached += c.Pages
+		i := holderOf(p, c.Tenant, cacheWeight(s.cfg, c.Tenant))
+		p.Holders[i].Cached += c.Pages
 	}
 }
 
@@ -266,11 +274,30 @@ func (s *batch) countResumable() {
 	s.nResumable.Store(int64(n))
 }
 
-// publishPages stores the quota's snapshot for admission (withinShare).
+// publishPages stores the quota's snapshot for admission (withinShare):
+// a copy (pages' Holders are scratch), made only when the snapshot
+// changed, so a step that moved no page allocates nothing.
 func (s *batch) publishPages() {
 	p := s.pages()
-	s.held.Store(&p)
+	if old := s.held.Load(); old == nil || !samePages(*old, p) {
+		c := sched.Pages{Pool: p.Pool, Holders: slices.Clone(p.Holders)}
+		s.held.Store(&c)
+	}
 	s.publishWaiting(p)
+}
+
+// samePages: a and b hold the same claims, in any order of holders (the
+// waiting requests' tenants come from a map).
+func samePages(a, b sched.Pages) bool {
+	if a.Pool != b.Pool || len(a.Holders) != len(b.Holders) {
+		return false
+	}
+	for _, h := range a.Holders {
+		if !slices.Contains(b.Holders, h) {
+			return false
+		}
+	}
+	return true
 }
 
 // overShare reports, from the last cycle's snapshot, whether tenant taking

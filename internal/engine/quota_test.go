@@ -15,7 +15,7 @@ import (
 // requests, and turns the batch one step at a time, so every assertion
 // is about one step of the real code.
 type quotaRig struct {
-	t      *testing.T
+	t      testing.TB
 	cfg    Config
 	pool   pagePool
 	s      *scheduler
@@ -23,7 +23,7 @@ type quotaRig struct {
 	victim []string // tenants of the preempted sequences, in order
 }
 
-func newQuotaRig(t *testing.T, pages int, set ...func(*Config)) *quotaRig {
+func newQuotaRig(t testing.TB, pages int, set ...func(*Config)) *quotaRig {
 	cfg := toyConfig(newToy(), pages)
 	for _, f := range set {
 		f(&cfg)
@@ -433,7 +433,7 @@ func (r *quotaRig) cacheIdle(tenant string, n int) {
 
 // cacheIdleIn leaves n idle prefix-cache pages of tenant in p, pages of
 // pageSize tokens.
-func cacheIdleIn(t *testing.T, p *kv.Pool, pageSize int, tenant string, n int) {
+func cacheIdleIn(t testing.TB, p *kv.Pool, pageSize int, tenant string, n int) {
 	t.Helper()
 	o := kv.Owner{Tenant: tenant, ID: newID()}
 	refs, err := p.Reserve(o, n)
