@@ -1,6 +1,9 @@
 package grammar
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // Markers of the tests: 1 <think>, 2 </think>; 3 is "\n\n", 4 is text.
 const (
@@ -87,9 +90,19 @@ func TestThinkSteps(t *testing.T) {
 	// bounds it like any generation).
 }
 
+// The whitespace-only tokens are listed when the vocabulary is made, not
+// by the first Spaces call: that call comes from a sampler inside a
+// shared step (the answer's lead of a thinking model), where a walk of
+// the whole vocabulary would hold every tenant's step.
 func TestVocabSpace(t *testing.T) {
 	v := NewVocab([]string{"a", " ", "\n\n", " a", "", "\t\r\n "}, nil)
 	want := []int32{1, 2, 5}
+	if !slices.Equal(v.spaces, want) {
+		t.Fatalf("spaces %v when the vocabulary is made, want %v", v.spaces, want)
+	}
+	if n := testing.AllocsPerRun(10, func() { v.Spaces() }); n != 0 {
+		t.Fatalf("Spaces allocates %.0f times a call: it builds the list", n)
+	}
 	got := v.Spaces()
 	if len(got) != len(want) {
 		t.Fatalf("spaces %v, want %v", got, want)
