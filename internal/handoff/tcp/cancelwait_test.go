@@ -261,3 +261,91 @@ func endsWith(t *testing.T, errc <-chan error, want error, what string) {
 		t.Fatalf("%s: did not end", what)
 	}
 }
+
+// When a given-up prompt's CancelWait runs out just as the worker's word
+// arrives (its answer, or the acknowledgement of the close), the word
+// wins: the caller gets the answer, or waits on for it, and the
+// connection every tenant's calls share stays up. The wait's select
+// picks at random among ready cases, so the deadline must look at what
+// arrived before it acts. The fake worker reads the close and stays
+// silent until the wait's time is up (cancelTimeUp); then it sends its
+// word, which the client's reader delivers before the wait looks again.
+func TestCancelTimeUpPrefersWorkersWord(t *testing.T) {
+	for _, word := range []string{"answer", "ack"} {
+		t.Run(word, func(t *testing.T) {
+			closed, speak := make(chan uint32, 1), make(chan struct{})
+			addr := fakeServer(t, func(nc net.Conn) {
+				c := fakeServerConn(nc)
+				if c == nil {
+					return
+				}
+				f, err := c.read()
+				if err != nil || f.typ != tPrefill {
+					return
+				}
+				if g, err := c.read(); err != nil || g.typ != tStreamClose {
+					return
+				}
+				closed <- f.stream
+				<-speak
+				if word == "ack" {
+					_ = c.send(tCloseAck, f.stream)
+					// The answer, well within the wait the
+					// acknowledgement starts.
+					time.Sleep(20 * time.Millisecond)
+				}
+				_ = c.send(tError, f.stream, encError(handoff.ErrAborted.With("stopped at the step boundary")))
+				for {
+					if _, err := c.read(); err != nil {
+						return
+					}
+				}
+			})
+			cfg := Config{Secret: secret, DeadAfter: -1, CancelWait: 200 * time.Millisecond}
+			c := dial(t, addr, cfg)
+			var k *call
+			spoke := 0
+			c.cancelTimeUp = func() {
+				spoke++
+				if spoke > 1 {
+					return
+				}
+				close(speak)
+				// On the caller's goroutine: no Fatal here.
+				for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+					if word == "ack" && len(k.acked) == 1 || word == "answer" && len(k.reply) == 1 {
+						return
+					}
+				}
+				t.Errorf("the worker's %s was never delivered", word)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				_, err := c.Prefill(ctx, &handoff.PrefillRequest{Handoff: handofftest.ID(1), Tenant: "t", Tokens: []int32{1}})
+				errc <- err
+			}()
+			waitFor(t, "the prompt to be sent", func() bool {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				for _, p := range c.pending {
+					k = p
+				}
+				return k != nil
+			})
+			cancel()
+			select {
+			case <-closed:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the close frame never reached the worker")
+			}
+			endsWith(t, errc, handoff.ErrAborted, "a given-up prompt whose worker spoke as its wait ran out")
+			if spoke == 0 {
+				t.Fatal("the wait's time was never up")
+			}
+			if err := c.Err(); err != nil {
+				t.Fatalf("the connection of a worker that spoke as the wait ran out was closed: %v", err)
+			}
+		})
+	}
+}

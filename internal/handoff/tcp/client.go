@@ -40,6 +40,10 @@ type Client struct {
 	// the call's context names (handoff.WithCaller; a Reserve's own).
 	sem  *fairSlots
 	psem *fairSlots
+	// cancelTimeUp, set by tests before any call, runs when a given-up
+	// call's CancelWait is over, before the wait looks once more for the
+	// worker's answer or acknowledgement (roundTripCancel).
+	cancelTimeUp func()
 }
 
 type call struct {
@@ -376,15 +380,18 @@ func (cl *Client) roundTripCancel(ctx context.Context, tenant string, typ byte, 
 		sent := make(chan error, 1)
 		go func() { sent <- cl.c.send(tStreamClose, id) }()
 		acked, gotAck := k.acked, false
+		ack := func() {
+			// Alive and stopping the prompt: its step may run long.
+			acked, gotAck = nil, true
+			start = time.Now()
+			w = newWatch(wait, start)
+		}
 		for waiting := true; waiting; {
 			select {
 			case f, ok = <-k.reply:
 				waiting = false
 			case <-acked:
-				// Alive and stopping the prompt: its step may run long.
-				acked, gotAck = nil, true
-				start = time.Now()
-				w = newWatch(wait, start)
+				ack()
 			case err := <-sent:
 				sent = nil
 				if _, unsent := notSent(err); err != nil && !unsent {
@@ -397,10 +404,30 @@ func (cl *Client) roundTripCancel(ctx context.Context, tenant string, typ byte, 
 				if _, over := w.wake(time.Now(), start, false); !over {
 					continue
 				}
-				if gotAck {
-					return nil, handoff.ErrTransport.With("the worker at %s is stopping the given-up call but did not answer within %v", cl.c.nc.RemoteAddr(), cl.c.cfg.CancelWait)
+				if cl.cancelTimeUp != nil {
+					cl.cancelTimeUp()
 				}
-				err := handoff.ErrTransport.With("the worker at %s did not confirm giving the call up within %v: connection closed", cl.c.nc.RemoteAddr(), cl.c.cfg.CancelWait)
+				// The answer or the acknowledgement may have arrived
+				// with this tick, and select picks at random among
+				// ready cases: what the worker said wins over the
+				// deadline, the answer first (an acknowledgement starts
+				// the wait for the answer, and the connection stays).
+				select {
+				case f, ok = <-k.reply:
+					waiting = false
+					continue
+				default:
+				}
+				select {
+				case <-acked:
+					ack()
+					continue
+				default:
+				}
+				if gotAck {
+					return nil, handoff.ErrTransport.With("the worker at %s is stopping the given-up call but did not answer within %v of time the router ran", cl.c.nc.RemoteAddr(), cl.c.cfg.CancelWait)
+				}
+				err := handoff.ErrTransport.With("the worker at %s did not confirm giving the call up within %v of time the router ran: connection closed", cl.c.nc.RemoteAddr(), cl.c.cfg.CancelWait)
 				cl.fail(err)
 				return nil, err
 			}
