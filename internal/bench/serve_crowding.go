@@ -820,9 +820,12 @@ var crowdPhases = []struct{ key, what string }{
 	{"prefill/prefill_wait", "  prefill worker: waiting for a step to run the prompt"},
 	{"prefill/prefill_compute", "  prefill worker: the prompt's steps"},
 	{"prefill/prefill_push", "  prefill worker: last chunk to the accepted commit"},
+	{"router/push", "  prefill worker (per request): last chunk to its commit sent"},
+	{"router/decode_wait", "  decode worker (per request): the commit to the first token sent"},
 	{"colocated/queue", "queue and KV pages"},
 	{"colocated/prefill_wait", "waiting for a step to run the prompt"},
 	{"colocated/prefill_compute", "the prompt's steps to the first token"},
+	{"router/engine_other", "router: the engine's time outside its phases (calls between router and workers)"},
 	{"router/first_token_deliver", "router: the engine's first token to the handler"},
 	{"router/first_token_write", "router: to its text written and flushed"},
 }
@@ -830,7 +833,7 @@ var crowdPhases = []struct{ key, what string }{
 // colocatedPath are the phases that follow each other from a colocated
 // request's arrival to its first token flushed (printPhases sums them).
 var colocatedPath = []string{"router/http_read", "router/http_prompt", "router/http_admit", "colocated/queue",
-	"colocated/prefill_wait", "colocated/prefill_compute", "router/first_token_deliver", "router/first_token_write"}
+	"colocated/prefill_wait", "colocated/prefill_compute", "router/engine_other", "router/first_token_deliver", "router/first_token_write"}
 
 // printPhases prints where b's TTFT went, mean ms per request alone and
 // while a floods, and the rest of the handoff the prefill worker does not
@@ -857,7 +860,10 @@ func printPhases(w io.Writer, rep crowdReport) {
 		}
 		return r
 	}
-	if _, ok := rep.Alone.Phases["prefill/prefill_queue"]; ok {
+	if _, ok := rep.Alone.Phases["router/push"]; !ok && hasPhase(rep.Alone, "prefill/prefill_queue") {
+		// A server without the workers' per-request split
+		// (router/push, decode_wait, engine_other): the rest by
+		// difference.
 		fmt.Fprintf(tw, "  %s\t%.1f\t%.1f\t\n", "  the rest (the router's calls, decode's stream and first token)", rest(rep.Alone), rest(rep.Flooded))
 	}
 	if _, ok := rep.Alone.Phases["router/first_token_write"]; ok && rep.Colocated {
@@ -875,6 +881,12 @@ func printPhases(w io.Writer, rep crowdReport) {
 	printSlowest(w, rep)
 }
 
+// hasPhase says whether s's phases hold key.
+func hasPhase(s crowdSide, key string) bool {
+	_, ok := s.Phases[key]
+	return ok
+}
+
 // firstRows are the rows of printSlowest: first_token_ms's keys in a
 // request's order (the engine's own split indented under "engine").
 var firstRows = []struct{ key, what string }{
@@ -883,9 +895,14 @@ var firstRows = []struct{ key, what string }{
 	{"http_prompt", "router: to the prompt's tokens"},
 	{"http_admit", "router: to the engine's submit"},
 	{"engine", "engine: submit to the first token, of which:"},
-	{"queue", "  queue and KV pages"},
+	{"queue", "  queue and KV pages (disaggregated: the decode reservation)"},
+	{"handoff", "  reservation to first token (the workers sent no split)"},
+	{"prefill_queue", "  prefill worker: the call to its prefill pages"},
 	{"prefill_wait", "  waiting for a step to run the prompt"},
-	{"prefill_compute", "  the prompt's steps to the first token"},
+	{"prefill_compute", "  the prompt's steps (colocated: to the first token)"},
+	{"push", "  prefill worker: last chunk to its commit sent"},
+	{"decode_wait", "  decode worker: the commit to the first token sent"},
+	{"engine_other", "  the rest (disaggregated: calls between router and workers)"},
 	{"first_token_deliver", "router: the engine's first token to the handler"},
 	{"first_token_write", "router: to its text written and flushed"},
 	{"outside", "outside the handler (client, network, HTTP server)"},

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"sluice/internal/grammar"
 	"sluice/internal/handoff"
 	"sluice/internal/kernels"
 	"sluice/internal/kv"
@@ -319,6 +320,9 @@ type SchedStats struct {
 	// GrammarMaskDrops the grammars whose masks were dropped to keep
 	// within --grammar-mask-cache.
 	GrammarDeferrals, GrammarMaskBytes, GrammarMaskDrops int64
+	// GrammarCache counts the worker's grammar cache lookups (one per
+	// constrained request's sampler) by how each was answered.
+	GrammarCache grammar.Lookups
 	// Revoked counts a decode worker's reservations taken back before
 	// their commit for a tenant waiting within its KV share;
 	// RefusedOverShare its Reserves refused with over_share (the tenant
@@ -339,6 +343,7 @@ func (s *batch) stats() SchedStats {
 		Preemptions: s.preemptions.Load(), RecomputedTokens: s.recomputed.Load(), Generated: s.generated.Load(),
 		GrammarDeferrals: s.deferrals.Load(), NestedSteps: s.nestedSteps.Load()}
 	st.GrammarMaskBytes, st.GrammarMaskDrops = s.cfg.formats.maskStats()
+	st.GrammarCache = s.cfg.formats.lookups()
 	st.NestForward = s.cfg.nestForward()
 	return st
 }

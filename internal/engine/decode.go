@@ -106,6 +106,11 @@ type dhandoff struct {
 	table     []kv.PageRef
 	first     int32
 	firstLP   *sample.Logprobs
+	// timing is the commit's Timing (the prefill worker's part of the
+	// first token's time, nil if it sent none) and commitAt when the
+	// commit arrived: the first token carries both on (DecodeWait).
+	timing   *handoff.Timing
+	commitAt time.Time
 
 	stream    *tokenStream
 	params    handoff.StreamParams
@@ -532,6 +537,7 @@ func (w *DecodeWorker) Write(ctx context.Context, ws []handoff.PageWrite) error 
 // Commit implements handoff.Decode: verified, then the sequence joins the
 // batch (once its stream is open).
 func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
+	arrived := time.Now()
 	if bad := badFirst(c, w.cfg.Model.Vocab()); bad != "" {
 		// The first token goes straight to the client: a peer must not be
 		// able to hand it an id the tokenizer has never seen (I8).
@@ -568,6 +574,10 @@ func (w *DecodeWorker) Commit(ctx context.Context, c *handoff.Commit) error {
 	h.committed, h.owner, h.table, h.first, h.firstLP = true, acc.Owner, acc.Pages, acc.FirstToken, c.FirstLogprobs
 	h.prompt = acc.Tokens // I9: what was verified, not what was asked
 	h.hitBlocks = acc.CachedBlocks
+	if c.Timing != nil {
+		t := c.Timing.Bounded()
+		h.timing, h.commitAt = &t, arrived
+	}
 	if h.keys != nil {
 		// The prompt's KV is final and verified (I5: the digest covered
 		// it whole): its full pages become this tenant's cache entries
@@ -777,8 +787,15 @@ func (w *DecodeWorker) start(id kv.ID, h *dhandoff) {
 		// the batch's goroutine to finish its next step. Joining counts
 		// it (and ends the sequence there if it is the last); a cancel
 		// or abort recorded meanwhile is applied after it, as before
-		// (I10: decode reaches its first token).
-		q.emit(outcome{token: h.first, logprobs: h.firstLP})
+		// (I10: decode reaches its first token). It carries the first
+		// token's Timing on, with this worker's wait since the commit.
+		tok := outcome{token: h.first, logprobs: h.firstLP}.token2()
+		if h.timing != nil {
+			t := *h.timing
+			t.DecodeWait = time.Since(h.commitAt)
+			tok.Timing = &t
+		}
+		st.push(tok)
 		q.firstSent = true
 	}
 	w.mu.Lock()

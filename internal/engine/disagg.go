@@ -200,7 +200,7 @@ func (d *Disaggregated) Close(ctx context.Context) error {
 // prefill action, tokens reach the client only as its emit actions (I1).
 func (d *Disaggregated) Submit(ctx context.Context, r *Request) (Stream, error) {
 	st := newStream(min(max(r.MaxTokens, 0), d.cfg.Context))
-	cur := &currentHandoff{id: newID(), arrived: time.Now()}
+	cur := &currentHandoff{id: newID(), arrived: time.Now(), first: st.firstPhases}
 	var (
 		lc      *lifecycle
 		res     *handoff.Reservation
@@ -367,8 +367,10 @@ type currentHandoff struct {
 	cached atomic.Int64
 	p      *Pair // the workers of the current handoff
 	// arrived is the request's arrival and reservedAt its latest
-	// reservation's time (the first-token phases, phases.go).
+	// reservation's time (the first-token phases, phases.go); first
+	// sets the phases the first token's event carries (Event.Phases).
 	arrived, reservedAt time.Time
+	first               func([]PhaseTime)
 }
 
 // reserved notes the time of a new reservation.
@@ -856,12 +858,31 @@ func (d *Disaggregated) drive(r *Request, id kv.ID, p *Pair, res *handoff.Reserv
 			first = false
 			committed.Store(true)
 			if offset == 0 {
-				// The request's first token: where its wait went.
+				// The request's first token: where its wait went. The
+				// workers' parts (handoff.Timing, decode's with the
+				// token) split the handoff for the request's log line;
+				// the prefill worker records its own, the router the two
+				// it alone learns of (push, decode_wait).
 				cur.mu.Lock()
 				arrived, reservedAt := cur.arrived, cur.reservedAt
 				cur.mu.Unlock()
-				d.phases.observe(r.Tenant, PhaseQueue, reservedAt.Sub(arrived))
-				d.phases.observe(r.Tenant, PhaseHandoff, time.Since(reservedAt))
+				queue, hd := reservedAt.Sub(arrived), time.Since(reservedAt)
+				d.phases.observe(r.Tenant, PhaseQueue, queue)
+				d.phases.observe(r.Tenant, PhaseHandoff, hd)
+				ps := []PhaseTime{{PhaseQueue, queue}}
+				if parts := handoffParts(tok.Timing, hd); parts != nil {
+					for _, p := range parts {
+						if p.Phase == PhasePush || p.Phase == PhaseDecodeWait {
+							d.phases.observe(r.Tenant, p.Phase, p.D)
+						}
+					}
+					ps = append(ps, parts...)
+				} else {
+					ps = append(ps, PhaseTime{PhaseHandoff, hd})
+				}
+				if cur.first != nil {
+					cur.first(ps)
+				}
 			}
 			*gen = append(*gen, tok.ID)
 			// Decode's first token is the commit's: the handoff was verified

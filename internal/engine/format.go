@@ -59,6 +59,18 @@ func (f *formats) maskStats() (bytes, dropped int64) {
 	return 0, 0
 }
 
+// lookups counts the grammar cache's lookups (zeros before any
+// constrained request made the cache).
+func (f *formats) lookups() grammar.Lookups {
+	if f == nil {
+		return grammar.Lookups{}
+	}
+	if c := f.made.Load(); c != nil {
+		return c.Lookups()
+	}
+	return grammar.Lookups{}
+}
+
 // sampler is a request's sampler with the prompt it penalises and, for a
 // constrained request, its grammar at the start of the output: the caller
 // replays tokens generated before with Observe, and a replayed token the

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"sluice/internal/handoff"
 )
 
 // The phases of a request's time to first token, so an operator (and the
@@ -25,7 +27,10 @@ const (
 	// sends it as it accepts the commit, before the prefill worker hears
 	// of it: the rest can be about zero).
 	PhaseHandoff = "handoff"
-	// PhasePrefillQueue (prefill worker): waiting for prefill pages.
+	// PhasePrefillQueue (prefill worker): the Prefill call's arrival to
+	// its prefill pages (the response format's grammar, compiled or
+	// waited for, first, as in the colocated queue; then the wait for
+	// pages).
 	PhasePrefillQueue = "prefill_queue"
 	// PhasePrefillWait: from the pages to the first step that runs a
 	// chunk of the prompt (steps of other prompts in progress or
@@ -42,7 +47,77 @@ const (
 	// PhasePrefillPush (prefill worker): from the last chunk to the
 	// accepted commit (the pages the streaming handoff did not hide).
 	PhasePrefillPush = "prefill_push"
+	// PhasePush (router, from the Timing decode sends with the first
+	// token): the prefill worker's last chunk computed to its commit
+	// sent (the first token's draw, the page writes the streaming
+	// handoff did not hide, the digest). Unlike PhasePrefillPush it
+	// stops where decode's part starts, so the request's phases follow
+	// each other without overlapping.
+	PhasePush = "push"
+	// PhaseDecodeWait (router, from the same Timing): the decode
+	// worker's commit arrival to the first token sent on its stream
+	// (verification, the sampler and its grammar).
+	PhaseDecodeWait = "decode_wait"
 )
+
+// handoffParts are the workers' parts of a request's first handoff as
+// decode reported them with the first token (t), in the order they
+// happened: the prefill worker's queue, wait, compute and push, then
+// decode's wait. nil without a report, or when the parts do not fit in
+// hd, the router's own measure of the same handoff (reservation to first
+// token), which contains them all: figures that do not fit cannot all be
+// true and are dropped whole, so a request's phases still add up.
+func handoffParts(t *handoff.Timing, hd time.Duration) []PhaseTime {
+	if t == nil {
+		return nil
+	}
+	ps := []PhaseTime{{PhasePrefillQueue, t.PrefillQueue}, {PhasePrefillWait, t.PrefillWait}, {PhasePrefillCompute, t.PrefillCompute},
+		{PhasePush, t.Push}, {PhaseDecodeWait, t.DecodeWait}}
+	var sum time.Duration
+	for _, p := range ps {
+		if p.D < 0 || p.D > handoff.MaxTiming {
+			return nil
+		}
+		sum += p.D
+	}
+	if sum > hd {
+		return nil
+	}
+	return ps
+}
+
+// prefillTimes are a prefill's first-token phases as its worker sends
+// them with the commit (handoff.Timing): set on the scheduler's
+// goroutine, read on the push's as the commit goes.
+type prefillTimes struct {
+	mu       sync.Mutex
+	t        handoff.Timing
+	computed time.Time
+}
+
+func (p *prefillTimes) set(f func(t *handoff.Timing)) {
+	p.mu.Lock()
+	f(&p.t)
+	p.mu.Unlock()
+}
+
+// prompted notes the prompt's last chunk computed, after its compute d.
+func (p *prefillTimes) prompted(at time.Time, d time.Duration) {
+	p.mu.Lock()
+	p.t.PrefillCompute, p.computed = d, at
+	p.mu.Unlock()
+}
+
+// commit is the Timing the commit carries, its push ending now.
+func (p *prefillTimes) commit() *handoff.Timing {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := p.t
+	if !p.computed.IsZero() {
+		t.Push = time.Since(p.computed)
+	}
+	return &t
+}
 
 // PhaseTime is one request's time in one phase (Event.Phases).
 type PhaseTime struct {

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sluice/internal/handoff"
+	"sluice/internal/kv"
 )
 
 // The first-token phases (phases.go): one request's first token is
@@ -27,7 +30,7 @@ func TestFirstTokenPhasesRecorded(t *testing.T) {
 		want  map[string][]string
 	}{
 		{"disaggregated", l, map[string]FirstTokenPhases{"router": l.Disaggregated, "prefill": l.Prefill},
-			map[string][]string{"router": {PhaseHandoff, PhaseQueue}, "prefill": {PhasePrefillCompute, PhasePrefillCompute + "/" + StartNextStep, PhasePrefillPush, PhasePrefillQueue, PhasePrefillWait, PhasePrefillWait + "/" + StartNextStep}}},
+			map[string][]string{"router": {PhaseDecodeWait, PhaseHandoff, PhasePush, PhaseQueue}, "prefill": {PhasePrefillCompute, PhasePrefillCompute + "/" + StartNextStep, PhasePrefillPush, PhasePrefillQueue, PhasePrefillWait, PhasePrefillWait + "/" + StartNextStep}}},
 		{"colocated", c, map[string]FirstTokenPhases{"colocated": c},
 			map[string][]string{"colocated": {PhasePrefillCompute, PhasePrefillCompute + "/" + StartNextStep, PhasePrefillWait, PhasePrefillWait + "/" + StartNextStep, PhaseQueue}}},
 	} {
@@ -47,15 +50,18 @@ func TestFirstTokenPhasesRecorded(t *testing.T) {
 			if ev.Sent.Before(start) || ev.Sent.After(start.Add(ttft)) {
 				t.Fatalf("first token sent at %v, want within the request's %v to its first token", ev.Sent.Sub(start), ttft)
 			}
-			// Event.Phases: the colocated engine's phases of this request
-			// (the same as it recorded), in order, within its wait.
+			// Event.Phases: the engine's phases of this request (the same
+			// as it recorded), in order, within its wait: disaggregated,
+			// the router's queue, then the handoff's parts the workers
+			// sent with the first token (handoff.Timing).
 			var names []string
 			var sum time.Duration
 			for _, p := range ev.Phases {
 				names = append(names, p.Phase)
 				sum += p.D
 			}
-			if want := map[string]string{"colocated": "queue prefill_wait prefill_compute"}[e.name]; strings.Join(names, " ") != want || sum > ev.Sent.Sub(start) || (want != "" && sum <= 0) {
+			if want := map[string]string{"colocated": "queue prefill_wait prefill_compute",
+				"disaggregated": "queue prefill_queue prefill_wait prefill_compute push decode_wait"}[e.name]; strings.Join(names, " ") != want || sum > ev.Sent.Sub(start) || (want != "" && sum <= 0) {
 				t.Fatalf("first token's phases %+v (sum %v), want %q within the %v to its sending", ev.Phases, sum, want, ev.Sent.Sub(start))
 			}
 			firstPhases := map[string]time.Duration{}
@@ -100,6 +106,10 @@ func TestFirstTokenPhasesRecorded(t *testing.T) {
 						// in an idle batch ran in the next step.
 						continue
 					}
+					if p.Phase == PhasePush || p.Phase == PhaseDecodeWait {
+						// Parts of the router's handoff (checked below).
+						continue
+					}
 					if p.Phase == PhasePrefillPush {
 						if p.Sum > time.Since(start).Seconds() {
 							t.Fatalf("the push took %.6fs, more than the whole request", p.Sum)
@@ -123,6 +133,14 @@ func TestFirstTokenPhasesRecorded(t *testing.T) {
 				}
 				if sums["prefill"] > handoff {
 					t.Fatalf("the prefill worker's phases before the push add up to %.6fs, more than the handoff %.6fs", sums["prefill"], handoff)
+				}
+				// The first token's split of the handoff is within it.
+				var parts float64
+				for _, p := range ev.Phases[1:] {
+					parts += p.D.Seconds()
+				}
+				if parts > handoff {
+					t.Fatalf("the handoff's parts %+v add up to %.6fs, more than the handoff %.6fs", ev.Phases[1:], parts, handoff)
 				}
 			}
 		})
@@ -224,5 +242,99 @@ func TestPrefillComputeByHow(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// slowCommit is a prefill worker's way to decode whose commits take d to
+// arrive (the link's time, which neither worker measures).
+type slowCommit struct {
+	handoff.Decode
+	d time.Duration
+}
+
+func (s slowCommit) Commit(ctx context.Context, c *handoff.Commit) error {
+	time.Sleep(s.d)
+	return s.Decode.Commit(ctx, c)
+}
+
+// The workers' parts of a disaggregated first token (handoff.Timing)
+// mean what their names say and follow each other without overlapping:
+// the commit's way to decode is made slow by one known amount (no
+// worker's part: it is left to the router's rest) and decode's wait
+// after the commit by another, so a part timed from the wrong point
+// (push to the accepted commit, decode's wait from after its own work)
+// lands outside its bounds or makes the parts overrun the handoff (then
+// the router drops them, and the first token carries no split). Gaps of
+// >= 150 ms, which a loaded machine has to add to one part to fail it.
+func TestHandoffPartsAreTheWorkers(t *testing.T) {
+	const (
+		commitWay  = 300 * time.Millisecond // prefill's commit to decode
+		decodeWait = 150 * time.Millisecond // decode, after verifying, before the first token
+	)
+	m := newToy()
+	l := toyLocal(t, m)
+	l.Prefill.decode = slowCommit{Decode: l.Prefill.decode, d: commitWay}
+	l.Decode.hooks = &decodeHooks{commitAccepted: func(kv.ID) { time.Sleep(decodeWait) }}
+	start := time.Now()
+	st, err := l.Submit(context.Background(), &Request{Tenant: "t1", Prompt: prompt(2, 30), MaxTokens: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := <-st.Events()
+	if ev.Err != nil || ev.Done {
+		t.Fatalf("first event %+v, want a token", ev)
+	}
+	if r := collect(t, st); r.final.Err != nil {
+		t.Fatal(r.final.Err)
+	}
+	got := map[string]time.Duration{}
+	var names []string
+	var sum time.Duration
+	for _, p := range ev.Phases {
+		got[p.Phase] = p.D
+		names = append(names, p.Phase)
+		sum += p.D
+	}
+	if strings.Join(names, " ") != "queue prefill_queue prefill_wait prefill_compute push decode_wait" || sum > ev.Sent.Sub(start) {
+		t.Fatalf("first token's phases %+v (sum %v), want the queue and the workers' five parts within the %v to its sending", ev.Phases, sum, ev.Sent.Sub(start))
+	}
+	if d := got[PhaseDecodeWait]; d < decodeWait || d >= commitWay {
+		t.Errorf("decode_wait %v, want in [%v, %v)", d, decodeWait, commitWay)
+	}
+	if d := got[PhasePush]; d >= decodeWait {
+		t.Errorf("push %v, want under %v (the commit's way is not the prefill worker's)", d, decodeWait)
+	}
+	var handoffD time.Duration
+	for _, p := range l.Disaggregated.FirstTokenPhases() {
+		if p.Phase == PhaseHandoff {
+			handoffD = time.Duration(p.Sum * float64(time.Second))
+		}
+		if d, ok := got[p.Phase]; ok && math.Abs(d.Seconds()-p.Sum) > 1e-9 {
+			t.Errorf("router recorded %s %.9fs, the first token carried %v", p.Phase, p.Sum, d)
+		}
+	}
+	if rest := handoffD - (sum - got[PhaseQueue]); rest < commitWay {
+		t.Errorf("the handoff %v less the workers' parts leaves %v, want at least the commit's way %v", handoffD, rest, commitWay)
+	}
+}
+
+// Workers' figures that do not fit in the router's own measure of the
+// handoff cannot all be true: they are dropped whole (the request's
+// phases still add up), as is a figure outside the wire's bounds.
+func TestHandoffPartsDropWhatDoesNotFit(t *testing.T) {
+	tm := &handoff.Timing{PrefillQueue: 1, PrefillWait: 2, PrefillCompute: 3, Push: 4, DecodeWait: 5}
+	if ps := handoffParts(tm, 15); len(ps) != 5 || ps[4].Phase != PhaseDecodeWait || ps[4].D != 5 {
+		t.Fatalf("parts of 15 in a handoff of 15: %+v", ps)
+	}
+	if ps := handoffParts(tm, 14); ps != nil {
+		t.Fatalf("parts of 15 in a handoff of 14 kept: %+v", ps)
+	}
+	if ps := handoffParts(nil, time.Second); ps != nil {
+		t.Fatalf("no timing gave parts %+v", ps)
+	}
+	neg := *tm
+	neg.PrefillWait = -3
+	if ps := handoffParts(&neg, time.Second); ps != nil {
+		t.Fatalf("a negative part kept: %+v", ps)
 	}
 }

@@ -213,6 +213,7 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	// The calls to decode for this prompt (its page writes, its commit)
 	// take their connection's call slots as its tenant's, by its weight.
 	ctx = handoff.WithCaller(ctx, r.Tenant, r.Weight)
+	arrived := time.Now()
 	w.running.Add(1)
 	defer w.running.Add(-1)
 	if abort, err := CheckPrefill(w.limits(), r); err != nil {
@@ -244,7 +245,6 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		keys = w.cache.keys(&Request{Tenant: r.Tenant, Prompt: r.Tokens, CacheScope: r.CacheScope})
 	}
 	weight := prefillWeight(r.Weight)
-	arrived := time.Now()
 	tk, hits, table, err := w.admit(ctx, owner, r.Tenant, weight, keys, len(r.Tokens))
 	if err != nil {
 		if ctx.Err() != nil {
@@ -256,13 +256,21 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		return nil, w.abort(r.Handoff, handoff.ErrPrefillRefused.With("prefill pool: %v", err))
 	}
 	// The first-token phases (phases.go) of a request's first handoff
-	// (a resumed one carries generated tokens: SampleOffset > 0).
+	// (a resumed one carries generated tokens: SampleOffset > 0),
+	// recorded here and sent with the commit (times: handoff.Timing).
 	observe := func(string, time.Duration) {}
+	var times *prefillTimes
+	var timing func() *handoff.Timing
 	if r.SampleOffset == 0 {
 		observe = func(phase string, d time.Duration) { w.phases.observe(r.Tenant, phase, d) }
+		times = &prefillTimes{}
+		timing = times.commit
 	}
 	admitted := time.Now()
 	observe(PhasePrefillQueue, admitted.Sub(arrived))
+	if times != nil {
+		times.set(func(t *handoff.Timing) { t.PrefillQueue = admitted.Sub(arrived) })
+	}
 	// After the pages are released (deferred below, or by the scheduler
 	// on a failure): the next prompt in the queue may take them.
 	defer tk.done()
@@ -281,6 +289,9 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		started, startedHow = time.Now(), how
 		observe(PhasePrefillWait, started.Sub(admitted))
 		observe(PhasePrefillWait+"/"+how, started.Sub(admitted))
+		if times != nil {
+			times.set(func(t *handoff.Timing) { t.PrefillWait = started.Sub(admitted) })
+		}
 	}
 	from := len(hits)
 	q.prefilled = func(q *seq) {
@@ -288,6 +299,9 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 		if !started.IsZero() {
 			observe(PhasePrefillCompute, computed.Sub(started))
 			observe(PhasePrefillCompute+"/"+startedHow, computed.Sub(started))
+			if times != nil {
+				times.prompted(computed, computed.Sub(started))
+			}
 		}
 		if keys != nil {
 			w.cache.insert(owner, q.table, keys, from)
@@ -323,9 +337,9 @@ func (w *PrefillWorker) Prefill(ctx context.Context, r *handoff.PrefillRequest) 
 	defer stopWatch()
 	var out *handoff.PrefillResult
 	if w.cfg.HandoffAfterPrefill {
-		out, err = w.pushAfter(ctx, r, q, ch, owner, cached)
+		out, err = w.pushAfter(ctx, r, q, ch, owner, cached, timing)
 	} else {
-		out, err = w.pushStreaming(ctx, r, q, ch, owner, table, cached)
+		out, err = w.pushStreaming(ctx, r, q, ch, owner, table, cached, timing)
 	}
 	if err == nil {
 		pushed()
@@ -372,8 +386,9 @@ func withdrawn(err error) error {
 }
 
 // pushAfter prefills the whole prompt, then pushes its pages
-// (Config.HandoffAfterPrefill).
-func (w *PrefillWorker) pushAfter(ctx context.Context, r *handoff.PrefillRequest, q *seq, ch chan done, owner kv.Owner, cached int) (*handoff.PrefillResult, error) {
+// (Config.HandoffAfterPrefill). timing, when set, stamps the commit
+// (handoff.SenderConfig.Timing).
+func (w *PrefillWorker) pushAfter(ctx context.Context, r *handoff.PrefillRequest, q *seq, ch chan done, owner kv.Owner, cached int, timing func() *handoff.Timing) (*handoff.PrefillResult, error) {
 	res := r.Reservation
 	w.sched.add(q)
 	d := <-ch
@@ -383,7 +398,7 @@ func (w *PrefillWorker) pushAfter(ctx context.Context, r *handoff.PrefillRequest
 	defer w.signalFreed()
 	defer releasePages(w.pool, owner, d.table)
 	start := time.Now()
-	if err := w.push(ctx, owner, d.table, res, len(r.Tokens), d.first, d.firstLP); err != nil {
+	if err := w.push(ctx, owner, d.table, res, len(r.Tokens), d.first, d.firstLP, timing); err != nil {
 		w.stats.failed.Add(1)
 		return nil, w.abort(r.Handoff, err)
 	}
@@ -401,11 +416,11 @@ func (w *PrefillWorker) pushAfter(ctx context.Context, r *handoff.PrefillRequest
 // through the push, which waits for its writes in flight before the drain
 // acknowledgement, exactly as a failed transfer does (I6); a push that
 // fails mid-prompt (decode aborted, the link broke) cancels the prompt.
-func (w *PrefillWorker) pushStreaming(ctx context.Context, r *handoff.PrefillRequest, q *seq, ch chan done, owner kv.Owner, table []kv.PageRef, cached int) (*handoff.PrefillResult, error) {
+func (w *PrefillWorker) pushStreaming(ctx context.Context, r *handoff.PrefillRequest, q *seq, ch chan done, owner kv.Owner, table []kv.PageRef, cached int, timing func() *handoff.Timing) (*handoff.PrefillResult, error) {
 	res := r.Reservation
 	tokens := len(r.Tokens)
 	src := &poolSource{pool: w.pool, owner: owner, table: table, tokens: tokens}
-	snd, err := handoff.NewStreamingSender(handoff.SenderConfig{MaxBatchBytes: w.cfg.BatchBytes}, res, tokens, src)
+	snd, err := handoff.NewStreamingSender(handoff.SenderConfig{MaxBatchBytes: w.cfg.BatchBytes, Timing: timing}, res, tokens, src)
 	if err != nil {
 		releasePages(w.pool, owner, table)
 		w.signalFreed()
@@ -534,10 +549,11 @@ func prefillSampler(ctx context.Context, f *formats, tenant string, p sample.Par
 // push drives the protocol's Sender: page writes in bounded batches, each
 // acknowledged as applied, then the commit LAST (the Sender emits it only
 // after every write was acknowledged). On failure Push has already aborted
-// the handoff and acknowledged its drain (I6).
-func (w *PrefillWorker) push(ctx context.Context, owner kv.Owner, table []kv.PageRef, res *handoff.Reservation, tokens int, first int32, firstLP *sample.Logprobs) error {
+// the handoff and acknowledged its drain (I6). timing, when set, stamps
+// the commit (handoff.SenderConfig.Timing).
+func (w *PrefillWorker) push(ctx context.Context, owner kv.Owner, table []kv.PageRef, res *handoff.Reservation, tokens int, first int32, firstLP *sample.Logprobs, timing func() *handoff.Timing) error {
 	src := &poolSource{pool: w.pool, owner: owner, table: table, tokens: tokens}
-	snd, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: w.cfg.BatchBytes}, res, tokens, first, src)
+	snd, err := handoff.NewSender(handoff.SenderConfig{MaxBatchBytes: w.cfg.BatchBytes, Timing: timing}, res, tokens, first, src)
 	if err != nil {
 		return err
 	}

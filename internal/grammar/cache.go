@@ -200,6 +200,13 @@ func (c *Cache) Stats() (hits, misses int64) {
 	return c.f.hits, c.f.misses
 }
 
+// Lookups counts the cache's lookups by how each was answered.
+func (c *Cache) Lookups() Lookups {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.f.lookups()
+}
+
 // MaskStats returns the bytes the cached grammars' masks hold and how
 // many grammars had their masks dropped to stay within the budget.
 func (c *Cache) MaskStats() (bytes, dropped int64) {

@@ -106,3 +106,10 @@ func (c *Checks) Stats() (hits, misses int64) {
 	defer c.mu.Unlock()
 	return c.f.hits, c.f.misses
 }
+
+// Lookups counts the checks by how each was answered.
+func (c *Checks) Lookups() Lookups {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.f.lookups()
+}

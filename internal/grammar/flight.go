@@ -17,8 +17,26 @@ type flights[V any] struct {
 	// waiting is how many lookups wait for another's compile now.
 	waiting int
 	// hits counts the lookups answered without a compile of their own
-	// (kept, or waited for another lookup's compile); misses the compiles.
-	hits, misses int64
+	// (kept, or waited for another lookup's compile), waits those of
+	// them answered by the compile they waited for; misses the compiles.
+	hits, waits, misses int64
+}
+
+// Lookups counts a cache's lookups (Cache.Get, Checks.Check) by how each
+// was answered. A lookup given up while it waited for a compile (its
+// context ended) is in none of them.
+type Lookups struct {
+	// Hits were answered without a compile of their own: an entry the
+	// cache kept, or, Waits of them, the compile of a concurrent lookup
+	// of the same key (the same tenant and schema, I11) that they waited
+	// for.
+	Hits, Waits int64
+	// Misses compiled the schema themselves (a refused schema too).
+	Misses int64
+}
+
+func (f *flights[V]) lookups() Lookups {
+	return Lookups{Hits: f.hits, Waits: f.waits, Misses: f.misses}
 }
 
 // flight is one compile running for a key. done is closed when it ends;
@@ -61,6 +79,7 @@ func (f *flights[V]) do(ctx context.Context, mu *sync.Mutex, k [32]byte, kept fu
 		f.waiting--
 		if done && call.ok {
 			f.hits++
+			f.waits++
 			mu.Unlock()
 			return call.v, true, nil
 		}

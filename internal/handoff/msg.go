@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"encoding/hex"
+	"time"
 
 	"github.com/zeebo/xxh3"
 
@@ -193,6 +194,52 @@ type Commit struct {
 	// FirstLogprobs are FirstToken's logprobs when the request asked for
 	// them (nil otherwise); decode sends them with the first token.
 	FirstLogprobs *sample.Logprobs
+	// Timing is the prefill worker's part of the first token's time
+	// (DecodeWait zero), stamped as the commit is sent (SenderConfig.
+	// Timing); nil when not measured (a resumed request's handoff).
+	// Decode checks nothing against it and passes it on with the first
+	// token, its own DecodeWait added.
+	Timing *Timing
+}
+
+// Timing is where a request's first token spent its time on the
+// workers, for the router's request log and first-token metrics: each
+// duration is measured by the worker it names on its own monotonic
+// clock (no timestamp crosses from one host to another), and the
+// intervals follow each other on the first token's path without
+// overlapping. Operator data only: it never reaches a tenant's response
+// and nothing is decided on it; a peer's figures are only bounded
+// (MaxTiming), and a router drops figures that do not fit in its own
+// measure of the handoff.
+type Timing struct {
+	// PrefillQueue (prefill worker): the Prefill call's arrival to its
+	// prefill pages (the response format's grammar, compiled or waited
+	// for, comes first).
+	PrefillQueue time.Duration
+	// PrefillWait: the pages to the first step that runs a chunk of the
+	// prompt.
+	PrefillWait time.Duration
+	// PrefillCompute: that step to the prompt's last chunk computed.
+	PrefillCompute time.Duration
+	// Push: the last chunk computed to the commit sent: the first
+	// token's draw, the page writes the streaming push did not hide
+	// (each acknowledged as applied) and the digest.
+	Push time.Duration
+	// DecodeWait (decode worker): the commit's arrival to the first
+	// token sent on the stream: the verification (I5), the sampler and
+	// its grammar, and the stream's opening if it came later.
+	DecodeWait time.Duration
+}
+
+// MaxTiming bounds each of Timing's durations (the wire refuses more).
+const MaxTiming = 24 * time.Hour
+
+// Bounded returns t with each duration within [0, MaxTiming].
+func (t Timing) Bounded() Timing {
+	for _, d := range []*time.Duration{&t.PrefillQueue, &t.PrefillWait, &t.PrefillCompute, &t.Push, &t.DecodeWait} {
+		*d = min(max(*d, 0), MaxTiming)
+	}
+	return t
 }
 
 // Abort ends a handoff early. Either side may send it, at any phase.
@@ -240,6 +287,10 @@ type Token struct {
 	CompletionTokens int
 	// Err ends the stream in failure; it is an *Error when it came from the protocol.
 	Err error
+	// Timing is set on the first item only, when the commit carried the
+	// prefill worker's part: the decode worker's DecodeWait added to it
+	// (operator data, see Timing). Never changed once sent.
+	Timing *Timing
 }
 
 // PrefillRequest asks a prefill worker to run a prompt and push its KV into

@@ -128,6 +128,9 @@ func PushStreaming(ctx context.Context, s *Sender, d Decode, p *Progress) error 
 			case <-ctx.Done():
 			}
 		case ActCommit:
+			if s.cfg.Timing != nil {
+				a.Commit.Timing = s.cfg.Timing()
+			}
 			s.Committed(d.Commit(ctx, a.Commit))
 		case ActAbort:
 			// Every Write goroutine must return before the drain

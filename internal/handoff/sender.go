@@ -26,6 +26,10 @@ type SenderConfig struct {
 	MaxBatchBytes int
 	// Window is how many batches may await acknowledgement at once (default 2).
 	Window int
+	// Timing, when set, is called by Push as it sends the commit (the
+	// Sender itself has no clock): what it returns rides in
+	// Commit.Timing.
+	Timing func() *Timing
 }
 
 // ActionKind says what a Sender wants done next.

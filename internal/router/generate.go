@@ -392,6 +392,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 				if !ev.Sent.IsZero() {
 					s.metrics.phases.Observe(g.tenant, PhaseFirstTokenDeliver, now.Sub(ev.Sent))
 				}
+				if d, ok := engineOther(g, ev); ok {
+					s.metrics.phases.Observe(g.tenant, PhaseEngineOther, d)
+				}
 				out.first = firstTiming(g, ev, now)
 				first = false
 			} else if !c.last.IsZero() {

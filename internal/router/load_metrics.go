@@ -23,10 +23,13 @@ var (
 	descNestedSteps  = prometheus.NewDesc("sluice_nested_steps_total", "Steps of prompts that arrived while another tenant's prompt step ran, run at one of its layer boundaries while it paused (a co-tenant's prompt not waiting for the whole step), by role.", []string{"role"}, nil)
 	descNestForward  = prometheus.NewDesc("sluice_nested_forward_cost_tokens", "The fixed cost of a forward pass in prompt tokens, as the nested budget counts it (measured at start, --nest-forward-cost): a nested step costs this plus its tokens, and a paused step of T tokens lets in nested steps costing at most this plus T (docs/isolation.md), by role.", []string{"role"}, nil)
 	descGrammarDrops = prometheus.NewDesc("sluice_grammar_mask_drops_total", "Compiled grammars whose cached masks were dropped to stay within --grammar-mask-cache, by role.", []string{"role"}, nil)
+	descGrammarHits  = prometheus.NewDesc("sluice_grammar_cache_hits_total", "Structured-output requests whose grammar the role's per-tenant grammar cache answered without a compile of their own: kept, or compiled by a concurrent request of the same tenant and schema that they waited for (sluice_grammar_cache_waits_total counts those), by role.", []string{"role"}, nil)
+	descGrammarWaits = prometheus.NewDesc("sluice_grammar_cache_waits_total", "Structured-output requests, of the grammar cache's hits, that waited for a concurrent request of the same tenant and schema to compile it, by role.", []string{"role"}, nil)
+	descGrammarMiss  = prometheus.NewDesc("sluice_grammar_cache_misses_total", "Structured-output requests whose grammar the role's per-tenant grammar cache did not hold and that compiled it (a refused schema too), by role.", []string{"role"}, nil)
 )
 
 var loadDescs = []*prometheus.Desc{descQueueWaiting, descQueueRunning, descQueueWait, descQueueRefused, descPreemptions, descRecomputed, descKVUsage, descRevoked, descOverShare,
-	descGrammarDefer, descGrammarBytes, descGrammarDrops, descNestedSteps, descNestForward}
+	descGrammarDefer, descGrammarBytes, descGrammarDrops, descGrammarHits, descGrammarWaits, descGrammarMiss, descNestedSteps, descNestForward}
 
 func collectLoad(ch chan<- prometheus.Metric, st EngineStats) {
 	if q := st.Queue; q != nil {
@@ -54,6 +57,9 @@ func collectLoad(ch chan<- prometheus.Metric, st EngineStats) {
 		ch <- prometheus.MustNewConstMetric(descGrammarDefer, prometheus.CounterValue, float64(s.GrammarDeferrals), role)
 		ch <- prometheus.MustNewConstMetric(descGrammarBytes, prometheus.GaugeValue, float64(s.GrammarMaskBytes), role)
 		ch <- prometheus.MustNewConstMetric(descGrammarDrops, prometheus.CounterValue, float64(s.GrammarMaskDrops), role)
+		ch <- prometheus.MustNewConstMetric(descGrammarHits, prometheus.CounterValue, float64(s.GrammarCache.Hits), role)
+		ch <- prometheus.MustNewConstMetric(descGrammarWaits, prometheus.CounterValue, float64(s.GrammarCache.Waits), role)
+		ch <- prometheus.MustNewConstMetric(descGrammarMiss, prometheus.CounterValue, float64(s.GrammarCache.Misses), role)
 		ch <- prometheus.MustNewConstMetric(descNestedSteps, prometheus.CounterValue, float64(s.NestedSteps), role)
 	}
 	for role, f := range st.NestForward {

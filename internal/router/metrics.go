@@ -216,7 +216,10 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats, model func()
 		misses := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "sluice_schema_check_cache_misses_total", Help: "Schemas (response_format's, tools' parameters) the router did not find in its per-tenant cache and compiled to check them.",
 		}, func() float64 { _, m := schemas.Stats(); return float64(m) })
-		for _, c := range []prometheus.Collector{hits, misses} {
+		waits := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_schema_check_cache_waits_total", Help: "Schema checks, of sluice_schema_check_cache_hits_total, answered by waiting for a concurrent request of the same tenant to compile the same schema.",
+		}, func() float64 { return float64(schemas.Lookups().Waits) })
+		for _, c := range []prometheus.Collector{hits, misses, waits} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -322,13 +325,21 @@ const (
 	// requests whose first token's text goes out at once (not held by a
 	// stop string, a partial character, a tool call or an end token).
 	PhaseFirstTokenWrite = "first_token_write"
+	// PhaseEngineOther: the engine's time to the first token (its
+	// Submit called to the token on the stream) outside the phases the
+	// engine timed for the request, so that the request's phases add
+	// up. Disaggregated: the calls' ways between the router and the
+	// workers (the stream's opening, the prompt to the prefill worker,
+	// the commit to decode, the first token back) beside the workers'
+	// own parts; colocated, about nothing.
+	PhaseEngineOther = "engine_other"
 )
 
 // The first-token phases (engine/phases.go and the router's above):
 // where requests' time to first token went, by role and phase; by
 // tenant only with --metrics-tenant-labels.
 var (
-	phaseHelp    = "Parts of the time to first token of requests (their first handoff), by role (router, prefill: each prefill worker in the process that runs it, colocated) and phase: queue (router or colocated queue until the pages are reserved), handoff (router: reservation to first token), prefill_queue (prefill worker: waiting for prefill pages), prefill_wait (pages to the first step running a chunk of the prompt), prefill_compute (that step to the prompt computed; colocated: to the first token), prefill_push (prefill worker: last chunk to the accepted commit); prefill_wait/<how> and prefill_compute/<how> are prefill_wait and prefill_compute again by how the prompt's first chunk started (nested, after_nested, next_step, after_last_pause, budget, in_step, same_tenant, share, quota, grow, plan: docs/operations.md); the router's HTTP path: http_read (arrival to the body decoded), http_prompt (to the prompt's tokens: validation, template, tokenizer), http_admit (to the engine's submit), first_token_deliver (the engine's first token to the handler receiving it), first_token_write (to its text written and flushed, streamed requests)."
+	phaseHelp    = "Parts of the time to first token of requests (their first handoff), by role (router, prefill: each prefill worker in the process that runs it, colocated) and phase: queue (router or colocated queue until the pages are reserved), handoff (router: reservation to first token), push and decode_wait (router, as the workers reported them with the first token: the prefill worker's last chunk computed to its commit sent; decode's commit arrival to the first token sent), engine_other (router: the engine's time to the first token outside the engine's phases of the request; disaggregated, the calls' ways between router and workers), prefill_queue (prefill worker: the call's arrival, its output format's grammar, then waiting for prefill pages), prefill_wait (pages to the first step running a chunk of the prompt), prefill_compute (that step to the prompt computed; colocated: to the first token), prefill_push (prefill worker: last chunk to the accepted commit); prefill_wait/<how> and prefill_compute/<how> are prefill_wait and prefill_compute again by how the prompt's first chunk started (nested, after_nested, next_step, after_last_pause, budget, in_step, same_tenant, share, quota, grow, plan: docs/operations.md); the router's HTTP path: http_read (arrival to the body decoded), http_prompt (to the prompt's tokens: validation, template, tokenizer), http_admit (to the engine's submit), first_token_deliver (the engine's first token to the handler receiving it), first_token_write (to its text written and flushed, streamed requests)."
 	descPhase    = prometheus.NewDesc("sluice_first_token_phase_seconds", phaseHelp, []string{"role", "phase"}, nil)
 	descPhaseTen = prometheus.NewDesc("sluice_first_token_phase_seconds", phaseHelp+" By tenant (--metrics-tenant-labels).", []string{"role", "phase", "tenant"}, nil)
 )

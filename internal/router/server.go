@@ -757,12 +757,16 @@ func (g *generation) httpPath() []engine.PhaseTime {
 
 // firstTiming is where g's time to first token went, for its request log
 // line: the HTTP path, the engine's phases (as far as the engine times
-// them per request), "engine" (Submit called to the first token on the
-// stream), first_token_deliver, and "ttft" (arrival to the first token
-// at the handler, sluice_time_to_first_token_seconds); first_token_write
-// is added when the token's text went out.
+// them per request) and engine_other (engineOther), "engine" (Submit
+// called to the first token on the stream), first_token_deliver, and
+// "ttft" (arrival to the first token at the handler,
+// sluice_time_to_first_token_seconds); first_token_write is added when
+// the token's text went out.
 func firstTiming(g *generation, ev engine.Event, received time.Time) []engine.PhaseTime {
 	ps := append(g.httpPath(), ev.Phases...)
+	if d, ok := engineOther(g, ev); ok {
+		ps = append(ps, engine.PhaseTime{Phase: PhaseEngineOther, D: d})
+	}
 	if !ev.Sent.IsZero() {
 		if !g.submitted.IsZero() {
 			ps = append(ps, engine.PhaseTime{Phase: "engine", D: ev.Sent.Sub(g.submitted)})
@@ -770,6 +774,21 @@ func firstTiming(g *generation, ev engine.Event, received time.Time) []engine.Ph
 		ps = append(ps, engine.PhaseTime{Phase: PhaseFirstTokenDeliver, D: received.Sub(ev.Sent)})
 	}
 	return append(ps, engine.PhaseTime{Phase: "ttft", D: received.Sub(g.start)})
+}
+
+// engineOther is the part of the engine's time to g's first token (its
+// Submit called to the token on the stream) that the engine's phases of
+// the request (ev.Phases) leave: so the engine's phases and it add up to
+// "engine". ok is false when the engine timed no phases of the request.
+func engineOther(g *generation, ev engine.Event) (time.Duration, bool) {
+	if len(ev.Phases) == 0 || ev.Sent.IsZero() || g.submitted.IsZero() {
+		return 0, false
+	}
+	d := ev.Sent.Sub(g.submitted)
+	for _, p := range ev.Phases {
+		d -= p.D
+	}
+	return max(d, 0), true
 }
 
 func (s *Server) finishMetrics(g *generation, out outcome) {

@@ -54,6 +54,10 @@ func (c decode) Commit(ctx context.Context, m *handoff.Commit) error {
 	if m.Digest == nil {
 		cp.Digest = nil
 	}
+	if m.Timing != nil {
+		t := *m.Timing
+		cp.Timing = &t
+	}
 	return c.d.Commit(ctx, &cp)
 }
 

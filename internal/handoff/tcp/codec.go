@@ -5,6 +5,7 @@ import (
 	"hash/crc32"
 	"math"
 	"strings"
+	"time"
 
 	"sluice/internal/grammar"
 	"sluice/internal/handoff"
@@ -435,6 +436,7 @@ func encCommit(m *handoff.Commit) ([]byte, error) {
 	e.bytes(m.Digest)
 	e.u32(uint32(m.FirstToken))
 	encLogprobs(&e, m.FirstLogprobs)
+	encTiming(&e, m.Timing)
 	return e.b, e.err
 }
 
@@ -446,7 +448,43 @@ func decCommit(p []byte) (*handoff.Commit, error) {
 	}
 	m.FirstToken = int32(d.u32())
 	m.FirstLogprobs = decLogprobs(&d)
+	m.Timing = decTiming(&d)
 	return m, d.end()
+}
+
+// encTiming writes a first token's Timing (version 16): a presence
+// byte, then, when present, its five durations in nanoseconds, each
+// bounded to [0, handoff.MaxTiming] (operator data: a figure past the
+// bound is cut, never a reason to fail the commit or the token).
+func encTiming(e *enc, t *handoff.Timing) {
+	e.bool(t != nil)
+	if t == nil {
+		return
+	}
+	b := t.Bounded()
+	for _, d := range []time.Duration{b.PrefillQueue, b.PrefillWait, b.PrefillCompute, b.Push, b.DecodeWait} {
+		e.u64(uint64(d))
+	}
+}
+
+// decTiming reads encTiming's; a duration outside [0, MaxTiming] is a
+// bad message, as any field out of its range.
+func decTiming(d *dec) *handoff.Timing {
+	if !d.bool() {
+		return nil
+	}
+	var t handoff.Timing
+	for _, p := range []*time.Duration{&t.PrefillQueue, &t.PrefillWait, &t.PrefillCompute, &t.Push, &t.DecodeWait} {
+		v := d.u64()
+		if d.err == nil && v > uint64(handoff.MaxTiming) {
+			d.err = handoff.ErrBadMessage.With("first-token timing of %d ns is outside [0, %d]", v, int64(handoff.MaxTiming))
+		}
+		*p = time.Duration(v)
+	}
+	if d.err != nil {
+		return nil
+	}
+	return &t
 }
 
 func encAbort(m *handoff.Abort) ([]byte, error) {
@@ -651,6 +689,7 @@ func encToken(t handoff.Token) ([]byte, error) {
 	e.str(code)
 	e.str(msg)
 	encLogprobs(&e, t.Logprobs)
+	encTiming(&e, t.Timing)
 	return e.b, e.err
 }
 
@@ -660,6 +699,7 @@ func decToken(p []byte) (handoff.Token, error) {
 	code, msg := d.str(), d.str()
 	t.Err = handoff.FromWire(code, msg)
 	t.Logprobs = decLogprobs(&d)
+	t.Timing = decTiming(&d)
 	return t, d.end()
 }
 

@@ -99,10 +99,13 @@ const headerLen = 16
 // keeps to the smaller; a version-13 end assumes 64), refusing version 13.
 // Version 15 added the tenant's weight to PrefillRequest (the prefill
 // worker's calls to decode take call slots by it), refusing version 14.
+// Version 16 added the first token's Timing to Commit and Token (the
+// workers' parts of its time, for the router's log and metrics),
+// refusing version 15.
 // Bump maxVersion whenever a frame's layout changes.
 const (
-	minVersion = 15
-	maxVersion = 15
+	minVersion = 16
+	maxVersion = 16
 	// helloVersion is the version field of the handshake frames (Hello,
 	// HelloAck, Auth, AuthOK and an Error before them). It stays 1 in
 	// every build, so any two builds can read each other's Hello and the

@@ -46,6 +46,9 @@ func FuzzFrameDecode(f *testing.F) {
 	add(tToken, mustEnc(encToken(handoff.Token{ID: 3, Done: true, Finish: "stop", Err: handoff.ErrAborted})))
 	add(tToken, mustEnc(encToken(handoff.Token{ID: 3, Logprobs: fullLogprobs()})))
 	add(tCommit, mustEnc(encCommit(&handoff.Commit{Handoff: id, Tokens: 9, Digest: []byte{1}, FirstToken: 5, FirstLogprobs: fullLogprobs()})))
+	// The first token's timing (protocol 16).
+	add(tCommit, mustEnc(encCommit(&handoff.Commit{Handoff: id, Tokens: 9, Digest: []byte{1}, FirstToken: 5, Timing: fullTiming()})))
+	add(tToken, mustEnc(encToken(handoff.Token{ID: 3, Logprobs: fullLogprobs(), Timing: fullTiming()})))
 	add(tPrefill, mustEnc(encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1}, Sampling: fullSampling()})))
 	add(tPrefill, mustEnc(encPrefill(&handoff.PrefillRequest{Handoff: id, Tenant: "a", Tokens: []int32{1, 2}, Reservation: &handoff.Reservation{Pages: []kv.PageRef{{}}}, Decode: "10.0.0.7:9002"})))
 	add(tPrefillRes, mustEnc(encPrefillRes(&handoff.PrefillResult{FirstToken: 1, Tokens: 2})))
