@@ -110,11 +110,12 @@ func BenchmarkMask(b *testing.B) {
 
 // BenchmarkCompileKeywords measures what the keywords of keywords_test.go
 // cost to compile: a Pydantic discriminated union, 1,000 discriminated
-// oneOf branches (the one-pass proof), 500 enum branches proven
-// pairwise beside a type branch, an unbounded multipleOf prime to 10,
-// and a 64-property count over 80 properties.
+// oneOf branches (the one-pass proof), 500 enum branches beside an
+// object branch (one pass, then each against it), 300 object branches
+// proven pair by pair (45,000 pairs), an unbounded multipleOf prime to
+// 10, and a 64-property count over 80 properties.
 func BenchmarkCompileKeywords(b *testing.B) {
-	var disc, pairs, props []string
+	var disc, pairs, objs, props []string
 	for i := range MaxEnum {
 		disc = append(disc, fmt.Sprintf(`{"properties":{"k":{"const":"v%d"}},"required":["k"]}`, i))
 	}
@@ -122,13 +123,18 @@ func BenchmarkCompileKeywords(b *testing.B) {
 	for i := range 500 {
 		pairs = append(pairs, fmt.Sprintf(`{"enum":["%x.0","%x.1","%x.2"]}`, i, i, i))
 	}
+	objs = append(objs, `{"type":"object","required":["k"],"properties":{"k":{"type":"string"}}}`)
+	for i := range 300 {
+		objs = append(objs, fmt.Sprintf(`{"required":["k"],"properties":{"k":{"enum":[%d,%d,%d]}}}`, 3*i, 3*i+1, 3*i+2))
+	}
 	for i := range 80 {
 		props = append(props, fmt.Sprintf(`"p%d":{"type":"boolean"}`, i))
 	}
 	for _, c := range []struct{ name, schema string }{
 		{"pydantic-union", pydanticPets},
 		{"oneof-1000-discriminated", `{"oneOf":[` + strings.Join(disc, ",") + `]}`},
-		{"oneof-500-pairwise", `{"oneOf":[` + strings.Join(pairs, ",") + `]}`},
+		{"oneof-500-enums-1-object", `{"oneOf":[` + strings.Join(pairs, ",") + `]}`},
+		{"oneof-300-pairwise", `{"oneOf":[` + strings.Join(objs, ",") + `]}`},
 		{"multipleof-7", `{"type":"integer","multipleOf":7}`},
 		{"properties-64-of-80", `{"type":"object","properties":{` + strings.Join(props, ",") + `},"minProperties":64,"maxProperties":64}`},
 	} {

@@ -88,7 +88,11 @@ func typeOf(v *node) typeSet {
 	case 's':
 		return tString
 	}
-	if _, isInt := normNum(string(v.num)); isInt {
+	num := string(v.num)
+	if !strings.ContainsAny(num, ".eE") {
+		return tInt // the common case, without normNum's allocations
+	}
+	if _, isInt := normNum(num); isInt {
 		return tInt
 	}
 	return tFrac
@@ -541,7 +545,7 @@ func disjoint(g, a *shape, work *int) bool {
 
 // maxOneOfWork bounds the comparisons spent proving a schema's oneOfs
 // exclusive (pairs of branches times what each pair compares).
-const maxOneOfWork = 4 << 20
+const maxOneOfWork = 2 << 20
 
 // exclusive returns "" when the branches of a oneOf (at path) exclude
 // each other, else why not.
@@ -560,16 +564,27 @@ func (c *compiler) exclusive(branches []*node, path string) string {
 	if discriminated(gen, acc) {
 		return ""
 	}
-	if all(gen, func(x *shape) bool { return x.open == 0 }) && all(acc, func(x *shape) bool { return x.open == 0 }) {
-		// Enums and consts only: one pass over their values.
-		i, j, ok := litsExclusive(n, func(i int) map[string]*node { return gen[i].lits }, func(j int) map[string]*node { return acc[j].lits })
-		if ok {
-			return ""
+	// Branches that are lists of values (enum, const) are compared with
+	// each other in one pass; pairs with another branch one by one.
+	var fin []int
+	isFin := make([]bool, n)
+	for i := range n {
+		if gen[i].open == 0 && acc[i].open == 0 {
+			fin = append(fin, i)
+			isFin[i] = true
 		}
-		return overlap(path, min(i, j), max(i, j))
+	}
+	if len(fin) > 1 {
+		i, j, ok := litsExclusive(len(fin), func(i int) map[string]*node { return gen[fin[i]].lits }, func(j int) map[string]*node { return acc[fin[j]].lits })
+		if !ok {
+			return overlap(path, min(fin[i], fin[j]), max(fin[i], fin[j]))
+		}
 	}
 	for i := range n {
 		for j := i + 1; j < n; j++ {
+			if isFin[i] && isFin[j] {
+				continue
+			}
 			if !disjoint(gen[i], acc[j], &c.oneOfWork) || !disjoint(gen[j], acc[i], &c.oneOfWork) {
 				if c.oneOfWork < 0 {
 					return fmt.Sprintf("%s/oneOf has too many branches to prove in time that no value matches two of them; use anyOf if a value may match several", path)
