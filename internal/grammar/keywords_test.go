@@ -465,7 +465,7 @@ func randKeywordSchema(rng *rand.Rand, depth int) map[string]any {
 		return map[string]any{"oneOf": br, "discriminator": map[string]any{"propertyName": "kind"}}
 	case 1: // branches of different types
 		kinds := []map[string]any{
-			{"type": "string", "maxLength": 3}, {"type": "integer", "multipleOf": 1 + rng.IntN(12)},
+			{"type": "string", "maxLength": 3, "minLength": 1, "pattern": []string{"^x[a-c]*$", "^[a-c]+$", "^.{1,5}$"}[rng.IntN(3)]}, {"type": "integer", "multipleOf": 1 + rng.IntN(12)},
 			{"type": "null"}, {"type": "boolean"}, {"type": "array", "items": randSchema(rng, 0), "maxItems": 2},
 			{"enum": []any{1.5, -2.5}},
 		}
@@ -645,4 +645,43 @@ func TestMergedSchemas(t *testing.T) {
 		b = append(b, fmt.Sprintf(`{"maxLength":%d}`, i))
 	}
 	refused(t, `{"allOf":[{"anyOf":[`+strings.Join(a, ",")+`]},{"anyOf":[`+strings.Join(b, ",")+`]}]}`, "unsupported_schema", "merges")
+}
+
+// minLength/maxLength beside an anchored pattern of fixed-length parts
+// and one repeat bound that repeat; beside a pattern or format whose
+// every match has an allowed length they change nothing; other
+// combinations are refused.
+func TestPatternWithLength(t *testing.T) {
+	for _, c := range []struct {
+		schema  string
+		in, out []string
+	}{
+		{`{"type":"string","pattern":"^[a-z0-9_-]+$","minLength":2,"maxLength":5}`, []string{`"ab"`, `"a-c_e"`}, []string{`"a"`, `"abcdef"`, `"AB"`, `""`}},
+		{`{"type":"string","pattern":"^\\d{3}-\\d*$","maxLength":6}`, []string{`"123-"`, `"123-45"`}, []string{`"123-456"`, `"12-3"`}},
+		{`{"type":"string","pattern":"^[A-Z][a-z]*$","minLength":3,"maxLength":4}`, []string{`"Abc"`, `"Abcd"`}, []string{`"Ab"`, `"Abcde"`}},
+		{`{"type":"string","pattern":"^(ab)+$","maxLength":5}`, []string{`"ab"`, `"abab"`}, []string{`"ababab"`, `""`}},
+		{`{"type":"string","pattern":"^é{2,}$","maxLength":3}`, []string{`"éé"`, `"ééé"`}, []string{`"éééé"`, `"é"`}},
+		{`{"type":"string","format":"date","maxLength":10,"minLength":10}`, []string{`"2024-02-28"`}, []string{`"2024-2-28"`}},
+		{`{"type":"string","format":"email","maxLength":254}`, []string{`"a@b.cd"`}, nil},
+	} {
+		g := mustCompile(t, c.schema)
+		for _, s := range c.in {
+			if !accepts(g, s) {
+				t.Errorf("%s: %s refused", c.schema, s)
+			}
+		}
+		for _, s := range c.out {
+			if accepts(g, s) {
+				t.Errorf("%s: %s accepted", c.schema, s)
+			}
+		}
+		walkValidates(t, c.schema, 10)
+	}
+	refused(t, `{"type":"string","pattern":"abc","maxLength":5}`, "unsupported_schema", "anchored")
+	refused(t, `{"type":"string","pattern":"^(a|bc)+$","maxLength":4}`, "unsupported_schema", "{m,n}")
+	refused(t, `{"type":"string","pattern":"^a+b+$","maxLength":4}`, "unsupported_schema", "one repeat")
+	refused(t, `{"type":"string","format":"email","maxLength":20}`, "unsupported_schema")
+	refused(t, `{"type":"string","format":"date","maxLength":9}`, "invalid_schema", "no string")
+	refused(t, `{"type":"string","pattern":"^[a-z]{6,}$","maxLength":5}`, "invalid_schema", "no string")
+	refused(t, `{"type":"string","pattern":"^a+$","minLength":3,"maxLength":2}`, "invalid_schema", "below")
 }

@@ -1051,9 +1051,6 @@ func (c *compiler) str(s *node, path string) []item {
 	pat := s.get("pattern")
 	f := s.get("format")
 	if pat != nil || f != nil {
-		if lo > 0 || hi >= 0 {
-			return c.unsupported(path, "minLength/maxLength together with pattern or format are not supported")
-		}
 		if pat != nil && f != nil {
 			return c.unsupported(path, "pattern together with format is not supported")
 		}
@@ -1076,9 +1073,21 @@ func (c *compiler) str(s *node, path string) []item {
 				return c.unsupported(path+"/format", "format %q is not supported (supported: date, time, date-time, uuid, ipv4, email, hostname)", f.str)
 			}
 		}
-		body, err := c.regex(re, anchored)
+		if hi >= 0 && hi < max(lo, 0) {
+			return c.bad(path, "maxLength %d is below minLength %d", hi, lo)
+		}
+		var body []item
+		var err *Error
+		if lo > 0 || hi >= 0 {
+			body, err = c.lengthBounded(re, anchored, max(lo, 0), hi)
+		} else {
+			body, err = c.regex(re, anchored)
+		}
 		if err != nil {
-			c.err = err
+			if c.err == nil {
+				err.Msg = path + ": " + err.Msg
+				c.err = err
+			}
 			return nil
 		}
 		return seq([]item{q}, body, []item{q})
