@@ -60,6 +60,14 @@ type page struct {
 	// scrubbing: Release is scrubbing the page without the lock; it is
 	// Quarantined meanwhile and only that Release may free it.
 	scrubbing bool
+	// fill: a fill claimed the page (ClaimFill) and has not ended: its
+	// holder writes the page's bytes without the lock (fill.go). Nothing
+	// frees the page meanwhile (I6).
+	fill bool
+	// freeAtEnd: the owner released the page while a fill was in flight;
+	// it is Quarantined (in no quarantine entry) and the fill's End
+	// scrubs and frees it.
+	freeAtEnd bool
 	// sum is the block hash of the first sumSlots slots; valid while summed.
 	sum      [16]byte
 	sumSlots int
@@ -109,6 +117,7 @@ type Pool struct {
 	verifyAt   int    // VerifyStep's cursor: the next page it looks at
 	closed     bool
 	scrubbers  sync.WaitGroup // Releases scrubbing without the lock
+	fills      sync.WaitGroup // fills in flight (ClaimFill until End)
 	cache      cacheState     // prefix cache (cache.go)
 	// holds is each interned tenant's count of the pages it holds, by
 	// interned id (0 unused); holding lists the ids holding any (hold.go).
@@ -214,9 +223,10 @@ func (p *Pool) Close() error {
 	}
 	p.closed = true
 	p.mu.Unlock()
-	// A Release scrubbing without the lock must finish before the mapping
-	// goes away under it.
+	// A Release scrubbing without the lock, or a fill writing a page,
+	// must finish before the mapping goes away under it.
 	p.scrubbers.Wait()
+	p.fills.Wait()
 	p.mu.Lock()
 	if p.unmap == nil {
 		// Heap memory stays until the Pool is unreachable: a straggling
@@ -395,6 +405,17 @@ func (p *Pool) Release(o Owner, refs []PageRef) error {
 		if m.qTransfer {
 			continue // still fenced for a transfer (I6)
 		}
+		if m.fill {
+			// A fill writes it without the lock: out of service now, and
+			// the fill's End scrubs and frees it (I6). Not waited for: a
+			// filler may need a lock this Release's caller holds.
+			if tagState(m.tag.Load()) == Quarantined {
+				delete(p.quarantine, ref.Page)
+			}
+			m.freeAtEnd = true
+			p.setStateLocked(ref.Page, Quarantined)
+			continue
+		}
 		if unlocked {
 			// Out of service while it is scrubbed: Quarantined in its tag
 			// (every check refuses it) but not in the quarantine map, so
@@ -502,7 +523,13 @@ func (p *Pool) DrainAck(o Owner, refs []PageRef) {
 			// Already drained or expired: acks may be repeated.
 		default:
 			m.qTransfer = false
-			if !m.live {
+			switch {
+			case m.live:
+			case m.fill:
+				// Still written by a fill of its own: its End frees it (I6).
+				delete(p.quarantine, ref.Page)
+				m.freeAtEnd = true
+			default:
 				p.freeLocked(ref.Page)
 			}
 		}
@@ -537,8 +564,8 @@ func (p *Pool) Expire(now time.Time) int {
 			p.quarantine[pg] = now.Add(p.cfg.Lease)
 			continue
 		}
-		if now.Before(until) {
-			continue
+		if now.Before(until) || m.fill {
+			continue // a fill in flight writes it: freed after its End (I6)
 		}
 		m.qTransfer = false
 		p.freeLocked(pg)
@@ -685,6 +712,11 @@ func (p *Pool) transferLocked(o Owner, ref PageRef, slots, size int, op op) erro
 	}
 	if v := p.checkLocked(o, ref, op); v != nil {
 		return v
+	}
+	if p.pages[ref.Page].fill {
+		// A claimed fill writes the page right now (fill.go): a second
+		// write would race it, and a page accepts one transfer write.
+		return p.violateLocked(KindDuplicateWrite, ref.Page, true, "a write to page %d is already in flight; a page accepts one transfer write", ref.Page)
 	}
 	if size != p.pageBytes || slots < 1 || slots > p.geo.PageSize {
 		return p.violateLocked(KindBadRange, ref.Page, true,
@@ -882,7 +914,14 @@ func (p *Pool) audit() error {
 			free++
 		}
 		_, inQ := p.quarantine[uint32(i)]
-		if (st == Quarantined) != (inQ || p.pages[i].scrubbing) || (inQ && p.pages[i].scrubbing) {
+		m := &p.pages[i]
+		out := 0 // why a page is out of service: at most one reason
+		for _, b := range []bool{inQ, m.scrubbing, m.freeAtEnd} {
+			if b {
+				out++
+			}
+		}
+		if (st == Quarantined) != (out > 0) || out > 1 || (m.freeAtEnd && !m.fill) {
 			return &Error{Code: CodeCorrupt, Msg: fmt.Sprintf("page %d state %v disagrees with the quarantine set", i, st)}
 		}
 		if st == Quarantined {

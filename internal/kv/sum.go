@@ -88,16 +88,24 @@ func (p *Pool) PageDataSum(o Owner, ref PageRef) ([]byte, int, PageSum, error) {
 // pool; a heap pool keeps the saving.
 func (p *Pool) sumLocked(pg uint32, n int) PageSum {
 	s := p.hashLocked(pg, n)
+	p.recordSumLocked(pg, n, s)
+	return s
+}
+
+// recordSumLocked records s, the hash of the first n slots of a page as
+// they are now (sumLocked), except in a shared pool.
+func (p *Pool) recordSumLocked(pg uint32, n int, s PageSum) {
 	if p.gens != nil {
-		return s
+		return
 	}
 	m := &p.pages[pg]
 	m.sum, m.sumSlots = s.Block, n
 	m.summed.Store(true)
-	return s
 }
 
 // hashLocked hashes the first n slots of a page without recording it.
+// The caller holds the pool lock, or a fill's claim on the page (fill.go:
+// nothing else writes or frees it meanwhile).
 func (p *Pool) hashLocked(pg uint32, n int) PageSum {
 	var s PageSum
 	if n == p.geo.PageSize {
