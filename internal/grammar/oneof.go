@@ -392,10 +392,15 @@ func union(a, b *shape) *shape {
 			r.lits[k] = v
 		}
 	}
+	// A side with no objects at all leaves the other's required
+	// properties and keys; a side whose objects are literals only has
+	// neither (its req and keys are nil), so the union keeps none and
+	// its literal objects stay in (they are not listed in lits once
+	// objects are open).
 	switch {
-	case a.open&tObject == 0:
+	case a.types&tObject == 0:
 		r.req, r.keys = b.req, b.keys
-	case b.open&tObject == 0:
+	case b.types&tObject == 0:
 		r.req, r.keys = a.req, a.keys
 	default:
 		for k, x := range a.req {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -64,6 +65,9 @@ func CompileSchema(schema []byte) (*Grammar, error) {
 			return nil, e
 		}
 		return nil, &Error{Code: "invalid_schema", Msg: "the schema is not valid JSON: " + err.Error()}
+	}
+	if p := innerID(root, "#"); p != "" {
+		return nil, &Error{Code: "unsupported_schema", Msg: fmt.Sprintf("%s/$id: $id is supported only at the schema's root (an $id inside it changes what the references below it point at; sluice resolves every reference against the root): remove it or move the schema into the root's $defs", p)}
 	}
 	c := newCompiler(root)
 	items := c.value(root, "#")
@@ -573,11 +577,62 @@ func (c *compiler) ref(r *node, path string) []item {
 	return []item{ref(id)}
 }
 
+// innerID is the path of a schema below s that has an "$id" (""
+// when none): every schema position is looked at, those of keywords
+// sluice refuses too (a reference may point into them), never the
+// values of enum, const, default or examples, which are data.
+func innerID(s *node, path string) string {
+	var sub func(x *node, path string) string
+	sub = func(x *node, path string) string {
+		switch x.kind {
+		case 'o':
+			if x.get("$id") != nil {
+				return path
+			}
+			return innerID(x, path)
+		case 'a':
+			for i, y := range x.arr {
+				if p := sub(y, fmt.Sprintf("%s/%d", path, i)); p != "" {
+					return p
+				}
+			}
+		}
+		return ""
+	}
+	for i, k := range s.keys {
+		v := s.vals[i]
+		switch k {
+		case "enum", "const", "default", "examples":
+			continue
+		case "properties", "patternProperties", "$defs", "definitions", "dependentSchemas":
+			if v.kind == 'o' {
+				for j, name := range v.keys {
+					if p := sub(v.vals[j], path+"/"+k+"/"+name); p != "" {
+						return p
+					}
+				}
+				continue
+			}
+		}
+		if p := sub(v, path+"/"+k); p != "" {
+			return p
+		}
+	}
+	return ""
+}
+
 // resolvePointer is what a local reference ("#", "#/$defs/a") points at
 // within root.
 func resolvePointer(root *node, r string) (*node, bool) {
 	p, ok := strings.CutPrefix(r, "#")
 	if !ok || p != "" && !strings.HasPrefix(p, "/") {
+		return nil, false
+	}
+	// The fragment of a URI reference is percent-encoded ("#/$defs/a%20b"
+	// is the key "a b", as every validator reads it): decoded first, then
+	// split into the pointer's tokens.
+	p, err := url.PathUnescape(p)
+	if err != nil {
 		return nil, false
 	}
 	target := root
