@@ -145,7 +145,8 @@ var refusalCodes = map[string]bool{
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
-func newMetrics(reg *prometheus.Registry, stats func() EngineStats, model func() string, tenantLabels bool, schemas *grammar.Checks) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, stats func() EngineStats, model func() string, tenantLabels bool, schemas *grammar.Checks,
+	enginePhases map[string]func() []engine.PhaseStat) (*metrics, error) {
 	var tenant []string
 	if tenantLabels {
 		tenant = []string{"tenant"}
@@ -227,7 +228,7 @@ func newMetrics(reg *prometheus.Registry, stats func() EngineStats, model func()
 	}
 	var c prometheus.Collector = &statsCollector{stats: stats, model: model, tenantLabels: tenantLabels, router: m.phases.FirstTokenPhases}
 	if stats == nil {
-		c = &phaseCollector{router: m.phases.FirstTokenPhases, tenantLabels: tenantLabels}
+		c = &phaseCollector{router: m.phases.FirstTokenPhases, engine: enginePhases, tenantLabels: tenantLabels}
 	}
 	if err := reg.Register(c); err != nil {
 		return nil, err
@@ -281,9 +282,11 @@ type statsCollector struct {
 }
 
 // phaseCollector exports the HTTP path's first-token phases of a server
-// without engine stats.
+// without engine stats, with the engine's own by role (engine: nil when
+// it records none).
 type phaseCollector struct {
 	router       func() []engine.PhaseStat
+	engine       map[string]func() []engine.PhaseStat
 	tenantLabels bool
 }
 
@@ -296,7 +299,11 @@ func (c *phaseCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
-	collectPhases(ch, EngineStats{Phases: map[string][]engine.PhaseStat{"router": c.router()}}, c.tenantLabels)
+	ps := map[string][]engine.PhaseStat{"router": c.router()}
+	for role, f := range c.engine {
+		ps[role] = append(ps[role], f()...)
+	}
+	collectPhases(ch, EngineStats{Phases: ps}, c.tenantLabels)
 }
 
 // The router's first-token phases (role "router", beside the

@@ -189,7 +189,7 @@ func New(cfg Config) (*Server, error) {
 	_, _ = rand.Read(b[:])
 	s.idPrefix = hex.EncodeToString(b[:])
 	s.schemas = grammar.NewChecks(0, 0)
-	m, err := newMetrics(cfg.Registry, cfg.Stats, func() string { return cfg.Engine.Info().Model }, cfg.MetricsTenantLabels, s.schemas)
+	m, err := newMetrics(cfg.Registry, cfg.Stats, func() string { return cfg.Engine.Info().Model }, cfg.MetricsTenantLabels, s.schemas, enginePhases(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -774,6 +774,23 @@ func firstTiming(g *generation, ev engine.Event, received time.Time) []engine.Ph
 		ps = append(ps, engine.PhaseTime{Phase: PhaseFirstTokenDeliver, D: received.Sub(ev.Sent)})
 	}
 	return append(ps, engine.PhaseTime{Phase: "ttft", D: received.Sub(g.start)})
+}
+
+// enginePhases is the engine's first-token phases by role for a server
+// without engine stats (`sluice router`: its queue, handoff and the
+// workers' parts the first tokens carried, which no other process
+// exports); nil with stats (they hold the engine's phases already) or
+// an engine that records none.
+func enginePhases(cfg Config) map[string]func() []engine.PhaseStat {
+	p, ok := cfg.Engine.(engine.FirstTokenPhases)
+	if cfg.Stats != nil || !ok {
+		return nil
+	}
+	role := "router"
+	if _, ok := cfg.Engine.(*engine.Colocated); ok {
+		role = "colocated"
+	}
+	return map[string]func() []engine.PhaseStat{role: p.FirstTokenPhases}
 }
 
 // engineOther is the part of the engine's time to g's first token (its

@@ -76,7 +76,8 @@ func checkAddsUp(t *testing.T, first map[string]float64, path []string) {
 // prefill worker's queue, wait, compute and push, decode's wait (the
 // workers' own clocks, sent with the first token) and the rest, which
 // add up to the engine's part and, with the HTTP path, to the time to
-// first token. The same request's phases never reach the client.
+// first token. The same request's phases never reach the client; the
+// router's metrics (no engine stats, as `sluice router`) export them.
 func TestClusterFirstTokenPhasesAddUp(t *testing.T) {
 	m := loadStories(t)
 	cs := buildTestCluster(t, m, 1024, nil)
@@ -126,6 +127,15 @@ func TestClusterFirstTokenPhasesAddUp(t *testing.T) {
 			if strings.Contains(b, k) {
 				t.Fatalf("a response carries %q: %s", k, b)
 			}
+		}
+	}
+	// A router without engine stats (`sluice router`) exports its
+	// engine's phases too: the queue, the handoff and the workers' two
+	// parts only it learns of, beside its own rest.
+	metrics := scrape(t, ts.URL)
+	for _, p := range []string{engine.PhaseQueue, engine.PhaseHandoff, engine.PhasePush, engine.PhaseDecodeWait, router.PhaseEngineOther} {
+		if l := fmt.Sprintf(`sluice_first_token_phase_seconds_count{phase=%q,role="router"} %d`, p, n); !strings.Contains(metrics, l) {
+			t.Errorf("no %s in the metrics:\n%s", l, grepLines(metrics, "sluice_first_token_phase_seconds_count"))
 		}
 	}
 }
