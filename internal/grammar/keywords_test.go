@@ -464,9 +464,13 @@ func randKeywordSchema(rng *rand.Rand, depth int) map[string]any {
 		}
 		return map[string]any{"oneOf": br, "discriminator": map[string]any{"propertyName": "kind"}}
 	case 1: // branches of different types
+		arr := map[string]any{"type": "array", "items": randSchema(rng, 0), "maxItems": 2}
+		if rng.IntN(2) == 0 {
+			arr = map[string]any{"type": "array", "items": map[string]any{"enum": []any{"a", 1, true, 1.0, nil}}, "uniqueItems": true, "minItems": rng.IntN(3)}
+		}
 		kinds := []map[string]any{
 			{"type": "string", "maxLength": 3, "minLength": 1, "pattern": []string{"^x[a-c]*$", "^[a-c]+$", "^.{1,5}$"}[rng.IntN(3)]}, {"type": "integer", "multipleOf": 1 + rng.IntN(12)},
-			{"type": "null"}, {"type": "boolean"}, {"type": "array", "items": randSchema(rng, 0), "maxItems": 2},
+			{"type": "null"}, {"type": "boolean"}, arr,
 			{"enum": []any{1.5, -2.5}},
 		}
 		rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
@@ -684,4 +688,41 @@ func TestPatternWithLength(t *testing.T) {
 	refused(t, `{"type":"string","format":"date","maxLength":9}`, "invalid_schema", "no string")
 	refused(t, `{"type":"string","pattern":"^[a-z]{6,}$","maxLength":5}`, "invalid_schema", "no string")
 	refused(t, `{"type":"string","pattern":"^a+$","minLength":3,"maxLength":2}`, "invalid_schema", "below")
+}
+
+// uniqueItems: true over a finite set of item values writes each at most
+// once, in one order, counted against minItems/maxItems; over other
+// items only with maxItems <= 1.
+func TestUniqueItems(t *testing.T) {
+	for _, c := range []struct {
+		schema  string
+		in, out []string
+	}{
+		{`{"type":"array","items":{"enum":["a","b","c"],"type":"string"},"uniqueItems":true}`, []string{`[]`, `["a","c"]`, `["a","b","c"]`}, []string{`["a","a"]`, `["a","b","c","a"]`}},
+		{`{"type":"array","items":{"type":"boolean"},"uniqueItems":true,"minItems":2}`, []string{`[false,true]`}, []string{`[true]`, `[true,true]`}},
+		{`{"type":"array","items":{"enum":[3,1,2,1.0]},"uniqueItems":true,"maxItems":2}`, []string{`[1,2]`, `[3]`}, []string{`[1,1.0]`, `[1,2,3]`}},
+		{`{"type":"array","items":{"enum":[1,5,9],"maximum":6},"uniqueItems":true}`, []string{`[1,5]`}, []string{`[9]`, `[1,9]`}},
+		{`{"$defs":{"C":{"enum":["red","green"],"type":"string"}},"type":"array","items":{"anyOf":[{"$ref":"#/$defs/C"},{"type":"null"}]},"uniqueItems":true}`, []string{`["green","red"]`, `[null]`}, []string{`[null,null]`}},
+		{`{"type":"array","items":{"type":"string"},"uniqueItems":true,"maxItems":1}`, []string{`["x"]`, `[]`}, []string{`["x","y"]`}},
+		{`{"type":"array","uniqueItems":false,"maxItems":2}`, []string{`[1,1]`}, nil},
+		{`{"type":"array","enum":[[1,1],[1,2],["a","a"]],"uniqueItems":true}`, []string{`[1,2]`}, []string{`[1,1]`, `["a","a"]`}},
+	} {
+		g := mustCompile(t, c.schema)
+		for _, s := range c.in {
+			if !accepts(g, s) {
+				t.Errorf("%s: %s refused", c.schema, s)
+			}
+		}
+		for _, s := range c.out {
+			if accepts(g, s) {
+				t.Errorf("%s: %s accepted", c.schema, s)
+			}
+		}
+		walkValidates(t, c.schema, 10)
+	}
+	refused(t, `{"type":"array","items":{"type":"string"},"uniqueItems":true}`, "unsupported_schema", "finite set")
+	refused(t, `{"type":"array","uniqueItems":true}`, "unsupported_schema", "finite set")
+	refused(t, `{"type":"array","items":{"enum":["a","b"]},"uniqueItems":true,"minItems":3}`, "invalid_schema", "minItems 3")
+	refused(t, `{"type":"array","prefixItems":[{"const":1}],"items":{"const":2},"uniqueItems":true}`, "unsupported_schema", "prefixItems")
+	refused(t, `{"type":"array","uniqueItems":"yes"}`, "invalid_schema")
 }

@@ -268,6 +268,16 @@ func (lc *litChecker) array(v *node, s *node, depth int) bool {
 	if !ok1 || !ok2 || len(v.arr) < lo || hi >= 0 && len(v.arr) > hi {
 		return false
 	}
+	if u := s.get("uniqueItems"); u != nil && u.kind == 'b' && u.b {
+		seen := map[string]bool{}
+		for _, x := range v.arr {
+			k := canon(x)
+			if seen[k] {
+				return false
+			}
+			seen[k] = true
+		}
+	}
 	var prefix []*node
 	if p := s.get("prefixItems"); p != nil {
 		prefix = p.arr

@@ -256,6 +256,8 @@ func (c *compiler) mergePlain(a, b *node, depth int) (*node, string) {
 			} else {
 				r.set(k, va)
 			}
+		case "uniqueItems":
+			r.set(k, &node{kind: 'b', b: va.kind == 'b' && va.b || vb.kind == 'b' && vb.b})
 		case "items":
 			m, why := c.merge(va, vb, depth+1)
 			if why != "" {

@@ -314,7 +314,9 @@ func (sh *shaper) compute(s *node, mode int) *shape {
 			// numbers as float64).
 			t := typeOf(v)
 			if t&r.types != 0 || mode == modeGen && valueHasType(v, typeNames(r.types)) {
-				r.lits[canon(v)] = v
+				if k := canon(v); r.lits[k] == nil { // the first of equal values (1, 1.0)
+					r.lits[k] = v
+				}
 				ts |= t
 			}
 		}
@@ -552,14 +554,19 @@ func disjoint(g, a *shape, work *int) bool {
 // exclusive (pairs of branches times what each pair compares).
 const maxOneOfWork = 2 << 20
 
-// exclusive returns "" when the branches of a oneOf (at path) exclude
-// each other, else why not.
-func (c *compiler) exclusive(branches []*node, path string) string {
+// shaper is the compile's shaper, made on first use.
+func (c *compiler) shaper() *shaper {
 	if c.shapes == nil {
 		c.shapes = newShaper(c)
 		c.oneOfWork = maxOneOfWork
 	}
-	sh := c.shapes
+	return c.shapes
+}
+
+// exclusive returns "" when the branches of a oneOf (at path) exclude
+// each other, else why not.
+func (c *compiler) exclusive(branches []*node, path string) string {
+	sh := c.shaper()
 	n := len(branches)
 	gen := make([]*shape, n)
 	acc := make([]*shape, n)

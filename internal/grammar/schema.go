@@ -245,7 +245,8 @@ var (
 		"items": true, "prefixItems": true, "minItems": true, "maxItems": true, "enum": true, "const": true,
 		"pattern": true, "format": true, "minLength": true, "maxLength": true, "minimum": true, "maximum": true,
 		"exclusiveMinimum": true, "exclusiveMaximum": true, "anyOf": true, "allOf": true, "$ref": true,
-		"oneOf": true, "minProperties": true, "maxProperties": true, "propertyNames": true, "multipleOf": true}
+		"oneOf": true, "minProperties": true, "maxProperties": true, "propertyNames": true, "multipleOf": true,
+		"uniqueItems": true}
 	annotations = map[string]bool{"title": true, "description": true, "default": true, "examples": true,
 		"$schema": true, "$id": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true,
 		"$defs": true, "definitions": true, "contentMediaType": true, "contentEncoding": true, "discriminator": true,
@@ -804,40 +805,64 @@ func (c *compiler) object(s *node, path string) []item {
 		}
 		return c.unsupported(path, "minProperties %d is more than the %d declared properties; sluice writes declared properties only: declare at least %d", minP, n, minP)
 	}
-	// A state (i, k): properties i.. remain, k written (k > 0: a comma
-	// comes first). With maxProperties below n, k counts up to it and a
-	// property past it is not offered; otherwise k saturates at
-	// max(1, minProperties), all the count needs to tell.
-	capped := maxP >= 0 && maxP < n
-	top := max(1, minP)
-	if capped {
-		top = maxP
-	}
-	if top > MaxPropertyCount {
-		return c.unsupported(path, "minProperties/maxProperties of %d are not supported on declared properties; at most %d", top, MaxPropertyCount)
-	}
-	reqFrom := make([]int, n+1) // required properties among i..
-	for i := n - 1; i >= 0; i-- {
-		reqFrom[i] = reqFrom[i+1]
-		if ps[i].required {
-			reqFrom[i]++
-		}
-	}
-	feasible := func(i, k int) bool {
-		return k+n-i >= minP && (!capped || k+reqFrom[i] <= maxP)
-	}
 	// Each property's key and value, compiled once (properties from
 	// the last, as rules are numbered).
 	kv := make([][]item, n)
+	required := make([]bool, n)
 	for i := n - 1; i >= 0; i-- {
 		var key bytes.Buffer
 		writeString(&key, ps[i].name)
 		kv[i] = seq(c.b.lit(key.String()), c.colon(), c.value(ps[i].schema, path+"/properties/"+ps[i].name))
+		required[i] = ps[i].required
 		if c.failed() {
 			return nil
 		}
-		if top > 1 {
-			kv[i] = []item{ref(c.b.rule(kv[i]))}
+	}
+	body := c.inOrder(kv, required, minP, maxP, path, "minProperties/maxProperties")
+	if c.failed() {
+		return nil
+	}
+	return seq(c.b.lit("{"), body, c.b.lit("}"))
+}
+
+// MaxCount bounds the counts the grammar keeps while writing elements in
+// order (inOrder): minProperties/maxProperties on declared properties,
+// minItems/maxItems with uniqueItems.
+const MaxCount = MaxPropertyCount
+
+// inOrder is elems written in their order, each at most once, the
+// required ones always, at least lo and at most hi of them (hi < 0: no
+// bound), separated by commas (the caller checked lo <= len(elems) and
+// that the required ones are at most hi). A state (i, k): elements i..
+// remain, k written (k > 0: a comma comes first). With hi below
+// len(elems), k counts up to hi and an element past it is not offered;
+// otherwise k saturates at max(1, lo), all the count needs to tell.
+func (c *compiler) inOrder(elems [][]item, required []bool, lo, hi int, path, what string) []item {
+	n := len(elems)
+	capped := hi >= 0 && hi < n
+	top := max(1, lo)
+	if capped {
+		top = hi
+	}
+	if top > MaxCount {
+		return c.unsupported(path, "%s of %d are not supported here; at most %d", what, top, MaxCount)
+	}
+	reqFrom := make([]int, n+1) // required elements among i..
+	for i := n - 1; i >= 0; i-- {
+		reqFrom[i] = reqFrom[i+1]
+		if required[i] {
+			reqFrom[i]++
+		}
+	}
+	feasible := func(i, k int) bool {
+		return k+n-i >= lo && (!capped || k+reqFrom[i] <= hi)
+	}
+	if top > 1 {
+		// Several states refer to each element: one rule each.
+		for i, e := range elems {
+			if len(e) > 1 {
+				elems[i] = []item{ref(c.b.rule(e))}
+			}
 		}
 	}
 	rules := map[[2]int]int32{}
@@ -849,7 +874,7 @@ func (c *compiler) object(s *node, path string) []item {
 		r := c.b.newRule()
 		rules[[2]int{i, k}] = r
 		if i == n {
-			c.b.define(r, nil) // k >= minP: feasible
+			c.b.define(r, nil) // k >= lo: feasible
 			return r
 		}
 		var alts [][]item
@@ -858,19 +883,15 @@ func (c *compiler) object(s *node, path string) []item {
 			if k > 0 {
 				a = c.comma()
 			}
-			alts = append(alts, seq(a, kv[i], []item{ref(state(i+1, k2))}))
+			alts = append(alts, seq(a, elems[i], []item{ref(state(i+1, k2))}))
 		}
-		if !ps[i].required && feasible(i+1, k) {
+		if !required[i] && feasible(i+1, k) {
 			alts = append(alts, []item{ref(state(i+1, k))})
 		}
 		c.b.define(r, alts...)
 		return r
 	}
-	root := state(0, 0)
-	if c.failed() {
-		return nil
-	}
-	return seq(c.b.lit("{"), []item{ref(root)}, c.b.lit("}"))
+	return []item{ref(state(0, 0))}
 }
 
 // keyNames is what propertyNames allows.
@@ -992,10 +1013,12 @@ func (c *compiler) count(s *node, k, path string) int {
 }
 
 func (c *compiler) array(s *node, path string) []item {
-	for _, k := range []string{"uniqueItems", "contains", "minContains", "maxContains", "unevaluatedItems"} {
-		if u := s.get(k); u != nil && !(k == "uniqueItems" && u.kind == 'b' && !u.b) {
-			return c.unsupported(path, "the keyword %q is not supported", k)
+	unique := false
+	if u := s.get("uniqueItems"); u != nil {
+		if u.kind != 'b' {
+			return c.bad(path+"/uniqueItems", "uniqueItems must be a boolean")
 		}
+		unique = u.b
 	}
 	lo, hi := c.count(s, "minItems", path), c.count(s, "maxItems", path)
 	if c.failed() {
@@ -1004,6 +1027,10 @@ func (c *compiler) array(s *node, path string) []item {
 	lo = max(lo, 0)
 	if hi >= 0 && hi < lo {
 		return c.bad(path, "maxItems %d is below minItems %d", hi, lo)
+	}
+	if it := s.get("items"); unique && (hi < 0 || hi > 1) && !(it != nil && it.kind == 'b' && !it.b && s.get("prefixItems") == nil) {
+		// One item or none is unique anyway.
+		return c.uniqueArray(s, lo, hi, path)
 	}
 	var prefix []*node
 	if p := s.get("prefixItems"); p != nil {
