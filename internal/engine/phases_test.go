@@ -265,11 +265,11 @@ func (s slowCommit) Commit(ctx context.Context, c *handoff.Commit) error {
 // (push to the accepted commit, decode's wait from after its own work)
 // lands outside its bounds or makes the parts overrun the handoff (then
 // the router drops them, and the first token carries no split). Gaps of
-// >= 150 ms, which a loaded machine has to add to one part to fail it.
+// >= 250 ms, which a loaded machine has to add to one part to fail it.
 func TestHandoffPartsAreTheWorkers(t *testing.T) {
 	const (
-		commitWay  = 300 * time.Millisecond // prefill's commit to decode
-		decodeWait = 150 * time.Millisecond // decode, after verifying, before the first token
+		commitWay  = 500 * time.Millisecond // prefill's commit to decode
+		decodeWait = 250 * time.Millisecond // decode, after verifying, before the first token
 	)
 	m := newToy()
 	l := toyLocal(t, m)
