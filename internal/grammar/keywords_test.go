@@ -587,6 +587,18 @@ func TestEnumBesideKeywords(t *testing.T) {
 		}
 		walkValidates(t, c.schema, 10)
 	}
+	// A oneOf the value check cannot decide for one branch (a $ref chain
+	// past its depth bound): the value is not taken as matching exactly
+	// one branch unless the others are sure to refuse it.
+	var defs []string
+	for i := range 40 {
+		defs = append(defs, fmt.Sprintf(`"d%d":{"$ref":"#/$defs/d%d"}`, i, i+1))
+	}
+	deep := `{"$defs":{` + strings.Join(defs, ",") + `,"d40":{"type":"integer"}},"type":"object","properties":{"p":{"oneOf":[{"const":0},{"$ref":"#/$defs/d0"},{"const":"x"}]}},"enum":[{"p":0},{"p":"x"}]}`
+	if g := mustCompile(t, deep); accepts(g, `{"p":0}`) || !accepts(g, `{"p":"x"}`) {
+		t.Errorf("a oneOf undecided for one branch: {\"p\":0} (both of two branches) accepted %v, {\"p\":\"x\"} accepted %v", accepts(g, `{"p":0}`), accepts(g, `{"p":"x"}`))
+	}
+	walkValidates(t, deep, 5)
 	refused(t, `{"const":5,"multipleOf":2}`, "invalid_schema", "multipleOf")
 	// Each value's check follows an anyOf of two $refs back to itself:
 	// 2^16 paths to the depth bound, a thousand values: cut at the step

@@ -23,6 +23,7 @@ const maxLitSteps = 200_000
 
 // litChecker holds the compiled patterns of one compile.
 type litChecker struct {
+	c    *compiler // its shaper (oneOf)
 	root *node
 	res  map[string]*regexp.Regexp
 	// steps counts satisfies' calls; over: it passed maxLitSteps (every
@@ -95,12 +96,18 @@ func (lc *litChecker) satisfies(v *node, s *node, depth int) bool {
 		}
 	}
 	if a := s.get("oneOf"); a != nil {
-		// Exactly one: a branch satisfies can't decide counts as a
-		// match for "two match" too, so it says no unless sure.
+		// Exactly one. satisfies' no may be "not sure", which must not
+		// make a second match look absent: every other branch must also
+		// be refused by its shape (oneof.go), which over-approximates
+		// what it accepts.
 		n := 0
+		key := canon(v)
 		for _, x := range a.arr {
-			if lc.satisfies(v, x, depth+1) {
+			switch {
+			case lc.satisfies(v, x, depth+1):
 				n++
+			case lc.c != nil && mayHold(lc.c.shaper().of(x, modeAcc), key, v):
+				return false // maybe a match: not sure of exactly one
 			}
 		}
 		if n != 1 {

@@ -104,6 +104,7 @@ type compiler struct {
 func newCompiler(root *node) *compiler {
 	c := &compiler{b: newBuilder(MaxElements), root: root, refs: map[string]int32{}, lits: litChecker{root: root}, merged: map[*node]mergedNode{},
 		ws: -1, anyVal: -1, anyObj: -1, anyStr: -1, strChar: -1, anyNum: -1, anyInt: -1}
+	c.lits.c = c
 	return c
 }
 
