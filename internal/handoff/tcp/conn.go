@@ -110,6 +110,9 @@ type Config struct {
 	// overBound, in tests, makes a client keep this many calls in flight
 	// whatever the server announced (a peer that does not keep to it).
 	overBound int
+	// onWake, in tests, is called with each heartbeat watchdog wake's
+	// judgement, from the watchdog's goroutine.
+	onWake func(*conn, wake)
 }
 
 // kvByte is the handshake's KV field: 0 for a role without KV, else the

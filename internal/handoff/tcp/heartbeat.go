@@ -103,7 +103,12 @@ func (c *conn) heartbeat(stop <-chan struct{}) {
 			// held is loaded before lastRecv: resume touches lastRecv
 			// before it lowers held.
 			held := c.beat.held.Load() > 0
-			if silent, isDead := w.wake(now, time.Unix(0, c.beat.lastRecv.Load()), held); isDead {
+			lastRecv := time.Unix(0, c.beat.lastRecv.Load())
+			silent, isDead := w.wake(now, lastRecv, held)
+			if c.cfg.onWake != nil {
+				c.cfg.onWake(c, wake{now: now, lastRecv: lastRecv, silent: silent, dead: isDead})
+			}
+			if isDead {
 				err := handoff.ErrTransport.With("the peer at %s sent nothing for %v (heartbeat limit %v): declared dead", c.nc.RemoteAddr(), silent.Round(time.Millisecond), dead)
 				c.beat.dead.Store(err)
 				c.nc.Close()
@@ -116,6 +121,14 @@ func (c *conn) heartbeat(stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// wake is what the watchdog saw and judged at one of its wakes (tests
+// record them: Config.onWake).
+type wake struct {
+	now, lastRecv time.Time
+	silent        time.Duration // the peer's watched silence
+	dead          bool
 }
 
 // deadErr is the watchdog's reason when it closed the connection.
