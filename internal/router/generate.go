@@ -384,7 +384,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 		}
 		ev := v.Interface().(engine.Event)
 		if ev.Err == nil && !ev.Done {
-			now := time.Now()
+			now := s.now()
 			firstToken, textBefore := first, textOut
 			if first {
 				s.metrics.ttft.Observe(now.Sub(g.start).Seconds())
@@ -465,7 +465,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, g *generation, stre
 			text(c, piece)
 			if firstToken && textOut > textBefore {
 				// Its text went out at once, written and flushed.
-				d := time.Since(now)
+				d := s.now().Sub(now)
 				s.metrics.phases.Observe(g.tenant, PhaseFirstTokenWrite, d)
 				out.first = append(out.first, engine.PhaseTime{Phase: PhaseFirstTokenWrite, D: d})
 			}

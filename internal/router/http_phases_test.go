@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,13 +18,14 @@ import (
 )
 
 // The router's first-token phases mean what their names say: each is
-// timed from its own start. Every part of the HTTP path is made slow by
-// a known, distinct amount (the body's reading, the tokenizer, the
-// engine's claim of when it sent the first token, the client's flush),
-// so a phase timed from another phase's start (or not at all) lands
-// outside its bounds. Bounds: at least the part's delay, and less than
-// it plus the next smaller delay (every gap is >= 60 ms, which a loaded
-// machine has to add to one phase to fail it).
+// timed from its own start. Every part of the HTTP path takes a known,
+// distinct time (the body's reading, the tokenizer, the engine's claim of
+// when it sent the first token, the client's flush), so a phase timed
+// from another phase's start (or not at all) is off by another part's
+// time. The parts take it on the server's clock, a virtual one here that
+// moves only when a part advances it: each phase must equal its part's
+// time exactly, however loaded the machine (on the wall clock a loaded
+// machine added 95 ms to a 60 ms read at load 13).
 func TestHTTPFirstTokenPhases(t *testing.T) {
 	const (
 		readDelay    = 60 * time.Millisecond  // the body's reader
@@ -31,16 +33,18 @@ func TestHTTPFirstTokenPhases(t *testing.T) {
 		deliverDelay = 300 * time.Millisecond // Event.Sent that long before the handler has it (more than the path before it)
 		writeDelay   = 240 * time.Millisecond // each flush to the client
 	)
-	eng := &sentEngine{echoEngine: newEcho(4096), ago: deliverDelay}
+	clk := newVClock()
+	eng := &sentEngine{echoEngine: newEcho(4096), ago: deliverDelay, clk: clk}
 	var logs bytes.Buffer
-	srv, err := New(Config{Engine: eng, Tokenizer: slowTok{d: promptDelay}, MaxBodyBytes: 4096, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	srv, err := New(Config{Engine: eng, Tokenizer: slowTok{d: promptDelay, clk: clk}, MaxBodyBytes: 4096, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.now = clk.Now
 	body := `{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"stream":true}`
-	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", &slowReader{r: strings.NewReader(body), d: readDelay})
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", &slowReader{r: strings.NewReader(body), d: readDelay, clk: clk})
 	req.Header.Set("Content-Type", "application/json")
-	w := &slowFlusher{ResponseRecorder: httptest.NewRecorder(), d: writeDelay}
+	w := &slowFlusher{ResponseRecorder: httptest.NewRecorder(), d: writeDelay, clk: clk}
 	srv.Handler().ServeHTTP(w, req)
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "[DONE]") {
 		t.Fatalf("HTTP %d: %s", w.Code, w.Body.String())
@@ -53,23 +57,23 @@ func TestHTTPFirstTokenPhases(t *testing.T) {
 		got[p.Phase] = p
 	}
 	for _, c := range []struct {
-		phase  string
-		lo, hi time.Duration
+		phase string
+		want  time.Duration
 	}{
-		{PhaseHTTPRead, readDelay, readDelay + 60*time.Millisecond},
-		{PhaseHTTPPrompt, promptDelay, promptDelay + readDelay},
-		{PhaseHTTPAdmit, 0, readDelay},
-		{PhaseFirstTokenDeliver, deliverDelay, deliverDelay + readDelay},
+		{PhaseHTTPRead, readDelay},
+		{PhaseHTTPPrompt, promptDelay},
+		{PhaseHTTPAdmit, 0},
+		{PhaseFirstTokenDeliver, deliverDelay},
 		// The chat stream opens with the assistant's role: two flushes.
-		{PhaseFirstTokenWrite, 2 * writeDelay, 2*writeDelay + readDelay},
+		{PhaseFirstTokenWrite, 2 * writeDelay},
 	} {
 		p, ok := got[c.phase]
 		if !ok || p.Count != 1 {
 			t.Errorf("%s: %d requests recorded, want 1 (phases %v)", c.phase, p.Count, got)
 			continue
 		}
-		if d := time.Duration(p.Sum * float64(time.Second)); d < c.lo || d >= c.hi {
-			t.Errorf("%s = %v, want in [%v, %v)", c.phase, d, c.lo, c.hi)
+		if d := time.Duration(math.Round(p.Sum * float64(time.Second))); d != c.want {
+			t.Errorf("%s = %v, want %v", c.phase, d, c.want)
 		}
 	}
 	if len(got) != 5 {
@@ -169,11 +173,24 @@ func TestHTTPPhasesExported(t *testing.T) {
 	}
 }
 
+// vClock is a virtual clock: it moves only when advanced.
+type vClock struct{ ns atomic.Int64 }
+
+func newVClock() *vClock {
+	c := &vClock{}
+	c.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *vClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *vClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
 // sentEngine is the echo engine whose first token claims it was sent ago
-// before it was.
+// before it was (on clk).
 type sentEngine struct {
 	*echoEngine
 	ago time.Duration
+	clk *vClock
 }
 
 type sentStream struct {
@@ -194,7 +211,7 @@ func (e *sentEngine) Submit(ctx context.Context, r *engine.Request) (engine.Stre
 		first := true
 		for ev := range st.Events() {
 			if first && ev.Err == nil && !ev.Done {
-				first, ev.Sent = false, time.Now().Add(-e.ago)
+				first, ev.Sent = false, e.clk.Now().Add(-e.ago)
 			}
 			out.ch <- ev
 		}
@@ -202,39 +219,42 @@ func (e *sentEngine) Submit(ctx context.Context, r *engine.Request) (engine.Stre
 	return out, nil
 }
 
-// slowTok is byteTok whose Encode takes d.
+// slowTok is byteTok whose Encode takes d on clk.
 type slowTok struct {
 	byteTok
-	d time.Duration
+	d   time.Duration
+	clk *vClock
 }
 
 func (t slowTok) Encode(text string, addSpecial, parse bool) ([]int32, error) {
-	time.Sleep(t.d)
+	t.clk.advance(t.d)
 	return t.byteTok.Encode(text, addSpecial, parse)
 }
 
-// slowReader waits d before its first read.
+// slowReader takes d on clk before its first read.
 type slowReader struct {
 	r    io.Reader
 	d    time.Duration
+	clk  *vClock
 	done bool
 }
 
 func (s *slowReader) Read(p []byte) (int, error) {
 	if !s.done {
 		s.done = true
-		time.Sleep(s.d)
+		s.clk.advance(s.d)
 	}
 	return s.r.Read(p)
 }
 
-// slowFlusher is a response recorder whose every flush takes d.
+// slowFlusher is a response recorder whose every flush takes d on clk.
 type slowFlusher struct {
 	*httptest.ResponseRecorder
-	d time.Duration
+	d   time.Duration
+	clk *vClock
 }
 
 func (f *slowFlusher) Flush() {
-	time.Sleep(f.d)
+	f.clk.advance(f.d)
 	f.ResponseRecorder.Flush()
 }

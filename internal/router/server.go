@@ -142,6 +142,9 @@ type Server struct {
 	// none). Both are published (/v1/models, /sluice/info).
 	thinks          bool
 	reasoningFormat string
+	// now is the clock of the requests' timings (first-token phases, TTFT,
+	// ITL, end to end): time.Now, or a virtual clock in tests.
+	now func() time.Time
 }
 
 // New builds a server.
@@ -164,7 +167,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{cfg: cfg, chat: cfg.Chat, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConcurrency), cut: make(chan struct{}), inflight: map[string]int{}, started: time.Now()}
+	s := &Server{cfg: cfg, chat: cfg.Chat, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConcurrency), cut: make(chan struct{}), inflight: map[string]int{}, started: time.Now(), now: time.Now}
 	if s.chat == nil {
 		ct, err := NewChatTemplate("", "", "")
 		if err != nil {
@@ -538,7 +541,7 @@ type generation struct {
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
+	start := s.now()
 	tenant, e := s.authenticate(r)
 	if e != nil {
 		s.fail(w, r, e)
@@ -556,7 +559,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
-	read := time.Now()
+	read := s.now()
 	release, e := s.acquire(tenant)
 	if e != nil {
 		s.fail(w, r, e)
@@ -618,12 +621,12 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	defer more()
 	g := &generation{id: s.newID("cmpl"), route: "/v1/completions", tenant: tenant, prompts: prompts, p: p, model: info.Model, created: start.Unix(),
-		start: start, read: read, prompted: time.Now()}
+		start: start, read: read, prompted: s.now()}
 	s.generate(w, r, g, info.Context, "prompt")
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
+	start := s.now()
 	tenant, e := s.authenticate(r)
 	if e != nil {
 		s.fail(w, r, e)
@@ -638,7 +641,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, e)
 		return
 	}
-	read := time.Now()
+	read := s.now()
 	release, e := s.acquire(tenant)
 	if e != nil {
 		s.fail(w, r, e)
@@ -680,7 +683,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	defer more()
 	g := &generation{id: s.newID("chatcmpl"), route: "/v1/chat/completions", chat: true, tenant: tenant, prompts: []genPrompt{{tokens: prompt}}, p: p, model: info.Model, created: start.Unix(),
-		start: start, read: read, prompted: time.Now()}
+		start: start, read: read, prompted: s.now()}
 	s.generate(w, r, g, info.Context, "messages")
 }
 
@@ -720,7 +723,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation,
 		s.fail(w, r, e)
 		return
 	}
-	g.submitted = time.Now()
+	g.submitted = s.now()
 	s.httpPhases(g)
 	streams, err := s.submit(r, g)
 	if err != nil {
@@ -833,7 +836,7 @@ func (s *Server) finishMetrics(g *generation, out outcome) {
 	s.metrics.completionTokens.WithLabelValues(s.metrics.tenantLabel(g.tenant)...).Add(float64(out.usage.CompletionTokens))
 	s.metrics.vPrompt.WithLabelValues(g.model).Add(float64(out.prefilled))
 	s.metrics.vGen.WithLabelValues(g.model).Add(float64(out.usage.CompletionTokens))
-	e2e := time.Since(g.start).Seconds()
+	e2e := s.now().Sub(g.start).Seconds()
 	s.metrics.e2e.Observe(e2e)
 	s.metrics.vE2E.WithLabelValues(g.model).Observe(e2e)
 	if out.err != nil && out.err.Code == engine.CodeIntegrity {
@@ -841,7 +844,7 @@ func (s *Server) finishMetrics(g *generation, out outcome) {
 	}
 	args := []any{"id", g.id, "tenant", g.tenant, "route", g.route, "status", status, "code", code,
 		"prompt_tokens", out.usage.PromptTokens, "completion_tokens", out.usage.CompletionTokens,
-		"finish", out.finish, "ms", time.Since(g.start).Milliseconds()}
+		"finish", out.finish, "ms", s.now().Sub(g.start).Milliseconds()}
 	if len(out.first) > 0 {
 		ms := make([]any, 0, 2*len(out.first))
 		for _, p := range out.first {
