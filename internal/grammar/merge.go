@@ -332,19 +332,19 @@ func (c *compiler) mergePlain(a, b *node, depth int) (*node, string) {
 				}
 			}
 		}
-		// A property no value can have is never written; one that is
-		// also required leaves the schema accepting nothing.
-		kept := &node{kind: 'o'}
+		// A property no value can have stays declared, as false: the
+		// object compiler never writes it, and it is no additional
+		// property either (dropping it let a map write it with any
+		// value); one that is also required leaves the schema
+		// accepting nothing.
 		for i, k := range props.keys {
 			if v := props.vals[i]; v.kind == 'b' && !v.b {
 				if req := r.get("required"); req != nil && slices.ContainsFunc(req.arr, func(x *node) bool { return x.str == k }) {
 					return nil, fmt.Sprintf("the required property %q is allowed by no combined schema", k)
 				}
-				continue
 			}
-			kept.set(k, props.vals[i])
 		}
-		r.set("properties", kept)
+		r.set("properties", props)
 	}
 	if aa != nil || ab != nil {
 		m, why := c.merge(aa, ab, depth+1)

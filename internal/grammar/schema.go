@@ -711,9 +711,19 @@ func (c *compiler) object(s *node, path string) []item {
 	}
 	var ps []prop
 	declared := map[string]bool{}
+	never := 0 // declared properties whose schema is false
 	if props != nil {
 		for i, k := range props.keys {
 			declared[k] = true
+			if v := props.vals[i]; v.kind == 'b' && !v.b {
+				// No value is allowed (what merging two schemas whose
+				// property types differ leaves): never written.
+				if req[k] {
+					return c.bad(path+"/required", "%q is required but its schema is false", k)
+				}
+				never++
+				continue
+			}
 			if !names.allows(k) {
 				if req[k] {
 					return c.bad(path+"/required", "%q is required but propertyNames does not allow it", k)
@@ -753,6 +763,12 @@ func (c *compiler) object(s *node, path string) []item {
 		case closed || names.none:
 			if minP > 0 {
 				return c.bad(path, "minProperties %d: no property is allowed", minP)
+			}
+			return c.b.lit("{}")
+		case never > 0:
+			// The map below could write a key declared false.
+			if minP > 0 {
+				return c.unsupported(path, "minProperties %d where every declared property's schema is false is not supported: sluice writes declared properties only", minP)
 			}
 			return c.b.lit("{}")
 		case minP > 1:
