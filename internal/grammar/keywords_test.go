@@ -634,6 +634,10 @@ func TestMergedSchemas(t *testing.T) {
 			[]string{`"b"`, `"c"`}, []string{`"a"`, `"d"`}},
 		{`{"allOf":[{"type":["integer","string"]},{"type":["number","null"]}]}`,
 			[]string{"3"}, []string{"3.5", "null", `"s"`}},
+		// a property schema true (or {}) on one side only, no
+		// additionalProperties on the other: merged with "any value"
+		{`{"allOf":[{"type":"object","properties":{"x":true,"z":{}}},{"properties":{"y":{"type":"integer"}},"required":["x"]}]}`,
+			[]string{`{"x":1}`, `{"x":"s","z":null,"y":2}`}, []string{`{"y":2}`}},
 		{`{"$defs":{"n":{"type":"object","properties":{"v":{"type":"integer"},"next":{"$ref":"#/$defs/n","description":"the rest"}},"required":["v"]}},"$ref":"#/$defs/n","maxProperties":1}`,
 			[]string{`{"v":1}`}, []string{`{"v":1,"next":{"v":2}}`}},
 	} {

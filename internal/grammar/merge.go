@@ -25,7 +25,10 @@ const maxMerges = 4096
 // merged within properties).
 const maxMergeDepth = 32
 
-var falseNode = &node{kind: 'b'}
+var (
+	falseNode = &node{kind: 'b'}
+	trueNode  = &node{kind: 'b', b: true}
+)
 
 // needsMerge reports whether s holds a $ref, allOf, anyOf or oneOf with
 // constraining keywords beside it, or an allOf of several schemas.
@@ -146,10 +149,16 @@ func (c *compiler) merge(a, b *node, depth int) (*node, string) {
 	if depth > maxMergeDepth {
 		return nil, "allOf and keywords beside $ref nest too deeply to combine"
 	}
+	if a == nil { // absent: any value
+		a = trueNode
+	}
+	if b == nil {
+		b = trueNode
+	}
 	switch {
-	case a == nil || a.kind == 'b' && a.b:
+	case a.kind == 'b' && a.b:
 		return b, ""
-	case b == nil || b.kind == 'b' && b.b:
+	case b.kind == 'b' && b.b:
 		return a, ""
 	case a.kind == 'b' || b.kind == 'b':
 		return falseNode, ""
