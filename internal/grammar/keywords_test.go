@@ -742,3 +742,105 @@ func TestUniqueItems(t *testing.T) {
 	refused(t, `{"type":"array","prefixItems":[{"const":1}],"items":{"const":2},"uniqueItems":true}`, "unsupported_schema", "prefixItems")
 	refused(t, `{"type":"array","uniqueItems":"yes"}`, "invalid_schema")
 }
+
+// randBranch is a random schema for a oneOf branch, not built to be
+// exclusive: consts, enums, objects (typed or not, closed or not),
+// nested anyOf/allOf/oneOf, bare types, multiples, a bare minimum.
+func randBranch(rng *rand.Rand, depth int) any {
+	switch rng.IntN(9) {
+	case 0:
+		return map[string]any{"const": []any{1, 1.0, "a", nil, true, map[string]any{"x": 1}, []any{1}}[rng.IntN(7)]}
+	case 1:
+		return map[string]any{"enum": []any{1, "a", 2.5, map[string]any{"x": 1}, map[string]any{"y": "a"}}[:1+rng.IntN(5)]}
+	case 2:
+		ks := []string{"x", "y", "t"}
+		props := map[string]any{}
+		var req []string
+		for _, k := range ks[:1+rng.IntN(3)] {
+			if depth > 0 {
+				props[k] = randBranch(rng, depth-1)
+			} else {
+				props[k] = map[string]any{"type": []string{"string", "integer", "boolean"}[rng.IntN(3)]}
+			}
+			if rng.IntN(2) == 0 {
+				req = append(req, k)
+			}
+		}
+		s := map[string]any{"properties": props}
+		if len(req) > 0 {
+			s["required"] = req
+		}
+		if rng.IntN(2) == 0 {
+			s["type"] = "object"
+		}
+		if rng.IntN(3) == 0 {
+			s["additionalProperties"] = false
+		}
+		return s
+	case 3:
+		if depth > 0 {
+			return map[string]any{"anyOf": []any{randBranch(rng, depth-1), randBranch(rng, depth-1)}}
+		}
+		return map[string]any{"type": "null"}
+	case 4:
+		return map[string]any{"type": []string{"integer", "number", "string", "boolean", "null", "array", "object"}[rng.IntN(7)]}
+	case 5:
+		return map[string]any{"type": "integer", "multipleOf": 1 + rng.IntN(4), "maximum": 50, "minimum": -50}
+	case 6:
+		return map[string]any{"minimum": 3}
+	case 7:
+		if depth > 0 {
+			return map[string]any{"allOf": []any{randBranch(rng, depth-1), randBranch(rng, depth-1)}}
+		}
+		return map[string]any{"type": "array", "items": map[string]any{"const": 1}, "maxItems": 1}
+	default:
+		if depth > 0 {
+			return map[string]any{"oneOf": []any{randBranch(rng, depth-1), randBranch(rng, depth-1)}}
+		}
+		return true
+	}
+}
+
+// Random oneOfs of branches not built to exclude each other: most are
+// refused; every one accepted writes only values matching exactly one
+// branch (the validator's verdict). This found the union shape's and
+// the merge's bugs of session 20.
+func TestOneOfRandomBranches(t *testing.T) {
+	v := testVocab()
+	accepted, outputs := 0, 0
+	for seed := uint64(1); seed <= 8; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		for range 200 {
+			var br []any
+			for range 2 + rng.IntN(3) {
+				br = append(br, randBranch(rng, 2))
+			}
+			raw, _ := json.Marshal(map[string]any{"oneOf": br})
+			g, err := CompileSchema(raw)
+			if err != nil {
+				continue
+			}
+			accepted++
+			val := validator(t, raw)
+			c := Bind(g, v)
+			for range 4 {
+				out, ok := walk(t, c, rng, 400)
+				if !ok {
+					continue
+				}
+				outputs++
+				inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
+				if err != nil {
+					t.Fatalf("%s: %q is not JSON: %v", raw, out, err)
+				}
+				if err := val.Validate(inst); err != nil {
+					t.Fatalf("%s: %q does not validate: %v", raw, out, err)
+				}
+			}
+		}
+	}
+	if accepted < 50 || outputs < 150 {
+		t.Fatalf("%d oneOfs accepted, %d outputs: too few to tell", accepted, outputs)
+	}
+	t.Logf("%d of 1600 oneOfs accepted, %d outputs validated", accepted, outputs)
+}
