@@ -33,6 +33,12 @@ import (
 // wake's gap count as the peer's silence (watch). A stall of this side
 // alone never kills a live peer; a dead peer is still declared after
 // DeadAfter of watched silence (a few more wakes when every wake is late).
+// And bytes that wait unread in the socket arrived: before it declares,
+// the watchdog asks the kernel how many bytes wait (unread: SIOCINQ on
+// Linux), and a peer whose bytes wait is alive, however late the reader
+// (it has not run since they came: the goroutine starved while the
+// watchdog ran, or they came as the watchdog woke). Elsewhere the queue
+// is not looked at.
 
 // DefaultDeadAfter is the silence after which a peer is declared dead.
 const DefaultDeadAfter = 2 * time.Second
@@ -105,6 +111,9 @@ func (c *conn) heartbeat(stop <-chan struct{}) {
 			held := c.beat.held.Load() > 0
 			lastRecv := time.Unix(0, c.beat.lastRecv.Load())
 			silent, isDead := w.wake(now, lastRecv, held)
+			if isDead && unread(c.nc) > 0 {
+				isDead = false // its bytes wait for the reader: alive
+			}
 			if c.cfg.onWake != nil {
 				c.cfg.onWake(c, wake{now: now, lastRecv: lastRecv, silent: silent, dead: isDead})
 			}

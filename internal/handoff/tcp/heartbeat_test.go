@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -285,6 +288,72 @@ func whoDeclared(t *testing.T, what string, c *Client, cc *clockedConn, sc *cloc
 	return ""
 }
 
+// Bytes from the peer that wait unread in the socket are life: a watchdog
+// that wakes before its reader (the reader's goroutine starved while the
+// watchdog ran, or the bytes came as it woke) must not declare the peer
+// dead. Here no reader runs at all: the peer writes once and goes silent.
+// Once the watchdog has counted more than the limit of silence it still
+// holds off while the bytes wait (Linux: unread); they are then read
+// around the reader, and the next wake declares the peer dead.
+func TestHeartbeatBytesWaitingAreLife(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the receive queue is looked at on Linux only")
+	}
+	const dead = 200 * time.Millisecond
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	peer, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	nc, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	go io.Copy(io.Discard, peer) // the pings
+	if _, err := peer.Write([]byte("life")); err != nil {
+		t.Fatal(err)
+	}
+	past := make(chan wake, 64)
+	c := &conn{nc: nc, cfg: Config{DeadAfter: dead, WriteTimeout: 10 * time.Second, onWake: func(_ *conn, w wake) {
+		if w.silent > dead {
+			select {
+			case past <- w:
+			default:
+			}
+		}
+	}}, fr: framer{maxFrame: 1 << 20}}
+	stop := make(chan struct{})
+	defer close(stop)
+	go c.heartbeat(stop)
+	for range 2 {
+		select {
+		case w := <-past:
+			if w.dead || c.deadErr() != nil {
+				t.Fatalf("declared dead (%v) with the peer's bytes waiting in the socket", c.deadErr())
+			}
+		case <-time.After(30 * time.Second): // a hang guard, not a measurement
+			t.Fatal("the watchdog never counted the limit of silence")
+		}
+	}
+	if n := unread(nc); n != 4 {
+		t.Fatalf("%d bytes unread, want the peer's 4", n)
+	}
+	if _, err := io.ReadFull(nc, make([]byte, 4)); err != nil { // not through the watchdog's reader: lastRecv stays
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); c.deadErr() == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the silent peer was not declared dead once nothing waited")
+		}
+	}
+}
+
 // A slow peer is not a dead one: every chunk held for a third of the limit
 // (a peer starved of CPU, a slow link) and whole handoffs still go through
 // over several limits' time, encrypted or not.
@@ -420,6 +489,12 @@ func (c *clockedConn) Read(p []byte) (int, error) {
 		c.last.Store(time.Now().UnixNano())
 	}
 	return n, err
+}
+
+// SyscallConn reaches the socket (the watchdog looks at its receive
+// queue: unread).
+func (c *clockedConn) SyscallConn() (syscall.RawConn, error) {
+	return c.Conn.(syscall.Conn).SyscallConn()
 }
 
 func (c *clockedConn) Close() error {

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"net"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -40,3 +41,21 @@ func userTimeout(tc *net.TCPConn) (time.Duration, error) {
 }
 
 const userTimeoutSupported = true
+
+// unread is how many bytes wait unread in nc's receive queue (SIOCINQ):
+// 0 when nc is not a socket or the kernel does not say.
+func unread(nc net.Conn) int {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return 0
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	if err := rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+		return 0
+	}
+	return n
+}

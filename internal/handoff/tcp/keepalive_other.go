@@ -15,3 +15,6 @@ func setUserTimeout(*net.TCPConn, time.Duration) error { return nil }
 func userTimeout(*net.TCPConn) (time.Duration, error) { return 0, nil }
 
 const userTimeoutSupported = false
+
+// unread: the receive queue is looked at on Linux only (heartbeat.go).
+func unread(net.Conn) int { return 0 }
