@@ -83,6 +83,22 @@ func NewCache(v *Vocab, maskBytes int64) *Cache {
 // Vocab is the vocabulary the cache binds grammars to.
 func (c *Cache) Vocab() *Vocab { return c.v }
 
+// CompileWith makes c compile schemas with compile in place of
+// CompileSchema: the engine's tests hold a compile with it, to end a
+// request while another waits for it. Call it before c is used.
+func (c *Cache) CompileWith(compile func(schema []byte) (*Grammar, error)) {
+	c.mu.Lock()
+	c.compile = compile
+	c.mu.Unlock()
+}
+
+// Waiting is how many Gets wait now for another Get's compile.
+func (c *Cache) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.f.waiting
+}
+
 func cacheKey[S string | []byte](tenant string, jsonObject bool, schema S) [32]byte {
 	h := sha256.New()
 	var n [8]byte
