@@ -318,12 +318,13 @@ func (w *cappedWriter) WriteString(s string) (int, error) {
 }
 
 // chatFilters are gonja's filters, counted (budgetFilters), with Hugging
-// Face's tojson (templateToJSON) and jinja2's reverse (templateReverse)
-// for gonja's.
+// Face's tojson (templateToJSON), jinja2's reverse (templateReverse) and
+// string (templateString) for gonja's.
 var chatFilters = func() *exec.FilterSet {
 	base := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(gonja.DefaultEnvironment.Filters)
 	_ = base.Replace("tojson", templateToJSON)
 	_ = base.Replace("reverse", templateReverse)
+	_ = base.Replace("string", templateString)
 	return budgetFilters(base)
 }()
 

@@ -311,7 +311,15 @@ func concat(st *renderState, l, r *exec.Value) (*exec.Value, error) {
 	if err := st.charge(a + b); err != nil {
 		return nil, err
 	}
-	return exec.AsValue(l.String() + r.String()), nil
+	ls, err := reprText(st, l)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := reprText(st, r)
+	if err != nil {
+		return nil, err
+	}
+	return exec.AsValue(ls + rs), nil
 }
 
 // budgetMul is a * b: a string repeated (Jinja's: none for a count below
@@ -362,6 +370,14 @@ func budgetOut(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	}
 	if _, err := textOf(st, v); err != nil {
 		return nil, err
+	}
+	if v.IsDict() || v.IsList() {
+		// As Python's str() writes it (chatrepr.go).
+		s, err := reprText(st, v)
+		if err != nil {
+			return nil, err
+		}
+		return exec.AsValue(s), nil
 	}
 	return v, nil
 }

@@ -166,7 +166,8 @@ func (c *ChatTemplate) loopSteps() int {
 // (a 1 MiB reply is 65,536 steps, well inside maxLoopSteps).
 const inBytesPerStep = 16
 
-// chatTests are gonja's tests with `in` counted (inTest).
+// chatTests are gonja's tests with `in` counted (inTest), and a big
+// integer a number (bigIntTest).
 var chatTests = func() *exec.TestSet {
 	set := exec.NewTestSet(map[string]exec.TestFunction{}).Update(builtins.Tests)
 	_ = set.Replace("in", inTest)
@@ -179,6 +180,10 @@ var chatTests = func() *exec.TestSet {
 	_ = set.Replace("lower", caseTest(false))
 	_ = set.Replace("upper", caseTest(true))
 	_ = set.Replace("divisibleby", divisibleTest)
+	// A request's big integers are numbers, not strings (chatrepr.go).
+	for name, is := range map[string]bool{"number": true, "integer": true, "string": false, "iterable": false, "sequence": false} {
+		_ = set.Replace(name, bigIntTest(set, name, is))
+	}
 	return set
 }()
 
