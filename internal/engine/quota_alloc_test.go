@@ -13,40 +13,22 @@ import (
 // c waiting for pages; every prompt computed.
 func quotaCrowd(t testing.TB) *quotaRig {
 	r := newQuotaRig(t, 1024)
-	r.cfg.PrefixCache = true
-	pc := newPrefixCache(r.cfg, r.pool)
-	if pc == nil {
-		t.Fatal("no prefix cache on the rig's pool")
-	}
+	pc := r.prefixCache()
 	shared := prompt(7, 12)
 	tail := func(i int) []int32 { return append(append([]int32(nil), shared...), prompt(100+i, 6)...) }
 	first := r.addCached(pc, "a", tail(0), 500)
 	qs := []*seq{first}
-	for i := 0; !first.decoded; i++ {
-		if i > 20 {
-			t.Fatal("the first prompt was never computed")
-		}
-		r.s.turn() // it seals the prefix the others read
-	}
+	// It seals the prefix the others read.
+	r.turnUntil(20, "the first prompt was never computed", func() bool { return first.decoded })
 	for i := range 7 {
 		qs = append(qs, r.addCached(pc, "a", tail(1+i), 500))
 	}
 	for range 2 {
 		qs = append(qs, r.add("b", 10, 500))
 	}
-	for i := 0; ; i++ {
-		if i > 100 {
-			t.Fatal("the prompts were never computed")
-		}
-		done := true
-		for _, q := range qs {
-			done = done && q.decoded
-		}
-		if done {
-			break
-		}
-		r.s.turn()
-	}
+	r.turnUntil(100, "the prompts were never computed", func() bool {
+		return !slices.ContainsFunc(qs, func(q *seq) bool { return !q.decoded })
+	})
 	r.s.setWant(kv.Owner{Tenant: "c", ID: newID()}, 1, 2)
 	return r
 }

@@ -44,13 +44,36 @@ func (r *quotaRig) addCached(pc *prefixCache, tenant string, p []int32, maxToken
 	return q
 }
 
+// prefixCache turns the rig's prefix cache on, with the rig's config as
+// set so far (a public prefix), and returns it.
+func (r *quotaRig) prefixCache() *prefixCache {
+	r.t.Helper()
+	r.cfg.PrefixCache = true
+	pc := newPrefixCache(r.cfg, r.pool)
+	if pc == nil {
+		r.t.Fatal("no prefix cache on the rig's pool")
+	}
+	return pc
+}
+
+// turnUntil turns the batch until done, failing with what after limit
+// turns.
+func (r *quotaRig) turnUntil(limit int, what string, done func() bool) {
+	r.t.Helper()
+	for i := 0; !done(); i++ {
+		if i > limit {
+			r.t.Fatal(what)
+		}
+		r.s.turn()
+	}
+}
+
 // A preempted sequence's rebuild starts from the prefix cache's pages of
 // its prompt (red team: resume ignored the cache and recomputed them),
 // and its tokens are those of the run that was never preempted.
 func TestResumeReadsThePrefixCache(t *testing.T) {
 	r := newQuotaRig(t, 32)
-	r.cfg.PrefixCache = true
-	pc := newPrefixCache(r.cfg, r.pool)
+	pc := r.prefixCache()
 	p := prompt(5, 17) // 4 full pages, the last token alone
 	collect := func(q *seq, out *[]int32) {
 		q.emit = func(o outcome) {
@@ -62,12 +85,7 @@ func TestResumeReadsThePrefixCache(t *testing.T) {
 	var ref, got []int32
 	first := r.addCached(pc, "a", p, 6)
 	collect(first, &ref)
-	for i := 0; first.emit != nil; i++ {
-		if i > 50 {
-			t.Fatal("the reference never ended")
-		}
-		r.s.turn()
-	}
+	r.turnUntil(50, "the reference never ended", func() bool { return first.emit == nil })
 	q := r.addCached(pc, "a", p, 6)
 	collect(q, &got)
 	for q.generated < 2 {
@@ -85,12 +103,7 @@ func TestResumeReadsThePrefixCache(t *testing.T) {
 	if q.recomputed != 17+1-16 {
 		t.Fatalf("%d positions recomputed, want 2: the 16 cached ones are read, not computed", q.recomputed)
 	}
-	for i := 0; q.emit != nil; i++ {
-		if i > 50 {
-			t.Fatal("the resumed sequence never ended")
-		}
-		r.s.turn()
-	}
+	r.turnUntil(50, "the resumed sequence never ended", func() bool { return q.emit == nil })
 	if !slices.Equal(got, ref) {
 		t.Fatalf("resumed from the cache %v, never preempted %v", got, ref)
 	}
@@ -103,18 +116,12 @@ func TestResumeReadsThePrefixCache(t *testing.T) {
 // all its own, and all count.
 func TestKVQuotaPublicPrefixInNoShare(t *testing.T) {
 	r := newQuotaRig(t, 32)
-	r.cfg.PrefixCache = true
 	pub := prompt(3, 8)
 	r.cfg.PublicPrefix = pub
-	pc := newPrefixCache(r.cfg, r.pool)
+	pc := r.prefixCache()
 	mk := func(seed int) []int32 { return append(slices.Clone(pub), prompt(seed, 8)...) }
 	a := r.addCached(pc, "a", mk(11), 4)
-	for i := 0; a.fed < 16; i++ {
-		if i > 20 {
-			t.Fatal("a's prompt was never computed")
-		}
-		r.s.turn()
-	}
+	r.turnUntil(20, "a's prompt was never computed", func() bool { return a.fed >= 16 })
 	b := r.addCached(pc, "b", mk(12), 4)
 	if b.public != 2 {
 		t.Fatalf("b read %d public pages, want 2", b.public)
@@ -144,19 +151,10 @@ func TestKVQuotaPublicPrefixInNoShare(t *testing.T) {
 // yield, and nobody is preempted.
 func TestKVQuotaCountsSharedPrefixPagesOnce(t *testing.T) {
 	r := newQuotaRig(t, 16)
-	r.cfg.PrefixCache = true
-	pc := newPrefixCache(r.cfg, r.pool)
-	if pc == nil {
-		t.Fatal("no prefix cache on the rig's pool")
-	}
+	pc := r.prefixCache()
 	p := prompt(7, 12)
 	first := r.addCached(pc, "a", p, 4)
-	for i := 0; first.fed < len(p); i++ {
-		if i > 20 {
-			t.Fatal("the first prompt was never computed")
-		}
-		r.s.turn()
-	}
+	r.turnUntil(20, "the first prompt was never computed", func() bool { return first.fed >= len(p) })
 	// b waits for 2 pages: a's share is now 8 of the 16.
 	b := kv.Owner{Tenant: "b", ID: newID()}
 	r.s.setWant(b, 1, 2)

@@ -192,6 +192,35 @@ func (r *yieldRig) drain() {
 	}
 }
 
+// aloneOut is each prompt's output (tokens and logprob bits) run alone
+// on a rig of its own (64 pages, tenant x), by name: what the yield
+// tests hold every output to. Alone, nothing nests.
+func aloneOut(t *testing.T, maxTokens int, prompts map[string][]int32) map[string][]string {
+	t.Helper()
+	alone := map[string][]string{}
+	for name, p := range prompts {
+		r := newYieldRig(t, 64)
+		r.add(name, "x", p, maxTokens)
+		r.drain()
+		if len(r.probe.nested) != 0 {
+			t.Fatalf("%s alone: nested steps %v", name, r.probe.nested)
+		}
+		alone[name] = r.out[name]
+	}
+	return alone
+}
+
+// asAlone fails t for each named sequence whose output is not its
+// output alone.
+func (r *yieldRig) asAlone(t *testing.T, alone map[string][]string, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if !slices.Equal(r.out[n], alone[n]) {
+			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
+		}
+	}
+}
+
 // A prompt that arrives during another tenant's prompt step runs its
 // first chunk at the step's next pause point, as a step of its own,
 // and then takes its turns; every sequence's tokens and logprobs are
@@ -201,24 +230,7 @@ func (r *yieldRig) drain() {
 // does not pause.
 func TestStepYieldsToArrivingPrompt(t *testing.T) {
 	flood, light, light2 := prompt(3, 60), prompt(4, 12), prompt(5, 40)
-	alone := map[string][]string{}
-	for name, p := range map[string][]int32{"a": flood, "b": light, "b2": light2, "a2": prompt(6, 20)} {
-		r := newYieldRig(t, 64)
-		r.add(name, "x", p, 6)
-		r.drain()
-		if len(r.probe.nested) != 0 {
-			t.Fatalf("%s alone: nested steps %v", name, r.probe.nested)
-		}
-		alone[name] = r.out[name]
-	}
-	check := func(r *yieldRig, names ...string) {
-		t.Helper()
-		for _, n := range names {
-			if !slices.Equal(r.out[n], alone[n]) {
-				t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
-			}
-		}
-	}
+	alone := aloneOut(t, 6, map[string][]int32{"a": flood, "b": light, "b2": light2, "a2": prompt(6, 20)})
 
 	t.Run("light tenant at the next pause point", func(t *testing.T) {
 		r := newYieldRig(t, 64)
@@ -245,7 +257,7 @@ func TestStepYieldsToArrivingPrompt(t *testing.T) {
 		}
 		r.probe.onPause = nil
 		r.drain()
-		check(r, "a", "b", "b2", "a2")
+		r.asAlone(t, alone, "a", "b", "b2", "a2")
 		if got := r.out["c"]; !slices.Equal(got, []string{"end cancelled"}) {
 			t.Errorf("cancelled arrival: %v", got)
 		}
@@ -347,17 +359,7 @@ func TestYieldBurstBoundedByNestBudget(t *testing.T) {
 	flood := prompt(3, 60)
 	tiny := [][]int32{prompt(11, 2), prompt(12, 2), prompt(13, 2), prompt(14, 2)}
 	names := []string{"b0", "b1", "b2", "b3"}
-	alone := map[string][]string{}
-	for i, p := range append(tiny, flood) {
-		name := "a"
-		if i < len(tiny) {
-			name = names[i]
-		}
-		r := newYieldRig(t, 64)
-		r.add(name, "x", p, 4)
-		r.drain()
-		alone[name] = r.out[name]
-	}
+	alone := aloneOut(t, 4, map[string][]int32{"a": flood, "b0": tiny[0], "b1": tiny[1], "b2": tiny[2], "b3": tiny[3]})
 	r := newYieldRig(t, 64)
 	if f := r.cfg.nestForward(); f != 4 {
 		t.Fatalf("nestForward %d at chunks of %d, the test counts 4", f, r.cfg.ChunkTokens)
@@ -385,11 +387,7 @@ func TestYieldBurstBoundedByNestBudget(t *testing.T) {
 	if r.hows["b3"] != StartBudget {
 		t.Errorf("b3 started %q, want %q", r.hows["b3"], StartBudget)
 	}
-	for _, n := range append(names, "a") {
-		if !slices.Equal(r.out[n], alone[n]) {
-			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
-		}
-	}
+	r.asAlone(t, alone, append(names, "a")...)
 }
 
 // A light tenant's second prompt arriving later in the same step of a
@@ -421,11 +419,7 @@ func TestYieldSecondLightPromptNested(t *testing.T) {
 	if want := map[string]string{"a": StartNextStep, "b0": StartNested, "b1": StartNested}; !maps.Equal(r.hows, want) {
 		t.Errorf("first chunks started %v, want %v", r.hows, want)
 	}
-	for _, n := range []string{"a", "b0", "b1"} {
-		if !slices.Equal(r.out[n], alone[n]) {
-			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
-		}
-	}
+	r.asAlone(t, alone, "a", "b0", "b1")
 
 	// Only a prompt's first chunk runs nested, budget left or not: with
 	// nested chunks of 4, b's 8-token prompt runs 4 at the pause point
@@ -455,13 +449,7 @@ func TestYieldSecondLightPromptNested(t *testing.T) {
 // as before.
 func TestYieldArrivalDuringNestedStep(t *testing.T) {
 	flood, b0, b1 := prompt(3, 60), prompt(4, 4), prompt(5, 4)
-	alone := map[string][]string{}
-	for name, p := range map[string][]int32{"a": flood, "b0": b0, "b1": b1} {
-		r := newYieldRig(t, 64)
-		r.add(name, "x", p, 4)
-		r.drain()
-		alone[name] = r.out[name]
-	}
+	alone := aloneOut(t, 4, map[string][]int32{"a": flood, "b0": b0, "b1": b1})
 	for _, once := range []bool{false, true} {
 		r := newYieldRig(t, 64)
 		r.s.cfg.nestOnce = once
@@ -558,13 +546,7 @@ func TestFirstChunkStartReasons(t *testing.T) {
 // for the rule). Every output is bitwise as alone.
 func TestYieldBudgetGoesToLeastServed(t *testing.T) {
 	flood, c0, c1, b := prompt(3, 60), prompt(6, 16), prompt(7, 2), prompt(8, 16)
-	alone := map[string][]string{}
-	for name, p := range map[string][]int32{"a": flood, "c0": c0, "c1": c1, "b": b} {
-		r := newYieldRig(t, 64)
-		r.add(name, "x", p, 4)
-		r.drain()
-		alone[name] = r.out[name]
-	}
+	alone := aloneOut(t, 4, map[string][]int32{"a": flood, "c0": c0, "c1": c1, "b": b})
 	r := newYieldRig(t, 64)
 	r.add("a", "a", flood, 4)
 	r.add("c0", "c", c0, 4)
@@ -596,11 +578,7 @@ func TestYieldBudgetGoesToLeastServed(t *testing.T) {
 	if r.hows["b"] != StartNested || r.hows["c1"] != StartBudget {
 		t.Errorf("b started %q, c1 %q; want %q and %q", r.hows["b"], r.hows["c1"], StartNested, StartBudget)
 	}
-	for _, n := range []string{"a", "c0", "c1", "b"} {
-		if !slices.Equal(r.out[n], alone[n]) {
-			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
-		}
-	}
+	r.asAlone(t, alone, "a", "c0", "c1", "b")
 }
 
 // Colocated (nestOnce), a paused step runs one nested step: b's second
@@ -628,13 +606,7 @@ func TestColocatedNestsOncePerStep(t *testing.T) {
 func floodWithTwoLight(t *testing.T, nestOnce bool, nested []string, second string) (*yieldRig, map[string][]string) {
 	t.Helper()
 	flood, b0, b1 := prompt(3, 60), prompt(4, 4), prompt(5, 4)
-	alone := map[string][]string{}
-	for name, p := range map[string][]int32{"a": flood, "b0": b0, "b1": b1} {
-		r := newYieldRig(t, 64)
-		r.add(name, "x", p, 4)
-		r.drain()
-		alone[name] = r.out[name]
-	}
+	alone := aloneOut(t, 4, map[string][]int32{"a": flood, "b0": b0, "b1": b1})
 	r := newYieldRig(t, 64)
 	r.s.cfg.nestOnce = nestOnce
 	r.add("a", "a", flood, 4)
@@ -656,10 +628,6 @@ func floodWithTwoLight(t *testing.T, nestOnce bool, nested []string, second stri
 	if want := map[string]string{"a": StartNextStep, "b0": StartNested, "b1": second}; !maps.Equal(r.hows, want) {
 		t.Errorf("first chunks started %v, want %v", r.hows, want)
 	}
-	for _, n := range []string{"a", "b0", "b1"} {
-		if !slices.Equal(r.out[n], alone[n]) {
-			t.Errorf("%s: %v, alone %v", n, r.out[n], alone[n])
-		}
-	}
+	r.asAlone(t, alone, "a", "b0", "b1")
 	return r, alone
 }

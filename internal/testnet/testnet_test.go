@@ -46,30 +46,45 @@ func echo(t *testing.T, nd *Node) string {
 	return l.Addr().String()
 }
 
+// echoPair is a network of two nodes, b echoing lines on addr and a
+// connected to it (c, read through r); closed when the test ends.
+type echoPair struct {
+	n    *Net
+	a, b *Node
+	addr string
+	c    net.Conn
+	r    *bufio.Reader
+}
+
+func newEchoPair(t *testing.T, seed uint64) *echoPair {
+	t.Helper()
+	need(t)
+	p := &echoPair{n: New(seed)}
+	t.Cleanup(func() { p.n.Close() })
+	var err error
+	if p.a, err = p.n.AddNode("a"); err != nil {
+		t.Fatal(err)
+	}
+	if p.b, err = p.n.AddNode("b"); err != nil {
+		t.Fatal(err)
+	}
+	p.addr = echo(t, p.b)
+	if p.c, err = p.a.DialContext(context.Background(), "tcp", p.addr); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.c.Close() })
+	p.r = bufio.NewReader(p.c)
+	return p
+}
+
 // Packets between two namespaces go through the forwarder and suffer
 // what their path is set to: a delay shows in the round trip, a partition
 // stops the connection until healed, loss and duplication are counted and
 // TCP still delivers every byte in order; a process started in a node
 // sees only that namespace's network.
 func TestForwarderImpairs(t *testing.T) {
-	need(t)
-	n := New(1)
-	defer n.Close()
-	a, err := n.AddNode("a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := n.AddNode("b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := echo(t, b)
-	c, err := a.DialContext(context.Background(), "tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r := bufio.NewReader(c)
+	p := newEchoPair(t, 1)
+	n, a, b, addr, c, r := p.n, p.a, p.b, p.addr, p.c, p.r
 	rtt := func(msg string) time.Duration {
 		t.Helper()
 		began := time.Now()
@@ -161,24 +176,8 @@ func TestHelperDial(t *testing.T) {
 // delivers what it held, and a partition drops it (TCP then retransmits
 // once healed).
 func TestHoldReleasesOnePacketAtATime(t *testing.T) {
-	need(t)
-	n := New(2)
-	defer n.Close()
-	a, err := n.AddNode("a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := n.AddNode("b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := echo(t, b)
-	c, err := a.DialContext(context.Background(), "tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r := bufio.NewReader(c)
+	p := newEchoPair(t, 2)
+	n, a, b, c, r := p.n, p.a, p.b, p.c, p.r
 	send := func(msg string) {
 		t.Helper()
 		if _, err := io.WriteString(c, msg+"\n"); err != nil {
