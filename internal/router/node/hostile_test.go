@@ -434,9 +434,12 @@ func TestHostileRequestsDoNotReachOtherTenants(t *testing.T) {
 	m := loadBuiltIn(t)
 	canaries := references(t, m)
 	corpus := hostileCorpus()
-	if testing.Short() {
-		// -short (the suite's -race pass): every 8th request of the same
-		// corpus; the full corpus runs in the ordinary pass.
+	if testing.Short() || raceDetector {
+		// -short or -race (the suite's race pass is both): every 8th
+		// request of the same corpus; the full corpus runs in the
+		// ordinary pass. Under -race the full corpus took 351 s of the
+		// package's 682 at load 21-32, past go test's 10-minute default
+		// (session 19's "hang" in the shm half at load 25).
 		var sample []hostile
 		for i := 0; i < len(corpus); i += 8 {
 			sample = append(sample, corpus[i])
