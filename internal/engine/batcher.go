@@ -264,8 +264,11 @@ type batch struct {
 	during      []*seq
 	paused      time.Duration
 	nestedSteps atomic.Int64
-	// nest is the nested work the step under way may still take.
-	nest sched.Nest
+	// nest is the nested work the step under way may still take;
+	// nestedOnce, that the step ran a nested step already (with
+	// Config.nestOnce, later ones only end their prompts).
+	nest       sched.Nest
+	nestedOnce bool
 	// arrivalMark is the arrival number of the latest sequence handed
 	// to the scheduler (nil in driven mode); yielded is whether the last
 	// step could yield (it carried prompt chunks), and endMark the
