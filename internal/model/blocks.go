@@ -48,7 +48,7 @@ type attention struct {
 // attention never sees K/V that did not go through the owner-checked
 // pages (I3, I4).
 func (at *attention) forward(r *Runner, l int) {
-	m, c, n := r.m, r.m.cfg, r.n
+	m, c, n := r.m, &r.m.cfg, r.n
 	Q, KD := c.QDim(), c.KVDim()
 	// One pool wake for Q, K and V: alone each is too small in a
 	// decode step to keep two cores busy.
