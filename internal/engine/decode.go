@@ -520,7 +520,18 @@ func (w *DecodeWorker) Write(ctx context.Context, ws []handoff.PageWrite) error 
 	}
 	now := w.now()
 	w.rmu.Lock()
-	err := w.recv.Write(now, ws)
+	cw, err := w.recv.BeginWrite(now, ws)
+	if err == nil && cw.Pages() > 0 {
+		// Sealed pages are opened into their claimed pages without the
+		// receiver's lock, on every core: other handoffs' Reserve and
+		// Commit, and this one's next batch, go on meanwhile.
+		w.rmu.Unlock()
+		cw.Open(handoff.OpenParallelism())
+		w.rmu.Lock()
+	}
+	if err == nil {
+		err = w.recv.EndWrite(w.now(), cw)
+	}
 	w.rmu.Unlock()
 	if err != nil {
 		w.end(ws[0].Handoff, err)

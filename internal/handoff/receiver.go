@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"sluice/internal/kv"
@@ -105,6 +108,10 @@ type rhandoff struct {
 	// early: an Abort arrived before any Reserve for this id (a tombstone
 	// with no pages); a Reserve that arrives later is refused.
 	early bool
+	// inflight counts this handoff's writes whose pages are claimed and
+	// being opened outside the caller's lock (BeginWrite to EndWrite):
+	// counted in writes already, not yet in slots and tokens.
+	inflight int
 }
 
 // Accepted is what the Receiver hands the decoder when a commit verifies:
@@ -146,7 +153,10 @@ type ReceiverStats struct {
 // safe for concurrent use; wrap it (see Server).
 //
 // Ordering contracts:
-//   - Write returns nil only after the batch is applied to the pool.
+//   - Write returns nil only after the batch is applied to the pool; so
+//     does EndWrite, for the batch its BeginWrite checked (between the
+//     two, the caller opens the batch's sealed pages without the
+//     Receiver: Writes.Open).
 //   - Commit returns an Accepted only after count, coverage and digest are
 //     verified (I5); otherwise the handoff has failed closed and its pages
 //     are released, or quarantined when a one-sided writer may still write (I6).
@@ -364,17 +374,162 @@ func (r *Receiver) lookup(id kv.ID, late *uint64) (*rhandoff, error) {
 // Write applies a batch of page writes of one handoff. Any failed check
 // fails the whole handoff closed (I8); writes of the batch before the bad
 // one stay applied to pages that are then released or quarantined with the
-// rest, never read.
+// rest, never read. It is BeginWrite, Open on the calling goroutine and
+// EndWrite in one call.
 func (r *Receiver) Write(now time.Time, ws []PageWrite) error {
-	for i := range ws {
-		if err := r.write(now, &ws[i]); err != nil {
-			return err
-		}
+	cw, err := r.BeginWrite(now, ws)
+	if err != nil {
+		return err
 	}
-	return nil
+	cw.Open(1)
+	return r.EndWrite(now, cw)
 }
 
-func (r *Receiver) write(now time.Time, w *PageWrite) error {
+// Writes is a checked batch of one handoff's writes whose sealed full
+// pages are claimed in the pool and not yet opened (BeginWrite). Open
+// opens them, without the Receiver (its caller's lock not held); EndWrite
+// then ends each claim under it. Every Writes that BeginWrite returned
+// must be passed to EndWrite, whatever happened: until then its pages are
+// fenced in the pool (kv.Fill, I6) and the handoff cannot commit.
+type Writes struct {
+	h     *rhandoff
+	id    kv.ID
+	fills []claimedWrite
+	done  bool
+}
+
+// claimedWrite is one sealed page write and the pool's claim on its page.
+type claimedWrite struct {
+	w   PageWrite
+	ref kv.PageRef
+	f   *kv.Fill
+	err error // Open's result
+}
+
+// Pages is how many page records Open will open.
+func (cw *Writes) Pages() int { return len(cw.fills) }
+
+// OpenParallelism is how many goroutines a decode service opens one
+// call's sealed pages on (Writes.Open): one per core the process may use.
+func OpenParallelism() int { return runtime.GOMAXPROCS(0) }
+
+// Open opens every claimed page's record straight into its page (nothing
+// of the Receiver is touched, so the caller's lock need not be held), on
+// up to par goroutines, the caller's included, each taking the next record
+// in turn; they finish in any order. A record is authenticated as it is
+// opened (PageWrite.Open); EndWrite marks a page written only if its
+// record verified (I15) and fails the handoff if any did not (I8).
+func (cw *Writes) Open(par int) {
+	n := len(cw.fills)
+	if par > n {
+		par = n
+	}
+	var next atomic.Int32
+	work := func() {
+		for {
+			i := int(next.Add(1)) - 1
+			if i >= n {
+				return
+			}
+			c := &cw.fills[i]
+			c.err = c.w.Open(c.f.Dst)
+		}
+	}
+	var wg sync.WaitGroup
+	for range par - 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	work()
+	wg.Wait()
+}
+
+// BeginWrite checks a batch of page writes of one handoff, as Write does,
+// and applies every write it can at once. A sealed full page (Open) in a
+// pool that hands out claims (kv.Pool.ClaimFill) is not opened here: its
+// page is claimed, the write counted against coverage (a second write of
+// the block is refused), and the returned Writes carries it for Open and
+// EndWrite. Any failed check fails the handoff closed (I8), ends the
+// claims taken so far (their pages scrubbed) and returns the error.
+func (r *Receiver) BeginWrite(now time.Time, ws []PageWrite) (*Writes, error) {
+	cw := &Writes{}
+	for i := range ws {
+		if err := r.write(now, &ws[i], cw); err != nil {
+			for _, c := range cw.fills {
+				c.f.End(err) // scrubbed; freed if the failure released the page
+				cw.h.inflight--
+			}
+			cw.fills, cw.done = nil, true
+			return nil, err
+		}
+	}
+	return cw, nil
+}
+
+// EndWrite ends the claims of cw in order, under the Receiver. Every
+// record of the batch must have verified before any of its pages is kept
+// (I15): if one did not, the handoff fails closed (I8) and every page of
+// the batch is scrubbed, none marked written. Otherwise a page is marked
+// written and counted once its checksum matches the pool's hash of it;
+// the first that does not fails the handoff, and the claims after it are
+// still ended (scrubbed, never marked). A handoff that ended while the
+// pages were being opened (an Abort, another call's failure) has released
+// them: they are scrubbed and freed here, and the writes count as late.
+func (r *Receiver) EndWrite(now time.Time, cw *Writes) error {
+	if cw == nil || cw.done {
+		return nil
+	}
+	cw.done = true
+	if len(cw.fills) == 0 {
+		return nil
+	}
+	h := cw.h
+	var first error
+	if h.ph != phTransfering && h.ph != phReserved {
+		r.stats.LateWrites++
+		first = ErrAborted.With("handoff %s ended while its writes were being applied: %v", IDString(cw.id), h.err)
+	} else {
+		for i := range cw.fills {
+			if c := &cw.fills[i]; c.err != nil {
+				first = r.fail(now, h, openFailed(c.w.Block, c.err))
+				break
+			}
+		}
+	}
+	for i := range cw.fills {
+		c := &cw.fills[i]
+		fillErr := c.err
+		if first != nil && fillErr == nil {
+			fillErr = errBatchDropped
+		}
+		sum, err := c.f.End(fillErr)
+		h.inflight--
+		switch {
+		case first != nil:
+			// Dropped with the handoff: scrubbed, freed by End.
+		case err != nil:
+			first = r.fail(now, h, ErrBadWrite.With("block %d: %v", c.w.Block, err))
+		default:
+			if e := r.checkApplied(h, c.ref, &c.w, sum, "write"); e != nil {
+				first = r.fail(now, h, e)
+				continue
+			}
+			h.slots[c.w.Block] = c.w.Slots
+			h.tokens += c.w.Slots
+			h.ph = phTransfering
+		}
+	}
+	return first
+}
+
+// errBatchDropped ends the claim of a page whose own record verified in a
+// batch that is not kept.
+var errBatchDropped = errors.New("handoff: the page's batch was dropped")
+
+func (r *Receiver) write(now time.Time, w *PageWrite, cw *Writes) error {
 	h, err := r.lookup(w.Handoff, &r.stats.LateWrites)
 	if err != nil {
 		// Late writes with stale generations are dropped here: the pool is
@@ -420,6 +575,18 @@ func (r *Receiver) write(now time.Time, w *PageWrite) error {
 		// No peer can have placed bytes in memory it cannot map. Part of the
 		// checksum layer: the bytes the notice vouches for cannot be there.
 		return r.fail(now, h, ErrBadWrite.With("block %d: a one-sided write notice, but this pool is not shared", w.Block))
+	}
+	if cp, ok := r.pool.(claimingPool); ok && w.Open != nil && !w.Placed && w.Slots == r.cfg.PageSize {
+		// Claimed now, opened by the caller outside its lock (Writes).
+		f, err := cp.ClaimFill(h.owner, ref, w.Slots, w.Size)
+		if err != nil {
+			return r.fail(now, h, ErrBadWrite.With("block %d: %v", w.Block, err))
+		}
+		cw.h, cw.id = h, w.Handoff
+		cw.fills = append(cw.fills, claimedWrite{w: *w, ref: ref, f: f})
+		h.writes[w.Block]++
+		h.inflight++
+		return nil
 	}
 	if w.Open != nil && !w.Placed {
 		if _, ok := r.pool.(fillingPool); !ok || w.Slots != r.cfg.PageSize {
@@ -481,6 +648,13 @@ type fillingPool interface {
 	FillPageSum(o kv.Owner, ref kv.PageRef, slots, size int, fill func(dst []byte) error) (kv.PageSum, error)
 }
 
+// claimingPool is a filling pool that hands out a claim on a page for a
+// sealed write to be opened into it outside any lock (kv's ClaimFill).
+type claimingPool interface {
+	fillingPool
+	ClaimFill(o kv.Owner, ref kv.PageRef, slots, size int) (*kv.Fill, error)
+}
+
 // openFailed is the error of a sealed write whose record did not open:
 // the transport's own (auth: altered, replayed or injected) when it is a
 // handoff error.
@@ -525,6 +699,12 @@ func (r *Receiver) applySummed(sp summingPool, h *rhandoff, ref kv.PageRef, w *P
 	if err != nil {
 		return ErrBadWrite.With("block %d: %v", w.Block, err)
 	}
+	return r.checkApplied(h, ref, w, sum, what)
+}
+
+// checkApplied compares an applied write's checksum with the pool's hash
+// of the bytes it now holds (sum), or with its image hashed apart.
+func (r *Receiver) checkApplied(h *rhandoff, ref kv.PageRef, w *PageWrite, sum kv.PageSum, what string) *Error {
 	if r.cfg.Safeguards.NoChecksum {
 		return nil
 	}
@@ -557,6 +737,11 @@ func (r *Receiver) Commit(now time.Time, c *Commit) (*Accepted, error) {
 		return nil, err
 	}
 	sg := r.cfg.Safeguards
+	if h.inflight > 0 {
+		// A sender commits after every write's acknowledgement: pages
+		// still being opened cannot be verified (I5), nor kept.
+		return nil, r.fail(now, h, ErrState.With("commit of handoff %s while %d of its page writes are still being applied", IDString(c.Handoff), h.inflight))
+	}
 	if !sg.NoCount {
 		// I5 count: the incident's decode accepted one page for an N-page
 		// reservation because nothing compared these three numbers.

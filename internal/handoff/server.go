@@ -79,7 +79,18 @@ func (s *Server) Write(ctx context.Context, ws []PageWrite) error {
 	}
 	s.mu.Lock()
 	wasLive := s.r.isLive(id)
-	err := s.r.Write(s.now(), ws)
+	cw, err := s.r.BeginWrite(s.now(), ws)
+	if err == nil && cw.Pages() > 0 {
+		// Sealed pages are opened into their claimed pages without the
+		// lock, on every core: other handoffs' calls go on meanwhile.
+		s.mu.Unlock()
+		cw.Open(OpenParallelism())
+		s.mu.Lock()
+		wasLive = s.r.isLive(id) // an Abort meanwhile reported the end itself
+	}
+	if err == nil {
+		err = s.r.EndWrite(s.now(), cw)
+	}
 	ended := s.r.Err(id)
 	s.mu.Unlock()
 	// Ended is reported once, by the call that ended the handoff; late

@@ -20,6 +20,7 @@ func TestFillClaimHoldsNoLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	endOnExit(t, f)
 	copy(f.Dst, image(h, refs[0].Gen, 0, tg.PageSize))
 	done := make(chan error, 1)
 	go func() {
@@ -72,6 +73,7 @@ func TestFillReleaseFencesThePage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		endOnExit(t, f)
 		img := image(a, refs[0].Gen, 0, tg.PageSize)
 		copy(f.Dst[:len(img)/2], img)
 		released := make(chan error, 1)
@@ -121,6 +123,7 @@ func TestFillFencedAgainstExpireAndDrainAck(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		endOnExit(t, f)
 		p.Quarantine(a, refs, time.Unix(1, 0))
 		switch how {
 		case "expire":
@@ -166,6 +169,7 @@ func TestFillInFlightRefusesASecondWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	endOnExit(t, f)
 	if _, err := p.WritePageSum(a, refs[0], tg.PageSize, img); !errors.Is(err, ErrDuplicateWrite) {
 		t.Fatalf("write during a fill: %v, want a duplicate write", err)
 	}
@@ -200,6 +204,7 @@ func TestFillCloseWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	endOnExit(t, f)
 	closed := make(chan struct{})
 	go func() { p.Close(); close(closed) }()
 	select {
@@ -300,4 +305,14 @@ func TestFillReleaseRaceProperty(t *testing.T) {
 			t.Fatalf("seed %d: a drained pool still holds a fill's bytes", seed)
 		}
 	}
+}
+
+// endOnExit ends f if the test stops before it does: the pool's Close
+// (a cleanup registered earlier, so run later) waits for every fill.
+func endOnExit(t *testing.T, f *Fill) {
+	t.Cleanup(func() {
+		if !f.ended {
+			f.End(errors.New("the test stopped"))
+		}
+	})
 }

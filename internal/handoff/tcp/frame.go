@@ -535,9 +535,30 @@ type sealedWrite struct {
 	ks         []sealKey
 	hdr        [headerLen]byte
 	opened     []bool
+	// mu guards failed: the decode side may open a frame's records on
+	// several goroutines at once (handoff.Writes.Open), each its own
+	// records (opened[i] is only ever touched by record i's opener).
+	mu sync.Mutex
 	// failed is the first record that did not open: the frame is bad and
 	// the connection must close (nothing after it can be trusted).
 	failed error
+}
+
+// fail records err as the frame's failure unless one is recorded.
+func (sw *sealedWrite) fail(err error) error {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	if sw.failed == nil {
+		sw.failed = err
+	}
+	return err
+}
+
+// failure is the frame's first failure so far.
+func (sw *sealedWrite) failure() error {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return sw.failed
 }
 
 // open authenticates record i and writes its plaintext to dst (len(dst)
@@ -553,8 +574,7 @@ func (sw *sealedWrite) open(i int, dst []byte) ([]byte, error) {
 	out := rec[:0]
 	if dst != nil {
 		if len(dst) != l {
-			sw.failed = protoErr("write frame record %d of %d bytes for a destination of %d", i, l, len(dst))
-			return nil, sw.failed
+			return nil, sw.fail(protoErr("write frame record %d of %d bytes for a destination of %d", i, l, len(dst)))
 		}
 		out = dst[:0]
 	}
@@ -563,8 +583,7 @@ func (sw *sealedWrite) open(i int, dst []byte) ([]byte, error) {
 	binary.BigEndian.PutUint32(ad[headerLen:], uint32(l))
 	pt, err := sw.ks[i].aead.Open(out, sw.ks[i].nonce[:], rec, ad[:])
 	if err != nil {
-		sw.failed = errNoOpen()
-		return nil, sw.failed
+		return nil, sw.fail(errNoOpen())
 	}
 	return pt[:l:l], nil
 }
@@ -602,7 +621,7 @@ func (sw *sealedWrite) writes() ([]handoff.PageWrite, error) {
 // the first record's failure, this call's or an earlier one's.
 func (sw *sealedWrite) rest() error {
 	for i := range sw.lens {
-		if sw.failed != nil {
+		if sw.failure() != nil {
 			break
 		}
 		if !sw.opened[i] {
@@ -612,5 +631,5 @@ func (sw *sealedWrite) rest() error {
 			clear(pt)
 		}
 	}
-	return sw.failed
+	return sw.failure()
 }

@@ -172,11 +172,12 @@ func readWrites(r io.Reader, f *frame, n int, page *[]byte, apply func([]handoff
 // record that does not verify closes the connection (ErrAuth), as a frame
 // opened whole does; the handoff it wrote to has failed by then (I8).
 //
-// The writes are handed on page by page, as a plain frame's are
-// (readWrites): the open now runs inside the decode side's locks (its
-// receiver's, the pool's), so one call holds them for one page's open and
-// hash (~70 us for 256 KiB, BenchmarkApplySealedPage) rather than a whole
-// batch's, and another handoff's Reserve or Commit waits at most that.
+// The frame's writes are handed on in one call: the decode side checks
+// them and claims their pages under its locks, then opens the records
+// into the pages without any lock, on every core (handoff.Writes.Open,
+// kv.Pool.ClaimFill), so neither another handoff's calls nor this
+// handoff's next frame wait for the cipher, and a frame's pages are
+// opened at once instead of one after the other.
 func (sc *sconn) sealedWrites(ctx context.Context, f *frame, d handoff.Decode, ok func(error) error) error {
 	sw := f.sw
 	f.sw, f.open = nil, nil
@@ -190,7 +191,7 @@ func (sc *sconn) sealedWrites(ctx context.Context, f *frame, d handoff.Decode, o
 		}
 	}
 	if werr == nil {
-		werr = applyPaged(ws, func(ws []handoff.PageWrite) error { return d.Write(ctx, ws) })
+		werr = d.Write(ctx, ws)
 	}
 	if err := sw.rest(); err != nil {
 		return err
@@ -201,29 +202,4 @@ func (sc *sconn) sealedWrites(ctx context.Context, f *frame, d handoff.Decode, o
 		putBuf(f.payload)
 	}
 	return ok(werr)
-}
-
-// applyPaged hands ws to apply in order: each write that carries page
-// bytes alone, runs of writes without bytes (one-sided notices) together,
-// stopping at the first refusal, as readWrites does for a plain frame.
-func applyPaged(ws []handoff.PageWrite, apply func([]handoff.PageWrite) error) error {
-	pending := 0
-	for i := range ws {
-		if ws[i].Len() == 0 {
-			continue
-		}
-		if i > pending {
-			if err := apply(ws[pending:i]); err != nil {
-				return err
-			}
-		}
-		if err := apply(ws[i : i+1]); err != nil {
-			return err
-		}
-		pending = i + 1
-	}
-	if pending < len(ws) {
-		return apply(ws[pending:])
-	}
-	return nil
 }
