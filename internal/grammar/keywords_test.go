@@ -113,6 +113,10 @@ func TestOneOfExclusive(t *testing.T) {
 		// the compiler's implied type: properties alone write objects
 		`{"oneOf":[{"properties":{"t":{"const":"a"}},"required":["t"]},{"properties":{"t":{"const":"b"}},"required":["t"]}]}`,
 		`{"oneOf":[{"type":"integer"}]}`,
+		// numbers told apart by their bounds
+		`{"oneOf":[{"type":"integer","maximum":9},{"type":"integer","minimum":10,"maximum":20},{"type":"number","minimum":21}]}`,
+		`{"oneOf":[{"type":"integer","exclusiveMaximum":10},{"type":"integer","minimum":10,"multipleOf":5,"maximum":100}]}`,
+		`{"oneOf":[{"anyOf":[{"type":"integer","maximum":-5},{"type":"integer","maximum":-3}]},{"type":"integer","minimum":-2,"maximum":4},{"type":"string"}]}`,
 	} {
 		walkValidates(t, s, 20)
 	}
@@ -130,6 +134,10 @@ func TestOneOfOverlapRefused(t *testing.T) {
 		{`{"oneOf":[{"const":1},{"const":1.0}]}`, "#/oneOf/0 and #/oneOf/1"},
 		{`{"oneOf":[{"const":{"a":1,"b":[2]}},{"const":{"b":[2.0],"a":1}}]}`, "#/oneOf/0 and #/oneOf/1"},
 		{`{"oneOf":[{},{}]}`, "#/oneOf/0 and #/oneOf/1"},
+		{`{"oneOf":[{"type":"integer","maximum":10},{"type":"integer","minimum":10}]}`, "#/oneOf/0 and #/oneOf/1"},
+		{`{"oneOf":[{"type":"integer","maximum":3},{"const":3}]}`, "#/oneOf/0 and #/oneOf/1"},
+		{`{"oneOf":[{"anyOf":[{"type":"integer","maximum":-5},{"type":"integer","minimum":5}]},{"type":"integer","minimum":-4,"maximum":6}]}`, "#/oneOf/0 and #/oneOf/1"},
+		{`{"oneOf":[{"type":"number","maximum":1},{"type":"integer","minimum":1}]}`, "#/oneOf/0 and #/oneOf/1"},
 		// a string matches the second branch, and the first (no type)
 		{`{"oneOf":[{"properties":{"a":{"const":1}}},{"type":"string"}]}`, "#/oneOf/0 and #/oneOf/1"},
 		// the same discriminator value twice

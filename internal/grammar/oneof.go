@@ -171,14 +171,16 @@ func canonTo(b *bytes.Buffer, v *node) {
 
 // shape over-approximates a set of JSON values: every value of the set
 // has one of types; a value of a type not in open is one of lits (by
-// canon); an object of an open type has every property of req, its value
+// canon); a number of an open type lies within lo and hi (nil: no
+// bound); an object of an open type has every property of req, its value
 // within req's shape, and, when keys is not nil, no key outside it.
 type shape struct {
-	types typeSet
-	open  typeSet
-	lits  map[string]*node
-	req   map[string]*shape
-	keys  map[string]bool
+	types  typeSet
+	open   typeSet
+	lits   map[string]*node
+	lo, hi *bound
+	req    map[string]*shape
+	keys   map[string]bool
 	// order is req's names sorted: the comparisons' work, counted
 	// against a bound, must not depend on map order (the router and
 	// every worker must answer alike).
@@ -197,6 +199,80 @@ func (s *shape) reqOrder() []string {
 }
 
 var top = &shape{types: tAll, open: tAll}
+
+const tNum = tInt | tFrac
+
+// bound is a numeric bound, exclusive or not.
+type bound struct {
+	v    *big.Rat
+	excl bool
+}
+
+// numBounds reads a schema's minimum/maximum (exclusive or not); a
+// bound it cannot read is no bound (a larger set).
+func numBounds(s *node) (lo, hi *bound) {
+	for _, k := range []string{"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"} {
+		x := s.get(k)
+		if x == nil || x.kind != 'n' {
+			continue
+		}
+		r := ratOf(string(x.num))
+		if r == nil {
+			continue
+		}
+		b := &bound{r, k[0] == 'e'}
+		if k == "minimum" || k == "exclusiveMinimum" {
+			lo = tighter(lo, b, 1)
+		} else {
+			hi = tighter(hi, b, -1)
+		}
+	}
+	return lo, hi
+}
+
+// tighter is the tighter of two lower (dir 1) or upper (dir -1) bounds.
+func tighter(a, b *bound, dir int) *bound {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	if c := a.v.Cmp(b.v) * dir; c > 0 || c == 0 && a.excl {
+		return a
+	}
+	return b
+}
+
+// looser is the looser of two bounds (nil, none, is the loosest).
+func looser(a, b *bound, dir int) *bound {
+	if a == nil || b == nil {
+		return nil
+	}
+	if tighter(a, b, dir) == a {
+		return b
+	}
+	return a
+}
+
+// below reports whether every number within upper bound h is below every
+// number within lower bound l.
+func below(h, l *bound) bool {
+	if h == nil || l == nil {
+		return false
+	}
+	c := h.v.Cmp(l.v)
+	return c < 0 || c == 0 && (h.excl || l.excl)
+}
+
+// inRange reports whether number v may lie within s's bounds.
+func (s *shape) inRange(v *node) bool {
+	x := ratOf(string(v.num))
+	if x == nil {
+		return true
+	}
+	return !below(&bound{x, false}, s.lo) && !below(s.hi, &bound{x, false})
+}
 
 // shaper computes the shapes of a schema's parts, each once per mode (a
 // schema's $defs are reached from many branches).
@@ -324,6 +400,11 @@ func (sh *shaper) compute(s *node, mode int) *shape {
 		return r
 	}
 	r.open = r.types
+	if r.types&tNum != 0 {
+		// The compiler's numbers keep the bounds (integers clamped
+		// to 15 digits: tighter), and a validator's do.
+		r.lo, r.hi = numBounds(s)
+	}
 	if r.types&tObject != 0 {
 		sh.object(s, mode, r)
 	}
@@ -385,6 +466,14 @@ func maps2(a map[string]bool, b map[string]*shape) map[string]bool {
 
 func union(a, b *shape) *shape {
 	r := &shape{types: a.types | b.types, open: a.open | b.open}
+	switch an, bn := a.open&tNum != 0, b.open&tNum != 0; {
+	case an && bn:
+		r.lo, r.hi = looser(a.lo, b.lo, 1), looser(a.hi, b.hi, -1)
+	case an:
+		r.lo, r.hi = a.lo, a.hi
+	case bn:
+		r.lo, r.hi = b.lo, b.hi
+	}
 	if r.open != r.types {
 		r.lits = make(map[string]*node, len(a.lits)+len(b.lits))
 		for k, v := range a.lits {
@@ -429,7 +518,8 @@ func union(a, b *shape) *shape {
 // intersect over-approximates the values in both a and b (each part of
 // it holds for one of them).
 func intersect(a, b *shape) *shape {
-	r := &shape{types: a.types & b.types, open: a.open & b.open, req: a.req, keys: a.keys}
+	r := &shape{types: a.types & b.types, open: a.open & b.open, req: a.req, keys: a.keys,
+		lo: tighter(a.lo, b.lo, 1), hi: tighter(a.hi, b.hi, -1)}
 	if r.open != r.types {
 		r.lits = make(map[string]*node, len(a.lits)+len(b.lits))
 		for k, v := range a.lits {
@@ -465,6 +555,8 @@ func mayHold(s *shape, key string, v *node) bool {
 	case t&s.open == 0:
 		_, ok := s.lits[key]
 		return ok
+	case v.kind == 'n':
+		return s.inRange(v)
 	case v.kind != 'o':
 		return true
 	}
@@ -487,8 +579,8 @@ func mayHold(s *shape, key string, v *node) bool {
 // disjoint reports whether no value is in both g and a, spending work
 // (a unit per comparison); it answers false when work runs out. Per
 // type: where one side is a list of values, each is looked up in the
-// other; where both are open, only objects can be told apart (by a
-// required property).
+// other; where both are open, numbers are told apart by their bounds
+// and objects by a required property.
 func disjoint(g, a *shape, work *int) bool {
 	*work--
 	if *work < 0 {
@@ -504,8 +596,11 @@ func disjoint(g, a *shape, work *int) bool {
 	gFin := common &^ g.open
 	aFin := common &^ a.open &^ gFin
 	both := common &^ gFin &^ aFin
-	if both&^tObject != 0 {
+	if both&^(tObject|tNum) != 0 {
 		return false
+	}
+	if both&tNum != 0 && !below(g.hi, a.lo) && !below(a.hi, g.lo) {
+		return false // numbers of both sides may meet
 	}
 	if gFin|aFin != 0 {
 		// Every literal is looked at (a true answer) or the first
@@ -531,7 +626,7 @@ func disjoint(g, a *shape, work *int) bool {
 			}
 		}
 	}
-	if both == 0 {
+	if both&tObject == 0 {
 		return true
 	}
 	for _, p := range g.reqOrder() {
