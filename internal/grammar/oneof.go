@@ -466,13 +466,21 @@ func maps2(a map[string]bool, b map[string]*shape) map[string]bool {
 
 func union(a, b *shape) *shape {
 	r := &shape{types: a.types | b.types, open: a.open | b.open}
-	switch an, bn := a.open&tNum != 0, b.open&tNum != 0; {
-	case an && bn:
-		r.lo, r.hi = looser(a.lo, b.lo, 1), looser(a.hi, b.hi, -1)
-	case an:
-		r.lo, r.hi = a.lo, a.hi
-	case bn:
-		r.lo, r.hi = b.lo, b.hi
+	if r.open&tNum != 0 {
+		// The union's open numbers are each side's open numbers and
+		// its numeric literals of a type the union has open (those
+		// are not looked up in lits any more): the bounds hold them
+		// all.
+		alo, ahi, aok := numHull(a, r.open)
+		blo, bhi, bok := numHull(b, r.open)
+		switch {
+		case aok && bok:
+			r.lo, r.hi = looser(alo, blo, 1), looser(ahi, bhi, -1)
+		case aok:
+			r.lo, r.hi = alo, ahi
+		case bok:
+			r.lo, r.hi = blo, bhi
+		}
 	}
 	if r.open != r.types {
 		r.lits = make(map[string]*node, len(a.lits)+len(b.lits))
@@ -513,6 +521,31 @@ func union(a, b *shape) *shape {
 		}
 	}
 	return r
+}
+
+// numHull is the bounds of x's numbers of a type in open: its open
+// numbers' bounds widened to hold its numeric literals of such a type;
+// ok false when it has none.
+func numHull(x *shape, open typeSet) (lo, hi *bound, ok bool) {
+	if x.open&tNum != 0 {
+		lo, hi, ok = x.lo, x.hi, true
+	}
+	for _, v := range x.lits {
+		if v.kind != 'n' || typeOf(v)&open == 0 {
+			continue
+		}
+		n := ratOf(string(v.num))
+		if n == nil {
+			return nil, nil, true // a value not read: no bound
+		}
+		b := &bound{v: n}
+		if !ok {
+			lo, hi, ok = b, b, true
+			continue
+		}
+		lo, hi = looser(lo, b, 1), looser(hi, b, -1)
+	}
+	return lo, hi, ok
 }
 
 // intersect over-approximates the values in both a and b (each part of
