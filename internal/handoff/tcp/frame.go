@@ -284,21 +284,59 @@ func sealFrame(hdr []byte, typ byte, parts [][]byte, n int, ks []sealKey) []byte
 		return ks[0].aead.Seal(buf[:headerLen], ks[0].nonce[:], buf[headerLen:], hdr)
 	}
 	buf, _ := getBuf(headerLen + n + len(ks)*recordOverhead)
-	buf = append(buf[:0], hdr...)
-	var ad [headerLen + 4]byte
-	copy(ad[:], hdr)
-	k := 0
-	for _, p := range parts {
-		if len(p) == 0 {
-			continue
-		}
-		binary.BigEndian.PutUint32(ad[headerLen:], uint32(len(p)))
-		buf = append(buf, ad[headerLen:]...)
-		buf = ks[k].aead.Seal(buf, ks[k].nonce[:], p, ad[:])
-		k++
+	buf = buf[:headerLen+n+len(ks)*recordOverhead]
+	copy(buf, hdr)
+	// Each record's place in the frame is known before any is sealed, so
+	// the records can be sealed in any order, on any goroutine: record k
+	// is always sealed under ks[k], the nonce sealKeys took for it.
+	type rec struct {
+		p   []byte
+		off int
 	}
+	recs := make([]rec, 0, len(ks))
+	off := headerLen
+	for _, p := range parts {
+		if len(p) > 0 {
+			recs = append(recs, rec{p, off})
+			off += recordOverhead + len(p)
+		}
+	}
+	seal := func(k int) {
+		r := recs[k]
+		var ad [headerLen + 4]byte
+		copy(ad[:], hdr)
+		binary.BigEndian.PutUint32(ad[headerLen:], uint32(len(r.p)))
+		copy(buf[r.off:], ad[headerLen:])
+		dst := buf[r.off+4 : r.off+4 : r.off+4+len(r.p)+tagLen]
+		ks[k].aead.Seal(dst, ks[k].nonce[:], r.p, ad[:])
+	}
+	if n < parallelSealMin || len(recs) < 3 {
+		for k := range recs {
+			seal(k)
+		}
+		return buf
+	}
+	// A big frame: its records are sealed on two goroutines (the second
+	// takes the second half of the page records), so the cipher runs on
+	// two cores while the connection writes the frame before it.
+	half := 1 + (len(recs)-1)/2
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for k := half; k < len(recs); k++ {
+			seal(k)
+		}
+	}()
+	for k := range half {
+		seal(k)
+	}
+	<-done
 	return buf
 }
+
+// parallelSealMin is the Write frame payload from which its records are
+// sealed on two goroutines (sealFrame). A variable so a test can lower it.
+var parallelSealMin = 512 << 10
 
 // recordOverhead is what sealing in records adds per record: its length
 // and its tag.

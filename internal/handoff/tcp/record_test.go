@@ -314,3 +314,65 @@ func FuzzSealedWriteRecords(f *testing.F) {
 		}
 	})
 }
+
+// A big Write frame's records are sealed on two goroutines (sealFrame):
+// the frame is byte for byte the one a single sealer makes in the same key
+// state (each record under the nonce sealKeys took for it, whichever
+// goroutine seals it), no two records share a keystream, across the key's
+// ratchet too, and the receiver opens every frame in step.
+func TestParallelSealedRecordsKeepTheirNonces(t *testing.T) {
+	oldRekey, oldMin := rekeyBytes, parallelSealMin
+	rekeyBytes = 20 << 10 // a ratchet every few frames
+	t.Cleanup(func() { rekeyBytes, parallelSealMin = oldRekey, oldMin })
+	par, rx := sealPair()
+	one, _ := sealPair()
+	seen := map[string]bool{}
+	page := func(f, b int) []byte { return bytes.Repeat([]byte{byte(16*f + b + 1)}, 2048) }
+	for f := range 12 {
+		var ws []handoff.PageWrite
+		for b := range 5 {
+			ws = append(ws, handoff.PageWrite{Handoff: handofftest.ID(f), Block: b, Slots: 4, Data: page(f, b), Checksum: handoff.Checksum(page(f, b))})
+		}
+		parts, isData, err := encWrites(ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parallelSealMin = 0
+		pb, err := par.encode(maxVersion, tWrite, uint32(f+1), parts, isData)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parallelSealMin = 1 << 62
+		ob, err := one.encode(maxVersion, tWrite, uint32(f+1), parts, isData)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fb := bytes.Join(pb, nil)
+		if !bytes.Equal(fb, bytes.Join(ob, nil)) {
+			t.Fatalf("frame %d sealed in parallel differs from the same frame sealed by one sealer", f)
+		}
+		_, cts := records(t, fb)
+		for i, p := range parts {
+			ks := make([]byte, 32)
+			for j := range ks {
+				ks[j] = cts[i][j] ^ p[j]
+			}
+			if seen[string(ks)] {
+				t.Fatalf("frame %d record %d reuses a keystream (a nonce under one key)", f, i)
+			}
+			seen[string(ks)] = true
+		}
+		got, err := readOne(rx, fb)
+		if err != nil {
+			t.Fatalf("frame %d: %v", f, err)
+		}
+		for b := range ws {
+			if !bytes.Equal(got[b].Data, page(f, b)) {
+				t.Fatalf("frame %d page %d opened to other bytes", f, b)
+			}
+		}
+	}
+	if par.tx.keyNo == 0 || rx.rx.keyNo != par.tx.keyNo {
+		t.Fatalf("key ratchets: sender %d, receiver %d; want the same, > 0", par.tx.keyNo, rx.rx.keyNo)
+	}
+}

@@ -40,7 +40,18 @@ import (
 // or one record of a Write frame (frame.go: its metadata, then each page),
 // so a Write frame of k pages takes k+1 numbers; the sender takes them
 // with the frame's write turn (conn.sendSealed) and the reader in read
-// order, so both count the same. Both sides ratchet a direction's key
+// order, so both count the same. The seals and opens themselves run in
+// parallel: frames are sealed while the frame before is written, a big
+// Write frame's records on two goroutines (sealFrame), and the decode
+// side opens a frame's page records on every core (handoff.Writes.Open).
+// That cannot reuse a nonce: a record's nonce (and key) is fixed when its
+// frame takes its sequence range, under conn.smu, as one contiguous run
+// of the counter, and handed to whichever goroutine seals that record,
+// which uses it for that record only; no goroutine ever draws a number
+// itself. The order in which goroutines get to records therefore changes
+// neither which nonce a record uses nor where a rekey falls, and a frame
+// sealed in parallel is byte for byte the frame one sealer would make
+// (TestParallelSealedRecordsKeepTheirNonces). Both sides ratchet a direction's key
 // (k' = HKDF-Expand(k, "sluice/v8 rekey")) once it has sealed rekeyBytes
 // of payload, before AES-GCM's data limit comes near: at the same unit on
 // both sides, since both know every unit's length, with no message
