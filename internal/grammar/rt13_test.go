@@ -68,10 +68,15 @@ func TestRT13ReferencesResolveAsValidators(t *testing.T) {
 		`{"type":"object","properties":{"q":{"$ref":"#/$defs/X/properties/r"}},"required":["q"],"$defs":{"Y":{"type":"integer"},"X":{"$id":"http://e.com/x","$defs":{"Y":{"type":"string"}},"properties":{"r":{"$ref":"#/$defs/Y"}}}}}`,
 		// under a keyword sluice refuses, pointed into
 		`{"$ref":"#/$defs/X/not/properties/r","$defs":{"Y":{"type":"integer"},"X":{"not":{"$id":"http://e.com/x","$defs":{"Y":{"type":"string"}},"properties":{"r":{"$ref":"#/$defs/Y"}}}}}}`,
-		`{"anyOf":[{"$id":"http://e.com/a","type":"string"},{"type":"null"}]}`,
+		// the $ref beside the $id, deeper than the first schema with one
+		`{"anyOf":[{"$id":"http://e.com/a","type":"string"},{"properties":{"q":{"$id":"http://e.com/q","$ref":"#/$defs/Y","$defs":{"Y":{"type":"string"}}}}}],"$defs":{"Y":{"type":"integer"}}}`,
 	} {
 		refused(t, s, "unsupported_schema", "$id is supported only at the schema's root")
 	}
+	// An $id over no reference changes nothing: a tool's parameters with
+	// their own $id, inside the schema the router builds for several
+	// tools, still compile.
+	walkValidates(t, `{"anyOf":[{"type":"object","properties":{"name":{"const":"f"},"arguments":{"$id":"http://e.com/f","$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{"x":{"type":"integer"}},"required":["x"]}},"required":["name","arguments"],"additionalProperties":false},{"$id":"http://e.com/a","type":"string","maxLength":2}]}`, 20)
 	// $id at the root, and "$id" as a property's name or inside data,
 	// are fine.
 	walkValidates(t, `{"$id":"http://e.com/root","type":"object","properties":{"$id":{"type":"string","maxLength":3},"p":{"$ref":"#/$defs/A"}},"required":["$id","p"],"$defs":{"A":{"enum":[{"$id":1},2]}}}`, 20)

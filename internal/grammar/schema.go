@@ -67,7 +67,7 @@ func CompileSchema(schema []byte) (*Grammar, error) {
 		return nil, &Error{Code: "invalid_schema", Msg: "the schema is not valid JSON: " + err.Error()}
 	}
 	if p := innerID(root, "#"); p != "" {
-		return nil, &Error{Code: "unsupported_schema", Msg: fmt.Sprintf("%s/$id: $id is supported only at the schema's root (an $id inside it changes what the references below it point at; sluice resolves every reference against the root): remove it or move the schema into the root's $defs", p)}
+		return nil, &Error{Code: "unsupported_schema", Msg: fmt.Sprintf("%s/$id: $id is supported only at the schema's root when a $ref is under it (the $id changes what those references point at; sluice resolves every reference against the root): remove it or move the schema into the root's $defs", p)}
 	}
 	c := newCompiler(root)
 	items := c.value(root, "#")
@@ -579,19 +579,33 @@ func (c *compiler) ref(r *node, path string) []item {
 	return []item{ref(id)}
 }
 
-// innerID is the path of a schema below s that has an "$id" (""
-// when none): every schema position is looked at, those of keywords
-// sluice refuses too (a reference may point into them), never the
-// values of enum, const, default or examples, which are data.
+// innerID is the path of a schema below s that has an "$id" and a
+// "$ref" in it or below it ("" when none): such a reference resolves
+// against that $id, not the root. An $id over no reference changes
+// nothing sluice reads (a tool's parameters with their own $id, placed
+// inside the schema the router builds for several tools). Every schema
+// position is looked at, those of keywords sluice refuses too (a
+// reference may point into them), never the values of enum, const,
+// default or examples, which are data.
 func innerID(s *node, path string) string {
+	_, p := scanRefs(s, path)
+	return p
+}
+
+// scanRefs reports whether s or a schema below it has a "$ref", and the
+// path of a schema below s whose $id is over one ("" when none).
+func scanRefs(s *node, path string) (bool, string) {
+	has := s.get("$ref") != nil
 	var sub func(x *node, path string) string
 	sub = func(x *node, path string) string {
 		switch x.kind {
 		case 'o':
-			if x.get("$id") != nil {
-				return path
+			h, p := scanRefs(x, path)
+			has = has || h
+			if p == "" && h && x.get("$id") != nil {
+				p = path
 			}
-			return innerID(x, path)
+			return p
 		case 'a':
 			for i, y := range x.arr {
 				if p := sub(y, fmt.Sprintf("%s/%d", path, i)); p != "" {
@@ -610,17 +624,17 @@ func innerID(s *node, path string) string {
 			if v.kind == 'o' {
 				for j, name := range v.keys {
 					if p := sub(v.vals[j], path+"/"+k+"/"+name); p != "" {
-						return p
+						return has, p
 					}
 				}
 				continue
 			}
 		}
 		if p := sub(v, path+"/"+k); p != "" {
-			return p
+			return has, p
 		}
 	}
-	return ""
+	return has, ""
 }
 
 // resolvePointer is what a local reference ("#", "#/$defs/a") points at
