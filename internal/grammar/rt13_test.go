@@ -225,12 +225,16 @@ func rtUniverse() []string {
 // properties, required, additionalProperties, maxProperties,
 // propertyNames) over a small universe of values: every value of the
 // universe the grammar accepts validates with the independent validator
-// (oneOf as exactly one). At 20,000 schemas it found the union and
-// merge bugs above; at the default 3,000 it fails with the merge fix or
+// (oneOf as exactly one), and a walk through each (mask checked
+// against Allowed at every step) never finds every token refused and
+// ends in a valid value. At 20,000 schemas it found the union and merge
+// bugs above; at the default 3,000 it fails with the merge fix or
 // the numbers' union fix undone (the object one has its own test).
 func TestRT13CombinedSchemasAgainstValidator(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 20))
 	uni := rtUniverse()
+	vocab := testVocab()
+	wrng := rand.New(rand.NewPCG(13, 21)) // the walks', apart: the schemas stay the same
 	compiled := 0
 	n := 3000
 	if testing.Short() {
@@ -266,6 +270,17 @@ func TestRT13CombinedSchemasAgainstValidator(t *testing.T) {
 		}
 		compiled++
 		val := validator(t, raw)
+		// The mask never refuses every token along a walk (walk fails
+		// the test then), and an ended walk validates.
+		if out, ok := walk(t, Bind(g, vocab), wrng, 300); ok {
+			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
+			if err != nil {
+				t.Fatalf("%s: %q is not JSON: %v", raw, out, err)
+			}
+			if err := val.Validate(inst); err != nil {
+				t.Fatalf("%s: walked %q, which does not validate: %v", raw, out, err)
+			}
+		}
 		for _, u := range uni {
 			o := u
 			if wrap {
