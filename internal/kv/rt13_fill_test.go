@@ -74,7 +74,7 @@ func TestRT13FillStorm(t *testing.T) {
 						_, err := f.End(ferr)
 						done <- err
 					}()
-					held := true
+					held, waited := true, false
 					switch rng.IntN(7) {
 					case 0:
 						p.Release(o, refs)
@@ -90,8 +90,17 @@ func TestRT13FillStorm(t *testing.T) {
 					case 3:
 						// A replayed or injected write of the page: a
 						// violation that quarantines it.
-						if _, err := p.ClaimFill(o, refs[0], tg.PageSize, tg.PageBytes()); err == nil {
-							report("a second claim of a page with a fill in flight")
+						// A claim succeeds only once the first fill has
+						// ended unwritten (failed: the page stays Reserved
+						// and its owner may write it once, as after a
+						// failed FillPageSum); it must be ended, or the
+						// pool's Close waits for it.
+						if f2, err := p.ClaimFill(o, refs[0], tg.PageSize, tg.PageBytes()); err == nil {
+							if err1 := <-done; err1 == nil || !fail {
+								report("a second claim of a page with a fill in flight")
+							}
+							waited = true
+							f2.End(errors.New("replayed"))
 						}
 					case 4:
 						p.Seal(o, refs)
@@ -99,13 +108,13 @@ func TestRT13FillStorm(t *testing.T) {
 						p.Expire(time.Unix(clock.Add(5), 0))
 					}
 					ended := rng.IntN(2) == 0
-					if ended {
+					if ended && !waited {
 						<-done
 					}
 					if held {
 						p.Release(o, refs)
 					}
-					if !ended {
+					if !ended && !waited {
 						<-done
 					}
 					if err := p.Audit(); err != nil {
