@@ -264,11 +264,8 @@ type batch struct {
 	during      []*seq
 	paused      time.Duration
 	nestedSteps atomic.Int64
-	// nest is the nested work the step under way may still take;
-	// nestedOnce, that the step ran a nested step already (with
-	// Config.nestOnce, later ones only end their prompts).
-	nest       sched.Nest
-	nestedOnce bool
+	// nest is the nested work the step under way may still take.
+	nest sched.Nest
 	// arrivalMark is the arrival number of the latest sequence handed
 	// to the scheduler (nil in driven mode); yielded is whether the last
 	// step could yield (it carried prompt chunks), and endMark the

@@ -146,9 +146,8 @@ type Config struct {
 	// model's name and shape.
 	ModelFingerprint []byte
 
-	// nestOnce: after its first nested step, a paused step runs only
-	// nested steps that end their prompts (the colocated engine,
-	// yield.go), all within its budget (sched.Nest).
+	// nestOnce: a paused step runs at most one nested step (the
+	// colocated engine, yield.go), its budget otherwise as sched.Nest.
 	nestOnce bool
 
 	// formats compiles constrained requests' grammars (set by withDefaults,

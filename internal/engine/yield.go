@@ -72,7 +72,6 @@ func (s *batch) forward(fwd Forwarder, steps []Step, members []*seq) []StepResul
 		total += len(st.Tokens)
 	}
 	s.nest = sched.NestFor(total, s.cfg.nestForward())
-	s.nestedOnce = false
 	defer func() { clear(s.during); s.during = s.during[:0] }()
 	res := yf.ForwardBetween(steps, func(int) { s.yieldTo(yf, tenants) })
 	s.yielded = true
@@ -136,33 +135,15 @@ func (s *batch) yieldTo(yf YieldForwarder, step []string) {
 // nestAt is one nested step at a pause point: the first chunks of the
 // step's arrivals that sched.Shares.YieldWithin picks, run now, each
 // started as how. It reports whether a nested step ran.
-//
-// Colocated (Config.nestOnce), a's steps also carry b's later chunks and
-// every decode token, so each nested step lengthens them for b too: with
-// the budget's several nested steps per paused step, b's TTFT p50 in the
-// crowding bench was 1.25-1.49x of alone, against 1.15-1.21x with one
-// (benchmarks.md). But with one, a prompt that came after it waited for
-// the paused step's boundary: 1.5% of b's flooded prompts (94 of 6,336,
-// its second prompt while its first ran nested or had just run), 11.4 ms
-// on average against 0.66 ms at a pause point, which made b's TTFT p99
-// (quiet, 12 rounds, Intel Xeon model 167, 2026-12-07). So after its
-// first nested step a colocated step nests only prompts that end in the
-// nested step (their first token comes out of it, and no later chunk of
-// theirs waits in a's steps), within the budget; the others wait for the
-// boundary (budget, or same_tenant when the tenant's chunk is shared).
 func (s *batch) nestAt(yf YieldForwarder, step []string, how string) bool {
 	var cands []*seq
 	var waiting []sched.Chunk
-	chunk := min(s.cfg.SharedStepTokens, s.cfg.ChunkTokens)
 	spent := s.nest.Left < s.nest.Forward+1
-	// After its first nested step, a colocated step nests only prompts
-	// that end in the nested step (endingOnly below).
-	endingOnly := s.cfg.nestOnce && s.nestedOnce
 	for _, q := range s.during {
 		if q.emit == nil || q.parked || q.decoded || q.recompute || q.held != nil || len(q.prompt) == 0 || q.cancelled() {
 			continue
 		}
-		if spent || endingOnly && len(q.prompt) > chunk {
+		if spent {
 			q.waited = StartBudget
 			if slices.Contains(step, q.owner.Tenant) {
 				q.waited = StartInStep // the reason with budget left too
@@ -175,6 +156,7 @@ func (s *batch) nestAt(yf YieldForwarder, step []string, how string) bool {
 	if len(cands) == 0 {
 		return false
 	}
+	chunk := min(s.cfg.SharedStepTokens, s.cfg.ChunkTokens)
 	take, _ := s.shares.YieldWithin(step, waiting, chunk, s.nest)
 	var steps []Step
 	var members []*seq
@@ -182,10 +164,6 @@ func (s *batch) nestAt(yf YieldForwarder, step []string, how string) bool {
 	taken := map[string]int{} // each tenant's nested tokens so far
 	for i, q := range cands {
 		n := take[i]
-		if endingOnly && n > 0 && n < len(q.prompt) {
-			q.waited = StartSameTenant // the rest of the tenant's chunk would not end it
-			continue
-		}
 		if n > 0 {
 			taken[q.owner.Tenant] += n
 		} else {
@@ -224,7 +202,14 @@ func (s *batch) nestAt(yf YieldForwarder, step []string, how string) bool {
 	// costs nothing), and the forward pass's fixed cost is charged to
 	// the nested step's tenants (one chunk each), beside their tokens.
 	s.nest.Left -= s.nest.Forward
-	s.nestedOnce = true
+	if s.cfg.nestOnce {
+		// Colocated, a's steps also carry b's later chunks and every
+		// decode token, so each nested pass lengthens them for b too:
+		// in the crowding bench the budget's several passes per step
+		// made b's TTFT p50 1.25-1.49x of alone against 1.15-1.21x with
+		// one pass (benchmarks.md). The prefill worker keeps the budget.
+		s.nest.Left = 0
+	}
 	for i, q := range members {
 		s.nest.Left -= sizes[i]
 		s.shares.Charge(q.owner.Tenant, q.weight, sched.ForwardPart(s.nest.Forward, len(members), i))

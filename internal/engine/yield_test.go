@@ -444,28 +444,15 @@ func TestYieldSecondLightPromptNested(t *testing.T) {
 // A prompt that arrives while another prompt runs nested (b's second
 // while its first runs) runs its first chunk at the same pause point as
 // soon as that nested step returns, not at the paused step's next pause
-// point; outputs bitwise as alone. Colocated (nestOnce) the same when the
-// nested step ends the prompt (b1 of 4 tokens); one that would leave later
-// chunks in the paused tenant's steps (b1 of 12 tokens, nested chunks of
-// 8) waits for the step boundary after the first nested step, though the
-// budget (4 + 16, b0 took 4 + 4) would pay for its chunk.
+// point; outputs bitwise as alone. Without budget left for it (the
+// colocated engine nests once per step) it waits for the step boundary
+// as before.
 func TestYieldArrivalDuringNestedStep(t *testing.T) {
-	flood, b0 := prompt(3, 60), prompt(4, 4)
-	b1 := map[string][]int32{"short": prompt(5, 4), "long": prompt(5, 12)}
-	alone := aloneOut(t, 4, map[string][]int32{"a": flood, "b0": b0, "short": b1["short"], "long": b1["long"]})
-	for _, c := range []struct {
-		once   bool
-		b1     string
-		nested []string
-		second string
-	}{
-		{false, "short", []string{"2/0: [4@0]", "2/0: [4@0]"}, StartAfterNested},
-		{true, "short", []string{"2/0: [4@0]", "2/0: [4@0]"}, StartAfterNested},
-		{false, "long", []string{"2/0: [4@0]", "2/0: [8@0]"}, StartAfterNested},
-		{true, "long", []string{"2/0: [4@0]"}, StartBudget},
-	} {
+	flood, b0, b1 := prompt(3, 60), prompt(4, 4), prompt(5, 4)
+	alone := aloneOut(t, 4, map[string][]int32{"a": flood, "b0": b0, "b1": b1})
+	for _, once := range []bool{false, true} {
 		r := newYieldRig(t, 64)
-		r.s.cfg.nestOnce, r.s.cfg.SharedStepTokens = c.once, 8
+		r.s.cfg.nestOnce = once
 		r.add("a", "a", flood, 4)
 		r.s.turn()
 		r.probe.onPause = func(step, point int) {
@@ -474,54 +461,28 @@ func TestYieldArrivalDuringNestedStep(t *testing.T) {
 			}
 		}
 		r.probe.onNested = func(step, point int) {
-			if step == 2 && point == 0 && r.hows[c.b1] == "" && len(r.probe.nested) == 1 {
-				r.add(c.b1, "b", b1[c.b1], 4)
+			if step == 2 && point == 0 && r.hows["b1"] == "" && len(r.probe.nested) == 1 {
+				r.add("b1", "b", b1, 4)
 			}
 		}
 		r.s.turn()
-		if !slices.Equal(r.probe.nested, c.nested) {
-			t.Fatalf("nestOnce %v, b1 %s: nested steps %v, want %v", c.once, c.b1, r.probe.nested, c.nested)
+		want, second := []string{"2/0: [4@0]", "2/0: [4@0]"}, StartAfterNested
+		if once {
+			want, second = []string{"2/0: [4@0]"}, StartBudget
+		}
+		if !slices.Equal(r.probe.nested, want) {
+			t.Fatalf("nestOnce %v: nested steps %v, want %v (b1 right after b0's nested step)", once, r.probe.nested, want)
 		}
 		r.probe.onPause, r.probe.onNested = nil, nil
 		r.drain()
-		if w := map[string]string{"a": StartNextStep, "b0": StartNested, c.b1: c.second}; !maps.Equal(r.hows, w) {
-			t.Errorf("nestOnce %v, b1 %s: first chunks started %v, want %v", c.once, c.b1, r.hows, w)
+		if w := map[string]string{"a": StartNextStep, "b0": StartNested, "b1": second}; !maps.Equal(r.hows, w) {
+			t.Errorf("nestOnce %v: first chunks started %v, want %v", once, r.hows, w)
 		}
-		r.asAlone(t, alone, "a", "b0", c.b1)
-	}
-}
-
-// Colocated, after the first nested step, two prompts of one tenant
-// (6 tokens each, nested chunks of 8) arriving during it: the first runs
-// whole right after it; the second's share of the tenant's chunk (2
-// tokens) would not end it, so it waits for the boundary instead of
-// leaving 4 tokens to ride in the paused tenant's steps (same_tenant
-// there; the step's later pause points find the budget spent).
-func TestColocatedNestsOnlyWholePrompts(t *testing.T) {
-	flood, b0, b1, b2 := prompt(3, 60), prompt(4, 4), prompt(5, 6), prompt(6, 6)
-	r := newYieldRig(t, 64)
-	r.s.cfg.nestOnce, r.s.cfg.SharedStepTokens = true, 8
-	r.add("a", "a", flood, 4)
-	r.s.turn()
-	r.probe.onPause = func(step, point int) {
-		if step == 2 && point == 0 {
-			r.add("b0", "b", b0, 4)
+		for _, n := range []string{"a", "b0", "b1"} {
+			if !slices.Equal(r.out[n], alone[n]) {
+				t.Errorf("nestOnce %v: %s: %v, alone %v", once, n, r.out[n], alone[n])
+			}
 		}
-	}
-	r.probe.onNested = func(step, point int) {
-		if step == 2 && point == 0 && r.hows["b1"] == "" && len(r.probe.nested) == 1 {
-			r.add("b1", "b", b1, 4)
-			r.add("b2", "b", b2, 4)
-		}
-	}
-	r.s.turn()
-	if want := []string{"2/0: [4@0]", "2/0: [6@0]"}; !slices.Equal(r.probe.nested, want) {
-		t.Fatalf("nested steps %v, want %v (b1 whole, not b2's 2 tokens)", r.probe.nested, want)
-	}
-	r.probe.onPause, r.probe.onNested = nil, nil
-	r.drain()
-	if w := map[string]string{"a": StartNextStep, "b0": StartNested, "b1": StartAfterNested, "b2": StartBudget}; !maps.Equal(r.hows, w) {
-		t.Errorf("first chunks started %v, want %v", r.hows, w)
 	}
 }
 
@@ -620,29 +581,26 @@ func TestYieldBudgetGoesToLeastServed(t *testing.T) {
 	r.asAlone(t, alone, "a", "c0", "c1", "b")
 }
 
-// Colocated (nestOnce), a paused step nests any prompt once, then only
-// prompts that end in their nested step: b's second prompt of 4 tokens,
-// arriving at a later pause point of the same step, runs nested there
-// (with one nested step per paused step it waited for the boundary: the
-// crowding bench's p99), and both still answer bitwise as alone;
-// TestYieldArrivalDuringNestedStep has one that would not end. NewColocated
-// sets it; the prefill worker does not.
-func TestColocatedNestsOnceThenEndingPrompts(t *testing.T) {
-	r, _ := floodWithTwoLight(t, true, []string{"2/0: [4@0]", "2/3: [4@0]"}, StartNested)
+// Colocated (nestOnce), a paused step runs one nested step: b's second
+// prompt, arriving at a later pause point of the same step, waits for the
+// boundary (the budget would have nested it too), and both still answer
+// bitwise as alone. NewColocated sets it; the prefill worker does not.
+func TestColocatedNestsOncePerStep(t *testing.T) {
+	r, _ := floodWithTwoLight(t, true, []string{"2/0: [4@0]"}, StartBudget)
 	c, err := NewColocated(r.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
 	if !c.sched.cfg.nestOnce {
-		t.Error("the colocated engine's scheduler nests prompts that do not end after a first nested step")
+		t.Error("the colocated engine's scheduler nests more than once per step")
 	}
 }
 
 // floodWithTwoLight floods as tenant a (a 60-token prompt in 16-token
 // chunks) and sends b's two 4-token prompts at pause points 0 and 3 of
-// a's second step, with the paused step nesting as colocated (nestOnce)
-// or within its budget; it wants the nested steps nested, b's second prompt started
+// a's second step, with the paused step nesting once (nestOnce) or within
+// its budget; it wants the nested steps nested, b's second prompt started
 // as second, and every output bitwise as alone. It returns the rig and
 // each prompt's output alone.
 func floodWithTwoLight(t *testing.T, nestOnce bool, nested []string, second string) (*yieldRig, map[string][]string) {
