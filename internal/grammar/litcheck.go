@@ -317,13 +317,34 @@ func (lc *litChecker) object(v *node, s *node, depth int) bool {
 	props := s.get("properties")
 	addl := s.get("additionalProperties")
 	pn := s.get("propertyNames")
+	pp := s.get("patternProperties")
+	if pp == nil {
+		pp = &node{kind: 'o'}
+	} else if pp.kind != 'o' {
+		return false
+	}
 	for i, k := range v.keys {
 		if pn != nil && !lc.satisfies(&node{kind: 's', str: k}, pn, depth+1) {
 			return false
 		}
+		// Every pattern matching the name applies, beside the declared
+		// schema; additionalProperties only where neither does.
+		matched := false
+		for j, p := range pp.keys {
+			re := lc.regexp(p, false)
+			if re == nil {
+				return false
+			}
+			if re.MatchString(k) {
+				matched = true
+				if !lc.satisfies(v.vals[i], pp.vals[j], depth+1) {
+					return false
+				}
+			}
+		}
 		sub := props.get(k)
 		if sub == nil {
-			if addl == nil {
+			if addl == nil || matched {
 				continue
 			}
 			sub = addl

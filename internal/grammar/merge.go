@@ -283,6 +283,17 @@ func (c *compiler) mergePlain(a, b *node, depth int) (*node, string) {
 		xb != nil && a.get("items") != nil && (xa == nil || canon(xa) != canon(xb)) {
 		return nil, "prefixItems in one combined schema and items in another cannot be intersected; write the combined array schema"
 	}
+	// patternProperties (the same on both sides, or on one only; two
+	// different ones are refused above): a merged object applies them
+	// to every name, so the other side's additionalProperties, which
+	// does not reach the names they match, cannot be kept beside them.
+	for _, p := range [][2]*node{{a, b}, {b, a}} {
+		if p[0].get("patternProperties") != nil && p[1].get("patternProperties") == nil {
+			if x := p[1].get("additionalProperties"); x != nil && (x.kind != 'b' || !x.b) {
+				return nil, "patternProperties in one combined schema and additionalProperties in another cannot be intersected; write the combined object schema"
+			}
+		}
+	}
 	// enum and const: the values in every list.
 	var lists [][]*node
 	for _, s := range []*node{a, b} {
@@ -316,13 +327,18 @@ func (c *compiler) mergePlain(a, b *node, depth int) (*node, string) {
 	}
 	if pa != nil || pb != nil {
 		props := &node{kind: 'o'}
-		add := func(k string, x, other, otherAddl *node) string {
+		add := func(k string, x, other, otherAddl, otherPats *node) string {
 			if props.get(k) != nil {
 				return "" // merged from the first side
 			}
 			y := otherAddl
 			if o := other.get(k); o != nil {
 				y = o
+			} else if c.matchesPattern(otherPats, k) {
+				// The other side's patterns, kept in the merged
+				// schema, apply to k; its additionalProperties
+				// does not.
+				y = nil
 			}
 			m, why := c.merge(x, y, depth+1)
 			if why != "" {
@@ -331,12 +347,12 @@ func (c *compiler) mergePlain(a, b *node, depth int) (*node, string) {
 			props.set(k, m)
 			return ""
 		}
-		for _, p := range []struct{ mine, other, otherAddl *node }{{pa, pb, ab}, {pb, pa, aa}} {
+		for _, p := range []struct{ mine, other, otherAddl, otherPats *node }{{pa, pb, ab, b.get("patternProperties")}, {pb, pa, aa, a.get("patternProperties")}} {
 			if p.mine == nil {
 				continue
 			}
 			for i, k := range p.mine.keys {
-				if why := add(k, p.mine.vals[i], p.other, p.otherAddl); why != "" {
+				if why := add(k, p.mine.vals[i], p.other, p.otherAddl, p.otherPats); why != "" {
 					return nil, why
 				}
 			}
@@ -379,4 +395,19 @@ func typesOf(t *node) typeSet {
 		}
 	}
 	return ts
+}
+
+// matchesPattern reports whether a pattern of patternProperties pp
+// matches name (a pattern that does not compile is taken as matching:
+// the compile refuses it).
+func (c *compiler) matchesPattern(pp *node, name string) bool {
+	if pp == nil || pp.kind != 'o' {
+		return false
+	}
+	for _, p := range pp.keys {
+		if re := c.lits.regexp(p, false); re == nil || re.MatchString(name) {
+			return true
+		}
+	}
+	return false
 }

@@ -437,7 +437,7 @@ func (sh *shaper) object(s *node, mode int, r *shape) {
 			switch {
 			case declared[x.str]:
 				r.req[x.str] = sh.of(props.get(x.str), mode)
-			case mode == modeGen && addl != nil && addl.kind == 'o':
+			case mode == modeGen && addl != nil && addl.kind == 'o' && s.get("patternProperties") == nil:
 				r.req[x.str] = sh.of(addl, mode)
 			default:
 				r.req[x.str] = top

@@ -247,7 +247,7 @@ var (
 		"pattern": true, "format": true, "minLength": true, "maxLength": true, "minimum": true, "maximum": true,
 		"exclusiveMinimum": true, "exclusiveMaximum": true, "anyOf": true, "allOf": true, "$ref": true,
 		"oneOf": true, "minProperties": true, "maxProperties": true, "propertyNames": true, "multipleOf": true,
-		"uniqueItems": true}
+		"uniqueItems": true, "patternProperties": true}
 	annotations = map[string]bool{"title": true, "description": true, "default": true, "examples": true,
 		"$schema": true, "$id": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true,
 		"$defs": true, "definitions": true, "contentMediaType": true, "contentEncoding": true, "discriminator": true,
@@ -434,7 +434,7 @@ func impliedTypes(s *node) []string {
 		return false
 	}
 	switch {
-	case has("properties", "additionalProperties", "required", "minProperties", "maxProperties", "propertyNames"):
+	case has("properties", "additionalProperties", "required", "minProperties", "maxProperties", "propertyNames", "patternProperties"):
 		return []string{"object"}
 	case has("items", "prefixItems", "minItems", "maxItems"):
 		return []string{"array"}
@@ -705,6 +705,7 @@ func (c *compiler) object(s *node, path string) []item {
 	}
 	minP, maxP := c.count(s, "minProperties", path), c.count(s, "maxProperties", path)
 	names := c.propertyNames(s.get("propertyNames"), path+"/propertyNames")
+	pats := c.patternProps(s, path)
 	if c.failed() {
 		return nil
 	}
@@ -726,10 +727,22 @@ func (c *compiler) object(s *node, path string) []item {
 	var ps []prop
 	declared := map[string]bool{}
 	never := 0 // declared properties whose schema is false
+	// schemaOf is the schema property k is written with (patprops.go).
+	schemaOf := func(k string, decl *node, isDecl bool) *node {
+		m, why := c.propSchema(k, decl, isDecl, pats, addlSchema)
+		if why != "" {
+			c.unsupported(path+"/properties/"+k, "the property and the patternProperties matching its name cannot be combined: %s", why)
+		}
+		return m
+	}
 	if props != nil {
 		for i, k := range props.keys {
 			declared[k] = true
-			if v := props.vals[i]; v.kind == 'b' && !v.b {
+			v := schemaOf(k, props.vals[i], true)
+			if c.failed() {
+				return nil
+			}
+			if v.kind == 'b' && !v.b {
 				// No value is allowed (what merging two schemas whose
 				// property types differ leaves): never written.
 				if req[k] {
@@ -744,13 +757,13 @@ func (c *compiler) object(s *node, path string) []item {
 				}
 				continue // never written
 			}
-			ps = append(ps, prop{k, props.vals[i], req[k]})
+			ps = append(ps, prop{k, v, req[k]})
 		}
 	}
 	var extra []string
 	for k := range req {
 		if !declared[k] {
-			if closed {
+			if closed && !matchesAny(pats, k) {
 				return c.bad(path+"/required", "%q is required but not among the properties and additionalProperties is false", k)
 			}
 			if !names.allows(k) {
@@ -761,20 +774,49 @@ func (c *compiler) object(s *node, path string) []item {
 	}
 	slices.Sort(extra)
 	for _, k := range extra {
-		ps = append(ps, prop{k, addlSchema, true})
+		v := schemaOf(k, nil, false)
+		if c.failed() {
+			return nil
+		}
+		if v != nil && v.kind == 'b' && !v.b {
+			return c.bad(path+"/required", "%q is required but the patternProperties matching it allow no value", k)
+		}
+		ps = append(ps, prop{k, v, true})
 	}
-	if names.enum != nil && !closed {
+	var others []string // other names the object may have, as optional properties
+	switch {
+	case names.enum != nil:
 		// The only other keys a value may have: optional properties of
-		// the additionalProperties schema, written in the enum's order.
-		for _, k := range names.enum {
-			if !declared[k] && !req[k] {
-				ps = append(ps, prop{k, addlSchema, false})
-			}
+		// the additionalProperties schema (or of the patterns matching
+		// them), written in the enum's order.
+		others = names.enum
+	case minP > max(len(ps), 1) && !names.none:
+		// An object needing more keys than it declares: those of its
+		// finite set of names too, each at most once, or refused
+		// below.
+		others = c.finiteNames(pats, s.get("propertyNames"), names)
+		if c.failed() {
+			return nil
+		}
+		if others != nil && len(others) < minP {
+			return c.bad(path, "minProperties %d is more than the %d names the patterns allow", minP, len(others))
+		}
+	}
+	for _, k := range others {
+		if declared[k] || req[k] || closed && !matchesAny(pats, k) {
+			continue
+		}
+		v := schemaOf(k, nil, false)
+		if c.failed() {
+			return nil
+		}
+		if v == nil || v.kind != 'b' || v.b {
+			ps = append(ps, prop{k, v, false})
 		}
 	}
 	if len(ps) == 0 {
 		switch {
-		case closed || names.none:
+		case names.none || names.enum != nil || others != nil || closed && len(pats) == 0:
 			if minP > 0 {
 				return c.bad(path, "minProperties %d: no property is allowed", minP)
 			}
@@ -786,10 +828,20 @@ func (c *compiler) object(s *node, path string) []item {
 			}
 			return c.b.lit("{}")
 		case minP > 1:
-			return c.unsupported(path, "minProperties %d without declared properties is not supported: the keys written could repeat, and a repeated key counts once; declare the properties (or list the allowed keys in propertyNames enum)", minP)
+			return c.unsupported(path, "minProperties %d without declared properties is not supported: a grammar cannot keep a key different from the keys before it, and a repeated key counts once; declare the properties, list the allowed keys in propertyNames enum, or use patterns with finitely many matches (^(en|fr|de)$, at most %d names)", minP, MaxEnum)
 		}
 		if maxP == 0 {
 			return c.b.lit("{}")
+		}
+		if len(pats) > 0 {
+			if pn := s.get("propertyNames"); pn != nil && pn.get("pattern") != nil {
+				return c.unsupported(path+"/propertyNames", "a propertyNames pattern beside patternProperties is not supported: fold the name rule into the patterns")
+			}
+			lo, hi := -1, -1
+			if pn := s.get("propertyNames"); pn != nil && pn.kind == 'o' {
+				lo, hi = c.count(pn, "minLength", path), c.count(pn, "maxLength", path)
+			}
+			return c.patternMap(pats, lo, hi, minP, maxP, path)
 		}
 		if addlSchema == nil && names.key == nil && minP == 0 && maxP < 0 {
 			return []item{c.anyObject()}
