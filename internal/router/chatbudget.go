@@ -361,6 +361,9 @@ func budgetOut(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 		return nil, errors.New("budgetOut: one argument")
 	}
 	v := p.Args[0]
+	if isNone(v) {
+		return exec.AsValue("None"), nil
+	}
 	if plain(v) {
 		return v, nil
 	}
@@ -606,6 +609,18 @@ func budgetFilter(name string, f exec.FilterFunction) exec.FilterFunction {
 		st, err := evalState(e)
 		if err != nil {
 			return exec.AsValue(err)
+		}
+		// None is "None" to a filter of text and to join; default
+		// keeps it unless asked for a true value (chatnone.go).
+		switch {
+		case textFilters[name]:
+			in = noneText(in)
+		case name == "join":
+			in = noneItems(in)
+		case (name == "default" || name == "d") && isNone(in):
+			if b := param(p, 1, "boolean"); b == nil || !b.IsTrue() {
+				return in
+			}
 		}
 		if readFilters[name] {
 			// It goes over a string's characters (chatread.go).

@@ -24,11 +24,12 @@ const (
 	budgetCmpFunc    = "__sluice_cmp_side"
 )
 
-// budgetFuncs are the rewritten tree's functions.
+// budgetFuncs are the rewritten tree's functions, and None (chatnone.go).
 var budgetFuncs = map[string]any{
 	budgetAddFunc: budgetAdd, budgetCatFunc: budgetCat, budgetMulFunc: budgetMul,
 	budgetOutFunc: budgetOut, budgetMethodFunc: budgetStrMethod, budgetItemFunc: budgetItem,
 	budgetCmpFunc: budgetCmpSide, budgetDictMethodFunc: budgetDictMethod, budgetReadFunc: budgetRead,
+	noneVar: pyNone,
 }
 
 // budgetTree rewrites a parsed template so that what it builds is
@@ -129,6 +130,9 @@ func (t *budgetTree) control(b *nodes.ControlStructureBlock) error {
 		return t.body(cs.Wrapper)
 	case *chatSet:
 		cs.expr, cs.cond, cs.alt = t.expr(cs.expr), t.expr(cs.cond), t.expr(cs.alt)
+		if n, ok := cs.target.(*nodes.Name); ok && n.Name.Val == "none" {
+			return fmt.Errorf("line %d: cannot set none (a literal, as in jinja2)", n.Name.Line)
+		}
 		if it, ok := cs.target.(*nodes.GetItem); ok {
 			// The target stays an item to set, its parts rewritten.
 			t.itemParts(it)
@@ -219,6 +223,13 @@ func (t *budgetTree) expr(e nodes.Expression) nodes.Expression {
 
 func (t *budgetTree) rewrite(e nodes.Expression) nodes.Expression {
 	switch n := e.(type) {
+	case *nodes.None:
+		// None, not undefined (chatnone.go).
+		return noneName(n.Location)
+	case *nodes.Name:
+		if n.Name.Val == "none" {
+			return noneName(n.Name) // jinja2's lower-case literal; gonja's is a name
+		}
 	case *nodes.BinaryExpression:
 		n.Left, n.Right = t.expr(n.Left), t.expr(n.Right)
 		switch n.Operator.Token.Type {

@@ -80,6 +80,9 @@ func budgetDictMethod(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	if out == nil && name == "get" {
+		return exec.AsValue(pyNone), nil // Python's get: None when absent
+	}
 	return exec.AsValue(out), nil
 }
 

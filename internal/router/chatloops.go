@@ -184,6 +184,10 @@ var chatTests = func() *exec.TestSet {
 	for name, is := range map[string]bool{"number": true, "integer": true, "string": false, "iterable": false, "sequence": false} {
 		_ = set.Replace(name, bigIntTest(set, name, is))
 	}
+	// None is defined, and undefined is not None (chatnone.go).
+	_ = set.Replace("defined", noneDefined(set, "defined"))
+	_ = set.Replace("undefined", noneDefined(set, "undefined"))
+	_ = set.Replace("none", func(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) { return isNone(in), nil })
 	return set
 }()
 

@@ -97,6 +97,15 @@ func (st *renderState) plain(v any) any {
 			out[i] = st.plain(e)
 		}
 		return out
+	case map[string]any:
+		// A map the server built (no order to record), its nulls None.
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = st.plain(e)
+		}
+		return m
+	case nil:
+		return pyNone // JSON's null: None, not undefined (chatnone.go)
 	}
 	return v
 }
@@ -199,7 +208,7 @@ func (st *renderState) orderedDictMethod(name string, self *exec.Value, args *ex
 		if n == 2 {
 			return args.Args[1], true, nil
 		}
-		return exec.AsValue(nil), true, nil
+		return exec.AsValue(pyNone), true, nil
 	case "copy":
 		if d, ok := self.Interface().(*exec.Dict); ok {
 			return exec.AsValue(&exec.Dict{Pairs: append([]*exec.Pair(nil), d.Pairs...)}), true, nil

@@ -30,6 +30,9 @@ import (
 // reprText is v as jinja2 prints it: pyRepr's text for a dict or a list,
 // gonja's for anything else.
 func reprText(st *renderState, v *exec.Value) (string, error) {
+	if isNone(v) {
+		return "None", nil
+	}
 	if !v.IsDict() && !v.IsList() {
 		return v.String(), nil
 	}
@@ -43,6 +46,9 @@ func reprText(st *renderState, v *exec.Value) (string, error) {
 // templateString is jinja2's string filter: a dict or a list as Python's
 // str() writes it (reprText), anything else as gonja's.
 func templateString(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) *exec.Value {
+	if isNone(in) && len(p.Args) == 0 && len(p.KwArgs) == 0 {
+		return exec.AsValue("None")
+	}
 	if in.IsError() || !in.IsDict() && !in.IsList() {
 		return gonjaString(e, in, p)
 	}
