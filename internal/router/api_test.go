@@ -33,6 +33,13 @@ type harness struct {
 
 func newHarness(t *testing.T, ctx int, mod func(*Config)) *harness {
 	t.Helper()
+	return newHarnessAt(t, ctx, mod, nil)
+}
+
+// newHarnessAt is newHarness with the server on clk (nil: the wall clock),
+// set before the server takes its first request.
+func newHarnessAt(t *testing.T, ctx int, mod func(*Config), clk *vClock) *harness {
+	t.Helper()
 	eng := newEcho(ctx)
 	cfg := Config{Engine: eng, Tokenizer: byteTok{}, MaxBodyBytes: 4096}
 	if mod != nil {
@@ -41,6 +48,9 @@ func newHarness(t *testing.T, ctx int, mod func(*Config)) *harness {
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if clk != nil {
+		srv.now = clk.Now
 	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)

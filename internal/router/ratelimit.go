@@ -19,7 +19,7 @@ func (s *Server) admitRate(w http.ResponseWriter, g *generation) (int64, *apiErr
 	for _, gp := range g.prompts {
 		cost += int64(max(g.p.n, 1)) * int64(len(gp.tokens)+max(g.p.maxTokens, 0))
 	}
-	d := s.limiter.Admit(g.tenant, time.Now(), cost)
+	d := s.limiter.Admit(g.tenant, s.now(), cost)
 	if e := rateAnswer(w, d, cost, g); e != nil {
 		return 0, e
 	}
@@ -36,7 +36,7 @@ func (s *Server) admitRate(w http.ResponseWriter, g *generation) (int64, *apiErr
 // tokenization; a tenant within its limit pays nothing here. The refusal
 // is the same 429 admitRate gives, headers included.
 func (s *Server) overRate(w http.ResponseWriter, tenant string) *apiError {
-	return rateAnswer(w, s.limiter.Over(tenant, time.Now()), 0, nil)
+	return rateAnswer(w, s.limiter.Over(tenant, s.now()), 0, nil)
 }
 
 // rateAnswer sets OpenAI's x-ratelimit-* headers for a limited tenant and
@@ -85,7 +85,7 @@ func (s *Server) settleRate(g *generation, charged int64, out outcome) {
 		return
 	}
 	used := int64(out.prefilled) + int64(out.usage.CompletionTokens)
-	s.limiter.Refund(g.tenant, time.Now(), charged-used)
+	s.limiter.Refund(g.tenant, s.now(), charged-used)
 }
 
 // resetText is a reset time as OpenAI writes it ("1s", "6m0s", "20ms").

@@ -13,21 +13,27 @@ import (
 	"github.com/openai/openai-go/v3/option"
 )
 
-func limitedHarness(t *testing.T, keyFile string) *harness {
+// limitedHarness is a harness with the keys of keyFile, on a virtual clock
+// that moves only when the test advances it: the limits refill on the
+// server's clock, so no figure depends on how long a loaded machine took
+// between two requests.
+func limitedHarness(t *testing.T, keyFile string) (*harness, *vClock) {
 	t.Helper()
 	keys, err := ParseKeys(strings.NewReader(keyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newHarness(t, 256, func(c *Config) { c.Keys = keys })
+	clk := newVClock()
+	return newHarnessAt(t, 256, func(c *Config) { c.Keys = keys }, clk), clk
 }
 
 // rpm=3: three requests pass with OpenAI's x-ratelimit-* headers counting
 // down, the fourth gets 429 rate_limited with a Retry-After that says
 // when a request comes back (60s / 3 = 20s), and another tenant is not
-// touched by any of it.
+// touched by any of it. 20s later on the server's clock, one request
+// passes again, and only one.
 func TestRateLimitRequests(t *testing.T) {
-	h := limitedHarness(t, "ka alice rpm=3\nkb bob\n")
+	h, clk := limitedHarness(t, "ka alice rpm=3\nkb bob\n")
 	ctx := context.Background()
 	c := h.client("ka")
 	for i := range 3 {
@@ -40,21 +46,33 @@ func TestRateLimitRequests(t *testing.T) {
 		if hd.Get("x-ratelimit-limit-requests") != "3" || hd.Get("x-ratelimit-remaining-requests") != strconv.Itoa(2-i) {
 			t.Fatalf("request %d headers: limit %q remaining %q", i, hd.Get("x-ratelimit-limit-requests"), hd.Get("x-ratelimit-remaining-requests"))
 		}
-		if hd.Get("x-ratelimit-reset-requests") == "" || hd.Get("x-ratelimit-limit-tokens") != "" {
-			t.Fatalf("request %d: reset %q, a token limit header %q without tpm", i, hd.Get("x-ratelimit-reset-requests"), hd.Get("x-ratelimit-limit-tokens"))
+		// Full again 20s per request taken.
+		if want := (time.Duration(i+1) * 20 * time.Second).String(); hd.Get("x-ratelimit-reset-requests") != want || hd.Get("x-ratelimit-limit-tokens") != "" {
+			t.Fatalf("request %d: reset %q (want %s), a token limit header %q without tpm", i, hd.Get("x-ratelimit-reset-requests"), want, hd.Get("x-ratelimit-limit-tokens"))
 		}
 	}
 	var resp *http.Response
 	_, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hi"), MaxTokens: openai.Int(2)}, option.WithResponseInto(&resp))
 	apiErr(t, err, http.StatusTooManyRequests, CodeRateLimited)
-	ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-	ms, _ := strconv.Atoi(resp.Header.Get("retry-after-ms"))
-	if ra < 19 || ra > 20 || ms < 19000 || ms > 20000 || resp.Header.Get("x-ratelimit-remaining-requests") != "0" {
-		t.Fatalf("429 headers: Retry-After %q retry-after-ms %q remaining %q, want ~20s and 0", resp.Header.Get("Retry-After"), resp.Header.Get("retry-after-ms"), resp.Header.Get("x-ratelimit-remaining-requests"))
+	if resp.Header.Get("Retry-After") != "20" || resp.Header.Get("retry-after-ms") != "20000" || resp.Header.Get("x-ratelimit-remaining-requests") != "0" {
+		t.Fatalf("429 headers: Retry-After %q retry-after-ms %q remaining %q, want 20s and 0", resp.Header.Get("Retry-After"), resp.Header.Get("retry-after-ms"), resp.Header.Get("x-ratelimit-remaining-requests"))
 	}
 	if got := h.eng.submitted.Load(); got != 3 {
 		t.Fatalf("the engine saw %d requests, want 3: a refused one must never reach it", got)
 	}
+	// A moment before the Retry-After, still refused; at it, one passes.
+	clk.advance(20*time.Second - time.Millisecond)
+	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hi"), MaxTokens: openai.Int(2)}, option.WithResponseInto(&resp))
+	apiErr(t, err, http.StatusTooManyRequests, CodeRateLimited)
+	if resp.Header.Get("retry-after-ms") != "1" {
+		t.Fatalf("1ms before the Retry-After: retry-after-ms %q, want 1", resp.Header.Get("retry-after-ms"))
+	}
+	clk.advance(time.Millisecond)
+	if _, err := c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hi"), MaxTokens: openai.Int(2)}); err != nil {
+		t.Fatalf("at the Retry-After: %v", err)
+	}
+	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hi"), MaxTokens: openai.Int(2)})
+	apiErr(t, err, http.StatusTooManyRequests, CodeRateLimited)
 	// Bob has no limit and gets no rate headers.
 	_, err = h.client("kb").Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hi"), MaxTokens: openai.Int(2)}, option.WithResponseInto(&resp))
 	if err != nil || resp.Header.Get("x-ratelimit-limit-requests") != "" {
@@ -66,7 +84,7 @@ func TestRateLimitRequests(t *testing.T) {
 // up front and given back what it did not use; one that alone needs more
 // than the whole minute's tokens is a 400 (no retry would help).
 func TestRateLimitTokens(t *testing.T) {
-	h := limitedHarness(t, "ka alice tpm=100\n")
+	h, _ := limitedHarness(t, "ka alice tpm=100\n")
 	ctx := context.Background()
 	c := h.client("ka")
 	var resp *http.Response
@@ -86,9 +104,10 @@ func TestRateLimitTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The first request's unused 44 came back: 100 - 12 - 8 (BOS + 5 + 2).
-	if got, _ := strconv.Atoi(resp.Header.Get("x-ratelimit-remaining-tokens")); got < 80 || got > 81 {
-		t.Fatalf("remaining tokens %d, want 80 (the unused part given back; 81 if a token refilled)", got)
+	// The first request's unused 44 came back: 100 - 12 - 8 (BOS + 5 + 2);
+	// none refilled (the server's clock did not move).
+	if got := resp.Header.Get("x-ratelimit-remaining-tokens"); got != "80" {
+		t.Fatalf("remaining tokens %q, want 80 (the unused part given back)", got)
 	}
 	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Prompt: prompt("hello"), MaxTokens: openai.Int(95)})
 	apiErr(t, err, http.StatusBadRequest, CodeRateTooSmall)
@@ -100,60 +119,51 @@ func TestRateLimitTokens(t *testing.T) {
 // The official client's retry: it reads retry-after-ms, waits, and the
 // retried request passes (rpm=60: one request a second refills).
 //
-// Robust to a slow machine: the bucket is drained until the server
-// refuses (a request at a time, no retries), and the middleware sees
-// every attempt of the retried call, so the test knows whether the
-// server said 429 to it; if a token refilled in between (the call passed
-// at once), it drains and tries again.
+// On the server's virtual clock: exactly 60 requests pass, the 61st is
+// refused with retry-after-ms 1000, and the clock moves that second when
+// the client has the 429 in hand (a middleware sees every attempt), so the
+// client's attempt after its wait is the one that passes, however long a
+// loaded machine takes in between.
 func TestRateLimitOfficialClientRetries(t *testing.T) {
-	h := limitedHarness(t, "ka alice rpm=60\n")
+	h, clk := limitedHarness(t, "ka alice rpm=60\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := h.client("ka")
 	params := openai.CompletionNewParams{Prompt: prompt("x"), MaxTokens: openai.Int(1)}
-	for try := 0; try < 5; try++ {
-		for i := 0; ; i++ {
-			_, err := c.Completions.New(ctx, params, option.WithMaxRetries(0))
-			if err != nil {
-				apiErr(t, err, http.StatusTooManyRequests, CodeRateLimited)
-				break
-			}
-			if i > 200 {
-				t.Fatal("200 requests passed at rpm=60: the limit does not hold")
-			}
+	for i := range 60 {
+		if _, err := c.Completions.New(ctx, params, option.WithMaxRetries(0)); err != nil {
+			t.Fatalf("request %d of the 60 a minute allows: %v", i, err)
 		}
-		var statuses []int
-		var retryAfter time.Duration
-		seen := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-			resp, err := next(r)
-			if err == nil {
-				statuses = append(statuses, resp.StatusCode)
-				if ms, _ := strconv.Atoi(resp.Header.Get("retry-after-ms")); ms > 0 && retryAfter == 0 {
-					retryAfter = time.Duration(ms) * time.Millisecond
-				}
-			}
-			return resp, err
-		})
-		start := time.Now()
-		_, err := c.Completions.New(ctx, params, option.WithMaxRetries(2), seen)
-		waited := time.Since(start)
-		if err != nil {
-			t.Fatalf("the retried request: %v (attempts %v)", err, statuses)
-		}
-		if len(statuses) == 1 && statuses[0] == http.StatusOK {
-			continue // a token refilled between the drain and this call
-		}
-		if len(statuses) < 2 || statuses[0] != http.StatusTooManyRequests || statuses[len(statuses)-1] != http.StatusOK {
-			t.Fatalf("attempts %v: want 429s, then 200", statuses)
-		}
-		// The client waited what the server asked (at most a second here)
-		// before the attempt that passed.
-		if retryAfter <= 0 || retryAfter > time.Second || waited < retryAfter/2 {
-			t.Fatalf("passed after %v with retry-after-ms %v: the client did not wait", waited, retryAfter)
-		}
-		return
 	}
-	t.Fatal("5 times a token refilled between draining the bucket and the retried call")
+	_, err := c.Completions.New(ctx, params, option.WithMaxRetries(0))
+	apiErr(t, err, http.StatusTooManyRequests, CodeRateLimited)
+	var statuses []int
+	var retryAfter time.Duration
+	seen := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		resp, err := next(r)
+		if err == nil {
+			statuses = append(statuses, resp.StatusCode)
+			if ms, _ := strconv.Atoi(resp.Header.Get("retry-after-ms")); ms > 0 && resp.StatusCode == http.StatusTooManyRequests {
+				retryAfter = time.Duration(ms) * time.Millisecond
+				clk.advance(retryAfter)
+			}
+		}
+		return resp, err
+	})
+	start := time.Now()
+	_, err = c.Completions.New(ctx, params, option.WithMaxRetries(2), seen)
+	waited := time.Since(start)
+	if err != nil {
+		t.Fatalf("the retried request: %v (attempts %v)", err, statuses)
+	}
+	if len(statuses) != 2 || statuses[0] != http.StatusTooManyRequests || statuses[1] != http.StatusOK || retryAfter != time.Second {
+		t.Fatalf("attempts %v, retry-after-ms %v: want a 429 saying 1s, then 200", statuses, retryAfter)
+	}
+	// The client waited what the server asked before the attempt that
+	// passed (a lower bound on the wall clock holds on a loaded machine).
+	if waited < retryAfter/2 {
+		t.Fatalf("passed after %v with retry-after-ms %v: the client did not wait", waited, retryAfter)
+	}
 }
 
 func TestParseKeysLimits(t *testing.T) {
@@ -194,7 +204,7 @@ func TestOverLimitRefusedBeforeTokenizing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, 256, func(c *Config) { c.Keys = keys; c.Tokenizer = countingTok{n: &enc} })
+	h := newHarnessAt(t, 256, func(c *Config) { c.Keys = keys; c.Tokenizer = countingTok{n: &enc} }, newVClock())
 	ctx := context.Background()
 	for i := range 3 {
 		if code, body := postJSON(t, h.ts.URL+"/tokenize", "ka", `{"prompt":"hi"}`); code != http.StatusOK {
@@ -234,7 +244,7 @@ func TestOverLimitRefusedBeforeTokenizing(t *testing.T) {
 // that never set it looking for a value to lower); a prompt that alone
 // does not fit is told to shorten.
 func TestRateTooSmallSaysWhatFits(t *testing.T) {
-	h := limitedHarness(t, "ka alice tpm=100\n")
+	h, _ := limitedHarness(t, "ka alice tpm=100\n")
 	chat := h.ts.URL + "/v1/chat/completions"
 	comp := h.ts.URL + "/v1/completions"
 	long := strings.Repeat("x", 150)

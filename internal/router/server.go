@@ -143,7 +143,8 @@ type Server struct {
 	thinks          bool
 	reasoningFormat string
 	// now is the clock of the requests' timings (first-token phases, TTFT,
-	// ITL, end to end): time.Now, or a virtual clock in tests.
+	// ITL, end to end) and of the tenants' rate limits: time.Now, or a
+	// virtual clock in tests.
 	now func() time.Time
 }
 
