@@ -285,6 +285,32 @@ func (lc *litChecker) array(v *node, s *node, depth int) bool {
 			seen[k] = true
 		}
 	}
+	if cs := s.get("contains"); cs != nil {
+		// At least minContains items surely match; at most maxContains
+		// may (the shape of what contains accepts over-approximates).
+		minC, ok1 := litCount(s, "minContains")
+		maxC, ok2 := litCount(s, "maxContains")
+		if !ok1 || !ok2 || lc.c == nil {
+			return false
+		}
+		if minC < 0 {
+			minC = 1
+		}
+		sure, maybe := 0, 0
+		acc := lc.c.shaper().of(cs, modeAcc)
+		for _, x := range v.arr {
+			switch {
+			case lc.satisfies(x, cs, depth+1):
+				sure++
+				maybe++
+			case mayHold(acc, canon(x), x):
+				maybe++
+			}
+		}
+		if sure < minC || maxC >= 0 && maybe > maxC {
+			return false
+		}
+	}
 	var prefix []*node
 	if p := s.get("prefixItems"); p != nil {
 		prefix = p.arr

@@ -221,6 +221,18 @@ func (c *compiler) mergePlain(a, b *node, depth int) (*node, string) {
 			return nil, fmt.Sprintf("the keyword %q is not supported", k)
 		}
 		va, vb := a.get(k), b.get(k)
+		if k == "minContains" || k == "maxContains" {
+			// They count matches of their own schema's contains only.
+			if a.get("contains") == nil {
+				va = nil
+			}
+			if b.get("contains") == nil {
+				vb = nil
+			}
+			if va == nil && vb == nil {
+				continue
+			}
+		}
 		switch {
 		case k == "enum" || k == "const" || k == "properties" || k == "additionalProperties":
 			continue // below
@@ -253,8 +265,8 @@ func (c *compiler) mergePlain(a, b *node, depth int) (*node, string) {
 				}
 			}
 			r.set(k, u)
-		case "minItems", "minLength", "minProperties", "minimum", "exclusiveMinimum",
-			"maxItems", "maxLength", "maxProperties", "maximum", "exclusiveMaximum":
+		case "minItems", "minLength", "minProperties", "minimum", "exclusiveMinimum", "minContains",
+			"maxItems", "maxLength", "maxProperties", "maximum", "exclusiveMaximum", "maxContains":
 			x, y := ratOf(string(va.num)), ratOf(string(vb.num))
 			if va.kind != 'n' || vb.kind != 'n' || x == nil || y == nil {
 				return nil, fmt.Sprintf("%s must be a number", k)

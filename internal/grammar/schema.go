@@ -247,7 +247,7 @@ var (
 		"pattern": true, "format": true, "minLength": true, "maxLength": true, "minimum": true, "maximum": true,
 		"exclusiveMinimum": true, "exclusiveMaximum": true, "anyOf": true, "allOf": true, "$ref": true,
 		"oneOf": true, "minProperties": true, "maxProperties": true, "propertyNames": true, "multipleOf": true,
-		"uniqueItems": true, "patternProperties": true}
+		"uniqueItems": true, "patternProperties": true, "contains": true, "minContains": true, "maxContains": true}
 	annotations = map[string]bool{"title": true, "description": true, "default": true, "examples": true,
 		"$schema": true, "$id": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true,
 		"$defs": true, "definitions": true, "contentMediaType": true, "contentEncoding": true, "discriminator": true,
@@ -436,7 +436,7 @@ func impliedTypes(s *node) []string {
 	switch {
 	case has("properties", "additionalProperties", "required", "minProperties", "maxProperties", "propertyNames", "patternProperties"):
 		return []string{"object"}
-	case has("items", "prefixItems", "minItems", "maxItems"):
+	case has("items", "prefixItems", "minItems", "maxItems", "contains", "minContains", "maxContains"):
 		return []string{"array"}
 	case has("pattern", "format", "minLength", "maxLength"):
 		return []string{"string"}
@@ -1110,6 +1110,14 @@ func (c *compiler) array(s *node, path string) []item {
 	lo = max(lo, 0)
 	if hi >= 0 && hi < lo {
 		return c.bad(path, "maxItems %d is below minItems %d", hi, lo)
+	}
+	if s.get("contains") != nil {
+		if unique && (hi < 0 || hi > 1) {
+			return c.unsupported(path, "contains beside uniqueItems: true is not supported")
+		}
+		if items, ok := c.containsArray(s, lo, hi, path); ok {
+			return items
+		}
 	}
 	if it := s.get("items"); unique && (hi < 0 || hi > 1) && !(it != nil && it.kind == 'b' && !it.b && s.get("prefixItems") == nil) {
 		// One item or none is unique anyway.
