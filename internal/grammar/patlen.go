@@ -99,17 +99,7 @@ func (c *compiler) lengthBounded(pattern string, anchored bool, lo, hi int) ([]i
 	if err != nil {
 		return c.regex(pattern, anchored) // its error
 	}
-	subs := []*syntax.Regexp{re}
-	if re.Op == syntax.OpConcat {
-		subs = re.Sub
-	}
-	begin, end := anchored, anchored
-	if len(subs) > 0 && (subs[0].Op == syntax.OpBeginText || subs[0].Op == syntax.OpBeginLine) {
-		begin, subs = true, subs[1:]
-	}
-	if len(subs) > 0 && (subs[len(subs)-1].Op == syntax.OpEndText || subs[len(subs)-1].Op == syntax.OpEndLine) {
-		end, subs = true, subs[:len(subs)-1]
-	}
+	subs, begin, end := splitAnchors(re, anchored)
 	refuse := &Error{Code: "unsupported_schema", Msg: "minLength/maxLength beside a pattern or format are supported when the pattern is anchored (^...$) and is fixed-length parts with at most one repeat (as ^[a-z0-9_-]+$); write the length into the pattern ({m,n})"}
 	if !begin || !end {
 		return nil, refuse

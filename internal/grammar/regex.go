@@ -22,17 +22,7 @@ func (c *compiler) regex(pattern string, anchored bool) ([]item, *Error) {
 		}
 		return nil, &Error{Code: "invalid_schema", Msg: fmt.Sprintf("the pattern %q is not a valid regular expression: %v", pattern, err)}
 	}
-	subs := []*syntax.Regexp{re}
-	if re.Op == syntax.OpConcat {
-		subs = re.Sub
-	}
-	begin, end := anchored, anchored
-	if len(subs) > 0 && (subs[0].Op == syntax.OpBeginText || subs[0].Op == syntax.OpBeginLine) {
-		begin, subs = true, subs[1:]
-	}
-	if len(subs) > 0 && (subs[len(subs)-1].Op == syntax.OpEndText || subs[len(subs)-1].Op == syntax.OpEndLine) {
-		end, subs = true, subs[:len(subs)-1]
-	}
+	subs, begin, end := splitAnchors(re, anchored)
 	var out []item
 	if !begin {
 		out = append(out, c.b.star([]item{c.stringChar()}))
@@ -51,6 +41,23 @@ func (c *compiler) regex(pattern string, anchored bool) ([]item, *Error) {
 		return nil, c.err
 	}
 	return out, nil
+}
+
+// splitAnchors is a parsed pattern's parts without its leading ^ and
+// trailing $, and whether it has each (or anchored says both apply).
+func splitAnchors(re *syntax.Regexp, anchored bool) (subs []*syntax.Regexp, begin, end bool) {
+	subs = []*syntax.Regexp{re}
+	if re.Op == syntax.OpConcat {
+		subs = re.Sub
+	}
+	begin, end = anchored, anchored
+	if len(subs) > 0 && (subs[0].Op == syntax.OpBeginText || subs[0].Op == syntax.OpBeginLine) {
+		begin, subs = true, subs[1:]
+	}
+	if len(subs) > 0 && (subs[len(subs)-1].Op == syntax.OpEndText || subs[len(subs)-1].Op == syntax.OpEndLine) {
+		end, subs = true, subs[:len(subs)-1]
+	}
+	return subs, begin, end
 }
 
 func (c *compiler) re(r *syntax.Regexp) ([]item, *Error) {
