@@ -48,6 +48,9 @@ func TestStepBudgetInterleavesPrefillWithDecode(t *testing.T) {
 		rec := &recording{Runtime: newToy(), gate: make(chan struct{})}
 		cfg := toyConfig(rec, 64)
 		cfg.ChunkTokens, cfg.StepTokens = c.chunk, c.step
+		// Two tenants share the batch: shared steps of a whole chunk (the
+		// colocated default is half of one) leave the budget as the bound.
+		cfg.SharedStepTokens = min(c.chunk, c.step)
 		e, err := NewColocated(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -36,7 +36,11 @@ var _ Engine = (*Colocated)(nil)
 // NewColocated builds a colocated engine with its own KV pool. It refuses a
 // configured context larger than the pool (I2).
 func NewColocated(cfg Config) (*Colocated, error) {
+	shared := cfg.SharedStepTokens
 	cfg = cfg.withDefaults()
+	if shared == 0 {
+		cfg.SharedStepTokens = colocatedSharedStep(cfg)
+	}
 	if err := cfg.validate("colocated"); err != nil {
 		return nil, err
 	}
@@ -60,6 +64,20 @@ func NewColocated(cfg Config) (*Colocated, error) {
 	c.sched.freed = func() { c.adm.step(sched.Event{Kind: sched.EvFreed}) }
 	go expireLeases(pool, cfg.Lease, c.quit, nil)
 	return c, nil
+}
+
+// colocatedSharedStep is the colocated engine's default SharedStepTokens:
+// half a chunk (the prefill worker's is one chunk). A paused step runs
+// one nested step here (nestOnce), so a co-tenant's prompt that arrives
+// after it waits for the rest of the paused step, a chunk of the flood
+// through every layer: in the crowding bench ~1.5% of b's prompts waited
+// ~11 ms for it (quiet), b's TTFT p99. More nested steps cost b's p50
+// (colo99's 6947ced, reverted); half as many prompt tokens a step halve
+// that wait and shorten the steps b's decode tokens ride in, for the
+// flood's overhead of twice as many steps while another tenant is around
+// (docs/benchmarks.md, short steps while shared).
+func colocatedSharedStep(cfg Config) int {
+	return max(min(cfg.ChunkTokens, cfg.StepTokens)/2, 1)
 }
 
 func (c *Colocated) stopLeases() {

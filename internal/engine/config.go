@@ -62,7 +62,8 @@ type Config struct {
 	// within the last sharedRecent steps (sched.Shares.Short). A prompt
 	// that arrives waits for the step in progress, so this is what a
 	// co-tenant's prompt waits behind while another tenant floods.
-	// Default (0) ChunkTokens; 1 to StepTokens (StepTokens: shared steps
+	// Default (0) ChunkTokens, half of it in the colocated engine
+	// (colocatedSharedStep); 1 to StepTokens (StepTokens: shared steps
 	// are as long as any, the tenants' parts still apply).
 	SharedStepTokens int
 	// NestForward is a forward pass's fixed cost in prompt tokens, for

@@ -597,6 +597,31 @@ func TestColocatedNestsOncePerStep(t *testing.T) {
 	}
 }
 
+// Colocated, a shared step carries half a chunk of prompt tokens by
+// default (colocatedSharedStep): a co-tenant's prompt that arrives after
+// the paused step's one nested step waits for half as much of the flood.
+// An explicit SharedStepTokens stands; withDefaults (the prefill
+// worker's) keeps one chunk.
+func TestColocatedSharedStepHalfChunk(t *testing.T) {
+	for _, c := range []struct{ chunk, set, want int }{{8, 0, 4}, {5, 0, 2}, {1, 0, 1}, {8, 8, 8}, {8, 3, 3}} {
+		cfg := toyConfig(newToy(), 64)
+		cfg.ChunkTokens, cfg.SharedStepTokens = c.chunk, c.set
+		col, err := NewColocated(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := col.sched.shares.Short; got != c.want {
+			t.Errorf("chunk %d, SharedStepTokens %d: colocated shared steps carry %d prompt tokens, want %d", c.chunk, c.set, got, c.want)
+		}
+		closeWithin(t, col)
+	}
+	cfg := toyConfig(newToy(), 64)
+	cfg.ChunkTokens = 8
+	if got := cfg.withDefaults().SharedStepTokens; got != 8 {
+		t.Errorf("prefill worker's shared steps carry %d prompt tokens by default, want a chunk (8)", got)
+	}
+}
+
 // floodWithTwoLight floods as tenant a (a 60-token prompt in 16-token
 // chunks) and sends b's two 4-token prompts at pause points 0 and 3 of
 // a's second step, with the paused step nesting once (nestOnce) or within

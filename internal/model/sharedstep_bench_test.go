@@ -9,13 +9,14 @@ import (
 
 // BenchmarkPrefillStepSize: a 1,024-token prompt prefilled in steps of
 // step tokens: 256 (the default step budget, a tenant alone) against 64
-// (one chunk, the engine's shared step, Config.SharedStepTokens). The
+// (one chunk, the prefill worker's shared step, Config.SharedStepTokens)
+// and 32 (half a chunk, the colocated engine's shared step). The
 // ratio of their cpu-tok/s is what short steps cost a long prompt while
 // another tenant is around.
 func BenchmarkPrefillStepSize(b *testing.B) {
 	const prompt = 1024
 	for name, m := range benchModels(b) {
-		for _, step := range []int{256, 64} {
+		for _, step := range []int{256, 64, 32} {
 			b.Run(fmt.Sprintf("%s/step=%d", name, step), func(b *testing.B) {
 				par := kernels.NewParallel(1)
 				defer par.Close()
