@@ -48,6 +48,9 @@ func TestClusterNetworkFaultsAsProcesses(t *testing.T) {
 		// make chaos: it cuts its clients' streams by design.
 		script: []string{"loss", "delay", "reorder-dup", "isolate-decode", "kill-decode", "one-way-decode", "isolate-prefill", "stop-prefill", "cut-pair", "mixed"},
 		noCuts: true, probes: true,
+		// Each fault still outlasts --peer-timeout (1 s) by half a
+		// second at least, so every cut-off peer is declared dead.
+		maxHold: 2500 * time.Millisecond,
 	})
 	t.Log(rep)
 }
@@ -73,7 +76,7 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	rep := runChaos(t, chaosConfig{duration: d, seed: seed, routers: 2, clientsPerTenant: 4,
-		kinds: append(slices.Clone(netFaults), procFaults...)})
+		kinds: append(slices.Clone(netFaults), procFaults...), maxHold: 4 * time.Second})
 	fmt.Println(rep)
 }
 
@@ -97,6 +100,8 @@ type chaosConfig struct {
 	// before it is retried. Under load the random faults may catch no
 	// stream mid-way, so only these assert that either happens.
 	probes bool
+	// maxHold: each fault is held a random 1.5 s to maxHold.
+	maxHold time.Duration
 }
 
 // chaosReport counts what became of every request.
@@ -350,9 +355,31 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosReport {
 		}
 	}
 
-	// The faults, one at a time: each held a random 1.5-4 s (longer than
-	// --peer-timeout, so cut-off peers are declared dead), then healed or
-	// restored, then 0.5-1.5 s of a clean network.
+	// allUp waits until every router counts every worker up again: a
+	// healed, continued or restarted worker found again by the router's
+	// probes (every 200 ms). Faults are one at a time only once it holds:
+	// a fault applied while the last one's worker was still counted dead
+	// (a fixed clean second was not always enough on a loaded machine)
+	// left a stream cut by it no worker to migrate to.
+	allUp := func(after string) {
+		deadline := time.Now().Add(30 * time.Second)
+		for _, rt := range rts {
+			for _, w := range slices.Concat(decs, pres) {
+				name := `sluice_cluster_worker_up{role="` + w.kind + `",worker="` + w.node.HostPort(7000) + `"}`
+				for counter(rt, name) != 1 {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: %s not up again 30s after %s", rt.node.Name, w.node.Name, after)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}
+	}
+
+	// The faults, one at a time: each held a random 1.5 s to cfg.maxHold
+	// (longer than --peer-timeout, so cut-off peers are declared dead),
+	// then healed or restored; once every worker is up again, 0.25-0.75 s
+	// of a clean network.
 	deadline := began.Add(cfg.duration)
 	var stopped *role
 	t.Cleanup(func() {
@@ -370,7 +397,7 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosReport {
 		} else {
 			kind = cfg.kinds[rng.IntN(len(cfg.kinds))]
 		}
-		hold := 1500*time.Millisecond + time.Duration(rng.Int64N(int64(2500*time.Millisecond)))
+		hold := 1500*time.Millisecond + time.Duration(rng.Int64N(int64(cfg.maxHold-1500*time.Millisecond)))
 		desc := kind
 		var restore func()
 		switch kind {
@@ -447,12 +474,14 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosReport {
 		time.Sleep(hold)
 		restore()
 		fault.Store(fmt.Sprintf("the clean network after %q (%v into the run)", desc, time.Since(began).Round(time.Millisecond)))
-		time.Sleep(500*time.Millisecond + time.Duration(rng.Int64N(int64(time.Second))))
+		allUp(fmt.Sprintf("%q was healed", desc))
+		time.Sleep(250*time.Millisecond + time.Duration(rng.Int64N(int64(500*time.Millisecond))))
 	}
 	n.Heal()
-	// A few seconds of clean network with the load still on: whatever the
-	// last fault left (a restarted worker being found again) settles.
-	time.Sleep(3 * time.Second)
+	// Clean network with the load still on until whatever the last fault
+	// left settles (every worker found again), and a moment more.
+	allUp("the last fault")
+	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	wg.Wait()
 	for _, r := range rts {
