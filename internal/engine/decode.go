@@ -523,10 +523,12 @@ func (w *DecodeWorker) Write(ctx context.Context, ws []handoff.PageWrite) error 
 	cw, err := w.recv.BeginWrite(now, ws)
 	if err == nil && cw.Pages() > 0 {
 		// Sealed pages are opened into their claimed pages without the
-		// receiver's lock, on every core: other handoffs' Reserve and
-		// Commit, and this one's next batch, go on meanwhile.
+		// receiver's lock, on the process's openers (every core but the
+		// one the decode step keeps, handoff.OpenParallelism): other
+		// handoffs' Reserve and Commit, and this one's next batch, go on
+		// meanwhile.
 		w.rmu.Unlock()
-		cw.Open(handoff.OpenParallelism())
+		cw.Open()
 		w.rmu.Lock()
 	}
 	if err == nil {

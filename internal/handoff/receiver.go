@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"math"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -374,14 +373,14 @@ func (r *Receiver) lookup(id kv.ID, late *uint64) (*rhandoff, error) {
 // Write applies a batch of page writes of one handoff. Any failed check
 // fails the whole handoff closed (I8); writes of the batch before the bad
 // one stay applied to pages that are then released or quarantined with the
-// rest, never read. It is BeginWrite, Open on the calling goroutine and
-// EndWrite in one call.
+// rest, never read. It is BeginWrite, Open and EndWrite in one call, the
+// Receiver held throughout (tests; servers open without it).
 func (r *Receiver) Write(now time.Time, ws []PageWrite) error {
 	cw, err := r.BeginWrite(now, ws)
 	if err != nil {
 		return err
 	}
-	cw.Open(1)
+	cw.Open()
 	return r.EndWrite(now, cw)
 }
 
@@ -409,21 +408,22 @@ type claimedWrite struct {
 // Pages is how many page records Open will open.
 func (cw *Writes) Pages() int { return len(cw.fills) }
 
-// OpenParallelism is how many goroutines a decode service opens one
-// call's sealed pages on (Writes.Open): one per core the process may use.
-func OpenParallelism() int { return runtime.GOMAXPROCS(0) }
-
 // Open opens every claimed page's record straight into its page (nothing
 // of the Receiver is touched, so the caller's lock need not be held), on
-// up to par goroutines, the caller's included, each taking the next record
-// in turn; they finish in any order. A record is authenticated as it is
-// opened (PageWrite.Open); EndWrite marks a page written only if its
-// record verified (I15) and fails the handoff if any did not (I8).
-func (cw *Writes) Open(par int) {
+// the caller's goroutine and helpers, each taking the next record in
+// turn; they finish in any order. The goroutines come from the process's
+// openers (openers.go): at most OpenParallelism of them open records at
+// once over every call, so Open may first wait for another call's opens
+// to end. A record is authenticated as it is opened (PageWrite.Open);
+// EndWrite marks a page written only if its record verified (I15) and
+// fails the handoff if any did not (I8).
+func (cw *Writes) Open() {
 	n := len(cw.fills)
-	if par > n {
-		par = n
+	if n == 0 {
+		return
 	}
+	par := openers.take(n)
+	defer openers.give(par)
 	var next atomic.Int32
 	work := func() {
 		for {

@@ -82,9 +82,10 @@ func (s *Server) Write(ctx context.Context, ws []PageWrite) error {
 	cw, err := s.r.BeginWrite(s.now(), ws)
 	if err == nil && cw.Pages() > 0 {
 		// Sealed pages are opened into their claimed pages without the
-		// lock, on every core: other handoffs' calls go on meanwhile.
+		// lock, on the process's openers (all cores but one): other
+		// handoffs' calls go on meanwhile.
 		s.mu.Unlock()
-		cw.Open(OpenParallelism())
+		cw.Open()
 		s.mu.Lock()
 		wasLive = s.r.isLive(id) // an Abort meanwhile reported the end itself
 	}

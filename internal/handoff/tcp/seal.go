@@ -43,7 +43,8 @@ import (
 // order, so both count the same. The seals and opens themselves run in
 // parallel: frames are sealed while the frame before is written, a big
 // Write frame's records on two goroutines (sealFrame), and the decode
-// side opens a frame's page records on every core (handoff.Writes.Open).
+// side opens a frame's page records on every core but one
+// (handoff.Writes.Open, handoff.OpenParallelism).
 // That cannot reuse a nonce: a record's nonce (and key) is fixed when its
 // frame takes its sequence range, under conn.smu, as one contiguous run
 // of the counter, and handed to whichever goroutine seals that record,
@@ -62,8 +63,13 @@ import (
 // whole-frame seal needs the frame's plaintext contiguous: a copy of every
 // page first), each record carrying the frame header and its own length as
 // additional data. A record is bound to its frame (header), its place
-// (nonce) and its length; the reader opens every record of a frame before
-// the call uses any of it (I15), and a frame whose records do not follow
+// (nonce) and its length; nothing of a record is used before its own tag
+// verifies (I15). The decode side marks a call's full pages written only
+// once every full page's record of the call verified; a short last page
+// (opened into a buffer of its own) is written as soon as its record
+// verified, before the full pages' records are opened: if one of those
+// then fails, the handoff fails (I8) and that page is released and
+// scrubbed with the rest, never read. A frame whose records do not follow
 // the layout is a protocol error. The tags cost 16 bytes per page.
 //
 // When the shared-memory transport is used instead (same host), pages never

@@ -174,8 +174,8 @@ func readWrites(r io.Reader, f *frame, n int, page *[]byte, apply func([]handoff
 //
 // The frame's writes are handed on in one call: the decode side checks
 // them and claims their pages under its locks, then opens the records
-// into the pages without any lock, on every core (handoff.Writes.Open,
-// kv.Pool.ClaimFill), so neither another handoff's calls nor this
+// into the pages without any lock, on every core but one (the decode
+// step's: handoff.Writes.Open, handoff.OpenParallelism, kv.Pool.ClaimFill), so neither another handoff's calls nor this
 // handoff's next frame wait for the cipher, and a frame's pages are
 // opened at once instead of one after the other.
 func (sc *sconn) sealedWrites(ctx context.Context, f *frame, d handoff.Decode, ok func(error) error) error {
