@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -72,7 +71,7 @@ func noPlaintext(t *testing.T, r *handofftest.Rig, plain [][]byte) {
 // meanwhile; the handoff then commits with what landed.
 func TestSealedBatchOpensInParallel(t *testing.T) {
 	// Three openers (one core kept for the decode step, openers.go).
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	setProcs(t, 4)
 	r := handofftest.New(t, handofftest.Options{})
 	ctx := context.Background()
 	id := handofftest.ID(1)

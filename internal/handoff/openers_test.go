@@ -2,6 +2,7 @@ package handoff_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -69,8 +70,8 @@ func (c *gatedCall) finish(t *testing.T) {
 // them.
 func TestOpensLeaveTheDecodeStepACore(t *testing.T) {
 	for _, procs := range []int{2, 4} {
-		func() {
-			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
+			setProcs(t, procs)
 			r := handofftest.New(t, handofftest.Options{})
 			c := startGatedCall(t, r, 1)
 			if got := opening(c, procs-1, 10*time.Second); got != procs-1 {
@@ -84,15 +85,22 @@ func TestOpensLeaveTheDecodeStepACore(t *testing.T) {
 				t.Fatalf("GOMAXPROCS %d: the next record did not open once an opener was free", procs)
 			}
 			c.finish(t)
-		}()
+		})
 	}
+}
+
+// setProcs sets GOMAXPROCS to n until t and its cleanups (registered
+// later, so run first: the gates opened, the pools closed) are done.
+func setProcs(t *testing.T, n int) {
+	old := runtime.GOMAXPROCS(n)
+	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
 }
 
 // The bound holds over every call of the process, not per call: calls
 // that arrive while every opener is taken wait, each then gets one in
 // arrival order (not the first of them every opener), and all complete.
 func TestOpenersBoundedAcrossCalls(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3)) // two openers
+	setProcs(t, 3) // two openers
 	r := handofftest.New(t, handofftest.Options{})
 	first := startGatedCall(t, r, 1)
 	if got := opening(first, 2, 10*time.Second); got != 2 {
