@@ -74,9 +74,19 @@ func walkValidates(t *testing.T, schema string, runs int) {
 	val := validator(t, json.RawMessage(schema))
 	c := Bind(g, testVocab())
 	rng := rand.New(rand.NewPCG(uint64(len(schema)), 5))
+	if walkValid(t, schema, c, val, rng, runs, 600) == 0 {
+		t.Fatalf("%.200s: no output ended", schema)
+	}
+}
+
+// walkValid walks runs random outputs of c of at most steps bytes and
+// fails unless each that ends is JSON the validator val accepts; it
+// returns how many ended.
+func walkValid(t *testing.T, schema string, c *Compiled, val *jsonschema.Schema, rng *rand.Rand, runs, steps int) int {
+	t.Helper()
 	done := 0
 	for range runs {
-		out, ok := walk(t, c, rng, 600)
+		out, ok := walk(t, c, rng, steps)
 		if !ok {
 			continue
 		}
@@ -89,9 +99,25 @@ func walkValidates(t *testing.T, schema string, runs int) {
 			t.Fatalf("%.200s: output %q does not validate: %v", schema, out, err)
 		}
 	}
-	if done == 0 {
-		t.Fatalf("%.200s: no output ended", schema)
+	return done
+}
+
+// inOut checks that schema's grammar accepts each of in and refuses each
+// of out, and that its random outputs validate (walkValidates, runs).
+func inOut(t *testing.T, schema string, in, out []string, runs int) {
+	t.Helper()
+	g := mustCompile(t, schema)
+	for _, s := range in {
+		if !accepts(g, s) {
+			t.Errorf("%s: %s refused", schema, s)
+		}
 	}
+	for _, s := range out {
+		if accepts(g, s) {
+			t.Errorf("%s: %s accepted", schema, s)
+		}
+	}
+	walkValidates(t, schema, runs)
 }
 
 // pydanticPets is what Pydantic 2 writes for a field
@@ -582,18 +608,7 @@ func TestEnumBesideKeywords(t *testing.T) {
 		{`{"enum":[[1],[1,2],["x"]],"items":{"type":"integer"},"maxItems":1}`, []string{`[1]`}, []string{`[1,2]`, `["x"]`}},
 		{`{"const":7,"exclusiveMaximum":7.5}`, []string{"7"}, nil},
 	} {
-		g := mustCompile(t, c.schema)
-		for _, s := range c.in {
-			if !accepts(g, s) {
-				t.Errorf("%s: %s refused", c.schema, s)
-			}
-		}
-		for _, s := range c.out {
-			if accepts(g, s) {
-				t.Errorf("%s: %s accepted", c.schema, s)
-			}
-		}
-		walkValidates(t, c.schema, 10)
+		inOut(t, c.schema, c.in, c.out, 10)
 	}
 	// A oneOf the value check cannot decide for one branch (a $ref chain
 	// past its depth bound): the value is not taken as matching exactly
@@ -649,18 +664,7 @@ func TestMergedSchemas(t *testing.T) {
 		{`{"$defs":{"n":{"type":"object","properties":{"v":{"type":"integer"},"next":{"$ref":"#/$defs/n","description":"the rest"}},"required":["v"]}},"$ref":"#/$defs/n","maxProperties":1}`,
 			[]string{`{"v":1}`}, []string{`{"v":1,"next":{"v":2}}`}},
 	} {
-		g := mustCompile(t, c.schema)
-		for _, s := range c.in {
-			if !accepts(g, s) {
-				t.Errorf("%s: %s refused", c.schema, s)
-			}
-		}
-		for _, s := range c.out {
-			if accepts(g, s) {
-				t.Errorf("%s: %s accepted", c.schema, s)
-			}
-		}
-		walkValidates(t, c.schema, 10)
+		inOut(t, c.schema, c.in, c.out, 10)
 	}
 	refused(t, `{"$defs":{"a":{"type":"string","pattern":"^a"}},"$ref":"#/$defs/a","pattern":"b$"}`, "unsupported_schema", `"pattern"`, "keep one")
 	refused(t, `{"allOf":[{"type":"array","prefixItems":[{"type":"integer"}]},{"items":{"type":"string"}}]}`, "unsupported_schema", "prefixItems")
@@ -692,18 +696,7 @@ func TestPatternWithLength(t *testing.T) {
 		{`{"type":"string","format":"date","maxLength":10,"minLength":10}`, []string{`"2024-02-28"`}, []string{`"2024-2-28"`}},
 		{`{"type":"string","format":"email","maxLength":254}`, []string{`"a@b.cd"`}, nil},
 	} {
-		g := mustCompile(t, c.schema)
-		for _, s := range c.in {
-			if !accepts(g, s) {
-				t.Errorf("%s: %s refused", c.schema, s)
-			}
-		}
-		for _, s := range c.out {
-			if accepts(g, s) {
-				t.Errorf("%s: %s accepted", c.schema, s)
-			}
-		}
-		walkValidates(t, c.schema, 10)
+		inOut(t, c.schema, c.in, c.out, 10)
 	}
 	refused(t, `{"type":"string","pattern":"abc","maxLength":5}`, "unsupported_schema", "anchored")
 	refused(t, `{"type":"string","pattern":"^(a|bc)+$","maxLength":4}`, "unsupported_schema", "{m,n}")
@@ -731,18 +724,7 @@ func TestUniqueItems(t *testing.T) {
 		{`{"type":"array","uniqueItems":false,"maxItems":2}`, []string{`[1,1]`}, nil},
 		{`{"type":"array","enum":[[1,1],[1,2],["a","a"]],"uniqueItems":true}`, []string{`[1,2]`}, []string{`[1,1]`, `["a","a"]`}},
 	} {
-		g := mustCompile(t, c.schema)
-		for _, s := range c.in {
-			if !accepts(g, s) {
-				t.Errorf("%s: %s refused", c.schema, s)
-			}
-		}
-		for _, s := range c.out {
-			if accepts(g, s) {
-				t.Errorf("%s: %s accepted", c.schema, s)
-			}
-		}
-		walkValidates(t, c.schema, 10)
+		inOut(t, c.schema, c.in, c.out, 10)
 	}
 	refused(t, `{"type":"array","items":{"type":"string"},"uniqueItems":true}`, "unsupported_schema", "finite set")
 	refused(t, `{"type":"array","uniqueItems":true}`, "unsupported_schema", "finite set")
@@ -829,22 +811,7 @@ func TestOneOfRandomBranches(t *testing.T) {
 				continue
 			}
 			accepted++
-			val := validator(t, raw)
-			c := Bind(g, v)
-			for range 4 {
-				out, ok := walk(t, c, rng, 400)
-				if !ok {
-					continue
-				}
-				outputs++
-				inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
-				if err != nil {
-					t.Fatalf("%s: %q is not JSON: %v", raw, out, err)
-				}
-				if err := val.Validate(inst); err != nil {
-					t.Fatalf("%s: %q does not validate: %v", raw, out, err)
-				}
-			}
+			outputs += walkValid(t, string(raw), Bind(g, v), validator(t, raw), rng, 4, 400)
 		}
 	}
 	if accepted < 50 || outputs < 150 {

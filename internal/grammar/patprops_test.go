@@ -406,21 +406,7 @@ func TestPatternPropertiesRandom(t *testing.T) {
 				t.Fatalf("%s: %s accepted but does not validate: %v", raw, s, err)
 			}
 		}
-		c := Bind(g, v)
-		for range 3 {
-			out, ok := walk(t, c, rng, 400)
-			if !ok {
-				continue
-			}
-			outputs++
-			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
-			if err != nil {
-				t.Fatalf("%s: %q is not JSON: %v", raw, out, err)
-			}
-			if err := val.Validate(inst); err != nil {
-				t.Fatalf("%s: %q does not validate: %v", raw, out, err)
-			}
-		}
+		outputs += walkValid(t, string(raw), Bind(g, v), val, rng, 3, 400)
 	}
 	if compiled < n/3 || outputs < n/3 {
 		t.Fatalf("%d of %d compiled, %d outputs: too few to tell", compiled, n, outputs)
