@@ -36,7 +36,7 @@ func (c *compiler) containsArray(s *node, lo, hi int, path string) (_ []item, ok
 		minC = 1
 	}
 	if maxC >= 0 && maxC < minC {
-		return c.bad(path, "maxContains %d is below minContains %d", maxC, minC), true
+		return c.none(path, "maxContains %d is below minContains %d", maxC, minC), true
 	}
 	var prefix []*node
 	if p := s.get("prefixItems"); p != nil {
@@ -52,11 +52,11 @@ func (c *compiler) containsArray(s *node, lo, hi int, path string) (_ []item, ok
 			hi = P
 		}
 		if lo > P {
-			return c.bad(path, "minItems %d is more than the %d items allowed", lo, P), true
+			return c.none(path, "minItems %d is more than the %d items allowed", lo, P), true
 		}
 	}
 	if hi >= 0 && minC > hi {
-		return c.bad(path, "minContains %d is more than the %d items the array may have", minC, hi), true
+		return c.none(path, "minContains %d is more than the %d items the array may have", minC, hi), true
 	}
 	if maxC >= 0 && hi >= 0 && maxC >= hi {
 		maxC = -1 // never reached
@@ -156,7 +156,7 @@ func (c *compiler) containsArray(s *node, lo, hi int, path string) (_ []item, ok
 		if maxC >= 0 {
 			return c.unsupported(path, "maxContains: sluice writes items it can prove do not match contains (other types, other const/enum values, a discriminator), and these items leave no way to write a valid array; use items of a type or values contains does not accept, or drop maxContains"), true
 		}
-		return c.bad(path, "no item can match contains"), true
+		return c.none(path, "no item can match contains"), true
 	}
 	rules := map[st]int32{}
 	var state func(i, k int) int32
@@ -247,15 +247,14 @@ func (c *compiler) misses(s *node, acc *shape, path string) []item {
 }
 
 // maybe is compile(), or nil when what it compiles accepts no value
-// (an invalid_schema it reports: an intersection left empty), the
-// error then forgotten.
+// (c.none: an intersection left empty), the error then forgotten.
 func (c *compiler) maybe(compile func() []item) []item {
 	if c.failed() {
 		return nil
 	}
 	refs := maps.Clone(c.refs)
 	x := compile()
-	if c.err != nil && c.err.Code == "invalid_schema" && c.b.err == nil {
+	if c.err != nil && c.err.empty && c.b.err == nil {
 		c.err = nil
 		// A $ref first compiled in there holds what the failed compile
 		// left (nothing: it would match empty); compiled again on its

@@ -429,6 +429,8 @@ type Error struct {
 	// "schema_recursion").
 	Code string
 	Msg  string
+	// empty: the schema (part) accepts no value (compiler.none).
+	empty bool
 }
 
 func (e *Error) Error() string { return e.Msg }

@@ -114,6 +114,20 @@ func (lc *litChecker) satisfies(v *node, s *node, depth int) bool {
 			return false
 		}
 	}
+	if ifS := s.get("if"); ifS != nil {
+		// then when v matches if; else when it surely does not (a
+		// value if may accept, unsure, is no).
+		switch {
+		case lc.satisfies(v, ifS, depth+1):
+			if !lc.satisfies(v, s.get("then"), depth+1) {
+				return false
+			}
+		case lc.c == nil || mayHold(lc.c.shaper().of(ifS, modeAcc), canon(v), v):
+			return false
+		case !lc.satisfies(v, s.get("else"), depth+1):
+			return false
+		}
+	}
 	if t := s.get("type"); t != nil {
 		var names []string
 		switch t.kind {

@@ -3,6 +3,7 @@ package grammar
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // allOf of several schemas, and constraining keywords beside $ref, anyOf
@@ -16,6 +17,11 @@ import (
 // matches it). Two different patterns, formats, multipleOfs,
 // propertyNames or prefixItems cannot be intersected by the grammar: such
 // a schema is refused, saying which keyword.
+
+// noneAllowed ends the reason of a merge that accepts no value because
+// a required property is allowed by no side (named in the error when
+// the whole schema is that; an anyOf branch that is that is dropped).
+const noneAllowed = "is allowed by no combined schema"
 
 // maxMerges bounds the merges of one compile (an anyOf merged with an
 // anyOf merges every pair of branches).
@@ -35,6 +41,9 @@ var (
 func needsMerge(s *node) bool {
 	if s == nil || s.kind != 'o' {
 		return false
+	}
+	if hasIf(s) {
+		return true // rewritten as an anyOf (ifthen.go)
 	}
 	for _, k := range []string{"$ref", "anyOf", "oneOf", "allOf"} {
 		if v := s.get(k); v != nil {
@@ -95,6 +104,9 @@ func (c *compiler) flatten(s *node, depth int) (*node, string) {
 	}
 	if depth > maxMergeDepth {
 		return nil, "allOf and keywords beside $ref nest too deeply to combine"
+	}
+	if hasIf(s) {
+		return c.withIf(s, without(s, "if", "then", "else"), depth+1)
 	}
 	if r := s.get("$ref"); r != nil {
 		if r.kind != 's' {
@@ -165,6 +177,17 @@ func (c *compiler) merge(a, b *node, depth int) (*node, string) {
 	case a.kind != 'o' || b.kind != 'o':
 		return nil, "a schema must be an object or a boolean"
 	}
+	// if/then/else sees the other schema as part of what is beside it
+	// (the else side takes the values of the tested property it lists).
+	for _, p := range [][2]*node{{a, b}, {b, a}} {
+		if hasIf(p[0]) {
+			base, why := c.merge(without(p[0], "if", "then", "else"), p[1], depth+1)
+			if why != "" {
+				return nil, why
+			}
+			return c.withIf(p[0], base, depth+1)
+		}
+	}
 	var why string
 	if a, why = c.flatten(a, depth+1); why != "" {
 		return nil, why
@@ -191,6 +214,9 @@ func (c *compiler) distribute(kw string, branches []*node, rest *node, depth int
 	out := &node{kind: 'a'}
 	for _, b := range branches {
 		m, why := c.merge(b, rest, depth+1)
+		if strings.HasSuffix(why, noneAllowed) {
+			continue // this branch and rest accept nothing together
+		}
 		if why != "" {
 			return nil, why
 		}
@@ -377,7 +403,7 @@ func (c *compiler) mergePlain(a, b *node, depth int) (*node, string) {
 		for i, k := range props.keys {
 			if v := props.vals[i]; v.kind == 'b' && !v.b {
 				if req := r.get("required"); req != nil && slices.ContainsFunc(req.arr, func(x *node) bool { return x.str == k }) {
-					return nil, fmt.Sprintf("the required property %q is allowed by no combined schema", k)
+					return nil, fmt.Sprintf("the required property %q %s", k, noneAllowed)
 				}
 			}
 		}
@@ -422,4 +448,20 @@ func (c *compiler) matchesPattern(pp *node, name string) bool {
 		}
 	}
 	return false
+}
+
+// hasIf reports whether s has if/then/else to rewrite as an anyOf
+// (ifthen.go); beside enum/const they are checked on each value instead
+// (litcheck.go).
+func hasIf(s *node) bool {
+	return (s.get("if") != nil || s.get("then") != nil || s.get("else") != nil) && s.get("enum") == nil && s.get("const") == nil
+}
+
+// withIf is s's if/then/else applied to base (what is beside them).
+func (c *compiler) withIf(s, base *node, depth int) (*node, string) {
+	ifS, thenS, elseS := s.get("if"), s.get("then"), s.get("else")
+	if ifS == nil || thenS == nil && elseS == nil {
+		return c.flatten(base, depth) // then/else without if, if alone: no constraint
+	}
+	return c.ifThenElse(base, ifS, thenS, elseS, depth)
 }

@@ -100,7 +100,7 @@ func (c *compiler) multiples(d uint64, lo, hi int64, path string) []item {
 		return nil
 	}
 	if len(alts) == 0 {
-		return c.bad(path, "no multiple of %d lies within the bounds", d)
+		return c.none(path, "no multiple of %d lies within the bounds", d)
 	}
 	return []item{ref(c.b.rule(alts...))}
 }

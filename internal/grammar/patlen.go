@@ -126,7 +126,7 @@ func (c *compiler) lengthBounded(pattern string, anchored bool, lo, hi int) ([]i
 		v = i
 	}
 	if v < 0 {
-		return nil, &Error{Code: "invalid_schema", Msg: "no string matches both the pattern and minLength/maxLength"}
+		return nil, &Error{Code: "invalid_schema", Msg: "no string matches both the pattern and minLength/maxLength", empty: true}
 	}
 	rep := subs[v]
 	for rep.Op == syntax.OpCapture {
@@ -148,7 +148,7 @@ func (c *compiler) lengthBounded(pattern string, anchored bool, lo, hi int) ([]i
 		}
 	}
 	if kmax >= 0 && kmax < kmin {
-		return nil, &Error{Code: "invalid_schema", Msg: "no string matches both the pattern and minLength/maxLength"}
+		return nil, &Error{Code: "invalid_schema", Msg: "no string matches both the pattern and minLength/maxLength", empty: true}
 	}
 	parts := append([]*syntax.Regexp{}, subs...)
 	parts[v] = &syntax.Regexp{Op: syntax.OpRepeat, Min: kmin, Max: kmax, Sub: []*syntax.Regexp{rep.Sub[0]}}

@@ -119,6 +119,17 @@ func (c *compiler) bad(path, format string, args ...any) []item {
 	return c.fail("invalid_schema", "%s: %s", path, fmt.Sprintf(format, args...))
 }
 
+// none is bad for a schema that accepts no value (bounds that cross,
+// values that break the keywords beside them): an anyOf branch or a
+// contains match that is none is left out, not an error.
+func (c *compiler) none(path, format string, args ...any) []item {
+	if c.err == nil {
+		c.bad(path, format, args...)
+		c.err.empty = true
+	}
+	return nil
+}
+
 func (c *compiler) unsupported(path, format string, args ...any) []item {
 	return c.fail("unsupported_schema", "%s: %s", path, fmt.Sprintf(format, args...))
 }
@@ -247,7 +258,8 @@ var (
 		"pattern": true, "format": true, "minLength": true, "maxLength": true, "minimum": true, "maximum": true,
 		"exclusiveMinimum": true, "exclusiveMaximum": true, "anyOf": true, "allOf": true, "$ref": true,
 		"oneOf": true, "minProperties": true, "maxProperties": true, "propertyNames": true, "multipleOf": true,
-		"uniqueItems": true, "patternProperties": true, "contains": true, "minContains": true, "maxContains": true}
+		"uniqueItems": true, "patternProperties": true, "contains": true, "minContains": true, "maxContains": true,
+		"if": true, "then": true, "else": true}
 	annotations = map[string]bool{"title": true, "description": true, "default": true, "examples": true,
 		"$schema": true, "$id": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true,
 		"$defs": true, "definitions": true, "contentMediaType": true, "contentEncoding": true, "discriminator": true,
@@ -265,7 +277,7 @@ func (c *compiler) value(s *node, path string) []item {
 		return []item{c.anyValue()}
 	case s.kind == 'b':
 		if !s.b {
-			return c.bad(path, "the schema false accepts nothing")
+			return c.none(path, "the schema false accepts nothing")
 		}
 		return []item{c.anyValue()}
 	case s.kind != 'o':
@@ -313,10 +325,16 @@ func (c *compiler) value(s *node, path string) []item {
 		}
 		var alts [][]item
 		for i, sub := range a.arr {
-			alts = append(alts, c.value(sub, fmt.Sprintf("%s/%s/%d", path, kw, i)))
+			// A branch that accepts no value matches nothing: left out.
+			if x := c.maybe(func() []item { return c.value(sub, fmt.Sprintf("%s/%s/%d", path, kw, i)) }); x != nil {
+				alts = append(alts, x)
+			}
 		}
 		if c.failed() {
 			return nil
+		}
+		if len(alts) == 0 {
+			return c.none(path+"/"+kw, "no branch accepts a value")
 		}
 		// oneOf is anyOf when no value matches two branches (oneof.go).
 		if kw == "oneOf" {
@@ -481,10 +499,10 @@ func (c *compiler) literals(vals []*node, types []string, s *node, path string) 
 		return c.unsupported(path, "checking the values against the keywords beside them took more than %d steps (an anyOf or $ref they reach branches too much); simplify those keywords", maxLitSteps)
 	}
 	if len(lits) == 0 && typed > 0 {
-		return c.bad(path, "no value satisfies the schema's other keywords (%s)", strings.Join(rest.keys, ", "))
+		return c.none(path, "no value satisfies the schema's other keywords (%s)", strings.Join(rest.keys, ", "))
 	}
 	if len(lits) == 0 {
-		return c.bad(path, "no value is of the schema's type")
+		return c.none(path, "no value is of the schema's type")
 	}
 	return c.literalTrie(lits)
 }
@@ -711,7 +729,7 @@ func (c *compiler) object(s *node, path string) []item {
 	}
 	minP = max(minP, 0)
 	if maxP >= 0 && maxP < minP {
-		return c.bad(path, "maxProperties %d is below minProperties %d", maxP, minP)
+		return c.none(path, "maxProperties %d is below minProperties %d", maxP, minP)
 	}
 	addl := s.get("additionalProperties")
 	closed := addl != nil && addl.kind == 'b' && !addl.b
@@ -746,7 +764,7 @@ func (c *compiler) object(s *node, path string) []item {
 				// No value is allowed (what merging two schemas whose
 				// property types differ leaves): never written.
 				if req[k] {
-					return c.bad(path+"/required", "%q is required but its schema is false", k)
+					return c.none(path+"/required", "%q is required but its schema is false", k)
 				}
 				never++
 				continue
@@ -764,7 +782,7 @@ func (c *compiler) object(s *node, path string) []item {
 	for k := range req {
 		if !declared[k] {
 			if closed && !matchesAny(pats, k) {
-				return c.bad(path+"/required", "%q is required but not among the properties and additionalProperties is false", k)
+				return c.none(path+"/required", "%q is required but not among the properties and additionalProperties is false", k)
 			}
 			if !names.allows(k) {
 				return c.bad(path+"/required", "%q is required but propertyNames does not allow it", k)
@@ -779,7 +797,7 @@ func (c *compiler) object(s *node, path string) []item {
 			return nil
 		}
 		if v != nil && v.kind == 'b' && !v.b {
-			return c.bad(path+"/required", "%q is required but the patternProperties matching it allow no value", k)
+			return c.none(path+"/required", "%q is required but the patternProperties matching it allow no value", k)
 		}
 		ps = append(ps, prop{k, v, true})
 	}
@@ -799,7 +817,7 @@ func (c *compiler) object(s *node, path string) []item {
 			return nil
 		}
 		if others != nil && len(others) < minP {
-			return c.bad(path, "minProperties %d is more than the %d names the patterns allow", minP, len(others))
+			return c.none(path, "minProperties %d is more than the %d names the patterns allow", minP, len(others))
 		}
 	}
 	for _, k := range others {
@@ -818,7 +836,7 @@ func (c *compiler) object(s *node, path string) []item {
 		switch {
 		case names.none || names.enum != nil || others != nil || closed && len(pats) == 0:
 			if minP > 0 {
-				return c.bad(path, "minProperties %d: no property is allowed", minP)
+				return c.none(path, "minProperties %d: no property is allowed", minP)
 			}
 			return c.b.lit("{}")
 		case never > 0:
@@ -880,11 +898,11 @@ func (c *compiler) object(s *node, path string) []item {
 		}
 	}
 	if maxP >= 0 && nreq > maxP {
-		return c.bad(path, "the %d required properties are more than maxProperties %d", nreq, maxP)
+		return c.none(path, "the %d required properties are more than maxProperties %d", nreq, maxP)
 	}
 	if minP > n {
 		if closed || names.enum != nil {
-			return c.bad(path, "minProperties %d is more than the %d properties an object may have", minP, n)
+			return c.none(path, "minProperties %d is more than the %d properties an object may have", minP, n)
 		}
 		return c.unsupported(path, "minProperties %d is more than the %d declared properties; sluice writes declared properties only: declare at least %d", minP, n, minP)
 	}
@@ -1109,7 +1127,7 @@ func (c *compiler) array(s *node, path string) []item {
 	}
 	lo = max(lo, 0)
 	if hi >= 0 && hi < lo {
-		return c.bad(path, "maxItems %d is below minItems %d", hi, lo)
+		return c.none(path, "maxItems %d is below minItems %d", hi, lo)
 	}
 	if s.get("contains") != nil {
 		if unique && (hi < 0 || hi > 1) {
@@ -1134,7 +1152,7 @@ func (c *compiler) array(s *node, path string) []item {
 	noMore := itemsNode != nil && itemsNode.kind == 'b' && !itemsNode.b
 	if noMore {
 		if lo > len(prefix) {
-			return c.bad(path, "minItems %d is more than the %d items allowed", lo, len(prefix))
+			return c.none(path, "minItems %d is more than the %d items allowed", lo, len(prefix))
 		}
 		if hi < 0 || hi > len(prefix) {
 			hi = len(prefix)
@@ -1247,7 +1265,7 @@ func (c *compiler) str(s *node, path string) []item {
 			}
 		}
 		if hi >= 0 && hi < max(lo, 0) {
-			return c.bad(path, "maxLength %d is below minLength %d", hi, lo)
+			return c.none(path, "maxLength %d is below minLength %d", hi, lo)
 		}
 		var body []item
 		var err *Error
@@ -1266,7 +1284,7 @@ func (c *compiler) str(s *node, path string) []item {
 		return seq([]item{q}, body, []item{q})
 	}
 	if hi >= 0 && hi < max(lo, 0) {
-		return c.bad(path, "maxLength %d is below minLength %d", hi, lo)
+		return c.none(path, "maxLength %d is below minLength %d", hi, lo)
 	}
 	if lo <= 0 && hi < 0 {
 		return []item{c.anyString()}
@@ -1320,7 +1338,7 @@ func (c *compiler) integer(s *node, path string) []item {
 		return nil
 	}
 	if lo > hi {
-		return c.bad(path, "no integer lies within the bounds")
+		return c.none(path, "no integer lies within the bounds")
 	}
 	if d > 1 {
 		return c.multiples(d, lo, hi, path)
@@ -1378,7 +1396,7 @@ func (c *compiler) number(s *node, path string) []item {
 	}
 	lo, hi = max(lo, -maxMagnitude), min(hi, maxMagnitude)
 	if lo > hi {
-		return c.bad(path, "no number lies within the bounds")
+		return c.none(path, "no number lies within the bounds")
 	}
 	unbounded := lo == -maxMagnitude && hi == maxMagnitude
 	if unbounded && fracDigits == MaxFracDigits {

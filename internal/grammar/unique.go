@@ -25,7 +25,7 @@ func (c *compiler) uniqueArray(s *node, lo, hi int, path string) []item {
 		return c.unsupported(path, "uniqueItems: true is supported when the items are a finite set of values (enum, const, boolean, null) or maxItems is at most 1: the grammar cannot keep other items distinct")
 	}
 	if lo > len(vals) {
-		return c.bad(path, "minItems %d is more than the %d distinct values the items allow", lo, len(vals))
+		return c.none(path, "minItems %d is more than the %d distinct values the items allow", lo, len(vals))
 	}
 	elems := make([][]item, len(vals))
 	for i, v := range vals {
