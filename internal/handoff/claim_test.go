@@ -52,6 +52,30 @@ func sealedBatch(t *testing.T, id kv.ID, res *handoff.Reservation, src *handoff.
 	return ws, plain
 }
 
+// reserved is a handoff of tenant acme reserved on r for tokens, and the
+// prefill's source of them.
+func reserved(t *testing.T, r *handofftest.Rig, id kv.ID, tokens int) (*handoff.PoolSource, *handoff.Reservation) {
+	t.Helper()
+	src := r.Sequence(t, id, "acme", tokens, 5)
+	res, err := r.Server.Reserve(context.Background(), &handoff.Reserve{Handoff: id, Tenant: "acme", PromptTokens: tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, res
+}
+
+// writeOpening starts one Write of src's sealed pages for res whose opens
+// wait for gate: it returns their plaintexts, the channel each open sends
+// its block on as it starts, and the Write's result.
+func writeOpening(t *testing.T, r *handofftest.Rig, id kv.ID, res *handoff.Reservation, src *handoff.PoolSource, gate <-chan struct{}) (plain [][]byte, started chan int, done chan error) {
+	t.Helper()
+	started = make(chan int, len(res.Pages))
+	ws, plain := sealedBatch(t, id, res, src, gate, started, -1)
+	done = make(chan error, 1)
+	go func() { done <- r.Server.Write(context.Background(), ws) }()
+	return plain, started, done
+}
+
 func noPlaintext(t *testing.T, r *handofftest.Rig, plain [][]byte) {
 	t.Helper()
 	r.Decode.SetChecks(false)
@@ -76,16 +100,9 @@ func TestSealedBatchOpensInParallel(t *testing.T) {
 	ctx := context.Background()
 	id := handofftest.ID(1)
 	const tokens = 16 // four full pages
-	src := r.Sequence(t, id, "acme", tokens, 5)
-	res, err := r.Server.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "acme", PromptTokens: tokens})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, res := reserved(t, r, id, tokens)
 	gate := make(chan struct{})
-	started := make(chan int, len(res.Pages))
-	ws, _ := sealedBatch(t, id, res, src, gate, started, -1)
-	done := make(chan error, 1)
-	go func() { done <- r.Server.Write(ctx, ws) }()
+	_, started, done := writeOpening(t, r, id, res, src, gate)
 	for range 2 { // two records in their opens at once
 		select {
 		case <-started:
@@ -123,11 +140,7 @@ func TestSealedBatchBadRecordFailsClosed(t *testing.T) {
 		r := handofftest.New(t, handofftest.Options{})
 		ctx := context.Background()
 		id := handofftest.ID(1)
-		src := r.Sequence(t, id, "acme", 16, 5)
-		res, err := r.Server.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "acme", PromptTokens: 16})
-		if err != nil {
-			t.Fatal(err)
-		}
+		src, res := reserved(t, r, id, 16)
 		gate := make(chan struct{})
 		close(gate)
 		ws, plain := sealedBatch(t, id, res, src, gate, nil, bad)
@@ -154,16 +167,9 @@ func TestAbortWhileSealedPagesOpen(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{})
 	ctx := context.Background()
 	id := handofftest.ID(1)
-	src := r.Sequence(t, id, "acme", 16, 5)
-	res, err := r.Server.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "acme", PromptTokens: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, res := reserved(t, r, id, 16)
 	gate := make(chan struct{})
-	started := make(chan int, len(res.Pages))
-	ws, plain := sealedBatch(t, id, res, src, gate, started, -1)
-	done := make(chan error, 1)
-	go func() { done <- r.Server.Write(ctx, ws) }()
+	plain, started, done := writeOpening(t, r, id, res, src, gate)
 	<-started
 	aborted := make(chan error, 1)
 	go func() { aborted <- r.Server.Abort(ctx, &handoff.Abort{Handoff: id, Reason: "router gave up"}) }()
@@ -196,16 +202,9 @@ func TestCommitWhileSealedPagesOpen(t *testing.T) {
 	r := handofftest.New(t, handofftest.Options{Safeguards: handoff.Safeguards{NoCount: true, NoDigest: true}})
 	ctx := context.Background()
 	id := handofftest.ID(1)
-	src := r.Sequence(t, id, "acme", 16, 5)
-	res, err := r.Server.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "acme", PromptTokens: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, res := reserved(t, r, id, 16)
 	gate := make(chan struct{})
-	started := make(chan int, len(res.Pages))
-	ws, plain := sealedBatch(t, id, res, src, gate, started, -1)
-	done := make(chan error, 1)
-	go func() { done <- r.Server.Write(ctx, ws) }()
+	plain, started, done := writeOpening(t, r, id, res, src, gate)
 	<-started
 	var calls atomic.Int32
 	again := gatedOpen(handoff.PageWrite{Handoff: id, Block: 0, Page: res.Pages[0], Slots: 4,
@@ -227,18 +226,12 @@ func TestCommitWhileSealedPagesOpen(t *testing.T) {
 	r.ReleaseSource(t, src)
 
 	id = handofftest.ID(3)
-	src = r.Sequence(t, id, "acme", 16, 5)
-	res, err = r.Server.Reserve(ctx, &handoff.Reserve{Handoff: id, Tenant: "acme", PromptTokens: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, res = reserved(t, r, id, 16)
 	gate2 := make(chan struct{})
 	var once2 sync.Once
 	unblock2 := func() { once2.Do(func() { close(gate2) }) }
 	defer unblock2() // before the pools close: Close waits for the fills
-	started = make(chan int, len(res.Pages))
-	ws, plain = sealedBatch(t, id, res, src, gate2, started, -1)
-	go func() { done <- r.Server.Write(ctx, ws) }()
+	plain, started, done = writeOpening(t, r, id, res, src, gate2)
 	<-started
 	if err := r.Server.Commit(ctx, &handoff.Commit{Handoff: id, Tokens: 16, Digest: mustDigest(t, src), FirstToken: 1}); !errors.Is(err, handoff.ErrState) {
 		t.Fatalf("commit while pages are being opened: %v, want ErrState", err)

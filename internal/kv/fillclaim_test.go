@@ -68,12 +68,7 @@ func TestFillReleaseFencesThePage(t *testing.T) {
 	for _, sc := range []ScrubMode{ScrubZero, ScrubPoison, ScrubOff} {
 		p := newPool(t, 1, func(c *Config) { c.Scrub = sc })
 		a, b := owner("a", 1), owner("b", 2)
-		refs, _ := p.Reserve(a, 1)
-		f, err := p.ClaimFill(a, refs[0], tg.PageSize, tg.PageBytes())
-		if err != nil {
-			t.Fatal(err)
-		}
-		endOnExit(t, f)
+		f, refs := claimedPage(t, p, a)
 		img := image(a, refs[0].Gen, 0, tg.PageSize)
 		copy(f.Dst[:len(img)/2], img)
 		released := make(chan error, 1)
@@ -118,12 +113,7 @@ func TestFillFencedAgainstExpireAndDrainAck(t *testing.T) {
 	for _, how := range []string{"expire", "drainack"} {
 		p := newPool(t, 1)
 		a := owner("a", 1)
-		refs, _ := p.Reserve(a, 1)
-		f, err := p.ClaimFill(a, refs[0], tg.PageSize, tg.PageBytes())
-		if err != nil {
-			t.Fatal(err)
-		}
-		endOnExit(t, f)
+		f, refs := claimedPage(t, p, a)
 		p.Quarantine(a, refs, time.Unix(1, 0))
 		switch how {
 		case "expire":
@@ -163,13 +153,8 @@ func TestFillFencedAgainstExpireAndDrainAck(t *testing.T) {
 func TestFillInFlightRefusesASecondWrite(t *testing.T) {
 	p := newPool(t, 2)
 	a := owner("a", 1)
-	refs, _ := p.Reserve(a, 1)
+	f, refs := claimedPage(t, p, a)
 	img := image(a, refs[0].Gen, 0, tg.PageSize)
-	f, err := p.ClaimFill(a, refs[0], tg.PageSize, tg.PageBytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	endOnExit(t, f)
 	if _, err := p.WritePageSum(a, refs[0], tg.PageSize, img); !errors.Is(err, ErrDuplicateWrite) {
 		t.Fatalf("write during a fill: %v, want a duplicate write", err)
 	}
@@ -199,12 +184,7 @@ func TestFillInFlightRefusesASecondWrite(t *testing.T) {
 func TestFillCloseWaits(t *testing.T) {
 	p := newPool(t, 1)
 	a := owner("a", 1)
-	refs, _ := p.Reserve(a, 1)
-	f, err := p.ClaimFill(a, refs[0], tg.PageSize, tg.PageBytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	endOnExit(t, f)
+	f, _ := claimedPage(t, p, a)
 	closed := make(chan struct{})
 	go func() { p.Close(); close(closed) }()
 	select {
@@ -305,6 +285,22 @@ func TestFillReleaseRaceProperty(t *testing.T) {
 			t.Fatalf("seed %d: a drained pool still holds a fill's bytes", seed)
 		}
 	}
+}
+
+// claimedPage reserves one page for o and claims a fill of all of it,
+// ended when the test stops if it has not been (endOnExit).
+func claimedPage(t *testing.T, p *Pool, o Owner) (*Fill, []PageRef) {
+	t.Helper()
+	refs, err := p.Reserve(o, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := p.ClaimFill(o, refs[0], tg.PageSize, tg.PageBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	endOnExit(t, f)
+	return f, refs
 }
 
 // endOnExit ends f if the test stops before it does: the pool's Close

@@ -25,6 +25,23 @@ func sealPair() (tx, rx *framer) {
 	return tx, rx
 }
 
+// noKeystreamReuse fails when a record of frame f was sealed with a
+// keystream (its first 32 bytes: ciphertext XOR plaintext) that seen
+// already holds, a nonce used twice under one key; it adds them to seen.
+func noKeystreamReuse(t *testing.T, seen map[string]bool, f int, parts, cts [][]byte) {
+	t.Helper()
+	for i, p := range parts {
+		ks := make([]byte, 32)
+		for j := range ks {
+			ks[j] = cts[i][j] ^ p[j]
+		}
+		if seen[string(ks)] {
+			t.Fatalf("frame %d record %d reuses a keystream (a nonce under one key)", f, i)
+		}
+		seen[string(ks)] = true
+	}
+}
+
 // records splits a sealed Write frame's body into its records' lengths
 // and ciphertexts (tags included), by the wire format in frame.go.
 func records(t *testing.T, frame []byte) (lens []int, cts [][]byte) {
@@ -76,16 +93,7 @@ func TestWriteRecordsNeverShareAKeystream(t *testing.T) {
 		if want := []int{len(parts[0]), 1024, 1024}; !slices.Equal(lens, want) {
 			t.Fatalf("record lengths %v, want %v (metadata, then one per page)", lens, want)
 		}
-		for i, p := range parts {
-			ks := make([]byte, 32)
-			for j := range ks {
-				ks[j] = cts[i][j] ^ p[j]
-			}
-			if seen[string(ks)] {
-				t.Fatalf("frame %d record %d reuses a keystream (a nonce under one key)", f, i)
-			}
-			seen[string(ks)] = true
-		}
+		noKeystreamReuse(t, seen, f, parts, cts)
 		// The receiving side opens the same frame, in step.
 		got, err := readOne(rx, fb)
 		if err != nil {
@@ -352,16 +360,7 @@ func TestParallelSealedRecordsKeepTheirNonces(t *testing.T) {
 			t.Fatalf("frame %d sealed in parallel differs from the same frame sealed by one sealer", f)
 		}
 		_, cts := records(t, fb)
-		for i, p := range parts {
-			ks := make([]byte, 32)
-			for j := range ks {
-				ks[j] = cts[i][j] ^ p[j]
-			}
-			if seen[string(ks)] {
-				t.Fatalf("frame %d record %d reuses a keystream (a nonce under one key)", f, i)
-			}
-			seen[string(ks)] = true
-		}
+		noKeystreamReuse(t, seen, f, parts, cts)
 		got, err := readOne(rx, fb)
 		if err != nil {
 			t.Fatalf("frame %d: %v", f, err)
