@@ -252,14 +252,15 @@ func (c *compiler) maybe(compile func() []item) []item {
 	if c.failed() {
 		return nil
 	}
-	refs := maps.Clone(c.refs)
+	refs, mergedRules := maps.Clone(c.refs), maps.Clone(c.mergedRules)
 	x := compile()
 	if c.err != nil && c.err.empty && c.b.err == nil {
 		c.err = nil
-		// A $ref first compiled in there holds what the failed compile
-		// left (nothing: it would match empty); compiled again on its
-		// next use, it fails there too.
+		// A $ref (or a merged schema) first compiled in there holds
+		// what the failed compile left (nothing: it would match
+		// empty); compiled again on its next use, it fails there too.
 		maps.DeleteFunc(c.refs, func(k string, _ int32) bool { _, ok := refs[k]; return !ok })
+		maps.DeleteFunc(c.mergedRules, func(k *node, _ int32) bool { _, ok := mergedRules[k]; return !ok })
 		return nil
 	}
 	return x

@@ -64,18 +64,27 @@ func (c *compiler) patternProps(s *node, path string) []patProp {
 			c.fail("pattern_too_complex", "%s: a pattern is %d bytes; at most %d are allowed", path, len(p), MaxPatternBytes)
 			return nil
 		}
-		re, err := regexp.Compile(p)
-		if err != nil {
-			c.bad(path, "the pattern %q is not a valid regular expression: %v", p, err)
-			return nil
+		// What a pattern is read as, once per compile: a schema
+		// reaching itself through $ref in merged copies reads its
+		// patterns at every level.
+		pr, ok := c.patterns[p]
+		if !ok {
+			re, err := regexp.Compile(p)
+			if err != nil {
+				c.bad(path, "the pattern %q is not a valid regular expression: %v", p, err)
+				return nil
+			}
+			few, _ := finiteMatches(p, 64)
+			prefix, _ := anchoredPrefix(p)
+			pr = patProp{src: p, re: re, few: few, prefix: prefix}
+			c.patterns[p] = pr
 		}
 		if v := pp.vals[i]; v.kind != 'o' && v.kind != 'b' {
 			c.bad(path+"/"+p, "a schema must be an object or a boolean")
 			return nil
 		}
-		few, _ := finiteMatches(p, 64)
-		prefix, _ := anchoredPrefix(p)
-		out = append(out, patProp{p, re, pp.vals[i], few, prefix})
+		pr.schema = pp.vals[i]
+		out = append(out, pr)
 	}
 	return out
 }

@@ -96,13 +96,22 @@ type compiler struct {
 	// (merge.go).
 	merges int
 	merged map[*node]mergedNode
+	// mergedRules: the rule of each schema value() normalized, by the
+	// schema, compiled once like a $ref's target (a merged schema that
+	// reaches itself again is a recursive rule, not a compile that
+	// never ends); depth: value()'s nesting now (maxValueDepth).
+	mergedRules map[*node]int32
+	depth       int
+	// patterns: each patternProperties pattern read (patprops.go), by
+	// its text, its schema unset.
+	patterns map[string]patProp
 	// shared rules, built on first use
 	ws, anyVal, anyObj, anyStr, strChar, anyNum, anyInt int32
 	haveAny                                             bool
 }
 
 func newCompiler(root *node) *compiler {
-	c := &compiler{b: newBuilder(MaxElements), root: root, refs: map[string]int32{}, lits: litChecker{root: root}, merged: map[*node]mergedNode{},
+	c := &compiler{b: newBuilder(MaxElements), root: root, refs: map[string]int32{}, lits: litChecker{root: root}, merged: map[*node]mergedNode{}, mergedRules: map[*node]int32{}, patterns: map[string]patProp{},
 		ws: -1, anyVal: -1, anyObj: -1, anyStr: -1, strChar: -1, anyNum: -1, anyInt: -1}
 	c.lits.c = c
 	return c
@@ -272,6 +281,17 @@ func (c *compiler) value(s *node, path string) []item {
 	if c.failed() {
 		return nil
 	}
+	// Schemas merged afresh on each use (patternProperties' keys, a
+	// property and its patterns, items and contains) may reach
+	// themselves again through a $ref: each use nests one value()
+	// deeper, so the nesting is bounded, and so is the path each
+	// level keeps (it only names a place in error messages).
+	if c.depth >= maxValueDepth {
+		return c.unsupported(shortPath(path), "the schema nests more than %d levels deep (counting schemas reached again through $ref in combined schemas); simplify it", maxValueDepth)
+	}
+	c.depth++
+	defer func() { c.depth-- }()
+	path = shortPath(path)
 	switch {
 	case s == nil:
 		return []item{c.anyValue()}
@@ -297,11 +317,17 @@ func (c *compiler) value(s *node, path string) []item {
 		}
 	}
 	if needsMerge(s) {
+		if id, ok := c.mergedRules[s]; ok {
+			return []item{ref(id)}
+		}
 		m, why := c.normalize(s, 0)
 		if why != "" {
 			return c.unsupported(path, "%s", why)
 		}
-		return c.value(m, path)
+		id := c.b.newRule()
+		c.mergedRules[s] = id
+		c.b.define(id, c.value(m, path))
+		return []item{ref(id)}
 	}
 	if r := s.get("$ref"); r != nil {
 		return c.ref(r, path)
@@ -924,6 +950,21 @@ func (c *compiler) object(s *node, path string) []item {
 		return nil
 	}
 	return seq(c.b.lit("{"), body, c.b.lit("}"))
+}
+
+// maxValueDepth bounds value()'s nesting; maxPathBytes the path it
+// keeps at each level.
+const (
+	maxValueDepth = 2048
+	maxPathBytes  = 1024
+)
+
+// shortPath is path, its middle cut when it is longer than maxPathBytes.
+func shortPath(path string) string {
+	if len(path) <= maxPathBytes {
+		return path
+	}
+	return path[:maxPathBytes/2] + "/.../" + path[len(path)-maxPathBytes/2:]
 }
 
 // MaxCount bounds the counts the grammar keeps while writing elements in
