@@ -196,7 +196,7 @@ var ReservedTemplateVars = map[string]bool{"messages": true, "add_generation_pro
 	"raise_exception": true, "strftime_now": true, "tools": true, "documents": true, "continue_final_message": true,
 	renderStateVar: true, ifElseFunc: true, budgetAddFunc: true, budgetCatFunc: true, budgetMulFunc: true,
 	budgetOutFunc: true, budgetMethodFunc: true, loopStepsFunc: true, budgetCmpFunc: true, budgetItemFunc: true,
-	budgetDictMethodFunc: true, budgetReadFunc: true, noneVar: true}
+	budgetDictMethodFunc: true, budgetReadFunc: true, noneVar: true, tupleFunc: true}
 
 // RenderTools is Render with the request's tools.
 func (c *ChatTemplate) RenderTools(msgs []ChatMessage, tools []any) (string, error) {

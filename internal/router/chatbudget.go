@@ -311,11 +311,11 @@ func concat(st *renderState, l, r *exec.Value) (*exec.Value, error) {
 	if err := st.charge(a + b); err != nil {
 		return nil, err
 	}
-	ls, err := reprText(st, l)
+	ls, err := reprText(st, l, a)
 	if err != nil {
 		return nil, err
 	}
-	rs, err := reprText(st, r)
+	rs, err := reprText(st, r, b)
 	if err != nil {
 		return nil, err
 	}
@@ -371,12 +371,13 @@ func budgetOut(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := textOf(st, v); err != nil {
+	n, err := textOf(st, v)
+	if err != nil {
 		return nil, err
 	}
 	if v.IsDict() || v.IsList() {
 		// As Python's str() writes it (chatrepr.go).
-		s, err := reprText(st, v)
+		s, err := reprText(st, v, n)
 		if err != nil {
 			return nil, err
 		}

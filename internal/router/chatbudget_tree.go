@@ -29,7 +29,7 @@ var budgetFuncs = map[string]any{
 	budgetAddFunc: budgetAdd, budgetCatFunc: budgetCat, budgetMulFunc: budgetMul,
 	budgetOutFunc: budgetOut, budgetMethodFunc: budgetStrMethod, budgetItemFunc: budgetItem,
 	budgetCmpFunc: budgetCmpSide, budgetDictMethodFunc: budgetDictMethod, budgetReadFunc: budgetRead,
-	noneVar: pyNone,
+	noneVar: pyNone, tupleFunc: makeTuple,
 }
 
 // budgetTree rewrites a parsed template so that what it builds is
@@ -336,6 +336,8 @@ func (t *budgetTree) rewrite(e nodes.Expression) nodes.Expression {
 		for i := range n.Val {
 			n.Val[i] = t.expr(n.Val[i])
 		}
+		// A tuple, not gonja's list (chatprint.go).
+		return call(tupleFunc, n.Location, n.Val...)
 	case *nodes.Dict:
 		for _, p := range n.Pairs {
 			p.Key, p.Value = t.expr(p.Key), t.expr(p.Value)

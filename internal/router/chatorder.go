@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/nikolalohinski/gonja/v2/exec"
@@ -169,6 +168,20 @@ func (st *renderState) orderedPairs(d *exec.Value) ([]dictEntry, bool) {
 	return out, true
 }
 
+// dictPairs is d's entries in order (orderedPairs), or for a map the
+// server built, sorted by key as gonja has them.
+func (st *renderState) dictPairs(d *exec.Value) []dictEntry {
+	pairs, ok := st.orderedPairs(d)
+	if !ok {
+		for _, k := range d.Keys() {
+			v, _ := d.GetItem(k.Interface())
+			pairs = append(pairs, dictEntry{k.Interface(), v})
+		}
+		sort.SliceStable(pairs, func(i, j int) bool { return jsonKey(pairs[i].k) < jsonKey(pairs[j].k) })
+	}
+	return pairs
+}
+
 // orderedDictMethod is d.name(args...) for the dict methods of
 // budgetDictMethods on a dict orderedPairs knows, in its order and on
 // its own values (gonja's copy of d is a Go map, sorted, and its nested
@@ -177,6 +190,10 @@ func (st *renderState) orderedPairs(d *exec.Value) ([]dictEntry, bool) {
 // get(key[, default]).
 func (st *renderState) orderedDictMethod(name string, self *exec.Value, args *exec.VarArgs) (*exec.Value, bool, error) {
 	pairs, ok := st.orderedPairs(self)
+	if !ok && self.IsDict() && (name == "items" || name == "keys" || name == "values") {
+		// A map the server built: its views in gonja's sorted order.
+		pairs, ok = st.dictPairs(self), true
+	}
 	if !ok {
 		return nil, false, nil
 	}
@@ -186,18 +203,25 @@ func (st *renderState) orderedDictMethod(name string, self *exec.Value, args *ex
 	}
 	switch name {
 	case "items", "keys", "values":
+		// Python's views of the dict (chatprint.go).
 		out := make([]any, len(pairs))
 		for i, p := range pairs {
 			switch name {
 			case "items":
-				out[i] = []any{p.k, p.v}
+				out[i] = pyTuple{p.k, p.v}
 			case "keys":
 				out[i] = p.k
 			default:
 				out[i] = p.v
 			}
 		}
-		return exec.AsValue(out), true, nil
+		switch name {
+		case "items":
+			return exec.AsValue(dictItems(out)), true, nil
+		case "keys":
+			return exec.AsValue(dictKeys(out)), true, nil
+		}
+		return exec.AsValue(dictValues(out)), true, nil
 	case "get":
 		k := args.Args[0]
 		for _, p := range pairs {
@@ -244,16 +268,12 @@ func (st *renderState) orderedFilterInput(name string, in *exec.Value) *exec.Val
 		if name != "items" {
 			return in
 		}
-		for _, k := range in.Keys() {
-			v, _ := in.GetItem(k.Interface())
-			pairs = append(pairs, dictEntry{k.Interface(), v})
-		}
-		sort.SliceStable(pairs, func(i, j int) bool { return jsonKey(pairs[i].k) < jsonKey(pairs[j].k) })
+		pairs = st.dictPairs(in)
 	}
 	out := make([]any, len(pairs))
 	for i, p := range pairs {
 		if name == "items" {
-			out[i] = []any{p.k, p.v}
+			out[i] = pyTuple{p.k, p.v}
 		} else {
 			out[i] = p.k
 		}
@@ -309,7 +329,9 @@ func templateToJSON(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) *exec.Va
 	if err != nil {
 		return exec.AsValue(err)
 	}
-	w := pyJSON{st: st, itemSep: ", ", keySep: ": "}
+	// Charged in full before it runs (filterCost): no room to watch.
+	leaves := pyJSON{}
+	w := pyPrinter{st: st, itemSep: ", ", keySep: ": ", room: -1}
 	// Hugging Face's signature: tojson(ensure_ascii=False, indent=None,
 	// separators=None, sort_keys=False), by position or by name.
 	if len(p.Args) > 4 {
@@ -323,7 +345,7 @@ func templateToJSON(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) *exec.Va
 		}
 	}
 	if v := param(p, 0, "ensure_ascii"); v != nil {
-		w.ascii = v.IsTrue()
+		leaves.ascii = v.IsTrue()
 	}
 	if v := param(p, 3, "sort_keys"); v != nil {
 		w.sortKeys = v.IsTrue()
@@ -351,134 +373,11 @@ func templateToJSON(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) *exec.Va
 		}
 		w.itemSep, w.keySep = s.Index(0).String(), s.Index(1).String()
 	}
+	w.leaves = leaves
 	if err := w.value(reflect.ValueOf(in), 0); err != nil {
 		return exec.AsValue(fmt.Errorf("tojson: %w", err))
 	}
 	return exec.AsSafeValue(w.b.String())
-}
-
-// pyJSON writes a value as Python's json.dumps does.
-type pyJSON struct {
-	st                      *renderState
-	b                       strings.Builder
-	ascii, sortKeys         bool
-	indented                bool
-	indent, itemSep, keySep string
-}
-
-func (w *pyJSON) newline(depth int) {
-	if w.indented {
-		w.b.WriteByte('\n')
-		for range depth {
-			w.b.WriteString(w.indent)
-		}
-	}
-}
-
-func (w *pyJSON) value(v reflect.Value, depth int) error {
-	if depth > maxSizeDepth {
-		return errors.New("nested too deep")
-	}
-	for v.IsValid() && (v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer) {
-		if v.IsNil() {
-			w.b.WriteString("null")
-			return nil
-		}
-		if v.CanInterface() {
-			switch x := v.Interface().(type) {
-			case *exec.Value:
-				return w.value(x.Val, depth)
-			case *exec.Dict:
-				return w.dict(exec.AsValue(x), depth)
-			}
-		}
-		v = v.Elem()
-	}
-	if !v.IsValid() {
-		w.b.WriteString("null")
-		return nil
-	}
-	if v.CanInterface() {
-		switch x := v.Interface().(type) {
-		case pyBigInt:
-			w.b.WriteString(string(x))
-			return nil
-		case exec.Dict:
-			return w.dict(exec.AsValue(&x), depth)
-		}
-	}
-	switch v.Kind() {
-	case reflect.Bool:
-		if v.Bool() {
-			w.b.WriteString("true")
-		} else {
-			w.b.WriteString("false")
-		}
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		w.b.WriteString(strconv.FormatInt(v.Int(), 10))
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		w.b.WriteString(strconv.FormatUint(v.Uint(), 10))
-	case reflect.Float32, reflect.Float64:
-		w.b.WriteString(pyFloat(v.Float()))
-	case reflect.String:
-		w.str(v.String())
-	case reflect.Slice, reflect.Array:
-		if v.Len() == 0 {
-			w.b.WriteString("[]")
-			return nil
-		}
-		w.b.WriteByte('[')
-		for i := range v.Len() {
-			if i > 0 {
-				w.b.WriteString(w.itemSep)
-			}
-			w.newline(depth + 1)
-			if err := w.value(v.Index(i), depth+1); err != nil {
-				return err
-			}
-		}
-		w.newline(depth)
-		w.b.WriteByte(']')
-	case reflect.Map:
-		return w.dict(exec.ToValue(v), depth)
-	default:
-		return fmt.Errorf("a %s is not JSON serializable", v.Kind())
-	}
-	return nil
-}
-
-func (w *pyJSON) dict(d *exec.Value, depth int) error {
-	pairs, ok := w.st.orderedPairs(d)
-	if !ok {
-		// A map the server built: its keys sorted, as gonja has them.
-		for _, k := range d.Keys() {
-			v, _ := d.GetItem(k.Interface())
-			pairs = append(pairs, dictEntry{k.Interface(), v})
-		}
-		sort.SliceStable(pairs, func(i, j int) bool { return jsonKey(pairs[i].k) < jsonKey(pairs[j].k) })
-	}
-	if w.sortKeys {
-		sort.SliceStable(pairs, func(i, j int) bool { return jsonKey(pairs[i].k) < jsonKey(pairs[j].k) })
-	}
-	if len(pairs) == 0 {
-		w.b.WriteString("{}")
-		return nil
-	}
-	w.b.WriteByte('{')
-	for i, p := range pairs {
-		if i > 0 {
-			w.b.WriteString(w.itemSep)
-		}
-		w.newline(depth + 1)
-		w.str(jsonKey(p.k))
-		w.b.WriteString(w.keySep)
-		if err := w.value(reflect.ValueOf(p.v), depth+1); err != nil {
-			return err
-		}
-	}
-	w.newline(depth)
-	w.b.WriteByte('}')
-	return nil
 }
 
 // jsonKey is a dict key as json.dumps writes it: a string as it is, a
@@ -494,55 +393,6 @@ func jsonKey(k any) string {
 		return pyFloat(v.Float())
 	}
 	return v.String()
-}
-
-// str writes s as a JSON string, escaped as Python's json.dumps does:
-// ", \ and the control characters always (\n, \r, \t, \b, \f, else
-// \u00XX), and with ensure_ascii everything outside ASCII's printable
-// range as \uXXXX (UTF-16 surrogate pairs past U+FFFF).
-func (w *pyJSON) str(s string) {
-	const hex = "0123456789abcdef"
-	u := func(r rune) {
-		w.b.WriteString(`\u`)
-		for sh := 12; sh >= 0; sh -= 4 {
-			w.b.WriteByte(hex[(r>>sh)&0xf])
-		}
-	}
-	w.b.WriteByte('"')
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		i += size
-		switch r {
-		case '"':
-			w.b.WriteString(`\"`)
-		case '\\':
-			w.b.WriteString(`\\`)
-		case '\n':
-			w.b.WriteString(`\n`)
-		case '\r':
-			w.b.WriteString(`\r`)
-		case '\t':
-			w.b.WriteString(`\t`)
-		case '\b':
-			w.b.WriteString(`\b`)
-		case '\f':
-			w.b.WriteString(`\f`)
-		default:
-			switch {
-			case r < 0x20:
-				u(r)
-			case !w.ascii || r < 0x7f:
-				w.b.WriteRune(r)
-			case r > 0xffff:
-				r -= 0x10000
-				u(0xd800 | (r>>10)&0x3ff)
-				u(0xdc00 | r&0x3ff)
-			default:
-				u(r)
-			}
-		}
-	}
-	w.b.WriteByte('"')
 }
 
 // pyFloat is Python's repr of a float, as json.dumps writes it: the
