@@ -564,10 +564,23 @@ func q8_0TilesR16(out []float32, outStride int, w []byte, act actBuf, nTok int) 
 	off := int(-uintptr(unsafe.Pointer(&buf[0])) & 63)
 	wp := buf[off:]
 	repackQ8_0R16(&wp[0], &w[0], nb)
-	tileQ8_0R16(&out[0], outStride, &wp[0], nb, &act.bytes[0], act.stride, &act.tile[0], act.tstr, &act.dx[0], nTok)
+	// The tokens in steps of q8R16PrefetchStep, each step prefetching its
+	// share of the next row tile (rowPrefetch): the repack is the tile's
+	// only read of the weights from memory.
+	steps := ceilDiv(nTok, q8R16PrefetchStep)
+	pf := newRowPrefetch(w[:rowTile*34*nb:cap(w)], steps)
+	for t0 := 0; t0 < nTok; t0 += q8R16PrefetchStep {
+		n := min(q8R16PrefetchStep, nTok-t0)
+		pf.step()
+		tileQ8_0R16(&out[t0*outStride], outStride, &wp[0], nb, &act.bytes[t0*act.stride], act.stride, &act.tile[t0*act.tstr], act.tstr, &act.dx[t0*nb], n)
+	}
 	packPool.Put(bp)
 	return nTok
 }
+
+// q8R16PrefetchStep is how many tokens the 16-row kernel takes between
+// two slices of the next row tile's prefetch.
+const q8R16PrefetchStep = 8
 
 // q8R8Blocks is the longest row (in blocks) that the plain AVX2 path
 // (VPSIGNB form) runs through the 8-row kernel for whole row tiles; as
