@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 )
 
@@ -29,49 +30,113 @@ func OpenParallelism() int { return max(1, runtime.GOMAXPROCS(0)-1) }
 // openers is the process's count of goroutines opening records.
 var openers openLimit
 
-// openLimit hands out openers: a call waits for its first one in arrival
-// order (queue); helpers are what is free once it has it (a call waits
-// only while every opener is taken, and give hands the freed ones to the
-// waiting calls first, one each).
+// openLimit hands out openers: a call waits for its first one (queue)
+// while every opener is taken; helpers are what is free once it has it.
+// Freed openers go to the waiting calls, one each, fairly across
+// tenants: first the call whose tenant holds the fewest openers now, then
+// whose tenant got its last opener longest ago, then the oldest. (In
+// arrival order alone, one tenant's burst of long sealed prompts held
+// every co-tenant's handoff behind all of it.)
 type openLimit struct {
 	mu    sync.Mutex
-	busy  int             // openers taken, helpers included
-	queue []chan struct{} // calls waiting for their first opener, oldest first
+	busy  int        // openers taken, helpers included
+	queue []openWait // calls waiting for their first opener, oldest first
+	// tenants: each tenant whose calls hold or wait for openers;
+	// grants counts the first openers handed out.
+	tenants map[string]*openTenant
+	grants  uint64
 }
 
-// take blocks until the caller has an opener and returns how many it got:
-// 1 and up to want-1 helpers, busy never over limit (OpenParallelism).
-func (l *openLimit) take(want int) int {
+// openWait is a call waiting for its first opener.
+type openWait struct {
+	tenant string
+	ch     chan struct{}
+}
+
+// openTenant is a tenant's calls at the openers: openers held, calls
+// waiting, and when (grants) one of its calls last got its first.
+type openTenant struct {
+	held, waiting int
+	last          uint64
+}
+
+func (l *openLimit) tenant(name string) *openTenant {
+	if l.tenants == nil {
+		l.tenants = map[string]*openTenant{}
+	}
+	ot := l.tenants[name]
+	if ot == nil {
+		ot = &openTenant{}
+		l.tenants[name] = ot
+	}
+	return ot
+}
+
+// grant counts a call's first opener for its tenant ot.
+func (l *openLimit) grant(ot *openTenant) {
+	l.busy++
+	ot.held++
+	l.grants++
+	ot.last = l.grants
+}
+
+// take blocks until the caller (a call of tenant) has an opener and
+// returns how many it got: 1 and up to want-1 helpers, busy never over
+// limit (OpenParallelism).
+func (l *openLimit) take(tenant string, want int) int {
 	limit := OpenParallelism()
 	l.mu.Lock()
+	ot := l.tenant(tenant)
 	// A waiting call keeps its place even if GOMAXPROCS grew meanwhile.
 	if l.busy >= limit || len(l.queue) > 0 {
 		ch := make(chan struct{})
-		l.queue = append(l.queue, ch)
+		l.queue = append(l.queue, openWait{tenant, ch})
+		ot.waiting++
 		l.mu.Unlock()
-		<-ch // give counted this opener in busy for us
+		<-ch // give counted this opener (grant) for us
 		l.mu.Lock()
 	} else {
-		l.busy++
+		l.grant(ot)
 	}
 	extra := max(0, min(want-1, limit-l.busy))
 	l.busy += extra
+	ot.held += extra
 	l.mu.Unlock()
 	return 1 + extra
 }
 
-// give returns n openers and hands them to the calls waiting, oldest
-// first.
-func (l *openLimit) give(n int) {
+// give returns the n openers a call of tenant held and hands them to the
+// calls waiting (next).
+func (l *openLimit) give(tenant string, n int) {
 	limit := OpenParallelism()
 	l.mu.Lock()
 	l.busy -= n
+	ot := l.tenants[tenant]
+	ot.held -= n
+	if ot.held == 0 && ot.waiting == 0 {
+		delete(l.tenants, tenant)
+	}
 	for l.busy < limit && len(l.queue) > 0 {
-		ch := l.queue[0]
-		l.queue[0] = nil
-		l.queue = l.queue[1:]
-		l.busy++
-		close(ch)
+		i := l.next()
+		w := l.queue[i]
+		l.queue = slices.Delete(l.queue, i, i+1)
+		wt := l.tenants[w.tenant]
+		wt.waiting--
+		l.grant(wt)
+		close(w.ch)
 	}
 	l.mu.Unlock()
+}
+
+// next is the index in queue of the call to serve: of the tenant holding
+// the fewest openers, then served longest ago, then the oldest call.
+func (l *openLimit) next() int {
+	best, bt := 0, l.tenants[l.queue[0].tenant]
+	for i, w := range l.queue[1:] {
+		t := l.tenants[w.tenant]
+		if t.held < bt.held || t.held == bt.held && t.last < bt.last {
+			best, bt = i+1, t
+		}
+	}
+	return best
 }

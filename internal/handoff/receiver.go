@@ -422,8 +422,9 @@ func (cw *Writes) Open() {
 	if n == 0 {
 		return
 	}
-	par := openers.take(n)
-	defer openers.give(par)
+	tenant := cw.h.owner.Tenant
+	par := openers.take(tenant, n)
+	defer openers.give(tenant, par)
 	var next atomic.Int32
 	work := func() {
 		for {
