@@ -130,6 +130,17 @@ func BenchmarkCompileKeywords(b *testing.B) {
 	for i := range 80 {
 		props = append(props, fmt.Sprintf(`"p%d":{"type":"boolean"}`, i))
 	}
+	var pats, ifProps, ifs []string
+	for i := range MaxPatternProperties {
+		pats = append(pats, fmt.Sprintf(`"^p%d_":{"type":"integer","maximum":%d}`, i, i))
+	}
+	var kinds []string
+	for i := range 10 {
+		kinds = append(kinds, fmt.Sprintf(`"c%d"`, i))
+		ifProps = append(ifProps, fmt.Sprintf(`"x%d":{}`, i))
+		ifs = append(ifs, fmt.Sprintf(`{"if":{"properties":{"kind":{"const":"c%d"}}},"then":{"required":["x%d"]}}`, i, i))
+	}
+	ifProps = append(ifProps, `"kind":{"enum":[`+strings.Join(kinds, ",")+`]}`)
 	for _, c := range []struct{ name, schema string }{
 		{"pydantic-union", pydanticPets},
 		{"oneof-1000-discriminated", `{"oneOf":[` + strings.Join(disc, ",") + `]}`},
@@ -137,6 +148,14 @@ func BenchmarkCompileKeywords(b *testing.B) {
 		{"oneof-300-pairwise", `{"oneOf":[` + strings.Join(objs, ",") + `]}`},
 		{"multipleof-7", `{"type":"integer","multipleOf":7}`},
 		{"properties-64-of-80", `{"type":"object","properties":{` + strings.Join(props, ",") + `},"minProperties":64,"maxProperties":64}`},
+		// session 21's keywords: 64 patterns (pairwise apartness), a
+		// map of 1,000 listed names needing 8, contains counted
+		// against maxItems, 10 if/then/else on one discriminator
+		// (country-dependent fields)
+		{"patternproperties-64", `{"type":"object","patternProperties":{` + strings.Join(pats, ",") + `}}`},
+		{"map-min-8-of-1000", `{"type":"object","patternProperties":{"^[a-j]{3}$":{"type":"integer"}},"minProperties":8}`},
+		{"contains-40-of-90", `{"type":"array","contains":{"type":"integer"},"minContains":30,"maxContains":40,"maxItems":90}`},
+		{"if-chained-10", `{"allOf":[{"type":"object","required":["kind"],"properties":{` + strings.Join(ifProps, ",") + `}},` + strings.Join(ifs, ",") + `]}`},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {

@@ -3,7 +3,6 @@ package grammar
 import (
 	"bytes"
 	"fmt"
-	"maps"
 )
 
 // contains, minContains, maxContains: an array is valid when between
@@ -252,15 +251,20 @@ func (c *compiler) maybe(compile func() []item) []item {
 	if c.failed() {
 		return nil
 	}
-	refs, mergedRules := maps.Clone(c.refs), maps.Clone(c.mergedRules)
+	nr, nm := len(c.refLog), len(c.mergedLog)
 	x := compile()
 	if c.err != nil && c.err.empty && c.b.err == nil {
 		c.err = nil
 		// A $ref (or a merged schema) first compiled in there holds
 		// what the failed compile left (nothing: it would match
 		// empty); compiled again on its next use, it fails there too.
-		maps.DeleteFunc(c.refs, func(k string, _ int32) bool { _, ok := refs[k]; return !ok })
-		maps.DeleteFunc(c.mergedRules, func(k *node, _ int32) bool { _, ok := mergedRules[k]; return !ok })
+		for _, k := range c.refLog[nr:] {
+			delete(c.refs, k)
+		}
+		for _, k := range c.mergedLog[nm:] {
+			delete(c.mergedRules, k)
+		}
+		c.refLog, c.mergedLog = c.refLog[:nr], c.mergedLog[:nm]
 		return nil
 	}
 	return x

@@ -276,6 +276,8 @@ func TestMapMinProperties(t *testing.T) {
 	refused(t, `{"type":"object","additionalProperties":{"type":"integer"},"minProperties":2}`, "unsupported_schema", "a repeated key counts once")
 	refused(t, `{"type":"object","patternProperties":{"^(a|b)$":{}},"minProperties":3}`, "invalid_schema", "minProperties 3", "2 names")
 	refused(t, `{"type":"object","patternProperties":{"^[a-z]{3}$":{}},"minProperties":2}`, "unsupported_schema", "finitely many")
+	// 1,000 names counted up to 64: past the grammar budget, quickly.
+	refused(t, `{"type":"object","patternProperties":{"^[a-j]{3}$":{"type":"integer"}},"minProperties":64}`, "grammar_too_large")
 	// Hostile: a pattern of 1000^k names is cut at the count, quickly.
 	refused(t, `{"type":"object","patternProperties":{"^([a-j]{3}){300}$":{}},"minProperties":2}`, "unsupported_schema", "finitely many")
 	refused(t, `{"type":"object","patternProperties":{"^(a?){900}(b?){900}$":{}},"minProperties":2}`, "unsupported_schema", "finitely many")

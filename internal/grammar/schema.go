@@ -87,6 +87,11 @@ type compiler struct {
 	root *node
 	err  *Error
 	refs map[string]int32
+	// refLog and mergedLog list refs' and mergedRules' keys in the
+	// order they were added (maybe forgets those a failed compile
+	// added).
+	refLog    []string
+	mergedLog []*node
 	// shapes and oneOfWork prove oneOf branches exclusive (oneof.go).
 	shapes    *shaper
 	oneOfWork int
@@ -326,6 +331,7 @@ func (c *compiler) value(s *node, path string) []item {
 		}
 		id := c.b.newRule()
 		c.mergedRules[s] = id
+		c.mergedLog = append(c.mergedLog, s)
 		c.b.define(id, c.value(m, path))
 		return []item{ref(id)}
 	}
@@ -619,6 +625,7 @@ func (c *compiler) ref(r *node, path string) []item {
 	}
 	id := c.b.newRule()
 	c.refs[r.str] = id
+	c.refLog = append(c.refLog, r.str)
 	c.b.define(id, c.value(target, r.str))
 	return []item{ref(id)}
 }
