@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -230,4 +232,74 @@ func TestIfThenElseRandom(t *testing.T) {
 		t.Fatalf("%d of %d compiled, %d outputs: too few to tell", compiled, n, outputs)
 	}
 	t.Logf("%d of %d compiled; %d candidates accepted, %d outputs, all valid", compiled, n, accepted, outputs)
+}
+
+// Random oneOfs of branches with session 21's keywords (patternProperties
+// objects, contains arrays, if/then/else objects) and plain ones: every
+// oneOf sluice accepts writes values matching exactly one branch (the
+// validator's verdict), every candidate it accepts too.
+func TestNewKeywordsInOneOfRandom(t *testing.T) {
+	v := testVocab()
+	cands := append(objectCands([]string{"a", "kind", "x", "b", "S_1"}, []string{"1", `"a"`}), arrayCands([]string{"1", `"a"`, "true"}, 2)...)
+	n := 300
+	if testing.Short() {
+		n = 80
+	}
+	if x := os.Getenv("S21_ONEOF_N"); x != "" {
+		n, _ = strconv.Atoi(x) // one-off longer runs
+	}
+	accepted, outputs := 0, 0
+	rng := rand.New(rand.NewPCG(21, 4))
+	branch := func() any {
+		switch rng.IntN(6) {
+		case 0:
+			return randObjectSchema(rng)
+		case 1:
+			return randContainsSchema(rng)
+		case 2:
+			return randIfSchema(rng)
+		case 3:
+			return map[string]any{"type": "object", "properties": map[string]any{"b": map[string]any{"type": "integer"}}, "required": []string{"b"}}
+		case 4:
+			return map[string]any{"type": []string{"string", "integer", "array"}[rng.IntN(3)]}
+		}
+		return randBranch(rng, 1)
+	}
+	for range n {
+		raw, _ := json.Marshal(map[string]any{"oneOf": []any{branch(), branch()}})
+		g, err := CompileSchema(raw)
+		if err != nil {
+			continue
+		}
+		accepted++
+		val := validator(t, raw)
+		for _, s := range cands {
+			if !accepts(g, s) {
+				continue
+			}
+			inst, _ := jsonschema.UnmarshalJSON(strings.NewReader(s))
+			if err := val.Validate(inst); err != nil {
+				t.Fatalf("%s: %s accepted but does not validate: %v", raw, s, err)
+			}
+		}
+		c := Bind(g, v)
+		for range 3 {
+			out, ok := walk(t, c, rng, 400)
+			if !ok {
+				continue
+			}
+			outputs++
+			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
+			if err != nil {
+				t.Fatalf("%s: %q is not JSON: %v", raw, out, err)
+			}
+			if err := val.Validate(inst); err != nil {
+				t.Fatalf("%s: %q does not validate: %v", raw, out, err)
+			}
+		}
+	}
+	if accepted < n/10 || outputs < n/10 {
+		t.Fatalf("%d of %d oneOfs accepted, %d outputs: too few to tell", accepted, n, outputs)
+	}
+	t.Logf("%d of %d oneOfs accepted, %d outputs, all matching exactly one branch", accepted, n, outputs)
 }

@@ -447,8 +447,10 @@ func (sh *shaper) object(s *node, mode int, r *shape) {
 	switch {
 	case closed:
 		r.keys = declared
-	case mode == modeGen && len(declared)+len(r.req) > 0 && s.get("propertyNames") == nil:
-		// The grammar writes declared and required properties only.
+	case mode == modeGen && len(declared)+len(r.req) > 0 && s.get("propertyNames") == nil && s.get("patternProperties") == nil:
+		// The grammar writes declared and required properties only
+		// (with patternProperties it may add the patterns' names to
+		// reach minProperties: patprops.go).
 		r.keys = maps2(declared, r.req)
 	}
 }

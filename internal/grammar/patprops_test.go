@@ -232,6 +232,16 @@ func TestPatternProperties(t *testing.T) {
 	refused(t, `{"type":"object","patternProperties":{"`+strings.Repeat("a", MaxPatternBytes+1)+`":{}}}`, "pattern_too_complex")
 }
 
+// A oneOf branch with patternProperties may write the patterns' names
+// beside its declared properties (to reach minProperties): its shape
+// does not bound its keys to the declared ones, so a branch requiring
+// one of those names is not proven apart from it.
+func TestPatternPropertiesInOneOf(t *testing.T) {
+	s := `{"oneOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"patternProperties":{"^(b|c)$":{"type":"integer"}},"minProperties":2,"additionalProperties":false},{"type":"object","properties":{"b":{"type":"integer"}},"required":["b"]}]}`
+	refused(t, s, "unsupported_schema", "#/oneOf/0 and #/oneOf/1", "use anyOf")
+	walkValidates(t, `{"oneOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"patternProperties":{"^(b|c)$":{"type":"integer"}},"minProperties":2,"additionalProperties":false},{"type":"string"}]}`, 10)
+}
+
 // A map needing two keys or more: from patterns of finitely many names,
 // the names are optional properties, written once each, counted; from
 // open patterns or any key, refused (a repeated key counts once).
