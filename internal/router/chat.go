@@ -196,7 +196,7 @@ var ReservedTemplateVars = map[string]bool{"messages": true, "add_generation_pro
 	"raise_exception": true, "strftime_now": true, "tools": true, "documents": true, "continue_final_message": true,
 	renderStateVar: true, ifElseFunc: true, budgetAddFunc: true, budgetCatFunc: true, budgetMulFunc: true,
 	budgetOutFunc: true, budgetMethodFunc: true, loopStepsFunc: true, budgetCmpFunc: true, budgetItemFunc: true,
-	budgetDictMethodFunc: true, budgetReadFunc: true, noneVar: true, tupleFunc: true}
+	budgetDictMethodFunc: true, budgetReadFunc: true, noneVar: true, tupleFunc: true, budgetArithFunc: true}
 
 // RenderTools is Render with the request's tools.
 func (c *ChatTemplate) RenderTools(msgs []ChatMessage, tools []any) (string, error) {
@@ -325,6 +325,19 @@ var chatFilters = func() *exec.FilterSet {
 	_ = base.Replace("tojson", templateToJSON)
 	_ = base.Replace("reverse", templateReverse)
 	_ = base.Replace("string", templateString)
+	gonjaInt, _ := base.Get("int")
+	_ = base.Replace("int", func(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) *exec.Value {
+		if in.IsError() {
+			return in
+		}
+		// Python's exact integers (chatint.go).
+		if v, ok, err := templateInt(in, p); err != nil {
+			return exec.AsValue(fmt.Errorf("int: %w", err))
+		} else if ok {
+			return v
+		}
+		return gonjaInt(e, in, p)
+	})
 	return budgetFilters(base)
 }()
 

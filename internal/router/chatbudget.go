@@ -265,6 +265,10 @@ func budgetAdd(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	}
 	l, r := twoArgs(p)
 	switch {
+	case numeric(l) && numeric(r):
+		return arith("+", l, r) // Python's exact integers (chatint.go)
+	case isBigInt(l) || isBigInt(r):
+		return nil, fmt.Errorf("unsupported operands for +: %s and %s", kindOf(l), kindOf(r))
 	case l.IsList():
 		if !r.IsList() {
 			return nil, fmt.Errorf("unable to concatenate a list to %s", kindOf(r))
@@ -332,6 +336,10 @@ func budgetMul(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	}
 	l, r := twoArgs(p)
 	switch {
+	case numeric(l) && numeric(r):
+		return arith("*", l, r) // Python's exact integers (chatint.go)
+	case l.IsString() && isBigInt(r):
+		return nil, st.charge(st.left() + 1) // more repetitions than any budget
 	case l.IsFloat() || r.IsFloat():
 		return exec.AsValue(l.Float() * r.Float()), nil
 	case l.IsString():

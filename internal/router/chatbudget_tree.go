@@ -29,7 +29,7 @@ var budgetFuncs = map[string]any{
 	budgetAddFunc: budgetAdd, budgetCatFunc: budgetCat, budgetMulFunc: budgetMul,
 	budgetOutFunc: budgetOut, budgetMethodFunc: budgetStrMethod, budgetItemFunc: budgetItem,
 	budgetCmpFunc: budgetCmpSide, budgetDictMethodFunc: budgetDictMethod, budgetReadFunc: budgetRead,
-	noneVar: pyNone, tupleFunc: makeTuple,
+	noneVar: pyNone, tupleFunc: makeTuple, budgetArithFunc: pyArith,
 }
 
 // budgetTree rewrites a parsed template so that what it builds is
@@ -239,6 +239,9 @@ func (t *budgetTree) rewrite(e nodes.Expression) nodes.Expression {
 			return call(budgetCatFunc, n.Operator.Token, n.Left, n.Right)
 		case tokens.Multiply:
 			return call(budgetMulFunc, n.Operator.Token, n.Left, n.Right)
+		case tokens.Subtraction, tokens.Division, tokens.FloorDivision, tokens.Modulo, tokens.Power:
+			// Python's arithmetic (chatint.go).
+			return call(budgetArithFunc, n.Operator.Token, opName(n.Operator.Token), n.Left, n.Right)
 		case tokens.Equals, tokens.Ne:
 			// a == b is the test a is == b: the same comparison, its
 			// work counted (eqTest).
@@ -258,6 +261,10 @@ func (t *budgetTree) rewrite(e nodes.Expression) nodes.Expression {
 		}
 	case *nodes.UnaryExpression:
 		n.Term = t.expr(n.Term)
+		if n.Negative {
+			neg := &tokens.Token{Type: tokens.String, Val: "neg"}
+			return call(budgetArithFunc, n.Operator, &nodes.String{Location: neg, Val: "neg"}, n.Term)
+		}
 	case *nodes.Negation:
 		n.Term = t.expr(n.Term)
 	case *nodes.FilteredExpression:
@@ -505,4 +512,9 @@ func (f *chatFilterBlock) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlo
 	}
 	_, err := io.WriteString(r.Output, value.String())
 	return err
+}
+
+// opName is an arithmetic operator's text as a string node, for pyArith.
+func opName(op *tokens.Token) *nodes.String {
+	return &nodes.String{Location: &tokens.Token{Type: tokens.String, Val: op.Val, Line: op.Line, Col: op.Col, Pos: op.Pos}, Val: op.Val}
 }

@@ -222,6 +222,12 @@ func budgetCmpSide(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 		return nil, errors.New("budgetCmpSide: one argument")
 	}
 	v := p.Args[0]
+	if isBigInt(v) {
+		// Compared as a float (as gonja compares an int with a
+		// float): exact ordering past 2^53 is not kept.
+		f, err := floatOf(v)
+		return exec.AsValue(f), err
+	}
 	if v.IsString() {
 		if l := loopState(e); l == nil || !l.charge(len(v.String())/inBytesPerStep) {
 			return nil, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps)

@@ -19,8 +19,8 @@ import (
 //
 // A big integer of a request's JSON (pyBigInt) is a number to the
 // number and integer tests and not a string, as jinja2 has it; it prints
-// as its digits. Arithmetic and comparisons on one still see its digits
-// as text (gonja's), a corner no chat template is known to reach.
+// as its digits. Arithmetic on one is Python's, exact (chatint.go);
+// <, >, <= and >= compare it as a float.
 
 // reprText is v as jinja2 prints it: pyRepr's text for a dict or a list,
 // gonja's for anything else. charged is what the caller charged for the
