@@ -249,6 +249,9 @@ func (b *builder) finish(root int32) (*Grammar, error) {
 		return nil, b.err
 	}
 	b.g.root = root
+	if !pruneEndless(b.g) {
+		return nil, errLimit("schema_recursion", "no finite value satisfies the schema: it requires itself without end (a required property, or an item, whose schema leads back to the schema it is in)")
+	}
 	null := nullable(b.g)
 	if err := checkLeftRecursion(b.g, null, b.stars); err != nil {
 		return nil, err
@@ -378,6 +381,66 @@ func nullable(g *Grammar) []bool {
 		}
 	}
 	return n
+}
+
+// pruneEndless drops every alternative that refers to a rule no finite
+// text completes (a recursive rule whose every alternative refers to
+// itself again: an object whose required property's schema is the object
+// itself), so that a matcher never enters a way that cannot end (the
+// model would write {"a":{"a":... until its token limit). It reports
+// whether the root still completes. Linear in the grammar, as nullable:
+// a rule completes once one of its alternatives refers only to rules
+// that complete.
+func pruneEndless(g *Grammar) bool {
+	done := make([]bool, len(g.rules))
+	var left []int32                       // alternative -> references not known to complete
+	var owner []int32                      // alternative -> its rule
+	users := make([][]int32, len(g.rules)) // rule -> alternatives referring to it, once per reference
+	var queue []int32
+	for r, alts := range g.rules {
+		for _, s := range alts {
+			a := int32(len(left))
+			refs := int32(0)
+			for i := s; g.elems[i].kind != kEnd; i++ {
+				if g.elems[i].kind == kRef {
+					refs++
+					users[g.elems[i].arg] = append(users[g.elems[i].arg], a)
+				}
+			}
+			left, owner = append(left, refs), append(owner, int32(r))
+			if refs == 0 && !done[r] {
+				done[r] = true
+				queue = append(queue, int32(r))
+			}
+		}
+	}
+	for len(queue) > 0 {
+		t := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		for _, a := range users[t] {
+			if left[a]--; left[a] == 0 && !done[owner[a]] {
+				done[owner[a]] = true
+				queue = append(queue, owner[a])
+			}
+		}
+	}
+	for r, alts := range g.rules {
+		keep := alts[:0]
+		for _, s := range alts {
+			ok := true
+			for i := s; g.elems[i].kind != kEnd; i++ {
+				if g.elems[i].kind == kRef && !done[g.elems[i].arg] {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				keep = append(keep, s)
+			}
+		}
+		g.rules[r] = keep
+	}
+	return done[g.root]
 }
 
 // checkLeftRecursion refuses a grammar in which a rule can reach itself

@@ -63,3 +63,31 @@ func TestRT14FreshMergeRecursionBounded(t *testing.T) {
 		t.Errorf("a path of 6000 bytes is kept as %d", len(p))
 	}
 }
+
+// A recursive schema whose required property (or the schema merged into
+// it) leads back to itself has no finite value there: the grammar let the
+// model enter it and never end ({"a":{"a":... to the token limit, a 200
+// with broken JSON). Such ways are dropped; a schema with no finite value
+// at all is refused.
+func TestRT14NoWayThatCannotEnd(t *testing.T) {
+	for _, s := range []string{
+		`{"$defs":{"m":{"type":"object","properties":{"a":{"$ref":"#/$defs/m","required":["a"]}}}},"$ref":"#/$defs/m"}`,
+		`{"$defs":{"m":{"type":"object","properties":{"a":{"allOf":[{"$ref":"#/$defs/m"},{"required":["a"]}]},"b":{"type":"integer"}}}},"$ref":"#/$defs/m"}`,
+		`{"$defs":{"m":{"type":"array","items":{"$ref":"#/$defs/m","minItems":1}}},"$ref":"#/$defs/m"}`,
+	} {
+		g := mustCompile(t, s)
+		for _, x := range []string{`{"a":`, `[[`, `{"b":1,"a":`} {
+			m := Bind(g, byteVocab).NewMatcher()
+			ok := true
+			for i := 0; i < len(x) && ok; i++ {
+				ok = m.Accept(1+int32(x[i])) == nil
+			}
+			if ok {
+				t.Errorf("%.90s: enters %s, which cannot end", s, x)
+			}
+		}
+		walkValidates(t, s, 20)
+	}
+	refused(t, `{"$defs":{"m":{"type":"object","properties":{"a":{"$ref":"#/$defs/m"}},"required":["a"]}},"$ref":"#/$defs/m"}`, "schema_recursion", "no finite value")
+	refused(t, `{"$defs":{"m":{"type":"array","items":{"$ref":"#/$defs/m"},"minItems":1}},"$ref":"#/$defs/m"}`, "schema_recursion", "no finite value")
+}
