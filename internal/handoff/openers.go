@@ -18,9 +18,8 @@ import (
 // most OpenParallelism goroutines at once, counted over every call, every
 // connection and every Receiver: one core fewer than it may use (at least
 // one), the core the step keeps whatever the handoffs send.
-// Measured (docs/benchmarks.md, crowding with --encrypt, 2 vCPUs, load
-// 6-12): b's inter-token p50 flooded/alone 1.44x with opens on both
-// cores, 1.17x on one.
+// Measured (docs/benchmarks.md, crowding with --encrypt, 2 vCPUs, under
+// other processes' load): not resolved either way.
 
 // OpenParallelism is how many goroutines of the process may open sealed
 // page records at once (Writes.Open), over all its calls: one per core the
