@@ -338,6 +338,21 @@ var chatFilters = func() *exec.FilterSet {
 		}
 		return gonjaInt(e, in, p)
 	})
+	gonjaAbs, _ := base.Get("abs")
+	_ = base.Replace("abs", func(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) *exec.Value {
+		if x, ok, err := intOf(in); isBigInt(in) && (ok || err != nil) {
+			// A request's big integer: exact (chatint.go).
+			if err != nil {
+				return exec.AsValue(fmt.Errorf("abs: %w", err))
+			}
+			v, err := intValue(x.Abs(x))
+			if err != nil {
+				return exec.AsValue(fmt.Errorf("abs: %w", err))
+			}
+			return v
+		}
+		return gonjaAbs(e, in, p)
+	})
 	return budgetFilters(base)
 }()
 

@@ -209,6 +209,9 @@ func eqTest(negate bool) func(*exec.Evaluator, *exec.Value, *exec.VarArgs) (bool
 		if l == nil || !l.charge(eqSteps(in, other, l.max-l.steps)) {
 			return false, fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps)
 		}
+		if in.IsNil() && other.IsNil() && isNone(in) != isNone(other) {
+			return negate, nil // None is not undefined (chatnone.go)
+		}
 		return in.EqualValueTo(other) != negate, nil
 	}
 }
