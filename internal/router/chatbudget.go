@@ -444,6 +444,12 @@ func budgetStrMethod(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	}
 	name, self := p.Args[0].String(), p.Args[1]
 	args := &exec.VarArgs{Args: p.Args[2:], KwArgs: p.KwArgs}
+	if name == "format" || name == "format_map" {
+		// None, lists and dicts as Python's str() (chatnone.go).
+		if args, err = formatArgs(st, args); err != nil {
+			return nil, err
+		}
+	}
 	if !self.IsString() {
 		return nil, fmt.Errorf("unknown method '%s' for %s", name, kindOf(self))
 	}
@@ -624,6 +630,10 @@ func budgetFilter(name string, f exec.FilterFunction) exec.FilterFunction {
 		switch {
 		case textFilters[name]:
 			in = noneText(in)
+		case name == "format":
+			if p, err = formatArgs(st, p); err != nil {
+				return exec.AsValue(err)
+			}
 		case name == "join":
 			in = noneItems(in)
 		case (name == "default" || name == "d") && isNone(in):

@@ -103,3 +103,44 @@ func noneDefined(set *exec.TestSet, name string) func(*exec.Context, *exec.Value
 		return base(ctx, in, p)
 	}
 }
+
+// formatArgs is p with each None, list or dict argument as the text
+// Python's format gives it (str(): "None", [1, 'a'], (1, 2),
+// dict_items([...]); gonja's formatter refused them), its printing
+// charged (reprText); p itself when it holds none.
+func formatArgs(st *renderState, p *exec.VarArgs) (*exec.VarArgs, error) {
+	text := func(a *exec.Value) bool { return isNone(a) || a.IsList() || a.IsDict() }
+	has := false
+	for _, a := range p.Args {
+		has = has || text(a)
+	}
+	for _, a := range p.KwArgs {
+		has = has || text(a)
+	}
+	if !has {
+		return p, nil
+	}
+	conv := func(a *exec.Value) (*exec.Value, error) {
+		if !text(a) {
+			return a, nil
+		}
+		s, err := reprText(st, a, 0)
+		return exec.AsValue(s), err
+	}
+	out := &exec.VarArgs{Args: make([]*exec.Value, len(p.Args)), KwArgs: make(map[string]*exec.Value, len(p.KwArgs))}
+	for i, a := range p.Args {
+		v, err := conv(a)
+		if err != nil {
+			return nil, err
+		}
+		out.Args[i] = v
+	}
+	for k, a := range p.KwArgs {
+		v, err := conv(a)
+		if err != nil {
+			return nil, err
+		}
+		out.KwArgs[k] = v
+	}
+	return out, nil
+}
