@@ -124,7 +124,13 @@ func formatArgs(st *renderState, p *exec.VarArgs) (*exec.VarArgs, error) {
 		if !text(a) {
 			return a, nil
 		}
-		s, err := reprText(st, a, 0)
+		// Its size bound first (the sizer stops at the budget; the
+		// printer would build up to it).
+		n, err := textOf(st, a)
+		if err != nil {
+			return nil, err
+		}
+		s, err := reprText(st, a, n)
 		return exec.AsValue(s), err
 	}
 	out := &exec.VarArgs{Args: make([]*exec.Value, len(p.Args)), KwArgs: make(map[string]*exec.Value, len(p.KwArgs))}

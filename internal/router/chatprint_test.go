@@ -74,3 +74,27 @@ func TestChatTemplatePrintStopsAtBudget(t *testing.T) {
 		t.Errorf("refused after allocating %d MiB more than a rendering that prints nothing", (got-base)>>20)
 	}
 }
+
+// A format's list argument is sized before it is printed: a list that
+// holds itself twice at 40 levels (2^40 leaves, a few hundred bytes of
+// values) has a text no budget holds, and printing it up to the budget
+// took 6.7 s and the whole budget of memory.
+func TestChatTemplateFormatArgSizedFirst(t *testing.T) {
+	for _, f := range []string{"'{}'.format(ns.l)", "'%s'|format(ns.l)"} {
+		ct, err := NewChatTemplate("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ "+f+" }}", "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ct.maxBuilt = 8 << 20
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		out, err := ct.Render(nil)
+		runtime.ReadMemStats(&after)
+		if !errors.Is(err, ErrRenderTooLarge) {
+			t.Fatalf("%s: %.40q %v, want ErrRenderTooLarge", f, out, err)
+		}
+		if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
+			t.Errorf("%s: refused after allocating %d MiB", f, got>>20)
+		}
+	}
+}
