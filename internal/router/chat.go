@@ -331,7 +331,7 @@ var chatFilters = func() *exec.FilterSet {
 			return in
 		}
 		// Python's exact integers (chatint.go).
-		if v, ok, err := templateInt(in, p); err != nil {
+		if v, ok, err := templateInt(e, in, p); err != nil {
 			return exec.AsValue(fmt.Errorf("int: %w", err))
 		} else if ok {
 			return v
@@ -340,12 +340,12 @@ var chatFilters = func() *exec.FilterSet {
 	})
 	gonjaAbs, _ := base.Get("abs")
 	_ = base.Replace("abs", func(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) *exec.Value {
-		if x, ok, err := intOf(in); isBigInt(in) && (ok || err != nil) {
+		if x, ok, err := intOf(e, in); isBigInt(in) && (ok || err != nil) {
 			// A request's big integer: exact (chatint.go).
 			if err != nil {
 				return exec.AsValue(fmt.Errorf("abs: %w", err))
 			}
-			v, err := intValue(x.Abs(x))
+			v, err := intValue(e, x.Abs(x))
 			if err != nil {
 				return exec.AsValue(fmt.Errorf("abs: %w", err))
 			}

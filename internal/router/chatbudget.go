@@ -266,7 +266,7 @@ func budgetAdd(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	l, r := twoArgs(p)
 	switch {
 	case numeric(l) && numeric(r):
-		return arith("+", l, r) // Python's exact integers (chatint.go)
+		return arith(e, "+", l, r) // Python's exact integers (chatint.go)
 	case isBigInt(l) || isBigInt(r):
 		return nil, fmt.Errorf("unsupported operands for +: %s and %s", kindOf(l), kindOf(r))
 	case l.IsList():
@@ -337,7 +337,7 @@ func budgetMul(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	l, r := twoArgs(p)
 	switch {
 	case numeric(l) && numeric(r):
-		return arith("*", l, r) // Python's exact integers (chatint.go)
+		return arith(e, "*", l, r) // Python's exact integers (chatint.go)
 	case l.IsString() && isBigInt(r):
 		return nil, st.charge(st.left() + 1) // more repetitions than any budget
 	case l.IsFloat() || r.IsFloat():

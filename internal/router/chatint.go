@@ -36,12 +36,15 @@ var errIntTooLarge = fmt.Errorf("an integer of more than %d digits (Python's bou
 
 // intOf is v as an integer when it is one (a bool counts, as in
 // Python), or an error for a request's integer past maxIntDigits.
-func intOf(v *exec.Value) (*big.Int, bool, error) {
+func intOf(e *exec.Evaluator, v *exec.Value) (*big.Int, bool, error) {
 	switch {
 	case isBigInt(v):
 		s := string(v.Val.Interface().(pyBigInt))
 		if len(strings.TrimLeft(s, "+-")) > maxIntDigits {
 			return nil, true, errIntTooLarge
+		}
+		if err := chargeDigits(e, len(s)); err != nil {
+			return nil, true, err
 		}
 		x, ok := new(big.Int).SetString(s, 10)
 		if !ok {
@@ -61,12 +64,15 @@ func intOf(v *exec.Value) (*big.Int, bool, error) {
 
 // intValue is x as a template value: an int when it fits, else its
 // digits (pyBigInt).
-func intValue(x *big.Int) (*exec.Value, error) {
+func intValue(e *exec.Evaluator, x *big.Int) (*exec.Value, error) {
 	if x.IsInt64() && x.Int64() >= math.MinInt && x.Int64() <= math.MaxInt {
 		return exec.AsValue(int(x.Int64())), nil
 	}
 	if x.BitLen() > maxIntBits {
 		return nil, errIntTooLarge
+	}
+	if err := chargeDigits(e, x.BitLen()*3/10+1); err != nil {
+		return nil, err
 	}
 	s := x.String()
 	if len(strings.TrimLeft(s, "-")) > maxIntDigits {
@@ -77,8 +83,8 @@ func intValue(x *big.Int) (*exec.Value, error) {
 
 // floatOf is a number as a float (an integer rounded as Python's float()
 // rounds it).
-func floatOf(v *exec.Value) (float64, error) {
-	x, ok, err := intOf(v)
+func floatOf(e *exec.Evaluator, v *exec.Value) (float64, error) {
+	x, ok, err := intOf(e, v)
 	if err != nil {
 		return 0, err
 	}
@@ -91,11 +97,26 @@ func floatOf(v *exec.Value) (float64, error) {
 
 var errZeroDivision = errors.New("division by zero")
 
+// chargeDigits charges converting n digits (parsing a big integer or
+// writing one, about quadratic in its length: 140 us at 4,300 digits) to
+// the loop steps, inBytesPerStep digits to a step: a loop doing
+// arithmetic on a tenant's longest integers once a step took 140 s of
+// CPU within the steps' bound; now about 0.3 s. An int64's are free.
+func chargeDigits(e *exec.Evaluator, n int) error {
+	if n <= 19 {
+		return nil
+	}
+	if l := loopState(e); l == nil || !l.charge(n/inBytesPerStep) {
+		return fmt.Errorf("%w (more than %d loop steps)", ErrTemplateTooMuchWork, maxLoopSteps)
+	}
+	return nil
+}
+
 // pyArith is pyArith(op, a, b) in the rewritten tree: a - b, a / b,
 // a // b, a % b, a ** b, and "neg" (-a) as Python computes them on
 // integers (of any size, within maxIntDigits) and floats; anything else
 // is refused, as Python refuses it.
-func pyArith(_ *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
+func pyArith(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	if len(p.Args) < 2 {
 		return nil, errors.New("pyArith: an operator and its operands")
 	}
@@ -108,20 +129,20 @@ func pyArith(_ *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 		}
 		r = p.Args[2]
 	}
-	return arith(op, l, r)
+	return arith(e, op, l, r)
 }
 
-func arith(op string, l, r *exec.Value) (*exec.Value, error) {
-	a, aInt, err := intOf(l)
+func arith(e *exec.Evaluator, op string, l, r *exec.Value) (*exec.Value, error) {
+	a, aInt, err := intOf(e, l)
 	if err != nil {
 		return nil, err
 	}
-	b, bInt, err := intOf(r)
+	b, bInt, err := intOf(e, r)
 	if err != nil {
 		return nil, err
 	}
 	if aInt && bInt {
-		return intArith(op, a, b)
+		return intArith(e, op, a, b)
 	}
 	if (!aInt && !l.IsFloat()) || (!bInt && !r.IsFloat()) {
 		if op == "neg" {
@@ -129,11 +150,11 @@ func arith(op string, l, r *exec.Value) (*exec.Value, error) {
 		}
 		return nil, fmt.Errorf("unsupported operands for %s: %s and %s", op, kindOf(l), kindOf(r))
 	}
-	x, err := floatOf(l)
+	x, err := floatOf(e, l)
 	if err != nil {
 		return nil, err
 	}
-	y, err := floatOf(r)
+	y, err := floatOf(e, r)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +193,7 @@ func arith(op string, l, r *exec.Value) (*exec.Value, error) {
 
 // intArith is a op b on integers, its size checked before it is
 // computed.
-func intArith(op string, a, b *big.Int) (*exec.Value, error) {
+func intArith(e *exec.Evaluator, op string, a, b *big.Int) (*exec.Value, error) {
 	z := new(big.Int)
 	switch op {
 	case "+":
@@ -222,24 +243,24 @@ func intArith(op string, a, b *big.Int) (*exec.Value, error) {
 	default:
 		return nil, fmt.Errorf("unknown operator %s", op)
 	}
-	return intValue(z)
+	return intValue(e, z)
 }
 
 // templateInt is jinja2's int filter for what gonja's gets wrong: a
 // request's big integer stays itself, a string of more digits than an
 // int64 holds and a float past its range become Python's exact integer.
 // ok false leaves the rest to gonja's.
-func templateInt(in *exec.Value, p *exec.VarArgs) (*exec.Value, bool, error) {
+func templateInt(e *exec.Evaluator, in *exec.Value, p *exec.VarArgs) (*exec.Value, bool, error) {
 	if len(p.Args) > 0 || len(p.KwArgs) > 0 {
 		return nil, false, nil // a base or a default: gonja's
 	}
 	switch {
 	case isBigInt(in):
-		x, _, err := intOf(in)
+		x, _, err := intOf(e, in)
 		if err != nil {
 			return nil, true, err
 		}
-		v, err := intValue(x)
+		v, err := intValue(e, x)
 		return v, true, err
 	case in.IsFloat():
 		f := in.Float()
@@ -247,7 +268,7 @@ func templateInt(in *exec.Value, p *exec.VarArgs) (*exec.Value, bool, error) {
 			return nil, false, nil
 		}
 		x, _ := new(big.Float).SetFloat64(math.Trunc(f)).Int(nil)
-		v, err := intValue(x)
+		v, err := intValue(e, x)
 		return v, true, err
 	case in.IsString():
 		s := strings.TrimSpace(in.String())
@@ -255,7 +276,7 @@ func templateInt(in *exec.Value, p *exec.VarArgs) (*exec.Value, bool, error) {
 		if len(s) <= 400 && strings.Trim(digits, "0123456789") != "" {
 			// int(float(s)), jinja2's second try: '1e30'|int.
 			if f, err := strconv.ParseFloat(s, 64); err == nil {
-				return templateInt(exec.AsValue(f), p)
+				return templateInt(e, exec.AsValue(f), p)
 			}
 		}
 		if len(digits) < 19 || len(s)-len(digits) > 1 || strings.Trim(digits, "0123456789") != "" {
@@ -268,7 +289,7 @@ func templateInt(in *exec.Value, p *exec.VarArgs) (*exec.Value, bool, error) {
 			return nil, true, errIntTooLarge
 		}
 		x, _ := new(big.Int).SetString(s, 10)
-		v, err := intValue(x)
+		v, err := intValue(e, x)
 		return v, true, err
 	}
 	return nil, false, nil

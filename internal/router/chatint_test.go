@@ -1,6 +1,7 @@
 package router
 
 import (
+	"errors"
 	"runtime"
 	"strings"
 	"testing"
@@ -48,5 +49,27 @@ func TestChatTemplateBigIntBounded(t *testing.T) {
 	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
 		t.Errorf("2 ** 200000000 refused after allocating %d MiB", got>>20)
+	}
+}
+
+// Converting a long integer's digits (parsing it for an operation,
+// writing a result) is about quadratic: 140 us at 4,300 digits, so a
+// loop doing arithmetic on a tenant's longest integer once a step took
+// 140 s of CPU within the loop steps' bound. The digits are charged to
+// the loop steps (16 to a step).
+func TestChatTemplateBigIntDigitsCharged(t *testing.T) {
+	b := pyBigInt("9" + strings.Repeat("8", maxIntDigits-1))
+	for _, op := range []string{"b - i", "b > i", "b // 7", "b|int", "b|abs"} {
+		ct, err := NewChatTemplate("{% for i in range(n) %}{% set _ = "+op+" %}{% endfor %}x", "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ct.maxSteps = 50_000 // ~270 steps a parse, as many a result
+		if out, err := ct.RenderWith(nil, RenderOptions{Kwargs: map[string]any{"b": b, "n": 40}}); err != nil || out != "x" {
+			t.Errorf("%s 40 times: %q %v", op, out, err)
+		}
+		if out, err := ct.RenderWith(nil, RenderOptions{Kwargs: map[string]any{"b": b, "n": 400}}); !errors.Is(err, ErrTemplateTooMuchWork) {
+			t.Errorf("%s 400 times: %q %v, want ErrTemplateTooMuchWork", op, out, err)
+		}
 	}
 }

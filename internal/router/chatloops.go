@@ -228,7 +228,7 @@ func budgetCmpSide(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 	if isBigInt(v) {
 		// Compared as a float (as gonja compares an int with a
 		// float): exact ordering past 2^53 is not kept.
-		f, err := floatOf(v)
+		f, err := floatOf(e, v)
 		return exec.AsValue(f), err
 	}
 	if v.IsString() {
