@@ -133,6 +133,11 @@ func pyArith(e *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 }
 
 func arith(e *exec.Evaluator, op string, l, r *exec.Value) (*exec.Value, error) {
+	if l.IsInteger() && r.IsInteger() {
+		if v, ok := smallArith(op, int64(l.Integer()), int64(r.Integer())); ok {
+			return v, nil
+		}
+	}
 	a, aInt, err := intOf(e, l)
 	if err != nil {
 		return nil, err
@@ -189,6 +194,41 @@ func arith(e *exec.Evaluator, op string, l, r *exec.Value) (*exec.Value, error) 
 		return exec.AsValue(m), nil
 	}
 	return nil, fmt.Errorf("unknown operator %s", op)
+}
+
+// smallArith is a op b on two ints when the result is an int too
+// (templates count with small ones: messages|length - 1 once a message);
+// ok false leaves it to intArith (overflow, **, /, a zero divisor).
+func smallArith(op string, a, b int64) (*exec.Value, bool) {
+	const lim = 1 << 62 // |a|, |b| below it: a+b, a-b fit
+	if a <= -lim || a >= lim || b <= -lim || b >= lim {
+		return nil, false
+	}
+	switch op {
+	case "+":
+		return exec.AsValue(int(a + b)), true
+	case "-":
+		return exec.AsValue(int(a - b)), true
+	case "neg":
+		return exec.AsValue(int(-a)), true
+	case "*":
+		if a > -1<<31 && a < 1<<31 && b > -1<<31 && b < 1<<31 {
+			return exec.AsValue(int(a * b)), true
+		}
+	case "//", "%":
+		if b == 0 {
+			return nil, false
+		}
+		q, m := a/b, a%b
+		if m != 0 && (m < 0) != (b < 0) {
+			q, m = q-1, m+b // Python floors
+		}
+		if op == "%" {
+			return exec.AsValue(int(m)), true
+		}
+		return exec.AsValue(int(q)), true
+	}
+	return nil, false
 }
 
 // intArith is a op b on integers, its size checked before it is
