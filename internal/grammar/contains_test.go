@@ -1,12 +1,8 @@
 package grammar
 
 import (
-	"encoding/json"
 	"math/rand/v2"
-	"strings"
 	"testing"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // arrayCands is every array of at most n items over vals.
@@ -127,48 +123,13 @@ func randContainsSchema(rng *rand.Rand) map[string]any {
 // Random contains schemas: every candidate array the grammar accepts
 // validates, and every walked output does.
 func TestContainsRandom(t *testing.T) {
-	v := testVocab()
 	cands := arrayCands([]string{"1", "2", `"a"`, "true", "null", "1.5"}, 3)
 	n := 400
 	if testing.Short() {
 		n = 100
 	}
-	compiled, accepted, outputs := 0, 0, 0
 	rng := rand.New(rand.NewPCG(21, 2))
-	for range n {
-		raw, _ := json.Marshal(randContainsSchema(rng))
-		g, err := CompileSchema(raw)
-		if err != nil {
-			continue
-		}
-		compiled++
-		val := validator(t, raw)
-		for _, s := range cands {
-			if !accepts(g, s) {
-				continue
-			}
-			accepted++
-			inst, _ := jsonschema.UnmarshalJSON(strings.NewReader(s))
-			if err := val.Validate(inst); err != nil {
-				t.Fatalf("%s: %s accepted but does not validate: %v", raw, s, err)
-			}
-		}
-		c := Bind(g, v)
-		for range 3 {
-			out, ok := walk(t, c, rng, 400)
-			if !ok {
-				continue
-			}
-			outputs++
-			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
-			if err != nil {
-				t.Fatalf("%s: %q is not JSON: %v", raw, out, err)
-			}
-			if err := val.Validate(inst); err != nil {
-				t.Fatalf("%s: %q does not validate: %v", raw, out, err)
-			}
-		}
-	}
+	compiled, accepted, outputs := randomSchemasValid(t, n, rng, func() any { return randContainsSchema(rng) }, cands)
 	if compiled < n/3 || outputs < n/3 {
 		t.Fatalf("%d of %d compiled, %d outputs: too few to tell", compiled, n, outputs)
 	}

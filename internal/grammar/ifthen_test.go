@@ -1,7 +1,6 @@
 package grammar
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -9,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"sluice/internal/testenv"
 )
@@ -185,49 +182,14 @@ func randIfSchema(rng *rand.Rand) map[string]any {
 // Random if/then/else schemas: every candidate object the grammar
 // accepts validates, and every walked output does.
 func TestIfThenElseRandom(t *testing.T) {
-	v := testVocab()
 	vals := map[string][]string{"kind": {`"a"`, `"b"`, `"c"`, "1"}, "x": {"1", `"a"`, "true"}, "y": {"1", `"ab"`, "null"}}
 	cands := orderedObjects([]string{"kind", "x", "y"}, vals)
 	n := 400
 	if testing.Short() {
 		n = 100
 	}
-	compiled, accepted, outputs := 0, 0, 0
 	rng := rand.New(rand.NewPCG(21, 3))
-	for range n {
-		raw, _ := json.Marshal(randIfSchema(rng))
-		g, err := CompileSchema(raw)
-		if err != nil {
-			continue
-		}
-		compiled++
-		val := validator(t, raw)
-		for _, s := range cands {
-			if !accepts(g, s) {
-				continue
-			}
-			accepted++
-			inst, _ := jsonschema.UnmarshalJSON(strings.NewReader(s))
-			if err := val.Validate(inst); err != nil {
-				t.Fatalf("%s: %s accepted but does not validate: %v", raw, s, err)
-			}
-		}
-		c := Bind(g, v)
-		for range 3 {
-			out, ok := walk(t, c, rng, 400)
-			if !ok {
-				continue
-			}
-			outputs++
-			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
-			if err != nil {
-				t.Fatalf("%s: %q is not JSON: %v", raw, out, err)
-			}
-			if err := val.Validate(inst); err != nil {
-				t.Fatalf("%s: %q does not validate: %v", raw, out, err)
-			}
-		}
-	}
+	compiled, accepted, outputs := randomSchemasValid(t, n, rng, func() any { return randIfSchema(rng) }, cands)
 	if compiled < n/3 || outputs < n/3 {
 		t.Fatalf("%d of %d compiled, %d outputs: too few to tell", compiled, n, outputs)
 	}
@@ -239,7 +201,6 @@ func TestIfThenElseRandom(t *testing.T) {
 // oneOf sluice accepts writes values matching exactly one branch (the
 // validator's verdict), every candidate it accepts too.
 func TestNewKeywordsInOneOfRandom(t *testing.T) {
-	v := testVocab()
 	cands := append(objectCands([]string{"a", "kind", "x", "b", "S_1"}, []string{"1", `"a"`}), arrayCands([]string{"1", `"a"`, "true"}, 2)...)
 	n := 300
 	if testing.Short() {
@@ -248,7 +209,6 @@ func TestNewKeywordsInOneOfRandom(t *testing.T) {
 	if x := os.Getenv("S21_ONEOF_N"); x != "" {
 		n, _ = strconv.Atoi(x) // one-off longer runs
 	}
-	accepted, outputs := 0, 0
 	rng := rand.New(rand.NewPCG(21, 4))
 	branch := func() any {
 		switch rng.IntN(6) {
@@ -265,39 +225,7 @@ func TestNewKeywordsInOneOfRandom(t *testing.T) {
 		}
 		return randBranch(rng, 1)
 	}
-	for range n {
-		raw, _ := json.Marshal(map[string]any{"oneOf": []any{branch(), branch()}})
-		g, err := CompileSchema(raw)
-		if err != nil {
-			continue
-		}
-		accepted++
-		val := validator(t, raw)
-		for _, s := range cands {
-			if !accepts(g, s) {
-				continue
-			}
-			inst, _ := jsonschema.UnmarshalJSON(strings.NewReader(s))
-			if err := val.Validate(inst); err != nil {
-				t.Fatalf("%s: %s accepted but does not validate: %v", raw, s, err)
-			}
-		}
-		c := Bind(g, v)
-		for range 3 {
-			out, ok := walk(t, c, rng, 400)
-			if !ok {
-				continue
-			}
-			outputs++
-			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
-			if err != nil {
-				t.Fatalf("%s: %q is not JSON: %v", raw, out, err)
-			}
-			if err := val.Validate(inst); err != nil {
-				t.Fatalf("%s: %q does not validate: %v", raw, out, err)
-			}
-		}
-	}
+	accepted, _, outputs := randomSchemasValid(t, n, rng, func() any { return map[string]any{"oneOf": []any{branch(), branch()}} }, cands)
 	if accepted < n/10 || outputs < n/10 {
 		t.Fatalf("%d of %d oneOfs accepted, %d outputs: too few to tell", accepted, n, outputs)
 	}

@@ -102,6 +102,37 @@ func walkValid(t *testing.T, schema string, c *Compiled, val *jsonschema.Schema,
 	return done
 }
 
+// randomSchemasValid compiles n schemas from gen (rng drives both) and
+// fails unless every candidate in cands a compiled grammar accepts and
+// every walked output (3 walks of at most 400 bytes each) validates
+// against the schema (santhosh-tekuri, not our grammar). It returns how
+// many compiled, candidates accepted and outputs ended.
+func randomSchemasValid(t *testing.T, n int, rng *rand.Rand, gen func() any, cands []string) (compiled, accepted, outputs int) {
+	t.Helper()
+	v := testVocab()
+	for range n {
+		raw, _ := json.Marshal(gen())
+		g, err := CompileSchema(raw)
+		if err != nil {
+			continue
+		}
+		compiled++
+		val := validator(t, raw)
+		for _, s := range cands {
+			if !accepts(g, s) {
+				continue
+			}
+			accepted++
+			inst, _ := jsonschema.UnmarshalJSON(strings.NewReader(s))
+			if err := val.Validate(inst); err != nil {
+				t.Fatalf("%s: %s accepted but does not validate: %v", raw, s, err)
+			}
+		}
+		outputs += walkValid(t, string(raw), Bind(g, v), val, rng, 3, 400)
+	}
+	return compiled, accepted, outputs
+}
+
 // inOut checks that schema's grammar accepts each of in and refuses each
 // of out, and that its random outputs validate (walkValidates, runs).
 func inOut(t *testing.T, schema string, in, out []string, runs int) {

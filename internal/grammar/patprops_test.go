@@ -392,34 +392,13 @@ func randObjectSchema(rng *rand.Rand) map[string]any {
 // Random object schemas with patternProperties: every candidate object
 // the grammar accepts validates, and every walked output does.
 func TestPatternPropertiesRandom(t *testing.T) {
-	v := testVocab()
 	cands := objectCands([]string{"a", "S_x", "I_1", "en", "fr", "b", "ab", "Z", "x"}, []string{"1", `"a"`, "true", "null"})
 	n := 400
 	if testing.Short() {
 		n = 100
 	}
-	compiled, outputs, accepted := 0, 0, 0
 	rng := rand.New(rand.NewPCG(21, 1))
-	for range n {
-		raw, _ := json.Marshal(randObjectSchema(rng))
-		g, err := CompileSchema(raw)
-		if err != nil {
-			continue
-		}
-		compiled++
-		val := validator(t, raw)
-		for _, s := range cands {
-			if !accepts(g, s) {
-				continue
-			}
-			accepted++
-			inst, _ := jsonschema.UnmarshalJSON(strings.NewReader(s))
-			if err := val.Validate(inst); err != nil {
-				t.Fatalf("%s: %s accepted but does not validate: %v", raw, s, err)
-			}
-		}
-		outputs += walkValid(t, string(raw), Bind(g, v), val, rng, 3, 400)
-	}
+	compiled, accepted, outputs := randomSchemasValid(t, n, rng, func() any { return randObjectSchema(rng) }, cands)
 	if compiled < n/3 || outputs < n/3 {
 		t.Fatalf("%d of %d compiled, %d outputs: too few to tell", compiled, n, outputs)
 	}
