@@ -178,18 +178,7 @@ func (c *compiler) patternMap(pats []patProp, lo, hi, minP, maxP int, path strin
 	if maxP == 0 {
 		return c.b.lit("{}")
 	}
-	member := []item{ref(c.b.rule(alts...))}
-	var more item
-	if maxP < 0 {
-		more = c.b.star(seq(c.comma(), member))
-	} else {
-		more = ref(c.b.rule(c.b.repeat(seq(c.comma(), member), 0, maxP-1)))
-	}
-	members := seq(member, []item{more})
-	if minP == 0 {
-		members = []item{c.b.opt(members)}
-	}
-	return seq(c.b.lit("{"), members, c.b.lit("}"))
+	return c.objectOf([]item{ref(c.b.rule(alts...))}, minP, maxP)
 }
 
 // patternsApart reports whether no name matches both patterns: one has

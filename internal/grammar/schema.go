@@ -910,18 +910,7 @@ func (c *compiler) object(s *node, path string) []item {
 		}
 		// Duplicate keys count once, so only the upper bound and a
 		// minimum of one can be counted by members written.
-		member := seq(key, c.colon(), v)
-		var more item
-		if maxP < 0 {
-			more = c.b.star(seq(c.comma(), member))
-		} else {
-			more = ref(c.b.rule(c.b.repeat(seq(c.comma(), member), 0, maxP-1)))
-		}
-		members := seq(member, []item{more})
-		if minP == 0 {
-			members = []item{c.b.opt(members)}
-		}
-		return seq(c.b.lit("{"), members, c.b.lit("}"))
+		return c.objectOf(seq(key, c.colon(), v), minP, maxP)
 	}
 	n := len(ps)
 	nreq := 0
@@ -1540,4 +1529,21 @@ func (c *compiler) sameLen(a, b string) [][]item {
 		out = append(out, seq([]item{d(b[0], b[0])}, x))
 	}
 	return out
+}
+
+// objectOf is an object of members, each one written as member: at most
+// maxP of them (< 0: no bound), and at least one unless minP is 0 (a
+// grammar cannot count more: duplicate keys count once).
+func (c *compiler) objectOf(member []item, minP, maxP int) []item {
+	var more item
+	if maxP < 0 {
+		more = c.b.star(seq(c.comma(), member))
+	} else {
+		more = ref(c.b.rule(c.b.repeat(seq(c.comma(), member), 0, maxP-1)))
+	}
+	members := seq(member, []item{more})
+	if minP == 0 {
+		members = []item{c.b.opt(members)}
+	}
+	return seq(c.b.lit("{"), members, c.b.lit("}"))
 }
