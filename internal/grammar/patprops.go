@@ -198,22 +198,37 @@ func patternsApart(a, b *patProp) bool {
 	return string(a.prefix[:n]) != string(b.prefix[:n])
 }
 
-// anchoredPrefix is the literal runes every match of pattern begins
-// with, when it is anchored at the start (ok false otherwise).
-func anchoredPrefix(pattern string) ([]rune, bool) {
+// textAnchors parses pattern (Perl syntax) into its top-level parts
+// without a leading ^ and a trailing $, and says whether each is there.
+// Only text anchors count: (?m)'s line anchors do not bound a name, which
+// may hold a newline.
+func textAnchors(pattern string) (subs []*syntax.Regexp, begin, end, ok bool) {
 	re, err := syntax.Parse(pattern, syntax.Perl)
 	if err != nil {
-		return nil, false
+		return nil, false, false, false
 	}
-	subs := []*syntax.Regexp{re}
+	subs = []*syntax.Regexp{re}
 	if re.Op == syntax.OpConcat {
 		subs = re.Sub
 	}
-	if len(subs) == 0 || subs[0].Op != syntax.OpBeginText {
+	if len(subs) > 0 && subs[0].Op == syntax.OpBeginText {
+		begin, subs = true, subs[1:]
+	}
+	if len(subs) > 0 && subs[len(subs)-1].Op == syntax.OpEndText {
+		end, subs = true, subs[:len(subs)-1]
+	}
+	return subs, begin, end, true
+}
+
+// anchoredPrefix is the literal runes every match of pattern begins
+// with, when it is anchored at the start (ok false otherwise).
+func anchoredPrefix(pattern string) ([]rune, bool) {
+	subs, begin, _, ok := textAnchors(pattern)
+	if !ok || !begin {
 		return nil, false
 	}
 	var out []rune
-	for _, s := range subs[1:] {
+	for _, s := range subs {
 		for s.Op == syntax.OpCapture {
 			s = s.Sub[0]
 		}
@@ -229,20 +244,13 @@ func anchoredPrefix(pattern string) ([]rune, bool) {
 // anchored at both ends and matches at most limit strings (ok false
 // otherwise), in a fixed order, each once.
 func finiteMatches(pattern string, limit int) ([]string, bool) {
-	re, err := syntax.Parse(pattern, syntax.Perl)
-	if err != nil {
-		return nil, false
-	}
-	subs := []*syntax.Regexp{re}
-	if re.Op == syntax.OpConcat {
-		subs = re.Sub
-	}
-	if len(subs) < 2 || subs[0].Op != syntax.OpBeginText || subs[len(subs)-1].Op != syntax.OpEndText {
+	subs, begin, end, ok := textAnchors(pattern)
+	if !ok || !begin || !end {
 		return nil, false
 	}
 	e := expander{limit: limit, bytes: 1 << 20}
 	out := []string{""}
-	for _, s := range subs[1 : len(subs)-1] {
+	for _, s := range subs {
 		x, ok := e.expand(s)
 		if !ok {
 			return nil, false
